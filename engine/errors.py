@@ -1,0 +1,17 @@
+"""Errors the engine raises for conditions a user can cause or fix."""
+
+
+class EngineError(Exception):
+    """Base class: every message says what the user should do next."""
+
+
+class ModelNotFoundError(EngineError):
+    """The model weights are not where they were expected."""
+
+
+class ModelFormatError(EngineError):
+    """The weights file is corrupt, truncated, or of an unsupported architecture/quantisation."""
+
+
+class RequestError(EngineError):
+    """A generation request is malformed or cannot be served (too long, bad schema, ...)."""

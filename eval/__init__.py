@@ -1,0 +1,1 @@
+"""memloop eval package."""

@@ -1,0 +1,1 @@
+"""memloop jobs package."""

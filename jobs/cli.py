@@ -1,0 +1,53 @@
+"""The `memloop` command line. Each area registers its commands from its own module.
+
+Command modules import heavy libraries (jax, ray, torch) inside their functions so that
+`memloop --help` stays fast.
+"""
+from __future__ import annotations
+
+import importlib
+import sys
+
+import typer
+
+from engine.errors import EngineError
+from eval.errors import EvalError
+from jobs.errors import JobsError
+
+app = typer.Typer(
+    name="memloop",
+    help="Run long-input LLM methods with incremental memories at scale, and score them.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+bench_app = typer.Typer(help="Benchmarks that print ratios against peers measured in the same run.", no_args_is_help=True)
+app.add_typer(bench_app, name="bench")
+
+# module -> owner of the commands it registers (run/report, serve, data, score, methods, bench ...)
+COMMAND_MODULES = (
+    "jobs.commands.run",
+    "jobs.commands.serve",
+    "jobs.commands.data",
+    "jobs.commands.score",
+    "jobs.commands.methods",
+    "jobs.commands.bench_model",
+    "jobs.commands.bench_prefix",
+)
+
+for _name in COMMAND_MODULES:
+    try:
+        _module = importlib.import_module(_name)
+    except ModuleNotFoundError as _exc:  # an area whose commands have not landed yet
+        if _exc.name != _name:
+            raise
+        continue
+    _module.register(app, bench_app)
+
+
+def main() -> None:
+    """Entry point: user-caused errors print a one-line explanation and exit with status 2."""
+    try:
+        app()
+    except (EngineError, EvalError, JobsError) as exc:
+        print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None

@@ -1,0 +1,42 @@
+"""Shared fixtures: the shared data folder, the bundled model, a local Ray instance."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+# Four simulated CPU devices so mesh-sharding tests run in the same process as everything else.
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=4")
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    """../shared/data next to the project, or skip with the reason."""
+    path = Path(os.environ.get("MEMLOOP_SHARED_DATA", ROOT.parent / "shared" / "data"))
+    if not path.is_dir():
+        pytest.skip(f"shared test data not found at {path} (set MEMLOOP_SHARED_DATA to its location)")
+    return path
+
+
+@pytest.fixture(scope="session")
+def smollm2_gguf() -> Path:
+    from engine.assets import default_model_path
+
+    return default_model_path()
+
+
+@pytest.fixture(scope="session")
+def ray_local():
+    """One local Ray instance for the whole session (starting Ray costs seconds)."""
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
+    yield ray
+    ray.shutdown()
