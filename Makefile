@@ -32,7 +32,7 @@ test-slow: $(STAMP)
 peers: .venv-peers/.installed
 .venv-peers/.installed:
 	$(PYTHON) -m venv .venv-peers
-	.venv-peers/bin/pip install -q llama-cpp-python==0.3.16
+	.venv-peers/bin/pip install -q llama-cpp-python==0.3.36
 	touch $@
 
 clean:
