@@ -1,0 +1,32 @@
+"""Named dataset errors. All derive from `eval.errors.DatasetError`, so callers may catch the root."""
+from __future__ import annotations
+
+from eval.errors import DatasetError
+
+
+class DatasetNotFoundError(DatasetError):
+    """A dataset path does not exist."""
+
+
+class EmptyDatasetError(DatasetError):
+    """A dataset file (or directory) holds nothing to load."""
+
+
+class BinaryFileError(DatasetError):
+    """A file that should be text is binary or not decodable."""
+
+
+class UnknownFormatError(DatasetError):
+    """The file's format (suffix or record shape) is not one this loader reads."""
+
+
+class MissingFieldError(DatasetError):
+    """A record lacks a field the format requires, or the field has the wrong type."""
+
+
+class UnknownTaskError(DatasetError):
+    """`load_dataset` was asked for a task no loader is registered for."""
+
+
+class InconsistentGoldError(DatasetError):
+    """A record's gold answer contradicts its own inputs (e.g. a value absent from its cited sentence)."""
