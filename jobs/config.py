@@ -1,0 +1,316 @@
+"""The run config: a YAML file validated by pydantic, and the run id derived from it.
+
+The run id hashes everything that changes results (datasets and their content, methods, model
+weights and dtype, sampling, judges and the judge model, repeats and seeds) and nothing that only
+changes how the work is carried out (output location, number of actors, concurrency, retries,
+page budget, mesh). Re-submitting the same config therefore resumes the same run.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from jobs.errors import ConfigError
+
+# Method names of the methods registry (eval.methods); used when that registry cannot be imported.
+KNOWN_METHODS = (
+    "go-text", "go-json", "gu-text", "gu-json", "gm-text", "gm-json", "cok",
+    "prism-inplace", "prism-amendments", "hier-merge", "inc-update", "kg-retrieval",
+    "fart-base", "fart-compressed", "fart-rolling",
+)
+KNOWN_TASKS = ("sumie", "book", "repoqa", "spider", "arxiv")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class DatasetSpec(_Strict):
+    """One dataset: a task, a file (or a synthetic generator), and which samples to take."""
+
+    task: str
+    path: str | None = None  # a file or directory the task's loader reads
+    synthetic: dict[str, Any] | None = None  # generator options (e.g. SUMIE: entities, seed)
+    limit: int | None = Field(default=None, ge=1)  # the first `limit` samples
+    ids: list[str] | None = None  # or exactly these sample ids
+    options: dict[str, Any] = Field(default_factory=dict)  # loader options (chunk_tokens, max_chunks ...)
+
+    @field_validator("task")
+    @classmethod
+    def _known_task(cls, v: str) -> str:
+        if v not in KNOWN_TASKS:
+            raise ValueError(f"unknown task {v!r}; use one of {', '.join(KNOWN_TASKS)}")
+        return v
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "DatasetSpec":
+        if (self.path is None) == (self.synthetic is None):
+            raise ValueError("give exactly one of `path` (a data file) or `synthetic` (generator options)")
+        return self
+
+    @property
+    def key(self) -> str:
+        """Short stable name used in tables: the task plus the file name or 'synthetic'."""
+        src = Path(self.path).stem if self.path else "synthetic"
+        return f"{self.task}:{src}"
+
+
+class MethodSpec(_Strict):
+    name: str
+    options: dict[str, Any] = Field(default_factory=dict)
+    tasks: list[str] | None = None  # run only on these tasks (default: every dataset)
+    label: str | None = None  # name in tables when one method appears with different options
+
+    @property
+    def key(self) -> str:
+        return self.label or self.name
+
+
+class ModelSpec(_Strict):
+    """The served model. Only `weights`, `dtype` and `options` change results."""
+
+    weights: str | None = None  # GGUF file or Hugging Face directory; None = bundled SmolLM2
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    options: dict[str, Any] = Field(default_factory=dict)  # model options passed to the engine config
+
+
+class EngineSpec(_Strict):
+    """How engine actors are placed and fed (transport settings: not part of the run id)."""
+
+    actors: int = Field(default=1, ge=1)  # CPU: one per configured share; TPU/GPU: one per host
+    accelerator: Literal["cpu", "gpu", "tpu"] = "cpu"
+    cpus_per_actor: float = Field(default=1.0, gt=0)
+    gpus_per_actor: float = Field(default=1.0, gt=0)
+    tpu_chips_per_host: int = Field(default=4, ge=1)
+    max_in_flight: int = Field(default=8, ge=1)  # samples run concurrently against each actor
+    max_restarts: int = Field(default=3, ge=0)
+    page_budget: float | int | None = None  # fraction of device memory or bytes for the KV cache
+    mesh: dict[str, int] | None = None
+    options: dict[str, Any] = Field(default_factory=dict)  # further engine config fields
+
+
+class SamplingSpec(_Strict):
+    max_tokens: int = Field(default=512, ge=1)
+    temperature: float = Field(default=0.0, ge=0)
+    top_k: int = Field(default=0, ge=0)
+    top_p: float = Field(default=1.0, gt=0, le=1)
+
+
+class EndpointSpec(_Strict):
+    """An OpenAI-compatible endpoint (for a remote judge or model)."""
+
+    base_url: str
+    model: str
+    api_key_env: str | None = None  # name of the environment variable holding the key (never the key)
+
+
+class JudgeSpec(_Strict):
+    name: str
+    options: dict[str, Any] = Field(default_factory=dict)
+    tasks: list[str] | None = None  # judge only these tasks (default: the judge's own tasks)
+
+
+class JudgeModelSpec(_Strict):
+    kind: Literal["engine", "openai"] = "engine"  # engine: the run's own engine actors
+    endpoint: EndpointSpec | None = None
+
+    @model_validator(mode="after")
+    def _endpoint_given(self) -> "JudgeModelSpec":
+        if self.kind == "openai" and self.endpoint is None:
+            raise ValueError("kind 'openai' needs `endpoint` with base_url and model")
+        return self
+
+
+class RunConfig(_Strict):
+    name: str = "run"
+    output: str = "./runs"  # local directory or gs://bucket/prefix
+    datasets: list[DatasetSpec] = Field(min_length=1)
+    methods: list[MethodSpec] = Field(min_length=1)
+    model: ModelSpec = Field(default_factory=ModelSpec)
+    engine: EngineSpec = Field(default_factory=EngineSpec)
+    sampling: SamplingSpec = Field(default_factory=SamplingSpec)
+    judges: list[JudgeSpec] = Field(default_factory=list)
+    judge_model: JudgeModelSpec = Field(default_factory=JudgeModelSpec)
+    repeats: int = Field(default=1, ge=1)
+    seed: int = 0
+    retries: int = Field(default=2, ge=0)  # attempts after the first, per sample
+    judge_cpus: float = Field(default=0.5, gt=0)
+
+    @field_validator("name")
+    @classmethod
+    def _slug(cls, v: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", v):
+            raise ValueError("use letters, digits, '.', '_' and '-' only (at most 64 characters)")
+        return v
+
+    @model_validator(mode="after")
+    def _unique_method_keys(self) -> "RunConfig":
+        keys = [m.key for m in self.methods]
+        dup = sorted({k for k in keys if keys.count(k) > 1})
+        if dup:
+            raise ValueError(f"methods {dup} appear twice; give each a distinct `label`")
+        return self
+
+    def seeds(self) -> list[int]:
+        """One seed per repeat, derived from the base seed."""
+        return [self.seed + i for i in range(self.repeats)]
+
+
+def _format_error(exc: ValidationError, source: str) -> str:
+    parts = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        parts.append(f"`{loc}`: {err['msg']}")
+    return f"{source}: " + "; ".join(parts)
+
+
+def parse_config(data: dict[str, Any], source: str = "config") -> RunConfig:
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: the config must be a YAML mapping with `datasets` and `methods`")
+    try:
+        return RunConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_format_error(exc, source)) from None
+
+
+def load_config(path: str | os.PathLike[str]) -> RunConfig:
+    """Read and validate a YAML run config (structure only; see `check_config` for the environment)."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"config file {p} does not exist; pass the path of a YAML run config")
+    try:
+        data = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{p}: not valid YAML ({exc}); fix the syntax") from None
+    return parse_config(data, str(p))
+
+
+# ---------------------------------------------------------------------------------------------
+# Checks against the environment (before any work starts) and the run id.
+
+
+def resolve_path(path: str) -> Path:
+    """Dataset and weight paths are relative to the current directory (where `memloop run` runs)."""
+    return Path(os.path.expanduser(path)).resolve()
+
+
+def _digest_file(path: Path, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _digest_cache() -> Path:
+    return Path(os.environ.get("MEMLOOP_CACHE", Path.home() / ".cache" / "memloop")) / "digests.json"
+
+
+def content_digest(path: Path) -> str:
+    """sha256 of a file, or of a directory's files (names + contents); cached by size and mtime."""
+    path = path.resolve()
+    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+    cache_file = _digest_cache()
+    try:
+        cache = json.loads(cache_file.read_text())
+    except (OSError, ValueError):
+        cache = {}
+    h = hashlib.sha256()
+    changed = False
+    for f in files:
+        st = f.stat()
+        ck = f"{f}:{st.st_size}:{st.st_mtime_ns}"
+        if ck not in cache:
+            cache[ck] = _digest_file(f)
+            changed = True
+        h.update(f.relative_to(path).as_posix().encode() if path.is_dir() else b"")
+        h.update(cache[ck].encode())
+    if changed:
+        try:
+            cache_file.parent.mkdir(parents=True, exist_ok=True)
+            tmp = cache_file.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(cache))
+            os.replace(tmp, cache_file)
+        except OSError:
+            pass  # the cache is an optimisation only
+    return h.hexdigest()
+
+
+def weights_path(cfg: RunConfig) -> Path:
+    if cfg.model.weights is None:
+        from engine.assets import default_model_path
+
+        return default_model_path()
+    return resolve_path(cfg.model.weights)
+
+
+def registered_methods() -> tuple[str, ...]:
+    try:
+        from eval.methods import list_methods  # type: ignore[attr-defined]
+    except ImportError:
+        return KNOWN_METHODS
+    return tuple(list_methods())
+
+
+def check_config(cfg: RunConfig) -> None:
+    """Fail before any work starts: unknown methods or judges, missing files, bad endpoints."""
+    methods = registered_methods()
+    for i, m in enumerate(cfg.methods):
+        if m.name not in methods:
+            raise ConfigError(f"`methods.{i}.name`: unknown method {m.name!r}; registered: {', '.join(methods)}")
+        for t in m.tasks or ():
+            if t not in KNOWN_TASKS:
+                raise ConfigError(f"`methods.{i}.tasks`: unknown task {t!r}; use one of {', '.join(KNOWN_TASKS)}")
+    judges = registered_judges()
+    for i, j in enumerate(cfg.judges):
+        if judges is not None and j.name not in judges:
+            raise ConfigError(f"`judges.{i}.name`: unknown judge {j.name!r}; registered: {', '.join(judges)}")
+    for i, d in enumerate(cfg.datasets):
+        if d.path is not None and not resolve_path(d.path).exists():
+            raise ConfigError(
+                f"`datasets.{i}.path`: {d.path} does not exist (relative paths are taken from {Path.cwd()}); "
+                "fix the path or generate the file first"
+            )
+    if cfg.model.weights is not None and not resolve_path(cfg.model.weights).exists():
+        raise ConfigError(f"`model.weights`: {cfg.model.weights} does not exist; give a GGUF file or a model directory")
+    ep = cfg.judge_model.endpoint
+    if ep is not None and ep.api_key_env and not os.environ.get(ep.api_key_env):
+        raise ConfigError(f"`judge_model.endpoint.api_key_env`: environment variable {ep.api_key_env} is not set")
+
+
+def registered_judges() -> tuple[str, ...] | None:
+    try:
+        from eval.judges import list_judges  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    return tuple(list_judges())
+
+
+def identity(cfg: RunConfig) -> dict[str, Any]:
+    """What the run id hashes: the result-affecting settings, with files replaced by their content digest."""
+    datasets = []
+    for d in cfg.datasets:
+        entry = d.model_dump(exclude={"path"})
+        entry["content"] = content_digest(resolve_path(d.path)) if d.path else None
+        datasets.append(entry)
+    return {
+        "datasets": datasets,
+        "methods": [m.model_dump() for m in cfg.methods],
+        "model": {"weights": content_digest(weights_path(cfg)), "dtype": cfg.model.dtype, "options": cfg.model.options},
+        "sampling": cfg.sampling.model_dump(),
+        "judges": [j.model_dump() for j in cfg.judges],
+        "judge_model": cfg.judge_model.model_dump(),
+        "seeds": cfg.seeds(),
+    }
+
+
+def run_id(cfg: RunConfig) -> str:
+    digest = hashlib.sha256(json.dumps(identity(cfg), sort_keys=True, default=str).encode()).hexdigest()
+    return f"{cfg.name}-{digest[:12]}"
