@@ -1,0 +1,14 @@
+"""The methods of the five papers, each running one sample against the `eval.llm.LLM` protocol.
+
+    from eval.methods import get_method
+    out = get_method("prism-amendments", updates=False).run(sample, llm)
+    out.answer, [s.to_record() for s in out.steps]
+
+Names: go-text go-json gu-text gu-json gm-text gm-json cok prism-inplace prism-amendments
+hier-merge inc-update kg-retrieval fart-base fart-compressed fart-rolling.
+"""
+from eval.methods.base import Method, MethodOutput, MethodSettings, ParseFailure, Step, Trace
+from eval.methods.registry import METHODS, get_method, list_methods, method_class, template_manifest
+
+__all__ = ["Method", "MethodOutput", "MethodSettings", "ParseFailure", "Step", "Trace", "METHODS", "get_method",
+           "list_methods", "method_class", "template_manifest"]

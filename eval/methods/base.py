@@ -1,0 +1,191 @@
+"""The method frame: one sample in, a final answer plus a trace of every LLM step out.
+
+Every LLM call goes through `Trace.ask`, which renders a template, asks for schema-constrained
+output when the LLM supports it, otherwise parses the free text and retries (bounded), and records
+one `Step` with the prompt, output, parsed value, memory after the step, token usage and failures.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, fields
+from typing import Any, Callable, ClassVar
+
+from eval.datasets.sample import Sample
+from eval.errors import MethodError
+from eval.llm import LLM, LLMRequest, Sampling, Usage
+from eval.methods.templates import Template, load_template
+
+
+class ParseFailure(Exception):
+    """The LLM output could not be turned into the expected value; the message is the reason."""
+
+
+@dataclass
+class Step:
+    """One LLM call of a method (all its attempts), as stored in the steps table."""
+
+    index: int
+    kind: str  # e.g. "initial", "update", "merge", "compress", "revise", "tool", "extract", "final"
+    template_id: str
+    template_sha256: str
+    prompt: str
+    output: str
+    parsed: Any = None
+    memory: Any = None
+    usage: Usage = field(default_factory=Usage)
+    attempts: int = 1
+    failures: list[str] = field(default_factory=list)
+    chunk_index: int | None = None
+    ok: bool = True
+
+    def to_record(self) -> dict[str, Any]:
+        return {
+            "index": self.index, "kind": self.kind, "template_id": self.template_id,
+            "template_sha256": self.template_sha256, "prompt": self.prompt, "output": self.output,
+            "parsed_json": json.dumps(self.parsed, sort_keys=True, default=str),
+            "memory_json": json.dumps(self.memory, sort_keys=True, default=str),
+            "prompt_tokens": self.usage.prompt_tokens, "cached_tokens": self.usage.cached_tokens,
+            "decoded_tokens": self.usage.decoded_tokens, "attempts": self.attempts,
+            "failures": list(self.failures), "chunk_index": self.chunk_index, "ok": self.ok,
+        }
+
+
+@dataclass
+class MethodOutput:
+    method: str
+    sample_id: str
+    answer: str
+    steps: list[Step]
+    memory: Any = None
+    settings: dict[str, Any] = field(default_factory=dict)
+    templates: dict[str, str] = field(default_factory=dict)  # template id -> sha256 actually used
+
+    @property
+    def usage(self) -> Usage:
+        total = Usage()
+        for s in self.steps:
+            total = total + s.usage
+        return total
+
+    @property
+    def failures(self) -> list[str]:
+        return [f"step {s.index} ({s.kind}): {f}" for s in self.steps for f in s.failures]
+
+
+@dataclass(frozen=True)
+class MethodSettings:
+    """Settings shared by every method; method-specific ones extend this dataclass."""
+
+    max_tokens: int = 512
+    temperature: float = 0.0
+    top_k: int = 0
+    top_p: float = 1.0
+    seed: int | None = None
+    max_attempts: int = 3  # parse-and-retry bound when output is not schema-constrained
+
+    def sampling(self, max_tokens: int | None = None, stop: tuple[str, ...] = ()) -> Sampling:
+        return Sampling(max_tokens=max_tokens or self.max_tokens, temperature=self.temperature, top_k=self.top_k,
+                        top_p=self.top_p, seed=self.seed, stop=stop)
+
+
+class Trace:
+    """Per-run recorder: issues the LLM calls of one sample and keeps their steps."""
+
+    def __init__(self, llm: LLM, settings: MethodSettings) -> None:
+        self.llm = llm
+        self.settings = settings
+        self.steps: list[Step] = []
+        self.templates: dict[str, str] = {}
+
+    def ask(self, template: str | Template, values: dict[str, Any], *, kind: str,
+            parse: Callable[[str], Any] | None = None, schema: dict[str, Any] | None = None,
+            chunk_index: int | None = None, max_tokens: int | None = None, stop: tuple[str, ...] = (),
+            raw_prompt: bool = False) -> Step:
+        """Render, call, parse with bounded retries; returns the recorded step (step.ok says if parsed).
+
+        `parse` maps output text to the parsed value or raises ParseFailure. With a schema and an
+        LLM that supports it, the output is constrained and parsed once (a failure is still recorded).
+        `raw_prompt` sends a completion prompt instead of a chat message (tool transcripts).
+        """
+        tpl = load_template(template) if isinstance(template, str) else template
+        prompt = tpl.render(**values)
+        return self.ask_prompt(prompt, tpl, kind=kind, parse=parse, schema=schema, chunk_index=chunk_index,
+                               max_tokens=max_tokens, stop=stop, raw_prompt=raw_prompt)
+
+    def ask_prompt(self, prompt: str, tpl: Template, *, kind: str, parse: Callable[[str], Any] | None = None,
+                   schema: dict[str, Any] | None = None, chunk_index: int | None = None,
+                   max_tokens: int | None = None, stop: tuple[str, ...] = (), raw_prompt: bool = False) -> Step:
+        self.templates[tpl.id] = tpl.sha256
+        constrained = schema if (schema is not None and self.llm.supports_json_schema) else None
+        sampling = self.settings.sampling(max_tokens, stop)
+        if raw_prompt:
+            request = LLMRequest(prompt=prompt, sampling=sampling, json_schema=constrained)
+        else:
+            request = LLMRequest(messages=({"role": "user", "content": prompt},), sampling=sampling,
+                                 json_schema=constrained)
+        usage, failures, text, parsed, ok = Usage(), [], "", None, False
+        attempts = 0
+        budget = 1 if constrained is not None else max(1, self.settings.max_attempts)
+        while attempts < budget:
+            attempts += 1
+            result = self.llm.complete(request)
+            usage, text = usage + result.usage, result.text
+            if parse is None:
+                parsed, ok = text, True
+                break
+            try:
+                parsed, ok = parse(text), True
+                break
+            except ParseFailure as exc:
+                reason = f"attempt {attempts}: {exc}"
+                if result.finish_reason == "length":
+                    reason += " (output hit max_tokens)"
+                failures.append(reason)
+        step = Step(index=len(self.steps), kind=kind, template_id=tpl.id, template_sha256=tpl.sha256,
+                    prompt=prompt, output=text, parsed=parsed if ok else None, usage=usage, attempts=attempts,
+                    failures=failures, chunk_index=chunk_index, ok=ok)
+        self.steps.append(step)
+        return step
+
+
+class Method:
+    """Base class: subclasses set `name`, `template_ids`, `Settings` and implement `_run`."""
+
+    name: ClassVar[str] = ""
+    template_ids: ClassVar[tuple[str, ...]] = ()
+    Settings: ClassVar[type[MethodSettings]] = MethodSettings
+    tasks: ClassVar[tuple[str, ...] | None] = None  # sample tasks this method accepts (None: any)
+
+    def __init__(self, **settings: Any) -> None:
+        allowed = {f.name for f in fields(self.Settings)}
+        unknown = set(settings) - allowed
+        if unknown:
+            raise MethodError(f"method {self.name!r} has no settings {sorted(unknown)}; known settings: {sorted(allowed)}")
+        try:
+            self.settings = self.Settings(**settings)
+        except (TypeError, ValueError) as exc:
+            raise MethodError(f"method {self.name!r}: invalid settings {settings}: {exc}") from None
+        self._validate()
+
+    def _validate(self) -> None:
+        """Subclasses check their settings here and raise MethodError with what to change."""
+
+    def run(self, sample: Sample, llm: LLM) -> MethodOutput:
+        if self.tasks is not None and sample.task not in self.tasks:
+            raise MethodError(f"method {self.name!r} handles tasks {list(self.tasks)}, not {sample.task!r} "
+                              f"(sample {sample.id}); pick a method made for that task")
+        if not sample.chunks:
+            raise MethodError(f"sample {sample.id} has no chunks; check the dataset loader and chunk size")
+        trace = Trace(llm, self.settings)
+        answer, memory = self._run(sample, trace)
+        from dataclasses import asdict
+        return MethodOutput(method=self.name, sample_id=sample.id, answer=answer, steps=trace.steps, memory=memory,
+                            settings=asdict(self.settings), templates=dict(trace.templates))
+
+    def _run(self, sample: Sample, trace: Trace) -> tuple[str, Any]:
+        raise NotImplementedError
+
+    @classmethod
+    def template_hashes(cls) -> dict[str, str]:
+        from eval.methods.templates import template_hashes
+        return template_hashes(cls.template_ids)

@@ -1,0 +1,100 @@
+"""Pieces shared by the summary methods of seed 000: task framing, JSON schemas, merging, the K-token limit."""
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from eval.datasets.sample import Sample
+from eval.errors import MethodError
+from eval.methods.base import ParseFailure, Trace
+from eval.methods.parsing import as_text, extract_json, parse_json_object
+
+BOOK_FIELDS = ("characters", "events", "background", "motivations", "objectives", "other")
+STR_LIST = {"type": "array", "items": {"type": "string"}}
+ENTITY_SCHEMA: dict[str, Any] = {"type": "object", "additionalProperties": STR_LIST}
+BOOK_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {f: {"type": "object", "additionalProperties": STR_LIST} for f in BOOK_FIELDS},
+    "additionalProperties": False,
+}
+ENTITY_TASKS = ("sumie",)
+BOOK_TASKS = ("book", "arxiv")
+
+
+def is_entity(sample: Sample) -> bool:
+    return sample.task in ENTITY_TASKS
+
+
+def entity_name(sample: Sample) -> str:
+    name = sample.metadata.get("entity") or sample.query
+    if not name:
+        raise MethodError(f"entity sample {sample.id} names no entity (metadata['entity'] or query); fix the loader")
+    return str(name)
+
+
+def subject(sample: Sample) -> str:
+    return f"the entity {entity_name(sample)}" if is_entity(sample) else "a book"
+
+
+def paragraphs(chunks: list[str] | tuple[str, ...], start: int = 1) -> str:
+    """SUMIE-style numbered paragraphs: `P1. ...`."""
+    return "\n".join(f"P{start + i}. {c.strip()}" for i, c in enumerate(chunks))
+
+
+def schema_for(sample: Sample) -> dict[str, Any]:
+    return ENTITY_SCHEMA if is_entity(sample) else BOOK_SCHEMA
+
+
+def json_parser(schema: dict[str, Any]):
+    def parse(text: str) -> dict[str, Any]:
+        return parse_json_object(text, schema)
+    return parse
+
+
+def text_parser(text: str) -> str:
+    """A text summary: the output itself, without a leading header line the model may echo."""
+    out = text.strip()
+    if not out:
+        raise ParseFailure("empty summary")
+    return out
+
+
+def merge_json(base: Any, new: Any) -> Any:
+    """Programmatic Generate-Merge: dicts merge key by key, lists append values not already present."""
+    if isinstance(base, dict) and isinstance(new, dict):
+        out = copy.deepcopy(base)
+        for k, v in new.items():
+            out[k] = merge_json(out[k], v) if k in out else copy.deepcopy(v)
+        return out
+    if isinstance(base, list) and isinstance(new, list):
+        return base + [v for v in new if v not in base]
+    if isinstance(base, list):
+        return base if new in base else base + [new]
+    if base == new:
+        return base
+    return [base, new] if not isinstance(new, list) else [base] + [v for v in new if v != base]
+
+
+def enforce_limit(trace: Trace, memory: Any, *, fmt: str, limit: int | None, subj: str,
+                  schema: dict[str, Any] | None, chunk_index: int) -> Any:
+    """Compress the memory with the LLM when it exceeds `limit` tokens (seed 000, Appendix F).
+
+    One compression per step; when the result still exceeds K the step records it as a failure
+    (the memory is kept as compressed, never cut silently).
+    """
+    if limit is None or trace.llm.count_tokens(as_text(memory)) <= limit:
+        return memory
+    parse = json_parser(schema) if fmt == "json" and schema is not None else text_parser
+    step = trace.ask(f"s000-compress-{fmt}", {"subject": subj, "limit": limit, "summary": as_text(memory)},
+                     kind="compress", parse=parse, schema=schema if fmt == "json" else None, chunk_index=chunk_index)
+    if step.ok:
+        memory = step.parsed
+        size = trace.llm.count_tokens(as_text(memory))
+        if size > limit:
+            step.failures.append(f"compressed memory has {size} tokens, above the limit K={limit}")
+    step.memory = memory
+    return memory
+
+
+def loose_json(text: str) -> Any:
+    return extract_json(text)

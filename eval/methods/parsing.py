@@ -1,0 +1,102 @@
+"""Turning free LLM text into values: JSON objects inside prose or code fences, sectioned outputs.
+
+Small models wrap JSON in fences, add trailing commas (the papers' own examples have them) and
+write prose around it; we repair only those two things and otherwise report why parsing failed.
+"""
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import jsonschema
+
+from eval.methods.base import ParseFailure
+
+_FENCE = re.compile(r"```(?:json|JSON|python)?\s*\n?(.*?)```", re.S)
+_TRAILING_COMMA = re.compile(r",(\s*[}\]])")
+_PUNCT_END = ('.', '?', '!', '"', "'", '”', '’')
+
+
+def _loads(candidate: str) -> Any:
+    try:
+        return json.loads(candidate)
+    except json.JSONDecodeError:
+        return json.loads(_TRAILING_COMMA.sub(r"\1", candidate))
+
+
+def extract_json(text: str, want: type | tuple[type, ...] = (dict, list)) -> Any:
+    """The first JSON value of type `want` in `text` (whole text, fenced block, or embedded)."""
+    stripped = text.strip()
+    candidates = [stripped] + [m.group(1).strip() for m in _FENCE.finditer(text)]
+    for cand in candidates:
+        try:
+            value = _loads(cand)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(value, want):
+            return value
+    decoder = json.JSONDecoder()
+    repaired = _TRAILING_COMMA.sub(r"\1", text)
+    for i, ch in enumerate(repaired):
+        if ch in "{[":
+            try:
+                value, _ = decoder.raw_decode(repaired, i)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(value, want):
+                return value
+    kinds = want.__name__ if isinstance(want, type) else "/".join(t.__name__ for t in want)
+    raise ParseFailure(f"no JSON {kinds} found in the output")
+
+
+def parse_json_object(text: str, schema: dict[str, Any] | None = None) -> dict[str, Any]:
+    value = extract_json(text, dict)
+    if schema is not None:
+        try:
+            jsonschema.validate(value, schema)
+        except jsonschema.ValidationError as exc:
+            raise ParseFailure(f"JSON does not match the schema: {exc.message}") from None
+    return value
+
+
+def split_sections(text: str, names: list[str]) -> dict[str, str]:
+    """Cut `text` at `[NAME]` headers (in any order); returns name -> body for the headers found."""
+    pattern = re.compile(r"^\s*\[(" + "|".join(re.escape(n) for n in names) + r")\]\s*$", re.M)
+    marks = list(pattern.finditer(text))
+    out: dict[str, str] = {}
+    for i, m in enumerate(marks):
+        end = marks[i + 1].start() if i + 1 < len(marks) else len(text)
+        out.setdefault(m.group(1), text[m.end():end].strip())
+    return out
+
+
+def json_lines(body: str) -> list[dict[str, Any]]:
+    """Every JSON object in a section body: one object, several (one a line), or fenced blocks."""
+    body = _FENCE.sub(lambda m: m.group(1), body)
+    decoder = json.JSONDecoder()
+    repaired = _TRAILING_COMMA.sub(r"\1", body)
+    objs, i = [], 0
+    while i < len(repaired):
+        if repaired[i] == "{":
+            try:
+                value, end = decoder.raw_decode(repaired, i)
+            except json.JSONDecodeError:
+                raise ParseFailure(f"invalid JSON object near {repaired[i:i + 60]!r}") from None
+            objs.append(value)
+            i = end
+        else:
+            i += 1
+    return objs
+
+
+def ends_in_punctuation(text: str) -> bool:
+    t = text.rstrip()
+    return bool(t) and t.endswith(_PUNCT_END)
+
+
+def as_text(value: Any) -> str:
+    """Render a memory for a prompt: JSON pretty-printed, text as is."""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, indent=2, ensure_ascii=False)

@@ -1,0 +1,165 @@
+"""Seed 000 baselines: Generate-Once, Generate-Update and Generate-Merge, in text or JSON.
+
+Entity samples (SUMIE) use the entity prompts (initial table, update, duplicate removal); book
+samples use the story prompts (generate with a format instruction, update with memory, duplicate
+removal, compression to K tokens) and finish with a plain-text summary of the JSON memory.
+The memory after every chunk is in the trace, so per-turn scores (start, last, average) can be read.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from eval.datasets.sample import Sample
+from eval.errors import MethodError
+from eval.methods.base import Method, MethodSettings, Trace
+from eval.methods.common import (
+    enforce_limit, entity_name, is_entity, json_parser, merge_json, paragraphs, schema_for, subject, text_parser,
+)
+from eval.methods.parsing import as_text
+
+
+@dataclass(frozen=True)
+class SummarySettings(MethodSettings):
+    memory_limit: int | None = None  # K: compress the memory when it exceeds this many tokens
+    max_tokens: int = 1024
+
+
+class _SummaryMethod(Method):
+    fmt: ClassVar[str] = "json"
+    Settings = SummarySettings
+    tasks = ("sumie", "book", "arxiv")
+
+    def _validate(self) -> None:
+        k = self.settings.memory_limit
+        if k is not None and k <= 0:
+            raise MethodError(f"{self.name}: memory_limit must be a positive token count or null, got {k}")
+
+    # --- one LLM call that produces a whole summary -------------------------------------------------
+    def _generate(self, trace: Trace, sample: Sample, chunks: list[str], *, start: int, memory: Any | None,
+                  kind: str, chunk_index: int) -> Step_:
+        fmt, schema = self.fmt, schema_for(sample)
+        parse = json_parser(schema) if fmt == "json" else text_parser
+        use_schema = schema if fmt == "json" else None
+        if is_entity(sample):
+            if memory is None:
+                return trace.ask(f"s000-entity-initial-{fmt}",
+                                 {"entity_name": entity_name(sample), "paragraph": paragraphs(chunks, start)},
+                                 kind=kind, parse=parse, schema=use_schema, chunk_index=chunk_index)
+            return trace.ask(f"s000-entity-update-{fmt}",
+                             {"entity_name": entity_name(sample), "paragraph": paragraphs(chunks, start),
+                              "existing_summary": as_text(memory)},
+                             kind=kind, parse=parse, schema=use_schema, chunk_index=chunk_index)
+        special = _format_instruction(trace, fmt)
+        output_format = "JSON" if fmt == "json" else "text"
+        text = "\n\n".join(c.strip() for c in chunks)
+        if memory is None:
+            return trace.ask("s000-book-generate", {"special_instruction": special, "book_chunk": text,
+                                                    "output_format": output_format},
+                             kind=kind, parse=parse, schema=use_schema, chunk_index=chunk_index)
+        return trace.ask("s000-book-update", {"special_instruction": special, "book_chunk": text,
+                                              "memory": as_text(memory), "output_format": output_format},
+                         kind=kind, parse=parse, schema=use_schema, chunk_index=chunk_index)
+
+    def _dedupe(self, trace: Trace, sample: Sample, memory: Any, chunk_index: int) -> Any:
+        fmt, schema = self.fmt, schema_for(sample)
+        parse = json_parser(schema) if fmt == "json" else text_parser
+        step = trace.ask(f"s000-dedupe-{fmt}", {"subject": subject(sample), "summary": as_text(memory)},
+                         kind="dedupe", parse=parse, schema=schema if fmt == "json" else None, chunk_index=chunk_index)
+        if step.ok:
+            memory = step.parsed
+        step.memory = memory
+        return memory
+
+    def _limit(self, trace: Trace, sample: Sample, memory: Any, chunk_index: int) -> Any:
+        return enforce_limit(trace, memory, fmt=self.fmt, limit=self.settings.memory_limit, subj=subject(sample),
+                             schema=schema_for(sample), chunk_index=chunk_index)
+
+    def _answer(self, trace: Trace, sample: Sample, memory: Any) -> str:
+        """SUMIE answers with the attribute table; books get a text summary (from JSON via one more call)."""
+        if memory is None:
+            return ""
+        if self.fmt == "text" or is_entity(sample):
+            return as_text(memory)
+        step = trace.ask("s000-book-final", {"memory": as_text(memory)}, kind="final", parse=text_parser)
+        step.memory = memory
+        return step.parsed if step.ok else step.output
+
+
+Step_ = Any
+
+
+def _format_instruction(trace: Trace, fmt: str) -> str:
+    from eval.methods.templates import load_template
+    tpl = load_template(f"s000-book-format-{fmt}")
+    trace.templates[tpl.id] = tpl.sha256
+    return tpl.text.strip()
+
+
+class GenerateOnce(_SummaryMethod):
+    """GO: one call over all paragraphs at once."""
+
+    def _run(self, sample: Sample, trace: Trace) -> tuple[str, Any]:
+        step = self._generate(trace, sample, list(sample.chunks), start=1, memory=None, kind="initial",
+                              chunk_index=len(sample.chunks) - 1)
+        memory = step.parsed if step.ok else None
+        step.memory = memory
+        return self._answer(trace, sample, memory), memory
+
+
+class GenerateUpdate(_SummaryMethod):
+    """GU: summarise the first chunk, then rewrite the whole summary with each new chunk."""
+
+    def _run(self, sample: Sample, trace: Trace) -> tuple[str, Any]:
+        memory: Any = None
+        for i, chunk in enumerate(sample.chunks):
+            step = self._generate(trace, sample, [chunk], start=i + 1, memory=memory,
+                                  kind="initial" if memory is None else "update", chunk_index=i)
+            if step.ok:
+                memory = step.parsed
+            step.memory = memory
+            memory = self._limit(trace, sample, memory, i)
+        return self._answer(trace, sample, memory), memory
+
+
+class GenerateMerge(_SummaryMethod):
+    """GM: summarise each chunk on its own, merge programmatically, then let the LLM remove duplicates."""
+
+    def _run(self, sample: Sample, trace: Trace) -> tuple[str, Any]:
+        memory: Any = None
+        for i, chunk in enumerate(sample.chunks):
+            step = self._generate(trace, sample, [chunk], start=i + 1, memory=None, kind="initial", chunk_index=i)
+            if step.ok:
+                if memory is None:
+                    memory = step.parsed
+                elif self.fmt == "json":
+                    memory = merge_json(memory, step.parsed)
+                else:
+                    memory = f"{memory}\n\n{step.parsed}"
+            step.memory = memory
+            if memory is not None and i > 0:
+                memory = self._dedupe(trace, sample, memory, i)
+            memory = self._limit(trace, sample, memory, i)
+        return self._answer(trace, sample, memory), memory
+
+
+_ENTITY_T = ("s000-entity-initial-{f}", "s000-entity-update-{f}", "s000-dedupe-{f}", "s000-compress-{f}")
+_BOOK_T = ("s000-book-generate", "s000-book-update", "s000-book-format-{f}")
+
+
+def _ids(fmt: str, *groups: tuple[str, ...], extra: tuple[str, ...] = ()) -> tuple[str, ...]:
+    out: list[str] = []
+    for g in groups:
+        out += [t.format(f=fmt) for t in g]
+    return tuple(dict.fromkeys(out + list(extra)))
+
+
+def _make(base: type[_SummaryMethod], name: str, fmt: str) -> type[_SummaryMethod]:
+    final = ("s000-book-final",) if fmt == "json" else ()
+    return type(base.__name__ + fmt.capitalize(), (base,),
+                {"name": name, "fmt": fmt, "template_ids": _ids(fmt, _ENTITY_T, _BOOK_T, extra=final)})
+
+
+GoText, GoJson = _make(GenerateOnce, "go-text", "text"), _make(GenerateOnce, "go-json", "json")
+GuText, GuJson = _make(GenerateUpdate, "gu-text", "text"), _make(GenerateUpdate, "gu-json", "json")
+GmText, GmJson = _make(GenerateMerge, "gm-text", "text"), _make(GenerateMerge, "gm-json", "json")

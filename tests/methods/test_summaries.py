@@ -1,0 +1,84 @@
+"""Seed 000 baselines on a scripted LLM: exact prompts, parsing, retries, memory transitions."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from eval.datasets.sample import Sample
+from eval.errors import MethodError
+from eval.llm import ScriptedLLM
+from eval.methods import get_method
+
+HOTEL = Sample(id="h0", task="sumie", chunks=("The pool is huge.", "Breakfast was cold."), metadata={"entity": "HOTEL0"})
+
+
+def prompt(llm: ScriptedLLM, i: int) -> str:
+    return llm.requests[i].messages[0]["content"]
+
+
+def test_gu_json_updates_memory_step_by_step() -> None:
+    llm = ScriptedLLM(['```json\n{"Amenities": ["huge pool"],}\n```',
+                       'Here it is: {"Amenities": ["huge pool"], "Food": ["cold breakfast"]}'])
+    out = get_method("gu-json").run(HOTEL, llm)
+    assert [s.kind for s in out.steps] == ["initial", "update"]
+    assert "Entity: HOTEL0" in prompt(llm, 0) and "P1. The pool is huge." in prompt(llm, 0)
+    assert "P2. Breakfast was cold." in prompt(llm, 1)
+    assert '"Amenities": [\n    "huge pool"' in prompt(llm, 1)  # memory of step 0 is in the update prompt
+    assert out.steps[0].memory == {"Amenities": ["huge pool"]}
+    assert json.loads(out.answer) == {"Amenities": ["huge pool"], "Food": ["cold breakfast"]}
+    assert out.templates["s000-entity-update-json"] == out.steps[1].template_sha256
+
+
+def test_parse_failure_retries_then_records() -> None:
+    llm = ScriptedLLM(["no json here", '{"A": ["x"]}', "still nothing", "nope", "never"])
+    out = get_method("gu-json", max_attempts=3).run(HOTEL, llm)
+    assert out.steps[0].attempts == 2 and out.steps[0].ok
+    assert out.steps[1].attempts == 3 and not out.steps[1].ok
+    assert out.steps[1].memory == {"A": ["x"]}  # a failed revision leaves the memory unchanged
+    assert len(out.failures) == 4 and "no JSON" in out.failures[0]
+
+
+def test_schema_is_sent_when_supported() -> None:
+    llm = ScriptedLLM(['{"A": ["x"]}'], supports_json_schema=True)
+    get_method("go-json").run(HOTEL, llm)
+    assert llm.requests[0].json_schema["additionalProperties"]["items"] == {"type": "string"}
+    assert "P1. The pool is huge.\nP2. Breakfast was cold." in prompt(llm, 0)
+
+
+def test_gm_json_merges_then_dedupes() -> None:
+    llm = ScriptedLLM(['{"Pool": ["huge pool"]}', '{"Pool": ["huge pool", "warm"], "Food": ["cold"]}',
+                       '{"Pool": ["huge warm pool"], "Food": ["cold"]}'])
+    out = get_method("gm-json").run(HOTEL, llm)
+    assert [s.kind for s in out.steps] == ["initial", "initial", "dedupe"]
+    assert out.steps[1].memory == {"Pool": ["huge pool", "warm"], "Food": ["cold"]}
+    assert '"warm"' in prompt(llm, 2) and "the entity HOTEL0" in prompt(llm, 2)
+    assert json.loads(out.answer) == {"Pool": ["huge warm pool"], "Food": ["cold"]}
+
+
+def test_memory_limit_triggers_compression_on_books() -> None:
+    book = Sample(id="b", task="book", chunks=("Anna meets Bob.", "Bob leaves town."))
+    llm = ScriptedLLM(["Anna meets Bob in a small town by the sea at dawn.", "Anna meets Bob.",
+                       "Anna meets Bob; Bob leaves."], tokens_per_word=1.0)
+    out = get_method("gu-text", memory_limit=5).run(book, llm)
+    assert [s.kind for s in out.steps] == ["initial", "compress", "update"]
+    assert "at most 5 tokens" in prompt(llm, 1)
+    assert "Memory of the story so far:\n---\nAnna meets Bob.\n---" in prompt(llm, 2)
+    assert out.answer == "Anna meets Bob; Bob leaves."
+
+
+def test_book_json_final_summary_step() -> None:
+    book = Sample(id="b", task="book", chunks=("Anna meets Bob.",))
+    llm = ScriptedLLM(['{"characters": {"Anna": ["meets Bob"]}}', "Anna meets Bob."])
+    out = get_method("go-json").run(book, llm)
+    assert "characters, events, background, motivations, objectives, other" in prompt(llm, 0)
+    assert out.steps[-1].kind == "final" and out.answer == "Anna meets Bob."
+
+
+def test_bad_settings_and_names() -> None:
+    with pytest.raises(MethodError, match="unknown method"):
+        get_method("gx-json")
+    with pytest.raises(MethodError, match="no settings"):
+        get_method("gu-json", window=3)
+    with pytest.raises(MethodError, match="memory_limit"):
+        get_method("gu-json", memory_limit=0)
