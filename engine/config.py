@@ -1,0 +1,160 @@
+"""Hyper-parameters of a Llama-family decoder, read from a checkpoint's own metadata.
+
+Nothing here is specific to one model: the GGUF key-value metadata and a Hugging Face
+`config.json` are both translated into the same frozen `ModelConfig`, which is hashable so it
+can be a static argument of jitted functions.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Mapping
+
+import numpy as np
+
+from engine.errors import ModelFormatError
+
+SUPPORTED_GGUF_ARCHITECTURES = ("llama",)
+SUPPORTED_HF_ARCHITECTURES = ("LlamaForCausalLM",)
+
+
+@dataclasses.dataclass(frozen=True)
+class RopeScaling:
+    """Llama-3 style frequency scaling (`rope_type: llama3` in config.json)."""
+
+    factor: float
+    low_freq_factor: float
+    high_freq_factor: float
+    original_max_position_embeddings: int
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    rope_theta: float
+    rms_norm_eps: float
+    tie_word_embeddings: bool
+    max_position_embeddings: int
+    rope_scaling: RopeScaling | None = None
+    # Per-frequency divisors stored by llama.cpp as the `rope_freqs.weight` tensor (Llama-3.1 GGUFs).
+    rope_freq_factors: tuple[float, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if self.num_heads % self.num_kv_heads:
+            raise ModelFormatError(
+                f"{self.num_heads} attention heads are not a multiple of {self.num_kv_heads} KV heads; "
+                "the checkpoint metadata is inconsistent."
+            )
+        if self.head_dim % 2:
+            raise ModelFormatError(f"head dimension {self.head_dim} is odd; rotary embeddings need an even one.")
+
+    @property
+    def group_size(self) -> int:
+        return self.num_heads // self.num_kv_heads
+
+    def inv_freq(self) -> np.ndarray:
+        """Rotary inverse frequencies (head_dim/2,), with Llama-3 scaling applied when configured."""
+        inv = 1.0 / (self.rope_theta ** (np.arange(0, self.head_dim, 2, dtype=np.float64) / self.head_dim))
+        if self.rope_freq_factors is not None:
+            inv = inv / np.asarray(self.rope_freq_factors, dtype=np.float64)
+        elif self.rope_scaling is not None:
+            inv = _llama3_scale(inv, self.rope_scaling)
+        return inv.astype(np.float32)
+
+
+def _llama3_scale(inv_freq: np.ndarray, s: RopeScaling) -> np.ndarray:
+    """Llama-3 scaling: long wavelengths divided by `factor`, short kept, a smooth blend between."""
+    low_wavelen = s.original_max_position_embeddings / s.low_freq_factor
+    high_wavelen = s.original_max_position_embeddings / s.high_freq_factor
+    wavelen = 2 * math.pi / inv_freq
+    scaled = np.where(wavelen > low_wavelen, inv_freq / s.factor, inv_freq)
+    smooth = (s.original_max_position_embeddings / wavelen - s.low_freq_factor) / (
+        s.high_freq_factor - s.low_freq_factor
+    )
+    blended = (1 - smooth) * scaled / s.factor + smooth * scaled
+    medium = (wavelen >= high_wavelen) & (wavelen <= low_wavelen)
+    return np.where(medium, blended, scaled)
+
+
+def _require(meta: Mapping[str, Any], key: str, source: str) -> Any:
+    if key not in meta:
+        raise ModelFormatError(f"{source} lacks the required metadata key {key!r}; the file is incomplete or not a Llama model.")
+    return meta[key]
+
+
+def config_from_gguf(meta: Mapping[str, Any], vocab_size: int, has_output_tensor: bool,
+                     rope_freq_factors: tuple[float, ...] | None, source: str) -> ModelConfig:
+    """Translate GGUF key-value metadata (already decoded to Python values) into a ModelConfig."""
+    arch = _require(meta, "general.architecture", source)
+    if arch not in SUPPORTED_GGUF_ARCHITECTURES:
+        raise ModelFormatError(
+            f"{source} holds a {arch!r} model; memloop's engine runs {', '.join(SUPPORTED_GGUF_ARCHITECTURES)} "
+            "(Llama-family) models. Convert or choose a Llama-family checkpoint."
+        )
+    p = f"{arch}."
+    hidden = int(_require(meta, p + "embedding_length", source))
+    heads = int(_require(meta, p + "attention.head_count", source))
+    kv_heads = int(meta.get(p + "attention.head_count_kv", heads))
+    head_dim = int(meta.get(p + "rope.dimension_count", hidden // heads))
+    scaling = None
+    if meta.get(p + "rope.scaling.type") == "llama3" and rope_freq_factors is None:
+        raise ModelFormatError(f"{source} declares llama3 rope scaling without the rope_freqs tensor.")
+    return ModelConfig(
+        vocab_size=int(meta.get(p + "vocab_size", vocab_size)),
+        hidden_size=hidden,
+        intermediate_size=int(_require(meta, p + "feed_forward_length", source)),
+        num_layers=int(_require(meta, p + "block_count", source)),
+        num_heads=heads,
+        num_kv_heads=kv_heads,
+        head_dim=head_dim,
+        rope_theta=float(meta.get(p + "rope.freq_base", 10000.0)),
+        rms_norm_eps=float(meta.get(p + "attention.layer_norm_rms_epsilon", 1e-5)),
+        tie_word_embeddings=not has_output_tensor,
+        max_position_embeddings=int(meta.get(p + "context_length", 2048)),
+        rope_scaling=scaling,
+        rope_freq_factors=rope_freq_factors,
+    )
+
+
+def config_from_hf(cfg: Mapping[str, Any], source: str) -> ModelConfig:
+    """Translate a Hugging Face `config.json` dictionary into a ModelConfig."""
+    archs = cfg.get("architectures") or [cfg.get("model_type", "?")]
+    if not any(a in SUPPORTED_HF_ARCHITECTURES for a in archs) and cfg.get("model_type") != "llama":
+        raise ModelFormatError(
+            f"{source} describes a {archs[0]!r} model; memloop's engine runs Llama-family models "
+            f"({', '.join(SUPPORTED_HF_ARCHITECTURES)})."
+        )
+    hidden = int(_require(cfg, "hidden_size", source))
+    heads = int(_require(cfg, "num_attention_heads", source))
+    rope = cfg.get("rope_scaling") or cfg.get("rope_parameters") or None
+    theta = cfg.get("rope_theta") or (rope or {}).get("rope_theta") or 10000.0
+    scaling = None
+    if rope and rope.get("rope_type", rope.get("type")) == "llama3":
+        scaling = RopeScaling(
+            factor=float(rope["factor"]),
+            low_freq_factor=float(rope["low_freq_factor"]),
+            high_freq_factor=float(rope["high_freq_factor"]),
+            original_max_position_embeddings=int(rope["original_max_position_embeddings"]),
+        )
+    elif rope and rope.get("rope_type", rope.get("type")) not in (None, "default"):
+        raise ModelFormatError(f"{source}: rope scaling {rope!r} is not supported (only llama3 and default).")
+    return ModelConfig(
+        vocab_size=int(_require(cfg, "vocab_size", source)),
+        hidden_size=hidden,
+        intermediate_size=int(_require(cfg, "intermediate_size", source)),
+        num_layers=int(_require(cfg, "num_hidden_layers", source)),
+        num_heads=heads,
+        num_kv_heads=int(cfg.get("num_key_value_heads") or heads),
+        head_dim=int(cfg.get("head_dim") or hidden // heads),
+        rope_theta=float(theta),
+        rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
+        tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+        max_position_embeddings=int(cfg.get("max_position_embeddings", 2048)),
+        rope_scaling=scaling,
+    )

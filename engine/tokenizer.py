@@ -1,0 +1,113 @@
+"""Tokenizer and chat template, from the GGUF metadata or a Hugging Face directory, via transformers.
+
+Building a fast tokenizer from GGUF metadata takes seconds (transformers converts the vocabulary
+and merges), so the converted tokenizer is saved once under `~/.cache/memloop/tokenizers/<key>`
+(override the root with MEMLOOP_CACHE) keyed by the GGUF file's size, mtime and first megabyte, and
+loaded from there afterwards. `Tokenizer.chat_ids` is the one chat-template path the engine uses.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Sequence
+
+from engine.errors import ModelFormatError, ModelNotFoundError, RequestError
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("MEMLOOP_CACHE", Path.home() / ".cache" / "memloop"))
+
+
+class Tokenizer:
+    """A thin wrapper over a transformers fast tokenizer with the engine's conventions."""
+
+    def __init__(self, hf: Any) -> None:
+        self.hf = hf
+        if not getattr(hf, "chat_template", None):
+            self.chat_template = None
+        else:
+            self.chat_template = hf.chat_template
+        self.eos_token_id: int | None = hf.eos_token_id
+        self.bos_token_id: int | None = hf.bos_token_id
+        self.pad_token_id: int = hf.pad_token_id if hf.pad_token_id is not None else (hf.eos_token_id or 0)
+        self.vocab_size = len(hf)
+
+    @property
+    def stop_token_ids(self) -> tuple[int, ...]:
+        """Tokens that end a turn: EOS plus the chat template's end-of-turn marker if it is a single token."""
+        ids = {self.eos_token_id} if self.eos_token_id is not None else set()
+        for marker in ("<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>"):
+            tid = self.hf.convert_tokens_to_ids(marker)
+            if isinstance(tid, int) and tid != self.hf.unk_token_id and tid is not None and tid >= 0:
+                ids.add(tid)
+        return tuple(sorted(ids))
+
+    def encode(self, text: str) -> list[int]:
+        """Raw text to ids, without special tokens added (completion prompts)."""
+        return list(self.hf.encode(text, add_special_tokens=False))
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
+        return self.hf.decode(list(ids), skip_special_tokens=skip_special_tokens)
+
+    def chat_ids(self, messages: Sequence[dict[str, str]], add_generation_prompt: bool = True) -> list[int]:
+        """Render messages with the model's chat template and tokenize (the one chat path)."""
+        if self.chat_template is None:
+            raise RequestError("this model has no chat template; send a raw `prompt` instead of `messages`.")
+        for m in messages:
+            if not isinstance(m, dict) or "role" not in m or "content" not in m:
+                raise RequestError(f"each chat message needs 'role' and 'content'; got {m!r}.")
+        text = self.chat_text(messages, add_generation_prompt)
+        return list(self.hf.encode(text, add_special_tokens=False))
+
+    def chat_text(self, messages: Sequence[dict[str, str]], add_generation_prompt: bool = True) -> str:
+        return self.hf.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=add_generation_prompt)
+
+    def count_tokens(self, text: str) -> int:
+        return len(self.encode(text))
+
+
+def _gguf_key(path: Path) -> str:
+    st = path.stat()
+    h = hashlib.sha256(f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}".encode())
+    with path.open("rb") as f:
+        h.update(f.read(1 << 20))
+    return h.hexdigest()[:24]
+
+
+def _from_gguf(path: Path) -> Any:
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    target = cache_root() / "tokenizers" / _gguf_key(path)
+    if (target / "tokenizer.json").is_file():
+        return PreTrainedTokenizerFast.from_pretrained(str(target))
+    try:
+        hf = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+    except Exception as exc:
+        raise ModelFormatError(f"cannot build a tokenizer from {path} ({type(exc).__name__}: {exc}).") from exc
+    # Save to a temporary sibling then rename, so a concurrent reader never sees half a directory.
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".tmp-"))
+    try:
+        hf.save_pretrained(str(tmp))
+        os.replace(tmp, target)
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)  # another process won the race; its copy is identical
+    return hf
+
+
+def load_tokenizer(path: str | Path) -> Tokenizer:
+    """Tokenizer for a GGUF file or a Hugging Face directory."""
+    from transformers import AutoTokenizer
+
+    path = Path(path)
+    if not path.exists():
+        raise ModelNotFoundError(f"{path} does not exist; cannot load its tokenizer.")
+    if path.is_dir():
+        try:
+            return Tokenizer(AutoTokenizer.from_pretrained(str(path)))
+        except Exception as exc:
+            raise ModelFormatError(f"cannot load the tokenizer in {path} ({type(exc).__name__}: {exc}).") from exc
+    return Tokenizer(_from_gguf(path))

@@ -1,0 +1,246 @@
+"""Read Llama-family weights from a GGUF file or a Hugging Face directory into one parameter layout.
+
+The layout (numpy arrays, matrices stored input-major so the model computes `x @ w`):
+
+    embed       (vocab, hidden)
+    final_norm  (hidden,)
+    lm_head     (hidden, vocab)          only when the output head is not tied to `embed`
+    layers/     every per-layer tensor stacked on a leading `num_layers` axis (for lax.scan):
+      attn_norm (L, hidden)      wq (L, hidden, heads*hd)   wk, wv (L, hidden, kv_heads*hd)
+      wo        (L, heads*hd, hidden)    mlp_norm (L, hidden)
+      w_gate, w_up (L, hidden, ffn)      w_down (L, ffn, hidden)
+
+GGUF de-quantisation uses the `gguf` package's reference numpy kernels (Q4_0/Q4_1/Q8_0/Q4_K/Q6_K/
+F16/F32 and the rest it implements). llama.cpp stores Q and K rows permuted for its interleaved
+rotary kernel; they are permuted back here so one rotate-half RoPE serves both sources.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from engine.config import ModelConfig, config_from_gguf, config_from_hf
+from engine.errors import ModelFormatError, ModelNotFoundError
+
+Params = dict[str, Any]
+
+SUPPORTED_QUANTS = ("F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")
+
+_GGUF_LAYER = {  # GGUF per-block tensor -> (our name, transpose to input-major)
+    "attn_norm": ("attn_norm", False),
+    "attn_q": ("wq", True),
+    "attn_k": ("wk", True),
+    "attn_v": ("wv", True),
+    "attn_output": ("wo", True),
+    "ffn_norm": ("mlp_norm", False),
+    "ffn_gate": ("w_gate", True),
+    "ffn_up": ("w_up", True),
+    "ffn_down": ("w_down", True),
+}
+_HF_LAYER = {
+    "input_layernorm": ("attn_norm", False),
+    "self_attn.q_proj": ("wq", True),
+    "self_attn.k_proj": ("wk", True),
+    "self_attn.v_proj": ("wv", True),
+    "self_attn.o_proj": ("wo", True),
+    "post_attention_layernorm": ("mlp_norm", False),
+    "mlp.gate_proj": ("w_gate", True),
+    "mlp.up_proj": ("w_up", True),
+    "mlp.down_proj": ("w_down", True),
+}
+
+
+def layer_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
+    """Per-layer shapes of the stacked tensors (without the leading layer axis)."""
+    d, f, hd = cfg.hidden_size, cfg.intermediate_size, cfg.head_dim
+    return {
+        "attn_norm": (d,),
+        "wq": (d, cfg.num_heads * hd),
+        "wk": (d, cfg.num_kv_heads * hd),
+        "wv": (d, cfg.num_kv_heads * hd),
+        "wo": (cfg.num_heads * hd, d),
+        "mlp_norm": (d,),
+        "w_gate": (d, f),
+        "w_up": (d, f),
+        "w_down": (f, d),
+    }
+
+
+def unpermute_qk(w: np.ndarray, n_heads: int) -> np.ndarray:
+    """Undo llama.cpp's Q/K row permutation (rows are outputs: n_heads * head_dim)."""
+    half = w.shape[0] // n_heads // 2
+    return w.reshape(n_heads, half, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def _field_value(field: Any) -> Any:
+    value = field.contents()
+    return value
+
+
+def _open_gguf(path: Path):
+    import gguf
+
+    try:
+        return gguf.GGUFReader(path)
+    except Exception as exc:  # the reader raises ValueError/IndexError/struct errors on bad bytes
+        raise ModelFormatError(
+            f"{path} is not a readable GGUF file ({type(exc).__name__}: {exc}). It is corrupt or truncated; "
+            "download or copy it again."
+        ) from exc
+
+
+def read_gguf_metadata(path: Path) -> dict[str, Any]:
+    """Scalar/string metadata of a GGUF file (large token arrays skipped)."""
+    reader = _open_gguf(path)
+    return _scalar_metadata(reader)
+
+
+def _scalar_metadata(reader: Any) -> dict[str, Any]:
+    meta: dict[str, Any] = {}
+    for key, field in reader.fields.items():
+        if key.startswith("tokenizer.ggml.") and key in (
+            "tokenizer.ggml.tokens", "tokenizer.ggml.token_type", "tokenizer.ggml.merges", "tokenizer.ggml.scores"
+        ):
+            continue
+        try:
+            meta[key] = _field_value(field)
+        except Exception:  # a malformed optional field: leave it out, required ones are checked later
+            continue
+    return meta
+
+
+def load_gguf(path: Path, dtype: Any = np.float32) -> tuple[ModelConfig, Params]:
+    """De-quantise a Llama GGUF into the parameter layout above, cast to `dtype`."""
+    from gguf.quants import dequantize
+
+    path = Path(path)
+    if not path.is_file():
+        raise ModelNotFoundError(f"model file {path} does not exist; check the path in your config.")
+    reader = _open_gguf(path)
+    meta = _scalar_metadata(reader)
+    tensors = {t.name: t for t in reader.tensors}
+    if "token_embd.weight" not in tensors:
+        raise ModelFormatError(f"{path} has no token_embd.weight tensor; it is not a Llama-family GGUF.")
+
+    def read(name: str) -> np.ndarray:
+        if name not in tensors:
+            raise ModelFormatError(f"{path} lacks tensor {name!r}; the file is incomplete or of another architecture.")
+        t = tensors[name]
+        qname = t.tensor_type.name
+        if qname not in SUPPORTED_QUANTS:
+            raise ModelFormatError(
+                f"tensor {name} in {path} uses quantisation {qname}, which memloop cannot de-quantise "
+                f"(supported: {', '.join(SUPPORTED_QUANTS)}). Re-quantise the model, e.g. to Q8_0 or Q4_K_M."
+            )
+        expected = int(np.prod([int(x) for x in t.shape]))
+        try:
+            arr = dequantize(t.data, t.tensor_type)
+        except Exception as exc:
+            raise ModelFormatError(f"tensor {name} in {path} cannot be decoded ({exc}); the file is corrupt.") from exc
+        if arr.size != expected:
+            raise ModelFormatError(f"tensor {name} in {path} has {arr.size} values, expected {expected}; the file is truncated.")
+        return np.asarray(arr, dtype=np.float32).reshape([int(x) for x in reversed(t.shape)])
+
+    factors = tuple(float(x) for x in read("rope_freqs.weight")) if "rope_freqs.weight" in tensors else None
+    embed = read("token_embd.weight")
+    source = str(path)
+    cfg = config_from_gguf(meta, embed.shape[0], "output.weight" in tensors, factors, source)
+    if embed.shape != (cfg.vocab_size, cfg.hidden_size):
+        raise ModelFormatError(f"{path}: token_embd has shape {embed.shape}, metadata says {(cfg.vocab_size, cfg.hidden_size)}.")
+
+    def per_layer(i: int, key: str) -> np.ndarray:
+        w = read(f"blk.{i}.{key}.weight")
+        if key == "attn_q":
+            w = unpermute_qk(w, cfg.num_heads)
+        elif key == "attn_k":
+            w = unpermute_qk(w, cfg.num_kv_heads)
+        return w
+
+    params = _assemble(cfg, dtype, embed, read("output_norm.weight"),
+                       None if cfg.tie_word_embeddings else read("output.weight"),
+                       per_layer, _GGUF_LAYER, source)
+    return cfg, params
+
+
+def _assemble(cfg: ModelConfig, dtype: Any, embed: np.ndarray, final_norm: np.ndarray,
+              head: np.ndarray | None, per_layer: Callable[[int, str], np.ndarray],
+              mapping: dict[str, tuple[str, bool]], source: str) -> Params:
+    """Fill pre-allocated stacked arrays layer by layer (no second full copy of the weights)."""
+    shapes = layer_shapes(cfg)
+    layers = {name: np.empty((cfg.num_layers, *shapes[name]), dtype=dtype) for name, _ in mapping.values()}
+    for i in range(cfg.num_layers):
+        for key, (name, transpose) in mapping.items():
+            w = per_layer(i, key)
+            w = w.T if transpose else w
+            if w.shape != shapes[name]:
+                raise ModelFormatError(f"{source}: layer {i} {key} has shape {w.shape}, expected {shapes[name]}.")
+            layers[name][i] = w
+    params: Params = {
+        "embed": np.asarray(embed, dtype=dtype),
+        "final_norm": np.asarray(final_norm, dtype=dtype).reshape(cfg.hidden_size),
+        "layers": layers,
+    }
+    if head is not None:
+        if head.shape != (cfg.vocab_size, cfg.hidden_size):
+            raise ModelFormatError(f"{source}: output head has shape {head.shape}, expected {(cfg.vocab_size, cfg.hidden_size)}.")
+        params["lm_head"] = np.ascontiguousarray(np.asarray(head, dtype=dtype).T)
+    return params
+
+
+def load_hf_dir(path: Path, dtype: Any = np.float32) -> tuple[ModelConfig, Params]:
+    """Load a Hugging Face Llama directory: config.json plus one or more *.safetensors files."""
+    from safetensors import safe_open
+
+    path = Path(path)
+    cfg_file = path / "config.json"
+    if not cfg_file.is_file():
+        raise ModelNotFoundError(f"{path} has no config.json; point the model path at a Hugging Face model directory or a .gguf file.")
+    try:
+        hf_cfg = json.loads(cfg_file.read_text())
+    except json.JSONDecodeError as exc:
+        raise ModelFormatError(f"{cfg_file} is not valid JSON ({exc}).") from exc
+    cfg = config_from_hf(hf_cfg, str(path))
+    files = sorted(path.glob("*.safetensors"))
+    if not files:
+        raise ModelNotFoundError(f"{path} has no *.safetensors weights; only safetensors checkpoints are supported.")
+    handles: dict[str, Any] = {}
+    opened = []
+    try:
+        for f in files:
+            try:
+                h = safe_open(str(f), framework="flax")
+            except Exception as exc:
+                raise ModelFormatError(f"{f} is not a readable safetensors file ({exc}); download it again.") from exc
+            opened.append(h)
+            for k in h.keys():
+                handles[k] = h
+
+        def read(name: str) -> np.ndarray:
+            if name not in handles:
+                raise ModelFormatError(f"{path} lacks tensor {name!r}; the checkpoint is incomplete or not Llama.")
+            try:
+                return np.asarray(handles[name].get_tensor(name).astype("float32"))
+            except Exception as exc:
+                raise ModelFormatError(f"tensor {name} in {path} cannot be read ({exc}); the file is corrupt.") from exc
+
+        head = None
+        if not cfg.tie_word_embeddings:
+            head = read("lm_head.weight")
+        params = _assemble(cfg, dtype, read("model.embed_tokens.weight"), read("model.norm.weight"), head,
+                           lambda i, key: read(f"model.layers.{i}.{key}.weight"), _HF_LAYER, str(path))
+    finally:
+        opened.clear()
+    return cfg, params
+
+
+def load_weights(path: Path, dtype: Any = np.float32) -> tuple[ModelConfig, Params]:
+    """Dispatch on the path: a `.gguf` file or a Hugging Face directory."""
+    path = Path(path).expanduser()
+    if not path.exists():
+        raise ModelNotFoundError(f"model path {path} does not exist; give a .gguf file or a Hugging Face model directory.")
+    if path.is_dir():
+        return load_hf_dir(path, dtype)
+    return load_gguf(path, dtype)
