@@ -1,0 +1,318 @@
+"""`memloop report`: the papers' tables and plots from a run's Parquet tables.
+
+Every figure is computed per repeat first (mean over samples, or totals over samples for token
+counts) and then shown as mean ± standard error over the repeats (seed 002 reports five samples);
+with one repeat only the mean is shown. Tables:
+
+- SUMIE (seed 000 table 1): P / R / F1 at the first turn ("start"), the last turn and averaged over
+  turns, per method. F1 is the mean of per-sample F1 values as the judge computed them.
+- Scores: every other (judge, metric) per method, e.g. BooookScore, ROUGE, exact match.
+- Cost (seed 002 table 3): cache hit % = cached / prompt tokens; encoded, net encoded (prompt minus
+  cached) and decoded tokens (x 10^3, totals over the dataset); cost index = (net + 3 x decoded) / 10^6.
+Plots (PNG, matplotlib): F1 per turn, prompt and cached tokens per step, cost index against chunk size.
+"""
+from __future__ import annotations
+
+import io
+import math
+from dataclasses import dataclass, field
+from typing import Callable
+
+import pandas as pd
+
+from jobs.storage import RunStore
+
+SUMIE_METRICS = ("precision", "recall", "f1")
+
+
+def mean_se(values: list[float] | pd.Series) -> tuple[float, float | None]:
+    vals = [float(v) for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
+    if not vals:
+        return math.nan, None
+    m = sum(vals) / len(vals)
+    if len(vals) < 2:
+        return m, None
+    var = sum((v - m) ** 2 for v in vals) / (len(vals) - 1)
+    return m, math.sqrt(var / len(vals))
+
+
+def fmt(values: list[float] | pd.Series, digits: int = 3) -> str:
+    m, se = mean_se(values)
+    if math.isnan(m):
+        return "–"
+    return f"{m:.{digits}f}" if se is None else f"{m:.{digits}f} ± {se:.{digits}f}"
+
+
+def markdown_table(header: list[str], rows: list[list[str]]) -> str:
+    out = ["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |"]
+    out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+@dataclass
+class RunData:
+    uri: str
+    run_id: str
+    samples: pd.DataFrame
+    steps: pd.DataFrame
+    scores: pd.DataFrame
+    runs: pd.DataFrame
+
+    @classmethod
+    def load(cls, rs: RunStore) -> "RunData":
+        return cls(rs.uri, rs.run_id, rs.table("samples").to_pandas(), rs.table("steps").to_pandas(),
+                   rs.table("scores").to_pandas(), rs.table("runs").to_pandas())
+
+    @property
+    def ok(self) -> pd.DataFrame:
+        return self.samples[self.samples["status"] == "ok"]
+
+
+def _per_repeat(df: pd.DataFrame, keys: list[str], agg: Callable[[pd.DataFrame], float]) -> dict[tuple, list[float]]:
+    """{keys: [value of repeat 0, value of repeat 1, ...]} where each value is agg over that repeat's rows."""
+    out: dict[tuple, list[float]] = {}
+    for k, g in df.groupby(keys + ["repeat"], sort=True):
+        out.setdefault(tuple(k[:-1]), []).append(agg(g))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# tables
+
+
+def overview_table(d: RunData) -> str:
+    rows = []
+    for (ds, method), g in d.samples.groupby(["dataset", "method"], sort=True):
+        failed = g[g["status"] != "ok"]
+        err = failed["error"].dropna().iloc[0][:80] if len(failed) else ""
+        rows.append([method, ds, str((g["status"] == "ok").sum()), str(len(failed)), str(g["repeat"].nunique()),
+                     err.replace("|", "/").replace("\n", " ")])
+    return markdown_table(["method", "dataset", "ok", "failed", "repeats", "first error"], rows)
+
+
+def sumie_frame(d: RunData) -> pd.DataFrame:
+    """Per (method, dataset, repeat, sample): start / last / avg of each SUMIE metric."""
+    s = d.scores
+    s = s[s["metric"].isin(SUMIE_METRICS) & s["turn"].notna()]
+    if s.empty:
+        return pd.DataFrame()
+    rows = []
+    for (method, ds, rep, sid, metric), g in s.groupby(["method", "dataset", "repeat", "sample_id", "metric"]):
+        g = g.sort_values("turn")
+        rows.append(dict(method=method, dataset=ds, repeat=rep, sample_id=sid, metric=metric,
+                         start=g["value"].iloc[0], last=g["value"].iloc[-1], avg=g["value"].mean()))
+    return pd.DataFrame(rows)
+
+
+def sumie_table(d: RunData) -> str | None:
+    f = sumie_frame(d)
+    if f.empty:
+        return None
+    header = ["method", "dataset"] + [f"{m[0].upper() if m != 'f1' else 'F1'} {w}" for w in ("start", "last", "avg")
+                                      for m in SUMIE_METRICS]
+    rows = []
+    for (method, ds), g in f.groupby(["method", "dataset"], sort=True):
+        cells = [method, ds]
+        for which in ("start", "last", "avg"):
+            for metric in SUMIE_METRICS:
+                gm = g[g["metric"] == metric]
+                cells.append(fmt(list(gm.groupby("repeat")[which].mean())))
+        rows.append(cells)
+    return markdown_table(header, rows)
+
+
+def scores_table(d: RunData) -> str | None:
+    s = d.scores[d.scores["turn"].isna() & ~d.scores["metric"].isin(SUMIE_METRICS)]
+    if s.empty:
+        return None
+    cols = sorted({(j, m) for j, m in zip(s["judge"], s["metric"])})
+    rows = []
+    for (method, ds), g in s.groupby(["method", "dataset"], sort=True):
+        cells = [method, ds]
+        for j, m in cols:
+            gm = g[(g["judge"] == j) & (g["metric"] == m)]
+            cells.append(fmt(list(gm.groupby("repeat")["value"].mean())) if len(gm) else "–")
+        rows.append(cells)
+    return markdown_table(["method", "dataset"] + [m if m == j else f"{j}: {m}" for j, m in cols], rows)
+
+
+def cost_frame(d: RunData) -> pd.DataFrame:
+    """Per (method, dataset, repeat): token totals over the samples, cache hit rate and cost index."""
+    ok = d.ok
+    if ok.empty:
+        return pd.DataFrame()
+    g = ok.groupby(["method", "dataset", "repeat"], as_index=False)[["prompt_tokens", "cached_tokens", "decoded_tokens"]].sum()
+    g["net_tokens"] = g["prompt_tokens"] - g["cached_tokens"]
+    g["cache_hit"] = 100.0 * g["cached_tokens"] / g["prompt_tokens"].where(g["prompt_tokens"] > 0)
+    g["cost_index"] = (g["net_tokens"] + 3 * g["decoded_tokens"]) / 1e6
+    return g
+
+
+def cost_table(d: RunData) -> str | None:
+    f = cost_frame(d)
+    if f.empty:
+        return None
+    rows = []
+    for (method, ds), g in f.groupby(["method", "dataset"], sort=True):
+        rows.append([method, ds, fmt(g["cache_hit"], 1), fmt(g["prompt_tokens"] / 1e3, 2), fmt(g["net_tokens"] / 1e3, 2),
+                     fmt(g["decoded_tokens"] / 1e3, 2), fmt(g["cost_index"], 4)])
+    return markdown_table(["method", "dataset", "cache hit (%)", "enc. (x10^3)", "net enc. (x10^3)",
+                           "dec. (x10^3)", "cost index"], rows)
+
+
+def summary_frame(d: RunData) -> pd.DataFrame:
+    """One row per method: the headline numbers used to compare runs side by side."""
+    out: dict[str, dict[str, str]] = {}
+    f = sumie_frame(d)
+    if not f.empty:
+        for method, g in f[f["metric"] == "f1"].groupby("method"):
+            out.setdefault(method, {})["SUMIE F1 avg"] = fmt(list(g.groupby("repeat")["avg"].mean()))
+    s = d.scores[d.scores["turn"].isna()]
+    for (method, j, m), g in s.groupby(["method", "judge", "metric"]):
+        out.setdefault(method, {})[m if m == j else f"{j}: {m}"] = fmt(list(g.groupby("repeat")["value"].mean()))
+    c = cost_frame(d)
+    for method, g in (c.groupby("method") if not c.empty else ()):
+        per_rep = g.groupby("repeat")[["prompt_tokens", "cached_tokens", "net_tokens", "decoded_tokens"]].sum()
+        out.setdefault(method, {})["cache hit (%)"] = fmt(100 * per_rep["cached_tokens"] / per_rep["prompt_tokens"], 1)
+        out[method]["cost index"] = fmt((per_rep["net_tokens"] + 3 * per_rep["decoded_tokens"]) / 1e6, 4)
+    for method, g in d.samples.groupby("method"):
+        out.setdefault(method, {})["failed"] = str(int((g["status"] != "ok").sum()))
+    return pd.DataFrame.from_dict(out, orient="index").sort_index()
+
+
+def compare_table(a: RunData, b: RunData) -> str:
+    fa, fb = summary_frame(a), summary_frame(b)
+    methods = sorted(set(fa.index) | set(fb.index))
+    cols = [c for c in dict.fromkeys(list(fa.columns) + list(fb.columns))]
+    header = ["method"] + [f"{c} [{tag}]" for c in cols for tag in ("A", "B")]
+    rows = []
+    for m in methods:
+        cells = [m]
+        for c in cols:
+            for f in (fa, fb):
+                v = f.at[m, c] if (m in f.index and c in f.columns) else None
+                cells.append("–" if v is None or (isinstance(v, float) and math.isnan(v)) else str(v))
+        rows.append(cells)
+    return f"A = `{a.uri}`\n\nB = `{b.uri}`\n\n" + markdown_table(header, rows)
+
+
+# ---------------------------------------------------------------------------------------------
+# plots
+
+
+def _png(fig) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def plot_f1_per_turn(d: RunData) -> bytes | None:
+    s = d.scores[(d.scores["metric"] == "f1") & d.scores["turn"].notna()]
+    if s.empty:
+        return None
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for method, g in s.groupby("method"):
+        per = g.groupby(["turn", "repeat"])["value"].mean().reset_index()
+        xs, ms, ses = [], [], []
+        for turn, gt in per.groupby("turn"):
+            m, se = mean_se(list(gt["value"]))
+            xs.append(int(turn) + 1), ms.append(m), ses.append(se or 0.0)
+        ax.errorbar(xs, ms, yerr=ses, marker="o", capsize=3, label=method)
+    ax.set_xlabel("turn (paragraphs read)"), ax.set_ylabel("F1"), ax.set_title("SUMIE F1 per turn")
+    ax.legend(fontsize=8)
+    return _png(fig)
+
+
+def plot_tokens_per_step(d: RunData) -> bytes | None:
+    if d.steps.empty:
+        return None
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for method, g in d.steps.groupby("method"):
+        per = g.groupby("step")[["prompt_tokens", "cached_tokens"]].mean()
+        line = ax.plot(per.index + 1, per["prompt_tokens"], marker="o", label=f"{method} prompt")[0]
+        ax.plot(per.index + 1, per["cached_tokens"], linestyle="--", color=line.get_color(), label=f"{method} cached")
+    ax.set_xlabel("step"), ax.set_ylabel("tokens (mean over samples)"), ax.set_title("Prompt and cached tokens per step")
+    ax.legend(fontsize=7)
+    return _png(fig)
+
+
+def plot_cost_vs_chunk(d: RunData) -> bytes | None:
+    ok = d.ok.dropna(subset=["chunk_tokens"])
+    if ok.empty or ok["chunk_tokens"].nunique() < 2:
+        return None
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for method, g in ok.groupby("method"):
+        per = g.groupby(["chunk_tokens", "repeat"])[["prompt_tokens", "cached_tokens", "decoded_tokens"]].sum().reset_index()
+        per["cost"] = (per["prompt_tokens"] - per["cached_tokens"] + 3 * per["decoded_tokens"]) / 1e6
+        xs, ms, ses = [], [], []
+        for ct, gc in per.groupby("chunk_tokens"):
+            m, se = mean_se(list(gc["cost"]))
+            xs.append(int(ct)), ms.append(m), ses.append(se or 0.0)
+        ax.errorbar(xs, ms, yerr=ses, marker="o", capsize=3, label=method)
+    ax.set_xscale("log", base=2), ax.set_xlabel("chunk size (tokens)"), ax.set_ylabel("cost index")
+    ax.set_title("Cost index against chunk size"), ax.legend(fontsize=8)
+    return _png(fig)
+
+
+PLOTS: dict[str, Callable[[RunData], bytes | None]] = {
+    "f1_per_turn.png": plot_f1_per_turn,
+    "tokens_per_step.png": plot_tokens_per_step,
+    "cost_vs_chunk.png": plot_cost_vs_chunk,
+}
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Report:
+    markdown: str
+    plots: dict[str, bytes] = field(default_factory=dict)
+
+
+def build_report(d: RunData, compare: RunData | None = None) -> Report:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    n_rep = int(d.samples["repeat"].nunique()) if not d.samples.empty else 0
+    parts = [f"# Run `{d.run_id}`", "", f"Results: `{d.uri}`", "",
+             f"{len(d.samples)} units ({len(d.ok)} ok, {len(d.samples) - len(d.ok)} failed), {n_rep} repeat(s); "
+             "figures are mean ± standard error over repeats." if n_rep > 1 else
+             f"{len(d.samples)} units ({len(d.ok)} ok, {len(d.samples) - len(d.ok)} failed), one repeat (means only).",
+             "", "## Units", "", overview_table(d) if not d.samples.empty else "(no units written yet)"]
+    for title, table in (("SUMIE: precision / recall / F1 per turn (seed 000, table 1)", sumie_table(d)),
+                         ("Scores", scores_table(d)),
+                         ("Cost (seed 002, table 3)", cost_table(d))):
+        if table:
+            parts += ["", f"## {title}", "", table]
+    if compare is not None:
+        parts += ["", "## Side by side", "", compare_table(d, compare)]
+    plots = {}
+    for name, fn in PLOTS.items():
+        png = fn(d)
+        if png:
+            plots[name] = png
+    if plots:
+        parts += ["", "## Plots", ""] + [f"![{n[:-4]}]({n})" for n in plots]
+    return Report("\n".join(parts) + "\n", plots)
+
+
+def write_report(run_uri: str, compare_uri: str | None = None) -> tuple[str, Report]:
+    """Build the report of the run at `run_uri`, write report.md and PNGs next to its tables."""
+    rs = RunStore.at(run_uri)
+    d = RunData.load(rs)
+    other = RunData.load(RunStore.at(compare_uri)) if compare_uri else None
+    rep = build_report(d, other)
+    for name, png in rep.plots.items():
+        rs.put_file(name, png)
+    rs.put_file("report.md", rep.markdown.encode())
+    return rs.uri, rep

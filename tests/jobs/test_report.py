@@ -1,0 +1,73 @@
+"""Report arithmetic on hand-made tables: per-repeat aggregation, mean ± s.e., cost index, plots."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from jobs.report import RunData, build_report, mean_se, write_report
+from jobs.storage import RunStore, now, unit_key
+
+
+def _shard(rs: RunStore, method: str, sample: str, repeat: int, f1s: list[float], bscore: float | None,
+           tokens: tuple[int, int, int], status: str = "ok", chunk: int | None = None) -> None:
+    base = dict(unit=unit_key("sumie:synthetic", sample, method, repeat), dataset="sumie:synthetic", task="sumie",
+                sample_id=sample, method=method, repeat=repeat)
+    t = now()
+    p, c, dec = tokens
+    sample_row = dict(base, seed=repeat, status=status, error=None if status == "ok" else "engine died twice",
+                      attempts=1, output_json="{}", n_steps=2, prompt_tokens=p, cached_tokens=c, decoded_tokens=dec,
+                      chunk_tokens=chunk, actor="a", started_at=t, finished_at=t)
+    steps = [dict(base, step=i, kind="update", prompt_tokens=p // 2, cached_tokens=c // 2, decoded_tokens=dec // 2)
+             for i in range(2)]
+    scores = [dict(base, judge="sumie-match", metric="f1", turn=i, value=v) for i, v in enumerate(f1s)]
+    if bscore is not None:
+        scores.append(dict(base, judge="booookscore", metric="booookscore", turn=None, value=bscore))
+    rs.write_shard({"samples": [sample_row], "steps": steps if status == "ok" else [],
+                    "scores": scores if status == "ok" else []})
+
+
+def test_mean_se() -> None:
+    assert mean_se([1.0]) == (1.0, None)
+    m, se = mean_se([1.0, 2.0, 3.0])
+    assert m == 2.0 and se == pytest.approx(1.0 / math.sqrt(3))
+
+
+def test_report_tables_are_means_over_repeats(tmp_path) -> None:
+    rs = RunStore.open(str(tmp_path), "rep")
+    # repeat 0: two samples; repeat 1: two samples. per-repeat mean F1 start: r0 (0.2+0.4)/2=0.3, r1 0.5
+    _shard(rs, "cok", "e1", 0, [0.2, 0.6], 0.9, (1000, 600, 100))
+    _shard(rs, "cok", "e2", 0, [0.4, 0.8], 0.7, (1000, 400, 100))
+    _shard(rs, "cok", "e1", 1, [0.5, 0.5], 0.8, (2000, 1000, 200))
+    _shard(rs, "cok", "e2", 1, [0.5, 0.7], 0.8, (2000, 1000, 200))
+    _shard(rs, "go-json", "e1", 0, [0.1, 0.1], None, (500, 0, 50))
+    _shard(rs, "go-json", "e2", 0, [], None, (0, 0, 0), status="failed")
+    d = RunData.load(rs)
+    md = build_report(d).markdown
+    # F1 start: repeats 0.3 and 0.5 -> 0.400 ± 0.100; last: 0.7 and 0.6 -> 0.650 ± 0.050
+    row = next(line for line in md.splitlines() if line.startswith("| cok | sumie:synthetic | ") and "±" in line
+               and "F1" not in line and line.count("|") > 8)
+    assert "0.400 ± 0.100" in row and "0.650 ± 0.050" in row
+    # BooookScore per repeat: 0.8 and 0.8 -> 0.800 ± 0.000
+    assert "0.800 ± 0.000" in md
+    # cost: repeat 0 totals prompt 2000 cached 1000 dec 200 -> hit 50%, cost (1000 + 600)/1e6 = 0.0016;
+    # repeat 1: 4000/2000/400 -> 50%, 0.0032 -> 0.0024 ± 0.0008
+    cost_row = next(line for line in md.splitlines() if line.startswith("| cok |") and "0.0024 ± 0.0008" in line)
+    assert "50.0 ± 0.0" in cost_row
+    assert "engine died twice" in md  # failures are shown, not hidden
+    rep = build_report(d)
+    assert set(rep.plots) == {"f1_per_turn.png", "tokens_per_step.png"}
+    assert all(p.startswith(b"\x89PNG") for p in rep.plots.values())
+
+
+def test_write_report_and_compare(tmp_path) -> None:
+    a = RunStore.open(str(tmp_path), "a")
+    b = RunStore.open(str(tmp_path), "b")
+    _shard(a, "cok", "e1", 0, [0.2, 0.6], None, (1000, 500, 10), chunk=256)
+    _shard(a, "cok", "e2", 0, [0.2, 0.6], None, (1000, 500, 10), chunk=512)
+    _shard(b, "cok", "e1", 0, [0.4, 0.4], None, (1000, 900, 10), chunk=256)
+    uri, rep = write_report(a.uri, compare_uri=b.uri)
+    assert (tmp_path / "a" / "report.md").read_text() == rep.markdown
+    assert (tmp_path / "a" / "cost_vs_chunk.png").is_file()
+    side = rep.markdown.split("## Side by side")[1]
+    assert "SUMIE F1 avg [A]" in side and "0.400" in side and "cache hit (%) [B]" in side and "90.0" in side
