@@ -1,0 +1,159 @@
+"""Seed 004 (F-ART): summarise chunk by chunk with a key-value tool memory.
+
+The model continues a transcript `Q1: [tool] ...`, we stop it at the end of the tool call, run the
+tool against this sample's store and append `#k: result` and `Qk+1:`. [EOQ] ends a chunk; on the
+last chunk [ans] gives the summary. Tool calls per chunk are bounded; when the last chunk ends
+without [ans] we append `[ans]` ourselves and let the model write the answer (recorded as a failure).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from eval.datasets.sample import Sample
+from eval.errors import MethodError
+from eval.methods.base import Method, MethodSettings, ParseFailure, Trace
+from eval.methods.templates import load_template
+
+_CALL = re.compile(r"^\s*\[(read|write|list-keys|ans|EOQ|E0Q)\]\s*(.*)$", re.S | re.I)
+_WRITE = re.compile(r"^\((.+?)\)\s*(.*)$", re.S)
+STOP = ("\n#", "\nQ", "\nInput:", "----END")
+
+
+@dataclass(frozen=True)
+class FartSettings(MethodSettings):
+    max_tool_calls: int = 8  # per chunk
+    max_tokens: int = 400
+
+
+def parse_call(text: str) -> dict[str, str]:
+    """`[write] (key) text` -> {"tool": "write", "key": ..., "value": ...} etc.; ParseFailure otherwise."""
+    first = text.strip()
+    m = _CALL.match(first)
+    if not m:
+        raise ParseFailure(f"expected a tool call [read]/[write]/[list-keys]/[ans]/[EOQ], got {first[:60]!r}")
+    tool, arg = m.group(1).lower(), m.group(2).strip()
+    if tool in ("eoq", "e0q"):
+        return {"tool": "EOQ"}
+    if tool == "write":
+        w = _WRITE.match(arg)
+        if not w or not w.group(2).strip():
+            raise ParseFailure("[write] needs `(key) text`")
+        return {"tool": "write", "key": w.group(1).strip(), "value": w.group(2).strip()}
+    if tool == "read":
+        if not arg:
+            raise ParseFailure("[read] needs a key")
+        return {"tool": "read", "key": arg.splitlines()[0].strip().strip("()")}
+    if tool == "ans":
+        if not arg:
+            raise ParseFailure("[ans] needs the summary text")
+        return {"tool": "ans", "value": arg}
+    return {"tool": "list-keys"}
+
+
+def render_call(call: dict[str, str]) -> str:
+    tool = call["tool"]
+    if tool == "write":
+        return f"[write] ({call['key']}) {call['value']}"
+    if tool == "read":
+        return f"[read] {call['key']}"
+    if tool == "ans":
+        return f"[ans] {call['value']}"
+    return f"[{tool}]"
+
+
+class _Fart(Method):
+    Settings = FartSettings
+    template: ClassVar[str] = ""
+
+    def _validate(self) -> None:
+        if self.settings.max_tool_calls < 1:
+            raise MethodError(f"{self.name}: max_tool_calls must be at least 1")
+
+    def _run(self, sample: Sample, trace: Trace) -> tuple[str, Any]:
+        store: dict[str, str] = {}
+        n = len(sample.chunks)
+        answer = ""
+        for i, chunk in enumerate(sample.chunks):
+            last = i == n - 1
+            which = "only" if n == 1 else ("first" if i == 0 else ("last" if last else "middle"))
+            instr = load_template(f"s004-instr-{which}")
+            trace.templates[instr.id] = instr.sha256
+            tpl = load_template(self.template)
+            transcript = tpl.render(instructions=instr.text.strip(), i=i + 1, n=n, text=" ".join(chunk.split())).rstrip()
+            got = self._chunk(trace, tpl, transcript, store, i, last)
+            if last:
+                answer = got
+        return answer, dict(store)
+
+    def _chunk(self, trace: Trace, tpl: Any, transcript: str, store: dict[str, str], i: int, last: bool) -> str:
+        for q in range(1, self.settings.max_tool_calls + 1):
+            step = trace.ask_prompt(transcript, tpl, kind="tool", parse=parse_call, chunk_index=i, stop=STOP,
+                                    raw_prompt=True)
+            if not step.ok:
+                step.memory = dict(store)
+                step.failures.append("no usable tool call; chunk ended")
+                break
+            call = step.parsed
+            result = self._execute(call, store, last, step)
+            step.parsed = {**call, "result": result}
+            step.memory = dict(store)
+            if call["tool"] == "ans" and last:
+                return call["value"]
+            if call["tool"] == "EOQ":
+                if last:
+                    step.failures.append("[EOQ] on the last chunk instead of [ans]")
+                    break
+                return ""
+            transcript += f" {render_call(call)}\n#{q}: {result}\nQ{q + 1}:"
+        else:
+            trace.steps[-1].failures.append(f"chunk {i + 1} used all {self.settings.max_tool_calls} tool calls")
+            q = self.settings.max_tool_calls + 1
+        if not last:
+            return ""
+        # degrade: ask for the answer directly after the transcript so far
+        transcript += " [ans]"
+        step = trace.ask_prompt(transcript, tpl, kind="final", chunk_index=i, stop=STOP, raw_prompt=True)
+        step.failures.append("the model did not give [ans] on the last chunk; the answer was requested directly")
+        step.memory = dict(store)
+        return step.output.strip()
+
+    @staticmethod
+    def _execute(call: dict[str, str], store: dict[str, str], last: bool, step: Any) -> str:
+        tool = call["tool"]
+        if tool == "write":
+            store[call["key"]] = call["value"]
+            return ""
+        if tool == "read":
+            if call["key"] not in store:
+                step.failures.append(f"[read] of missing key {call['key']!r}")
+                return f"(no entry named {call['key']}; stored keys: {', '.join(store) or 'none'})"
+            return store[call["key"]]
+        if tool == "list-keys":
+            return ", ".join(store) if store else "(empty)"
+        if tool == "ans" and not last:
+            step.failures.append("[ans] before the last chunk was ignored")
+            return "(not the last chunk: store notes with [write] and finish with [EOQ])"
+        return ""
+
+
+_INSTR = ("s004-instr-first", "s004-instr-middle", "s004-instr-last", "s004-instr-only")
+
+
+class FartBase(_Fart):
+    name = "fart-base"
+    template = "s004-fart-base"
+    template_ids = (template,) + _INSTR
+
+
+class FartCompressed(_Fart):
+    name = "fart-compressed"
+    template = "s004-fart-compressed"
+    template_ids = (template,) + _INSTR
+
+
+class FartRolling(_Fart):
+    name = "fart-rolling"
+    template = "s004-fart-rolling"
+    template_ids = (template,) + _INSTR

@@ -1,0 +1,49 @@
+"""F-ART tool loop on a scripted LLM: transcript continuation, store transitions, bounds."""
+from __future__ import annotations
+
+from eval.datasets.sample import Sample
+from eval.llm import ScriptedLLM
+from eval.methods import get_method
+
+DOC = Sample(id="a", task="arxiv", chunks=("first   part .", "second part .", "third part ."))
+
+
+def test_tool_loop_reads_writes_and_answers() -> None:
+    llm = ScriptedLLM([
+        " [write] (intro) The paper starts.",  # chunk 1
+        " [EOQ]",
+        " [list-keys]",                         # chunk 2
+        " [read] intro",
+        " [write] (method) It then explains.",
+        " [EOQ]",
+        " [read] method",                       # chunk 3
+        " [ans] The paper starts and explains.",
+    ])
+    out = get_method("fart-base").run(DOC, llm)
+    assert out.answer == "The paper starts and explains."
+    assert out.memory == {"intro": "The paper starts.", "method": "It then explains."}
+    assert llm.requests[0].prompt.endswith("Input: (1/3) first part .\nQ1:")
+    assert "This is the first chunk" in llm.requests[0].prompt
+    assert llm.requests[1].prompt.endswith("Q1: [write] (intro) The paper starts.\n#1: \nQ2:")
+    assert llm.requests[4].prompt.endswith("Q1: [list-keys]\n#1: intro\nQ2: [read] intro\n#2: The paper starts.\nQ3:")
+    assert "This is the last chunk" in llm.requests[6].prompt
+    assert llm.requests[0].sampling.stop[0] == "\n#"
+    assert [s.parsed["tool"] for s in out.steps] == ["write", "EOQ", "list-keys", "read", "write", "EOQ", "read", "ans"]
+    assert out.failures == []
+
+
+def test_missing_ans_is_requested_and_recorded() -> None:
+    doc = Sample(id="a", task="arxiv", chunks=("only part .",))
+    llm = ScriptedLLM([" [read] nothing", " [EOQ]", " The summary."])
+    out = get_method("fart-rolling").run(doc, llm)
+    assert out.answer == "The summary."
+    assert llm.requests[2].prompt.endswith("#1: (no entry named nothing; stored keys: none)\nQ2: [ans]")
+    assert any("missing key" in f for f in out.failures) and any("did not give [ans]" in f for f in out.failures)
+
+
+def test_tool_calls_are_bounded() -> None:
+    doc = Sample(id="a", task="arxiv", chunks=("a .", "b ."))
+    llm = ScriptedLLM([" [list-keys]", " [list-keys]", " [write] (k) v", " [ans] done."])
+    out = get_method("fart-compressed", max_tool_calls=2).run(doc, llm)
+    assert any("used all 2 tool calls" in f for f in out.failures)
+    assert out.answer == "done." and out.memory == {"k": "v"}
