@@ -1,0 +1,120 @@
+"""JSONPath addresses into a memory: `$.attributes.Amenities`, `$. 'values'. 'flexibility'`, `$.a[0]`.
+
+Parsing uses jsonpath-ng, which reads the papers' quoted forms (keys with spaces, quotes, '&').
+It rejects one form the CoK paper itself writes, a bare key with a space (`$.attributes.Noise Level`);
+such bare segments are quoted first and then handed to jsonpath-ng. Only addresses of one node are
+accepted (fields and single indices); wildcards, slices, filters and `..` are refused with a reason.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Union
+
+from eval.memory.errors import PathError
+
+Segment = Union[str, int]
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+@dataclass(frozen=True)
+class Path:
+    """A path as a tuple of keys (str) and list indices (int); `$` is the empty tuple."""
+
+    segments: tuple[Segment, ...] = ()
+
+    @classmethod
+    def parse(cls, text: "str | Path") -> "Path":
+        if isinstance(text, Path):
+            return text
+        if not isinstance(text, str):
+            raise PathError(f"a JSONPath must be a string like \"$. 'attributes'. 'Amenities'\", got {type(text).__name__}")
+        return Path(_parse(text.strip()))
+
+    @property
+    def text(self) -> str:
+        """Canonical text in the papers' quoted style: `$. 'values'. 'flexibility'[0]`."""
+        out = ["$"]
+        for s in self.segments:
+            out.append(f"[{s}]" if isinstance(s, int) else ". '" + s.replace("\\", "\\\\").replace("'", "\\'") + "'")
+        return "".join(out)
+
+    @property
+    def parent(self) -> "Path":
+        return Path(self.segments[:-1])
+
+    def child(self, seg: Segment) -> "Path":
+        return Path(self.segments + (seg,))
+
+    def __str__(self) -> str:
+        return self.text
+
+    def __len__(self) -> int:
+        return len(self.segments)
+
+
+def _quote_bare_segments(text: str) -> str:
+    """Quote dot-segments that are not identifiers (`.Noise Level` -> `.'Noise Level'`)."""
+    out, i, n = [], 0, len(text)
+    while i < n:
+        c = text[i]
+        if c in "'\"":  # copy a quoted run unchanged
+            j = i + 1
+            while j < n and text[j] != c:
+                j += 2 if text[j] == "\\" else 1
+            out.append(text[i:j + 1])
+            i = j + 1
+        elif c == "." and i + 1 < n and text[i + 1] not in ".'\"[ ":
+            j = i + 1
+            while j < n and text[j] not in ".[":
+                j += 1
+            seg = text[i + 1:j].rstrip()
+            if _IDENT.match(seg) or seg == "*":
+                out.append("." + seg)
+            else:
+                out.append(".'" + seg.replace("\\", "\\\\").replace("'", "\\'") + "'")
+            i = j
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
+
+
+@lru_cache(maxsize=4096)
+def _parse(text: str) -> tuple[Segment, ...]:
+    import jsonpath_ng
+    from jsonpath_ng import jsonpath as jp
+
+    if not text.startswith("$"):
+        raise PathError(f"JSONPath {text!r} must start with '$' (e.g. \"$. 'attributes'. 'Amenities'\")")
+    if text == "$":
+        return ()
+    try:  # ply raises plain Exception on some lexer errors, hence the broad catch
+        expr = jsonpath_ng.parse(_quote_bare_segments(text))
+    except Exception as e:
+        raise PathError(f"JSONPath {text!r} is malformed ({e}); quote keys like \"$. 'Food & Beverage'\"") from None
+
+    segs: list[Segment] = []
+
+    def walk(node: object) -> None:
+        if isinstance(node, jp.Root):
+            return
+        if isinstance(node, jp.Child):
+            walk(node.left)
+            walk(node.right)
+            return
+        if isinstance(node, jp.Fields) and len(node.fields) == 1 and node.fields[0] != "*":
+            segs.append(node.fields[0])
+            return
+        if isinstance(node, jp.Index) and len(node.indices) == 1:
+            if node.indices[0] < 0:
+                raise PathError(f"JSONPath {text!r}: negative index {node.indices[0]} is not supported; "
+                                "use the exact index (or add at index len(list) to append)")
+            segs.append(node.indices[0])
+            return
+        raise PathError(f"JSONPath {text!r} uses {type(node).__name__} ({node}); a revision path must "
+                        "address exactly one node with keys and indices (no wildcards, slices, filters or '..')")
+
+    walk(expr)
+    return tuple(segs)

@@ -1,0 +1,125 @@
+"""Renderings of a memory for the prompt, byte-stable so consecutive prompts share long prefixes.
+
+* in-place: the memory as canonical JSON. Keys keep insertion order (a new key lands at the end of
+  its object, so everything before it is unchanged), two-space indent, `ensure_ascii=False`.
+* amendments (seed 002 figure 4): the base memory followed by one line per accepted revision,
+  `{"<path>": {"<op>": value}}`; later lines override earlier ones. Appending a revision appends
+  bytes, so step i's text is a prefix of step i+1's. `fold_amendments` reads the text back into one
+  memory by replaying the lines.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Sequence
+
+from eval.memory.errors import RevisionError, RevisionParseError
+from eval.memory.literal import LiteralParseError, parse_value
+from eval.memory.revisions import Revision, apply_revisions
+from eval.memory.schema import Schema
+
+SEPARATOR = "\n"
+
+
+def render_in_place(memory: dict[str, Any], indent: int | None = 2) -> str:
+    """Canonical JSON of a memory (deterministic for a given memory and key insertion order)."""
+    return json.dumps(memory, ensure_ascii=False, indent=indent, separators=(",", ": ") if indent else (", ", ": "))
+
+
+def render_revision(rev: Revision) -> str:
+    """One amendment line in the PRISM form {"$. 'a'. 'b'": {"add": value}}."""
+    return json.dumps({rev.path.text: {rev.op: rev.value}}, ensure_ascii=False)
+
+
+def render_amendments(base: dict[str, Any], revisions: Iterable[Revision], indent: int | None = 2) -> str:
+    """Base memory, then each revision on its own line; every piece ends with a newline."""
+    parts = [render_in_place(base, indent) + SEPARATOR]
+    parts.extend(render_revision(r) + SEPARATOR for r in revisions)
+    return "".join(parts)
+
+
+@dataclass
+class Amendments:
+    """An amendments memory: a base plus the accepted revisions in order."""
+
+    schema: Schema
+    base: dict[str, Any] = field(default_factory=dict)
+    revisions: list[Revision] = field(default_factory=list)
+
+    def revise(self, revisions: Sequence[Revision]) -> list:
+        """Validate against the folded memory; append only the accepted ones. Returns the rejections."""
+        res = apply_revisions(self.fold(), revisions, self.schema)
+        self.revisions.extend(res.applied)
+        return res.rejected
+
+    def text(self, indent: int | None = 2) -> str:
+        return render_amendments(self.base, self.revisions, indent)
+
+    def fold(self) -> dict[str, Any]:
+        res = apply_revisions(self.base, self.revisions, self.schema)
+        if res.rejected:  # cannot happen for revisions added through revise()
+            raise RevisionError(f"amendment {res.rejected[0].revision} no longer applies: {res.rejected[0].reason}")
+        return res.memory
+
+
+def parse_amendments(text: str) -> tuple[dict[str, Any], list[Revision]]:
+    """Read an amendments rendering back into (base, revisions)."""
+    try:
+        base, pos = parse_value(text)
+    except LiteralParseError as e:
+        raise RevisionParseError(f"amendments text does not start with a JSON memory: {e}") from None
+    if not isinstance(base, dict):
+        raise RevisionParseError("amendments text must start with a JSON object (the base memory)")
+    revs: list[Revision] = []
+    n = len(text)
+    while True:
+        while pos < n and text[pos] in " \t\r\n":
+            pos += 1
+        if pos >= n:
+            return base, revs
+        try:
+            obj, pos = parse_value(text, pos)
+        except LiteralParseError as e:
+            raise RevisionParseError(f"amendment line is not JSON: {e}") from None
+        if not isinstance(obj, dict) or len(obj) != 1:
+            raise RevisionParseError(f"an amendment must be one {{path: {{op: value}}}} object, got {obj!r:.80}")
+        (path, body), = obj.items()
+        if not isinstance(body, dict) or len(body) != 1:
+            raise RevisionParseError(f"amendment for {path} must be {{\"add\"|\"update\": value}}, got {body!r:.80}")
+        (op, value), = body.items()
+        revs.append(Revision(path, op, value))
+
+
+def fold_amendments(text: str, schema: Schema) -> dict[str, Any]:
+    """One in-place memory from an amendments rendering (later amendments override earlier ones)."""
+    base, revs = parse_amendments(text)
+    res = apply_revisions(base, revs, schema)
+    if res.rejected:
+        raise RevisionError(f"amendment {res.rejected[0].revision.path.text if res.rejected[0].revision else ''} "
+                            f"does not apply: {res.rejected[0].reason}")
+    return res.memory
+
+
+def shared_prefix_chars(prev: str, nxt: str) -> int:
+    """Length of the longest common prefix of two renderings, in characters."""
+    n = min(len(prev), len(nxt))
+    i, step = 0, 1024
+    while i + step <= n and prev[i:i + step] == nxt[i:i + step]:  # whole blocks first, then characters
+        i += step
+    while i < n and prev[i] == nxt[i]:
+        i += 1
+    return i
+
+
+def shared_prefix_tokens(prev: str, nxt: str, encode: Callable[[str], Sequence[int]] | None = None) -> int:
+    """Tokens of the longest common token prefix (what a prefix cache reuses). Default: cl100k_base."""
+    if encode is None:
+        from eval.memory.budget import cl100k_encode
+
+        encode = cl100k_encode
+    a, b = encode(prev), encode(nxt)
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
