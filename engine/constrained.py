@@ -1,0 +1,99 @@
+"""JSON-Schema constrained decoding behind one small interface (llguidance underneath).
+
+llguidance compiles a schema into an Earley-parser matcher over the model's tokenizer and fills a
+packed int32 token bitmask (32 tokens per word) for a whole batch in parallel from numpy, with no
+torch. The engine uploads that bitmask and unpacks it inside its jitted sampler (see
+`unpack_bitmask`), so masking costs one small host-to-device copy per step. Swapping in another
+grammar library (e.g. xgrammar) means reimplementing `GrammarCompiler` and `Constraint` only.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any, Sequence
+
+import jsonschema
+import numpy as np
+
+from engine.errors import RequestError
+
+
+class Constraint:
+    """The grammar state of one request: which tokens may come next, and whether it may stop."""
+
+    def __init__(self, matcher: Any) -> None:
+        self._m = matcher
+
+    def consume(self, token: int) -> None:
+        """Advance past a sampled token (the mask guarantees it is allowed)."""
+        if not self._m.consume_token(int(token)):
+            raise RequestError(f"constrained decoding rejected token {token}: {self._m.get_error()}")
+
+    @property
+    def done(self) -> bool:
+        """The grammar is complete (the JSON value is closed and only end-of-sequence may follow)."""
+        return bool(self._m.is_stopped())
+
+    def rollback(self, n: int) -> None:
+        self._m.rollback(n)
+
+
+class GrammarCompiler:
+    """Builds llguidance's tokenizer once per model and compiles schemas into `Constraint`s."""
+
+    def __init__(self, hf_tokenizer: Any, vocab_size: int, eos_token_ids: Sequence[int] | None = None,
+                 threads: int | None = None) -> None:
+        import llguidance
+        import llguidance.hf
+
+        self.vocab_size = vocab_size
+        eos = list(eos_token_ids) if eos_token_ids else None
+        self.lltok = llguidance.hf.from_tokenizer(hf_tokenizer, n_vocab=vocab_size, eos_token=eos)
+        self._executor = llguidance.LLExecutor(num_threads=threads)
+        self._llg = llguidance
+        self._grammars: dict[str, str] = {}
+
+    @property
+    def words(self) -> int:
+        """int32 words per bitmask row."""
+        return (self.vocab_size + 31) // 32
+
+    def compile(self, schema: dict[str, Any]) -> Constraint:
+        """A fresh matcher for `schema`; a schema that is not valid JSON Schema is a `RequestError`."""
+        if not isinstance(schema, dict):
+            raise RequestError("json_schema must be a JSON object (a JSON Schema); got " + type(schema).__name__)
+        try:
+            jsonschema.validators.validator_for(schema).check_schema(schema)
+        except jsonschema.SchemaError as exc:
+            raise RequestError(f"json_schema is not a valid JSON Schema: {exc.message}") from None
+        key = json.dumps(schema, sort_keys=True)
+        grammar = self._grammars.get(key)
+        if grammar is None:
+            try:
+                grammar = self._llg.LLMatcher.grammar_from_json_schema(schema)
+            except ValueError as exc:
+                raise RequestError(f"json_schema cannot be compiled: {exc}") from None
+            is_err, msgs = self._llg.LLMatcher.validate_grammar_with_warnings(grammar, self.lltok)
+            if is_err:
+                raise RequestError(f"json_schema is not supported by the grammar engine: {msgs[0]}")
+            self._grammars[key] = grammar
+        matcher = self._llg.LLMatcher(self.lltok, grammar, log_level=0)
+        if matcher.is_error():
+            raise RequestError(f"json_schema is not supported by the grammar engine: {matcher.get_error()}")
+        return Constraint(matcher)
+
+    def fill(self, constraints: Sequence[Constraint | None], bitmask: np.ndarray) -> None:
+        """Write row i of `bitmask` ([rows, words] int32) for constraint i; rows without one allow all."""
+        bitmask.fill(-1)
+        todo = [(c._m, i) for i, c in enumerate(constraints) if c is not None]
+        if todo:
+            from llguidance.numpy import fill_next_token_bitmask_par
+
+            fill_next_token_bitmask_par(self._executor, todo, bitmask)
+
+
+def unpack_bitmask(bitmask: Any, vocab_size: int) -> Any:
+    """[rows, words] packed int32 -> [rows, vocab] bool, inside jit (bit j of word w is token 32w+j)."""
+    import jax.numpy as jnp
+
+    bits = (bitmask[:, :, None] >> jnp.arange(32, dtype=jnp.int32)[None, None, :]) & 1
+    return bits.reshape(bitmask.shape[0], -1)[:, :vocab_size].astype(bool)
