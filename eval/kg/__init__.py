@@ -1,0 +1,11 @@
+"""Book knowledge graphs (seed 001): extraction parsing, names graph, node merging and pruning,
+keyword-weighted edge retrieval with MiniLM, and the two edge linearisations."""
+from eval.kg.extraction import Extraction, Triple, parse_extraction
+from eval.kg.graph import BuildReport, build_book_graph, degree_without_loops, names_graph
+from eval.kg.retrieval import (
+    KEYWORDS, Edge, Embedder, MiniLMEmbedder, chapter_edges, linearize_plain, linearize_tokens, rank_edges,
+)
+
+__all__ = ["Extraction", "Triple", "parse_extraction", "BuildReport", "build_book_graph", "degree_without_loops",
+           "names_graph", "KEYWORDS", "Edge", "Embedder", "MiniLMEmbedder", "chapter_edges", "linearize_plain",
+           "linearize_tokens", "rank_edges"]
