@@ -13,7 +13,7 @@ from typing import Iterable
 
 from eval.datasets.chunker import chunk_paragraphs, split_paragraphs
 from eval.datasets.errors import DatasetNotFoundError, EmptyDatasetError, MissingFieldError, UnknownFormatError
-from eval.datasets.sample import Sample
+from eval.datasets.sample import Sample, slug
 from eval.datasets.textfile import read_text
 from eval.datasets.tokens import TokenizerLike
 
@@ -76,7 +76,7 @@ def book_sample(title: str, text: str, chunk_tokens: int = 2048, tokenizer: Toke
     metadata = {"title": title, "chunk_tokens": chunk_tokens, "paragraphs": len(paragraphs), "chars": len(text)}
     if source:
         metadata["source"] = source
-    return Sample(id=f"book/{title}-{digest}", task="book", chunks=tuple(chunks), query=None, gold=None, metadata=metadata)
+    return Sample(id=f"book/{slug(title)}-{digest}", task="book", chunks=tuple(chunks), query=None, gold=None, metadata=metadata)
 
 
 def load_book(path: str | Path, chunk_tokens: int = 2048, tokenizer: TokenizerLike = None, unwrap: bool = True) -> Sample:

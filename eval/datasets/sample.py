@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import json
+import re
+import unicodedata
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,3 +26,9 @@ class Sample:
     def to_record(self) -> dict[str, Any]:
         return {"id": self.id, "task": self.task, "chunks": list(self.chunks), "query": self.query,
                 "gold_json": json.dumps(self.gold, sort_keys=True), "metadata_json": json.dumps(self.metadata, sort_keys=True)}
+
+
+def slug(text: str, max_len: int = 60) -> str:
+    """A lower-case ASCII identifier fragment for sample ids ("The Copper Fig" -> "the-copper-fig")."""
+    ascii_text = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode("ascii")
+    return re.sub(r"[^a-z0-9]+", "-", ascii_text.lower()).strip("-")[:max_len] or "x"

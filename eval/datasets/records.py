@@ -1,0 +1,94 @@
+"""Reading record files (JSONL, JSON, Parquet) or a Hugging Face hub dataset as plain dicts.
+
+Local JSON(L) is parsed here rather than through `datasets.load_dataset("json")` so that a malformed
+line is reported by file and line number (and nothing is cached); Parquet goes through pyarrow;
+a hub id goes through Hugging Face `datasets` (needs network or a local HF cache).
+"""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any, Iterator
+
+from eval.datasets.errors import DatasetNotFoundError, EmptyDatasetError, MissingFieldError, UnknownFormatError
+from eval.datasets.textfile import read_text
+
+_HUB_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
+Record = dict[str, Any]
+
+
+def read_records(source: str | Path, what: str = "dataset", split: str = "test") -> Iterator[tuple[str, Record]]:
+    """(location, record) pairs; the location ("file:line") goes into error messages."""
+    p = Path(source)
+    if not p.exists():
+        if isinstance(source, str) and _HUB_ID.match(source):
+            yield from _hub_records(source, split)
+            return
+        raise DatasetNotFoundError(f"{what} {p} does not exist: check the path (or give a hub id owner/name)")
+    suffix = p.suffix.lower()
+    if suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        try:
+            rows = pq.read_table(p).to_pylist()
+        except Exception as exc:  # pyarrow raises ArrowInvalid & co. for non-Parquet bytes
+            raise UnknownFormatError(f"{what} {p} is not a readable Parquet file ({exc}): re-export it") from None
+        if not rows:
+            raise EmptyDatasetError(f"{what} {p} has no rows")
+        for i, row in enumerate(rows):
+            yield f"{p}#{i}", row
+        return
+    if suffix not in (".jsonl", ".json"):
+        raise UnknownFormatError(f"{what} {p}: unknown format {suffix or '(no suffix)'!r}: use .jsonl, .json or .parquet")
+    text = read_text(p, what)
+    if suffix == ".json":
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise UnknownFormatError(f"{p} is not valid JSON ({exc.msg} at line {exc.lineno}): fix or re-export it") from None
+        rows = data if isinstance(data, list) else [data]
+        for i, row in enumerate(rows):
+            yield f"{p}[{i}]", _as_record(row, f"{p}[{i}]")
+        return
+    seen = False
+    for n, line in enumerate(text.split("\n"), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise UnknownFormatError(f"{p}:{n} is not valid JSON ({exc.msg}): each line of a .jsonl file must be one JSON object") from None
+        seen = True
+        yield f"{p}:{n}", _as_record(row, f"{p}:{n}")
+    if not seen:
+        raise EmptyDatasetError(f"{what} {p} has no records")
+
+
+def _as_record(row: Any, where: str) -> Record:
+    if not isinstance(row, dict):
+        raise MissingFieldError(f"{where}: expected a JSON object, got {type(row).__name__}")
+    return row
+
+
+def _hub_records(hub_id: str, split: str) -> Iterator[tuple[str, Record]]:
+    import datasets
+
+    try:
+        ds = datasets.load_dataset(hub_id, split=split)
+    except Exception as exc:
+        raise DatasetNotFoundError(f"could not load {hub_id!r} split {split!r} from the Hugging Face hub ({exc}); "
+                                   "without network, download it once and pass the local file") from None
+    for i, row in enumerate(ds):
+        yield f"{hub_id}[{split}][{i}]", dict(row)
+
+
+def require(record: Record, field: str, kind: type | tuple[type, ...], where: str) -> Any:
+    """record[field], checked for presence and type, or a MissingFieldError naming both."""
+    if field not in record:
+        raise MissingFieldError(f"{where}: missing field {field!r}")
+    value = record[field]
+    if not isinstance(value, kind):
+        names = "/".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
+        raise MissingFieldError(f"{where}: field {field!r} must be {names}, got {type(value).__name__}")
+    return value

@@ -1,0 +1,179 @@
+"""Deterministic synthetic SUMIE data in the official `dataset_sumie.jsonl` format.
+
+Each entity gets 7 paragraphs. A paragraph states a few attribute-value facts about the entity
+(new attributes, further values of multi-valued ones, now and then a restatement), in one writing
+style per entity and a sentiment per paragraph, interleaved with distractor sentences about other
+entities of the same category that never mention the target. Each paragraph's `summary` aggregates
+every fact from paragraph 1 up to it, citing the ids of the sentences that state it; values are
+inserted verbatim, so each one literally appears in the sentences it cites.
+"""
+from __future__ import annotations
+
+import json
+import random
+import re
+from pathlib import Path
+from typing import Any, Iterator
+
+from eval.datasets.errors import DatasetError
+from eval.datasets.sumie.vocab import CATEGORIES, SENTIMENT_REMARKS, STYLES, Attribute, Category
+
+PARAGRAPHS = 7
+_STOP = {"the", "a", "an", "of", "and"}
+_WORD = re.compile(r"[\w$][\w,.$-]*\w|\w")
+
+
+def name_words(name: str) -> set[str]:
+    """Distinctive words of a name (lower-cased), used to keep distractors clear of the target."""
+    return {w.lower() for w in re.findall(r"\w+", name) if len(w) >= 3 and w.lower() not in _STOP}
+
+
+def mentions(text: str, name: str) -> bool:
+    """Whether `text` contains the name or any of its distinctive words."""
+    if name.lower() in text.lower():
+        return True
+    words = {w.lower() for w in re.findall(r"\w+", text)}
+    return bool(words & name_words(name))
+
+
+class _Names:
+    """Unique entity names per category, drawn from the category's name-part pools."""
+
+    def __init__(self, rng: random.Random) -> None:
+        self.rng = rng
+        self.used: set[str] = set()
+
+    def draw(self, cat: Category, avoid: set[str] = frozenset()) -> tuple[str, str]:
+        """A fresh target name, or (with `avoid`) a distractor's name sharing no word with the target."""
+        for _ in range(1000):
+            parts = [self.rng.choice(pool) for pool in cat.name_parts]
+            name = " ".join(parts)
+            if (not avoid and name in self.used) or name_words(name) & avoid:
+                continue
+            return name, parts[-1]
+        raise DatasetError(f"ran out of distinct {cat.name} names: generate fewer entities per run")
+
+
+def _render(template: str, subject: str, value: str | None = None, prefix: str = "") -> str:
+    """Fill a template; a style prefix is only put before sentences that open with the subject."""
+    starts_with_subject = template.startswith("{S}")
+    if prefix and starts_with_subject:
+        sub_mid = subject if subject[:1].isupper() and not subject.startswith("The ") else subject[:1].lower() + subject[1:]
+        body = template.replace("{S}", sub_mid, 1)
+        text = prefix + body
+    else:
+        text = template.replace("{S}", subject[:1].upper() + subject[1:])
+    mid = subject if not subject.startswith("The ") else "the " + subject[4:]
+    text = text.replace("{s}", mid)
+    if value is not None:
+        article = "an" if value[:1].lower() in "aeiou" else "a"
+        text = re.sub(r"\b([Aa]) \{v\}", lambda m: ("A" if m.group(1) == "A" else "a") + article[1:] + " {v}", text)
+        text = text.replace("{v}", value)
+    return text[:1].upper() + text[1:]
+
+
+def _template(rng: random.Random, attr: Attribute, value: str) -> str:
+    """A template for the fact; a lower-case value never opens a sentence (it would have to be re-cased)."""
+    fits = [t for t in attr.templates if not (t.startswith("{v}") and value[:1].islower())]
+    return rng.choice(fits)
+
+
+def _plan(rng: random.Random, cat: Category) -> list[list[tuple[Attribute, str]]]:
+    """Which (attribute, value) facts each of the 7 paragraphs states for the first time."""
+    attrs = list(cat.attributes)
+    rng.shuffle(attrs)
+    unused = {a.name: [v for v in rng.sample(a.values, len(a.values))] for a in attrs}
+    introduced: list[Attribute] = []
+    plan: list[list[tuple[Attribute, str]]] = []
+    pending = list(attrs)
+    for t in range(PARAGRAPHS):
+        facts: list[tuple[Attribute, str]] = []
+        want = 3 if t == 0 else rng.choice((1, 2, 2, 3))
+        while len(facts) < want:
+            extendable = [a for a in introduced if a.multi and unused[a.name] and a not in [f[0] for f in facts]]
+            if pending and (not extendable or rng.random() < 0.6):
+                attr = pending.pop(0)
+                introduced.append(attr)
+            elif extendable:
+                attr = rng.choice(extendable)
+            else:
+                break
+            facts.append((attr, unused[attr.name].pop()))
+        plan.append(facts)
+    return plan
+
+
+def generate_entity(rng: random.Random, names: _Names, cat: Category) -> dict[str, Any]:
+    """One entity in the official SUMIE record format (plus `style` and `sentiments`)."""
+    name, last = names.draw(cat)
+    names.used.add(name)
+    descriptor = cat.descriptor.format(last=last)
+    style = rng.choice(sorted(STYLES))
+    avoid = name_words(name)
+    next_id = 0
+    paragraphs: list[dict[str, Any]] = []
+    distractors: list[list[Any]] = []
+    gold: dict[tuple[str, str], dict[str, Any]] = {}  # (attribute, value) -> summary item, in first-seen order
+    sentiments: list[str] = []
+    stated: list[tuple[Attribute, str]] = []
+    for t, facts in enumerate(_plan(rng, cat)):
+        sentiment = rng.choice(("positive", "neutral", "negative"))
+        sentiments.append(sentiment)
+        sentences: list[tuple[str, str, tuple[str, str] | None]] = []  # (kind, text, fact)
+        # a restatement now and then: the gold does not change but gains a second citation
+        restate = [rng.choice(stated)] if stated and (not facts or (t >= 2 and rng.random() < 0.5)) else []
+        for i, (attr, value) in enumerate(facts + restate):
+            subject = name if (i == 0 or rng.random() < 0.3) else descriptor
+            prefix = rng.choice(STYLES[style]) if rng.random() < 0.5 else ""
+            sentences.append(("fact", _render(_template(rng, attr, value), subject, value, prefix), (attr.name, value)))
+        remark = _render(rng.choice(SENTIMENT_REMARKS[sentiment]), descriptor if facts else name)
+        sentences.insert(rng.randrange(min(1, len(sentences)), len(sentences) + 1), ("remark", remark, None))
+        for _ in range(rng.choice((1, 1, 2))):
+            other, _last = names.draw(cat, avoid=avoid)
+            attr = rng.choice(cat.attributes)
+            other_value = rng.choice(attr.values)
+            text = _render(_template(rng, attr, other_value), other, other_value)
+            if mentions(text, name):  # a value that happens to share a word with the target's name
+                continue
+            sentences.insert(rng.randrange(0, len(sentences) + 1), ("distractor", text, None))
+        rows = []
+        for kind, text, fact in sentences:
+            rows.append([next_id, text])
+            if kind == "distractor":
+                distractors.append([next_id, text])
+            elif fact is not None:
+                item = gold.setdefault(fact, {"attribute": fact[0], "value": fact[1], "sentence_ids": [], "evidences": []})
+                item["sentence_ids"].append(next_id)
+                item["evidences"].append(text)
+            next_id += 1
+        stated.extend(facts)
+        paragraphs.append({"paragraph_id": t + 1, "sentences": rows,
+                           "summary": [dict(v, sentence_ids=list(v["sentence_ids"]), evidences=list(v["evidences"]))
+                                       for v in gold.values()]})
+    return {"entity_name": name, "entity_category": cat.name, "paragraph_summaries": paragraphs,
+            "distractor_sentences": distractors, "style": style, "sentiments": sentiments}
+
+
+def generate_sumie(entities: int, seed: int = 0, categories: tuple[str, ...] | None = None) -> Iterator[dict[str, Any]]:
+    """`entities` records, cycling through the categories; the same seed always gives the same records."""
+    if entities < 1:
+        raise DatasetError(f"entities must be at least 1 (got {entities})")
+    cats = CATEGORIES if categories is None else tuple(c for c in CATEGORIES if c.name in categories)
+    if not cats:
+        raise DatasetError(f"unknown SUMIE categories {categories}: choose from {[c.name for c in CATEGORIES]}")
+    rng = random.Random(seed)
+    names = _Names(rng)
+    for i in range(entities):
+        yield generate_entity(rng, names, cats[i % len(cats)])
+
+
+def write_sumie_jsonl(path: str | Path, entities: int, seed: int = 0) -> Path:
+    """Write official-format JSONL atomically (temp file then rename); returns the path."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_name(p.name + ".tmp")
+    with tmp.open("w", encoding="utf-8") as f:
+        for record in generate_sumie(entities, seed):
+            f.write(json.dumps(record, ensure_ascii=False) + "\n")
+    tmp.replace(p)
+    return p

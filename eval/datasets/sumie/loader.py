@@ -1,0 +1,134 @@
+"""Loader of the official SUMIE format (`dataset_sumie.jsonl`), one Sample per entity.
+
+Record: entity_name, entity_category, paragraph_summaries = [{sentences: [[id, text], ...],
+summary: [{attribute, value, sentence_ids, evidences}, ...]}, ...] (each summary aggregates the
+paragraphs up to its own), distractor_sentences = [[id, text], ...]. Extra fields are kept in metadata.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from eval.datasets.errors import DatasetError, EmptyDatasetError, InconsistentGoldError, MissingFieldError
+from eval.datasets.records import Record, read_records, require
+from eval.datasets.sample import Sample, slug
+
+_KNOWN = {"entity_name", "entity_category", "paragraph_summaries", "distractor_sentences"}
+
+
+def _sentences(paragraph: Record, where: str) -> list[tuple[Any, str]]:
+    rows = require(paragraph, "sentences", list, where)
+    out = []
+    for j, row in enumerate(rows):
+        if not (isinstance(row, (list, tuple)) and len(row) == 2 and isinstance(row[1], str)):
+            raise MissingFieldError(f"{where}: sentences[{j}] must be a pair [id, text]")
+        out.append((row[0], row[1]))
+    return out
+
+
+def _summary(paragraph: Record, where: str) -> list[dict[str, Any]]:
+    items = require(paragraph, "summary", list, where)
+    out = []
+    for j, item in enumerate(items):
+        at = f"{where} summary[{j}]"
+        if not isinstance(item, dict):
+            raise MissingFieldError(f"{at}: must be an object with attribute and value")
+        attribute = require(item, "attribute", str, at)
+        value = item.get("value")
+        if value is None or isinstance(value, (dict, list)):
+            raise MissingFieldError(f"{at}: 'value' must be a string or number")
+        ids = item.get("sentence_ids", [])
+        ev = item.get("evidences", [])
+        out.append({"attribute": attribute, "value": str(value), "sentence_ids": list(ids if isinstance(ids, list) else [ids]),
+                    "evidences": list(ev if isinstance(ev, list) else [ev])})
+    return out
+
+
+def verify_sumie_record(record: Record, where: str = "record") -> None:
+    """Raise InconsistentGoldError unless every gold value appears (case-insensitively) in each sentence it
+    cites, every cited id exists in paragraphs up to that turn, and no distractor names the entity."""
+    sample = sumie_sample(record, where)
+    name = sample.gold["entity_name"]
+    texts: dict[str, str] = {}
+    for t, (sentences, facts) in enumerate(zip(sample.metadata["sentences"], sample.gold["facts"]), 1):
+        texts.update((str(i), s) for i, s in sentences)
+        for item in facts:
+            for sid in item["sentence_ids"]:
+                if str(sid) not in texts:
+                    raise InconsistentGoldError(f"{where} turn {t}: {item['attribute']!r} cites sentence {sid!r} not in paragraphs 1..{t}")
+                if item["value"].lower() not in texts[str(sid)].lower():
+                    raise InconsistentGoldError(f"{where} turn {t}: value {item['value']!r} does not appear in sentence {sid!r}: {texts[str(sid)]!r}")
+    for sid, text in record.get("distractor_sentences", []):
+        if name.lower() in text.lower():
+            raise InconsistentGoldError(f"{where}: distractor sentence {sid!r} mentions the entity {name!r}")
+
+
+def sumie_sample(record: Record, where: str = "record") -> Sample:
+    """One official SUMIE record as a Sample (chunks = paragraphs; gold per turn, aggregated)."""
+    name = require(record, "entity_name", str, where)
+    category = require(record, "entity_category", str, where)
+    paragraphs = require(record, "paragraph_summaries", list, where)
+    if not paragraphs:
+        raise MissingFieldError(f"{where}: 'paragraph_summaries' is empty: an entity needs at least one paragraph")
+    chunks, sentences, turns, facts = [], [], [], []
+    for k, para in enumerate(paragraphs):
+        at = f"{where} paragraph {k + 1}"
+        if not isinstance(para, dict):
+            raise MissingFieldError(f"{at}: must be an object with 'sentences' and 'summary'")
+        rows = _sentences(para, at)
+        if not rows:
+            raise MissingFieldError(f"{at}: has no sentences")
+        items = _summary(para, at)
+        chunks.append(para["paragraph"] if isinstance(para.get("paragraph"), str) else " ".join(text for _, text in rows))
+        sentences.append([[i, text] for i, text in rows])
+        turn: dict[str, list[str]] = {}
+        for item in items:
+            values = turn.setdefault(item["attribute"], [])
+            if item["value"] not in values:
+                values.append(item["value"])
+        turns.append(turn)
+        facts.append(items)
+    distractors = record.get("distractor_sentences", [])
+    if not isinstance(distractors, list):
+        raise MissingFieldError(f"{where}: 'distractor_sentences' must be a list of [id, text]")
+    distractor_ids = [d[0] if isinstance(d, (list, tuple)) else d for d in distractors]
+    digest = hashlib.sha1(json.dumps(chunks).encode("utf-8")).hexdigest()[:10]
+    metadata = {"sentences": sentences, "distractor_sentence_ids": distractor_ids}
+    metadata.update({k: v for k, v in record.items() if k not in _KNOWN})
+    return Sample(
+        id=f"sumie/{slug(category)}/{slug(name)}-{digest}",
+        task="sumie",
+        chunks=tuple(chunks),
+        query=f"Summarize the information about {name}.",
+        gold={"entity_name": name, "entity_category": category, "turns": turns, "facts": facts},
+        metadata=metadata,
+    )
+
+
+def load_sumie(path: str | Path, limit: int | None = None, verify_gold: bool = False) -> list[Sample]:
+    """Samples from an official-format SUMIE file (.jsonl, .json or .parquet), or a hub id."""
+    samples = []
+    for where, record in read_records(path, "SUMIE file"):
+        if verify_gold:
+            verify_sumie_record(record, where)
+        samples.append(sumie_sample(record, where))
+        if limit is not None and len(samples) >= limit:
+            break
+    if not samples:
+        raise EmptyDatasetError(f"SUMIE file {path} has no entities")
+    return samples
+
+
+def load_sumie_dataset(path: str | Path | None = None, synthetic: bool = False, entities: int = 200, seed: int = 0,
+                       limit: int | None = None, verify_gold: bool = False) -> list[Sample]:
+    """The registry's `sumie` task: an official-format file, or (synthetic=True) generated entities."""
+    if synthetic:
+        from eval.datasets.sumie.generator import generate_sumie
+
+        n = entities if limit is None else min(entities, limit)
+        return [sumie_sample(r, f"synthetic entity {i}") for i, r in enumerate(generate_sumie(n, seed))]
+    if path is None:
+        raise DatasetError("the sumie task needs `path` (an official dataset_sumie.jsonl) or `synthetic: true`")
+    return load_sumie(path, limit=limit, verify_gold=verify_gold)

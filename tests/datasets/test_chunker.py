@@ -1,0 +1,143 @@
+"""The BooookScore chunker: official boundaries, nothing lost, every chunk within the limit."""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from eval.datasets import chunk_paragraphs, chunk_stats, split_paragraphs, token_counter
+from eval.datasets.books import clean_book
+from eval.datasets.errors import DatasetError
+from eval.datasets.textfile import read_text
+
+BOOKS = ("pride-and-prejudice.txt", "news-from-nowhere.txt", "katrine.txt", "pioneer-days-in-st-paul.txt")
+
+
+def reference_chunks(paragraphs: list[str], limit: int, count) -> list[str]:
+    """The official algorithm restated independently from its description (character scan, index lists)."""
+
+    def cut_points(text: str, with_commas: bool) -> list[int]:
+        marks = ".?!," if with_commas else ".?!"
+        found = []
+        for i, ch in enumerate(text):
+            if ch in marks or (ch in "\"'" and i > 0 and text[i - 1] in ".?!"):
+                found.append(i)
+        return found
+
+    def split_off(text: str) -> tuple[str, str]:
+        keep = len(text)
+        while count(text[:keep]) > limit:
+            points = cut_points(text[:keep], False)
+            if len(points) < 2:
+                points = cut_points(text[:keep], True)
+            assert len(points) >= 2, "the reference only covers texts with cut points"
+            keep = points[-2] + 1
+        return text[:keep], text[keep:]
+
+    if count("\n".join(paragraphs)) <= limit:
+        return ["\n".join(paragraphs)]
+    out: list[str] = []
+    pending = ""
+    for para in paragraphs:
+        merged = para if not pending else pending + "\n" + para
+        if count(para) > limit:
+            rest = merged
+            while True:
+                head, rest = split_off(rest)
+                out.append(head)
+                if count(rest) <= limit:
+                    break
+            pending = rest
+        elif count(merged) <= limit:
+            pending = merged
+        else:
+            out.append(pending)
+            pending = para
+    if pending:
+        out.append(pending)
+    return out
+
+
+@pytest.fixture(scope="module")
+def count():
+    return token_counter()
+
+
+@pytest.fixture(scope="module")
+def book_paragraphs(shared_data):
+    books_dir = shared_data / "books"
+    if not books_dir.is_dir():
+        pytest.skip(f"{books_dir} not found")
+    return {name: split_paragraphs(clean_book(read_text(books_dir / name))) for name in BOOKS}
+
+
+@pytest.mark.parametrize("name", BOOKS)
+def test_shared_books_match_official_boundaries_and_lose_nothing(book_paragraphs, count, name):
+    paragraphs = book_paragraphs[name]
+    chunks = chunk_paragraphs(paragraphs, 2048)
+    assert chunks == reference_chunks(paragraphs, 2048, count)
+    assert "".join(chunks).replace("\n", "") == "".join(paragraphs)
+    stats = chunk_stats(paragraphs, chunks)
+    assert stats.text_tokens == stats.chunk_tokens
+    assert stats.max_chunk_tokens <= 2048 and stats.chunks > 20
+
+
+def test_small_chunks_cut_long_paragraphs_like_official(book_paragraphs, count):
+    paragraphs = book_paragraphs["pride-and-prejudice.txt"][:400]
+    chunks = chunk_paragraphs(paragraphs, 120)
+    assert chunks == reference_chunks(paragraphs, 120, count)
+    assert max(count(c) for c in chunks) <= 120
+    # some chunk boundaries fall inside paragraphs, right after a sentence end
+    inner = [c for c in chunks if c.split("\n")[-1] not in paragraphs]
+    assert inner
+    for c in inner:  # a cut head ends at punctuation; otherwise it is the carried tail of a paragraph
+        last = c.split("\n")[-1]
+        assert re.search(r"""[.?!,]["']?$""", c) or any(p.endswith(last) for p in paragraphs)
+
+
+def test_cut_at_second_to_last_sentence_end_and_quotes(count):
+    sentences = [f'"Sentence number {i} is here," she said. "It goes on!"' for i in range(60)]
+    para = " ".join(sentences)
+    chunks = chunk_paragraphs(["Short opening line.", para, "Closing line."], 64)
+    assert chunks == reference_chunks(["Short opening line.", para, "Closing line."], 64, count)
+    assert "".join(chunks).replace("\n", "") == "Short opening line." + para + "Closing line."
+    assert all(count(c) <= 64 for c in chunks)
+
+
+def test_comma_fallback(count):
+    para = ", ".join(f"item {i} of a very long list without any full stop" for i in range(80))
+    chunks = chunk_paragraphs([para], 50)
+    assert chunks == reference_chunks([para], 50, count)
+    assert all(c.endswith(",") for c in chunks[:-1])
+
+
+def test_text_without_cut_points_is_hard_cut_without_loss(count):
+    para = " ".join(["word"] * 3000)  # no sentence end, no comma: the official code would drop text here
+    chunks = chunk_paragraphs(["Intro.", para], 100)
+    assert "".join(chunks).replace("\n", "") == "Intro." + para
+    assert all(count(c) <= 100 for c in chunks)
+
+
+def test_whole_text_within_limit_is_one_chunk():
+    assert chunk_paragraphs(["a b c.", "d e f."], 2048) == ["a b c.\nd e f."]
+
+
+def test_other_tokenizers_and_bad_sizes():
+    chars = chunk_paragraphs(["x" * 50, "y" * 49, "z" * 30], 100, tokenizer=len)  # count characters
+    assert chars == ["x" * 50 + "\n" + "y" * 49, "z" * 30]
+    with pytest.raises(DatasetError, match="too small"):
+        chunk_paragraphs(["abc"], 2)
+    with pytest.raises(DatasetError, match="newlines"):
+        chunk_paragraphs(["a\nb"], 100)
+
+
+def test_hf_tokenizer_counts(tmp_path):
+    tok = pytest.importorskip("transformers").AutoTokenizer
+    from engine.assets import default_model_path  # noqa: F401  (the bundled GGUF carries the tokenizer)
+
+    gguf = default_model_path()
+    hf = tok.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    count = token_counter(hf)
+    assert count("hello world") == len(hf.encode("hello world", add_special_tokens=False))
+    chunks = chunk_paragraphs(["One sentence here. Another one there."] * 20, 40, tokenizer=hf)
+    assert all(count(c) <= 40 for c in chunks)

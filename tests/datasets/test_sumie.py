@@ -1,0 +1,99 @@
+"""SUMIE: the generator's gold is consistent and the official-format loader reads what it writes."""
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from eval.datasets import load_dataset
+from eval.datasets.errors import EmptyDatasetError, InconsistentGoldError, MissingFieldError, UnknownFormatError
+from eval.datasets.sumie import generate_sumie, load_sumie, verify_sumie_record, write_sumie_jsonl
+from eval.datasets.sumie.generator import PARAGRAPHS, name_words
+
+
+@pytest.fixture(scope="module")
+def records():
+    return list(generate_sumie(300, seed=7))
+
+
+def test_deterministic_and_varied(records):
+    assert records[:5] == list(generate_sumie(5, seed=7))
+    assert records[0] != next(generate_sumie(1, seed=8))
+    assert len({r["entity_name"] for r in records}) == 300
+    assert {r["entity_category"] for r in records} == {"person", "restaurant", "company", "hotel", "product"}
+    assert len({r["style"] for r in records}) == 4
+    assert {s for r in records for s in r["sentiments"]} == {"positive", "neutral", "negative"}
+    assert all(len(r["paragraph_summaries"]) == PARAGRAPHS for r in records)
+
+
+def test_gold_values_appear_in_cited_sentences_and_aggregate(records):
+    for r in records:
+        verify_sumie_record(r)
+        sentences = {}
+        previous: list = []
+        for para in r["paragraph_summaries"]:
+            sentences.update(dict((i, t) for i, t in para["sentences"]))
+            pairs = [(x["attribute"], x["value"]) for x in para["summary"]]
+            assert pairs[: len(previous)] == previous  # aggregated: earlier facts stay, in order
+            previous = pairs
+            for item in para["summary"]:
+                assert item["sentence_ids"] and len(item["evidences"]) == len(item["sentence_ids"])
+                for sid, ev in zip(item["sentence_ids"], item["evidences"]):
+                    assert item["value"] in sentences[sid] == ev  # literally, case included
+
+
+def test_distractors_never_mention_the_target(records):
+    for r in records:
+        name = r["entity_name"]
+        assert r["distractor_sentences"]
+        in_paragraphs = {i: t for p in r["paragraph_summaries"] for i, t in p["sentences"]}
+        for sid, text in r["distractor_sentences"]:
+            assert in_paragraphs[sid] == text
+            assert name.lower() not in text.lower()
+            assert not ({w.lower() for w in re.findall(r"\w+", text)} & name_words(name))
+
+
+def test_written_file_round_trips_through_the_loader(tmp_path, records):
+    path = write_sumie_jsonl(tmp_path / "dataset_sumie.jsonl", 300, seed=7)
+    assert [json.loads(line) for line in path.read_text().splitlines()] == records
+    samples = load_sumie(path, verify_gold=True)
+    assert len(samples) == 300 and len({s.id for s in samples}) == 300
+    s, r = samples[0], records[0]
+    assert s.task == "sumie" and len(s.chunks) == PARAGRAPHS and r["entity_name"] in s.query
+    assert s.chunks[0] == " ".join(t for _, t in r["paragraph_summaries"][0]["sentences"])
+    last = {}
+    for item in r["paragraph_summaries"][-1]["summary"]:
+        last.setdefault(item["attribute"], []).append(item["value"])
+    assert s.gold["turns"][-1] == last and len(s.gold["turns"]) == PARAGRAPHS
+    assert all(len(a) <= len(b) for a, b in zip(s.gold["turns"], s.gold["turns"][1:]))
+    assert load_dataset("sumie", path=str(path), limit=3)[2].id == samples[2].id
+    assert [x.id for x in load_dataset("sumie", synthetic=True, entities=4, seed=7)] == [x.id for x in samples[:4]]
+
+
+def test_generation_is_fast_for_hundreds(records):
+    assert len(list(generate_sumie(800, seed=1))) == 800  # would take minutes if anything were quadratic
+
+
+def test_malformed_files(tmp_path, records):
+    p = tmp_path / "s.jsonl"
+    p.write_text("")
+    with pytest.raises(EmptyDatasetError):
+        load_sumie(p)
+    p.write_text("{not json\n")
+    with pytest.raises(UnknownFormatError, match=r"s.jsonl:1"):
+        load_sumie(p)
+    broken = dict(records[0])
+    del broken["entity_category"]
+    p.write_text(json.dumps(records[1]) + "\n" + json.dumps(broken) + "\n")
+    with pytest.raises(MissingFieldError, match=r"s.jsonl:2: missing field 'entity_category'"):
+        load_sumie(p)
+    bad = json.loads(json.dumps(records[0]))
+    bad["paragraph_summaries"][0]["summary"][0]["value"] = "a value nobody wrote"
+    p.write_text(json.dumps(bad) + "\n")
+    assert load_sumie(p)  # the official data may paraphrase: checking is opt-in
+    with pytest.raises(InconsistentGoldError, match="does not appear"):
+        load_sumie(p, verify_gold=True)
+    (tmp_path / "s.csv").write_text("a,b\n")
+    with pytest.raises(UnknownFormatError):
+        load_sumie(tmp_path / "s.csv")
