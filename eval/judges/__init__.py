@@ -1,0 +1,109 @@
+"""Judges and scorers: BooookScore, SUMIE matching, KGScore, ROUGE, exact match, execution match.
+
+Every judge is an independent unit of work with one calling convention:
+
+    result = run_judge(name, output, gold, llm=None, metadata=None, **options) -> JudgeResult
+
+`output` is what the method produced, `gold` is `Sample.gold`, `metadata` is `Sample.metadata`,
+`llm` is any `eval.llm.LLM` (only judges with `needs_llm` use it; they never touch the engine or
+Ray). `list_judges()` names them, `get_judge(name)` gives `JudgeInfo` (tasks it applies to,
+whether it needs an LLM). Bad inputs raise `eval.errors.JudgeError` with what to do.
+
+| judge | tasks | output | gold | LLM |
+| --- | --- | --- | --- | --- |
+| booookscore | book | final summary (str) | unused | yes: one call per sentence |
+| booookscore-batched | book | final summary (str) | unused | yes: `batch_size` sentences per call |
+| sumie | sumie | per-turn predictions, see below | `{"turns": [{attr: [values]}, ...]}` | yes: pair matcher |
+| sumie-exact | sumie | per-turn predictions | same | no: normalised exact match |
+| kgscore | arxiv | generated summary (str) | reference summary (str) | yes: edge extraction |
+| rouge | arxiv | summary (str) | reference (str) | no |
+| repoqa-exact | repoqa | answer naming a function (str) | function name (str) | no |
+| loft-exec | spider | rows (list of lists, or their JSON) | rows | no |
+
+SUMIE predictions: a list with one entry per turn (the memory after chunk t), each a JSON object
+`{attribute: value or [values]}` (or its JSON text); a single object is scored as the last turn.
+
+Records for the jobs layer's Parquet tables (`JudgeResult.judgment_records()` / `score_records()`):
+
+- `judgments` rows: `{"judge": str, "index": int, "record_json": str}`; `record_json` is
+  `Judgment.to_record()`: `{"item": str (what was judged: a sentence, "attr: value", an
+  extraction), "label": JSON (the parsed verdict), "valid": bool, "source": "llm"|"replay"|"rule",
+  "prompt": str|null, "template_id": str|null, "template_sha256": str|null, "constrained": bool,
+  "raw": str|null (the last raw answer), "failures": [{"raw": str, "reason": str}], "retries": int,
+  "usage": {"prompt_tokens", "cached_tokens", "decoded_tokens"}}`. `Judgment.from_record` reads one
+  back, and each judge module's `score_judgments`/`rescore` recomputes its score from them.
+- `scores` rows: `{"judge": str, "metric": str, "turn": int|None, "value": float}`; per-turn
+  metrics (SUMIE precision/recall/f1 at turn t, 0-based) carry `turn`, whole-sample ones `None`.
+  SUMIE also writes whole-sample `precision`/`recall`/`f1` at `start`, `last` and `avg` as metrics
+  `start:f1`, `last:f1`, `avg:f1`, ... (seed 000 table 1).
+
+Aggregation over samples (mean over books for BooookScore, macro averages for SUMIE and KGScore)
+is the report's job; `booookscore.mean_over_books` and `sumie.aggregate_turns` are the formulas.
+Cost accounting from engine usage lives in `eval.judges.cost` (cache hit rate, cost index).
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from eval.errors import JudgeError
+from eval.judges.records import Judgment, JudgeResult, Score
+from eval.llm import LLM
+
+
+@dataclass(frozen=True)
+class JudgeInfo:
+    name: str
+    tasks: tuple[str, ...]
+    needs_llm: bool
+    module: str
+    function: str
+    description: str
+
+    def load(self) -> Callable[..., JudgeResult]:
+        return getattr(importlib.import_module(self.module), self.function)
+
+
+_JUDGES: dict[str, JudgeInfo] = {j.name: j for j in (
+    JudgeInfo("booookscore", ("book",), True, "eval.judges.booookscore", "judge",
+              "share of summary sentences without a coherence error, one judge call per sentence"),
+    JudgeInfo("booookscore-batched", ("book",), True, "eval.judges.booookscore", "judge_batched",
+              "BooookScore with several sentences per judge call (JSON list answers)"),
+    JudgeInfo("sumie", ("sumie",), True, "eval.judges.sumie", "judge_llm",
+              "per-turn P/R/F1 of attribute-value pairs, LLM decides support"),
+    JudgeInfo("sumie-exact", ("sumie",), False, "eval.judges.sumie", "judge_exact",
+              "per-turn P/R/F1 of attribute-value pairs, normalised exact match"),
+    JudgeInfo("kgscore", ("arxiv",), True, "eval.judges.kgscore", "judge",
+              "P/R/F1 of knowledge-graph edges, predicates compared by MiniLM cosine similarity"),
+    JudgeInfo("rouge", ("arxiv",), False, "eval.judges.overlap", "judge_rouge",
+              "ROUGE-1/2/L/Lsum F-measures (rouge-score package)"),
+    JudgeInfo("repoqa-exact", ("repoqa",), False, "eval.judges.overlap", "judge_function_name",
+              "1 if the answer names the described function exactly"),
+    JudgeInfo("loft-exec", ("spider",), False, "eval.judges.overlap", "judge_exec_match",
+              "1 if the answered rows equal the gold rows (LOFT normalisation)"),
+)}
+
+
+def list_judges() -> list[str]:
+    return list(_JUDGES)
+
+
+def get_judge(name: str) -> JudgeInfo:
+    try:
+        return _JUDGES[name]
+    except KeyError:
+        raise JudgeError(f"unknown judge {name!r}; available: {', '.join(_JUDGES)}") from None
+
+
+def run_judge(name: str, output: Any, gold: Any, llm: LLM | None = None, metadata: dict[str, Any] | None = None,
+              **options: Any) -> JudgeResult:
+    """Run one judge on one output (a self-contained unit of work: safe to ship to a Ray task)."""
+    info = get_judge(name)
+    if info.needs_llm and llm is None:
+        raise JudgeError(f"judge {name!r} needs a judge LLM; configure `judge_model` in the run config")
+    fn = info.load()
+    return fn(output, gold, llm, metadata=metadata or {}, **options)
+
+
+__all__ = ["Judgment", "JudgeResult", "Score", "JudgeInfo", "list_judges", "get_judge", "run_judge"]

@@ -1,0 +1,145 @@
+"""BooookScore from recorded judgments: the official release's annotation files instead of an LLM.
+
+Format: `{book: {sentence: {"questions": str, "types": [labels]}}}` next to a summaries file
+`{book: summary}`. Only sentences judged confusing are listed; every other sentence of the summary is
+error-free, and a book that is missing or null has no confusing sentence. A listed sentence is
+matched to the summary's sentences by exact text, else by where it occurs in the summary (our
+splitter may cut a sentence differently from the one that produced the file: every sentence it
+overlaps is marked); a listed sentence that occurs nowhere in the summary (the release annotated
+another version of a few summaries) is reported in `details["unmatched"]`, never counted silently.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from eval.errors import JudgeError
+from eval.judges.booookscore import NAME, _label, _result
+from eval.judges.asking import InvalidAnswer
+from eval.judges.records import Judgment, JudgeResult
+from eval.judges.sentences import sentence_spans
+
+RELEASE_NAME = re.compile(r"^(?P<model>[a-z0-9]+)-(?P<chunk>\d+)-(?P<method>inc|hier)(?:-cleaned)?\.json$")
+
+
+def _ws(s: str) -> str:
+    return " ".join(s.split())
+
+
+def replay_book(summary: str, annotations: dict[str, Any] | None, *, dedupe: bool = True) -> JudgeResult:
+    """Score one summary with its recorded sentence judgments."""
+    if not isinstance(summary, str) or not summary.strip():
+        raise JudgeError("the summary is empty; nothing to score")
+    annotations = annotations or {}
+    if not isinstance(annotations, dict):
+        raise JudgeError(f"a book's annotations must be a {{sentence: judgment}} object, got {type(annotations).__name__}")
+    spans = sentence_spans(summary)
+    texts = [summary[a:b].strip() for a, b in spans]
+    index: dict[str, list[int]] = {}
+    for i, t in enumerate(texts):
+        index.setdefault(_ws(t), []).append(i)
+    flagged: dict[int, dict[str, Any]] = {}
+    unmatched: list[str] = []
+    for sentence, ann in annotations.items():
+        try:
+            label = _label(ann.get("questions"), ann.get("types")) if isinstance(ann, dict) else None
+        except InvalidAnswer as exc:
+            raise JudgeError(f"annotation of {sentence[:60]!r} is malformed ({exc}); fix the annotation file") from None
+        if label is None:
+            raise JudgeError(f"annotation of {sentence[:60]!r} must be an object with `questions` and `types`")
+        if not label["types"]:
+            continue  # recorded as not confusing
+        hits = index.get(_ws(sentence))
+        if hits is None:
+            pos = summary.find(sentence.strip())
+            if pos < 0:
+                unmatched.append(sentence)
+                continue
+            end = pos + len(sentence.strip())
+            hits = [i for i, (a, b) in enumerate(spans) if a < end and b > pos]
+        for i in hits:
+            flagged[i] = label
+    order = list(range(len(texts)))
+    if dedupe:  # one unit per distinct sentence text, confusing if any occurrence is
+        first: dict[str, int] = {}
+        for i in order:
+            k = _ws(texts[i])
+            if k in first:
+                if i in flagged and first[k] not in flagged:
+                    flagged[first[k]] = flagged[i]
+            else:
+                first[k] = i
+        order = sorted(first.values())
+    no_error = {"questions": None, "types": []}
+    judgments = [Judgment(item=texts[i], label=flagged.get(i, no_error), source="replay") for i in order]
+    return _result(judgments, len(order), {"unmatched": unmatched})
+
+
+@dataclass
+class ReleaseScore:
+    booookscore: float
+    books: int
+    sentences: int
+    unmatched: int
+    per_book: dict[str, float]
+
+
+def _load_json(path: Path, what: str) -> dict[str, Any]:
+    if not path.is_file():
+        raise JudgeError(f"{what} file {path} does not exist; pass the path of a JSON file")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise JudgeError(f"{what} file {path} is not valid JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise JudgeError(f"{what} file {path} must hold a JSON object keyed by book")
+    return data
+
+
+def score_release(summaries_path: str | Path, annotations_path: str | Path, *, dedupe: bool = True) -> ReleaseScore:
+    """BooookScore of an official summaries file judged by its annotation file (mean over books)."""
+    summaries = _load_json(Path(summaries_path), "summaries")
+    annotations = _load_json(Path(annotations_path), "annotations")
+    extra = sorted(set(annotations) - set(summaries))
+    if extra:
+        raise JudgeError(f"annotations name {len(extra)} book(s) absent from the summaries file (e.g. {extra[0]!r}); "
+                         "pair each annotation file with the summaries it was made from")
+    per_book: dict[str, float] = {}
+    sentences = unmatched = 0
+    for book in sorted(summaries):
+        if not isinstance(summaries[book], str):
+            raise JudgeError(f"summary of {book!r} is not a string")
+        r = replay_book(summaries[book], annotations.get(book), dedupe=dedupe)
+        per_book[book] = r.score(NAME)
+        sentences += int(r.score("sentences"))
+        unmatched += len(r.details["unmatched"])
+    if not per_book:
+        raise JudgeError(f"summaries file {summaries_path} holds no books")
+    return ReleaseScore(sum(per_book.values()) / len(per_book), len(per_book), sentences, unmatched, per_book)
+
+
+def release_table(release_dir: str | Path) -> list[dict[str, Any]]:
+    """Score every (model, chunk size, method) pair of an official release directory
+    (`summaries/{model}-{chunk}-{method}-cleaned.json` with `annotations/{model}-{chunk}-{method}.json`)."""
+    root = Path(release_dir)
+    ann_dir, summ_dir = root / "annotations", root / "summaries"
+    if not ann_dir.is_dir() or not summ_dir.is_dir():
+        raise JudgeError(f"{root} must contain `annotations/` and `summaries/` (the official BooookScore release layout)")
+    rows = []
+    for ann in sorted(ann_dir.glob("*.json")):
+        m = RELEASE_NAME.match(ann.name)
+        if not m:
+            continue
+        summ = summ_dir / f"{ann.stem}-cleaned.json"
+        if not summ.is_file():
+            raise JudgeError(f"no summaries file {summ.name} for annotations {ann.name}")
+        s = score_release(summ, ann)
+        rows.append({"model": m["model"], "chunk": int(m["chunk"]), "method": m["method"],
+                     "booookscore": s.booookscore, "books": s.books, "sentences": s.sentences,
+                     "unmatched": s.unmatched})
+    if not rows:
+        raise JudgeError(f"no annotation files named like gpt4-2048-hier.json in {ann_dir}")
+    return rows
