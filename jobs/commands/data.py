@@ -1,0 +1,105 @@
+"""`memloop data ...`: generate synthetic SUMIE data, chunk a book, inspect any dataset task."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from eval.errors import DatasetError
+
+data_app = typer.Typer(help="Datasets: generate, chunk and inspect task data.", no_args_is_help=True)
+
+
+@data_app.command("sumie")
+def sumie(
+    synthetic: bool = typer.Option(False, "--synthetic", help="Generate entities instead of reading --input."),
+    entities: int = typer.Option(200, "--entities", min=1, help="How many entities to generate."),
+    seed: int = typer.Option(0, "--seed", help="Generator seed: the same seed gives the same file."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Where to write official-format JSONL."),
+    input: Optional[Path] = typer.Option(None, "--input", help="An official dataset_sumie.jsonl to check."),
+) -> None:
+    """Write synthetic SUMIE data in the official format, or check an official-format file's gold."""
+    from eval.datasets.sumie import load_sumie, write_sumie_jsonl
+
+    if synthetic:
+        if out is None:
+            raise DatasetError("--synthetic needs --out FILE (where to write the JSONL)")
+        write_sumie_jsonl(out, entities, seed)
+        path = out
+    elif input is not None:
+        path = input
+    else:
+        raise DatasetError("pass --synthetic --out FILE to generate, or --input FILE to check a file")
+    samples = load_sumie(path, verify_gold=True)
+    facts = sum(len(s.gold["facts"][-1]) for s in samples)
+    print(json.dumps({"path": str(path), "entities": len(samples), "paragraphs": sum(len(s.chunks) for s in samples),
+                      "final_facts": facts}))
+
+
+@data_app.command("chunk")
+def chunk(
+    book: Path = typer.Argument(..., help="A plain-text or Project Gutenberg book."),
+    tokens: int = typer.Option(2048, "--tokens", help="Chunk size in tokens."),
+    tokenizer: str = typer.Option("cl100k_base", "--tokenizer", help="A tiktoken encoding name, or a Hugging Face tokenizer directory."),
+    as_json: bool = typer.Option(False, "--json", help="Print the statistics as one JSON object (last line)."),
+    no_unwrap: bool = typer.Option(False, "--no-unwrap", help="Keep hard-wrapped lines as separate paragraphs."),
+) -> None:
+    """Chunk a book exactly like BooookScore and report whether any text was lost."""
+    from eval.datasets.books import clean_book
+    from eval.datasets.chunker import chunk_paragraphs, chunk_stats, split_paragraphs
+    from eval.datasets.textfile import read_text
+
+    tok: object = tokenizer
+    if Path(tokenizer).is_dir():
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(tokenizer)
+    paragraphs = split_paragraphs(clean_book(read_text(book, "book"), unwrap=not no_unwrap))
+    chunks = chunk_paragraphs(paragraphs, tokens, tok)
+    stats = chunk_stats(paragraphs, chunks, tok).as_dict()
+    if not as_json:
+        print(f"{book}: {len(paragraphs)} paragraphs -> {stats['chunks']} chunks of at most {tokens} tokens "
+              f"(largest {stats['max_chunk_tokens']}); text {stats['text_tokens']} tokens, chunks {stats['chunk_tokens']}")
+    print(json.dumps(stats))
+    if stats["text_tokens"] != stats["chunk_tokens"]:
+        raise DatasetError(f"chunking lost text ({stats['text_tokens']} vs {stats['chunk_tokens']} tokens): please report this book")
+
+
+@data_app.command("tasks")
+def list_tasks() -> None:
+    """List the dataset task names a run config may use."""
+    from eval.datasets import tasks
+
+    for name in tasks():
+        print(name)
+
+
+@data_app.command("show")
+def show(
+    task: str = typer.Argument(..., help="A task name (see `memloop data tasks`)."),
+    option: list[str] = typer.Option([], "--option", "-o", help="Loader option KEY=VALUE (VALUE parsed as JSON when it can be)."),
+    limit: int = typer.Option(3, "--limit", help="How many samples to print."),
+) -> None:
+    """Load a task with its options and print a one-line summary per sample (JSON)."""
+    from eval.datasets import load_dataset
+
+    options = {}
+    for item in option:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise DatasetError(f"option {item!r} must look like KEY=VALUE")
+        try:
+            options[key] = json.loads(value)
+        except json.JSONDecodeError:
+            options[key] = value
+    samples = load_dataset(task, **options)
+    print(f"{len(samples)} samples")
+    for s in samples[:limit]:
+        print(json.dumps({"id": s.id, "chunks": len(s.chunks), "chars": sum(map(len, s.chunks)),
+                          "query": (s.query or "")[:160], "gold": json.dumps(s.gold)[:160]}, ensure_ascii=False))
+
+
+def register(app: typer.Typer, bench_app: typer.Typer) -> None:
+    app.add_typer(data_app, name="data")

@@ -1,0 +1,55 @@
+"""`memloop data ...` commands (run on an app holding only the data group, as jobs.cli registers it)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from eval.errors import DatasetError
+from jobs.commands import data
+
+
+@pytest.fixture(scope="module")
+def app():
+    app = typer.Typer()
+    data.register(app, typer.Typer())
+    return app
+
+
+def test_sumie_synthetic_writes_official_jsonl(app, tmp_path):
+    out = tmp_path / "dataset_sumie.jsonl"
+    result = CliRunner().invoke(app, ["data", "sumie", "--synthetic", "--entities", "25", "--seed", "4", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output.strip().splitlines()[-1])["entities"] == 25
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(rows) == 25 and {"entity_name", "entity_category", "paragraph_summaries", "distractor_sentences"} <= set(rows[0])
+    again = CliRunner().invoke(app, ["data", "sumie", "--input", str(out)])
+    assert again.exit_code == 0 and json.loads(again.output.splitlines()[-1])["paragraphs"] == 25 * 7
+
+
+def test_chunk_json_reports_nothing_lost(app, shared_data):
+    book = shared_data / "books" / "news-from-nowhere.txt"
+    result = CliRunner().invoke(app, ["data", "chunk", str(book), "--tokens", "1024", "--json"])
+    assert result.exit_code == 0, result.output
+    stats = json.loads(result.output.strip().splitlines()[-1])
+    assert set(stats) == {"chunks", "max_chunk_tokens", "text_tokens", "chunk_tokens"}
+    assert stats["text_tokens"] == stats["chunk_tokens"] and stats["max_chunk_tokens"] <= 1024 and stats["chunks"] > 90
+
+
+def test_errors_are_named(app, tmp_path):
+    result = CliRunner().invoke(app, ["data", "sumie", "--synthetic"])
+    assert isinstance(result.exception, DatasetError) and "--out" in str(result.exception)
+    empty = tmp_path / "e.txt"
+    empty.write_text("")
+    result = CliRunner().invoke(app, ["data", "chunk", str(empty), "--json"])
+    assert isinstance(result.exception, DatasetError) and "empty" in str(result.exception)
+
+
+def test_show_and_tasks(app):
+    result = CliRunner().invoke(app, ["data", "show", "sumie", "-o", "synthetic=true", "-o", "entities=2", "--limit", "2"])
+    assert result.exit_code == 0 and result.output.startswith("2 samples")
+    assert CliRunner().invoke(app, ["data", "tasks"]).output.split() == ["arxiv", "book", "repoqa", "spider", "sumie"]
+    bad = CliRunner().invoke(app, ["data", "show", "sumie", "-o", "entitees=2"])
+    assert isinstance(bad.exception, DatasetError) and "entitees" in str(bad.exception)
