@@ -1,0 +1,54 @@
+"""Glue between methods and eval.memory: revision parsing for both output modes, applying, recording."""
+from __future__ import annotations
+
+import copy
+from typing import Any, Callable, Sequence
+
+from eval.memory import (ParsedRevisions, RevisionParseError, Schema, apply_revisions, parse_revision_list,
+                         revision_list_schema)
+from eval.methods.base import ParseFailure, Step
+
+THOUGHT_FIELDS = ("thoughts_for_update", "thoughts_for_add")
+
+
+def constrained_schema(schema: Schema, ops: Sequence[str], thoughts: bool) -> dict[str, Any]:
+    """{"revisions": [...]} of eval.memory, optionally preceded by the CoK thought lists."""
+    js = copy.deepcopy(revision_list_schema(schema, ops))
+    if thoughts:
+        props = {f: {"type": "array", "items": {"type": "string"}} for f in THOUGHT_FIELDS}
+        props.update(js["properties"])
+        js["properties"] = props
+        js["required"] = list(THOUGHT_FIELDS) + js["required"]
+    return js
+
+
+def revision_parser(constrained: bool, text_parser: Callable[[str], ParsedRevisions],
+                    ops: Sequence[str]) -> Callable[[str], ParsedRevisions]:
+    """Parse constrained JSON or the sectioned text format; an output with no revisions section retries."""
+    def parse(text: str) -> ParsedRevisions:
+        try:
+            parsed = parse_revision_list(text) if constrained else text_parser(text)
+        except RevisionParseError as exc:
+            raise ParseFailure(str(exc)) from None
+        banned = [r for r in parsed.revisions if r.op not in ops]
+        if banned:
+            from eval.memory import Rejection
+            parsed.revisions = [r for r in parsed.revisions if r.op in ops]
+            parsed.rejected += [Rejection(f"{r.op} is not allowed in this variant (ops: {list(ops)})", revision=r)
+                                for r in banned]
+        return parsed
+    return parse
+
+
+def apply_step(step: Step, memory: dict[str, Any], schema: Schema) -> tuple[dict[str, Any], list]:
+    """Apply a parsed step's revisions; rejections become the step's failures. Returns (memory, applied)."""
+    if not step.ok:
+        return memory, []
+    parsed: ParsedRevisions = step.parsed
+    res = apply_revisions(memory, parsed.revisions, schema)
+    for rej in list(parsed.rejected) + list(res.rejected):
+        where = rej.revision.path.text if getattr(rej, "revision", None) is not None else (rej.raw or "")[:80]
+        step.failures.append(f"revision rejected ({where}): {rej.reason}")
+    step.parsed = {"revisions": [r.to_dict() for r in parsed.revisions],
+                   "applied": [r.to_dict() for r in res.applied]}
+    return res.memory, list(res.applied)
