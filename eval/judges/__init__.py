@@ -33,9 +33,8 @@ Records for the jobs layer's Parquet tables (`JudgeResult.judgment_records()` / 
   "usage": {"prompt_tokens", "cached_tokens", "decoded_tokens"}}`. `Judgment.from_record` reads one
   back, and each judge module's `score_judgments`/`rescore` recomputes its score from them.
 - `scores` rows: `{"judge": str, "metric": str, "turn": int|None, "value": float}`; per-turn
-  metrics (SUMIE precision/recall/f1 at turn t, 0-based) carry `turn`, whole-sample ones `None`.
-  SUMIE also writes whole-sample `precision`/`recall`/`f1` at `start`, `last` and `avg` as metrics
-  `start:f1`, `last:f1`, `avg:f1`, ... (seed 000 table 1).
+  metrics (SUMIE `precision`/`recall`/`f1` at turn t, 0-based) carry `turn`, whole-sample ones
+  `None`; start / last / average over turns (seed 000 table 1) are derived from the per-turn rows.
 
 Aggregation over samples (mean over books for BooookScore, macro averages for SUMIE and KGScore)
 is the report's job; `booookscore.mean_over_books` and `sumie.aggregate_turns` are the formulas.

@@ -155,9 +155,8 @@ def _result(judgments: list[Judgment], n_sentences: int, details: dict[str, Any]
     scores = [Score(NAME, score_judgments(judgments)), Score("sentences", float(n_sentences)),
               Score("confusing", float(sum(is_confusing(j.label) for j in judgments if j.valid))),
               Score("invalid", float(invalid))]
-    for t in ERROR_TYPES:
-        scores.append(Score(f"type:{t}", float(sum(t in (j.label or {}).get("types", []) for j in judgments if j.valid))))
-    return JudgeResult(NAME, scores, judgments, details or {})
+    counts = {t: sum(t in (j.label or {}).get("types", []) for j in judgments if j.valid) for t in ERROR_TYPES}
+    return JudgeResult(NAME, scores, judgments, {"error_types": counts, **(details or {})})
 
 
 def _units(summary: str, dedupe: bool) -> list[str]:

@@ -1,0 +1,263 @@
+"""SUMIE matching (seed 000, table 1): precision, recall and F1 of attribute-value pairs, per turn.
+
+At turn t the prediction (the memory after chunk t) is compared with the gold pairs aggregated over
+paragraphs 1..t. A predicted pair is correct when some gold pair supports it; a gold pair is
+recalled when it supports some predicted pair:
+
+    P_t = |{p : p supported}| / |pred_t|     R_t = |{g : g supports some p}| / |gold_t|
+    F1_t = 2 P_t R_t / (P_t + R_t)           (0 when P_t + R_t = 0; 0/0 = 0)
+
+Two matchers decide "supports": `judge_llm` asks the judge, once per predicted pair, which numbered
+gold pairs state the same information (so one call gives both the precision verdict and the gold
+pairs it recalls); `judge_exact` uses normalised exact match (for synthetic gold). Table 1 reports,
+over entities, the mean P and R and the macro F1 (mean of per-entity F1) at the first turn ("start"),
+the last turn and averaged over turns; `aggregate_turns` is that computation.
+
+A text (non-JSON) prediction is first turned into pairs by the judge (`sumie-extract` template);
+`judge_exact` refuses text, because exact matching needs pairs.
+"""
+from __future__ import annotations
+
+import json
+import re
+import unicodedata
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, Sequence
+
+from eval.errors import JudgeError
+from eval.llm import LLM
+from eval.judges.asking import InvalidAnswer, ask
+from eval.judges.records import Judgment, JudgeResult, Score, f1, safe_div
+from eval.judges.templates import render
+
+Pair = tuple[str, str]
+NAME_LLM = "sumie"
+NAME_EXACT = "sumie-exact"
+
+
+# ---------------------------------------------------------------- pairs
+
+def _flatten(obj: Any, prefix: str, out: list[Pair]) -> None:
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            _flatten(v, f"{prefix} {k}".strip() if prefix else str(k), out)
+    elif isinstance(obj, list):
+        for v in obj:
+            _flatten(v, prefix, out)
+    elif obj is None or (isinstance(obj, str) and not obj.strip()):
+        return
+    else:
+        if not prefix:
+            raise JudgeError(f"value {obj!r} has no attribute; predictions must be {{attribute: value}} objects")
+        out.append((prefix, str(obj).strip()))
+
+
+def pairs_of(obj: Any) -> list[Pair]:
+    """Attribute-value pairs of a JSON memory: nested keys are joined with spaces, list values
+    give one pair per element, empty values are dropped; duplicates are removed (order kept)."""
+    if isinstance(obj, str):
+        try:
+            obj = json.loads(obj)
+        except json.JSONDecodeError:
+            raise JudgeError("this prediction is text, not a JSON object of attribute-value pairs") from None
+    if isinstance(obj, list) and all(isinstance(p, (list, tuple)) and len(p) == 2 for p in obj):
+        out = [(str(a).strip(), str(v).strip()) for a, v in obj]
+    elif isinstance(obj, dict):
+        out = []
+        _flatten(obj, "", out)
+    else:
+        raise JudgeError(f"a SUMIE prediction must be a JSON object {{attribute: value(s)}}, got {type(obj).__name__}")
+    return list(dict.fromkeys(out))
+
+
+def gold_turns(gold: Any) -> list[list[Pair]]:
+    if not isinstance(gold, dict) or not isinstance(gold.get("turns"), list) or not gold["turns"]:
+        raise JudgeError("SUMIE gold must be {'turns': [{attribute: [values]}, ...]} (one entry per paragraph); "
+                         "load the sample with the sumie dataset loader")
+    return [pairs_of(t) for t in gold["turns"]]
+
+
+def predicted_turns(output: Any, n_turns: int) -> list[tuple[int, Any]]:
+    """(turn index, prediction) pairs: a list is one prediction per turn; anything else is the last turn."""
+    if isinstance(output, str):
+        try:
+            output = json.loads(output)
+        except json.JSONDecodeError:
+            return [(n_turns - 1, output)]
+    if isinstance(output, list) and output and all(isinstance(o, (dict, str)) for o in output):
+        if len(output) != n_turns:
+            raise JudgeError(f"got {len(output)} per-turn predictions for {n_turns} gold turns; "
+                             "pass one prediction per paragraph (or only the final one)")
+        return list(enumerate(output))
+    return [(n_turns - 1, output)]
+
+
+# ---------------------------------------------------------------- scoring
+
+_PUNCT = re.compile(r"[\W_]+", re.UNICODE)
+
+
+def normalise(text: str) -> str:
+    """Case-, accent-width-, punctuation- and whitespace-insensitive form."""
+    return " ".join(_PUNCT.sub(" ", unicodedata.normalize("NFKC", text).casefold()).split())
+
+
+def prf(pred: Sequence[Pair], gold: Sequence[Pair], support: Sequence[set[int]]) -> dict[str, float]:
+    """P/R/F1 from, for each predicted pair, the set of gold indices that support it."""
+    correct = sum(1 for s in support if s)
+    recalled = len(set().union(*support)) if support else 0
+    p, r = safe_div(correct, len(pred)), safe_div(recalled, len(gold))
+    return {"precision": p, "recall": r, "f1": f1(p, r)}
+
+
+def exact_support(pred: Sequence[Pair], gold: Sequence[Pair]) -> list[set[int]]:
+    keys: dict[tuple[str, str], set[int]] = {}
+    for i, (a, v) in enumerate(gold):
+        keys.setdefault((normalise(a), normalise(v)), set()).add(i)
+    return [set(keys.get((normalise(a), normalise(v)), set())) for a, v in pred]
+
+
+def aggregate_turns(per_sample: Sequence[Sequence[dict[str, float]]]) -> dict[str, dict[str, float]]:
+    """Table 1 over samples: each sample is its per-turn [{precision, recall, f1}, ...].
+    Returns {"start"|"last"|"avg": {"precision", "recall", "f1"}} with means over samples."""
+    if not per_sample or any(not s for s in per_sample):
+        raise JudgeError("aggregate_turns needs at least one sample, each with at least one turn")
+    out: dict[str, dict[str, float]] = {}
+    for which, pick in (("start", lambda s: s[0]), ("last", lambda s: s[-1]),
+                        ("avg", lambda s: {m: sum(t[m] for t in s) / len(s) for m in ("precision", "recall", "f1")})):
+        vals = [pick(s) for s in per_sample]
+        out[which] = {m: sum(v[m] for v in vals) / len(vals) for m in ("precision", "recall", "f1")}
+    return out
+
+
+def _fmt(p: Pair) -> str:
+    return f"{p[0]}: {p[1]}"
+
+
+def _result(name: str, turns: list[tuple[int, dict[str, float]]], judgments: list[Judgment],
+            details: dict[str, Any]) -> JudgeResult:
+    scores = [Score(m, v, t) for t, vals in turns for m, v in vals.items()]
+    return JudgeResult(name, scores, judgments, details)
+
+
+# ---------------------------------------------------------------- judges
+
+def judge_exact(output: Any, gold: Any, llm: LLM | None = None, *, metadata: dict[str, Any] | None = None) -> JudgeResult:
+    golds = gold_turns(gold)
+    turns, judgments = [], []
+    for t, pred_obj in predicted_turns(output, len(golds)):
+        pred = pairs_of(pred_obj)
+        support = exact_support(pred, golds[t])
+        for p, s in zip(pred, support):
+            judgments.append(Judgment(item=f"turn {t}: {_fmt(p)}", label={"turn": t, "supported_by": sorted(s)},
+                                      source="rule"))
+        turns.append((t, prf(pred, golds[t], support)))
+    return _result(NAME_EXACT, turns, judgments, {"gold_pairs": [len(g) for g in golds]})
+
+
+MATCH_TEMPLATE = "sumie-match"
+EXTRACT_TEMPLATE = "sumie-extract"
+
+EXTRACT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"pairs": {"type": "array", "maxItems": 60, "items": {
+        "type": "object", "properties": {"attribute": {"type": "string", "minLength": 1, "maxLength": 60},
+                                         "value": {"type": "string", "minLength": 1, "maxLength": 200}},
+        "required": ["attribute", "value"], "additionalProperties": False}}},
+    "required": ["pairs"], "additionalProperties": False,
+}
+
+
+def match_schema(n_gold: int) -> dict[str, Any]:
+    return {"type": "object",
+            "properties": {"supported_by": {"type": "array", "items": {"type": "integer", "minimum": 1, "maximum": max(1, n_gold)},
+                                            "maxItems": max(1, min(n_gold, 10)), "uniqueItems": True}},
+            "required": ["supported_by"], "additionalProperties": False}
+
+
+def parse_match(text: str, n_gold: int) -> list[int]:
+    """0-based gold indices from {"supported_by": [1-based numbers]}; out-of-range numbers are invalid."""
+    start, end = text.find("{"), text.rfind("}")
+    try:
+        obj = json.loads(text[start:end + 1]) if start >= 0 and end > start else None
+    except json.JSONDecodeError as exc:
+        raise InvalidAnswer(f"answer is not valid JSON: {exc}") from None
+    if not isinstance(obj, dict) or not isinstance(obj.get("supported_by"), list):
+        raise InvalidAnswer('the answer must be {"supported_by": [numbers]}')
+    out = []
+    for n in obj["supported_by"]:
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= n_gold:
+            raise InvalidAnswer(f"{n!r} is not the number of a reference fact (1..{n_gold})")
+        if n - 1 not in out:
+            out.append(n - 1)
+    return sorted(out)
+
+
+def parse_extraction(text: str) -> list[list[str]]:
+    start, end = text.find("{"), text.rfind("}")
+    try:
+        obj = json.loads(text[start:end + 1]) if start >= 0 and end > start else None
+    except json.JSONDecodeError as exc:
+        raise InvalidAnswer(f"answer is not valid JSON: {exc}") from None
+    if not isinstance(obj, dict) or not isinstance(obj.get("pairs"), list):
+        raise InvalidAnswer('the answer must be {"pairs": [{"attribute": ..., "value": ...}]}')
+    out = []
+    for p in obj["pairs"]:
+        if not isinstance(p, dict) or not isinstance(p.get("attribute"), str) or not isinstance(p.get("value"), str):
+            raise InvalidAnswer("every pair needs string `attribute` and `value`")
+        if p["attribute"].strip() and p["value"].strip():
+            out.append([p["attribute"].strip(), p["value"].strip()])
+    return out
+
+
+def judge_llm(output: Any, gold: Any, llm: LLM | None = None, *, metadata: dict[str, Any] | None = None,
+              max_attempts: int = 3, on_invalid: str = "raise", max_workers: int = 16) -> JudgeResult:
+    if llm is None:
+        raise JudgeError("the SUMIE LLM matcher needs a judge LLM; use `sumie-exact` for deterministic matching")
+    golds = gold_turns(gold)
+    entity = str(gold.get("entity_name") or "the entity")
+    raise_on_invalid = on_invalid == "raise"
+    judgments: list[Judgment] = []
+    turns: list[tuple[int, dict[str, float]]] = []
+    for t, pred_obj in predicted_turns(output, len(golds)):
+        try:
+            pred = pairs_of(pred_obj)
+        except JudgeError:
+            if not isinstance(pred_obj, str):
+                raise
+            tpl, prompt = render(EXTRACT_TEMPLATE, entity=entity, summary=pred_obj)
+            ex = ask(llm, tpl, prompt, item=f"turn {t}: pairs stated in the text summary", parse=parse_extraction,
+                     schema=EXTRACT_SCHEMA, max_tokens=1024, max_attempts=max_attempts, raise_on_invalid=raise_on_invalid)
+            judgments.append(ex)
+            pred = list(dict.fromkeys((a, v) for a, v in (ex.label or [])))
+        g = golds[t]
+        reference = "\n".join(f"{i}. {_fmt(p)}" for i, p in enumerate(g, 1))
+
+        def one(ip: tuple[int, Pair], g=g, reference=reference, t=t) -> Judgment:
+            i, p = ip
+            if not g:  # nothing can support it; no call needed
+                return Judgment(item=f"turn {t}: {_fmt(p)}", label=[], source="rule")
+            tpl, prompt = render(MATCH_TEMPLATE, entity=entity, pair=_fmt(p), reference=reference)
+            return ask(llm, tpl, prompt, item=f"turn {t}: {_fmt(p)}", parse=lambda s: parse_match(s, len(g)),
+                       schema=match_schema(len(g)), max_tokens=64, max_attempts=max_attempts, seed=i,
+                       raise_on_invalid=raise_on_invalid)
+
+        with ThreadPoolExecutor(max_workers=max(1, min(max_workers, len(pred) or 1))) as pool:
+            js = list(pool.map(one, enumerate(pred)))
+        judgments.extend(js)
+        support = [set(j.label or []) for j in js]  # an invalid verdict counts as unsupported and is recorded
+        turns.append((t, prf(pred, g, support)))
+    return _result(NAME_LLM, turns, judgments, {"gold_pairs": [len(g) for g in golds]})
+
+
+def rescore(judgments: Sequence[Judgment], gold: Any) -> dict[int, dict[str, float]]:
+    """Per-turn P/R/F1 recomputed from stored match judgments (items "turn t: attr: value")."""
+    golds = gold_turns(gold)
+    per_turn: dict[int, list[set[int]]] = {}
+    for j in judgments:
+        m = re.match(r"turn (\d+): ", j.item)
+        if not m or "pairs stated" in j.item:
+            continue
+        label = j.label if isinstance(j.label, list) else (j.label or {}).get("supported_by", [])
+        per_turn.setdefault(int(m.group(1)), []).append(set(label or []) if j.valid else set())
+    return {t: prf([("", "")] * len(s), golds[t], s) for t, s in sorted(per_turn.items())}
