@@ -40,7 +40,7 @@ class DatasetSpec(_Strict):
     synthetic: dict[str, Any] | None = None  # generator options (e.g. SUMIE: entities, seed)
     limit: int | None = Field(default=None, ge=1)  # the first `limit` samples
     ids: list[str] | None = None  # or exactly these sample ids
-    options: dict[str, Any] = Field(default_factory=dict)  # loader options (chunk_tokens, max_chunks ...)
+    options: dict[str, Any] = Field(default_factory=dict)  # loader options; `max_chunks` keeps the first N chunks
 
     @field_validator("task")
     @classmethod
@@ -51,14 +51,14 @@ class DatasetSpec(_Strict):
 
     @model_validator(mode="after")
     def _one_source(self) -> "DatasetSpec":
-        if (self.path is None) == (self.synthetic is None):
-            raise ValueError("give exactly one of `path` (a data file) or `synthetic` (generator options)")
+        if self.path is not None and self.synthetic is not None:
+            raise ValueError("give `path` (a data file) or `synthetic` (generator options), not both")
         return self
 
     @property
     def key(self) -> str:
         """Short stable name used in tables: the task plus the file name or 'synthetic'."""
-        src = Path(self.path).stem if self.path else "synthetic"
+        src = Path(self.path).stem if self.path else ("synthetic" if self.synthetic is not None else "builtin")
         return f"{self.task}:{src}"
 
 
@@ -89,8 +89,10 @@ class EngineSpec(_Strict):
     cpus_per_actor: float = Field(default=1.0, gt=0)
     gpus_per_actor: float = Field(default=1.0, gt=0)
     tpu_chips_per_host: int = Field(default=4, ge=1)
+    tpu_slice: str | None = None  # the slice's Ray resource (its pod name) to keep all actors on one slice
     max_in_flight: int = Field(default=8, ge=1)  # samples run concurrently against each actor
     max_restarts: int = Field(default=3, ge=0)
+    start_timeout_s: float = Field(default=900.0, gt=0)  # model load + compile, or waiting for hosts
     page_budget: float | int | None = None  # fraction of device memory or bytes for the KV cache
     mesh: dict[str, int] | None = None
     options: dict[str, Any] = Field(default_factory=dict)  # further engine config fields
@@ -150,13 +152,14 @@ class RunConfig(_Strict):
             raise ValueError("use letters, digits, '.', '_' and '-' only (at most 64 characters)")
         return v
 
-    @model_validator(mode="after")
-    def _unique_method_keys(self) -> "RunConfig":
-        keys = [m.key for m in self.methods]
+    @field_validator("methods")
+    @classmethod
+    def _unique_method_keys(cls, v: list[MethodSpec]) -> list[MethodSpec]:
+        keys = [m.key for m in v]
         dup = sorted({k for k in keys if keys.count(k) > 1})
         if dup:
             raise ValueError(f"methods {dup} appear twice; give each a distinct `label`")
-        return self
+        return v
 
     def seeds(self) -> list[int]:
         """One seed per repeat, derived from the base seed."""

@@ -90,6 +90,11 @@ def overview_table(d: RunData) -> str:
     return markdown_table(["method", "dataset", "ok", "failed", "repeats", "first error"], rows)
 
 
+def _sumie_summary(scores: pd.DataFrame) -> pd.Series:
+    """The judge's own start:/last:/avg: rows; the report recomputes them from the per-turn rows."""
+    return scores["metric"].str.match(r"^(start|last|avg):")
+
+
 def sumie_frame(d: RunData) -> pd.DataFrame:
     """Per (method, dataset, repeat, sample): start / last / avg of each SUMIE metric."""
     s = d.scores
@@ -122,7 +127,7 @@ def sumie_table(d: RunData) -> str | None:
 
 
 def scores_table(d: RunData) -> str | None:
-    s = d.scores[d.scores["turn"].isna() & ~d.scores["metric"].isin(SUMIE_METRICS)]
+    s = d.scores[d.scores["turn"].isna() & ~d.scores["metric"].isin(SUMIE_METRICS) & ~_sumie_summary(d.scores)]
     if s.empty:
         return None
     cols = sorted({(j, m) for j, m in zip(s["judge"], s["metric"])})
@@ -167,7 +172,7 @@ def summary_frame(d: RunData) -> pd.DataFrame:
     if not f.empty:
         for method, g in f[f["metric"] == "f1"].groupby("method"):
             out.setdefault(method, {})["SUMIE F1 avg"] = fmt(list(g.groupby("repeat")["avg"].mean()))
-    s = d.scores[d.scores["turn"].isna()]
+    s = d.scores[d.scores["turn"].isna() & ~_sumie_summary(d.scores)]
     for (method, j, m), g in s.groupby(["method", "judge", "metric"]):
         out.setdefault(method, {})[m if m == j else f"{j}: {m}"] = fmt(list(g.groupby("repeat")["value"].mean()))
     c = cost_frame(d)

@@ -1,0 +1,49 @@
+"""Judge work as Ray tasks: one task per (unit, judge), started as soon as the unit's output exists.
+
+The task receives what the judge scores (see `judge_output`), the sample's gold and metadata, and
+an LLM (the engine actor's adapter, or built from the endpoint spec inside the task) and returns
+plain-dict rows for the `judgments` and `scores` tables.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from jobs.config import JudgeModelSpec, JudgeSpec
+
+
+def judge_output(judge: str, out: Any) -> Any:
+    """What a judge scores: SUMIE judges take the memory after each chunk (one entry per turn),
+    every other judge the method's final answer."""
+    if not judge.startswith("sumie"):
+        return out.answer
+    per_chunk: dict[int, Any] = {}
+    for s in out.steps:
+        if s.chunk_index is not None and s.ok and s.memory is not None:
+            per_chunk[s.chunk_index] = s.memory  # the last successful step of a chunk holds its memory
+    if not per_chunk:
+        return [out.memory if out.memory is not None else out.answer]
+    turns, last = [], None
+    for t in range(max(per_chunk) + 1):
+        last = per_chunk.get(t, last)  # a chunk whose steps all failed keeps the previous memory
+        turns.append(last if last is not None else {})
+    return turns
+
+
+def judge_llm(spec: JudgeModelSpec, engine_llm: Any) -> Any:
+    """The LLM judges call: the run's own engine, or the configured OpenAI-compatible endpoint."""
+    if spec.kind == "engine":
+        return engine_llm
+    from jobs.llm_adapters import endpoint_llm
+
+    ep = spec.endpoint
+    return endpoint_llm(ep.base_url, ep.model, ep.api_key_env)
+
+
+def judge_one(judge: JudgeSpec, output: Any, gold: Any, metadata: dict[str, Any], judge_model: JudgeModelSpec,
+              engine_llm: Any) -> dict[str, list[dict[str, Any]]]:
+    """Run one judge on one output; returns {"judgments": rows, "scores": rows}."""
+    from eval.judges import get_judge, run_judge
+
+    llm = judge_llm(judge_model, engine_llm) if get_judge(judge.name).needs_llm else None
+    result = run_judge(judge.name, output, gold, llm=llm, metadata=metadata, **judge.options)
+    return {"judgments": result.judgment_records(), "scores": result.score_records()}

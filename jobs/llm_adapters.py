@@ -1,0 +1,63 @@
+"""`eval.llm.LLM` implementations the jobs layer hands to methods and judges.
+
+- `ActorLLM`: the local engine, through a handle of `engine.actor.EngineActor` (a Ray actor whose
+  async `complete(request_dict) -> result_dict` batches concurrent calls). Many threads call
+  `complete` at once; each call blocks only its own thread, so the engine sees them all together.
+- `endpoint_llm`: any OpenAI-compatible endpoint, through `eval.llm_http`.
+
+Token counts are asked from the actor once per distinct text and memoised (methods count the
+same memory and chunks repeatedly).
+"""
+from __future__ import annotations
+
+import functools
+import os
+import threading
+from typing import Any
+
+from eval.llm import LLM, LLMRequest, LLMResult, Usage
+
+
+class ActorLLM:
+    """An LLM over an engine actor handle; safe to call from many threads and picklable into Ray tasks."""
+
+    supports_json_schema = True
+
+    def __init__(self, actor: Any, name: str = "engine", timeout_s: float | None = None) -> None:
+        self.actor = actor
+        self.name = name
+        self.timeout_s = timeout_s
+        self._lock = threading.Lock()
+        self.usage = Usage()  # totals of this adapter (the driver's progress line reads them)
+        self.requests = 0
+
+    def __reduce__(self):  # locks do not pickle; the handle does
+        return (ActorLLM, (self.actor, self.name, self.timeout_s))
+
+    def complete(self, request: LLMRequest) -> LLMResult:
+        import ray
+
+        out = ray.get(self.actor.complete.remote(request.to_dict()), timeout=self.timeout_s)
+        result = LLMResult.from_dict(out)
+        with self._lock:
+            self.usage = self.usage + result.usage
+            self.requests += 1
+        return result
+
+    def count_tokens(self, text: str) -> int:
+        return self._count(text)
+
+    @functools.lru_cache(maxsize=4096)  # noqa: B019 - one adapter per actor, lives for the run
+    def _count(self, text: str) -> int:
+        import ray
+
+        return int(ray.get(self.actor.count_tokens.remote(text), timeout=self.timeout_s))
+
+
+def endpoint_llm(base_url: str, model: str, api_key_env: str | None = None) -> LLM:
+    """An OpenAI-compatible endpoint as an LLM (the API key is read from the named environment variable)."""
+    from eval import llm_http  # written by the methods area
+
+    key = os.environ.get(api_key_env) if api_key_env else None
+    factory = getattr(llm_http, "OpenAICompatibleLLM", None) or getattr(llm_http, "HttpLLM")
+    return factory(base_url=base_url, model=model, api_key=key)

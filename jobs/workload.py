@@ -1,0 +1,138 @@
+"""From a run config to units of work: samples loaded, methods matched to tasks, repeats expanded.
+
+A unit is one (dataset, sample, method, repeat); it is what the driver schedules, retries, and
+what the storage records exactly once. Everything here runs before any actor starts, so a bad
+config fails early with the offending field named.
+"""
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from eval.datasets.sample import Sample
+from eval.errors import EvalError
+from jobs.config import DatasetSpec, JudgeSpec, MethodSpec, RunConfig, resolve_path
+from jobs.errors import ConfigError
+from jobs.storage import unit_key
+
+
+@dataclass(frozen=True)
+class Unit:
+    key: str
+    dataset: DatasetSpec
+    sample: Sample
+    method: MethodSpec
+    repeat: int
+    seed: int
+    settings: dict[str, Any]  # the method's settings (sampling merged with the method's options)
+    judges: tuple[JudgeSpec, ...]
+
+    @property
+    def chunk_tokens(self) -> int | None:
+        v = self.sample.metadata.get("chunk_tokens", self.dataset.options.get("chunk_tokens"))
+        return int(v) if v is not None else None
+
+
+def _path_option(task: str, path: Path) -> dict[str, Any]:
+    """Loaders name their source argument differently (path, source ...): pass it by its own name."""
+    from eval.datasets import get_loader
+
+    first = next(iter(inspect.signature(get_loader(task)).parameters))
+    return {first: str(path)}
+
+
+def load_samples(spec: DatasetSpec, index: int) -> list[Sample]:
+    from eval.datasets import load_dataset
+
+    field = f"datasets.{index}"
+    options = {k: v for k, v in spec.options.items() if k != "max_chunks"}
+    try:
+        if spec.synthetic is not None:  # the task's own generator, through its loader
+            samples = load_dataset(spec.task, synthetic=True, **spec.synthetic, **options)
+        elif spec.path is not None:
+            samples = load_dataset(spec.task, **_path_option(spec.task, resolve_path(spec.path)), **options)
+        else:  # loaders that build their data from options (installed packages, built-in databases)
+            samples = load_dataset(spec.task, **options)
+    except EvalError as exc:
+        raise ConfigError(f"`{field}`: {exc}") from None
+    if spec.ids is not None:
+        by_id = {s.id: s for s in samples}
+        missing = [i for i in spec.ids if i not in by_id]
+        if missing:
+            raise ConfigError(f"`{field}.ids`: {missing} not in the dataset (it has e.g. {list(by_id)[:3]})")
+        samples = [by_id[i] for i in spec.ids]
+    if spec.limit is not None:
+        samples = samples[: spec.limit]
+    max_chunks = spec.options.get("max_chunks")
+    if max_chunks is not None:  # a short excerpt: the first chunks of each sample
+        samples = [_truncate(s, int(max_chunks)) for s in samples]
+    return samples
+
+
+def _truncate(s: Sample, n: int) -> Sample:
+    if len(s.chunks) <= n:
+        return s
+    gold = s.gold
+    if s.task == "sumie" and isinstance(gold, dict) and "turns" in gold:
+        gold = dict(gold, turns=gold["turns"][:n], facts=gold.get("facts", [])[:n])
+    meta = dict(s.metadata, max_chunks=n, total_chunks=len(s.chunks))
+    return dataclasses.replace(s, chunks=s.chunks[:n], gold=gold, metadata=meta)
+
+
+def _method_tasks(m: MethodSpec) -> tuple[str, ...] | None:
+    if m.tasks is not None:
+        return tuple(m.tasks)
+    from eval.methods import method_class
+
+    return method_class(m.name).tasks
+
+
+def _judge_tasks(j: JudgeSpec) -> tuple[str, ...] | None:
+    if j.tasks is not None:
+        return tuple(j.tasks)
+    from eval.judges import get_judge
+
+    return tuple(get_judge(j.name).tasks)
+
+
+def method_settings(cfg: RunConfig, m: MethodSpec, seed: int) -> dict[str, Any]:
+    base = cfg.sampling.model_dump()
+    base["seed"] = seed
+    return {**base, **m.options}
+
+
+def validate_methods(cfg: RunConfig) -> None:
+    """Instantiate every method with its settings, so bad options fail before work starts."""
+    from eval.methods import get_method
+
+    for i, m in enumerate(cfg.methods):
+        try:
+            get_method(m.name, **method_settings(cfg, m, cfg.seed))
+        except EvalError as exc:
+            raise ConfigError(f"`methods.{i}.options`: {exc}") from None
+
+
+def build_units(cfg: RunConfig) -> list[Unit]:
+    validate_methods(cfg)
+    loaded = [(d, load_samples(d, i)) for i, d in enumerate(cfg.datasets)]
+    units: list[Unit] = []
+    seen: set[str] = set()
+    for mi, m in enumerate(cfg.methods):
+        tasks = _method_tasks(m)
+        matched = [(d, ss) for d, ss in loaded if tasks is None or d.task in tasks]
+        if not matched:
+            raise ConfigError(f"`methods.{mi}`: {m.name} runs on tasks {list(tasks or ())}, none of which is in `datasets`")
+        for d, samples in matched:
+            judges = tuple(j for j in cfg.judges if (t := _judge_tasks(j)) is None or d.task in t)
+            for s in samples:
+                for r, seed in enumerate(cfg.seeds()):
+                    key = unit_key(d.key, s.id, m.key, r)
+                    if key in seen:
+                        raise ConfigError(f"two datasets produce sample {s.id!r} under the same name {d.key!r}; "
+                                          "give them different files")
+                    seen.add(key)
+                    units.append(Unit(key, d, s, m, r, seed, method_settings(cfg, m, seed), judges))
+    return units

@@ -1,0 +1,80 @@
+"""Run configs: validation names the field, the run id follows results and ignores transport."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from jobs.config import load_config, parse_config, run_id, check_config
+from jobs.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _cfg(tmp_path: Path, **over) -> dict:
+    book = tmp_path / "book.txt"
+    if not book.exists():
+        book.write_text("It was a dark night.\n\nThe end came soon.\n")
+    base = {"name": "t", "output": str(tmp_path / "runs"),
+            "datasets": [{"task": "book", "path": str(book), "options": {"chunk_tokens": 64}}],
+            "methods": [{"name": "inc-update"}]}
+    base.update(over)
+    return base
+
+
+def test_every_shipped_config_parses() -> None:
+    configs = sorted((ROOT / "jobs" / "configs").glob("*.yaml"))
+    assert {"demo.yaml", "sumie.yaml", "books.yaml", "code.yaml", "tables.yaml"} <= {p.name for p in configs}
+    for p in configs:
+        cfg = load_config(p)
+        assert cfg.methods and cfg.datasets, p
+
+
+def test_run_id_ignores_transport_and_follows_results(tmp_path) -> None:
+    a = parse_config(_cfg(tmp_path))
+    same = parse_config(_cfg(tmp_path, output=str(tmp_path / "elsewhere"),
+                             engine={"actors": 4, "max_in_flight": 32, "max_restarts": 9}, retries=5))
+    assert run_id(a) == run_id(same)
+    assert run_id(a).startswith("t-")
+    assert run_id(a) != run_id(parse_config(_cfg(tmp_path, sampling={"max_tokens": 99})))
+    assert run_id(a) != run_id(parse_config(_cfg(tmp_path, repeats=2)))
+    before = run_id(a)
+    (tmp_path / "book.txt").write_text("Different content.\n")  # the dataset's content, not its path
+    assert before != run_id(parse_config(_cfg(tmp_path)))
+
+
+@pytest.mark.parametrize("over, field", [
+    ({"methods": [{"name": "no-such-method"}]}, "methods.0.name"),
+    ({"datasets": [{"task": "book", "path": "/nonexistent/book.txt"}]}, "datasets.0.path"),
+    ({"datasets": [{"task": "nosuchtask", "path": "x"}]}, "datasets.0.task"),
+    ({"datasets": [{"task": "book", "path": "x", "synthetic": {}}]}, "datasets.0"),
+    ({"methods": [{"name": "go-json"}, {"name": "go-json"}]}, "methods"),
+    ({"engine": {"actors": 0}}, "engine.actors"),
+    ({"sampling": {"temperature": -1}}, "sampling.temperature"),
+    ({"judge_model": {"kind": "openai"}}, "judge_model"),
+    ({"bogus": 1}, "bogus"),
+])
+def test_bad_config_names_the_field(tmp_path, over, field) -> None:
+    with pytest.raises(ConfigError, match=f"`{field}"):
+        check_config(parse_config(_cfg(tmp_path, **over)))
+
+
+def test_cli_fails_before_work_with_named_field(tmp_path) -> None:
+    """Unwritable output: `memloop run` exits 2 naming `output`, and nothing is written anywhere."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump(_cfg(tmp_path, output=str(blocker / "runs"))))
+    out = subprocess.run([sys.executable, "-c", "from jobs.cli import main; main()", "run", str(cfg)],
+                         capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert out.returncode == 2, out.stderr
+    assert "StorageError" in out.stderr and "`output`" in out.stderr
+    cfg.write_text(yaml.safe_dump(_cfg(tmp_path, methods=[{"name": "nope"}])))
+    out = subprocess.run([sys.executable, "-c", "from jobs.cli import main; main()", "run", str(cfg)],
+                         capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert out.returncode == 2 and "`methods.0.name`" in out.stderr, out.stderr
+    assert not (tmp_path / "runs").exists()
