@@ -1,0 +1,169 @@
+"""Seed 002 PRISM: a typed-hierarchy memory revised by (path, add|update, value) proposals.
+
+The prompt is (instructions+examples, question, schema class, memory, chunk): everything before
+the memory is identical across steps and the memory precedes the chunk, so consecutive prompts share
+a prefix. In-place memories re-render the revised JSON; amendments memories append one line per
+accepted revision, so the previous memory text stays a prefix of the next. `updates=False` is the
+add-only ablation. `generate_schema=True` asks the LLM for the schema first (section 3.4).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from eval.datasets.sample import Sample
+from eval.errors import MethodError
+from eval.memory import Amendments, Schema, SchemaError, apply_revisions, parse_prism, render_in_place
+from eval.memory import schemas as ready
+from eval.methods.base import Method, MethodSettings, ParseFailure, Trace
+from eval.methods.common import entity_name
+from eval.methods.structured import constrained_schema, revision_parser
+from eval.methods.templates import load_template
+
+SCHEMAS: dict[str, Schema] = {
+    "sumie_summary": ready.SUMIE_SUMMARY, "story_elements": ready.STORY_ELEMENTS, "book_summary": ready.BOOK_SUMMARY,
+    "function_natural_descriptor": ready.FUNCTION_NATURAL_DESCRIPTOR,
+    "relevant_table_info": ready.RELEVANT_TABLE_INFO, "table_memory": ready.TABLE_MEMORY,
+}
+TASK_SCHEMA = {"book": "book_summary", "arxiv": "book_summary", "repoqa": "function_natural_descriptor",
+               "spider": "table_memory", "sumie": "sumie_summary"}
+BOOK_QUESTION = ("Summarize this book. Briefly introduce characters, places and other major elements when they "
+                 "are first mentioned.")
+# query domains for LLM-generated schemas (seed 002, appendix C), in our words
+DOMAINS = {
+    "book": "Summarizing very long narrative books; each document is a segment of the book. The story may be "
+            "non-linear, with flashbacks or switches between worlds or viewpoints, so the memory must keep a "
+            "consistent, chronological narrative. Key events, backgrounds, settings, characters, their objectives "
+            "and motivations matter.",
+    "repoqa": "Retrieving the exact name of a function from a query describing its purpose, input, output and "
+              "procedure. Documents are code files. The memory should tell how well each function matches.",
+    "spider": "Answering queries over SQL tables given as text; a query may need reasoning over several tables.",
+    "sumie": "Summarizing details about entities (people, things, institutions) found in online documents.",
+}
+DOMAINS["arxiv"] = "Summarizing long scientific articles; each document is a consecutive part of the article."
+ANSWER = {"book": "s002-answer-book", "arxiv": "s002-answer-book", "repoqa": "s002-answer-repoqa",
+          "spider": "s002-answer-spider"}
+_FENCED = re.compile(r"```(?:python)?\s*\n(.*?)```", re.S)
+
+
+@dataclass(frozen=True)
+class PrismSettings(MethodSettings):
+    updates: bool = True               # False: the add-only ablation
+    schema: str | None = None          # a ready schema name (see SCHEMAS); default by task
+    generate_schema: bool = False      # ask the LLM for the schema first
+    max_tokens: int = 1024
+
+
+class _Prism(Method):
+    Settings = PrismSettings
+    amendments: ClassVar[bool] = False
+    template_ids = ("s002-prism-revise", "s002-prism-revise-addonly", "s002-amendments-note", "s002-prism-final",
+                    "s002-answer-book", "s002-answer-repoqa", "s002-answer-spider", "s002-answer-generic",
+                    "s002-schema-gen")
+
+    def _validate(self) -> None:
+        s = self.settings
+        if s.schema is not None and s.schema not in SCHEMAS:
+            raise MethodError(f"{self.name}: unknown schema {s.schema!r}; choose one of {sorted(SCHEMAS)}")
+        if s.schema is not None and s.generate_schema:
+            raise MethodError(f"{self.name}: set either schema or generate_schema, not both")
+
+    # --- schema and question -------------------------------------------------------------------------
+    def _question(self, sample: Sample) -> str:
+        if sample.task in ("book", "arxiv"):
+            return sample.query or BOOK_QUESTION
+        if sample.task == "sumie":
+            return f"Describe attributes and values of {entity_name(sample)}."
+        if not sample.query:
+            raise MethodError(f"{self.name}: sample {sample.id} ({sample.task}) has no query; the loader must set it")
+        return sample.query
+
+    def _schema(self, sample: Sample, trace: Trace, question: str) -> Schema:
+        if not self.settings.generate_schema:
+            name = self.settings.schema or TASK_SCHEMA.get(sample.task)
+            if name is None:
+                raise MethodError(f"{self.name}: no default schema for task {sample.task!r}; set `schema` to one of "
+                                  f"{sorted(SCHEMAS)} or generate_schema: true")
+            return SCHEMAS[name]
+        domain = sample.metadata.get("query_domain") or DOMAINS.get(sample.task)
+        if not domain:
+            raise MethodError(f"{self.name}: no query domain for task {sample.task!r}; put one in metadata['query_domain']")
+
+        def parse(text: str) -> Schema:
+            m = _FENCED.search(text)
+            try:
+                return Schema.from_text(m.group(1) if m else text)
+            except SchemaError as exc:
+                raise ParseFailure(f"generated schema is not a typed hierarchy: {exc}") from None
+
+        step = trace.ask("s002-schema-gen", {"domain": domain, "example_query": question}, kind="schema", parse=parse)
+        if not step.ok:
+            raise MethodError(f"{self.name}: the LLM gave no usable schema for sample {sample.id} after "
+                              f"{step.attempts} attempts ({step.failures[-1]}); use a hand-crafted schema instead")
+        schema: Schema = step.parsed
+        step.parsed = schema.class_text()
+        return schema
+
+    # --- the incremental loop ------------------------------------------------------------------------
+    def _run(self, sample: Sample, trace: Trace) -> tuple[str, Any]:
+        question = self._question(sample)
+        schema = self._schema(sample, trace, question)
+        ops = ("add", "update") if self.settings.updates else ("add",)
+        tpl = "s002-prism-revise" if self.settings.updates else "s002-prism-revise-addonly"
+        note = ""
+        if self.amendments:
+            nt = load_template("s002-amendments-note")
+            trace.templates[nt.id] = nt.sha256
+            note = nt.text.strip()
+        constrained = trace.llm.supports_json_schema
+        parse = revision_parser(constrained, parse_prism, ops)
+        js = constrained_schema(schema, ops, thoughts=False)
+        structure = schema.class_text()
+        memory: dict[str, Any] = {}
+        amend = Amendments(schema, base={})
+        for i, chunk in enumerate(sample.chunks):
+            step = trace.ask(tpl, {"memory_note": note, "question": question, "structure": structure,
+                                   "partial_summary": self._render(memory, amend), "text": chunk},
+                             kind="revise", parse=parse, schema=js, chunk_index=i)
+            if step.ok:
+                parsed = step.parsed
+                rejected = list(parsed.rejected)
+                if self.amendments:
+                    before = len(amend.revisions)
+                    rejected += amend.revise(parsed.revisions)
+                    applied = amend.revisions[before:]
+                    memory = amend.fold()
+                else:
+                    res = apply_revisions(memory, parsed.revisions, schema)
+                    rejected += res.rejected
+                    applied, memory = res.applied, res.memory
+                for rej in rejected:
+                    where = rej.revision.path.text if rej.revision is not None else (rej.raw or "")[:80]
+                    step.failures.append(f"revision rejected ({where}): {rej.reason}")
+                step.parsed = {"revisions": [r.to_dict() for r in parsed.revisions],
+                               "applied": [r.to_dict() for r in applied]}
+            step.memory = memory
+        answer_tpl = load_template(ANSWER.get(sample.task, "s002-answer-generic"))
+        trace.templates[answer_tpl.id] = answer_tpl.sha256
+        final = trace.ask("s002-prism-final", {"memory_note": (" " + note) if note else "", "question": question,
+                                               "structure": structure, "memory": self._render(memory, amend),
+                                               "answer_instruction": answer_tpl.text.strip()}, kind="final")
+        final.memory = memory
+        answer = final.output.strip()
+        if sample.task in ("repoqa", "spider") and answer:
+            answer = answer.splitlines()[0].strip().strip("`").strip()
+        return answer, memory
+
+    def _render(self, memory: dict[str, Any], amend: Amendments) -> str:
+        return amend.text().rstrip("\n") if self.amendments else render_in_place(memory)
+
+
+class PrismInPlace(_Prism):
+    name = "prism-inplace"
+    amendments = False
+
+
+class PrismAmendments(_Prism):
+    name = "prism-amendments"
+    amendments = True

@@ -1,0 +1,95 @@
+"""PRISM on a scripted LLM: prompt layout, in-place vs amendments memories, add-only, schema generation,
+and the prefix-sharing property measured in tokens."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from eval.datasets.sample import Sample
+from eval.errors import MethodError
+from eval.llm import ScriptedLLM
+from eval.memory import shared_prefix_tokens
+from eval.methods import get_method
+
+BOOK = Sample(id="b", task="book", chunks=("Anna sails to Crete.", "Anna becomes a captain.", "Bob joins her."))
+REVS = [
+    '[OBJECTS FOR UPDATE]\n\n[OBJECTS FOR ADD]\n{"$. \'attributes\'. \'Anna\'": {"add": ["sails to Crete"]}}\n'
+    '{"$. \'attributes\'. \'Voyage\'": {"add": ["a long trip across the sea to the island of Crete"]}}',
+    '[OBJECTS FOR UPDATE]\n{"$. \'attributes\'. \'Anna\'": {"update": ["sails to Crete", "becomes a captain"]}}\n\n'
+    '[OBJECTS FOR ADD]\n',
+    '[OBJECTS FOR UPDATE]\n\n[OBJECTS FOR ADD]\n{"$. \'attributes\'. \'Bob\'": {"add": ["joins Anna"]}}',
+    "Anna sails to Crete, becomes a captain, and Bob joins her.",
+]
+FINAL = {"attributes": {"Anna": ["sails to Crete", "becomes a captain"],
+                        "Voyage": ["a long trip across the sea to the island of Crete"], "Bob": ["joins Anna"]}}
+
+
+def content(llm: ScriptedLLM, i: int) -> str:
+    return llm.requests[i].messages[0]["content"]
+
+
+@pytest.mark.parametrize("name", ["prism-inplace", "prism-amendments"])
+def test_same_revisions_same_memory(name: str) -> None:
+    llm = ScriptedLLM(REVS)
+    out = get_method(name).run(BOOK, llm)
+    assert [s.kind for s in out.steps] == ["revise", "revise", "revise", "final"]
+    assert out.memory == FINAL and out.answer == REVS[-1] and out.failures == []
+    p = content(llm, 1)
+    assert p.index("[QUESTION]\nSummarize this book.") < p.index("[CLASS]\nclass BookSummary") \
+        < p.rindex("[PARTIAL_SUMMARY]") < p.index("[TEXT]\nAnna becomes a captain.")  # memory before the chunk
+    assert ("amendments, one per line" in p) == (name == "prism-amendments")
+
+
+def test_amendments_rendering_appends_lines() -> None:
+    llm = ScriptedLLM(REVS)
+    get_method("prism-amendments").run(BOOK, llm)
+    mem2 = content(llm, 2).split("[PARTIAL_SUMMARY]\n")[-1].split("\n\n[TEXT]")[0]
+    lines = mem2.splitlines()
+    assert lines[0] == "{}" and json.loads(lines[-1]) == {"$. 'attributes'. 'Anna'": {"update": ["sails to Crete", "becomes a captain"]}}
+    assert len(lines) == 4
+
+
+def test_amendments_share_longer_prefix_in_tokens() -> None:
+    def prefixes(name: str) -> list[int]:
+        llm = ScriptedLLM(REVS)
+        get_method(name).run(BOOK, llm)
+        prompts = [content(llm, i) for i in range(3)]
+        return [shared_prefix_tokens(a, b) for a, b in zip(prompts, prompts[1:])]
+
+    inplace, amended = prefixes("prism-inplace"), prefixes("prism-amendments")
+    # step 2 -> 3 follows an update of the first key: in-place re-renders it, amendments only append
+    assert amended[1] > inplace[1]
+    assert sum(amended) > sum(inplace)
+
+
+def test_add_only_variant_rejects_updates() -> None:
+    llm = ScriptedLLM(REVS)
+    out = get_method("prism-inplace", updates=False).run(BOOK, llm)
+    assert "[OBJECTS FOR UPDATE]" not in content(llm, 0) and content(llm, 0).rstrip().endswith("[OBJECTS FOR ADD]")
+    assert out.memory["attributes"]["Anna"] == ["sails to Crete"]
+    assert any("update is not allowed" in f for f in out.failures)
+
+
+def test_constrained_revisions_and_repoqa_answer() -> None:
+    repo = Sample(id="r", task="repoqa", chunks=("def add(a, b):\n    return a + b",), query="Find the function that sums two numbers.")
+    rev = {"revisions": [{"path": "$.candidate_functions.add", "op": "add",
+                          "value": {"purpose": "sums", "input": "a, b", "output": "sum", "procedure": "a + b"}}]}
+    llm = ScriptedLLM([json.dumps(rev), "add\nbecause it sums"], supports_json_schema=True)
+    out = get_method("prism-amendments", updates=False).run(repo, llm)
+    assert llm.requests[0].json_schema["properties"]["revisions"]["items"]["anyOf"][0]["properties"]["op"] == {"enum": ["add"]}
+    assert llm.requests[1].json_schema is None
+    assert out.answer == "add" and "add" in out.memory["candidate_functions"]
+
+
+def test_generated_schema() -> None:
+    schema_text = "```python\nclass Notes:\n    \"\"\"Key facts.\"\"\"\n    facts: list[str]\n```"
+    llm = ScriptedLLM([schema_text, '[OBJECTS FOR ADD]\n{"$.facts": {"add": ["Anna sails"]}}', "Anna sails."])
+    out = get_method("prism-inplace", generate_schema=True).run(Sample(id="b", task="book", chunks=("Anna sails.",)), llm)
+    assert "[Query domain]\nSummarizing very long narrative books" in content(llm, 0)
+    assert "class Notes" in content(llm, 1) and out.memory == {"facts": ["Anna sails"]}
+    with pytest.raises(MethodError, match="no usable schema"):
+        get_method("prism-inplace", generate_schema=True, max_attempts=1).run(
+            Sample(id="b", task="book", chunks=("x",)), ScriptedLLM(["not a schema at all"]))
+    with pytest.raises(MethodError, match="unknown schema"):
+        get_method("prism-inplace", schema="nope")
