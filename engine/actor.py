@@ -1,0 +1,84 @@
+"""`EngineActor`: one engine on one host, as a Ray actor.
+
+The class is plain so that the driver chooses the placement when it wraps it::
+
+    Actor = ray.remote(num_cpus=2)(EngineActor)            # CPU host
+    Actor = ray.remote(num_gpus=1)(EngineActor)            # one GPU
+    Actor = ray.remote(resources={"TPU": 4})(EngineActor)  # a TPU v5e host with 4 chips
+    handle = Actor.remote({"model": None, "kv_budget": 0.5, "max_batch": 64, "prefix_cache": True})
+
+(`actor_class(...)` does the same from keyword options.) `complete` is async: Ray runs the actor on
+an event loop, so hundreds of concurrent calls are in flight at once and the engine's step loop
+batches them continuously; each call awaits only its own future.
+"""
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from engine.errors import EngineError
+from engine.serving import Engine, EngineConfig
+
+# names the jobs layer's run config uses -> engine config fields
+_ALIASES = {"page_budget": "kv_budget", "model_path": "model", "path": "model"}
+
+
+def engine_config(config: EngineConfig | dict[str, Any] | None = None, **overrides: Any) -> EngineConfig:
+    """An EngineConfig from a dict (accepting the run config's names) plus keyword overrides."""
+    if isinstance(config, EngineConfig):
+        d = config.to_dict()
+    else:
+        d = dict(config or {})
+    d.update(overrides)
+    d = {_ALIASES.get(k, k): v for k, v in d.items() if v is not None or k in ("model",)}
+    if d.get("dtype") == "auto":
+        d["dtype"] = None
+    if "model" in d and d["model"] is not None:
+        d["model"] = str(d["model"])
+    return EngineConfig.from_dict(d)
+
+
+class EngineActor:
+    """Owns one `Engine`; every method is cheap except `complete`, which awaits the engine."""
+
+    def __init__(self, config: EngineConfig | dict[str, Any] | None = None, **overrides: Any) -> None:
+        self.engine = Engine(engine_config(config, **overrides))
+
+    async def complete(self, request: dict[str, Any]) -> dict[str, Any]:
+        """`eval.llm.LLMRequest.to_dict()` in, `eval.llm.LLMResult.to_dict()` out."""
+        return await asyncio.wrap_future(self.engine.submit(request))
+
+    async def complete_many(self, requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return list(await asyncio.gather(*(self.complete(r) for r in requests)))
+
+    def stats(self) -> dict[str, Any]:
+        return self.engine.stats()
+
+    def health(self) -> bool:
+        return self.engine.health()
+
+    def count_tokens(self, text: str) -> int:
+        if not isinstance(text, str):
+            raise EngineError("count_tokens takes a string")
+        return self.engine.count_tokens(text)
+
+    def config(self) -> dict[str, Any]:
+        return self.engine.config.to_dict()
+
+    def shutdown(self) -> None:
+        self.engine.shutdown()
+
+
+def actor_class(num_cpus: float | None = None, num_gpus: float | None = None, tpu_chips: int | None = None,
+                **ray_options: Any) -> Any:
+    """`EngineActor` wrapped by `ray.remote` for a CPU, GPU, or TPU host."""
+    import ray
+
+    opts: dict[str, Any] = dict(ray_options)
+    if num_cpus is not None:
+        opts["num_cpus"] = num_cpus
+    if num_gpus is not None:
+        opts["num_gpus"] = num_gpus
+    if tpu_chips:
+        opts["resources"] = {**opts.get("resources", {}), "TPU": tpu_chips}
+    return ray.remote(**opts)(EngineActor) if opts else ray.remote(EngineActor)

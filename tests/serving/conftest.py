@@ -1,0 +1,45 @@
+"""Fixtures of the serving tests: one loaded SmolLM2 shared by the engines of the session."""
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def loaded_model(smollm2_gguf):
+    from engine.model import load_model
+
+    return load_model(smollm2_gguf)
+
+
+def _engine(model, **kw):
+    from engine.serving import Engine, EngineConfig
+
+    cfg = dict(num_pages=256, page_size=16, max_batch=32, prefill_chunk=256)
+    cfg.update(kw)
+    return Engine(EngineConfig(**cfg), model=model)
+
+
+@pytest.fixture(scope="session")
+def make_engine(loaded_model):
+    """Build engines over the shared model; all are shut down at the end of the session."""
+    made = []
+
+    def make(**kw):
+        eng = _engine(loaded_model, **kw)
+        made.append(eng)
+        return eng
+
+    yield make
+    for eng in made:
+        eng.shutdown()
+
+
+@pytest.fixture(scope="session")
+def engine(make_engine):
+    """Prefix cache on."""
+    return make_engine()
+
+
+@pytest.fixture(scope="session")
+def engine_nocache(make_engine):
+    return make_engine(prefix_cache=False)

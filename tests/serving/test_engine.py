@@ -1,0 +1,93 @@
+"""The engine on the bundled SmolLM2: greedy invariance, exact usage, back-pressure, chunked prefill."""
+from __future__ import annotations
+
+import pytest
+
+from engine.errors import RequestError
+
+TOPICS = ["rivers", "planets", "birds", "colors", "tools", "fruits", "metals", "trees", "insects", "dances",
+          "rocks", "clouds", "boats", "bridges", "spices", "shoes", "games", "fish", "flowers", "castles",
+          "lamps", "drums", "maps", "coins", "hats", "kites", "bells", "glass", "ships", "roads", "moons", "winds"]
+
+
+def chat(text: str, max_tokens: int = 12, **sampling) -> dict:
+    return {"messages": [{"role": "user", "content": text}], "sampling": {"max_tokens": max_tokens, **sampling},
+            "json_schema": None}
+
+
+def token_ids(engine, results):
+    return [engine.tokenizer.encode(r["text"]) for r in results]
+
+
+def test_greedy_identical_batch_1_vs_32_and_cache_on_off(engine, engine_nocache):
+    reqs = [chat(f"Name three {t}.") for t in TOPICS]
+    batch32 = engine.complete_many(reqs)  # 32 sequences decode together
+    assert engine.stats()["compiled_shapes"] >= 1
+    singles = [engine_nocache.complete(r) for r in reqs[:8]]  # batch 1, no prefix cache
+    nocache32 = engine_nocache.complete_many(reqs)
+    again = engine.complete_many(reqs)  # every prompt page now comes from the prefix cache
+    assert [r["text"] for r in batch32[:8]] == [r["text"] for r in singles]
+    assert [r["text"] for r in batch32] == [r["text"] for r in nocache32] == [r["text"] for r in again]
+    assert all(r["usage"]["cached_tokens"] == 0 for r in nocache32)
+    for r in again:
+        p = r["usage"]["prompt_tokens"]
+        assert r["usage"]["cached_tokens"] == (p - 1) // 16 * 16
+    assert any(r["finish_reason"] == "length" for r in batch32)
+
+
+def test_usage_is_exact_and_matches_the_counters(engine):
+    ids_engine = engine.tokenizer
+    before = engine.stats()
+    base = "You keep a memory of a long story. " * 6
+    first = engine.complete({"prompt": base + "Chunk one: a fox ran.", "sampling": {"max_tokens": 5}})
+    second = engine.complete({"prompt": base + "Chunk two: a crow sang.", "sampling": {"max_tokens": 5}})
+    a = ids_engine.encode(base + "Chunk one: a fox ran.")
+    b = ids_engine.encode(base + "Chunk two: a crow sang.")
+    common = next(i for i, (x, y) in enumerate(zip(a, b)) if x != y)
+    assert first["usage"]["prompt_tokens"] == len(a) and second["usage"]["prompt_tokens"] == len(b)
+    assert second["usage"]["cached_tokens"] == min(common // 16 * 16, (len(b) - 1) // 16 * 16) > 0
+    after = engine.stats()
+    for key in ("prompt_tokens", "cached_tokens", "decoded_tokens"):
+        assert after[key] - before[key] == first["usage"][key] + second["usage"][key]
+    assert after["requests"] - before["requests"] == 2
+    assert 1 <= second["usage"]["decoded_tokens"] <= 5
+
+
+def test_back_pressure_and_preemption_never_truncate(make_engine, engine):
+    # 10 pages of 16 tokens: two or three requests fit at a time, the rest queue or get preempted
+    small = make_engine(num_pages=11, prefill_chunk=16, max_batch=8)
+    reqs = [chat(f"Write one sentence about {t}.", max_tokens=40) for t in TOPICS[:6]]
+    got = small.complete_many(reqs)
+    want = engine.complete_many(reqs)
+    assert [r["text"] for r in got] == [r["text"] for r in want]
+    st = small.stats()
+    assert st["running"] == 0 and st["waiting"] == 0
+    assert st["free_pages"] + st["prefix_cached_pages"] == st["total_pages"]
+    # a request larger than the whole pool is refused with a clear error, not truncated
+    with pytest.raises(RequestError, match="pages"):
+        small.complete(chat("hello", max_tokens=400))
+
+
+def test_seeded_sampling_is_reproducible_across_batches(engine):
+    req = chat("Tell me a short fact about the sea.", max_tokens=12, temperature=0.8, top_k=40, seed=7)
+    alone = engine.complete(req)
+    mixed = engine.complete_many([chat(f"Name three {t}.") for t in TOPICS[:5]] + [req])[-1]
+    assert alone["text"] == mixed["text"]
+    other = engine.complete_many([chat("Tell me a short fact about the sea.", max_tokens=12, temperature=0.8,
+                                       top_k=40, seed=s) for s in range(4)])
+    assert len({r["text"] for r in other}) > 1
+
+
+def test_stop_strings_and_bad_requests(engine):
+    r = engine.complete(chat("Count from 1 to 20 separated by commas.", max_tokens=40, stop=["5"]))
+    assert "5" not in r["text"] and r["finish_reason"] == "stop"
+    for bad in ({"sampling": {"max_tokens": 3}},
+                {"prompt": "x", "messages": [{"role": "user", "content": "y"}]},
+                {"prompt": "x", "sampling": {"max_tokens": 0}},
+                {"prompt": "x", "sampling": {"temperature": -1}},
+                {"prompt": "x", "sampling": {"bogus": 1}},
+                {"prompt": "", "sampling": {"max_tokens": 3}},
+                {"prompt": "x " * 9000, "sampling": {"max_tokens": 3}}):
+        with pytest.raises(RequestError):
+            engine.complete(bad)
+    assert engine.health()
