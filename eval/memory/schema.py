@@ -197,7 +197,7 @@ def _build(node: Node, ph: bool, is_root: bool = False) -> dict[str, Any]:
     elif isinstance(node, DictOf):
         s = {"type": "object", "additionalProperties": _build(node.value, ph)}
     elif isinstance(node, UnionOf):
-        s = {"anyOf": [_build(o, False) for o in node.options]}
+        s = {"anyOf": [_build(o, ph, True) for o in node.options]}  # the union itself takes the placeholder
     else:
         props = {}
         for f in node.fields:
@@ -274,11 +274,31 @@ def _render_class(obj: ObjectType, depth: int, done: set[str], lines: list[str])
         _render_class(o, depth + 1, done, lines)
     if nested:
         lines.append("")
+    labels = _key_labels(obj)
+    for label in labels:
+        lines.append(f"{inner}{label} = str")
     for f in obj.fields:
         comment = f"  # {f.doc}" if f.doc else ""
         lines.append(f"{inner}{f.name}: {type_text(f.type)}{comment}")
     if not obj.fields and not obj.doc:
         lines.append(f"{inner}pass")
+
+
+def _key_labels(obj: ObjectType) -> list[str]:
+    """Alias names used as dict keys in this class's own fields (`Facet` in dict[Facet, ...])."""
+    out: list[str] = []
+
+    def visit(n: Node) -> None:
+        if isinstance(n, ObjectType):
+            return
+        if isinstance(n, DictOf) and n.key_label != "str" and n.key_label not in out:
+            out.append(n.key_label)
+        for c in children(n):
+            visit(c)
+
+    for f in obj.fields:
+        visit(f.type)
+    return out
 
 
 def _referenced_objects(obj: ObjectType) -> list[ObjectType]:
@@ -407,9 +427,12 @@ def _node_from_hint(hint: Any, where: str, building: dict[type, ObjectType | Non
             return ListOf(Prim("Any")), ""
         return TupleOf(tuple(_node_from_hint(a, where, building)[0] for a in args)), ""
     if origin is dict:
-        if args and args[0] is not str:
+        label = "str"
+        if args and isinstance(args[0], typing.NewType) and args[0].__supertype__ is str:
+            label = args[0].__name__  # dict[Facet, ...] with Facet = NewType("Facet", str)
+        elif args and args[0] is not str:
             raise SchemaError(f"{where}: dict keys must be str (JSON object keys are strings), got {args[0]!r}")
-        return DictOf(_node_from_hint(args[1], where, building)[0] if args else Prim("Any")), ""
+        return DictOf(_node_from_hint(args[1], where, building)[0] if args else Prim("Any"), label), ""
     if origin in (typing.Union, pytypes.UnionType):
         return UnionOf(tuple(_node_from_hint(a, where, building)[0] for a in args)), ""
     if isinstance(hint, type) and (dataclasses.is_dataclass(hint) or typing.is_typeddict(hint)

@@ -6,7 +6,7 @@ Use them with `Schema.from_class(...)`, or the ready `Schema` objects at the bot
 from __future__ import annotations
 
 import dataclasses
-from typing import TypedDict
+from typing import NewType, TypedDict
 
 from eval.memory.schema import Schema
 
@@ -95,11 +95,14 @@ class TableMemory:
     table_descriptions: dict[str, TableNotes]
 
 
+Facet = NewType("Facet", str)
+
+
 class Comparison:
     """Compares two products facet by facet; each value pairs the first product's value with the second's."""
 
     product_names: tuple[str, str]
-    values: dict[str, tuple[str, str]]
+    values: dict[Facet, tuple[str, str]]
 
 
 SUMIE_SUMMARY = Schema.from_class(Summary)

@@ -1,0 +1,127 @@
+"""Property tests over random schemas, memories and revision sequences."""
+from __future__ import annotations
+
+import copy
+import json
+import os
+
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from eval.memory import (Amendments, Path, Revision, Schema, apply_revisions, fold_amendments, parse_amendments,
+                         render_amendments, render_in_place, shared_prefix_chars)
+from eval.memory.literal import loads
+from tests.memory.strategies import KEYS, existing_paths, memories, schema_children, schemas, values
+
+# MEMLOOP_MEMORY_EXAMPLES=2000 runs a deeper search locally; the default keeps the suite fast.
+EXAMPLES = int(os.environ.get("MEMLOOP_MEMORY_EXAMPLES", "120"))
+SETTINGS = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                            HealthCheck.data_too_large])
+
+
+def draw_revision(data: st.DataObject, schema: Schema, memory: dict) -> Revision:
+    """A revision that is often valid and often not: existing or new paths, typed or random values."""
+    paths = existing_paths(memory)
+    containers = [Path()] + [p for p in paths if isinstance(_get(memory, p), (dict, list))]
+    new_paths = [c for p in containers for c in _safe_children(schema, memory, p)]
+    kind = data.draw(st.sampled_from(["update-existing", "add-new", "add-existing", "update-new", "junk-path"]))
+    if kind in ("update-existing", "add-existing") and paths:
+        path = data.draw(st.sampled_from(paths))
+    elif kind in ("add-new", "update-new") and new_paths:
+        path = data.draw(st.sampled_from(new_paths))
+    else:
+        path = Path(tuple(data.draw(st.lists(st.one_of(KEYS, st.integers(0, 3)), min_size=1, max_size=3))))
+    op = "update" if kind.startswith("update") else "add"
+    try:
+        node = schema.node_at(path)
+        typed = values(node, 1)
+    except Exception:
+        typed = st.none()
+    junk = st.recursive(st.one_of(st.integers(), st.text(max_size=3), st.none()),
+                        lambda c: st.one_of(st.lists(c, max_size=2), st.dictionaries(KEYS, c, max_size=2)),
+                        max_leaves=4)
+    value = data.draw(st.one_of(typed, typed, junk))
+    return Revision(path, op, value)
+
+
+def _get(memory, path):
+    cur = memory
+    for s in path.segments:
+        cur = cur[s]
+    return cur
+
+
+def _safe_children(schema, memory, path):
+    try:
+        return schema_children(schema, memory, path)
+    except Exception:
+        return []
+
+
+@SETTINGS
+@given(st.data())
+def test_revision_sequences_keep_memory_valid_and_rejections_change_nothing(data):
+    schema = data.draw(schemas())
+    memory = data.draw(memories(schema))
+    assert schema.errors(memory) == [], schema.errors(memory)
+    state = memory
+    applied = []
+    for _ in range(data.draw(st.integers(1, 6))):
+        rev = draw_revision(data, schema, state)
+        before = copy.deepcopy(state)
+        res = apply_revisions(state, [rev], schema)
+        assert state == before  # the input is never mutated
+        event(f"{rev.op} {'rejected' if res.rejected else 'applied'}")
+        if res.rejected:
+            assert res.memory == before and res.rejected[0].reason
+        else:
+            assert schema.errors(res.memory) == []
+            applied.append(rev)
+        state = res.memory
+    # the whole sequence at once equals the step-by-step result
+    assert apply_revisions(memory, applied, schema).memory == state
+    # folding the amendments rendering (text) gives the same memory
+    text = render_amendments(memory, applied)
+    assert fold_amendments(text, schema) == state
+    base, revs = parse_amendments(text)
+    assert base == memory and revs == applied
+
+
+@SETTINGS
+@given(st.data())
+def test_amendments_step_i_is_a_byte_prefix_of_step_i_plus_1(data):
+    schema = data.draw(schemas())
+    am = Amendments(schema, data.draw(memories(schema)))
+    prev = am.text()
+    for _ in range(data.draw(st.integers(1, 5))):
+        am.revise([draw_revision(data, schema, am.fold())])
+        nxt = am.text()
+        assert nxt.startswith(prev)
+        assert shared_prefix_chars(prev, nxt) == len(prev)
+        prev = nxt
+
+
+@SETTINGS
+@given(st.data())
+def test_in_place_rendering_is_canonical_json(data):
+    schema = data.draw(schemas())
+    memory = data.draw(memories(schema))
+    text = render_in_place(memory)
+    assert json.loads(text) == memory and loads(text) == memory
+    assert render_in_place(json.loads(text)) == text  # byte-stable through a JSON round trip
+    assert render_in_place(copy.deepcopy(memory)) == text
+
+
+@SETTINGS
+@given(schemas())
+def test_class_text_parses_back_to_the_same_schema(schema):
+    again = Schema.from_text(schema.class_text())
+    assert again.root == schema.root
+    assert again.json_schema() == schema.json_schema()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(KEYS, st.integers(0, 50)), max_size=5))
+def test_path_text_round_trips_through_jsonpath_ng(segments):
+    p = Path(tuple(segments))
+    assert Path.parse(p.text) == p
