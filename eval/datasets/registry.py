@@ -15,7 +15,7 @@ _LOADERS: dict[str, str | Loader] = {
     "sumie": "eval.datasets.sumie.loader:load_sumie_dataset",
     "book": "eval.datasets.books:load_books",
     "repoqa": "eval.datasets.repoqa:load_repoqa",
-    "spider": "eval.datasets.spider:load_spider",
+    "spider": "eval.datasets.spider.loader:load_spider",
     "arxiv": "eval.datasets.arxiv:load_arxiv",
 }
 _ALIASES = {"books": "book", "booookscore": "book", "loft-spider": "spider", "loft_spider": "spider"}

@@ -1,0 +1,96 @@
+"""Spider-style QA: realistic built-in databases, Spider and LOFT files, gold by execution."""
+from __future__ import annotations
+
+import csv
+import json
+import sqlite3
+
+import pytest
+
+from eval.datasets import load_dataset, token_counter
+from eval.datasets.errors import DatasetNotFoundError, InconsistentGoldError, MissingFieldError, UnknownFormatError
+from eval.datasets.spider import load_loft_predictions, load_loft_queries, load_spider, same_rows
+from eval.datasets.spider.databases import BUILTIN, build
+
+
+@pytest.fixture(scope="module")
+def builtin():
+    return load_dataset("spider", chunk_tokens=1024)
+
+
+def _rows_in_chunks(chunks):
+    """table -> rows, parsed back from the rendered chunks."""
+    tables: dict[str, list[list[str]]] = {}
+    for chunk in chunks:
+        for block in chunk.split("\n\n"):
+            lines = block.split("\n")
+            assert lines[0].startswith("Table: ")
+            rows = list(csv.reader(lines[1:]))
+            tables.setdefault(lines[0][7:], []).extend(rows[1:])
+    return tables
+
+
+def test_builtin_questions_have_gold_and_chunks_hold_every_row_once(builtin):
+    count = token_counter()
+    assert len(builtin) == sum(len(db.questions) for db in BUILTIN) and len({s.id for s in builtin}) == len(builtin)
+    for s in builtin:
+        assert s.task == "spider" and s.gold and all(isinstance(r, list) for r in s.gold)
+        assert all(count(c) <= 1024 for c in s.chunks)
+    for db in BUILTIN:
+        con = build(db)
+        sample = next(s for s in builtin if s.metadata["db_id"] == db.db_id)
+        parsed = _rows_in_chunks(sample.chunks)
+        for table in parsed:
+            expected = [["" if v is None else str(v) for v in row] for row in con.execute(f'SELECT * FROM "{table}"')]
+            assert parsed[table] == expected
+        assert set(parsed) == {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    first = builtin[0]
+    assert first.query.startswith("Find the buildings") and first.metadata["ordered"]
+    text = "\n".join(first.chunks)
+    assert all(f"\n{row[0]}," in text or f",{row[0]}," in text for row in first.gold)  # answers are readable from the tables
+    assert [s.id for s in load_spider(chunk_tokens=1024)] == [s.id for s in builtin]  # stable ids
+
+
+def test_user_sqlite_with_spider_and_loft_files(tmp_path):
+    uni = next(db for db in BUILTIN if db.db_id == "university")
+    (tmp_path / "university").mkdir()
+    target = sqlite3.connect(tmp_path / "university" / "university.sqlite")
+    build(uni).backup(target)
+    target.close()
+    dev = [{"db_id": "university", "question": "How many classrooms are there?", "query": "SELECT count(*) FROM classroom"}]
+    (tmp_path / "dev.json").write_text(json.dumps(dev))
+    [s] = load_spider(databases=tmp_path, queries=tmp_path / "dev.json", chunk_tokens=4096)
+    assert s.gold == [[len(s.chunks[0].split("Table: classroom\n")[1].split("\n\n")[0].split("\n")) - 1]]
+    loft = {"qid": "q1", "query_text": "Which buildings have rooms above 50 seats?", "answers": [[b] for b in ["Lamberton", "Gates", "Lambeau"]],
+            "metadata": {"db_id": "university", "sql_query": "SELECT DISTINCT building FROM classroom WHERE capacity > 50 AND building IN ('Gates','Lambeau','Lamberton')"}}
+    (tmp_path / "q.jsonl").write_text(json.dumps(loft) + "\n")
+    [q] = load_spider(databases=tmp_path, queries=tmp_path / "q.jsonl", verify=True)
+    assert q.id == "spider/university/q1" and q.gold == loft["answers"] and not q.metadata["ordered"]
+    loft["answers"] = [["Gates"]]
+    (tmp_path / "q.jsonl").write_text(json.dumps(loft) + "\n")
+    with pytest.raises(InconsistentGoldError):
+        load_spider(databases=tmp_path, queries=tmp_path / "q.jsonl", verify=True)
+    (tmp_path / "bad.sqlite").write_text("not a database")
+    with pytest.raises(UnknownFormatError):
+        load_spider(databases=tmp_path / "bad.sqlite", queries=tmp_path / "dev.json")
+
+
+def test_shared_loft_example(shared_data):
+    folder = shared_data / "loft-spider-example"
+    queries = load_loft_queries(folder / "queries.jsonl")
+    assert len(queries) == 10 and queries[0].db_id == "college_2" and queries[0].sql.startswith("SELECT DISTINCT building")
+    assert queries[1].answers == [[28]]
+    preds = load_loft_predictions(folder / "preds.jsonl")
+    assert set(preds) == {q.qid for q in queries} and preds[queries[1].qid] == [[[24]]]
+    assert same_rows(preds[queries[0].qid][0][:1], [["Nassau"]], ordered=False)
+    with pytest.raises(DatasetNotFoundError, match="college_2"):  # Spider's tables are not shipped with the example
+        load_spider(queries=folder / "queries.jsonl")
+
+
+def test_malformed_loft(tmp_path):
+    (tmp_path / "q.jsonl").write_text(json.dumps({"qid": "1", "query_text": "x", "answers": [[1]]}) + "\n")
+    with pytest.raises(MissingFieldError, match="metadata"):
+        load_loft_queries(tmp_path / "q.jsonl")
+    (tmp_path / "q.jsonl").write_text(json.dumps({"qid": "1", "query_text": "x", "answers": 3, "metadata": {"db_id": "d"}}) + "\n")
+    with pytest.raises(MissingFieldError, match="answers"):
+        load_loft_queries(tmp_path / "q.jsonl")
