@@ -1,0 +1,48 @@
+"""Cost accounting from engine usage (seed 002, section 4.2 and table 3).
+
+cache hit rate = cached prompt tokens / prompt tokens (the share of encoded tokens whose key-value
+activations were reused from the prefix cache); net encoded = prompt - cached;
+cost index = (net encoded + 3 x decoded) / 10^6 (decoding priced at three times encoding).
+"""
+from __future__ import annotations
+
+from typing import Iterable
+
+from eval.errors import JudgeError
+from eval.llm import Usage
+
+DECODE_WEIGHT = 3.0
+
+
+def _check(u: Usage) -> None:
+    if min(u.prompt_tokens, u.cached_tokens, u.decoded_tokens) < 0 or u.cached_tokens > u.prompt_tokens:
+        raise JudgeError(f"inconsistent usage {u}: token counts must be >= 0 and cached <= prompt tokens")
+
+
+def total(usages: Iterable[Usage]) -> Usage:
+    out = Usage()
+    for u in usages:
+        _check(u)
+        out = out + u
+    return out
+
+
+def cache_hit_rate(usage: Usage) -> float:
+    _check(usage)
+    return usage.cached_tokens / usage.prompt_tokens if usage.prompt_tokens else 0.0
+
+
+def net_encoded(usage: Usage) -> int:
+    _check(usage)
+    return usage.prompt_tokens - usage.cached_tokens
+
+
+def cost_index(usage: Usage) -> float:
+    return (net_encoded(usage) + DECODE_WEIGHT * usage.decoded_tokens) / 1e6
+
+
+def cost_summary(usages: Iterable[Usage]) -> dict[str, float]:
+    """Table-3 columns over a set of requests (e.g. all steps of a method on a dataset)."""
+    u = total(usages)
+    return {"cache_hit_rate": cache_hit_rate(u), "encoded": float(u.prompt_tokens), "net_encoded": float(net_encoded(u)),
+            "decoded": float(u.decoded_tokens), "cost_index": cost_index(u)}

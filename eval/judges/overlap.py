@@ -1,0 +1,162 @@
+"""Reference-based scorers without an LLM: ROUGE, RepoQA function-name accuracy, LOFT execution match.
+
+- ROUGE-1/2/L/Lsum F-measures from the `rouge-score` package (the version seed 001 used), with
+  Porter stemming; for ROUGE-Lsum the texts get one sentence per line (the package's convention),
+  split with the same splitter as BooookScore.
+- RepoQA (seed 002): correct when the answer names the described function exactly.
+- LOFT-Spider (seed 002, LOFT's SQL evaluation): every cell is normalised (numbers rounded to two
+  decimals, text stripped and lowercased, empty cells dropped), each row is compared as a set of
+  cells, the row counts must be equal and every answered row must be one of the gold rows; row order
+  is ignored unless the sample says it matters (`metadata["ordered"]`, questions with ORDER BY).
+"""
+from __future__ import annotations
+
+import json
+import re
+from functools import lru_cache
+from typing import Any
+
+from eval.errors import JudgeError
+from eval.llm import LLM
+from eval.judges.records import Judgment, JudgeResult, Score
+from eval.judges.sentences import split_sentences
+
+ROUGE_TYPES = ("rouge1", "rouge2", "rougeL", "rougeLsum")
+
+
+@lru_cache(maxsize=1)
+def _scorer():
+    from rouge_score import rouge_scorer
+
+    return rouge_scorer.RougeScorer(list(ROUGE_TYPES), use_stemmer=True)
+
+
+def _lines(text: str) -> str:
+    return "\n".join(split_sentences(text))
+
+
+def rouge_scores(prediction: str, reference: str) -> dict[str, float]:
+    if not isinstance(prediction, str) or not isinstance(reference, str):
+        raise JudgeError("ROUGE needs the prediction and the reference as strings")
+    s = _scorer()
+    plain = s.score(reference, prediction)
+    lsum = s.score(_lines(reference), _lines(prediction))["rougeLsum"]
+    out = {k: plain[k].fmeasure for k in ("rouge1", "rouge2", "rougeL")}
+    out["rougeLsum"] = lsum.fmeasure
+    return out
+
+
+def judge_rouge(output: Any, gold: Any, llm: LLM | None = None, *, metadata: dict[str, Any] | None = None) -> JudgeResult:
+    if not isinstance(gold, str) or not gold.strip():
+        raise JudgeError("ROUGE needs a non-empty reference text as gold")
+    if not isinstance(output, str):
+        raise JudgeError("ROUGE needs the method's answer as a string")
+    vals = rouge_scores(output, gold)
+    return JudgeResult("rouge", [Score(k, v) for k, v in vals.items()],
+                       [Judgment(item="rouge", label=vals, source="rule")])
+
+
+# ---------------------------------------------------------------- RepoQA
+
+_FENCE = re.compile(r"```[a-zA-Z]*\n?|```")
+
+
+def function_name_of(answer: str) -> str:
+    """The function an answer names: the first non-empty line, without code fences, quotes,
+    a leading `def`, a call/signature suffix, or a JSON wrapper {"function_name"|"name": ...}."""
+    text = answer.strip()
+    if text.startswith("{"):
+        try:
+            obj = json.loads(text)
+            if isinstance(obj, dict):
+                for key in ("function_name", "function", "name"):
+                    if isinstance(obj.get(key), str):
+                        text = obj[key]
+                        break
+        except json.JSONDecodeError:
+            pass
+    text = _FENCE.sub("", text)
+    line = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+    line = re.sub(r"^(async\s+)?def\s+", "", line).strip("`'\" ")
+    return re.split(r"[\s(:]", line, maxsplit=1)[0] if line else ""
+
+
+def judge_function_name(output: Any, gold: Any, llm: LLM | None = None, *,
+                        metadata: dict[str, Any] | None = None) -> JudgeResult:
+    if not isinstance(gold, str) or not gold.strip():
+        raise JudgeError("RepoQA gold must be the function name (a non-empty string)")
+    if not isinstance(output, str):
+        raise JudgeError("RepoQA needs the method's answer as a string")
+    name = function_name_of(output)
+    gold = gold.strip()
+    # "Class.method" also names the bare gold "method"; otherwise names must match character for character.
+    ok = name == gold or (("." not in gold) and name.rsplit(".", 1)[-1] == gold and "." in name)
+    return JudgeResult("repoqa-exact", [Score("accuracy", float(ok))],
+                       [Judgment(item=output[:200], label={"named": name, "correct": ok}, source="rule")])
+
+
+# ---------------------------------------------------------------- LOFT execution match
+
+def normalise_cell(cell: Any) -> str:
+    if isinstance(cell, bool):
+        cell = str(cell)
+    try:
+        return f"{float(cell):.2f}"
+    except (TypeError, ValueError):
+        return str(cell).strip().lower()
+
+
+def normalise_rows(rows: Any) -> list[list[str]]:
+    if not isinstance(rows, list):
+        raise ValueError(f"rows must be a list of lists, got {type(rows).__name__}")
+    if rows and not isinstance(rows[0], list):
+        rows = [rows]  # a single row given flat, as LOFT accepts
+    out = []
+    for r in rows:
+        if not isinstance(r, list):
+            raise ValueError("every row must be a list of cells")
+        out.append([c for c in (normalise_cell(x) for x in r) if c])
+    return out
+
+
+def exec_match(pred_rows: Any, gold_rows: Any, ordered: bool = False) -> float:
+    """1.0 when the answered rows equal the gold rows after normalisation, else 0.0."""
+    gold = [set(r) for r in normalise_rows(gold_rows)]
+    pred = [set(r) for r in normalise_rows(pred_rows)]
+    if len(gold) != len(pred):
+        return 0.0
+    if ordered:
+        return float(pred == gold)
+    return float(all(p in gold for p in pred))
+
+
+def parse_rows(output: Any) -> Any:
+    """Rows from a list, a JSON text, or LOFT's `model_outputs` (one answer per turn: the first)."""
+    if isinstance(output, dict) and "model_outputs" in output:
+        output = output["model_outputs"][0]
+    if isinstance(output, str):
+        text = _FENCE.sub("", output).strip()
+        start, end = text.find("["), text.rfind("]")
+        if start < 0 or end < start:
+            raise ValueError("the answer holds no JSON list of rows")
+        output = json.loads(text[start:end + 1])
+    return output
+
+
+def judge_exec_match(output: Any, gold: Any, llm: LLM | None = None, *, metadata: dict[str, Any] | None = None,
+                     ordered: bool | None = None) -> JudgeResult:
+    try:
+        normalise_rows(gold)
+    except ValueError as exc:
+        raise JudgeError(f"LOFT gold must be a list of rows (lists of cells): {exc}") from None
+    ordered = bool((metadata or {}).get("ordered", False)) if ordered is None else ordered
+    try:
+        rows = parse_rows(output)
+        value = exec_match(rows, gold, ordered)
+        j = Judgment(item=str(output)[:200], label={"rows": normalise_rows(rows), "match": value}, source="rule")
+    except (ValueError, json.JSONDecodeError) as exc:
+        # An unreadable answer is a wrong answer; the reason is kept with the judgment.
+        value = 0.0
+        j = Judgment(item=str(output)[:200], label=None, valid=False, source="rule",
+                     failures=[{"raw": str(output)[:2000], "reason": str(exc)}])
+    return JudgeResult("loft-exec", [Score("accuracy", value)], [j], {"ordered": ordered})

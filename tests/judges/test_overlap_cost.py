@@ -1,0 +1,76 @@
+"""ROUGE via rouge-score, RepoQA name accuracy, LOFT execution match, cache hit rate and cost index."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from eval.errors import JudgeError
+from eval.judges import run_judge
+from eval.judges.cost import cache_hit_rate, cost_index, cost_summary
+from eval.judges.overlap import exec_match, function_name_of, rouge_scores
+from eval.llm import Usage
+
+
+def test_rouge_hand_computed():
+    r = rouge_scores("the cat sat", "the cat sat on the mat")
+    # unigram overlap 3; P = 3/3, R = 3/6 -> F = 2/3; bigrams 2 of 2 and 2 of 5 -> F = 4/7
+    assert r["rouge1"] == pytest.approx(2 / 3) and r["rouge2"] == pytest.approx(4 / 7)
+    assert r["rougeL"] == pytest.approx(2 / 3)
+    two = rouge_scores("Ann sails. Bo waits.", "Bo waits. Ann sails.")
+    assert two["rougeLsum"] == pytest.approx(1.0) and two["rougeL"] < 1.0  # Lsum is per-sentence LCS
+    res = run_judge("rouge", "the cat sat", "the cat sat on the mat")
+    assert {s["metric"] for s in res.score_records()} == {"rouge1", "rouge2", "rougeL", "rougeLsum"}
+
+
+def test_repoqa_function_name():
+    assert function_name_of("```python\ndef parse_header(buf):\n    ...\n```") == "parse_header"
+    assert function_name_of('{"function_name": "`load_config`"}') == "load_config"
+    assert run_judge("repoqa-exact", "parse_header", "parse_header").score("accuracy") == 1.0
+    assert run_judge("repoqa-exact", "Reader.parse_header()", "parse_header").score("accuracy") == 1.0
+    assert run_judge("repoqa-exact", "parse_headers", "parse_header").score("accuracy") == 0.0
+    assert run_judge("repoqa-exact", "Parse_header", "parse_header").score("accuracy") == 0.0
+
+
+@pytest.mark.parametrize("pred,gold,ordered,want", [
+    ([["Gates", 707]], [["gates", "707.0"]], False, 1.0),        # case and number formatting
+    ([[2.004]], [[2]], False, 1.0),                              # 2 decimals
+    ([[2.006]], [[2]], False, 0.0),
+    ([["b"], ["a"]], [["a"], ["b"]], False, 1.0),                # order-insensitive rows
+    ([["b"], ["a"]], [["a"], ["b"]], True, 0.0),                 # unless the question orders them
+    ([[1, "x"]], [["x", 1]], False, 1.0),                        # a row is a set of cells
+    ([["a"]], [["a"], ["a"]], False, 0.0),                       # row counts must agree
+    ([["a"], ["a"]], [["a"], ["b"]], False, 1.0),                # LOFT's relaxed check: each answered row is a gold row
+    (["x", "y"], [["x", "y"]], False, 1.0),                      # a flat single row
+    ([[" ", "a"]], [["a"]], False, 1.0),                         # empty cells dropped
+])
+def test_exec_match_edge_cases(pred, gold, ordered, want):
+    assert exec_match(pred, gold, ordered) == want
+
+
+def test_exec_match_judge_on_loft_example(shared_data):
+    base = shared_data / "loft-spider-example"
+    queries = {q["qid"]: q for q in map(json.loads, (base / "queries.jsonl").read_text().splitlines())}
+    got = {}
+    for p in map(json.loads, (base / "preds.jsonl").read_text().splitlines()):
+        r = run_judge("loft-exec", p, queries[p["qid"]]["answers"])
+        got[queries[p["qid"]]["query_text"]] = r.score("accuracy")
+    # The first prediction lists 12 buildings for 10 gold rows: wrong; single counts compare as numbers.
+    assert got["Find the buildings which have rooms with capacity more than 50."] == 0.0
+    assert len(got) == 10 and 0 < sum(got.values()) < 10
+    bad = run_judge("loft-exec", "I could not find it.", [["a"]])
+    assert bad.score("accuracy") == 0.0 and not bad.judgments[0].valid
+    with pytest.raises(JudgeError, match="list of rows"):
+        run_judge("loft-exec", [["a"]], "a")
+
+
+def test_cost_index_and_cache_hit_rate():
+    u = Usage(prompt_tokens=559_000, cached_tokens=388_000, decoded_tokens=47_000)
+    assert cache_hit_rate(u) == pytest.approx(388 / 559)
+    assert cost_index(u) == pytest.approx((171_000 + 3 * 47_000) / 1e6)  # seed 002 table 3: 0.31
+    s = cost_summary([Usage(100, 40, 10), Usage(300, 260, 5)])
+    assert s == {"cache_hit_rate": 0.75, "encoded": 400.0, "net_encoded": 100.0, "decoded": 15.0,
+                 "cost_index": pytest.approx(145 / 1e6)}
+    assert cache_hit_rate(Usage()) == 0.0
+    with pytest.raises(JudgeError, match="cached <= prompt"):
+        cost_index(Usage(10, 11, 0))
