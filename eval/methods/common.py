@@ -26,9 +26,12 @@ def is_entity(sample: Sample) -> bool:
 
 
 def entity_name(sample: Sample) -> str:
-    name = sample.metadata.get("entity") or sample.query
+    # the entity's name is an input of the task (the prompts say "Entity: HOTEL0"), not gold information
+    gold = sample.gold if isinstance(sample.gold, dict) else {}
+    name = sample.metadata.get("entity") or gold.get("entity_name")
     if not name:
-        raise MethodError(f"entity sample {sample.id} names no entity (metadata['entity'] or query); fix the loader")
+        raise MethodError(f"entity sample {sample.id} names no entity (metadata['entity'] or gold['entity_name']); "
+                          "fix the loader")
     return str(name)
 
 

