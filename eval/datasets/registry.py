@@ -14,7 +14,7 @@ Loader = Callable[..., list[Sample]]
 _LOADERS: dict[str, str | Loader] = {
     "sumie": "eval.datasets.sumie.loader:load_sumie_dataset",
     "book": "eval.datasets.books:load_books",
-    "repoqa": "eval.datasets.repoqa:load_repoqa",
+    "repoqa": "eval.datasets.repoqa.loader:load_repoqa",
     "spider": "eval.datasets.spider.loader:load_spider",
     "arxiv": "eval.datasets.arxiv:load_arxiv",
 }
