@@ -1,0 +1,90 @@
+"""KGScore: edge parsing in the paper's format, equations 5-9 on known cosines, MiniLM, entity shuffle."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from eval.errors import JudgeError
+from eval.judges import run_judge
+from eval.judges.asking import InvalidAnswer
+from eval.judges.kgscore import (Edge, entity_shuffle, kg_prf, minilm_embedder, parse_edges, rescore,
+                                 score_edges)
+from eval.judges.records import Judgment
+from eval.llm import ScriptedLLM
+
+ENTS = ["Narrator", "Janek", "AC-293", "Canyon B"]
+
+
+def test_parse_paper_line_format_expands_multi_subject_edges():
+    text = ("- Narrator, Janek, AC-293; Canyon B; continues journey toward\n"
+            "- Janek; AC-293; argues with\n"
+            "- Narrator; [None]; suggests shortcut through mountains\n"
+            "- Rover; [None]; buried in sand\n")
+    got = parse_edges(text, ENTS)
+    assert got["edges"][:3] == [["Narrator", "Canyon B", "continues journey toward"],
+                                ["Janek", "Canyon B", "continues journey toward"],
+                                ["AC-293", "Canyon B", "continues journey toward"]]
+    assert ["Narrator", None, "suggests shortcut through mountains"] in got["edges"]
+    assert got["dropped"] == ["Rover"] and len(got["edges"]) == 5
+    js = parse_edges('{"edges": [{"subjects": ["janek"], "objects": [], "predicate": "falls"}]}', ENTS)
+    assert js["edges"] == [["Janek", None, "falls"]]
+    with pytest.raises(InvalidAnswer):
+        parse_edges("Janek argues with AC-293", ENTS)
+
+
+def test_equations_5_to_9_with_known_cosines():
+    cos = {frozenset({"argues with", "fights with"}): 0.6, frozenset({"helps", "assists"}): 0.9,
+           frozenset({"helps", "fights with"}): 0.1}
+
+    def sim(a, b):
+        return 1.0 if a == b else cos.get(frozenset({a, b}), 0.0)
+
+    gen = [Edge("A", "B", "argues with"), Edge("A", "B", "helps"), Edge("C", None, "sleeps")]
+    ref = [Edge("A", "B", "fights with"), Edge("B", "A", "assists"), Edge("C", None, "sleeps"), Edge("D", "A", "x")]
+    got = kg_prf(gen, ref, sim)
+    # P: A->B edges match the one A->B reference edge: max(0.6)=0.6 and max(0.1)=0.1; C/None: 1.0 -> 1.7/3
+    # R: A->B ref edge: max(0.6, 0.1)=0.6; B->A has no generated edge; C/None: 1.0; D->A none -> 1.6/4
+    assert got["precision"] == pytest.approx(1.7 / 3) and got["recall"] == pytest.approx(0.4)
+    p, r = 1.7 / 3, 0.4
+    assert got["f1"] == pytest.approx(2 * p * r / (p + r))
+    assert kg_prf([], ref, sim) == {"precision": 0.0, "recall": 0.0, "f1": 0.0}
+
+
+@pytest.fixture(scope="module")
+def embedder():
+    return minilm_embedder()
+
+
+def test_minilm_predicate_similarity(embedder):
+    v = embedder(["argues with", "quarrels with", "father of"])
+    assert np.allclose(np.linalg.norm(v, axis=1), 1.0, atol=1e-5)
+    same = score_edges([Edge("A", "B", "argues with")], [Edge("A", "B", "argues with")], embedder)
+    assert same["f1"] == pytest.approx(1.0, abs=1e-5)
+    near = score_edges([Edge("A", "B", "argues with")], [Edge("A", "B", "quarrels with")], embedder)
+    far = score_edges([Edge("A", "B", "argues with")], [Edge("A", "B", "father of")], embedder)
+    assert 1.0 > near["f1"] > far["f1"] > 0.0
+
+
+def test_judge_pins_prompts_and_rescores_from_records(embedder):
+    gen = '{"edges": [{"subjects": ["Janek"], "objects": ["AC-293"], "predicate": "argues with"}]}'
+    ref = ('{"edges": [{"subjects": ["Janek"], "objects": ["AC-293"], "predicate": "argues with"}, '
+           '{"subjects": ["Narrator"], "objects": [], "predicate": "leads"}]}')
+    llm = ScriptedLLM(['{"entities": ["Janek", "AC-293", "Narrator"]}', gen, ref])
+    r = run_judge("kgscore", "Janek argues with AC-293.", "Janek argues with AC-293. The Narrator leads.", llm,
+                  embedder=embedder)
+    prompt = llm.requests[1].messages[0]["content"]
+    assert "Named entities: Janek, AC-293, Narrator\nSummary: Janek argues with AC-293.\nEdges:" in prompt
+    assert r.score("precision") == pytest.approx(1.0, abs=1e-5) and r.score("recall") == pytest.approx(0.5, abs=1e-5)
+    back = [Judgment.from_record(json.loads(x["record_json"])) for x in r.judgment_records()]
+    assert rescore(back, embedder)["f1"] == pytest.approx(r.score("f1"))
+    with pytest.raises(JudgeError, match="reference summary"):
+        run_judge("kgscore", "x", "", llm)
+
+
+def test_entity_shuffle_swaps_within_types():
+    text = "Amelia meets Marco in Paris. Marco flies to London while Amelia stays."
+    out = entity_shuffle(text, {"PERSON": ["Amelia", "Marco"], "GPE": ["Paris", "London", "Rome"]}, seed=1)
+    assert out == "Marco meets Amelia in London. Amelia flies to Paris while Marco stays."
+    assert entity_shuffle("Only Amelia here.", ["Amelia", "Marco"]) == "Only Amelia here."
