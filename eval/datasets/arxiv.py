@@ -1,0 +1,99 @@
+"""arXiv long-document summarisation (F-ART): article -> chunks, abstract -> ROUGE reference.
+
+Two record formats are read:
+- the original release (Cohan et al., 2018): `article_id`, `article_text` (list of sentences),
+  `abstract_text` (sentences wrapped in `<S> ... </S>`), `section_names`, `sections` (sentence lists);
+- the Hugging Face layout (e.g. `ccdv/arxiv-summarization`): `article` and `abstract` strings, one
+  sentence per line.
+F-ART feeds articles in chunks of 15 sentences; `chunk_tokens` packs sentences up to a token budget
+instead (with the BooookScore chunker). `by_section=True` never lets a chunk cross a section boundary.
+"""
+from __future__ import annotations
+
+import hashlib
+import re
+from pathlib import Path
+from typing import Any
+
+from eval.datasets.chunker import chunk_paragraphs
+from eval.datasets.errors import DatasetError, EmptyDatasetError, MissingFieldError
+from eval.datasets.records import Record, read_records
+from eval.datasets.sample import Sample, slug
+from eval.datasets.tokens import TokenizerLike
+
+_TAGS = re.compile(r"</?S>")
+_SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9(\[])")
+
+
+def _clean(sentence: str) -> str:
+    return " ".join(_TAGS.sub(" ", sentence).split())
+
+
+def _lines_or_sentences(text: str) -> list[str]:
+    lines = [_clean(x) for x in text.split("\n") if x.strip()]
+    if len(lines) > 1:
+        return lines
+    return [s for s in (_clean(x) for x in _SENTENCE.split(text)) if s]
+
+
+def parse_arxiv_record(rec: Record, where: str) -> tuple[str, list[list[str]], list[str], str]:
+    """(article id, sentences grouped by section, section names, abstract)."""
+    if isinstance(rec.get("article_text"), list):
+        sections = rec.get("sections")
+        if isinstance(sections, list) and sections and all(isinstance(s, list) for s in sections):
+            groups = [[_clean(x) for x in sec if isinstance(x, str) and _clean(x)] for sec in sections]
+        else:
+            groups = [[_clean(x) for x in rec["article_text"] if isinstance(x, str) and _clean(x)]]
+        abstract_raw = rec.get("abstract_text")
+        if not isinstance(abstract_raw, list):
+            raise MissingFieldError(f"{where}: 'abstract_text' must be a list of sentences")
+        abstract = " ".join(_clean(x) for x in abstract_raw if isinstance(x, str) and _clean(x))
+        names = [str(n) for n in rec.get("section_names", [])]
+        article_id = str(rec.get("article_id") or "")
+    elif isinstance(rec.get("article"), str):
+        groups = [_lines_or_sentences(rec["article"])]
+        abstract = " ".join(_lines_or_sentences(rec.get("abstract", ""))) if isinstance(rec.get("abstract"), str) else ""
+        names, article_id = [], str(rec.get("article_id") or rec.get("id") or "")
+    else:
+        raise MissingFieldError(f"{where}: expected 'article_text' (list of sentences) as in the arXiv release, "
+                                "or 'article' (string) as on the Hugging Face hub")
+    groups = [g for g in groups if g]
+    if not groups:
+        raise MissingFieldError(f"{where}: the article has no sentences")
+    if not abstract:
+        raise MissingFieldError(f"{where}: the abstract (the summary reference) is missing or empty")
+    if not article_id:
+        article_id = hashlib.sha1(" ".join(s for g in groups for s in g).encode()).hexdigest()[:12]
+    return article_id, groups, names, abstract
+
+
+def _chunks(groups: list[list[str]], by_section: bool, chunk_sentences: int, chunk_tokens: int | None,
+            tokenizer: TokenizerLike) -> list[str]:
+    units = groups if by_section else [[s for g in groups for s in g]]
+    out: list[str] = []
+    for sentences in units:
+        if chunk_tokens is not None:
+            out.extend(chunk_paragraphs(sentences, chunk_tokens, tokenizer))
+        else:
+            out.extend(" ".join(sentences[i:i + chunk_sentences]) for i in range(0, len(sentences), chunk_sentences))
+    return out
+
+
+def load_arxiv(path: str | Path, chunk_sentences: int = 15, chunk_tokens: int | None = None, tokenizer: TokenizerLike = None,
+               by_section: bool = False, limit: int | None = None, split: str = "test") -> list[Sample]:
+    """Articles from a .jsonl/.json/.parquet file (either layout) or a hub id (needs network or the HF cache)."""
+    if chunk_sentences < 1:
+        raise DatasetError(f"chunk_sentences must be at least 1 (got {chunk_sentences})")
+    samples = []
+    for where, rec in read_records(path, "arXiv file", split=split):
+        article_id, groups, names, abstract = parse_arxiv_record(rec, where)
+        chunks = _chunks(groups, by_section, chunk_sentences, chunk_tokens, tokenizer)
+        meta: dict[str, Any] = {"article_id": article_id, "section_names": names,
+                                "sentences": sum(len(g) for g in groups)}
+        samples.append(Sample(id=f"arxiv/{slug(article_id)}", task="arxiv", chunks=tuple(chunks),
+                              query="Summarize the article.", gold=abstract, metadata=meta))
+        if limit is not None and len(samples) >= limit:
+            break
+    if not samples:
+        raise EmptyDatasetError(f"arXiv file {path} has no articles")
+    return samples

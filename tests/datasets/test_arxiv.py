@@ -1,0 +1,61 @@
+"""arXiv summarisation records in both layouts; F-ART's 15-sentence chunks; malformed records."""
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from eval.datasets import load_dataset, token_counter
+from eval.datasets.arxiv import load_arxiv
+from eval.datasets.errors import MissingFieldError, UnknownFormatError
+
+SECTIONS = [[f"Sentence {i} of the introduction discusses regular and chaotic motions ." for i in range(20)],
+            [f"Method sentence {i} describes smooth curves in phase space ." for i in range(12)]]
+
+
+def _release_record(i: int) -> dict:
+    return {"article_id": f"1501.0000{i}", "article_text": [s for sec in SECTIONS for s in sec],
+            "abstract_text": ["<S> we study chaotic motions . </S>", "<S> smooth curves appear . </S>"],
+            "labels": None, "section_names": ["introduction", "method"], "sections": SECTIONS}
+
+
+def test_release_format_chunks_of_fifteen_sentences(tmp_path):
+    p = tmp_path / "test.txt.jsonl"
+    p.write_text("\n".join(json.dumps(_release_record(i)) for i in range(3)) + "\n")
+    samples = load_arxiv(p)
+    assert [s.id for s in samples] == ["arxiv/1501-00000", "arxiv/1501-00001", "arxiv/1501-00002"]
+    s = samples[0]
+    assert s.gold == "we study chaotic motions . smooth curves appear ."
+    assert [c.count(" .") for c in s.chunks] == [15, 15, 2]  # 32 sentences, crossing the section divider like F-ART
+    assert s.chunks[1].startswith("Sentence 15") and "Method sentence 0" in s.chunks[1]
+    assert s.metadata["section_names"] == ["introduction", "method"] and s.metadata["sentences"] == 32
+    by_section = load_arxiv(p, by_section=True, limit=1)[0]
+    assert [c.count(" .") for c in by_section.chunks] == [15, 5, 12]
+    tokens = load_dataset("arxiv", path=str(p), chunk_tokens=64, limit=1)[0]
+    count = token_counter()
+    assert all(count(c) <= 64 for c in tokens.chunks) and "".join(tokens.chunks).replace("\n", "") == "".join(s for sec in SECTIONS for s in sec)
+
+
+def test_hub_layout_from_parquet(tmp_path):
+    article = "\n".join(s for sec in SECTIONS for s in sec)
+    pq.write_table(pa.table({"article": [article], "abstract": ["we study chaotic motions .\nsmooth curves appear ."]}), tmp_path / "a.parquet")
+    [s] = load_arxiv(tmp_path / "a.parquet", chunk_sentences=10)
+    assert len(s.chunks) == 4 and s.gold == "we study chaotic motions . smooth curves appear ."
+    assert s.id.startswith("arxiv/") and len(s.id) == len("arxiv/") + 12
+
+
+def test_malformed(tmp_path):
+    p = tmp_path / "x.jsonl"
+    p.write_text(json.dumps({"title": "no article here"}) + "\n")
+    with pytest.raises(MissingFieldError, match="article_text"):
+        load_arxiv(p)
+    rec = _release_record(0)
+    rec["abstract_text"] = []
+    p.write_text(json.dumps(rec) + "\n")
+    with pytest.raises(MissingFieldError, match="abstract"):
+        load_arxiv(p)
+    (tmp_path / "x.parquet").write_bytes(b"PAR1 not really")
+    with pytest.raises(UnknownFormatError):
+        load_arxiv(tmp_path / "x.parquet")
