@@ -1,0 +1,31 @@
+"""`memloop score booookscore` on the official release files."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+
+def _memloop(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", "from jobs.cli import main; main()", *args],
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_score_booookscore_json_last_line(shared_data):
+    d = shared_data / "booookscore"
+    out = _memloop("score", "booookscore", "--summaries", str(d / "summaries/gpt4-2048-hier-cleaned.json"),
+                   "--replay", str(d / "annotations/gpt4-2048-hier.json"), "--json")
+    assert out.returncode == 0, out.stderr
+    last = json.loads(out.stdout.strip().splitlines()[-1])
+    assert last["books"] == 100 and last["sentences"] == 2819
+    assert last["booookscore"] == pytest.approx(0.8944, abs=1e-4)
+
+
+def test_score_booookscore_bad_input_is_a_named_error(tmp_path):
+    bad = tmp_path / "s.json"
+    bad.write_text("[1, 2]")
+    out = _memloop("score", "booookscore", "--summaries", str(bad), "--replay", str(bad))
+    assert out.returncode == 2
+    assert "error: JudgeError:" in out.stderr and "JSON object keyed by book" in out.stderr
