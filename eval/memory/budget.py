@@ -79,17 +79,18 @@ def fit_to_budget(memory: dict[str, Any], k: int, schema: Schema, compress: Comp
     if not trim:
         raise BudgetError(f"memory is {tokens} tokens after {calls} compression call(s), over the budget of {k}; "
                           "raise K, allow more rounds, or pass trim=True")
-    cur = trim_to_budget(cur, k, count, render)
+    cur = trim_to_budget(cur, k, count, render, schema)
     return BudgetOutcome(cur, count(render(cur)), calls, True)
 
 
 def trim_to_budget(memory: dict[str, Any], k: int, count_tokens: TokenCounter | None = None,
-                   render: Callable[[dict[str, Any]], str] = render_in_place) -> dict[str, Any]:
-    """Drop the last entry of the largest list or map until the memory fits (or nothing is left)."""
+                   render: Callable[[dict[str, Any]], str] = render_in_place,
+                   schema: Schema | None = None) -> dict[str, Any]:
+    """Drop trailing list items (then map entries) from the largest containers until the memory fits."""
     count = count_tokens or cl100k_count
     cur = copy.deepcopy(memory)
     while count(render(cur)) > k:
-        best = _largest_container(cur)
+        best = _largest_container(cur, _fixed_lists(cur, schema) if schema else set())
         if best is None:
             break
         if isinstance(best, list):
@@ -99,23 +100,43 @@ def trim_to_budget(memory: dict[str, Any], k: int, count_tokens: TokenCounter | 
     return cur
 
 
-def _largest_container(root: Any) -> list | dict | None:
-    """The non-empty list or map (below the root) with the longest rendering; ties go to the first."""
-    best, best_len = None, -1
+def _fixed_lists(memory: dict[str, Any], schema: Schema) -> set[int]:
+    """ids of the lists that are tuples in the schema (their length is fixed, so never trimmed)."""
+    from eval.memory.paths import Path
+    from eval.memory.types import TupleOf, strip_none
+
+    out: set[int] = set()
+    stack: list[tuple[Any, tuple]] = [(memory, ())]
+    while stack:
+        node, segs = stack.pop()
+        if isinstance(node, list):
+            try:
+                if isinstance(strip_none(schema.node_at(Path(segs))), TupleOf):
+                    out.add(id(node))
+            except Exception:
+                pass
+            stack.extend((c, segs + (i,)) for i, c in enumerate(node))
+        elif isinstance(node, dict):
+            stack.extend((c, segs + (k,)) for k, c in node.items())
+    return out
+
+
+def _largest_container(root: Any, fixed: set[int] = frozenset()) -> list | dict | None:  # type: ignore[assignment]
+    """What to shorten next: the largest list with more than one item (keeps every key), else the
+    largest map below the root, else any non-empty list, else the root itself."""
+    lists, maps, singles = [], [], []
     stack: list[tuple[Any, bool]] = [(root, True)]
     while stack:
         node, is_root = stack.pop()
         if isinstance(node, dict):
-            children = list(node.values())
+            if node and not is_root:
+                maps.append(node)
+            stack.extend((c, False) for c in node.values())
         elif isinstance(node, list):
-            children = node
-        else:
-            continue
-        if node and not is_root:
-            size = len(render_in_place(node, None))
-            if size > best_len:
-                best, best_len = node, size
-        stack.extend((c, False) for c in reversed(children))
-    if best is None and isinstance(root, dict) and root:
-        return root
-    return best
+            if id(node) not in fixed:
+                (lists if len(node) > 1 else singles if node else []).append(node)
+            stack.extend((c, False) for c in node)
+    for group in (lists, maps, singles):
+        if group:
+            return max(group, key=lambda n: len(render_in_place(n, None)))
+    return root if isinstance(root, dict) and root else None

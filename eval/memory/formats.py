@@ -52,7 +52,10 @@ def _entries(body: str, default_op: str, out: ParsedRevisions) -> None:
     body = _FENCE.sub("", body)
     for item in iter_values(body):
         if isinstance(item, LiteralParseError):
-            out.rejected.append(Rejection(f"unreadable revision: {item}", raw=body.strip()[:200]))
+            start = getattr(item, "start", 0)
+            end = body.find("\n{", start)
+            out.rejected.append(Rejection(f"unreadable revision: {item}",
+                                          raw=body[start:end if end >= 0 else len(body)].strip()[:200]))
             continue
         value, start, end = item
         raw = body[start:end]

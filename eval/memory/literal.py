@@ -162,6 +162,7 @@ def iter_values(text: str) -> Iterator[tuple[Any, int, int] | LiteralParseError]
             if pos < len(text) and text[pos] == ",":  # a list of objects written without brackets
                 pos = r.ws(pos + 1)
         except LiteralParseError as e:
+            e.start = pos  # type: ignore[attr-defined]  # where the unreadable value began
             yield e
             nxt = text.find("\n{", pos)
             if nxt < 0:

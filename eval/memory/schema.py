@@ -37,9 +37,13 @@ class Schema:
 
     # ---- construction -------------------------------------------------------------------------
     @classmethod
-    def from_class(cls, py_cls: type, placeholders: bool = True) -> "Schema":
-        """Derive from a dataclass / TypedDict / pydantic model / annotated class with docstrings."""
-        return cls(_object_from_class(py_cls, {}), placeholders)
+    def from_class(cls, py_cls: type, placeholders: bool = True, namespace: dict[str, Any] | None = None) -> "Schema":
+        """Derive from a dataclass / TypedDict / pydantic model / annotated class with docstrings.
+
+        `namespace` resolves string annotations naming classes that are neither module-level nor
+        nested (e.g. classes defined inside a function under `from __future__ import annotations`).
+        """
+        return cls(_object_from_class(py_cls, {}, namespace or {}), placeholders)
 
     @classmethod
     def from_text(cls, text: str, placeholders: bool = True) -> "Schema":
@@ -346,13 +350,14 @@ def _source_comments(py_cls: type) -> dict[str, str]:
     return out
 
 
-def _object_from_class(py_cls: type, building: dict[type, ObjectType | None]) -> ObjectType:
+def _object_from_class(py_cls: type, building: dict[type, ObjectType | None],
+                       namespace: dict[str, Any]) -> ObjectType:
     if py_cls in building:
         if building[py_cls] is None:
             raise SchemaError(f"class {py_cls.__name__} contains itself; a typed hierarchy must be finite")
         return building[py_cls]  # type: ignore[return-value]
     building[py_cls] = None
-    localns = {k: v for k, v in vars(py_cls).items() if isinstance(v, type)}
+    localns = {**namespace, **{k: v for k, v in vars(py_cls).items() if isinstance(v, type)}}
     module = inspect.getmodule(py_cls)
     globalns = dict(vars(module)) if module else {}
     try:
@@ -367,7 +372,7 @@ def _object_from_class(py_cls: type, building: dict[type, ObjectType | None]) ->
     for name in own:
         if name.startswith("_") or name not in hints or typing.get_origin(hints[name]) is typing.ClassVar:
             continue
-        node, adoc = _node_from_hint(hints[name], f"{py_cls.__name__}.{name}", building)
+        node, adoc = _node_from_hint(hints[name], f"{py_cls.__name__}.{name}", building, namespace)
         fields.append(Field(name, node, field_docs.get(name) or adoc or comments.get(name, "")))
     bases = ("TypedDict",) if typing.is_typeddict(py_cls) else ()
     obj = ObjectType(py_cls.__name__, tuple(fields), _own_doc(py_cls), bases)
@@ -405,10 +410,11 @@ def _field_docs(py_cls: type) -> dict[str, str]:
     return out
 
 
-def _node_from_hint(hint: Any, where: str, building: dict[type, ObjectType | None]) -> tuple[Node, str]:
+def _node_from_hint(hint: Any, where: str, building: dict[type, ObjectType | None],
+                    namespace: dict[str, Any]) -> tuple[Node, str]:
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin is typing.Annotated:
-        node, _ = _node_from_hint(args[0], where, building)
+        node, _ = _node_from_hint(args[0], where, building, namespace)
         docs = [a for a in args[1:] if isinstance(a, str)]
         return node, (docs[0] if docs else "")
     if hint is Any:
@@ -419,25 +425,25 @@ def _node_from_hint(hint: Any, where: str, building: dict[type, ObjectType | Non
         if hint is py:
             return Prim(kind), ""
     if origin is list:
-        return ListOf(_node_from_hint(args[0], where, building)[0] if args else Prim("Any")), ""
+        return ListOf(_node_from_hint(args[0], where, building, namespace)[0] if args else Prim("Any")), ""
     if origin is tuple:
         if len(args) == 2 and args[1] is Ellipsis:
-            return ListOf(_node_from_hint(args[0], where, building)[0]), ""
+            return ListOf(_node_from_hint(args[0], where, building, namespace)[0]), ""
         if not args:
             return ListOf(Prim("Any")), ""
-        return TupleOf(tuple(_node_from_hint(a, where, building)[0] for a in args)), ""
+        return TupleOf(tuple(_node_from_hint(a, where, building, namespace)[0] for a in args)), ""
     if origin is dict:
         label = "str"
         if args and isinstance(args[0], typing.NewType) and args[0].__supertype__ is str:
             label = args[0].__name__  # dict[Facet, ...] with Facet = NewType("Facet", str)
         elif args and args[0] is not str:
             raise SchemaError(f"{where}: dict keys must be str (JSON object keys are strings), got {args[0]!r}")
-        return DictOf(_node_from_hint(args[1], where, building)[0] if args else Prim("Any"), label), ""
+        return DictOf(_node_from_hint(args[1], where, building, namespace)[0] if args else Prim("Any"), label), ""
     if origin in (typing.Union, pytypes.UnionType):
-        return UnionOf(tuple(_node_from_hint(a, where, building)[0] for a in args)), ""
+        return UnionOf(tuple(_node_from_hint(a, where, building, namespace)[0] for a in args)), ""
     if isinstance(hint, type) and (dataclasses.is_dataclass(hint) or typing.is_typeddict(hint)
                                    or hasattr(hint, "model_fields") or hint.__dict__.get("__annotations__")):
-        return _object_from_class(hint, building), ""
+        return _object_from_class(hint, building, namespace), ""
     raise SchemaError(f"{where}: type {hint!r} is not part of the typed-hierarchy language; use str, int, float, "
                       "bool, Any, list[...], tuple[...], dict[str, ...], X | None or a class with annotated fields")
 
