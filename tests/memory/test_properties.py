@@ -125,3 +125,70 @@ def test_class_text_parses_back_to_the_same_schema(schema):
 def test_path_text_round_trips_through_jsonpath_ng(segments):
     p = Path(tuple(segments))
     assert Path.parse(p.text) == p
+
+
+def _unchanged_rejection(schema: Schema, memory: dict, rev: Revision) -> str:
+    before = copy.deepcopy(memory)
+    res = apply_revisions(memory, [rev], schema)
+    assert memory == before and res.memory == before and not res.applied
+    assert len(res.rejected) == 1 and res.rejected[0].reason
+    return res.rejected[0].reason
+
+
+@SETTINGS
+@given(st.data())
+def test_each_kind_of_invalid_revision_is_rejected_with_its_reason(data):
+    schema = data.draw(schemas())
+    memory = data.draw(memories(schema))
+    paths = existing_paths(memory)
+    containers = [Path()] + [p for p in paths if isinstance(_get(memory, p), (dict, list))]
+    new_paths = [c for p in containers for c in _safe_children(schema, memory, p)]
+    if new_paths:  # update of a path that does not exist
+        reason = _unchanged_rejection(schema, memory, Revision(data.draw(st.sampled_from(new_paths)), "update", None))
+        assert "does not exist" in reason and "use 'add'" in reason
+    appendable = [p for p in paths if isinstance(_get(memory, p), list)]
+    fixed = [p for p in paths if p not in appendable]
+    if fixed:  # add at an existing path (that is not a list one could append to)
+        p = data.draw(st.sampled_from(fixed))
+        reason = _unchanged_rejection(schema, memory, Revision(p, "add", _get(memory, p)))
+        assert "already exists" in reason
+    # a field the schema does not define
+    reason = _unchanged_rejection(schema, memory, Revision(Path(("no such field",)), "add", 1))
+    assert "leaves the schema" in reason and "no such field" in reason
+    # a value of the wrong type: an object where the schema wants a number/string/list, etc.
+    typed = [p for p in paths + new_paths if _is_typed_leaf_or_list(schema, p)]
+    if typed:
+        p = data.draw(st.sampled_from(typed))
+        op = "update" if p in paths else "add"
+        # no type of the strategies admits a list mixing a list, a string, a float and an object
+        reason = _unchanged_rejection(schema, memory, Revision(p, op, {"k": [[True], "s", 1.5, {"a": 1}, False]}))
+        assert "expects" in reason
+
+
+def _is_typed_leaf_or_list(schema: Schema, path: Path) -> bool:
+    from eval.memory.types import ListOf, Prim, TupleOf, strip_none
+
+    try:
+        node = strip_none(schema.node_at(path))
+    except Exception:
+        return False
+    return isinstance(node, (ListOf, TupleOf)) or (isinstance(node, Prim) and node.kind not in ("Any", "None"))
+
+
+@SETTINGS
+@given(st.data())
+def test_malformed_revision_text_is_rejected_and_the_rest_is_kept(data):
+    from eval.memory import parse_prism, render_prism
+
+    schema = data.draw(schemas())
+    memory = data.draw(memories(schema))
+    revs = [draw_revision(data, schema, memory) for _ in range(data.draw(st.integers(1, 4)))]
+    text = render_prism(revs)
+    lines = text.split("\n")
+    body_lines = [i for i, l in enumerate(lines) if l.startswith("{\"")]
+    broken = data.draw(st.sampled_from(body_lines))
+    cut = data.draw(st.integers(2, max(2, len(lines[broken]) - 2)))
+    lines[broken] = lines[broken][:cut] + " ]]oops"  # damage one line
+    parsed = parse_prism("\n".join(lines))
+    assert len(parsed.rejected) == 1 and parsed.rejected[0].raw
+    assert len(parsed.revisions) == len(revs) - 1
