@@ -28,7 +28,7 @@ from typing import Any, Callable
 
 from eval.llm import Usage
 from jobs.config import EngineSpec, RunConfig, check_config, run_id, weights_path
-from jobs.errors import RunError
+from jobs.errors import ConfigError, RunError
 from jobs.manifest import manifest_base
 from jobs.storage import RunStore, now
 from jobs.workload import Unit, build_units
@@ -74,14 +74,25 @@ def actor_options(engine: EngineSpec) -> dict[str, Any]:
 
 
 def engine_kwargs(cfg: RunConfig) -> dict[str, Any]:
-    """Keyword arguments of `engine.actor.EngineActor` built from the model and engine sections."""
-    kw: dict[str, Any] = {"weights": str(weights_path(cfg)), "dtype": cfg.model.dtype, **cfg.model.options}
+    """Constructor arguments of `engine.actor.EngineActor`: its engine config from the model and engine sections."""
+    d: dict[str, Any] = {"model": str(weights_path(cfg)), "dtype": cfg.model.dtype, **cfg.model.options}
     if cfg.engine.page_budget is not None:
-        kw["page_budget"] = cfg.engine.page_budget
+        d["page_budget"] = cfg.engine.page_budget
     if cfg.engine.mesh is not None:
-        kw["mesh"] = cfg.engine.mesh
-    kw.update(cfg.engine.options)
-    return kw
+        d["mesh"] = cfg.engine.mesh
+    d.update(cfg.engine.options)
+    return {"config": d}
+
+
+def check_engine_config(cfg: RunConfig) -> None:
+    """Build the engine config here (cheap), so unknown engine settings fail before actors start."""
+    from engine.actor import engine_config
+    from engine.errors import EngineError
+
+    try:
+        engine_config(engine_kwargs(cfg)["config"])
+    except (EngineError, TypeError, ValueError) as exc:
+        raise ConfigError(f"`engine.options`/`model.options`: {exc}") from None
 
 
 def default_actor_class() -> Any:
@@ -166,7 +177,7 @@ def _error_text(exc: BaseException) -> str:
 
 class _Pool:
     def __init__(self, cfg: RunConfig, rs: RunStore, actors: list[Any], units: list[Unit], log: Log,
-                 flush_units: int = 16, flush_s: float = 20.0, progress_s: float = 5.0) -> None:
+                 flush_units: int = 16, flush_s: float = 20.0, progress_s: float = 20.0) -> None:
         self.cfg, self.rs, self.actors, self.log = cfg, rs, actors, log
         self.total = len(units)
         self.queue: deque[tuple[Unit, int, str | None]] = deque((u, 0, None) for u in units)
@@ -277,8 +288,9 @@ class _Pool:
         if self._judge_remote is None:
             self._judge_remote = ray.remote(judge_one)
         refs = [self._judge_remote.options(num_cpus=self.cfg.judge_cpus, max_retries=self.cfg.retries,
-                                           retry_exceptions=True, name=f"judge:{j.name}")
-                .remote(j, judge_output(j.name, out), u.sample.gold, u.sample.metadata, self.cfg.judge_model, llm)
+                                           retry_exceptions=[ray.exceptions.RayActorError],
+                                           name=f"judge:{j.name}")
+                .remote(j, judge_output(j.name, out, len(u.sample.chunks)), u.sample.gold, u.sample.metadata, self.cfg.judge_model, llm)
                 for j in u.judges]
         self.waiters.submit(self._await_judges, u, attempt, rows, refs, started, actor)
 
@@ -313,13 +325,25 @@ class _Pool:
                 merged.setdefault(table, []).extend(rs)
         self.rs.write_shard(merged)
 
-    def _progress(self, t0: float) -> None:
+    def _live_usage(self) -> Usage:
+        """Engine-wide counters (live, also mid-unit), falling back to finished units' usage."""
+        import ray
+
+        try:
+            stats = ray.get([a.stats.remote() for a in self.actors], timeout=5)
+        except Exception:
+            return self.usage
+        return Usage(sum(s.get("prompt_tokens", 0) for s in stats), sum(s.get("cached_tokens", 0) for s in stats),
+                     sum(s.get("decoded_tokens", 0) for s in stats))
+
+    def _progress(self, t0: float, usage: Usage | None = None) -> None:
         el = max(time.monotonic() - t0, 1e-9)
-        u = self.usage
+        u = usage or self.usage
         hit = 100.0 * u.cached_tokens / u.prompt_tokens if u.prompt_tokens else 0.0
         self.log(f"progress: {self.finished}/{self.total} units ({self.failed} failed) | "
                  f"{(u.prompt_tokens - u.cached_tokens + u.decoded_tokens) / el:.0f} tok/s "
-                 f"({u.decoded_tokens / el:.1f} decoded/s) | cache hit {hit:.1f}% | -> {self.rs.uri}")
+                 f"({u.decoded_tokens / el:.1f} decoded/s) | cache hit {hit:.1f}% | {time.monotonic() - t0:.0f} s "
+                 f"| -> {self.rs.uri}")
 
     def run(self) -> tuple[int, int, dict[str, Any]]:
         t0 = time.monotonic()
@@ -328,6 +352,7 @@ class _Pool:
         for t in threads:
             t.start()
         last_flush = last_progress = time.monotonic()
+        last_count = 0
         try:
             while True:
                 with self.cv:
@@ -340,16 +365,16 @@ class _Pool:
                     last_flush = nowm
                 if done:
                     break
-                if nowm - last_progress >= self.progress_s:
-                    self._progress(t0)
-                    last_progress = nowm
+                if self.finished != last_count or nowm - last_progress >= self.progress_s:
+                    self._progress(t0, self._live_usage())
+                    last_progress, last_count = nowm, self.finished
         finally:
             self.stop.set()
             with self.cv:
                 self.cv.notify_all()
             self._flush()  # whatever finished is kept, also on interrupt
             self.waiters.shutdown(wait=False, cancel_futures=True)
-        self._progress(t0)
+        self._progress(t0, self._live_usage())
         el = time.monotonic() - t0
         u = self.usage
         stats = {"wall_s": el, "prompt_tokens": u.prompt_tokens, "cached_tokens": u.cached_tokens,
@@ -377,6 +402,7 @@ class _Pool:
 def prepare(cfg: RunConfig) -> tuple[str, RunStore, list[Unit]]:
     """Everything that can fail because of the config, before any Ray work starts."""
     check_config(cfg)
+    check_engine_config(cfg)
     rid = run_id(cfg)
     rs = RunStore.open(cfg.output, rid)
     rs.check_writable()

@@ -11,22 +11,21 @@ from typing import Any
 from jobs.config import JudgeModelSpec, JudgeSpec
 
 
-def judge_output(judge: str, out: Any) -> Any:
-    """What a judge scores: SUMIE judges take the memory after each chunk (one entry per turn),
-    every other judge the method's final answer."""
+def judge_output(judge: str, out: Any, n_chunks: int) -> Any:
+    """What a judge scores. SUMIE judges take one prediction per turn: the memory after each chunk
+    (a method sets `step.memory` to the memory after that step, also when the step failed), or, for
+    methods that do not keep a memory per chunk (GO), the final memory as the last turn. A memory
+    that never parsed is an empty prediction ({}): it scores zero rather than hiding the unit.
+    Every other judge takes the method's final answer."""
     if not judge.startswith("sumie"):
         return out.answer
     per_chunk: dict[int, Any] = {}
     for s in out.steps:
-        if s.chunk_index is not None and s.ok and s.memory is not None:
-            per_chunk[s.chunk_index] = s.memory  # the last successful step of a chunk holds its memory
-    if not per_chunk:
-        return [out.memory if out.memory is not None else out.answer]
-    turns, last = [], None
-    for t in range(max(per_chunk) + 1):
-        last = per_chunk.get(t, last)  # a chunk whose steps all failed keeps the previous memory
-        turns.append(last if last is not None else {})
-    return turns
+        if s.chunk_index is not None:
+            per_chunk[s.chunk_index] = s.memory  # the last step of a chunk holds the memory after it
+    if n_chunks > 1 and set(per_chunk) == set(range(n_chunks)):
+        return [m if m is not None else {} for _, m in sorted(per_chunk.items())]
+    return out.memory if out.memory is not None else {}
 
 
 def judge_llm(spec: JudgeModelSpec, engine_llm: Any) -> Any:
