@@ -85,7 +85,7 @@ def load_arxiv(path: str | Path, chunk_sentences: int = 15, chunk_tokens: int | 
     if chunk_sentences < 1:
         raise DatasetError(f"chunk_sentences must be at least 1 (got {chunk_sentences})")
     samples = []
-    for where, rec in read_records(path, "arXiv file", split=split):
+    for where, rec in read_records(path, "arXiv file", split=split, streaming=limit is not None):
         article_id, groups, names, abstract = parse_arxiv_record(rec, where)
         chunks = _chunks(groups, by_section, chunk_sentences, chunk_tokens, tokenizer)
         meta: dict[str, Any] = {"article_id": article_id, "section_names": names,

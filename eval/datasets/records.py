@@ -2,7 +2,8 @@
 
 Local JSON(L) is parsed here rather than through `datasets.load_dataset("json")` so that a malformed
 line is reported by file and line number (and nothing is cached); Parquet goes through pyarrow;
-a hub id goes through Hugging Face `datasets` (needs network or a local HF cache).
+a hub id (`owner/name`) and a directory written by `Dataset.save_to_disk` go through Hugging Face
+`datasets` (a hub id needs network or the local HF cache).
 """
 from __future__ import annotations
 
@@ -18,14 +19,31 @@ _HUB_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
 Record = dict[str, Any]
 
 
-def read_records(source: str | Path, what: str = "dataset", split: str = "test") -> Iterator[tuple[str, Record]]:
-    """(location, record) pairs; the location ("file:line") goes into error messages."""
+def read_records(source: str | Path, what: str = "dataset", split: str = "test",
+                 streaming: bool = False) -> Iterator[tuple[str, Record]]:
+    """(location, record) pairs; the location ("file:line") goes into error messages.
+
+    `streaming` only matters for hub ids: rows are fetched lazily (use it when taking a few rows).
+    """
     p = Path(source)
     if not p.exists():
         if isinstance(source, str) and _HUB_ID.match(source):
-            yield from _hub_records(source, split)
+            yield from _hub_records(source, split, streaming)
             return
         raise DatasetNotFoundError(f"{what} {p} does not exist: check the path (or give a hub id owner/name)")
+    if p.is_dir():
+        if not (p / "state.json").is_file() and not (p / "dataset_dict.json").is_file():
+            raise UnknownFormatError(f"{what} {p} is a directory but not a saved Hugging Face dataset: pass a file")
+        import datasets
+
+        ds = datasets.load_from_disk(str(p))
+        if isinstance(ds, datasets.DatasetDict):
+            if split not in ds:
+                raise DatasetNotFoundError(f"{p} has splits {sorted(ds)}, not {split!r}: pass split=...")
+            ds = ds[split]
+        for i, row in enumerate(ds):
+            yield f"{p}#{i}", dict(row)
+        return
     suffix = p.suffix.lower()
     if suffix == ".parquet":
         import pyarrow.parquet as pq
@@ -71,11 +89,11 @@ def _as_record(row: Any, where: str) -> Record:
     return row
 
 
-def _hub_records(hub_id: str, split: str) -> Iterator[tuple[str, Record]]:
+def _hub_records(hub_id: str, split: str, streaming: bool) -> Iterator[tuple[str, Record]]:
     import datasets
 
     try:
-        ds = datasets.load_dataset(hub_id, split=split)
+        ds = datasets.load_dataset(hub_id, split=split, streaming=streaming)
     except Exception as exc:
         raise DatasetNotFoundError(f"could not load {hub_id!r} split {split!r} from the Hugging Face hub ({exc}); "
                                    "without network, download it once and pass the local file") from None

@@ -59,3 +59,12 @@ def test_malformed(tmp_path):
     (tmp_path / "x.parquet").write_bytes(b"PAR1 not really")
     with pytest.raises(UnknownFormatError):
         load_arxiv(tmp_path / "x.parquet")
+
+
+def test_saved_hugging_face_dataset(tmp_path):
+    import datasets
+
+    ds = datasets.Dataset.from_list([{"article": "First sentence here.\nSecond one.", "abstract": "A summary.", "article_id": "hf-1"}])
+    datasets.DatasetDict({"validation": ds}).save_to_disk(str(tmp_path / "saved"))
+    [s] = load_arxiv(tmp_path / "saved", split="validation")
+    assert s.id == "arxiv/hf-1" and s.chunks == ("First sentence here. Second one.",) and s.gold == "A summary."

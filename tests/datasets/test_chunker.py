@@ -131,12 +131,28 @@ def test_other_tokenizers_and_bad_sizes():
         chunk_paragraphs(["a\nb"], 100)
 
 
-def test_hf_tokenizer_counts(tmp_path):
-    tok = pytest.importorskip("transformers").AutoTokenizer
-    from engine.assets import default_model_path  # noqa: F401  (the bundled GGUF carries the tokenizer)
+def test_hugging_face_tokenizer_counts_without_special_tokens():
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {"[UNK]": 0, "[BOS]": 1, "one": 2, "sentence": 3, "here": 4, ".": 5, "another": 6, "there": 7}
+    core = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    core.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Whitespace()])
+    hf = PreTrainedTokenizerFast(tokenizer_object=core, unk_token="[UNK]", bos_token="[BOS]")
+    count = token_counter(hf)
+    assert count("one sentence here.") == 4
+    chunks = chunk_paragraphs(["One sentence here. Another one there."] * 20, 12, tokenizer=hf)
+    assert all(count(c) <= 12 for c in chunks) and len(chunks) == 20
+
+
+@pytest.mark.slow
+def test_bundled_model_tokenizer_counts():
+    from transformers import AutoTokenizer
+
+    from engine.assets import default_model_path
 
     gguf = default_model_path()
-    hf = tok.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    hf = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     count = token_counter(hf)
     assert count("hello world") == len(hf.encode("hello world", add_special_tokens=False))
     chunks = chunk_paragraphs(["One sentence here. Another one there."] * 20, 40, tokenizer=hf)
