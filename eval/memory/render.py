@@ -9,6 +9,7 @@
 """
 from __future__ import annotations
 
+import copy
 import json
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
@@ -46,20 +47,27 @@ class Amendments:
     base: dict[str, Any] = field(default_factory=dict)
     revisions: list[Revision] = field(default_factory=list)
 
+    _folded: tuple[int, int, dict[str, Any]] | None = field(default=None, init=False, repr=False, compare=False)
+
     def revise(self, revisions: Sequence[Revision]) -> list:
         """Validate against the folded memory; append only the accepted ones. Returns the rejections."""
         res = apply_revisions(self.fold(), revisions, self.schema)
         self.revisions.extend(res.applied)
+        self._folded = (id(self.base), len(self.revisions), res.memory)  # folding is incremental
         return res.rejected
 
     def text(self, indent: int | None = 2) -> str:
         return render_amendments(self.base, self.revisions, indent)
 
     def fold(self) -> dict[str, Any]:
+        """The in-place memory these amendments stand for (a fresh copy each call)."""
+        if self._folded is not None and self._folded[:2] == (id(self.base), len(self.revisions)):
+            return copy.deepcopy(self._folded[2])
         res = apply_revisions(self.base, self.revisions, self.schema)
         if res.rejected:  # cannot happen for revisions added through revise()
             raise RevisionError(f"amendment {res.rejected[0].revision} no longer applies: {res.rejected[0].reason}")
-        return res.memory
+        self._folded = (id(self.base), len(self.revisions), res.memory)
+        return copy.deepcopy(res.memory)
 
 
 def parse_amendments(text: str) -> tuple[dict[str, Any], list[Revision]]:

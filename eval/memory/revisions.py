@@ -33,6 +33,8 @@ def to_json_data(value: Any) -> Any:
                 raise RevisionError(f"object key {k!r} is not a string; JSON memories only have string keys")
             out[k] = to_json_data(v)
         return out
+    if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
+        raise RevisionError(f"value {value} is not JSON (NaN and infinities have no JSON form)")
     if value is None or isinstance(value, (str, int, float, bool)):
         return value
     raise RevisionError(f"value of type {type(value).__name__} is not JSON data")
