@@ -89,7 +89,7 @@ class EngineSpec(_Strict):
     cpus_per_actor: float = Field(default=1.0, gt=0)
     gpus_per_actor: float = Field(default=1.0, gt=0)
     tpu_chips_per_host: int = Field(default=4, ge=1)
-    tpu_slice: str | None = None  # the slice's Ray resource (its pod name) to keep all actors on one slice
+    tpu_slice: str | None = None  # run on the hosts of this TPU slice only (Ray's ray.io/tpu-slice-name label)
     max_in_flight: int = Field(default=8, ge=1)  # samples run concurrently against each actor
     max_restarts: int = Field(default=3, ge=0)
     start_timeout_s: float = Field(default=900.0, gt=0)  # model load + compile, or waiting for hosts

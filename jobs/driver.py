@@ -64,10 +64,9 @@ def actor_options(engine: EngineSpec) -> dict[str, Any]:
     opts: dict[str, Any] = {"max_restarts": engine.max_restarts, "max_task_retries": 0,
                             "num_cpus": engine.cpus_per_actor}
     if engine.accelerator == "tpu":
-        resources = {"TPU": float(engine.tpu_chips_per_host)}  # all chips of a host: one actor per host
-        if engine.tpu_slice:
-            resources[engine.tpu_slice] = 1.0  # the slice's own resource (its pod name): stay on that slice
-        opts["resources"] = resources
+        opts["resources"] = {"TPU": float(engine.tpu_chips_per_host)}  # all chips of a host: one actor per host
+        if engine.tpu_slice:  # keep every actor on the hosts of one slice (Ray labels TPU hosts by slice)
+            opts["label_selector"] = {"ray.io/tpu-slice-name": engine.tpu_slice}
     elif engine.accelerator == "gpu":
         opts["num_gpus"] = engine.gpus_per_actor
     return opts

@@ -1,0 +1,73 @@
+"""A fake multi-host TPU cluster on one machine: the driver's placement puts one engine actor per host.
+
+Runs in a subprocess because it needs its own Ray cluster (the suite shares one local Ray). The
+actors are a small host probe rather than the engine: placement is decided by `actor_options` and
+`start_actors` (the driver's own code), and three JAX engines would not fit on a 2-core machine.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+SCRIPT = textwrap.dedent('''
+    import json, sys
+    import ray
+    from ray.cluster_utils import Cluster
+    from jobs.config import parse_config
+    from jobs.driver import start_actors
+    from jobs.errors import RunError
+
+    class HostProbe:
+        def __init__(self, **kwargs):
+            self.node = ray.get_runtime_context().get_node_id()
+        def health(self):
+            return True
+        def node_id(self):
+            return self.node
+
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    hosts = {}
+    for slice_name, worker in [("slice-a", 0), ("slice-a", 1), ("slice-b", 0)]:
+        node = cluster.add_node(num_cpus=2, resources={"TPU": 4},
+                                labels={"ray.io/tpu-slice-name": slice_name, "ray.io/tpu-worker-id": str(worker)})
+        hosts[node.node_id] = slice_name
+    ray.init(address=cluster.address)
+    cluster.wait_for_nodes()
+
+    def cfg(**engine):
+        return parse_config({"datasets": [{"task": "book", "path": "x"}], "methods": [{"name": "inc-update"}],
+                             "engine": dict(accelerator="tpu", tpu_chips_per_host=4, cpus_per_actor=1,
+                                            start_timeout_s=8, **engine)})
+
+    out = {}
+    actors = start_actors(cfg(actors=3), HostProbe, {}, lambda m: None)
+    out["all"] = [hosts[n] + ":" + n[:8] for n in ray.get([a.node_id.remote() for a in actors])]
+    for a in actors:
+        ray.kill(a)
+    actors = start_actors(cfg(actors=2, tpu_slice="slice-a"), HostProbe, {}, lambda m: None)
+    out["slice_a"] = [hosts[n] + ":" + n[:8] for n in ray.get([a.node_id.remote() for a in actors])]
+    for a in actors:
+        ray.kill(a)
+    try:
+        start_actors(cfg(actors=4), HostProbe, {}, lambda m: None)
+        out["too_many"] = "started"
+    except RunError as exc:
+        out["too_many"] = str(exc)
+    print(json.dumps(out))
+    ray.shutdown()
+    cluster.shutdown()
+''')
+
+
+def test_one_engine_actor_per_tpu_host() -> None:
+    res = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, cwd=ROOT, timeout=240)
+    assert res.returncode == 0, res.stderr[-3000:]
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    assert len(set(out["all"])) == 3  # three actors on three distinct hosts
+    assert len(set(out["slice_a"])) == 2 and all(h.startswith("slice-a:") for h in out["slice_a"])
+    assert "did not start" in out["too_many"] and "engine.actors" in out["too_many"]  # a 4th host does not exist
