@@ -192,3 +192,28 @@ def test_malformed_revision_text_is_rejected_and_the_rest_is_kept(data):
     parsed = parse_prism("\n".join(lines))
     assert len(parsed.rejected) == 1 and parsed.rejected[0].raw
     assert len(parsed.revisions) == len(revs) - 1
+
+
+SEG_TEXT = st.one_of(
+    KEYS.map(lambda k: ". '" + k.replace("\\", "\\\\").replace("'", "\\'") + "'"),
+    KEYS.map(lambda k: ".'" + k.replace("\\", "\\\\").replace("'", "\\'") + "'"),
+    st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,6}", fullmatch=True).map(lambda k: "." + k),
+    st.integers(0, 999).map(lambda i: f"[{i}]"),
+    st.sampled_from([".where", ". 'where'", "[01]", ".a b", ". 'x'.", "[*]", "..y", ".'unterminated"]),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(SEG_TEXT, min_size=1, max_size=4))
+def test_fast_path_reader_agrees_with_jsonpath_ng(parts):
+    from eval.memory.errors import PathError
+    from eval.memory.paths import _fast_parse, _jsonpath_ng_parse
+
+    text = "$" + "".join(parts)
+    fast = _fast_parse(text)
+    try:
+        slow = _jsonpath_ng_parse(text)
+    except PathError:
+        slow = None
+    if fast is not None:
+        assert fast == slow, text
