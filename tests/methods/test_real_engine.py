@@ -1,0 +1,83 @@
+"""Every method end to end on the bundled SmolLM2 through the real engine (short inputs; slow)."""
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import pytest
+
+from eval.datasets.sample import Sample
+from eval.methods import get_method, list_methods
+
+pytestmark = pytest.mark.slow
+
+BOOK = Sample(id="book/tiny", task="book", chunks=(
+    "Anna Vale sailed from Dover to Crete with her brother Tom. A storm broke the mast.",
+    "In Crete, Anna became captain of the ship after Tom fell ill. Tom thanked Anna."))
+HOTEL = Sample(id="sumie/tiny", task="sumie", chunks=("HOTEL0 has two large pools.", "HOTEL0 serves a cold breakfast."),
+               metadata={"entity": "HOTEL0"})
+PAPER = Sample(id="arxiv/tiny", task="arxiv", chunks=("We study coral bleaching under heat stress.",
+                                                      "Recovery is faster with tidal flushing."))
+REPO = Sample(id="repoqa/tiny", task="repoqa", chunks=("def add(a, b):\n    return a + b\n",),
+              query="Find the exact name of the function that returns the sum of its two arguments.")
+
+CASES = {
+    "go-text": (HOTEL, {}), "go-json": (HOTEL, {}), "gu-text": (BOOK, {}), "gu-json": (HOTEL, {}),
+    "gm-text": (HOTEL, {}), "gm-json": (HOTEL, {"memory_limit": 60}), "cok": (HOTEL, {}),
+    "prism-inplace": (BOOK, {}), "prism-amendments": (REPO, {"updates": False}),
+    "hier-merge": (BOOK, {"max_summary_tokens": 200, "word_limit": 80, "context_window": 2048}),
+    "inc-update": (BOOK, {"max_summary_tokens": 200, "word_limit": 80, "context_window": 2048}),
+    "kg-retrieval": (BOOK, {}), "fart-base": (PAPER, {"max_tool_calls": 2}),
+    "fart-compressed": (PAPER, {"max_tool_calls": 2}), "fart-rolling": (PAPER, {"max_tool_calls": 2}),
+}
+
+
+def test_cases_cover_every_method() -> None:
+    assert sorted(CASES) == sorted(list_methods())
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_method_end_to_end(name: str, engine_llm) -> None:
+    sample, settings = CASES[name]
+    out = get_method(name, max_tokens=64, **settings).run(sample, engine_llm)
+    assert out.steps, name
+    for step in out.steps:
+        assert step.usage.prompt_tokens > 0 and step.usage.decoded_tokens > 0
+        assert step.usage.prompt_tokens >= engine_llm.count_tokens(step.prompt)  # the chat template adds tokens
+        assert out.templates[step.template_id] == step.template_sha256
+        assert step.ok or step.failures  # a failure always carries its reason
+    assert isinstance(out.answer, str)
+    print(f"\n{name}: {len(out.steps)} steps, usage={out.usage}, failures={len(out.failures)}, "
+          f"answer={out.answer[:120]!r}")
+
+
+def test_prefix_cache_hits_on_prism_steps(engine_llm) -> None:
+    out = get_method("prism-amendments", max_tokens=48).run(BOOK, engine_llm)
+    revise = [s for s in out.steps if s.kind == "revise"]
+    assert revise[1].usage.cached_tokens > 0.5 * revise[1].usage.prompt_tokens
+
+
+def test_http_client_against_the_engine_server(smollm2_engine) -> None:
+    import uvicorn
+
+    from engine.server import create_app
+    from eval.llm_http import OpenAICompatibleLLM
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(create_app(smollm2_engine, model_name="smollm2"), host="127.0.0.1",
+                                           port=port, log_level="error"))
+    t = threading.Thread(target=server.run, daemon=True)
+    t.start()
+    while not server.started:
+        time.sleep(0.05)
+    try:
+        llm = OpenAICompatibleLLM(f"http://127.0.0.1:{port}", "smollm2", timeout_s=600)
+        out = get_method("gu-json", max_tokens=48).run(HOTEL, llm)
+        assert [s.kind for s in out.steps] == ["initial", "update"]
+        assert out.steps[1].usage.cached_tokens > 0  # served by the engine's prefix cache, reported over HTTP
+    finally:
+        server.should_exit = True
+        t.join(timeout=10)
