@@ -24,6 +24,18 @@ _END = re.compile(r"^\*{3}\s*END OF (?:THE|THIS) PROJECT GUTENBERG.*$", re.IGNOR
 _END_LINE = re.compile(r"^\s*End of (?:the )?Project Gutenberg.*$", re.IGNORECASE | re.MULTILINE)
 _CREDITS = re.compile(r"^(?:Produced by|E-text prepared by|Transcribed from)\b", re.IGNORECASE)
 _BLANK_LINES = re.compile(r"\n[ \t]*\n")
+_CHAPTER = re.compile(r"^(?:CHAPTER|Chapter|BOOK|Book|PART|Part)\s+(?:[IVXLCDM]+|\d+|[A-Z][a-z]+)\b")
+
+
+def chunk_chapters(chunks: Iterable[str]) -> list[int]:
+    """The chapter (1-based, by `Chapter N`-style heading lines) in which each chunk starts; text before
+    the first heading counts as chapter 1. Used by chapter-wise methods (metadata['chunk_chapters'])."""
+    out, seen = [], 0
+    for chunk in chunks:
+        lines = chunk.split("\n")
+        out.append(max(1, seen + 1 if _CHAPTER.match(lines[0]) else seen))
+        seen += sum(1 for line in lines if _CHAPTER.match(line))
+    return out
 
 
 def strip_gutenberg(text: str) -> str:
@@ -66,7 +78,7 @@ def clean_book(text: str, unwrap: bool = True) -> str:
 
 
 def book_sample(title: str, text: str, chunk_tokens: int = 2048, tokenizer: TokenizerLike = None,
-                source: str | None = None) -> Sample:
+                source: str | None = None, chapters: bool = False) -> Sample:
     """A book Sample from cleaned text. Gold is None: BooookScore is reference-free."""
     paragraphs = split_paragraphs(text)
     if not paragraphs:
@@ -76,13 +88,17 @@ def book_sample(title: str, text: str, chunk_tokens: int = 2048, tokenizer: Toke
     metadata = {"title": title, "chunk_tokens": chunk_tokens, "paragraphs": len(paragraphs), "chars": len(text)}
     if source:
         metadata["source"] = source
+    if chapters:
+        metadata["chunk_chapters"] = chunk_chapters(chunks)
     return Sample(id=f"book/{slug(title)}-{digest}", task="book", chunks=tuple(chunks), query=None, gold=None, metadata=metadata)
 
 
-def load_book(path: str | Path, chunk_tokens: int = 2048, tokenizer: TokenizerLike = None, unwrap: bool = True) -> Sample:
+def load_book(path: str | Path, chunk_tokens: int = 2048, tokenizer: TokenizerLike = None, unwrap: bool = True,
+              chapters: bool = False) -> Sample:
     """One plain-text or Gutenberg file as a chunked book Sample."""
     p = Path(path)
-    return book_sample(p.stem, clean_book(read_text(p, "book"), unwrap=unwrap), chunk_tokens, tokenizer, source=str(p))
+    return book_sample(p.stem, clean_book(read_text(p, "book"), unwrap=unwrap), chunk_tokens, tokenizer, source=str(p),
+                       chapters=chapters)
 
 
 def _books_from_json(p: Path) -> Iterable[tuple[str, str]]:
@@ -111,11 +127,13 @@ def _books_from_json(p: Path) -> Iterable[tuple[str, str]]:
 
 
 def load_books(source: str | Path | Iterable[str | Path], chunk_tokens: int = 2048, tokenizer: TokenizerLike = None,
-               unwrap: bool = True, limit: int | None = None) -> list[Sample]:
-    """Books from a file, a directory of .txt files (sorted by name), a JSON/JSONL collection, or a list of paths."""
+               unwrap: bool = True, limit: int | None = None, chapters: bool = False) -> list[Sample]:
+    """Books from a file, a directory of .txt files (sorted by name), a JSON/JSONL collection, or a list of paths.
+
+    `chapters=True` adds metadata['chunk_chapters'] (the chapter each chunk starts in)."""
     if not isinstance(source, (str, Path)):
         paths = [Path(s) for s in source]
-        samples = [load_book(p, chunk_tokens, tokenizer, unwrap) for p in paths[:limit]]
+        samples = [load_book(p, chunk_tokens, tokenizer, unwrap, chapters) for p in paths[:limit]]
     else:
         p = Path(source)
         if not p.exists():
@@ -124,14 +142,15 @@ def load_books(source: str | Path | Iterable[str | Path], chunk_tokens: int = 20
             files = sorted(f for f in p.iterdir() if f.suffix.lower() in TEXT_SUFFIXES)
             if not files:
                 raise EmptyDatasetError(f"directory {p} holds no {'/'.join(TEXT_SUFFIXES)} files: put the books there as plain text")
-            samples = [load_book(f, chunk_tokens, tokenizer, unwrap) for f in files[:limit]]
+            samples = [load_book(f, chunk_tokens, tokenizer, unwrap, chapters) for f in files[:limit]]
         elif p.suffix.lower() in (".json", ".jsonl"):
             books = list(_books_from_json(p))[:limit]
             if not books:
                 raise EmptyDatasetError(f"{p} holds no books")
-            samples = [book_sample(t, clean_book(x, unwrap=unwrap), chunk_tokens, tokenizer, source=str(p)) for t, x in books]
+            samples = [book_sample(t, clean_book(x, unwrap=unwrap), chunk_tokens, tokenizer, source=str(p), chapters=chapters)
+                       for t, x in books]
         elif p.suffix.lower() in TEXT_SUFFIXES or not p.suffix:
-            samples = [load_book(p, chunk_tokens, tokenizer, unwrap)]
+            samples = [load_book(p, chunk_tokens, tokenizer, unwrap, chapters)]
         else:
             raise UnknownFormatError(f"{p}: unknown book format {p.suffix!r}: use .txt, a directory of .txt, .json or .jsonl")
     return samples

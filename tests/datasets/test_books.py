@@ -63,3 +63,14 @@ def test_collections_and_errors(tmp_path):
     (tmp_path / "only-licence.txt").write_text("*** START OF THE PROJECT GUTENBERG EBOOK X ***\n\n*** END OF THE PROJECT GUTENBERG EBOOK X ***\n")
     with pytest.raises(EmptyDatasetError, match="no text after cleaning"):
         load_book(tmp_path / "only-licence.txt")
+
+
+def test_chunk_chapters_follow_headings(shared_data):
+    from eval.datasets.books import chunk_chapters
+
+    assert chunk_chapters(["Preface text", "Chapter 1\nIt begins.", "more of it\nCHAPTER II\nnext", "tail"]) == [1, 1, 1, 2]
+    s = load_book(shared_data / "books" / "pride-and-prejudice.txt", chapters=True)
+    chapters = s.metadata["chunk_chapters"]
+    assert len(chapters) == len(s.chunks) and chapters[0] == 1 and chapters[-1] == 61
+    assert all(a <= b for a, b in zip(chapters, chapters[1:]))
+    assert "chunk_chapters" not in load_book(shared_data / "books" / "katrine.txt").metadata

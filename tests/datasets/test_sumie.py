@@ -61,6 +61,7 @@ def test_written_file_round_trips_through_the_loader(tmp_path, records):
     assert len(samples) == 300 and len({s.id for s in samples}) == 300
     s, r = samples[0], records[0]
     assert s.task == "sumie" and len(s.chunks) == PARAGRAPHS and r["entity_name"] in s.query
+    assert s.metadata["entity"] == r["entity_name"] and s.metadata["entity_category"] == r["entity_category"]
     assert s.chunks[0] == " ".join(t for _, t in r["paragraph_summaries"][0]["sentences"])
     last = {}
     for item in r["paragraph_summaries"][-1]["summary"]:

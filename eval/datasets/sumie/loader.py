@@ -95,7 +95,7 @@ def sumie_sample(record: Record, where: str = "record") -> Sample:
         raise MissingFieldError(f"{where}: 'distractor_sentences' must be a list of [id, text]")
     distractor_ids = [d[0] if isinstance(d, (list, tuple)) else d for d in distractors]
     digest = hashlib.sha1(json.dumps(chunks).encode("utf-8")).hexdigest()[:10]
-    metadata = {"sentences": sentences, "distractor_sentence_ids": distractor_ids}
+    metadata = {"entity": name, "entity_category": category, "sentences": sentences, "distractor_sentence_ids": distractor_ids}
     metadata.update({k: v for k, v in record.items() if k not in _KNOWN})
     return Sample(
         id=f"sumie/{slug(category)}/{slug(name)}-{digest}",
