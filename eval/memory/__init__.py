@@ -9,6 +9,7 @@ Schemas (a typed hierarchy, seed 002 definition 3.2)::
     schema.json_schema()       # JSON Schema (2020-12) of a whole memory (partial objects, '???'/None allowed)
     schema.json_schema_at(p)   # JSON Schema of the value at a path
     schema.errors(memory)      # list of reasons, [] when valid
+    schema.fingerprint         # short stable hash for run records
     schemas.SUMIE_SUMMARY, STORY_ELEMENTS, BOOK_SUMMARY, FUNCTION_NATURAL_DESCRIPTOR,
     RELEVANT_TABLE_INFO, TABLE_MEMORY, COMPARISON   # the papers' schemas, ready-made
 

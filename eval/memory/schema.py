@@ -65,6 +65,13 @@ class Schema:
     def __repr__(self) -> str:
         return f"Schema({self.root.name})"
 
+    @property
+    def fingerprint(self) -> str:
+        """Short stable hash of the schema (its class text round-trips, so this identifies it in run records)."""
+        import hashlib
+
+        return hashlib.sha256(f"{self.placeholders}\n{self.class_text()}".encode()).hexdigest()[:16]
+
     # ---- renderings ---------------------------------------------------------------------------
     def class_text(self) -> str:
         """Python class text shown to the LLM under [CLASS]; nested classes inside their first user."""

@@ -155,14 +155,12 @@ class _Builder:
                 if not isinstance(stmt.target, ast.Name):
                     raise self.fail(stmt, "a field must be a plain name")
                 fname = stmt.target.id
-                if stmt.value is not None and not (isinstance(stmt.value, ast.Constant)
-                                                   or ast.unparse(stmt.value) in ("[]", "{}", "()")):
-                    raise self.fail(stmt, f"field {fname} has a default that is not a literal")
+                call_doc = self.default_doc(stmt, fname)
                 if any(f.name == fname for f in fields):
                     raise self.fail(stmt, f"field {fname} is declared twice")
                 node = self.type_of(stmt.annotation, set())
                 end = getattr(stmt, "end_lineno", stmt.lineno) or stmt.lineno
-                fdoc = self.comments.get(end) or self.comments.get(stmt.lineno, "")
+                fdoc = call_doc or self.comments.get(end) or self.comments.get(stmt.lineno, "")
                 fields.append(Field(fname, node, fdoc))
             elif isinstance(stmt, (ast.ClassDef, ast.Assign, ast.Pass)):
                 continue
@@ -174,6 +172,35 @@ class _Builder:
         out = ObjectType(name, tuple(fields), doc, bases)
         self.built[name] = out
         return out
+
+    def default_doc(self, stmt: ast.AnnAssign, fname: str) -> str:
+        """Check a field's default: a literal, or field(...)/Field(...) with literal arguments (read for
+        `description=` / `metadata={"doc": ...}`, never called). Returns the doc it carries."""
+        v = stmt.value
+        if v is None or isinstance(v, ast.Constant) or ast.unparse(v) in ("[]", "{}", "()"):
+            return ""
+        fname_call = v.func.attr if isinstance(v, ast.Call) and isinstance(v.func, ast.Attribute) else \
+            getattr(getattr(v, "func", None), "id", "")
+        if not isinstance(v, ast.Call) or fname_call not in ("field", "Field"):
+            raise self.fail(stmt, f"field {fname} has a default that is not a literal or field(...)")
+        doc = ""
+        for kw in v.keywords:
+            if kw.arg in ("default_factory",) and isinstance(kw.value, ast.Name) and kw.value.id in ("list", "dict"):
+                continue
+            try:
+                val = ast.literal_eval(kw.value)
+            except ValueError:
+                raise self.fail(stmt, f"field {fname}: argument {kw.arg}= must be a literal") from None
+            if kw.arg == "description" and isinstance(val, str):
+                doc = val
+            elif kw.arg == "metadata" and isinstance(val, dict) and isinstance(val.get("doc"), str):
+                doc = val["doc"]
+        for a in v.args:
+            try:
+                ast.literal_eval(a)
+            except ValueError:
+                raise self.fail(stmt, f"field {fname}: {fname_call}() arguments must be literals") from None
+        return doc
 
     def type_of(self, ann: ast.expr, seen: set[str]) -> Node:
         if isinstance(ann, ast.Constant):

@@ -145,7 +145,7 @@ def test_node_at_follows_fields_keys_and_indices_and_names_the_problem():
 
 @pytest.mark.parametrize("text,message", [
     ("class A:\n    def f(self):\n        return 1\n", "FunctionDef is not allowed"),
-    ("class A:\n    x: int = __import__('os').system('true')\n", "default that is not a literal"),
+    ("class A:\n    x: int = __import__('os').system('true')\n", "default that is not a literal or field"),
     ("import os\nclass A:\n    x: int\nos.system('true')\n", "Expr statements are not allowed"),
     ("@register\nclass A:\n    x: int\n", "only the @dataclass decorator"),
     ("class A(make_base()):\n    x: int\n", "base classes must be plain names"),
@@ -180,3 +180,20 @@ class Leaf:
     assert c.type == DictOf(ListOf(Prim("str")), "Facet")
     assert d.type == UnionOf((Prim("int"), Prim("str"), Prim("None")))
     assert s.root.bases == ("pg.Object",) and s.root.doc == "Root doc."
+
+
+def test_field_calls_are_read_not_run():
+    s = Schema.from_text('class P(BaseModel):\n    a: str = Field(description="the a field")\n'
+                         '    b: list[str] = field(default_factory=list, metadata={"doc": "the b field"})\n'
+                         '    c: int = 0  # the c field\n')
+    assert [(f.name, f.doc) for f in s.root.fields] == [("a", "the a field"), ("b", "the b field"), ("c", "the c field")]
+    with pytest.raises(SchemaError, match="must be a literal"):
+        Schema.from_text("class P:\n    a: str = Field(description=open('/etc/passwd').read())\n")
+    with pytest.raises(SchemaError, match="not a literal or field"):
+        Schema.from_text("class P:\n    a: str = make_default()\n")
+
+
+def test_fingerprint_identifies_the_schema():
+    assert SUMIE_SUMMARY.fingerprint == Schema.from_text(SUMIE_SUMMARY.class_text()).fingerprint
+    assert SUMIE_SUMMARY.fingerprint != BOOK_SUMMARY.fingerprint
+    assert Schema(SUMIE_SUMMARY.root, placeholders=False).fingerprint != SUMIE_SUMMARY.fingerprint
