@@ -18,6 +18,8 @@ from eval.methods.templates import load_template
 
 _CALL = re.compile(r"^\s*\[(read|write|list-keys|ans|EOQ|E0Q)\]\s*(.*)$", re.S | re.I)
 _WRITE = re.compile(r"^\((.+?)\)\s*(.*)$", re.S)
+_WRITE_COLON = re.compile(r"^([\w.-]+):\s*(.+)$", re.S)  # `[write] key: text`, a common small-model variant
+_ECHO = re.compile(r"^\s*Q\d+:\s*")                      # the model repeating the `Qk:` it was given
 STOP = ("\n#", "\nQ", "\nInput:", "----END")
 
 
@@ -29,7 +31,7 @@ class FartSettings(MethodSettings):
 
 def parse_call(text: str) -> dict[str, str]:
     """`[write] (key) text` -> {"tool": "write", "key": ..., "value": ...} etc.; ParseFailure otherwise."""
-    first = text.strip()
+    first = _ECHO.sub("", text.strip())
     m = _CALL.match(first)
     if not m:
         raise ParseFailure(f"expected a tool call [read]/[write]/[list-keys]/[ans]/[EOQ], got {first[:60]!r}")
@@ -37,7 +39,7 @@ def parse_call(text: str) -> dict[str, str]:
     if tool in ("eoq", "e0q"):
         return {"tool": "EOQ"}
     if tool == "write":
-        w = _WRITE.match(arg)
+        w = _WRITE.match(arg) or _WRITE_COLON.match(arg)
         if not w or not w.group(2).strip():
             raise ParseFailure("[write] needs `(key) text`")
         return {"tool": "write", "key": w.group(1).strip(), "value": w.group(2).strip()}

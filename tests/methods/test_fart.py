@@ -1,6 +1,8 @@
 """F-ART tool loop on a scripted LLM: transcript continuation, store transitions, bounds."""
 from __future__ import annotations
 
+import pytest
+
 from eval.datasets.sample import Sample
 from eval.llm import ScriptedLLM
 from eval.methods import get_method
@@ -47,3 +49,14 @@ def test_tool_calls_are_bounded() -> None:
     out = get_method("fart-compressed", max_tool_calls=2).run(doc, llm)
     assert any("used all 2 tool calls" in f for f in out.failures)
     assert out.answer == "done." and out.memory == {"k": "v"}
+
+
+def test_parse_call_variants() -> None:
+    from eval.methods.base import ParseFailure
+    from eval.methods.fart import parse_call
+
+    assert parse_call(" Q2: [read] intro") == {"tool": "read", "key": "intro"}
+    assert parse_call("[write] notes: short text") == {"tool": "write", "key": "notes", "value": "short text"}
+    assert parse_call("[E0Q]") == {"tool": "EOQ"}
+    with pytest.raises(ParseFailure, match="expected a tool call"):
+        parse_call("I will now summarize")
