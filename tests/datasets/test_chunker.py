@@ -114,3 +114,12 @@ def test_bundled_model_tokenizer_counts():
     assert count("hello world") == len(hf.encode("hello world", add_special_tokens=False))
     chunks = chunk_paragraphs(["One sentence here. Another one there."] * 20, 40, tokenizer=hf)
     assert all(count(c) <= 40 for c in chunks)
+
+
+@pytest.mark.parametrize("name", ["pioneer-days-in-st-paul.txt"])  # the official example book
+def test_wrapped_lines_as_paragraphs_match_official_boundaries(shared_data, count, name):
+    """With `unwrap=False` every hard-wrapped line is a paragraph, as the official code sees a raw file."""
+    lines = split_paragraphs(clean_book(read_text(shared_data / "books" / name), unwrap=False))
+    chunks = chunk_paragraphs(lines, 1024)
+    assert chunks == reference_chunks(lines, 1024, count)
+    assert "".join(chunks).replace("\n", "") == "".join(lines) and max(count(c) for c in chunks) <= 1024
