@@ -67,6 +67,7 @@ def render_call(call: dict[str, str]) -> str:
 
 class _Fart(Method):
     Settings = FartSettings
+    tasks = ("arxiv", "book")  # summarisation of long documents
     template: ClassVar[str] = ""
 
     def _validate(self) -> None:
