@@ -144,6 +144,8 @@ class RunConfig(_Strict):
     seed: int = 0
     retries: int = Field(default=2, ge=0)  # attempts after the first, per sample
     judge_cpus: float = Field(default=0.5, gt=0)
+    flush_units: int = Field(default=16, ge=1)  # write a shard every this many finished units ...
+    flush_s: float = Field(default=20.0, gt=0)  # ... or this many seconds
 
     @field_validator("name")
     @classmethod

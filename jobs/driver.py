@@ -110,13 +110,17 @@ def ensure_ray(log: Log) -> None:
     log(f"ray: {'connected to ' + address if address else 'local instance'}; resources {ray.cluster_resources()}")
 
 
-def start_actors(cfg: RunConfig, actor_cls: Any, kwargs: dict[str, Any], log: Log) -> list[Any]:
+def start_actors(cfg: RunConfig, actor_cls: Any, kwargs: dict[str, Any], log: Log,
+                 name_prefix: str | None = None) -> list[Any]:
     """Start `engine.actors` actors and wait until each answers `health()`."""
     import ray
 
     remote_cls = actor_cls if hasattr(actor_cls, "remote") else ray.remote(actor_cls)
     opts = actor_options(cfg.engine)
-    actors = [remote_cls.options(**opts).remote(**kwargs) for _ in range(cfg.engine.actors)]
+    # Named after the run: `ray list actors` shows whose engines they are, and a second driver of the
+    # same run on the same cluster fails at once instead of computing everything twice.
+    actors = [remote_cls.options(name=f"{name_prefix}engine-{i}", **opts).remote(**kwargs) if name_prefix
+              else remote_cls.options(**opts).remote(**kwargs) for i in range(cfg.engine.actors)]
     pending = [a.health.remote() for a in actors]
     ready, not_ready = ray.wait(pending, num_returns=len(pending), timeout=cfg.engine.start_timeout_s)
     if not_ready:
@@ -427,9 +431,20 @@ def execute(cfg: RunConfig, *, actor_cls: Any = None, log: Log = _stderr,
     try:
         if todo:
             ensure_ray(log)
-            actors = start_actors(cfg, actor_cls or default_actor_class(), engine_kwargs(cfg), log)
-            pool = _Pool(cfg, rs, actors, todo, log)
-            computed, failed, stats = pool.run()
+            try:
+                actors = start_actors(cfg, actor_cls or default_actor_class(), engine_kwargs(cfg), log,
+                                      name_prefix=f"memloop:{rid}:")
+            except ValueError as exc:  # the name is taken
+                raise RunError(f"run {rid} is already being computed on this Ray cluster ({exc}); "
+                               "wait for it or stop it") from None
+            try:
+                pool = _Pool(cfg, rs, actors, todo, log, flush_units=cfg.flush_units, flush_s=cfg.flush_s)
+                computed, failed, stats = pool.run()
+            finally:
+                import ray
+
+                for a in actors:  # free the hosts (and, in a shared Ray, the CPUs and memory) at once
+                    ray.kill(a)
     except BaseException as exc:
         if pool is not None:
             computed, failed = pool.finished - pool.failed, pool.failed

@@ -1,0 +1,148 @@
+"""The driver on the real engine (SmolLM2 through engine.actor.EngineActor) and local Ray.
+
+Default suite: one small run end to end, then the same config again (everything skipped, no
+engine started). Slow suite: an engine actor killed mid-run, and a driver interrupted and resumed.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from jobs.config import parse_config, run_id
+from jobs.driver import execute
+from jobs.storage import RunStore
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _config(output: Path, entities: int = 2, methods=("gu-json",), max_tokens: int = 24, **over) -> dict:
+    cfg = {
+        "name": "drv", "output": str(output),
+        "datasets": [{"task": "sumie", "synthetic": {"entities": entities, "seed": 3}, "options": {"max_chunks": 2}}],
+        "methods": [{"name": m, "options": {"max_attempts": 1}} for m in methods],
+        "sampling": {"max_tokens": max_tokens},
+        "judges": [{"name": "sumie-exact"}],
+        "engine": {"actors": 1, "cpus_per_actor": 1, "max_in_flight": 4, "start_timeout_s": 600},
+        "retries": 2,
+    }
+    cfg.update(over)
+    return cfg
+
+
+def _exactly_once(rs: RunStore, n: int) -> None:
+    samples = rs.table("samples").to_pandas()
+    assert len(samples) == n and samples["unit"].is_unique
+    raw = rs._read_all("samples").to_pandas()
+    assert set(raw["unit"]) == set(samples["unit"])
+    steps = rs.table("steps").to_pandas()
+    assert not steps.duplicated(["unit", "step"]).any()
+
+
+def test_run_end_to_end_then_resume_skips_everything(ray_local, tmp_path) -> None:
+    cfg = parse_config(_config(tmp_path / "runs"))
+    logs: list[str] = []
+    first = execute(cfg, log=logs.append)
+    assert first.samples == 2 and first.computed + first.failed == 2 and first.skipped == 0
+    rs = RunStore.open(str(tmp_path / "runs"), run_id(cfg))
+    _exactly_once(rs, 2)
+    samples = rs.table("samples").to_pandas()
+    ok = samples[samples["status"] == "ok"]
+    assert (ok["prompt_tokens"] > 0).all() and (ok["decoded_tokens"] > 0).all()
+    steps = rs.table("steps").to_pandas()
+    # the unit's token totals are the sum of its steps' usage, as the engine reported it
+    for unit, g in steps.groupby("unit"):
+        row = samples[samples["unit"] == unit].iloc[0]
+        assert row["prompt_tokens"] == g["prompt_tokens"].sum() and row["decoded_tokens"] == g["decoded_tokens"].sum()
+    scores = rs.table("scores").to_pandas()
+    assert set(scores[scores["turn"].notna()]["metric"]) >= {"precision", "recall", "f1"}
+    assert set(scores["unit"]) == set(ok["unit"])
+    engine = json.loads(rs.table("runs").to_pandas().iloc[0]["stats_json"])["engine"][0]
+    assert engine["requests"] == sum(json.loads(e)["attempts"] for e in steps["extra_json"])
+    # the same config again: nothing recomputed, no engine started
+    second = execute(cfg, log=logs.append)
+    assert (second.computed, second.skipped, second.failed) == (0, first.computed, first.failed)
+    runs = rs.table("runs").to_pandas()
+    assert len(runs) == 2 and "engine" not in json.loads(runs.sort_values("started_at").iloc[1]["stats_json"])
+    assert any("results ->" in line for line in logs)
+
+
+@pytest.mark.slow
+def test_killed_engine_actor_is_restarted_and_its_samples_retried(ray_local, tmp_path) -> None:
+    import ray
+
+    cfg = parse_config(_config(tmp_path / "runs", entities=4, methods=("gu-json", "go-json"), max_tokens=32))
+    rid = run_id(cfg)
+    killed = threading.Event()
+
+    def killer() -> None:
+        deadline = time.time() + 900
+        while time.time() < deadline and not killed.is_set():
+            try:
+                actor = ray.get_actor(f"memloop:{rid}:engine-0")
+                if ray.get(actor.stats.remote(), timeout=10)["requests"] >= 3:
+                    ray.kill(actor, no_restart=False)  # a crash: Ray restarts it (max_restarts)
+                    killed.set()
+                    return
+            except Exception:
+                pass
+            time.sleep(0.5)
+
+    t = threading.Thread(target=killer, daemon=True)
+    t.start()
+    logs: list[str] = []
+    summary = execute(cfg, log=logs.append)
+    t.join(timeout=5)
+    assert killed.is_set()
+    assert any("failed during" in line for line in logs), logs
+    rs = RunStore.open(str(tmp_path / "runs"), rid)
+    _exactly_once(rs, 8)
+    assert summary.computed + summary.failed == 8
+    samples = rs.table("samples").to_pandas()
+    assert (samples["attempts"] > 1).any()  # the in-flight units were retried
+    print(f"\nkill test: {summary.to_json()}")
+
+
+@pytest.mark.slow
+def test_interrupted_driver_resumes_without_recomputing(tmp_path) -> None:
+    cfg_dict = _config(tmp_path / "runs", entities=6, max_tokens=24, flush_units=1, flush_s=1)
+    cfg_dict["engine"]["max_in_flight"] = 2
+    cfg_path = tmp_path / "cfg.yaml"
+    cfg_path.write_text(yaml.safe_dump(cfg_dict))
+    rid = run_id(parse_config(cfg_dict))
+    rs = RunStore.open(str(tmp_path / "runs"), rid)
+    cmd = [sys.executable, "-c", "from jobs.cli import main; main()", "run", str(cfg_path)]
+    env = dict(os.environ, RAY_ADDRESS="")
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.time() + 900
+    while time.time() < deadline and proc.poll() is None:
+        if len(rs.done_units()) >= 2:
+            break
+        time.sleep(1)
+    assert proc.poll() is None, proc.communicate()[1][-3000:]
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=300)
+    done_before = rs.done_units()
+    assert 2 <= len(done_before) < 6
+    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env, timeout=1200)
+    assert out.returncode == 0, out.stderr[-3000:]
+    last = json.loads(out.stdout.strip().splitlines()[-1])
+    assert last["samples"] == 6 and last["skipped"] == len(done_before)
+    assert last["computed"] + last["failed"] == 6 - len(done_before)
+    _exactly_once(rs, 6)
+    # the engine of the second invocation served exactly the requests of the units it computed
+    runs = rs.table("runs").to_pandas().sort_values("started_at")
+    engine = json.loads(runs.iloc[-1]["stats_json"])["engine"][0]
+    steps = rs.table("steps").to_pandas()
+    recomputed = steps[~steps["unit"].isin(done_before)]
+    assert engine["requests"] == sum(json.loads(e)["attempts"] for e in recomputed["extra_json"])
+    print(f"\nresume test: first invocation finished {len(done_before)}, second: {last}, "
+          f"engine requests {engine['requests']}")
