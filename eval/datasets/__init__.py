@@ -12,7 +12,7 @@ Gold format per task (what judges consume; all JSON-serialisable):
            "facts": [[{"attribute", "value", "sentence_ids", "evidences"}, ...], ...]}`  # same, itemised
   Per-turn P/R/F1 compares the summary after chunk t with `gold["turns"][t]`; the last turn is the final summary's.
   metadata: `entity`, `entity_category` (inputs of the task), `sentences` (per paragraph, `[[id, text], ...]`),
-  `distractor_sentence_ids`.
+  `distractor_sentence_ids`, `paragraph_sentiments`, `paragraph_writing_styles`.
 - **book** (`books`): `gold = None` (BooookScore is reference-free); metadata `title`, `chunk_tokens`.
 - **repoqa** (`repoqa`): one Sample per needle function; `chunks` = the package's source in dependency
   order, chunked to `chunk_tokens`; `query` = the natural-language description (purpose, input,

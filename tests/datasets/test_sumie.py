@@ -22,8 +22,9 @@ def test_deterministic_and_varied(records):
     assert records[0] != next(generate_sumie(1, seed=8))
     assert len({r["entity_name"] for r in records}) == 300
     assert {r["entity_category"] for r in records} == {"person", "restaurant", "company", "hotel", "product"}
-    assert len({r["style"] for r in records}) == 4
-    assert {s for r in records for s in r["sentiments"]} == {"positive", "neutral", "negative"}
+    paragraphs = [p for r in records for p in r["paragraph_summaries"]]
+    assert {p["paragraph_writing_style"] for p in paragraphs} == {"encyclopedia entry", "news report", "user review", "casual conversation"}
+    assert {p["paragraph_sentiment"] for p in paragraphs} == {"optimistic", "neutral", "analytic", "pessimistic"}
     assert all(len(r["paragraph_summaries"]) == PARAGRAPHS for r in records)
 
 
@@ -33,7 +34,7 @@ def test_gold_values_appear_in_cited_sentences_and_aggregate(records):
         sentences = {}
         previous: list = []
         for para in r["paragraph_summaries"]:
-            sentences.update(dict((i, t) for i, t in para["sentences"]))
+            sentences.update(dict((i, t) for i, t in para["paragraph"]))
             pairs = [(x["attribute"], x["value"]) for x in para["summary"]]
             assert pairs[: len(previous)] == previous  # aggregated: earlier facts stay, in order
             previous = pairs
@@ -47,9 +48,10 @@ def test_distractors_never_mention_the_target(records):
     for r in records:
         name = r["entity_name"]
         assert r["distractor_sentences"]
-        in_paragraphs = {i: t for p in r["paragraph_summaries"] for i, t in p["sentences"]}
-        for sid, text in r["distractor_sentences"]:
-            assert in_paragraphs[sid] == text
+        in_paragraphs = {i: t for p in r["paragraph_summaries"] for i, t in p["paragraph"]}
+        assert len(in_paragraphs) == sum(len(p["paragraph"]) for p in r["paragraph_summaries"])  # ids unique per entity
+        for sid in r["distractor_sentences"]:
+            text = in_paragraphs[sid]
             assert name.lower() not in text.lower()
             assert not ({w.lower() for w in re.findall(r"\w+", text)} & name_words(name))
 
@@ -62,7 +64,8 @@ def test_written_file_round_trips_through_the_loader(tmp_path, records):
     s, r = samples[0], records[0]
     assert s.task == "sumie" and len(s.chunks) == PARAGRAPHS and r["entity_name"] in s.query
     assert s.metadata["entity"] == r["entity_name"] and s.metadata["entity_category"] == r["entity_category"]
-    assert s.chunks[0] == " ".join(t for _, t in r["paragraph_summaries"][0]["sentences"])
+    assert s.chunks[0] == " ".join(t for _, t in r["paragraph_summaries"][0]["paragraph"])
+    assert s.metadata["paragraph_sentiments"] == [p["paragraph_sentiment"] for p in r["paragraph_summaries"]]
     last = {}
     for item in r["paragraph_summaries"][-1]["summary"]:
         last.setdefault(item["attribute"], []).append(item["value"])
@@ -98,3 +101,28 @@ def test_malformed_files(tmp_path, records):
     (tmp_path / "s.csv").write_text("a,b\n")
     with pytest.raises(UnknownFormatError):
         load_sumie(tmp_path / "s.csv")
+
+
+def test_release_readme_example_shape(tmp_path):
+    """The record shape of the SUMIE release (masked names, 'P' ids, paraphrased values, id-only distractors)."""
+    record = {"entity_name": "ENTITY0", "entity_category": "Computer & Video Games", "paragraph_summaries": [
+        {"paragraph": [["P0", "ENTITY0 offers hours of gameplay content ."], ["P1", "ENTITY201 shaped gaming culture."],
+                       ["P2", "Its mechanics allow many playstyles ."]],
+         "summary": [{"attribute": "Content Variety", "value": "Hours of gameplay content", "sentence_ids": ["P0"],
+                      "evidences": ["ENTITY0 offers hours of gameplay content"]}],
+         "paragraph_sentiment": "analytic", "paragraph_writing_style": "user reviews by senior"},
+        {"paragraph": [["P0", "Performance improved after updates ."]],
+         "summary": [{"attribute": "Content Variety", "value": "Hours of gameplay content", "sentence_ids": ["P0"], "evidences": []},
+                     {"attribute": "Gameplay", "value": "Multiple playstyles", "sentence_ids": ["P2"], "evidences": []}],
+         "paragraph_sentiment": "neutral", "paragraph_writing_style": "news"}],
+        "distractor_sentences": ["P1"]}
+    p = tmp_path / "dataset_sumie.jsonl"
+    p.write_text(json.dumps(record) + "\n")
+    [s] = load_sumie(p)
+    assert s.chunks == ("ENTITY0 offers hours of gameplay content . ENTITY201 shaped gaming culture. Its mechanics allow many playstyles .",
+                        "Performance improved after updates .")
+    assert s.gold["turns"] == [{"Content Variety": ["Hours of gameplay content"]},
+                               {"Content Variety": ["Hours of gameplay content"], "Gameplay": ["Multiple playstyles"]}]
+    assert s.metadata["distractor_sentence_ids"] == ["P1"] and s.metadata["paragraph_writing_styles"][0] == "user reviews by senior"
+    with pytest.raises(InconsistentGoldError, match="Multiple playstyles"):  # paraphrased: verification suits generated data
+        load_sumie(p, verify_gold=True)

@@ -1,11 +1,13 @@
 """Deterministic synthetic SUMIE data in the official `dataset_sumie.jsonl` format.
 
 Each entity gets 7 paragraphs. A paragraph states a few attribute-value facts about the entity
-(new attributes, further values of multi-valued ones, now and then a restatement), in one writing
-style per entity and a sentiment per paragraph, interleaved with distractor sentences about other
-entities of the same category that never mention the target. Each paragraph's `summary` aggregates
-every fact from paragraph 1 up to it, citing the ids of the sentences that state it; values are
-inserted verbatim, so each one literally appears in the sentences it cites.
+(new attributes, further values of multi-valued ones, now and then a restatement) in a writing style
+and a sentiment of its own (`paragraph_writing_style`, `paragraph_sentiment`), interleaved with
+distractor sentences about other entities of the same category that never mention the target (their
+ids are listed in `distractor_sentences`). Sentences are `[id, text]` pairs under `paragraph`, with
+ids ("P0", "P1", ...) unique within the entity. Each paragraph's `summary` aggregates every fact from
+paragraph 1 up to it, citing the ids of the sentences that state it; values are inserted verbatim, so
+each one literally appears in the sentences it cites.
 """
 from __future__ import annotations
 
@@ -104,21 +106,20 @@ def _plan(rng: random.Random, cat: Category) -> list[list[tuple[Attribute, str]]
 
 
 def generate_entity(rng: random.Random, names: _Names, cat: Category) -> dict[str, Any]:
-    """One entity in the official SUMIE record format (plus `style` and `sentiments`)."""
+    """One entity in the official SUMIE record format."""
     name, last = names.draw(cat)
     names.used.add(name)
     descriptor = cat.descriptor.format(last=last)
-    style = rng.choice(sorted(STYLES))
+    home_style = rng.choice(sorted(STYLES))  # most paragraphs keep the entity's usual register
     avoid = name_words(name)
     next_id = 0
     paragraphs: list[dict[str, Any]] = []
-    distractors: list[list[Any]] = []
+    distractors: list[str] = []
     gold: dict[tuple[str, str], dict[str, Any]] = {}  # (attribute, value) -> summary item, in first-seen order
-    sentiments: list[str] = []
     stated: list[tuple[Attribute, str]] = []
     for t, facts in enumerate(_plan(rng, cat)):
-        sentiment = rng.choice(("positive", "neutral", "negative"))
-        sentiments.append(sentiment)
+        sentiment = rng.choice(sorted(SENTIMENT_REMARKS))
+        style = home_style if rng.random() < 0.6 else rng.choice(sorted(STYLES))
         sentences: list[tuple[str, str, tuple[str, str] | None]] = []  # (kind, text, fact)
         # a restatement now and then: the gold does not change but gains a second citation
         restate = [rng.choice(stated)] if stated and (not facts or (t >= 2 and rng.random() < 0.5)) else []
@@ -138,20 +139,22 @@ def generate_entity(rng: random.Random, names: _Names, cat: Category) -> dict[st
             sentences.insert(rng.randrange(0, len(sentences) + 1), ("distractor", text, None))
         rows = []
         for kind, text, fact in sentences:
-            rows.append([next_id, text])
+            sid = f"P{next_id}"
+            rows.append([sid, text])
             if kind == "distractor":
-                distractors.append([next_id, text])
+                distractors.append(sid)
             elif fact is not None:
                 item = gold.setdefault(fact, {"attribute": fact[0], "value": fact[1], "sentence_ids": [], "evidences": []})
-                item["sentence_ids"].append(next_id)
+                item["sentence_ids"].append(sid)
                 item["evidences"].append(text)
             next_id += 1
         stated.extend(facts)
-        paragraphs.append({"paragraph_id": t + 1, "sentences": rows,
+        paragraphs.append({"paragraph": rows,
                            "summary": [dict(v, sentence_ids=list(v["sentence_ids"]), evidences=list(v["evidences"]))
-                                       for v in gold.values()]})
+                                       for v in gold.values()],
+                           "paragraph_sentiment": sentiment, "paragraph_writing_style": style})
     return {"entity_name": name, "entity_category": cat.name, "paragraph_summaries": paragraphs,
-            "distractor_sentences": distractors, "style": style, "sentiments": sentiments}
+            "distractor_sentences": distractors}
 
 
 def generate_sumie(entities: int, seed: int = 0, categories: tuple[str, ...] | None = None) -> Iterator[dict[str, Any]]:

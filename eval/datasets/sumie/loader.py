@@ -1,8 +1,11 @@
 """Loader of the official SUMIE format (`dataset_sumie.jsonl`), one Sample per entity.
 
-Record: entity_name, entity_category, paragraph_summaries = [{sentences: [[id, text], ...],
-summary: [{attribute, value, sentence_ids, evidences}, ...]}, ...] (each summary aggregates the
-paragraphs up to its own), distractor_sentences = [[id, text], ...]. Extra fields are kept in metadata.
+Record (as in the SUMIE release's README): entity_name, entity_category, paragraph_summaries =
+[{paragraph: [[sentence id, text], ...], summary: [{attribute, value, sentence_ids, evidences}, ...],
+paragraph_sentiment, paragraph_writing_style}, ...] (each summary aggregates the paragraphs up to its
+own), distractor_sentences = [sentence id, ...]. Also accepted: `sentences` instead of `paragraph`,
+a plain-string `paragraph`, and `[id, text]` pairs in `distractor_sentences`. Unknown top-level
+fields are kept in metadata.
 """
 from __future__ import annotations
 
@@ -19,11 +22,14 @@ _KNOWN = {"entity_name", "entity_category", "paragraph_summaries", "distractor_s
 
 
 def _sentences(paragraph: Record, where: str) -> list[tuple[Any, str]]:
-    rows = require(paragraph, "sentences", list, where)
+    key = "paragraph" if "paragraph" in paragraph else "sentences"
+    if isinstance(paragraph.get(key), str):  # untagged text: one pseudo-sentence per line
+        return [(f"line{i}", line) for i, line in enumerate(l for l in paragraph[key].split("\n") if l.strip())]
+    rows = require(paragraph, key, list, where)
     out = []
     for j, row in enumerate(rows):
         if not (isinstance(row, (list, tuple)) and len(row) == 2 and isinstance(row[1], str)):
-            raise MissingFieldError(f"{where}: sentences[{j}] must be a pair [id, text]")
+            raise MissingFieldError(f"{where}: {key}[{j}] must be a pair [sentence id, text]")
         out.append((row[0], row[1]))
     return out
 
@@ -48,21 +54,26 @@ def _summary(paragraph: Record, where: str) -> list[dict[str, Any]]:
 
 def verify_sumie_record(record: Record, where: str = "record") -> None:
     """Raise InconsistentGoldError unless every gold value appears (case-insensitively) in each sentence it
-    cites, every cited id exists in paragraphs up to that turn, and no distractor names the entity."""
+    cites, every cited id exists in paragraphs up to that turn, and no distractor names the entity.
+
+    Ids are looked up in the current paragraph first, then in earlier ones (releases may restart ids)."""
     sample = sumie_sample(record, where)
     name = sample.gold["entity_name"]
-    texts: dict[str, str] = {}
+    seen: list[dict[str, str]] = []
     for t, (sentences, facts) in enumerate(zip(sample.metadata["sentences"], sample.gold["facts"]), 1):
-        texts.update((str(i), s) for i, s in sentences)
+        seen.append({str(i): s for i, s in sentences})
         for item in facts:
             for sid in item["sentence_ids"]:
-                if str(sid) not in texts:
+                text = next((p[str(sid)] for p in reversed(seen) if str(sid) in p), None)
+                if text is None:
                     raise InconsistentGoldError(f"{where} turn {t}: {item['attribute']!r} cites sentence {sid!r} not in paragraphs 1..{t}")
-                if item["value"].lower() not in texts[str(sid)].lower():
-                    raise InconsistentGoldError(f"{where} turn {t}: value {item['value']!r} does not appear in sentence {sid!r}: {texts[str(sid)]!r}")
-    for sid, text in record.get("distractor_sentences", []):
-        if name.lower() in text.lower():
-            raise InconsistentGoldError(f"{where}: distractor sentence {sid!r} mentions the entity {name!r}")
+                if item["value"].lower() not in text.lower():
+                    raise InconsistentGoldError(f"{where} turn {t}: value {item['value']!r} does not appear in sentence {sid!r}: {text!r}")
+    distractor_ids = {str(i) for i in sample.metadata["distractor_sentence_ids"]}
+    for paragraph in seen:
+        for sid, text in paragraph.items():
+            if sid in distractor_ids and name.lower() in text.lower():
+                raise InconsistentGoldError(f"{where}: distractor sentence {sid!r} mentions the entity {name!r}")
 
 
 def sumie_sample(record: Record, where: str = "record") -> Sample:
@@ -72,7 +83,7 @@ def sumie_sample(record: Record, where: str = "record") -> Sample:
     paragraphs = require(record, "paragraph_summaries", list, where)
     if not paragraphs:
         raise MissingFieldError(f"{where}: 'paragraph_summaries' is empty: an entity needs at least one paragraph")
-    chunks, sentences, turns, facts = [], [], [], []
+    chunks, sentences, turns, facts, sentiments, styles = [], [], [], [], [], []
     for k, para in enumerate(paragraphs):
         at = f"{where} paragraph {k + 1}"
         if not isinstance(para, dict):
@@ -82,6 +93,8 @@ def sumie_sample(record: Record, where: str = "record") -> Sample:
             raise MissingFieldError(f"{at}: has no sentences")
         items = _summary(para, at)
         chunks.append(para["paragraph"] if isinstance(para.get("paragraph"), str) else " ".join(text for _, text in rows))
+        sentiments.append(para.get("paragraph_sentiment"))
+        styles.append(para.get("paragraph_writing_style"))
         sentences.append([[i, text] for i, text in rows])
         turn: dict[str, list[str]] = {}
         for item in items:
@@ -92,10 +105,11 @@ def sumie_sample(record: Record, where: str = "record") -> Sample:
         facts.append(items)
     distractors = record.get("distractor_sentences", [])
     if not isinstance(distractors, list):
-        raise MissingFieldError(f"{where}: 'distractor_sentences' must be a list of [id, text]")
+        raise MissingFieldError(f"{where}: 'distractor_sentences' must be a list of sentence ids")
     distractor_ids = [d[0] if isinstance(d, (list, tuple)) else d for d in distractors]
     digest = hashlib.sha1(json.dumps(chunks).encode("utf-8")).hexdigest()[:10]
-    metadata = {"entity": name, "entity_category": category, "sentences": sentences, "distractor_sentence_ids": distractor_ids}
+    metadata = {"entity": name, "entity_category": category, "sentences": sentences, "distractor_sentence_ids": distractor_ids,
+                "paragraph_sentiments": sentiments, "paragraph_writing_styles": styles}
     metadata.update({k: v for k, v in record.items() if k not in _KNOWN})
     return Sample(
         id=f"sumie/{slug(category)}/{slug(name)}-{digest}",

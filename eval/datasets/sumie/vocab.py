@@ -39,9 +39,9 @@ PERSON = Category("person", "{last}", (
        "{S} works as a {v}.", "By profession, {s} is a {v}.", "{S} has built a career as a {v}."),
     _a("birthplace", "Lisbon|Nairobi|Montreal|Kraków|Osaka|Valparaíso|Tbilisi|Adelaide",
        "{S} was born in {v}.", "{S} grew up in {v}, the city of their birth.", "Born in {v}, {s} never lost the accent."),
-    _a("education", "University of Edinburgh|Sorbonne University|Kyoto University|McGill University|"
-       "University of Cape Town|ETH Zurich",
-       "{S} studied at the {v}.", "{S} graduated from the {v}.", "A degree from the {v} opened doors for {s}."),
+    _a("education", "the University of Edinburgh|Sorbonne University|Kyoto University|McGill University|"
+       "the University of Cape Town|ETH Zurich",
+       "{S} studied at {v}.", "{S} graduated from {v}.", "A degree from {v} opened doors for {s}."),
     _a("employer", "Harborview Medical Center|Northwind Labs|the Daily Meridian|Atlas Engineering|Bluefin Institute",
        "{S} is employed by {v}.", "These days {s} works for {v}.", "{S} took a position at {v}."),
     _a("award", "Golden Quill Prize|Order of Merit|National Science Medal|Beacon Award|Silver Compass Honor",
@@ -145,18 +145,20 @@ PRODUCT = Category("product", "the device", (
 
 CATEGORIES: tuple[Category, ...] = (PERSON, RESTAURANT, COMPANY, HOTEL, PRODUCT)
 
-STYLES: dict[str, tuple[str, ...]] = {  # prefixes for sentences that start with the subject
-    "encyclopedic": ("",),
-    "news": ("According to recent reports, ", "Sources confirm that ", "It was reported this week that "),
-    "review": ("In my experience, ", "I have to say that ", "Worth noting: "),
-    "conversational": ("So, ", "Turns out ", "Believe it or not, "),
+STYLES: dict[str, tuple[str, ...]] = {  # writing style -> prefixes for sentences that start with the subject
+    "encyclopedia entry": ("",),
+    "news report": ("According to recent reports, ", "Sources confirm that ", "It was reported this week that "),
+    "user review": ("In my experience, ", "I have to say that ", "Worth noting: "),
+    "casual conversation": ("So, ", "Turns out ", "Believe it or not, "),
 }
 
-SENTIMENT_REMARKS: dict[str, tuple[str, ...]] = {  # fact-free sentences that colour a paragraph
-    "positive": ("People speak very warmly of {s}.", "Few can match the enthusiasm that {s} inspires.",
+SENTIMENT_REMARKS: dict[str, tuple[str, ...]] = {  # paragraph sentiment -> fact-free sentences that colour it
+    "optimistic": ("People speak very warmly of {s}.", "Few can match the enthusiasm that {s} inspires.",
                  "Admirers call {s} a genuine delight."),
     "neutral": ("More about {s} became known over the following months.", "Here is what is known about {s}.",
                 "Opinions about {s} vary."),
-    "negative": ("Not everyone has been impressed by {s}, however.", "Critics have been harsh about {s} lately.",
+    "analytic": ("Looking at the record, several points about {s} stand out.",
+                 "A closer look at {s} gives a mixed but informative picture."),
+    "pessimistic": ("Not everyone has been impressed by {s}, however.", "Critics have been harsh about {s} lately.",
                  "Some say {s} has disappointed them."),
 }
