@@ -56,19 +56,24 @@ def verify_sumie_record(record: Record, where: str = "record") -> None:
     """Raise InconsistentGoldError unless every gold value appears (case-insensitively) in each sentence it
     cites, every cited id exists in paragraphs up to that turn, and no distractor names the entity.
 
-    Ids are looked up in the current paragraph first, then in earlier ones (releases may restart ids)."""
+    Ids are resolved where a fact first appears: in that paragraph first, then in earlier ones (releases
+    may restart ids per paragraph); a fact carried into later summaries keeps that resolution."""
     sample = sumie_sample(record, where)
     name = sample.gold["entity_name"]
     seen: list[dict[str, str]] = []
+    resolved: dict[tuple[str, str, str], str] = {}  # (attribute, value, sentence id) -> sentence text
     for t, (sentences, facts) in enumerate(zip(sample.metadata["sentences"], sample.gold["facts"]), 1):
         seen.append({str(i): s for i, s in sentences})
         for item in facts:
             for sid in item["sentence_ids"]:
-                text = next((p[str(sid)] for p in reversed(seen) if str(sid) in p), None)
-                if text is None:
-                    raise InconsistentGoldError(f"{where} turn {t}: {item['attribute']!r} cites sentence {sid!r} not in paragraphs 1..{t}")
-                if item["value"].lower() not in text.lower():
-                    raise InconsistentGoldError(f"{where} turn {t}: value {item['value']!r} does not appear in sentence {sid!r}: {text!r}")
+                key = (item["attribute"], item["value"], str(sid))
+                if key not in resolved:
+                    text = next((p[str(sid)] for p in reversed(seen) if str(sid) in p), None)
+                    if text is None:
+                        raise InconsistentGoldError(f"{where} turn {t}: {item['attribute']!r} cites sentence {sid!r} not in paragraphs 1..{t}")
+                    resolved[key] = text
+                if item["value"].lower() not in resolved[key].lower():
+                    raise InconsistentGoldError(f"{where} turn {t}: value {item['value']!r} does not appear in sentence {sid!r}: {resolved[key]!r}")
     distractor_ids = {str(i) for i in sample.metadata["distractor_sentence_ids"]}
     for paragraph in seen:
         for sid, text in paragraph.items():
