@@ -18,9 +18,13 @@ _NAMES = {"true": True, "false": False, "null": None, "True": True, "False": Fal
 _ESCAPES = {'"': '"', "'": "'", "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
 
 
+MAX_DEPTH = 200  # far beyond any memory; keeps hostile input from exhausting the stack
+
+
 class _Reader:
     def __init__(self, text: str) -> None:
         self.text = text
+        self.depth = 0
 
     def fail(self, pos: int, what: str) -> LiteralParseError:
         line = self.text.count("\n", 0, pos) + 1
@@ -39,12 +43,14 @@ class _Reader:
         if pos >= len(self.text):
             raise self.fail(pos, "expected a value but the text ended")
         c = self.text[pos]
-        if c == "{":
-            return self.obj(pos + 1)
-        if c == "[":
-            return self.seq(pos + 1, "]")
-        if c == "(":
-            return self.seq(pos + 1, ")")
+        if c in "{[(":
+            if self.depth >= MAX_DEPTH:
+                raise self.fail(pos, f"value nested more than {MAX_DEPTH} levels deep")
+            self.depth += 1
+            try:
+                return self.obj(pos + 1) if c == "{" else self.seq(pos + 1, "]" if c == "[" else ")")
+            finally:
+                self.depth -= 1
         if c in "\"'":
             return self.string(pos)
         if c == "-" or c.isdigit():

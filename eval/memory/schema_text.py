@@ -15,6 +15,7 @@ import ast
 import io
 import re
 import tokenize
+import warnings
 
 from eval.memory.errors import SchemaError
 from eval.memory.types import PRIMITIVES, DictOf, Field, ListOf, Node, ObjectType, Prim, TupleOf, UnionOf
@@ -43,11 +44,19 @@ def parse_schema_text(text: str) -> ObjectType:
 
     code = textwrap.dedent(extract_code(text)).strip("\n") + "\n"
     try:
-        tree = ast.parse(code)
+        with warnings.catch_warnings():  # model text is not our source: no SyntaxWarnings on stderr
+            warnings.simplefilter("ignore")
+            tree = ast.parse(code)
     except SyntaxError as e:
         raise SchemaError(f"schema text is not valid Python syntax at line {e.lineno}: {e.msg}; "
                           "a schema is a Python class with annotated fields") from None
-    return _Builder(code, tree).build()
+    except (ValueError, RecursionError, MemoryError) as e:  # null bytes, absurd nesting
+        raise SchemaError(f"schema text cannot be parsed ({type(e).__name__}: {e}); "
+                          "a schema is a Python class with annotated fields") from None
+    try:
+        return _Builder(code, tree).build()
+    except RecursionError:
+        raise SchemaError("schema types are nested too deeply; a typed hierarchy has a few levels") from None
 
 
 def _comments(code: str) -> dict[int, str]:
