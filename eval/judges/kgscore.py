@@ -36,7 +36,8 @@ from eval.judges.templates import render
 NAME = "kgscore"
 EDGES_TEMPLATE = "kgscore-edges"
 ENTITIES_TEMPLATE = "kgscore-entities"
-MAX_PREDICATE_CHARS = 60
+MAX_PREDICATE_CHARS = 48  # "four words max"
+MAX_EDGES = 16  # the paper's examples list 10-18 edges per summary
 
 
 @dataclass(frozen=True)
@@ -66,12 +67,12 @@ def minilm_embedder() -> Embedder:
 
 # ---------------------------------------------------------------- edges
 
-def edges_schema(entities: Sequence[str]) -> dict[str, Any]:
+def edges_schema(entities: Sequence[str], max_edges: int = MAX_EDGES) -> dict[str, Any]:
     names = {"enum": list(entities)}
-    return {"type": "object", "properties": {"edges": {"type": "array", "maxItems": 40, "items": {
+    return {"type": "object", "properties": {"edges": {"type": "array", "maxItems": max_edges, "items": {
         "type": "object",
-        "properties": {"subjects": {"type": "array", "items": names, "minItems": 1, "maxItems": 6},
-                       "objects": {"type": "array", "items": names, "maxItems": 6},
+        "properties": {"subjects": {"type": "array", "items": names, "minItems": 1, "maxItems": 4},
+                       "objects": {"type": "array", "items": names, "maxItems": 4},
                        "predicate": {"type": "string", "minLength": 1, "maxLength": MAX_PREDICATE_CHARS}},
         "required": ["subjects", "objects", "predicate"], "additionalProperties": False}}},
         "required": ["edges"], "additionalProperties": False}
@@ -220,7 +221,7 @@ def _inputs(gold: Any, metadata: dict[str, Any], entities: Sequence[str] | None)
 
 def judge(output: Any, gold: Any, llm: LLM | None = None, *, metadata: dict[str, Any] | None = None,
           entities: Sequence[str] | None = None, embedder: Embedder | None = None, max_attempts: int = 3,
-          max_tokens: int = 768, on_invalid: str = "raise") -> JudgeResult:
+          max_edges: int = MAX_EDGES, max_tokens: int = 768, on_invalid: str = "raise") -> JudgeResult:
     if llm is None:
         raise JudgeError("KGScore needs a judge LLM to extract knowledge graph edges")
     if not isinstance(output, str) or not output.strip():
@@ -238,7 +239,7 @@ def judge(output: Any, gold: Any, llm: LLM | None = None, *, metadata: dict[str,
     for which, text in (("generated", output), ("reference", reference)):
         tpl, prompt = render(EDGES_TEMPLATE, entities=", ".join(ents), summary=text)
         j = ask(llm, tpl, prompt, item=f"{which} summary", parse=lambda t: parse_edges(t, ents),
-                schema=edges_schema(ents), max_tokens=max_tokens, max_attempts=max_attempts,
+                schema=edges_schema(ents, max_edges), max_tokens=max_tokens, max_attempts=max_attempts,
                 raise_on_invalid=raise_on_invalid)
         judgments.append(j)
         extracted[which] = _edges(j.label)

@@ -171,7 +171,7 @@ EXTRACT_SCHEMA: dict[str, Any] = {
 def match_schema(n_gold: int) -> dict[str, Any]:
     return {"type": "object",
             "properties": {"supported_by": {"type": "array", "items": {"type": "integer", "minimum": 1, "maximum": max(1, n_gold)},
-                                            "maxItems": max(1, min(n_gold, 10)), "uniqueItems": True}},
+                                            "maxItems": max(1, min(n_gold, 10))}},
             "required": ["supported_by"], "additionalProperties": False}
 
 

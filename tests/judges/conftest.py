@@ -29,3 +29,33 @@ def _import_real_datasets() -> None:
 
 
 _import_real_datasets()
+
+
+import pytest  # noqa: E402
+
+from eval.llm import LLMRequest, LLMResult  # noqa: E402
+
+
+class EngineLLM:
+    """eval.llm.LLM over the in-process engine (`engine.serving.Engine`), as the Ray actor wraps it in a run."""
+
+    def __init__(self, engine, name: str = "smollm2-135m") -> None:
+        self.engine = engine
+        self.name = name
+        self.supports_json_schema = True
+
+    def complete(self, request: LLMRequest) -> LLMResult:
+        return LLMResult.from_dict(self.engine.complete(request.to_dict()))
+
+    def count_tokens(self, text: str) -> int:
+        return self.engine.count_tokens(text)
+
+
+@pytest.fixture(scope="module")
+def engine_llm(smollm2_gguf):
+    from engine.model import load_model
+    from engine.serving import Engine, EngineConfig
+
+    eng = Engine(EngineConfig(num_pages=1024, page_size=16, max_batch=8, prefill_chunk=512), model=load_model(smollm2_gguf))
+    yield EngineLLM(eng)
+    eng.shutdown()
