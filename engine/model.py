@@ -35,6 +35,7 @@ import numpy as np
 from flax import nnx
 
 from engine.config import ModelConfig
+from engine.mesh import AXIS, constrain
 from engine.weights import Params, load_weights
 
 AttendFn = Callable[[jax.Array, jax.Array, jax.Array, Any, jax.Array], tuple[jax.Array, Any]]
@@ -128,7 +129,8 @@ def decoder_layer(cfg: ModelConfig, lw: Params, h: jax.Array, positions: jax.Arr
     attn, cache = attend(q, k, v, cache, layer)
     h = h + attn.reshape(b, t, cfg.num_heads * cfg.head_dim) @ lw["wo"]
     x = rms_norm(h, lw["mlp_norm"], cfg.rms_norm_eps)
-    h = h + (jax.nn.silu(x @ lw["w_gate"]) * (x @ lw["w_up"])) @ lw["w_down"]
+    inner = constrain(jax.nn.silu(x @ lw["w_gate"]) * (x @ lw["w_up"]), None, None, AXIS)
+    h = constrain(h + inner @ lw["w_down"], None, None, None)
     return h, cache
 
 

@@ -1,0 +1,97 @@
+"""Device meshes and the tensor-parallel layout of the decoder's parameters and KV cache.
+
+One mesh axis, `tp`. The layout is Megatron-style: column-parallel Q/K/V and gate/up projections,
+row-parallel output and down projections (XLA inserts the all-reduce), vocabulary-parallel
+embedding and head. An axis is only sharded when the device count divides it; otherwise that
+tensor is replicated. SmolLM2-135M has 9 query and 3 KV heads, so on 4 devices its attention
+weights and KV cache are replicated while the MLP intermediate (1536) and vocabulary (49152) are
+split; on 8 TPU chips a Llama with 32/8 heads splits everything.
+
+Activations carry `with_sharding_constraint` annotations through `constrain`, which is a no-op
+unless a mesh with a `tp` axis is active (`with jax.set_mesh(mesh):`), so the same model code runs
+on one device and on a mesh.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from engine.config import ModelConfig
+from engine.errors import EngineError
+
+AXIS = "tp"
+
+
+def make_mesh(devices: Sequence[Any] | int | None = None) -> Mesh:
+    """A 1-D `tp` mesh over the given devices, the first `n` devices, or all of them."""
+    available = jax.devices()
+    if devices is None:
+        chosen = available
+    elif isinstance(devices, int):
+        if not 1 <= devices <= len(available):
+            raise EngineError(
+                f"asked for a mesh of {devices} devices but {len(available)} are visible; on CPU set "
+                f"XLA_FLAGS=--xla_force_host_platform_device_count={devices} before importing jax."
+            )
+        chosen = available[:devices]
+    else:
+        chosen = list(devices)
+    return Mesh(np.asarray(chosen), (AXIS,))
+
+
+def _split(dim: int, mesh: Mesh) -> str | None:
+    return AXIS if dim % mesh.shape[AXIS] == 0 else None
+
+
+def param_specs(cfg: ModelConfig, mesh: Mesh, has_lm_head: bool) -> dict[str, Any]:
+    """PartitionSpecs for the parameter pytree of engine.weights (same structure)."""
+    q = _split(cfg.num_heads, mesh)
+    kv = _split(cfg.num_kv_heads, mesh)
+    f = _split(cfg.intermediate_size, mesh)
+    v = _split(cfg.vocab_size, mesh)
+    specs: dict[str, Any] = {
+        "embed": P(v, None),
+        "final_norm": P(),
+        "layers": {
+            "attn_norm": P(),
+            "wq": P(None, None, q),
+            "wk": P(None, None, kv),
+            "wv": P(None, None, kv),
+            "wo": P(None, q, None),
+            "mlp_norm": P(),
+            "w_gate": P(None, None, f),
+            "w_up": P(None, None, f),
+            "w_down": P(None, f, None),
+        },
+    }
+    if has_lm_head:
+        specs["lm_head"] = P(None, v)
+    return specs
+
+
+def cache_spec(cfg: ModelConfig, mesh: Mesh) -> P:
+    """KV cache [layers, batch, slots, kv_heads, head_dim]: split on KV heads when they divide."""
+    return P(None, None, None, _split(cfg.num_kv_heads, mesh), None)
+
+
+def shard_params(params: dict[str, Any], cfg: ModelConfig, mesh: Mesh) -> dict[str, Any]:
+    specs = param_specs(cfg, mesh, "lm_head" in params)
+    return jax.tree.map(lambda x, s: jax.device_put(x, NamedSharding(mesh, s)), params, specs)
+
+
+def shard_cache(cache: Any, cfg: ModelConfig, mesh: Mesh) -> Any:
+    sharding = NamedSharding(mesh, cache_spec(cfg, mesh))
+    return jax.tree.map(lambda x: jax.device_put(x, sharding), cache)
+
+
+def constrain(x: jax.Array, *spec: str | None) -> jax.Array:
+    """Annotate an activation's layout when a `tp` mesh is active; dims not divisible stay whole."""
+    mesh = jax.sharding.get_abstract_mesh()
+    if mesh.empty or AXIS not in mesh.axis_names:
+        return x
+    n = mesh.shape[AXIS]
+    fixed = tuple(s if s is None or x.shape[i] % n == 0 else None for i, s in enumerate(spec))
+    return jax.lax.with_sharding_constraint(x, P(*fixed))

@@ -1,0 +1,37 @@
+"""Engine-model fixtures: the bundled model loaded once, and the transformers reference on the same GGUF."""
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def lm(smollm2_gguf):
+    from engine.model import load_model
+
+    return load_model(smollm2_gguf)
+
+
+@pytest.fixture(scope="session")
+def hf_model(smollm2_gguf):
+    """transformers' own GGUF loader and PyTorch implementation: the numerical reference."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    torch.set_num_threads(1)  # oversubscribed CI cores make multi-threaded torch crawl
+    model = AutoModelForCausalLM.from_pretrained(str(smollm2_gguf.parent), gguf_file=smollm2_gguf.name,
+                                                 dtype=torch.float32)
+    model.eval()
+    return model
+
+
+CHAT_PROMPTS = [
+    [{"role": "user", "content": "What is the capital of France?"}],
+    [{"role": "system", "content": "You answer in JSON."},
+     {"role": "user", "content": "Give the name and age of a fictional detective as an object."}],
+    [{"role": "user", "content": "Summarize: The committee met on Tuesday to approve the budget, "
+                                 "but two members objected to the cost of the new library wing."}],
+    [{"role": "user", "content": "Write a Python function that returns the n-th Fibonacci number."}],
+    [{"role": "user", "content": "Translate to German: The weather is lovely today."},
+     {"role": "assistant", "content": "Das Wetter ist heute schön."},
+     {"role": "user", "content": "And to Spanish?"}],
+]

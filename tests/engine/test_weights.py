@@ -1,0 +1,182 @@
+"""Weight loading: a tiny random Llama through both loaders against transformers, and bad files."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+
+from engine.errors import ModelFormatError, ModelNotFoundError
+from engine.model import forward, load_model, no_cache_attention
+from engine.weights import load_weights, read_gguf_metadata
+
+TOKENS = [[3, 17, 99, 42, 5, 200, 31, 7, 64, 128, 1, 250]]
+
+
+def _tiny_config(**extra):
+    from transformers import LlamaConfig
+
+    return LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                       rms_norm_eps=1e-5, **extra)
+
+
+@pytest.fixture(scope="module")
+def tiny_hf(tmp_path_factory):
+    """A random Llama-3-style model (untied head, llama3 rope scaling) saved as safetensors."""
+    from transformers import LlamaForCausalLM
+
+    torch.manual_seed(0)
+    cfg = _tiny_config(tie_word_embeddings=False, rope_theta=500000.0,
+                       rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                     "high_freq_factor": 4.0, "original_max_position_embeddings": 64})
+    model = LlamaForCausalLM(cfg).eval()
+    path = tmp_path_factory.mktemp("tiny_hf")
+    model.save_pretrained(path, safe_serialization=True)
+    return model, path
+
+
+def _ours(path):
+    lm = load_model(path, load_tokenizer=False)
+    toks = jnp.asarray(TOKENS, jnp.int32)
+    pos = jnp.arange(toks.shape[1], dtype=jnp.int32)[None]
+    return np.asarray(forward(lm.params, lm.config, toks, pos, None, no_cache_attention(pos))[0])
+
+
+def _torch_logits(model):
+    with torch.no_grad():
+        return model(torch.tensor(TOKENS)).logits.numpy()
+
+
+def test_hf_directory_matches_transformers(tiny_hf):
+    model, path = tiny_hf
+    assert np.abs(_ours(path) - _torch_logits(model)).max() < 1e-4
+
+
+def _llamacpp_permute(w: np.ndarray, n_head: int) -> np.ndarray:
+    """llama.cpp's converter permutation of Q/K rows (what real GGUF files contain)."""
+    return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def _write_gguf(model, path: Path, quant: str = "F32", arch: str = "llama", raw_type=None) -> Path:
+    import gguf
+    from gguf.quants import quantize
+
+    cfg = model.config
+    sd = {k: v.detach().numpy().astype(np.float32) for k, v in model.state_dict().items()}
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_block_count(cfg.num_hidden_layers)
+    w.add_context_length(cfg.max_position_embeddings)
+    w.add_embedding_length(cfg.hidden_size)
+    w.add_feed_forward_length(cfg.intermediate_size)
+    w.add_head_count(cfg.num_attention_heads)
+    w.add_head_count_kv(cfg.num_key_value_heads)
+    w.add_rope_freq_base(float(cfg.rope_theta if hasattr(cfg, "rope_theta") else cfg.rope_parameters["rope_theta"]))
+    w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
+    w.add_vocab_size(cfg.vocab_size)
+    w.add_rope_dimension_count(cfg.hidden_size // cfg.num_attention_heads)
+
+    def put(name, arr, matrix=True):
+        qtype = gguf.GGMLQuantizationType[quant] if matrix else gguf.GGMLQuantizationType.F32
+        if raw_type is not None and matrix:  # bytes of a type the loader must refuse
+            block, size = gguf.GGML_QUANT_SIZES[raw_type]
+            raw = np.random.default_rng(0).integers(0, 255, (arr.shape[0], arr.shape[1] // block * size), dtype=np.uint8)
+            w.add_tensor(name, raw, raw_dtype=raw_type)
+            return
+        if qtype == gguf.GGMLQuantizationType.F32:
+            w.add_tensor(name, arr)
+        else:
+            w.add_tensor(name, quantize(arr, qtype), raw_dtype=qtype)
+
+    put("token_embd.weight", sd["model.embed_tokens.weight"])
+    put("output_norm.weight", sd["model.norm.weight"], matrix=False)
+    if not cfg.tie_word_embeddings:
+        put("output.weight", sd["lm_head.weight"])
+    for i in range(cfg.num_hidden_layers):
+        p = f"model.layers.{i}."
+        put(f"blk.{i}.attn_norm.weight", sd[p + "input_layernorm.weight"], matrix=False)
+        put(f"blk.{i}.attn_q.weight", _llamacpp_permute(sd[p + "self_attn.q_proj.weight"], cfg.num_attention_heads))
+        put(f"blk.{i}.attn_k.weight", _llamacpp_permute(sd[p + "self_attn.k_proj.weight"], cfg.num_key_value_heads))
+        put(f"blk.{i}.attn_v.weight", sd[p + "self_attn.v_proj.weight"])
+        put(f"blk.{i}.attn_output.weight", sd[p + "self_attn.o_proj.weight"])
+        put(f"blk.{i}.ffn_norm.weight", sd[p + "post_attention_layernorm.weight"], matrix=False)
+        put(f"blk.{i}.ffn_gate.weight", sd[p + "mlp.gate_proj.weight"])
+        put(f"blk.{i}.ffn_up.weight", sd[p + "mlp.up_proj.weight"])
+        put(f"blk.{i}.ffn_down.weight", sd[p + "mlp.down_proj.weight"])
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+@pytest.fixture(scope="module")
+def tiny_tied():
+    from transformers import LlamaForCausalLM
+
+    torch.manual_seed(1)
+    return LlamaForCausalLM(_tiny_config(tie_word_embeddings=True, rope_theta=10000.0)).eval()
+
+
+def test_gguf_f32_with_llamacpp_permutation_matches_transformers(tiny_tied, tmp_path):
+    path = _write_gguf(tiny_tied, tmp_path / "tiny.gguf")
+    assert np.abs(_ours(path) - _torch_logits(tiny_tied)).max() < 1e-4
+
+
+@pytest.mark.parametrize("quant, tol", [("Q8_0", 0.05), ("Q4_0", 0.5), ("Q4_1", 0.5), ("F16", 2e-3)])
+def test_gguf_quantised_tensors_dequantise_close(tiny_tied, tmp_path, quant, tol):
+    path = _write_gguf(tiny_tied, tmp_path / f"tiny-{quant}.gguf", quant=quant)
+    cfg, params = load_weights(path)
+    ref = tiny_tied.model.layers[0].mlp.gate_proj.weight.detach().numpy().T
+    err = np.abs(params["layers"]["w_gate"][0] - ref).max()
+    assert 0 < err < tol * np.abs(ref).max() or (quant == "F16" and err < 1e-3)
+    assert np.abs(_ours(path) - _torch_logits(tiny_tied)).max() < tol * 4
+
+
+def test_missing_file_is_named(tmp_path):
+    with pytest.raises(ModelNotFoundError, match="does not exist"):
+        load_model(tmp_path / "nope.gguf", load_tokenizer=False)
+
+
+def test_directory_without_config(tmp_path):
+    with pytest.raises(ModelNotFoundError, match="config.json"):
+        load_weights(tmp_path)
+
+
+def test_truncated_gguf(smollm2_gguf, tmp_path):
+    bad = tmp_path / "truncated.gguf"
+    with smollm2_gguf.open("rb") as src, bad.open("wb") as dst:
+        dst.write(src.read(smollm2_gguf.stat().st_size // 3))
+    with pytest.raises(ModelFormatError, match="corrupt or truncated|truncated"):
+        load_weights(bad)
+
+
+def test_corrupt_gguf_header(tmp_path):
+    bad = tmp_path / "corrupt.gguf"
+    bad.write_bytes(b"NOTAGGUF" + bytes(4096))
+    with pytest.raises(ModelFormatError, match="not a readable GGUF"):
+        load_weights(bad)
+
+
+def test_unsupported_architecture(tiny_tied, tmp_path):
+    path = _write_gguf(tiny_tied, tmp_path / "gpt2.gguf", arch="gpt2")
+    with pytest.raises(ModelFormatError, match="'gpt2' model"):
+        load_weights(path)
+
+
+def test_unsupported_quantisation(tiny_tied, tmp_path):
+    import gguf
+
+    path = _write_gguf(tiny_tied, tmp_path / "iq4.gguf", raw_type=gguf.GGMLQuantizationType.IQ4_NL)
+    with pytest.raises(ModelFormatError, match="quantisation IQ4_NL"):
+        load_weights(path)
+
+
+def test_unsupported_hf_architecture(tmp_path):
+    (tmp_path / "config.json").write_text('{"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2"}')
+    with pytest.raises(ModelFormatError, match="GPT2LMHeadModel"):
+        load_weights(tmp_path)
