@@ -17,6 +17,12 @@ import numpy as np
 from engine.errors import RequestError
 
 
+# One canonical layout (json.dumps style, no free whitespace): a small model cannot pad its output
+# with endless newlines, and the text is byte-stable for prefix caching. A schema's own
+# "x-guidance" options still take precedence.
+JSON_STYLE = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+
+
 class Constraint:
     """The grammar state of one request: which tokens may come next, and whether it may stop."""
 
@@ -69,7 +75,7 @@ class GrammarCompiler:
         grammar = self._grammars.get(key)
         if grammar is None:
             try:
-                grammar = self._llg.LLMatcher.grammar_from_json_schema(schema)
+                grammar = self._llg.LLMatcher.grammar_from_json_schema(schema, defaults=JSON_STYLE)
             except ValueError as exc:
                 raise RequestError(f"json_schema cannot be compiled: {exc}") from None
             is_err, msgs = self._llg.LLMatcher.validate_grammar_with_warnings(grammar, self.lltok)

@@ -21,6 +21,7 @@ import jax.numpy as jnp
 from engine.config import ModelConfig
 from engine.constrained import unpack_bitmask
 from engine.model import AttendFn, decoder_layers, embed, final_logits, gqa_attention
+from engine.sampling import sample
 
 
 
@@ -63,38 +64,23 @@ def forward_paged(cfg: ModelConfig, params: dict[str, Any], cache: dict[str, jax
     return final_logits(params, cfg, last), cache
 
 
-def sample_batch(logits: jax.Array, bitmask: jax.Array, temperature: jax.Array, top_k: jax.Array,
-                 top_p: jax.Array, keys: jax.Array) -> jax.Array:
-    """Next token per row: grammar mask, then greedy (temperature 0) or temperature/top-k/top-p sampling."""
-    v = logits.shape[-1]
-    allowed = unpack_bitmask(bitmask, v)
-    logits = jnp.where(allowed, logits, -jnp.inf)
-    greedy = jnp.argmax(logits, axis=-1).astype(jnp.int32)
-
-    def sampled(_: None) -> jax.Array:
-        scaled = logits / jnp.maximum(temperature, 1e-6)[:, None]
-        srt = jnp.sort(scaled, axis=-1)[:, ::-1]
-        k = jnp.where(top_k > 0, jnp.minimum(top_k, v), v)
-        kth = jnp.take_along_axis(srt, (k - 1)[:, None], axis=-1)
-        scaled = jnp.where(scaled < kth, -jnp.inf, scaled)
-        srt = jnp.where(jnp.arange(v)[None, :] < k[:, None], srt, -jnp.inf)
-        probs = jax.nn.softmax(srt, axis=-1)
-        cum = jnp.cumsum(probs, axis=-1) - probs  # mass strictly before each sorted token
-        keep = cum < top_p[:, None]
-        cutoff = jnp.min(jnp.where(keep, srt, jnp.inf), axis=-1, keepdims=True)
-        scaled = jnp.where(scaled < cutoff, -jnp.inf, scaled)
-        drawn = jax.vmap(jax.random.categorical)(keys, scaled).astype(jnp.int32)
-        return jnp.where(temperature > 0, drawn, greedy)
-
-    return jax.lax.cond(jnp.any(temperature > 0), sampled, lambda _: greedy, None)
+def masked_sample(logits: jax.Array, bitmask: jax.Array, temperature: jax.Array, top_k: jax.Array,
+                  top_p: jax.Array, keys: jax.Array, steps: jax.Array, cap: int, full: bool) -> jax.Array:
+    """The grammar bitmask applied to the whole batch, then the model's per-row sampler."""
+    logits = jnp.where(unpack_bitmask(bitmask, logits.shape[-1]), logits, -jnp.inf)
+    return sample(logits, temperature, top_k, top_p, keys, steps, cap, full)
 
 
-@partial(jax.jit, static_argnums=(0,), donate_argnums=(2,))
+@partial(jax.jit, static_argnums=(0, 15, 16), donate_argnums=(2,))
 def engine_step(cfg: ModelConfig, params: dict[str, Any], cache: dict[str, jax.Array], tokens: jax.Array,
                 positions: jax.Array, slot_pages: jax.Array, slot_offsets: jax.Array, block_tables: jax.Array,
                 last_index: jax.Array, bitmask: jax.Array, temperature: jax.Array, top_k: jax.Array,
-                top_p: jax.Array, keys: jax.Array) -> tuple[jax.Array, dict[str, jax.Array]]:
-    """Forward + sample in one program; the KV cache is donated and updated in place."""
+                top_p: jax.Array, keys: jax.Array, steps: jax.Array, cap: int, full: bool
+                ) -> tuple[jax.Array, dict[str, jax.Array]]:
+    """Forward + sample in one program; the KV cache is donated and updated in place.
+
+    `cap`/`full` are the sampler's static candidate settings (`engine.sampling.candidate_cap`).
+    """
     logits, cache = forward_paged(cfg, params, cache, tokens, positions, slot_pages, slot_offsets,
                                   block_tables, last_index)
-    return sample_batch(logits, bitmask, temperature, top_k, top_p, keys), cache
+    return masked_sample(logits, bitmask, temperature, top_k, top_p, keys, steps, cap, full), cache

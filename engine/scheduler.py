@@ -39,7 +39,8 @@ class Sequence:
     temperature: float = 0.0
     top_k: int = 0
     top_p: float = 1.0
-    seed: int = 0
+    params: Any = None  # engine.sampling.SamplingParams (validated settings)
+    key: Any = None  # raw uint32[2] PRNG key of the request's seed
     stop_ids: frozenset[int] = frozenset()
     stop_strings: tuple[str, ...] = ()
     constraint: Any = None  # engine.constrained.Constraint

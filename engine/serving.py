@@ -13,7 +13,6 @@ being computed; `decoded_tokens` counts every sampled token, the terminating one
 from __future__ import annotations
 
 import logging
-import random
 import threading
 import time
 from concurrent.futures import Future
@@ -27,6 +26,7 @@ import numpy as np
 from engine.errors import EngineError, RequestError
 from engine.kv_cache import KVLayout, PagePool, check_fits, pages_for_budget
 from engine.radix import RadixCache
+from engine.sampling import SamplingParams, candidate_cap, seed_keys
 from engine.scheduler import PrefillChunk, Scheduler, Sequence, Status
 
 log = logging.getLogger(__name__)
@@ -140,29 +140,22 @@ class Engine:
         s = request.get("sampling") or {}
         if not isinstance(s, dict) or set(s) - _SAMPLING_KEYS:
             raise RequestError(f"`sampling` must be an object with keys among {sorted(_SAMPLING_KEYS)}")
-        try:
-            max_tokens = int(s.get("max_tokens", 512))
-            temperature = float(s.get("temperature", 0.0))
-            top_k = int(s.get("top_k", 0))
-            top_p = float(s.get("top_p", 1.0))
-            seed = s.get("seed")
-            seed = random.getrandbits(31) if seed is None else int(seed)
-        except (TypeError, ValueError) as exc:
-            raise RequestError(f"bad sampling setting: {exc}") from None
-        if max_tokens < 1 or temperature < 0 or top_k < 0 or not 0 < top_p <= 1:
-            raise RequestError("sampling needs max_tokens >= 1, temperature >= 0, top_k >= 0, 0 < top_p <= 1")
         stop = s.get("stop") or ()
         if isinstance(stop, str):
             stop = (stop,)
-        if not all(isinstance(x, str) and x for x in stop):
-            raise RequestError("`stop` must be a list of non-empty strings")
+        try:
+            params = SamplingParams(max_tokens=int(s.get("max_tokens", 512)), temperature=float(s.get("temperature", 0.0)),
+                                    top_k=int(s.get("top_k", 0)), top_p=float(s.get("top_p", 1.0)),
+                                    seed=None if s.get("seed") is None else int(s["seed"]), stop=tuple(stop))
+        except (TypeError, ValueError) as exc:
+            raise RequestError(f"bad sampling setting: {exc}") from None
         ids = self.prompt_ids(request)
-        check_fits(len(ids), max_tokens, self.pool, self.max_context)
+        check_fits(len(ids), params.max_tokens, self.pool, self.max_context)
         schema = request.get("json_schema")
         constraint = self.grammar.compile(schema) if schema is not None else None
-        return Sequence(prompt=ids, max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
-                        seed=seed & 0xFFFFFFFF, stop_ids=self.stop_ids, stop_strings=tuple(stop),
-                        constraint=constraint)
+        return Sequence(prompt=ids, max_tokens=params.max_tokens, temperature=params.temperature,
+                        top_k=params.top_k, top_p=params.top_p, params=params, key=seed_keys([params])[0],
+                        stop_ids=self.stop_ids, stop_strings=params.stop, constraint=constraint)
 
     def submit(self, request: dict[str, Any]) -> Future:
         """Queue a request; the future resolves to the result dict (or raises RequestError)."""
@@ -284,6 +277,7 @@ class Engine:
         top_k = np.zeros((b,), np.int32)
         top_p = np.ones((b,), np.float32)
         keys = np.zeros((b, 2), np.uint32)
+        steps = np.zeros((b,), np.int32)
         constraints: list[Any] = [None] * b
         for i, (s, start, n) in enumerate(zip(seqs, starts, lengths)):
             all_tokens = s.tokens
@@ -296,7 +290,7 @@ class Engine:
             tables[i, :len(s.pages)] = pages
             last[i] = n - 1
             temp[i], top_k[i], top_p[i] = s.temperature, s.top_k, s.top_p
-            keys[i] = (s.seed, len(s.output))  # reproducible per request, whatever it is batched with
+            keys[i], steps[i] = s.key, len(s.output)  # reproducible per request, whatever it is batched with
             if sample[i] and s.constraint is not None:
                 constraints[i] = s.constraint
         if any(c is not None for c in constraints):
@@ -304,9 +298,11 @@ class Engine:
             self.grammar.fill(constraints, bitmask)
         else:
             bitmask = np.full((b, (self.cfg.vocab_size + 31) // 32), -1, np.int32)
-        self._shapes.add((b, t, npg))
+        cap, full = candidate_cap([s.params for s, x in zip(seqs, sample) if x], self.cfg.vocab_size)
+        self._shapes.add((b, t, npg, cap, full))
         out, self.cache = engine_step(self.cfg, self.params, self.cache, tokens, positions, slot_pages,
-                                      slot_offsets, tables, last, bitmask, temp, top_k, top_p, keys)
+                                      slot_offsets, tables, last, bitmask, temp, top_k, top_p, keys, steps,
+                                      cap, full)
         return np.asarray(out)[:len(seqs)]
 
     def _accept(self, seq: Sequence, tok: int) -> None:
