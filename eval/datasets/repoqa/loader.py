@@ -18,10 +18,15 @@ def repository_text(files) -> str:
     return "".join(f"# file: {f.path}\n{f.text if f.text.endswith(chr(10)) else f.text + chr(10)}\n" for f in files)
 
 
-def load_repoqa(packages: Sequence[str | Path] | str = ("email",), needles: int = 10, seed: int = 0,
+# Five standard-library packages of different shapes: always installed, real code, 20k-110k tokens each.
+DEFAULT_PACKAGES = ("email", "http", "logging", "xml", "unittest")
+
+
+def load_repoqa(packages: Sequence[str | Path] | str = DEFAULT_PACKAGES, needles: int = 10, seed: int = 0,
                 chunk_tokens: int = 8192, tokenizer: TokenizerLike = None, llm: Any = None,
                 require_docstring: bool = True, limit: int | None = None) -> list[Sample]:
-    """`needles` samples per package (an installed package name or a folder of .py files).
+    """`needles` samples per package (an installed package name or a folder of .py files); the default
+    gives 50 samples, the size of PRISM's RepoQA evaluation.
 
     The repository is laid out in dependency order and cut into chunks of whole lines; each sample's
     query describes one needle function, and the gold is its exact name.

@@ -105,22 +105,39 @@ def dependency_order(files: list[SourceFile]) -> list[SourceFile]:
 
 def pack_lines(text: str, chunk_tokens: int, count) -> list[str]:
     """Greedy chunks of whole lines (each within `chunk_tokens`); `"".join(chunks) == text` exactly.
-    A single line longer than a chunk is cut at the longest prefix that fits."""
+
+    Each chunk holds the most lines whose joined text fits (exact counts). Per-line counts give a
+    first guess of the boundary, which exact counts of the joined text then move to the right place,
+    so a chunk costs a few tokenizations instead of one per line. A single line longer than a chunk
+    is cut at the longest prefix that fits."""
     lines = text.splitlines(keepends=True)
     chunks: list[str] = []
     start = 0
     while start < len(lines):
-        step = 64  # galloping: bracket the chunk's end, then binary search inside the bracket
-        while start + step < len(lines) and count("".join(lines[start:start + step])) <= chunk_tokens:
-            step *= 2
-        lo, hi = start + step // 2 if step > 64 else start, min(len(lines), start + step)
-        while lo < hi:
+        budget, end = 0, start  # guess: lines whose separate counts sum within the limit
+        while end < len(lines) and budget + count(lines[end]) <= chunk_tokens:
+            budget += count(lines[end])
+            end += 1
+        fits = lambda k: count("".join(lines[start:k])) <= chunk_tokens  # noqa: E731
+        if fits(end):  # undershot (separate counts exceed the joined one): gallop right, then bisect
+            lo, step = end, 1
+            while lo + step <= len(lines) and fits(lo + step):
+                lo, step = lo + step, step * 2
+            hi = min(len(lines), lo + step - 1)
+        else:  # overshot: gallop left to a prefix that fits, then bisect
+            bad, step, k = end, 1, end - 1
+            while k > start and not fits(k):
+                bad, step = k, step * 2
+                k = end - step
+            lo, hi = max(k, start), bad - 1
+        while lo < hi:  # largest k in [lo, hi] that fits (lo fits or is start)
             mid = (lo + hi + 1) // 2
-            if count("".join(lines[start:mid])) <= chunk_tokens:
+            if fits(mid):
                 lo = mid
             else:
                 hi = mid - 1
-        if lo == start:  # one over-long line: cut it by characters
+        end = lo
+        if end == start:  # one over-long line: cut it by characters
             line = lines[start]
             a, b = 1, len(line)
             while a < b:
@@ -132,6 +149,6 @@ def pack_lines(text: str, chunk_tokens: int, count) -> list[str]:
             chunks.append(line[:a])
             lines[start] = line[a:]
             continue
-        chunks.append("".join(lines[start:lo]))
-        start = lo
+        chunks.append("".join(lines[start:end]))
+        start = end
     return chunks
