@@ -8,6 +8,7 @@ Every object field is optional in a memory: the papers allow partial objects, an
 from __future__ import annotations
 
 import dataclasses
+import enum
 import inspect
 import re
 import types as pytypes
@@ -19,7 +20,7 @@ import jsonschema
 
 from eval.memory.errors import PathError, SchemaError
 from eval.memory.paths import Path
-from eval.memory.types import (DictOf, Field, ListOf, Node, ObjectType, Prim, TupleOf, UnionOf, children,
+from eval.memory.types import (DictOf, EnumOf, Field, ListOf, Node, ObjectType, Prim, TupleOf, UnionOf, children,
                                strip_none, type_text)
 
 PLACEHOLDER = "???"
@@ -199,6 +200,8 @@ def _json_schema(node: Node, placeholders: bool, is_root: bool) -> dict[str, Any
 def _build(node: Node, ph: bool, is_root: bool = False) -> dict[str, Any]:
     if isinstance(node, Prim):
         s = dict(_PRIM_JSON[node.kind])
+    elif isinstance(node, EnumOf):
+        s = {"enum": list(node.values)}
     elif isinstance(node, ListOf):
         s = {"type": "array", "items": _build(node.item, ph)}
     elif isinstance(node, TupleOf):
@@ -426,6 +429,15 @@ def _node_from_hint(hint: Any, where: str, building: dict[type, ObjectType | Non
         return node, (docs[0] if docs else "")
     if hint is Any:
         return Prim("Any"), ""
+    if origin is typing.Literal:
+        if not all(a is None or isinstance(a, (str, int, float, bool)) for a in args):
+            raise SchemaError(f"{where}: Literal values must be JSON scalars, got {args!r}")
+        return EnumOf(tuple(args)), ""
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        vals = tuple(m.value for m in hint)
+        if not all(v is None or isinstance(v, (str, int, float, bool)) for v in vals):
+            raise SchemaError(f"{where}: enum {hint.__name__} must have JSON scalar values")
+        return EnumOf(vals), ""
     if hint is None or hint is type(None):
         return Prim("None"), ""
     for py, kind in ((bool, "bool"), (str, "str"), (int, "int"), (float, "float")):

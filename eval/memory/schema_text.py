@@ -18,7 +18,7 @@ import tokenize
 import warnings
 
 from eval.memory.errors import SchemaError
-from eval.memory.types import PRIMITIVES, DictOf, Field, ListOf, Node, ObjectType, Prim, TupleOf, UnionOf
+from eval.memory.types import PRIMITIVES, DictOf, EnumOf, Field, ListOf, Node, ObjectType, Prim, TupleOf, UnionOf
 
 _FENCED = re.compile(r"```[A-Za-z]*[ \t]*\n(.*?)```", re.DOTALL)
 _LIST_NAMES = {"list", "List", "Sequence", "set", "Set", "frozenset"}
@@ -259,6 +259,13 @@ class _Builder:
                     raise self.fail(ann, "dict keys must be str (or an alias of str): JSON object keys are strings")
                 label = args[0].id if isinstance(args[0], ast.Name) else "str"
                 return DictOf(self.type_of(args[1], seen), label)
+            if base == "Literal" and args:
+                vals = []
+                for a in args:
+                    if not (isinstance(a, ast.Constant) and (a.value is None or isinstance(a.value, (str, int, float, bool)))):
+                        raise self.fail(ann, "Literal[...] takes JSON scalars only (strings, numbers, booleans, None)")
+                    vals.append(a.value)
+                return EnumOf(tuple(vals))
             if base == "Optional" and len(args) == 1:
                 return _union(self.type_of(args[0], seen), Prim("None"))
             if base == "Union" and args:

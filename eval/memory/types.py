@@ -5,6 +5,7 @@ nodes; JSON Schema, the class text shown to the LLM, and path resolution are all
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Union
 
@@ -16,6 +17,13 @@ class Prim:
     """str, int, float, bool, Any or None."""
 
     kind: str
+
+
+@dataclass(frozen=True)
+class EnumOf:
+    """`Literal["low", "high"]`: one of a fixed set of JSON scalars."""
+
+    values: tuple[Union[str, int, float, bool, None], ...]
 
 
 @dataclass(frozen=True)
@@ -66,13 +74,15 @@ class ObjectType:
         return None
 
 
-Node = Union[Prim, ListOf, TupleOf, DictOf, UnionOf, ObjectType]
+Node = Union[Prim, EnumOf, ListOf, TupleOf, DictOf, UnionOf, ObjectType]
 
 
 def type_text(node: Node) -> str:
     """The Python annotation text of a node (`dict[str, list[str]]`, `FunctionDescription | None`)."""
     if isinstance(node, Prim):
         return node.kind
+    if isinstance(node, EnumOf):
+        return "Literal[" + ", ".join(json.dumps(v) if isinstance(v, str) else repr(v) for v in node.values) + "]"
     if isinstance(node, ListOf):
         return f"list[{type_text(node.item)}]"
     if isinstance(node, TupleOf):

@@ -7,13 +7,14 @@ from hypothesis import strategies as st
 
 from eval.memory.paths import Path
 from eval.memory.schema import PLACEHOLDER, Schema
-from eval.memory.types import DictOf, Field, ListOf, Node, ObjectType, Prim, TupleOf, UnionOf, strip_none
+from eval.memory.types import DictOf, EnumOf, Field, ListOf, Node, ObjectType, Prim, TupleOf, UnionOf, strip_none
 
 # keys exercise the papers' awkward forms: spaces, quotes, '&', dots, brackets, backslashes, unicode
 KEYS = st.text(alphabet=st.sampled_from(list("abcXYZ &'\".[]\\é-_0 ")), min_size=1, max_size=8)
 FIELD_NAMES = st.sampled_from(["name", "values", "events", "purpose", "thoughts", "size", "items", "notes"])
 TEXT = st.text(alphabet=st.sampled_from(list("ab c'\"\\\n&é?")), max_size=6)
-PRIMS = st.sampled_from([Prim("str"), Prim("int"), Prim("float"), Prim("bool")])
+PRIMS = st.sampled_from([Prim("str"), Prim("int"), Prim("float"), Prim("bool"), EnumOf(("low", "high")),
+                         EnumOf(("it's \"x\"", 1, 2.5, True, None))])
 
 
 def nodes(depth: int = 3) -> st.SearchStrategy[Node]:
@@ -53,6 +54,8 @@ def values(node: Node, depth: int = 0) -> st.SearchStrategy[Any]:
         base = {"str": TEXT, "int": st.integers(-1000, 1000), "bool": st.booleans(),
                 "float": st.floats(-1e6, 1e6, allow_nan=False, allow_infinity=False),
                 "None": st.none(), "Any": TEXT}[node.kind]
+    elif isinstance(node, EnumOf):
+        base = st.sampled_from(node.values)
     elif isinstance(node, ListOf):
         base = st.lists(values(node.item, depth + 1), max_size=3)
     elif isinstance(node, TupleOf):

@@ -166,13 +166,13 @@ def test_each_kind_of_invalid_revision_is_rejected_with_its_reason(data):
 
 
 def _is_typed_leaf_or_list(schema: Schema, path: Path) -> bool:
-    from eval.memory.types import ListOf, Prim, TupleOf, strip_none
+    from eval.memory.types import EnumOf, ListOf, Prim, TupleOf, strip_none
 
     try:
         node = strip_none(schema.node_at(path))
     except Exception:
         return False
-    return isinstance(node, (ListOf, TupleOf)) or (isinstance(node, Prim) and node.kind not in ("Any", "None"))
+    return isinstance(node, (ListOf, TupleOf, EnumOf)) or (isinstance(node, Prim) and node.kind not in ("Any", "None"))
 
 
 @SETTINGS

@@ -197,3 +197,29 @@ def test_fingerprint_identifies_the_schema():
     assert SUMIE_SUMMARY.fingerprint == Schema.from_text(SUMIE_SUMMARY.class_text()).fingerprint
     assert SUMIE_SUMMARY.fingerprint != BOOK_SUMMARY.fingerprint
     assert Schema(SUMIE_SUMMARY.root, placeholders=False).fingerprint != SUMIE_SUMMARY.fingerprint
+
+
+def test_literal_and_enum_fields_become_json_enums():
+    import enum
+    from typing import Literal
+
+    from eval.memory import Revision, apply_revisions
+    from eval.memory.types import EnumOf
+
+    class Mood(enum.Enum):
+        CALM = "calm"
+        ANGRY = "angry"
+
+    @dataclasses.dataclass
+    class X:
+        level: Literal["low", "high", 3]
+        mood: Mood
+
+    s = Schema.from_class(X, namespace=locals())
+    assert [f.type for f in s.root.fields] == [EnumOf(("low", "high", 3)), EnumOf(("calm", "angry"))]
+    assert 'level: Literal["low", "high", 3]' in s.class_text()
+    assert Schema.from_text(s.class_text()).root == s.root
+    res = apply_revisions({}, [Revision("$.level", "add", "mid"), Revision("$.mood", "add", "calm")], s)
+    assert res.memory == {"mood": "calm"} and "is not one of" in res.rejected[0].reason
+    with pytest.raises(SchemaError, match="JSON scalars"):
+        Schema.from_text("class A:\n    x: Literal[int]\n")
