@@ -69,3 +69,31 @@ def test_errors(tmp_path):
     (tmp_path / "tiny.py").write_text('def helper_one(x):\n    """Add one to a number given."""\n    return x + 1\n')
     with pytest.raises(DatasetError, match="qualify as needles"):
         load_repoqa([tmp_path], needles=1)
+
+
+def test_line_packing_is_the_greedy_packing():
+    import random
+
+    from eval.datasets.repoqa import pack_lines
+
+    count = token_counter()
+
+    def one_line_at_a_time(text: str, limit: int) -> list[str]:
+        out, cur = [], ""
+        for line in text.splitlines(keepends=True):
+            if count(cur + line) <= limit:
+                cur += line
+            else:
+                out.append(cur)
+                cur = line
+        return out + [cur] if cur else out
+
+    rng = random.Random(0)
+    for _ in range(60):
+        lines = ["\n" * rng.randint(1, 3) if rng.random() < 0.3 else " " * rng.randint(0, 8) + f"x = {rng.randint(0, 10 ** 6)}  # note\n"
+                 for _ in range(rng.randint(1, 80))]
+        text, limit = "".join(lines), rng.randint(20, 120)
+        assert pack_lines(text, limit, count) == one_line_at_a_time(text, limit)
+    long_line = "y" * 5000 + "\n"
+    pieces = pack_lines("a = 1\n" + long_line, 50, count)
+    assert "".join(pieces) == "a = 1\n" + long_line and all(count(p) <= 50 for p in pieces)
