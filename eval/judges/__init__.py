@@ -7,7 +7,10 @@ Every judge is an independent unit of work with one calling convention:
 `output` is what the method produced, `gold` is `Sample.gold`, `metadata` is `Sample.metadata`,
 `llm` is any `eval.llm.LLM` (only judges with `needs_llm` use it; they never touch the engine or
 Ray). `list_judges()` names them, `get_judge(name)` gives `JudgeInfo` (tasks it applies to,
-whether it needs an LLM). Bad inputs raise `eval.errors.JudgeError` with what to do.
+whether it needs an LLM, its templates), `judge_template_hashes(name)` the sha256 of its prompts.
+Options (`**options`, from the run config) are each judge function's keyword arguments, e.g.
+`max_attempts`, `on_invalid` ("raise" | "record"), `batch_size`, `entities`, `max_edges`.
+Bad inputs raise `eval.errors.JudgeError` with what to do.
 
 | judge | tasks | output | gold | LLM |
 | --- | --- | --- | --- | --- |
@@ -59,6 +62,7 @@ class JudgeInfo:
     module: str
     function: str
     description: str
+    templates: tuple[str, ...] = ()  # prompt templates the judge renders (their hashes go into the run manifest)
 
     def load(self) -> Callable[..., JudgeResult]:
         return getattr(importlib.import_module(self.module), self.function)
@@ -66,15 +70,17 @@ class JudgeInfo:
 
 _JUDGES: dict[str, JudgeInfo] = {j.name: j for j in (
     JudgeInfo("booookscore", ("book",), True, "eval.judges.booookscore", "judge",
-              "share of summary sentences without a coherence error, one judge call per sentence"),
+              "share of summary sentences without a coherence error, one judge call per sentence",
+              ("booookscore-sentence",)),
     JudgeInfo("booookscore-batched", ("book",), True, "eval.judges.booookscore", "judge_batched",
-              "BooookScore with several sentences per judge call (JSON list answers)"),
+              "BooookScore with several sentences per judge call (JSON list answers)", ("booookscore-batch",)),
     JudgeInfo("sumie", ("sumie",), True, "eval.judges.sumie", "judge_llm",
-              "per-turn P/R/F1 of attribute-value pairs, LLM decides support"),
+              "per-turn P/R/F1 of attribute-value pairs, LLM decides support", ("sumie-match", "sumie-extract")),
     JudgeInfo("sumie-exact", ("sumie",), False, "eval.judges.sumie", "judge_exact",
               "per-turn P/R/F1 of attribute-value pairs, normalised exact match"),
     JudgeInfo("kgscore", ("arxiv",), True, "eval.judges.kgscore", "judge",
-              "P/R/F1 of knowledge-graph edges, predicates compared by MiniLM cosine similarity"),
+              "P/R/F1 of knowledge-graph edges, predicates compared by MiniLM cosine similarity",
+              ("kgscore-edges", "kgscore-entities")),
     JudgeInfo("rouge", ("arxiv",), False, "eval.judges.overlap", "judge_rouge",
               "ROUGE-1/2/L/Lsum F-measures (rouge-score package)"),
     JudgeInfo("repoqa-exact", ("repoqa",), False, "eval.judges.overlap", "judge_function_name",
@@ -95,6 +101,13 @@ def get_judge(name: str) -> JudgeInfo:
         raise JudgeError(f"unknown judge {name!r}; available: {', '.join(_JUDGES)}") from None
 
 
+def judge_template_hashes(name: str) -> dict[str, str]:
+    """{template id: sha256} of the prompts judge `name` may render."""
+    from eval.judges.templates import load_judge_template
+
+    return {t: load_judge_template(t).sha256 for t in get_judge(name).templates}
+
+
 def run_judge(name: str, output: Any, gold: Any, llm: LLM | None = None, metadata: dict[str, Any] | None = None,
               **options: Any) -> JudgeResult:
     """Run one judge on one output (a self-contained unit of work: safe to ship to a Ray task)."""
@@ -105,4 +118,5 @@ def run_judge(name: str, output: Any, gold: Any, llm: LLM | None = None, metadat
     return fn(output, gold, llm, metadata=metadata or {}, **options)
 
 
-__all__ = ["Judgment", "JudgeResult", "Score", "JudgeInfo", "list_judges", "get_judge", "run_judge"]
+__all__ = ["Judgment", "JudgeResult", "Score", "JudgeInfo", "list_judges", "get_judge", "run_judge",
+           "judge_template_hashes"]

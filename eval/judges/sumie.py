@@ -53,8 +53,9 @@ def _flatten(obj: Any, prefix: str, out: list[Pair]) -> None:
 
 
 def pairs_of(obj: Any) -> list[Pair]:
-    """Attribute-value pairs of a JSON memory: nested keys are joined with spaces, list values
-    give one pair per element, empty values are dropped; duplicates are removed (order kept)."""
+    """Attribute-value pairs of a JSON memory: single-key wrappers such as {"attributes": {...}} are
+    unwrapped, nested keys are joined with spaces, list values give one pair per element, empty values
+    are dropped; duplicates are removed (order kept)."""
     if isinstance(obj, str):
         try:
             obj = json.loads(obj)
@@ -63,6 +64,10 @@ def pairs_of(obj: Any) -> list[Pair]:
     if isinstance(obj, list) and all(isinstance(p, (list, tuple)) and len(p) == 2 for p in obj):
         out = [(str(a).strip(), str(v).strip()) for a, v in obj]
     elif isinstance(obj, dict):
+        # The memory schemas wrap the table in one container key ({"attributes": {attr: [values]}});
+        # descend through such single-key wrappers so the attribute is the table's own key.
+        while len(obj) == 1 and isinstance(next(iter(obj.values())), dict):
+            obj = next(iter(obj.values()))
         out = []
         _flatten(obj, "", out)
     else:

@@ -29,3 +29,19 @@ def test_score_booookscore_bad_input_is_a_named_error(tmp_path):
     out = _memloop("score", "booookscore", "--summaries", str(bad), "--replay", str(bad))
     assert out.returncode == 2
     assert "error: JudgeError:" in out.stderr and "JSON object keyed by book" in out.stderr
+
+
+def test_registry_and_template_hashes():
+    from eval.errors import JudgeError
+    from eval.judges import get_judge, judge_template_hashes, list_judges
+
+    assert set(list_judges()) >= {"booookscore", "booookscore-batched", "sumie", "sumie-exact", "kgscore", "rouge",
+                                  "repoqa-exact", "loft-exec"}
+    for name in list_judges():
+        info = get_judge(name)
+        assert callable(info.load()) and info.tasks
+        for tid, digest in judge_template_hashes(name).items():
+            assert len(digest) == 64, tid
+    assert set(judge_template_hashes("kgscore")) == {"kgscore-edges", "kgscore-entities"}
+    with pytest.raises(JudgeError, match="unknown judge"):
+        get_judge("bleu")

@@ -22,6 +22,10 @@ def test_pairs_of_flattens_nested_memories():
     mem = {"occupation": ["Chemist", "teacher"], "life": {"born": "Leeds", "died": None}, "notes": []}
     assert pairs_of(mem) == [("occupation", "Chemist"), ("occupation", "teacher"), ("life born", "Leeds")]
     assert pairs_of(json.dumps({"a": 1})) == [("a", "1")]
+    # the methods' SUMIE memory: {"attributes": {attribute: [values]}}
+    assert pairs_of({"attributes": {"Amenities": ["two pools", "pub"], "Noise": []}}) == [
+        ("Amenities", "two pools"), ("Amenities", "pub")]
+    assert pairs_of({"attributes": {"life": {"born": "Leeds"}}}) == [("born", "Leeds")]
     with pytest.raises(JudgeError, match="text"):
         pairs_of("Ada is a chemist.")
     assert normalise("Birth_Place ") == "birth place" and normalise("Davy-Medal!") == "davy medal"
