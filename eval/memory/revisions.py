@@ -167,7 +167,10 @@ def _new_value_errors(schema: Schema, p: Path, node: Any, value: Any) -> str | N
 def _value_errors(schema: Schema, p: Path, node: Any, value: Any) -> str | None:
     errs = schema.errors_at(p, value)
     if errs:
-        return f"{p.text} expects {_tt(node)}: " + "; ".join(errs)
+        here, tail = f"at {p.text}: ", f" (expected {_tt(node)})"
+        short = [e[len(here):] if e.startswith(here) else e for e in errs]  # the path is said once
+        short = [e[:-len(tail)] if e.endswith(tail) else e for e in short]
+        return f"{p.text} expects {_tt(node)}: " + "; ".join(short)
     return None
 
 
