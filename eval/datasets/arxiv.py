@@ -90,6 +90,8 @@ def load_arxiv(path: str | Path, chunk_sentences: int = 15, chunk_tokens: int | 
         chunks = _chunks(groups, by_section, chunk_sentences, chunk_tokens, tokenizer)
         meta: dict[str, Any] = {"article_id": article_id, "section_names": names,
                                 "sentences": sum(len(g) for g in groups)}
+        if chunk_tokens is not None:
+            meta["chunk_tokens"] = chunk_tokens
         samples.append(Sample(id=f"arxiv/{slug(article_id)}", task="arxiv", chunks=tuple(chunks),
                               query="Summarize the article.", gold=abstract, metadata=meta))
         if limit is not None and len(samples) >= limit:

@@ -53,7 +53,7 @@ def load_repoqa(packages: Sequence[str | Path] | str = DEFAULT_PACKAGES, needles
                 query=QUERY.format(**description), gold=needle.name,
                 metadata={"package": str(package), "file": needle.file.path, "qualname": needle.qualname,
                           "lineno": needle.node.lineno, "description": description, "needle_chunk": chunk_index,
-                          "describer": "llm" if llm is not None else "code"}))
+                          "describer": "llm" if llm is not None else "code", "chunk_tokens": chunk_tokens}))
     return samples[:limit]
 
 

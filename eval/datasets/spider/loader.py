@@ -79,9 +79,10 @@ class _Databases:
         return con
 
 
-def _sample(db_id: str, qid: str, question: str, gold: list[list[Any]], sql: str | None, chunks: list[str]) -> Sample:
+def _sample(db_id: str, qid: str, question: str, gold: list[list[Any]], sql: str | None, chunks: list[str],
+            chunk_tokens: int) -> Sample:
     return Sample(id=f"spider/{slug(db_id)}/{qid}", task="spider", chunks=tuple(chunks), query=question, gold=gold,
-                  metadata={"db_id": db_id, "sql": sql, "ordered": bool(sql and _ORDER_BY.search(sql))})
+                  metadata={"db_id": db_id, "sql": sql, "ordered": bool(sql and _ORDER_BY.search(sql)), "chunk_tokens": chunk_tokens})
 
 
 def _qid(db_id: str, question: str) -> str:
@@ -114,7 +115,8 @@ def load_spider(databases: str | Path | None = None, queries: str | Path | None 
             if wanted is None or db.db_id in wanted:
                 for q in db.questions:
                     gold = execute(dbs.get(db.db_id), q.sql, f"{db.db_id}: {q.question}")
-                    samples.append(_sample(db.db_id, _qid(db.db_id, q.question), q.question, gold, q.sql, chunks_of(db.db_id)))
+                    samples.append(_sample(db.db_id, _qid(db.db_id, q.question), q.question, gold, q.sql,
+                                           chunks_of(db.db_id), chunk_tokens))
     elif Path(queries).suffix.lower() == ".jsonl":
         for q in load_loft_queries(queries):
             if wanted is not None and q.db_id not in wanted:
@@ -124,7 +126,7 @@ def load_spider(databases: str | Path | None = None, queries: str | Path | None 
                 got = execute(dbs.get(q.db_id), q.sql, f"query {q.qid}")
                 if not same_rows(got, q.answers, bool(_ORDER_BY.search(q.sql))):
                     raise InconsistentGoldError(f"query {q.qid}: executing its SQL gives {got[:5]}..., the file says {q.answers[:5]}...")
-            samples.append(_sample(q.db_id, q.qid, q.question, q.answers, q.sql, chunks))
+            samples.append(_sample(q.db_id, q.qid, q.question, q.answers, q.sql, chunks, chunk_tokens))
     else:
         for where, rec in read_records(queries, "Spider questions file"):
             db_id = require(rec, "db_id", str, where)
@@ -133,5 +135,5 @@ def load_spider(databases: str | Path | None = None, queries: str | Path | None 
             question = require(rec, "question", str, where)
             sql = require(rec, "query", str, where)
             gold = execute(dbs.get(db_id), sql, where)
-            samples.append(_sample(db_id, _qid(db_id, question), question, gold, sql, chunks_of(db_id)))
+            samples.append(_sample(db_id, _qid(db_id, question), question, gold, sql, chunks_of(db_id), chunk_tokens))
     return samples[:limit]
