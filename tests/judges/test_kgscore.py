@@ -88,3 +88,18 @@ def test_entity_shuffle_swaps_within_types():
     out = entity_shuffle(text, {"PERSON": ["Amelia", "Marco"], "GPE": ["Paris", "London", "Rome"]}, seed=1)
     assert out == "Marco meets Amelia in London. Amelia flies to Paris while Marco stays."
     assert entity_shuffle("Only Amelia here.", ["Amelia", "Marco"]) == "Only Amelia here."
+
+
+def test_entity_shuffle_check_reports_relative_drops(embedder):
+    from eval.judges.kgscore import entity_shuffle_check
+
+    gen, ref = "Janek argues with Mara.", "Janek argues with Mara at the camp."
+    same = '{"edges": [{"subjects": ["Janek"], "objects": ["Mara"], "predicate": "argues with"}]}'
+    swapped = '{"edges": [{"subjects": ["Mara"], "objects": ["Janek"], "predicate": "argues with"}]}'
+    llm = ScriptedLLM([same, same, swapped, same])  # baseline: gen, ref; shuffled: gen, ref
+    out = entity_shuffle_check([(gen, ref, {"PERSON": ["Janek", "Mara"]})], llm, embedder=embedder)
+    assert "Summary: Mara argues with Janek.\nEdges:" in llm.requests[2].messages[0]["content"]
+    assert out["baseline"]["kg_f1"] == pytest.approx(1.0, abs=1e-5) and out["shuffled"]["kg_f1"] == 0.0
+    assert out["change_pct"]["kg_f1"] == pytest.approx(-100.0, abs=1e-3)
+    assert out["change_pct"]["rouge1"] == pytest.approx(0.0)  # same words, other order: ROUGE-1 cannot tell
+    assert out["change_pct"]["rouge2"] < 0
