@@ -1,0 +1,81 @@
+"""The OpenAI-compatible server on 127.0.0.1, hit with httpx."""
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+
+import httpx
+import jsonschema
+import pytest
+
+SCHEMA = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 20},
+                                           "sunny": {"type": "boolean"}},
+          "required": ["city", "sunny"], "additionalProperties": False}
+
+
+@pytest.fixture(scope="module")
+def base_url(engine):
+    import uvicorn
+
+    from engine.server import create_app
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(create_app(engine, "smollm2", max_body_bytes=64 * 1024),
+                                           host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.time() + 30
+    while not server.started and time.time() < deadline:
+        time.sleep(0.05)
+    assert server.started
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    thread.join(timeout=10)
+
+
+def test_models_completions_and_chat(base_url):
+    with httpx.Client(base_url=base_url, timeout=300) as c:
+        assert c.get("/v1/models").json()["data"][0]["id"] == "smollm2"
+        body = {"model": "smollm2", "prompt": "The capital of France is", "max_tokens": 6, "temperature": 0}
+        first = c.post("/v1/completions", json=body).json()
+        again = c.post("/v1/completions", json=body).json()
+        assert first["choices"][0]["text"] == again["choices"][0]["text"]
+        u = again["usage"]
+        assert u["total_tokens"] == u["prompt_tokens"] + u["completion_tokens"]
+        assert "cached_tokens" in u["prompt_tokens_details"]
+        chat = c.post("/v1/chat/completions", json={
+            "messages": [{"role": "user", "content": "Weather in Paris today, as JSON."}],
+            "max_tokens": 64, "temperature": 0,
+            "response_format": {"type": "json_schema", "json_schema": {"name": "weather", "schema": SCHEMA}}})
+        assert chat.status_code == 200, chat.text
+        msg = chat.json()["choices"][0]["message"]["content"]
+        jsonschema.validate(json.loads(msg), SCHEMA)
+        assert chat.json()["usage"]["prompt_tokens_details"]["cached_tokens"] >= 0
+
+
+def test_bad_requests_get_4xx_and_the_server_stays_up(base_url):
+    with httpx.Client(base_url=base_url, timeout=300) as c:
+        bad = [
+            c.post("/v1/completions", content=b"{not json", headers={"content-type": "application/json"}),
+            c.post("/v1/chat/completions", json={"max_tokens": 4}),
+            c.post("/v1/chat/completions", json={"messages": [{"role": "wizard", "content": "x"}]}),
+            c.post("/v1/completions", json={"prompt": "x", "max_tokens": -3}),
+            c.post("/v1/completions", json={"prompt": "x", "stream": True}),
+            c.post("/v1/completions", json={"prompt": "x", "model": "gpt-17"}),
+            c.post("/v1/completions", json={"prompt": "word " * 9000, "max_tokens": 4}),  # over the context
+            c.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "x"}],
+                                                 "response_format": {"type": "json_schema",
+                                                                     "json_schema": {"schema": {"type": 5}}}}),
+        ]
+        for r in bad:
+            assert r.status_code == 400, r.text
+            assert r.json()["error"]["message"]
+        huge = c.post("/v1/completions", json={"prompt": "y" * 100_000, "max_tokens": 4})
+        assert huge.status_code == 413
+        assert c.get("/health").json() == {"ok": True}
+        ok = c.post("/v1/completions", json={"prompt": "One, two,", "max_tokens": 3, "temperature": 0})
+        assert ok.status_code == 200 and ok.json()["choices"][0]["finish_reason"] in ("stop", "length")
