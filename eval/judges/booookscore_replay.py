@@ -14,13 +14,16 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from eval.errors import JudgeError
 from eval.judges.booookscore import NAME, _label, _result
 from eval.judges.asking import InvalidAnswer
 from eval.judges.records import Judgment, JudgeResult
 from eval.judges.sentences import sentence_spans
+
+if TYPE_CHECKING:
+    from eval.llm import LLMRequest, LLMResult
 
 RELEASE_NAME = re.compile(r"^(?P<model>[a-z0-9]+)-(?P<chunk>\d+)-(?P<method>inc|hier)(?:-cleaned)?\.json$")
 
@@ -143,3 +146,39 @@ def release_table(release_dir: str | Path) -> list[dict[str, Any]]:
     if not rows:
         raise JudgeError(f"no annotation files named like gpt4-2048-hier.json in {ann_dir}")
     return rows
+
+
+class ReplayLLM:
+    """An `eval.llm.LLM` that answers the per-sentence BooookScore prompt from recorded judgments.
+
+    Running the ordinary LLM judge (`booookscore.judge`) with it exercises the whole judge path on
+    real summaries (prompt rendering, answer parsing, de-duplication, arithmetic) with the release's
+    verdicts; its score must equal `replay_book`'s. A prompt whose sentence has no recorded verdict
+    is answered "no confusion", as the release format implies.
+    """
+
+    supports_json_schema = False
+
+    def __init__(self, verdicts: dict[str, dict[str, Any]], name: str = "replay") -> None:
+        self.name = name
+        self.verdicts = {_ws(k): v for k, v in verdicts.items()}
+
+    @classmethod
+    def for_book(cls, summary: str, annotations: dict[str, Any] | None) -> "ReplayLLM":
+        r = replay_book(summary, annotations, dedupe=False)
+        return cls({j.item: j.label for j in r.judgments if j.label and j.label["types"]})
+
+    def complete(self, request: "LLMRequest") -> "LLMResult":
+        from eval.llm import LLMResult
+
+        text = request.prompt if request.prompt is not None else (request.messages or ({"content": ""},))[-1]["content"]
+        m = re.search(r"\nSentence: (.*)\nAnswer:\s*$", text, re.DOTALL)
+        if m is None:
+            raise JudgeError("ReplayLLM only answers the per-sentence BooookScore prompt")
+        label = self.verdicts.get(_ws(m.group(1)))
+        if label is None:
+            return LLMResult(text=json.dumps({"questions": "no confusion", "types": []}))
+        return LLMResult(text=json.dumps({"questions": label["questions"] or "?", "types": label["types"]}))
+
+    def count_tokens(self, text: str) -> int:
+        return len(text.split())

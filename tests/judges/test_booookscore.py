@@ -146,3 +146,18 @@ def test_splitter_reproduces_official_sentences(shared_data):
 
 def test_error_types_are_the_eight_of_the_paper():
     assert len(ERROR_TYPES) == 8 and "discontinuity" in ERROR_TYPES and "language" in ERROR_TYPES
+
+
+def test_llm_judge_path_reproduces_the_replay_on_real_summaries(shared_data):
+    """The ordinary per-sentence judge, answered from the release's verdicts, gives the replay's scores."""
+    from eval.judges.booookscore_replay import ReplayLLM
+
+    d = shared_data / "booookscore"
+    summaries = json.loads((d / "summaries/gpt4-2048-inc-cleaned.json").read_text())
+    ann = json.loads((d / "annotations/gpt4-2048-inc.json").read_text())
+    for book in sorted(summaries)[:25]:
+        want = replay_book(summaries[book], ann.get(book)).score("booookscore")
+        llm = ReplayLLM.for_book(summaries[book], ann.get(book))
+        got = judge(summaries[book], None, llm, max_workers=4)
+        assert got.score("booookscore") == pytest.approx(want), book
+        assert all(j.valid and not j.failures for j in got.judgments)
