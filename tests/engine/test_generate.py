@@ -1,0 +1,71 @@
+"""generate() on the bundled model: batching, stops, limits, seeds, compile reuse, errors."""
+from __future__ import annotations
+
+import pytest
+
+from engine.errors import RequestError
+from engine.generate import decode_chunk, generate, prefill
+from engine.sampling import SamplingParams
+
+PROMPTS = [
+    [{"role": "user", "content": "Name three colors."}],
+    [{"role": "user", "content": "What is 2 + 2? Answer with one number."}],
+    "The quick brown fox",
+]
+
+
+@pytest.fixture(scope="module")
+def batch_greedy(lm):
+    return generate(lm, PROMPTS, SamplingParams(max_tokens=12))
+
+
+def test_batch_equals_one_at_a_time(lm, batch_greedy):
+    for prompt, together in zip(PROMPTS, batch_greedy):
+        alone = generate(lm, [prompt], SamplingParams(max_tokens=12))[0]
+        assert alone.token_ids == together.token_ids
+        assert alone.text == together.text
+
+
+def test_limits_and_finish_reasons(lm, batch_greedy):
+    for g in batch_greedy:
+        assert 1 <= len(g.token_ids) <= 12
+        if g.finish_reason == "length":
+            assert len(g.token_ids) == 12
+        else:
+            assert g.token_ids[-1] in lm.tokenizer.stop_token_ids
+    assert batch_greedy[2].prompt_tokens == len(lm.tokenizer.encode("The quick brown fox"))
+
+
+def test_stop_string_cuts_output(lm, batch_greedy):
+    full = batch_greedy[2].text
+    assert len(full) > 4
+    stop = full[2:4]
+    g = generate(lm, [PROMPTS[2]], SamplingParams(max_tokens=12, stop=(stop,)))[0]
+    assert g.finish_reason == "stop" and g.text == full[: full.find(stop)]
+
+
+def test_no_recompile_within_a_bucket(lm, batch_greedy):
+    before = (prefill._cache_size(), decode_chunk._cache_size())
+    generate(lm, [[{"role": "user", "content": "Name three animals."}], "A slow red cat",
+                  [{"role": "user", "content": "What is 3 + 3?"}]], SamplingParams(max_tokens=12))
+    assert (prefill._cache_size(), decode_chunk._cache_size()) == before
+
+
+def test_seeded_sampling_reproducible(lm):
+    s = SamplingParams(max_tokens=10, temperature=0.8, top_k=40, seed=11, stop_token_ids=())
+    a = generate(lm, PROMPTS[:2], s)
+    b = generate(lm, PROMPTS[:2], s)
+    assert [x.token_ids for x in a] == [x.token_ids for x in b]
+    c = generate(lm, PROMPTS[:2], SamplingParams(max_tokens=10, temperature=0.8, top_k=40, seed=12, stop_token_ids=()))
+    assert [x.token_ids for x in a] != [x.token_ids for x in c]
+
+
+def test_request_errors(lm):
+    with pytest.raises(RequestError, match="context"):
+        generate(lm, [[1] * 10], SamplingParams(max_tokens=lm.config.max_position_embeddings))
+    with pytest.raises(RequestError, match="empty"):
+        generate(lm, [""], SamplingParams(max_tokens=2))
+    with pytest.raises(RequestError, match="token ids"):
+        generate(lm, [[lm.config.vocab_size]], SamplingParams(max_tokens=2))
+    with pytest.raises(RequestError, match="sampling settings"):
+        generate(lm, PROMPTS, [SamplingParams()])
