@@ -16,7 +16,7 @@ from typing import Any, Iterable, Literal
 from eval.memory.errors import PathError, RevisionError
 from eval.memory.paths import Path
 from eval.memory.schema import PLACEHOLDER, Schema
-from eval.memory.types import DictOf, ListOf, ObjectType, TupleOf, strip_none
+from eval.memory.types import DictOf, ListOf, ObjectType, TupleOf, strip_none, type_text
 
 Op = Literal["add", "update"]
 OPS = ("add", "update")
@@ -167,17 +167,11 @@ def _new_value_errors(schema: Schema, p: Path, node: Any, value: Any) -> str | N
 def _value_errors(schema: Schema, p: Path, node: Any, value: Any) -> str | None:
     errs = schema.errors_at(p, value)
     if errs:
-        here, tail = f"at {p.text}: ", f" (expected {_tt(node)})"
+        here, tail = f"at {p.text}: ", f" (expected {type_text(node)})"
         short = [e[len(here):] if e.startswith(here) else e for e in errs]  # the path is said once
         short = [e[:-len(tail)] if e.endswith(tail) else e for e in short]
-        return f"{p.text} expects {_tt(node)}: " + "; ".join(short)
+        return f"{p.text} expects {type_text(node)}: " + "; ".join(short)
     return None
-
-
-def _tt(node: Any) -> str:
-    from eval.memory.types import type_text
-
-    return type_text(node)
 
 
 def _apply_checked(memory: dict[str, Any], rev: Revision, schema: Schema, mode: str) -> None:

@@ -14,7 +14,7 @@ import re
 import types as pytypes
 import typing
 from functools import lru_cache
-from typing import Any, Iterable
+from typing import Any
 
 import jsonschema
 
@@ -465,29 +465,3 @@ def _node_from_hint(hint: Any, where: str, building: dict[type, ObjectType | Non
         return _object_from_class(hint, building, namespace), ""
     raise SchemaError(f"{where}: type {hint!r} is not part of the typed-hierarchy language; use str, int, float, "
                       "bool, Any, list[...], tuple[...], dict[str, ...], X | None or a class with annotated fields")
-
-
-def all_paths(schema: Schema) -> Iterable[tuple[tuple[str, ...], Node]]:
-    """Schema locations as path patterns: field names, '*' for any dict key, '#' for any index."""
-    def walk(node: Node, pat: tuple[str, ...], depth: int) -> Iterable[tuple[tuple[str, ...], Node]]:
-        if pat:
-            yield pat, node
-        if depth > 8:
-            return
-        node = strip_none(node)
-        if isinstance(node, ObjectType):
-            for f in node.fields:
-                yield from walk(f.type, pat + ("." + f.name,), depth + 1)
-        elif isinstance(node, DictOf):
-            yield from walk(node.value, pat + ("*",), depth + 1)
-        elif isinstance(node, ListOf):
-            yield from walk(node.item, pat + ("#",), depth + 1)
-        elif isinstance(node, TupleOf):
-            for i, it in enumerate(node.items):
-                yield from walk(it, pat + (f"#{i}",), depth + 1)
-        elif isinstance(node, UnionOf):
-            for o in node.options:
-                if not (isinstance(o, Prim)):
-                    yield from ((p, n) for p, n in walk(o, pat, depth + 1) if p != pat)
-
-    yield from walk(schema.root, (), 0)
