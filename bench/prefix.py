@@ -1,0 +1,203 @@
+"""PRISM-style prefix-cache benchmark: K memory loops of N steps, against peers measured in the same run.
+
+Each loop's prompt at step i is: instructions + memory schema (the same for every loop), the loop's
+memory so far (amendments appended in order, never rewritten), and a new chunk. Step i+1 therefore
+repeats step i's prompt up to the end of its memory -- the case PRISM's amendments are designed for.
+The text is generated deterministically (seeded), and the same prompts go to every engine:
+
+  memloop, prefix cache on   -- K loops concurrently (continuous batching)
+  memloop, prefix cache off  -- the same, every prompt token computed
+  llama-cpp-python (--peer llama-cpp) -- the same GGUF in `.venv-peers`, its RAM prompt cache on,
+                                the loops run one after another (it serves one request at a time)
+
+tokens/s = (prompt + decoded tokens) / wall seconds of the whole workload.
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+PEER_PYTHON = ROOT / ".venv-peers" / "bin" / "python"
+
+INSTRUCTIONS = """You read a long story one chunk at a time and keep a structured memory of it.
+The memory is a typed hierarchy described by the schema below. After each chunk you propose
+revisions to the memory: each revision names a path in the memory, an operation (add a new path,
+or update an existing one) and the new value. The memory is shown as amendments: later lines with
+the same path replace earlier ones. Propose only what the chunk supports, keep values short, and
+answer with one revision per line as JSON: {"path": ..., "op": "add" | "update", "value": ...}.
+
+Schema:
+class StoryMemory:
+    characters: dict[str, list[str]]  # keyed by name; who they are and what they do
+    events: dict[str, list[str]]      # keyed by a short event name; what happened and why
+    places: dict[str, list[str]]      # keyed by place; what happens there
+    relations: dict[str, str]         # keyed by "A -> B"; how A relates to B
+    open_questions: list[str]         # what the story has not answered yet
+
+Query: summarise the story once every chunk has been read.
+"""
+
+_NAMES = ["Anna", "Tomas", "Iris", "Bekele", "Mara", "Oskar", "Lin", "Ravi", "Sofia", "Jonah", "Ada", "Kofi"]
+_PLACES = ["the harbour", "the mill", "the old library", "the ridge", "the market", "the lighthouse", "the farm"]
+_VERBS = ["found", "hid", "carried", "lost", "repaired", "sold", "burned", "buried", "painted", "stole"]
+_THINGS = ["a letter", "the lantern", "a silver key", "the map", "a wooden box", "the ledger", "a coat"]
+_TAILS = ["before the storm", "at dawn", "without a word", "for the second time", "while the town slept"]
+
+
+def _sentence(rng: random.Random) -> str:
+    return (f"{rng.choice(_NAMES)} {rng.choice(_VERBS)} {rng.choice(_THINGS)} at {rng.choice(_PLACES)} "
+            f"{rng.choice(_TAILS)}.")
+
+
+def _chunk(rng: random.Random, words: int) -> str:
+    out: list[str] = []
+    while sum(len(s.split()) for s in out) < words:
+        out.append(_sentence(rng))
+    return " ".join(out)
+
+
+def _amendment(rng: random.Random, step: int) -> str:
+    name = rng.choice(_NAMES)
+    return json.dumps({"path": f"$.characters.'{name}'", "op": "add",
+                       "value": [f"{rng.choice(_VERBS)} {rng.choice(_THINGS)} (chunk {step})"]})
+
+
+def build_workload(samples: int, steps: int, chunk_words: int = 40, seed: int = 0) -> list[list[str]]:
+    """prompts[k][i]: loop k's prompt at step i (deterministic)."""
+    workload = []
+    for k in range(samples):
+        rng = random.Random(seed * 1_000_003 + k)
+        memory: list[str] = []
+        prompts = []
+        for i in range(steps):
+            prompts.append(f"{INSTRUCTIONS}\nMemory (amendments):\n" + "\n".join(memory)
+                           + f"\n\nChunk {i + 1}:\n{_chunk(rng, chunk_words)}\n\nRevisions:\n")
+            memory.append(_amendment(rng, i + 1))  # append-only memory
+        workload.append(prompts)
+    return workload
+
+
+def run_engine(engine: Any, workload: list[list[str]], max_tokens: int) -> dict[str, Any]:
+    """All loops concurrently; each loop's steps in order. Returns token totals and wall time."""
+
+    def loop(prompts: list[str]) -> list[dict[str, Any]]:
+        return [engine.complete({"prompt": p, "sampling": {"max_tokens": max_tokens, "temperature": 0.0}})
+                for p in prompts]
+
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=len(workload)) as pool:
+        results = [r for rs in pool.map(loop, workload) for r in rs]
+    wall = time.perf_counter() - t0
+    prompt = sum(r["usage"]["prompt_tokens"] for r in results)
+    cached = sum(r["usage"]["cached_tokens"] for r in results)
+    decoded = sum(r["usage"]["decoded_tokens"] for r in results)
+    return {"wall_s": wall, "prompt_tokens": prompt, "cached_tokens": cached, "decoded_tokens": decoded,
+            "tokens_per_s": (prompt + decoded) / wall, "texts": [r["text"] for r in results]}
+
+
+_PEER_SCRIPT = r"""
+import json, sys, time
+from llama_cpp import Llama, LlamaRAMCache
+spec = json.load(open(sys.argv[1]))
+llm = Llama(model_path=spec["model"], n_ctx=spec["n_ctx"], n_threads=spec["threads"], n_batch=512,
+            verbose=False, seed=0)
+llm.set_cache(LlamaRAMCache(capacity_bytes=spec["cache_bytes"]))
+prompt = decoded = 0
+t0 = time.perf_counter()
+for prompts in spec["workload"]:
+    for p in prompts:
+        out = llm(p, max_tokens=spec["max_tokens"], temperature=0.0, top_k=1)
+        prompt += out["usage"]["prompt_tokens"]
+        decoded += out["usage"]["completion_tokens"]
+wall = time.perf_counter() - t0
+print(json.dumps({"wall_s": wall, "prompt_tokens": prompt, "decoded_tokens": decoded,
+                  "tokens_per_s": (prompt + decoded) / wall}))
+"""
+
+
+def ensure_peers() -> Path:
+    """The llama-cpp-python environment, built by `make peers` on first use (compiles for ~10 minutes)."""
+    if not PEER_PYTHON.exists():
+        print("building .venv-peers with `make peers` (llama-cpp-python compiles for about 10 minutes) ...",
+              file=sys.stderr, flush=True)
+        subprocess.run(["make", "-C", str(ROOT), "peers"], check=True)
+    return PEER_PYTHON
+
+
+def run_llama_cpp(model_path: Path, workload: list[list[str]], max_tokens: int, threads: int) -> dict[str, Any]:
+    """The same workload through llama-cpp-python in its own environment (a subprocess, never imported here)."""
+    python = ensure_peers()
+    spec = {"model": str(model_path), "workload": workload, "max_tokens": max_tokens, "threads": threads,
+            "n_ctx": 4096, "cache_bytes": 2 << 30}
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump(spec, f)
+    try:
+        proc = subprocess.run([str(python), "-c", _PEER_SCRIPT, f.name], capture_output=True, text=True)
+    finally:
+        os.unlink(f.name)
+    if proc.returncode != 0:
+        from engine.errors import EngineError
+
+        raise EngineError(f"the llama-cpp-python peer failed (exit {proc.returncode}): {proc.stderr.strip()[-800:]}; "
+                          "rebuild it with `rm -rf .venv-peers && make peers`")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def main(samples: int = 32, steps: int = 4, peer: str | None = None, max_tokens: int = 16,
+         chunk_words: int = 40, kv_budget: float = 1 << 30, emit=print) -> dict[str, Any]:
+    from engine.model import load_model
+    from engine.serving import Engine, EngineConfig
+
+    workload = build_workload(samples, steps, chunk_words)
+    lm = load_model(None)
+    results: dict[str, Any] = {"samples": samples, "steps": steps, "max_tokens": max_tokens}
+    runs = {}
+    for name, cache_on in (("cache_on", True), ("cache_off", False)):
+        engine = Engine(EngineConfig(kv_budget=kv_budget, max_batch=32, prefix_cache=cache_on), model=lm)
+        try:
+            # compile the step shapes outside the timed region (both engines share the jit cache)
+            run_engine(engine, [p[:1] for p in workload[: min(4, samples)]], max_tokens)
+            engine.clear_prefix_cache()
+            engine.reset_counters()
+            runs[name] = run_engine(engine, workload, max_tokens)
+            runs[name]["preemptions"] = engine.stats()["preemptions"]
+        finally:
+            engine.shutdown()
+        r = runs[name]
+        emit(f"memloop {name}: {r['tokens_per_s']:.1f} tokens/s ({r['prompt_tokens']} prompt, {r['cached_tokens']} "
+             f"cached, {r['decoded_tokens']} decoded tokens in {r['wall_s']:.1f} s)")
+    on, off = runs["cache_on"], runs["cache_off"]
+    results.update(
+        cached_fraction=on["cached_tokens"] / on["prompt_tokens"],
+        prompt_tokens=on["prompt_tokens"],
+        tokens_per_s=on["tokens_per_s"],
+        tokens_per_s_cache_off=off["tokens_per_s"],
+        ratio_vs_cache_off=on["tokens_per_s"] / off["tokens_per_s"],
+        greedy_identical_cache_on_off=on["texts"] == off["texts"],
+        wall_s=on["wall_s"], wall_s_cache_off=off["wall_s"],
+    )
+    if peer == "llama-cpp":
+        threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        lc = run_llama_cpp(lm.path, workload, max_tokens, threads)
+        emit(f"llama-cpp-python: {lc['tokens_per_s']:.1f} tokens/s ({lc['prompt_tokens']} prompt, "
+             f"{lc['decoded_tokens']} decoded tokens in {lc['wall_s']:.1f} s)")
+        results.update(llama_cpp_tokens_per_s=lc["tokens_per_s"], llama_cpp_wall_s=lc["wall_s"],
+                       ratio_vs_llama_cpp=on["tokens_per_s"] / lc["tokens_per_s"])
+    elif peer is not None:
+        from engine.errors import EngineError
+
+        raise EngineError(f"unknown peer {peer!r}; the supported peer is 'llama-cpp'")
+    return results
+
+
+if __name__ == "__main__":
+    print(json.dumps(main()))

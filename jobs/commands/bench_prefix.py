@@ -1,0 +1,28 @@
+"""`memloop bench prefix`: the PRISM-style prefix-cache benchmark (bench/prefix.py)."""
+from __future__ import annotations
+
+import json
+
+import typer
+
+
+def bench_prefix(
+    as_json: bool = typer.Option(False, "--json", help="End with one JSON line of the results."),
+    samples: int = typer.Option(32, "--samples", min=1, help="K memory loops run concurrently."),
+    steps: int = typer.Option(4, "--steps", min=1, help="N steps per loop."),
+    peer: str = typer.Option(None, "--peer", help="Also run a peer on the same workload: llama-cpp."),
+    max_tokens: int = typer.Option(16, "--max-tokens", min=1, help="Tokens decoded per step."),
+    chunk_words: int = typer.Option(40, "--chunk-words", min=1, help="Words of story per new chunk."),
+) -> None:
+    """K memory loops of N steps: cached fraction and tokens/s with the prefix cache on, off, and a peer."""
+    from bench.prefix import main
+
+    res = main(samples=samples, steps=steps, peer=peer, max_tokens=max_tokens, chunk_words=chunk_words)
+    for k, v in res.items():
+        print(f"{k:32} {v:.3f}" if isinstance(v, float) else f"{k:32} {v}")
+    if as_json:
+        print(json.dumps(res))
+
+
+def register(app: typer.Typer, bench_app: typer.Typer) -> None:
+    bench_app.command("prefix")(bench_prefix)

@@ -1,0 +1,28 @@
+"""`memloop serve --port P`: the engine behind an OpenAI-compatible HTTP API on 127.0.0.1:P."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+
+def serve(
+    port: int = typer.Option(8000, "--port", help="Port on 127.0.0.1."),
+    host: str = typer.Option("127.0.0.1", "--host", help="Interface to bind (default: loopback only)."),
+    model: Path = typer.Option(None, "--model", help="GGUF file or Hugging Face directory (default: bundled SmolLM2)."),
+    dtype: str = typer.Option("auto", "--dtype", help="auto (f32 on CPU, bf16 on accelerators), float32, bfloat16."),
+    kv_budget: float = typer.Option(1 << 30, "--kv-budget", help="KV-cache bytes (> 1) or fraction of device memory (<= 1)."),
+    max_batch: int = typer.Option(32, "--max-batch", help="Sequences decoded together."),
+    no_prefix_cache: bool = typer.Option(False, "--no-prefix-cache", help="Turn the radix prefix cache off."),
+    name: str = typer.Option(None, "--name", help="Model id reported by /v1/models (default: the file's stem)."),
+) -> None:
+    """Serve /v1/completions, /v1/chat/completions (response_format json_schema) and /v1/models."""
+    from engine.server import serve as run_server
+
+    config = {"model": str(model) if model else None, "dtype": dtype, "kv_budget": kv_budget,
+              "max_batch": max_batch, "prefix_cache": not no_prefix_cache}
+    run_server(config, host=host, port=port, model_name=name)
+
+
+def register(app: typer.Typer, bench_app: typer.Typer) -> None:
+    app.command("serve")(serve)
