@@ -72,7 +72,7 @@ def _university(con: sqlite3.Connection) -> None:
         for k, t in enumerate(titles):
             courses.append((f"{d[:3].upper().replace('.', '')}-{101 + 100 * k}", t, d, rng.choice([3, 3, 4, 4, 2])))
     con.executemany("INSERT INTO course VALUES (?,?,?,?)", courses)
-    students = [(20000 + i, n, rng.choice(dnames), rng.randrange(0, 130)) for i, n in enumerate(_people(rng, 150))]
+    students = [(20000 + i, n, rng.choice(dnames), rng.randrange(0, 130)) for i, n in enumerate(_people(rng, 420))]
     con.executemany("INSERT INTO student VALUES (?,?,?,?)", students)
     takes = set()
     for sid, *_ in students:
@@ -99,11 +99,11 @@ def _concerts(con: sqlite3.Connection) -> None:
     countries = ["France", "Netherlands", "United States", "Japan", "Brazil", "Nigeria", "Canada"]
     genres = ["Pop", "Rock", "Jazz", "Folk", "Hip hop", "Classical"]
     singers = [(i, n, rng.choice(countries), rng.choice(genres), rng.randint(19, 62), rng.choice(["T", "F"]))
-               for i, n in enumerate(_people(rng, 36), 1)]
+               for i, n in enumerate(_people(rng, 150), 1)]
     con.executemany("INSERT INTO singer VALUES (?,?,?,?,?,?)", singers)
     themes = ["Free choice", "Party All Night", "Happy Tonight", "Wide Awake", "Bleeding Love", "Summer Lights"]
     concerts = [(i, f"{rng.choice(['Auditions', 'Super bootcamp', 'Home Visits', 'Week 1', 'Week 2', 'Finals'])} {i}",
-                 rng.choice(themes), rng.randint(1, len(places)), rng.choice([2014, 2015, 2016])) for i in range(1, 23)]
+                 rng.choice(themes), rng.randint(1, len(places)), rng.choice([2014, 2015, 2016])) for i in range(1, 91)]
     con.executemany("INSERT INTO concert VALUES (?,?,?,?,?)", concerts)
     pairs = sorted({(c[0], rng.randint(1, len(singers))) for c in concerts for _ in range(rng.randint(1, 5))})
     con.executemany("INSERT INTO singer_in_concert VALUES (?,?)", pairs)
@@ -119,15 +119,15 @@ def _shop(con: sqlite3.Connection) -> None:
     """)
     cities = ["Chicago", "Denver", "Austin", "Seattle", "Boston", "Miami", "Portland"]
     con.executemany("INSERT INTO customers VALUES (?,?,?,?)",
-                    [(i, n, rng.choice(cities), rng.randint(2015, 2023)) for i, n in enumerate(_people(rng, 60), 1)])
+                    [(i, n, rng.choice(cities), rng.randint(2015, 2023)) for i, n in enumerate(_people(rng, 240), 1)])
     catalog = {"Kitchen": ["Chef Knife", "Cast Iron Skillet", "Cutting Board", "Espresso Maker", "Spice Rack"],
                "Outdoor": ["Camping Tent", "Trail Backpack", "Sleeping Bag", "Headlamp"],
                "Office": ["Desk Lamp", "Ergonomic Chair", "Notebook Set", "Monitor Stand", "Fountain Pen"],
                "Garden": ["Pruning Shears", "Watering Can", "Raised Bed Kit"]}
     products = [(i, n, c, round(rng.uniform(5, 300), 2)) for i, (c, n) in enumerate(((c, n) for c, ns in catalog.items() for n in ns), 1)]
     con.executemany("INSERT INTO products VALUES (?,?,?,?)", products)
-    orders = [(i, rng.randint(1, 60), f"2023-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}",
-               rng.choice(["shipped", "shipped", "delivered", "delivered", "cancelled", "pending"])) for i in range(1, 121)]
+    orders = [(i, rng.randint(1, 240), f"2023-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}",
+               rng.choice(["shipped", "shipped", "delivered", "delivered", "cancelled", "pending"])) for i in range(1, 701)]
     con.executemany("INSERT INTO orders VALUES (?,?,?,?)", orders)
     items = sorted({(o[0], rng.randint(1, len(products)), rng.randint(1, 4)) for o in orders for _ in range(rng.randint(1, 3))})
     con.executemany("INSERT INTO order_items VALUES (?,?,?)", items)
@@ -194,9 +194,9 @@ BUILTIN: tuple[BuiltinDatabase, ...] = (
         Question("How many distinct singers performed in concerts in 2016?",
                  "SELECT count(DISTINCT sc.singer_id) FROM singer_in_concert sc JOIN concert c ON sc.concert_id = c.concert_id WHERE c.year = 2016"),
         Question("List the themes used for concerts, each once.", "SELECT DISTINCT theme FROM concert ORDER BY theme"),
-        Question("Which stadiums hosted at most two concerts?",
-                 "SELECT s.name FROM stadium s LEFT JOIN concert c ON s.stadium_id = c.stadium_id "
-                 "GROUP BY s.stadium_id HAVING count(c.concert_id) <= 2 ORDER BY s.name"),
+        Question("Which stadiums hosted at least 12 concerts?",
+                 "SELECT s.name FROM stadium s JOIN concert c ON s.stadium_id = c.stadium_id "
+                 "GROUP BY s.stadium_id HAVING count(*) >= 12 ORDER BY s.name"),
     )),
     BuiltinDatabase("shop", _shop, (
         Question("How many customers live in Denver?", "SELECT count(*) FROM customers WHERE city = 'Denver'"),
