@@ -74,3 +74,14 @@ def test_chunk_chapters_follow_headings(shared_data):
     assert len(chapters) == len(s.chunks) and chapters[0] == 1 and chapters[-1] == 61
     assert all(a <= b for a, b in zip(chapters, chapters[1:]))
     assert "chunk_chapters" not in load_book(shared_data / "books" / "katrine.txt").metadata
+
+
+def test_legacy_encodings(tmp_path):
+    from eval.datasets.textfile import read_text
+
+    (tmp_path / "cp1252.txt").write_bytes("\u201cQuoted\u201d caf\u00e9 \u2014 dash.\r\n".encode("cp1252"))
+    assert read_text(tmp_path / "cp1252.txt") == "\u201cQuoted\u201d caf\u00e9 \u2014 dash.\n"
+    (tmp_path / "latin1.txt").write_bytes("Gar\u00e7on \x81\n".encode("latin-1"))
+    assert read_text(tmp_path / "latin1.txt") == "Gar\u00e7on \x81\n"
+    (tmp_path / "utf16.txt").write_bytes("Hello, world.\r\nSecond line.".encode("utf-16"))
+    assert read_text(tmp_path / "utf16.txt") == "Hello, world.\nSecond line."
