@@ -130,3 +130,9 @@ def test_revision_list_parse_errors():
     assert parsed.revisions == [] and len(parsed.rejected) == 3
     with pytest.raises(RevisionError, match="non-empty subset"):
         revision_list_schema(SUMIE_SUMMARY, ops=("delete",))
+
+
+@pytest.mark.parametrize("schema", ALL, ids=lambda s: s.name)
+def test_whole_memory_schema_compiles_with_llguidance(schema):
+    grammar = LLMatcher.grammar_from_json_schema(schema.json_schema())
+    assert LLMatcher.validate_grammar(grammar) == ""
