@@ -32,7 +32,7 @@ Model output formats::
 Renderings (byte-stable, for prefix caching)::
 
     render_in_place(memory)                   # canonical JSON
-    Amendments(schema, base).revise(revs)     # appends only accepted revisions; .text(), .fold()
+    Amendments(schema, base).revise(revs)     # appends only accepted revisions; .text(), .fold(), .from_text()
     render_amendments(base, revisions); parse_amendments(text); fold_amendments(text, schema)
     shared_prefix_chars(prev, next); shared_prefix_tokens(prev, next, encode=None)
 

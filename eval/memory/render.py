@@ -59,6 +59,14 @@ class Amendments:
     def text(self, indent: int | None = 2) -> str:
         return render_amendments(self.base, self.revisions, indent)
 
+    @classmethod
+    def from_text(cls, text: str, schema: Schema) -> "Amendments":
+        """Rebuild from a stored rendering (e.g. to resume a run); every amendment must still apply."""
+        base, revs = parse_amendments(text)
+        am = cls(schema, base, revs)
+        am.fold()  # raises RevisionError if an amendment does not apply
+        return am
+
     def fold(self) -> dict[str, Any]:
         """The in-place memory these amendments stand for (a fresh copy each call)."""
         if self._folded is not None and self._folded[:2] == (id(self.base), len(self.revisions)):

@@ -139,3 +139,13 @@ def test_trim_never_shortens_fixed_length_tuples():
     out = fit_to_budget(m, 45, COMPARISON, trim=True)
     assert COMPARISON.errors(out.memory) == [] and out.tokens <= 45
     assert out.memory["product_names"] == m["product_names"]
+
+
+def test_amendments_rebuild_from_their_text():
+    am = Amendments(SUMIE_SUMMARY)
+    for step in STEPS:
+        am.revise(step)
+    again = Amendments.from_text(am.text(), SUMIE_SUMMARY)
+    assert again.text() == am.text() and again.fold() == am.fold()
+    with pytest.raises(RevisionError):
+        Amendments.from_text('{}\n{"$. \'attributes\'. \'A\'": {"update": ["x"]}}\n', SUMIE_SUMMARY)
