@@ -7,6 +7,7 @@ for plain `cl100k_base` would make tiktoken download it.
 from __future__ import annotations
 
 from functools import lru_cache
+from pathlib import Path
 from typing import Any, Callable, Protocol, Union
 
 from eval.datasets.errors import DatasetError
@@ -18,7 +19,7 @@ class _Encoder(Protocol):
     def encode(self, text: str) -> Any: ...
 
 
-TokenizerLike = Union[str, _Encoder, Callable[[str], Any], None]
+TokenizerLike = Union[str, Path, _Encoder, Callable[[str], Any], None]
 TokenCounter = Callable[[str], int]
 
 
@@ -36,6 +37,18 @@ def cl100k_base() -> Any:
         ) from exc
 
 
+@lru_cache(maxsize=4)
+def _hf_tokenizer(path: Path) -> Any:
+    from transformers import AutoTokenizer
+
+    try:
+        if path.suffix == ".gguf":
+            return AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+        return AutoTokenizer.from_pretrained(str(path))
+    except Exception as exc:  # transformers raises OSError/ValueError variants for unusable folders
+        raise DatasetError(f"cannot load a tokenizer from {path} ({exc}): pass a Hugging Face tokenizer folder or a .gguf file") from None
+
+
 def _len_of(encoded: Any) -> int:
     if isinstance(encoded, int):
         return encoded
@@ -46,14 +59,17 @@ def _len_of(encoded: Any) -> int:
 def token_counter(tokenizer: TokenizerLike = None) -> TokenCounter:
     """A function text -> token count.
 
-    `tokenizer` may be None (cl100k_base offline), the name of a tiktoken encoding, an object with
-    `encode(text)` (tiktoken encoding, Hugging Face tokenizer, the engine's tokenizer), or a callable
-    returning a count or a sequence of ids. Hugging Face tokenizers are called without special tokens
-    so that counts are additive over text, as with tiktoken.
+    `tokenizer` may be None (cl100k_base offline), the name of a tiktoken encoding, the path of a
+    Hugging Face tokenizer directory or a GGUF file (the model's own tokenizer, loaded with
+    transformers), an object with `encode(text)` (tiktoken encoding, Hugging Face tokenizer, the
+    engine's tokenizer), or a callable returning a count or a sequence of ids. Hugging Face tokenizers
+    are called without special tokens so that counts cover only the text, as with tiktoken.
     """
     if tokenizer is None:
         enc = cl100k_base()
         return lambda text: len(enc.encode_ordinary(text))
+    if isinstance(tokenizer, (str, Path)) and Path(tokenizer).exists():
+        return token_counter(_hf_tokenizer(Path(tokenizer)))
     if isinstance(tokenizer, str):
         import tiktoken
 

@@ -42,7 +42,7 @@ def sumie(
 def chunk(
     book: Path = typer.Argument(..., help="A plain-text or Project Gutenberg book."),
     tokens: int = typer.Option(2048, "--tokens", help="Chunk size in tokens."),
-    tokenizer: str = typer.Option("cl100k_base", "--tokenizer", help="A tiktoken encoding name, or a Hugging Face tokenizer directory."),
+    tokenizer: str = typer.Option("cl100k_base", "--tokenizer", help="A tiktoken encoding name, a Hugging Face tokenizer folder, or a .gguf model file."),
     as_json: bool = typer.Option(False, "--json", help="Print the statistics as one JSON object (last line)."),
     no_unwrap: bool = typer.Option(False, "--no-unwrap", help="Keep hard-wrapped lines as separate paragraphs."),
 ) -> None:
@@ -51,11 +51,7 @@ def chunk(
     from eval.datasets.chunker import chunk_paragraphs, chunk_stats, split_paragraphs
     from eval.datasets.textfile import read_text
 
-    tok: object = tokenizer
-    if Path(tokenizer).is_dir():
-        from transformers import AutoTokenizer
-
-        tok = AutoTokenizer.from_pretrained(tokenizer)
+    tok = tokenizer  # an encoding name, a tokenizer folder or a .gguf file (see eval.datasets.tokens)
     paragraphs = split_paragraphs(clean_book(read_text(book, "book"), unwrap=not no_unwrap))
     chunks = chunk_paragraphs(paragraphs, tokens, tok)
     stats = chunk_stats(paragraphs, chunks, tok).as_dict()

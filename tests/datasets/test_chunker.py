@@ -88,7 +88,7 @@ def test_other_tokenizers_and_bad_sizes():
         chunk_paragraphs(["a\nb"], 100)
 
 
-def test_hugging_face_tokenizer_counts_without_special_tokens():
+def test_hugging_face_tokenizer_counts_without_special_tokens(tmp_path):
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
@@ -100,6 +100,10 @@ def test_hugging_face_tokenizer_counts_without_special_tokens():
     assert count("one sentence here.") == 4
     chunks = chunk_paragraphs(["One sentence here. Another one there."] * 20, 12, tokenizer=hf)
     assert all(count(c) <= 12 for c in chunks) and len(chunks) == 20
+    hf.save_pretrained(str(tmp_path / "tok"))  # a tokenizer folder given by path
+    assert token_counter(str(tmp_path / "tok"))("one sentence here.") == 4
+    with pytest.raises(DatasetError, match="cannot load a tokenizer"):
+        token_counter(str(tmp_path))
 
 
 @pytest.mark.slow
@@ -112,6 +116,7 @@ def test_bundled_model_tokenizer_counts():
     hf = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     count = token_counter(hf)
     assert count("hello world") == len(hf.encode("hello world", add_special_tokens=False))
+    assert token_counter(str(gguf))("hello world") == count("hello world")  # the model file's path works too
     chunks = chunk_paragraphs(["One sentence here. Another one there."] * 20, 40, tokenizer=hf)
     assert all(count(c) <= 40 for c in chunks)
 
