@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from eval.datasets.errors import DatasetError
-from eval.datasets.sumie.vocab import CATEGORIES, SENTIMENT_REMARKS, STYLES, Attribute, Category
+from eval.datasets.sumie.vocab import CATEGORIES, FILLERS, SENTIMENT_REMARKS, STYLES, Attribute, Category
 
 PARAGRAPHS = 7
 _STOP = {"the", "a", "an", "of", "and"}
@@ -129,7 +129,10 @@ def generate_entity(rng: random.Random, names: _Names, cat: Category) -> dict[st
             sentences.append(("fact", _render(_template(rng, attr, value), subject, value, prefix), (attr.name, value)))
         remark = _render(rng.choice(SENTIMENT_REMARKS[sentiment]), descriptor if facts else name)
         sentences.insert(rng.randrange(min(1, len(sentences)), len(sentences) + 1), ("remark", remark, None))
-        for _ in range(rng.choice((1, 1, 2))):
+        for _ in range(rng.choice((0, 1, 1, 2))):
+            filler = _render(rng.choice(FILLERS), rng.choice((name, descriptor)))
+            sentences.insert(rng.randrange(1, len(sentences) + 1), ("remark", filler, None))
+        for _ in range(rng.choice((1, 2, 2, 3))):
             other, _last = names.draw(cat, avoid=avoid)
             attr = rng.choice(cat.attributes)
             other_value = rng.choice(attr.values)

@@ -162,3 +162,12 @@ SENTIMENT_REMARKS: dict[str, tuple[str, ...]] = {  # paragraph sentiment -> fact
     "pessimistic": ("Not everyone has been impressed by {s}, however.", "Critics have been harsh about {s} lately.",
                  "Some say {s} has disappointed them."),
 }
+
+FILLERS: tuple[str, ...] = (  # fact-free sentences about the entity that make paragraphs longer and noisier
+    "{S} came up again in conversation this month.",
+    "There is more to say about {s} than fits in a few lines.",
+    "Many people first heard of {s} through friends.",
+    "{S} has been discussed widely online.",
+    "Not much else about {s} was mentioned at the time.",
+    "Some of this was already common knowledge about {s}.",
+)
