@@ -72,15 +72,7 @@ def list_tasks() -> None:
         print(name)
 
 
-@data_app.command("show")
-def show(
-    task: str = typer.Argument(..., help="A task name (see `memloop data tasks`)."),
-    option: list[str] = typer.Option([], "--option", "-o", help="Loader option KEY=VALUE (VALUE parsed as JSON when it can be)."),
-    limit: int = typer.Option(3, "--limit", help="How many samples to print."),
-) -> None:
-    """Load a task with its options and print a one-line summary per sample (JSON)."""
-    from eval.datasets import load_dataset
-
+def _options(option: list[str]) -> dict:
     options = {}
     for item in option:
         key, sep, value = item.partition("=")
@@ -90,7 +82,39 @@ def show(
             options[key] = json.loads(value)
         except json.JSONDecodeError:
             options[key] = value
-    samples = load_dataset(task, **options)
+    return options
+
+
+@data_app.command("export")
+def export(
+    task: str = typer.Argument(..., help="A task name (see `memloop data tasks`)."),
+    out: Path = typer.Option(..., "--out", help="Parquet file to write (one row per sample)."),
+    option: list[str] = typer.Option([], "--option", "-o", help="Loader option KEY=VALUE (VALUE parsed as JSON when it can be)."),
+) -> None:
+    """Write a task's samples to Parquet (id, task, chunks, query, gold_json, metadata_json)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from eval.datasets import load_dataset
+
+    samples = load_dataset(task, **_options(option))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    pq.write_table(pa.Table.from_pylist([s.to_record() for s in samples]), tmp)
+    tmp.replace(out)  # readers never see half a file
+    print(json.dumps({"path": str(out), "samples": len(samples), "chunks": sum(len(s.chunks) for s in samples)}))
+
+
+@data_app.command("show")
+def show(
+    task: str = typer.Argument(..., help="A task name (see `memloop data tasks`)."),
+    option: list[str] = typer.Option([], "--option", "-o", help="Loader option KEY=VALUE (VALUE parsed as JSON when it can be)."),
+    limit: int = typer.Option(3, "--limit", help="How many samples to print."),
+) -> None:
+    """Load a task with its options and print a one-line summary per sample (JSON)."""
+    from eval.datasets import load_dataset
+
+    samples = load_dataset(task, **_options(option))
     print(f"{len(samples)} samples")
     for s in samples[:limit]:
         print(json.dumps({"id": s.id, "chunks": len(s.chunks), "chars": sum(map(len, s.chunks)),

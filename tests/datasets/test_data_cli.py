@@ -53,3 +53,14 @@ def test_show_and_tasks(app):
     assert CliRunner().invoke(app, ["data", "tasks"]).output.split() == ["arxiv", "book", "repoqa", "spider", "sumie"]
     bad = CliRunner().invoke(app, ["data", "show", "sumie", "-o", "entitees=2"])
     assert isinstance(bad.exception, DatasetError) and "entitees" in str(bad.exception)
+
+
+def test_export_writes_parquet(app, tmp_path):
+    import pyarrow.parquet as pq
+
+    out = tmp_path / "spider.parquet"
+    result = CliRunner().invoke(app, ["data", "export", "spider", "--out", str(out), "-o", "chunk_tokens=4096"])
+    assert result.exit_code == 0, result.output
+    rows = pq.read_table(out).to_pylist()
+    assert len(rows) == 50 and json.loads(result.output.splitlines()[-1])["samples"] == 50
+    assert rows[0]["task"] == "spider" and json.loads(rows[0]["gold_json"]) and rows[0]["chunks"][0].startswith("Table: ")
