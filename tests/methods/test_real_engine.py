@@ -40,7 +40,9 @@ def test_cases_cover_every_method() -> None:
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_method_end_to_end(name: str, engine_llm) -> None:
     sample, settings = CASES[name]
-    out = get_method(name, max_tokens=64, **settings).run(sample, engine_llm)
+    # JSON under a grammar runs long on this model: give structured methods room to close their objects
+    max_tokens = 200 if name.endswith("-json") or name.startswith(("cok", "prism")) else 64
+    out = get_method(name, max_tokens=max_tokens, **settings).run(sample, engine_llm)
     assert out.steps, name
     for step in out.steps:
         assert step.usage.prompt_tokens > 0 and step.usage.decoded_tokens > 0
@@ -48,7 +50,8 @@ def test_method_end_to_end(name: str, engine_llm) -> None:
         assert out.templates[step.template_id] == step.template_sha256
         assert step.ok or step.failures  # a failure always carries its reason
     assert isinstance(out.answer, str)
-    print(f"\n{name}: {len(out.steps)} steps, usage={out.usage}, failures={len(out.failures)}, "
+    print(f"\n{name}: {[s.kind + ('' if s.ok else '!') for s in out.steps]}, memory={str(out.memory)[:160]!r}, "
+          f"{len(out.steps)} steps, usage={out.usage}, failures={len(out.failures)}, "
           f"answer={out.answer[:120]!r}")
 
 
@@ -75,9 +78,11 @@ def test_http_client_against_the_engine_server(smollm2_engine) -> None:
         time.sleep(0.05)
     try:
         llm = OpenAICompatibleLLM(f"http://127.0.0.1:{port}", "smollm2", timeout_s=600)
-        out = get_method("gu-json", max_tokens=48).run(HOTEL, llm)
-        assert [s.kind for s in out.steps] == ["initial", "update"]
-        assert out.steps[1].usage.cached_tokens > 0  # served by the engine's prefix cache, reported over HTTP
+        out = get_method("gu-text", max_tokens=48).run(BOOK, llm)
+        assert [s.kind for s in out.steps] == ["initial", "update"] and out.answer
+        # the update prompt repeats the generate prompt's instructions: the engine's prefix cache
+        # serves them, and the count comes back over HTTP as prompt_tokens_details.cached_tokens
+        assert out.steps[1].usage.cached_tokens > 0
     finally:
         server.should_exit = True
         t.join(timeout=10)
