@@ -134,7 +134,12 @@ def _check(memory: dict[str, Any], rev: Revision, schema: Schema) -> str | None:
                         "use 'add' to create a new path")
             if isinstance(seg, int) and isinstance(cur, list) and seg > len(cur):
                 return f"add at {p.text}: index {seg} skips past the end of a list of {len(cur)} items"
-            # the rest of the path will be created
+            # the rest of the path will be created: new lists can only start at index 0
+            for j in range(i + 1, len(p.segments)):
+                s = p.segments[j]
+                if isinstance(s, int) and s != 0 and isinstance(strip_none(schema.node_at(Path(p.segments[:j]))), ListOf):
+                    return (f"add at {p.text}: {Path(p.segments[:j]).text} is a new list, so it starts at index 0, "
+                            f"not {s}")
             return _new_value_errors(schema, p, node, rev.value)
         if not isinstance(nxt, (dict, list)):
             return f"{rev.op} at {p.text}: {Path(p.segments[:i + 1]).text} holds {nxt!r}, which has no children"

@@ -102,3 +102,20 @@ def schema_children(schema: Schema, memory: dict, path: Path) -> list[Path]:
     if isinstance(node, ListOf) and isinstance(cur, list):
         out.append(path.child(len(cur)))
     return out
+
+
+def schema_descendants(schema: Schema, path: Path, data: Any, depth: int) -> Path:
+    """A path 1..depth levels below `path` that the schema allows (keys and indices drawn at random)."""
+    for _ in range(depth):
+        node = strip_none(schema.node_at(path))
+        if isinstance(node, ObjectType):
+            path = path.child(data.draw(st.sampled_from([f.name for f in node.fields])))
+        elif isinstance(node, DictOf):
+            path = path.child(data.draw(KEYS))
+        elif isinstance(node, ListOf):
+            path = path.child(data.draw(st.integers(0, 2)))
+        elif isinstance(node, TupleOf):
+            path = path.child(data.draw(st.integers(0, len(node.items) - 1)))
+        else:
+            break
+    return path

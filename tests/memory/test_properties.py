@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 from eval.memory import (Amendments, Path, Revision, Schema, apply_revisions, fold_amendments, parse_amendments,
                          render_amendments, render_in_place, shared_prefix_chars)
 from eval.memory.literal import loads
-from tests.memory.strategies import KEYS, existing_paths, memories, schema_children, schemas, values
+from tests.memory.strategies import (KEYS, existing_paths, memories, schema_children, schema_descendants, schemas,
+                                     values)
 
 # MEMLOOP_MEMORY_EXAMPLES=2000 runs a deeper search locally; the default keeps the suite fast.
 EXAMPLES = int(os.environ.get("MEMLOOP_MEMORY_EXAMPLES", "120"))
@@ -24,8 +25,11 @@ def draw_revision(data: st.DataObject, schema: Schema, memory: dict) -> Revision
     paths = existing_paths(memory)
     containers = [Path()] + [p for p in paths if isinstance(_get(memory, p), (dict, list))]
     new_paths = [c for p in containers for c in _safe_children(schema, memory, p)]
-    kind = data.draw(st.sampled_from(["update-existing", "add-new", "add-existing", "update-new", "junk-path"]))
-    if kind in ("update-existing", "add-existing") and paths:
+    kind = data.draw(st.sampled_from(["update-existing", "add-new", "add-existing", "update-new", "junk-path",
+                                      "add-deep", "update-deep"]))
+    if kind.endswith("-deep"):
+        path = schema_descendants(schema, data.draw(st.sampled_from(containers)), data, data.draw(st.integers(1, 3)))
+    elif kind in ("update-existing", "add-existing") and paths:
         path = data.draw(st.sampled_from(paths))
     elif kind in ("add-new", "update-new") and new_paths:
         path = data.draw(st.sampled_from(new_paths))
