@@ -230,12 +230,21 @@ class _Pool:
     def _actor_alive(self, i: int) -> bool:
         """After an actor error: wait for Ray's restart; False if the actor is gone for good."""
         import ray
+        from ray.exceptions import ActorDiedError, GetTimeoutError
 
-        try:
-            ray.get(self.actors[i].health.remote(), timeout=self.cfg.engine.start_timeout_s)
-            return True
-        except Exception:
-            return False
+        deadline = time.monotonic() + self.cfg.engine.start_timeout_s
+        died = 0
+        while time.monotonic() < deadline and not self.stop.is_set():
+            try:
+                return bool(ray.get(self.actors[i].health.remote(), timeout=max(1.0, deadline - time.monotonic())))
+            except ActorDiedError:  # dead for good once it persists (no restarts left)
+                died += 1
+                if died >= 5:
+                    return False
+            except (ray.exceptions.RayActorError, GetTimeoutError):  # restarting (model load): ask again
+                died = 0
+            time.sleep(1.0)
+        return False
 
     def _worker(self, i: int) -> None:
         import ray

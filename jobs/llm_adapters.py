@@ -11,7 +11,6 @@ same memory and chunks repeatedly).
 from __future__ import annotations
 
 import functools
-import os
 import threading
 from typing import Any
 
@@ -56,8 +55,6 @@ class ActorLLM:
 
 def endpoint_llm(base_url: str, model: str, api_key_env: str | None = None) -> LLM:
     """An OpenAI-compatible endpoint as an LLM (the API key is read from the named environment variable)."""
-    from eval import llm_http  # written by the methods area
+    from eval.llm_http import OpenAICompatibleLLM
 
-    key = os.environ.get(api_key_env) if api_key_env else None
-    factory = getattr(llm_http, "OpenAICompatibleLLM", None) or getattr(llm_http, "HttpLLM")
-    return factory(base_url=base_url, model=model, api_key=key)
+    return OpenAICompatibleLLM(base_url=base_url, model=model, api_key_env=api_key_env)

@@ -1,6 +1,7 @@
 """`memloop run CONFIG` and `memloop report RUN_URI`."""
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Optional
 
@@ -26,7 +27,11 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
             print(f"run id: {rid}", flush=True)
             print(f"output: {uri}", flush=True)
 
-        summary = execute(cfg, on_ready=ready)
+        try:
+            summary = execute(cfg, on_ready=ready)
+        except KeyboardInterrupt:
+            print("interrupted: finished units are saved; run the same config again to resume", file=sys.stderr)
+            raise SystemExit(130) from None
         if report:
             from jobs.report import write_report
 

@@ -1,0 +1,32 @@
+"""`memloop bench model`: the engine's model against transformers (agreement and speed)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+
+def register(app: typer.Typer, bench_app: typer.Typer) -> None:
+    @bench_app.command("model")
+    def bench_model(
+        model: Optional[Path] = typer.Option(None, help="GGUF file or Hugging Face directory (default: bundled SmolLM2)."),
+        greedy_tokens: int = typer.Option(200, min=1, help="Greedy tokens compared per prompt."),
+        decode_tokens: int = typer.Option(64, min=1, help="Decode steps timed (rounded to the decode chunk)."),
+        prefill_tokens: int = typer.Option(512, min=16, help="Prompt length for the prefill measurement."),
+        batch: int = typer.Option(32, min=2, help="Batch size of the aggregate decode measurement."),
+        hf_batch: bool = typer.Option(False, help="Also time transformers at the large batch (slow on CPU)."),
+        as_json: bool = typer.Option(False, "--json", help="Print one JSON object as the last line."),
+    ) -> None:
+        """Compare memloop's Flax model with transformers on the same weights: logits, greedy tokens, tokens/s."""
+        from bench.model import BenchSettings, run_model_bench
+
+        settings = BenchSettings(greedy_tokens=greedy_tokens, decode_tokens=decode_tokens,
+                                 prefill_tokens=prefill_tokens, batch=batch, hf_batch=hf_batch)
+        result = run_model_bench(model, settings, log=lambda line: typer.echo(line, err=as_json))
+        if as_json:
+            typer.echo(json.dumps(result))
+        else:
+            for key, value in result.items():
+                typer.echo(f"{key:28s} {value}")
