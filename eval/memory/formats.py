@@ -72,9 +72,10 @@ def _entries(body: str, default_op: str, out: ParsedRevisions) -> None:
 
 
 def _one(path: str, wrapped: Any, default_op: str) -> Revision | str:
-    if not (isinstance(wrapped, dict) and len(wrapped) == 1 and next(iter(wrapped)) in OPS):
+    if not (isinstance(wrapped, dict) and len(wrapped) == 1 and str(next(iter(wrapped))).lower() in OPS):
         return (f"revision for {path!r} must be {{\"{default_op}\": value}}, got {json.dumps(wrapped)[:80]}")
     (op, value), = wrapped.items()
+    op = op.lower()  # "UPDATE"/"ADD" as the prompts spell the operations
     try:
         return Revision(path, op, value)
     except (PathError, RevisionError) as e:

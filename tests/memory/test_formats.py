@@ -136,3 +136,8 @@ def test_revision_list_parse_errors():
 def test_whole_memory_schema_compiles_with_llguidance(schema):
     grammar = LLMatcher.grammar_from_json_schema(schema.json_schema())
     assert LLMatcher.validate_grammar(grammar) == ""
+
+
+def test_operation_names_are_case_insensitive_in_answers():
+    parsed = parse_prism("[OBJECTS FOR ADD]\n{\"$.attributes.A\": {\"ADD\": [\"a\"]}}\n")
+    assert [(r.op, r.value) for r in parsed.revisions] == [("add", ["a"])]
