@@ -119,7 +119,12 @@ def describe_from_code(needle: Needle) -> dict[str, str]:
     if args.kwarg:
         params.append(f"arbitrary keyword arguments (`**{args.kwarg.arg}`)")
     owner = needle.qualname.rsplit(".", 1)[0] if needle.is_method else None
-    where = f"A method of `{owner}`" if owner else "A function"
+    decorators = {d.id if isinstance(d, ast.Name) else d.attr if isinstance(d, ast.Attribute) else "" for d in node.decorator_list}
+    kind = ("property" if "property" in decorators else "class method" if "classmethod" in decorators
+            else "static method" if "staticmethod" in decorators else "method")
+    where = f"A {kind} of `{owner}`" if owner else "A function"
+    if kind == "property":
+        where += ", read as an attribute,"
     inputs = f"{where} taking " + ("; ".join(params) if params else "no arguments") + "."
 
     body_nodes = [n for n in ast.walk(node) if n is not node]
