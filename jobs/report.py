@@ -102,9 +102,10 @@ def sumie_frame(d: RunData) -> pd.DataFrame:
     if s.empty:
         return pd.DataFrame()
     rows = []
-    for (method, ds, rep, sid, metric), g in s.groupby(["method", "dataset", "repeat", "sample_id", "metric"]):
+    keys = ["method", "dataset", "judge", "repeat", "sample_id", "metric"]
+    for (method, ds, judge, rep, sid, metric), g in s.groupby(keys):
         g = g.sort_values("turn")
-        rows.append(dict(method=method, dataset=ds, repeat=rep, sample_id=sid, metric=metric,
+        rows.append(dict(method=method, dataset=ds, judge=judge, repeat=rep, sample_id=sid, metric=metric,
                          start=g["value"].iloc[0], last=g["value"].iloc[-1], avg=g["value"].mean()))
     return pd.DataFrame(rows)
 
@@ -113,11 +114,11 @@ def sumie_table(d: RunData) -> str | None:
     f = sumie_frame(d)
     if f.empty:
         return None
-    header = ["method", "dataset"] + [f"{m[0].upper() if m != 'f1' else 'F1'} {w}" for w in ("start", "last", "avg")
-                                      for m in SUMIE_METRICS]
+    header = ["method", "dataset", "judge"] + [f"{m[0].upper() if m != 'f1' else 'F1'} {w}"
+                                               for w in ("start", "last", "avg") for m in SUMIE_METRICS]
     rows = []
-    for (method, ds), g in f.groupby(["method", "dataset"], sort=True):
-        cells = [method, ds]
+    for (method, ds, judge), g in f.groupby(["method", "dataset", "judge"], sort=True):
+        cells = [method, ds, judge]
         for which in ("start", "last", "avg"):
             for metric in SUMIE_METRICS:
                 gm = g[g["metric"] == metric]
@@ -170,8 +171,8 @@ def summary_frame(d: RunData) -> pd.DataFrame:
     out: dict[str, dict[str, str]] = {}
     f = sumie_frame(d)
     if not f.empty:
-        for method, g in f[f["metric"] == "f1"].groupby("method"):
-            out.setdefault(method, {})["SUMIE F1 avg"] = fmt(list(g.groupby("repeat")["avg"].mean()))
+        for (method, judge), g in f[f["metric"] == "f1"].groupby(["method", "judge"]):
+            out.setdefault(method, {})[f"{judge}: F1 avg"] = fmt(list(g.groupby("repeat")["avg"].mean()))
     s = d.scores[d.scores["turn"].isna() & ~_sumie_summary(d.scores)]
     for (method, j, m), g in s.groupby(["method", "judge", "metric"]):
         out.setdefault(method, {})[m if m == j else f"{j}: {m}"] = fmt(list(g.groupby("repeat")["value"].mean()))
@@ -221,13 +222,14 @@ def plot_f1_per_turn(d: RunData) -> bytes | None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6, 4))
-    for method, g in s.groupby("method"):
+    several = s["judge"].nunique() > 1
+    for (method, judge), g in s.groupby(["method", "judge"]):
         per = g.groupby(["turn", "repeat"])["value"].mean().reset_index()
         xs, ms, ses = [], [], []
         for turn, gt in per.groupby("turn"):
             m, se = mean_se(list(gt["value"]))
             xs.append(int(turn) + 1), ms.append(m), ses.append(se or 0.0)
-        ax.errorbar(xs, ms, yerr=ses, marker="o", capsize=3, label=method)
+        ax.errorbar(xs, ms, yerr=ses, marker="o", capsize=3, label=f"{method} ({judge})" if several else method)
     ax.set_xlabel("turn (paragraphs read)"), ax.set_ylabel("F1"), ax.set_title("SUMIE F1 per turn")
     ax.legend(fontsize=8)
     return _png(fig)
