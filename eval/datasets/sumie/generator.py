@@ -22,7 +22,6 @@ from eval.datasets.sumie.vocab import CATEGORIES, FILLERS, SENTIMENT_REMARKS, ST
 
 PARAGRAPHS = 7
 _STOP = {"the", "a", "an", "of", "and"}
-_WORD = re.compile(r"[\w$][\w,.$-]*\w|\w")
 
 
 def name_words(name: str) -> set[str]:
