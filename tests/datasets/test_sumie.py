@@ -124,5 +124,8 @@ def test_release_readme_example_shape(tmp_path):
     assert s.gold["turns"] == [{"Content Variety": ["Hours of gameplay content"]},
                                {"Content Variety": ["Hours of gameplay content"], "Gameplay": ["Multiple playstyles"]}]
     assert s.metadata["distractor_sentence_ids"] == ["P1"] and s.metadata["paragraph_writing_styles"][0] == "user reviews by senior"
+    array = tmp_path / "sample.json"  # the README shows the records as one JSON array
+    array.write_text(json.dumps([record, dict(record, entity_name="ENTITY1")], indent=2))
+    assert [x.gold["entity_name"] for x in load_sumie(array)] == ["ENTITY0", "ENTITY1"]
     with pytest.raises(InconsistentGoldError, match="Multiple playstyles"):  # paraphrased: verification suits generated data
         load_sumie(p, verify_gold=True)
