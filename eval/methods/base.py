@@ -7,7 +7,7 @@ one `Step` with the prompt, output, parsed value, memory after the step, token u
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Callable, ClassVar
 
 from eval.datasets.sample import Sample
@@ -178,7 +178,6 @@ class Method:
             raise MethodError(f"sample {sample.id} has no chunks; check the dataset loader and chunk size")
         trace = Trace(llm, self.settings)
         answer, memory = self._run(sample, trace)
-        from dataclasses import asdict
         return MethodOutput(method=self.name, sample_id=sample.id, answer=answer, steps=trace.steps, memory=memory,
                             settings=asdict(self.settings), templates=dict(trace.templates))
 

@@ -38,7 +38,7 @@ class ChainOfKey(Method):
 
     def _validate(self) -> None:
         if self.settings.memory_limit is not None and self.settings.memory_limit <= 0:
-            raise MethodError(f"cok: memory_limit must be a positive token count or null")
+            raise MethodError("cok: memory_limit must be a positive token count or null")
 
     @staticmethod
     def _schema(sample: Sample) -> Schema:

@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 
 from eval.datasets.sample import Sample
 from eval.errors import MethodError
-from eval.methods.base import Method, MethodSettings, Trace
+from eval.methods.base import Method, MethodSettings, Step, Trace
 from eval.methods.common import (
     enforce_limit, entity_name, is_entity, json_parser, merge_json, paragraphs, schema_for, subject, text_parser,
 )
@@ -37,7 +37,7 @@ class _SummaryMethod(Method):
 
     # --- one LLM call that produces a whole summary -------------------------------------------------
     def _generate(self, trace: Trace, sample: Sample, chunks: list[str], *, start: int, memory: Any | None,
-                  kind: str, chunk_index: int) -> Step_:
+                  kind: str, chunk_index: int) -> Step:
         fmt, schema = self.fmt, schema_for(sample)
         parse = json_parser(schema) if fmt == "json" else text_parser
         use_schema = schema if fmt == "json" else None
@@ -85,8 +85,6 @@ class _SummaryMethod(Method):
         step.memory = memory
         return step.parsed if step.ok else step.output
 
-
-Step_ = Any
 
 
 def _format_instruction(trace: Trace, fmt: str) -> str:

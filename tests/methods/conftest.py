@@ -66,3 +66,9 @@ def smollm2_engine(smollm2_gguf):
 @pytest.fixture(scope="session")
 def engine_llm(smollm2_engine) -> EngineLLM:
     return EngineLLM(smollm2_engine)
+
+
+@pytest.fixture(scope="session")
+def engine_llm_free(smollm2_engine) -> EngineLLM:
+    """The same engine declared without JSON-schema support: methods parse free text and retry."""
+    return EngineLLM(smollm2_engine, supports_json_schema=False)

@@ -86,3 +86,12 @@ def test_http_client_against_the_engine_server(smollm2_engine) -> None:
     finally:
         server.should_exit = True
         t.join(timeout=10)
+
+
+def test_parse_and_retry_without_schema_support(engine_llm_free) -> None:
+    llm = engine_llm_free
+    out = get_method("gu-json", max_tokens=96, max_attempts=2).run(HOTEL, llm)
+    for step in out.steps:
+        assert 1 <= step.attempts <= 2
+        assert step.ok or len(step.failures) == step.attempts  # every failed attempt has its reason
+    print(f"\nunconstrained gu-json: {[(s.kind, s.ok, s.attempts) for s in out.steps]}, memory={out.memory!r:.160}")
