@@ -21,7 +21,8 @@ Gold format per task (what judges consume; all JSON-serialisable):
 - **spider** (`spider`): one Sample per question; `chunks` = the database's tables rendered as
   `Table: <name>` + CSV rows, chunked to `chunk_tokens`; `query` = the question;
   `gold = [[cell, ...], ...]` the rows the paired SQL returns (LOFT's `answers` when read from LOFT
-  files); metadata: `db_id`, `sql`, `ordered` (whether row order matters: the SQL has ORDER BY).
+  files; tables from SQLite or LOFT's corpus.jsonl); metadata: `db_id`, `sql`, `ordered` (whether row
+  order matters: the SQL has ORDER BY), `chunk_tokens`.
 - **arxiv** (`arxiv`): one Sample per article; `chunks` = the article (section headings kept) in
   groups of `chunk_sentences` sentences (F-ART uses 15) or `chunk_tokens` tokens;
   `gold = "<abstract>"` (the ROUGE reference); metadata: `article_id`, `section_names`.

@@ -94,3 +94,26 @@ def test_malformed_loft(tmp_path):
     (tmp_path / "q.jsonl").write_text(json.dumps({"qid": "1", "query_text": "x", "answers": 3, "metadata": {"db_id": "d"}}) + "\n")
     with pytest.raises(MissingFieldError, match="answers"):
         load_loft_queries(tmp_path / "q.jsonl")
+
+
+def test_loft_corpus_gives_the_same_chunks_as_the_database(tmp_path):
+    from eval.datasets.spider.render import table_lines, table_names
+
+    uni = next(db for db in BUILTIN if db.db_id == "university")
+    con = build(uni)
+    corpus = []
+    for i, name in enumerate(table_names(con)):
+        header, rows = table_lines(con, name)
+        corpus.append({"pid": f"p{i}", "title_text": name, "passage_text": "\n".join([header] + rows), "metadata": {}})
+    (tmp_path / "corpus.jsonl").write_text("\n".join(json.dumps(r) for r in corpus) + "\n")
+    query = {"qid": "q7", "query_text": "How many classrooms are there?", "answers": [[con.execute("SELECT count(*) FROM classroom").fetchone()[0]]],
+             "metadata": {"db_id": "university", "sql_query": "SELECT count(*) FROM classroom",
+                          "candidate_pids": [r["pid"] for r in corpus]}}
+    (tmp_path / "queries.jsonl").write_text(json.dumps(query) + "\n")
+    [s] = load_spider(queries=tmp_path / "queries.jsonl", corpus=tmp_path / "corpus.jsonl", chunk_tokens=2048)
+    [ref] = [x for x in load_spider(chunk_tokens=2048, db_ids=["university"]) if x.query.startswith("Count the number of rooms")]
+    assert s.chunks == ref.chunks and s.gold == query["answers"]
+    query["metadata"]["candidate_pids"] = ["p0", "nope"]
+    (tmp_path / "queries.jsonl").write_text(json.dumps(query) + "\n")
+    with pytest.raises(DatasetNotFoundError, match="nope"):
+        load_spider(queries=tmp_path / "queries.jsonl", corpus=tmp_path / "corpus.jsonl")

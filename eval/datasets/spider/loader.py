@@ -2,7 +2,8 @@
 
 Sources: the built-in databases and questions (default); Spider's own files (`dev.json`-style list
 of {db_id, question, query} plus `database/<db_id>/<db_id>.sqlite`); or LOFT queries (`queries.jsonl`,
-gold = its `answers`). Gold rows of Spider-style questions are computed by executing the SQL.
+gold = its `answers`) with their tables from SQLite files or from LOFT's own `corpus.jsonl` (each
+query's `candidate_pids` name its tables). Gold rows of Spider-style questions are computed by executing the SQL.
 """
 from __future__ import annotations
 
@@ -16,8 +17,8 @@ from eval.datasets.errors import DatasetError, DatasetNotFoundError, Inconsisten
 from eval.datasets.records import read_records, require
 from eval.datasets.sample import Sample, slug
 from eval.datasets.spider.databases import BUILTIN, build
-from eval.datasets.spider.loft import load_loft_queries
-from eval.datasets.spider.render import render_database
+from eval.datasets.spider.loft import load_loft_corpus, load_loft_queries
+from eval.datasets.spider.render import pack_tables, render_database
 from eval.datasets.tokens import TokenizerLike, token_counter
 
 _ORDER_BY = re.compile(r"\border\s+by\b", re.IGNORECASE)
@@ -91,7 +92,7 @@ def _qid(db_id: str, question: str) -> str:
 
 def load_spider(databases: str | Path | None = None, queries: str | Path | None = None, chunk_tokens: int = 8192,
                 tokenizer: TokenizerLike = None, db_ids: Iterable[str] | None = None, limit: int | None = None,
-                verify: bool = False) -> list[Sample]:
+                verify: bool = False, corpus: str | Path | None = None) -> list[Sample]:
     """Samples for Spider-style QA; see the module docstring for the sources.
 
     `verify=True` re-executes each LOFT query's SQL and raises InconsistentGoldError if it disagrees
@@ -108,6 +109,8 @@ def load_spider(databases: str | Path | None = None, queries: str | Path | None 
         return rendered[db_id]
 
     samples: list[Sample] = []
+    if corpus is not None and (queries is None or Path(queries).suffix.lower() != ".jsonl"):
+        raise DatasetError("`corpus` (LOFT's corpus.jsonl) goes with LOFT `queries` (a queries.jsonl file)")
     if queries is None:
         if databases is not None:
             raise DatasetError("with your own `databases`, also pass `queries` (Spider dev.json or LOFT queries.jsonl)")
@@ -118,10 +121,22 @@ def load_spider(databases: str | Path | None = None, queries: str | Path | None 
                     samples.append(_sample(db.db_id, _qid(db.db_id, q.question), q.question, gold, q.sql,
                                            chunks_of(db.db_id), chunk_tokens))
     elif Path(queries).suffix.lower() == ".jsonl":
+        tables = load_loft_corpus(corpus) if corpus is not None else None
+        packed: dict[tuple[str, ...], list[str]] = {}  # queries over the same tables share their chunks
         for q in load_loft_queries(queries):
             if wanted is not None and q.db_id not in wanted:
                 continue
-            chunks = chunks_of(q.db_id)
+            if tables is not None:
+                missing = [pid for pid in q.candidate_pids if pid not in tables]
+                if not q.candidate_pids or missing:
+                    raise DatasetNotFoundError(f"query {q.qid}: its tables {missing or '(no candidate_pids)'} are not in the corpus "
+                                               f"{corpus}: pass the corpus.jsonl of the same LOFT dataset")
+                if q.candidate_pids not in packed:
+                    chosen = [tables[pid] for pid in q.candidate_pids]
+                    packed[q.candidate_pids] = pack_tables([(t.name, t.header, t.rows) for t in chosen], chunk_tokens, count)
+                chunks = packed[q.candidate_pids]
+            else:
+                chunks = chunks_of(q.db_id)
             if verify and q.sql:
                 got = execute(dbs.get(q.db_id), q.sql, f"query {q.qid}")
                 if not same_rows(got, q.answers, bool(_ORDER_BY.search(q.sql))):

@@ -41,6 +41,27 @@ def load_loft_queries(path: str | Path) -> list[LoftQuery]:
     return out
 
 
+@dataclass(frozen=True)
+class LoftTable:
+    pid: str
+    name: str
+    header: str
+    rows: list[str]
+
+
+def load_loft_corpus(path: str | Path) -> dict[str, LoftTable]:
+    """LOFT's SQL corpus (`corpus.jsonl`): one table per passage, {pid, title_text (table name),
+    passage_text (CSV: header line, then rows), metadata}."""
+    out: dict[str, LoftTable] = {}
+    for where, rec in read_records(path, "LOFT corpus file"):
+        pid = str(require(rec, "pid", (str, int), where))
+        lines = [line for line in require(rec, "passage_text", str, where).strip().split("\n") if line.strip()]
+        if not lines:
+            raise MissingFieldError(f"{where}: table {pid} has an empty passage_text (it needs at least a CSV header)")
+        out[pid] = LoftTable(pid, require(rec, "title_text", str, where).strip(), lines[0], lines[1:])
+    return out
+
+
 def load_loft_predictions(path: str | Path) -> dict[str, list[list[list[Any]]]]:
     """LOFT predictions: qid -> model_outputs (one list of rows per turn)."""
     out: dict[str, list[list[list[Any]]]] = {}

@@ -27,15 +27,15 @@ def table_lines(con: sqlite3.Connection, table: str) -> tuple[str, list[str]]:
     return header, [_csv_line(list(row)) for row in cur]
 
 
-def render_database(con: sqlite3.Connection, chunk_tokens: int, count: TokenCounter) -> list[str]:
-    """Chunks of at most `chunk_tokens` tokens holding every row once.
+def pack_tables(tables: list[tuple[str, str, list[str]]], chunk_tokens: int, count: TokenCounter) -> list[str]:
+    """Chunks of at most `chunk_tokens` tokens holding every row of `(name, CSV header, CSV rows)` once.
 
-    Whole tables are packed greedily (separated by a blank line); a table larger than a chunk is
-    split at row boundaries, each piece repeating `Table: name` and the CSV header.
+    Whole tables are packed greedily (separated by a blank line, as LOFT lays out its corpus); a
+    table larger than a chunk is split at row boundaries, each piece repeating `Table: name` and the
+    CSV header.
     """
     pieces: list[str] = []
-    for table in table_names(con):
-        header, rows = table_lines(con, table)
+    for table, header, rows in tables:
         lead = [f"Table: {table}", header]
         if count("\n".join(lead)) > chunk_tokens:
             raise DatasetError(f"the header of table {table!r} alone exceeds {chunk_tokens} tokens: use a larger chunk size")
@@ -62,3 +62,8 @@ def render_database(con: sqlite3.Connection, chunk_tokens: int, count: TokenCoun
         else:
             chunks.append(piece)
     return chunks
+
+
+def render_database(con: sqlite3.Connection, chunk_tokens: int, count: TokenCounter) -> list[str]:
+    """Every table of a SQLite database, packed by `pack_tables`."""
+    return pack_tables([(t, *table_lines(con, t)) for t in table_names(con)], chunk_tokens, count)
