@@ -134,7 +134,14 @@ def _check(memory: dict[str, Any], rev: Revision, schema: Schema) -> str | None:
                         "use 'add' to create a new path")
             if isinstance(seg, int) and isinstance(cur, list) and seg > len(cur):
                 return f"add at {p.text}: index {seg} skips past the end of a list of {len(cur)} items"
-            # the rest of the path will be created: new lists can only start at index 0
+            # the rest of the path will be created: each container must be clear from the schema
+            for j in range(i, len(p.segments) - 1):
+                if _empty_for(schema.node_at(Path(p.segments[:j + 1]))) is _MISSING:
+                    where = Path(p.segments[:j + 1]).text
+                    return (f"add at {p.text}: {where} does not exist and its type "
+                            f"({type_text(schema.node_at(Path(p.segments[:j + 1])))}) does not say which container "
+                            f"to create; add the whole value at {where} instead")
+            # new lists can only start at index 0
             for j in range(i + 1, len(p.segments)):
                 s = p.segments[j]
                 if isinstance(s, int) and s != 0 and isinstance(strip_none(schema.node_at(Path(p.segments[:j]))), ListOf):

@@ -27,6 +27,8 @@ def nodes(depth: int = 3) -> st.SearchStrategy[Node]:
         st.builds(DictOf, sub),
         st.lists(sub, min_size=1, max_size=3).map(lambda xs: TupleOf(tuple(xs))),
         sub.map(lambda n: UnionOf((n, Prim("None"))) if not isinstance(n, UnionOf) else n),
+        st.tuples(sub, sub).filter(lambda ab: ab[0] != ab[1] and not any(isinstance(x, UnionOf) for x in ab))
+        .map(lambda ab: UnionOf(ab)),
         objects(depth - 1),
     )
 

@@ -78,3 +78,11 @@ def test_values_are_json_data():
 def test_a_memory_that_does_not_conform_is_refused_up_front():
     with pytest.raises(RevisionError, match="does not conform"):
         apply_revisions({"attributes": "not a map"}, [], SUMIE_SUMMARY)
+
+
+def test_a_union_of_containers_is_not_guessed():
+    from eval.memory import Schema
+
+    s = Schema.from_text("class A:\n    x: Union[list[str], dict[str, str]]\n")
+    assert "does not say which container" in check({}, Revision("$.x.k", "add", "v"), s)
+    assert apply_revision({}, Revision("$.x", "add", {"k": "v"}), s) == {"x": {"k": "v"}}
