@@ -423,6 +423,8 @@ def _field_docs(py_cls: type) -> dict[str, str]:
 def _node_from_hint(hint: Any, where: str, building: dict[type, ObjectType | None],
                     namespace: dict[str, Any]) -> tuple[Node, str]:
     origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Required, typing.NotRequired, typing.ClassVar) and args:
+        return _node_from_hint(args[0], where, building, namespace)  # every field is optional anyway
     if origin is typing.Annotated:
         node, _ = _node_from_hint(args[0], where, building, namespace)
         docs = [a for a in args[1:] if isinstance(a, str)]

@@ -223,3 +223,14 @@ def test_literal_and_enum_fields_become_json_enums():
     assert res.memory == {"mood": "calm"} and "is not one of" in res.rejected[0].reason
     with pytest.raises(SchemaError, match="JSON scalars"):
         Schema.from_text("class A:\n    x: Literal[int]\n")
+
+
+def test_typeddict_required_markers_are_accepted():
+    from typing import NotRequired
+
+    class T(TypedDict, total=False):
+        a: NotRequired[list[str]]
+        b: int
+
+    assert [(f.name, f.type) for f in Schema.from_class(T, namespace=locals()).root.fields] == [
+        ("a", ListOf(Prim("str"))), ("b", Prim("int"))]
