@@ -132,7 +132,7 @@ def test_interrupted_driver_resumes_without_recomputing(tmp_path) -> None:
     rid = run_id(parse_config(cfg_dict))
     rs = RunStore.open(str(tmp_path / "runs"), rid)
     cmd = [sys.executable, "-c", "from jobs.cli import main; main()", "run", str(cfg_path)]
-    env = dict(os.environ, RAY_ADDRESS="")
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     deadline = time.time() + 900
     while time.time() < deadline and proc.poll() is None:
