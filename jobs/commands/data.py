@@ -17,6 +17,8 @@ def sumie(
     synthetic: bool = typer.Option(False, "--synthetic", help="Generate entities instead of reading --input."),
     entities: int = typer.Option(200, "--entities", min=1, help="How many entities to generate."),
     seed: int = typer.Option(0, "--seed", help="Generator seed: the same seed gives the same file."),
+    conflicts: float = typer.Option(0.0, "--conflicts", min=0.0, max=1.0,
+                                    help="Probability per paragraph that a stated value changes (updates, not just additions)."),
     out: Optional[Path] = typer.Option(None, "--out", help="Where to write official-format JSONL."),
     input: Optional[Path] = typer.Option(None, "--input", help="An official dataset_sumie.jsonl to check."),
 ) -> None:
@@ -26,7 +28,7 @@ def sumie(
     if synthetic:
         if out is None:
             raise DatasetError("--synthetic needs --out FILE (where to write the JSONL)")
-        write_sumie_jsonl(out, entities, seed)
+        write_sumie_jsonl(out, entities, seed, conflicts=conflicts)
         path = out
     elif input is not None:
         path = input

@@ -7,7 +7,7 @@ import re
 import pytest
 
 from eval.datasets import load_dataset
-from eval.datasets.errors import EmptyDatasetError, InconsistentGoldError, MissingFieldError, UnknownFormatError
+from eval.datasets.errors import DatasetError, EmptyDatasetError, InconsistentGoldError, MissingFieldError, UnknownFormatError
 from eval.datasets.sumie import generate_sumie, load_sumie, verify_sumie_record, write_sumie_jsonl
 from eval.datasets.sumie.generator import PARAGRAPHS, name_words
 
@@ -129,3 +129,28 @@ def test_release_readme_example_shape(tmp_path):
     assert [x.gold["entity_name"] for x in load_sumie(array)] == ["ENTITY0", "ENTITY1"]
     with pytest.raises(InconsistentGoldError, match="Multiple playstyles"):  # paraphrased: verification suits generated data
         load_sumie(p, verify_gold=True)
+
+
+def test_conflicting_updates_replace_values_in_later_turns():
+    records = list(generate_sumie(60, seed=11, conflicts=1.0))
+    assert records[:3] != list(generate_sumie(3, seed=11))  # updates change the data only when asked for
+    changed = 0
+    for r in records:
+        verify_sumie_record(r)
+        turns = []
+        for para in r["paragraph_summaries"]:
+            turn: dict = {}
+            for item in para["summary"]:
+                turn.setdefault(item["attribute"], []).append(item["value"])
+            turns.append(turn)
+        for k, (before, after) in enumerate(zip(turns, turns[1:]), 1):
+            for attribute, values in before.items():
+                if attribute in after and after[attribute] != values and not set(values) <= set(after[attribute]):
+                    assert len(after[attribute]) == 1  # a single-valued attribute now holds the new value only
+                    sentences = {i: t for p in r["paragraph_summaries"] for i, t in p["paragraph"]}
+                    item = next(x for x in r["paragraph_summaries"][k]["summary"] if x["attribute"] == attribute)
+                    assert "is now" in sentences[item["sentence_ids"][0]]
+                    changed += 1
+    assert changed >= 30
+    with pytest.raises(DatasetError, match="probability"):
+        next(generate_sumie(1, conflicts=2))

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from eval.datasets.errors import DatasetError
-from eval.datasets.sumie.vocab import CATEGORIES, FILLERS, SENTIMENT_REMARKS, STYLES, Attribute, Category
+from eval.datasets.sumie.vocab import (CATEGORIES, FILLERS, MUTABLE, SENTIMENT_REMARKS, STYLES, UPDATE_TEMPLATES, Attribute,
+                                       Category)
 
 PARAGRAPHS = 7
 _STOP = {"the", "a", "an", "of", "and"}
@@ -104,8 +105,12 @@ def _plan(rng: random.Random, cat: Category) -> list[list[tuple[Attribute, str]]
     return plan
 
 
-def generate_entity(rng: random.Random, names: _Names, cat: Category) -> dict[str, Any]:
-    """One entity in the official SUMIE record format."""
+def generate_entity(rng: random.Random, names: _Names, cat: Category, conflicts: float = 0.0) -> dict[str, Any]:
+    """One entity in the official SUMIE record format.
+
+    With `conflicts` > 0, from paragraph 3 on each paragraph may (with that probability) change the
+    value of a mutable single-valued attribute stated earlier (a new CEO, a new price); from then on the aggregated summary holds the
+    new value only, so methods must update, not just add."""
     name, last = names.draw(cat)
     names.used.add(name)
     descriptor = cat.descriptor.format(last=last)
@@ -126,6 +131,16 @@ def generate_entity(rng: random.Random, names: _Names, cat: Category) -> dict[st
             subject = name if (i == 0 or rng.random() < 0.3) else descriptor
             prefix = rng.choice(STYLES[style]) if rng.random() < 0.5 else ""
             sentences.append(("fact", _render(_template(rng, attr, value), subject, value, prefix), (attr.name, value)))
+        if conflicts > 0 and t >= 2 and rng.random() < conflicts:
+            current = {a: v for (a, v) in gold}  # single-valued attributes hold one value each
+            by_name = {a.name: a for a in cat.attributes}
+            restated = {a.name for a, _ in restate}
+            options = sorted(a for a in current if a in MUTABLE and not by_name[a].multi and a not in restated)
+            if options:
+                attr = by_name[rng.choice(options)]
+                new = rng.choice([v for v in attr.values if v != current[attr.name]])
+                text = _render(rng.choice(UPDATE_TEMPLATES).replace("{a}", attr.name), rng.choice((name, descriptor)), new)
+                sentences.append(("update", text, (attr.name, new)))
         remark = _render(rng.choice(SENTIMENT_REMARKS[sentiment]), descriptor if facts else name)
         sentences.insert(rng.randrange(min(1, len(sentences)), len(sentences) + 1), ("remark", remark, None))
         for _ in range(rng.choice((0, 1, 1, 2))):
@@ -145,6 +160,11 @@ def generate_entity(rng: random.Random, names: _Names, cat: Category) -> dict[st
             rows.append([sid, text])
             if kind == "distractor":
                 distractors.append(sid)
+            elif kind == "update":  # the old value leaves the summary; it is no longer true
+                for key in [k for k in gold if k[0] == fact[0]]:
+                    del gold[key]
+                stated = [(a, v) for a, v in stated if a.name != fact[0]]
+                gold[fact] = {"attribute": fact[0], "value": fact[1], "sentence_ids": [sid], "evidences": [text]}
             elif fact is not None:
                 item = gold.setdefault(fact, {"attribute": fact[0], "value": fact[1], "sentence_ids": [], "evidences": []})
                 item["sentence_ids"].append(sid)
@@ -159,26 +179,30 @@ def generate_entity(rng: random.Random, names: _Names, cat: Category) -> dict[st
             "distractor_sentences": distractors}
 
 
-def generate_sumie(entities: int, seed: int = 0, categories: tuple[str, ...] | None = None) -> Iterator[dict[str, Any]]:
-    """`entities` records, cycling through the categories; the same seed always gives the same records."""
+def generate_sumie(entities: int, seed: int = 0, categories: tuple[str, ...] | None = None,
+                   conflicts: float = 0.0) -> Iterator[dict[str, Any]]:
+    """`entities` records, cycling through the categories; the same seed always gives the same records.
+    `conflicts` is the per-paragraph probability of a value update (see `generate_entity`)."""
     if entities < 1:
         raise DatasetError(f"entities must be at least 1 (got {entities})")
     cats = CATEGORIES if categories is None else tuple(c for c in CATEGORIES if c.name in categories)
     if not cats:
         raise DatasetError(f"unknown SUMIE categories {categories}: choose from {[c.name for c in CATEGORIES]}")
+    if not 0.0 <= conflicts <= 1.0:
+        raise DatasetError(f"conflicts is a probability: give a number in [0, 1] (got {conflicts})")
     rng = random.Random(seed)
     names = _Names(rng)
     for i in range(entities):
-        yield generate_entity(rng, names, cats[i % len(cats)])
+        yield generate_entity(rng, names, cats[i % len(cats)], conflicts)
 
 
-def write_sumie_jsonl(path: str | Path, entities: int, seed: int = 0) -> Path:
+def write_sumie_jsonl(path: str | Path, entities: int, seed: int = 0, conflicts: float = 0.0) -> Path:
     """Write official-format JSONL atomically (temp file then rename); returns the path."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     tmp = p.with_name(p.name + ".tmp")
     with tmp.open("w", encoding="utf-8") as f:
-        for record in generate_sumie(entities, seed):
+        for record in generate_sumie(entities, seed, conflicts=conflicts):
             f.write(json.dumps(record, ensure_ascii=False) + "\n")
     tmp.replace(p)
     return p

@@ -141,13 +141,14 @@ def load_sumie(path: str | Path, limit: int | None = None, verify_gold: bool = F
 
 
 def load_sumie_dataset(path: str | Path | None = None, synthetic: bool = False, entities: int = 200, seed: int = 0,
-                       limit: int | None = None, verify_gold: bool = False) -> list[Sample]:
-    """The registry's `sumie` task: an official-format file, or (synthetic=True) generated entities."""
+                       limit: int | None = None, verify_gold: bool = False, conflicts: float = 0.0) -> list[Sample]:
+    """The registry's `sumie` task: an official-format file, or (synthetic=True) generated entities
+    (`conflicts`: probability per paragraph that a stated value changes)."""
     if synthetic:
         from eval.datasets.sumie.generator import generate_sumie
 
         n = entities if limit is None else min(entities, limit)
-        return [sumie_sample(r, f"synthetic entity {i}") for i, r in enumerate(generate_sumie(n, seed))]
+        return [sumie_sample(r, f"synthetic entity {i}") for i, r in enumerate(generate_sumie(n, seed, conflicts=conflicts))]
     if path is None:
         raise DatasetError("the sumie task needs `path` (an official dataset_sumie.jsonl) or `synthetic: true`")
     return load_sumie(path, limit=limit, verify_gold=verify_gold)

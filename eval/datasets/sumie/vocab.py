@@ -171,3 +171,14 @@ FILLERS: tuple[str, ...] = (  # fact-free sentences about the entity that make p
     "Not much else about {s} was mentioned at the time.",
     "Some of this was already common knowledge about {s}.",
 )
+
+# Single-valued attributes that can plausibly change over time (a birthplace or founding year cannot).
+MUTABLE: frozenset[str] = frozenset({
+    "occupation", "employer", "residence", "head chef", "price range", "opening hours", "CEO",
+    "headquarters", "employees", "owner", "check-in time", "star rating", "price", "operating system",
+})
+
+UPDATE_TEMPLATES: tuple[str, ...] = (  # a single-valued attribute changes; {a} is the attribute's name
+    "Update: {s}'s {a} is now {v}.",
+    "Things have changed: the {a} of {s} is now {v}.",
+)
