@@ -104,8 +104,17 @@ def run_engine(engine: Any, workload: list[list[str]], max_tokens: int) -> dict[
             "tokens_per_s": (prompt + decoded) / wall, "texts": [r["text"] for r in results]}
 
 
+# use_extra_bufts=False: llama.cpp's AMX weight-repacking buffers (chosen automatically on CPUs with
+# AMX) crash with a segmentation fault in this kind of VM; the plain CPU kernels are used instead.
 _PEER_SCRIPT = r"""
 import json, sys, time
+import llama_cpp.llama_cpp as C
+_defaults = C.llama_model_default_params
+def _params():
+    p = _defaults()
+    p.use_extra_bufts = False
+    return p
+C.llama_model_default_params = _params
 from llama_cpp import Llama, LlamaRAMCache
 spec = json.load(open(sys.argv[1]))
 llm = Llama(model_path=spec["model"], n_ctx=spec["n_ctx"], n_threads=spec["threads"], n_batch=512,
@@ -141,7 +150,9 @@ def run_llama_cpp(model_path: Path, workload: list[list[str]], max_tokens: int, 
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(spec, f)
     try:
-        proc = subprocess.run([str(python), "-c", _PEER_SCRIPT, f.name], capture_output=True, text=True)
+        # passive OpenMP waiting: spinning threads collapse llama.cpp's speed on a shared host
+        env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE"}
+        proc = subprocess.run([str(python), "-c", _PEER_SCRIPT, f.name], capture_output=True, text=True, env=env)
     finally:
         os.unlink(f.name)
     if proc.returncode != 0:

@@ -79,3 +79,33 @@ def test_bad_requests_get_4xx_and_the_server_stays_up(base_url):
         assert c.get("/health").json() == {"ok": True}
         ok = c.post("/v1/completions", json={"prompt": "One, two,", "max_tokens": 3, "temperature": 0})
         assert ok.status_code == 200 and ok.json()["choices"][0]["finish_reason"] in ("stop", "length")
+
+
+@pytest.mark.slow
+def test_memloop_serve_command(tmp_path):
+    """`memloop serve --port P` in its own process, as a user starts it."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    memloop = Path(sys.executable).with_name("memloop")
+    proc = subprocess.Popen([str(memloop), "serve", "--port", str(port), "--kv-budget", str(64 << 20)],
+                            stdout=subprocess.DEVNULL, stderr=open(tmp_path / "serve.log", "w"), env=os.environ.copy())
+    try:
+        deadline = time.time() + 300
+        while time.time() < deadline:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).json()["ok"]:
+                    break
+            except httpx.HTTPError:
+                time.sleep(1)
+        r = httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", timeout=300,
+                       json={"messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 4, "temperature": 0})
+        assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] >= 1
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
