@@ -17,12 +17,17 @@ GOLD = {"entity_name": "HOTEL0", "turns": [{"pools": ["two large pools"]},
 
 
 def _check(result, n_min: int = 1) -> None:
+    print(f"\n{result.judge}: " + ", ".join(f"{x.metric}{'' if x.turn is None else f'@{x.turn}'}={x.value:.3f}"
+                                           for x in result.scores)
+          + f"; {len(result.judgments)} judgments, usage {result.usage}")
     assert len(result.judgments) >= n_min
+    calls = [j for j in result.judgments if j.prompt is not None]  # batched judgments share their call's record
+    assert calls
     for j in result.judgments:
-        if j.source != "llm":
-            continue
-        assert j.valid and not j.failures, (j.raw, j.failures)  # constrained answers parse first time
-        assert j.constrained and j.prompt and j.usage.prompt_tokens > 0 and j.usage.decoded_tokens > 0
+        if j.source == "llm":
+            assert j.valid and not j.failures, (j.raw, j.failures)  # constrained answers parse first time
+    for j in calls:
+        assert j.constrained and j.usage.prompt_tokens > 0 and j.usage.decoded_tokens > 0
 
 
 def test_booookscore_per_sentence(engine_llm):
@@ -33,7 +38,8 @@ def test_booookscore_per_sentence(engine_llm):
 
 def test_booookscore_batched(engine_llm):
     r = run_judge("booookscore-batched", SUMMARY, None, engine_llm, batch_size=3, max_tokens_per_sentence=80)
-    assert all(j.valid for j in r.judgments) and len(r.judgments) == 5
+    _check(r, 5)
+    assert len(r.judgments) == 5 and len([j for j in r.judgments if j.prompt]) == 2  # 3 + 2 sentences
     assert 0.0 <= r.score("booookscore") <= 1.0
 
 
