@@ -63,7 +63,8 @@ _FENCE = re.compile(r"```[a-zA-Z]*\n?|```")
 
 def function_name_of(answer: str) -> str:
     """The function an answer names: the first non-empty line, without code fences, quotes,
-    a leading `def`, a call/signature suffix, or a JSON wrapper {"function_name"|"name": ...}."""
+    a leading `def`, a call/signature suffix, or a JSON wrapper {"function_name"|"name": ...};
+    in a sentence, the name written in backticks."""
     text = answer.strip()
     if text.startswith("{"):
         try:
@@ -77,6 +78,9 @@ def function_name_of(answer: str) -> str:
             pass
     text = _FENCE.sub("", text)
     line = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+    quoted = re.search(r"`([A-Za-z_][\w.]*)(?:\(.*?\))?`", line)
+    if quoted and " " in line.strip("`"):  # "The function is `name`."
+        return quoted.group(1)
     line = re.sub(r"^(async\s+)?def\s+", "", line).strip("`'\" ")
     return re.split(r"[\s(:]", line, maxsplit=1)[0] if line else ""
 

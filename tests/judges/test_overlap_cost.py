@@ -26,6 +26,8 @@ def test_rouge_hand_computed():
 def test_repoqa_function_name():
     assert function_name_of("```python\ndef parse_header(buf):\n    ...\n```") == "parse_header"
     assert function_name_of('{"function_name": "`load_config`"}') == "load_config"
+    assert function_name_of("The function is `Reader.parse_header()`.") == "Reader.parse_header"
+    assert function_name_of("`parse_header`") == "parse_header"
     assert run_judge("repoqa-exact", "parse_header", "parse_header").score("accuracy") == 1.0
     assert run_judge("repoqa-exact", "Reader.parse_header()", "parse_header").score("accuracy") == 1.0
     assert run_judge("repoqa-exact", "parse_headers", "parse_header").score("accuracy") == 0.0
