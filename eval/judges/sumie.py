@@ -22,7 +22,7 @@ import json
 import re
 import unicodedata
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 from eval.errors import JudgeError
 from eval.llm import LLM

@@ -8,7 +8,7 @@ import pytest
 from eval.errors import JudgeError
 from eval.judges import run_judge
 from eval.judges.asking import InvalidAnswer, JudgeAnswerError
-from eval.judges.booookscore import (ERROR_TYPES, judge, judge_batched, mean_over_books, parse_batch_answer,
+from eval.judges.booookscore import (ERROR_TYPES, judge, mean_over_books, parse_batch_answer,
                                      parse_sentence_answer, score_judgments)
 from eval.judges.booookscore_replay import release_table, replay_book, score_release
 from eval.judges.records import Judgment
