@@ -88,26 +88,21 @@ def test_other_tokenizers_and_bad_sizes():
         chunk_paragraphs(["a\nb"], 100)
 
 
-def test_hugging_face_tokenizer_counts_without_special_tokens(tmp_path):
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
+def test_hugging_face_tokenizer_counts_without_special_tokens():
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
 
     vocab = {"[UNK]": 0, "[BOS]": 1, "one": 2, "sentence": 3, "here": 4, ".": 5, "another": 6, "there": 7}
-    core = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
-    core.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Whitespace()])
-    hf = PreTrainedTokenizerFast(tokenizer_object=core, unk_token="[UNK]", bos_token="[BOS]")
+    hf = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    hf.pre_tokenizer = pre_tokenizers.Whitespace()
+    hf.post_processor = processors.TemplateProcessing(single="[BOS] $A", special_tokens=[("[BOS]", 1)])
     count = token_counter(hf)
-    assert count("one sentence here.") == 4
+    assert len(hf.encode("one sentence here.").ids) == 5 and count("one sentence here.") == 4  # no [BOS]
     chunks = chunk_paragraphs(["One sentence here. Another one there."] * 20, 12, tokenizer=hf)
     assert all(count(c) <= 12 for c in chunks) and len(chunks) == 20
-    hf.save_pretrained(str(tmp_path / "tok"))  # a tokenizer folder given by path
-    assert token_counter(str(tmp_path / "tok"))("one sentence here.") == 4
-    with pytest.raises(DatasetError, match="cannot load a tokenizer"):
-        token_counter(str(tmp_path))
 
 
 @pytest.mark.slow
-def test_bundled_model_tokenizer_counts():
+def test_bundled_model_tokenizer_counts(tmp_path):
     from transformers import AutoTokenizer
 
     from engine.assets import default_model_path
@@ -119,6 +114,10 @@ def test_bundled_model_tokenizer_counts():
     assert token_counter(str(gguf))("hello world") == count("hello world")  # the model file's path works too
     chunks = chunk_paragraphs(["One sentence here. Another one there."] * 20, 40, tokenizer=hf)
     assert all(count(c) <= 40 for c in chunks)
+    hf.save_pretrained(str(tmp_path / "tok"))  # a tokenizer folder given by path
+    assert token_counter(str(tmp_path / "tok"))("hello world") == count("hello world")
+    with pytest.raises(DatasetError, match="cannot load a tokenizer"):
+        token_counter(str(tmp_path / "tok" / ".."))
 
 
 @pytest.mark.parametrize("name", ["pioneer-days-in-st-paul.txt"])  # the official example book
