@@ -4,6 +4,7 @@
 in the official BooookScore format (`{book: summary}`) with recorded judgments
 (`{book: {sentence: {"questions", "types"}}}`) instead of calling a judge model.
 `memloop score booookscore-release DIR` prints the table for every file pair of an official release.
+`memloop score loft --queries Q --preds P` scores LOFT SQL predictions by execution match.
 """
 from __future__ import annotations
 
@@ -51,6 +52,41 @@ def booookscore_release(
     print(f"{'model':8} {'chunk':>6} {'method':6} {'score':>6} {'books':>5} {'sentences':>9}")
     for r in rows:
         print(f"{r['model']:8} {r['chunk']:>6} {r['method']:6} {100 * r['booookscore']:6.1f} {r['books']:>5} {r['sentences']:>9}")
+
+
+@score_app.command("loft")
+def loft(
+    queries: Path = typer.Option(..., "--queries", help="LOFT queries.jsonl (qid, answers, metadata)."),
+    preds: Path = typer.Option(..., "--preds", help="LOFT preds.jsonl (qid, model_outputs)."),
+    as_json: bool = typer.Option(False, "--json", help="End with one JSON line {accuracy, queries}."),
+) -> None:
+    """LOFT SQL execution accuracy of a predictions file (every query must have a prediction)."""
+    from eval.errors import JudgeError
+    from eval.judges import run_judge
+
+    def read(path: Path) -> dict[str, dict]:
+        if not path.is_file():
+            raise JudgeError(f"{path} does not exist; pass a LOFT .jsonl file")
+        out = {}
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if line.strip():
+                try:
+                    rec = json.loads(line)
+                    out[rec["qid"]] = rec
+                except (json.JSONDecodeError, KeyError, TypeError):
+                    raise JudgeError(f"{path}:{n} is not a JSON object with a `qid`") from None
+        return out
+
+    q, p = read(queries), read(preds)
+    missing = sorted(set(q) - set(p))
+    if missing or not q:
+        raise JudgeError(f"{len(missing)} of {len(q)} queries have no prediction (e.g. {missing[:1]}); "
+                         "score a complete predictions file")
+    scores = [run_judge("loft-exec", p[qid], q[qid]["answers"]).score("accuracy") for qid in sorted(q)]
+    acc = sum(scores) / len(scores)
+    print(f"LOFT execution accuracy {100 * acc:.1f} over {len(scores)} queries")
+    if as_json:
+        print(json.dumps({"accuracy": acc, "queries": len(scores)}))
 
 
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:

@@ -45,3 +45,14 @@ def test_registry_and_template_hashes():
     assert set(judge_template_hashes("kgscore")) == {"kgscore-edges", "kgscore-entities"}
     with pytest.raises(JudgeError, match="unknown judge"):
         get_judge("bleu")
+
+
+def test_score_loft_example(shared_data, tmp_path):
+    d = shared_data / "loft-spider-example"
+    out = _memloop("score", "loft", "--queries", str(d / "queries.jsonl"), "--preds", str(d / "preds.jsonl"), "--json")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == {"accuracy": 0.3, "queries": 10}
+    partial = tmp_path / "preds.jsonl"
+    partial.write_text((d / "preds.jsonl").read_text().splitlines()[0] + "\n")
+    out = _memloop("score", "loft", "--queries", str(d / "queries.jsonl"), "--preds", str(partial))
+    assert out.returncode == 2 and "9 of 10 queries have no prediction" in out.stderr
