@@ -126,7 +126,7 @@ def generate(lm: LoadedModel, prompts: Sequence[Prompt], sampling: SamplingParam
     t = max(MIN_PROMPT_BUCKET, next_pow2(max(len(x) for x in ids)))
     s = next_pow2(max(len(x) + sp.max_tokens for x, sp in zip(ids, params_list)))
     s = max(s, t)
-    pad_params = params_list + [SamplingParams(max_tokens=1)] * (b - n)
+    pad_params = params_list + [dataclasses.replace(params_list[0], max_tokens=1, stop=())] * (b - n)
     tokens = np.full((b, t), lm.tokenizer.pad_token_id, np.int32)
     lengths = np.ones((b,), np.int32)
     for i, x in enumerate(ids):

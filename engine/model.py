@@ -223,7 +223,7 @@ def load_model(path: str | Path | None = None, dtype: Any = None, mesh: Any = No
     from engine.tokenizer import load_tokenizer as _load_tok
 
     path = Path(path) if path is not None else default_model_path()
-    dtype = jnp.dtype(dtype) if dtype is not None else default_dtype()
+    dtype = jnp.dtype(dtype if dtype is not None else default_dtype())
     np_dtype = np.float32 if dtype == jnp.float32 else dtype  # numpy understands jnp.bfloat16 via ml_dtypes
     cfg, weights = load_weights(path, np_dtype)
     module = Llama(cfg, weights, dtype)

@@ -1,0 +1,198 @@
+"""`memloop bench model`: the Flax model against transformers on the same GGUF, in one process.
+
+Reports agreement (max |logit difference| over varied chat prompts, whether N greedy tokens are
+identical) and speed: decode tokens/s at batch 1 and batch 32 and prefill tokens/s for memloop,
+and the same for transformers' `generate` (PyTorch CPU). Speeds are only compared within one run.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+PROMPTS = [
+    [{"role": "user", "content": "What is the capital of France?"}],
+    [{"role": "system", "content": "You answer in JSON."},
+     {"role": "user", "content": "Give the name and age of a fictional detective as an object."}],
+    [{"role": "user", "content": "Summarize: The committee met on Tuesday to approve the budget, "
+                                 "but two members objected to the cost of the new library wing."}],
+    [{"role": "user", "content": "Write a Python function that returns the n-th Fibonacci number."}],
+    [{"role": "user", "content": "Translate to German: The weather is lovely today."},
+     {"role": "assistant", "content": "Das Wetter ist heute schön."},
+     {"role": "user", "content": "And to Spanish?"}],
+]
+LONG_TEXT = ("The river bends twice before it reaches the old mill, where the miller's daughter keeps the "
+             "ledger of every sack of grain that passes through the village each autumn. ")
+
+
+@dataclass
+class BenchSettings:
+    greedy_tokens: int = 200
+    decode_tokens: int = 64
+    prefill_tokens: int = 512
+    batch: int = 32
+    hf_batch: bool = False  # also time transformers at batch 32 (slow on CPU)
+
+
+def _timed(fn: Callable[[], Any], repeat: int = 1) -> float:
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def _ours_prefill_decode(lm: Any, ids_batch: list[list[int]], steps: int) -> tuple[float, float]:
+    """Seconds for one prefill of the batch and for `steps` decode steps after it (compiled beforehand)."""
+    import jax
+    import jax.numpy as jnp
+
+    from engine.generate import DECODE_CHUNK, decode_chunk, prefill
+    from engine.model import init_contiguous_cache
+    from engine.sampling import SamplingParams, next_pow2, row_arrays, seed_keys
+
+    cfg = lm.config
+    b = len(ids_batch)
+    t = max(16, next_pow2(max(len(x) for x in ids_batch)))
+    s = next_pow2(t + steps + DECODE_CHUNK)
+    tokens = np.zeros((b, t), np.int32)
+    lengths = np.zeros((b,), np.int32)
+    for i, x in enumerate(ids_batch):
+        tokens[i, : len(x)] = x
+        lengths[i] = len(x)
+    params = [SamplingParams(max_tokens=steps + 1, stop_token_ids=())] * b
+    temps, top_k, top_p = row_arrays(params)
+    keys = seed_keys(params)
+    stop = jnp.full((1,), -2, jnp.int32)
+    budget = jnp.full((b,), steps + 1, jnp.int32)
+
+    def run() -> tuple[float, float]:
+        cache = init_contiguous_cache(cfg, b, s, lm.dtype)
+        jax.block_until_ready(cache)
+        t0 = time.perf_counter()
+        first, _, cache = prefill(lm.params, cfg, cache, jnp.asarray(tokens), jnp.asarray(lengths),
+                                  temps, top_k, top_p, keys, cap=0, full=False)
+        first.block_until_ready()
+        t1 = time.perf_counter()
+        last, pos = first, jnp.asarray(lengths)
+        stp, done = jnp.ones((b,), jnp.int32), jnp.zeros((b,), bool)
+        left = steps
+        while left > 0:
+            out, last, pos, stp, done, cache = decode_chunk(lm.params, cfg, cache, last, pos, stp, done, budget, stop,
+                                                            temps, top_k, top_p, keys, cap=0, full=False)
+            left -= DECODE_CHUNK
+        out.block_until_ready()
+        return t1 - t0, time.perf_counter() - t1
+
+    run()  # compile
+    runs = [run() for _ in range(2)]
+    return min(r[0] for r in runs), min(r[1] for r in runs)
+
+
+def run_model_bench(path: Path | None = None, settings: BenchSettings = BenchSettings(),
+                    log: Callable[[str], None] = print) -> dict[str, Any]:
+    import jax
+    import jax.numpy as jnp
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from engine.generate import DECODE_CHUNK, generate
+    from engine.model import forward, load_model, no_cache_attention
+    from engine.sampling import SamplingParams
+
+    lm = load_model(path)
+    log(f"memloop model loaded from {lm.path} ({jax.default_backend()}, {lm.dtype.name})")
+    hf = AutoModelForCausalLM.from_pretrained(str(lm.path.parent), gguf_file=lm.path.name, dtype=torch.float32).eval()
+    log(f"transformers reference loaded (torch {torch.__version__}, {torch.get_num_threads()} threads)")
+    tok = lm.tokenizer
+    prompt_ids = [tok.chat_ids(m) for m in PROMPTS]
+
+    # --- agreement: logits on every prompt, then greedy tokens
+    fwd = jax.jit(lambda p, t, q: forward(p, lm.config, t, q, None, no_cache_attention(q))[0])
+    max_diff = 0.0
+    for ids in prompt_ids:
+        ours = np.asarray(fwd(lm.params, jnp.asarray([ids]), jnp.arange(len(ids))[None]))[0]
+        with torch.no_grad():
+            ref = hf(torch.tensor([ids])).logits[0].numpy()
+        max_diff = max(max_diff, float(np.abs(ours - ref).max()))
+    log(f"max |logit diff| over {len(prompt_ids)} prompts: {max_diff:.3g}")
+
+    n = settings.greedy_tokens
+    ours_greedy = [g.token_ids for g in generate(lm, prompt_ids, SamplingParams(max_tokens=n, stop_token_ids=()))]
+    identical = True
+    first_mismatch = None
+    for k, ids in enumerate(prompt_ids):
+        ref_ids = []
+        with torch.no_grad():
+            out = hf(torch.tensor([ids]), use_cache=True)
+            for _ in range(n):
+                nxt = int(out.logits[0, -1].argmax())
+                ref_ids.append(nxt)
+                out = hf(torch.tensor([[nxt]]), past_key_values=out.past_key_values, use_cache=True)
+        if ref_ids != ours_greedy[k]:
+            identical = False
+            first_mismatch = first_mismatch or (k, next(i for i, (a, b) in enumerate(zip(ref_ids, ours_greedy[k])) if a != b))
+    log(f"{n} greedy tokens x {len(prompt_ids)} prompts identical: {identical}"
+        + (f" (first mismatch prompt {first_mismatch[0]} token {first_mismatch[1]})" if first_mismatch else ""))
+
+    # --- speed: memloop
+    steps = max(DECODE_CHUNK, settings.decode_tokens // DECODE_CHUNK * DECODE_CHUNK)
+    _, dec1 = _ours_prefill_decode(lm, [prompt_ids[0]], steps)
+    decode_b1 = steps / dec1
+    batch_ids = [prompt_ids[i % len(prompt_ids)] for i in range(settings.batch)]
+    _, dec32 = _ours_prefill_decode(lm, batch_ids, steps)
+    decode_b32 = settings.batch * steps / dec32
+    long_ids = tok.encode(LONG_TEXT * (settings.prefill_tokens // 30 + 1))[: settings.prefill_tokens]
+    pre, _ = _ours_prefill_decode(lm, [long_ids], DECODE_CHUNK)
+    prefill_tps = len(long_ids) / pre
+    log(f"memloop: decode b1 {decode_b1:.1f} tok/s, b{settings.batch} {decode_b32:.1f} tok/s, "
+        f"prefill {prefill_tps:.0f} tok/s ({len(long_ids)}-token prompt)")
+
+    # --- speed: transformers generate (same prompts, greedy, forced length)
+    def hf_gen(ids_batch: list[list[int]], new: int) -> None:
+        width = max(len(x) for x in ids_batch)
+        inp = torch.full((len(ids_batch), width), tok.pad_token_id, dtype=torch.long)
+        mask = torch.zeros_like(inp)
+        for i, x in enumerate(ids_batch):  # left padding, as transformers expects for decoder-only batches
+            inp[i, width - len(x):] = torch.tensor(x)
+            mask[i, width - len(x):] = 1
+        with torch.no_grad():
+            hf.generate(inp, attention_mask=mask, max_new_tokens=new, min_new_tokens=new, do_sample=False,
+                        pad_token_id=tok.pad_token_id)
+
+    hf_gen([prompt_ids[0]], 2)  # warm-up
+    hf_t1 = _timed(lambda: hf_gen([prompt_ids[0]], 1), 2)
+    hf_tn = _timed(lambda: hf_gen([prompt_ids[0]], steps + 1), 1)
+    hf_decode_b1 = steps / max(hf_tn - hf_t1, 1e-9)
+    hf_prefill_tps = len(long_ids) / _timed(lambda: hf_gen([long_ids], 1), 2)
+    result: dict[str, Any] = {
+        "max_abs_logit_diff": max_diff,
+        "greedy_tokens_identical": identical,
+        "greedy_tokens": n,
+        "prompts": len(prompt_ids),
+        "decode_tps_b1": round(decode_b1, 2),
+        "batch": settings.batch,
+        "decode_tps_b32": round(decode_b32, 2),
+        "prefill_tps": round(prefill_tps, 1),
+        "hf_decode_tps_b1": round(hf_decode_b1, 2),
+        "hf_prefill_tps": round(hf_prefill_tps, 1),
+        "ratio_decode_b1_vs_hf": round(decode_b1 / hf_decode_b1, 2),
+        "ratio_decode_b32_vs_b1": round(decode_b32 / decode_b1, 2),
+        "ratio_prefill_vs_hf": round(prefill_tps / hf_prefill_tps, 2),
+        "backend": jax.default_backend(),
+        "dtype": lm.dtype.name,
+    }
+    if settings.hf_batch:
+        short = max(8, steps // 4)
+        t1 = _timed(lambda: hf_gen(batch_ids, 1))
+        tn = _timed(lambda: hf_gen(batch_ids, short + 1))
+        result["hf_decode_tps_b32"] = round(settings.batch * short / max(tn - t1, 1e-9), 2)
+        result["ratio_decode_b32_vs_hf"] = round(decode_b32 / result["hf_decode_tps_b32"], 2)
+    log(f"transformers: decode b1 {hf_decode_b1:.1f} tok/s, prefill {hf_prefill_tps:.0f} tok/s; "
+        f"memloop/transformers decode b1 = {result['ratio_decode_b1_vs_hf']}x, "
+        f"memloop b{settings.batch}/b1 = {result['ratio_decode_b32_vs_b1']}x")
+    return result
