@@ -151,7 +151,11 @@ def judge_exact(output: Any, gold: Any, llm: LLM | None = None, *, metadata: dic
     golds = gold_turns(gold)
     turns, judgments = [], []
     for t, pred_obj in predicted_turns(output, len(golds)):
-        pred = pairs_of(pred_obj)
+        try:
+            pred = pairs_of(pred_obj)
+        except JudgeError as exc:
+            raise JudgeError(f"{exc}; exact matching needs attribute-value pairs: score text-format methods with "
+                             "the `sumie` judge, which extracts pairs with the judge LLM") from None
         support = exact_support(pred, golds[t])
         for p, s in zip(pred, support):
             judgments.append(Judgment(item=f"turn {t}: {_fmt(p)}", label={"turn": t, "supported_by": sorted(s)},
