@@ -19,7 +19,9 @@ from eval.datasets.tokens import TokenizerLike
 
 TEXT_SUFFIXES = (".txt", ".text", ".md")
 
-_START = re.compile(r"^\*{3}\s*START OF (?:THE|THIS) PROJECT GUTENBERG.*$", re.IGNORECASE | re.MULTILINE)
+# The current markers, and the end of the "small print" licence that opens 1990s Gutenberg files.
+_START = re.compile(r"^(?:\*{3}\s*START OF (?:THE|THIS) PROJECT GUTENBERG.*|\*END\*THE SMALL PRINT!.*)$",
+                    re.IGNORECASE | re.MULTILINE)
 _END = re.compile(r"^\*{3}\s*END OF (?:THE|THIS) PROJECT GUTENBERG.*$", re.IGNORECASE | re.MULTILINE)
 _END_LINE = re.compile(r"^\s*End of (?:the )?Project Gutenberg.*$", re.IGNORECASE | re.MULTILINE)
 _CREDITS = re.compile(r"^(?:Produced by|E-text prepared by|Transcribed from)\b", re.IGNORECASE)
@@ -46,10 +48,9 @@ def strip_gutenberg(text: str) -> str:
     """
     start, end = _START.search(text), _END.search(text)
     body = text[start.end() if start else 0: end.start() if end else len(text)]
-    if end:
-        tail = list(_END_LINE.finditer(body))
-        if tail:
-            body = body[: tail[-1].start()]
+    tail = list(_END_LINE.finditer(body))  # "End of the Project Gutenberg EBook of ...": the footer starts here
+    if tail:
+        body = body[: tail[-1].start()]
     lines = body.strip("\n").split("\n")
     if not start and lines and lines[0].rstrip().endswith("***"):
         lines = lines[1:]

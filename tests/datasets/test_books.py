@@ -22,6 +22,9 @@ def test_gutenberg_header_footer_bom_crlf_and_paragraphs():
     assert clean_book(GUTENBERG) == ("CHAPTER I\nIt was a dark and stormy night; the rain fell in torrents.\n"
                                      "\u201cWho is there?\u201d she asked.")
     assert clean_book(GUTENBERG, unwrap=False).split("\n")[1:3] == ["It was a dark and stormy", "night; the rain fell in torrents."]
+    old_style = ("Project Gutenberg Etext of X\n\nsmall print licence\n*END*THE SMALL PRINT! FOR PUBLIC DOMAIN ETEXTS*Ver.04.29.93*END*\n\n"
+                 "The book itself.\n\nEnd of the Project Gutenberg Etext of X\n")
+    assert clean_book(old_style) == "The book itself."
 
 
 def test_shared_books_load_clean_and_chunk(shared_data):
