@@ -57,9 +57,13 @@ def read_records(source: str | Path, what: str = "dataset", split: str = "test",
         for i, row in enumerate(rows):
             yield f"{p}#{i}", row
         return
-    if suffix not in (".jsonl", ".json"):
+    if suffix not in (".jsonl", ".json", ".txt"):
         raise UnknownFormatError(f"{what} {p}: unknown format {suffix or '(no suffix)'!r}: use .jsonl, .json or .parquet")
     text = read_text(p, what)
+    if suffix == ".txt":  # e.g. the arXiv release's train/val/test.txt hold JSON lines
+        if not text.lstrip().startswith("{"):
+            raise UnknownFormatError(f"{what} {p} is plain text, not JSON lines: pass a .jsonl, .json or .parquet file")
+        suffix = ".jsonl"
     if suffix == ".json":
         try:
             data = json.loads(text)

@@ -22,7 +22,7 @@ def _release_record(i: int) -> dict:
 
 
 def test_release_format_chunks_of_fifteen_sentences(tmp_path):
-    p = tmp_path / "test.txt.jsonl"
+    p = tmp_path / "test.txt"  # the release names its JSON-lines files train/val/test.txt
     p.write_text("\n".join(json.dumps(_release_record(i)) for i in range(3)) + "\n")
     samples = load_arxiv(p)
     assert [s.id for s in samples] == ["arxiv/1501-00000", "arxiv/1501-00001", "arxiv/1501-00002"]
@@ -56,6 +56,9 @@ def test_malformed(tmp_path):
     p.write_text(json.dumps(rec) + "\n")
     with pytest.raises(MissingFieldError, match="abstract"):
         load_arxiv(p)
+    (tmp_path / "notes.txt").write_text("just some prose\n")
+    with pytest.raises(UnknownFormatError, match="not JSON lines"):
+        load_arxiv(tmp_path / "notes.txt")
     (tmp_path / "x.parquet").write_bytes(b"PAR1 not really")
     with pytest.raises(UnknownFormatError):
         load_arxiv(tmp_path / "x.parquet")
