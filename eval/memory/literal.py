@@ -133,7 +133,10 @@ class _Reader:
             raise self.fail(pos, "bad number")
         integer, frac, exp = m.groups()
         if frac or exp:
-            return float(m.group(0)), m.end()
+            val = float(m.group(0))
+            if val in (float("inf"), float("-inf")):
+                raise self.fail(pos, "number out of range (JSON has no infinity)")
+            return val, m.end()
         return int(integer), m.end()
 
 

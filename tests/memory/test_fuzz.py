@@ -76,3 +76,13 @@ def test_pathological_nesting_is_a_named_error():
         Schema.from_text("class A:\n    x: " + "list[" * 5000 + "int" + "]" * 5000 + "\n")
     except SchemaError:
         pass
+
+
+def test_lenient_reader_reads_the_papers_forms_and_refuses_non_json_numbers():
+    assert loads("{'a': (1, None, True), \"b\": [2.5e3,],}") == {"a": [1, None, True], "b": [2500.0]}
+    for bad in ("1e999", "NaN", "[1 2]", "{a: 1}", "'unterminated", "{} extra"):
+        try:
+            loads(bad)
+        except LiteralParseError:
+            continue
+        raise AssertionError(f"accepted {bad!r}")
