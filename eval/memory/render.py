@@ -24,7 +24,11 @@ SEPARATOR = "\n"
 
 def render_in_place(memory: dict[str, Any], indent: int | None = 2) -> str:
     """Canonical JSON of a memory (deterministic for a given memory and key insertion order)."""
-    return json.dumps(memory, ensure_ascii=False, indent=indent, separators=(",", ": ") if indent else (", ", ": "))
+    try:
+        return json.dumps(memory, ensure_ascii=False, indent=indent, allow_nan=False,
+                          separators=(",", ": ") if indent else (", ", ": "))
+    except ValueError as e:
+        raise RevisionError(f"the memory holds a value JSON cannot write ({e}); replace NaN/infinity values") from None
 
 
 def render_revision(rev: Revision) -> str:

@@ -149,3 +149,8 @@ def test_amendments_rebuild_from_their_text():
     assert again.text() == am.text() and again.fold() == am.fold()
     with pytest.raises(RevisionError):
         Amendments.from_text('{}\n{"$. \'attributes\'. \'A\'": {"update": ["x"]}}\n', SUMIE_SUMMARY)
+
+
+def test_rendering_refuses_nan():
+    with pytest.raises(RevisionError, match="NaN"):
+        render_in_place({"attributes": {"A": [float("nan")]}})
