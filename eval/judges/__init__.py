@@ -24,7 +24,14 @@ Bad inputs raise `eval.errors.JudgeError` with what to do.
 | loft-exec | spider | rows (list of lists, or their JSON) | rows | no |
 
 SUMIE predictions: a list with one entry per turn (the memory after chunk t), each a JSON object
-`{attribute: value or [values]}` (or its JSON text); a single object is scored as the last turn.
+`{attribute: value or [values]}` (or its JSON text; a `{"attributes": {...}}` wrapper is unwrapped);
+a single object is scored as the last turn. Text predictions need the `sumie` judge (it extracts
+pairs with the LLM). KGScore gold may also be `{"reference": str, "entities": [names]}`.
+
+Metrics per judge: booookscore(-batched): `booookscore`, `sentences`, `confusing`, `invalid`;
+sumie(-exact): `precision`, `recall`, `f1` per turn; kgscore: `precision`, `recall`, `f1`,
+`edges_generated`, `edges_reference`; rouge: `rouge1`, `rouge2`, `rougeL`, `rougeLsum`;
+repoqa-exact and loft-exec: `accuracy`.
 
 Records for the jobs layer's Parquet tables (`JudgeResult.judgment_records()` / `score_records()`):
 
