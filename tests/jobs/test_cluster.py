@@ -42,7 +42,7 @@ SCRIPT = textwrap.dedent('''
     def cfg(**engine):
         return parse_config({"datasets": [{"task": "book", "path": "x"}], "methods": [{"name": "inc-update"}],
                              "engine": dict(accelerator="tpu", tpu_chips_per_host=4, cpus_per_actor=1,
-                                            start_timeout_s=8, **engine)})
+                                            start_timeout_s=5, **engine)})
 
     out = {}
     actors = start_actors(cfg(actors=3), HostProbe, {}, lambda m: None)
