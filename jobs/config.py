@@ -59,7 +59,8 @@ class DatasetSpec(_Strict):
     def key(self) -> str:
         """Short stable name used in tables: the task plus the file name or 'synthetic'."""
         src = Path(self.path).stem if self.path else ("synthetic" if self.synthetic is not None else "builtin")
-        return f"{self.task}:{src}"
+        size = self.options.get("chunk_tokens")
+        return f"{self.task}:{src}" + (f"@{size}" if size is not None else "")  # chunk-size sweeps stay apart
 
 
 class MethodSpec(_Strict):

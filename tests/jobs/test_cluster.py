@@ -71,3 +71,15 @@ def test_one_engine_actor_per_tpu_host() -> None:
     assert len(set(out["all"])) == 3  # three actors on three distinct hosts
     assert len(set(out["slice_a"])) == 2 and all(h.startswith("slice-a:") for h in out["slice_a"])
     assert "did not start" in out["too_many"] and "engine.actors" in out["too_many"]  # a 4th host does not exist
+
+
+def test_actor_options_per_accelerator() -> None:
+    from jobs.config import EngineSpec
+    from jobs.driver import actor_options
+
+    assert actor_options(EngineSpec(cpus_per_actor=2)) == {"max_restarts": 3, "max_task_retries": 0, "num_cpus": 2.0}
+    gpu = actor_options(EngineSpec(accelerator="gpu", gpus_per_actor=1))
+    assert gpu["num_gpus"] == 1 and "resources" not in gpu
+    tpu = actor_options(EngineSpec(accelerator="tpu", tpu_chips_per_host=8, tpu_slice="pod-a", max_restarts=5))
+    assert tpu["resources"] == {"TPU": 8.0} and tpu["max_restarts"] == 5
+    assert tpu["label_selector"] == {"ray.io/tpu-slice-name": "pod-a"}
