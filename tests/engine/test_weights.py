@@ -180,3 +180,16 @@ def test_unsupported_hf_architecture(tmp_path):
     (tmp_path / "config.json").write_text('{"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2"}')
     with pytest.raises(ModelFormatError, match="GPT2LMHeadModel"):
         load_weights(tmp_path)
+
+
+def test_bf16_compute_dtype_on_tiny_model(tiny_hf):
+    """The accelerator dtype (bf16 weights and activations, f32 norms/softmax/logits) stays close to f32."""
+    model, path = tiny_hf
+    lm = load_model(path, dtype=jnp.bfloat16, load_tokenizer=False)
+    assert lm.params["layers"]["wq"].dtype == jnp.bfloat16
+    toks = jnp.asarray(TOKENS, jnp.int32)
+    pos = jnp.arange(toks.shape[1], dtype=jnp.int32)[None]
+    logits, _ = forward(lm.params, lm.config, toks, pos, None, no_cache_attention(pos))
+    assert logits.dtype == jnp.float32
+    ref = _torch_logits(model)
+    assert np.abs(np.asarray(logits) - ref).max() < 0.05 * np.abs(ref).max() + 0.05
