@@ -52,6 +52,8 @@ def parse_extraction(text: str) -> Extraction:
         if line.startswith("[") and line.endswith("]"):
             continue
         body = _NUMBER.sub("", line).strip()
+        if section == "entities" and ";" in body:
+            section = "edges"  # the model went on to edges without writing the header
         if section == "entities":
             names = [n.strip() for n in body.split("/") if n.strip()]
             if names:

@@ -144,3 +144,9 @@ def test_minilm_ranking_and_linearisation(story) -> None:
     assert tokens.startswith("<subject>Tom\n  <predicate>mischievous\n")
     assert "<object>Becky\n      <predicate>in love with" in tokens
     assert list(KEYWORDS) == ["relation", "happen", "conflict", "desire", "emotion", "role", "think", "location", "personality"]
+
+
+def test_edges_without_header_are_edges() -> None:
+    ex = parse_extraction("Nell / Nell Crane\nTobias\n1. Nell; sister of; Tobias\n2. Tobias; owes money\n")
+    assert ex.aliases == [["Nell", "Nell Crane"], ["Tobias"]]
+    assert [(t.subject, t.object) for t in ex.triples] == [("Nell", "Tobias"), ("Tobias", None)]
