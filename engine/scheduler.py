@@ -94,6 +94,7 @@ class Scheduler:
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self.preemptions = 0
+        self.backpressure = 0  # steps in which a request waited because the pool was full
 
     # -- queue ------------------------------------------------------------------------------------
     def add(self, seq: Sequence) -> None:
@@ -153,6 +154,7 @@ class Scheduler:
                 continue
             if not ok:  # back-pressure: the pool is full; keep FIFO order
                 self.waiting.appendleft(seq)
+                self.backpressure += 1
                 break
         self.waiting.extendleft(reversed(deferred))
 

@@ -187,7 +187,8 @@ class Engine:
         with self._cond:
             out = dict(self.counters)
             out.update(running=len(self.scheduler.running), waiting=len(self.scheduler.waiting),
-                       preemptions=self.scheduler.preemptions, free_pages=self.pool.num_free,
+                       preemptions=self.scheduler.preemptions,
+                       backpressure_steps=self.scheduler.backpressure, free_pages=self.pool.num_free,
                        total_pages=self.pool.capacity, page_size=self.pool.page_size,
                        prefix_cached_pages=self.tree.num_pages if self.tree else 0,
                        compiled_shapes=len(self._shapes), prefix_cache=self.tree is not None)
