@@ -230,6 +230,9 @@ def plot_f1_per_turn(d: RunData) -> bytes | None:
             m, se = mean_se(list(gt["value"]))
             xs.append(int(turn) + 1), ms.append(m), ses.append(se or 0.0)
         ax.errorbar(xs, ms, yerr=ses, marker="o", capsize=3, label=f"{method} ({judge})" if several else method)
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("turn (paragraphs read)"), ax.set_ylabel("F1"), ax.set_title("SUMIE F1 per turn")
     ax.legend(fontsize=8)
     return _png(fig)
@@ -245,6 +248,9 @@ def plot_tokens_per_step(d: RunData) -> bytes | None:
         per = g.groupby("step")[["prompt_tokens", "cached_tokens"]].mean()
         line = ax.plot(per.index + 1, per["prompt_tokens"], marker="o", label=f"{method} prompt")[0]
         ax.plot(per.index + 1, per["cached_tokens"], linestyle="--", color=line.get_color(), label=f"{method} cached")
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("step"), ax.set_ylabel("tokens (mean over samples)"), ax.set_title("Prompt and cached tokens per step")
     ax.legend(fontsize=7)
     return _png(fig)
