@@ -70,3 +70,20 @@ def test_write_report_and_compare(tmp_path) -> None:
     assert (tmp_path / "a" / "cost_vs_chunk.png").is_file()
     side = rep.markdown.split("## Side by side")[1]
     assert "sumie-match: F1 avg [A]" in side and "0.400" in side and "cache hit (%) [B]" in side and "90.0" in side
+
+
+def test_report_command(tmp_path) -> None:
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    a = RunStore.open(str(tmp_path), "a")
+    _shard(a, "cok", "e1", 0, [0.2, 0.6], 0.5, (1000, 500, 10))
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run([sys.executable, "-c", "from jobs.cli import main; main()", "report", a.uri],
+                         capture_output=True, text=True, cwd=root, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("# Run `a`") and (tmp_path / "a" / "report.md").read_text() in out.stdout
+    bad = subprocess.run([sys.executable, "-c", "from jobs.cli import main; main()", "report", str(tmp_path / "zz")],
+                         capture_output=True, text=True, cwd=root, timeout=120)
+    assert bad.returncode == 2 and "holds no run" in bad.stderr
