@@ -12,6 +12,7 @@ being computed; `decoded_tokens` counts every sampled token, the terminating one
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -49,6 +50,7 @@ class EngineConfig:
     prefill_chunk: int = 512
     prefix_cache: bool = True
     max_context: int | None = None
+    tp: int | None = None  # tensor-parallel devices (a 1-D `tp` mesh); None = one device
 
     @classmethod
     def from_dict(cls, d: dict[str, Any] | None) -> "EngineConfig":
@@ -78,7 +80,13 @@ class Engine:
         from engine.model import load_model
 
         self.config = config = config or EngineConfig()
-        self.lm = model if model is not None else load_model(config.model, dtype=config.dtype)
+        self.mesh = None
+        if model is None and config.tp:
+            from engine.mesh import make_mesh
+
+            self.mesh = make_mesh(config.tp)
+        self.lm = model if model is not None else load_model(config.model, dtype=config.dtype, mesh=self.mesh)
+        self.mesh = self.lm.mesh
         self.cfg = self.lm.config
         self.tokenizer = self.lm.tokenizer
         self.params = self.lm.params
@@ -95,6 +103,10 @@ class Engine:
         from engine.paged import init_kv_pools
 
         self.cache = init_kv_pools(self.cfg, num_pages, config.page_size, kv_dtype)
+        if self.mesh is not None:  # pages split on KV heads across the mesh, like the model's own cache
+            from engine.mesh import shard_cache
+
+            self.cache = shard_cache(self.cache, self.cfg, self.mesh)
         self._grammar: Any = None
         self._grammar_lock = threading.Lock()
         self._cond = threading.Condition()
@@ -301,9 +313,10 @@ class Engine:
             bitmask = np.full((b, (self.cfg.vocab_size + 31) // 32), -1, np.int32)
         cap, full = candidate_cap([s.params for s, x in zip(seqs, sample) if x], self.cfg.vocab_size)
         self._shapes.add((b, t, npg, cap, full))
-        out, self.cache = engine_step(self.cfg, self.params, self.cache, tokens, positions, slot_pages,
-                                      slot_offsets, tables, last, bitmask, temp, top_k, top_p, keys, steps,
-                                      cap, full)
+        with jax.set_mesh(self.mesh) if self.mesh is not None else contextlib.nullcontext():
+            out, self.cache = engine_step(self.cfg, self.params, self.cache, tokens, positions, slot_pages,
+                                          slot_offsets, tables, last, bitmask, temp, top_k, top_p, keys, steps,
+                                          cap, full)
         return np.asarray(out)[:len(seqs)]
 
     def _accept(self, seq: Sequence, tok: int) -> None:

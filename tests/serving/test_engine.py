@@ -92,3 +92,16 @@ def test_stop_strings_and_bad_requests(engine):
         with pytest.raises(RequestError):
             engine.complete(bad)
     assert engine.health()
+
+
+@pytest.mark.slow
+def test_tensor_parallel_engine_matches_one_device(engine):
+    """The same engine over a 4-device `tp` mesh (simulated CPU devices) gives the same greedy tokens."""
+    from engine.serving import Engine, EngineConfig
+
+    tp = Engine(EngineConfig(num_pages=64, tp=4))
+    try:
+        reqs = [chat(f"Name three {t}.") for t in TOPICS[:4]]
+        assert [r["text"] for r in tp.complete_many(reqs)] == [r["text"] for r in engine.complete_many(reqs)]
+    finally:
+        tp.shutdown()
