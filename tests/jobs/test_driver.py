@@ -31,7 +31,8 @@ def _config(output: Path, entities: int = 2, methods=("gu-json",), max_tokens: i
         "methods": [{"name": m, "options": {"max_attempts": 1}} for m in methods],
         "sampling": {"max_tokens": max_tokens},
         "judges": [{"name": "sumie-exact"}],
-        "engine": {"actors": 1, "cpus_per_actor": 1, "max_in_flight": 4, "start_timeout_s": 600},
+        "engine": {"actors": 1, "cpus_per_actor": 0.5, "max_in_flight": 4, "start_timeout_s": 300},
+        "judge_cpus": 0.25,  # small shares: the suite shares one local Ray with other areas
         "retries": 2,
     }
     cfg.update(over)
