@@ -35,6 +35,7 @@ class BenchSettings:
     prefill_tokens: int = 512
     batch: int = 32
     hf_batch: bool = False  # also time transformers at batch 32 (slow on CPU)
+    packed: bool = False  # memloop keeps Q4/Q8 layer matrices packed (see engine.model.load_model)
 
 
 def _timed(fn: Callable[[], Any], repeat: int = 1) -> float:
@@ -104,7 +105,7 @@ def run_model_bench(path: Path | None = None, settings: BenchSettings = BenchSet
     from engine.model import forward, load_model, no_cache_attention
     from engine.sampling import SamplingParams
 
-    lm = load_model(path)
+    lm = load_model(path, packed=settings.packed)
     log(f"memloop model loaded from {lm.path} ({jax.default_backend()}, {lm.dtype.name})")
     hf = AutoModelForCausalLM.from_pretrained(str(lm.path.parent), gguf_file=lm.path.name, dtype=torch.float32).eval()
     log(f"transformers reference loaded (torch {torch.__version__}, {torch.get_num_threads()} threads)")
@@ -185,6 +186,7 @@ def run_model_bench(path: Path | None = None, settings: BenchSettings = BenchSet
         "ratio_prefill_vs_hf": round(prefill_tps / hf_prefill_tps, 2),
         "backend": jax.default_backend(),
         "dtype": lm.dtype.name,
+        "packed": settings.packed,
     }
     if settings.hf_batch:
         short = max(8, steps // 4)

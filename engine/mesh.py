@@ -77,9 +77,21 @@ def cache_spec(cfg: ModelConfig, mesh: Mesh) -> P:
     return P(None, None, None, _split(cfg.num_kv_heads, mesh), None)
 
 
+def _fit(spec: P, shape: tuple[int, ...], mesh: Mesh) -> P:
+    """Drop the split on any axis the device count does not divide (e.g. packed block scales)."""
+    return P(*(a if a is None or shape[i] % mesh.shape[AXIS] == 0 else None for i, a in enumerate(spec)))
+
+
 def shard_params(params: dict[str, Any], cfg: ModelConfig, mesh: Mesh) -> dict[str, Any]:
+    """Place the parameter pytree on the mesh; a packed matrix's codes and scales follow its spec."""
     specs = param_specs(cfg, mesh, "lm_head" in params)
-    return jax.tree.map(lambda x, s: jax.device_put(x, NamedSharding(mesh, s)), params, specs)
+
+    def put(spec: P, x: Any) -> Any:
+        if isinstance(x, dict):
+            return {k: put(spec, v) for k, v in x.items()}
+        return jax.device_put(x, NamedSharding(mesh, _fit(spec, x.shape, mesh)))
+
+    return jax.tree.map(put, specs, params, is_leaf=lambda s: isinstance(s, P))
 
 
 def shard_cache(cache: Any, cfg: ModelConfig, mesh: Mesh) -> Any:

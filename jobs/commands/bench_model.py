@@ -17,13 +17,14 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         prefill_tokens: int = typer.Option(512, min=16, help="Prompt length for the prefill measurement."),
         batch: int = typer.Option(32, min=2, help="Batch size of the aggregate decode measurement."),
         hf_batch: bool = typer.Option(False, help="Also time transformers at the large batch (slow on CPU)."),
+        packed: bool = typer.Option(False, help="Keep Q4_0/Q4_1/Q8_0 layer matrices packed in memloop's model."),
         as_json: bool = typer.Option(False, "--json", help="Print one JSON object as the last line."),
     ) -> None:
         """Compare memloop's Flax model with transformers on the same weights: logits, greedy tokens, tokens/s."""
         from bench.model import BenchSettings, run_model_bench
 
         settings = BenchSettings(greedy_tokens=greedy_tokens, decode_tokens=decode_tokens,
-                                 prefill_tokens=prefill_tokens, batch=batch, hf_batch=hf_batch)
+                                 prefill_tokens=prefill_tokens, batch=batch, hf_batch=hf_batch, packed=packed)
         result = run_model_bench(model, settings, log=lambda line: typer.echo(line, err=as_json))
         if as_json:
             typer.echo(json.dumps(result))

@@ -193,3 +193,17 @@ def test_bf16_compute_dtype_on_tiny_model(tiny_hf):
     assert logits.dtype == jnp.float32
     ref = _torch_logits(model)
     assert np.abs(np.asarray(logits) - ref).max() < 0.05 * np.abs(ref).max() + 0.05
+
+
+@pytest.mark.parametrize("quant", ["Q4_1", "Q8_0", "Q4_0"])
+def test_packed_layers_equal_dense(tiny_tied, tmp_path, quant):
+    """Packed block matrices de-quantise in the graph to exactly the dense values."""
+    path = _write_gguf(tiny_tied, tmp_path / f"tiny-{quant}.gguf", quant=quant)
+    dense = load_model(path, load_tokenizer=False)
+    packed = load_model(path, load_tokenizer=False, packed=True)
+    assert isinstance(packed.params["layers"]["wq"], dict) and packed.params["layers"]["wq"]["q"].dtype == jnp.int8
+    toks = jnp.asarray(TOKENS, jnp.int32)
+    pos = jnp.arange(toks.shape[1], dtype=jnp.int32)[None]
+    a = forward(dense.params, dense.config, toks, pos, None, no_cache_attention(pos))[0]
+    b = forward(packed.params, packed.config, toks, pos, None, no_cache_attention(pos))[0]
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=0, atol=1e-5)
