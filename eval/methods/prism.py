@@ -52,6 +52,7 @@ class PrismSettings(MethodSettings):
     updates: bool = True               # False: the add-only ablation
     schema: str | None = None          # a ready schema name (see SCHEMAS); default by task
     generate_schema: bool = False      # ask the LLM for the schema first
+    max_revisions: int | None = None   # cap on revisions per step under constrained decoding
     max_tokens: int = 1024
 
 
@@ -66,6 +67,8 @@ class _Prism(Method):
         s = self.settings
         if s.schema is not None and s.schema not in SCHEMAS:
             raise MethodError(f"{self.name}: unknown schema {s.schema!r}; choose one of {sorted(SCHEMAS)}")
+        if s.max_revisions is not None and s.max_revisions < 1:
+            raise MethodError(f"{self.name}: max_revisions must be at least 1 (or null for no cap)")
         if s.schema is not None and s.generate_schema:
             raise MethodError(f"{self.name}: set either schema or generate_schema, not both")
 
@@ -118,7 +121,7 @@ class _Prism(Method):
             note = nt.text.strip()
         constrained = trace.llm.supports_json_schema
         parse = revision_parser(constrained, parse_prism, ops)
-        js = constrained_schema(schema, ops, thoughts=False)
+        js = constrained_schema(schema, ops, thoughts=False, max_items=self.settings.max_revisions)
         structure = schema.class_text()
         memory: dict[str, Any] = {}
         amend = Amendments(schema, base={})

@@ -11,9 +11,15 @@ from eval.methods.base import ParseFailure, Step
 THOUGHT_FIELDS = ("thoughts_for_update", "thoughts_for_add")
 
 
-def constrained_schema(schema: Schema, ops: Sequence[str], thoughts: bool) -> dict[str, Any]:
-    """{"revisions": [...]} of eval.memory, optionally preceded by the CoK thought lists."""
+def constrained_schema(schema: Schema, ops: Sequence[str], thoughts: bool, max_items: int | None = None) -> dict[str, Any]:
+    """{"revisions": [...]} of eval.memory, optionally preceded by the CoK thought lists.
+
+    `max_items` bounds the revisions per step (small models otherwise repeat revisions until
+    max_tokens cuts the JSON); None keeps the papers' unbounded list.
+    """
     js = copy.deepcopy(revision_list_schema(schema, ops))
+    if max_items is not None:
+        js["properties"]["revisions"]["maxItems"] = max_items
     if thoughts:
         props = {f: {"type": "array", "items": {"type": "string"}} for f in THOUGHT_FIELDS}
         props.update(js["properties"])

@@ -76,8 +76,9 @@ def test_constrained_revisions_and_repoqa_answer() -> None:
     rev = {"revisions": [{"path": "$.candidate_functions.add", "op": "add",
                           "value": {"purpose": "sums", "input": "a, b", "output": "sum", "procedure": "a + b"}}]}
     llm = ScriptedLLM([json.dumps(rev), "add\nbecause it sums"], supports_json_schema=True)
-    out = get_method("prism-amendments", updates=False).run(repo, llm)
-    assert llm.requests[0].json_schema["properties"]["revisions"]["items"]["anyOf"][0]["properties"]["op"] == {"enum": ["add"]}
+    out = get_method("prism-amendments", updates=False, max_revisions=3).run(repo, llm)
+    revisions = llm.requests[0].json_schema["properties"]["revisions"]
+    assert revisions["items"]["anyOf"][0]["properties"]["op"] == {"enum": ["add"]} and revisions["maxItems"] == 3
     assert llm.requests[1].json_schema is None
     assert out.answer == "add" and "add" in out.memory["candidate_functions"]
 
