@@ -22,6 +22,8 @@ Public API (what the serving engine builds on):
       writes pages and gathers them, calling `gqa_attention` for the math.
 
     gqa_attention(q, k, v, mask[B,T,S]) -> out: grouped-query softmax attention in f32.
+    matmul(x, w): every layer matrix goes through it; `w` is dense or, with load_model(packed=True),
+    {"q": int8, "d": f32, "m": f32} Q4/Q8 blocks de-quantised in the graph.
 """
 from __future__ import annotations
 
