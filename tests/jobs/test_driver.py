@@ -159,3 +159,48 @@ def test_interrupted_driver_resumes_without_recomputing(tmp_path) -> None:
     assert engine["requests"] == sum(json.loads(e)["attempts"] for e in recomputed["extra_json"])
     print(f"\nresume test: first invocation finished {len(done_before)}, second: {last}, "
           f"engine requests {engine['requests']}")
+
+
+@pytest.mark.slow
+def test_judges_on_an_openai_compatible_endpoint(ray_local, tmp_path) -> None:
+    """judge_model kind openai: the judge calls go over HTTP to `memloop serve`, not to the run's engine."""
+    import socket
+
+    import httpx
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen([sys.executable, "-c", "from jobs.cli import main; main()", "serve", "--port", str(port)],
+                              cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline, model = time.time() + 600, None
+        while time.time() < deadline and server.poll() is None and model is None:
+            try:
+                model = httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=5).json()["data"][0]["id"]
+            except Exception:
+                time.sleep(2)
+        assert model, server.stderr.read()[-3000:] if server.poll() is not None else "server did not come up"
+        cfg = parse_config({
+            "name": "http-judge", "output": str(tmp_path / "runs"),
+            "datasets": [{"task": "book", "path": str(ROOT / "jobs/configs/data/lighthouse-keeper.txt"),
+                          "options": {"chunk_tokens": 256, "max_chunks": 1}}],
+            "methods": [{"name": "inc-update", "options": {"max_attempts": 1, "max_tokens": 48, "word_limit": 30}}],
+            "judges": [{"name": "booookscore-batched", "options": {"batch_size": 8}}],
+            "judge_model": {"kind": "openai", "endpoint": {"base_url": f"http://127.0.0.1:{port}", "model": model}},
+            "engine": {"actors": 1, "cpus_per_actor": 0.5, "max_in_flight": 2, "start_timeout_s": 300},
+            "judge_cpus": 0.25,
+        })
+        summary = execute(cfg, log=lambda m: None)
+        assert (summary.computed, summary.failed) == (1, 0)
+        rs = RunStore.open(str(tmp_path / "runs"), run_id(cfg))
+        records = [json.loads(r) for r in rs.table("judgments").to_pandas()["record_json"]]
+        assert records and sum(r["usage"]["prompt_tokens"] for r in records) > 0
+        steps = rs.table("steps").to_pandas()
+        engine = json.loads(rs.table("runs").to_pandas().iloc[0]["stats_json"])["engine"][0]
+        # the run's engine served the method's steps only; the judge's calls went to the endpoint
+        assert engine["requests"] == sum(json.loads(e)["attempts"] for e in steps["extra_json"])
+        assert "booookscore" in set(rs.table("scores").to_pandas()["metric"])
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
