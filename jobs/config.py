@@ -94,6 +94,7 @@ class EngineSpec(_Strict):
     max_in_flight: int = Field(default=8, ge=1)  # samples run concurrently against each actor
     max_restarts: int = Field(default=3, ge=0)
     start_timeout_s: float = Field(default=900.0, gt=0)  # model load + compile, or waiting for hosts
+    request_timeout_s: float | None = Field(default=None, gt=0)  # one LLM call; a timeout fails the attempt
     page_budget: float | int | None = None  # fraction of device memory or bytes for the KV cache
     mesh: dict[str, int] | None = None
     options: dict[str, Any] = Field(default_factory=dict)  # further engine config fields

@@ -252,7 +252,7 @@ class _Pool:
         from eval.methods import get_method
         from jobs.llm_adapters import ActorLLM
 
-        llm = ActorLLM(self.actors[i], name=f"engine-{i}")
+        llm = ActorLLM(self.actors[i], name=f"engine-{i}", timeout_s=self.cfg.engine.request_timeout_s)
         actor = f"engine-{i}"
         while self.live[i] and (item := self._take()) is not None:
             u, attempt, _ = item
