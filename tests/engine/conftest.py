@@ -22,16 +22,3 @@ def hf_model(smollm2_gguf):
                                                  dtype=torch.float32)
     model.eval()
     return model
-
-
-CHAT_PROMPTS = [
-    [{"role": "user", "content": "What is the capital of France?"}],
-    [{"role": "system", "content": "You answer in JSON."},
-     {"role": "user", "content": "Give the name and age of a fictional detective as an object."}],
-    [{"role": "user", "content": "Summarize: The committee met on Tuesday to approve the budget, "
-                                 "but two members objected to the cost of the new library wing."}],
-    [{"role": "user", "content": "Write a Python function that returns the n-th Fibonacci number."}],
-    [{"role": "user", "content": "Translate to German: The weather is lovely today."},
-     {"role": "assistant", "content": "Das Wetter ist heute schön."},
-     {"role": "user", "content": "And to Spanish?"}],
-]

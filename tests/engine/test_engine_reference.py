@@ -10,7 +10,7 @@ import torch
 from engine.generate import generate
 from engine.model import forward, no_cache_attention
 from engine.sampling import SamplingParams
-from tests.engine.conftest import CHAT_PROMPTS
+from bench.model import PROMPTS as CHAT_PROMPTS
 
 # Both sides compute in f32 from identical de-quantised weights; only summation order differs
 # (XLA vs oneDNN kernels, fused vs unfused softmax). Logits reach |40|; f32 rounding through 30
