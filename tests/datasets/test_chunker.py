@@ -10,7 +10,7 @@ from eval.datasets.books import clean_book
 from eval.datasets.errors import DatasetError
 from eval.datasets.textfile import read_text
 
-from booookscore_reference import reference_chunks
+from tests.datasets.booookscore_reference import reference_chunks
 
 BOOKS = ("pride-and-prejudice.txt", "news-from-nowhere.txt", "katrine.txt", "pioneer-days-in-st-paul.txt")
 

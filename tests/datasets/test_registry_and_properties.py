@@ -9,7 +9,7 @@ from eval.datasets import chunk_paragraphs, get_loader, load_dataset, register_l
 from eval.datasets.errors import DatasetError, UnknownTaskError
 from eval.datasets.sample import Sample
 
-from booookscore_reference import reference_chunks
+from tests.datasets.booookscore_reference import reference_chunks
 
 COUNT = token_counter()
 
