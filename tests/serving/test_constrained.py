@@ -24,8 +24,11 @@ FACTS = {"type": "array", "items": {"type": "string", "maxLength": 40}, "minItem
 NESTED = {
     "type": "object",
     "properties": {"answer": {"type": "boolean"},
-                   "scores": {"type": "object", "additionalProperties": {"type": "number"}, "maxProperties": 2}},
+                   "scores": {"type": "object", "additionalProperties": {"type": "integer", "minimum": 0, "maximum": 100},
+                              "maxProperties": 2}},
     "required": ["answer", "scores"],
+    # closed, like every memory schema: an open object lets a sampled 135M model add keys until max_tokens
+    "additionalProperties": False,
 }
 
 
