@@ -327,7 +327,13 @@ class Engine:
             reason = "stop"
         else:
             if seq.constraint is not None:
-                seq.constraint.consume(tok)
+                try:
+                    seq.constraint.consume(tok)
+                except RequestError as exc:  # fail this request only, never the batch
+                    self.scheduler.finish(seq, "error")
+                    self.counters["failed_requests"] += 1
+                    seq.handle.set_exception(exc)
+                    return
                 if seq.constraint.done:
                     reason = "stop"
             if reason is None and seq.stop_strings:
