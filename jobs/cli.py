@@ -35,13 +35,7 @@ COMMAND_MODULES = (
 )
 
 for _name in COMMAND_MODULES:
-    try:
-        _module = importlib.import_module(_name)
-    except ModuleNotFoundError as _exc:  # an area whose commands have not landed yet
-        if _exc.name != _name:
-            raise
-        continue
-    _module.register(app, bench_app)
+    importlib.import_module(_name).register(app, bench_app)
 
 
 def main() -> None:

@@ -18,8 +18,13 @@ def test_cli_lists_subcommands() -> None:
         [sys.executable, "-c", "from jobs.cli import main; main()", "--help"],
         capture_output=True, text=True, check=True,
     ).stdout
-    for name in ("bench",):
+    for name in ("run", "report", "serve", "bench", "data", "score", "methods"):
         assert name in out, f"`memloop --help` does not list {name}"
+    bench = subprocess.run(
+        [sys.executable, "-c", "from jobs.cli import main; main()", "bench", "--help"],
+        capture_output=True, text=True, check=True,
+    ).stdout
+    assert "model" in bench and "prefix" in bench
 
 
 def test_default_model_is_installed(smollm2_gguf) -> None:
