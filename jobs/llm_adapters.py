@@ -3,6 +3,7 @@
 - `ActorLLM`: the local engine, through a handle of `engine.actor.EngineActor` (a Ray actor whose
   async `complete(request_dict) -> result_dict` batches concurrent calls). Many threads call
   `complete` at once; each call blocks only its own thread, so the engine sees them all together.
+- `EngineLLM`: an in-process `engine.serving.Engine` (no Ray), for notebooks, scripts and tests.
 - `endpoint_llm`: any OpenAI-compatible endpoint, through `eval.llm_http`.
 
 Token counts are asked from the actor once per distinct text and memoised (methods count the
@@ -51,6 +52,21 @@ class ActorLLM:
         import ray
 
         return int(ray.get(self.actor.count_tokens.remote(text), timeout=self.timeout_s))
+
+
+class EngineLLM:
+    """An LLM over an in-process `engine.serving.Engine`: the same request/result dicts the actor serves."""
+
+    def __init__(self, engine: Any, name: str = "engine", supports_json_schema: bool = True) -> None:
+        self.engine = engine
+        self.name = name
+        self.supports_json_schema = supports_json_schema
+
+    def complete(self, request: LLMRequest) -> LLMResult:
+        return LLMResult.from_dict(self.engine.complete(request.to_dict()))
+
+    def count_tokens(self, text: str) -> int:
+        return self.engine.count_tokens(text)
 
 
 def endpoint_llm(base_url: str, model: str, api_key_env: str | None = None) -> LLM:

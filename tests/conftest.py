@@ -32,6 +32,26 @@ def smollm2_gguf() -> Path:
 
 
 @pytest.fixture(scope="session")
+def smollm2_engine(smollm2_gguf):
+    """One in-process serving engine on the bundled model, shared by every test that needs a real LLM."""
+    from engine.model import load_model
+    from engine.serving import Engine, EngineConfig
+
+    eng = Engine(EngineConfig(num_pages=1024, page_size=16, max_batch=8, prefill_chunk=512),
+                 model=load_model(smollm2_gguf))
+    yield eng
+    eng.shutdown()
+
+
+@pytest.fixture(scope="session")
+def engine_llm(smollm2_engine):
+    """The shared engine as an `eval.llm.LLM` with JSON-schema constrained decoding."""
+    from jobs.llm_adapters import EngineLLM
+
+    return EngineLLM(smollm2_engine, name="smollm2-135m")
+
+
+@pytest.fixture(scope="session")
 def ray_local():
     """One local Ray instance for the whole session (starting Ray costs seconds)."""
     import ray

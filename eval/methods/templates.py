@@ -35,13 +35,18 @@ class Template:
         return _PLACEHOLDER.sub(lambda m: str(values[m.group(1)]), self.text)
 
 
-@lru_cache(maxsize=None)
-def load_template(template_id: str) -> Template:
-    path = TEMPLATE_DIR / f"{template_id}.txt"
+def read_template(directory: Path, template_id: str, error: type[Exception] = MethodError) -> Template:
+    """Read `<directory>/<template_id>.txt`, hashed by its bytes; `error` names the owner's failure."""
+    path = directory / f"{template_id}.txt"
     if not path.is_file():
-        raise MethodError(f"prompt template {template_id!r} not found at {path}; reinstall memloop or restore the file")
+        raise error(f"prompt template {template_id!r} not found at {path}; reinstall memloop or restore the file")
     data = path.read_bytes()
     return Template(template_id, data.decode("utf-8"), hashlib.sha256(data).hexdigest())
+
+
+@lru_cache(maxsize=None)
+def load_template(template_id: str) -> Template:
+    return read_template(TEMPLATE_DIR, template_id)
 
 
 def template_hashes(template_ids: tuple[str, ...] | list[str]) -> dict[str, str]:
