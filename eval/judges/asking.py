@@ -6,6 +6,7 @@ with a fresh seed, because a greedy judge would otherwise repeat the same invali
 """
 from __future__ import annotations
 
+import json
 from typing import Any, Callable
 
 from eval.errors import JudgeError
@@ -17,6 +18,21 @@ from eval.judges.records import Judgment
 
 class InvalidAnswer(Exception):
     """The judge's answer does not follow the required format; the message says why."""
+
+
+def answer_list(text: str, key: str, shape: str) -> list[Any]:
+    """The list under `key` of the JSON object in a judge's answer (text around the braces is ignored).
+
+    `shape` is the expected answer, shown in the error so a retry's failure record says what was wanted.
+    """
+    start, end = text.find("{"), text.rfind("}")
+    try:
+        obj = json.loads(text[start:end + 1]) if start >= 0 and end > start else None
+    except json.JSONDecodeError as exc:
+        raise InvalidAnswer(f"answer is not valid JSON: {exc}") from None
+    if not isinstance(obj, dict) or not isinstance(obj.get(key), list):
+        raise InvalidAnswer(f"the answer must be {shape}")
+    return obj[key]
 
 
 class JudgeAnswerError(JudgeError):

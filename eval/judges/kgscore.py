@@ -18,7 +18,6 @@ the drop in ROUGE.
 """
 from __future__ import annotations
 
-import json
 import random
 import re
 from dataclasses import dataclass
@@ -29,7 +28,7 @@ import numpy as np
 
 from eval.errors import JudgeError
 from eval.llm import LLM
-from eval.judges.asking import InvalidAnswer, ask
+from eval.judges.asking import InvalidAnswer, answer_list, ask
 from eval.judges.records import Judgment, JudgeResult, Score, f1, safe_div
 from eval.judges.templates import render
 
@@ -108,14 +107,7 @@ def parse_edges(text: str, entities: Sequence[str]) -> dict[str, Any]:
     dropped: list[str] = []
     raw_edges: list[tuple[Any, Any, Any]] = []
     if "{" in text:
-        start, end = text.find("{"), text.rfind("}")
-        try:
-            obj = json.loads(text[start:end + 1])
-        except json.JSONDecodeError as exc:
-            raise InvalidAnswer(f"answer is not valid JSON: {exc}") from None
-        if not isinstance(obj, dict) or not isinstance(obj.get("edges"), list):
-            raise InvalidAnswer('the answer must be {"edges": [{"subjects", "objects", "predicate"}, ...]}')
-        for e in obj["edges"]:
+        for e in answer_list(text, "edges", '{"edges": [{"subjects", "objects", "predicate"}, ...]}'):
             if not isinstance(e, dict) or not {"subjects", "objects", "predicate"} <= e.keys():
                 raise InvalidAnswer("every edge needs `subjects`, `objects` and `predicate`")
             raw_edges.append((e["subjects"], e["objects"], e["predicate"]))
@@ -146,14 +138,8 @@ def parse_edges(text: str, entities: Sequence[str]) -> dict[str, Any]:
 
 
 def parse_entities(text: str) -> list[str]:
-    start, end = text.find("{"), text.rfind("}")
-    try:
-        obj = json.loads(text[start:end + 1]) if start >= 0 and end > start else None
-    except json.JSONDecodeError as exc:
-        raise InvalidAnswer(f"answer is not valid JSON: {exc}") from None
-    if not isinstance(obj, dict) or not isinstance(obj.get("entities"), list):
-        raise InvalidAnswer('the answer must be {"entities": [names]}')
-    out = list(dict.fromkeys(e.strip() for e in obj["entities"] if isinstance(e, str) and e.strip()))
+    names = answer_list(text, "entities", '{"entities": [names]}')
+    out = list(dict.fromkeys(e.strip() for e in names if isinstance(e, str) and e.strip()))
     if not out:
         raise InvalidAnswer("no entities listed")
     return out

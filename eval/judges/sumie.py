@@ -26,7 +26,7 @@ from typing import Any, Sequence
 
 from eval.errors import JudgeError
 from eval.llm import LLM
-from eval.judges.asking import InvalidAnswer, ask
+from eval.judges.asking import InvalidAnswer, answer_list, ask
 from eval.judges.records import Judgment, JudgeResult, Score, f1, safe_div
 from eval.judges.templates import render
 
@@ -186,15 +186,8 @@ def match_schema(n_gold: int) -> dict[str, Any]:
 
 def parse_match(text: str, n_gold: int) -> list[int]:
     """0-based gold indices from {"supported_by": [1-based numbers]}; out-of-range numbers are invalid."""
-    start, end = text.find("{"), text.rfind("}")
-    try:
-        obj = json.loads(text[start:end + 1]) if start >= 0 and end > start else None
-    except json.JSONDecodeError as exc:
-        raise InvalidAnswer(f"answer is not valid JSON: {exc}") from None
-    if not isinstance(obj, dict) or not isinstance(obj.get("supported_by"), list):
-        raise InvalidAnswer('the answer must be {"supported_by": [numbers]}')
     out = []
-    for n in obj["supported_by"]:
+    for n in answer_list(text, "supported_by", '{"supported_by": [numbers]}'):
         if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= n_gold:
             raise InvalidAnswer(f"{n!r} is not the number of a reference fact (1..{n_gold})")
         if n - 1 not in out:
@@ -203,15 +196,8 @@ def parse_match(text: str, n_gold: int) -> list[int]:
 
 
 def parse_extraction(text: str) -> list[list[str]]:
-    start, end = text.find("{"), text.rfind("}")
-    try:
-        obj = json.loads(text[start:end + 1]) if start >= 0 and end > start else None
-    except json.JSONDecodeError as exc:
-        raise InvalidAnswer(f"answer is not valid JSON: {exc}") from None
-    if not isinstance(obj, dict) or not isinstance(obj.get("pairs"), list):
-        raise InvalidAnswer('the answer must be {"pairs": [{"attribute": ..., "value": ...}]}')
     out = []
-    for p in obj["pairs"]:
+    for p in answer_list(text, "pairs", '{"pairs": [{"attribute": ..., "value": ...}]}'):
         if not isinstance(p, dict) or not isinstance(p.get("attribute"), str) or not isinstance(p.get("value"), str):
             raise InvalidAnswer("every pair needs string `attribute` and `value`")
         if p["attribute"].strip() and p["value"].strip():
