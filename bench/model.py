@@ -72,7 +72,7 @@ def _ours_prefill_decode(lm: Any, ids_batch: list[list[int]], steps: int) -> tup
     budget = jnp.full((b,), steps + 1, jnp.int32)
 
     def run() -> tuple[float, float]:
-        cache = init_contiguous_cache(cfg, b, s, lm.dtype)
+        cache = init_contiguous_cache(cfg, b, s, lm.dtype, per_layer=lm.per_layer)
         jax.block_until_ready(cache)
         t0 = time.perf_counter()
         first, _, cache = prefill(lm.params, cfg, cache, jnp.asarray(tokens), jnp.asarray(lengths),

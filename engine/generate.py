@@ -142,7 +142,7 @@ def generate(lm: LoadedModel, prompts: Sequence[Prompt], sampling: SamplingParam
     if any(set(s_) != set(stop_sets[0]) for s_ in stop_sets):
         raise RequestError("requests in one generate() call must share stop_token_ids; split the call.")
 
-    cache = init_contiguous_cache(cfg, b, s, lm.dtype)
+    cache = init_contiguous_cache(cfg, b, s, lm.dtype, per_layer=lm.per_layer)
     if lm.mesh is not None:
         cache = shard_cache(cache, cfg, lm.mesh)
     with jax.set_mesh(lm.mesh) if lm.mesh is not None else contextlib.nullcontext():

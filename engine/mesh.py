@@ -73,8 +73,8 @@ def param_specs(cfg: ModelConfig, mesh: Mesh, has_lm_head: bool) -> dict[str, An
 
 
 def cache_spec(cfg: ModelConfig, mesh: Mesh) -> P:
-    """KV cache [layers, batch, slots, kv_heads, head_dim]: split on KV heads when they divide."""
-    return P(None, None, None, _split(cfg.num_kv_heads, mesh), None)
+    """KV cache [layers, kv_heads, batch or pages, slots, head_dim]: split on KV heads when they divide."""
+    return P(None, _split(cfg.num_kv_heads, mesh), None, None, None)
 
 
 def _fit(spec: P, shape: tuple[int, ...], mesh: Mesh) -> P:
@@ -85,6 +85,9 @@ def _fit(spec: P, shape: tuple[int, ...], mesh: Mesh) -> P:
 def shard_params(params: dict[str, Any], cfg: ModelConfig, mesh: Mesh) -> dict[str, Any]:
     """Place the parameter pytree on the mesh; a packed matrix's codes and scales follow its spec."""
     specs = param_specs(cfg, mesh, "lm_head" in params)
+    if isinstance(params["layers"], (list, tuple)):  # unrolled: each layer's spec without the layer axis
+        one = {k: P(*s[1:]) if len(s) else s for k, s in specs["layers"].items()}
+        specs["layers"] = [one] * len(params["layers"])
 
     def put(spec: P, x: Any) -> Any:
         if isinstance(x, dict):
@@ -95,8 +98,13 @@ def shard_params(params: dict[str, Any], cfg: ModelConfig, mesh: Mesh) -> dict[s
 
 
 def shard_cache(cache: Any, cfg: ModelConfig, mesh: Mesh) -> Any:
-    sharding = NamedSharding(mesh, cache_spec(cfg, mesh))
-    return jax.tree.map(lambda x: jax.device_put(x, sharding), cache)
+    """Stacked [L, ...] caches use `cache_spec`; per-layer arrays the same spec without the layer axis."""
+    spec = cache_spec(cfg, mesh)
+
+    def put(x: jax.Array) -> jax.Array:
+        return jax.device_put(x, NamedSharding(mesh, spec if x.ndim == len(spec) else P(*spec[1:])))
+
+    return jax.tree.map(put, cache)
 
 
 def constrain(x: jax.Array, *spec: str | None) -> jax.Array:

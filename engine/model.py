@@ -18,10 +18,10 @@ Public API (what the serving engine builds on):
     The attention callable (the pluggable KV write/read):
       attend(q[B,T,H,hd], k[B,T,KV,hd], v[B,T,KV,hd], cache, layer: int32 scalar) -> (out[B,T,H,hd], cache)
       q and k arrive with rotary embeddings applied. `contiguous_attention(positions)` is the one
-      used by generate() on a (layers, batch, max_len, kv_heads, head_dim) cache; a paged variant
+      used by generate() on a (layers, kv_heads, batch, max_len, head_dim) cache; a paged variant
       writes pages and gathers them, calling `gqa_attention` for the math.
 
-    gqa_attention(q, k, v, mask[B,T,S]) -> out: grouped-query softmax attention in f32.
+    gqa_attention(q, k, v, mask[B,T,S]) -> out: grouped-query softmax attention in f32 (k/v [KV,B,S,hd]).
     matmul(x, w): every layer matrix goes through it; `w` is dense or, with load_model(packed=True),
     {"q": int8, "d": f32, "m": f32} Q4/Q8 blocks de-quantised in the graph.
 """
@@ -50,44 +50,79 @@ def default_dtype() -> jnp.dtype:
     return jnp.float32 if jax.default_backend() == "cpu" else jnp.bfloat16
 
 
+def default_unroll() -> bool:
+    """Loop over layers in Python on CPU, `lax.scan` elsewhere.
+
+    XLA:CPU copies each layer's weights out of a stacked array before every matmul (dynamic slice is
+    not fused into its dot), which doubled batch-1 decode time; separate per-layer arrays are read in
+    place. On TPU/GPU the slice fuses and a scan keeps compile time flat in depth.
+    """
+    return jax.default_backend() == "cpu"
+
+
+# Attention with at most this many query rows per KV head (G heads x T tokens) puts the keys on the left.
+FEW_QUERY_ROWS = 16
+
+
 class DecoderStack(nnx.Module):
-    """All decoder layers' weights, stacked on a leading layer axis for `lax.scan`.
+    """All decoder layers' weights: stacked on a leading layer axis (for `lax.scan`), or one set of
+    arrays per layer (`unrolled`, for a Python loop over layers; see `default_unroll`).
 
     A packed matrix (see engine.weights.load_gguf) is held as three Params `<key>_q/_d/_m`.
+    Per-layer arrays carry a `_<layer>` suffix.
     """
 
-    def __init__(self, layers: dict[str, Any], dtype: Any) -> None:
-        self.packed = tuple(k for k in LAYER_KEYS if isinstance(layers[k], dict))
+    def __init__(self, layers: dict[str, Any], dtype: Any, unrolled: bool = False) -> None:
+        self.num = int(next(iter(layers.values()))["q"].shape[0] if isinstance(next(iter(layers.values())), dict)
+                       else next(iter(layers.values())).shape[0])
+        self.unrolled = unrolled
+        self.parts: dict[str, tuple[str, ...]] = {}
         for key in LAYER_KEYS:
-            if key in self.packed:
-                for part in ("q", "d", "m"):
-                    arr = layers[key][part]
-                    setattr(self, f"{key}_{part}", nnx.Param(jnp.asarray(arr, dtype=arr.dtype)))
+            value = layers[key]
+            if isinstance(value, dict):
+                self.parts[key] = ("q", "d", "m")
+                arrays = {p: np.asarray(value[p]) for p in ("q", "d", "m")}
             else:
-                setattr(self, key, nnx.Param(jnp.asarray(layers[key], dtype=dtype)))
+                self.parts[key] = ()
+                arrays = {"": np.asarray(value)}
+            for part, arr in arrays.items():
+                target = arr.dtype if part else dtype
+                if unrolled:
+                    for i in range(self.num):
+                        setattr(self, _attr(key, part, i), nnx.Param(jnp.asarray(arr[i], dtype=target)))
+                else:
+                    setattr(self, _attr(key, part, None), nnx.Param(jnp.asarray(arr, dtype=target)))
 
-    def params(self) -> dict[str, Any]:
-        return {k: ({p: getattr(self, f"{k}_{p}")[...] for p in ("q", "d", "m")} if k in self.packed
-                    else getattr(self, k)[...]) for k in LAYER_KEYS}
+    def _layer(self, i: int | None) -> dict[str, Any]:
+        return {k: ({p: getattr(self, _attr(k, p, i))[...] for p in self.parts[k]} if self.parts[k]
+                    else getattr(self, _attr(k, "", i))[...]) for k in LAYER_KEYS}
 
-    def rebind(self, layers: dict[str, Any]) -> None:
-        for k in LAYER_KEYS:
-            if k in self.packed:
-                for p in ("q", "d", "m"):
-                    getattr(self, f"{k}_{p}")[...] = layers[k][p]
-            else:
-                getattr(self, k)[...] = layers[k]
+    def params(self) -> dict[str, Any] | list[dict[str, Any]]:
+        if self.unrolled:
+            return [self._layer(i) for i in range(self.num)]
+        return self._layer(None)
+
+    def rebind(self, layers: dict[str, Any] | list[dict[str, Any]]) -> None:
+        for i, lw in (enumerate(layers) if self.unrolled else [(None, layers)]):
+            for k in LAYER_KEYS:
+                for p in self.parts[k] or ("",):
+                    getattr(self, _attr(k, p, i))[...] = lw[k][p] if p else lw[k]
+
+
+def _attr(key: str, part: str, layer: int | None) -> str:
+    name = f"{key}_{part}" if part else key
+    return name if layer is None else f"{name}_{layer}"
 
 
 class Llama(nnx.Module):
     """Token embedding, `num_layers` pre-norm blocks (GQA attention + SwiGLU MLP), final norm, head."""
 
-    def __init__(self, config: ModelConfig, weights: Params, dtype: Any) -> None:
+    def __init__(self, config: ModelConfig, weights: Params, dtype: Any, unrolled: bool = False) -> None:
         self.config = config
         self.embed = nnx.Param(jnp.asarray(weights["embed"], dtype=dtype))
         self.final_norm = nnx.Param(jnp.asarray(weights["final_norm"], dtype=dtype))
         self.lm_head = nnx.Param(jnp.asarray(weights["lm_head"], dtype=dtype)) if "lm_head" in weights else None
-        self.layers = DecoderStack(weights["layers"], dtype)
+        self.layers = DecoderStack(weights["layers"], dtype, unrolled=unrolled)
 
     def params(self) -> Params:
         """The module's arrays as a plain pytree for jitted pure functions (no copies)."""
@@ -124,15 +159,37 @@ def rotary(x: jax.Array, positions: jax.Array, inv_freq: jax.Array) -> jax.Array
 
 
 def gqa_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> jax.Array:
-    """Softmax attention with grouped KV heads. q [B,T,H,hd], k/v [B,S,KV,hd], mask [B,T,S] (True = attend)."""
+    """Softmax attention with grouped KV heads. q [B,T,H,hd]; k/v KV-head-major [KV,B,S,hd] (the
+    cache layout); mask [B,T,S] (True = attend).
+
+    The G query heads of a KV head and the T query tokens fold into one row axis, so scores and
+    output are two batched matmuls over (KV, B) with no transpose of the (large) keys and values.
+    With few query rows (decoding) the keys are the left operand: the dot libraries pack their right
+    operand, and packing a whole cache for three query rows cost more than the product (2-3x slower).
+    """
     b, t, h, hd = q.shape
-    kv = k.shape[2]
-    qg = q.reshape(b, t, kv, h // kv, hd)
-    scores = jnp.einsum("btkgd,bskd->bkgts", qg, k, preferred_element_type=jnp.float32) * (hd ** -0.5)
-    scores = jnp.where(mask[:, None, None, :, :], scores, jnp.finfo(jnp.float32).min)
-    probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
-    out = jnp.einsum("bkgts,bskd->btkgd", probs, v, preferred_element_type=jnp.float32)
-    return out.reshape(b, t, h, hd).astype(q.dtype)
+    kv, s = k.shape[0], k.shape[2]
+    g = h // kv
+    qg = q.reshape(b, t, kv, g, hd).transpose(2, 0, 3, 1, 4).reshape(kv, b, g * t, hd)
+    low = jnp.finfo(jnp.float32).min
+    if g * t <= FEW_QUERY_ROWS:  # scores [KV,B,S,rows], softmax over S
+        scores = jnp.einsum("kbsd,kbqd->kbsq", k, qg, preferred_element_type=jnp.float32) * (hd ** -0.5)
+        allowed = jnp.broadcast_to(mask.transpose(0, 2, 1)[None, :, :, None, :], (kv, b, s, g, t))
+        scores = jnp.where(allowed.reshape(kv, b, s, g * t), scores, low)
+        probs = jax.nn.softmax(scores, axis=-2).astype(v.dtype)
+        out = jnp.einsum("kbsq,kbsd->kbqd", probs, v, preferred_element_type=jnp.float32)
+    else:  # scores [KV,B,rows,S]
+        scores = jnp.einsum("kbqd,kbsd->kbqs", qg, k, preferred_element_type=jnp.float32) * (hd ** -0.5)
+        allowed = jnp.broadcast_to(mask[None, :, None], (kv, b, g, t, s)).reshape(kv, b, g * t, s)
+        scores = jnp.where(allowed, scores, low)
+        probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
+        out = jnp.einsum("kbqs,kbsd->kbqd", probs, v, preferred_element_type=jnp.float32)
+    return out.reshape(kv, b, g, t, hd).transpose(1, 3, 0, 2, 4).reshape(b, t, h, hd).astype(q.dtype)
+
+
+def kv_major(x: jax.Array) -> jax.Array:
+    """New keys or values [B,T,KV,hd] -> [KV,B,T,hd], the cache and attention layout."""
+    return x.transpose(2, 0, 1, 3)
 
 
 def matmul(x: jax.Array, w: Any) -> jax.Array:
@@ -151,7 +208,7 @@ def embed(params: Params, tokens: jax.Array) -> jax.Array:
 
 
 def decoder_layer(cfg: ModelConfig, lw: Params, h: jax.Array, positions: jax.Array, cache: Any,
-                  layer: jax.Array, attend: AttendFn, inv_freq: jax.Array) -> tuple[jax.Array, Any]:
+                  layer: jax.Array | int, attend: AttendFn, inv_freq: jax.Array) -> tuple[jax.Array, Any]:
     """One pre-norm block: h + attn(norm(h)), then + SwiGLU(norm(h))."""
     b, t, _ = h.shape
     x = rms_norm(h, lw["attn_norm"], cfg.rms_norm_eps)
@@ -170,8 +227,13 @@ def decoder_layer(cfg: ModelConfig, lw: Params, h: jax.Array, positions: jax.Arr
 
 def decoder_layers(params: Params, cfg: ModelConfig, h: jax.Array, positions: jax.Array, cache: Any,
                    attend: AttendFn) -> tuple[jax.Array, Any]:
-    """All layers under one `lax.scan` (compile time independent of depth); the cache rides in the carry."""
+    """All layers: a Python loop over per-layer weights (`params["layers"]` a list, see
+    `default_unroll`), or one `lax.scan` over stacked weights with the cache riding in the carry."""
     inv_freq = jnp.asarray(cfg.inv_freq())
+    if isinstance(params["layers"], (list, tuple)):
+        for i, lw in enumerate(params["layers"]):
+            h, cache = decoder_layer(cfg, lw, h, positions, cache, i, attend, inv_freq)
+        return h, cache
 
     def body(carry, xs):
         h, cache = carry
@@ -198,25 +260,47 @@ def forward(params: Params, cfg: ModelConfig, tokens: jax.Array, positions: jax.
 
 # ----------------------------------------------------------------------------- contiguous KV cache
 
-def init_contiguous_cache(cfg: ModelConfig, batch: int, max_len: int, dtype: Any) -> dict[str, jax.Array]:
-    shape = (cfg.num_layers, batch, max_len, cfg.num_kv_heads, cfg.head_dim)
-    return {"k": jnp.zeros(shape, dtype), "v": jnp.zeros(shape, dtype)}
+def init_contiguous_cache(cfg: ModelConfig, batch: int, max_len: int, dtype: Any,
+                          per_layer: bool = False) -> dict[str, Any]:
+    """[L,KV,B,S,hd] keys and values, or (per_layer, matching unrolled weights) L arrays [KV,B,S,hd]."""
+    return init_layer_cache(cfg, (cfg.num_kv_heads, batch, max_len, cfg.head_dim), dtype, per_layer)
+
+
+def init_layer_cache(cfg: ModelConfig, shape: tuple[int, ...], dtype: Any, per_layer: bool) -> dict[str, Any]:
+    """Zeroed keys and values of `shape` per layer: stacked on a leading axis, or a list per layer.
+
+    A list lets each layer's slice be read and updated in place when layers are unrolled (a static
+    slice of a stacked buffer is copied on XLA:CPU); a stacked buffer rides in a scan's carry."""
+    if per_layer:
+        return {"k": [jnp.zeros(shape, dtype) for _ in range(cfg.num_layers)],
+                "v": [jnp.zeros(shape, dtype) for _ in range(cfg.num_layers)]}
+    return {"k": jnp.zeros((cfg.num_layers, *shape), dtype), "v": jnp.zeros((cfg.num_layers, *shape), dtype)}
+
+
+def cache_set(store: Any, layer: jax.Array | int, index: tuple, value: jax.Array, **kw: Any) -> Any:
+    """Write `value` at `index` of one layer of a stacked cache array or a per-layer list."""
+    if isinstance(store, (list, tuple)):
+        out = list(store)
+        out[layer] = store[layer].at[index].set(value.astype(store[layer].dtype), **kw)
+        return out
+    return store.at[(layer, *index)].set(value.astype(store.dtype), **kw)
 
 
 def contiguous_attention(positions: jax.Array) -> AttendFn:
-    """KV write/read on a [L,B,S,KV,hd] cache: token at position p of row b lives in slot p.
+    """KV write/read on a [L,KV,B,S,hd] cache (or per-layer [KV,B,S,hd] list): token at position p of
+    row b lives in slot p.
 
     Causality is `slot <= query position`, so right-padded rows of unequal length need no extra mask:
     a padded token writes a slot that is masked until the real token at that position overwrites it.
     """
 
     def attend(q, k, v, cache, layer):
-        b = q.shape[0]
-        rows = jnp.arange(b)[:, None]
-        ck = cache["k"].at[layer, rows, positions].set(k.astype(cache["k"].dtype), mode="drop")
-        cv = cache["v"].at[layer, rows, positions].set(v.astype(cache["v"].dtype), mode="drop")
+        b, _, kvh, _ = k.shape
+        index = (jnp.arange(kvh)[:, None, None], jnp.arange(b)[None, :, None], positions[None])
+        ck = cache_set(cache["k"], layer, index, kv_major(k), mode="drop")
+        cv = cache_set(cache["v"], layer, index, kv_major(v), mode="drop")
         keys, values = ck[layer], cv[layer]
-        slots = jnp.arange(keys.shape[1])
+        slots = jnp.arange(keys.shape[2])
         mask = slots[None, None, :] <= positions[:, :, None]
         return gqa_attention(q, keys, values, mask), {"k": ck, "v": cv}
 
@@ -228,7 +312,7 @@ def no_cache_attention(positions: jax.Array) -> AttendFn:
 
     def attend(q, k, v, cache, layer):
         mask = positions[:, None, :] <= positions[:, :, None]
-        return gqa_attention(q, k, v, mask), cache
+        return gqa_attention(q, kv_major(k), kv_major(v), mask), cache
 
     return attend
 
@@ -245,15 +329,21 @@ class LoadedModel:
     path: Path
     mesh: Any = None
 
+    @property
+    def per_layer(self) -> bool:
+        """Weights are a list per layer, so KV caches must be too (see init_layer_cache)."""
+        return isinstance(self.params["layers"], (list, tuple))
+
 
 def load_model(path: str | Path | None = None, dtype: Any = None, mesh: Any = None,
-               load_tokenizer: bool = True, packed: bool = False) -> LoadedModel:
+               load_tokenizer: bool = True, packed: bool = False, unroll: bool | None = None) -> LoadedModel:
     """Load weights (GGUF file or Hugging Face directory), build the module, and the tokenizer.
 
     `path=None` loads the bundled SmolLM2-135M-Instruct GGUF. `packed` keeps Q4_0/Q4_1/Q8_0 layer
     matrices in their block form (int8 codes + f32 block scales), de-quantised inside each step to the
     same values (a quarter of the weight bytes; measured on CPU it speeds up batch-1 decoding a
-    little and slows large batches, so it is off by default). `mesh` (a jax.sharding.Mesh from
+    little and slows large batches, so it is off by default). `unroll` (default on CPU) keeps one set
+    of arrays per layer for a Python layer loop (see `default_unroll`). `mesh` (a jax.sharding.Mesh from
     engine.mesh) places the parameters tensor-parallel over its devices; otherwise one device.
     """
     from engine.assets import default_model_path
@@ -263,7 +353,8 @@ def load_model(path: str | Path | None = None, dtype: Any = None, mesh: Any = No
     dtype = jnp.dtype(dtype if dtype is not None else default_dtype())
     np_dtype = np.float32 if dtype == jnp.float32 else dtype  # numpy understands jnp.bfloat16 via ml_dtypes
     cfg, weights = load_weights(path, np_dtype, packed=bool(packed))
-    module = Llama(cfg, weights, dtype)
+    unroll = default_unroll() if unroll is None else bool(unroll)
+    module = Llama(cfg, weights, dtype, unrolled=unroll)
     del weights
     params = module.params()
     if mesh is not None:

@@ -20,19 +20,24 @@ import jax.numpy as jnp
 
 from engine.config import ModelConfig
 from engine.constrained import unpack_bitmask
-from engine.model import AttendFn, decoder_layers, embed, final_logits, gqa_attention
+from engine.model import (AttendFn, cache_set, decoder_layers, embed, final_logits, gqa_attention, init_layer_cache,
+                          kv_major)
 from engine.sampling import sample
 
 
 
-def init_kv_pools(cfg: ModelConfig, num_pages: int, page_size: int, dtype: Any) -> dict[str, jax.Array]:
-    shape = (cfg.num_layers, num_pages, page_size, cfg.num_kv_heads, cfg.head_dim)
-    return {"k": jnp.zeros(shape, dtype), "v": jnp.zeros(shape, dtype)}
+def init_kv_pools(cfg: ModelConfig, num_pages: int, page_size: int, dtype: Any,
+                  per_layer: bool = False) -> dict[str, Any]:
+    """Page pools [L, KVH, pages, page_size, hd] (KV-head-major like every cache, so a gathered run of
+    pages is already in attention layout), or a list of [KVH, pages, page_size, hd] per layer
+    (matching unrolled weights, see engine.model.init_layer_cache)."""
+    return init_layer_cache(cfg, (cfg.num_kv_heads, num_pages, page_size, cfg.head_dim), dtype, per_layer)
 
 
 def paged_attend(slot_pages: jax.Array, slot_offsets: jax.Array, block_tables: jax.Array,
                  positions: jax.Array) -> AttendFn:
-    """The model's attention hook over a paged cache {"k", "v"}: [layers, pages, page_size, KVH, hd].
+    """The model's attention hook over a paged cache {"k", "v"}: [layers, KVH, pages, page_size, hd]
+    (or a per-layer list of [KVH, pages, page_size, hd]).
 
     New keys/values are written first (token i of row b goes to page slot_pages[b, i], offset
     slot_offsets[b, i]; padding goes to the scratch page), so a token attends to itself and to its
@@ -43,12 +48,13 @@ def paged_attend(slot_pages: jax.Array, slot_offsets: jax.Array, block_tables: j
     """
 
     def attend(q, k, v, cache, layer):
-        kp = cache["k"].at[layer, slot_pages, slot_offsets].set(k.astype(cache["k"].dtype))
-        vp = cache["v"].at[layer, slot_pages, slot_offsets].set(v.astype(cache["v"].dtype))
         b, _, kvh, hd = k.shape
-        keys = kp[layer][block_tables].reshape(b, -1, kvh, hd)
-        values = vp[layer][block_tables].reshape(b, -1, kvh, hd)
-        mask = jnp.arange(keys.shape[1])[None, None, :] <= positions[:, :, None]
+        index = (jnp.arange(kvh)[:, None, None], slot_pages[None], slot_offsets[None])
+        kp = cache_set(cache["k"], layer, index, kv_major(k))
+        vp = cache_set(cache["v"], layer, index, kv_major(v))
+        keys = kp[layer][:, block_tables].reshape(kvh, b, -1, hd)
+        values = vp[layer][:, block_tables].reshape(kvh, b, -1, hd)
+        mask = jnp.arange(keys.shape[2])[None, None, :] <= positions[:, :, None]
         return gqa_attention(q, keys, values, mask), {"k": kp, "v": vp}
 
     return attend

@@ -102,7 +102,7 @@ class Engine:
 
         from engine.paged import init_kv_pools
 
-        self.cache = init_kv_pools(self.cfg, num_pages, config.page_size, kv_dtype)
+        self.cache = init_kv_pools(self.cfg, num_pages, config.page_size, kv_dtype, per_layer=self.lm.per_layer)
         if self.mesh is not None:  # pages split on KV heads across the mesh, like the model's own cache
             from engine.mesh import shard_cache
 

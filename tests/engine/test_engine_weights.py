@@ -186,7 +186,7 @@ def test_bf16_compute_dtype_on_tiny_model(tiny_hf):
     """The accelerator dtype (bf16 weights and activations, f32 norms/softmax/logits) stays close to f32."""
     model, path = tiny_hf
     lm = load_model(path, dtype=jnp.bfloat16, load_tokenizer=False)
-    assert lm.params["layers"]["wq"].dtype == jnp.bfloat16
+    assert _layer(lm.params, "wq").dtype == jnp.bfloat16
     toks = jnp.asarray(TOKENS, jnp.int32)
     pos = jnp.arange(toks.shape[1], dtype=jnp.int32)[None]
     logits, _ = forward(lm.params, lm.config, toks, pos, None, no_cache_attention(pos))
@@ -201,9 +201,49 @@ def test_packed_layers_equal_dense(tiny_tied, tmp_path, quant):
     path = _write_gguf(tiny_tied, tmp_path / f"tiny-{quant}.gguf", quant=quant)
     dense = load_model(path, load_tokenizer=False)
     packed = load_model(path, load_tokenizer=False, packed=True)
-    assert isinstance(packed.params["layers"]["wq"], dict) and packed.params["layers"]["wq"]["q"].dtype == jnp.int8
+    assert isinstance(_layer(packed.params, "wq"), dict) and _layer(packed.params, "wq")["q"].dtype == jnp.int8
     toks = jnp.asarray(TOKENS, jnp.int32)
     pos = jnp.arange(toks.shape[1], dtype=jnp.int32)[None]
     a = forward(dense.params, dense.config, toks, pos, None, no_cache_attention(pos))[0]
     b = forward(packed.params, packed.config, toks, pos, None, no_cache_attention(pos))[0]
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=0, atol=1e-5)
+
+
+def _layer(params, key):
+    """Layer 0's `key` from either weight layout (per-layer list or stacked)."""
+    layers = params["layers"]
+    return layers[0][key] if isinstance(layers, list) else layers[key]
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_unrolled_and_scanned_layers_agree(tiny_tied, tmp_path, packed):
+    """Per-layer weights under a Python loop (CPU default) and stacked weights under lax.scan give the
+    same logits, and generate the same greedy tokens through each layout's KV cache."""
+    from engine.generate import generate
+    from engine.sampling import SamplingParams
+
+    path = _write_gguf(tiny_tied, tmp_path / "tiny-q8.gguf", quant="Q8_0")
+    loop = load_model(path, load_tokenizer=False, packed=packed, unroll=True)
+    scan = load_model(path, load_tokenizer=False, packed=packed, unroll=False)
+    assert loop.per_layer and isinstance(loop.params["layers"], list) and len(loop.params["layers"]) == loop.config.num_layers
+    assert not scan.per_layer
+    toks = jnp.asarray(TOKENS, jnp.int32)
+    pos = jnp.arange(toks.shape[1], dtype=jnp.int32)[None]
+    a = forward(loop.params, loop.config, toks, pos, None, no_cache_attention(pos))[0]
+    b = forward(scan.params, scan.config, toks, pos, None, no_cache_attention(pos))[0]
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=0, atol=1e-5)
+    prompts = [[int(t) for t in TOKENS[0][:5]], [int(t) for t in TOKENS[0]]]
+    sp = SamplingParams(max_tokens=12, stop_token_ids=())
+    for lm in (loop, scan):
+        lm.tokenizer = _IdTokenizer()
+    assert [g.token_ids for g in generate(loop, prompts, sp)] == [g.token_ids for g in generate(scan, prompts, sp)]
+
+
+class _IdTokenizer:
+    """Just enough of engine.tokenizer.Tokenizer for generate() on token-id prompts."""
+
+    pad_token_id = 0
+    stop_token_ids: tuple[int, ...] = ()
+
+    def decode(self, ids):
+        return " ".join(map(str, ids))
