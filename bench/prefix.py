@@ -11,6 +11,12 @@ The text is generated deterministically (seeded), and the same prompts go to eve
                                 the loops run one after another (it serves one request at a time)
 
 tokens/s = (prompt + decoded tokens) / wall seconds of the whole workload.
+
+`cacheable_fraction` is the ceiling any prefix cache can reach on the workload: each prompt's
+longest common prefix with any earlier prompt (loops advance step by step), in whole pages and
+short of the last token (whose logits must be computed). `cached_fraction / cacheable_fraction` says
+how much of that the engine actually served from its cache; the rest of the gap to 1.0 is the
+workload itself (every new chunk and the previous step's amendments are new text).
 """
 from __future__ import annotations
 
@@ -65,14 +71,36 @@ def _chunk(rng: random.Random, words: int) -> str:
     return " ".join(out)
 
 
+def cacheable_tokens(token_lists: list[list[list[int]]], page_size: int) -> int:
+    """Tokens a perfect page-granular prefix cache could serve: prompts in step-major order (every loop's
+    step i before any step i+1, as concurrent loops submit them), each matched against all earlier ones."""
+    import numpy as np
+
+    order = [loop[i] for i in range(max(map(len, token_lists), default=0)) for loop in token_lists if i < len(loop)]
+    seen: list[np.ndarray] = []
+    total = 0
+    for ids in order:
+        cur = np.asarray(ids)
+        best = 0
+        for prev in seen:
+            m = min(len(prev), len(cur))
+            diff = np.flatnonzero(prev[:m] != cur[:m])
+            best = max(best, int(diff[0]) if diff.size else m)
+        total += min(best, len(cur) - 1) // page_size * page_size
+        seen.append(cur)
+    return total
+
+
 def _amendment(rng: random.Random, step: int) -> str:
     name = rng.choice(_NAMES)
     return json.dumps({"path": f"$.characters.'{name}'", "op": "add",
                        "value": [f"{rng.choice(_VERBS)} {rng.choice(_THINGS)} (chunk {step})"]})
 
 
-def build_workload(samples: int, steps: int, chunk_words: int = 40, seed: int = 0) -> list[list[str]]:
-    """prompts[k][i]: loop k's prompt at step i (deterministic)."""
+def build_workload(samples: int, steps: int, chunk_words: int = 40, seed: int = 0,
+                   revisions: int = 2) -> list[list[str]]:
+    """prompts[k][i]: loop k's prompt at step i (deterministic); each step appends `revisions`
+    amendments to the loop's memory."""
     workload = []
     for k in range(samples):
         rng = random.Random(seed * 1_000_003 + k)
@@ -81,7 +109,7 @@ def build_workload(samples: int, steps: int, chunk_words: int = 40, seed: int = 
         for i in range(steps):
             prompts.append(f"{INSTRUCTIONS}\nMemory (amendments):\n" + "\n".join(memory)
                            + f"\n\nChunk {i + 1}:\n{_chunk(rng, chunk_words)}\n\nRevisions:\n")
-            memory.append(_amendment(rng, i + 1))  # append-only memory
+            memory.extend(_amendment(rng, i + 1) for _ in range(revisions))  # append-only memory
         workload.append(prompts)
     return workload
 
@@ -164,13 +192,14 @@ def run_llama_cpp(model_path: Path, workload: list[list[str]], max_tokens: int, 
 
 
 def main(samples: int = 32, steps: int = 4, peer: str | None = None, max_tokens: int = 16,
-         chunk_words: int = 40, kv_budget: float = 1 << 30, emit=print) -> dict[str, Any]:
+         chunk_words: int = 40, kv_budget: float = 1 << 30, revisions: int = 2, emit=print) -> dict[str, Any]:
     from engine.model import load_model
     from engine.serving import Engine, EngineConfig
 
-    workload = build_workload(samples, steps, chunk_words)
+    workload = build_workload(samples, steps, chunk_words, revisions=revisions)
     lm = load_model(None)
-    results: dict[str, Any] = {"samples": samples, "steps": steps, "max_tokens": max_tokens}
+    results: dict[str, Any] = {"samples": samples, "steps": steps, "max_tokens": max_tokens,
+                               "chunk_words": chunk_words, "revisions": revisions}
     runs = {}
     for name, cache_on in (("cache_on", True), ("cache_off", False)):
         engine = Engine(EngineConfig(kv_budget=kv_budget, max_batch=32, prefix_cache=cache_on), model=lm)
@@ -187,8 +216,12 @@ def main(samples: int = 32, steps: int = 4, peer: str | None = None, max_tokens:
         emit(f"memloop {name}: {r['tokens_per_s']:.1f} tokens/s ({r['prompt_tokens']} prompt, {r['cached_tokens']} "
              f"cached, {r['decoded_tokens']} decoded tokens in {r['wall_s']:.1f} s)")
     on, off = runs["cache_on"], runs["cache_off"]
+    page_size = EngineConfig().page_size
+    cacheable = cacheable_tokens([[lm.tokenizer.encode(p) for p in loop] for loop in workload], page_size)
     results.update(
         cached_fraction=on["cached_tokens"] / on["prompt_tokens"],
+        cacheable_fraction=cacheable / on["prompt_tokens"],
+        cached_of_cacheable=on["cached_tokens"] / max(cacheable, 1),
         prompt_tokens=on["prompt_tokens"],
         tokens_per_s=on["tokens_per_s"],
         tokens_per_s_cache_off=off["tokens_per_s"],

@@ -13,11 +13,12 @@ def bench_prefix(
     peer: str = typer.Option(None, "--peer", help="Also run a peer on the same workload: llama-cpp."),
     max_tokens: int = typer.Option(16, "--max-tokens", min=1, help="Tokens decoded per step."),
     chunk_words: int = typer.Option(40, "--chunk-words", min=1, help="Words of story per new chunk."),
+    revisions: int = typer.Option(2, "--revisions", min=0, help="Amendments appended to each loop's memory per step."),
 ) -> None:
     """K memory loops of N steps: cached fraction and tokens/s with the prefix cache on, off, and a peer."""
     from bench.prefix import main
 
-    res = main(samples=samples, steps=steps, peer=peer, max_tokens=max_tokens, chunk_words=chunk_words)
+    res = main(samples=samples, steps=steps, peer=peer, max_tokens=max_tokens, chunk_words=chunk_words, revisions=revisions)
     for k, v in res.items():
         print(f"{k:32} {v:.3f}" if isinstance(v, float) else f"{k:32} {v}")
     if as_json:
