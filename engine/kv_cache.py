@@ -1,7 +1,7 @@
 """The paged KV cache: a pool of fixed-size pages, per-page reference counts, and the memory budget.
 
 Every layer's keys and values live in two device arrays shaped
-`[layers, num_pages, page_size, kv_heads, head_dim]`; a sequence owns an ordered list of page ids
+`[layers, kv_heads, num_pages, page_size, head_dim]` (or a list of per-layer arrays on CPU); a sequence owns an ordered list of page ids
 (its block table). Pages are shared between sequences and the prefix cache by reference counting:
 a page goes back to the free list only when its last holder lets go, so a page is never reused while
 anyone still reads it. Page 0 is reserved as the scratch page that padded token slots write into.
