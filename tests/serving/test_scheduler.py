@@ -62,3 +62,14 @@ def test_preemption_recomputes_the_youngest_from_the_cache() -> None:
     s.finish(old, "stop")
     plan = s.schedule()
     assert young.status is Status.PREFILL and young.computed == len(young.tokens) - 1 - plan.prefill[0].length
+
+
+def test_prefill_chunks_group_by_length_bucket():
+    from types import SimpleNamespace
+
+    from engine.serving import prefill_groups
+
+    chunks = [SimpleNamespace(length=n) for n in (70, 5, 100, 128, 3, 512)]
+    groups = prefill_groups(chunks)
+    assert [[c.length for c in g] for g in groups] == [[512], [70, 100, 128], [5], [3]]
+    assert sorted(c.length for g in groups for c in g) == sorted(c.length for c in chunks)
