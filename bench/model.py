@@ -59,7 +59,8 @@ def _ours_prefill_decode(lm: Any, ids_batch: list[list[int]], steps: int) -> tup
     cfg = lm.config
     b = len(ids_batch)
     t = max(16, next_pow2(max(len(x) for x in ids_batch)))
-    s = next_pow2(t + steps + DECODE_CHUNK)
+    # the cache generate() would allocate: every prompt token plus every decoded one
+    s = max(t, next_pow2(max(len(x) for x in ids_batch) + steps + 1))
     tokens = np.zeros((b, t), np.int32)
     lengths = np.zeros((b,), np.int32)
     for i, x in enumerate(ids_batch):

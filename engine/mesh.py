@@ -52,23 +52,23 @@ def param_specs(cfg: ModelConfig, mesh: Mesh, has_lm_head: bool) -> dict[str, An
     kv = _split(cfg.num_kv_heads, mesh)
     f = _split(cfg.intermediate_size, mesh)
     v = _split(cfg.vocab_size, mesh)
-    specs: dict[str, Any] = {
+    specs: dict[str, Any] = {  # matrices are [L, out, in]
         "embed": P(v, None),
         "final_norm": P(),
         "layers": {
             "attn_norm": P(),
-            "wq": P(None, None, q),
-            "wk": P(None, None, kv),
-            "wv": P(None, None, kv),
-            "wo": P(None, q, None),
+            "wq": P(None, q, None),
+            "wk": P(None, kv, None),
+            "wv": P(None, kv, None),
+            "wo": P(None, None, q),
             "mlp_norm": P(),
-            "w_gate": P(None, None, f),
-            "w_up": P(None, None, f),
-            "w_down": P(None, f, None),
+            "w_gate": P(None, f, None),
+            "w_up": P(None, f, None),
+            "w_down": P(None, None, f),
         },
     }
     if has_lm_head:
-        specs["lm_head"] = P(None, v)
+        specs["lm_head"] = P(v, None)
     return specs
 
 

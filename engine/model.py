@@ -22,8 +22,8 @@ Public API (what the serving engine builds on):
       writes pages and gathers them, calling `gqa_attention` for the math.
 
     gqa_attention(q, k, v, mask[B,T,S]) -> out: grouped-query softmax attention in f32 (k/v [KV,B,S,hd]).
-    matmul(x, w): every layer matrix goes through it; `w` is dense or, with load_model(packed=True),
-    {"q": int8, "d": f32, "m": f32} Q4/Q8 blocks de-quantised in the graph.
+    matmul(x, w): every layer matrix ([out, in]) goes through it; `w` is dense or, with
+    load_model(packed=True), {"q": int8, "d": f32, "m": f32} Q4/Q8 blocks de-quantised in the graph.
 """
 from __future__ import annotations
 
@@ -193,14 +193,14 @@ def kv_major(x: jax.Array) -> jax.Array:
 
 
 def matmul(x: jax.Array, w: Any) -> jax.Array:
-    """x @ w for a dense matrix, or for a packed one {q int8 [in,out], d/m f32 [in/32,out]} de-quantised
-    in the graph (XLA fuses it into the step; only the int8 codes are read from memory)."""
+    """x @ w.T for an output-major matrix w [out, in], dense or packed {q int8 [out,in], d/m f32
+    [out,in/32]} de-quantised in the graph (XLA fuses it into the step; only int8 codes are read)."""
     if isinstance(w, dict):
         q, d, m = w["q"], w["d"], w["m"]
-        d_in, d_out = q.shape
-        dense = q.astype(jnp.float32).reshape(d_in // 32, 32, d_out) * d[:, None, :] + m[:, None, :]
-        return x @ dense.reshape(d_in, d_out).astype(x.dtype)
-    return x @ w
+        d_out, d_in = q.shape
+        dense = q.astype(jnp.float32).reshape(d_out, d_in // 32, 32) * d[..., None] + m[..., None]
+        w = dense.reshape(d_out, d_in).astype(x.dtype)
+    return jnp.einsum("...i,oi->...o", x, w)
 
 
 def embed(params: Params, tokens: jax.Array) -> jax.Array:
@@ -247,9 +247,8 @@ def decoder_layers(params: Params, cfg: ModelConfig, h: jax.Array, positions: ja
 def final_logits(params: Params, cfg: ModelConfig, h: jax.Array) -> jax.Array:
     """Final RMSNorm and the output head (tied to the embedding when the checkpoint has none); f32 logits."""
     x = rms_norm(h, params["final_norm"], cfg.rms_norm_eps)
-    if "lm_head" in params:
-        return jnp.matmul(x, params["lm_head"], preferred_element_type=jnp.float32)
-    return jnp.einsum("...d,vd->...v", x, params["embed"], preferred_element_type=jnp.float32)
+    head = params["lm_head"] if "lm_head" in params else params["embed"]  # both [V, D]
+    return jnp.einsum("...d,vd->...v", x, head, preferred_element_type=jnp.float32)
 
 
 def forward(params: Params, cfg: ModelConfig, tokens: jax.Array, positions: jax.Array, cache: Any,

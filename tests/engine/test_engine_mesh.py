@@ -26,16 +26,16 @@ def sharded(lm, mesh):
 
 def test_layout_splits_what_divides(lm, mesh, sharded):
     specs = param_specs(lm.config, mesh, False)
-    assert specs["layers"]["w_gate"][2] == "tp" and specs["embed"][0] == "tp"
-    assert specs["layers"]["wq"][2] is None  # 9 heads do not split over 4 devices
+    assert specs["layers"]["w_gate"][1] == "tp" and specs["embed"][0] == "tp"  # [L, out, in]
+    assert specs["layers"]["wq"][1] is None  # 9 heads do not split over 4 devices
     layers = sharded["layers"]
     if isinstance(layers, list):  # per-layer weights (CPU default): each layer's own spec
         assert len(layers) == 30
         gate = layers[7]["w_gate"]
-        assert gate.addressable_shards[0].data.shape == (576, 1536 // 4)
+        assert gate.addressable_shards[0].data.shape == (1536 // 4, 576)
     else:
         gate = layers["w_gate"]
-        assert gate.addressable_shards[0].data.shape == (30, 576, 1536 // 4)
+        assert gate.addressable_shards[0].data.shape == (30, 1536 // 4, 576)
     assert len(gate.sharding.device_set) == 4
 
 
