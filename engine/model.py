@@ -73,8 +73,7 @@ class DecoderStack(nnx.Module):
     """
 
     def __init__(self, layers: dict[str, Any], dtype: Any, unrolled: bool = False) -> None:
-        self.num = int(next(iter(layers.values()))["q"].shape[0] if isinstance(next(iter(layers.values())), dict)
-                       else next(iter(layers.values())).shape[0])
+        self.num = int(np.shape(layers["attn_norm"])[0])  # norms are never packed
         self.unrolled = unrolled
         self.parts: dict[str, tuple[str, ...]] = {}
         for key in LAYER_KEYS:
