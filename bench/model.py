@@ -47,6 +47,21 @@ def _timed(fn: Callable[[], Any], repeat: int = 1) -> float:
     return best
 
 
+def hf_greedy(hf_model: Any, ids: list[int], n: int) -> list[int]:
+    """n greedy tokens from transformers with its KV cache, never stopping early (generate() would
+    stop at EOS): the reference memloop's greedy decoding is compared against."""
+    import torch
+
+    out_ids: list[int] = []
+    with torch.no_grad():
+        out = hf_model(torch.tensor([ids]), use_cache=True)
+        for _ in range(n):
+            tok = int(out.logits[0, -1].argmax())
+            out_ids.append(tok)
+            out = hf_model(torch.tensor([[tok]]), past_key_values=out.past_key_values, use_cache=True)
+    return out_ids
+
+
 def _ours_prefill_decode(lm: Any, ids_batch: list[list[int]], steps: int) -> tuple[float, float]:
     """Seconds for one prefill of the batch and for `steps` decode steps after it (compiled beforehand)."""
     import jax
@@ -128,13 +143,7 @@ def run_model_bench(path: Path | None = None, settings: BenchSettings = BenchSet
     identical = True
     first_mismatch = None
     for k, ids in enumerate(prompt_ids):
-        ref_ids = []
-        with torch.no_grad():
-            out = hf(torch.tensor([ids]), use_cache=True)
-            for _ in range(n):
-                nxt = int(out.logits[0, -1].argmax())
-                ref_ids.append(nxt)
-                out = hf(torch.tensor([[nxt]]), past_key_values=out.past_key_values, use_cache=True)
+        ref_ids = hf_greedy(hf, ids, n)
         if ref_ids != ours_greedy[k]:
             identical = False
             first_mismatch = first_mismatch or (k, next(i for i, (a, b) in enumerate(zip(ref_ids, ours_greedy[k])) if a != b))

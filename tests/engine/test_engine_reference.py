@@ -10,7 +10,7 @@ import torch
 from engine.generate import generate
 from engine.model import forward, no_cache_attention
 from engine.sampling import SamplingParams
-from bench.model import PROMPTS as CHAT_PROMPTS
+from bench.model import PROMPTS as CHAT_PROMPTS, hf_greedy
 
 # Both sides compute in f32 from identical de-quantised weights; only summation order differs
 # (XLA vs oneDNN kernels, fused vs unfused softmax). Logits reach |40|; f32 rounding through 30
@@ -43,22 +43,10 @@ def test_logits_match_transformers(lm, hf_model, full_logits, index):
     assert (ours.argmax(-1) == ref.argmax(-1)).all()
 
 
-def _hf_greedy(hf_model, ids, n):
-    """Greedy argmax with transformers' KV cache, never stopping early (generate() would stop at EOS)."""
-    out_ids = []
-    with torch.no_grad():
-        out = hf_model(torch.tensor([ids]), use_cache=True)
-        for _ in range(n):
-            tok = int(out.logits[0, -1].argmax())
-            out_ids.append(tok)
-            out = hf_model(torch.tensor([[tok]]), past_key_values=out.past_key_values, use_cache=True)
-    return out_ids
-
-
 def test_greedy_matches_transformers_short(lm, hf_model):
     ids = lm.tokenizer.chat_ids(CHAT_PROMPTS[0])
     ours = generate(lm, [ids], SamplingParams(max_tokens=24, stop_token_ids=()))[0].token_ids
-    assert ours == _hf_greedy(hf_model, ids, 24)
+    assert ours == hf_greedy(hf_model, ids, 24)
 
 
 @pytest.mark.slow
@@ -66,7 +54,7 @@ def test_greedy_200_tokens_match_transformers(lm, hf_model):
     prompts = [lm.tokenizer.chat_ids(m) for m in CHAT_PROMPTS]
     ours = generate(lm, prompts, SamplingParams(max_tokens=200, stop_token_ids=()))
     for ids, g in zip(prompts, ours):
-        assert g.token_ids == _hf_greedy(hf_model, ids, 200)
+        assert g.token_ids == hf_greedy(hf_model, ids, 200)
 
 
 def test_chat_template_renders_roles(lm):
