@@ -20,7 +20,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from engine.config import ModelConfig
-from engine.errors import EngineError
+from engine.errors import EngineError, RequestError
 
 AXIS = "tp"
 
@@ -84,6 +84,11 @@ def _fit(spec: P, shape: tuple[int, ...], mesh: Mesh) -> P:
 
 def shard_params(params: dict[str, Any], cfg: ModelConfig, mesh: Mesh) -> dict[str, Any]:
     """Place the parameter pytree on the mesh; a packed matrix's codes and scales follow its spec."""
+    from engine.blocks import BlockMatrix
+
+    if any(isinstance(x, BlockMatrix) for x in jax.tree.leaves(params, is_leaf=lambda x: isinstance(x, BlockMatrix))):
+        raise RequestError("block-form (GGUF) weights run on one CPU device only; load the model with "
+                           "blocks=False to place it on a mesh.")
     specs = param_specs(cfg, mesh, "lm_head" in params)
     if isinstance(params["layers"], (list, tuple)):  # unrolled: each layer's spec without the layer axis
         one = {k: P(*s[1:]) if len(s) else s for k, s in specs["layers"].items()}

@@ -139,8 +139,13 @@ def _scalar_metadata(reader: Any) -> dict[str, Any]:
     return meta
 
 
-def load_gguf(path: Path, dtype: Any = np.float32, packed: bool = False) -> tuple[ModelConfig, Params]:
+def load_gguf(path: Path, dtype: Any = np.float32, packed: bool = False,
+              blocks: bool = False) -> tuple[ModelConfig, Params]:
     """De-quantise a Llama GGUF into the parameter layout above, cast to `dtype`.
+
+    `blocks=True` keeps every Q4_0/Q4_1/Q8_0 matrix (layer matrices, embedding, untied head) as its
+    raw GGUF bytes, an `engine.blocks.BlockMatrix`; a layer matrix then becomes a list with one entry
+    per layer (block types may differ between layers), each a BlockMatrix or a dense array.
 
     `packed=True` keeps per-layer matrices stored as Q4_0/Q4_1/Q8_0 in every layer as
     {"q": int8 [L,out,in], "d": f32 [L,out,in/32], "m": f32 [L,out,in/32]}: a quarter of the memory
@@ -193,6 +198,8 @@ def load_gguf(path: Path, dtype: Any = np.float32, packed: bool = False) -> tupl
 
     mapping = dict(_GGUF_LAYER)
     packable: dict[str, str] = {}
+    if blocks:
+        return cfg, _with_blocks(cfg, tensors, embed, read, per_layer, dtype, source)
     if packed:
         for key, (name, matrix) in _GGUF_LAYER.items():
             kinds = {tensors.get(f"blk.{i}.{key}.weight").tensor_type.name if f"blk.{i}.{key}.weight" in tensors else None
@@ -221,6 +228,57 @@ def load_gguf(path: Path, dtype: Any = np.float32, packed: bool = False) -> tupl
             q[i], sc[i], off[i] = qi, di, mi
         params["layers"][name] = {"q": q, "d": sc, "m": off}
     return cfg, params
+
+
+def _with_blocks(cfg: ModelConfig, tensors: dict[str, Any], embed: np.ndarray, read: Callable[[str], np.ndarray],
+                 per_layer: Callable[[int, str], np.ndarray], dtype: Any, source: str) -> Params:
+    """The parameter layout with block-form matrices where the file has them (see load_gguf)."""
+    from engine.blocks import BLOCK_BYTES, from_gguf_rows
+
+    shapes = layer_shapes(cfg)
+
+    def blocked(name: str, rows: int, cols: int, permute_heads: int | None = None) -> Any:
+        t = tensors[name]
+        qtype = t.tensor_type.name
+        if qtype not in BLOCK_BYTES or cols % BLOCK:
+            return None
+        if int(np.asarray(t.data).size) != rows * (cols // BLOCK) * BLOCK_BYTES[qtype]:
+            raise ModelFormatError(f"tensor {name} in {source} has {np.asarray(t.data).size} bytes, expected "
+                                   f"{rows * (cols // BLOCK) * BLOCK_BYTES[qtype]}; the file is truncated.")
+        bm = from_gguf_rows(t.data, qtype, rows, cols)
+        if permute_heads is not None:  # whole output rows move, as for dense tensors
+            bm = type(bm)(np.ascontiguousarray(unpermute_qk(bm.raw, permute_heads)), bm.qtype, bm.shape)
+        return bm
+
+    matrices = {key: name for key, (name, matrix) in _GGUF_LAYER.items() if matrix}
+    params = _assemble(cfg, dtype, embed, read("output_norm.weight"),
+                       None if cfg.tie_word_embeddings else read("output.weight"), per_layer,
+                       {k: v for k, v in _GGUF_LAYER.items() if k not in matrices}, source)
+    heads = {"attn_q": cfg.num_heads, "attn_k": cfg.num_kv_heads}
+    for key, name in matrices.items():
+        d_out, d_in = shapes[name]
+        per: list[Any] = []
+        for i in range(cfg.num_layers):
+            tname = f"blk.{i}.{key}.weight"
+            if tname not in tensors:
+                raise ModelFormatError(f"{source} lacks tensor {tname!r}; the file is incomplete or of another architecture.")
+            bm = blocked(tname, d_out, d_in, heads.get(key))
+            if bm is None:
+                w = per_layer(i, key)
+                if w.shape != (d_out, d_in):
+                    raise ModelFormatError(f"{source}: layer {i} {key} has shape {w.shape}, expected {(d_out, d_in)}.")
+                bm = np.asarray(w, dtype=dtype)
+            per.append(bm)
+        params["layers"][name] = per
+    vocab, hidden = cfg.vocab_size, cfg.hidden_size
+    emb = blocked("token_embd.weight", vocab, hidden)
+    if emb is not None:
+        params["embed"] = emb
+    if not cfg.tie_word_embeddings:
+        head = blocked("output.weight", vocab, hidden)
+        if head is not None:
+            params["lm_head"] = head
+    return params
 
 
 def _assemble(cfg: ModelConfig, dtype: Any, embed: np.ndarray, final_norm: np.ndarray,
@@ -293,11 +351,13 @@ def load_hf_dir(path: Path, dtype: Any = np.float32) -> tuple[ModelConfig, Param
     return cfg, params
 
 
-def load_weights(path: Path, dtype: Any = np.float32, packed: bool = False) -> tuple[ModelConfig, Params]:
-    """Dispatch on the path: a `.gguf` file (optionally packed, see load_gguf) or a Hugging Face directory."""
+def load_weights(path: Path, dtype: Any = np.float32, packed: bool = False,
+                 blocks: bool = False) -> tuple[ModelConfig, Params]:
+    """Dispatch on the path: a `.gguf` file (optionally packed or in block form, see load_gguf) or a
+    Hugging Face directory (always dense)."""
     path = Path(path).expanduser()
     if not path.exists():
         raise ModelNotFoundError(f"model path {path} does not exist; give a .gguf file or a Hugging Face model directory.")
     if path.is_dir():
         return load_hf_dir(path, dtype)
-    return load_gguf(path, dtype, packed)
+    return load_gguf(path, dtype, packed, blocks)

@@ -15,6 +15,14 @@ pytestmark = pytest.mark.skipif(len(jax.devices()) < 4, reason="needs XLA_FLAGS=
 
 
 @pytest.fixture(scope="module")
+def lm(smollm2_gguf):
+    """Dense weights: block-form matrices are for the single-device CPU kernel (shard_params refuses them)."""
+    from engine.model import load_model
+
+    return load_model(smollm2_gguf, blocks=False)
+
+
+@pytest.fixture(scope="module")
 def mesh():
     return make_mesh(4)
 

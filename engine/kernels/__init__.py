@@ -1,0 +1,139 @@
+"""CPU kernels compiled on first use and called from jitted code as XLA FFI custom calls.
+
+`qmatmul(x, blocks, qtype)` multiplies by a weight matrix kept in its GGUF block form (Q4_0, Q4_1,
+Q8_0), reading 0.56-1.06 bytes per weight instead of f32's 4 (see qmatmul.cc for why and how).
+
+The C++ source is built with the machine's C++ compiler into memloop's cache directory, keyed by the
+source, the compiler and the CPU's features, so a new machine or a changed source rebuilds it. It
+needs x86-64 with AVX-512 (F, BW, VL) and F16C; `available()` is False elsewhere (or when the build
+fails, or `MEMLOOP_KERNELS=0`) and the engine then keeps f32 weights and XLA's own dot.
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import logging
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+TARGET = "memloop_qmatmul"
+SOURCE = Path(__file__).with_name("qmatmul.cc")
+QTYPES = {"Q4_0": 0, "Q4_1": 1, "Q8_0": 2}
+BLOCK_BYTES = {"Q4_0": 18, "Q4_1": 20, "Q8_0": 34}
+BLOCK = 32
+REQUIRED_FLAGS = ("avx512f", "avx512bw", "avx512vl", "f16c")
+
+_lock = threading.Lock()
+_state: dict[str, Any] = {}
+
+
+class KernelBuildError(RuntimeError):
+    """The CPU kernels could not be built or loaded; the message says why."""
+
+
+def cpu_flags() -> set[str]:
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return set()
+    for line in text.splitlines():
+        if line.startswith("flags"):
+            return set(line.split(":", 1)[1].split())
+    return set()
+
+
+def _compiler() -> str | None:
+    return os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")
+
+
+def _build(cxx: str, out: Path) -> None:
+    import jax
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
+        so = Path(tmp) / out.name
+        cmd = [cxx, "-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-fno-math-errno",
+               f"-I{jax.ffi.include_dir()}", str(SOURCE), "-o", str(so)]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise KernelBuildError(f"building {SOURCE.name} failed ({' '.join(cmd)}):\n{proc.stderr[-2000:]}")
+        os.replace(so, out)  # atomic: a concurrent process sees the old file or the whole new one
+
+
+def library_path() -> Path:
+    """Where the compiled kernels for this source, compiler and CPU live (built if missing)."""
+    from engine.assets import cache_root
+
+    cxx = _compiler()
+    if cxx is None:
+        raise KernelBuildError("no C++ compiler (g++, c++ or clang++) on PATH; install one or set CXX.")
+    version = subprocess.run([cxx, "--version"], capture_output=True, text=True).stdout
+    key = hashlib.sha256()
+    for part in (SOURCE.read_bytes(), version.encode(), " ".join(sorted(cpu_flags())).encode(),
+                 platform.machine().encode()):
+        key.update(part)
+    path = cache_root() / "kernels" / f"qmatmul-{key.hexdigest()[:16]}.so"
+    if not path.is_file():
+        _build(cxx, path)
+    return path
+
+
+def load() -> None:
+    """Build (if needed), load and register the kernels with XLA; raises KernelBuildError."""
+    import jax
+
+    with _lock:
+        if _state.get("loaded"):
+            return
+        if "error" in _state:
+            raise KernelBuildError(_state["error"])
+        try:
+            missing = [f for f in REQUIRED_FLAGS if f not in cpu_flags()]
+            if platform.machine() not in ("x86_64", "AMD64") or missing:
+                raise KernelBuildError(f"the CPU kernels need x86-64 with {', '.join(REQUIRED_FLAGS)}; "
+                                       f"this CPU lacks {', '.join(missing) or platform.machine()}.")
+            lib = ctypes.cdll.LoadLibrary(str(library_path()))
+            jax.ffi.register_ffi_target(TARGET, jax.ffi.pycapsule(lib.MemloopQMatmul), platform="cpu")
+        except (KernelBuildError, OSError) as exc:
+            _state["error"] = str(exc)
+            raise KernelBuildError(str(exc)) from exc
+        _state["lib"] = lib
+        _state["loaded"] = True
+
+
+def available() -> bool:
+    """True when the CPU kernels are usable here (and not turned off with MEMLOOP_KERNELS=0)."""
+    if os.environ.get("MEMLOOP_KERNELS", "1") == "0":
+        return False
+    try:
+        load()
+    except KernelBuildError as exc:
+        if not _state.get("warned"):
+            log.warning("memloop CPU kernels unavailable, using f32 weights: %s", exc)
+            _state["warned"] = True
+        return False
+    return True
+
+
+def qmatmul(x: Any, blocks: Any, qtype: str) -> Any:
+    """x [..., in] f32 times the block matrix `blocks` (uint8 [out, in/32 * block bytes]) transposed:
+    [..., out] f32. Call inside or outside jit, on the CPU backend, after `load()`."""
+    import jax
+    import jax.numpy as jnp
+
+    lead, d_in = x.shape[:-1], x.shape[-1]
+    d_out = blocks.shape[0]
+    rows = int(np.prod(lead)) if lead else 1
+    call = jax.ffi.ffi_call(TARGET, jax.ShapeDtypeStruct((rows, d_out), jnp.float32))
+    y = call(x.reshape(rows, d_in).astype(jnp.float32), blocks, qtype=np.int32(QTYPES[qtype]))
+    return y.reshape(*lead, d_out)

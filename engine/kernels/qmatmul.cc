@@ -1,0 +1,201 @@
+// y[R, out] = x[R, in] . W^T for a weight matrix W [out, in] kept in its GGUF block form
+// (Q4_0, Q4_1 or Q8_0: 32 weights per block, an f16 scale, for Q4_1 an f16 offset), as an XLA:CPU
+// FFI custom call.
+//
+// Why: at small batch the decoder is bound by the bytes of weights it reads. f32 weights are
+// 4 bytes per weight; the GGUF blocks are 0.56-1.06. XLA cannot consume them without first writing
+// an f32 copy, so this kernel de-quantises each block in registers and multiplies it at once.
+//
+// Exactness: every weight is rebuilt to the very f32 value the `gguf` package's de-quantiser gives
+// (d*q is exact in f32 for 4- and 8-bit codes, so fma(q, d, m) == (d*q)+m rounded once).
+// Batch invariance: the sum for one (row, output) pair is the same sequence of vector FMAs and the
+// same final reduction whatever the number of rows or the tiling, so a request's numbers do not
+// depend on what shares its batch.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+
+#include "xla/ffi/api/ffi.h"
+
+namespace ffi = xla::ffi;
+
+namespace {
+
+enum QType : int32_t { kQ4_0 = 0, kQ4_1 = 1, kQ8_0 = 2 };
+
+constexpr int kBlock = 32;
+
+inline int BlockBytes(int32_t qtype) {
+  return qtype == kQ4_0 ? 18 : qtype == kQ4_1 ? 20 : 34;
+}
+
+inline float Half(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return _cvtsh_ss(h);
+}
+
+// The 32 weights of one block as two vectors (elements 0-15 and 16-31).
+template <int32_t Q>
+inline void Dequant(const uint8_t* b, __m512& lo, __m512& hi) {
+  if constexpr (Q == kQ8_0) {
+    const __m512 d = _mm512_set1_ps(Half(b));
+    lo = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)(b + 2)))), d);
+    hi = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)(b + 18)))), d);
+  } else {
+    // A 16-entry table of the block's possible values, looked up by nibble (vpermps reads the low
+    // 4 bits of each index): byte i holds element i in its low nibble and element i+16 in its high.
+    const __m512 codes = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    __m512 table;
+    const uint8_t* qs;
+    if constexpr (Q == kQ4_1) {
+      table = _mm512_fmadd_ps(codes, _mm512_set1_ps(Half(b)), _mm512_set1_ps(Half(b + 2)));
+      qs = b + 4;
+    } else {
+      table = _mm512_mul_ps(_mm512_sub_ps(codes, _mm512_set1_ps(8.0f)), _mm512_set1_ps(Half(b)));
+      qs = b + 2;
+    }
+    const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)qs));
+    lo = _mm512_permutexvar_ps(v, table);
+    hi = _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), table);
+  }
+}
+
+// RT rows x OT outputs: accumulators stay in registers across all blocks of the row.
+template <int32_t Q, int RT, int OT>
+inline void Tile(const float* x, int64_t in, const uint8_t* w, int64_t row_bytes, float* y, int64_t out) {
+  const int64_t nb = in / kBlock;
+  const int bb = BlockBytes(Q);
+  __m512 acc[RT][OT];
+  for (int r = 0; r < RT; ++r)
+    for (int o = 0; o < OT; ++o) acc[r][o] = _mm512_setzero_ps();
+  for (int64_t j = 0; j < nb; ++j) {
+    __m512 lo[OT], hi[OT];
+    for (int o = 0; o < OT; ++o) Dequant<Q>(w + o * row_bytes + j * bb, lo[o], hi[o]);
+    for (int r = 0; r < RT; ++r) {
+      const __m512 xl = _mm512_loadu_ps(x + r * in + j * kBlock);
+      const __m512 xh = _mm512_loadu_ps(x + r * in + j * kBlock + 16);
+      for (int o = 0; o < OT; ++o) {
+        acc[r][o] = _mm512_fmadd_ps(xl, lo[o], acc[r][o]);
+        acc[r][o] = _mm512_fmadd_ps(xh, hi[o], acc[r][o]);
+      }
+    }
+  }
+  for (int r = 0; r < RT; ++r)
+    for (int o = 0; o < OT; ++o) y[r * out + o] = _mm512_reduce_add_ps(acc[r][o]);
+}
+
+// Tiles: one row reads each weight once and is bound by memory, so it takes 8 outputs at a time for
+// independent FMA chains; several rows share each de-quantised block across 8 rows x 2 outputs
+// (16 accumulators + 4 weight vectors fit the 32 vector registers without spilling).
+constexpr int kRowTile = 8;
+constexpr int kPairTile = 2;
+constexpr int kSingleTile = 8;
+
+template <int32_t Q, int OT>
+void RowsTile(const float* x, int64_t rows, int64_t in, const uint8_t* w, int64_t row_bytes, float* y,
+              int64_t out) {
+  int64_t r = 0;
+  for (; r + kRowTile <= rows; r += kRowTile) Tile<Q, kRowTile, OT>(x + r * in, in, w, row_bytes, y + r * out, out);
+  const float* xr = x + r * in;
+  float* yr = y + r * out;
+  switch (rows - r) {  // the same per-pair sequence as the full tile, on the remaining rows
+    case 7: Tile<Q, 7, OT>(xr, in, w, row_bytes, yr, out); break;
+    case 6: Tile<Q, 6, OT>(xr, in, w, row_bytes, yr, out); break;
+    case 5: Tile<Q, 5, OT>(xr, in, w, row_bytes, yr, out); break;
+    case 4: Tile<Q, 4, OT>(xr, in, w, row_bytes, yr, out); break;
+    case 3: Tile<Q, 3, OT>(xr, in, w, row_bytes, yr, out); break;
+    case 2: Tile<Q, 2, OT>(xr, in, w, row_bytes, yr, out); break;
+    case 1: Tile<Q, 1, OT>(xr, in, w, row_bytes, yr, out); break;
+    default: break;
+  }
+}
+
+template <int32_t Q, int OT>
+void OutputsTiled(const float* x, int64_t rows, int64_t in, const uint8_t* w, float* y, int64_t out, int64_t o0,
+                  int64_t o1) {
+  const int64_t row_bytes = (in / kBlock) * BlockBytes(Q);
+  int64_t o = o0;
+  for (; o + OT <= o1; o += OT) RowsTile<Q, OT>(x, rows, in, w + o * row_bytes, row_bytes, y + o, out);
+  for (; o < o1; ++o) RowsTile<Q, 1>(x, rows, in, w + o * row_bytes, row_bytes, y + o, out);
+}
+
+// Outputs [o0, o1) for every row.
+template <int32_t Q>
+void Outputs(const float* x, int64_t rows, int64_t in, const uint8_t* w, float* y, int64_t out, int64_t o0,
+             int64_t o1) {
+  if (rows == 1) {
+    OutputsTiled<Q, kSingleTile>(x, rows, in, w, y, out, o0, o1);
+  } else {
+    OutputsTiled<Q, kPairTile>(x, rows, in, w, y, out, o0, o1);
+  }
+}
+
+using OutputsFn = void (*)(const float*, int64_t, int64_t, const uint8_t*, float*, int64_t, int64_t, int64_t);
+
+OutputsFn Select(int32_t qtype) {
+  switch (qtype) {
+    case kQ4_0: return Outputs<kQ4_0>;
+    case kQ4_1: return Outputs<kQ4_1>;
+    case kQ8_0: return Outputs<kQ8_0>;
+    default: return nullptr;
+  }
+}
+
+// Work split in chunks of output rows; the calling thread takes chunks too, and waits only for
+// chunks other threads have started, so it never depends on a pool thread being free.
+struct Shared {
+  std::atomic<int64_t> next{0};
+  std::atomic<int64_t> done{0};
+};
+
+ffi::Error QMatmul(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi::U8> w,
+                   ffi::ResultBuffer<ffi::F32> y, int32_t qtype) {
+  OutputsFn fn = Select(qtype);
+  if (fn == nullptr) return ffi::Error::InvalidArgument("memloop_qmatmul: unknown block type");
+  auto xd = x.dimensions();
+  auto wd = w.dimensions();
+  if (xd.size() != 2 || wd.size() != 2) return ffi::Error::InvalidArgument("memloop_qmatmul: x and w must be 2-D");
+  const int64_t rows = xd[0], in = xd[1], out = wd[0];
+  if (in % kBlock != 0 || wd[1] != (in / kBlock) * BlockBytes(qtype))
+    return ffi::Error::InvalidArgument("memloop_qmatmul: w's row bytes do not match x's width and the block type");
+  const float* xp = x.typed_data();
+  const uint8_t* wp = w.typed_data();
+  float* yp = y->typed_data();
+
+  // Chunks of about 64k weights x rows of work, a multiple of the output tile, at least one per thread.
+  const int64_t tile = kSingleTile;
+  const int64_t per_out = std::max<int64_t>(1, in * rows);
+  int64_t chunk = std::max<int64_t>(tile, ((int64_t{1} << 16) / per_out) / tile * tile);
+  const int64_t threads = std::max<int64_t>(1, pool.num_threads());
+  chunk = std::min(chunk, std::max<int64_t>(tile, (out / threads) / tile * tile));
+  const int64_t chunks = (out + chunk - 1) / chunk;
+  auto run = [=](Shared* s) {
+    for (int64_t c; (c = s->next.fetch_add(1)) < chunks;) {
+      fn(xp, rows, in, wp, yp, out, c * chunk, std::min(out, (c + 1) * chunk));
+      s->done.fetch_add(1, std::memory_order_release);
+    }
+  };
+  auto shared = std::make_shared<Shared>();
+  const int64_t helpers = std::min<int64_t>(threads, chunks) - 1;
+  for (int64_t t = 0; t < helpers; ++t) pool.Schedule([shared, run] { run(shared.get()); });
+  run(shared.get());
+  while (shared->done.load(std::memory_order_acquire) < chunks) _mm_pause();
+  return ffi::Error::Success();
+}
+
+}  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MemloopQMatmul, QMatmul,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::U8>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>()
+                                  .Attr<int32_t>("qtype"));
+
+extern "C" int memloop_kernels_abi() { return 1; }

@@ -1,0 +1,143 @@
+"""Block-form (GGUF Q4_0/Q4_1/Q8_0) weights and the CPU kernel that multiplies them.
+
+The kernel must see exactly the weights `gguf` de-quantises to, give the same numbers for a row
+whatever else is in its batch, and agree with the dense f32 model; where it cannot run, the engine
+falls back to dense weights and says why.
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from gguf import GGMLQuantizationType
+from gguf.quants import dequantize as gguf_dequantize
+
+from engine import kernels
+from engine.blocks import BLOCK_BYTES, BlockMatrix, block_matmul, dequantize, from_gguf_rows, take_rows
+
+pytestmark = pytest.mark.skipif(not kernels.available(), reason="the CPU kernels need x86-64 with AVX-512")
+
+QTYPES = ["Q4_0", "Q4_1", "Q8_0"]
+
+
+def random_blocks(rng: np.random.Generator, qtype: str, rows: int, cols: int) -> np.ndarray:
+    """Valid GGUF bytes: random codes, finite f16 scales (and offsets) of realistic size."""
+    nb, bb = cols // 32, BLOCK_BYTES[qtype]
+    raw = rng.integers(0, 256, size=(rows, nb, bb), dtype=np.uint8)
+    raw[..., 0:2] = (rng.standard_normal((rows, nb)) * 0.02).astype(np.float16).view(np.uint8).reshape(rows, nb, 2)
+    if qtype == "Q4_1":
+        raw[..., 2:4] = (rng.standard_normal((rows, nb)) * 0.05).astype(np.float16).view(np.uint8).reshape(rows, nb, 2)
+    return raw.reshape(rows, nb * bb)
+
+
+def reference_weights(raw: np.ndarray, qtype: str, rows: int, cols: int) -> np.ndarray:
+    return np.asarray(gguf_dequantize(raw, getattr(GGMLQuantizationType, qtype)), np.float32).reshape(rows, cols)
+
+
+@pytest.mark.parametrize("qtype", QTYPES)
+def test_in_graph_dequantisation_is_bit_exact(qtype):
+    rng = np.random.default_rng(1)
+    raw = random_blocks(rng, qtype, 40, 96)
+    ours = np.asarray(jax.jit(lambda r: dequantize(r, qtype, 96))(jnp.asarray(raw)))
+    np.testing.assert_array_equal(ours, reference_weights(raw, qtype, 40, 96))
+    bm = from_gguf_rows(raw, qtype, 40, 96)
+    rows = np.asarray(take_rows(BlockMatrix(jnp.asarray(bm.raw), qtype, bm.shape), jnp.asarray([[3, 0, 39]])))
+    np.testing.assert_array_equal(rows[0], reference_weights(raw, qtype, 40, 96)[[3, 0, 39]])
+
+
+@pytest.mark.parametrize("qtype", QTYPES)
+@pytest.mark.parametrize("rows", [1, 5, 32])
+def test_kernel_matches_float64_reference(qtype, rows):
+    """Odd output counts exercise the tile tails; the error is f32 summation error only."""
+    rng = np.random.default_rng(2)
+    d_out, d_in = 203, 576
+    raw = random_blocks(rng, qtype, d_out, d_in)
+    w = reference_weights(raw, qtype, d_out, d_in)
+    x = rng.standard_normal((rows, d_in)).astype(np.float32)
+    y = np.asarray(jax.jit(lambda x, r: kernels.qmatmul(x, r, qtype))(jnp.asarray(x), jnp.asarray(raw)))
+    ref = x.astype(np.float64) @ w.astype(np.float64).T
+    scale = np.abs(x).astype(np.float64) @ np.abs(w).astype(np.float64).T  # bound on the terms summed
+    assert y.shape == (rows, d_out) and y.dtype == np.float32
+    assert np.all(np.abs(y - ref) <= 1e-6 * scale + 1e-7), float(np.max(np.abs(y - ref) / (scale + 1e-30)))
+
+
+@pytest.mark.parametrize("qtype", QTYPES)
+def test_kernel_rows_do_not_depend_on_their_batch(qtype):
+    """A row's outputs are bit-identical alone, at any position of any batch size (the property that
+    lets a request's greedy tokens not depend on what shares its step)."""
+    rng = np.random.default_rng(3)
+    raw = jnp.asarray(random_blocks(rng, qtype, 136, 192))
+    x = jnp.asarray(rng.standard_normal((37, 192)).astype(np.float32))
+    fn = jax.jit(lambda x, r: kernels.qmatmul(x, r, qtype))
+    full = np.asarray(fn(x, raw))
+    for lo, hi in [(0, 1), (5, 6), (0, 8), (3, 16), (9, 37), (36, 37)]:
+        np.testing.assert_array_equal(np.asarray(fn(x[lo:hi], raw)), full[lo:hi])
+
+
+def test_block_matmul_kernel_and_graph_paths_agree():
+    """Few rows go to the kernel, many rows to de-quantise + XLA dot; the two differ only by f32 rounding."""
+    from engine.blocks import KERNEL_MAX_ROWS
+
+    rng = np.random.default_rng(4)
+    raw = random_blocks(rng, "Q4_1", 64, 128)
+    bm = BlockMatrix(jnp.asarray(raw), "Q4_1", (64, 128))
+    x = jnp.asarray(rng.standard_normal((KERNEL_MAX_ROWS + 1, 128)).astype(np.float32))
+    many = np.asarray(block_matmul(x, bm))
+    few = np.asarray(block_matmul(x[:3], bm))
+    np.testing.assert_allclose(few, many[:3], rtol=1e-5, atol=1e-5)
+
+
+def test_kernel_rejects_mismatched_shapes():
+    raw = jnp.zeros((8, 2 * 20), jnp.uint8)  # Q4_1 rows of width 64
+    with pytest.raises(Exception, match="row bytes"):
+        jax.block_until_ready(kernels.qmatmul(jnp.zeros((1, 96), jnp.float32), raw, "Q4_1"))
+
+
+def test_bundled_model_loads_block_form_and_matches_dense(lm, smollm2_gguf):
+    """The default CPU load keeps the GGUF blocks (embedding and tied head included) and gives the
+    dense model's logits and greedy tokens."""
+    from engine.generate import generate
+    from engine.model import forward, load_model, no_cache_attention
+    from engine.sampling import SamplingParams
+
+    assert isinstance(lm.params["embed"], BlockMatrix) and lm.params["embed"].qtype == "Q8_0"
+    assert isinstance(lm.params["layers"][0]["w_gate"], BlockMatrix)
+    dense = load_model(smollm2_gguf, blocks=False)
+    assert not isinstance(dense.params["embed"], BlockMatrix)
+    block_bytes = sum(x.nbytes for x in jax.tree.leaves(lm.params))
+    dense_bytes = sum(x.nbytes for x in jax.tree.leaves(dense.params))
+    assert block_bytes * 4 < dense_bytes  # 0.56-1.06 bytes per weight instead of 4
+    prompt = [{"role": "user", "content": "Name a large city on a river."}]
+    ids = lm.tokenizer.chat_ids(prompt)
+    toks = jnp.asarray([ids], jnp.int32)
+    pos = jnp.arange(len(ids), dtype=jnp.int32)[None]
+    fn = jax.jit(lambda p, t, q: forward(p, lm.config, t, q, None, no_cache_attention(q))[0])
+    for n in (1, len(ids)):  # one row (kernel) and the whole prompt
+        a = np.asarray(fn(lm.params, toks[:, :n], pos[:, :n]))
+        b = np.asarray(fn(dense.params, toks[:, :n], pos[:, :n]))
+        assert np.abs(a - b).max() < 2e-3
+    sp = SamplingParams(max_tokens=24, stop_token_ids=())
+    assert generate(lm, [prompt], sp)[0].token_ids == generate(dense, [prompt], sp)[0].token_ids
+
+
+def test_kernels_off_falls_back_to_dense(monkeypatch, smollm2_gguf):
+    from engine.errors import RequestError
+    from engine.model import load_model
+
+    monkeypatch.setenv("MEMLOOP_KERNELS", "0")
+    lm = load_model(smollm2_gguf, load_tokenizer=False)
+    assert not isinstance(lm.params["embed"], BlockMatrix)
+    with pytest.raises(RequestError, match="blocks"):
+        load_model(smollm2_gguf, load_tokenizer=False, blocks=True)
+
+
+def test_a_failed_build_is_reported_not_raised(monkeypatch, tmp_path):
+    """No compiler: available() is False with the reason logged once, and load() says what to do."""
+    monkeypatch.setattr(kernels, "_state", {})
+    monkeypatch.setenv("MEMLOOP_CACHE", str(tmp_path))
+    monkeypatch.setenv("CXX", str(tmp_path / "no-such-compiler"))
+    monkeypatch.setattr(kernels.shutil, "which", lambda name: None)
+    with pytest.raises(kernels.KernelBuildError):
+        kernels.load()
+    assert kernels.available() is False
