@@ -36,6 +36,15 @@ class BenchSettings:
     batch: int = 32
     hf_batch: bool = False  # also time transformers at batch 32 (slow on CPU)
     packed: bool = False  # memloop keeps Q4/Q8 layer matrices packed (see engine.model.load_model)
+    dense: bool = False  # memloop with dense f32 weights only (no block-form kernel)
+    dense_peer: bool = True  # also time memloop with dense f32 weights (XLA's dot), the pre-kernel engine
+
+
+def _has_blocks(lm: Any) -> bool:
+    from engine.blocks import BlockMatrix
+
+    return isinstance(lm.params["embed"], BlockMatrix) or any(
+        isinstance(w, BlockMatrix) for layer in (lm.params["layers"] if lm.per_layer else []) for w in layer.values())
 
 
 def _timed(fn: Callable[[], Any], repeat: int = 1) -> float:
@@ -110,6 +119,28 @@ def _ours_prefill_decode(lm: Any, ids_batch: list[list[int]], steps: int) -> tup
     return min(r[0] for r in runs), min(r[1] for r in runs)
 
 
+def macs_per_token(lm: Any) -> int:
+    """Multiply-adds of the weight matrices for one decoded token (layers and output head)."""
+    cfg = lm.config
+    hd = cfg.head_dim
+    per_layer = cfg.hidden_size * (2 * cfg.num_heads * hd + 2 * cfg.num_kv_heads * hd + 3 * cfg.intermediate_size)
+    return cfg.num_layers * per_layer + cfg.vocab_size * cfg.hidden_size
+
+
+def f32_gemm_gmacs(size: int = 1536, repeat: int = 5) -> float:
+    """The best f32 matrix-multiply rate XLA sustains on this host now (GMAC/s): the compute ceiling
+    a large-batch decode step can approach, measured in the same run as the decode speeds."""
+    import jax
+    import jax.numpy as jnp
+
+    a = jnp.ones((size, size), jnp.float32)
+    b = jnp.ones((size, size), jnp.float32)
+    fn = jax.jit(lambda a, b: a @ b)
+    fn(a, b).block_until_ready()
+    seconds = _timed(lambda: fn(a, b).block_until_ready(), repeat)
+    return size ** 3 / seconds / 1e9
+
+
 def run_model_bench(path: Path | None = None, settings: BenchSettings = BenchSettings(),
                     log: Callable[[str], None] = print) -> dict[str, Any]:
     import jax
@@ -121,8 +152,9 @@ def run_model_bench(path: Path | None = None, settings: BenchSettings = BenchSet
     from engine.model import forward, load_model, no_cache_attention
     from engine.sampling import SamplingParams
 
-    lm = load_model(path, packed=settings.packed)
-    log(f"memloop model loaded from {lm.path} ({jax.default_backend()}, {lm.dtype.name})")
+    lm = load_model(path, packed=settings.packed, blocks=False if settings.dense else None)
+    log(f"memloop model loaded from {lm.path} ({jax.default_backend()}, {lm.dtype.name}, "
+        f"{'GGUF block weights + CPU kernel' if _has_blocks(lm) else 'dense weights'})")
     hf = AutoModelForCausalLM.from_pretrained(str(lm.path.parent), gguf_file=lm.path.name, dtype=torch.float32).eval()
     log(f"transformers reference loaded (torch {torch.__version__}, {torch.get_num_threads()} threads)")
     tok = lm.tokenizer
@@ -162,6 +194,19 @@ def run_model_bench(path: Path | None = None, settings: BenchSettings = BenchSet
     prefill_tps = len(long_ids) / pre
     log(f"memloop: decode b1 {decode_b1:.1f} tok/s, b{settings.batch} {decode_b32:.1f} tok/s, "
         f"prefill {prefill_tps:.0f} tok/s ({len(long_ids)}-token prompt)")
+    gmacs = f32_gemm_gmacs()
+    ceiling_b32 = gmacs * 1e9 / macs_per_token(lm)
+    log(f"host f32 GEMM {gmacs:.1f} GMAC/s: batch {settings.batch} decode cannot exceed {ceiling_b32:.0f} tok/s "
+        f"({ceiling_b32 / decode_b1:.1f}x memloop's batch 1) while every weight multiply-add is f32")
+    peer: dict[str, Any] = {}
+    if settings.dense_peer and _has_blocks(lm):
+        dense = load_model(path, blocks=False)
+        _, d1 = _ours_prefill_decode(dense, [prompt_ids[0]], steps)
+        _, d32 = _ours_prefill_decode(dense, batch_ids, steps)
+        peer = {"dense_decode_tps_b1": round(steps / d1, 2), "dense_decode_tps_b32": round(settings.batch * steps / d32, 2)}
+        del dense
+        log(f"memloop with dense f32 weights: decode b1 {peer['dense_decode_tps_b1']:.1f} tok/s, "
+            f"b{settings.batch} {peer['dense_decode_tps_b32']:.1f} tok/s")
 
     # --- speed: transformers generate (same prompts, greedy, forced length)
     def hf_gen(ids_batch: list[list[int]], new: int) -> None:
@@ -194,8 +239,15 @@ def run_model_bench(path: Path | None = None, settings: BenchSettings = BenchSet
         "ratio_decode_b1_vs_hf": round(decode_b1 / hf_decode_b1, 2),
         "ratio_decode_b32_vs_b1": round(decode_b32 / decode_b1, 2),
         "ratio_prefill_vs_hf": round(prefill_tps / hf_prefill_tps, 2),
+        "f32_gemm_gmacs": round(gmacs, 1),
+        "decode_tps_b32_ceiling": round(ceiling_b32, 1),
+        "ratio_b32_ceiling_vs_b1": round(ceiling_b32 / decode_b1, 2),
+        **peer,
+        **({"ratio_decode_b1_vs_dense": round(decode_b1 / peer["dense_decode_tps_b1"], 2),
+            "ratio_decode_b32_vs_dense": round(decode_b32 / peer["dense_decode_tps_b32"], 2)} if peer else {}),
         "backend": jax.default_backend(),
         "dtype": lm.dtype.name,
+        "weights": "gguf-blocks" if _has_blocks(lm) else ("packed" if settings.packed else "dense"),
         "packed": settings.packed,
     }
     if settings.hf_batch:

@@ -73,7 +73,14 @@ inline void Tile(const float* x, int64_t in, const uint8_t* w, int64_t row_bytes
   __m512 acc[RT][OT];
   for (int r = 0; r < RT; ++r)
     for (int o = 0; o < OT; ++o) acc[r][o] = _mm512_setzero_ps();
+  // Prefetch the next tile's weight rows while this one computes, spread over the blocks: one row's
+  // weights are read once from memory, and the hardware prefetchers alone left the core waiting
+  // (measured: single-thread batch-1 layers 12 -> 7.4 ms).
+  const uint8_t* next = w + OT * row_bytes;
+  const int64_t span = OT * row_bytes;
+  const int64_t step = (span + nb - 1) / nb;
   for (int64_t j = 0; j < nb; ++j) {
+    for (int64_t a = j * step; a < (j + 1) * step && a < span; a += 64) _mm_prefetch((const char*)(next + a), _MM_HINT_T0);
     __m512 lo[OT], hi[OT];
     for (int o = 0; o < OT; ++o) Dequant<Q>(w + o * row_bytes + j * bb, lo[o], hi[o]);
     for (int r = 0; r < RT; ++r) {

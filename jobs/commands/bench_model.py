@@ -18,13 +18,16 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         batch: int = typer.Option(32, min=2, help="Batch size of the aggregate decode measurement."),
         hf_batch: bool = typer.Option(False, help="Also time transformers at the large batch (slow on CPU)."),
         packed: bool = typer.Option(False, help="Keep Q4_0/Q4_1/Q8_0 layer matrices packed in memloop's model."),
+        dense: bool = typer.Option(False, help="Dense f32 weights only (no GGUF block weights and CPU kernel)."),
+        dense_peer: bool = typer.Option(True, help="Also time memloop with dense f32 weights in the same run."),
         as_json: bool = typer.Option(False, "--json", help="Print one JSON object as the last line."),
     ) -> None:
         """Compare memloop's Flax model with transformers on the same weights: logits, greedy tokens, tokens/s."""
         from bench.model import BenchSettings, run_model_bench
 
         settings = BenchSettings(greedy_tokens=greedy_tokens, decode_tokens=decode_tokens,
-                                 prefill_tokens=prefill_tokens, batch=batch, hf_batch=hf_batch, packed=packed)
+                                 prefill_tokens=prefill_tokens, batch=batch, hf_batch=hf_batch, packed=packed,
+                                 dense=dense, dense_peer=dense_peer)
         result = run_model_bench(model, settings, log=lambda line: typer.echo(line, err=as_json))
         if as_json:
             typer.echo(json.dumps(result))
