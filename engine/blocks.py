@@ -20,9 +20,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-BLOCK = 32
+from engine.weights import BLOCK  # 32 weights per GGUF block, as the packed loader uses
+
 BLOCK_BYTES = {"Q4_0": 18, "Q4_1": 20, "Q8_0": 34}
-KERNEL_MAX_ROWS = 64  # above this many rows the in-graph de-quantisation + XLA dot is faster (bench/kernels.py)
+KERNEL_MAX_ROWS = 64  # above this many rows the in-graph de-quantisation + XLA dot is faster (docs/engine-model.md)
 
 
 @jax.tree_util.register_pytree_node_class

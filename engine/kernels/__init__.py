@@ -29,8 +29,6 @@ log = logging.getLogger(__name__)
 TARGET = "memloop_qmatmul"
 SOURCE = Path(__file__).with_name("qmatmul.cc")
 QTYPES = {"Q4_0": 0, "Q4_1": 1, "Q8_0": 2}
-BLOCK_BYTES = {"Q4_0": 18, "Q4_1": 20, "Q8_0": 34}
-BLOCK = 32
 REQUIRED_FLAGS = ("avx512f", "avx512bw", "avx512vl", "f16c")
 
 _lock = threading.Lock()
