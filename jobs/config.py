@@ -1,14 +1,10 @@
-"""The run config: a YAML file validated by pydantic, and the run id derived from it.
+"""The run config: a YAML file validated by pydantic (structure only).
 
-The run id hashes everything that changes results (datasets and their content, methods, model
-weights and dtype, sampling, judges and the judge model, repeats and seeds) and nothing that only
-changes how the work is carried out (output location, number of actors, concurrency, retries,
-page budget, mesh). Re-submitting the same config therefore resumes the same run.
+What the config means for the environment (files, registries, the engine, the run id) is worked
+out once, before any work starts, by `jobs.plan`.
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import re
 from pathlib import Path
@@ -18,14 +14,6 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from jobs.errors import ConfigError
-
-# Method names of the methods registry (eval.methods); used when that registry cannot be imported.
-KNOWN_METHODS = (
-    "go-text", "go-json", "gu-text", "gu-json", "gm-text", "gm-json", "cok",
-    "prism-inplace", "prism-amendments", "hier-merge", "inc-update", "kg-retrieval",
-    "fart-base", "fart-compressed", "fart-rolling",
-)
-KNOWN_TASKS = ("sumie", "book", "repoqa", "spider", "arxiv")
 
 
 class _Strict(BaseModel):
@@ -45,8 +33,10 @@ class DatasetSpec(_Strict):
     @field_validator("task")
     @classmethod
     def _known_task(cls, v: str) -> str:
-        if v not in KNOWN_TASKS:
-            raise ValueError(f"unknown task {v!r}; use one of {', '.join(KNOWN_TASKS)}")
+        from eval.datasets import list_tasks  # the dataset registry is the one source of task names
+
+        if v not in list_tasks():
+            raise ValueError(f"unknown task {v!r}; use one of {', '.join(list_tasks())}")
         return v
 
     @model_validator(mode="after")
@@ -101,10 +91,16 @@ class EngineSpec(_Strict):
 
 
 class SamplingSpec(_Strict):
-    max_tokens: int = Field(default=512, ge=1)
-    temperature: float = Field(default=0.0, ge=0)
-    top_k: int = Field(default=0, ge=0)
-    top_p: float = Field(default=1.0, gt=0, le=1)
+    """Run-wide sampling overrides. A field left out keeps each method's own default (CoK writes up to
+    1024 tokens, most methods 512); only the fields set here replace it, for every method."""
+
+    max_tokens: int | None = Field(default=None, ge=1)
+    temperature: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    top_k: int | None = Field(default=None, ge=0, lt=2**31)
+    top_p: float | None = Field(default=None, gt=0, le=1)
+
+    def overrides(self) -> dict[str, Any]:
+        return self.model_dump(exclude_none=True)
 
 
 class EndpointSpec(_Strict):
@@ -199,125 +195,6 @@ def load_config(path: str | os.PathLike[str]) -> RunConfig:
     return parse_config(data, str(p))
 
 
-# ---------------------------------------------------------------------------------------------
-# Checks against the environment (before any work starts) and the run id.
-
-
 def resolve_path(path: str) -> Path:
     """Dataset and weight paths are relative to the current directory (where `memloop run` runs)."""
     return Path(os.path.expanduser(path)).resolve()
-
-
-def _digest_file(path: Path, chunk: int = 1 << 20) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return h.hexdigest()
-
-
-def _digest_cache() -> Path:
-    return Path(os.environ.get("MEMLOOP_CACHE", Path.home() / ".cache" / "memloop")) / "digests.json"
-
-
-def content_digest(path: Path) -> str:
-    """sha256 of a file, or of a directory's files (names + contents); cached by size and mtime."""
-    path = path.resolve()
-    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
-    cache_file = _digest_cache()
-    try:
-        cache = json.loads(cache_file.read_text())
-    except (OSError, ValueError):
-        cache = {}
-    h = hashlib.sha256()
-    changed = False
-    for f in files:
-        st = f.stat()
-        ck = f"{f}:{st.st_size}:{st.st_mtime_ns}"
-        if ck not in cache:
-            cache[ck] = _digest_file(f)
-            changed = True
-        h.update(f.relative_to(path).as_posix().encode() if path.is_dir() else b"")
-        h.update(cache[ck].encode())
-    if changed:
-        try:
-            cache_file.parent.mkdir(parents=True, exist_ok=True)
-            tmp = cache_file.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(json.dumps(cache))
-            os.replace(tmp, cache_file)
-        except OSError:
-            pass  # the cache is an optimisation only
-    return h.hexdigest()
-
-
-def weights_path(cfg: RunConfig) -> Path:
-    if cfg.model.weights is None:
-        from engine.assets import default_model_path
-
-        return default_model_path()
-    return resolve_path(cfg.model.weights)
-
-
-def registered_methods() -> tuple[str, ...]:
-    try:
-        from eval.methods import list_methods  # type: ignore[attr-defined]
-    except ImportError:
-        return KNOWN_METHODS
-    return tuple(list_methods())
-
-
-def check_config(cfg: RunConfig) -> None:
-    """Fail before any work starts: unknown methods or judges, missing files, bad endpoints."""
-    methods = registered_methods()
-    for i, m in enumerate(cfg.methods):
-        if m.name not in methods:
-            raise ConfigError(f"`methods.{i}.name`: unknown method {m.name!r}; registered: {', '.join(methods)}")
-        for t in m.tasks or ():
-            if t not in KNOWN_TASKS:
-                raise ConfigError(f"`methods.{i}.tasks`: unknown task {t!r}; use one of {', '.join(KNOWN_TASKS)}")
-    judges = registered_judges()
-    for i, j in enumerate(cfg.judges):
-        if judges is not None and j.name not in judges:
-            raise ConfigError(f"`judges.{i}.name`: unknown judge {j.name!r}; registered: {', '.join(judges)}")
-    for i, d in enumerate(cfg.datasets):
-        if d.path is not None and not resolve_path(d.path).exists():
-            raise ConfigError(
-                f"`datasets.{i}.path`: {d.path} does not exist (relative paths are taken from {Path.cwd()}); "
-                "fix the path or generate the file first"
-            )
-    if cfg.model.weights is not None and not resolve_path(cfg.model.weights).exists():
-        raise ConfigError(f"`model.weights`: {cfg.model.weights} does not exist; give a GGUF file or a model directory")
-    ep = cfg.judge_model.endpoint
-    if ep is not None and ep.api_key_env and not os.environ.get(ep.api_key_env):
-        raise ConfigError(f"`judge_model.endpoint.api_key_env`: environment variable {ep.api_key_env} is not set")
-
-
-def registered_judges() -> tuple[str, ...] | None:
-    try:
-        from eval.judges import list_judges  # type: ignore[attr-defined]
-    except ImportError:
-        return None
-    return tuple(list_judges())
-
-
-def identity(cfg: RunConfig) -> dict[str, Any]:
-    """What the run id hashes: the result-affecting settings, with files replaced by their content digest."""
-    datasets = []
-    for d in cfg.datasets:
-        entry = d.model_dump(exclude={"path"})
-        entry["content"] = content_digest(resolve_path(d.path)) if d.path else None
-        datasets.append(entry)
-    return {
-        "datasets": datasets,
-        "methods": [m.model_dump() for m in cfg.methods],
-        "model": {"weights": content_digest(weights_path(cfg)), "dtype": cfg.model.dtype, "options": cfg.model.options},
-        "sampling": cfg.sampling.model_dump(),
-        "judges": [j.model_dump() for j in cfg.judges],
-        "judge_model": cfg.judge_model.model_dump(),
-        "seeds": cfg.seeds(),
-    }
-
-
-def run_id(cfg: RunConfig) -> str:
-    digest = hashlib.sha256(json.dumps(identity(cfg), sort_keys=True, default=str).encode()).hexdigest()
-    return f"{cfg.name}-{digest[:12]}"

@@ -1,4 +1,7 @@
-"""Errors of the orchestration layer (configs, storage, runs)."""
+"""Errors of the orchestration layer (configs, storage, runs), and how a failure is written down."""
+from __future__ import annotations
+
+import re
 
 
 class JobsError(Exception):
@@ -15,3 +18,27 @@ class StorageError(JobsError):
 
 class RunError(JobsError):
     """A run could not be carried out."""
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+def root_cause(exc: BaseException) -> BaseException:
+    """The exception that really failed: Ray wraps a task's or actor's error (`RayTaskError.cause`),
+    and a re-raise may chain it (`__cause__`)."""
+    seen: set[int] = set()
+    while id(exc) not in seen:
+        seen.add(id(exc))
+        inner = getattr(exc, "cause", None)
+        if isinstance(inner, BaseException):
+            exc = inner
+            continue
+        break
+    return exc
+
+
+def error_text(exc: BaseException, limit: int = 2000) -> str:
+    """`Type: message` of the root cause, without colour codes, cut to `limit` characters."""
+    cause = root_cause(exc)
+    text = _ANSI.sub("", f"{type(cause).__name__}: {cause}").strip()
+    return text[:limit]

@@ -6,9 +6,12 @@ import socket
 import subprocess
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from jobs.config import RunConfig, content_digest, identity, weights_path
+from jobs.plan import RunPlan
+
+if TYPE_CHECKING:
+    from jobs.config import RunConfig
 
 PACKAGES = ("memloop", "jax", "jaxlib", "flax", "ray", "pyarrow", "transformers", "tokenizers", "llguidance",
             "numpy", "sentence-transformers", "rouge-score", "google-cloud-storage")
@@ -37,7 +40,7 @@ def package_versions() -> dict[str, str]:
     return out
 
 
-def template_hashes(cfg: RunConfig) -> dict[str, dict[str, str]]:
+def template_hashes(cfg: "RunConfig") -> dict[str, dict[str, str]]:
     from eval.methods import method_class
 
     out = {m.key: method_class(m.name).template_hashes() for m in cfg.methods}
@@ -50,15 +53,16 @@ def template_hashes(cfg: RunConfig) -> dict[str, dict[str, str]]:
     return out
 
 
-def manifest_base(cfg: RunConfig, invocation: str, output: str) -> dict[str, Any]:
+def manifest_base(plan: RunPlan, invocation: str, output: str) -> dict[str, Any]:
+    cfg = plan.config
     return {
         "invocation": invocation,
         "output": output,
         "config_json": json.dumps(cfg.model_dump(), sort_keys=True),
-        "identity_json": json.dumps(identity(cfg), sort_keys=True, default=str),
+        "identity_json": json.dumps(plan.identity, sort_keys=True, default=str),
         "code_version": code_version(),
         "packages_json": json.dumps(package_versions(), sort_keys=True),
-        "model_digest": content_digest(weights_path(cfg)),
+        "model_digest": plan.model_digest,
         "template_hashes_json": json.dumps(template_hashes(cfg), sort_keys=True),
         "host": socket.gethostname(),
     }

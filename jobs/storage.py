@@ -18,7 +18,6 @@ latest outcome wins when reading.
 """
 from __future__ import annotations
 
-import datetime as dt
 import io
 import os
 import uuid
@@ -29,94 +28,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from jobs.errors import StorageError
-
-TABLES = ("samples", "steps", "judgments", "scores")
-UTC_TS = pa.timestamp("us", tz="UTC")
-
-# Columns shared by every per-unit table: which unit and which shard a row belongs to.
-_UNIT = [
-    pa.field("run_id", pa.string(), nullable=False),
-    pa.field("unit", pa.string(), nullable=False),  # "{dataset}|{sample_id}|{method}|{repeat}"
-    pa.field("shard", pa.string(), nullable=False),
-    pa.field("dataset", pa.string(), nullable=False),  # DatasetSpec.key, e.g. "sumie:synthetic"
-    pa.field("task", pa.string(), nullable=False),
-    pa.field("sample_id", pa.string(), nullable=False),
-    pa.field("method", pa.string(), nullable=False),  # MethodSpec.key
-    pa.field("repeat", pa.int32(), nullable=False),
-]
-
-SCHEMAS: dict[str, pa.Schema] = {
-    "samples": pa.schema(_UNIT + [
-        pa.field("seed", pa.int64()),
-        pa.field("status", pa.string(), nullable=False),  # "ok" | "failed"
-        pa.field("error", pa.string()),  # the last error of a failed unit
-        pa.field("attempts", pa.int32()),
-        pa.field("output_json", pa.string()),  # the method's final answer (summary, attributes, name ...)
-        pa.field("n_steps", pa.int32()),
-        pa.field("prompt_tokens", pa.int64()),
-        pa.field("cached_tokens", pa.int64()),
-        pa.field("decoded_tokens", pa.int64()),
-        pa.field("chunk_tokens", pa.int64()),  # the dataset's chunk size, when it has one
-        pa.field("actor", pa.string()),
-        pa.field("started_at", UTC_TS),
-        pa.field("finished_at", UTC_TS),
-    ]),
-    "steps": pa.schema(_UNIT + [
-        pa.field("step", pa.int32(), nullable=False),
-        pa.field("kind", pa.string()),  # the method's name for the step (e.g. "update", "final")
-        pa.field("template_id", pa.string()),
-        pa.field("template_hash", pa.string()),
-        pa.field("prompt", pa.string()),
-        pa.field("output", pa.string()),
-        pa.field("parsed_json", pa.string()),
-        pa.field("memory_json", pa.string()),
-        pa.field("prompt_tokens", pa.int64()),
-        pa.field("cached_tokens", pa.int64()),
-        pa.field("decoded_tokens", pa.int64()),
-        pa.field("error", pa.string()),
-        pa.field("extra_json", pa.string()),  # anything else the method traced
-    ]),
-    "judgments": pa.schema(_UNIT + [
-        pa.field("judge", pa.string(), nullable=False),
-        pa.field("index", pa.int32(), nullable=False),
-        pa.field("record_json", pa.string(), nullable=False),  # the raw judgment, as the judge returned it
-    ]),
-    "scores": pa.schema(_UNIT + [
-        pa.field("judge", pa.string(), nullable=False),
-        pa.field("metric", pa.string(), nullable=False),
-        pa.field("turn", pa.int32()),  # per-turn metrics (SUMIE); null for whole-sample metrics
-        pa.field("value", pa.float64()),
-    ]),
-    "runs": pa.schema([
-        pa.field("run_id", pa.string(), nullable=False),
-        pa.field("invocation", pa.string(), nullable=False),
-        pa.field("output", pa.string()),
-        pa.field("config_json", pa.string()),
-        pa.field("identity_json", pa.string()),  # what the run id hashes
-        pa.field("code_version", pa.string()),
-        pa.field("packages_json", pa.string()),
-        pa.field("model_digest", pa.string()),
-        pa.field("template_hashes_json", pa.string()),
-        pa.field("host", pa.string()),
-        pa.field("started_at", UTC_TS),
-        pa.field("finished_at", UTC_TS),
-        pa.field("wall_s", pa.float64()),
-        pa.field("samples", pa.int64()),
-        pa.field("computed", pa.int64()),
-        pa.field("skipped", pa.int64()),
-        pa.field("failed", pa.int64()),
-        pa.field("stats_json", pa.string()),  # engine counters, tokens/s, cache hit rate
-    ]),
-}
-
-
-def unit_key(dataset: str, sample_id: str, method: str, repeat: int) -> str:
-    return f"{dataset}|{sample_id}|{method}|{repeat}"
-
-
-def now() -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc)
-
+from jobs.tables import SCHEMAS, TABLES, now
 
 # ---------------------------------------------------------------------------------------------
 # Object stores: whole-object put/get/list under a root.

@@ -6,7 +6,6 @@ config fails early with the offending field named.
 """
 from __future__ import annotations
 
-import dataclasses
 import inspect
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +15,7 @@ from eval.datasets.sample import Sample
 from eval.errors import EvalError
 from jobs.config import DatasetSpec, JudgeSpec, MethodSpec, RunConfig, resolve_path
 from jobs.errors import ConfigError
-from jobs.storage import unit_key
+from jobs.tables import unit_key
 
 
 @dataclass(frozen=True)
@@ -67,19 +66,11 @@ def load_samples(spec: DatasetSpec, index: int) -> list[Sample]:
     if spec.limit is not None:
         samples = samples[: spec.limit]
     max_chunks = spec.options.get("max_chunks")
-    if max_chunks is not None:  # a short excerpt: the first chunks of each sample
-        samples = [_truncate(s, int(max_chunks)) for s in samples]
+    if max_chunks is not None:  # a short excerpt: the first chunks of each sample (and their gold)
+        from eval.datasets import truncate
+
+        samples = [truncate(s, int(max_chunks)) for s in samples]
     return samples
-
-
-def _truncate(s: Sample, n: int) -> Sample:
-    if len(s.chunks) <= n:
-        return s
-    gold = s.gold
-    if s.task == "sumie" and isinstance(gold, dict) and "turns" in gold:
-        gold = dict(gold, turns=gold["turns"][:n], facts=gold.get("facts", [])[:n])
-    meta = dict(s.metadata, max_chunks=n, total_chunks=len(s.chunks))
-    return dataclasses.replace(s, chunks=s.chunks[:n], gold=gold, metadata=meta)
 
 
 def _method_tasks(m: MethodSpec) -> tuple[str, ...] | None:
@@ -99,9 +90,9 @@ def _judge_tasks(j: JudgeSpec) -> tuple[str, ...] | None:
 
 
 def method_settings(cfg: RunConfig, m: MethodSpec, seed: int) -> dict[str, Any]:
-    base = cfg.sampling.model_dump()
-    base["seed"] = seed
-    return {**base, **m.options}
+    """The method's settings: its own defaults, then the run's sampling overrides (only the fields
+    the config sets), the repeat's seed, then the method's own options."""
+    return {**cfg.sampling.overrides(), "seed": seed, **m.options}
 
 
 def validate_methods(cfg: RunConfig) -> None:

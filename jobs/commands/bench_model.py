@@ -8,29 +8,31 @@ from typing import Optional
 import typer
 
 
-def register(app: typer.Typer, bench_app: typer.Typer) -> None:
-    @bench_app.command("model")
-    def bench_model(
-        model: Optional[Path] = typer.Option(None, help="GGUF file or Hugging Face directory (default: bundled SmolLM2)."),
-        greedy_tokens: int = typer.Option(200, min=1, help="Greedy tokens compared per prompt."),
-        decode_tokens: int = typer.Option(64, min=1, help="Decode steps timed (rounded to the decode chunk)."),
-        prefill_tokens: int = typer.Option(512, min=16, help="Prompt length for the prefill measurement."),
-        batch: int = typer.Option(32, min=2, help="Batch size of the aggregate decode measurement."),
-        hf_batch: bool = typer.Option(False, help="Also time transformers at the large batch (slow on CPU)."),
-        packed: bool = typer.Option(False, help="Keep Q4_0/Q4_1/Q8_0 layer matrices packed in memloop's model."),
-        dense: bool = typer.Option(False, help="Dense f32 weights only (no GGUF block weights and CPU kernel)."),
-        dense_peer: bool = typer.Option(True, help="Also time memloop with dense f32 weights in the same run."),
-        as_json: bool = typer.Option(False, "--json", help="Print one JSON object as the last line."),
-    ) -> None:
-        """Compare memloop's Flax model with transformers on the same weights: logits, greedy tokens, tokens/s."""
-        from bench.model import BenchSettings, run_model_bench
+def bench_model(
+    model: Optional[Path] = typer.Option(None, help="GGUF file or Hugging Face directory (default: bundled SmolLM2)."),
+    greedy_tokens: int = typer.Option(200, min=1, help="Greedy tokens compared per prompt."),
+    decode_tokens: int = typer.Option(64, min=1, help="Decode steps timed (rounded to the decode chunk)."),
+    prefill_tokens: int = typer.Option(512, min=16, help="Prompt length for the prefill measurement."),
+    batch: int = typer.Option(32, min=2, help="Batch size of the aggregate decode measurement."),
+    hf_batch: bool = typer.Option(False, help="Also time transformers at the large batch (slow on CPU)."),
+    packed: bool = typer.Option(False, help="Keep Q4_0/Q4_1/Q8_0 layer matrices packed in memloop's model."),
+    dense: bool = typer.Option(False, help="Dense f32 weights only (no GGUF block weights and CPU kernel)."),
+    dense_peer: bool = typer.Option(True, help="Also time memloop with dense f32 weights in the same run."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object as the last line."),
+) -> None:
+    """Compare memloop's Flax model with transformers on the same weights: logits, greedy tokens, tokens/s."""
+    from bench.model import BenchSettings, run_model_bench
 
-        settings = BenchSettings(greedy_tokens=greedy_tokens, decode_tokens=decode_tokens,
-                                 prefill_tokens=prefill_tokens, batch=batch, hf_batch=hf_batch, packed=packed,
-                                 dense=dense, dense_peer=dense_peer)
-        result = run_model_bench(model, settings, log=lambda line: typer.echo(line, err=as_json))
-        if as_json:
-            typer.echo(json.dumps(result))
-        else:
-            for key, value in result.items():
-                typer.echo(f"{key:28s} {value}")
+    settings = BenchSettings(greedy_tokens=greedy_tokens, decode_tokens=decode_tokens,
+                             prefill_tokens=prefill_tokens, batch=batch, hf_batch=hf_batch, packed=packed,
+                             dense=dense, dense_peer=dense_peer)
+    result = run_model_bench(model, settings, log=lambda line: typer.echo(line, err=as_json))
+    if as_json:
+        typer.echo(json.dumps(result))
+    else:
+        for key, value in result.items():
+            typer.echo(f"{key:28s} {value}")
+
+
+def register(app: typer.Typer, bench_app: typer.Typer) -> None:
+    bench_app.command("model")(bench_model)

@@ -19,7 +19,7 @@ SCRIPT = textwrap.dedent('''
     import ray
     from ray.cluster_utils import Cluster
     from jobs.config import parse_config
-    from jobs.driver import start_actors
+    from jobs.actors import start_actors
     from jobs.errors import RunError
 
     class HostProbe:
@@ -45,16 +45,16 @@ SCRIPT = textwrap.dedent('''
                                             start_timeout_s=5, **engine)})
 
     out = {}
-    actors = start_actors(cfg(actors=3), HostProbe, {}, lambda m: None)
+    actors = start_actors(cfg(actors=3).engine, HostProbe, {}, lambda m: None)
     out["all"] = [hosts[n] + ":" + n[:8] for n in ray.get([a.node_id.remote() for a in actors])]
     for a in actors:
         ray.kill(a)
-    actors = start_actors(cfg(actors=2, tpu_slice="slice-a"), HostProbe, {}, lambda m: None)
+    actors = start_actors(cfg(actors=2, tpu_slice="slice-a").engine, HostProbe, {}, lambda m: None)
     out["slice_a"] = [hosts[n] + ":" + n[:8] for n in ray.get([a.node_id.remote() for a in actors])]
     for a in actors:
         ray.kill(a)
     try:
-        start_actors(cfg(actors=4), HostProbe, {}, lambda m: None)
+        start_actors(cfg(actors=4).engine, HostProbe, {}, lambda m: None)
         out["too_many"] = "started"
     except RunError as exc:
         out["too_many"] = str(exc)
@@ -75,7 +75,7 @@ def test_one_engine_actor_per_tpu_host() -> None:
 
 def test_actor_options_per_accelerator() -> None:
     from jobs.config import EngineSpec
-    from jobs.driver import actor_options
+    from jobs.actors import actor_options
 
     assert actor_options(EngineSpec(cpus_per_actor=2)) == {"max_restarts": 3, "max_task_retries": 0, "num_cpus": 2.0}
     gpu = actor_options(EngineSpec(accelerator="gpu", gpus_per_actor=1))

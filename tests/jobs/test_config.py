@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from jobs.config import load_config, parse_config, run_id, check_config
+from jobs.config import load_config, parse_config
+from jobs.plan import check_config, run_id
 from jobs.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]

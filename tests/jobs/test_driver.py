@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from jobs.config import parse_config, run_id
+from jobs.config import parse_config
+from jobs.plan import run_id
 from jobs.driver import execute
 from jobs.storage import RunStore
 

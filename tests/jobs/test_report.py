@@ -6,7 +6,8 @@ import math
 import pytest
 
 from jobs.report import RunData, build_report, mean_se, write_report
-from jobs.storage import RunStore, now, unit_key
+from jobs.storage import RunStore
+from jobs.tables import now, unit_key
 
 
 def _shard(rs: RunStore, method: str, sample: str, repeat: int, f1s: list[float], bscore: float | None,

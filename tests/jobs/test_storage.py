@@ -10,7 +10,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from jobs.errors import StorageError
-from jobs.storage import SCHEMAS, RunStore, now, open_store, unit_key
+from jobs.storage import RunStore, open_store
+from jobs.tables import SCHEMAS, now, unit_key
 
 
 def _unit(sample: str, method: str, repeat: int = 0, status: str = "ok") -> dict:

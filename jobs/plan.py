@@ -1,0 +1,205 @@
+"""The run plan: everything a run config means for the environment, worked out once before any work.
+
+`make_plan` checks the config against the registries and the files it names, digests the model
+weights and dataset files, derives the run id, translates the model and engine sections into the
+engine's own config names, and builds the units. The driver, the manifest row and the CLI read
+these values from the plan; nothing is digested or checked twice.
+
+The run id hashes everything that changes results (datasets and their content, methods, model
+weights and dtype, sampling, judges and the judge model, repeats and seeds) and nothing that only
+changes how the work is carried out (output location, number of actors, concurrency, retries,
+page budget, mesh). Re-submitting the same config therefore resumes the same run.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from jobs.config import RunConfig, resolve_path
+from jobs.errors import ConfigError
+
+if TYPE_CHECKING:
+    from jobs.workload import Unit
+
+
+# ---------------------------------------------------------------------------------------------
+# content digests
+
+
+def _digest_file(path: Path, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _digest_cache() -> Path:
+    return Path(os.environ.get("MEMLOOP_CACHE", Path.home() / ".cache" / "memloop")) / "digests.json"
+
+
+def content_digest(path: Path) -> str:
+    """sha256 of a file, or of a directory's files (names + contents); cached by size and mtime."""
+    path = path.resolve()
+    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+    cache_file = _digest_cache()
+    try:
+        cache = json.loads(cache_file.read_text())
+    except (OSError, ValueError):
+        cache = {}
+    h = hashlib.sha256()
+    changed = False
+    for f in files:
+        st = f.stat()
+        ck = f"{f}:{st.st_size}:{st.st_mtime_ns}"
+        if ck not in cache:
+            cache[ck] = _digest_file(f)
+            changed = True
+        h.update(f.relative_to(path).as_posix().encode() if path.is_dir() else b"")
+        h.update(cache[ck].encode())
+    if changed:
+        try:
+            cache_file.parent.mkdir(parents=True, exist_ok=True)
+            tmp = cache_file.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(cache))
+            os.replace(tmp, cache_file)
+        except OSError:
+            pass  # the cache is an optimisation only
+    return h.hexdigest()
+
+
+def weights_path(cfg: RunConfig) -> Path:
+    if cfg.model.weights is None:
+        from engine.assets import default_model_path
+
+        return default_model_path()
+    return resolve_path(cfg.model.weights)
+
+
+# ---------------------------------------------------------------------------------------------
+# checks against the registries and the environment
+
+
+def check_config(cfg: RunConfig) -> None:
+    """Fail before any work starts: unknown methods, tasks or judges, missing files, unset keys."""
+    from eval.datasets import list_tasks
+    from eval.judges import list_judges
+    from eval.methods import list_methods
+
+    methods, tasks, judges = list_methods(), list_tasks(), list_judges()
+    for i, m in enumerate(cfg.methods):
+        if m.name not in methods:
+            raise ConfigError(f"`methods.{i}.name`: unknown method {m.name!r}; registered: {', '.join(methods)}")
+        for t in m.tasks or ():
+            if t not in tasks:
+                raise ConfigError(f"`methods.{i}.tasks`: unknown task {t!r}; use one of {', '.join(tasks)}")
+    for i, j in enumerate(cfg.judges):
+        if j.name not in judges:
+            raise ConfigError(f"`judges.{i}.name`: unknown judge {j.name!r}; registered: {', '.join(judges)}")
+    for i, d in enumerate(cfg.datasets):
+        if d.path is not None and not resolve_path(d.path).exists():
+            raise ConfigError(
+                f"`datasets.{i}.path`: {d.path} does not exist (relative paths are taken from {Path.cwd()}); "
+                "fix the path or generate the file first"
+            )
+    if cfg.model.weights is not None and not resolve_path(cfg.model.weights).exists():
+        raise ConfigError(f"`model.weights`: {cfg.model.weights} does not exist; give a GGUF file or a model directory")
+    ep = cfg.judge_model.endpoint
+    if ep is not None and ep.api_key_env and not os.environ.get(ep.api_key_env):
+        raise ConfigError(f"`judge_model.endpoint.api_key_env`: environment variable {ep.api_key_env} is not set")
+
+
+# ---------------------------------------------------------------------------------------------
+# the engine's config, in the engine's own names
+
+
+def engine_config(cfg: RunConfig, weights: Path) -> dict[str, Any]:
+    """The `engine` config dict of the run's actors: the run config's names translated here, so the
+    engine speaks only its own (`page_budget` -> `kv_budget`, dtype "auto" -> None, `mesh` -> `tp`)."""
+    d: dict[str, Any] = {"model": str(weights), "dtype": None if cfg.model.dtype == "auto" else cfg.model.dtype,
+                         **cfg.model.options}
+    if cfg.engine.page_budget is not None:
+        d["kv_budget"] = cfg.engine.page_budget
+    if cfg.engine.mesh is not None:
+        axes = set(cfg.engine.mesh) - {"tp"}
+        if axes:
+            raise ConfigError(f"`engine.mesh`: the engine shards over one tensor-parallel axis `tp`; "
+                              f"remove {sorted(axes)}")
+        d["tp"] = cfg.engine.mesh["tp"]
+    d.update(cfg.engine.options)
+    return d
+
+
+def check_engine_config(config: dict[str, Any]) -> None:
+    """Build the engine's config object here (cheap), so unknown settings fail before actors start."""
+    from engine.errors import EngineError
+    from engine.serving import EngineConfig
+
+    try:
+        EngineConfig.from_dict(config)
+    except (EngineError, TypeError, ValueError) as exc:
+        raise ConfigError(f"`engine.options`/`model.options`: {exc}") from None
+
+
+# ---------------------------------------------------------------------------------------------
+# identity and run id
+
+
+def identity(cfg: RunConfig, model_digest: str) -> dict[str, Any]:
+    """What the run id hashes: the result-affecting settings, with files replaced by their content digest."""
+    datasets = []
+    for d in cfg.datasets:
+        entry = d.model_dump(exclude={"path"})
+        entry["content"] = content_digest(resolve_path(d.path)) if d.path else None
+        datasets.append(entry)
+    return {
+        "datasets": datasets,
+        "methods": [m.model_dump() for m in cfg.methods],
+        "model": {"weights": model_digest, "dtype": cfg.model.dtype, "options": cfg.model.options},
+        "sampling": cfg.sampling.overrides(),
+        "judges": [j.model_dump() for j in cfg.judges],
+        "judge_model": cfg.judge_model.model_dump(),
+        "seeds": cfg.seeds(),
+    }
+
+
+def run_id_of(name: str, ident: dict[str, Any]) -> str:
+    digest = hashlib.sha256(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()
+    return f"{name}-{digest[:12]}"
+
+
+def run_id(cfg: RunConfig) -> str:
+    """The run id of a config (digests the files it names; `make_plan` does this once per run)."""
+    return run_id_of(cfg.name, identity(cfg, content_digest(weights_path(cfg))))
+
+
+# ---------------------------------------------------------------------------------------------
+# the plan
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    config: RunConfig
+    weights: Path
+    model_digest: str
+    identity: dict[str, Any]
+    run_id: str
+    engine_config: dict[str, Any]  # in the engine's names: what each engine actor is built with
+    units: list["Unit"]
+
+
+def make_plan(cfg: RunConfig) -> RunPlan:
+    """Everything that can fail because of the config, before any Ray work starts."""
+    from jobs.workload import build_units
+
+    check_config(cfg)
+    weights = weights_path(cfg)
+    engine = engine_config(cfg, weights)
+    check_engine_config(engine)
+    digest = content_digest(weights)
+    ident = identity(cfg, digest)
+    return RunPlan(cfg, weights, digest, ident, run_id_of(cfg.name, ident), engine, build_units(cfg))

@@ -1,0 +1,174 @@
+"""A pool of worker threads that runs any unit function over a queue of items, with retries.
+
+Workers are grouped in lanes (one lane per engine actor, `per_lane` threads each); every worker
+pulls from one shared queue, so a slow lane takes fewer items. The unit function returns the rows
+of a finished item, or a future of them (e.g. judges still running as Ray tasks) so the worker can
+take the next item at once. An item that raises is retried up to `retries` times, then recorded
+with the rows `failed_rows` builds; a lane whose backend is gone for good (`lane_lost`) stops and
+hands its item back without spending an attempt. Finished rows are buffered and flushed in
+batches (every `flush_units` items or `flush_s` seconds, and always at the end or on interrupt).
+"""
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any, Callable, Generic, TypeVar
+
+from jobs.errors import error_text
+
+T = TypeVar("T")
+Rows = dict[str, list[dict[str, Any]]]
+Log = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The rows of one finished item; `error` is set when the item failed (e.g. a judge failed)."""
+
+    rows: Rows
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class Attempt(Generic[T]):
+    item: T
+    number: int  # 0 for the first attempt
+    previous_error: str | None = None
+
+
+class WorkerPool(Generic[T]):
+    def __init__(self, items: list[T], *, lanes: int, per_lane: int, retries: int,
+                 run: Callable[[Attempt[T], int], "Outcome | Future[Outcome]"],
+                 failed_rows: Callable[[Attempt[T], str], Rows],
+                 flush: Callable[[Rows], None], describe: Callable[[T], str] = str,
+                 lane_lost: Callable[[BaseException, int], bool] = lambda exc, lane: False,
+                 flush_units: int = 16, flush_s: float = 20.0, progress_s: float = 20.0,
+                 progress: Callable[["WorkerPool[T]"], None] | None = None, log: Log = print) -> None:
+        self.total = len(items)
+        self.queue: deque[Attempt[T]] = deque(Attempt(it, 0) for it in items)
+        self.lanes, self.per_lane, self.retries = lanes, per_lane, retries
+        self._run, self._failed_rows, self._flush_to = run, failed_rows, flush
+        self._describe, self._lane_lost, self._progress, self.log = describe, lane_lost, progress, log
+        self.flush_units, self.flush_s, self.progress_s = flush_units, flush_s, progress_s
+        self.cv = threading.Condition()
+        self.stop = threading.Event()
+        self.finished = 0
+        self.failed = 0
+        self.buffer: list[Rows] = []
+        self.live = [True] * lanes
+        self.errors: list[str] = []  # the final error of each failed item, in order
+
+    # queue ---------------------------------------------------------------------------------
+
+    def _take(self) -> Attempt[T] | None:
+        with self.cv:
+            while not self.queue and not self.stop.is_set() and self.finished < self.total:
+                self.cv.wait(0.5)
+            if self.stop.is_set() or not self.queue:
+                return None
+            return self.queue.popleft()
+
+    def _put(self, attempt: Attempt[T], front: bool = False) -> None:
+        with self.cv:
+            (self.queue.appendleft if front else self.queue.append)(attempt)
+            self.cv.notify_all()
+
+    def finish(self, rows: Rows, failed: bool, error: str | None = None) -> None:
+        with self.cv:
+            self.buffer.append(rows)
+            self.finished += 1
+            self.failed += int(failed)
+            if failed and error:
+                self.errors.append(error)
+            self.cv.notify_all()
+
+    def _attempt_failed(self, a: Attempt[T], exc: BaseException) -> None:
+        err = error_text(exc)
+        if a.number < self.retries and not self.stop.is_set():
+            self.log(f"retry {a.number + 1}/{self.retries} of {self._describe(a.item)} after {err[:200]}")
+            self._put(Attempt(a.item, a.number + 1, err))
+            return
+        self.log(f"FAILED {self._describe(a.item)} after {a.number + 1} attempt(s): {err[:300]}")
+        self.finish(self._failed_rows(a, err), failed=True, error=err)
+
+    # workers -------------------------------------------------------------------------------
+
+    def _worker(self, lane: int) -> None:
+        while self.live[lane] and (a := self._take()) is not None:
+            try:
+                result = self._run(a, lane)
+            except Exception as exc:  # recorded with the item, never dropped
+                if self._lane_lost(exc, lane):
+                    self.live[lane] = False
+                    self._put(a, front=True)  # back to the queue without spending an attempt
+                    break
+                self._attempt_failed(a, exc)
+                continue
+            if isinstance(result, Future):
+                result.add_done_callback(lambda f, a=a: self._resolved(a, f))
+            else:
+                self.finish(result.rows, failed=result.error is not None, error=result.error)
+        if not any(self.live):
+            self._fail_remaining("every engine actor died and could not be restarted (engine.max_restarts)")
+
+    def _resolved(self, a: Attempt[T], fut: "Future[Outcome]") -> None:
+        """A deferred outcome, or the failure its future raised (recorded, not retried)."""
+        try:
+            out = fut.result()
+        except Exception as exc:
+            out = Outcome(self._failed_rows(a, error_text(exc)), error_text(exc))
+        self.finish(out.rows, failed=out.error is not None, error=out.error)
+
+    def _fail_remaining(self, reason: str) -> None:
+        while True:
+            with self.cv:
+                if not self.queue:
+                    return
+                a = self.queue.popleft()
+            self.finish(self._failed_rows(a, reason), failed=True, error=reason)
+
+    # main loop -----------------------------------------------------------------------------
+
+    def flush(self) -> None:
+        with self.cv:
+            batch, self.buffer = self.buffer, []
+        if not batch:
+            return
+        merged: Rows = {}
+        for rows in batch:
+            for table, rs in rows.items():
+                merged.setdefault(table, []).extend(rs)
+        self._flush_to(merged)
+
+    def run(self) -> tuple[int, int]:
+        """Run every item; returns (succeeded, failed). Rows are flushed also on interrupt."""
+        threads = [threading.Thread(target=self._worker, args=(lane,), daemon=True, name=f"unit-{lane}-{k}")
+                   for lane in range(self.lanes) for k in range(self.per_lane)]
+        for t in threads:
+            t.start()
+        last_flush = last_progress = time.monotonic()
+        last_count = 0
+        try:
+            while True:
+                with self.cv:
+                    done = self.finished >= self.total
+                    self.cv.wait(0.5)
+                    pending = len(self.buffer)
+                t = time.monotonic()
+                if pending and (done or pending >= self.flush_units or t - last_flush >= self.flush_s):
+                    self.flush()
+                    last_flush = t
+                if done:
+                    break
+                if self._progress and (self.finished != last_count or t - last_progress >= self.progress_s):
+                    self._progress(self)
+                    last_progress, last_count = t, self.finished
+        finally:
+            self.stop.set()
+            with self.cv:
+                self.cv.notify_all()
+            self.flush()  # whatever finished is kept, also on interrupt
+        return self.finished - self.failed, self.failed

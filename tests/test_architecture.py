@@ -1,0 +1,39 @@
+"""The layer rules of docs/architecture.md hold as import contracts (import-linter, pyproject.toml).
+
+The second test proves the check has teeth: in a copy of the source tree, one forbidden import
+(eval reaching into the engine) makes `lint-imports` fail and name the offending line.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("engine", "eval", "jobs", "bench")
+
+
+def _lint(root: Path) -> subprocess.CompletedProcess[str]:
+    exe = Path(sys.executable).with_name("lint-imports")
+    env = dict(os.environ, PYTHONPATH=str(root))  # the tree under test comes first on sys.path
+    return subprocess.run([str(exe), "--no-cache", "--config", str(root / "pyproject.toml")], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_import_contracts_hold() -> None:
+    res = _lint(ROOT)
+    assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-2000:]
+    assert "BROKEN" not in res.stdout and "KEPT" in res.stdout
+
+
+def test_a_forbidden_import_breaks_the_contracts(tmp_path: Path) -> None:
+    for pkg in PACKAGES:
+        shutil.copytree(ROOT / pkg, tmp_path / pkg, ignore=shutil.ignore_patterns("__pycache__", "*.cc"))
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    llm = tmp_path / "eval" / "llm.py"
+    llm.write_text(llm.read_text() + "\nimport engine.errors  # a forbidden import\n")
+    res = _lint(tmp_path)
+    assert res.returncode != 0
+    assert "eval.llm -> engine.errors" in res.stdout
