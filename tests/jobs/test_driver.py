@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from engine.actor import EngineActor
 from jobs.config import parse_config
 from jobs.plan import run_id
 from jobs.driver import execute
@@ -87,6 +88,41 @@ def test_run_end_to_end_then_resume_skips_everything(ray_local, tmp_path, gcs_em
     uri, rep = write_report(gcs.uri)
     assert uri.startswith("gs://") and "SUMIE" in rep.markdown
     assert gcs.store.get(gcs.name("report.md")).decode() == rep.markdown
+
+
+class RecordingActor(EngineActor):
+    """The real engine actor, recording the `max_tokens` each request arrives with. It then caps the
+    request at 8 tokens so the test stays fast: what is checked is what reached the engine."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.seen: list[int] = []
+
+    async def complete(self, request: dict) -> dict:
+        self.seen.append(request["sampling"]["max_tokens"])
+        capped = dict(request, sampling=dict(request["sampling"], max_tokens=8))
+        return await super().complete(capped)
+
+    def stats(self) -> dict:
+        return dict(super().stats(), seen_max_tokens=sorted(set(self.seen)))
+
+
+def test_a_methods_own_default_reaches_the_engine_unless_the_run_overrides_it(ray_local, tmp_path) -> None:
+    """CoK's own max_tokens (1024) reaches the engine through a run whose `sampling` section sets
+    other fields only; a method option wins over it, and a run-wide max_tokens replaces both."""
+    base = _config(tmp_path / "runs", entities=1, methods=("cok",), judges=[])
+    base["methods"] = [{"name": "cok", "options": {"max_attempts": 1}},
+                       {"name": "gu-json", "options": {"max_attempts": 1, "max_tokens": 40}}]
+    base["datasets"][0]["options"] = {"max_chunks": 1}
+
+    def seen(sampling: dict) -> list[int]:
+        cfg = parse_config(dict(base, sampling=sampling))
+        summary = execute(cfg, actor_cls=RecordingActor, log=lambda m: None)
+        assert summary.failed == 0, summary.errors
+        return summary.stats["engine"][0]["seen_max_tokens"]
+
+    assert seen({"temperature": 0.0}) == [40, 1024]
+    assert seen({"max_tokens": 64}) == [40, 64]
 
 
 @pytest.mark.slow

@@ -1,0 +1,71 @@
+"""The worker pool on plain unit functions: retries, failure rows, deferred outcomes, lost lanes."""
+from __future__ import annotations
+
+from concurrent.futures import Future, ThreadPoolExecutor
+
+from jobs.pool import Attempt, Outcome, WorkerPool
+
+
+def _pool(items, run, **kw):
+    flushed: list[dict] = []
+    pool = WorkerPool(items, lanes=kw.pop("lanes", 2), per_lane=2, retries=kw.pop("retries", 2), run=run,
+                      failed_rows=lambda a, err: {"samples": [{"item": a.item, "status": "failed", "error": err}]},
+                      flush=flushed.append, log=lambda m: None, flush_units=1, flush_s=0.1, **kw)
+    return pool, flushed
+
+
+def _rows(flushed: list[dict]) -> list[dict]:
+    return [r for batch in flushed for r in batch.get("samples", [])]
+
+
+def test_every_item_is_recorded_once_and_retries_are_bounded() -> None:
+    calls: dict[int, int] = {}
+
+    def run(a: Attempt[int], lane: int) -> Outcome:
+        calls[a.item] = calls.get(a.item, 0) + 1
+        if a.item == 3:
+            raise ValueError("always broken")
+        if a.item == 5 and a.number == 0:
+            raise RuntimeError("flaky once")
+        return Outcome({"samples": [{"item": a.item, "status": "ok", "attempt": a.number}]})
+
+    pool, flushed = _pool(list(range(8)), run)
+    ok, failed = pool.run()
+    rows = _rows(flushed)
+    assert (ok, failed) == (7, 1) and sorted(r["item"] for r in rows) == list(range(8))
+    assert calls[3] == 3 and calls[5] == 2  # 1 + retries, and a flaky item succeeds on its retry
+    assert pool.errors == ["ValueError: always broken"]
+    assert next(r for r in rows if r["item"] == 3)["error"] == "ValueError: always broken"
+
+
+def test_deferred_outcomes_and_their_failures_count() -> None:
+    ex = ThreadPoolExecutor(2)
+
+    def run(a: Attempt[int], lane: int) -> Future:
+        def later() -> Outcome:
+            if a.item == 1:
+                return Outcome({"samples": [{"item": 1, "status": "failed"}]}, error="judge x: refused")
+            if a.item == 2:
+                raise OSError("connection refused")
+            return Outcome({"samples": [{"item": a.item, "status": "ok"}]})
+        return ex.submit(later)
+
+    pool, flushed = _pool([0, 1, 2, 3], run)
+    assert pool.run() == (2, 2)
+    assert sorted(pool.errors) == ["OSError: connection refused", "judge x: refused"]
+    assert sorted(r["item"] for r in _rows(flushed)) == [0, 1, 2, 3]
+
+
+def test_a_lost_lane_hands_its_items_to_the_others_and_all_lost_fails_the_rest() -> None:
+    def run(a: Attempt[int], lane: int) -> Outcome:
+        if lane == 0:
+            raise ConnectionError("actor died")
+        return Outcome({"samples": [{"item": a.item, "status": "ok", "lane": lane}]})
+
+    pool, flushed = _pool(list(range(6)), run, lane_lost=lambda exc, lane: isinstance(exc, ConnectionError))
+    assert pool.run() == (6, 0)
+    assert {r["lane"] for r in _rows(flushed)} == {1}
+
+    pool, flushed = _pool(list(range(3)), run, lanes=1, lane_lost=lambda exc, lane: True)
+    assert pool.run() == (0, 3)
+    assert all("every engine actor died" in r["error"] for r in _rows(flushed))
