@@ -20,6 +20,22 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
+
+
+def _version(value: bool) -> None:
+    if value:
+        from jobs.provenance import code_version, package_version
+
+        print(f"memloop {package_version()} ({code_version()})")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                       help="Print the version and the code it runs, then exit.")) -> None:
+    """Run long-input LLM methods with incremental memories at scale, and score them."""
+
+
 bench_app = typer.Typer(help="Benchmarks that print ratios against peers measured in the same run.", no_args_is_help=True)
 app.add_typer(bench_app, name="bench")
 

@@ -130,6 +130,7 @@ class JudgeModelSpec(_Strict):
 
 class RunConfig(_Strict):
     name: str = "run"
+    tag: str | None = None  # part of the run id: e.g. the date, for runs that must compute afresh
     output: str = "./runs"  # local directory or gs://bucket/prefix
     datasets: list[DatasetSpec] = Field(min_length=1)
     methods: list[MethodSpec] = Field(min_length=1)
@@ -145,11 +146,18 @@ class RunConfig(_Strict):
     flush_units: int = Field(default=16, ge=1)  # write a shard every this many finished units ...
     flush_s: float = Field(default=20.0, gt=0)  # ... or this many seconds
 
-    @field_validator("name")
+    @field_validator("name", "tag")
     @classmethod
-    def _slug(cls, v: str) -> str:
-        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", v):
+    def _slug(cls, v: str | None) -> str | None:
+        if v is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", v):
             raise ValueError("use letters, digits, '.', '_' and '-' only (at most 64 characters)")
+        return v
+
+    @field_validator("output")
+    @classmethod
+    def _output_given(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("is empty; give a directory (e.g. ./runs) or gs://bucket/prefix")
         return v
 
     @field_validator("methods")
@@ -183,15 +191,41 @@ def parse_config(data: dict[str, Any], source: str = "config") -> RunConfig:
         raise ConfigError(_format_error(exc, source)) from None
 
 
+def with_overrides(cfg: RunConfig, source: str = "config", *, output: str | None = None, tag: str | None = None,
+                   limit: int | None = None) -> RunConfig:
+    """The config with command-line overrides applied and validated again (`--limit N` keeps at most
+    N samples of every dataset, which is part of the run id like a `limit` in the file)."""
+    data = cfg.model_dump()
+    if output is not None:
+        data["output"] = output
+    if tag is not None:
+        data["tag"] = tag
+    if limit is not None:
+        if limit < 1:
+            raise ConfigError(f"--limit must be at least 1 (got {limit})")
+        for d in data["datasets"]:
+            d["limit"] = min(d["limit"] or limit, limit)
+    return parse_config(data, source)
+
+
 def load_config(path: str | os.PathLike[str]) -> RunConfig:
     """Read and validate a YAML run config (structure only; see `check_config` for the environment)."""
     p = Path(path)
+    if p.is_dir():
+        raise ConfigError(f"{p} is a directory; pass the path of a YAML run config file (e.g. jobs/configs/demo.yaml)")
     if not p.is_file():
         raise ConfigError(f"config file {p} does not exist; pass the path of a YAML run config")
     try:
-        data = yaml.safe_load(p.read_text())
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{p}: not UTF-8 text (byte {exc.start}); save the config as UTF-8 YAML") from None
+    try:
+        data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{p}: not valid YAML ({exc}); fix the syntax") from None
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError(f"{p}: not valid YAML ({where}{problem}); fix the syntax") from None
     return parse_config(data, str(p))
 
 

@@ -53,10 +53,21 @@ class RunSummary:
     stats: dict[str, Any] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)  # the first failed units' errors (root causes)
 
+    def first_errors(self, n: int = 3) -> list[str]:
+        """The first `n` distinct root causes of failed units."""
+        return list(dict.fromkeys(self.errors))[:n]
+
+    def exit_code(self, max_failed_frac: float = 0.0) -> int:
+        """0 when every unit computed (or at most `max_failed_frac` of this invocation's units failed), else 3."""
+        attempted = self.computed + self.failed
+        return 3 if self.failed and self.failed > max_failed_frac * attempted else 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"run_id": self.run_id, "output": self.output, "samples": self.samples, "computed": self.computed,
+                "skipped": self.skipped, "failed": self.failed, "errors": self.first_errors(5)}
+
     def to_json(self) -> str:
-        return json.dumps({"run_id": self.run_id, "output": self.output, "samples": self.samples,
-                           "computed": self.computed, "skipped": self.skipped, "failed": self.failed,
-                           "errors": self.errors[:5]})
+        return json.dumps(self.to_dict())
 
 
 class _UnitRunner:

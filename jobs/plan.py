@@ -6,9 +6,11 @@ engine's own config names, and builds the units. The driver, the manifest row an
 these values from the plan; nothing is digested or checked twice.
 
 The run id hashes everything that changes results (datasets and their content, methods, model
-weights and dtype, sampling, judges and the judge model, repeats and seeds) and nothing that only
-changes how the work is carried out (output location, number of actors, concurrency, retries,
-page budget, mesh). Re-submitting the same config therefore resumes the same run.
+weights and dtype, sampling, judges and the judge model, repeats and seeds, the result-affecting
+code and every prompt template, and an optional `tag`) and nothing that only changes how the work
+is carried out (output location, number of actors, concurrency, retries, page budget, mesh).
+Re-submitting the same config with the same code therefore resumes the same run; after a code or
+template change, or with a new tag, it computes a fresh one.
 """
 from __future__ import annotations
 
@@ -84,6 +86,18 @@ def weights_path(cfg: RunConfig) -> Path:
 # checks against the registries and the environment
 
 
+def check_output(cfg: RunConfig) -> None:
+    """Inside a Ray job the working directory is Ray's temporary copy of the uploaded working_dir,
+    deleted with the job: a relative output would vanish with it."""
+    from jobs.provenance import ray_job_config
+
+    out = cfg.output
+    if ray_job_config() is not None and not out.startswith("gs://") and not os.path.isabs(os.path.expanduser(out)):
+        raise ConfigError(f"`output`: {out!r} is relative, and this driver runs as a Ray job whose working directory "
+                          f"({Path.cwd()}) is a temporary upload that Ray deletes; give an absolute path on shared "
+                          "storage or gs://bucket/prefix (e.g. --output gs://my-bucket/memloop)")
+
+
 def check_config(cfg: RunConfig) -> None:
     """Fail before any work starts: unknown methods, tasks or judges, missing files, unset keys."""
     from eval.datasets import list_tasks
@@ -149,8 +163,22 @@ def check_engine_config(config: dict[str, Any]) -> None:
 # identity and run id
 
 
+def template_hashes(cfg: RunConfig) -> dict[str, dict[str, str]]:
+    """sha256 of every prompt template the run's methods and judges use, by method key and `judge:<name>`."""
+    from eval.judges import judge_template_hashes
+    from eval.methods import method_class
+
+    out = {m.key: method_class(m.name).template_hashes() for m in cfg.methods}
+    out.update({f"judge:{j.name}": judge_template_hashes(j.name) for j in cfg.judges})
+    return out
+
+
 def identity(cfg: RunConfig, model_digest: str) -> dict[str, Any]:
-    """What the run id hashes: the result-affecting settings, with files replaced by their content digest."""
+    """What the run id hashes: the result-affecting settings, with files replaced by their content
+    digest, plus the code that computes results (`jobs.provenance.code_digest`), every prompt
+    template's hash and the run's `tag`."""
+    from jobs.provenance import code_digest
+
     datasets = []
     for d in cfg.datasets:
         entry = d.model_dump(exclude={"path"})
@@ -164,6 +192,9 @@ def identity(cfg: RunConfig, model_digest: str) -> dict[str, Any]:
         "judges": [j.model_dump() for j in cfg.judges],
         "judge_model": cfg.judge_model.model_dump(),
         "seeds": cfg.seeds(),
+        "code": code_digest(),
+        "templates": template_hashes(cfg),
+        "tag": cfg.tag,
     }
 
 
@@ -196,6 +227,7 @@ def make_plan(cfg: RunConfig) -> RunPlan:
     """Everything that can fail because of the config, before any Ray work starts."""
     from jobs.workload import build_units
 
+    check_output(cfg)
     check_config(cfg)
     weights = weights_path(cfg)
     engine = engine_config(cfg, weights)

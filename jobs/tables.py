@@ -84,6 +84,7 @@ SCHEMAS: dict[str, pa.Schema] = {
         pa.field("packages_json", pa.string()),
         pa.field("model_digest", pa.string()),
         pa.field("template_hashes_json", pa.string()),
+        pa.field("ray_job_id", pa.string()),  # the `ray job submit` submission id, when run as a Ray job
         pa.field("host", pa.string()),
         pa.field("started_at", UTC_TS),
         pa.field("finished_at", UTC_TS),

@@ -1,41 +1,92 @@
-"""`memloop run CONFIG` and `memloop report RUN_URI`."""
+"""`memloop run CONFIG` and `memloop report RUN_URI`.
+
+Exit codes of `memloop run`: 0 every unit computed; 3 some units failed (more than
+`--max-failed-frac` of those attempted); 2 a config or usage error (nothing started); 130 interrupted.
+"""
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import Optional
 
 import typer
 
+EXIT_FAILED_UNITS = 3
+
 
 def run_cmd(
     config: Path = typer.Argument(..., help="YAML run config (see jobs/configs/)."),
     report: bool = typer.Option(False, "--report", help="Write and print the report when the run ends."),
     output: Optional[str] = typer.Option(None, "--output", help="Override the config's `output` (a directory or gs://bucket/prefix)."),
+    tag: Optional[str] = typer.Option(None, "--tag", help="A tag hashed into the run id (e.g. the date): a run that must compute afresh."),
+    limit: Optional[int] = typer.Option(None, "--limit", help="At most this many samples of every dataset (part of the run id)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Validate everything and print the plan; start nothing."),
+    max_failed_frac: float = typer.Option(0.0, "--max-failed-frac", min=0.0, max=1.0,
+                                          help="Exit 0 when at most this fraction of the attempted units failed."),
+    as_json: bool = typer.Option(False, "--json", help="Print only one JSON object on stdout (progress stays on stderr)."),
 ) -> None:
     """Run (or resume) a config: prints the run id and output URI, then one JSON line of counts."""
-    from jobs.config import load_config, parse_config
+    from jobs.config import load_config, with_overrides
+
+    cfg = with_overrides(load_config(config), str(config), output=output, tag=tag, limit=limit)
+    if dry_run:
+        _dry_run(cfg, as_json)
+        return
     from jobs.driver import execute
 
-    cfg = load_config(config)
-    if output is not None:
-        cfg = parse_config(dict(cfg.model_dump(), output=output), str(config))
-
     def ready(rid: str, uri: str) -> None:
-        print(f"run id: {rid}", flush=True)
-        print(f"output: {uri}", flush=True)
+        if not as_json:
+            print(f"run id: {rid}", flush=True)
+            print(f"output: {uri}", flush=True)
 
     try:
         summary = execute(cfg, on_ready=ready)
     except KeyboardInterrupt:
         print("interrupted: finished units are saved; run the same config again to resume", file=sys.stderr)
         raise SystemExit(130) from None
+    code = summary.exit_code(max_failed_frac)
+    if summary.failed:
+        print(f"failed: {summary.failed} of {summary.computed + summary.failed} units computed in this invocation; "
+              "first errors:", file=sys.stderr)
+        for err in summary.first_errors():
+            print(f"  {err[:500]}", file=sys.stderr)
     if report:
         from jobs.report import write_report
 
         _, rep = write_report(summary.output)
-        print(rep.markdown, flush=True)
-    print(summary.to_json(), flush=True)
+        if not as_json:
+            print(rep.markdown, flush=True)
+    print(json.dumps(dict(summary.to_dict(), exit_code=code)), flush=True)
+    if code:
+        raise SystemExit(code)
+
+
+def _dry_run(cfg, as_json: bool) -> None:
+    """The plan of a run: its id, where it writes, and how many units it has (and has done)."""
+    from collections import Counter
+
+    from jobs.plan import make_plan
+    from jobs.storage import RunStore
+
+    plan = make_plan(cfg)
+    try:
+        done = RunStore.open(cfg.output, plan.run_id).done_units()
+    except Exception:  # an output not created yet, or unreachable: the real run will say which
+        done = set()
+    todo = [u for u in plan.units if u.key not in done]
+    per = Counter((u.dataset.key, u.method.key) for u in plan.units)
+    out = {"run_id": plan.run_id, "output": cfg.output, "units": len(plan.units), "done": len(plan.units) - len(todo),
+           "to_compute": len(todo), "engine": plan.engine_config,
+           "per_dataset_method": [{"dataset": d, "method": m, "units": n} for (d, m), n in sorted(per.items())]}
+    if as_json:
+        print(json.dumps(out, default=str))
+        return
+    print(f"run id: {plan.run_id}\noutput: {cfg.output}\nunits: {len(plan.units)} "
+          f"({out['done']} already done, {len(todo)} to compute)")
+    for row in out["per_dataset_method"]:
+        print(f"  {row['dataset']:32s} {row['method']:24s} {row['units']:5d}")
+    print("dry run: nothing started")
 
 
 def report_cmd(

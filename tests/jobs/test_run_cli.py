@@ -1,0 +1,125 @@
+"""`memloop run` as operations use it: exit codes, named root causes, dry runs, overrides, the API."""
+from __future__ import annotations
+
+import json
+import socket
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+import memloop
+from jobs.cli import app
+from jobs.config import load_config, parse_config, with_overrides
+from jobs.errors import ConfigError, error_text
+from jobs.plan import make_plan, run_id
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _cfg(tmp_path: Path, **over) -> dict:
+    cfg = {"name": "cli", "output": str(tmp_path / "runs"),
+           "datasets": [{"task": "sumie", "synthetic": {"entities": 1, "seed": 5}, "options": {"max_chunks": 1}}],
+           "methods": [{"name": "gu-json", "options": {"max_attempts": 1, "max_tokens": 16}}],
+           "engine": {"actors": 1, "cpus_per_actor": 0.5, "max_in_flight": 2, "start_timeout_s": 300},
+           "judge_cpus": 0.25, "retries": 0}
+    cfg.update(over)
+    return cfg
+
+
+def _write(tmp_path: Path, cfg: dict) -> Path:
+    path = tmp_path / "cfg.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def test_failing_judge_endpoint_exits_3_and_names_the_cause(ray_local, tmp_path) -> None:
+    port = _free_port()  # nothing listens here: every judge call is refused
+    book = Path(__file__).resolve().parents[2] / "jobs/configs/data/lighthouse-keeper.txt"
+    cfg = _cfg(tmp_path, judges=[{"name": "booookscore-batched"}],
+               datasets=[{"task": "book", "path": str(book), "options": {"chunk_tokens": 256, "max_chunks": 1}}],
+               methods=[{"name": "inc-update", "options": {"max_attempts": 1, "max_tokens": 24, "word_limit": 20}}],
+               judge_model={"kind": "openai", "endpoint": {"base_url": f"http://127.0.0.1:{port}", "model": "m"}})
+    res = CliRunner().invoke(app, ["run", str(_write(tmp_path, cfg))])
+    assert res.exit_code == 3, res.output
+    last = json.loads(res.stdout.strip().splitlines()[-1])
+    assert last["failed"] == 1 and last["exit_code"] == 3
+    assert "connection refused" in last["errors"][0].lower()
+    assert "connection refused" in res.stderr.lower() and "\x1b[" not in res.stderr
+    error = memloop.load(last["output"]).samples["error"].iloc[0]
+    assert "connection refused" in error.lower() and "\x1b[" not in error and "ray::" not in error
+    # tolerated: the same run with every failure allowed exits 0 (the failed unit is retried and fails again)
+    res = CliRunner().invoke(app, ["run", str(_write(tmp_path, cfg)), "--max-failed-frac", "1", "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["failed"] == 1  # --json: one object only on stdout
+
+
+def test_dry_run_validates_and_starts_nothing(tmp_path) -> None:
+    import ray
+
+    was_running = ray.is_initialized()
+    res = CliRunner().invoke(app, ["run", str(_write(tmp_path, _cfg(tmp_path))), "--dry-run", "--json"])
+    assert res.exit_code == 0, res.output
+    plan = json.loads(res.stdout)
+    assert plan["units"] == 1 and plan["to_compute"] == 1 and plan["engine"]["model"].endswith(".gguf")
+    assert not (tmp_path / "runs").exists() and ray.is_initialized() == was_running
+    res = CliRunner().invoke(app, ["run", str(_write(tmp_path, _cfg(tmp_path, methods=[{"name": "nope"}]))),
+                                   "--dry-run"])
+    assert res.exit_code != 0 and "unknown method 'nope'" in str(res.exception)
+
+
+def test_overrides_change_the_run_id_and_limit_samples(tmp_path) -> None:
+    cfg = parse_config(_cfg(tmp_path, datasets=[{"task": "sumie", "synthetic": {"entities": 3, "seed": 5}}]))
+    tagged = with_overrides(cfg, tag="2026-11-23")
+    limited = with_overrides(cfg, limit=2)
+    assert len({run_id(cfg), run_id(tagged), run_id(limited)}) == 3
+    assert len(make_plan(limited).units) == 2 and len(make_plan(cfg).units) == 3
+    assert with_overrides(tagged).tag == "2026-11-23"
+    with pytest.raises(ConfigError, match="--limit"):
+        with_overrides(cfg, limit=0)
+
+
+def test_a_relative_output_is_refused_inside_a_ray_job(tmp_path, monkeypatch) -> None:
+    cfg = parse_config(_cfg(tmp_path, output="runs"))
+    monkeypatch.setenv("RAY_JOB_CONFIG_JSON_ENV_VAR", json.dumps({"metadata": {"job_submission_id": "raysubmit_1"}}))
+    with pytest.raises(ConfigError, match="relative.*Ray job"):
+        make_plan(cfg)
+    assert make_plan(parse_config(_cfg(tmp_path))).run_id  # an absolute output is fine
+
+
+@pytest.mark.parametrize("content, expected", [
+    (b"\xff\xfe\x00binary", "not UTF-8"),
+    (b"datasets: [\n  {task: sumie\nmethods: x", "line "),
+    (yaml.safe_dump({"output": "", "datasets": [{"task": "sumie"}], "methods": [{"name": "cok"}]}).encode(),
+     "`output`: Value error, is empty"),
+])
+def test_unreadable_configs_get_one_line_errors(tmp_path, content, expected) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_bytes(content)
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert expected in str(info.value) and "\n" not in str(info.value)
+    with pytest.raises(ConfigError, match="is a directory"):
+        load_config(tmp_path)
+
+
+def test_error_text_is_the_root_cause_of_a_ray_task_without_colour(ray_local) -> None:
+    @ray_local.remote
+    def boom() -> None:
+        raise ConnectionRefusedError("[Errno 111] Connection refused")
+
+    with pytest.raises(Exception) as info:
+        ray_local.get(boom.remote())
+    assert error_text(info.value) == "ConnectionRefusedError: [Errno 111] Connection refused"
+
+
+def test_python_api_plans_and_loads(tmp_path) -> None:
+    plan = memloop.plan(_cfg(tmp_path), limit=1)
+    assert plan.run_id.startswith("cli-") and len(plan.units) == 1
+    with pytest.raises(memloop.Error):
+        memloop.plan(tmp_path / "missing.yaml")
