@@ -42,3 +42,18 @@ def error_text(exc: BaseException, limit: int = 2000) -> str:
     cause = root_cause(exc)
     text = _ANSI.sub("", f"{type(cause).__name__}: {cause}").strip()
     return text[:limit]
+
+
+# Failures that another attempt may cure: the infrastructure (Ray workers and actors, timeouts,
+# connections), not the unit's own inputs. Anything else (a method or judge error, a request the
+# engine rejects) fails the same way every time and is recorded at once instead of retried.
+_TRANSIENT_NAMES = {"RayActorError", "ActorDiedError", "ActorUnavailableError", "GetTimeoutError", "ObjectLostError",
+                    "OwnerDiedError", "WorkerCrashedError", "NodeDiedError", "RaySystemError", "LLMHTTPError"}
+
+
+def is_transient(exc: BaseException) -> bool:
+    for e in (exc, root_cause(exc)):
+        if isinstance(e, (TimeoutError, ConnectionError)) or any(
+                c.__name__ in _TRANSIENT_NAMES for c in type(e).__mro__):
+            return True
+    return False

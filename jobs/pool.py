@@ -3,8 +3,9 @@
 Workers are grouped in lanes (one lane per engine actor, `per_lane` threads each); every worker
 pulls from one shared queue, so a slow lane takes fewer items. The unit function returns the rows
 of a finished item, or a future of them (e.g. judges still running as Ray tasks) so the worker can
-take the next item at once. An item that raises is retried up to `retries` times, then recorded
-with the rows `failed_rows` builds; a lane whose backend is gone for good (`lane_lost`) stops and
+take the next item at once. An item that raises a transient error (`retryable`: by default
+infrastructure failures, see `jobs.errors.is_transient`) is retried up to `retries` times; it is
+then, like an item whose error is deterministic, recorded at once with the rows `failed_rows` builds; a lane whose backend is gone for good (`lane_lost`) stops and
 hands its item back without spending an attempt. Finished rows are buffered and flushed in
 batches (every `flush_units` items or `flush_s` seconds, and always at the end or on interrupt).
 """
@@ -17,7 +18,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Callable, Generic, TypeVar
 
-from jobs.errors import error_text
+from jobs.errors import error_text, is_transient
 
 T = TypeVar("T")
 Rows = dict[str, list[dict[str, Any]]]
@@ -44,6 +45,7 @@ class WorkerPool(Generic[T]):
                  run: Callable[[Attempt[T], int], "Outcome | Future[Outcome]"],
                  failed_rows: Callable[[Attempt[T], str], Rows],
                  flush: Callable[[Rows], None], describe: Callable[[T], str] = str,
+                 retryable: Callable[[BaseException], bool] = is_transient,
                  lane_lost: Callable[[BaseException, int], bool] = lambda exc, lane: False,
                  flush_units: int = 16, flush_s: float = 20.0, progress_s: float = 20.0,
                  progress: Callable[["WorkerPool[T]"], None] | None = None, log: Log = print) -> None:
@@ -52,6 +54,7 @@ class WorkerPool(Generic[T]):
         self.lanes, self.per_lane, self.retries = lanes, per_lane, retries
         self._run, self._failed_rows, self._flush_to = run, failed_rows, flush
         self._describe, self._lane_lost, self._progress, self.log = describe, lane_lost, progress, log
+        self._retryable = retryable
         self.flush_units, self.flush_s, self.progress_s = flush_units, flush_s, progress_s
         self.cv = threading.Condition()
         self.stop = threading.Event()
@@ -87,7 +90,7 @@ class WorkerPool(Generic[T]):
 
     def _attempt_failed(self, a: Attempt[T], exc: BaseException) -> None:
         err = error_text(exc)
-        if a.number < self.retries and not self.stop.is_set():
+        if a.number < self.retries and not self.stop.is_set() and self._retryable(exc):
             self.log(f"retry {a.number + 1}/{self.retries} of {self._describe(a.item)} after {err[:200]}")
             self._put(Attempt(a.item, a.number + 1, err))
             return
@@ -101,6 +104,8 @@ class WorkerPool(Generic[T]):
             try:
                 result = self._run(a, lane)
             except Exception as exc:  # recorded with the item, never dropped
+                if self.stop.is_set():  # interrupted: the item stays unrecorded and a resume computes it
+                    break
                 if self._lane_lost(exc, lane):
                     self.live[lane] = False
                     self._put(a, front=True)  # back to the queue without spending an attempt
@@ -111,7 +116,7 @@ class WorkerPool(Generic[T]):
                 result.add_done_callback(lambda f, a=a: self._resolved(a, f))
             else:
                 self.finish(result.rows, failed=result.error is not None, error=result.error)
-        if not any(self.live):
+        if not any(self.live) and not self.stop.is_set():
             self._fail_remaining("every engine actor died and could not be restarted (engine.max_restarts)")
 
     def _resolved(self, a: Attempt[T], fut: "Future[Outcome]") -> None:

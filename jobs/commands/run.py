@@ -40,11 +40,15 @@ def run_cmd(
             print(f"run id: {rid}", flush=True)
             print(f"output: {uri}", flush=True)
 
-    try:
-        summary = execute(cfg, on_ready=ready)
-    except KeyboardInterrupt:
-        print("interrupted: finished units are saved; run the same config again to resume", file=sys.stderr)
-        raise SystemExit(130) from None
+    from jobs.signals import graceful_interrupts
+
+    with graceful_interrupts():
+        try:
+            summary = execute(cfg, on_ready=ready)
+        except KeyboardInterrupt:
+            _stop_ray()
+            print("interrupted: finished units are saved; run the same config again to resume", file=sys.stderr)
+            raise SystemExit(130) from None
     code = summary.exit_code(max_failed_frac)
     if summary.failed:
         print(f"failed: {summary.failed} of {summary.computed + summary.failed} units computed in this invocation; "
@@ -60,6 +64,14 @@ def run_cmd(
     print(json.dumps(dict(summary.to_dict(), exit_code=code)), flush=True)
     if code:
         raise SystemExit(code)
+
+
+def _stop_ray() -> None:
+    """Shut down the local Ray this process started (its raylet and agents), under the signal guard."""
+    import ray
+
+    if ray.is_initialized():
+        ray.shutdown()
 
 
 def _dry_run(cfg, as_json: bool) -> None:

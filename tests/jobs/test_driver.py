@@ -241,3 +241,29 @@ def test_judges_on_an_openai_compatible_endpoint(ray_local, tmp_path) -> None:
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+@pytest.mark.slow
+def test_sigterm_then_ctrl_c_stops_cleanly_and_records_nothing_false(tmp_path) -> None:
+    """`ray job stop` sends SIGTERM; an impatient user adds Ctrl-C during the clean-up. The run stops
+    with 130, no traceback, no unit recorded failed because of the stop, and resumes."""
+    cfg_dict = _config(tmp_path / "runs", entities=6, max_tokens=24, flush_units=1, flush_s=1)
+    cfg_dict["engine"]["max_in_flight"] = 2
+    cfg_path = tmp_path / "cfg.yaml"
+    cfg_path.write_text(yaml.safe_dump(cfg_dict))
+    rs = RunStore.open(str(tmp_path / "runs"), run_id(parse_config(cfg_dict)))
+    cmd = [sys.executable, "-c", "from jobs.cli import main; main()", "run", str(cfg_path)]
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.time() + 900
+    while time.time() < deadline and proc.poll() is None and len(rs.done_units()) < 2:
+        time.sleep(1)
+    assert proc.poll() is None, proc.communicate()[1][-3000:]
+    proc.send_signal(signal.SIGTERM)
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 130, err[-3000:]
+    assert "Traceback" not in err and "restarts exhausted" not in err, err[-3000:]
+    samples = rs.table("samples").to_pandas()
+    assert (samples["status"] == "ok").all() and 2 <= len(samples) < 6, samples[["unit", "status", "error"]]

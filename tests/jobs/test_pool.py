@@ -24,18 +24,21 @@ def test_every_item_is_recorded_once_and_retries_are_bounded() -> None:
     def run(a: Attempt[int], lane: int) -> Outcome:
         calls[a.item] = calls.get(a.item, 0) + 1
         if a.item == 3:
-            raise ValueError("always broken")
+            raise TimeoutError("always times out")
+        if a.item == 4:
+            raise ValueError("a deterministic error")
         if a.item == 5 and a.number == 0:
-            raise RuntimeError("flaky once")
+            raise ConnectionError("flaky once")
         return Outcome({"samples": [{"item": a.item, "status": "ok", "attempt": a.number}]})
 
     pool, flushed = _pool(list(range(8)), run)
     ok, failed = pool.run()
     rows = _rows(flushed)
-    assert (ok, failed) == (7, 1) and sorted(r["item"] for r in rows) == list(range(8))
+    assert (ok, failed) == (6, 2) and sorted(r["item"] for r in rows) == list(range(8))
     assert calls[3] == 3 and calls[5] == 2  # 1 + retries, and a flaky item succeeds on its retry
-    assert pool.errors == ["ValueError: always broken"]
-    assert next(r for r in rows if r["item"] == 3)["error"] == "ValueError: always broken"
+    assert calls[4] == 1  # a deterministic error is not retried
+    assert sorted(pool.errors) == ["TimeoutError: always times out", "ValueError: a deterministic error"]
+    assert next(r for r in rows if r["item"] == 3)["error"] == "TimeoutError: always times out"
 
 
 def test_deferred_outcomes_and_their_failures_count() -> None:
