@@ -42,6 +42,9 @@ def ensure_ray(log: Log) -> None:
         return
     address = os.environ.get("RAY_ADDRESS")
     ray.init(address=address, include_dashboard=False, log_to_driver=bool(address), logging_level="WARNING")
+    from jobs.signals import reassert
+
+    reassert()  # Ray's own SIGTERM handler exits at once; a run stops cleanly instead
     log(f"ray: {'connected to ' + address if address else 'local instance'}; resources {ray.cluster_resources()}")
 
 

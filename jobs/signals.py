@@ -10,6 +10,14 @@ from contextlib import contextmanager
 from typing import Iterator
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
+_active: list = []  # the handler of the guard in force, if any
+
+
+def reassert() -> None:
+    """Install the guard's handler again: `ray.init` replaces the SIGTERM handler with a plain exit."""
+    if _active and threading.current_thread() is threading.main_thread():
+        for s in SIGNALS:
+            signal.signal(s, _active[-1])
 
 
 @contextmanager
@@ -28,10 +36,11 @@ def graceful_interrupts() -> Iterator[None]:
         state["interrupted"] = True
         raise KeyboardInterrupt
 
-    for s in SIGNALS:
-        signal.signal(s, handler)
+    _active.append(handler)
+    reassert()
     try:
         yield
     finally:
+        _active.remove(handler)
         for s, h in previous.items():
             signal.signal(s, h)
