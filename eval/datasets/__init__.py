@@ -32,7 +32,7 @@ Malformed inputs raise subclasses of `eval.errors.DatasetError` (see `errors.py`
 from eval.datasets.chunker import ChunkStats, chunk_paragraphs, chunk_stats, chunk_text, split_paragraphs
 from eval.datasets.registry import get_loader, load_dataset, register_loader, tasks
 from eval.datasets.sample import Sample
-from eval.datasets.tokens import token_counter
+from eval.tokens import token_counter
 
 __all__ = [
     "Sample", "load_dataset", "register_loader", "get_loader", "tasks", "chunk_paragraphs", "chunk_text",

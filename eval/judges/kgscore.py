@@ -21,7 +21,6 @@ from __future__ import annotations
 import random
 import re
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
@@ -49,17 +48,9 @@ class Edge:
 Embedder = Callable[[Sequence[str]], np.ndarray]  # texts -> L2-normalised rows
 
 
-@lru_cache(maxsize=1)
 def minilm_embedder() -> Embedder:
-    """all-MiniLM-L6-v2 from the packaged weights (sentence-transformers, CPU), loaded once per process."""
-    from sentence_transformers import SentenceTransformer
-
-    from eval.assets import minilm_path
-
-    model = SentenceTransformer(str(minilm_path()), device="cpu")
-
-    def embed(texts: Sequence[str]) -> np.ndarray:
-        return np.asarray(model.encode(list(texts), normalize_embeddings=True, show_progress_bar=False))
+    """all-MiniLM-L6-v2 (`eval.embedding`, loaded once per process)."""
+    from eval.embedding import embed
 
     return embed
 
