@@ -45,7 +45,7 @@ def test_registry_names_and_errors():
 def test_register_a_custom_loader(monkeypatch):
     from eval.datasets import registry
 
-    monkeypatch.setattr(registry, "_LOADERS", dict(registry._LOADERS))  # leave the real registry untouched
+    monkeypatch.setattr(registry.LOADERS, "_entries", dict(registry.LOADERS._entries))  # leave the real registry untouched
     register_loader("toy-task", lambda n=2: [Sample(id=f"toy/{i}", task="toy-task", chunks=("a",)) for i in range(n)])
     assert [s.id for s in load_dataset("toy-task", n=3)] == ["toy/0", "toy/1", "toy/2"]
     with pytest.raises(DatasetError, match="produced no samples"):

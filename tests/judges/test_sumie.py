@@ -7,7 +7,7 @@ import pytest
 
 from eval.errors import JudgeError
 from eval.judges import run_judge
-from eval.judges.asking import InvalidAnswer
+from eval.asking import ParseFailure
 from eval.judges.sumie import aggregate_turns, normalise, pairs_of, parse_match, prf, rescore
 from eval.judges.records import Judgment
 from eval.llm import ScriptedLLM
@@ -75,7 +75,7 @@ def test_llm_matcher_extracts_pairs_from_text_predictions():
     r = run_judge("sumie", "Ada Quill is a chemist.", GOLD, llm)
     assert "Ada Quill is a chemist." in llm.requests[0].messages[0]["content"]
     assert r.score("precision", 1) == 1.0 and r.score("recall", 1) == pytest.approx(0.25)
-    with pytest.raises(InvalidAnswer):
+    with pytest.raises(ParseFailure):
         parse_match('{"supported_by": [0]}', 3)
 
 
