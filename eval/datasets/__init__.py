@@ -1,6 +1,8 @@
 """Datasets: every task becomes a list of `Sample`s (id, task, ordered chunks, query, gold, metadata).
 
-Entry point: `load_dataset(task, **options)` (see `registry.py`); `tasks()` lists the names.
+Entry point: `load_dataset(task, **options)` (see `registry.py`); `list_tasks()` lists the names (the
+registry is their single source). `truncate(sample, n_chunks)` keeps the first chunks and cuts the
+gold to match where the task's loader module defines `truncate_gold` (SUMIE: `turns` and `facts`).
 
 Gold format per task (what judges consume; all JSON-serialisable):
 
@@ -30,11 +32,12 @@ Gold format per task (what judges consume; all JSON-serialisable):
 Malformed inputs raise subclasses of `eval.errors.DatasetError` (see `errors.py`).
 """
 from eval.datasets.chunker import ChunkStats, chunk_paragraphs, chunk_stats, chunk_text, split_paragraphs
-from eval.datasets.registry import get_loader, load_dataset, register_loader, tasks
+from eval.datasets.registry import get_loader, list_tasks, load_dataset, register_loader, tasks, truncate
 from eval.datasets.sample import Sample
-from eval.datasets.tokens import token_counter
+from eval.tokens import token_counter
 
 __all__ = [
-    "Sample", "load_dataset", "register_loader", "get_loader", "tasks", "chunk_paragraphs", "chunk_text",
+    "Sample", "load_dataset", "register_loader", "get_loader", "list_tasks", "tasks", "truncate",
+    "chunk_paragraphs", "chunk_text",
     "chunk_stats", "ChunkStats", "split_paragraphs", "token_counter",
 ]

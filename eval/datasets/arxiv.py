@@ -19,7 +19,7 @@ from eval.datasets.chunker import chunk_paragraphs
 from eval.datasets.errors import DatasetError, EmptyDatasetError, MissingFieldError
 from eval.datasets.records import Record, read_records
 from eval.datasets.sample import Sample, slug
-from eval.datasets.tokens import TokenizerLike
+from eval.tokens import TokenizerLike
 
 _TAGS = re.compile(r"</?S>")
 _SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9(\[])")

@@ -15,7 +15,7 @@ from eval.datasets.chunker import chunk_paragraphs, split_paragraphs
 from eval.datasets.errors import DatasetNotFoundError, EmptyDatasetError, MissingFieldError, UnknownFormatError
 from eval.datasets.sample import Sample, slug
 from eval.datasets.textfile import read_text
-from eval.datasets.tokens import TokenizerLike
+from eval.tokens import TokenizerLike
 
 TEXT_SUFFIXES = (".txt", ".text", ".md")
 

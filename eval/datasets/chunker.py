@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from eval.datasets.errors import DatasetError
-from eval.datasets.tokens import TokenCounter, TokenizerLike, token_counter
+from eval.tokens import TokenCounter, TokenizerLike, token_counter
 
 MIN_CHUNK_TOKENS = 8  # a single character is at most 4 byte-level BPE tokens; below this cuts cannot progress
 

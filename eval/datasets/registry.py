@@ -1,45 +1,49 @@
-"""Loader registry: a run config names a task and keyword options; this returns its Samples."""
+"""Loader registry: a run config names a task and keyword options; this returns its Samples.
+
+The registry (`eval.registry.Registry`) is the single source of task names (`list_tasks()`). A
+task's loader module may also define `truncate_gold(gold, n_chunks)`, which `truncate` uses to cut
+the gold answer together with the chunks (SUMIE keeps one reference per paragraph).
+"""
 from __future__ import annotations
 
-import importlib
+import dataclasses
 import inspect
+import sys
 from typing import Any, Callable
 
 from eval.datasets.errors import DatasetError, UnknownTaskError
 from eval.datasets.sample import Sample
+from eval.registry import Registry
 
 Loader = Callable[..., list[Sample]]
+GoldTruncator = Callable[[Any, int], Any]
 
 # task -> "module:function"; modules import lazily so that one task's heavy deps never load for another.
-_LOADERS: dict[str, str | Loader] = {
-    "sumie": "eval.datasets.sumie.loader:load_sumie_dataset",
-    "book": "eval.datasets.books:load_books",
-    "repoqa": "eval.datasets.repoqa.loader:load_repoqa",
-    "spider": "eval.datasets.spider.loader:load_spider",
-    "arxiv": "eval.datasets.arxiv:load_arxiv",
-}
-_ALIASES = {"books": "book", "booookscore": "book", "loft-spider": "spider", "loft_spider": "spider"}
+LOADERS: Registry[Loader] = Registry(
+    "dataset task", UnknownTaskError,
+    aliases={"books": "book", "booookscore": "book", "loft-spider": "spider", "loft_spider": "spider"})
+LOADERS.register("arxiv", "eval.datasets.arxiv:load_arxiv")
+LOADERS.register("book", "eval.datasets.books:load_books")
+LOADERS.register("repoqa", "eval.datasets.repoqa.loader:load_repoqa")
+LOADERS.register("spider", "eval.datasets.spider.loader:load_spider")
+LOADERS.register("sumie", "eval.datasets.sumie.loader:load_sumie_dataset")
 
 
 def register_loader(task: str, loader: Loader | str) -> None:
     """Add (or replace) the loader of `task`: a callable or a "module:function" string."""
-    _LOADERS[task] = loader
+    LOADERS.register(task, loader)
 
 
-def tasks() -> list[str]:
-    """Names `load_dataset` accepts."""
-    return sorted(_LOADERS)
+def list_tasks() -> list[str]:
+    """Task names `load_dataset` accepts (aliases such as "books" not included)."""
+    return LOADERS.names()
+
+
+tasks = list_tasks  # the name the CLI has used
 
 
 def get_loader(task: str) -> Loader:
-    name = _ALIASES.get(task, task)
-    if name not in _LOADERS:
-        raise UnknownTaskError(f"unknown dataset task {task!r}: choose one of {', '.join(tasks())}")
-    target = _LOADERS[name]
-    if callable(target):
-        return target
-    module, func = target.split(":")
-    return getattr(importlib.import_module(module), func)
+    return LOADERS.get(task)
 
 
 def load_dataset(task: str, **options: Any) -> list[Sample]:
@@ -58,3 +62,29 @@ def load_dataset(task: str, **options: Any) -> list[Sample]:
     if not samples:
         raise DatasetError(f"dataset {task!r} with options {options} produced no samples: check the source and limits")
     return samples
+
+
+def gold_truncator(task: str) -> GoldTruncator | None:
+    """The `truncate_gold` of `task`'s loader module, or None (gold stays whole; unregistered tasks too)."""
+    if task not in LOADERS:
+        return None
+    module = sys.modules.get(getattr(get_loader(task), "__module__", ""), None)
+    return getattr(module, "truncate_gold", None)
+
+
+def truncate(sample: Sample, n_chunks: int) -> Sample:
+    """`sample` reduced to its first `n_chunks` chunks, gold cut to match where the task defines how.
+
+    metadata gains `max_chunks` and `total_chunks` when chunks are dropped; a sample that already
+    fits is returned as it is.
+    """
+    if isinstance(n_chunks, bool) or not isinstance(n_chunks, int) or n_chunks < 1:
+        raise DatasetError(f"max_chunks must be a positive integer (got {n_chunks!r})")
+    if len(sample.chunks) <= n_chunks:
+        return sample
+    gold = sample.gold
+    cut = gold_truncator(sample.task)
+    if cut is not None and gold is not None:
+        gold = cut(gold, n_chunks)
+    meta = dict(sample.metadata, max_chunks=n_chunks, total_chunks=len(sample.chunks))
+    return dataclasses.replace(sample, chunks=sample.chunks[:n_chunks], gold=gold, metadata=meta)

@@ -4,10 +4,13 @@ Every judge is an independent unit of work with one calling convention:
 
     result = run_judge(name, output, gold, llm=None, metadata=None, **options) -> JudgeResult
 
-`output` is what the method produced, `gold` is `Sample.gold`, `metadata` is `Sample.metadata`,
+`output` is what the method produced (`get_judge(name).prediction(method_output, n_chunks)` picks it
+out of a `MethodOutput`: per-turn memories for SUMIE, the final answer for the others), `gold` is `Sample.gold`, `metadata` is `Sample.metadata`,
 `llm` is any `eval.llm.LLM` (only judges with `needs_llm` use it; they never touch the engine or
-Ray). `list_judges()` names them, `get_judge(name)` gives `JudgeInfo` (tasks it applies to,
-whether it needs an LLM, its templates), `judge_template_hashes(name)` the sha256 of its prompts.
+Ray). `list_judges()` names them (the registry is their single source), `get_judge(name)` gives
+`JudgeInfo` (tasks it applies to, whether it needs an LLM, its templates, `prediction` and
+`aggregate`), `judge_template_hashes(name)` (= `get_judge(name).template_hashes()`) the sha256 of
+its prompts.
 Options (`**options`, from the run config) are each judge function's keyword arguments, e.g.
 `max_attempts`, `on_invalid` ("raise" | "record"), `batch_size`, `entities`, `max_edges`.
 Bad inputs raise `eval.errors.JudgeError` with what to do.
@@ -46,45 +49,75 @@ Records for the jobs layer's Parquet tables (`JudgeResult.judgment_records()` / 
   metrics (SUMIE `precision`/`recall`/`f1` at turn t, 0-based) carry `turn`, whole-sample ones
   `None`; start / last / average over turns (seed 000 table 1) are derived from the per-turn rows.
 
-Aggregation over samples (mean over books for BooookScore, macro averages for SUMIE and KGScore)
-is the report's job; `booookscore.mean_over_books` and `sumie.aggregate_turns` are the formulas.
-Cost accounting from engine usage lives in `eval.judges.cost` (cache hit rate, cost index).
+Aggregation over samples is declared by each judge (`JudgeInfo.aggregate`, all the papers' judges:
+the unweighted mean, `aggregation.mean_over_samples`; mean over books for BooookScore, macro averages
+for SUMIE and KGScore); the report calls it, and `sumie.turn_summary` for start / last / average
+over turns. Cost accounting from engine usage lives in `eval.judges.cost` (cache hit rate, cost
+index), also called by the report.
 """
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from eval.errors import JudgeError
+from eval.judges.aggregation import Aggregate, mean_over_samples
+from eval.judges.predictions import final_answer, memory_per_turn
 from eval.judges.records import Judgment, JudgeResult, Score
 from eval.llm import LLM
+from eval.registry import Registry
+from eval.templates import template_hashes
+
+if TYPE_CHECKING:
+    from eval.methods.base import MethodOutput
+
+Prediction = Callable[["MethodOutput", int], Any]
 
 
 @dataclass(frozen=True)
 class JudgeInfo:
+    """A judge: where its function lives, what it needs, what it scores and how its scores aggregate."""
+
     name: str
     tasks: tuple[str, ...]
     needs_llm: bool
     module: str
     function: str
     description: str
-    templates: tuple[str, ...] = ()  # prompt templates the judge renders (their hashes go into the run manifest)
+    templates: tuple[str, ...] = ()  # prompt templates the judge renders (their hashes go into the run id)
+    predict: Prediction = final_answer  # what of a MethodOutput the judge scores
+    aggregate_by: Aggregate = mean_over_samples  # per-sample values -> the dataset-level figure
 
     def load(self) -> Callable[..., JudgeResult]:
+        import importlib
+
         return getattr(importlib.import_module(self.module), self.function)
 
+    def prediction(self, output: "MethodOutput", n_chunks: int) -> Any:
+        """What this judge scores of `output` (a sample of `n_chunks` chunks)."""
+        return self.predict(output, n_chunks)
 
-_JUDGES: dict[str, JudgeInfo] = {j.name: j for j in (
+    def aggregate(self, values: Iterable[float]) -> float:
+        """One metric's per-sample values -> the dataset-level value."""
+        return self.aggregate_by(values)
+
+    def template_hashes(self) -> dict[str, str]:
+        """{template id: sha256} of the prompts this judge may render (hashed into the run id)."""
+        return template_hashes(self.templates)
+
+
+JUDGES: Registry[JudgeInfo] = Registry("judge", JudgeError)
+for _info in (
     JudgeInfo("booookscore", ("book",), True, "eval.judges.booookscore", "judge",
               "share of summary sentences without a coherence error, one judge call per sentence",
               ("booookscore-sentence",)),
     JudgeInfo("booookscore-batched", ("book",), True, "eval.judges.booookscore", "judge_batched",
               "BooookScore with several sentences per judge call (JSON list answers)", ("booookscore-batch",)),
     JudgeInfo("sumie", ("sumie",), True, "eval.judges.sumie", "judge_llm",
-              "per-turn P/R/F1 of attribute-value pairs, LLM decides support", ("sumie-match", "sumie-extract")),
+              "per-turn P/R/F1 of attribute-value pairs, LLM decides support", ("sumie-match", "sumie-extract"),
+              predict=memory_per_turn),
     JudgeInfo("sumie-exact", ("sumie",), False, "eval.judges.sumie", "judge_exact",
-              "per-turn P/R/F1 of attribute-value pairs, normalised exact match"),
+              "per-turn P/R/F1 of attribute-value pairs, normalised exact match", predict=memory_per_turn),
     JudgeInfo("kgscore", ("arxiv",), True, "eval.judges.kgscore", "judge",
               "P/R/F1 of knowledge-graph edges, predicates compared by MiniLM cosine similarity",
               ("kgscore-edges", "kgscore-entities")),
@@ -94,25 +127,32 @@ _JUDGES: dict[str, JudgeInfo] = {j.name: j for j in (
               "1 if the answer names the described function exactly"),
     JudgeInfo("loft-exec", ("spider",), False, "eval.judges.overlap", "judge_exec_match",
               "1 if the answered rows equal the gold rows (LOFT normalisation)"),
-)}
+):
+    JUDGES.register(_info.name, _info)
+
+
+def register_judge(info: JudgeInfo) -> None:
+    """Add (or replace) a judge under `info.name`."""
+    JUDGES.register(info.name, info)
 
 
 def list_judges() -> list[str]:
-    return list(_JUDGES)
+    return JUDGES.names()
 
 
 def get_judge(name: str) -> JudgeInfo:
-    try:
-        return _JUDGES[name]
-    except KeyError:
-        raise JudgeError(f"unknown judge {name!r}; available: {', '.join(_JUDGES)}") from None
+    return JUDGES.get(name)
 
 
 def judge_template_hashes(name: str) -> dict[str, str]:
     """{template id: sha256} of the prompts judge `name` may render."""
-    from eval.judges.templates import load_judge_template
+    return get_judge(name).template_hashes()
 
-    return {t: load_judge_template(t).sha256 for t in get_judge(name).templates}
+
+def aggregator(name: str) -> Aggregate:
+    """How judge `name` aggregates over samples. A name the registry does not hold (scores written by
+    an older memloop, or by a judge registered elsewhere) aggregates by the mean, as all the papers do."""
+    return get_judge(name).aggregate if name in JUDGES else mean_over_samples
 
 
 def run_judge(name: str, output: Any, gold: Any, llm: LLM | None = None, metadata: dict[str, Any] | None = None,
@@ -125,5 +165,5 @@ def run_judge(name: str, output: Any, gold: Any, llm: LLM | None = None, metadat
     return fn(output, gold, llm, metadata=metadata or {}, **options)
 
 
-__all__ = ["Judgment", "JudgeResult", "Score", "JudgeInfo", "list_judges", "get_judge", "run_judge",
-           "judge_template_hashes"]
+__all__ = ["Judgment", "JudgeResult", "Score", "JudgeInfo", "JUDGES", "list_judges", "get_judge", "register_judge",
+           "run_judge", "judge_template_hashes", "aggregator"]

@@ -1,23 +1,20 @@
-"""Ask a judge LLM one question with strict answer validation and bounded retries.
+"""Ask a judge LLM one question with strict answer validation: `eval.asking.ask` with the judges' retry policy.
 
 Every attempt is kept: a rejected answer goes into `Judgment.failures` with the reason, so an
 audit sees exactly how the final verdict was reached. Retries resample at a raised temperature
-with a fresh seed, because a greedy judge would otherwise repeat the same invalid answer.
+with a fresh seed (`eval.asking.RESAMPLE`), because a greedy judge would otherwise repeat the same
+invalid answer. Answer parsers raise `eval.asking.ParseFailure`, as the methods' parsers do.
 """
 from __future__ import annotations
 
 import json
 from typing import Any, Callable
 
+from eval.asking import RESAMPLE, ParseFailure, ask
 from eval.errors import JudgeError
-from eval.llm import LLM, LLMRequest, Sampling, Usage
-from eval.methods.templates import Template
-
 from eval.judges.records import Judgment
-
-
-class InvalidAnswer(Exception):
-    """The judge's answer does not follow the required format; the message says why."""
+from eval.llm import LLM, Sampling
+from eval.templates import Template
 
 
 def answer_list(text: str, key: str, shape: str) -> list[Any]:
@@ -29,9 +26,9 @@ def answer_list(text: str, key: str, shape: str) -> list[Any]:
     try:
         obj = json.loads(text[start:end + 1]) if start >= 0 and end > start else None
     except json.JSONDecodeError as exc:
-        raise InvalidAnswer(f"answer is not valid JSON: {exc}") from None
+        raise ParseFailure(f"answer is not valid JSON: {exc}") from None
     if not isinstance(obj, dict) or not isinstance(obj.get(key), list):
-        raise InvalidAnswer(f"the answer must be {shape}")
+        raise ParseFailure(f"the answer must be {shape}")
     return obj[key]
 
 
@@ -43,39 +40,23 @@ class JudgeAnswerError(JudgeError):
         self.judgment = judgment
 
 
-RETRY_TEMPERATURE = 0.7
-
-
-def ask(llm: LLM, template: Template, prompt: str, *, item: str, parse: Callable[[str], Any],
-        schema: dict[str, Any] | None = None, max_tokens: int = 256, max_attempts: int = 3,
-        temperature: float = 0.0, seed: int = 0, raise_on_invalid: bool = True) -> Judgment:
-    """One judged item. `parse` maps the answer text to the label or raises InvalidAnswer.
+def ask_judgment(llm: LLM, template: Template, prompt: str, *, item: str, parse: Callable[[str], Any],
+                 schema: dict[str, Any] | None = None, max_tokens: int = 256, max_attempts: int = 3,
+                 temperature: float = 0.0, seed: int = 0, raise_on_invalid: bool = True) -> Judgment:
+    """One judged item. `parse` maps the answer text to the label or raises ParseFailure.
 
     The answer is schema-constrained when the LLM supports it, and validated in every case (a
     schema cannot express every rule, e.g. "no questions exactly when no error types").
     """
     if max_attempts < 1:
         raise JudgeError(f"max_attempts must be at least 1 (got {max_attempts})")
-    constrained = schema if (schema is not None and llm.supports_json_schema) else None
-    j = Judgment(item=item, prompt=prompt, template_id=template.id, template_sha256=template.sha256,
-                 constrained=constrained is not None, valid=False)
-    usage = Usage()
-    for attempt in range(max_attempts):
-        t = temperature if attempt == 0 else max(temperature, RETRY_TEMPERATURE)
-        request = LLMRequest(messages=({"role": "user", "content": prompt},),
-                             sampling=Sampling(max_tokens=max_tokens, temperature=t, seed=seed + attempt),
-                             json_schema=constrained)
-        result = llm.complete(request)
-        usage = usage + result.usage
-        j.raw = result.text
-        try:
-            j.label = parse(result.text)
-            j.valid = True
-            break
-        except InvalidAnswer as exc:
-            reason = str(exc) if result.finish_reason != "length" else f"{exc} (answer cut at max_tokens={max_tokens})"
-            j.failures.append({"raw": result.text, "reason": reason})
-    j.usage = usage
+    answer = ask(llm, prompt, Sampling(max_tokens=max_tokens, temperature=temperature, seed=seed), parse=parse,
+                 schema=schema, max_attempts=max_attempts, retry=RESAMPLE)
+    failures = [{"raw": a.raw, "reason": f"{a.reason} (answer cut at max_tokens={max_tokens})" if a.cut else a.reason}
+                for a in answer.failures]
+    j = Judgment(item=item, label=answer.parsed if answer.ok else None, valid=answer.ok, prompt=prompt,
+                 template_id=template.id, template_sha256=template.sha256, constrained=answer.constrained,
+                 raw=answer.text, failures=failures, usage=answer.usage)
     if not j.valid and raise_on_invalid:
         last = j.failures[-1]["reason"] if j.failures else "no answer"
         raise JudgeAnswerError(

@@ -20,12 +20,13 @@ import re
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Iterable, Sequence
 
+from eval.asking import ParseFailure
 from eval.errors import JudgeError
 from eval.llm import LLM
-from eval.judges.asking import InvalidAnswer, ask
+from eval.judges.asking import ask_judgment
 from eval.judges.records import Judgment, JudgeResult, Score
 from eval.judges.sentences import split_sentences
-from eval.judges.templates import render
+from eval.templates import render
 
 NAME = "booookscore"
 ERROR_TYPES = ("entity omission", "event omission", "causal omission", "salience", "discontinuity",
@@ -68,14 +69,14 @@ def _normalise_types(types: Any) -> list[str]:
             return []
         types = [x for x in (p.strip() for p in t.split(",")) if x]
     if not isinstance(types, list):
-        raise InvalidAnswer(f"`types` must be a list of labels, got {type(types).__name__}")
+        raise ParseFailure(f"`types` must be a list of labels, got {type(types).__name__}")
     out: list[str] = []
     for t in types:
         if not isinstance(t, str):
-            raise InvalidAnswer(f"error type {t!r} is not a string")
+            raise ParseFailure(f"error type {t!r} is not a string")
         label = t.strip().lower()
         if label not in ERROR_TYPES:
-            raise InvalidAnswer(f"unknown error type {t!r}; allowed: {', '.join(ERROR_TYPES)}")
+            raise ParseFailure(f"unknown error type {t!r}; allowed: {', '.join(ERROR_TYPES)}")
         if label not in out:
             out.append(label)
     return out
@@ -86,20 +87,20 @@ def _label(questions: Any, types: Any) -> dict[str, Any]:
     q = None if questions is None else str(questions).strip()
     says_none = q is None or q == "" or NO_CONFUSION in q.lower()
     if labels and says_none:
-        raise InvalidAnswer("error types given but the questions say there is no confusion")
+        raise ParseFailure("error types given but the questions say there is no confusion")
     if not labels and not says_none:
-        raise InvalidAnswer("clarifying questions given but no error type")
+        raise ParseFailure("clarifying questions given but no error type")
     return {"questions": None if not labels else q, "types": labels}
 
 
 def _first_json(text: str, opener: str, closer: str) -> Any:
     start, end = text.find(opener), text.rfind(closer)
     if start < 0 or end < start:
-        raise InvalidAnswer(f"no JSON {'object' if opener == '{' else 'list'} in the answer")
+        raise ParseFailure(f"no JSON {'object' if opener == '{' else 'list'} in the answer")
     try:
         return json.loads(text[start:end + 1])
     except json.JSONDecodeError as exc:
-        raise InvalidAnswer(f"answer is not valid JSON: {exc}") from None
+        raise ParseFailure(f"answer is not valid JSON: {exc}") from None
 
 
 _LINE = re.compile(r"^\s*(questions|types)\s*:\s*(.*)$", re.IGNORECASE)
@@ -107,11 +108,11 @@ _LINE = re.compile(r"^\s*(questions|types)\s*:\s*(.*)$", re.IGNORECASE)
 
 def parse_sentence_answer(text: str) -> dict[str, Any]:
     """Label {"questions": str | None, "types": [labels]} from a JSON answer or the official
-    two-line "Questions: ... / Types: ..." answer. Raises InvalidAnswer."""
+    two-line "Questions: ... / Types: ..." answer. Raises ParseFailure."""
     if "{" in text:
         obj = _first_json(text, "{", "}")
         if not isinstance(obj, dict) or "types" not in obj or "questions" not in obj:
-            raise InvalidAnswer("the JSON answer needs the keys `questions` and `types`")
+            raise ParseFailure("the JSON answer needs the keys `questions` and `types`")
         return _label(obj["questions"], obj["types"])
     fields: dict[str, str] = {}
     for line in text.splitlines():
@@ -119,21 +120,21 @@ def parse_sentence_answer(text: str) -> dict[str, Any]:
         if m and m.group(1).lower() not in fields:
             fields[m.group(1).lower()] = m.group(2)
     if "questions" not in fields or "types" not in fields:
-        raise InvalidAnswer("the answer needs a `questions` and a `types` field")
+        raise ParseFailure("the answer needs a `questions` and a `types` field")
     return _label(fields["questions"], fields["types"])
 
 
 def parse_batch_answer(text: str, n: int) -> list[dict[str, Any]]:
-    """Labels of n numbered sentences from the batched JSON list answer. Raises InvalidAnswer."""
+    """Labels of n numbered sentences from the batched JSON list answer. Raises ParseFailure."""
     items = _first_json(text, "[", "]")
     if not isinstance(items, list) or len(items) != n:
-        raise InvalidAnswer(f"expected a JSON list of {n} answers, got {len(items) if isinstance(items, list) else type(items).__name__}")
+        raise ParseFailure(f"expected a JSON list of {n} answers, got {len(items) if isinstance(items, list) else type(items).__name__}")
     out = []
     for i, it in enumerate(items, 1):
         if not isinstance(it, dict) or "types" not in it or "questions" not in it:
-            raise InvalidAnswer(f"answer {i} needs the keys `questions` and `types`")
+            raise ParseFailure(f"answer {i} needs the keys `questions` and `types`")
         if it.get("sentence_num", i) != i:
-            raise InvalidAnswer(f"answer {i} is numbered {it.get('sentence_num')!r}")
+            raise ParseFailure(f"answer {i} is numbered {it.get('sentence_num')!r}")
         out.append(_label(it["questions"], it["types"]))
     return out
 
@@ -176,7 +177,7 @@ def judge(summary: str, gold: Any = None, llm: LLM | None = None, *, metadata: d
     def one(i_s: tuple[int, str]) -> Judgment:
         i, s = i_s
         tpl, prompt = render(SENTENCE_TEMPLATE, summary=summary, sentence=s)
-        return ask(llm, tpl, prompt, item=s, parse=parse_sentence_answer, schema=SENTENCE_SCHEMA,
+        return ask_judgment(llm, tpl, prompt, item=s, parse=parse_sentence_answer, schema=SENTENCE_SCHEMA,
                    max_tokens=max_tokens, max_attempts=max_attempts, seed=i, raise_on_invalid=on_invalid == "raise")
 
     with ThreadPoolExecutor(max_workers=max(1, min(max_workers, len(units)))) as pool:
@@ -200,7 +201,7 @@ def judge_batched(summary: str, gold: Any = None, llm: LLM | None = None, *,
         b, batch = b_batch
         numbered = "\n".join(f"{n}. {s}" for n, s in enumerate(batch, 1))
         tpl, prompt = render(BATCH_TEMPLATE, summary=summary, sentences=numbered)
-        call = ask(llm, tpl, prompt, item=numbered, parse=lambda t: parse_batch_answer(t, len(batch)),
+        call = ask_judgment(llm, tpl, prompt, item=numbered, parse=lambda t: parse_batch_answer(t, len(batch)),
                    schema=batch_schema(len(batch)), max_tokens=max_tokens_per_sentence * len(batch),
                    max_attempts=max_attempts, seed=b, raise_on_invalid=on_invalid == "raise")
         # One judgment per sentence; the call's prompt, raw answer and usage stay on the first of them.

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from eval.asking import ParseFailure
 from eval.errors import JudgeError
 from eval.judges.booookscore import NAME, _label, _result
-from eval.judges.asking import InvalidAnswer
 from eval.judges.records import Judgment, JudgeResult
 from eval.judges.sentences import sentence_spans
 
@@ -49,7 +49,7 @@ def replay_book(summary: str, annotations: dict[str, Any] | None, *, dedupe: boo
     for sentence, ann in annotations.items():
         try:
             label = _label(ann.get("questions"), ann.get("types")) if isinstance(ann, dict) else None
-        except InvalidAnswer as exc:
+        except ParseFailure as exc:
             raise JudgeError(f"annotation of {sentence[:60]!r} is malformed ({exc}); fix the annotation file") from None
         if label is None:
             raise JudgeError(f"annotation of {sentence[:60]!r} must be an object with `questions` and `types`")

@@ -3,6 +3,7 @@
 cache hit rate = cached prompt tokens / prompt tokens (the share of encoded tokens whose key-value
 activations were reused from the prefix cache); net encoded = prompt - cached;
 cost index = (net encoded + 3 x decoded) / 10^6 (decoding priced at three times encoding).
+The report's cost table and plots call these on token totals (`cost_index`, `cache_hit_rate`).
 """
 from __future__ import annotations
 
@@ -38,7 +39,13 @@ def net_encoded(usage: Usage) -> int:
 
 
 def cost_index(usage: Usage) -> float:
+    """(net encoded + 3 x decoded) / 10^6 of a usage total."""
     return (net_encoded(usage) + DECODE_WEIGHT * usage.decoded_tokens) / 1e6
+
+
+def usage_of(prompt_tokens: float, cached_tokens: float, decoded_tokens: float) -> Usage:
+    """A `Usage` from token totals as tables hold them (numbers that may arrive as floats or numpy ints)."""
+    return Usage(int(prompt_tokens), int(cached_tokens), int(decoded_tokens))
 
 
 def cost_summary(usages: Iterable[Usage]) -> dict[str, float]:

@@ -21,16 +21,16 @@ from __future__ import annotations
 import random
 import re
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
+from eval.asking import ParseFailure
 from eval.errors import JudgeError
 from eval.llm import LLM
-from eval.judges.asking import InvalidAnswer, answer_list, ask
+from eval.judges.asking import answer_list, ask_judgment
 from eval.judges.records import Judgment, JudgeResult, Score, f1, safe_div
-from eval.judges.templates import render
+from eval.templates import render
 
 NAME = "kgscore"
 EDGES_TEMPLATE = "kgscore-edges"
@@ -49,17 +49,9 @@ class Edge:
 Embedder = Callable[[Sequence[str]], np.ndarray]  # texts -> L2-normalised rows
 
 
-@lru_cache(maxsize=1)
 def minilm_embedder() -> Embedder:
-    """all-MiniLM-L6-v2 from the packaged weights (sentence-transformers, CPU), loaded once per process."""
-    from sentence_transformers import SentenceTransformer
-
-    from eval.assets import minilm_path
-
-    model = SentenceTransformer(str(minilm_path()), device="cpu")
-
-    def embed(texts: Sequence[str]) -> np.ndarray:
-        return np.asarray(model.encode(list(texts), normalize_embeddings=True, show_progress_bar=False))
+    """all-MiniLM-L6-v2 (`eval.embedding`, loaded once per process)."""
+    from eval.embedding import embed
 
     return embed
 
@@ -86,11 +78,11 @@ def _names(raw: Any, lookup: dict[str, str], dropped: list[str]) -> list[str] | 
     if isinstance(raw, str):
         raw = [] if raw.strip().casefold() in ("[none]", "none", "") else [x for x in raw.split(",")]
     if not isinstance(raw, list):
-        raise InvalidAnswer("subjects and objects must be lists of entity names")
+        raise ParseFailure("subjects and objects must be lists of entity names")
     out = []
     for n in raw:
         if not isinstance(n, str):
-            raise InvalidAnswer(f"entity name {n!r} is not a string")
+            raise ParseFailure(f"entity name {n!r} is not a string")
         key = n.strip().casefold()
         if key not in lookup:
             dropped.append(n.strip())
@@ -109,7 +101,7 @@ def parse_edges(text: str, entities: Sequence[str]) -> dict[str, Any]:
     if "{" in text:
         for e in answer_list(text, "edges", '{"edges": [{"subjects", "objects", "predicate"}, ...]}'):
             if not isinstance(e, dict) or not {"subjects", "objects", "predicate"} <= e.keys():
-                raise InvalidAnswer("every edge needs `subjects`, `objects` and `predicate`")
+                raise ParseFailure("every edge needs `subjects`, `objects` and `predicate`")
             raw_edges.append((e["subjects"], e["objects"], e["predicate"]))
     else:
         for line in text.splitlines():
@@ -118,14 +110,14 @@ def parse_edges(text: str, entities: Sequence[str]) -> dict[str, Any]:
                 continue
             parts = [p.strip() for p in line.split(";")]
             if len(parts) != 3:
-                raise InvalidAnswer(f"edge line {line!r} is not 'subjects; objects or [None]; predicate'")
+                raise ParseFailure(f"edge line {line!r} is not 'subjects; objects or [None]; predicate'")
             raw_edges.append(tuple(parts))
         if not raw_edges:
-            raise InvalidAnswer("no edges in the answer")
+            raise ParseFailure("no edges in the answer")
     triples: list[list[Any]] = []
     for subs, objs, pred in raw_edges:
         if not isinstance(pred, str) or not pred.strip():
-            raise InvalidAnswer("every edge needs a non-empty predicate")
+            raise ParseFailure("every edge needs a non-empty predicate")
         s, o = _names(subs, lookup, dropped), _names(objs, lookup, dropped)
         if s is None or o is None or not s:
             continue
@@ -141,7 +133,7 @@ def parse_entities(text: str) -> list[str]:
     names = answer_list(text, "entities", '{"entities": [names]}')
     out = list(dict.fromkeys(e.strip() for e in names if isinstance(e, str) and e.strip()))
     if not out:
-        raise InvalidAnswer("no entities listed")
+        raise ParseFailure("no entities listed")
     return out
 
 
@@ -217,14 +209,14 @@ def judge(output: Any, gold: Any, llm: LLM | None = None, *, metadata: dict[str,
     judgments: list[Judgment] = []
     if ents is None:
         tpl, prompt = render(ENTITIES_TEMPLATE, summary=reference)
-        ej = ask(llm, tpl, prompt, item="entities of the reference summary", parse=parse_entities,
+        ej = ask_judgment(llm, tpl, prompt, item="entities of the reference summary", parse=parse_entities,
                  schema=ENTITIES_SCHEMA, max_tokens=256, max_attempts=max_attempts, raise_on_invalid=True)
         judgments.append(ej)
         ents = ej.label
     extracted = {}
     for which, text in (("generated", output), ("reference", reference)):
         tpl, prompt = render(EDGES_TEMPLATE, entities=", ".join(ents), summary=text)
-        j = ask(llm, tpl, prompt, item=f"{which} summary", parse=lambda t: parse_edges(t, ents),
+        j = ask_judgment(llm, tpl, prompt, item=f"{which} summary", parse=lambda t: parse_edges(t, ents),
                 schema=edges_schema(ents, max_edges), max_tokens=max_tokens, max_attempts=max_attempts,
                 raise_on_invalid=raise_on_invalid)
         judgments.append(j)

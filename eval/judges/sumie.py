@@ -11,7 +11,8 @@ Two matchers decide "supports": `judge_llm` asks the judge, once per predicted p
 gold pairs state the same information (so one call gives both the precision verdict and the gold
 pairs it recalls); `judge_exact` uses normalised exact match (for synthetic gold). Table 1 reports,
 over entities, the mean P and R and the macro F1 (mean of per-entity F1) at the first turn ("start"),
-the last turn and averaged over turns; `aggregate_turns` is that computation.
+the last turn and averaged over turns: `turn_summary` per sample (the report calls it too), then
+`aggregate_turns` over samples.
 
 A text (non-JSON) prediction is first turned into pairs by the judge (`sumie-extract` template);
 `judge_exact` refuses text, because exact matching needs pairs.
@@ -22,13 +23,15 @@ import json
 import re
 import unicodedata
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
+from eval.asking import ParseFailure
 from eval.errors import JudgeError
 from eval.llm import LLM
-from eval.judges.asking import InvalidAnswer, answer_list, ask
+from eval.judges.aggregation import mean_over_samples
+from eval.judges.asking import answer_list, ask_judgment
 from eval.judges.records import Judgment, JudgeResult, Score, f1, safe_div
-from eval.judges.templates import render
+from eval.templates import render
 
 Pair = tuple[str, str]
 NAME_LLM = "sumie"
@@ -122,17 +125,27 @@ def exact_support(pred: Sequence[Pair], gold: Sequence[Pair]) -> list[set[int]]:
     return [set(keys.get((normalise(a), normalise(v)), set())) for a, v in pred]
 
 
+METRICS = ("precision", "recall", "f1")
+
+
+def turn_summary(values_by_turn: Sequence[float] | Mapping[int, float]) -> dict[str, float]:
+    """One sample's per-turn values (in turn order, or {turn: value}) -> {"start", "last", "avg"}:
+    the value at the first turn, at the last turn, and the mean over turns (NaN turns left out)."""
+    vals = [v for _, v in sorted(values_by_turn.items())] if isinstance(values_by_turn, Mapping) else list(values_by_turn)
+    if not vals:
+        raise JudgeError("turn_summary needs at least one turn")
+    return {"start": float(vals[0]), "last": float(vals[-1]), "avg": mean_over_samples(vals)}
+
+
 def aggregate_turns(per_sample: Sequence[Sequence[dict[str, float]]]) -> dict[str, dict[str, float]]:
     """Table 1 over samples: each sample is its per-turn [{precision, recall, f1}, ...].
-    Returns {"start"|"last"|"avg": {"precision", "recall", "f1"}} with means over samples."""
+    Returns {"start"|"last"|"avg": {"precision", "recall", "f1"}}: `turn_summary` per sample, then
+    the mean over samples (mean P, mean R, macro F1)."""
     if not per_sample or any(not s for s in per_sample):
         raise JudgeError("aggregate_turns needs at least one sample, each with at least one turn")
-    out: dict[str, dict[str, float]] = {}
-    for which, pick in (("start", lambda s: s[0]), ("last", lambda s: s[-1]),
-                        ("avg", lambda s: {m: sum(t[m] for t in s) / len(s) for m in ("precision", "recall", "f1")})):
-        vals = [pick(s) for s in per_sample]
-        out[which] = {m: sum(v[m] for v in vals) / len(vals) for m in ("precision", "recall", "f1")}
-    return out
+    summaries = [{m: turn_summary([t[m] for t in s]) for m in METRICS} for s in per_sample]
+    return {which: {m: mean_over_samples(x[m][which] for x in summaries) for m in METRICS}
+            for which in ("start", "last", "avg")}
 
 
 def _fmt(p: Pair) -> str:
@@ -189,7 +202,7 @@ def parse_match(text: str, n_gold: int) -> list[int]:
     out = []
     for n in answer_list(text, "supported_by", '{"supported_by": [numbers]}'):
         if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= n_gold:
-            raise InvalidAnswer(f"{n!r} is not the number of a reference fact (1..{n_gold})")
+            raise ParseFailure(f"{n!r} is not the number of a reference fact (1..{n_gold})")
         if n - 1 not in out:
             out.append(n - 1)
     return sorted(out)
@@ -199,7 +212,7 @@ def parse_extraction(text: str) -> list[list[str]]:
     out = []
     for p in answer_list(text, "pairs", '{"pairs": [{"attribute": ..., "value": ...}]}'):
         if not isinstance(p, dict) or not isinstance(p.get("attribute"), str) or not isinstance(p.get("value"), str):
-            raise InvalidAnswer("every pair needs string `attribute` and `value`")
+            raise ParseFailure("every pair needs string `attribute` and `value`")
         if p["attribute"].strip() and p["value"].strip():
             out.append([p["attribute"].strip(), p["value"].strip()])
     return out
@@ -221,7 +234,7 @@ def judge_llm(output: Any, gold: Any, llm: LLM | None = None, *, metadata: dict[
             if not isinstance(pred_obj, str):
                 raise
             tpl, prompt = render(EXTRACT_TEMPLATE, entity=entity, summary=pred_obj)
-            ex = ask(llm, tpl, prompt, item=f"turn {t}: pairs stated in the text summary", parse=parse_extraction,
+            ex = ask_judgment(llm, tpl, prompt, item=f"turn {t}: pairs stated in the text summary", parse=parse_extraction,
                      schema=EXTRACT_SCHEMA, max_tokens=1024, max_attempts=max_attempts, raise_on_invalid=raise_on_invalid)
             judgments.append(ex)
             pred = list(dict.fromkeys((a, v) for a, v in (ex.label or [])))
@@ -233,7 +246,7 @@ def judge_llm(output: Any, gold: Any, llm: LLM | None = None, *, metadata: dict[
             if not g:  # nothing can support it; no call needed
                 return Judgment(item=f"turn {t}: {_fmt(p)}", label=[], source="rule")
             tpl, prompt = render(MATCH_TEMPLATE, entity=entity, pair=_fmt(p), reference=reference)
-            return ask(llm, tpl, prompt, item=f"turn {t}: {_fmt(p)}", parse=lambda s: parse_match(s, len(g)),
+            return ask_judgment(llm, tpl, prompt, item=f"turn {t}: {_fmt(p)}", parse=lambda s: parse_match(s, len(g)),
                        schema=match_schema(len(g)), max_tokens=64, max_attempts=max_attempts, seed=i,
                        raise_on_invalid=raise_on_invalid)
 

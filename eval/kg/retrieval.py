@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import re
-import threading
 from collections import Counter
 from dataclasses import dataclass
 from typing import Protocol, Sequence
@@ -24,20 +23,12 @@ class Embedder(Protocol):
 
 
 class MiniLMEmbedder:
-    """all-MiniLM-L6-v2 through sentence-transformers, from the packaged copy (never downloaded)."""
-
-    _lock = threading.Lock()
-    _model = None
+    """all-MiniLM-L6-v2 from the packaged copy (`eval.embedding`, loaded once per process)."""
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
-        with MiniLMEmbedder._lock:
-            if MiniLMEmbedder._model is None:
-                from sentence_transformers import SentenceTransformer
+        from eval.embedding import embed
 
-                from eval.assets import minilm_path
-                MiniLMEmbedder._model = SentenceTransformer(str(minilm_path()), device="cpu")
-            return np.asarray(MiniLMEmbedder._model.encode(list(texts), normalize_embeddings=True,
-                                                           convert_to_numpy=True, show_progress_bar=False))
+        return embed(texts)
 
 
 @dataclass(frozen=True)

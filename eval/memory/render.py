@@ -134,7 +134,7 @@ def shared_prefix_chars(prev: str, nxt: str) -> int:
 def shared_prefix_tokens(prev: str, nxt: str, encode: Callable[[str], Sequence[int]] | None = None) -> int:
     """Tokens of the longest common token prefix (what a prefix cache reuses). Default: cl100k_base."""
     if encode is None:
-        from eval.memory.budget import cl100k_encode
+        from eval.tokens import cl100k_encode
 
         encode = cl100k_encode
     a, b = encode(prev), encode(nxt)

@@ -7,7 +7,8 @@
 Names: go-text go-json gu-text gu-json gm-text gm-json cok prism-inplace prism-amendments
 hier-merge inc-update kg-retrieval fart-base fart-compressed fart-rolling.
 """
-from eval.methods.base import Method, MethodOutput, MethodSettings, ParseFailure, Step, Trace
+from eval.asking import ParseFailure
+from eval.methods.base import Method, MethodOutput, MethodSettings, Step, Trace
 from eval.methods.registry import METHODS, get_method, list_methods, method_class, template_manifest
 
 __all__ = ["Method", "MethodOutput", "MethodSettings", "ParseFailure", "Step", "Trace", "METHODS", "get_method",

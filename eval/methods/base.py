@@ -1,8 +1,9 @@
 """The method frame: one sample in, a final answer plus a trace of every LLM step out.
 
-Every LLM call goes through `Trace.ask`, which renders a template, asks for schema-constrained
-output when the LLM supports it, otherwise parses the free text and retries (bounded), and records
-one `Step` with the prompt, output, parsed value, memory after the step, token usage and failures.
+Every LLM call goes through `Trace.ask`, which renders a template, asks through `eval.asking.ask`
+(schema-constrained output when the LLM supports it, otherwise the free text is parsed and the same
+request retried, bounded), and records one `Step` with the prompt, output, parsed value, memory
+after the step, token usage and failures.
 """
 from __future__ import annotations
 
@@ -10,14 +11,14 @@ import json
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Callable, ClassVar
 
+from eval.asking import SAME_REQUEST, ParseFailure, ask
 from eval.datasets.sample import Sample
 from eval.errors import MethodError
-from eval.llm import LLM, LLMRequest, Sampling, Usage
-from eval.methods.templates import Template, load_template
+from eval.llm import LLM, Sampling, Usage
+from eval.templates import Template, load_template
+from eval.templates import template_hashes as _template_hashes
 
-
-class ParseFailure(Exception):
-    """The LLM output could not be turned into the expected value; the message is the reason."""
+__all__ = ["Method", "MethodOutput", "MethodSettings", "ParseFailure", "Step", "Trace"]
 
 
 @dataclass
@@ -103,7 +104,7 @@ class Trace:
             raw_prompt: bool = False) -> Step:
         """Render, call, parse with bounded retries; returns the recorded step (step.ok says if parsed).
 
-        `parse` maps output text to the parsed value or raises ParseFailure. With a schema and an
+        `parse` maps output text to the parsed value or raises `eval.asking.ParseFailure`. With a schema and an
         LLM that supports it, the output is constrained and parsed once (a failure is still recorded).
         `raw_prompt` sends a completion prompt instead of a chat message (tool transcripts).
         """
@@ -116,34 +117,13 @@ class Trace:
                    schema: dict[str, Any] | None = None, chunk_index: int | None = None,
                    max_tokens: int | None = None, stop: tuple[str, ...] = (), raw_prompt: bool = False) -> Step:
         self.templates[tpl.id] = tpl.sha256
-        constrained = schema if (schema is not None and self.llm.supports_json_schema) else None
-        sampling = self.settings.sampling(max_tokens, stop)
-        if raw_prompt:
-            request = LLMRequest(prompt=prompt, sampling=sampling, json_schema=constrained)
-        else:
-            request = LLMRequest(messages=({"role": "user", "content": prompt},), sampling=sampling,
-                                 json_schema=constrained)
-        usage, failures, text, parsed, ok = Usage(), [], "", None, False
-        attempts = 0
-        budget = 1 if constrained is not None else max(1, self.settings.max_attempts)
-        while attempts < budget:
-            attempts += 1
-            result = self.llm.complete(request)
-            usage, text = usage + result.usage, result.text
-            if parse is None:
-                parsed, ok = text, True
-                break
-            try:
-                parsed, ok = parse(text), True
-                break
-            except ParseFailure as exc:
-                reason = f"attempt {attempts}: {exc}"
-                if result.finish_reason == "length":
-                    reason += " (output hit max_tokens)"
-                failures.append(reason)
+        answer = ask(self.llm, prompt, self.settings.sampling(max_tokens, stop), parse=parse, schema=schema,
+                     max_attempts=max(1, self.settings.max_attempts), retry=SAME_REQUEST, raw_prompt=raw_prompt)
+        failures = [f"attempt {a.number}: {a.reason}" + (" (output hit max_tokens)" if a.cut else "")
+                    for a in answer.failures]
         step = Step(index=len(self.steps), kind=kind, template_id=tpl.id, template_sha256=tpl.sha256,
-                    prompt=prompt, output=text, parsed=parsed if ok else None, usage=usage, attempts=attempts,
-                    failures=failures, chunk_index=chunk_index, ok=ok)
+                    prompt=prompt, output=answer.text, parsed=answer.parsed, usage=answer.usage,
+                    attempts=answer.attempts, failures=failures, chunk_index=chunk_index, ok=answer.ok)
         self.steps.append(step)
         return step
 
@@ -186,5 +166,5 @@ class Method:
 
     @classmethod
     def template_hashes(cls) -> dict[str, str]:
-        from eval.methods.templates import template_hashes
-        return template_hashes(cls.template_ids)
+        """{template id: sha256} of every template this method may render (hashed into the run id)."""
+        return _template_hashes(cls.template_ids)

@@ -9,11 +9,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from eval.asking import ParseFailure
 from eval.datasets.sample import Sample
 from eval.errors import MethodError
-from eval.methods.base import Method, MethodSettings, ParseFailure, Step, Trace
+from eval.methods.base import Method, MethodSettings, Step, Trace
 from eval.methods.parsing import ends_in_punctuation
-from eval.methods.templates import load_template
+from eval.templates import load_template
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from eval.methods.common import enforce_limit, entity_name, is_entity, json_pars
 from eval.methods.parsing import as_text
 from eval.methods.structured import apply_step, constrained_schema, revision_parser
 from eval.methods.summaries import _format_instruction
-from eval.methods.templates import load_template
+from eval.templates import load_template
 
 
 @dataclass(frozen=True)

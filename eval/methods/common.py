@@ -4,9 +4,10 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from eval.asking import ParseFailure
 from eval.datasets.sample import Sample
 from eval.errors import MethodError
-from eval.methods.base import ParseFailure, Trace
+from eval.methods.base import Trace
 from eval.methods.parsing import as_text, extract_json, parse_json_object
 
 BOOK_FIELDS = ("characters", "events", "background", "motivations", "objectives", "other")

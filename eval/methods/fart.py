@@ -11,10 +11,11 @@ import re
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from eval.asking import ParseFailure
 from eval.datasets.sample import Sample
 from eval.errors import MethodError
-from eval.methods.base import Method, MethodSettings, ParseFailure, Trace
-from eval.methods.templates import load_template
+from eval.methods.base import Method, MethodSettings, Trace
+from eval.templates import load_template
 
 _CALL = re.compile(r"^\s*\[(read|write|list-keys|ans|EOQ|E0Q)\]\s*(.*)$", re.S | re.I)
 _WRITE = re.compile(r"^\((.+?)\)\s*(.*)$", re.S)

@@ -15,12 +15,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from eval.asking import ParseFailure
 from eval.datasets.sample import Sample
 from eval.errors import MethodError
 from eval.kg import MiniLMEmbedder, build_book_graph, chapter_edges, linearize_plain, linearize_tokens, parse_extraction, rank_edges
 from eval.kg.extraction import Extraction
-from eval.methods.base import Method, MethodSettings, ParseFailure, Trace
-from eval.methods.templates import load_template
+from eval.methods.base import Method, MethodSettings, Trace
+from eval.templates import load_template
 
 
 @dataclass(frozen=True)

@@ -12,14 +12,15 @@ import re
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from eval.asking import ParseFailure
 from eval.datasets.sample import Sample
 from eval.errors import MethodError
 from eval.memory import Amendments, Schema, SchemaError, apply_revisions, parse_prism, render_in_place
 from eval.memory import schemas as ready
-from eval.methods.base import Method, MethodSettings, ParseFailure, Trace
+from eval.methods.base import Method, MethodSettings, Trace
 from eval.methods.common import entity_name
 from eval.methods.structured import constrained_schema, revision_parser
-from eval.methods.templates import load_template
+from eval.templates import load_template
 
 SCHEMAS: dict[str, Schema] = {
     "sumie_summary": ready.SUMIE_SUMMARY, "story_elements": ready.STORY_ELEMENTS, "book_summary": ready.BOOK_SUMMARY,

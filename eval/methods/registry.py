@@ -1,37 +1,36 @@
-"""Method names (as a run config spells them) -> implementations."""
+"""Method names (as a run config spells them) -> implementations; the single source of method names."""
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 from eval.errors import MethodError
 from eval.methods.base import Method
+from eval.registry import Registry
 
 # name -> "module:Class"; modules import lazily so that e.g. the KG embedder loads only when used.
-METHODS: dict[str, str] = {
-    "go-text": "eval.methods.summaries:GoText",
-    "go-json": "eval.methods.summaries:GoJson",
-    "gu-text": "eval.methods.summaries:GuText",
-    "gu-json": "eval.methods.summaries:GuJson",
-    "gm-text": "eval.methods.summaries:GmText",
-    "gm-json": "eval.methods.summaries:GmJson",
-    "cok": "eval.methods.cok:ChainOfKey",
-    "prism-inplace": "eval.methods.prism:PrismInPlace",
-    "prism-amendments": "eval.methods.prism:PrismAmendments",
-    "hier-merge": "eval.methods.booookscore:HierarchicalMerging",
-    "inc-update": "eval.methods.booookscore:IncrementalUpdating",
-    "kg-retrieval": "eval.methods.kg_retrieval:KGRetrieval",
-    "fart-base": "eval.methods.fart:FartBase",
-    "fart-compressed": "eval.methods.fart:FartCompressed",
-    "fart-rolling": "eval.methods.fart:FartRolling",
-}
+METHODS: Registry[type[Method]] = Registry("method", MethodError)
+for _name, _target in (
+    ("go-text", "eval.methods.summaries:GoText"),
+    ("go-json", "eval.methods.summaries:GoJson"),
+    ("gu-text", "eval.methods.summaries:GuText"),
+    ("gu-json", "eval.methods.summaries:GuJson"),
+    ("gm-text", "eval.methods.summaries:GmText"),
+    ("gm-json", "eval.methods.summaries:GmJson"),
+    ("cok", "eval.methods.cok:ChainOfKey"),
+    ("prism-inplace", "eval.methods.prism:PrismInPlace"),
+    ("prism-amendments", "eval.methods.prism:PrismAmendments"),
+    ("hier-merge", "eval.methods.booookscore:HierarchicalMerging"),
+    ("inc-update", "eval.methods.booookscore:IncrementalUpdating"),
+    ("kg-retrieval", "eval.methods.kg_retrieval:KGRetrieval"),
+    ("fart-base", "eval.methods.fart:FartBase"),
+    ("fart-compressed", "eval.methods.fart:FartCompressed"),
+    ("fart-rolling", "eval.methods.fart:FartRolling"),
+):
+    METHODS.register(_name, _target)
 
 
 def method_class(name: str) -> type[Method]:
-    if name not in METHODS:
-        raise MethodError(f"unknown method {name!r}; choose one of: {', '.join(METHODS)}")
-    module, cls = METHODS[name].split(":")
-    return getattr(importlib.import_module(module), cls)
+    return METHODS.get(name)
 
 
 def get_method(name: str, **settings: Any) -> Method:
@@ -40,7 +39,7 @@ def get_method(name: str, **settings: Any) -> Method:
 
 
 def list_methods() -> list[str]:
-    return list(METHODS)
+    return METHODS.names()
 
 
 def template_manifest() -> dict[str, dict[str, str]]:

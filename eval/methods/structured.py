@@ -4,9 +4,10 @@ from __future__ import annotations
 import copy
 from typing import Any, Callable, Sequence
 
+from eval.asking import ParseFailure
 from eval.memory import (ParsedRevisions, RevisionParseError, Schema, apply_revisions, parse_revision_list,
                          revision_list_schema)
-from eval.methods.base import ParseFailure, Step
+from eval.methods.base import Step
 
 THOUGHT_FIELDS = ("thoughts_for_update", "thoughts_for_add")
 

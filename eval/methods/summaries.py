@@ -88,7 +88,7 @@ class _SummaryMethod(Method):
 
 
 def _format_instruction(trace: Trace, fmt: str) -> str:
-    from eval.methods.templates import load_template
+    from eval.templates import load_template
     tpl = load_template(f"s000-book-format-{fmt}")
     trace.templates[tpl.id] = tpl.sha256
     return tpl.text.strip()

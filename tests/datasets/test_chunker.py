@@ -8,6 +8,7 @@ import pytest
 from eval.datasets import chunk_paragraphs, chunk_stats, split_paragraphs, token_counter
 from eval.datasets.books import clean_book
 from eval.datasets.errors import DatasetError
+from eval.errors import TokenizerError
 from eval.datasets.textfile import read_text
 
 from tests.datasets.booookscore_reference import reference_chunks
@@ -116,7 +117,7 @@ def test_bundled_model_tokenizer_counts(tmp_path):
     assert all(count(c) <= 40 for c in chunks)
     hf.save_pretrained(str(tmp_path / "tok"))  # a tokenizer folder given by path
     assert token_counter(str(tmp_path / "tok"))("hello world") == count("hello world")
-    with pytest.raises(DatasetError, match="cannot load a tokenizer"):
+    with pytest.raises(TokenizerError, match="cannot load a tokenizer"):
         token_counter(str(tmp_path / "tok" / ".."))
 
 

@@ -45,8 +45,27 @@ def test_registry_names_and_errors():
 def test_register_a_custom_loader(monkeypatch):
     from eval.datasets import registry
 
-    monkeypatch.setattr(registry, "_LOADERS", dict(registry._LOADERS))  # leave the real registry untouched
+    monkeypatch.setattr(registry.LOADERS, "_entries", dict(registry.LOADERS._entries))  # leave the real registry untouched
     register_loader("toy-task", lambda n=2: [Sample(id=f"toy/{i}", task="toy-task", chunks=("a",)) for i in range(n)])
     assert [s.id for s in load_dataset("toy-task", n=3)] == ["toy/0", "toy/1", "toy/2"]
     with pytest.raises(DatasetError, match="produced no samples"):
         load_dataset("toy-task", n=0)
+
+
+def test_truncate_cuts_chunks_and_the_gold_the_task_defines():
+    from eval.datasets import truncate
+
+    [s] = load_dataset("sumie", synthetic=True, entities=1, seed=1)
+    assert len(s.chunks) == len(s.gold["turns"]) == len(s.gold["facts"]) == 7
+    t = truncate(s, 3)
+    assert t.chunks == s.chunks[:3] and t.gold["turns"] == s.gold["turns"][:3] and t.gold["facts"] == s.gold["facts"][:3]
+    assert t.gold["entity_name"] == s.gold["entity_name"] and len(s.gold["turns"]) == 7  # the input is not changed
+    assert t.metadata == dict(s.metadata, max_chunks=3, total_chunks=7)
+    assert truncate(s, 7) is s and truncate(s, 50) is s
+    # default (a task without `truncate_gold`, or no registered loader): chunks only
+    book = Sample(id="b", task="book", chunks=("a", "b", "c"), gold={"turns": [1, 2, 3]})
+    assert truncate(book, 2).gold == {"turns": [1, 2, 3]} and truncate(book, 2).chunks == ("a", "b")
+    toy = Sample(id="t", task="toy-task", chunks=("a", "b"), gold="g")
+    assert truncate(toy, 1).gold == "g" and truncate(toy, 1).metadata == {"max_chunks": 1, "total_chunks": 2}
+    with pytest.raises(DatasetError, match="max_chunks must be a positive integer"):
+        truncate(s, 0)

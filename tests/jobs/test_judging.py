@@ -24,3 +24,24 @@ def test_methods_without_a_memory_per_chunk_are_scored_on_the_last_turn() -> Non
     assert judge_output("sumie", out, 3) == {"k": ["v"]}
     failed = MethodOutput(method="go-json", sample_id="s", answer="", steps=[_step(0, 2, None)], memory=None)
     assert judge_output("sumie", failed, 3) == {}
+
+
+def test_every_judge_declares_what_it_scores_and_jobs_asks_the_judge() -> None:
+    import statistics
+
+    from eval.judges import JUDGES, JudgeInfo, get_judge, list_judges, register_judge
+    from eval.judges.predictions import final_answer, memory_per_turn
+
+    for name in list_judges():  # SUMIE judges score memories per turn, the rest the final answer
+        assert get_judge(name).predict is (memory_per_turn if get_judge(name).tasks == ("sumie",) else final_answer)
+    out = MethodOutput(method="go-json", sample_id="s", answer="the answer", steps=[_step(0, 0, {"k": ["v"]})])
+    # a new judge whose name starts with "sumie" but scores the answer: no name check decides for it
+    info = JudgeInfo("sumie-answer-length", ("sumie",), False, "eval.judges.overlap", "judge_rouge", "test judge",
+                     predict=final_answer, aggregate_by=statistics.median)
+    register_judge(info)
+    try:
+        assert judge_output("sumie-answer-length", out, 1) == "the answer"
+        assert get_judge("sumie-answer-length").aggregate([0.1, 0.2, 0.9]) == 0.2
+    finally:
+        JUDGES.unregister("sumie-answer-length")
+    assert "sumie-answer-length" not in list_judges()

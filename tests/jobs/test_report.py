@@ -1,6 +1,7 @@
 """Report arithmetic on hand-made tables: per-repeat aggregation, mean ± s.e., cost index, plots."""
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -88,3 +89,24 @@ def test_report_command(tmp_path) -> None:
     bad = subprocess.run([sys.executable, "-c", "from jobs.cli import main; main()", "report", str(tmp_path / "zz")],
                          capture_output=True, text=True, cwd=root, timeout=120)
     assert bad.returncode == 2 and "holds no run" in bad.stderr
+
+
+def test_report_uses_each_judges_declared_aggregation(tmp_path) -> None:
+    """The mean over samples is the judge's own rule (`JudgeInfo.aggregate`), not the report's."""
+    import statistics
+
+    from eval.judges import JUDGES, get_judge, register_judge
+
+    rs = RunStore.open(str(tmp_path), "agg")
+    for sample, value in (("e1", 0.1), ("e2", 0.2), ("e3", 0.9)):
+        _shard(rs, "cok", sample, 0, [0.5], value, (100, 0, 10))
+    d = RunData.load(rs)
+    assert "0.400" in build_report(d).markdown  # booookscore: mean of 0.1, 0.2, 0.9
+    original = get_judge("booookscore")
+    register_judge(dataclasses.replace(original, aggregate_by=statistics.median))
+    try:
+        md = build_report(d).markdown
+    finally:
+        register_judge(original)
+    row = next(line for line in md.splitlines() if line.startswith("| cok | sumie:synthetic |") and "0.200" in line)
+    assert "0.400" not in row

@@ -7,7 +7,8 @@ import pytest
 
 from eval.errors import JudgeError
 from eval.judges import run_judge
-from eval.judges.asking import InvalidAnswer, JudgeAnswerError
+from eval.asking import ParseFailure
+from eval.judges.asking import JudgeAnswerError
 from eval.judges.booookscore import (ERROR_TYPES, judge, mean_over_books, parse_batch_answer,
                                      parse_sentence_answer, score_judgments)
 from eval.judges.booookscore_replay import release_table, replay_book, score_release
@@ -36,7 +37,7 @@ def test_parse_json_and_official_line_format():
     "The sentence is fine.",
 ])
 def test_invalid_answers_are_rejected(answer):
-    with pytest.raises(InvalidAnswer):
+    with pytest.raises(ParseFailure):
         parse_sentence_answer(answer)
 
 
@@ -84,7 +85,7 @@ def test_batched_variant():
     r = run_judge("booookscore-batched", summary, None, llm, batch_size=2, max_workers=1)
     assert r.score("booookscore") == pytest.approx(2 / 3)
     assert "1. A one.\n2. B two." in llm.requests[0].messages[0]["content"]
-    with pytest.raises(InvalidAnswer, match="expected a JSON list of 2"):
+    with pytest.raises(ParseFailure, match="expected a JSON list of 2"):
         parse_batch_answer(answer[:1] + answer[answer.index("}") + 3:], 2)
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from eval.errors import JudgeError
 from eval.judges import run_judge
-from eval.judges.asking import InvalidAnswer
+from eval.asking import ParseFailure
 from eval.judges.kgscore import (Edge, entity_shuffle, kg_prf, minilm_embedder, parse_edges, rescore,
                                  score_edges)
 from eval.judges.records import Judgment
@@ -30,7 +30,7 @@ def test_parse_paper_line_format_expands_multi_subject_edges():
     assert got["dropped"] == ["Rover"] and len(got["edges"]) == 5
     js = parse_edges('{"edges": [{"subjects": ["janek"], "objects": [], "predicate": "falls"}]}', ENTS)
     assert js["edges"] == [["Janek", None, "falls"]]
-    with pytest.raises(InvalidAnswer):
+    with pytest.raises(ParseFailure):
         parse_edges("Janek argues with AC-293", ENTS)
 
 

@@ -7,7 +7,7 @@ import pytest
 
 from eval.errors import JudgeError
 from eval.judges import run_judge
-from eval.judges.cost import cache_hit_rate, cost_index, cost_summary
+from eval.judges.cost import cache_hit_rate, cost_index, cost_summary, usage_of
 from eval.judges.overlap import exec_match, function_name_of, rouge_scores
 from eval.llm import Usage
 
@@ -76,3 +76,13 @@ def test_cost_index_and_cache_hit_rate():
     assert cache_hit_rate(Usage()) == 0.0
     with pytest.raises(JudgeError, match="cached <= prompt"):
         cost_index(Usage(10, 11, 0))
+
+
+def test_cost_index_from_table_totals():
+    # the report's inputs: totals read from Parquet as numpy numbers
+    import numpy as np
+
+    u = usage_of(np.int64(2000), np.int64(1000), np.float64(200.0))
+    assert u == Usage(2000, 1000, 200) and cost_index(u) == pytest.approx((1000 + 3 * 200) / 1e6)
+    with pytest.raises(JudgeError, match="cached <= prompt"):
+        cost_index(usage_of(10, 20, 0))

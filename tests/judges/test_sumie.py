@@ -7,8 +7,8 @@ import pytest
 
 from eval.errors import JudgeError
 from eval.judges import run_judge
-from eval.judges.asking import InvalidAnswer
-from eval.judges.sumie import aggregate_turns, normalise, pairs_of, parse_match, prf, rescore
+from eval.asking import ParseFailure
+from eval.judges.sumie import aggregate_turns, normalise, pairs_of, parse_match, prf, rescore, turn_summary
 from eval.judges.records import Judgment
 from eval.llm import ScriptedLLM
 
@@ -75,7 +75,7 @@ def test_llm_matcher_extracts_pairs_from_text_predictions():
     r = run_judge("sumie", "Ada Quill is a chemist.", GOLD, llm)
     assert "Ada Quill is a chemist." in llm.requests[0].messages[0]["content"]
     assert r.score("precision", 1) == 1.0 and r.score("recall", 1) == pytest.approx(0.25)
-    with pytest.raises(InvalidAnswer):
+    with pytest.raises(ParseFailure):
         parse_match('{"supported_by": [0]}', 3)
 
 
@@ -85,3 +85,11 @@ def test_aggregate_turns_table1():
     t = aggregate_turns([a, b])
     assert t["start"]["precision"] == 0.5 and t["last"]["f1"] == 0.75
     assert t["avg"]["f1"] == pytest.approx(((2 / 3 + 0.5) / 2 + 0.5) / 2)
+
+
+def test_turn_summary_is_start_last_and_mean_over_turns():
+    assert turn_summary([0.2, 0.6, 0.4]) == {"start": 0.2, "last": 0.4, "avg": pytest.approx(0.4)}
+    assert turn_summary({2.0: 0.4, 0.0: 0.2, 1.0: 0.6}) == turn_summary([0.2, 0.6, 0.4])  # report rows: {turn: value}
+    assert turn_summary([0.5, float("nan"), 1.0])["avg"] == 0.75  # an undefined turn is left out
+    with pytest.raises(JudgeError, match="at least one turn"):
+        turn_summary([])

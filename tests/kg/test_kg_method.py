@@ -4,7 +4,7 @@ from __future__ import annotations
 from eval.datasets.sample import Sample
 from eval.llm import ScriptedLLM
 from eval.methods import get_method
-from eval.methods.templates import load_template
+from eval.templates import load_template
 
 EX1 = """Tom / Thomas
 Aunt Polly

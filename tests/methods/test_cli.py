@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 from eval.methods import list_methods
-from eval.methods.templates import TEMPLATE_DIR
+from eval.templates import METHOD_TEMPLATE_DIR as TEMPLATE_DIR
 
 NAMES = ["go-text", "go-json", "gu-text", "gu-json", "gm-text", "gm-json", "cok", "prism-inplace",
          "prism-amendments", "hier-merge", "inc-update", "kg-retrieval", "fart-base", "fart-compressed", "fart-rolling"]

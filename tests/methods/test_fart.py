@@ -52,7 +52,7 @@ def test_tool_calls_are_bounded() -> None:
 
 
 def test_parse_call_variants() -> None:
-    from eval.methods.base import ParseFailure
+    from eval.asking import ParseFailure
     from eval.methods.fart import parse_call
 
     assert parse_call(" Q2: [read] intro") == {"tool": "read", "key": "intro"}

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import pytest
 
-from eval.errors import MethodError
-from eval.methods.base import ParseFailure
+from eval.errors import TemplateError
+from eval.asking import ParseFailure
 from eval.methods.parsing import ends_in_punctuation, extract_json, parse_json_object
-from eval.methods.templates import load_template
+from eval.templates import load_template
 
 
 def test_extract_json_variants() -> None:
@@ -32,7 +32,7 @@ def test_template_render_and_errors() -> None:
     tpl = load_template("s000-dedupe-json")
     text = tpl.render(subject="the entity X", summary='{"a": ["b"]}')
     assert "about the entity X" in text and '"Views": ["beautiful views of the Eiffel tower"]' in text
-    with pytest.raises(MethodError, match="needs values for \\['summary'\\]"):
+    with pytest.raises(TemplateError, match="needs values for \\['summary'\\]"):
         tpl.render(subject="x")
-    with pytest.raises(MethodError, match="not found"):
+    with pytest.raises(TemplateError, match="not found"):
         load_template("no-such-template")

@@ -7,7 +7,7 @@ from typing import Any, Sequence
 from eval.datasets.repoqa.needles import FIELDS, choose_needles, describe_from_code, describe_with_llm
 from eval.datasets.repoqa.source import dependency_order, pack_lines, read_package
 from eval.datasets.sample import Sample, slug
-from eval.datasets.tokens import TokenizerLike, token_counter
+from eval.tokens import TokenizerLike, token_counter
 
 QUERY = ("Somewhere in the code you have read is a function matching the description below. "
          "Name it exactly as it is defined.\n\nPurpose: {purpose}\nInput: {input}\nOutput: {output}\nProcedure: {procedure}")

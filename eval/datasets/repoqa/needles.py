@@ -11,6 +11,7 @@ import random
 import re
 from collections import Counter
 from dataclasses import dataclass
+from typing import Any
 
 from eval.datasets.errors import DatasetError
 from eval.datasets.repoqa.source import SourceFile
@@ -190,18 +191,23 @@ DESCRIBE_SCHEMA = {"type": "object", "properties": {k: {"type": "string"} for k 
 
 def describe_with_llm(needle: Needle, llm) -> dict[str, str]:
     """The four fields written by an LLM (eval.llm protocol), with the name scrubbed if it slipped in."""
-    from eval.llm import LLMRequest, Sampling
+    from eval.asking import ParseFailure, ask
+    from eval.llm import Sampling
 
-    request = LLMRequest(messages=({"role": "user", "content": DESCRIBE_PROMPT.format(source=needle.source)},),
-                         sampling=Sampling(max_tokens=400),
-                         json_schema=DESCRIBE_SCHEMA if getattr(llm, "supports_json_schema", False) else None)
-    text = llm.complete(request).text
-    match = re.search(r"\{.*\}", text, re.DOTALL)
-    try:
-        data = json.loads(match.group(0) if match else text)
-    except json.JSONDecodeError:
-        data = None
-    if not isinstance(data, dict) or not all(isinstance(data.get(k), str) and data[k].strip() for k in FIELDS):
+    def parse(text: str) -> dict[str, Any]:
+        match = re.search(r"\{.*\}", text, re.DOTALL)
+        try:
+            data = json.loads(match.group(0) if match else text)
+        except json.JSONDecodeError:
+            data = None
+        if not isinstance(data, dict) or not all(isinstance(data.get(k), str) and data[k].strip() for k in FIELDS):
+            raise ParseFailure(f"not a JSON object with {', '.join(FIELDS)}")
+        return data
+
+    answer = ask(llm, DESCRIBE_PROMPT.format(source=needle.source), Sampling(max_tokens=400), parse=parse,
+                 schema=DESCRIBE_SCHEMA, max_attempts=1)
+    if not answer.ok:
         raise DatasetError(f"the LLM's description of {needle.qualname} is not a JSON object with {', '.join(FIELDS)}: "
-                           f"{text[:200]!r}; use a model that follows JSON instructions or describe from code")
+                           f"{answer.text[:200]!r}; use a model that follows JSON instructions or describe from code")
+    data = answer.parsed
     return {k: _scrub(data[k].strip(), needle.name) for k in FIELDS}

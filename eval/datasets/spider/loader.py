@@ -19,7 +19,7 @@ from eval.datasets.sample import Sample, slug
 from eval.datasets.spider.databases import BUILTIN, build
 from eval.datasets.spider.loft import load_loft_corpus, load_loft_queries
 from eval.datasets.spider.render import pack_tables, render_database
-from eval.datasets.tokens import TokenizerLike, token_counter
+from eval.tokens import TokenizerLike, token_counter
 
 _ORDER_BY = re.compile(r"\border\s+by\b", re.IGNORECASE)
 

@@ -6,7 +6,7 @@ import io
 import sqlite3
 
 from eval.datasets.errors import DatasetError
-from eval.datasets.tokens import TokenCounter
+from eval.tokens import TokenCounter
 
 
 def table_names(con: sqlite3.Connection) -> list[str]:

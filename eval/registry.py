@@ -1,0 +1,61 @@
+"""One registry pattern for datasets, methods and judges: names -> entries, the single source of names.
+
+An entry is the object itself or a lazy "module:attribute" string, imported on first `get`, so that
+one entry's heavy dependencies (e.g. the KG embedder) never load for another. Aliases map extra
+spellings to a registered name; `names()` lists registered names only, in registration order. An
+unknown name raises the owner's error type with every registered name, so a config typo says what
+to write instead.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Generic, Iterator, TypeVar
+
+from eval.errors import EvalError
+
+T = TypeVar("T")
+
+
+class Registry(Generic[T]):
+    def __init__(self, kind: str, error: type[EvalError], aliases: dict[str, str] | None = None) -> None:
+        self.kind = kind  # "method", "judge", "dataset task": how an error names an entry
+        self.error = error
+        self._entries: dict[str, T | str] = {}
+        self._aliases: dict[str, str] = dict(aliases or {})
+
+    def register(self, name: str, entry: T | str) -> None:
+        """Add (or replace) `name`: the entry itself, or a "module:attribute" string imported on first use."""
+        if not name or not isinstance(name, str):
+            raise self.error(f"a {self.kind} needs a non-empty name (got {name!r})")
+        self._entries[name] = entry
+
+    def unregister(self, name: str) -> None:
+        self._entries.pop(self.canonical(name))
+
+    def canonical(self, name: str) -> str:
+        """The registered name `name` stands for (itself, or what an alias points to); unknown names raise."""
+        key = self._aliases.get(name, name)
+        if key not in self._entries:
+            raise self.error(f"unknown {self.kind} {name!r}: choose one of {', '.join(sorted(self._entries))}")
+        return key
+
+    def get(self, name: str) -> T:
+        key = self.canonical(name)
+        entry = self._entries[key]
+        if isinstance(entry, str):
+            module, _, attr = entry.partition(":")
+            entry = getattr(importlib.import_module(module), attr)
+            self._entries[key] = entry
+        return entry  # type: ignore[return-value]
+
+    def names(self) -> list[str]:
+        return list(self._entries)
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and self._aliases.get(name, name) in self._entries
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names())
+
+    def __len__(self) -> int:
+        return len(self._entries)

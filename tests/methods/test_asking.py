@@ -1,0 +1,88 @@
+"""The one ask-parse-retry primitive: what methods (same request) and judges (resampled) send and record."""
+from __future__ import annotations
+
+import pytest
+
+from eval.asking import RESAMPLE, SAME_REQUEST, ParseFailure, ask
+from eval.errors import EvalError
+from eval.judges.asking import ask_judgment
+from eval.llm import LLMRequest, LLMResult, Sampling, ScriptedLLM, Usage
+from eval.methods.base import MethodSettings, Trace
+from eval.templates import load_template
+
+
+def _number(text: str) -> int:
+    if not text.strip().isdigit():
+        raise ParseFailure(f"{text!r} is not a number")
+    return int(text)
+
+
+def test_same_request_policy_resends_the_identical_request() -> None:
+    llm = ScriptedLLM(["no", "still no", "42"])
+    answer = ask(llm, "How many?", Sampling(max_tokens=8, temperature=0.3, seed=7), parse=_number, retry=SAME_REQUEST)
+    assert answer.ok and answer.parsed == 42 and answer.attempts == 3 and answer.text == "42"
+    assert llm.requests[0] == llm.requests[1] == llm.requests[2]
+    assert llm.requests[0].messages == ({"role": "user", "content": "How many?"},) and llm.requests[0].prompt is None
+    assert [(a.number, a.raw, a.reason, a.cut) for a in answer.failures] == [
+        (1, "no", "'no' is not a number", False), (2, "still no", "'still no' is not a number", False)]
+    assert answer.usage == Usage(6, 0, 4)  # ScriptedLLM counts words: 2 prompt words per call, 1+2+1 output
+
+
+def test_resample_policy_raises_temperature_and_moves_the_seed() -> None:
+    llm = ScriptedLLM(["x", "y", "z"])
+    answer = ask(llm, "q", Sampling(max_tokens=8, temperature=0.0, seed=5), parse=_number, retry=RESAMPLE)
+    assert not answer.ok and answer.parsed is None and answer.attempts == 3 and answer.text == "z"
+    assert [(r.sampling.temperature, r.sampling.seed) for r in llm.requests] == [(0.0, 5), (0.7, 6), (0.7, 7)]
+
+
+def test_constrained_output_is_parsed_once_for_methods_and_retried_for_judges() -> None:
+    schema = {"type": "integer"}
+    llm = ScriptedLLM(["x", "3"], supports_json_schema=True)
+    once = ask(llm, "q", Sampling(), parse=_number, schema=schema, retry=SAME_REQUEST)
+    assert not once.ok and once.attempts == 1 and once.constrained and llm.requests[0].json_schema == schema
+    llm = ScriptedLLM(["x", "3"], supports_json_schema=True)
+    assert ask(llm, "q", Sampling(), parse=_number, schema=schema, retry=RESAMPLE).parsed == 3
+    free = ScriptedLLM(["3"])  # an LLM without schema support gets no schema, only the parser
+    assert ask(free, "q", Sampling(), parse=_number, schema=schema).ok and free.requests[0].json_schema is None
+
+
+def test_raw_prompt_and_no_parser_and_bad_bound() -> None:
+    llm = ScriptedLLM(["anything"])
+    answer = ask(llm, "Q1:", Sampling(), raw_prompt=True)
+    assert answer.ok and answer.parsed == "anything" and llm.requests[0].prompt == "Q1:" and llm.requests[0].messages is None
+    with pytest.raises(EvalError, match="max_attempts must be at least 1"):
+        ask(llm, "q", Sampling(), max_attempts=0)
+
+
+class _CutLLM:
+    """An LLM whose every answer stops at max_tokens (what a too-small max_tokens produces)."""
+
+    name = "cut"
+    supports_json_schema = False
+
+    def __init__(self) -> None:
+        self.requests: list[LLMRequest] = []
+
+    def count_tokens(self, text: str) -> int:
+        return len(text.split())
+
+    def complete(self, request: LLMRequest) -> LLMResult:
+        self.requests.append(request)
+        return LLMResult(text="4", usage=Usage(1, 0, request.sampling.max_tokens), finish_reason="length")
+
+
+def test_both_callers_record_the_max_tokens_note_in_their_own_record_format() -> None:
+    def reject(text: str) -> int:
+        raise ParseFailure("truncated")
+
+    tpl = load_template("s000-book-final")
+    trace = Trace(_CutLLM(), MethodSettings(max_tokens=16, max_attempts=2))
+    step = trace.ask_prompt("p", tpl, kind="final", parse=reject)
+    assert step.failures == ["attempt 1: truncated (output hit max_tokens)", "attempt 2: truncated (output hit max_tokens)"]
+    assert not step.ok and step.parsed is None and step.attempts == 2 and step.usage == Usage(2, 0, 32)
+    llm = _CutLLM()
+    j = ask_judgment(llm, load_template("sumie-match"), "p", item="i", parse=reject, max_tokens=64, max_attempts=2,
+                     raise_on_invalid=False)
+    assert j.failures == [{"raw": "4", "reason": "truncated (answer cut at max_tokens=64)"}] * 2
+    assert not j.valid and j.label is None and j.raw == "4" and j.retries == 1
+    assert [r.sampling.seed for r in llm.requests] == [0, 1]

@@ -1,0 +1,120 @@
+"""One home per concept in `eval`: token counter, embedder, templates, registries, ask loop; no engine import."""
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import eval as eval_pkg
+
+EVAL_DIR = Path(eval_pkg.__file__).resolve().parent
+
+
+def _imports(path: Path) -> set[str]:
+    """Top-level package names imported anywhere in a module (function-local imports included)."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+def _modules_importing(package: str) -> list[str]:
+    return sorted(str(p.relative_to(EVAL_DIR)) for p in EVAL_DIR.rglob("*.py") if package in _imports(p))
+
+
+def test_one_module_loads_each_tokenizer_and_the_embedder() -> None:
+    assert _modules_importing("tiktoken") == ["tokens.py"]
+    assert _modules_importing("sentence_transformers") == ["embedding.py"]
+
+
+def test_only_the_ask_primitive_loops_over_llm_calls() -> None:
+    callers = sorted(str(p.relative_to(EVAL_DIR)) for p in EVAL_DIR.rglob("*.py") if ".complete(" in p.read_text())
+    assert callers == ["asking.py", "llm.py"]  # llm.py: `complete_many` and ScriptedLLM, no retry loop
+
+
+def test_eval_never_imports_engine_or_ray() -> None:
+    assert _modules_importing("engine") == [] and _modules_importing("ray") == []
+    # and at run time: every eval module imported in a fresh interpreter pulls in neither
+    code = ("import importlib, pkgutil, sys, eval\n"
+            "for m in pkgutil.walk_packages(eval.__path__, 'eval.'):\n"
+            "    importlib.import_module(m.name)\n"
+            "bad = sorted(n for n in sys.modules if n.split('.')[0] in ('engine', 'ray'))\n"
+            "print(len([n for n in sys.modules if n.startswith('eval.')]), bad)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                         cwd=EVAL_DIR.parent)
+    assert out.returncode == 0, out.stderr
+    count, bad = out.stdout.split(" ", 1)
+    assert int(count) > 60 and bad.strip() == "[]"
+
+
+def test_eval_cache_root_is_the_engines(monkeypatch, tmp_path) -> None:
+    from engine.assets import cache_root as engine_cache_root
+    from eval.assets import cache_root
+
+    monkeypatch.delenv("MEMLOOP_CACHE", raising=False)
+    assert cache_root() == engine_cache_root() == Path.home() / ".cache" / "memloop"
+    monkeypatch.setenv("MEMLOOP_CACHE", str(tmp_path))
+    assert cache_root() == engine_cache_root() == tmp_path
+
+
+def test_token_counter_is_one_cached_encoder() -> None:
+    from eval import tokens
+    from eval.datasets import token_counter
+    from eval.llm_http import OpenAICompatibleLLM
+    from eval.memory import cl100k_count
+
+    text = "A memory of <|endoftext|> forty tokens, more or less."
+    assert tokens.encoding("cl100k_base") is tokens.encoding() is tokens.cl100k_base()
+    n = token_counter()(text)
+    assert n == cl100k_count(text) == OpenAICompatibleLLM("http://127.0.0.1:9", "m").count_tokens(text) > 10
+    from eval.errors import TokenizerError
+
+    with pytest.raises(TokenizerError, match="unknown tiktoken encoding"):
+        tokens.encoding("no-such-encoding")
+
+
+# Hashes recorded in run ids and Parquet tables before the templates moved to eval/templates/.
+KNOWN_HASHES = {
+    "s000-cok-update": "61b1fb9d126e0c839f9f7814a0d0ff4543680bf2bf985992e60ea5c19306b96b",
+    "s002-prism-revise": "c2f2639d30a8ce82c6435f2c9e0059d642c505cc9080b3bc88109e2f6e560cd4",
+    "s004-fart-base": "2f889bf1ef37e499886c7b2ab126091a0b59599eb087b7b0c7daf20b03710bf2",
+    "sumie-match": "aa0b134d37cec18c82d83b53e0e48f91beca5783f5ceb23a73c618ce22239a2a",
+    "booookscore-sentence": "086a2395dbd016644a7e7cd58acc7729ec4d7b7589f42af98723ecd7ad8b8612",
+    "kgscore-edges": "c77339e09cffb85dfce52db337815c0f0bf1aaf8e6fd21704fd2862936ef10db",
+}
+
+
+def test_template_hashes_are_unchanged_and_have_one_home() -> None:
+    from eval.judges import get_judge, judge_template_hashes
+    from eval.methods import method_class
+    from eval.templates import JUDGE_TEMPLATE_DIR, METHOD_TEMPLATE_DIR, template_hashes, template_ids
+
+    assert template_hashes(KNOWN_HASHES) == KNOWN_HASHES
+    assert method_class("prism-inplace").template_hashes()["s002-prism-revise"] == KNOWN_HASHES["s002-prism-revise"]
+    assert get_judge("sumie").template_hashes()["sumie-match"] == KNOWN_HASHES["sumie-match"]
+    assert judge_template_hashes("kgscore")["kgscore-edges"] == KNOWN_HASHES["kgscore-edges"]
+    methods = {p.stem for p in METHOD_TEMPLATE_DIR.glob("*.txt")}
+    judges = {p.stem for p in JUDGE_TEMPLATE_DIR.glob("*.txt")}
+    assert not methods & judges and template_ids() == sorted(methods | judges)  # an id names one file
+    assert [p for p in EVAL_DIR.rglob("*.txt") if p.parent not in (METHOD_TEMPLATE_DIR, JUDGE_TEMPLATE_DIR)] == []
+
+
+def test_registries_are_the_names_jobs_sees() -> None:
+    from eval.datasets import get_loader, list_tasks, tasks
+    from eval.errors import DatasetError, JudgeError, MethodError
+    from eval.judges import get_judge, list_judges
+    from eval.methods import list_methods, method_class
+    from jobs.config import registered_judges, registered_methods
+
+    assert tuple(list_methods()) == registered_methods() and tuple(list_judges()) == registered_judges()
+    assert list_tasks() == tasks() == ["arxiv", "book", "repoqa", "spider", "sumie"]
+    for kind, get, error in (("method", method_class, MethodError), ("judge", get_judge, JudgeError),
+                             ("dataset task", get_loader, DatasetError)):
+        with pytest.raises(error, match=f"unknown {kind} 'nope': choose one of "):
+            get("nope")
