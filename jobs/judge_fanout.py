@@ -25,13 +25,15 @@ class JudgeFanout:
     def start(self, u: Unit, out: Any, llm: Any, rows: Rows) -> "Future[Outcome]":
         import ray
 
-        from jobs.judging import judge_one, judge_output
+        from eval.judges import get_judge
+
+        from jobs.judging import judge_one
 
         if self._remote is None:
             self._remote = ray.remote(judge_one)
         refs = [self._remote.options(num_cpus=self.cfg.judge_cpus, max_retries=self.cfg.retries,
                                      retry_exceptions=[ray.exceptions.RayActorError], name=f"judge:{j.name}")
-                .remote(j, judge_output(j.name, out, len(u.sample.chunks)), u.sample.gold, u.sample.metadata,
+                .remote(j, get_judge(j.name).prediction(out, len(u.sample.chunks)), u.sample.gold, u.sample.metadata,
                         self.cfg.judge_model, llm)
                 for j in u.judges]
         return self._waiters.submit(self._collect, u, rows, refs)

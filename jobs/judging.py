@@ -1,22 +1,16 @@
 """Judge work as Ray tasks: one task per (unit, judge), started as soon as the unit's output exists.
 
-The task receives what the judge scores (`judge_output`: the judge's own `prediction`), the sample's gold and metadata, and
-an LLM (the engine actor's adapter, or built from the endpoint spec inside the task) and returns
-plain-dict rows for the `judgments` and `scores` tables.
+The task receives what the judge scores (the judge's own `prediction` of the method's output), the
+sample's gold and metadata, and an LLM (the engine actor's adapter, or built from the endpoint spec
+inside the task) and returns plain-dict rows for the `judgments` and `scores` tables
+(`jobs.tables.judge_rows`).
 """
 from __future__ import annotations
 
 from typing import Any
 
 from jobs.config import JudgeModelSpec, JudgeSpec
-
-
-def judge_output(judge: str, out: Any, n_chunks: int) -> Any:
-    """What judge `judge` scores of a method's output: the judge's own `prediction` (per-turn memories
-    for SUMIE judges, the final answer for the others; see `eval.judges.predictions`)."""
-    from eval.judges import get_judge
-
-    return get_judge(judge).prediction(out, n_chunks)
+from jobs.tables import judge_rows
 
 
 def judge_llm(spec: JudgeModelSpec, engine_llm: Any) -> Any:
@@ -36,4 +30,4 @@ def judge_one(judge: JudgeSpec, output: Any, gold: Any, metadata: dict[str, Any]
 
     llm = judge_llm(judge_model, engine_llm) if get_judge(judge.name).needs_llm else None
     result = run_judge(judge.name, output, gold, llm=llm, metadata=metadata, **judge.options)
-    return {"judgments": result.judgment_records(), "scores": result.score_records()}
+    return judge_rows(result)

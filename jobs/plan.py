@@ -165,11 +165,11 @@ def check_engine_config(config: dict[str, Any]) -> None:
 
 def template_hashes(cfg: RunConfig) -> dict[str, dict[str, str]]:
     """sha256 of every prompt template the run's methods and judges use, by method key and `judge:<name>`."""
-    from eval.judges import judge_template_hashes
+    from eval.judges import get_judge
     from eval.methods import method_class
 
     out = {m.key: method_class(m.name).template_hashes() for m in cfg.methods}
-    out.update({f"judge:{j.name}": judge_template_hashes(j.name) for j in cfg.judges})
+    out.update({f"judge:{j.name}": get_judge(j.name).template_hashes() for j in cfg.judges})
     return out
 
 

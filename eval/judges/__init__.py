@@ -36,7 +36,7 @@ sumie(-exact): `precision`, `recall`, `f1` per turn; kgscore: `precision`, `reca
 `edges_generated`, `edges_reference`; rouge: `rouge1`, `rouge2`, `rougeL`, `rougeLsum`;
 repoqa-exact and loft-exec: `accuracy`.
 
-Records for the jobs layer's Parquet tables (`JudgeResult.judgment_records()` / `score_records()`):
+Records for the jobs layer's Parquet tables (laid out by `jobs.tables.judge_rows`):
 
 - `judgments` rows: `{"judge": str, "index": int, "record_json": str}`; `record_json` is
   `Judgment.to_record()`: `{"item": str (what was judged: a sentence, "attr: value", an

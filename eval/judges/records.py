@@ -82,16 +82,6 @@ class JudgeResult:
             total = total + j.usage
         return total
 
-    def judgment_records(self) -> list[dict[str, Any]]:
-        """Rows for the `judgments` table: judge, index, record_json."""
-        return [{"judge": self.judge, "index": i, "record_json": json.dumps(j.to_record(), sort_keys=True, default=str)}
-                for i, j in enumerate(self.judgments)]
-
-    def score_records(self) -> list[dict[str, Any]]:
-        """Rows for the `scores` table: judge, metric, turn, value (NaN where undefined)."""
-        return [{"judge": self.judge, "metric": s.metric, "turn": s.turn,
-                 "value": float(s.value) if s.value is not None else math.nan} for s in self.scores]
-
 
 def safe_div(num: float, den: float) -> float:
     """num / den, with 0/0 = 0 (an empty prediction has no precision to speak of)."""

@@ -2,7 +2,7 @@
 
     from eval.methods import get_method
     out = get_method("prism-amendments", updates=False).run(sample, llm)
-    out.answer, [s.to_record() for s in out.steps]
+    out.answer, [(s.kind, s.output, s.usage) for s in out.steps]
 
 Names: go-text go-json gu-text gu-json gm-text gm-json cok prism-inplace prism-amendments
 hier-merge inc-update kg-retrieval fart-base fart-compressed fart-rolling.

@@ -39,17 +39,6 @@ class Step:
     chunk_index: int | None = None
     ok: bool = True
 
-    def to_record(self) -> dict[str, Any]:
-        return {
-            "index": self.index, "kind": self.kind, "template_id": self.template_id,
-            "template_sha256": self.template_sha256, "prompt": self.prompt, "output": self.output,
-            "parsed_json": json.dumps(self.parsed, sort_keys=True, default=str),
-            "memory_json": json.dumps(self.memory, sort_keys=True, default=str),
-            "prompt_tokens": self.usage.prompt_tokens, "cached_tokens": self.usage.cached_tokens,
-            "decoded_tokens": self.usage.decoded_tokens, "attempts": self.attempts,
-            "failures": list(self.failures), "chunk_index": self.chunk_index, "ok": self.ok,
-        }
-
 
 @dataclass
 class MethodOutput:

@@ -53,7 +53,7 @@ def chunk(
     from eval.datasets.chunker import chunk_paragraphs, chunk_stats, split_paragraphs
     from eval.datasets.textfile import read_text
 
-    tok = tokenizer  # an encoding name, a tokenizer folder or a .gguf file (see eval.datasets.tokens)
+    tok = tokenizer  # an encoding name, a tokenizer folder or a .gguf file (see eval.tokens)
     paragraphs = split_paragraphs(clean_book(read_text(book, "book"), unwrap=not no_unwrap))
     chunks = chunk_paragraphs(paragraphs, tokens, tok)
     stats = chunk_stats(paragraphs, chunks, tok).as_dict()

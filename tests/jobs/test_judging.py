@@ -2,7 +2,11 @@
 from __future__ import annotations
 
 from eval.methods.base import MethodOutput, Step
-from jobs.judging import judge_output
+from eval.judges import get_judge
+
+
+def judge_output(judge: str, out: MethodOutput, n_chunks: int):
+    return get_judge(judge).prediction(out, n_chunks)
 
 
 def _step(i: int, chunk: int | None, memory) -> Step:

@@ -55,7 +55,7 @@ def test_per_sentence_judge_pins_prompts_retries_and_score():
     assert j.retries == 1 and "unknown error type" in j.failures[0]["reason"] and j.label["types"] == ["entity omission"]
     assert r.details["error_types"]["entity omission"] == 1
     # recomputable from the stored records alone
-    back = [Judgment.from_record(json.loads(rec["record_json"])) for rec in r.judgment_records()]
+    back = [Judgment.from_record(json.loads(json.dumps(rec.to_record()))) for rec in r.judgments]
     assert score_judgments(back) == pytest.approx(2 / 3)
 
 

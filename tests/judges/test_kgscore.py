@@ -77,7 +77,7 @@ def test_judge_pins_prompts_and_rescores_from_records(embedder):
     prompt = llm.requests[1].messages[0]["content"]
     assert "Named entities: Janek, AC-293, Narrator\nSummary: Janek argues with AC-293.\nEdges:" in prompt
     assert r.score("precision") == pytest.approx(1.0, abs=1e-5) and r.score("recall") == pytest.approx(0.5, abs=1e-5)
-    back = [Judgment.from_record(json.loads(x["record_json"])) for x in r.judgment_records()]
+    back = [Judgment.from_record(json.loads(json.dumps(x.to_record()))) for x in r.judgments]
     assert rescore(back, embedder)["f1"] == pytest.approx(r.score("f1"))
     with pytest.raises(JudgeError, match="reference summary"):
         run_judge("kgscore", "x", "", llm)

@@ -20,7 +20,7 @@ def test_rouge_hand_computed():
     two = rouge_scores("Ann sails. Bo waits.", "Bo waits. Ann sails.")
     assert two["rougeLsum"] == pytest.approx(1.0) and two["rougeL"] < 1.0  # Lsum is per-sentence LCS
     res = run_judge("rouge", "the cat sat", "the cat sat on the mat")
-    assert {s["metric"] for s in res.score_records()} == {"rouge1", "rouge2", "rougeL", "rougeLsum"}
+    assert {s.metric for s in res.scores} == {"rouge1", "rouge2", "rougeL", "rougeLsum"}
 
 
 def test_repoqa_function_name():

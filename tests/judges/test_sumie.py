@@ -46,7 +46,7 @@ def test_exact_matcher_per_turn():
     assert r.score("precision", 0) == pytest.approx(0.5) and r.score("recall", 0) == pytest.approx(0.5)
     assert r.score("precision", 1) == pytest.approx(3 / 4) and r.score("recall", 1) == pytest.approx(3 / 4)
     assert r.score("f1", 1) == pytest.approx(0.75)
-    assert {(s["metric"], s["turn"]) for s in r.score_records()} == {(m, t) for m in ("precision", "recall", "f1") for t in (0, 1)}
+    assert {(s.metric, s.turn) for s in r.scores} == {(m, t) for m in ("precision", "recall", "f1") for t in (0, 1)}
     final_only = run_judge("sumie-exact", preds[1], GOLD)
     assert [s.turn for s in final_only.scores] == [1, 1, 1]
     with pytest.raises(JudgeError, match="3 per-turn predictions for 2"):
@@ -66,7 +66,7 @@ def test_llm_matcher_pins_prompt_and_recall_from_citations():
     assert r.score("precision", 0) == 0.5 and r.score("recall", 0) == 0.5  # "[7]" was out of range -> retried
     assert r.judgments[1].retries == 1
     assert r.score("precision", 1) == 1.0 and r.score("recall", 1) == pytest.approx(2 / 4)
-    back = [Judgment.from_record(json.loads(x["record_json"])) for x in r.judgment_records()]
+    back = [Judgment.from_record(json.loads(json.dumps(x.to_record()))) for x in r.judgments]
     assert rescore(back, GOLD)[1]["recall"] == pytest.approx(0.5)
 
 

@@ -110,9 +110,16 @@ def test_registries_are_the_names_jobs_sees() -> None:
     from eval.errors import DatasetError, JudgeError, MethodError
     from eval.judges import get_judge, list_judges
     from eval.methods import list_methods, method_class
-    from jobs.config import registered_judges, registered_methods
+    from jobs.config import parse_config
+    from jobs.errors import ConfigError
+    from jobs.plan import check_config
 
-    assert tuple(list_methods()) == registered_methods() and tuple(list_judges()) == registered_judges()
+    base = {"datasets": [{"task": "sumie", "synthetic": {"entities": 1}}], "methods": [{"name": "cok"}]}
+    for over, names in (({"methods": [{"name": "nope"}]}, list_methods()),
+                        ({"judges": [{"name": "nope"}]}, list_judges()),
+                        ({"methods": [{"name": "cok", "tasks": ["nope"]}]}, list_tasks())):
+        with pytest.raises(ConfigError, match="registered: " + ", ".join(names) + "|use one of " + ", ".join(names)):
+            check_config(parse_config(dict(base, **over)))
     assert list_tasks() == tasks() == ["arxiv", "book", "repoqa", "spider", "sumie"]
     for kind, get, error in (("method", method_class, MethodError), ("judge", get_judge, JudgeError),
                              ("dataset task", get_loader, DatasetError)):
