@@ -32,6 +32,8 @@ COMMAND_MODULES = (
     "jobs.commands.methods",
     "jobs.commands.bench_model",
     "jobs.commands.bench_prefix",
+    "jobs.commands.export",
+    "jobs.commands.compare",
 )
 
 for _name in COMMAND_MODULES:
