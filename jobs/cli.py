@@ -34,6 +34,7 @@ COMMAND_MODULES = (
     "jobs.commands.bench_prefix",
     "jobs.commands.export",
     "jobs.commands.compare",
+    "jobs.commands.nightly",
 )
 
 for _name in COMMAND_MODULES:
