@@ -47,10 +47,10 @@ def _validate(path: Path) -> str:
     return cfg.name
 
 
-def _run(path: Path, log: Callable[[str], None]) -> tuple[int, str | None]:
+def _run(path: Path, extra: list[str], log: Callable[[str], None]) -> tuple[int, str | None]:
     """Run one config as its own process; its stdout is passed through and scanned for the run URI."""
     uri = None
-    with subprocess.Popen([*RUN_ARGV, str(path)], stdout=subprocess.PIPE, text=True, bufsize=1) as proc:
+    with subprocess.Popen([*RUN_ARGV, str(path), *extra], stdout=subprocess.PIPE, text=True, bufsize=1) as proc:
         assert proc.stdout is not None
         for line in proc.stdout:
             log(line.rstrip("\n"))
@@ -106,7 +106,9 @@ def compare_with_previous(run_uri: str, name: str, rules: list[str]) -> tuple[st
     return prev, c.failed_rules
 
 
-def run_nightly(configs: list[Path], rules: list[str], log: Callable[[str], None] = print) -> list[Outcome]:
+def run_nightly(configs: list[Path], rules: list[str], log: Callable[[str], None] = print,
+                tag: str | None = None) -> list[Outcome]:
+    """Every config in order; `tag` is passed to `memloop run --tag` (a fresh run per night)."""
     from jobs.compare import parse_rule
 
     for r in rules:  # a malformed rule is a usage error before anything runs
@@ -122,7 +124,7 @@ def run_nightly(configs: list[Path], rules: list[str], log: Callable[[str], None
             log(f"nightly: {path} is invalid, skipped: {o.error}")
             continue
         log(f"nightly: running {path}")
-        o.rc, o.run = _run(path, log)
+        o.rc, o.run = _run(path, ["--tag", tag] if tag else [], log)
         if o.rc != 0:
             o.status, o.error = "failed", f"`memloop run {path}` exited with status {o.rc}"
             log(f"nightly: {o.error}")
