@@ -518,11 +518,11 @@ class RunStore:
 
     def table(self, table: str) -> pa.Table:
         """A per-unit table restricted to the final outcome of each unit (see `final_outcomes`)."""
+        if table == "runs":  # one row per invocation, not per unit
+            return self._read_all("runs")
         winners = self.samples()
         if table == "samples":
             return winners
-        if table == "runs":
-            return self._read_all("runs")
         shards = set(winners.column("shard").to_pylist())
         return rows_of_outcomes(self._read_all(table, shards), winners)
 
