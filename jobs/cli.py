@@ -48,6 +48,9 @@ COMMAND_MODULES = (
     "jobs.commands.methods",
     "jobs.commands.bench_model",
     "jobs.commands.bench_prefix",
+    "jobs.commands.export",
+    "jobs.commands.compare",
+    "jobs.commands.nightly",
 )
 
 for _name in COMMAND_MODULES:

@@ -16,6 +16,14 @@ class StorageError(JobsError):
     """An output location is unreachable, unwritable, or holds inconsistent data."""
 
 
+class LockHeldError(StorageError):
+    """Another process holds the run's lock; `holder` is what it wrote (owner, host, pid, times)."""
+
+    def __init__(self, message: str, holder: dict | None = None) -> None:
+        super().__init__(message)
+        self.holder = holder or {}
+
+
 class RunError(JobsError):
     """A run could not be carried out."""
 

@@ -7,44 +7,74 @@ Layout of one run (`{output}/{run_id}/`):
     steps/{shard}.parquet           per-step traces of the same units
     judgments/{shard}.parquet       raw judge answers
     scores/{shard}.parquet          per-sample scores (aggregates are computed by the report)
-    report/                         report.md and PNG plots
+    report.md, *.png                the report (rewritten by every `memloop report`)
+    compare-{run_id}/               `memloop compare` outputs against another run
+    .lock                           held while a process computes the run (see `RunStore.acquire_lock`)
 
-Atomicity: every object is written whole (local: write a hidden temporary file, then rename; GCS:
-a single-request upload, which becomes visible only when complete, with a create-if-absent
-precondition). A shard's `steps`, `judgments` and `scores` files are written before its `samples`
-file, and readers only read shards whose `samples` file exists, so an interrupted write never shows
-half a shard. A re-run skips units already recorded as `ok`; failed units are tried again and the
-latest outcome wins when reading.
+Atomicity: every object is written whole (local: write a hidden temporary file, then link or rename
+it into place; GCS: a single-request upload, which becomes visible only when complete). A shard's
+`steps`, `judgments` and `scores` files are written before its `samples` file, and readers only read
+shards whose `samples` file exists, so an interrupted write never shows half a shard. A re-run skips
+units already recorded as `ok`; failed units are tried again and `final_outcomes` picks one row per
+unit when reading.
+
+Write modes (`Store.put`), each what GCS enforces with generation preconditions:
+- "create": create-only (`ifGenerationMatch=0`). Shards and manifest rows have unique names, so an
+  existing object is a real conflict and raises `ConflictError`.
+- "overwrite": last writer wins (no precondition). Report files, compare outputs, exports.
+- `Store.replace(name, data, generation)`: compare-and-swap for read-modify-write (the lock).
 """
 from __future__ import annotations
 
+import contextlib
+import datetime as dt
+import errno
 import io
+import json
 import os
+import socket
 import uuid
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Protocol
+from typing import Any, Iterable, Iterator, Literal, Protocol
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from jobs.errors import StorageError
+from jobs.errors import LockHeldError, StorageError
 from jobs.tables import SCHEMAS, TABLES, now
 
+WriteMode = Literal["create", "overwrite"]
+
+
+class ConflictError(StorageError):
+    """A write precondition did not hold: the object exists (create) or changed (replace)."""
+
+
+class NotFoundError(StorageError):
+    """The object does not exist."""
+
+
 # ---------------------------------------------------------------------------------------------
-# Object stores: whole-object put/get/list under a root.
+# Object stores: whole-object put/get/list under a root. A generation is an opaque string that
+# changes whenever the object is written (GCS: the object generation; local: inode and mtime).
 
 
 class Store(Protocol):
     uri: str
 
-    def put(self, name: str, data: bytes) -> None: ...
+    def put(self, name: str, data: bytes, mode: WriteMode = "create") -> str: ...
     def get(self, name: str) -> bytes: ...
+    def read(self, name: str) -> tuple[bytes, str]: ...
+    def replace(self, name: str, data: bytes, generation: str) -> str: ...
     def list(self, prefix: str) -> list[str]: ...
-    def delete(self, name: str) -> None: ...
+    def children(self, prefix: str) -> list[str]: ...
+    def delete(self, name: str, generation: str | None = None) -> None: ...
 
 
 class LocalStore:
-    """A directory. put() writes a hidden temporary file next to the target and renames it."""
+    """A directory. put() writes a hidden temporary file next to the target, then links it into
+    place (create: fails if the target exists, like O_EXCL) or renames it over the target (overwrite)."""
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = Path(root).expanduser().resolve()
@@ -53,24 +83,87 @@ class LocalStore:
     def _path(self, name: str) -> Path:
         return self.root / name
 
-    def put(self, name: str, data: bytes) -> None:
+    @staticmethod
+    def _generation(path: Path) -> str:
+        st = path.stat()
+        return f"{st.st_ino}.{st.st_mtime_ns}"
+
+    def _write_tmp(self, target: Path, data: bytes) -> Path:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.parent / f".{target.name}.{uuid.uuid4().hex[:8]}.tmp"
+        with tmp.open("wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        return tmp
+
+    def put(self, name: str, data: bytes, mode: WriteMode = "create") -> str:
         target = self._path(name)
         try:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            tmp = target.parent / f".{target.name}.{uuid.uuid4().hex[:8]}.tmp"
-            with tmp.open("wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, target)
+            tmp = self._write_tmp(target, data)
+            try:
+                if mode == "overwrite":
+                    os.replace(tmp, target)
+                else:
+                    self._link_exclusive(tmp, target)
+            finally:
+                tmp.unlink(missing_ok=True)
+            return self._generation(target)
+        except FileExistsError:
+            raise ConflictError(f"{target} already exists and is written create-only; "
+                                "another process wrote the same object (remove it only if that process is gone)") from None
         except OSError as exc:
             raise StorageError(f"cannot write {target}: {exc.strerror or exc}; choose a writable `output`") from None
 
-    def get(self, name: str) -> bytes:
+    @staticmethod
+    def _link_exclusive(tmp: Path, target: Path) -> None:
         try:
-            return self._path(name).read_bytes()
+            os.link(tmp, target)  # atomic create-if-absent of a complete file
+        except OSError as exc:
+            if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK):
+                raise
+            # file systems without hard links (some FUSE mounts): exclusive create, then copy in
+            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            with os.fdopen(fd, "wb") as f:
+                f.write(tmp.read_bytes())
+
+    def get(self, name: str) -> bytes:
+        return self.read(name)[0]
+
+    def read(self, name: str) -> tuple[bytes, str]:
+        path = self._path(name)
+        try:
+            with path.open("rb") as f:
+                gen = f"{os.fstat(f.fileno()).st_ino}.{os.fstat(f.fileno()).st_mtime_ns}"
+                return f.read(), gen
         except FileNotFoundError:
-            raise StorageError(f"{self._path(name)} does not exist; check the run URI") from None
+            raise NotFoundError(f"{path} does not exist; check the run URI") from None
+
+    @contextlib.contextmanager
+    def _mutex(self, target: Path) -> Iterator[None]:
+        """Serialises compare-and-swap on one object across the processes of this host."""
+        import fcntl
+
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with open(target.parent / f".{target.name}.mutex", "a+b") as f:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+
+    def replace(self, name: str, data: bytes, generation: str) -> str:
+        target = self._path(name)
+        with self._mutex(target):
+            try:
+                current = self._generation(target)
+            except FileNotFoundError:
+                raise ConflictError(f"{target} was removed by another process") from None
+            if current != generation:
+                raise ConflictError(f"{target} was changed by another process")
+            tmp = self._write_tmp(target, data)
+            os.replace(tmp, target)
+            return self._generation(target)
 
     def list(self, prefix: str) -> list[str]:
         base = self._path(prefix)
@@ -81,8 +174,24 @@ class LocalStore:
             if p.is_file() and not p.name.startswith(".")
         )
 
-    def delete(self, name: str) -> None:
-        self._path(name).unlink(missing_ok=True)
+    def children(self, prefix: str) -> list[str]:
+        base = self._path(prefix) if prefix else self.root
+        if not base.is_dir():
+            return []
+        return sorted(p.name for p in base.iterdir() if p.is_dir() and not p.name.startswith("."))
+
+    def delete(self, name: str, generation: str | None = None) -> None:
+        target = self._path(name)
+        if generation is None:
+            target.unlink(missing_ok=True)
+            return
+        with self._mutex(target):
+            try:
+                if self._generation(target) != generation:
+                    raise ConflictError(f"{target} was changed by another process; not deleted")
+            except FileNotFoundError:
+                return
+            target.unlink(missing_ok=True)
 
 
 class GCSStore:
@@ -121,21 +230,43 @@ class GCSStore:
     def _blob_name(self, name: str) -> str:
         return f"{self.prefix}/{name}" if self.prefix else name
 
-    def put(self, name: str, data: bytes) -> None:
+    def _upload(self, name: str, data: bytes, if_generation_match: int | None) -> str:
+        from google.api_core.exceptions import PreconditionFailed
+
+        blob = self.bucket.blob(self._blob_name(name))
         try:
-            # Shard names are unique, so create-if-absent: never overwrite a finished shard.
-            self.bucket.blob(self._blob_name(name)).upload_from_string(
-                data, content_type="application/octet-stream", if_generation_match=0)
+            blob.upload_from_string(data, content_type="application/octet-stream",
+                                    if_generation_match=if_generation_match)
+        except PreconditionFailed:
+            if if_generation_match == 0:
+                raise ConflictError(f"{self.uri}/{name} already exists and is written create-only; another "
+                                    "process wrote the same object (remove it only if that process is gone)") from None
+            raise ConflictError(f"{self.uri}/{name} was changed by another process") from None
         except Exception as exc:
             raise StorageError(f"cannot write {self.uri}/{name}: {exc}; check the bucket and your permissions") from None
+        return str(blob.generation)
+
+    def put(self, name: str, data: bytes, mode: WriteMode = "create") -> str:
+        return self._upload(name, data, 0 if mode == "create" else None)
+
+    def replace(self, name: str, data: bytes, generation: str) -> str:
+        return self._upload(name, data, int(generation))
 
     def get(self, name: str) -> bytes:
-        from google.api_core.exceptions import NotFound
+        return self.read(name)[0]
+
+    def read(self, name: str) -> tuple[bytes, str]:
+        from google.api_core.exceptions import NotFound, PreconditionFailed
 
         try:
-            return self.bucket.blob(self._blob_name(name)).download_as_bytes()
-        except NotFound:
-            raise StorageError(f"{self.uri}/{name} does not exist; check the run URI") from None
+            blob = self.bucket.get_blob(self._blob_name(name))
+            if blob is not None:
+                gen = blob.generation  # (the download may reset it from its response headers)
+                # the bytes of exactly the generation whose metadata was read
+                return blob.download_as_bytes(if_generation_match=gen), str(gen)
+        except (NotFound, PreconditionFailed):
+            pass  # deleted or rewritten between the two requests: report it as gone; the caller re-reads
+        raise NotFoundError(f"{self.uri}/{name} does not exist; check the run URI")
 
     def list(self, prefix: str) -> list[str]:
         full = self._blob_name(prefix).rstrip("/") + "/"
@@ -146,13 +277,27 @@ class GCSStore:
             raise StorageError(f"cannot list {self.uri}/{prefix}: {exc}; check the bucket and your permissions") from None
         return sorted(n for n in names if not n.rsplit("/", 1)[-1].startswith("."))
 
-    def delete(self, name: str) -> None:
-        from google.api_core.exceptions import NotFound
+    def children(self, prefix: str) -> list[str]:
+        full = (self._blob_name(prefix).rstrip("/") + "/") if (prefix or self.prefix) else ""
+        try:
+            it = self.client.list_blobs(self.bucket, prefix=full, delimiter="/")
+            for _ in it:  # the prefixes are known once the pages are read
+                pass
+            dirs = [p[len(full):].rstrip("/") for p in it.prefixes]
+        except Exception as exc:
+            raise StorageError(f"cannot list {self.uri}/{prefix}: {exc}; check the bucket and your permissions") from None
+        return sorted(d for d in dirs if d and not d.startswith("."))
+
+    def delete(self, name: str, generation: str | None = None) -> None:
+        from google.api_core.exceptions import NotFound, PreconditionFailed
 
         try:
-            self.bucket.blob(self._blob_name(name)).delete()
+            self.bucket.blob(self._blob_name(name)).delete(
+                if_generation_match=int(generation) if generation is not None else None)
         except NotFound:
             pass
+        except PreconditionFailed:
+            raise ConflictError(f"{self.uri}/{name} was changed by another process; not deleted") from None
 
 
 def open_store(uri: str) -> Store:
@@ -181,6 +326,76 @@ def to_parquet(table: str, rows: list[dict[str, Any]]) -> bytes:
 
 def from_parquet(data: bytes) -> pa.Table:
     return pq.read_table(pa.BufferReader(data))
+
+
+def final_outcomes(samples: pa.Table) -> pa.Table:
+    """One `samples` row per unit: an `ok` row beats a `failed` one, then the latest (by
+    `finished_at`, then shard name) wins. The one definition of a unit's outcome, used by every
+    reader of a run (`RunStore`, `memloop export`)."""
+    if samples.num_rows == 0:
+        return samples
+    df = samples.to_pandas()
+    df["_ok"] = df["status"] == "ok"
+    df = df.sort_values(["_ok", "finished_at", "shard"], kind="stable").drop_duplicates("unit", keep="last")
+    df = df.drop(columns="_ok").sort_values(["dataset", "sample_id", "method", "repeat"], kind="stable")
+    return pa.Table.from_pandas(df, schema=samples.schema, preserve_index=False)
+
+
+def rows_of_outcomes(raw: pa.Table, outcomes: pa.Table) -> pa.Table:
+    """The rows of a per-unit table (`steps`, `judgments`, `scores`) written with each unit's final
+    outcome (same unit and shard); rows of superseded attempts are dropped."""
+    if raw.num_rows == 0:
+        return raw
+    pairs = set(zip(outcomes.column("unit").to_pylist(), outcomes.column("shard").to_pylist()))
+    mask = [(u, s) in pairs for u, s in zip(raw.column("unit").to_pylist(), raw.column("shard").to_pylist())]
+    return raw.filter(pa.array(mask, pa.bool_()))
+
+
+LOCK_NAME = ".lock"
+
+
+def _iso(t: dt.datetime) -> str:
+    return t.isoformat(timespec="seconds")
+
+
+@dataclass
+class Lock:
+    """A held run lock: an object created create-only, refreshed and released only while its
+    generation is still the one this process wrote (so a broken-and-retaken lock is never touched)."""
+
+    store: Store
+    name: str
+    uri: str
+    holder: dict[str, Any]
+    generation: str
+    released: bool = field(default=False)
+
+    def refresh(self) -> None:
+        """Write a new heartbeat; raises LockHeldError when another process has taken the lock."""
+        holder = dict(self.holder, heartbeat_at=_iso(now()))
+        try:
+            self.generation = self.store.replace(self.name, json.dumps(holder).encode(), self.generation)
+        except (ConflictError, NotFoundError):
+            raise LockHeldError(f"the lock {self.uri} was taken over by another process (it judged this one "
+                                "stale); stop this run: the other one computes the same units") from None
+        self.holder = holder
+
+    def release(self) -> bool:
+        """Delete the lock if it is still ours; False when another process had taken it over."""
+        if self.released:
+            return True
+        self.released = True
+        try:
+            self.store.delete(self.name, self.generation)
+            return True
+        except ConflictError:
+            return False
+
+    def __enter__(self) -> "Lock":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
 
 
 class RunStore:
@@ -217,10 +432,47 @@ class RunStore:
         """Write and delete a probe object, so an unwritable output fails before any work starts."""
         probe = self.name(f".probe-{uuid.uuid4().hex[:8]}")
         try:
-            self.store.put(probe, b"probe")
+            self.store.put(probe, b"probe", mode="create")
         except StorageError as exc:
             raise StorageError(f"`output`: {exc}") from None
         self.store.delete(probe)
+
+    # the run lock ---------------------------------------------------------------------------
+
+    def acquire_lock(self, owner: str, *, stale_after_s: float | None = None) -> Lock:
+        """Take the run's lock (`{run}/.lock`, created create-only) or raise LockHeldError naming the
+        holder. A lock whose last heartbeat (`Lock.refresh`) is older than `stale_after_s` seconds is
+        taken over with a generation-matched replace, so of two processes breaking the same stale
+        lock exactly one wins. With `stale_after_s=None` a lock is never judged stale."""
+        name = self.name(LOCK_NAME)
+        lock_uri = join_uri(self.store.uri, name)
+        t = _iso(now())
+        holder = {"owner": owner, "host": socket.gethostname(), "pid": os.getpid(), "acquired_at": t, "heartbeat_at": t}
+        data = json.dumps(holder).encode()
+        for _ in range(3):  # the lock may be released between our create and our read
+            try:
+                return Lock(self.store, name, lock_uri, holder, self.store.put(name, data, mode="create"))
+            except ConflictError:
+                pass
+            try:
+                raw, gen = self.store.read(name)
+            except NotFoundError:
+                continue
+            try:
+                current = json.loads(raw)
+            except ValueError:
+                current = {"owner": "(unreadable lock object)", "heartbeat_at": None}
+            if stale_after_s is not None and _age_s(current.get("heartbeat_at")) > stale_after_s:
+                try:
+                    return Lock(self.store, name, lock_uri, holder, self.store.replace(name, data, gen))
+                except (ConflictError, NotFoundError):
+                    continue
+            raise LockHeldError(
+                f"run {self.uri} is being computed by {current.get('owner')!r} (host {current.get('host')}, "
+                f"pid {current.get('pid')}, since {current.get('acquired_at')}, last heartbeat "
+                f"{current.get('heartbeat_at')}); wait for it to finish, or if that process is gone delete "
+                f"{lock_uri}", holder=current)
+        raise LockHeldError(f"the lock {lock_uri} keeps changing hands; another process is taking it", holder={})
 
     # writing -------------------------------------------------------------------------------
 
@@ -232,15 +484,16 @@ class RunStore:
         for table in ("steps", "judgments", "scores", "samples"):
             rows = [dict(r, run_id=self.run_id, shard=shard) for r in tables.get(table, ())]
             if rows or table == "samples":
-                self.store.put(self.name(table, f"{shard}.parquet"), to_parquet(table, rows))
+                self.store.put(self.name(table, f"{shard}.parquet"), to_parquet(table, rows), mode="create")
         return shard
 
     def write_manifest(self, row: dict[str, Any]) -> None:
         row = dict(row, run_id=self.run_id)
-        self.store.put(self.name("runs", f"{row['invocation']}.parquet"), to_parquet("runs", [row]))
+        self.store.put(self.name("runs", f"{row['invocation']}.parquet"), to_parquet("runs", [row]), mode="create")
 
     def put_file(self, rel: str, data: bytes) -> None:
-        self.store.put(self.name(rel), data)
+        """A derived file (report.md, plots, compare outputs): rewritten by every report."""
+        self.store.put(self.name(rel), data, mode="overwrite")
 
     # reading -------------------------------------------------------------------------------
 
@@ -260,33 +513,30 @@ class RunStore:
         return pa.concat_tables([p.cast(SCHEMAS[table]) for p in parts])
 
     def samples(self) -> pa.Table:
-        """Committed unit outcomes, one row per unit: an `ok` row wins over `failed`, then the latest."""
-        raw = self._read_all("samples")
-        if raw.num_rows == 0:
-            return raw
-        df = raw.to_pandas()
-        df["_ok"] = df["status"] == "ok"
-        df = df.sort_values(["_ok", "finished_at", "shard"]).drop_duplicates("unit", keep="last")
-        df = df.drop(columns="_ok").sort_values(["dataset", "sample_id", "method", "repeat"])
-        return pa.Table.from_pandas(df, schema=SCHEMAS["samples"], preserve_index=False)
+        """Committed unit outcomes, one row per unit (see `final_outcomes`)."""
+        return final_outcomes(self._read_all("samples"))
 
     def table(self, table: str) -> pa.Table:
-        """A per-unit table restricted to the winning shard of each unit (see `samples`)."""
+        """A per-unit table restricted to the final outcome of each unit (see `final_outcomes`)."""
+        if table == "runs":  # one row per invocation, not per unit
+            return self._read_all("runs")
         winners = self.samples()
         if table == "samples":
             return winners
-        if table == "runs":
-            return self._read_all("runs")
-        pairs = set(zip(winners.column("unit").to_pylist(), winners.column("shard").to_pylist()))
-        shards = {s for _, s in pairs}
-        raw = self._read_all(table, shards)
-        if raw.num_rows == 0:
-            return raw
-        mask = [(u, s) in pairs for u, s in zip(raw.column("unit").to_pylist(), raw.column("shard").to_pylist())]
-        return raw.filter(pa.array(mask, pa.bool_()))
+        shards = set(winners.column("shard").to_pylist())
+        return rows_of_outcomes(self._read_all(table, shards), winners)
 
     def done_units(self) -> set[str]:
         s = self.samples()
         if s.num_rows == 0:
             return set()
         return {u for u, st in zip(s.column("unit").to_pylist(), s.column("status").to_pylist()) if st == "ok"}
+
+
+def _age_s(iso: str | None) -> float:
+    if not iso:
+        return float("inf")
+    try:
+        return (now() - dt.datetime.fromisoformat(iso)).total_seconds()
+    except ValueError:
+        return float("inf")

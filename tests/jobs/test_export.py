@@ -1,0 +1,95 @@
+"""`memloop export`: one row per unit in a hive layout that pyarrow.dataset (like DuckDB) reads back."""
+from __future__ import annotations
+
+import json
+import uuid
+
+import pyarrow.dataset as ds
+from typer.testing import CliRunner
+
+from jobs.cli import app
+from jobs.export import export_run
+from jobs.storage import RunStore
+from jobs.tables import SCHEMAS, now, unit_key
+
+
+def _unit(sample: str, status: str, f1: float) -> dict:
+    t = now()
+    base = dict(unit=unit_key("sumie:synthetic", sample, "go-json", 0), dataset="sumie:synthetic", task="sumie",
+                sample_id=sample, method="go-json", repeat=0)
+    return {
+        "samples": [dict(base, seed=0, status=status, error=None if status == "ok" else "TimeoutError: judge",
+                         attempts=1, output_json="{}", n_steps=1, prompt_tokens=10, cached_tokens=4,
+                         decoded_tokens=2, chunk_tokens=None, actor="a", started_at=t, finished_at=t)],
+        "steps": [dict(base, step=0, kind="update", template_id="t", template_hash="h", prompt="p", output="o",
+                       parsed_json="{}", memory_json="{}", prompt_tokens=10, cached_tokens=4, decoded_tokens=2,
+                       error=None, extra_json="{}")],
+        "judgments": [dict(base, judge="sumie-exact", index=0, record_json=json.dumps({"f1": f1}))],
+        "scores": [dict(base, judge="sumie-exact", metric="f1", turn=None, value=f1)],
+    }
+
+
+def _manifest(rs: RunStore, invocation: str) -> None:
+    rs.write_manifest(dict(invocation=invocation, output=rs.store.uri, config_json="{}", identity_json="{}",
+                           code_version="git:x", packages_json="{}", model_digest="d", template_hashes_json="{}",
+                           host="h", started_at=now(), finished_at=now(), wall_s=1.0, samples=2, computed=1,
+                           skipped=0, failed=1, stats_json="{}"))
+
+
+def _run(output: str, run_id: str) -> RunStore:
+    rs = RunStore.open(output, run_id)
+    rs.write_shard(_unit("e1", "failed", 0.0))  # first attempt failed (its scores row says 0.0) ...
+    rs.write_shard(_unit("e2", "ok", 0.9))
+    _manifest(rs, "inv-1")
+    rs.write_shard(_unit("e1", "ok", 0.5))  # ... the retry succeeded
+    rs.write_shard(_unit("e1", "failed", 0.0))  # a later failed attempt never beats an ok one
+    _manifest(rs, "inv-2")
+    return rs
+
+
+def _read(dest: str, table: str) -> list[dict]:
+    return ds.dataset(f"{dest}/{table}", format="parquet", partitioning="hive").to_table().to_pylist()
+
+
+def test_retried_unit_exports_exactly_one_row(tmp_path) -> None:
+    rs = _run(str(tmp_path / "runs"), "r1")
+    res = export_run(rs.uri)
+    assert res.dest == str(tmp_path / "runs" / "export")
+    assert (tmp_path / "runs" / "export" / "samples" / "run_id=r1" / "part-0.parquet").is_file()
+    samples = _read(res.dest, "samples")
+    assert sorted((r["sample_id"], r["status"], r["run_id"]) for r in samples) == [("e1", "ok", "r1"), ("e2", "ok", "r1")]
+    scores = _read(res.dest, "scores")
+    assert sorted((r["sample_id"], r["value"]) for r in scores) == [("e1", 0.5), ("e2", 0.9)]  # no 0.0 of the failures
+    assert len(_read(res.dest, "steps")) == 2 and len(_read(res.dest, "judgments")) == 2
+    assert len(_read(res.dest, "runs")) == 2  # one row per invocation
+    assert res.rows == {"samples": 2, "steps": 2, "judgments": 2, "scores": 2, "runs": 2}
+    # the raw shards hold four samples rows for the same two units: what the export resolves
+    assert sum(1 for _ in rs.store.list(rs.name("samples"))) == 4
+
+
+def test_two_runs_share_one_dataset_and_reexport_replaces(tmp_path) -> None:
+    out = str(tmp_path / "runs")
+    a, b = _run(out, "ra"), _run(out, "rb")
+    dest = str(tmp_path / "lake")
+    export_run(a.uri, dest)
+    export_run(b.uri, dest)
+    export_run(b.uri, dest)  # again: the partition is replaced, never duplicated
+    t = ds.dataset(f"{dest}/samples", format="parquet", partitioning="hive").to_table()
+    assert sorted(zip(t.column("run_id").to_pylist(), t.column("sample_id").to_pylist())) == [
+        ("ra", "e1"), ("ra", "e2"), ("rb", "e1"), ("rb", "e2")]
+    assert set(t.schema.names) == set(SCHEMAS["samples"].names)
+
+
+def test_export_to_gcs_and_cli(tmp_path, gcs_emulator) -> None:
+    rs = _run(str(tmp_path / "runs"), "r1")
+    dest = f"{gcs_emulator}/{uuid.uuid4().hex[:8]}/lake"
+    export_run(rs.uri, dest)
+    export_run(rs.uri, dest)  # overwrite is allowed on the precondition-enforcing fake
+    from jobs.storage import open_store
+
+    lake = open_store(dest)
+    assert sorted(lake.children("")) == ["judgments", "runs", "samples", "scores", "steps"]
+    assert lake.list("samples") == ["samples/run_id=r1/part-0.parquet"]
+    result = CliRunner().invoke(app, ["export", rs.uri, "--to", str(tmp_path / "x")])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output.strip().splitlines()[-1])["rows"]["samples"] == 2
