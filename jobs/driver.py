@@ -14,6 +14,7 @@ fan-out and the run store.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import threading
@@ -148,6 +149,31 @@ def _compute(plan: RunPlan, rs: RunStore, todo: list[Unit], actors: list[Any], l
             "engine": engine_actors.engine_stats(actors)}
 
 
+def _stop_pool(state: dict[str, Any]) -> None:
+    pool = state.get("pool")
+    if pool is not None:
+        pool.stop.set()
+
+
+def _start_and_compute(plan: RunPlan, rs: RunStore, todo: list[Unit], actor_cls: Any, log: Log,
+                       state: dict[str, Any]) -> dict[str, Any]:
+    """Start the engine actors, compute the units, and kill the actors whatever happens."""
+    import ray
+
+    engine_actors.ensure_ray(log)
+    try:
+        actors = engine_actors.start_actors(plan.config.engine, actor_cls or engine_actors.default_actor_class(),
+                                            {"config": plan.engine_config}, log, name_prefix=f"memloop:{plan.run_id}:")
+    except ValueError as exc:  # the name is taken
+        raise RunError(f"run {plan.run_id} is already being computed on this Ray cluster ({exc}); "
+                       "wait for it or stop it") from None
+    try:
+        return _compute(plan, rs, todo, actors, log, state)
+    finally:
+        for a in actors:  # free the hosts (and, in a shared Ray, the CPUs and memory) at once
+            ray.kill(a)
+
+
 def execute(cfg: RunConfig, *, actor_cls: Any = None, log: Log = _stderr,
             on_ready: Callable[[str, str], None] | None = None) -> RunSummary:
     """Run (or resume) the config; returns the counts printed as the CLI's last line."""
@@ -166,34 +192,28 @@ def execute(cfg: RunConfig, *, actor_cls: Any = None, log: Log = _stderr,
     started, t0 = now(), time.monotonic()
     stats: dict[str, Any] = {}
     state: dict[str, Any] = {}
-    try:
-        if todo:
-            engine_actors.ensure_ray(log)
-            try:
-                actors = engine_actors.start_actors(cfg.engine, actor_cls or engine_actors.default_actor_class(),
-                                                    {"config": plan.engine_config}, log,
-                                                    name_prefix=f"memloop:{plan.run_id}:")
-            except ValueError as exc:  # the name is taken
-                raise RunError(f"run {plan.run_id} is already being computed on this Ray cluster ({exc}); "
-                               "wait for it or stop it") from None
-            try:
-                stats = _compute(plan, rs, todo, actors, log, state)
-            finally:
-                import ray
+    from jobs.run_lock import run_lock
 
-                for a in actors:  # free the hosts (and, in a shared Ray, the CPUs and memory) at once
-                    ray.kill(a)
-    except BaseException as exc:
-        stats["interrupted"] = error_text(exc)
-        if not isinstance(exc, (KeyboardInterrupt, RunError)):
-            stats["traceback"] = traceback.format_exc()[-4000:]
-        raise
-    finally:
-        pool = state.get("pool")
-        computed, failed = (pool.finished - pool.failed, pool.failed) if pool is not None else (0, 0)
-        state["counts"] = (computed, failed, list(pool.errors) if pool is not None else [])
-        rs.write_manifest(dict(base, started_at=started, finished_at=now(), wall_s=time.monotonic() - t0,
-                               samples=len(plan.units), computed=computed, skipped=skipped, failed=failed,
-                               stats_json=json.dumps(stats, default=str)))
+    # A second driver of the same run into the same output is refused here, before it writes anything.
+    held = (run_lock(rs, f"{invocation} ({plan.run_id})", log, on_lost=lambda: _stop_pool(state)) if todo
+            else contextlib.nullcontext({"lost": None}))
+    with held as lock:
+        try:
+            if todo:
+                stats = _start_and_compute(plan, rs, todo, actor_cls, log, state)
+        except BaseException as exc:
+            stats["interrupted"] = error_text(exc)
+            if not isinstance(exc, (KeyboardInterrupt, RunError)):
+                stats["traceback"] = traceback.format_exc()[-4000:]
+            raise
+        finally:
+            pool = state.get("pool")
+            computed, failed = (pool.finished - pool.failed, pool.failed) if pool is not None else (0, 0)
+            state["counts"] = (computed, failed, list(pool.errors) if pool is not None else [])
+            rs.write_manifest(dict(base, started_at=started, finished_at=now(), wall_s=time.monotonic() - t0,
+                                   samples=len(plan.units), computed=computed, skipped=skipped, failed=failed,
+                                   stats_json=json.dumps(stats, default=str)))
+    if lock["lost"]:
+        raise RunError(lock["lost"])
     computed, failed, errors = state["counts"]
     return RunSummary(plan.run_id, rs.uri, len(plan.units), computed, skipped, failed, stats, errors)

@@ -166,7 +166,7 @@ class WorkerPool(Generic[T]):
                 if pending and (done or pending >= self.flush_units or t - last_flush >= self.flush_s):
                     self.flush()
                     last_flush = t
-                if done:
+                if done or self.stop.is_set():  # all finished, or stopped from outside (e.g. the run lock lost)
                     break
                 if self._progress and (self.finished != last_count or t - last_progress >= self.progress_s):
                     self._progress(self)

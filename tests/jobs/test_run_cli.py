@@ -123,3 +123,31 @@ def test_python_api_plans_and_loads(tmp_path) -> None:
     assert plan.run_id.startswith("cli-") and len(plan.units) == 1
     with pytest.raises(memloop.Error):
         memloop.plan(tmp_path / "missing.yaml")
+
+
+def test_a_second_identical_run_is_refused_while_the_first_computes(ray_local, tmp_path) -> None:
+    import threading
+    import time
+
+    from jobs.driver import execute
+    from jobs.errors import LockHeldError
+    from jobs.storage import LOCK_NAME
+
+    cfg = parse_config(_cfg(tmp_path, datasets=[{"task": "sumie", "synthetic": {"entities": 2, "seed": 5},
+                                                 "options": {"max_chunks": 1}}]))
+    lock_file = tmp_path / "runs" / run_id(cfg) / LOCK_NAME
+    first: dict = {}
+    t = threading.Thread(target=lambda: first.update(summary=execute(cfg, log=lambda m: None)))
+    t.start()
+    deadline = time.time() + 300
+    while not lock_file.exists() and time.time() < deadline and t.is_alive():
+        time.sleep(0.2)
+    assert lock_file.exists(), "the first run never took the lock"
+    runs_before = len(list((lock_file.parent / "runs").glob("*.parquet"))) if (lock_file.parent / "runs").exists() else 0
+    with pytest.raises(LockHeldError, match=f"being computed by .*{run_id(cfg)}"):
+        execute(cfg, log=lambda m: None)
+    t.join(timeout=600)
+    assert first["summary"].computed + first["summary"].failed == 2
+    assert not lock_file.exists()  # released at the end
+    # the refused invocation wrote nothing: one manifest row, the first run's
+    assert len(list((lock_file.parent / "runs").glob("*.parquet"))) == runs_before + 1
