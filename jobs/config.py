@@ -39,6 +39,14 @@ class DatasetSpec(_Strict):
             raise ValueError(f"unknown task {v!r}; use one of {', '.join(list_tasks())}")
         return v
 
+    @field_validator("options")
+    @classmethod
+    def _max_chunks(cls, v: dict[str, Any]) -> dict[str, Any]:
+        n = v.get("max_chunks")
+        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+            raise ValueError(f"`max_chunks` must be a whole number of chunks >= 1 (got {n!r})")
+        return v
+
     @model_validator(mode="after")
     def _one_source(self) -> "DatasetSpec":
         if self.path is not None and self.synthetic is not None:
@@ -85,7 +93,7 @@ class EngineSpec(_Strict):
     max_restarts: int = Field(default=3, ge=0)
     start_timeout_s: float = Field(default=900.0, gt=0)  # model load + compile, or waiting for hosts
     request_timeout_s: float | None = Field(default=None, gt=0)  # one LLM call; a timeout fails the attempt
-    page_budget: float | int | None = None  # fraction of device memory or bytes for the KV cache
+    page_budget: float | int | None = Field(default=None, gt=0)  # fraction of device memory or bytes for the KV cache
     mesh: dict[str, int] | None = None
     options: dict[str, Any] = Field(default_factory=dict)  # further engine config fields
 

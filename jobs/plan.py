@@ -101,7 +101,8 @@ def check_output(cfg: RunConfig) -> None:
 def check_config(cfg: RunConfig) -> None:
     """Fail before any work starts: unknown methods, tasks or judges, missing files, unset keys."""
     from eval.datasets import list_tasks
-    from eval.judges import list_judges
+    from eval.errors import EvalError
+    from eval.judges import get_judge, list_judges
     from eval.methods import list_methods
 
     methods, tasks, judges = list_methods(), list_tasks(), list_judges()
@@ -114,6 +115,10 @@ def check_config(cfg: RunConfig) -> None:
     for i, j in enumerate(cfg.judges):
         if j.name not in judges:
             raise ConfigError(f"`judges.{i}.name`: unknown judge {j.name!r}; registered: {', '.join(judges)}")
+        try:
+            get_judge(j.name).check_options(j.options)
+        except EvalError as exc:
+            raise ConfigError(f"`judges.{i}.options`: {exc}") from None
     for i, d in enumerate(cfg.datasets):
         if d.path is not None and not resolve_path(d.path).exists():
             raise ConfigError(

@@ -7,7 +7,6 @@ the gold answer together with the chunks (SUMIE keeps one reference per paragrap
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import sys
 from typing import Any, Callable
 
@@ -49,16 +48,14 @@ def get_loader(task: str) -> Loader:
 def load_dataset(task: str, **options: Any) -> list[Sample]:
     """Samples of `task` ("sumie", "book", "repoqa", "spider", "arxiv"); options go to the task's loader.
 
-    Unknown option names raise a DatasetError that lists the accepted ones, so config typos fail early.
+    Options are checked against the loader's typed keyword parameters first (`eval.options`):
+    an unknown name or a value of the wrong type (`chunk_tokens: abc`) raises a DatasetError that
+    names it, so config mistakes fail before any work.
     """
+    from eval.options import check_options
+
     loader = get_loader(task)
-    params = inspect.signature(loader).parameters
-    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        unknown = sorted(set(options) - set(params))
-        if unknown:
-            raise DatasetError(f"dataset {task!r} does not take option(s) {', '.join(unknown)}: "
-                               f"accepted are {', '.join(params)}")
-    samples = loader(**options)
+    samples = loader(**check_options(loader, options, f"dataset {task!r}", DatasetError))
     if not samples:
         raise DatasetError(f"dataset {task!r} with options {options} produced no samples: check the source and limits")
     return samples

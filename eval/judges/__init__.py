@@ -57,6 +57,8 @@ index), also called by the report.
 """
 from __future__ import annotations
 
+import inspect
+
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
@@ -104,6 +106,14 @@ class JudgeInfo:
     def template_hashes(self) -> dict[str, str]:
         """{template id: sha256} of the prompts this judge may render (hashed into the run id)."""
         return template_hashes(self.templates)
+
+    def check_options(self, options: dict[str, Any]) -> dict[str, Any]:
+        """The judge's options validated against its function's keyword parameters (JudgeError if not)."""
+        from eval.options import check_options
+
+        fn = self.load()
+        scored = tuple(inspect.signature(fn).parameters)[:3]  # (output, gold, llm): given by the run
+        return check_options(fn, options, f"judge {self.name!r}", JudgeError, skip=scored + ("metadata",))
 
 
 JUDGES: Registry[JudgeInfo] = Registry("judge", JudgeError)
@@ -161,8 +171,7 @@ def run_judge(name: str, output: Any, gold: Any, llm: LLM | None = None, metadat
     info = get_judge(name)
     if info.needs_llm and llm is None:
         raise JudgeError(f"judge {name!r} needs a judge LLM; configure `judge_model` in the run config")
-    fn = info.load()
-    return fn(output, gold, llm, metadata=metadata or {}, **options)
+    return info.load()(output, gold, llm, metadata=metadata or {}, **info.check_options(options))
 
 
 __all__ = ["Judgment", "JudgeResult", "Score", "JudgeInfo", "JUDGES", "list_judges", "get_judge", "register_judge",

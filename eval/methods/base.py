@@ -8,13 +8,14 @@ after the step, token usage and failures.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, ClassVar
 
 from eval.asking import SAME_REQUEST, ParseFailure, ask
 from eval.datasets.sample import Sample
 from eval.errors import MethodError
 from eval.llm import LLM, Sampling, Usage
+from eval.options import PositiveInt, Seed, Temperature, TopK, TopP, check_settings
 from eval.templates import Template, load_template
 from eval.templates import template_hashes as _template_hashes
 
@@ -66,12 +67,12 @@ class MethodOutput:
 class MethodSettings:
     """Settings shared by every method; method-specific ones extend this dataclass."""
 
-    max_tokens: int = 512
-    temperature: float = 0.0
-    top_k: int = 0
-    top_p: float = 1.0
-    seed: int | None = None
-    max_attempts: int = 3  # parse-and-retry bound when output is not schema-constrained
+    max_tokens: PositiveInt = 512
+    temperature: Temperature = 0.0
+    top_k: TopK = 0
+    top_p: TopP = 1.0
+    seed: Seed | None = None
+    max_attempts: PositiveInt = 3  # parse-and-retry bound when output is not schema-constrained
 
     def sampling(self, max_tokens: int | None = None, stop: tuple[str, ...] = ()) -> Sampling:
         return Sampling(max_tokens=max_tokens or self.max_tokens, temperature=self.temperature, top_k=self.top_k,
@@ -126,14 +127,7 @@ class Method:
     tasks: ClassVar[tuple[str, ...] | None] = None  # sample tasks this method accepts (None: any)
 
     def __init__(self, **settings: Any) -> None:
-        allowed = {f.name for f in fields(self.Settings)}
-        unknown = set(settings) - allowed
-        if unknown:
-            raise MethodError(f"method {self.name!r} has no settings {sorted(unknown)}; known settings: {sorted(allowed)}")
-        try:
-            self.settings = self.Settings(**settings)
-        except (TypeError, ValueError) as exc:
-            raise MethodError(f"method {self.name!r}: invalid settings {settings}: {exc}") from None
+        self.settings = check_settings(self.Settings, settings, f"method {self.name!r}", MethodError)
         self._validate()
 
     def _validate(self) -> None:

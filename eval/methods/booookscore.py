@@ -15,14 +15,15 @@ from eval.errors import MethodError
 from eval.methods.base import Method, MethodSettings, Step, Trace
 from eval.methods.parsing import ends_in_punctuation
 from eval.templates import load_template
+from eval.options import PositiveInt
 
 
 @dataclass(frozen=True)
 class BookSettings(MethodSettings):
-    max_summary_tokens: int = 900   # validity limit of every summary (tokens of the LLM's tokenizer)
-    word_limit: int = 600           # the word budget written into the prompts
-    context_window: int = 4096      # hierarchical merging packs each merge prompt to fit this window
-    max_tokens: int = 1024
+    max_summary_tokens: PositiveInt = 900   # validity limit of every summary (tokens of the LLM's tokenizer)
+    word_limit: PositiveInt = 600           # the word budget written into the prompts
+    context_window: PositiveInt = 4096      # hierarchical merging packs each merge prompt to fit this window
+    max_tokens: PositiveInt = 1024
 
 
 def validity_parser(trace: Trace, limit: int) -> Callable[[str], str]:

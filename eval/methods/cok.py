@@ -21,12 +21,13 @@ from eval.methods.parsing import as_text
 from eval.methods.structured import apply_step, constrained_schema, revision_parser
 from eval.methods.summaries import _format_instruction
 from eval.templates import load_template
+from eval.options import PositiveInt
 
 
 @dataclass(frozen=True)
 class CokSettings(MethodSettings):
-    memory_limit: int | None = None
-    max_tokens: int = 1024
+    memory_limit: PositiveInt | None = None
+    max_tokens: PositiveInt = 1024
 
 
 class ChainOfKey(Method):

@@ -16,6 +16,7 @@ from eval.datasets.sample import Sample
 from eval.errors import MethodError
 from eval.methods.base import Method, MethodSettings, Trace
 from eval.templates import load_template
+from eval.options import PositiveInt
 
 _CALL = re.compile(r"^\s*\[(read|write|list-keys|ans|EOQ|E0Q)\]\s*(.*)$", re.S | re.I)
 _WRITE = re.compile(r"^\((.+?)\)\s*(.*)$", re.S)
@@ -26,8 +27,8 @@ STOP = ("\n#", "\nQ", "\nInput:", "----END")
 
 @dataclass(frozen=True)
 class FartSettings(MethodSettings):
-    max_tool_calls: int = 8  # per chunk
-    max_tokens: int = 400
+    max_tool_calls: PositiveInt = 8  # per chunk
+    max_tokens: PositiveInt = 400
 
 
 def parse_call(text: str) -> dict[str, str]:

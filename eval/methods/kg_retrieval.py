@@ -22,15 +22,16 @@ from eval.kg import MiniLMEmbedder, build_book_graph, chapter_edges, linearize_p
 from eval.kg.extraction import Extraction
 from eval.methods.base import Method, MethodSettings, Trace
 from eval.templates import load_template
+from eval.options import NonNegativeInt, PositiveInt
 
 
 @dataclass(frozen=True)
 class KGSettings(MethodSettings):
-    context_window: int = 4096
-    max_degree: int = 3        # merge heuristic 2 threshold
-    min_degree: int = 2        # pruning threshold
+    context_window: PositiveInt = 4096
+    max_degree: NonNegativeInt = 3        # merge heuristic 2 threshold
+    min_degree: NonNegativeInt = 2        # pruning threshold
     linearization: str = "plain"  # "plain" (API models) or "tokens" (<subject>/<object>/<predicate>)
-    max_tokens: int = 512
+    max_tokens: PositiveInt = 512
 
 
 def _parse(text: str) -> Extraction:

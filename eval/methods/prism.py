@@ -21,6 +21,7 @@ from eval.methods.base import Method, MethodSettings, Trace
 from eval.methods.common import entity_name
 from eval.methods.structured import constrained_schema, revision_parser
 from eval.templates import load_template
+from eval.options import PositiveInt
 
 SCHEMAS: dict[str, Schema] = {
     "sumie_summary": ready.SUMIE_SUMMARY, "story_elements": ready.STORY_ELEMENTS, "book_summary": ready.BOOK_SUMMARY,
@@ -53,8 +54,8 @@ class PrismSettings(MethodSettings):
     updates: bool = True               # False: the add-only ablation
     schema: str | None = None          # a ready schema name (see SCHEMAS); default by task
     generate_schema: bool = False      # ask the LLM for the schema first
-    max_revisions: int | None = None   # cap on revisions per step under constrained decoding
-    max_tokens: int = 1024
+    max_revisions: PositiveInt | None = None   # cap on revisions per step under constrained decoding
+    max_tokens: PositiveInt = 1024
 
 
 class _Prism(Method):

@@ -17,12 +17,13 @@ from eval.methods.common import (
     enforce_limit, entity_name, is_entity, json_parser, merge_json, paragraphs, schema_for, subject, text_parser,
 )
 from eval.methods.parsing import as_text
+from eval.options import PositiveInt
 
 
 @dataclass(frozen=True)
 class SummarySettings(MethodSettings):
-    memory_limit: int | None = None  # K: compress the memory when it exceeds this many tokens
-    max_tokens: int = 1024
+    memory_limit: PositiveInt | None = None  # K: compress the memory when it exceeds this many tokens
+    max_tokens: PositiveInt = 1024
 
 
 class _SummaryMethod(Method):

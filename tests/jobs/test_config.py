@@ -79,3 +79,30 @@ def test_cli_fails_before_work_with_named_field(tmp_path) -> None:
                          capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert out.returncode == 2 and "`methods.0.name`" in out.stderr, out.stderr
     assert not (tmp_path / "runs").exists()
+
+
+BOOK = Path(__file__).resolve().parents[2] / "jobs/configs/data/lighthouse-keeper.txt"
+
+
+@pytest.mark.parametrize("over, expected", [
+    ({"datasets": [{"task": "sumie", "synthetic": {"entities": 1}, "options": {"max_chunks": 0}}]}, "max_chunks"),
+    ({"datasets": [{"task": "sumie", "synthetic": {"entities": 1}, "options": {"max_chunks": "two"}}]}, "max_chunks"),
+    ({"datasets": [{"task": "book", "path": str(BOOK), "options": {"chunk_tokens": "abc"}}]}, "`chunk_tokens`"),
+    ({"datasets": [{"task": "book", "path": str(BOOK), "options": {"chunk_tokenz": 5}}]}, "chunk_tokenz"),
+    ({"methods": [{"name": "cok", "options": {"max_tokens": "abc"}}]}, "`max_tokens`: Input should be a valid integer"),
+    ({"methods": [{"name": "cok", "options": {"max_tokens": -3}}]}, "`max_tokens`: Input should be greater than"),
+    ({"methods": [{"name": "cok", "options": {"temperature": float("nan")}}]}, "`temperature`"),
+    ({"sampling": {"top_k": 3000000000}}, "sampling.top_k"),
+    ({"engine": {"page_budget": -1}}, "engine.page_budget"),
+    ({"judges": [{"name": "booookscore-batched", "options": {"batch_size": "x"}}]}, "`judges.0.options`"),
+    ({"judges": [{"name": "sumie-exact", "options": {"strict": True}}]}, "does not take option(s) strict"),
+])
+def test_option_values_are_checked_before_any_work(tmp_path, over, expected) -> None:
+    import memloop
+
+    cfg = {"output": str(tmp_path), "datasets": [{"task": "sumie", "synthetic": {"entities": 1}}],
+           "methods": [{"name": "cok"}], **over}
+    with pytest.raises(memloop.Error) as info:
+        memloop.plan(cfg)
+    assert expected in str(info.value), str(info.value)
+    assert "\n" not in str(info.value)
