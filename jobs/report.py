@@ -177,43 +177,6 @@ def cost_table(d: RunData) -> str | None:
                            "dec. (x10^3)", "cost index"], rows)
 
 
-def summary_frame(d: RunData) -> pd.DataFrame:
-    """One row per method: the headline numbers used to compare runs side by side."""
-    out: dict[str, dict[str, str]] = {}
-    f = sumie_frame(d)
-    if not f.empty:
-        for (method, judge), g in f[f["metric"] == "f1"].groupby(["method", "judge"]):
-            out.setdefault(method, {})[f"{judge}: F1 avg"] = fmt(per_repeat(g, "avg", judge))
-    s = d.scores[d.scores["turn"].isna() & ~_sumie_summary(d.scores)]
-    for (method, j, m), g in s.groupby(["method", "judge", "metric"]):
-        out.setdefault(method, {})[m if m == j else f"{j}: {m}"] = fmt(per_repeat(g, "value", j))
-    c = cost_frame(d)
-    for method, g in (c.groupby("method") if not c.empty else ()):
-        per_rep = g.groupby("repeat")[["prompt_tokens", "cached_tokens", "decoded_tokens"]].sum()
-        cols = [_cost_columns(*row) for row in per_rep.itertuples(index=False)]
-        out.setdefault(method, {})["cache hit (%)"] = fmt([hit for hit, _ in cols], 1)
-        out[method]["cost index"] = fmt([ci for _, ci in cols], 4)
-    for method, g in d.samples.groupby("method"):
-        out.setdefault(method, {})["failed"] = str(int((g["status"] != "ok").sum()))
-    return pd.DataFrame.from_dict(out, orient="index").sort_index()
-
-
-def compare_table(a: RunData, b: RunData) -> str:
-    fa, fb = summary_frame(a), summary_frame(b)
-    methods = sorted(set(fa.index) | set(fb.index))
-    cols = [c for c in dict.fromkeys(list(fa.columns) + list(fb.columns))]
-    header = ["method"] + [f"{c} [{tag}]" for c in cols for tag in ("A", "B")]
-    rows = []
-    for m in methods:
-        cells = [m]
-        for c in cols:
-            for f in (fa, fb):
-                v = f.at[m, c] if (m in f.index and c in f.columns) else None
-                cells.append("–" if v is None or (isinstance(v, float) and math.isnan(v)) else str(v))
-        rows.append(cells)
-    return f"A = `{a.uri}`\n\nB = `{b.uri}`\n\n" + markdown_table(header, rows)
-
-
 # ---------------------------------------------------------------------------------------------
 # plots
 
@@ -304,7 +267,7 @@ class Report:
     plots: dict[str, bytes] = field(default_factory=dict)
 
 
-def build_report(d: RunData, compare: RunData | None = None) -> Report:
+def build_report(d: RunData) -> Report:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -319,8 +282,6 @@ def build_report(d: RunData, compare: RunData | None = None) -> Report:
                          ("Cost (seed 002, table 3)", cost_table(d))):
         if table:
             parts += ["", f"## {title}", "", table]
-    if compare is not None:
-        parts += ["", "## Side by side", "", compare_table(d, compare)]
     plots = {}
     for name, fn in PLOTS.items():
         png = fn(d)
@@ -331,12 +292,11 @@ def build_report(d: RunData, compare: RunData | None = None) -> Report:
     return Report("\n".join(parts) + "\n", plots)
 
 
-def write_report(run_uri: str, compare_uri: str | None = None) -> tuple[str, Report]:
-    """Build the report of the run at `run_uri`, write report.md and PNGs next to its tables."""
+def write_report(run_uri: str) -> tuple[str, Report]:
+    """Build the report of the run at `run_uri`, write report.md and PNGs next to its tables
+    (two runs are compared by `memloop compare`, into a directory of its own)."""
     rs = RunStore.at(run_uri)
-    d = RunData.load(rs)
-    other = RunData.load(RunStore.at(compare_uri)) if compare_uri else None
-    rep = build_report(d, other)
+    rep = build_report(RunData.load(rs))
     for name, png in rep.plots.items():
         rs.put_file(name, png)
     rs.put_file("report.md", rep.markdown.encode())

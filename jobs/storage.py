@@ -42,7 +42,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from jobs.errors import LockHeldError, StorageError
-from jobs.tables import SCHEMAS, TABLES, now
+from jobs.tables import SCHEMAS, now
 
 WriteMode = Literal["create", "overwrite"]
 

@@ -7,8 +7,6 @@ layer's `judgments` and `scores` Parquet tables (see the package docstring for t
 """
 from __future__ import annotations
 
-import json
-import math
 from dataclasses import dataclass, field
 from typing import Any
 

@@ -7,7 +7,6 @@ after the step, token usage and failures.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, ClassVar
 

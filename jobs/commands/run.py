@@ -103,12 +103,12 @@ def _dry_run(cfg, as_json: bool) -> None:
 
 def report_cmd(
     run_uri: str = typer.Argument(..., help="The run's URI as printed by `memloop run` (OUTPUT/RUN_ID)."),
-    compare: Optional[str] = typer.Option(None, "--compare", help="A second run's URI to show side by side."),
 ) -> None:
-    """Write report.md and PNG plots next to the run's tables and print the Markdown."""
+    """Write report.md and PNG plots next to the run's tables and print the Markdown (compare two runs
+    with `memloop compare A B`)."""
     from jobs.report import write_report
 
-    uri, rep = write_report(run_uri, compare)
+    uri, rep = write_report(run_uri)
     print(rep.markdown, flush=True)
 
 

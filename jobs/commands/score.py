@@ -61,32 +61,12 @@ def loft(
     as_json: bool = typer.Option(False, "--json", help="End with one JSON line {accuracy, queries}."),
 ) -> None:
     """LOFT SQL execution accuracy of a predictions file (every query must have a prediction)."""
-    from eval.errors import JudgeError
-    from eval.judges import run_judge
+    from eval.judges.loft_files import score_loft_files
 
-    def read(path: Path) -> dict[str, dict]:
-        if not path.is_file():
-            raise JudgeError(f"{path} does not exist; pass a LOFT .jsonl file")
-        out = {}
-        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-            if line.strip():
-                try:
-                    rec = json.loads(line)
-                    out[rec["qid"]] = rec
-                except (json.JSONDecodeError, KeyError, TypeError):
-                    raise JudgeError(f"{path}:{n} is not a JSON object with a `qid`") from None
-        return out
-
-    q, p = read(queries), read(preds)
-    missing = sorted(set(q) - set(p))
-    if missing or not q:
-        raise JudgeError(f"{len(missing)} of {len(q)} queries have no prediction (e.g. {missing[:1]}); "
-                         "score a complete predictions file")
-    scores = [run_judge("loft-exec", p[qid], q[qid]["answers"]).score("accuracy") for qid in sorted(q)]
-    acc = sum(scores) / len(scores)
-    print(f"LOFT execution accuracy {100 * acc:.1f} over {len(scores)} queries")
+    s = score_loft_files(queries, preds)
+    print(f"LOFT execution accuracy {100 * s.accuracy:.1f} over {s.queries} queries")
     if as_json:
-        print(json.dumps({"accuracy": acc, "queries": len(scores)}))
+        print(json.dumps({"accuracy": s.accuracy, "queries": s.queries}))
 
 
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:
