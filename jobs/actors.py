@@ -97,6 +97,8 @@ def live_usage(actors: list[Any], fallback: Usage) -> Usage:
     """Engine-wide counters (live, also mid-unit), or `fallback` when an actor does not answer."""
     import ray
 
+    if not actors:
+        return fallback
     try:
         stats = ray.get([a.stats.remote() for a in actors], timeout=5)
     except Exception:

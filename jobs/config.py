@@ -72,12 +72,39 @@ class MethodSpec(_Strict):
         return self.label or self.name
 
 
-class ModelSpec(_Strict):
-    """The served model. Only `weights`, `dtype` and `options` change results."""
+class EndpointSpec(_Strict):
+    """An OpenAI-compatible endpoint (for a remote judge or model)."""
 
+    base_url: str
+    model: str
+    api_key_env: str | None = None  # name of the environment variable holding the key (never the key)
+    max_concurrency: int = Field(default=16, ge=1)  # requests in flight at once (provider rate limits)
+    timeout_s: float = Field(default=120.0, gt=0)  # one request
+    max_retries: int = Field(default=3, ge=0)  # transient failures (connection, 429, 5xx), honouring Retry-After
+    json_schema: bool = True  # the server constrains output to a JSON Schema (response_format json_schema)
+
+
+class ModelSpec(_Strict):
+    """The model the methods call: memloop's own engine (`kind: engine`, the default) on `weights`, or
+    any OpenAI-compatible endpoint (`kind: openai`: vLLM, SGLang, a TPU server, an API provider,
+    `memloop serve`). Only `weights`, `dtype`, `options` and the endpoint's model change results."""
+
+    kind: Literal["engine", "openai"] = "engine"
     weights: str | None = None  # GGUF file or Hugging Face directory; None = bundled SmolLM2
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     options: dict[str, Any] = Field(default_factory=dict)  # model options passed to the engine config
+    endpoint: EndpointSpec | None = None  # kind openai: where the model is served
+
+    @model_validator(mode="after")
+    def _endpoint_given(self) -> "ModelSpec":
+        if self.kind == "openai":
+            if self.endpoint is None:
+                raise ValueError("kind 'openai' needs `endpoint` with base_url and model")
+            if self.weights is not None or self.options:
+                raise ValueError("kind 'openai' serves its own model: remove `weights` and `options`")
+        elif self.endpoint is not None:
+            raise ValueError("`endpoint` is for kind 'openai'; set `kind: openai` or remove it")
+        return self
 
 
 class EngineSpec(_Strict):
@@ -111,14 +138,6 @@ class SamplingSpec(_Strict):
         return self.model_dump(exclude_none=True)
 
 
-class EndpointSpec(_Strict):
-    """An OpenAI-compatible endpoint (for a remote judge or model)."""
-
-    base_url: str
-    model: str
-    api_key_env: str | None = None  # name of the environment variable holding the key (never the key)
-
-
 class JudgeSpec(_Strict):
     name: str
     options: dict[str, Any] = Field(default_factory=dict)
@@ -126,7 +145,7 @@ class JudgeSpec(_Strict):
 
 
 class JudgeModelSpec(_Strict):
-    kind: Literal["engine", "openai"] = "engine"  # engine: the run's own engine actors
+    kind: Literal["engine", "openai"] = "engine"  # engine: the run's own model (its engine actors or endpoint)
     endpoint: EndpointSpec | None = None
 
     @model_validator(mode="after")
@@ -151,6 +170,7 @@ class RunConfig(_Strict):
     seed: int = 0
     retries: int = Field(default=2, ge=0)  # attempts after the first, per sample
     judge_cpus: float = Field(default=0.5, gt=0)
+    response_cache: str | None = None  # a directory: identical requests are answered from it (engine or endpoint)
     flush_units: int = Field(default=16, ge=1)  # write a shard every this many finished units ...
     flush_s: float = Field(default=20.0, gt=0)  # ... or this many seconds
 

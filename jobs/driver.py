@@ -72,14 +72,11 @@ class RunSummary:
 
 
 class _UnitRunner:
-    """The unit function of the pool: one method run against one engine actor, then its judges."""
+    """The unit function of the pool: one method run against one lane's LLM (an engine actor, or the
+    endpoint), then its judges."""
 
-    def __init__(self, cfg: RunConfig, actors: list[Any], fanout: JudgeFanout, log: Log) -> None:
-        from jobs.llm_adapters import ActorLLM
-
-        self.cfg, self.actors, self.fanout, self.log = cfg, actors, fanout, log
-        self.llms = [ActorLLM(a, name=f"engine-{i}", timeout_s=cfg.engine.request_timeout_s)
-                     for i, a in enumerate(actors)]
+    def __init__(self, cfg: RunConfig, llms: list[Any], actors: list[Any], fanout: JudgeFanout, log: Log) -> None:
+        self.cfg, self.llms, self.actors, self.fanout, self.log = cfg, llms, actors, fanout, log
         self.usage = Usage()
         self.stopping = False
         self._lock = threading.Lock()
@@ -104,7 +101,7 @@ class _UnitRunner:
         """True when the lane's actor is gone for good (an error of a live actor is the unit's)."""
         import ray
 
-        if not isinstance(exc, ray.exceptions.RayActorError):
+        if not self.actors or not isinstance(exc, ray.exceptions.RayActorError):
             return False
         self.log(f"engine-{lane} failed ({type(exc).__name__}); waiting for its restart")
         if engine_actors.wait_restarted(self.actors[lane], self.cfg.engine.start_timeout_s, lambda: self.stopping):
@@ -122,14 +119,27 @@ def _progress_line(pool: WorkerPool, runner: _UnitRunner, rs: RunStore, t0: floa
             f"({u.decoded_tokens / el:.1f} decoded/s) | cache hit {hit:.1f}% | {el:.0f} s | -> {rs.uri}")
 
 
-def _compute(plan: RunPlan, rs: RunStore, todo: list[Unit], actors: list[Any], log: Log,
+def _cached(plan: RunPlan, llms: list[Any]) -> list[Any]:
+    """The lanes' LLMs behind the run's response cache, when it has one (`response_cache`)."""
+    cfg = plan.config
+    if cfg.response_cache is None:
+        return llms
+    from eval.llm_cache import CachedLLM
+
+    key = json.dumps(plan.identity["model"], sort_keys=True)
+    return [CachedLLM(llm, cfg.response_cache, key) for llm in llms]
+
+
+def _compute(plan: RunPlan, rs: RunStore, todo: list[Unit], llms: list[Any], actors: list[Any], log: Log,
              state: dict[str, Any]) -> dict[str, Any]:
     cfg = plan.config
-    fanout = JudgeFanout(cfg, waiters=len(actors) * cfg.engine.max_in_flight)
-    runner = _UnitRunner(cfg, actors, fanout, log)
+    per_lane = cfg.model.endpoint.max_concurrency if cfg.model.endpoint is not None else cfg.engine.max_in_flight
+    llms = _cached(plan, llms)
+    fanout = JudgeFanout(cfg, waiters=len(llms) * per_lane)
+    runner = _UnitRunner(cfg, llms, actors, fanout, log)
     t0 = time.monotonic()
     pool: WorkerPool[Unit] = WorkerPool(
-        todo, lanes=len(actors), per_lane=cfg.engine.max_in_flight, retries=cfg.retries, run=runner.run,
+        todo, lanes=len(llms), per_lane=per_lane, retries=cfg.retries, run=runner.run,
         failed_rows=runner.failed_rows, flush=rs.write_shard, describe=lambda u: u.key, lane_lost=runner.lane_lost,
         flush_units=cfg.flush_units, flush_s=cfg.flush_s,
         progress=lambda p: log(_progress_line(p, runner, rs, t0)), log=log)
@@ -146,7 +156,9 @@ def _compute(plan: RunPlan, rs: RunStore, todo: list[Unit], actors: list[Any], l
             "decoded_tokens": u.decoded_tokens,
             "cache_hit": u.cached_tokens / u.prompt_tokens if u.prompt_tokens else 0.0,
             "tokens_per_s": (u.prompt_tokens - u.cached_tokens + u.decoded_tokens) / el if el else 0.0,
-            "engine": engine_actors.engine_stats(actors)}
+            "engine": engine_actors.engine_stats(actors),
+            "response_cache": {"hits": sum(getattr(x, "hits", 0) for x in llms),
+                               "misses": sum(getattr(x, "misses", 0) for x in llms)}}
 
 
 def _stop_pool(state: dict[str, Any]) -> None:
@@ -157,18 +169,25 @@ def _stop_pool(state: dict[str, Any]) -> None:
 
 def _start_and_compute(plan: RunPlan, rs: RunStore, todo: list[Unit], actor_cls: Any, log: Log,
                        state: dict[str, Any]) -> dict[str, Any]:
-    """Start the engine actors, compute the units, and kill the actors whatever happens."""
+    """Start the engine actors (or connect to the endpoint), compute the units, and kill the actors
+    whatever happens."""
     import ray
 
-    engine_actors.ensure_ray(log)
+    from jobs.llm_adapters import ActorLLM, endpoint_llm
+
+    engine_actors.ensure_ray(log)  # judges run as Ray tasks in either case
+    if plan.config.model.kind == "openai":
+        return _compute(plan, rs, todo, [endpoint_llm(plan.config.model.endpoint)], [], log, state)
     try:
         actors = engine_actors.start_actors(plan.config.engine, actor_cls or engine_actors.default_actor_class(),
                                             {"config": plan.engine_config}, log, name_prefix=f"memloop:{plan.run_id}:")
     except ValueError as exc:  # the name is taken
         raise RunError(f"run {plan.run_id} is already being computed on this Ray cluster ({exc}); "
                        "wait for it or stop it") from None
+    timeout = plan.config.engine.request_timeout_s
+    llms = [ActorLLM(a, name=f"engine-{i}", timeout_s=timeout) for i, a in enumerate(actors)]
     try:
-        return _compute(plan, rs, todo, actors, log, state)
+        return _compute(plan, rs, todo, llms, actors, log, state)
     finally:
         for a in actors:  # free the hosts (and, in a shared Ray, the CPUs and memory) at once
             ray.kill(a)

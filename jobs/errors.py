@@ -56,11 +56,14 @@ def error_text(exc: BaseException, limit: int = 2000) -> str:
 # connections), not the unit's own inputs. Anything else (a method or judge error, a request the
 # engine rejects) fails the same way every time and is recorded at once instead of retried.
 _TRANSIENT_NAMES = {"RayActorError", "ActorDiedError", "ActorUnavailableError", "GetTimeoutError", "ObjectLostError",
-                    "OwnerDiedError", "WorkerCrashedError", "NodeDiedError", "RaySystemError", "LLMHTTPError"}
+                    "OwnerDiedError", "WorkerCrashedError", "NodeDiedError", "RaySystemError"}
 
 
 def is_transient(exc: BaseException) -> bool:
     for e in (exc, root_cause(exc)):
+        flagged = getattr(e, "transient", None)  # errors that know (e.g. an endpoint's 429 vs its 400)
+        if isinstance(flagged, bool):
+            return flagged
         if isinstance(e, (TimeoutError, ConnectionError)) or any(
                 c.__name__ in _TRANSIENT_NAMES for c in type(e).__mro__):
             return True

@@ -19,8 +19,7 @@ def judge_llm(spec: JudgeModelSpec, engine_llm: Any) -> Any:
         return engine_llm
     from jobs.llm_adapters import endpoint_llm
 
-    ep = spec.endpoint
-    return endpoint_llm(ep.base_url, ep.model, ep.api_key_env)
+    return endpoint_llm(spec.endpoint)
 
 
 def judge_one(judge: JudgeSpec, output: Any, gold: Any, metadata: dict[str, Any], judge_model: JudgeModelSpec,

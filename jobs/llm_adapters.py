@@ -69,8 +69,11 @@ class EngineLLM:
         return self.engine.count_tokens(text)
 
 
-def endpoint_llm(base_url: str, model: str, api_key_env: str | None = None) -> LLM:
-    """An OpenAI-compatible endpoint as an LLM (the API key is read from the named environment variable)."""
+def endpoint_llm(spec: Any) -> LLM:
+    """An OpenAI-compatible endpoint (`jobs.config.EndpointSpec`) as an LLM; the API key is read from
+    the environment variable the spec names, never from the config."""
     from eval.llm_http import OpenAICompatibleLLM
 
-    return OpenAICompatibleLLM(base_url=base_url, model=model, api_key_env=api_key_env)
+    return OpenAICompatibleLLM(base_url=spec.base_url, model=spec.model, api_key_env=spec.api_key_env,
+                               timeout_s=spec.timeout_s, max_retries=spec.max_retries,
+                               supports_json_schema=spec.json_schema, max_concurrency=spec.max_concurrency)

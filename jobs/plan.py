@@ -130,6 +130,9 @@ def check_config(cfg: RunConfig) -> None:
     ep = cfg.judge_model.endpoint
     if ep is not None and ep.api_key_env and not os.environ.get(ep.api_key_env):
         raise ConfigError(f"`judge_model.endpoint.api_key_env`: environment variable {ep.api_key_env} is not set")
+    mep = cfg.model.endpoint
+    if mep is not None and mep.api_key_env and not os.environ.get(mep.api_key_env):
+        raise ConfigError(f"`model.endpoint.api_key_env`: environment variable {mep.api_key_env} is not set")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -210,7 +213,15 @@ def run_id_of(name: str, ident: dict[str, Any]) -> str:
 
 def run_id(cfg: RunConfig) -> str:
     """The run id of a config (digests the files it names; `make_plan` does this once per run)."""
-    return run_id_of(cfg.name, identity(cfg, content_digest(weights_path(cfg))))
+    return run_id_of(cfg.name, identity(cfg, model_digest(cfg)))
+
+
+def model_digest(cfg: RunConfig) -> str:
+    """The model's identity: the weights' content digest, or an endpoint's URL and model name."""
+    ep = cfg.model.endpoint
+    if cfg.model.kind == "openai" and ep is not None:
+        return "endpoint:" + hashlib.sha256(f"{ep.base_url.rstrip('/')}|{ep.model}".encode()).hexdigest()
+    return content_digest(weights_path(cfg))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -220,11 +231,11 @@ def run_id(cfg: RunConfig) -> str:
 @dataclass(frozen=True)
 class RunPlan:
     config: RunConfig
-    weights: Path
+    weights: Path | None  # None when the methods call an endpoint
     model_digest: str
     identity: dict[str, Any]
     run_id: str
-    engine_config: dict[str, Any]  # in the engine's names: what each engine actor is built with
+    engine_config: dict[str, Any] | None  # in the engine's names: what each engine actor is built with
     units: list["Unit"]
 
 
@@ -234,9 +245,12 @@ def make_plan(cfg: RunConfig) -> RunPlan:
 
     check_output(cfg)
     check_config(cfg)
-    weights = weights_path(cfg)
-    engine = engine_config(cfg, weights)
-    check_engine_config(engine)
-    digest = content_digest(weights)
+    if cfg.model.kind == "openai":
+        weights, engine = None, None
+    else:
+        weights = weights_path(cfg)
+        engine = engine_config(cfg, weights)
+        check_engine_config(engine)
+    digest = model_digest(cfg)
     ident = identity(cfg, digest)
     return RunPlan(cfg, weights, digest, ident, run_id_of(cfg.name, ident), engine, build_units(cfg))

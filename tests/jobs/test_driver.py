@@ -5,6 +5,7 @@ engine started). Slow suite: an engine actor killed mid-run, and a driver interr
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -198,9 +199,9 @@ def test_interrupted_driver_resumes_without_recomputing(tmp_path) -> None:
           f"engine requests {engine['requests']}")
 
 
-@pytest.mark.slow
-def test_judges_on_an_openai_compatible_endpoint(ray_local, tmp_path) -> None:
-    """judge_model kind openai: the judge calls go over HTTP to `memloop serve`, not to the run's engine."""
+@contextlib.contextmanager
+def memloop_serve():
+    """`memloop serve` on a free loopback port in a subprocess: yields (base_url, model id)."""
     import socket
 
     import httpx
@@ -218,6 +219,39 @@ def test_judges_on_an_openai_compatible_endpoint(ray_local, tmp_path) -> None:
             except Exception:
                 time.sleep(2)
         assert model, server.stderr.read()[-3000:] if server.poll() is not None else "server did not come up"
+        yield f"http://127.0.0.1:{port}", model
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
+
+
+@pytest.mark.slow
+def test_a_method_on_memloop_serve_as_an_endpoint_matches_the_in_process_engine(ray_local, tmp_path) -> None:
+    """`model: {kind: openai}` against `memloop serve`: the same greedy steps as the run's own engine."""
+    base = {"name": "ep-vs-engine",
+            "datasets": [{"task": "book", "path": str(ROOT / "jobs/configs/data/lighthouse-keeper.txt"),
+                          "options": {"chunk_tokens": 256, "max_chunks": 2}}],
+            "methods": [{"name": "inc-update", "options": {"max_attempts": 1, "max_tokens": 40, "word_limit": 30}}],
+            "engine": {"actors": 1, "cpus_per_actor": 0.5, "max_in_flight": 2, "start_timeout_s": 300},
+            "judge_cpus": 0.25}
+    outputs = {}
+    with memloop_serve() as (url, model):
+        for kind, model_spec in (("endpoint", {"kind": "openai", "endpoint": {"base_url": url, "model": model}}),
+                                 ("engine", {})):
+            summary = execute(parse_config(dict(base, output=str(tmp_path / kind), model=model_spec)),
+                              log=lambda m: None)
+            assert (summary.computed, summary.failed) == (1, 0), summary.errors
+            steps = RunStore.at(summary.output).table("steps").to_pandas().sort_values("step")
+            outputs[kind] = list(steps["output"])
+    assert outputs["endpoint"] == outputs["engine"] and len(outputs["engine"]) >= 2
+    print(f"\nendpoint vs engine: {len(outputs['engine'])} identical greedy steps")
+
+
+@pytest.mark.slow
+def test_judges_on_an_openai_compatible_endpoint(ray_local, tmp_path) -> None:
+    """judge_model kind openai: the judge calls go over HTTP to `memloop serve`, not to the run's engine."""
+    with memloop_serve() as (url, model):
+        port = url.rsplit(":", 1)[1]
         cfg = parse_config({
             "name": "http-judge", "output": str(tmp_path / "runs"),
             "datasets": [{"task": "book", "path": str(ROOT / "jobs/configs/data/lighthouse-keeper.txt"),
@@ -238,8 +272,6 @@ def test_judges_on_an_openai_compatible_endpoint(ray_local, tmp_path) -> None:
         # the run's engine served the method's steps only; the judge's calls went to the endpoint
         assert engine["requests"] == sum(json.loads(e)["attempts"] for e in steps["extra_json"])
         assert "booookscore" in set(rs.table("scores").to_pandas()["metric"])
-    finally:
-        server.terminate()
         server.wait(timeout=30)
 
 

@@ -15,6 +15,8 @@ from eval.llm_http import LLMHTTPError, OpenAICompatibleLLM
 
 SEEN: list[dict] = []
 FLAKY = {"left": 1}
+LIMITED = {"left": 1, "at": []}
+IN_FLIGHT = {"now": 0, "max": 0}
 
 
 def _app() -> FastAPI:
@@ -31,6 +33,20 @@ def _app() -> FastAPI:
         if body["model"] == "flaky" and FLAKY["left"] > 0:
             FLAKY["left"] -= 1
             return JSONResponse({"error": {"message": "overloaded"}}, status_code=503)
+        if body["model"] == "limited":
+            LIMITED["at"].append(time.monotonic())
+            if LIMITED["left"] > 0:
+                LIMITED["left"] -= 1
+                return JSONResponse({"error": {"message": "rate limited"}}, status_code=429, headers={"Retry-After": "1"})
+        if body["model"] == "quota":
+            return JSONResponse({"error": {"message": "quota"}}, status_code=429, headers={"Retry-After": "3600"})
+        if body["model"] == "slow":
+            IN_FLIGHT["now"] += 1
+            IN_FLIGHT["max"] = max(IN_FLIGHT["max"], IN_FLIGHT["now"])
+            import asyncio
+
+            await asyncio.sleep(0.2)
+            IN_FLIGHT["now"] -= 1
         text = "{\"a\": 1}" if "response_format" in body else "hello " + body["messages"][-1]["content"]
         return {"choices": [{"message": {"role": "assistant", "content": text}, "finish_reason": "length"}],
                 "usage": usage()}
@@ -88,3 +104,27 @@ def test_retries_transient_and_reports_client_errors(base_url: str) -> None:
         OpenAICompatibleLLM("http://127.0.0.1:9", "m", max_retries=1, backoff_s=0.01).complete(LLMRequest(prompt="x"))
     with pytest.raises(LLMHTTPError, match="MEMLOOP_TEST_NO_SUCH_KEY"):
         OpenAICompatibleLLM(base_url, "m", api_key_env="MEMLOOP_TEST_NO_SUCH_KEY")
+
+
+def test_retry_after_is_honoured_and_a_long_wait_fails_fast(base_url) -> None:
+    llm = OpenAICompatibleLLM(base_url, "limited", backoff_s=0.01)
+    assert llm.complete(LLMRequest(messages=({"role": "user", "content": "x"},))).text.startswith("hello")
+    first, second = LIMITED["at"][-2:]
+    assert second - first >= 0.9  # waited the second the server asked for, not the 0.01 s backoff
+    quota = OpenAICompatibleLLM(base_url, "quota", backoff_s=0.01)
+    t0 = time.monotonic()
+    with pytest.raises(LLMHTTPError, match="retry after 3600 s") as info:
+        quota.complete(LLMRequest(messages=({"role": "user", "content": "x"},)))
+    assert info.value.transient and time.monotonic() - t0 < 5
+    with pytest.raises(LLMHTTPError) as bad:
+        OpenAICompatibleLLM(base_url, "bad").complete(LLMRequest(messages=({"role": "user", "content": "x"},)))
+    assert bad.value.transient is False  # a refused request is not worth another attempt
+
+
+def test_concurrency_is_bounded_whatever_the_thread_count(base_url) -> None:
+    from eval.llm import complete_many
+
+    llm = OpenAICompatibleLLM(base_url, "slow", max_concurrency=2)
+    reqs = [LLMRequest(messages=({"role": "user", "content": str(i)},)) for i in range(8)]
+    assert len(complete_many(llm, reqs, max_workers=8)) == 8
+    assert IN_FLIGHT["max"] == 2
