@@ -272,7 +272,6 @@ def test_judges_on_an_openai_compatible_endpoint(ray_local, tmp_path) -> None:
         # the run's engine served the method's steps only; the judge's calls went to the endpoint
         assert engine["requests"] == sum(json.loads(e)["attempts"] for e in steps["extra_json"])
         assert "booookscore" in set(rs.table("scores").to_pandas()["metric"])
-        server.wait(timeout=30)
 
 
 @pytest.mark.slow
