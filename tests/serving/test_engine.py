@@ -97,7 +97,8 @@ def test_stop_strings_and_bad_requests(engine):
 @pytest.mark.slow
 def test_tensor_parallel_engine_matches_one_device(engine):
     """The same engine over a 4-device `tp` mesh (simulated CPU devices) gives the same greedy tokens."""
-    from engine.serving import Engine, EngineConfig
+    from engine.engine_config import EngineConfig
+    from engine.serving import Engine
 
     tp = Engine(EngineConfig(num_pages=64, tp=4))
     try:
