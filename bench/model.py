@@ -76,7 +76,7 @@ def _ours_prefill_decode(lm: Any, ids_batch: list[list[int]], steps: int) -> tup
     import jax
     import jax.numpy as jnp
 
-    from engine.generate import DECODE_CHUNK, decode_chunk, prefill
+    from engine.reference import DECODE_CHUNK, decode_chunk, prefill
     from engine.model import init_contiguous_cache
     from engine.sampling import SamplingParams, next_pow2, row_arrays, seed_keys
 
@@ -148,7 +148,7 @@ def run_model_bench(path: Path | None = None, settings: BenchSettings = BenchSet
     import torch
     from transformers import AutoModelForCausalLM
 
-    from engine.generate import DECODE_CHUNK, generate
+    from engine.reference import DECODE_CHUNK, generate
     from engine.model import forward, load_model, no_cache_attention
     from engine.sampling import SamplingParams
 

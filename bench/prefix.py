@@ -194,7 +194,8 @@ def run_llama_cpp(model_path: Path, workload: list[list[str]], max_tokens: int, 
 def main(samples: int = 32, steps: int = 4, peer: str | None = None, max_tokens: int = 16,
          chunk_words: int = 40, kv_budget: float = 1 << 30, revisions: int = 2, emit=print) -> dict[str, Any]:
     from engine.model import load_model
-    from engine.serving import Engine, EngineConfig
+    from engine.engine_config import EngineConfig
+    from engine.serving import Engine
 
     workload = build_workload(samples, steps, chunk_words, revisions=revisions)
     lm = load_model(None)

@@ -16,33 +16,18 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from engine.engine_config import EngineConfig
 from engine.errors import EngineError
-from engine.serving import Engine, EngineConfig
-
-# names the jobs layer's run config uses -> engine config fields
-_ALIASES = {"page_budget": "kv_budget", "model_path": "model", "path": "model"}
-
-
-def engine_config(config: EngineConfig | dict[str, Any] | None = None, **overrides: Any) -> EngineConfig:
-    """An EngineConfig from a dict (accepting the run config's names) plus keyword overrides."""
-    if isinstance(config, EngineConfig):
-        d = config.to_dict()
-    else:
-        d = dict(config or {})
-    d.update(overrides)
-    d = {_ALIASES.get(k, k): v for k, v in d.items() if v is not None or k in ("model",)}
-    if d.get("dtype") == "auto":
-        d["dtype"] = None
-    if "model" in d and d["model"] is not None:
-        d["model"] = str(d["model"])
-    return EngineConfig.from_dict(d)
+from engine.serving import Engine
 
 
 class EngineActor:
     """Owns one `Engine`; every method is cheap except `complete`, which awaits the engine."""
 
-    def __init__(self, config: EngineConfig | dict[str, Any] | None = None, **overrides: Any) -> None:
-        self.engine = Engine(engine_config(config, **overrides))
+    def __init__(self, config: EngineConfig | dict[str, Any] | None = None) -> None:
+        """`config`: an EngineConfig, or a dict of its fields (`EngineConfig.from_dict`: unknown names are
+        an EngineError listing the valid ones; callers translate their own vocabularies first)."""
+        self.engine = Engine(EngineConfig.of(config))
 
     async def complete(self, request: dict[str, Any]) -> dict[str, Any]:
         """`eval.llm.LLMRequest.to_dict()` in, `eval.llm.LLMResult.to_dict()` out."""

@@ -20,8 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from engine.weights import BLOCK  # 32 weights per GGUF block, as the packed loader uses
-
+BLOCK = 32  # weights per GGUF block (Q4_0, Q4_1, Q8_0)
 BLOCK_BYTES = {"Q4_0": 18, "Q4_1": 20, "Q8_0": 34}
 KERNEL_MAX_ROWS = 64  # above this many rows the in-graph de-quantisation + XLA dot is faster (docs/engine-model.md)
 

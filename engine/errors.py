@@ -15,3 +15,11 @@ class ModelFormatError(EngineError):
 
 class RequestError(EngineError):
     """A generation request is malformed or cannot be served (too long, bad schema, ...)."""
+
+
+class StepError(RequestError):
+    """This request's own processing failed inside an engine step; the requests batched with it went on."""
+
+
+class EngineFailure(EngineError):
+    """The engine itself failed (e.g. its device state was lost): every pending request is aborted."""

@@ -24,6 +24,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from engine.blocks import BLOCK, BLOCK_BYTES, from_gguf_rows
 from engine.config import ModelConfig, config_from_gguf, config_from_hf
 from engine.errors import ModelFormatError, ModelNotFoundError
 
@@ -78,7 +79,6 @@ def unpermute_qk(w: np.ndarray, n_heads: int) -> np.ndarray:
 
 
 PACKABLE = ("Q4_0", "Q4_1", "Q8_0")
-BLOCK = 32
 
 
 def unpack_blocks(data: np.ndarray, qname: str, rows: int, cols: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -233,8 +233,6 @@ def load_gguf(path: Path, dtype: Any = np.float32, packed: bool = False,
 def _with_blocks(cfg: ModelConfig, tensors: dict[str, Any], embed: np.ndarray, read: Callable[[str], np.ndarray],
                  per_layer: Callable[[int, str], np.ndarray], dtype: Any, source: str) -> Params:
     """The parameter layout with block-form matrices where the file has them (see load_gguf)."""
-    from engine.blocks import BLOCK_BYTES, from_gguf_rows
-
     shapes = layer_shapes(cfg)
 
     def blocked(name: str, rows: int, cols: int, permute_heads: int | None = None) -> Any:

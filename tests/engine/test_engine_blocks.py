@@ -97,7 +97,7 @@ def test_kernel_rejects_mismatched_shapes():
 def test_bundled_model_loads_block_form_and_matches_dense(lm, smollm2_gguf):
     """The default CPU load keeps the GGUF blocks (embedding and tied head included) and gives the
     dense model's logits and greedy tokens."""
-    from engine.generate import generate
+    from engine.reference import generate
     from engine.model import forward, load_model, no_cache_attention
     from engine.sampling import SamplingParams
 

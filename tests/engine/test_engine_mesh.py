@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from engine.generate import generate
+from engine.reference import generate
 from engine.mesh import make_mesh, param_specs, shard_params
 from engine.model import LoadedModel, forward, no_cache_attention
 from engine.sampling import SamplingParams

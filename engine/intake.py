@@ -1,0 +1,84 @@
+"""Request intake: a request dict becomes a `Sequence` the scheduler can run, or a `RequestError`.
+
+Everything a request can get wrong is found here, before it joins a batch: the prompt (exactly one
+of `messages` or `prompt`, tokenised through the chat template), the sampling settings, whether
+prompt + output fit the context and the page pool, and the JSON schema (compiled to a grammar
+constraint). Nothing is truncated.
+"""
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from engine.errors import RequestError
+from engine.kv_cache import PagePool, check_fits
+from engine.sampling import SamplingParams, seed_keys
+from engine.scheduler import Sequence
+from engine.tokenizer import Tokenizer
+
+SAMPLING_KEYS = frozenset({"max_tokens", "temperature", "top_k", "top_p", "seed", "stop"})
+
+
+def sampling_params(request: dict[str, Any]) -> SamplingParams:
+    """The request's `sampling` object as validated `SamplingParams` (the one place they are parsed)."""
+    s = request.get("sampling") or {}
+    if not isinstance(s, dict) or set(s) - SAMPLING_KEYS:
+        raise RequestError(f"`sampling` must be an object with keys among {sorted(SAMPLING_KEYS)}")
+    stop = s.get("stop") or ()
+    if isinstance(stop, str):
+        stop = (stop,)
+    try:
+        return SamplingParams(max_tokens=int(s.get("max_tokens", 512)), temperature=float(s.get("temperature", 0.0)),
+                              top_k=int(s.get("top_k", 0)), top_p=float(s.get("top_p", 1.0)),
+                              seed=None if s.get("seed") is None else int(s["seed"]), stop=tuple(stop))
+    except (TypeError, ValueError) as exc:
+        raise RequestError(f"bad sampling setting: {exc}") from None
+
+
+class RequestIntake:
+    """Validates and tokenises requests for one model and page pool; builds the grammar compiler lazily."""
+
+    def __init__(self, tokenizer: Tokenizer, pool: PagePool, max_context: int, vocab_size: int) -> None:
+        self.tokenizer = tokenizer
+        self.pool = pool
+        self.max_context = max_context
+        self.vocab_size = vocab_size
+        self.stop_ids = frozenset(tokenizer.stop_token_ids)
+        self._grammar: Any = None
+        self._grammar_lock = threading.Lock()
+
+    @property
+    def grammar(self) -> Any:
+        """The grammar compiler (`engine.constrained.GrammarCompiler`), built on the first constrained
+        request (about a second)."""
+        with self._grammar_lock:
+            if self._grammar is None:
+                from engine.constrained import GrammarCompiler
+
+                self._grammar = GrammarCompiler(self.tokenizer.hf, self.vocab_size, sorted(self.stop_ids))
+            return self._grammar
+
+    def prompt_ids(self, request: dict[str, Any]) -> list[int]:
+        messages, prompt = request.get("messages"), request.get("prompt")
+        if (messages is None) == (prompt is None):
+            raise RequestError("a request needs exactly one of `messages` (chat) or `prompt` (completion)")
+        if prompt is not None:
+            if not isinstance(prompt, str):
+                raise RequestError("`prompt` must be a string")
+            return self.tokenizer.encode(prompt)
+        if not isinstance(messages, (list, tuple)) or not messages:
+            raise RequestError("`messages` must be a non-empty list of {role, content} objects")
+        return self.tokenizer.chat_ids(list(messages))
+
+    def make_sequence(self, request: dict[str, Any]) -> Sequence:
+        """Validate and tokenise a request dict (raises RequestError, never truncates)."""
+        if not isinstance(request, dict):
+            raise RequestError("a request must be a JSON object")
+        params = sampling_params(request)
+        ids = self.prompt_ids(request)
+        check_fits(len(ids), params.max_tokens, self.pool, self.max_context)
+        schema = request.get("json_schema")
+        constraint = self.grammar.compile(schema) if schema is not None else None
+        return Sequence(prompt=ids, max_tokens=params.max_tokens, temperature=params.temperature,
+                        top_k=params.top_k, top_p=params.top_p, params=params, key=seed_keys([params])[0],
+                        stop_ids=self.stop_ids, stop_strings=params.stop, constraint=constraint)

@@ -1,0 +1,82 @@
+"""The step loop: one background thread that plans and runs engine steps while requests arrive.
+
+Callers on any thread `enqueue` a `Sequence` whose `handle` is a `Future`; the loop sleeps until
+there is work, asks the scheduler for a plan, hands it to the `StepRunner`, and repeats. Futures are
+resolved by the runner (results, per-request failures) or here (shutdown, engine-wide failures).
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from concurrent.futures import Future
+
+from engine.errors import EngineError
+from engine.scheduler import Scheduler, Sequence
+from engine.step_runner import StepRunner
+
+log = logging.getLogger(__name__)
+
+
+class StepLoop:
+    def __init__(self, scheduler: Scheduler, runner: StepRunner, lock: threading.Condition) -> None:
+        self.scheduler = scheduler
+        self.runner = runner
+        self.lock = lock
+        self.stopped = False
+        self.thread = threading.Thread(target=self._loop, name="memloop-engine", daemon=True)
+        self.thread.start()
+
+    def enqueue(self, seq: Sequence) -> Future:
+        """Queue a validated sequence; returns its future (`seq.handle`, created if missing)."""
+        if seq.handle is None:
+            seq.handle = Future()
+        with self.lock:
+            if self.stopped:
+                raise EngineError("the engine is shut down; create a new one")
+            self.scheduler.add(seq)
+            self.lock.notify()
+        return seq.handle
+
+    def alive(self) -> bool:
+        return self.thread.is_alive() and not self.stopped
+
+    def stop(self, timeout: float = 30) -> None:
+        with self.lock:
+            self.stopped = True
+            self.lock.notify()
+        self.thread.join(timeout=timeout)
+
+    def _loop(self) -> None:
+        while True:
+            with self.lock:
+                while not self.stopped and not self.scheduler.has_work():
+                    self.lock.wait()
+                if self.stopped:
+                    for seq in self.scheduler.abort_all():
+                        seq.handle.set_exception(EngineError("the engine was shut down before this request finished"))
+                    return
+                try:
+                    plan = self.scheduler.schedule()
+                except Exception as exc:  # a scheduler bug must not hang every caller
+                    log.exception("engine scheduling failed")
+                    self.fail_all(exc)
+                    continue
+            if not plan:
+                time.sleep(0.001)
+                continue
+            try:
+                self.runner.execute(plan)  # a request's own failure is settled inside; what escapes is engine-wide
+            except Exception as exc:
+                log.exception("engine step failed")
+                with self.lock:
+                    self.fail_all(exc)
+                    if self.runner.cache_lost():
+                        self.runner.reset_cache()
+
+    def fail_all(self, exc: BaseException) -> None:
+        """Abort every running and waiting request (engine-wide failures only; called under the lock)."""
+        for seq in self.scheduler.abort_all():
+            self.runner.counters["failed_requests"] += 1
+            if not seq.handle.done():
+                seq.handle.set_exception(EngineError(f"engine step failed: {type(exc).__name__}: {exc}"))

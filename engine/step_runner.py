@@ -1,0 +1,256 @@
+"""The step runner: executes one scheduler plan on the device and turns sampled tokens into results.
+
+For each batch of a plan (one per prefill length bucket, then the decode batch) it packs the rows'
+tokens, pages and sampling settings into padded arrays, runs the jitted `engine.paged.engine_step`
+(forward + grammar mask + sampling), and accepts each row's token: grammar state, stop tokens and
+strings, `max_tokens`, detokenising and the result dict.
+
+A failure is charged to the request that caused it, never to its batch: when a batch raises, it is
+run again in halves until the failing rows are alone (bisection; the KV cache is untouched by a
+failed call, and rewriting a row's keys/values is idempotent), and only those rows' requests fail,
+with a `StepError`. Every other row gets exactly the token it would have got. Only a failure that
+loses the engine's own device state (the donated KV cache) is engine-wide: `EngineFailure`.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from engine.errors import EngineFailure, RequestError, StepError
+from engine.kv_cache import PagePool
+from engine.radix import RadixCache
+from engine.sampling import candidate_cap
+from engine.scheduler import PrefillChunk, Scheduler, Sequence, StepPlan
+
+log = logging.getLogger(__name__)
+
+COUNTERS = ("requests", "prompt_tokens", "cached_tokens", "decoded_tokens", "computed_prompt_tokens", "steps",
+            "constrained_requests", "failed_requests")
+
+
+def prefill_groups(chunks: list[Any]) -> list[list[Any]]:
+    """Prompt chunks batched into one step per length bucket: the rows of a step are padded to its
+    longest chunk, so grouping by power-of-two length keeps padding under 2x while a step of many
+    loops' new chunks runs as one batched forward instead of one forward per sequence."""
+    groups: dict[int, list[Any]] = {}
+    for chunk in chunks:
+        groups.setdefault(bucket(chunk.length), []).append(chunk)
+    return [groups[k] for k in sorted(groups, reverse=True)]
+
+
+def bucket(n: int, minimum: int = 1) -> int:
+    """Next power of two >= n (static shapes: one compiled program per bucket)."""
+    n = max(n, minimum)
+    return 1 << (n - 1).bit_length()
+
+
+@dataclass(frozen=True)
+class Row:
+    """One sequence's share of a batch: compute tokens [start, start + length); sample after them?"""
+
+    seq: Sequence
+    start: int
+    length: int
+    sample: bool
+    chunk: PrefillChunk | None = None  # None: a decode row
+
+
+class StepRunner:
+    """Owns the model's device state (parameters, paged KV cache) and runs plans against it.
+
+    `lock` guards the scheduler and the counters (requests join from other threads); it is held
+    while accepting tokens, never during the device step.
+    """
+
+    def __init__(self, lm: Any, pool: PagePool, tree: RadixCache | None, scheduler: Scheduler, lock: threading.Condition,
+                 stop_ids: frozenset[int], grammar: Callable[[], Any]) -> None:
+        self.lm = lm
+        self.cfg = lm.config
+        self.params = lm.params
+        self.mesh = lm.mesh
+        self.tokenizer = lm.tokenizer
+        self.pool = pool
+        self.tree = tree
+        self.scheduler = scheduler
+        self.lock = lock
+        self.stop_ids = stop_ids
+        self.grammar = grammar
+        self.counters = dict.fromkeys(COUNTERS, 0)
+        self.shapes: set[tuple[int, ...]] = set()
+        self.cache = self._new_cache()
+
+    def _new_cache(self) -> Any:
+        from engine.paged import init_kv_pools
+
+        cache = init_kv_pools(self.cfg, self.pool.num_pages, self.pool.page_size, jnp.dtype(self.lm.dtype),
+                              per_layer=self.lm.per_layer)
+        if self.mesh is not None:  # pages split on KV heads across the mesh, like the model's own cache
+            from engine.mesh import shard_cache
+
+            cache = shard_cache(cache, self.cfg, self.mesh)
+        return cache
+
+    # -- a plan --------------------------------------------------------------------------------------
+    def execute(self, plan: StepPlan) -> None:
+        """Run every batch of `plan`; raises only `EngineFailure` (engine-wide)."""
+        for group in prefill_groups(plan.prefill):
+            self.run_rows([Row(c.seq, c.start, c.length, c.final and not c.seq.output, c) for c in group])
+        if plan.decode:
+            self.run_rows([Row(s, len(s.tokens) - 1, 1, True) for s in plan.decode])
+        with self.lock:
+            self.counters["steps"] += 1
+
+    def run_rows(self, rows: list[Row]) -> None:
+        """One batch; if it raises, bisect it so that only the failing rows' requests fail."""
+        try:
+            toks = self.forward(rows)
+        except Exception as exc:
+            if self.cache_lost():
+                raise EngineFailure(f"the engine's KV cache was lost in a failed step ({type(exc).__name__}: {exc}); "
+                                    "every pending request was aborted, send them again") from exc
+            if len(rows) == 1:
+                log.warning("request failed inside the engine step: %s: %s", type(exc).__name__, exc)
+                with self.lock:
+                    self.fail(rows[0].seq, StepError(
+                        f"this request failed inside the engine step ({type(exc).__name__}: {exc}); the requests "
+                        "batched with it were not affected. Check its settings against the documented ranges."))
+                return
+            log.info("a step of %d rows failed (%s); running it in halves to find the failing request",
+                     len(rows), type(exc).__name__)
+            half = len(rows) // 2
+            self.run_rows(rows[:half])
+            self.run_rows(rows[half:])
+            return
+        with self.lock:
+            for row, tok in zip(rows, toks):
+                try:
+                    self.accept_row(row, int(tok))
+                except Exception as exc:  # e.g. a grammar that breaks on the token: this request only
+                    err = exc if isinstance(exc, RequestError) else StepError(
+                        f"this request failed after its step ({type(exc).__name__}: {exc}); the requests batched "
+                        "with it were not affected.")
+                    self.fail(row.seq, err)
+
+    def cache_lost(self) -> bool:
+        """The donated KV cache was consumed by a call that then failed (the engine cannot go on)."""
+        return any(getattr(x, "is_deleted", lambda: False)() for x in jax.tree_util.tree_leaves(self.cache))
+
+    def reset_cache(self) -> None:
+        """Fresh KV pools after an engine-wide failure; the prefix cache's pages no longer hold their keys."""
+        if self.tree is not None:
+            self.tree.clear()
+        self.cache = self._new_cache()
+
+    # -- the device step -----------------------------------------------------------------------------
+    def forward(self, rows: list[Row]) -> np.ndarray:
+        """One jitted step over `rows`, computing tokens [start, start + length) of each; a token per row."""
+        from engine.paged import engine_step
+
+        ps = self.pool.page_size
+        b = bucket(len(rows))
+        t = bucket(max(r.length for r in rows))
+        npg = bucket(max(len(r.seq.pages) for r in rows), 8)
+        tokens = np.zeros((b, t), np.int32)
+        positions = np.zeros((b, t), np.int32)
+        slot_pages = np.zeros((b, t), np.int32)  # padding writes the scratch page
+        slot_offsets = np.zeros((b, t), np.int32)
+        tables = np.zeros((b, npg), np.int32)
+        last = np.zeros((b,), np.int32)
+        temp = np.zeros((b,), np.float32)
+        top_k = np.zeros((b,), np.int32)
+        top_p = np.ones((b,), np.float32)
+        keys = np.zeros((b, 2), np.uint32)
+        steps = np.zeros((b,), np.int32)
+        constraints: list[Any] = [None] * b
+        for i, row in enumerate(rows):
+            s, start, n = row.seq, row.start, row.length
+            pos = np.arange(start, start + n)
+            tokens[i, :n] = s.tokens[start:start + n]
+            positions[i, :n] = pos
+            pages = np.asarray(s.pages, np.int32)
+            slot_pages[i, :n] = pages[pos // ps]
+            slot_offsets[i, :n] = pos % ps
+            tables[i, :len(s.pages)] = pages
+            last[i] = n - 1
+            temp[i], top_k[i], top_p[i] = s.temperature, s.top_k, s.top_p
+            keys[i], steps[i] = s.key, len(s.output)  # reproducible per request, whatever it is batched with
+            if row.sample and s.constraint is not None:
+                constraints[i] = s.constraint
+        if any(c is not None for c in constraints):
+            grammar = self.grammar()
+            bitmask = np.empty((b, grammar.words), np.int32)
+            grammar.fill(constraints, bitmask)
+        else:
+            bitmask = np.full((b, (self.cfg.vocab_size + 31) // 32), -1, np.int32)
+        cap, full = candidate_cap([r.seq.params for r in rows if r.sample], self.cfg.vocab_size)
+        with jax.set_mesh(self.mesh) if self.mesh is not None else contextlib.nullcontext():
+            out, self.cache = engine_step(self.cfg, self.params, self.cache, tokens, positions, slot_pages,
+                                          slot_offsets, tables, last, bitmask, temp, top_k, top_p, keys, steps,
+                                          cap, full)
+        self.shapes.add((b, t, npg, cap, full))
+        return np.asarray(out)[:len(rows)]
+
+    # -- tokens -> results (under the lock) ------------------------------------------------------------
+    def accept_row(self, row: Row, tok: int) -> None:
+        """Record the row's computed keys/values and, if it sampled, its token."""
+        if row.chunk is not None:
+            chunk = row.chunk
+            self.scheduler.prefilled(chunk)
+            self.counters["computed_prompt_tokens"] += max(0, min(chunk.start + chunk.length, len(chunk.seq.prompt)) - chunk.start)
+        else:
+            self.scheduler.decoded(row.seq)
+        if row.sample:
+            self.accept(row.seq, tok)
+
+    def accept(self, seq: Sequence, tok: int) -> None:
+        """Append a sampled token and finish the sequence when it is done."""
+        seq.output.append(tok)
+        reason = None
+        if tok in seq.stop_ids:
+            reason = "stop"
+        else:
+            if seq.constraint is not None:
+                seq.constraint.consume(tok)  # a RequestError fails this request only (run_rows)
+                if seq.constraint.done:
+                    reason = "stop"
+            if reason is None and seq.stop_strings:
+                text = self.tokenizer.decode(seq.output)
+                if any(x in text for x in seq.stop_strings):
+                    reason = "stop"
+            if reason is None and len(seq.output) >= seq.max_tokens:
+                reason = "length"
+        if reason is not None:
+            self.finish(seq, reason)
+
+    def finish(self, seq: Sequence, reason: str) -> None:
+        self.scheduler.finish(seq, reason)
+        ids = [t for t in seq.output if t not in seq.stop_ids]
+        text = self.tokenizer.decode(ids)
+        for x in seq.stop_strings:
+            cut = text.find(x)
+            if cut >= 0:
+                text = text[:cut]
+        usage = {"prompt_tokens": len(seq.prompt), "cached_tokens": seq.cached_tokens or 0,
+                 "decoded_tokens": len(seq.output)}
+        self.counters["requests"] += 1
+        self.counters["prompt_tokens"] += usage["prompt_tokens"]
+        self.counters["cached_tokens"] += usage["cached_tokens"]
+        self.counters["decoded_tokens"] += usage["decoded_tokens"]
+        if seq.constraint is not None:
+            self.counters["constrained_requests"] += 1
+        seq.handle.set_result({"text": text, "usage": usage, "finish_reason": reason})
+
+    def fail(self, seq: Sequence, exc: BaseException) -> None:
+        """End one request with `exc`; its pages go back (the fully computed ones to the prefix cache)."""
+        if seq in self.scheduler.running:
+            self.scheduler.finish(seq, "error")
+        self.counters["failed_requests"] += 1
+        if not seq.handle.done():
+            seq.handle.set_exception(exc)
