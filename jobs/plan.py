@@ -159,7 +159,7 @@ def engine_config(cfg: RunConfig, weights: Path) -> dict[str, Any]:
 def check_engine_config(config: dict[str, Any]) -> None:
     """Build the engine's config object here (cheap), so unknown settings fail before actors start."""
     from engine.errors import EngineError
-    from engine.serving import EngineConfig
+    from engine.engine_config import EngineConfig
 
     try:
         EngineConfig.from_dict(config)
