@@ -303,22 +303,47 @@ def _assemble(cfg: ModelConfig, dtype: Any, embed: np.ndarray, final_norm: np.nd
     return params
 
 
-def load_hf_dir(path: Path, dtype: Any = np.float32) -> tuple[ModelConfig, Params]:
-    """Load a Hugging Face Llama directory: config.json plus one or more *.safetensors files."""
-    from safetensors import safe_open
-
-    path = Path(path)
+def _hf_dir(path: Path) -> tuple[ModelConfig, list[Path]]:
+    """The config and safetensors files of a Hugging Face model directory, or the error naming what is missing."""
     cfg_file = path / "config.json"
     if not cfg_file.is_file():
         raise ModelNotFoundError(f"{path} has no config.json; point the model path at a Hugging Face model directory or a .gguf file.")
     try:
         hf_cfg = json.loads(cfg_file.read_text())
-    except json.JSONDecodeError as exc:
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ModelFormatError(f"{cfg_file} is not valid JSON ({exc}).") from exc
     cfg = config_from_hf(hf_cfg, str(path))
     files = sorted(path.glob("*.safetensors"))
     if not files:
         raise ModelNotFoundError(f"{path} has no *.safetensors weights; only safetensors checkpoints are supported.")
+    return cfg, files
+
+
+def check_weights(path: Path) -> None:
+    """Cheap checks of a model path before anything loads it (a driver runs them before starting
+    actors): it exists, a file is a readable GGUF with an embedding tensor, a directory holds a
+    Llama config and safetensors. Raises the same named errors the loaders raise."""
+    path = Path(path).expanduser()
+    if not path.exists():
+        raise ModelNotFoundError(f"model path {path} does not exist; give a .gguf file or a Hugging Face model directory.")
+    if path.is_dir():
+        _hf_dir(path)
+        return
+    with path.open("rb") as f:
+        magic = f.read(4)
+    if magic != b"GGUF":
+        raise ModelFormatError(f"{path} is not a GGUF file (it starts with {magic!r}, not b'GGUF'); give a .gguf "
+                               "file or a Hugging Face model directory.")
+    if "token_embd.weight" not in {t.name for t in _open_gguf(path).tensors}:
+        raise ModelFormatError(f"{path} has no token_embd.weight tensor; it is not a Llama-family GGUF.")
+
+
+def load_hf_dir(path: Path, dtype: Any = np.float32) -> tuple[ModelConfig, Params]:
+    """Load a Hugging Face Llama directory: config.json plus one or more *.safetensors files."""
+    from safetensors import safe_open
+
+    path = Path(path)
+    cfg, files = _hf_dir(path)
     handles: dict[str, Any] = {}
     opened = []
     try:

@@ -68,7 +68,12 @@ def start_actors(engine: EngineSpec, actor_cls: Any, kwargs: dict[str, Any], log
             f"{len(not_ready)} of {len(actors)} engine actors did not start within {engine.start_timeout_s:.0f} s "
             f"(each asks {opts}; the cluster has {ray.cluster_resources()}): lower `engine.actors` or add hosts"
         )
-    ray.get(ready)  # raises the constructor's error, if any
+    try:
+        ray.get(ready)  # raises the constructor's error, if any
+    except Exception as exc:
+        for a in actors:
+            ray.kill(a)
+        raise RunError(f"the engine did not start: {error_text(exc)}") from None
     log(f"engine: {len(actors)} actor(s) ready ({opts})")
     return actors
 

@@ -45,11 +45,26 @@ def root_cause(exc: BaseException) -> BaseException:
     return exc
 
 
+# The last line of a Python traceback: "package.module.SomeError: message".
+_FINAL_LINE = re.compile(r"^(?:[A-Za-z_][\w]*\.)*([A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt)): (.+)$", re.M)
+
+
+def remote_error(exc: BaseException) -> tuple[str, str] | None:
+    """(type name, message) of the error an actor's constructor raised, which Ray reports only as
+    text (`ActorDiedError: ... creation task ...` followed by the remote traceback)."""
+    text = _ANSI.sub("", str(exc))
+    if "Traceback" not in text and "File \"" not in text:
+        return None
+    found = _FINAL_LINE.findall(text)
+    return found[-1] if found else None
+
+
 def error_text(exc: BaseException, limit: int = 2000) -> str:
     """`Type: message` of the root cause, without colour codes, cut to `limit` characters."""
     cause = root_cause(exc)
-    text = _ANSI.sub("", f"{type(cause).__name__}: {cause}").strip()
-    return text[:limit]
+    remote = remote_error(cause) if type(cause).__module__.startswith("ray") else None
+    text = f"{remote[0]}: {remote[1]}" if remote else f"{type(cause).__name__}: {cause}"
+    return _ANSI.sub("", text).strip()[:limit]
 
 
 # Failures that another attempt may cure: the infrastructure (Ray workers and actors, timeouts,

@@ -157,14 +157,20 @@ def engine_config(cfg: RunConfig, weights: Path) -> dict[str, Any]:
 
 
 def check_engine_config(config: dict[str, Any]) -> None:
-    """Build the engine's config object here (cheap), so unknown settings fail before actors start."""
-    from engine.errors import EngineError
+    """Build the engine's config object and check the weights here (cheap), so unknown settings and
+    unusable model files fail in one line before Ray or any actor starts."""
     from engine.engine_config import EngineConfig
+    from engine.errors import EngineError
+    from engine.weights import check_weights
 
     try:
         EngineConfig.from_dict(config)
     except (EngineError, TypeError, ValueError) as exc:
         raise ConfigError(f"`engine.options`/`model.options`: {exc}") from None
+    try:
+        check_weights(Path(config["model"]))
+    except EngineError as exc:
+        raise ConfigError(f"`model.weights`: {exc}") from None
 
 
 # ---------------------------------------------------------------------------------------------

@@ -151,3 +151,25 @@ def test_a_second_identical_run_is_refused_while_the_first_computes(ray_local, t
     assert not lock_file.exists()  # released at the end
     # the refused invocation wrote nothing: one manifest row, the first run's
     assert len(list((lock_file.parent / "runs").glob("*.parquet"))) == runs_before + 1
+
+
+@pytest.mark.parametrize("weights, expected", [
+    ("not-a-model.gguf", "is not a GGUF file (it starts with b'plai'"),
+    ("empty-dir", "has no config.json"),
+])
+def test_unusable_weights_fail_in_one_line_before_ray(tmp_path, weights, expected) -> None:
+    (tmp_path / "not-a-model.gguf").write_text("plain text, not weights")
+    (tmp_path / "empty-dir").mkdir()
+    with pytest.raises(ConfigError) as info:
+        memloop.plan(_cfg(tmp_path, model={"weights": str(tmp_path / weights)}))
+    assert str(info.value).startswith("`model.weights`: ") and expected in str(info.value)
+
+
+def test_an_engine_that_fails_inside_its_actor_is_named_in_one_line(ray_local, tmp_path) -> None:
+    cfg = _cfg(tmp_path, engine={"actors": 1, "cpus_per_actor": 0.5, "start_timeout_s": 300, "options": {"tp": 64}})
+    res = CliRunner().invoke(app, ["run", str(_write(tmp_path, cfg))])
+    assert res.exit_code != 0
+    message = str(res.exception)
+    assert message.startswith("the engine did not start: EngineError: asked for a mesh of 64 devices")
+    assert "\n" not in message
+    assert "Traceback" not in message and "ray::" not in message
