@@ -173,3 +173,14 @@ def test_an_engine_that_fails_inside_its_actor_is_named_in_one_line(ray_local, t
     assert message.startswith("the engine did not start: EngineError: asked for a mesh of 64 devices")
     assert "\n" not in message
     assert "Traceback" not in message and "ray::" not in message
+
+
+@pytest.mark.parametrize("content", [b"", b"\x00\x01\x02\xff" * 64])
+def test_an_empty_or_binary_book_leaves_no_run_directory(tmp_path, content) -> None:
+    book = tmp_path / "book.txt"
+    book.write_bytes(content)
+    cfg = _cfg(tmp_path, datasets=[{"task": "book", "path": str(book)}], methods=[{"name": "inc-update"}])
+    res = CliRunner().invoke(app, ["run", str(_write(tmp_path, cfg))])
+    assert res.exit_code != 0 and isinstance(res.exception, ConfigError), res.output
+    assert "book" in str(res.exception) and "\n" not in str(res.exception)
+    assert not (tmp_path / "runs").exists()
