@@ -15,3 +15,7 @@ class ModelFormatError(EngineError):
 
 class RequestError(EngineError):
     """A generation request is malformed or cannot be served (too long, bad schema, ...)."""
+
+
+class ServerConfigError(EngineError):
+    """`memloop serve` was given options it cannot serve with safely (a bad port, no key off loopback)."""

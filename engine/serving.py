@@ -4,7 +4,7 @@ Request and result are plain dicts with the field names of the LLM protocol (`ev
 engine does not import:
 
     request: {"messages": [...]} or {"prompt": "..."}, "sampling": {max_tokens, temperature, top_k,
-             top_p, seed, stop}, "json_schema": {...} | None
+             top_p, seed, stop, stop_token_ids} (see `SamplingParams.from_request`), "json_schema": {...} | None
     result:  {"text", "usage": {prompt_tokens, cached_tokens, decoded_tokens}, "finish_reason"}
 
 `cached_tokens` counts the prompt tokens whose keys/values came from the prefix cache instead of
@@ -80,9 +80,6 @@ def bucket(n: int, minimum: int = 1) -> int:
     return 1 << (n - 1).bit_length()
 
 
-_SAMPLING_KEYS = {"max_tokens", "temperature", "top_k", "top_p", "seed", "stop"}
-
-
 class Engine:
     """One model, one paged KV cache, one prefix cache, one step loop."""
 
@@ -122,9 +119,10 @@ class Engine:
         self._cond = threading.Condition()
         self._stopped = False
         self._error: BaseException | None = None
+        self._cancelled: set[Future] = set()
         self.counters = {"requests": 0, "prompt_tokens": 0, "cached_tokens": 0, "decoded_tokens": 0,
                          "computed_prompt_tokens": 0, "steps": 0, "constrained_requests": 0,
-                         "failed_requests": 0}
+                         "failed_requests": 0, "cancelled_requests": 0}
         self._shapes: set[tuple[int, ...]] = set()
         self._thread = threading.Thread(target=self._loop, name="memloop-engine", daemon=True)
         self._thread.start()
@@ -159,29 +157,20 @@ class Engine:
         """Validate and tokenize a request dict (raises RequestError, never truncates)."""
         if not isinstance(request, dict):
             raise RequestError("a request must be a JSON object")
-        s = request.get("sampling") or {}
-        if not isinstance(s, dict) or set(s) - _SAMPLING_KEYS:
-            raise RequestError(f"`sampling` must be an object with keys among {sorted(_SAMPLING_KEYS)}")
-        stop = s.get("stop") or ()
-        if isinstance(stop, str):
-            stop = (stop,)
-        try:
-            params = SamplingParams(max_tokens=int(s.get("max_tokens", 512)), temperature=float(s.get("temperature", 0.0)),
-                                    top_k=int(s.get("top_k", 0)), top_p=float(s.get("top_p", 1.0)),
-                                    seed=None if s.get("seed") is None else int(s["seed"]), stop=tuple(stop))
-        except (TypeError, ValueError) as exc:
-            raise RequestError(f"bad sampling setting: {exc}") from None
+        params = SamplingParams.from_request(request.get("sampling"), self.cfg.vocab_size)
         ids = self.prompt_ids(request)
         check_fits(len(ids), params.max_tokens, self.pool, self.max_context)
         schema = request.get("json_schema")
         constraint = self.grammar.compile(schema) if schema is not None else None
         return Sequence(prompt=ids, max_tokens=params.max_tokens, temperature=params.temperature,
                         top_k=params.top_k, top_p=params.top_p, params=params, key=seed_keys([params])[0],
-                        stop_ids=self.stop_ids, stop_strings=params.stop, constraint=constraint)
+                        stop_ids=self.stop_ids if params.stop_token_ids is None else frozenset(params.stop_token_ids),
+                        stop_strings=params.stop, constraint=constraint)
 
     def submit(self, request: dict[str, Any]) -> Future:
         """Queue a request; the future resolves to the result dict (or raises RequestError)."""
         fut: Future = Future()
+        fut.set_running_or_notify_cancel()  # only `cancel` below stops a request, between two steps
         try:
             seq = self.make_sequence(request)
         except EngineError as exc:
@@ -194,6 +183,24 @@ class Engine:
             self.scheduler.add(seq)
             self._cond.notify()
         return fut
+
+    def cancel(self, fut: Future) -> None:
+        """Drop the request behind `fut` (its client went away) at the next step boundary."""
+        with self._cond:
+            if not fut.done():
+                self._cancelled.add(fut)
+                self._cond.notify()
+
+    def _drop_cancelled(self) -> None:
+        """Take cancelled requests out of the batch and the queue (called under the lock, between steps)."""
+        for seq in [s for s in [*self.scheduler.running, *self.scheduler.waiting] if s.handle in self._cancelled]:
+            if seq in self.scheduler.running:
+                self.scheduler.finish(seq, "cancelled")
+            else:
+                self.scheduler.waiting.remove(seq)
+            self.counters["cancelled_requests"] += 1
+            seq.handle.set_exception(RequestError("the request was cancelled"))
+        self._cancelled.clear()
 
     def complete(self, request: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
         return self.submit(request).result(timeout)
@@ -244,6 +251,7 @@ class Engine:
                         seq.handle.set_exception(EngineError("the engine was shut down before this request finished"))
                     return
                 try:
+                    self._drop_cancelled()
                     plan = self.scheduler.schedule()
                 except Exception as exc:  # a scheduler bug must not hang every caller
                     self._fail_all(exc)
