@@ -134,7 +134,7 @@ def test_tokenising_runs_off_the_event_loop(engine):
 
     with serve_app(app) as url:
         httpx.get(f"{url}/loop-thread")
-        r = httpx.post(f"{url}/v1/completions", json={"prompt": "word " * 2000, "max_tokens": 1}, timeout=300)
+        r = httpx.post(f"{url}/v1/completions", json={"prompt": "Hello", "max_tokens": 1}, timeout=300)
         assert r.status_code == 200, r.text
     assert threads and loop_thread and loop_thread[0] not in threads
 
