@@ -25,6 +25,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.exceptions import HTTPException
 
 from engine.errors import EngineError, RequestError, ServerConfigError
 from engine.sampling import SamplingParams
@@ -187,6 +188,13 @@ def create_app(engine: Any, model_name: str = "memloop", max_body_bytes: int = M
         first = exc.errors()[0] if exc.errors() else {}
         where = ".".join(str(x) for x in first.get("loc", ()))
         return _error(400, f"invalid request at {where or 'body'}: {first.get('msg', 'malformed')}")
+
+    @app.exception_handler(HTTPException)
+    async def http_error(_: Request, exc: HTTPException) -> JSONResponse:  # 404, 405, unparsable bodies
+        message = str(exc.detail)
+        if exc.status_code == 400:  # FastAPI could not parse the body at all
+            message += "; send one JSON object (numbers of at most 4300 digits)"
+        return _error(exc.status_code, message, headers=exc.headers)
 
     @app.exception_handler(RequestError)
     async def bad_request(_: Request, exc: RequestError) -> JSONResponse:
