@@ -71,9 +71,13 @@ def test_bad_requests_get_4xx_and_the_server_stays_up(base_url):
                                                  "response_format": {"type": "json_schema",
                                                                      "json_schema": {"schema": {"type": 5}}}}),
         ]
+        bad.append(c.post("/v1/completions", content=b'{"prompt": "x", "max_tokens": 1' + b"0" * 5000 + b"}",
+                          headers={"content-type": "application/json"}))  # an integer Python will not parse
         for r in bad:
             assert r.status_code == 400, r.text
             assert r.json()["error"]["message"]
+        missing = c.get("/v2/nothing")
+        assert missing.status_code == 404 and missing.json()["error"]["message"] == "Not Found"
         huge = c.post("/v1/completions", json={"prompt": "y" * 100_000, "max_tokens": 4})
         assert huge.status_code == 413
         assert c.get("/health").json() == {"ok": True}
