@@ -18,8 +18,8 @@ def serve(
     name: str = typer.Option(None, "--name", help="Model id reported by /v1/models (default: the file's stem)."),
     api_key: str = typer.Option(None, "--api-key", envvar="MEMLOOP_API_KEY", show_default=False,
                                 help="Require `Authorization: Bearer KEY` on every route but /health."),
-    max_queue: int = typer.Option(256, "--max-queue", help="Requests (n choices each count) in flight at once; "
-                                  "more get 429 with Retry-After."),
+    max_queue: int = typer.Option(None, "--max-queue", show_default=False, help="Requests (n choices each count) "
+                                  "in flight at once; more get 429 with Retry-After (default: 256)."),
     request_timeout: float = typer.Option(None, "--request-timeout", help="Seconds a request may run before it is "
                                           "cancelled with 504 (default: no limit)."),
 ) -> None:
@@ -28,8 +28,9 @@ def serve(
 
     config = {"model": str(model) if model else None, "dtype": dtype, "kv_budget": kv_budget,
               "max_batch": max_batch, "prefix_cache": not no_prefix_cache}
-    run_server(config, host=host, port=port, model_name=name, api_key=api_key, max_queue=max_queue,
-               request_timeout=request_timeout)
+    queue = {} if max_queue is None else {"max_queue": max_queue}  # the server's own default otherwise
+    run_server(config, host=host, port=port, model_name=name, api_key=api_key, request_timeout=request_timeout,
+               **queue)
 
 
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:
