@@ -22,6 +22,27 @@ from engine.errors import RequestError
 # "x-guidance" options still take precedence.
 JSON_STYLE = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
 
+# Bounds on a schema, checked without recursion before any library walks it: jsonschema's own
+# check recurses several frames per level and overflows Python's stack near 200 levels.
+MAX_SCHEMA_DEPTH = 64  # nested JSON objects/arrays
+MAX_SCHEMA_NODES = 20_000  # JSON values in the schema
+
+
+def check_schema_bounds(schema: Any) -> None:
+    """RequestError when `schema` nests deeper than MAX_SCHEMA_DEPTH or holds over MAX_SCHEMA_NODES values."""
+    stack, nodes = [(schema, 1)], 0
+    while stack:
+        value, depth = stack.pop()
+        nodes += 1
+        if depth > MAX_SCHEMA_DEPTH:
+            raise RequestError(f"json_schema nests deeper than {MAX_SCHEMA_DEPTH} levels; flatten it")
+        if nodes > MAX_SCHEMA_NODES:
+            raise RequestError(f"json_schema has over {MAX_SCHEMA_NODES} values; send a smaller schema")
+        if isinstance(value, dict):
+            stack.extend((v, depth + 1) for v in value.values())
+        elif isinstance(value, (list, tuple)):
+            stack.extend((v, depth + 1) for v in value)
+
 
 class Constraint:
     """The grammar state of one request: which tokens may come next, and whether it may stop."""
@@ -67,6 +88,7 @@ class GrammarCompiler:
         """A fresh matcher for `schema`; a schema that is not valid JSON Schema is a `RequestError`."""
         if not isinstance(schema, dict):
             raise RequestError("json_schema must be a JSON object (a JSON Schema); got " + type(schema).__name__)
+        check_schema_bounds(schema)
         try:
             jsonschema.validators.validator_for(schema).check_schema(schema)
         except jsonschema.SchemaError as exc:

@@ -23,3 +23,7 @@ class StepError(RequestError):
 
 class EngineFailure(EngineError):
     """The engine itself failed (e.g. its device state was lost): every pending request is aborted."""
+
+
+class ServerConfigError(EngineError):
+    """`memloop serve` was given options it cannot serve with safely (a bad port, no key off loopback)."""

@@ -16,25 +16,6 @@ from engine.sampling import SamplingParams, seed_keys
 from engine.scheduler import Sequence
 from engine.tokenizer import Tokenizer
 
-SAMPLING_KEYS = frozenset({"max_tokens", "temperature", "top_k", "top_p", "seed", "stop"})
-
-
-def sampling_params(request: dict[str, Any]) -> SamplingParams:
-    """The request's `sampling` object as validated `SamplingParams` (the one place they are parsed)."""
-    s = request.get("sampling") or {}
-    if not isinstance(s, dict) or set(s) - SAMPLING_KEYS:
-        raise RequestError(f"`sampling` must be an object with keys among {sorted(SAMPLING_KEYS)}")
-    stop = s.get("stop") or ()
-    if isinstance(stop, str):
-        stop = (stop,)
-    try:
-        return SamplingParams(max_tokens=int(s.get("max_tokens", 512)), temperature=float(s.get("temperature", 0.0)),
-                              top_k=int(s.get("top_k", 0)), top_p=float(s.get("top_p", 1.0)),
-                              seed=None if s.get("seed") is None else int(s["seed"]), stop=tuple(stop))
-    except (TypeError, ValueError) as exc:
-        raise RequestError(f"bad sampling setting: {exc}") from None
-
-
 class RequestIntake:
     """Validates and tokenises requests for one model and page pool; builds the grammar compiler lazily."""
 
@@ -74,11 +55,12 @@ class RequestIntake:
         """Validate and tokenise a request dict (raises RequestError, never truncates)."""
         if not isinstance(request, dict):
             raise RequestError("a request must be a JSON object")
-        params = sampling_params(request)
+        params = SamplingParams.from_request(request.get("sampling"), self.vocab_size)  # the one parser
         ids = self.prompt_ids(request)
         check_fits(len(ids), params.max_tokens, self.pool, self.max_context)
         schema = request.get("json_schema")
         constraint = self.grammar.compile(schema) if schema is not None else None
         return Sequence(prompt=ids, max_tokens=params.max_tokens, temperature=params.temperature,
                         top_k=params.top_k, top_p=params.top_p, params=params, key=seed_keys([params])[0],
-                        stop_ids=self.stop_ids, stop_strings=params.stop, constraint=constraint)
+                        stop_ids=self.stop_ids if params.stop_token_ids is None else frozenset(params.stop_token_ids),
+                        stop_strings=params.stop, constraint=constraint)

@@ -3,45 +3,63 @@
 Routes: `GET /v1/models`, `POST /v1/completions`, `POST /v1/chat/completions` (with
 `response_format` `json_schema` or `json_object` for constrained output), `GET /health`,
 `GET /v1/stats`. Usage carries `prompt_tokens_details.cached_tokens` (prompt tokens served from
-the prefix cache). Bad requests get a 4xx with an OpenAI-style error body; the server stays up.
-Extensions beyond OpenAI's fields: `top_k`.
+the prefix cache). Extensions beyond OpenAI's fields: `top_k`, `stop_token_ids`.
+
+One bad request never harms another: every sampling field goes through the engine's one parser
+(`SamplingParams.from_request`) before anything is queued; the body limit is enforced while the
+body streams in; tokenising runs off the event loop (so `/health` stays fast); the queue is bounded
+(429 + Retry-After); a request whose client disconnects or that runs past the timeout is cancelled
+in the engine. With an API key, every route but `/health` needs `Authorization: Bearer KEY`.
 """
 from __future__ import annotations
 
 import asyncio
+import hmac
+import ipaddress
 import time
 import uuid
+from concurrent.futures import Future
 from typing import Any, Literal
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.exceptions import HTTPException
 
-from engine.errors import EngineError, RequestError
+from engine.errors import EngineError, RequestError, ServerConfigError
+from engine.sampling import SamplingParams
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
 MAX_N = 64
+DEFAULT_MAX_QUEUE = 256  # engine requests (choices) in flight at once through one server
+RETRY_AFTER_S = 1
+POLL_S = 0.2  # how often a waiting request looks for a client disconnect or its deadline
 
 
 class _Sampling(BaseModel):
+    """The OpenAI sampling fields, passed through untouched: the engine's parser checks them."""
+
     model_config = ConfigDict(extra="ignore")
 
     model: str | None = None
-    max_tokens: int = Field(default=256, ge=1)
-    temperature: float = Field(default=1.0, ge=0)
-    top_p: float = Field(default=1.0, gt=0, le=1)
-    top_k: int = Field(default=0, ge=0)
-    seed: int | None = None
-    stop: str | list[str] | None = None
+    max_tokens: Any = None
+    temperature: Any = None
+    top_p: Any = None
+    top_k: Any = None
+    seed: Any = None
+    stop: Any = None
+    stop_token_ids: Any = None
     n: int = Field(default=1, ge=1, le=MAX_N)
     stream: bool = False
 
     def sampling(self, index: int) -> dict[str, Any]:
-        stop = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
-        seed = None if self.seed is None else self.seed + index  # n samples of one seed differ
-        return {"max_tokens": self.max_tokens, "temperature": self.temperature, "top_k": self.top_k,
-                "top_p": self.top_p, "seed": seed, "stop": stop}
+        seed = self.seed
+        if index and isinstance(seed, int) and not isinstance(seed, bool):
+            seed += index  # n samples of one seed differ
+        temperature = 1.0 if self.temperature is None else self.temperature  # OpenAI's default
+        return {"max_tokens": self.max_tokens, "temperature": temperature, "top_k": self.top_k,
+                "top_p": self.top_p, "seed": seed, "stop": self.stop, "stop_token_ids": self.stop_token_ids}
 
 
 class CompletionRequest(_Sampling):
@@ -79,8 +97,21 @@ class ChatRequest(_Sampling):
         return schema
 
 
-def _error(status: int, message: str, kind: str = "invalid_request_error") -> JSONResponse:
-    return JSONResponse(status_code=status, content={"error": {"message": message, "type": kind}})
+class _QueueFull(Exception):
+    pass
+
+
+class _Timeout(Exception):
+    pass
+
+
+class _ClientGone(Exception):
+    pass
+
+
+def _error(status: int, message: str, kind: str = "invalid_request_error",
+           headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse(status_code=status, content={"error": {"message": message, "type": kind}}, headers=headers)
 
 
 def _usage(results: list[dict[str, Any]]) -> dict[str, Any]:
@@ -92,22 +123,78 @@ def _usage(results: list[dict[str, Any]]) -> dict[str, Any]:
             "prompt_tokens_details": {"cached_tokens": cached}}
 
 
-def create_app(engine: Any, model_name: str = "memloop", max_body_bytes: int = MAX_BODY_BYTES) -> FastAPI:
-    """The API over a running `Engine` (anything with `submit(request) -> Future` and `stats()`)."""
-    app = FastAPI(title="memloop engine", version="1")
+class Guard:
+    """ASGI middleware in front of every route: the API key, then the body limit.
 
-    @app.middleware("http")
-    async def limit_body(request: Request, call_next):
-        size = request.headers.get("content-length")
-        if size is not None and (not size.isdigit() or int(size) > max_body_bytes):
-            return _error(413, f"request body over {max_body_bytes} bytes; send a shorter prompt")
-        return await call_next(request)
+    The body is read here, chunk by chunk, and buffered only up to `max_body_bytes`: an upload over
+    the limit (with or without Content-Length, chunked included) gets 413 as soon as it crosses the
+    limit, and the app behind never sees it. The buffered body is then replayed to the app; later
+    `receive` calls go to the server, so the app still learns of a client disconnect.
+    """
+
+    def __init__(self, app: Any, max_body_bytes: int, api_key: str | None) -> None:
+        self.app = app
+        self.max_body_bytes = max_body_bytes
+        self.api_key = api_key.encode() if api_key else None
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        headers = dict(scope.get("headers") or [])
+        if self.api_key is not None and scope.get("path") != "/health":
+            auth = headers.get(b"authorization", b"")
+            if not hmac.compare_digest(auth, b"Bearer " + self.api_key):
+                return await _error(401, "missing or wrong API key: send the header `Authorization: Bearer KEY` "
+                                         "with the key the server was started with", "authentication_error",
+                                    {"WWW-Authenticate": "Bearer"})(scope, receive, send)
+        too_big = _error(413, f"request body over {self.max_body_bytes} bytes; send a shorter prompt")
+        size = headers.get(b"content-length")
+        if size is not None and (not size.isdigit() or int(size) > self.max_body_bytes):
+            return await too_big(scope, receive, send)
+        chunks, total, more = [], 0, True
+        while more:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            body = message.get("body", b"")
+            total += len(body)
+            if total > self.max_body_bytes:
+                return await too_big(scope, receive, send)
+            chunks.append(body)
+            more = message.get("more_body", False)
+        replay: list[dict[str, Any]] = [{"type": "http.request", "body": b"".join(chunks), "more_body": False}]
+
+        async def receive_replayed() -> dict[str, Any]:
+            return replay.pop() if replay else await receive()
+
+        await self.app(scope, receive_replayed, send)
+
+
+def create_app(engine: Any, model_name: str = "memloop", max_body_bytes: int = MAX_BODY_BYTES, *,
+               api_key: str | None = None, max_queue: int = DEFAULT_MAX_QUEUE,
+               request_timeout: float | None = None) -> FastAPI:
+    """The API over a running `Engine` (anything with `submit(request) -> Future`, `cancel(future)`,
+    `health()` and `stats()`).
+
+    max_queue: engine requests (n choices each count) in flight at once; more get 429.
+    request_timeout: seconds a request may take before it is cancelled with 504 (None: no limit).
+    """
+    app = FastAPI(title="memloop engine", version="1")
+    app.add_middleware(Guard, max_body_bytes=max_body_bytes, api_key=api_key)
+    in_flight = 0
 
     @app.exception_handler(RequestValidationError)
     async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
         first = exc.errors()[0] if exc.errors() else {}
         where = ".".join(str(x) for x in first.get("loc", ()))
         return _error(400, f"invalid request at {where or 'body'}: {first.get('msg', 'malformed')}")
+
+    @app.exception_handler(HTTPException)
+    async def http_error(_: Request, exc: HTTPException) -> JSONResponse:  # 404, 405, unparsable bodies
+        message = str(exc.detail)
+        if exc.status_code == 400:  # FastAPI could not parse the body at all
+            message += "; send one JSON object (numbers of at most 4300 digits)"
+        return _error(exc.status_code, message, headers=exc.headers)
 
     @app.exception_handler(RequestError)
     async def bad_request(_: Request, exc: RequestError) -> JSONResponse:
@@ -117,9 +204,61 @@ def create_app(engine: Any, model_name: str = "memloop", max_body_bytes: int = M
     async def engine_failed(_: Request, exc: EngineError) -> JSONResponse:
         return _error(503, str(exc), "engine_error")
 
-    async def run(requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        futs = [engine.submit(r) for r in requests]
-        return list(await asyncio.gather(*(asyncio.wrap_future(f) for f in futs)))
+    @app.exception_handler(_QueueFull)
+    async def queue_full(_: Request, exc: _QueueFull) -> JSONResponse:
+        return _error(429, str(exc), "rate_limit_error", {"Retry-After": str(RETRY_AFTER_S)})
+
+    @app.exception_handler(_Timeout)
+    async def timed_out(_: Request, exc: _Timeout) -> JSONResponse:
+        return _error(504, str(exc), "timeout_error")
+
+    @app.exception_handler(_ClientGone)
+    async def client_gone(_: Request, exc: _ClientGone) -> JSONResponse:
+        return _error(499, str(exc), "client_closed_request")  # nobody reads it; the log does
+
+    def submit_all(requests: list[dict[str, Any]]) -> list[Future]:
+        """Tokenise and queue (on a worker thread); the first invalid request cancels the rest."""
+        futs: list[Future] = []
+        for r in requests:
+            fut = engine.submit(r)
+            futs.append(fut)
+            if fut.done() and fut.exception() is not None:
+                for f in futs:
+                    engine.cancel(f)
+                raise fut.exception()
+        return futs
+
+    async def wait(http: Request, futs: list[Future]) -> list[dict[str, Any]]:
+        gathered = asyncio.gather(*(asyncio.wrap_future(f) for f in futs))
+        gathered.add_done_callback(lambda g: g.cancelled() or g.exception())  # never "unretrieved"
+        deadline = None if request_timeout is None else time.monotonic() + request_timeout
+        try:
+            while True:
+                done, _ = await asyncio.wait({gathered}, timeout=POLL_S)
+                if done:
+                    return gathered.result()
+                if await http.is_disconnected():
+                    raise _ClientGone("the client disconnected; the request was cancelled")
+                if deadline is not None and time.monotonic() > deadline:
+                    raise _Timeout(f"the request did not finish within {request_timeout:g} s (the server's "
+                                   "--request-timeout); lower max_tokens or retry when the server is less busy")
+        finally:
+            for f in futs:  # no-op for finished ones; frees the batch slots of the others
+                engine.cancel(f)
+
+    async def run(http: Request, requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        nonlocal in_flight
+        for r in requests:  # every choice is checked before any is queued
+            SamplingParams.from_request(r["sampling"])
+        if in_flight + len(requests) > max_queue:
+            raise _QueueFull(f"the server is busy ({in_flight} requests in flight, --max-queue {max_queue}); "
+                             f"retry after {RETRY_AFTER_S} s")
+        in_flight += len(requests)
+        try:
+            futs = await asyncio.to_thread(submit_all, requests)
+            return await wait(http, futs)
+        finally:
+            in_flight -= len(requests)
 
     def check(req: _Sampling) -> None:
         if req.stream:
@@ -133,33 +272,32 @@ def create_app(engine: Any, model_name: str = "memloop", max_body_bytes: int = M
 
     @app.get("/v1/stats")
     async def stats() -> dict[str, Any]:
-        return engine.stats()
+        return {**engine.stats(), "server_in_flight": in_flight, "server_max_queue": max_queue}
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
         return {"object": "list", "data": [{"id": model_name, "object": "model", "created": 0, "owned_by": "memloop"}]}
 
     @app.post("/v1/completions")
-    async def completions(req: CompletionRequest) -> dict[str, Any]:
+    async def completions(req: CompletionRequest, http: Request) -> dict[str, Any]:
         check(req)
         prompts = [req.prompt] if isinstance(req.prompt, str) else req.prompt
         if not prompts or len(prompts) * req.n > MAX_N:
             raise RequestError(f"send 1 to {MAX_N} prompts x n per request")
-        results = await run([{"prompt": p, "sampling": req.sampling(i), "json_schema": None}
-                             for p in prompts for i in range(req.n)])
+        results = await run(http, [{"prompt": p, "sampling": req.sampling(i), "json_schema": None}
+                                   for p in prompts for i in range(req.n)])
         choices = [{"index": i, "text": r["text"], "logprobs": None, "finish_reason": r["finish_reason"]}
                    for i, r in enumerate(results)]
-        usage = _usage(results)
         return {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
-                "model": model_name, "choices": choices, "usage": usage}
+                "model": model_name, "choices": choices, "usage": _usage(results)}
 
     @app.post("/v1/chat/completions")
-    async def chat(req: ChatRequest) -> dict[str, Any]:
+    async def chat(req: ChatRequest, http: Request) -> dict[str, Any]:
         check(req)
         schema = req.schema()
         messages = [m.model_dump() for m in req.messages]
-        results = await run([{"messages": messages, "sampling": req.sampling(i), "json_schema": schema}
-                             for i in range(req.n)])
+        results = await run(http, [{"messages": messages, "sampling": req.sampling(i), "json_schema": schema}
+                                   for i in range(req.n)])
         choices = [{"index": i, "message": {"role": "assistant", "content": r["text"]},
                     "finish_reason": r["finish_reason"], "logprobs": None} for i, r in enumerate(results)]
         return {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": int(time.time()),
@@ -168,16 +306,43 @@ def create_app(engine: Any, model_name: str = "memloop", max_body_bytes: int = M
     return app
 
 
-def serve(config: Any = None, host: str = "127.0.0.1", port: int = 8000, model_name: str | None = None) -> None:
-    """Load the engine and serve until interrupted."""
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name other than localhost may resolve to anything
+        return False
+
+
+def check_options(host: str, port: int, api_key: str | None, max_queue: int = DEFAULT_MAX_QUEUE,
+                  request_timeout: float | None = None) -> None:
+    """Refuse what cannot be served safely, before the model loads (ServerConfigError, one line)."""
+    if not 1 <= port <= 65535:
+        raise ServerConfigError(f"--port must be between 1 and 65535, got {port}")
+    if not api_key and not is_loopback(host):
+        raise ServerConfigError(f"--host {host} is reachable from other machines: pass --api-key KEY "
+                                "(or set MEMLOOP_API_KEY), or bind to 127.0.0.1")
+    if max_queue < 1:
+        raise ServerConfigError(f"--max-queue must be at least 1, got {max_queue}")
+    if request_timeout is not None and not request_timeout > 0:
+        raise ServerConfigError(f"--request-timeout must be a positive number of seconds, got {request_timeout}")
+
+
+def serve(config: Any = None, host: str = "127.0.0.1", port: int = 8000, model_name: str | None = None, *,
+          api_key: str | None = None, max_queue: int = DEFAULT_MAX_QUEUE, request_timeout: float | None = None) -> None:
+    """Check the options, load the engine and serve until interrupted."""
+    check_options(host, port, api_key, max_queue, request_timeout)
     import uvicorn
 
-    from engine.actor import engine_config
+    from engine.engine_config import EngineConfig
     from engine.serving import Engine
 
-    engine = Engine(engine_config(config))
+    engine = Engine(EngineConfig.of(config))
     name = model_name or engine.lm.path.stem
+    app = create_app(engine, name, api_key=api_key or None, max_queue=max_queue, request_timeout=request_timeout)
     try:
-        uvicorn.run(create_app(engine, name), host=host, port=port, log_level="info")
+        uvicorn.run(app, host=host, port=port, log_level="info")
     finally:
         engine.shutdown()
+

@@ -86,6 +86,10 @@ class Engine:
             return fut
         return self.loop.enqueue(seq)
 
+    def cancel(self, fut: Future) -> None:
+        """Drop the request behind `fut` (e.g. its HTTP client went away) at the next step boundary."""
+        self.loop.cancel(fut)
+
     def submit_sequence(self, seq: Sequence) -> Future:
         """Queue a sequence built by `make_sequence` (possibly adjusted); the future as in `submit`."""
         return self.loop.enqueue(seq)

@@ -11,7 +11,7 @@ import threading
 import time
 from concurrent.futures import Future
 
-from engine.errors import EngineError
+from engine.errors import EngineError, RequestError
 from engine.scheduler import Scheduler, Sequence
 from engine.step_runner import StepRunner
 
@@ -24,6 +24,7 @@ class StepLoop:
         self.runner = runner
         self.lock = lock
         self.stopped = False
+        self._cancelled: set[Future] = set()
         self.thread = threading.Thread(target=self._loop, name="memloop-engine", daemon=True)
         self.thread.start()
 
@@ -31,12 +32,33 @@ class StepLoop:
         """Queue a validated sequence; returns its future (`seq.handle`, created if missing)."""
         if seq.handle is None:
             seq.handle = Future()
+        seq.handle.set_running_or_notify_cancel()  # only `cancel` below stops a request, between two steps
         with self.lock:
             if self.stopped:
                 raise EngineError("the engine is shut down; create a new one")
             self.scheduler.add(seq)
             self.lock.notify()
         return seq.handle
+
+    def cancel(self, fut: Future) -> None:
+        """Drop the request behind `fut` (its client went away) at the next step boundary."""
+        with self.lock:
+            if not fut.done():
+                self._cancelled.add(fut)
+                self.lock.notify()
+
+    def _drop_cancelled(self) -> None:
+        """Take cancelled requests out of the batch and the queue (under the lock, between steps)."""
+        if not self._cancelled:
+            return
+        for seq in [s for s in [*self.scheduler.running, *self.scheduler.waiting] if s.handle in self._cancelled]:
+            if seq in self.scheduler.running:
+                self.scheduler.finish(seq, "cancelled")
+            else:
+                self.scheduler.waiting.remove(seq)
+            self.runner.counters["cancelled_requests"] += 1
+            seq.handle.set_exception(RequestError("the request was cancelled"))
+        self._cancelled.clear()
 
     def alive(self) -> bool:
         return self.thread.is_alive() and not self.stopped
@@ -57,6 +79,7 @@ class StepLoop:
                         seq.handle.set_exception(EngineError("the engine was shut down before this request finished"))
                     return
                 try:
+                    self._drop_cancelled()
                     plan = self.scheduler.schedule()
                 except Exception as exc:  # a scheduler bug must not hang every caller
                     log.exception("engine scheduling failed")

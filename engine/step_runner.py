@@ -32,7 +32,7 @@ from engine.scheduler import PrefillChunk, Scheduler, Sequence, StepPlan
 log = logging.getLogger(__name__)
 
 COUNTERS = ("requests", "prompt_tokens", "cached_tokens", "decoded_tokens", "computed_prompt_tokens", "steps",
-            "constrained_requests", "failed_requests")
+            "constrained_requests", "failed_requests", "cancelled_requests")
 
 
 def prefill_groups(chunks: list[Any]) -> list[list[Any]]:

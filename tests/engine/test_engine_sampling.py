@@ -88,3 +88,78 @@ def test_candidate_cap():
 def test_bad_settings_are_named(bad):
     with pytest.raises(RequestError):
         SamplingParams(**bad)
+
+
+# -- the one parser of request sampling: every accepted value runs through the step -----------------
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from engine.sampling import DEFAULT_MAX_TOKENS, SAMPLING_FIELDS  # noqa: E402
+
+VOCAB = 49152  # the bundled model's vocabulary: candidate caps as large as the real step's
+
+
+def test_from_request_defaults_and_forms():
+    assert SamplingParams.from_request(None) == SamplingParams.from_request({}) == SamplingParams()
+    assert SamplingParams().max_tokens == DEFAULT_MAX_TOKENS
+    p = SamplingParams.from_request({"max_tokens": 7, "temperature": 1, "top_k": 3, "top_p": 0.5, "seed": -4,
+                                     "stop": "END", "stop_token_ids": [0, 2]})
+    assert p == SamplingParams(max_tokens=7, temperature=1.0, top_k=3, top_p=0.5, seed=-4, stop=("END",),
+                               stop_token_ids=(0, 2))
+    assert SamplingParams.from_request({"seed": None, "stop": None}).seed is None  # None = the default
+
+
+@pytest.mark.parametrize("bad", [
+    {"top_k": 2**31}, {"top_k": 2**64}, {"seed": 2**63}, {"seed": -(2**63) - 1}, {"max_tokens": 2**31},
+    {"max_tokens": 0}, {"max_tokens": True}, {"max_tokens": 3.0}, {"max_tokens": "3"},
+    {"temperature": float("nan")}, {"temperature": float("inf")}, {"temperature": 10**400}, {"temperature": 1e6},
+    {"temperature": -0.5}, {"top_p": float("nan")}, {"top_p": 0}, {"top_p": 1.0001}, {"top_p": "0.5"},
+    {"stop": ["x"] * 17}, {"stop": ["x" * 1001]}, {"stop": [""]}, {"stop": [3]}, {"stop": 3},
+    {"stop_token_ids": [-1]}, {"stop_token_ids": [2**31]}, {"stop_token_ids": "2"}, {"stop_token_ids": [VOCAB]},
+    {"max_tokens": 10**5000}, {"frequency_penalty": 0.1}, ["max_tokens"], "greedy",
+])
+def test_from_request_rejects_what_the_step_cannot_represent(bad):
+    with pytest.raises(RequestError) as err:
+        SamplingParams.from_request(bad, vocab_size=VOCAB)
+    assert len(str(err.value)) < 300 and "\n" not in str(err.value)
+
+
+_any_scalar = st.one_of(
+    st.none(), st.booleans(), st.integers(), st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=True, allow_infinity=True), st.floats(0, 2), st.text(max_size=5),
+)
+_field_values = {
+    "max_tokens": st.one_of(_any_scalar, st.integers(-3, 40)),
+    "temperature": st.one_of(_any_scalar, st.floats(0, 150)),
+    "top_k": st.one_of(_any_scalar, st.integers(-3, 2**31 + 3), st.integers(0, VOCAB + 5)),
+    "top_p": st.one_of(_any_scalar, st.floats(-0.5, 1.5)),
+    "seed": st.one_of(_any_scalar, st.integers(-(2**63) - 2, 2**63 + 2)),
+    "stop": st.one_of(_any_scalar, st.lists(st.text(max_size=4), max_size=20)),
+    "stop_token_ids": st.one_of(_any_scalar, st.lists(st.integers(-2, VOCAB + 2), max_size=4)),
+}
+_sampling_dicts = st.fixed_dictionaries({}, optional=_field_values)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_sampling_dicts)
+def test_accepted_settings_run_through_the_sampler(d):
+    """Whatever `from_request` accepts, the jitted sampler can run (no overflow, no error, a real token);
+    whatever it rejects is a RequestError (never another exception)."""
+    assert set(d) <= set(SAMPLING_FIELDS)
+    try:
+        p = SamplingParams.from_request(d, vocab_size=VOCAB)
+    except RequestError:
+        return
+    logits = np.random.default_rng(0).normal(size=(2, VOCAB)).astype(np.float32)
+    logits[1, ::2] = -np.inf  # a masked row, as constrained decoding leaves it
+    rows = [p, p]
+    temps, top_k, top_p = row_arrays(rows)
+    cap, full = candidate_cap(rows, VOCAB)
+    out = np.asarray(_sample_jit(jnp.asarray(logits), temps, top_k, top_p, jnp.asarray(seed_keys(rows)),
+                                 jnp.asarray([0, 2**31 - 1], jnp.int32), cap, full))
+    assert ((0 <= out) & (out < VOCAB)).all()
+    assert out[1] % 2 == 1  # never a masked token
+
+
+_sample_jit = jax.jit(sample, static_argnums=(6, 7))

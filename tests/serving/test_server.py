@@ -71,9 +71,13 @@ def test_bad_requests_get_4xx_and_the_server_stays_up(base_url):
                                                  "response_format": {"type": "json_schema",
                                                                      "json_schema": {"schema": {"type": 5}}}}),
         ]
+        bad.append(c.post("/v1/completions", content=b'{"prompt": "x", "max_tokens": 1' + b"0" * 5000 + b"}",
+                          headers={"content-type": "application/json"}))  # an integer Python will not parse
         for r in bad:
             assert r.status_code == 400, r.text
             assert r.json()["error"]["message"]
+        missing = c.get("/v2/nothing")
+        assert missing.status_code == 404 and missing.json()["error"]["message"] == "Not Found"
         huge = c.post("/v1/completions", json={"prompt": "y" * 100_000, "max_tokens": 4})
         assert huge.status_code == 413
         assert c.get("/health").json() == {"ok": True}
@@ -83,7 +87,7 @@ def test_bad_requests_get_4xx_and_the_server_stays_up(base_url):
 
 @pytest.mark.slow
 def test_memloop_serve_command(tmp_path):
-    """`memloop serve --port P` in its own process, as a user starts it."""
+    """`memloop serve --port P` in its own process, as a user starts it, with the key in the environment."""
     import os
     import subprocess
     import sys
@@ -93,8 +97,9 @@ def test_memloop_serve_command(tmp_path):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     memloop = Path(sys.executable).with_name("memloop")
+    env = {**os.environ, "MEMLOOP_API_KEY": "k3y", "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     proc = subprocess.Popen([str(memloop), "serve", "--port", str(port), "--kv-budget", str(64 << 20)],
-                            stdout=subprocess.DEVNULL, stderr=open(tmp_path / "serve.log", "w"), env=os.environ.copy())
+                            stdout=subprocess.DEVNULL, stderr=open(tmp_path / "serve.log", "w"), env=env)
     try:
         deadline = time.time() + 300
         while time.time() < deadline:
@@ -103,8 +108,10 @@ def test_memloop_serve_command(tmp_path):
                     break
             except httpx.HTTPError:
                 time.sleep(1)
-        r = httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", timeout=300,
-                       json={"messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 4, "temperature": 0})
+        body = {"messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 4, "temperature": 0}
+        assert httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", json=body).status_code == 401
+        r = httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", timeout=300, json=body,
+                       headers={"Authorization": "Bearer k3y"})
         assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] >= 1
     finally:
         proc.terminate()
