@@ -6,18 +6,15 @@ client uses, answering a fixed summary with the usage a provider reports (cached
 from __future__ import annotations
 
 import json
-import socket
-import threading
-import time
 from pathlib import Path
 
 import pytest
-import uvicorn
 from fastapi import FastAPI
 
 from jobs.config import parse_config
 from jobs.driver import execute
 from jobs.storage import RunStore
+from tests.http_server import serve_app
 
 BOOK = Path(__file__).resolve().parents[2] / "jobs/configs/data/lighthouse-keeper.txt"
 SEEN: list[dict] = []
@@ -38,19 +35,8 @@ def _app() -> FastAPI:
 
 @pytest.fixture(scope="module")
 def endpoint():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(_app(), host="127.0.0.1", port=port, log_level="error"))
-    t = threading.Thread(target=server.run, daemon=True)
-    t.start()
-    for _ in range(250):
-        if server.started:
-            break
-        time.sleep(0.02)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    t.join(timeout=5)
+    with serve_app(_app()) as url:
+        yield url
 
 
 def _cfg(tmp_path: Path, endpoint: str, **over) -> dict:

@@ -1,17 +1,15 @@
 """The OpenAI-compatible client over real HTTP on 127.0.0.1 (a small OpenAI-style peer served by uvicorn)."""
 from __future__ import annotations
 
-import socket
-import threading
 import time
 
 import pytest
-import uvicorn
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 
 from eval.llm import LLM, LLMRequest, Sampling
 from eval.llm_http import LLMHTTPError, OpenAICompatibleLLM
+from tests.http_server import serve_app
 
 SEEN: list[dict] = []
 FLAKY = {"left": 1}
@@ -61,19 +59,8 @@ def _app() -> FastAPI:
 
 @pytest.fixture(scope="module")
 def base_url():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(_app(), host="127.0.0.1", port=port, log_level="error"))
-    t = threading.Thread(target=server.run, daemon=True)
-    t.start()
-    for _ in range(200):
-        if server.started:
-            break
-        time.sleep(0.02)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    t.join(timeout=5)
+    with serve_app(_app()) as url:
+        yield url
 
 
 def test_chat_with_schema_and_usage(base_url: str) -> None:

@@ -1,14 +1,11 @@
 """Every method end to end on the bundled SmolLM2 through the real engine (short inputs; slow)."""
 from __future__ import annotations
 
-import socket
-import threading
-import time
-
 import pytest
 
 from eval.datasets.sample import Sample
 from eval.methods import get_method, list_methods
+from tests.http_server import serve_app
 
 pytestmark = pytest.mark.slow
 
@@ -62,30 +59,16 @@ def test_prefix_cache_hits_on_prism_steps(engine_llm) -> None:
 
 
 def test_http_client_against_the_engine_server(smollm2_engine) -> None:
-    import uvicorn
-
     from engine.server import create_app
     from eval.llm_http import OpenAICompatibleLLM
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(create_app(smollm2_engine, model_name="smollm2"), host="127.0.0.1",
-                                           port=port, log_level="error"))
-    t = threading.Thread(target=server.run, daemon=True)
-    t.start()
-    while not server.started:
-        time.sleep(0.05)
-    try:
-        llm = OpenAICompatibleLLM(f"http://127.0.0.1:{port}", "smollm2", timeout_s=600)
+    with serve_app(create_app(smollm2_engine, model_name="smollm2")) as url:
+        llm = OpenAICompatibleLLM(url, "smollm2", timeout_s=600)
         out = get_method("gu-text", max_tokens=48).run(BOOK, llm)
         assert [s.kind for s in out.steps] == ["initial", "update"] and out.answer
         # the update prompt repeats the generate prompt's instructions: the engine's prefix cache
         # serves them, and the count comes back over HTTP as prompt_tokens_details.cached_tokens
         assert out.steps[1].usage.cached_tokens > 0
-    finally:
-        server.should_exit = True
-        t.join(timeout=10)
 
 
 def test_parse_and_retry_without_schema_support(engine_llm_free) -> None:

@@ -3,12 +3,13 @@ from __future__ import annotations
 
 import json
 import socket
-import threading
 import time
 
 import httpx
 import jsonschema
 import pytest
+
+from tests.http_server import serve_app
 
 SCHEMA = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 20},
                                            "sunny": {"type": "boolean"}},
@@ -17,24 +18,10 @@ SCHEMA = {"type": "object", "properties": {"city": {"type": "string", "maxLength
 
 @pytest.fixture(scope="module")
 def base_url(engine):
-    import uvicorn
-
     from engine.server import create_app
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(create_app(engine, "smollm2", max_body_bytes=64 * 1024),
-                                           host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.time() + 30
-    while not server.started and time.time() < deadline:
-        time.sleep(0.05)
-    assert server.started
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(timeout=10)
+    with serve_app(create_app(engine, "smollm2", max_body_bytes=64 * 1024)) as url:
+        yield url
 
 
 def test_models_completions_and_chat(base_url):

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.serving.test_server_limits import serve_app
+from tests.http_server import serve_app
 
 HEALTH_BOUND_S = 1.0
 

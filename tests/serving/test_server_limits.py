@@ -3,7 +3,6 @@
 API key, option checks), each against the real engine on the bundled model and real uvicorn."""
 from __future__ import annotations
 
-import contextlib
 import os
 import socket
 import subprocess
@@ -17,31 +16,10 @@ import httpx
 import pytest
 
 from engine.errors import RequestError
+from tests.http_server import serve_app  # noqa: F401  (the fuzz test imports it from here too)
 
 ROOT = Path(__file__).resolve().parents[2]
 LONG = {"prompt": "1, 2, 3, 4, 5,", "max_tokens": 400, "temperature": 0, "stop_token_ids": []}
-
-
-@contextlib.contextmanager
-def serve_app(app: Any) -> Iterator[str]:
-    """Run `app` under uvicorn on 127.0.0.1 (a free port) in a thread; yields the base URL."""
-    import uvicorn
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.time() + 30
-    while not server.started and time.time() < deadline:
-        time.sleep(0.05)
-    assert server.started
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
 
 
 def wait_for(predicate: Any, what: str, limit_s: float = 120) -> None:
