@@ -32,6 +32,7 @@ from jobs.judge_fanout import JudgeFanout
 from jobs.manifest import manifest_base
 from jobs.plan import RunPlan, make_plan
 from jobs.pool import Attempt, Outcome, WorkerPool
+from jobs.progress import Progress
 from jobs.storage import RunStore
 from jobs.tables import now, sample_row, step_rows
 from jobs.workload import Unit
@@ -110,13 +111,9 @@ class _UnitRunner:
         return True
 
 
-def _progress_line(pool: WorkerPool, runner: _UnitRunner, rs: RunStore, t0: float) -> str:
-    el = max(time.monotonic() - t0, 1e-9)
-    u = engine_actors.live_usage(runner.actors, runner.usage)
-    hit = 100.0 * u.cached_tokens / u.prompt_tokens if u.prompt_tokens else 0.0
-    return (f"progress: {pool.finished}/{pool.total} units ({pool.failed} failed) | "
-            f"{(u.prompt_tokens - u.cached_tokens + u.decoded_tokens) / el:.0f} tok/s "
-            f"({u.decoded_tokens / el:.1f} decoded/s) | cache hit {hit:.1f}% | {el:.0f} s | -> {rs.uri}")
+def _show_progress(progress: Progress, pool: WorkerPool, runner: _UnitRunner) -> None:
+    u = engine_actors.live_usage(runner.actors, runner.usage)  # live engine counters, also mid-unit
+    progress.update(pool.finished, pool.failed, u.prompt_tokens, u.cached_tokens, u.decoded_tokens)
 
 
 def _cached(plan: RunPlan, llms: list[Any]) -> list[Any]:
@@ -137,19 +134,21 @@ def _compute(plan: RunPlan, rs: RunStore, todo: list[Unit], llms: list[Any], act
     llms = _cached(plan, llms)
     fanout = JudgeFanout(cfg, waiters=len(llms) * per_lane)
     runner = _UnitRunner(cfg, llms, actors, fanout, log)
+    progress = Progress(len(todo), rs.uri, log, interactive=log is _stderr and sys.stderr.isatty())
     t0 = time.monotonic()
     pool: WorkerPool[Unit] = WorkerPool(
         todo, lanes=len(llms), per_lane=per_lane, retries=cfg.retries, run=runner.run,
         failed_rows=runner.failed_rows, flush=rs.write_shard, describe=lambda u: u.key, lane_lost=runner.lane_lost,
         flush_units=cfg.flush_units, flush_s=cfg.flush_s,
-        progress=lambda p: log(_progress_line(p, runner, rs, t0)), log=log)
+        progress=lambda p: _show_progress(progress, p, runner), log=log)
     state["pool"] = pool
     try:
         pool.run()
     finally:
         runner.stopping = True
         fanout.shutdown()
-    log(_progress_line(pool, runner, rs, t0))
+    _show_progress(progress, pool, runner)
+    progress.close()
     el = time.monotonic() - t0
     u = runner.usage
     return {"wall_s": el, "prompt_tokens": u.prompt_tokens, "cached_tokens": u.cached_tokens,

@@ -72,3 +72,17 @@ def test_a_lost_lane_hands_its_items_to_the_others_and_all_lost_fails_the_rest()
     pool, flushed = _pool(list(range(3)), run, lanes=1, lane_lost=lambda exc, lane: True)
     assert pool.run() == (0, 3)
     assert all("every engine actor died" in r["error"] for r in _rows(flushed))
+
+
+def test_progress_lines_off_a_terminal_and_a_bar_on_one(capsys) -> None:
+    from jobs.progress import Progress
+
+    lines: list[str] = []
+    p = Progress(4, "/out/run", lines.append, interactive=False)
+    p.update(2, 1, prompt=1000, cached=400, decoded=50)
+    assert lines[0].startswith("progress: 2/4 units (1 failed)") and "cache hit 40.0%" in lines[0]
+    bar = Progress(4, "/out/run", lines.append, interactive=True)
+    bar.update(3, 0, prompt=100, cached=0, decoded=10)
+    bar.close()
+    err = capsys.readouterr().err
+    assert "3/4" in err and "0 failed" in err and lines[-1] == "results -> /out/run"

@@ -1,0 +1,34 @@
+"""Run progress: a tqdm bar on an interactive terminal, one log line per change elsewhere (a Ray job's
+log, CI, a file), each with units done and failed, tokens/s, the engine's cache hit and the output."""
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any, Callable
+
+
+class Progress:
+    def __init__(self, total: int, uri: str, log: Callable[[str], None], interactive: bool) -> None:
+        self.total, self.uri, self.log = total, uri, log
+        self.t0 = time.monotonic()
+        self.bar: Any = None
+        if interactive:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, unit="unit", file=sys.stderr, dynamic_ncols=True, desc="memloop")
+
+    def update(self, finished: int, failed: int, prompt: int, cached: int, decoded: int) -> None:
+        el = max(time.monotonic() - self.t0, 1e-9)
+        tok_s = (prompt - cached + decoded) / el
+        hit = 100.0 * cached / prompt if prompt else 0.0
+        if self.bar is not None:
+            self.bar.n = finished
+            self.bar.set_postfix_str(f"{failed} failed | {tok_s:.0f} tok/s | cache hit {hit:.1f}%", refresh=True)
+            return
+        self.log(f"progress: {finished}/{self.total} units ({failed} failed) | {tok_s:.0f} tok/s "
+                 f"({decoded / el:.1f} decoded/s) | cache hit {hit:.1f}% | {el:.0f} s | -> {self.uri}")
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.log(f"results -> {self.uri}")
