@@ -184,3 +184,21 @@ def test_an_empty_or_binary_book_leaves_no_run_directory(tmp_path, content) -> N
     assert res.exit_code != 0 and isinstance(res.exception, ConfigError), res.output
     assert "book" in str(res.exception) and "\n" not in str(res.exception)
     assert not (tmp_path / "runs").exists()
+
+
+def test_an_install_without_git_reports_the_commit_baked_in_at_build(tmp_path) -> None:
+    """As in the container image: the source has no .git; `python -m jobs.provenance --write` (run by
+    the image build with MEMLOOP_COMMIT) records the commit that runs then report."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    shutil.copytree(root / "jobs", tmp_path / "jobs", ignore=shutil.ignore_patterns("__pycache__", "build_info.json"))
+    env = dict(os.environ, PYTHONPATH=str(tmp_path), MEMLOOP_COMMIT="v1.2-3-gabc123", GIT_CEILING_DIRECTORIES=str(tmp_path))
+    run = lambda *args: subprocess.run([sys.executable, "-m", "jobs.provenance", *args], cwd=tmp_path, env=env,
+                                       capture_output=True, text=True, timeout=60)
+    assert run().stdout.strip().startswith("memloop==")  # neither git nor a build record
+    assert run("--write").returncode == 0
+    assert run().stdout.strip() == "build:v1.2-3-gabc123"
