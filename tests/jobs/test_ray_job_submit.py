@@ -47,8 +47,9 @@ def _free_port() -> int:
 
 
 def _submit(address: str, cfg_path: Path, *args: str) -> tuple[str, str]:
-    entry = f"{sys.executable} -c 'from jobs.cli import main; main()' run {cfg_path} {' '.join(args)}"
-    out = subprocess.run([RAY, "job", "submit", "--address", address, "--no-wait", "--", entry],
+    memloop = str(Path(sys.executable).with_name("memloop"))  # the console script, as an operator submits it
+    out = subprocess.run([RAY, "job", "submit", "--address", address, "--no-wait", "--", memloop, "run",
+                          str(cfg_path), *args],
                          capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-2000:]
     text = out.stdout + out.stderr
