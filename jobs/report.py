@@ -177,6 +177,35 @@ def cost_table(d: RunData) -> str | None:
                            "dec. (x10^3)", "cost index"], rows)
 
 
+def _figure(values: list[float]) -> dict[str, float | int | None]:
+    m, se = mean_se(values)
+    return {"mean": None if math.isnan(m) else m, "se": se, "repeats": len(values)}
+
+
+def headline(d: RunData) -> dict:
+    """The report's numbers as data (`memloop report --json`): units per (method, dataset), every
+    judge metric (SUMIE at start/last/avg), and the cost figures; each a mean over repeats with its
+    standard error, computed by the same functions as the Markdown tables."""
+    units = [{"method": m, "dataset": ds, "ok": int((g["status"] == "ok").sum()),
+              "failed": int((g["status"] != "ok").sum())}
+             for (m, ds), g in d.samples.groupby(["method", "dataset"], sort=True)]
+    figures = []
+    f = sumie_frame(d)
+    for (m, ds, j, metric), g in (f.groupby(["method", "dataset", "judge", "metric"], sort=True) if not f.empty else ()):
+        for which in TURN_SUMMARIES:
+            figures.append({"method": m, "dataset": ds, "judge": j, "metric": f"{metric}:{which}",
+                            **_figure(per_repeat(g, which, j))})
+    s = d.scores[d.scores["turn"].isna() & ~d.scores["metric"].isin(SUMIE_METRICS) & ~_sumie_summary(d.scores)]
+    for (m, ds, j, metric), g in s.groupby(["method", "dataset", "judge", "metric"], sort=True):
+        figures.append({"method": m, "dataset": ds, "judge": j, "metric": metric, **_figure(per_repeat(g, "value", j))})
+    c = cost_frame(d)
+    for (m, ds), g in (c.groupby(["method", "dataset"], sort=True) if not c.empty else ()):
+        for metric in ("cache_hit", "cost_index"):
+            figures.append({"method": m, "dataset": ds, "judge": "", "metric": metric,
+                            **_figure([float(v) for v in g[metric]])})
+    return {"run_id": d.run_id, "uri": d.uri, "units": units, "figures": figures}
+
+
 # ---------------------------------------------------------------------------------------------
 # plots
 

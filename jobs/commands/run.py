@@ -103,12 +103,19 @@ def _dry_run(cfg, as_json: bool) -> None:
 
 def report_cmd(
     run_uri: str = typer.Argument(..., help="The run's URI as printed by `memloop run` (OUTPUT/RUN_ID)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the report's numbers as one JSON object instead."),
 ) -> None:
     """Write report.md and PNG plots next to the run's tables and print the Markdown (compare two runs
     with `memloop compare A B`)."""
     from jobs.report import write_report
 
     uri, rep = write_report(run_uri)
+    if as_json:
+        from jobs.report import RunData, headline
+        from jobs.storage import RunStore
+
+        print(json.dumps(headline(RunData.load(RunStore.at(uri))), default=float), flush=True)
+        return
     print(rep.markdown, flush=True)
 
 

@@ -1,6 +1,8 @@
 """Report arithmetic on hand-made tables: per-repeat aggregation, mean ± s.e., cost index, plots."""
 from __future__ import annotations
 
+import json
+
 import dataclasses
 import math
 
@@ -87,6 +89,14 @@ def test_report_command(tmp_path) -> None:
     bad = subprocess.run([sys.executable, "-c", "from jobs.cli import main; main()", "report", str(tmp_path / "zz")],
                          capture_output=True, text=True, cwd=root, timeout=120)
     assert bad.returncode == 2 and "holds no run" in bad.stderr
+    as_json = subprocess.run([sys.executable, "-c", "from jobs.cli import main; main()", "report", a.uri, "--json"],
+                             capture_output=True, text=True, cwd=root, timeout=120)
+    data = json.loads(as_json.stdout)
+    figures = {(f["judge"], f["metric"]): f for f in data["figures"]}
+    assert data["units"] == [{"method": "cok", "dataset": "sumie:synthetic", "ok": 1, "failed": 0}]
+    assert figures[("sumie-match", "f1:start")]["mean"] == 0.2 and figures[("sumie-match", "f1:last")]["mean"] == 0.6
+    assert figures[("sumie-match", "f1:avg")]["mean"] == 0.4 and figures[("booookscore", "booookscore")]["mean"] == 0.5
+    assert figures[("", "cache_hit")]["mean"] == 50.0 and figures[("", "cost_index")]["repeats"] == 1
 
 
 def test_report_uses_each_judges_declared_aggregation(tmp_path) -> None:
