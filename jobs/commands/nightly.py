@@ -14,7 +14,9 @@ def nightly_cmd(
     tag: Optional[str] = typer.Option(None, "--tag", help="Passed to `memloop run --tag` (e.g. the date): a fresh "
                                                          "run per night instead of resuming the last one."),
 ) -> None:
-    """Exit 0 all ran and nothing regressed, 1 a config was invalid or its run failed, 4 a --fail-if rule held."""
+    """Run every config (one failure never stops the rest) and compare each run with the previous night's.
+
+    Exit 0 all ran and nothing regressed, 1 a config was invalid or its run failed, 4 a --fail-if rule held."""
     from jobs.nightly import exit_status, run_nightly, summary_json
 
     outcomes = run_nightly(list(configs), list(fail_if), tag=tag)
