@@ -89,7 +89,7 @@ class _UnitRunner:
         out = get_method(u.method.name, **u.settings).run(u.sample, self.llms[lane])
         with self._lock:  # totals of finished units (the progress line's fallback, the run's stats)
             self.usage = self.usage + out.usage
-        rows = {"samples": [sample_row(u, "ok", None, a.number + 1, out, started, f"engine-{lane}")],
+        rows = {"samples": [sample_row(u, "ok", None, a.number + 1, out, started, self.llms[lane].name)],
                 "steps": step_rows(u, out)}
         if not u.judges:
             return Outcome(rows)
