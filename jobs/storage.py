@@ -42,7 +42,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from jobs.errors import LockHeldError, StorageError
-from jobs.tables import SCHEMAS, now
+from jobs.tables import SCHEMAS, conform, now
 
 WriteMode = Literal["create", "overwrite"]
 
@@ -510,7 +510,7 @@ class RunStore:
         parts = [from_parquet(self.store.get(n)) for _, n in sorted(keep.items())]
         if not parts:
             return SCHEMAS[table].empty_table()
-        return pa.concat_tables([p.cast(SCHEMAS[table]) for p in parts])
+        return pa.concat_tables([conform(table, p) for p in parts])
 
     def samples(self) -> pa.Table:
         """Committed unit outcomes, one row per unit (see `final_outcomes`)."""

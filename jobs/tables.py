@@ -98,6 +98,18 @@ SCHEMAS: dict[str, pa.Schema] = {
 }
 
 
+def conform(table: str, data: pa.Table) -> pa.Table:
+    """`data` in the current schema of `table`. Files written before a nullable column was added
+    (e.g. `runs.ray_job_id`) get it as nulls, so every run ever written stays readable."""
+    schema = SCHEMAS[table]
+    missing = [f for f in schema if f.name not in data.column_names]
+    for f in missing:
+        if not f.nullable:
+            raise ValueError(f"{table} data lacks the required column {f.name!r}")
+        data = data.append_column(f.name, pa.nulls(len(data), f.type))
+    return data.select(schema.names).cast(schema)
+
+
 def unit_key(dataset: str, sample_id: str, method: str, repeat: int) -> str:
     return f"{dataset}|{sample_id}|{method}|{repeat}"
 

@@ -106,3 +106,20 @@ def test_unsupported_scheme_and_missing_run(tmp_path) -> None:
         open_store("s3://bucket/x")
     with pytest.raises(StorageError, match="holds no run"):
         RunStore.at(str(tmp_path / "nothing"))
+
+
+def test_runs_written_before_a_column_was_added_stay_readable(tmp_path) -> None:
+    """A `runs` row from before `ray_job_id` existed reads back with that column null."""
+    import pyarrow as pa
+
+    rs = RunStore.open(str(tmp_path), "old")
+    old_schema = pa.schema([f for f in SCHEMAS["runs"] if f.name != "ray_job_id"])
+    t = now()
+    row = {f.name: None for f in old_schema} | {"run_id": "old", "invocation": "i1", "started_at": t, "finished_at": t}
+    buf = pa.BufferOutputStream()
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.Table.from_pylist([row], schema=old_schema), buf)
+    rs.store.put(rs.name("runs", "i1.parquet"), buf.getvalue().to_pybytes())
+    runs = rs.table("runs").to_pandas()
+    assert list(runs.columns) == SCHEMAS["runs"].names and runs["ray_job_id"].isna().all()
