@@ -156,8 +156,9 @@ class _Prism(Method):
                                                "answer_instruction": answer_tpl.text.strip()}, kind="final")
         final.memory = memory
         answer = final.output.strip()
-        if sample.task in ("repoqa", "spider") and answer:
+        if sample.task == "repoqa" and answer:
             answer = answer.splitlines()[0].strip().strip("`").strip()
+        # Spider answers stay whole: `loft-exec` reads LOFT's "Final Answer: [[...]]" line from the text.
         return answer, memory
 
     def _render(self, memory: dict[str, Any], amend: Amendments) -> str:

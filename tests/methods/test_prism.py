@@ -94,3 +94,27 @@ def test_generated_schema() -> None:
             Sample(id="b", task="book", chunks=("x",)), ScriptedLLM(["not a schema at all"]))
     with pytest.raises(MethodError, match="unknown schema"):
         get_method("prism-inplace", schema="nope")
+
+
+SPIDER = Sample(id="s", task="spider", chunks=("Table: singer\nsinger_id,name\n1,Joe Sharp\n2,Timbaland",),
+                query="How many singers are there?", gold=[[2]])
+
+
+@pytest.mark.parametrize("final,want", [
+    ("There are two rows in the singer table.\nFinal Answer: [[2]]", 1.0),   # LOFT's answer line after reasoning
+    ("Final Answer: [['2']]", 1.0),                                         # Python literal, as LOFT parses it
+    ("**Final Answer:** `[[3]]`", 0.0),                                     # formatting stripped, wrong count
+    ("2", 0.0),                                                             # no list of lists: LOFT scores it 0
+])
+def test_spider_answer_scores_through_loft_exec(final: str, want: float) -> None:
+    """The Spider answer prompt asks for LOFT's format and `loft-exec` reads that format, from the
+    method's raw output text to the score."""
+    from eval.judges import get_judge, run_judge
+
+    rev = '[OBJECTS FOR UPDATE]\n\n[OBJECTS FOR ADD]\n'
+    llm = ScriptedLLM([rev, final])
+    out = get_method("prism-inplace").run(SPIDER, llm)
+    assert "Final Answer: [[" in content(llm, 1)  # the prompt shows LOFT's answer line
+    info = get_judge("loft-exec")
+    res = run_judge("loft-exec", info.prediction(out, len(SPIDER.chunks)), SPIDER.gold)
+    assert res.score("accuracy") == want
