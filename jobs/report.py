@@ -7,8 +7,12 @@ with one repeat only the mean is shown. Tables:
 - SUMIE (seed 000 table 1): P / R / F1 at the first turn ("start"), the last turn and averaged over
   turns, per method. F1 is the mean of per-sample F1 values as the judge computed them.
 - Scores: every other (judge, metric) per method, e.g. BooookScore, ROUGE, exact match.
-- Cost (seed 002 table 3): cache hit % = cached / prompt tokens; encoded, net encoded (prompt minus
-  cached) and decoded tokens (x 10^3, totals over the dataset); cost index = (net + 3 x decoded) / 10^6.
+  Every judge's figures come with "judged / total": the units it scored out of the method's units on
+  the dataset, so a failed sample or a failed judgment never shrinks the denominator unseen.
+- Cost (seed 002 table 3, per book): means per sample of encoded, net encoded (prompt minus cached)
+  and decoded tokens (x 10^3) and of the cost index = (net + 3 x decoded) / 10^6; cache hit % of the
+  mean usage. All methods on a dataset are compared over the same samples: those every method
+  finished; the others are listed under the table with the methods that failed them.
 Plots (PNG, matplotlib): F1 per turn, prompt and cached tokens per step, cost index against chunk size.
 
 The formulas are `eval.judges`': start / last / avg per sample is `eval.judges.sumie.turn_summary`,
@@ -25,7 +29,7 @@ from typing import Callable
 import pandas as pd
 
 from eval.judges import aggregator
-from eval.judges.cost import cache_hit_rate, cost_index, usage_of
+from eval.judges.cost import per_sample_cost, usage_of
 from eval.judges.sumie import METRICS as SUMIE_METRICS
 from eval.judges.sumie import turn_summary
 from jobs.storage import RunStore
@@ -82,10 +86,21 @@ def per_repeat(df: pd.DataFrame, column: str, judge: str) -> list[float]:
     return [agg(g[column]) for _, g in df.groupby("repeat", sort=True)]
 
 
-def _cost_columns(prompt: float, cached: float, decoded: float) -> tuple[float, float]:
-    """(cache hit %, cost index) of token totals; the hit rate is undefined (NaN) without prompt tokens."""
-    u = usage_of(prompt, cached, decoded)
-    return (100.0 * cache_hit_rate(u) if u.prompt_tokens > 0 else math.nan), cost_index(u)
+UNIT_KEY = ["repeat", "sample_id"]
+
+
+def judged_counts(d: RunData) -> dict[tuple[str, str, str], tuple[int, int]]:
+    """{(method, dataset, judge): (judged, total)}: units with a score of the judge, out of all the
+    method's units on the dataset (failed ones included)."""
+    totals = d.samples.groupby(["method", "dataset"]).size().to_dict()
+    judged = d.scores.drop_duplicates(["method", "dataset", "judge"] + UNIT_KEY) \
+        .groupby(["method", "dataset", "judge"]).size().to_dict()
+    return {k: (int(n), int(totals.get(k[:2], n))) for k, n in judged.items()}
+
+
+def _judged_cell(counts: dict[tuple[str, str, str], tuple[int, int]], key: tuple[str, str, str]) -> str:
+    judged, total = counts.get(key, (0, 0))
+    return f"{judged} / {total}"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -125,11 +140,12 @@ def sumie_table(d: RunData) -> str | None:
     f = sumie_frame(d)
     if f.empty:
         return None
-    header = ["method", "dataset", "judge"] + [f"{m[0].upper() if m != 'f1' else 'F1'} {w}"
-                                               for w in TURN_SUMMARIES for m in SUMIE_METRICS]
+    header = ["method", "dataset", "judge", "judged / total"] + [f"{m[0].upper() if m != 'f1' else 'F1'} {w}"
+                                                                 for w in TURN_SUMMARIES for m in SUMIE_METRICS]
+    counts = judged_counts(d)
     rows = []
     for (method, ds, judge), g in f.groupby(["method", "dataset", "judge"], sort=True):
-        cells = [method, ds, judge]
+        cells = [method, ds, judge, _judged_cell(counts, (method, ds, judge))]
         for which in TURN_SUMMARIES:
             for metric in SUMIE_METRICS:
                 cells.append(fmt(per_repeat(g[g["metric"] == metric], which, judge)))
@@ -141,40 +157,91 @@ def scores_table(d: RunData) -> str | None:
     s = d.scores[d.scores["turn"].isna() & ~d.scores["metric"].isin(SUMIE_METRICS) & ~_sumie_summary(d.scores)]
     if s.empty:
         return None
-    cols = sorted({(j, m) for j, m in zip(s["judge"], s["metric"])})
+    # each judge's metrics, then its "judged / total" column (metric None)
+    judges = sorted(set(s["judge"]))
+    cols = [(j, m) for j in judges for m in sorted(set(s.loc[s["judge"] == j, "metric"])) + [None]]
+    counts = judged_counts(d)
     rows = []
     for (method, ds), g in s.groupby(["method", "dataset"], sort=True):
         cells = [method, ds]
         for j, m in cols:
+            if m is None:
+                cells.append(_judged_cell(counts, (method, ds, j)))
+                continue
             gm = g[(g["judge"] == j) & (g["metric"] == m)]
             cells.append(fmt(per_repeat(gm, "value", j)) if len(gm) else "–")
         rows.append(cells)
-    return markdown_table(["method", "dataset"] + [m if m == j else f"{j}: {m}" for j, m in cols], rows)
+    names = [f"{j}: judged / total" if m is None else m if m == j else f"{j}: {m}" for j, m in cols]
+    return markdown_table(["method", "dataset"] + names, rows)
+
+
+def cost_units(d: RunData) -> tuple[pd.DataFrame, list[dict]]:
+    """The units a cost comparison is made over: per dataset, the (repeat, sample) pairs that every
+    method run on the dataset finished. Returns those `ok` sample rows and the excluded pairs, each
+    with the methods that failed (or have not written) it."""
+    s = d.samples
+    keep, excluded = [], []
+    for ds, g in s.groupby("dataset", sort=True):
+        methods = sorted(g["method"].unique())
+        for (rep, sid), u in g.groupby(UNIT_KEY, sort=True):
+            ok = set(u.loc[u["status"] == "ok", "method"])
+            if ok == set(methods):
+                keep.append((ds, rep, sid))
+            else:
+                excluded.append({"dataset": ds, "sample_id": str(sid), "repeat": int(rep),
+                                 "methods": [m for m in methods if m not in ok]})
+    ok = d.ok
+    if not keep or ok.empty:
+        return ok.iloc[0:0], excluded
+    idx = pd.MultiIndex.from_tuples(keep, names=["dataset"] + UNIT_KEY)
+    return ok[ok.set_index(["dataset"] + UNIT_KEY).index.isin(idx)], excluded
+
+
+def _per_sample(g: pd.DataFrame) -> dict[str, float]:
+    return per_sample_cost([usage_of(p, c, dec) for p, c, dec in
+                            zip(g["prompt_tokens"], g["cached_tokens"], g["decoded_tokens"])])
 
 
 def cost_frame(d: RunData) -> pd.DataFrame:
-    """Per (method, dataset, repeat): token totals over the samples, cache hit rate and cost index."""
-    ok = d.ok
-    if ok.empty:
-        return pd.DataFrame()
-    g = ok.groupby(["method", "dataset", "repeat"], as_index=False)[["prompt_tokens", "cached_tokens", "decoded_tokens"]].sum()
-    g["net_tokens"] = g["prompt_tokens"] - g["cached_tokens"]
-    cols = [_cost_columns(p, c, dec) for p, c, dec in zip(g["prompt_tokens"], g["cached_tokens"], g["decoded_tokens"])]
-    g["cache_hit"] = [hit for hit, _ in cols]
-    g["cost_index"] = [ci for _, ci in cols]
-    return g
+    """Per (method, dataset, repeat), over the samples every method finished: means per sample of the
+    token counts and of the cost index, the cache hit % of the mean usage, and how many samples."""
+    units, _ = cost_units(d)
+    rows = []
+    for (method, ds, rep), g in units.groupby(["method", "dataset", "repeat"], sort=True):
+        c = _per_sample(g)
+        rows.append(dict(method=method, dataset=ds, repeat=rep, cache_hit=100.0 * c["cache_hit_rate"],
+                         encoded=c["encoded"], net_encoded=c["net_encoded"], decoded=c["decoded"],
+                         cost_index=c["cost_index"], samples=int(c["samples"])))
+    return pd.DataFrame(rows)
+
+
+COST_METRICS = ("cache_hit", "encoded", "net_encoded", "decoded", "cost_index")
 
 
 def cost_table(d: RunData) -> str | None:
     f = cost_frame(d)
-    if f.empty:
+    _, excluded = cost_units(d)
+    if f.empty and not excluded:
         return None
+    totals = d.samples.groupby(["method", "dataset"]).size().to_dict()
+    failed = d.samples[d.samples["status"] != "ok"].groupby(["method", "dataset"]).size().to_dict()
     rows = []
-    for (method, ds), g in f.groupby(["method", "dataset"], sort=True):
-        rows.append([method, ds, fmt(g["cache_hit"], 1), fmt(g["prompt_tokens"] / 1e3, 2), fmt(g["net_tokens"] / 1e3, 2),
-                     fmt(g["decoded_tokens"] / 1e3, 2), fmt(g["cost_index"], 4)])
-    return markdown_table(["method", "dataset", "cache hit (%)", "enc. (x10^3)", "net enc. (x10^3)",
-                           "dec. (x10^3)", "cost index"], rows)
+    for (method, ds), n in sorted(totals.items()):
+        g = f[(f["method"] == method) & (f["dataset"] == ds)] if not f.empty else f
+        if g.empty:
+            rows.append([method, ds, f"0 / {n}", "–", "–", "–", "–", "–", str(failed.get((method, ds), 0))])
+            continue
+        rows.append([method, ds, f"{int(g['samples'].sum())} / {n}", fmt(g["cache_hit"], 1),
+                     fmt(g["encoded"] / 1e3, 2), fmt(g["net_encoded"] / 1e3, 2), fmt(g["decoded"] / 1e3, 2),
+                     fmt(g["cost_index"], 4), str(failed.get((method, ds), 0))])
+    out = markdown_table(["method", "dataset", "samples compared / units", "cache hit (%)",
+                          "enc. per sample (x10^3)", "net enc. per sample (x10^3)", "dec. per sample (x10^3)",
+                          "cost index per sample", "failed units"], rows)
+    if excluded:
+        out += "\n\nLeft out of the cost comparison (not finished by every method on the dataset):\n"
+        out += "\n".join(f"- {e['dataset']} {e['sample_id']} (repeat {e['repeat']}): failed for "
+                          f"{', '.join(e['methods'])}" for e in excluded)
+    return out
 
 
 def _figure(values: list[float]) -> dict[str, float | int | None]:
@@ -184,26 +251,38 @@ def _figure(values: list[float]) -> dict[str, float | int | None]:
 
 def headline(d: RunData) -> dict:
     """The report's numbers as data (`memloop report --json`): units per (method, dataset), every
-    judge metric (SUMIE at start/last/avg), and the cost figures; each a mean over repeats with its
-    standard error, computed by the same functions as the Markdown tables."""
+    judge metric (SUMIE at start/last/avg) with `judged` / `total` units, and the cost figures (means
+    per sample over the samples every method finished: `samples` of `total` units, and the left-out
+    samples under `cost_excluded`); each a mean over repeats with its standard error, computed by
+    the same functions as the Markdown tables."""
     units = [{"method": m, "dataset": ds, "ok": int((g["status"] == "ok").sum()),
               "failed": int((g["status"] != "ok").sum())}
              for (m, ds), g in d.samples.groupby(["method", "dataset"], sort=True)]
+    counts = judged_counts(d)
+
+    def judged(m: str, ds: str, j: str) -> dict[str, int]:
+        n, total = counts.get((m, ds, j), (0, 0))
+        return {"judged": n, "total": total}
+
     figures = []
     f = sumie_frame(d)
     for (m, ds, j, metric), g in (f.groupby(["method", "dataset", "judge", "metric"], sort=True) if not f.empty else ()):
         for which in TURN_SUMMARIES:
             figures.append({"method": m, "dataset": ds, "judge": j, "metric": f"{metric}:{which}",
-                            **_figure(per_repeat(g, which, j))})
+                            **_figure(per_repeat(g, which, j)), **judged(m, ds, j)})
     s = d.scores[d.scores["turn"].isna() & ~d.scores["metric"].isin(SUMIE_METRICS) & ~_sumie_summary(d.scores)]
     for (m, ds, j, metric), g in s.groupby(["method", "dataset", "judge", "metric"], sort=True):
-        figures.append({"method": m, "dataset": ds, "judge": j, "metric": metric, **_figure(per_repeat(g, "value", j))})
+        figures.append({"method": m, "dataset": ds, "judge": j, "metric": metric, **_figure(per_repeat(g, "value", j)),
+                        **judged(m, ds, j)})
     c = cost_frame(d)
+    totals = d.samples.groupby(["method", "dataset"]).size().to_dict()
     for (m, ds), g in (c.groupby(["method", "dataset"], sort=True) if not c.empty else ()):
-        for metric in ("cache_hit", "cost_index"):
+        for metric in COST_METRICS:
             figures.append({"method": m, "dataset": ds, "judge": "", "metric": metric,
-                            **_figure([float(v) for v in g[metric]])})
-    return {"run_id": d.run_id, "uri": d.uri, "units": units, "figures": figures}
+                            **_figure([float(v) for v in g[metric]]),
+                            "samples": int(g["samples"].sum()), "total": int(totals[(m, ds)])})
+    _, excluded = cost_units(d)
+    return {"run_id": d.run_id, "uri": d.uri, "units": units, "figures": figures, "cost_excluded": excluded}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -260,22 +339,19 @@ def plot_tokens_per_step(d: RunData) -> bytes | None:
 
 
 def plot_cost_vs_chunk(d: RunData) -> bytes | None:
-    ok = d.ok.dropna(subset=["chunk_tokens"])
+    ok = cost_units(d)[0].dropna(subset=["chunk_tokens"])
     if ok.empty or ok["chunk_tokens"].nunique() < 2:
         return None
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6, 4))
     for method, g in ok.groupby("method"):
-        per = g.groupby(["chunk_tokens", "repeat"])[["prompt_tokens", "cached_tokens", "decoded_tokens"]].sum().reset_index()
-        per["cost"] = [_cost_columns(p, c, dec)[1]
-                       for p, c, dec in zip(per["prompt_tokens"], per["cached_tokens"], per["decoded_tokens"])]
         xs, ms, ses = [], [], []
-        for ct, gc in per.groupby("chunk_tokens"):
-            m, se = mean_se(list(gc["cost"]))
+        for ct, gc in g.groupby("chunk_tokens"):
+            m, se = mean_se([_per_sample(gr)["cost_index"] for _, gr in gc.groupby("repeat")])
             xs.append(int(ct)), ms.append(m), ses.append(se or 0.0)
         ax.errorbar(xs, ms, yerr=ses, marker="o", capsize=3, label=method)
-    ax.set_xscale("log", base=2), ax.set_xlabel("chunk size (tokens)"), ax.set_ylabel("cost index")
+    ax.set_xscale("log", base=2), ax.set_xlabel("chunk size (tokens)"), ax.set_ylabel("cost index per sample")
     ax.set_title("Cost index against chunk size"), ax.legend(fontsize=8)
     return _png(fig)
 

@@ -53,10 +53,10 @@ def test_report_tables_are_means_over_repeats(tmp_path) -> None:
     assert "0.400 ± 0.100" in row and "0.650 ± 0.050" in row
     # BooookScore per repeat: 0.8 and 0.8 -> 0.800 ± 0.000
     assert "0.800 ± 0.000" in md
-    # cost: repeat 0 totals prompt 2000 cached 1000 dec 200 -> hit 50%, cost (1000 + 600)/1e6 = 0.0016;
-    # repeat 1: 4000/2000/400 -> 50%, 0.0032 -> 0.0024 ± 0.0008
-    cost_row = next(line for line in md.splitlines() if line.startswith("| cok |") and "0.0024 ± 0.0008" in line)
-    assert "50.0 ± 0.0" in cost_row
+    # cost, per sample over the samples both methods finished: only e1 of repeat 0 (go-json failed e2
+    # and has no repeat 1): hit 600/1000 = 60 %, cost (400 + 3 x 100)/1e6 = 0.0007
+    cost_row = next(line for line in md.splitlines() if line.startswith("| cok |") and "0.0007" in line)
+    assert "60.0" in cost_row and "1 / 4" in cost_row
     assert "engine died twice" in md  # failures are shown, not hidden
     rep = build_report(d)
     assert set(rep.plots) == {"f1_per_turn.png", "tokens_per_step.png"}
@@ -118,3 +118,60 @@ def test_report_uses_each_judges_declared_aggregation(tmp_path) -> None:
         register_judge(original)
     row = next(line for line in md.splitlines() if line.startswith("| cok | sumie:synthetic |") and "0.200" in line)
     assert "0.400" not in row
+
+
+def _units(rs: RunStore, rows: list[tuple[str, str, int, str, tuple[int, int, int], float | None]]) -> None:
+    """(method, sample, repeat, status, (prompt, cached, decoded), booookscore or None) per unit; a failed
+    unit with a BooookScore failed in judging (the method's output exists, its judgment does not)."""
+    t = now()
+    for method, sample, repeat, status, (p, c, dec), bscore in rows:
+        base = dict(unit=unit_key("book:x", sample, method, repeat), dataset="book:x", task="book",
+                    sample_id=sample, method=method, repeat=repeat)
+        row = dict(base, seed=repeat, status=status, error=None if status == "ok" else "judge booookscore: bad JSON",
+                   attempts=1, output_json='"s"', n_steps=1, prompt_tokens=p, cached_tokens=c, decoded_tokens=dec,
+                   chunk_tokens=None, actor="a", started_at=t, finished_at=t)
+        scores = [] if bscore is None else [dict(base, judge="booookscore", metric="booookscore", turn=None, value=bscore)]
+        rs.write_shard({"samples": [row], "steps": [], "scores": scores})
+
+
+def test_cost_is_a_mean_per_sample_over_the_samples_every_method_finished(tmp_path) -> None:
+    """Seed 002 table 3 is per book: the cost index is the mean per sample, over the same samples
+    for every method compared; a sample one method failed is left out for all and named."""
+    from jobs.report import headline
+
+    rs = RunStore.open(str(tmp_path), "cost")
+    _units(rs, [("inc", "b1", 0, "ok", (1000, 0, 100), 0.5), ("inc", "b2", 0, "ok", (3000, 0, 300), 0.7),
+                ("inc", "b3", 0, "ok", (9000, 0, 900), 0.9),
+                ("prism", "b1", 0, "ok", (2000, 1000, 100), 0.6), ("prism", "b2", 0, "ok", (2000, 1000, 100), 0.6),
+                ("prism", "b3", 0, "failed", (50, 0, 0), None)])
+    d = RunData.load(rs)
+    md = build_report(d).markdown
+    # inc over b1, b2 (b3 failed for prism): per sample (1000+300)/1e6 and (3000+900)/1e6 -> mean 0.0026
+    inc = next(line for line in md.splitlines() if line.startswith("| inc | book:x |") and "0.0026" in line)
+    assert "2 / 3" in inc  # two of the method's three samples are in the comparison
+    prism = next(line for line in md.splitlines() if line.startswith("| prism | book:x |") and "0.0013" in line)
+    assert "50.0" in prism and "2 / 3" in prism
+    assert "b3" in md and "prism" in md.split("b3", 1)[1].splitlines()[0]  # which sample, which method failed
+    h = headline(d)
+    cost = {(f["method"], f["metric"]): f for f in h["figures"] if f["judge"] == ""}
+    assert cost[("inc", "cost_index")]["mean"] == pytest.approx(0.0026)
+    assert cost[("inc", "cost_index")]["samples"] == 2 and cost[("inc", "cost_index")]["total"] == 3
+    assert cost[("inc", "encoded")]["mean"] == pytest.approx(2000.0)
+    assert h["cost_excluded"] == [{"dataset": "book:x", "sample_id": "b3", "repeat": 0, "methods": ["prism"]}]
+
+
+def test_a_failed_judgment_counts_in_judged_over_total(tmp_path) -> None:
+    """A sample whose judging failed is not silently dropped: the judged / total column shows it."""
+    from jobs.report import headline
+
+    rs = RunStore.open(str(tmp_path), "judged")
+    _units(rs, [("inc", "b1", 0, "ok", (100, 0, 10), 0.5), ("inc", "b2", 0, "failed", (100, 0, 10), None),
+                ("inc", "b3", 0, "ok", (100, 0, 10), 0.7)])
+    d = RunData.load(rs)
+    md = build_report(d).markdown
+    header = next(line for line in md.splitlines() if line.startswith("| method | dataset | booookscore"))
+    assert "booookscore: judged / total" in header
+    row = next(line for line in md.splitlines() if line.startswith("| inc | book:x |") and "0.600" in line)
+    assert "2 / 3" in row
+    fig = next(f for f in headline(d)["figures"] if f["judge"] == "booookscore")
+    assert fig["mean"] == pytest.approx(0.6) and fig["judged"] == 2 and fig["total"] == 3
