@@ -12,7 +12,12 @@ with one repeat only the mean is shown. Tables:
 - Cost (seed 002 table 3, per book): means per sample of encoded, net encoded (prompt minus cached)
   and decoded tokens (x 10^3) and of the cost index = (net + 3 x decoded) / 10^6; cache hit % of the
   mean usage. All methods on a dataset are compared over the same samples: those every method
-  finished; the others are listed under the table with the methods that failed them.
+  finished; the others are listed under the table with the methods that failed them. Two cache hits,
+  which are different things: the engine's radix-cache hit (cached / prompt tokens as served, which
+  may reuse other samples' prefixes) and the paper's (section 4.2: each prompt's longest prefix shared
+  with the previous prompt of the same sample, over all tokens encoded), counted from the recorded
+  prompts in the run's model tokenizer when its weights are on this machine, else cl100k_base; the
+  table says which.
 Plots (PNG, matplotlib): F1 per turn, prompt and cached tokens per step, cost index against chunk size.
 
 The formulas are `eval.judges`': start / last / avg per sample is `eval.judges.sumie.turn_summary`,
@@ -22,14 +27,18 @@ rate and cost index are `eval.judges.cost`. This module only lays the figures ou
 from __future__ import annotations
 
 import io
+import json
 import math
+import os
 from dataclasses import dataclass, field
-from typing import Callable
+from functools import lru_cache
+from pathlib import Path
+from typing import Callable, Sequence
 
 import pandas as pd
 
 from eval.judges import aggregator
-from eval.judges.cost import per_sample_cost, usage_of
+from eval.judges.cost import per_sample_cost, prefix_hit_rate, prefix_hits, usage_of
 from eval.judges.sumie import METRICS as SUMIE_METRICS
 from eval.judges.sumie import turn_summary
 from jobs.storage import RunStore
@@ -202,24 +211,84 @@ def _per_sample(g: pd.DataFrame) -> dict[str, float]:
                             zip(g["prompt_tokens"], g["cached_tokens"], g["decoded_tokens"])])
 
 
-def cost_frame(d: RunData) -> pd.DataFrame:
+@dataclass(frozen=True)
+class PromptTokenizer:
+    """What the paper's cache hit is counted in: token ids of a text, and a label saying whose."""
+
+    encode: Callable[[str], Sequence[int]]
+    label: str
+
+
+@lru_cache(maxsize=4)
+def _model_tokenizer(path: str) -> Callable[[str], Sequence[int]]:
+    from engine.tokenizer import load_tokenizer
+
+    return load_tokenizer(path).encode
+
+
+def prompt_tokenizer(d: RunData) -> PromptTokenizer:
+    """The run's model tokenizer (the engine's, from the weights its latest manifest names), or
+    cl100k_base with the reason when that model cannot be read here (an endpoint, weights elsewhere)."""
+    from engine.errors import EngineError
+    from eval.tokens import cl100k_encode
+
+    def cl100k(why: str) -> PromptTokenizer:
+        return PromptTokenizer(cl100k_encode, f"cl100k_base ({why})")
+
+    if d.runs.empty or "config_json" not in d.runs:
+        return cl100k("the run records no model")
+    runs = d.runs.sort_values("finished_at") if "finished_at" in d.runs else d.runs
+    model = (json.loads(runs.iloc[-1]["config_json"] or "{}").get("model") or {})
+    if model.get("kind") == "openai":
+        return cl100k(f"the endpoint model {(model.get('endpoint') or {}).get('model')!r} has no local tokenizer")
+    try:
+        if model.get("weights"):
+            path = Path(os.path.expanduser(model["weights"])).resolve()
+        else:
+            from engine.assets import default_model_path
+
+            path = default_model_path()
+        if not path.exists():
+            return cl100k(f"the run's model {str(path)!r} is not on this machine")
+        return PromptTokenizer(_model_tokenizer(str(path)), f"the run's model tokenizer, {path.name}")
+    except EngineError as exc:
+        return cl100k(f"the run's model tokenizer cannot be loaded: {exc}")
+
+
+def _prefix_hit_paper(steps: pd.DataFrame, tok: PromptTokenizer) -> float:
+    """Seed 002's cache hit (%) over the units whose steps are given (prompts in step order per unit)."""
+    if steps.empty or "prompt" not in steps or steps["prompt"].isna().all():
+        return math.nan
+    per_unit = [prefix_hits([p or "" for p in g.sort_values("step")["prompt"]], tok.encode)
+                for _, g in steps.groupby(UNIT_KEY, sort=False)]
+    return 100.0 * prefix_hit_rate(per_unit)
+
+
+def cost_frame(d: RunData, tok: PromptTokenizer | None = None) -> pd.DataFrame:
     """Per (method, dataset, repeat), over the samples every method finished: means per sample of the
-    token counts and of the cost index, the cache hit % of the mean usage, and how many samples."""
+    token counts and of the cost index, the engine's radix-cache hit % of the mean usage, the paper's
+    prefix hit % (in `tok`'s tokens; `prompt_tokenizer(d)` by default), and how many samples."""
     units, _ = cost_units(d)
+    tok = tok or prompt_tokenizer(d)
+    steps = d.steps
     rows = []
     for (method, ds, rep), g in units.groupby(["method", "dataset", "repeat"], sort=True):
         c = _per_sample(g)
-        rows.append(dict(method=method, dataset=ds, repeat=rep, cache_hit=100.0 * c["cache_hit_rate"],
+        st = steps[(steps["method"] == method) & (steps["dataset"] == ds) & (steps["repeat"] == rep)
+                   & steps["sample_id"].isin(set(g["sample_id"]))] if not steps.empty else steps
+        rows.append(dict(method=method, dataset=ds, repeat=rep, radix_cache_hit=100.0 * c["cache_hit_rate"],
+                         prefix_hit_paper=_prefix_hit_paper(st, tok),
                          encoded=c["encoded"], net_encoded=c["net_encoded"], decoded=c["decoded"],
                          cost_index=c["cost_index"], samples=int(c["samples"])))
     return pd.DataFrame(rows)
 
 
-COST_METRICS = ("cache_hit", "encoded", "net_encoded", "decoded", "cost_index")
+COST_METRICS = ("radix_cache_hit", "prefix_hit_paper", "encoded", "net_encoded", "decoded", "cost_index")
 
 
-def cost_table(d: RunData) -> str | None:
-    f = cost_frame(d)
+def cost_table(d: RunData, tok: PromptTokenizer | None = None) -> str | None:
+    tok = tok or prompt_tokenizer(d)
+    f = cost_frame(d, tok)
     _, excluded = cost_units(d)
     if f.empty and not excluded:
         return None
@@ -229,14 +298,20 @@ def cost_table(d: RunData) -> str | None:
     for (method, ds), n in sorted(totals.items()):
         g = f[(f["method"] == method) & (f["dataset"] == ds)] if not f.empty else f
         if g.empty:
-            rows.append([method, ds, f"0 / {n}", "–", "–", "–", "–", "–", str(failed.get((method, ds), 0))])
+            rows.append([method, ds, f"0 / {n}", "–", "–", "–", "–", "–", "–", str(failed.get((method, ds), 0))])
             continue
-        rows.append([method, ds, f"{int(g['samples'].sum())} / {n}", fmt(g["cache_hit"], 1),
+        rows.append([method, ds, f"{int(g['samples'].sum())} / {n}", fmt(g["radix_cache_hit"], 1),
+                     fmt(g["prefix_hit_paper"], 1),
                      fmt(g["encoded"] / 1e3, 2), fmt(g["net_encoded"] / 1e3, 2), fmt(g["decoded"] / 1e3, 2),
                      fmt(g["cost_index"], 4), str(failed.get((method, ds), 0))])
-    out = markdown_table(["method", "dataset", "samples compared / units", "cache hit (%)",
+    out = markdown_table(["method", "dataset", "samples compared / units", "radix cache hit, engine (%)",
+                          "prefix hit, paper (%)",
                           "enc. per sample (x10^3)", "net enc. per sample (x10^3)", "dec. per sample (x10^3)",
                           "cost index per sample", "failed units"], rows)
+    out += ("\n\nTwo different cache hits. radix cache hit, engine: cached / prompt tokens as the engine's "
+            "radix prefix cache served them (it may reuse any earlier prompt's prefix). prefix hit, paper "
+            "(seed 002, section 4.2): tokens of each prompt's longest prefix shared with the previous prompt of "
+            f"the same sample, over all tokens encoded, counted from the recorded prompts in {tok.label}.")
     if excluded:
         out += "\n\nLeft out of the cost comparison (not finished by every method on the dataset):\n"
         out += "\n".join(f"- {e['dataset']} {e['sample_id']} (repeat {e['repeat']}): failed for "
@@ -253,7 +328,8 @@ def headline(d: RunData) -> dict:
     """The report's numbers as data (`memloop report --json`): units per (method, dataset), every
     judge metric (SUMIE at start/last/avg) with `judged` / `total` units, and the cost figures (means
     per sample over the samples every method finished: `samples` of `total` units, and the left-out
-    samples under `cost_excluded`); each a mean over repeats with its standard error, computed by
+    samples under `cost_excluded`; `radix_cache_hit` is the engine's, `prefix_hit_paper` seed 002's,
+    with the `tokenizer` it was counted in); each a mean over repeats with its standard error, computed by
     the same functions as the Markdown tables."""
     units = [{"method": m, "dataset": ds, "ok": int((g["status"] == "ok").sum()),
               "failed": int((g["status"] != "ok").sum())}
@@ -274,13 +350,15 @@ def headline(d: RunData) -> dict:
     for (m, ds, j, metric), g in s.groupby(["method", "dataset", "judge", "metric"], sort=True):
         figures.append({"method": m, "dataset": ds, "judge": j, "metric": metric, **_figure(per_repeat(g, "value", j)),
                         **judged(m, ds, j)})
-    c = cost_frame(d)
+    tok = prompt_tokenizer(d)
+    c = cost_frame(d, tok)
     totals = d.samples.groupby(["method", "dataset"]).size().to_dict()
     for (m, ds), g in (c.groupby(["method", "dataset"], sort=True) if not c.empty else ()):
         for metric in COST_METRICS:
             figures.append({"method": m, "dataset": ds, "judge": "", "metric": metric,
                             **_figure([float(v) for v in g[metric]]),
-                            "samples": int(g["samples"].sum()), "total": int(totals[(m, ds)])})
+                            "samples": int(g["samples"].sum()), "total": int(totals[(m, ds)]),
+                            **({"tokenizer": tok.label} if metric == "prefix_hit_paper" else {})})
     _, excluded = cost_units(d)
     return {"run_id": d.run_id, "uri": d.uri, "units": units, "figures": figures, "cost_excluded": excluded}
 

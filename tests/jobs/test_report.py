@@ -96,7 +96,7 @@ def test_report_command(tmp_path) -> None:
     assert data["units"] == [{"method": "cok", "dataset": "sumie:synthetic", "ok": 1, "failed": 0}]
     assert figures[("sumie-match", "f1:start")]["mean"] == 0.2 and figures[("sumie-match", "f1:last")]["mean"] == 0.6
     assert figures[("sumie-match", "f1:avg")]["mean"] == 0.4 and figures[("booookscore", "booookscore")]["mean"] == 0.5
-    assert figures[("", "cache_hit")]["mean"] == 50.0 and figures[("", "cost_index")]["repeats"] == 1
+    assert figures[("", "radix_cache_hit")]["mean"] == 50.0 and figures[("", "cost_index")]["repeats"] == 1
 
 
 def test_report_uses_each_judges_declared_aggregation(tmp_path) -> None:
@@ -175,3 +175,69 @@ def test_a_failed_judgment_counts_in_judged_over_total(tmp_path) -> None:
     assert "2 / 3" in row
     fig = next(f for f in headline(d)["figures"] if f["judge"] == "booookscore")
     assert fig["mean"] == pytest.approx(0.6) and fig["judged"] == 2 and fig["total"] == 3
+
+
+PROMPTS = ["[CLASS]\nclass Book: ...\n[MEMORY]\n{}\n[TEXT]\nAnna sails to Crete.",
+           "[CLASS]\nclass Book: ...\n[MEMORY]\n{}\n+ Anna sails\n[TEXT]\nAnna becomes a captain.",
+           "[CLASS]\nclass Book: ...\n[MEMORY]\n{}\n+ Anna sails\n+ captain\n[TEXT]\nBob joins her."]
+
+
+def _prompt_run(tmp_path, name: str) -> RunData:
+    rs = RunStore.open(str(tmp_path), name)
+    base = dict(unit=unit_key("book:x", "b1", "prism", 0), dataset="book:x", task="book", sample_id="b1",
+                method="prism", repeat=0)
+    t = now()
+    rs.write_shard({
+        "samples": [dict(base, seed=0, status="ok", error=None, attempts=1, output_json='"s"', n_steps=3,
+                         prompt_tokens=300, cached_tokens=0, decoded_tokens=30, chunk_tokens=None, actor="a",
+                         started_at=t, finished_at=t)],
+        "steps": [dict(base, step=i, kind="revise", prompt=p, prompt_tokens=100, cached_tokens=0, decoded_tokens=10)
+                  for i, p in enumerate(PROMPTS)],
+        "scores": []})
+    return RunData.load(rs)
+
+
+def _paper_hit(encode) -> float:
+    ids = [list(encode(p)) for p in PROMPTS]
+    shared = 0
+    for a, b in zip(ids, ids[1:]):
+        n = 0
+        while n < min(len(a), len(b)) and a[n] == b[n]:
+            n += 1
+        shared += n
+    return 100.0 * shared / sum(len(i) for i in ids)
+
+
+def test_paper_cache_hit_from_recorded_prompts_next_to_the_radix_hit(tmp_path) -> None:
+    """Seed 002 section 4.2: tokens of the longest prefix shared with the previous prompt of the same
+    sample over all tokens encoded, computed from the steps' prompts; the engine's radix-cache hit
+    (0 here) is a different number and is labelled as such. No recorded model: cl100k, and it says so."""
+    from eval.tokens import cl100k_encode
+    from jobs.report import headline
+
+    d = _prompt_run(tmp_path, "hit")
+    want = _paper_hit(cl100k_encode)
+    assert 30 < want < 70
+    md = build_report(d).markdown
+    header = next(line for line in md.splitlines() if line.startswith("| method | dataset | samples compared"))
+    assert "radix cache hit, engine (%)" in header and "prefix hit, paper (%)" in header
+    row = next(line for line in md.splitlines() if line.startswith("| prism | book:x | 1 / 1 |"))
+    assert f"| {want:.1f} |" in row and "| 0.0 |" in row
+    assert "cl100k_base" in md.split("prefix hit, paper", 2)[2]  # the table says which tokenizer counted
+    fig = next(f for f in headline(d)["figures"] if f["metric"] == "prefix_hit_paper")
+    assert fig["mean"] == pytest.approx(want) and fig["tokenizer"].startswith("cl100k_base")
+
+
+def test_paper_cache_hit_in_the_run_models_tokens(tmp_path, smollm2_gguf) -> None:
+    import pandas as pd
+
+    from engine.tokenizer import load_tokenizer
+    from jobs.report import headline
+
+    d = _prompt_run(tmp_path, "hit-model")
+    cfg = {"model": {"kind": "engine", "weights": str(smollm2_gguf)}}
+    d = dataclasses.replace(d, runs=pd.DataFrame([{"config_json": json.dumps(cfg), "finished_at": now()}]))
+    want = _paper_hit(load_tokenizer(smollm2_gguf).encode)
+    fig = next(f for f in headline(d)["figures"] if f["metric"] == "prefix_hit_paper")
+    assert fig["mean"] == pytest.approx(want) and smollm2_gguf.name in fig["tokenizer"]
+    assert want != pytest.approx(_paper_hit(__import__("eval.tokens").tokens.cl100k_encode))
