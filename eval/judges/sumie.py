@@ -20,6 +20,7 @@ A text (non-JSON) prediction is first turned into pairs by the judge (`sumie-ext
 from __future__ import annotations
 
 import json
+import math
 import re
 import unicodedata
 from concurrent.futures import ThreadPoolExecutor
@@ -130,11 +131,22 @@ METRICS = ("precision", "recall", "f1")
 
 def turn_summary(values_by_turn: Sequence[float] | Mapping[int, float]) -> dict[str, float]:
     """One sample's per-turn values (in turn order, or {turn: value}) -> {"start", "last", "avg"}:
-    the value at the first turn, at the last turn, and the mean over turns (NaN turns left out)."""
-    vals = [v for _, v in sorted(values_by_turn.items())] if isinstance(values_by_turn, Mapping) else list(values_by_turn)
+    the value at the first turn, at the last turn, and the mean over turns (NaN turns left out).
+    A mapping that lacks turn 0 has no "start", one that lacks any turn before its last has no "avg"
+    (NaN): GO keeps no memory per turn and is scored at the last turn only, and seed 000 table 1
+    leaves its start and average empty rather than repeating the last value."""
+    if isinstance(values_by_turn, Mapping):
+        turns = sorted(int(t) for t in values_by_turn)
+        vals = [values_by_turn[t] for t in sorted(values_by_turn)]
+        complete = turns == list(range(turns[-1] + 1)) if turns else False
+        start_known = bool(turns) and turns[0] == 0
+    else:
+        vals = list(values_by_turn)
+        complete = start_known = True
     if not vals:
         raise JudgeError("turn_summary needs at least one turn")
-    return {"start": float(vals[0]), "last": float(vals[-1]), "avg": mean_over_samples(vals)}
+    return {"start": float(vals[0]) if start_known else math.nan, "last": float(vals[-1]),
+            "avg": mean_over_samples(vals) if complete else math.nan}
 
 
 def aggregate_turns(per_sample: Sequence[Sequence[dict[str, float]]]) -> dict[str, dict[str, float]]:

@@ -241,3 +241,25 @@ def test_paper_cache_hit_in_the_run_models_tokens(tmp_path, smollm2_gguf) -> Non
     fig = next(f for f in headline(d)["figures"] if f["metric"] == "prefix_hit_paper")
     assert fig["mean"] == pytest.approx(want) and smollm2_gguf.name in fig["tokenizer"]
     assert want != pytest.approx(_paper_hit(__import__("eval.tokens").tokens.cl100k_encode))
+
+
+def test_go_rows_leave_start_and_avg_empty(tmp_path) -> None:
+    """GO keeps no memory per turn: its only score is at the last turn, so "start" and "avg" stay
+    empty (as in seed 000 table 1) rather than repeating the last-turn value."""
+    from jobs.report import headline
+
+    rs = RunStore.open(str(tmp_path), "go")
+    base = dict(unit=unit_key("sumie:synthetic", "e1", "go-json", 0), dataset="sumie:synthetic", task="sumie",
+                sample_id="e1", method="go-json", repeat=0)
+    t = now()
+    rs.write_shard({"samples": [dict(base, seed=0, status="ok", error=None, attempts=1, output_json="{}", n_steps=1,
+                                     prompt_tokens=10, cached_tokens=0, decoded_tokens=1, chunk_tokens=None, actor="a",
+                                     started_at=t, finished_at=t)],
+                    "steps": [], "scores": [dict(base, judge="sumie-exact", metric=m, turn=2, value=0.5)
+                                            for m in ("precision", "recall", "f1")]})
+    d = RunData.load(rs)
+    row = next(line for line in build_report(d).markdown.splitlines() if line.startswith("| go-json | sumie:synthetic | sumie-exact"))
+    cells = [c.strip() for c in row.strip("|").split("|")][4:]  # start P R F1, last P R F1, avg P R F1
+    assert cells == ["–"] * 3 + ["0.500"] * 3 + ["–"] * 3
+    figs = {f["metric"]: f["mean"] for f in headline(d)["figures"] if f["judge"] == "sumie-exact"}
+    assert figs["f1:last"] == 0.5 and figs["f1:start"] is None and figs["f1:avg"] is None
