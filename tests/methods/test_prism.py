@@ -118,3 +118,19 @@ def test_spider_answer_scores_through_loft_exec(final: str, want: float) -> None
     info = get_judge("loft-exec")
     res = run_judge("loft-exec", info.prediction(out, len(SPIDER.chunks)), SPIDER.gold)
     assert res.score("accuracy") == want
+
+
+def test_amendments_note_says_what_fold_does() -> None:
+    """The note the model reads about the amendments text and `fold()` agree: an `add` at a list path
+    appends (the earlier items stay), an `update` replaces."""
+    revs = ['[OBJECTS FOR ADD]\n{"$. \'attributes\'. \'Anna\'": {"add": ["sails to Crete"]}}',
+            '[OBJECTS FOR ADD]\n{"$. \'attributes\'. \'Anna\'": {"add": "becomes a captain"}}',
+            '[OBJECTS FOR UPDATE]\n{"$. \'attributes\'. \'Bob\'": {"update": ["x"]}}\n[OBJECTS FOR ADD]\n'
+            '{"$. \'attributes\'. \'Bob\'": {"add": ["joins Anna"]}}', "summary"]
+    llm = ScriptedLLM(revs)
+    out = get_method("prism-amendments").run(BOOK, llm)
+    assert out.memory["attributes"]["Anna"] == ["sails to Crete", "becomes a captain"]  # fold appended
+    note = content(llm, 2).split("[PARTIAL_SUMMARY]\n")[0]
+    assert "replaces that value" not in note  # the old note: any later amendment replaces the value
+    assert '"add" at a path that holds a list appends' in note and "earlier items stay" in note
+    assert '"update" replaces the value' in note
