@@ -27,6 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Mapping, Sequence
 
 from eval.asking import ParseFailure
+from eval.options import Temperature
 from eval.errors import JudgeError
 from eval.llm import LLM
 from eval.judges.aggregation import mean_over_samples
@@ -37,6 +38,7 @@ from eval.templates import render
 Pair = tuple[str, str]
 NAME_LLM = "sumie"
 NAME_EXACT = "sumie-exact"
+PAPER_TEMPERATURE = 0.8  # seed 000: "The temperature is set to 0.8" for the SUMIE evaluator
 
 
 # ---------------------------------------------------------------- pairs
@@ -231,7 +233,10 @@ def parse_extraction(text: str) -> list[list[str]]:
 
 
 def judge_llm(output: Any, gold: Any, llm: LLM | None = None, *, metadata: dict[str, Any] | None = None,
-              max_attempts: int = 3, on_invalid: str = "raise", max_workers: int = 16) -> JudgeResult:
+              max_attempts: int = 3, on_invalid: str = "raise", max_workers: int = 16,
+              temperature: Temperature = PAPER_TEMPERATURE) -> JudgeResult:
+    """Per-turn P/R/F1 with the LLM deciding which gold pairs support each predicted pair, sampled at
+    `temperature` (seed 000 judged at 0.8)."""
     if llm is None:
         raise JudgeError("the SUMIE LLM matcher needs a judge LLM; use `sumie-exact` for deterministic matching")
     golds = gold_turns(gold)
@@ -247,7 +252,8 @@ def judge_llm(output: Any, gold: Any, llm: LLM | None = None, *, metadata: dict[
                 raise
             tpl, prompt = render(EXTRACT_TEMPLATE, entity=entity, summary=pred_obj)
             ex = ask_judgment(llm, tpl, prompt, item=f"turn {t}: pairs stated in the text summary", parse=parse_extraction,
-                     schema=EXTRACT_SCHEMA, max_tokens=1024, max_attempts=max_attempts, raise_on_invalid=raise_on_invalid)
+                     schema=EXTRACT_SCHEMA, max_tokens=1024, max_attempts=max_attempts, raise_on_invalid=raise_on_invalid,
+                     temperature=temperature)
             judgments.append(ex)
             pred = list(dict.fromkeys((a, v) for a, v in (ex.label or [])))
         g = golds[t]
@@ -260,7 +266,7 @@ def judge_llm(output: Any, gold: Any, llm: LLM | None = None, *, metadata: dict[
             tpl, prompt = render(MATCH_TEMPLATE, entity=entity, pair=_fmt(p), reference=reference)
             return ask_judgment(llm, tpl, prompt, item=f"turn {t}: {_fmt(p)}", parse=lambda s: parse_match(s, len(g)),
                        schema=match_schema(len(g)), max_tokens=64, max_attempts=max_attempts, seed=i,
-                       raise_on_invalid=raise_on_invalid)
+                       raise_on_invalid=raise_on_invalid, temperature=temperature)
 
         with ThreadPoolExecutor(max_workers=max(1, min(max_workers, len(pred) or 1))) as pool:
             js = list(pool.map(one, enumerate(pred)))

@@ -29,7 +29,7 @@ SCHEMAS: dict[str, Schema] = {
     "relevant_table_info": ready.RELEVANT_TABLE_INFO, "table_memory": ready.TABLE_MEMORY,
 }
 TASK_SCHEMA = {"book": "book_summary", "arxiv": "book_summary", "repoqa": "function_natural_descriptor",
-               "spider": "table_memory", "sumie": "sumie_summary"}
+               "spider": "relevant_table_info", "sumie": "sumie_summary"}
 BOOK_QUESTION = ("Summarize this book. Briefly introduce characters, places and other major elements when they "
                  "are first mentioned.")
 # query domains for LLM-generated schemas (seed 002, appendix C), in our words

@@ -134,3 +134,13 @@ def test_amendments_note_says_what_fold_does() -> None:
     assert "replaces that value" not in note  # the old note: any later amendment replaces the value
     assert '"add" at a path that holds a list appends' in note and "earlier items stay" in note
     assert '"update" replaces the value' in note
+
+
+def test_spider_uses_the_papers_relevant_table_info_schema() -> None:
+    """Seed 002 appendix A.1: PRISM's Spider memory is `RelevantTableInfo` (a list of TableDescription)."""
+    llm = ScriptedLLM(['[OBJECTS FOR ADD]\n{"$.table_descriptions": {"add": [{"table_name": "singer", '
+                       '"table_description": "singers", "columns_observed": ["singer_id: int"], '
+                       '"relevant_statistics": ["2 rows"], "relationships": []}]}}', "Final Answer: [[2]]"])
+    out = get_method("prism-amendments").run(SPIDER, llm)
+    assert "class RelevantTableInfo" in content(llm, 0) and "relevant_statistics" in content(llm, 0)
+    assert out.memory["table_descriptions"][0]["relevant_statistics"] == ["2 rows"]
