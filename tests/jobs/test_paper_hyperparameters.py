@@ -27,3 +27,13 @@ def test_seed_002_figure_5_sweeps_chunk_size_on_repoqa_with_amendments_without_u
     assert {d.task for d in cfg.datasets} == {"repoqa"}
     assert sorted(d.options["chunk_tokens"] for d in cfg.datasets) == [512, 1024, 2048, 4096, 8192]  # "five different chunk sizes"
     assert [(m.name, m.options) for m in cfg.methods] == [("prism-amendments", {"updates": False})]
+
+
+def test_seed_004_table_1_config() -> None:
+    """F-ART table 1: arXiv validation split, n = 10, 15-sentence chunks, the three prompts, ROUGE."""
+    cfg = load_config(CONFIGS / "papers" / "seed004-table1.yaml")
+    (ds,) = cfg.datasets
+    assert ds.task == "arxiv" and ds.limit == 10
+    assert ds.options == {"split": "validation", "chunk_sentences": 15}
+    assert [m.name for m in cfg.methods] == ["fart-base", "fart-compressed", "fart-rolling"]
+    assert [j.name for j in cfg.judges] == ["rouge"]
