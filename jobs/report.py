@@ -7,8 +7,17 @@ with one repeat only the mean is shown. Tables:
 - SUMIE (seed 000 table 1): P / R / F1 at the first turn ("start"), the last turn and averaged over
   turns, per method. F1 is the mean of per-sample F1 values as the judge computed them.
 - Scores: every other (judge, metric) per method, e.g. BooookScore, ROUGE, exact match.
-- Cost (seed 002 table 3): cache hit % = cached / prompt tokens; encoded, net encoded (prompt minus
-  cached) and decoded tokens (x 10^3, totals over the dataset); cost index = (net + 3 x decoded) / 10^6.
+  Every judge's figures come with "judged / total": the units it scored out of the method's units on
+  the dataset, so a failed sample or a failed judgment never shrinks the denominator unseen.
+- Cost (seed 002 table 3, per book): means per sample of encoded, net encoded (prompt minus cached)
+  and decoded tokens (x 10^3) and of the cost index = (net + 3 x decoded) / 10^6; cache hit % of the
+  mean usage. All methods on a dataset are compared over the same samples: those every method
+  finished; the others are listed under the table with the methods that failed them. Two cache hits,
+  which are different things: the engine's radix-cache hit (cached / prompt tokens as served, which
+  may reuse other samples' prefixes) and the paper's (section 4.2: each prompt's longest prefix shared
+  with the previous prompt of the same sample, over all tokens encoded), counted from the recorded
+  prompts in the run's model tokenizer when its weights are on this machine, else cl100k_base; the
+  table says which.
 Plots (PNG, matplotlib): F1 per turn, prompt and cached tokens per step, cost index against chunk size.
 
 The formulas are `eval.judges`': start / last / avg per sample is `eval.judges.sumie.turn_summary`,
@@ -18,14 +27,18 @@ rate and cost index are `eval.judges.cost`. This module only lays the figures ou
 from __future__ import annotations
 
 import io
+import json
 import math
+import os
 from dataclasses import dataclass, field
-from typing import Callable
+from functools import lru_cache
+from pathlib import Path
+from typing import Callable, Sequence
 
 import pandas as pd
 
 from eval.judges import aggregator
-from eval.judges.cost import cache_hit_rate, cost_index, usage_of
+from eval.judges.cost import per_sample_cost, prefix_hit_rate, prefix_hits, usage_of
 from eval.judges.sumie import METRICS as SUMIE_METRICS
 from eval.judges.sumie import turn_summary
 from jobs.storage import RunStore
@@ -82,10 +95,21 @@ def per_repeat(df: pd.DataFrame, column: str, judge: str) -> list[float]:
     return [agg(g[column]) for _, g in df.groupby("repeat", sort=True)]
 
 
-def _cost_columns(prompt: float, cached: float, decoded: float) -> tuple[float, float]:
-    """(cache hit %, cost index) of token totals; the hit rate is undefined (NaN) without prompt tokens."""
-    u = usage_of(prompt, cached, decoded)
-    return (100.0 * cache_hit_rate(u) if u.prompt_tokens > 0 else math.nan), cost_index(u)
+UNIT_KEY = ["repeat", "sample_id"]
+
+
+def judged_counts(d: RunData) -> dict[tuple[str, str, str], tuple[int, int]]:
+    """{(method, dataset, judge): (judged, total)}: units with a score of the judge, out of all the
+    method's units on the dataset (failed ones included)."""
+    totals = d.samples.groupby(["method", "dataset"]).size().to_dict()
+    judged = d.scores.drop_duplicates(["method", "dataset", "judge"] + UNIT_KEY) \
+        .groupby(["method", "dataset", "judge"]).size().to_dict()
+    return {k: (int(n), int(totals.get(k[:2], n))) for k, n in judged.items()}
+
+
+def _judged_cell(counts: dict[tuple[str, str, str], tuple[int, int]], key: tuple[str, str, str]) -> str:
+    judged, total = counts.get(key, (0, 0))
+    return f"{judged} / {total}"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -125,11 +149,12 @@ def sumie_table(d: RunData) -> str | None:
     f = sumie_frame(d)
     if f.empty:
         return None
-    header = ["method", "dataset", "judge"] + [f"{m[0].upper() if m != 'f1' else 'F1'} {w}"
-                                               for w in TURN_SUMMARIES for m in SUMIE_METRICS]
+    header = ["method", "dataset", "judge", "judged / total"] + [f"{m[0].upper() if m != 'f1' else 'F1'} {w}"
+                                                                 for w in TURN_SUMMARIES for m in SUMIE_METRICS]
+    counts = judged_counts(d)
     rows = []
     for (method, ds, judge), g in f.groupby(["method", "dataset", "judge"], sort=True):
-        cells = [method, ds, judge]
+        cells = [method, ds, judge, _judged_cell(counts, (method, ds, judge))]
         for which in TURN_SUMMARIES:
             for metric in SUMIE_METRICS:
                 cells.append(fmt(per_repeat(g[g["metric"] == metric], which, judge)))
@@ -141,40 +166,157 @@ def scores_table(d: RunData) -> str | None:
     s = d.scores[d.scores["turn"].isna() & ~d.scores["metric"].isin(SUMIE_METRICS) & ~_sumie_summary(d.scores)]
     if s.empty:
         return None
-    cols = sorted({(j, m) for j, m in zip(s["judge"], s["metric"])})
+    # each judge's metrics, then its "judged / total" column (metric None)
+    judges = sorted(set(s["judge"]))
+    cols = [(j, m) for j in judges for m in sorted(set(s.loc[s["judge"] == j, "metric"])) + [None]]
+    counts = judged_counts(d)
     rows = []
     for (method, ds), g in s.groupby(["method", "dataset"], sort=True):
         cells = [method, ds]
         for j, m in cols:
+            if m is None:
+                cells.append(_judged_cell(counts, (method, ds, j)))
+                continue
             gm = g[(g["judge"] == j) & (g["metric"] == m)]
             cells.append(fmt(per_repeat(gm, "value", j)) if len(gm) else "–")
         rows.append(cells)
-    return markdown_table(["method", "dataset"] + [m if m == j else f"{j}: {m}" for j, m in cols], rows)
+    names = [f"{j}: judged / total" if m is None else m if m == j else f"{j}: {m}" for j, m in cols]
+    return markdown_table(["method", "dataset"] + names, rows)
 
 
-def cost_frame(d: RunData) -> pd.DataFrame:
-    """Per (method, dataset, repeat): token totals over the samples, cache hit rate and cost index."""
+def cost_units(d: RunData) -> tuple[pd.DataFrame, list[dict]]:
+    """The units a cost comparison is made over: per dataset, the (repeat, sample) pairs that every
+    method run on the dataset finished. Returns those `ok` sample rows and the excluded pairs, each
+    with the methods that failed (or have not written) it."""
+    s = d.samples
+    keep, excluded = [], []
+    for ds, g in s.groupby("dataset", sort=True):
+        methods = sorted(g["method"].unique())
+        for (rep, sid), u in g.groupby(UNIT_KEY, sort=True):
+            ok = set(u.loc[u["status"] == "ok", "method"])
+            if ok == set(methods):
+                keep.append((ds, rep, sid))
+            else:
+                excluded.append({"dataset": ds, "sample_id": str(sid), "repeat": int(rep),
+                                 "methods": [m for m in methods if m not in ok]})
     ok = d.ok
-    if ok.empty:
-        return pd.DataFrame()
-    g = ok.groupby(["method", "dataset", "repeat"], as_index=False)[["prompt_tokens", "cached_tokens", "decoded_tokens"]].sum()
-    g["net_tokens"] = g["prompt_tokens"] - g["cached_tokens"]
-    cols = [_cost_columns(p, c, dec) for p, c, dec in zip(g["prompt_tokens"], g["cached_tokens"], g["decoded_tokens"])]
-    g["cache_hit"] = [hit for hit, _ in cols]
-    g["cost_index"] = [ci for _, ci in cols]
-    return g
+    if not keep or ok.empty:
+        return ok.iloc[0:0], excluded
+    idx = pd.MultiIndex.from_tuples(keep, names=["dataset"] + UNIT_KEY)
+    return ok[ok.set_index(["dataset"] + UNIT_KEY).index.isin(idx)], excluded
 
 
-def cost_table(d: RunData) -> str | None:
-    f = cost_frame(d)
-    if f.empty:
-        return None
+def _per_sample(g: pd.DataFrame) -> dict[str, float]:
+    return per_sample_cost([usage_of(p, c, dec) for p, c, dec in
+                            zip(g["prompt_tokens"], g["cached_tokens"], g["decoded_tokens"])])
+
+
+@dataclass(frozen=True)
+class PromptTokenizer:
+    """What the paper's cache hit is counted in: token ids of a text, and a label saying whose."""
+
+    encode: Callable[[str], Sequence[int]]
+    label: str
+
+
+@lru_cache(maxsize=4)
+def _model_tokenizer(path: str) -> Callable[[str], Sequence[int]]:
+    from engine.tokenizer import load_tokenizer
+
+    return load_tokenizer(path).encode
+
+
+def prompt_tokenizer(d: RunData) -> PromptTokenizer:
+    """The run's model tokenizer (the engine's, from the weights its latest manifest names), or
+    cl100k_base with the reason when that model cannot be read here (an endpoint, weights elsewhere)."""
+    from engine.errors import EngineError
+    from eval.tokens import cl100k_encode
+
+    def cl100k(why: str) -> PromptTokenizer:
+        return PromptTokenizer(cl100k_encode, f"cl100k_base ({why})")
+
+    if d.runs.empty or "config_json" not in d.runs:
+        return cl100k("the run records no model")
+    runs = d.runs.sort_values("finished_at") if "finished_at" in d.runs else d.runs
+    model = (json.loads(runs.iloc[-1]["config_json"] or "{}").get("model") or {})
+    if model.get("kind") == "openai":
+        return cl100k(f"the endpoint model {(model.get('endpoint') or {}).get('model')!r} has no local tokenizer")
+    try:
+        if model.get("weights"):
+            path = Path(os.path.expanduser(model["weights"])).resolve()
+        else:
+            from engine.assets import default_model_path
+
+            path = default_model_path()
+        if not path.exists():
+            return cl100k(f"the run's model {str(path)!r} is not on this machine")
+        return PromptTokenizer(_model_tokenizer(str(path)), f"the run's model tokenizer, {path.name}")
+    except EngineError as exc:
+        return cl100k(f"the run's model tokenizer cannot be loaded: {exc}")
+
+
+def _prefix_hit_paper(steps: pd.DataFrame, tok: PromptTokenizer) -> float:
+    """Seed 002's cache hit (%) over the units whose steps are given (prompts in step order per unit)."""
+    if steps.empty or "prompt" not in steps or steps["prompt"].isna().all():
+        return math.nan
+    per_unit = [prefix_hits([p or "" for p in g.sort_values("step")["prompt"]], tok.encode)
+                for _, g in steps.groupby(UNIT_KEY, sort=False)]
+    return 100.0 * prefix_hit_rate(per_unit)
+
+
+def cost_frame(d: RunData, tok: PromptTokenizer | None = None) -> pd.DataFrame:
+    """Per (method, dataset, repeat), over the samples every method finished: means per sample of the
+    token counts and of the cost index, the engine's radix-cache hit % of the mean usage, the paper's
+    prefix hit % (in `tok`'s tokens; `prompt_tokenizer(d)` by default), and how many samples."""
+    units, _ = cost_units(d)
+    tok = tok or prompt_tokenizer(d)
+    steps = d.steps
     rows = []
-    for (method, ds), g in f.groupby(["method", "dataset"], sort=True):
-        rows.append([method, ds, fmt(g["cache_hit"], 1), fmt(g["prompt_tokens"] / 1e3, 2), fmt(g["net_tokens"] / 1e3, 2),
-                     fmt(g["decoded_tokens"] / 1e3, 2), fmt(g["cost_index"], 4)])
-    return markdown_table(["method", "dataset", "cache hit (%)", "enc. (x10^3)", "net enc. (x10^3)",
-                           "dec. (x10^3)", "cost index"], rows)
+    for (method, ds, rep), g in units.groupby(["method", "dataset", "repeat"], sort=True):
+        c = _per_sample(g)
+        st = steps[(steps["method"] == method) & (steps["dataset"] == ds) & (steps["repeat"] == rep)
+                   & steps["sample_id"].isin(set(g["sample_id"]))] if not steps.empty else steps
+        rows.append(dict(method=method, dataset=ds, repeat=rep, radix_cache_hit=100.0 * c["cache_hit_rate"],
+                         prefix_hit_paper=_prefix_hit_paper(st, tok),
+                         encoded=c["encoded"], net_encoded=c["net_encoded"], decoded=c["decoded"],
+                         cost_index=c["cost_index"], samples=int(c["samples"])))
+    return pd.DataFrame(rows)
+
+
+COST_METRICS = ("radix_cache_hit", "prefix_hit_paper", "encoded", "net_encoded", "decoded", "cost_index")
+
+
+def cost_table(d: RunData, tok: PromptTokenizer | None = None) -> str | None:
+    tok = tok or prompt_tokenizer(d)
+    f = cost_frame(d, tok)
+    _, excluded = cost_units(d)
+    if f.empty and not excluded:
+        return None
+    totals = d.samples.groupby(["method", "dataset"]).size().to_dict()
+    failed = d.samples[d.samples["status"] != "ok"].groupby(["method", "dataset"]).size().to_dict()
+    rows = []
+    for (method, ds), n in sorted(totals.items()):
+        g = f[(f["method"] == method) & (f["dataset"] == ds)] if not f.empty else f
+        if g.empty:
+            rows.append([method, ds, f"0 / {n}", "–", "–", "–", "–", "–", "–", str(failed.get((method, ds), 0))])
+            continue
+        rows.append([method, ds, f"{int(g['samples'].sum())} / {n}", fmt(g["radix_cache_hit"], 1),
+                     fmt(g["prefix_hit_paper"], 1),
+                     fmt(g["encoded"] / 1e3, 2), fmt(g["net_encoded"] / 1e3, 2), fmt(g["decoded"] / 1e3, 2),
+                     fmt(g["cost_index"], 4), str(failed.get((method, ds), 0))])
+    out = markdown_table(["method", "dataset", "samples compared / units", "radix cache hit, engine (%)",
+                          "prefix hit, paper (%)",
+                          "enc. per sample (x10^3)", "net enc. per sample (x10^3)", "dec. per sample (x10^3)",
+                          "cost index per sample", "failed units"], rows)
+    out += ("\n\nTwo different cache hits. radix cache hit, engine: cached / prompt tokens as the engine's "
+            "radix prefix cache served them (it may reuse any earlier prompt's prefix). prefix hit, paper "
+            "(seed 002, section 4.2): tokens of each prompt's longest prefix shared with the previous prompt of "
+            f"the same sample, over all tokens encoded, counted from the recorded prompts in {tok.label}.")
+    if excluded:
+        out += "\n\nLeft out of the cost comparison (not finished by every method on the dataset):\n"
+        out += "\n".join(f"- {e['dataset']} {e['sample_id']} (repeat {e['repeat']}): failed for "
+                          f"{', '.join(e['methods'])}" for e in excluded)
+    return out
 
 
 def _figure(values: list[float]) -> dict[str, float | int | None]:
@@ -184,26 +326,41 @@ def _figure(values: list[float]) -> dict[str, float | int | None]:
 
 def headline(d: RunData) -> dict:
     """The report's numbers as data (`memloop report --json`): units per (method, dataset), every
-    judge metric (SUMIE at start/last/avg), and the cost figures; each a mean over repeats with its
-    standard error, computed by the same functions as the Markdown tables."""
+    judge metric (SUMIE at start/last/avg) with `judged` / `total` units, and the cost figures (means
+    per sample over the samples every method finished: `samples` of `total` units, and the left-out
+    samples under `cost_excluded`; `radix_cache_hit` is the engine's, `prefix_hit_paper` seed 002's,
+    with the `tokenizer` it was counted in); each a mean over repeats with its standard error, computed by
+    the same functions as the Markdown tables."""
     units = [{"method": m, "dataset": ds, "ok": int((g["status"] == "ok").sum()),
               "failed": int((g["status"] != "ok").sum())}
              for (m, ds), g in d.samples.groupby(["method", "dataset"], sort=True)]
+    counts = judged_counts(d)
+
+    def judged(m: str, ds: str, j: str) -> dict[str, int]:
+        n, total = counts.get((m, ds, j), (0, 0))
+        return {"judged": n, "total": total}
+
     figures = []
     f = sumie_frame(d)
     for (m, ds, j, metric), g in (f.groupby(["method", "dataset", "judge", "metric"], sort=True) if not f.empty else ()):
         for which in TURN_SUMMARIES:
             figures.append({"method": m, "dataset": ds, "judge": j, "metric": f"{metric}:{which}",
-                            **_figure(per_repeat(g, which, j))})
+                            **_figure(per_repeat(g, which, j)), **judged(m, ds, j)})
     s = d.scores[d.scores["turn"].isna() & ~d.scores["metric"].isin(SUMIE_METRICS) & ~_sumie_summary(d.scores)]
     for (m, ds, j, metric), g in s.groupby(["method", "dataset", "judge", "metric"], sort=True):
-        figures.append({"method": m, "dataset": ds, "judge": j, "metric": metric, **_figure(per_repeat(g, "value", j))})
-    c = cost_frame(d)
+        figures.append({"method": m, "dataset": ds, "judge": j, "metric": metric, **_figure(per_repeat(g, "value", j)),
+                        **judged(m, ds, j)})
+    tok = prompt_tokenizer(d)
+    c = cost_frame(d, tok)
+    totals = d.samples.groupby(["method", "dataset"]).size().to_dict()
     for (m, ds), g in (c.groupby(["method", "dataset"], sort=True) if not c.empty else ()):
-        for metric in ("cache_hit", "cost_index"):
+        for metric in COST_METRICS:
             figures.append({"method": m, "dataset": ds, "judge": "", "metric": metric,
-                            **_figure([float(v) for v in g[metric]])})
-    return {"run_id": d.run_id, "uri": d.uri, "units": units, "figures": figures}
+                            **_figure([float(v) for v in g[metric]]),
+                            "samples": int(g["samples"].sum()), "total": int(totals[(m, ds)]),
+                            **({"tokenizer": tok.label} if metric == "prefix_hit_paper" else {})})
+    _, excluded = cost_units(d)
+    return {"run_id": d.run_id, "uri": d.uri, "units": units, "figures": figures, "cost_excluded": excluded}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -260,22 +417,19 @@ def plot_tokens_per_step(d: RunData) -> bytes | None:
 
 
 def plot_cost_vs_chunk(d: RunData) -> bytes | None:
-    ok = d.ok.dropna(subset=["chunk_tokens"])
+    ok = cost_units(d)[0].dropna(subset=["chunk_tokens"])
     if ok.empty or ok["chunk_tokens"].nunique() < 2:
         return None
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6, 4))
     for method, g in ok.groupby("method"):
-        per = g.groupby(["chunk_tokens", "repeat"])[["prompt_tokens", "cached_tokens", "decoded_tokens"]].sum().reset_index()
-        per["cost"] = [_cost_columns(p, c, dec)[1]
-                       for p, c, dec in zip(per["prompt_tokens"], per["cached_tokens"], per["decoded_tokens"])]
         xs, ms, ses = [], [], []
-        for ct, gc in per.groupby("chunk_tokens"):
-            m, se = mean_se(list(gc["cost"]))
+        for ct, gc in g.groupby("chunk_tokens"):
+            m, se = mean_se([_per_sample(gr)["cost_index"] for _, gr in gc.groupby("repeat")])
             xs.append(int(ct)), ms.append(m), ses.append(se or 0.0)
         ax.errorbar(xs, ms, yerr=ses, marker="o", capsize=3, label=method)
-    ax.set_xscale("log", base=2), ax.set_xlabel("chunk size (tokens)"), ax.set_ylabel("cost index")
+    ax.set_xscale("log", base=2), ax.set_xlabel("chunk size (tokens)"), ax.set_ylabel("cost index per sample")
     ax.set_title("Cost index against chunk size"), ax.legend(fontsize=8)
     return _png(fig)
 

@@ -23,6 +23,7 @@ from typing import Any, Iterable, Sequence
 from eval.asking import ParseFailure
 from eval.errors import JudgeError
 from eval.llm import LLM
+from eval.options import Temperature
 from eval.judges.asking import ask_judgment
 from eval.judges.records import Judgment, JudgeResult, Score
 from eval.judges.sentences import split_sentences
@@ -168,7 +169,8 @@ def _units(summary: str, dedupe: bool) -> list[str]:
 
 
 def judge(summary: str, gold: Any = None, llm: LLM | None = None, *, metadata: dict[str, Any] | None = None, dedupe: bool = True, max_attempts: int = 3,
-          max_tokens: int = 200, on_invalid: str = "raise", max_workers: int = 16) -> JudgeResult:
+          max_tokens: int = 200, on_invalid: str = "raise", max_workers: int = 16,
+          temperature: Temperature = 0.0) -> JudgeResult:
     """One call per sentence (issued concurrently; a batching engine serves them together)."""
     if llm is None:
         raise JudgeError("BooookScore needs a judge LLM (set `judge_model` in the run config)")
@@ -178,7 +180,8 @@ def judge(summary: str, gold: Any = None, llm: LLM | None = None, *, metadata: d
         i, s = i_s
         tpl, prompt = render(SENTENCE_TEMPLATE, summary=summary, sentence=s)
         return ask_judgment(llm, tpl, prompt, item=s, parse=parse_sentence_answer, schema=SENTENCE_SCHEMA,
-                   max_tokens=max_tokens, max_attempts=max_attempts, seed=i, raise_on_invalid=on_invalid == "raise")
+                   max_tokens=max_tokens, max_attempts=max_attempts, seed=i, raise_on_invalid=on_invalid == "raise",
+                   temperature=temperature)
 
     with ThreadPoolExecutor(max_workers=max(1, min(max_workers, len(units)))) as pool:
         judgments = list(pool.map(one, enumerate(units)))
@@ -188,7 +191,7 @@ def judge(summary: str, gold: Any = None, llm: LLM | None = None, *, metadata: d
 def judge_batched(summary: str, gold: Any = None, llm: LLM | None = None, *,
                   metadata: dict[str, Any] | None = None, batch_size: int = 10,
                   dedupe: bool = True, max_attempts: int = 3, max_tokens_per_sentence: int = 120,
-                  on_invalid: str = "raise", max_workers: int = 8) -> JudgeResult:
+                  on_invalid: str = "raise", max_workers: int = 8, temperature: Temperature = 0.0) -> JudgeResult:
     """Several numbered sentences per call; the JSON list answer is split into one judgment per sentence."""
     if llm is None:
         raise JudgeError("BooookScore needs a judge LLM (set `judge_model` in the run config)")
@@ -203,7 +206,7 @@ def judge_batched(summary: str, gold: Any = None, llm: LLM | None = None, *,
         tpl, prompt = render(BATCH_TEMPLATE, summary=summary, sentences=numbered)
         call = ask_judgment(llm, tpl, prompt, item=numbered, parse=lambda t: parse_batch_answer(t, len(batch)),
                    schema=batch_schema(len(batch)), max_tokens=max_tokens_per_sentence * len(batch),
-                   max_attempts=max_attempts, seed=b, raise_on_invalid=on_invalid == "raise")
+                   max_attempts=max_attempts, seed=b, raise_on_invalid=on_invalid == "raise", temperature=temperature)
         # One judgment per sentence; the call's prompt, raw answer and usage stay on the first of them.
         out = []
         for k, s in enumerate(batch):

@@ -8,9 +8,12 @@
   decimals, text stripped and lowercased, empty cells dropped), each row is compared as a set of
   cells, the row counts must be equal and every answered row must be one of the gold rows; row order
   is ignored unless the sample says it matters (`metadata["ordered"]`, questions with ORDER BY).
+  Answers are read in LOFT's format: the list of lists on the reply's "Final Answer: [[...]]" line
+  (PRISM's Spider answer prompt asks for exactly that line), or a reply that is only the list.
 """
 from __future__ import annotations
 
+import ast
 import json
 import re
 from functools import lru_cache
@@ -134,16 +137,40 @@ def exec_match(pred_rows: Any, gold_rows: Any, ordered: bool = False) -> float:
     return float(all(p in gold for p in pred))
 
 
+_FINAL_ANSWER = re.compile(r"final answer", re.I)
+_INNER_QUOTE = re.compile(r"([A-Za-z0-9])'([A-Za-z0-9])")  # "the devil's" inside a '...' literal
+
+
+def _literal_list(text: str) -> Any:
+    """A list written as JSON or as a Python literal (LOFT parses answers with `ast.literal_eval`)."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        try:
+            return ast.literal_eval(_INNER_QUOTE.sub(r"\1\\'\2", text))
+        except (ValueError, SyntaxError) as exc:
+            raise ValueError(f"the answer's list is neither JSON nor a Python literal: {exc}") from None
+
+
+def answer_rows_text(text: str) -> str:
+    """The rows of a LOFT answer text: the bracketed part of the first line naming the "Final Answer"
+    (markdown `*` and backticks removed, as LOFT does); a reply that is only a list also counts."""
+    plain = text.replace("*", "").replace("`", "")
+    for line in plain.splitlines():
+        if _FINAL_ANSWER.search(line) and "[" in line and "]" in line:
+            return line[line.find("["):line.rfind("]") + 1]
+    whole = _FENCE.sub("", text).strip()
+    if whole.startswith("[") and whole.endswith("]"):
+        return whole
+    raise ValueError('the answer holds no "Final Answer: [[...]]" line (LOFT\'s answer format)')
+
+
 def parse_rows(output: Any) -> Any:
-    """Rows from a list, a JSON text, or LOFT's `model_outputs` (one answer per turn: the first)."""
+    """Rows from a list, a LOFT answer text, or LOFT's `model_outputs` (one answer per turn: the first)."""
     if isinstance(output, dict) and "model_outputs" in output:
         output = output["model_outputs"][0]
     if isinstance(output, str):
-        text = _FENCE.sub("", output).strip()
-        start, end = text.find("["), text.rfind("]")
-        if start < 0 or end < start:
-            raise ValueError("the answer holds no JSON list of rows")
-        output = json.loads(text[start:end + 1])
+        output = _literal_list(answer_rows_text(output))
     return output
 
 

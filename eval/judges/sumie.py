@@ -20,12 +20,14 @@ A text (non-JSON) prediction is first turned into pairs by the judge (`sumie-ext
 from __future__ import annotations
 
 import json
+import math
 import re
 import unicodedata
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Mapping, Sequence
 
 from eval.asking import ParseFailure
+from eval.options import Temperature
 from eval.errors import JudgeError
 from eval.llm import LLM
 from eval.judges.aggregation import mean_over_samples
@@ -36,6 +38,7 @@ from eval.templates import render
 Pair = tuple[str, str]
 NAME_LLM = "sumie"
 NAME_EXACT = "sumie-exact"
+PAPER_TEMPERATURE = 0.8  # seed 000: "The temperature is set to 0.8" for the SUMIE evaluator
 
 
 # ---------------------------------------------------------------- pairs
@@ -130,11 +133,22 @@ METRICS = ("precision", "recall", "f1")
 
 def turn_summary(values_by_turn: Sequence[float] | Mapping[int, float]) -> dict[str, float]:
     """One sample's per-turn values (in turn order, or {turn: value}) -> {"start", "last", "avg"}:
-    the value at the first turn, at the last turn, and the mean over turns (NaN turns left out)."""
-    vals = [v for _, v in sorted(values_by_turn.items())] if isinstance(values_by_turn, Mapping) else list(values_by_turn)
+    the value at the first turn, at the last turn, and the mean over turns (NaN turns left out).
+    A mapping that lacks turn 0 has no "start", one that lacks any turn before its last has no "avg"
+    (NaN): GO keeps no memory per turn and is scored at the last turn only, and seed 000 table 1
+    leaves its start and average empty rather than repeating the last value."""
+    if isinstance(values_by_turn, Mapping):
+        turns = sorted(int(t) for t in values_by_turn)
+        vals = [values_by_turn[t] for t in sorted(values_by_turn)]
+        complete = turns == list(range(turns[-1] + 1)) if turns else False
+        start_known = bool(turns) and turns[0] == 0
+    else:
+        vals = list(values_by_turn)
+        complete = start_known = True
     if not vals:
         raise JudgeError("turn_summary needs at least one turn")
-    return {"start": float(vals[0]), "last": float(vals[-1]), "avg": mean_over_samples(vals)}
+    return {"start": float(vals[0]) if start_known else math.nan, "last": float(vals[-1]),
+            "avg": mean_over_samples(vals) if complete else math.nan}
 
 
 def aggregate_turns(per_sample: Sequence[Sequence[dict[str, float]]]) -> dict[str, dict[str, float]]:
@@ -219,7 +233,10 @@ def parse_extraction(text: str) -> list[list[str]]:
 
 
 def judge_llm(output: Any, gold: Any, llm: LLM | None = None, *, metadata: dict[str, Any] | None = None,
-              max_attempts: int = 3, on_invalid: str = "raise", max_workers: int = 16) -> JudgeResult:
+              max_attempts: int = 3, on_invalid: str = "raise", max_workers: int = 16,
+              temperature: Temperature = PAPER_TEMPERATURE) -> JudgeResult:
+    """Per-turn P/R/F1 with the LLM deciding which gold pairs support each predicted pair, sampled at
+    `temperature` (seed 000 judged at 0.8)."""
     if llm is None:
         raise JudgeError("the SUMIE LLM matcher needs a judge LLM; use `sumie-exact` for deterministic matching")
     golds = gold_turns(gold)
@@ -235,7 +252,8 @@ def judge_llm(output: Any, gold: Any, llm: LLM | None = None, *, metadata: dict[
                 raise
             tpl, prompt = render(EXTRACT_TEMPLATE, entity=entity, summary=pred_obj)
             ex = ask_judgment(llm, tpl, prompt, item=f"turn {t}: pairs stated in the text summary", parse=parse_extraction,
-                     schema=EXTRACT_SCHEMA, max_tokens=1024, max_attempts=max_attempts, raise_on_invalid=raise_on_invalid)
+                     schema=EXTRACT_SCHEMA, max_tokens=1024, max_attempts=max_attempts, raise_on_invalid=raise_on_invalid,
+                     temperature=temperature)
             judgments.append(ex)
             pred = list(dict.fromkeys((a, v) for a, v in (ex.label or [])))
         g = golds[t]
@@ -248,7 +266,7 @@ def judge_llm(output: Any, gold: Any, llm: LLM | None = None, *, metadata: dict[
             tpl, prompt = render(MATCH_TEMPLATE, entity=entity, pair=_fmt(p), reference=reference)
             return ask_judgment(llm, tpl, prompt, item=f"turn {t}: {_fmt(p)}", parse=lambda s: parse_match(s, len(g)),
                        schema=match_schema(len(g)), max_tokens=64, max_attempts=max_attempts, seed=i,
-                       raise_on_invalid=raise_on_invalid)
+                       raise_on_invalid=raise_on_invalid, temperature=temperature)
 
         with ThreadPoolExecutor(max_workers=max(1, min(max_workers, len(pred) or 1))) as pool:
             js = list(pool.map(one, enumerate(pred)))

@@ -3,7 +3,8 @@
 * in-place: the memory as canonical JSON. Keys keep insertion order (a new key lands at the end of
   its object, so everything before it is unchanged), two-space indent, `ensure_ascii=False`.
 * amendments (seed 002 figure 4): the base memory followed by one line per accepted revision,
-  `{"<path>": {"<op>": value}}`; later lines override earlier ones. Appending a revision appends
+  `{"<path>": {"<op>": value}}`, replayed in order: an `add` at a list path appends to the list, an
+  `update` replaces (the note the model reads, `s002-amendments-note`, says the same). Appending a revision appends
   bytes, so step i's text is a prefix of step i+1's. `fold_amendments` reads the text back into one
   memory by replaying the lines.
 """
@@ -111,7 +112,7 @@ def parse_amendments(text: str) -> tuple[dict[str, Any], list[Revision]]:
 
 
 def fold_amendments(text: str, schema: Schema) -> dict[str, Any]:
-    """One in-place memory from an amendments rendering (later amendments override earlier ones)."""
+    """One in-place memory from an amendments rendering (its lines replayed in order, as revisions)."""
     base, revs = parse_amendments(text)
     res = apply_revisions(base, revs, schema)
     if res.rejected:

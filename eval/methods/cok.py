@@ -27,6 +27,7 @@ from eval.options import PositiveInt
 @dataclass(frozen=True)
 class CokSettings(MethodSettings):
     memory_limit: PositiveInt | None = None
+    compress_rounds: PositiveInt = 2  # compression calls per step before trimming to K
     max_tokens: PositiveInt = 1024
 
 
@@ -95,7 +96,7 @@ class ChainOfKey(Method):
                 memory, _ = apply_step(step, memory, schema)
                 step.memory = memory
             memory = enforce_limit(trace, memory, fmt="json", limit=self.settings.memory_limit, subj=subject(sample),
-                                   schema=schema.json_schema(), chunk_index=i)
+                                   schema=schema.json_schema(), chunk_index=i, rounds=self.settings.compress_rounds)
         if memory is None:
             return "", None
         if is_entity(sample):

@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import copy
-from typing import Any
+import re
+from typing import Any, Callable
 
 from eval.asking import ParseFailure
 from eval.datasets.sample import Sample
@@ -79,25 +80,61 @@ def merge_json(base: Any, new: Any) -> Any:
     return [base, new] if not isinstance(new, list) else [base] + [v for v in new if v != base]
 
 
-def enforce_limit(trace: Trace, memory: Any, *, fmt: str, limit: int | None, subj: str,
-                  schema: dict[str, Any] | None, chunk_index: int) -> Any:
-    """Compress the memory with the LLM when it exceeds `limit` tokens (seed 000, Appendix F).
+COMPRESS_ROUNDS = 2  # compression calls per step before the deterministic trim
 
-    One compression per step; when the result still exceeds K the step records it as a failure
-    (the memory is kept as compressed, never cut silently).
+
+def enforce_limit(trace: Trace, memory: Any, *, fmt: str, limit: int | None, subj: str,
+                  schema: dict[str, Any] | None, chunk_index: int, rounds: int = COMPRESS_ROUNDS) -> Any:
+    """Keep the memory within K = `limit` tokens (seed 000, Appendix F: K is binding).
+
+    While the memory exceeds K, the LLM compresses it (at most `rounds` calls, one step each); a
+    memory still over K is then trimmed deterministically (`trim_memory`) and the last compress step
+    records it in its failures with the sizes, so a reader sees which happened: within K at once,
+    after compressing, or trimmed.
     """
-    if limit is None or trace.llm.count_tokens(as_text(memory)) <= limit:
+    if limit is None:
         return memory
+    count = trace.llm.count_tokens
+    size = count(as_text(memory))
     parse = json_parser(schema) if fmt == "json" and schema is not None else text_parser
-    step = trace.ask(f"s000-compress-{fmt}", {"subject": subj, "limit": limit, "summary": as_text(memory)},
-                     kind="compress", parse=parse, schema=schema if fmt == "json" else None, chunk_index=chunk_index)
-    if step.ok:
-        memory = step.parsed
-        size = trace.llm.count_tokens(as_text(memory))
-        if size > limit:
-            step.failures.append(f"compressed memory has {size} tokens, above the limit K={limit}")
+    step = None
+    for _ in range(max(1, rounds)):
+        if size <= limit:
+            return memory
+        step = trace.ask(f"s000-compress-{fmt}", {"subject": subj, "limit": limit, "summary": as_text(memory)},
+                         kind="compress", parse=parse, schema=schema if fmt == "json" else None,
+                         chunk_index=chunk_index)
+        if step.ok:
+            memory = step.parsed
+            size = count(as_text(memory))
+        step.memory = memory
+    if size <= limit or step is None:
+        return memory
+    memory = trim_memory(memory, limit, count)
+    step.failures.append(f"memory still {size} tokens after {max(1, rounds)} compression round(s), above the "
+                         f"limit K={limit}: trimmed deterministically to {count(as_text(memory))} tokens")
     step.memory = memory
     return memory
+
+
+def trim_memory(memory: Any, limit: int, count: Callable[[str], int]) -> Any:
+    """The memory cut to at most `limit` tokens, deterministically: a JSON memory loses trailing list
+    items and map entries of its largest containers (`eval.memory.trim_to_budget`); a text memory keeps
+    its longest leading run of whole words that fits."""
+    if isinstance(memory, dict):
+        from eval.memory import trim_to_budget
+
+        return trim_to_budget(memory, limit, count, render=as_text)
+    text = as_text(memory)
+    ends = [m.end() for m in re.finditer(r"\S+", text)]
+    lo, hi = 0, len(ends)  # the largest n whose first n words fit
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if count(text[:ends[mid - 1]]) <= limit:
+            lo = mid
+        else:
+            hi = mid - 1
+    return text[:ends[lo - 1]] if lo else ""
 
 
 def loose_json(text: str) -> Any:

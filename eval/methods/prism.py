@@ -29,7 +29,7 @@ SCHEMAS: dict[str, Schema] = {
     "relevant_table_info": ready.RELEVANT_TABLE_INFO, "table_memory": ready.TABLE_MEMORY,
 }
 TASK_SCHEMA = {"book": "book_summary", "arxiv": "book_summary", "repoqa": "function_natural_descriptor",
-               "spider": "table_memory", "sumie": "sumie_summary"}
+               "spider": "relevant_table_info", "sumie": "sumie_summary"}
 BOOK_QUESTION = ("Summarize this book. Briefly introduce characters, places and other major elements when they "
                  "are first mentioned.")
 # query domains for LLM-generated schemas (seed 002, appendix C), in our words
@@ -156,8 +156,9 @@ class _Prism(Method):
                                                "answer_instruction": answer_tpl.text.strip()}, kind="final")
         final.memory = memory
         answer = final.output.strip()
-        if sample.task in ("repoqa", "spider") and answer:
+        if sample.task == "repoqa" and answer:
             answer = answer.splitlines()[0].strip().strip("`").strip()
+        # Spider answers stay whole: `loft-exec` reads LOFT's "Final Answer: [[...]]" line from the text.
         return answer, memory
 
     def _render(self, memory: dict[str, Any], amend: Amendments) -> str:

@@ -23,6 +23,7 @@ from eval.options import PositiveInt
 @dataclass(frozen=True)
 class SummarySettings(MethodSettings):
     memory_limit: PositiveInt | None = None  # K: compress the memory when it exceeds this many tokens
+    compress_rounds: PositiveInt = 2  # compression calls per step before trimming to K
     max_tokens: PositiveInt = 1024
 
 
@@ -74,7 +75,7 @@ class _SummaryMethod(Method):
 
     def _limit(self, trace: Trace, sample: Sample, memory: Any, chunk_index: int) -> Any:
         return enforce_limit(trace, memory, fmt=self.fmt, limit=self.settings.memory_limit, subj=subject(sample),
-                             schema=schema_for(sample), chunk_index=chunk_index)
+                             schema=schema_for(sample), chunk_index=chunk_index, rounds=self.settings.compress_rounds)
 
     def _answer(self, trace: Trace, sample: Sample, memory: Any) -> str:
         """SUMIE answers with the attribute table; books get a text summary (from JSON via one more call)."""

@@ -53,10 +53,10 @@ def test_report_tables_are_means_over_repeats(tmp_path) -> None:
     assert "0.400 ± 0.100" in row and "0.650 ± 0.050" in row
     # BooookScore per repeat: 0.8 and 0.8 -> 0.800 ± 0.000
     assert "0.800 ± 0.000" in md
-    # cost: repeat 0 totals prompt 2000 cached 1000 dec 200 -> hit 50%, cost (1000 + 600)/1e6 = 0.0016;
-    # repeat 1: 4000/2000/400 -> 50%, 0.0032 -> 0.0024 ± 0.0008
-    cost_row = next(line for line in md.splitlines() if line.startswith("| cok |") and "0.0024 ± 0.0008" in line)
-    assert "50.0 ± 0.0" in cost_row
+    # cost, per sample over the samples both methods finished: only e1 of repeat 0 (go-json failed e2
+    # and has no repeat 1): hit 600/1000 = 60 %, cost (400 + 3 x 100)/1e6 = 0.0007
+    cost_row = next(line for line in md.splitlines() if line.startswith("| cok |") and "0.0007" in line)
+    assert "60.0" in cost_row and "1 / 4" in cost_row
     assert "engine died twice" in md  # failures are shown, not hidden
     rep = build_report(d)
     assert set(rep.plots) == {"f1_per_turn.png", "tokens_per_step.png"}
@@ -96,7 +96,7 @@ def test_report_command(tmp_path) -> None:
     assert data["units"] == [{"method": "cok", "dataset": "sumie:synthetic", "ok": 1, "failed": 0}]
     assert figures[("sumie-match", "f1:start")]["mean"] == 0.2 and figures[("sumie-match", "f1:last")]["mean"] == 0.6
     assert figures[("sumie-match", "f1:avg")]["mean"] == 0.4 and figures[("booookscore", "booookscore")]["mean"] == 0.5
-    assert figures[("", "cache_hit")]["mean"] == 50.0 and figures[("", "cost_index")]["repeats"] == 1
+    assert figures[("", "radix_cache_hit")]["mean"] == 50.0 and figures[("", "cost_index")]["repeats"] == 1
 
 
 def test_report_uses_each_judges_declared_aggregation(tmp_path) -> None:
@@ -118,3 +118,148 @@ def test_report_uses_each_judges_declared_aggregation(tmp_path) -> None:
         register_judge(original)
     row = next(line for line in md.splitlines() if line.startswith("| cok | sumie:synthetic |") and "0.200" in line)
     assert "0.400" not in row
+
+
+def _units(rs: RunStore, rows: list[tuple[str, str, int, str, tuple[int, int, int], float | None]]) -> None:
+    """(method, sample, repeat, status, (prompt, cached, decoded), booookscore or None) per unit; a failed
+    unit with a BooookScore failed in judging (the method's output exists, its judgment does not)."""
+    t = now()
+    for method, sample, repeat, status, (p, c, dec), bscore in rows:
+        base = dict(unit=unit_key("book:x", sample, method, repeat), dataset="book:x", task="book",
+                    sample_id=sample, method=method, repeat=repeat)
+        row = dict(base, seed=repeat, status=status, error=None if status == "ok" else "judge booookscore: bad JSON",
+                   attempts=1, output_json='"s"', n_steps=1, prompt_tokens=p, cached_tokens=c, decoded_tokens=dec,
+                   chunk_tokens=None, actor="a", started_at=t, finished_at=t)
+        scores = [] if bscore is None else [dict(base, judge="booookscore", metric="booookscore", turn=None, value=bscore)]
+        rs.write_shard({"samples": [row], "steps": [], "scores": scores})
+
+
+def test_cost_is_a_mean_per_sample_over_the_samples_every_method_finished(tmp_path) -> None:
+    """Seed 002 table 3 is per book: the cost index is the mean per sample, over the same samples
+    for every method compared; a sample one method failed is left out for all and named."""
+    from jobs.report import headline
+
+    rs = RunStore.open(str(tmp_path), "cost")
+    _units(rs, [("inc", "b1", 0, "ok", (1000, 0, 100), 0.5), ("inc", "b2", 0, "ok", (3000, 0, 300), 0.7),
+                ("inc", "b3", 0, "ok", (9000, 0, 900), 0.9),
+                ("prism", "b1", 0, "ok", (2000, 1000, 100), 0.6), ("prism", "b2", 0, "ok", (2000, 1000, 100), 0.6),
+                ("prism", "b3", 0, "failed", (50, 0, 0), None)])
+    d = RunData.load(rs)
+    md = build_report(d).markdown
+    # inc over b1, b2 (b3 failed for prism): per sample (1000+300)/1e6 and (3000+900)/1e6 -> mean 0.0026
+    inc = next(line for line in md.splitlines() if line.startswith("| inc | book:x |") and "0.0026" in line)
+    assert "2 / 3" in inc  # two of the method's three samples are in the comparison
+    prism = next(line for line in md.splitlines() if line.startswith("| prism | book:x |") and "0.0013" in line)
+    assert "50.0" in prism and "2 / 3" in prism
+    assert "b3" in md and "prism" in md.split("b3", 1)[1].splitlines()[0]  # which sample, which method failed
+    h = headline(d)
+    cost = {(f["method"], f["metric"]): f for f in h["figures"] if f["judge"] == ""}
+    assert cost[("inc", "cost_index")]["mean"] == pytest.approx(0.0026)
+    assert cost[("inc", "cost_index")]["samples"] == 2 and cost[("inc", "cost_index")]["total"] == 3
+    assert cost[("inc", "encoded")]["mean"] == pytest.approx(2000.0)
+    assert h["cost_excluded"] == [{"dataset": "book:x", "sample_id": "b3", "repeat": 0, "methods": ["prism"]}]
+
+
+def test_a_failed_judgment_counts_in_judged_over_total(tmp_path) -> None:
+    """A sample whose judging failed is not silently dropped: the judged / total column shows it."""
+    from jobs.report import headline
+
+    rs = RunStore.open(str(tmp_path), "judged")
+    _units(rs, [("inc", "b1", 0, "ok", (100, 0, 10), 0.5), ("inc", "b2", 0, "failed", (100, 0, 10), None),
+                ("inc", "b3", 0, "ok", (100, 0, 10), 0.7)])
+    d = RunData.load(rs)
+    md = build_report(d).markdown
+    header = next(line for line in md.splitlines() if line.startswith("| method | dataset | booookscore"))
+    assert "booookscore: judged / total" in header
+    row = next(line for line in md.splitlines() if line.startswith("| inc | book:x |") and "0.600" in line)
+    assert "2 / 3" in row
+    fig = next(f for f in headline(d)["figures"] if f["judge"] == "booookscore")
+    assert fig["mean"] == pytest.approx(0.6) and fig["judged"] == 2 and fig["total"] == 3
+
+
+PROMPTS = ["[CLASS]\nclass Book: ...\n[MEMORY]\n{}\n[TEXT]\nAnna sails to Crete.",
+           "[CLASS]\nclass Book: ...\n[MEMORY]\n{}\n+ Anna sails\n[TEXT]\nAnna becomes a captain.",
+           "[CLASS]\nclass Book: ...\n[MEMORY]\n{}\n+ Anna sails\n+ captain\n[TEXT]\nBob joins her."]
+
+
+def _prompt_run(tmp_path, name: str) -> RunData:
+    rs = RunStore.open(str(tmp_path), name)
+    base = dict(unit=unit_key("book:x", "b1", "prism", 0), dataset="book:x", task="book", sample_id="b1",
+                method="prism", repeat=0)
+    t = now()
+    rs.write_shard({
+        "samples": [dict(base, seed=0, status="ok", error=None, attempts=1, output_json='"s"', n_steps=3,
+                         prompt_tokens=300, cached_tokens=0, decoded_tokens=30, chunk_tokens=None, actor="a",
+                         started_at=t, finished_at=t)],
+        "steps": [dict(base, step=i, kind="revise", prompt=p, prompt_tokens=100, cached_tokens=0, decoded_tokens=10)
+                  for i, p in enumerate(PROMPTS)],
+        "scores": []})
+    return RunData.load(rs)
+
+
+def _paper_hit(encode) -> float:
+    ids = [list(encode(p)) for p in PROMPTS]
+    shared = 0
+    for a, b in zip(ids, ids[1:]):
+        n = 0
+        while n < min(len(a), len(b)) and a[n] == b[n]:
+            n += 1
+        shared += n
+    return 100.0 * shared / sum(len(i) for i in ids)
+
+
+def test_paper_cache_hit_from_recorded_prompts_next_to_the_radix_hit(tmp_path) -> None:
+    """Seed 002 section 4.2: tokens of the longest prefix shared with the previous prompt of the same
+    sample over all tokens encoded, computed from the steps' prompts; the engine's radix-cache hit
+    (0 here) is a different number and is labelled as such. No recorded model: cl100k, and it says so."""
+    from eval.tokens import cl100k_encode
+    from jobs.report import headline
+
+    d = _prompt_run(tmp_path, "hit")
+    want = _paper_hit(cl100k_encode)
+    assert 30 < want < 70
+    md = build_report(d).markdown
+    header = next(line for line in md.splitlines() if line.startswith("| method | dataset | samples compared"))
+    assert "radix cache hit, engine (%)" in header and "prefix hit, paper (%)" in header
+    row = next(line for line in md.splitlines() if line.startswith("| prism | book:x | 1 / 1 |"))
+    assert f"| {want:.1f} |" in row and "| 0.0 |" in row
+    assert "cl100k_base" in md.split("prefix hit, paper", 2)[2]  # the table says which tokenizer counted
+    fig = next(f for f in headline(d)["figures"] if f["metric"] == "prefix_hit_paper")
+    assert fig["mean"] == pytest.approx(want) and fig["tokenizer"].startswith("cl100k_base")
+
+
+def test_paper_cache_hit_in_the_run_models_tokens(tmp_path, smollm2_gguf) -> None:
+    import pandas as pd
+
+    from engine.tokenizer import load_tokenizer
+    from jobs.report import headline
+
+    d = _prompt_run(tmp_path, "hit-model")
+    cfg = {"model": {"kind": "engine", "weights": str(smollm2_gguf)}}
+    d = dataclasses.replace(d, runs=pd.DataFrame([{"config_json": json.dumps(cfg), "finished_at": now()}]))
+    want = _paper_hit(load_tokenizer(smollm2_gguf).encode)
+    fig = next(f for f in headline(d)["figures"] if f["metric"] == "prefix_hit_paper")
+    assert fig["mean"] == pytest.approx(want) and smollm2_gguf.name in fig["tokenizer"]
+    assert want != pytest.approx(_paper_hit(__import__("eval.tokens").tokens.cl100k_encode))
+
+
+def test_go_rows_leave_start_and_avg_empty(tmp_path) -> None:
+    """GO keeps no memory per turn: its only score is at the last turn, so "start" and "avg" stay
+    empty (as in seed 000 table 1) rather than repeating the last-turn value."""
+    from jobs.report import headline
+
+    rs = RunStore.open(str(tmp_path), "go")
+    base = dict(unit=unit_key("sumie:synthetic", "e1", "go-json", 0), dataset="sumie:synthetic", task="sumie",
+                sample_id="e1", method="go-json", repeat=0)
+    t = now()
+    rs.write_shard({"samples": [dict(base, seed=0, status="ok", error=None, attempts=1, output_json="{}", n_steps=1,
+                                     prompt_tokens=10, cached_tokens=0, decoded_tokens=1, chunk_tokens=None, actor="a",
+                                     started_at=t, finished_at=t)],
+                    "steps": [], "scores": [dict(base, judge="sumie-exact", metric=m, turn=2, value=0.5)
+                                            for m in ("precision", "recall", "f1")]})
+    d = RunData.load(rs)
+    row = next(line for line in build_report(d).markdown.splitlines() if line.startswith("| go-json | sumie:synthetic | sumie-exact"))
+    cells = [c.strip() for c in row.strip("|").split("|")][4:]  # start P R F1, last P R F1, avg P R F1
+    assert cells == ["–"] * 3 + ["0.500"] * 3 + ["–"] * 3
+    figs = {f["metric"]: f["mean"] for f in headline(d)["figures"] if f["judge"] == "sumie-exact"}
+    assert figs["f1:last"] == 0.5 and figs["f1:start"] is None and figs["f1:avg"] is None

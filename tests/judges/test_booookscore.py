@@ -162,3 +162,13 @@ def test_llm_judge_path_reproduces_the_replay_on_real_summaries(shared_data):
         got = judge(summaries[book], None, llm, max_workers=4)
         assert got.score("booookscore") == pytest.approx(want), book
         assert all(j.valid and not j.failures for j in got.judgments)
+
+
+def test_judge_temperature_is_an_option():
+    """Seed 000 ran BooookScore at temperature 0.8: the judges' `temperature` option sets it."""
+    llm = ScriptedLLM([OK])
+    run_judge("booookscore", "Anna sails.", None, llm, temperature=0.8)
+    assert llm.requests[0].sampling.temperature == 0.8
+    llm = ScriptedLLM(['[{"sentence_num": 1, "questions": null, "types": []}]'])
+    run_judge("booookscore-batched", "Anna sails.", None, llm, temperature=0.8)
+    assert llm.requests[0].sampling.temperature == 0.8

@@ -86,3 +86,15 @@ def test_cost_index_from_table_totals():
     assert u == Usage(2000, 1000, 200) and cost_index(u) == pytest.approx((1000 + 3 * 200) / 1e6)
     with pytest.raises(JudgeError, match="cached <= prompt"):
         cost_index(usage_of(10, 20, 0))
+
+
+def test_per_sample_cost_is_table_3_per_book() -> None:
+    from eval.judges.cost import per_sample_cost
+
+    # two books: table 3's columns are means per book; hit rate of the mean usage
+    c = per_sample_cost([Usage(559_000, 388_000, 47_000), Usage(1_000, 0, 1_000)])
+    assert c["encoded"] == 280_000 and c["net_encoded"] == (171_000 + 1_000) / 2 and c["decoded"] == 24_000
+    assert c["cost_index"] == pytest.approx((cost_index(Usage(559_000, 388_000, 47_000)) + 0.004) / 2)
+    assert c["cache_hit_rate"] == pytest.approx(388_000 / 560_000) and c["samples"] == 2
+    with pytest.raises(JudgeError, match="at least one sample"):
+        per_sample_cost([])

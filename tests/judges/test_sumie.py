@@ -93,3 +93,15 @@ def test_turn_summary_is_start_last_and_mean_over_turns():
     assert turn_summary([0.5, float("nan"), 1.0])["avg"] == 0.75  # an undefined turn is left out
     with pytest.raises(JudgeError, match="at least one turn"):
         turn_summary([])
+
+
+def test_llm_matcher_samples_at_the_papers_temperature():
+    """Seed 000 judges SUMIE at temperature 0.8; the judge's `temperature` option changes it."""
+    llm = ScriptedLLM(['{"pairs": [{"attribute": "occupation", "value": "chemist"}]}', '{"supported_by": [1]}'])
+    run_judge("sumie", "Ada Quill is a chemist.", GOLD, llm)
+    assert [r.sampling.temperature for r in llm.requests] == [0.8, 0.8]
+    llm = ScriptedLLM(['{"pairs": [{"attribute": "occupation", "value": "chemist"}]}', '{"supported_by": [1]}'])
+    run_judge("sumie", "Ada Quill is a chemist.", GOLD, llm, temperature=0.0)
+    assert [r.sampling.temperature for r in llm.requests] == [0.0, 0.0]
+    with pytest.raises(JudgeError, match="temperature"):
+        run_judge("sumie", "x", GOLD, llm, temperature=-1)

@@ -60,3 +60,12 @@ def test_parse_call_variants() -> None:
     assert parse_call("[E0Q]") == {"tool": "EOQ"}
     with pytest.raises(ParseFailure, match="expected a tool call"):
         parse_call("I will now summarize")
+
+
+def test_last_chunk_asks_to_read_all_stored_information() -> None:
+    """Seed 004: the prompt instructs the model "to [read] all stored information during the last chunk"."""
+    llm = ScriptedLLM([" [EOQ]", " [EOQ]", " [ans] Done."])
+    get_method("fart-base").run(DOC, llm)
+    last = llm.requests[2].prompt
+    assert "This is the last chunk" in last and "[read] all the stored information" in last
+    assert "you need" not in last.split("This is the last chunk", 1)[1]

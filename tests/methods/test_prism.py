@@ -94,3 +94,53 @@ def test_generated_schema() -> None:
             Sample(id="b", task="book", chunks=("x",)), ScriptedLLM(["not a schema at all"]))
     with pytest.raises(MethodError, match="unknown schema"):
         get_method("prism-inplace", schema="nope")
+
+
+SPIDER = Sample(id="s", task="spider", chunks=("Table: singer\nsinger_id,name\n1,Joe Sharp\n2,Timbaland",),
+                query="How many singers are there?", gold=[[2]])
+
+
+@pytest.mark.parametrize("final,want", [
+    ("There are two rows in the singer table.\nFinal Answer: [[2]]", 1.0),   # LOFT's answer line after reasoning
+    ("Final Answer: [['2']]", 1.0),                                         # Python literal, as LOFT parses it
+    ("**Final Answer:** `[[3]]`", 0.0),                                     # formatting stripped, wrong count
+    ("2", 0.0),                                                             # no list of lists: LOFT scores it 0
+])
+def test_spider_answer_scores_through_loft_exec(final: str, want: float) -> None:
+    """The Spider answer prompt asks for LOFT's format and `loft-exec` reads that format, from the
+    method's raw output text to the score."""
+    from eval.judges import get_judge, run_judge
+
+    rev = '[OBJECTS FOR UPDATE]\n\n[OBJECTS FOR ADD]\n'
+    llm = ScriptedLLM([rev, final])
+    out = get_method("prism-inplace").run(SPIDER, llm)
+    assert "Final Answer: [[" in content(llm, 1)  # the prompt shows LOFT's answer line
+    info = get_judge("loft-exec")
+    res = run_judge("loft-exec", info.prediction(out, len(SPIDER.chunks)), SPIDER.gold)
+    assert res.score("accuracy") == want
+
+
+def test_amendments_note_says_what_fold_does() -> None:
+    """The note the model reads about the amendments text and `fold()` agree: an `add` at a list path
+    appends (the earlier items stay), an `update` replaces."""
+    revs = ['[OBJECTS FOR ADD]\n{"$. \'attributes\'. \'Anna\'": {"add": ["sails to Crete"]}}',
+            '[OBJECTS FOR ADD]\n{"$. \'attributes\'. \'Anna\'": {"add": "becomes a captain"}}',
+            '[OBJECTS FOR UPDATE]\n{"$. \'attributes\'. \'Bob\'": {"update": ["x"]}}\n[OBJECTS FOR ADD]\n'
+            '{"$. \'attributes\'. \'Bob\'": {"add": ["joins Anna"]}}', "summary"]
+    llm = ScriptedLLM(revs)
+    out = get_method("prism-amendments").run(BOOK, llm)
+    assert out.memory["attributes"]["Anna"] == ["sails to Crete", "becomes a captain"]  # fold appended
+    note = content(llm, 2).split("[PARTIAL_SUMMARY]\n")[0]
+    assert "replaces that value" not in note  # the old note: any later amendment replaces the value
+    assert '"add" at a path that holds a list appends' in note and "earlier items stay" in note
+    assert '"update" replaces the value' in note
+
+
+def test_spider_uses_the_papers_relevant_table_info_schema() -> None:
+    """Seed 002 appendix A.1: PRISM's Spider memory is `RelevantTableInfo` (a list of TableDescription)."""
+    llm = ScriptedLLM(['[OBJECTS FOR ADD]\n{"$.table_descriptions": {"add": [{"table_name": "singer", '
+                       '"table_description": "singers", "columns_observed": ["singer_id: int"], '
+                       '"relevant_statistics": ["2 rows"], "relationships": []}]}}', "Final Answer: [[2]]"])
+    out = get_method("prism-amendments").run(SPIDER, llm)
+    assert "class RelevantTableInfo" in content(llm, 0) and "relevant_statistics" in content(llm, 0)
+    assert out.memory["table_descriptions"][0]["relevant_statistics"] == ["2 rows"]

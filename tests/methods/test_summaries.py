@@ -82,3 +82,37 @@ def test_bad_settings_and_names() -> None:
         get_method("gu-json", window=3)
     with pytest.raises(MethodError, match="memory_limit"):
         get_method("gu-json", memory_limit=0)
+
+
+def test_memory_limit_is_binding_text() -> None:
+    """Seed 000 appendix F: the memory never stays above K. Compression is retried (bounded rounds);
+    a memory still over K is then trimmed deterministically, and the step records which happened."""
+    book = Sample(id="b", task="book", chunks=("Anna meets Bob.", "Bob leaves town."))
+    long = "Anna meets Bob in a small town by the sea at dawn."
+    llm = ScriptedLLM([long, "Anna meets Bob in a small town.", "Anna meets Bob in town today.",
+                       "Bob leaves.", ], tokens_per_word=1.0)
+    out = get_method("gu-text", memory_limit=5, compress_rounds=2).run(book, llm)
+    assert [s.kind for s in out.steps] == ["initial", "compress", "compress", "update"]
+    last = out.steps[2]
+    assert last.memory == "Anna meets Bob in town"  # the leading words within K = 5
+    assert any("trimmed" in f and "K=5" in f for f in last.failures)
+    assert "Memory of the story so far:\n---\nAnna meets Bob in town\n---" in prompt(llm, 3)
+    assert llm.count_tokens(out.memory) <= 5
+
+
+def test_memory_limit_is_binding_json() -> None:
+    from eval.methods.parsing import as_text
+
+    book = Sample(id="b", task="book", chunks=("Anna meets Bob.",))
+    big = {"characters": {"Anna": ["meets Bob", "sails", "fights", "wins"], "Bob": ["leaves town"]}}
+    llm = ScriptedLLM([json.dumps(big), json.dumps(big), "Anna meets Bob."], tokens_per_word=1.0)
+    out = get_method("gu-json", memory_limit=10, compress_rounds=1).run(book, llm)
+    assert [s.kind for s in out.steps] == ["initial", "compress", "final"]
+    mem = out.steps[1].memory
+    assert llm.count_tokens(as_text(mem)) <= 10 and mem == {"characters": {"Anna": ["meets Bob"]}}
+    assert any("trimmed" in f for f in out.steps[1].failures)
+    # within K after compressing: nothing trimmed, nothing recorded
+    ok = ScriptedLLM([json.dumps(big), '{"characters": {"Anna": ["meets Bob"]}}', "Anna meets Bob."],
+                     tokens_per_word=1.0)
+    out = get_method("gu-json", memory_limit=10).run(book, ok)
+    assert out.steps[1].failures == [] and out.steps[1].memory == {"characters": {"Anna": ["meets Bob"]}}
