@@ -6,8 +6,8 @@ the unit's score rows (per-turn metrics are averaged over turns), and the row re
 the mean of B, delta = mean(B − A) and a 95% paired bootstrap interval of the delta (units resampled
 with replacement, `RESAMPLES` times, fixed seed, so the same runs always give the same interval).
 Two headline numbers per (dataset, method) come from the token counts: `cost_index`, the mean per
-unit of (prompt − cached + 3 × decoded) / 10^6, and `cache_hit`, 100 × Σcached / Σprompt (a ratio of
-sums, bootstrapped the same way). The config diff lists every flattened `config_json` key (plus the
+unit of seed 002's cost index (`eval.judges.cost.cost_index`), and `radix_cache_hit`, the engine's
+100 × Σcached / Σprompt (a ratio of sums, bootstrapped the same way; named as the report names it). The config diff lists every flattened `config_json` key (plus the
 code version and model digest) whose value differs between the runs' latest manifests.
 
 `--fail-if` rules are `NAME.FIELD OP NUMBER`, parsed with a regular expression (never evaluated as
@@ -28,6 +28,7 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
+from eval.judges.cost import cost_index, usage_of
 from jobs.errors import JobsError
 from jobs.report import RunData, markdown_table
 from jobs.storage import RunStore, join_uri, open_store
@@ -143,15 +144,16 @@ def headline_rows(a: RunData, b: RunData) -> list[Row]:
     rows = []
     for (ds, method), g in m.groupby(["dataset", "method"], sort=True):
         col = {k: g[k].to_numpy(float) for k in g.columns if k.endswith(("_a", "_b"))}
-        cost = {s: (col[f"prompt_tokens_{s}"] - col[f"cached_tokens_{s}"] + 3 * col[f"decoded_tokens_{s}"]) / 1e6
-                for s in "ab"}
+        cost = {s: np.array([cost_index(usage_of(p, c, d)) for p, c, d in zip(
+                    col[f"prompt_tokens_{s}"], col[f"cached_tokens_{s}"], col[f"decoded_tokens_{s}"])])
+                for s in "ab"}  # seed 002's formula, from its one home in eval.judges.cost
         delta, lo, hi = paired_mean_delta(cost["a"], cost["b"])
         rows.append(Row(ds, method, "", "cost_index", len(g), float(cost["a"].mean()), float(cost["b"].mean()),
                         delta, lo, hi))
         ca, pa_, cb, pb = (col["cached_tokens_a"], col["prompt_tokens_a"], col["cached_tokens_b"], col["prompt_tokens_b"])
         if pa_.sum() > 0 and pb.sum() > 0:
             delta, lo, hi = paired_ratio_delta(ca, pa_, cb, pb)
-            rows.append(Row(ds, method, "", "cache_hit", len(g), float(100 * ca.sum() / pa_.sum()),
+            rows.append(Row(ds, method, "", "radix_cache_hit", len(g), float(100 * ca.sum() / pa_.sum()),
                             float(100 * cb.sum() / pb.sum()), delta, lo, hi))
     return rows
 

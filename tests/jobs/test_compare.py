@@ -63,7 +63,7 @@ def test_known_shift_is_reported_with_an_interval_excluding_zero(runs) -> None:
     assert f1.delta_lo < f1.delta < f1.delta_hi < 0
     rouge = _row(c, "rougeL")
     assert rouge.delta == 0 and rouge.delta_lo == 0 == rouge.delta_hi
-    hit = _row(c, "cache_hit")
+    hit = _row(c, "radix_cache_hit")
     assert hit.delta == pytest.approx(20.0) and hit.delta_lo > 0
     assert _row(c, "cost_index").delta == pytest.approx(-0.0002)  # 200 fewer net tokens per unit
     assert {"key": "sampling.temperature", "a": 0.0, "b": 0.7} in c.config_diff
