@@ -45,6 +45,7 @@ from engine.weights import Params, load_weights
 AttendFn = Callable[[jax.Array, jax.Array, jax.Array, Any, jax.Array], tuple[jax.Array, Any]]
 
 LAYER_KEYS = ("attn_norm", "wq", "wk", "wv", "wo", "mlp_norm", "w_gate", "w_up", "w_down")
+BIAS_KEYS = ("bq", "bk", "bv")  # present only for checkpoints with q/k/v biases (ModelConfig.attention_bias)
 
 
 def default_dtype() -> jnp.dtype:
@@ -79,7 +80,7 @@ class DecoderStack(nnx.Module):
         self.unrolled = unrolled
         self.parts: dict[str, tuple[str, ...]] = {}
         self.blocks: dict[str, tuple[str, tuple[int, int]]] = {}  # "<key>_<layer>" -> block type, shape
-        for key in LAYER_KEYS:
+        for key in LAYER_KEYS + tuple(k for k in BIAS_KEYS if k in layers):
             value = layers[key]
             if isinstance(value, list):  # one entry per layer: a BlockMatrix or a dense array
                 if not unrolled:
@@ -114,7 +115,7 @@ class DecoderStack(nnx.Module):
         return BlockMatrix(value, *meta) if meta else value
 
     def _layer(self, i: int | None) -> dict[str, Any]:
-        return {k: self._get(k, i) for k in LAYER_KEYS}
+        return {k: self._get(k, i) for k in self.parts}
 
     def params(self) -> dict[str, Any] | list[dict[str, Any]]:
         if self.unrolled:
@@ -123,7 +124,7 @@ class DecoderStack(nnx.Module):
 
     def rebind(self, layers: dict[str, Any] | list[dict[str, Any]]) -> None:
         for i, lw in (enumerate(layers) if self.unrolled else [(None, layers)]):
-            for k in LAYER_KEYS:
+            for k in self.parts:
                 for p in self.parts[k] or ("",):
                     value = lw[k][p] if p else lw[k]
                     getattr(self, _attr(k, p, i))[...] = value.raw if isinstance(value, BlockMatrix) else value
@@ -249,9 +250,12 @@ def decoder_layer(cfg: ModelConfig, lw: Params, h: jax.Array, positions: jax.Arr
     """One pre-norm block: h + attn(norm(h)), then + SwiGLU(norm(h))."""
     b, t, _ = h.shape
     x = rms_norm(h, lw["attn_norm"], cfg.rms_norm_eps)
-    q = matmul(x, lw["wq"]).reshape(b, t, cfg.num_heads, cfg.head_dim)
-    k = matmul(x, lw["wk"]).reshape(b, t, cfg.num_kv_heads, cfg.head_dim)
-    v = matmul(x, lw["wv"]).reshape(b, t, cfg.num_kv_heads, cfg.head_dim)
+    q, k, v = matmul(x, lw["wq"]), matmul(x, lw["wk"]), matmul(x, lw["wv"])
+    if cfg.attention_bias:
+        q, k, v = q + lw["bq"].astype(q.dtype), k + lw["bk"].astype(k.dtype), v + lw["bv"].astype(v.dtype)
+    q = q.reshape(b, t, cfg.num_heads, cfg.head_dim)
+    k = k.reshape(b, t, cfg.num_kv_heads, cfg.head_dim)
+    v = v.reshape(b, t, cfg.num_kv_heads, cfg.head_dim)
     q = rotary(q, positions, inv_freq)
     k = rotary(k, positions, inv_freq)
     attn, cache = attend(q, k, v, cache, layer)

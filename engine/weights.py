@@ -43,6 +43,10 @@ _GGUF_LAYER = {  # GGUF per-block tensor -> (our name, is a matrix)
     "ffn_up": ("w_up", True),
     "ffn_down": ("w_down", True),
 }
+# q/k/v biases (Qwen2): (our name, is a matrix); the key is the tensor name's per-layer suffix.
+_GGUF_BIAS = {"attn_q.bias": ("bq", False), "attn_k.bias": ("bk", False), "attn_v.bias": ("bv", False)}
+_HF_BIAS = {"self_attn.q_proj.bias": ("bq", False), "self_attn.k_proj.bias": ("bk", False),
+            "self_attn.v_proj.bias": ("bv", False)}
 _HF_LAYER = {
     "input_layernorm": ("attn_norm", False),
     "self_attn.q_proj": ("wq", True),
@@ -59,7 +63,8 @@ _HF_LAYER = {
 def layer_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
     """Per-layer shapes of the stacked tensors (without the leading layer axis); matrices [out, in]."""
     d, f, hd = cfg.hidden_size, cfg.intermediate_size, cfg.head_dim
-    return {
+    bias = {"bq": (cfg.num_heads * hd,), "bk": (cfg.num_kv_heads * hd,), "bv": (cfg.num_kv_heads * hd,)}
+    return (bias if cfg.attention_bias else {}) | {
         "attn_norm": (d,),
         "wq": (cfg.num_heads * hd, d),
         "wk": (cfg.num_kv_heads * hd, d),
@@ -188,18 +193,21 @@ def load_gguf(path: Path, dtype: Any = np.float32, packed: bool = False,
     if embed.shape != (cfg.vocab_size, cfg.hidden_size):
         raise ModelFormatError(f"{path}: token_embd has shape {embed.shape}, metadata says {(cfg.vocab_size, cfg.hidden_size)}.")
 
+    permuted = cfg.family.gguf_qk_permuted
+
     def per_layer(i: int, key: str) -> np.ndarray:
-        w = read(f"blk.{i}.{key}.weight")
-        if key == "attn_q":
+        w = read(f"blk.{i}.{key}" if key.endswith(".bias") else f"blk.{i}.{key}.weight")
+        if permuted and key.startswith("attn_q"):
             w = unpermute_qk(w, cfg.num_heads)
-        elif key == "attn_k":
+        elif permuted and key.startswith("attn_k"):
             w = unpermute_qk(w, cfg.num_kv_heads)
         return w
 
-    mapping = dict(_GGUF_LAYER)
+    biases = _GGUF_BIAS if cfg.attention_bias else {}
+    mapping = dict(_GGUF_LAYER) | biases
     packable: dict[str, str] = {}
     if blocks:
-        return cfg, _with_blocks(cfg, tensors, embed, read, per_layer, dtype, source)
+        return cfg, _with_blocks(cfg, tensors, embed, read, per_layer, dtype, source, biases)
     if packed:
         for key, (name, matrix) in _GGUF_LAYER.items():
             kinds = {tensors.get(f"blk.{i}.{key}.weight").tensor_type.name if f"blk.{i}.{key}.weight" in tensors else None
@@ -219,7 +227,7 @@ def load_gguf(path: Path, dtype: Any = np.float32, packed: bool = False,
         q = np.empty((cfg.num_layers, d_out, d_in), np.int8)
         sc = np.empty((cfg.num_layers, d_out, d_in // BLOCK), np.float32)
         off = np.empty_like(sc)
-        heads = {"attn_q": cfg.num_heads, "attn_k": cfg.num_kv_heads}.get(key)
+        heads = {"attn_q": cfg.num_heads, "attn_k": cfg.num_kv_heads}.get(key) if permuted else None
         for i in range(cfg.num_layers):
             t = tensors[f"blk.{i}.{key}.weight"]
             qi, di, mi = unpack_blocks(t.data, qname, d_out, d_in)
@@ -231,7 +239,8 @@ def load_gguf(path: Path, dtype: Any = np.float32, packed: bool = False,
 
 
 def _with_blocks(cfg: ModelConfig, tensors: dict[str, Any], embed: np.ndarray, read: Callable[[str], np.ndarray],
-                 per_layer: Callable[[int, str], np.ndarray], dtype: Any, source: str) -> Params:
+                 per_layer: Callable[[int, str], np.ndarray], dtype: Any, source: str,
+                 biases: dict[str, tuple[str, bool]]) -> Params:
     """The parameter layout with block-form matrices where the file has them (see load_gguf)."""
     shapes = layer_shapes(cfg)
 
@@ -251,8 +260,8 @@ def _with_blocks(cfg: ModelConfig, tensors: dict[str, Any], embed: np.ndarray, r
     matrices = {key: name for key, (name, matrix) in _GGUF_LAYER.items() if matrix}
     params = _assemble(cfg, dtype, embed, read("output_norm.weight"),
                        None if cfg.tie_word_embeddings else read("output.weight"), per_layer,
-                       {k: v for k, v in _GGUF_LAYER.items() if k not in matrices}, source)
-    heads = {"attn_q": cfg.num_heads, "attn_k": cfg.num_kv_heads}
+                       {k: v for k, v in _GGUF_LAYER.items() if k not in matrices} | biases, source)
+    heads = {"attn_q": cfg.num_heads, "attn_k": cfg.num_kv_heads} if cfg.family.gguf_qk_permuted else {}
     for key, name in matrices.items():
         d_out, d_in = shapes[name]
         per: list[Any] = []
@@ -367,8 +376,10 @@ def load_hf_dir(path: Path, dtype: Any = np.float32) -> tuple[ModelConfig, Param
         head = None
         if not cfg.tie_word_embeddings:
             head = read("lm_head.weight")
+        mapping = _HF_LAYER | (_HF_BIAS if cfg.attention_bias else {})
         params = _assemble(cfg, dtype, read("model.embed_tokens.weight"), read("model.norm.weight"), head,
-                           lambda i, key: read(f"model.layers.{i}.{key}.weight"), _HF_LAYER, str(path))
+                           lambda i, key: read(f"model.layers.{i}.{key}" + ("" if key.endswith(".bias") else ".weight")),
+                           mapping, str(path))
     finally:
         opened.clear()
     return cfg, params
