@@ -382,7 +382,8 @@ def load_model(path: str | Path | None = None, dtype: Any = None, mesh: Any = No
                blocks: bool | None = None) -> LoadedModel:
     """Load weights (GGUF file or Hugging Face directory), build the module, and the tokenizer.
 
-    `path=None` loads the bundled SmolLM2-135M-Instruct GGUF. `packed` keeps Q4_0/Q4_1/Q8_0 layer
+    `path=None` loads the bundled SmolLM2-135M-Instruct GGUF; a short name (`qwen2.5-coder-0.5b`, see
+    engine.assets.MODELS) loads that packaged model. `packed` keeps Q4_0/Q4_1/Q8_0 layer
     matrices in their block form (int8 codes + f32 block scales), de-quantised inside each step to the
     same values (a quarter of the weight bytes; measured on CPU it speeds up batch-1 decoding a
     little and slows large batches, so it is off by default). `unroll` (default on CPU) keeps one set
@@ -393,11 +394,11 @@ def load_model(path: str | Path | None = None, dtype: Any = None, mesh: Any = No
     the CPU kernel at small batch: 0.56-1.06 bytes per weight read instead of 4, the same weights.
     Default (None): on whenever it applies (see `blocks_apply`).
     """
-    from engine.assets import default_model_path, enable_compile_cache
+    from engine.assets import enable_compile_cache, resolve_model
     from engine.tokenizer import load_tokenizer as _load_tok
 
     enable_compile_cache()
-    path = Path(path) if path is not None else default_model_path()
+    path = resolve_model(path)
     dtype = jnp.dtype(dtype if dtype is not None else default_dtype())
     np_dtype = np.float32 if dtype == jnp.float32 else dtype  # numpy understands jnp.bfloat16 via ml_dtypes
     unroll = default_unroll() if unroll is None else bool(unroll)

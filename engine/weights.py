@@ -331,8 +331,11 @@ def _hf_dir(path: Path) -> tuple[ModelConfig, list[Path]]:
 def check_weights(path: Path) -> None:
     """Cheap checks of a model path before anything loads it (a driver runs them before starting
     actors): it exists, a file is a readable GGUF with an embedding tensor, a directory holds a
-    Llama config and safetensors. Raises the same named errors the loaders raise."""
-    path = Path(path).expanduser()
+    Llama config and safetensors. Raises the same named errors the loaders raise. A short model
+    name (engine.assets.MODELS) is resolved first, joining its parts on first use."""
+    from engine.assets import resolve_model
+
+    path = resolve_model(path)
     if not path.exists():
         raise ModelNotFoundError(f"model path {path} does not exist; give a .gguf file or a Hugging Face model directory.")
     if path.is_dir():
@@ -388,8 +391,10 @@ def load_hf_dir(path: Path, dtype: Any = np.float32) -> tuple[ModelConfig, Param
 def load_weights(path: Path, dtype: Any = np.float32, packed: bool = False,
                  blocks: bool = False) -> tuple[ModelConfig, Params]:
     """Dispatch on the path: a `.gguf` file (optionally packed or in block form, see load_gguf) or a
-    Hugging Face directory (always dense)."""
-    path = Path(path).expanduser()
+    Hugging Face directory (always dense); or a short model name (engine.assets.MODELS)."""
+    from engine.assets import resolve_model
+
+    path = resolve_model(path)
     if not path.exists():
         raise ModelNotFoundError(f"model path {path} does not exist; give a .gguf file or a Hugging Face model directory.")
     if path.is_dir():
