@@ -19,6 +19,7 @@ rotary kernel; they are permuted back here so one rotate-half RoPE serves both s
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Any, Callable
 
@@ -29,6 +30,7 @@ from engine.config import ModelConfig, config_from_gguf, config_from_hf
 from engine.errors import ModelFormatError, ModelNotFoundError
 
 Params = dict[str, Any]
+log = logging.getLogger(__name__)
 
 SUPPORTED_QUANTS = ("F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")
 
@@ -148,7 +150,7 @@ def load_gguf(path: Path, dtype: Any = np.float32, packed: bool = False,
               blocks: bool = False) -> tuple[ModelConfig, Params]:
     """De-quantise a Llama GGUF into the parameter layout above, cast to `dtype`.
 
-    `blocks=True` keeps every Q4_0/Q4_1/Q8_0 matrix (layer matrices, embedding, untied head) as its
+    `blocks=True` keeps every Q4_0/Q4_1/Q5_0/Q8_0 matrix (layer matrices, embedding, untied head) as its
     raw GGUF bytes, an `engine.blocks.BlockMatrix`; a layer matrix then becomes a list with one entry
     per layer (block types may differ between layers), each a BlockMatrix or a dense array.
 
@@ -243,11 +245,13 @@ def _with_blocks(cfg: ModelConfig, tensors: dict[str, Any], embed: np.ndarray, r
                  biases: dict[str, tuple[str, bool]]) -> Params:
     """The parameter layout with block-form matrices where the file has them (see load_gguf)."""
     shapes = layer_shapes(cfg)
+    dense: dict[str, int] = {}  # block types kept dense (no kernel form) -> matrices
 
     def blocked(name: str, rows: int, cols: int, permute_heads: int | None = None) -> Any:
         t = tensors[name]
         qtype = t.tensor_type.name
         if qtype not in BLOCK_BYTES or cols % BLOCK:
+            dense[qtype] = dense.get(qtype, 0) + 1
             return None
         if int(np.asarray(t.data).size) != rows * (cols // BLOCK) * BLOCK_BYTES[qtype]:
             raise ModelFormatError(f"tensor {name} in {source} has {np.asarray(t.data).size} bytes, expected "
@@ -285,6 +289,9 @@ def _with_blocks(cfg: ModelConfig, tensors: dict[str, Any], embed: np.ndarray, r
         head = blocked("output.weight", vocab, hidden)
         if head is not None:
             params["lm_head"] = head
+    if dense:  # said, not silent: these matrices read 4 bytes per weight at decode
+        log.info("%s: %s matrices have no CPU-kernel block form; de-quantised to dense f32 (exact)", source,
+                 ", ".join(f"{n} {q}" for q, n in sorted(dense.items())))
     return params
 
 
