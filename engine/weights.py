@@ -1,4 +1,4 @@
-"""Read Llama-family weights from a GGUF file or a Hugging Face directory into one parameter layout.
+"""Read Llama/Qwen2 weights from a GGUF file or a Hugging Face directory into one parameter layout.
 
 The layout (numpy arrays; matrices output-major [out, in], as GGUF and Hugging Face store them, so
 loading never transposes and `engine.model.matmul` computes x @ w.T; on XLA:CPU this orientation
@@ -11,10 +11,12 @@ also ran batch-32 layer matmuls 18% faster than input-major):
       attn_norm (L, hidden)      wq (L, heads*hd, hidden)   wk, wv (L, kv_heads*hd, hidden)
       wo        (L, hidden, heads*hd)    mlp_norm (L, hidden)
       w_gate, w_up (L, ffn, hidden)      w_down (L, hidden, ffn)
+      bq (L, heads*hd)   bk, bv (L, kv_heads*hd)   only with q/k/v biases (Qwen2: ModelConfig.attention_bias)
 
 GGUF de-quantisation uses the `gguf` package's reference numpy kernels (Q4_0/Q4_1/Q8_0/Q4_K/Q6_K/
-F16/F32 and the rest it implements). llama.cpp stores Q and K rows permuted for its interleaved
-rotary kernel; they are permuted back here so one rotate-half RoPE serves both sources.
+F16/F32 and the rest it implements). llama.cpp stores a Llama's Q and K rows permuted for its
+interleaved rotary kernel; they are permuted back here so one rotate-half RoPE serves both sources
+(Qwen2 GGUFs are not permuted: llama.cpp runs them with NEOX rotary, `Family.gguf_qk_permuted`).
 """
 from __future__ import annotations
 
