@@ -86,14 +86,14 @@ QUANTS = {"attn_q": "Q5_0", "attn_k": "Q8_0", "attn_v": "Q5_0", "attn_output": "
 
 def _kquant_bytes(rng: np.random.Generator, qtype: str, rows: int, cols: int) -> np.ndarray:
     """Valid k-quant bytes (gguf cannot quantise to them): random codes and sub-block scales, small f16
-    super-block scales. Q4_K: d, dmin at bytes 0-3 of 144; Q6_K: d at bytes 208-209 of 210."""
+    super-block scales. Q4_K/Q5_K: d, dmin at bytes 0-3 of 144/176; Q6_K: d at bytes 208-209 of 210."""
     import gguf
 
     block, size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[qtype]]
     nb = cols // block
     raw = rng.integers(0, 256, size=(rows, nb, size), dtype=np.uint8)
     scale = (np.abs(rng.standard_normal((rows, nb, 2))) * 1e-3 + 1e-4).astype(np.float16).view(np.uint8)
-    if qtype == "Q4_K":
+    if qtype in ("Q4_K", "Q5_K"):
         raw[..., 0:4] = scale.reshape(rows, nb, 4)
     else:
         raw[..., 208:210] = scale[..., 0:2]
@@ -156,19 +156,21 @@ def _write_qwen2_gguf(model, path: Path, down: str) -> Path:
     return path
 
 
-@pytest.fixture(scope="module")
-def tiny_qwen2_gguf(tiny_qwen2, tmp_path_factory):
+@pytest.fixture(scope="module", params=["Q6_K", "Q5_K"])
+def tiny_qwen2_gguf(tiny_qwen2, tmp_path_factory, request):
+    """Layer 0's ffn_down is Q4_K, layer 1's the parameter (Q6_K as in Q4_K_M files, or Q5_K)."""
     from transformers import Qwen2ForCausalLM
 
     model, hf_path = tiny_qwen2
     copy = Qwen2ForCausalLM.from_pretrained(hf_path).eval()
-    path = _write_qwen2_gguf(copy, tmp_path_factory.mktemp("tiny_qwen2_gguf") / "tiny-q4km.gguf", down="Q6_K")
-    return copy, path
+    path = _write_qwen2_gguf(copy, tmp_path_factory.mktemp("tiny_qwen2_gguf") / f"tiny-{request.param}.gguf",
+                             down=request.param)
+    return copy, path, request.param
 
 
 def test_gguf_kquants_are_exact_against_gguf_dequantiser(tiny_qwen2_gguf):
-    """Q4_K, Q6_K, Q5_0 and Q8_0 tensors load to exactly `gguf`'s de-quantised values (Q/K not permuted)."""
-    model, path = tiny_qwen2_gguf
+    """Q4_K, Q5_K, Q6_K, Q5_0 and Q8_0 tensors load to exactly `gguf`'s de-quantised values (Q/K not permuted)."""
+    model, path, _ = tiny_qwen2_gguf
     cfg, params = load_weights(path)
     assert cfg.architecture == "qwen2" and not cfg.family.gguf_qk_permuted
     layers = model.model.layers
@@ -186,7 +188,7 @@ def test_gguf_qwen2_matches_transformers_in_block_form_and_dense(tiny_qwen2_gguf
 
     from engine import kernels
 
-    model, path = tiny_qwen2_gguf
+    model, path, down = tiny_qwen2_gguf
     ref = _torch_logits(model)
     dense = load_model(path, load_tokenizer=False, blocks=False)
     assert np.abs(_logits(dense) - ref).max() < 1e-4
@@ -195,7 +197,7 @@ def test_gguf_qwen2_matches_transformers_in_block_form_and_dense(tiny_qwen2_gguf
             blocked = load_model(path, load_tokenizer=False)
         assert type(blocked.params["layers"][0]["wq"]).__name__ == "BlockMatrix"
         assert blocked.params["layers"][0]["wq"].qtype == "Q5_0"
-        assert "1 Q4_K, 1 Q6_K matrices have no CPU-kernel block form" in caplog.text
+        assert f"1 Q4_K, 1 {down} matrices have no CPU-kernel block form" in caplog.text
         assert np.abs(_logits(blocked) - ref).max() < 1e-4
         assert _greedy(blocked, 16) == _greedy(dense, 16)
     assert _greedy(dense, 16) == _torch_greedy(model, 16)
