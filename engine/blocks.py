@@ -1,7 +1,9 @@
-"""Weight matrices kept in their GGUF block form (Q4_0, Q4_1, Q8_0) and multiplied without an f32 copy.
+"""Weight matrices kept in their GGUF block form (Q4_0, Q4_1, Q5_0, Q8_0) and multiplied without an f32 copy.
 
 A `BlockMatrix` is the raw GGUF bytes of an output-major matrix [out, in]: each row is in/32 blocks
-of 32 weights with an f16 scale (and, for Q4_1, an f16 offset). It is a pytree whose only leaf is the
+of 32 weights with an f16 scale (and, for Q4_1, an f16 offset; for Q5_0, 32 fifth bits). The
+k-quants (Q4_K, Q6_K: 256-weight super-blocks) have no block form here; the loader de-quantises
+them to dense f32 and logs which tensors it did. It is a pytree whose only leaf is the
 uint8 array, so it rides through jit like any parameter.
 
 `block_matmul(x, w)` picks, per call shape:
@@ -21,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 
 BLOCK = 32  # weights per GGUF block (Q4_0, Q4_1, Q8_0)
-BLOCK_BYTES = {"Q4_0": 18, "Q4_1": 20, "Q8_0": 34}
+BLOCK_BYTES = {"Q4_0": 18, "Q4_1": 20, "Q5_0": 22, "Q8_0": 34}
 KERNEL_MAX_ROWS = 64  # above this many rows the in-graph de-quantisation + XLA dot is faster (docs/engine-model.md)
 
 
@@ -63,6 +65,13 @@ def dequantize(raw: jax.Array, qtype: str, cols: int) -> jax.Array:
     if qtype == "Q8_0":
         q = jax.lax.bitcast_convert_type(blocks[..., 2:], jnp.int8).astype(jnp.float32)
         w = d * q
+    elif qtype == "Q5_0":
+        qh = blocks[..., 2:6].astype(jnp.uint32)
+        word = qh[..., 0] | (qh[..., 1] << 8) | (qh[..., 2] << 16) | (qh[..., 3] << 24)
+        fifth = (word[..., None] >> jnp.arange(32, dtype=jnp.uint32)) & 1
+        qs = blocks[..., 6:]
+        low = jnp.concatenate([qs & 0x0F, qs >> 4], axis=-1).astype(jnp.uint32)
+        w = d * ((low | (fifth << 4)).astype(jnp.float32) - 16.0)
     else:
         qs = blocks[..., 4:] if qtype == "Q4_1" else blocks[..., 2:]
         q = jnp.concatenate([qs & 0x0F, qs >> 4], axis=-1).astype(jnp.float32)

@@ -1,4 +1,4 @@
-"""Hyper-parameters of a Llama-family decoder, read from a checkpoint's own metadata.
+"""Hyper-parameters of a decoder (Llama, Qwen2), read from a checkpoint's own metadata.
 
 Nothing here is specific to one model: the GGUF key-value metadata and a Hugging Face
 `config.json` are both translated into the same frozen `ModelConfig`, which is hashable so it
@@ -14,8 +14,25 @@ import numpy as np
 
 from engine.errors import ModelFormatError
 
-SUPPORTED_GGUF_ARCHITECTURES = ("llama",)
-SUPPORTED_HF_ARCHITECTURES = ("LlamaForCausalLM",)
+# Architecture name (GGUF `general.architecture`) -> Hugging Face class; both spell one decoder here.
+# Their differences are ModelConfig fields (see FAMILIES), not separate model code.
+SUPPORTED_GGUF_ARCHITECTURES = ("llama", "qwen2")
+SUPPORTED_HF_ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM")
+_HF_TO_ARCH = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Family:
+    """What sets one architecture apart from Llama, as data the shared decoder reads."""
+
+    attention_bias: bool  # q/k/v projections carry biases (Qwen2)
+    gguf_qk_permuted: bool  # llama.cpp's converter permuted Q/K rows for its interleaved rotary (Llama only)
+
+
+FAMILIES = {
+    "llama": Family(attention_bias=False, gguf_qk_permuted=True),
+    "qwen2": Family(attention_bias=True, gguf_qk_permuted=False),
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,6 +61,8 @@ class ModelConfig:
     rope_scaling: RopeScaling | None = None
     # Per-frequency divisors stored by llama.cpp as the `rope_freqs.weight` tensor (Llama-3.1 GGUFs).
     rope_freq_factors: tuple[float, ...] | None = None
+    architecture: str = "llama"  # a key of FAMILIES
+    attention_bias: bool = False
 
     def __post_init__(self) -> None:
         if self.num_heads % self.num_kv_heads:
@@ -53,6 +72,10 @@ class ModelConfig:
             )
         if self.head_dim % 2:
             raise ModelFormatError(f"head dimension {self.head_dim} is odd; rotary embeddings need an even one.")
+
+    @property
+    def family(self) -> Family:
+        return FAMILIES[self.architecture]
 
     @property
     def group_size(self) -> int:
@@ -95,8 +118,9 @@ def config_from_gguf(meta: Mapping[str, Any], vocab_size: int, has_output_tensor
     if arch not in SUPPORTED_GGUF_ARCHITECTURES:
         raise ModelFormatError(
             f"{source} holds a {arch!r} model; memloop's engine runs {', '.join(SUPPORTED_GGUF_ARCHITECTURES)} "
-            "(Llama-family) models. Convert or choose a Llama-family checkpoint."
+            "models. Choose a checkpoint of one of these architectures."
         )
+    family = FAMILIES[arch]
     p = f"{arch}."
     hidden = int(_require(meta, p + "embedding_length", source))
     heads = int(_require(meta, p + "attention.head_count", source))
@@ -119,17 +143,26 @@ def config_from_gguf(meta: Mapping[str, Any], vocab_size: int, has_output_tensor
         max_position_embeddings=int(meta.get(p + "context_length", 2048)),
         rope_scaling=scaling,
         rope_freq_factors=rope_freq_factors,
+        architecture=arch,
+        attention_bias=family.attention_bias,
     )
 
 
 def config_from_hf(cfg: Mapping[str, Any], source: str) -> ModelConfig:
     """Translate a Hugging Face `config.json` dictionary into a ModelConfig."""
     archs = cfg.get("architectures") or [cfg.get("model_type", "?")]
-    if not any(a in SUPPORTED_HF_ARCHITECTURES for a in archs) and cfg.get("model_type") != "llama":
+    arch = next((_HF_TO_ARCH[a] for a in archs if a in _HF_TO_ARCH), None)
+    if arch is None and cfg.get("model_type") in FAMILIES:
+        arch = cfg["model_type"]
+    if arch is None:
         raise ModelFormatError(
-            f"{source} describes a {archs[0]!r} model; memloop's engine runs Llama-family models "
-            f"({', '.join(SUPPORTED_HF_ARCHITECTURES)})."
+            f"{source} describes a {archs[0]!r} model; memloop's engine runs "
+            f"{', '.join(SUPPORTED_HF_ARCHITECTURES)} checkpoints."
         )
+    family = FAMILIES[arch]
+    if cfg.get("use_sliding_window"):
+        raise ModelFormatError(f"{source} enables sliding-window attention, which memloop's engine does not run; "
+                               "set use_sliding_window to false only if the model was trained without it.")
     hidden = int(_require(cfg, "hidden_size", source))
     heads = int(_require(cfg, "num_attention_heads", source))
     rope = cfg.get("rope_scaling") or cfg.get("rope_parameters") or None
@@ -157,4 +190,7 @@ def config_from_hf(cfg: Mapping[str, Any], source: str) -> ModelConfig:
         tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
         max_position_embeddings=int(cfg.get("max_position_embeddings", 2048)),
         rope_scaling=scaling,
+        architecture=arch,
+        # Llama's config.json may also set attention_bias; Qwen2 always has q/k/v biases.
+        attention_bias=bool(cfg.get("attention_bias", family.attention_bias)),
     )

@@ -67,6 +67,8 @@ def param_specs(cfg: ModelConfig, mesh: Mesh, has_lm_head: bool) -> dict[str, An
             "w_down": P(None, None, f),
         },
     }
+    if cfg.attention_bias:  # [L, out], split like the rows of their matrices
+        specs["layers"].update({"bq": P(None, q), "bk": P(None, kv), "bv": P(None, kv)})
     if has_lm_head:
         specs["lm_head"] = P(v, None)
     return specs

@@ -45,6 +45,7 @@ from engine.weights import Params, load_weights
 AttendFn = Callable[[jax.Array, jax.Array, jax.Array, Any, jax.Array], tuple[jax.Array, Any]]
 
 LAYER_KEYS = ("attn_norm", "wq", "wk", "wv", "wo", "mlp_norm", "w_gate", "w_up", "w_down")
+BIAS_KEYS = ("bq", "bk", "bv")  # present only for checkpoints with q/k/v biases (ModelConfig.attention_bias)
 
 
 def default_dtype() -> jnp.dtype:
@@ -79,7 +80,7 @@ class DecoderStack(nnx.Module):
         self.unrolled = unrolled
         self.parts: dict[str, tuple[str, ...]] = {}
         self.blocks: dict[str, tuple[str, tuple[int, int]]] = {}  # "<key>_<layer>" -> block type, shape
-        for key in LAYER_KEYS:
+        for key in LAYER_KEYS + tuple(k for k in BIAS_KEYS if k in layers):
             value = layers[key]
             if isinstance(value, list):  # one entry per layer: a BlockMatrix or a dense array
                 if not unrolled:
@@ -114,7 +115,7 @@ class DecoderStack(nnx.Module):
         return BlockMatrix(value, *meta) if meta else value
 
     def _layer(self, i: int | None) -> dict[str, Any]:
-        return {k: self._get(k, i) for k in LAYER_KEYS}
+        return {k: self._get(k, i) for k in self.parts}
 
     def params(self) -> dict[str, Any] | list[dict[str, Any]]:
         if self.unrolled:
@@ -123,7 +124,7 @@ class DecoderStack(nnx.Module):
 
     def rebind(self, layers: dict[str, Any] | list[dict[str, Any]]) -> None:
         for i, lw in (enumerate(layers) if self.unrolled else [(None, layers)]):
-            for k in LAYER_KEYS:
+            for k in self.parts:
                 for p in self.parts[k] or ("",):
                     value = lw[k][p] if p else lw[k]
                     getattr(self, _attr(k, p, i))[...] = value.raw if isinstance(value, BlockMatrix) else value
@@ -249,9 +250,12 @@ def decoder_layer(cfg: ModelConfig, lw: Params, h: jax.Array, positions: jax.Arr
     """One pre-norm block: h + attn(norm(h)), then + SwiGLU(norm(h))."""
     b, t, _ = h.shape
     x = rms_norm(h, lw["attn_norm"], cfg.rms_norm_eps)
-    q = matmul(x, lw["wq"]).reshape(b, t, cfg.num_heads, cfg.head_dim)
-    k = matmul(x, lw["wk"]).reshape(b, t, cfg.num_kv_heads, cfg.head_dim)
-    v = matmul(x, lw["wv"]).reshape(b, t, cfg.num_kv_heads, cfg.head_dim)
+    q, k, v = matmul(x, lw["wq"]), matmul(x, lw["wk"]), matmul(x, lw["wv"])
+    if cfg.attention_bias:
+        q, k, v = q + lw["bq"].astype(q.dtype), k + lw["bk"].astype(k.dtype), v + lw["bv"].astype(v.dtype)
+    q = q.reshape(b, t, cfg.num_heads, cfg.head_dim)
+    k = k.reshape(b, t, cfg.num_kv_heads, cfg.head_dim)
+    v = v.reshape(b, t, cfg.num_kv_heads, cfg.head_dim)
     q = rotary(q, positions, inv_freq)
     k = rotary(k, positions, inv_freq)
     attn, cache = attend(q, k, v, cache, layer)
@@ -378,7 +382,8 @@ def load_model(path: str | Path | None = None, dtype: Any = None, mesh: Any = No
                blocks: bool | None = None) -> LoadedModel:
     """Load weights (GGUF file or Hugging Face directory), build the module, and the tokenizer.
 
-    `path=None` loads the bundled SmolLM2-135M-Instruct GGUF. `packed` keeps Q4_0/Q4_1/Q8_0 layer
+    `path=None` loads the bundled SmolLM2-135M-Instruct GGUF; a short name (`qwen2.5-coder-0.5b`, see
+    engine.assets.MODELS) loads that packaged model. `packed` keeps Q4_0/Q4_1/Q8_0 layer
     matrices in their block form (int8 codes + f32 block scales), de-quantised inside each step to the
     same values (a quarter of the weight bytes; measured on CPU it speeds up batch-1 decoding a
     little and slows large batches, so it is off by default). `unroll` (default on CPU) keeps one set
@@ -389,11 +394,11 @@ def load_model(path: str | Path | None = None, dtype: Any = None, mesh: Any = No
     the CPU kernel at small batch: 0.56-1.06 bytes per weight read instead of 4, the same weights.
     Default (None): on whenever it applies (see `blocks_apply`).
     """
-    from engine.assets import default_model_path, enable_compile_cache
+    from engine.assets import enable_compile_cache, resolve_model
     from engine.tokenizer import load_tokenizer as _load_tok
 
     enable_compile_cache()
-    path = Path(path) if path is not None else default_model_path()
+    path = resolve_model(path)
     dtype = jnp.dtype(dtype if dtype is not None else default_dtype())
     np_dtype = np.float32 if dtype == jnp.float32 else dtype  # numpy understands jnp.bfloat16 via ml_dtypes
     unroll = default_unroll() if unroll is None else bool(unroll)

@@ -96,10 +96,12 @@ def _from_gguf(path: Path) -> Any:
 
 
 def load_tokenizer(path: str | Path) -> Tokenizer:
-    """Tokenizer for a GGUF file or a Hugging Face directory."""
+    """Tokenizer for a GGUF file, a Hugging Face directory or a short model name (engine.assets.MODELS)."""
     from transformers import AutoTokenizer
 
-    path = Path(path)
+    from engine.assets import resolve_model
+
+    path = resolve_model(path)
     if not path.exists():
         raise ModelNotFoundError(f"{path} does not exist; cannot load its tokenizer.")
     if path.is_dir():

@@ -1,4 +1,4 @@
-"""Read Llama-family weights from a GGUF file or a Hugging Face directory into one parameter layout.
+"""Read Llama/Qwen2 weights from a GGUF file or a Hugging Face directory into one parameter layout.
 
 The layout (numpy arrays; matrices output-major [out, in], as GGUF and Hugging Face store them, so
 loading never transposes and `engine.model.matmul` computes x @ w.T; on XLA:CPU this orientation
@@ -11,14 +11,17 @@ also ran batch-32 layer matmuls 18% faster than input-major):
       attn_norm (L, hidden)      wq (L, heads*hd, hidden)   wk, wv (L, kv_heads*hd, hidden)
       wo        (L, hidden, heads*hd)    mlp_norm (L, hidden)
       w_gate, w_up (L, ffn, hidden)      w_down (L, hidden, ffn)
+      bq (L, heads*hd)   bk, bv (L, kv_heads*hd)   only with q/k/v biases (Qwen2: ModelConfig.attention_bias)
 
 GGUF de-quantisation uses the `gguf` package's reference numpy kernels (Q4_0/Q4_1/Q8_0/Q4_K/Q6_K/
-F16/F32 and the rest it implements). llama.cpp stores Q and K rows permuted for its interleaved
-rotary kernel; they are permuted back here so one rotate-half RoPE serves both sources.
+F16/F32 and the rest it implements). llama.cpp stores a Llama's Q and K rows permuted for its
+interleaved rotary kernel; they are permuted back here so one rotate-half RoPE serves both sources
+(Qwen2 GGUFs are not permuted: llama.cpp runs them with NEOX rotary, `Family.gguf_qk_permuted`).
 """
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Any, Callable
 
@@ -29,6 +32,7 @@ from engine.config import ModelConfig, config_from_gguf, config_from_hf
 from engine.errors import ModelFormatError, ModelNotFoundError
 
 Params = dict[str, Any]
+log = logging.getLogger(__name__)
 
 SUPPORTED_QUANTS = ("F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")
 
@@ -43,6 +47,10 @@ _GGUF_LAYER = {  # GGUF per-block tensor -> (our name, is a matrix)
     "ffn_up": ("w_up", True),
     "ffn_down": ("w_down", True),
 }
+# q/k/v biases (Qwen2): (our name, is a matrix); the key is the tensor name's per-layer suffix.
+_GGUF_BIAS = {"attn_q.bias": ("bq", False), "attn_k.bias": ("bk", False), "attn_v.bias": ("bv", False)}
+_HF_BIAS = {"self_attn.q_proj.bias": ("bq", False), "self_attn.k_proj.bias": ("bk", False),
+            "self_attn.v_proj.bias": ("bv", False)}
 _HF_LAYER = {
     "input_layernorm": ("attn_norm", False),
     "self_attn.q_proj": ("wq", True),
@@ -59,7 +67,8 @@ _HF_LAYER = {
 def layer_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
     """Per-layer shapes of the stacked tensors (without the leading layer axis); matrices [out, in]."""
     d, f, hd = cfg.hidden_size, cfg.intermediate_size, cfg.head_dim
-    return {
+    bias = {"bq": (cfg.num_heads * hd,), "bk": (cfg.num_kv_heads * hd,), "bv": (cfg.num_kv_heads * hd,)}
+    return (bias if cfg.attention_bias else {}) | {
         "attn_norm": (d,),
         "wq": (cfg.num_heads * hd, d),
         "wk": (cfg.num_kv_heads * hd, d),
@@ -143,7 +152,7 @@ def load_gguf(path: Path, dtype: Any = np.float32, packed: bool = False,
               blocks: bool = False) -> tuple[ModelConfig, Params]:
     """De-quantise a Llama GGUF into the parameter layout above, cast to `dtype`.
 
-    `blocks=True` keeps every Q4_0/Q4_1/Q8_0 matrix (layer matrices, embedding, untied head) as its
+    `blocks=True` keeps every Q4_0/Q4_1/Q5_0/Q8_0 matrix (layer matrices, embedding, untied head) as its
     raw GGUF bytes, an `engine.blocks.BlockMatrix`; a layer matrix then becomes a list with one entry
     per layer (block types may differ between layers), each a BlockMatrix or a dense array.
 
@@ -188,18 +197,21 @@ def load_gguf(path: Path, dtype: Any = np.float32, packed: bool = False,
     if embed.shape != (cfg.vocab_size, cfg.hidden_size):
         raise ModelFormatError(f"{path}: token_embd has shape {embed.shape}, metadata says {(cfg.vocab_size, cfg.hidden_size)}.")
 
+    permuted = cfg.family.gguf_qk_permuted
+
     def per_layer(i: int, key: str) -> np.ndarray:
-        w = read(f"blk.{i}.{key}.weight")
-        if key == "attn_q":
+        w = read(f"blk.{i}.{key}" if key.endswith(".bias") else f"blk.{i}.{key}.weight")
+        if permuted and key.startswith("attn_q"):
             w = unpermute_qk(w, cfg.num_heads)
-        elif key == "attn_k":
+        elif permuted and key.startswith("attn_k"):
             w = unpermute_qk(w, cfg.num_kv_heads)
         return w
 
-    mapping = dict(_GGUF_LAYER)
+    biases = _GGUF_BIAS if cfg.attention_bias else {}
+    mapping = dict(_GGUF_LAYER) | biases
     packable: dict[str, str] = {}
     if blocks:
-        return cfg, _with_blocks(cfg, tensors, embed, read, per_layer, dtype, source)
+        return cfg, _with_blocks(cfg, tensors, embed, read, per_layer, dtype, source, biases)
     if packed:
         for key, (name, matrix) in _GGUF_LAYER.items():
             kinds = {tensors.get(f"blk.{i}.{key}.weight").tensor_type.name if f"blk.{i}.{key}.weight" in tensors else None
@@ -219,7 +231,7 @@ def load_gguf(path: Path, dtype: Any = np.float32, packed: bool = False,
         q = np.empty((cfg.num_layers, d_out, d_in), np.int8)
         sc = np.empty((cfg.num_layers, d_out, d_in // BLOCK), np.float32)
         off = np.empty_like(sc)
-        heads = {"attn_q": cfg.num_heads, "attn_k": cfg.num_kv_heads}.get(key)
+        heads = {"attn_q": cfg.num_heads, "attn_k": cfg.num_kv_heads}.get(key) if permuted else None
         for i in range(cfg.num_layers):
             t = tensors[f"blk.{i}.{key}.weight"]
             qi, di, mi = unpack_blocks(t.data, qname, d_out, d_in)
@@ -231,14 +243,17 @@ def load_gguf(path: Path, dtype: Any = np.float32, packed: bool = False,
 
 
 def _with_blocks(cfg: ModelConfig, tensors: dict[str, Any], embed: np.ndarray, read: Callable[[str], np.ndarray],
-                 per_layer: Callable[[int, str], np.ndarray], dtype: Any, source: str) -> Params:
+                 per_layer: Callable[[int, str], np.ndarray], dtype: Any, source: str,
+                 biases: dict[str, tuple[str, bool]]) -> Params:
     """The parameter layout with block-form matrices where the file has them (see load_gguf)."""
     shapes = layer_shapes(cfg)
+    dense: dict[str, int] = {}  # block types kept dense (no kernel form) -> matrices
 
     def blocked(name: str, rows: int, cols: int, permute_heads: int | None = None) -> Any:
         t = tensors[name]
         qtype = t.tensor_type.name
         if qtype not in BLOCK_BYTES or cols % BLOCK:
+            dense[qtype] = dense.get(qtype, 0) + 1
             return None
         if int(np.asarray(t.data).size) != rows * (cols // BLOCK) * BLOCK_BYTES[qtype]:
             raise ModelFormatError(f"tensor {name} in {source} has {np.asarray(t.data).size} bytes, expected "
@@ -251,8 +266,8 @@ def _with_blocks(cfg: ModelConfig, tensors: dict[str, Any], embed: np.ndarray, r
     matrices = {key: name for key, (name, matrix) in _GGUF_LAYER.items() if matrix}
     params = _assemble(cfg, dtype, embed, read("output_norm.weight"),
                        None if cfg.tie_word_embeddings else read("output.weight"), per_layer,
-                       {k: v for k, v in _GGUF_LAYER.items() if k not in matrices}, source)
-    heads = {"attn_q": cfg.num_heads, "attn_k": cfg.num_kv_heads}
+                       {k: v for k, v in _GGUF_LAYER.items() if k not in matrices} | biases, source)
+    heads = {"attn_q": cfg.num_heads, "attn_k": cfg.num_kv_heads} if cfg.family.gguf_qk_permuted else {}
     for key, name in matrices.items():
         d_out, d_in = shapes[name]
         per: list[Any] = []
@@ -276,6 +291,9 @@ def _with_blocks(cfg: ModelConfig, tensors: dict[str, Any], embed: np.ndarray, r
         head = blocked("output.weight", vocab, hidden)
         if head is not None:
             params["lm_head"] = head
+    if dense:  # said, not silent: these matrices read 4 bytes per weight at decode
+        log.info("%s: %s matrices have no CPU-kernel block form; de-quantised to dense f32 (exact)", source,
+                 ", ".join(f"{n} {q}" for q, n in sorted(dense.items())))
     return params
 
 
@@ -322,8 +340,11 @@ def _hf_dir(path: Path) -> tuple[ModelConfig, list[Path]]:
 def check_weights(path: Path) -> None:
     """Cheap checks of a model path before anything loads it (a driver runs them before starting
     actors): it exists, a file is a readable GGUF with an embedding tensor, a directory holds a
-    Llama config and safetensors. Raises the same named errors the loaders raise."""
-    path = Path(path).expanduser()
+    Llama config and safetensors. Raises the same named errors the loaders raise. A short model
+    name (engine.assets.MODELS) is resolved first, joining its parts on first use."""
+    from engine.assets import resolve_model
+
+    path = resolve_model(path)
     if not path.exists():
         raise ModelNotFoundError(f"model path {path} does not exist; give a .gguf file or a Hugging Face model directory.")
     if path.is_dir():
@@ -367,8 +388,10 @@ def load_hf_dir(path: Path, dtype: Any = np.float32) -> tuple[ModelConfig, Param
         head = None
         if not cfg.tie_word_embeddings:
             head = read("lm_head.weight")
+        mapping = _HF_LAYER | (_HF_BIAS if cfg.attention_bias else {})
         params = _assemble(cfg, dtype, read("model.embed_tokens.weight"), read("model.norm.weight"), head,
-                           lambda i, key: read(f"model.layers.{i}.{key}.weight"), _HF_LAYER, str(path))
+                           lambda i, key: read(f"model.layers.{i}.{key}" + ("" if key.endswith(".bias") else ".weight")),
+                           mapping, str(path))
     finally:
         opened.clear()
     return cfg, params
@@ -377,8 +400,10 @@ def load_hf_dir(path: Path, dtype: Any = np.float32) -> tuple[ModelConfig, Param
 def load_weights(path: Path, dtype: Any = np.float32, packed: bool = False,
                  blocks: bool = False) -> tuple[ModelConfig, Params]:
     """Dispatch on the path: a `.gguf` file (optionally packed or in block form, see load_gguf) or a
-    Hugging Face directory (always dense)."""
-    path = Path(path).expanduser()
+    Hugging Face directory (always dense); or a short model name (engine.assets.MODELS)."""
+    from engine.assets import resolve_model
+
+    path = resolve_model(path)
     if not path.exists():
         raise ModelNotFoundError(f"model path {path} does not exist; give a .gguf file or a Hugging Face model directory.")
     if path.is_dir():

@@ -1,7 +1,7 @@
 """CPU kernels compiled on first use and called from jitted code as XLA FFI custom calls.
 
 `qmatmul(x, blocks, qtype)` multiplies by a weight matrix kept in its GGUF block form (Q4_0, Q4_1,
-Q8_0), reading 0.56-1.06 bytes per weight instead of f32's 4 (see qmatmul.cc for why and how).
+Q5_0, Q8_0), reading 0.56-1.06 bytes per weight instead of f32's 4 (see qmatmul.cc for why and how).
 
 The C++ source is built with the machine's C++ compiler into memloop's cache directory, keyed by the
 source, the compiler and the CPU's features, so a new machine or a changed source rebuilds it. It
@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 
 TARGET = "memloop_qmatmul"
 SOURCE = Path(__file__).with_name("qmatmul.cc")
-QTYPES = {"Q4_0": 0, "Q4_1": 1, "Q8_0": 2}
+QTYPES = {"Q4_0": 0, "Q4_1": 1, "Q8_0": 2, "Q5_0": 3}
 REQUIRED_FLAGS = ("avx512f", "avx512bw", "avx512vl", "f16c")
 
 _lock = threading.Lock()

@@ -1,13 +1,13 @@
 // y[R, out] = x[R, in] . W^T for a weight matrix W [out, in] kept in its GGUF block form
-// (Q4_0, Q4_1 or Q8_0: 32 weights per block, an f16 scale, for Q4_1 an f16 offset), as an XLA:CPU
-// FFI custom call.
+// (Q4_0, Q4_1, Q5_0 or Q8_0: 32 weights per block, an f16 scale, for Q4_1 an f16 offset, for Q5_0
+// a 32-bit word of fifth bits), as an XLA:CPU FFI custom call.
 //
 // Why: at small batch the decoder is bound by the bytes of weights it reads. f32 weights are
 // 4 bytes per weight; the GGUF blocks are 0.56-1.06. XLA cannot consume them without first writing
 // an f32 copy, so this kernel de-quantises each block in registers and multiplies it at once.
 //
 // Exactness: every weight is rebuilt to the very f32 value the `gguf` package's de-quantiser gives
-// (d*q is exact in f32 for 4- and 8-bit codes, so fma(q, d, m) == (d*q)+m rounded once).
+// (d*q is exact in f32 for 4-, 5- and 8-bit codes, so fma(q, d, m) == (d*q)+m rounded once).
 // Batch invariance: the sum for one (row, output) pair is the same sequence of vector FMAs and the
 // same final reduction whatever the number of rows or the tiling, so a request's numbers do not
 // depend on what shares its batch.
@@ -25,12 +25,12 @@ namespace ffi = xla::ffi;
 
 namespace {
 
-enum QType : int32_t { kQ4_0 = 0, kQ4_1 = 1, kQ8_0 = 2 };
+enum QType : int32_t { kQ4_0 = 0, kQ4_1 = 1, kQ8_0 = 2, kQ5_0 = 3 };
 
 constexpr int kBlock = 32;
 
 inline int BlockBytes(int32_t qtype) {
-  return qtype == kQ4_0 ? 18 : qtype == kQ4_1 ? 20 : 34;
+  return qtype == kQ4_0 ? 18 : qtype == kQ4_1 ? 20 : qtype == kQ5_0 ? 22 : 34;
 }
 
 inline float Half(const uint8_t* p) {
@@ -46,6 +46,24 @@ inline void Dequant(const uint8_t* b, __m512& lo, __m512& hi) {
     const __m512 d = _mm512_set1_ps(Half(b));
     lo = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)(b + 2)))), d);
     hi = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)(b + 18)))), d);
+  } else if constexpr (Q == kQ5_0) {
+    // Layout: f16 d, u32 qh (bit i = fifth bit of element i), 16 bytes of nibbles as in Q4_0.
+    // The 5-bit code indexes a 32-entry table (two vectors, vpermt2ps) of d * (code - 16).
+    const __m512 d = _mm512_set1_ps(Half(b));
+    const __m512 codes = _mm512_setr_ps(-16, -15, -14, -13, -12, -11, -10, -9, -8, -7, -6, -5, -4, -3, -2, -1);
+    const __m512 t0 = _mm512_mul_ps(codes, d);
+    const __m512 t1 = _mm512_mul_ps(_mm512_add_ps(codes, _mm512_set1_ps(16.0f)), d);
+    uint32_t qh;
+    std::memcpy(&qh, b + 2, 4);
+    const __m512i lanes = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m512i bits = _mm512_set1_epi32((int)qh);
+    const __m512i one = _mm512_set1_epi32(1), nib = _mm512_set1_epi32(15);
+    const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)(b + 6)));
+    const __m512i h0 = _mm512_slli_epi32(_mm512_and_si512(_mm512_srlv_epi32(bits, lanes), one), 4);
+    const __m512i h1 = _mm512_slli_epi32(
+        _mm512_and_si512(_mm512_srlv_epi32(bits, _mm512_add_epi32(lanes, _mm512_set1_epi32(16))), one), 4);
+    lo = _mm512_permutex2var_ps(t0, _mm512_or_si512(_mm512_and_si512(v, nib), h0), t1);
+    hi = _mm512_permutex2var_ps(t0, _mm512_or_si512(_mm512_srli_epi32(v, 4), h1), t1);
   } else {
     // A 16-entry table of the block's possible values, looked up by nibble (vpermps reads the low
     // 4 bits of each index): byte i holds element i in its low nibble and element i+16 in its high.
@@ -149,6 +167,7 @@ OutputsFn Select(int32_t qtype) {
     case kQ4_0: return Outputs<kQ4_0>;
     case kQ4_1: return Outputs<kQ4_1>;
     case kQ8_0: return Outputs<kQ8_0>;
+    case kQ5_0: return Outputs<kQ5_0>;
     default: return nullptr;
   }
 }

@@ -1,4 +1,4 @@
-"""Block-form (GGUF Q4_0/Q4_1/Q8_0) weights and the CPU kernel that multiplies them.
+"""Block-form (GGUF Q4_0/Q4_1/Q5_0/Q8_0) weights and the CPU kernel that multiplies them.
 
 The kernel must see exactly the weights `gguf` de-quantises to, give the same numbers for a row
 whatever else is in its batch, and agree with the dense f32 model; where it cannot run, the engine
@@ -18,7 +18,7 @@ from engine.blocks import BLOCK_BYTES, BlockMatrix, block_matmul, dequantize, fr
 
 pytestmark = pytest.mark.skipif(not kernels.available(), reason="the CPU kernels need x86-64 with AVX-512")
 
-QTYPES = ["Q4_0", "Q4_1", "Q8_0"]
+QTYPES = ["Q4_0", "Q4_1", "Q5_0", "Q8_0"]
 
 
 def random_blocks(rng: np.random.Generator, qtype: str, rows: int, cols: int) -> np.ndarray:
