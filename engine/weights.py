@@ -339,8 +339,8 @@ def _hf_dir(path: Path) -> tuple[ModelConfig, list[Path]]:
 
 def check_weights(path: Path) -> None:
     """Cheap checks of a model path before anything loads it (a driver runs them before starting
-    actors): it exists, a file is a readable GGUF with an embedding tensor, a directory holds a
-    Llama config and safetensors. Raises the same named errors the loaders raise. A short model
+    actors): it exists, a file starts with the GGUF magic, a directory holds a supported config and
+    safetensors. Raises the same named errors the loaders raise. A short model
     name (engine.assets.MODELS) is resolved first, joining its parts on first use."""
     from engine.assets import resolve_model
 
@@ -355,8 +355,8 @@ def check_weights(path: Path) -> None:
     if magic != b"GGUF":
         raise ModelFormatError(f"{path} is not a GGUF file (it starts with {magic!r}, not b'GGUF'); give a .gguf "
                                "file or a Hugging Face model directory.")
-    if "token_embd.weight" not in {t.name for t in _open_gguf(path).tensors}:
-        raise ModelFormatError(f"{path} has no token_embd.weight tensor; it is not a Llama-family GGUF.")
+    # The tensors are not listed here: parsing a GGUF's header reads its whole vocabulary (12 s for
+    # Qwen2.5's 151k tokens); the loader in the actor names a missing tensor in one line as well.
 
 
 def load_hf_dir(path: Path, dtype: Any = np.float32) -> tuple[ModelConfig, Params]:

