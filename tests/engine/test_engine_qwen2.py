@@ -12,6 +12,7 @@ import torch
 
 from engine.model import forward, load_model, no_cache_attention
 from engine.weights import load_weights
+from tests.engine.gguf_writer import header_writer
 
 TOKENS = [[3, 17, 99, 42, 5, 200, 31, 7, 64, 128, 1, 250]]
 
@@ -110,16 +111,7 @@ def _write_qwen2_gguf(model, path: Path, down: str) -> Path:
     cfg = model.config
     rng = np.random.default_rng(7)
     sd = {k: v.detach().numpy().astype(np.float32) for k, v in model.state_dict().items()}
-    w = gguf.GGUFWriter(str(path), "qwen2")
-    w.add_block_count(cfg.num_hidden_layers)
-    w.add_context_length(cfg.max_position_embeddings)
-    w.add_embedding_length(cfg.hidden_size)
-    w.add_feed_forward_length(cfg.intermediate_size)
-    w.add_head_count(cfg.num_attention_heads)
-    w.add_head_count_kv(cfg.num_key_value_heads)
-    w.add_rope_freq_base(1000000.0)
-    w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
-    w.add_vocab_size(cfg.vocab_size)
+    w = header_writer(model, path, "qwen2", rope_theta=1000000.0)
     new_sd = {}
 
     def put(name: str, hf_name: str, qname: str = "F32") -> None:

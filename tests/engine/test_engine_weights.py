@@ -13,6 +13,7 @@ import torch
 from engine.errors import ModelFormatError, ModelNotFoundError
 from engine.model import forward, load_model, no_cache_attention
 from engine.weights import load_weights, read_gguf_metadata
+from tests.engine.gguf_writer import header_writer
 
 TOKENS = [[3, 17, 99, 42, 5, 200, 31, 7, 64, 128, 1, 250]]
 
@@ -68,16 +69,8 @@ def _write_gguf(model, path: Path, quant: str = "F32", arch: str = "llama", raw_
 
     cfg = model.config
     sd = {k: v.detach().numpy().astype(np.float32) for k, v in model.state_dict().items()}
-    w = gguf.GGUFWriter(str(path), arch)
-    w.add_block_count(cfg.num_hidden_layers)
-    w.add_context_length(cfg.max_position_embeddings)
-    w.add_embedding_length(cfg.hidden_size)
-    w.add_feed_forward_length(cfg.intermediate_size)
-    w.add_head_count(cfg.num_attention_heads)
-    w.add_head_count_kv(cfg.num_key_value_heads)
-    w.add_rope_freq_base(float(cfg.rope_theta if hasattr(cfg, "rope_theta") else cfg.rope_parameters["rope_theta"]))
-    w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
-    w.add_vocab_size(cfg.vocab_size)
+    w = header_writer(model, path, arch,
+                      rope_theta=cfg.rope_theta if hasattr(cfg, "rope_theta") else cfg.rope_parameters["rope_theta"])
     w.add_rope_dimension_count(cfg.hidden_size // cfg.num_attention_heads)
 
     def put(name, arr, matrix=True):
