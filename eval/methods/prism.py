@@ -4,20 +4,22 @@ The prompt is (instructions+examples, question, schema class, memory, chunk): ev
 the memory is identical across steps and the memory precedes the chunk, so consecutive prompts share
 a prefix. In-place memories re-render the revised JSON; amendments memories append one line per
 accepted revision, so the previous memory text stays a prefix of the next. `updates=False` is the
-add-only ablation. `generate_schema=True` asks the LLM for the schema first (section 3.4).
+add-only ablation. `generate_schema=True` uses an LLM-generated schema (section 3.4): one per task and model, made from
+the task's query domain and example query and reused for every sample (`generated_schema`); if no
+answer parses, every sample records the failure and answers nothing.
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from eval.asking import ParseFailure
 from eval.datasets.sample import Sample
 from eval.errors import MethodError
-from eval.memory import Amendments, Schema, SchemaError, apply_revisions, parse_prism, render_in_place
+from eval.memory import Amendments, Schema, apply_revisions, parse_prism, render_in_place
 from eval.memory import schemas as ready
-from eval.methods.base import Method, MethodSettings, Trace
+from eval.llm import Usage
+from eval.methods import generated_schema as generated
+from eval.methods.base import Method, MethodSettings, Step, Trace
 from eval.methods.common import entity_name
 from eval.methods.structured import constrained_schema, revision_parser
 from eval.templates import load_template
@@ -46,14 +48,29 @@ DOMAINS = {
 DOMAINS["arxiv"] = "Summarizing long scientific articles; each document is a consecutive part of the article."
 ANSWER = {"book": "s002-answer-book", "arxiv": "s002-answer-book", "repoqa": "s002-answer-repoqa",
           "spider": "s002-answer-spider"}
-_FENCED = re.compile(r"```(?:python)?\s*\n(.*?)```", re.S)
+# example queries of each task for LLM-generated schemas: the paper shows the LLM one example query of
+# the task (appendix C), never the query of the sample being answered
+EXAMPLE_QUERIES = {
+    "book": "Summarize this book excerpt. Briefly introduce characters, places and other major elements when "
+            "they are first mentioned.",
+    "arxiv": "Summarize this article: its problem, method, main results and conclusions.",
+    "repoqa": "Find the exact name of the function described here. 1. Purpose: builds the string that separates "
+              "paragraphs, optionally with a page break. 2. Input: the number of blank lines, whether to add a "
+              "page break, and the line break character. 3. Output: the separator string. 4. Procedure: repeats "
+              "the line break the given number of times and inserts the page break when asked.",
+    "spider": "How many singers are there in total?",
+    "sumie": "Describe attributes and values of HOTEL0.",
+}
+SCHEMA_TEMPLATE = generated.TEMPLATE
 
 
 @dataclass(frozen=True)
 class PrismSettings(MethodSettings):
     updates: bool = True               # False: the add-only ablation
     schema: str | None = None          # a ready schema name (see SCHEMAS); default by task
-    generate_schema: bool = False      # ask the LLM for the schema first
+    generate_schema: bool = False      # ask the LLM for the task's schema (once per task and model)
+    schema_domain: str | None = None   # generated schema: the query domain (default by task, DOMAINS)
+    schema_example_query: str | None = None  # generated schema: the example query (default EXAMPLE_QUERIES)
     max_revisions: PositiveInt | None = None   # cap on revisions per step under constrained decoding
     max_tokens: PositiveInt = 1024
 
@@ -73,6 +90,9 @@ class _Prism(Method):
             raise MethodError(f"{self.name}: max_revisions must be at least 1 (or null for no cap)")
         if s.schema is not None and s.generate_schema:
             raise MethodError(f"{self.name}: set either schema or generate_schema, not both")
+        if not s.generate_schema and (s.schema_domain is not None or s.schema_example_query is not None):
+            raise MethodError(f"{self.name}: schema_domain and schema_example_query apply to generated schemas; "
+                              "set generate_schema: true or remove them")
 
     # --- schema and question -------------------------------------------------------------------------
     def _question(self, sample: Sample) -> str:
@@ -84,36 +104,45 @@ class _Prism(Method):
             raise MethodError(f"{self.name}: sample {sample.id} ({sample.task}) has no query; the loader must set it")
         return sample.query
 
-    def _schema(self, sample: Sample, trace: Trace, question: str) -> Schema:
+    def _schema(self, sample: Sample, trace: Trace) -> Schema | None:
+        """The hand-made schema, or the task's generated one (None: generation failed, recorded on the trace)."""
         if not self.settings.generate_schema:
             name = self.settings.schema or TASK_SCHEMA.get(sample.task)
             if name is None:
                 raise MethodError(f"{self.name}: no default schema for task {sample.task!r}; set `schema` to one of "
                                   f"{sorted(SCHEMAS)} or generate_schema: true")
             return SCHEMAS[name]
-        domain = sample.metadata.get("query_domain") or DOMAINS.get(sample.task)
-        if not domain:
-            raise MethodError(f"{self.name}: no query domain for task {sample.task!r}; put one in metadata['query_domain']")
-
-        def parse(text: str) -> Schema:
-            m = _FENCED.search(text)
-            try:
-                return Schema.from_text(m.group(1) if m else text)
-            except SchemaError as exc:
-                raise ParseFailure(f"generated schema is not a typed hierarchy: {exc}") from None
-
-        step = trace.ask("s002-schema-gen", {"domain": domain, "example_query": question}, kind="schema", parse=parse)
-        if not step.ok:
-            raise MethodError(f"{self.name}: the LLM gave no usable schema for sample {sample.id} after "
-                              f"{step.attempts} attempts ({step.failures[-1]}); use a hand-crafted schema instead")
-        schema: Schema = step.parsed
-        step.parsed = schema.class_text()
-        return schema
+        domain = self.settings.schema_domain or DOMAINS.get(sample.task)
+        example = self.settings.schema_example_query or EXAMPLE_QUERIES.get(sample.task)
+        if not domain or not example:
+            raise MethodError(f"{self.name}: no query domain or example query for task {sample.task!r}; set "
+                              "`schema_domain` and `schema_example_query` in the method settings")
+        s = self.settings
+        sampling = s.sampling()
+        key = (sample.task, trace.llm.name, domain, example, load_template(SCHEMA_TEMPLATE).sha256, sampling,
+               s.max_attempts)
+        gen, made_here = generated.SCHEMAS.get(
+            key, lambda: generated.generate_schema(trace.llm, domain, example, sampling, s.max_attempts))
+        # Every sample records the schema step; only the sample whose call generated it carries the usage,
+        # so the run's token totals count the one generation once.
+        step = Step(index=len(trace.steps), kind="schema", template_id=gen.template.id,
+                    template_sha256=gen.template.sha256, prompt=gen.prompt, output=gen.output,
+                    parsed=gen.schema.class_text() if gen.schema is not None else None,
+                    usage=gen.usage if made_here else Usage(), attempts=gen.attempts if made_here else 0,
+                    failures=list(gen.failures), ok=gen.ok)
+        trace.steps.append(step)
+        trace.templates[gen.template.id] = gen.template.sha256
+        if gen.schema is None:
+            step.failures.append(f"no usable schema for task {sample.task!r} after {gen.attempts} attempt(s); "
+                                 "the sample was not run (answer left empty)")
+        return gen.schema
 
     # --- the incremental loop ------------------------------------------------------------------------
     def _run(self, sample: Sample, trace: Trace) -> tuple[str, Any]:
         question = self._question(sample)
-        schema = self._schema(sample, trace, question)
+        schema = self._schema(sample, trace)
+        if schema is None:
+            return "", {}
         ops = ("add", "update") if self.settings.updates else ("add",)
         tpl = "s002-prism-revise" if self.settings.updates else "s002-prism-revise-addonly"
         note = ""

@@ -83,17 +83,57 @@ def test_constrained_revisions_and_repoqa_answer() -> None:
     assert out.answer == "add" and "add" in out.memory["candidate_functions"]
 
 
-def test_generated_schema() -> None:
-    schema_text = "```python\nclass Notes:\n    \"\"\"Key facts.\"\"\"\n    facts: list[str]\n```"
-    llm = ScriptedLLM([schema_text, '[OBJECTS FOR ADD]\n{"$.facts": {"add": ["Anna sails"]}}', "Anna sails."])
+SCHEMA_ANSWER = "```python\nclass Notes:\n    \"\"\"Key facts.\"\"\"\n    facts: list[str]\n```"
+
+
+def test_generated_schema_is_made_once_per_task_from_the_task_example_query() -> None:
+    """Seed 002 section 3.4: one schema per task, from the task's example query (not the sample's own
+    query), reused for every sample; concurrent samples wait for the one generation."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from eval.methods.prism import EXAMPLE_QUERIES
+
+    samples = [Sample(id=f"r{i}", task="repoqa", chunks=(f"def f{i}(): pass",), query=f"OWN QUERY {i}")
+               for i in range(4)]
+    rev = '[OBJECTS FOR ADD]\n{"$.facts": {"add": ["a function"]}}'
+    # one schema answer, then a revise and a final answer per sample: a second generation runs out the script
+    llm = ScriptedLLM([SCHEMA_ANSWER] + [rev, "f"] * 4, name="schema-once")
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        outs = list(pool.map(lambda smp: get_method("prism-inplace", generate_schema=True).run(smp, llm), samples))
+    prompts = [r.messages[0]["content"] for r in llm.requests]
+    gen = [p for p in prompts if "[Query domain]" in p]
+    assert len(gen) == 1 and EXAMPLE_QUERIES["repoqa"] in gen[0] and "OWN QUERY" not in gen[0]
+    assert len(llm.requests) == 1 + 2 * 4
+    for out in outs:
+        assert out.steps[0].kind == "schema" and out.steps[0].ok and "class Notes" in out.steps[0].parsed
+        assert out.memory == {"facts": ["a function"]} and out.failures == []
+    # the one generation's tokens are counted once over the run
+    assert sum(o.steps[0].usage.decoded_tokens for o in outs) == llm.count_tokens(SCHEMA_ANSWER)
+
+
+def test_generated_schema_failure_is_retried_then_recorded_on_every_sample() -> None:
+    llm = ScriptedLLM(["not a schema at all", "still not one"], name="schema-fails")
+    settings = {"generate_schema": True, "max_attempts": 2}
+    outs = [get_method("prism-inplace", **settings).run(Sample(id=f"b{i}", task="book", chunks=("x",)), llm)
+            for i in range(2)]
+    assert len(llm.requests) == 2  # two attempts, then the failure is reused, not asked again
+    assert llm.requests[1].sampling.temperature > 0  # a retry resamples: a greedy model would repeat itself
+    for out in outs:
+        assert out.answer == "" and [s.kind for s in out.steps] == ["schema"] and not out.steps[0].ok
+        assert any("no usable schema" in f for f in out.failures)
+        assert any("not a typed hierarchy" in f for f in out.failures)
+    with pytest.raises(MethodError, match="unknown schema"):
+        get_method("prism-inplace", schema="nope")
+    with pytest.raises(MethodError, match="generate_schema: true"):
+        get_method("prism-inplace", schema_domain="Code search.")
+
+
+def test_generated_schema_prompt_uses_the_task_domain() -> None:
+    llm = ScriptedLLM([SCHEMA_ANSWER, '[OBJECTS FOR ADD]\n{"$.facts": {"add": ["Anna sails"]}}', "Anna sails."],
+                      name="schema-book")
     out = get_method("prism-inplace", generate_schema=True).run(Sample(id="b", task="book", chunks=("Anna sails.",)), llm)
     assert "[Query domain]\nSummarizing very long narrative books" in content(llm, 0)
     assert "class Notes" in content(llm, 1) and out.memory == {"facts": ["Anna sails"]}
-    with pytest.raises(MethodError, match="no usable schema"):
-        get_method("prism-inplace", generate_schema=True, max_attempts=1).run(
-            Sample(id="b", task="book", chunks=("x",)), ScriptedLLM(["not a schema at all"]))
-    with pytest.raises(MethodError, match="unknown schema"):
-        get_method("prism-inplace", schema="nope")
 
 
 SPIDER = Sample(id="s", task="spider", chunks=("Table: singer\nsinger_id,name\n1,Joe Sharp\n2,Timbaland",),
