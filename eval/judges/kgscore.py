@@ -36,7 +36,6 @@ NAME = "kgscore"
 EDGES_TEMPLATE = "kgscore-edges"
 ENTITIES_TEMPLATE = "kgscore-entities"
 MAX_PREDICATE_CHARS = 48  # "four words max"
-MAX_EDGES = 16  # the paper's examples list 10-18 edges per summary
 
 
 @dataclass(frozen=True)
@@ -58,9 +57,11 @@ def minilm_embedder() -> Embedder:
 
 # ---------------------------------------------------------------- edges
 
-def edges_schema(entities: Sequence[str], max_edges: int = MAX_EDGES) -> dict[str, Any]:
+def edges_schema(entities: Sequence[str], max_edges: int | None = None) -> dict[str, Any]:
+    """The constrained answer; `max_edges` None (the paper's setting) leaves the number of edges open."""
     names = {"enum": list(entities)}
-    return {"type": "object", "properties": {"edges": {"type": "array", "maxItems": max_edges, "items": {
+    cap = {} if max_edges is None else {"maxItems": max_edges}
+    return {"type": "object", "properties": {"edges": {"type": "array", **cap, "items": {
         "type": "object",
         "properties": {"subjects": {"type": "array", "items": names, "minItems": 1, "maxItems": 4},
                        "objects": {"type": "array", "items": names, "maxItems": 4},
@@ -92,9 +93,10 @@ def _names(raw: Any, lookup: dict[str, str], dropped: list[str]) -> list[str] | 
 
 
 def parse_edges(text: str, entities: Sequence[str]) -> dict[str, Any]:
-    """Label {"edges": [[subject, object|None, predicate], ...], "dropped": [names]} from the JSON
+    """Label {"edges": [[subject, object|None, predicate], ...], "dropped": [names], "answer_edges": n} from the JSON
     answer or the paper's lines "- subjects; [None] or objects; predicate". Edges naming an entity
-    that is not in the list are dropped and the names recorded (the paper keeps only named entities)."""
+    that is not in the list are dropped and the names recorded (the paper keeps only named entities);
+    `answer_edges` counts the edges as answered, before that and before the per-pair expansion."""
     lookup = _entity_lookup(entities)
     dropped: list[str] = []
     raw_edges: list[tuple[Any, Any, Any]] = []
@@ -126,7 +128,7 @@ def parse_edges(text: str, entities: Sequence[str]) -> dict[str, Any]:
                 t = [a, b, " ".join(pred.split())]
                 if t not in triples:
                     triples.append(t)
-    return {"edges": triples, "dropped": dropped}
+    return {"edges": triples, "dropped": dropped, "answer_edges": len(raw_edges)}
 
 
 def parse_entities(text: str) -> list[str]:
@@ -199,9 +201,14 @@ def _inputs(gold: Any, metadata: dict[str, Any], entities: Sequence[str] | None)
 
 def judge(output: Any, gold: Any, llm: LLM | None = None, *, metadata: dict[str, Any] | None = None,
           entities: Sequence[str] | None = None, embedder: Embedder | None = None, max_attempts: int = 3,
-          max_edges: int = MAX_EDGES, max_tokens: int = 768, on_invalid: str = "raise") -> JudgeResult:
+          max_edges: int | None = None, max_tokens: int = 768, on_invalid: str = "raise") -> JudgeResult:
+    """KGScore of `output` against the reference. No cap on the number of edges by default, as in the
+    paper (|E| enters P and R); a `max_edges` cap, when set, is reported: the `edge_cap_hit` score
+    counts the extractions (generated, reference) that reached it, and details name them."""
     if llm is None:
         raise JudgeError("KGScore needs a judge LLM to extract knowledge graph edges")
+    if max_edges is not None and (not isinstance(max_edges, int) or max_edges < 1):
+        raise JudgeError(f"KGScore max_edges must be a positive integer or null for no cap (got {max_edges!r})")
     if not isinstance(output, str) or not output.strip():
         raise JudgeError("KGScore needs the generated summary as a non-empty string")
     reference, ents = _inputs(gold, metadata or {}, entities)
@@ -214,6 +221,7 @@ def judge(output: Any, gold: Any, llm: LLM | None = None, *, metadata: dict[str,
         judgments.append(ej)
         ents = ej.label
     extracted = {}
+    cap_hit: list[str] = []
     for which, text in (("generated", output), ("reference", reference)):
         tpl, prompt = render(EDGES_TEMPLATE, entities=", ".join(ents), summary=text)
         j = ask_judgment(llm, tpl, prompt, item=f"{which} summary", parse=lambda t: parse_edges(t, ents),
@@ -221,11 +229,17 @@ def judge(output: Any, gold: Any, llm: LLM | None = None, *, metadata: dict[str,
                 raise_on_invalid=raise_on_invalid)
         judgments.append(j)
         extracted[which] = _edges(j.label)
+        if max_edges is not None and j.valid and (j.label or {}).get("answer_edges", 0) >= max_edges:
+            cap_hit.append(which)
     vals = score_edges(extracted["generated"], extracted["reference"], embedder)
     scores = [Score(m, v) for m, v in vals.items()] + [
         Score("edges_generated", float(len(extracted["generated"]))),
         Score("edges_reference", float(len(extracted["reference"])))]
-    return JudgeResult(NAME, scores, judgments, {"entities": ents})
+    details: dict[str, Any] = {"entities": ents}
+    if max_edges is not None:
+        scores.append(Score("edge_cap_hit", float(len(cap_hit))))
+        details.update(edge_cap=max_edges, edge_cap_hit=cap_hit)
+    return JudgeResult(NAME, scores, judgments, details)
 
 
 def rescore(judgments: Sequence[Judgment], embedder: Embedder | None = None) -> dict[str, float]:

@@ -83,6 +83,33 @@ def test_judge_pins_prompts_and_rescores_from_records(embedder):
         run_judge("kgscore", "x", "", llm)
 
 
+def test_edge_prompt_has_the_papers_three_examples_and_no_edge_cap(embedder):
+    """Seed 001 appendix F: three example summaries with their edges; |E| is whatever the judge
+    extracts (a cap would change P and R silently), so the constrained answer leaves it open."""
+    names = ["A%d" % i for i in range(20)]
+    many = json.dumps({"edges": [{"subjects": [n], "objects": [], "predicate": "waits"} for n in names]})
+    llm = ScriptedLLM([many, many], supports_json_schema=True)
+    r = run_judge("kgscore", "x", {"reference": "y", "entities": names}, llm, embedder=embedder)
+    prompt = llm.requests[0].messages[0]["content"]
+    assert all(name in prompt for name in ("Canyon B", "Grand Acorn Gala", "Dr. Harold Blackwood"))
+    assert prompt.count("Edges: {") == 3 and "Example 3" in prompt
+    assert '"predicate": "helps to feet"' in prompt and '"predicate": "takes place at"' in prompt
+    assert "maxItems" not in llm.requests[0].json_schema["properties"]["edges"]
+    assert r.score("edges_generated") == 20 and "edge_cap_hit" not in {s.metric for s in r.scores}
+
+
+def test_an_edge_cap_that_is_hit_is_reported(embedder):
+    two = json.dumps({"edges": [{"subjects": ["A"], "objects": ["B"], "predicate": "meets"},
+                                {"subjects": ["B"], "objects": [], "predicate": "waits"}]})
+    one = json.dumps({"edges": [{"subjects": ["A"], "objects": ["B"], "predicate": "meets"}]})
+    llm = ScriptedLLM([two, one], supports_json_schema=True)
+    r = run_judge("kgscore", "x", {"reference": "y", "entities": ["A", "B"]}, llm, embedder=embedder, max_edges=2)
+    assert llm.requests[0].json_schema["properties"]["edges"]["maxItems"] == 2
+    assert r.score("edge_cap_hit") == 1 and r.details["edge_cap_hit"] == ["generated"] and r.details["edge_cap"] == 2
+    with pytest.raises(JudgeError, match="max_edges"):
+        run_judge("kgscore", "x", {"reference": "y", "entities": ["A"]}, llm, max_edges=0)
+
+
 def test_entity_shuffle_swaps_within_types():
     text = "Amelia meets Marco in Paris. Marco flies to London while Amelia stays."
     out = entity_shuffle(text, {"PERSON": ["Amelia", "Marco"], "GPE": ["Paris", "London", "Rome"]}, seed=1)

@@ -62,6 +62,7 @@ def test_kgscore(engine_llm):
     r = run_judge("kgscore", SUMMARY, ref, engine_llm, entities=["Mara", "Tomas", "Northern Island"], max_edges=6,
                   max_tokens=400)
     _check(r, 2)
+    assert r.details["edge_cap"] == 6 and r.score("edge_cap_hit") == len(r.details["edge_cap_hit"])  # a cap is reported
     for m in ("precision", "recall", "f1"):
         assert 0.0 <= r.score(m) <= 1.0 + 1e-6
     r2 = run_judge("kgscore", SUMMARY, ref, engine_llm, max_edges=6, max_tokens=400)  # entities listed by the judge
