@@ -172,3 +172,19 @@ def test_judge_temperature_is_an_option():
     llm = ScriptedLLM(['[{"sentence_num": 1, "questions": null, "types": []}]'])
     run_judge("booookscore-batched", "Anna sails.", None, llm, temperature=0.8)
     assert llm.requests[0].sampling.temperature == 0.8
+
+
+@pytest.mark.parametrize("batched", [False, True])
+def test_prompt_defines_and_exemplifies_all_eight_error_types(batched):
+    """Seed 003 / seed 000 appendix D: the judge prompt defines each of the eight error types and shows
+    an example of each (a sentence and the question it leaves a reader with)."""
+    llm = ScriptedLLM(['[{"sentence_num": 1, "questions": null, "types": []}]' if batched else OK])
+    run_judge("booookscore-batched" if batched else "booookscore", "Mara finds a sailor.", None, llm)
+    prompt = llm.requests[0].messages[0]["content"]
+    definitions, examples = prompt.split("An example of each kind", 1)
+    example_lines = examples.split("\n\n", 1)[0].splitlines()[1:]
+    for t in ERROR_TYPES:
+        assert any(line.startswith(f"- {t}: ") for line in definitions.splitlines()), t
+        mine = [line for line in example_lines if line.startswith(f"- {t}: \"")]
+        assert len(mine) == 1 and " -> " in mine[0] and mine[0].rstrip().endswith("?"), t
+    assert len(example_lines) == len(ERROR_TYPES)
