@@ -33,7 +33,7 @@ pairs with the LLM). KGScore gold may also be `{"reference": str, "entities": [n
 
 Metrics per judge: booookscore(-batched): `booookscore`, `sentences`, `confusing`, `invalid`;
 sumie(-exact): `precision`, `recall`, `f1` per turn; kgscore: `precision`, `recall`, `f1`,
-`edges_generated`, `edges_reference`; rouge: `rouge1`, `rouge2`, `rougeL`, `rougeLsum`;
+`edges_generated`, `edges_reference` (and `edge_cap_hit` when `max_edges` is set); rouge: `rouge1`, `rouge2`, `rougeL`, `rougeLsum`;
 repoqa-exact and loft-exec: `accuracy`.
 
 Records for the jobs layer's Parquet tables (laid out by `jobs.tables.judge_rows`):
