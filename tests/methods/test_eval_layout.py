@@ -86,8 +86,8 @@ KNOWN_HASHES = {
     "s002-prism-revise": "c2f2639d30a8ce82c6435f2c9e0059d642c505cc9080b3bc88109e2f6e560cd4",
     "s004-fart-base": "2f889bf1ef37e499886c7b2ab126091a0b59599eb087b7b0c7daf20b03710bf2",
     "sumie-match": "aa0b134d37cec18c82d83b53e0e48f91beca5783f5ceb23a73c618ce22239a2a",
-    "booookscore-sentence": "086a2395dbd016644a7e7cd58acc7729ec4d7b7589f42af98723ecd7ad8b8612",
-    "kgscore-edges": "c77339e09cffb85dfce52db337815c0f0bf1aaf8e6fd21704fd2862936ef10db",
+    "booookscore-sentence": "62d286431ddfff63e91893c14a81baa154f9cac1c77436cdddd8f252e9fe1931",
+    "kgscore-edges": "c30209a58f1c5dd85aaff6199e631f5c1dc78c66cc0a0f237b7e642fad623d87",
 }
 
 
