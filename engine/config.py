@@ -1,4 +1,4 @@
-"""Hyper-parameters of a decoder (Llama, Qwen2), read from a checkpoint's own metadata.
+"""Hyper-parameters of a decoder (Llama, Qwen2, Qwen3, Mistral), read from a checkpoint's own metadata.
 
 Nothing here is specific to one model: the GGUF key-value metadata and a Hugging Face
 `config.json` are both translated into the same frozen `ModelConfig`, which is hashable so it
@@ -14,11 +14,13 @@ import numpy as np
 
 from engine.errors import ModelFormatError
 
-# Architecture name (GGUF `general.architecture`) -> Hugging Face class; both spell one decoder here.
-# Their differences are ModelConfig fields (see FAMILIES), not separate model code.
-SUPPORTED_GGUF_ARCHITECTURES = ("llama", "qwen2")
-SUPPORTED_HF_ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM")
-_HF_TO_ARCH = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2"}
+# Architecture name (GGUF `general.architecture`) -> Hugging Face class; all spell one decoder here.
+# Their differences are ModelConfig fields (see FAMILIES), not separate model code. llama.cpp writes
+# Mistral checkpoints as `llama` GGUFs, so "mistral" has no GGUF architecture of its own.
+SUPPORTED_GGUF_ARCHITECTURES = ("llama", "qwen2", "qwen3")
+SUPPORTED_HF_ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "MistralForCausalLM")
+_HF_TO_ARCH = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3",
+               "MistralForCausalLM": "mistral"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -27,11 +29,17 @@ class Family:
 
     attention_bias: bool  # q/k/v projections carry biases (Qwen2)
     gguf_qk_permuted: bool  # llama.cpp's converter permuted Q/K rows for its interleaved rotary (Llama only)
+    qk_norm: bool = False  # per-head RMSNorm of q and k (weights [head_dim]) before RoPE (Qwen3)
+    # config.json's `sliding_window` bounds every layer's attention (Mistral); the Qwen families gate
+    # theirs behind `use_sliding_window` and apply it to some layers only, which is refused instead.
+    hf_sliding_window: bool = False
 
 
 FAMILIES = {
     "llama": Family(attention_bias=False, gguf_qk_permuted=True),
     "qwen2": Family(attention_bias=True, gguf_qk_permuted=False),
+    "qwen3": Family(attention_bias=False, gguf_qk_permuted=False, qk_norm=True),
+    "mistral": Family(attention_bias=False, gguf_qk_permuted=True, hf_sliding_window=True),
 }
 
 
@@ -63,8 +71,15 @@ class ModelConfig:
     rope_freq_factors: tuple[float, ...] | None = None
     architecture: str = "llama"  # a key of FAMILIES
     attention_bias: bool = False
+    qk_norm: bool = False
+    # A query at position p attends to keys at positions > p - sliding_window. None: no window, or one
+    # no context can exceed (>= max_position_embeddings, the most any caller may serve), a no-op.
+    sliding_window: int | None = None
 
     def __post_init__(self) -> None:
+        if self.sliding_window is not None and self.sliding_window < 1:
+            raise ModelFormatError(f"sliding window {self.sliding_window} is not a positive number of tokens; "
+                                   "the checkpoint metadata is inconsistent.")
         if self.num_heads % self.num_kv_heads:
             raise ModelFormatError(
                 f"{self.num_heads} attention heads are not a multiple of {self.num_kv_heads} KV heads; "
@@ -105,6 +120,15 @@ def _llama3_scale(inv_freq: np.ndarray, s: RopeScaling) -> np.ndarray:
     return np.where(medium, blended, scaled)
 
 
+def binding_window(window: Any, max_positions: int) -> int | None:
+    """The sliding window if it can ever exclude a key, else None (a window at least as long as the
+    longest context the model may serve never masks anything)."""
+    if window is None:
+        return None
+    window = int(window)
+    return window if window < max_positions else None
+
+
 def _require(meta: Mapping[str, Any], key: str, source: str) -> Any:
     if key not in meta:
         raise ModelFormatError(f"{source} lacks the required metadata key {key!r}; the file is incomplete or not a Llama model.")
@@ -125,10 +149,12 @@ def config_from_gguf(meta: Mapping[str, Any], vocab_size: int, has_output_tensor
     hidden = int(_require(meta, p + "embedding_length", source))
     heads = int(_require(meta, p + "attention.head_count", source))
     kv_heads = int(meta.get(p + "attention.head_count_kv", heads))
-    head_dim = int(meta.get(p + "rope.dimension_count", hidden // heads))
+    # Qwen3 heads are wider than hidden / heads; llama.cpp writes the width as attention.key_length.
+    head_dim = int(meta.get(p + "attention.key_length", meta.get(p + "rope.dimension_count", hidden // heads)))
     scaling = None
     if meta.get(p + "rope.scaling.type") == "llama3" and rope_freq_factors is None:
         raise ModelFormatError(f"{source} declares llama3 rope scaling without the rope_freqs tensor.")
+    context = int(meta.get(p + "context_length", 2048))
     return ModelConfig(
         vocab_size=int(meta.get(p + "vocab_size", vocab_size)),
         hidden_size=hidden,
@@ -140,11 +166,13 @@ def config_from_gguf(meta: Mapping[str, Any], vocab_size: int, has_output_tensor
         rope_theta=float(meta.get(p + "rope.freq_base", 10000.0)),
         rms_norm_eps=float(meta.get(p + "attention.layer_norm_rms_epsilon", 1e-5)),
         tie_word_embeddings=not has_output_tensor,
-        max_position_embeddings=int(meta.get(p + "context_length", 2048)),
+        max_position_embeddings=context,
         rope_scaling=scaling,
         rope_freq_factors=rope_freq_factors,
         architecture=arch,
         attention_bias=family.attention_bias,
+        qk_norm=family.qk_norm,
+        sliding_window=binding_window(meta.get(p + "attention.sliding_window"), context),
     )
 
 
@@ -165,6 +193,8 @@ def config_from_hf(cfg: Mapping[str, Any], source: str) -> ModelConfig:
                                "set use_sliding_window to false only if the model was trained without it.")
     hidden = int(_require(cfg, "hidden_size", source))
     heads = int(_require(cfg, "num_attention_heads", source))
+    context = int(cfg.get("max_position_embeddings", 2048))
+    window = binding_window(cfg.get("sliding_window"), context) if family.hf_sliding_window else None
     rope = cfg.get("rope_scaling") or cfg.get("rope_parameters") or None
     theta = cfg.get("rope_theta") or (rope or {}).get("rope_theta") or 10000.0
     scaling = None
@@ -188,9 +218,11 @@ def config_from_hf(cfg: Mapping[str, Any], source: str) -> ModelConfig:
         rope_theta=float(theta),
         rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
         tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-        max_position_embeddings=int(cfg.get("max_position_embeddings", 2048)),
+        max_position_embeddings=context,
         rope_scaling=scaling,
         architecture=arch,
-        # Llama's config.json may also set attention_bias; Qwen2 always has q/k/v biases.
+        # Llama's (and Qwen3's) config.json may set attention_bias; Qwen2 always has q/k/v biases.
         attention_bias=bool(cfg.get("attention_bias", family.attention_bias)),
+        qk_norm=family.qk_norm,
+        sliding_window=window,
     )

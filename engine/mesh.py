@@ -69,6 +69,8 @@ def param_specs(cfg: ModelConfig, mesh: Mesh, has_lm_head: bool) -> dict[str, An
     }
     if cfg.attention_bias:  # [L, out], split like the rows of their matrices
         specs["layers"].update({"bq": P(None, q), "bk": P(None, kv), "bv": P(None, kv)})
+    if cfg.qk_norm:  # [L, head_dim]: shared by every head, replicated
+        specs["layers"].update({"q_norm": P(), "k_norm": P()})
     if has_lm_head:
         specs["lm_head"] = P(v, None)
     return specs

@@ -16,8 +16,10 @@ Public API (what the serving engine builds on):
       forward(params, cfg, tokens, positions, cache, attend) -> (logits[B,T,V], cache)
 
     The attention callable (the pluggable KV write/read):
-      attend(q[B,T,H,hd], k[B,T,KV,hd], v[B,T,KV,hd], cache, layer: int32 scalar) -> (out[B,T,H,hd], cache)
-      q and k arrive with rotary embeddings applied. `contiguous_attention(positions)` is the one
+      attend(q[B,T,H,hd], k[B,T,KV,hd], v[B,T,KV,hd], cache, layer: int32 scalar[, window=W]) -> (out[B,T,H,hd], cache)
+      q and k arrive with rotary embeddings applied. `window` is passed only for a model with a binding
+      sliding window (ModelConfig.sliding_window): keys at positions <= p - W are masked for a query
+      at p (`causal_mask`); an attend without that keyword fails loudly rather than ignore it. `contiguous_attention(positions)` is the one
       used by generate() on a (layers, kv_heads, batch, max_len, head_dim) cache; a paged variant
       writes pages and gathers them, calling `gqa_attention` for the math.
 
@@ -46,6 +48,8 @@ AttendFn = Callable[[jax.Array, jax.Array, jax.Array, Any, jax.Array], tuple[jax
 
 LAYER_KEYS = ("attn_norm", "wq", "wk", "wv", "wo", "mlp_norm", "w_gate", "w_up", "w_down")
 BIAS_KEYS = ("bq", "bk", "bv")  # present only for checkpoints with q/k/v biases (ModelConfig.attention_bias)
+QK_NORM_KEYS = ("q_norm", "k_norm")  # [head_dim] each, only with ModelConfig.qk_norm (Qwen3)
+OPTIONAL_KEYS = BIAS_KEYS + QK_NORM_KEYS
 
 
 def default_dtype() -> jnp.dtype:
@@ -80,7 +84,7 @@ class DecoderStack(nnx.Module):
         self.unrolled = unrolled
         self.parts: dict[str, tuple[str, ...]] = {}
         self.blocks: dict[str, tuple[str, tuple[int, int]]] = {}  # "<key>_<layer>" -> block type, shape
-        for key in LAYER_KEYS + tuple(k for k in BIAS_KEYS if k in layers):
+        for key in LAYER_KEYS + tuple(k for k in OPTIONAL_KEYS if k in layers):
             value = layers[key]
             if isinstance(value, list):  # one entry per layer: a BlockMatrix or a dense array
                 if not unrolled:
@@ -191,6 +195,18 @@ def rotary(x: jax.Array, positions: jax.Array, inv_freq: jax.Array) -> jax.Array
     return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1).astype(x.dtype)
 
 
+def causal_mask(key_positions: jax.Array, query_positions: jax.Array, window: int | None) -> jax.Array:
+    """[B,T,S] True where query t may attend key s: `key <= query`, and within a sliding window
+    `key > query - window` (the Hugging Face convention: a query sees itself and window-1 before it).
+    key_positions [S] or [B,S]; query_positions [B,T]."""
+    keys = key_positions[None, None, :] if key_positions.ndim == 1 else key_positions[:, None, :]
+    queries = query_positions[:, :, None]
+    mask = keys <= queries
+    if window is not None:
+        mask = mask & (keys > queries - window)
+    return mask
+
+
 def gqa_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> jax.Array:
     """Softmax attention with grouped KV heads. q [B,T,H,hd]; k/v KV-head-major [KV,B,S,hd] (the
     cache layout); mask [B,T,S] (True = attend).
@@ -256,9 +272,14 @@ def decoder_layer(cfg: ModelConfig, lw: Params, h: jax.Array, positions: jax.Arr
     q = q.reshape(b, t, cfg.num_heads, cfg.head_dim)
     k = k.reshape(b, t, cfg.num_kv_heads, cfg.head_dim)
     v = v.reshape(b, t, cfg.num_kv_heads, cfg.head_dim)
+    if cfg.qk_norm:  # Qwen3: RMSNorm over each head's vector, before the rotation
+        q, k = rms_norm(q, lw["q_norm"], cfg.rms_norm_eps), rms_norm(k, lw["k_norm"], cfg.rms_norm_eps)
     q = rotary(q, positions, inv_freq)
     k = rotary(k, positions, inv_freq)
-    attn, cache = attend(q, k, v, cache, layer)
+    if cfg.sliding_window is None:
+        attn, cache = attend(q, k, v, cache, layer)
+    else:
+        attn, cache = attend(q, k, v, cache, layer, window=cfg.sliding_window)
     h = h + matmul(attn.reshape(b, t, cfg.num_heads * cfg.head_dim), lw["wo"])
     x = rms_norm(h, lw["mlp_norm"], cfg.rms_norm_eps)
     inner = constrain(jax.nn.silu(matmul(x, lw["w_gate"])) * matmul(x, lw["w_up"]), None, None, AXIS)
@@ -336,14 +357,13 @@ def contiguous_attention(positions: jax.Array) -> AttendFn:
     a padded token writes a slot that is masked until the real token at that position overwrites it.
     """
 
-    def attend(q, k, v, cache, layer):
+    def attend(q, k, v, cache, layer, window=None):
         b, _, kvh, _ = k.shape
         index = (jnp.arange(kvh)[:, None, None], jnp.arange(b)[None, :, None], positions[None])
         ck = cache_set(cache["k"], layer, index, kv_major(k), mode="drop")
         cv = cache_set(cache["v"], layer, index, kv_major(v), mode="drop")
         keys, values = ck[layer], cv[layer]
-        slots = jnp.arange(keys.shape[2])
-        mask = slots[None, None, :] <= positions[:, :, None]
+        mask = causal_mask(jnp.arange(keys.shape[2]), positions, window)
         return gqa_attention(q, keys, values, mask), {"k": ck, "v": cv}
 
     return attend
@@ -352,8 +372,8 @@ def contiguous_attention(positions: jax.Array) -> AttendFn:
 def no_cache_attention(positions: jax.Array) -> AttendFn:
     """Plain causal self-attention over the tokens of this call (no cache); for reference checks."""
 
-    def attend(q, k, v, cache, layer):
-        mask = positions[:, None, :] <= positions[:, :, None]
+    def attend(q, k, v, cache, layer, window=None):
+        mask = causal_mask(positions, positions, window)
         return gqa_attention(q, kv_major(k), kv_major(v), mask), cache
 
     return attend

@@ -20,8 +20,8 @@ import jax.numpy as jnp
 
 from engine.config import ModelConfig
 from engine.constrained import unpack_bitmask
-from engine.model import (AttendFn, cache_set, decoder_layers, embed, final_logits, gqa_attention, init_layer_cache,
-                          kv_major)
+from engine.model import (AttendFn, cache_set, causal_mask, decoder_layers, embed, final_logits, gqa_attention,
+                          init_layer_cache, kv_major)
 from engine.sampling import sample
 
 
@@ -42,19 +42,20 @@ def paged_attend(slot_pages: jax.Array, slot_offsets: jax.Array, block_tables: j
     New keys/values are written first (token i of row b goes to page slot_pages[b, i], offset
     slot_offsets[b, i]; padding goes to the scratch page), so a token attends to itself and to its
     chunk neighbours. Each row then gathers its pages in block-table order, so key index j of the
-    gathered run is absolute position j and causality is `j <= query position`; gathered slots past
-    a row's length (padding pages) always sit beyond its positions. This gather + `gqa_attention`
+    gathered run is absolute position j and causality is `j <= query position` (and, with a sliding
+    window, `j > query position - window`); gathered slots past a row's length (padding pages) always
+    sit beyond its positions. This gather + `gqa_attention`
     is the single call site a Pallas ragged paged-attention kernel replaces on TPU.
     """
 
-    def attend(q, k, v, cache, layer):
+    def attend(q, k, v, cache, layer, window=None):
         b, _, kvh, hd = k.shape
         index = (jnp.arange(kvh)[:, None, None], slot_pages[None], slot_offsets[None])
         kp = cache_set(cache["k"], layer, index, kv_major(k))
         vp = cache_set(cache["v"], layer, index, kv_major(v))
         keys = kp[layer][:, block_tables].reshape(kvh, b, -1, hd)
         values = vp[layer][:, block_tables].reshape(kvh, b, -1, hd)
-        mask = jnp.arange(keys.shape[2])[None, None, :] <= positions[:, :, None]
+        mask = causal_mask(jnp.arange(keys.shape[2]), positions, window)
         return gqa_attention(q, keys, values, mask), {"k": kp, "v": vp}
 
     return attend

@@ -1,4 +1,4 @@
-"""Read Llama/Qwen2 weights from a GGUF file or a Hugging Face directory into one parameter layout.
+"""Read Llama/Qwen2/Qwen3/Mistral weights from a GGUF file or a Hugging Face directory into one parameter layout.
 
 The layout (numpy arrays; matrices output-major [out, in], as GGUF and Hugging Face store them, so
 loading never transposes and `engine.model.matmul` computes x @ w.T; on XLA:CPU this orientation
@@ -12,11 +12,12 @@ also ran batch-32 layer matmuls 18% faster than input-major):
       wo        (L, hidden, heads*hd)    mlp_norm (L, hidden)
       w_gate, w_up (L, ffn, hidden)      w_down (L, hidden, ffn)
       bq (L, heads*hd)   bk, bv (L, kv_heads*hd)   only with q/k/v biases (Qwen2: ModelConfig.attention_bias)
+      q_norm, k_norm (L, hd)                        only with per-head q/k RMSNorm (Qwen3: ModelConfig.qk_norm)
 
 GGUF de-quantisation uses the `gguf` package's reference numpy kernels (Q4_0/Q4_1/Q8_0/Q4_K/Q6_K/
 F16/F32 and the rest it implements). llama.cpp stores a Llama's Q and K rows permuted for its
 interleaved rotary kernel; they are permuted back here so one rotate-half RoPE serves both sources
-(Qwen2 GGUFs are not permuted: llama.cpp runs them with NEOX rotary, `Family.gguf_qk_permuted`).
+(Qwen2/Qwen3 GGUFs are not permuted: llama.cpp runs them with NEOX rotary, `Family.gguf_qk_permuted`).
 """
 from __future__ import annotations
 
@@ -51,6 +52,9 @@ _GGUF_LAYER = {  # GGUF per-block tensor -> (our name, is a matrix)
 _GGUF_BIAS = {"attn_q.bias": ("bq", False), "attn_k.bias": ("bk", False), "attn_v.bias": ("bv", False)}
 _HF_BIAS = {"self_attn.q_proj.bias": ("bq", False), "self_attn.k_proj.bias": ("bk", False),
             "self_attn.v_proj.bias": ("bv", False)}
+# per-head q/k RMSNorm weights (Qwen3), keyed like the biases.
+_GGUF_QK_NORM = {"attn_q_norm": ("q_norm", False), "attn_k_norm": ("k_norm", False)}
+_HF_QK_NORM = {"self_attn.q_norm": ("q_norm", False), "self_attn.k_norm": ("k_norm", False)}
 _HF_LAYER = {
     "input_layernorm": ("attn_norm", False),
     "self_attn.q_proj": ("wq", True),
@@ -68,7 +72,8 @@ def layer_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
     """Per-layer shapes of the stacked tensors (without the leading layer axis); matrices [out, in]."""
     d, f, hd = cfg.hidden_size, cfg.intermediate_size, cfg.head_dim
     bias = {"bq": (cfg.num_heads * hd,), "bk": (cfg.num_kv_heads * hd,), "bv": (cfg.num_kv_heads * hd,)}
-    return (bias if cfg.attention_bias else {}) | {
+    norms = {"q_norm": (hd,), "k_norm": (hd,)}
+    return (bias if cfg.attention_bias else {}) | (norms if cfg.qk_norm else {}) | {
         "attn_norm": (d,),
         "wq": (cfg.num_heads * hd, d),
         "wk": (cfg.num_kv_heads * hd, d),
@@ -201,13 +206,14 @@ def load_gguf(path: Path, dtype: Any = np.float32, packed: bool = False,
 
     def per_layer(i: int, key: str) -> np.ndarray:
         w = read(f"blk.{i}.{key}" if key.endswith(".bias") else f"blk.{i}.{key}.weight")
-        if permuted and key.startswith("attn_q"):
+        if permuted and key in ("attn_q", "attn_q.bias"):
             w = unpermute_qk(w, cfg.num_heads)
-        elif permuted and key.startswith("attn_k"):
+        elif permuted and key in ("attn_k", "attn_k.bias"):
             w = unpermute_qk(w, cfg.num_kv_heads)
         return w
 
-    biases = _GGUF_BIAS if cfg.attention_bias else {}
+    # Per-family extra vectors (q/k/v biases, q/k norms), loaded like the layer norms.
+    biases = (_GGUF_BIAS if cfg.attention_bias else {}) | (_GGUF_QK_NORM if cfg.qk_norm else {})
     mapping = dict(_GGUF_LAYER) | biases
     packable: dict[str, str] = {}
     if blocks:
@@ -388,7 +394,7 @@ def load_hf_dir(path: Path, dtype: Any = np.float32) -> tuple[ModelConfig, Param
         head = None
         if not cfg.tie_word_embeddings:
             head = read("lm_head.weight")
-        mapping = _HF_LAYER | (_HF_BIAS if cfg.attention_bias else {})
+        mapping = _HF_LAYER | (_HF_BIAS if cfg.attention_bias else {}) | (_HF_QK_NORM if cfg.qk_norm else {})
         params = _assemble(cfg, dtype, read("model.embed_tokens.weight"), read("model.norm.weight"), head,
                            lambda i, key: read(f"model.layers.{i}.{key}" + ("" if key.endswith(".bias") else ".weight")),
                            mapping, str(path))

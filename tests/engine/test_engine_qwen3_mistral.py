@@ -1,0 +1,201 @@
+"""Qwen3 (per-head q/k RMSNorm) and Mistral (sliding window): tiny random checkpoints written by
+transformers, loaded from their safetensors directories (and Qwen3 as a GGUF), against transformers
+on the same weights; the window masks the contiguous and the paged attention paths alike."""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+
+from engine.config import config_from_hf
+from engine.model import forward, load_model, no_cache_attention
+from engine.paged import forward_paged, init_kv_pools
+from engine.weights import load_weights
+from tests.engine.gguf_writer import header_writer
+from tests.engine.test_engine_qwen2 import TOKENS, _greedy, _logits, _torch_greedy, _torch_logits
+
+GREEDY = 32
+WINDOW = 5  # binding: shorter than the 12-token prompt and the 44-token generation
+
+
+@pytest.fixture(scope="module")
+def tiny_qwen3(tmp_path_factory):
+    """A random Qwen3 whose heads are wider than hidden/heads (as in the real ones) and whose q/k norm
+    weights are random (transformers initialises them to ones, which would hide a loader that drops them)."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    torch.manual_seed(0)
+    cfg = Qwen3Config(vocab_size=256, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, head_dim=64, max_position_embeddings=512,
+                      rms_norm_eps=1e-6, rope_theta=1000000.0, tie_word_embeddings=False)
+    model = Qwen3ForCausalLM(cfg).eval()
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.self_attn.q_norm.weight.uniform_(0.5, 1.5)
+            layer.self_attn.k_norm.weight.uniform_(0.5, 1.5)
+    path = tmp_path_factory.mktemp("tiny_qwen3")
+    model.save_pretrained(path, safe_serialization=True)
+    return model, path
+
+
+def test_hf_qwen3_directory_matches_transformers(tiny_qwen3):
+    model, path = tiny_qwen3
+    lm = load_model(path, load_tokenizer=False)
+    cfg = lm.config
+    assert cfg.architecture == "qwen3" and cfg.qk_norm and not cfg.attention_bias and cfg.head_dim == 64
+    assert cfg.sliding_window is None
+    np.testing.assert_array_equal(load_weights(path)[1]["layers"]["k_norm"][1],
+                                  model.model.layers[1].self_attn.k_norm.weight.detach().numpy())
+    assert np.abs(_logits(lm) - _torch_logits(model)).max() < 2e-3
+    assert _greedy(lm, GREEDY) == _torch_greedy(model, GREEDY)
+
+
+def _write_qwen3_gguf(model, path: Path) -> Path:
+    """The model as a qwen3 GGUF with llama.cpp's tensor names (no Q/K permutation: NEOX rotary);
+    matrices Q8_0, the embedding and norms F32. The model's weights become the de-quantised values."""
+    import gguf
+    from gguf.quants import dequantize, quantize
+
+    cfg = model.config
+    sd = {k: v.detach().numpy().astype(np.float32) for k, v in model.state_dict().items()}
+    w = header_writer(model, path, "qwen3", rope_theta=1000000.0)
+    w.add_key_length(cfg.head_dim)
+    w.add_value_length(cfg.head_dim)
+    new_sd = {}
+
+    def put(name: str, hf_name: str, quantised: bool = False) -> None:
+        arr = sd[hf_name]
+        if not quantised:
+            w.add_tensor(name, arr)
+            new_sd[hf_name] = arr
+            return
+        raw = quantize(arr, gguf.GGMLQuantizationType.Q8_0)
+        w.add_tensor(name, raw, raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+        new_sd[hf_name] = np.asarray(dequantize(raw, gguf.GGMLQuantizationType.Q8_0), np.float32).reshape(arr.shape)
+
+    put("token_embd.weight", "model.embed_tokens.weight")
+    put("output_norm.weight", "model.norm.weight")
+    put("output.weight", "lm_head.weight", quantised=True)
+    matrices = {"attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
+                "attn_output": "self_attn.o_proj", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
+                "ffn_down": "mlp.down_proj"}
+    vectors = {"attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm",
+               "attn_q_norm": "self_attn.q_norm", "attn_k_norm": "self_attn.k_norm"}
+    for i in range(cfg.num_hidden_layers):
+        p = f"model.layers.{i}."
+        for key, name in vectors.items():
+            put(f"blk.{i}.{key}.weight", p + name + ".weight")
+        for key, name in matrices.items():
+            put(f"blk.{i}.{key}.weight", p + name + ".weight", quantised=True)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    model.load_state_dict({k: torch.from_numpy(v) for k, v in new_sd.items()}, strict=True)
+    return path
+
+
+def test_gguf_qwen3_matches_transformers(tiny_qwen3, tmp_path):
+    """llama.cpp's names (`attn_q_norm`/`attn_k_norm`, the `qwen3` entries of gguf's tensor map) and
+    `attention.key_length` for the head width; dense and (where the CPU kernel builds) block form."""
+    import gguf
+    from transformers import Qwen3ForCausalLM
+
+    from engine import kernels
+
+    names = {gguf.TENSOR_NAMES[t] for t in gguf.MODEL_TENSORS[gguf.MODEL_ARCH.QWEN3]}
+    assert {"blk.{bid}.attn_q_norm", "blk.{bid}.attn_k_norm"} <= names
+    _, hf_path = tiny_qwen3
+    model = Qwen3ForCausalLM.from_pretrained(hf_path).eval()
+    path = _write_qwen3_gguf(model, tmp_path / "tiny-qwen3.gguf")
+    ref = _torch_logits(model)
+    dense = load_model(path, load_tokenizer=False, blocks=False)
+    assert dense.config.architecture == "qwen3" and dense.config.qk_norm and dense.config.head_dim == 64
+    assert np.abs(_logits(dense) - ref).max() < 2e-3
+    assert _greedy(dense, GREEDY) == _torch_greedy(model, GREEDY)
+    if kernels.available():
+        blocked = load_model(path, load_tokenizer=False)
+        assert type(blocked.params["layers"][0]["wq"]).__name__ == "BlockMatrix"
+        assert np.abs(_logits(blocked) - ref).max() < 2e-3
+        assert _greedy(blocked, GREEDY) == _greedy(dense, GREEDY)
+
+
+# ----------------------------------------------------------------------------- Mistral
+
+def _mistral(tmp_path_factory, window: int | None, name: str):
+    from transformers import MistralConfig, MistralForCausalLM
+
+    torch.manual_seed(1)
+    cfg = MistralConfig(vocab_size=256, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                        rms_norm_eps=1e-5, rope_theta=10000.0, sliding_window=window, tie_word_embeddings=False)
+    model = MistralForCausalLM(cfg).eval()
+    path = tmp_path_factory.mktemp(name)
+    model.save_pretrained(path, safe_serialization=True)
+    return model, path
+
+
+@pytest.fixture(scope="module")
+def tiny_mistral(tmp_path_factory):
+    return _mistral(tmp_path_factory, WINDOW, "tiny_mistral")
+
+
+def test_hf_mistral_with_binding_window_matches_transformers(tiny_mistral):
+    model, path = tiny_mistral
+    lm = load_model(path, load_tokenizer=False)
+    assert lm.config.architecture == "mistral" and lm.config.sliding_window == WINDOW
+    ours = _logits(lm)
+    ref = _torch_logits(model)
+    assert np.abs(ours - ref).max() < 2e-3
+    # The window changes the result, so a decoder that ignored it would fail above.
+    unbounded = dataclasses.replace(lm.config, sliding_window=None)
+    toks = jnp.asarray(TOKENS, jnp.int32)
+    pos = jnp.arange(toks.shape[1], dtype=jnp.int32)[None]
+    full = np.asarray(forward(lm.params, unbounded, toks, pos, None, no_cache_attention(pos))[0])
+    assert np.abs(full - ref).max() > 1e-2
+    assert _greedy(lm, GREEDY) == _torch_greedy(model, GREEDY)
+
+
+def test_mistral_window_masks_the_paged_path(tiny_mistral):
+    """A prompt prefilled in chunks into pages, then decoded token by token: every step's logits
+    equal transformers' at that position (the window crosses page and chunk boundaries)."""
+    model, path = tiny_mistral
+    lm = load_model(path, load_tokenizer=False)
+    cfg = lm.config
+    ref = _torch_logits(model)[0]
+    page, n = 4, len(TOKENS[0])
+    pages = -(-n // page)
+    cache = init_kv_pools(cfg, pages + 1, page, lm.dtype, per_layer=lm.per_layer)  # page 0: scratch
+    table = jnp.arange(1, pages + 1, dtype=jnp.int32)[None]
+    for start, stop in [(0, 7)] + [(p, p + 1) for p in range(7, n)]:
+        positions = jnp.arange(start, stop, dtype=jnp.int32)[None]
+        tokens = jnp.asarray([TOKENS[0][start:stop]], jnp.int32)
+        logits, cache = forward_paged(cfg, lm.params, cache, tokens, positions, 1 + positions // page,
+                                      positions % page, table, jnp.asarray([stop - start - 1], jnp.int32))
+        assert np.abs(np.asarray(logits[0]) - ref[stop - 1]).max() < 2e-3, stop
+
+
+def test_mistral_window_longer_than_context_is_a_no_op(tmp_path_factory):
+    """A window no served context can exceed is dropped from the config (plain causal attention), and
+    the model still matches transformers."""
+    model, path = _mistral(tmp_path_factory, 512, "tiny_mistral_wide")
+    lm = load_model(path, load_tokenizer=False)
+    assert lm.config.architecture == "mistral" and lm.config.sliding_window is None
+    assert np.abs(_logits(lm) - _torch_logits(model)).max() < 2e-3
+    cfg = config_from_hf({"architectures": ["MistralForCausalLM"], "vocab_size": 8, "hidden_size": 8,
+                          "intermediate_size": 8, "num_hidden_layers": 1, "num_attention_heads": 2,
+                          "max_position_embeddings": 32768, "sliding_window": 4096}, "test")
+    assert cfg.sliding_window == 4096
+
+
+def test_qwen_sliding_window_is_refused_by_name():
+    from engine.errors import ModelFormatError
+
+    with pytest.raises(ModelFormatError, match="sliding-window"):
+        config_from_hf({"architectures": ["Qwen3ForCausalLM"], "vocab_size": 8, "hidden_size": 8,
+                        "intermediate_size": 8, "num_hidden_layers": 1, "num_attention_heads": 2,
+                        "use_sliding_window": True, "sliding_window": 4}, "test")
