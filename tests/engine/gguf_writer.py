@@ -21,3 +21,17 @@ def header_writer(model: Any, path: Path, arch: str, rope_theta: float) -> Any:
     w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
     w.add_vocab_size(cfg.vocab_size)
     return w
+
+
+def write_out(w: Any, path: Path, model: Any = None, state: dict | None = None) -> Path:
+    """Write the file; with `state`, load those (de-quantised) values into `model` too, so
+    transformers and memloop see the same numbers."""
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    if state is not None:
+        import torch
+
+        model.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()}, strict=True)
+    return path

@@ -12,7 +12,7 @@ import torch
 
 from engine.model import forward, load_model, no_cache_attention
 from engine.weights import load_weights
-from tests.engine.gguf_writer import header_writer
+from tests.engine.gguf_writer import header_writer, write_out
 
 TOKENS = [[3, 17, 99, 42, 5, 200, 31, 7, 64, 128, 1, 250]]
 
@@ -140,12 +140,7 @@ def _write_qwen2_gguf(model, path: Path, down: str) -> Path:
             put(f"blk.{i}.{key}.weight", p + name + ".weight", qname)
         for key in ("attn_q", "attn_k", "attn_v"):
             put(f"blk.{i}.{key}.bias", p + hf[key] + ".bias")
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    model.load_state_dict({k: torch.from_numpy(v) for k, v in new_sd.items()}, strict=True)
-    return path
+    return write_out(w, path, model, new_sd)
 
 
 @pytest.fixture(scope="module", params=["Q6_K", "Q5_K"])

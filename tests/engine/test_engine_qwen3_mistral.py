@@ -15,7 +15,7 @@ from engine.config import config_from_hf
 from engine.model import forward, load_model, no_cache_attention
 from engine.paged import forward_paged, init_kv_pools
 from engine.weights import load_weights
-from tests.engine.gguf_writer import header_writer
+from tests.engine.gguf_writer import header_writer, write_out
 from tests.engine.test_engine_qwen2 import TOKENS, _greedy, _logits, _torch_greedy, _torch_logits
 
 GREEDY = 32
@@ -91,12 +91,7 @@ def _write_qwen3_gguf(model, path: Path) -> Path:
             put(f"blk.{i}.{key}.weight", p + name + ".weight")
         for key, name in matrices.items():
             put(f"blk.{i}.{key}.weight", p + name + ".weight", quantised=True)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    model.load_state_dict({k: torch.from_numpy(v) for k, v in new_sd.items()}, strict=True)
-    return path
+    return write_out(w, path, model, new_sd)
 
 
 def test_gguf_qwen3_matches_transformers(tiny_qwen3, tmp_path):

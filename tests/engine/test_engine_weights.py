@@ -13,7 +13,7 @@ import torch
 from engine.errors import ModelFormatError, ModelNotFoundError
 from engine.model import forward, load_model, no_cache_attention
 from engine.weights import load_weights, read_gguf_metadata
-from tests.engine.gguf_writer import header_writer
+from tests.engine.gguf_writer import header_writer, write_out
 
 TOKENS = [[3, 17, 99, 42, 5, 200, 31, 7, 64, 128, 1, 250]]
 
@@ -100,11 +100,7 @@ def _write_gguf(model, path: Path, quant: str = "F32", arch: str = "llama", raw_
         put(f"blk.{i}.ffn_gate.weight", sd[p + "mlp.gate_proj.weight"])
         put(f"blk.{i}.ffn_up.weight", sd[p + "mlp.up_proj.weight"])
         put(f"blk.{i}.ffn_down.weight", sd[p + "mlp.down_proj.weight"])
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return path
+    return write_out(w, path)
 
 
 @pytest.fixture(scope="module")
