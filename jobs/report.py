@@ -29,10 +29,8 @@ from __future__ import annotations
 import io
 import json
 import math
-import os
 from dataclasses import dataclass, field
 from functools import lru_cache
-from pathlib import Path
 from typing import Callable, Sequence
 
 import pandas as pd
@@ -78,6 +76,9 @@ class RunData:
     steps: pd.DataFrame
     scores: pd.DataFrame
     runs: pd.DataFrame
+    # figures derived once per load and read by several tables (the paper's prefix hit tokenises
+    # every recorded prompt: the Markdown, the plots and `headline` share one pass)
+    derived: dict = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def load(cls, rs: RunStore) -> "RunData":
@@ -229,6 +230,13 @@ def _model_tokenizer(path: str) -> Callable[[str], Sequence[int]]:
 def prompt_tokenizer(d: RunData) -> PromptTokenizer:
     """The run's model tokenizer (the engine's, from the weights its latest manifest names), or
     cl100k_base with the reason when that model cannot be read here (an endpoint, weights elsewhere)."""
+    if "tokenizer" not in d.derived:
+        d.derived["tokenizer"] = _prompt_tokenizer(d)
+    return d.derived["tokenizer"]
+
+
+def _prompt_tokenizer(d: RunData) -> PromptTokenizer:
+    from engine.assets import resolve_model
     from engine.errors import EngineError
     from eval.tokens import cl100k_encode
 
@@ -242,15 +250,11 @@ def prompt_tokenizer(d: RunData) -> PromptTokenizer:
     if model.get("kind") == "openai":
         return cl100k(f"the endpoint model {(model.get('endpoint') or {}).get('model')!r} has no local tokenizer")
     try:
-        if model.get("weights"):
-            path = Path(os.path.expanduser(model["weights"])).resolve()
-        else:
-            from engine.assets import default_model_path
-
-            path = default_model_path()
+        # the engine's own resolution: None is the bundled default, short names their packaged file
+        path = resolve_model(model.get("weights"))
         if not path.exists():
             return cl100k(f"the run's model {str(path)!r} is not on this machine")
-        return PromptTokenizer(_model_tokenizer(str(path)), f"the run's model tokenizer, {path.name}")
+        return PromptTokenizer(_model_tokenizer(str(path.resolve())), f"the run's model tokenizer, {path.name}")
     except EngineError as exc:
         return cl100k(f"the run's model tokenizer cannot be loaded: {exc}")
 
@@ -268,8 +272,15 @@ def cost_frame(d: RunData, tok: PromptTokenizer | None = None) -> pd.DataFrame:
     """Per (method, dataset, repeat), over the samples every method finished: means per sample of the
     token counts and of the cost index, the engine's radix-cache hit % of the mean usage, the paper's
     prefix hit % (in `tok`'s tokens; `prompt_tokenizer(d)` by default), and how many samples."""
-    units, _ = cost_units(d)
     tok = tok or prompt_tokenizer(d)
+    key = ("cost_frame", tok.label)
+    if key not in d.derived:
+        d.derived[key] = _cost_frame(d, tok)
+    return d.derived[key].copy()
+
+
+def _cost_frame(d: RunData, tok: PromptTokenizer) -> pd.DataFrame:
+    units, _ = cost_units(d)
     steps = d.steps
     rows = []
     for (method, ds, rep), g in units.groupby(["method", "dataset", "repeat"], sort=True):
@@ -478,9 +489,17 @@ def build_report(d: RunData) -> Report:
 def write_report(run_uri: str) -> tuple[str, Report]:
     """Build the report of the run at `run_uri`, write report.md and PNGs next to its tables
     (two runs are compared by `memloop compare`, into a directory of its own)."""
+    rs, _, rep = report_of(run_uri)
+    return rs.uri, rep
+
+
+def report_of(run_uri: str) -> tuple[RunStore, RunData, Report]:
+    """Load the run once, build its report and write it next to the tables; the loaded data is
+    returned too (`report --json` reads its numbers from the same load)."""
     rs = RunStore.at(run_uri)
-    rep = build_report(RunData.load(rs))
+    d = RunData.load(rs)
+    rep = build_report(d)
     for name, png in rep.plots.items():
         rs.put_file(name, png)
     rs.put_file("report.md", rep.markdown.encode())
-    return rs.uri, rep
+    return rs, d, rep

@@ -107,14 +107,11 @@ def report_cmd(
 ) -> None:
     """Write report.md and PNG plots next to the run's tables and print the Markdown (compare two runs
     with `memloop compare A B`)."""
-    from jobs.report import write_report
+    from jobs.report import headline, report_of
 
-    uri, rep = write_report(run_uri)
+    _, data, rep = report_of(run_uri)
     if as_json:
-        from jobs.report import RunData, headline
-        from jobs.storage import RunStore
-
-        print(json.dumps(headline(RunData.load(RunStore.at(uri))), default=float), flush=True)
+        print(json.dumps(headline(data), default=float), flush=True)
         return
     print(rep.markdown, flush=True)
 
