@@ -7,8 +7,8 @@ the grammar bitmask applied -- all inside one XLA program, compiled once per pow
 
 It runs over the stacked parameter layout of `engine.weights` (every per-layer tensor carries a
 leading layer axis) through the model's own `decoder_layers`/`final_logits`, plugging in a paged
-attention hook (`paged_attend`), which is the single call site a Pallas ragged paged-attention
-kernel replaces on TPU.
+attention hook (`paged_attend`). Decode calls go through JAX's Pallas paged-attention kernel on
+TPU/GPU instead (`engine.pallas_attention`, chosen by the static `attention` backend).
 """
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from engine.config import ModelConfig
 from engine.constrained import unpack_bitmask
 from engine.model import (AttendFn, cache_set, causal_mask, decoder_layers, embed, final_logits, gqa_attention,
                           init_layer_cache, kv_major)
+from engine.pallas_attention import GATHER, AttentionBackend, kernel_attend
 from engine.sampling import sample
 
 
@@ -45,7 +46,7 @@ def paged_attend(slot_pages: jax.Array, slot_offsets: jax.Array, block_tables: j
     gathered run is absolute position j and causality is `j <= query position` (and, with a sliding
     window, `j > query position - window`); gathered slots past a row's length (padding pages) always
     sit beyond its positions. This gather + `gqa_attention`
-    is the single call site a Pallas ragged paged-attention kernel replaces on TPU.
+    is the reference; `engine.pallas_attention.kernel_attend` serves decode calls through a kernel.
     """
 
     def attend(q, k, v, cache, layer, window=None):
@@ -63,9 +64,12 @@ def paged_attend(slot_pages: jax.Array, slot_offsets: jax.Array, block_tables: j
 
 def forward_paged(cfg: ModelConfig, params: dict[str, Any], cache: dict[str, jax.Array], tokens: jax.Array,
                   positions: jax.Array, slot_pages: jax.Array, slot_offsets: jax.Array,
-                  block_tables: jax.Array, last_index: jax.Array) -> tuple[jax.Array, dict[str, jax.Array]]:
+                  block_tables: jax.Array, last_index: jax.Array, attention: AttentionBackend = GATHER
+                  ) -> tuple[jax.Array, dict[str, jax.Array]]:
     """The model's own layers over the paged cache; logits [B, V] of each row's `last_index` token."""
     attend = paged_attend(slot_pages, slot_offsets, block_tables, positions)
+    if attention.kernel:  # decode calls through the Pallas kernel, every other call gathers
+        attend = kernel_attend(attend, attention, slot_pages, slot_offsets, block_tables, positions)
     h, cache = decoder_layers(params, cfg, embed(params, tokens), positions, cache, attend)
     last = jnp.take_along_axis(h, last_index[:, None, None], axis=1)[:, 0]  # [B, D]
     return final_logits(params, cfg, last), cache
@@ -78,16 +82,17 @@ def masked_sample(logits: jax.Array, bitmask: jax.Array, temperature: jax.Array,
     return sample(logits, temperature, top_k, top_p, keys, steps, cap, full)
 
 
-@partial(jax.jit, static_argnums=(0, 15, 16), donate_argnums=(2,))
+@partial(jax.jit, static_argnums=(0, 15, 16, 17), donate_argnums=(2,))
 def engine_step(cfg: ModelConfig, params: dict[str, Any], cache: dict[str, jax.Array], tokens: jax.Array,
                 positions: jax.Array, slot_pages: jax.Array, slot_offsets: jax.Array, block_tables: jax.Array,
                 last_index: jax.Array, bitmask: jax.Array, temperature: jax.Array, top_k: jax.Array,
-                top_p: jax.Array, keys: jax.Array, steps: jax.Array, cap: int, full: bool
-                ) -> tuple[jax.Array, dict[str, jax.Array]]:
+                top_p: jax.Array, keys: jax.Array, steps: jax.Array, cap: int, full: bool,
+                attention: AttentionBackend = GATHER) -> tuple[jax.Array, dict[str, jax.Array]]:
     """Forward + sample in one program; the KV cache is donated and updated in place.
 
-    `cap`/`full` are the sampler's static candidate settings (`engine.sampling.candidate_cap`).
+    `cap`/`full` are the sampler's static candidate settings (`engine.sampling.candidate_cap`);
+    `attention` the static attention backend (`engine.pallas_attention.resolve_backend`).
     """
     logits, cache = forward_paged(cfg, params, cache, tokens, positions, slot_pages, slot_offsets,
-                                  block_tables, last_index)
+                                  block_tables, last_index, attention)
     return masked_sample(logits, bitmask, temperature, top_k, top_p, keys, steps, cap, full), cache
