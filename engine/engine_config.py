@@ -15,6 +15,9 @@ from typing import Any, Mapping
 from engine.errors import EngineError
 
 DTYPES = ("float32", "bfloat16", "float16")
+# auto: the platform's Pallas kernel (TPU, GPU), the gather path elsewhere (engine.pallas_attention)
+ATTENTION_BACKENDS = ("auto", "gather", "pallas-tpu", "pallas-gpu")
+QUANTIZATIONS = ("int8",)
 
 
 @dataclass(frozen=True)
@@ -25,6 +28,10 @@ class EngineConfig:
     num_pages: overrides kv_budget with an exact page count (tests of memory pressure).
     max_context: longest prompt + output a request may use (None = the model's own limit).
     tp: tensor-parallel devices (a 1-D `tp` mesh); None = one device.
+    attention: decode-attention backend, one of ATTENTION_BACKENDS (a kernel on a platform that cannot
+        run it is an AttentionBackendError).
+    pallas_interpret: run the named Pallas kernel in Pallas' interpreter (CPU checks only: slow).
+    quantize: "int8" keeps layer matrices as int8 codes with a scale per 32 weights (weight-only), or None.
     """
 
     model: str | None = None
@@ -37,6 +44,9 @@ class EngineConfig:
     prefix_cache: bool = True
     max_context: int | None = None
     tp: int | None = None
+    attention: str = "auto"
+    pallas_interpret: bool = False
+    quantize: str | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.model, os.PathLike):
@@ -57,8 +67,15 @@ class EngineConfig:
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 allowed = f"an integer >= {low}" + (" or None" if optional else "")
                 raise EngineError(f"engine setting `{name}` must be {allowed}; got {value!r}")
-        if not isinstance(self.prefix_cache, bool):
-            raise EngineError(f"engine setting `prefix_cache` must be true or false; got {self.prefix_cache!r}")
+        for name in ("prefix_cache", "pallas_interpret"):
+            if not isinstance(getattr(self, name), bool):
+                raise EngineError(f"engine setting `{name}` must be true or false; got {getattr(self, name)!r}")
+        if self.attention not in ATTENTION_BACKENDS:
+            raise EngineError(f"engine setting `attention` must be one of {list(ATTENTION_BACKENDS)}; "
+                              f"got {self.attention!r}")
+        if self.quantize is not None and self.quantize not in QUANTIZATIONS:
+            raise EngineError(f"engine setting `quantize` must be one of {list(QUANTIZATIONS)} or None; "
+                              f"got {self.quantize!r}")
 
     @classmethod
     def field_names(cls) -> list[str]:

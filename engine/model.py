@@ -243,7 +243,8 @@ def kv_major(x: jax.Array) -> jax.Array:
 
 def matmul(x: jax.Array, w: Any) -> jax.Array:
     """x @ w.T for an output-major matrix w [out, in]: dense; a BlockMatrix (GGUF blocks, see
-    engine.blocks); or packed {q int8 [out,in], d/m f32 [out,in/32]} de-quantised in the graph."""
+    engine.blocks); or packed {q int8 [out,in], d/m f32 [out,in/32]} de-quantised in the graph
+    (a GGUF file's own blocks with `packed`, or engine.quantize's int8)."""
     if isinstance(w, BlockMatrix):
         return block_matmul(x, w).astype(x.dtype)
     if isinstance(w, dict):
@@ -399,7 +400,7 @@ class LoadedModel:
 
 def load_model(path: str | Path | None = None, dtype: Any = None, mesh: Any = None,
                load_tokenizer: bool = True, packed: bool = False, unroll: bool | None = None,
-               blocks: bool | None = None) -> LoadedModel:
+               blocks: bool | None = None, quantize: str | None = None) -> LoadedModel:
     """Load weights (GGUF file or Hugging Face directory), build the module, and the tokenizer.
 
     `path=None` loads the bundled SmolLM2-135M-Instruct GGUF; a short name (`qwen2.5-coder-0.5b`, see
@@ -413,6 +414,9 @@ def load_model(path: str | Path | None = None, dtype: Any = None, mesh: Any = No
     `blocks` keeps Q4_0/Q4_1/Q8_0 matrices as their raw GGUF bytes (engine.blocks), multiplied by
     the CPU kernel at small batch: 0.56-1.06 bytes per weight read instead of 4, the same weights.
     Default (None): on whenever it applies (see `blocks_apply`).
+
+    `quantize="int8"` keeps every layer projection as int8 codes with an f32 scale and offset per 32
+    weights (engine.quantize), de-quantised inside the step: weight-only, for accelerators' HBM bandwidth.
     """
     from engine.assets import enable_compile_cache, resolve_model
     from engine.tokenizer import load_tokenizer as _load_tok
@@ -422,12 +426,20 @@ def load_model(path: str | Path | None = None, dtype: Any = None, mesh: Any = No
     dtype = jnp.dtype(dtype if dtype is not None else default_dtype())
     np_dtype = np.float32 if dtype == jnp.float32 else dtype  # numpy understands jnp.bfloat16 via ml_dtypes
     unroll = default_unroll() if unroll is None else bool(unroll)
-    applies = blocks_apply(path, dtype, mesh, unroll, packed)
+    applies = blocks_apply(path, dtype, mesh, unroll, packed) and not quantize
     if blocks and not applies:
         raise RequestError("block-form weights need a GGUF file, f32 on the CPU backend, one device, the unrolled "
-                           "layer loop, no `packed`, and the CPU kernels (x86-64 with AVX-512); leave `blocks` unset.")
+                           "layer loop, no `packed` or `quantize`, and the CPU kernels (x86-64 with AVX-512); "
+                           "leave `blocks` unset.")
+    if quantize and packed:
+        raise RequestError("`packed` keeps a GGUF file's own blocks and `quantize` makes new ones; choose one.")
     blocks = applies if blocks is None else bool(blocks)
-    cfg, weights = load_weights(path, np_dtype, packed=bool(packed), blocks=blocks)
+    # int8 blocks are cut from the f32 weights, not from a bf16 rounding of them
+    cfg, weights = load_weights(path, np.float32 if quantize else np_dtype, packed=bool(packed), blocks=blocks)
+    if quantize:
+        from engine.quantize import quantize_layers
+
+        weights["layers"] = quantize_layers(weights["layers"], quantize)
     module = Llama(cfg, weights, dtype, unrolled=unroll)
     del weights
     params = module.params()

@@ -34,13 +34,13 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
 
+from engine.engine_config import ATTENTION_BACKENDS as BACKENDS
 from engine.errors import EngineError
 from engine.mesh import AXIS
 from engine.model import AttendFn, cache_set, kv_major
 
 log = logging.getLogger(__name__)
 
-BACKENDS = ("auto", "gather", "pallas-tpu", "pallas-gpu")
 KERNELS = {"pallas-tpu": "tpu", "pallas-gpu": "gpu"}  # backend -> the platform that runs it natively
 AUTO = {"tpu": "pallas-tpu", "gpu": "pallas-gpu"}  # platform -> what `auto` picks (anything else: gather)
 

@@ -38,16 +38,22 @@ class Engine:
 
     def __init__(self, config: EngineConfig | None = None, model: Any = None) -> None:
         from engine.model import load_model
+        from engine.pallas_attention import resolve_backend
 
         self.config = config = config if config is not None else EngineConfig()
         if not isinstance(config, EngineConfig):
             raise EngineError("Engine takes an EngineConfig; build one from a dict with EngineConfig.from_dict(d)")
+        # A kernel reads each layer's pool in place, so pools are per layer (the unrolled layer loop):
+        # a layer's slice of a scan-carried stacked pool would be copied for the kernel every step.
+        self.attention = resolve_backend(config.attention, config.pallas_interpret)
         mesh = None
         if model is None and config.tp:
             from engine.mesh import make_mesh
 
             mesh = make_mesh(config.tp)
-        self.lm = model if model is not None else load_model(config.model, dtype=config.dtype, mesh=mesh)
+        self.lm = model if model is not None else load_model(
+            config.model, dtype=config.dtype, mesh=mesh, unroll=True if self.attention.kernel else None,
+            quantize=config.quantize)
         self.mesh = self.lm.mesh
         self.cfg = self.lm.config
         self.tokenizer = self.lm.tokenizer
@@ -60,7 +66,7 @@ class Engine:
         self.intake = RequestIntake(self.tokenizer, self.pool, self.max_context, self.cfg.vocab_size)
         self._lock = threading.Condition()
         self.runner = StepRunner(self.lm, self.pool, self.tree, self.scheduler, self._lock, self.intake.stop_ids,
-                                 lambda: self.intake.grammar)
+                                 lambda: self.intake.grammar, self.attention)
         self.loop = StepLoop(self.scheduler, self.runner, self._lock)
 
     # -- requests -----------------------------------------------------------------------------------

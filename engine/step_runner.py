@@ -25,6 +25,7 @@ import numpy as np
 
 from engine.errors import EngineFailure, RequestError, StepError
 from engine.kv_cache import PagePool
+from engine.pallas_attention import GATHER, AttentionBackend
 from engine.radix import RadixCache
 from engine.sampling import candidate_cap
 from engine.scheduler import PrefillChunk, Scheduler, Sequence, StepPlan
@@ -70,7 +71,7 @@ class StepRunner:
     """
 
     def __init__(self, lm: Any, pool: PagePool, tree: RadixCache | None, scheduler: Scheduler, lock: threading.Condition,
-                 stop_ids: frozenset[int], grammar: Callable[[], Any]) -> None:
+                 stop_ids: frozenset[int], grammar: Callable[[], Any], attention: AttentionBackend = GATHER) -> None:
         self.lm = lm
         self.cfg = lm.config
         self.params = lm.params
@@ -82,6 +83,7 @@ class StepRunner:
         self.lock = lock
         self.stop_ids = stop_ids
         self.grammar = grammar
+        self.attention = attention  # the decode-attention backend, a static argument of the step
         self.counters = dict.fromkeys(COUNTERS, 0)
         self.shapes: set[tuple[int, ...]] = set()
         self.cache = self._new_cache()
@@ -193,7 +195,7 @@ class StepRunner:
         with jax.set_mesh(self.mesh) if self.mesh is not None else contextlib.nullcontext():
             out, self.cache = engine_step(self.cfg, self.params, self.cache, tokens, positions, slot_pages,
                                           slot_offsets, tables, last, bitmask, temp, top_k, top_p, keys, steps,
-                                          cap, full)
+                                          cap, full, self.attention)
         self.shapes.add((b, t, npg, cap, full))
         return np.asarray(out)[:len(rows)]
 
