@@ -13,6 +13,9 @@ from typing import Any, Callable
 
 import numpy as np
 
+from bench.accelerators import (accelerator_field, decode_hbm_fraction, decode_keys, macs_per_token, prefill_mfu,
+                                this_accelerator)
+
 PROMPTS = [
     [{"role": "user", "content": "What is the capital of France?"}],
     [{"role": "system", "content": "You answer in JSON."},
@@ -38,6 +41,7 @@ class BenchSettings:
     packed: bool = False  # memloop keeps Q4/Q8 layer matrices packed (see engine.model.load_model)
     dense: bool = False  # memloop with dense f32 weights only (no block-form kernel)
     dense_peer: bool = True  # also time memloop with dense f32 weights (XLA's dot), the pre-kernel engine
+    quantize: str | None = None  # "int8": weight-only int8 layer matrices (engine.quantize)
 
 
 def _has_blocks(lm: Any) -> bool:
@@ -119,14 +123,6 @@ def _ours_prefill_decode(lm: Any, ids_batch: list[list[int]], steps: int) -> tup
     return min(r[0] for r in runs), min(r[1] for r in runs)
 
 
-def macs_per_token(lm: Any) -> int:
-    """Multiply-adds of the weight matrices for one decoded token (layers and output head)."""
-    cfg = lm.config
-    hd = cfg.head_dim
-    per_layer = cfg.hidden_size * (2 * cfg.num_heads * hd + 2 * cfg.num_kv_heads * hd + 3 * cfg.intermediate_size)
-    return cfg.num_layers * per_layer + cfg.vocab_size * cfg.hidden_size
-
-
 def f32_gemm_gmacs(size: int = 1536, repeat: int = 5) -> float:
     """The best f32 matrix-multiply rate XLA sustains on this host now (GMAC/s): the compute ceiling
     a large-batch decode step can approach, measured in the same run as the decode speeds."""
@@ -152,7 +148,8 @@ def run_model_bench(path: Path | None = None, settings: BenchSettings = BenchSet
     from engine.model import forward, load_model, no_cache_attention
     from engine.sampling import SamplingParams
 
-    lm = load_model(path, packed=settings.packed, blocks=False if settings.dense else None)
+    lm = load_model(path, packed=settings.packed, blocks=False if settings.dense else None,
+                    quantize=settings.quantize)
     log(f"memloop model loaded from {lm.path} ({jax.default_backend()}, {lm.dtype.name}, "
         f"{'GGUF block weights + CPU kernel' if _has_blocks(lm) else 'dense weights'})")
     hf = AutoModelForCausalLM.from_pretrained(str(lm.path.parent), gguf_file=lm.path.name, dtype=torch.float32).eval()
@@ -194,6 +191,16 @@ def run_model_bench(path: Path | None = None, settings: BenchSettings = BenchSet
     prefill_tps = len(long_ids) / pre
     log(f"memloop: decode b1 {decode_b1:.1f} tok/s, b{settings.batch} {decode_b32:.1f} tok/s, "
         f"prefill {prefill_tps:.0f} tok/s ({len(long_ids)}-token prompt)")
+    accelerator = this_accelerator(log)
+    figures: dict[str, Any] = {"accelerator": accelerator_field(accelerator), "decode_hbm_fraction": None,
+                               "prefill_mfu": None}
+    if accelerator is not None:  # the batch decode above, and the prefill of the long prompt
+        spec = accelerator[1]
+        keys = decode_keys([len(x) for x in batch_ids], steps)
+        figures.update(decode_hbm_fraction=round(decode_hbm_fraction(lm, spec, steps, keys, dec32), 4),
+                       prefill_mfu=round(prefill_mfu(lm, spec, len(long_ids), pre), 4))
+        log(f"{spec.name}: decode at batch {settings.batch} reaches {figures['decode_hbm_fraction']:.1%} of the HBM "
+            f"bound, prefill {figures['prefill_mfu']:.1%} MFU")
     gmacs = f32_gemm_gmacs()
     ceiling_b32 = gmacs * 1e9 / macs_per_token(lm)
     log(f"host f32 GEMM {gmacs:.1f} GMAC/s: batch {settings.batch} decode cannot exceed {ceiling_b32:.0f} tok/s "
@@ -245,9 +252,11 @@ def run_model_bench(path: Path | None = None, settings: BenchSettings = BenchSet
         **peer,
         **({"ratio_decode_b1_vs_dense": round(decode_b1 / peer["dense_decode_tps_b1"], 2),
             "ratio_decode_b32_vs_dense": round(decode_b32 / peer["dense_decode_tps_b32"], 2)} if peer else {}),
+        **figures,
         "backend": jax.default_backend(),
         "dtype": lm.dtype.name,
-        "weights": "gguf-blocks" if _has_blocks(lm) else ("packed" if settings.packed else "dense"),
+        "weights": "gguf-blocks" if _has_blocks(lm) else (
+            "int8" if settings.quantize else ("packed" if settings.packed else "dense")),
         "packed": settings.packed,
     }
     if settings.hf_batch:

@@ -198,7 +198,10 @@ def main(samples: int = 32, steps: int = 4, peer: str | None = None, max_tokens:
     from engine.serving import Engine
 
     workload = build_workload(samples, steps, chunk_words, revisions=revisions)
-    lm = load_model(None)
+    from engine.pallas_attention import resolve_backend
+
+    # a Pallas kernel (the accelerator default) reads per-layer pools in place: the unrolled layout
+    lm = load_model(None, unroll=True if resolve_backend().kernel else None)
     results: dict[str, Any] = {"samples": samples, "steps": steps, "max_tokens": max_tokens,
                                "chunk_words": chunk_words, "revisions": revisions}
     runs = {}
@@ -233,6 +236,7 @@ def main(samples: int = 32, steps: int = 4, peer: str | None = None, max_tokens:
         greedy_identical_cache_on_off=on["texts"] == off["texts"],
         wall_s=on["wall_s"], wall_s_cache_off=off["wall_s"], warmup_s=on["warmup_s"],
     )
+    results.update(accelerator_figures(lm, kv_budget, emit))
     if peer == "llama-cpp":
         threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
         lc = run_llama_cpp(lm.path, workload, max_tokens, threads)
@@ -245,6 +249,28 @@ def main(samples: int = 32, steps: int = 4, peer: str | None = None, max_tokens:
 
         raise EngineError(f"unknown peer {peer!r}; the supported peer is 'llama-cpp'")
     return results
+
+
+def accelerator_figures(lm: Any, kv_budget: float, emit=print) -> dict[str, Any]:
+    """`accelerator`, `decode_hbm_fraction` (batch 64) and `prefill_mfu` of the serving engine on this
+    device (its default attention backend: the platform's Pallas kernel); all null on CPU."""
+    from bench.accelerators import accelerator_field, engine_figures, this_accelerator
+    from engine.engine_config import EngineConfig
+    from engine.serving import Engine
+
+    found = this_accelerator(emit)
+    out: dict[str, Any] = {"accelerator": accelerator_field(found), "decode_hbm_fraction": None, "prefill_mfu": None}
+    if found is None:
+        return out
+    engine = Engine(EngineConfig(kv_budget=kv_budget, max_batch=64, prefix_cache=True), model=lm)
+    try:
+        out.update(engine_figures(engine, found[1], batch=64))
+        out["attention"] = engine.attention.kind
+    finally:
+        engine.shutdown()
+    emit(f"{found[1].name} ({out['attention']} attention): decode at batch 64 reaches {out['decode_hbm_fraction']:.1%} "
+         f"of the HBM bound, prefill {out['prefill_mfu']:.1%} MFU")
+    return out
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ plans and runs steps, futures, shutdown).
 """
 from __future__ import annotations
 
+import logging
 import threading
 from concurrent.futures import Future
 from typing import Any
@@ -31,6 +32,8 @@ from engine.radix import RadixCache
 from engine.scheduler import Scheduler, Sequence
 from engine.step_loop import StepLoop
 from engine.step_runner import StepRunner
+
+log = logging.getLogger(__name__)
 
 
 class Engine:
@@ -54,6 +57,10 @@ class Engine:
         self.lm = model if model is not None else load_model(
             config.model, dtype=config.dtype, mesh=mesh, unroll=True if self.attention.kernel else None,
             quantize=config.quantize)
+        if self.attention.kernel and not self.lm.per_layer:
+            log.warning("attention backend %s over stacked layers (lax.scan): the kernel reads a copy of each "
+                        "layer's KV pool per step; load the model with unroll=True to read the pools in place",
+                        self.attention.kind)
         self.mesh = self.lm.mesh
         self.cfg = self.lm.config
         self.tokenizer = self.lm.tokenizer

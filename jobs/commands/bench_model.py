@@ -18,6 +18,7 @@ def bench_model(
     packed: bool = typer.Option(False, help="Keep Q4_0/Q4_1/Q8_0 layer matrices packed in memloop's model."),
     dense: bool = typer.Option(False, help="Dense f32 weights only (no GGUF block weights and CPU kernel)."),
     dense_peer: bool = typer.Option(True, help="Also time memloop with dense f32 weights in the same run."),
+    quantize: Optional[str] = typer.Option(None, help="Weight-only quantisation of memloop's model: int8."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object as the last line."),
 ) -> None:
     """Compare memloop's Flax model with transformers on the same weights: logits, greedy tokens, tokens/s."""
@@ -25,7 +26,7 @@ def bench_model(
 
     settings = BenchSettings(greedy_tokens=greedy_tokens, decode_tokens=decode_tokens,
                              prefill_tokens=prefill_tokens, batch=batch, hf_batch=hf_batch, packed=packed,
-                             dense=dense, dense_peer=dense_peer)
+                             dense=dense, dense_peer=dense_peer, quantize=quantize)
     result = run_model_bench(model, settings, log=lambda line: typer.echo(line, err=as_json))
     if as_json:
         typer.echo(json.dumps(result))

@@ -1,7 +1,7 @@
 """The model benchmark's arithmetic: multiply-adds per token and the compute ceiling it reports."""
 from __future__ import annotations
 
-from bench.model import macs_per_token
+from bench.accelerators import macs_per_token
 
 
 def _matrix_weights(lm) -> int:
@@ -19,3 +19,42 @@ def test_macs_per_token_counts_every_matrix(lm):
     assert macs_per_token(lm) == _matrix_weights(lm)
     assert 130e6 < macs_per_token(lm) < 140e6  # SmolLM2-135M: 106M in layers + 28M tied head
 
+
+
+# ------------------------------------------------------------------ accelerator figures (bench/accelerators.py)
+
+import math  # noqa: E402
+
+import pytest  # noqa: E402
+
+from bench.accelerators import (decode_hbm_fraction, decode_keys, device_spec, kv_bytes, prefill_flops,  # noqa: E402
+                                prefill_mfu, this_accelerator, weight_bytes)
+
+
+@pytest.mark.parametrize("kind,name", [
+    ("NVIDIA H100 80GB HBM3", "NVIDIA H100 SXM"), ("NVIDIA H100 PCIe", "NVIDIA H100 PCIe"),
+    ("NVIDIA H200", "NVIDIA H200"), ("NVIDIA A100-SXM4-40GB", "NVIDIA A100 40GB"),
+    ("NVIDIA A100-SXM4-80GB", "NVIDIA A100 80GB SXM"), ("NVIDIA L4", "NVIDIA L4"),
+    ("TPU v5 lite", "TPU v5e"), ("TPU v5", "TPU v5p"), ("TPU v4", "TPU v4"), ("TPU v6 lite", "TPU v6e"),
+])
+def test_known_devices_by_their_jax_device_kind(kind, name):
+    spec = device_spec(kind)
+    assert spec is not None and spec.name == name
+    assert 1e11 < spec.hbm_bytes_per_s < 1e13 and 1e14 < spec.peak_bf16_flops < 2e15
+
+
+def test_no_accelerator_on_cpu():
+    assert device_spec("cpu") is None and device_spec("NVIDIA GeForce GTX 1080") is None
+    assert this_accelerator(log=lambda _: None) is None  # the test host is CPU
+
+
+def test_figures_count_weights_kv_and_flops(lm):
+    spec = device_spec("TPU v5 lite")
+    assert weight_bytes(lm) > 4 * 130e6 * 0.1  # every parameter array (block form or dense)
+    cfg = lm.config
+    assert kv_bytes(lm, 10) == 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * 4 * 10  # f32 cache
+    assert decode_keys([5, 7], 3) == sum(p + j + 1 for p in (5, 7) for j in range(3))
+    # one second for one step reading only the weights: the fraction is weight bytes / bandwidth
+    assert math.isclose(decode_hbm_fraction(lm, spec, 1, 0, 1.0), weight_bytes(lm) / spec.hbm_bytes_per_s)
+    assert prefill_flops(lm, 1) == 2 * macs_per_token(lm) + 2 * cfg.num_layers * cfg.num_heads * cfg.head_dim * 2
+    assert math.isclose(prefill_mfu(lm, spec, 512, 2.0), prefill_flops(lm, 512) / 2.0 / spec.peak_bf16_flops)

@@ -47,3 +47,20 @@ def test_engine_serves_the_whole_cacheable_ceiling(engine):
             got += engine.complete({"prompt": prompts[i], "sampling": {"max_tokens": 2, "temperature": 0.0}})["usage"]["cached_tokens"]
     ids = [[engine.tokenizer.encode(p) for p in prompts] for prompts in w]
     assert got == cacheable_tokens(ids, engine.pool.page_size)
+
+
+def test_accelerator_figures_are_null_on_cpu(loaded_model):
+    from bench.prefix import accelerator_figures
+
+    assert accelerator_figures(loaded_model, 1 << 26, emit=lambda _: None) == {
+        "accelerator": None, "decode_hbm_fraction": None, "prefill_mfu": None}
+
+
+def test_engine_figures_time_the_engine_against_a_device_spec(engine):
+    """The accelerator measurement itself, run on CPU against a made-up device: real timings, real ratios."""
+    from bench.accelerators import DeviceSpec, engine_figures
+
+    out = engine_figures(engine, DeviceSpec("made-up", 1e9, 1e12), batch=2, decode_steps=4, prefill_tokens=48)
+    assert out["figures_batch"] == 2 and out["figures_decode_steps"] == 4
+    assert 40 <= out["figures_prefill_tokens"] <= 56  # re-tokenised text of 48 tokens
+    assert 0 < out["decode_hbm_fraction"] < 100 and 0 < out["prefill_mfu"] < 100
