@@ -22,35 +22,39 @@ def _greedy(engine: Engine) -> list[list[int]]:
 
 
 @pytest.fixture(scope="module")
-def scanned_model(smollm2_gguf):
-    """Stacked layers under one `lax.scan` (the accelerator layout): one kernel instance to interpret,
-    where the unrolled CPU layout would compile one per layer (30)."""
+def tokens_of(smollm2_gguf):
+    """(dtype, attention) -> (the backend the engine used, greedy tokens), each run once per module.
+
+    The model is loaded with stacked layers under one `lax.scan` (the accelerator layout): one kernel
+    instance to interpret, where the unrolled CPU layout would compile one per layer (30)."""
     from engine.model import load_model
 
-    return load_model(smollm2_gguf, unroll=False)
+    models: dict[str, object] = {}
+    runs: dict[tuple[str, str], tuple[str, list[list[int]]]] = {}
 
+    def run(dtype: str, attention: str) -> tuple[str, list[list[int]]]:
+        if (dtype, attention) not in runs:
+            if dtype not in models:
+                models[dtype] = load_model(smollm2_gguf, dtype=dtype, unroll=False)
+            eng = Engine(EngineConfig(num_pages=64, page_size=16, max_batch=8, attention=attention,
+                                      pallas_interpret=attention != "gather"), model=models[dtype])
+            try:
+                assert eng.runner.cache["k"].dtype == dtype  # the pools take the model's dtype
+                runs[(dtype, attention)] = (eng.attention.kind, _greedy(eng))
+            finally:
+                eng.shutdown()
+        return runs[(dtype, attention)]
 
-@pytest.fixture(scope="module")
-def gather_tokens(scanned_model):
-    eng = Engine(EngineConfig(num_pages=64, page_size=16, max_batch=8, attention="gather"), model=scanned_model)
-    try:
-        return _greedy(eng)
-    finally:
-        eng.shutdown()
+    return run
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["pallas-tpu", "pallas-gpu"])
-def test_kernel_decoding_gives_the_gather_paths_greedy_tokens(kind, scanned_model, gather_tokens):
-    eng = Engine(EngineConfig(num_pages=64, page_size=16, max_batch=8, attention=kind, pallas_interpret=True),
-                 model=scanned_model)
-    try:
-        assert eng.attention.kind == kind
-        tokens = _greedy(eng)
-        assert eng.stats()["decoded_tokens"] >= len(PROMPTS)
-    finally:
-        eng.shutdown()
-    assert tokens == gather_tokens
+@pytest.mark.parametrize("kind,dtype", [("pallas-tpu", "float32"), ("pallas-gpu", "float32"),
+                                        ("pallas-gpu", "bfloat16")])
+def test_kernel_decoding_gives_the_gather_paths_greedy_tokens(kind, dtype, tokens_of):
+    used, tokens = tokens_of(dtype, kind)
+    assert used == kind
+    assert tokens == tokens_of(dtype, "gather")[1]
 
 
 def test_a_kernel_this_platform_cannot_run_fails_the_engine_by_name(loaded_model):
