@@ -31,7 +31,8 @@ class EngineConfig:
     attention: decode-attention backend, one of ATTENTION_BACKENDS (a kernel on a platform that cannot
         run it is an AttentionBackendError).
     pallas_interpret: run the named Pallas kernel in Pallas' interpreter (CPU checks only: slow).
-    quantize: "int8" keeps layer matrices as int8 codes with a scale per 32 weights (weight-only), or None.
+    quantize: "int8" keeps layer matrices as int8 codes with a scale and offset per 32 weights
+        (weight-only, engine.quantize), or None.
     """
 
     model: str | None = None
