@@ -124,36 +124,47 @@ def decode_keys(prompt_lengths: list[int], steps: int) -> int:
 # ---------------------------------------------------------------------------------------------- the engine
 
 def engine_figures(engine: Any, spec: DeviceSpec, batch: int = 64, decode_steps: int = 64,
-                   prefill_tokens: int = 512) -> dict[str, float]:
+                   prefill_tokens: int = 512, log: Callable[[str], None] = print) -> dict[str, Any]:
     """Decode HBM fraction and prefill MFU of a serving engine (its scheduler, pages and attention
-    backend), each timed after an untimed pass of the same shapes, prefix cache cleared between runs.
+    backend), each the best of three runs after untimed passes, prefix cache cleared between runs.
 
     Decode time is the wall time of `batch` requests decoding `decode_steps` + 1 tokens minus that of
-    the same requests decoding 1 (their prefill and first token), so it covers `decode_steps` steps.
+    the same requests decoding 1 (their prefill and first token), so it covers `decode_steps` steps;
+    when noise makes that difference vanish the fraction is null, with a log line, never a made-up
+    number.
     """
     lm = engine.lm
     text = "The river bends twice before it reaches the old mill, where the ledger of grain is kept. "
     long_prompt = engine.tokenizer.decode(engine.tokenizer.encode(text * (prefill_tokens // 16 + 1))[:prefill_tokens])
     short = [f"Item {i}: " + text for i in range(batch)]
 
-    def timed(prompts: list[str], max_tokens: int) -> float:
+    def timed(prompts: list[str], max_tokens: int, passes: int) -> float:
         # no stop tokens: every request decodes exactly max_tokens
         reqs = [{"prompt": p, "sampling": {"max_tokens": max_tokens, "stop_token_ids": []}, "json_schema": None}
                 for p in prompts]
         best = float("inf")
-        for _ in range(2):  # the first pass compiles
+        for _ in range(passes):
             engine.clear_prefix_cache()
             t0 = time.perf_counter()
             engine.complete_many(reqs)
             best = min(best, time.perf_counter() - t0)
         return best
 
-    prefill_s = timed([long_prompt], 1)
-    first_s = timed(short, 1)
-    decode_s = max(timed(short, decode_steps + 1) - first_s, 1e-9)
+    # untimed passes compile every step shape first (requests reach the step loop one by one, so the
+    # first steps' batch buckets vary from pass to pass); then the best of three
+    workloads = (([long_prompt], 1), (short, 1), (short, decode_steps + 1))
+    for prompts, max_tokens in workloads:
+        timed(prompts, max_tokens, 2)
+    prefill_s, first_s, all_s = (timed(prompts, max_tokens, 3) for prompts, max_tokens in workloads)
+    decode_s = all_s - first_s
     lengths = [len(engine.tokenizer.encode(p)) for p in short]
     tokens = len(engine.tokenizer.encode(long_prompt))
-    return {"decode_hbm_fraction": decode_hbm_fraction(lm, spec, decode_steps, decode_keys(lengths, decode_steps),
-                                                       decode_s),
+    fraction = None
+    if decode_s > 0:
+        fraction = decode_hbm_fraction(lm, spec, decode_steps, decode_keys(lengths, decode_steps), decode_s)
+    else:
+        log(f"decoding {decode_steps} more tokens did not take measurably longer than decoding one "
+            f"({decode_s:.3f} s difference): decode_hbm_fraction is null; raise decode_steps")
+    return {"decode_hbm_fraction": fraction,
             "prefill_mfu": prefill_mfu(lm, spec, tokens, prefill_s),
             "figures_batch": batch, "figures_decode_steps": decode_steps, "figures_prefill_tokens": tokens}

@@ -264,12 +264,12 @@ def accelerator_figures(lm: Any, kv_budget: float, emit=print) -> dict[str, Any]
         return out
     engine = Engine(EngineConfig(kv_budget=kv_budget, max_batch=64, prefix_cache=True), model=lm)
     try:
-        out.update(engine_figures(engine, found[1], batch=64))
+        out.update(engine_figures(engine, found[1], batch=64, log=emit))
         out["attention"] = engine.attention.kind
     finally:
         engine.shutdown()
-    emit(f"{found[1].name} ({out['attention']} attention): decode at batch 64 reaches {out['decode_hbm_fraction']:.1%} "
-         f"of the HBM bound, prefill {out['prefill_mfu']:.1%} MFU")
+    emit(f"{found[1].name} ({out['attention']} attention): decode at batch 64 reaches "
+         f"{out['decode_hbm_fraction']} of the HBM bound, prefill MFU {out['prefill_mfu']}")
     return out
 
 

@@ -60,7 +60,10 @@ def test_engine_figures_time_the_engine_against_a_device_spec(engine):
     """The accelerator measurement itself, run on CPU against a made-up device: real timings, real ratios."""
     from bench.accelerators import DeviceSpec, engine_figures
 
-    out = engine_figures(engine, DeviceSpec("made-up", 1e9, 1e12), batch=2, decode_steps=4, prefill_tokens=48)
-    assert out["figures_batch"] == 2 and out["figures_decode_steps"] == 4
+    # 24 decode steps: their time must stand out from the noise of a shared host (~20-100 ms a step)
+    out = engine_figures(engine, DeviceSpec("made-up", 1e9, 1e12), batch=2, decode_steps=24, prefill_tokens=48,
+                         log=lambda _: None)
+    assert out["figures_batch"] == 2 and out["figures_decode_steps"] == 24
     assert 40 <= out["figures_prefill_tokens"] <= 56  # re-tokenised text of 48 tokens
-    assert 0 < out["decode_hbm_fraction"] < 100 and 0 < out["prefill_mfu"] < 100
+    # a CPU reads ~0.1-0.6 GB of weights per step in tens of ms: within 0.1x-100x of a 1 GB/s "device"
+    assert 0.1 < out["decode_hbm_fraction"] < 100 and 0 < out["prefill_mfu"] < 100
