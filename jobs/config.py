@@ -173,12 +173,24 @@ class RunConfig(_Strict):
     response_cache: str | None = None  # a directory: identical requests are answered from it (engine or endpoint)
     flush_units: int = Field(default=16, ge=1)  # write a shard every this many finished units ...
     flush_s: float = Field(default=20.0, gt=0)  # ... or this many seconds
+    # the papers' tables `memloop report` lays out from this run (jobs.paper_tables; not in the run id)
+    paper_tables: list[str] = Field(default_factory=list)
 
     @field_validator("name", "tag")
     @classmethod
     def _slug(cls, v: str | None) -> str | None:
         if v is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", v):
             raise ValueError("use letters, digits, '.', '_' and '-' only (at most 64 characters)")
+        return v
+
+    @field_validator("paper_tables")
+    @classmethod
+    def _known_tables(cls, v: list[str]) -> list[str]:
+        from jobs.paper_tables import TABLES
+
+        unknown = [t for t in v if t not in TABLES]
+        if unknown:
+            raise ValueError(f"unknown paper table(s) {unknown}; use some of {', '.join(sorted(TABLES))}")
         return v
 
     @field_validator("output")
@@ -220,9 +232,11 @@ def parse_config(data: dict[str, Any], source: str = "config") -> RunConfig:
 
 
 def with_overrides(cfg: RunConfig, source: str = "config", *, output: str | None = None, tag: str | None = None,
-                   limit: int | None = None) -> RunConfig:
+                   limit: int | None = None, max_chunks: int | None = None, repeats: int | None = None) -> RunConfig:
     """The config with command-line overrides applied and validated again (`--limit N` keeps at most
-    N samples of every dataset, which is part of the run id like a `limit` in the file)."""
+    N samples of every dataset, `--max-chunks N` the first N chunks of each sample, `--repeats N`
+    sets the repeats; all three are part of the run id like the same settings in the file). With
+    them a paper's config runs reduced: `--limit 2 --max-chunks 2 --repeats 1`."""
     data = cfg.model_dump()
     if output is not None:
         data["output"] = output
@@ -233,6 +247,15 @@ def with_overrides(cfg: RunConfig, source: str = "config", *, output: str | None
             raise ConfigError(f"--limit must be at least 1 (got {limit})")
         for d in data["datasets"]:
             d["limit"] = min(d["limit"] or limit, limit)
+    if max_chunks is not None:
+        if max_chunks < 1:
+            raise ConfigError(f"--max-chunks must be at least 1 (got {max_chunks})")
+        for d in data["datasets"]:
+            d["options"]["max_chunks"] = min(d["options"].get("max_chunks") or max_chunks, max_chunks)
+    if repeats is not None:
+        if repeats < 1:
+            raise ConfigError(f"--repeats must be at least 1 (got {repeats})")
+        data["repeats"] = repeats
     return parse_config(data, source)
 
 
