@@ -134,3 +134,31 @@ def test_a_reduced_paper_config_runs_end_to_end_and_reports_the_papers_table(con
                 assert cell["paper"] == (row.paper.get(col.label) or None)
                 # a memloop figure, or the reason there is none: never an empty cell for a method the run has
                 assert cell["text"], (tid, row.label, col.label)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("config", PAPER_CONFIGS, ids=lambda p: p.stem)
+def test_a_reduced_paper_config_runs_on_the_bundled_model(config, ray_local, tmp_path) -> None:
+    """Each paper config reduced (2 samples, 2 chunks, 1 repeat, 64-token outputs) on the engine with the
+    bundled model: every unit computed or failed with its cause, and the report lays out the table."""
+    data = yaml.safe_load(config.read_text())
+    data.update(output=str(tmp_path / "runs"), engine={"actors": 1, "cpus_per_actor": 1, "max_in_flight": 16},
+                sampling=dict(data.get("sampling") or {}, max_tokens=64), judge_cpus=0.25)
+    for d in data["datasets"]:
+        if d["task"] == "book":
+            d["path"] = str(BOOK)
+        elif d["task"] == "arxiv":
+            d["path"] = str(_arxiv_file(tmp_path))
+        if "chunk_tokens" in d.get("options", {}):
+            d["options"]["chunk_tokens"] //= 8
+    for m in data["methods"]:
+        m.setdefault("options", {})["max_attempts"] = 1
+    cfg = with_overrides(parse_config(data), limit=2, max_chunks=2, repeats=1)
+    summary = execute(cfg, log=lambda m: None)
+    assert summary.computed + summary.failed > 0 and summary.skipped == 0
+    _, d, rep = report_of(summary.output)
+    laid = {t["id"]: t for t in headline(d)["paper_tables"]}
+    assert list(laid) == cfg.paper_tables
+    for tid in cfg.paper_tables:
+        assert TABLES[tid].title in rep.markdown
+        assert all(c["text"] for r in laid[tid]["rows"] for c in r["cells"].values())
