@@ -284,11 +284,13 @@ def cost_frame(d: RunData, tok: PromptTokenizer | None = None) -> pd.DataFrame:
 def _cost_frame(d: RunData, tok: PromptTokenizer) -> pd.DataFrame:
     units, _ = cost_units(d)
     steps = d.steps
+    # one pass over the steps table, not one filter of it per (method, dataset, repeat)
+    by_group = dict(iter(steps.groupby(["method", "dataset", "repeat"], sort=False))) if not steps.empty else {}
     rows = []
     for (method, ds, rep), g in units.groupby(["method", "dataset", "repeat"], sort=True):
         c = _per_sample(g)
-        st = steps[(steps["method"] == method) & (steps["dataset"] == ds) & (steps["repeat"] == rep)
-                   & steps["sample_id"].isin(set(g["sample_id"]))] if not steps.empty else steps
+        st = by_group.get((method, ds, rep), steps.iloc[0:0])
+        st = st[st["sample_id"].isin(set(g["sample_id"]))]
         rows.append(dict(method=method, dataset=ds, repeat=rep, radix_cache_hit=100.0 * c["cache_hit_rate"],
                          prefix_hit_paper=_prefix_hit_paper(st, tok),
                          encoded=c["encoded"], net_encoded=c["net_encoded"], decoded=c["decoded"],
