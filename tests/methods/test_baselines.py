@@ -98,3 +98,26 @@ def test_prism_inplace_without_updates_is_the_add_only_ablation_on_repoqa() -> N
     assert all(r.messages[0]["content"].count("[OBJECTS FOR UPDATE]") == 0 for r in llm.requests[:2])
     assert out.settings["updates"] is False and out.answer == "add"
     assert run_judge("repoqa-exact", out.answer, REPO.gold).scores[0].value == 1.0
+
+
+def test_an_na_unit_is_recorded_as_na_and_never_judged() -> None:
+    """The jobs layer's record of "not applicable": status "n/a" with the reason, no judge run, so no
+    score row that could enter a mean as a zero."""
+    from jobs.config import parse_config
+    from jobs.judge_fanout import JudgeFanout
+    from jobs.tables import now, sample_row, step_rows
+    from jobs.workload import build_units
+
+    cfg = parse_config({"datasets": [{"task": "spider", "limit": 1}],
+                        "methods": [{"name": "long-context", "options": {"context_tokens": 64}}],
+                        "judges": [{"name": "loft-exec"}]})
+    [unit] = build_units(cfg)
+    out = get_method(unit.method.name, **unit.settings).run(unit.sample, ScriptedLLM([]))
+    row = sample_row(unit, "ok", None, 1, out, now(), "engine-0")
+    assert row["status"] == "n/a" and "does not fit the model's context" in row["error"] and row["n_steps"] == 0
+    rows = {"samples": [row], "steps": step_rows(unit, out)}
+    outcome = JudgeFanout(cfg, 1).start(unit, out, None, rows).result(timeout=5)
+    assert outcome.error is None and outcome.rows["samples"][0]["status"] == "n/a"
+    assert "judgments" not in outcome.rows and "scores" not in outcome.rows
+    fits = get_method("long-context", context_tokens=100_000).run(unit.sample, ScriptedLLM(["Final Answer: [[1]]"]))
+    assert sample_row(unit, "ok", None, 1, fits, now(), "engine-0")["status"] == "ok"
