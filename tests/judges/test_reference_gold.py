@@ -59,3 +59,10 @@ def test_a_judge_kept_to_its_tasks_skips_datasets_without_references(tmp_path) -
     units = build_units(_config([books, spider], [{"name": "rouge", "tasks": ["arxiv"]}, {"name": "loft-exec"}],
                                 methods=("long-context",)))
     assert {u.sample.task: [j.name for j in u.judges] for u in units} == {"book": [], "spider": ["loft-exec"]}
+
+
+def test_a_judges_task_list_is_checked_like_a_methods() -> None:
+    from jobs.plan import check_config
+
+    with pytest.raises(ConfigError, match=r"`judges.0.tasks`: unknown task 'arxv'; use one of arxiv, book"):
+        check_config(_config([{"task": "spider"}], [{"name": "rouge", "tasks": ["arxv"]}], methods=("long-context",)))
