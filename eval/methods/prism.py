@@ -75,8 +75,7 @@ class _Prism(Method):
     Settings = PrismSettings
     amendments: ClassVar[bool] = False
     template_ids = ("s002-prism-revise", "s002-prism-revise-addonly", "s002-amendments-note", "s002-prism-final",
-                    "s002-answer-book", "s002-answer-repoqa", "s002-answer-spider", "s002-answer-generic",
-                    "s002-schema-gen")
+                    *answers.TEMPLATE_IDS, "s002-schema-gen")
 
     def _validate(self) -> None:
         s = self.settings
