@@ -61,6 +61,7 @@ class EngineLLM:
         self.engine = engine
         self.name = name
         self.supports_json_schema = supports_json_schema
+        self.context_tokens: int | None = getattr(engine, "max_context", None)  # the window a request may use
 
     def complete(self, request: LLMRequest) -> LLMResult:
         return LLMResult.from_dict(self.engine.complete(request.to_dict()))
