@@ -47,6 +47,13 @@ class ActorLLM:
     def count_tokens(self, text: str) -> int:
         return self._count(text)
 
+    @functools.cached_property
+    def context_tokens(self) -> int:
+        """The engine's window per request (the long-context ceiling asks whether an input fits)."""
+        import ray
+
+        return int(ray.get(self.actor.context_tokens.remote(), timeout=self.timeout_s))
+
     @functools.lru_cache(maxsize=4096)  # noqa: B019 - one adapter per actor, lives for the run
     def _count(self, text: str) -> int:
         import ray

@@ -284,6 +284,9 @@ def cell(table: PaperTable, row: Row, col: Column, figures: list[dict], status: 
     total = fig.get("total")
     if done is not None and total is not None and done < total:
         text += f" ({done} / {total})"
+    skipped = status.get(method, {}).get("n/a", 0)
+    if skipped:
+        text += f" ({skipped} n/a)"
     return {"text": text, "mean": mean, "se": se, "n": done, "total": total}
 
 

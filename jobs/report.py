@@ -45,6 +45,7 @@ from jobs.paper_tables import TABLES, PaperTable, layout, method_status
 from jobs.storage import RunStore
 
 TURN_SUMMARIES = ("start", "last", "avg")
+NOT_APPLICABLE = "n/a"
 
 
 def mean_se(values: list[float] | pd.Series) -> tuple[float, float | None]:
@@ -92,6 +93,12 @@ class RunData:
     def ok(self) -> pd.DataFrame:
         return self.samples[self.samples["status"] == "ok"]
 
+    @property
+    def applicable(self) -> pd.DataFrame:
+        """Units a method applies to: all but the "n/a" ones (e.g. the long-context ceiling on an input
+        longer than the model's context), which are counted apart and never as failures."""
+        return self.samples[self.samples["status"] != NOT_APPLICABLE]
+
 
 def per_repeat(df: pd.DataFrame, column: str, judge: str) -> list[float]:
     """One value per repeat: judge `judge`'s aggregation over the samples of that repeat."""
@@ -105,7 +112,7 @@ UNIT_KEY = ["repeat", "sample_id"]
 def judged_counts(d: RunData) -> dict[tuple[str, str, str], tuple[int, int]]:
     """{(method, dataset, judge): (judged, total)}: units with a score of the judge, out of all the
     method's units on the dataset (failed ones included)."""
-    totals = d.samples.groupby(["method", "dataset"]).size().to_dict()
+    totals = d.applicable.groupby(["method", "dataset"]).size().to_dict()
     judged = d.scores.drop_duplicates(["method", "dataset", "judge"] + UNIT_KEY) \
         .groupby(["method", "dataset", "judge"]).size().to_dict()
     return {k: (int(n), int(totals.get(k[:2], n))) for k, n in judged.items()}
@@ -122,12 +129,17 @@ def _judged_cell(counts: dict[tuple[str, str, str], tuple[int, int]], key: tuple
 
 def overview_table(d: RunData) -> str:
     rows = []
+    na = (d.samples["status"] == NOT_APPLICABLE).any()
     for (ds, method), g in d.samples.groupby(["dataset", "method"], sort=True):
-        failed = g[g["status"] != "ok"]
+        failed = g[g["status"] == "failed"]
+        skipped = g[g["status"] == NOT_APPLICABLE]
         err = failed["error"].dropna().iloc[0][:80] if len(failed) else ""
-        rows.append([method, ds, str((g["status"] == "ok").sum()), str(len(failed)), str(g["repeat"].nunique()),
-                     err.replace("|", "/").replace("\n", " ")])
-    return markdown_table(["method", "dataset", "ok", "failed", "repeats", "first error"], rows)
+        why = skipped["error"].dropna().iloc[0][:80] if len(skipped) and not err else ""
+        rows.append([method, ds, str((g["status"] == "ok").sum()), str(len(failed))]
+                    + ([str(len(skipped))] if na else [])
+                    + [str(g["repeat"].nunique()), (err or why).replace("|", "/").replace("\n", " ")])
+    return markdown_table(["method", "dataset", "ok", "failed"] + (["n/a"] if na else []) + ["repeats", "first error"],
+                          rows)
 
 
 def _sumie_summary(scores: pd.DataFrame) -> pd.Series:
@@ -198,11 +210,13 @@ def cost_units(d: RunData) -> tuple[pd.DataFrame, list[dict]]:
         methods = sorted(g["method"].unique())
         for (rep, sid), u in g.groupby(UNIT_KEY, sort=True):
             ok = set(u.loc[u["status"] == "ok", "method"])
-            if ok == set(methods):
+            # a method that does not apply to this sample (n/a) is not compared on it, nor blocks it
+            if ok | set(u.loc[u["status"] == NOT_APPLICABLE, "method"]) == set(methods):
                 keep.append((ds, rep, sid))
             else:
+                na = set(u.loc[u["status"] == NOT_APPLICABLE, "method"])
                 excluded.append({"dataset": ds, "sample_id": str(sid), "repeat": int(rep),
-                                 "methods": [m for m in methods if m not in ok]})
+                                 "methods": [m for m in methods if m not in ok and m not in na]})
     ok = d.ok
     if not keep or ok.empty:
         return ok.iloc[0:0], excluded
@@ -307,8 +321,8 @@ def cost_table(d: RunData, tok: PromptTokenizer | None = None) -> str | None:
     _, excluded = cost_units(d)
     if f.empty and not excluded:
         return None
-    totals = d.samples.groupby(["method", "dataset"]).size().to_dict()
-    failed = d.samples[d.samples["status"] != "ok"].groupby(["method", "dataset"]).size().to_dict()
+    totals = d.applicable.groupby(["method", "dataset"]).size().to_dict()
+    failed = d.samples[d.samples["status"] == "failed"].groupby(["method", "dataset"]).size().to_dict()
     rows = []
     for (method, ds), n in sorted(totals.items()):
         g = f[(f["method"] == method) & (f["dataset"] == ds)] if not f.empty else f
@@ -382,7 +396,7 @@ def _figures(d: RunData) -> list[dict]:
                         **judged(m, ds, j)})
     tok = prompt_tokenizer(d)
     c = cost_frame(d, tok)
-    totals = d.samples.groupby(["method", "dataset"]).size().to_dict()
+    totals = d.applicable.groupby(["method", "dataset"]).size().to_dict()
     for (m, ds), g in (c.groupby(["method", "dataset"], sort=True) if not c.empty else ()):
         for metric in COST_METRICS:
             figures.append({"method": m, "dataset": ds, "judge": "", "metric": metric,
@@ -404,7 +418,7 @@ def memory_figures(d: RunData) -> list[dict]:
     st = st[st["memory_json"].notna()]
     per_sample = st.assign(memory_tokens=[len(tok.encode(as_text(json.loads(m)))) for m in st["memory_json"]]) \
         .groupby(["method", "dataset", "repeat", "sample_id"])["memory_tokens"].mean().reset_index()
-    totals = d.samples.groupby(["method", "dataset"]).size().to_dict()
+    totals = d.applicable.groupby(["method", "dataset"]).size().to_dict()
     out = []
     for (m, ds), g in per_sample.groupby(["method", "dataset"], sort=True):
         out.append({"method": m, "dataset": ds, "judge": "", "metric": "memory_tokens",
