@@ -31,7 +31,11 @@ class Tokenizer:
         self.bos_token_id: int | None = hf.bos_token_id
         # Whether the checkpoint's tokenizer starts a text with BOS (GGUF `tokenizer.ggml.add_bos_token`,
         # tokenizer_config.json `add_bos_token`): Gemma does and needs it; Qwen and SmolLM2 do not.
-        self.add_bos: bool = bool(getattr(hf, "add_bos_token", False)) and hf.bos_token_id is not None
+        # Asked of its behaviour, not the attribute: a saved-and-reloaded fast tokenizer keeps the BOS in
+        # its post-processor but reports add_bos_token False.
+        probe = list(hf.encode("a", add_special_tokens=True))
+        self.add_bos: bool = (hf.bos_token_id is not None and bool(probe) and probe[0] == hf.bos_token_id
+                              and probe[1:] == list(hf.encode("a", add_special_tokens=False)))
         self.pad_token_id: int = hf.pad_token_id if hf.pad_token_id is not None else (hf.eos_token_id or 0)
         self.vocab_size = len(hf)
 
