@@ -1,4 +1,5 @@
-"""The Llama-family decoder in Flax NNX, written so every KV-cache layout reuses the same math.
+"""The decoder of every supported family (Llama, Qwen2/3, Mistral, Gemma 2/3) in Flax NNX, written so
+every KV-cache layout reuses the same math; a family's differences are ModelConfig/Family fields.
 
 Public API (what the serving engine builds on):
 
@@ -16,14 +17,18 @@ Public API (what the serving engine builds on):
       forward(params, cfg, tokens, positions, cache, attend) -> (logits[B,T,V], cache)
 
     The attention callable (the pluggable KV write/read):
-      attend(q[B,T,H,hd], k[B,T,KV,hd], v[B,T,KV,hd], cache, layer: int32 scalar[, window=W]) -> (out[B,T,H,hd], cache)
-      q and k arrive with rotary embeddings applied. `window` is passed only for a model with a binding
-      sliding window (ModelConfig.sliding_window): keys at positions <= p - W are masked for a query
-      at p (`causal_mask`); an attend without that keyword fails loudly rather than ignore it. `contiguous_attention(positions)` is the one
+      attend(q[B,T,H,hd], k[B,T,KV,hd], v[B,T,KV,hd], cache, layer: int32 scalar[, window=W][, softcap=C])
+          -> (out[B,T,H,hd], cache)
+      q and k arrive with rotary embeddings applied (q also carries Gemma's query_pre_attn_scalar).
+      `window` is passed only for a layer a binding sliding window masks (ModelConfig.layer_window; a
+      traced int32 under `lax.scan` when local and global layers interleave, NO_WINDOW for global ones):
+      keys at positions <= p - W are masked for a query at p (`causal_mask`). `softcap` is passed only
+      with ModelConfig.attn_softcap (Gemma 2). An attend without these keywords fails loudly rather
+      than ignore them. `contiguous_attention(positions)` is the one
       used by generate() on a (layers, kv_heads, batch, max_len, head_dim) cache; a paged variant
       writes pages and gathers them, calling `gqa_attention` for the math.
 
-    gqa_attention(q, k, v, mask[B,T,S]) -> out: grouped-query softmax attention in f32 (k/v [KV,B,S,hd]).
+    gqa_attention(q, k, v, mask[B,T,S], cap=None) -> out: grouped-query softmax attention in f32 (k/v [KV,B,S,hd]).
     matmul(x, w): every layer matrix ([out, in]) goes through it; `w` is dense or, with
     load_model(packed=True), {"q": int8, "d": f32, "m": f32} Q4/Q8 blocks de-quantised in the graph.
 """
