@@ -43,12 +43,13 @@ def paged_attend(slot_pages: jax.Array, slot_offsets: jax.Array, block_tables: j
     slot_offsets[b, i]; padding goes to the scratch page), so a token attends to itself and to its
     chunk neighbours. Each row then gathers its pages in block-table order, so key index j of the
     gathered run is absolute position j and causality is `j <= query position` (and, with a sliding
-    window, `j > query position - window`); gathered slots past a row's length (padding pages) always
-    sit beyond its positions. This gather + `gqa_attention`
+    window, `j > query position - window`; the window is per layer for Gemma's interleaved local and
+    global layers, and `softcap` soft-caps the scores where the model has it, Gemma 2); gathered slots
+    past a row's length (padding pages) always sit beyond its positions. This gather + `gqa_attention`
     is the single call site a Pallas ragged paged-attention kernel replaces on TPU.
     """
 
-    def attend(q, k, v, cache, layer, window=None):
+    def attend(q, k, v, cache, layer, window=None, softcap=None):
         b, _, kvh, hd = k.shape
         index = (jnp.arange(kvh)[:, None, None], slot_pages[None], slot_offsets[None])
         kp = cache_set(cache["k"], layer, index, kv_major(k))
@@ -56,7 +57,7 @@ def paged_attend(slot_pages: jax.Array, slot_offsets: jax.Array, block_tables: j
         keys = kp[layer][:, block_tables].reshape(kvh, b, -1, hd)
         values = vp[layer][:, block_tables].reshape(kvh, b, -1, hd)
         mask = causal_mask(jnp.arange(keys.shape[2]), positions, window)
-        return gqa_attention(q, keys, values, mask), {"k": kp, "v": vp}
+        return gqa_attention(q, keys, values, mask, softcap), {"k": kp, "v": vp}
 
     return attend
 
@@ -66,7 +67,7 @@ def forward_paged(cfg: ModelConfig, params: dict[str, Any], cache: dict[str, jax
                   block_tables: jax.Array, last_index: jax.Array) -> tuple[jax.Array, dict[str, jax.Array]]:
     """The model's own layers over the paged cache; logits [B, V] of each row's `last_index` token."""
     attend = paged_attend(slot_pages, slot_offsets, block_tables, positions)
-    h, cache = decoder_layers(params, cfg, embed(params, tokens), positions, cache, attend)
+    h, cache = decoder_layers(params, cfg, embed(params, cfg, tokens), positions, cache, attend)
     last = jnp.take_along_axis(h, last_index[:, None, None], axis=1)[:, 0]  # [B, D]
     return final_logits(params, cfg, last), cache
 
