@@ -102,10 +102,12 @@ def _cost_columns(task: str) -> tuple[Column, ...]:
                  for label, metric, scale, digits in _COST_COLS)
 
 
-def _cost_rows(printed: Mapping[str, tuple[str, ...]], methods=_TABLE2_METHODS) -> tuple[Row, ...]:
+def _cost_table(tid: str, title: str, task: str, printed: Mapping[str, tuple[str, ...]], note: str = "") -> "PaperTable":
+    """A table-3-shaped table: seed 002's rows that the paper prints for `task`, the cost columns."""
     labels = [c[0] for c in _COST_COLS]
-    return tuple(Row(label, method, dict(zip(labels, printed[method])))
-                 for label, method in methods if method in printed)
+    rows = tuple(Row(label, method, dict(zip(labels, printed[method])))
+                 for label, method in _TABLE2_METHODS if method in printed)
+    return PaperTable(tid, title, _cost_columns(task), rows, "paper", note)
 
 
 TABLES: dict[str, PaperTable] = {t.id: t for t in (
@@ -163,36 +165,30 @@ TABLES: dict[str, PaperTable] = {t.id: t for t in (
         "paper",
         "Chunks: 2k tokens on books, 8k on RepoQA and Spider (the paper's); the long-context row is n/a "
         "where the whole input does not fit the model's context."),
-    PaperTable(
-        "seed002-table3", "Seed 002, table 3: cache hit, tokens and cost index per sample (BooookScore)",
-        _cost_columns("book"),
-        _cost_rows({"long-context": ("–", "100", "100", "1", "–"), "inc-update": ("0", "249", "248", "141", "0.67"),
+    _cost_table(
+        "seed002-table3", "Seed 002, table 3: cache hit, tokens and cost index per sample (BooookScore)", "book",
+        {"long-context": ("–", "100", "100", "1", "–"), "inc-update": ("0", "249", "248", "141", "0.67"),
                     "hier-merge": ("1", "227", "225", "70", "0.43"), "prism-inplace": ("49", "495", "250", "131", "0.64"),
                     "prism-inplace-no-updates": ("34", "619", "409", "14", "0.45"),
                     "prism-amendments": ("69", "559", "171", "47", "0.31"),
-                    "prism-amendments-no-updates": ("37", "676", "424", "15", "0.47")}),
-        "paper",
+                    "prism-amendments-no-updates": ("37", "676", "424", "15", "0.47")},
         "cache hit, paper: seed 002 section 4.2 (each prompt's longest prefix shared with the previous prompt of "
         "the same sample); the engine's radix-cache hit is in the Cost table. Means per sample over the samples "
         "every method finished."),
-    PaperTable(
+    _cost_table(
         "seed002-table3-repoqa", "Seed 002, table 3 (RepoQA part): cache hit, tokens and cost index per sample",
-        _cost_columns("repoqa"),
-        _cost_rows({"long-context": ("–", "121", "121", "0", "–"), "inc-update": ("1", "180", "178", "28", "0.26"),
+        "repoqa", {"long-context": ("–", "121", "121", "0", "–"), "inc-update": ("1", "180", "178", "28", "0.26"),
                     "prism-inplace": ("71", "491", "142", "9", "0.17"),
                     "prism-inplace-no-updates": ("68", "437", "139", "6", "0.16"),
                     "prism-amendments": ("75", "581", "144", "11", "0.18"),
                     "prism-amendments-no-updates": ("68", "435", "138", "6", "0.15")}),
-        "paper"),
-    PaperTable(
+    _cost_table(
         "seed002-table5", "Seed 002, table 5 (appendix D): cache hit, tokens and cost index per sample (LOFT-Spider)",
-        _cost_columns("spider"),
-        _cost_rows({"long-context": ("0", "30", "30", "0.4", ""), "inc-update": ("0", "31", "31", "1.5", "0.035"),
+        "spider", {"long-context": ("0", "30", "30", "0.4", ""), "inc-update": ("0", "31", "31", "1.5", "0.035"),
                     "prism-inplace": ("41", "56", "33", "0.7", "0.035"),
                     "prism-inplace-no-updates": ("39", "54", "33", "0.4", "0.030"),
                     "prism-amendments": ("39", "54", "33", "0.6", "0.035"),
                     "prism-amendments-no-updates": ("40", "54", "33", "0.4", "0.034")}),
-        "paper"),
     PaperTable(
         "seed002-table4", "Seed 002, table 4: hand-made against LLM-generated schemas",
         (Column("BooookScore", "booookscore", "booookscore", task="book", digits=3),
