@@ -79,7 +79,26 @@ struct Problem {
   int64_t Low(int64_t p) const { return window > 0 ? std::max<int64_t>(0, p - window + 1) : 0; }
 };
 
-// One chunk of one row's keys for one KV head, against all of the head's query rows.
+// Lane j = the sum of the lanes of d[j], for 16 vectors at once: halves, then quarters, then
+// within 128-bit lanes, added pairwise (46 shuffles and adds instead of 16 horizontal sums).
+inline __m512 Sum16(const __m512* d) {
+  __m512 a[8], b[4], c[2];
+  for (int i = 0; i < 8; ++i)
+    a[i] = _mm512_add_ps(_mm512_shuffle_f32x4(d[2 * i], d[2 * i + 1], 0x44), _mm512_shuffle_f32x4(d[2 * i], d[2 * i + 1], 0xEE));
+  for (int i = 0; i < 4; ++i)
+    b[i] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], 0x88), _mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], 0xDD));
+  for (int i = 0; i < 2; ++i)
+    c[i] = _mm512_add_ps(_mm512_unpacklo_ps(b[2 * i], b[2 * i + 1]), _mm512_unpackhi_ps(b[2 * i], b[2 * i + 1]));
+  const __m512 x = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(c[0]), _mm512_castps_pd(c[1]))),
+                                 _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(c[0]), _mm512_castps_pd(c[1]))));
+  // x's lane 4k + m holds d[4m + k].
+  return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), x);
+}
+
+constexpr int64_t kRowBlock = 4;  // query rows that share each key and value load
+
+// One chunk of one row's keys for one KV head, against all of the head's query rows. Each query
+// row's arithmetic is the same whichever rows share its block.
 void Chunk(const Problem& pr, int64_t b, int64_t kvh, int64_t c) {
   const int64_t hd = pr.hd, nv = hd / 16, base = pr.Part(b, kvh, c);
   float* m = pr.part_m + base;
@@ -96,51 +115,65 @@ void Chunk(const Problem& pr, int64_t b, int64_t kvh, int64_t c) {
   const int64_t last_slot = pr.table_pages * pr.page_size - 1;
   const float* kp[kTile];
   const float* vp[kTile];
-  alignas(64) float s[kTile];
+  __m512 dots[kRowBlock][kTile];
+  alignas(64) float pw[kRowBlock][kTile];
   for (int64_t j0 = c0; j0 < c1; j0 += kTile) {
     bool located = false;
-    for (int64_t r = 0; r < pr.rows; ++r) {
-      const int64_t p = pr.pos[b * pr.tokens + r / pr.group], lo = pr.Low(p);
-      if (p < j0 || lo >= j0 + kTile) continue;  // no visible key in this tile
+    for (int64_t r0 = 0; r0 < pr.rows; r0 += kRowBlock) {
+      // The block's rows that see a key of this tile, and which keys.
+      int64_t rs[kRowBlock];
+      __mmask16 visible[kRowBlock];
+      int64_t n = 0;
+      for (int64_t r = r0; r < std::min(pr.rows, r0 + kRowBlock); ++r) {
+        const int64_t p = pr.pos[b * pr.tokens + r / pr.group], lo = pr.Low(p);
+        if (p < j0 || lo >= j0 + kTile) continue;
+        rs[n] = r;
+        visible[n++] = static_cast<__mmask16>(
+            ((p - j0 >= kTile - 1) ? 0xFFFFu : ((1u << (p - j0 + 1)) - 1u)) &
+            ((lo <= j0) ? 0xFFFFu : static_cast<uint32_t>(0xFFFFu << (lo - j0))));
+      }
+      if (n == 0) continue;
       if (!located) {
         for (int64_t j = 0; j < kTile; ++j) {
-          const int64_t slot = std::min(j0 + j, last_slot);  // slots past the table are masked below
+          const int64_t slot = std::min(j0 + j, last_slot);  // slots past the table are masked
           const int64_t at = pool_head + (int64_t{table[slot / pr.page_size]} * pr.page_size + slot % pr.page_size) * hd;
           kp[j] = pr.k + at;
           vp[j] = pr.v + at;
         }
         located = true;
       }
-      const __mmask16 visible = static_cast<__mmask16>(
-          ((p - j0 >= kTile - 1) ? 0xFFFFu : ((1u << (p - j0 + 1)) - 1u)) &
-          ((lo <= j0) ? 0xFFFFu : static_cast<uint32_t>(0xFFFFu << (lo - j0))));
-      __m512 qv[kMaxHeadDim / 16];
-      const float* qr = pr.Query(b, r, kvh);
-      for (int64_t i = 0; i < nv; ++i) qv[i] = _mm512_loadu_ps(qr + 16 * i);
+      const float* qr[kRowBlock];
+      for (int64_t i = 0; i < n; ++i) qr[i] = pr.Query(b, rs[i], kvh);
       for (int64_t j = 0; j < kTile; ++j) {
-        if (!((visible >> j) & 1)) {
-          s[j] = kNegInf;
-          continue;
+        for (int64_t i = 0; i < n; ++i) dots[i][j] = _mm512_mul_ps(_mm512_loadu_ps(kp[j]), _mm512_loadu_ps(qr[i]));
+        for (int64_t x = 1; x < nv; ++x) {
+          const __m512 kx = _mm512_loadu_ps(kp[j] + 16 * x);
+          for (int64_t i = 0; i < n; ++i) dots[i][j] = _mm512_fmadd_ps(kx, _mm512_loadu_ps(qr[i] + 16 * x), dots[i][j]);
         }
-        __m512 dot = _mm512_mul_ps(_mm512_loadu_ps(kp[j]), qv[0]);
-        for (int64_t i = 1; i < nv; ++i) dot = _mm512_fmadd_ps(_mm512_loadu_ps(kp[j] + 16 * i), qv[i], dot);
-        s[j] = _mm512_reduce_add_ps(dot) * pr.scale;
       }
-      const __m512 sv = _mm512_load_ps(s);
-      const float m_new = std::max(m[r], _mm512_mask_reduce_max_ps(visible, sv));
-      const float alpha = std::exp(m[r] - m_new);  // 0 on the first visible tile (m = -inf)
-      const __m512 pv = _mm512_maskz_mov_ps(visible, Exp(_mm512_sub_ps(sv, _mm512_set1_ps(m_new))));
-      l[r] = l[r] * alpha + _mm512_reduce_add_ps(pv);
-      m[r] = m_new;
-      alignas(64) float pw[kTile];
-      _mm512_store_ps(pw, pv);
-      float* ar = acc + r * hd;
-      const __m512 av = _mm512_set1_ps(alpha);
-      for (int64_t i = 0; i < nv; ++i) {
-        __m512 o = _mm512_mul_ps(_mm512_loadu_ps(ar + 16 * i), av);
-        for (int64_t j = 0; j < kTile; ++j)
-          if ((visible >> j) & 1) o = _mm512_fmadd_ps(_mm512_set1_ps(pw[j]), _mm512_loadu_ps(vp[j] + 16 * i), o);
-        _mm512_storeu_ps(ar + 16 * i, o);
+      float alpha[kRowBlock];
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t r = rs[i];
+        const __m512 sv = _mm512_mask_mov_ps(_mm512_set1_ps(kNegInf), visible[i],
+                                             _mm512_mul_ps(Sum16(dots[i]), _mm512_set1_ps(pr.scale)));
+        const float m_new = std::max(m[r], _mm512_mask_reduce_max_ps(visible[i], sv));
+        alpha[i] = std::exp(m[r] - m_new);  // 0 on the first visible tile (m = -inf)
+        const __m512 pv = _mm512_maskz_mov_ps(visible[i], Exp(_mm512_sub_ps(sv, _mm512_set1_ps(m_new))));
+        l[r] = l[r] * alpha[i] + _mm512_reduce_add_ps(pv);
+        m[r] = m_new;
+        _mm512_store_ps(pw[i], pv);
+      }
+      __mmask16 any = 0;
+      for (int64_t i = 0; i < n; ++i) any |= visible[i];
+      for (int64_t x = 0; x < nv; ++x) {
+        __m512 o[kRowBlock];
+        for (int64_t i = 0; i < n; ++i) o[i] = _mm512_mul_ps(_mm512_loadu_ps(acc + rs[i] * hd + 16 * x), _mm512_set1_ps(alpha[i]));
+        for (int64_t j = 0; j < kTile; ++j) {
+          if (!((any >> j) & 1)) continue;  // never read a slot no row sees
+          const __m512 vx = _mm512_loadu_ps(vp[j] + 16 * x);
+          for (int64_t i = 0; i < n; ++i) o[i] = _mm512_fmadd_ps(_mm512_set1_ps(pw[i][j]), vx, o[i]);
+        }
+        for (int64_t i = 0; i < n; ++i) _mm512_storeu_ps(acc + rs[i] * hd + 16 * x, o[i]);
       }
     }
   }
