@@ -120,3 +120,27 @@ def test_tensor_parallel_engine_matches_one_device(engine):
         assert [r["text"] for r in tp.complete_many(reqs)] == [r["text"] for r in engine.complete_many(reqs)]
     finally:
         tp.shutdown()
+
+
+LONG_STORY = ("The river bends twice before it reaches the old mill, where the miller's daughter keeps the ledger "
+              "of every sack of grain that passes through the village each autumn. ")
+
+
+def test_long_context_decode_identical_alone_in_a_batch_of_32_and_against_the_reference(make_engine, loaded_model):
+    """At 1.2k tokens of context (five 256-key chunks of the in-place attention kernel), a request decodes
+    the same greedy tokens alone, among 31 others sharing its prefix, without the prefix cache, and as the
+    contiguous-cache reference decoder (which attends by the gather-free dense path)."""
+    from engine.reference import generate
+    from engine.sampling import SamplingParams
+
+    story = LONG_STORY * 40
+    eng = make_engine(num_pages=400, prefill_chunk=512)
+    asks = [f"{story}\nIn one sentence, what does the ledger say about {t}?" for t in TOPICS]
+    reqs = [{"prompt": a, "sampling": {"max_tokens": 8}} for a in asks]
+    assert 1100 < eng.count_tokens(asks[0]) < 1400
+    batch32 = eng.complete_many(reqs)
+    alone = [eng.complete(r) for r in reqs[:2]]
+    nocache = make_engine(num_pages=400, prefill_chunk=512, prefix_cache=False).complete(reqs[0])
+    assert [r["text"] for r in alone] == [r["text"] for r in batch32[:2]] and nocache["text"] == batch32[0]["text"]
+    ref = generate(loaded_model, [asks[0]], SamplingParams(max_tokens=8))[0]
+    assert ref.text == batch32[0]["text"]
