@@ -144,3 +144,19 @@ def test_long_context_decode_identical_alone_in_a_batch_of_32_and_against_the_re
     assert [r["text"] for r in alone] == [r["text"] for r in batch32[:2]] and nocache["text"] == batch32[0]["text"]
     ref = generate(loaded_model, [asks[0]], SamplingParams(max_tokens=8))[0]
     assert ref.text == batch32[0]["text"]
+
+
+def test_stats_split_the_engine_threads_wall_time(make_engine):
+    """compute + compile + host + idle account for the engine thread's wall time; only a step of a new
+    shape is charged to compilation, and a reset starts a new window."""
+    eng = make_engine(page_size=8, num_pages=64, prefix_cache=False)  # a pool shape no other test compiles
+    eng.complete(chat("Name three rivers.", max_tokens=6))
+    first = eng.stats()
+    parts = [first[k] for k in ("compute_s", "compile_s", "host_s", "idle_s")]
+    assert all(p > 0 for p in parts)
+    assert 0.9 * first["wall_s"] <= sum(parts) <= first["wall_s"] + 0.01
+    eng.reset_counters()
+    eng.complete(chat("Name three rivers.", max_tokens=6))
+    again = eng.stats()
+    assert again["compile_s"] == 0 and again["compute_s"] > 0 and again["steps"] == 6
+    assert sum(again[k] for k in ("compute_s", "compile_s", "host_s", "idle_s")) <= again["wall_s"] + 0.01
