@@ -54,8 +54,8 @@ def paged_attend(slot_pages: jax.Array, slot_offsets: jax.Array, block_tables: j
         index = (jnp.arange(kvh)[:, None, None], slot_pages[None], slot_offsets[None])
         kp = cache_set(cache["k"], layer, index, kv_major(k))
         vp = cache_set(cache["v"], layer, index, kv_major(v))
-        keys = kp[layer][:, block_tables].reshape(kvh, b, -1, hd)
-        values = vp[layer][:, block_tables].reshape(kvh, b, -1, hd)
+        keys = kp[layer][:, block_tables].reshape(kvh, b, -1, hd).astype(q.dtype)  # a no-op unless kv_dtype differs
+        values = vp[layer][:, block_tables].reshape(kvh, b, -1, hd).astype(q.dtype)
         mask = causal_mask(jnp.arange(keys.shape[2]), positions, window)
         return gqa_attention(q, keys, values, mask), {"k": kp, "v": vp}
 

@@ -56,8 +56,9 @@ class Engine:
         self.mesh = self.lm.mesh
         self.cfg = self.lm.config
         self.tokenizer = self.lm.tokenizer
+        kv_dtype = jnp.dtype(config.kv_dtype or self.lm.dtype)
         layout = KVLayout(self.cfg.num_layers, self.cfg.num_kv_heads, self.cfg.head_dim, config.page_size,
-                          jnp.dtype(self.lm.dtype).itemsize)
+                          kv_dtype.itemsize)
         self.pool = PagePool(config.num_pages or pages_for_budget(layout, config.kv_budget), config.page_size)
         self.tree = RadixCache(self.pool) if config.prefix_cache else None
         self.scheduler = Scheduler(self.pool, self.tree, config.max_batch, config.prefill_chunk)
@@ -65,7 +66,7 @@ class Engine:
         self.intake = RequestIntake(self.tokenizer, self.pool, self.max_context, self.cfg.vocab_size)
         self._lock = threading.Condition()
         self.runner = StepRunner(self.lm, self.pool, self.tree, self.scheduler, self._lock, self.intake.stop_ids,
-                                 lambda: self.intake.grammar)
+                                 lambda: self.intake.grammar, kv_dtype=kv_dtype)
         self._since = time.perf_counter()  # start of the window the counters and timers cover
         self.loop = StepLoop(self.scheduler, self.runner, self._lock)
 

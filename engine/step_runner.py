@@ -76,7 +76,7 @@ class StepRunner:
     """
 
     def __init__(self, lm: Any, pool: PagePool, tree: RadixCache | None, scheduler: Scheduler, lock: threading.Condition,
-                 stop_ids: frozenset[int], grammar: Callable[[], Any]) -> None:
+                 stop_ids: frozenset[int], grammar: Callable[[], Any], kv_dtype: Any = None) -> None:
         self.lm = lm
         self.cfg = lm.config
         self.params = lm.params
@@ -88,6 +88,7 @@ class StepRunner:
         self.lock = lock
         self.stop_ids = stop_ids
         self.grammar = grammar
+        self.kv_dtype = jnp.dtype(kv_dtype if kv_dtype is not None else lm.dtype)
         self.counters: dict[str, float] = {**dict.fromkeys(COUNTERS, 0), **dict.fromkeys(TIMERS, 0.0)}
         self.shapes: set[tuple[int, ...]] = set()
         self.cache = self._new_cache()
@@ -95,7 +96,7 @@ class StepRunner:
     def _new_cache(self) -> Any:
         from engine.paged import init_kv_pools
 
-        cache = init_kv_pools(self.cfg, self.pool.num_pages, self.pool.page_size, jnp.dtype(self.lm.dtype),
+        cache = init_kv_pools(self.cfg, self.pool.num_pages, self.pool.page_size, self.kv_dtype,
                               per_layer=self.lm.per_layer)
         if self.mesh is not None:  # pages split on KV heads across the mesh, like the model's own cache
             from engine.mesh import shard_cache

@@ -106,6 +106,8 @@ def load() -> None:
             lib = ctypes.cdll.LoadLibrary(str(library_path()))
             jax.ffi.register_ffi_target(TARGET, jax.ffi.pycapsule(lib.MemloopQMatmul), platform="cpu")
             jax.ffi.register_ffi_target(ATTENTION_TARGET, jax.ffi.pycapsule(lib.MemloopPagedAttention), platform="cpu")
+            jax.ffi.register_ffi_target(ATTENTION_TARGET + "_f16", jax.ffi.pycapsule(lib.MemloopPagedAttentionF16),
+                                        platform="cpu")
         except (KernelBuildError, OSError) as exc:
             _state["error"] = str(exc)
             raise KernelBuildError(str(exc)) from exc

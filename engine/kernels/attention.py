@@ -19,14 +19,17 @@ MAX_HEAD_DIM = 256
 
 def paged_attention(q: Any, k_pages: Any, v_pages: Any, block_tables: Any, positions: Any,
                     window: int | None = None) -> Any:
-    """q [B,T,H,hd] f32 (rotary applied); k/v pages [KVH, pages, page_size, hd] f32 (this layer's
-    pool, already holding the new tokens); block_tables [B, table_pages]; positions [B,T] (each query's
+    """q [B,T,H,hd] f32 (rotary applied); k/v pages [KVH, pages, page_size, hd] f32 or f16 (this
+    layer's pool, already holding the new tokens); block_tables [B, table_pages]; positions [B,T] (each query's
     absolute position, which is also its key's slot in the row's run of pages). -> [B,T,H,hd] f32.
-    Call inside or outside jit on the CPU backend after `kernels.load()`."""
+    Call inside or outside jit on the CPU backend (raises KernelBuildError where the kernels cannot build)."""
     import jax
     import jax.numpy as jnp
 
-    call = jax.ffi.ffi_call(kernels.ATTENTION_TARGET, jax.ShapeDtypeStruct(q.shape, jnp.float32))
+    kernels.load()
+
+    target = kernels.ATTENTION_TARGET + ("_f16" if k_pages.dtype == jnp.float16 else "")
+    call = jax.ffi.ffi_call(target, jax.ShapeDtypeStruct(q.shape, jnp.float32))
     return call(q.astype(jnp.float32), k_pages, v_pages, block_tables.astype(jnp.int32),
                 positions.astype(jnp.int32), window=np.int32(window or 0))
 
@@ -44,12 +47,12 @@ def enabled() -> bool:
 
 
 def supports(q: Any, pool: Any, window: Any, extra: dict[str, Any]) -> bool:
-    """This layer's attention is one the kernel computes: f32 queries and pool, a head size it tiles,
+    """This layer's attention is one the kernel computes: f32 queries, an f32 or f16 pool, a head size it tiles,
     a static window (or none), and no other attention option (e.g. logit soft-capping), which the
     gather path keeps serving."""
     import jax.numpy as jnp
 
     hd = q.shape[-1]
     return (not extra and (window is None or isinstance(window, int))
-            and q.dtype == jnp.float32 and pool.dtype == jnp.float32 and pool.ndim == 4
+            and q.dtype == jnp.float32 and pool.dtype in (jnp.float32, jnp.float16) and pool.ndim == 4
             and hd % 16 == 0 and hd <= MAX_HEAD_DIM)

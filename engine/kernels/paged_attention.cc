@@ -1,5 +1,6 @@
 // Attention over a paged KV cache, read in place: out[B,T,H,hd] for queries q[B,T,H,hd] against
-// each row's keys/values in the pools k, v [KVH, pages, page_size, hd] through its block table
+// each row's keys/values in the pools k, v [KVH, pages, page_size, hd] (f32, or f16 widened to f32
+// in registers: half the bytes per step, as llama.cpp's default cache) through its block table
 // [B, table_pages], causal by position (and within a sliding window when `window` > 0), as an
 // XLA:CPU FFI custom call.
 //
@@ -56,10 +57,15 @@ inline __m512 Exp(__m512 x) {
   return _mm512_scalef_ps(p, n);
 }
 
+// 16 cache elements as f32.
+inline __m512 Load16(const float* p) { return _mm512_loadu_ps(p); }
+inline __m512 Load16(const uint16_t* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
+
+template <typename KV>
 struct Problem {
   const float* q;
-  const float* k;
-  const float* v;
+  const KV* k;
+  const KV* v;
   const int32_t* tables;
   const int32_t* pos;
   float* out;
@@ -99,7 +105,8 @@ constexpr int64_t kRowBlock = 4;  // query rows that share each key and value lo
 
 // One chunk of one row's keys for one KV head, against all of the head's query rows. Each query
 // row's arithmetic is the same whichever rows share its block.
-void Chunk(const Problem& pr, int64_t b, int64_t kvh, int64_t c) {
+template <typename KV>
+void Chunk(const Problem<KV>& pr, int64_t b, int64_t kvh, int64_t c) {
   const int64_t hd = pr.hd, nv = hd / 16, base = pr.Part(b, kvh, c);
   float* m = pr.part_m + base;
   float* l = pr.part_l + base;
@@ -113,8 +120,8 @@ void Chunk(const Problem& pr, int64_t b, int64_t kvh, int64_t c) {
   const int64_t pool_head = kvh * pr.pages * pr.page_size * hd;
   const int32_t* table = pr.tables + b * pr.table_pages;
   const int64_t last_slot = pr.table_pages * pr.page_size - 1;
-  const float* kp[kTile];
-  const float* vp[kTile];
+  const KV* kp[kTile];
+  const KV* vp[kTile];
   __m512 dots[kRowBlock][kTile];
   alignas(64) float pw[kRowBlock][kTile];
   for (int64_t j0 = c0; j0 < c1; j0 += kTile) {
@@ -145,9 +152,9 @@ void Chunk(const Problem& pr, int64_t b, int64_t kvh, int64_t c) {
       const float* qr[kRowBlock];
       for (int64_t i = 0; i < n; ++i) qr[i] = pr.Query(b, rs[i], kvh);
       for (int64_t j = 0; j < kTile; ++j) {
-        for (int64_t i = 0; i < n; ++i) dots[i][j] = _mm512_mul_ps(_mm512_loadu_ps(kp[j]), _mm512_loadu_ps(qr[i]));
+        for (int64_t i = 0; i < n; ++i) dots[i][j] = _mm512_mul_ps(Load16(kp[j]), _mm512_loadu_ps(qr[i]));
         for (int64_t x = 1; x < nv; ++x) {
-          const __m512 kx = _mm512_loadu_ps(kp[j] + 16 * x);
+          const __m512 kx = Load16(kp[j] + 16 * x);
           for (int64_t i = 0; i < n; ++i) dots[i][j] = _mm512_fmadd_ps(kx, _mm512_loadu_ps(qr[i] + 16 * x), dots[i][j]);
         }
       }
@@ -170,7 +177,7 @@ void Chunk(const Problem& pr, int64_t b, int64_t kvh, int64_t c) {
         for (int64_t i = 0; i < n; ++i) o[i] = _mm512_mul_ps(_mm512_loadu_ps(acc + rs[i] * hd + 16 * x), _mm512_set1_ps(alpha[i]));
         for (int64_t j = 0; j < kTile; ++j) {
           if (!((any >> j) & 1)) continue;  // never read a slot no row sees
-          const __m512 vx = _mm512_loadu_ps(vp[j] + 16 * x);
+          const __m512 vx = Load16(vp[j] + 16 * x);
           for (int64_t i = 0; i < n; ++i) o[i] = _mm512_fmadd_ps(_mm512_set1_ps(pw[i][j]), vx, o[i]);
         }
         for (int64_t i = 0; i < n; ++i) _mm512_storeu_ps(acc + rs[i] * hd + 16 * x, o[i]);
@@ -180,7 +187,8 @@ void Chunk(const Problem& pr, int64_t b, int64_t kvh, int64_t c) {
 }
 
 // The chunks of one query (row b, token t, head h) merged in chunk order into its output.
-void Merge(const Problem& pr, int64_t b, int64_t t, int64_t h, int64_t chunks) {
+template <typename KV>
+void Merge(const Problem<KV>& pr, int64_t b, int64_t t, int64_t h, int64_t chunks) {
   const int64_t kvh = h / pr.group, r = t * pr.group + h % pr.group, hd = pr.hd, nv = hd / 16;
   float top = kNegInf;
   for (int64_t c = 0; c < chunks; ++c) {
@@ -225,15 +233,17 @@ void Parallel(ffi::ThreadPool& pool, int64_t n, F work) {
   while (shared->done.load(std::memory_order_acquire) < n) _mm_pause();
 }
 
-ffi::Error PagedAttention(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::F32> k,
-                          ffi::Buffer<ffi::F32> v, ffi::Buffer<ffi::S32> tables, ffi::Buffer<ffi::S32> positions,
+template <ffi::DataType D>
+ffi::Error PagedAttention(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Buffer<D> k, ffi::Buffer<D> v,
+                          ffi::Buffer<ffi::S32> tables, ffi::Buffer<ffi::S32> positions,
                           ffi::ResultBuffer<ffi::F32> out, int32_t window) {
+  using KV = ffi::NativeType<D>;
   auto qd = q.dimensions(), kd = k.dimensions(), vd = v.dimensions(), td = tables.dimensions(),
        pd = positions.dimensions();
   if (qd.size() != 4 || kd.size() != 4 || vd.size() != 4 || td.size() != 2 || pd.size() != 2)
     return ffi::Error::InvalidArgument("memloop_paged_attention: q [B,T,H,hd], k/v [KVH,pages,page_size,hd], "
                                        "tables [B,pages], positions [B,T]");
-  Problem pr{};
+  Problem<KV> pr{};
   pr.batch = qd[0];
   pr.tokens = qd[1];
   pr.heads = qd[2];
@@ -288,7 +298,7 @@ ffi::Error PagedAttention(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Bu
   for (int64_t b = 0; b < pr.batch; ++b)
     for (int64_t h = 0; h < pr.kv_heads; ++h)
       for (int64_t c = 0; c < chunks[b]; ++c) items.push_back((b * pr.kv_heads + h) * pr.max_chunks + c);
-  const Problem* p = &pr;
+  const Problem<KV>* p = &pr;
   const int64_t* it = items.data();
   Parallel(pool, static_cast<int64_t>(items.size()), [p, it](int64_t i) {
     const int64_t x = it[i], c = x % p->max_chunks, bh = x / p->max_chunks;
@@ -304,13 +314,17 @@ ffi::Error PagedAttention(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Bu
 
 }  // namespace
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(MemloopPagedAttention, PagedAttention,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::ThreadPool>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()
-                                  .Arg<ffi::Buffer<ffi::S32>>()
-                                  .Arg<ffi::Buffer<ffi::S32>>()
-                                  .Ret<ffi::Buffer<ffi::F32>>()
-                                  .Attr<int32_t>("window"));
+#define MEMLOOP_PAGED_ATTENTION(name, dtype)                                 \
+  XLA_FFI_DEFINE_HANDLER_SYMBOL(name, PagedAttention<dtype>,                 \
+                                ffi::Ffi::Bind()                             \
+                                    .Ctx<ffi::ThreadPool>()                  \
+                                    .Arg<ffi::Buffer<ffi::F32>>()            \
+                                    .Arg<ffi::Buffer<dtype>>()               \
+                                    .Arg<ffi::Buffer<dtype>>()               \
+                                    .Arg<ffi::Buffer<ffi::S32>>()            \
+                                    .Arg<ffi::Buffer<ffi::S32>>()            \
+                                    .Ret<ffi::Buffer<ffi::F32>>()            \
+                                    .Attr<int32_t>("window"));
+
+MEMLOOP_PAGED_ATTENTION(MemloopPagedAttention, ffi::F32)
+MEMLOOP_PAGED_ATTENTION(MemloopPagedAttentionF16, ffi::F16)

@@ -17,13 +17,14 @@ from engine.model import causal_mask, gqa_attention
 pytestmark = pytest.mark.skipif(not kernels.available(), reason="the CPU kernels need x86-64 with AVX-512")
 
 
-def make_case(seed: int, kvh: int, heads: int, hd: int, page_size: int, pages: int, positions: list[list[int]]):
-    """Random pools and queries; each row's block table a random distinct choice of pages."""
+def make_case(seed: int, kvh: int, heads: int, hd: int, page_size: int, pages: int, positions: list[list[int]],
+              kv_dtype: type = np.float32):
+    """Random pools (of `kv_dtype`) and queries; each row's block table a random distinct choice of pages."""
     rng = np.random.default_rng(seed)
     b = len(positions)
     table_pages = max(max(p) for p in positions) // page_size + 1 + 2  # two padding pages past the longest
-    k = rng.standard_normal((kvh, pages, page_size, hd)).astype(np.float32)
-    v = rng.standard_normal((kvh, pages, page_size, hd)).astype(np.float32)
+    k = rng.standard_normal((kvh, pages, page_size, hd)).astype(kv_dtype)
+    v = rng.standard_normal((kvh, pages, page_size, hd)).astype(kv_dtype)
     tables = np.stack([rng.permutation(pages)[:table_pages] for _ in range(b)]).astype(np.int32)
     q = (rng.standard_normal((b, len(positions[0]), heads, hd)) * 2).astype(np.float32)
     return q, k, v, tables, np.asarray(positions, np.int32)
@@ -32,8 +33,8 @@ def make_case(seed: int, kvh: int, heads: int, hd: int, page_size: int, pages: i
 def gathered(q, k, v, tables, positions, window=None):
     """The engine's gather path: each row's pages copied into one run, then `gqa_attention`."""
     kvh, hd, b = k.shape[0], k.shape[-1], q.shape[0]
-    keys = jnp.asarray(k)[:, tables].reshape(kvh, b, -1, hd)
-    values = jnp.asarray(v)[:, tables].reshape(kvh, b, -1, hd)
+    keys = jnp.asarray(k)[:, tables].reshape(kvh, b, -1, hd).astype(jnp.float32)
+    values = jnp.asarray(v)[:, tables].reshape(kvh, b, -1, hd).astype(jnp.float32)
     mask = causal_mask(jnp.arange(keys.shape[2]), jnp.asarray(positions), window)
     return np.asarray(gqa_attention(jnp.asarray(q), keys, values, mask))
 
@@ -46,12 +47,14 @@ CASES = [  # kv heads, query heads, head dim, page size, positions per row (toke
 ]
 
 
+@pytest.mark.parametrize("kv_dtype", [np.float32, np.float16])
 @pytest.mark.parametrize("window", [None, 37])
 @pytest.mark.parametrize("kvh,heads,hd,page_size,positions", CASES)
-def test_kernel_matches_the_gather_path(kvh, heads, hd, page_size, positions, window):
+def test_kernel_matches_the_gather_path(kvh, heads, hd, page_size, positions, window, kv_dtype):
+    """f16 pools are widened exactly, so both cache types agree with the gather path to f32 rounding."""
     from engine.kernels.attention import paged_attention
 
-    q, k, v, tables, pos = make_case(1, kvh, heads, hd, page_size, 300, positions)
+    q, k, v, tables, pos = make_case(1, kvh, heads, hd, page_size, 300, positions, kv_dtype)
     ours = np.asarray(jax.jit(lambda *a: paged_attention(*a, window=window))(q, k, v, tables, pos))
     ref = gathered(q, k, v, tables, pos, window)
     assert ours.shape == ref.shape and ours.dtype == np.float32
