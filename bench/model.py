@@ -7,7 +7,7 @@ and the same for transformers' `generate` (PyTorch CPU). Speeds are only compare
 Decode at long context is measured where memory loops decode: through the serving engine (paged KV
 cache, prefix cache, scheduler), batch 1, after a prompt of 1k and 4k tokens that is already cached,
 against the same measurement after a short prompt; at 4k also with the gather path the in-place
-attention kernel replaced (`served_decode_tps`).
+attention kernel replaced, and with a float16 KV cache (`served_decode_tps`).
 """
 from __future__ import annotations
 
@@ -45,6 +45,7 @@ class BenchSettings:
     dense_peer: bool = True  # also time memloop with dense f32 weights (XLA's dot), the pre-kernel engine
     contexts: tuple[int, ...] = (1024, 4096)  # served batch-1 decode after prompts of these lengths
     gather_peer: bool = True  # also time served decode at the longest context with the gather path
+    kv_f16: bool = True  # also time served decode (short and longest context) with a float16 KV cache
 
 
 def _has_blocks(lm: Any) -> bool:
@@ -126,7 +127,7 @@ def _ours_prefill_decode(lm: Any, ids_batch: list[list[int]], steps: int) -> tup
     return min(r[0] for r in runs), min(r[1] for r in runs)
 
 
-def served_decode_tps(lm: Any, context: int, tokens: int, gather: bool = False) -> float:
+def served_decode_tps(lm: Any, context: int, tokens: int, gather: bool = False, kv_dtype: str | None = None) -> float:
     """Batch-1 greedy decode tokens/s through the serving engine after a `context`-token prompt
     that is in the prefix cache: (tokens - 1) / (time of a request for `tokens` - time for 1), so
     neither prefill nor the first step counts. `gather` traces the engine step with the pre-kernel
@@ -140,7 +141,8 @@ def served_decode_tps(lm: Any, context: int, tokens: int, gather: bool = False) 
     tok = lm.tokenizer
     prompt = tok.decode(tok.encode(LONG_TEXT * (context // 25 + 1))[:context]) if context else PROMPTS[0][0]["content"]
     pages = (tok.count_tokens(prompt) + tokens) // 16 + 16
-    eng = Engine(EngineConfig(num_pages=pages, page_size=16, max_batch=1, prefill_chunk=512), model=lm)
+    eng = Engine(EngineConfig(num_pages=pages, page_size=16, max_batch=1, prefill_chunk=512, kv_dtype=kv_dtype),
+                 model=lm)
     saved = os.environ.get("MEMLOOP_PAGED_KERNEL")
     if gather:
         os.environ["MEMLOOP_PAGED_KERNEL"] = "0"
@@ -243,6 +245,10 @@ def run_model_bench(path: Path | None = None, settings: BenchSettings = BenchSet
     gather_tps = served_decode_tps(lm, longest, steps + 1, gather=True) if settings.gather_peer and longest else None
     if gather_tps is not None:
         log(f"memloop served decode b1 at ctx {longest} with the gather path: {gather_tps:.1f} tok/s")
+    f16 = ({c: served_decode_tps(lm, c, steps + 1, kv_dtype="float16") for c in (0, longest)}
+           if settings.kv_f16 and longest else {})
+    if f16:
+        log(f"memloop served decode b1 with a float16 KV cache: short {f16[0]:.1f}, ctx {longest} {f16[longest]:.1f} tok/s")
     gmacs = f32_gemm_gmacs()
     ceiling_b32 = gmacs * 1e9 / macs_per_token(lm)
     log(f"host f32 GEMM {gmacs:.1f} GMAC/s: batch {settings.batch} decode cannot exceed {ceiling_b32:.0f} tok/s "
@@ -297,6 +303,8 @@ def run_model_bench(path: Path | None = None, settings: BenchSettings = BenchSet
            for c, v in served.items() if c},
         **({f"ratio_ctx{longest // 1024}k_vs_short" if longest % 1024 == 0 else f"ratio_ctx{longest}_vs_short":
             round(served[longest] / served[0], 3)} if longest else {}),
+        **({"kv_f16_decode_tps_b1_short": round(f16[0], 2), "kv_f16_decode_tps_b1_ctx_longest": round(f16[longest], 2),
+            "kv_f16_ratio_ctx_longest_vs_short": round(f16[longest] / f16[0], 3)} if f16 else {}),
         **({"gather_decode_tps_b1_ctx_longest": round(gather_tps, 2),
             "ratio_ctx_longest_kernel_vs_gather": round(served[longest] / gather_tps, 2)} if gather_tps else {}),
         **peer,
