@@ -22,7 +22,7 @@ from engine.config import ModelConfig
 from engine.constrained import unpack_bitmask
 from engine.model import (AttendFn, cache_set, causal_mask, decoder_layers, embed, final_logits, gqa_attention,
                           init_layer_cache, kv_major)
-from engine.kernels.attention import enabled as kernel_enabled
+from engine.kernels.attention import config_supported as kernel_config_supported, enabled as kernel_enabled
 from engine.sampling import sample
 
 
@@ -95,7 +95,7 @@ def forward_paged(cfg: ModelConfig, params: dict[str, Any], cache: dict[str, jax
                   block_tables: jax.Array, last_index: jax.Array) -> tuple[jax.Array, dict[str, jax.Array]]:
     """The model's own layers over the paged cache; logits [B, V] of each row's `last_index` token."""
     attend = paged_attend(slot_pages, slot_offsets, block_tables, positions)
-    if tokens.shape[1] <= KERNEL_MAX_TOKENS and kernel_enabled():
+    if tokens.shape[1] <= KERNEL_MAX_TOKENS and kernel_config_supported(cfg) and kernel_enabled():
         attend = in_place_attend(attend, slot_pages, slot_offsets, block_tables, positions)
     h, cache = decoder_layers(params, cfg, embed(params, tokens), positions, cache, attend)
     last = jnp.take_along_axis(h, last_index[:, None, None], axis=1)[:, 0]  # [B, D]

@@ -15,6 +15,10 @@ import numpy as np
 from engine import kernels
 
 MAX_HEAD_DIM = 256
+# Model families whose attention is exactly what the kernel computes (softmax of q.k / sqrt(head_dim),
+# causal, optionally windowed). A family that changes that math (logit soft-capping, another query
+# scale) is served by the gather path until it is added here with a test against it.
+ARCHITECTURES = frozenset({"llama", "qwen2", "qwen3", "mistral"})
 
 
 def paged_attention(q: Any, k_pages: Any, v_pages: Any, block_tables: Any, positions: Any,
@@ -44,6 +48,11 @@ def enabled() -> bool:
     if not jax.sharding.get_abstract_mesh().empty:
         return False
     return kernels.available()
+
+
+def config_supported(cfg: Any) -> bool:
+    """The model's attention math is the kernel's (see ARCHITECTURES)."""
+    return getattr(cfg, "architecture", None) in ARCHITECTURES
 
 
 def supports(q: Any, pool: Any, window: Any, extra: dict[str, Any]) -> bool:

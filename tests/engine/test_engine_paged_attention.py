@@ -89,13 +89,14 @@ def test_bad_shapes_and_positions_are_named_errors():
         np.asarray(paged_attention(q[:, :, :8], k, v, tables, pos))
 
 
-def _step_text(lm, tokens: int) -> str:
+def _step_text(lm, tokens: int, cfg=None) -> str:
     """The jaxpr of one engine forward over `tokens` new tokens per row on the bundled model's pools."""
     from engine.paged import forward_paged, init_kv_pools
 
-    cache = init_kv_pools(lm.config, 8, 16, jnp.float32, per_layer=lm.per_layer)
+    cfg = cfg or lm.config
+    cache = init_kv_pools(cfg, 8, 16, jnp.float32, per_layer=lm.per_layer)
     z = jnp.zeros((2, tokens), jnp.int32)
-    return str(jax.make_jaxpr(lambda p, c: forward_paged(lm.config, p, c, z, z, z, z, jnp.zeros((2, 4), jnp.int32),
+    return str(jax.make_jaxpr(lambda p, c: forward_paged(cfg, p, c, z, z, z, z, jnp.zeros((2, 4), jnp.int32),
                                                          jnp.zeros((2,), jnp.int32)))(lm.params, cache))
 
 
@@ -103,6 +104,16 @@ def test_decode_steps_read_pages_in_place_and_prefill_keeps_the_gather(lm):
     decode = _step_text(lm, 1)
     assert decode.count("memloop_paged_attention") == lm.config.num_layers
     assert "memloop_paged_attention" not in _step_text(lm, 16)
+
+
+def test_a_family_the_kernel_was_not_checked_against_keeps_the_gather(lm, monkeypatch):
+    """The kernel is chosen by the model config: a family outside its list decodes through the gather path."""
+    import dataclasses
+
+    from engine import config as config_module
+
+    monkeypatch.setitem(config_module.FAMILIES, "other", config_module.FAMILIES["llama"])
+    assert "memloop_paged_attention" not in _step_text(lm, 1, dataclasses.replace(lm.config, architecture="other"))
 
 
 def test_a_layer_option_the_kernel_lacks_goes_to_the_gather_path(monkeypatch):
