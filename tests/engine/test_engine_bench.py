@@ -1,6 +1,8 @@
 """The model benchmark's arithmetic: multiply-adds per token and the compute ceiling it reports."""
 from __future__ import annotations
 
+import pytest
+
 from bench.model import macs_per_token
 
 
@@ -21,6 +23,7 @@ def test_macs_per_token_counts_every_matrix(lm):
 
 
 
+@pytest.mark.slow
 def test_served_decode_rate_with_the_gather_path_restores_the_kernel(lm, monkeypatch):
     """The gather-path measurement is a real served decode and leaves later steps on the kernel."""
     import os

@@ -126,6 +126,7 @@ LONG_STORY = ("The river bends twice before it reaches the old mill, where the m
               "of every sack of grain that passes through the village each autumn. ")
 
 
+@pytest.mark.slow
 def test_long_context_decode_identical_alone_in_a_batch_of_32_and_against_the_reference(make_engine, loaded_model):
     """At 1.2k tokens of context (five 256-key chunks of the in-place attention kernel), a request decodes
     the same greedy tokens alone, among 31 others sharing its prefix, without the prefix cache, and as the
