@@ -25,6 +25,9 @@ class EngineConfig:
     num_pages: overrides kv_budget with an exact page count (tests of memory pressure).
     max_context: longest prompt + output a request may use (None = the model's own limit).
     tp: tensor-parallel devices (a 1-D `tp` mesh); None = one device.
+    kv_dtype: the paged KV cache's element type, one of DTYPES (None = the compute dtype). float16 on
+      CPU halves the bytes each decode step reads at long context (llama.cpp's default cache type);
+      keys and values are then rounded to f16, so outputs can differ slightly from float32's.
     """
 
     model: str | None = None
@@ -37,6 +40,7 @@ class EngineConfig:
     prefix_cache: bool = True
     max_context: int | None = None
     tp: int | None = None
+    kv_dtype: str | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.model, os.PathLike):
@@ -46,6 +50,9 @@ class EngineConfig:
         if self.dtype is not None and self.dtype not in DTYPES:
             raise EngineError(f"engine setting `dtype` must be one of {list(DTYPES)}, or None for the device's "
                               f"default (float32 on CPU, bfloat16 on accelerators); got {self.dtype!r}")
+        if self.kv_dtype is not None and self.kv_dtype not in DTYPES:
+            raise EngineError(f"engine setting `kv_dtype` must be one of {list(DTYPES)}, or None for the compute "
+                              f"dtype; got {self.kv_dtype!r}")
         if isinstance(self.kv_budget, bool) or not isinstance(self.kv_budget, (int, float)) or not self.kv_budget > 0:
             raise EngineError(f"engine setting `kv_budget` must be a number > 0 (bytes, or a fraction <= 1 of device "
                               f"memory); got {self.kv_budget!r}")

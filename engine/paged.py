@@ -22,6 +22,7 @@ from engine.config import ModelConfig
 from engine.constrained import unpack_bitmask
 from engine.model import (AttendFn, cache_set, causal_mask, decoder_layers, embed, final_logits, gqa_attention,
                           init_layer_cache, kv_major)
+from engine.kernels.attention import config_supported as kernel_config_supported, enabled as kernel_enabled
 from engine.sampling import sample
 
 
@@ -54,10 +55,38 @@ def paged_attend(slot_pages: jax.Array, slot_offsets: jax.Array, block_tables: j
         index = (jnp.arange(kvh)[:, None, None], slot_pages[None], slot_offsets[None])
         kp = cache_set(cache["k"], layer, index, kv_major(k))
         vp = cache_set(cache["v"], layer, index, kv_major(v))
-        keys = kp[layer][:, block_tables].reshape(kvh, b, -1, hd)
-        values = vp[layer][:, block_tables].reshape(kvh, b, -1, hd)
+        keys = kp[layer][:, block_tables].reshape(kvh, b, -1, hd).astype(q.dtype)  # a no-op unless kv_dtype differs
+        values = vp[layer][:, block_tables].reshape(kvh, b, -1, hd).astype(q.dtype)
         mask = causal_mask(jnp.arange(keys.shape[2]), positions, window)
         return gqa_attention(q, keys, values, mask, softcap), {"k": kp, "v": vp}
+
+    return attend
+
+
+# Query tokens per row up to which the in-place kernel serves a step (decode steps and short
+# prefill chunks); longer prefill chunks keep the gather + batched matmuls, which use the cores better.
+KERNEL_MAX_TOKENS = 1
+
+
+def in_place_attend(gather: AttendFn, slot_pages: jax.Array, slot_offsets: jax.Array, block_tables: jax.Array,
+                    positions: jax.Array) -> AttendFn:
+    """`gather`'s attention computed by the CPU kernel that reads each row's pages in place
+    (engine.kernels.attention), for the layers it supports: per-layer pools (the unrolled CPU
+    layout), f32, no attention option besides a static window. Any other layer is `gather`'s."""
+    from engine.kernels.attention import paged_attention, supports
+
+    def attend(q, k, v, cache, layer, **options):
+        window = options.pop("window", None)
+        pools = cache["k"]
+        if (not isinstance(pools, (list, tuple)) or not isinstance(layer, int) or q.shape[1] > KERNEL_MAX_TOKENS
+                or not supports(q, pools[layer], window, options)):
+            return gather(q, k, v, cache, layer, **({"window": window} if window is not None else {}), **options)
+        kvh = k.shape[2]
+        index = (jnp.arange(kvh)[:, None, None], slot_pages[None], slot_offsets[None])
+        kp = cache_set(cache["k"], layer, index, kv_major(k))
+        vp = cache_set(cache["v"], layer, index, kv_major(v))
+        out = paged_attention(q, kp[layer], vp[layer], block_tables, positions, window)
+        return out.astype(q.dtype), {"k": kp, "v": vp}
 
     return attend
 
@@ -67,6 +96,8 @@ def forward_paged(cfg: ModelConfig, params: dict[str, Any], cache: dict[str, jax
                   block_tables: jax.Array, last_index: jax.Array) -> tuple[jax.Array, dict[str, jax.Array]]:
     """The model's own layers over the paged cache; logits [B, V] of each row's `last_index` token."""
     attend = paged_attend(slot_pages, slot_offsets, block_tables, positions)
+    if tokens.shape[1] <= KERNEL_MAX_TOKENS and kernel_config_supported(cfg) and kernel_enabled():
+        attend = in_place_attend(attend, slot_pages, slot_offsets, block_tables, positions)
     h, cache = decoder_layers(params, cfg, embed(params, cfg, tokens), positions, cache, attend)
     last = jnp.take_along_axis(h, last_index[:, None, None], axis=1)[:, 0]  # [B, D]
     return final_logits(params, cfg, last), cache

@@ -47,3 +47,34 @@ def test_engine_serves_the_whole_cacheable_ceiling(engine):
             got += engine.complete({"prompt": prompts[i], "sampling": {"max_tokens": 2, "temperature": 0.0}})["usage"]["cached_tokens"]
     ids = [[engine.tokenizer.encode(p) for p in prompts] for prompts in w]
     assert got == cacheable_tokens(ids, engine.pool.page_size)
+
+
+def test_papers_workload_shares_one_book_and_grows_each_memory():
+    """The papers' shape: every loop reads the same ~1024-token chunks; memories differ and grow."""
+    from bench.prefix import WORKLOADS, workload_settings
+
+    ws = workload_settings("papers", samples=3, steps=3)
+    assert (ws["max_tokens"], WORKLOADS["papers"]["samples"], WORKLOADS["papers"]["steps"]) == (256, 32, 8)
+    w = build_workload(ws["samples"], ws["steps"], ws["chunk_words"], revisions=ws["revisions"], shared_book=True)
+    chunk = lambda p: p[p.index("\n\nChunk "):]
+    for i in range(3):
+        assert chunk(w[0][i]) == chunk(w[1][i]) == chunk(w[2][i])  # one shared book
+    assert w[0][1] != w[1][1]  # each loop's own revisions
+    from engine.tokenizer import load_tokenizer
+    from engine.assets import default_model_path
+
+    tok = load_tokenizer(default_model_path())
+    first, second = tok.count_tokens(chunk(w[0][0])), tok.count_tokens(chunk(w[0][1]))
+    assert 900 < first < 1150 and 900 < second < 1150
+    growth = tok.count_tokens(w[0][2]) - tok.count_tokens(w[0][1]) - (tok.count_tokens(chunk(w[0][2])) - second)
+    assert 200 < growth < 330  # ~256 tokens of memory a step
+
+
+def test_an_unknown_workload_is_named():
+    import pytest
+
+    from bench.prefix import workload_settings
+    from engine.errors import EngineError
+
+    with pytest.raises(EngineError, match="papers"):
+        workload_settings("huge")

@@ -28,7 +28,7 @@ def test_other_vocabularies_are_rejected_naming_the_valid_fields(name: str) -> N
     ({"dtype": "auto"}, "dtype"), ({"dtype": "f32"}, "dtype"), ({"kv_budget": -1}, "kv_budget"),
     ({"kv_budget": "1GB"}, "kv_budget"), ({"page_size": 0}, "page_size"), ({"max_batch": 2.5}, "max_batch"),
     ({"num_pages": 1}, "num_pages"), ({"prefix_cache": "yes"}, "prefix_cache"), ({"tp": True}, "tp"),
-    ({"model": 3}, "model"),
+    ({"model": 3}, "model"), ({"kv_dtype": "fp8"}, "kv_dtype"),
 ])
 def test_bad_values_name_the_setting(bad: dict, field: str) -> None:
     with pytest.raises(EngineError, match=f"`{field}`"):
