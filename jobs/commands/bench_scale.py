@@ -1,0 +1,35 @@
+"""`memloop bench scale`: N simulated hosts x M method loops (jobs/scale_sim.py), labelled a simulation."""
+from __future__ import annotations
+
+import json
+import sys
+
+import typer
+
+
+def bench_scale(
+    recording: str = typer.Option(..., "--recording", help="URI of a finished run (OUTPUT/RUN_ID) whose steps "
+                                  "the simulated engines replay, e.g. from `memloop run jobs/configs/demo.yaml`."),
+    points: str = typer.Option("1x8,4x16,16x32,64x64", "--points", help="HOSTSxLOOPS, comma-separated."),
+    placements: str = typer.Option("driver,engine", "--placements", help="Where method loops run: driver, engine."),
+    duration: float = typer.Option(30.0, "--duration", min=1.0, help="Seconds of computing per point (a cap)."),
+    speedup: float = typer.Option(1.0, "--speedup", min=1e-3, help="Simulated hosts this many times faster "
+                                  "than the measured engine."),
+    latency: str = typer.Option(None, "--latency", help="JSON of the fitted latency model: read if it exists, "
+                                "else measured on the real engine and written there."),
+    as_json: bool = typer.Option(False, "--json", help="Print only the result JSON (the table goes to stderr)."),
+) -> None:
+    """A SIMULATION of a run over many hosts: units/s, driver CPU and GIL wait, engine busy share,
+    memory, shards and bytes, resume time per (hosts, loops, placement)."""
+    from jobs.scale_sim import parse_points, sweep, table
+
+    log = (lambda m: print(m, file=sys.stderr, flush=True))
+    res = sweep(recording, parse_points(points), [p.strip() for p in placements.split(",") if p.strip()],
+                duration, speedup, latency, log)
+    print(table(res), file=sys.stderr if as_json else sys.stdout, flush=True)
+    if as_json:
+        print(json.dumps(res, default=str))
+
+
+def register(app: typer.Typer, bench_app: typer.Typer) -> None:
+    bench_app.command("scale")(bench_scale)
