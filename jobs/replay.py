@@ -120,13 +120,16 @@ class ReplayEngine:
         self.t0 = time.monotonic()
         self.busy_s = 0.0
         self.held_s = 0.0  # integral of requests held (running + waiting) over time
+        self.slots_s = 0.0  # the same, counting at most `max_batch` (the batch slots in use)
         self.last = self.t0
         self.counters = {"requests": 0, "misses": 0, "steps": 0, "prompt_tokens": 0, "cached_tokens": 0,
                          "decoded_tokens": 0}
 
     def _account(self) -> None:
         t = time.monotonic()
-        self.held_s += (len(self.running) + len(self.waiting)) * (t - self.last)
+        held = len(self.running) + len(self.waiting)
+        self.held_s += held * (t - self.last)
+        self.slots_s += min(held, self.model.max_batch) * (t - self.last)
         self.last = t
 
     async def complete(self, request: dict[str, Any]) -> dict[str, Any]:
@@ -193,7 +196,7 @@ class ReplayEngine:
         self._account()
         wall = max(1e-9, time.monotonic() - self.t0)
         return dict(self.counters, wall_s=wall, busy_s=self.busy_s, busy_fraction=min(1.0, self.busy_s / wall),
-                    mean_held=self.held_s / wall, running=len(self.running), waiting=len(self.waiting),
+                    mean_held=self.held_s / wall, mean_slots=self.slots_s / wall, max_batch=self.model.max_batch, running=len(self.running), waiting=len(self.waiting),
                     rss_mb=_rss_mb(), simulated=True)
 
     def health(self) -> bool:

@@ -15,7 +15,9 @@ the point's capped duration; the run is then stopped the way a signal stops it.
 
 Per point: units per second; the driver's CPU (cores' worth) and GIL wait (how late a 5 ms sleeper
 thread in the driver wakes: the GIL plus, on a shared host, the OS scheduler); the simulated
-engines' busy fraction (a step running) and the requests they held on average; the driver's RSS
+engines' busy fraction (the batch slots in use over the min(loops, max_batch) slots the host's
+loops could fill: 1.0 when every loop is waiting on its engine, less when loops wait on the
+driver), the share of time a step was running, and the requests held per loop; the driver's RSS
 and the simulated hosts' and workers' RSS; shards and bytes written (after compaction); and the time
 a resume takes to learn which units are done, against reading every shard as before.
 """
@@ -185,7 +187,10 @@ def run_point(rec: Recording, model: LatencyModel, tok_ref: Any, rec_ref: Any, h
            "units_per_s": summary.computed / wall,
            "steps_per_s": sum(e.get("requests", 0) for e in engines) / wall,
            "driver_cpu": stats.get("driver_cpu", math.nan), "gil_wait_ms": gil_ms,
-           "engine_busy_fraction": sum(e["busy_fraction"] for e in engines) / len(engines) if engines else math.nan,
+           # batch slots in use over the slots the host's loops could fill: < 1 when loops wait on the driver
+           "engine_busy_fraction": (sum(e["mean_slots"] / min(loops, e["max_batch"]) for e in engines) / len(engines)
+                                    if engines else math.nan),
+           "engine_step_fraction": sum(e["busy_fraction"] for e in engines) / len(engines) if engines else math.nan,
            "engine_held_per_loop": (sum(e["mean_held"] for e in engines) / len(engines) / loops) if engines else math.nan,
            "rss_mb": rss, "hosts_rss_mb": sum(e.get("rss_mb", 0.0) for e in engines),
            "shards": shards, "shards_before_compaction": stats.get("shards", {}).get("before", shards),
@@ -217,19 +222,21 @@ def sweep(recording: str, points: list[tuple[int, int]], placements: list[str], 
         for hosts, loops in points:
             for placement in placements:
                 rows.append(run_point(rec, model, tok_ref, rec_ref, hosts, loops, placement, duration_s, tmp, log))
-    return {"simulation": True, "label": LABEL, "recording": recording, "recorded_steps": rec.steps,
-            "latency_model": model.to_dict(), "duration_cap_s": duration_s,
-            "host": {"cpus": os.cpu_count(), "ray_nodes": len(ray.nodes()),
-                     "note": "one machine; every simulated host, worker and the driver share its cores"},
-            "rows": rows}
+    res = {"simulation": True, "label": LABEL, "recording": recording, "recorded_steps": rec.steps,
+           "latency_model": model.to_dict(), "duration_cap_s": duration_s,
+           "host": {"cpus": os.cpu_count(), "ray_nodes": len(ray.nodes()), "load_avg": os.getloadavg(),
+                    "note": "one machine; every simulated host, worker and the driver share its cores"},
+           "rows": rows}
+    res["projection"] = projection(res)
+    return res
 
 
 COLUMNS = [("hosts", "{:>5}"), ("loops", "{:>5}"), ("placement", "{:>9}"), ("units", "{:>6}"),
            ("units_per_s", "{:>8.2f}"), ("driver_cpu", "{:>6.2f}"), ("gil_wait_ms", "{:>7.2f}"),
-           ("engine_busy_fraction", "{:>6.0%}"), ("engine_held_per_loop", "{:>6.0%}"), ("rss_mb", "{:>7.0f}"),
+           ("engine_busy_fraction", "{:>6.0%}"), ("engine_step_fraction", "{:>6.0%}"), ("rss_mb", "{:>7.0f}"),
            ("hosts_rss_mb", "{:>8.0f}"), ("shards", "{:>6}"), ("bytes", "{:>10}"), ("resume_s", "{:>8.3f}"),
            ("resume_full_read_s", "{:>8.3f}")]
-HEADERS = ["hosts", "loops", "placement", "units", "units/s", "drvCPU", "GIL ms", "busy", "held", "drv MB",
+HEADERS = ["hosts", "loops", "placement", "units", "units/s", "drvCPU", "GIL ms", "busy", "stepping", "drv MB",
            "hosts MB", "shards", "bytes", "resume s", "full s"]
 
 
@@ -249,4 +256,74 @@ def table(result: dict[str, Any]) -> str:
         lines.append("  ".join(cells))
         if r["errors"] or r["replay_misses"]:
             lines.append(f"      ! {r['failed']} failed, {r['replay_misses']} replay misses: {r['errors']}")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------
+# Paper-scale projection: the seed papers' full experiments at the measured rates.
+
+@dataclasses.dataclass(frozen=True)
+class Workload:
+    """One paper experiment in steps: units x steps per unit, and a step's tokens (estimates from
+    the paper's dataset sizes, stated in `basis`)."""
+
+    name: str
+    units: int
+    steps_per_unit: float
+    prompt_tokens: int  # per step, uncached (the memory and instructions of a step repeat; see cached)
+    cached_fraction: float  # of the prompt served from the prefix cache
+    decoded_tokens: int
+    basis: str
+
+
+WORKLOADS = (
+    Workload("seed 000 SUMIE, 8 methods", 200 * 8, 7, 900, 0.3, 250,
+             "200 entities x 7 paragraphs; GO/GU/GM/CoK x JSON/text"),
+    Workload("seed 000 books, 8 methods", 100 * 8, 60, 3500, 0.3, 500,
+             "100 books of ~120k tokens in 2K chunks; GO/GU/GM/CoK x JSON/text"),
+    Workload("seed 002 PRISM books, 4 chunk sizes x 2 memories", 100 * 4 * 2, 110, 2500, 0.5, 300,
+             "100 books; chunks 512-4096 (234+117+59+29 chunks, mean 110); in-place and amendments"),
+    Workload("seed 003 BooookScore, 2 methods", 100 * 2, 90, 2500, 0.3, 300,
+             "100 books in 2K chunks; incremental updating (60 steps) and hierarchical merging (~120)"),
+    Workload("seed 001 KG, BookSum chapters", 1155, 6, 2500, 0.2, 400,
+             "1,155 validation chapters of ~3 chunks; extraction and summary per chunk"),
+)
+
+
+def projection(result: dict[str, Any], hosts: int = 64, workloads: tuple[Workload, ...] = WORKLOADS) -> dict[str, Any]:
+    """Host-hours of each workload at the simulated host's rate (a full batch), hours on `hosts`
+    hosts, and the driver's measured CPU per step against what `hosts` hosts would ask of it."""
+    m = LatencyModel.from_dict(result["latency_model"])
+    b = m.max_batch
+    per_seq_decode = m.decode_step_s(b) / b  # host-seconds per decoded token at a full batch
+    drv = {}
+    for r in result["rows"]:
+        steps = r["steps_per_s"] * r["wall_s"]
+        if steps and not math.isnan(r["driver_cpu"]):
+            drv.setdefault(r["placement"], []).append(r["driver_cpu"] * r["wall_s"] / steps)
+    cpu_per_step = {p: max(v) for p, v in drv.items()}  # the worst measured point, per placement
+    rows = []
+    for w in workloads:
+        steps = w.units * w.steps_per_unit
+        host_s = m.prefill_s(int(w.prompt_tokens * (1 - w.cached_fraction))) + w.decoded_tokens * per_seq_decode
+        host_rate = 1.0 / host_s  # steps per second per host, full batch
+        need = hosts * host_rate  # steps per second the driver must sustain
+        rows.append({"experiment": w.name, "basis": w.basis, "steps": int(steps),
+                     "host_hours": steps * host_s / 3600, f"hours_on_{hosts}_hosts": steps * host_s / 3600 / hosts,
+                     "driver_steps_per_s_needed": need,
+                     **{f"driver_cores_needed_{p}": need * c for p, c in cpu_per_step.items()}})
+    return {"hosts": hosts, "speedup": m.speedup, "driver_cpu_s_per_step": cpu_per_step, "rows": rows}
+
+
+def projection_table(p: dict[str, Any]) -> str:
+    h = p["hosts"]
+    places = sorted(p["driver_cpu_s_per_step"])
+    lines = [f"PROJECTION at the simulated host's rate (speedup {p['speedup']:g}); driver CPU per step measured: "
+             + ", ".join(f"{k} {1e3 * v:.2f} ms" for k, v in p["driver_cpu_s_per_step"].items()),
+             f"{'experiment':50} {'steps':>9} {'host-h':>9} {f'h on {h}':>8} {'drv steps/s':>11} "
+             + " ".join(f"{'cores ' + x:>12}" for x in places)]
+    for r in p["rows"]:
+        lines.append(f"{r['experiment']:50} {r['steps']:>9} {r['host_hours']:>9.1f} {r[f'hours_on_{h}_hosts']:>8.2f} "
+                     f"{r['driver_steps_per_s_needed']:>11.1f} "
+                     + " ".join(f"{r[f'driver_cores_needed_{x}']:>12.2f}" for x in places))
     return "\n".join(lines)

@@ -21,12 +21,14 @@ def bench_scale(
 ) -> None:
     """A SIMULATION of a run over many hosts: units/s, driver CPU and GIL wait, engine busy share,
     memory, shards and bytes, resume time per (hosts, loops, placement)."""
-    from jobs.scale_sim import parse_points, sweep, table
+    from jobs.scale_sim import parse_points, projection_table, sweep, table
 
     log = (lambda m: print(m, file=sys.stderr, flush=True))
     res = sweep(recording, parse_points(points), [p.strip() for p in placements.split(",") if p.strip()],
                 duration, speedup, latency, log)
-    print(table(res), file=sys.stderr if as_json else sys.stdout, flush=True)
+    out = sys.stderr if as_json else sys.stdout
+    print(table(res), file=out, flush=True)
+    print(projection_table(res["projection"]), file=out, flush=True)
     if as_json:
         print(json.dumps(res, default=str))
 
