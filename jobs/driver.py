@@ -179,7 +179,7 @@ def _stop_pool(state: dict[str, Any]) -> None:
         pool.stop.set()
 
 
-def _start_and_compute(plan: RunPlan, rs: RunStore, todo: list[Unit], actor_cls: Any, actor_kwargs: dict[str, Any] | None,
+def _start_and_compute(plan: RunPlan, rs: RunStore, todo: list[Unit], actor_cls: Any, sim: "Simulated | None",
                        log: Log, state: dict[str, Any]) -> dict[str, Any]:
     """Start the engine actors (or connect to the endpoint) and, with `method_loops: engine`, a method
     worker beside each; compute the units, and kill the actors whatever happens."""
@@ -191,37 +191,51 @@ def _start_and_compute(plan: RunPlan, rs: RunStore, todo: list[Unit], actor_cls:
     cfg = plan.config
     if cfg.model.kind == "openai":
         return _compute(plan, rs, todo, [endpoint_llm(cfg.model.endpoint)], [], log, state)
-    kwargs = actor_kwargs if actor_kwargs is not None else {"config": plan.engine_config}
-    try:
-        actors = engine_actors.start_actors(cfg.engine, actor_cls or engine_actors.default_actor_class(),
-                                            kwargs, log, name_prefix=f"memloop:{plan.run_id}:")
-    except ValueError as exc:  # the name is taken
-        raise RunError(f"run {plan.run_id} is already being computed on this Ray cluster ({exc}); "
-                       "wait for it or stop it") from None
+    if sim is not None:
+        actors, procs = sim.start(cfg.engine, log)
+    else:
+        try:
+            actors = procs = engine_actors.start_actors(cfg.engine, actor_cls or engine_actors.default_actor_class(),
+                                                        {"config": plan.engine_config}, log,
+                                                        name_prefix=f"memloop:{plan.run_id}:")
+        except ValueError as exc:  # the name is taken
+            raise RunError(f"run {plan.run_id} is already being computed on this Ray cluster ({exc}); "
+                           "wait for it or stop it") from None
     timeout = cfg.engine.request_timeout_s
     llms = [ActorLLM(a, name=f"engine-{i}", timeout_s=timeout) for i, a in enumerate(actors)]
     workers: list[Any] = []
+    worker_procs: list[Any] = []
     try:
         if cfg.engine.method_loops == "engine":
-            workers = start_workers(actors, cfg.engine.max_in_flight, max_restarts=cfg.engine.max_restarts,
-                                    timeout_s=timeout, cache_dir=cfg.response_cache,
-                                    cache_key=json.dumps(plan.identity["model"], sort_keys=True))
-            log(f"method loops: {len(workers)} worker(s), one beside each engine actor")
+            workers, worker_procs = start_workers(
+                actors, cfg.engine.max_in_flight, max_restarts=cfg.engine.max_restarts, timeout_s=timeout,
+                cache_dir=cfg.response_cache, cache_key=json.dumps(plan.identity["model"], sort_keys=True),
+                pack=sim.pack if sim is not None else 1)
+            log(f"method loops: {len(worker_procs)} worker process(es) beside the engine actors")
         return _compute(plan, rs, todo, llms, actors, log, state, workers)
     finally:
-        for a in workers + actors:  # free the hosts (and, in a shared Ray, the CPUs and memory) at once
+        for a in worker_procs + procs:  # free the hosts (and, in a shared Ray, the CPUs and memory) at once
             ray.kill(a)
 
 
-def execute(cfg: RunConfig, *, actor_cls: Any = None, actor_kwargs: dict[str, Any] | None = None,
+@dataclass
+class Simulated:
+    """How a simulation (`memloop bench scale`) replaces the engines: `start(engine_spec, log)` returns
+    a handle per engine lane and the actor processes to kill; `pack` lanes share a method worker."""
+
+    start: Callable[[Any, Log], tuple[list[Any], list[Any]]]
+    pack: int = 1
+
+
+def execute(cfg: RunConfig, *, actor_cls: Any = None, sim: Simulated | None = None,
             units: Callable[[list[Unit]], list[Unit]] | None = None, stop_after_s: float | None = None,
             log: Log = _stderr, on_ready: Callable[[str, str], None] | None = None,
             state: dict[str, Any] | None = None) -> RunSummary:
     """Run (or resume) the config; returns the counts printed as the CLI's last line.
 
-    For simulations (`memloop bench scale`): `actor_cls`/`actor_kwargs` replace the engine actor,
-    `units` maps the plan's units to the ones computed, `stop_after_s` stops the run like a signal
-    would after that many seconds of computing, and `state` receives the pool and its timings."""
+    For simulations (`memloop bench scale`): `sim` replaces the engine actors, `units` maps the plan's
+    units to the ones computed, `stop_after_s` stops the run like a signal would after that many
+    seconds of computing, and `state` receives the pool and its timings."""
     plan = make_plan(cfg)
     all_units = units(plan.units) if units is not None else plan.units
     rs = RunStore.open(cfg.output, plan.run_id)
@@ -249,7 +263,7 @@ def execute(cfg: RunConfig, *, actor_cls: Any = None, actor_kwargs: dict[str, An
     with held as lock:
         try:
             if todo:
-                stats.update(_start_and_compute(plan, rs, todo, actor_cls, actor_kwargs, log, state))
+                stats.update(_start_and_compute(plan, rs, todo, actor_cls, sim, log, state))
                 t = time.monotonic()
                 stats["shards"] = rs.compact(cfg.shard_rows)  # small shards merged for analysis
                 stats["compact_s"] = time.monotonic() - t

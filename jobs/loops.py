@@ -30,31 +30,30 @@ def run_loop(u: Unit, attempt: int, llm: Any) -> tuple[Rows, Any]:
 
 
 class MethodWorker:
-    """Runs method loops against one engine actor from the engine's own host (a threaded Ray actor)."""
+    """Runs method loops against engine actors from the engines' own host (a threaded Ray actor).
+    One worker serves one engine in a real run; a simulation packs several (`host` picks one)."""
 
-    def __init__(self, engine: Any, name: str, timeout_s: float | None, cache_dir: str | None = None,
+    def __init__(self, engines: list[Any], names: list[str], timeout_s: float | None, cache_dir: str | None = None,
                  cache_key: str = "") -> None:
         from jobs.llm_adapters import ActorLLM
 
-        llm: Any = ActorLLM(engine, name=name, timeout_s=timeout_s)
+        self.llms: list[Any] = [ActorLLM(e, name=n, timeout_s=timeout_s) for e, n in zip(engines, names)]
         if cache_dir is not None:
             from eval.llm_cache import CachedLLM
 
-            llm = CachedLLM(llm, cache_dir, cache_key)
-        self.llm = llm
+            self.llms = [CachedLLM(llm, cache_dir, cache_key) for llm in self.llms]
         self.cpu0, self.t0 = time.process_time(), time.monotonic()
 
-    def run(self, u: Unit, attempt: int) -> tuple[Rows, Any]:
-        return run_loop(u, attempt, self.llm)
+    def run(self, u: Unit, attempt: int, host: int = 0) -> tuple[Rows, Any]:
+        return run_loop(u, attempt, self.llms[host])
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self, host: int = 0) -> dict[str, Any]:
         from jobs.replay import rss_mb
 
         wall = max(1e-9, time.monotonic() - self.t0)
-        return {"cpu_s": time.process_time() - self.cpu0, "wall_s": wall, "rss_mb": rss_mb(),
-                "hits": getattr(self.llm, "hits", 0), "misses": getattr(self.llm, "misses", 0)}
+        return {"cpu_s": time.process_time() - self.cpu0, "wall_s": wall, "rss_mb": rss_mb()}
 
-    def health(self) -> bool:
+    def health(self, host: int = 0) -> bool:
         return True
 
 
@@ -65,19 +64,23 @@ def node_of(actor: Any) -> str:
     return ray.get(actor.__ray_call__.remote(lambda self: ray.get_runtime_context().get_node_id()))
 
 
-def start_workers(actors: list[Any], per_engine: int, *, max_restarts: int, timeout_s: float | None,
-                  cache_dir: str | None, cache_key: str) -> list[Any]:
-    """One `MethodWorker` per engine actor, on that actor's node, with `per_engine` threads. They ask
-    no CPU of their own: they run beside the engine whose requests they make."""
+def start_workers(engines: list[Any], per_engine: int, *, max_restarts: int, timeout_s: float | None,
+                  cache_dir: str | None, cache_key: str, pack: int = 1) -> tuple[list[Any], list[Any]]:
+    """A `MethodWorker` per `pack` engine actors (one in a real run), on their node, with `per_engine`
+    threads per engine. They ask no CPU of their own: they run beside the engines whose requests they
+    make. Returns a handle per engine (`jobs.replay.PackedHandle`) and the worker actors."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+    from jobs.replay import packed_handles
+
     cls = ray.remote(MethodWorker)
-    workers = []
-    for i, a in enumerate(actors):
-        strategy = NodeAffinitySchedulingStrategy(node_of(a), soft=False)
-        workers.append(cls.options(num_cpus=0, max_concurrency=per_engine, max_restarts=max_restarts,
-                                   max_task_retries=0, scheduling_strategy=strategy)
-                       .remote(a, f"engine-{i}", timeout_s, cache_dir, cache_key))
-    ray.get([w.health.remote() for w in workers])
-    return workers
+    procs = []
+    for j in range(0, len(engines), pack):
+        group = engines[j:j + pack]
+        strategy = NodeAffinitySchedulingStrategy(node_of(group[0]), soft=False)
+        procs.append(cls.options(num_cpus=0, max_concurrency=per_engine * len(group), max_restarts=max_restarts,
+                                 max_task_retries=0, scheduling_strategy=strategy)
+                     .remote(group, [f"engine-{j + i}" for i in range(len(group))], timeout_s, cache_dir, cache_key))
+    ray.get([w.health.remote() for w in procs])
+    return packed_handles(procs, pack, len(engines)), procs

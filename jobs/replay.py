@@ -94,34 +94,21 @@ class _Seq:
         self.answer, self.future, self.prefilled, self.decoded = answer, future, False, 0
 
 
-class ReplayEngine:
-    """The engine actor's interface (`complete`, `count_tokens`, `stats`, `health`) over a recording.
+class _SimHost:
+    """One simulated engine: its queue, its batch, its step loop and its counters."""
 
-    `recording` maps prompts to `Answer`s; `tokenizer_json` is the recorded model's own tokenizer
-    (Hugging Face `tokenizers` JSON, `tokenizer_json()`), so memory budgets cut where the real run cut.
-    The `tokenizers` library alone counts exactly as the engine's fast tokenizer does and keeps each
-    simulated host small (no transformers, no JAX), so dozens of them fit on one machine."""
-
-    def __init__(self, recording: dict[str, Answer], latency: dict[str, Any], tokenizer_json: str) -> None:
-        from tokenizers import Tokenizer
-
-        self.recording = recording
-        self.model = LatencyModel.from_dict(latency)
-        self.tokenizer = Tokenizer.from_str(tokenizer_json)
+    def __init__(self, model: LatencyModel) -> None:
+        self.model = model
         self.waiting: list[_Seq] = []
         self.running: list[_Seq] = []
-        self.loop_task: asyncio.Task | None = None
         self.wake: asyncio.Event | None = None
-        self.reset()
-
-    def reset(self) -> None:
-        """Zero the counters; the measurement window starts with the next request."""
+        self.loop_task: asyncio.Task | None = None
         self.started = False
-        self.t0 = time.monotonic()
+        self.t0 = self.last = time.monotonic()
         self.busy_s = 0.0
+        self.modeled_s = 0.0  # what the steps should have taken; busy_s / modeled_s > 1: this machine is overloaded
         self.held_s = 0.0  # integral of requests held (running + waiting) over time
         self.slots_s = 0.0  # the same, counting at most `max_batch` (the batch slots in use)
-        self.last = self.t0
         self.counters = {"requests": 0, "misses": 0, "steps": 0, "prompt_tokens": 0, "cached_tokens": 0,
                          "decoded_tokens": 0}
 
@@ -132,14 +119,7 @@ class ReplayEngine:
         self.slots_s += min(held, self.model.max_batch) * (t - self.last)
         self.last = t
 
-    async def complete(self, request: dict[str, Any]) -> dict[str, Any]:
-        prompt = prompt_of(request)
-        answer = self.recording.get(prompt)
-        if answer is None:
-            self.counters["misses"] += 1
-            raise ReplayMiss(f"the recording has no answer for this prompt ({len(prompt)} characters, starting "
-                             f"{prompt[:80]!r}): the method loop no longer renders what the recorded run rendered; "
-                             "record a run of the current code")
+    async def serve(self, answer: Answer) -> None:
         if not self.started:  # idle before the first request is start-up, not waiting for the driver
             self.started = True
             self.t0 = self.last = time.monotonic()
@@ -151,9 +131,6 @@ class ReplayEngine:
         self.waiting.append(seq)
         self.wake.set()
         await seq.future
-        a = answer
-        return {"text": a.text, "usage": {"prompt_tokens": a.prompt_tokens, "cached_tokens": a.cached_tokens,
-                                          "decoded_tokens": a.decoded_tokens}, "finish_reason": a.finish_reason}
 
     async def _step_loop(self) -> None:
         assert self.wake is not None
@@ -170,37 +147,110 @@ class ReplayEngine:
             start = time.monotonic()
             await asyncio.sleep(dt)
             self._account()
-            self.busy_s += time.monotonic() - start  # what the step took on this host, oversleep included
+            self.busy_s += time.monotonic() - start  # what the step took on this machine, oversleep included
+            self.modeled_s += dt
             self.counters["steps"] += 1
             for s in joining:
                 s.prefilled = True
-            done = []
             for s in decoding:
                 s.decoded += 1
                 if s.decoded >= max(1, s.answer.decoded_tokens):
-                    done.append(s)
-            for s in done:
-                self.running.remove(s)
-                c = self.counters
-                c["requests"] += 1
-                c["prompt_tokens"] += s.answer.prompt_tokens
-                c["cached_tokens"] += s.answer.cached_tokens
-                c["decoded_tokens"] += s.answer.decoded_tokens
-                if not s.future.done():
-                    s.future.set_result(None)
+                    self._finish(s)
 
-    def count_tokens(self, text: str) -> int:
-        return len(self.tokenizer.encode(text, add_special_tokens=False).ids)
+    def _finish(self, s: _Seq) -> None:
+        self.running.remove(s)
+        c = self.counters
+        c["requests"] += 1
+        c["prompt_tokens"] += s.answer.prompt_tokens
+        c["cached_tokens"] += s.answer.cached_tokens
+        c["decoded_tokens"] += s.answer.decoded_tokens
+        if not s.future.done():
+            s.future.set_result(None)
 
     def stats(self) -> dict[str, Any]:
         self._account()
         wall = max(1e-9, time.monotonic() - self.t0)
         return dict(self.counters, wall_s=wall, busy_s=self.busy_s, busy_fraction=min(1.0, self.busy_s / wall),
-                    mean_held=self.held_s / wall, mean_slots=self.slots_s / wall, max_batch=self.model.max_batch, running=len(self.running), waiting=len(self.waiting),
-                    rss_mb=_rss_mb(), simulated=True)
+                    mean_held=self.held_s / wall, mean_slots=self.slots_s / wall, max_batch=self.model.max_batch,
+                    dilation=self.busy_s / self.modeled_s if self.modeled_s else 1.0, running=len(self.running),
+                    waiting=len(self.waiting), simulated=True)
 
-    def health(self) -> bool:
+
+class ReplayEngine:
+    """The engine actor's interface (`complete`, `count_tokens`, `stats`, `health`) over a recording,
+    for `hosts` simulated engines in one process (`host` picks one; `packed_handles` addresses each
+    like an actor of its own). Packing is what lets 64 hosts fit in one machine's memory: each Ray
+    actor process costs some 170 MB before it does anything.
+
+    `recording` maps prompts to `Answer`s; `tokenizer_json` is the recorded model's own tokenizer
+    (Hugging Face `tokenizers` JSON, `tokenizer_json()`), so memory budgets cut where the real run cut.
+    The `tokenizers` library alone counts exactly as the engine's fast tokenizer does and keeps each
+    simulated host small (no transformers, no JAX)."""
+
+    def __init__(self, recording: dict[str, Answer], latency: dict[str, Any], tokenizer_json: str,
+                 hosts: int = 1) -> None:
+        from tokenizers import Tokenizer
+
+        self.recording = recording
+        self.model = LatencyModel.from_dict(latency)
+        self.tokenizer = Tokenizer.from_str(tokenizer_json)
+        self.hosts = [_SimHost(self.model) for _ in range(hosts)]
+
+    async def complete(self, request: dict[str, Any], host: int = 0) -> dict[str, Any]:
+        prompt = prompt_of(request)
+        answer = self.recording.get(prompt)
+        sim = self.hosts[host]
+        if answer is None:
+            sim.counters["misses"] += 1
+            raise ReplayMiss(f"the recording has no answer for this prompt ({len(prompt)} characters, starting "
+                             f"{prompt[:80]!r}): the method loop no longer renders what the recorded run rendered; "
+                             "record a run of the current code")
+        await sim.serve(answer)
+        a = answer
+        return {"text": a.text, "usage": {"prompt_tokens": a.prompt_tokens, "cached_tokens": a.cached_tokens,
+                                          "decoded_tokens": a.decoded_tokens}, "finish_reason": a.finish_reason}
+
+    def count_tokens(self, text: str, host: int = 0) -> int:
+        return len(self.tokenizer.encode(text, add_special_tokens=False).ids)
+
+    def stats(self, host: int = 0) -> dict[str, Any]:
+        return dict(self.hosts[host].stats(), rss_mb=_rss_mb() / len(self.hosts), hosts_in_process=len(self.hosts))
+
+    def health(self, host: int = 0) -> bool:
         return True
+
+
+class _Bound:
+    __slots__ = ("method", "index")
+
+    def __init__(self, method: Any, index: int) -> None:
+        self.method, self.index = method, index
+
+    def remote(self, *args: Any, **kwargs: Any) -> Any:
+        return self.method.remote(*args, host=self.index, **kwargs)
+
+
+class PackedHandle:
+    """One of several hosts served by one actor process, used like an actor handle of its own:
+    `handle.complete.remote(request)` calls `actor.complete.remote(request, host=index)`."""
+
+    def __init__(self, actor: Any, index: int) -> None:
+        self.actor, self.index = actor, index
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            if name == "__ray_call__":  # where the actor runs (node affinity) is the process's
+                return self.actor.__ray_call__
+            raise AttributeError(name)
+        return _Bound(getattr(self.actor, name), self.index)
+
+    def __reduce__(self):
+        return (PackedHandle, (self.actor, self.index))
+
+
+def packed_handles(actors: list[Any], per_actor: int, total: int) -> list[PackedHandle]:
+    """`total` handles over `actors`, each serving `per_actor` hosts (host i -> actor i // per_actor)."""
+    return [PackedHandle(actors[i // per_actor], i % per_actor) for i in range(total)]
 
 
 def tokenizer_json(model: str | None = None) -> str:

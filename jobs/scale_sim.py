@@ -17,7 +17,8 @@ Per point: units per second; the driver's CPU (cores' worth) and GIL wait (how l
 thread in the driver wakes: the GIL plus, on a shared host, the OS scheduler); the simulated
 engines' busy fraction (the batch slots in use over the min(loops, max_batch) slots the host's
 loops could fill: 1.0 when every loop is waiting on its engine, less when loops wait on the
-driver), the share of time a step was running, and the requests held per loop; the driver's RSS
+driver), the share of time a step was running, and the dilation (how much longer the simulated
+steps took than modelled: above 1 this machine's cores, not the design, limit the point); the driver's RSS
 and the simulated hosts' and workers' RSS; shards and bytes written (after compaction); and the time
 a resume takes to learn which units are done, against reading every shard as before.
 """
@@ -35,7 +36,9 @@ from typing import Any, Callable
 
 from jobs.config import RunConfig, parse_config
 from jobs.errors import ConfigError
-from jobs.replay import LatencyModel, ReplayEngine, recording_from_steps, rss_mb, tokenizer_json, unit_time_estimate
+from jobs.driver import Simulated
+from jobs.replay import (LatencyModel, ReplayEngine, packed_handles, recording_from_steps, rss_mb, tokenizer_json,
+                         unit_time_estimate)
 from jobs.storage import RunStore
 from jobs.tables import unit_key
 from jobs.workload import Unit
@@ -93,6 +96,27 @@ def latency_model(rec: Recording, path: str | None, log: Log) -> LatencyModel:
     return LatencyModel.from_dict({k: v for k, v in fit.items() if k != "points"})
 
 
+def simulated_hosts(recording: Any, latency: LatencyModel, tokenizer: Any, per_process: int = 1) -> Simulated:
+    """`engine.actors` simulated hosts, `per_process` to a `ReplayEngine` actor process (and, with
+    `method_loops: engine`, to a method worker): 64 processes of ~170 MB each do not fit beside the
+    other work of a 24 GB machine. `recording` and `tokenizer` are object refs (put once)."""
+
+    def start(spec: Any, log: Log) -> tuple[list[Any], list[Any]]:
+        import ray
+
+        cls = ray.remote(ReplayEngine)
+        n = spec.actors
+        procs = [cls.options(num_cpus=spec.cpus_per_actor, max_restarts=0,
+                             max_concurrency=2 * per_process * spec.max_in_flight + 64)
+                 .remote(recording, latency.to_dict(), tokenizer, hosts=min(per_process, n - j))
+                 for j in range(0, n, per_process)]
+        ray.get([p.health.remote() for p in procs])
+        log(f"simulated: {n} engine host(s) in {len(procs)} process(es)")
+        return packed_handles(procs, per_process, n), procs
+
+    return Simulated(start, pack=per_process)
+
+
 def replicate(units: list[Unit], copies: int) -> list[Unit]:
     """`copies` of every unit under new sample ids, the copies interleaved so each mixes methods."""
     out = []
@@ -147,11 +171,12 @@ def _point_config(base: RunConfig, out: str, hosts: int, loops: int, placement: 
 
 
 def run_point(rec: Recording, model: LatencyModel, tok_ref: Any, rec_ref: Any, hosts: int, loops: int,
-              placement: str, duration_s: float, workdir: str, log: Log) -> dict[str, Any]:
+              placement: str, duration_s: float, workdir: str, log: Log, processes: int = 8) -> dict[str, Any]:
     from jobs.driver import execute
 
     out = tempfile.mkdtemp(prefix=f"scale-{hosts}x{loops}-{placement}-", dir=workdir)
     cfg = _point_config(rec.config, out, hosts, loops, placement)
+    state: dict[str, Any] = {}
     per_step = unit_time_estimate(model, list(rec.answers.values()), min(loops, model.max_batch))
     est_unit_s = max(1e-3, per_step * rec.steps / rec.units)
     wanted = int(hosts * loops * (2 + duration_s / est_unit_s))
@@ -161,11 +186,10 @@ def run_point(rec: Recording, model: LatencyModel, tok_ref: Any, rec_ref: Any, h
 
     probe = _Probe()
     probe.thread.start()
-    state: dict[str, Any] = {}
     try:
-        summary = execute(cfg, actor_cls=ReplayEngine,
-                          actor_kwargs={"recording": rec_ref, "latency": model.to_dict(), "tokenizer_json": tok_ref},
-                          units=units, stop_after_s=duration_s, log=log, state=state)
+        per_process = math.ceil(hosts / min(hosts, processes))
+        summary = execute(cfg, sim=simulated_hosts(rec_ref, model, tok_ref, per_process), units=units,
+                          stop_after_s=duration_s, log=log, state=state)
     finally:
         probe.stop.set()
     stats = summary.stats
@@ -182,7 +206,8 @@ def run_point(rec: Recording, model: LatencyModel, tok_ref: Any, rec_ref: Any, h
     full = rs.samples()  # the former resume: every samples shard read whole
     resume_full_s = time.monotonic() - t
     wall = stats.get("wall_s", 0.0) or 1e-9
-    row = {"hosts": hosts, "loops": loops, "placement": placement, "units": summary.computed,
+    row = {"hosts": hosts, "loops": loops, "placement": placement, "processes": math.ceil(hosts / per_process),
+           "units": summary.computed,
            "failed": summary.failed, "replay_misses": misses, "wall_s": round(wall, 2),
            "units_per_s": summary.computed / wall,
            "steps_per_s": sum(e.get("requests", 0) for e in engines) / wall,
@@ -191,6 +216,8 @@ def run_point(rec: Recording, model: LatencyModel, tok_ref: Any, rec_ref: Any, h
            "engine_busy_fraction": (sum(e["mean_slots"] / min(loops, e["max_batch"]) for e in engines) / len(engines)
                                     if engines else math.nan),
            "engine_step_fraction": sum(e["busy_fraction"] for e in engines) / len(engines) if engines else math.nan,
+           # > 1: the machine ran the simulated steps slower than modelled (its cores were the bottleneck)
+           "engine_dilation": sum(e.get("dilation", 1.0) for e in engines) / len(engines) if engines else math.nan,
            "engine_held_per_loop": (sum(e["mean_held"] for e in engines) / len(engines) / loops) if engines else math.nan,
            "rss_mb": rss, "hosts_rss_mb": sum(e.get("rss_mb", 0.0) for e in engines),
            "shards": shards, "shards_before_compaction": stats.get("shards", {}).get("before", shards),
@@ -204,7 +231,8 @@ def run_point(rec: Recording, model: LatencyModel, tok_ref: Any, rec_ref: Any, h
 
 
 def sweep(recording: str, points: list[tuple[int, int]], placements: list[str], duration_s: float,
-          speedup: float, latency_path: str | None, log: Log, workdir: str | None = None) -> dict[str, Any]:
+          speedup: float, latency_path: str | None, log: Log, workdir: str | None = None,
+          processes: int = 8) -> dict[str, Any]:
     import ray
 
     from jobs import actors as engine_actors
@@ -221,9 +249,10 @@ def sweep(recording: str, points: list[tuple[int, int]], placements: list[str], 
     with tempfile.TemporaryDirectory(prefix="memloop-scale-", dir=workdir) as tmp:
         for hosts, loops in points:
             for placement in placements:
-                rows.append(run_point(rec, model, tok_ref, rec_ref, hosts, loops, placement, duration_s, tmp, log))
+                rows.append(run_point(rec, model, tok_ref, rec_ref, hosts, loops, placement, duration_s, tmp, log,
+                                      processes))
     res = {"simulation": True, "label": LABEL, "recording": recording, "recorded_steps": rec.steps,
-           "latency_model": model.to_dict(), "duration_cap_s": duration_s,
+           "latency_model": model.to_dict(), "duration_cap_s": duration_s, "max_processes": processes,
            "host": {"cpus": os.cpu_count(), "ray_nodes": len(ray.nodes()), "load_avg": os.getloadavg(),
                     "note": "one machine; every simulated host, worker and the driver share its cores"},
            "rows": rows}
@@ -233,10 +262,11 @@ def sweep(recording: str, points: list[tuple[int, int]], placements: list[str], 
 
 COLUMNS = [("hosts", "{:>5}"), ("loops", "{:>5}"), ("placement", "{:>9}"), ("units", "{:>6}"),
            ("units_per_s", "{:>8.2f}"), ("driver_cpu", "{:>6.2f}"), ("gil_wait_ms", "{:>7.2f}"),
-           ("engine_busy_fraction", "{:>6.0%}"), ("engine_step_fraction", "{:>6.0%}"), ("rss_mb", "{:>7.0f}"),
+           ("engine_busy_fraction", "{:>6.0%}"), ("engine_step_fraction", "{:>6.0%}"),
+           ("engine_dilation", "{:>6.2f}"), ("rss_mb", "{:>7.0f}"),
            ("hosts_rss_mb", "{:>8.0f}"), ("shards", "{:>6}"), ("bytes", "{:>10}"), ("resume_s", "{:>8.3f}"),
            ("resume_full_read_s", "{:>8.3f}")]
-HEADERS = ["hosts", "loops", "placement", "units", "units/s", "drvCPU", "GIL ms", "busy", "stepping", "drv MB",
+HEADERS = ["hosts", "loops", "placement", "units", "units/s", "drvCPU", "GIL ms", "busy", "stepping", "dilate", "drv MB",
            "hosts MB", "shards", "bytes", "resume s", "full s"]
 
 

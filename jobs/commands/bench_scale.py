@@ -17,6 +17,8 @@ def bench_scale(
                                   "than the measured engine."),
     latency: str = typer.Option(None, "--latency", help="JSON of the fitted latency model: read if it exists, "
                                 "else measured on the real engine and written there."),
+    processes: int = typer.Option(8, "--processes", min=1, help="At most this many simulated-host processes "
+                                  "(and method-worker processes); hosts are packed into them to fit in memory."),
     as_json: bool = typer.Option(False, "--json", help="Print only the result JSON (the table goes to stderr)."),
 ) -> None:
     """A SIMULATION of a run over many hosts: units/s, driver CPU and GIL wait, engine busy share,
@@ -25,7 +27,7 @@ def bench_scale(
 
     log = (lambda m: print(m, file=sys.stderr, flush=True))
     res = sweep(recording, parse_points(points), [p.strip() for p in placements.split(",") if p.strip()],
-                duration, speedup, latency, log)
+                duration, speedup, latency, log, processes=processes)
     out = sys.stderr if as_json else sys.stdout
     print(table(res), file=out, flush=True)
     print(projection_table(res["projection"]), file=out, flush=True)

@@ -1,9 +1,10 @@
 """Method loops next to the engines, and the replaying engine of `memloop bench scale`.
 
-Default suite: the two placements of the method loops on the real engine give the same tables; a
-real run replayed by `ReplayEngine` actors (units replicated) reproduces its steps exactly under
-both placements; the replaying engine's batching counters; the config and CLI checks.
-Slow: both placements on the demo config.
+Default suite: the two placements of the method loops give the same tables on `ReplayEngine`
+actors (answers scripted per prompt); the replaying engine's batching counters and tokenizer; the
+config and CLI checks. Slow (the real engine): both placements give the same tables on a small run
+and on the demo config, and a real run replayed with its units replicated reproduces its steps
+exactly under both placements.
 """
 from __future__ import annotations
 
@@ -43,7 +44,7 @@ def _config(output: Path, loops: str, **over) -> dict:
 def _tables(rs: RunStore) -> dict[str, pd.DataFrame]:
     out = {}
     for t in ("samples", "steps", "judgments", "scores"):
-        df = rs.table(t).to_pandas().drop(columns=TRANSPORT)
+        df = rs.table(t).to_pandas().drop(columns=TRANSPORT, errors="ignore")
         out[t] = df.sort_values([c for c in ("unit", "step", "judge", "index", "metric", "turn") if c in df]) \
                    .reset_index(drop=True)
     return out
@@ -54,6 +55,47 @@ def _assert_same_tables(a: RunStore, b: RunStore) -> None:
     for t in ta:
         assert len(ta[t]) > 0, t
         pd.testing.assert_frame_equal(ta[t], tb[t], check_like=True, obj=t)
+
+
+def _scripted_recording(cfg: dict) -> dict[str, Answer]:
+    """{prompt: answer} for every request the plan's units make when each step's answer is a fixed
+    JSON table: the method loops run here, in process, against a scripted LLM."""
+    from eval.llm import ScriptedLLM
+    from jobs.loops import run_loop
+    from jobs.plan import make_plan
+    from jobs.replay import prompt_of
+
+    rec = {}
+    for u in make_plan(parse_config(cfg)).units:
+        outs = [json.dumps({"name": [u.sample.id], "fact": [f"step {k}"]}) for k in range(16)]
+        llm = ScriptedLLM(outs, name="engine-0")
+        run_loop(u, 0, llm)
+        for req, out in zip(llm.requests, outs):
+            rec[prompt_of(req.to_dict())] = Answer(out, 40, 10, 12, "stop")
+    return rec
+
+
+def test_both_placements_give_the_same_tables_on_replaying_engines(ray_local, tmp_path) -> None:
+    import ray
+
+    base = _config(tmp_path / "x", "driver", judges=[{"name": "sumie-exact"}])
+    latency = LatencyModel(prefill_s_per_token=1e-5, decode_s_base=1e-4, decode_s_per_seq=1e-5)
+    from jobs.scale_sim import simulated_hosts
+
+    sim = simulated_hosts(ray.put(_scripted_recording(base)), latency, ray.put(tokenizer_json()), per_process=2)
+    stores = []
+    for loops in ("driver", "engine"):
+        cfg = _config(tmp_path / loops, loops)
+        cfg["engine"].update(cpus_per_actor=0.01, actors=3)  # 3 hosts in 2 processes (2 + 1)
+        summary = execute(parse_config(cfg), sim=sim, log=lambda m: None)
+        assert summary.failed == 0 and summary.computed == 2, summary.errors
+        engines = summary.stats["engine"]
+        assert summary.stats["method_loops"] == loops and sum(e["misses"] for e in engines) == 0
+        assert [e["hosts_in_process"] for e in engines] == [2, 2, 1]
+        assert sum(e["requests"] for e in engines) == 4
+        stores.append(RunStore.open(cfg["output"], summary.run_id))
+    _assert_same_tables(*stores)
+    assert len(stores[0].table("steps")) == 4  # 2 entities x 2 turns, each its own step
 
 
 @pytest.fixture(scope="module")
@@ -73,6 +115,7 @@ def test_default_placement_is_the_driver() -> None:
     assert cfg.engine.method_loops == parse_config(del_loops).engine.method_loops == "driver"
 
 
+@pytest.mark.slow
 def test_method_loops_next_to_the_engine_give_the_same_tables(recorded, tmp_path) -> None:
     out = tmp_path / "engine-side"
     summary = execute(parse_config(_config(out, "engine")), log=lambda m: None)
@@ -85,20 +128,19 @@ def test_method_loops_next_to_the_engine_give_the_same_tables(recorded, tmp_path
 def _replayed(recorded: RunStore, out: Path, loops: str, copies: int) -> tuple[RunStore, dict]:
     import ray
 
-    from jobs.scale_sim import load_recording, replicate
+    from jobs.scale_sim import load_recording, replicate, simulated_hosts
 
     rec = load_recording(recorded.uri)
     cfg = _config(out, loops, judges=[])
     cfg["engine"].update(actors=2, cpus_per_actor=0.01)
-    latency = LatencyModel(prefill_s_per_token=1e-5, decode_s_base=1e-4, decode_s_per_seq=1e-5).to_dict()
-    summary = execute(parse_config(cfg), actor_cls=ReplayEngine,
-                      actor_kwargs={"recording": ray.put(rec.answers), "latency": latency,
-                                    "tokenizer_json": ray.put(tokenizer_json())},
-                      units=lambda us: replicate(us, copies), log=lambda m: None)
+    latency = LatencyModel(prefill_s_per_token=1e-5, decode_s_base=1e-4, decode_s_per_seq=1e-5)
+    sim = simulated_hosts(ray.put(rec.answers), latency, ray.put(tokenizer_json()))
+    summary = execute(parse_config(cfg), sim=sim, units=lambda us: replicate(us, copies), log=lambda m: None)
     assert summary.failed == 0 and summary.computed == 2 * copies, summary.errors
     return RunStore.open(str(out), summary.run_id), summary.stats
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("loops", ["driver", "engine"])
 def test_a_replayed_run_reproduces_the_recorded_steps(recorded, tmp_path, loops) -> None:
     rs, stats = _replayed(recorded, tmp_path / loops, loops, copies=3)
