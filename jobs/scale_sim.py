@@ -249,8 +249,15 @@ def sweep(recording: str, points: list[tuple[int, int]], placements: list[str], 
     with tempfile.TemporaryDirectory(prefix="memloop-scale-", dir=workdir) as tmp:
         for hosts, loops in points:
             for placement in placements:
-                rows.append(run_point(rec, model, tok_ref, rec_ref, hosts, loops, placement, duration_s, tmp, log,
-                                      processes))
+                try:
+                    rows.append(run_point(rec, model, tok_ref, rec_ref, hosts, loops, placement, duration_s, tmp,
+                                          log, processes))
+                except Exception as exc:  # e.g. Ray's memory monitor: the point is reported as not shown
+                    from jobs.errors import error_text
+
+                    log(f"point {hosts}x{loops} ({placement}) could not be measured: {error_text(exc)[:300]}")
+                    rows.append({"hosts": hosts, "loops": loops, "placement": placement,
+                                 "errors": [error_text(exc)[:500]], "failed": None, "replay_misses": None})
     res = {"simulation": True, "label": LABEL, "recording": recording, "recorded_steps": rec.steps,
            "latency_model": model.to_dict(), "duration_cap_s": duration_s, "max_processes": processes,
            "host": {"cpus": os.cpu_count(), "ray_nodes": len(ray.nodes()), "load_avg": os.getloadavg(),
@@ -279,6 +286,9 @@ def table(result: dict[str, Any]) -> str:
              f"ms per sequence, max batch {m['max_batch']}",
              "  ".join(f"{h:>{max(5, len(h))}}" for h in HEADERS)]
     for r in result["rows"]:
+        if "units_per_s" not in r:
+            lines.append(f"{r['hosts']:>5}  {r['loops']:>5}  {r['placement']:>9}  NOT MEASURED: {r['errors'][0][:160]}")
+            continue
         cells = []
         for (key, fmt), h in zip(COLUMNS, HEADERS):
             v = r.get(key)
@@ -328,6 +338,8 @@ def projection(result: dict[str, Any], hosts: int = 64, workloads: tuple[Workloa
     per_seq_decode = m.decode_step_s(b) / b  # host-seconds per decoded token at a full batch
     drv = {}
     for r in result["rows"]:
+        if "units_per_s" not in r:
+            continue
         steps = r["steps_per_s"] * r["wall_s"]
         if steps and not math.isnan(r["driver_cpu"]):
             drv.setdefault(r["placement"], []).append(r["driver_cpu"] * r["wall_s"] / steps)

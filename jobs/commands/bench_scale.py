@@ -24,10 +24,12 @@ def bench_scale(
     """A SIMULATION of a run over many hosts: units/s, driver CPU and GIL wait, engine busy share,
     memory, shards and bytes, resume time per (hosts, loops, placement)."""
     from jobs.scale_sim import parse_points, projection_table, sweep, table
+    from jobs.signals import graceful_interrupts
 
     log = (lambda m: print(m, file=sys.stderr, flush=True))
-    res = sweep(recording, parse_points(points), [p.strip() for p in placements.split(",") if p.strip()],
-                duration, speedup, latency, log, processes=processes)
+    with graceful_interrupts():  # Ctrl-C / SIGTERM stop the point in progress cleanly (its Ray actors killed)
+        res = sweep(recording, parse_points(points), [p.strip() for p in placements.split(",") if p.strip()],
+                    duration, speedup, latency, log, processes=processes)
     out = sys.stderr if as_json else sys.stdout
     print(table(res), file=out, flush=True)
     print(projection_table(res["projection"]), file=out, flush=True)
