@@ -242,6 +242,9 @@ def sweep(recording: str, points: list[tuple[int, int]], placements: list[str], 
             raise ConfigError(f"--placements: {p!r} is not `driver` or `engine`")
     rec = load_recording(recording)
     model = latency_model(rec, latency_path, log).faster(speedup)
+    if not ray.is_initialized() and not os.environ.get("RAY_ADDRESS"):
+        # a Ray of its own: never joined to another local cluster that happens to be running on the machine
+        ray.init(address="local", include_dashboard=False, log_to_driver=False, logging_level="WARNING")
     engine_actors.ensure_ray(log)
     tok_ref = ray.put(tokenizer_json(rec.config.model.weights))
     rec_ref = ray.put(rec.answers)
@@ -295,7 +298,8 @@ def table(result: dict[str, Any]) -> str:
             cells.append(f"{fmt.format(v) if isinstance(v, (int, float)) and not (isinstance(v, float) and math.isnan(v)) else str(v):>{max(5, len(h))}}")
         lines.append("  ".join(cells))
         if r["errors"] or r["replay_misses"]:
-            lines.append(f"      ! {r['failed']} failed, {r['replay_misses']} replay misses: {r['errors']}")
+            lines.append(f"      ! {r['failed']} failed, {r['replay_misses']} replay misses: "
+                         + "; ".join(e.splitlines()[0][:200] for e in r["errors"]))
     return "\n".join(lines)
 
 
@@ -338,12 +342,12 @@ def projection(result: dict[str, Any], hosts: int = 64, workloads: tuple[Workloa
     per_seq_decode = m.decode_step_s(b) / b  # host-seconds per decoded token at a full batch
     drv = {}
     for r in result["rows"]:
-        if "units_per_s" not in r:
+        if "units_per_s" not in r or r["engine_dilation"] > 1.25:  # points this machine's cores limited
             continue
         steps = r["steps_per_s"] * r["wall_s"]
         if steps and not math.isnan(r["driver_cpu"]):
             drv.setdefault(r["placement"], []).append(r["driver_cpu"] * r["wall_s"] / steps)
-    cpu_per_step = {p: max(v) for p, v in drv.items()}  # the worst measured point, per placement
+    cpu_per_step = {p: max(v) for p, v in drv.items()}  # the worst trustworthy point, per placement
     rows = []
     for w in workloads:
         steps = w.units * w.steps_per_unit

@@ -34,7 +34,7 @@ def bench_scale(
     print(table(res), file=out, flush=True)
     print(projection_table(res["projection"]), file=out, flush=True)
     if as_json:
-        print(json.dumps(res, default=str))
+        print(json.dumps(res, default=str), flush=True)  # before Ray's exit can cut a buffered stdout
 
 
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:
