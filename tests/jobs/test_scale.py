@@ -52,8 +52,8 @@ def _tables(rs: RunStore) -> dict[str, pd.DataFrame]:
 
 def _assert_same_tables(a: RunStore, b: RunStore) -> None:
     ta, tb = _tables(a), _tables(b)
+    assert len(ta["samples"]) and len(ta["steps"]) and len(ta["scores"])  # (judgments: only judges that keep records)
     for t in ta:
-        assert len(ta[t]) > 0, t
         pd.testing.assert_frame_equal(ta[t], tb[t], check_like=True, obj=t)
 
 
@@ -155,7 +155,8 @@ def test_a_replayed_run_reproduces_the_recorded_steps(recorded, tmp_path, loops)
     for _, g in got.groupby(got["unit"].str.rsplit("~", n=1).str[1]):
         assert len(g) == len(want)
         pd.testing.assert_frame_equal(g[cols].sort_values(["sample_id", "step"]).reset_index(drop=True),
-                                      want[cols].sort_values(["sample_id", "step"]).reset_index(drop=True))
+                                      want[cols].sort_values(["sample_id", "step"]).reset_index(drop=True),
+                                      check_dtype=False)  # (the copies' ids were cut with pandas string methods)
     # the resume reads the unit index; it agrees with reading every shard
     assert rs.done_units() == set(rs.samples().column("unit").to_pylist())
 
