@@ -88,9 +88,9 @@ class _UnitRunner:
     def run(self, a: Attempt[Unit], lane: int) -> Outcome | Any:
         u = a.item
         if self.workers:  # the loop runs on the engine's host; only the unit and its rows travel
-            import ray
-
-            rows, out = ray.get(self.workers[lane].run.remote(u, a.number))
+            # Waiting on the ref's future, not in ray.get: a thread blocked in ray.get wakes every
+            # second to check for signals, which with thousands of loop threads keeps the GIL busy.
+            rows, out = self.workers[lane].run.remote(u, a.number).future().result()
         else:
             rows, out = run_loop(u, a.number, self.llms[lane])
         with self._lock:  # totals of finished units (the progress line's fallback, the run's stats)
