@@ -19,7 +19,7 @@ def bench_scale(
                                 "else measured on the real engine and written there."),
     processes: int = typer.Option(8, "--processes", min=1, help="At most this many simulated-host processes "
                                   "(and method-worker processes); hosts are packed into them to fit in memory."),
-    as_json: bool = typer.Option(False, "--json", help="Print only the result JSON (the table goes to stderr)."),
+    as_json: bool = typer.Option(False, "--json", help="End stdout with the result as one JSON line (the table goes to stderr)."),
 ) -> None:
     """A SIMULATION of a run over many hosts: units/s, driver CPU and GIL wait, engine busy share,
     memory, shards and bytes, resume time per (hosts, loops, placement)."""
