@@ -98,6 +98,25 @@ def test_both_placements_give_the_same_tables_on_replaying_engines(ray_local, tm
     assert len(stores[0].table("steps")) == 4  # 2 entities x 2 turns, each its own step
 
 
+def test_a_failing_loop_is_recorded_alike_in_both_placements(ray_local, tmp_path) -> None:
+    """A request the recording lacks fails its unit with the root cause, wherever the loop ran."""
+    import ray
+
+    from jobs.scale_sim import simulated_hosts
+
+    latency = LatencyModel(prefill_s_per_token=1e-5, decode_s_base=1e-4, decode_s_per_seq=1e-5)
+    sim = simulated_hosts(ray.put({}), latency, ray.put(tokenizer_json()))
+    errors = {}
+    for loops in ("driver", "engine"):
+        cfg = _config(tmp_path / loops, loops, judges=[])
+        cfg["engine"].update(cpus_per_actor=0.01)
+        summary = execute(parse_config(cfg), sim=sim, log=lambda m: None)
+        assert (summary.computed, summary.failed) == (0, 2)
+        samples = RunStore.open(cfg["output"], summary.run_id).table("samples").to_pandas()
+        errors[loops] = sorted(samples["error"].str.split(" \\(").str[0])
+    assert errors["driver"] == errors["engine"] == ["ReplayMiss: the recording has no answer for this prompt"] * 2
+
+
 @pytest.fixture(scope="module")
 def recorded(ray_local, tmp_path_factory) -> RunStore:
     """A real run on the real engine, method loops in the driver (the default placement)."""
