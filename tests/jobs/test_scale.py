@@ -23,8 +23,10 @@ from jobs.replay import Answer, LatencyModel, ReplayEngine, ReplayMiss, tokenize
 from jobs.storage import RunStore
 
 ROOT = Path(__file__).resolve().parents[2]
-# what differs between two computations of the same units: when and in which shard they were written
-TRANSPORT = ["shard", "started_at", "finished_at", "run_id"]
+# what differs between two computations of the same units: when and in which shard they were written,
+# and how much of each prompt the prefix cache served (it depends on which requests ran first; two
+# runs in the same placement differ there too). Outputs, prompts and token counts must not.
+TRANSPORT = ["shard", "started_at", "finished_at", "run_id", "cached_tokens"]
 
 
 def _config(output: Path, loops: str, **over) -> dict:
