@@ -117,6 +117,9 @@ class EngineSpec(_Strict):
     tpu_chips_per_host: int = Field(default=4, ge=1)
     tpu_slice: str | None = None  # run on the hosts of this TPU slice only (Ray's ray.io/tpu-slice-name label)
     max_in_flight: int = Field(default=8, ge=1)  # samples run concurrently against each actor
+    # Where method loops run: "driver" (threads of the driver process) or "engine" (a worker process
+    # on each engine actor's node; the driver only hands out units and collects rows). Same results.
+    method_loops: Literal["driver", "engine"] = "driver"
     max_restarts: int = Field(default=3, ge=0)
     start_timeout_s: float = Field(default=900.0, gt=0)  # model load + compile, or waiting for hosts
     request_timeout_s: float | None = Field(default=None, gt=0)  # one LLM call; a timeout fails the attempt
@@ -173,6 +176,7 @@ class RunConfig(_Strict):
     response_cache: str | None = None  # a directory: identical requests are answered from it (engine or endpoint)
     flush_units: int = Field(default=16, ge=1)  # write a shard every this many finished units ...
     flush_s: float = Field(default=20.0, gt=0)  # ... or this many seconds
+    shard_rows: int = Field(default=50_000, ge=1)  # at the end of a run, small shards merge up to this many rows
     # the papers' tables `memloop report` lays out from this run (jobs.paper_tables; not in the run id)
     paper_tables: list[str] = Field(default_factory=list)
 
@@ -208,6 +212,13 @@ class RunConfig(_Strict):
         if dup:
             raise ValueError(f"methods {dup} appear twice; give each a distinct `label`")
         return v
+
+    @model_validator(mode="after")
+    def _loops_need_engines(self) -> "RunConfig":
+        if self.engine.method_loops == "engine" and self.model.kind != "engine":
+            raise ValueError("`engine.method_loops: engine` runs the loops next to memloop's engine actors; "
+                             "with `model.kind: openai` there are none: use `method_loops: driver`")
+        return self
 
     def seeds(self) -> list[int]:
         """One seed per repeat, derived from the base seed."""

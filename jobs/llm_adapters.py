@@ -35,9 +35,10 @@ class ActorLLM:
         return (ActorLLM, (self.actor, self.name, self.timeout_s))
 
     def complete(self, request: LLMRequest) -> LLMResult:
-        import ray
-
-        out = ray.get(self.actor.complete.remote(request.to_dict()), timeout=self.timeout_s)
+        # The ref's future, not ray.get: a thread blocked in ray.get wakes every second to check for
+        # signals under the GIL, which thousands of loop threads turn into the process's main work
+        # (`memloop bench scale`). A timeout raises TimeoutError, transient like Ray's own.
+        out = self.actor.complete.remote(request.to_dict()).future().result(timeout=self.timeout_s)
         result = LLMResult.from_dict(out)
         with self._lock:
             self.usage = self.usage + result.usage
@@ -56,9 +57,7 @@ class ActorLLM:
 
     @functools.lru_cache(maxsize=4096)  # noqa: B019 - one adapter per actor, lives for the run
     def _count(self, text: str) -> int:
-        import ray
-
-        return int(ray.get(self.actor.count_tokens.remote(text), timeout=self.timeout_s))
+        return int(self.actor.count_tokens.remote(text).future().result(timeout=self.timeout_s))
 
 
 class EngineLLM:

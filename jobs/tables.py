@@ -74,6 +74,14 @@ SCHEMAS: dict[str, pa.Schema] = {
         pa.field("turn", pa.int32()),  # per-turn metrics (SUMIE); null for whole-sample metrics
         pa.field("value", pa.float64()),
     ]),
+    # One file per invocation (`index/{invocation}.parquet`): the units it committed and in which
+    # shard, so a resume reads these and the shard listing instead of every samples file.
+    "index": pa.schema([
+        pa.field("run_id", pa.string(), nullable=False),
+        pa.field("unit", pa.string(), nullable=False),
+        pa.field("shard", pa.string(), nullable=False),
+        pa.field("status", pa.string(), nullable=False),
+    ]),
     "runs": pa.schema([
         pa.field("run_id", pa.string(), nullable=False),
         pa.field("invocation", pa.string(), nullable=False),
