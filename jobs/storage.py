@@ -335,14 +335,19 @@ def from_parquet(data: bytes) -> pa.Table:
     return pq.read_table(pa.BufferReader(data))
 
 
+# a unit with one of these outcomes is done: resuming never computes it again ("n/a": the method
+# does not apply to the sample, e.g. the long-context ceiling on an input longer than the context)
+DONE_STATUSES = frozenset({"ok", "n/a"})
+
+
 def final_outcomes(samples: pa.Table) -> pa.Table:
-    """One `samples` row per unit: an `ok` row beats a `failed` one, then the latest (by
+    """One `samples` row per unit: an `ok` (or `n/a`) row beats a `failed` one, then the latest (by
     `finished_at`, then shard name) wins. The one definition of a unit's outcome, used by every
     reader of a run (`RunStore`, `memloop export`)."""
     if samples.num_rows == 0:
         return samples
     df = samples.to_pandas()
-    df["_ok"] = df["status"] == "ok"
+    df["_ok"] = df["status"].isin(DONE_STATUSES)
     df = df.sort_values(["_ok", "finished_at", "shard"], kind="stable").drop_duplicates("unit", keep="last")
     df = df.drop(columns="_ok").sort_values(["dataset", "sample_id", "method", "repeat"], kind="stable")
     return pa.Table.from_pandas(df, schema=samples.schema, preserve_index=False)
@@ -586,7 +591,7 @@ class RunStore:
         return rows_of_outcomes(self._read_all(table, shards), winners)
 
     def done_units(self) -> set[str]:
-        """Units recorded `ok`, from the unit indexes and the listing of committed shards; only shards
+        """Units recorded done (`ok` or `n/a`), from the unit indexes and the listing of committed shards; only shards
         no index covers (a killed invocation's) are opened, and only their unit and status columns."""
         shards = self._shard_names("samples")
         done: set[str] = set()
@@ -599,13 +604,13 @@ class RunStore:
                                     t.column("status").to_pylist()):
                 if shard in shards:  # a shard that still exists (committed, not compacted away)
                     covered.add(shard)
-                    if st == "ok":
+                    if st in DONE_STATUSES:
                         done.add(u)
         for shard, name in shards.items():
             if shard not in covered:
                 t = pq.read_table(pa.BufferReader(self.store.get(name)), columns=["unit", "status"])
                 done.update(u for u, st in zip(t.column("unit").to_pylist(), t.column("status").to_pylist())
-                            if st == "ok")
+                            if st in DONE_STATUSES)
         return done
 
 

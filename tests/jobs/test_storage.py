@@ -177,3 +177,18 @@ def test_resume_reads_the_unit_indexes_and_only_unindexed_shards(tmp_path) -> No
     assert samples_read == [f"r1/samples/{next(iter(killed.committed))}.parquet"]  # only the unindexed shard
     assert done == {u for u, s in zip(*(reader.samples().column(c).to_pylist() for c in ("unit", "status")))
                     if s == "ok"}
+
+
+def test_a_unit_that_does_not_apply_is_done_and_not_computed_again_on_resume(tmp_path) -> None:
+    """n/a (the method does not apply to the sample) is a final outcome like ok: resume skips it, with
+    and without the unit indexes, and it is the unit's outcome over an earlier failed attempt."""
+    rs = RunStore.open(str(tmp_path), "r")
+    rs.write_shard(_unit("e1", "long-context", status="failed"))
+    rs.write_shard(_unit("e1", "long-context", status="n/a"))
+    rs.write_shard(_unit("e2", "long-context", status="failed"))
+    key = unit_key("sumie:synthetic", "e1", "long-context", 0)
+    assert rs.done_units() == {key}
+    rs.write_index("inv-1")
+    assert RunStore.at(rs.uri).done_units() == {key}
+    outcome = {r["unit"]: r["status"] for r in rs.table("samples").to_pylist()}
+    assert outcome[key] == "n/a"
