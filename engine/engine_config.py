@@ -15,7 +15,8 @@ from typing import Any, Mapping
 from engine.errors import EngineError
 
 DTYPES = ("float32", "bfloat16", "float16")
-# auto: the platform's Pallas kernel (TPU, GPU), the gather path elsewhere (engine.pallas_attention)
+# auto: the platform's Pallas kernel on TPU/GPU; on CPU the gather path with decode read in place by the
+# C++ kernel where the model supports it (engine.kernels.attention). gather: the gather path only.
 ATTENTION_BACKENDS = ("auto", "gather", "pallas-tpu", "pallas-gpu")
 QUANTIZATIONS = ("int8",)
 
@@ -33,6 +34,9 @@ class EngineConfig:
     pallas_interpret: run the named Pallas kernel in Pallas' interpreter (CPU checks only: slow).
     quantize: "int8" keeps layer matrices as int8 codes with a scale and offset per 32 weights
         (weight-only, engine.quantize), or None.
+    kv_dtype: the paged KV cache's element type, one of DTYPES (None = the compute dtype). float16 on
+        CPU halves the bytes each decode step reads at long context (llama.cpp's default cache type);
+        keys and values are then rounded to f16, so outputs can differ slightly from float32's.
     """
 
     model: str | None = None
@@ -48,6 +52,7 @@ class EngineConfig:
     attention: str = "auto"
     pallas_interpret: bool = False
     quantize: str | None = None
+    kv_dtype: str | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.model, os.PathLike):
@@ -57,6 +62,9 @@ class EngineConfig:
         if self.dtype is not None and self.dtype not in DTYPES:
             raise EngineError(f"engine setting `dtype` must be one of {list(DTYPES)}, or None for the device's "
                               f"default (float32 on CPU, bfloat16 on accelerators); got {self.dtype!r}")
+        if self.kv_dtype is not None and self.kv_dtype not in DTYPES:
+            raise EngineError(f"engine setting `kv_dtype` must be one of {list(DTYPES)}, or None for the compute "
+                              f"dtype; got {self.kv_dtype!r}")
         if isinstance(self.kv_budget, bool) or not isinstance(self.kv_budget, (int, float)) or not self.kv_budget > 0:
             raise EngineError(f"engine setting `kv_budget` must be a number > 0 (bytes, or a fraction <= 1 of device "
                               f"memory); got {self.kv_budget!r}")

@@ -46,7 +46,7 @@ class RequestIntake:
         if prompt is not None:
             if not isinstance(prompt, str):
                 raise RequestError("`prompt` must be a string")
-            return self.tokenizer.encode(prompt)
+            return self.tokenizer.prompt_ids(prompt)
         if not isinstance(messages, (list, tuple)) or not messages:
             raise RequestError("`messages` must be a non-empty list of {role, content} objects")
         return self.tokenizer.chat_ids(list(messages))

@@ -71,6 +71,8 @@ def param_specs(cfg: ModelConfig, mesh: Mesh, has_lm_head: bool) -> dict[str, An
         specs["layers"].update({"bq": P(None, q), "bk": P(None, kv), "bv": P(None, kv)})
     if cfg.qk_norm:  # [L, head_dim]: shared by every head, replicated
         specs["layers"].update({"q_norm": P(), "k_norm": P()})
+    if cfg.family.sandwich_norms:  # [L, hidden] (Gemma), like the other norms
+        specs["layers"].update({"post_attn_norm": P(), "post_mlp_norm": P()})
     if has_lm_head:
         specs["lm_head"] = P(v, None)
     return specs

@@ -1,4 +1,5 @@
-"""The Llama-family decoder in Flax NNX, written so every KV-cache layout reuses the same math.
+"""The decoder of every supported family (Llama, Qwen2/3, Mistral, Gemma 2/3) in Flax NNX, written so
+every KV-cache layout reuses the same math; a family's differences are ModelConfig/Family fields.
 
 Public API (what the serving engine builds on):
 
@@ -8,7 +9,7 @@ Public API (what the serving engine builds on):
         .dtype, .path, .mesh
 
     Pure functions over `params` (all shapes static under jit, `cfg` static):
-      embed(params, tokens[B,T]) -> h[B,T,D]
+      embed(params, cfg, tokens[B,T]) -> h[B,T,D]  (Gemma: times sqrt(hidden))
       decoder_layers(params, cfg, h, positions[B,T], cache, attend) -> (h, cache)
           runs all layers with one `jax.lax.scan`; `cache` is any pytree the `attend` callable
           understands and is threaded through the scan carry (so in-place updates stay in place).
@@ -16,14 +17,18 @@ Public API (what the serving engine builds on):
       forward(params, cfg, tokens, positions, cache, attend) -> (logits[B,T,V], cache)
 
     The attention callable (the pluggable KV write/read):
-      attend(q[B,T,H,hd], k[B,T,KV,hd], v[B,T,KV,hd], cache, layer: int32 scalar[, window=W]) -> (out[B,T,H,hd], cache)
-      q and k arrive with rotary embeddings applied. `window` is passed only for a model with a binding
-      sliding window (ModelConfig.sliding_window): keys at positions <= p - W are masked for a query
-      at p (`causal_mask`); an attend without that keyword fails loudly rather than ignore it. `contiguous_attention(positions)` is the one
+      attend(q[B,T,H,hd], k[B,T,KV,hd], v[B,T,KV,hd], cache, layer: int32 scalar[, window=W][, softcap=C])
+          -> (out[B,T,H,hd], cache)
+      q and k arrive with rotary embeddings applied (q also carries Gemma's query_pre_attn_scalar).
+      `window` is passed only for a layer a binding sliding window masks (ModelConfig.layer_window; a
+      traced int32 under `lax.scan` when local and global layers interleave, NO_WINDOW for global ones):
+      keys at positions <= p - W are masked for a query at p (`causal_mask`). `softcap` is passed only
+      with ModelConfig.attn_softcap (Gemma 2). An attend without these keywords fails loudly rather
+      than ignore them. `contiguous_attention(positions)` is the one
       used by generate() on a (layers, kv_heads, batch, max_len, head_dim) cache; a paged variant
       writes pages and gathers them, calling `gqa_attention` for the math.
 
-    gqa_attention(q, k, v, mask[B,T,S]) -> out: grouped-query softmax attention in f32 (k/v [KV,B,S,hd]).
+    gqa_attention(q, k, v, mask[B,T,S], cap=None) -> out: grouped-query softmax attention in f32 (k/v [KV,B,S,hd]).
     matmul(x, w): every layer matrix ([out, in]) goes through it; `w` is dense or, with
     load_model(packed=True), {"q": int8, "d": f32, "m": f32} Q4/Q8 blocks de-quantised in the graph.
 """
@@ -48,8 +53,12 @@ AttendFn = Callable[[jax.Array, jax.Array, jax.Array, Any, jax.Array], tuple[jax
 
 LAYER_KEYS = ("attn_norm", "wq", "wk", "wv", "wo", "mlp_norm", "w_gate", "w_up", "w_down")
 BIAS_KEYS = ("bq", "bk", "bv")  # present only for checkpoints with q/k/v biases (ModelConfig.attention_bias)
-QK_NORM_KEYS = ("q_norm", "k_norm")  # [head_dim] each, only with ModelConfig.qk_norm (Qwen3)
-OPTIONAL_KEYS = BIAS_KEYS + QK_NORM_KEYS
+QK_NORM_KEYS = ("q_norm", "k_norm")  # [head_dim] each, only with ModelConfig.qk_norm (Qwen3, Gemma 3)
+SANDWICH_KEYS = ("post_attn_norm", "post_mlp_norm")  # [hidden] each, only with Family.sandwich_norms (Gemma)
+OPTIONAL_KEYS = BIAS_KEYS + QK_NORM_KEYS + SANDWICH_KEYS
+# The window a global layer passes when per-layer windows are traced (the `lax.scan` path): larger
+# than any position, so `key > query - NO_WINDOW` always holds, and small enough not to overflow int32.
+NO_WINDOW = 1 << 30
 
 
 def default_dtype() -> jnp.dtype:
@@ -178,10 +187,17 @@ class Llama(nnx.Module):
 
 # ----------------------------------------------------------------------------- the math
 
-def rms_norm(x: jax.Array, w: jax.Array, eps: float) -> jax.Array:
+def rms_norm(x: jax.Array, w: jax.Array, eps: float, offset: float = 0.0) -> jax.Array:
+    """RMSNorm in f32; the scale is `offset + w` (Gemma checkpoints store w - 1: offset 1.0)."""
     x32 = x.astype(jnp.float32)
     y = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + eps)
-    return (y * w.astype(jnp.float32)).astype(x.dtype)
+    scale = w.astype(jnp.float32) + offset if offset else w.astype(jnp.float32)
+    return (y * scale).astype(x.dtype)
+
+
+def soft_cap(x: jax.Array, cap: float | None) -> jax.Array:
+    """cap * tanh(x / cap) (Gemma's soft-capping of attention scores and logits); identity for None."""
+    return x if cap is None else jnp.tanh(x / cap) * cap
 
 
 def rotary(x: jax.Array, positions: jax.Array, inv_freq: jax.Array) -> jax.Array:
@@ -207,9 +223,9 @@ def causal_mask(key_positions: jax.Array, query_positions: jax.Array, window: in
     return mask
 
 
-def gqa_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> jax.Array:
+def gqa_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, cap: float | None = None) -> jax.Array:
     """Softmax attention with grouped KV heads. q [B,T,H,hd]; k/v KV-head-major [KV,B,S,hd] (the
-    cache layout); mask [B,T,S] (True = attend).
+    cache layout); mask [B,T,S] (True = attend); `cap` soft-caps the scaled scores before the mask.
 
     The G query heads of a KV head and the T query tokens fold into one row axis, so scores and
     output are two batched matmuls over (KV, B) with no transpose of the (large) keys and values.
@@ -222,13 +238,13 @@ def gqa_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> 
     qg = q.reshape(b, t, kv, g, hd).transpose(2, 0, 3, 1, 4).reshape(kv, b, g * t, hd)
     low = jnp.finfo(jnp.float32).min
     if g * t <= FEW_QUERY_ROWS:  # scores [KV,B,S,rows], softmax over S
-        scores = jnp.einsum("kbsd,kbqd->kbsq", k, qg, preferred_element_type=jnp.float32) * (hd ** -0.5)
+        scores = soft_cap(jnp.einsum("kbsd,kbqd->kbsq", k, qg, preferred_element_type=jnp.float32) * (hd ** -0.5), cap)
         allowed = jnp.broadcast_to(mask.transpose(0, 2, 1)[None, :, :, None, :], (kv, b, s, g, t))
         scores = jnp.where(allowed.reshape(kv, b, s, g * t), scores, low)
         probs = jax.nn.softmax(scores, axis=-2).astype(v.dtype)
         out = jnp.einsum("kbsq,kbsd->kbqd", probs, v, preferred_element_type=jnp.float32)
     else:  # scores [KV,B,rows,S]
-        scores = jnp.einsum("kbqd,kbsd->kbqs", qg, k, preferred_element_type=jnp.float32) * (hd ** -0.5)
+        scores = soft_cap(jnp.einsum("kbqd,kbsd->kbqs", qg, k, preferred_element_type=jnp.float32) * (hd ** -0.5), cap)
         allowed = jnp.broadcast_to(mask[None, :, None], (kv, b, g, t, s)).reshape(kv, b, g * t, s)
         scores = jnp.where(allowed, scores, low)
         probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
@@ -255,36 +271,61 @@ def matmul(x: jax.Array, w: Any) -> jax.Array:
     return jnp.einsum("...i,oi->...o", x, w)
 
 
-def embed(params: Params, tokens: jax.Array) -> jax.Array:
+def embed(params: Params, cfg: ModelConfig, tokens: jax.Array) -> jax.Array:
+    """Embedding rows of `tokens`; Gemma scales them by sqrt(hidden), rounded to the activation dtype
+    first as transformers does."""
     table = params["embed"]
     if isinstance(table, BlockMatrix):
-        return take_rows(table, tokens).astype(params["final_norm"].dtype)
-    return jnp.take(table, tokens, axis=0)
+        h = take_rows(table, tokens).astype(params["final_norm"].dtype)
+    else:
+        h = jnp.take(table, tokens, axis=0)
+    if cfg.family.embed_scale:
+        h = h * jnp.asarray(np.float32(cfg.hidden_size ** 0.5), dtype=h.dtype)
+    return h
+
+
+def _activation(cfg: ModelConfig, x: jax.Array) -> jax.Array:
+    if cfg.family.activation == "gelu_tanh":  # GeGLU (Gemma): transformers' gelu_pytorch_tanh
+        return jax.nn.gelu(x, approximate=True)
+    return jax.nn.silu(x)
 
 
 def decoder_layer(cfg: ModelConfig, lw: Params, h: jax.Array, positions: jax.Array, cache: Any,
-                  layer: jax.Array | int, attend: AttendFn, inv_freq: jax.Array) -> tuple[jax.Array, Any]:
-    """One pre-norm block: h + attn(norm(h)), then + SwiGLU(norm(h))."""
+                  layer: jax.Array | int, attend: AttendFn, inv_freq: jax.Array,
+                  window: int | jax.Array | None = None) -> tuple[jax.Array, Any]:
+    """One pre-norm block: h + attn(norm(h)), then + GLU(norm(h)); Gemma also norms each branch's
+    output before adding it (`sandwich_norms`). `window`: this layer's sliding window (None: none)."""
     b, t, _ = h.shape
-    x = rms_norm(h, lw["attn_norm"], cfg.rms_norm_eps)
+    off = cfg.family.norm_offset
+    x = rms_norm(h, lw["attn_norm"], cfg.rms_norm_eps, off)
     q, k, v = matmul(x, lw["wq"]), matmul(x, lw["wk"]), matmul(x, lw["wv"])
     if cfg.attention_bias:
         q, k, v = q + lw["bq"].astype(q.dtype), k + lw["bk"].astype(k.dtype), v + lw["bv"].astype(v.dtype)
     q = q.reshape(b, t, cfg.num_heads, cfg.head_dim)
     k = k.reshape(b, t, cfg.num_kv_heads, cfg.head_dim)
     v = v.reshape(b, t, cfg.num_kv_heads, cfg.head_dim)
-    if cfg.qk_norm:  # Qwen3: RMSNorm over each head's vector, before the rotation
-        q, k = rms_norm(q, lw["q_norm"], cfg.rms_norm_eps), rms_norm(k, lw["k_norm"], cfg.rms_norm_eps)
+    if cfg.qk_norm:  # Qwen3, Gemma 3: RMSNorm over each head's vector, before the rotation
+        q, k = rms_norm(q, lw["q_norm"], cfg.rms_norm_eps, off), rms_norm(k, lw["k_norm"], cfg.rms_norm_eps, off)
     q = rotary(q, positions, inv_freq)
     k = rotary(k, positions, inv_freq)
-    if cfg.sliding_window is None:
-        attn, cache = attend(q, k, v, cache, layer)
-    else:
-        attn, cache = attend(q, k, v, cache, layer, window=cfg.sliding_window)
-    h = h + matmul(attn.reshape(b, t, cfg.num_heads * cfg.head_dim), lw["wo"])
-    x = rms_norm(h, lw["mlp_norm"], cfg.rms_norm_eps)
-    inner = constrain(jax.nn.silu(matmul(x, lw["w_gate"])) * matmul(x, lw["w_up"]), None, None, AXIS)
-    h = constrain(h + matmul(inner, lw["w_down"]), None, None, None)
+    if cfg.query_pre_attn_scalar is not None and cfg.query_pre_attn_scalar != cfg.head_dim:
+        # Scores are q.k / sqrt(query_pre_attn_scalar); attention divides by sqrt(head_dim), so q carries the rest.
+        q = q * jnp.asarray((cfg.head_dim / cfg.query_pre_attn_scalar) ** 0.5, q.dtype)
+    # Extra keywords only when set, so an attention callable that does not know them fails loudly.
+    extra: dict[str, Any] = {} if window is None else {"window": window}
+    if cfg.attn_softcap is not None:
+        extra["softcap"] = cfg.attn_softcap
+    attn, cache = attend(q, k, v, cache, layer, **extra)
+    out = matmul(attn.reshape(b, t, cfg.num_heads * cfg.head_dim), lw["wo"])
+    if cfg.family.sandwich_norms:
+        out = rms_norm(out, lw["post_attn_norm"], cfg.rms_norm_eps, off)
+    h = h + out
+    x = rms_norm(h, lw["mlp_norm"], cfg.rms_norm_eps, off)
+    inner = constrain(_activation(cfg, matmul(x, lw["w_gate"])) * matmul(x, lw["w_up"]), None, None, AXIS)
+    out = matmul(inner, lw["w_down"])
+    if cfg.family.sandwich_norms:
+        out = rms_norm(out, lw["post_mlp_norm"], cfg.rms_norm_eps, off)
+    h = constrain(h + out, None, None, None)
     return h, cache
 
 
@@ -292,33 +333,47 @@ def decoder_layers(params: Params, cfg: ModelConfig, h: jax.Array, positions: ja
                    attend: AttendFn) -> tuple[jax.Array, Any]:
     """All layers: a Python loop over per-layer weights (`params["layers"]` a list, see
     `default_unroll`), or one `lax.scan` over stacked weights with the cache riding in the carry."""
-    inv_freq = jnp.asarray(cfg.inv_freq())
     if isinstance(params["layers"], (list, tuple)):
         for i, lw in enumerate(params["layers"]):
-            h, cache = decoder_layer(cfg, lw, h, positions, cache, i, attend, inv_freq)
+            h, cache = decoder_layer(cfg, lw, h, positions, cache, i, attend, jnp.asarray(cfg.inv_freq(i)),
+                                     cfg.layer_window(i))
         return h, cache
+
+    layer_ids = jnp.arange(cfg.num_layers, dtype=jnp.int32)
+    if cfg.uniform_layers:  # one window and one rotary table for all layers: static
+        inv_freq, window = jnp.asarray(cfg.inv_freq()), cfg.layer_window(0)
+        xs = (params["layers"], layer_ids)
+    else:  # interleaved local/global layers (Gemma): per-layer windows and rotary tables ride in xs
+        inv_freq = jnp.asarray(np.stack([cfg.inv_freq(i) for i in range(cfg.num_layers)]))
+        window = None
+        if cfg.sliding_window is not None:
+            window = jnp.asarray([cfg.layer_window(i) or NO_WINDOW for i in range(cfg.num_layers)], jnp.int32)
+        xs = (params["layers"], layer_ids, inv_freq, window)
 
     def body(carry, xs):
         h, cache = carry
-        lw, layer = xs
-        return decoder_layer(cfg, lw, h, positions, cache, layer, attend, inv_freq), None
+        if len(xs) == 2:
+            (lw, layer), inv, win = xs, inv_freq, window
+        else:
+            lw, layer, inv, win = xs
+        return decoder_layer(cfg, lw, h, positions, cache, layer, attend, inv, win), None
 
-    (h, cache), _ = jax.lax.scan(body, (h, cache), (params["layers"], jnp.arange(cfg.num_layers, dtype=jnp.int32)))
+    (h, cache), _ = jax.lax.scan(body, (h, cache), xs)
     return h, cache
 
 
 def final_logits(params: Params, cfg: ModelConfig, h: jax.Array) -> jax.Array:
     """Final RMSNorm and the output head (tied to the embedding when the checkpoint has none); f32 logits."""
-    x = rms_norm(h, params["final_norm"], cfg.rms_norm_eps)
+    x = rms_norm(h, params["final_norm"], cfg.rms_norm_eps, cfg.family.norm_offset)
     head = params["lm_head"] if "lm_head" in params else params["embed"]  # both [V, D]
     if isinstance(head, BlockMatrix):
-        return block_matmul(x, head)
-    return jnp.einsum("...d,vd->...v", x, head, preferred_element_type=jnp.float32)
+        return soft_cap(block_matmul(x, head), cfg.final_softcap)
+    return soft_cap(jnp.einsum("...d,vd->...v", x, head, preferred_element_type=jnp.float32), cfg.final_softcap)
 
 
 def forward(params: Params, cfg: ModelConfig, tokens: jax.Array, positions: jax.Array, cache: Any,
             attend: AttendFn) -> tuple[jax.Array, Any]:
-    h, cache = decoder_layers(params, cfg, embed(params, tokens), positions, cache, attend)
+    h, cache = decoder_layers(params, cfg, embed(params, cfg, tokens), positions, cache, attend)
     return final_logits(params, cfg, h), cache
 
 
@@ -358,14 +413,14 @@ def contiguous_attention(positions: jax.Array) -> AttendFn:
     a padded token writes a slot that is masked until the real token at that position overwrites it.
     """
 
-    def attend(q, k, v, cache, layer, window=None):
+    def attend(q, k, v, cache, layer, window=None, softcap=None):
         b, _, kvh, _ = k.shape
         index = (jnp.arange(kvh)[:, None, None], jnp.arange(b)[None, :, None], positions[None])
         ck = cache_set(cache["k"], layer, index, kv_major(k), mode="drop")
         cv = cache_set(cache["v"], layer, index, kv_major(v), mode="drop")
         keys, values = ck[layer], cv[layer]
         mask = causal_mask(jnp.arange(keys.shape[2]), positions, window)
-        return gqa_attention(q, keys, values, mask), {"k": ck, "v": cv}
+        return gqa_attention(q, keys, values, mask, softcap), {"k": ck, "v": cv}
 
     return attend
 
@@ -373,9 +428,9 @@ def contiguous_attention(positions: jax.Array) -> AttendFn:
 def no_cache_attention(positions: jax.Array) -> AttendFn:
     """Plain causal self-attention over the tokens of this call (no cache); for reference checks."""
 
-    def attend(q, k, v, cache, layer, window=None):
+    def attend(q, k, v, cache, layer, window=None, softcap=None):
         mask = causal_mask(positions, positions, window)
-        return gqa_attention(q, kv_major(k), kv_major(v), mask), cache
+        return gqa_attention(q, kv_major(k), kv_major(v), mask, softcap), cache
 
     return attend
 

@@ -7,8 +7,9 @@ the grammar bitmask applied -- all inside one XLA program, compiled once per pow
 
 It runs over the stacked parameter layout of `engine.weights` (every per-layer tensor carries a
 leading layer axis) through the model's own `decoder_layers`/`final_logits`, plugging in a paged
-attention hook (`paged_attend`). Decode calls go through JAX's Pallas paged-attention kernel on
-TPU/GPU instead (`engine.pallas_attention`, chosen by the static `attention` backend).
+attention hook (`paged_attend`). Decode calls go through a kernel that reads the pages in place
+instead, chosen by the static `attention` backend (`engine.pallas_attention`): memloop's C++ kernel
+on CPU (`in_place_attend`), JAX's Pallas paged-attention kernel on TPU/GPU.
 """
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ from engine.config import ModelConfig
 from engine.constrained import unpack_bitmask
 from engine.model import (AttendFn, cache_set, causal_mask, decoder_layers, embed, final_logits, gqa_attention,
                           init_layer_cache, kv_major)
-from engine.pallas_attention import GATHER, AttentionBackend, kernel_attend
+from engine.kernels.attention import config_supported as kernel_config_supported, enabled as kernel_enabled
+from engine.pallas_attention import IN_PLACE, AttentionBackend, kernel_attend
 from engine.sampling import sample
 
 
@@ -44,33 +46,66 @@ def paged_attend(slot_pages: jax.Array, slot_offsets: jax.Array, block_tables: j
     slot_offsets[b, i]; padding goes to the scratch page), so a token attends to itself and to its
     chunk neighbours. Each row then gathers its pages in block-table order, so key index j of the
     gathered run is absolute position j and causality is `j <= query position` (and, with a sliding
-    window, `j > query position - window`); gathered slots past a row's length (padding pages) always
-    sit beyond its positions. This gather + `gqa_attention`
-    is the reference; `engine.pallas_attention.kernel_attend` serves decode calls through a kernel.
+    window, `j > query position - window`; the window is per layer for Gemma's interleaved local and
+    global layers, and `softcap` soft-caps the scores where the model has it, Gemma 2); gathered slots
+    past a row's length (padding pages) always sit beyond its positions. This gather + `gqa_attention`
+    is the reference; decode calls go through a kernel instead where the backend has one
+    (`in_place_attend` on CPU, `engine.pallas_attention.kernel_attend` on TPU/GPU).
     """
 
-    def attend(q, k, v, cache, layer, window=None):
+    def attend(q, k, v, cache, layer, window=None, softcap=None):
         b, _, kvh, hd = k.shape
         index = (jnp.arange(kvh)[:, None, None], slot_pages[None], slot_offsets[None])
         kp = cache_set(cache["k"], layer, index, kv_major(k))
         vp = cache_set(cache["v"], layer, index, kv_major(v))
-        keys = kp[layer][:, block_tables].reshape(kvh, b, -1, hd)
-        values = vp[layer][:, block_tables].reshape(kvh, b, -1, hd)
+        keys = kp[layer][:, block_tables].reshape(kvh, b, -1, hd).astype(q.dtype)  # a no-op unless kv_dtype differs
+        values = vp[layer][:, block_tables].reshape(kvh, b, -1, hd).astype(q.dtype)
         mask = causal_mask(jnp.arange(keys.shape[2]), positions, window)
-        return gqa_attention(q, keys, values, mask), {"k": kp, "v": vp}
+        return gqa_attention(q, keys, values, mask, softcap), {"k": kp, "v": vp}
+
+    return attend
+
+
+# Query tokens per row up to which the in-place kernel serves a step (decode steps and short
+# prefill chunks); longer prefill chunks keep the gather + batched matmuls, which use the cores better.
+KERNEL_MAX_TOKENS = 1
+
+
+def in_place_attend(gather: AttendFn, slot_pages: jax.Array, slot_offsets: jax.Array, block_tables: jax.Array,
+                    positions: jax.Array) -> AttendFn:
+    """`gather`'s attention computed by the CPU kernel that reads each row's pages in place
+    (engine.kernels.attention), for the layers it supports: per-layer pools (the unrolled CPU
+    layout), f32, no attention option besides a static window. Any other layer is `gather`'s."""
+    from engine.kernels.attention import paged_attention, supports
+
+    def attend(q, k, v, cache, layer, **options):
+        window = options.pop("window", None)
+        pools = cache["k"]
+        if (not isinstance(pools, (list, tuple)) or not isinstance(layer, int) or q.shape[1] > KERNEL_MAX_TOKENS
+                or not supports(q, pools[layer], window, options)):
+            return gather(q, k, v, cache, layer, **({"window": window} if window is not None else {}), **options)
+        kvh = k.shape[2]
+        index = (jnp.arange(kvh)[:, None, None], slot_pages[None], slot_offsets[None])
+        kp = cache_set(cache["k"], layer, index, kv_major(k))
+        vp = cache_set(cache["v"], layer, index, kv_major(v))
+        out = paged_attention(q, kp[layer], vp[layer], block_tables, positions, window)
+        return out.astype(q.dtype), {"k": kp, "v": vp}
 
     return attend
 
 
 def forward_paged(cfg: ModelConfig, params: dict[str, Any], cache: dict[str, jax.Array], tokens: jax.Array,
                   positions: jax.Array, slot_pages: jax.Array, slot_offsets: jax.Array,
-                  block_tables: jax.Array, last_index: jax.Array, attention: AttentionBackend = GATHER
+                  block_tables: jax.Array, last_index: jax.Array, attention: AttentionBackend = IN_PLACE
                   ) -> tuple[jax.Array, dict[str, jax.Array]]:
     """The model's own layers over the paged cache; logits [B, V] of each row's `last_index` token."""
     attend = paged_attend(slot_pages, slot_offsets, block_tables, positions)
     if attention.kernel:  # decode calls through the Pallas kernel, every other call gathers
         attend = kernel_attend(attend, attention, slot_pages, slot_offsets, block_tables, positions)
-    h, cache = decoder_layers(params, cfg, embed(params, tokens), positions, cache, attend)
+    elif (attention.in_place and tokens.shape[1] <= KERNEL_MAX_TOKENS and kernel_config_supported(cfg)
+          and kernel_enabled()):  # decode calls through the CPU kernel where the layer allows it
+        attend = in_place_attend(attend, slot_pages, slot_offsets, block_tables, positions)
+    h, cache = decoder_layers(params, cfg, embed(params, cfg, tokens), positions, cache, attend)
     last = jnp.take_along_axis(h, last_index[:, None, None], axis=1)[:, 0]  # [B, D]
     return final_logits(params, cfg, last), cache
 
@@ -87,11 +122,12 @@ def engine_step(cfg: ModelConfig, params: dict[str, Any], cache: dict[str, jax.A
                 positions: jax.Array, slot_pages: jax.Array, slot_offsets: jax.Array, block_tables: jax.Array,
                 last_index: jax.Array, bitmask: jax.Array, temperature: jax.Array, top_k: jax.Array,
                 top_p: jax.Array, keys: jax.Array, steps: jax.Array, cap: int, full: bool,
-                attention: AttentionBackend = GATHER) -> tuple[jax.Array, dict[str, jax.Array]]:
+                attention: AttentionBackend = IN_PLACE) -> tuple[jax.Array, dict[str, jax.Array]]:
     """Forward + sample in one program; the KV cache is donated and updated in place.
 
     `cap`/`full` are the sampler's static candidate settings (`engine.sampling.candidate_cap`);
-    `attention` the static attention backend (`engine.pallas_attention.resolve_backend`).
+    `attention` the static attention backend (`engine.pallas_attention.resolve_backend`; the default is
+    what `auto` is on CPU).
     """
     logits, cache = forward_paged(cfg, params, cache, tokens, positions, slot_pages, slot_offsets,
                                   block_tables, last_index, attention)

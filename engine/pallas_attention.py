@@ -16,7 +16,8 @@ unchanged (checked with JAX 0.10.2), so no second copy of the cache exists. Neit
 scores, so the queries are scaled by 1/sqrt(hd) first. Both serve decoding only (one query token per
 row, keys [0, length)); prefill chunks, layers with a sliding window and soft-capped attention keep
 the gather path (logged once by name). On CPU the kernels run in Pallas' interpreter
-(`pallas_interpret`, for tests: slow), never by default.
+(`pallas_interpret`, for tests: slow), never by default; CPU decoding reads the pages in place
+through memloop's own C++ kernel instead (`engine.kernels.attention`, the IN_PLACE backend).
 
 Under a `tp` mesh the kernel runs per device through `shard_map` over KV heads (each device's query
 heads are exactly those of its KV heads, since query head h belongs to KV head h // group);
@@ -61,17 +62,23 @@ class AttentionBackend:
 
     kind: "gather" (dense gather + XLA, the reference), "pallas-tpu" or "pallas-gpu".
     interpret: run the kernel in Pallas' interpreter (CPU checks of the accelerator kernels).
+    in_place: (gather kind) decode calls on CPU read the pages in place through the C++ kernel
+        (`engine.paged.in_place_attend`) where the model, layer and process allow it
+        (`engine.kernels.attention.enabled`: MEMLOOP_PAGED_KERNEL=0 turns it off); what `auto` is on CPU.
     """
 
     kind: str = "gather"
     interpret: bool = False
+    in_place: bool = False
 
     @property
     def kernel(self) -> bool:
+        """A Pallas kernel serves decode calls (per-layer pools read in place on the accelerator)."""
         return self.kind != "gather"
 
 
-GATHER = AttentionBackend()
+GATHER = AttentionBackend()  # `attention: gather`: every call gathers, no kernel
+IN_PLACE = AttentionBackend(in_place=True)  # `auto` on CPU: the gather path, decode through the C++ kernel
 
 
 def platform() -> str:
@@ -83,8 +90,10 @@ def resolve_backend(requested: str | None = "auto", interpret: bool = False,
                     on: str | None = None) -> AttentionBackend:
     """The backend for `requested` on platform `on` (default: this process's), or a named error.
 
-    `auto` picks the platform's kernel (TPU, GPU) and the gather path elsewhere. A kernel asked for
-    on another platform is an `AttentionBackendError` unless `interpret` runs it in the interpreter.
+    `auto` picks the platform's kernel (TPU, GPU); on CPU the gather path with decode calls read in
+    place by the C++ kernel (IN_PLACE), elsewhere the gather path. `gather` is the gather path with
+    no kernel at all. A kernel asked for on another platform is an `AttentionBackendError` unless
+    `interpret` runs it in the interpreter.
     """
     requested = requested or "auto"
     on = on or platform()
@@ -94,7 +103,9 @@ def resolve_backend(requested: str | None = "auto", interpret: bool = False,
         if interpret:
             raise AttentionBackendError("`pallas_interpret` runs a named kernel in the interpreter; set `attention` "
                                         "to pallas-tpu or pallas-gpu with it (auto picks by platform)")
-        return AttentionBackend(AUTO.get(on, "gather"))
+        if on in AUTO:
+            return AttentionBackend(AUTO[on])
+        return IN_PLACE if on == "cpu" else GATHER
     if requested == "gather":
         return GATHER
     native = KERNELS[requested]

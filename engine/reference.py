@@ -47,7 +47,7 @@ def prompt_ids(lm: LoadedModel, prompt: Prompt) -> list[int]:
     """str -> raw completion text; list of {role, content} -> chat template; list of ints -> ids."""
     tok = lm.tokenizer
     if isinstance(prompt, str):
-        ids = tok.encode(prompt)
+        ids = tok.prompt_ids(prompt)
     elif len(prompt) > 0 and all(isinstance(m, dict) for m in prompt):
         ids = tok.chat_ids(prompt)  # type: ignore[arg-type]
     elif all(isinstance(t, (int, np.integer)) for t in prompt):
@@ -68,7 +68,7 @@ def prefill(params: Any, cfg: ModelConfig, cache: Any, tokens: jax.Array, length
     """Encode right-padded prompts [B,T] into the cache; return (first sampled token [B], its logits, cache)."""
     b, t = tokens.shape
     positions = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (b, t))
-    h, cache = decoder_layers(params, cfg, embed(params, tokens), positions, cache, contiguous_attention(positions))
+    h, cache = decoder_layers(params, cfg, embed(params, cfg, tokens), positions, cache, contiguous_attention(positions))
     last = jnp.take_along_axis(h, (lengths - 1)[:, None, None], axis=1)[:, 0]
     logits = final_logits(params, cfg, last)
     first = sample(logits, temperature, top_k, top_p, keys, jnp.zeros((b,), jnp.int32), cap, full)
@@ -93,7 +93,7 @@ def decode_chunk(params: Any, cfg: ModelConfig, cache: Any, last: jax.Array, pos
     def body(state):
         i, cache, last, positions, steps, done, out = state
         pos = positions[:, None]
-        h, cache = decoder_layers(params, cfg, embed(params, last[:, None]), pos, cache, contiguous_attention(pos))
+        h, cache = decoder_layers(params, cfg, embed(params, cfg, last[:, None]), pos, cache, contiguous_attention(pos))
         logits = final_logits(params, cfg, h[:, 0])
         nxt = sample(logits, temperature, top_k, top_p, keys, steps, cap, full)
         nxt = jnp.where(done, -1, nxt)

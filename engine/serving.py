@@ -7,6 +7,10 @@ engine does not import:
              top_p, seed, stop}, "json_schema": {...} | None
     result:  {"text", "usage": {prompt_tokens, cached_tokens, decoded_tokens}, "finish_reason"}
 
+`stats()` adds to the counters where the engine thread's wall time (`wall_s`) went: `compute_s`
+(device steps), `compile_s` (steps that compiled a new shape), `host_s` (scheduling, step
+packing, grammar bitmasks, detokenising) and `idle_s` (no work), so a slow run says why.
+
 `cached_tokens` counts the prompt tokens whose keys/values came from the prefix cache instead of
 being computed; `decoded_tokens` counts every sampled token, the terminating one included.
 
@@ -19,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from concurrent.futures import Future
 from typing import Any
 
@@ -31,7 +36,7 @@ from engine.kv_cache import KVLayout, PagePool, pages_for_budget
 from engine.radix import RadixCache
 from engine.scheduler import Scheduler, Sequence
 from engine.step_loop import StepLoop
-from engine.step_runner import StepRunner
+from engine.step_runner import TIMERS, StepRunner
 
 log = logging.getLogger(__name__)
 
@@ -64,8 +69,9 @@ class Engine:
         self.mesh = self.lm.mesh
         self.cfg = self.lm.config
         self.tokenizer = self.lm.tokenizer
+        kv_dtype = jnp.dtype(config.kv_dtype or self.lm.dtype)
         layout = KVLayout(self.cfg.num_layers, self.cfg.num_kv_heads, self.cfg.head_dim, config.page_size,
-                          jnp.dtype(self.lm.dtype).itemsize)
+                          kv_dtype.itemsize)
         self.pool = PagePool(config.num_pages or pages_for_budget(layout, config.kv_budget), config.page_size)
         self.tree = RadixCache(self.pool) if config.prefix_cache else None
         self.scheduler = Scheduler(self.pool, self.tree, config.max_batch, config.prefill_chunk)
@@ -73,7 +79,8 @@ class Engine:
         self.intake = RequestIntake(self.tokenizer, self.pool, self.max_context, self.cfg.vocab_size)
         self._lock = threading.Condition()
         self.runner = StepRunner(self.lm, self.pool, self.tree, self.scheduler, self._lock, self.intake.stop_ids,
-                                 lambda: self.intake.grammar, self.attention)
+                                 lambda: self.intake.grammar, self.attention, kv_dtype=kv_dtype)
+        self._since = time.perf_counter()  # start of the window the counters and timers cover
         self.loop = StepLoop(self.scheduler, self.runner, self._lock)
 
     # -- requests -----------------------------------------------------------------------------------
@@ -127,13 +134,20 @@ class Engine:
                        total_pages=self.pool.capacity, page_size=self.pool.page_size,
                        prefix_cached_pages=self.tree.num_pages if self.tree else 0,
                        compiled_shapes=len(self.runner.shapes), prefix_cache=self.tree is not None)
+            out["idle_s"] += self.loop.idle_now()
         out["cache_hit_rate"] = out["cached_tokens"] / out["prompt_tokens"] if out["prompt_tokens"] else 0.0
+        # The engine thread's wall time since start (or the last reset) and how it split (step_runner.TIMERS).
+        out["wall_s"] = time.perf_counter() - self._since
+        for key in TIMERS:
+            out[key] = round(out[key], 4)
         return out
 
     def reset_counters(self) -> None:
         with self._lock:
             for k in self.runner.counters:
                 self.runner.counters[k] = 0
+            self.loop.restart_clock()
+            self._since = time.perf_counter()
 
     def clear_prefix_cache(self) -> None:
         with self._lock:

@@ -25,6 +25,9 @@ class StepLoop:
         self.lock = lock
         self.stopped = False
         self._cancelled: set[Future] = set()
+        self._device_before = 0.0  # the runner's device seconds when the current step began
+        self._reset_at = 0.0  # when the timers were last zeroed (perf_counter)
+        self.waiting_since: float | None = None  # the loop has been idle since then (None: busy)
         self.thread = threading.Thread(target=self._loop, name="memloop-engine", daemon=True)
         self.thread.start()
 
@@ -69,11 +72,34 @@ class StepLoop:
             self.lock.notify()
         self.thread.join(timeout=timeout)
 
+    def _clock(self, idle: float, busy: float) -> None:
+        """Charge `idle` seconds to waiting and the part of `busy` the device steps did not take to the host
+        (`StepRunner.forward` charges the steps themselves); under the lock."""
+        c = self.runner.counters
+        c["idle_s"] += idle
+        c["host_s"] += max(0.0, busy - (c["compute_s"] + c["compile_s"] - self._device_before))
+
+    def idle_now(self) -> float:
+        """Seconds of the idle stretch in progress not yet charged (under the lock)."""
+        if self.waiting_since is None:
+            return 0.0
+        return max(0.0, time.perf_counter() - max(self.waiting_since, self._reset_at))
+
+    def restart_clock(self) -> None:
+        """The timers were zeroed (under the lock): a step in flight charges only what follows."""
+        self._device_before = 0.0
+        self._reset_at = time.perf_counter()
+
     def _loop(self) -> None:
         while True:
             with self.lock:
+                waited = self.waiting_since = time.perf_counter()
                 while not self.stopped and not self.scheduler.has_work():
                     self.lock.wait()
+                start = time.perf_counter()
+                self.waiting_since = None
+                self._clock(start - max(waited, self._reset_at), 0.0)
+                self._device_before = self.runner.counters["compute_s"] + self.runner.counters["compile_s"]
                 if self.stopped:
                     for seq in self.scheduler.abort_all():
                         seq.handle.set_exception(EngineError("the engine was shut down before this request finished"))
@@ -85,8 +111,10 @@ class StepLoop:
                     log.exception("engine scheduling failed")
                     self.fail_all(exc)
                     continue
-            if not plan:
+            if not plan:  # waiting for pages to free up
                 time.sleep(0.001)
+                with self.lock:
+                    self._clock(time.perf_counter() - max(start, self._reset_at), 0.0)
                 continue
             try:
                 self.runner.execute(plan)  # a request's own failure is settled inside; what escapes is engine-wide
@@ -96,6 +124,8 @@ class StepLoop:
                     self.fail_all(exc)
                     if self.runner.cache_lost():
                         self.runner.reset_cache()
+            with self.lock:
+                self._clock(0.0, time.perf_counter() - max(start, self._reset_at))
 
     def fail_all(self, exc: BaseException) -> None:
         """Abort every running and waiting request (engine-wide failures only; called under the lock)."""

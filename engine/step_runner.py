@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -25,7 +26,7 @@ import numpy as np
 
 from engine.errors import EngineFailure, RequestError, StepError
 from engine.kv_cache import PagePool
-from engine.pallas_attention import GATHER, AttentionBackend
+from engine.pallas_attention import IN_PLACE, AttentionBackend
 from engine.radix import RadixCache
 from engine.sampling import candidate_cap
 from engine.scheduler import PrefillChunk, Scheduler, Sequence, StepPlan
@@ -34,6 +35,11 @@ log = logging.getLogger(__name__)
 
 COUNTERS = ("requests", "prompt_tokens", "cached_tokens", "decoded_tokens", "computed_prompt_tokens", "steps",
             "constrained_requests", "failed_requests", "cancelled_requests")
+# Where the engine thread's wall time goes (seconds): device steps of already compiled shapes; calls
+# that compiled a new shape (compile plus that one step); everything else while there is work
+# (scheduling, packing a step's arrays, grammar bitmasks, accepting tokens, detokenising); waiting
+# for work. They add up to the engine thread's time since start or the last counter reset.
+TIMERS = ("compute_s", "compile_s", "host_s", "idle_s")
 
 
 def prefill_groups(chunks: list[Any]) -> list[list[Any]]:
@@ -71,7 +77,8 @@ class StepRunner:
     """
 
     def __init__(self, lm: Any, pool: PagePool, tree: RadixCache | None, scheduler: Scheduler, lock: threading.Condition,
-                 stop_ids: frozenset[int], grammar: Callable[[], Any], attention: AttentionBackend = GATHER) -> None:
+                 stop_ids: frozenset[int], grammar: Callable[[], Any], attention: AttentionBackend = IN_PLACE,
+                 kv_dtype: Any = None) -> None:
         self.lm = lm
         self.cfg = lm.config
         self.params = lm.params
@@ -84,14 +91,15 @@ class StepRunner:
         self.stop_ids = stop_ids
         self.grammar = grammar
         self.attention = attention  # the decode-attention backend, a static argument of the step
-        self.counters = dict.fromkeys(COUNTERS, 0)
+        self.kv_dtype = jnp.dtype(kv_dtype if kv_dtype is not None else lm.dtype)
+        self.counters: dict[str, float] = {**dict.fromkeys(COUNTERS, 0), **dict.fromkeys(TIMERS, 0.0)}
         self.shapes: set[tuple[int, ...]] = set()
         self.cache = self._new_cache()
 
     def _new_cache(self) -> Any:
         from engine.paged import init_kv_pools
 
-        cache = init_kv_pools(self.cfg, self.pool.num_pages, self.pool.page_size, jnp.dtype(self.lm.dtype),
+        cache = init_kv_pools(self.cfg, self.pool.num_pages, self.pool.page_size, self.kv_dtype,
                               per_layer=self.lm.per_layer)
         if self.mesh is not None:  # pages split on KV heads across the mesh, like the model's own cache
             from engine.mesh import shard_cache
@@ -192,12 +200,17 @@ class StepRunner:
         else:
             bitmask = np.full((b, (self.cfg.vocab_size + 31) // 32), -1, np.int32)
         cap, full = candidate_cap([r.seq.params for r in rows if r.sample], self.cfg.vocab_size)
+        compiled = engine_step._cache_size()
+        start = time.perf_counter()
         with jax.set_mesh(self.mesh) if self.mesh is not None else contextlib.nullcontext():
             out, self.cache = engine_step(self.cfg, self.params, self.cache, tokens, positions, slot_pages,
                                           slot_offsets, tables, last, bitmask, temp, top_k, top_p, keys, steps,
                                           cap, full, self.attention)
+        toks = np.asarray(out)[:len(rows)]  # waits for the device
+        with self.lock:  # a call that added a program to the step's cache compiled it (or loaded it from disk)
+            self.counters["compile_s" if engine_step._cache_size() > compiled else "compute_s"] += time.perf_counter() - start
         self.shapes.add((b, t, npg, cap, full))
-        return np.asarray(out)[:len(rows)]
+        return toks
 
     # -- tokens -> results (under the lock) ------------------------------------------------------------
     def accept_row(self, row: Row, tok: int) -> None:

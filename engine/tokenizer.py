@@ -29,6 +29,13 @@ class Tokenizer:
             self.chat_template = hf.chat_template
         self.eos_token_id: int | None = hf.eos_token_id
         self.bos_token_id: int | None = hf.bos_token_id
+        # Whether the checkpoint's tokenizer starts a text with BOS (GGUF `tokenizer.ggml.add_bos_token`,
+        # tokenizer_config.json `add_bos_token`): Gemma does and needs it; Qwen and SmolLM2 do not.
+        # Asked of its behaviour, not the attribute: a saved-and-reloaded fast tokenizer keeps the BOS in
+        # its post-processor but reports add_bos_token False.
+        probe = list(hf.encode("a", add_special_tokens=True))
+        self.add_bos: bool = (hf.bos_token_id is not None and bool(probe) and probe[0] == hf.bos_token_id
+                              and probe[1:] == list(hf.encode("a", add_special_tokens=False)))
         self.pad_token_id: int = hf.pad_token_id if hf.pad_token_id is not None else (hf.eos_token_id or 0)
         self.vocab_size = len(hf)
 
@@ -43,8 +50,14 @@ class Tokenizer:
         return tuple(sorted(ids))
 
     def encode(self, text: str) -> list[int]:
-        """Raw text to ids, without special tokens added (completion prompts)."""
+        """Raw text to ids, without special tokens added (token counts, pieces of a prompt)."""
         return list(self.hf.encode(text, add_special_tokens=False))
+
+    def prompt_ids(self, text: str) -> list[int]:
+        """A completion prompt's ids: the text, after BOS where the checkpoint's tokenizer adds one
+        (chat prompts get theirs from the chat template)."""
+        ids = self.encode(text)
+        return [self.bos_token_id, *ids] if self.add_bos and self.bos_token_id is not None else ids
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
         return self.hf.decode(list(ids), skip_special_tokens=skip_special_tokens)

@@ -1,4 +1,4 @@
-"""Read Llama/Qwen2/Qwen3/Mistral weights from a GGUF file or a Hugging Face directory into one parameter layout.
+"""Read Llama/Qwen2/Qwen3/Mistral/Gemma 2/Gemma 3 weights from a GGUF file or a Hugging Face directory into one parameter layout.
 
 The layout (numpy arrays; matrices output-major [out, in], as GGUF and Hugging Face store them, so
 loading never transposes and `engine.model.matmul` computes x @ w.T; on XLA:CPU this orientation
@@ -12,7 +12,12 @@ also ran batch-32 layer matmuls 18% faster than input-major):
       wo        (L, hidden, heads*hd)    mlp_norm (L, hidden)
       w_gate, w_up (L, ffn, hidden)      w_down (L, hidden, ffn)
       bq (L, heads*hd)   bk, bv (L, kv_heads*hd)   only with q/k/v biases (Qwen2: ModelConfig.attention_bias)
-      q_norm, k_norm (L, hd)                        only with per-head q/k RMSNorm (Qwen3: ModelConfig.qk_norm)
+      q_norm, k_norm (L, hd)                        only with per-head q/k RMSNorm (Qwen3, Gemma 3: ModelConfig.qk_norm)
+      post_attn_norm, post_mlp_norm (L, hidden)     only with Family.sandwich_norms (Gemma)
+
+Norm weights are kept as the checkpoint's transformers layout stores them: Gemma's are w in a
+(1 + w) scale; llama.cpp's converter writes 1 + w into Gemma GGUFs, so the GGUF loader subtracts the
+1 again (as transformers' GGUF loader does) and one RMSNorm (`engine.model.rms_norm`) reads both.
 
 GGUF de-quantisation uses the `gguf` package's reference numpy kernels (Q4_0/Q4_1/Q8_0/Q4_K/Q6_K/
 F16/F32 and the rest it implements). llama.cpp stores a Llama's Q and K rows permuted for its
@@ -29,7 +34,7 @@ from typing import Any, Callable
 import numpy as np
 
 from engine.blocks import BLOCK, BLOCK_BYTES, from_gguf_rows
-from engine.config import ModelConfig, config_from_gguf, config_from_hf
+from engine.config import FAMILIES, ModelConfig, config_from_gguf, config_from_hf
 from engine.errors import ModelFormatError, ModelNotFoundError
 
 Params = dict[str, Any]
@@ -55,6 +60,12 @@ _HF_BIAS = {"self_attn.q_proj.bias": ("bq", False), "self_attn.k_proj.bias": ("b
 # per-head q/k RMSNorm weights (Qwen3), keyed like the biases.
 _GGUF_QK_NORM = {"attn_q_norm": ("q_norm", False), "attn_k_norm": ("k_norm", False)}
 _HF_QK_NORM = {"self_attn.q_norm": ("q_norm", False), "self_attn.k_norm": ("k_norm", False)}
+# Gemma's norms after attention and around the MLP. Its HF `post_attention_layernorm` is the norm of the
+# attention *output* (Llama's of that name is the MLP's input norm), so Gemma maps its four norms apart.
+_GGUF_SANDWICH = {"post_attention_norm": ("post_attn_norm", False), "post_ffw_norm": ("post_mlp_norm", False)}
+_HF_GEMMA_NORMS = {"post_attention_layernorm": ("post_attn_norm", False),
+                   "pre_feedforward_layernorm": ("mlp_norm", False),
+                   "post_feedforward_layernorm": ("post_mlp_norm", False)}
 _HF_LAYER = {
     "input_layernorm": ("attn_norm", False),
     "self_attn.q_proj": ("wq", True),
@@ -73,7 +84,9 @@ def layer_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
     d, f, hd = cfg.hidden_size, cfg.intermediate_size, cfg.head_dim
     bias = {"bq": (cfg.num_heads * hd,), "bk": (cfg.num_kv_heads * hd,), "bv": (cfg.num_kv_heads * hd,)}
     norms = {"q_norm": (hd,), "k_norm": (hd,)}
-    return (bias if cfg.attention_bias else {}) | (norms if cfg.qk_norm else {}) | {
+    sandwich = {"post_attn_norm": (d,), "post_mlp_norm": (d,)}
+    return (bias if cfg.attention_bias else {}) | (norms if cfg.qk_norm else {}) | (
+        sandwich if cfg.family.sandwich_norms else {}) | {
         "attn_norm": (d,),
         "wq": (cfg.num_heads * hd, d),
         "wk": (cfg.num_kv_heads * hd, d),
@@ -173,6 +186,9 @@ def load_gguf(path: Path, dtype: Any = np.float32, packed: bool = False,
     reader = _open_gguf(path)
     meta = _scalar_metadata(reader)
     tensors = {t.name: t for t in reader.tensors}
+    # llama.cpp wrote Gemma's norms as 1 + w; the layout keeps w (see the module docstring).
+    arch = meta.get("general.architecture")
+    norm_offset = FAMILIES[arch].norm_offset if arch in FAMILIES else 0.0
     if "token_embd.weight" not in tensors:
         raise ModelFormatError(f"{path} has no token_embd.weight tensor; it is not a Llama-family GGUF.")
 
@@ -193,7 +209,8 @@ def load_gguf(path: Path, dtype: Any = np.float32, packed: bool = False,
             raise ModelFormatError(f"tensor {name} in {path} cannot be decoded ({exc}); the file is corrupt.") from exc
         if arr.size != expected:
             raise ModelFormatError(f"tensor {name} in {path} has {arr.size} values, expected {expected}; the file is truncated.")
-        return np.asarray(arr, dtype=np.float32).reshape([int(x) for x in reversed(t.shape)])
+        arr = np.asarray(arr, dtype=np.float32).reshape([int(x) for x in reversed(t.shape)])
+        return arr - norm_offset if norm_offset and name.endswith("norm.weight") else arr
 
     factors = tuple(float(x) for x in read("rope_freqs.weight")) if "rope_freqs.weight" in tensors else None
     embed = read("token_embd.weight")
@@ -212,8 +229,9 @@ def load_gguf(path: Path, dtype: Any = np.float32, packed: bool = False,
             w = unpermute_qk(w, cfg.num_kv_heads)
         return w
 
-    # Per-family extra vectors (q/k/v biases, q/k norms), loaded like the layer norms.
-    biases = (_GGUF_BIAS if cfg.attention_bias else {}) | (_GGUF_QK_NORM if cfg.qk_norm else {})
+    # Per-family extra vectors (q/k/v biases, q/k norms, Gemma's post-norms), loaded like the layer norms.
+    biases = ((_GGUF_BIAS if cfg.attention_bias else {}) | (_GGUF_QK_NORM if cfg.qk_norm else {})
+              | (_GGUF_SANDWICH if cfg.family.sandwich_norms else {}))
     mapping = dict(_GGUF_LAYER) | biases
     packable: dict[str, str] = {}
     if blocks:
@@ -394,7 +412,8 @@ def load_hf_dir(path: Path, dtype: Any = np.float32) -> tuple[ModelConfig, Param
         head = None
         if not cfg.tie_word_embeddings:
             head = read("lm_head.weight")
-        mapping = _HF_LAYER | (_HF_BIAS if cfg.attention_bias else {}) | (_HF_QK_NORM if cfg.qk_norm else {})
+        mapping = (_HF_LAYER | (_HF_BIAS if cfg.attention_bias else {}) | (_HF_QK_NORM if cfg.qk_norm else {})
+                   | (_HF_GEMMA_NORMS if cfg.family.sandwich_norms else {}))
         params = _assemble(cfg, dtype, read("model.embed_tokens.weight"), read("model.norm.weight"), head,
                            lambda i, key: read(f"model.layers.{i}.{key}" + ("" if key.endswith(".bias") else ".weight")),
                            mapping, str(path))

@@ -94,7 +94,11 @@ class LLMResult:
 
 @runtime_checkable
 class LLM(Protocol):
-    """What methods and judges need from a model."""
+    """What methods and judges need from a model.
+
+    An LLM may also carry `context_tokens: int | None`, the longest prompt + output it serves, when it
+    knows it (the in-process engine does); methods read it with `getattr`, so it is not required.
+    """
 
     name: str
     supports_json_schema: bool

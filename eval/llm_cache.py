@@ -47,6 +47,11 @@ class CachedLLM:
     def __reduce__(self):  # into Ray tasks: the wrapped LLM travels, the connection is reopened there
         return (CachedLLM, (self.llm, str(self.directory), self.model_key))
 
+    @property
+    def context_tokens(self) -> int | None:
+        """The wrapped model's window, where it reports one."""
+        return getattr(self.llm, "context_tokens", None)
+
     def key(self, request: LLMRequest) -> str:
         return hashlib.sha256(f"{self.model_key}\0{request_key(request)}".encode()).hexdigest()
 

@@ -64,6 +64,11 @@ class OpenAICompatibleLLM:
             api_key = os.environ.get(api_key_env)
             if not api_key:
                 raise LLMHTTPError(f"environment variable {api_key_env} (the API key) is not set; export it first")
+        # what a copy in another process (a Ray judge task) is rebuilt from: the client, its locks and a
+        # test transport do not pickle, so a copy opens its own connection pool
+        self._init = dict(base_url=base_url, model=model, api_key=api_key, timeout_s=timeout_s, max_retries=max_retries,
+                          supports_json_schema=supports_json_schema, encoding=encoding, backoff_s=backoff_s,
+                          max_concurrency=max_concurrency)
         self.name = model
         self.model = model
         self.supports_json_schema = supports_json_schema
@@ -77,6 +82,9 @@ class OpenAICompatibleLLM:
                                     limits=limits)
         self._slots = threading.BoundedSemaphore(max_concurrency)  # requests in flight, whatever the thread count
         self._encoding_name = encoding
+
+    def __reduce__(self):
+        return (_rebuild, (self._init,))
 
     # --- LLM protocol ----------------------------------------------------------------------------------
     def complete(self, request: LLMRequest) -> LLMResult:
@@ -160,3 +168,7 @@ def _message(r: httpx.Response) -> str:
         return r.text[:300]
     except ValueError:
         return r.text[:300]
+
+
+def _rebuild(init: dict[str, Any]) -> OpenAICompatibleLLM:
+    return OpenAICompatibleLLM(**init)

@@ -48,6 +48,7 @@ COMMAND_MODULES = (
     "jobs.commands.methods",
     "jobs.commands.bench_model",
     "jobs.commands.bench_prefix",
+    "jobs.commands.bench_scale",
     "jobs.commands.export",
     "jobs.commands.compare",
     "jobs.commands.nightly",

@@ -117,6 +117,9 @@ class EngineSpec(_Strict):
     tpu_chips_per_host: int = Field(default=4, ge=1)
     tpu_slice: str | None = None  # run on the hosts of this TPU slice only (Ray's ray.io/tpu-slice-name label)
     max_in_flight: int = Field(default=8, ge=1)  # samples run concurrently against each actor
+    # Where method loops run: "driver" (threads of the driver process) or "engine" (a worker process
+    # on each engine actor's node; the driver only hands out units and collects rows). Same results.
+    method_loops: Literal["driver", "engine"] = "driver"
     max_restarts: int = Field(default=3, ge=0)
     start_timeout_s: float = Field(default=900.0, gt=0)  # model load + compile, or waiting for hosts
     request_timeout_s: float | None = Field(default=None, gt=0)  # one LLM call; a timeout fails the attempt
@@ -173,12 +176,25 @@ class RunConfig(_Strict):
     response_cache: str | None = None  # a directory: identical requests are answered from it (engine or endpoint)
     flush_units: int = Field(default=16, ge=1)  # write a shard every this many finished units ...
     flush_s: float = Field(default=20.0, gt=0)  # ... or this many seconds
+    shard_rows: int = Field(default=50_000, ge=1)  # at the end of a run, small shards merge up to this many rows
+    # the papers' tables `memloop report` lays out from this run (jobs.paper_tables; not in the run id)
+    paper_tables: list[str] = Field(default_factory=list)
 
     @field_validator("name", "tag")
     @classmethod
     def _slug(cls, v: str | None) -> str | None:
         if v is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", v):
             raise ValueError("use letters, digits, '.', '_' and '-' only (at most 64 characters)")
+        return v
+
+    @field_validator("paper_tables")
+    @classmethod
+    def _known_tables(cls, v: list[str]) -> list[str]:
+        from jobs.paper_tables import TABLES
+
+        unknown = [t for t in v if t not in TABLES]
+        if unknown:
+            raise ValueError(f"unknown paper table(s) {unknown}; use some of {', '.join(sorted(TABLES))}")
         return v
 
     @field_validator("output")
@@ -196,6 +212,13 @@ class RunConfig(_Strict):
         if dup:
             raise ValueError(f"methods {dup} appear twice; give each a distinct `label`")
         return v
+
+    @model_validator(mode="after")
+    def _loops_need_engines(self) -> "RunConfig":
+        if self.engine.method_loops == "engine" and self.model.kind != "engine":
+            raise ValueError("`engine.method_loops: engine` runs the loops next to memloop's engine actors; "
+                             "with `model.kind: openai` there are none: use `method_loops: driver`")
+        return self
 
     def seeds(self) -> list[int]:
         """One seed per repeat, derived from the base seed."""
@@ -220,9 +243,11 @@ def parse_config(data: dict[str, Any], source: str = "config") -> RunConfig:
 
 
 def with_overrides(cfg: RunConfig, source: str = "config", *, output: str | None = None, tag: str | None = None,
-                   limit: int | None = None) -> RunConfig:
+                   limit: int | None = None, max_chunks: int | None = None, repeats: int | None = None) -> RunConfig:
     """The config with command-line overrides applied and validated again (`--limit N` keeps at most
-    N samples of every dataset, which is part of the run id like a `limit` in the file)."""
+    N samples of every dataset, `--max-chunks N` the first N chunks of each sample, `--repeats N`
+    sets the repeats; all three are part of the run id like the same settings in the file). With
+    them a paper's config runs reduced: `--limit 2 --max-chunks 2 --repeats 1`."""
     data = cfg.model_dump()
     if output is not None:
         data["output"] = output
@@ -233,6 +258,15 @@ def with_overrides(cfg: RunConfig, source: str = "config", *, output: str | None
             raise ConfigError(f"--limit must be at least 1 (got {limit})")
         for d in data["datasets"]:
             d["limit"] = min(d["limit"] or limit, limit)
+    if max_chunks is not None:
+        if max_chunks < 1:
+            raise ConfigError(f"--max-chunks must be at least 1 (got {max_chunks})")
+        for d in data["datasets"]:
+            d["options"]["max_chunks"] = min(d["options"].get("max_chunks") or max_chunks, max_chunks)
+    if repeats is not None:
+        if repeats < 1:
+            raise ConfigError(f"--repeats must be at least 1 (got {repeats})")
+        data["repeats"] = repeats
     return parse_config(data, source)
 
 

@@ -34,7 +34,8 @@ from jobs.plan import RunPlan, make_plan
 from jobs.pool import Attempt, Outcome, WorkerPool
 from jobs.progress import Progress
 from jobs.storage import RunStore
-from jobs.tables import now, sample_row, step_rows
+from jobs.loops import run_loop, start_workers
+from jobs.tables import now, sample_row
 from jobs.workload import Unit
 
 Log = Callable[[str], None]
@@ -73,24 +74,27 @@ class RunSummary:
 
 
 class _UnitRunner:
-    """The unit function of the pool: one method run against one lane's LLM (an engine actor, or the
-    endpoint), then its judges."""
+    """The unit function of the pool: one method loop against one lane's LLM (an engine actor, or the
+    endpoint), in this process or in the lane's method worker next to its engine, then its judges."""
 
-    def __init__(self, cfg: RunConfig, llms: list[Any], actors: list[Any], fanout: JudgeFanout, log: Log) -> None:
+    def __init__(self, cfg: RunConfig, llms: list[Any], actors: list[Any], fanout: JudgeFanout, log: Log,
+                 workers: list[Any] | None = None) -> None:
         self.cfg, self.llms, self.actors, self.fanout, self.log = cfg, llms, actors, fanout, log
+        self.workers = workers or []
         self.usage = Usage()
         self.stopping = False
         self._lock = threading.Lock()
 
     def run(self, a: Attempt[Unit], lane: int) -> Outcome | Any:
-        from eval.methods import get_method
-
-        u, started = a.item, now()
-        out = get_method(u.method.name, **u.settings).run(u.sample, self.llms[lane])
+        u = a.item
+        if self.workers:  # the loop runs on the engine's host; only the unit and its rows travel
+            # Waiting on the ref's future, not in ray.get: a thread blocked in ray.get wakes every
+            # second to check for signals, which with thousands of loop threads keeps the GIL busy.
+            rows, out = self.workers[lane].run.remote(u, a.number).future().result()
+        else:
+            rows, out = run_loop(u, a.number, self.llms[lane])
         with self._lock:  # totals of finished units (the progress line's fallback, the run's stats)
             self.usage = self.usage + out.usage
-        rows = {"samples": [sample_row(u, "ok", None, a.number + 1, out, started, self.llms[lane].name)],
-                "steps": step_rows(u, out)}
         if not u.judges:
             return Outcome(rows)
         return self.fanout.start(u, out, self.llms[lane], rows)
@@ -128,33 +132,42 @@ def _cached(plan: RunPlan, llms: list[Any]) -> list[Any]:
 
 
 def _compute(plan: RunPlan, rs: RunStore, todo: list[Unit], llms: list[Any], actors: list[Any], log: Log,
-             state: dict[str, Any]) -> dict[str, Any]:
+             state: dict[str, Any], workers: list[Any] | None = None) -> dict[str, Any]:
     cfg = plan.config
     per_lane = cfg.model.endpoint.max_concurrency if cfg.model.endpoint is not None else cfg.engine.max_in_flight
     llms = _cached(plan, llms)
     fanout = JudgeFanout(cfg, waiters=len(llms) * per_lane)
-    runner = _UnitRunner(cfg, llms, actors, fanout, log)
+    runner = _UnitRunner(cfg, llms, actors, fanout, log, workers)
     progress = Progress(len(todo), rs.uri, log, interactive=log is _stderr and sys.stderr.isatty())
-    t0 = time.monotonic()
+    t0, cpu0 = time.monotonic(), time.process_time()
     pool: WorkerPool[Unit] = WorkerPool(
         todo, lanes=len(llms), per_lane=per_lane, retries=cfg.retries, run=runner.run,
         failed_rows=runner.failed_rows, flush=rs.write_shard, describe=lambda u: u.key, lane_lost=runner.lane_lost,
         flush_units=cfg.flush_units, flush_s=cfg.flush_s,
         progress=lambda p: _show_progress(progress, p, runner), log=log)
     state["pool"] = pool
+    state["pool_started"] = t0
+    timer = threading.Timer(state["stop_after_s"], pool.stop.set) if state.get("stop_after_s") else None
+    if timer is not None:  # a simulation's cap on computing time
+        timer.start()
     try:
         pool.run()
     finally:
+        if timer is not None:
+            timer.cancel()
         runner.stopping = True
         fanout.shutdown()
+    el, cpu = time.monotonic() - t0, time.process_time() - cpu0
+    state["pool_ended"] = t0 + el
     _show_progress(progress, pool, runner)
     progress.close()
-    el = time.monotonic() - t0
     u = runner.usage
     return {"wall_s": el, "prompt_tokens": u.prompt_tokens, "cached_tokens": u.cached_tokens,
             "decoded_tokens": u.decoded_tokens,
             "cache_hit": u.cached_tokens / u.prompt_tokens if u.prompt_tokens else 0.0,
             "tokens_per_s": (u.prompt_tokens - u.cached_tokens + u.decoded_tokens) / el if el else 0.0,
+            "method_loops": cfg.engine.method_loops if actors else "driver",
+            "driver_cpu": cpu / el if el else 0.0,  # cores' worth of the driver process while units ran
             "engine": engine_actors.engine_stats(actors),
             "response_cache": {"hits": sum(getattr(x, "hits", 0) for x in llms),
                                "misses": sum(getattr(x, "misses", 0) for x in llms)}}
@@ -166,50 +179,82 @@ def _stop_pool(state: dict[str, Any]) -> None:
         pool.stop.set()
 
 
-def _start_and_compute(plan: RunPlan, rs: RunStore, todo: list[Unit], actor_cls: Any, log: Log,
-                       state: dict[str, Any]) -> dict[str, Any]:
-    """Start the engine actors (or connect to the endpoint), compute the units, and kill the actors
-    whatever happens."""
+def _start_and_compute(plan: RunPlan, rs: RunStore, todo: list[Unit], actor_cls: Any, sim: "Simulated | None",
+                       log: Log, state: dict[str, Any]) -> dict[str, Any]:
+    """Start the engine actors (or connect to the endpoint) and, with `method_loops: engine`, a method
+    worker beside each; compute the units, and kill the actors whatever happens."""
     import ray
 
     from jobs.llm_adapters import ActorLLM, endpoint_llm
 
     engine_actors.ensure_ray(log)  # judges run as Ray tasks in either case
-    if plan.config.model.kind == "openai":
-        return _compute(plan, rs, todo, [endpoint_llm(plan.config.model.endpoint)], [], log, state)
-    try:
-        actors = engine_actors.start_actors(plan.config.engine, actor_cls or engine_actors.default_actor_class(),
-                                            {"config": plan.engine_config}, log, name_prefix=f"memloop:{plan.run_id}:")
-    except ValueError as exc:  # the name is taken
-        raise RunError(f"run {plan.run_id} is already being computed on this Ray cluster ({exc}); "
-                       "wait for it or stop it") from None
-    timeout = plan.config.engine.request_timeout_s
+    cfg = plan.config
+    if cfg.model.kind == "openai":
+        return _compute(plan, rs, todo, [endpoint_llm(cfg.model.endpoint)], [], log, state)
+    if sim is not None:
+        actors, procs = sim.start(cfg.engine, log)
+    else:
+        try:
+            actors = procs = engine_actors.start_actors(cfg.engine, actor_cls or engine_actors.default_actor_class(),
+                                                        {"config": plan.engine_config}, log,
+                                                        name_prefix=f"memloop:{plan.run_id}:")
+        except ValueError as exc:  # the name is taken
+            raise RunError(f"run {plan.run_id} is already being computed on this Ray cluster ({exc}); "
+                           "wait for it or stop it") from None
+    timeout = cfg.engine.request_timeout_s
     llms = [ActorLLM(a, name=f"engine-{i}", timeout_s=timeout) for i, a in enumerate(actors)]
+    workers: list[Any] = []
+    worker_procs: list[Any] = []
     try:
-        return _compute(plan, rs, todo, llms, actors, log, state)
+        if cfg.engine.method_loops == "engine":
+            workers, worker_procs = start_workers(
+                actors, cfg.engine.max_in_flight, max_restarts=cfg.engine.max_restarts, timeout_s=timeout,
+                cache_dir=cfg.response_cache, cache_key=json.dumps(plan.identity["model"], sort_keys=True),
+                pack=sim.pack if sim is not None else 1)
+            log(f"method loops: {len(worker_procs)} worker process(es) beside the engine actors")
+        return _compute(plan, rs, todo, llms, actors, log, state, workers)
     finally:
-        for a in actors:  # free the hosts (and, in a shared Ray, the CPUs and memory) at once
+        for a in worker_procs + procs:  # free the hosts (and, in a shared Ray, the CPUs and memory) at once
             ray.kill(a)
 
 
-def execute(cfg: RunConfig, *, actor_cls: Any = None, log: Log = _stderr,
-            on_ready: Callable[[str, str], None] | None = None) -> RunSummary:
-    """Run (or resume) the config; returns the counts printed as the CLI's last line."""
+@dataclass
+class Simulated:
+    """How a simulation (`memloop bench scale`) replaces the engines: `start(engine_spec, log)` returns
+    a handle per engine lane and the actor processes to kill; `pack` lanes share a method worker."""
+
+    start: Callable[[Any, Log], tuple[list[Any], list[Any]]]
+    pack: int = 1
+
+
+def execute(cfg: RunConfig, *, actor_cls: Any = None, sim: Simulated | None = None,
+            units: Callable[[list[Unit]], list[Unit]] | None = None, stop_after_s: float | None = None,
+            log: Log = _stderr, on_ready: Callable[[str, str], None] | None = None,
+            state: dict[str, Any] | None = None) -> RunSummary:
+    """Run (or resume) the config; returns the counts printed as the CLI's last line.
+
+    For simulations (`memloop bench scale`): `sim` replaces the engine actors, `units` maps the plan's
+    units to the ones computed, `stop_after_s` stops the run like a signal would after that many
+    seconds of computing, and `state` receives the pool and its timings."""
     plan = make_plan(cfg)
+    all_units = units(plan.units) if units is not None else plan.units
     rs = RunStore.open(cfg.output, plan.run_id)
     rs.check_writable()
     if on_ready:
         on_ready(plan.run_id, rs.uri)
+    t_resume = time.monotonic()
     done = rs.done_units()
-    todo = [u for u in plan.units if u.key not in done]
-    skipped = len(plan.units) - len(todo)
-    log(f"run {plan.run_id}: {len(plan.units)} units, {skipped} already done, {len(todo)} to compute; "
+    resume_s = time.monotonic() - t_resume
+    todo = [u for u in all_units if u.key not in done]
+    skipped = len(all_units) - len(todo)
+    log(f"run {plan.run_id}: {len(all_units)} units, {skipped} already done, {len(todo)} to compute; "
         f"results -> {rs.uri}")
     invocation = f"{now().strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
     base = manifest_base(plan, invocation, rs.uri)
     started, t0 = now(), time.monotonic()
-    stats: dict[str, Any] = {}
-    state: dict[str, Any] = {}
+    stats: dict[str, Any] = {"resume_s": resume_s}
+    state = state if state is not None else {}
+    state["stop_after_s"] = stop_after_s
     from jobs.run_lock import run_lock
 
     # A second driver of the same run into the same output is refused here, before it writes anything.
@@ -218,7 +263,10 @@ def execute(cfg: RunConfig, *, actor_cls: Any = None, log: Log = _stderr,
     with held as lock:
         try:
             if todo:
-                stats = _start_and_compute(plan, rs, todo, actor_cls, log, state)
+                stats.update(_start_and_compute(plan, rs, todo, actor_cls, sim, log, state))
+                t = time.monotonic()
+                stats["shards"] = rs.compact(cfg.shard_rows)  # small shards merged for analysis
+                stats["compact_s"] = time.monotonic() - t
         except BaseException as exc:
             stats["interrupted"] = error_text(exc)
             if not isinstance(exc, (KeyboardInterrupt, RunError)):
@@ -228,10 +276,11 @@ def execute(cfg: RunConfig, *, actor_cls: Any = None, log: Log = _stderr,
             pool = state.get("pool")
             computed, failed = (pool.finished - pool.failed, pool.failed) if pool is not None else (0, 0)
             state["counts"] = (computed, failed, list(pool.errors) if pool is not None else [])
+            rs.write_index(invocation)  # before the manifest: what the next resume reads
             rs.write_manifest(dict(base, started_at=started, finished_at=now(), wall_s=time.monotonic() - t0,
                                    samples=len(plan.units), computed=computed, skipped=skipped, failed=failed,
                                    stats_json=json.dumps(stats, default=str)))
     if lock["lost"]:
         raise RunError(lock["lost"])
     computed, failed, errors = state["counts"]
-    return RunSummary(plan.run_id, rs.uri, len(plan.units), computed, skipped, failed, stats, errors)
+    return RunSummary(plan.run_id, rs.uri, len(all_units), computed, skipped, failed, stats, errors)

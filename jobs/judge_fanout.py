@@ -2,7 +2,8 @@
 
 The unit's worker thread does not wait for its judges: `start` returns a future of the unit's
 `Outcome` (its sample and step rows plus every judgment and score row), resolved by a small thread
-pool that waits on the tasks. A judge that fails marks the unit failed with the judge's error.
+pool that waits on the tasks. A judge that fails marks the unit failed with the judge's error. A
+unit whose method does not apply to its sample (status "n/a") has no answer to judge: no judge runs.
 """
 from __future__ import annotations
 
@@ -29,6 +30,10 @@ class JudgeFanout:
 
         from jobs.judging import judge_one
 
+        if out.not_applicable:  # nothing to score: no judgment, no score, so never a zero in a mean
+            done: "Future[Outcome]" = Future()
+            done.set_result(Outcome(rows))
+            return done
         if self._remote is None:
             self._remote = ray.remote(judge_one)
         refs = [self._remote.options(num_cpus=self.cfg.judge_cpus, max_retries=self.cfg.retries,

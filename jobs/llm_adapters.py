@@ -35,9 +35,10 @@ class ActorLLM:
         return (ActorLLM, (self.actor, self.name, self.timeout_s))
 
     def complete(self, request: LLMRequest) -> LLMResult:
-        import ray
-
-        out = ray.get(self.actor.complete.remote(request.to_dict()), timeout=self.timeout_s)
+        # The ref's future, not ray.get: a thread blocked in ray.get wakes every second to check for
+        # signals under the GIL, which thousands of loop threads turn into the process's main work
+        # (`memloop bench scale`). A timeout raises TimeoutError, transient like Ray's own.
+        out = self.actor.complete.remote(request.to_dict()).future().result(timeout=self.timeout_s)
         result = LLMResult.from_dict(out)
         with self._lock:
             self.usage = self.usage + result.usage
@@ -47,11 +48,16 @@ class ActorLLM:
     def count_tokens(self, text: str) -> int:
         return self._count(text)
 
-    @functools.lru_cache(maxsize=4096)  # noqa: B019 - one adapter per actor, lives for the run
-    def _count(self, text: str) -> int:
+    @functools.cached_property
+    def context_tokens(self) -> int:
+        """The engine's window per request (the long-context ceiling asks whether an input fits)."""
         import ray
 
-        return int(ray.get(self.actor.count_tokens.remote(text), timeout=self.timeout_s))
+        return int(ray.get(self.actor.context_tokens.remote(), timeout=self.timeout_s))
+
+    @functools.lru_cache(maxsize=4096)  # noqa: B019 - one adapter per actor, lives for the run
+    def _count(self, text: str) -> int:
+        return int(self.actor.count_tokens.remote(text).future().result(timeout=self.timeout_s))
 
 
 class EngineLLM:
@@ -61,6 +67,7 @@ class EngineLLM:
         self.engine = engine
         self.name = name
         self.supports_json_schema = supports_json_schema
+        self.context_tokens: int | None = getattr(engine, "max_context", None)  # the window a request may use
 
     def complete(self, request: LLMRequest) -> LLMResult:
         return LLMResult.from_dict(self.engine.complete(request.to_dict()))

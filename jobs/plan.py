@@ -115,6 +115,9 @@ def check_config(cfg: RunConfig) -> None:
     for i, j in enumerate(cfg.judges):
         if j.name not in judges:
             raise ConfigError(f"`judges.{i}.name`: unknown judge {j.name!r}; registered: {', '.join(judges)}")
+        for t in j.tasks or ():
+            if t not in tasks:
+                raise ConfigError(f"`judges.{i}.tasks`: unknown task {t!r}; use one of {', '.join(tasks)}")
         try:
             get_judge(j.name).check_options(j.options)
         except EvalError as exc:

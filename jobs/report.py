@@ -9,6 +9,8 @@ with one repeat only the mean is shown. Tables:
 - Scores: every other (judge, metric) per method, e.g. BooookScore, ROUGE, exact match.
   Every judge's figures come with "judged / total": the units it scored out of the method's units on
   the dataset, so a failed sample or a failed judgment never shrinks the denominator unseen.
+- The papers' tables the run's config names (`paper_tables:`, laid out by `jobs.paper_tables`): the
+  paper's rows and columns, memloop's figure beside the paper's printed number.
 - Cost (seed 002 table 3, per book): means per sample of encoded, net encoded (prompt minus cached)
   and decoded tokens (x 10^3) and of the cost index = (net + 3 x decoded) / 10^6; cache hit % of the
   mean usage. All methods on a dataset are compared over the same samples: those every method
@@ -39,9 +41,11 @@ from eval.judges import aggregator
 from eval.judges.cost import per_sample_cost, prefix_hit_rate, prefix_hits, usage_of
 from eval.judges.sumie import METRICS as SUMIE_METRICS
 from eval.judges.sumie import turn_summary
+from jobs.paper_tables import TABLES, PaperTable, layout, method_status
 from jobs.storage import RunStore
 
 TURN_SUMMARIES = ("start", "last", "avg")
+NOT_APPLICABLE = "n/a"
 
 
 def mean_se(values: list[float] | pd.Series) -> tuple[float, float | None]:
@@ -89,6 +93,12 @@ class RunData:
     def ok(self) -> pd.DataFrame:
         return self.samples[self.samples["status"] == "ok"]
 
+    @property
+    def applicable(self) -> pd.DataFrame:
+        """Units a method applies to: all but the "n/a" ones (e.g. the long-context ceiling on an input
+        longer than the model's context), which are counted apart and never as failures."""
+        return self.samples[self.samples["status"] != NOT_APPLICABLE]
+
 
 def per_repeat(df: pd.DataFrame, column: str, judge: str) -> list[float]:
     """One value per repeat: judge `judge`'s aggregation over the samples of that repeat."""
@@ -102,7 +112,7 @@ UNIT_KEY = ["repeat", "sample_id"]
 def judged_counts(d: RunData) -> dict[tuple[str, str, str], tuple[int, int]]:
     """{(method, dataset, judge): (judged, total)}: units with a score of the judge, out of all the
     method's units on the dataset (failed ones included)."""
-    totals = d.samples.groupby(["method", "dataset"]).size().to_dict()
+    totals = d.applicable.groupby(["method", "dataset"]).size().to_dict()
     judged = d.scores.drop_duplicates(["method", "dataset", "judge"] + UNIT_KEY) \
         .groupby(["method", "dataset", "judge"]).size().to_dict()
     return {k: (int(n), int(totals.get(k[:2], n))) for k, n in judged.items()}
@@ -119,12 +129,17 @@ def _judged_cell(counts: dict[tuple[str, str, str], tuple[int, int]], key: tuple
 
 def overview_table(d: RunData) -> str:
     rows = []
+    na = (d.samples["status"] == NOT_APPLICABLE).any()
     for (ds, method), g in d.samples.groupby(["dataset", "method"], sort=True):
-        failed = g[g["status"] != "ok"]
+        failed = g[g["status"] == "failed"]
+        skipped = g[g["status"] == NOT_APPLICABLE]
         err = failed["error"].dropna().iloc[0][:80] if len(failed) else ""
-        rows.append([method, ds, str((g["status"] == "ok").sum()), str(len(failed)), str(g["repeat"].nunique()),
-                     err.replace("|", "/").replace("\n", " ")])
-    return markdown_table(["method", "dataset", "ok", "failed", "repeats", "first error"], rows)
+        why = skipped["error"].dropna().iloc[0][:80] if len(skipped) and not err else ""
+        rows.append([method, ds, str((g["status"] == "ok").sum()), str(len(failed))]
+                    + ([str(len(skipped))] if na else [])
+                    + [str(g["repeat"].nunique()), (err or why).replace("|", "/").replace("\n", " ")])
+    return markdown_table(["method", "dataset", "ok", "failed"] + (["n/a"] if na else []) + ["repeats", "first error"],
+                          rows)
 
 
 def _sumie_summary(scores: pd.DataFrame) -> pd.Series:
@@ -195,11 +210,13 @@ def cost_units(d: RunData) -> tuple[pd.DataFrame, list[dict]]:
         methods = sorted(g["method"].unique())
         for (rep, sid), u in g.groupby(UNIT_KEY, sort=True):
             ok = set(u.loc[u["status"] == "ok", "method"])
-            if ok == set(methods):
+            # a method that does not apply to this sample (n/a) is not compared on it, nor blocks it
+            if ok | set(u.loc[u["status"] == NOT_APPLICABLE, "method"]) == set(methods):
                 keep.append((ds, rep, sid))
             else:
+                na = set(u.loc[u["status"] == NOT_APPLICABLE, "method"])
                 excluded.append({"dataset": ds, "sample_id": str(sid), "repeat": int(rep),
-                                 "methods": [m for m in methods if m not in ok]})
+                                 "methods": [m for m in methods if m not in ok and m not in na]})
     ok = d.ok
     if not keep or ok.empty:
         return ok.iloc[0:0], excluded
@@ -245,8 +262,7 @@ def _prompt_tokenizer(d: RunData) -> PromptTokenizer:
 
     if d.runs.empty or "config_json" not in d.runs:
         return cl100k("the run records no model")
-    runs = d.runs.sort_values("finished_at") if "finished_at" in d.runs else d.runs
-    model = (json.loads(runs.iloc[-1]["config_json"] or "{}").get("model") or {})
+    model = run_config(d).get("model") or {}
     if model.get("kind") == "openai":
         return cl100k(f"the endpoint model {(model.get('endpoint') or {}).get('model')!r} has no local tokenizer")
     try:
@@ -282,11 +298,13 @@ def cost_frame(d: RunData, tok: PromptTokenizer | None = None) -> pd.DataFrame:
 def _cost_frame(d: RunData, tok: PromptTokenizer) -> pd.DataFrame:
     units, _ = cost_units(d)
     steps = d.steps
+    # one pass over the steps table, not one filter of it per (method, dataset, repeat)
+    by_group = dict(iter(steps.groupby(["method", "dataset", "repeat"], sort=False))) if not steps.empty else {}
     rows = []
     for (method, ds, rep), g in units.groupby(["method", "dataset", "repeat"], sort=True):
         c = _per_sample(g)
-        st = steps[(steps["method"] == method) & (steps["dataset"] == ds) & (steps["repeat"] == rep)
-                   & steps["sample_id"].isin(set(g["sample_id"]))] if not steps.empty else steps
+        st = by_group.get((method, ds, rep), steps.iloc[0:0])
+        st = st[st["sample_id"].isin(set(g["sample_id"]))]
         rows.append(dict(method=method, dataset=ds, repeat=rep, radix_cache_hit=100.0 * c["cache_hit_rate"],
                          prefix_hit_paper=_prefix_hit_paper(st, tok),
                          encoded=c["encoded"], net_encoded=c["net_encoded"], decoded=c["decoded"],
@@ -303,8 +321,8 @@ def cost_table(d: RunData, tok: PromptTokenizer | None = None) -> str | None:
     _, excluded = cost_units(d)
     if f.empty and not excluded:
         return None
-    totals = d.samples.groupby(["method", "dataset"]).size().to_dict()
-    failed = d.samples[d.samples["status"] != "ok"].groupby(["method", "dataset"]).size().to_dict()
+    totals = d.applicable.groupby(["method", "dataset"]).size().to_dict()
+    failed = d.samples[d.samples["status"] == "failed"].groupby(["method", "dataset"]).size().to_dict()
     rows = []
     for (method, ds), n in sorted(totals.items()):
         g = f[(f["method"] == method) & (f["dataset"] == ds)] if not f.empty else f
@@ -341,10 +359,25 @@ def headline(d: RunData) -> dict:
     per sample over the samples every method finished: `samples` of `total` units, and the left-out
     samples under `cost_excluded`; `radix_cache_hit` is the engine's, `prefix_hit_paper` seed 002's,
     with the `tokenizer` it was counted in); each a mean over repeats with its standard error, computed by
-    the same functions as the Markdown tables."""
+    the same functions as the Markdown tables. `paper_tables`: the tables of the papers the run's config
+    names (`jobs.paper_tables`), memloop's cell and the paper's number side by side."""
     units = [{"method": m, "dataset": ds, "ok": int((g["status"] == "ok").sum()),
-              "failed": int((g["status"] != "ok").sum())}
+              "failed": int((g["status"] == "failed").sum()),
+              **({"n/a": int((g["status"] == "n/a").sum())} if (g["status"] == "n/a").any() else {})}
              for (m, ds), g in d.samples.groupby(["method", "dataset"], sort=True)]
+    _, excluded = cost_units(d)
+    return {"run_id": d.run_id, "uri": d.uri, "units": units, "figures": figures_of(d), "cost_excluded": excluded,
+            "paper_tables": [laid for _, laid in paper_tables(d)]}
+
+
+def figures_of(d: RunData) -> list[dict]:
+    """Every headline figure of the run (computed once per load)."""
+    if "figures" not in d.derived:
+        d.derived["figures"] = _figures(d)
+    return d.derived["figures"]
+
+
+def _figures(d: RunData) -> list[dict]:
     counts = judged_counts(d)
 
     def judged(m: str, ds: str, j: str) -> dict[str, int]:
@@ -363,15 +396,66 @@ def headline(d: RunData) -> dict:
                         **judged(m, ds, j)})
     tok = prompt_tokenizer(d)
     c = cost_frame(d, tok)
-    totals = d.samples.groupby(["method", "dataset"]).size().to_dict()
+    totals = d.applicable.groupby(["method", "dataset"]).size().to_dict()
     for (m, ds), g in (c.groupby(["method", "dataset"], sort=True) if not c.empty else ()):
         for metric in COST_METRICS:
             figures.append({"method": m, "dataset": ds, "judge": "", "metric": metric,
                             **_figure([float(v) for v in g[metric]]),
                             "samples": int(g["samples"].sum()), "total": int(totals[(m, ds)]),
                             **({"tokenizer": tok.label} if metric == "prefix_hit_paper" else {})})
-    _, excluded = cost_units(d)
-    return {"run_id": d.run_id, "uri": d.uri, "units": units, "figures": figures, "cost_excluded": excluded}
+    return figures
+
+
+def memory_figures(d: RunData) -> list[dict]:
+    """`memory_tokens` per (method, dataset): the memory after each step in the run model's tokenizer,
+    averaged over a sample's steps, then over its samples (per repeat; seed 000 appendix A)."""
+    st = d.steps
+    if st.empty or "memory_json" not in st or st["memory_json"].isna().all():
+        return []
+    from eval.methods.parsing import as_text
+
+    tok = prompt_tokenizer(d)
+    st = st[st["memory_json"].notna()]
+    per_sample = st.assign(memory_tokens=[len(tok.encode(as_text(json.loads(m)))) for m in st["memory_json"]]) \
+        .groupby(["method", "dataset", "repeat", "sample_id"])["memory_tokens"].mean().reset_index()
+    totals = d.applicable.groupby(["method", "dataset"]).size().to_dict()
+    out = []
+    for (m, ds), g in per_sample.groupby(["method", "dataset"], sort=True):
+        out.append({"method": m, "dataset": ds, "judge": "", "metric": "memory_tokens",
+                    **_figure([float(r["memory_tokens"].mean()) for _, r in g.groupby("repeat")]),
+                    "samples": int(len(g)), "total": int(totals.get((m, ds), len(g))), "tokenizer": tok.label})
+    return out
+
+
+def paper_markdown(table: PaperTable, laid: dict[str, Any]) -> str:
+    header = ["row"]
+    for col in table.columns:
+        header += [f"{col.label}, memloop", f"{col.label}, {table.paper_label}"]
+    body = [[r["label"]] + [x for c in table.columns for x in (r["cells"][c.label]["text"],
+                                                                r["cells"][c.label]["paper"] or "")]
+            for r in laid["rows"]]
+    out = f"### {table.title}\n\n" + markdown_table(header, body)
+    return out + (f"\n\n{table.note}" if table.note else "")
+
+
+def run_config(d: RunData) -> dict:
+    """The config of the run's latest invocation (as recorded in its runs table)."""
+    if d.runs.empty or "config_json" not in d.runs:
+        return {}
+    runs = d.runs.sort_values("finished_at") if "finished_at" in d.runs else d.runs
+    return json.loads(runs.iloc[-1]["config_json"] or "{}")
+
+
+def paper_tables(d: RunData) -> list[tuple[PaperTable, dict]]:
+    """The papers' tables the run's config names, each laid out from the run's figures."""
+    ids = [i for i in run_config(d).get("paper_tables") or () if i in TABLES]
+    if not ids:
+        return []
+    figures = list(figures_of(d))
+    if any(c.metric == "memory_tokens" for i in ids for c in TABLES[i].columns):
+        figures += memory_figures(d)
+    status = method_status(d.samples)
+    return [(TABLES[i], layout(TABLES[i], figures, status)) for i in ids]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -471,6 +555,10 @@ def build_report(d: RunData) -> Report:
              "figures are mean ± standard error over repeats." if n_rep > 1 else
              f"{len(d.samples)} units ({len(d.ok)} ok, {len(d.samples) - len(d.ok)} failed), one repeat (means only).",
              "", "## Units", "", overview_table(d) if not d.samples.empty else "(no units written yet)"]
+    papers = paper_tables(d)
+    if papers:
+        parts += ["", "## The papers' tables: memloop beside the paper", ""]
+        parts += ["\n\n".join(paper_markdown(t, laid) for t, laid in papers)]
     for title, table in (("SUMIE: precision / recall / F1 per turn (seed 000, table 1)", sumie_table(d)),
                          ("Scores", scores_table(d)),
                          ("Cost (seed 002, table 3)", cost_table(d))):

@@ -3,6 +3,7 @@
 Layout of one run (`{output}/{run_id}/`):
 
     runs/{invocation}.parquet       one manifest row per `memloop run` invocation
+    index/{invocation}.parquet      the units an invocation committed, and their shards (for resume)
     samples/{shard}.parquet         final outputs, one row per (dataset, sample, method, repeat) unit
     steps/{shard}.parquet           per-step traces of the same units
     judgments/{shard}.parquet       raw judge answers
@@ -16,7 +17,14 @@ it into place; GCS: a single-request upload, which becomes visible only when com
 `steps`, `judgments` and `scores` files are written before its `samples` file, and readers only read
 shards whose `samples` file exists, so an interrupted write never shows half a shard. A re-run skips
 units already recorded as `ok`; failed units are tried again and `final_outcomes` picks one row per
-unit when reading.
+unit when reading. It learns which units are done from the invocations' unit indexes and the
+listing of `samples/`, reading (two columns of) only those shards no index covers (an invocation
+that was killed before writing its index).
+
+Compaction: at the end of an invocation its small shards are merged into shards of up to
+`shard_rows` rows (`RunStore.compact`): the merged shard is committed first (its `samples` last),
+then the old shards are removed `samples` first. A reader in between sees every unit twice with
+identical rows, which `final_outcomes` resolves to one; a crash in between leaves only invisible files.
 
 Write modes (`Store.put`), each what GCS enforces with generation preconditions:
 - "create": create-only (`ifGenerationMatch=0`). Shards and manifest rows have unique names, so an
@@ -316,26 +324,30 @@ def join_uri(base: str, name: str) -> str:
 # Parquet tables of one run.
 
 
+SHARD_TABLES = ("steps", "judgments", "scores", "samples")  # the write order of a shard: samples commits it
+
+
 def to_parquet(table: str, rows: list[dict[str, Any]]) -> bytes:
-    schema = SCHEMAS[table]
-    arrow = pa.Table.from_pylist(rows, schema=schema)
-    buf = io.BytesIO()
-    pq.write_table(arrow, buf, compression="zstd")
-    return buf.getvalue()
+    return _table_bytes(pa.Table.from_pylist(rows, schema=SCHEMAS[table]))
 
 
 def from_parquet(data: bytes) -> pa.Table:
     return pq.read_table(pa.BufferReader(data))
 
 
+# a unit with one of these outcomes is done: resuming never computes it again ("n/a": the method
+# does not apply to the sample, e.g. the long-context ceiling on an input longer than the context)
+DONE_STATUSES = frozenset({"ok", "n/a"})
+
+
 def final_outcomes(samples: pa.Table) -> pa.Table:
-    """One `samples` row per unit: an `ok` row beats a `failed` one, then the latest (by
+    """One `samples` row per unit: an `ok` (or `n/a`) row beats a `failed` one, then the latest (by
     `finished_at`, then shard name) wins. The one definition of a unit's outcome, used by every
     reader of a run (`RunStore`, `memloop export`)."""
     if samples.num_rows == 0:
         return samples
     df = samples.to_pandas()
-    df["_ok"] = df["status"] == "ok"
+    df["_ok"] = df["status"].isin(DONE_STATUSES)
     df = df.sort_values(["_ok", "finished_at", "shard"], kind="stable").drop_duplicates("unit", keep="last")
     df = df.drop(columns="_ok").sort_values(["dataset", "sample_id", "method", "repeat"], kind="stable")
     return pa.Table.from_pandas(df, schema=samples.schema, preserve_index=False)
@@ -405,6 +417,9 @@ class RunStore:
         self.store = store
         self.run_id = run_id
         self._root = run_id
+        # shards this process committed: name -> (its (unit, status) pairs, its largest table's rows,
+        # the tables it wrote)
+        self.committed: dict[str, tuple[list[tuple[str, str]], int, tuple[str, ...]]] = {}
 
     @classmethod
     def open(cls, output: str, run_id: str) -> "RunStore":
@@ -480,12 +495,61 @@ class RunStore:
         """Write one shard of per-unit rows; `samples` goes last and commits the shard."""
         if not tables.get("samples"):
             raise ValueError("a shard needs at least one samples row (the commit record)")
-        shard = f"{now().strftime('%Y%m%dT%H%M%S%f')}-{uuid.uuid4().hex[:8]}"
-        for table in ("steps", "judgments", "scores", "samples"):
-            rows = [dict(r, run_id=self.run_id, shard=shard) for r in tables.get(table, ())]
-            if rows or table == "samples":
-                self.store.put(self.name(table, f"{shard}.parquet"), to_parquet(table, rows), mode="create")
+        shard = _shard_name()
+        arrow = {t: pa.Table.from_pylist([dict(r, run_id=self.run_id, shard=shard) for r in tables.get(t, ())],
+                                         schema=SCHEMAS[t]) for t in SHARD_TABLES}
+        self._commit(shard, arrow)
         return shard
+
+    def _commit(self, shard: str, arrow: dict[str, pa.Table]) -> None:
+        written = tuple(t for t in SHARD_TABLES if arrow[t].num_rows or t == "samples")
+        for table in written:  # samples last: it commits the shard
+            self.store.put(self.name(table, f"{shard}.parquet"), _table_bytes(arrow[table]), mode="create")
+        s = arrow["samples"]
+        pairs = list(zip(s.column("unit").to_pylist(), s.column("status").to_pylist()))
+        self.committed[shard] = (pairs, max(t.num_rows for t in arrow.values()), written)
+
+    def compact(self, target_rows: int) -> dict[str, int]:
+        """Merge the small shards this process committed into shards of up to `target_rows` rows (of
+        their largest table); returns the shard counts before and after."""
+        before = len(self.committed)
+        group: list[str] = []
+        rows = 0
+        groups: list[list[str]] = []
+        for shard in sorted(self.committed):
+            n = self.committed[shard][1]
+            if n >= target_rows:
+                continue
+            if group and rows + n > target_rows:
+                groups.append(group)
+                group, rows = [], 0
+            group.append(shard)
+            rows += n
+        groups.append(group)
+        for g in groups:
+            if len(g) < 2:
+                continue
+            new = _shard_name()
+            merged = {}
+            for table in SHARD_TABLES:
+                parts = [conform(table, from_parquet(self.store.get(self.name(table, f"{s}.parquet"))))
+                         for s in g if table in self.committed[s][2]]
+                t = pa.concat_tables(parts) if parts else SCHEMAS[table].empty_table()
+                merged[table] = t.set_column(t.schema.get_field_index("shard"), "shard",
+                                             pa.array([new] * t.num_rows, pa.string()))
+            self._commit(new, merged)
+            for s in g:  # samples first: the old shard stops being visible before its parts go
+                for table in reversed(self.committed[s][2]):
+                    self.store.delete(self.name(table, f"{s}.parquet"))
+                del self.committed[s]
+        return {"before": before, "after": len(self.committed)}
+
+    def write_index(self, invocation: str) -> None:
+        """The units this process committed and their shards (what a resume reads)."""
+        rows = [{"run_id": self.run_id, "unit": u, "shard": shard, "status": st}
+                for shard, (pairs, _, _) in sorted(self.committed.items()) for u, st in pairs]
+        if rows:
+            self.store.put(self.name("index", f"{invocation}.parquet"), to_parquet("index", rows), mode="create")
 
     def write_manifest(self, row: dict[str, Any]) -> None:
         row = dict(row, run_id=self.run_id)
@@ -527,10 +591,37 @@ class RunStore:
         return rows_of_outcomes(self._read_all(table, shards), winners)
 
     def done_units(self) -> set[str]:
-        s = self.samples()
-        if s.num_rows == 0:
-            return set()
-        return {u for u, st in zip(s.column("unit").to_pylist(), s.column("status").to_pylist()) if st == "ok"}
+        """Units recorded done (`ok` or `n/a`), from the unit indexes and the listing of committed shards; only shards
+        no index covers (a killed invocation's) are opened, and only their unit and status columns."""
+        shards = self._shard_names("samples")
+        done: set[str] = set()
+        covered: set[str] = set()
+        for name in self.store.list(self.name("index")):
+            if not name.endswith(".parquet"):
+                continue
+            t = from_parquet(self.store.get(name))
+            for u, shard, st in zip(t.column("unit").to_pylist(), t.column("shard").to_pylist(),
+                                    t.column("status").to_pylist()):
+                if shard in shards:  # a shard that still exists (committed, not compacted away)
+                    covered.add(shard)
+                    if st in DONE_STATUSES:
+                        done.add(u)
+        for shard, name in shards.items():
+            if shard not in covered:
+                t = pq.read_table(pa.BufferReader(self.store.get(name)), columns=["unit", "status"])
+                done.update(u for u, st in zip(t.column("unit").to_pylist(), t.column("status").to_pylist())
+                            if st in DONE_STATUSES)
+        return done
+
+
+def _shard_name() -> str:
+    return f"{now().strftime('%Y%m%dT%H%M%S%f')}-{uuid.uuid4().hex[:8]}"
+
+
+def _table_bytes(t: pa.Table) -> bytes:
+    buf = io.BytesIO()
+    pq.write_table(t, buf, compression="zstd")
+    return buf.getvalue()
 
 
 def _age_s(iso: str | None) -> float:

@@ -35,8 +35,8 @@ _UNIT = [
 SCHEMAS: dict[str, pa.Schema] = {
     "samples": pa.schema(_UNIT + [
         pa.field("seed", pa.int64()),
-        pa.field("status", pa.string(), nullable=False),  # "ok" | "failed"
-        pa.field("error", pa.string()),  # the last error of a failed unit
+        pa.field("status", pa.string(), nullable=False),  # "ok" | "failed" | "n/a" (the method does not apply)
+        pa.field("error", pa.string()),  # the last error of a failed unit; why, for an "n/a" unit
         pa.field("attempts", pa.int32()),
         pa.field("output_json", pa.string()),  # the method's final answer (summary, attributes, name ...)
         pa.field("n_steps", pa.int32()),
@@ -73,6 +73,14 @@ SCHEMAS: dict[str, pa.Schema] = {
         pa.field("metric", pa.string(), nullable=False),
         pa.field("turn", pa.int32()),  # per-turn metrics (SUMIE); null for whole-sample metrics
         pa.field("value", pa.float64()),
+    ]),
+    # One file per invocation (`index/{invocation}.parquet`): the units it committed and in which
+    # shard, so a resume reads these and the shard listing instead of every samples file.
+    "index": pa.schema([
+        pa.field("run_id", pa.string(), nullable=False),
+        pa.field("unit", pa.string(), nullable=False),
+        pa.field("shard", pa.string(), nullable=False),
+        pa.field("status", pa.string(), nullable=False),
     ]),
     "runs": pa.schema([
         pa.field("run_id", pa.string(), nullable=False),
@@ -133,6 +141,8 @@ def sample_row(u: "Unit", status: str, error: str | None, attempts: int, out: "M
     output = None
     prompt = cached = decoded = 0
     if out is not None:
+        if out.not_applicable:  # e.g. the whole input exceeds the model's context: neither ok nor failed
+            status, error = "n/a", out.not_applicable
         output = json.dumps({"answer": out.answer, "memory": out.memory, "settings": out.settings,
                              "templates": out.templates, "failures": out.failures}, sort_keys=True, default=str)
         usage = out.usage

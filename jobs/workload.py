@@ -81,12 +81,28 @@ def _method_tasks(m: MethodSpec) -> tuple[str, ...] | None:
     return method_class(m.name).tasks
 
 
-def _judge_tasks(j: JudgeSpec) -> tuple[str, ...] | None:
-    if j.tasks is not None:
-        return tuple(j.tasks)
+def judges_for(cfg: RunConfig, d: DatasetSpec, samples: list[Sample]) -> tuple[JudgeSpec, ...]:
+    """The one rule matching judges to a dataset: the tasks the config gives the judge (`judges[].tasks`),
+    else the judge's own tasks, else (judges that declare none, such as ROUGE and KGScore) any task; a
+    judge that needs something in the gold (`JudgeInfo.gold`: a reference summary) must find it in every
+    sample it would judge, or the run stops here, before any work, naming the samples without it."""
     from eval.judges import get_judge
 
-    return tuple(get_judge(j.name).tasks)
+    out = []
+    for i, j in enumerate(cfg.judges):
+        info = get_judge(j.name)
+        tasks = j.tasks if j.tasks is not None else info.tasks
+        if tasks is not None and d.task not in tasks:
+            continue
+        if info.gold is not None:
+            lacking = [s.id for s in samples if not info.gold.present(s.gold)]
+            if lacking:
+                raise ConfigError(
+                    f"`judges.{i}`: {j.name} scores {info.gold.what} in each sample's gold, and {len(lacking)} of "
+                    f"{len(samples)} samples of dataset {d.key!r} carry none (e.g. {lacking[:3]}); "
+                    f"{info.gold.remedy}, or keep the judge to other tasks with `judges.{i}.tasks`")
+        out.append(j)
+    return tuple(out)
 
 
 def method_settings(cfg: RunConfig, m: MethodSpec, seed: int) -> dict[str, Any]:
@@ -117,7 +133,7 @@ def build_units(cfg: RunConfig) -> list[Unit]:
         if not matched:
             raise ConfigError(f"`methods.{mi}`: {m.name} runs on tasks {list(tasks or ())}, none of which is in `datasets`")
         for d, samples in matched:
-            judges = tuple(j for j in cfg.judges if (t := _judge_tasks(j)) is None or d.task in t)
+            judges = judges_for(cfg, d, samples)
             for s in samples:
                 for r, seed in enumerate(cfg.seeds()):
                     key = unit_key(d.key, s.id, m.key, r)

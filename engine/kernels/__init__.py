@@ -2,8 +2,10 @@
 
 `qmatmul(x, blocks, qtype)` multiplies by a weight matrix kept in its GGUF block form (Q4_0, Q4_1,
 Q5_0, Q8_0), reading 0.56-1.06 bytes per weight instead of f32's 4 (see qmatmul.cc for why and how).
+`engine.kernels.attention.paged_attention` attends over a paged KV cache reading each page in place
+(paged_attention.cc).
 
-The C++ source is built with the machine's C++ compiler into memloop's cache directory, keyed by the
+The C++ sources are built with the machine's C++ compiler into memloop's cache directory, keyed by the
 source, the compiler and the CPU's features, so a new machine or a changed source rebuilds it. It
 needs x86-64 with AVX-512 (F, BW, VL) and F16C; `available()` is False elsewhere (or when the build
 fails, or `MEMLOOP_KERNELS=0`) and the engine then keeps f32 weights and XLA's own dot.
@@ -27,7 +29,8 @@ import numpy as np
 log = logging.getLogger(__name__)
 
 TARGET = "memloop_qmatmul"
-SOURCE = Path(__file__).with_name("qmatmul.cc")
+ATTENTION_TARGET = "memloop_paged_attention"
+SOURCES = (Path(__file__).with_name("qmatmul.cc"), Path(__file__).with_name("paged_attention.cc"))
 QTYPES = {"Q4_0": 0, "Q4_1": 1, "Q8_0": 2, "Q5_0": 3}
 REQUIRED_FLAGS = ("avx512f", "avx512bw", "avx512vl", "f16c")
 
@@ -61,10 +64,10 @@ def _build(cxx: str, out: Path) -> None:
     with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
         so = Path(tmp) / out.name
         cmd = [cxx, "-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-fno-math-errno",
-               f"-I{jax.ffi.include_dir()}", str(SOURCE), "-o", str(so)]
+               f"-I{jax.ffi.include_dir()}", *map(str, SOURCES), "-o", str(so)]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
-            raise KernelBuildError(f"building {SOURCE.name} failed ({' '.join(cmd)}):\n{proc.stderr[-2000:]}")
+            raise KernelBuildError(f"building {', '.join(x.name for x in SOURCES)} failed ({' '.join(cmd)}):\n{proc.stderr[-2000:]}")
         os.replace(so, out)  # atomic: a concurrent process sees the old file or the whole new one
 
 
@@ -77,7 +80,7 @@ def library_path() -> Path:
         raise KernelBuildError("no C++ compiler (g++, c++ or clang++) on PATH; install one or set CXX.")
     version = subprocess.run([cxx, "--version"], capture_output=True, text=True).stdout
     key = hashlib.sha256()
-    for part in (SOURCE.read_bytes(), version.encode(), " ".join(sorted(cpu_flags())).encode(),
+    for part in (*(x.read_bytes() for x in SOURCES), version.encode(), " ".join(sorted(cpu_flags())).encode(),
                  platform.machine().encode()):
         key.update(part)
     path = cache_root() / "kernels" / f"qmatmul-{key.hexdigest()[:16]}.so"
@@ -102,6 +105,9 @@ def load() -> None:
                                        f"this CPU lacks {', '.join(missing) or platform.machine()}.")
             lib = ctypes.cdll.LoadLibrary(str(library_path()))
             jax.ffi.register_ffi_target(TARGET, jax.ffi.pycapsule(lib.MemloopQMatmul), platform="cpu")
+            jax.ffi.register_ffi_target(ATTENTION_TARGET, jax.ffi.pycapsule(lib.MemloopPagedAttention), platform="cpu")
+            jax.ffi.register_ffi_target(ATTENTION_TARGET + "_f16", jax.ffi.pycapsule(lib.MemloopPagedAttentionF16),
+                                        platform="cpu")
         except (KernelBuildError, OSError) as exc:
             _state["error"] = str(exc)
             raise KernelBuildError(str(exc)) from exc

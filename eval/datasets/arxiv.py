@@ -1,4 +1,5 @@
-"""arXiv long-document summarisation (F-ART): article -> chunks, abstract -> ROUGE reference.
+"""arXiv long-document summarisation (F-ART): article -> chunks, abstract -> the reference summary
+(gold `{"reference": abstract}`, which ROUGE and KGScore score against).
 
 Two record formats are read:
 - the original release (Cohan et al., 2018): `article_id`, `article_text` (list of sentences),
@@ -93,7 +94,7 @@ def load_arxiv(path: str | Path, chunk_sentences: int = 15, chunk_tokens: int | 
         if chunk_tokens is not None:
             meta["chunk_tokens"] = chunk_tokens
         samples.append(Sample(id=f"arxiv/{slug(article_id)}", task="arxiv", chunks=tuple(chunks),
-                              query="Summarize the article.", gold=abstract, metadata=meta))
+                              query="Summarize the article.", gold={"reference": abstract}, metadata=meta))
         if limit is not None and len(samples) >= limit:
             break
     if not samples:

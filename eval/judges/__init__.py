@@ -21,15 +21,17 @@ Bad inputs raise `eval.errors.JudgeError` with what to do.
 | booookscore-batched | book | final summary (str) | unused | yes: `batch_size` sentences per call |
 | sumie | sumie | per-turn predictions, see below | `{"turns": [{attr: [values]}, ...]}` | yes: pair matcher |
 | sumie-exact | sumie | per-turn predictions | same | no: normalised exact match |
-| kgscore | arxiv | generated summary (str) | reference summary (str) | yes: edge extraction |
-| rouge | arxiv | summary (str) | reference (str) | no |
+| kgscore | any with a reference summary | generated summary (str) | `{"reference": str}` | yes: edge extraction |
+| rouge | any with a reference summary | summary (str) | `{"reference": str}` | no |
 | repoqa-exact | repoqa | answer naming a function (str) | function name (str) | no |
 | loft-exec | spider | rows (list of lists, or their JSON) | rows | no |
 
 SUMIE predictions: a list with one entry per turn (the memory after chunk t), each a JSON object
 `{attribute: value or [values]}` (or its JSON text; a `{"attributes": {...}}` wrapper is unwrapped);
 a single object is scored as the last turn. Text predictions need the `sumie` judge (it extracts
-pairs with the LLM). KGScore gold may also be `{"reference": str, "entities": [names]}`.
+pairs with the LLM). KGScore gold may also carry `"entities": [names]`. ROUGE and KGScore declare no
+tasks: they apply to any sample whose gold carries a reference summary (`JudgeInfo.gold`,
+`eval.judges.gold`); given directly, a bare reference string is also accepted.
 
 Metrics per judge: booookscore(-batched): `booookscore`, `sentences`, `confusing`, `invalid`;
 sumie(-exact): `precision`, `recall`, `f1` per turn; kgscore: `precision`, `recall`, `f1`,
@@ -64,6 +66,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from eval.errors import JudgeError
 from eval.judges.aggregation import Aggregate, mean_over_samples
+from eval.judges.gold import REFERENCE_SUMMARY, GoldNeed
 from eval.judges.predictions import final_answer, memory_per_turn
 from eval.judges.records import Judgment, JudgeResult, Score
 from eval.llm import LLM
@@ -81,7 +84,7 @@ class JudgeInfo:
     """A judge: where its function lives, what it needs, what it scores and how its scores aggregate."""
 
     name: str
-    tasks: tuple[str, ...]
+    tasks: tuple[str, ...] | None  # None: any task whose samples' gold carries what `gold` asks for
     needs_llm: bool
     module: str
     function: str
@@ -89,6 +92,7 @@ class JudgeInfo:
     templates: tuple[str, ...] = ()  # prompt templates the judge renders (their hashes go into the run id)
     predict: Prediction = final_answer  # what of a MethodOutput the judge scores
     aggregate_by: Aggregate = mean_over_samples  # per-sample values -> the dataset-level figure
+    gold: GoldNeed | None = None  # what every judged sample's gold must carry (checked before a run)
 
     def load(self) -> Callable[..., JudgeResult]:
         import importlib
@@ -128,11 +132,11 @@ for _info in (
               predict=memory_per_turn),
     JudgeInfo("sumie-exact", ("sumie",), False, "eval.judges.sumie", "judge_exact",
               "per-turn P/R/F1 of attribute-value pairs, normalised exact match", predict=memory_per_turn),
-    JudgeInfo("kgscore", ("arxiv",), True, "eval.judges.kgscore", "judge",
+    JudgeInfo("kgscore", None, True, "eval.judges.kgscore", "judge",
               "P/R/F1 of knowledge-graph edges, predicates compared by MiniLM cosine similarity",
-              ("kgscore-edges", "kgscore-entities")),
-    JudgeInfo("rouge", ("arxiv",), False, "eval.judges.overlap", "judge_rouge",
-              "ROUGE-1/2/L/Lsum F-measures (rouge-score package)"),
+              ("kgscore-edges", "kgscore-entities"), gold=REFERENCE_SUMMARY),
+    JudgeInfo("rouge", None, False, "eval.judges.overlap", "judge_rouge",
+              "ROUGE-1/2/L/Lsum F-measures (rouge-score package)", gold=REFERENCE_SUMMARY),
     JudgeInfo("repoqa-exact", ("repoqa",), False, "eval.judges.overlap", "judge_function_name",
               "1 if the answer names the described function exactly"),
     JudgeInfo("loft-exec", ("spider",), False, "eval.judges.overlap", "judge_exec_match",

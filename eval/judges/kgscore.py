@@ -29,6 +29,7 @@ from eval.asking import ParseFailure
 from eval.errors import JudgeError
 from eval.llm import LLM
 from eval.judges.asking import answer_list, ask_judgment
+from eval.judges.gold import reference_of
 from eval.judges.records import Judgment, JudgeResult, Score, f1, safe_div
 from eval.templates import render
 
@@ -187,12 +188,11 @@ def score_edges(generated: Sequence[Edge], reference: Sequence[Edge], embedder: 
 
 
 def _inputs(gold: Any, metadata: dict[str, Any], entities: Sequence[str] | None) -> tuple[str, list[str] | None]:
+    reference = reference_of(gold)
     if isinstance(gold, dict):
-        reference, entities = gold.get("reference"), entities or gold.get("entities")
-    else:
-        reference = gold
+        entities = entities or gold.get("entities")
     entities = entities or metadata.get("entities")
-    if not isinstance(reference, str) or not reference.strip():
+    if reference is None:
         raise JudgeError("KGScore needs a non-empty reference summary as gold (a string, or {'reference': ..., 'entities': [...]})")
     if entities is not None and (not isinstance(entities, (list, tuple)) or not all(isinstance(e, str) for e in entities)):
         raise JudgeError("KGScore `entities` must be a list of names")

@@ -21,6 +21,7 @@ from typing import Any
 
 from eval.errors import JudgeError
 from eval.llm import LLM
+from eval.judges.gold import reference_of
 from eval.judges.records import Judgment, JudgeResult, Score
 from eval.judges.sentences import split_sentences
 
@@ -50,11 +51,12 @@ def rouge_scores(prediction: str, reference: str) -> dict[str, float]:
 
 
 def judge_rouge(output: Any, gold: Any, llm: LLM | None = None, *, metadata: dict[str, Any] | None = None) -> JudgeResult:
-    if not isinstance(gold, str) or not gold.strip():
-        raise JudgeError("ROUGE needs a non-empty reference text as gold")
+    reference = reference_of(gold)
+    if reference is None:
+        raise JudgeError("ROUGE needs a non-empty reference summary as gold ({'reference': text}, or the text)")
     if not isinstance(output, str):
         raise JudgeError("ROUGE needs the method's answer as a string")
-    vals = rouge_scores(output, gold)
+    vals = rouge_scores(output, reference)
     return JudgeResult("rouge", [Score(k, v) for k, v in vals.items()],
                        [Judgment(item="rouge", label=vals, source="rule")])
 

@@ -5,7 +5,7 @@
     out.answer, [(s.kind, s.output, s.usage) for s in out.steps]
 
 Names: go-text go-json gu-text gu-json gm-text gm-json cok prism-inplace prism-amendments
-hier-merge inc-update kg-retrieval fart-base fart-compressed fart-rolling.
+hier-merge inc-update kg-retrieval no-kg fart-base fart-compressed fart-rolling long-context.
 """
 from eval.asking import ParseFailure
 from eval.methods.base import Method, MethodOutput, MethodSettings, Step, Trace

@@ -49,6 +49,9 @@ class MethodOutput:
     memory: Any = None
     settings: dict[str, Any] = field(default_factory=dict)
     templates: dict[str, str] = field(default_factory=dict)  # template id -> sha256 actually used
+    # why the method does not apply to this sample (e.g. the whole input exceeds the model's context for
+    # the long-context ceiling): no answer to score, recorded as "n/a", never as a failure or a zero
+    not_applicable: str | None = None
 
     @property
     def usage(self) -> Usage:
@@ -86,6 +89,7 @@ class Trace:
         self.settings = settings
         self.steps: list[Step] = []
         self.templates: dict[str, str] = {}
+        self.not_applicable: str | None = None  # set by a method that finds it cannot apply to the sample
 
     def ask(self, template: str | Template, values: dict[str, Any], *, kind: str,
             parse: Callable[[str], Any] | None = None, schema: dict[str, Any] | None = None,
@@ -141,7 +145,8 @@ class Method:
         trace = Trace(llm, self.settings)
         answer, memory = self._run(sample, trace)
         return MethodOutput(method=self.name, sample_id=sample.id, answer=answer, steps=trace.steps, memory=memory,
-                            settings=asdict(self.settings), templates=dict(trace.templates))
+                            settings=asdict(self.settings), templates=dict(trace.templates),
+                            not_applicable=trace.not_applicable)
 
     def _run(self, sample: Sample, trace: Trace) -> tuple[str, Any]:
         raise NotImplementedError

@@ -3,6 +3,12 @@
 Validity as in the official code: a summary is accepted only if it is non-empty, ends in sentence
 punctuation and fits the token limit; otherwise the call is retried (bounded by max_attempts) and a
 still-invalid summary is kept but recorded as a failure of that step.
+
+Incremental updating also runs on the query tasks (RepoQA, Spider) as seed 002's adapted baseline:
+the running memory is notes for the task's question (the query prompts), built chunk by chunk and
+compressed like a summary, and a last call answers the question from the notes with the task's
+answer instruction, read by the same contract as PRISM (`eval.methods.answers`). Notes need not end
+in sentence punctuation (they may end in a name or a value); empty or over-long notes still fail.
 """
 from __future__ import annotations
 
@@ -12,6 +18,7 @@ from typing import Any, Callable
 from eval.asking import ParseFailure
 from eval.datasets.sample import Sample
 from eval.errors import MethodError
+from eval.methods import answers
 from eval.methods.base import Method, MethodSettings, Step, Trace
 from eval.methods.parsing import ends_in_punctuation
 from eval.templates import load_template
@@ -26,7 +33,7 @@ class BookSettings(MethodSettings):
     max_tokens: PositiveInt = 1024
 
 
-def validity_parser(trace: Trace, limit: int) -> Callable[[str], str]:
+def validity_parser(trace: Trace, limit: int, sentence_end: bool = True) -> Callable[[str], str]:
     def parse(text: str) -> str:
         summary = text.strip()
         if not summary:
@@ -34,7 +41,7 @@ def validity_parser(trace: Trace, limit: int) -> Callable[[str], str]:
         n = trace.llm.count_tokens(summary)
         if n > limit:
             raise ParseFailure(f"summary has {n} tokens, above the limit of {limit}")
-        if not ends_in_punctuation(summary):
+        if sentence_end and not ends_in_punctuation(summary):
             raise ParseFailure("summary does not end in sentence punctuation (likely cut off)")
         return summary
     return parse
@@ -117,27 +124,39 @@ class HierarchicalMerging(_BookMethod):
 
 class IncrementalUpdating(_BookMethod):
     name = "inc-update"
-    template_ids = ("s003-inc-init", "s003-inc-update", "s003-inc-compress")
+    tasks = answers.SUMMARY_TASKS + answers.QUERY_TASKS
+    template_ids = ("s003-inc-init", "s003-inc-update", "s003-inc-compress", "s003-inc-init-query",
+                    "s003-inc-update-query", "s003-inc-compress-query", "s003-inc-answer", *answers.TEMPLATE_IDS)
 
     def _run(self, sample: Sample, trace: Trace) -> tuple[str, Any]:
         s = self.settings
+        query = sample.task in answers.QUERY_TASKS
+        suffix = "-query" if query else ""
+        base = {"question": answers.question(sample, self.name)} if query else {}
         # updates may run long before compression brings them back under the limit
-        loose = validity_parser(trace, s.context_window)
-        strict = validity_parser(trace, s.max_summary_tokens)
+        loose = validity_parser(trace, s.context_window, sentence_end=not query)
+        strict = validity_parser(trace, s.max_summary_tokens, sentence_end=not query)
         summary = ""
         for i, chunk in enumerate(sample.chunks):
             if i == 0:
-                step = trace.ask("s003-inc-init", {"chunk": chunk, "word_limit": s.word_limit}, kind="initial",
-                                 parse=strict, chunk_index=i)
+                step = trace.ask(f"s003-inc-init{suffix}", {**base, "chunk": chunk, "word_limit": s.word_limit},
+                                 kind="initial", parse=strict, chunk_index=i)
             else:
-                step = trace.ask("s003-inc-update", {"chunk": chunk, "summary": summary, "word_limit": s.word_limit},
+                step = trace.ask(f"s003-inc-update{suffix}", {**base, "chunk": chunk, "summary": summary,
+                                                              "word_limit": s.word_limit},
                                  kind="update", parse=loose, chunk_index=i)
             summary = _accepted(step)
             step.memory = summary
             if trace.llm.count_tokens(summary) > s.max_summary_tokens:
-                step = trace.ask("s003-inc-compress", {"summary": summary, "words": len(summary.split()),
-                                                       "word_limit": s.word_limit},
+                step = trace.ask(f"s003-inc-compress{suffix}", {**base, "summary": summary,
+                                                                "words": len(summary.split()), "word_limit": s.word_limit},
                                  kind="compress", parse=strict, chunk_index=i)
                 summary = _accepted(step)
                 step.memory = summary
-        return summary, summary
+        if not query:
+            return summary, summary
+        final = trace.ask("s003-inc-answer", {**base, "summary": summary,
+                                              "answer_instruction": answers.answer_instruction(trace, sample.task)},
+                          kind="final")
+        final.memory = summary
+        return answers.read_answer(sample.task, final.output), summary

@@ -1,19 +1,27 @@
-"""Seed 001: chapter summarisation with knowledge-graph retrieval.
+"""Seed 001: chapter summarisation with knowledge-graph retrieval, and its No-KG baseline.
 
+`kg-retrieval`:
 1. Every chunk goes through the extraction prompt (entities with aliases, edges).
 2. eval.kg builds the book graph: names graph, initial nodes, merging with the two heuristics,
    pruning of nodes with degree < min_degree (repeated).
 3. For each chapter, the edges among entities mentioned in it (from that chapter or earlier) are
    ranked by the keyword-weighted, z-normalised MiniLM similarity and added best-first while the
-   prompt fits the context window; they are linearised (plain lines, or special tokens) before the
-   chapter text, and the LLM writes the chapter summary. The answer joins the chapter summaries.
+   prompt fits the context window; they are linearised before the chapter text and the LLM writes
+   the chapter summary. Linearisations (section 3.4): `plain` (one `subject; predicate; object` line
+   per edge, for API models) or `tokens` (`<subject>`/`<object>`/`<predicate>` groups, then the
+   `<chapter>` marker and the chapter text, the fine-tuned models' input). The answer joins the
+   chapter summaries.
+`no-kg` (section 4.2's No-KG baseline): the same chapters summarised from the chapter text alone,
+with the same instruction less the knowledge graph; no extraction and no graph.
+
 Chapters: metadata['chunk_chapters'] maps each chunk to its chapter number (default: one chunk, one
-chapter); metadata['target_chapter'] restricts summarisation to that chapter.
+chapter; the book loader's `chunk_by: chapter` makes chunks follow the book's chapter headings);
+metadata['target_chapter'] restricts summarisation to that chapter.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from eval.asking import ParseFailure
 from eval.datasets.sample import Sample
@@ -24,14 +32,22 @@ from eval.methods.base import Method, MethodSettings, Trace
 from eval.templates import load_template
 from eval.options import NonNegativeInt, PositiveInt
 
+SUMMARY_TEMPLATES = {"plain": "s001-chapter-summary", "tokens": "s001-chapter-summary-tokens"}
+LINEARIZE = {"plain": linearize_plain, "tokens": linearize_tokens}
+NO_KG_TEMPLATE = "s001-chapter-summary-nokg"
+
 
 @dataclass(frozen=True)
-class KGSettings(MethodSettings):
+class ChapterSettings(MethodSettings):
     context_window: PositiveInt = 4096
+    max_tokens: PositiveInt = 512
+
+
+@dataclass(frozen=True)
+class KGSettings(ChapterSettings):
     max_degree: NonNegativeInt = 3        # merge heuristic 2 threshold
     min_degree: NonNegativeInt = 2        # pruning threshold
-    linearization: str = "plain"  # "plain" (API models) or "tokens" (<subject>/<object>/<predicate>)
-    max_tokens: PositiveInt = 512
+    linearization: str = "plain"  # "plain" (API models) or "tokens" (<subject>/<object>/<predicate>, <chapter>)
 
 
 def _parse(text: str) -> Extraction:
@@ -42,18 +58,14 @@ def _parse(text: str) -> Extraction:
     return ex
 
 
-class KGRetrieval(Method):
-    name = "kg-retrieval"
-    Settings = KGSettings
+class _ChapterSummaries(Method):
+    """Chapter-wise summarisation of a book: the chapters to summarise and the loop over them."""
+
     tasks = ("book", "arxiv")
-    template_ids = ("s001-kg-extract", "s001-chapter-summary")
 
     def _validate(self) -> None:
-        s = self.settings
-        if s.linearization not in ("plain", "tokens"):
-            raise MethodError(f"kg-retrieval: linearization must be 'plain' or 'tokens', got {s.linearization!r}")
-        if s.context_window <= s.max_tokens:
-            raise MethodError("kg-retrieval: context_window must exceed max_tokens")
+        if self.settings.context_window <= self.settings.max_tokens:
+            raise MethodError(f"{self.name}: context_window must exceed max_tokens")
 
     def _chapters(self, sample: Sample) -> list[int]:
         chapters = sample.metadata.get("chunk_chapters")
@@ -63,9 +75,45 @@ class KGRetrieval(Method):
             raise MethodError(f"sample {sample.id}: metadata['chunk_chapters'] must give one chapter number per chunk")
         return list(chapters)
 
+    def _wanted(self, sample: Sample, chapters: list[int]) -> list[int]:
+        target = sample.metadata.get("target_chapter")
+        if target is None:
+            return sorted(set(chapters))
+        if int(target) not in chapters:
+            raise MethodError(f"sample {sample.id}: target_chapter {target} is not among the chunk chapters")
+        return [int(target)]
+
+    def _summaries(self, sample: Sample, trace: Trace, chapters: list[int], context: Any) -> str:
+        summaries = []
+        for ch in self._wanted(sample, chapters):
+            text = "\n\n".join(c for c, k in zip(sample.chunks, chapters) if k == ch)
+            tpl, values, parsed, memory = self._chapter_prompt(trace, context, ch, text)
+            step = trace.ask(tpl, values, kind="summarize", chunk_index=chapters.index(ch))
+            step.parsed = {"chapter": ch, **parsed}
+            step.memory = {"chapter": ch, **memory}
+            summaries.append(step.output.strip())
+        return "\n\n".join(summaries)
+
+    def _chapter_prompt(self, trace: Trace, context: Any, chapter: int,
+                        text: str) -> tuple[str, dict[str, Any], dict[str, Any], dict[str, Any]]:
+        """(template id, values, step.parsed extras, step.memory extras) of one chapter's summary prompt."""
+        raise NotImplementedError
+
+
+class KGRetrieval(_ChapterSummaries):
+    name = "kg-retrieval"
+    Settings = KGSettings
+    template_ids = ("s001-kg-extract", *SUMMARY_TEMPLATES.values())
+
+    def _validate(self) -> None:
+        super()._validate()
+        if self.settings.linearization not in SUMMARY_TEMPLATES:
+            raise MethodError(f"kg-retrieval: linearization must be 'plain' or 'tokens', got {self.settings.linearization!r}")
+
     def _run(self, sample: Sample, trace: Trace) -> tuple[str, Any]:
         s = self.settings
         chapters = self._chapters(sample)
+        self._wanted(sample, chapters)  # a bad target chapter fails before any call
         extracted: list[tuple[int, Extraction]] = []
         for i, (chunk, ch) in enumerate(zip(sample.chunks, chapters)):
             step = trace.ask("s001-kg-extract", {"excerpt": chunk}, kind="extract", parse=_parse, chunk_index=i)
@@ -80,32 +128,27 @@ class KGRetrieval(Method):
                   "merged": report.merged, "refused_linked": report.refused_linked,
                   "refused_degree": report.refused_degree, "pruned": report.pruned,
                   "dropped_edges": report.dropped_edges}
-        target = sample.metadata.get("target_chapter")
-        wanted = sorted(set(chapters)) if target is None else [int(target)]
-        if target is not None and int(target) not in chapters:
-            raise MethodError(f"sample {sample.id}: target_chapter {target} is not among the chunk chapters")
-        embedder = MiniLMEmbedder()
-        summaries = []
-        for ch in wanted:
-            text = "\n\n".join(c for c, k in zip(sample.chunks, chapters) if k == ch)
-            edges, counts = chapter_edges(kg, text, ch)
-            ranked = rank_edges(edges, embedder)
-            chosen = self._fit(trace, kg, ranked, counts, text)
-            lin = (linearize_plain if s.linearization == "plain" else linearize_tokens)(kg, chosen, counts)
-            step = trace.ask("s001-chapter-summary", {"edges": lin or "(none)", "chapter": text}, kind="summarize",
-                             chunk_index=chapters.index(ch))
-            step.parsed = {"chapter": ch, "edges_ranked": len(ranked), "edges_used": len(chosen)}
-            step.memory = {"chapter": ch, "retrieved": lin}
-            summaries.append(step.output.strip())
-        return "\n\n".join(summaries), memory
+        return self._summaries(sample, trace, chapters, (kg, MiniLMEmbedder())), memory
+
+    def _chapter_prompt(self, trace: Trace, context: Any, chapter: int,
+                        text: str) -> tuple[str, dict[str, Any], dict[str, Any], dict[str, Any]]:
+        kg, embedder = context
+        edges, counts = chapter_edges(kg, text, chapter)
+        ranked = rank_edges(edges, embedder)
+        chosen = self._fit(trace, kg, ranked, counts, text)
+        lin = LINEARIZE[self.settings.linearization](kg, chosen, counts)
+        if not lin and self.settings.linearization == "plain":
+            lin = "(none)"
+        return (SUMMARY_TEMPLATES[self.settings.linearization], {"edges": lin, "chapter": text},
+                {"edges_ranked": len(ranked), "edges_used": len(chosen)}, {"retrieved": lin})
 
     def _fit(self, trace: Trace, kg: Any, ranked: list, counts: dict, text: str) -> list:
         """Best-ranked edges while the whole prompt stays within context_window - max_tokens."""
-        tpl = load_template("s001-chapter-summary")
+        tpl = load_template(SUMMARY_TEMPLATES[self.settings.linearization])
         budget = self.settings.context_window - self.settings.max_tokens
         base = trace.llm.count_tokens(tpl.render(edges="", chapter=text))
         chosen, used = [], base
-        lin = linearize_plain if self.settings.linearization == "plain" else linearize_tokens
+        lin = LINEARIZE[self.settings.linearization]
         for e in ranked:
             cost = trace.llm.count_tokens(lin(kg, [e], counts)) + 1
             if used + cost > budget:
@@ -113,3 +156,18 @@ class KGRetrieval(Method):
             chosen.append(e)
             used += cost
         return chosen
+
+
+class NoKG(_ChapterSummaries):
+    """Seed 001's No-KG baseline: each chapter summarised from its text alone."""
+
+    name = "no-kg"
+    Settings = ChapterSettings
+    template_ids = (NO_KG_TEMPLATE,)
+
+    def _run(self, sample: Sample, trace: Trace) -> tuple[str, Any]:
+        return self._summaries(sample, trace, self._chapters(sample), None), None
+
+    def _chapter_prompt(self, trace: Trace, context: Any, chapter: int,
+                        text: str) -> tuple[str, dict[str, Any], dict[str, Any], dict[str, Any]]:
+        return NO_KG_TEMPLATE, {"chapter": text}, {}, {}

@@ -18,9 +18,9 @@ from eval.errors import MethodError
 from eval.memory import Amendments, Schema, apply_revisions, parse_prism, render_in_place
 from eval.memory import schemas as ready
 from eval.llm import Usage
+from eval.methods import answers
 from eval.methods import generated_schema as generated
 from eval.methods.base import Method, MethodSettings, Step, Trace
-from eval.methods.common import entity_name
 from eval.methods.structured import constrained_schema, revision_parser
 from eval.templates import load_template
 from eval.options import PositiveInt
@@ -32,8 +32,6 @@ SCHEMAS: dict[str, Schema] = {
 }
 TASK_SCHEMA = {"book": "book_summary", "arxiv": "book_summary", "repoqa": "function_natural_descriptor",
                "spider": "relevant_table_info", "sumie": "sumie_summary"}
-BOOK_QUESTION = ("Summarize this book. Briefly introduce characters, places and other major elements when they "
-                 "are first mentioned.")
 # query domains for LLM-generated schemas (seed 002, appendix C), in our words
 DOMAINS = {
     "book": "Summarizing very long narrative books; each document is a segment of the book. The story may be "
@@ -46,8 +44,6 @@ DOMAINS = {
     "sumie": "Summarizing details about entities (people, things, institutions) found in online documents.",
 }
 DOMAINS["arxiv"] = "Summarizing long scientific articles; each document is a consecutive part of the article."
-ANSWER = {"book": "s002-answer-book", "arxiv": "s002-answer-book", "repoqa": "s002-answer-repoqa",
-          "spider": "s002-answer-spider"}
 # example queries of each task for LLM-generated schemas: the paper shows the LLM one example query of
 # the task (appendix C), never the query of the sample being answered
 EXAMPLE_QUERIES = {
@@ -79,8 +75,7 @@ class _Prism(Method):
     Settings = PrismSettings
     amendments: ClassVar[bool] = False
     template_ids = ("s002-prism-revise", "s002-prism-revise-addonly", "s002-amendments-note", "s002-prism-final",
-                    "s002-answer-book", "s002-answer-repoqa", "s002-answer-spider", "s002-answer-generic",
-                    "s002-schema-gen")
+                    *answers.TEMPLATE_IDS, "s002-schema-gen")
 
     def _validate(self) -> None:
         s = self.settings
@@ -95,15 +90,6 @@ class _Prism(Method):
                               "set generate_schema: true or remove them")
 
     # --- schema and question -------------------------------------------------------------------------
-    def _question(self, sample: Sample) -> str:
-        if sample.task in ("book", "arxiv"):
-            return sample.query or BOOK_QUESTION
-        if sample.task == "sumie":
-            return f"Describe attributes and values of {entity_name(sample)}."
-        if not sample.query:
-            raise MethodError(f"{self.name}: sample {sample.id} ({sample.task}) has no query; the loader must set it")
-        return sample.query
-
     def _schema(self, sample: Sample, trace: Trace) -> Schema | None:
         """The hand-made schema, or the task's generated one (None: generation failed, recorded on the trace)."""
         if not self.settings.generate_schema:
@@ -139,7 +125,7 @@ class _Prism(Method):
 
     # --- the incremental loop ------------------------------------------------------------------------
     def _run(self, sample: Sample, trace: Trace) -> tuple[str, Any]:
-        question = self._question(sample)
+        question = answers.question(sample, self.name)
         schema = self._schema(sample, trace)
         if schema is None:
             return "", {}
@@ -178,17 +164,12 @@ class _Prism(Method):
                 step.parsed = {"revisions": [r.to_dict() for r in parsed.revisions],
                                "applied": [r.to_dict() for r in applied]}
             step.memory = memory
-        answer_tpl = load_template(ANSWER.get(sample.task, "s002-answer-generic"))
-        trace.templates[answer_tpl.id] = answer_tpl.sha256
         final = trace.ask("s002-prism-final", {"memory_note": (" " + note) if note else "", "question": question,
                                                "structure": structure, "memory": self._render(memory, amend),
-                                               "answer_instruction": answer_tpl.text.strip()}, kind="final")
+                                               "answer_instruction": answers.answer_instruction(trace, sample.task)},
+                          kind="final")
         final.memory = memory
-        answer = final.output.strip()
-        if sample.task == "repoqa" and answer:
-            answer = answer.splitlines()[0].strip().strip("`").strip()
-        # Spider answers stay whole: `loft-exec` reads LOFT's "Final Answer: [[...]]" line from the text.
-        return answer, memory
+        return answers.read_answer(sample.task, final.output), memory
 
     def _render(self, memory: dict[str, Any], amend: Amendments) -> str:
         return amend.text().rstrip("\n") if self.amendments else render_in_place(memory)

@@ -22,9 +22,11 @@ for _name, _target in (
     ("hier-merge", "eval.methods.booookscore:HierarchicalMerging"),
     ("inc-update", "eval.methods.booookscore:IncrementalUpdating"),
     ("kg-retrieval", "eval.methods.kg_retrieval:KGRetrieval"),
+    ("no-kg", "eval.methods.kg_retrieval:NoKG"),
     ("fart-base", "eval.methods.fart:FartBase"),
     ("fart-compressed", "eval.methods.fart:FartCompressed"),
     ("fart-rolling", "eval.methods.fart:FartRolling"),
+    ("long-context", "eval.methods.long_context:LongContext"),
 ):
     METHODS.register(_name, _target)
 

@@ -19,6 +19,9 @@ def bench_model(
     dense: bool = typer.Option(False, help="Dense f32 weights only (no GGUF block weights and CPU kernel)."),
     dense_peer: bool = typer.Option(True, help="Also time memloop with dense f32 weights in the same run."),
     quantize: Optional[str] = typer.Option(None, help="Weight-only quantisation of memloop's model: int8."),
+    long_contexts: bool = typer.Option(True, help="Time served batch-1 decode after cached 1k and 4k prompts."),
+    gather_peer: bool = typer.Option(True, help="Also time 4k-context decode with the pre-kernel gather path."),
+    kv_f16: bool = typer.Option(True, help="Also time served decode with a float16 KV cache."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object as the last line."),
 ) -> None:
     """Compare memloop's Flax model with transformers on the same weights: logits, greedy tokens, tokens/s."""
@@ -26,7 +29,8 @@ def bench_model(
 
     settings = BenchSettings(greedy_tokens=greedy_tokens, decode_tokens=decode_tokens,
                              prefill_tokens=prefill_tokens, batch=batch, hf_batch=hf_batch, packed=packed,
-                             dense=dense, dense_peer=dense_peer, quantize=quantize)
+                             dense=dense, dense_peer=dense_peer, quantize=quantize,
+                             contexts=(1024, 4096) if long_contexts else (), gather_peer=gather_peer, kv_f16=kv_f16)
     result = run_model_bench(model, settings, log=lambda line: typer.echo(line, err=as_json))
     if as_json:
         typer.echo(json.dumps(result))

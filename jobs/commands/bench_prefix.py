@@ -8,17 +8,23 @@ import typer
 
 def bench_prefix(
     as_json: bool = typer.Option(False, "--json", help="End with one JSON line of the results."),
-    samples: int = typer.Option(32, "--samples", min=1, help="K memory loops run concurrently."),
-    steps: int = typer.Option(4, "--steps", min=1, help="N steps per loop."),
+    workload: str = typer.Option("papers", "--workload",
+                                 help="papers: 1024-token chunks of one book, growing memories, 256 tokens out, "
+                                      "32 loops x 8 steps; short: the quick 40-word, 16-token one."),
+    samples: int = typer.Option(None, "--samples", min=1, help="K memory loops run concurrently."),
+    steps: int = typer.Option(None, "--steps", min=1, help="N steps per loop."),
     peer: str = typer.Option(None, "--peer", help="Also run a peer on the same workload: llama-cpp."),
-    max_tokens: int = typer.Option(16, "--max-tokens", min=1, help="Tokens decoded per step."),
-    chunk_words: int = typer.Option(40, "--chunk-words", min=1, help="Words of story per new chunk."),
-    revisions: int = typer.Option(2, "--revisions", min=0, help="Amendments appended to each loop's memory per step."),
+    max_tokens: int = typer.Option(None, "--max-tokens", min=1, help="Tokens decoded per step (at most)."),
+    chunk_words: int = typer.Option(None, "--chunk-words", min=1, help="Words of story per new chunk."),
+    revisions: int = typer.Option(None, "--revisions", min=0, help="Amendments appended to each loop's memory per step."),
 ) -> None:
     """K memory loops of N steps: cached fraction and tokens/s with the prefix cache on, off, and a peer."""
-    from bench.prefix import main
+    from bench.prefix import WORKLOADS, main
 
-    res = main(samples=samples, steps=steps, peer=peer, max_tokens=max_tokens, chunk_words=chunk_words, revisions=revisions)
+    if workload not in WORKLOADS:
+        raise typer.BadParameter(f"choose one of {sorted(WORKLOADS)}", param_hint="--workload")
+    res = main(workload, peer=peer, samples=samples, steps=steps, max_tokens=max_tokens, chunk_words=chunk_words,
+               revisions=revisions)
     for k, v in res.items():
         print(f"{k:32} {v:.3f}" if isinstance(v, float) else f"{k:32} {v}")
     if as_json:

@@ -21,6 +21,8 @@ def run_cmd(
     output: Optional[str] = typer.Option(None, "--output", help="Override the config's `output` (a directory or gs://bucket/prefix)."),
     tag: Optional[str] = typer.Option(None, "--tag", help="A tag hashed into the run id (e.g. the date): a run that must compute afresh."),
     limit: Optional[int] = typer.Option(None, "--limit", help="At most this many samples of every dataset (part of the run id)."),
+    max_chunks: Optional[int] = typer.Option(None, "--max-chunks", help="At most the first N chunks of every sample (part of the run id)."),
+    repeats: Optional[int] = typer.Option(None, "--repeats", help="Override the config's repeats (part of the run id)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Validate everything and print the plan; start nothing."),
     max_failed_frac: float = typer.Option(0.0, "--max-failed-frac", min=0.0, max=1.0,
                                           help="Exit 0 when at most this fraction of the attempted units failed."),
@@ -29,7 +31,8 @@ def run_cmd(
     """Run (or resume) a config: prints the run id and output URI, then one JSON line of counts."""
     from jobs.config import load_config, with_overrides
 
-    cfg = with_overrides(load_config(config), str(config), output=output, tag=tag, limit=limit)
+    cfg = with_overrides(load_config(config), str(config), output=output, tag=tag, limit=limit,
+                         max_chunks=max_chunks, repeats=repeats)
     if dry_run:
         _dry_run(cfg, as_json)
         return

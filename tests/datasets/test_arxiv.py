@@ -27,7 +27,7 @@ def test_release_format_chunks_of_fifteen_sentences(tmp_path):
     samples = load_arxiv(p)
     assert [s.id for s in samples] == ["arxiv/1501-00000", "arxiv/1501-00001", "arxiv/1501-00002"]
     s = samples[0]
-    assert s.gold == "we study chaotic motions . smooth curves appear ."
+    assert s.gold == {"reference": "we study chaotic motions . smooth curves appear ."}
     assert [c.count(" .") for c in s.chunks] == [15, 15, 2]  # 32 sentences, crossing the section divider like F-ART
     assert s.chunks[1].startswith("Sentence 15") and "Method sentence 0" in s.chunks[1]
     assert s.metadata["section_names"] == ["introduction", "method"] and s.metadata["sentences"] == 32
@@ -42,7 +42,7 @@ def test_hub_layout_from_parquet(tmp_path):
     article = "\n".join(s for sec in SECTIONS for s in sec)
     pq.write_table(pa.table({"article": [article], "abstract": ["we study chaotic motions .\nsmooth curves appear ."]}), tmp_path / "a.parquet")
     [s] = load_arxiv(tmp_path / "a.parquet", chunk_sentences=10)
-    assert len(s.chunks) == 4 and s.gold == "we study chaotic motions . smooth curves appear ."
+    assert len(s.chunks) == 4 and s.gold == {"reference": "we study chaotic motions . smooth curves appear ."}
     assert s.id.startswith("arxiv/") and len(s.id) == len("arxiv/") + 12
 
 
@@ -70,4 +70,4 @@ def test_saved_hugging_face_dataset(tmp_path):
     ds = datasets.Dataset.from_list([{"article": "First sentence here.\nSecond one.", "abstract": "A summary.", "article_id": "hf-1"}])
     datasets.DatasetDict({"validation": ds}).save_to_disk(str(tmp_path / "saved"))
     [s] = load_arxiv(tmp_path / "saved", split="validation")
-    assert s.id == "arxiv/hf-1" and s.chunks == ("First sentence here. Second one.",) and s.gold == "A summary."
+    assert s.id == "arxiv/hf-1" and s.chunks == ("First sentence here. Second one.",) and s.gold == {"reference": "A summary."}

@@ -88,3 +88,61 @@ def test_legacy_encodings(tmp_path):
     assert read_text(tmp_path / "latin1.txt") == "Gar\u00e7on \x81\n"
     (tmp_path / "utf16.txt").write_bytes("Hello, world.\r\nSecond line.".encode("utf-16"))
     assert read_text(tmp_path / "utf16.txt") == "Hello, world.\nSecond line."
+
+
+CHAPTERED = ("A TALE\nBy Someone\nChapter 1\nAnna sailed to Crete at dawn.\nShe met Ben.\n"
+             "Chapter 2\n" + "\n".join(f"Ben rowed the boat past island number {i} while Anna slept." for i in range(12))
+             + "\nChapter 3\nThey came home.")
+
+
+def test_chunk_by_chapter_reads_chapters_as_chunks(tmp_path, caplog):
+    """Seed 001: a chapter is a chapter. Chunks start at headings; front matter joins chapter 1; a
+    chapter longer than chunk_tokens is cut at paragraphs into chunks of that chapter."""
+    (tmp_path / "tale.txt").write_text(CHAPTERED.replace("\n", "\n\n"))
+    s = load_book(tmp_path / "tale.txt", chunk_tokens=64, chunk_by="chapter")
+    chapters = s.metadata["chunk_chapters"]
+    assert s.chunks[0] == "A TALE\nBy Someone\nChapter 1\nAnna sailed to Crete at dawn.\nShe met Ben."
+    assert s.chunks[-1] == "Chapter 3\nThey came home." and chapters[0] == 1 and chapters[-1] == 3
+    assert chapters.count(2) > 1 and s.metadata["chapters"] == 3 and s.metadata["chunk_by"] == "chapter"
+    assert all(c.startswith("Chapter 2") == (i == chapters.index(2)) for i, c in enumerate(s.chunks) if chapters[i] == 2)
+    assert "\n".join(s.chunks) == CHAPTERED  # no text lost, none repeated
+    # the same book in token chunks crosses chapter boundaries
+    tokens = load_book(tmp_path / "tale.txt", chunk_tokens=64)
+    assert any("Chapter 2" in c and not c.startswith("Chapter 2") for c in tokens.chunks)
+    # no headings: token chunks, a log line and the metadata say so
+    (tmp_path / "plain.txt").write_text("No headings here.\n\nJust text.")
+    with caplog.at_level("WARNING", logger="eval.datasets.books"):
+        p = load_book(tmp_path / "plain.txt", chunk_tokens=64, chunk_by="chapter")
+    assert p.metadata["chunk_by"] == "tokens (no chapter headings)" and "chunk_chapters" not in p.metadata
+    assert "has no chapter headings" in caplog.text and "'plain'" in caplog.text
+    with pytest.raises(Exception, match="chunk_by"):
+        load_dataset("book", source=str(tmp_path / "plain.txt"), chunk_by="paragraph")
+
+
+def test_real_books_by_chapter(shared_data):
+    pride = load_book(shared_data / "books" / "pride-and-prejudice.txt", chunk_by="chapter")
+    chapters = pride.metadata["chunk_chapters"]
+    assert pride.metadata["chapters"] == 61 and sorted(set(chapters)) == list(range(1, 62))
+    starts = [c for c, (a, b) in zip(pride.chunks[1:], zip(chapters, chapters[1:])) if a != b]
+    assert len(starts) == 60 and all(c.startswith("Chapter ") for c in starts)
+    assert load_book(shared_data / "books" / "katrine.txt", chunk_by="chapter").metadata["chunk_by"].startswith("tokens")
+
+
+def test_collections_carry_reference_summaries_and_their_chapter(tmp_path):
+    text = CHAPTERED.replace("\n", "\n\n")
+    rows = [{"title": "Tale", "text": text, "summary": "Ben rows past the islands.", "chapter": 2},
+            {"title": "Tale", "text": text, "reference": "They return.", "chapter": 3},
+            {"title": "Other", "text": "Just text."}]
+    (tmp_path / "c.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    a, b, c = load_books(tmp_path / "c.jsonl", chunk_tokens=64, chunk_by="chapter")
+    assert a.gold == {"reference": "Ben rows past the islands."} and a.metadata["target_chapter"] == 2
+    assert b.gold == {"reference": "They return."} and a.id != b.id and a.id.endswith("-ch2")
+    assert c.gold is None and "target_chapter" not in c.metadata
+    (tmp_path / "d.json").write_text(json.dumps({"Tale": {"text": text, "summary": "A tale."}, "Other": "x."}))
+    d, e = load_books(tmp_path / "d.json")
+    assert d.gold == {"reference": "A tale."} and e.gold is None
+    for bad, match in (({"summary": "S", "chapter": 9}, "chapter 9"), ({"summary": "", "chapter": 1}, "non-empty"),
+                       ({"chapter": 2}, "give the 'summary'"), ({"summary": "S", "chapter": "two"}, "chapter's number")):
+        (tmp_path / "bad.jsonl").write_text(json.dumps({"title": "T", "text": text, **bad}))
+        with pytest.raises(MissingFieldError, match=match):
+            load_books(tmp_path / "bad.jsonl", chunk_tokens=64, chunk_by="chapter")

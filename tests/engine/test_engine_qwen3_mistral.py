@@ -159,9 +159,13 @@ def test_mistral_window_masks_the_paged_path(tiny_mistral):
     """A prompt prefilled in chunks into pages, then decoded token by token: every step's logits
     equal transformers' at that position (the window crosses page and chunk boundaries)."""
     model, path = tiny_mistral
-    lm = load_model(path, load_tokenizer=False)
+    assert_paged_matches(load_model(path, load_tokenizer=False), _torch_logits(model)[0])
+
+
+def assert_paged_matches(lm, ref: np.ndarray) -> None:
+    """TOKENS prefilled in a 7-token chunk into 4-token pages, then decoded one by one through the
+    serving forward: each step's last logits within 2e-3 of `ref` [T, V] at that position."""
     cfg = lm.config
-    ref = _torch_logits(model)[0]
     page, n = 4, len(TOKENS[0])
     pages = -(-n // page)
     cache = init_kv_pools(cfg, pages + 1, page, lm.dtype, per_layer=lm.per_layer)  # page 0: scratch

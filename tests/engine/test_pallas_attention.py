@@ -8,8 +8,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from engine.pallas_attention import (AttentionBackend, AttentionBackendError, kernel_attend, pages_per_block,
-                                     resolve_backend)
+from engine.pallas_attention import (GATHER, IN_PLACE, AttentionBackend, AttentionBackendError, kernel_attend,
+                                     pages_per_block, resolve_backend)
 from engine.paged import paged_attend
 
 KVH, H, HD, PAGES, PS = 2, 6, 64, 16, 4  # 3 query heads per KV head, like SmolLM2's grouping
@@ -77,7 +77,9 @@ def test_kernel_calls_with_options_or_prefill_use_the_gather_path(caplog):
 
 
 def test_backend_resolution_by_platform():
-    assert resolve_backend("auto", on="cpu").kind == "gather"
+    # auto on CPU: the gather path with decode read in place by the C++ kernel; gather: no kernel at all
+    assert resolve_backend("auto", on="cpu") == IN_PLACE and IN_PLACE.in_place and not IN_PLACE.kernel
+    assert resolve_backend("gather", on="cpu") == GATHER and not GATHER.in_place
     assert resolve_backend("auto", on="tpu").kind == "pallas-tpu"
     assert resolve_backend("auto", on="gpu").kind == "pallas-gpu"
     assert resolve_backend(None, on="gpu").kind == "pallas-gpu"

@@ -78,3 +78,19 @@ def test_an_endpoint_model_must_name_its_endpoint(tmp_path) -> None:
     with pytest.raises(ConfigError, match="remove `weights`"):
         parse_config(_cfg(tmp_path, "x", model={"kind": "openai", "weights": "m.gguf",
                                                 "endpoint": {"base_url": "http://x", "model": "m"}}))
+
+
+def test_an_endpoint_llm_pickles_into_another_process_with_its_settings(endpoint) -> None:
+    """Judges run as Ray tasks and receive the run's LLM: an endpoint model must pickle (its HTTP
+    client does not) and the copy must reach the same endpoint with the same settings."""
+    import pickle
+
+    from eval.llm import LLMRequest
+    from eval.llm_http import OpenAICompatibleLLM
+
+    llm = OpenAICompatibleLLM(endpoint, "peer-1", max_retries=1, supports_json_schema=False, max_concurrency=3)
+    llm.complete(LLMRequest(messages=[{"role": "user", "content": "warm the client up"}]))  # a used client holds locks
+    copy = pickle.loads(pickle.dumps(llm))
+    assert (copy.base_url, copy.model, copy.max_retries, copy.supports_json_schema) == \
+        (llm.base_url, "peer-1", 1, False)
+    assert copy.complete(LLMRequest(messages=[{"role": "user", "content": "hello"}])).text == "The keeper tends the light alone."

@@ -23,7 +23,7 @@ def test_seed_000_samples_methods_and_judges_at_temperature_0_8() -> None:
 
 
 def test_seed_002_figure_5_sweeps_chunk_size_on_repoqa_with_amendments_without_updates() -> None:
-    cfg = load_config(CONFIGS / "repoqa-chunk-sweep.yaml")
+    cfg = load_config(CONFIGS / "papers" / "seed002-fig5.yaml")
     assert {d.task for d in cfg.datasets} == {"repoqa"}
     assert sorted(d.options["chunk_tokens"] for d in cfg.datasets) == [512, 1024, 2048, 4096, 8192]  # "five different chunk sizes"
     assert [(m.name, m.options) for m in cfg.methods] == [("prism-amendments", {"updates": False})]

@@ -263,3 +263,26 @@ def test_go_rows_leave_start_and_avg_empty(tmp_path) -> None:
     assert cells == ["–"] * 3 + ["0.500"] * 3 + ["–"] * 3
     figs = {f["metric"]: f["mean"] for f in headline(d)["figures"] if f["judge"] == "sumie-exact"}
     assert figs["f1:last"] == 0.5 and figs["f1:start"] is None and figs["f1:avg"] is None
+
+
+def test_a_method_that_does_not_apply_is_n_a_not_a_failure_and_blocks_no_comparison(tmp_path) -> None:
+    """The long-context ceiling is n/a on an input longer than the context: counted apart from failures,
+    outside every judged / total, and not a reason to leave the sample out of the others' cost."""
+    from jobs.report import headline
+
+    rs = RunStore.open(str(tmp_path), "na")
+    _units(rs, [("inc", "b1", 0, "ok", (1000, 0, 100), 0.5), ("inc", "b2", 0, "ok", (3000, 0, 300), 0.7),
+                ("long", "b1", 0, "ok", (4000, 0, 10), 0.8), ("long", "b2", 0, "n/a", (0, 0, 0), None)])
+    d = RunData.load(rs)
+    md = build_report(d).markdown
+    assert "| method | dataset | ok | failed | n/a |" in md
+    assert next(line for line in md.splitlines() if line.startswith("| long | book:x |")).startswith(
+        "| long | book:x | 1 | 0 | 1 |")
+    h = headline(d)
+    assert h["cost_excluded"] == []  # b2 is compared for inc although long does not apply to it
+    cost = {(f["method"], f["metric"]): f for f in h["figures"] if f["judge"] == ""}
+    assert cost[("inc", "cost_index")]["samples"] == 2
+    assert cost[("long", "cost_index")]["samples"] == 1 and cost[("long", "cost_index")]["total"] == 1
+    judged = {f["method"]: (f["judged"], f["total"]) for f in h["figures"] if f["judge"] == "booookscore"}
+    assert judged == {"inc": (2, 2), "long": (1, 1)}
+    assert {u["method"]: u.get("n/a", 0) for u in h["units"]} == {"inc": 0, "long": 1}

@@ -123,3 +123,72 @@ def test_runs_written_before_a_column_was_added_stay_readable(tmp_path) -> None:
     rs.store.put(rs.name("runs", "i1.parquet"), buf.getvalue().to_pybytes())
     runs = rs.table("runs").to_pandas()
     assert list(runs.columns) == SCHEMAS["runs"].names and runs["ray_job_id"].isna().all()
+
+
+class _CountingStore:
+    """A local store that counts the objects read under each table (what a resume opens)."""
+
+    def __init__(self, inner) -> None:
+        self.inner, self.reads = inner, []
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def get(self, name: str) -> bytes:
+        self.reads.append(name)
+        return self.inner.get(name)
+
+
+def _without_shard(t):
+    return t.drop_columns(["shard"]).to_pandas().sort_values(list(t.drop_columns(["shard"]).column_names[:8]))
+
+
+def test_compaction_merges_small_shards_into_identical_tables(tmp_path) -> None:
+    rs = RunStore.open(str(tmp_path), "r1")
+    for i in range(10):
+        rs.write_shard(_merge(_unit(f"s{i}", "gu-json"), _unit(f"s{i}", "inc-update", status="failed" if i == 3 else "ok")))
+    before = {t: rs.table(t) for t in ("samples", "steps", "judgments", "scores")}
+    # each shard's largest table has 6 rows (3 scores per unit x 2): a target of 20 rows merges 3 at a time
+    counts = rs.compact(20)
+    assert counts == {"before": 10, "after": 4}
+    assert len(rs.store.list("r1/samples")) == 4 and len(rs.store.list("r1/steps")) == 4
+    for t, old in before.items():
+        new = rs.table(t)
+        assert new.num_rows == old.num_rows, t
+        pd.testing.assert_frame_equal(_without_shard(new).reset_index(drop=True),
+                                      _without_shard(old).reset_index(drop=True), check_like=True)
+    # a shard already at the target stays as it is
+    assert RunStore.open(str(tmp_path), "r2").compact(20) == {"before": 0, "after": 0}
+
+
+def test_resume_reads_the_unit_indexes_and_only_unindexed_shards(tmp_path) -> None:
+    rs = RunStore.open(str(tmp_path), "r1")
+    for i in range(6):
+        rs.write_shard(_unit(f"s{i}", "gu-json", status="failed" if i == 0 else "ok"))
+    rs.compact(1_000)
+    rs.write_index("inv-1")
+    killed = RunStore.open(str(tmp_path), "r1")  # an invocation killed before it wrote its index
+    killed.write_shard(_unit("s9", "gu-json"))
+    store = _CountingStore(rs.store)
+    reader = RunStore(store, "r1")
+    done = reader.done_units()
+    assert done == {unit_key("sumie:synthetic", f"s{i}", "gu-json", 0) for i in (1, 2, 3, 4, 5, 9)}
+    samples_read = [n for n in store.reads if n.startswith("r1/samples/")]
+    assert samples_read == [f"r1/samples/{next(iter(killed.committed))}.parquet"]  # only the unindexed shard
+    assert done == {u for u, s in zip(*(reader.samples().column(c).to_pylist() for c in ("unit", "status")))
+                    if s == "ok"}
+
+
+def test_a_unit_that_does_not_apply_is_done_and_not_computed_again_on_resume(tmp_path) -> None:
+    """n/a (the method does not apply to the sample) is a final outcome like ok: resume skips it, with
+    and without the unit indexes, and it is the unit's outcome over an earlier failed attempt."""
+    rs = RunStore.open(str(tmp_path), "r")
+    rs.write_shard(_unit("e1", "long-context", status="failed"))
+    rs.write_shard(_unit("e1", "long-context", status="n/a"))
+    rs.write_shard(_unit("e2", "long-context", status="failed"))
+    key = unit_key("sumie:synthetic", "e1", "long-context", 0)
+    assert rs.done_units() == {key}
+    rs.write_index("inv-1")
+    assert RunStore.at(rs.uri).done_units() == {key}
+    outcome = {r["unit"]: r["status"] for r in rs.table("samples").to_pylist()}
+    assert outcome[key] == "n/a"

@@ -48,3 +48,48 @@ def test_kg_retrieval_budget_limits_edges() -> None:
     # room for one edge line ("Aunt Polly; aunt of; Tom" = 5 words + 1) but not two
     out = get_method("kg-retrieval", context_window=base + 10 + 8, max_tokens=10).run(book, llm)
     assert out.steps[1].parsed == {"chapter": 1, "edges_ranked": 3, "edges_used": 1}
+
+
+def test_token_linearization_puts_the_chapter_marker_before_the_chapter() -> None:
+    """Section 3.4: the linearized edges, then the <chapter> token and the chapter text."""
+    book = Sample(id="t", task="book", chunks=("Tom painted the fence. Aunt Polly watched Tom.",
+                                               "Thomas and Becky argued at school."),
+                  metadata={"chunk_chapters": [1, 2], "target_chapter": 2})
+    llm = ScriptedLLM([EX1, EX2, "Tom and Becky argue."])
+    out = get_method("kg-retrieval", linearization="tokens").run(book, llm)
+    prompt = llm.requests[2].messages[0]["content"]
+    assert "<subject>Thomas\n    <object>Becky\n      <predicate>" in prompt
+    assert "\n<chapter>Thomas and Becky argued at school.\n" in prompt and "[Knowledge graph]" not in prompt
+    assert prompt.index("<predicate>") < prompt.index("<chapter>")
+    assert out.steps[2].template_id == "s001-chapter-summary-tokens" and out.steps[2].parsed["edges_used"] == 2
+
+
+def test_no_kg_baseline_summarises_each_chapter_from_its_text_alone() -> None:
+    """Section 4.2's No-KG baseline: no extraction, no graph, the chapter text as the only input."""
+    book = Sample(id="t", task="book", chunks=("Chapter 1\nTom painted.", "more of one", "Chapter 2\nBecky argued."),
+                  metadata={"chunk_chapters": [1, 1, 2]})
+    llm = ScriptedLLM(["Tom paints.", "Becky argues."])  # two calls only: a third would fail the test
+    out = get_method("no-kg").run(book, llm)
+    assert [s.kind for s in out.steps] == ["summarize", "summarize"] and out.memory is None
+    first = llm.requests[0].messages[0]["content"]
+    assert "[Chapter]\nChapter 1\nTom painted.\n\nmore of one\n" in first and "knowledge graph" not in first.lower()
+    assert out.answer == "Tom paints.\n\nBecky argues." and out.steps[1].parsed == {"chapter": 2}
+    # the same chapter prompt as kg-retrieval, less the graph
+    kg_tpl, nokg_tpl = load_template("s001-chapter-summary").text, load_template("s001-chapter-summary-nokg").text
+    assert kg_tpl.rstrip().endswith("Summary:") and nokg_tpl.rstrip().endswith("Summary:")
+    target = Sample(id="u", task="book", chunks=book.chunks, metadata={"chunk_chapters": [1, 1, 2], "target_chapter": 2})
+    assert get_method("no-kg").run(target, ScriptedLLM(["Becky argues."])).answer == "Becky argues."
+
+
+def test_kg_retrieval_reads_a_book_chapter_by_chapter(tmp_path) -> None:
+    from eval.datasets.books import load_book
+
+    (tmp_path / "tom.txt").write_text("Chapter 1\n\nTom painted the fence. Aunt Polly watched Tom.\n\n"
+                                      "Chapter 2\n\nThomas and Becky argued at school.")
+    book = load_book(tmp_path / "tom.txt", chunk_tokens=2048, chunk_by="chapter")
+    assert book.chunks == ("Chapter 1\nTom painted the fence. Aunt Polly watched Tom.",
+                           "Chapter 2\nThomas and Becky argued at school.")
+    llm = ScriptedLLM([EX1, EX2, "Tom paints.", "Tom and Becky argue."])
+    out = get_method("kg-retrieval").run(book, llm)
+    assert [s.parsed["chapter"] for s in out.steps if s.kind == "summarize"] == [1, 2]
+    assert "[Chapter]\nChapter 2\nThomas and Becky argued at school." in llm.requests[3].messages[0]["content"]

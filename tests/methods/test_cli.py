@@ -10,7 +10,8 @@ from eval.methods import list_methods
 from eval.templates import METHOD_TEMPLATE_DIR as TEMPLATE_DIR
 
 NAMES = ["go-text", "go-json", "gu-text", "gu-json", "gm-text", "gm-json", "cok", "prism-inplace",
-         "prism-amendments", "hier-merge", "inc-update", "kg-retrieval", "fart-base", "fart-compressed", "fart-rolling"]
+         "prism-amendments", "hier-merge", "inc-update", "kg-retrieval", "no-kg", "fart-base", "fart-compressed", "fart-rolling",
+         "long-context"]
 
 
 def test_methods_json_lists_every_method_with_template_hashes() -> None:

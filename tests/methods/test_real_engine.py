@@ -27,6 +27,7 @@ CASES = {
     "inc-update": (BOOK, {"max_summary_tokens": 200, "word_limit": 80, "context_window": 2048}),
     "kg-retrieval": (BOOK, {}), "fart-base": (PAPER, {"max_tool_calls": 2}),
     "fart-compressed": (PAPER, {"max_tool_calls": 2}), "fart-rolling": (PAPER, {"max_tool_calls": 2}),
+    "no-kg": (BOOK, {}), "long-context": (REPO, {}),
 }
 
 
@@ -50,6 +51,24 @@ def test_method_end_to_end(name: str, engine_llm) -> None:
     print(f"\n{name}: {[s.kind + ('' if s.ok else '!') for s in out.steps]}, memory={str(out.memory)[:160]!r}, "
           f"{len(out.steps)} steps, usage={out.usage}, failures={len(out.failures)}, "
           f"answer={out.answer[:120]!r}")
+
+
+def test_query_baselines_answer_in_the_task_format_on_the_engine(engine_llm) -> None:
+    """Seed 002's incremental baseline and long-context ceiling on RepoQA, scored by `repoqa-exact`; the
+    ceiling reads the engine's own window and is n/a, with no call, where the input exceeds it."""
+    from eval.judges import run_judge
+
+    assert engine_llm.context_tokens == 8192  # SmolLM2's window, reported by the in-process engine
+    for name, settings in (("inc-update", {"max_summary_tokens": 200, "word_limit": 80, "context_window": 2048}),
+                           ("long-context", {})):
+        out = get_method(name, max_tokens=48, **settings).run(REPO, engine_llm)
+        assert out.steps[-1].kind == "final" and "\n" not in out.answer  # RepoQA keeps the first line
+        value = run_judge("repoqa-exact", out.answer, "add").scores[0].value
+        print(f"\n{name} on RepoQA: answer={out.answer!r}, repoqa-exact={value}")
+        assert value in (0.0, 1.0)
+    long_repo = Sample(id="repoqa/long", task="repoqa", chunks=(REPO.chunks[0] * 800,), query=REPO.query)
+    out = get_method("long-context", max_tokens=48).run(long_repo, engine_llm)
+    assert out.not_applicable and out.steps == [] and out.memory["context_source"] == "llm"
 
 
 def test_prefix_cache_hits_on_prism_steps(engine_llm) -> None:

@@ -67,3 +67,34 @@ def test_engine_figures_time_the_engine_against_a_device_spec(engine):
     assert 40 <= out["figures_prefill_tokens"] <= 56  # re-tokenised text of 48 tokens
     # a CPU reads ~0.1-0.6 GB of weights per step in tens of ms: within 0.1x-100x of a 1 GB/s "device"
     assert 0.1 < out["decode_hbm_fraction"] < 100 and 0 < out["prefill_mfu"] < 100
+
+
+def test_papers_workload_shares_one_book_and_grows_each_memory():
+    """The papers' shape: every loop reads the same ~1024-token chunks; memories differ and grow."""
+    from bench.prefix import WORKLOADS, workload_settings
+
+    ws = workload_settings("papers", samples=3, steps=3)
+    assert (ws["max_tokens"], WORKLOADS["papers"]["samples"], WORKLOADS["papers"]["steps"]) == (256, 32, 8)
+    w = build_workload(ws["samples"], ws["steps"], ws["chunk_words"], revisions=ws["revisions"], shared_book=True)
+    chunk = lambda p: p[p.index("\n\nChunk "):]
+    for i in range(3):
+        assert chunk(w[0][i]) == chunk(w[1][i]) == chunk(w[2][i])  # one shared book
+    assert w[0][1] != w[1][1]  # each loop's own revisions
+    from engine.tokenizer import load_tokenizer
+    from engine.assets import default_model_path
+
+    tok = load_tokenizer(default_model_path())
+    first, second = tok.count_tokens(chunk(w[0][0])), tok.count_tokens(chunk(w[0][1]))
+    assert 900 < first < 1150 and 900 < second < 1150
+    growth = tok.count_tokens(w[0][2]) - tok.count_tokens(w[0][1]) - (tok.count_tokens(chunk(w[0][2])) - second)
+    assert 200 < growth < 330  # ~256 tokens of memory a step
+
+
+def test_an_unknown_workload_is_named():
+    import pytest
+
+    from bench.prefix import workload_settings
+    from engine.errors import EngineError
+
+    with pytest.raises(EngineError, match="papers"):
+        workload_settings("huge")

@@ -120,3 +120,58 @@ def test_tensor_parallel_engine_matches_one_device(engine):
         assert [r["text"] for r in tp.complete_many(reqs)] == [r["text"] for r in engine.complete_many(reqs)]
     finally:
         tp.shutdown()
+
+
+LONG_STORY = ("The river bends twice before it reaches the old mill, where the miller's daughter keeps the ledger "
+              "of every sack of grain that passes through the village each autumn. ")
+
+
+@pytest.mark.slow
+def test_long_context_decode_identical_alone_in_a_batch_of_32_and_against_the_reference(make_engine, loaded_model):
+    """At 1.2k tokens of context (five 256-key chunks of the in-place attention kernel), a request decodes
+    the same greedy tokens alone, among 31 others sharing its prefix, without the prefix cache, and as the
+    contiguous-cache reference decoder (which attends by the gather-free dense path)."""
+    from engine.reference import generate
+    from engine.sampling import SamplingParams
+
+    story = LONG_STORY * 40
+    eng = make_engine(num_pages=400, prefill_chunk=512)
+    asks = [f"{story}\nIn one sentence, what does the ledger say about {t}?" for t in TOPICS]
+    reqs = [{"prompt": a, "sampling": {"max_tokens": 8}} for a in asks]
+    assert 1100 < eng.count_tokens(asks[0]) < 1400
+    batch32 = eng.complete_many(reqs)
+    alone = [eng.complete(r) for r in reqs[:2]]
+    nocache = make_engine(num_pages=400, prefill_chunk=512, prefix_cache=False).complete(reqs[0])
+    assert [r["text"] for r in alone] == [r["text"] for r in batch32[:2]] and nocache["text"] == batch32[0]["text"]
+    ref = generate(loaded_model, [asks[0]], SamplingParams(max_tokens=8))[0]
+    assert ref.text == batch32[0]["text"]
+
+
+def test_stats_split_the_engine_threads_wall_time(make_engine):
+    """compute + compile + host + idle account for the engine thread's wall time; only a step of a new
+    shape is charged to compilation, and a reset starts a new window."""
+    eng = make_engine(page_size=8, num_pages=64, prefix_cache=False)  # a pool shape no other test compiles
+    eng.complete(chat("Name three rivers.", max_tokens=6))
+    first = eng.stats()
+    parts = [first[k] for k in ("compute_s", "compile_s", "host_s", "idle_s")]
+    assert all(p > 0 for p in parts)
+    assert 0.9 * first["wall_s"] <= sum(parts) <= first["wall_s"] + 0.01
+    eng.reset_counters()
+    eng.complete(chat("Name three rivers.", max_tokens=6))
+    again = eng.stats()
+    assert again["compile_s"] == 0 and again["compute_s"] > 0 and again["decoded_tokens"] == 6
+    assert sum(again[k] for k in ("compute_s", "compile_s", "host_s", "idle_s")) <= again["wall_s"] + 0.01
+
+
+def test_a_float16_kv_cache_is_batch_invariant_and_read_by_the_kernel(make_engine, engine):
+    """kv_dtype=float16 keeps half the bytes per cached token (read by the in-place kernel) and decodes the
+    same greedy tokens alone and in a batch; against the float32 cache it may differ only slightly."""
+    import jax.numpy as jnp
+
+    half = make_engine(kv_dtype="float16")
+    assert half.runner.cache["k"][0].dtype == jnp.float16
+    reqs = [chat(f"Name three {t}.") for t in TOPICS[:8]]
+    batch = half.complete_many(reqs)
+    assert [half.complete(r)["text"] for r in reqs[:2]] == [r["text"] for r in batch[:2]]
+    full = engine.complete_many(reqs)
+    assert sum(a["text"] == b["text"] for a, b in zip(batch, full)) >= 6

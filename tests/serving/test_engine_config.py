@@ -29,7 +29,7 @@ def test_other_vocabularies_are_rejected_naming_the_valid_fields(name: str) -> N
     ({"kv_budget": "1GB"}, "kv_budget"), ({"page_size": 0}, "page_size"), ({"max_batch": 2.5}, "max_batch"),
     ({"num_pages": 1}, "num_pages"), ({"prefix_cache": "yes"}, "prefix_cache"), ({"tp": True}, "tp"),
     ({"model": 3}, "model"), ({"attention": "flash"}, "attention"), ({"pallas_interpret": "yes"}, "pallas_interpret"),
-    ({"quantize": "int4"}, "quantize"),
+    ({"quantize": "int4"}, "quantize"), ({"kv_dtype": "fp8"}, "kv_dtype"),
 ])
 def test_bad_values_name_the_setting(bad: dict, field: str) -> None:
     with pytest.raises(EngineError, match=f"`{field}`"):

@@ -1,0 +1,65 @@
+"""The long-context ceiling (seed 002, Table 2 "Long context"): the whole input in one prompt, where it fits.
+
+The task's question and answer instruction are the ones PRISM asks (`eval.methods.answers`), the
+chunks are joined in order, and the reply is read by the same contract, so every judge scores it
+like the incremental methods. Where prompt + `max_tokens` exceed the model's context, the ceiling
+does not exist for that model and sample: no call is made and the output is marked not applicable
+(`MethodOutput.not_applicable`, recorded by the jobs layer as status "n/a"), never a failure or a
+zero. The context is the `context_tokens` setting, else what the LLM reports (an optional
+`context_tokens` attribute of the LLM; the in-process engine reports its window), else
+`DEFAULT_CONTEXT_TOKENS`; the step memory records which.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from eval.datasets.sample import Sample
+from eval.methods import answers
+from eval.methods.base import Method, MethodSettings, Trace
+from eval.options import PositiveInt
+from eval.templates import load_template
+
+DEFAULT_CONTEXT_TOKENS = 8192  # SmolLM2's window, used when neither the settings nor the LLM give one
+CHAT_FRAMING_TOKENS = 64  # `count_tokens` counts the text only; the chat template adds role markers around it
+TEMPLATE = "s002-long-context"
+
+
+@dataclass(frozen=True)
+class LongContextSettings(MethodSettings):
+    context_tokens: PositiveInt | None = None  # the model's window (prompt + output); None: ask the LLM
+
+
+def context_window(settings_tokens: int | None, llm: Any) -> tuple[int, str]:
+    """(context tokens, where the number came from)."""
+    if settings_tokens is not None:
+        return settings_tokens, "settings"
+    reported = getattr(llm, "context_tokens", None)
+    if isinstance(reported, int) and reported > 0:
+        return reported, "llm"
+    return DEFAULT_CONTEXT_TOKENS, "default"
+
+
+class LongContext(Method):
+    name = "long-context"
+    Settings = LongContextSettings
+    tasks = answers.SUMMARY_TASKS + answers.QUERY_TASKS
+    template_ids = (TEMPLATE, *answers.TEMPLATE_IDS)
+
+    def _run(self, sample: Sample, trace: Trace) -> tuple[str, Any]:
+        s = self.settings
+        tpl = load_template(TEMPLATE)
+        text = "\n\n".join(c.strip("\n") for c in sample.chunks)
+        prompt = tpl.render(question=answers.question(sample, self.name), text=text,
+                            answer_instruction=answers.answer_instruction(trace, sample.task))
+        window, source = context_window(s.context_tokens, trace.llm)
+        needed = trace.llm.count_tokens(prompt) + CHAT_FRAMING_TOKENS + s.max_tokens
+        fit = {"needed_tokens": needed, "context_tokens": window, "context_source": source}
+        if needed > window:
+            trace.not_applicable = (f"the whole input does not fit the model's context: {needed} tokens needed "
+                                    f"(prompt, chat framing and max_tokens={s.max_tokens}) > context_tokens={window} "
+                                    f"({source})")
+            return "", fit
+        step = trace.ask_prompt(prompt, tpl, kind="final", chunk_index=len(sample.chunks) - 1)
+        step.memory = fit
+        return answers.read_answer(sample.task, step.output), fit

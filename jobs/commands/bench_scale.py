@@ -1,0 +1,41 @@
+"""`memloop bench scale`: N simulated hosts x M method loops (jobs/scale_sim.py), labelled a simulation."""
+from __future__ import annotations
+
+import json
+import sys
+
+import typer
+
+
+def bench_scale(
+    recording: str = typer.Option(..., "--recording", help="URI of a finished run (OUTPUT/RUN_ID) whose steps "
+                                  "the simulated engines replay, e.g. from `memloop run jobs/configs/demo.yaml`."),
+    points: str = typer.Option("1x8,4x16,16x32,64x64", "--points", help="HOSTSxLOOPS, comma-separated."),
+    placements: str = typer.Option("driver,engine", "--placements", help="Where method loops run: driver, engine."),
+    duration: float = typer.Option(30.0, "--duration", min=1.0, help="Seconds of computing per point (a cap)."),
+    speedup: float = typer.Option(1.0, "--speedup", min=1e-3, help="Simulated hosts this many times faster "
+                                  "than the measured engine."),
+    latency: str = typer.Option(None, "--latency", help="JSON of the fitted latency model: read if it exists, "
+                                "else measured on the real engine and written there."),
+    processes: int = typer.Option(8, "--processes", min=1, help="At most this many simulated-host processes "
+                                  "(and method-worker processes); hosts are packed into them to fit in memory."),
+    as_json: bool = typer.Option(False, "--json", help="End stdout with the result as one JSON line (the table goes to stderr)."),
+) -> None:
+    """A SIMULATION of a run over many hosts: units/s, driver CPU and GIL wait, engine busy share,
+    memory, shards and bytes, resume time per (hosts, loops, placement)."""
+    from jobs.scale_sim import parse_points, projection_table, sweep, table
+    from jobs.signals import graceful_interrupts
+
+    log = (lambda m: print(m, file=sys.stderr, flush=True))
+    with graceful_interrupts():  # Ctrl-C / SIGTERM stop the point in progress cleanly (its Ray actors killed)
+        res = sweep(recording, parse_points(points), [p.strip() for p in placements.split(",") if p.strip()],
+                    duration, speedup, latency, log, processes=processes)
+    out = sys.stderr if as_json else sys.stdout
+    print(table(res), file=out, flush=True)
+    print(projection_table(res["projection"]), file=out, flush=True)
+    if as_json:
+        print(json.dumps(res, default=str), flush=True)  # before Ray's exit can cut a buffered stdout
+
+
+def register(app: typer.Typer, bench_app: typer.Typer) -> None:
+    bench_app.command("scale")(bench_scale)

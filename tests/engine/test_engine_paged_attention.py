@@ -1,0 +1,146 @@
+"""The CPU kernel that attends over a paged KV cache in place (engine/kernels/paged_attention.cc).
+
+It must give the gather path's numbers up to f32 rounding (for every page size, head layout, query
+count and sliding window it accepts), give a query the same bits whatever shares its batch, and be
+what the engine's decode step runs, with the gather path kept for what it does not serve.
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from engine import kernels
+from engine.model import causal_mask, gqa_attention
+
+pytestmark = pytest.mark.skipif(not kernels.available(), reason="the CPU kernels need x86-64 with AVX-512")
+
+
+def make_case(seed: int, kvh: int, heads: int, hd: int, page_size: int, pages: int, positions: list[list[int]],
+              kv_dtype: type = np.float32):
+    """Random pools (of `kv_dtype`) and queries; each row's block table a random distinct choice of pages."""
+    rng = np.random.default_rng(seed)
+    b = len(positions)
+    table_pages = max(max(p) for p in positions) // page_size + 1 + 2  # two padding pages past the longest
+    k = rng.standard_normal((kvh, pages, page_size, hd)).astype(kv_dtype)
+    v = rng.standard_normal((kvh, pages, page_size, hd)).astype(kv_dtype)
+    tables = np.stack([rng.permutation(pages)[:table_pages] for _ in range(b)]).astype(np.int32)
+    q = (rng.standard_normal((b, len(positions[0]), heads, hd)) * 2).astype(np.float32)
+    return q, k, v, tables, np.asarray(positions, np.int32)
+
+
+def gathered(q, k, v, tables, positions, window=None):
+    """The engine's gather path: each row's pages copied into one run, then `gqa_attention`."""
+    kvh, hd, b = k.shape[0], k.shape[-1], q.shape[0]
+    keys = jnp.asarray(k)[:, tables].reshape(kvh, b, -1, hd).astype(jnp.float32)
+    values = jnp.asarray(v)[:, tables].reshape(kvh, b, -1, hd).astype(jnp.float32)
+    mask = causal_mask(jnp.arange(keys.shape[2]), jnp.asarray(positions), window)
+    return np.asarray(gqa_attention(jnp.asarray(q), keys, values, mask))
+
+
+CASES = [  # kv heads, query heads, head dim, page size, positions per row (tokens of each row)
+    (3, 9, 64, 16, [[700], [5], [255], [256]]),  # SmolLM2's layout, decode, chunk edges
+    (2, 14, 64, 16, [[1030], [40]]),  # Qwen2.5-0.5B's layout (7 query heads per KV head)
+    (4, 4, 128, 5, [[3, 4, 5, 6], [300, 301, 302, 303]]),  # odd page size, a prefill chunk, no grouping
+    (1, 8, 32, 16, [[511, 512, 513], [0, 1, 2]]),  # one KV head, prefill from the very first token
+]
+
+
+@pytest.mark.parametrize("kv_dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("window", [None, 37])
+@pytest.mark.parametrize("kvh,heads,hd,page_size,positions", CASES)
+def test_kernel_matches_the_gather_path(kvh, heads, hd, page_size, positions, window, kv_dtype):
+    """f16 pools are widened exactly, so both cache types agree with the gather path to f32 rounding."""
+    from engine.kernels.attention import paged_attention
+
+    q, k, v, tables, pos = make_case(1, kvh, heads, hd, page_size, 300, positions, kv_dtype)
+    ours = np.asarray(jax.jit(lambda *a: paged_attention(*a, window=window))(q, k, v, tables, pos))
+    ref = gathered(q, k, v, tables, pos, window)
+    assert ours.shape == ref.shape and ours.dtype == np.float32
+    np.testing.assert_allclose(ours, ref, rtol=2e-5, atol=2e-6)
+
+
+def test_a_query_does_not_depend_on_its_batch_tokens_or_table_width():
+    """Alone, in any batch, as one of several query tokens, with a wider or narrower table: the same bits."""
+    from engine.kernels.attention import paged_attention
+
+    fn = jax.jit(paged_attention)
+    positions = [[900 + i, 901 + i] for i in range(0, 40, 5)]
+    q, k, v, tables, pos = make_case(2, 3, 9, 64, 16, 600, positions)
+    full = np.asarray(fn(q, k, v, tables, pos))
+    for lo, hi in [(0, 1), (3, 4), (2, 7), (0, 8)]:
+        np.testing.assert_array_equal(np.asarray(fn(q[lo:hi], k, v, tables[lo:hi], pos[lo:hi])), full[lo:hi])
+    for row in (0, 5):
+        need = pos[row, 0] // 16 + 1  # the narrowest table that holds the first token's keys
+        alone = np.asarray(fn(q[row:row + 1, :1], k, v, tables[row:row + 1, :need], pos[row:row + 1, :1]))
+        np.testing.assert_array_equal(alone[0, 0], full[row, 0])
+
+
+def test_bad_shapes_and_positions_are_named_errors():
+    from engine.kernels.attention import paged_attention
+
+    q, k, v, tables, pos = make_case(3, 3, 9, 64, 16, 20, [[40]])
+    with pytest.raises(Exception, match="outside its row's block table"):
+        np.asarray(paged_attention(q, k, v, tables, pos + 1000))
+    with pytest.raises(Exception, match="outside the pool"):
+        np.asarray(paged_attention(q, k, v, tables + 100, pos))
+    with pytest.raises(Exception, match="multiple of KV heads"):
+        np.asarray(paged_attention(q[:, :, :8], k, v, tables, pos))
+
+
+def _step_text(lm, tokens: int, cfg=None, **attention) -> str:
+    """The jaxpr of one engine forward over `tokens` new tokens per row on the bundled model's pools
+    (`attention`: the forward's backend argument; by default what `auto` is on CPU)."""
+    from engine.paged import forward_paged, init_kv_pools
+
+    cfg = cfg or lm.config
+    cache = init_kv_pools(cfg, 8, 16, jnp.float32, per_layer=lm.per_layer)
+    z = jnp.zeros((2, tokens), jnp.int32)
+    return str(jax.make_jaxpr(lambda p, c: forward_paged(cfg, p, c, z, z, z, z, jnp.zeros((2, 4), jnp.int32),
+                                                         jnp.zeros((2,), jnp.int32), **attention))(lm.params, cache))
+
+
+def test_decode_steps_read_pages_in_place_and_prefill_keeps_the_gather(lm):
+    decode = _step_text(lm, 1)
+    assert decode.count("memloop_paged_attention") == lm.config.num_layers
+    assert "memloop_paged_attention" not in _step_text(lm, 16)
+
+
+def test_the_attention_setting_chooses_the_cpu_kernel(lm, monkeypatch):
+    """`auto` on CPU decodes through the kernel; `gather` and MEMLOOP_PAGED_KERNEL=0 keep every call on the gather path."""
+    from engine.pallas_attention import resolve_backend
+
+    assert _step_text(lm, 1, attention=resolve_backend("auto")).count("memloop_paged_attention") == lm.config.num_layers
+    assert "memloop_paged_attention" not in _step_text(lm, 1, attention=resolve_backend("gather"))
+    monkeypatch.setenv("MEMLOOP_PAGED_KERNEL", "0")
+    assert "memloop_paged_attention" not in _step_text(lm, 1, attention=resolve_backend("auto"))
+
+
+def test_a_family_the_kernel_was_not_checked_against_keeps_the_gather(lm, monkeypatch):
+    """The kernel is chosen by the model config: a family outside its list decodes through the gather path."""
+    import dataclasses
+
+    from engine import config as config_module
+
+    monkeypatch.setitem(config_module.FAMILIES, "other", config_module.FAMILIES["llama"])
+    assert "memloop_paged_attention" not in _step_text(lm, 1, dataclasses.replace(lm.config, architecture="other"))
+
+
+def test_a_layer_option_the_kernel_lacks_goes_to_the_gather_path(monkeypatch):
+    """An attention option other than a window (e.g. logit soft-capping) is the gather path's, per layer."""
+    from engine.paged import in_place_attend
+
+    seen = []
+
+    def gather(q, k, v, cache, layer, **options):
+        seen.append(options)
+        return q, cache
+
+    q, k, v, tables, pos = make_case(4, 3, 9, 64, 16, 8, [[20]])
+    cache = {"k": [jnp.asarray(k)], "v": [jnp.asarray(v)]}
+    attend = in_place_attend(gather, jnp.zeros((1, 1), jnp.int32), jnp.zeros((1, 1), jnp.int32), tables, pos)
+    attend(jnp.asarray(q), jnp.asarray(q[:, :, :3]), jnp.asarray(q[:, :, :3]), cache, 0, softcap=30.0)
+    out, _ = attend(jnp.asarray(q), jnp.asarray(q[:, :, :3]), jnp.asarray(q[:, :, :3]), cache, 0, window=8)
+    assert seen == [{"softcap": 30.0}]
+    assert out.shape == q.shape

@@ -1,0 +1,123 @@
+"""Seed 002's baselines and ablations on the query tasks, scored by the tasks' own judges.
+
+Incremental updating on RepoQA/Spider and the long-context ceiling answer by the same contract as
+PRISM (eval/methods/answers.py), so `repoqa-exact` and `loft-exec` score their replies; the ceiling
+is "not applicable" (no call, no score) where the whole input exceeds the model's context.
+"""
+from __future__ import annotations
+
+import pytest
+
+from eval.datasets.sample import Sample
+from eval.judges import run_judge
+from eval.llm import ScriptedLLM
+from eval.methods import get_method
+from eval.methods.long_context import CHAT_FRAMING_TOKENS, DEFAULT_CONTEXT_TOKENS
+
+REPO = Sample(id="r", task="repoqa", chunks=("def add(a, b):\n    return a + b", "def sub(a, b):\n    return a - b"),
+              query="Find the function that sums two numbers.", gold="add")
+SPIDER = Sample(id="s", task="spider", chunks=("Table: singer\nid | name\n1 | Ann", "Table: concert\nid | year\n1 | 2014"),
+                query="How many singers are there?", gold=[[1]])
+
+
+def content(llm: ScriptedLLM, i: int) -> str:
+    return llm.requests[i].messages[0]["content"]
+
+
+def test_inc_update_answers_repoqa_from_its_notes_and_repoqa_exact_scores_it() -> None:
+    # notes need not end in punctuation (they may end in a name); the answer's first line is the name
+    llm = ScriptedLLM(["candidate: add(a, b) returns a + b", "candidate: add; sub subtracts, ruled out",
+                       "`add`\nit sums two numbers"])
+    out = get_method("inc-update").run(REPO, llm)
+    assert [s.kind for s in out.steps] == ["initial", "update", "final"] and all(s.ok for s in out.steps)
+    assert REPO.query in content(llm, 0) and "def add(a, b)" in content(llm, 0)
+    assert "candidate: add(a, b) returns a + b" in content(llm, 1) and "def sub" in content(llm, 1)
+    final = content(llm, 2)
+    assert "candidate: add; sub subtracts, ruled out" in final and "exact name of the function" in final
+    assert out.answer == "add" and out.memory == "candidate: add; sub subtracts, ruled out"
+    assert {"s003-inc-init-query", "s003-inc-answer", "s002-answer-repoqa"} <= set(out.templates)
+    assert run_judge("repoqa-exact", out.answer, REPO.gold).scores[0].value == 1.0
+
+
+def test_inc_update_answers_spider_in_the_loft_format_and_loft_exec_scores_it() -> None:
+    llm = ScriptedLLM(["singer rows: Ann (id 1)", "singer rows: Ann (id 1); concert table has no singers",
+                       "There is one singer.\nFinal Answer: [[1]]"])
+    out = get_method("inc-update").run(SPIDER, llm)
+    assert 'Final Answer: [["' in content(llm, 2)  # the LOFT answer instruction PRISM uses
+    assert run_judge("loft-exec", out.answer, SPIDER.gold).scores[0].value == 1.0
+
+
+def test_inc_update_compresses_query_notes_with_the_question() -> None:
+    llm = ScriptedLLM(["add sums", "add sums; sub subtracts two numbers", "short notes: add", "add"])
+    out = get_method("inc-update", max_summary_tokens=5, word_limit=4, context_window=20).run(REPO, llm)
+    assert [s.kind for s in out.steps] == ["initial", "update", "compress", "final"]
+    assert REPO.query in content(llm, 2) and "Shorten them to fewer than 4 words" in content(llm, 2)
+    assert "short notes: add" in content(llm, 3) and out.answer == "add"
+
+
+def test_long_context_puts_the_whole_input_in_one_prompt_and_is_scored() -> None:
+    llm = ScriptedLLM(["add"])
+    out = get_method("long-context", context_tokens=4000).run(REPO, llm)
+    prompt = content(llm, 0)
+    assert len(llm.requests) == 1 and all(c in prompt for c in REPO.chunks) and REPO.query in prompt
+    assert "exact name of the function" in prompt and out.not_applicable is None
+    assert out.memory["context_tokens"] == 4000 and out.memory["context_source"] == "settings"
+    assert run_judge("repoqa-exact", out.answer, REPO.gold).scores[0].value == 1.0
+    llm = ScriptedLLM(["Final Answer: [[1]]"])
+    out = get_method("long-context", context_tokens=4000).run(SPIDER, llm)
+    assert run_judge("loft-exec", out.answer, SPIDER.gold).scores[0].value == 1.0
+
+
+def test_long_context_is_not_applicable_where_the_input_exceeds_the_context() -> None:
+    llm = ScriptedLLM([])  # any call would fail the test: an n/a sample costs nothing
+    out = get_method("long-context", context_tokens=60, max_tokens=16).run(REPO, llm)
+    assert llm.requests == [] and out.steps == [] and out.answer == ""
+    assert out.not_applicable and "context_tokens=60 (settings)" in out.not_applicable
+    assert out.memory["needed_tokens"] > 60
+
+
+class _Windowed(ScriptedLLM):
+    context_tokens = 50
+
+
+@pytest.mark.parametrize("llm,expected", [(_Windowed([]), (50, "llm")),
+                                          (ScriptedLLM(["add"]), (DEFAULT_CONTEXT_TOKENS, "default"))])
+def test_long_context_window_comes_from_settings_then_the_llm_then_the_default(llm, expected) -> None:
+    out = get_method("long-context").run(REPO, llm)
+    assert (out.memory["context_tokens"], out.memory["context_source"]) == expected
+    # the default max_tokens (512) alone exceeds the LLM's 50-token window; the default window fits
+    assert (out.not_applicable is not None) == (expected[1] == "llm")
+    if out.steps:
+        assert out.memory["needed_tokens"] == llm.count_tokens(out.steps[0].prompt) + CHAT_FRAMING_TOKENS + 512
+
+
+def test_prism_inplace_without_updates_is_the_add_only_ablation_on_repoqa() -> None:
+    llm = ScriptedLLM(['[OBJECTS FOR ADD]\n{"$.candidate_functions.add": {"add": {"purpose": "sums"}}}',
+                       '[OBJECTS FOR UPDATE]\n{"$.candidate_functions.add": {"update": {"purpose": "x"}}}', "add"])
+    out = get_method("prism-inplace", updates=False).run(REPO, llm)
+    assert all(r.messages[0]["content"].count("[OBJECTS FOR UPDATE]") == 0 for r in llm.requests[:2])
+    assert out.settings["updates"] is False and out.answer == "add"
+    assert run_judge("repoqa-exact", out.answer, REPO.gold).scores[0].value == 1.0
+
+
+def test_an_na_unit_is_recorded_as_na_and_never_judged() -> None:
+    """The jobs layer's record of "not applicable": status "n/a" with the reason, no judge run, so no
+    score row that could enter a mean as a zero."""
+    from jobs.config import parse_config
+    from jobs.judge_fanout import JudgeFanout
+    from jobs.tables import now, sample_row, step_rows
+    from jobs.workload import build_units
+
+    cfg = parse_config({"datasets": [{"task": "spider", "limit": 1}],
+                        "methods": [{"name": "long-context", "options": {"context_tokens": 64}}],
+                        "judges": [{"name": "loft-exec"}]})
+    [unit] = build_units(cfg)
+    out = get_method(unit.method.name, **unit.settings).run(unit.sample, ScriptedLLM([]))
+    row = sample_row(unit, "ok", None, 1, out, now(), "engine-0")
+    assert row["status"] == "n/a" and "does not fit the model's context" in row["error"] and row["n_steps"] == 0
+    rows = {"samples": [row], "steps": step_rows(unit, out)}
+    outcome = JudgeFanout(cfg, 1).start(unit, out, None, rows).result(timeout=5)
+    assert outcome.error is None and outcome.rows["samples"][0]["status"] == "n/a"
+    assert "judgments" not in outcome.rows and "scores" not in outcome.rows
+    fits = get_method("long-context", context_tokens=100_000).run(unit.sample, ScriptedLLM(["Final Answer: [[1]]"]))
+    assert sample_row(unit, "ok", None, 1, fits, now(), "engine-0")["status"] == "ok"
