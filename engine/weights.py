@@ -28,7 +28,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from engine.blocks import BLOCK, BLOCK_BYTES, from_gguf_rows
+from engine.blocks import BLOCK, from_gguf_rows, has_block_form, row_bytes
 from engine.config import ModelConfig, config_from_gguf, config_from_hf
 from engine.errors import ModelFormatError, ModelNotFoundError
 
@@ -157,8 +157,8 @@ def load_gguf(path: Path, dtype: Any = np.float32, packed: bool = False,
               blocks: bool = False) -> tuple[ModelConfig, Params]:
     """De-quantise a Llama GGUF into the parameter layout above, cast to `dtype`.
 
-    `blocks=True` keeps every Q4_0/Q4_1/Q5_0/Q8_0 matrix (layer matrices, embedding, untied head) as its
-    raw GGUF bytes, an `engine.blocks.BlockMatrix`; a layer matrix then becomes a list with one entry
+    `blocks=True` keeps every Q4_0/Q4_1/Q5_0/Q8_0/Q4_K/Q5_K/Q6_K matrix (layer matrices, embedding, untied
+    head) as its raw GGUF bytes, an `engine.blocks.BlockMatrix`; a layer matrix then becomes a list with one entry
     per layer (block types may differ between layers), each a BlockMatrix or a dense array.
 
     `packed=True` keeps per-layer matrices stored as Q4_0/Q4_1/Q8_0 in every layer as
@@ -258,12 +258,12 @@ def _with_blocks(cfg: ModelConfig, tensors: dict[str, Any], embed: np.ndarray, r
     def blocked(name: str, rows: int, cols: int, permute_heads: int | None = None) -> Any:
         t = tensors[name]
         qtype = t.tensor_type.name
-        if qtype not in BLOCK_BYTES or cols % BLOCK:
+        if not has_block_form(qtype, cols):
             dense[qtype] = dense.get(qtype, 0) + 1
             return None
-        if int(np.asarray(t.data).size) != rows * (cols // BLOCK) * BLOCK_BYTES[qtype]:
+        if int(np.asarray(t.data).size) != rows * row_bytes(qtype, cols):
             raise ModelFormatError(f"tensor {name} in {source} has {np.asarray(t.data).size} bytes, expected "
-                                   f"{rows * (cols // BLOCK) * BLOCK_BYTES[qtype]}; the file is truncated.")
+                                   f"{rows * row_bytes(qtype, cols)}; the file is truncated.")
         bm = from_gguf_rows(t.data, qtype, rows, cols)
         if permute_heads is not None:  # whole output rows move, as for dense tensors
             bm = type(bm)(np.ascontiguousarray(unpermute_qk(bm.raw, permute_heads)), bm.qtype, bm.shape)

@@ -1,5 +1,5 @@
 """Qwen2 / Qwen2.5: a tiny random checkpoint written by transformers (HF directory and GGUF with
-Q5_0/Q8_0/Q4_K/Q6_K tensors) against transformers on the same weights, and the packaged
+Q5_0/Q8_0/Q4_K/Q6_K/Q5_K tensors, and one Q5_1) against transformers on the same weights, and the packaged
 Qwen2.5-Coder-0.5B-Instruct GGUF against transformers (slow)."""
 from __future__ import annotations
 
@@ -137,6 +137,8 @@ def _write_qwen2_gguf(model, path: Path, down: str) -> Path:
         put(f"blk.{i}.ffn_norm.weight", p + "post_attention_layernorm.weight")
         for key, name in hf.items():
             qname = down if (key == "ffn_down" and i % 2) else QUANTS[key]
+            if key == "attn_output" and i % 2:
+                qname = "Q5_1"  # a type with no block form: loaded dense
             put(f"blk.{i}.{key}.weight", p + name + ".weight", qname)
         for key in ("attn_q", "attn_k", "attn_v"):
             put(f"blk.{i}.{key}.bias", p + hf[key] + ".bias")
@@ -169,8 +171,8 @@ def test_gguf_kquants_are_exact_against_gguf_dequantiser(tiny_qwen2_gguf):
 
 
 def test_gguf_qwen2_matches_transformers_in_block_form_and_dense(tiny_qwen2_gguf, caplog):
-    """Block form (Q5_0/Q8_0 through the CPU kernel, k-quants dense, logged) and the dense load both
-    reproduce transformers on the de-quantised weights; greedy tokens are identical."""
+    """Block form (Q5_0/Q8_0 and the k-quants through the CPU kernel, the Q5_1 matrix dense, logged) and
+    the dense load both reproduce transformers on the de-quantised weights; greedy tokens are identical."""
     import logging
 
     from engine import kernels
@@ -184,7 +186,8 @@ def test_gguf_qwen2_matches_transformers_in_block_form_and_dense(tiny_qwen2_gguf
             blocked = load_model(path, load_tokenizer=False)
         assert type(blocked.params["layers"][0]["wq"]).__name__ == "BlockMatrix"
         assert blocked.params["layers"][0]["wq"].qtype == "Q5_0"
-        assert f"1 Q4_K, 1 {down} matrices have no CPU-kernel block form" in caplog.text
+        assert [blocked.params["layers"][i]["w_down"].qtype for i in (0, 1)] == ["Q4_K", down]
+        assert "1 Q5_1 matrices have no CPU-kernel block form" in caplog.text
         assert np.abs(_logits(blocked) - ref).max() < 1e-4
         assert _greedy(blocked, 16) == _greedy(dense, 16)
     assert _greedy(dense, 16) == _torch_greedy(model, 16)
