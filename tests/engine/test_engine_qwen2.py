@@ -1,6 +1,6 @@
 """Qwen2 / Qwen2.5: a tiny random checkpoint written by transformers (HF directory and GGUF with
 Q5_0/Q8_0/Q4_K/Q6_K/Q5_K tensors, and one Q5_1) against transformers on the same weights, and the packaged
-Qwen2.5-Coder-0.5B-Instruct GGUF against transformers (slow)."""
+Qwen2.5-Coder-0.5B- and 1.5B-Instruct GGUFs against transformers (slow)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -217,45 +217,59 @@ CHATS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def qwen_gguf():
+@pytest.fixture(scope="module", params=["qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"])
+def qwen_gguf(request):
     from engine.assets import MODELS, resolve_model
     from engine.errors import ModelNotFoundError
 
     try:
-        return resolve_model("qwen2.5-coder-0.5b")
+        return resolve_model(request.param)
     except ModelNotFoundError as exc:
-        pytest.skip(f"{exc} ({MODELS['qwen2.5-coder-0.5b'].install})")
+        pytest.skip(f"{exc} ({MODELS[request.param].install})")
+
+
+def _dense_matrices(lm) -> list[str]:
+    """Names of the weight matrices held as dense arrays rather than GGUF blocks."""
+    from engine.blocks import BlockMatrix
+
+    named = [("embed", lm.params["embed"]), ("lm_head", lm.params.get("lm_head"))]
+    named += [(f"{name}.{i}", w) for i, layer in enumerate(lm.params["layers"]) for name, w in layer.items()]
+    return [name for name, w in named if w is not None and not isinstance(w, BlockMatrix) and w.ndim == 2]
 
 
 @pytest.mark.slow
 def test_qwen25_coder_gguf_matches_transformers(qwen_gguf):
-    """The real Q4_K_M file (Q5_0, Q8_0, Q4_K, Q6_K tensors): logits within 2e-3 and 200 greedy
-    tokens identical to transformers on the same GGUF, with the checkpoint's own chat template."""
+    """The real Q4_K_M files (0.5B: Q5_0, Q8_0, Q4_K, Q6_K tensors; 1.5B: Q4_K, Q6_K), every matrix in
+    block form where the CPU kernels run: logits within 2e-3 and 200 greedy tokens identical to
+    transformers on the same GGUF, with the checkpoint's own chat template. memloop's numbers are
+    computed before transformers loads (its f32 copy of the 1.5B model is 6 GB)."""
     from transformers import AutoModelForCausalLM
 
+    from engine import kernels
     from engine.reference import generate
     from engine.sampling import SamplingParams
 
     torch.set_num_threads(1)
     lm = load_model(qwen_gguf)
     assert lm.config.architecture == "qwen2" and lm.config.attention_bias
-    hf = AutoModelForCausalLM.from_pretrained(str(qwen_gguf.parent), gguf_file=qwen_gguf.name,
-                                              dtype=torch.float32).eval()
+    if kernels.available():
+        assert lm.per_layer and _dense_matrices(lm) == []
+    ours_logits = []
     for chat in CHATS:
         ids = lm.tokenizer.chat_ids(chat)
         assert ids[0] == lm.tokenizer.hf.convert_tokens_to_ids("<|im_start|>")  # no BOS prepended
         toks = jnp.asarray([ids], jnp.int32)
         pos = jnp.arange(len(ids), dtype=jnp.int32)[None]
-        ours = np.asarray(forward(lm.params, lm.config, toks, pos, None, no_cache_attention(pos))[0])
-        with torch.no_grad():
-            ref = hf(torch.tensor([ids])).logits.numpy()
-        assert np.abs(ours - ref).max() < 2e-3
+        ours_logits.append(np.asarray(forward(lm.params, lm.config, toks, pos, None, no_cache_attention(pos))[0]))
     n = 200
     gens = generate(lm, CHATS, SamplingParams(max_tokens=n, stop_token_ids=()))
-    for chat, g in zip(CHATS, gens):
+    hf = AutoModelForCausalLM.from_pretrained(str(qwen_gguf.parent), gguf_file=qwen_gguf.name,
+                                              dtype=torch.float32).eval()
+    for chat, ours, g in zip(CHATS, ours_logits, gens):
         ids = lm.tokenizer.chat_ids(chat)
         with torch.no_grad():
+            ref = hf(torch.tensor([ids])).logits.numpy()
             out = hf.generate(torch.tensor([ids]), max_new_tokens=n, do_sample=False, eos_token_id=None,
                               pad_token_id=lm.tokenizer.pad_token_id)
+        assert np.abs(ours - ref).max() < 2e-3
         assert g.token_ids == out[0, len(ids):].tolist()
