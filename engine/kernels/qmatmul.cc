@@ -74,9 +74,12 @@ inline void ScaleMinK4(const uint8_t* q, int t, int& sc, int& m) {
   }
 }
 
-// Group t (32 weights) of one k-quant super-block `b` as two vectors.
+// Group t (32 weights) of one k-quant super-block `b` as two vectors. The codes are assembled on
+// the 32 bytes at once (one 256-bit register) and widened only at the end: the decoding, not the
+// memory, bounds these types at batch 1.
 template <int32_t Q>
 inline void DequantK(const uint8_t* b, int t, __m512& lo, __m512& hi) {
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
   if constexpr (Q == kQ6_K) {
     // Layout: 128 bytes ql (low 4 bits), 64 bytes qh (high 2 bits), 16 int8 scales (one per 16
     // weights), f16 d. Weight 32t+l: half h = t/4, s = t%4; low bits in the s/2-th nibble of
@@ -84,17 +87,16 @@ inline void DequantK(const uint8_t* b, int t, __m512& lo, __m512& hi) {
     const int h = t >> 2, s = t & 3;
     const float d = Half(b + 208);
     const int8_t* scales = reinterpret_cast<const int8_t*>(b + 192);
-    const uint8_t* ql = b + 64 * h + 32 * (s & 1);
-    const uint8_t* qh = b + 128 + 32 * h;
-    const __m512i lshift = _mm512_set1_epi32(4 * (s >> 1)), hshift = _mm512_set1_epi32(2 * s);
-    const __m512i nib = _mm512_set1_epi32(15), two = _mm512_set1_epi32(3), bias = _mm512_set1_epi32(32);
-    auto codes = [&](int off) {
-      const __m512i l = _mm512_and_si512(_mm512_srlv_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)(ql + off))), lshift), nib);
-      const __m512i hb = _mm512_and_si512(_mm512_srlv_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)(qh + off))), hshift), two);
-      return _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_or_si512(l, _mm512_slli_epi32(hb, 4)), bias));
-    };
-    lo = _mm512_mul_ps(codes(0), _mm512_set1_ps(d * (float)scales[2 * t]));
-    hi = _mm512_mul_ps(codes(16), _mm512_set1_ps(d * (float)scales[2 * t + 1]));
+    const __m256i ql = _mm256_loadu_si256((const __m256i*)(b + 64 * h + 32 * (s & 1)));
+    const __m256i qh = _mm256_loadu_si256((const __m256i*)(b + 128 + 32 * h));
+    // 16-bit shifts move bits across byte borders; the masks keep each byte's own.
+    const __m256i l = _mm256_and_si256(s >> 1 ? _mm256_srli_epi16(ql, 4) : ql, low4);
+    const __m256i hb = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * s)), _mm256_set1_epi8(3));
+    const __m256i code = _mm256_sub_epi8(_mm256_or_si256(l, _mm256_slli_epi16(hb, 4)), _mm256_set1_epi8(32));
+    lo = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(code))),
+                       _mm512_set1_ps(d * (float)scales[2 * t]));
+    hi = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(code, 1))),
+                       _mm512_set1_ps(d * (float)scales[2 * t + 1]));
   } else {
     // Q4_K layout: f16 d, f16 dmin, 12 bytes of scales/mins, 128 bytes of nibbles (group t: the
     // low (t even) or high (t odd) nibbles of bytes 32(t/2)..+31). Q5_K puts 32 bytes of fifth bits
@@ -106,22 +108,20 @@ inline void DequantK(const uint8_t* b, int t, __m512& lo, __m512& hi) {
     const __m512 neg_min = _mm512_set1_ps(-(Half(b + 2) * (float)m));
     const __m512 codes = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     const __m512 t0 = _mm512_fmadd_ps(codes, dsc, neg_min);
-    const uint8_t* qs = b + (Q == kQ5_K ? 48 : 16) + 32 * (t >> 1);
-    const __m512i shift = _mm512_set1_epi32(4 * (t & 1)), nib = _mm512_set1_epi32(15);
-    const __m512i v0 = _mm512_and_si512(_mm512_srlv_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)qs)), shift), nib);
-    const __m512i v1 = _mm512_and_si512(_mm512_srlv_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)(qs + 16))), shift), nib);
+    const __m256i qs = _mm256_loadu_si256((const __m256i*)(b + (Q == kQ5_K ? 48 : 16) + 32 * (t >> 1)));
+    __m256i code = _mm256_and_si256(t & 1 ? _mm256_srli_epi16(qs, 4) : qs, low4);
     if constexpr (Q == kQ4_K) {
-      lo = _mm512_permutexvar_ps(v0, t0);
-      hi = _mm512_permutexvar_ps(v1, t0);
+      lo = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(_mm256_castsi256_si128(code)), t0);
+      hi = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(_mm256_extracti128_si256(code, 1)), t0);
     } else {
       const __m512 t1 = _mm512_fmadd_ps(_mm512_add_ps(codes, _mm512_set1_ps(16.0f)), dsc, neg_min);
-      const __m512i bit = _mm512_set1_epi32(t), one = _mm512_set1_epi32(1);
-      auto fifth = [&](int off) {
-        const __m512i h = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)(b + 16 + off)));
-        return _mm512_slli_epi32(_mm512_and_si512(_mm512_srlv_epi32(h, bit), one), 4);
-      };
-      lo = _mm512_permutex2var_ps(t0, _mm512_or_si512(v0, fifth(0)), t1);
-      hi = _mm512_permutex2var_ps(t0, _mm512_or_si512(v1, fifth(16)), t1);
+      const __m256i qh = _mm256_loadu_si256((const __m256i*)(b + 16));
+      const __m256i bit = _mm256_set1_epi8(static_cast<char>(1 << t));
+      // 16 where the byte's bit t is set: (qh & bit) == bit, as 0xFF, masked to 0x10.
+      code = _mm256_or_si256(code, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, bit), bit),
+                                                    _mm256_set1_epi8(16)));
+      lo = _mm512_permutex2var_ps(t0, _mm512_cvtepu8_epi32(_mm256_castsi256_si128(code)), t1);
+      hi = _mm512_permutex2var_ps(t0, _mm512_cvtepu8_epi32(_mm256_extracti128_si256(code, 1)), t1);
     }
   }
 }
