@@ -114,7 +114,7 @@ def _dequantize_k(blocks: jax.Array, qtype: str) -> jax.Array:
 def dequantize(raw: jax.Array, qtype: str, cols: int) -> jax.Array:
     """Rows of GGUF blocks [..., row_bytes(qtype, cols)] -> f32 [..., cols], exactly as `gguf` de-quantises."""
     lead = raw.shape[:-1]
-    if qtype in ("Q4_K", "Q5_K", "Q6_K"):
+    if BLOCK_WEIGHTS[qtype] == SUPER:
         blocks = raw.reshape(*lead, cols // SUPER, BLOCK_BYTES[qtype])
         return _dequantize_k(blocks, qtype).reshape(*lead, cols)
     blocks = raw.reshape(*lead, cols // BLOCK, BLOCK_BYTES[qtype])
