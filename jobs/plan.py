@@ -129,12 +129,13 @@ def check_config(cfg: RunConfig) -> None:
                 "fix the path or generate the file first"
             )
     if cfg.model.weights is not None:
+        from engine.assets import MODELS
         from engine.errors import EngineError
 
         try:
             if not weights_path(cfg).exists():
                 raise ConfigError(f"`model.weights`: {cfg.model.weights} does not exist; give a GGUF file, a model "
-                                  "directory or a model name (smollm2-135m, qwen2.5-coder-0.5b)")
+                                  f"directory or a model name ({', '.join(MODELS)})")
         except EngineError as exc:  # a short name whose packages are missing or corrupt
             raise ConfigError(f"`model.weights`: {exc}") from None
     ep = cfg.judge_model.endpoint

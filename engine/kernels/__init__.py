@@ -1,9 +1,9 @@
 """CPU kernels compiled on first use and called from jitted code as XLA FFI custom calls.
 
 `qmatmul(x, blocks, qtype)` multiplies by a weight matrix kept in its GGUF block form (Q4_0, Q4_1,
-Q5_0, Q8_0), reading 0.56-1.06 bytes per weight instead of f32's 4 (see qmatmul.cc for why and how).
-`engine.kernels.attention.paged_attention` attends over a paged KV cache reading each page in place
-(paged_attention.cc).
+Q5_0, Q8_0, and the k-quants Q4_K, Q5_K, Q6_K), reading 0.56-1.06 bytes per weight instead of f32's 4
+(see qmatmul.cc for why and how). `engine.kernels.attention.paged_attention` attends over a paged KV
+cache reading each page in place (paged_attention.cc).
 
 The C++ sources are built with the machine's C++ compiler into memloop's cache directory, keyed by the
 source, the compiler and the CPU's features, so a new machine or a changed source rebuilds it. It
@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 TARGET = "memloop_qmatmul"
 ATTENTION_TARGET = "memloop_paged_attention"
 SOURCES = (Path(__file__).with_name("qmatmul.cc"), Path(__file__).with_name("paged_attention.cc"))
-QTYPES = {"Q4_0": 0, "Q4_1": 1, "Q8_0": 2, "Q5_0": 3}
+QTYPES = {"Q4_0": 0, "Q4_1": 1, "Q8_0": 2, "Q5_0": 3, "Q4_K": 4, "Q5_K": 5, "Q6_K": 6}
 REQUIRED_FLAGS = ("avx512f", "avx512bw", "avx512vl", "f16c")
 
 _lock = threading.Lock()
@@ -130,7 +130,7 @@ def available() -> bool:
 
 
 def qmatmul(x: Any, blocks: Any, qtype: str) -> Any:
-    """x [..., in] f32 times the block matrix `blocks` (uint8 [out, in/32 * block bytes]) transposed:
+    """x [..., in] f32 times the block matrix `blocks` (uint8 [out, in/block weights * block bytes]) transposed:
     [..., out] f32. Call inside or outside jit, on the CPU backend, after `load()`."""
     import jax
     import jax.numpy as jnp

@@ -1,13 +1,19 @@
-// y[R, out] = x[R, in] . W^T for a weight matrix W [out, in] kept in its GGUF block form
-// (Q4_0, Q4_1, Q5_0 or Q8_0: 32 weights per block, an f16 scale, for Q4_1 an f16 offset, for Q5_0
-// a 32-bit word of fifth bits), as an XLA:CPU FFI custom call.
+// y[R, out] = x[R, in] . W^T for a weight matrix W [out, in] kept in its GGUF block form, as an
+// XLA:CPU FFI custom call. Block types:
+//   Q4_0, Q4_1, Q5_0, Q8_0: 32 weights per block, an f16 scale (Q4_1: an f16 offset; Q5_0: a 32-bit
+//     word of fifth bits);
+//   Q4_K, Q5_K, Q6_K ("k-quants"): 256-weight super-blocks with an f16 scale (Q4_K/Q5_K: and an f16
+//     min) and 8 (Q4_K/Q5_K: 6-bit scale and min) or 16 (Q6_K: int8 scale) sub-block scales.
+// Either way the kernel walks a row in groups of 32 weights (a k-quant super-block is 8 groups).
 //
 // Why: at small batch the decoder is bound by the bytes of weights it reads. f32 weights are
 // 4 bytes per weight; the GGUF blocks are 0.56-1.06. XLA cannot consume them without first writing
 // an f32 copy, so this kernel de-quantises each block in registers and multiplies it at once.
 //
 // Exactness: every weight is rebuilt to the very f32 value the `gguf` package's de-quantiser gives
-// (d*q is exact in f32 for 4-, 5- and 8-bit codes, so fma(q, d, m) == (d*q)+m rounded once).
+// (d*q is exact in f32 for 4-, 5- and 8-bit codes, so fma(q, d, m) == (d*q)+m rounded once; for the
+// k-quants d*sc (11-bit f16 mantissa x 6- or 8-bit scale) and then *q stay within f32's 24 bits,
+// so (d*sc)*q - dmin*m is also rounded once, by the subtraction, as numpy does it).
 // Batch invariance: the sum for one (row, output) pair is the same sequence of vector FMAs and the
 // same final reduction whatever the number of rows or the tiling, so a request's numbers do not
 // depend on what shares its batch.
@@ -25,18 +31,99 @@ namespace ffi = xla::ffi;
 
 namespace {
 
-enum QType : int32_t { kQ4_0 = 0, kQ4_1 = 1, kQ8_0 = 2, kQ5_0 = 3 };
+enum QType : int32_t { kQ4_0 = 0, kQ4_1 = 1, kQ8_0 = 2, kQ5_0 = 3, kQ4_K = 4, kQ5_K = 5, kQ6_K = 6 };
 
-constexpr int kBlock = 32;
+constexpr int kBlock = 32;    // weights per group: one step of the multiply loop
+constexpr int kSuper = 256;   // weights per k-quant super-block
 
-inline int BlockBytes(int32_t qtype) {
-  return qtype == kQ4_0 ? 18 : qtype == kQ4_1 ? 20 : qtype == kQ5_0 ? 22 : 34;
+constexpr bool IsK(int32_t qtype) { return qtype >= kQ4_K; }
+
+// Bytes of one block (k-quants: one super-block).
+constexpr int BlockBytes(int32_t qtype) {
+  switch (qtype) {
+    case kQ4_0: return 18;
+    case kQ4_1: return 20;
+    case kQ5_0: return 22;
+    case kQ8_0: return 34;
+    case kQ4_K: return 144;
+    case kQ5_K: return 176;
+    default: return 210;  // kQ6_K
+  }
 }
+
+constexpr int BlockWeights(int32_t qtype) { return IsK(qtype) ? kSuper : kBlock; }
+
+inline int64_t RowBytes(int32_t qtype, int64_t in) { return in / BlockWeights(qtype) * BlockBytes(qtype); }
 
 inline float Half(const uint8_t* p) {
   uint16_t h;
   std::memcpy(&h, p, 2);
   return _cvtsh_ss(h);
+}
+
+// The 6-bit scale and min of sub-block t (0-7) of a Q4_K/Q5_K super-block, packed in 12 bytes
+// (ggml's get_scale_min_k4): sub-blocks 0-3 in the low 6 bits of bytes t and t+4; 4-7 split
+// between bytes t+4 (low 4 bits each) and the top 2 bits of bytes t-4 and t.
+inline void ScaleMinK4(const uint8_t* q, int t, int& sc, int& m) {
+  if (t < 4) {
+    sc = q[t] & 63;
+    m = q[t + 4] & 63;
+  } else {
+    sc = (q[t + 4] & 0xF) | ((q[t - 4] >> 6) << 4);
+    m = (q[t + 4] >> 4) | ((q[t] >> 6) << 4);
+  }
+}
+
+// Group t (32 weights) of one k-quant super-block `b` as two vectors. The codes are assembled on
+// the 32 bytes at once (one 256-bit register) and widened only at the end: the decoding, not the
+// memory, bounds these types at batch 1.
+template <int32_t Q>
+inline void DequantK(const uint8_t* b, int t, __m512& lo, __m512& hi) {
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  if constexpr (Q == kQ6_K) {
+    // Layout: 128 bytes ql (low 4 bits), 64 bytes qh (high 2 bits), 16 int8 scales (one per 16
+    // weights), f16 d. Weight 32t+l: half h = t/4, s = t%4; low bits in the s/2-th nibble of
+    // ql[64h + 32(s%2) + l], high bits at bit 2s of qh[32h + l]; value d*scale*(code - 32).
+    const int h = t >> 2, s = t & 3;
+    const float d = Half(b + 208);
+    const int8_t* scales = reinterpret_cast<const int8_t*>(b + 192);
+    const __m256i ql = _mm256_loadu_si256((const __m256i*)(b + 64 * h + 32 * (s & 1)));
+    const __m256i qh = _mm256_loadu_si256((const __m256i*)(b + 128 + 32 * h));
+    // 16-bit shifts move bits across byte borders; the masks keep each byte's own.
+    const __m256i l = _mm256_and_si256(s >> 1 ? _mm256_srli_epi16(ql, 4) : ql, low4);
+    const __m256i hb = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * s)), _mm256_set1_epi8(3));
+    const __m256i code = _mm256_sub_epi8(_mm256_or_si256(l, _mm256_slli_epi16(hb, 4)), _mm256_set1_epi8(32));
+    lo = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(code))),
+                       _mm512_set1_ps(d * (float)scales[2 * t]));
+    hi = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(code, 1))),
+                       _mm512_set1_ps(d * (float)scales[2 * t + 1]));
+  } else {
+    // Q4_K layout: f16 d, f16 dmin, 12 bytes of scales/mins, 128 bytes of nibbles (group t: the
+    // low (t even) or high (t odd) nibbles of bytes 32(t/2)..+31). Q5_K puts 32 bytes of fifth bits
+    // before the nibbles: bit t of byte l is the fifth bit of weight 32t+l. The value
+    // d*sc*code - dmin*m comes from a table of the group's 16 (32) possible values.
+    int sc, m;
+    ScaleMinK4(b + 4, t, sc, m);
+    const __m512 dsc = _mm512_set1_ps(Half(b) * (float)sc);
+    const __m512 neg_min = _mm512_set1_ps(-(Half(b + 2) * (float)m));
+    const __m512 codes = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m512 t0 = _mm512_fmadd_ps(codes, dsc, neg_min);
+    const __m256i qs = _mm256_loadu_si256((const __m256i*)(b + (Q == kQ5_K ? 48 : 16) + 32 * (t >> 1)));
+    __m256i code = _mm256_and_si256(t & 1 ? _mm256_srli_epi16(qs, 4) : qs, low4);
+    if constexpr (Q == kQ4_K) {
+      lo = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(_mm256_castsi256_si128(code)), t0);
+      hi = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(_mm256_extracti128_si256(code, 1)), t0);
+    } else {
+      const __m512 t1 = _mm512_fmadd_ps(_mm512_add_ps(codes, _mm512_set1_ps(16.0f)), dsc, neg_min);
+      const __m256i qh = _mm256_loadu_si256((const __m256i*)(b + 16));
+      const __m256i bit = _mm256_set1_epi8(static_cast<char>(1 << t));
+      // 16 where the byte's bit t is set: (qh & bit) == bit, as 0xFF, masked to 0x10.
+      code = _mm256_or_si256(code, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, bit), bit),
+                                                    _mm256_set1_epi8(16)));
+      lo = _mm512_permutex2var_ps(t0, _mm512_cvtepu8_epi32(_mm256_castsi256_si128(code)), t1);
+      hi = _mm512_permutex2var_ps(t0, _mm512_cvtepu8_epi32(_mm256_extracti128_si256(code, 1)), t1);
+    }
+  }
 }
 
 // The 32 weights of one block as two vectors (elements 0-15 and 16-31).
@@ -83,11 +170,20 @@ inline void Dequant(const uint8_t* b, __m512& lo, __m512& hi) {
   }
 }
 
+// Group j (weights 32j..32j+31) of the block row starting at `row`.
+template <int32_t Q>
+inline void Group(const uint8_t* row, int64_t j, __m512& lo, __m512& hi) {
+  if constexpr (IsK(Q)) {
+    DequantK<Q>(row + (j >> 3) * BlockBytes(Q), static_cast<int>(j & 7), lo, hi);
+  } else {
+    Dequant<Q>(row + j * BlockBytes(Q), lo, hi);
+  }
+}
+
 // RT rows x OT outputs: accumulators stay in registers across all blocks of the row.
 template <int32_t Q, int RT, int OT>
 inline void Tile(const float* x, int64_t in, const uint8_t* w, int64_t row_bytes, float* y, int64_t out) {
   const int64_t nb = in / kBlock;
-  const int bb = BlockBytes(Q);
   __m512 acc[RT][OT];
   for (int r = 0; r < RT; ++r)
     for (int o = 0; o < OT; ++o) acc[r][o] = _mm512_setzero_ps();
@@ -100,7 +196,7 @@ inline void Tile(const float* x, int64_t in, const uint8_t* w, int64_t row_bytes
   for (int64_t j = 0; j < nb; ++j) {
     for (int64_t a = j * step; a < (j + 1) * step && a < span; a += 64) _mm_prefetch((const char*)(next + a), _MM_HINT_T0);
     __m512 lo[OT], hi[OT];
-    for (int o = 0; o < OT; ++o) Dequant<Q>(w + o * row_bytes + j * bb, lo[o], hi[o]);
+    for (int o = 0; o < OT; ++o) Group<Q>(w + o * row_bytes, j, lo[o], hi[o]);
     for (int r = 0; r < RT; ++r) {
       const __m512 xl = _mm512_loadu_ps(x + r * in + j * kBlock);
       const __m512 xh = _mm512_loadu_ps(x + r * in + j * kBlock + 16);
@@ -143,7 +239,7 @@ void RowsTile(const float* x, int64_t rows, int64_t in, const uint8_t* w, int64_
 template <int32_t Q, int OT>
 void OutputsTiled(const float* x, int64_t rows, int64_t in, const uint8_t* w, float* y, int64_t out, int64_t o0,
                   int64_t o1) {
-  const int64_t row_bytes = (in / kBlock) * BlockBytes(Q);
+  const int64_t row_bytes = RowBytes(Q, in);
   int64_t o = o0;
   for (; o + OT <= o1; o += OT) RowsTile<Q, OT>(x, rows, in, w + o * row_bytes, row_bytes, y + o, out);
   for (; o < o1; ++o) RowsTile<Q, 1>(x, rows, in, w + o * row_bytes, row_bytes, y + o, out);
@@ -168,6 +264,9 @@ OutputsFn Select(int32_t qtype) {
     case kQ4_1: return Outputs<kQ4_1>;
     case kQ8_0: return Outputs<kQ8_0>;
     case kQ5_0: return Outputs<kQ5_0>;
+    case kQ4_K: return Outputs<kQ4_K>;
+    case kQ5_K: return Outputs<kQ5_K>;
+    case kQ6_K: return Outputs<kQ6_K>;
     default: return nullptr;
   }
 }
@@ -187,7 +286,7 @@ ffi::Error QMatmul(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<ff
   auto wd = w.dimensions();
   if (xd.size() != 2 || wd.size() != 2) return ffi::Error::InvalidArgument("memloop_qmatmul: x and w must be 2-D");
   const int64_t rows = xd[0], in = xd[1], out = wd[0];
-  if (in % kBlock != 0 || wd[1] != (in / kBlock) * BlockBytes(qtype))
+  if (in % BlockWeights(qtype) != 0 || wd[1] != RowBytes(qtype, in))
     return ffi::Error::InvalidArgument("memloop_qmatmul: w's row bytes do not match x's width and the block type");
   const float* xp = x.typed_data();
   const uint8_t* wp = w.typed_data();

