@@ -16,7 +16,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from jobs.errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -231,13 +230,6 @@ TABLES: dict[str, PaperTable] = {t.id: t for t in (
                   ("Rolling summary", "fart-rolling", ("34.2", "8.8", "18.7", "27.3")))),
         "paper"),
 )}
-
-
-def check_table_ids(ids: list[str]) -> list[str]:
-    unknown = [i for i in ids if i not in TABLES]
-    if unknown:
-        raise ConfigError(f"paper_tables: unknown table(s) {unknown}; use some of {sorted(TABLES)}")
-    return ids
 
 
 # ---------------------------------------------------------------------------------------------

@@ -33,7 +33,7 @@ import json
 import math
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import pandas as pd
 
@@ -408,7 +408,14 @@ def _figures(d: RunData) -> list[dict]:
 
 def memory_figures(d: RunData) -> list[dict]:
     """`memory_tokens` per (method, dataset): the memory after each step in the run model's tokenizer,
-    averaged over a sample's steps, then over its samples (per repeat; seed 000 appendix A)."""
+    averaged over a sample's steps, then over its samples (per repeat; seed 000 appendix A). Tokenised
+    once per load: the Markdown and `report --json` both read it."""
+    if "memory_figures" not in d.derived:
+        d.derived["memory_figures"] = _memory_figures(d)
+    return d.derived["memory_figures"]
+
+
+def _memory_figures(d: RunData) -> list[dict]:
     st = d.steps
     if st.empty or "memory_json" not in st or st["memory_json"].isna().all():
         return []

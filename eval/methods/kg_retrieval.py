@@ -20,8 +20,9 @@ metadata['target_chapter'] restricts summarisation to that chapter.
 """
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 from eval.asking import ParseFailure
 from eval.datasets.sample import Sample
@@ -58,7 +59,7 @@ def _parse(text: str) -> Extraction:
     return ex
 
 
-class _ChapterSummaries(Method):
+class _ChapterSummaries(Method, ABC):
     """Chapter-wise summarisation of a book: the chapters to summarise and the loop over them."""
 
     tasks = ("book", "arxiv")
@@ -94,10 +95,10 @@ class _ChapterSummaries(Method):
             summaries.append(step.output.strip())
         return "\n\n".join(summaries)
 
+    @abstractmethod
     def _chapter_prompt(self, trace: Trace, context: Any, chapter: int,
                         text: str) -> tuple[str, dict[str, Any], dict[str, Any], dict[str, Any]]:
         """(template id, values, step.parsed extras, step.memory extras) of one chapter's summary prompt."""
-        raise NotImplementedError
 
 
 class KGRetrieval(_ChapterSummaries):

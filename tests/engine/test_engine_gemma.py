@@ -15,7 +15,7 @@ import torch
 from engine.model import forward, load_model, no_cache_attention
 from engine.weights import load_weights
 from tests.engine.gguf_writer import header_writer, write_out
-from tests.engine.test_engine_qwen2 import TOKENS, _greedy, _logits, _torch_logits, packaged_or_skip
+from tests.engine.test_engine_qwen2 import TOKENS, _greedy, _logits, _torch_logits, packaged_model
 from tests.engine.test_engine_qwen3_mistral import assert_paged_matches
 
 GREEDY = 32
@@ -141,13 +141,12 @@ def test_gemma_paged_path_matches_transformers(fixture, unroll, request):
 
 @pytest.mark.parametrize("fixture", ["tiny_gemma2", "tiny_gemma3"])
 def test_gemma_on_a_mesh_equals_transformers(fixture, request):
-    """Gemma's extra per-layer norms have a place in the tensor-parallel layout (replicated)."""
+    """Gemma's extra per-layer norms have a place in the tensor-parallel layout (replicated); tests/conftest.py
+    gives the process 4 CPU devices (make_mesh names the XLA flag if they are missing)."""
     import jax
 
     from engine.mesh import make_mesh
 
-    if len(jax.devices()) < 4:
-        pytest.skip("needs XLA_FLAGS=--xla_force_host_platform_device_count=4")
     model, path = request.getfixturevalue(fixture)
     lm = load_model(path, load_tokenizer=False, mesh=make_mesh(4))
     assert len(lm.params["final_norm"].sharding.device_set) == 4
@@ -280,7 +279,7 @@ PROMPTS = [
 
 @pytest.fixture(scope="module")
 def gemma_gguf():
-    return packaged_or_skip("gemma-3-270m")
+    return packaged_model("gemma-3-270m")
 
 
 @pytest.mark.slow

