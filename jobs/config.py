@@ -243,12 +243,20 @@ def parse_config(data: dict[str, Any], source: str = "config") -> RunConfig:
 
 
 def with_overrides(cfg: RunConfig, source: str = "config", *, output: str | None = None, tag: str | None = None,
-                   limit: int | None = None, max_chunks: int | None = None, repeats: int | None = None) -> RunConfig:
+                   limit: int | None = None, max_chunks: int | None = None, repeats: int | None = None,
+                   model: str | None = None) -> RunConfig:
     """The config with command-line overrides applied and validated again (`--limit N` keeps at most
     N samples of every dataset, `--max-chunks N` the first N chunks of each sample, `--repeats N`
-    sets the repeats; all three are part of the run id like the same settings in the file). With
-    them a paper's config runs reduced: `--limit 2 --max-chunks 2 --repeats 1`."""
+    sets the repeats, `--model M` the engine's weights (a short name or a path); all four are part of
+    the run id like the same settings in the file). With them a paper's config runs reduced:
+    `--limit 2 --max-chunks 2 --repeats 1`, or on another model: `--model qwen2.5-coder-0.5b`."""
     data = cfg.model_dump()
+    if model is not None:
+        if cfg.model.kind != "engine":
+            raise ConfigError(f"--model {model!r} sets the engine's weights, but this config's model is kind "
+                              f"{cfg.model.kind!r} (an endpoint serves its own model): change the endpoint's "
+                              "`model` in the config instead")
+        data["model"]["weights"] = model
     if output is not None:
         data["output"] = output
     if tag is not None:

@@ -23,6 +23,8 @@ def run_cmd(
     limit: Optional[int] = typer.Option(None, "--limit", help="At most this many samples of every dataset (part of the run id)."),
     max_chunks: Optional[int] = typer.Option(None, "--max-chunks", help="At most the first N chunks of every sample (part of the run id)."),
     repeats: Optional[int] = typer.Option(None, "--repeats", help="Override the config's repeats (part of the run id)."),
+    model: Optional[str] = typer.Option(None, "--model", help="The engine's weights: a model name (smollm2-135m, qwen2.5-coder-0.5b, ...) "
+                                        "or a GGUF / Hugging Face path (part of the run id)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Validate everything and print the plan; start nothing."),
     max_failed_frac: float = typer.Option(0.0, "--max-failed-frac", min=0.0, max=1.0,
                                           help="Exit 0 when at most this fraction of the attempted units failed."),
@@ -32,7 +34,7 @@ def run_cmd(
     from jobs.config import load_config, with_overrides
 
     cfg = with_overrides(load_config(config), str(config), output=output, tag=tag, limit=limit,
-                         max_chunks=max_chunks, repeats=repeats)
+                         max_chunks=max_chunks, repeats=repeats, model=model)
     if dry_run:
         _dry_run(cfg, as_json)
         return

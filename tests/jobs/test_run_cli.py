@@ -84,6 +84,19 @@ def test_overrides_change_the_run_id_and_limit_samples(tmp_path) -> None:
         with_overrides(cfg, limit=0)
 
 
+def test_model_override_sets_the_engine_weights_and_the_run_id(tmp_path) -> None:
+    cfg = parse_config(_cfg(tmp_path))
+    other = with_overrides(cfg, model="qwen2.5-coder-0.5b")
+    assert other.model.weights == "qwen2.5-coder-0.5b" and run_id(other) != run_id(cfg)
+    res = CliRunner().invoke(app, ["run", str(_write(tmp_path, _cfg(tmp_path))), "--dry-run", "--json",
+                                   "--model", "smollm2-135m"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["engine"]["model"].endswith(".gguf")
+    endpoint = {"kind": "openai", "endpoint": {"base_url": "http://127.0.0.1:1/v1", "model": "m"}}
+    with pytest.raises(ConfigError, match="kind 'openai'.*endpoint's `model`"):
+        with_overrides(parse_config(_cfg(tmp_path, model=endpoint)), model="smollm2-135m")
+
+
 def test_a_relative_output_is_refused_inside_a_ray_job(tmp_path, monkeypatch) -> None:
     cfg = parse_config(_cfg(tmp_path, output="runs"))
     monkeypatch.setenv("RAY_JOB_CONFIG_JSON_ENV_VAR", json.dumps({"metadata": {"job_submission_id": "raysubmit_1"}}))
