@@ -170,7 +170,7 @@ def llama_server_command(binary: Path, model: Path, port: int, threads: int, slo
     KV in all (ctx / slots per slot), its host-memory prompt cache (`--cache-ram`) on."""
     return [str(binary), "-m", str(model), "--host", "127.0.0.1", "--port", str(port), "-t", str(threads),
             "-tb", str(threads), "-np", str(slots), "-c", str(ctx), "--cont-batching", "--cache-ram",
-            str(cache_ram_mib), "-ngl", "0", "--no-webui"]
+            str(cache_ram_mib), "--no-webui"]
 
 
 def run_llama_server(model: Path, workload: list[list[str]], max_tokens: int, threads: int, longest_prompt: int,
@@ -216,8 +216,9 @@ def batched_bench(model: Path, threads: int, prompt_lengths: list[int], decode_t
     """Run llama-batched-bench (CPU, `threads` threads) for every prompt length x batch; rows as
     `parse_batched_bench` gives them. Prompts are separate per sequence (not shared)."""
     binary = peer_binary(BATCHED_BENCH)
-    ctx = max(batches) * (max(prompt_lengths) + decode_tokens) + 16
-    cmd = [str(binary), "-m", str(model), "-t", str(threads), "-tb", str(threads), "-c", str(ctx), "-ngl", "0",
+    # whole 256-token blocks per sequence: llama.cpp rounds a context not divisible by the sequences down
+    ctx = max(batches) * ((max(prompt_lengths) + decode_tokens + 255) // 256 * 256)
+    cmd = [str(binary), "-m", str(model), "-t", str(threads), "-tb", str(threads), "-c", str(ctx),
            "-npp", ",".join(map(str, prompt_lengths)), "-ntg", str(decode_tokens),
            "-npl", ",".join(map(str, batches)), "--output-format", "jsonl"]
     done = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **PEER_ENV})
