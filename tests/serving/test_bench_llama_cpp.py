@@ -21,9 +21,13 @@ from bench.prefix import build_workload, run_engine
 FIXTURES = Path(__file__).parent / "fixtures"
 
 
-def _memloop_serve(port: int, *extra: str) -> list[str]:
-    script = Path(sys.executable).parent / "memloop"
-    return [str(script), "serve", "--port", str(port), "--kv-budget", str(64 << 20), *extra]
+ROOT = Path(__file__).resolve().parents[2]
+CODE = {"PYTHONPATH": str(ROOT)}  # this checkout's memloop, whatever the environment has installed
+
+
+def _memloop_serve(port: int) -> list[str]:
+    return [sys.executable, "-c", "from jobs.cli import main; main()", "serve", "--port", str(port),
+            "--kv-budget", str(64 << 20)]
 
 
 class _Boom(Exception):
@@ -45,7 +49,7 @@ def test_openai_driver_against_memloop_serve_and_the_server_is_killed_on_error(e
     w = build_workload(samples=2, steps=2, chunk_words=8)
     port = free_port()
     with pytest.raises(_Boom):
-        with serving(_memloop_serve(port), port, "memloop-serve", startup_s=240) as url:
+        with serving(_memloop_serve(port), port, "memloop-serve", startup_s=240, env=CODE) as url:
             out = run_openai_workload(url, w, max_tokens=4, extra={"cache_prompt": True})
             assert out["prompt_tokens"] == sum(engine.tokenizer.count_tokens(p) for loop in w for p in loop)
             assert 4 <= out["decoded_tokens"] <= 16
@@ -60,7 +64,7 @@ def test_openai_driver_against_memloop_serve_and_the_server_is_killed_on_error(e
 def test_a_server_that_exits_raises_with_its_output():
     port = free_port()
     with pytest.raises(PeerServerError, match=r"(?s)exited with status [1-9].*--port must be between 1 and 65535"):
-        with serving(_memloop_serve(port)[:2] + ["--port", "70000"], port, "memloop-serve", startup_s=120):
+        with serving(_memloop_serve(port)[:4] + ["--port", "70000"], port, "memloop-serve", startup_s=120, env=CODE):
             pass
 
 
