@@ -272,6 +272,20 @@ def llama_cpp_model_figures(memloop: dict[str, Any], model: str | os.PathLike | 
     return out
 
 
+def model_bench_peer(memloop: dict[str, Any], model: str | os.PathLike | None, decode_tokens: int, batch: int,
+                     contexts: tuple[int, ...], log=print) -> dict[str, Any]:
+    """`memloop bench model --peer llama-cpp`: llama.cpp measured as memloop was in `memloop` (its
+    result): the decode steps it timed (`decode_tokens` rounded to the decode chunk, as bench.model
+    does) after a prompt as long as the chat prompt its batch-1 decode follows."""
+    from bench.model import PROMPTS
+    from engine.reference import DECODE_CHUNK
+    from engine.tokenizer import load_tokenizer
+
+    steps = max(DECODE_CHUNK, decode_tokens // DECODE_CHUNK * DECODE_CHUNK)
+    short = len(load_tokenizer(gguf_path(model)).chat_ids(PROMPTS[0]))
+    return llama_cpp_model_figures(memloop, model, steps, batch, contexts, short_prompt=short, log=log)
+
+
 def _ctx_key(context: int) -> str:
     """The suffix bench model uses for a context length: ctx1k, ctx4k, ctx1500."""
     return f"ctx{context // 1024}k" if context % 1024 == 0 else f"ctx{context}"

@@ -287,9 +287,9 @@ def main(workload_name: str = "papers", peer: str | None = None, emit=print, **o
         decoded_tokens=on["decoded_tokens"], preemptions=on["preemptions"], engine_time_split=on["time_split"],
     )
     results.update(accelerator_figures(lm, kv_budget, emit))
-    from bench.llama_cpp import host_threads
-
     if peer == "llama-cpp":
+        from bench.llama_cpp import host_threads
+
         lc = run_llama_cpp(lm.path, workload, max_tokens, host_threads())
         emit(f"llama-cpp-python: {lc['tokens_per_s']:.1f} tokens/s ({lc['prompt_tokens']} prompt, "
              f"{lc['decoded_tokens']} decoded tokens in {lc['wall_s']:.1f} s)")

@@ -44,18 +44,9 @@ def bench_model(
         peer_binary(BATCHED_BENCH)
     result = run_model_bench(model, settings, log=log)
     if peer is not None:
-        from bench.llama_cpp import llama_cpp_model_figures
-        from engine.reference import DECODE_CHUNK
+        from bench.llama_cpp import model_bench_peer
 
-        # the decode steps memloop timed (bench.model rounds decode_tokens to its decode chunk)
-        steps = max(DECODE_CHUNK, decode_tokens // DECODE_CHUNK * DECODE_CHUNK)
-        from bench.model import PROMPTS
-        from engine.tokenizer import load_tokenizer
-
-        # llama.cpp's short context: the prompt memloop's batch-1 decode follows (bench.model's first)
-        short = len(load_tokenizer(gguf_path(model)).chat_ids(PROMPTS[0]))
-        result.update(llama_cpp_model_figures(result, model, steps, batch, settings.contexts, short_prompt=short,
-                                              log=log))
+        result.update(model_bench_peer(result, model, decode_tokens, batch, settings.contexts, log=log))
     if as_json:
         typer.echo(json.dumps(result))
     else:

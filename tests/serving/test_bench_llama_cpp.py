@@ -124,7 +124,8 @@ def test_llama_cpp_peers_end_to_end(loaded_model):
     llama-server with 32 slots, and llama-batched-bench's rates with the ratios against memloop's."""
     if shutil.which("cmake") is None:
         pytest.fail("the peers need cmake and a C++ compiler: install them (apt-get install cmake g++)")
-    from bench.llama_cpp import host_threads, llama_cpp_model_figures, run_llama_server
+    from bench.llama_cpp import host_threads, model_bench_peer, run_llama_server
+    from engine.reference import DECODE_CHUNK
 
     model = gguf_path(None)
     w = build_workload(samples=3, steps=2, chunk_words=16)
@@ -136,7 +137,8 @@ def test_llama_cpp_peers_end_to_end(loaded_model):
     assert abs(out["prompt_tokens"] - ours) <= 6
     assert 6 <= out["decoded_tokens"] <= 48 and out["tokens_per_s"] > 0
     memloop = {"decode_tps_b1": 100.0, "decode_tps_b32": 400.0, "decode_tps_b1_ctx1k": 50.0}
-    figures = llama_cpp_model_figures(memloop, None, 8, 4, (1024,), short_prompt=37, log=lambda _: None)
+    figures = model_bench_peer(memloop, None, 8, 4, (1024,), log=lambda _: None)  # what --peer llama-cpp adds
+    assert figures["llama_cpp_decode_tokens"] == max(DECODE_CHUNK, 8 // DECODE_CHUNK * DECODE_CHUNK)
     assert figures["llama_cpp_decode_tps_b1"] > 0 and figures["llama_cpp_decode_tps_b1_ctx1k"] > 0
     assert figures["ratio_decode_b1_vs_llama_cpp"] == pytest.approx(100.0 / figures["llama_cpp_decode_tps_b1"], rel=1e-2)
     assert figures["ratio_decode_b1_ctx1k_vs_llama_cpp"] == pytest.approx(
