@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.memloop-installed
 
-.PHONY: demo test test-slow install models peers clean
+.PHONY: demo test test-slow install models peers peer-binaries clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -44,12 +44,36 @@ test: $(STAMP)
 test-slow: $(STAMP) models
 	$(PY) -m pytest -q -m slow
 
-# llama-cpp-python, the speed peer of the serving benchmark, in its own environment (compiles ~10 min).
-peers: .venv-peers/.installed
+# The speed peers of the benchmarks (bench/llama_cpp.py, bench/prefix.py):
+# - llama.cpp's llama-server and llama-batched-bench (CPU), built with CMake from the llama.cpp vendored
+#   in the pinned llama-cpp-python sdist (PyPI is the only download) into .peers/bin (~25 min at -j2);
+# - llama-cpp-python itself in its own environment, .venv-peers (compiles ~10 min).
+LLAMA_CPP_PYTHON := 0.3.36
+PEERS_SRC := .peers/src/llama_cpp_python-$(LLAMA_CPP_PYTHON)
+LLAMA_CPP := $(PEERS_SRC)/vendor/llama.cpp
+PEERS_BUILT := .peers/bin/.built-$(LLAMA_CPP_PYTHON)
+peers: .venv-peers/.installed peer-binaries
+peer-binaries: $(PEERS_BUILT)
 .venv-peers/.installed:
 	$(PYTHON) -m venv .venv-peers
-	.venv-peers/bin/pip install -q llama-cpp-python==0.3.36
+	.venv-peers/bin/pip install -q llama-cpp-python==$(LLAMA_CPP_PYTHON)
+	touch $@
+$(PEERS_SRC)/.extracted:
+	rm -rf $(PEERS_SRC) .peers/src/sdist && mkdir -p .peers/src/sdist
+	$(PYTHON) -m pip download -q --no-binary :all: --no-deps -d .peers/src/sdist llama-cpp-python==$(LLAMA_CPP_PYTHON)
+	tar -xzf .peers/src/sdist/llama_cpp_python-$(LLAMA_CPP_PYTHON).tar.gz -C .peers/src
+	touch $@
+# No UI assets, no HTTPS, no tests: nothing is fetched at configure or build time.
+$(PEERS_BUILT): $(PEERS_SRC)/.extracted
+	cmake -S $(LLAMA_CPP) -B $(LLAMA_CPP)/build -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF \
+	  -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_TESTS=OFF \
+	  -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=ON -DBUILD_SHARED_LIBS=OFF
+	cmake --build $(LLAMA_CPP)/build -j2 --target llama-server llama-batched-bench
+	mkdir -p .peers/bin
+	cp $(LLAMA_CPP)/build/bin/llama-server $(LLAMA_CPP)/build/bin/llama-batched-bench .peers/bin/
+	.peers/bin/llama-server --version
+	.peers/bin/llama-batched-bench --help > /dev/null
 	touch $@
 
 clean:
-	rm -rf $(VENV) .venv-peers runs .pytest_cache
+	rm -rf $(VENV) .venv-peers .peers runs .pytest_cache

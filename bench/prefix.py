@@ -14,6 +14,9 @@ tokens; `short` is the earlier quick one (40-word chunks of a story of each loop
   memloop, prefix cache off  -- the same, every prompt token computed
   llama-cpp-python (--peer llama-cpp) -- the same GGUF in `.venv-peers`, its RAM prompt cache on,
                                 the loops run one after another (it serves one request at a time)
+  llama-server (--peer llama-server)  -- llama.cpp's server on the same GGUF and threads, 32 parallel
+                                slots, continuous batching, `cache_prompt` and its host prompt cache
+                                on, the loops concurrently through its OpenAI endpoint (bench/llama_cpp.py)
 
 tokens/s = (prompt + decoded tokens) / wall seconds of the whole workload.
 
@@ -220,6 +223,10 @@ def run_llama_cpp(model_path: Path, workload: list[list[str]], max_tokens: int, 
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+PEERS = (None, "llama-cpp", "llama-server")
+MAX_BATCH = 32  # memloop decodes up to 32 sequences together; llama-server gets as many slots
+
+
 def main(workload_name: str = "papers", peer: str | None = None, emit=print, **overrides: Any) -> dict[str, Any]:
     """Run the named workload (settings overridden by `overrides`: samples, steps, max_tokens,
     chunk_words, revisions, shared_book, kv_budget) on memloop with the cache on and off, and `peer`."""
@@ -227,10 +234,14 @@ def main(workload_name: str = "papers", peer: str | None = None, emit=print, **o
     from engine.engine_config import EngineConfig
     from engine.serving import Engine
 
-    if peer not in (None, "llama-cpp"):
+    if peer not in PEERS:
         from engine.errors import EngineError
 
-        raise EngineError(f"unknown peer {peer!r}; the supported peer is 'llama-cpp'")
+        raise EngineError(f"unknown peer {peer!r}; choose one of {sorted(p for p in PEERS if p)}")
+    if peer == "llama-server":  # fail before the long memloop part when the peer cannot run
+        from bench.llama_cpp import SERVER, peer_binary
+
+        peer_binary(SERVER)
     ws = workload_settings(workload_name, **overrides)
     samples, steps, max_tokens, kv_budget = ws["samples"], ws["steps"], ws["max_tokens"], ws["kv_budget"]
     workload = build_workload(samples, steps, ws["chunk_words"], revisions=ws["revisions"],
@@ -242,7 +253,7 @@ def main(workload_name: str = "papers", peer: str | None = None, emit=print, **o
     results: dict[str, Any] = {"workload": workload_name, **{k: v for k, v in ws.items() if k != "kv_budget"}}
     runs = {}
     for name, cache_on in (("cache_on", True), ("cache_off", False)):
-        engine = Engine(EngineConfig(kv_budget=kv_budget, max_batch=32, prefix_cache=cache_on), model=lm)
+        engine = Engine(EngineConfig(kv_budget=kv_budget, max_batch=MAX_BATCH, prefix_cache=cache_on), model=lm)
         try:
             # steady state: one untimed pass compiles every step shape the workload reaches (one
             # program per bucket, a few seconds each for the CPU engine's unrolled layers)
@@ -277,13 +288,34 @@ def main(workload_name: str = "papers", peer: str | None = None, emit=print, **o
     )
     results.update(accelerator_figures(lm, kv_budget, emit))
     if peer == "llama-cpp":
-        threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-        lc = run_llama_cpp(lm.path, workload, max_tokens, threads)
+        from bench.llama_cpp import host_threads
+
+        lc = run_llama_cpp(lm.path, workload, max_tokens, host_threads())
         emit(f"llama-cpp-python: {lc['tokens_per_s']:.1f} tokens/s ({lc['prompt_tokens']} prompt, "
              f"{lc['decoded_tokens']} decoded tokens in {lc['wall_s']:.1f} s)")
         results.update(llama_cpp_tokens_per_s=lc["tokens_per_s"], llama_cpp_wall_s=lc["wall_s"],
                        ratio_vs_llama_cpp=on["tokens_per_s"] / lc["tokens_per_s"])
+    if peer == "llama-server":
+        results.update(llama_server_figures(lm, workload, max_tokens, on, emit))
     return results
+
+
+def llama_server_figures(lm: Any, workload: list[list[str]], max_tokens: int, on: dict[str, Any],
+                         emit=print) -> dict[str, Any]:
+    """The workload through llama-server (bench.llama_cpp) against memloop's cache-on run `on`."""
+    from bench.llama_cpp import gguf_path, host_threads, run_llama_server
+
+    longest = max(lm.tokenizer.count_tokens(p) for loop in workload for p in loop)
+    ls = run_llama_server(gguf_path(lm.path), workload, max_tokens, host_threads(), longest, slots=MAX_BATCH)
+    same = sum(a == b for a, b in zip(ls["texts"], on["texts"]))
+    emit(f"llama-server ({ls['slots']} slots, {ls['ctx_per_slot']} tokens each): {ls['tokens_per_s']:.1f} tokens/s "
+         f"({ls['prompt_tokens']} prompt, {ls['cached_tokens']} cached, {ls['decoded_tokens']} decoded tokens in "
+         f"{ls['wall_s']:.1f} s; {same}/{len(ls['texts'])} outputs identical to memloop's)")
+    return {"llama_server_tokens_per_s": ls["tokens_per_s"], "llama_server_wall_s": ls["wall_s"],
+            "llama_server_prompt_tokens": ls["prompt_tokens"], "llama_server_cached_tokens": ls["cached_tokens"],
+            "llama_server_decoded_tokens": ls["decoded_tokens"], "llama_server_slots": ls["slots"],
+            "llama_server_outputs_identical_fraction": same / len(ls["texts"]),
+            "ratio_vs_llama_server": on["tokens_per_s"] / ls["tokens_per_s"]}
 
 
 def accelerator_figures(lm: Any, kv_budget: float, emit=print) -> dict[str, Any]:

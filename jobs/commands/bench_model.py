@@ -22,16 +22,31 @@ def bench_model(
     long_contexts: bool = typer.Option(True, help="Time served batch-1 decode after cached 1k and 4k prompts."),
     gather_peer: bool = typer.Option(True, help="Also time 4k-context decode with the pre-kernel gather path."),
     kv_f16: bool = typer.Option(True, help="Also time served decode with a float16 KV cache."),
+    peer: Optional[str] = typer.Option(None, "--peer", help="Also run llama.cpp's llama-batched-bench on the same "
+                                       "GGUF and threads (llama-cpp; `make peers` builds it): decode at batch 1 "
+                                       "and the large batch, and at the long contexts."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object as the last line."),
 ) -> None:
     """Compare memloop's Flax model with transformers on the same weights: logits, greedy tokens, tokens/s."""
     from bench.model import BenchSettings, run_model_bench
 
+    if peer not in (None, "llama-cpp"):
+        raise typer.BadParameter("the peer of bench model is llama-cpp", param_hint="--peer")
     settings = BenchSettings(greedy_tokens=greedy_tokens, decode_tokens=decode_tokens,
                              prefill_tokens=prefill_tokens, batch=batch, hf_batch=hf_batch, packed=packed,
                              dense=dense, dense_peer=dense_peer, quantize=quantize,
                              contexts=(1024, 4096) if long_contexts else (), gather_peer=gather_peer, kv_f16=kv_f16)
-    result = run_model_bench(model, settings, log=lambda line: typer.echo(line, err=as_json))
+    log = lambda line: typer.echo(line, err=as_json)
+    if peer is not None:  # fail before the long memloop part when the peer cannot run
+        from bench.llama_cpp import BATCHED_BENCH, gguf_path, peer_binary
+
+        gguf_path(model)
+        peer_binary(BATCHED_BENCH)
+    result = run_model_bench(model, settings, log=log)
+    if peer is not None:
+        from bench.llama_cpp import model_bench_peer
+
+        result.update(model_bench_peer(result, model, decode_tokens, batch, settings.contexts, log=log))
     if as_json:
         typer.echo(json.dumps(result))
     else:

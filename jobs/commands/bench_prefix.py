@@ -13,16 +13,20 @@ def bench_prefix(
                                       "32 loops x 8 steps; short: the quick 40-word, 16-token one."),
     samples: int = typer.Option(None, "--samples", min=1, help="K memory loops run concurrently."),
     steps: int = typer.Option(None, "--steps", min=1, help="N steps per loop."),
-    peer: str = typer.Option(None, "--peer", help="Also run a peer on the same workload: llama-cpp."),
+    peer: str = typer.Option(None, "--peer", help="Also run a peer on the same workload: llama-server (llama.cpp's "
+                             "server, 32 slots; `make peers` builds it) or llama-cpp (llama-cpp-python, one "
+                             "request at a time)."),
     max_tokens: int = typer.Option(None, "--max-tokens", min=1, help="Tokens decoded per step (at most)."),
     chunk_words: int = typer.Option(None, "--chunk-words", min=1, help="Words of story per new chunk."),
     revisions: int = typer.Option(None, "--revisions", min=0, help="Amendments appended to each loop's memory per step."),
 ) -> None:
     """K memory loops of N steps: cached fraction and tokens/s with the prefix cache on, off, and a peer."""
-    from bench.prefix import WORKLOADS, main
+    from bench.prefix import PEERS, WORKLOADS, main
 
     if workload not in WORKLOADS:
         raise typer.BadParameter(f"choose one of {sorted(WORKLOADS)}", param_hint="--workload")
+    if peer not in PEERS:
+        raise typer.BadParameter(f"choose one of {sorted(p for p in PEERS if p)}", param_hint="--peer")
     res = main(workload, peer=peer, samples=samples, steps=steps, max_tokens=max_tokens, chunk_words=chunk_words,
                revisions=revisions)
     for k, v in res.items():

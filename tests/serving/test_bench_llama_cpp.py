@@ -1,0 +1,145 @@
+"""The llama.cpp peers of the benchmarks (bench/llama_cpp.py).
+
+The OpenAI-endpoint driver and the server-process manager are generic, so they run here for real
+against memloop's own server (`memloop serve`, the bundled SmolLM2) in a subprocess. The
+llama-batched-bench parser reads output captured from the real binary built by `make peers`
+(fixtures/llama_batched_bench_*.txt). The slow test builds (on first use) and runs both peers.
+"""
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from bench.llama_cpp import (BATCHED_BENCH, SERVER, PeerError, PeerMissingError, PeerServerError, decode_rate,
+                             free_port, gguf_path, parse_batched_bench, peer_binary, run_openai_workload, serving)
+from bench.prefix import build_workload, run_engine
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+ROOT = Path(__file__).resolve().parents[2]
+CODE = {"PYTHONPATH": str(ROOT)}  # this checkout's memloop, whatever the environment has installed
+
+
+def _memloop_serve(port: int) -> list[str]:
+    return [sys.executable, "-c", "from jobs.cli import main; main()", "serve", "--port", str(port),
+            "--kv-budget", str(64 << 20)]
+
+
+class _Boom(Exception):
+    pass
+
+
+def _unreachable(url: str) -> bool:
+    try:
+        httpx.get(f"{url}/health", timeout=5)
+    except httpx.TransportError:
+        return True
+    return False
+
+
+def test_openai_driver_against_memloop_serve_and_the_server_is_killed_on_error(engine):
+    """A tiny workload through `memloop serve`'s /v1/completions: tokens counted from usage, greedy
+    outputs returned in loop-major order (the same as the in-process engine's), the server process
+    gone once the block is left by an exception."""
+    w = build_workload(samples=2, steps=2, chunk_words=8)
+    port = free_port()
+    with pytest.raises(_Boom):
+        with serving(_memloop_serve(port), port, "memloop-serve", startup_s=240, env=CODE) as url:
+            out = run_openai_workload(url, w, max_tokens=4, extra={"cache_prompt": True})
+            assert out["prompt_tokens"] == sum(engine.tokenizer.count_tokens(p) for loop in w for p in loop)
+            assert 4 <= out["decoded_tokens"] <= 16
+            assert out["cached_tokens"] > 0  # step 2 repeats step 1's prefix; the server reports it
+            assert out["tokens_per_s"] == pytest.approx((out["prompt_tokens"] + out["decoded_tokens"]) / out["wall_s"])
+            engine.clear_prefix_cache()
+            assert out["texts"] == run_engine(engine, w, max_tokens=4)["texts"]
+            raise _Boom
+    assert _unreachable(url)
+
+
+def test_a_server_that_exits_raises_with_its_output():
+    port = free_port()
+    with pytest.raises(PeerServerError, match=r"(?s)exited with status [1-9].*--port must be between 1 and 65535"):
+        with serving(_memloop_serve(port)[:4] + ["--port", "70000"], port, "memloop-serve", startup_s=120, env=CODE):
+            pass
+
+
+def test_an_error_answer_names_the_endpoint(engine):
+    from engine.server import create_app
+    from tests.http_server import serve_app
+
+    with serve_app(create_app(engine, "smollm2")) as url:
+        with pytest.raises(PeerServerError, match=r"/v1/completions answered 400"):
+            run_openai_workload(url, [["x"]], max_tokens=-3)
+
+
+def test_missing_binary_says_make_peers(tmp_path):
+    for name in (SERVER, BATCHED_BENCH):
+        with pytest.raises(PeerMissingError, match=r"make peers"):
+            peer_binary(name, bin_dir=tmp_path)
+
+
+def test_llama_cpp_needs_a_gguf_file(tmp_path):
+    with pytest.raises(PeerError, match=r"need a GGUF file"):
+        gguf_path(tmp_path)
+    assert gguf_path(None).suffix == ".gguf"
+
+
+@pytest.mark.parametrize("fixture", ["llama_batched_bench_jsonl.txt", "llama_batched_bench_md.txt"])
+def test_batched_bench_output_is_parsed(fixture):
+    """Output of the real llama-batched-bench (both of its formats, log lines included)."""
+    rows = parse_batched_bench((FIXTURES / fixture).read_text())
+    assert [(r["pp"], r["tg"], r["pl"]) for r in rows] == [(37, 32, 1), (37, 32, 4)]
+    for r in rows:
+        assert r["speed_tg"] == pytest.approx(r["pl"] * r["tg"] / r["t_tg"], rel=0.01)
+    assert decode_rate(rows, 37, 4) == rows[1]["speed_tg"]
+    with pytest.raises(PeerError, match=r"no row for 4096 prompt tokens at batch 1"):
+        decode_rate(rows, 4096, 1)
+
+
+def test_batched_bench_without_rows_is_an_error():
+    with pytest.raises(PeerError, match=r"no result rows"):
+        parse_batched_bench("llama_model_load: error loading model\nmain: failed\n")
+
+
+def test_cli_rejects_unknown_peers():
+    from typer.testing import CliRunner
+
+    from jobs.cli import app
+
+    runner = CliRunner()
+    out = runner.invoke(app, ["bench", "prefix", "--peer", "vllm"])
+    assert out.exit_code == 2 and "llama-server" in out.output
+    out = runner.invoke(app, ["bench", "model", "--peer", "llama-server"])
+    assert out.exit_code == 2 and "llama-cpp" in out.output
+
+
+@pytest.mark.slow
+def test_llama_cpp_peers_end_to_end(loaded_model):
+    """Builds the peers on first use (`make peer-binaries`), then: a tiny workload through
+    llama-server with 32 slots, and llama-batched-bench's rates with the ratios against memloop's."""
+    if shutil.which("cmake") is None:
+        pytest.fail("the peers need cmake and a C++ compiler: install them (apt-get install cmake g++)")
+    from bench.llama_cpp import host_threads, model_bench_peer, run_llama_server
+    from engine.reference import DECODE_CHUNK
+
+    model = gguf_path(None)
+    w = build_workload(samples=3, steps=2, chunk_words=16)
+    longest = max(loaded_model.tokenizer.count_tokens(p) for loop in w for p in loop)
+    out = run_llama_server(model, w, 8, host_threads(), longest)
+    assert out["slots"] == 32 and len(out["texts"]) == 6
+    # the same text, the same GGUF vocabulary: llama-server counts the prompts as memloop does, give or take a BOS
+    ours = sum(loaded_model.tokenizer.count_tokens(p) for loop in w for p in loop)
+    assert abs(out["prompt_tokens"] - ours) <= 6
+    assert 6 <= out["decoded_tokens"] <= 48 and out["tokens_per_s"] > 0
+    memloop = {"decode_tps_b1": 100.0, "decode_tps_b32": 400.0, "decode_tps_b1_ctx1k": 50.0}
+    figures = model_bench_peer(memloop, None, 8, 4, (1024,), log=lambda _: None)  # what --peer llama-cpp adds
+    assert figures["llama_cpp_decode_tokens"] == max(DECODE_CHUNK, 8 // DECODE_CHUNK * DECODE_CHUNK)
+    assert figures["llama_cpp_decode_tps_b1"] > 0 and figures["llama_cpp_decode_tps_b1_ctx1k"] > 0
+    assert figures["ratio_decode_b1_vs_llama_cpp"] == pytest.approx(100.0 / figures["llama_cpp_decode_tps_b1"], rel=1e-2)
+    assert figures["ratio_decode_b1_ctx1k_vs_llama_cpp"] == pytest.approx(
+        50.0 / figures["llama_cpp_decode_tps_b1_ctx1k"], rel=1e-2)
