@@ -20,7 +20,7 @@ import hashlib
 import json
 import logging
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable, Literal
 
@@ -218,13 +218,18 @@ def _books_from_json(p: Path) -> Iterable[BookRecord]:
 
 def load_books(source: str | Path | Iterable[str | Path], chunk_tokens: int = 2048, tokenizer: TokenizerLike = None,
                unwrap: bool = True, limit: int | None = None, chapters: bool = False,
-               chunk_by: ChunkBy = "tokens") -> list[Sample]:
+               chunk_by: ChunkBy = "tokens", max_chunks: int | None = None) -> list[Sample]:
     """Books from a file, a directory of .txt files (sorted by name), a JSON/JSONL collection, or a list of paths.
+
+    `max_chunks` keeps only each book's first chunks (a run at the papers' shape over part of a book:
+    the sample id says so, so it never resumes into a whole-book run).
 
     `chapters=True` adds metadata['chunk_chapters'] (the chapter each token chunk starts in);
     `chunk_by="chapter"` makes the chunks follow the chapter headings (see the module docstring)."""
     if chunk_by not in ("tokens", "chapter"):
         raise DatasetError(f"chunk_by must be 'tokens' or 'chapter', got {chunk_by!r}")
+    if max_chunks is not None and (isinstance(max_chunks, bool) or not isinstance(max_chunks, int) or max_chunks < 1):
+        raise DatasetError(f"max_chunks must be a positive number of chunks (or left out for whole books), got {max_chunks!r}")
     if not isinstance(source, (str, Path)):
         paths = [Path(s) for s in source]
         samples = [load_book(p, chunk_tokens, tokenizer, unwrap, chapters, chunk_by) for p in paths[:limit]]
@@ -248,4 +253,17 @@ def load_books(source: str | Path | Iterable[str | Path], chunk_tokens: int = 20
             samples = [load_book(p, chunk_tokens, tokenizer, unwrap, chapters, chunk_by)]
         else:
             raise UnknownFormatError(f"{p}: unknown book format {p.suffix!r}: use .txt, a directory of .txt, .json or .jsonl")
-    return samples
+    return samples if max_chunks is None else [first_chunks(x, max_chunks) for x in samples]
+
+
+def first_chunks(sample: Sample, n: int) -> Sample:
+    """The book cut to its first `n` chunks (unchanged when it has no more)."""
+    if len(sample.chunks) <= n:
+        return sample
+    metadata = dict(sample.metadata, max_chunks=n, chunks_in_book=len(sample.chunks))
+    if "chunk_chapters" in metadata:
+        metadata["chunk_chapters"] = metadata["chunk_chapters"][:n]
+        if "target_chapter" in metadata and metadata["target_chapter"] not in metadata["chunk_chapters"]:
+            raise DatasetError(f"book {metadata.get('title')!r}: its summary is of chapter {metadata['target_chapter']}, "
+                               f"which the first {n} chunks do not reach; raise max_chunks or leave it out")
+    return replace(sample, id=f"{sample.id}-first{n}", chunks=sample.chunks[:n], metadata=metadata)

@@ -7,7 +7,7 @@ import pytest
 
 from eval.datasets import load_dataset
 from eval.datasets.books import clean_book, load_book, load_books
-from eval.datasets.errors import BinaryFileError, DatasetNotFoundError, EmptyDatasetError, MissingFieldError, UnknownFormatError
+from eval.datasets.errors import BinaryFileError, DatasetError, DatasetNotFoundError, EmptyDatasetError, MissingFieldError, UnknownFormatError
 
 GUTENBERG = (
     "\ufeffThe Project Gutenberg EBook of A Test, by Someone\r\n\r\nLicence words here.\r\n\r\n"
@@ -146,3 +146,17 @@ def test_collections_carry_reference_summaries_and_their_chapter(tmp_path):
         (tmp_path / "bad.jsonl").write_text(json.dumps({"title": "T", "text": text, **bad}))
         with pytest.raises(MissingFieldError, match=match):
             load_books(tmp_path / "bad.jsonl", chunk_tokens=64, chunk_by="chapter")
+
+
+def test_max_chunks_keeps_a_books_first_chunks(tmp_path):
+    book = tmp_path / "long.txt"
+    book.write_text("\n\n".join(f"Paragraph {i} tells of the river and the mill." * 8 for i in range(40)))
+    whole = load_books(book, chunk_tokens=64)[0]
+    assert len(whole.chunks) > 6
+    [part] = load_books(book, chunk_tokens=64, max_chunks=6)
+    assert part.chunks == whole.chunks[:6] and part.id == f"{whole.id}-first6"
+    assert part.metadata["chunks_in_book"] == len(whole.chunks)
+    assert load_books(book, chunk_tokens=64, max_chunks=1000)[0] == whole  # a short book is left whole
+    for bad in (0, -1, True, 2.5):
+        with pytest.raises(DatasetError, match="max_chunks"):
+            load_books(book, chunk_tokens=64, max_chunks=bad)
