@@ -86,8 +86,10 @@ def test_overrides_change_the_run_id_and_limit_samples(tmp_path) -> None:
 
 def test_model_override_sets_the_engine_weights_and_the_run_id(tmp_path) -> None:
     cfg = parse_config(_cfg(tmp_path))
-    other = with_overrides(cfg, model="qwen2.5-coder-0.5b")
-    assert other.model.weights == "qwen2.5-coder-0.5b" and run_id(other) != run_id(cfg)
+    assert with_overrides(cfg, model="qwen2.5-coder-0.5b").model.weights == "qwen2.5-coder-0.5b"
+    weights = tmp_path / "other.gguf"  # other weights: the run id follows their content
+    weights.write_bytes(b"GGUF other weights")
+    assert run_id(with_overrides(cfg, model=str(weights))) != run_id(cfg)
     res = CliRunner().invoke(app, ["run", str(_write(tmp_path, _cfg(tmp_path))), "--dry-run", "--json",
                                    "--model", "smollm2-135m"])
     assert res.exit_code == 0, res.output
