@@ -196,9 +196,10 @@ print(json.dumps({"wall_s": wall, "prompt_tokens": prompt, "decoded_tokens": dec
 def ensure_peers() -> Path:
     """The llama-cpp-python environment, built by `make peers` on first use (compiles for ~10 minutes)."""
     if not PEER_PYTHON.exists():
-        print("building .venv-peers with `make peers` (llama-cpp-python compiles for about 10 minutes) ...",
+        print("building .venv-peers (llama-cpp-python compiles for about 10 minutes) ...",
               file=sys.stderr, flush=True)
-        subprocess.run(["make", "-C", str(ROOT), "peers"], check=True)
+        # only this environment: `make peers` would also compile llama.cpp's binaries, which this peer does not use
+        subprocess.run(["make", "-C", str(ROOT), ".venv-peers/.installed"], check=True)
     return PEER_PYTHON
 
 
@@ -210,8 +211,9 @@ def run_llama_cpp(model_path: Path, workload: list[list[str]], max_tokens: int, 
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(spec, f)
     try:
-        # passive OpenMP waiting: spinning threads collapse llama.cpp's speed on a shared host
-        env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE"}
+        from bench.llama_cpp import PEER_ENV
+
+        env = {**os.environ, **PEER_ENV}
         proc = subprocess.run([str(python), "-c", _PEER_SCRIPT, f.name], capture_output=True, text=True, env=env)
     finally:
         os.unlink(f.name)
