@@ -7,7 +7,8 @@ and the same for transformers' `generate` (PyTorch CPU). Speeds are only compare
 Decode at long context is measured where memory loops decode: through the serving engine (paged KV
 cache, prefix cache, scheduler), batch 1, after a prompt of 1k and 4k tokens that is already cached,
 against the same measurement after a short prompt; at 4k also with the gather path the in-place
-attention kernel replaced, and with a float16 KV cache (`served_decode_tps`).
+attention kernel replaced, and with float16 and int8 KV caches (`served_decode`), each with how much
+of the f32 cache's greedy text at 4k it reproduces.
 """
 from __future__ import annotations
 
@@ -49,7 +50,7 @@ class BenchSettings:
     quantize: str | None = None  # "int8": weight-only int8 layer matrices (engine.quantize)
     contexts: tuple[int, ...] = (1024, 4096)  # served batch-1 decode after prompts of these lengths
     gather_peer: bool = True  # also time served decode at the longest context with the gather path
-    kv_f16: bool = True  # also time served decode (short and longest context) with a float16 KV cache
+    kv_types: tuple[str, ...] = ("float16", "int8")  # also time served decode (short, longest context) with these caches
 
 
 def _has_blocks(lm: Any) -> bool:
@@ -131,7 +132,13 @@ def _ours_prefill_decode(lm: Any, ids_batch: list[list[int]], steps: int) -> tup
     return min(r[0] for r in runs), min(r[1] for r in runs)
 
 
-def served_decode_tps(lm: Any, context: int, tokens: int, gather: bool = False, kv_dtype: str | None = None) -> float:
+@dataclass(frozen=True)
+class Served:
+    tokens_per_s: float
+    text: str  # the greedy output of the timed request
+
+
+def served_decode(lm: Any, context: int, tokens: int, gather: bool = False, kv_dtype: str | None = None) -> Served:
     """Batch-1 greedy decode tokens/s through the serving engine after a `context`-token prompt
     that is in the prefix cache: (tokens - 1) / (time of a request for `tokens` - time for 1), so
     neither prefill nor the first step counts. `gather` serves with `attention: gather`, the path
@@ -147,12 +154,18 @@ def served_decode_tps(lm: Any, context: int, tokens: int, gather: bool = False, 
                               attention="gather" if gather else "auto"), model=lm)
     try:
         request = lambda n: {"prompt": prompt, "sampling": {"max_tokens": n, "temperature": 0.0, "stop_token_ids": []}}
-        eng.complete(request(tokens))  # prefill into the prefix cache, compile every shape
+        text = eng.complete(request(tokens))["text"]  # prefill into the prefix cache, compile every shape
         t1 = _timed(lambda: eng.complete(request(1)), 2)
         tn = _timed(lambda: eng.complete(request(tokens)), 2)
     finally:
         eng.shutdown()
-    return (tokens - 1) / max(tn - t1, 1e-9)
+    return Served((tokens - 1) / max(tn - t1, 1e-9), text)
+
+
+def _common_prefix_chars(a: str, b: str) -> float:
+    """The fraction of `a` that `b` reproduces before the first difference."""
+    n = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+    return n / max(len(a), 1)
 
 
 def f32_gemm_gmacs(size: int = 1536, repeat: int = 5) -> float:
@@ -233,17 +246,27 @@ def run_model_bench(path: Path | None = None, settings: BenchSettings = BenchSet
                        prefill_mfu=round(prefill_mfu(lm, spec, len(long_ids), pre), 4))
         log(f"{spec.name}: decode at batch {settings.batch} reaches {figures['decode_hbm_fraction']:.1%} of the HBM "
             f"bound, prefill {figures['prefill_mfu']:.1%} MFU")
-    served = {c: served_decode_tps(lm, c, steps + 1) for c in (0, *settings.contexts)}
+    outputs = {c: served_decode(lm, c, steps + 1) for c in (0, *settings.contexts)}
+    served = {c: o.tokens_per_s for c, o in outputs.items()}
     log("memloop served decode b1: " + ", ".join(f"{'short' if c == 0 else f'ctx {c}'} {v:.1f} tok/s"
                                                  for c, v in served.items()))
     longest = max(settings.contexts) if settings.contexts else 0
-    gather_tps = served_decode_tps(lm, longest, steps + 1, gather=True) if settings.gather_peer and longest else None
+    gather_tps = (served_decode(lm, longest, steps + 1, gather=True).tokens_per_s
+                  if settings.gather_peer and longest else None)
     if gather_tps is not None:
         log(f"memloop served decode b1 at ctx {longest} with the gather path: {gather_tps:.1f} tok/s")
-    f16 = ({c: served_decode_tps(lm, c, steps + 1, kv_dtype="float16") for c in (0, longest)}
-           if settings.kv_f16 and longest else {})
-    if f16:
-        log(f"memloop served decode b1 with a float16 KV cache: short {f16[0]:.1f}, ctx {longest} {f16[longest]:.1f} tok/s")
+    kv_fields: dict[str, Any] = {}
+    for kv in settings.kv_types if longest else ():
+        runs = {c: served_decode(lm, c, steps + 1, kv_dtype=kv) for c in (0, longest)}
+        same = _common_prefix_chars(outputs[longest].text, runs[longest].text)
+        name = {"float16": "f16"}.get(kv, kv)
+        kv_fields.update({f"kv_{name}_decode_tps_b1_short": round(runs[0].tokens_per_s, 2),
+                          f"kv_{name}_decode_tps_b1_ctx_longest": round(runs[longest].tokens_per_s, 2),
+                          f"kv_{name}_ratio_ctx_longest_vs_short": round(runs[longest].tokens_per_s / runs[0].tokens_per_s, 3),
+                          f"kv_{name}_greedy_text_same_as_f32_ctx_longest": round(same, 3)})
+        log(f"memloop served decode b1 with a {kv} KV cache: short {runs[0].tokens_per_s:.1f}, ctx {longest} "
+            f"{runs[longest].tokens_per_s:.1f} tok/s; greedy text at ctx {longest} the same as the f32 cache's for "
+            f"{same:.0%} of its length")
     gmacs = f32_gemm_gmacs()
     ceiling_b32 = gmacs * 1e9 / macs_per_token(lm)
     log(f"host f32 GEMM {gmacs:.1f} GMAC/s: batch {settings.batch} decode cannot exceed {ceiling_b32:.0f} tok/s "
@@ -298,8 +321,7 @@ def run_model_bench(path: Path | None = None, settings: BenchSettings = BenchSet
            for c, v in served.items() if c},
         **({f"ratio_ctx{longest // 1024}k_vs_short" if longest % 1024 == 0 else f"ratio_ctx{longest}_vs_short":
             round(served[longest] / served[0], 3)} if longest else {}),
-        **({"kv_f16_decode_tps_b1_short": round(f16[0], 2), "kv_f16_decode_tps_b1_ctx_longest": round(f16[longest], 2),
-            "kv_f16_ratio_ctx_longest_vs_short": round(f16[longest] / f16[0], 3)} if f16 else {}),
+        **kv_fields,
         **({"gather_decode_tps_b1_ctx_longest": round(gather_tps, 2),
             "ratio_ctx_longest_kernel_vs_gather": round(served[longest] / gather_tps, 2)} if gather_tps else {}),
         **peer,

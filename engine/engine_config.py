@@ -15,10 +15,16 @@ from typing import Any, Mapping
 from engine.errors import EngineError
 
 DTYPES = ("float32", "bfloat16", "float16")
+# The paged KV cache's element types: a float type, or int8 codes with an f32 scale per (token, KV head)
+# (engine.kv_pages).
+KV_DTYPES = (*DTYPES, "int8")
 # auto: the platform's Pallas kernel on TPU/GPU; on CPU the gather path with decode read in place by the
 # C++ kernel where the model supports it (engine.kernels.attention). gather: the gather path only.
 ATTENTION_BACKENDS = ("auto", "gather", "pallas-tpu", "pallas-gpu")
 QUANTIZATIONS = ("int8",)
+# Settings that change what the model outputs (the rest only change speed, memory or placement): a
+# caller that keys results by configuration (a run id) must include these.
+OUTPUT_FIELDS = ("model", "dtype", "quantize", "kv_dtype")
 
 
 @dataclass(frozen=True)
@@ -34,9 +40,11 @@ class EngineConfig:
     pallas_interpret: run the named Pallas kernel in Pallas' interpreter (CPU checks only: slow).
     quantize: "int8" keeps layer matrices as int8 codes with a scale and offset per 32 weights
         (weight-only, engine.quantize), or None.
-    kv_dtype: the paged KV cache's element type, one of DTYPES (None = the compute dtype). float16 on
+    kv_dtype: the paged KV cache's element type, one of KV_DTYPES (None = the compute dtype). float16 on
         CPU halves the bytes each decode step reads at long context (llama.cpp's default cache type);
-        keys and values are then rounded to f16, so outputs can differ slightly from float32's.
+        int8 keeps a code per element and an f32 scale per (token, KV head), about a quarter of f32's
+        bytes (llama.cpp's q8_0 cache). Keys and values are then rounded, so outputs can differ
+        slightly from float32's (docs/engine-serving.md measures by how much).
     """
 
     model: str | None = None
@@ -62,8 +70,8 @@ class EngineConfig:
         if self.dtype is not None and self.dtype not in DTYPES:
             raise EngineError(f"engine setting `dtype` must be one of {list(DTYPES)}, or None for the device's "
                               f"default (float32 on CPU, bfloat16 on accelerators); got {self.dtype!r}")
-        if self.kv_dtype is not None and self.kv_dtype not in DTYPES:
-            raise EngineError(f"engine setting `kv_dtype` must be one of {list(DTYPES)}, or None for the compute "
+        if self.kv_dtype is not None and self.kv_dtype not in KV_DTYPES:
+            raise EngineError(f"engine setting `kv_dtype` must be one of {list(KV_DTYPES)}, or None for the compute "
                               f"dtype; got {self.kv_dtype!r}")
         if isinstance(self.kv_budget, bool) or not isinstance(self.kv_budget, (int, float)) or not self.kv_budget > 0:
             raise EngineError(f"engine setting `kv_budget` must be a number > 0 (bytes, or a fraction <= 1 of device "

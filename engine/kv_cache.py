@@ -30,11 +30,12 @@ class KVLayout:
     head_dim: int
     page_size: int
     dtype_bytes: int
+    scale_bytes: int = 0  # per cached token and KV head (an int8 cache's f32 scale)
 
     @property
     def page_bytes(self) -> int:
         # keys and values
-        return 2 * self.layers * self.page_size * self.kv_heads * self.head_dim * self.dtype_bytes
+        return 2 * self.layers * self.page_size * self.kv_heads * (self.head_dim * self.dtype_bytes + self.scale_bytes)
 
 
 def device_memory_bytes() -> int | None:

@@ -109,13 +109,16 @@ def shard_params(params: dict[str, Any], cfg: ModelConfig, mesh: Mesh) -> dict[s
 
 
 def shard_cache(cache: Any, cfg: ModelConfig, mesh: Mesh) -> Any:
-    """Stacked [L, ...] caches use `cache_spec`; per-layer arrays the same spec without the layer axis."""
+    """Stacked [L, ...] caches use `cache_spec`; per-layer arrays the same spec without the layer axis;
+    an int8 cache's scales (engine.kv_pages, the pools' shape without head_dim) the same without its last."""
     spec = cache_spec(cfg, mesh)
 
-    def put(x: jax.Array) -> jax.Array:
-        return jax.device_put(x, NamedSharding(mesh, spec if x.ndim == len(spec) else P(*spec[1:])))
+    def put(name: str, x: jax.Array) -> jax.Array:
+        full = spec if name in ("k", "v") else P(*spec[:-1])
+        stacked = x.ndim == len(full)
+        return jax.device_put(x, NamedSharding(mesh, full if stacked else P(*full[1:])))
 
-    return jax.tree.map(put, cache)
+    return {name: jax.tree.map(lambda x, n=name: put(n, x), arrays) for name, arrays in cache.items()}
 
 
 def constrain(x: jax.Array, *spec: str | None) -> jax.Array:

@@ -21,8 +21,8 @@ import jax.numpy as jnp
 
 from engine.config import ModelConfig
 from engine.constrained import unpack_bitmask
-from engine.model import (AttendFn, cache_set, causal_mask, decoder_layers, embed, final_logits, gqa_attention,
-                          init_layer_cache, kv_major)
+from engine.model import AttendFn, causal_mask, decoder_layers, embed, final_logits, gqa_attention, init_layer_cache
+from engine.kv_pages import INT8, read_pages, write_pages
 from engine.kernels.attention import config_supported as kernel_config_supported, enabled as kernel_enabled
 from engine.pallas_attention import IN_PLACE, AttentionBackend, kernel_attend
 from engine.sampling import sample
@@ -33,8 +33,14 @@ def init_kv_pools(cfg: ModelConfig, num_pages: int, page_size: int, dtype: Any,
                   per_layer: bool = False) -> dict[str, Any]:
     """Page pools [L, KVH, pages, page_size, hd] (KV-head-major like every cache, so a gathered run of
     pages is already in attention layout), or a list of [KVH, pages, page_size, hd] per layer
-    (matching unrolled weights, see engine.model.init_layer_cache)."""
-    return init_layer_cache(cfg, (cfg.num_kv_heads, num_pages, page_size, cfg.head_dim), dtype, per_layer)
+    (matching unrolled weights, see engine.model.init_layer_cache). An int8 cache also keeps f32
+    scales [.., KVH, pages, page_size], one per cached token and KV head (engine.kv_pages)."""
+    shape = (cfg.num_kv_heads, num_pages, page_size, cfg.head_dim)
+    cache = init_layer_cache(cfg, shape, dtype, per_layer)
+    if jnp.dtype(dtype) == INT8:
+        scales = init_layer_cache(cfg, shape[:-1], jnp.float32, per_layer)
+        cache.update(k_scale=scales["k"], v_scale=scales["v"])
+    return cache
 
 
 def paged_attend(slot_pages: jax.Array, slot_offsets: jax.Array, block_tables: jax.Array,
@@ -54,14 +60,10 @@ def paged_attend(slot_pages: jax.Array, slot_offsets: jax.Array, block_tables: j
     """
 
     def attend(q, k, v, cache, layer, window=None, softcap=None):
-        b, _, kvh, hd = k.shape
-        index = (jnp.arange(kvh)[:, None, None], slot_pages[None], slot_offsets[None])
-        kp = cache_set(cache["k"], layer, index, kv_major(k))
-        vp = cache_set(cache["v"], layer, index, kv_major(v))
-        keys = kp[layer][:, block_tables].reshape(kvh, b, -1, hd).astype(q.dtype)  # a no-op unless kv_dtype differs
-        values = vp[layer][:, block_tables].reshape(kvh, b, -1, hd).astype(q.dtype)
+        cache = write_pages(cache, layer, slot_pages, slot_offsets, k, v)
+        keys, values = read_pages(cache, layer, block_tables, q.dtype)
         mask = causal_mask(jnp.arange(keys.shape[2]), positions, window)
-        return gqa_attention(q, keys, values, mask, softcap), {"k": kp, "v": vp}
+        return gqa_attention(q, keys, values, mask, softcap), cache
 
     return attend
 
@@ -75,7 +77,7 @@ def in_place_attend(gather: AttendFn, slot_pages: jax.Array, slot_offsets: jax.A
                     positions: jax.Array) -> AttendFn:
     """`gather`'s attention computed by the CPU kernel that reads each row's pages in place
     (engine.kernels.attention), for the layers it supports: per-layer pools (the unrolled CPU
-    layout), f32, no attention option besides a static window. Any other layer is `gather`'s."""
+    layout), f32 queries, no attention option besides a static window. Any other layer is `gather`'s."""
     from engine.kernels.attention import paged_attention, supports
 
     def attend(q, k, v, cache, layer, **options):
@@ -84,12 +86,10 @@ def in_place_attend(gather: AttendFn, slot_pages: jax.Array, slot_offsets: jax.A
         if (not isinstance(pools, (list, tuple)) or not isinstance(layer, int) or q.shape[1] > KERNEL_MAX_TOKENS
                 or not supports(q, pools[layer], window, options)):
             return gather(q, k, v, cache, layer, **({"window": window} if window is not None else {}), **options)
-        kvh = k.shape[2]
-        index = (jnp.arange(kvh)[:, None, None], slot_pages[None], slot_offsets[None])
-        kp = cache_set(cache["k"], layer, index, kv_major(k))
-        vp = cache_set(cache["v"], layer, index, kv_major(v))
-        out = paged_attention(q, kp[layer], vp[layer], block_tables, positions, window)
-        return out.astype(q.dtype), {"k": kp, "v": vp}
+        cache = write_pages(cache, layer, slot_pages, slot_offsets, k, v)
+        out = paged_attention(q, cache["k"][layer], cache["v"][layer], block_tables, positions, window,
+                              *(cache[s][layer] for s in ("k_scale", "v_scale") if s in cache))
+        return out.astype(q.dtype), cache
 
     return attend
 

@@ -38,7 +38,8 @@ from jax.sharding import PartitionSpec as P
 from engine.engine_config import ATTENTION_BACKENDS as BACKENDS
 from engine.errors import EngineError
 from engine.mesh import AXIS
-from engine.model import AttendFn, cache_set, kv_major
+from engine.kv_pages import is_quantized, write_pages
+from engine.model import AttendFn
 
 log = logging.getLogger(__name__)
 
@@ -199,11 +200,11 @@ def kernel_attend(gather: AttendFn, backend: AttentionBackend, slot_pages: jax.A
         if any(value is not None for value in options.values()):
             _fallback(backend, f"layers with {', '.join(sorted(k for k, x in options.items() if x is not None))}")
             return gather(q, k, v, cache, layer, **options)
-        kvh = k.shape[2]
-        index = (jnp.arange(kvh)[:, None, None], slot_pages[None], slot_offsets[None])
-        kp = cache_set(cache["k"], layer, index, kv_major(k))
-        vp = cache_set(cache["v"], layer, index, kv_major(v))
-        out = decode_attention(backend, q[:, 0], kp[layer], vp[layer], positions[:, 0] + 1, block_tables)
-        return out[:, None], {"k": kp, "v": vp}
+        if is_quantized(cache):
+            _fallback(backend, "int8 KV caches (the Pallas kernels read float pools)")
+            return gather(q, k, v, cache, layer, **options)
+        cache = write_pages(cache, layer, slot_pages, slot_offsets, k, v)
+        out = decode_attention(backend, q[:, 0], cache["k"][layer], cache["v"][layer], positions[:, 0] + 1, block_tables)
+        return out[:, None], cache
 
     return attend

@@ -71,7 +71,7 @@ class Engine:
         self.tokenizer = self.lm.tokenizer
         kv_dtype = jnp.dtype(config.kv_dtype or self.lm.dtype)
         layout = KVLayout(self.cfg.num_layers, self.cfg.num_kv_heads, self.cfg.head_dim, config.page_size,
-                          kv_dtype.itemsize)
+                          kv_dtype.itemsize, scale_bytes=4 if kv_dtype == jnp.int8 else 0)
         self.pool = PagePool(config.num_pages or pages_for_budget(layout, config.kv_budget), config.page_size)
         self.tree = RadixCache(self.pool) if config.prefix_cache else None
         self.scheduler = Scheduler(self.pool, self.tree, config.max_batch, config.prefill_chunk)

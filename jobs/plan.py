@@ -163,6 +163,12 @@ def engine_config(cfg: RunConfig, weights: Path) -> dict[str, Any]:
             raise ConfigError(f"`engine.mesh`: the engine shards over one tensor-parallel axis `tp`; "
                               f"remove {sorted(axes)}")
         d["tp"] = cfg.engine.mesh["tp"]
+    from engine.engine_config import OUTPUT_FIELDS
+
+    moved = sorted(set(cfg.engine.options) & set(OUTPUT_FIELDS))
+    if moved:  # engine.* is transport and outside the run id; these settings change the outputs
+        raise ConfigError(f"`engine.options.{moved[0]}` changes the model's outputs, so it belongs under "
+                          f"`model.options` (part of the run id); move {', '.join(moved)} there")
     d.update(cfg.engine.options)
     return d
 

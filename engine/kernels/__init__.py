@@ -3,7 +3,7 @@
 `qmatmul(x, blocks, qtype)` multiplies by a weight matrix kept in its GGUF block form (Q4_0, Q4_1,
 Q5_0, Q8_0, and the k-quants Q4_K, Q5_K, Q6_K), reading 0.56-1.06 bytes per weight instead of f32's 4
 (see qmatmul.cc for why and how). `engine.kernels.attention.paged_attention` attends over a paged KV
-cache reading each page in place (paged_attention.cc).
+cache (f32, f16 or int8 with per-token scales) reading each page in place (paged_attention.cc).
 
 The C++ sources are built with the machine's C++ compiler into memloop's cache directory, keyed by the
 source, the compiler and the CPU's features, so a new machine or a changed source rebuilds it. It
@@ -106,8 +106,8 @@ def load() -> None:
             lib = ctypes.cdll.LoadLibrary(str(library_path()))
             jax.ffi.register_ffi_target(TARGET, jax.ffi.pycapsule(lib.MemloopQMatmul), platform="cpu")
             jax.ffi.register_ffi_target(ATTENTION_TARGET, jax.ffi.pycapsule(lib.MemloopPagedAttention), platform="cpu")
-            jax.ffi.register_ffi_target(ATTENTION_TARGET + "_f16", jax.ffi.pycapsule(lib.MemloopPagedAttentionF16),
-                                        platform="cpu")
+            for suffix, symbol in (("_f16", lib.MemloopPagedAttentionF16), ("_q8", lib.MemloopPagedAttentionQ8)):
+                jax.ffi.register_ffi_target(ATTENTION_TARGET + suffix, jax.ffi.pycapsule(symbol), platform="cpu")
         except (KernelBuildError, OSError) as exc:
             _state["error"] = str(exc)
             raise KernelBuildError(str(exc)) from exc

@@ -22,19 +22,25 @@ ARCHITECTURES = frozenset({"llama", "qwen2", "qwen3", "mistral"})
 
 
 def paged_attention(q: Any, k_pages: Any, v_pages: Any, block_tables: Any, positions: Any,
-                    window: int | None = None) -> Any:
-    """q [B,T,H,hd] f32 (rotary applied); k/v pages [KVH, pages, page_size, hd] f32 or f16 (this
-    layer's pool, already holding the new tokens); block_tables [B, table_pages]; positions [B,T] (each query's
-    absolute position, which is also its key's slot in the row's run of pages). -> [B,T,H,hd] f32.
+                    window: int | None = None, k_scale: Any = None, v_scale: Any = None) -> Any:
+    """q [B,T,H,hd] f32 (rotary applied); k/v pages [KVH, pages, page_size, hd] f32, f16, or int8 codes
+    with `k_scale`/`v_scale` [KVH, pages, page_size] f32 (engine.kv_pages) (this layer's pool, already
+    holding the new tokens); block_tables [B, table_pages]; positions [B,T] (each query's absolute
+    position, which is also its key's slot in the row's run of pages). -> [B,T,H,hd] f32.
     Call inside or outside jit on the CPU backend (raises KernelBuildError where the kernels cannot build)."""
     import jax
     import jax.numpy as jnp
 
     kernels.load()
 
-    target = kernels.ATTENTION_TARGET + ("_f16" if k_pages.dtype == jnp.float16 else "")
-    call = jax.ffi.ffi_call(target, jax.ShapeDtypeStruct(q.shape, jnp.float32))
-    return call(q.astype(jnp.float32), k_pages, v_pages, block_tables.astype(jnp.int32),
+    scales: tuple[Any, ...] = ()
+    suffix = {jnp.dtype(jnp.float16): "_f16", jnp.dtype(jnp.int8): "_q8"}.get(jnp.dtype(k_pages.dtype), "")
+    if suffix == "_q8":
+        if k_scale is None or v_scale is None:
+            raise ValueError("int8 KV pages need their k_scale and v_scale arrays")
+        scales = (k_scale.astype(jnp.float32), v_scale.astype(jnp.float32))
+    call = jax.ffi.ffi_call(kernels.ATTENTION_TARGET + suffix, jax.ShapeDtypeStruct(q.shape, jnp.float32))
+    return call(q.astype(jnp.float32), k_pages, v_pages, *scales, block_tables.astype(jnp.int32),
                 positions.astype(jnp.int32), window=np.int32(window or 0))
 
 
@@ -56,12 +62,12 @@ def config_supported(cfg: Any) -> bool:
 
 
 def supports(q: Any, pool: Any, window: Any, extra: dict[str, Any]) -> bool:
-    """This layer's attention is one the kernel computes: f32 queries, an f32 or f16 pool, a head size it tiles,
+    """This layer's attention is one the kernel computes: f32 queries, an f32, f16 or int8 pool, a head size it tiles,
     a static window (or none), and no other attention option (e.g. logit soft-capping), which the
     gather path keeps serving."""
     import jax.numpy as jnp
 
     hd = q.shape[-1]
     return (not extra and (window is None or isinstance(window, int))
-            and q.dtype == jnp.float32 and pool.dtype in (jnp.float32, jnp.float16) and pool.ndim == 4
+            and q.dtype == jnp.float32 and pool.dtype in (jnp.float32, jnp.float16, jnp.int8) and pool.ndim == 4
             and hd % 16 == 0 and hd <= MAX_HEAD_DIM)

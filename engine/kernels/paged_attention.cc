@@ -1,6 +1,8 @@
 // Attention over a paged KV cache, read in place: out[B,T,H,hd] for queries q[B,T,H,hd] against
-// each row's keys/values in the pools k, v [KVH, pages, page_size, hd] (f32, or f16 widened to f32
-// in registers: half the bytes per step, as llama.cpp's default cache) through its block table
+// each row's keys/values in the pools k, v [KVH, pages, page_size, hd] (f32; f16 widened to f32
+// in registers: half the bytes per step, as llama.cpp's default cache; or int8 codes with an f32
+// scale per (token, KV head) in k_scale, v_scale [KVH, pages, page_size]: a quarter of the bytes,
+// as llama.cpp's q8_0 cache) through its block table
 // [B, table_pages], causal by position (and within a sliding window when `window` > 0), as an
 // XLA:CPU FFI custom call.
 //
@@ -26,6 +28,7 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <type_traits>
 #include <vector>
 
 #include "xla/ffi/api/ffi.h"
@@ -57,15 +60,23 @@ inline __m512 Exp(__m512 x) {
   return _mm512_scalef_ps(p, n);
 }
 
-// 16 cache elements as f32.
+// 16 cache elements as f32 (int8: the codes; their scale is applied per key, to the score and to
+// the value's weight, so the widening is exact and costs no multiply per element).
 inline __m512 Load16(const float* p) { return _mm512_loadu_ps(p); }
 inline __m512 Load16(const uint16_t* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
+inline __m512 Load16(const int8_t* p) {
+  return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+}
+template <typename KV>
+constexpr bool kScaled = std::is_same_v<KV, int8_t>;
 
 template <typename KV>
 struct Problem {
   const float* q;
   const KV* k;
   const KV* v;
+  const float* k_scale;  // int8 pools only: [KVH, pages, page_size]
+  const float* v_scale;
   const int32_t* tables;
   const int32_t* pos;
   float* out;
@@ -85,14 +96,11 @@ struct Problem {
   int64_t Low(int64_t p) const { return window > 0 ? std::max<int64_t>(0, p - window + 1) : 0; }
 };
 
-// Lane j = the sum of the lanes of d[j], for 16 vectors at once: halves, then quarters, then
-// within 128-bit lanes, added pairwise (46 shuffles and adds instead of 16 horizontal sums).
-inline __m512 Sum16(const __m512* d) {
-  __m512 a[8], b[4], c[2];
-  for (int i = 0; i < 8; ++i)
-    a[i] = _mm512_add_ps(_mm512_shuffle_f32x4(d[2 * i], d[2 * i + 1], 0x44), _mm512_shuffle_f32x4(d[2 * i], d[2 * i + 1], 0xEE));
-  for (int i = 0; i < 4; ++i)
-    b[i] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], 0x88), _mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], 0xDD));
+// The last three levels of a 16-vector horizontal sum: from b[0..3], where b[p] holds the first two
+// levels' pairwise sums of d[4p..4p+3] (see Scores), to one vector whose lane j is the sum of the
+// lanes of d[j] (46 shuffles and adds for 16 sums instead of 16 horizontal sums).
+inline __m512 Finish16(const __m512* b) {
+  __m512 c[2];
   for (int i = 0; i < 2; ++i)
     c[i] = _mm512_add_ps(_mm512_unpacklo_ps(b[2 * i], b[2 * i + 1]), _mm512_unpackhi_ps(b[2 * i], b[2 * i + 1]));
   const __m512 x = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(c[0]), _mm512_castps_pd(c[1]))),
@@ -101,13 +109,96 @@ inline __m512 Sum16(const __m512* d) {
   return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), x);
 }
 
+// out[i] lane j = q_i . k_j for the tile's 16 keys and N query rows. The sum tree's first two
+// levels are built as the keys are read (pairs, then quads), so only N x 4 partial vectors stay
+// live and every accumulator is a register (N is a compile-time count: a runtime row count kept
+// the 16 x N dot accumulators on the stack, a store per multiply-add).
+template <typename KV, int N>
+inline void Scores(const KV* const* kp, const float* const* qr, int64_t nv, __m512* out) {
+  // Every loop over a compile-time count is unrolled so that the arrays below become registers.
+  __m512 b[N][4];
+#pragma GCC unroll 4
+  for (int p = 0; p < 4; ++p) {
+    __m512 a[N][2];
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      __m512 d[2][N];
+#pragma GCC unroll 2
+      for (int e = 0; e < 2; ++e) {
+        const KV* k = kp[4 * p + 2 * h + e];
+        const __m512 k0 = Load16(k);
+#pragma GCC unroll 4
+        for (int i = 0; i < N; ++i) d[e][i] = _mm512_mul_ps(k0, _mm512_loadu_ps(qr[i]));
+        for (int64_t x = 1; x < nv; ++x) {
+          const __m512 kx = Load16(k + 16 * x);
+#pragma GCC unroll 4
+          for (int i = 0; i < N; ++i) d[e][i] = _mm512_fmadd_ps(kx, _mm512_loadu_ps(qr[i] + 16 * x), d[e][i]);
+        }
+      }
+#pragma GCC unroll 4
+      for (int i = 0; i < N; ++i)
+        a[i][h] = _mm512_add_ps(_mm512_shuffle_f32x4(d[0][i], d[1][i], 0x44), _mm512_shuffle_f32x4(d[0][i], d[1][i], 0xEE));
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < N; ++i)
+      b[i][p] = _mm512_add_ps(_mm512_shuffle_f32x4(a[i][0], a[i][1], 0x88), _mm512_shuffle_f32x4(a[i][0], a[i][1], 0xDD));
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < N; ++i) out[i] = Finish16(b[i]);
+}
+
 constexpr int64_t kRowBlock = 4;  // query rows that share each key and value load
+
+// The keys and values of one tile: where each slot's vectors are (and, int8, their scales).
+template <typename KV>
+struct Tile {
+  const KV* kp[kTile];
+  const KV* vp[kTile];
+  alignas(64) float ks[kTile];
+  alignas(64) float vs[kTile];
+};
+
+// One tile against a block of N query rows (rows rs, with their visible keys): scores, the online
+// softmax update of each row's m, l, and its weighted sum of values in acc.
+template <typename KV, int N>
+void Block(const Problem<KV>& pr, const Tile<KV>& tile, const int64_t* rs, const __mmask16* visible,
+           const float* const* qr, float* m, float* l, float* acc) {
+  const int64_t hd = pr.hd, nv = hd / 16;
+  __m512 dots[N];
+  Scores<KV, N>(tile.kp, qr, nv, dots);
+  float alpha[N];
+  alignas(64) float pw[N][kTile];
+  for (int i = 0; i < N; ++i) {
+    const int64_t r = rs[i];
+    __m512 raw = _mm512_mul_ps(dots[i], _mm512_set1_ps(pr.scale));
+    if constexpr (kScaled<KV>) raw = _mm512_mul_ps(raw, _mm512_load_ps(tile.ks));
+    const __m512 sv = _mm512_mask_mov_ps(_mm512_set1_ps(kNegInf), visible[i], raw);
+    const float m_new = std::max(m[r], _mm512_mask_reduce_max_ps(visible[i], sv));
+    alpha[i] = std::exp(m[r] - m_new);  // 0 on the first visible tile (m = -inf)
+    const __m512 pv = _mm512_maskz_mov_ps(visible[i], Exp(_mm512_sub_ps(sv, _mm512_set1_ps(m_new))));
+    l[r] = l[r] * alpha[i] + _mm512_reduce_add_ps(pv);
+    m[r] = m_new;
+    _mm512_store_ps(pw[i], kScaled<KV> ? _mm512_maskz_mul_ps(visible[i], pv, _mm512_load_ps(tile.vs)) : pv);
+  }
+  __mmask16 any = 0;
+  for (int i = 0; i < N; ++i) any |= visible[i];
+  for (int64_t x = 0; x < nv; ++x) {
+    __m512 o[N];
+    for (int i = 0; i < N; ++i) o[i] = _mm512_mul_ps(_mm512_loadu_ps(acc + rs[i] * hd + 16 * x), _mm512_set1_ps(alpha[i]));
+    for (int64_t j = 0; j < kTile; ++j) {
+      if (!((any >> j) & 1)) continue;  // never read a slot no row sees
+      const __m512 vx = Load16(tile.vp[j] + 16 * x);
+      for (int i = 0; i < N; ++i) o[i] = _mm512_fmadd_ps(_mm512_set1_ps(pw[i][j]), vx, o[i]);
+    }
+    for (int i = 0; i < N; ++i) _mm512_storeu_ps(acc + rs[i] * hd + 16 * x, o[i]);
+  }
+}
 
 // One chunk of one row's keys for one KV head, against all of the head's query rows. Each query
 // row's arithmetic is the same whichever rows share its block.
 template <typename KV>
 void Chunk(const Problem<KV>& pr, int64_t b, int64_t kvh, int64_t c) {
-  const int64_t hd = pr.hd, nv = hd / 16, base = pr.Part(b, kvh, c);
+  const int64_t hd = pr.hd, base = pr.Part(b, kvh, c);
   float* m = pr.part_m + base;
   float* l = pr.part_l + base;
   float* acc = pr.part_acc + base * hd;
@@ -117,13 +208,10 @@ void Chunk(const Problem<KV>& pr, int64_t b, int64_t kvh, int64_t c) {
   }
   std::fill(acc, acc + pr.rows * hd, 0.0f);
   const int64_t c0 = c * kChunk, c1 = c0 + kChunk;
-  const int64_t pool_head = kvh * pr.pages * pr.page_size * hd;
+  const int64_t head_slots = kvh * pr.pages * pr.page_size;  // this KV head's first slot in the pools
   const int32_t* table = pr.tables + b * pr.table_pages;
   const int64_t last_slot = pr.table_pages * pr.page_size - 1;
-  const KV* kp[kTile];
-  const KV* vp[kTile];
-  __m512 dots[kRowBlock][kTile];
-  alignas(64) float pw[kRowBlock][kTile];
+  Tile<KV> tile{};
   for (int64_t j0 = c0; j0 < c1; j0 += kTile) {
     bool located = false;
     for (int64_t r0 = 0; r0 < pr.rows; r0 += kRowBlock) {
@@ -141,46 +229,35 @@ void Chunk(const Problem<KV>& pr, int64_t b, int64_t kvh, int64_t c) {
       }
       if (n == 0) continue;
       if (!located) {
+        // Walk the tile's slots page by page (one division per tile). j0 <= last_slot, since a row
+        // sees a key of this tile; slots past the table repeat the last one (masked).
+        int64_t page = j0 / pr.page_size, off = j0 % pr.page_size;
         for (int64_t j = 0; j < kTile; ++j) {
-          const int64_t slot = std::min(j0 + j, last_slot);  // slots past the table are masked
-          const int64_t at = pool_head + (int64_t{table[slot / pr.page_size]} * pr.page_size + slot % pr.page_size) * hd;
-          kp[j] = pr.k + at;
-          vp[j] = pr.v + at;
+          if (j0 + j <= last_slot) {
+            const int64_t at = head_slots + int64_t{table[page]} * pr.page_size + off;  // in slots
+            tile.kp[j] = pr.k + at * hd;
+            tile.vp[j] = pr.v + at * hd;
+            if constexpr (kScaled<KV>) {
+              tile.ks[j] = pr.k_scale[at];
+              tile.vs[j] = pr.v_scale[at];
+            }
+            if (++off == pr.page_size) off = 0, ++page;
+          } else {
+            tile.kp[j] = tile.kp[j - 1];
+            tile.vp[j] = tile.vp[j - 1];
+            tile.ks[j] = tile.ks[j - 1];
+            tile.vs[j] = tile.vs[j - 1];
+          }
         }
         located = true;
       }
       const float* qr[kRowBlock];
       for (int64_t i = 0; i < n; ++i) qr[i] = pr.Query(b, rs[i], kvh);
-      for (int64_t j = 0; j < kTile; ++j) {
-        for (int64_t i = 0; i < n; ++i) dots[i][j] = _mm512_mul_ps(Load16(kp[j]), _mm512_loadu_ps(qr[i]));
-        for (int64_t x = 1; x < nv; ++x) {
-          const __m512 kx = Load16(kp[j] + 16 * x);
-          for (int64_t i = 0; i < n; ++i) dots[i][j] = _mm512_fmadd_ps(kx, _mm512_loadu_ps(qr[i] + 16 * x), dots[i][j]);
-        }
-      }
-      float alpha[kRowBlock];
-      for (int64_t i = 0; i < n; ++i) {
-        const int64_t r = rs[i];
-        const __m512 sv = _mm512_mask_mov_ps(_mm512_set1_ps(kNegInf), visible[i],
-                                             _mm512_mul_ps(Sum16(dots[i]), _mm512_set1_ps(pr.scale)));
-        const float m_new = std::max(m[r], _mm512_mask_reduce_max_ps(visible[i], sv));
-        alpha[i] = std::exp(m[r] - m_new);  // 0 on the first visible tile (m = -inf)
-        const __m512 pv = _mm512_maskz_mov_ps(visible[i], Exp(_mm512_sub_ps(sv, _mm512_set1_ps(m_new))));
-        l[r] = l[r] * alpha[i] + _mm512_reduce_add_ps(pv);
-        m[r] = m_new;
-        _mm512_store_ps(pw[i], pv);
-      }
-      __mmask16 any = 0;
-      for (int64_t i = 0; i < n; ++i) any |= visible[i];
-      for (int64_t x = 0; x < nv; ++x) {
-        __m512 o[kRowBlock];
-        for (int64_t i = 0; i < n; ++i) o[i] = _mm512_mul_ps(_mm512_loadu_ps(acc + rs[i] * hd + 16 * x), _mm512_set1_ps(alpha[i]));
-        for (int64_t j = 0; j < kTile; ++j) {
-          if (!((any >> j) & 1)) continue;  // never read a slot no row sees
-          const __m512 vx = Load16(vp[j] + 16 * x);
-          for (int64_t i = 0; i < n; ++i) o[i] = _mm512_fmadd_ps(_mm512_set1_ps(pw[i][j]), vx, o[i]);
-        }
-        for (int64_t i = 0; i < n; ++i) _mm512_storeu_ps(acc + rs[i] * hd + 16 * x, o[i]);
+      switch (n) {
+        case 1: Block<KV, 1>(pr, tile, rs, visible, qr, m, l, acc); break;
+        case 2: Block<KV, 2>(pr, tile, rs, visible, qr, m, l, acc); break;
+        case 3: Block<KV, 3>(pr, tile, rs, visible, qr, m, l, acc); break;
+        default: Block<KV, kRowBlock>(pr, tile, rs, visible, qr, m, l, acc); break;
       }
     }
   }
@@ -234,9 +311,9 @@ void Parallel(ffi::ThreadPool& pool, int64_t n, F work) {
 }
 
 template <ffi::DataType D>
-ffi::Error PagedAttention(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Buffer<D> k, ffi::Buffer<D> v,
-                          ffi::Buffer<ffi::S32> tables, ffi::Buffer<ffi::S32> positions,
-                          ffi::ResultBuffer<ffi::F32> out, int32_t window) {
+ffi::Error Attend(ffi::ThreadPool& pool, ffi::Buffer<ffi::F32>& q, ffi::Buffer<D>& k, ffi::Buffer<D>& v,
+                  const float* k_scale, const float* v_scale, ffi::Buffer<ffi::S32>& tables,
+                  ffi::Buffer<ffi::S32>& positions, ffi::ResultBuffer<ffi::F32>& out, int32_t window) {
   using KV = ffi::NativeType<D>;
   auto qd = q.dimensions(), kd = k.dimensions(), vd = v.dimensions(), td = tables.dimensions(),
        pd = positions.dimensions();
@@ -260,6 +337,8 @@ ffi::Error PagedAttention(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Bu
     return ffi::Error::InvalidArgument("memloop_paged_attention: query heads must be a multiple of KV heads");
   if (td[0] != pr.batch || pd[0] != pr.batch || pd[1] != pr.tokens || pr.table_pages < 1)
     return ffi::Error::InvalidArgument("memloop_paged_attention: tables/positions do not match q's batch and tokens");
+  pr.k_scale = k_scale;
+  pr.v_scale = v_scale;
   pr.q = q.typed_data();
   pr.k = k.typed_data();
   pr.v = v.typed_data();
@@ -312,6 +391,25 @@ ffi::Error PagedAttention(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Bu
   return ffi::Error::Success();
 }
 
+template <ffi::DataType D>
+ffi::Error PagedAttention(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Buffer<D> k, ffi::Buffer<D> v,
+                          ffi::Buffer<ffi::S32> tables, ffi::Buffer<ffi::S32> positions,
+                          ffi::ResultBuffer<ffi::F32> out, int32_t window) {
+  return Attend<D>(pool, q, k, v, nullptr, nullptr, tables, positions, out, window);
+}
+
+ffi::Error PagedAttentionQ8(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::S8> k,
+                            ffi::Buffer<ffi::S8> v, ffi::Buffer<ffi::F32> k_scale, ffi::Buffer<ffi::F32> v_scale,
+                            ffi::Buffer<ffi::S32> tables, ffi::Buffer<ffi::S32> positions,
+                            ffi::ResultBuffer<ffi::F32> out, int32_t window) {
+  auto kd = k.dimensions(), ksd = k_scale.dimensions(), vsd = v_scale.dimensions();
+  if (kd.size() != 4 || ksd.size() != 3 || vsd.size() != 3 || ksd[0] != kd[0] || ksd[1] != kd[1] ||
+      ksd[2] != kd[2] || vsd[0] != kd[0] || vsd[1] != kd[1] || vsd[2] != kd[2])
+    return ffi::Error::InvalidArgument("memloop_paged_attention: int8 pools need scales [KVH, pages, page_size] "
+                                       "matching the pools");
+  return Attend<ffi::S8>(pool, q, k, v, k_scale.typed_data(), v_scale.typed_data(), tables, positions, out, window);
+}
+
 }  // namespace
 
 #define MEMLOOP_PAGED_ATTENTION(name, dtype)                                 \
@@ -328,3 +426,16 @@ ffi::Error PagedAttention(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Bu
 
 MEMLOOP_PAGED_ATTENTION(MemloopPagedAttention, ffi::F32)
 MEMLOOP_PAGED_ATTENTION(MemloopPagedAttentionF16, ffi::F16)
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MemloopPagedAttentionQ8, PagedAttentionQ8,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::S8>>()
+                                  .Arg<ffi::Buffer<ffi::S8>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>()
+                                  .Attr<int32_t>("window"));

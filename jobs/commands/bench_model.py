@@ -21,7 +21,8 @@ def bench_model(
     quantize: Optional[str] = typer.Option(None, help="Weight-only quantisation of memloop's model: int8."),
     long_contexts: bool = typer.Option(True, help="Time served batch-1 decode after cached 1k and 4k prompts."),
     gather_peer: bool = typer.Option(True, help="Also time 4k-context decode with the pre-kernel gather path."),
-    kv_f16: bool = typer.Option(True, help="Also time served decode with a float16 KV cache."),
+    kv_types: str = typer.Option("float16,int8", "--kv-types", help="Also time served decode with these KV-cache "
+                                 "types (comma-separated: float16, int8; empty for none), each against the f32 cache."),
     peer: Optional[str] = typer.Option(None, "--peer", help="Also run llama.cpp's llama-batched-bench on the same "
                                        "GGUF and threads (llama-cpp; `make peers` builds it): decode at batch 1 "
                                        "and the large batch, and at the long contexts."),
@@ -35,7 +36,8 @@ def bench_model(
     settings = BenchSettings(greedy_tokens=greedy_tokens, decode_tokens=decode_tokens,
                              prefill_tokens=prefill_tokens, batch=batch, hf_batch=hf_batch, packed=packed,
                              dense=dense, dense_peer=dense_peer, quantize=quantize,
-                             contexts=(1024, 4096) if long_contexts else (), gather_peer=gather_peer, kv_f16=kv_f16)
+                             contexts=(1024, 4096) if long_contexts else (), gather_peer=gather_peer,
+                             kv_types=_kv_types(kv_types))
     log = lambda line: typer.echo(line, err=as_json)
     if peer is not None:  # fail before the long memloop part when the peer cannot run
         from bench.llama_cpp import BATCHED_BENCH, gguf_path, peer_binary
@@ -56,3 +58,14 @@ def bench_model(
 
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:
     bench_app.command("model")(bench_model)
+
+
+def _kv_types(text: str) -> tuple[str, ...]:
+    from engine.engine_config import KV_DTYPES
+
+    names = tuple(x.strip() for x in text.split(",") if x.strip())
+    bad = [x for x in names if x not in KV_DTYPES or x == "float32"]
+    if bad:
+        raise typer.BadParameter(f"{', '.join(bad)}: the KV-cache types to compare with float32 are "
+                                 f"{', '.join(x for x in KV_DTYPES if x != 'float32')}", param_hint="--kv-types")
+    return names

@@ -6,12 +6,15 @@ what the engine's decode step runs, with the gather path kept for what it does n
 """
 from __future__ import annotations
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from engine import kernels
+from engine.kv_pages import quantize, read_pages
 from engine.model import causal_mask, gqa_attention
 
 pytestmark = pytest.mark.skipif(not kernels.available(), reason="the CPU kernels need x86-64 with AVX-512")
@@ -30,11 +33,26 @@ def make_case(seed: int, kvh: int, heads: int, hd: int, page_size: int, pages: i
     return q, k, v, tables, np.asarray(positions, np.int32)
 
 
-def gathered(q, k, v, tables, positions, window=None):
-    """The engine's gather path: each row's pages copied into one run, then `gqa_attention`."""
-    kvh, hd, b = k.shape[0], k.shape[-1], q.shape[0]
-    keys = jnp.asarray(k)[:, tables].reshape(kvh, b, -1, hd).astype(jnp.float32)
-    values = jnp.asarray(v)[:, tables].reshape(kvh, b, -1, hd).astype(jnp.float32)
+def pools(k, v, kv_dtype) -> dict:
+    """The layer's cache as the engine keeps it: float pools, or int8 codes and their scales."""
+    if kv_dtype != np.int8:
+        return {"k": [jnp.asarray(k)], "v": [jnp.asarray(v)]}
+    (kc, ks), (vc, vs) = quantize(jnp.asarray(k)), quantize(jnp.asarray(v))
+    return {"k": [kc], "v": [vc], "k_scale": [ks], "v_scale": [vs]}
+
+
+def kernel(cache: dict, q, tables, positions, window=None):
+    """The kernel over layer 0 of `cache`, jitted."""
+    from engine.kernels.attention import paged_attention
+
+    scales = [cache[s][0] for s in ("k_scale", "v_scale") if s in cache]
+    fn = jax.jit(lambda q, k, v, t, p, *sc: paged_attention(q, k, v, t, p, window, *sc))
+    return np.asarray(fn(q, cache["k"][0], cache["v"][0], tables, positions, *scales))
+
+
+def gathered(q, cache: dict, tables, positions, window=None):
+    """The engine's gather path: each row's pages copied into one run (de-quantised), then `gqa_attention`."""
+    keys, values = read_pages(cache, 0, jnp.asarray(tables), jnp.float32)
     mask = causal_mask(jnp.arange(keys.shape[2]), jnp.asarray(positions), window)
     return np.asarray(gqa_attention(jnp.asarray(q), keys, values, mask))
 
@@ -47,34 +65,46 @@ CASES = [  # kv heads, query heads, head dim, page size, positions per row (toke
 ]
 
 
-@pytest.mark.parametrize("kv_dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("kv_dtype", [np.float32, np.float16, np.int8])
 @pytest.mark.parametrize("window", [None, 37])
 @pytest.mark.parametrize("kvh,heads,hd,page_size,positions", CASES)
 def test_kernel_matches_the_gather_path(kvh, heads, hd, page_size, positions, window, kv_dtype):
-    """f16 pools are widened exactly, so both cache types agree with the gather path to f32 rounding."""
-    from engine.kernels.attention import paged_attention
-
-    q, k, v, tables, pos = make_case(1, kvh, heads, hd, page_size, 300, positions, kv_dtype)
-    ours = np.asarray(jax.jit(lambda *a: paged_attention(*a, window=window))(q, k, v, tables, pos))
-    ref = gathered(q, k, v, tables, pos, window)
+    """f16 pools are widened exactly and int8 codes scaled per key, so every cache type agrees with the
+    gather path over the same cache to f32 rounding."""
+    q, k, v, tables, pos = make_case(1, kvh, heads, hd, page_size, 300, positions,
+                                     np.float32 if kv_dtype == np.int8 else kv_dtype)
+    cache = pools(k, v, kv_dtype)
+    ours = kernel(cache, q, tables, pos, window)
+    ref = gathered(q, cache, tables, pos, window)
     assert ours.shape == ref.shape and ours.dtype == np.float32
     np.testing.assert_allclose(ours, ref, rtol=2e-5, atol=2e-6)
 
 
-def test_a_query_does_not_depend_on_its_batch_tokens_or_table_width():
+@pytest.mark.parametrize("kv_dtype", [np.float32, np.int8])
+def test_a_query_does_not_depend_on_its_batch_tokens_or_table_width(kv_dtype):
     """Alone, in any batch, as one of several query tokens, with a wider or narrower table: the same bits."""
-    from engine.kernels.attention import paged_attention
-
-    fn = jax.jit(paged_attention)
     positions = [[900 + i, 901 + i] for i in range(0, 40, 5)]
     q, k, v, tables, pos = make_case(2, 3, 9, 64, 16, 600, positions)
-    full = np.asarray(fn(q, k, v, tables, pos))
+    cache = pools(k, v, kv_dtype)
+    full = kernel(cache, q, tables, pos)
     for lo, hi in [(0, 1), (3, 4), (2, 7), (0, 8)]:
-        np.testing.assert_array_equal(np.asarray(fn(q[lo:hi], k, v, tables[lo:hi], pos[lo:hi])), full[lo:hi])
+        np.testing.assert_array_equal(kernel(cache, q[lo:hi], tables[lo:hi], pos[lo:hi]), full[lo:hi])
     for row in (0, 5):
         need = pos[row, 0] // 16 + 1  # the narrowest table that holds the first token's keys
-        alone = np.asarray(fn(q[row:row + 1, :1], k, v, tables[row:row + 1, :need], pos[row:row + 1, :1]))
+        alone = kernel(cache, q[row:row + 1, :1], tables[row:row + 1, :need], pos[row:row + 1, :1])
         np.testing.assert_array_equal(alone[0, 0], full[row, 0])
+
+
+def test_int8_pools_without_their_scales_are_refused():
+    from engine.kernels.attention import paged_attention
+
+    q, k, v, tables, pos = make_case(3, 3, 9, 64, 16, 20, [[40]])
+    cache = pools(k, v, np.int8)
+    with pytest.raises(ValueError, match="k_scale and v_scale"):
+        paged_attention(q, cache["k"][0], cache["v"][0], tables, pos)
+    with pytest.raises(Exception, match="scales"):
+        np.asarray(paged_attention(q, cache["k"][0], cache["v"][0], tables, pos, None, cache["k_scale"][0][:, :3],
+                                   cache["v_scale"][0]))
 
 
 def test_bad_shapes_and_positions_are_named_errors():
@@ -89,22 +119,25 @@ def test_bad_shapes_and_positions_are_named_errors():
         np.asarray(paged_attention(q[:, :, :8], k, v, tables, pos))
 
 
-def _step_text(lm, tokens: int, cfg=None, **attention) -> str:
+def _step_text(lm, tokens: int, cfg=None, kv_dtype=jnp.float32, **attention) -> str:
     """The jaxpr of one engine forward over `tokens` new tokens per row on the bundled model's pools
     (`attention`: the forward's backend argument; by default what `auto` is on CPU)."""
     from engine.paged import forward_paged, init_kv_pools
 
     cfg = cfg or lm.config
-    cache = init_kv_pools(cfg, 8, 16, jnp.float32, per_layer=lm.per_layer)
+    cache = init_kv_pools(cfg, 8, 16, kv_dtype, per_layer=lm.per_layer)
     z = jnp.zeros((2, tokens), jnp.int32)
     return str(jax.make_jaxpr(lambda p, c: forward_paged(cfg, p, c, z, z, z, z, jnp.zeros((2, 4), jnp.int32),
                                                          jnp.zeros((2,), jnp.int32), **attention))(lm.params, cache))
 
 
-def test_decode_steps_read_pages_in_place_and_prefill_keeps_the_gather(lm):
-    decode = _step_text(lm, 1)
-    assert decode.count("memloop_paged_attention") == lm.config.num_layers
-    assert "memloop_paged_attention" not in _step_text(lm, 16)
+@pytest.mark.parametrize("kv_dtype,target", [(jnp.float32, "memloop_paged_attention"),
+                                             (jnp.float16, "memloop_paged_attention_f16"),
+                                             (jnp.int8, "memloop_paged_attention_q8")])
+def test_decode_steps_read_pages_in_place_and_prefill_keeps_the_gather(lm, kv_dtype, target):
+    decode = _step_text(lm, 1, kv_dtype=kv_dtype)
+    assert len(re.findall(rf"{target}\b", decode)) == lm.config.num_layers
+    assert "memloop_paged_attention" not in _step_text(lm, 16, kv_dtype=kv_dtype)
 
 
 def test_the_attention_setting_chooses_the_cpu_kernel(lm, monkeypatch):

@@ -54,12 +54,12 @@ def tiny_kv4(tmp_path_factory):
     return load_model(path, load_tokenizer=False, unroll=False)
 
 
-def _decode(lm, params, backend, mesh=None, steps=3):
+def _decode(lm, params, backend, mesh=None, steps=3, kv_dtype=jnp.float32):
     """Prefill 5 tokens (gather path), then greedy decode `steps` tokens through `backend`."""
     from engine.paged import forward_paged, init_kv_pools
 
     cfg = lm.config
-    cache = init_kv_pools(cfg, 8, 4, jnp.float32)
+    cache = init_kv_pools(cfg, 8, 4, kv_dtype)
     if mesh is not None:
         cache = shard_cache(cache, cfg, mesh)
     table = jnp.asarray([[1, 2, 3, 4]], jnp.int32)
@@ -85,5 +85,23 @@ def test_tensor_parallel_decoding_through_the_kernel_equals_one_device(tiny_kv4)
     sharded = shard_params(tiny_kv4.params, tiny_kv4.config, mesh)
     with jax.set_mesh(mesh):
         got, got_logits = _decode(tiny_kv4, sharded, AttentionBackend("pallas-gpu", interpret=True), mesh)
+    assert got == want
+    assert np.abs(got_logits - want_logits).max() < 1e-4
+
+
+def test_an_int8_cache_splits_its_scales_with_its_kv_heads_and_decodes_as_on_one_device(tiny_kv4):
+    """The scales [L, KVH, pages, page_size] follow the pools' split on KV heads; a Pallas backend leaves
+    int8 pools to the gather path, and the sharded decode equals the single-device one."""
+    from engine.paged import init_kv_pools
+
+    mesh = make_mesh(4)
+    cache = shard_cache(init_kv_pools(tiny_kv4.config, 8, 4, jnp.int8), tiny_kv4.config, mesh)
+    assert cache["k"].sharding.spec == P(None, AXIS, None, None, None)
+    assert cache["k_scale"].sharding.spec == cache["v_scale"].sharding.spec == P(None, AXIS, None, None)
+    want, want_logits = _decode(tiny_kv4, tiny_kv4.params, GATHER, kv_dtype=jnp.int8)
+    sharded = shard_params(tiny_kv4.params, tiny_kv4.config, mesh)
+    with jax.set_mesh(mesh):
+        got, got_logits = _decode(tiny_kv4, sharded, AttentionBackend("pallas-gpu", interpret=True), mesh,
+                                  kv_dtype=jnp.int8)
     assert got == want
     assert np.abs(got_logits - want_logits).max() < 1e-4

@@ -43,6 +43,7 @@ def test_run_id_ignores_transport_and_follows_results(tmp_path) -> None:
     assert run_id(a).startswith("t-")
     assert run_id(a) != run_id(parse_config(_cfg(tmp_path, sampling={"max_tokens": 99})))
     assert run_id(a) != run_id(parse_config(_cfg(tmp_path, repeats=2)))
+    assert run_id(a) != run_id(parse_config(_cfg(tmp_path, model={"options": {"kv_dtype": "int8"}})))
     before = run_id(a)
     (tmp_path / "book.txt").write_text("Different content.\n")  # the dataset's content, not its path
     assert before != run_id(parse_config(_cfg(tmp_path)))
@@ -94,6 +95,8 @@ BOOK = Path(__file__).resolve().parents[2] / "jobs/configs/data/lighthouse-keepe
     ({"methods": [{"name": "cok", "options": {"temperature": float("nan")}}]}, "`temperature`"),
     ({"sampling": {"top_k": 3000000000}}, "sampling.top_k"),
     ({"engine": {"page_budget": -1}}, "engine.page_budget"),
+    ({"engine": {"options": {"kv_dtype": "int8"}}}, "`engine.options.kv_dtype` changes the model's outputs"),
+    ({"model": {"options": {"kv_dtype": "int4"}}}, "`kv_dtype` must be one of"),
     ({"judges": [{"name": "booookscore-batched", "options": {"batch_size": "x"}}]}, "`judges.0.options`"),
     ({"judges": [{"name": "sumie-exact", "options": {"strict": True}}]}, "does not take option(s) strict"),
 ])

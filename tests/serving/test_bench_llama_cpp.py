@@ -116,6 +116,8 @@ def test_cli_rejects_unknown_peers():
     assert out.exit_code == 2 and "llama-server" in out.output
     out = runner.invoke(app, ["bench", "model", "--peer", "llama-server"])
     assert out.exit_code == 2 and "llama-cpp" in out.output
+    out = runner.invoke(app, ["bench", "model", "--kv-types", "float16,fp8"])
+    assert out.exit_code == 2 and "fp8" in out.output and "int8" in out.output
 
 
 @pytest.mark.slow

@@ -175,3 +175,21 @@ def test_a_float16_kv_cache_is_batch_invariant_and_read_by_the_kernel(make_engin
     assert [half.complete(r)["text"] for r in reqs[:2]] == [r["text"] for r in batch[:2]]
     full = engine.complete_many(reqs)
     assert sum(a["text"] == b["text"] for a, b in zip(batch, full)) >= 6
+
+
+def test_an_int8_kv_cache_is_batch_invariant_and_read_by_the_kernel(make_engine, engine):
+    """kv_dtype=int8 keeps a code per element and a scale per (token, KV head): the same budget buys
+    256/68 as many pages as float32 on SmolLM2's 64-wide heads; decode reads the codes in place (the
+    kernel's int8 entry point, see tests/engine/test_engine_paged_attention.py); a request decodes the same greedy tokens alone and in a batch, and
+    most requests match the float32 cache's text."""
+    import jax.numpy as jnp
+
+    q8 = make_engine(kv_dtype="int8", num_pages=None, kv_budget=64 << 20)
+    f32 = make_engine(num_pages=None, kv_budget=64 << 20)
+    assert q8.runner.cache["k"][0].dtype == jnp.int8 and q8.runner.cache["k_scale"][0].dtype == jnp.float32
+    assert q8.pool.num_pages / f32.pool.num_pages == pytest.approx(256 / 68, rel=0.01)
+    reqs = [chat(f"Name three {t}.") for t in TOPICS[:8]]
+    batch = q8.complete_many(reqs)
+    assert [q8.complete(r)["text"] for r in reqs[:2]] == [r["text"] for r in batch[:2]]
+    full = engine.complete_many(reqs)
+    assert sum(a["text"] == b["text"] for a, b in zip(batch, full)) >= 6
