@@ -11,9 +11,10 @@
 // as multiplying weights. Here each key and value is read once, from its page.
 //
 // How (flash-decoding): the keys of a row are cut into fixed chunks of kChunk absolute positions;
-// one work item is (row, KV head, chunk) and keeps, for each of its query rows (the KV head's G query
-// heads x T tokens), an online softmax over 16-key tiles: running max m, sum l and the weighted sum
-// of values. The chunks of a query are then merged in chunk order. Work items spread over XLA's
+// one work item is (row, KV head, chunk) and computes, for each of its query rows (the KV head's G
+// query heads x T tokens), the chunk's scores, their max m, sum of exponentials l and the weighted
+// sum of values (one softmax per chunk, no rescaling inside it). The chunks of a query are then
+// merged in chunk order (the online softmax across chunks). Work items spread over XLA's
 // intra-op thread pool, so a single long row still uses every core.
 //
 // Batch invariance: the numbers of one query depend only on its own vector, position, keys and
@@ -158,77 +159,97 @@ struct Tile {
   alignas(64) float vs[kTile];
 };
 
-// One tile against a block of N query rows (rows rs, with their visible keys): scores, the online
-// softmax update of each row's m, l, and its weighted sum of values in acc.
+constexpr int64_t kTiles = kChunk / kTile;
+
+// Scores of one tile against a block of N query rows (rows rs, with their visible keys), scaled
+// (and, int8, by each key's scale), -inf where a row does not see the key, into w[row][key of chunk].
 template <typename KV, int N>
-void Block(const Problem<KV>& pr, const Tile<KV>& tile, const int64_t* rs, const __mmask16* visible,
-           const float* const* qr, float* m, float* l, float* acc) {
-  const int64_t hd = pr.hd, nv = hd / 16;
+void ScoreBlock(const Problem<KV>& pr, const Tile<KV>& tile, const int64_t* rs, const __mmask16* visible,
+                const float* const* qr, float* w, int64_t t) {
   __m512 dots[N];
-  Scores<KV, N>(tile.kp, qr, nv, dots);
-  float alpha[N];
-  alignas(64) float pw[N][kTile];
+  Scores<KV, N>(tile.kp, qr, pr.hd / 16, dots);
+#pragma GCC unroll 4
   for (int i = 0; i < N; ++i) {
-    const int64_t r = rs[i];
     __m512 raw = _mm512_mul_ps(dots[i], _mm512_set1_ps(pr.scale));
     if constexpr (kScaled<KV>) raw = _mm512_mul_ps(raw, _mm512_load_ps(tile.ks));
-    const __m512 sv = _mm512_mask_mov_ps(_mm512_set1_ps(kNegInf), visible[i], raw);
-    const float m_new = std::max(m[r], _mm512_mask_reduce_max_ps(visible[i], sv));
-    alpha[i] = std::exp(m[r] - m_new);  // 0 on the first visible tile (m = -inf)
-    const __m512 pv = _mm512_maskz_mov_ps(visible[i], Exp(_mm512_sub_ps(sv, _mm512_set1_ps(m_new))));
-    l[r] = l[r] * alpha[i] + _mm512_reduce_add_ps(pv);
-    m[r] = m_new;
-    _mm512_store_ps(pw[i], kScaled<KV> ? _mm512_maskz_mul_ps(visible[i], pv, _mm512_load_ps(tile.vs)) : pv);
+    _mm512_storeu_ps(w + rs[i] * kChunk + t * kTile, _mm512_mask_mov_ps(_mm512_set1_ps(kNegInf), visible[i], raw));
   }
-  __mmask16 any = 0;
-  for (int i = 0; i < N; ++i) any |= visible[i];
+}
+
+// acc[row] += the tile's values weighted by w[row][key] (0 where the row does not see the key), for
+// a block of N rows; `any`: the keys some row of the block sees (no other slot is read).
+template <typename KV, int N>
+void ValueBlock(const Problem<KV>& pr, const Tile<KV>& tile, const int64_t* rs, __mmask16 any, const float* w,
+                int64_t t, float* acc) {
+  const int64_t hd = pr.hd, nv = hd / 16;
+  const float* pw[N];
+#pragma GCC unroll 4
+  for (int i = 0; i < N; ++i) pw[i] = w + rs[i] * kChunk + t * kTile;
   for (int64_t x = 0; x < nv; ++x) {
     __m512 o[N];
-    for (int i = 0; i < N; ++i) o[i] = _mm512_mul_ps(_mm512_loadu_ps(acc + rs[i] * hd + 16 * x), _mm512_set1_ps(alpha[i]));
+#pragma GCC unroll 4
+    for (int i = 0; i < N; ++i) o[i] = _mm512_loadu_ps(acc + rs[i] * hd + 16 * x);
     for (int64_t j = 0; j < kTile; ++j) {
-      if (!((any >> j) & 1)) continue;  // never read a slot no row sees
+      if (!((any >> j) & 1)) continue;
       const __m512 vx = Load16(tile.vp[j] + 16 * x);
+#pragma GCC unroll 4
       for (int i = 0; i < N; ++i) o[i] = _mm512_fmadd_ps(_mm512_set1_ps(pw[i][j]), vx, o[i]);
     }
+#pragma GCC unroll 4
     for (int i = 0; i < N; ++i) _mm512_storeu_ps(acc + rs[i] * hd + 16 * x, o[i]);
   }
 }
 
-// One chunk of one row's keys for one KV head, against all of the head's query rows. Each query
-// row's arithmetic is the same whichever rows share its block.
+// Per-thread scratch: a row's scores, then weights, over one chunk; and which keys of each tile it sees.
+struct Scratch {
+  std::vector<float> w;
+  std::vector<__mmask16> vis;
+};
+thread_local Scratch scratch;
+
+// One chunk of one row's keys for one KV head, against all of the head's query rows, in three
+// passes: every tile's scores (each block of up to kRowBlock rows sharing the key loads), then each
+// row's softmax over the whole chunk at once (one max, one exponential per key, one sum; no
+// rescaling between tiles), then the weighted values. Each query row's arithmetic is the same
+// whichever rows share its block.
 template <typename KV>
 void Chunk(const Problem<KV>& pr, int64_t b, int64_t kvh, int64_t c) {
-  const int64_t hd = pr.hd, base = pr.Part(b, kvh, c);
+  const int64_t hd = pr.hd, rows = pr.rows, base = pr.Part(b, kvh, c);
   float* m = pr.part_m + base;
   float* l = pr.part_l + base;
   float* acc = pr.part_acc + base * hd;
-  for (int64_t r = 0; r < pr.rows; ++r) {
-    m[r] = kNegInf;
-    l[r] = 0.0f;
-  }
-  std::fill(acc, acc + pr.rows * hd, 0.0f);
-  const int64_t c0 = c * kChunk, c1 = c0 + kChunk;
+  std::fill(acc, acc + rows * hd, 0.0f);
+  scratch.w.resize(rows * kChunk);
+  scratch.vis.assign(rows * kTiles, 0);
+  float* w = scratch.w.data();
+  __mmask16* vis = scratch.vis.data();
+  const int64_t c0 = c * kChunk;
   const int64_t head_slots = kvh * pr.pages * pr.page_size;  // this KV head's first slot in the pools
   const int32_t* table = pr.tables + b * pr.table_pages;
   const int64_t last_slot = pr.table_pages * pr.page_size - 1;
-  Tile<KV> tile{};
-  for (int64_t j0 = c0; j0 < c1; j0 += kTile) {
-    bool located = false;
-    for (int64_t r0 = 0; r0 < pr.rows; r0 += kRowBlock) {
+  Tile<KV> tiles[kTiles];
+  bool located[kTiles] = {};
+
+  // Pass 1: scores.
+  for (int64_t t = 0; t < kTiles; ++t) {
+    const int64_t j0 = c0 + t * kTile;
+    for (int64_t r0 = 0; r0 < rows; r0 += kRowBlock) {
       // The block's rows that see a key of this tile, and which keys.
       int64_t rs[kRowBlock];
       __mmask16 visible[kRowBlock];
       int64_t n = 0;
-      for (int64_t r = r0; r < std::min(pr.rows, r0 + kRowBlock); ++r) {
+      for (int64_t r = r0; r < std::min(rows, r0 + kRowBlock); ++r) {
         const int64_t p = pr.pos[b * pr.tokens + r / pr.group], lo = pr.Low(p);
         if (p < j0 || lo >= j0 + kTile) continue;
         rs[n] = r;
-        visible[n++] = static_cast<__mmask16>(
+        visible[n] = static_cast<__mmask16>(
             ((p - j0 >= kTile - 1) ? 0xFFFFu : ((1u << (p - j0 + 1)) - 1u)) &
             ((lo <= j0) ? 0xFFFFu : static_cast<uint32_t>(0xFFFFu << (lo - j0))));
+        vis[r * kTiles + t] = visible[n++];
       }
       if (n == 0) continue;
-      if (!located) {
+      Tile<KV>& tile = tiles[t];
+      if (!located[t]) {
         // Walk the tile's slots page by page (one division per tile). j0 <= last_slot, since a row
         // sees a key of this tile; slots past the table repeat the last one (masked).
         int64_t page = j0 / pr.page_size, off = j0 % pr.page_size;
@@ -249,15 +270,58 @@ void Chunk(const Problem<KV>& pr, int64_t b, int64_t kvh, int64_t c) {
             tile.vs[j] = tile.vs[j - 1];
           }
         }
-        located = true;
+        located[t] = true;
       }
       const float* qr[kRowBlock];
       for (int64_t i = 0; i < n; ++i) qr[i] = pr.Query(b, rs[i], kvh);
       switch (n) {
-        case 1: Block<KV, 1>(pr, tile, rs, visible, qr, m, l, acc); break;
-        case 2: Block<KV, 2>(pr, tile, rs, visible, qr, m, l, acc); break;
-        case 3: Block<KV, 3>(pr, tile, rs, visible, qr, m, l, acc); break;
-        default: Block<KV, kRowBlock>(pr, tile, rs, visible, qr, m, l, acc); break;
+        case 1: ScoreBlock<KV, 1>(pr, tile, rs, visible, qr, w, t); break;
+        case 2: ScoreBlock<KV, 2>(pr, tile, rs, visible, qr, w, t); break;
+        case 3: ScoreBlock<KV, 3>(pr, tile, rs, visible, qr, w, t); break;
+        default: ScoreBlock<KV, kRowBlock>(pr, tile, rs, visible, qr, w, t); break;
+      }
+    }
+  }
+
+  // Pass 2: each row's softmax over the chunk (m: its max score, l: its sum of exponentials); the
+  // weights replace the scores (int8: times each value's scale).
+  for (int64_t r = 0; r < rows; ++r) {
+    const __mmask16* rv = vis + r * kTiles;
+    float* rw = w + r * kChunk;
+    __m512 top = _mm512_set1_ps(kNegInf);
+    for (int64_t t = 0; t < kTiles; ++t)
+      if (rv[t]) top = _mm512_max_ps(top, _mm512_loadu_ps(rw + t * kTile));
+    m[r] = _mm512_reduce_max_ps(top);
+    __m512 sum = _mm512_setzero_ps();
+    if (m[r] != kNegInf) {
+      const __m512 mv = _mm512_set1_ps(m[r]);
+      for (int64_t t = 0; t < kTiles; ++t) {
+        if (!rv[t]) continue;
+        const __m512 pv = _mm512_maskz_mov_ps(rv[t], Exp(_mm512_sub_ps(_mm512_loadu_ps(rw + t * kTile), mv)));
+        sum = _mm512_add_ps(sum, pv);
+        _mm512_storeu_ps(rw + t * kTile, kScaled<KV> ? _mm512_maskz_mul_ps(rv[t], pv, _mm512_load_ps(tiles[t].vs)) : pv);
+      }
+    }
+    l[r] = _mm512_reduce_add_ps(sum);
+  }
+
+  // Pass 3: the weighted values.
+  for (int64_t t = 0; t < kTiles; ++t) {
+    for (int64_t r0 = 0; r0 < rows; r0 += kRowBlock) {
+      int64_t rs[kRowBlock];
+      int64_t n = 0;
+      __mmask16 any = 0;
+      for (int64_t r = r0; r < std::min(rows, r0 + kRowBlock); ++r) {
+        if (!vis[r * kTiles + t]) continue;
+        rs[n++] = r;
+        any |= vis[r * kTiles + t];
+      }
+      switch (n) {
+        case 0: break;
+        case 1: ValueBlock<KV, 1>(pr, tiles[t], rs, any, w, t, acc); break;
+        case 2: ValueBlock<KV, 2>(pr, tiles[t], rs, any, w, t, acc); break;
+        case 3: ValueBlock<KV, 3>(pr, tiles[t], rs, any, w, t, acc); break;
+        default: ValueBlock<KV, kRowBlock>(pr, tiles[t], rs, any, w, t, acc); break;
       }
     }
   }
