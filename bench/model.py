@@ -84,8 +84,10 @@ def hf_greedy(hf_model: Any, ids: list[int], n: int) -> list[int]:
     return out_ids
 
 
-def _ours_prefill_decode(lm: Any, ids_batch: list[list[int]], steps: int) -> tuple[float, float]:
-    """Seconds for one prefill of the batch and for `steps` decode steps after it (compiled beforehand)."""
+def _ours_prefill_decode(lm: Any, ids_batch: list[list[int]], steps: int, in_place: bool = True) -> tuple[float, float]:
+    """Seconds for one prefill of the batch and for `steps` decode steps after it (compiled beforehand).
+    `in_place`: decode attention as the serving engine does it (the CPU kernel where it applies),
+    not XLA's attention over the contiguous cache."""
     import jax
     import jax.numpy as jnp
 
@@ -122,7 +124,8 @@ def _ours_prefill_decode(lm: Any, ids_batch: list[list[int]], steps: int) -> tup
         left = steps
         while left > 0:
             out, last, pos, stp, done, cache = decode_chunk(lm.params, cfg, cache, last, pos, stp, done, budget, stop,
-                                                            temps, top_k, top_p, keys, cap=0, full=False)
+                                                            temps, top_k, top_p, keys, cap=0, full=False,
+                                                            in_place=in_place)
             left -= DECODE_CHUNK
         out.block_until_ready()
         return t1 - t0, time.perf_counter() - t1

@@ -75,14 +75,30 @@ def prefill(params: Any, cfg: ModelConfig, cache: Any, tokens: jax.Array, length
     return first, logits, cache
 
 
-@functools.partial(jax.jit, static_argnames=("cfg", "cap", "full", "chunk"), donate_argnames=("cache",))
+def _decode_attend(cfg: ModelConfig, positions: jax.Array, in_place: bool) -> Any:
+    """Attention over the contiguous cache; with `in_place`, decode steps read it through the CPU
+    kernel the serving engine decodes with (a contiguous cache [KV, B, S, hd] is a page pool of B
+    pages of S slots, row b's block table [b]), where that kernel applies."""
+    attend = contiguous_attention(positions)
+    from engine.kernels.attention import config_supported, enabled
+
+    if not (in_place and config_supported(cfg) and enabled()):
+        return attend
+    from engine.paged import in_place_attend
+
+    rows = jnp.arange(positions.shape[0], dtype=jnp.int32)[:, None]
+    return in_place_attend(attend, rows, positions, rows, positions)
+
+
+@functools.partial(jax.jit, static_argnames=("cfg", "cap", "full", "chunk", "in_place"), donate_argnames=("cache",))
 def decode_chunk(params: Any, cfg: ModelConfig, cache: Any, last: jax.Array, positions: jax.Array,
                  steps: jax.Array, done: jax.Array, budget: jax.Array, stop_ids: jax.Array,
                  temperature: jax.Array, top_k: jax.Array, top_p: jax.Array, keys: jax.Array,
-                 cap: int, full: bool, chunk: int = DECODE_CHUNK):
+                 cap: int, full: bool, chunk: int = DECODE_CHUNK, in_place: bool = False):
     """Up to `chunk` decode steps. Row state: `last` token (not yet in cache) at `positions`, `steps`
     tokens generated so far, `done`, and `budget` (max tokens). Returns new tokens [B,chunk] (-1 where
-    none), and the updated state."""
+    none), and the updated state. `in_place` decodes through the serving engine's CPU attention
+    kernel (`_decode_attend`); the default keeps XLA's attention, the plain reference."""
     b = last.shape[0]
     out = jnp.full((b, chunk), -1, jnp.int32)
 
@@ -93,7 +109,7 @@ def decode_chunk(params: Any, cfg: ModelConfig, cache: Any, last: jax.Array, pos
     def body(state):
         i, cache, last, positions, steps, done, out = state
         pos = positions[:, None]
-        h, cache = decoder_layers(params, cfg, embed(params, cfg, last[:, None]), pos, cache, contiguous_attention(pos))
+        h, cache = decoder_layers(params, cfg, embed(params, cfg, last[:, None]), pos, cache, _decode_attend(cfg, pos, in_place))
         logits = final_logits(params, cfg, h[:, 0])
         nxt = sample(logits, temperature, top_k, top_p, keys, steps, cap, full)
         nxt = jnp.where(done, -1, nxt)

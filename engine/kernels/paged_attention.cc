@@ -353,10 +353,15 @@ void Merge(const Problem<KV>& pr, int64_t b, int64_t t, int64_t h, int64_t chunk
   for (int64_t i = 0; i < nv; ++i) _mm512_storeu_ps(dst + 16 * i, _mm512_mul_ps(o[i], inv));
 }
 
-// Runs work(0 .. n-1) on the calling thread and the pool; returns when all are done. The calling
-// thread takes work too and waits only for items other threads have started.
+// Below this many (key, query row) pairs in a call the calling thread does all the work: waking a
+// pool thread costs more than it saves (measured: batch-1 decode after a short prompt went from
+// 85 to 73 tok/s when every layer's few dozen keys were split over two threads).
+constexpr int64_t kInlineKeyRows = 8192;
+
+// Runs work(0 .. n-1) on the calling thread and (unless `alone`) the pool; returns when all are
+// done. The calling thread takes work too and waits only for items other threads have started.
 template <typename F>
-void Parallel(ffi::ThreadPool& pool, int64_t n, F work) {
+void Parallel(ffi::ThreadPool& pool, int64_t n, bool alone, F work) {
   struct Shared {
     std::atomic<int64_t> next{0};
     std::atomic<int64_t> done{0};
@@ -368,7 +373,7 @@ void Parallel(ffi::ThreadPool& pool, int64_t n, F work) {
       shared->done.fetch_add(1, std::memory_order_release);
     }
   };
-  const int64_t helpers = std::min<int64_t>(std::max<int64_t>(1, pool.num_threads()), n) - 1;
+  const int64_t helpers = alone ? 0 : std::min<int64_t>(std::max<int64_t>(1, pool.num_threads()), n) - 1;
   for (int64_t t = 0; t < helpers; ++t) pool.Schedule([run] { run(); });
   run();
   while (shared->done.load(std::memory_order_acquire) < n) _mm_pause();
@@ -417,6 +422,7 @@ ffi::Error Attend(ffi::ThreadPool& pool, ffi::Buffer<ffi::F32>& q, ffi::Buffer<D
   // Chunks per batch row: up to its furthest query position (clamped to its table, which bounds it).
   std::vector<int64_t> chunks(pr.batch);
   const int64_t slots = pr.table_pages * pr.page_size;
+  int64_t key_rows = 0;  // the call's work: keys up to each row's furthest query, times query rows
   for (int64_t b = 0; b < pr.batch; ++b) {
     int64_t far = 0;
     for (int64_t t = 0; t < pr.tokens; ++t) {
@@ -426,6 +432,7 @@ ffi::Error Attend(ffi::ThreadPool& pool, ffi::Buffer<ffi::F32>& q, ffi::Buffer<D
       far = std::max(far, p);
     }
     chunks[b] = far / kChunk + 1;
+    key_rows += (far + 1) * pr.kv_heads * pr.rows;
     pr.max_chunks = std::max(pr.max_chunks, chunks[b]);
   }
   for (int64_t i = 0; i < pr.batch * pr.table_pages; ++i)
@@ -443,12 +450,13 @@ ffi::Error Attend(ffi::ThreadPool& pool, ffi::Buffer<ffi::F32>& q, ffi::Buffer<D
       for (int64_t c = 0; c < chunks[b]; ++c) items.push_back((b * pr.kv_heads + h) * pr.max_chunks + c);
   const Problem<KV>* p = &pr;
   const int64_t* it = items.data();
-  Parallel(pool, static_cast<int64_t>(items.size()), [p, it](int64_t i) {
+  const bool alone = key_rows < kInlineKeyRows;
+  Parallel(pool, static_cast<int64_t>(items.size()), alone, [p, it](int64_t i) {
     const int64_t x = it[i], c = x % p->max_chunks, bh = x / p->max_chunks;
     Chunk(*p, bh / p->kv_heads, bh % p->kv_heads, c);
   });
   const int64_t* nc = chunks.data();
-  Parallel(pool, pr.batch * pr.tokens, [p, nc](int64_t i) {
+  Parallel(pool, pr.batch * pr.tokens, alone, [p, nc](int64_t i) {
     const int64_t b = i / p->tokens, t = i % p->tokens;
     for (int64_t h = 0; h < p->heads; ++h) Merge(*p, b, t, h, nc[b]);
   });

@@ -69,3 +69,44 @@ def test_request_errors(lm):
         generate(lm, [[lm.config.vocab_size]], SamplingParams(max_tokens=2))
     with pytest.raises(RequestError, match="sampling settings"):
         generate(lm, PROMPTS, [SamplingParams()])
+
+
+def test_decoding_through_the_serving_kernel_gives_the_same_tokens(lm):
+    """`decode_chunk(in_place=True)` (what `memloop bench model` times: decode attention through the
+    serving engine's CPU kernel) decodes the same greedy tokens as XLA's attention, and does call the
+    kernel once per layer."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from engine import kernels
+    from engine.model import init_contiguous_cache
+    from engine.sampling import row_arrays, seed_keys
+
+    if not kernels.available():
+        pytest.skip("the CPU kernels need x86-64 with AVX-512")
+    cfg = lm.config
+    ids = [lm.tokenizer.chat_ids(p) if isinstance(p, list) else lm.tokenizer.encode(p) for p in PROMPTS]
+    b, t = len(ids), 64
+    tokens = np.zeros((b, t), np.int32)
+    for i, x in enumerate(ids):
+        tokens[i, :len(x)] = x
+    lengths = jnp.asarray([len(x) for x in ids], jnp.int32)
+    params = [SamplingParams(max_tokens=20, stop_token_ids=())] * b
+    temps, top_k, top_p = row_arrays(params)
+    keys = seed_keys(params)
+    stop, budget = jnp.full((1,), -2, jnp.int32), jnp.full((b,), 20, jnp.int32)
+    outs = {}
+    for in_place in (False, True):
+        cache = init_contiguous_cache(cfg, b, 128, lm.dtype, per_layer=lm.per_layer)
+        first, _, cache = prefill(lm.params, cfg, cache, jnp.asarray(tokens), lengths, temps, top_k, top_p, keys,
+                                  cap=0, full=False)
+        args = (lm.params, cfg, cache, first, lengths, jnp.ones((b,), jnp.int32), jnp.zeros((b,), bool), budget, stop,
+                temps, top_k, top_p, keys)
+        if in_place:
+            text = str(jax.make_jaxpr(lambda *a: decode_chunk(*a, cap=0, full=False, in_place=True),
+                                      static_argnums=(1,))(*args))
+            assert text.count("memloop_paged_attention") >= cfg.num_layers
+        out = decode_chunk(*args, cap=0, full=False, in_place=in_place)[0]
+        outs[in_place] = np.asarray(out).tolist()
+    assert outs[True] == outs[False]
