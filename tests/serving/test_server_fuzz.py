@@ -1,11 +1,12 @@
 """Random request bodies against the real server on the bundled model, each alongside a valid request:
 every valid request succeeds, every invalid one gets a 4xx, nothing gets a 5xx, and /health keeps
-answering within 1 s throughout (a liveness bound, checked by a poller in the background)."""
+answering throughout (a poller in the background). That heavy work cannot stall /health is checked
+by where it runs (tokenising happens on a worker thread, never the event loop's), not by timing."""
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Iterator
 
@@ -16,27 +17,23 @@ from hypothesis import strategies as st
 
 from tests.http_server import serve_app
 
-HEALTH_BOUND_S = 1.0
-
-
 class HealthPoller:
-    """GETs /health every 100 ms in a thread; remembers the slowest answer and any failure."""
+    """GETs /health every 100 ms in a thread; remembers any failure (an error status, a wrong body, no
+    answer within the transport's 30 s: a hang guard, not a speed bound)."""
 
     def __init__(self, url: str) -> None:
-        self.url, self.slowest, self.failures, self.count = url, 0.0, [], 0
+        self.url, self.failures, self.count = url, [], 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
         with httpx.Client(base_url=self.url, timeout=30) as c:
             while not self._stop.wait(0.1):
-                t = time.perf_counter()
                 try:
                     r = c.get("/health")
                     ok = r.status_code == 200 and r.json() == {"ok": True}
                 except httpx.HTTPError as exc:
                     ok, r = False, exc
-                self.slowest = max(self.slowest, time.perf_counter() - t)
                 self.count += 1
                 if not ok:
                     self.failures.append(repr(r))
@@ -51,7 +48,6 @@ class HealthPoller:
 
     def check(self) -> None:
         assert self.count > 0 and not self.failures, self.failures[:3]
-        assert self.slowest < HEALTH_BOUND_S, f"/health took {self.slowest:.2f} s"
 
 
 @pytest.fixture(scope="module")
@@ -176,7 +172,22 @@ def test_arbitrary_json_never_gets_a_5xx(client, health, body, path):
     health.check()
 
 
-def test_health_stays_fast_while_a_6mb_body_is_tokenised(client, health):
+def test_a_6mb_body_is_tokenised_off_the_event_loop(client, health, engine, monkeypatch):
+    """The server hands tokenising (engine.submit) to a worker thread: on the event loop's thread a
+    6 MB prompt would hold every other request, /health included, until it was done."""
+    where = []
+    submit = engine.submit
+
+    def recording_submit(request):
+        try:
+            asyncio.get_running_loop()
+            where.append("event loop")
+        except RuntimeError:  # no loop runs in this thread
+            where.append("worker thread")
+        return submit(request)
+
+    monkeypatch.setattr(engine, "submit", recording_submit)
     r = client.post("/v1/completions", json={"prompt": "word " * (6 * 1024 * 1024 // 5), "max_tokens": 2})
     assert r.status_code == 400 and "exceeds the model context" in r.json()["error"]["message"]
+    assert where == ["worker thread"]
     health.check()
