@@ -30,8 +30,9 @@ class EngineActor:
         self.engine = Engine(EngineConfig.of(config))
 
     async def complete(self, request: dict[str, Any]) -> dict[str, Any]:
-        """`eval.llm.LLMRequest.to_dict()` in, `eval.llm.LLMResult.to_dict()` out."""
-        return await asyncio.wrap_future(self.engine.submit(request))
+        """`eval.llm.LLMRequest.to_dict()` in, `eval.llm.LLMResult.to_dict()` out. Tokenising (in
+        `submit`) runs on a worker thread, so a long prompt does not hold the actor's other calls."""
+        return await asyncio.wrap_future(await asyncio.to_thread(self.engine.submit, request))
 
     async def complete_many(self, requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return list(await asyncio.gather(*(self.complete(r) for r in requests)))

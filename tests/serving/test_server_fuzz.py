@@ -191,3 +191,27 @@ def test_a_6mb_body_is_tokenised_off_the_event_loop(client, health, engine, monk
     assert r.status_code == 400 and "exceeds the model context" in r.json()["error"]["message"]
     assert where == ["worker thread"]
     health.check()
+
+
+def test_the_engine_actor_tokenises_off_its_event_loop(engine, monkeypatch):
+    """Ray runs EngineActor's async methods on one event loop: `complete` hands tokenising to a worker
+    thread there too, so one long prompt does not hold the actor's other calls."""
+    from engine.actor import EngineActor
+
+    where = []
+    submit = engine.submit
+
+    def recording_submit(request):
+        try:
+            asyncio.get_running_loop()
+            where.append("event loop")
+        except RuntimeError:
+            where.append("worker thread")
+        return submit(request)
+
+    monkeypatch.setattr(engine, "submit", recording_submit)
+    actor = EngineActor.__new__(EngineActor)  # the actor's methods over the shared test engine (no Ray needed)
+    actor.engine = engine
+    out = asyncio.run(actor.complete_many([{"prompt": "Say hi", "sampling": {"max_tokens": 2}}] * 2))
+    assert len(out) == 2 and all(r["text"] is not None for r in out)
+    assert where == ["worker thread", "worker thread"]
