@@ -39,7 +39,7 @@ namespace ffi = xla::ffi;
 namespace {
 
 constexpr int64_t kChunk = 256;  // keys per work item (a multiple of kTile)
-constexpr int64_t kTile = 16;    // keys per online-softmax update (one vector of scores)
+constexpr int64_t kTile = 16;    // keys per score vector and per block of shared key/value loads
 constexpr int64_t kMaxHeadDim = 256;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
