@@ -26,7 +26,7 @@ CODE = {"PYTHONPATH": str(ROOT)}  # this checkout's memloop, whatever the enviro
 
 
 def _memloop_serve(port: int) -> list[str]:
-    return [sys.executable, "-c", "from jobs.cli import main; main()", "serve", "--port", str(port),
+    return [sys.executable, "-c", "from jobs.commands.cli import main; main()", "serve", "--port", str(port),
             "--kv-budget", str(64 << 20)]
 
 
@@ -109,7 +109,7 @@ def test_batched_bench_without_rows_is_an_error():
 def test_cli_rejects_unknown_peers():
     from typer.testing import CliRunner
 
-    from jobs.cli import app
+    from jobs.commands.cli import app
 
     runner = CliRunner()
     out = runner.invoke(app, ["bench", "prefix", "--peer", "vllm"])
