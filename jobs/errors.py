@@ -28,6 +28,10 @@ class RunError(JobsError):
     """A run could not be carried out."""
 
 
+class RescoreError(JobsError):
+    """A finished run cannot be judged again as asked (`memloop rescore`)."""
+
+
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 

@@ -51,6 +51,7 @@ COMMAND_MODULES = (
     "jobs.commands.bench_prefix",
     "jobs.commands.bench_scale",
     "jobs.commands.export",
+    "jobs.commands.rescore",
     "jobs.commands.compare",
     "jobs.commands.nightly",
 )

@@ -31,7 +31,7 @@ from __future__ import annotations
 import io
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any, Callable, Sequence
 
@@ -80,6 +80,7 @@ class RunData:
     steps: pd.DataFrame
     scores: pd.DataFrame
     runs: pd.DataFrame
+    judgings: list["Judging"] = field(default_factory=list)  # re-judgings of the run (`memloop rescore`)
     # figures derived once per load and read by several tables (the paper's prefix hit tokenises
     # every recorded prompt: the Markdown, the plots and `headline` share one pass)
     derived: dict = field(default_factory=dict, repr=False, compare=False)
@@ -87,7 +88,13 @@ class RunData:
     @classmethod
     def load(cls, rs: RunStore) -> "RunData":
         return cls(rs.uri, rs.run_id, rs.table("samples").to_pandas(), rs.table("steps").to_pandas(),
-                   rs.table("scores").to_pandas(), rs.table("runs").to_pandas())
+                   rs.table("scores").to_pandas(), rs.table("runs").to_pandas(),
+                   [Judging.load(rs, jid) for jid in rs.judging_ids()])
+
+    def judged_by(self, j: "Judging") -> "RunData":
+        """The run with a re-judging's scores in place of its own: every table of scores then reads
+        them with the same code and the same denominators (the run's units)."""
+        return replace(self, scores=j.scores, judgings=[], derived={})
 
     @property
     def ok(self) -> pd.DataFrame:
@@ -98,6 +105,39 @@ class RunData:
         """Units a method applies to: all but the "n/a" ones (e.g. the long-context ceiling on an input
         longer than the model's context), which are counted apart and never as failures."""
         return self.samples[self.samples["status"] != NOT_APPLICABLE]
+
+
+@dataclass
+class Judging:
+    """A re-judging of the run (`memloop rescore`): its settings, its units' outcomes and its scores."""
+
+    judging_id: str
+    settings: dict  # {"judge": {name, options, tasks}, "judge_model": {...}, "tag": ...}
+    judged: pd.DataFrame  # one row per unit judged again: status ok / failed
+    scores: pd.DataFrame
+
+    @classmethod
+    def load(cls, rs: RunStore, judging_id: str) -> "Judging":
+        js = rs.judging(judging_id)
+        runs = js.table("runs").to_pandas()
+        settings = json.loads(runs.sort_values("finished_at").iloc[-1]["config_json"] or "{}") if not runs.empty else {}
+        return cls(judging_id, settings, js.samples().to_pandas(), js.table("scores").to_pandas())
+
+    @property
+    def label(self) -> str:
+        judge = self.settings.get("judge") or {}
+        opts = ", ".join(f"{k}={v}" for k, v in sorted((judge.get("options") or {}).items()))
+        jm = self.settings.get("judge_model") or {}
+        model = (f"endpoint {jm['endpoint']['model']!r} at {jm['endpoint']['base_url']}" if jm.get("kind") == "openai"
+                 else "the run's model")
+        return f"judge {judge.get('name', '?')}{f' ({opts})' if opts else ''}, judged by {model}"
+
+    def summary(self) -> dict:
+        st = self.judged["status"] if not self.judged.empty else pd.Series(dtype=str)
+        return {"judging_id": self.judging_id, "judge": (self.settings.get("judge") or {}).get("name"),
+                "options": (self.settings.get("judge") or {}).get("options") or {},
+                "judge_model": self.settings.get("judge_model"), "label": self.label,
+                "ok": int((st == "ok").sum()), "failed": int((st == "failed").sum())}
 
 
 def per_repeat(df: pd.DataFrame, column: str, judge: str) -> list[float]:
@@ -367,7 +407,8 @@ def headline(d: RunData) -> dict:
              for (m, ds), g in d.samples.groupby(["method", "dataset"], sort=True)]
     _, excluded = cost_units(d)
     return {"run_id": d.run_id, "uri": d.uri, "units": units, "figures": figures_of(d), "cost_excluded": excluded,
-            "paper_tables": [laid for _, laid in paper_tables(d)]}
+            "paper_tables": [laid for _, laid in paper_tables(d)],
+            "judgings": [dict(j.summary(), figures=score_figures(d.judged_by(j))) for j in d.judgings]}
 
 
 def figures_of(d: RunData) -> list[dict]:
@@ -378,6 +419,11 @@ def figures_of(d: RunData) -> list[dict]:
 
 
 def _figures(d: RunData) -> list[dict]:
+    return _cost_figures(d, score_figures(d), prompt_tokenizer(d))
+
+
+def score_figures(d: RunData) -> list[dict]:
+    """Every judge's figures (SUMIE at start / last / avg), with `judged` / `total` units."""
     counts = judged_counts(d)
 
     def judged(m: str, ds: str, j: str) -> dict[str, int]:
@@ -394,7 +440,10 @@ def _figures(d: RunData) -> list[dict]:
     for (m, ds, j, metric), g in s.groupby(["method", "dataset", "judge", "metric"], sort=True):
         figures.append({"method": m, "dataset": ds, "judge": j, "metric": metric, **_figure(per_repeat(g, "value", j)),
                         **judged(m, ds, j)})
-    tok = prompt_tokenizer(d)
+    return figures
+
+
+def _cost_figures(d: RunData, figures: list[dict], tok: PromptTokenizer) -> list[dict]:
     c = cost_frame(d, tok)
     totals = d.applicable.groupby(["method", "dataset"]).size().to_dict()
     for (m, ds), g in (c.groupby(["method", "dataset"], sort=True) if not c.empty else ()):
@@ -566,11 +615,23 @@ def build_report(d: RunData) -> Report:
     if papers:
         parts += ["", "## The papers' tables: memloop beside the paper", ""]
         parts += ["\n\n".join(paper_markdown(t, laid) for t, laid in papers)]
-    for title, table in (("SUMIE: precision / recall / F1 per turn (seed 000, table 1)", sumie_table(d)),
-                         ("Scores", scores_table(d)),
+    own = " (the run's own judging)" if d.judgings else ""
+    for title, table in ((f"SUMIE: precision / recall / F1 per turn (seed 000, table 1){own}", sumie_table(d)),
+                         (f"Scores{own}", scores_table(d)),
                          ("Cost (seed 002, table 3)", cost_table(d))):
         if table:
             parts += ["", f"## {title}", "", table]
+    if d.judgings:
+        parts += ["", "## Re-judgings (`memloop rescore`)", "",
+                  "The run's outputs judged again; each re-judging is kept under its own judging id beside the "
+                  "run's own judgments."]
+        for j in d.judgings:
+            sm, jd = j.summary(), d.judged_by(j)
+            parts += ["", f"### Re-judging `{j.judging_id}`: {j.label}", "",
+                      f"{sm['ok']} units judged, {sm['failed']} failed."]
+            for table in (sumie_table(jd), scores_table(jd)):
+                if table:
+                    parts += ["", table]
     plots = {}
     for name, fn in PLOTS.items():
         png = fn(d)

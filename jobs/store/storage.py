@@ -10,6 +10,9 @@ Layout of one run (`{output}/{run_id}/`):
     scores/{shard}.parquet          per-sample scores (aggregates are computed by the report)
     report.md, *.png                the report (rewritten by every `memloop report`)
     compare-{run_id}/               `memloop compare` outputs against another run
+    judgings/{judging_id}/          a re-judging of the run's outputs (`memloop rescore`): its own
+                                    judgments/, scores/, judged/ (the commit record), index/, runs/ and
+                                    .lock, laid out and committed like the run's own tables
     .lock                           held while a process computes the run (see `RunStore.acquire_lock`)
 
 Atomicity: every object is written whole (local: write a hidden temporary file, then link or rename
@@ -411,12 +414,18 @@ class Lock:
 
 
 class RunStore:
-    """The tables of one run under `{output}/{run_id}`."""
+    """The tables of one run under `{output}/{run_id}`.
 
-    def __init__(self, store: Store, run_id: str) -> None:
+    `shard_tables` are the tables a shard writes, in order; the last (`commit_table`) commits it and
+    holds one row per unit with its `status` (a re-judging, `JudgingStore`, commits with `judged`)."""
+
+    shard_tables: tuple[str, ...] = SHARD_TABLES
+    commit_table = "samples"
+
+    def __init__(self, store: Store, run_id: str, root: str | None = None) -> None:
         self.store = store
         self.run_id = run_id
-        self._root = run_id
+        self._root = root or run_id
         # shards this process committed: name -> (its (unit, status) pairs, its largest table's rows,
         # the tables it wrote)
         self.committed: dict[str, tuple[list[tuple[str, str]], int, tuple[str, ...]]] = {}
@@ -438,7 +447,15 @@ class RunStore:
 
     @property
     def uri(self) -> str:
-        return join_uri(self.store.uri, self.run_id)
+        return join_uri(self.store.uri, self._root)
+
+    def judging_ids(self) -> list[str]:
+        """The re-judgings of this run (`memloop rescore`), by judging id."""
+        return self.store.children(self.name(JUDGINGS))
+
+    def judging(self, judging_id: str) -> "JudgingStore":
+        """The tables of one re-judging of this run (created by its first write)."""
+        return JudgingStore(self.store, self.run_id, judging_id)
 
     def name(self, *parts: str) -> str:
         return "/".join((self._root, *parts))
@@ -492,20 +509,20 @@ class RunStore:
     # writing -------------------------------------------------------------------------------
 
     def write_shard(self, tables: dict[str, list[dict[str, Any]]]) -> str:
-        """Write one shard of per-unit rows; `samples` goes last and commits the shard."""
-        if not tables.get("samples"):
-            raise ValueError("a shard needs at least one samples row (the commit record)")
+        """Write one shard of per-unit rows; the commit table (`samples`) goes last and commits the shard."""
+        if not tables.get(self.commit_table):
+            raise ValueError(f"a shard needs at least one {self.commit_table} row (the commit record)")
         shard = _shard_name()
         arrow = {t: pa.Table.from_pylist([dict(r, run_id=self.run_id, shard=shard) for r in tables.get(t, ())],
-                                         schema=SCHEMAS[t]) for t in SHARD_TABLES}
+                                         schema=SCHEMAS[t]) for t in self.shard_tables}
         self._commit(shard, arrow)
         return shard
 
     def _commit(self, shard: str, arrow: dict[str, pa.Table]) -> None:
-        written = tuple(t for t in SHARD_TABLES if arrow[t].num_rows or t == "samples")
-        for table in written:  # samples last: it commits the shard
+        written = tuple(t for t in self.shard_tables if arrow[t].num_rows or t == self.commit_table)
+        for table in written:  # the commit table last: it commits the shard
             self.store.put(self.name(table, f"{shard}.parquet"), _table_bytes(arrow[table]), mode="create")
-        s = arrow["samples"]
+        s = arrow[self.commit_table]
         pairs = list(zip(s.column("unit").to_pylist(), s.column("status").to_pylist()))
         self.committed[shard] = (pairs, max(t.num_rows for t in arrow.values()), written)
 
@@ -531,7 +548,7 @@ class RunStore:
                 continue
             new = _shard_name()
             merged = {}
-            for table in SHARD_TABLES:
+            for table in self.shard_tables:
                 parts = [conform(table, from_parquet(self.store.get(self.name(table, f"{s}.parquet"))))
                          for s in g if table in self.committed[s][2]]
                 t = pa.concat_tables(parts) if parts else SCHEMAS[table].empty_table()
@@ -578,14 +595,14 @@ class RunStore:
 
     def samples(self) -> pa.Table:
         """Committed unit outcomes, one row per unit (see `final_outcomes`)."""
-        return final_outcomes(self._read_all("samples"))
+        return final_outcomes(self._read_all(self.commit_table))
 
     def table(self, table: str) -> pa.Table:
         """A per-unit table restricted to the final outcome of each unit (see `final_outcomes`)."""
         if table == "runs":  # one row per invocation, not per unit
             return self._read_all("runs")
         winners = self.samples()
-        if table == "samples":
+        if table == self.commit_table:
             return winners
         shards = set(winners.column("shard").to_pylist())
         return rows_of_outcomes(self._read_all(table, shards), winners)
@@ -593,7 +610,7 @@ class RunStore:
     def done_units(self) -> set[str]:
         """Units recorded done (`ok` or `n/a`), from the unit indexes and the listing of committed shards; only shards
         no index covers (a killed invocation's) are opened, and only their unit and status columns."""
-        shards = self._shard_names("samples")
+        shards = self._shard_names(self.commit_table)
         done: set[str] = set()
         covered: set[str] = set()
         for name in self.store.list(self.name("index")):
@@ -612,6 +629,22 @@ class RunStore:
                 done.update(u for u, st in zip(t.column("unit").to_pylist(), t.column("status").to_pylist())
                             if st in DONE_STATUSES)
         return done
+
+
+JUDGINGS = "judgings"
+
+
+class JudgingStore(RunStore):
+    """A re-judging of a run (`memloop rescore`) under `{run}/judgings/{judging_id}/`: `judgments` and
+    `scores` rows carrying the judging id, committed by a `judged` row per unit, resumed from its own
+    index, locked and recorded (`runs/`) as a run is. The run's own tables are never written."""
+
+    shard_tables = ("judgments", "scores", "judged")
+    commit_table = "judged"
+
+    def __init__(self, store: Store, run_id: str, judging_id: str) -> None:
+        super().__init__(store, run_id, root=f"{run_id}/{JUDGINGS}/{judging_id}")
+        self.judging_id = judging_id
 
 
 def _shard_name() -> str:

@@ -65,15 +65,28 @@ SCHEMAS: dict[str, pa.Schema] = {
         pa.field("extra_json", pa.string()),  # anything else the method traced
     ]),
     "judgments": pa.schema(_UNIT + [
+        # null: the run's own judging; else the re-judging (`memloop rescore`) that wrote the row
+        pa.field("judging_id", pa.string()),
         pa.field("judge", pa.string(), nullable=False),
         pa.field("index", pa.int32(), nullable=False),
         pa.field("record_json", pa.string(), nullable=False),  # the raw judgment, as the judge returned it
     ]),
     "scores": pa.schema(_UNIT + [
+        pa.field("judging_id", pa.string()),  # as in `judgments`
         pa.field("judge", pa.string(), nullable=False),
         pa.field("metric", pa.string(), nullable=False),
         pa.field("turn", pa.int32()),  # per-turn metrics (SUMIE); null for whole-sample metrics
         pa.field("value", pa.float64()),
+    ]),
+    # The commit record of a re-judging's shard (`{run}/judgings/{judging_id}/judged/`): one row per
+    # unit judged again, as `samples` is for a run's shard (its status is the re-judging's, not the run's).
+    "judged": pa.schema(_UNIT + [
+        pa.field("judging_id", pa.string(), nullable=False),
+        pa.field("status", pa.string(), nullable=False),  # "ok" | "failed" (the judge failed)
+        pa.field("error", pa.string()),
+        pa.field("attempts", pa.int32()),
+        pa.field("started_at", UTC_TS),
+        pa.field("finished_at", UTC_TS),
     ]),
     # One file per invocation (`index/{invocation}.parquet`): the units it committed and in which
     # shard, so a resume reads these and the shard listing instead of every samples file.
@@ -179,3 +192,10 @@ def judge_rows(result: Any) -> dict[str, list[dict[str, Any]]]:
 
 def with_unit(u: "UnitLike", rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [dict(unit_columns(u), **r) for r in rows]
+
+
+def judged_row(u: "UnitLike", judging_id: str, status: str, error: str | None, attempts: int,
+               started: dt.datetime) -> dict[str, Any]:
+    """The commit row of one unit judged again by a re-judging (`memloop rescore`)."""
+    return dict(unit_columns(u), judging_id=judging_id, status=status, error=error, attempts=attempts,
+                started_at=started, finished_at=now())

@@ -7,6 +7,7 @@ parse as a method or judge needs are recorded as the failures they are, which a 
 """
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 from typing import Any, Iterator
@@ -46,12 +47,14 @@ def minimal_instance(schema: dict[str, Any], defs: dict[str, Any] | None = None)
     return None
 
 
-def _app(seen: list[dict]) -> FastAPI:
+def _app(seen: list[dict], delay_s: float = 0.0) -> FastAPI:
     app = FastAPI()
 
     @app.post("/v1/chat/completions")
     async def chat(body: dict):
         seen.append(body)
+        if delay_s:  # a slow model: lets a test interrupt a client between its requests
+            await asyncio.sleep(delay_s)
         fmt = body.get("response_format") or {}
         if fmt.get("type") == "json_schema":
             text = json.dumps(minimal_instance(fmt["json_schema"]["schema"]))
@@ -65,8 +68,9 @@ def _app(seen: list[dict]) -> FastAPI:
 
 
 @contextlib.contextmanager
-def scripted_endpoint() -> Iterator[tuple[str, list[dict]]]:
-    """(base URL, the request bodies it received) of a scripted model served on 127.0.0.1."""
+def scripted_endpoint(delay_s: float = 0.0) -> Iterator[tuple[str, list[dict]]]:
+    """(base URL, the request bodies it received) of a scripted model served on 127.0.0.1, answering
+    each request after `delay_s` seconds."""
     seen: list[dict] = []
-    with serve_app(_app(seen)) as url:
+    with serve_app(_app(seen, delay_s)) as url:
         yield url, seen
