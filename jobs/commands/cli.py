@@ -67,3 +67,7 @@ def main() -> None:
     except (EngineError, EvalError, JobsError) as exc:
         print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
+
+
+if __name__ == "__main__":  # `python -m jobs.commands.cli ...`, as the `memloop` script
+    main()

@@ -117,12 +117,15 @@ def plan_rescore(run_uri: str, judge: JudgeSpec, judge_model: JudgeModelSpec | N
                            "differ from the ones it recorded): the gold would not be the run's; restore the data files")
     samples = rs.samples()
     ok = {u for u, st in zip(samples.column("unit").to_pylist(), samples.column("status").to_pylist()) if st == "ok"}
-    units = [u for u in plan.units if u.judges and u.key in ok]
+    applies = [u for u in plan.units if u.judges]
+    units = [u for u in applies if u.key in ok]
     if not units:
         tasks = sorted({u.dataset.task for u in plan.units})
-        raise RescoreError(f"judge {judge.name!r} applies to none of the {len(ok)} ok units of {rs.uri} (tasks "
-                           f"{tasks}); pick a judge of those tasks (`memloop methods` lists them) or widen its "
-                           "`tasks`")
+        why = (f"it applies to none of the run's tasks {tasks}; pick a judge of those tasks (`memloop methods` lists "
+               "them) or give it `--task`" if not applies else
+               f"none of the {len(applies)} units it applies to finished ok (a failed unit is judged once "
+               "`memloop run` has computed it again)")
+        raise RescoreError(f"judge {judge.name!r} has nothing to judge in {rs.uri}: {why}")
     jident = judging_identity(rs.run_id, judge, new.judge_model, plan, tag)
     return RescorePlan(rs, plan, judge, new.judge_model, judging_id_of(judge, jident), jident, units)
 
