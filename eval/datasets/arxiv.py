@@ -81,16 +81,18 @@ def _chunks(groups: list[list[str]], by_section: bool, chunk_sentences: int, chu
 
 
 def load_arxiv(path: str | Path, chunk_sentences: int = 15, chunk_tokens: int | None = None, tokenizer: TokenizerLike = None,
-               by_section: bool = False, limit: int | None = None, split: str = "test") -> list[Sample]:
-    """Articles from a .jsonl/.json/.parquet file (either layout) or a hub id (needs network or the HF cache)."""
+               by_section: bool = False, limit: int | None = None, split: str = "test", revision: str | None = None,
+               config_name: str | None = None) -> list[Sample]:
+    """Articles from a .jsonl/.json/.parquet file (either layout), a dataset directory, or a hub id at a
+    pinned `revision` and `config_name` (needs network or the HF cache; `eval.datasets.hub`)."""
     if chunk_sentences < 1:
         raise DatasetError(f"chunk_sentences must be at least 1 (got {chunk_sentences})")
     samples = []
-    for where, rec in read_records(path, "arXiv file", split=split, streaming=limit is not None):
+    for where, rec in read_records(path, "arXiv file", split=split, revision=revision, config_name=config_name):
         article_id, groups, names, abstract = parse_arxiv_record(rec, where)
         chunks = _chunks(groups, by_section, chunk_sentences, chunk_tokens, tokenizer)
         meta: dict[str, Any] = {"article_id": article_id, "section_names": names,
-                                "sentences": sum(len(g) for g in groups)}
+                                "sentences": sum(len(g) for g in groups), "source": where}
         if chunk_tokens is not None:
             meta["chunk_tokens"] = chunk_tokens
         samples.append(Sample(id=f"arxiv/{slug(article_id)}", task="arxiv", chunks=tuple(chunks),
