@@ -42,9 +42,9 @@ def test_every_paper_config_passes_a_dry_run_in_a_fresh_checkout(config, fresh_c
 
 
 def test_a_hub_id_is_not_taken_for_a_missing_file_and_a_real_run_stops_on_it(fresh_checkout) -> None:
-    from jobs.config import load_config
+    from jobs.run.config import load_config
     from jobs.errors import DataUnavailableError
-    from jobs.plan import make_plan
+    from jobs.run.plan import make_plan
 
     cfg = load_config(ROOT / "jobs/configs/papers/seed004-table1.yaml")
     plan = make_plan(cfg, dry_run=True)
