@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from jobs.cli import app
+from jobs.commands.cli import app
 
 ROOT = Path(__file__).resolve().parents[2]
 SLOW = ("seed002-fig5", "seed002-table2", "seed002-table4")  # RepoQA and Spider built from packages: ~30 s each
