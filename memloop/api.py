@@ -49,14 +49,19 @@ def plan(config: ConfigLike, *, output: str | None = None, tag: str | None = Non
 
 
 def run(config: ConfigLike, *, output: str | None = None, tag: str | None = None, limit: int | None = None,
-        log: Callable[[str], None] | None = None) -> "RunSummary":
-    """Run (or resume) a config on Ray (a local instance unless RAY_ADDRESS is set); returns the counts.
+        log: Callable[[str], None] | None = None) -> "RunSummary | list[RunSummary]":
+    """Run (or resume) a config on Ray (a local instance unless RAY_ADDRESS is set); returns the counts
+    (a list of them, one per model, for a config with `models:`).
 
     Failed units do not raise: check `summary.failed` and `summary.first_errors()`."""
+    from jobs.run.config import model_configs
     from jobs.run.driver import execute
 
     kwargs: dict[str, Any] = {"log": log} if log is not None else {}
-    return execute(_config(config, output, tag, limit), **kwargs)
+    cfg = _config(config, output, tag, limit)
+    if cfg.models:  # one run per model: a list of summaries, in the config's order
+        return [execute(c, **kwargs) for c in model_configs(cfg)]
+    return execute(cfg, **kwargs)
 
 
 @dataclass(frozen=True)

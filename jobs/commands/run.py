@@ -31,10 +31,13 @@ def run_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print only one JSON object on stdout (progress stays on stderr)."),
 ) -> None:
     """Run (or resume) a config: prints the run id and output URI, then one JSON line of counts."""
-    from jobs.run.config import load_config, with_overrides
+    from jobs.run.config import load_config, model_configs, with_overrides
 
     cfg = with_overrides(load_config(config), str(config), output=output, tag=tag, limit=limit,
                          max_chunks=max_chunks, repeats=repeats, model=model)
+    if cfg.models:
+        _run_models(model_configs(cfg), report, dry_run, max_failed_frac, as_json)
+        return
     if dry_run:
         _dry_run(cfg, as_json)
         return
@@ -69,6 +72,56 @@ def run_cmd(
     print(json.dumps(dict(summary.to_dict(), exit_code=code)), flush=True)
     if code:
         raise SystemExit(code)
+
+
+def _run_models(cfgs: list, report: bool, dry_run: bool, max_failed_frac: float, as_json: bool) -> None:
+    """A config with `models:`: one run per model, one after the other in this invocation. Every
+    model's plan is checked before the first run starts; each run resumes on its own (its run id), so
+    running the config again resumes the set. Exit code: the worst of the runs'."""
+    from jobs.run.plan import make_plan
+
+    if dry_run:
+        for c in cfgs:
+            _dry_run(c, as_json)
+        return
+    for c in cfgs:  # a bad model (missing weights, unset key) fails here, before any run computes
+        make_plan(c)
+    from jobs.run.driver import execute
+    from jobs.run.signals import graceful_interrupts
+
+    summaries = []
+    with graceful_interrupts():
+        for i, c in enumerate(cfgs):
+            def ready(rid: str, uri: str, i: int = i) -> None:
+                if not as_json:
+                    print(f"model {i + 1} of {len(cfgs)} ({c.model.endpoint.model if c.model.endpoint else c.model.weights or 'default'}): "
+                          f"run id: {rid}\noutput: {uri}", flush=True)
+            try:
+                summaries.append(execute(c, on_ready=ready))
+            except KeyboardInterrupt:
+                _stop_ray()
+                print(f"interrupted during run {i + 1} of {len(cfgs)}: finished units are saved; run the same config "
+                      "again to resume the set", file=sys.stderr)
+                raise SystemExit(130) from None
+    codes = [s.exit_code(max_failed_frac) for s in summaries]
+    for s in summaries:
+        for err in s.first_errors():
+            print(f"  {s.run_id}: {err[:500]}", file=sys.stderr)
+    if report:
+        from jobs.results.report import write_report
+        from jobs.results.side_by_side import write_side_by_side
+
+        for s in summaries:
+            write_report(s.output)
+        where, md = write_side_by_side([s.output for s in summaries])
+        if not as_json:
+            print(md, flush=True)
+        print(f"models side by side: {where}", file=sys.stderr)
+    worst = max(codes)
+    print(json.dumps({"runs": [dict(s.to_dict(), exit_code=c) for s, c in zip(summaries, codes)],
+                      "exit_code": worst}), flush=True)
+    if worst:
+        raise SystemExit(worst)
 
 
 def _stop_ray() -> None:

@@ -30,7 +30,8 @@ import pandas as pd
 
 from eval.judges.cost import cost_index, usage_of
 from jobs.errors import JobsError
-from jobs.results.report import RunData, markdown_table
+from jobs.results.report import RunData, markdown_table, run_config
+from jobs.run.config import ModelSpec, model_label
 from jobs.store.storage import RunStore, join_uri, open_store
 
 PAIR = ["dataset", "sample_id", "method", "repeat"]
@@ -82,6 +83,8 @@ class Comparison:
     config_diff: list[dict[str, Any]]
     resamples: int = RESAMPLES
     failed_rules: list[str] = field(default_factory=list)
+    a_model: str = ""  # each run's model (`run_label`)
+    b_model: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return dict(asdict(self), rows=[asdict(r) for r in self.rows])
@@ -202,6 +205,12 @@ def config_diff(a: RunData, b: RunData) -> list[dict[str, Any]]:
 # the comparison
 
 
+def run_label(d: RunData) -> str:
+    """The run's model as a short name (its latest invocation's `model`), else its run id."""
+    model = run_config(d).get("model")
+    return model_label(ModelSpec.model_validate(model)) if model else d.run_id
+
+
 def compare_runs(a: RunData, b: RunData) -> Comparison:
     ua, ub = set(map(tuple, a.ok[PAIR].values.tolist())), set(map(tuple, b.ok[PAIR].values.tolist()))
     shared = ua & ub
@@ -210,7 +219,7 @@ def compare_runs(a: RunData, b: RunData) -> Comparison:
                            "sample_id, method and repeat); compare runs of the same datasets and methods")
     rows = score_rows(a, b) + headline_rows(a, b)
     return Comparison(a.uri, b.uri, a.run_id, b.run_id, len(shared), len(ua - ub), len(ub - ua), rows,
-                      config_diff(a, b))
+                      config_diff(a, b), a_model=run_label(a), b_model=run_label(b))
 
 
 def load(uri: str) -> RunData:
@@ -275,7 +284,8 @@ def _f(v: float, digits: int = 4) -> str:
 
 
 def to_markdown(c: Comparison) -> str:
-    parts = [f"# Compare `{c.a_run}` (A) → `{c.b_run}` (B)", "", f"A = `{c.a_uri}`", "", f"B = `{c.b_uri}`", "",
+    parts = [f"# Compare `{c.a_run}` (A) → `{c.b_run}` (B)", "", f"A = `{c.a_uri}` (model {c.a_model})", "",
+             f"B = `{c.b_uri}` (model {c.b_model})", "",
              f"{c.shared_units} units ok in both runs (paired by dataset, sample, method, repeat); "
              f"{c.only_a} only in A, {c.only_b} only in B. Intervals: 95% paired bootstrap, {c.resamples} resamples.",
              "", "## Deltas (B − A)", ""]

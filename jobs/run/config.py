@@ -178,6 +178,8 @@ class RunConfig(_Strict):
     datasets: list[DatasetSpec] = Field(min_length=1)
     methods: list[MethodSpec] = Field(min_length=1)
     model: ModelSpec = Field(default_factory=ModelSpec)
+    # several models: one run per model (`model_configs`), each with its own run id; a string is `weights`
+    models: list[ModelSpec] | None = Field(default=None, min_length=1)
     engine: EngineSpec = Field(default_factory=EngineSpec)
     sampling: SamplingSpec = Field(default_factory=SamplingSpec)
     judges: list[JudgeSpec] = Field(default_factory=list)
@@ -225,9 +227,21 @@ class RunConfig(_Strict):
             raise ValueError(f"methods {dup} appear twice; give each a distinct `label`")
         return v
 
+    @model_validator(mode="before")
+    @classmethod
+    def _model_or_models(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or data.get("models") is None:
+            return data
+        if data.get("model") not in (None, {}, ModelSpec().model_dump()):
+            raise ValueError("give `model` (one model) or `models` (a run per model), not both")
+        models = data["models"]
+        if isinstance(models, list):  # a bare name or path is the engine's weights
+            data = dict(data, models=[{"weights": m} if isinstance(m, str) else m for m in models])
+        return data
+
     @model_validator(mode="after")
     def _loops_need_engines(self) -> "RunConfig":
-        if self.engine.method_loops == "engine" and self.model.kind != "engine":
+        if self.engine.method_loops == "engine" and any(m.kind != "engine" for m in self.models or [self.model]):
             raise ValueError("`engine.method_loops: engine` runs the loops next to memloop's engine actors; "
                              "with `model.kind: openai` there are none: use `method_loops: driver`")
         return self
@@ -235,6 +249,38 @@ class RunConfig(_Strict):
     def seeds(self) -> list[int]:
         """One seed per repeat, derived from the base seed."""
         return [self.seed + i for i in range(self.repeats)]
+
+
+def model_label(m: ModelSpec) -> str:
+    """A short name of a model for run names: the endpoint's model, the weights' file or short name."""
+    if m.kind == "openai" and m.endpoint is not None:
+        text = m.endpoint.model
+    elif m.weights is None:
+        text = "default"
+    else:
+        text = Path(m.weights).name
+        text = text[: -len(".gguf")] if text.endswith(".gguf") else text
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-.") or "model"
+
+
+def model_configs(cfg: RunConfig) -> list[RunConfig]:
+    """The runs a config stands for: itself, or with `models:` one config per model, each named
+    `{name}-{model label}` (so each has its own run id and directory) with that model as `model`."""
+    if not cfg.models:
+        return [cfg]
+    labels = [model_label(m) for m in cfg.models]
+    out = []
+    for i, (m, label) in enumerate(zip(cfg.models, labels)):
+        if labels.count(label) > 1:
+            label = f"{label}-{i}"
+        data = cfg.model_dump()
+        data.update(models=None, model=m.model_dump(), name=f"{cfg.name}-{label}"[:64].rstrip("-."))
+        out.append(parse_config(data, f"`models.{i}`"))
+    keys = [c.model for c in out]
+    dup = [i for i, k in enumerate(keys) if keys.index(k) != i]
+    if dup:
+        raise ConfigError(f"`models.{dup[0]}` repeats `models.{keys.index(keys[dup[0]])}`; list each model once")
+    return out
 
 
 def _format_error(exc: ValidationError, source: str) -> str:
@@ -263,7 +309,9 @@ def with_overrides(cfg: RunConfig, source: str = "config", *, output: str | None
     the run id like the same settings in the file). With them a paper's config runs reduced:
     `--limit 2 --max-chunks 2 --repeats 1`, or on another model: `--model qwen2.5-coder-0.5b`."""
     data = cfg.model_dump()
-    if model is not None:
+    if model is not None and cfg.models:  # one model named on the command line replaces the config's list
+        data.update(models=None, model={"weights": model})
+    elif model is not None:
         if cfg.model.kind != "engine":
             raise ConfigError(f"--model {model!r} sets the engine's weights, but this config's model is kind "
                               f"{cfg.model.kind!r} (an endpoint serves its own model): change the endpoint's "

@@ -276,6 +276,9 @@ def make_plan(cfg: RunConfig, dry_run: bool = False) -> RunPlan:
     network or the HF cache."""
     from jobs.run.workload import build_units
 
+    if cfg.models:
+        raise ConfigError(f"config {cfg.name!r} names {len(cfg.models)} models (`models:`): that is one run per model; "
+                          "plan each of `jobs.run.config.model_configs(cfg)` (`memloop run` does)")
     check_output(cfg)
     check_config(cfg)
     if cfg.model.kind == "openai":
