@@ -1,4 +1,5 @@
-"""`memloop export RUN_URI [--to DIR|gs://…]`: the run's final tables in a hive layout for SQL engines."""
+"""`memloop export RUN_URI [--to DIR|gs://…] [--format parquet|inspect]`: the run's final tables in a
+hive layout for SQL engines, or the run as Inspect AI eval logs for `inspect view`."""
 from __future__ import annotations
 
 import json
@@ -6,13 +7,28 @@ from typing import Optional
 
 import typer
 
+from jobs.errors import ConfigError
+
+FORMATS = ("parquet", "inspect")
+
 
 def export_cmd(
     run_uri: str = typer.Argument(..., help="The run's URI as printed by `memloop run` (OUTPUT/RUN_ID)."),
     to: Optional[str] = typer.Option(None, "--to", help="Destination directory or gs://bucket/prefix "
-                                                       "(default: OUTPUT/export, shared by the output's runs)."),
+                                                       "(default: OUTPUT/export, shared by the output's runs; "
+                                                       "inspect: RUN/inspect)."),
+    fmt: str = typer.Option("parquet", "--format", help="parquet: {table}/run_id=RUN/part-0.parquet for SQL; "
+                                                        "inspect: one Inspect AI .eval log per (dataset, method)."),
 ) -> None:
-    """Write {table}/run_id=RUN/part-0.parquet with one row per unit (retries resolved); prints one JSON line."""
+    """Write the run's final tables (one row per unit, retries resolved) or its Inspect logs; prints one JSON line."""
+    if fmt not in FORMATS:
+        raise ConfigError(f"--format {fmt!r}: use one of {', '.join(FORMATS)}")
+    if fmt == "inspect":
+        from jobs.results.inspect_log import export_inspect
+
+        ins = export_inspect(run_uri, to)
+        print(json.dumps({"run_id": ins.run_id, "dest": ins.dest, "logs": ins.logs, "samples": ins.samples}), flush=True)
+        return
     from jobs.store.export import export_run
 
     res = export_run(run_uri, to)

@@ -1,0 +1,249 @@
+"""`memloop export --format inspect`: a run as Inspect AI eval logs (`.eval`), so `inspect view` and
+Inspect's dataframe tools (`inspect_ai.analysis.samples_df`, `evals_df`, `events_df`) read memloop runs.
+
+One log per (dataset, method), as Inspect has one log per task: the task is the method, the dataset
+the dataset, the model the run's model. The mapping, written with inspect_ai's own types and writer
+(`inspect_ai.log.write_eval_log`):
+
+- a unit is a sample (`id` the sample id, `epoch` its repeat + 1); its final answer the sample's
+  output, its token totals its model usage, a failed unit's root cause its error; `metadata` names
+  the unit, its status and chunk size;
+- each chunk the method read is one span (`type` "chunk", steps without a chunk in a span "final");
+  each LLM step a model event in it (the prompt as the user message, the raw output, the tokens
+  with the cached ones as cache reads, a step failure as the event's error); each change of the memory
+  after a step a store event whose changes are the RFC 6902 patch (`jsonpatch`) from the memory before
+  to the memory after, the store holding `{"memory": ...}`;
+- each judge a score (`scores[judge]`: its whole-sample metrics, SUMIE's per-turn metrics as start /
+  last / avg by `eval.judges.sumie.turn_summary`, the per-turn values and the verdicts in the score's
+  metadata) and a score event; each re-judging (`memloop rescore`) a score `{judge}@{judging_id}`;
+- the log's results are the report's figures (`jobs.results.report.score_figures`: the judge's own
+  aggregation over samples, mean over repeats), one `EvalScore` per (judge, metric).
+
+`inspect_ai` is an optional dependency (`pip install memloop[inspect]`); without it the export says so.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from eval.judges.sumie import METRICS as SUMIE_METRICS
+from eval.judges.sumie import turn_summary
+from jobs.errors import JobsError
+from jobs.results.compare import run_label
+from jobs.results.report import RunData, run_config, score_figures
+from jobs.store.storage import RunStore, join_uri, open_store
+
+
+class ExportError(JobsError):
+    """A run cannot be exported as asked."""
+
+
+@dataclass
+class InspectExport:
+    run_id: str
+    dest: str
+    logs: list[str]  # file names under dest, one per (dataset, method)
+    samples: int
+
+
+def _inspect() -> Any:
+    try:
+        import inspect_ai.log  # noqa: F401
+    except ImportError:
+        raise ExportError("--format inspect writes logs with the inspect_ai package, which is not installed; "
+                          "`pip install 'memloop[inspect]'` (or `pip install inspect_ai`)") from None
+    import inspect_ai
+
+    return inspect_ai
+
+
+def _loads(text: Any) -> Any:
+    return None if text is None or (isinstance(text, float) and math.isnan(text)) else json.loads(text)
+
+
+def _iso(t: Any) -> str | None:
+    if t is None or pd.isna(t):
+        return None
+    return pd.Timestamp(t).to_pydatetime().isoformat()
+
+
+def _model_name(cfg: dict[str, Any], d: RunData) -> tuple[str, str | None]:
+    """Inspect's `provider/model` name of the run's model, and the endpoint's base URL."""
+    model = cfg.get("model") or {}
+    if model.get("kind") == "openai":
+        ep = model.get("endpoint") or {}
+        return f"openai-api/{ep.get('model')}", ep.get("base_url")
+    return f"memloop/{run_label(d)}", None
+
+
+def _usage(prompt: int, cached: int, decoded: int) -> Any:
+    from inspect_ai.model import ModelUsage
+
+    return ModelUsage(input_tokens=int(prompt), output_tokens=int(decoded), total_tokens=int(prompt + decoded),
+                      input_tokens_cache_read=int(cached))
+
+
+def _events(model: str, steps: pd.DataFrame, started: dt.datetime) -> list[Any]:
+    """Per chunk a span with its steps' model events and the memory's store events; what came before."""
+    import jsonpatch
+    from inspect_ai.event import ModelEvent, SpanBeginEvent, SpanEndEvent, StoreEvent
+    from inspect_ai.model import ChatMessageUser, GenerateConfig, ModelOutput
+
+    events: list[Any] = []
+    memory: Any = None
+    span: str | None = None
+    for _, s in steps.sort_values("step").iterrows():
+        extra = _loads(s["extra_json"]) or {}
+        chunk = extra.get("chunk_index")
+        name = f"chunk {chunk}" if chunk is not None else "final"
+        if name != span:
+            if span is not None:
+                events.append(SpanEndEvent(id=span, timestamp=started))
+            events.append(SpanBeginEvent(id=name, name=name, type="chunk" if chunk is not None else "final",
+                                         timestamp=started, metadata={"chunk_index": chunk}))
+            span = name
+        out = ModelOutput.from_content(model, s["output"] or "", error=s["error"] if pd.notna(s["error"]) else None)
+        out.usage = _usage(s["prompt_tokens"], s["cached_tokens"], s["decoded_tokens"])
+        events.append(ModelEvent(model=model, input=[ChatMessageUser(content=s["prompt"] or "")], tools=[],
+                                 tool_choice="none", config=GenerateConfig(), output=out, span_id=span,
+                                 timestamp=started, error=s["error"] if pd.notna(s["error"]) else None,
+                                 metadata={"step": int(s["step"]), "kind": s["kind"], "template_id": s["template_id"],
+                                           "parsed": _loads(s["parsed_json"]), "attempts": extra.get("attempts"),
+                                           "failures": extra.get("failures")}))
+        after = _loads(s["memory_json"])
+        patch = jsonpatch.make_patch({"memory": memory}, {"memory": after}).patch
+        if patch:  # the memory changed: the RFC 6902 operations, as Inspect's store events carry them
+            events.append(StoreEvent(changes=[{"op": p["op"], "path": p["path"], "from_": p.get("from"),
+                                               "value": p.get("value")} for p in patch],
+                                     span_id=span, timestamp=started))
+        memory = after
+    if span is not None:
+        events.append(SpanEndEvent(id=span, timestamp=started))
+    return events
+
+
+def _score(judge: str, scores: pd.DataFrame, judgments: pd.DataFrame) -> Any:
+    """One judge's verdict on one unit as an Inspect score: whole-sample metrics as they are,
+    per-turn ones as start / last / avg, with the per-turn values and the verdicts in its metadata."""
+    from inspect_ai.scorer import Score
+
+    value: dict[str, float] = {}
+    turns: dict[str, list[float]] = {}
+    for metric, g in scores.groupby("metric", sort=True):
+        per_turn = g[g["turn"].notna()]
+        if len(per_turn):
+            by_turn = dict(zip(per_turn["turn"].astype(int), per_turn["value"].astype(float)))
+            turns[metric] = [by_turn[t] for t in sorted(by_turn)]
+            if metric in SUMIE_METRICS:
+                value.update({f"{metric}:{k}": v for k, v in turn_summary(by_turn).items()})
+        for v in g.loc[g["turn"].isna(), "value"]:
+            value[metric] = float(v)
+    value = {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in value.items()}
+    verdicts = [{k: r.get(k) for k in ("item", "label", "valid", "source")}
+                for r in (json.loads(x) for x in judgments.sort_values("index")["record_json"])]
+    return Score(value={k: v for k, v in value.items() if v is not None},
+                 explanation=f"{judge}: {len(verdicts)} verdicts", metadata={"per_turn": turns, "judgments": verdicts})
+
+
+def _grouped(df: pd.DataFrame, key: str = "unit") -> dict[str, pd.DataFrame]:
+    return dict(iter(df.groupby(key, sort=False))) if not df.empty else {}
+
+
+def _log(d: RunData, cfg: dict[str, Any], runs: pd.DataFrame, ds: str, method: str, units: pd.DataFrame,
+         steps: dict[str, pd.DataFrame], scores: dict[str, pd.DataFrame], judgments: dict[str, pd.DataFrame],
+         rejudged: list[tuple[str, dict[str, pd.DataFrame], dict[str, pd.DataFrame]]]) -> Any:
+    from inspect_ai.event import ScoreEvent
+    from inspect_ai.log import (EvalConfig, EvalDataset, EvalError, EvalLog, EvalMetric, EvalResults, EvalSample,
+                                EvalScore, EvalSpec, EvalStats)
+    from inspect_ai.model import ChatMessageAssistant, ChatMessageUser, ModelOutput
+
+    model, base_url = _model_name(cfg, d)
+    empty = pd.DataFrame(columns=["judge", "metric", "turn", "value", "index", "record_json"])
+    samples = []
+    for _, u in units.iterrows():
+        started = pd.Timestamp(u["started_at"]).to_pydatetime() if pd.notna(u["started_at"]) else dt.datetime.now(dt.timezone.utc)
+        out = _loads(u["output_json"]) or {}
+        answer = out.get("answer")
+        answer_text = answer if isinstance(answer, str) else json.dumps(answer, sort_keys=True, default=str)
+        events = _events(model, steps.get(u["unit"], empty.iloc[0:0]), started)
+        sample_scores = {}
+        judged = [(None, scores, judgments)] + [(jid, s, j) for jid, s, j in rejudged]
+        for jid, sc, jg in judged:
+            us, uj = sc.get(u["unit"], empty), jg.get(u["unit"], empty)
+            for judge, g in us.groupby("judge", sort=True):
+                name = judge if jid is None else f"{judge}@{jid}"
+                score = _score(judge, g, uj[uj["judge"] == judge] if len(uj) else uj)
+                sample_scores[name] = score
+                events.append(ScoreEvent(score=score, scorer=name, timestamp=started))
+        prompt = f"{u['task']} sample {u['sample_id']} of {ds}, read by {method} ({int(u['n_steps'] or 0)} steps)"
+        samples.append(EvalSample(
+            id=str(u["sample_id"]), epoch=int(u["repeat"]) + 1, input=prompt, target="",
+            messages=[ChatMessageUser(content=prompt)] + ([ChatMessageAssistant(content=answer_text)] if answer_text else []),
+            output=ModelOutput.from_content(model, answer_text or ""), scores=sample_scores or None,
+            metadata={"unit": u["unit"], "dataset": ds, "method": method, "task": u["task"], "status": u["status"],
+                      "n_steps": int(u["n_steps"] or 0), "chunk_tokens": None if pd.isna(u["chunk_tokens"]) else int(u["chunk_tokens"]),
+                      "memory": out.get("memory")},
+            store={"memory": out.get("memory")}, events=events,
+            model_usage={model: _usage(u["prompt_tokens"] or 0, u["cached_tokens"] or 0, u["decoded_tokens"] or 0)},
+            started_at=_iso(u["started_at"]), completed_at=_iso(u["finished_at"]),
+            error=EvalError(message=u["error"], traceback="", traceback_ansi="") if u["status"] == "failed" else None))
+    figures = [f for f in score_figures(d) if f["method"] == method and f["dataset"] == ds and f["mean"] is not None]
+    results = EvalResults(
+        total_samples=len(units), completed_samples=int((units["status"] == "ok").sum()),
+        scores=[EvalScore(name=f["metric"], scorer=f["judge"], scored_samples=f["judged"],
+                          unscored_samples=f["total"] - f["judged"],
+                          metrics={"mean": EvalMetric(name="mean", value=f["mean"])}) for f in figures])
+    latest = runs.sort_values("finished_at").iloc[-1] if not runs.empty else None
+    created = _iso(latest["started_at"]) if latest is not None else dt.datetime.now(dt.timezone.utc).isoformat()
+    eval_id = hashlib.sha256(f"{d.run_id}|{ds}|{method}".encode()).hexdigest()[:22]
+    spec = EvalSpec(
+        eval_set_id=d.run_id, eval_id=eval_id, run_id=d.run_id, created=created, task=method, task_id=eval_id,
+        dataset=EvalDataset(name=ds, samples=int(units["sample_id"].nunique()),
+                            sample_ids=sorted(str(s) for s in units["sample_id"].unique())),
+        model=model, model_base_url=base_url, config=EvalConfig(epochs=int(units["repeat"].max()) + 1),
+        packages=json.loads(latest["packages_json"] or "{}") if latest is not None else {},
+        metadata={"memloop_run_id": d.run_id, "run_uri": d.uri, "dataset": ds, "method": method,
+                  "code_version": latest["code_version"] if latest is not None else None})
+    usage = _usage(units["prompt_tokens"].fillna(0).sum(), units["cached_tokens"].fillna(0).sum(),
+                   units["decoded_tokens"].fillna(0).sum())
+    stats = EvalStats(started_at=_iso(units["started_at"].min()) or "", completed_at=_iso(units["finished_at"].max()) or "",
+                      model_usage={model: usage})
+    return EvalLog(status="success", eval=spec, results=results, stats=stats, samples=samples)
+
+
+def _safe(text: str) -> str:
+    return "".join(c if c.isalnum() or c in "._-" else "-" for c in text)
+
+
+def export_inspect(run_uri: str, dest: str | None = None) -> InspectExport:
+    """Write one `.eval` log per (dataset, method) of the run under `dest` (default `{run}/inspect/`)."""
+    _inspect()
+    import tempfile
+    from pathlib import Path
+
+    from inspect_ai.log import write_eval_log
+
+    rs = RunStore.at(run_uri)
+    d = RunData.load(rs)
+    if d.samples.empty:
+        raise ExportError(f"{rs.uri} has no finished unit yet; export it after `memloop run` has written some")
+    cfg, runs = run_config(d), rs.table("runs").to_pandas()
+    steps, scores, judgments = _grouped(d.steps), _grouped(d.scores), _grouped(rs.table("judgments").to_pandas())
+    rejudged = [(j.judging_id, _grouped(j.scores), _grouped(rs.judging(j.judging_id).table("judgments").to_pandas()))
+                for j in d.judgings]
+    store = open_store(dest or join_uri(rs.uri, "inspect"))
+    names = []
+    with tempfile.TemporaryDirectory() as tmp:  # inspect's writer writes a file; the store puts it (local or gs://)
+        for (ds, method), units in d.samples.groupby(["dataset", "method"], sort=True):
+            log = _log(d, cfg, runs, ds, method, units, steps, scores, judgments, rejudged)
+            name = f"{_safe(d.run_id)}_{_safe(method)}_{_safe(ds)}.eval"
+            write_eval_log(log, str(Path(tmp) / name), format="eval")
+            store.put(name, (Path(tmp) / name).read_bytes(), mode="overwrite")
+            names.append(name)
+    return InspectExport(rs.run_id, store.uri, names, len(d.samples))
