@@ -68,13 +68,37 @@ def test_cells_carry_the_papers_unit_the_counts_and_why_a_figure_is_missing() ->
     assert rows["Rolling summary"]["ROUGE-1"]["text"] == "30.0"  # all judged: no counts shown
     assert rows["Compressed intermediates"]["ROUGE-1"]["text"] == "–"
     long = TABLES["seed002-table2"]
-    cells = {r["label"]: r["cells"] for r in layout(long, [], {"long-context": {"n/a": 3}})["rows"]}
+    cells = {r["label"]: r["cells"] for r in layout(long, [], {("long-context", "book:b"): {"n/a": 3}})["rows"]}
     assert cells["Long context"]["BooookScore"]["text"] == "n/a"
     assert cells["Long context"]["BooookScore"]["paper"] == ".67 ± .004"
-    failed = {r["label"]: r["cells"] for r in layout(long, [], {"inc-update": {"failed": 2}})["rows"]}
+    failed = {r["label"]: r["cells"] for r in layout(long, [], {("inc-update", "repoqa:r"): {"failed": 2}})["rows"]}
     assert failed["Incremental"]["RepoQA acc."]["text"] == "failed (2 / 2)"  # a failure is never a blank
     kg = {r["label"]: r["cells"] for r in layout(TABLES["seed001-table1"], [], {})["rows"]}
     assert kg["KG"]["BERTScore F1"]["text"] == "not measured" and kg["KG"]["BERTScore F1"]["paper"] == "54.58 / 55.96"
+
+
+def test_seed002_cost_cells_are_per_cell_and_at_the_papers_precision() -> None:
+    """Table 5 prints the cost index to three decimals (its rows differ in the third); a cell counts n/a and
+    failed units of its own task only (a book's n/a never shows on a RepoQA cell); the long-context mean is
+    said to be over its own sample set; the engine's figures are their own, labelled columns."""
+    fig = {"method": "long-context", "judge": "", "metric": "cost_index", "mean": 0.0347, "se": 0.0012,
+           "samples": 2, "total": 2}
+    figures = [dict(fig, dataset="spider:s"), dict(fig, dataset="repoqa:r", method="inc-update"),
+               {"method": "long-context", "dataset": "repoqa:r", "judge": "repoqa-exact", "metric": "accuracy",
+                "mean": 0.5, "se": None, "judged": 2, "total": 2},
+               {"method": "long-context", "dataset": "book:b", "judge": "booookscore", "metric": "booookscore",
+                "mean": 0.6, "se": None, "judged": 1, "total": 1}]
+    status = {("long-context", "book:b"): {"n/a": 2, "ok": 1}, ("long-context", "repoqa:r"): {"ok": 2}}
+    t5 = {r["label"]: r["cells"] for r in layout(TABLES["seed002-table5"], figures, status)["rows"]}
+    assert t5["Long context"]["cost index"]["text"] == "0.035 ± 0.001"
+    t3 = {r["label"]: r["cells"] for r in layout(TABLES["seed002-table3-repoqa"], figures, status)["rows"]}
+    assert t3["Incremental"]["cost index"]["text"] == "0.03 ± 0.00"
+    t2 = {r["label"]: r["cells"] for r in layout(TABLES["seed002-table2"], figures, status)["rows"]}
+    assert t2["Long context"]["RepoQA acc."]["text"] == "0.50"  # the book's n/a units are not RepoQA's
+    assert t2["Long context"]["BooookScore"]["text"] == "0.600 (own samples: 2 n/a)"
+    labels = [c.label for c in TABLES["seed002-table3"].columns]
+    assert {"engine: radix cache hit (%)", "engine: net (x10^3)", "engine: cost index"} <= set(labels)
+    assert all(not r.paper.get(lab) for r in TABLES["seed002-table3"].rows for lab in labels if lab.startswith("engine"))
 
 
 def test_seed003_release_column_is_the_official_release_replayed(shared_data) -> None:
