@@ -43,11 +43,16 @@ def _path_option(task: str, path: Path) -> dict[str, Any]:
     return {first: str(path)}
 
 
-def load_samples(spec: DatasetSpec, index: int) -> list[Sample]:
+def load_samples(spec: DatasetSpec, index: int, tokenizer: str | None = None) -> list[Sample]:
+    """The dataset's samples; `tokenizer` (the run model's, `jobs.chunk_fit.chunk_tokenizer`) is what its
+    `chunk_tokens` count in, unless the dataset's options name one."""
     from eval.datasets import load_dataset
+    from jobs.chunk_fit import loader_takes_tokenizer, model_encoder
 
     field = f"datasets.{index}"
     options = {k: v for k, v in spec.options.items() if k != "max_chunks"}
+    if tokenizer is not None and "tokenizer" not in options and loader_takes_tokenizer(spec.task):
+        options["tokenizer"] = model_encoder(tokenizer)
     try:
         if spec.synthetic is not None:  # the task's own generator, through its loader
             samples = load_dataset(spec.task, synthetic=True, **spec.synthetic, **options)
@@ -123,8 +128,12 @@ def validate_methods(cfg: RunConfig) -> None:
 
 
 def build_units(cfg: RunConfig) -> list[Unit]:
+    from jobs.chunk_fit import check_chunks_fit, chunk_tokenizer
+
     validate_methods(cfg)
-    loaded = [(d, load_samples(d, i)) for i, d in enumerate(cfg.datasets)]
+    check_chunks_fit(cfg)
+    tokenizer = chunk_tokenizer(cfg)
+    loaded = [(d, load_samples(d, i, tokenizer)) for i, d in enumerate(cfg.datasets)]
     units: list[Unit] = []
     seen: set[str] = set()
     for mi, m in enumerate(cfg.methods):
