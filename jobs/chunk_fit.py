@@ -119,8 +119,8 @@ def check_chunks_fit(cfg: RunConfig, count: Callable[[str], int] | None = None) 
         tasks = _method_tasks(m)
         for di, d in enumerate(cfg.datasets):
             chunk = d.options.get("chunk_tokens")
-            if chunk is None or (tasks is not None and d.task not in tasks):
-                continue
+            if not isinstance(chunk, int) or (tasks is not None and d.task not in tasks):
+                continue  # no chunk size (or a malformed one, which the dataset's loader names)
             needed = int(chunk) + instruction_tokens(method, count) + method.settings.max_tokens
             if needed > context:
                 raise ConfigError(
