@@ -1,4 +1,4 @@
-"""`memloop data ...` commands (run on an app holding only the data group, as jobs.cli registers it)."""
+"""`memloop data ...` commands (run on an app holding only the data group, as jobs.commands.cli registers it)."""
 from __future__ import annotations
 
 import json

@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from jobs.config import load_config, parse_config, with_overrides
-from jobs.driver import execute
+from jobs.run.config import load_config, parse_config, with_overrides
+from jobs.run.driver import execute
 from jobs.errors import ConfigError
-from jobs.paper_tables import TABLES, layout
-from jobs.plan import run_id
-from jobs.report import headline, report_of
+from jobs.results.paper_tables import TABLES, layout
+from jobs.run.plan import run_id
+from jobs.results.report import headline, report_of
 from tests.jobs.scripted_endpoint import scripted_endpoint
 
 ROOT = Path(__file__).resolve().parents[2]

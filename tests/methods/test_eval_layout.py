@@ -111,9 +111,9 @@ def test_registries_are_the_names_jobs_sees() -> None:
     from eval.errors import DatasetError, JudgeError, MethodError
     from eval.judges import get_judge, list_judges
     from eval.methods import list_methods, method_class
-    from jobs.config import parse_config
+    from jobs.run.config import parse_config
     from jobs.errors import ConfigError
-    from jobs.plan import check_config
+    from jobs.run.plan import check_config
 
     base = {"datasets": [{"task": "sumie", "synthetic": {"entities": 1}}], "methods": [{"name": "cok"}]}
     for over, names in (({"methods": [{"name": "nope"}]}, list_methods()),

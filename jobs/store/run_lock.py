@@ -4,7 +4,7 @@ A second `memloop run` of the same config into the same output (another terminal
 overlaps the previous one, another cluster) is refused at once with a message naming the holder,
 instead of computing every unit twice. The holder refreshes the lock every `HEARTBEAT_S`; a lock
 whose heartbeat is older than `STALE_AFTER_S` (its driver was killed without releasing it) is taken
-over by exactly one newcomer (generation-matched, see `jobs.storage.RunStore.acquire_lock`).
+over by exactly one newcomer (generation-matched, see `jobs.store.storage.RunStore.acquire_lock`).
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from typing import Callable, Iterator
 
 from jobs.errors import LockHeldError
-from jobs.storage import RunStore
+from jobs.store.storage import RunStore
 
 HEARTBEAT_S = 60.0
 STALE_AFTER_S = 600.0

@@ -1,7 +1,7 @@
 """The papers' tables, laid out with their own rows and columns, the paper's numbers beside memloop's.
 
 A run config names the tables it reproduces (`paper_tables: [seed002-table2, ...]`); `memloop report`
-then prints each one from the run's headline figures (`jobs.report.headline`: the same means,
+then prints each one from the run's headline figures (`jobs.results.report.headline`: the same means,
 standard errors and judged / total counts as every other table, computed by `eval.judges`). This
 module holds only layouts and the numbers the papers print, as printed: no formula lives here.
 
@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, Mapping
+
+from jobs.run.config import register_paper_tables
 
 
 
@@ -242,6 +244,7 @@ TABLES: dict[str, PaperTable] = {t.id: t for t in (
                   ("Rolling summary", "fart-rolling", ("34.2", "8.8", "18.7", "27.3")))),
         "paper"),
 )}
+register_paper_tables(TABLES)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -13,9 +13,9 @@ from typing import Any
 
 from eval.datasets.sample import Sample
 from eval.errors import EvalError
-from jobs.config import DatasetSpec, JudgeSpec, MethodSpec, RunConfig, resolve_path
+from jobs.run.config import DatasetSpec, JudgeSpec, MethodSpec, RunConfig, resolve_path
 from jobs.errors import ConfigError
-from jobs.tables import unit_key
+from jobs.store.units import unit_key
 
 
 @dataclass(frozen=True)

@@ -21,11 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from jobs.config import RunConfig, resolve_path
+from jobs.run.config import RunConfig, resolve_path
 from jobs.errors import ConfigError
 
 if TYPE_CHECKING:
-    from jobs.workload import Unit
+    from jobs.run.workload import Unit
 
 
 # ---------------------------------------------------------------------------------------------
@@ -89,7 +89,7 @@ def weights_path(cfg: RunConfig) -> Path:
 def check_output(cfg: RunConfig) -> None:
     """Inside a Ray job the working directory is Ray's temporary copy of the uploaded working_dir,
     deleted with the job: a relative output would vanish with it."""
-    from jobs.provenance import ray_job_config
+    from jobs.store.provenance import ray_job_config
 
     out = cfg.output
     if ray_job_config() is not None and not out.startswith("gs://") and not os.path.isabs(os.path.expanduser(out)):
@@ -206,9 +206,9 @@ def template_hashes(cfg: RunConfig) -> dict[str, dict[str, str]]:
 
 def identity(cfg: RunConfig, model_digest: str) -> dict[str, Any]:
     """What the run id hashes: the result-affecting settings, with files replaced by their content
-    digest, plus the code that computes results (`jobs.provenance.code_digest`), every prompt
+    digest, plus the code that computes results (`jobs.store.provenance.code_digest`), every prompt
     template's hash and the run's `tag`."""
-    from jobs.provenance import code_digest
+    from jobs.store.provenance import code_digest
 
     datasets = []
     for d in cfg.datasets:
@@ -264,7 +264,7 @@ class RunPlan:
 
 def make_plan(cfg: RunConfig) -> RunPlan:
     """Everything that can fail because of the config, before any Ray work starts."""
-    from jobs.workload import build_units
+    from jobs.run.workload import build_units
 
     check_output(cfg)
     check_config(cfg)
