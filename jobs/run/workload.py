@@ -44,10 +44,10 @@ def _path_option(task: str, path: Path) -> dict[str, Any]:
 
 
 def load_samples(spec: DatasetSpec, index: int, tokenizer: str | None = None) -> list[Sample]:
-    """The dataset's samples; `tokenizer` (the run model's, `jobs.chunk_fit.chunk_tokenizer`) is what its
+    """The dataset's samples; `tokenizer` (the run model's, `jobs.run.chunk_fit.chunk_tokenizer`) is what its
     `chunk_tokens` count in, unless the dataset's options name one."""
     from eval.datasets import load_dataset
-    from jobs.chunk_fit import loader_takes_tokenizer, model_encoder
+    from jobs.run.chunk_fit import loader_takes_tokenizer, model_encoder
 
     field = f"datasets.{index}"
     options = {k: v for k, v in spec.options.items() if k != "max_chunks"}
@@ -128,7 +128,7 @@ def validate_methods(cfg: RunConfig) -> None:
 
 
 def build_units(cfg: RunConfig) -> list[Unit]:
-    from jobs.chunk_fit import check_chunks_fit, chunk_tokenizer
+    from jobs.run.chunk_fit import check_chunks_fit, chunk_tokenizer
 
     validate_methods(cfg)
     check_chunks_fit(cfg)

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from jobs.chunk_fit import check_chunks_fit, chunk_tokenizer, model_context
-from jobs.config import parse_config
+from jobs.run.chunk_fit import check_chunks_fit, chunk_tokenizer, model_context
+from jobs.run.config import parse_config
 from jobs.errors import ConfigError
-from jobs.workload import load_samples
+from jobs.run.workload import load_samples
 
 ROOT = Path(__file__).resolve().parents[2]
 BOOK = ROOT / "jobs/configs/data/lighthouse-keeper.txt"
@@ -41,7 +41,7 @@ def test_a_chunk_that_cannot_fit_the_models_context_is_refused_before_work(smoll
 
 def test_chunks_are_counted_in_the_run_models_tokenizer(smollm2_gguf, tmp_path) -> None:
     from eval.tokens import cl100k_count
-    from jobs.chunk_fit import model_encoder
+    from jobs.run.chunk_fit import model_encoder
 
     cfg = parse_config(_table2())
     tok = chunk_tokenizer(cfg)

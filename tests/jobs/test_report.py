@@ -296,7 +296,7 @@ def test_net_and_cost_index_follow_the_papers_prefix_definition_not_the_radix_ca
     reuse across samples (here it served all of the second sample's identical prompt) stays in the
     engine's own columns. The long-context row's Net is its Total, as the paper prints it."""
     from eval.tokens import cl100k_encode
-    from jobs.report import headline
+    from jobs.results.report import headline
 
     rs = RunStore.open(str(tmp_path), "net")
     t = now()

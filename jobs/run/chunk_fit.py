@@ -16,7 +16,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable
 
-from jobs.config import RunConfig
+from jobs.run.config import RunConfig
 from jobs.errors import ConfigError
 
 CHUNK_FIELDS = ("text", "chunk")  # the placeholders a method's step templates fill with the chunk
@@ -108,7 +108,7 @@ def check_chunks_fit(cfg: RunConfig, count: Callable[[str], int] | None = None) 
         return
     from eval.methods import get_method
     from eval.tokens import token_counter
-    from jobs.workload import method_settings, _method_tasks
+    from jobs.run.workload import method_settings, _method_tasks
 
     weights = chunk_tokenizer(cfg)
     count = count or token_counter(model_encoder(weights) if weights else None)
