@@ -91,6 +91,10 @@ def test_two_models_run_in_one_invocation_resume_as_a_set_and_compare_side_by_si
         assert again.exit_code == 0, again.output
         assert [r["skipped"] for r in _last_json(again.stdout)["runs"]] == [3, 3, 3]
         assert [len(seen) for _, seen in ends] == asked  # resumed as a set: nothing computed twice
+        import memloop
+
+        api = memloop.run(str(config), log=lambda m: None)  # the API: one summary per model, in order
+        assert [(s.run_id, s.skipped, s.computed) for s in api] == [(i, 3, 0) for i in ids]
 
     uris = [r["output"] for r in out["runs"]]
     two = CliRunner().invoke(app, ["compare", uris[0], uris[1]])

@@ -155,3 +155,23 @@ def test_bad_rescores_fail_before_any_judging_with_what_to_do(finished_run, tmp_
     assert parse_judge_model("engine").kind == "engine"
     with pytest.raises(Exception, match="holds no run"):
         rescore(str(tmp_path / "nothing" / "run-x"), JudgeSpec(name="rouge"), log=lambda m: None)
+
+
+def test_a_run_on_gcs_is_rejudged_in_place_and_resumed(finished_run, gcs_emulator) -> None:
+    """The re-judging's shards, index, manifest and lock go through the GCS store's preconditions too."""
+    from jobs.store.storage import open_store
+
+    rid = Path(finished_run).name
+    store = open_store(f"{gcs_emulator}/rejudge")
+    for p in sorted(Path(finished_run).rglob("*.parquet")):
+        if "judgings" not in p.parts:
+            store.put(f"{rid}/{p.relative_to(finished_run).as_posix()}", p.read_bytes())
+    uri = f"{gcs_emulator}/rejudge/{rid}"
+    first = rescore(uri, JudgeSpec(name="sumie-exact"), log=lambda m: None)
+    assert (first.computed, first.failed) == (2, 0) and first.output.startswith("gs://")
+    again = rescore(uri, JudgeSpec(name="sumie-exact"), log=lambda m: None)
+    assert (again.skipped, again.computed) == (2, 0)
+    rs = RunStore.at(uri)
+    assert rs.judging_ids() == [first.judging_id]
+    assert len(rs.judging(first.judging_id).table("scores")) == len(rs.table("scores"))
+    assert not store.list(f"{rid}/judgings/{first.judging_id}/.lock")  # released
