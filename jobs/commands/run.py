@@ -80,9 +80,13 @@ def _run_models(cfgs: list, report: bool, dry_run: bool, max_failed_frac: float,
     running the config again resumes the set. Exit code: the worst of the runs'."""
     from jobs.run.plan import make_plan
 
-    if dry_run:
-        for c in cfgs:
-            _dry_run(c, as_json)
+    if dry_run:  # every model's plan; with --json one object, {"runs": [plan, ...]}
+        plans = [_plan_summary(c) for c in cfgs]
+        if as_json:
+            print(json.dumps({"runs": plans}, default=str))
+            return
+        for c, out in zip(cfgs, plans):
+            _print_plan(out, c.output)
         return
     for c in cfgs:  # a bad model (missing weights, unset key) fails here, before any run computes
         make_plan(c)
@@ -134,6 +138,15 @@ def _stop_ray() -> None:
 
 def _dry_run(cfg, as_json: bool) -> None:
     """The plan of a run: its id, where it writes, and how many units it has (and has done)."""
+    out = _plan_summary(cfg)
+    if as_json:
+        print(json.dumps(out, default=str))
+        return
+    _print_plan(out, cfg.output)
+
+
+def _plan_summary(cfg) -> dict:
+    """A run's plan as data: its id, output, units (done / to compute) per dataset and method."""
     from collections import Counter
 
     from jobs.run.plan import make_plan
@@ -150,14 +163,15 @@ def _dry_run(cfg, as_json: bool) -> None:
            "to_compute": len(todo), "engine": plan.engine_config,
            "per_dataset_method": [{"dataset": d, "method": m, "units": n} for (d, m), n in sorted(per.items())],
            "unavailable": list(plan.unavailable)}
-    if as_json:
-        print(json.dumps(out, default=str))
-        return
-    print(f"run id: {plan.run_id}\noutput: {cfg.output}\nunits: {len(plan.units)} "
-          f"({out['done']} already done, {len(todo)} to compute)")
+    return out
+
+
+def _print_plan(out: dict, output: str) -> None:
+    print(f"run id: {out['run_id']}\noutput: {output}\nunits: {out['units']} "
+          f"({out['done']} already done, {out['to_compute']} to compute)")
     for row in out["per_dataset_method"]:
         print(f"  {row['dataset']:32s} {row['method']:24s} {row['units']:5d}")
-    for msg in plan.unavailable:
+    for msg in out["unavailable"]:
         print(f"not counted, data not reachable here (the run needs it): {msg}")
     print("dry run: nothing started")
 

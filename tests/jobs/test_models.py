@@ -70,6 +70,10 @@ def test_two_models_run_in_one_invocation_resume_as_a_set_and_compare_side_by_si
         ends = [stack.enter_context(scripted_endpoint()) for _ in range(3)]
         models = [_endpoint(url, f"scripted-{k}") for (url, _), k in zip(ends, "abc")]
         config = _config(tmp_path, models)
+        dry = CliRunner().invoke(app, ["run", str(config), "--dry-run", "--json"])
+        assert dry.exit_code == 0, dry.output
+        plans = json.loads(dry.stdout)["runs"]  # one JSON object for the set
+        assert [p["to_compute"] for p in plans] == [3, 3, 3] and len({p["run_id"] for p in plans}) == 3
         res = CliRunner().invoke(app, ["run", str(config), "--report"])
         assert res.exit_code == 0, res.output
         out = _last_json(res.stdout)
