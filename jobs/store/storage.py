@@ -105,7 +105,11 @@ class LocalStore:
         return f"{st.st_ino}.{st.st_mtime_ns}"
 
     def _write_tmp(self, target: Path, data: bytes) -> Path:
-        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+        except FileExistsError:  # a file where a directory should be: not a create-only conflict
+            raise StorageError(f"cannot write {target}: {target.parent} is not a directory; "
+                               "remove what is in the way or choose another `output`") from None
         tmp = target.parent / f".{target.name}.{uuid.uuid4().hex[:8]}.tmp"
         with tmp.open("wb") as f:
             f.write(data)
