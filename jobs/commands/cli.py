@@ -53,6 +53,7 @@ COMMAND_MODULES = (
     "jobs.commands.export",
     "jobs.commands.compare",
     "jobs.commands.nightly",
+    "jobs.commands.view",
 )
 
 for _name in COMMAND_MODULES:
