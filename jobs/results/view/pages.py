@@ -144,7 +144,7 @@ class Pages:
 
     def unit(self, r: int, i: int) -> str:
         run = self.run_of(r)
-        row = run.unit_row(i)
+        row = dict(run.unit_row(i))
         sample = run.data.samples.iloc[i]
         others = [(int(j), m) for j, m in run.siblings(i)["method"].items()]
         elsewhere = [(s, j) for s, other in enumerate(self.runs) if s != r
@@ -159,7 +159,7 @@ class Pages:
         sides = []
         for r, i in (a, b):
             run = self.run_of(r)
-            row = run.unit_row(i)
+            row = dict(run.unit_row(i))
             sides.append({"r": r, "i": i, "run": run, "row": row, "steps": timeline(run, row["unit"])})
         return self._render("side.html", title="side by side", sides=sides, rows=align(sides[0]["steps"],
                                                                                      sides[1]["steps"]))
