@@ -86,7 +86,7 @@ def _dry_run(cfg, as_json: bool) -> None:
     from jobs.run.plan import make_plan
     from jobs.store.storage import RunStore
 
-    plan = make_plan(cfg)
+    plan = make_plan(cfg, dry_run=True)
     try:
         done = RunStore.open(cfg.output, plan.run_id).done_units()
     except Exception:  # an output not created yet, or unreachable: the real run will say which
@@ -95,7 +95,8 @@ def _dry_run(cfg, as_json: bool) -> None:
     per = Counter((u.dataset.key, u.method.key) for u in plan.units)
     out = {"run_id": plan.run_id, "output": cfg.output, "units": len(plan.units), "done": len(plan.units) - len(todo),
            "to_compute": len(todo), "engine": plan.engine_config,
-           "per_dataset_method": [{"dataset": d, "method": m, "units": n} for (d, m), n in sorted(per.items())]}
+           "per_dataset_method": [{"dataset": d, "method": m, "units": n} for (d, m), n in sorted(per.items())],
+           "unavailable": list(plan.unavailable)}
     if as_json:
         print(json.dumps(out, default=str))
         return
@@ -103,6 +104,8 @@ def _dry_run(cfg, as_json: bool) -> None:
           f"({out['done']} already done, {len(todo)} to compute)")
     for row in out["per_dataset_method"]:
         print(f"  {row['dataset']:32s} {row['method']:24s} {row['units']:5d}")
+    for msg in plan.unavailable:
+        print(f"not counted, data not reachable here (the run needs it): {msg}")
     print("dry run: nothing started")
 
 

@@ -150,8 +150,8 @@ TABLES: dict[str, PaperTable] = {t.id: t for t in (
                                     "BERTScore F1": "54.58 / 55.96", "P_KG": "23.07 / 25.57", "R_KG": "16.59 / 20.17",
                                     "F_KG": "18.34 / 21.75"})),
         "paper (LongT5 / GPT-4)",
-        "The paper's data are 100 BookSum chapters (not public here); this config reads arXiv articles, "
-        "which carry a reference summary. memloop does not compute BERTScore."),
+        "100 BookSum test chapters drawn at random (the config's seed), each summarised with the book's "
+        "chapters up to it and scored against its own reference. memloop does not compute BERTScore."),
     PaperTable(
         "seed002-table2", "Seed 002, table 2: task performance (BooookScore, RepoQA accuracy, LOFT-Spider accuracy)",
         (Column("BooookScore", "booookscore", "booookscore", task="book", digits=3),

@@ -122,11 +122,13 @@ def check_config(cfg: RunConfig) -> None:
             get_judge(j.name).check_options(j.options)
         except EvalError as exc:
             raise ConfigError(f"`judges.{i}.options`: {exc}") from None
+    from eval.datasets.hub import is_hub_id
+
     for i, d in enumerate(cfg.datasets):
-        if d.path is not None and not resolve_path(d.path).exists():
+        if d.path is not None and not is_hub_id(d.path) and not resolve_path(d.path).exists():
             raise ConfigError(
                 f"`datasets.{i}.path`: {d.path} does not exist (relative paths are taken from {Path.cwd()}); "
-                "fix the path or generate the file first"
+                "fix the path or generate the file first (a Hugging Face hub dataset is given as owner/name)"
             )
     if cfg.model.weights is not None:
         from engine.assets import MODELS
@@ -210,10 +212,15 @@ def identity(cfg: RunConfig, model_digest: str) -> dict[str, Any]:
     template's hash and the run's `tag`."""
     from jobs.store.provenance import code_digest
 
+    from eval.datasets.hub import is_hub_id
+
     datasets = []
     for d in cfg.datasets:
         entry = d.model_dump(exclude={"path"})
-        entry["content"] = content_digest(resolve_path(d.path)) if d.path else None
+        if d.path and is_hub_id(d.path):  # named by id; `options.revision` (in the entry) pins its content
+            entry["content"] = f"hub:{d.path}"
+        else:
+            entry["content"] = content_digest(resolve_path(d.path)) if d.path else None
         datasets.append(entry)
     return {
         "datasets": datasets,
@@ -260,10 +267,13 @@ class RunPlan:
     run_id: str
     engine_config: dict[str, Any] | None  # in the engine's names: what each engine actor is built with
     units: list["Unit"]
+    unavailable: tuple[str, ...] = ()  # dry run only: hub datasets not reachable here, with how to get them
 
 
-def make_plan(cfg: RunConfig) -> RunPlan:
-    """Everything that can fail because of the config, before any Ray work starts."""
+def make_plan(cfg: RunConfig, dry_run: bool = False) -> RunPlan:
+    """Everything that can fail because of the config, before any Ray work starts. A dry run lists hub
+    datasets it cannot reach (`RunPlan.unavailable`) instead of stopping: the machine that runs may have
+    network or the HF cache."""
     from jobs.run.workload import build_units
 
     check_output(cfg)
@@ -276,4 +286,6 @@ def make_plan(cfg: RunConfig) -> RunPlan:
         check_engine_config(engine)
     digest = model_digest(cfg)
     ident = identity(cfg, digest)
-    return RunPlan(cfg, weights, digest, ident, run_id_of(cfg.name, ident), engine, build_units(cfg))
+    unavailable: list[str] | None = [] if dry_run else None
+    units = build_units(cfg, unavailable)
+    return RunPlan(cfg, weights, digest, ident, run_id_of(cfg.name, ident), engine, units, tuple(unavailable or ()))
