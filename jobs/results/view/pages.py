@@ -129,7 +129,8 @@ class Pages:
         else:
             rows, total = select(run, query)
         i = run.index
-        return self._render("samples.html", title=f"samples of {run.run_id}", r=r, run=run, q=query, rows=rows,
+        return self._render("samples.html", title=f"samples of {run.run_id}", r=r, run=run, q=query,
+                            rows=list(zip(rows.index.tolist(), rows.to_dict("records"))),
                             total=total, pages=max(1, math.ceil(total / query.size)),
                             columns=list(BASE_COLUMNS) + run.score_columns, sizes=PAGE_SIZES, outcomes=STEP_OUTCOMES,
                             methods=sorted(set(i["method"])), datasets=sorted(set(i["dataset"])),
