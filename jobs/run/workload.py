@@ -51,11 +51,16 @@ def _path_option(task: str, path: str) -> dict[str, Any]:
     return {first: path}
 
 
-def load_samples(spec: DatasetSpec, index: int) -> list[Sample]:
+def load_samples(spec: DatasetSpec, index: int, tokenizer: str | None = None) -> list[Sample]:
+    """The dataset's samples; `tokenizer` (the run model's, `jobs.run.chunk_fit.chunk_tokenizer`) is what its
+    `chunk_tokens` count in, unless the dataset's options name one."""
     from eval.datasets import load_dataset
+    from jobs.run.chunk_fit import loader_takes_tokenizer, model_encoder
 
     field = f"datasets.{index}"
     options = {k: v for k, v in spec.options.items() if k != "max_chunks"}
+    if tokenizer is not None and "tokenizer" not in options and loader_takes_tokenizer(spec.task):
+        options["tokenizer"] = model_encoder(tokenizer)
     try:
         if spec.synthetic is not None:  # the task's own generator, through its loader
             samples = load_dataset(spec.task, synthetic=True, **spec.synthetic, **options)
@@ -136,11 +141,15 @@ def validate_methods(cfg: RunConfig) -> None:
 def build_units(cfg: RunConfig, unavailable: list[str] | None = None) -> list[Unit]:
     """Every unit of the run. With `unavailable` (a dry run) a hub dataset that cannot be reached here is
     left out and its message appended there, instead of stopping the plan."""
+    from jobs.run.chunk_fit import check_chunks_fit, chunk_tokenizer
+
     validate_methods(cfg)
+    check_chunks_fit(cfg)
+    tokenizer = chunk_tokenizer(cfg)
     loaded = []
     for i, d in enumerate(cfg.datasets):
         try:
-            loaded.append((d, load_samples(d, i)))
+            loaded.append((d, load_samples(d, i, tokenizer)))
         except DataUnavailableError as exc:
             if unavailable is None:
                 raise
