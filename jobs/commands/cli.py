@@ -54,6 +54,8 @@ COMMAND_MODULES = (
     "jobs.commands.rescore",
     "jobs.commands.compare",
     "jobs.commands.nightly",
+    "jobs.commands.view",
+    "jobs.commands.bench_view",
 )
 
 for _name in COMMAND_MODULES:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from fastapi import FastAPI
 
@@ -47,7 +47,10 @@ def minimal_instance(schema: dict[str, Any], defs: dict[str, Any] | None = None)
     return None
 
 
-def _app(seen: list[dict], delay_s: float = 0.0) -> FastAPI:
+Answer = Callable[[dict], "str | None"]
+
+
+def _app(seen: list[dict], answer: Answer | None = None, delay_s: float = 0.0) -> FastAPI:
     app = FastAPI()
 
     @app.post("/v1/chat/completions")
@@ -56,7 +59,10 @@ def _app(seen: list[dict], delay_s: float = 0.0) -> FastAPI:
         if delay_s:  # a slow model: lets a test interrupt a client between its requests
             await asyncio.sleep(delay_s)
         fmt = body.get("response_format") or {}
-        if fmt.get("type") == "json_schema":
+        scripted = answer(body) if answer is not None else None
+        if scripted is not None:  # the test's own answer to this request
+            text = scripted
+        elif fmt.get("type") == "json_schema":
             text = json.dumps(minimal_instance(fmt["json_schema"]["schema"]))
         else:
             text = SENTENCE
@@ -68,9 +74,10 @@ def _app(seen: list[dict], delay_s: float = 0.0) -> FastAPI:
 
 
 @contextlib.contextmanager
-def scripted_endpoint(delay_s: float = 0.0) -> Iterator[tuple[str, list[dict]]]:
-    """(base URL, the request bodies it received) of a scripted model served on 127.0.0.1, answering
-    each request after `delay_s` seconds."""
+def scripted_endpoint(answer: Answer | None = None, delay_s: float = 0.0) -> Iterator[tuple[str, list[dict]]]:
+    """(base URL, the request bodies it received) of a scripted model served on 127.0.0.1. `answer`
+    may script a request's answer (return the text), or leave it to the defaults (return None); each
+    request is answered after `delay_s` seconds."""
     seen: list[dict] = []
-    with serve_app(_app(seen, delay_s)) as url:
+    with serve_app(_app(seen, answer, delay_s)) as url:
         yield url, seen
