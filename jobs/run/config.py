@@ -250,7 +250,6 @@ class RunConfig(_Strict):
 
     @model_validator(mode="before")
     @classmethod
-<<<<<<< HEAD
     def _model_or_models(cls, data: Any) -> Any:
         if not isinstance(data, dict) or data.get("models") is None:
             return data
@@ -260,11 +259,13 @@ class RunConfig(_Strict):
         if isinstance(models, list):  # a bare name or path is the engine's weights
             data = dict(data, models=[{"weights": m} if isinstance(m, str) else m for m in models])
         return data
-=======
+
+    @model_validator(mode="before")
+    @classmethod
     def _resolve_auto_placement(cls, data: Any) -> Any:
         """`engine.method_loops: auto` (or left out) becomes the placement `auto_placement` picks."""
-        if not isinstance(data, dict):
-            return data
+        if not isinstance(data, dict) or data.get("models") is not None:
+            return data  # a model set: each model's own config picks its placement (`model_configs`)
         engine, model = data.get("engine") or {}, data.get("model") or {}
         if isinstance(engine, EngineSpec):
             engine = engine.model_dump()
@@ -277,7 +278,6 @@ class RunConfig(_Strict):
         except (TypeError, ValueError):
             return data  # the field validators name the bad value
         return dict(data, engine=dict(engine, method_loops=auto_placement(actors, loops, kind)))
->>>>>>> main
 
     @model_validator(mode="after")
     def _loops_need_engines(self) -> "RunConfig":

@@ -460,30 +460,20 @@ class Lock:
 class RunStore:
     """The tables of one run under `{output}/{run_id}`.
 
-<<<<<<< HEAD
     `shard_tables` are the tables a shard writes, in order; the last (`commit_table`) commits it and
     holds one row per unit with its `status` (a re-judging, `JudgingStore`, commits with `judged`)."""
 
     shard_tables: tuple[str, ...] = SHARD_TABLES
     commit_table = "samples"
 
-    def __init__(self, store: Store, run_id: str, root: str | None = None) -> None:
+    def __init__(self, store: Store, run_id: str, role: str = "driver", root: str | None = None) -> None:
         self.store = store
         self.run_id = run_id
         self._root = root or run_id
-        # shards this process committed: name -> (its (unit, status) pairs, its largest table's rows,
-        # the tables it wrote)
-        self.committed: dict[str, tuple[list[tuple[str, str]], int, tuple[str, ...]]] = {}
-=======
-    def __init__(self, store: Store, run_id: str, role: str = "driver") -> None:
-        self.store = store
-        self.run_id = run_id
-        self._root = run_id
         self.writer = writer_identity(role)  # recorded in every file this process writes
         # shards committed in this invocation (by this process, or reported by their writers): name -> record
         self.committed: dict[str, Committed] = {}
         self._lock = threading.Lock()
->>>>>>> main
 
     @classmethod
     def open(cls, output: str, run_id: str, role: str = "driver") -> "RunStore":
@@ -564,31 +554,13 @@ class RunStore:
     # writing -------------------------------------------------------------------------------
 
     def write_shard(self, tables: dict[str, list[dict[str, Any]]]) -> str:
-<<<<<<< HEAD
         """Write one shard of per-unit rows; the commit table (`samples`) goes last and commits the shard."""
         if not tables.get(self.commit_table):
             raise ValueError(f"a shard needs at least one {self.commit_table} row (the commit record)")
-        shard = _shard_name()
-        arrow = {t: pa.Table.from_pylist([dict(r, run_id=self.run_id, shard=shard) for r in tables.get(t, ())],
-                                         schema=SCHEMAS[t]) for t in self.shard_tables}
-        self._commit(shard, arrow)
-        return shard
-
-    def _commit(self, shard: str, arrow: dict[str, pa.Table]) -> None:
-        written = tuple(t for t in self.shard_tables if arrow[t].num_rows or t == self.commit_table)
-        for table in written:  # the commit table last: it commits the shard
-            self.store.put(self.name(table, f"{shard}.parquet"), _table_bytes(arrow[table]), mode="create")
-        s = arrow[self.commit_table]
-        pairs = list(zip(s.column("unit").to_pylist(), s.column("status").to_pylist()))
-        self.committed[shard] = (pairs, max(t.num_rows for t in arrow.values()), written)
-=======
-        """Write one shard of per-unit rows; `samples` goes last and commits the shard."""
-        if not tables.get("samples"):
-            raise ValueError("a shard needs at least one samples row (the commit record)")
         shard = new_shard_name()
-        files = [(f, len(tables[t])) for t in SHARD_TABLES[:-1]
+        files = [(f, len(tables[t])) for t in self.shard_tables[:-1]
                  if (f := self.write_part(shard, t, tables.get(t, ()))) is not None]
-        self.commit(shard, tables["samples"], files)
+        self.commit(shard, tables[self.commit_table], files)
         return shard
 
     def write_part(self, shard: str, table: str, rows: Iterable[dict[str, Any]], part: str | None = None,
@@ -598,8 +570,8 @@ class RunStore:
         rows = list(rows)
         if not rows:
             return None
-        if table == "samples":
-            raise ValueError("the samples rows are the commit record: write them with `commit`")
+        if table == self.commit_table:
+            raise ValueError(f"the {table} rows are the commit record: write them with `commit`")
         rel = part_file(table, shard, part)
         t = pa.Table.from_pylist([dict(r, run_id=self.run_id, shard=shard) for r in rows], schema=SCHEMAS[table])
         self.store.put(self.name(rel), _table_bytes(t, self.writer), mode=mode)
@@ -611,12 +583,13 @@ class RunStore:
         names and their rows) landed: from now on readers see the shard whole. `keep`: count it in
         this process's index (a worker, which reports it to the driver instead, does not)."""
         if not samples:
-            raise ValueError("a shard needs at least one samples row (the commit record)")
+            raise ValueError(f"a shard needs at least one {self.commit_table} row (the commit record)")
         files = list(files)
-        t = pa.Table.from_pylist([dict(r, run_id=self.run_id, shard=shard) for r in samples], schema=SCHEMAS["samples"])
-        rel = part_file("samples", shard)
+        t = pa.Table.from_pylist([dict(r, run_id=self.run_id, shard=shard) for r in samples],
+                                 schema=SCHEMAS[self.commit_table])
+        rel = part_file(self.commit_table, shard)
         self.store.put(self.name(rel), _table_bytes(t, self.writer), mode="create")
-        per_table: dict[str, int] = {"samples": t.num_rows}
+        per_table: dict[str, int] = {self.commit_table: t.num_rows}
         for f, n in files:
             per_table[f.split("/", 1)[0]] = per_table.get(f.split("/", 1)[0], 0) + n
         c = Committed(shard, tuple(zip(t.column("unit").to_pylist(), t.column("status").to_pylist())),
@@ -635,7 +608,6 @@ class RunStore:
         """The process that wrote a run file (`{table}/{name}.parquet`): host, pid and role."""
         meta = pq.read_metadata(pa.BufferReader(self.store.get(self.name(rel)))).metadata or {}
         return json.loads(meta[WRITER_KEY]) if WRITER_KEY in meta else {}
->>>>>>> main
 
     def compact(self, target_rows: int) -> dict[str, int]:
         """Merge the small shards committed in this invocation into shards of up to `target_rows`
@@ -657,25 +629,17 @@ class RunStore:
         for g in groups:
             if len(g) < 2:
                 continue
-<<<<<<< HEAD
-            new = _shard_name()
-            merged = {}
-            for table in self.shard_tables:
-                parts = [conform(table, from_parquet(self.store.get(self.name(table, f"{s}.parquet"))))
-                         for s in g if table in self.committed[s][2]]
-=======
             new = new_shard_name()
             merged: dict[str, pa.Table] = {}
-            for table in SHARD_TABLES:
+            for table in self.shard_tables:
                 parts = [conform(table, from_parquet(self.store.get(self.name(f))))
                          for s in g for f in self.committed[s].files if f.startswith(f"{table}/")]
->>>>>>> main
                 t = pa.concat_tables(parts) if parts else SCHEMAS[table].empty_table()
                 merged[table] = t.set_column(t.schema.get_field_index("shard"), "shard",
                                              pa.array([new] * t.num_rows, pa.string()))
-            files = [(f, merged[t].num_rows) for t in SHARD_TABLES[:-1]
+            files = [(f, merged[t].num_rows) for t in self.shard_tables[:-1]
                      if (f := self.write_part(new, t, merged[t].to_pylist())) is not None]
-            self.commit(new, merged["samples"].to_pylist(), files)
+            self.commit(new, merged[self.commit_table].to_pylist(), files)
             for s in g:  # samples first: the old shard stops being visible before its parts go
                 for f in reversed(self.committed[s].files):
                     self.store.delete(self.name(f))
@@ -757,7 +721,6 @@ class RunStore:
         return done
 
 
-<<<<<<< HEAD
 JUDGINGS = "judgings"
 
 
@@ -769,15 +732,12 @@ class JudgingStore(RunStore):
     shard_tables = ("judgments", "scores", "judged")
     commit_table = "judged"
 
-    def __init__(self, store: Store, run_id: str, judging_id: str) -> None:
-        super().__init__(store, run_id, root=f"{run_id}/{JUDGINGS}/{judging_id}")
+    def __init__(self, store: Store, run_id: str, judging_id: str, role: str = "driver") -> None:
+        super().__init__(store, run_id, role, root=f"{run_id}/{JUDGINGS}/{judging_id}")
         self.judging_id = judging_id
 
 
-def _shard_name() -> str:
-=======
 def new_shard_name() -> str:
->>>>>>> main
     return f"{now().strftime('%Y%m%dT%H%M%S%f')}-{uuid.uuid4().hex[:8]}"
 
 
