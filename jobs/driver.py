@@ -94,7 +94,10 @@ class _UnitRunner:
         else:
             rows, out = run_loop(u, a.number, self.llms[lane])
         with self._lock:  # totals of finished units (the progress line's fallback, the run's stats)
-            self.usage = self.usage + out.usage
+            self.usage = self.usage + out.usage + out.retry_usage
+        sample = rows["samples"][0]
+        if sample["status"] == "failed":  # no step produced anything: nothing to judge, the cause is recorded
+            return Outcome(rows, sample["error"])
         if not u.judges:
             return Outcome(rows)
         return self.fanout.start(u, out, self.llms[lane], rows)

@@ -1,9 +1,9 @@
-"""The one ask-parse-retry primitive: what methods (same request) and judges (resampled) send and record."""
+"""The one ask-parse-retry primitive: what methods (reseeded) and judges (resampled) send and record."""
 from __future__ import annotations
 
 import pytest
 
-from eval.asking import RESAMPLE, SAME_REQUEST, ParseFailure, ask
+from eval.asking import REPEAT_GAP, RESAMPLE, SAME_REQUEST, ParseFailure, ask, reseed, retry_seed
 from eval.errors import EvalError
 from eval.judges.asking import ask_judgment
 from eval.llm import LLMRequest, LLMResult, Sampling, ScriptedLLM, Usage
@@ -32,10 +32,35 @@ def test_resample_policy_raises_temperature_and_moves_the_seed() -> None:
     llm = ScriptedLLM(["x", "y", "z"])
     answer = ask(llm, "q", Sampling(max_tokens=8, temperature=0.0, seed=5), parse=_number, retry=RESAMPLE)
     assert not answer.ok and answer.parsed is None and answer.attempts == 3 and answer.text == "z"
-    assert [(r.sampling.temperature, r.sampling.seed) for r in llm.requests] == [(0.0, 5), (0.7, 6), (0.7, 7)]
+    assert [(r.sampling.temperature, r.sampling.seed) for r in llm.requests] == [
+        (0.0, 5), (0.7, retry_seed(5, 1)), (0.7, retry_seed(5, 2))]
 
 
-def test_constrained_output_is_parsed_once_for_methods_and_retried_for_judges() -> None:
+def test_retry_seeds_are_reproducible_distinct_and_far_from_every_repeats_seed() -> None:
+    # repeats run with seeds base + i (RunConfig.seeds): a retry must never replay another repeat's request
+    for base in (0, 5, 2**62):
+        seeds = [retry_seed(base, a) for a in range(1, 50)]
+        assert seeds == [retry_seed(base, a) for a in range(1, 50)]  # the same run asks the same again
+        assert len(set(seeds)) == len(seeds) and all(0 <= s < 2**63 for s in seeds)
+        assert all(abs(s - base) >= REPEAT_GAP for s in seeds)  # never base + 1, the next repeat's seed
+    assert retry_seed(5, 0) == 5 and retry_seed(None, 3) is None
+    assert retry_seed(5, 1) != retry_seed(6, 1)
+
+
+def test_method_retries_change_the_seed_and_keep_the_rejected_usage_apart() -> None:
+    llm = ScriptedLLM(["no", "still no", "42"])
+    trace = Trace(llm, MethodSettings(max_tokens=8, seed=7, max_attempts=3))
+    step = trace.ask_prompt("How many?", load_template("s000-book-final"), kind="final", parse=_number)
+    assert step.ok and step.parsed == 42 and step.attempts == 3
+    # greedy by default: retries sample at retry_temperature with seeds derived from the attempt
+    assert [(r.sampling.temperature, r.sampling.seed) for r in llm.requests] == [
+        (0.0, 7), (0.7, retry_seed(7, 1)), (0.7, retry_seed(7, 2))]
+    assert step.usage == Usage(2, 0, 1) and step.retry_usage == Usage(4, 0, 3)  # kept "42"; "no", "still no"
+    constrained = ScriptedLLM(["x", "3"], supports_json_schema=True)  # a schema-valid answer can be rejected too
+    assert ask(constrained, "q", Sampling(seed=1), parse=_number, schema={"type": "integer"}, retry=reseed(0.7)).ok
+
+
+def test_constrained_output_is_parsed_once_under_same_request_and_retried_otherwise() -> None:
     schema = {"type": "integer"}
     llm = ScriptedLLM(["x", "3"], supports_json_schema=True)
     once = ask(llm, "q", Sampling(), parse=_number, schema=schema, retry=SAME_REQUEST)
@@ -79,10 +104,12 @@ def test_both_callers_record_the_max_tokens_note_in_their_own_record_format() ->
     trace = Trace(_CutLLM(), MethodSettings(max_tokens=16, max_attempts=2))
     step = trace.ask_prompt("p", tpl, kind="final", parse=reject)
     assert step.failures == ["attempt 1: truncated (output hit max_tokens)", "attempt 2: truncated (output hit max_tokens)"]
-    assert not step.ok and step.parsed is None and step.attempts == 2 and step.usage == Usage(2, 0, 32)
+    assert not step.ok and step.parsed is None and step.attempts == 2
+    assert step.usage == Usage(1, 0, 16) and step.retry_usage == Usage(1, 0, 16)  # kept attempt, rejected one
+    assert str(step.outcome) == "cut_at_max_tokens"
     llm = _CutLLM()
     j = ask_judgment(llm, load_template("sumie-match"), "p", item="i", parse=reject, max_tokens=64, max_attempts=2,
                      raise_on_invalid=False)
     assert j.failures == [{"raw": "4", "reason": "truncated (answer cut at max_tokens=64)"}] * 2
     assert not j.valid and j.label is None and j.raw == "4" and j.retries == 1
-    assert [r.sampling.seed for r in llm.requests] == [0, 1]
+    assert [r.sampling.seed for r in llm.requests] == [0, retry_seed(0, 1)]
