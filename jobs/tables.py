@@ -176,13 +176,22 @@ def step_row(u: "Unit", s: "Step") -> dict[str, Any]:
                 template_hash=s.template_sha256, prompt=s.prompt, output=s.output, parsed_json=_dump(s.parsed),
                 memory_json=_dump(s.memory), prompt_tokens=s.usage.prompt_tokens,
                 cached_tokens=s.usage.cached_tokens, decoded_tokens=s.usage.decoded_tokens,
-                error=None if s.ok else "; ".join(s.failures) or "unparsed output",
+                error=_step_error(s),
                 extra_json=json.dumps({"attempts": s.attempts, "failures": list(s.failures),
                                        "chunk_index": s.chunk_index, "ok": s.ok}),
                 outcome=str(s.outcome), revisions_proposed=s.revisions_proposed,
                 revisions_accepted=s.revisions_accepted, revisions_rejected=s.revisions_rejected,
                 attempts=s.attempts, retry_prompt_tokens=s.retry_usage.prompt_tokens,
                 retry_cached_tokens=s.retry_usage.cached_tokens, retry_decoded_tokens=s.retry_usage.decoded_tokens)
+
+
+def _step_error(s: "Step") -> str | None:
+    """Why a step did not succeed (its failures; its outcome when it records none); None when it did."""
+    from eval.methods.outcomes import succeeded
+
+    if s.ok and succeeded(s.outcome):
+        return None
+    return "; ".join(s.failures) or ("unparsed output" if not s.ok else str(s.outcome))
 
 
 def step_rows(u: "Unit", out: "MethodOutput") -> list[dict[str, Any]]:

@@ -4,12 +4,14 @@ It answers every chat request deterministically: a request constrained by a JSON
 smallest instance of that schema, any other request one fixed sentence. Usage is counted in words.
 Methods and judges then run their real prompts, parsing, revisions and scoring; outputs that do not
 parse as a method or judge needs are recorded as the failures they are, which a test can count.
+A test can script answers of its own (`respond`): given a request body, the text to answer and its
+finish reason ("length" says the answer was cut at max_tokens), or None for the default answer.
 """
 from __future__ import annotations
 
 import contextlib
 import json
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from fastapi import FastAPI
 
@@ -46,27 +48,41 @@ def minimal_instance(schema: dict[str, Any], defs: dict[str, Any] | None = None)
     return None
 
 
-def _app(seen: list[dict]) -> FastAPI:
+Respond = Callable[[dict], "tuple[str, str] | None"]
+
+
+def _app(seen: list[dict], respond: Respond | None) -> FastAPI:
     app = FastAPI()
 
     @app.post("/v1/chat/completions")
     async def chat(body: dict):
         seen.append(body)
         fmt = body.get("response_format") or {}
-        if fmt.get("type") == "json_schema":
-            text = json.dumps(minimal_instance(fmt["json_schema"]["schema"]))
+        scripted = respond(body) if respond is not None else None
+        if scripted is not None:
+            text, finish = scripted
+        elif fmt.get("type") == "json_schema":
+            text, finish = json.dumps(minimal_instance(fmt["json_schema"]["schema"])), "stop"
         else:
-            text = SENTENCE
+            text, finish = SENTENCE, "stop"
         prompt = " ".join(str(m.get("content", "")) for m in body.get("messages", []))
-        return {"choices": [{"message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+        return {"choices": [{"message": {"role": "assistant", "content": text}, "finish_reason": finish}],
                 "usage": {"prompt_tokens": len(prompt.split()), "completion_tokens": len(text.split())}}
+
+    @app.post("/v1/completions")
+    async def complete(body: dict):  # raw prompts (F-ART's tool transcripts)
+        seen.append(body)
+        text, finish = (respond(body) if respond is not None else None) or (SENTENCE, "stop")
+        return {"choices": [{"text": text, "finish_reason": finish}],
+                "usage": {"prompt_tokens": len(str(body.get("prompt", "")).split()),
+                          "completion_tokens": len(text.split())}}
 
     return app
 
 
 @contextlib.contextmanager
-def scripted_endpoint() -> Iterator[tuple[str, list[dict]]]:
+def scripted_endpoint(respond: Respond | None = None) -> Iterator[tuple[str, list[dict]]]:
     """(base URL, the request bodies it received) of a scripted model served on 127.0.0.1."""
     seen: list[dict] = []
-    with serve_app(_app(seen)) as url:
+    with serve_app(_app(seen, respond)) as url:
         yield url, seen
