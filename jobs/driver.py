@@ -55,6 +55,10 @@ class RunSummary:
     failed: int
     stats: dict[str, Any] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)  # the first failed units' errors (root causes)
+    # units computed whose method produced nothing at any step (samples.status "failed", the steps'
+    # outcomes as the cause): a result of the method, scored as such, not a failure of the run
+    method_failed: int = 0
+    method_errors: list[str] = field(default_factory=list)
 
     def first_errors(self, n: int = 3) -> list[str]:
         """The first `n` distinct root causes of failed units."""
@@ -67,7 +71,8 @@ class RunSummary:
 
     def to_dict(self) -> dict[str, Any]:
         return {"run_id": self.run_id, "output": self.output, "samples": self.samples, "computed": self.computed,
-                "skipped": self.skipped, "failed": self.failed, "errors": self.first_errors(5)}
+                "skipped": self.skipped, "failed": self.failed, "errors": self.first_errors(5),
+                "method_failed": self.method_failed, "method_errors": list(dict.fromkeys(self.method_errors))[:5]}
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict())
@@ -82,6 +87,7 @@ class _UnitRunner:
         self.cfg, self.llms, self.actors, self.fanout, self.log = cfg, llms, actors, fanout, log
         self.workers = workers or []
         self.usage = Usage()
+        self.method_errors: list[str] = []  # causes of units whose steps all produced nothing
         self.stopping = False
         self._lock = threading.Lock()
 
@@ -95,10 +101,10 @@ class _UnitRunner:
             rows, out = run_loop(u, a.number, self.llms[lane])
         with self._lock:  # totals of finished units (the progress line's fallback, the run's stats)
             self.usage = self.usage + out.usage + out.retry_usage
-        sample = rows["samples"][0]
-        if sample["status"] == "failed":  # no step produced anything: nothing to judge, the cause is recorded
-            return Outcome(rows, sample["error"])
-        if not u.judges:
+            sample = rows["samples"][0]
+            if sample["status"] == "failed":  # no step produced anything: nothing to judge, the cause is recorded
+                self.method_errors.append(sample["error"])
+        if sample["status"] == "failed" or not u.judges:
             return Outcome(rows)
         return self.fanout.start(u, out, self.llms[lane], rows)
 
@@ -165,7 +171,8 @@ def _compute(plan: RunPlan, rs: RunStore, todo: list[Unit], llms: list[Any], act
     _show_progress(progress, pool, runner)
     progress.close()
     u = runner.usage
-    return {"wall_s": el, "prompt_tokens": u.prompt_tokens, "cached_tokens": u.cached_tokens,
+    state["method_errors"] = list(runner.method_errors)
+    return {"wall_s": el, "method_failed": len(runner.method_errors), "prompt_tokens": u.prompt_tokens, "cached_tokens": u.cached_tokens,
             "decoded_tokens": u.decoded_tokens,
             "cache_hit": u.cached_tokens / u.prompt_tokens if u.prompt_tokens else 0.0,
             "tokens_per_s": (u.prompt_tokens - u.cached_tokens + u.decoded_tokens) / el if el else 0.0,
@@ -286,4 +293,6 @@ def execute(cfg: RunConfig, *, actor_cls: Any = None, sim: Simulated | None = No
     if lock["lost"]:
         raise RunError(lock["lost"])
     computed, failed, errors = state["counts"]
-    return RunSummary(plan.run_id, rs.uri, len(all_units), computed, skipped, failed, stats, errors)
+    method_errors = state.get("method_errors", [])
+    return RunSummary(plan.run_id, rs.uri, len(all_units), computed, skipped, failed, stats, errors,
+                      len(method_errors), method_errors)

@@ -56,12 +56,11 @@ def run(ray_local, tmp_path_factory) -> dict:
                "judges": [{"name": "sumie"}], "judge_cpus": 0.25, "retries": 0}
         path = tmp / "cfg.yaml"
         path.write_text(yaml.safe_dump(cfg))
-        strict = CliRunner().invoke(app, ["run", str(path), "--json"])
-        res = CliRunner().invoke(app, ["run", str(path), "--json", "--max-failed-frac", "1"])
+        res = CliRunner().invoke(app, ["run", str(path), "--json"])
         summary = json.loads(res.stdout)
         report = CliRunner().invoke(app, ["report", summary["output"], "--json"])
         markdown = CliRunner().invoke(app, ["report", summary["output"]])
-        return {"strict": strict, "summary": summary, "tables": memloop.load(summary["output"]),
+        return {"exit_code": res.exit_code, "summary": summary, "tables": memloop.load(summary["output"]),
                 "report": json.loads(report.stdout), "markdown": markdown.stdout, "seen": list(seen)}
 
 
@@ -71,8 +70,9 @@ def _steps(run: dict, method: str):
 
 
 def test_a_unit_none_of_whose_steps_produced_anything_is_failed_with_the_step_outcome(run) -> None:
-    assert run["strict"].exit_code == 3, run["strict"].output  # a failed unit fails the run
-    assert run["summary"]["failed"] == 1 and "no step produced anything" in run["summary"]["errors"][0]
+    # a result of the method (scored as such), not a failure of the run: counted apart, exit code 0
+    assert run["exit_code"] == 0 and run["summary"]["failed"] == 0
+    assert run["summary"]["method_failed"] == 1 and "no step produced anything" in run["summary"]["method_errors"][0]
     samples = run["tables"].samples.set_index("method")
     assert samples.loc["gu-json", "status"] == "failed"
     error = samples.loc["gu-json", "error"]
