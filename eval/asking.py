@@ -13,14 +13,13 @@ how a value was reached. `RetryPolicy` says what a retry changes:
 - `SAME_REQUEST`: the identical request again (only useful against a model that is not deterministic);
   a constrained output is parsed once.
 
-A retry's seed is `retry_seed(seed, attempt)`: a hash of the original seed and the attempt number, so
-a run stays reproducible, and never within 2**32 of the original, where the repeats' seeds (base + i)
-lie, so a retry never replays another repeat's request. `Answer.retry_usage` keeps the usage of the
+A retry's seed is `retry_seed(seed, attempt)`, derived from the original seed and the attempt number
+(so a run stays reproducible) on a stream apart from the repeats' consecutive seeds (so a retry never
+replays another repeat's request). `Answer.retry_usage` keeps the usage of the
 rejected attempts apart from the kept (last) attempt's.
 """
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
@@ -32,23 +31,15 @@ class ParseFailure(Exception):
     """The LLM output could not be turned into the expected value; the message is the reason."""
 
 
-SEED_SPAN = 2**63  # seeds are integers in [0, 2**63) (`eval.options.Seed`)
-REPEAT_GAP = 2**32  # a retry seed stays this far from its original seed, beyond every repeat's seed
+# Repeats of a run take consecutive seeds (base, base + 1, ...), so a retry's seed is drawn from a stream
+# `RETRY_SEED_STRIDE` apart: a retry of repeat r never samples with repeat r + 1's seed. A run has fewer
+# repeats than the stride (jobs.config bounds it); seeds stay below 2**31 (the engine's PRNG keys).
+RETRY_SEED_STRIDE = 1 << 20
 
 
-def retry_seed(seed: int | None, attempt: int) -> int | None:
-    """The seed of 0-based `attempt` of a request seeded `seed`: a hash of both (None stays None:
-    an unseeded request draws fresh randomness anyway). Distinct attempts get distinct seeds, and none
-    lies within `REPEAT_GAP` of `seed`, where the seeds of the other repeats (seed + i) are."""
-    if seed is None or attempt == 0:
-        return seed
-    salt = 0
-    while True:
-        digest = hashlib.sha256(f"memloop-retry:{seed}:{attempt}:{salt}".encode()).digest()
-        derived = int.from_bytes(digest[:8], "big") % SEED_SPAN
-        if abs(derived - seed) >= REPEAT_GAP:
-            return derived
-        salt += 1
+def retry_seed(seed: int | None, attempt: int) -> int:
+    """The seed of 0-based retry `attempt` > 0 of a request sampled with `seed`."""
+    return ((seed or 0) + attempt * RETRY_SEED_STRIDE) % (1 << 31)
 
 
 @dataclass(frozen=True)

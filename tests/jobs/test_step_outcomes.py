@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 import memloop
 from eval.asking import retry_seed
-from jobs.cli import app
+from jobs.commands.cli import app
 from tests.jobs.scripted_endpoint import SENTENCE, scripted_endpoint
 
 BOOK = Path(__file__).resolve().parents[2] / "jobs/configs/data/lighthouse-keeper.txt"
