@@ -92,7 +92,7 @@ def test_each_forced_outcome_is_a_column_of_the_steps_table(run) -> None:
     assert list(fart["outcome"]) == ["tool_error", "tool_call_cap", "tool_error", "tool_call_cap",
                                      "forced_by_harness"]
     assert "[read] of missing key 'logbook'" in fart.iloc[0]["error"]
-    assert "used all 2 tool calls" in fart.iloc[1]["error"] and "requested directly" in fart.iloc[-1]["error"]
+    assert "safety bound of 2 tool calls" in fart.iloc[1]["error"] and "requested directly" in fart.iloc[-1]["error"]
     assert pd.isna(cok.iloc[0]["error"]) and "revision rejected" in revise["error"]
 
 
