@@ -6,7 +6,7 @@ JSON Schema when one is given and the LLM supports it, parses the text and, when
 `Attempt` (its raw text, the reason, whether it was cut at max_tokens) so callers can record exactly
 how a value was reached. `RetryPolicy` says what a retry changes:
 
-- `RESEED` (methods): a fresh seed (`retry_seed`) and, for a greedy request, the method's retry
+- `reseed(temperature)` (methods): a fresh seed (`retry_seed`) and, for a greedy request, the method's retry
   temperature (`MethodSettings.retry_temperature`), because the engine answers the identical request
   with the identical tokens; constrained answers are retried too (a JSON cut at max_tokens, say).
 - `RESAMPLE` (judges): a raised temperature (0.7) and a fresh seed, for the same reason.

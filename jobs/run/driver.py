@@ -119,7 +119,8 @@ class _UnitRunner:
         self.workers = workers or []
         self.cpu = cpu or CpuSplit()
         self.usage = Usage()
-        self.method_errors: list[str] = []  # causes of units whose steps all produced nothing
+        self.method_failed = 0  # units whose steps all produced nothing, and their first causes
+        self.method_errors: list[str] = []
         self.stopping = False
         self._lock = threading.Lock()
 
@@ -143,7 +144,9 @@ class _UnitRunner:
         with self._lock:  # totals of finished units (the progress line's fallback, the run's stats)
             self.usage = self.usage + usage
             if method_error is not None:  # no step produced anything: recorded failed, no judge ran
-                self.method_errors.append(method_error)
+                self.method_failed += 1
+                if len(self.method_errors) < 20:
+                    self.method_errors.append(method_error)
         if written is None:
             return Outcome(rows)
         if isinstance(written, Committed):
@@ -236,8 +239,9 @@ def _compute(plan: RunPlan, rs: RunStore, todo: list[Unit], llms: list[Any], act
     _show_progress(progress, pool, runner)
     progress.close()
     u = runner.usage
-    state["method_errors"] = list(runner.method_errors)
-    return {"wall_s": el, "method_failed": len(runner.method_errors), "prompt_tokens": u.prompt_tokens, "cached_tokens": u.cached_tokens,
+    state["method_failed"] = (runner.method_failed, list(runner.method_errors))
+    return {"wall_s": el, "method_failed": runner.method_failed,
+            "prompt_tokens": u.prompt_tokens, "cached_tokens": u.cached_tokens,
             "decoded_tokens": u.decoded_tokens,
             "cache_hit": u.cached_tokens / u.prompt_tokens if u.prompt_tokens else 0.0,
             "tokens_per_s": (u.prompt_tokens - u.cached_tokens + u.decoded_tokens) / el if el else 0.0,
@@ -359,6 +363,6 @@ def execute(cfg: RunConfig, *, actor_cls: Any = None, sim: Simulated | None = No
     if lock["lost"]:
         raise RunError(lock["lost"])
     computed, failed, errors = state["counts"]
-    method_errors = state.get("method_errors", [])
+    method_failed, method_errors = state.get("method_failed", (0, []))
     return RunSummary(plan.run_id, rs.uri, len(all_units), computed, skipped, failed, stats, errors,
-                      len(method_errors), method_errors)
+                      method_failed, method_errors)
