@@ -97,3 +97,14 @@ def scripted_endpoint(answer: Answer | None = None, delay_s: float = 0.0) -> Ite
     seen: list[dict] = []
     with serve_app(_app(seen, answer, delay_s)) as url:
         yield url, seen
+
+
+def attribute_table_answer(body: dict) -> str | None:
+    """One attribute for a request whose JSON Schema is an open attribute table (SUMIE's GU/GO JSON
+    memories: `{attribute: [values]}`), so those methods keep a memory; the defaults for the rest."""
+    fmt = body.get("response_format") or {}
+    schema = (fmt.get("json_schema") or {}).get("schema") or {} if fmt.get("type") == "json_schema" else {}
+    extra = schema.get("additionalProperties")
+    if schema.get("type") == "object" and isinstance(extra, dict) and not schema.get("properties"):
+        return json.dumps({"name": minimal_instance(extra) or ["x"]})
+    return None

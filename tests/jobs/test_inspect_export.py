@@ -18,7 +18,7 @@ from jobs.run.config import JudgeSpec, parse_config  # noqa: E402
 from jobs.run.driver import execute  # noqa: E402
 from jobs.run.rescore import rescore  # noqa: E402
 from jobs.store.storage import RunStore  # noqa: E402
-from tests.jobs.scripted_endpoint import scripted_endpoint  # noqa: E402
+from tests.jobs.scripted_endpoint import attribute_table_answer, scripted_endpoint  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 BOOK = ROOT / "jobs/configs/data/lighthouse-keeper.txt"
@@ -27,7 +27,7 @@ BOOK = ROOT / "jobs/configs/data/lighthouse-keeper.txt"
 @pytest.fixture(scope="module")
 def judged_run(ray_local, tmp_path_factory) -> tuple[str, str]:
     """Two repeats of SUMIE and book units, judged by sumie-exact, the book units re-judged by booookscore."""
-    with scripted_endpoint() as (url, _):
+    with scripted_endpoint(attribute_table_answer) as (url, _):
         model = {"kind": "openai", "endpoint": {"base_url": url, "model": "scripted", "max_concurrency": 4}}
         cfg = parse_config({
             "name": "inspect", "output": str(tmp_path_factory.mktemp("inspect") / "runs"), "model": model,
@@ -38,7 +38,7 @@ def judged_run(ray_local, tmp_path_factory) -> tuple[str, str]:
                         {"name": "inc-update", "options": {"word_limit": 50, "max_attempts": 1}}],
             "judges": [{"name": "sumie-exact"}]})
         summary = execute(cfg, log=lambda m: None)
-        assert summary.failed == 0 and summary.computed == 6
+        assert summary.failed == summary.method_failed == 0 and summary.computed == 6
         again = rescore(summary.output, JudgeSpec(name="booookscore"), log=lambda m: None)
         assert again.computed == 2
     return summary.output, again.judging_id

@@ -17,7 +17,7 @@ from jobs.errors import ConfigError
 from jobs.run.config import model_configs, parse_config, with_overrides
 from jobs.run.plan import make_plan
 from jobs.store.storage import RunStore
-from tests.jobs.scripted_endpoint import scripted_endpoint
+from tests.jobs.scripted_endpoint import attribute_table_answer, scripted_endpoint
 
 ROOT = Path(__file__).resolve().parents[2]
 BOOK = ROOT / "jobs/configs/data/lighthouse-keeper.txt"
@@ -67,7 +67,7 @@ def test_models_expand_to_one_config_per_model_each_with_its_own_run_id(tmp_path
 
 def test_two_models_run_in_one_invocation_resume_as_a_set_and_compare_side_by_side(ray_local, tmp_path) -> None:
     with contextlib.ExitStack() as stack:
-        ends = [stack.enter_context(scripted_endpoint()) for _ in range(3)]
+        ends = [stack.enter_context(scripted_endpoint(attribute_table_answer)) for _ in range(3)]
         models = [_endpoint(url, f"scripted-{k}") for (url, _), k in zip(ends, "abc")]
         config = _config(tmp_path, models)
         dry = CliRunner().invoke(app, ["run", str(config), "--dry-run", "--json"])
@@ -80,7 +80,7 @@ def test_two_models_run_in_one_invocation_resume_as_a_set_and_compare_side_by_si
         assert out["exit_code"] == 0 and len(out["runs"]) == 3
         ids = [r["run_id"] for r in out["runs"]]
         assert len(set(ids)) == 3 and [i.rsplit("-", 1)[0] for i in ids] == [f"models-scripted-{k}" for k in "abc"]
-        assert all(r["computed"] == 3 and r["failed"] == 0 for r in out["runs"])
+        assert all(r["computed"] == 3 and r["failed"] == r["method_failed"] == 0 for r in out["runs"])
         assert all(seen for _, seen in ends)  # each model's run asked its own endpoint
         for r, (url, _) in zip(out["runs"], ends):
             cfg = json.loads(RunStore.at(r["output"]).table("runs").to_pandas().iloc[-1]["config_json"])
@@ -117,7 +117,7 @@ def test_the_exit_code_of_a_model_set_is_the_worst_of_its_runs(ray_local, tmp_pa
     with socket.socket() as s:  # a port nothing listens on: every request of that model fails at once
         s.bind(("127.0.0.1", 0))
         dead = f"http://127.0.0.1:{s.getsockname()[1]}/v1"
-    with scripted_endpoint() as (url, _):
+    with scripted_endpoint(attribute_table_answer) as (url, _):
         res = CliRunner().invoke(app, ["run", str(_config(tmp_path, [_endpoint(url, "up"), _endpoint(dead, "down")]))])
     out = _last_json(res.stdout)
     assert [r["exit_code"] for r in out["runs"]] == [0, 3]

@@ -18,7 +18,7 @@ from jobs.run.config import JudgeModelSpec, JudgeSpec, parse_config
 from jobs.run.driver import execute
 from jobs.run.rescore import rescore
 from jobs.store.storage import RunStore
-from tests.jobs.scripted_endpoint import scripted_endpoint
+from tests.jobs.scripted_endpoint import attribute_table_answer, scripted_endpoint
 
 ROOT = Path(__file__).resolve().parents[2]
 BOOK = ROOT / "jobs/configs/data/lighthouse-keeper.txt"
@@ -31,7 +31,7 @@ def endpoint_model(url: str, concurrency: int = 4) -> dict:
 
 @pytest.fixture(scope="module")
 def endpoint():
-    with scripted_endpoint() as (url, seen):
+    with scripted_endpoint(attribute_table_answer) as (url, seen):
         yield url, seen
 
 
@@ -50,7 +50,7 @@ def finished_run(ray_local, endpoint, tmp_path_factory) -> str:
                     {"name": "hier-merge", "options": {"word_limit": 50, "max_attempts": 1}}],
         "judges": [{"name": "sumie-exact"}]})
     summary = execute(cfg, log=lambda m: None)
-    assert summary.failed == 0 and summary.computed == 2 + 2 * len(CHUNK_SIZES)
+    assert summary.failed == summary.method_failed == 0 and summary.computed == 2 + 2 * len(CHUNK_SIZES)
     return summary.output
 
 
@@ -102,7 +102,7 @@ def test_rescore_adds_judgings_beside_the_runs_own_which_stay_byte_identical(fin
 
 
 def test_an_interrupted_rescore_resumes_with_only_the_missing_units(finished_run, tmp_path) -> None:
-    with scripted_endpoint(delay_s=0.8) as (slow, seen):
+    with scripted_endpoint(attribute_table_answer, delay_s=0.8) as (slow, seen):
         judge_model = endpoint_model(slow, concurrency=1)
         jm = "{kind: openai, endpoint: {base_url: %s, model: scripted, max_concurrency: 1}}" % slow
         env = dict(os.environ, PYTHONPATH=str(ROOT))
