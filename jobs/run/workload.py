@@ -34,6 +34,14 @@ class Unit:
         v = self.sample.metadata.get("chunk_tokens", self.dataset.options.get("chunk_tokens"))
         return int(v) if v is not None else None
 
+    @property
+    def input_tokens(self) -> int:
+        """The sample's input in cl100k_base tokens (the papers' tokenizer), whatever model reads it:
+        what input-length buckets are made of (the long-context suites' convention)."""
+        from eval.tokens import cl100k_count
+
+        return sum(cl100k_count(c) for c in self.sample.chunks)
+
 
 def _path_option(task: str, path: str) -> dict[str, Any]:
     """Loaders name their source argument differently (path, source ...): pass it by its own name."""
