@@ -223,6 +223,9 @@ class RunConfig(_Strict):
     def _known_tables(cls, v: list[str]) -> list[str]:
         known = paper_table_names()
         unknown = [t for t in v if t not in known]
+        if unknown and not known:
+            raise ValueError("no paper tables are registered in this process: import jobs.results.paper_tables "
+                             "before reading a config that names some (the memloop CLI and memloop.run do)")
         if unknown:
             raise ValueError(f"unknown paper table(s) {unknown}; use some of {', '.join(sorted(known))}")
         return v
