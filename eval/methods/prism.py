@@ -50,10 +50,11 @@ EXAMPLE_QUERIES = {
     "book": "Summarize this book excerpt. Briefly introduce characters, places and other major elements when "
             "they are first mentioned.",
     "arxiv": "Summarize this article: its problem, method, main results and conclusions.",
-    "repoqa": "Find the exact name of the function described here. 1. Purpose: builds the string that separates "
-              "paragraphs, optionally with a page break. 2. Input: the number of blank lines, whether to add a "
-              "page break, and the line break character. 3. Output: the separator string. 4. Procedure: repeats "
-              "the line break the given number of times and inserts the page break when asked.",
+    "repoqa": "Find the exact name of the function described by the following function description.\n"  # RepoQA's form
+              "1. Purpose: builds the string that separates paragraphs, optionally with a page break.\n"
+              "2. Input: the number of blank lines, whether to add a page break, and the line break character.\n"
+              "3. Output: the separator string.\n"
+              "4. Procedure: repeats the line break the given number of times and inserts the page break when asked.",
     "spider": "How many singers are there in total?",
     "sumie": "Describe attributes and values of HOTEL0.",
 }
