@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Sequence
 
-from eval.datasets.repoqa.needles import FIELDS, choose_needles, describe_from_code, describe_with_llm
+from eval.datasets.repoqa.needles import FIELDS, choose_needles, describe_from_cache, describe_from_code, describe_with_llm
 from eval.datasets.repoqa.release import is_release, load_release
 from eval.datasets.repoqa.source import dependency_order, pack_lines, read_package
 from eval.datasets.sample import Sample, slug
@@ -33,7 +33,8 @@ def _read_repository(spec: str | Path) -> list:
 
 def load_repoqa(packages: Sequence[str | Path] | str = DEFAULT_PACKAGES, needles: int = 10, seed: int = 0,
                 chunk_tokens: int = 8192, tokenizer: TokenizerLike = None, llm: Any = None,
-                description_cache: str | Path | None = None, require_docstring: bool = True,
+                describer_model: str | None = None, description_cache: str | Path | None = None,
+                require_docstring: bool = True,
                 language: str = "python", limit: int | None = None) -> list[Sample]:
     """`needles` samples per repository (an installed package name, packages joined with '+', or a folder of
     .py files); the default gives 50 samples, the size of PRISM's RepoQA evaluation. A path to RepoQA's
@@ -43,14 +44,16 @@ def load_repoqa(packages: Sequence[str | Path] | str = DEFAULT_PACKAGES, needles
     The repository is laid out in dependency order and cut into chunks of whole lines; each sample's
     query describes one needle function in the paper's form, and the gold is its exact name. With an
     `llm`, descriptions are the LLM's (cached in `description_cache`, default the memloop cache), checked
-    for leaked identifiers; without one, or when the LLM's leaks, they are rule-based and name-free.
+    for leaked identifiers; with `describer_model` (a config's way), the answers that model gave earlier
+    are read from that cache; without either, or when a description leaks, they are rule-based and
+    name-free.
     """
     if isinstance(packages, (str, Path)):
         packages = [packages]
     count = token_counter(tokenizer)
     if len(packages) == 1 and is_release(packages[0]):
         return load_release(packages[0], chunk_tokens, count, language, limit)
-    if llm is not None and description_cache is None:
+    if (llm is not None or describer_model is not None) and description_cache is None:
         from eval.assets import cache_root
 
         description_cache = cache_root() / "repoqa-descriptions"
@@ -63,9 +66,14 @@ def load_repoqa(packages: Sequence[str | Path] | str = DEFAULT_PACKAGES, needles
         for c in chunks:
             offsets.append(pos)
             pos += len(c)
-        for needle in choose_needles(files, needles, seed, require_docstring=require_docstring or llm is None):
+        # rule-based descriptions take their purpose from the docstring: needles without one only when a
+        # model describes them
+        for needle in choose_needles(files, needles, seed,
+                                     require_docstring=require_docstring or (llm is None and describer_model is None)):
             if llm is not None:
                 description, describer = describe_with_llm(needle, llm, description_cache)
+            elif describer_model is not None:
+                description, describer = describe_from_cache(needle, describer_model, description_cache)
             else:
                 description, describer = describe_from_code(needle), "code"
             at = text.index(f"# file: {needle.file.path}\n") + len(f"# file: {needle.file.path}\n")

@@ -265,22 +265,26 @@ DESCRIBE_SCHEMA = {"type": "object", "properties": {k: {"type": "string"} for k 
                    "required": list(FIELDS), "additionalProperties": False}
 
 
+def _cache_file(needle: Needle, model: str, cache_dir: Path) -> Path:
+    """Where the answer of `model` for the needle is kept: one file per model, prompt and function source."""
+    prompt = DESCRIBE_PROMPT.format(source=needle.source)
+    return cache_dir / f"{hashlib.sha256(json.dumps([model, prompt]).encode()).hexdigest()[:32]}.json"
+
+
 def _llm_answer(needle: Needle, llm, cache_dir: Path | None) -> str:
-    """The LLM's raw answer for the needle, from `cache_dir` when it was asked before (one file per
-    model, prompt and function source); the leak check runs on it every time, so a cached answer
-    is judged by today's rules."""
+    """The LLM's raw answer for the needle, from `cache_dir` when it was asked before; the leak check
+    runs on it every time, so a cached answer is judged by today's rules."""
     from eval.asking import ask
     from eval.llm import Sampling
 
-    prompt = DESCRIBE_PROMPT.format(source=needle.source)
-    key = hashlib.sha256(json.dumps([llm.name, prompt]).encode()).hexdigest()[:32]
-    path = cache_dir / f"{key}.json" if cache_dir is not None else None
+    path = _cache_file(needle, llm.name, cache_dir) if cache_dir is not None else None
     if path is not None and path.is_file():
         return json.loads(path.read_text())["answer"]
-    answer = ask(llm, prompt, Sampling(max_tokens=400), schema=DESCRIBE_SCHEMA, max_attempts=1).text
+    answer = ask(llm, DESCRIBE_PROMPT.format(source=needle.source), Sampling(max_tokens=400), schema=DESCRIBE_SCHEMA,
+                 max_attempts=1).text
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
+        tmp = path.with_suffix(f".{id(answer)}.tmp")
         tmp.write_text(json.dumps({"model": llm.name, "qualname": needle.qualname, "answer": answer}))
         tmp.replace(path)  # atomic: concurrent loaders never read half a file
     return answer
@@ -300,7 +304,19 @@ def _parse_description(text: str) -> dict[str, str] | None:
 def describe_with_llm(needle: Needle, llm, cache_dir: str | Path | None = None) -> tuple[dict[str, str], str]:
     """(description, describer): the LLM's description (eval.llm protocol) when it parses and names none of
     the needle's identifiers, else the rule-based one, with the reason in `describer`."""
-    answer = _llm_answer(needle, llm, Path(cache_dir).expanduser() if cache_dir is not None else None)
+    return _judged(needle, _llm_answer(needle, llm, Path(cache_dir).expanduser() if cache_dir is not None else None))
+
+
+def describe_from_cache(needle: Needle, model: str, cache_dir: str | Path) -> tuple[dict[str, str], str]:
+    """(description, describer) from the answer `model` gave earlier (`describe_with_llm` with that cache,
+    e.g. `memloop data repoqa-describe`), judged like a fresh one; rule-based where none is cached."""
+    path = _cache_file(needle, model, Path(cache_dir).expanduser())
+    if not path.is_file():
+        return describe_from_code(needle), f"code (no description by {model} cached in {cache_dir})"
+    return _judged(needle, json.loads(path.read_text())["answer"])
+
+
+def _judged(needle: Needle, answer: str) -> tuple[dict[str, str], str]:
     data = _parse_description(answer)
     if data is None:
         return describe_from_code(needle), f"code (the LLM gave no JSON object with {', '.join(FIELDS)})"
