@@ -27,7 +27,7 @@ from typing import Any, Callable
 from eval.llm import Usage
 from jobs import actors as engine_actors
 from jobs.config import RunConfig
-from jobs.errors import RunError, error_text
+from jobs.errors import INFRASTRUCTURE, METHOD, RunError, error_text
 from jobs.judge_fanout import JudgeFanout
 from jobs.manifest import manifest_base
 from jobs.plan import RunPlan, make_plan
@@ -55,19 +55,23 @@ class RunSummary:
     failed: int
     stats: dict[str, Any] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)  # the first failed units' errors (root causes)
+    incomplete: int = 0  # units failed for the infrastructure, or whose judge failed: their cells are unknown
 
     def first_errors(self, n: int = 3) -> list[str]:
         """The first `n` distinct root causes of failed units."""
         return list(dict.fromkeys(self.errors))[:n]
 
     def exit_code(self, max_failed_frac: float = 0.0) -> int:
-        """0 when every unit computed (or at most `max_failed_frac` of this invocation's units failed), else 3."""
+        """0 when every unit computed (or at most `max_failed_frac` of this invocation's units failed for
+        their method), else 3; always 3 when a unit is incomplete (the engine, an endpoint or a judge
+        failed), since its tables' cells cannot be told (docs/judges.md, "Means and intervals")."""
         attempted = self.computed + self.failed
-        return 3 if self.failed and self.failed > max_failed_frac * attempted else 0
+        return 3 if self.incomplete or (self.failed and self.failed > max_failed_frac * attempted) else 0
 
     def to_dict(self) -> dict[str, Any]:
         return {"run_id": self.run_id, "output": self.output, "samples": self.samples, "computed": self.computed,
-                "skipped": self.skipped, "failed": self.failed, "errors": self.first_errors(5)}
+                "skipped": self.skipped, "failed": self.failed, "incomplete": self.incomplete,
+                "errors": self.first_errors(5)}
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict())
@@ -99,8 +103,9 @@ class _UnitRunner:
             return Outcome(rows)
         return self.fanout.start(u, out, self.llms[lane], rows)
 
-    def failed_rows(self, a: Attempt[Unit], error: str) -> dict[str, list[dict[str, Any]]]:
-        return {"samples": [sample_row(a.item, "failed", error, a.number + 1, None, now(), "")]}
+    def failed_rows(self, a: Attempt[Unit], error: str, infrastructure: bool) -> dict[str, list[dict[str, Any]]]:
+        row = sample_row(a.item, "failed", error, a.number + 1, None, now(), "")
+        return {"samples": [dict(row, failure=INFRASTRUCTURE if infrastructure else METHOD)]}
 
     def lane_lost(self, exc: BaseException, lane: int) -> bool:
         """True when the lane's actor is gone for good (an error of a live actor is the unit's)."""
@@ -275,12 +280,13 @@ def execute(cfg: RunConfig, *, actor_cls: Any = None, sim: Simulated | None = No
         finally:
             pool = state.get("pool")
             computed, failed = (pool.finished - pool.failed, pool.failed) if pool is not None else (0, 0)
-            state["counts"] = (computed, failed, list(pool.errors) if pool is not None else [])
+            state["counts"] = (computed, failed, list(pool.errors) if pool is not None else [],
+                               pool.infrastructure if pool is not None else 0)
             rs.write_index(invocation)  # before the manifest: what the next resume reads
             rs.write_manifest(dict(base, started_at=started, finished_at=now(), wall_s=time.monotonic() - t0,
                                    samples=len(plan.units), computed=computed, skipped=skipped, failed=failed,
                                    stats_json=json.dumps(stats, default=str)))
     if lock["lost"]:
         raise RunError(lock["lost"])
-    computed, failed, errors = state["counts"]
-    return RunSummary(plan.run_id, rs.uri, len(all_units), computed, skipped, failed, stats, errors)
+    computed, failed, errors, incomplete = state["counts"]
+    return RunSummary(plan.run_id, rs.uri, len(all_units), computed, skipped, failed, stats, errors, incomplete)

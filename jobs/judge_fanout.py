@@ -2,7 +2,10 @@
 
 The unit's worker thread does not wait for its judges: `start` returns a future of the unit's
 `Outcome` (its sample and step rows plus every judgment and score row), resolved by a small thread
-pool that waits on the tasks. A judge that fails marks the unit failed with the judge's error. A
+pool that waits on the tasks. A judge that fails is recorded as that judge's failure, a `judgments`
+row with its root cause (`jobs.tables.judge_failure_row`): the method's unit stays as its method
+left it (ok), so the sample stays in every method's comparison, and the outcome is marked
+incomplete (the run exits non-zero; the report flags the judge's cells incomplete). A
 unit whose method does not apply to its sample (status "n/a") has no answer to judge: no judge runs.
 """
 from __future__ import annotations
@@ -13,7 +16,7 @@ from typing import Any
 from jobs.config import RunConfig
 from jobs.errors import error_text
 from jobs.pool import Outcome, Rows
-from jobs.tables import now, with_unit
+from jobs.tables import judge_failure_row, with_unit
 from jobs.workload import Unit
 
 
@@ -51,14 +54,14 @@ class JudgeFanout:
             try:
                 res = ray.get(ref)
             except Exception as exc:
-                errors.append(f"judge {j.name}: {error_text(exc)}")
+                err = error_text(exc)
+                errors.append(f"judge {j.name}: {err}")
+                judgments += with_unit(u, [judge_failure_row(j.name, err)])
                 continue
             judgments += with_unit(u, res["judgments"])
             scores += with_unit(u, res["scores"])
-        error = "; ".join(errors)[:2000] if errors else None
-        if error:
-            rows["samples"][0].update(status="failed", error=error, finished_at=now())
-        return Outcome(dict(rows, judgments=judgments, scores=scores), error)
+        incomplete = "; ".join(errors)[:2000] if errors else None
+        return Outcome(dict(rows, judgments=judgments, scores=scores), incomplete=incomplete)
 
     def shutdown(self) -> None:
         self._waiters.shutdown(wait=False, cancel_futures=True)
