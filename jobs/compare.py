@@ -35,7 +35,7 @@ import numpy as np
 import pandas as pd
 
 from eval.judges.aggregation import RESAMPLES, paired_difference, paired_mean_delta, paired_ratio_delta
-from eval.judges.cost import cost_index, usage_of
+from eval.judges.cost import cache_hit_rate, cost_index, usage_of
 from jobs import cells
 from jobs.errors import JobsError
 from jobs.report import RunData, markdown_table
@@ -137,8 +137,8 @@ def headline_rows(a: RunData, b: RunData) -> list[Row]:
         ca, pa_, cb, pb = (col["cached_tokens_a"], col["prompt_tokens_a"], col["cached_tokens_b"], col["prompt_tokens_b"])
         if pa_.sum() > 0 and pb.sum() > 0:
             delta, lo, hi = paired_ratio_delta(ca, pa_, cb, pb)
-            rows.append(Row(ds, method, "", "radix_cache_hit", len(g), float(100 * ca.sum() / pa_.sum()),
-                            float(100 * cb.sum() / pb.sum()), delta, lo, hi))
+            rows.append(Row(ds, method, "", "radix_cache_hit", len(g), 100 * cache_hit_rate(usage_of(pa_.sum(), ca.sum(), 0)),
+                            100 * cache_hit_rate(usage_of(pb.sum(), cb.sum(), 0)), delta, lo, hi))
     return rows
 
 

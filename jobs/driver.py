@@ -27,6 +27,7 @@ from typing import Any, Callable
 from eval.llm import Usage
 from jobs import actors as engine_actors
 from jobs.config import RunConfig
+from eval.judges.cost import cache_hit_rate
 from jobs.errors import INFRASTRUCTURE, METHOD, RunError, error_text
 from jobs.judge_fanout import JudgeFanout
 from jobs.manifest import manifest_base
@@ -169,7 +170,7 @@ def _compute(plan: RunPlan, rs: RunStore, todo: list[Unit], llms: list[Any], act
     u = runner.usage
     return {"wall_s": el, "prompt_tokens": u.prompt_tokens, "cached_tokens": u.cached_tokens,
             "decoded_tokens": u.decoded_tokens,
-            "cache_hit": u.cached_tokens / u.prompt_tokens if u.prompt_tokens else 0.0,
+            "cache_hit": cache_hit_rate(u),
             "tokens_per_s": (u.prompt_tokens - u.cached_tokens + u.decoded_tokens) / el if el else 0.0,
             "method_loops": cfg.engine.method_loops if actors else "driver",
             "driver_cpu": cpu / el if el else 0.0,  # cores' worth of the driver process while units ran
