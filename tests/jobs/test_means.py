@@ -108,3 +108,44 @@ def test_figure_and_paired_difference_directly() -> None:
     assert got["n"] == 4 and got["delta"] == pytest.approx((0.2 * 3 - 0.5) / 4)
     assert got["lo"] <= got["delta"] <= got["hi"]
     assert math.isnan(figure([])["mean"] or math.nan)
+
+
+def test_a_paper_table_prints_the_stated_comparison_and_who_judged(tmp_path) -> None:
+    """seed001-table1 states KG against No-KG: the Δ row is the paired difference on the common
+    samples (a failed unit as 0), by the function `memloop compare` uses; the note names the model
+    under test, the judge (self-judged here) and the paper's judge."""
+    import json
+
+    from jobs.paper_tables import TABLES
+
+    rs = RunStore.open(str(tmp_path), "kg")
+    t = now()
+    for i, (a, b) in enumerate(((0.20, 0.25), (0.30, 0.33), (0.10, None), (0.40, 0.46))):
+        for method, v in (("no-kg", a), ("kg-retrieval", b)):
+            base = dict(unit=unit_key("arxiv:x", f"s{i}", method, 0), dataset="arxiv:x", task="arxiv",
+                        sample_id=f"s{i}", method=method, repeat=0)
+            status = "ok" if v is not None else "failed"
+            rs.write_shard({"samples": [dict(base, seed=0, status=status, error=None if v is not None else
+                                             "MethodError: no summary", failure=None if v is not None else "method",
+                                             attempts=1, output_json='"s"', n_steps=1, prompt_tokens=10,
+                                             cached_tokens=0, decoded_tokens=1, chunk_tokens=None, actor="a",
+                                             started_at=t, finished_at=t)],
+                            "steps": [], "scores": [] if v is None else
+                            [dict(base, judge="rouge", metric="rouge1", turn=None, value=v)]})
+    cfg = {"name": "kg", "paper_tables": ["seed001-table1"], "model": {"kind": "engine", "weights": "qwen2.5-coder-0.5b"},
+           "judge_model": {"kind": "engine"}}
+    rs.write_manifest(dict(invocation="i1", output=rs.store.uri, config_json=json.dumps(cfg), identity_json="{}",
+                           code_version="git:x", packages_json="{}", model_digest="d", template_hashes_json="{}",
+                           host="h", started_at=t, finished_at=t, wall_s=1.0, samples=8, computed=8, skipped=0,
+                           failed=1, stats_json="{}"))
+    d = RunData.load(rs)
+    (laid,) = headline(d)["paper_tables"]
+    (diff,) = laid["differences"]
+    got = diff["cells"]["ROUGE-1"]
+    want = 100 * np.mean([0.05, 0.03, -0.10, 0.06])  # s2 failed for KG: 0 − 0.10
+    assert got["delta"] == pytest.approx(want) and got["n"] == 4 and got["lo"] <= want <= got["hi"]
+    md = build_report(d).markdown
+    assert "Δ KG − No-KG (paired)" in md and f"{want:+.2f} [" in md
+    assert "Model under test: qwen2.5-coder-0.5b; judge: qwen2.5-coder-0.5b (self-judged" in laid["note"]
+    assert "the paper's judge: Mixtral 8x7B" in laid["note"]
+    assert "Gemini-Pro" in TABLES["seed000-table1"].note and "Gemini-Ultra" not in TABLES["seed000-table1"].note
