@@ -7,10 +7,11 @@ import uuid
 import pyarrow.dataset as ds
 from typer.testing import CliRunner
 
-from jobs.cli import app
-from jobs.export import export_run
-from jobs.storage import RunStore
-from jobs.tables import SCHEMAS, now, unit_key
+from jobs.commands.cli import app
+from jobs.store.export import export_run
+from jobs.store.storage import RunStore
+from jobs.store.tables import SCHEMAS, now
+from jobs.store.units import unit_key
 
 
 def _unit(sample: str, status: str, f1: float) -> dict:
@@ -85,7 +86,7 @@ def test_export_to_gcs_and_cli(tmp_path, gcs_emulator) -> None:
     dest = f"{gcs_emulator}/{uuid.uuid4().hex[:8]}/lake"
     export_run(rs.uri, dest)
     export_run(rs.uri, dest)  # overwrite is allowed on the precondition-enforcing fake
-    from jobs.storage import open_store
+    from jobs.store.storage import open_store
 
     lake = open_store(dest)
     assert sorted(lake.children("")) == ["judgments", "runs", "samples", "scores", "steps"]

@@ -10,10 +10,10 @@ import json
 import socket
 from pathlib import Path
 
-from jobs.config import parse_config
-from jobs.driver import execute
-from jobs.report import RunData, build_report, headline
-from jobs.storage import RunStore
+from jobs.run.config import parse_config
+from jobs.run.driver import execute
+from jobs.results.report import RunData, build_report, headline
+from jobs.store.storage import RunStore
 from tests.jobs.scripted_endpoint import scripted_endpoint
 
 

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from eval.judges.aggregation import INCOMPLETE, JUDGED, ZERO, Unit, figure, paired_difference
-from jobs.report import RunData, build_report, headline
-from jobs.storage import RunStore
-from jobs.tables import now, unit_key
+from jobs.results.report import RunData, build_report, headline
+from jobs.store.storage import RunStore
+from jobs.store.tables import now, unit_key
 
 
 def _unit(rs: RunStore, method: str, sample: str, repeat: int, status: str = "ok",
@@ -116,7 +116,7 @@ def test_a_paper_table_prints_the_stated_comparison_and_who_judged(tmp_path) -> 
     under test, the judge (self-judged here) and the paper's judge."""
     import json
 
-    from jobs.paper_tables import TABLES
+    from jobs.results.paper_tables import TABLES
 
     rs = RunStore.open(str(tmp_path), "kg")
     t = now()

@@ -8,9 +8,10 @@ import math
 
 import pytest
 
-from jobs.report import RunData, build_report, mean_se, write_report
-from jobs.storage import RunStore
-from jobs.tables import now, unit_key
+from jobs.results.report import RunData, build_report, mean_se, write_report
+from jobs.store.storage import RunStore
+from jobs.store.tables import now
+from jobs.store.units import unit_key
 
 
 def _shard(rs: RunStore, method: str, sample: str, repeat: int, f1s: list[float], bscore: float | None,
@@ -82,21 +83,21 @@ def test_report_command(tmp_path) -> None:
     a = RunStore.open(str(tmp_path), "a")
     _shard(a, "cok", "e1", 0, [0.2, 0.6], 0.5, (1000, 500, 10))
     root = Path(__file__).resolve().parents[2]
-    out = subprocess.run([sys.executable, "-c", "from jobs.cli import main; main()", "report", a.uri],
+    out = subprocess.run([sys.executable, "-c", "from jobs.commands.cli import main; main()", "report", a.uri],
                          capture_output=True, text=True, cwd=root, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("# Run `a`") and (tmp_path / "a" / "report.md").read_text() in out.stdout
-    bad = subprocess.run([sys.executable, "-c", "from jobs.cli import main; main()", "report", str(tmp_path / "zz")],
+    bad = subprocess.run([sys.executable, "-c", "from jobs.commands.cli import main; main()", "report", str(tmp_path / "zz")],
                          capture_output=True, text=True, cwd=root, timeout=120)
     assert bad.returncode == 2 and "holds no run" in bad.stderr
-    as_json = subprocess.run([sys.executable, "-c", "from jobs.cli import main; main()", "report", a.uri, "--json"],
+    as_json = subprocess.run([sys.executable, "-c", "from jobs.commands.cli import main; main()", "report", a.uri, "--json"],
                              capture_output=True, text=True, cwd=root, timeout=120)
     data = json.loads(as_json.stdout)
     figures = {(f["judge"], f["metric"]): f for f in data["figures"]}
     assert data["units"] == [{"method": "cok", "dataset": "sumie:synthetic", "ok": 1, "failed": 0}]
     assert figures[("sumie-match", "f1:start")]["mean"] == 0.2 and figures[("sumie-match", "f1:last")]["mean"] == 0.6
     assert figures[("sumie-match", "f1:avg")]["mean"] == 0.4 and figures[("booookscore", "booookscore")]["mean"] == 0.5
-    assert figures[("", "radix_cache_hit")]["mean"] == 50.0 and figures[("", "cost_index")]["repeats"] == 1
+    assert figures[("", "radix_cache_hit")]["mean"] == 50.0 and figures[("", "engine_cost_index")]["repeats"] == 1
 
 
 def test_report_uses_each_judges_declared_aggregation(tmp_path) -> None:
@@ -137,7 +138,7 @@ def _units(rs: RunStore, rows: list[tuple[str, str, int, str, tuple[int, int, in
 def test_cost_is_a_mean_per_sample_over_the_samples_every_method_finished(tmp_path) -> None:
     """Seed 002 table 3 is per book: the cost index is the mean per sample, over the same samples
     for every method compared; a sample one method failed is left out for all and named."""
-    from jobs.report import headline
+    from jobs.results.report import headline
 
     rs = RunStore.open(str(tmp_path), "cost")
     _units(rs, [("inc", "b1", 0, "ok", (1000, 0, 100), 0.5), ("inc", "b2", 0, "ok", (3000, 0, 300), 0.7),
@@ -154,16 +155,17 @@ def test_cost_is_a_mean_per_sample_over_the_samples_every_method_finished(tmp_pa
     assert "b3" in md and "prism" in md.split("b3", 1)[1].splitlines()[0]  # which sample, which method failed
     h = headline(d)
     cost = {(f["method"], f["metric"]): f for f in h["figures"] if f["judge"] == ""}
-    assert cost[("inc", "cost_index")]["mean"] == pytest.approx(0.0026)
-    assert cost[("inc", "cost_index")]["samples"] == 2 and cost[("inc", "cost_index")]["total"] == 3
-    assert cost[("inc", "encoded")]["mean"] == pytest.approx(2000.0)
+    assert cost[("inc", "engine_cost_index")]["mean"] == pytest.approx(0.0026)
+    assert cost[("inc", "engine_cost_index")]["samples"] == 2 and cost[("inc", "engine_cost_index")]["total"] == 3
+    assert cost[("inc", "engine_encoded")]["mean"] == pytest.approx(2000.0)
+    assert cost[("inc", "cost_index")]["mean"] is None  # no recorded prompts: no paper figure, never the engine's
     assert h["cost_excluded"] == [{"dataset": "book:x", "sample_id": "b3", "repeat": 0, "methods": ["prism"]}]
 
 
 def test_a_failed_unit_scores_zero_in_the_headline_with_the_counts_beside(tmp_path) -> None:
     """The rule for means: a unit whose method failed scores the metric's zero (it used to leave the
     mean, which then read 0.6), the mean over judged units and the counts stand beside it."""
-    from jobs.report import headline
+    from jobs.results.report import headline
 
     rs = RunStore.open(str(tmp_path), "judged")
     _units(rs, [("inc", "b1", 0, "ok", (100, 0, 10), 0.5), ("inc", "b2", 0, "failed", (100, 0, 10), None),
@@ -215,7 +217,7 @@ def test_paper_cache_hit_from_recorded_prompts_next_to_the_radix_hit(tmp_path) -
     sample over all tokens encoded, computed from the steps' prompts; the engine's radix-cache hit
     (0 here) is a different number and is labelled as such. No recorded model: cl100k, and it says so."""
     from eval.tokens import cl100k_encode
-    from jobs.report import headline
+    from jobs.results.report import headline
 
     d = _prompt_run(tmp_path, "hit")
     want = _paper_hit(cl100k_encode)
@@ -225,7 +227,7 @@ def test_paper_cache_hit_from_recorded_prompts_next_to_the_radix_hit(tmp_path) -
     assert "radix cache hit, engine (%)" in header and "prefix hit, paper (%)" in header
     row = next(line for line in md.splitlines() if line.startswith("| prism | book:x | 1 / 1 |"))
     assert f"| {want:.1f} |" in row and "| 0.0 |" in row
-    assert "cl100k_base" in md.split("prefix hit, paper", 2)[2]  # the table says which tokenizer counted
+    assert "cl100k_base" in md.split("prefix hit, paper (%)", 1)[1]  # the table says which tokenizer counted
     fig = next(f for f in headline(d)["figures"] if f["metric"] == "prefix_hit_paper")
     assert fig["mean"] == pytest.approx(want) and fig["tokenizer"].startswith("cl100k_base")
 
@@ -234,7 +236,7 @@ def test_paper_cache_hit_in_the_run_models_tokens(tmp_path, smollm2_gguf) -> Non
     import pandas as pd
 
     from engine.tokenizer import load_tokenizer
-    from jobs.report import headline
+    from jobs.results.report import headline
 
     d = _prompt_run(tmp_path, "hit-model")
     cfg = {"model": {"kind": "engine", "weights": str(smollm2_gguf)}}
@@ -248,7 +250,7 @@ def test_paper_cache_hit_in_the_run_models_tokens(tmp_path, smollm2_gguf) -> Non
 def test_go_rows_leave_start_and_avg_empty(tmp_path) -> None:
     """GO keeps no memory per turn: its only score is at the last turn, so "start" and "avg" stay
     empty (as in seed 000 table 1) rather than repeating the last-turn value."""
-    from jobs.report import headline
+    from jobs.results.report import headline
 
     rs = RunStore.open(str(tmp_path), "go")
     base = dict(unit=unit_key("sumie:synthetic", "e1", "go-json", 0), dataset="sumie:synthetic", task="sumie",
@@ -270,7 +272,7 @@ def test_go_rows_leave_start_and_avg_empty(tmp_path) -> None:
 def test_a_method_that_does_not_apply_is_n_a_not_a_failure_and_blocks_no_comparison(tmp_path) -> None:
     """The long-context ceiling is n/a on an input longer than the context: counted apart from failures,
     outside every judged / total, and not a reason to leave the sample out of the others' cost."""
-    from jobs.report import headline
+    from jobs.results.report import headline
 
     rs = RunStore.open(str(tmp_path), "na")
     _units(rs, [("inc", "b1", 0, "ok", (1000, 0, 100), 0.5), ("inc", "b2", 0, "ok", (3000, 0, 300), 0.7),
@@ -283,8 +285,40 @@ def test_a_method_that_does_not_apply_is_n_a_not_a_failure_and_blocks_no_compari
     h = headline(d)
     assert h["cost_excluded"] == []  # b2 is compared for inc although long does not apply to it
     cost = {(f["method"], f["metric"]): f for f in h["figures"] if f["judge"] == ""}
-    assert cost[("inc", "cost_index")]["samples"] == 2
-    assert cost[("long", "cost_index")]["samples"] == 1 and cost[("long", "cost_index")]["total"] == 1
+    assert cost[("inc", "engine_cost_index")]["samples"] == 2
+    assert cost[("long", "engine_cost_index")]["samples"] == 1 and cost[("long", "engine_cost_index")]["total"] == 1
     judged = {f["method"]: (f["judged"], f["total"]) for f in h["figures"] if f["judge"] == "booookscore"}
     assert judged == {"inc": (2, 2), "long": (1, 1)}
     assert {u["method"]: u.get("n/a", 0) for u in h["units"]} == {"inc": 0, "long": 1}
+
+
+def test_net_and_cost_index_follow_the_papers_prefix_definition_not_the_radix_cache(tmp_path) -> None:
+    """Seed 002 table 3: Net = Total - tokens shared with the previous prompt of the same sample, cost index
+    = (Net + 3 x Output) / 10^6, in one token base (the recorded prompts and outputs); the radix cache's
+    reuse across samples (here it served all of the second sample's identical prompt) stays in the
+    engine's own columns. The long-context row's Net is its Total, as the paper prints it."""
+    from eval.tokens import cl100k_encode
+    from jobs.results.report import headline
+
+    rs = RunStore.open(str(tmp_path), "net")
+    t = now()
+    prompt, answer = "Whole book: Anna sails to Crete and becomes a captain. Summarize.", "Anna captains."
+    for sid, cached in (("b1", 0), ("b2", 40)):
+        base = dict(unit=unit_key("book:x", sid, "long", 0), dataset="book:x", task="book", sample_id=sid,
+                    method="long", repeat=0)
+        rs.write_shard({
+            "samples": [dict(base, seed=0, status="ok", error=None, attempts=1, output_json='"s"', n_steps=1,
+                             prompt_tokens=60, cached_tokens=cached, decoded_tokens=9, chunk_tokens=None, actor="a",
+                             started_at=t, finished_at=t)],
+            "steps": [dict(base, step=0, kind="final", prompt=prompt, output=answer, prompt_tokens=60,
+                           cached_tokens=cached, decoded_tokens=9)], "scores": []})
+    d = RunData.load(rs)
+    cost = {f["metric"]: f["mean"] for f in headline(d)["figures"] if f["judge"] == "" and f["method"] == "long"}
+    total, out = len(cl100k_encode(prompt)), len(cl100k_encode(answer))
+    assert cost["encoded"] == cost["net_encoded"] == total and cost["prefix_hit_paper"] == 0.0
+    assert cost["decoded"] == out and cost["cost_index"] == pytest.approx((total + 3 * out) / 1e6)
+    assert cost["engine_net_encoded"] == 40 and cost["radix_cache_hit"] == pytest.approx(100 * 20 / 60)
+    d = _prompt_run(tmp_path, "net-prism")
+    cost = {f["metric"]: f["mean"] for f in headline(d)["figures"] if f["judge"] == ""}
+    assert cost["net_encoded"] < cost["encoded"]
+    assert 1 - cost["net_encoded"] / cost["encoded"] == pytest.approx(cost["prefix_hit_paper"] / 100)

@@ -1,0 +1,70 @@
+"""The `memloop` command line. Each area registers its commands from its own module.
+
+Command modules import heavy libraries (jax, ray, torch) inside their functions so that
+`memloop --help` stays fast.
+"""
+from __future__ import annotations
+
+import importlib
+import sys
+
+import typer
+
+from engine.errors import EngineError
+from eval.errors import EvalError
+from jobs.errors import JobsError
+from jobs.results import paper_tables  # noqa: F401 (registers the table names a run config may ask for)
+
+app = typer.Typer(
+    name="memloop",
+    help="Run long-input LLM methods with incremental memories at scale, and score them.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        from jobs.store.provenance import code_version, package_version
+
+        print(f"memloop {package_version()} ({code_version()})")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                       help="Print the version and the code it runs, then exit.")) -> None:
+    """Run long-input LLM methods with incremental memories at scale, and score them."""
+
+
+bench_app = typer.Typer(help="Benchmarks that print ratios against peers measured in the same run.", no_args_is_help=True)
+app.add_typer(bench_app, name="bench")
+
+# module -> owner of the commands it registers (run/report, serve, data, score, methods, bench ...)
+COMMAND_MODULES = (
+    "jobs.commands.run",
+    "jobs.commands.serve",
+    "jobs.commands.data",
+    "jobs.commands.score",
+    "jobs.commands.methods",
+    "jobs.commands.bench_model",
+    "jobs.commands.bench_prefix",
+    "jobs.commands.bench_scale",
+    "jobs.commands.export",
+    "jobs.commands.compare",
+    "jobs.commands.nightly",
+    "jobs.commands.view",
+    "jobs.commands.bench_view",
+)
+
+for _name in COMMAND_MODULES:
+    importlib.import_module(_name).register(app, bench_app)
+
+
+def main() -> None:
+    """Entry point: user-caused errors print a one-line explanation and exit with status 2."""
+    try:
+        app()
+    except (EngineError, EvalError, JobsError) as exc:
+        print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None

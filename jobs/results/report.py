@@ -1,0 +1,649 @@
+"""`memloop report`: the papers' tables and plots from a run's Parquet tables.
+
+Every figure is computed per repeat first (mean over samples, or totals over samples for token
+counts) and then shown as mean ± standard error over the repeats (seed 002 reports five samples);
+with one repeat only the mean is shown. Tables:
+
+- SUMIE (seed 000 table 1): P / R / F1 at the first turn ("start"), the last turn and averaged over
+  turns, per method. F1 is the mean of per-sample F1 values as the judge computed them.
+- Scores: every other (judge, metric) per method, e.g. BooookScore, ROUGE, exact match.
+  Every judge's figures come with "judged / total": the units it scored out of the method's units on
+  the dataset, so a failed sample or a failed judgment never shrinks the denominator unseen.
+- The papers' tables the run's config names (`paper_tables:`, laid out by `jobs.results.paper_tables`): the
+  paper's rows and columns, memloop's figure beside the paper's printed number.
+- Cost (seed 002 table 3, per book): means per sample, over the samples every method on a dataset
+  finished (the others are listed under the table with the methods that failed them), in two labelled
+  groups. The paper's, in one token base (the recorded prompts and outputs, one per step, counted in
+  the run's model tokenizer when its weights are on this machine, else cl100k_base; the table says
+  which): the prefix hit of section 4.2 (each prompt's longest prefix shared with the previous prompt of
+  the same sample, over all tokens encoded), total, net = total minus that prefix, output, and the
+  cost index (net + 3 x output) / 10^6, so hit = 1 - net / total in every row. The engine's, as
+  served: radix-cache hit, prompt tokens (chat template and retried attempts included), net (prompt
+  minus cached: reuse across samples and repeats included), decoded, and its cost index.
+Plots (PNG, matplotlib): F1 per turn, prompt and cached tokens per step, cost index against chunk size.
+
+The formulas are `eval.judges`': start / last / avg per sample is `eval.judges.sumie.turn_summary`,
+the mean over samples is the judge's declared aggregation (`eval.judges.aggregator`), the cache hit
+rate and cost index are `eval.judges.cost`. This module only lays the figures out.
+"""
+from __future__ import annotations
+
+import io
+import json
+import math
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any, Callable, Sequence
+
+import pandas as pd
+
+from eval.judges import aggregator
+from eval.judges.aggregation import mean_se, paired_difference
+from eval.judges.cost import PaperCost, paper_per_sample, paper_sample_cost, per_sample_cost, usage_of
+from eval.judges.sumie import METRICS as SUMIE_METRICS
+from jobs.results import cells
+from jobs.results.cells import TURN_SUMMARIES
+from jobs.results.paper_tables import TABLES, PaperTable, layout, method_status
+from jobs.store.storage import RunStore
+
+NOT_APPLICABLE = "n/a"
+
+
+def fmt(values: list[float] | pd.Series, digits: int = 3) -> str:
+    """mean ± s.e. of per-repeat values (the plots' and the overview's figures)."""
+    m, se = mean_se(values)
+    if math.isnan(m):
+        return "–"
+    return f"{m:.{digits}f}" if se is None else f"{m:.{digits}f} ± {se:.{digits}f}"
+
+
+def markdown_table(header: list[str], rows: list[list[str]]) -> str:
+    out = ["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |"]
+    out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+@dataclass
+class RunData:
+    uri: str
+    run_id: str
+    samples: pd.DataFrame
+    steps: pd.DataFrame
+    scores: pd.DataFrame
+    runs: pd.DataFrame
+    # figures derived once per load and read by several tables (the paper's prefix hit tokenises
+    # every recorded prompt: the Markdown, the plots and `headline` share one pass)
+    derived: dict = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def load(cls, rs: RunStore) -> "RunData":
+        return cls(rs.uri, rs.run_id, rs.table("samples").to_pandas(), rs.table("steps").to_pandas(),
+                   rs.table("scores").to_pandas(), rs.table("runs").to_pandas())
+
+    @property
+    def ok(self) -> pd.DataFrame:
+        return self.samples[self.samples["status"] == "ok"]
+
+    @property
+    def applicable(self) -> pd.DataFrame:
+        """Units a method applies to: all but the "n/a" ones (e.g. the long-context ceiling on an input
+        longer than the model's context), which are counted apart and never as failures."""
+        return self.samples[self.samples["status"] != NOT_APPLICABLE]
+
+
+def per_repeat(df: pd.DataFrame, column: str, judge: str) -> list[float]:
+    """One value per repeat: judge `judge`'s aggregation over the samples of that repeat (the plots)."""
+    agg = aggregator(judge)
+    return [agg(g[column]) for _, g in df.groupby("repeat", sort=True)]
+
+
+UNIT_KEY = ["repeat", "sample_id"]
+
+
+# ---------------------------------------------------------------------------------------------
+# tables
+
+
+def overview_table(d: RunData) -> str:
+    rows = []
+    na = (d.samples["status"] == NOT_APPLICABLE).any()
+    for (ds, method), g in d.samples.groupby(["dataset", "method"], sort=True):
+        failed = g[g["status"] == "failed"]
+        skipped = g[g["status"] == NOT_APPLICABLE]
+        err = failed["error"].dropna().iloc[0][:80] if len(failed) else ""
+        why = skipped["error"].dropna().iloc[0][:80] if len(skipped) and not err else ""
+        rows.append([method, ds, str((g["status"] == "ok").sum()), str(len(failed))]
+                    + ([str(len(skipped))] if na else [])
+                    + [str(g["repeat"].nunique()), (err or why).replace("|", "/").replace("\n", " ")])
+    return markdown_table(["method", "dataset", "ok", "failed"] + (["n/a"] if na else []) + ["repeats", "first error"],
+                          rows)
+
+
+def score_figures(d: RunData) -> tuple[list[dict], list[dict]]:
+    """Every judge metric per (method, dataset) by the rule for means (`jobs.results.cells`), and the samples
+    left out of the comparison (computed once per load)."""
+    if "score_figures" not in d.derived:
+        d.derived["score_figures"] = cells.score_figures(d.samples, d.scores)
+    return d.derived["score_figures"]
+
+
+def _excluded_note(excluded: list[dict]) -> str:
+    if not excluded:
+        return ""
+    return ("\n\nLeft out of the comparison (a method wrote no unit for the sample):\n"
+            + "\n".join(f"- {e['dataset']} {e['sample_id']}: none for "
+                        f"{', '.join(e['methods'])}" for e in excluded))
+
+
+def sumie_table(d: RunData) -> str | None:
+    figs, excluded = score_figures(d)
+    f = [x for x in figs if x["metric"].split(":")[0] in SUMIE_METRICS and ":" in x["metric"]]
+    if not f:
+        return None
+    by = {(x["method"], x["dataset"], x["judge"], x["metric"]): x for x in f}
+    header = ["method", "dataset", "judge", "judged / total"] + [f"{m[0].upper() if m != 'f1' else 'F1'} {w}"
+                                                        for w in TURN_SUMMARIES for m in SUMIE_METRICS]
+    rows = []
+    for method, ds, judge in sorted({k[:3] for k in by}):
+        first = by.get((method, ds, judge, "f1:last")) or next(v for k, v in by.items() if k[:3] == (method, ds, judge))
+        cells_ = [method, ds, judge, f"{first['judged']} / {first['total']}"
+                  + cells.counts_text(dict(first, judged=first["total"]))]
+        for which in TURN_SUMMARIES:
+            for metric in SUMIE_METRICS:
+                cells_.append(cells.cell_text(by.get((method, ds, judge, f"{metric}:{which}")), counts=False))
+        rows.append(cells_)
+    return markdown_table(header, rows) + "\n\n" + table_note(d) + _excluded_note(excluded)
+
+
+MEANS_NOTE = ("Figures: mean over units, a failed unit counted as 0, \"n/a\" left out; ± the standard error over "
+              "repeats (several repeats); [95% interval, bootstrap over samples]. docs/judges.md, \"Means and "
+              "intervals\".")
+
+
+def table_note(d: RunData) -> str:
+    """The means note and who judged whom (the model under test, the judge, self-judged or not)."""
+    m = models_of(d)
+    if not m:
+        return MEANS_NOTE
+    who = f" Model under test: {m['model']}; judge: {m['judge']}"
+    return MEANS_NOTE + who + (" (self-judged)." if m["self_judged"] else ".")
+
+
+def scores_table(d: RunData) -> str | None:
+    figs, excluded = score_figures(d)
+    s = [x for x in figs if x["metric"].split(":")[0] not in SUMIE_METRICS or ":" not in x["metric"]]
+    if not s:
+        return None
+    # each judge's metrics, then its units column (metric None)
+    judges = sorted({x["judge"] for x in s})
+    cols = [(j, m) for j in judges for m in sorted({x["metric"] for x in s if x["judge"] == j}) + [None]]
+    by = {(x["method"], x["dataset"], x["judge"], x["metric"]): x for x in s}
+    rows = []
+    for method, ds in sorted({k[:2] for k in by}):
+        row = [method, ds]
+        for j, m in cols:
+            if m is None:
+                any_fig = next((v for k, v in by.items() if k[:3] == (method, ds, j)), None)
+                row.append("–" if any_fig is None else f"{any_fig['judged']} / {any_fig['total']}"
+                           + cells.counts_text(dict(any_fig, judged=any_fig["total"])))
+                continue
+            row.append(cells.cell_text(by.get((method, ds, j, m)), counts=False))
+        rows.append(row)
+    names = [f"{j}: judged / total" if m is None else m if m == j else f"{j}: {m}" for j, m in cols]
+    return markdown_table(["method", "dataset"] + names, rows) + "\n\n" + table_note(d) + _excluded_note(excluded)
+
+
+def cost_units(d: RunData) -> tuple[pd.DataFrame, list[dict]]:
+    """The units a cost comparison is made over: per dataset, the (repeat, sample) pairs that every
+    method run on the dataset finished. Returns those `ok` sample rows and the excluded pairs, each
+    with the methods that failed (or have not written) it."""
+    s = d.samples
+    keep, excluded = [], []
+    for ds, g in s.groupby("dataset", sort=True):
+        methods = sorted(g["method"].unique())
+        for (rep, sid), u in g.groupby(UNIT_KEY, sort=True):
+            ok = set(u.loc[u["status"] == "ok", "method"])
+            # a method that does not apply to this sample (n/a) is not compared on it, nor blocks it
+            if ok | set(u.loc[u["status"] == NOT_APPLICABLE, "method"]) == set(methods):
+                keep.append((ds, rep, sid))
+            else:
+                na = set(u.loc[u["status"] == NOT_APPLICABLE, "method"])
+                excluded.append({"dataset": ds, "sample_id": str(sid), "repeat": int(rep),
+                                 "methods": [m for m in methods if m not in ok and m not in na]})
+    ok = d.ok
+    if not keep or ok.empty:
+        return ok.iloc[0:0], excluded
+    idx = pd.MultiIndex.from_tuples(keep, names=["dataset"] + UNIT_KEY)
+    return ok[ok.set_index(["dataset"] + UNIT_KEY).index.isin(idx)], excluded
+
+
+def _per_sample(g: pd.DataFrame) -> dict[str, float]:
+    return per_sample_cost([usage_of(p, c, dec) for p, c, dec in
+                            zip(g["prompt_tokens"], g["cached_tokens"], g["decoded_tokens"])])
+
+
+@dataclass(frozen=True)
+class PromptTokenizer:
+    """What the paper's cache hit is counted in: token ids of a text, and a label saying whose."""
+
+    encode: Callable[[str], Sequence[int]]
+    label: str
+
+
+@lru_cache(maxsize=4)
+def _model_tokenizer(path: str) -> Callable[[str], Sequence[int]]:
+    from engine.tokenizer import load_tokenizer
+
+    return load_tokenizer(path).encode
+
+
+def prompt_tokenizer(d: RunData) -> PromptTokenizer:
+    """The run's model tokenizer (the engine's, from the weights its latest manifest names), or
+    cl100k_base with the reason when that model cannot be read here (an endpoint, weights elsewhere)."""
+    if "tokenizer" not in d.derived:
+        d.derived["tokenizer"] = _prompt_tokenizer(d)
+    return d.derived["tokenizer"]
+
+
+def _prompt_tokenizer(d: RunData) -> PromptTokenizer:
+    from engine.assets import resolve_model
+    from engine.errors import EngineError
+    from eval.tokens import cl100k_encode
+
+    def cl100k(why: str) -> PromptTokenizer:
+        return PromptTokenizer(cl100k_encode, f"cl100k_base ({why})")
+
+    if d.runs.empty or "config_json" not in d.runs:
+        return cl100k("the run records no model")
+    model = run_config(d).get("model") or {}
+    if model.get("kind") == "openai":
+        return cl100k(f"the endpoint model {(model.get('endpoint') or {}).get('model')!r} has no local tokenizer")
+    try:
+        # the engine's own resolution: None is the bundled default, short names their packaged file
+        path = resolve_model(model.get("weights"))
+        if not path.exists():
+            return cl100k(f"the run's model {str(path)!r} is not on this machine")
+        return PromptTokenizer(_model_tokenizer(str(path.resolve())), f"the run's model tokenizer, {path.name}")
+    except EngineError as exc:
+        return cl100k(f"the run's model tokenizer cannot be loaded: {exc}")
+
+
+PAPER_SKIPPED_KINDS = ("schema",)  # a generated schema is made once per task, not by the sample's own steps
+
+
+def _paper_costs(steps: pd.DataFrame, tok: PromptTokenizer) -> list[PaperCost] | None:
+    """Seed 002's per-sample cost figures of the units whose steps are given (prompts and outputs in step
+    order per unit, one per step, in `tok`'s tokens); None when the steps record no prompts."""
+    if steps.empty or "prompt" not in steps or steps["prompt"].isna().all():
+        return None
+    steps = steps[~steps["kind"].isin(PAPER_SKIPPED_KINDS)] if "kind" in steps else steps
+    out = []
+    for _, g in steps.groupby(UNIT_KEY, sort=False):
+        g = g.sort_values("step")
+        outputs = g["output"] if "output" in g else [""] * len(g)
+        text = [[t if isinstance(t, str) else "" for t in col] for col in (g["prompt"], outputs)]  # null: ""
+        out.append(paper_sample_cost(text[0], text[1], tok.encode))
+    return out or None
+
+
+def cost_frame(d: RunData, tok: PromptTokenizer | None = None) -> pd.DataFrame:
+    """Per (method, dataset, repeat), over the samples every method finished, means per sample of seed
+    002's figures in one token base (the recorded prompts and outputs in `tok`'s tokens,
+    `prompt_tokenizer(d)` by default): `prefix_hit_paper` %, `encoded`, `net_encoded`, `decoded`,
+    `cost_index`; and the engine's, as served: `radix_cache_hit` % of the mean usage, `engine_encoded`
+    (prompt tokens with the chat template and every retried attempt), `engine_net_encoded` (minus
+    what the radix cache served), `engine_decoded`, `engine_cost_index`; and how many samples."""
+    tok = tok or prompt_tokenizer(d)
+    key = ("cost_frame", tok.label)
+    if key not in d.derived:
+        d.derived[key] = _cost_frame(d, tok)
+    return d.derived[key].copy()
+
+
+def _cost_frame(d: RunData, tok: PromptTokenizer) -> pd.DataFrame:
+    units, _ = cost_units(d)
+    steps = d.steps
+    # one pass over the steps table, not one filter of it per (method, dataset, repeat)
+    by_group = dict(iter(steps.groupby(["method", "dataset", "repeat"], sort=False))) if not steps.empty else {}
+    nan = math.nan
+    rows = []
+    for (method, ds, rep), g in units.groupby(["method", "dataset", "repeat"], sort=True):
+        c = _per_sample(g)
+        st = by_group.get((method, ds, rep), steps.iloc[0:0])
+        costs = _paper_costs(st[st["sample_id"].isin(set(g["sample_id"]))], tok)
+        p = paper_per_sample(costs) if costs else {}
+        rows.append(dict(method=method, dataset=ds, repeat=rep,
+                         prefix_hit_paper=100.0 * p.get("prefix_hit", nan), encoded=p.get("encoded", nan),
+                         net_encoded=p.get("net_encoded", nan), decoded=p.get("decoded", nan),
+                         cost_index=p.get("cost_index", nan),
+                         radix_cache_hit=100.0 * c["cache_hit_rate"], engine_encoded=c["encoded"],
+                         engine_net_encoded=c["net_encoded"], engine_decoded=c["decoded"],
+                         engine_cost_index=c["cost_index"], samples=int(c["samples"])))
+    return pd.DataFrame(rows)
+
+
+PAPER_COST_METRICS = ("prefix_hit_paper", "encoded", "net_encoded", "decoded", "cost_index")
+ENGINE_COST_METRICS = ("radix_cache_hit", "engine_encoded", "engine_net_encoded", "engine_decoded",
+                       "engine_cost_index")
+COST_METRICS = PAPER_COST_METRICS + ENGINE_COST_METRICS
+
+
+def cost_table(d: RunData, tok: PromptTokenizer | None = None) -> str | None:
+    tok = tok or prompt_tokenizer(d)
+    f = cost_frame(d, tok)
+    _, excluded = cost_units(d)
+    if f.empty and not excluded:
+        return None
+    totals = d.applicable.groupby(["method", "dataset"]).size().to_dict()
+    failed = d.samples[d.samples["status"] == "failed"].groupby(["method", "dataset"]).size().to_dict()
+    scaled = {"encoded", "net_encoded", "decoded", "engine_encoded", "engine_net_encoded", "engine_decoded"}
+    rows = []
+    for (method, ds), n in sorted(totals.items()):
+        g = f[(f["method"] == method) & (f["dataset"] == ds)] if not f.empty else f
+        if g.empty:
+            rows.append([method, ds, f"0 / {n}"] + ["–"] * len(COST_METRICS) + [str(failed.get((method, ds), 0))])
+            continue
+        values = [fmt(g[m] / 1e3, 2) if m in scaled else fmt(g[m], 4 if m.endswith("cost_index") else 1)
+                 for m in COST_METRICS]
+        rows.append([method, ds, f"{int(g['samples'].sum())} / {n}"] + values + [str(failed.get((method, ds), 0))])
+    out = markdown_table(["method", "dataset", "samples compared / units",
+                          "prefix hit, paper (%)", "total enc., paper (x10^3)", "net enc., paper (x10^3)",
+                          "output, paper (x10^3)", "cost index, paper",
+                          "radix cache hit, engine (%)", "prompt tokens, engine (x10^3)",
+                          "net enc., engine (x10^3)", "decoded, engine (x10^3)", "cost index, engine",
+                          "failed units"], rows)
+    out += ("\n\nMeans per sample. Paper columns (seed 002, section 4.2 and table 3), one token base: the recorded "
+            f"prompts and outputs, one per step, counted in {tok.label}; prefix hit = tokens of each prompt's "
+            "longest prefix shared with the previous prompt of the same sample, over all tokens encoded; net = "
+            "total minus those (so hit = 1 - net / total); cost index = (net + 3 x output) / 10^6. Engine "
+            "columns, the engine's own counts as served: prompt tokens include the chat template and every "
+            "retried attempt, and the radix cache may reuse any earlier prompt's prefix (other samples' and "
+            "repeats' too), so its net and cost index are not the paper's.")
+    if excluded:
+        out += "\n\nLeft out of the cost comparison (not finished by every method on the dataset):\n"
+        out += "\n".join(f"- {e['dataset']} {e['sample_id']} (repeat {e['repeat']}): failed for "
+                          f"{', '.join(e['methods'])}" for e in excluded)
+    return out
+
+
+def _figure(values: list[float]) -> dict[str, float | int | None]:
+    m, se = mean_se(values)
+    return {"mean": None if math.isnan(m) else m, "se": se, "repeats": len(values)}
+
+
+def headline(d: RunData) -> dict:
+    """The report's numbers as data (`memloop report --json`): units per (method, dataset), every
+    judge metric (SUMIE at start/last/avg) and cost figure as the Markdown tables show it, by the rule
+    for means (`eval.judges.aggregation.figure`): `mean` (failed units as 0), `se` over repeats,
+    `lo`/`hi` the 95% bootstrap interval over samples, `mean_judged`, the counts (`judged`, `zeroed`,
+    `n/a`, `incomplete_units`, `total`, `samples`, `repeats`) and `incomplete`. The cost figures (seed 002's and the engine's, each a mean over repeats with its s.e.)
+    are over the samples every method finished (`samples` of `total`; left-out samples under
+    `cost_excluded`), the judge figures over the samples every method ran (`score_excluded`);
+    `incomplete` at the top is true when any figure is. `models`: the model under test and the judge
+    model. `paper_tables`: the tables of the papers the run's config names (`jobs.results.paper_tables`),
+    memloop's cell and the paper's number side by side."""
+    units = [{"method": m, "dataset": ds, "ok": int((g["status"] == "ok").sum()),
+              "failed": int((g["status"] == "failed").sum()),
+              **({"n/a": int((g["status"] == "n/a").sum())} if (g["status"] == "n/a").any() else {})}
+             for (m, ds), g in d.samples.groupby(["method", "dataset"], sort=True)]
+    _, excluded = cost_units(d)
+    figures = figures_of(d)
+    return {"run_id": d.run_id, "uri": d.uri, "units": units, "figures": figures, "cost_excluded": excluded,
+            "score_excluded": score_figures(d)[1], "incomplete": any(f.get("incomplete") for f in figures),
+            "models": models_of(d), "paper_tables": [laid for _, laid in paper_tables(d)]}
+
+
+def figures_of(d: RunData) -> list[dict]:
+    """Every headline figure of the run (computed once per load)."""
+    if "figures" not in d.derived:
+        d.derived["figures"] = _figures(d)
+    return d.derived["figures"]
+
+
+def _figures(d: RunData) -> list[dict]:
+    figures = list(score_figures(d)[0])
+    tok = prompt_tokenizer(d)
+    c = cost_frame(d, tok)
+    totals = d.applicable.groupby(["method", "dataset"]).size().to_dict()
+    for (m, ds), g in (c.groupby(["method", "dataset"], sort=True) if not c.empty else ()):
+        for metric in COST_METRICS:
+            figures.append({"method": m, "dataset": ds, "judge": "", "metric": metric,
+                            **_figure([float(v) for v in g[metric]]),
+                            "samples": int(g["samples"].sum()), "total": int(totals[(m, ds)]),
+                            **({"tokenizer": tok.label} if metric in PAPER_COST_METRICS else {})})
+    return figures
+
+
+def memory_figures(d: RunData) -> list[dict]:
+    """`memory_tokens` per (method, dataset): the memory after each step in the run model's tokenizer,
+    averaged over a sample's steps, then over its samples (per repeat; seed 000 appendix A). Tokenised
+    once per load: the Markdown and `report --json` both read it."""
+    if "memory_figures" not in d.derived:
+        d.derived["memory_figures"] = _memory_figures(d)
+    return d.derived["memory_figures"]
+
+
+def _memory_figures(d: RunData) -> list[dict]:
+    st = d.steps
+    if st.empty or "memory_json" not in st or st["memory_json"].isna().all():
+        return []
+    from eval.methods.parsing import as_text
+
+    tok = prompt_tokenizer(d)
+    st = st[st["memory_json"].notna()]
+    per_sample = st.assign(memory_tokens=[len(tok.encode(as_text(json.loads(m)))) for m in st["memory_json"]]) \
+        .groupby(["method", "dataset", "repeat", "sample_id"])["memory_tokens"].mean().reset_index()
+    totals = d.applicable.groupby(["method", "dataset"]).size().to_dict()
+    out = []
+    for (m, ds), g in per_sample.groupby(["method", "dataset"], sort=True):
+        out.append({"method": m, "dataset": ds, "judge": "", "metric": "memory_tokens",
+                    **cells.cost_figure(g, "memory_tokens"),
+                    "samples": int(len(g)), "total": int(totals.get((m, ds), len(g))), "tokenizer": tok.label})
+    return out
+
+
+def paper_markdown(table: PaperTable, laid: dict[str, Any]) -> str:
+    header = ["row"]
+    for col in table.columns:
+        header += [f"{col.label}, memloop", f"{col.label}, {table.paper_label}"]
+    body = [[r["label"]] + [x for c in table.columns for x in (r["cells"][c.label]["text"],
+                                                                r["cells"][c.label]["paper"] or "")]
+            for r in laid["rows"]]
+    body += [[f"Δ {d['label']} (paired)"] + [x for c in table.columns for x in (d["cells"][c.label]["text"], "")]
+             for d in laid.get("differences", ())]
+    out = f"### {table.title}\n\n" + markdown_table(header, body)
+    if laid.get("differences"):
+        out += ("\n\nΔ rows: the paired difference (second minus first) on the samples both methods ran, "
+                "a failed unit counted as 0, with its 95% bootstrap interval over samples (as `memloop compare`).")
+    return out + (f"\n\n{laid['note']}" if laid.get("note") else "")
+
+
+def models_of(d: RunData) -> dict[str, Any]:
+    """The model under test and the judge model of the run's latest invocation, and whether they are one."""
+    cfg = run_config(d)
+    if not cfg:
+        return {}
+    under_test = model_name(cfg.get("model") or {})
+    jm = cfg.get("judge_model") or {"kind": "engine"}
+    judge = under_test if jm.get("kind", "engine") == "engine" and not jm.get("weights") else model_name(jm)
+    return {"model": under_test, "judge": judge, "self_judged": judge == under_test}
+
+
+def model_name(spec: dict[str, Any]) -> str:
+    """A model spec as the tables name it: the endpoint's model, or the engine's weights (file name)."""
+    if spec.get("kind") == "openai":
+        ep = spec.get("endpoint") or {}
+        return f"{ep.get('model')} at {ep.get('base_url')}"
+    weights = spec.get("weights")
+    if not weights:
+        from engine.assets import default_model_path
+
+        return f"{default_model_path().name} (the bundled default)"
+    return str(weights).rsplit("/", 1)[-1]
+
+
+def run_config(d: RunData) -> dict:
+    """The config of the run's latest invocation (as recorded in its runs table)."""
+    if d.runs.empty or "config_json" not in d.runs:
+        return {}
+    runs = d.runs.sort_values("finished_at") if "finished_at" in d.runs else d.runs
+    return json.loads(runs.iloc[-1]["config_json"] or "{}")
+
+
+def paper_tables(d: RunData) -> list[tuple[PaperTable, dict]]:
+    """The papers' tables the run's config names, each laid out from the run's figures."""
+    ids = [i for i in run_config(d).get("paper_tables") or () if i in TABLES]
+    if not ids:
+        return []
+    figures = list(figures_of(d))
+    if any(c.metric == "memory_tokens" for i in ids for c in TABLES[i].columns):
+        figures += memory_figures(d)
+    status = method_status(d.samples)
+    by_cell, _, _ = cells.score_cells(d.samples, d.scores)
+    models = models_of(d)
+
+    def paired(a: str, b: str, col: Any, turn: str | None, dataset: str | None) -> dict | None:
+        keys = sorted(k for k in by_cell if k[0] == a and k[2] == col.judge and k[3] == col.metric
+                      and (col.task is None or k[1].split(":", 1)[0] == col.task)
+                      and (dataset is None or k[1].endswith(dataset)))
+        if not keys or (b, keys[0][1], col.judge, col.metric) not in by_cell:
+            return None
+        return paired_difference(by_cell[keys[0]], by_cell[(b, keys[0][1], col.judge, col.metric)])
+
+    return [(TABLES[i], layout(TABLES[i], figures, status, paired, models)) for i in ids]
+
+
+# ---------------------------------------------------------------------------------------------
+# plots
+
+
+def _png(fig) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def plot_f1_per_turn(d: RunData) -> bytes | None:
+    s = d.scores[(d.scores["metric"] == "f1") & d.scores["turn"].notna()]
+    if s.empty:
+        return None
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    several = s["judge"].nunique() > 1
+    for (method, judge), g in s.groupby(["method", "judge"]):
+        xs, ms, ses = [], [], []
+        for turn, gt in g.groupby("turn"):
+            m, se = mean_se(per_repeat(gt, "value", judge))
+            xs.append(int(turn) + 1), ms.append(m), ses.append(se or 0.0)
+        ax.errorbar(xs, ms, yerr=ses, marker="o", capsize=3, label=f"{method} ({judge})" if several else method)
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("turn (paragraphs read)"), ax.set_ylabel("F1"), ax.set_title("SUMIE F1 per turn")
+    ax.legend(fontsize=8)
+    return _png(fig)
+
+
+def plot_tokens_per_step(d: RunData) -> bytes | None:
+    if d.steps.empty:
+        return None
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for method, g in d.steps.groupby("method"):
+        per = g.groupby("step")[["prompt_tokens", "cached_tokens"]].mean()
+        line = ax.plot(per.index + 1, per["prompt_tokens"], marker="o", label=f"{method} prompt")[0]
+        ax.plot(per.index + 1, per["cached_tokens"], linestyle="--", color=line.get_color(), label=f"{method} cached")
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("step"), ax.set_ylabel("tokens (mean over samples)"), ax.set_title("Prompt and cached tokens per step")
+    ax.legend(fontsize=7)
+    return _png(fig)
+
+
+def plot_cost_vs_chunk(d: RunData) -> bytes | None:
+    ok = cost_units(d)[0].dropna(subset=["chunk_tokens"])
+    if ok.empty or ok["chunk_tokens"].nunique() < 2:
+        return None
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for method, g in ok.groupby("method"):
+        xs, ms, ses = [], [], []
+        for ct, gc in g.groupby("chunk_tokens"):
+            m, se = mean_se([_per_sample(gr)["cost_index"] for _, gr in gc.groupby("repeat")])
+            xs.append(int(ct)), ms.append(m), ses.append(se or 0.0)
+        ax.errorbar(xs, ms, yerr=ses, marker="o", capsize=3, label=method)
+    ax.set_xscale("log", base=2), ax.set_xlabel("chunk size (tokens)"), ax.set_ylabel("cost index per sample")
+    ax.set_title("Cost index against chunk size"), ax.legend(fontsize=8)
+    return _png(fig)
+
+
+PLOTS: dict[str, Callable[[RunData], bytes | None]] = {
+    "f1_per_turn.png": plot_f1_per_turn,
+    "tokens_per_step.png": plot_tokens_per_step,
+    "cost_vs_chunk.png": plot_cost_vs_chunk,
+}
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Report:
+    markdown: str
+    plots: dict[str, bytes] = field(default_factory=dict)
+
+
+def build_report(d: RunData) -> Report:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    n_rep = int(d.samples["repeat"].nunique()) if not d.samples.empty else 0
+    parts = [f"# Run `{d.run_id}`", "", f"Results: `{d.uri}`", "",
+             f"{len(d.samples)} units ({len(d.ok)} ok, {len(d.samples) - len(d.ok)} failed), {n_rep} repeat(s); "
+             "figures are mean ± standard error over repeats [95% bootstrap interval over samples]." if n_rep > 1 else
+             f"{len(d.samples)} units ({len(d.ok)} ok, {len(d.samples) - len(d.ok)} failed), one repeat; "
+             "figures are mean [95% bootstrap interval over samples].",
+             "", "## Units", "", overview_table(d) if not d.samples.empty else "(no units written yet)"]
+    papers = paper_tables(d)
+    if papers:
+        parts += ["", "## The papers' tables: memloop beside the paper", ""]
+        parts += ["\n\n".join(paper_markdown(t, laid) for t, laid in papers)]
+    for title, table in (("SUMIE: precision / recall / F1 per turn (seed 000, table 1)", sumie_table(d)),
+                         ("Scores", scores_table(d)),
+                         ("Cost (seed 002, table 3)", cost_table(d))):
+        if table:
+            parts += ["", f"## {title}", "", table]
+    plots = {}
+    for name, fn in PLOTS.items():
+        png = fn(d)
+        if png:
+            plots[name] = png
+    if plots:
+        parts += ["", "## Plots", ""] + [f"![{n[:-4]}]({n})" for n in plots]
+    return Report("\n".join(parts) + "\n", plots)
+
+
+def write_report(run_uri: str) -> tuple[str, Report]:
+    """Build the report of the run at `run_uri`, write report.md and PNGs next to its tables
+    (two runs are compared by `memloop compare`, into a directory of its own)."""
+    rs, _, rep = report_of(run_uri)
+    return rs.uri, rep
+
+
+def report_of(run_uri: str) -> tuple[RunStore, RunData, Report]:
+    """Load the run once, build its report and write it next to the tables; the loaded data is
+    returned too (`report --json` reads its numbers from the same load)."""
+    rs = RunStore.at(run_uri)
+    d = RunData.load(rs)
+    rep = build_report(d)
+    for name, png in rep.plots.items():
+        rs.put_file(name, png)
+    rs.put_file("report.md", rep.markdown.encode())
+    return rs, d, rep

@@ -1,0 +1,124 @@
+"""Engine actors on Ray: placement options, start-up, liveness after a failure, and their counters.
+
+One actor per accelerator host (all `TPU` chips of a host, or a GPU share), or on CPU one per
+configured share; Ray restarts a dead actor up to `engine.max_restarts` times.
+"""
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, Callable
+
+from eval.llm import Usage
+from jobs.run.config import EngineSpec
+from jobs.errors import RunError, error_text
+
+Log = Callable[[str], None]
+
+
+def actor_options(engine: EngineSpec) -> dict[str, Any]:
+    """Ray options of one engine actor: a whole TPU host, a GPU share, or a CPU share."""
+    opts: dict[str, Any] = {"max_restarts": engine.max_restarts, "max_task_retries": 0,
+                            "num_cpus": engine.cpus_per_actor}
+    if engine.accelerator == "tpu":
+        opts["resources"] = {"TPU": float(engine.tpu_chips_per_host)}  # all chips of a host: one actor per host
+        if engine.tpu_slice:  # keep every actor on the hosts of one slice (Ray labels TPU hosts by slice)
+            opts["label_selector"] = {"ray.io/tpu-slice-name": engine.tpu_slice}
+    elif engine.accelerator == "gpu":
+        opts["num_gpus"] = engine.gpus_per_actor
+    return opts
+
+
+def default_actor_class() -> Any:
+    from engine.actor import EngineActor
+
+    return EngineActor
+
+
+def ensure_ray(log: Log) -> None:
+    import ray
+
+    if ray.is_initialized():
+        return
+    address = os.environ.get("RAY_ADDRESS")
+    ray.init(address=address, include_dashboard=False, log_to_driver=bool(address), logging_level="WARNING")
+    from jobs.run.signals import reassert
+
+    reassert()  # Ray's own SIGTERM handler exits at once; a run stops cleanly instead
+    log(f"ray: {'connected to ' + address if address else 'local instance'}; resources {ray.cluster_resources()}")
+
+
+def start_actors(engine: EngineSpec, actor_cls: Any, kwargs: dict[str, Any], log: Log,
+                 name_prefix: str | None = None) -> list[Any]:
+    """Start `engine.actors` actors and wait until each answers `health()`."""
+    import ray
+
+    remote_cls = actor_cls if hasattr(actor_cls, "remote") else ray.remote(actor_cls)
+    opts = actor_options(engine)
+    # Named after the run: `ray list actors` shows whose engines they are, and a second driver of the
+    # same run on the same cluster fails at once instead of computing everything twice.
+    actors = [remote_cls.options(name=f"{name_prefix}engine-{i}", **opts).remote(**kwargs) if name_prefix
+              else remote_cls.options(**opts).remote(**kwargs) for i in range(engine.actors)]
+    pending = [a.health.remote() for a in actors]
+    ready, not_ready = ray.wait(pending, num_returns=len(pending), timeout=engine.start_timeout_s)
+    if not_ready:
+        for a in actors:
+            ray.kill(a)
+        raise RunError(
+            f"{len(not_ready)} of {len(actors)} engine actors did not start within {engine.start_timeout_s:.0f} s "
+            f"(each asks {opts}; the cluster has {ray.cluster_resources()}): lower `engine.actors` or add hosts"
+        )
+    try:
+        ray.get(ready)  # raises the constructor's error, if any
+    except Exception as exc:
+        for a in actors:
+            ray.kill(a)
+        raise RunError(f"the engine did not start: {error_text(exc)}") from None
+    log(f"engine: {len(actors)} actor(s) ready ({opts})")
+    return actors
+
+
+def wait_restarted(actor: Any, timeout_s: float, stop: Callable[[], bool] = lambda: False) -> bool:
+    """After an actor error: wait for Ray's restart; False if the actor is gone for good."""
+    import ray
+    from ray.exceptions import ActorDiedError, GetTimeoutError
+
+    deadline = time.monotonic() + timeout_s
+    died = 0
+    while time.monotonic() < deadline and not stop():
+        try:
+            return bool(ray.get(actor.health.remote(), timeout=max(1.0, deadline - time.monotonic())))
+        except ActorDiedError:  # dead for good once it persists (no restarts left)
+            died += 1
+            if died >= 5:
+                return False
+        except (ray.exceptions.RayActorError, GetTimeoutError):  # restarting (model load): ask again
+            died = 0
+        time.sleep(1.0)
+    return False
+
+
+def live_usage(actors: list[Any], fallback: Usage) -> Usage:
+    """Engine-wide counters (live, also mid-unit), or `fallback` when an actor does not answer."""
+    import ray
+
+    if not actors:
+        return fallback
+    try:
+        stats = ray.get([a.stats.remote() for a in actors], timeout=5)
+    except Exception:
+        return fallback
+    return Usage(sum(s.get("prompt_tokens", 0) for s in stats), sum(s.get("cached_tokens", 0) for s in stats),
+                 sum(s.get("decoded_tokens", 0) for s in stats))
+
+
+def engine_stats(actors: list[Any]) -> list[dict[str, Any]]:
+    import ray
+
+    out = []
+    for i, a in enumerate(actors):
+        try:
+            out.append(dict(ray.get(a.stats.remote(), timeout=30), actor=f"engine-{i}"))
+        except Exception as exc:
+            out.append({"actor": f"engine-{i}", "error": error_text(exc)})
+    return out

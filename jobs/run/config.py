@@ -1,0 +1,316 @@
+"""The run config: a YAML file validated by pydantic (structure only).
+
+What the config means for the environment (files, registries, the engine, the run id) is worked
+out once, before any work starts, by `jobs.run.plan`.
+"""
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from collections.abc import Iterable
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from jobs.errors import ConfigError
+
+# The papers' table layouts live in `jobs.results.paper_tables`, a floor above the run: it registers
+# its table ids here, so the config can check `paper_tables:` without importing what sits above it.
+# The entry points (the CLI's commands, `memloop.run`) load that floor before they read a config.
+_PAPER_TABLES: set[str] = set()
+
+
+def register_paper_tables(names: Iterable[str]) -> None:
+    _PAPER_TABLES.update(names)
+
+
+def paper_table_names() -> frozenset[str]:
+    return frozenset(_PAPER_TABLES)
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class DatasetSpec(_Strict):
+    """One dataset: a task, a file (or a synthetic generator), and which samples to take."""
+
+    task: str
+    path: str | None = None  # a file or directory the task's loader reads
+    synthetic: dict[str, Any] | None = None  # generator options (e.g. SUMIE: entities, seed)
+    limit: int | None = Field(default=None, ge=1)  # the first `limit` samples
+    ids: list[str] | None = None  # or exactly these sample ids
+    options: dict[str, Any] = Field(default_factory=dict)  # loader options; `max_chunks` keeps the first N chunks
+
+    @field_validator("task")
+    @classmethod
+    def _known_task(cls, v: str) -> str:
+        from eval.datasets import list_tasks  # the dataset registry is the one source of task names
+
+        if v not in list_tasks():
+            raise ValueError(f"unknown task {v!r}; use one of {', '.join(list_tasks())}")
+        return v
+
+    @field_validator("options")
+    @classmethod
+    def _max_chunks(cls, v: dict[str, Any]) -> dict[str, Any]:
+        n = v.get("max_chunks")
+        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+            raise ValueError(f"`max_chunks` must be a whole number of chunks >= 1 (got {n!r})")
+        return v
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "DatasetSpec":
+        if self.path is not None and self.synthetic is not None:
+            raise ValueError("give `path` (a data file) or `synthetic` (generator options), not both")
+        return self
+
+    @property
+    def key(self) -> str:
+        """Short stable name used in tables: the task plus the file name or 'synthetic'."""
+        src = Path(self.path).stem if self.path else ("synthetic" if self.synthetic is not None else "builtin")
+        size = self.options.get("chunk_tokens")
+        return f"{self.task}:{src}" + (f"@{size}" if size is not None else "")  # chunk-size sweeps stay apart
+
+
+class MethodSpec(_Strict):
+    name: str
+    options: dict[str, Any] = Field(default_factory=dict)
+    tasks: list[str] | None = None  # run only on these tasks (default: every dataset)
+    label: str | None = None  # name in tables when one method appears with different options
+
+    @property
+    def key(self) -> str:
+        return self.label or self.name
+
+
+class EndpointSpec(_Strict):
+    """An OpenAI-compatible endpoint (for a remote judge or model)."""
+
+    base_url: str
+    model: str
+    api_key_env: str | None = None  # name of the environment variable holding the key (never the key)
+    max_concurrency: int = Field(default=16, ge=1)  # requests in flight at once (provider rate limits)
+    timeout_s: float = Field(default=120.0, gt=0)  # one request
+    max_retries: int = Field(default=3, ge=0)  # transient failures (connection, 429, 5xx), honouring Retry-After
+    json_schema: bool = True  # the server constrains output to a JSON Schema (response_format json_schema)
+
+
+class ModelSpec(_Strict):
+    """The model the methods call: memloop's own engine (`kind: engine`, the default) on `weights`, or
+    any OpenAI-compatible endpoint (`kind: openai`: vLLM, SGLang, a TPU server, an API provider,
+    `memloop serve`). Only `weights`, `dtype`, `options` and the endpoint's model change results."""
+
+    kind: Literal["engine", "openai"] = "engine"
+    weights: str | None = None  # GGUF file or Hugging Face directory; None = bundled SmolLM2
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    options: dict[str, Any] = Field(default_factory=dict)  # model options passed to the engine config
+    endpoint: EndpointSpec | None = None  # kind openai: where the model is served
+
+    @model_validator(mode="after")
+    def _endpoint_given(self) -> "ModelSpec":
+        if self.kind == "openai":
+            if self.endpoint is None:
+                raise ValueError("kind 'openai' needs `endpoint` with base_url and model")
+            if self.weights is not None or self.options:
+                raise ValueError("kind 'openai' serves its own model: remove `weights` and `options`")
+        elif self.endpoint is not None:
+            raise ValueError("`endpoint` is for kind 'openai'; set `kind: openai` or remove it")
+        return self
+
+
+class EngineSpec(_Strict):
+    """How engine actors are placed and fed (transport settings: not part of the run id)."""
+
+    actors: int = Field(default=1, ge=1)  # CPU: one per configured share; TPU/GPU: one per host
+    accelerator: Literal["cpu", "gpu", "tpu"] = "cpu"
+    cpus_per_actor: float = Field(default=1.0, gt=0)
+    gpus_per_actor: float = Field(default=1.0, gt=0)
+    tpu_chips_per_host: int = Field(default=4, ge=1)
+    tpu_slice: str | None = None  # run on the hosts of this TPU slice only (Ray's ray.io/tpu-slice-name label)
+    max_in_flight: int = Field(default=8, ge=1)  # samples run concurrently against each actor
+    # Where method loops run: "driver" (threads of the driver process) or "engine" (a worker process
+    # on each engine actor's node; the driver only hands out units and collects rows). Same results.
+    method_loops: Literal["driver", "engine"] = "driver"
+    max_restarts: int = Field(default=3, ge=0)
+    start_timeout_s: float = Field(default=900.0, gt=0)  # model load + compile, or waiting for hosts
+    request_timeout_s: float | None = Field(default=None, gt=0)  # one LLM call; a timeout fails the attempt
+    page_budget: float | int | None = Field(default=None, gt=0)  # fraction of device memory or bytes for the KV cache
+    mesh: dict[str, int] | None = None
+    options: dict[str, Any] = Field(default_factory=dict)  # further engine config fields
+
+
+class SamplingSpec(_Strict):
+    """Run-wide sampling overrides. A field left out keeps each method's own default (CoK writes up to
+    1024 tokens, most methods 512); only the fields set here replace it, for every method."""
+
+    max_tokens: int | None = Field(default=None, ge=1)
+    temperature: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    top_k: int | None = Field(default=None, ge=0, lt=2**31)
+    top_p: float | None = Field(default=None, gt=0, le=1)
+
+    def overrides(self) -> dict[str, Any]:
+        return self.model_dump(exclude_none=True)
+
+
+class JudgeSpec(_Strict):
+    name: str
+    options: dict[str, Any] = Field(default_factory=dict)
+    tasks: list[str] | None = None  # judge only these tasks (default: the judge's own tasks)
+
+
+class JudgeModelSpec(_Strict):
+    kind: Literal["engine", "openai"] = "engine"  # engine: the run's own model (its engine actors or endpoint)
+    endpoint: EndpointSpec | None = None
+
+    @model_validator(mode="after")
+    def _endpoint_given(self) -> "JudgeModelSpec":
+        if self.kind == "openai" and self.endpoint is None:
+            raise ValueError("kind 'openai' needs `endpoint` with base_url and model")
+        return self
+
+
+class RunConfig(_Strict):
+    name: str = "run"
+    tag: str | None = None  # part of the run id: e.g. the date, for runs that must compute afresh
+    output: str = "./runs"  # local directory or gs://bucket/prefix
+    datasets: list[DatasetSpec] = Field(min_length=1)
+    methods: list[MethodSpec] = Field(min_length=1)
+    model: ModelSpec = Field(default_factory=ModelSpec)
+    engine: EngineSpec = Field(default_factory=EngineSpec)
+    sampling: SamplingSpec = Field(default_factory=SamplingSpec)
+    judges: list[JudgeSpec] = Field(default_factory=list)
+    judge_model: JudgeModelSpec = Field(default_factory=JudgeModelSpec)
+    repeats: int = Field(default=1, ge=1, lt=1 << 20)  # below eval.asking.RETRY_SEED_STRIDE
+    seed: int = 0
+    retries: int = Field(default=2, ge=0)  # attempts after the first, per sample
+    judge_cpus: float = Field(default=0.5, gt=0)
+    response_cache: str | None = None  # a directory: identical requests are answered from it (engine or endpoint)
+    flush_units: int = Field(default=16, ge=1)  # write a shard every this many finished units ...
+    flush_s: float = Field(default=20.0, gt=0)  # ... or this many seconds
+    shard_rows: int = Field(default=50_000, ge=1)  # at the end of a run, small shards merge up to this many rows
+    # the papers' tables `memloop report` lays out from this run (jobs.results.paper_tables; not in the run id)
+    paper_tables: list[str] = Field(default_factory=list)
+
+    @field_validator("name", "tag")
+    @classmethod
+    def _slug(cls, v: str | None) -> str | None:
+        if v is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", v):
+            raise ValueError("use letters, digits, '.', '_' and '-' only (at most 64 characters)")
+        return v
+
+    @field_validator("paper_tables")
+    @classmethod
+    def _known_tables(cls, v: list[str]) -> list[str]:
+        known = paper_table_names()
+        unknown = [t for t in v if t not in known]
+        if unknown:
+            raise ValueError(f"unknown paper table(s) {unknown}; use some of {', '.join(sorted(known))}")
+        return v
+
+    @field_validator("output")
+    @classmethod
+    def _output_given(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("is empty; give a directory (e.g. ./runs) or gs://bucket/prefix")
+        return v
+
+    @field_validator("methods")
+    @classmethod
+    def _unique_method_keys(cls, v: list[MethodSpec]) -> list[MethodSpec]:
+        keys = [m.key for m in v]
+        dup = sorted({k for k in keys if keys.count(k) > 1})
+        if dup:
+            raise ValueError(f"methods {dup} appear twice; give each a distinct `label`")
+        return v
+
+    @model_validator(mode="after")
+    def _loops_need_engines(self) -> "RunConfig":
+        if self.engine.method_loops == "engine" and self.model.kind != "engine":
+            raise ValueError("`engine.method_loops: engine` runs the loops next to memloop's engine actors; "
+                             "with `model.kind: openai` there are none: use `method_loops: driver`")
+        return self
+
+    def seeds(self) -> list[int]:
+        """One seed per repeat, derived from the base seed."""
+        return [self.seed + i for i in range(self.repeats)]
+
+
+def _format_error(exc: ValidationError, source: str) -> str:
+    parts = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        parts.append(f"`{loc}`: {err['msg']}")
+    return f"{source}: " + "; ".join(parts)
+
+
+def parse_config(data: dict[str, Any], source: str = "config") -> RunConfig:
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: the config must be a YAML mapping with `datasets` and `methods`")
+    try:
+        return RunConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_format_error(exc, source)) from None
+
+
+def with_overrides(cfg: RunConfig, source: str = "config", *, output: str | None = None, tag: str | None = None,
+                   limit: int | None = None, max_chunks: int | None = None, repeats: int | None = None,
+                   model: str | None = None) -> RunConfig:
+    """The config with command-line overrides applied and validated again (`--limit N` keeps at most
+    N samples of every dataset, `--max-chunks N` the first N chunks of each sample, `--repeats N`
+    sets the repeats, `--model M` the engine's weights (a short name or a path); all four are part of
+    the run id like the same settings in the file). With them a paper's config runs reduced:
+    `--limit 2 --max-chunks 2 --repeats 1`, or on another model: `--model qwen2.5-coder-0.5b`."""
+    data = cfg.model_dump()
+    if model is not None:
+        if cfg.model.kind != "engine":
+            raise ConfigError(f"--model {model!r} sets the engine's weights, but this config's model is kind "
+                              f"{cfg.model.kind!r} (an endpoint serves its own model): change the endpoint's "
+                              "`model` in the config instead")
+        data["model"]["weights"] = model
+    if output is not None:
+        data["output"] = output
+    if tag is not None:
+        data["tag"] = tag
+    if limit is not None:
+        if limit < 1:
+            raise ConfigError(f"--limit must be at least 1 (got {limit})")
+        for d in data["datasets"]:
+            d["limit"] = min(d["limit"] or limit, limit)
+    if max_chunks is not None:
+        if max_chunks < 1:
+            raise ConfigError(f"--max-chunks must be at least 1 (got {max_chunks})")
+        for d in data["datasets"]:
+            d["options"]["max_chunks"] = min(d["options"].get("max_chunks") or max_chunks, max_chunks)
+    if repeats is not None:
+        if repeats < 1:
+            raise ConfigError(f"--repeats must be at least 1 (got {repeats})")
+        data["repeats"] = repeats
+    return parse_config(data, source)
+
+
+def load_config(path: str | os.PathLike[str]) -> RunConfig:
+    """Read and validate a YAML run config (structure only; see `check_config` for the environment)."""
+    p = Path(path)
+    if p.is_dir():
+        raise ConfigError(f"{p} is a directory; pass the path of a YAML run config file (e.g. jobs/configs/demo.yaml)")
+    if not p.is_file():
+        raise ConfigError(f"config file {p} does not exist; pass the path of a YAML run config")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{p}: not UTF-8 text (byte {exc.start}); save the config as UTF-8 YAML") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError(f"{p}: not valid YAML ({where}{problem}); fix the syntax") from None
+    return parse_config(data, str(p))
+
+
+def resolve_path(path: str) -> Path:
+    """Dataset and weight paths are relative to the current directory (where `memloop run` runs)."""
+    return Path(os.path.expanduser(path)).resolve()

@@ -1,0 +1,293 @@
+"""The Ray driver of `memloop run`: composes the plan, the engine actors, the worker pool, the judge
+fan-out and the run store.
+
+1. `jobs.run.plan.make_plan` checks the config against the environment, derives the run id and builds
+   the units (all before any work starts); the store drops units already recorded as ok (resume).
+2. `jobs.run.actors` starts the engine actors (one per accelerator host, or per CPU share).
+3. `jobs.run.pool.WorkerPool` runs `max_in_flight` worker threads per actor over one shared queue;
+   each runs a unit's method loop against its actor, whose engine batches the concurrent requests.
+   A unit that raises is retried (`retries`); when its actor died the worker waits for Ray's
+   restart first. A unit that exhausts its attempts is recorded as failed with its error.
+4. `jobs.run.judge_fanout` starts a finished unit's judges at once as Ray tasks.
+5. Rows (built by `jobs.store.tables`) are written in shards (atomic, see storage.py); the manifest row
+   closes the invocation, also when it is interrupted.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+import threading
+import time
+import traceback
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from eval.llm import Usage
+from jobs.run import actors as engine_actors
+from jobs.run.config import RunConfig
+from eval.judges.cost import cache_hit_rate
+from jobs.errors import INFRASTRUCTURE, METHOD, RunError, error_text
+from jobs.run.judge_fanout import JudgeFanout
+from jobs.store.manifest import manifest_base
+from jobs.run.plan import RunPlan, make_plan
+from jobs.run.pool import Attempt, Outcome, WorkerPool
+from jobs.run.progress import Progress
+from jobs.store.storage import RunStore
+from jobs.run.loops import run_loop, start_workers
+from jobs.store.tables import now, sample_row
+from jobs.run.workload import Unit
+
+Log = Callable[[str], None]
+
+
+def _stderr(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+@dataclass
+class RunSummary:
+    run_id: str
+    output: str
+    samples: int
+    computed: int
+    skipped: int
+    failed: int
+    stats: dict[str, Any] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)  # the first failed units' errors (root causes)
+    incomplete: int = 0  # units failed for the infrastructure, or whose judge failed: their cells are unknown
+
+    def first_errors(self, n: int = 3) -> list[str]:
+        """The first `n` distinct root causes of failed units."""
+        return list(dict.fromkeys(self.errors))[:n]
+
+    def exit_code(self, max_failed_frac: float = 0.0) -> int:
+        """0 when every unit computed (or at most `max_failed_frac` of this invocation's units failed for
+        their method), else 3; always 3 when a unit is incomplete (the engine, an endpoint or a judge
+        failed), since its tables' cells cannot be told (docs/judges.md, "Means and intervals")."""
+        attempted = self.computed + self.failed
+        return 3 if self.incomplete or (self.failed and self.failed > max_failed_frac * attempted) else 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"run_id": self.run_id, "output": self.output, "samples": self.samples, "computed": self.computed,
+                "skipped": self.skipped, "failed": self.failed, "incomplete": self.incomplete,
+                "errors": self.first_errors(5)}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict())
+
+
+class _UnitRunner:
+    """The unit function of the pool: one method loop against one lane's LLM (an engine actor, or the
+    endpoint), in this process or in the lane's method worker next to its engine, then its judges."""
+
+    def __init__(self, cfg: RunConfig, llms: list[Any], actors: list[Any], fanout: JudgeFanout, log: Log,
+                 workers: list[Any] | None = None) -> None:
+        self.cfg, self.llms, self.actors, self.fanout, self.log = cfg, llms, actors, fanout, log
+        self.workers = workers or []
+        self.usage = Usage()
+        self.stopping = False
+        self._lock = threading.Lock()
+
+    def run(self, a: Attempt[Unit], lane: int) -> Outcome | Any:
+        u = a.item
+        if self.workers:  # the loop runs on the engine's host; only the unit and its rows travel
+            # Waiting on the ref's future, not in ray.get: a thread blocked in ray.get wakes every
+            # second to check for signals, which with thousands of loop threads keeps the GIL busy.
+            rows, out = self.workers[lane].run.remote(u, a.number).future().result()
+        else:
+            rows, out = run_loop(u, a.number, self.llms[lane])
+        with self._lock:  # totals of finished units (the progress line's fallback, the run's stats)
+            self.usage = self.usage + out.usage
+        if not u.judges:
+            return Outcome(rows)
+        return self.fanout.start(u, out, self.llms[lane], rows)
+
+    def failed_rows(self, a: Attempt[Unit], error: str, infrastructure: bool) -> dict[str, list[dict[str, Any]]]:
+        row = sample_row(a.item, "failed", error, a.number + 1, None, now(), "")
+        return {"samples": [dict(row, failure=INFRASTRUCTURE if infrastructure else METHOD)]}
+
+    def lane_lost(self, exc: BaseException, lane: int) -> bool:
+        """True when the lane's actor is gone for good (an error of a live actor is the unit's)."""
+        import ray
+
+        if not self.actors or not isinstance(exc, ray.exceptions.RayActorError):
+            return False
+        self.log(f"engine-{lane} failed ({type(exc).__name__}); waiting for its restart")
+        if engine_actors.wait_restarted(self.actors[lane], self.cfg.engine.start_timeout_s, lambda: self.stopping):
+            return False
+        self.log(f"engine-{lane} is gone (restarts exhausted); its units go to the other actors")
+        return True
+
+
+def _show_progress(progress: Progress, pool: WorkerPool, runner: _UnitRunner) -> None:
+    u = engine_actors.live_usage(runner.actors, runner.usage)  # live engine counters, also mid-unit
+    progress.update(pool.finished, pool.failed, u.prompt_tokens, u.cached_tokens, u.decoded_tokens)
+
+
+def _cached(plan: RunPlan, llms: list[Any]) -> list[Any]:
+    """The lanes' LLMs behind the run's response cache, when it has one (`response_cache`)."""
+    cfg = plan.config
+    if cfg.response_cache is None:
+        return llms
+    from eval.llm_cache import CachedLLM
+
+    key = json.dumps(plan.identity["model"], sort_keys=True)
+    return [CachedLLM(llm, cfg.response_cache, key) for llm in llms]
+
+
+def _compute(plan: RunPlan, rs: RunStore, todo: list[Unit], llms: list[Any], actors: list[Any], log: Log,
+             state: dict[str, Any], workers: list[Any] | None = None) -> dict[str, Any]:
+    cfg = plan.config
+    per_lane = cfg.model.endpoint.max_concurrency if cfg.model.endpoint is not None else cfg.engine.max_in_flight
+    llms = _cached(plan, llms)
+    fanout = JudgeFanout(cfg, waiters=len(llms) * per_lane)
+    runner = _UnitRunner(cfg, llms, actors, fanout, log, workers)
+    progress = Progress(len(todo), rs.uri, log, interactive=log is _stderr and sys.stderr.isatty())
+    t0, cpu0 = time.monotonic(), time.process_time()
+    pool: WorkerPool[Unit] = WorkerPool(
+        todo, lanes=len(llms), per_lane=per_lane, retries=cfg.retries, run=runner.run,
+        failed_rows=runner.failed_rows, flush=rs.write_shard, describe=lambda u: u.key, lane_lost=runner.lane_lost,
+        flush_units=cfg.flush_units, flush_s=cfg.flush_s,
+        progress=lambda p: _show_progress(progress, p, runner), log=log)
+    state["pool"] = pool
+    state["pool_started"] = t0
+    timer = threading.Timer(state["stop_after_s"], pool.stop.set) if state.get("stop_after_s") else None
+    if timer is not None:  # a simulation's cap on computing time
+        timer.start()
+    try:
+        pool.run()
+    finally:
+        if timer is not None:
+            timer.cancel()
+        runner.stopping = True
+        fanout.shutdown()
+    el, cpu = time.monotonic() - t0, time.process_time() - cpu0
+    state["pool_ended"] = t0 + el
+    _show_progress(progress, pool, runner)
+    progress.close()
+    u = runner.usage
+    return {"wall_s": el, "prompt_tokens": u.prompt_tokens, "cached_tokens": u.cached_tokens,
+            "decoded_tokens": u.decoded_tokens,
+            "cache_hit": cache_hit_rate(u),
+            "tokens_per_s": (u.prompt_tokens - u.cached_tokens + u.decoded_tokens) / el if el else 0.0,
+            "method_loops": cfg.engine.method_loops if actors else "driver",
+            "driver_cpu": cpu / el if el else 0.0,  # cores' worth of the driver process while units ran
+            "engine": engine_actors.engine_stats(actors),
+            "response_cache": {"hits": sum(getattr(x, "hits", 0) for x in llms),
+                               "misses": sum(getattr(x, "misses", 0) for x in llms)}}
+
+
+def _stop_pool(state: dict[str, Any]) -> None:
+    pool = state.get("pool")
+    if pool is not None:
+        pool.stop.set()
+
+
+def _start_and_compute(plan: RunPlan, rs: RunStore, todo: list[Unit], actor_cls: Any, sim: "Simulated | None",
+                       log: Log, state: dict[str, Any]) -> dict[str, Any]:
+    """Start the engine actors (or connect to the endpoint) and, with `method_loops: engine`, a method
+    worker beside each; compute the units, and kill the actors whatever happens."""
+    import ray
+
+    from jobs.run.llm_adapters import ActorLLM, endpoint_llm
+
+    engine_actors.ensure_ray(log)  # judges run as Ray tasks in either case
+    cfg = plan.config
+    if cfg.model.kind == "openai":
+        return _compute(plan, rs, todo, [endpoint_llm(cfg.model.endpoint)], [], log, state)
+    if sim is not None:
+        actors, procs = sim.start(cfg.engine, log)
+    else:
+        try:
+            actors = procs = engine_actors.start_actors(cfg.engine, actor_cls or engine_actors.default_actor_class(),
+                                                        {"config": plan.engine_config}, log,
+                                                        name_prefix=f"memloop:{plan.run_id}:")
+        except ValueError as exc:  # the name is taken
+            raise RunError(f"run {plan.run_id} is already being computed on this Ray cluster ({exc}); "
+                           "wait for it or stop it") from None
+    timeout = cfg.engine.request_timeout_s
+    llms = [ActorLLM(a, name=f"engine-{i}", timeout_s=timeout) for i, a in enumerate(actors)]
+    workers: list[Any] = []
+    worker_procs: list[Any] = []
+    try:
+        if cfg.engine.method_loops == "engine":
+            workers, worker_procs = start_workers(
+                actors, cfg.engine.max_in_flight, max_restarts=cfg.engine.max_restarts, timeout_s=timeout,
+                cache_dir=cfg.response_cache, cache_key=json.dumps(plan.identity["model"], sort_keys=True),
+                pack=sim.pack if sim is not None else 1)
+            log(f"method loops: {len(worker_procs)} worker process(es) beside the engine actors")
+        return _compute(plan, rs, todo, llms, actors, log, state, workers)
+    finally:
+        for a in worker_procs + procs:  # free the hosts (and, in a shared Ray, the CPUs and memory) at once
+            ray.kill(a)
+
+
+@dataclass
+class Simulated:
+    """How a simulation (`memloop bench scale`) replaces the engines: `start(engine_spec, log)` returns
+    a handle per engine lane and the actor processes to kill; `pack` lanes share a method worker."""
+
+    start: Callable[[Any, Log], tuple[list[Any], list[Any]]]
+    pack: int = 1
+
+
+def execute(cfg: RunConfig, *, actor_cls: Any = None, sim: Simulated | None = None,
+            units: Callable[[list[Unit]], list[Unit]] | None = None, stop_after_s: float | None = None,
+            log: Log = _stderr, on_ready: Callable[[str, str], None] | None = None,
+            state: dict[str, Any] | None = None) -> RunSummary:
+    """Run (or resume) the config; returns the counts printed as the CLI's last line.
+
+    For simulations (`memloop bench scale`): `sim` replaces the engine actors, `units` maps the plan's
+    units to the ones computed, `stop_after_s` stops the run like a signal would after that many
+    seconds of computing, and `state` receives the pool and its timings."""
+    plan = make_plan(cfg)
+    all_units = units(plan.units) if units is not None else plan.units
+    rs = RunStore.open(cfg.output, plan.run_id)
+    rs.check_writable()
+    if on_ready:
+        on_ready(plan.run_id, rs.uri)
+    t_resume = time.monotonic()
+    done = rs.done_units()
+    resume_s = time.monotonic() - t_resume
+    todo = [u for u in all_units if u.key not in done]
+    skipped = len(all_units) - len(todo)
+    log(f"run {plan.run_id}: {len(all_units)} units, {skipped} already done, {len(todo)} to compute; "
+        f"results -> {rs.uri}")
+    invocation = f"{now().strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
+    base = manifest_base(plan, invocation, rs.uri)
+    started, t0 = now(), time.monotonic()
+    stats: dict[str, Any] = {"resume_s": resume_s}
+    state = state if state is not None else {}
+    state["stop_after_s"] = stop_after_s
+    from jobs.store.run_lock import run_lock
+
+    # A second driver of the same run into the same output is refused here, before it writes anything.
+    held = (run_lock(rs, f"{invocation} ({plan.run_id})", log, on_lost=lambda: _stop_pool(state)) if todo
+            else contextlib.nullcontext({"lost": None}))
+    with held as lock:
+        try:
+            if todo:
+                stats.update(_start_and_compute(plan, rs, todo, actor_cls, sim, log, state))
+                t = time.monotonic()
+                stats["shards"] = rs.compact(cfg.shard_rows)  # small shards merged for analysis
+                stats["compact_s"] = time.monotonic() - t
+        except BaseException as exc:
+            stats["interrupted"] = error_text(exc)
+            if not isinstance(exc, (KeyboardInterrupt, RunError)):
+                stats["traceback"] = traceback.format_exc()[-4000:]
+            raise
+        finally:
+            pool = state.get("pool")
+            computed, failed = (pool.finished - pool.failed, pool.failed) if pool is not None else (0, 0)
+            state["counts"] = (computed, failed, list(pool.errors) if pool is not None else [],
+                               pool.infrastructure if pool is not None else 0)
+            rs.write_index(invocation)  # before the manifest: what the next resume reads
+            rs.write_manifest(dict(base, started_at=started, finished_at=now(), wall_s=time.monotonic() - t0,
+                                   samples=len(plan.units), computed=computed, skipped=skipped, failed=failed,
+                                   stats_json=json.dumps(stats, default=str)))
+    if lock["lost"]:
+        raise RunError(lock["lost"])
+    computed, failed, errors, incomplete = state["counts"]
+    return RunSummary(plan.run_id, rs.uri, len(all_units), computed, skipped, failed, stats, errors, incomplete)

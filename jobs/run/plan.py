@@ -1,0 +1,291 @@
+"""The run plan: everything a run config means for the environment, worked out once before any work.
+
+`make_plan` checks the config against the registries and the files it names, digests the model
+weights and dataset files, derives the run id, translates the model and engine sections into the
+engine's own config names, and builds the units. The driver, the manifest row and the CLI read
+these values from the plan; nothing is digested or checked twice.
+
+The run id hashes everything that changes results (datasets and their content, methods, model
+weights and dtype, sampling, judges and the judge model, repeats and seeds, the result-affecting
+code and every prompt template, and an optional `tag`) and nothing that only changes how the work
+is carried out (output location, number of actors, concurrency, retries, page budget, mesh).
+Re-submitting the same config with the same code therefore resumes the same run; after a code or
+template change, or with a new tag, it computes a fresh one.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from jobs.run.config import RunConfig, resolve_path
+from jobs.errors import ConfigError
+
+if TYPE_CHECKING:
+    from jobs.run.workload import Unit
+
+
+# ---------------------------------------------------------------------------------------------
+# content digests
+
+
+def _digest_file(path: Path, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _digest_cache() -> Path:
+    return Path(os.environ.get("MEMLOOP_CACHE", Path.home() / ".cache" / "memloop")) / "digests.json"
+
+
+def content_digest(path: Path) -> str:
+    """sha256 of a file, or of a directory's files (names + contents); cached by size and mtime."""
+    path = path.resolve()
+    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+    cache_file = _digest_cache()
+    try:
+        cache = json.loads(cache_file.read_text())
+    except (OSError, ValueError):
+        cache = {}
+    h = hashlib.sha256()
+    changed = False
+    for f in files:
+        st = f.stat()
+        ck = f"{f}:{st.st_size}:{st.st_mtime_ns}"
+        if ck not in cache:
+            cache[ck] = _digest_file(f)
+            changed = True
+        h.update(f.relative_to(path).as_posix().encode() if path.is_dir() else b"")
+        h.update(cache[ck].encode())
+    if changed:
+        try:
+            cache_file.parent.mkdir(parents=True, exist_ok=True)
+            tmp = cache_file.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(cache))
+            os.replace(tmp, cache_file)
+        except OSError:
+            pass  # the cache is an optimisation only
+    return h.hexdigest()
+
+
+def weights_path(cfg: RunConfig) -> Path:
+    """The model file or directory: the bundled default, a short model name (`qwen2.5-coder-0.5b`,
+    joined from its packages on first use), or a path relative to the working directory."""
+    from engine.assets import resolve_model
+
+    return resolve_model(None if cfg.model.weights is None else resolve_path(cfg.model.weights))
+
+
+# ---------------------------------------------------------------------------------------------
+# checks against the registries and the environment
+
+
+def check_output(cfg: RunConfig) -> None:
+    """Inside a Ray job the working directory is Ray's temporary copy of the uploaded working_dir,
+    deleted with the job: a relative output would vanish with it."""
+    from jobs.store.provenance import ray_job_config
+
+    out = cfg.output
+    if ray_job_config() is not None and not out.startswith("gs://") and not os.path.isabs(os.path.expanduser(out)):
+        raise ConfigError(f"`output`: {out!r} is relative, and this driver runs as a Ray job whose working directory "
+                          f"({Path.cwd()}) is a temporary upload that Ray deletes; give an absolute path on shared "
+                          "storage or gs://bucket/prefix (e.g. --output gs://my-bucket/memloop)")
+
+
+def check_config(cfg: RunConfig) -> None:
+    """Fail before any work starts: unknown methods, tasks or judges, missing files, unset keys."""
+    from eval.datasets import list_tasks
+    from eval.errors import EvalError
+    from eval.judges import get_judge, list_judges
+    from eval.methods import list_methods
+
+    methods, tasks, judges = list_methods(), list_tasks(), list_judges()
+    for i, m in enumerate(cfg.methods):
+        if m.name not in methods:
+            raise ConfigError(f"`methods.{i}.name`: unknown method {m.name!r}; registered: {', '.join(methods)}")
+        for t in m.tasks or ():
+            if t not in tasks:
+                raise ConfigError(f"`methods.{i}.tasks`: unknown task {t!r}; use one of {', '.join(tasks)}")
+    for i, j in enumerate(cfg.judges):
+        if j.name not in judges:
+            raise ConfigError(f"`judges.{i}.name`: unknown judge {j.name!r}; registered: {', '.join(judges)}")
+        for t in j.tasks or ():
+            if t not in tasks:
+                raise ConfigError(f"`judges.{i}.tasks`: unknown task {t!r}; use one of {', '.join(tasks)}")
+        try:
+            get_judge(j.name).check_options(j.options)
+        except EvalError as exc:
+            raise ConfigError(f"`judges.{i}.options`: {exc}") from None
+    from eval.datasets.hub import is_hub_id
+
+    for i, d in enumerate(cfg.datasets):
+        if d.path is not None and not is_hub_id(d.path) and not resolve_path(d.path).exists():
+            raise ConfigError(
+                f"`datasets.{i}.path`: {d.path} does not exist (relative paths are taken from {Path.cwd()}); "
+                "fix the path or generate the file first (a Hugging Face hub dataset is given as owner/name)"
+            )
+    if cfg.model.weights is not None:
+        from engine.assets import MODELS
+        from engine.errors import EngineError
+
+        try:
+            if not weights_path(cfg).exists():
+                raise ConfigError(f"`model.weights`: {cfg.model.weights} does not exist; give a GGUF file, a model "
+                                  f"directory or a model name ({', '.join(MODELS)})")
+        except EngineError as exc:  # a short name whose packages are missing or corrupt
+            raise ConfigError(f"`model.weights`: {exc}") from None
+    ep = cfg.judge_model.endpoint
+    if ep is not None and ep.api_key_env and not os.environ.get(ep.api_key_env):
+        raise ConfigError(f"`judge_model.endpoint.api_key_env`: environment variable {ep.api_key_env} is not set")
+    mep = cfg.model.endpoint
+    if mep is not None and mep.api_key_env and not os.environ.get(mep.api_key_env):
+        raise ConfigError(f"`model.endpoint.api_key_env`: environment variable {mep.api_key_env} is not set")
+
+
+# ---------------------------------------------------------------------------------------------
+# the engine's config, in the engine's own names
+
+
+def engine_config(cfg: RunConfig, weights: Path) -> dict[str, Any]:
+    """The `engine` config dict of the run's actors: the run config's names translated here, so the
+    engine speaks only its own (`page_budget` -> `kv_budget`, dtype "auto" -> None, `mesh` -> `tp`)."""
+    d: dict[str, Any] = {"model": str(weights), "dtype": None if cfg.model.dtype == "auto" else cfg.model.dtype,
+                         **cfg.model.options}
+    if cfg.engine.page_budget is not None:
+        d["kv_budget"] = cfg.engine.page_budget
+    if cfg.engine.mesh is not None:
+        axes = set(cfg.engine.mesh) - {"tp"}
+        if axes:
+            raise ConfigError(f"`engine.mesh`: the engine shards over one tensor-parallel axis `tp`; "
+                              f"remove {sorted(axes)}")
+        d["tp"] = cfg.engine.mesh["tp"]
+    from engine.engine_config import OUTPUT_FIELDS
+
+    moved = sorted(set(cfg.engine.options) & set(OUTPUT_FIELDS))
+    if moved:  # engine.* is transport and outside the run id; these settings change the outputs
+        raise ConfigError(f"`engine.options.{moved[0]}` changes the model's outputs, so it belongs under "
+                          f"`model.options` (part of the run id); move {', '.join(moved)} there")
+    d.update(cfg.engine.options)
+    return d
+
+
+def check_engine_config(config: dict[str, Any]) -> None:
+    """Build the engine's config object and check the weights here (cheap), so unknown settings and
+    unusable model files fail in one line before Ray or any actor starts."""
+    from engine.engine_config import EngineConfig
+    from engine.errors import EngineError
+    from engine.weights import check_weights
+
+    try:
+        EngineConfig.from_dict(config)
+    except (EngineError, TypeError, ValueError) as exc:
+        raise ConfigError(f"`engine.options`/`model.options`: {exc}") from None
+    try:
+        check_weights(Path(config["model"]))
+    except EngineError as exc:
+        raise ConfigError(f"`model.weights`: {exc}") from None
+
+
+# ---------------------------------------------------------------------------------------------
+# identity and run id
+
+
+def template_hashes(cfg: RunConfig) -> dict[str, dict[str, str]]:
+    """sha256 of every prompt template the run's methods and judges use, by method key and `judge:<name>`."""
+    from eval.judges import get_judge
+    from eval.methods import method_class
+
+    out = {m.key: method_class(m.name).template_hashes() for m in cfg.methods}
+    out.update({f"judge:{j.name}": get_judge(j.name).template_hashes() for j in cfg.judges})
+    return out
+
+
+def identity(cfg: RunConfig, model_digest: str) -> dict[str, Any]:
+    """What the run id hashes: the result-affecting settings, with files replaced by their content
+    digest, plus the code that computes results (`jobs.store.provenance.code_digest`), every prompt
+    template's hash and the run's `tag`."""
+    from jobs.store.provenance import code_digest
+
+    from eval.datasets.hub import is_hub_id
+
+    datasets = []
+    for d in cfg.datasets:
+        entry = d.model_dump(exclude={"path"})
+        if d.path and is_hub_id(d.path):  # named by id; `options.revision` (in the entry) pins its content
+            entry["content"] = f"hub:{d.path}"
+        else:
+            entry["content"] = content_digest(resolve_path(d.path)) if d.path else None
+        datasets.append(entry)
+    return {
+        "datasets": datasets,
+        "methods": [m.model_dump() for m in cfg.methods],
+        "model": {"weights": model_digest, "dtype": cfg.model.dtype, "options": cfg.model.options},
+        "sampling": cfg.sampling.overrides(),
+        "judges": [j.model_dump() for j in cfg.judges],
+        "judge_model": cfg.judge_model.model_dump(),
+        "seeds": cfg.seeds(),
+        "code": code_digest(),
+        "templates": template_hashes(cfg),
+        "tag": cfg.tag,
+    }
+
+
+def run_id_of(name: str, ident: dict[str, Any]) -> str:
+    digest = hashlib.sha256(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()
+    return f"{name}-{digest[:12]}"
+
+
+def run_id(cfg: RunConfig) -> str:
+    """The run id of a config (digests the files it names; `make_plan` does this once per run)."""
+    return run_id_of(cfg.name, identity(cfg, model_digest(cfg)))
+
+
+def model_digest(cfg: RunConfig) -> str:
+    """The model's identity: the weights' content digest, or an endpoint's URL and model name."""
+    ep = cfg.model.endpoint
+    if cfg.model.kind == "openai" and ep is not None:
+        return "endpoint:" + hashlib.sha256(f"{ep.base_url.rstrip('/')}|{ep.model}".encode()).hexdigest()
+    return content_digest(weights_path(cfg))
+
+
+# ---------------------------------------------------------------------------------------------
+# the plan
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    config: RunConfig
+    weights: Path | None  # None when the methods call an endpoint
+    model_digest: str
+    identity: dict[str, Any]
+    run_id: str
+    engine_config: dict[str, Any] | None  # in the engine's names: what each engine actor is built with
+    units: list["Unit"]
+    unavailable: tuple[str, ...] = ()  # dry run only: hub datasets not reachable here, with how to get them
+
+
+def make_plan(cfg: RunConfig, dry_run: bool = False) -> RunPlan:
+    """Everything that can fail because of the config, before any Ray work starts. A dry run lists hub
+    datasets it cannot reach (`RunPlan.unavailable`) instead of stopping: the machine that runs may have
+    network or the HF cache."""
+    from jobs.run.workload import build_units
+
+    check_output(cfg)
+    check_config(cfg)
+    if cfg.model.kind == "openai":
+        weights, engine = None, None
+    else:
+        weights = weights_path(cfg)
+        engine = engine_config(cfg, weights)
+        check_engine_config(engine)
+    digest = model_digest(cfg)
+    ident = identity(cfg, digest)
+    unavailable: list[str] | None = [] if dry_run else None
+    units = build_units(cfg, unavailable)
+    return RunPlan(cfg, weights, digest, ident, run_id_of(cfg.name, ident), engine, units, tuple(unavailable or ()))

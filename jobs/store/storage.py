@@ -1,0 +1,633 @@
+"""Result storage: Parquet tables in a local directory or under gs://bucket/prefix.
+
+Layout of one run (`{output}/{run_id}/`):
+
+    runs/{invocation}.parquet       one manifest row per `memloop run` invocation
+    index/{invocation}.parquet      the units an invocation committed, and their shards (for resume)
+    samples/{shard}.parquet         final outputs, one row per (dataset, sample, method, repeat) unit
+    steps/{shard}.parquet           per-step traces of the same units
+    judgments/{shard}.parquet       raw judge answers
+    scores/{shard}.parquet          per-sample scores (aggregates are computed by the report)
+    report.md, *.png                the report (rewritten by every `memloop report`)
+    compare-{run_id}/               `memloop compare` outputs against another run
+    .lock                           held while a process computes the run (see `RunStore.acquire_lock`)
+
+Atomicity: every object is written whole (local: write a hidden temporary file, then link or rename
+it into place; GCS: a single-request upload, which becomes visible only when complete). A shard's
+`steps`, `judgments` and `scores` files are written before its `samples` file, and readers only read
+shards whose `samples` file exists, so an interrupted write never shows half a shard. A re-run skips
+units already recorded as `ok`; failed units are tried again and `final_outcomes` picks one row per
+unit when reading. It learns which units are done from the invocations' unit indexes and the
+listing of `samples/`, reading (two columns of) only those shards no index covers (an invocation
+that was killed before writing its index).
+
+Compaction: at the end of an invocation its small shards are merged into shards of up to
+`shard_rows` rows (`RunStore.compact`): the merged shard is committed first (its `samples` last),
+then the old shards are removed `samples` first. A reader in between sees every unit twice with
+identical rows, which `final_outcomes` resolves to one; a crash in between leaves only invisible files.
+
+Write modes (`Store.put`), each what GCS enforces with generation preconditions:
+- "create": create-only (`ifGenerationMatch=0`). Shards and manifest rows have unique names, so an
+  existing object is a real conflict and raises `ConflictError`.
+- "overwrite": last writer wins (no precondition). Report files, compare outputs, exports.
+- `Store.replace(name, data, generation)`: compare-and-swap for read-modify-write (the lock).
+"""
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import errno
+import io
+import json
+import os
+import socket
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Literal, Protocol
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from jobs.errors import LockHeldError, StorageError
+from jobs.store.tables import SCHEMAS, conform, now
+
+WriteMode = Literal["create", "overwrite"]
+
+
+class ConflictError(StorageError):
+    """A write precondition did not hold: the object exists (create) or changed (replace)."""
+
+
+class NotFoundError(StorageError):
+    """The object does not exist."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Object stores: whole-object put/get/list under a root. A generation is an opaque string that
+# changes whenever the object is written (GCS: the object generation; local: inode and mtime).
+
+
+class Store(Protocol):
+    uri: str
+
+    def put(self, name: str, data: bytes, mode: WriteMode = "create") -> str: ...
+    def get(self, name: str) -> bytes: ...
+    def read(self, name: str) -> tuple[bytes, str]: ...
+    def replace(self, name: str, data: bytes, generation: str) -> str: ...
+    def list(self, prefix: str) -> list[str]: ...
+    def children(self, prefix: str) -> list[str]: ...
+    def delete(self, name: str, generation: str | None = None) -> None: ...
+
+
+class LocalStore:
+    """A directory. put() writes a hidden temporary file next to the target, then links it into
+    place (create: fails if the target exists, like O_EXCL) or renames it over the target (overwrite)."""
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(root).expanduser().resolve()
+        self.uri = str(self.root)
+
+    def _path(self, name: str) -> Path:
+        return self.root / name
+
+    @staticmethod
+    def _generation(path: Path) -> str:
+        st = path.stat()
+        return f"{st.st_ino}.{st.st_mtime_ns}"
+
+    def _write_tmp(self, target: Path, data: bytes) -> Path:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.parent / f".{target.name}.{uuid.uuid4().hex[:8]}.tmp"
+        with tmp.open("wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        return tmp
+
+    def put(self, name: str, data: bytes, mode: WriteMode = "create") -> str:
+        target = self._path(name)
+        try:
+            tmp = self._write_tmp(target, data)
+            try:
+                if mode == "overwrite":
+                    os.replace(tmp, target)
+                else:
+                    self._link_exclusive(tmp, target)
+            finally:
+                tmp.unlink(missing_ok=True)
+            return self._generation(target)
+        except FileExistsError:
+            raise ConflictError(f"{target} already exists and is written create-only; "
+                                "another process wrote the same object (remove it only if that process is gone)") from None
+        except OSError as exc:
+            raise StorageError(f"cannot write {target}: {exc.strerror or exc}; choose a writable `output`") from None
+
+    @staticmethod
+    def _link_exclusive(tmp: Path, target: Path) -> None:
+        try:
+            os.link(tmp, target)  # atomic create-if-absent of a complete file
+        except OSError as exc:
+            if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK):
+                raise
+            # file systems without hard links (some FUSE mounts): exclusive create, then copy in
+            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            with os.fdopen(fd, "wb") as f:
+                f.write(tmp.read_bytes())
+
+    def get(self, name: str) -> bytes:
+        return self.read(name)[0]
+
+    def read(self, name: str) -> tuple[bytes, str]:
+        path = self._path(name)
+        try:
+            with path.open("rb") as f:
+                gen = f"{os.fstat(f.fileno()).st_ino}.{os.fstat(f.fileno()).st_mtime_ns}"
+                return f.read(), gen
+        except FileNotFoundError:
+            raise NotFoundError(f"{path} does not exist; check the run URI") from None
+
+    @contextlib.contextmanager
+    def _mutex(self, target: Path) -> Iterator[None]:
+        """Serialises compare-and-swap on one object across the processes of this host."""
+        import fcntl
+
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with open(target.parent / f".{target.name}.mutex", "a+b") as f:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+
+    def replace(self, name: str, data: bytes, generation: str) -> str:
+        target = self._path(name)
+        with self._mutex(target):
+            try:
+                current = self._generation(target)
+            except FileNotFoundError:
+                raise ConflictError(f"{target} was removed by another process") from None
+            if current != generation:
+                raise ConflictError(f"{target} was changed by another process")
+            tmp = self._write_tmp(target, data)
+            os.replace(tmp, target)
+            return self._generation(target)
+
+    def list(self, prefix: str) -> list[str]:
+        base = self._path(prefix)
+        if not base.is_dir():
+            return []
+        return sorted(
+            p.relative_to(self.root).as_posix() for p in base.rglob("*")
+            if p.is_file() and not p.name.startswith(".")
+        )
+
+    def children(self, prefix: str) -> list[str]:
+        base = self._path(prefix) if prefix else self.root
+        if not base.is_dir():
+            return []
+        return sorted(p.name for p in base.iterdir() if p.is_dir() and not p.name.startswith("."))
+
+    def delete(self, name: str, generation: str | None = None) -> None:
+        target = self._path(name)
+        if generation is None:
+            target.unlink(missing_ok=True)
+            return
+        with self._mutex(target):
+            try:
+                if self._generation(target) != generation:
+                    raise ConflictError(f"{target} was changed by another process; not deleted")
+            except FileNotFoundError:
+                return
+            target.unlink(missing_ok=True)
+
+
+class GCSStore:
+    """gs://bucket/prefix through google-cloud-storage.
+
+    A single-request upload is atomic (readers see the old state or the whole object). With
+    STORAGE_EMULATOR_HOST set, the client talks to that emulator with anonymous credentials.
+    """
+
+    def __init__(self, uri: str, client: Any = None) -> None:
+        from google.cloud import storage
+
+        rest = uri[len("gs://"):]
+        bucket, _, prefix = rest.partition("/")
+        if not bucket:
+            raise StorageError(f"{uri!r} names no bucket; write gs://BUCKET/PREFIX")
+        self.uri = uri.rstrip("/")
+        self.prefix = prefix.strip("/")
+        if client is None:
+            if os.environ.get("STORAGE_EMULATOR_HOST"):
+                from google.auth.credentials import AnonymousCredentials
+
+                client = storage.Client(project=os.environ.get("GOOGLE_CLOUD_PROJECT", "memloop"),
+                                        credentials=AnonymousCredentials())
+            else:
+                try:
+                    client = storage.Client()
+                except Exception as exc:  # no default credentials or project
+                    raise StorageError(
+                        f"cannot create a GCS client for {uri}: {exc}; run `gcloud auth application-default login` "
+                        "or set GOOGLE_APPLICATION_CREDENTIALS"
+                    ) from None
+        self.client = client
+        self.bucket = client.bucket(bucket)
+
+    def _blob_name(self, name: str) -> str:
+        return f"{self.prefix}/{name}" if self.prefix else name
+
+    def _upload(self, name: str, data: bytes, if_generation_match: int | None) -> str:
+        from google.api_core.exceptions import PreconditionFailed
+
+        blob = self.bucket.blob(self._blob_name(name))
+        try:
+            blob.upload_from_string(data, content_type="application/octet-stream",
+                                    if_generation_match=if_generation_match)
+        except PreconditionFailed:
+            if if_generation_match == 0:
+                raise ConflictError(f"{self.uri}/{name} already exists and is written create-only; another "
+                                    "process wrote the same object (remove it only if that process is gone)") from None
+            raise ConflictError(f"{self.uri}/{name} was changed by another process") from None
+        except Exception as exc:
+            raise StorageError(f"cannot write {self.uri}/{name}: {exc}; check the bucket and your permissions") from None
+        return str(blob.generation)
+
+    def put(self, name: str, data: bytes, mode: WriteMode = "create") -> str:
+        return self._upload(name, data, 0 if mode == "create" else None)
+
+    def replace(self, name: str, data: bytes, generation: str) -> str:
+        return self._upload(name, data, int(generation))
+
+    def get(self, name: str) -> bytes:
+        return self.read(name)[0]
+
+    def read(self, name: str) -> tuple[bytes, str]:
+        from google.api_core.exceptions import NotFound, PreconditionFailed
+
+        try:
+            blob = self.bucket.get_blob(self._blob_name(name))
+            if blob is not None:
+                gen = blob.generation  # (the download may reset it from its response headers)
+                # the bytes of exactly the generation whose metadata was read
+                return blob.download_as_bytes(if_generation_match=gen), str(gen)
+        except (NotFound, PreconditionFailed):
+            pass  # deleted or rewritten between the two requests: report it as gone; the caller re-reads
+        raise NotFoundError(f"{self.uri}/{name} does not exist; check the run URI")
+
+    def list(self, prefix: str) -> list[str]:
+        full = self._blob_name(prefix).rstrip("/") + "/"
+        cut = len(self.prefix) + 1 if self.prefix else 0
+        try:
+            names = [b.name[cut:] for b in self.client.list_blobs(self.bucket, prefix=full)]
+        except Exception as exc:
+            raise StorageError(f"cannot list {self.uri}/{prefix}: {exc}; check the bucket and your permissions") from None
+        return sorted(n for n in names if not n.rsplit("/", 1)[-1].startswith("."))
+
+    def children(self, prefix: str) -> list[str]:
+        full = (self._blob_name(prefix).rstrip("/") + "/") if (prefix or self.prefix) else ""
+        try:
+            it = self.client.list_blobs(self.bucket, prefix=full, delimiter="/")
+            for _ in it:  # the prefixes are known once the pages are read
+                pass
+            dirs = [p[len(full):].rstrip("/") for p in it.prefixes]
+        except Exception as exc:
+            raise StorageError(f"cannot list {self.uri}/{prefix}: {exc}; check the bucket and your permissions") from None
+        return sorted(d for d in dirs if d and not d.startswith("."))
+
+    def delete(self, name: str, generation: str | None = None) -> None:
+        from google.api_core.exceptions import NotFound, PreconditionFailed
+
+        try:
+            self.bucket.blob(self._blob_name(name)).delete(
+                if_generation_match=int(generation) if generation is not None else None)
+        except NotFound:
+            pass
+        except PreconditionFailed:
+            raise ConflictError(f"{self.uri}/{name} was changed by another process; not deleted") from None
+
+
+def open_store(uri: str) -> Store:
+    if uri.startswith("gs://"):
+        return GCSStore(uri)
+    if "://" in uri:
+        raise StorageError(f"output {uri!r}: only local paths and gs://bucket/prefix are supported")
+    return LocalStore(uri)
+
+
+def join_uri(base: str, name: str) -> str:
+    return f"{base.rstrip('/')}/{name}" if base.startswith("gs://") else str(Path(base).expanduser().resolve() / name)
+
+
+# ---------------------------------------------------------------------------------------------
+# Parquet tables of one run.
+
+
+SHARD_TABLES = ("steps", "judgments", "scores", "samples")  # the write order of a shard: samples commits it
+
+
+def to_parquet(table: str, rows: list[dict[str, Any]]) -> bytes:
+    return _table_bytes(pa.Table.from_pylist(rows, schema=SCHEMAS[table]))
+
+
+def from_parquet(data: bytes) -> pa.Table:
+    return pq.read_table(pa.BufferReader(data))
+
+
+# a unit with one of these outcomes is done: resuming never computes it again ("n/a": the method
+# does not apply to the sample, e.g. the long-context ceiling on an input longer than the context)
+DONE_STATUSES = frozenset({"ok", "n/a"})
+
+
+def final_outcomes(samples: pa.Table) -> pa.Table:
+    """One `samples` row per unit: an `ok` (or `n/a`) row beats a `failed` one, then the latest (by
+    `finished_at`, then shard name) wins. The one definition of a unit's outcome, used by every
+    reader of a run (`RunStore`, `memloop export`)."""
+    if samples.num_rows == 0:
+        return samples
+    df = samples.to_pandas()
+    df["_ok"] = df["status"].isin(DONE_STATUSES)
+    df = df.sort_values(["_ok", "finished_at", "shard"], kind="stable").drop_duplicates("unit", keep="last")
+    df = df.drop(columns="_ok").sort_values(["dataset", "sample_id", "method", "repeat"], kind="stable")
+    return pa.Table.from_pandas(df, schema=samples.schema, preserve_index=False)
+
+
+def rows_of_outcomes(raw: pa.Table, outcomes: pa.Table) -> pa.Table:
+    """The rows of a per-unit table (`steps`, `judgments`, `scores`) written with each unit's final
+    outcome (same unit and shard); rows of superseded attempts are dropped."""
+    if raw.num_rows == 0:
+        return raw
+    pairs = set(zip(outcomes.column("unit").to_pylist(), outcomes.column("shard").to_pylist()))
+    mask = [(u, s) in pairs for u, s in zip(raw.column("unit").to_pylist(), raw.column("shard").to_pylist())]
+    return raw.filter(pa.array(mask, pa.bool_()))
+
+
+LOCK_NAME = ".lock"
+
+
+def _iso(t: dt.datetime) -> str:
+    return t.isoformat(timespec="seconds")
+
+
+@dataclass
+class Lock:
+    """A held run lock: an object created create-only, refreshed and released only while its
+    generation is still the one this process wrote (so a broken-and-retaken lock is never touched)."""
+
+    store: Store
+    name: str
+    uri: str
+    holder: dict[str, Any]
+    generation: str
+    released: bool = field(default=False)
+
+    def refresh(self) -> None:
+        """Write a new heartbeat; raises LockHeldError when another process has taken the lock."""
+        holder = dict(self.holder, heartbeat_at=_iso(now()))
+        try:
+            self.generation = self.store.replace(self.name, json.dumps(holder).encode(), self.generation)
+        except (ConflictError, NotFoundError):
+            raise LockHeldError(f"the lock {self.uri} was taken over by another process (it judged this one "
+                                "stale); stop this run: the other one computes the same units") from None
+        self.holder = holder
+
+    def release(self) -> bool:
+        """Delete the lock if it is still ours; False when another process had taken it over."""
+        if self.released:
+            return True
+        self.released = True
+        try:
+            self.store.delete(self.name, self.generation)
+            return True
+        except ConflictError:
+            return False
+
+    def __enter__(self) -> "Lock":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+class RunStore:
+    """The tables of one run under `{output}/{run_id}`."""
+
+    def __init__(self, store: Store, run_id: str) -> None:
+        self.store = store
+        self.run_id = run_id
+        self._root = run_id
+        # shards this process committed: name -> (its (unit, status) pairs, its largest table's rows,
+        # the tables it wrote)
+        self.committed: dict[str, tuple[list[tuple[str, str]], int, tuple[str, ...]]] = {}
+
+    @classmethod
+    def open(cls, output: str, run_id: str) -> "RunStore":
+        return cls(open_store(output), run_id)
+
+    @classmethod
+    def at(cls, run_uri: str) -> "RunStore":
+        """Open an existing run by its URI (`{output}/{run_id}`)."""
+        base, _, rid = run_uri.rstrip("/").rpartition("/")
+        if not rid:
+            raise StorageError(f"{run_uri!r} is not a run URI; give OUTPUT/RUN_ID as printed by `memloop run`")
+        rs = cls(open_store(base or "."), rid)
+        if not rs.store.list(f"{rid}/samples") and not rs.store.list(f"{rid}/runs"):
+            raise StorageError(f"{run_uri} holds no run (no samples/ or runs/ tables); check the URI printed by `memloop run`")
+        return rs
+
+    @property
+    def uri(self) -> str:
+        return join_uri(self.store.uri, self.run_id)
+
+    def name(self, *parts: str) -> str:
+        return "/".join((self._root, *parts))
+
+    def check_writable(self) -> None:
+        """Write and delete a probe object, so an unwritable output fails before any work starts."""
+        probe = self.name(f".probe-{uuid.uuid4().hex[:8]}")
+        try:
+            self.store.put(probe, b"probe", mode="create")
+        except StorageError as exc:
+            raise StorageError(f"`output`: {exc}") from None
+        self.store.delete(probe)
+
+    # the run lock ---------------------------------------------------------------------------
+
+    def acquire_lock(self, owner: str, *, stale_after_s: float | None = None) -> Lock:
+        """Take the run's lock (`{run}/.lock`, created create-only) or raise LockHeldError naming the
+        holder. A lock whose last heartbeat (`Lock.refresh`) is older than `stale_after_s` seconds is
+        taken over with a generation-matched replace, so of two processes breaking the same stale
+        lock exactly one wins. With `stale_after_s=None` a lock is never judged stale."""
+        name = self.name(LOCK_NAME)
+        lock_uri = join_uri(self.store.uri, name)
+        t = _iso(now())
+        holder = {"owner": owner, "host": socket.gethostname(), "pid": os.getpid(), "acquired_at": t, "heartbeat_at": t}
+        data = json.dumps(holder).encode()
+        for _ in range(3):  # the lock may be released between our create and our read
+            try:
+                return Lock(self.store, name, lock_uri, holder, self.store.put(name, data, mode="create"))
+            except ConflictError:
+                pass
+            try:
+                raw, gen = self.store.read(name)
+            except NotFoundError:
+                continue
+            try:
+                current = json.loads(raw)
+            except ValueError:
+                current = {"owner": "(unreadable lock object)", "heartbeat_at": None}
+            if stale_after_s is not None and _age_s(current.get("heartbeat_at")) > stale_after_s:
+                try:
+                    return Lock(self.store, name, lock_uri, holder, self.store.replace(name, data, gen))
+                except (ConflictError, NotFoundError):
+                    continue
+            raise LockHeldError(
+                f"run {self.uri} is being computed by {current.get('owner')!r} (host {current.get('host')}, "
+                f"pid {current.get('pid')}, since {current.get('acquired_at')}, last heartbeat "
+                f"{current.get('heartbeat_at')}); wait for it to finish, or if that process is gone delete "
+                f"{lock_uri}", holder=current)
+        raise LockHeldError(f"the lock {lock_uri} keeps changing hands; another process is taking it", holder={})
+
+    # writing -------------------------------------------------------------------------------
+
+    def write_shard(self, tables: dict[str, list[dict[str, Any]]]) -> str:
+        """Write one shard of per-unit rows; `samples` goes last and commits the shard."""
+        if not tables.get("samples"):
+            raise ValueError("a shard needs at least one samples row (the commit record)")
+        shard = _shard_name()
+        arrow = {t: pa.Table.from_pylist([dict(r, run_id=self.run_id, shard=shard) for r in tables.get(t, ())],
+                                         schema=SCHEMAS[t]) for t in SHARD_TABLES}
+        self._commit(shard, arrow)
+        return shard
+
+    def _commit(self, shard: str, arrow: dict[str, pa.Table]) -> None:
+        written = tuple(t for t in SHARD_TABLES if arrow[t].num_rows or t == "samples")
+        for table in written:  # samples last: it commits the shard
+            self.store.put(self.name(table, f"{shard}.parquet"), _table_bytes(arrow[table]), mode="create")
+        s = arrow["samples"]
+        pairs = list(zip(s.column("unit").to_pylist(), s.column("status").to_pylist()))
+        self.committed[shard] = (pairs, max(t.num_rows for t in arrow.values()), written)
+
+    def compact(self, target_rows: int) -> dict[str, int]:
+        """Merge the small shards this process committed into shards of up to `target_rows` rows (of
+        their largest table); returns the shard counts before and after."""
+        before = len(self.committed)
+        group: list[str] = []
+        rows = 0
+        groups: list[list[str]] = []
+        for shard in sorted(self.committed):
+            n = self.committed[shard][1]
+            if n >= target_rows:
+                continue
+            if group and rows + n > target_rows:
+                groups.append(group)
+                group, rows = [], 0
+            group.append(shard)
+            rows += n
+        groups.append(group)
+        for g in groups:
+            if len(g) < 2:
+                continue
+            new = _shard_name()
+            merged = {}
+            for table in SHARD_TABLES:
+                parts = [conform(table, from_parquet(self.store.get(self.name(table, f"{s}.parquet"))))
+                         for s in g if table in self.committed[s][2]]
+                t = pa.concat_tables(parts) if parts else SCHEMAS[table].empty_table()
+                merged[table] = t.set_column(t.schema.get_field_index("shard"), "shard",
+                                             pa.array([new] * t.num_rows, pa.string()))
+            self._commit(new, merged)
+            for s in g:  # samples first: the old shard stops being visible before its parts go
+                for table in reversed(self.committed[s][2]):
+                    self.store.delete(self.name(table, f"{s}.parquet"))
+                del self.committed[s]
+        return {"before": before, "after": len(self.committed)}
+
+    def write_index(self, invocation: str) -> None:
+        """The units this process committed and their shards (what a resume reads)."""
+        rows = [{"run_id": self.run_id, "unit": u, "shard": shard, "status": st}
+                for shard, (pairs, _, _) in sorted(self.committed.items()) for u, st in pairs]
+        if rows:
+            self.store.put(self.name("index", f"{invocation}.parquet"), to_parquet("index", rows), mode="create")
+
+    def write_manifest(self, row: dict[str, Any]) -> None:
+        row = dict(row, run_id=self.run_id)
+        self.store.put(self.name("runs", f"{row['invocation']}.parquet"), to_parquet("runs", [row]), mode="create")
+
+    def put_file(self, rel: str, data: bytes) -> None:
+        """A derived file (report.md, plots, compare outputs): rewritten by every report."""
+        self.store.put(self.name(rel), data, mode="overwrite")
+
+    # reading -------------------------------------------------------------------------------
+
+    def _shard_names(self, table: str) -> dict[str, str]:
+        out = {}
+        for n in self.store.list(self.name(table)):
+            if n.endswith(".parquet"):
+                out[n.rsplit("/", 1)[-1][: -len(".parquet")]] = n
+        return out
+
+    def _read_all(self, table: str, shards: Iterable[str] | None = None) -> pa.Table:
+        names = self._shard_names(table)
+        keep = names if shards is None else {s: names[s] for s in shards if s in names}
+        parts = [from_parquet(self.store.get(n)) for _, n in sorted(keep.items())]
+        if not parts:
+            return SCHEMAS[table].empty_table()
+        return pa.concat_tables([conform(table, p) for p in parts])
+
+    def samples(self) -> pa.Table:
+        """Committed unit outcomes, one row per unit (see `final_outcomes`)."""
+        return final_outcomes(self._read_all("samples"))
+
+    def table(self, table: str) -> pa.Table:
+        """A per-unit table restricted to the final outcome of each unit (see `final_outcomes`)."""
+        if table == "runs":  # one row per invocation, not per unit
+            return self._read_all("runs")
+        winners = self.samples()
+        if table == "samples":
+            return winners
+        shards = set(winners.column("shard").to_pylist())
+        return rows_of_outcomes(self._read_all(table, shards), winners)
+
+    def done_units(self) -> set[str]:
+        """Units recorded done (`ok` or `n/a`), from the unit indexes and the listing of committed shards; only shards
+        no index covers (a killed invocation's) are opened, and only their unit and status columns."""
+        shards = self._shard_names("samples")
+        done: set[str] = set()
+        covered: set[str] = set()
+        for name in self.store.list(self.name("index")):
+            if not name.endswith(".parquet"):
+                continue
+            t = from_parquet(self.store.get(name))
+            for u, shard, st in zip(t.column("unit").to_pylist(), t.column("shard").to_pylist(),
+                                    t.column("status").to_pylist()):
+                if shard in shards:  # a shard that still exists (committed, not compacted away)
+                    covered.add(shard)
+                    if st in DONE_STATUSES:
+                        done.add(u)
+        for shard, name in shards.items():
+            if shard not in covered:
+                t = pq.read_table(pa.BufferReader(self.store.get(name)), columns=["unit", "status"])
+                done.update(u for u, st in zip(t.column("unit").to_pylist(), t.column("status").to_pylist())
+                            if st in DONE_STATUSES)
+        return done
+
+
+def _shard_name() -> str:
+    return f"{now().strftime('%Y%m%dT%H%M%S%f')}-{uuid.uuid4().hex[:8]}"
+
+
+def _table_bytes(t: pa.Table) -> bytes:
+    buf = io.BytesIO()
+    pq.write_table(t, buf, compression="zstd")
+    return buf.getvalue()
+
+
+def _age_s(iso: str | None) -> float:
+    if not iso:
+        return float("inf")
+    try:
+        return (now() - dt.datetime.fromisoformat(iso)).total_seconds()
+    except ValueError:
+        return float("inf")
