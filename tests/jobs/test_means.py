@@ -11,7 +11,8 @@ import pytest
 from eval.judges.aggregation import INCOMPLETE, JUDGED, ZERO, Unit, figure, paired_difference
 from jobs.results.report import RunData, build_report, headline
 from jobs.store.storage import RunStore
-from jobs.store.tables import now, unit_key
+from jobs.store.tables import now
+from jobs.store.units import unit_key
 
 
 def _unit(rs: RunStore, method: str, sample: str, repeat: int, status: str = "ok",
