@@ -14,6 +14,8 @@ the method does not apply (the long-context ceiling on an input longer than the 
 metric (BERTScore); "–" where the run has no figure. Where the paper states a comparison (JSON vs
 text, CoK vs GU, ...) the table declares it (`Difference`) and prints the paired difference on the
 common samples with its interval, by the same function as `memloop compare`.
+A cell whose method's steps did not succeed in more than `jobs.results.health.UNSUCCESSFUL_STEP_SHARE` of
+cases carries the marker "⚠ k% steps not ok" (the figure's `steps_not_ok`, from the method-health table).
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from typing import Any, Callable, Mapping
 
 from jobs.results.cells import cell_text, counts_text
 
+from jobs.results.health import marker
 from jobs.run.config import register_paper_tables
 
 
@@ -330,7 +333,10 @@ def cell(table: PaperTable, row: Row, col: Column, figures: list[dict],
     skipped = counts.get("n/a", 0)
     if skipped:  # a mean over the samples the method applies to only: its own sample set, said in the cell
         text += f" (own samples: {skipped} n/a)"
-    return {"text": text, **scaled, "n": done, "total": total, "incomplete": bool(fig.get("incomplete"))}
+    share = fig.get("steps_not_ok")
+    text += marker(share)
+    return {"text": text, **scaled, "n": done, "total": total, "incomplete": bool(fig.get("incomplete")),
+            "steps_not_ok": share}
 
 
 Paired = Callable[[str, str, Column, "str | None", "str | None"], "dict[str, Any] | None"]
@@ -365,7 +371,8 @@ def layout(table: PaperTable, figures: list[dict], status: Mapping[tuple[str, st
             c = cell(table, row, col, figures, status)
             cells[col.label] = dict(memloop=c["mean"], se=c.get("se"), lo=c.get("lo"), hi=c.get("hi"), n=c.get("n"),
                                     total=c.get("total"), incomplete=c.get("incomplete", False),
-                                    text=c["text"], paper=row.paper.get(col.label, "") or None)
+                                    text=c["text"], paper=row.paper.get(col.label, "") or None,
+                                    steps_not_ok=c.get("steps_not_ok"))
         rows.append({"label": row.label, "cells": cells})
     diffs = [{"label": d.label, "cells": {col.label: difference(table, d, col, paired) for col in table.columns}}
              for d in table.differences]

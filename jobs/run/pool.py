@@ -8,6 +8,8 @@ infrastructure failures, see `jobs.errors.is_transient`) is retried up to `retri
 then, like an item whose error is deterministic, recorded at once with the rows `failed_rows` builds; a lane whose backend is gone for good (`lane_lost`) stops and
 hands its item back without spending an attempt. Finished rows are buffered and flushed in
 batches (every `flush_units` items or `flush_s` seconds, and always at the end or on interrupt).
+An item whose rows another process already wrote comes back as that write's record instead of
+rows (`Outcome.written`), which the pool hands to `record` at once: nothing of it is buffered.
 """
 from __future__ import annotations
 
@@ -27,11 +29,13 @@ Log = Callable[[str], None]
 
 @dataclass(frozen=True)
 class Outcome:
-    """The rows of one finished item; `error` is set when the item failed (e.g. a judge failed)."""
+    """The rows of one finished item; `error` is set when the item failed, `incomplete` when it finished
+    with a part unknown (a judge failed: the unit is ok, its judgment is not)."""
 
     rows: Rows
     error: str | None = None
     incomplete: str | None = None  # the item finished but part of it is unknown (e.g. a judge failed)
+    written: Any = None  # the record of rows already written elsewhere (e.g. a shard a worker committed)
 
 
 @dataclass(frozen=True)
@@ -46,6 +50,7 @@ class WorkerPool(Generic[T]):
                  run: Callable[[Attempt[T], int], "Outcome | Future[Outcome]"],
                  failed_rows: Callable[[Attempt[T], str, bool], Rows],
                  flush: Callable[[Rows], None], describe: Callable[[T], str] = str,
+                 record: Callable[[Any], None] = lambda written: None,
                  retryable: Callable[[BaseException], bool] = is_transient,
                  lane_lost: Callable[[BaseException, int], bool] = lambda exc, lane: False,
                  flush_units: int = 16, flush_s: float = 20.0, progress_s: float = 20.0,
@@ -56,6 +61,7 @@ class WorkerPool(Generic[T]):
         self._run, self._failed_rows, self._flush_to = run, failed_rows, flush
         self._describe, self._lane_lost, self._progress, self.log = describe, lane_lost, progress, log
         self._retryable = retryable
+        self._record = record
         self.flush_units, self.flush_s, self.progress_s = flush_units, flush_s, progress_s
         self.cv = threading.Condition()
         self.stop = threading.Event()
@@ -81,9 +87,13 @@ class WorkerPool(Generic[T]):
             (self.queue.appendleft if front else self.queue.append)(attempt)
             self.cv.notify_all()
 
-    def finish(self, rows: Rows, failed: bool, error: str | None = None, infrastructure: bool = False) -> None:
+    def finish(self, rows: Rows, failed: bool, error: str | None = None, infrastructure: bool = False,
+               written: Any = None) -> None:
+        if written is not None:
+            self._record(written)
         with self.cv:
-            self.buffer.append(rows)
+            if rows:
+                self.buffer.append(rows)
             self.finished += 1
             self.failed += int(failed)
             self.infrastructure += int(infrastructure)
@@ -125,7 +135,7 @@ class WorkerPool(Generic[T]):
 
     def _finished(self, out: Outcome) -> None:
         self.finish(out.rows, failed=out.error is not None, error=out.error or out.incomplete,
-                    infrastructure=out.incomplete is not None)
+                    infrastructure=out.incomplete is not None, written=out.written)
 
     def _resolved(self, a: Attempt[T], fut: "Future[Outcome]") -> None:
         """A deferred outcome, or the failure its future raised (recorded, not retried)."""
