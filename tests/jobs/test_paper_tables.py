@@ -64,8 +64,9 @@ def test_cells_carry_the_papers_unit_the_counts_and_why_a_figure_is_missing() ->
                {"method": "fart-rolling", "dataset": "arxiv:x", "judge": "rouge", "metric": "rouge1",
                 "mean": 0.3, "se": None, "judged": 10, "total": 10}]
     rows = {r["label"]: r["cells"] for r in layout(table, figures, {})["rows"]}
-    assert rows["Base"]["ROUGE-1"] == dict(memloop=pytest.approx(20.0), se=pytest.approx(1.0), n=9, total=10,
-                                          text="20.0 ± 1.0 (9 / 10)", paper="11.7", steps_not_ok=None)
+    assert rows["Base"]["ROUGE-1"] == dict(memloop=pytest.approx(20.0), se=pytest.approx(1.0), lo=None, hi=None, n=9,
+                                          total=10, incomplete=False, text="20.0 ± 1.0 (9 / 10)", paper="11.7",
+                                          steps_not_ok=None)
     assert rows["Rolling summary"]["ROUGE-1"]["text"] == "30.0"  # all judged: no counts shown
     assert rows["Compressed intermediates"]["ROUGE-1"]["text"] == "–"
     long = TABLES["seed002-table2"]
@@ -74,6 +75,9 @@ def test_cells_carry_the_papers_unit_the_counts_and_why_a_figure_is_missing() ->
     assert cells["Long context"]["BooookScore"]["paper"] == ".67 ± .004"
     failed = {r["label"]: r["cells"] for r in layout(long, [], {("inc-update", "repoqa:r"): {"failed": 2}})["rows"]}
     assert failed["Incremental"]["RepoQA acc."]["text"] == "failed (2 / 2)"  # a failure is never a blank
+    ranged = [dict(figures[1], lo=0.25, hi=0.35, zeroed=2, judged=8)]
+    rows = {r["label"]: r["cells"] for r in layout(table, ranged, {})["rows"]}
+    assert rows["Rolling summary"]["ROUGE-1"]["text"] == "30.0 [25.0, 35.0] (8 / 10; 2 failed = 0)"
     kg = {r["label"]: r["cells"] for r in layout(TABLES["seed001-table1"], [], {})["rows"]}
     assert kg["KG"]["BERTScore F1"]["text"] == "not measured" and kg["KG"]["BERTScore F1"]["paper"] == "54.58 / 55.96"
 
@@ -160,6 +164,9 @@ def test_a_reduced_paper_config_runs_end_to_end_and_reports_the_papers_table(con
                 assert cell["paper"] == (row.paper.get(col.label) or None)
                 # a memloop figure, or the reason there is none: never an empty cell for a method the run has
                 assert cell["text"], (tid, row.label, col.label)
+        # who judged whom, and the paired differences the paper states
+        assert "Model under test: scripted at" in laid[tid]["note"] and "self-judged" in laid[tid]["note"]
+        assert [x["label"] for x in laid[tid]["differences"]] == [x.label for x in table.differences]
     if "seed002-fig5" in cfg.paper_tables:  # figure 5's four curves, one point per chunk size
         from jobs.results.report import chunk_curves
 
