@@ -115,3 +115,17 @@ def token_counter(tokenizer: TokenizerLike = None) -> TokenCounter:
         return lambda text: _len_of(tokenizer(text))
     raise TokenizerError(f"cannot count tokens with {type(tokenizer).__name__}: pass None, an encoding name, "
                        "an object with .encode(text), or a callable")
+
+
+def common_prefix(a: Sequence[Any], b: Sequence[Any]) -> int:
+    """Length of the longest common prefix of two sequences (characters of two texts, or token ids):
+    the one home of the formula behind the paper's cache hit (`eval.judges.cost.prefix_hits`) and the
+    renderings' shared prefixes (`eval.memory.render`). Whole blocks are compared first (a slice
+    comparison runs in C), then single items."""
+    n = min(len(a), len(b))
+    i, step = 0, 1024
+    while i + step <= n and a[i:i + step] == b[i:i + step]:
+        i += step
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i

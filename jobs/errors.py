@@ -83,6 +83,10 @@ _TRANSIENT_NAMES = {"RayActorError", "ActorDiedError", "ActorUnavailableError", 
                     "OwnerDiedError", "WorkerCrashedError", "NodeDiedError", "RaySystemError"}
 
 
+INFRASTRUCTURE = "infrastructure"  # samples.failure: the engine, Ray or an endpoint failed, not the method
+METHOD = "method"  # samples.failure: the method's own error (its inputs, its parsing), the same every time
+
+
 def is_transient(exc: BaseException) -> bool:
     for e in (exc, root_cause(exc)):
         flagged = getattr(e, "transient", None)  # errors that know (e.g. an endpoint's 429 vs its 400)
@@ -92,3 +96,23 @@ def is_transient(exc: BaseException) -> bool:
                 c.__name__ in _TRANSIENT_NAMES for c in type(e).__mro__):
             return True
     return False
+
+
+_TRANSIENT_TEXT = re.compile(r"^(?:[\w.]*\.)?(" + "|".join(sorted(_TRANSIENT_NAMES | {
+    "TimeoutError", "ConnectionError", "ConnectionRefusedError", "ConnectionResetError", "BrokenPipeError"}))
+    + r")\b")
+
+
+def failure_kind(error: str | None, recorded: str | None = None) -> str:
+    """Whether a failed unit failed for the infrastructure or for its method: the `failure` column the
+    run recorded, or, for runs written before it existed, the error text's type name (the transient
+    Ray and connection errors, and the "every engine actor died" note the pool writes)."""
+    if recorded in (INFRASTRUCTURE, METHOD):
+        return recorded
+    text = (error or "").strip()
+    if _TRANSIENT_TEXT.match(text) or text.startswith(ENGINES_LOST):
+        return INFRASTRUCTURE
+    return METHOD
+
+
+ENGINES_LOST = "every engine actor died"

@@ -166,7 +166,7 @@ def judge_template_hashes(name: str) -> dict[str, str]:
 def aggregator(name: str) -> Aggregate:
     """How judge `name` aggregates over samples. A name the registry does not hold (scores written by
     an older memloop, or by a judge registered elsewhere) aggregates by the mean, as all the papers do."""
-    return get_judge(name).aggregate if name in JUDGES else mean_over_samples
+    return get_judge(name).aggregate_by if name in JUDGES else mean_over_samples
 
 
 def run_judge(name: str, output: Any, gold: Any, llm: LLM | None = None, metadata: dict[str, Any] | None = None,

@@ -4,7 +4,7 @@ The summary is split into sentences; for each sentence the judge sees the whole 
 sentence and answers with clarifying questions and the error types it finds, from eight fixed
 labels. An answer with an unknown label, or questions without types (or types without questions),
 is invalid and asked again (bounded). A book's score is 1 - confusing / sentences; a dataset's score
-is the mean over books (`mean_over_books`).
+is the mean over books (`eval.judges.aggregation.mean_over_samples`, the one mean of every judge).
 
 Like the official code, sentences are judged once per distinct text: the official annotations are
 keyed by sentence, so a sentence repeated verbatim counts once in numerator and denominator
@@ -161,9 +161,20 @@ def _result(judgments: list[Judgment], n_sentences: int, details: dict[str, Any]
     return JudgeResult(NAME, scores, judgments, {"error_types": counts, **(details or {})})
 
 
+def _empty(summary: Any) -> bool:
+    return summary is None or (isinstance(summary, str) and not summary.strip())
+
+
+def _nothing_to_judge() -> JudgeResult:
+    """An empty summary scores 0 (the rule for means: a method that produced nothing got nothing
+    right), with no sentence and no judge call; the details say why."""
+    scores = [Score(NAME, 0.0), Score("sentences", 0.0), Score("confusing", 0.0), Score("invalid", 0.0)]
+    return JudgeResult(NAME, scores, [], {"empty_summary": True})
+
+
 def _units(summary: str, dedupe: bool) -> list[str]:
-    if not isinstance(summary, str) or not summary.strip():
-        raise JudgeError("BooookScore needs a non-empty summary string; the method produced no final summary")
+    if not isinstance(summary, str):
+        raise JudgeError(f"BooookScore needs the summary as a string, got {type(summary).__name__}")
     sentences = split_sentences(summary)
     return list(dict.fromkeys(sentences)) if dedupe else sentences
 
@@ -174,6 +185,8 @@ def judge(summary: str, gold: Any = None, llm: LLM | None = None, *, metadata: d
     """One call per sentence (issued concurrently; a batching engine serves them together)."""
     if llm is None:
         raise JudgeError("BooookScore needs a judge LLM (set `judge_model` in the run config)")
+    if _empty(summary):
+        return _nothing_to_judge()
     units = _units(summary, dedupe)
 
     def one(i_s: tuple[int, str]) -> Judgment:
@@ -197,6 +210,8 @@ def judge_batched(summary: str, gold: Any = None, llm: LLM | None = None, *,
         raise JudgeError("BooookScore needs a judge LLM (set `judge_model` in the run config)")
     if batch_size < 1:
         raise JudgeError(f"batch_size must be at least 1 (got {batch_size})")
+    if _empty(summary):
+        return _nothing_to_judge()
     units = _units(summary, dedupe)
     batches = [units[i:i + batch_size] for i in range(0, len(units), batch_size)]
 
@@ -220,11 +235,3 @@ def judge_batched(summary: str, gold: Any = None, llm: LLM | None = None, *,
     with ThreadPoolExecutor(max_workers=max(1, min(max_workers, len(batches)))) as pool:
         judgments = [j for part in pool.map(one, enumerate(batches)) for j in part]
     return _result(judgments, len(units), {"batch_size": batch_size})
-
-
-def mean_over_books(scores: Iterable[float]) -> float:
-    """The dataset-level BooookScore: the unweighted mean of per-book scores."""
-    vals = list(scores)
-    if not vals:
-        raise JudgeError("no book scores to average")
-    return sum(vals) / len(vals)

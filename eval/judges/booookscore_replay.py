@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from eval.asking import ParseFailure
 from eval.errors import JudgeError
+from eval.judges.aggregation import mean_over_samples
 from eval.judges.booookscore import NAME, _label, _result
 from eval.judges.records import Judgment, JudgeResult
 from eval.judges.sentences import sentence_spans
@@ -121,7 +122,7 @@ def score_release(summaries_path: str | Path, annotations_path: str | Path, *, d
         unmatched += len(r.details["unmatched"])
     if not per_book:
         raise JudgeError(f"summaries file {summaries_path} holds no books")
-    return ReleaseScore(sum(per_book.values()) / len(per_book), len(per_book), sentences, unmatched, per_book)
+    return ReleaseScore(mean_over_samples(per_book.values()), len(per_book), sentences, unmatched, per_book)
 
 
 def release_table(release_dir: str | Path) -> list[dict[str, Any]]:

@@ -27,6 +27,7 @@ from typing import Callable, Iterable, Sequence
 
 from eval.errors import JudgeError
 from eval.llm import Usage
+from eval.tokens import common_prefix
 
 DECODE_WEIGHT = 3.0
 
@@ -84,20 +85,11 @@ def per_sample_cost(per_sample: Sequence[Usage]) -> dict[str, float]:
             "cost_index": cost_index(u) / n, "samples": float(n)}
 
 
-def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
-
-
 def prefix_hits(prompts: Sequence[str], encode: Callable[[str], Sequence[int]]) -> tuple[int, int]:
     """Seed 002 section 4.2 for one sample's prompts in order: (tokens encoded, tokens of each prompt's
     longest prefix shared with the previous prompt, summed; the first prompt shares nothing)."""
     ids = [list(encode(p)) for p in prompts]
-    return sum(len(i) for i in ids), sum(_common_prefix(a, b) for a, b in zip(ids, ids[1:]))
+    return sum(len(i) for i in ids), sum(common_prefix(a, b) for a, b in zip(ids, ids[1:]))
 
 
 def prefix_hit_rate(per_sample: Sequence[tuple[int, int]]) -> float:

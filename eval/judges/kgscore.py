@@ -209,8 +209,9 @@ def judge(output: Any, gold: Any, llm: LLM | None = None, *, metadata: dict[str,
         raise JudgeError("KGScore needs a judge LLM to extract knowledge graph edges")
     if max_edges is not None and (not isinstance(max_edges, int) or max_edges < 1):
         raise JudgeError(f"KGScore max_edges must be a positive integer or null for no cap (got {max_edges!r})")
-    if not isinstance(output, str) or not output.strip():
-        raise JudgeError("KGScore needs the generated summary as a non-empty string")
+    if output is not None and not isinstance(output, str):
+        raise JudgeError(f"KGScore needs the generated summary as a string, got {type(output).__name__}")
+    empty = output is None or not output.strip()  # no summary: no edges, so P = R = F1 = 0 (no call for it)
     reference, ents = _inputs(gold, metadata or {}, entities)
     raise_on_invalid = on_invalid == "raise"
     judgments: list[Judgment] = []
@@ -222,7 +223,9 @@ def judge(output: Any, gold: Any, llm: LLM | None = None, *, metadata: dict[str,
         ents = ej.label
     extracted = {}
     cap_hit: list[str] = []
-    for which, text in (("generated", output), ("reference", reference)):
+    if empty:
+        extracted["generated"] = []
+    for which, text in (("reference", reference),) if empty else (("generated", output), ("reference", reference)):
         tpl, prompt = render(EDGES_TEMPLATE, entities=", ".join(ents), summary=text)
         j = ask_judgment(llm, tpl, prompt, item=f"{which} summary", parse=lambda t: parse_edges(t, ents),
                 schema=edges_schema(ents, max_edges), max_tokens=max_tokens, max_attempts=max_attempts,
@@ -231,11 +234,12 @@ def judge(output: Any, gold: Any, llm: LLM | None = None, *, metadata: dict[str,
         extracted[which] = _edges(j.label)
         if max_edges is not None and j.valid and (j.label or {}).get("answer_edges", 0) >= max_edges:
             cap_hit.append(which)
-    vals = score_edges(extracted["generated"], extracted["reference"], embedder)
+    vals = ({"precision": 0.0, "recall": 0.0, "f1": 0.0} if not extracted["generated"]
+            else score_edges(extracted["generated"], extracted["reference"], embedder))
     scores = [Score(m, v) for m, v in vals.items()] + [
         Score("edges_generated", float(len(extracted["generated"]))),
         Score("edges_reference", float(len(extracted["reference"])))]
-    details: dict[str, Any] = {"entities": ents}
+    details: dict[str, Any] = {"entities": ents, **({"empty_summary": True} if empty else {})}
     if max_edges is not None:
         scores.append(Score("edge_cap_hit", float(len(cap_hit))))
         details.update(edge_cap=max_edges, edge_cap_hit=cap_hit)

@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 from eval.memory.errors import RevisionError, RevisionParseError
 from eval.memory.literal import LiteralParseError, parse_value
-from eval.memory.revisions import Revision, apply_revisions
+from eval.memory.revisions import OPS, Revision, apply_revisions
 from eval.memory.schema import Schema
 
 SEPARATOR = "\n"
@@ -54,9 +54,10 @@ class Amendments:
 
     _folded: tuple[int, int, dict[str, Any]] | None = field(default=None, init=False, repr=False, compare=False)
 
-    def revise(self, revisions: Sequence[Revision]) -> list:
-        """Validate against the folded memory; append only the accepted ones. Returns the rejections."""
-        res = apply_revisions(self.fold(), revisions, self.schema)
+    def revise(self, revisions: Sequence[Revision], ops: Sequence[str] = OPS) -> list:
+        """Validate against the folded memory; append only the accepted ones. Returns the rejections
+        (`ops`: the operations the caller allows, as in `apply_revisions`)."""
+        res = apply_revisions(self.fold(), revisions, self.schema, ops)
         self.revisions.extend(res.applied)
         self._folded = (id(self.base), len(self.revisions), res.memory)  # folding is incremental
         return res.rejected
@@ -123,24 +124,14 @@ def fold_amendments(text: str, schema: Schema) -> dict[str, Any]:
 
 def shared_prefix_chars(prev: str, nxt: str) -> int:
     """Length of the longest common prefix of two renderings, in characters."""
-    n = min(len(prev), len(nxt))
-    i, step = 0, 1024
-    while i + step <= n and prev[i:i + step] == nxt[i:i + step]:  # whole blocks first, then characters
-        i += step
-    while i < n and prev[i] == nxt[i]:
-        i += 1
-    return i
+    from eval.tokens import common_prefix
+
+    return common_prefix(prev, nxt)
 
 
 def shared_prefix_tokens(prev: str, nxt: str, encode: Callable[[str], Sequence[int]] | None = None) -> int:
     """Tokens of the longest common token prefix (what a prefix cache reuses). Default: cl100k_base."""
-    if encode is None:
-        from eval.tokens import cl100k_encode
+    from eval.tokens import cl100k_encode, common_prefix
 
-        encode = cl100k_encode
-    a, b = encode(prev), encode(nxt)
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
+    encode = encode or cl100k_encode
+    return common_prefix(list(encode(prev)), list(encode(nxt)))

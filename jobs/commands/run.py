@@ -58,8 +58,9 @@ def run_cmd(
             print("interrupted: finished units are saved; run the same config again to resume", file=sys.stderr)
             raise SystemExit(130) from None
     code = summary.exit_code(max_failed_frac)
-    if summary.failed:
+    if summary.failed or summary.incomplete:
         print(f"failed: {summary.failed} of {summary.computed + summary.failed} units computed in this invocation; "
+              f"incomplete (infrastructure or judge failures, never tolerated): {summary.incomplete}; "
               "first errors:", file=sys.stderr)
         for err in summary.first_errors():
             print(f"  {err[:500]}", file=sys.stderr)

@@ -1,10 +1,16 @@
 """`memloop compare A B`: what changed from run A to run B, with paired bootstrap intervals.
 
-Units are paired without their run id, by (dataset, sample_id, method, repeat); only units that are
-`ok` in both runs count. For every (dataset, method, judge, metric) the per-unit value is the mean of
-the unit's score rows (per-turn metrics are averaged over turns), and the row reports the mean of A,
-the mean of B, delta = mean(B − A) and a 95% paired bootstrap interval of the delta (units resampled
-with replacement, `RESAMPLES` times, fixed seed, so the same runs always give the same interval).
+Units are paired without their run id, by (dataset, sample_id, method, repeat), and counted by the
+rule for means the report uses (`jobs.results.cells`, `eval.judges.aggregation`): a unit whose method failed
+scores the metric's zero (so a method that starts failing is a regression, not a smaller sample), a
+unit failed for the infrastructure or left unjudged is left out and makes the row `incomplete`. For
+every (dataset, method, judge, metric) the per-unit value is the judge's score; SUMIE's per-turn
+metrics enter as start / last / avg per unit (`eval.judges.sumie.turn_summary`, as in the report;
+a rule naming the bare metric, `f1`, reads the average over turns). The row reports the mean of A,
+the mean of B, delta = mean(B − A) and a 95% paired bootstrap interval of the delta
+(`eval.judges.aggregation.paired_difference`: a sample's repeats averaged, samples resampled with
+replacement, fixed seed, so the same runs always give the same interval; the paper tables' Δ rows
+call the same function).
 Two headline numbers per (dataset, method) come from the token counts: `cost_index`, the mean per
 unit of seed 002's cost index (`eval.judges.cost.cost_index`), and `radix_cache_hit`, the engine's
 100 × Σcached / Σprompt (a ratio of sums, bootstrapped the same way; named as the report names it). The config diff lists every flattened `config_json` key (plus the
@@ -28,15 +34,15 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
-from eval.judges.cost import cost_index, usage_of
+from eval.judges.aggregation import RESAMPLES, paired_difference, paired_mean_delta, paired_ratio_delta
+from eval.judges.cost import cache_hit_rate, cost_index, usage_of
+from jobs.results import cells
 from jobs.errors import JobsError
 from jobs.results.report import RunData, markdown_table, run_config
 from jobs.run.config import ModelSpec, model_label
 from jobs.store.storage import RunStore, join_uri, open_store
 
 PAIR = ["dataset", "sample_id", "method", "repeat"]
-RESAMPLES = 2000
-SEED = 0
 FIELDS = ("delta", "delta_lo", "delta_hi", "a", "b", "n")
 OPS: dict[str, Callable[[float, float], bool]] = {
     "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge, "==": operator.eq, "!=": operator.ne}
@@ -59,11 +65,16 @@ class Row:
     delta: float
     delta_lo: float
     delta_hi: float
+    incomplete: int = 0  # units left out on either side (infrastructure failure, judge failure)
 
     def names(self) -> set[str]:
-        """What a --fail-if rule may call this row."""
-        jm = f"{self.judge}:{self.metric}" if self.judge else self.metric
-        return {self.metric, jm, f"{self.method}/{self.metric}", f"{self.method}/{jm}"}
+        """What a --fail-if rule may call this row (the bare per-turn metric is its average over turns)."""
+        metrics = {self.metric} | ({self.metric[:-len(":avg")]} if self.metric.endswith(":avg") else set())
+        out = set()
+        for m in metrics:
+            jm = f"{self.judge}:{m}" if self.judge else m
+            out |= {m, jm, f"{self.method}/{m}", f"{self.method}/{jm}"}
+        return out
 
     @property
     def label(self) -> str:
@@ -83,6 +94,7 @@ class Comparison:
     config_diff: list[dict[str, Any]]
     resamples: int = RESAMPLES
     failed_rules: list[str] = field(default_factory=list)
+    incomplete: int = 0  # units left out of some row: an infrastructure or judge failure in A or B
     a_model: str = ""  # each run's model (`run_label`)
     b_model: str = ""
 
@@ -98,48 +110,20 @@ def _ok_units(d: RunData) -> pd.DataFrame:
     return d.ok[PAIR + ["prompt_tokens", "cached_tokens", "decoded_tokens"]]
 
 
-def unit_scores(d: RunData) -> pd.DataFrame:
-    """One value per (unit, judge, metric): the mean of its score rows, NaNs ignored."""
-    s = d.scores.merge(d.ok[PAIR], on=PAIR)
-    if s.empty:
-        return pd.DataFrame(columns=PAIR + ["judge", "metric", "value"])
-    return s.groupby(PAIR + ["judge", "metric"], as_index=False)["value"].mean()
-
-
-def _interval(stat: Callable[[np.ndarray], np.ndarray], n: int) -> tuple[float, float, float]:
-    """The statistic on all units and its 95% percentile interval over bootstrap resamples."""
-    rng = np.random.default_rng(SEED)
-    idx = rng.integers(0, n, size=(RESAMPLES, n))
-    boot = stat(idx)
-    point = float(stat(np.arange(n)[None, :])[0])
-    lo, hi = np.nanpercentile(boot, [2.5, 97.5]) if np.isfinite(boot).any() else (math.nan, math.nan)
-    return point, float(lo), float(hi)
-
-
-def paired_mean_delta(a: np.ndarray, b: np.ndarray) -> tuple[float, float, float]:
-    d = b - a
-    return _interval(lambda idx: d[idx].mean(axis=1), len(d))
-
-
-def paired_ratio_delta(num_a: np.ndarray, den_a: np.ndarray, num_b: np.ndarray, den_b: np.ndarray,
-                       scale: float = 100.0) -> tuple[float, float, float]:
-    def stat(idx: np.ndarray) -> np.ndarray:
-        with np.errstate(invalid="ignore", divide="ignore"):
-            return scale * (num_b[idx].sum(1) / den_b[idx].sum(1) - num_a[idx].sum(1) / den_a[idx].sum(1))
-
-    return _interval(stat, len(num_a))
-
-
 def score_rows(a: RunData, b: RunData) -> list[Row]:
-    keys = ["dataset", "method", "judge", "metric"]
-    m = unit_scores(a).merge(unit_scores(b), on=PAIR + ["judge", "metric"], suffixes=("_a", "_b"))
-    m = m.dropna(subset=["value_a", "value_b"])
+    ca, _, _ = cells.score_cells(a.samples, a.scores)
+    cb, _, _ = cells.score_cells(b.samples, b.scores)
     rows = []
-    for (ds, method, judge, metric), g in m.groupby(keys, sort=True):
-        va, vb = g["value_a"].to_numpy(float), g["value_b"].to_numpy(float)
-        delta, lo, hi = paired_mean_delta(va, vb)
-        rows.append(Row(ds, method, judge, metric, len(g), float(va.mean()), float(vb.mean()), delta, lo, hi))
-    return rows
+    for key in sorted(set(ca) & set(cb)):
+        ds, method, judge, metric = key[1], key[0], key[2], key[3]
+        got = paired_difference(ca[key], cb[key])
+        if not got["n"]:
+            continue
+        left_out = sum(1 for u in ca[key] + cb[key] if u.state == cells.INCOMPLETE)
+        rows.append(Row(ds, method, judge, metric, got["n"], got["a"], got["b"], got["delta"],
+                        got["lo"] if got["lo"] is not None else math.nan,
+                        got["hi"] if got["hi"] is not None else math.nan, left_out))
+    return sorted(rows, key=lambda r: (r.dataset, r.method, r.judge, r.metric))
 
 
 def headline_rows(a: RunData, b: RunData) -> list[Row]:
@@ -156,8 +140,8 @@ def headline_rows(a: RunData, b: RunData) -> list[Row]:
         ca, pa_, cb, pb = (col["cached_tokens_a"], col["prompt_tokens_a"], col["cached_tokens_b"], col["prompt_tokens_b"])
         if pa_.sum() > 0 and pb.sum() > 0:
             delta, lo, hi = paired_ratio_delta(ca, pa_, cb, pb)
-            rows.append(Row(ds, method, "", "radix_cache_hit", len(g), float(100 * ca.sum() / pa_.sum()),
-                            float(100 * cb.sum() / pb.sum()), delta, lo, hi))
+            rows.append(Row(ds, method, "", "radix_cache_hit", len(g), 100 * cache_hit_rate(usage_of(pa_.sum(), ca.sum(), 0)),
+                            100 * cache_hit_rate(usage_of(pb.sum(), cb.sum(), 0)), delta, lo, hi))
     return rows
 
 
@@ -212,14 +196,15 @@ def run_label(d: RunData) -> str:
 
 
 def compare_runs(a: RunData, b: RunData) -> Comparison:
-    ua, ub = set(map(tuple, a.ok[PAIR].values.tolist())), set(map(tuple, b.ok[PAIR].values.tolist()))
+    ua, ub = set(map(tuple, a.applicable[PAIR].values.tolist())), set(map(tuple, b.applicable[PAIR].values.tolist()))
     shared = ua & ub
     if not shared:
-        raise CompareError(f"runs {a.run_id} and {b.run_id} share no unit that is ok in both (paired by dataset, "
-                           "sample_id, method and repeat); compare runs of the same datasets and methods")
+        raise CompareError(f"runs {a.run_id} and {b.run_id} share no unit (paired by dataset, sample_id, method "
+                           "and repeat); compare runs of the same datasets and methods")
     rows = score_rows(a, b) + headline_rows(a, b)
     return Comparison(a.uri, b.uri, a.run_id, b.run_id, len(shared), len(ua - ub), len(ub - ua), rows,
-                      config_diff(a, b), a_model=run_label(a), b_model=run_label(b))
+                      config_diff(a, b), incomplete=sum(r.incomplete for r in rows), a_model=run_label(a),
+                      b_model=run_label(b))
 
 
 def load(uri: str) -> RunData:
@@ -286,8 +271,11 @@ def _f(v: float, digits: int = 4) -> str:
 def to_markdown(c: Comparison) -> str:
     parts = [f"# Compare `{c.a_run}` (A) → `{c.b_run}` (B)", "", f"A = `{c.a_uri}` (model {c.a_model})", "",
              f"B = `{c.b_uri}` (model {c.b_model})", "",
-             f"{c.shared_units} units ok in both runs (paired by dataset, sample, method, repeat); "
-             f"{c.only_a} only in A, {c.only_b} only in B. Intervals: 95% paired bootstrap, {c.resamples} resamples.",
+             f"{c.shared_units} units in both runs (paired by dataset, sample, method, repeat); "
+             f"{c.only_a} only in A, {c.only_b} only in B. A unit whose method failed scores 0; "
+             f"intervals: 95% paired bootstrap over samples, {c.resamples} resamples."
+             + (f" INCOMPLETE: {c.incomplete} unit(s) left out of rows (infrastructure or judge failures)."
+                if c.incomplete else ""),
              "", "## Deltas (B − A)", ""]
     rows = [[r.method, r.dataset, r.label, str(r.n), _f(r.a), _f(r.b), _f(r.delta), f"[{_f(r.delta_lo)}, {_f(r.delta_hi)}]",
              "" if r.delta_lo <= 0 <= r.delta_hi or math.isnan(r.delta_lo) else "*"] for r in c.rows]

@@ -193,7 +193,7 @@ def _log(d: RunData, cfg: dict[str, Any], runs: pd.DataFrame, ds: str, method: s
             model_usage={model: _usage(u["prompt_tokens"] or 0, u["cached_tokens"] or 0, u["decoded_tokens"] or 0)},
             started_at=_iso(u["started_at"]), completed_at=_iso(u["finished_at"]),
             error=EvalError(message=u["error"], traceback="", traceback_ansi="") if u["status"] == "failed" else None))
-    figures = [f for f in score_figures(d) if f["method"] == method and f["dataset"] == ds and f["mean"] is not None]
+    figures = [f for f in score_figures(d)[0] if f["method"] == method and f["dataset"] == ds and f["mean"] is not None]
     results = EvalResults(
         total_samples=len(units), completed_samples=int((units["status"] == "ok").sum()),
         scores=[EvalScore(name=f["metric"], scorer=f["judge"], scored_samples=f["judged"],

@@ -103,6 +103,9 @@ def compare_with_previous(run_uri: str, name: str, rules: list[str]) -> tuple[st
     c = compare_runs(a, b)
     c.failed_rules = failing(parsed, c.rows, strict=False)
     write_comparison(a, b, c)
+    if c.incomplete:  # a figure the rule cannot tell (infrastructure or judge failure): never a silent pass
+        c.failed_rules.append(f"incomplete: {c.incomplete} unit(s) of the comparison have no result "
+                              "(infrastructure or judge failures; see the runs' samples and judgments)")
     return prev, c.failed_rules
 
 

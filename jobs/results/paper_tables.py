@@ -5,18 +5,24 @@ then prints each one from the run's headline figures (`jobs.results.report.headl
 standard errors and judged / total counts as every other table, computed by `eval.judges`). This
 module holds only layouts and the numbers the papers print, as printed: no formula lives here.
 
-A memloop cell reads "mean ± s.e." (in the paper's unit: percentages where the paper prints them)
-and "(judged / total)" when a unit failed or was not judged, so a failure is never hidden; "n/a"
-where the method does not apply (the long-context ceiling on an input longer than the context);
-"failed (k / n)" where every unit of the method failed;
-"not measured" where memloop has no such metric (BERTScore); "–" where the run has no figure.
+A memloop cell reads "mean ± s.e. [95% interval]" (in the paper's unit: percentages where the paper
+prints them; the s.e. over repeats where there are several, the interval a bootstrap over samples)
+and, where not every unit was judged, the counts: "(k / n judged; j failed = 0; m n/a; incomplete
+...)" by the rule for means (`eval.judges.aggregation`), so a failure is never hidden; "n/a" where
+the method does not apply (the long-context ceiling on an input longer than the context);
+"failed (k / n)" where every unit of the method failed; "not measured" where memloop has no such
+metric (BERTScore); "–" where the run has no figure. Where the paper states a comparison (JSON vs
+text, CoK vs GU, ...) the table declares it (`Difference`) and prints the paired difference on the
+common samples with its interval, by the same function as `memloop compare`.
 A cell whose method's steps did not succeed in more than `jobs.results.health.UNSUCCESSFUL_STEP_SHARE` of
 cases carries the marker "⚠ k% steps not ok" (the figure's `steps_not_ok`, from the method-health table).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
+
+from jobs.results.cells import cell_text, counts_text
 
 from jobs.results.health import marker
 from jobs.run.config import register_paper_tables
@@ -54,6 +60,20 @@ class Row:
 
 
 @dataclass(frozen=True)
+class Difference:
+    """A comparison the paper states: `b` − `a` (methods as in `Row`), at `turn` for per-turn columns."""
+
+    label: str
+    a: str | Mapping[str, str]
+    b: str | Mapping[str, str]
+    turn: str | None = None
+
+    def methods_for(self, task: str | None) -> tuple[str | None, str | None]:
+        pick = (lambda m: m if isinstance(m, str) else m.get(task or ""))
+        return pick(self.a), pick(self.b)
+
+
+@dataclass(frozen=True)
 class PaperTable:
     id: str
     title: str
@@ -61,6 +81,8 @@ class PaperTable:
     rows: tuple[Row, ...]
     paper_label: str = "paper"  # whose numbers the paper columns hold, e.g. "paper (Ultra / Pro)"
     note: str = ""
+    differences: tuple[Difference, ...] = ()
+    paper_judge: str = ""  # the model that judged the paper's numbers ("" where no LLM judged them)
 
 
 def _cols(labels_metrics: list[tuple[str, str]], **kw: Any) -> tuple[Column, ...]:
@@ -130,18 +152,34 @@ def _cost_table(tid: str, title: str, task: str, printed: Mapping[str, tuple[str
     return PaperTable(tid, title, _cost_columns(task, cost_digits), rows, "paper", note)
 
 
+# seed 002 table 2: each task's score, then its "Ch. Tokens" (the input one step reads, x10^3)
+_TABLE2_COLS = tuple(c for label, judge, metric, task, digits in (
+    ("BooookScore", "booookscore", "booookscore", "book", 3), ("RepoQA acc.", "repoqa-exact", "accuracy", "repoqa", 2),
+    ("LOFT-Spider acc.", "loft-exec", "accuracy", "spider", 2))
+    for c in (Column(label, judge, metric, task=task, digits=digits),
+              Column(f"{label.split()[0]} ch. tokens (x10^3)", "", "context_tokens", task=task, scale=1e-3)))
+
+
 TABLES: dict[str, PaperTable] = {t.id: t for t in (
     PaperTable(
         "seed000-table1", "Seed 000, table 1: SUMIE P / R / F1 at the first turn, the last turn and averaged",
         _cols(_PRF_TURN, judge="sumie", task="sumie", scale=100.0), _sumie_rows(), "paper (Ultra / Pro)",
         "GO has no start or average (one summary at the end). memloop's P / R / F1 are the means over "
-        "entities of the judge's per-turn values; the paper's evaluator is Gemini-Ultra at temperature 0.8."),
+        "entities of the judge's per-turn values. The paper's SUMIE evaluator is Gemini-Pro (temperature "
+        "0.8) for both the Ultra and the Pro columns.",
+        (Difference("GO json − GO text", "go-text", "go-json", "last"),
+         Difference("GU json − GU text", "gu-text", "gu-json", "avg"),
+         Difference("CoK json − GU json", "gu-json", "cok", "avg")),
+        "Gemini-Pro (seed 000 appendix: SUMIE evaluator, temperature 0.8)"),
     PaperTable(
         "seed000-table2", "Seed 000, table 2: BooookScore with the memory limited to K = 1000 tokens",
         (Column("BooookScore", "booookscore", "booookscore", task="book", scale=100.0),),
         tuple(Row(label, f"{method}-k1000", {"BooookScore": score}) for (label, method), score in zip(
             _FIG3_METHODS, ("53.1 / 51.9", "58.5 / 61.7", "61.5 / 60.1", "62.2 / 63.1"))),
-        "paper (Pro / Ultra)"),
+        "paper (Pro / Ultra)", "",
+        (Difference("GU json − GU text", "gu-text-k1000", "gu-json-k1000"),
+         Difference("CoK json − GU json", "gu-json-k1000", "cok-k1000")),
+        "Gemini-Ultra (seed 000 appendix: BooookScore evaluator, temperature 0.8)"),
     PaperTable(
         "seed000-fig3", "Seed 000, figure 3 and appendix A: SUMIE F1 averaged over turns, and memory tokens, "
                         "with the memory limited to K tokens",
@@ -170,21 +208,26 @@ TABLES: dict[str, PaperTable] = {t.id: t for t in (
                                     "F_KG": "18.34 / 21.75"})),
         "paper (LongT5 / GPT-4)",
         "100 BookSum test chapters drawn at random (the config's seed), each summarised with the book's "
-        "chapters up to it and scored against its own reference. memloop does not compute BERTScore."),
+        "chapters up to it and scored against its own reference. memloop does not compute BERTScore.",
+        (Difference("KG − No-KG", "no-kg", "kg-retrieval"),), "Mixtral 8x7B (seed 001 section 3.5: KGScore edge extraction)"),
     PaperTable(
-        "seed002-table2", "Seed 002, table 2: task performance (BooookScore, RepoQA accuracy, LOFT-Spider accuracy)",
-        (Column("BooookScore", "booookscore", "booookscore", task="book", digits=3),
-         Column("RepoQA acc.", "repoqa-exact", "accuracy", task="repoqa", digits=2),
-         Column("LOFT-Spider acc.", "loft-exec", "accuracy", task="spider", digits=2)),
-        tuple(Row(label, method, dict(zip(("BooookScore", "RepoQA acc.", "LOFT-Spider acc."), printed)))
+        "seed002-table2", "Seed 002, table 2: task performance (BooookScore, RepoQA accuracy, LOFT-Spider accuracy) "
+                          "and the tokens one step reads",
+        _TABLE2_COLS,
+        tuple(Row(label, method, dict(zip([c.label for c in _TABLE2_COLS], printed)))
               for (label, method), printed in zip(_TABLE2_METHODS, (
-                  (".67 ± .004", ".92", ".44 ± .01"), (".63 ± .010", ".24 ± .03", ".12 ± .02"),
-                  (".51 ± .006", "n/a", "n/a"), (".63 ± .008", ".42 ± .02", ".22 ± .03"),
-                  (".63 ± .006", ".50 ± .03", ".26 ± .02"), (".65 ± .004", ".48 ± .03", ".14 ± .01"),
-                  (".63 ± .005", ".53 ± .02", ".22 ± .02")))),
+                  (".67 ± .004", "100k", ".92", "121k", ".44 ± .01", "30k"), (".63 ± .010", "–", ".24 ± .03", "–", ".12 ± .02", "–"),
+                  (".51 ± .006", "–", "n/a", "–", "n/a", "–"), (".63 ± .008", "2k", ".42 ± .02", "8k", ".22 ± .03", "8k"),
+                  (".63 ± .006", "", ".50 ± .03", "", ".26 ± .02", ""), (".65 ± .004", "2k", ".48 ± .03", "8k", ".14 ± .01", "8k"),
+                  (".63 ± .005", "", ".53 ± .02", "", ".22 ± .02", "")))),
         "paper",
         "Chunks: 2k tokens on books, 8k on RepoQA and Spider (the paper's); the long-context row is n/a "
-        "where the whole input does not fit the model's context."),
+        "where the whole input does not fit the model's context. ch. tokens: what one step reads, per sample: "
+        "the whole input for the long-context row (cl100k), the dataset's chunk size otherwise (the run "
+        "model's tokenizer); the paper prints \"–\" for its baselines and one figure per PRISM pair.",
+        (Difference("amendments − in-place", "prism-inplace", "prism-amendments"),
+         Difference("hierarchical − incremental", "inc-update", "hier-merge")),
+        "not named in the paper (BooookScore's LLM judge; the methods ran on Gemini 1.5 Pro)"),
     _cost_table(
         "seed002-table3", "Seed 002, table 3: cache hit, tokens and cost index per sample (BooookScore)", "book",
         {"long-context": ("–", "100", "100", "1", "–"), "inc-update": ("0", "249", "248", "141", "0.67"),
@@ -208,10 +251,13 @@ TABLES: dict[str, PaperTable] = {t.id: t for t in (
                     "prism-amendments-no-updates": ("40", "54", "33", "0.4", "0.034")},
         cost_digits=3),
     PaperTable(
-        "seed002-table4", "Seed 002, table 4: hand-made against LLM-generated schemas",
+        "seed002-table4", "Seed 002, table 4: hand-made against LLM-generated schemas, and their memory tokens",
         (Column("BooookScore", "booookscore", "booookscore", task="book", digits=3),
          Column("RepoQA acc.", "repoqa-exact", "accuracy", task="repoqa", digits=2),
-         Column("LOFT-Spider acc.", "loft-exec", "accuracy", task="spider", digits=2)),
+         Column("LOFT-Spider acc.", "loft-exec", "accuracy", task="spider", digits=2),
+         Column("BooookScore memory tokens", "", "memory_tokens", task="book", digits=0),
+         Column("RepoQA memory tokens", "", "memory_tokens", task="repoqa", digits=0),
+         Column("LOFT-Spider memory tokens", "", "memory_tokens", task="spider", digits=0)),
         (Row("Manual", {"book": "manual-book", "repoqa": "manual-repoqa", "spider": "manual-spider"},
              {"BooookScore": ".65 ± .004", "RepoQA acc.": ".53 ± .02", "LOFT-Spider acc.": ".26 ± .02"}),
          Row("Generated", {"book": "generated-book", "repoqa": "generated-repoqa", "spider": "generated-spider"},
@@ -219,7 +265,12 @@ TABLES: dict[str, PaperTable] = {t.id: t for t in (
         "paper",
         "Each task's manual row is its best hand-made variant of table 2 (amendments on books, amendments "
         "without updates on RepoQA, in-place without updates on Spider); the generated row is the same "
-        "variant with the schema the LLM wrote from the task's example query."),
+        "variant with the schema the LLM wrote from the task's example query. memory tokens: the memory after "
+        "each step in the run model's tokenizer, averaged over steps and samples, per task; the paper states "
+        "one figure per row in its caption (manual 760 tokens, generated 790), not per task.",
+        (Difference("Generated − Manual", {"book": "manual-book", "repoqa": "manual-repoqa", "spider": "manual-spider"},
+                    {"book": "generated-book", "repoqa": "generated-repoqa", "spider": "generated-spider"}),),
+        "not named in the paper (BooookScore's LLM judge; the methods ran on Gemini 1.5 Pro)"),
     PaperTable(
         "seed002-fig5", "Seed 002, figure 5: RepoQA at five chunk sizes, amendments without updates",
         (Column("acc.", "repoqa-exact", "accuracy", task="repoqa", digits=2),) + _cost_columns("repoqa", 3),
@@ -235,7 +286,8 @@ TABLES: dict[str, PaperTable] = {t.id: t for t in (
         "release (GPT-4 / Claude 2 / ChatGPT)",
         "The seed text prints no table; the release column is the official BooookScore release's GPT-4 "
         "judgments of its own 2048-token summaries, replayed by `eval.judges.booookscore_replay` over its "
-        "100 books (tests/judges recompute it from the release files)."),
+        "100 books (tests/judges recompute it from the release files).",
+        (Difference("Hierarchical − Incremental", "inc-update", "hier-merge"),), "GPT-4 (the BooookScore release)"),
     PaperTable(
         "seed004-table1", "Seed 004, table 1: F-ART's three prompts on arXiv (ROUGE F-measures)",
         _cols([("ROUGE-1", "rouge1"), ("ROUGE-2", "rouge2"), ("ROUGE-L", "rougeL"), ("ROUGE-Lsum", "rougeLsum")],
@@ -268,7 +320,7 @@ def _find(figures: list[dict], *, method: str, judge: str, metric: str, task: st
 
 def cell(table: PaperTable, row: Row, col: Column, figures: list[dict],
          status: Mapping[tuple[str, str], Mapping[str, int]]) -> dict[str, Any]:
-    """memloop's figure for (row, column) in the paper's unit, with its counts and a display string."""
+    """memloop's figure for (row, column) in the paper's unit, with its interval, counts and display string."""
     if col.judge is None:
         return {"text": "not measured", "mean": None}
     method = row.method_for(col.task)
@@ -282,35 +334,80 @@ def cell(table: PaperTable, row: Row, col: Column, figures: list[dict],
             return {"text": "n/a", "mean": None}
         if not counts.get("ok", 0) and counts.get("failed", 0):
             return {"text": f"failed ({counts['failed']} / {sum(counts.values())})", "mean": None}
-        return {"text": "–", "mean": None}
-    mean = fig["mean"] * col.scale
-    se = fig["se"] * col.scale if fig.get("se") is not None else None
-    text = f"{mean:.{col.digits}f}" + (f" ± {se:.{col.digits}f}" if se is not None else "")
+        return {"text": "–", "mean": None, "incomplete": bool(fig and fig.get("incomplete"))}
+    scaled = {k: (fig[k] * col.scale if fig.get(k) is not None else None) for k in ("mean", "se", "lo", "hi")}
     done = fig.get("judged", fig.get("samples"))
     total = fig.get("total")
+    text = cell_text(fig, col.digits, col.scale, counts=False)
     if done is not None and total is not None and done < total:
         text += f" ({done} / {total})"
+    extra = counts_text({k: v for k, v in fig.items() if k not in ("judged", "total", "n/a")})
+    if extra:
+        text = text[:-1] + "; " + extra[2:] if text.endswith(")") else text + extra
     skipped = counts.get("n/a", 0)
     if skipped:  # a mean over the samples the method applies to only: its own sample set, said in the cell
         text += f" (own samples: {skipped} n/a)"
     share = fig.get("steps_not_ok")
     text += marker(share)
-    return {"text": text, "mean": mean, "se": se, "n": done, "total": total, "steps_not_ok": share}
+    return {"text": text, **scaled, "n": done, "total": total, "incomplete": bool(fig.get("incomplete")),
+            "steps_not_ok": share}
 
 
-def layout(table: PaperTable, figures: list[dict], status: Mapping[tuple[str, str], Mapping[str, int]]
-           ) -> dict[str, Any]:
-    """The table as data: per row, per column, memloop's cell and the paper's number."""
+Paired = Callable[[str, str, Column, "str | None", "str | None"], "dict[str, Any] | None"]
+
+
+def difference(table: PaperTable, diff: Difference, col: Column, paired: Paired | None) -> dict[str, Any]:
+    """The paired difference b − a of a stated comparison in one column, in the paper's unit."""
+    if col.judge in (None, "") or paired is None:
+        return {"text": "", "delta": None}
+    a, b = diff.methods_for(col.task)
+    if a is None or b is None:
+        return {"text": "", "delta": None}
+    metric = col.metric.format(turn=diff.turn)
+    got = paired(a, b, Column(col.label, col.judge, metric, col.task, col.scale, col.digits), diff.turn, None)
+    if not got or got.get("delta") is None:
+        return {"text": "–", "delta": None}
+    sc = {k: got[k] * col.scale if got.get(k) is not None else None for k in ("delta", "lo", "hi")}
+    dg = col.digits
+    text = f"{sc['delta']:+.{dg}f}" + (f" [{sc['lo']:+.{dg}f}, {sc['hi']:+.{dg}f}]" if sc["lo"] is not None else "")
+    return {"text": text + f" (n = {got['n']})", **sc, "n": got["n"]}
+
+
+def layout(table: PaperTable, figures: list[dict], status: Mapping[tuple[str, str], Mapping[str, int]],
+           paired: Paired | None = None, models: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The table as data: per row, per column, memloop's cell and the paper's number; the paired
+    differences the paper states (`paired(a, b, column, turn, dataset)` computes one, as `memloop
+    compare` does); and who judged: the model under test, memloop's judge, the paper's judge."""
     rows = []
     for row in table.rows:
         cells = {}
         for col in table.columns:
             c = cell(table, row, col, figures, status)
-            cells[col.label] = dict(memloop=c["mean"], se=c.get("se"), n=c.get("n"), total=c.get("total"),
+            cells[col.label] = dict(memloop=c["mean"], se=c.get("se"), lo=c.get("lo"), hi=c.get("hi"), n=c.get("n"),
+                                    total=c.get("total"), incomplete=c.get("incomplete", False),
                                     text=c["text"], paper=row.paper.get(col.label, "") or None,
                                     steps_not_ok=c.get("steps_not_ok"))
         rows.append({"label": row.label, "cells": cells})
-    return {"id": table.id, "title": table.title, "paper_label": table.paper_label, "note": table.note, "rows": rows}
+    diffs = [{"label": d.label, "cells": {col.label: difference(table, d, col, paired) for col in table.columns}}
+             for d in table.differences]
+    return {"id": table.id, "title": table.title, "paper_label": table.paper_label,
+            "note": judged_note(table, models), "rows": rows, "differences": diffs,
+            "incomplete": any(c["incomplete"] for r in rows for c in r["cells"].values())}
+
+
+def judged_note(table: PaperTable, models: Mapping[str, Any] | None) -> str:
+    """The table's note, then who judged whom: the model under test, memloop's judge (saying so when
+    the model judged itself), and the paper's judge."""
+    parts = [table.note] if table.note else []
+    if models:
+        judge = models.get("judge") or "?"
+        who = f"Model under test: {models.get('model') or '?'}; judge: {judge}"
+        if models.get("self_judged"):
+            who += " (self-judged: the model under test judged its own outputs)"
+        if table.paper_judge:
+            who += f"; the paper's judge: {table.paper_judge}"
+        parts.append(who + ".")
+    return " ".join(parts)
 
 
 def method_status(samples: Any) -> dict[tuple[str, str], dict[str, int]]:

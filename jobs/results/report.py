@@ -42,29 +42,19 @@ from typing import Any, Callable, Sequence
 import pandas as pd
 
 from eval.judges import aggregator
+from eval.judges.aggregation import mean_se, paired_difference
 from eval.judges.cost import PaperCost, paper_per_sample, paper_sample_cost, per_sample_cost, usage_of
 from eval.judges.sumie import METRICS as SUMIE_METRICS
-from eval.judges.sumie import turn_summary
-from jobs.results import health
+from jobs.results import cells, health
+from jobs.results.cells import TURN_SUMMARIES
 from jobs.results.paper_tables import TABLES, PaperTable, layout, method_status
 from jobs.store.storage import RunStore
 
-TURN_SUMMARIES = ("start", "last", "avg")
 NOT_APPLICABLE = "n/a"
 
 
-def mean_se(values: list[float] | pd.Series) -> tuple[float, float | None]:
-    vals = [float(v) for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
-    if not vals:
-        return math.nan, None
-    m = sum(vals) / len(vals)
-    if len(vals) < 2:
-        return m, None
-    var = sum((v - m) ** 2 for v in vals) / (len(vals) - 1)
-    return m, math.sqrt(var / len(vals))
-
-
 def fmt(values: list[float] | pd.Series, digits: int = 3) -> str:
+    """mean ± s.e. of per-repeat values (the plots' and the overview's figures)."""
     m, se = mean_se(values)
     if math.isnan(m):
         return "–"
@@ -146,26 +136,12 @@ class Judging:
 
 
 def per_repeat(df: pd.DataFrame, column: str, judge: str) -> list[float]:
-    """One value per repeat: judge `judge`'s aggregation over the samples of that repeat."""
+    """One value per repeat: judge `judge`'s aggregation over the samples of that repeat (the plots)."""
     agg = aggregator(judge)
     return [agg(g[column]) for _, g in df.groupby("repeat", sort=True)]
 
 
 UNIT_KEY = ["repeat", "sample_id"]
-
-
-def judged_counts(d: RunData) -> dict[tuple[str, str, str], tuple[int, int]]:
-    """{(method, dataset, judge): (judged, total)}: units with a score of the judge, out of all the
-    method's units on the dataset (failed ones included)."""
-    totals = d.applicable.groupby(["method", "dataset"]).size().to_dict()
-    judged = d.scores.drop_duplicates(["method", "dataset", "judge"] + UNIT_KEY) \
-        .groupby(["method", "dataset", "judge"]).size().to_dict()
-    return {k: (int(n), int(totals.get(k[:2], n))) for k, n in judged.items()}
-
-
-def _judged_cell(counts: dict[tuple[str, str, str], tuple[int, int]], key: tuple[str, str, str]) -> str:
-    judged, total = counts.get(key, (0, 0))
-    return f"{judged} / {total}"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -214,62 +190,78 @@ def overview_table(d: RunData) -> str:
                           rows)
 
 
-def _sumie_summary(scores: pd.DataFrame) -> pd.Series:
-    """The judge's own start:/last:/avg: rows; the report recomputes them from the per-turn rows."""
-    return scores["metric"].str.match(r"^(start|last|avg):")
+def score_figures(d: RunData) -> tuple[list[dict], list[dict]]:
+    """Every judge metric per (method, dataset) by the rule for means (`jobs.results.cells`), and the samples
+    left out of the comparison (computed once per load)."""
+    if "score_figures" not in d.derived:
+        d.derived["score_figures"] = cells.score_figures(d.samples, d.scores)
+    return d.derived["score_figures"]
 
 
-def sumie_frame(d: RunData) -> pd.DataFrame:
-    """Per (method, dataset, repeat, sample): start / last / avg of each SUMIE metric."""
-    s = d.scores
-    s = s[s["metric"].isin(SUMIE_METRICS) & s["turn"].notna()]
-    if s.empty:
-        return pd.DataFrame()
-    rows = []
-    keys = ["method", "dataset", "judge", "repeat", "sample_id", "metric"]
-    for (method, ds, judge, rep, sid, metric), g in s.groupby(keys):
-        summary = turn_summary(dict(zip(g["turn"], g["value"])))
-        rows.append(dict(method=method, dataset=ds, judge=judge, repeat=rep, sample_id=sid, metric=metric, **summary))
-    return pd.DataFrame(rows)
+def _excluded_note(excluded: list[dict]) -> str:
+    if not excluded:
+        return ""
+    return ("\n\nLeft out of the comparison (a method wrote no unit for the sample):\n"
+            + "\n".join(f"- {e['dataset']} {e['sample_id']}: none for "
+                        f"{', '.join(e['methods'])}" for e in excluded))
 
 
 def sumie_table(d: RunData) -> str | None:
-    f = sumie_frame(d)
-    if f.empty:
+    figs, excluded = score_figures(d)
+    f = [x for x in figs if x["metric"].split(":")[0] in SUMIE_METRICS and ":" in x["metric"]]
+    if not f:
         return None
+    by = {(x["method"], x["dataset"], x["judge"], x["metric"]): x for x in f}
     header = ["method", "dataset", "judge", "judged / total"] + [f"{m[0].upper() if m != 'f1' else 'F1'} {w}"
-                                                                 for w in TURN_SUMMARIES for m in SUMIE_METRICS]
-    counts = judged_counts(d)
+                                                        for w in TURN_SUMMARIES for m in SUMIE_METRICS]
     rows = []
-    for (method, ds, judge), g in f.groupby(["method", "dataset", "judge"], sort=True):
-        cells = [method + _marker(d, method, ds), ds, judge, _judged_cell(counts, (method, ds, judge))]
+    for method, ds, judge in sorted({k[:3] for k in by}):
+        first = by.get((method, ds, judge, "f1:last")) or next(v for k, v in by.items() if k[:3] == (method, ds, judge))
+        cells_ = [method + _marker(d, method, ds), ds, judge, f"{first['judged']} / {first['total']}"
+                  + cells.counts_text(dict(first, judged=first["total"]))]
         for which in TURN_SUMMARIES:
             for metric in SUMIE_METRICS:
-                cells.append(fmt(per_repeat(g[g["metric"] == metric], which, judge)))
-        rows.append(cells)
-    return markdown_table(header, rows)
+                cells_.append(cells.cell_text(by.get((method, ds, judge, f"{metric}:{which}")), counts=False))
+        rows.append(cells_)
+    return markdown_table(header, rows) + "\n\n" + table_note(d) + _excluded_note(excluded)
+
+
+MEANS_NOTE = ("Figures: mean over units, a failed unit counted as 0, \"n/a\" left out; ± the standard error over "
+              "repeats (several repeats); [95% interval, bootstrap over samples]. docs/judges.md, \"Means and "
+              "intervals\".")
+
+
+def table_note(d: RunData) -> str:
+    """The means note and who judged whom (the model under test, the judge, self-judged or not)."""
+    m = models_of(d)
+    if not m:
+        return MEANS_NOTE
+    who = f" Model under test: {m['model']}; judge: {m['judge']}"
+    return MEANS_NOTE + who + (" (self-judged)." if m["self_judged"] else ".")
 
 
 def scores_table(d: RunData) -> str | None:
-    s = d.scores[d.scores["turn"].isna() & ~d.scores["metric"].isin(SUMIE_METRICS) & ~_sumie_summary(d.scores)]
-    if s.empty:
+    figs, excluded = score_figures(d)
+    s = [x for x in figs if x["metric"].split(":")[0] not in SUMIE_METRICS or ":" not in x["metric"]]
+    if not s:
         return None
-    # each judge's metrics, then its "judged / total" column (metric None)
-    judges = sorted(set(s["judge"]))
-    cols = [(j, m) for j in judges for m in sorted(set(s.loc[s["judge"] == j, "metric"])) + [None]]
-    counts = judged_counts(d)
+    # each judge's metrics, then its units column (metric None)
+    judges = sorted({x["judge"] for x in s})
+    cols = [(j, m) for j in judges for m in sorted({x["metric"] for x in s if x["judge"] == j}) + [None]]
+    by = {(x["method"], x["dataset"], x["judge"], x["metric"]): x for x in s}
     rows = []
-    for (method, ds), g in s.groupby(["method", "dataset"], sort=True):
-        cells = [method + _marker(d, method, ds), ds]
+    for method, ds in sorted({k[:2] for k in by}):
+        row = [method + _marker(d, method, ds), ds]
         for j, m in cols:
             if m is None:
-                cells.append(_judged_cell(counts, (method, ds, j)))
+                any_fig = next((v for k, v in by.items() if k[:3] == (method, ds, j)), None)
+                row.append("–" if any_fig is None else f"{any_fig['judged']} / {any_fig['total']}"
+                           + cells.counts_text(dict(any_fig, judged=any_fig["total"])))
                 continue
-            gm = g[(g["judge"] == j) & (g["metric"] == m)]
-            cells.append(fmt(per_repeat(gm, "value", j)) if len(gm) else "–")
-        rows.append(cells)
+            row.append(cells.cell_text(by.get((method, ds, j, m)), counts=False))
+        rows.append(row)
     names = [f"{j}: judged / total" if m is None else m if m == j else f"{j}: {m}" for j, m in cols]
-    return markdown_table(["method", "dataset"] + names, rows)
+    return markdown_table(["method", "dataset"] + names, rows) + "\n\n" + table_note(d) + _excluded_note(excluded)
 
 
 def cost_units(d: RunData) -> tuple[pd.DataFrame, list[dict]]:
@@ -422,9 +414,9 @@ def cost_table(d: RunData, tok: PromptTokenizer | None = None) -> str | None:
         if g.empty:
             rows.append([method, ds, f"0 / {n}"] + ["–"] * len(COST_METRICS) + [str(failed.get((method, ds), 0))])
             continue
-        cells = [fmt(g[m] / 1e3, 2) if m in scaled else fmt(g[m], 4 if m.endswith("cost_index") else 1)
+        values = [fmt(g[m] / 1e3, 2) if m in scaled else fmt(g[m], 4 if m.endswith("cost_index") else 1)
                  for m in COST_METRICS]
-        rows.append([method, ds, f"{int(g['samples'].sum())} / {n}"] + cells + [str(failed.get((method, ds), 0))])
+        rows.append([method, ds, f"{int(g['samples'].sum())} / {n}"] + values + [str(failed.get((method, ds), 0))])
     out = markdown_table(["method", "dataset", "samples compared / units",
                           "prefix hit, paper (%)", "total enc., paper (x10^3)", "net enc., paper (x10^3)",
                           "output, paper (x10^3)", "cost index, paper",
@@ -452,21 +444,26 @@ def _figure(values: list[float]) -> dict[str, float | int | None]:
 
 def headline(d: RunData) -> dict:
     """The report's numbers as data (`memloop report --json`): units per (method, dataset), every
-    judge metric (SUMIE at start/last/avg) with `judged` / `total` units, and the cost figures (means
-    per sample over the samples every method finished: `samples` of `total` units, and the left-out
-    samples under `cost_excluded`; `radix_cache_hit` is the engine's, `prefix_hit_paper` seed 002's,
-    with the `tokenizer` it was counted in); each a mean over repeats with its standard error, computed by
-    the same functions as the Markdown tables. `paper_tables`: the tables of the papers the run's config
-    names (`jobs.results.paper_tables`), memloop's cell and the paper's number side by side."""
+    judge metric (SUMIE at start/last/avg) and cost figure as the Markdown tables show it, by the rule
+    for means (`eval.judges.aggregation.figure`): `mean` (failed units as 0), `se` over repeats,
+    `lo`/`hi` the 95% bootstrap interval over samples, `mean_judged`, the counts (`judged`, `zeroed`,
+    `n/a`, `incomplete_units`, `total`, `samples`, `repeats`) and `incomplete`. The cost figures (seed 002's and the engine's, each a mean over repeats with its s.e.)
+    are over the samples every method finished (`samples` of `total`; left-out samples under
+    `cost_excluded`), the judge figures over the samples every method ran (`score_excluded`);
+    `incomplete` at the top is true when any figure is. `models`: the model under test and the judge
+    model. `paper_tables`: the tables of the papers the run's config names (`jobs.results.paper_tables`),
+    memloop's cell and the paper's number side by side."""
     units = [{"method": m, "dataset": ds, "ok": int((g["status"] == "ok").sum()),
               "failed": int((g["status"] == "failed").sum()),
               **({"n/a": int((g["status"] == "n/a").sum())} if (g["status"] == "n/a").any() else {})}
              for (m, ds), g in d.samples.groupby(["method", "dataset"], sort=True)]
     _, excluded = cost_units(d)
-    return {"run_id": d.run_id, "uri": d.uri, "units": units, "figures": figures_of(d), "cost_excluded": excluded,
-            "paper_tables": [laid for _, laid in paper_tables(d)], "health": health_rows(d),
-            "unsuccessful_step_share": health.UNSUCCESSFUL_STEP_SHARE,
-            "judgings": [dict(j.summary(), figures=score_figures(d.judged_by(j))) for j in d.judgings]}
+    figures = figures_of(d)
+    return {"run_id": d.run_id, "uri": d.uri, "units": units, "figures": figures, "cost_excluded": excluded,
+            "score_excluded": score_figures(d)[1], "incomplete": any(f.get("incomplete") for f in figures),
+            "models": models_of(d), "paper_tables": [laid for _, laid in paper_tables(d)],
+            "health": health_rows(d), "unsuccessful_step_share": health.UNSUCCESSFUL_STEP_SHARE,
+            "judgings": [dict(j.summary(), figures=score_figures(d.judged_by(j))[0]) for j in d.judgings]}
 
 
 def figures_of(d: RunData) -> list[dict]:
@@ -477,31 +474,8 @@ def figures_of(d: RunData) -> list[dict]:
 
 
 def _figures(d: RunData) -> list[dict]:
-    return _cost_figures(d, score_figures(d), prompt_tokenizer(d))
-
-
-def score_figures(d: RunData) -> list[dict]:
-    """Every judge's figures (SUMIE at start / last / avg), with `judged` / `total` units."""
-    counts = judged_counts(d)
-
-    def judged(m: str, ds: str, j: str) -> dict[str, int]:
-        n, total = counts.get((m, ds, j), (0, 0))
-        return {"judged": n, "total": total}
-
-    figures = []
-    f = sumie_frame(d)
-    for (m, ds, j, metric), g in (f.groupby(["method", "dataset", "judge", "metric"], sort=True) if not f.empty else ()):
-        for which in TURN_SUMMARIES:
-            figures.append({"method": m, "dataset": ds, "judge": j, "metric": f"{metric}:{which}",
-                            **_figure(per_repeat(g, which, j)), **judged(m, ds, j)})
-    s = d.scores[d.scores["turn"].isna() & ~d.scores["metric"].isin(SUMIE_METRICS) & ~_sumie_summary(d.scores)]
-    for (m, ds, j, metric), g in s.groupby(["method", "dataset", "judge", "metric"], sort=True):
-        figures.append({"method": m, "dataset": ds, "judge": j, "metric": metric, **_figure(per_repeat(g, "value", j)),
-                        **judged(m, ds, j)})
-    return figures
-
-
-def _cost_figures(d: RunData, figures: list[dict], tok: PromptTokenizer) -> list[dict]:
+    figures = list(score_figures(d)[0])
+    tok = prompt_tokenizer(d)
     c = cost_frame(d, tok)
     totals = d.applicable.groupby(["method", "dataset"]).size().to_dict()
     for (m, ds), g in (c.groupby(["method", "dataset"], sort=True) if not c.empty else ()):
@@ -536,8 +510,32 @@ def _memory_figures(d: RunData) -> list[dict]:
     out = []
     for (m, ds), g in per_sample.groupby(["method", "dataset"], sort=True):
         out.append({"method": m, "dataset": ds, "judge": "", "metric": "memory_tokens",
-                    **_figure([float(r["memory_tokens"].mean()) for _, r in g.groupby("repeat")]),
+                    **cells.cost_figure(g, "memory_tokens"),
                     "samples": int(len(g)), "total": int(totals.get((m, ds), len(g))), "tokenizer": tok.label})
+    return out
+
+
+def context_figures(d: RunData) -> list[dict]:
+    """`context_tokens` per (method, dataset): the input one step of the method reads, per sample (seed 002
+    table 2's "Ch. Tokens"): the whole input (cl100k, the samples table's `input_tokens`) for a method that
+    reads it at once (the long-context ceiling), else the dataset's chunk size (in the run model's tokenizer)."""
+    from jobs.run.chunk_fit import WHOLE_INPUT_METHODS
+
+    ok = d.ok
+    if ok.empty:
+        return []
+    names = {m.get("label") or m.get("name"): m.get("name") for m in run_config(d).get("methods") or ()}
+    totals = d.applicable.groupby(["method", "dataset"]).size().to_dict()
+    out = []
+    for (m, ds), g in ok.groupby(["method", "dataset"], sort=True):
+        column = "input_tokens" if names.get(m, m) in WHOLE_INPUT_METHODS else "chunk_tokens"
+        g = g.dropna(subset=[column])
+        if g.empty:
+            continue
+        out.append({"method": m, "dataset": ds, "judge": "", "metric": "context_tokens",
+                    **_figure([float(r[column].mean()) for _, r in g.groupby("repeat")]),
+                    "samples": int(len(g)), "total": int(totals.get((m, ds), len(g))),
+                    "tokenizer": "cl100k_base" if column == "input_tokens" else "run model"})
     return out
 
 
@@ -548,8 +546,37 @@ def paper_markdown(table: PaperTable, laid: dict[str, Any]) -> str:
     body = [[r["label"]] + [x for c in table.columns for x in (r["cells"][c.label]["text"],
                                                                 r["cells"][c.label]["paper"] or "")]
             for r in laid["rows"]]
+    body += [[f"Δ {d['label']} (paired)"] + [x for c in table.columns for x in (d["cells"][c.label]["text"], "")]
+             for d in laid.get("differences", ())]
     out = f"### {table.title}\n\n" + markdown_table(header, body)
-    return out + (f"\n\n{table.note}" if table.note else "")
+    if laid.get("differences"):
+        out += ("\n\nΔ rows: the paired difference (second minus first) on the samples both methods ran, "
+                "a failed unit counted as 0, with its 95% bootstrap interval over samples (as `memloop compare`).")
+    return out + (f"\n\n{laid['note']}" if laid.get("note") else "")
+
+
+def models_of(d: RunData) -> dict[str, Any]:
+    """The model under test and the judge model of the run's latest invocation, and whether they are one."""
+    cfg = run_config(d)
+    if not cfg:
+        return {}
+    under_test = model_name(cfg.get("model") or {})
+    jm = cfg.get("judge_model") or {"kind": "engine"}
+    judge = under_test if jm.get("kind", "engine") == "engine" and not jm.get("weights") else model_name(jm)
+    return {"model": under_test, "judge": judge, "self_judged": judge == under_test}
+
+
+def model_name(spec: dict[str, Any]) -> str:
+    """A model spec as the tables name it: the endpoint's model, or the engine's weights (file name)."""
+    if spec.get("kind") == "openai":
+        ep = spec.get("endpoint") or {}
+        return f"{ep.get('model')} at {ep.get('base_url')}"
+    weights = spec.get("weights")
+    if not weights:
+        from engine.assets import default_model_path
+
+        return f"{default_model_path().name} (the bundled default)"
+    return str(weights).rsplit("/", 1)[-1]
 
 
 def run_config(d: RunData) -> dict:
@@ -568,8 +595,21 @@ def paper_tables(d: RunData) -> list[tuple[PaperTable, dict]]:
     figures = list(figures_of(d))
     if any(c.metric == "memory_tokens" for i in ids for c in TABLES[i].columns):
         figures += health.annotate(memory_figures(d), step_shares(d))
+    if any(c.metric == "context_tokens" for i in ids for c in TABLES[i].columns):
+        figures += health.annotate(context_figures(d), step_shares(d))
     status = method_status(d.samples)
-    return [(TABLES[i], layout(TABLES[i], figures, status)) for i in ids]
+    by_cell, _, _ = cells.score_cells(d.samples, d.scores)
+    models = models_of(d)
+
+    def paired(a: str, b: str, col: Any, turn: str | None, dataset: str | None) -> dict | None:
+        keys = sorted(k for k in by_cell if k[0] == a and k[2] == col.judge and k[3] == col.metric
+                      and (col.task is None or k[1].split(":", 1)[0] == col.task)
+                      and (dataset is None or k[1].endswith(dataset)))
+        if not keys or (b, keys[0][1], col.judge, col.metric) not in by_cell:
+            return None
+        return paired_difference(by_cell[keys[0]], by_cell[(b, keys[0][1], col.judge, col.metric)])
+
+    return [(TABLES[i], layout(TABLES[i], figures, status, paired, models)) for i in ids]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -625,21 +665,54 @@ def plot_tokens_per_step(d: RunData) -> bytes | None:
     return _png(fig)
 
 
+# seed 002 figure 5's curves against chunk size: the task's accuracy, net encoded and decoded tokens, cost index
+CHUNK_CURVES = (("accuracy", "accuracy"), ("net_encoded", "net encoded tokens per sample"),
+                ("decoded", "decoded tokens per sample"), ("cost_index", "cost index per sample"))
+
+
+def chunk_curves(d: RunData) -> dict[str, list[tuple[str, int, float, float]]]:
+    """{metric: [(method, chunk size, mean, s.e.)]} for a run whose datasets differ in chunk size only:
+    the same headline figures the tables print (accuracy from any judge that reports it), by chunk size."""
+    s = d.samples.dropna(subset=["chunk_tokens"]) if "chunk_tokens" in d.samples else d.samples.iloc[0:0]
+    if s.empty or s["chunk_tokens"].nunique() < 2:
+        return {}
+    per_dataset = s.groupby("dataset")["chunk_tokens"].nunique()
+    if (per_dataset > 1).any():  # chunk sizes vary inside a dataset: its figures cannot be split, units can
+        out_units: list[tuple[str, int, float, float]] = []
+        for method, g in cost_units(d)[0].dropna(subset=["chunk_tokens"]).groupby("method"):
+            for ct, gc in g.groupby("chunk_tokens"):
+                m, se = mean_se([_per_sample(gr)["cost_index"] for _, gr in gc.groupby("repeat")])
+                out_units.append((method, int(ct), m, se or 0.0))
+        return {"cost_index": sorted(out_units)}
+    sizes = s.groupby("dataset")["chunk_tokens"].first().to_dict()
+    out: dict[str, list[tuple[str, int, float, float]]] = {}
+    for f in figures_of(d):
+        if f["metric"] in dict(CHUNK_CURVES) and f["dataset"] in sizes and f.get("mean") is not None \
+                and (f["metric"] != "accuracy" or f["judge"]):
+            out.setdefault(f["metric"], []).append((f["method"], int(sizes[f["dataset"]]), f["mean"], f.get("se") or 0.0))
+    return {k: sorted(v) for k, v in out.items()}
+
+
 def plot_cost_vs_chunk(d: RunData) -> bytes | None:
-    ok = cost_units(d)[0].dropna(subset=["chunk_tokens"])
-    if ok.empty or ok["chunk_tokens"].nunique() < 2:
+    curves = chunk_curves(d)
+    if not curves:
         return None
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for method, g in ok.groupby("method"):
-        xs, ms, ses = [], [], []
-        for ct, gc in g.groupby("chunk_tokens"):
-            m, se = mean_se([_per_sample(gr)["cost_index"] for _, gr in gc.groupby("repeat")])
-            xs.append(int(ct)), ms.append(m), ses.append(se or 0.0)
-        ax.errorbar(xs, ms, yerr=ses, marker="o", capsize=3, label=method)
-    ax.set_xscale("log", base=2), ax.set_xlabel("chunk size (tokens)"), ax.set_ylabel("cost index per sample")
-    ax.set_title("Cost index against chunk size"), ax.legend(fontsize=8)
+    fig, axes = plt.subplots(1, len(CHUNK_CURVES), figsize=(4 * len(CHUNK_CURVES), 3.6))
+    for ax, (metric, label) in zip(axes, CHUNK_CURVES):
+        by_method: dict[str, list[tuple[int, float, float]]] = {}
+        for method, size, mean, se in curves.get(metric, ()):
+            by_method.setdefault(method, []).append((size, mean, se))
+        for method, pts in by_method.items():
+            ax.errorbar([p[0] for p in pts], [p[1] for p in pts], yerr=[p[2] for p in pts], marker="o", capsize=3,
+                        label=method)
+        ax.set_xscale("log", base=2), ax.set_xlabel("chunk size (tokens)"), ax.set_title(label, fontsize=9)
+    for ax in axes:  # the legend on the first panel that has curves
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
+            break
+    fig.suptitle("Against chunk size (seed 002, figure 5)")
     return _png(fig)
 
 
@@ -666,8 +739,9 @@ def build_report(d: RunData) -> Report:
     n_rep = int(d.samples["repeat"].nunique()) if not d.samples.empty else 0
     parts = [f"# Run `{d.run_id}`", "", f"Results: `{d.uri}`", "",
              f"{len(d.samples)} units ({len(d.ok)} ok, {len(d.samples) - len(d.ok)} failed), {n_rep} repeat(s); "
-             "figures are mean ± standard error over repeats." if n_rep > 1 else
-             f"{len(d.samples)} units ({len(d.ok)} ok, {len(d.samples) - len(d.ok)} failed), one repeat (means only).",
+             "figures are mean ± standard error over repeats [95% bootstrap interval over samples]." if n_rep > 1 else
+             f"{len(d.samples)} units ({len(d.ok)} ok, {len(d.samples) - len(d.ok)} failed), one repeat; "
+             "figures are mean [95% bootstrap interval over samples].",
              "", "## Units", "", overview_table(d) if not d.samples.empty else "(no units written yet)"]
     papers = paper_tables(d)
     if papers:

@@ -1,23 +1,22 @@
 """Several runs side by side (`memloop compare A B C ...`, and `memloop run --report` on a config with
-`models:`): every figure of each run over the units that are ok in all of them, and each run's delta
-against the first with the paired bootstrap interval of `jobs.results.compare` (same pairing, same
-per-unit values, same resampling; this module only lines the runs up). Columns are named by the run's
-model (`jobs.run.config.model_label`), so a config's models read as a table of models.
+`models:`): the runs restricted to the units they all have, then each run after the first compared with
+the first by `memloop compare`'s own rows (`score_rows`, `headline_rows`: the same pairing, the same
+rule for failed and incomplete units, the same bootstrap). This module only lines the pairs up, so the
+first run's figure is the same in every pair. Columns are named by the run's model
+(`jobs.results.compare.run_label`), so a config's models read as a table of models.
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from functools import reduce
 from typing import Any
 
 import pandas as pd
 
-from eval.judges.cost import cost_index, usage_of
-from jobs.results.compare import (PAIR, CompareError, Row, _f, _ok_units, load, paired_mean_delta, run_label,
-                                  unit_scores)
+from jobs.results.compare import PAIR, CompareError, Row, _f, headline_rows, load, run_label, score_rows
 from jobs.results.report import RunData, markdown_table
 from jobs.store.storage import join_uri, open_store
 
@@ -40,63 +39,56 @@ def _labels(runs: list[RunData]) -> list[str]:
     return [f"{lab} ({d.run_id})" if labels.count(lab) > 1 else lab for lab, d in zip(labels, runs)]
 
 
-def _lined_up(frames: list[pd.DataFrame], on: list[str], column: str) -> pd.DataFrame:
-    renamed = [f.rename(columns={column: f"v{i}"})[on + [f"v{i}"]] for i, f in enumerate(frames)]
-    return reduce(lambda a, b: a.merge(b, on=on), renamed).dropna()
+def _restricted(d: RunData, units: pd.DataFrame) -> RunData:
+    """The run with only the given units (dataset, sample_id, method, repeat) in its tables."""
+    def keep(df: pd.DataFrame) -> pd.DataFrame:
+        return df.merge(units, on=PAIR) if not df.empty else df
 
-
-def _row(key: dict[str, Any], g: pd.DataFrame, n_runs: int) -> tuple[dict[str, Any], list[Row]]:
-    vals = [g[f"v{i}"].to_numpy(float) for i in range(n_runs)]
-    pairs = []
-    for v in vals[1:]:
-        delta, lo, hi = paired_mean_delta(vals[0], v)
-        pairs.append(Row(key["dataset"], key["method"], key["judge"], key["metric"], len(g), float(vals[0].mean()),
-                         float(v.mean()), delta, lo, hi))
-    return (dict(key, n=len(g), values=[float(v.mean()) for v in vals],
-                 deltas=[[p.delta, p.delta_lo, p.delta_hi] for p in pairs]), pairs)
+    return replace(d, samples=keep(d.samples), steps=keep(d.steps), scores=keep(d.scores), judgings=[], derived={})
 
 
 def side_by_side(runs: list[RunData]) -> SideBySide:
     if len(runs) < 2:
         raise CompareError("side by side needs at least two runs")
-    shared = reduce(set.__and__, (set(map(tuple, d.ok[PAIR].values.tolist())) for d in runs))
-    if not shared:
-        raise CompareError(f"runs {', '.join(d.run_id for d in runs)} share no unit that is ok in all of them (paired "
-                           "by dataset, sample_id, method and repeat); compare runs of the same datasets and methods")
-    rows: list[dict[str, Any]] = []
-    pairs: list[list[Row]] = [[] for _ in runs[1:]]
+    common = reduce(set.__and__, (set(map(tuple, d.applicable[PAIR].values.tolist())) for d in runs))
+    if not common:
+        raise CompareError(f"runs {', '.join(d.run_id for d in runs)} share no unit (paired by dataset, sample_id, "
+                           "method and repeat); compare runs of the same datasets and methods")
+    units = pd.DataFrame(sorted(common), columns=PAIR)
+    units["repeat"] = units["repeat"].astype(runs[0].samples["repeat"].dtype)
+    same = [_restricted(d, units) for d in runs]
+    pairs = [score_rows(same[0], d) + headline_rows(same[0], d) for d in same[1:]]
+    keys = sorted({(r.dataset, r.method, r.judge, r.metric) for p in pairs for r in p})
+    by = [{(r.dataset, r.method, r.judge, r.metric): r for r in p} for p in pairs]
+    rows = []
+    for key in keys:
+        got = [b.get(key) for b in by]
+        first = next(r for r in got if r is not None)
+        rows.append(dict(dataset=key[0], method=key[1], judge=key[2], metric=key[3], n=first.n,
+                         values=[first.a] + [r.b if r is not None else None for r in got],
+                         deltas=[[r.delta, r.delta_lo, r.delta_hi] if r is not None else None for r in got]))
+    return SideBySide([d.uri for d in runs], [d.run_id for d in runs], _labels(runs), len(common), rows, pairs)
 
-    def add(key: dict[str, Any], g: pd.DataFrame) -> None:
-        row, rs = _row(key, g, len(runs))
-        rows.append(row)
-        for p, r in zip(pairs, rs):
-            p.append(r)
 
-    scores = _lined_up([unit_scores(d) for d in runs], PAIR + ["judge", "metric"], "value")
-    for (ds, method, judge, metric), g in scores.groupby(["dataset", "method", "judge", "metric"], sort=True):
-        add(dict(dataset=ds, method=method, judge=judge, metric=metric), g)
-    costs = []
-    for d in runs:  # seed 002's cost index per unit, from its one home in eval.judges.cost
-        u = _ok_units(d)
-        costs.append(u[PAIR].assign(value=[cost_index(usage_of(p, c, dec)) for p, c, dec in
-                                           zip(u["prompt_tokens"], u["cached_tokens"], u["decoded_tokens"])]))
-    for (ds, method), g in _lined_up(costs, PAIR, "value").groupby(["dataset", "method"], sort=True):
-        add(dict(dataset=ds, method=method, judge="", metric="cost_index"), g)
-    return SideBySide([d.uri for d in runs], [d.run_id for d in runs], _labels(runs), len(shared), rows, pairs)
+def _delta(d: list[float] | None) -> str:
+    if d is None:
+        return "–"
+    delta, lo, hi = d
+    return f"{_f(delta)} [{_f(lo)}, {_f(hi)}]" + ("" if math.isnan(lo) or lo <= 0 <= hi else " *")
 
 
 def to_markdown(s: SideBySide) -> str:
     parts = ["# Runs side by side", ""]
     parts += [f"- {lab}: `{rid}` (`{uri}`)" for lab, rid, uri in zip(s.labels, s.run_ids, s.uris)]
-    parts += ["", f"{s.shared_units} units ok in every run (paired by dataset, sample, method, repeat); figures are "
-              f"means over them, Δ is each run minus {s.labels[0]} with its 95% paired bootstrap interval.", ""]
+    parts += ["", f"{s.shared_units} units in every run (paired by dataset, sample, method, repeat); figures as "
+              f"`memloop compare` computes them over those units, Δ each run minus {s.labels[0]} with its 95% "
+              "paired bootstrap interval (* when it excludes 0).", ""]
     header = ["method", "dataset", "metric", "n"] + s.labels + [f"Δ {lab} − {s.labels[0]}" for lab in s.labels[1:]]
     body = []
     for r in s.rows:
         metric = f"{r['judge']}: {r['metric']}" if r["judge"] and r["judge"] != r["metric"] else r["metric"]
-        body.append([r["method"], r["dataset"], metric, str(r["n"])] + [_f(v) for v in r["values"]]
-                    + [f"{_f(d)} [{_f(lo)}, {_f(hi)}]" + ("" if lo <= 0 <= hi or math.isnan(lo) else " *")
-                       for d, lo, hi in r["deltas"]])
+        body.append([r["method"], r["dataset"], metric, str(r["n"])]
+                    + [_f(v) if v is not None else "–" for v in r["values"]] + [_delta(d) for d in r["deltas"]])
     parts.append(markdown_table(header, body))
     return "\n".join(parts) + "\n"
 

@@ -33,7 +33,8 @@ from typing import Any, Callable
 from eval.llm import Usage
 from jobs.run import actors as engine_actors
 from jobs.run.config import RunConfig
-from jobs.errors import RunError, error_text
+from eval.judges.cost import cache_hit_rate
+from jobs.errors import INFRASTRUCTURE, METHOD, RunError, error_text
 from jobs.run.judge_fanout import Judging
 from jobs.store.manifest import manifest_base
 from jobs.run.plan import RunPlan, make_plan
@@ -66,19 +67,23 @@ class RunSummary:
     # outcomes as the cause): a result of the method, scored as such, not a failure of the run
     method_failed: int = 0
     method_errors: list[str] = field(default_factory=list)
+    incomplete: int = 0  # units failed for the infrastructure, or whose judge failed: their cells are unknown
 
     def first_errors(self, n: int = 3) -> list[str]:
         """The first `n` distinct root causes of failed units."""
         return list(dict.fromkeys(self.errors))[:n]
 
     def exit_code(self, max_failed_frac: float = 0.0) -> int:
-        """0 when every unit computed (or at most `max_failed_frac` of this invocation's units failed), else 3."""
+        """0 when every unit computed (or at most `max_failed_frac` of this invocation's units failed for
+        their method), else 3; always 3 when a unit is incomplete (the engine, an endpoint or a judge
+        failed), since its tables' cells cannot be told (docs/judges.md, "Means and intervals")."""
         attempted = self.computed + self.failed
-        return 3 if self.failed and self.failed > max_failed_frac * attempted else 0
+        return 3 if self.incomplete or (self.failed and self.failed > max_failed_frac * attempted) else 0
 
     def to_dict(self) -> dict[str, Any]:
         return {"run_id": self.run_id, "output": self.output, "samples": self.samples, "computed": self.computed,
-                "skipped": self.skipped, "failed": self.failed, "errors": self.first_errors(5),
+                "skipped": self.skipped, "failed": self.failed, "incomplete": self.incomplete,
+                "errors": self.first_errors(5),
                 "method_failed": self.method_failed, "method_errors": list(dict.fromkeys(self.method_errors))[:5]}
 
     def to_json(self) -> str:
@@ -149,12 +154,13 @@ class _UnitRunner:
                     self.method_errors.append(method_error)
         if written is None:
             return Outcome(rows)
-        if isinstance(written, Committed):
-            return Outcome({}, written.error, written)
+        if isinstance(written, Committed):  # its error is a judge's: the unit is ok, its judgment incomplete
+            return Outcome({}, incomplete=written.error, written=written)
         return _outcome_of(written)
 
-    def failed_rows(self, a: Attempt[Unit], error: str) -> dict[str, list[dict[str, Any]]]:
-        return {"samples": [sample_row(a.item, "failed", error, a.number + 1, None, now(), "")]}
+    def failed_rows(self, a: Attempt[Unit], error: str, infrastructure: bool) -> dict[str, list[dict[str, Any]]]:
+        row = sample_row(a.item, "failed", error, a.number + 1, None, now(), "")
+        return {"samples": [dict(row, failure=INFRASTRUCTURE if infrastructure else METHOD)]}
 
     def lane_lost(self, exc: BaseException, lane: int) -> bool:
         """True when the lane's actor is gone for good (an error of a live actor is the unit's)."""
@@ -177,10 +183,10 @@ def _outcome_of(commit_ref: Any) -> "Future[Outcome]":
     def resolved(f: Future) -> None:
         try:
             c = f.result()
-        except BaseException as exc:  # a judge or the commit failed for good: the pool records the unit failed
+        except BaseException as exc:  # the commit failed for good: the pool records the unit failed
             done.set_exception(exc)
             return
-        done.set_result(Outcome({}, c.error, c))
+        done.set_result(Outcome({}, incomplete=c.error, written=c))  # a judge's error leaves the unit ok
 
     commit_ref.future().add_done_callback(resolved)
     return done
@@ -243,7 +249,7 @@ def _compute(plan: RunPlan, rs: RunStore, todo: list[Unit], llms: list[Any], act
     return {"wall_s": el, "method_failed": runner.method_failed,
             "prompt_tokens": u.prompt_tokens, "cached_tokens": u.cached_tokens,
             "decoded_tokens": u.decoded_tokens,
-            "cache_hit": u.cached_tokens / u.prompt_tokens if u.prompt_tokens else 0.0,
+            "cache_hit": cache_hit_rate(u),
             "tokens_per_s": (u.prompt_tokens - u.cached_tokens + u.decoded_tokens) / el if el else 0.0,
             "method_loops": cfg.engine.method_loops if actors else "driver",
             "driver_cpu": cpu_s / el if el else 0.0,  # cores' worth of the driver process while units ran
@@ -355,14 +361,15 @@ def execute(cfg: RunConfig, *, actor_cls: Any = None, sim: Simulated | None = No
         finally:
             pool = state.get("pool")
             computed, failed = (pool.finished - pool.failed, pool.failed) if pool is not None else (0, 0)
-            state["counts"] = (computed, failed, list(pool.errors) if pool is not None else [])
+            state["counts"] = (computed, failed, list(pool.errors) if pool is not None else [],
+                               pool.infrastructure if pool is not None else 0)
             rs.write_index(invocation)  # before the manifest: what the next resume reads
             rs.write_manifest(dict(base, started_at=started, finished_at=now(), wall_s=time.monotonic() - t0,
                                    samples=len(plan.units), computed=computed, skipped=skipped, failed=failed,
                                    stats_json=json.dumps(stats, default=str)))
     if lock["lost"]:
         raise RunError(lock["lost"])
-    computed, failed, errors = state["counts"]
+    computed, failed, errors, incomplete = state["counts"]
     method_failed, method_errors = state.get("method_failed", (0, []))
     return RunSummary(plan.run_id, rs.uri, len(all_units), computed, skipped, failed, stats, errors,
-                      method_failed, method_errors)
+                      method_failed, method_errors, incomplete)

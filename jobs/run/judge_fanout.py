@@ -4,8 +4,11 @@ unit's `samples` file once every judge task has written its rows.
 
 The commit task takes the judge tasks' results as arguments, so Ray starts it only after all of
 them returned and no process waits for them meanwhile; the process that ran the unit's loop goes
-straight to its next unit. A judge that fails marks the unit failed with the judge's error (its
-other judges' rows are kept). The order of the writes is what makes a crash harmless: steps and
+straight to its next unit. A judge that fails is that judgment's failure, not the unit's: its task
+writes a `judgments` row with the root cause (`jobs.store.tables.judge_failure_row`), the unit is
+committed as its method left it (ok), so the sample stays in every method's comparison and cost
+row, and the commit carries the error so the driver counts the unit incomplete (the run exits
+non-zero; the report flags the judge's cells incomplete). The order of the writes is what makes a crash harmless: steps and
 judge parts first, the samples file last, so a crash at any point leaves either a committed unit or
 files no reader sees, and a resume computes exactly the units without a samples row.
 """
@@ -17,7 +20,7 @@ from typing import Any
 from jobs.run.config import JudgeModelSpec, RunConfig
 from jobs.run.workload import Unit
 from jobs.store.storage import Committed, RunStore
-from jobs.store.tables import now, unit_columns
+from jobs.store.tables import unit_columns
 
 _remote: dict[str, Any] = {}  # the Ray remote functions, made once per process
 
@@ -37,12 +40,10 @@ class Judging:
 
 def commit_unit(output_uri: str, run_id: str, shard: str, samples: list[dict[str, Any]],
                 files: list[tuple[str, int]], *judged: dict[str, Any]) -> Committed:
-    """The commit task's body: the unit's samples row (failed with the judges' errors, if any),
-    written after every judge part."""
+    """The commit task's body: the unit's samples row as the method left it, written after every judge
+    part; the judges' errors, if any, travel in the `Committed` record (the unit is incomplete)."""
     errors = [j["error"] for j in judged if j["error"]]
     error = "; ".join(errors)[:2000] if errors else None
-    if error:
-        samples = [dict(samples[0], status="failed", error=error, finished_at=now())] + samples[1:]
     rs = RunStore.open(output_uri, run_id, role="commit-task")
     return rs.commit(shard, samples, list(files) + [f for j in judged for f in j["files"]], error, keep=False)
 

@@ -10,7 +10,7 @@ from typing import Any
 from jobs.errors import error_text
 from jobs.run.config import JudgeModelSpec, JudgeSpec
 from jobs.store.storage import RunStore
-from jobs.store.tables import judge_rows
+from jobs.store.tables import judge_failure_row, judge_rows
 
 
 def judge_llm(spec: JudgeModelSpec, engine_llm: Any) -> Any:
@@ -36,7 +36,8 @@ def judge_part(output_uri: str, run_id: str, shard: str, part: str, unit: dict[s
                output: Any, gold: Any, metadata: dict[str, Any], judge_model: JudgeModelSpec,
                engine_llm: Any) -> dict[str, Any]:
     """A judge task's body: judge, then write the rows as part `part` of `shard` (invisible until the
-    unit's commit). Returns {"files": [(name, rows)], "error": the judge's error or None}. An engine
+    unit's commit). Returns {"files": [(name, rows)], "error": the judge's error or None}; a judge's
+    own failure is written as its `judgments` row (`judge_failure_row`). An engine
     that died under the judge raises, so Ray retries the task."""
     import ray
 
@@ -44,8 +45,12 @@ def judge_part(output_uri: str, run_id: str, shard: str, part: str, unit: dict[s
         rows = judge_one(judge, output, gold, metadata, judge_model, engine_llm)
     except ray.exceptions.RayActorError:
         raise
-    except Exception as exc:  # the judge's own failure: the unit is committed as failed with it
-        return {"files": [], "error": f"judge {judge.name}: {error_text(exc)}"}
+    except Exception as exc:  # the judge's own failure: a judgments row with its cause; the unit stays ok
+        err = error_text(exc)
+        rows = {"judgments": [judge_failure_row(judge.name, err)], "scores": []}
+        failed: str | None = f"judge {judge.name}: {err}"
+    else:
+        failed = None
     rs = RunStore.open(output_uri, run_id, role="judge-task")
     files = []
     for table in ("judgments", "scores"):
@@ -54,4 +59,4 @@ def judge_part(output_uri: str, run_id: str, shard: str, part: str, unit: dict[s
         f = rs.write_part(shard, table, [dict(unit, **r) for r in rows[table]], part=part, mode="overwrite")
         if f is not None:
             files.append((f, len(rows[table])))
-    return {"files": files, "error": None}
+    return {"files": files, "error": failed}

@@ -20,7 +20,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Callable, Generic, TypeVar
 
-from jobs.errors import error_text, is_transient
+from jobs.errors import ENGINES_LOST, error_text, is_transient
 
 T = TypeVar("T")
 Rows = dict[str, list[dict[str, Any]]]
@@ -29,10 +29,12 @@ Log = Callable[[str], None]
 
 @dataclass(frozen=True)
 class Outcome:
-    """The rows of one finished item; `error` is set when the item failed (e.g. a judge failed)."""
+    """The rows of one finished item; `error` is set when the item failed, `incomplete` when it finished
+    with a part unknown (a judge failed: the unit is ok, its judgment is not)."""
 
     rows: Rows
     error: str | None = None
+    incomplete: str | None = None  # the item finished but part of it is unknown (e.g. a judge failed)
     written: Any = None  # the record of rows already written elsewhere (e.g. a shard a worker committed)
 
 
@@ -46,7 +48,7 @@ class Attempt(Generic[T]):
 class WorkerPool(Generic[T]):
     def __init__(self, items: list[T], *, lanes: int, per_lane: int, retries: int,
                  run: Callable[[Attempt[T], int], "Outcome | Future[Outcome]"],
-                 failed_rows: Callable[[Attempt[T], str], Rows],
+                 failed_rows: Callable[[Attempt[T], str, bool], Rows],
                  flush: Callable[[Rows], None], describe: Callable[[T], str] = str,
                  record: Callable[[Any], None] = lambda written: None,
                  retryable: Callable[[BaseException], bool] = is_transient,
@@ -65,6 +67,7 @@ class WorkerPool(Generic[T]):
         self.stop = threading.Event()
         self.finished = 0
         self.failed = 0
+        self.infrastructure = 0  # items failed for the infrastructure, or finished with a part unknown
         self.buffer: list[Rows] = []
         self.live = [True] * lanes
         self.errors: list[str] = []  # the final error of each failed item, in order
@@ -84,7 +87,8 @@ class WorkerPool(Generic[T]):
             (self.queue.appendleft if front else self.queue.append)(attempt)
             self.cv.notify_all()
 
-    def finish(self, rows: Rows, failed: bool, error: str | None = None, written: Any = None) -> None:
+    def finish(self, rows: Rows, failed: bool, error: str | None = None, infrastructure: bool = False,
+               written: Any = None) -> None:
         if written is not None:
             self._record(written)
         with self.cv:
@@ -92,7 +96,8 @@ class WorkerPool(Generic[T]):
                 self.buffer.append(rows)
             self.finished += 1
             self.failed += int(failed)
-            if failed and error:
+            self.infrastructure += int(infrastructure)
+            if (failed or infrastructure) and error:
                 self.errors.append(error)
             self.cv.notify_all()
 
@@ -103,7 +108,8 @@ class WorkerPool(Generic[T]):
             self._put(Attempt(a.item, a.number + 1, err))
             return
         self.log(f"FAILED {self._describe(a.item)} after {a.number + 1} attempt(s): {err[:300]}")
-        self.finish(self._failed_rows(a, err), failed=True, error=err)
+        infra = self._retryable(exc)  # still failing after its retries: the infrastructure, not the method
+        self.finish(self._failed_rows(a, err, infra), failed=True, error=err, infrastructure=infra)
 
     # workers -------------------------------------------------------------------------------
 
@@ -123,17 +129,21 @@ class WorkerPool(Generic[T]):
             if isinstance(result, Future):
                 result.add_done_callback(lambda f, a=a: self._resolved(a, f))
             else:
-                self.finish(result.rows, failed=result.error is not None, error=result.error, written=result.written)
+                self._finished(result)
         if not any(self.live) and not self.stop.is_set():
-            self._fail_remaining("every engine actor died and could not be restarted (engine.max_restarts)")
+            self._fail_remaining(f"{ENGINES_LOST} and could not be restarted (engine.max_restarts)")
+
+    def _finished(self, out: Outcome) -> None:
+        self.finish(out.rows, failed=out.error is not None, error=out.error or out.incomplete,
+                    infrastructure=out.incomplete is not None, written=out.written)
 
     def _resolved(self, a: Attempt[T], fut: "Future[Outcome]") -> None:
         """A deferred outcome, or the failure its future raised (recorded, not retried)."""
         try:
             out = fut.result()
         except Exception as exc:
-            out = Outcome(self._failed_rows(a, error_text(exc)), error_text(exc))
-        self.finish(out.rows, failed=out.error is not None, error=out.error, written=out.written)
+            out = Outcome(self._failed_rows(a, error_text(exc), False), error_text(exc))
+        self._finished(out)
 
     def _fail_remaining(self, reason: str) -> None:
         while True:
@@ -141,7 +151,7 @@ class WorkerPool(Generic[T]):
                 if not self.queue:
                     return
                 a = self.queue.popleft()
-            self.finish(self._failed_rows(a, reason), failed=True, error=reason)
+            self.finish(self._failed_rows(a, reason, True), failed=True, error=reason, infrastructure=True)
 
     # main loop -----------------------------------------------------------------------------
 

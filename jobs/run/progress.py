@@ -6,6 +6,9 @@ import sys
 import time
 from typing import Any, Callable
 
+from eval.judges.cost import cache_hit_rate
+from eval.llm import Usage
+
 
 class Progress:
     def __init__(self, total: int, uri: str, log: Callable[[str], None], interactive: bool) -> None:
@@ -20,7 +23,7 @@ class Progress:
     def update(self, finished: int, failed: int, prompt: int, cached: int, decoded: int) -> None:
         el = max(time.monotonic() - self.t0, 1e-9)
         tok_s = (prompt - cached + decoded) / el
-        hit = 100.0 * cached / prompt if prompt else 0.0
+        hit = 100.0 * cache_hit_rate(Usage(prompt, cached, 0))
         if self.bar is not None:
             self.bar.n = finished
             self.bar.set_postfix_str(f"{failed} failed | {tok_s:.0f} tok/s | cache hit {hit:.1f}%", refresh=True)

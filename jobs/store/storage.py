@@ -348,7 +348,7 @@ WRITER_KEY = b"memloop.writer"  # the Parquet key-value metadata naming the proc
 class Committed:
     """A committed shard, as its writer reports it to the driver: the (unit, status) pairs of its
     samples rows, its largest table's rows, and its files (run-relative, `samples` last). `error` is a
-    unit's judge error (the unit was committed as failed)."""
+    unit's judge error (the unit is committed ok; its judgment failed)."""
 
     shard: str
     units: tuple[tuple[str, str], ...]

@@ -38,6 +38,7 @@ SCHEMAS: dict[str, pa.Schema] = {
         pa.field("seed", pa.int64()),
         pa.field("status", pa.string(), nullable=False),  # "ok" | "failed" | "n/a" (the method does not apply)
         pa.field("error", pa.string()),  # the last error of a failed unit; why, for an "n/a" unit
+        pa.field("failure", pa.string()),  # a failed unit's kind of failure: "method" | "infrastructure"
         pa.field("attempts", pa.int32()),
         pa.field("output_json", pa.string()),  # the method's final answer (summary, attributes, name ...)
         pa.field("n_steps", pa.int32()),
@@ -81,6 +82,7 @@ SCHEMAS: dict[str, pa.Schema] = {
         pa.field("judge", pa.string(), nullable=False),
         pa.field("index", pa.int32(), nullable=False),
         pa.field("record_json", pa.string(), nullable=False),  # the raw judgment, as the judge returned it
+        pa.field("error", pa.string()),  # a judge that failed on the unit: its root cause (one row, index -1)
     ]),
     "scores": pa.schema(_UNIT + [
         pa.field("judging_id", pa.string()),  # as in `judgments`
@@ -172,7 +174,8 @@ def sample_row(u: "UnitLike", status: str, error: str | None, attempts: int, out
                              "templates": out.templates, "failures": out.failures}, sort_keys=True, default=str)
         usage = out.usage
         prompt, cached, decoded = usage.prompt_tokens, usage.cached_tokens, usage.decoded_tokens
-    return dict(unit_columns(u), seed=u.seed, status=status, error=error, attempts=attempts, output_json=output,
+    return dict(unit_columns(u), seed=u.seed, status=status, error=error,
+                failure=None if status != "failed" else "method", attempts=attempts, output_json=output,
                 n_steps=len(out.steps) if out is not None else 0, prompt_tokens=prompt, cached_tokens=cached,
                 decoded_tokens=decoded, chunk_tokens=u.chunk_tokens, input_tokens=u.input_tokens, actor=actor, started_at=started,
                 finished_at=now())
@@ -216,6 +219,11 @@ def judge_rows(result: Any) -> dict[str, list[dict[str, Any]]]:
     scores = [{"judge": result.judge, "metric": s.metric, "turn": s.turn,
                "value": float(s.value) if s.value is not None else math.nan} for s in result.scores]
     return {"judgments": judgments, "scores": scores}
+
+
+def judge_failure_row(judge: str, error: str) -> dict[str, Any]:
+    """The `judgments` row of a judge that failed on a unit: the failure is the judgment's, not the unit's."""
+    return {"judge": judge, "index": -1, "record_json": _dump({"failed": True, "error": error}), "error": error}
 
 
 def with_unit(u: "UnitLike", rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -64,8 +64,9 @@ def test_cells_carry_the_papers_unit_the_counts_and_why_a_figure_is_missing() ->
                {"method": "fart-rolling", "dataset": "arxiv:x", "judge": "rouge", "metric": "rouge1",
                 "mean": 0.3, "se": None, "judged": 10, "total": 10}]
     rows = {r["label"]: r["cells"] for r in layout(table, figures, {})["rows"]}
-    assert rows["Base"]["ROUGE-1"] == dict(memloop=pytest.approx(20.0), se=pytest.approx(1.0), n=9, total=10,
-                                          text="20.0 ± 1.0 (9 / 10)", paper="11.7", steps_not_ok=None)
+    assert rows["Base"]["ROUGE-1"] == dict(memloop=pytest.approx(20.0), se=pytest.approx(1.0), lo=None, hi=None, n=9,
+                                          total=10, incomplete=False, text="20.0 ± 1.0 (9 / 10)", paper="11.7",
+                                          steps_not_ok=None)
     assert rows["Rolling summary"]["ROUGE-1"]["text"] == "30.0"  # all judged: no counts shown
     assert rows["Compressed intermediates"]["ROUGE-1"]["text"] == "–"
     long = TABLES["seed002-table2"]
@@ -74,6 +75,9 @@ def test_cells_carry_the_papers_unit_the_counts_and_why_a_figure_is_missing() ->
     assert cells["Long context"]["BooookScore"]["paper"] == ".67 ± .004"
     failed = {r["label"]: r["cells"] for r in layout(long, [], {("inc-update", "repoqa:r"): {"failed": 2}})["rows"]}
     assert failed["Incremental"]["RepoQA acc."]["text"] == "failed (2 / 2)"  # a failure is never a blank
+    ranged = [dict(figures[1], lo=0.25, hi=0.35, zeroed=2, judged=8)]
+    rows = {r["label"]: r["cells"] for r in layout(table, ranged, {})["rows"]}
+    assert rows["Rolling summary"]["ROUGE-1"]["text"] == "30.0 [25.0, 35.0] (8 / 10; 2 failed = 0)"
     kg = {r["label"]: r["cells"] for r in layout(TABLES["seed001-table1"], [], {})["rows"]}
     assert kg["KG"]["BERTScore F1"]["text"] == "not measured" and kg["KG"]["BERTScore F1"]["paper"] == "54.58 / 55.96"
 
@@ -160,6 +164,18 @@ def test_a_reduced_paper_config_runs_end_to_end_and_reports_the_papers_table(con
                 assert cell["paper"] == (row.paper.get(col.label) or None)
                 # a memloop figure, or the reason there is none: never an empty cell for a method the run has
                 assert cell["text"], (tid, row.label, col.label)
+        # who judged whom, and the paired differences the paper states
+        assert "Model under test: scripted at" in laid[tid]["note"] and "self-judged" in laid[tid]["note"]
+        assert [x["label"] for x in laid[tid]["differences"]] == [x.label for x in table.differences]
+    if "seed002-fig5" in cfg.paper_tables:  # figure 5's four curves, one point per chunk size
+        from jobs.results.report import chunk_curves
+
+        curves = chunk_curves(d)
+        assert set(curves) == {"accuracy", "net_encoded", "decoded", "cost_index"}
+        assert all(sorted(p[1] for p in pts) == [32, 64, 128, 256, 512] for pts in curves.values())
+    if "seed002-table4" in cfg.paper_tables:  # memory tokens, manual against generated, per task
+        manual = next(r for r in laid["seed002-table4"]["rows"] if r["label"] == "Manual")["cells"]
+        assert all(manual[f"{t} memory tokens"]["memloop"] is not None for t in ("BooookScore", "RepoQA", "LOFT-Spider"))
 
 
 @pytest.mark.slow
@@ -185,6 +201,10 @@ def test_a_reduced_paper_config_runs_on_the_bundled_model(config, ray_local, tmp
     summary = execute(cfg, log=lambda m: None)
     assert summary.computed + summary.failed > 0 and summary.skipped == 0
     _, d, rep = report_of(summary.output)
+    # no unit refused for length: the chunk-fit check sized the chunks for the config's model
+    refused = d.samples[d.samples["error"].fillna("").str.contains("context|too long|exceeds", case=False)
+                        & (d.samples["method"] != "long-context")]
+    assert refused.empty, refused[["unit", "status", "error"]].to_string()
     laid = {t["id"]: t for t in headline(d)["paper_tables"]}
     assert list(laid) == cfg.paper_tables
     for tid in cfg.paper_tables:
@@ -242,6 +262,15 @@ def test_table3_net_and_cost_index_recomputed_from_the_runs_parquet_agree_with_t
         assert figures[(method, ds, "cost_index")] == pytest.approx(sum(p[2] for p in per) / n)
         checked += 1
     assert checked >= 6
+    # table 2's ch. tokens: the whole input (cl100k) for the long-context row, the chunk size otherwise
+    t2 = {r["label"]: r["cells"] for r in h["paper_tables"][0]["rows"]}
+    ok = samples[samples["status"] == "ok"]
+    for task, label in (("book", "BooookScore"), ("repoqa", "RepoQA"), ("spider", "LOFT-Spider")):
+        lc = ok[(ok["method"] == "long-context") & ok["dataset"].str.startswith(task)]
+        cell = t2["Long context"][f"{label} ch. tokens (x10^3)"]["memloop"]
+        assert cell == pytest.approx(lc["input_tokens"].mean() / 1e3) if len(lc) else cell is None
+        chunk = next(d["options"]["chunk_tokens"] for d in data["datasets"] if d["task"] == task)
+        assert t2["PRISM in-place"][f"{label} ch. tokens (x10^3)"]["memloop"] == pytest.approx(chunk / 1e3)
     for laid in h["paper_tables"]:
         if laid["id"] not in ("seed002-table3", "seed002-table3-repoqa", "seed002-table5"):
             continue

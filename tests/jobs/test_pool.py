@@ -9,7 +9,8 @@ from jobs.run.pool import Attempt, Outcome, WorkerPool
 def _pool(items, run, **kw):
     flushed: list[dict] = []
     pool = WorkerPool(items, lanes=kw.pop("lanes", 2), per_lane=2, retries=kw.pop("retries", 2), run=run,
-                      failed_rows=lambda a, err: {"samples": [{"item": a.item, "status": "failed", "error": err}]},
+                      failed_rows=lambda a, err, infra: {"samples": [{"item": a.item, "status": "failed", "error": err,
+                                                                      "infrastructure": infra}]},
                       flush=flushed.append, log=lambda m: None, flush_units=1, flush_s=0.1, **kw)
     return pool, flushed
 
@@ -39,6 +40,16 @@ def test_every_item_is_recorded_once_and_retries_are_bounded() -> None:
     assert calls[4] == 1  # a deterministic error is not retried
     assert sorted(pool.errors) == ["TimeoutError: always times out", "ValueError: a deterministic error"]
     assert next(r for r in rows if r["item"] == 3)["error"] == "TimeoutError: always times out"
+    # a transient error still failing after the retries is the infrastructure's; a deterministic one the method's
+    assert {r["item"]: r["infrastructure"] for r in rows if r["status"] == "failed"} == {3: True, 4: False}
+    assert pool.infrastructure == 1
+
+
+def test_an_incomplete_outcome_is_counted_apart_from_failures() -> None:
+    """A judge that failed leaves the unit ok but incomplete: not a failed unit, yet counted."""
+    pool, flushed = _pool([0, 1], lambda a, lane: Outcome({"samples": [{"item": a.item, "status": "ok"}]},
+                                                          incomplete="judge kgscore: down" if a.item else None))
+    assert pool.run() == (2, 0) and pool.infrastructure == 1 and pool.errors == ["judge kgscore: down"]
 
 
 def test_deferred_outcomes_and_their_failures_count() -> None:
@@ -71,7 +82,7 @@ def test_a_lost_lane_hands_its_items_to_the_others_and_all_lost_fails_the_rest()
 
     pool, flushed = _pool(list(range(3)), run, lanes=1, lane_lost=lambda exc, lane: True)
     assert pool.run() == (0, 3)
-    assert all("every engine actor died" in r["error"] for r in _rows(flushed))
+    assert all("every engine actor died" in r["error"] and r["infrastructure"] for r in _rows(flushed))
 
 
 def test_progress_lines_off_a_terminal_and_a_bar_on_one(capsys) -> None:

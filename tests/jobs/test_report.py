@@ -114,7 +114,7 @@ def test_report_uses_each_judges_declared_aggregation(tmp_path) -> None:
     original = get_judge("booookscore")
     register_judge(dataclasses.replace(original, aggregate_by=statistics.median))
     try:
-        md = build_report(d).markdown
+        md = build_report(RunData.load(rs)).markdown  # figures are computed once per load
     finally:
         register_judge(original)
     row = next(line for line in md.splitlines() if line.startswith("| cok | sumie:synthetic |") and "0.200" in line)
@@ -162,8 +162,9 @@ def test_cost_is_a_mean_per_sample_over_the_samples_every_method_finished(tmp_pa
     assert h["cost_excluded"] == [{"dataset": "book:x", "sample_id": "b3", "repeat": 0, "methods": ["prism"]}]
 
 
-def test_a_failed_judgment_counts_in_judged_over_total(tmp_path) -> None:
-    """A sample whose judging failed is not silently dropped: the judged / total column shows it."""
+def test_a_failed_unit_scores_zero_in_the_headline_with_the_counts_beside(tmp_path) -> None:
+    """The rule for means: a unit whose method failed scores the metric's zero (it used to leave the
+    mean, which then read 0.6), the mean over judged units and the counts stand beside it."""
     from jobs.results.report import headline
 
     rs = RunStore.open(str(tmp_path), "judged")
@@ -173,10 +174,11 @@ def test_a_failed_judgment_counts_in_judged_over_total(tmp_path) -> None:
     md = build_report(d).markdown
     header = next(line for line in md.splitlines() if line.startswith("| method | dataset | booookscore"))
     assert "booookscore: judged / total" in header
-    row = next(line for line in md.splitlines() if line.startswith("| inc | book:x |") and "0.600" in line)
-    assert "2 / 3" in row
+    row = next(line for line in md.splitlines() if line.startswith("| inc | book:x |") and "0.400" in line)
+    assert "2 / 3" in row and "1 failed = 0" in row
     fig = next(f for f in headline(d)["figures"] if f["judge"] == "booookscore")
-    assert fig["mean"] == pytest.approx(0.6) and fig["judged"] == 2 and fig["total"] == 3
+    assert fig["mean"] == pytest.approx(0.4) and fig["mean_judged"] == pytest.approx(0.6)
+    assert (fig["judged"], fig["zeroed"], fig["total"], fig["incomplete"]) == (2, 1, 3, False)
 
 
 PROMPTS = ["[CLASS]\nclass Book: ...\n[MEMORY]\n{}\n[TEXT]\nAnna sails to Crete.",

@@ -9,7 +9,7 @@ from eval.errors import JudgeError
 from eval.judges import run_judge
 from eval.asking import ParseFailure
 from eval.judges.asking import JudgeAnswerError
-from eval.judges.booookscore import (ERROR_TYPES, judge, mean_over_books, parse_batch_answer,
+from eval.judges.booookscore import (ERROR_TYPES, judge, parse_batch_answer,
                                      parse_sentence_answer, score_judgments)
 from eval.judges.booookscore_replay import release_table, replay_book, score_release
 from eval.judges.records import Judgment
@@ -89,10 +89,19 @@ def test_batched_variant():
         parse_batch_answer(answer[:1] + answer[answer.index("}") + 3:], 2)
 
 
-def test_mean_over_books_and_empty_inputs():
-    assert mean_over_books([1.0, 0.5, 0.75]) == pytest.approx(0.75)
-    with pytest.raises(JudgeError):
-        judge("   ", None, ScriptedLLM([]))
+def test_the_book_mean_is_the_one_mean_and_an_empty_summary_scores_zero():
+    """BooookScore aggregates by the mean every judge uses, and an empty summary scores 0 (the rule
+    for means: a method that produced nothing got nothing right) without a judge call."""
+    from eval.judges import aggregator
+    from eval.judges.aggregation import mean_over_samples
+
+    assert aggregator("booookscore") is mean_over_samples
+    for empty in ("   ", ""):
+        llm = ScriptedLLM([])
+        r = judge(empty, None, llm)
+        assert r.score("booookscore") == 0.0 and r.score("sentences") == 0 and r.judgments == []
+        assert run_judge("booookscore-batched", empty, None, llm).score("booookscore") == 0.0
+        assert llm.requests == []
     with pytest.raises(JudgeError, match="needs a judge LLM"):
         run_judge("booookscore", "A summary.", None)
 

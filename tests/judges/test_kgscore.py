@@ -130,3 +130,16 @@ def test_entity_shuffle_check_reports_relative_drops(embedder):
     assert out["change_pct"]["kg_f1"] == pytest.approx(-100.0, abs=1e-3)
     assert out["change_pct"]["rouge1"] == pytest.approx(0.0)  # same words, other order: ROUGE-1 cannot tell
     assert out["change_pct"]["rouge2"] < 0
+
+
+def test_an_empty_summary_scores_zero_and_its_reference_is_still_extracted():
+    """An empty generated summary has no edges: P = R = F1 = 0 (the unit stays in the mean), with the
+    reference's edges still counted so every KGScore column covers the same units."""
+    ref = '{"edges": [{"subjects": ["Janek"], "objects": ["AC-293"], "predicate": "argues with"}]}'
+    for empty in ("", "  \n"):
+        llm = ScriptedLLM([ref])
+        r = run_judge("kgscore", empty, {"reference": "Janek argues with AC-293.", "entities": ["Janek", "AC-293"]}, llm)
+        assert (r.score("precision"), r.score("recall"), r.score("f1")) == (0.0, 0.0, 0.0)
+        assert r.score("edges_generated") == 0 and r.score("edges_reference") == 1
+        assert len(llm.requests) == 1 and "Janek argues" in llm.requests[0].messages[0]["content"]
+        assert r.details["empty_summary"] is True

@@ -1,0 +1,152 @@
+"""The rule for means (docs/judges.md, "Means and intervals") on hand-made run tables: failed units
+score 0, n/a stays out and is counted, infrastructure failures make a cell incomplete, every repeat
+counts, every column covers the same samples, and each cell carries a seeded bootstrap interval."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from eval.judges.aggregation import INCOMPLETE, JUDGED, ZERO, Unit, figure, paired_difference
+from jobs.results.report import RunData, build_report, headline
+from jobs.store.storage import RunStore
+from jobs.store.tables import now
+from jobs.store.units import unit_key
+
+
+def _unit(rs: RunStore, method: str, sample: str, repeat: int, status: str = "ok",
+          scores: dict[str, float] | None = None, error: str | None = None, failure: str | None = None) -> None:
+    base = dict(unit=unit_key("book:x", sample, method, repeat), dataset="book:x", task="book", sample_id=sample,
+                method=method, repeat=repeat)
+    t = now()
+    row = dict(base, seed=repeat, status=status, error=error, failure=failure, attempts=1, output_json='"s"',
+               n_steps=1, prompt_tokens=100, cached_tokens=0, decoded_tokens=10, chunk_tokens=None, actor="a",
+               started_at=t, finished_at=t)
+    rows = [dict(base, judge="rouge", metric=m, turn=None, value=v) for m, v in (scores or {}).items()]
+    rs.write_shard({"samples": [row], "steps": [], "scores": rows})
+
+
+def _fig(d: RunData, method: str, metric: str) -> dict:
+    return next(f for f in headline(d)["figures"] if f["method"] == method and f["metric"] == metric)
+
+
+def test_infrastructure_failures_are_incomplete_not_zero_and_n_a_stays_out(tmp_path) -> None:
+    rs = RunStore.open(str(tmp_path), "states")
+    _unit(rs, "inc", "b1", 0, scores={"rouge1": 0.6})
+    _unit(rs, "inc", "b2", 0, "failed", error="MethodError: no JSON dict found", failure="method")
+    _unit(rs, "inc", "b3", 0, "failed", error="ActorDiedError: the engine actor died", failure="infrastructure")
+    _unit(rs, "inc", "b4", 0, "n/a", error="input longer than the context")
+    # a run written before `samples.failure` existed: the error's type says it was the infrastructure
+    _unit(rs, "inc", "b5", 0, "failed", error="ConnectionError: endpoint refused the connection")
+    d = RunData.load(rs)
+    f = _fig(d, "inc", "rouge1")
+    assert f["mean"] == pytest.approx(0.3)  # (0.6 + 0) / 2: the method failure is a zero, the others are not
+    assert (f["judged"], f["zeroed"], f["n/a"], f["incomplete_units"], f["total"]) == (1, 1, 1, 2, 4)
+    assert f["incomplete"] is True and headline(d)["incomplete"] is True
+    row = next(line for line in build_report(d).markdown.splitlines() if line.startswith("| inc | book:x |")
+               and "0.300" in line)
+    assert "incomplete: 2 unknown" in row and "1 failed = 0" in row and "1 n/a" in row
+
+
+def test_a_judge_that_left_an_ok_unit_unscored_makes_the_cell_incomplete(tmp_path) -> None:
+    rs = RunStore.open(str(tmp_path), "unjudged")
+    _unit(rs, "inc", "b1", 0, scores={"rouge1": 0.6})
+    _unit(rs, "inc", "b2", 0)  # ok, but its judge failed: no score row
+    f = _fig(RunData.load(rs), "inc", "rouge1")
+    assert f["mean"] == pytest.approx(0.6) and f["incomplete_units"] == 1 and f["incomplete"]
+
+
+def test_a_repeat_whose_units_all_failed_counts_as_zero_not_dropped(tmp_path) -> None:
+    """Repeat 1 failed everywhere: its mean is 0 and the ± is over both repeats (it used to be NaN,
+    and the figure read 0.5 with no ±)."""
+    rs = RunStore.open(str(tmp_path), "repeats")
+    for s, v in (("b1", 0.4), ("b2", 0.6)):
+        _unit(rs, "inc", s, 0, scores={"rouge1": v})
+        _unit(rs, "inc", s, 1, "failed", error="MethodError: nothing parsed", failure="method")
+    f = _fig(RunData.load(rs), "inc", "rouge1")
+    assert f["repeats"] == 2 and f["mean"] == pytest.approx(0.25) and f["se"] == pytest.approx(0.25)
+    assert f["repeats_without_result"] == 0 and not f["incomplete"]
+
+
+def test_every_column_and_method_covers_the_same_samples_and_left_out_ones_are_named(tmp_path) -> None:
+    rs = RunStore.open(str(tmp_path), "common")
+    _unit(rs, "inc", "b1", 0, scores={"rouge1": 0.2, "rouge2": 0.1})
+    _unit(rs, "inc", "b2", 0, scores={"rouge1": 0.4, "rouge2": 0.3})
+    _unit(rs, "prism", "b1", 0, scores={"rouge1": 0.6})  # its rouge2 was never scored
+    d = RunData.load(rs)
+    h = headline(d)
+    assert h["score_excluded"] == [{"dataset": "book:x", "sample_id": "b2", "methods": ["prism"]}]
+    assert _fig(d, "inc", "rouge1")["mean"] == pytest.approx(0.2)  # b2 is out for every method
+    p2 = _fig(d, "prism", "rouge2")
+    assert p2["total"] == 1 and p2["incomplete_units"] == 1  # the same unit set, its gap shown
+    assert "b2: none for prism" in build_report(d).markdown
+
+
+def test_cells_carry_a_seeded_bootstrap_interval_clustered_by_sample(tmp_path) -> None:
+    rng = np.random.default_rng(3)
+    values = rng.uniform(0, 1, 12)
+    one, two = RunStore.open(str(tmp_path), "one"), RunStore.open(str(tmp_path), "two")
+    for i, v in enumerate(values):
+        _unit(one, "inc", f"b{i}", 0, scores={"rouge1": float(v)})
+        for r in (0, 1):  # the same values in two repeats: clustering by sample gives the same interval
+            _unit(two, "inc", f"b{i}", r, scores={"rouge1": float(v)})
+    f1, f2 = _fig(RunData.load(one), "inc", "rouge1"), _fig(RunData.load(two), "inc", "rouge1")
+    assert f1["lo"] < values.mean() < f1["hi"] and f1["se"] is None
+    assert (f2["lo"], f2["hi"]) == (f1["lo"], f1["hi"]) and f2["se"] == pytest.approx(0.0)
+    assert _fig(RunData.load(one), "inc", "rouge1")["lo"] == f1["lo"]  # seeded: the same every report
+    md = build_report(RunData.load(one)).markdown
+    assert f"[{f1['lo']:.3f}, {f1['hi']:.3f}]" in md
+
+
+def test_figure_and_paired_difference_directly() -> None:
+    units = [Unit(0, "a", JUDGED, 1.0), Unit(0, "b", ZERO), Unit(0, "c", INCOMPLETE)]
+    f = figure(units)
+    assert f["mean"] == 0.5 and f["incomplete"] and f["total"] == 3
+    a = [Unit(0, s, JUDGED, 0.5) for s in "abcd"]
+    b = [Unit(0, s, JUDGED, 0.7) for s in "abc"] + [Unit(0, "d", ZERO)]
+    got = paired_difference(a, b)
+    assert got["n"] == 4 and got["delta"] == pytest.approx((0.2 * 3 - 0.5) / 4)
+    assert got["lo"] <= got["delta"] <= got["hi"]
+    assert math.isnan(figure([])["mean"] or math.nan)
+
+
+def test_a_paper_table_prints_the_stated_comparison_and_who_judged(tmp_path) -> None:
+    """seed001-table1 states KG against No-KG: the Δ row is the paired difference on the common
+    samples (a failed unit as 0), by the function `memloop compare` uses; the note names the model
+    under test, the judge (self-judged here) and the paper's judge."""
+    import json
+
+    from jobs.results.paper_tables import TABLES
+
+    rs = RunStore.open(str(tmp_path), "kg")
+    t = now()
+    for i, (a, b) in enumerate(((0.20, 0.25), (0.30, 0.33), (0.10, None), (0.40, 0.46))):
+        for method, v in (("no-kg", a), ("kg-retrieval", b)):
+            base = dict(unit=unit_key("arxiv:x", f"s{i}", method, 0), dataset="arxiv:x", task="arxiv",
+                        sample_id=f"s{i}", method=method, repeat=0)
+            status = "ok" if v is not None else "failed"
+            rs.write_shard({"samples": [dict(base, seed=0, status=status, error=None if v is not None else
+                                             "MethodError: no summary", failure=None if v is not None else "method",
+                                             attempts=1, output_json='"s"', n_steps=1, prompt_tokens=10,
+                                             cached_tokens=0, decoded_tokens=1, chunk_tokens=None, actor="a",
+                                             started_at=t, finished_at=t)],
+                            "steps": [], "scores": [] if v is None else
+                            [dict(base, judge="rouge", metric="rouge1", turn=None, value=v)]})
+    cfg = {"name": "kg", "paper_tables": ["seed001-table1"], "model": {"kind": "engine", "weights": "qwen2.5-coder-0.5b"},
+           "judge_model": {"kind": "engine"}}
+    rs.write_manifest(dict(invocation="i1", output=rs.store.uri, config_json=json.dumps(cfg), identity_json="{}",
+                           code_version="git:x", packages_json="{}", model_digest="d", template_hashes_json="{}",
+                           host="h", started_at=t, finished_at=t, wall_s=1.0, samples=8, computed=8, skipped=0,
+                           failed=1, stats_json="{}"))
+    d = RunData.load(rs)
+    (laid,) = headline(d)["paper_tables"]
+    (diff,) = laid["differences"]
+    got = diff["cells"]["ROUGE-1"]
+    want = 100 * np.mean([0.05, 0.03, -0.10, 0.06])  # s2 failed for KG: 0 − 0.10
+    assert got["delta"] == pytest.approx(want) and got["n"] == 4 and got["lo"] <= want <= got["hi"]
+    md = build_report(d).markdown
+    assert "Δ KG − No-KG (paired)" in md and f"{want:+.2f} [" in md
+    assert "Model under test: qwen2.5-coder-0.5b; judge: qwen2.5-coder-0.5b (self-judged" in laid["note"]
+    assert "the paper's judge: Mixtral 8x7B" in laid["note"]
+    assert "Gemini-Pro" in TABLES["seed000-table1"].note and "Gemini-Ultra" not in TABLES["seed000-table1"].note
