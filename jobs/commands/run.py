@@ -25,6 +25,9 @@ def run_cmd(
     repeats: Optional[int] = typer.Option(None, "--repeats", help="Override the config's repeats (part of the run id)."),
     model: Optional[str] = typer.Option(None, "--model", help="The engine's weights: a model name (smollm2-135m, qwen2.5-coder-0.5b, ...) "
                                         "or a GGUF / Hugging Face path (part of the run id)."),
+    judge_model: Optional[str] = typer.Option(None, "--judge-model", help="The model LLM judges call: a model name "
+                                              "(qwen2.5-coder-1.5b, ...) or a GGUF / Hugging Face path, run as a judge "
+                                              "engine of its own; `self` for the model under test (part of the run id)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Validate everything and print the plan; start nothing."),
     max_failed_frac: float = typer.Option(0.0, "--max-failed-frac", min=0.0, max=1.0,
                                           help="Exit 0 when at most this fraction of the attempted units failed."),
@@ -34,7 +37,7 @@ def run_cmd(
     from jobs.run.config import load_config, with_overrides
 
     cfg = with_overrides(load_config(config), str(config), output=output, tag=tag, limit=limit,
-                         max_chunks=max_chunks, repeats=repeats, model=model)
+                         max_chunks=max_chunks, repeats=repeats, model=model, judge_model=judge_model)
     if dry_run:
         _dry_run(cfg, as_json)
         return

@@ -179,14 +179,27 @@ class JudgeSpec(_Strict):
 
 
 class JudgeModelSpec(_Strict):
-    kind: Literal["engine", "openai"] = "engine"  # engine: the run's own model (its engine actors or endpoint)
+    """The model LLM judges call. `kind: engine` without `weights`: the model under test judges its
+    own outputs (its engine actors or endpoint); `kind: engine` with `weights`: a judge engine of its
+    own on those weights (a model name such as qwen2.5-coder-1.5b, or a path), started beside the
+    run's engines; `kind: openai`: an OpenAI-compatible endpoint."""
+
+    kind: Literal["engine", "openai"] = "engine"
+    weights: str | None = None
     endpoint: EndpointSpec | None = None
 
     @model_validator(mode="after")
     def _endpoint_given(self) -> "JudgeModelSpec":
         if self.kind == "openai" and self.endpoint is None:
             raise ValueError("kind 'openai' needs `endpoint` with base_url and model")
+        if self.kind == "openai" and self.weights is not None:
+            raise ValueError("kind 'openai' serves its own model: remove `weights`")
         return self
+
+    @classmethod
+    def named(cls, name: str) -> "JudgeModelSpec":
+        """`--judge-model NAME`: `self` (the model under test), or a judge engine on NAME's weights."""
+        return cls() if name == "self" else cls(weights=name)
 
 
 class RunConfig(_Strict):
@@ -296,13 +309,15 @@ def parse_config(data: dict[str, Any], source: str = "config") -> RunConfig:
 
 def with_overrides(cfg: RunConfig, source: str = "config", *, output: str | None = None, tag: str | None = None,
                    limit: int | None = None, max_chunks: int | None = None, repeats: int | None = None,
-                   model: str | None = None) -> RunConfig:
+                   model: str | None = None, judge_model: str | None = None) -> RunConfig:
     """The config with command-line overrides applied and validated again (`--limit N` keeps at most
     N samples of every dataset, `--max-chunks N` the first N chunks of each sample, `--repeats N`
     sets the repeats, `--model M` the engine's weights (a short name or a path); all four are part of
     the run id like the same settings in the file). With them a paper's config runs reduced:
     `--limit 2 --max-chunks 2 --repeats 1`, or on another model: `--model qwen2.5-coder-0.5b`."""
     data = cfg.model_dump()
+    if judge_model is not None:  # `--judge-model NAME`: part of the run id like the file's judge_model
+        data["judge_model"] = JudgeModelSpec.named(judge_model).model_dump()
     if model is not None:
         if cfg.model.kind != "engine":
             raise ConfigError(f"--model {model!r} sets the engine's weights, but this config's model is kind "

@@ -209,12 +209,13 @@ def _cached(plan: RunPlan, llms: list[Any]) -> list[Any]:
 
 
 def _compute(plan: RunPlan, rs: RunStore, todo: list[Unit], llms: list[Any], actors: list[Any], log: Log,
-             state: dict[str, Any], workers: list[Any] | None = None) -> dict[str, Any]:
+             state: dict[str, Any], workers: list[Any] | None = None, judging: Judging | None = None) -> dict[str, Any]:
     cfg = plan.config
     per_lane = cfg.model.endpoint.max_concurrency if cfg.model.endpoint is not None else cfg.engine.max_in_flight
     llms = _cached(plan, llms)
     cpu = CpuSplit()
-    runner = _UnitRunner(cfg, llms, actors, ShardWriter(rs.store.uri, plan.run_id, "driver", Judging.of(cfg)), log,
+    judging = judging or Judging.of(cfg)
+    runner = _UnitRunner(cfg, llms, actors, ShardWriter(rs.store.uri, plan.run_id, "driver", judging), log,
                          workers, cpu)
 
     def flush(rows: dict[str, list[dict[str, Any]]]) -> None:
@@ -275,8 +276,41 @@ def _start_and_compute(plan: RunPlan, rs: RunStore, todo: list[Unit], actor_cls:
 
     engine_actors.ensure_ray(log)  # judges run as Ray tasks in either case
     cfg = plan.config
+    judge_procs = _start_judge_engine(plan, actor_cls, log)
+    judging = Judging.of(cfg, ActorLLM(judge_procs[0], name="judge-engine", timeout_s=cfg.engine.request_timeout_s)
+                         if judge_procs else None)
+    try:
+        return _start_engines_and_compute(plan, rs, todo, actor_cls, sim, log, state, judging)
+    finally:
+        for a in judge_procs:
+            ray.kill(a)
+
+
+def _start_judge_engine(plan: RunPlan, actor_cls: Any, log: Log) -> list[Any]:
+    """One engine actor on the judge's own weights (`judge_model.weights`), or none."""
+    if plan.judge_engine_config is None:
+        return []
+    spec = plan.config.engine.model_copy(update={"actors": 1})
+    log(f"judge engine: {plan.judge_engine_config['model']}")
+    try:
+        return engine_actors.start_actors(spec, actor_cls or engine_actors.default_actor_class(),
+                                          {"config": plan.judge_engine_config}, log,
+                                          name_prefix=f"memloop:{plan.run_id}:judge-")
+    except ValueError as exc:  # the name is taken
+        raise RunError(f"run {plan.run_id} is already being computed on this Ray cluster ({exc}); "
+                       "wait for it or stop it") from None
+
+
+def _start_engines_and_compute(plan: RunPlan, rs: RunStore, todo: list[Unit], actor_cls: Any,
+                               sim: "Simulated | None", log: Log, state: dict[str, Any],
+                               judging: Judging) -> dict[str, Any]:
+    import ray
+
+    from jobs.run.llm_adapters import ActorLLM, endpoint_llm
+
+    cfg = plan.config
     if cfg.model.kind == "openai":
-        return _compute(plan, rs, todo, [endpoint_llm(cfg.model.endpoint)], [], log, state)
+        return _compute(plan, rs, todo, [endpoint_llm(cfg.model.endpoint)], [], log, state, judging=judging)
     if sim is not None:
         actors, procs = sim.start(cfg.engine, log)
     else:
@@ -296,9 +330,9 @@ def _start_and_compute(plan: RunPlan, rs: RunStore, todo: list[Unit], actor_cls:
             workers, worker_procs = start_workers(
                 actors, cfg.engine.max_in_flight, max_restarts=cfg.engine.max_restarts, timeout_s=timeout,
                 cache_dir=cfg.response_cache, cache_key=json.dumps(plan.identity["model"], sort_keys=True),
-                pack=sim.pack if sim is not None else 1, writer=(rs.store.uri, plan.run_id, Judging.of(cfg)))
+                pack=sim.pack if sim is not None else 1, writer=(rs.store.uri, plan.run_id, judging))
             log(f"method loops: {len(worker_procs)} worker process(es) beside the engine actors")
-        return _compute(plan, rs, todo, llms, actors, log, state, workers)
+        return _compute(plan, rs, todo, llms, actors, log, state, workers, judging)
     finally:
         for a in worker_procs + procs:  # free the hosts (and, in a shared Ray, the CPUs and memory) at once
             ray.kill(a)

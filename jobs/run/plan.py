@@ -77,9 +77,19 @@ def content_digest(path: Path) -> str:
 def weights_path(cfg: RunConfig) -> Path:
     """The model file or directory: the bundled default, a short model name (`qwen2.5-coder-0.5b`,
     joined from its packages on first use), or a path relative to the working directory."""
+    return _resolve_weights(cfg.model.weights)
+
+
+def _resolve_weights(weights: str | None) -> Path:
     from engine.assets import resolve_model
 
-    return resolve_model(None if cfg.model.weights is None else resolve_path(cfg.model.weights))
+    return resolve_model(None if weights is None else resolve_path(weights))
+
+
+def judge_weights_path(cfg: RunConfig) -> Path | None:
+    """The weights of the run's own judge engine (`judge_model.weights`), or None: no judge engine."""
+    jm = cfg.judge_model
+    return _resolve_weights(jm.weights) if jm.kind == "engine" and jm.weights is not None else None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -140,6 +150,16 @@ def check_config(cfg: RunConfig) -> None:
                                   f"directory or a model name ({', '.join(MODELS)})")
         except EngineError as exc:  # a short name whose packages are missing or corrupt
             raise ConfigError(f"`model.weights`: {exc}") from None
+    if cfg.judge_model.weights is not None:
+        from engine.assets import MODELS
+        from engine.errors import EngineError
+
+        try:
+            if not judge_weights_path(cfg).exists():
+                raise ConfigError(f"`judge_model.weights`: {cfg.judge_model.weights} does not exist; give a GGUF file, "
+                                  f"a model directory or a model name ({', '.join(MODELS)})")
+        except EngineError as exc:  # a short name whose packages are missing: `make models` installs them
+            raise ConfigError(f"`judge_model.weights`: {exc}") from None
     ep = cfg.judge_model.endpoint
     if ep is not None and ep.api_key_env and not os.environ.get(ep.api_key_env):
         raise ConfigError(f"`judge_model.endpoint.api_key_env`: environment variable {ep.api_key_env} is not set")
@@ -228,7 +248,8 @@ def identity(cfg: RunConfig, model_digest: str) -> dict[str, Any]:
         "model": {"weights": model_digest, "dtype": cfg.model.dtype, "options": cfg.model.options},
         "sampling": cfg.sampling.overrides(),
         "judges": [j.model_dump() for j in cfg.judges],
-        "judge_model": cfg.judge_model.model_dump(),
+        "judge_model": dict(cfg.judge_model.model_dump(), weights_digest=(
+            content_digest(judge_weights_path(cfg)) if cfg.judge_model.weights is not None else None)),
         "seeds": cfg.seeds(),
         "code": code_digest(),
         "templates": template_hashes(cfg),
@@ -267,7 +288,8 @@ class RunPlan:
     run_id: str
     engine_config: dict[str, Any] | None  # in the engine's names: what each engine actor is built with
     units: list["Unit"]
-    unavailable: tuple[str, ...] = ()  # dry run only: hub datasets not reachable here, with how to get them
+    unavailable: tuple[str, ...] = ()
+    judge_engine_config: dict[str, Any] | None = None  # the judge engine's, when judge_model names weights  # dry run only: hub datasets not reachable here, with how to get them
 
 
 def make_plan(cfg: RunConfig, dry_run: bool = False) -> RunPlan:
@@ -288,4 +310,11 @@ def make_plan(cfg: RunConfig, dry_run: bool = False) -> RunPlan:
     ident = identity(cfg, digest)
     unavailable: list[str] | None = [] if dry_run else None
     units = build_units(cfg, unavailable)
-    return RunPlan(cfg, weights, digest, ident, run_id_of(cfg.name, ident), engine, units, tuple(unavailable or ()))
+    judge_engine = None
+    if (judge_weights := judge_weights_path(cfg)) is not None:  # the judge's own engine: its weights, default options
+        judge_engine = {"model": str(judge_weights), "dtype": None}
+        if cfg.engine.page_budget is not None:
+            judge_engine["kv_budget"] = cfg.engine.page_budget
+        check_engine_config(judge_engine)
+    return RunPlan(cfg, weights, digest, ident, run_id_of(cfg.name, ident), engine, units, tuple(unavailable or ()),
+                   judge_engine)
