@@ -63,6 +63,10 @@ class NotFoundError(StorageError):
     """The object does not exist."""
 
 
+class DamagedRunError(StorageError):
+    """A run's tables are missing or unreadable (a partial copy, a listing glitch, a cut-short file)."""
+
+
 # ---------------------------------------------------------------------------------------------
 # Object stores: whole-object put/get/list under a root. A generation is an opaque string that
 # changes whenever the object is written (GCS: the object generation; local: inode and mtime).
@@ -331,8 +335,15 @@ def to_parquet(table: str, rows: list[dict[str, Any]]) -> bytes:
     return _table_bytes(pa.Table.from_pylist(rows, schema=SCHEMAS[table]))
 
 
-def from_parquet(data: bytes) -> pa.Table:
-    return pq.read_table(pa.BufferReader(data))
+def from_parquet(data: bytes, uri: str = "", columns: list[str] | None = None) -> pa.Table:
+    """A Parquet object's table; a cut-short or foreign file raises DamagedRunError naming `uri`."""
+    try:
+        return pq.read_table(pa.BufferReader(data), columns=columns)
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise DamagedRunError(
+            f"{uri or 'a table file'} is not a readable Parquet file ({type(exc).__name__}: {str(exc)[:200]}); "
+            "it was cut short or overwritten: restore it from a copy of the run, or delete it (a resume "
+            "computes the units of a deleted samples shard again)") from None
 
 
 # a unit with one of these outcomes is done: resuming never computes it again ("n/a": the method
@@ -432,13 +443,28 @@ class RunStore:
         if not rid:
             raise StorageError(f"{run_uri!r} is not a run URI; give OUTPUT/RUN_ID as printed by `memloop run`")
         rs = cls(open_store(base or "."), rid)
-        if not rs.store.list(f"{rid}/samples") and not rs.store.list(f"{rid}/runs"):
+        samples, runs = rs.store.list(f"{rid}/samples"), rs.store.list(f"{rid}/runs")
+        if not samples and not runs:
             raise StorageError(f"{run_uri} holds no run (no samples/ or runs/ tables); check the URI printed by `memloop run`")
+        if not samples:  # manifests but no outcomes: a partial copy, or a listing that came back empty
+            units = sum(int(t.column("computed")[0].as_py() or 0) + int(t.column("failed")[0].as_py() or 0)
+                        for t in (from_parquet(rs.store.get(n), rs._uri(n)) for n in runs if n.endswith(".parquet")))
+            if units:
+                raise DamagedRunError(
+                    f"{run_uri} has no samples/ table although its runs/ manifests record {units} finished "
+                    f"unit(s); the run directory is incomplete (a partial copy?): copy the whole run, or point at "
+                    "the original")
+            raise DamagedRunError(f"{run_uri} has no finished unit yet (no samples/ table); run its config with "
+                                  "`memloop run` first")
         return rs
 
     @property
     def uri(self) -> str:
         return join_uri(self.store.uri, self.run_id)
+
+    def _uri(self, name: str) -> str:
+        """The full URI of an object of the store (for messages)."""
+        return join_uri(self.store.uri, name)
 
     def name(self, *parts: str) -> str:
         return "/".join((self._root, *parts))
@@ -532,7 +558,7 @@ class RunStore:
             new = _shard_name()
             merged = {}
             for table in SHARD_TABLES:
-                parts = [conform(table, from_parquet(self.store.get(self.name(table, f"{s}.parquet"))))
+                parts = [conform(table, self._read_one(self.name(table, f"{s}.parquet")))
                          for s in g if table in self.committed[s][2]]
                 t = pa.concat_tables(parts) if parts else SCHEMAS[table].empty_table()
                 merged[table] = t.set_column(t.schema.get_field_index("shard"), "shard",
@@ -568,10 +594,13 @@ class RunStore:
                 out[n.rsplit("/", 1)[-1][: -len(".parquet")]] = n
         return out
 
+    def _read_one(self, name: str, columns: list[str] | None = None) -> pa.Table:
+        return from_parquet(self.store.get(name), self._uri(name), columns)
+
     def _read_all(self, table: str, shards: Iterable[str] | None = None) -> pa.Table:
         names = self._shard_names(table)
         keep = names if shards is None else {s: names[s] for s in shards if s in names}
-        parts = [from_parquet(self.store.get(n)) for _, n in sorted(keep.items())]
+        parts = [self._read_one(n) for _, n in sorted(keep.items())]
         if not parts:
             return SCHEMAS[table].empty_table()
         return pa.concat_tables([conform(table, p) for p in parts])
@@ -599,7 +628,7 @@ class RunStore:
         for name in self.store.list(self.name("index")):
             if not name.endswith(".parquet"):
                 continue
-            t = from_parquet(self.store.get(name))
+            t = self._read_one(name)
             for u, shard, st in zip(t.column("unit").to_pylist(), t.column("shard").to_pylist(),
                                     t.column("status").to_pylist()):
                 if shard in shards:  # a shard that still exists (committed, not compacted away)
@@ -608,7 +637,7 @@ class RunStore:
                         done.add(u)
         for shard, name in shards.items():
             if shard not in covered:
-                t = pq.read_table(pa.BufferReader(self.store.get(name)), columns=["unit", "status"])
+                t = self._read_one(name, columns=["unit", "status"])
                 done.update(u for u, st in zip(t.column("unit").to_pylist(), t.column("status").to_pylist())
                             if st in DONE_STATUSES)
         return done
