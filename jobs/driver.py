@@ -10,7 +10,9 @@ fan-out and the run store.
    restart first. A unit that exhausts its attempts is recorded as failed with its error.
 4. `jobs.judge_fanout` starts a finished unit's judges at once as Ray tasks.
 5. Rows (built by `jobs.tables`) are written in shards (atomic, see storage.py); the manifest row
-   closes the invocation, also when it is interrupted.
+   closes the invocation, also when it is interrupted. When the storage fails (its calls are
+   bounded, see `jobs.storage.STORAGE_DEADLINE_S`) the run stops: the shards written are kept, the
+   summary names the error and the units not saved, and a re-run resumes.
 """
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ from typing import Any, Callable
 from eval.llm import Usage
 from jobs import actors as engine_actors
 from jobs.config import RunConfig
-from jobs.errors import RunError, error_text
+from jobs.errors import RunError, StorageError, error_text
 from jobs.judge_fanout import JudgeFanout
 from jobs.manifest import manifest_base
 from jobs.plan import RunPlan, make_plan
@@ -39,6 +41,7 @@ from jobs.tables import now, sample_row
 from jobs.workload import Unit
 
 Log = Callable[[str], None]
+EXIT_STORAGE = 4  # the run stopped because its output could not be written
 
 
 def _stderr(msg: str) -> None:
@@ -55,19 +58,27 @@ class RunSummary:
     failed: int
     stats: dict[str, Any] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)  # the first failed units' errors (root causes)
+    storage_error: str | None = None  # the storage failure that stopped the run, if one did
+    unsaved: int = 0  # units finished but not written (the storage failed): a re-run computes them
 
     def first_errors(self, n: int = 3) -> list[str]:
         """The first `n` distinct root causes of failed units."""
         return list(dict.fromkeys(self.errors))[:n]
 
     def exit_code(self, max_failed_frac: float = 0.0) -> int:
-        """0 when every unit computed (or at most `max_failed_frac` of this invocation's units failed), else 3."""
+        """4 when the storage failed; 0 when every unit computed (or at most `max_failed_frac` of this
+        invocation's units failed), else 3."""
+        if self.storage_error:
+            return EXIT_STORAGE
         attempted = self.computed + self.failed
         return 3 if self.failed and self.failed > max_failed_frac * attempted else 0
 
     def to_dict(self) -> dict[str, Any]:
-        return {"run_id": self.run_id, "output": self.output, "samples": self.samples, "computed": self.computed,
-                "skipped": self.skipped, "failed": self.failed, "errors": self.first_errors(5)}
+        out = {"run_id": self.run_id, "output": self.output, "samples": self.samples, "computed": self.computed,
+               "skipped": self.skipped, "failed": self.failed, "errors": self.first_errors(5)}
+        if self.storage_error:
+            out.update(storage_error=self.storage_error, unsaved=self.unsaved)
+        return out
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict())
@@ -265,7 +276,12 @@ def execute(cfg: RunConfig, *, actor_cls: Any = None, sim: Simulated | None = No
             if todo:
                 stats.update(_start_and_compute(plan, rs, todo, actor_cls, sim, log, state))
                 t = time.monotonic()
-                stats["shards"] = rs.compact(cfg.shard_rows)  # small shards merged for analysis
+                if state["pool"].storage_error is None:
+                    try:
+                        stats["shards"] = rs.compact(cfg.shard_rows)  # small shards merged for analysis
+                    except StorageError as exc:  # safe to stop mid-way: readers resolve duplicate shards
+                        state["pool"].storage_error = error_text(exc)
+                        log(f"compaction stopped: {error_text(exc)[:300]}")
                 stats["compact_s"] = time.monotonic() - t
         except BaseException as exc:
             stats["interrupted"] = error_text(exc)
@@ -274,13 +290,26 @@ def execute(cfg: RunConfig, *, actor_cls: Any = None, sim: Simulated | None = No
             raise
         finally:
             pool = state.get("pool")
+            unsaved = pool.unsaved if pool is not None else 0
             computed, failed = (pool.finished - pool.failed, pool.failed) if pool is not None else (0, 0)
+            if unsaved:  # finished but not written: not done, so counted neither way (a re-run computes them)
+                unsaved_failed = sum(1 for rows in pool.buffer for r in rows.get("samples", ())
+                                     if r.get("status") == "failed")
+                computed, failed = computed - (unsaved - unsaved_failed), failed - unsaved_failed
             state["counts"] = (computed, failed, list(pool.errors) if pool is not None else [])
-            rs.write_index(invocation)  # before the manifest: what the next resume reads
-            rs.write_manifest(dict(base, started_at=started, finished_at=now(), wall_s=time.monotonic() - t0,
-                                   samples=len(plan.units), computed=computed, skipped=skipped, failed=failed,
-                                   stats_json=json.dumps(stats, default=str)))
+            state["storage_error"] = pool.storage_error if pool is not None else None
+            state["unsaved"] = unsaved
+            try:
+                rs.write_index(invocation)  # before the manifest: what the next resume reads
+                rs.write_manifest(dict(base, started_at=started, finished_at=now(), wall_s=time.monotonic() - t0,
+                                       samples=len(plan.units), computed=computed, skipped=skipped, failed=failed,
+                                       stats_json=json.dumps(stats, default=str)))
+            except StorageError as exc:  # the shards already written are what counts; a resume lists them
+                log(f"the invocation's index and manifest were not written ({error_text(exc)[:300]})")
+                state["storage_error"] = state["storage_error"] or error_text(exc)
     if lock["lost"]:
         raise RunError(lock["lost"])
+    state["storage_error"] = state["storage_error"] or lock.get("storage_error")
     computed, failed, errors = state["counts"]
-    return RunSummary(plan.run_id, rs.uri, len(all_units), computed, skipped, failed, stats, errors)
+    return RunSummary(plan.run_id, rs.uri, len(all_units), computed, skipped, failed, stats, errors,
+                      storage_error=state["storage_error"], unsaved=state["unsaved"])

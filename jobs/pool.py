@@ -8,6 +8,9 @@ infrastructure failures, see `jobs.errors.is_transient`) is retried up to `retri
 then, like an item whose error is deterministic, recorded at once with the rows `failed_rows` builds; a lane whose backend is gone for good (`lane_lost`) stops and
 hands its item back without spending an attempt. Finished rows are buffered and flushed in
 batches (every `flush_units` items or `flush_s` seconds, and always at the end or on interrupt).
+A flush that fails with a storage error (the store already bounds its retries) stops the pool: the
+rows stay in the buffer (`unsaved` counts their items), `storage_error` says why, and what was
+flushed before is kept; nothing retries a storage that is down for minutes.
 """
 from __future__ import annotations
 
@@ -18,7 +21,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Callable, Generic, TypeVar
 
-from jobs.errors import error_text, is_transient
+from jobs.errors import StorageError, error_text, is_transient
 
 T = TypeVar("T")
 Rows = dict[str, list[dict[str, Any]]]
@@ -63,6 +66,7 @@ class WorkerPool(Generic[T]):
         self.buffer: list[Rows] = []
         self.live = [True] * lanes
         self.errors: list[str] = []  # the final error of each failed item, in order
+        self.storage_error: str | None = None  # why a flush failed (the pool stopped there)
 
     # queue ---------------------------------------------------------------------------------
 
@@ -137,6 +141,12 @@ class WorkerPool(Generic[T]):
 
     # main loop -----------------------------------------------------------------------------
 
+    @property
+    def unsaved(self) -> int:
+        """Finished items whose rows are not written (a storage error stopped the flushes)."""
+        with self.cv:
+            return len(self.buffer)
+
     def flush(self) -> None:
         with self.cv:
             batch, self.buffer = self.buffer, []
@@ -146,7 +156,14 @@ class WorkerPool(Generic[T]):
         for rows in batch:
             for table, rs in rows.items():
                 merged.setdefault(table, []).extend(rs)
-        self._flush_to(merged)
+        try:
+            self._flush_to(merged)
+        except StorageError as exc:
+            with self.cv:  # kept in order, and counted as unsaved
+                self.buffer[:0] = batch
+            self.storage_error = error_text(exc)
+            self.log(f"stopping: the results could not be written ({self.storage_error[:400]})")
+            self.stop.set()
 
     def run(self) -> tuple[int, int]:
         """Run every item; returns (succeeded, failed). Rows are flushed also on interrupt."""
@@ -175,5 +192,6 @@ class WorkerPool(Generic[T]):
             self.stop.set()
             with self.cv:
                 self.cv.notify_all()
-            self.flush()  # whatever finished is kept, also on interrupt
+            if self.storage_error is None:  # a store that just failed is not waited on again
+                self.flush()  # whatever finished is kept, also on interrupt
         return self.finished - self.failed, self.failed

@@ -54,6 +54,15 @@ from jobs.tables import SCHEMAS, conform, now
 
 WriteMode = Literal["create", "overwrite"]
 
+# One storage call's bound, retries included: a bucket that stops answering fails the call after this
+# many seconds instead of retrying for minutes (the run then stops, keeping what it wrote).
+STORAGE_DEADLINE_S = 60.0
+# One HTTP request's bound inside it (a connection that hangs is dropped and retried within the deadline).
+STORAGE_REQUEST_TIMEOUT_S = 20.0
+# Once a call has failed, the next calls get this much shorter bound until one succeeds, so a run
+# that stops on a storage outage closes (index, manifest, lock) in seconds, not minutes.
+STORAGE_DOWN_DEADLINE_S = 5.0
+
 
 class ConflictError(StorageError):
     """A write precondition did not hold: the object exists (create) or changed (replace)."""
@@ -194,16 +203,19 @@ class LocalStore:
 
     def delete(self, name: str, generation: str | None = None) -> None:
         target = self._path(name)
-        if generation is None:
-            target.unlink(missing_ok=True)
-            return
-        with self._mutex(target):
-            try:
-                if self._generation(target) != generation:
-                    raise ConflictError(f"{target} was changed by another process; not deleted")
-            except FileNotFoundError:
+        try:
+            if generation is None:
+                target.unlink(missing_ok=True)
                 return
-            target.unlink(missing_ok=True)
+            with self._mutex(target):
+                try:
+                    if self._generation(target) != generation:
+                        raise ConflictError(f"{target} was changed by another process; not deleted")
+                except FileNotFoundError:
+                    return
+                target.unlink(missing_ok=True)
+        except OSError as exc:
+            raise StorageError(f"cannot delete {target}: {exc.strerror or exc}; check the output's permissions") from None
 
 
 class GCSStore:
@@ -213,8 +225,9 @@ class GCSStore:
     STORAGE_EMULATOR_HOST set, the client talks to that emulator with anonymous credentials.
     """
 
-    def __init__(self, uri: str, client: Any = None) -> None:
+    def __init__(self, uri: str, client: Any = None, deadline_s: float | None = None) -> None:
         from google.cloud import storage
+        from google.cloud.storage.retry import DEFAULT_RETRY, ConditionalRetryPolicy, is_generation_specified
 
         rest = uri[len("gs://"):]
         bucket, _, prefix = rest.partition("/")
@@ -238,6 +251,31 @@ class GCSStore:
                     ) from None
         self.client = client
         self.bucket = client.bucket(bucket)
+        self.deadline_s = STORAGE_DEADLINE_S if deadline_s is None else deadline_s
+        self.down = False  # the last call failed: the next ones get STORAGE_DOWN_DEADLINE_S
+        self._retries = {}
+        for down in (False, True):
+            retry = DEFAULT_RETRY.with_timeout(min(self.deadline_s, STORAGE_DOWN_DEADLINE_S) if down else self.deadline_s)
+            # uploads are retried only when a generation precondition makes a repeat harmless (as GCS advises)
+            self._retries[down] = (retry, ConditionalRetryPolicy(retry, is_generation_specified, ["query_params"]))
+
+    @property
+    def _retry(self) -> Any:
+        return self._retries[self.down][0]
+
+    @property
+    def _upload_retry(self) -> Any:
+        return self._retries[self.down][1]
+
+    @property
+    def _timeout(self) -> float:
+        return min(STORAGE_REQUEST_TIMEOUT_S, self._retry.timeout)
+
+    def _failed(self, verb: str, name: str, exc: BaseException) -> StorageError:
+        bound = self._retry.timeout
+        self.down = True
+        return StorageError(f"cannot {verb} {self.uri}/{name} (gave up after {bound:g} s): "
+                            f"{type(exc).__name__}: {str(exc)[:300]}; check the bucket, your network and permissions")
 
     def _blob_name(self, name: str) -> str:
         return f"{self.prefix}/{name}" if self.prefix else name
@@ -248,14 +286,16 @@ class GCSStore:
         blob = self.bucket.blob(self._blob_name(name))
         try:
             blob.upload_from_string(data, content_type="application/octet-stream",
-                                    if_generation_match=if_generation_match)
+                                    if_generation_match=if_generation_match, retry=self._upload_retry,
+                                    timeout=self._timeout)
         except PreconditionFailed:
             if if_generation_match == 0:
                 raise ConflictError(f"{self.uri}/{name} already exists and is written create-only; another "
                                     "process wrote the same object (remove it only if that process is gone)") from None
             raise ConflictError(f"{self.uri}/{name} was changed by another process") from None
         except Exception as exc:
-            raise StorageError(f"cannot write {self.uri}/{name}: {exc}; check the bucket and your permissions") from None
+            raise self._failed("write", name, exc) from None
+        self.down = False
         return str(blob.generation)
 
     def put(self, name: str, data: bytes, mode: WriteMode = "create") -> str:
@@ -271,33 +311,40 @@ class GCSStore:
         from google.api_core.exceptions import NotFound, PreconditionFailed
 
         try:
-            blob = self.bucket.get_blob(self._blob_name(name))
+            blob = self.bucket.get_blob(self._blob_name(name), retry=self._retry, timeout=self._timeout)
+            self.down = False
             if blob is not None:
                 gen = blob.generation  # (the download may reset it from its response headers)
                 # the bytes of exactly the generation whose metadata was read
-                return blob.download_as_bytes(if_generation_match=gen), str(gen)
+                return blob.download_as_bytes(if_generation_match=gen, retry=self._retry,
+                                              timeout=self._timeout), str(gen)
         except (NotFound, PreconditionFailed):
             pass  # deleted or rewritten between the two requests: report it as gone; the caller re-reads
+        except Exception as exc:
+            raise self._failed("read", name, exc) from None
         raise NotFoundError(f"{self.uri}/{name} does not exist; check the run URI")
 
     def list(self, prefix: str) -> list[str]:
         full = self._blob_name(prefix).rstrip("/") + "/"
         cut = len(self.prefix) + 1 if self.prefix else 0
         try:
-            names = [b.name[cut:] for b in self.client.list_blobs(self.bucket, prefix=full)]
+            names = [b.name[cut:] for b in self.client.list_blobs(self.bucket, prefix=full, retry=self._retry,
+                                                                   timeout=self._timeout)]
         except Exception as exc:
-            raise StorageError(f"cannot list {self.uri}/{prefix}: {exc}; check the bucket and your permissions") from None
+            raise self._failed("list", prefix, exc) from None
+        self.down = False
         return sorted(n for n in names if not n.rsplit("/", 1)[-1].startswith("."))
 
     def children(self, prefix: str) -> list[str]:
         full = (self._blob_name(prefix).rstrip("/") + "/") if (prefix or self.prefix) else ""
         try:
-            it = self.client.list_blobs(self.bucket, prefix=full, delimiter="/")
+            it = self.client.list_blobs(self.bucket, prefix=full, delimiter="/", retry=self._retry,
+                                        timeout=self._timeout)
             for _ in it:  # the prefixes are known once the pages are read
                 pass
             dirs = [p[len(full):].rstrip("/") for p in it.prefixes]
         except Exception as exc:
-            raise StorageError(f"cannot list {self.uri}/{prefix}: {exc}; check the bucket and your permissions") from None
+            raise self._failed("list", prefix, exc) from None
         return sorted(d for d in dirs if d and not d.startswith("."))
 
     def delete(self, name: str, generation: str | None = None) -> None:
@@ -305,11 +352,14 @@ class GCSStore:
 
         try:
             self.bucket.blob(self._blob_name(name)).delete(
-                if_generation_match=int(generation) if generation is not None else None)
+                if_generation_match=int(generation) if generation is not None else None, retry=self._retry,
+                timeout=self._timeout)
         except NotFound:
             pass
         except PreconditionFailed:
             raise ConflictError(f"{self.uri}/{name} was changed by another process; not deleted") from None
+        except Exception as exc:
+            raise self._failed("delete", name, exc) from None
 
 
 def open_store(uri: str) -> Store:
@@ -375,6 +425,7 @@ def rows_of_outcomes(raw: pa.Table, outcomes: pa.Table) -> pa.Table:
 
 
 LOCK_NAME = ".lock"
+_LIVE_LOCKS: set[str] = set()  # the URIs of the locks this process holds now
 
 
 def _iso(t: dt.datetime) -> str:
@@ -392,6 +443,8 @@ class Lock:
     holder: dict[str, Any]
     generation: str
     released: bool = field(default=False)
+    took_over: dict[str, Any] | None = None  # the dead or stale holder this lock was taken from
+    took_over_why: str = ""
 
     def refresh(self) -> None:
         """Write a new heartbeat; raises LockHeldError when another process has taken the lock."""
@@ -403,11 +456,15 @@ class Lock:
                                 "stale); stop this run: the other one computes the same units") from None
         self.holder = holder
 
+    def __post_init__(self) -> None:
+        _LIVE_LOCKS.add(self.uri)
+
     def release(self) -> bool:
         """Delete the lock if it is still ours; False when another process had taken it over."""
         if self.released:
             return True
         self.released = True
+        _LIVE_LOCKS.discard(self.uri)  # even if the delete fails: this process no longer computes the run
         try:
             self.store.delete(self.name, self.generation)
             return True
@@ -488,7 +545,8 @@ class RunStore:
         name = self.name(LOCK_NAME)
         lock_uri = join_uri(self.store.uri, name)
         t = _iso(now())
-        holder = {"owner": owner, "host": socket.gethostname(), "pid": os.getpid(), "acquired_at": t, "heartbeat_at": t}
+        holder = {"owner": owner, "host": socket.gethostname(), "pid": os.getpid(), "pid_ns": _pid_namespace(),
+                  "acquired_at": t, "heartbeat_at": t}
         data = json.dumps(holder).encode()
         for _ in range(3):  # the lock may be released between our create and our read
             try:
@@ -503,9 +561,14 @@ class RunStore:
                 current = json.loads(raw)
             except ValueError:
                 current = {"owner": "(unreadable lock object)", "heartbeat_at": None}
-            if stale_after_s is not None and _age_s(current.get("heartbeat_at")) > stale_after_s:
+            dead = _holder_is_dead(current, lock_uri)
+            if dead or (stale_after_s is not None and _age_s(current.get("heartbeat_at")) > stale_after_s):
+                why = (f"its last heartbeat is over {stale_after_s:g} s old" if not dead
+                       else "its invocation in this process has ended" if current.get("pid") == os.getpid()
+                       else "its process is gone from this host")
                 try:
-                    return Lock(self.store, name, lock_uri, holder, self.store.replace(name, data, gen))
+                    return Lock(self.store, name, lock_uri, holder, self.store.replace(name, data, gen),
+                                took_over=current, took_over_why=why)
                 except (ConflictError, NotFoundError):
                     continue
             raise LockHeldError(
@@ -651,6 +714,34 @@ def _table_bytes(t: pa.Table) -> bytes:
     buf = io.BytesIO()
     pq.write_table(t, buf, compression="zstd")
     return buf.getvalue()
+
+
+def _pid_namespace() -> int | None:
+    """The inode of this process's PID namespace: two containers may share a host name, not this."""
+    try:
+        return os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return None
+
+
+def _holder_is_dead(holder: dict[str, Any], lock_uri: str) -> bool:
+    """True when the lock's holder ran on this host (same PID namespace) and its process is gone,
+    e.g. a driver killed with kill -9, or it is this process and no longer holds it (its release
+    failed during a storage outage): the lock can be taken over at once. A reused PID reads as
+    alive, and a holder on another host is judged by its heartbeat only."""
+    pid = holder.get("pid")
+    if (holder.get("host") != socket.gethostname() or not isinstance(pid, int) or pid <= 0
+            or holder.get("pid_ns") is None or holder.get("pid_ns") != _pid_namespace()):
+        return False
+    if pid == os.getpid():
+        return lock_uri not in _LIVE_LOCKS
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # exists, owned by another user
+        return False
+    return False
 
 
 def _age_s(iso: str | None) -> float:

@@ -1,7 +1,9 @@
 """`memloop run CONFIG` and `memloop report RUN_URI`.
 
 Exit codes of `memloop run`: 0 every unit computed; 3 some units failed (more than
-`--max-failed-frac` of those attempted); 2 a config or usage error (nothing started); 130 interrupted.
+`--max-failed-frac` of those attempted); 4 the output's storage failed (finished units written
+before are kept; the summary says how many were not saved); 2 a config or usage error (nothing
+started); 130 interrupted.
 """
 from __future__ import annotations
 
@@ -55,12 +57,16 @@ def run_cmd(
             print("interrupted: finished units are saved; run the same config again to resume", file=sys.stderr)
             raise SystemExit(130) from None
     code = summary.exit_code(max_failed_frac)
+    if summary.storage_error:
+        print(f"stopped: the storage failed ({summary.storage_error[:500]}); {summary.computed + summary.failed} "
+              f"finished unit(s) are saved, {summary.unsaved} were not; run the same config again to resume",
+              file=sys.stderr)
     if summary.failed:
         print(f"failed: {summary.failed} of {summary.computed + summary.failed} units computed in this invocation; "
               "first errors:", file=sys.stderr)
         for err in summary.first_errors():
             print(f"  {err[:500]}", file=sys.stderr)
-    if report:
+    if report and not summary.storage_error:
         from jobs.report import write_report
 
         _, rep = write_report(summary.output)
