@@ -121,6 +121,7 @@ class LocalStore:
     def put(self, name: str, data: bytes, mode: WriteMode = "create") -> str:
         target = self._path(name)
         try:
+            self.check_folder(target.parent)
             tmp = self._write_tmp(target, data)
             try:
                 if mode == "overwrite":
@@ -135,6 +136,16 @@ class LocalStore:
                                 "another process wrote the same object (remove it only if that process is gone)") from None
         except OSError as exc:
             raise StorageError(f"cannot write {target}: {exc.strerror or exc}; choose a writable `output`") from None
+
+    def check_folder(self, folder: Path) -> None:
+        """Raise StorageError when a folder on the way to `folder` is a file (mkdir would say only
+        "exists", which reads as a write conflict)."""
+        for p in (folder, *folder.parents):
+            if p == self.root.parent:
+                break
+            if p.exists() and not p.is_dir():
+                raise StorageError(f"{p} is not a directory (it is a file), so the run cannot write under it; "
+                                   "move or delete that file, or choose another `output`")
 
     @staticmethod
     def _link_exclusive(tmp: Path, target: Path) -> None:
@@ -379,6 +390,7 @@ def join_uri(base: str, name: str) -> str:
 
 
 SHARD_TABLES = ("steps", "judgments", "scores", "samples")  # the write order of a shard: samples commits it
+RUN_FOLDERS = (*SHARD_TABLES, "runs", "index")  # the folders of a run directory
 
 
 def to_parquet(table: str, rows: list[dict[str, Any]]) -> bytes:
@@ -527,10 +539,14 @@ class RunStore:
         return "/".join((self._root, *parts))
 
     def check_writable(self) -> None:
-        """Write and delete a probe object, so an unwritable output fails before any work starts."""
+        """Write and delete a probe object, so an unwritable output fails before any work starts; in a
+        directory, each table's folder must be a folder (a file there fails every shard's write)."""
         probe = self.name(f".probe-{uuid.uuid4().hex[:8]}")
         try:
             self.store.put(probe, b"probe", mode="create")
+            if isinstance(self.store, LocalStore):
+                for table in RUN_FOLDERS:
+                    self.store.check_folder(self.store.root / self.name(table))
         except StorageError as exc:
             raise StorageError(f"`output`: {exc}") from None
         self.store.delete(probe)

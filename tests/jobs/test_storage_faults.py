@@ -6,19 +6,28 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
+import signal
+import subprocess
+import sys
+import threading
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import pytest
 import yaml
 from typer.testing import CliRunner
 
 from jobs.cli import app
+from jobs.errors import LockHeldError, StorageError
 from jobs.storage import RunStore
 from tests.jobs.gcs_fake import PreconditionGCS
 from tests.http_server import serve_app
 from tests.jobs.scripted_endpoint import _app as scripted_app
+from tests.jobs.scripted_endpoint import scripted_endpoint
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @contextlib.contextmanager
@@ -86,3 +95,89 @@ def test_a_bucket_outage_mid_run_stops_cleanly_and_the_rerun_resumes(ray_local, 
         assert again["skipped"] == kept and again["computed"] == 6 - kept, again
     samples = RunStore.at(summary["output"]).table("samples").to_pandas()
     assert len(samples) == 6 and samples["unit"].is_unique and (samples["status"] == "ok").all()
+
+
+def _rid(cfg: Path) -> str:
+    from jobs.config import load_config
+    from jobs.plan import run_id
+
+    return run_id(load_config(cfg))
+
+
+def test_a_table_path_that_is_a_file_is_refused_before_work(tmp_path) -> None:
+    with scripted_endpoint() as (url, seen):
+        cfg = _cfg(tmp_path, str(tmp_path / "runs"), url, entities=2)
+        run_dir = tmp_path / "runs" / _rid(cfg)
+        run_dir.mkdir(parents=True)
+        (run_dir / "steps").write_text("a file where the steps folder goes")
+        res = CliRunner().invoke(app, ["run", str(cfg)])
+        assert isinstance(res.exception, StorageError), res.output
+        assert str(res.exception) == (f"`output`: {run_dir / 'steps'} is not a directory (it is a file), so the run "
+                                      "cannot write under it; move or delete that file, or choose another `output`")
+        assert seen == []  # refused before any unit was computed
+
+
+def test_a_lock_held_by_a_killed_process_on_this_host_is_taken_over_at_once(ray_local, tmp_path) -> None:
+    """kill -9 leaves the lock behind; its holder's PID is dead on this host, so the next run takes it."""
+    with scripted_endpoint() as (url, _):
+        cfg = _cfg(tmp_path, str(tmp_path / "runs"), url, entities=2)
+        rid = _rid(cfg)
+        holder = ("import os, signal, sys; from jobs.storage import RunStore; "
+                  f"RunStore.open({str(tmp_path / 'runs')!r}, {rid!r}).acquire_lock('killed (x)'); "
+                  "print('held', flush=True); os.kill(os.getpid(), signal.SIGKILL)")
+        out = subprocess.run([sys.executable, "-c", holder], cwd=ROOT, capture_output=True, text=True, timeout=120)
+        assert out.returncode == -signal.SIGKILL and out.stdout == "held\n", out.stderr
+        assert (tmp_path / "runs" / rid / ".lock").is_file()
+        res = CliRunner().invoke(app, ["run", str(cfg)])
+        assert res.exit_code == 0, res.output
+        assert "took over the run lock of 'killed (x)'" in res.stderr and "its process is gone from this host" in res.stderr
+        assert json.loads(res.stdout.strip().splitlines()[-1])["computed"] == 2
+        assert not (tmp_path / "runs" / rid / ".lock").exists()
+
+
+def test_a_live_holder_on_this_host_is_still_refused(tmp_path) -> None:
+    rs = RunStore.open(str(tmp_path / "runs"), "r")
+    lock = rs.acquire_lock("first")
+    with pytest.raises(LockHeldError, match="is being computed by 'first'"):
+        rs.acquire_lock("second")
+    lock.release()
+    rs.acquire_lock("third").release()
+
+
+@contextlib.contextmanager
+def _tmpfs(path: Path) -> Iterator[Callable[[], None]]:
+    """A small tmpfs at `path`; yields a function that remounts it read-only (skips where mounting
+    is not permitted: root in a privileged container can, others cannot)."""
+    path.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "memloop-test", str(path)],
+                                           capture_output=True).returncode:
+        pytest.skip("needs to mount a tmpfs (root) to make an output read-only: root ignores file modes")
+    try:
+        yield lambda: subprocess.run(["mount", "-o", "remount,ro", str(path)], check=True, capture_output=True)
+    finally:
+        subprocess.run(["umount", "-l", str(path)], capture_output=True)
+
+
+def test_an_output_made_read_only_mid_run_ends_with_one_line_and_the_summary(ray_local, tmp_path) -> None:
+    with _tmpfs(tmp_path / "out") as make_read_only, slow_endpoint() as url:
+        cfg = _cfg(tmp_path, str(tmp_path / "out" / "runs"), url)
+        samples = tmp_path / "out" / "runs" / _rid(cfg) / "samples"
+
+        def watch() -> None:  # read-only once the first shard is committed
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline and not (samples.is_dir() and any(samples.glob("*.parquet"))):
+                time.sleep(0.05)
+            make_read_only()
+
+        t = threading.Thread(target=watch, daemon=True)
+        t.start()
+        res = CliRunner().invoke(app, ["run", str(cfg)])
+        t.join()
+        assert res.exit_code == 4, res.output
+        assert "Traceback" not in res.output
+        summary = json.loads(res.stdout.strip().splitlines()[-1])
+        assert "Read-only file system" in summary["storage_error"] and summary["unsaved"] >= 1
+        stopped = [line for line in res.stderr.splitlines() if line.startswith("stopped:")]
+        assert len(stopped) == 1 and "Read-only file system" in stopped[0]
+        kept = RunStore.at(summary["output"]).table("samples")
+        assert kept.num_rows == summary["computed"] >= 1
