@@ -278,6 +278,56 @@ def with_overrides(cfg: RunConfig, source: str = "config", *, output: str | None
     return parse_config(data, source)
 
 
+# A run config is a few hundred YAML nodes; aliases (`*name`) may repeat a subtree, and nested ones
+# multiply (the "billion laughs"): a document that expands beyond this is refused before it is built.
+MAX_CONFIG_NODES = 100_000
+
+
+def _expanded_nodes(root: yaml.Node) -> int:
+    """The node count of the document with every alias written out (memoised over the shared nodes,
+    so counting is linear in the document; stops early past MAX_CONFIG_NODES)."""
+    sizes: dict[int, int] = {}
+
+    def size(node: yaml.Node, depth: int = 0) -> int:
+        key = id(node)
+        if key in sizes:
+            return sizes[key]
+        sizes[key] = MAX_CONFIG_NODES + 1  # a node met again while counting it: a recursive alias
+        n = 1
+        if isinstance(node, yaml.SequenceNode):
+            for child in node.value:
+                n += size(child, depth + 1)
+                if n > MAX_CONFIG_NODES:
+                    break
+        elif isinstance(node, yaml.MappingNode):
+            for k, v in node.value:
+                n += size(k, depth + 1) + size(v, depth + 1)
+                if n > MAX_CONFIG_NODES:
+                    break
+        sizes[key] = n
+        return n
+
+    return size(root)
+
+
+def _load_yaml(text: str, p: Path) -> Any:
+    """yaml.safe_load, refusing alias expansion beyond MAX_CONFIG_NODES anywhere in the document."""
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        if _expanded_nodes(node) > MAX_CONFIG_NODES:
+            raise ConfigError(f"{p}: expands to over {MAX_CONFIG_NODES} YAML nodes through aliases (*name) or a "
+                              "recursive alias; a run config is small: write the repeated parts out")
+        return loader.construct_document(node)
+    except RecursionError:
+        raise ConfigError(f"{p}: nests lists or mappings too deeply to read; a run config is a few levels "
+                          "deep: flatten it") from None
+    finally:
+        loader.dispose()
+
+
 def load_config(path: str | os.PathLike[str]) -> RunConfig:
     """Read and validate a YAML run config (structure only; see `check_config` for the environment)."""
     p = Path(path)
@@ -290,7 +340,7 @@ def load_config(path: str | os.PathLike[str]) -> RunConfig:
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{p}: not UTF-8 text (byte {exc.start}); save the config as UTF-8 YAML") from None
     try:
-        data = yaml.safe_load(text)
+        data = _load_yaml(text, p)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
