@@ -1,11 +1,16 @@
 """Configs and inputs that would exhaust the machine: alias bombs anywhere in the YAML, nesting too
-deep to parse. Each is refused in one line before anything is built."""
+deep to parse, data paths that are FIFOs, devices or symlink loops, records over the loaders' bound.
+Each is refused in one line before anything is built."""
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+from eval.datasets.textfile import MAX_RECORD_BYTES
 from jobs.config import MAX_CONFIG_NODES, load_config
 from jobs.errors import ConfigError
 
@@ -64,3 +69,57 @@ def test_a_recursive_alias_and_deep_nesting_are_refused(tmp_path) -> None:
                     "datasets: [{task: sumie}]\nmethods: [{name: gu-json}]\n")
     with pytest.raises(ConfigError, match="nests lists or mappings too deeply to read"):
         load_config(deep)
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _dry_run(tmp_path: Path, data_path: str, task: str = "book") -> subprocess.CompletedProcess:
+    """`memloop run --dry-run` in a process of its own (a read that blocks cannot hang the suite)."""
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"name: x\noutput: {tmp_path / 'runs'}\ndatasets: [{{task: {task}, path: {data_path}}}]\n"
+                   "methods: [{name: inc-update}]\n")
+    try:
+        return subprocess.run([sys.executable, "-c", "from jobs.cli import main; main()", "run", str(cfg), "--dry-run"],
+                              cwd=ROOT, capture_output=True, text=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"--dry-run on {data_path} did not finish in 120 s")
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero", "symlink-loop"])
+def test_a_dataset_path_that_is_not_a_regular_file_is_one_line(tmp_path, kind) -> None:
+    if kind == "fifo":
+        path = tmp_path / "book.txt"
+        os.mkfifo(path)
+        expected = f"dataset path {path} is a FIFO (named pipe), not a regular file: reading it could block"
+    elif kind == "dev-zero":
+        path = Path("/dev/zero")
+        expected = "dataset path /dev/zero is a character device, not a regular file"
+    else:
+        path = tmp_path / "a.txt"
+        path.symlink_to(tmp_path / "b.txt")
+        (tmp_path / "b.txt").symlink_to(path)
+        expected = f"dataset path {path} is a symlink loop: point the path at a real file"
+    out = _dry_run(tmp_path, str(path))
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert out.stderr.startswith(f"error: ConfigError: `datasets.0.path`: {expected}") and out.stderr.count("\n") == 1
+
+
+def test_a_book_over_the_record_bound_is_refused_without_reading_it_all(tmp_path) -> None:
+    book = tmp_path / "big.txt"
+    with book.open("w") as f:  # one line, as a book without line breaks
+        f.write("word " * (MAX_RECORD_BYTES // 5 + 10))
+    out = _dry_run(tmp_path, str(book))
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert out.stderr == (f"error: ConfigError: `datasets.0`: book {book} is larger than 16 MiB, more than a loader "
+                          "reads for one record; split it into smaller files or pass a shorter text\n")
+
+
+def test_a_jsonl_record_over_the_bound_names_its_line(tmp_path) -> None:
+    from eval.datasets.errors import RecordTooLargeError
+    from eval.datasets.records import read_records
+
+    path = tmp_path / "d.jsonl"
+    path.write_text('{"a": 1}\n' + '{"a": "' + "x" * MAX_RECORD_BYTES + '"}\n')
+    with pytest.raises(RecordTooLargeError, match=f"^{path}:2 is a record of over 16 MiB"):
+        list(read_records(path))
