@@ -55,24 +55,17 @@ PEERS_BUILT := .peers/bin/.built-$(LLAMA_CPP_PYTHON)
 peers: .venv-peers/.installed peer-binaries
 peer-binaries: $(PEERS_BUILT)
 .venv-peers/.installed:
-	$(PYTHON) -m venv .venv-peers
-	.venv-peers/bin/pip install -q llama-cpp-python==$(LLAMA_CPP_PYTHON)
+	$(PYTHON) bench/build_peers.py --python-peer $(LLAMA_CPP_PYTHON)
 	touch $@
 $(PEERS_SRC)/.extracted:
 	rm -rf $(PEERS_SRC) .peers/src/sdist && mkdir -p .peers/src/sdist
 	$(PYTHON) -m pip download -q --no-binary :all: --no-deps -d .peers/src/sdist llama-cpp-python==$(LLAMA_CPP_PYTHON)
 	tar -xzf .peers/src/sdist/llama_cpp_python-$(LLAMA_CPP_PYTHON).tar.gz -C .peers/src
 	touch $@
-# No UI assets, no HTTPS, no tests: nothing is fetched at configure or build time.
+# No UI assets, no HTTPS, no tests: nothing is fetched at configure or build time. Native first; a
+# build that does not run here (e.g. exit 139 at start on AMX hosts) is rebuilt portably and checked.
 $(PEERS_BUILT): $(PEERS_SRC)/.extracted
-	cmake -S $(LLAMA_CPP) -B $(LLAMA_CPP)/build -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF \
-	  -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_TESTS=OFF \
-	  -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=ON -DBUILD_SHARED_LIBS=OFF
-	cmake --build $(LLAMA_CPP)/build -j2 --target llama-server llama-batched-bench
-	mkdir -p .peers/bin
-	cp $(LLAMA_CPP)/build/bin/llama-server $(LLAMA_CPP)/build/bin/llama-batched-bench .peers/bin/
-	.peers/bin/llama-server --version
-	.peers/bin/llama-batched-bench --help > /dev/null
+	$(PYTHON) bench/build_peers.py $(LLAMA_CPP) .peers/bin
 	touch $@
 
 clean:

@@ -35,8 +35,17 @@ ROOT = Path(__file__).resolve().parents[1]
 PEERS_BIN = ROOT / ".peers" / "bin"
 SERVER = "llama-server"
 BATCHED_BENCH = "llama-batched-bench"
-# passive OpenMP waiting: spinning worker threads collapse llama.cpp's speed on a shared host
-PEER_ENV = {"OMP_WAIT_POLICY": "PASSIVE"}
+# A peer runs as its users run it: the caller's environment, llama.cpp's own defaults (its OpenMP
+# threads spin while waiting). A variant is only ever an extra, labelled measurement, never the
+# denominator of a ratio: passive waiting costs llama.cpp most of its batch-1 speed on a quiet host.
+PEER_VARIANTS: dict[str, dict[str, str]] = {"passive": {"OMP_WAIT_POLICY": "PASSIVE"}}
+
+
+def peer_env(variant: str | None = None) -> dict[str, str]:
+    """The environment a peer process gets: the caller's, plus a named variant's settings."""
+    if variant is not None and variant not in PEER_VARIANTS:
+        raise PeerError(f"unknown peer variant {variant!r}; choose one of {sorted(PEER_VARIANTS)}")
+    return {**os.environ, **PEER_VARIANTS.get(variant or "", {})}
 
 
 class PeerError(EngineError):
@@ -174,7 +183,7 @@ def llama_server_command(binary: Path, model: Path, port: int, threads: int, slo
 
 
 def run_llama_server(model: Path, workload: list[list[str]], max_tokens: int, threads: int, longest_prompt: int,
-                     slots: int = 32) -> dict[str, Any]:
+                     slots: int = 32, variant: str | None = None) -> dict[str, Any]:
     """The workload through llama-server with `slots` slots, each with room for the longest prompt
     (`longest_prompt` tokens, counted by memloop's tokenizer) plus the output; `cache_prompt` on
     every request. One untimed request warms it up (page faults of the weights) before timing."""
@@ -183,7 +192,7 @@ def run_llama_server(model: Path, workload: list[list[str]], max_tokens: int, th
     port = free_port()
     cmd = llama_server_command(binary, model, port, threads, slots, slots * per_slot)
     extra = {"cache_prompt": True, "top_k": 1}  # top_k 1: greedy whatever llama.cpp's sampler chain does at temp 0
-    with serving(cmd, port, SERVER, env=PEER_ENV) as url:
+    with serving(cmd, port, SERVER, env=peer_env(variant)) as url:
         run_openai_workload(url, [["Warm-up."]], 4, extra)
         out = run_openai_workload(url, workload, max_tokens, extra)
     out.update(slots=slots, ctx_per_slot=per_slot)
@@ -212,17 +221,17 @@ def parse_batched_bench(output: str) -> list[dict[str, float]]:
 
 
 def batched_bench(model: Path, threads: int, prompt_lengths: list[int], decode_tokens: int,
-                  batches: list[int]) -> list[dict[str, float]]:
+                  batches: list[int], variant: str | None = None, binary: Path | None = None) -> list[dict[str, float]]:
     """Run llama-batched-bench (CPU, `threads` threads) for every prompt length x batch; rows as
     `parse_batched_bench` gives them. Prompts are separate per sequence (not shared)."""
-    binary = peer_binary(BATCHED_BENCH)
+    binary = binary or peer_binary(BATCHED_BENCH)
     # whole 256-token blocks per sequence: llama.cpp rounds a context not divisible by the sequences down
     ctx = max(batches) * ((max(prompt_lengths) + decode_tokens + 255) // 256 * 256)
     cmd = [str(binary), "-m", str(model), "-t", str(threads), "-tb", str(threads), "-c", str(ctx),
            "-npp", ",".join(map(str, prompt_lengths)), "-ntg", str(decode_tokens),
            "-npl", ",".join(map(str, batches)), "--output-format", "jsonl"]
     for _ in range(3):
-        done = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **PEER_ENV})
+        done = subprocess.run(cmd, capture_output=True, text=True, env=peer_env(variant))
         if done.returncode != 0:
             raise PeerError(f"{BATCHED_BENCH} failed (exit {done.returncode}); its output ends:\n"
                             f"{(done.stdout + done.stderr)[-1500:]}\n(command: {' '.join(cmd)}); rebuild with "
@@ -243,22 +252,33 @@ def decode_rate(rows: list[dict[str, float]], pp: int, pl: int) -> float:
                     "KV does not fit its context); rows: " + json.dumps(rows)[:800])
 
 
+def llama_cpp_rates(path: Path, threads: int, decode_tokens: int, batch: int, contexts: tuple[int, ...],
+                    short_prompt: int, variant: str | None = None, prefix: str = "llama_cpp") -> dict[str, float]:
+    """llama-batched-bench's decode tokens/s at batch 1 and `batch` after `short_prompt` tokens, and at
+    batch 1 after each of `contexts`, as `{prefix}_decode_tps_b1`, `..._b32`, `..._b1_ctx4k` fields."""
+    rows = batched_bench(path, threads, [short_prompt], decode_tokens, [1, batch], variant=variant)
+    if contexts:
+        rows += batched_bench(path, threads, list(contexts), decode_tokens, [1], variant=variant)
+    out = {f"{prefix}_decode_tps_b1": round(decode_rate(rows, short_prompt, 1), 2),
+           f"{prefix}_decode_tps_b32": round(decode_rate(rows, short_prompt, batch), 2)}
+    for c in contexts:
+        out[f"{prefix}_decode_tps_b1_{_ctx_key(c)}"] = round(decode_rate(rows, c, 1), 2)
+    return out
+
+
 def llama_cpp_model_figures(memloop: dict[str, Any], model: str | os.PathLike | None, decode_tokens: int,
                             batch: int, contexts: tuple[int, ...], short_prompt: int = 32,
-                            threads: int | None = None, log=print) -> dict[str, Any]:
+                            threads: int | None = None, variants: tuple[str, ...] = (), log=print) -> dict[str, Any]:
     """llama.cpp's decode tokens/s on the same GGUF with memloop's threads, at batch 1 and `batch`
     after a `short_prompt`-token prompt, and at batch 1 after each of `contexts` prompt tokens,
-    with memloop's rates from the same run (`memloop`: bench model's result) divided by them."""
+    with memloop's rates from the same run (`memloop`: bench model's result) divided by them. The
+    ratios' denominators are llama.cpp at its defaults; each of `variants` (PEER_VARIANTS) adds its
+    own labelled rates (`llama_cpp_passive_decode_tps_b1`, ...) and no ratio."""
     path = gguf_path(model)
     threads = threads or host_threads()
-    rows = batched_bench(path, threads, [short_prompt], decode_tokens, [1, batch])
-    if contexts:
-        rows += batched_bench(path, threads, list(contexts), decode_tokens, [1])
     out: dict[str, Any] = {"llama_cpp_threads": threads, "llama_cpp_decode_tokens": decode_tokens,
-                           "llama_cpp_decode_tps_b1": round(decode_rate(rows, short_prompt, 1), 2),
-                           "llama_cpp_decode_tps_b32": round(decode_rate(rows, short_prompt, batch), 2)}
-    for c in contexts:
-        out[f"llama_cpp_decode_tps_b1_{_ctx_key(c)}"] = round(decode_rate(rows, c, 1), 2)
+                           "llama_cpp_env": "defaults (the caller's environment)"}
+    out.update(llama_cpp_rates(path, threads, decode_tokens, batch, contexts, short_prompt))
     out["ratio_decode_b1_vs_llama_cpp"] = round(memloop["decode_tps_b1"] / out["llama_cpp_decode_tps_b1"], 3)
     out["ratio_decode_b32_vs_llama_cpp"] = round(memloop["decode_tps_b32"] / out["llama_cpp_decode_tps_b32"], 3)
     for c in contexts:
@@ -266,14 +286,29 @@ def llama_cpp_model_figures(memloop: dict[str, Any], model: str | os.PathLike | 
         if f"decode_tps_b1_{key}" in memloop:
             out[f"ratio_decode_b1_{key}_vs_llama_cpp"] = round(
                 memloop[f"decode_tps_b1_{key}"] / out[f"llama_cpp_decode_tps_b1_{key}"], 3)
-    log("llama.cpp (llama-batched-bench): decode b1 {} tok/s, b{} {} tok/s; ".format(
+    for v in variants:
+        out.update(llama_cpp_rates(path, threads, decode_tokens, batch, contexts, short_prompt, variant=v,
+                                   prefix=f"llama_cpp_{v}"))
+    log("llama.cpp (llama-batched-bench, its defaults): decode b1 {} tok/s, b{} {} tok/s; ".format(
         out["llama_cpp_decode_tps_b1"], batch, out["llama_cpp_decode_tps_b32"])
         + ", ".join(f"ctx {c} b1 {out[f'llama_cpp_decode_tps_b1_{_ctx_key(c)}']} tok/s" for c in contexts))
     return out
 
 
+def peer_failed_fields(reason: str, contexts: tuple[int, ...]) -> dict[str, Any]:
+    """The peer's fields as nulls with the reason: memloop's own figures still stand and print."""
+    out: dict[str, Any] = {"llama_cpp_error": reason}
+    for name in ("llama_cpp_decode_tps_b1", "llama_cpp_decode_tps_b32", "ratio_decode_b1_vs_llama_cpp",
+                 "ratio_decode_b32_vs_llama_cpp"):
+        out[name] = None
+    for c in contexts:
+        out[f"llama_cpp_decode_tps_b1_{_ctx_key(c)}"] = None
+        out[f"ratio_decode_b1_{_ctx_key(c)}_vs_llama_cpp"] = None
+    return out
+
+
 def model_bench_peer(memloop: dict[str, Any], model: str | os.PathLike | None, decode_tokens: int, batch: int,
-                     contexts: tuple[int, ...], log=print) -> dict[str, Any]:
+                     contexts: tuple[int, ...], variants: tuple[str, ...] = (), log=print) -> dict[str, Any]:
     """`memloop bench model --peer llama-cpp`: llama.cpp measured as memloop was in `memloop` (its
     result): the decode steps it timed (`decode_tokens` rounded to the decode chunk, as bench.model
     does) after a prompt as long as the chat prompt its batch-1 decode follows."""
@@ -283,7 +318,8 @@ def model_bench_peer(memloop: dict[str, Any], model: str | os.PathLike | None, d
 
     steps = max(DECODE_CHUNK, decode_tokens // DECODE_CHUNK * DECODE_CHUNK)
     short = len(load_tokenizer(gguf_path(model)).chat_ids(PROMPTS[0]))
-    return llama_cpp_model_figures(memloop, model, steps, batch, contexts, short_prompt=short, log=log)
+    return llama_cpp_model_figures(memloop, model, steps, batch, contexts, short_prompt=short, variants=variants,
+                                   log=log)
 
 
 def _ctx_key(context: int) -> str:

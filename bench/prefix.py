@@ -211,10 +211,10 @@ def run_llama_cpp(model_path: Path, workload: list[list[str]], max_tokens: int, 
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(spec, f)
     try:
-        from bench.llama_cpp import PEER_ENV
+        from bench.llama_cpp import peer_env
 
-        env = {**os.environ, **PEER_ENV}
-        proc = subprocess.run([str(python), "-c", _PEER_SCRIPT, f.name], capture_output=True, text=True, env=env)
+        proc = subprocess.run([str(python), "-c", _PEER_SCRIPT, f.name], capture_output=True, text=True,
+                              env=peer_env())
     finally:
         os.unlink(f.name)
     if proc.returncode != 0:

@@ -12,6 +12,11 @@ class ConfigError(JobsError):
     """A run config is invalid; the message names the offending field."""
 
 
+class DataUnavailableError(ConfigError):
+    """A dataset hosted on the Hugging Face hub is neither reachable nor cached here; the message says how to
+    get it. A dry run lists it and goes on (the machine that runs may have network); a run stops."""
+
+
 class StorageError(JobsError):
     """An output location is unreachable, unwritable, or holds inconsistent data."""
 

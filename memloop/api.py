@@ -11,24 +11,25 @@ import pandas as pd
 from engine.errors import EngineError
 from eval.errors import EvalError
 from jobs.errors import JobsError
+from jobs.results import paper_tables  # noqa: F401 (registers the table names a run config may ask for)
 
 if TYPE_CHECKING:
-    from jobs.config import RunConfig
-    from jobs.driver import RunSummary
-    from jobs.plan import RunPlan
+    from jobs.run.config import RunConfig
+    from jobs.run.driver import RunSummary
+    from jobs.run.plan import RunPlan
 
 Error = (JobsError, EvalError, EngineError)  # what `except memloop.Error` catches: user-fixable errors
 ConfigLike = Union[str, "os.PathLike[str]", dict, "RunConfig"]
 
 
 def version() -> str:
-    from jobs.provenance import package_version
+    from jobs.store.provenance import package_version
 
     return package_version()
 
 
 def _config(config: ConfigLike, output: str | None, tag: str | None, limit: int | None) -> "RunConfig":
-    from jobs.config import RunConfig, load_config, parse_config, with_overrides
+    from jobs.run.config import RunConfig, load_config, parse_config, with_overrides
 
     if isinstance(config, RunConfig):
         cfg, source = config, "config"
@@ -42,7 +43,7 @@ def _config(config: ConfigLike, output: str | None, tag: str | None, limit: int 
 def plan(config: ConfigLike, *, output: str | None = None, tag: str | None = None,
          limit: int | None = None) -> "RunPlan":
     """Validate a config against the environment and work out its run id and units; start nothing."""
-    from jobs.plan import make_plan
+    from jobs.run.plan import make_plan
 
     return make_plan(_config(config, output, tag, limit))
 
@@ -52,7 +53,7 @@ def run(config: ConfigLike, *, output: str | None = None, tag: str | None = None
     """Run (or resume) a config on Ray (a local instance unless RAY_ADDRESS is set); returns the counts.
 
     Failed units do not raise: check `summary.failed` and `summary.first_errors()`."""
-    from jobs.driver import execute
+    from jobs.run.driver import execute
 
     kwargs: dict[str, Any] = {"log": log} if log is not None else {}
     return execute(_config(config, output, tag, limit), **kwargs)
@@ -79,7 +80,7 @@ class Results:
 
 def load(uri: str) -> Results:
     """A run's tables from its URI (`{output}/{run_id}`, local or gs://) as pandas DataFrames."""
-    from jobs.storage import RunStore
+    from jobs.store.storage import RunStore
 
     rs = RunStore.at(uri)
     tables = {t: rs.table(t).to_pandas() for t in ("samples", "steps", "judgments", "scores", "runs")}

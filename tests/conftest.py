@@ -46,7 +46,7 @@ def smollm2_engine(smollm2_gguf):
 @pytest.fixture(scope="session")
 def engine_llm(smollm2_engine):
     """The shared engine as an `eval.llm.LLM` with JSON-schema constrained decoding."""
-    from jobs.llm_adapters import EngineLLM
+    from jobs.run.llm_adapters import EngineLLM
 
     return EngineLLM(smollm2_engine, name="smollm2-135m")
 

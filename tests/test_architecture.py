@@ -37,3 +37,15 @@ def test_a_forbidden_import_breaks_the_contracts(tmp_path: Path) -> None:
     res = _lint(tmp_path)
     assert res.returncode != 0
     assert "eval.llm -> engine.errors" in res.stdout
+
+
+def test_run_importing_results_breaks_the_jobs_floors(tmp_path: Path) -> None:
+    """The run sits below results: a driver that reached up into the report would break `jobs-floors`."""
+    for pkg in (*PACKAGES, "memloop"):
+        shutil.copytree(ROOT / pkg, tmp_path / pkg, ignore=shutil.ignore_patterns("__pycache__", "*.cc"))
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    driver = tmp_path / "jobs" / "run" / "driver.py"
+    driver.write_text(driver.read_text() + "\nimport jobs.results.report  # a forbidden import\n")
+    res = _lint(tmp_path)
+    assert res.returncode != 0
+    assert "jobs.run.driver -> jobs.results.report" in res.stdout

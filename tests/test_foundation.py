@@ -15,13 +15,13 @@ def test_packages_import() -> None:
 
 def test_cli_lists_subcommands() -> None:
     out = subprocess.run(
-        [sys.executable, "-c", "from jobs.cli import main; main()", "--help"],
+        [sys.executable, "-c", "from jobs.commands.cli import main; main()", "--help"],
         capture_output=True, text=True, check=True,
     ).stdout
     for name in ("run", "report", "serve", "bench", "data", "score", "methods"):
         assert name in out, f"`memloop --help` does not list {name}"
     bench = subprocess.run(
-        [sys.executable, "-c", "from jobs.cli import main; main()", "bench", "--help"],
+        [sys.executable, "-c", "from jobs.commands.cli import main; main()", "bench", "--help"],
         capture_output=True, text=True, check=True,
     ).stdout
     assert "model" in bench and "prefix" in bench

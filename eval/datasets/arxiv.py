@@ -1,5 +1,6 @@
 """arXiv long-document summarisation (F-ART): article -> chunks, abstract -> the reference summary
-(gold `{"reference": abstract}`, which ROUGE and KGScore score against).
+(gold `{"reference": abstract, "sentences": [its sentences as the dataset gives them]}`; ROUGE and
+KGScore score against the reference, ROUGE-Lsum uses the sentences).
 
 Two record formats are read:
 - the original release (Cohan et al., 2018): `article_id`, `article_text` (list of sentences),
@@ -37,8 +38,9 @@ def _lines_or_sentences(text: str) -> list[str]:
     return [s for s in (_clean(x) for x in _SENTENCE.split(text)) if s]
 
 
-def parse_arxiv_record(rec: Record, where: str) -> tuple[str, list[list[str]], list[str], str]:
-    """(article id, sentences grouped by section, section names, abstract)."""
+def parse_arxiv_record(rec: Record, where: str) -> tuple[str, list[list[str]], list[str], list[str]]:
+    """(article id, sentences grouped by section, section names, the abstract's sentences as the dataset
+    gives them: `<S>` tags in the release, one per line on the hub)."""
     if isinstance(rec.get("article_text"), list):
         sections = rec.get("sections")
         if isinstance(sections, list) and sections and all(isinstance(s, list) for s in sections):
@@ -48,12 +50,12 @@ def parse_arxiv_record(rec: Record, where: str) -> tuple[str, list[list[str]], l
         abstract_raw = rec.get("abstract_text")
         if not isinstance(abstract_raw, list):
             raise MissingFieldError(f"{where}: 'abstract_text' must be a list of sentences")
-        abstract = " ".join(_clean(x) for x in abstract_raw if isinstance(x, str) and _clean(x))
+        abstract = [_clean(x) for x in abstract_raw if isinstance(x, str) and _clean(x)]
         names = [str(n) for n in rec.get("section_names", [])]
         article_id = str(rec.get("article_id") or "")
     elif isinstance(rec.get("article"), str):
         groups = [_lines_or_sentences(rec["article"])]
-        abstract = " ".join(_lines_or_sentences(rec.get("abstract", ""))) if isinstance(rec.get("abstract"), str) else ""
+        abstract = _lines_or_sentences(rec["abstract"]) if isinstance(rec.get("abstract"), str) else []
         names, article_id = [], str(rec.get("article_id") or rec.get("id") or "")
     else:
         raise MissingFieldError(f"{where}: expected 'article_text' (list of sentences) as in the arXiv release, "
@@ -81,20 +83,25 @@ def _chunks(groups: list[list[str]], by_section: bool, chunk_sentences: int, chu
 
 
 def load_arxiv(path: str | Path, chunk_sentences: int = 15, chunk_tokens: int | None = None, tokenizer: TokenizerLike = None,
-               by_section: bool = False, limit: int | None = None, split: str = "test") -> list[Sample]:
-    """Articles from a .jsonl/.json/.parquet file (either layout) or a hub id (needs network or the HF cache)."""
+               by_section: bool = False, limit: int | None = None, split: str = "test", revision: str | None = None,
+               config_name: str | None = None) -> list[Sample]:
+    """Articles from a .jsonl/.json/.parquet file (either layout), a dataset directory, or a hub id at a
+    pinned `revision` and `config_name` (needs network or the HF cache; `eval.datasets.hub`)."""
     if chunk_sentences < 1:
         raise DatasetError(f"chunk_sentences must be at least 1 (got {chunk_sentences})")
     samples = []
-    for where, rec in read_records(path, "arXiv file", split=split, streaming=limit is not None):
+    for where, rec in read_records(path, "arXiv file", split=split, revision=revision, config_name=config_name):
         article_id, groups, names, abstract = parse_arxiv_record(rec, where)
         chunks = _chunks(groups, by_section, chunk_sentences, chunk_tokens, tokenizer)
         meta: dict[str, Any] = {"article_id": article_id, "section_names": names,
-                                "sentences": sum(len(g) for g in groups)}
+                                "sentences": sum(len(g) for g in groups), "source": where}
         if chunk_tokens is not None:
             meta["chunk_tokens"] = chunk_tokens
+        # the abstract's own sentence lines go with it: ROUGE-Lsum reads them instead of re-splitting
+        # lowercased arXiv text (whose "fig ." and "et al ." a sentence splitter takes for ends)
+        gold = {"reference": " ".join(abstract), "sentences": abstract}
         samples.append(Sample(id=f"arxiv/{slug(article_id)}", task="arxiv", chunks=tuple(chunks),
-                              query="Summarize the article.", gold={"reference": abstract}, metadata=meta))
+                              query="Summarize the article.", gold=gold, metadata=meta))
         if limit is not None and len(samples) >= limit:
             break
     if not samples:

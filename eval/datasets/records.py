@@ -2,40 +2,40 @@
 
 Local JSON(L) is parsed here rather than through `datasets.load_dataset("json")` so that a malformed
 line is reported by file and line number (and nothing is cached); Parquet goes through pyarrow;
-a hub id (`owner/name`) and a directory written by `Dataset.save_to_disk` go through Hugging Face
-`datasets` (a hub id needs network or the local HF cache).
+a hub id (`owner/name`, at a pinned `revision` and `config_name`), a directory written by
+`Dataset.save_to_disk` and a local copy of a dataset repository go through Hugging Face `datasets`
+(a hub id needs network or the local HF cache: `eval.datasets.hub`).
 """
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from typing import Any, Iterator
 
 from eval.datasets.errors import (DatasetNotFoundError, EmptyDatasetError, MissingFieldError, RecordTooLargeError,
                                   UnknownFormatError)
+from eval.datasets.hub import hub_records, is_hub_id, load_local_dataset
 from eval.datasets.textfile import MAX_DATA_FILE_BYTES, MAX_RECORD_BYTES, check_data_path, read_text
 
-_HUB_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
 Record = dict[str, Any]
 
 
-def read_records(source: str | Path, what: str = "dataset", split: str = "test",
-                 streaming: bool = False) -> Iterator[tuple[str, Record]]:
-    """(location, record) pairs; the location ("file:line") goes into error messages.
-
-    `streaming` only matters for hub ids: rows are fetched lazily (use it when taking a few rows).
-    """
+def read_records(source: str | Path, what: str = "dataset", split: str = "test", revision: str | None = None,
+                 config_name: str | None = None) -> Iterator[tuple[str, Record]]:
+    """(location, record) pairs; the location ("file:line", or "owner/name@commit[split][i]") goes into
+    error messages. `split`, `revision` and `config_name` apply to hub ids and dataset directories."""
+    if is_hub_id(source):
+        yield from hub_records(str(source), split, revision, config_name)
+        return
     p = Path(source)
     if not p.exists() and not p.is_symlink():
-        if isinstance(source, str) and _HUB_ID.match(source):
-            yield from _hub_records(source, split, streaming)
-            return
         raise DatasetNotFoundError(f"{what} {p} does not exist: check the path (or give a hub id owner/name)")
     check_data_path(p, what)
     if p.is_dir():
         if not (p / "state.json").is_file() and not (p / "dataset_dict.json").is_file():
-            raise UnknownFormatError(f"{what} {p} is a directory but not a saved Hugging Face dataset: pass a file")
+            for i, row in enumerate(load_local_dataset(p, split, config_name)):  # a copy of a dataset repository
+                yield f"{p}[{split}][{i}]", dict(row)
+            return
         import datasets
 
         ds = datasets.load_from_disk(str(p))
@@ -96,18 +96,6 @@ def _as_record(row: Any, where: str) -> Record:
     if not isinstance(row, dict):
         raise MissingFieldError(f"{where}: expected a JSON object, got {type(row).__name__}")
     return row
-
-
-def _hub_records(hub_id: str, split: str, streaming: bool) -> Iterator[tuple[str, Record]]:
-    import datasets
-
-    try:
-        ds = datasets.load_dataset(hub_id, split=split, streaming=streaming)
-    except Exception as exc:
-        raise DatasetNotFoundError(f"could not load {hub_id!r} split {split!r} from the Hugging Face hub ({exc}); "
-                                   "without network, download it once and pass the local file") from None
-    for i, row in enumerate(ds):
-        yield f"{hub_id}[{split}][{i}]", dict(row)
 
 
 def require(record: Record, field: str, kind: type | tuple[type, ...], where: str) -> Any:

@@ -2,7 +2,8 @@
 
 The registry (`eval.registry.Registry`) is the single source of task names (`list_tasks()`). A
 task's loader module may also define `truncate_gold(gold, n_chunks)`, which `truncate` uses to cut
-the gold answer together with the chunks (SUMIE keeps one reference per paragraph).
+the gold answer together with the chunks (SUMIE keeps one reference per paragraph), or
+`truncate_sample(sample, n_chunks)`, which decides the kept chunks itself (BookSum keeps its target chapter).
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ LOADERS: Registry[Loader] = Registry(
     aliases={"books": "book", "booookscore": "book", "loft-spider": "spider", "loft_spider": "spider"})
 LOADERS.register("arxiv", "eval.datasets.arxiv:load_arxiv")
 LOADERS.register("book", "eval.datasets.books:load_books")
+LOADERS.register("booksum", "eval.datasets.booksum:load_booksum")
 LOADERS.register("repoqa", "eval.datasets.repoqa.loader:load_repoqa")
 LOADERS.register("spider", "eval.datasets.spider.loader:load_spider")
 LOADERS.register("sumie", "eval.datasets.sumie.loader:load_sumie_dataset")
@@ -79,6 +81,10 @@ def truncate(sample: Sample, n_chunks: int) -> Sample:
         raise DatasetError(f"max_chunks must be a positive integer (got {n_chunks!r})")
     if len(sample.chunks) <= n_chunks:
         return sample
+    module = sys.modules.get(getattr(get_loader(sample.task), "__module__", ""), None) if sample.task in LOADERS else None
+    own = getattr(module, "truncate_sample", None)
+    if own is not None:  # the task decides which chunks a reduced sample keeps (BookSum: its target chapter)
+        return own(sample, n_chunks)
     gold = sample.gold
     cut = gold_truncator(sample.task)
     if cut is not None and gold is not None:

@@ -38,7 +38,7 @@ sumie(-exact): `precision`, `recall`, `f1` per turn; kgscore: `precision`, `reca
 `edges_generated`, `edges_reference` (and `edge_cap_hit` when `max_edges` is set); rouge: `rouge1`, `rouge2`, `rougeL`, `rougeLsum`;
 repoqa-exact and loft-exec: `accuracy`.
 
-Records for the jobs layer's Parquet tables (laid out by `jobs.tables.judge_rows`):
+Records for the jobs layer's Parquet tables (laid out by `jobs.store.tables.judge_rows`):
 
 - `judgments` rows: `{"judge": str, "index": int, "record_json": str}`; `record_json` is
   `Judgment.to_record()`: `{"item": str (what was judged: a sentence, "attr: value", an

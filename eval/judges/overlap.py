@@ -1,8 +1,11 @@
 """Reference-based scorers without an LLM: ROUGE, RepoQA function-name accuracy, LOFT execution match.
 
-- ROUGE-1/2/L/Lsum F-measures from the `rouge-score` package (the version seed 001 used), with
-  Porter stemming; for ROUGE-Lsum the texts get one sentence per line (the package's convention),
-  split with the same splitter as BooookScore.
+- ROUGE-1/2/L/Lsum F-measures from the `rouge-score` package (the version seed 001 used). Porter
+  stemming and the sentence splitting below are memloop's choices: neither F-ART nor seed 001 names
+  its ROUGE settings. For ROUGE-Lsum the texts get one sentence per line (the package's
+  convention): the reference's own sentence lines where the dataset gives them (arXiv's abstract,
+  gold `"sentences"`; `lsum_reference: split` re-splits instead), else split with the same
+  splitter as BooookScore, which the prediction always goes through.
 - RepoQA (seed 002): correct when the answer names the described function exactly.
 - LOFT-Spider (seed 002, LOFT's SQL evaluation): every cell is normalised (numbers rounded to two
   decimals, text stripped and lowercased, empty cells dropped), each row is compared as a set of
@@ -39,24 +42,36 @@ def _lines(text: str) -> str:
     return "\n".join(split_sentences(text))
 
 
-def rouge_scores(prediction: str, reference: str) -> dict[str, float]:
+LSUM_REFERENCE = ("dataset", "split")
+
+
+def rouge_scores(prediction: str, reference: str, reference_sentences: list[str] | None = None) -> dict[str, float]:
+    """F-measures; ROUGE-Lsum reads `reference_sentences` as the reference's lines when given."""
     if not isinstance(prediction, str) or not isinstance(reference, str):
         raise JudgeError("ROUGE needs the prediction and the reference as strings")
     s = _scorer()
     plain = s.score(reference, prediction)
-    lsum = s.score(_lines(reference), _lines(prediction))["rougeLsum"]
+    ref_lines = "\n".join(reference_sentences) if reference_sentences else _lines(reference)
+    lsum = s.score(ref_lines, _lines(prediction))["rougeLsum"]
     out = {k: plain[k].fmeasure for k in ("rouge1", "rouge2", "rougeL")}
     out["rougeLsum"] = lsum.fmeasure
     return out
 
 
-def judge_rouge(output: Any, gold: Any, llm: LLM | None = None, *, metadata: dict[str, Any] | None = None) -> JudgeResult:
+def judge_rouge(output: Any, gold: Any, llm: LLM | None = None, *, metadata: dict[str, Any] | None = None,
+                lsum_reference: str = "dataset") -> JudgeResult:
+    """`lsum_reference`: "dataset" (the gold's own sentence lines where it has them) or "split"."""
+    if lsum_reference not in LSUM_REFERENCE:
+        raise JudgeError(f"rouge: lsum_reference must be one of {', '.join(LSUM_REFERENCE)}, got {lsum_reference!r}")
     reference = reference_of(gold)
     if reference is None:
         raise JudgeError("ROUGE needs a non-empty reference summary as gold ({'reference': text}, or the text)")
     if not isinstance(output, str):
         raise JudgeError("ROUGE needs the method's answer as a string")
-    vals = rouge_scores(output, reference)
+    sentences = gold.get("sentences") if isinstance(gold, dict) and lsum_reference == "dataset" else None
+    if sentences is not None and not (isinstance(sentences, list) and all(isinstance(x, str) for x in sentences)):
+        raise JudgeError("ROUGE: gold 'sentences' must be the reference's sentences as a list of strings")
+    vals = rouge_scores(output, reference, sentences or None)
     return JudgeResult("rouge", [Score(k, v) for k, v in vals.items()],
                        [Judgment(item="rouge", label=vals, source="rule")])
 

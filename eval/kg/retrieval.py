@@ -45,12 +45,13 @@ class Edge:
 
 
 def mention_counts(kg: nx.MultiDiGraph, text: str) -> dict[str, Counter[str]]:
-    """node -> Counter(name -> occurrences in text), whole-word and case-sensitive as names are."""
+    """node -> Counter(name -> occurrences in text) over every name of the entity (its aliases), whole-word
+    and case-insensitive: "mentioned in the chapter" holds for "the old capulet" as for "Old Capulet"."""
     out: dict[str, Counter[str]] = {}
     for node, data in kg.nodes(data=True):
         c: Counter[str] = Counter()
         for name in data.get("names", [node]):
-            c[name] = len(re.findall(r"(?<!\w)" + re.escape(name) + r"(?!\w)", text))
+            c[name] = len(re.findall(r"(?<!\w)" + re.escape(name) + r"(?!\w)", text, flags=re.IGNORECASE))
         out[node] = c
     return out
 

@@ -2,8 +2,14 @@
 
 The model continues a transcript `Q1: [tool] ...`, we stop it at the end of the tool call, run the
 tool against this sample's store and append `#k: result` and `Qk+1:`. [EOQ] ends a chunk; on the
-last chunk [ans] gives the summary. Tool calls per chunk are bounded; when the last chunk ends
-without [ans] we append `[ans]` ourselves and let the model write the answer (recorded as a failure).
+last chunk [ans] gives the summary. The paper sets no limit on tool calls: `max_tool_calls` is only
+a safety bound against a model that never ends a chunk (64, far above the ~2 calls per stored note
+a last chunk needs), recorded as a failure when hit; when the last chunk ends without [ans] we append
+`[ans]` ourselves and let the model write the answer (recorded as a failure).
+
+Instructions follow the paper: the first and last chunks get one (store notes under keys that say
+what they hold; read all stored information and answer), middle chunks none. Generation stops at the
+transcript's own next markers (`\n#k:`, `\nQk+1:`), so a note with a line starting "Q" or "#" is kept.
 """
 from __future__ import annotations
 
@@ -22,12 +28,17 @@ _CALL = re.compile(r"^\s*\[(read|write|list-keys|ans|EOQ|E0Q)\]\s*(.*)$", re.S |
 _WRITE = re.compile(r"^\((.+?)\)\s*(.*)$", re.S)
 _WRITE_COLON = re.compile(r"^([\w.-]+):\s*(.+)$", re.S)  # `[write] key: text`, a common small-model variant
 _ECHO = re.compile(r"^\s*Q\d+:\s*")                      # the model repeating the `Qk:` it was given
-STOP = ("\n#", "\nQ", "\nInput:", "----END")
+END_STOPS = ("\nInput:", "----END")
+
+
+def stops(q: int) -> tuple[str, ...]:
+    """Stop sequences of the q-th call: the result marker it would be given and the next question."""
+    return (f"\n#{q}:", f"\nQ{q + 1}:", *END_STOPS)
 
 
 @dataclass(frozen=True)
 class FartSettings(MethodSettings):
-    max_tool_calls: PositiveInt = 8  # per chunk
+    max_tool_calls: PositiveInt = 64  # per chunk: a safety bound, not a limit of the method (none in the paper)
     max_tokens: PositiveInt = 400
 
 
@@ -82,11 +93,15 @@ class _Fart(Method):
         answer = ""
         for i, chunk in enumerate(sample.chunks):
             last = i == n - 1
-            which = "only" if n == 1 else ("first" if i == 0 else ("last" if last else "middle"))
-            instr = load_template(f"s004-instr-{which}")
-            trace.templates[instr.id] = instr.sha256
+            which = "only" if n == 1 else ("first" if i == 0 else ("last" if last else None))
+            instructions = ""
+            if which is not None:  # the paper instructs the first and last chunks only
+                instr = load_template(f"s004-instr-{which}")
+                trace.templates[instr.id] = instr.sha256
+                instructions = instr.text.strip()
             tpl = load_template(self.template)
-            transcript = tpl.render(instructions=instr.text.strip(), i=i + 1, n=n, text=" ".join(chunk.split())).rstrip()
+            transcript = tpl.render(instructions=instructions, i=i + 1, n=n, text=" ".join(chunk.split())).rstrip()
+            transcript = transcript.replace("now.  Here", "now. Here")  # no instruction: no double space
             got = self._chunk(trace, tpl, transcript, store, i, last)
             if last:
                 answer = got
@@ -94,7 +109,7 @@ class _Fart(Method):
 
     def _chunk(self, trace: Trace, tpl: Any, transcript: str, store: dict[str, str], i: int, last: bool) -> str:
         for q in range(1, self.settings.max_tool_calls + 1):
-            step = trace.ask_prompt(transcript, tpl, kind="tool", parse=parse_call, chunk_index=i, stop=STOP,
+            step = trace.ask_prompt(transcript, tpl, kind="tool", parse=parse_call, chunk_index=i, stop=stops(q),
                                     raw_prompt=True)
             if not step.ok:
                 step.memory = dict(store)
@@ -113,13 +128,14 @@ class _Fart(Method):
                 return ""
             transcript += f" {render_call(call)}\n#{q}: {result}\nQ{q + 1}:"
         else:
-            trace.steps[-1].failures.append(f"chunk {i + 1} used all {self.settings.max_tool_calls} tool calls")
+            trace.steps[-1].failures.append(f"chunk {i + 1} hit the safety bound of {self.settings.max_tool_calls} "
+                                            "tool calls (max_tool_calls)")
             q = self.settings.max_tool_calls + 1
         if not last:
             return ""
         # degrade: ask for the answer directly after the transcript so far
         transcript += " [ans]"
-        step = trace.ask_prompt(transcript, tpl, kind="final", chunk_index=i, stop=STOP, raw_prompt=True)
+        step = trace.ask_prompt(transcript, tpl, kind="final", chunk_index=i, stop=stops(q), raw_prompt=True)
         step.failures.append("the model did not give [ans] on the last chunk; the answer was requested directly")
         step.memory = dict(store)
         return step.output.strip()
@@ -133,7 +149,7 @@ class _Fart(Method):
         if tool == "read":
             if call["key"] not in store:
                 step.failures.append(f"[read] of missing key {call['key']!r}")
-                return f"(no entry named {call['key']}; stored keys: {', '.join(store) or 'none'})"
+                return f"(no entry named {call['key']})"  # the paper's [read] returns what is stored, nothing more
             return store[call["key"]]
         if tool == "list-keys":
             return ", ".join(store) if store else "(empty)"
@@ -143,7 +159,7 @@ class _Fart(Method):
         return ""
 
 
-_INSTR = ("s004-instr-first", "s004-instr-middle", "s004-instr-last", "s004-instr-only")
+_INSTR = ("s004-instr-first", "s004-instr-last", "s004-instr-only")
 
 
 class FartBase(_Fart):

@@ -62,7 +62,7 @@ def _parse(text: str) -> Extraction:
 class _ChapterSummaries(Method, ABC):
     """Chapter-wise summarisation of a book: the chapters to summarise and the loop over them."""
 
-    tasks = ("book", "arxiv")
+    tasks = ("booksum", "book", "arxiv")
 
     def _validate(self) -> None:
         if self.settings.context_window <= self.settings.max_tokens:

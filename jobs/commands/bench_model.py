@@ -25,7 +25,11 @@ def bench_model(
                                  "types (comma-separated: float16, int8; empty for none), each against the f32 cache."),
     peer: Optional[str] = typer.Option(None, "--peer", help="Also run llama.cpp's llama-batched-bench on the same "
                                        "GGUF and threads (llama-cpp; `make peers` builds it): decode at batch 1 "
-                                       "and the large batch, and at the long contexts."),
+                                       "and the large batch, and at the long contexts, at llama.cpp's defaults "
+                                       "(the ratios' denominators)."),
+    peer_variants: str = typer.Option("", "--peer-variants", help="Also time the peer with these settings, as "
+                                      "extra labelled fields without ratios (comma-separated: passive = "
+                                      "OMP_WAIT_POLICY=PASSIVE)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object as the last line."),
 ) -> None:
     """Compare memloop's Flax model with transformers on the same weights: logits, greedy tokens, tokens/s."""
@@ -38,22 +42,37 @@ def bench_model(
                              dense=dense, dense_peer=dense_peer, quantize=quantize,
                              contexts=(1024, 4096) if long_contexts else (), gather_peer=gather_peer,
                              kv_types=_kv_types(kv_types))
+    variants = _peer_variants(peer_variants)
     log = lambda line: typer.echo(line, err=as_json)
-    if peer is not None:  # fail before the long memloop part when the peer cannot run
-        from bench.llama_cpp import BATCHED_BENCH, gguf_path, peer_binary
+    peer_failed = None
+    if peer is not None:  # build (or find) the peer before the long memloop part
+        from bench.llama_cpp import BATCHED_BENCH, PeerError, gguf_path, peer_binary
 
-        gguf_path(model)
-        peer_binary(BATCHED_BENCH)
+        gguf_path(model)  # a model the peer cannot read is the user's error: refused before any work
+        try:
+            peer_binary(BATCHED_BENCH)
+        except PeerError as exc:
+            peer_failed = str(exc)
     result = run_model_bench(model, settings, log=log)
-    if peer is not None:
-        from bench.llama_cpp import model_bench_peer
+    if peer is not None:  # a peer that fails leaves memloop's figures printed, its own null with the reason
+        from bench.llama_cpp import PeerError, model_bench_peer, peer_failed_fields
 
-        result.update(model_bench_peer(result, model, decode_tokens, batch, settings.contexts, log=log))
+        if peer_failed is None:
+            try:
+                result.update(model_bench_peer(result, model, decode_tokens, batch, settings.contexts,
+                                               variants=variants, log=log))
+            except PeerError as exc:
+                peer_failed = str(exc)
+        if peer_failed is not None:
+            result.update(peer_failed_fields(peer_failed, settings.contexts))
     if as_json:
         typer.echo(json.dumps(result))
     else:
         for key, value in result.items():
             typer.echo(f"{key:28s} {value}")
+    if peer_failed is not None:
+        typer.echo(f"error: the llama.cpp peer failed: {peer_failed}", err=True)
+        raise typer.Exit(1)
 
 
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:
@@ -68,4 +87,15 @@ def _kv_types(text: str) -> tuple[str, ...]:
     if bad:
         raise typer.BadParameter(f"{', '.join(bad)}: the KV-cache types to compare with float32 are "
                                  f"{', '.join(x for x in KV_DTYPES if x != 'float32')}", param_hint="--kv-types")
+    return names
+
+
+def _peer_variants(text: str) -> tuple[str, ...]:
+    from bench.llama_cpp import PEER_VARIANTS
+
+    names = tuple(x.strip() for x in text.split(",") if x.strip())
+    bad = [x for x in names if x not in PEER_VARIANTS]
+    if bad:
+        raise typer.BadParameter(f"{', '.join(bad)}: the peer variants are {', '.join(sorted(PEER_VARIANTS))}",
+                                 param_hint="--peer-variants")
     return names

@@ -1,4 +1,4 @@
-"""`memloop bench scale`: N simulated hosts x M method loops (jobs/scale_sim.py), labelled a simulation."""
+"""`memloop bench scale`: N simulated hosts x M method loops (jobs/sim/scale_sim.py), labelled a simulation."""
 from __future__ import annotations
 
 import json
@@ -23,8 +23,8 @@ def bench_scale(
 ) -> None:
     """A SIMULATION of a run over many hosts: units/s, driver CPU and GIL wait, engine busy share,
     memory, shards and bytes, resume time per (hosts, loops, placement)."""
-    from jobs.scale_sim import parse_points, projection_table, sweep, table
-    from jobs.signals import graceful_interrupts
+    from jobs.sim.scale_sim import parse_points, projection_table, sweep, table
+    from jobs.run.signals import graceful_interrupts
 
     log = (lambda m: print(m, file=sys.stderr, flush=True))
     with graceful_interrupts():  # Ctrl-C / SIGTERM stop the point in progress cleanly (its Ray actors killed)

@@ -22,7 +22,7 @@ def compare_cmd(
                                                             "'f1.delta < -0.02' or 'booookscore.delta_hi < 0' (repeatable)."),
 ) -> None:
     """Per-metric deltas B − A on the shared units with paired bootstrap 95% intervals, and the config diff."""
-    from jobs.compare import EXIT_REGRESSION, compare_runs, failing, load, parse_rule, to_markdown, write_comparison
+    from jobs.results.compare import EXIT_REGRESSION, compare_runs, failing, load, parse_rule, to_markdown, write_comparison
 
     rules = [parse_rule(r) for r in fail_if]  # malformed rules fail before any reading
     ra, rb = load(a), load(b)

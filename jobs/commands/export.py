@@ -15,7 +15,7 @@ def export_cmd(
                                                       "than the run now has (otherwise refused: a damaged copy)."),
 ) -> None:
     """Write {table}/run_id=RUN/part-0.parquet with one row per unit (retries resolved); prints one JSON line."""
-    from jobs.export import export_run
+    from jobs.store.export import export_run
 
     res = export_run(run_uri, to, force=force)
     print(json.dumps({"run_id": res.run_id, "dest": res.dest, "rows": res.rows}), flush=True)

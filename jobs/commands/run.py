@@ -33,21 +33,21 @@ def run_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print only one JSON object on stdout (progress stays on stderr)."),
 ) -> None:
     """Run (or resume) a config: prints the run id and output URI, then one JSON line of counts."""
-    from jobs.config import load_config, with_overrides
+    from jobs.run.config import load_config, with_overrides
 
     cfg = with_overrides(load_config(config), str(config), output=output, tag=tag, limit=limit,
                          max_chunks=max_chunks, repeats=repeats, model=model)
     if dry_run:
         _dry_run(cfg, as_json)
         return
-    from jobs.driver import execute
+    from jobs.run.driver import execute
 
     def ready(rid: str, uri: str) -> None:
         if not as_json:
             print(f"run id: {rid}", flush=True)
             print(f"output: {uri}", flush=True)
 
-    from jobs.signals import graceful_interrupts
+    from jobs.run.signals import graceful_interrupts
 
     with graceful_interrupts():
         try:
@@ -67,7 +67,7 @@ def run_cmd(
         for err in summary.first_errors():
             print(f"  {err[:500]}", file=sys.stderr)
     if report and not summary.storage_error:
-        from jobs.report import write_report
+        from jobs.results.report import write_report
 
         _, rep = write_report(summary.output)
         if not as_json:
@@ -89,10 +89,10 @@ def _dry_run(cfg, as_json: bool) -> None:
     """The plan of a run: its id, where it writes, and how many units it has (and has done)."""
     from collections import Counter
 
-    from jobs.plan import make_plan
-    from jobs.storage import RunStore
+    from jobs.run.plan import make_plan
+    from jobs.store.storage import RunStore
 
-    plan = make_plan(cfg)
+    plan = make_plan(cfg, dry_run=True)
     try:
         done = RunStore.open(cfg.output, plan.run_id).done_units()
     except Exception:  # an output not created yet, or unreachable: the real run will say which
@@ -101,7 +101,8 @@ def _dry_run(cfg, as_json: bool) -> None:
     per = Counter((u.dataset.key, u.method.key) for u in plan.units)
     out = {"run_id": plan.run_id, "output": cfg.output, "units": len(plan.units), "done": len(plan.units) - len(todo),
            "to_compute": len(todo), "engine": plan.engine_config,
-           "per_dataset_method": [{"dataset": d, "method": m, "units": n} for (d, m), n in sorted(per.items())]}
+           "per_dataset_method": [{"dataset": d, "method": m, "units": n} for (d, m), n in sorted(per.items())],
+           "unavailable": list(plan.unavailable)}
     if as_json:
         print(json.dumps(out, default=str))
         return
@@ -109,6 +110,8 @@ def _dry_run(cfg, as_json: bool) -> None:
           f"({out['done']} already done, {len(todo)} to compute)")
     for row in out["per_dataset_method"]:
         print(f"  {row['dataset']:32s} {row['method']:24s} {row['units']:5d}")
+    for msg in plan.unavailable:
+        print(f"not counted, data not reachable here (the run needs it): {msg}")
     print("dry run: nothing started")
 
 
@@ -118,7 +121,7 @@ def report_cmd(
 ) -> None:
     """Write report.md and PNG plots next to the run's tables and print the Markdown (compare two runs
     with `memloop compare A B`)."""
-    from jobs.report import headline, report_of
+    from jobs.results.report import headline, report_of
 
     _, data, rep = report_of(run_uri)
     if as_json:

@@ -27,7 +27,8 @@ def test_release_format_chunks_of_fifteen_sentences(tmp_path):
     samples = load_arxiv(p)
     assert [s.id for s in samples] == ["arxiv/1501-00000", "arxiv/1501-00001", "arxiv/1501-00002"]
     s = samples[0]
-    assert s.gold == {"reference": "we study chaotic motions . smooth curves appear ."}
+    assert s.gold == {"reference": "we study chaotic motions . smooth curves appear .",
+                      "sentences": ["we study chaotic motions .", "smooth curves appear ."]}
     assert [c.count(" .") for c in s.chunks] == [15, 15, 2]  # 32 sentences, crossing the section divider like F-ART
     assert s.chunks[1].startswith("Sentence 15") and "Method sentence 0" in s.chunks[1]
     assert s.metadata["section_names"] == ["introduction", "method"] and s.metadata["sentences"] == 32
@@ -42,7 +43,8 @@ def test_hub_layout_from_parquet(tmp_path):
     article = "\n".join(s for sec in SECTIONS for s in sec)
     pq.write_table(pa.table({"article": [article], "abstract": ["we study chaotic motions .\nsmooth curves appear ."]}), tmp_path / "a.parquet")
     [s] = load_arxiv(tmp_path / "a.parquet", chunk_sentences=10)
-    assert len(s.chunks) == 4 and s.gold == {"reference": "we study chaotic motions . smooth curves appear ."}
+    assert len(s.chunks) == 4 and s.gold["reference"] == "we study chaotic motions . smooth curves appear ."
+    assert s.gold["sentences"] == ["we study chaotic motions .", "smooth curves appear ."]  # the hub's lines kept
     assert s.id.startswith("arxiv/") and len(s.id) == len("arxiv/") + 12
 
 
@@ -70,4 +72,27 @@ def test_saved_hugging_face_dataset(tmp_path):
     ds = datasets.Dataset.from_list([{"article": "First sentence here.\nSecond one.", "abstract": "A summary.", "article_id": "hf-1"}])
     datasets.DatasetDict({"validation": ds}).save_to_disk(str(tmp_path / "saved"))
     [s] = load_arxiv(tmp_path / "saved", split="validation")
-    assert s.id == "arxiv/hf-1" and s.chunks == ("First sentence here. Second one.",) and s.gold == {"reference": "A summary."}
+    assert s.id == "arxiv/hf-1" and s.chunks == ("First sentence here. Second one.",) and s.gold == {"reference": "A summary.", "sentences": ["A summary."]}
+
+
+def test_rouge_lsum_reads_the_abstracts_own_sentence_lines(tmp_path):
+    """Lowercased arXiv text: a sentence splitter cuts at "et al ." and "fig ."; the dataset's lines do not."""
+    from rouge_score import rouge_scorer
+
+    from eval.judges import run_judge
+    from eval.judges.overlap import _lines
+
+    lines = ["we follow smith et al . in the analysis of the lamps .", "the results appear in fig . 3 of the paper ."]
+    rec = _release_record(0)
+    rec["abstract_text"] = [f"<S> {x} </S>" for x in lines]
+    p = tmp_path / "test.txt"
+    p.write_text(json.dumps(rec) + "\n")
+    [s] = load_arxiv(p)
+    assert s.gold["sentences"] == lines
+    assert len(_lines(s.gold["reference"]).split("\n")) > 2  # what re-splitting did to it
+    prediction = "We follow Smith. The results appear in fig. 3 of the paper; the analysis of the lamps follows Smith et al."
+    got = {x.metric: x.value for x in run_judge("rouge", prediction, s.gold).scores}
+    direct = rouge_scorer.RougeScorer(["rougeLsum"], use_stemmer=True).score("\n".join(lines), _lines(prediction))
+    assert got["rougeLsum"] == pytest.approx(direct["rougeLsum"].fmeasure)
+    split = {x.metric: x.value for x in run_judge("rouge", prediction, s.gold, lsum_reference="split").scores}
+    assert split["rougeLsum"] != pytest.approx(got["rougeLsum"]) and split["rouge1"] == pytest.approx(got["rouge1"])

@@ -1,4 +1,4 @@
-"""`memloop data ...` commands (run on an app holding only the data group, as jobs.cli registers it)."""
+"""`memloop data ...` commands (run on an app holding only the data group, as jobs.commands.cli registers it)."""
 from __future__ import annotations
 
 import json
@@ -50,7 +50,7 @@ def test_errors_are_named(app, tmp_path):
 def test_show_and_tasks(app):
     result = CliRunner().invoke(app, ["data", "show", "sumie", "-o", "synthetic=true", "-o", "entities=2", "--limit", "2"])
     assert result.exit_code == 0 and result.output.startswith("2 samples")
-    assert CliRunner().invoke(app, ["data", "tasks"]).output.split() == ["arxiv", "book", "repoqa", "spider", "sumie"]
+    assert CliRunner().invoke(app, ["data", "tasks"]).output.split() == ["arxiv", "book", "booksum", "repoqa", "spider", "sumie"]
     bad = CliRunner().invoke(app, ["data", "show", "sumie", "-o", "entitees=2"])
     assert isinstance(bad.exception, DatasetError) and "entitees" in str(bad.exception)
 

@@ -33,7 +33,7 @@ V = _versions()
 
 def _commands() -> set[str]:
     """The top-level `memloop` commands the CLI really registers."""
-    from jobs.cli import app
+    from jobs.commands.cli import app
 
     names = {c.name for c in app.registered_commands} | {g.name for g in app.registered_groups}
     return {n for n in names if n}
@@ -149,7 +149,7 @@ def test_every_manifest_uses_the_project_image_and_ray_version() -> None:
 
 
 def _config_paths(cfg_file: Path) -> list[str]:
-    """The absolute paths a run config reads (`datasets[].path`, `model.weights`; see jobs/config.py)."""
+    """The absolute paths a run config reads (`datasets[].path`, `model.weights`; see jobs/run/config.py)."""
     cfg = yaml.safe_load(cfg_file.read_text())
     paths = [d["path"] for d in cfg["datasets"] if d.get("path")] + [w for w in [(cfg.get("model") or {}).get("weights")] if w]
     assert all(p.startswith("/") for p in paths), f"{cfg_file.name}: relative paths do not exist on the cluster: {paths}"
@@ -209,7 +209,7 @@ def test_nightly_cronjob_targets_a_raycluster_of_the_repository() -> None:
 
 
 def test_nightly_cronjob_runs_every_config_compares_and_reports_failure() -> None:
-    from jobs.compare import parse_rule
+    from jobs.results.compare import parse_rule
 
     script = _cron_script()
     assert "set -e" not in script  # one failing config must not end the night (memloop nightly goes on)
@@ -224,7 +224,7 @@ def test_nightly_cronjob_runs_every_config_compares_and_reports_failure() -> Non
 
 
 def test_nightly_configs_are_valid_run_configs() -> None:
-    from jobs.config import parse_config
+    from jobs.run.config import parse_config
 
     assert {f.stem for f in NIGHTLY} >= {"sumie", "books", "code", "tables"}
     for f in NIGHTLY:

@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 from typer.testing import CliRunner
 
-from jobs.cli import app
-from jobs.nightly import EXIT_FAILED, compare_with_previous, exit_status, previous_run, run_nightly
-from jobs.storage import RunStore
-from jobs.tables import unit_key
+from jobs.commands.cli import app
+from jobs.results.nightly import EXIT_FAILED, compare_with_previous, exit_status, previous_run, run_nightly
+from jobs.store.storage import RunStore
+from jobs.store.units import unit_key
 
 TINY = """
 name: {name}

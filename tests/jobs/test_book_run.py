@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from jobs.config import parse_config
-from jobs.driver import execute
-from jobs.storage import RunStore
+from jobs.run.config import parse_config
+from jobs.run.driver import execute
+from jobs.store.storage import RunStore
 
 ROOT = Path(__file__).resolve().parents[2]
 SPLIT = ("compute_s", "compile_s", "host_s", "idle_s")

@@ -7,11 +7,12 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from jobs.cli import app
-from jobs.compare import CompareError, compare_runs, failing, load, parse_rule
-from jobs.report import write_report
-from jobs.storage import RunStore
-from jobs.tables import now, unit_key
+from jobs.commands.cli import app
+from jobs.results.compare import CompareError, compare_runs, failing, load, parse_rule
+from jobs.results.report import write_report
+from jobs.store.storage import RunStore
+from jobs.store.tables import now
+from jobs.store.units import unit_key
 
 N = 40
 

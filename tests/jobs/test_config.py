@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from jobs.config import load_config, parse_config
-from jobs.plan import check_config, run_id
+from jobs.run.config import load_config, parse_config
+from jobs.run.plan import check_config, run_id
 from jobs.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -71,12 +71,12 @@ def test_cli_fails_before_work_with_named_field(tmp_path) -> None:
     blocker.write_text("x")
     cfg = tmp_path / "c.yaml"
     cfg.write_text(yaml.safe_dump(_cfg(tmp_path, output=str(blocker / "runs"))))
-    out = subprocess.run([sys.executable, "-c", "from jobs.cli import main; main()", "run", str(cfg)],
+    out = subprocess.run([sys.executable, "-c", "from jobs.commands.cli import main; main()", "run", str(cfg)],
                          capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert out.returncode == 2, out.stderr
     assert "StorageError" in out.stderr and "`output`" in out.stderr
     cfg.write_text(yaml.safe_dump(_cfg(tmp_path, methods=[{"name": "nope"}])))
-    out = subprocess.run([sys.executable, "-c", "from jobs.cli import main; main()", "run", str(cfg)],
+    out = subprocess.run([sys.executable, "-c", "from jobs.commands.cli import main; main()", "run", str(cfg)],
                          capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert out.returncode == 2 and "`methods.0.name`" in out.stderr, out.stderr
     assert not (tmp_path / "runs").exists()

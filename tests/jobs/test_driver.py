@@ -19,10 +19,10 @@ import pytest
 import yaml
 
 from engine.actor import EngineActor
-from jobs.config import parse_config
-from jobs.plan import run_id
-from jobs.driver import execute
-from jobs.storage import RunStore
+from jobs.run.config import parse_config
+from jobs.run.plan import run_id
+from jobs.run.driver import execute
+from jobs.store.storage import RunStore
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -84,7 +84,7 @@ def test_run_end_to_end_then_resume_skips_everything(ray_local, tmp_path, gcs_em
     for table in ("samples", "steps", "judgments", "scores", "runs"):
         assert rs.table(table).equals(gcs.table(table)), table
         assert rs.table(table).to_pandas().equals(gcs.table(table).to_pandas()), table
-    from jobs.report import write_report
+    from jobs.results.report import write_report
 
     uri, rep = write_report(gcs.uri)
     assert uri.startswith("gs://") and "SUMIE" in rep.markdown
@@ -170,7 +170,7 @@ def test_interrupted_driver_resumes_without_recomputing(tmp_path) -> None:
     cfg_path.write_text(yaml.safe_dump(cfg_dict))
     rid = run_id(parse_config(cfg_dict))
     rs = RunStore.open(str(tmp_path / "runs"), rid)
-    cmd = [sys.executable, "-c", "from jobs.cli import main; main()", "run", str(cfg_path)]
+    cmd = [sys.executable, "-c", "from jobs.commands.cli import main; main()", "run", str(cfg_path)]
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     deadline = time.time() + 900
@@ -209,7 +209,7 @@ def memloop_serve():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    server = subprocess.Popen([sys.executable, "-c", "from jobs.cli import main; main()", "serve", "--port", str(port)],
+    server = subprocess.Popen([sys.executable, "-c", "from jobs.commands.cli import main; main()", "serve", "--port", str(port)],
                               cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         deadline, model = time.time() + 600, None
@@ -283,7 +283,7 @@ def test_sigterm_then_ctrl_c_stops_cleanly_and_records_nothing_false(tmp_path) -
     cfg_path = tmp_path / "cfg.yaml"
     cfg_path.write_text(yaml.safe_dump(cfg_dict))
     rs = RunStore.open(str(tmp_path / "runs"), run_id(parse_config(cfg_dict)))
-    cmd = [sys.executable, "-c", "from jobs.cli import main; main()", "run", str(cfg_path)]
+    cmd = [sys.executable, "-c", "from jobs.commands.cli import main; main()", "run", str(cfg_path)]
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     deadline = time.time() + 900

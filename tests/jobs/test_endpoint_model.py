@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from fastapi import FastAPI
 
-from jobs.config import parse_config
-from jobs.driver import execute
-from jobs.storage import RunStore
+from jobs.run.config import parse_config
+from jobs.run.driver import execute
+from jobs.store.storage import RunStore
 from tests.http_server import serve_app
 
 BOOK = Path(__file__).resolve().parents[2] / "jobs/configs/data/lighthouse-keeper.txt"

@@ -8,10 +8,11 @@ import pyarrow.dataset as ds
 import pytest
 from typer.testing import CliRunner
 
-from jobs.cli import app
-from jobs.export import export_run
-from jobs.storage import RunStore
-from jobs.tables import SCHEMAS, now, unit_key
+from jobs.commands.cli import app
+from jobs.store.export import export_run
+from jobs.store.storage import RunStore
+from jobs.store.tables import SCHEMAS, now
+from jobs.store.units import unit_key
 
 
 def _unit(sample: str, status: str, f1: float) -> dict:
@@ -86,7 +87,7 @@ def test_export_to_gcs_and_cli(tmp_path, gcs_emulator) -> None:
     dest = f"{gcs_emulator}/{uuid.uuid4().hex[:8]}/lake"
     export_run(rs.uri, dest)
     export_run(rs.uri, dest)  # overwrite is allowed on the precondition-enforcing fake
-    from jobs.storage import open_store
+    from jobs.store.storage import open_store
 
     lake = open_store(dest)
     assert sorted(lake.children("")) == ["judgments", "runs", "samples", "scores", "steps"]
@@ -100,7 +101,7 @@ def _cli(args: list[str], capsys, monkeypatch) -> tuple[int, str, str]:
     """`memloop ARGS` through the real entry point (errors become one line and exit 2)."""
     import sys
 
-    from jobs.cli import main
+    from jobs.commands.cli import main
 
     monkeypatch.setattr(sys, "argv", ["memloop", *args])
     try:

@@ -11,9 +11,10 @@ import pytest
 from google.api_core.exceptions import PreconditionFailed
 
 from jobs.errors import LockHeldError
-from jobs.report import write_report
-from jobs.storage import ConflictError, GCSStore, RunStore, open_store
-from jobs.tables import now, unit_key
+from jobs.results.report import write_report
+from jobs.store.storage import ConflictError, GCSStore, RunStore, open_store
+from jobs.store.tables import now
+from jobs.store.units import unit_key
 
 
 def _shard(sample: str) -> dict:

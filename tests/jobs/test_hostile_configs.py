@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from eval.datasets.textfile import MAX_RECORD_BYTES
-from jobs.config import MAX_CONFIG_NODES, load_config
+from jobs.run.config import MAX_CONFIG_NODES, load_config
 from jobs.errors import ConfigError
 
 LAUGHS = """
@@ -80,7 +80,7 @@ def _dry_run(tmp_path: Path, data_path: str, task: str = "book") -> subprocess.C
     cfg.write_text(f"name: x\noutput: {tmp_path / 'runs'}\ndatasets: [{{task: {task}, path: {data_path}}}]\n"
                    "methods: [{name: inc-update}]\n")
     try:
-        return subprocess.run([sys.executable, "-c", "from jobs.cli import main; main()", "run", str(cfg), "--dry-run"],
+        return subprocess.run([sys.executable, "-c", "from jobs.commands.cli import main; main()", "run", str(cfg), "--dry-run"],
                               cwd=ROOT, capture_output=True, text=True, timeout=120)
     except subprocess.TimeoutExpired:
         pytest.fail(f"--dry-run on {data_path} did not finish in 120 s")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from jobs.config import load_config
+from jobs.run.config import load_config
 
 CONFIGS = Path(__file__).resolve().parents[2] / "jobs" / "configs"
 

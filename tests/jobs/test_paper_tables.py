@@ -8,12 +8,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from jobs.config import load_config, parse_config, with_overrides
-from jobs.driver import execute
+from jobs.run.config import load_config, parse_config, with_overrides
+from jobs.run.driver import execute
 from jobs.errors import ConfigError
-from jobs.paper_tables import TABLES, layout
-from jobs.plan import run_id
-from jobs.report import headline, report_of
+from jobs.results.paper_tables import TABLES, layout
+from jobs.run.plan import run_id
+from jobs.results.report import headline, report_of
+from tests.datasets.test_booksum import booksum_file
 from tests.jobs.scripted_endpoint import scripted_endpoint
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -113,6 +114,8 @@ def test_a_reduced_paper_config_runs_end_to_end_and_reports_the_papers_table(con
             d["path"] = str(BOOK)
         elif d["task"] == "arxiv":
             d["path"] = str(_arxiv_file(tmp_path))
+        elif d["task"] == "booksum":
+            d["path"] = str(booksum_file(tmp_path))
         d.setdefault("options", {})
         if "chunk_tokens" in d["options"]:
             d["options"]["chunk_tokens"] //= 16  # small chunks; a sweep stays a sweep
@@ -148,6 +151,8 @@ def test_a_reduced_paper_config_runs_on_the_bundled_model(config, ray_local, tmp
             d["path"] = str(BOOK)
         elif d["task"] == "arxiv":
             d["path"] = str(_arxiv_file(tmp_path))
+        elif d["task"] == "booksum":
+            d["path"] = str(booksum_file(tmp_path))
         if "chunk_tokens" in d.get("options", {}):
             d["options"]["chunk_tokens"] //= 8
     for m in data["methods"]:

@@ -8,9 +8,10 @@ import math
 
 import pytest
 
-from jobs.report import RunData, build_report, mean_se, write_report
-from jobs.storage import RunStore
-from jobs.tables import now, unit_key
+from jobs.results.report import RunData, build_report, mean_se, write_report
+from jobs.store.storage import RunStore
+from jobs.store.tables import now
+from jobs.store.units import unit_key
 
 
 def _shard(rs: RunStore, method: str, sample: str, repeat: int, f1s: list[float], bscore: float | None,
@@ -82,14 +83,14 @@ def test_report_command(tmp_path) -> None:
     a = RunStore.open(str(tmp_path), "a")
     _shard(a, "cok", "e1", 0, [0.2, 0.6], 0.5, (1000, 500, 10))
     root = Path(__file__).resolve().parents[2]
-    out = subprocess.run([sys.executable, "-c", "from jobs.cli import main; main()", "report", a.uri],
+    out = subprocess.run([sys.executable, "-c", "from jobs.commands.cli import main; main()", "report", a.uri],
                          capture_output=True, text=True, cwd=root, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("# Run `a`") and (tmp_path / "a" / "report.md").read_text() in out.stdout
-    bad = subprocess.run([sys.executable, "-c", "from jobs.cli import main; main()", "report", str(tmp_path / "zz")],
+    bad = subprocess.run([sys.executable, "-c", "from jobs.commands.cli import main; main()", "report", str(tmp_path / "zz")],
                          capture_output=True, text=True, cwd=root, timeout=120)
     assert bad.returncode == 2 and "holds no run" in bad.stderr
-    as_json = subprocess.run([sys.executable, "-c", "from jobs.cli import main; main()", "report", a.uri, "--json"],
+    as_json = subprocess.run([sys.executable, "-c", "from jobs.commands.cli import main; main()", "report", a.uri, "--json"],
                              capture_output=True, text=True, cwd=root, timeout=120)
     data = json.loads(as_json.stdout)
     figures = {(f["judge"], f["metric"]): f for f in data["figures"]}
@@ -137,7 +138,7 @@ def _units(rs: RunStore, rows: list[tuple[str, str, int, str, tuple[int, int, in
 def test_cost_is_a_mean_per_sample_over_the_samples_every_method_finished(tmp_path) -> None:
     """Seed 002 table 3 is per book: the cost index is the mean per sample, over the same samples
     for every method compared; a sample one method failed is left out for all and named."""
-    from jobs.report import headline
+    from jobs.results.report import headline
 
     rs = RunStore.open(str(tmp_path), "cost")
     _units(rs, [("inc", "b1", 0, "ok", (1000, 0, 100), 0.5), ("inc", "b2", 0, "ok", (3000, 0, 300), 0.7),
@@ -162,7 +163,7 @@ def test_cost_is_a_mean_per_sample_over_the_samples_every_method_finished(tmp_pa
 
 def test_a_failed_judgment_counts_in_judged_over_total(tmp_path) -> None:
     """A sample whose judging failed is not silently dropped: the judged / total column shows it."""
-    from jobs.report import headline
+    from jobs.results.report import headline
 
     rs = RunStore.open(str(tmp_path), "judged")
     _units(rs, [("inc", "b1", 0, "ok", (100, 0, 10), 0.5), ("inc", "b2", 0, "failed", (100, 0, 10), None),
@@ -213,7 +214,7 @@ def test_paper_cache_hit_from_recorded_prompts_next_to_the_radix_hit(tmp_path) -
     sample over all tokens encoded, computed from the steps' prompts; the engine's radix-cache hit
     (0 here) is a different number and is labelled as such. No recorded model: cl100k, and it says so."""
     from eval.tokens import cl100k_encode
-    from jobs.report import headline
+    from jobs.results.report import headline
 
     d = _prompt_run(tmp_path, "hit")
     want = _paper_hit(cl100k_encode)
@@ -232,7 +233,7 @@ def test_paper_cache_hit_in_the_run_models_tokens(tmp_path, smollm2_gguf) -> Non
     import pandas as pd
 
     from engine.tokenizer import load_tokenizer
-    from jobs.report import headline
+    from jobs.results.report import headline
 
     d = _prompt_run(tmp_path, "hit-model")
     cfg = {"model": {"kind": "engine", "weights": str(smollm2_gguf)}}
@@ -246,7 +247,7 @@ def test_paper_cache_hit_in_the_run_models_tokens(tmp_path, smollm2_gguf) -> Non
 def test_go_rows_leave_start_and_avg_empty(tmp_path) -> None:
     """GO keeps no memory per turn: its only score is at the last turn, so "start" and "avg" stay
     empty (as in seed 000 table 1) rather than repeating the last-turn value."""
-    from jobs.report import headline
+    from jobs.results.report import headline
 
     rs = RunStore.open(str(tmp_path), "go")
     base = dict(unit=unit_key("sumie:synthetic", "e1", "go-json", 0), dataset="sumie:synthetic", task="sumie",
@@ -268,7 +269,7 @@ def test_go_rows_leave_start_and_avg_empty(tmp_path) -> None:
 def test_a_method_that_does_not_apply_is_n_a_not_a_failure_and_blocks_no_comparison(tmp_path) -> None:
     """The long-context ceiling is n/a on an input longer than the context: counted apart from failures,
     outside every judged / total, and not a reason to leave the sample out of the others' cost."""
-    from jobs.report import headline
+    from jobs.results.report import headline
 
     rs = RunStore.open(str(tmp_path), "na")
     _units(rs, [("inc", "b1", 0, "ok", (1000, 0, 100), 0.5), ("inc", "b2", 0, "ok", (3000, 0, 300), 0.7),

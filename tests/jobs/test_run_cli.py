@@ -10,10 +10,10 @@ import yaml
 from typer.testing import CliRunner
 
 import memloop
-from jobs.cli import app
-from jobs.config import load_config, parse_config, with_overrides
+from jobs.commands.cli import app
+from jobs.run.config import load_config, parse_config, with_overrides
 from jobs.errors import ConfigError, error_text
-from jobs.plan import make_plan, run_id
+from jobs.run.plan import make_plan, run_id
 
 
 def _free_port() -> int:
@@ -144,9 +144,9 @@ def test_a_second_identical_run_is_refused_while_the_first_computes(ray_local, t
     import threading
     import time
 
-    from jobs.driver import execute
+    from jobs.run.driver import execute
     from jobs.errors import LockHeldError
-    from jobs.storage import LOCK_NAME
+    from jobs.store.storage import LOCK_NAME
 
     cfg = parse_config(_cfg(tmp_path, datasets=[{"task": "sumie", "synthetic": {"entities": 2, "seed": 5},
                                                  "options": {"max_chunks": 1}}]))
@@ -202,7 +202,7 @@ def test_an_empty_or_binary_book_leaves_no_run_directory(tmp_path, content) -> N
 
 
 def test_an_install_without_git_reports_the_commit_baked_in_at_build(tmp_path) -> None:
-    """As in the container image: the source has no .git; `python -m jobs.provenance --write` (run by
+    """As in the container image: the source has no .git; `python -m jobs.store.provenance --write` (run by
     the image build with MEMLOOP_COMMIT) records the commit that runs then report."""
     import os
     import shutil
@@ -212,7 +212,7 @@ def test_an_install_without_git_reports_the_commit_baked_in_at_build(tmp_path) -
     root = Path(__file__).resolve().parents[2]
     shutil.copytree(root / "jobs", tmp_path / "jobs", ignore=shutil.ignore_patterns("__pycache__", "build_info.json"))
     env = dict(os.environ, PYTHONPATH=str(tmp_path), MEMLOOP_COMMIT="v1.2-3-gabc123", GIT_CEILING_DIRECTORIES=str(tmp_path))
-    run = lambda *args: subprocess.run([sys.executable, "-m", "jobs.provenance", *args], cwd=tmp_path, env=env,
+    run = lambda *args: subprocess.run([sys.executable, "-m", "jobs.store.provenance", *args], cwd=tmp_path, env=env,
                                        capture_output=True, text=True, timeout=60)
     assert run().stdout.strip().startswith("memloop==")  # neither git nor a build record
     assert run("--write").returncode == 0

@@ -10,8 +10,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from jobs.errors import StorageError
-from jobs.storage import RunStore, open_store
-from jobs.tables import SCHEMAS, now, unit_key
+from jobs.store.storage import RunStore, open_store
+from jobs.store.tables import SCHEMAS, now
+from jobs.store.units import unit_key
 
 
 def _unit(sample: str, method: str, repeat: int = 0, status: str = "ok") -> dict:
@@ -84,7 +85,7 @@ def test_uncommitted_shard_is_invisible(tmp_path) -> None:
     rs = RunStore.open(str(tmp_path), "r")
     rs.write_shard(_unit("e1", "go-json"))
     # a writer that died after its steps file but before its samples file
-    from jobs.storage import to_parquet
+    from jobs.store.storage import to_parquet
 
     orphan = [dict(r, run_id="r", shard="orphan") for r in _unit("e9", "go-json")["steps"]]
     rs.store.put(rs.name("steps", "orphan.parquet"), to_parquet("steps", orphan))

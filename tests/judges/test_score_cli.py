@@ -9,7 +9,7 @@ import pytest
 
 
 def _memloop(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", "from jobs.cli import main; main()", *args],
+    return subprocess.run([sys.executable, "-c", "from jobs.commands.cli import main; main()", *args],
                           capture_output=True, text=True, timeout=120)
 
 

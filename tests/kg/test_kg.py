@@ -9,6 +9,7 @@ from eval.kg import (
     linearize_tokens, names_graph, parse_extraction, rank_edges,
 )
 from eval.kg.graph import BuildReport, initial_graph, merge_nodes
+from eval.kg.retrieval import mention_counts
 
 CH1 = """Named entities (include all aliases and name variations):
 Tom / Thomas
@@ -150,3 +151,14 @@ def test_edges_without_header_are_edges() -> None:
     ex = parse_extraction("Nell / Nell Crane\nTobias\n1. Nell; sister of; Tobias\n2. Tobias; owes money\n")
     assert ex.aliases == [["Nell", "Nell Crane"], ["Tobias"]]
     assert [(t.subject, t.object) for t in ex.triples] == [("Nell", "Tobias"), ("Tobias", None)]
+
+
+def test_mentions_match_any_alias_whatever_its_case(story) -> None:
+    """Seed 001's E_k takes entities "mentioned in the chapter": a lowercased chapter mentions them too."""
+    _, kg, _ = story
+    text = "Tom and Polly and Becky and Huck on Cardiff Hill"
+    upper, _ = chapter_edges(kg, text, 2)
+    lower, counts = chapter_edges(kg, text.lower(), 2)
+    assert upper and sorted(map(repr, lower)) == sorted(map(repr, upper))
+    tommy = next(n for n, d in kg.nodes(data=True) if "Tommy" in d.get("names", []))
+    assert counts[tommy]["Tommy"] == 0 and mention_counts(kg, "TOMMY hid")[tommy]["Tommy"] == 1  # an alias counts

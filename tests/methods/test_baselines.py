@@ -103,10 +103,10 @@ def test_prism_inplace_without_updates_is_the_add_only_ablation_on_repoqa() -> N
 def test_an_na_unit_is_recorded_as_na_and_never_judged() -> None:
     """The jobs layer's record of "not applicable": status "n/a" with the reason, no judge run, so no
     score row that could enter a mean as a zero."""
-    from jobs.config import parse_config
-    from jobs.judge_fanout import JudgeFanout
-    from jobs.tables import now, sample_row, step_rows
-    from jobs.workload import build_units
+    from jobs.run.config import parse_config
+    from jobs.run.judge_fanout import JudgeFanout
+    from jobs.store.tables import now, sample_row, step_rows
+    from jobs.run.workload import build_units
 
     cfg = parse_config({"datasets": [{"task": "spider", "limit": 1}],
                         "methods": [{"name": "long-context", "options": {"context_tokens": 64}}],

@@ -15,7 +15,7 @@ NAMES = ["go-text", "go-json", "gu-text", "gu-json", "gm-text", "gm-json", "cok"
 
 
 def test_methods_json_lists_every_method_with_template_hashes() -> None:
-    out = subprocess.run([sys.executable, "-c", "from jobs.cli import main; main()", "methods", "--json"],
+    out = subprocess.run([sys.executable, "-c", "from jobs.commands.cli import main; main()", "methods", "--json"],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     manifest = json.loads(out.stdout.strip().splitlines()[-1])

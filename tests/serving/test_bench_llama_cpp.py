@@ -26,7 +26,7 @@ CODE = {"PYTHONPATH": str(ROOT)}  # this checkout's memloop, whatever the enviro
 
 
 def _memloop_serve(port: int) -> list[str]:
-    return [sys.executable, "-c", "from jobs.cli import main; main()", "serve", "--port", str(port),
+    return [sys.executable, "-c", "from jobs.commands.cli import main; main()", "serve", "--port", str(port),
             "--kv-budget", str(64 << 20)]
 
 
@@ -109,7 +109,7 @@ def test_batched_bench_without_rows_is_an_error():
 def test_cli_rejects_unknown_peers():
     from typer.testing import CliRunner
 
-    from jobs.cli import app
+    from jobs.commands.cli import app
 
     runner = CliRunner()
     out = runner.invoke(app, ["bench", "prefix", "--peer", "vllm"])
@@ -118,6 +118,52 @@ def test_cli_rejects_unknown_peers():
     assert out.exit_code == 2 and "llama-cpp" in out.output
     out = runner.invoke(app, ["bench", "model", "--kv-types", "float16,fp8"])
     assert out.exit_code == 2 and "fp8" in out.output and "int8" in out.output
+    out = runner.invoke(app, ["bench", "model", "--peer", "llama-cpp", "--peer-variants", "spin"])
+    assert out.exit_code == 2 and "spin" in out.output and "passive" in out.output
+
+
+# A stand-in llama-batched-bench that reports, as its decode rate, whether it was started with
+# OMP_WAIT_POLICY set (2.0) or not (1.0): what the peer sees of the environment it is given.
+_ENV_PROBE = """#!/bin/sh
+if [ -n "$OMP_WAIT_POLICY" ]; then rate=2.0; else rate=1.0; fi
+printf '{"pp": 32, "tg": 8, "pl": 1, "n_kv": 40, "t_pp": 0.1, "speed_pp": 320.0, "t_tg": 0.1, "speed_tg": %s}\\n' "$rate"
+"""
+
+
+def test_a_peer_runs_in_the_callers_environment_unless_a_labelled_variant_is_asked(tmp_path, monkeypatch):
+    from bench.llama_cpp import PEER_VARIANTS, batched_bench, peer_env
+
+    probe = tmp_path / "llama-batched-bench"
+    probe.write_text(_ENV_PROBE)
+    probe.chmod(0o755)
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    monkeypatch.setenv("MEMLOOP_PEER_PROBE", "kept")
+    assert peer_env() == dict(__import__("os").environ)  # nothing added: llama.cpp's own defaults
+    assert "OMP_WAIT_POLICY" not in peer_env() and peer_env()["MEMLOOP_PEER_PROBE"] == "kept"
+    assert peer_env("passive")["OMP_WAIT_POLICY"] == PEER_VARIANTS["passive"]["OMP_WAIT_POLICY"]
+    rows = batched_bench(Path("m.gguf"), 2, [32], 8, [1], binary=probe)
+    assert decode_rate(rows, 32, 1) == 1.0
+    rows = batched_bench(Path("m.gguf"), 2, [32], 8, [1], variant="passive", binary=probe)
+    assert decode_rate(rows, 32, 1) == 2.0
+    with pytest.raises(PeerError, match=r"unknown peer variant 'spin'.*passive"):
+        peer_env("spin")
+
+
+def test_a_failed_peer_leaves_its_fields_null_with_the_reason():
+    from bench.llama_cpp import peer_failed_fields
+
+    out = peer_failed_fields("llama-batched-bench exited 139", (1024, 4096))
+    assert out["llama_cpp_error"] == "llama-batched-bench exited 139"
+    assert out["ratio_decode_b1_vs_llama_cpp"] is None and out["llama_cpp_decode_tps_b1_ctx4k"] is None
+    assert out["ratio_decode_b1_ctx1k_vs_llama_cpp"] is None
+
+
+def test_the_portable_build_turns_on_what_the_cpu_lists_and_amx_off():
+    from bench.build_peers import portable_flags
+
+    flags = portable_flags("processor : 0\nflags : fpu avx avx2 fma f16c avx512f amx_tile amx_int8\n")
+    assert "-DGGML_NATIVE=OFF" in flags and "-DGGML_AVX2=ON" in flags and "-DGGML_AVX512=ON" in flags
+    assert "-DGGML_AVX512_BF16=OFF" in flags and "-DGGML_AMX_TILE=OFF" in flags and "-DGGML_AMX_INT8=OFF" in flags
 
 
 @pytest.mark.slow

@@ -176,7 +176,7 @@ def test_the_api_key_guards_every_route_but_health(engine):
 def test_memloop_serve_refuses_bad_options_before_starting(args, says):
     env = {k: v for k, v in os.environ.items() if k != "MEMLOOP_API_KEY"}
     env["PYTHONPATH"] = str(ROOT)
-    proc = subprocess.run([sys.executable, "-c", "from jobs.cli import main; main()", "serve", *args],
+    proc = subprocess.run([sys.executable, "-c", "from jobs.commands.cli import main; main()", "serve", *args],
                           capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
     lines = [x for x in proc.stderr.splitlines() if x.startswith("error:")]
     assert proc.returncode == 2, proc.stderr

@@ -50,7 +50,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from jobs.errors import LockHeldError, StorageError
-from jobs.tables import SCHEMAS, conform, now
+from jobs.store.tables import SCHEMAS, conform, now
 
 WriteMode = Literal["create", "overwrite"]
 

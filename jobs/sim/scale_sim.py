@@ -1,10 +1,10 @@
 """`memloop bench scale`: a SIMULATION of a run over N hosts with M method loops each.
 
-What is real: the driver (`jobs.driver.execute`: the plan, the worker pool, the method loops, the
+What is real: the driver (`jobs.run.driver.execute`: the plan, the worker pool, the method loops, the
 run store, compaction, the manifest and the unit index), Ray (a local cluster), the engine actors as
 Ray actors, the methods (rendering, parsing, revisions, token counting with the model's tokenizer),
 the Parquet files and the resume read. What is simulated: the engines. Each simulated host is a
-`jobs.replay.ReplayEngine` actor that answers with the outputs a real finished run recorded for the
+`jobs.sim.replay.ReplayEngine` actor that answers with the outputs a real finished run recorded for the
 same prompts, after the time the real engine's measured step times say a continuous-batching
 engine would take (`bench.engine_latency`). Judges are left out (they are Ray tasks of their own,
 not driver work, and the recording holds only the methods' steps).
@@ -34,14 +34,14 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from jobs.config import RunConfig, parse_config
+from jobs.run.config import RunConfig, parse_config
 from jobs.errors import ConfigError
-from jobs.driver import Simulated
-from jobs.replay import (LatencyModel, ReplayEngine, packed_handles, recording_from_steps, rss_mb, tokenizer_json,
-                         unit_time_estimate)
-from jobs.storage import RunStore
-from jobs.tables import unit_key
-from jobs.workload import Unit
+from jobs.run.driver import Simulated
+from jobs.run.handles import packed_handles, rss_mb
+from jobs.sim.replay import LatencyModel, ReplayEngine, recording_from_steps, tokenizer_json, unit_time_estimate
+from jobs.store.storage import RunStore
+from jobs.store.units import unit_key
+from jobs.run.workload import Unit
 
 Log = Callable[[str], None]
 LABEL = "SIMULATION: engines replay a recorded run with a latency model; nothing here ran on N real hosts"
@@ -172,7 +172,7 @@ def _point_config(base: RunConfig, out: str, hosts: int, loops: int, placement: 
 
 def run_point(rec: Recording, model: LatencyModel, tok_ref: Any, rec_ref: Any, hosts: int, loops: int,
               placement: str, duration_s: float, workdir: str, log: Log, processes: int = 8) -> dict[str, Any]:
-    from jobs.driver import execute
+    from jobs.run.driver import execute
 
     out = tempfile.mkdtemp(prefix=f"scale-{hosts}x{loops}-{placement}-", dir=workdir)
     cfg = _point_config(rec.config, out, hosts, loops, placement)
@@ -235,7 +235,7 @@ def sweep(recording: str, points: list[tuple[int, int]], placements: list[str], 
           processes: int = 8) -> dict[str, Any]:
     import ray
 
-    from jobs import actors as engine_actors
+    from jobs.run import actors as engine_actors
 
     for p in placements:
         if p not in ("driver", "engine"):

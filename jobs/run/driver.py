@@ -1,18 +1,18 @@
 """The Ray driver of `memloop run`: composes the plan, the engine actors, the worker pool, the judge
 fan-out and the run store.
 
-1. `jobs.plan.make_plan` checks the config against the environment, derives the run id and builds
+1. `jobs.run.plan.make_plan` checks the config against the environment, derives the run id and builds
    the units (all before any work starts); the store drops units already recorded as ok (resume).
-2. `jobs.actors` starts the engine actors (one per accelerator host, or per CPU share).
-3. `jobs.pool.WorkerPool` runs `max_in_flight` worker threads per actor over one shared queue;
+2. `jobs.run.actors` starts the engine actors (one per accelerator host, or per CPU share).
+3. `jobs.run.pool.WorkerPool` runs `max_in_flight` worker threads per actor over one shared queue;
    each runs a unit's method loop against its actor, whose engine batches the concurrent requests.
    A unit that raises is retried (`retries`); when its actor died the worker waits for Ray's
    restart first. A unit that exhausts its attempts is recorded as failed with its error.
-4. `jobs.judge_fanout` starts a finished unit's judges at once as Ray tasks.
-5. Rows (built by `jobs.tables`) are written in shards (atomic, see storage.py); the manifest row
+4. `jobs.run.judge_fanout` starts a finished unit's judges at once as Ray tasks.
+5. Rows (built by `jobs.store.tables`) are written in shards (atomic, see storage.py); the manifest row
    closes the invocation, also when it is interrupted. When the storage fails (its calls are
-   bounded, see `jobs.storage.STORAGE_DEADLINE_S`) the run stops: the shards written are kept, the
-   summary names the error and the units not saved, and a re-run resumes.
+   bounded, see `jobs.store.storage.STORAGE_DEADLINE_S`) the run stops: the shards written are kept,
+   the summary names the error and the units not saved, and a re-run resumes.
 """
 from __future__ import annotations
 
@@ -27,18 +27,18 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from eval.llm import Usage
-from jobs import actors as engine_actors
-from jobs.config import RunConfig
+from jobs.run import actors as engine_actors
+from jobs.run.config import RunConfig
 from jobs.errors import RunError, StorageError, error_text
-from jobs.judge_fanout import JudgeFanout
-from jobs.manifest import manifest_base
-from jobs.plan import RunPlan, make_plan
-from jobs.pool import Attempt, Outcome, WorkerPool
-from jobs.progress import Progress
-from jobs.storage import RunStore
-from jobs.loops import run_loop, start_workers
-from jobs.tables import now, sample_row
-from jobs.workload import Unit
+from jobs.run.judge_fanout import JudgeFanout
+from jobs.store.manifest import manifest_base
+from jobs.run.plan import RunPlan, make_plan
+from jobs.run.pool import Attempt, Outcome, WorkerPool
+from jobs.run.progress import Progress
+from jobs.store.storage import RunStore
+from jobs.run.loops import run_loop, start_workers
+from jobs.store.tables import now, sample_row
+from jobs.run.workload import Unit
 
 Log = Callable[[str], None]
 EXIT_STORAGE = 4  # the run stopped because its output could not be written
@@ -196,7 +196,7 @@ def _start_and_compute(plan: RunPlan, rs: RunStore, todo: list[Unit], actor_cls:
     worker beside each; compute the units, and kill the actors whatever happens."""
     import ray
 
-    from jobs.llm_adapters import ActorLLM, endpoint_llm
+    from jobs.run.llm_adapters import ActorLLM, endpoint_llm
 
     engine_actors.ensure_ray(log)  # judges run as Ray tasks in either case
     cfg = plan.config
@@ -266,7 +266,7 @@ def execute(cfg: RunConfig, *, actor_cls: Any = None, sim: Simulated | None = No
     stats: dict[str, Any] = {"resume_s": resume_s}
     state = state if state is not None else {}
     state["stop_after_s"] = stop_after_s
-    from jobs.run_lock import run_lock
+    from jobs.store.run_lock import run_lock
 
     # A second driver of the same run into the same output is refused here, before it writes anything.
     held = (run_lock(rs, f"{invocation} ({plan.run_id})", log, on_lost=lambda: _stop_pool(state)) if todo

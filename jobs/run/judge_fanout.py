@@ -1,4 +1,5 @@
-"""Judge fan-out: one Ray task per (unit, judge), started as soon as the unit's output exists.
+"""Scheduling judges: one Ray task per (unit, judge) (`jobs.run.judge_task` is its body), started as
+soon as the unit's output exists, and the unit's rows collected when its judges are done.
 
 The unit's worker thread does not wait for its judges: `start` returns a future of the unit's
 `Outcome` (its sample and step rows plus every judgment and score row), resolved by a small thread
@@ -10,11 +11,11 @@ from __future__ import annotations
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from jobs.config import RunConfig
+from jobs.run.config import RunConfig
 from jobs.errors import error_text
-from jobs.pool import Outcome, Rows
-from jobs.tables import now, with_unit
-from jobs.workload import Unit
+from jobs.run.pool import Outcome, Rows
+from jobs.store.tables import now, with_unit
+from jobs.run.workload import Unit
 
 
 class JudgeFanout:
@@ -28,7 +29,7 @@ class JudgeFanout:
 
         from eval.judges import get_judge
 
-        from jobs.judging import judge_one
+        from jobs.run.judge_task import judge_one
 
         if out.not_applicable:  # nothing to score: no judgment, no score, so never a zero in a mean
             done: "Future[Outcome]" = Future()

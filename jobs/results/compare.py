@@ -30,8 +30,8 @@ import pandas as pd
 
 from eval.judges.cost import cost_index, usage_of
 from jobs.errors import JobsError
-from jobs.report import RunData, markdown_table
-from jobs.storage import RunStore, join_uri, open_store
+from jobs.results.report import RunData, markdown_table
+from jobs.store.storage import RunStore, join_uri, open_store
 
 PAIR = ["dataset", "sample_id", "method", "repeat"]
 RESAMPLES = 2000

@@ -13,8 +13,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from jobs.tables import now, sample_row, step_rows
-from jobs.workload import Unit
+from jobs.run.handles import packed_handles, rss_mb
+from jobs.store.tables import now, sample_row, step_rows
+from jobs.run.workload import Unit
 
 Rows = dict[str, list[dict[str, Any]]]
 
@@ -35,7 +36,7 @@ class MethodWorker:
 
     def __init__(self, engines: list[Any], names: list[str], timeout_s: float | None, cache_dir: str | None = None,
                  cache_key: str = "") -> None:
-        from jobs.llm_adapters import ActorLLM
+        from jobs.run.llm_adapters import ActorLLM
 
         self.llms: list[Any] = [ActorLLM(e, name=n, timeout_s=timeout_s) for e, n in zip(engines, names)]
         if cache_dir is not None:
@@ -48,8 +49,6 @@ class MethodWorker:
         return run_loop(u, attempt, self.llms[host])
 
     def stats(self, host: int = 0) -> dict[str, Any]:
-        from jobs.replay import rss_mb
-
         wall = max(1e-9, time.monotonic() - self.t0)
         return {"cpu_s": time.process_time() - self.cpu0, "wall_s": wall, "rss_mb": rss_mb()}
 
@@ -68,11 +67,9 @@ def start_workers(engines: list[Any], per_engine: int, *, max_restarts: int, tim
                   cache_dir: str | None, cache_key: str, pack: int = 1) -> tuple[list[Any], list[Any]]:
     """A `MethodWorker` per `pack` engine actors (one in a real run), on their node, with `per_engine`
     threads per engine. They ask no CPU of their own: they run beside the engines whose requests they
-    make. Returns a handle per engine (`jobs.replay.PackedHandle`) and the worker actors."""
+    make. Returns a handle per engine (`jobs.run.handles.PackedHandle`) and the worker actors."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-    from jobs.replay import packed_handles
 
     cls = ray.remote(MethodWorker)
     procs = []

@@ -1,7 +1,7 @@
 """The papers' tables, laid out with their own rows and columns, the paper's numbers beside memloop's.
 
 A run config names the tables it reproduces (`paper_tables: [seed002-table2, ...]`); `memloop report`
-then prints each one from the run's headline figures (`jobs.report.headline`: the same means,
+then prints each one from the run's headline figures (`jobs.results.report.headline`: the same means,
 standard errors and judged / total counts as every other table, computed by `eval.judges`). This
 module holds only layouts and the numbers the papers print, as printed: no formula lives here.
 
@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, Mapping
+
+from jobs.run.config import register_paper_tables
 
 
 
@@ -148,8 +150,8 @@ TABLES: dict[str, PaperTable] = {t.id: t for t in (
                                     "BERTScore F1": "54.58 / 55.96", "P_KG": "23.07 / 25.57", "R_KG": "16.59 / 20.17",
                                     "F_KG": "18.34 / 21.75"})),
         "paper (LongT5 / GPT-4)",
-        "The paper's data are 100 BookSum chapters (not public here); this config reads arXiv articles, "
-        "which carry a reference summary. memloop does not compute BERTScore."),
+        "100 BookSum test chapters drawn at random (the config's seed), each summarised with the book's "
+        "chapters up to it and scored against its own reference. memloop does not compute BERTScore."),
     PaperTable(
         "seed002-table2", "Seed 002, table 2: task performance (BooookScore, RepoQA accuracy, LOFT-Spider accuracy)",
         (Column("BooookScore", "booookscore", "booookscore", task="book", digits=3),
@@ -230,6 +232,7 @@ TABLES: dict[str, PaperTable] = {t.id: t for t in (
                   ("Rolling summary", "fart-rolling", ("34.2", "8.8", "18.7", "27.3")))),
         "paper"),
 )}
+register_paper_tables(TABLES)
 
 
 # ---------------------------------------------------------------------------------------------

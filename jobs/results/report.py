@@ -9,7 +9,7 @@ with one repeat only the mean is shown. Tables:
 - Scores: every other (judge, metric) per method, e.g. BooookScore, ROUGE, exact match.
   Every judge's figures come with "judged / total": the units it scored out of the method's units on
   the dataset, so a failed sample or a failed judgment never shrinks the denominator unseen.
-- The papers' tables the run's config names (`paper_tables:`, laid out by `jobs.paper_tables`): the
+- The papers' tables the run's config names (`paper_tables:`, laid out by `jobs.results.paper_tables`): the
   paper's rows and columns, memloop's figure beside the paper's printed number.
 - Cost (seed 002 table 3, per book): means per sample of encoded, net encoded (prompt minus cached)
   and decoded tokens (x 10^3) and of the cost index = (net + 3 x decoded) / 10^6; cache hit % of the
@@ -41,8 +41,8 @@ from eval.judges import aggregator
 from eval.judges.cost import per_sample_cost, prefix_hit_rate, prefix_hits, usage_of
 from eval.judges.sumie import METRICS as SUMIE_METRICS
 from eval.judges.sumie import turn_summary
-from jobs.paper_tables import TABLES, PaperTable, layout, method_status
-from jobs.storage import RunStore
+from jobs.results.paper_tables import TABLES, PaperTable, layout, method_status
+from jobs.store.storage import RunStore
 
 TURN_SUMMARIES = ("start", "last", "avg")
 NOT_APPLICABLE = "n/a"
@@ -360,7 +360,7 @@ def headline(d: RunData) -> dict:
     samples under `cost_excluded`; `radix_cache_hit` is the engine's, `prefix_hit_paper` seed 002's,
     with the `tokenizer` it was counted in); each a mean over repeats with its standard error, computed by
     the same functions as the Markdown tables. `paper_tables`: the tables of the papers the run's config
-    names (`jobs.paper_tables`), memloop's cell and the paper's number side by side."""
+    names (`jobs.results.paper_tables`), memloop's cell and the paper's number side by side."""
     units = [{"method": m, "dataset": ds, "ok": int((g["status"] == "ok").sum()),
               "failed": int((g["status"] == "failed").sum()),
               **({"n/a": int((g["status"] == "n/a").sum())} if (g["status"] == "n/a").any() else {})}

@@ -1,13 +1,14 @@
 """The run config: a YAML file validated by pydantic (structure only).
 
 What the config means for the environment (files, registries, the engine, the run id) is worked
-out once, before any work starts, by `jobs.plan`.
+out once, before any work starts, by `jobs.run.plan`.
 """
 from __future__ import annotations
 
 import os
 import re
 from pathlib import Path
+from collections.abc import Iterable
 from typing import Any, Literal
 
 import yaml
@@ -15,6 +16,18 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from jobs.errors import ConfigError
 
+# The papers' table layouts live in `jobs.results.paper_tables`, a floor above the run: it registers
+# its table ids here, so the config can check `paper_tables:` without importing what sits above it.
+# The entry points (the CLI's commands, `memloop.run`) load that floor before they read a config.
+_PAPER_TABLES: set[str] = set()
+
+
+def register_paper_tables(names: Iterable[str]) -> None:
+    _PAPER_TABLES.update(names)
+
+
+def paper_table_names() -> frozenset[str]:
+    return frozenset(_PAPER_TABLES)
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -177,7 +190,7 @@ class RunConfig(_Strict):
     flush_units: int = Field(default=16, ge=1)  # write a shard every this many finished units ...
     flush_s: float = Field(default=20.0, gt=0)  # ... or this many seconds
     shard_rows: int = Field(default=50_000, ge=1)  # at the end of a run, small shards merge up to this many rows
-    # the papers' tables `memloop report` lays out from this run (jobs.paper_tables; not in the run id)
+    # the papers' tables `memloop report` lays out from this run (jobs.results.paper_tables; not in the run id)
     paper_tables: list[str] = Field(default_factory=list)
 
     @field_validator("name", "tag")
@@ -190,11 +203,10 @@ class RunConfig(_Strict):
     @field_validator("paper_tables")
     @classmethod
     def _known_tables(cls, v: list[str]) -> list[str]:
-        from jobs.paper_tables import TABLES
-
-        unknown = [t for t in v if t not in TABLES]
+        known = paper_table_names()
+        unknown = [t for t in v if t not in known]
         if unknown:
-            raise ValueError(f"unknown paper table(s) {unknown}; use some of {', '.join(sorted(TABLES))}")
+            raise ValueError(f"unknown paper table(s) {unknown}; use some of {', '.join(sorted(known))}")
         return v
 
     @field_validator("output")

@@ -4,10 +4,9 @@ from __future__ import annotations
 import json
 import socket
 from importlib import metadata
-from typing import Any
+from typing import Any, Protocol
 
-from jobs.plan import RunPlan
-from jobs.provenance import code_version, ray_job_id
+from jobs.store.provenance import code_version, ray_job_id
 
 PACKAGES = ("memloop", "jax", "jaxlib", "flax", "ray", "pyarrow", "transformers", "tokenizers", "llguidance",
             "numpy", "sentence-transformers", "rouge-score", "google-cloud-storage")
@@ -23,7 +22,15 @@ def package_versions() -> dict[str, str]:
     return out
 
 
-def manifest_base(plan: RunPlan, invocation: str, output: str) -> dict[str, Any]:
+class PlanLike(Protocol):
+    """What the manifest reads of a run plan (`jobs.run.plan.RunPlan`, a floor above)."""
+
+    config: Any
+    identity: dict[str, Any]
+    model_digest: str
+
+
+def manifest_base(plan: PlanLike, invocation: str, output: str) -> dict[str, Any]:
     cfg = plan.config
     return {
         "invocation": invocation,

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
+from eval.datasets.hub import HubDataUnavailableError, is_hub_id
 from eval.datasets.sample import Sample
 from eval.errors import EvalError
-from jobs.config import DatasetSpec, JudgeSpec, MethodSpec, RunConfig, resolve_path
-from jobs.errors import ConfigError
-from jobs.tables import unit_key
+from jobs.run.config import DatasetSpec, JudgeSpec, MethodSpec, RunConfig, resolve_path
+from jobs.errors import ConfigError, DataUnavailableError
+from jobs.store.units import unit_key
 
 
 @dataclass(frozen=True)
@@ -35,12 +35,12 @@ class Unit:
         return int(v) if v is not None else None
 
 
-def _path_option(task: str, path: Path) -> dict[str, Any]:
+def _path_option(task: str, path: str) -> dict[str, Any]:
     """Loaders name their source argument differently (path, source ...): pass it by its own name."""
     from eval.datasets import get_loader
 
     first = next(iter(inspect.signature(get_loader(task)).parameters))
-    return {first: str(path)}
+    return {first: path}
 
 
 def load_samples(spec: DatasetSpec, index: int) -> list[Sample]:
@@ -52,9 +52,12 @@ def load_samples(spec: DatasetSpec, index: int) -> list[Sample]:
         if spec.synthetic is not None:  # the task's own generator, through its loader
             samples = load_dataset(spec.task, synthetic=True, **spec.synthetic, **options)
         elif spec.path is not None:
-            samples = load_dataset(spec.task, **_path_option(spec.task, resolve_path(spec.path)), **options)
+            source = spec.path if is_hub_id(spec.path) else str(resolve_path(spec.path))
+            samples = load_dataset(spec.task, **_path_option(spec.task, source), **options)
         else:  # loaders that build their data from options (installed packages, built-in databases)
             samples = load_dataset(spec.task, **options)
+    except HubDataUnavailableError as exc:
+        raise DataUnavailableError(f"`{field}`: {exc}") from None
     except EvalError as exc:
         raise ConfigError(f"`{field}`: {exc}") from None
     if spec.ids is not None:
@@ -122,9 +125,19 @@ def validate_methods(cfg: RunConfig) -> None:
             raise ConfigError(f"`methods.{i}.options`: {exc}") from None
 
 
-def build_units(cfg: RunConfig) -> list[Unit]:
+def build_units(cfg: RunConfig, unavailable: list[str] | None = None) -> list[Unit]:
+    """Every unit of the run. With `unavailable` (a dry run) a hub dataset that cannot be reached here is
+    left out and its message appended there, instead of stopping the plan."""
     validate_methods(cfg)
-    loaded = [(d, load_samples(d, i)) for i, d in enumerate(cfg.datasets)]
+    loaded = []
+    for i, d in enumerate(cfg.datasets):
+        try:
+            loaded.append((d, load_samples(d, i)))
+        except DataUnavailableError as exc:
+            if unavailable is None:
+                raise
+            unavailable.append(str(exc))
+            loaded.append((d, []))
     units: list[Unit] = []
     seen: set[str] = set()
     for mi, m in enumerate(cfg.methods):

@@ -18,12 +18,12 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-import resource
 import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from jobs.errors import JobsError
+from jobs.run.handles import rss_mb
 
 
 class ReplayMiss(JobsError):
@@ -214,43 +214,10 @@ class ReplayEngine:
         return len(self.tokenizer.encode(text, add_special_tokens=False).ids)
 
     def stats(self, host: int = 0) -> dict[str, Any]:
-        return dict(self.hosts[host].stats(), rss_mb=_rss_mb() / len(self.hosts), hosts_in_process=len(self.hosts))
+        return dict(self.hosts[host].stats(), rss_mb=rss_mb() / len(self.hosts), hosts_in_process=len(self.hosts))
 
     def health(self, host: int = 0) -> bool:
         return True
-
-
-class _Bound:
-    __slots__ = ("method", "index")
-
-    def __init__(self, method: Any, index: int) -> None:
-        self.method, self.index = method, index
-
-    def remote(self, *args: Any, **kwargs: Any) -> Any:
-        return self.method.remote(*args, host=self.index, **kwargs)
-
-
-class PackedHandle:
-    """One of several hosts served by one actor process, used like an actor handle of its own:
-    `handle.complete.remote(request)` calls `actor.complete.remote(request, host=index)`."""
-
-    def __init__(self, actor: Any, index: int) -> None:
-        self.actor, self.index = actor, index
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__"):
-            if name == "__ray_call__":  # where the actor runs (node affinity) is the process's
-                return self.actor.__ray_call__
-            raise AttributeError(name)
-        return _Bound(getattr(self.actor, name), self.index)
-
-    def __reduce__(self):
-        return (PackedHandle, (self.actor, self.index))
-
-
-def packed_handles(actors: list[Any], per_actor: int, total: int) -> list[PackedHandle]:
-    """`total` handles over `actors`, each serving `per_actor` hosts (host i -> actor i // per_actor)."""
-    return [PackedHandle(actors[i // per_actor], i % per_actor) for i in range(total)]
 
 
 def tokenizer_json(model: str | None = None) -> str:
@@ -259,22 +226,6 @@ def tokenizer_json(model: str | None = None) -> str:
     from engine.tokenizer import load_tokenizer
 
     return load_tokenizer(model or default_model_path()).hf.backend_tokenizer.to_str()
-
-
-def _rss_mb() -> float:
-    """This process's resident memory now (Linux /proc), else its peak."""
-    try:
-        with open("/proc/self/statm") as f:
-            pages = int(f.read().split()[1])
-        import os
-
-        return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
-    except (OSError, ValueError, IndexError):
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
-def rss_mb() -> float:
-    return _rss_mb()
 
 
 def unit_time_estimate(model: LatencyModel, answers: list[Answer], batch: int) -> float:

@@ -5,7 +5,7 @@
   after a code change computes afresh instead of resuming yesterday's results. Changes to `jobs/`
   (orchestration, storage, reports) or `bench/` keep the id: they do not change what a unit computes.
 - `code_version()`: the git commit of a checkout, else the commit baked into the package at build
-  time (`jobs/build_info.json`, written by `python -m jobs.provenance --write` in the Makefile and
+  time (`jobs/store/build_info.json`, written by `python -m jobs.store.provenance --write` in the Makefile and
   the container build), else the package version.
 - `ray_job_id()`: the `ray job submit` submission id when the driver runs as a Ray job.
 """
@@ -20,7 +20,7 @@ from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 RESULT_PACKAGES = ("engine", "eval")
 SOURCE_SUFFIXES = (".py", ".txt", ".jinja", ".json", ".yaml", ".cc")
 BUILD_INFO = Path(__file__).with_name("build_info.json")

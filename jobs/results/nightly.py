@@ -8,7 +8,7 @@ results is compared with the latest earlier run of the same config `name` under 
 checked on that comparison; a rule naming a metric the config does not produce is skipped for it.
 
 Exit status: 0 every config ran and no rule held; 1 a config was invalid or its run exited non-zero;
-4 (`jobs.compare.EXIT_REGRESSION`) every config ran but a rule held. The last stdout line is one
+4 (`jobs.results.compare.EXIT_REGRESSION`) every config ran but a rule held. The last stdout line is one
 JSON object with every config's outcome.
 """
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Callable
 from jobs.errors import JobsError
 
 EXIT_FAILED = 1
-RUN_ARGV = [sys.executable, "-c", "import sys; sys.argv[0] = 'memloop'; from jobs.cli import main; main()", "run"]
+RUN_ARGV = [sys.executable, "-c", "import sys; sys.argv[0] = 'memloop'; from jobs.commands.cli import main; main()", "run"]
 
 
 @dataclass
@@ -39,8 +39,8 @@ class Outcome:
 
 def _validate(path: Path) -> str:
     """The config's `name`, or a JobsError saying what is wrong (before any process starts)."""
-    from jobs.config import load_config
-    from jobs.plan import check_config
+    from jobs.run.config import load_config
+    from jobs.run.plan import check_config
 
     cfg = load_config(path)
     check_config(cfg)
@@ -60,7 +60,7 @@ def _run(path: Path, extra: list[str], log: Callable[[str], None]) -> tuple[int,
 
 
 def _manifest_rows(store, run_dir: str) -> list[dict]:
-    from jobs.storage import RunStore
+    from jobs.store.storage import RunStore
 
     try:
         return RunStore(store, run_dir).table("runs").to_pylist()
@@ -71,7 +71,7 @@ def _manifest_rows(store, run_dir: str) -> list[dict]:
 def previous_run(run_uri: str, name: str) -> str | None:
     """The URI of the latest run of config `name` under the same output, other than `run_uri`, that
     finished before this run's first invocation started."""
-    from jobs.storage import join_uri, open_store
+    from jobs.store.storage import join_uri, open_store
 
     base, _, rid = run_uri.rstrip("/").rpartition("/")
     store = open_store(base)
@@ -93,7 +93,7 @@ def previous_run(run_uri: str, name: str) -> str | None:
 
 def compare_with_previous(run_uri: str, name: str, rules: list[str]) -> tuple[str | None, list[str]]:
     """(the previous run's URI, the rules that hold on PREVIOUS -> THIS); writes the comparison."""
-    from jobs.compare import compare_runs, failing, load, parse_rule, write_comparison
+    from jobs.results.compare import compare_runs, failing, load, parse_rule, write_comparison
 
     parsed = [parse_rule(r) for r in rules]
     prev = previous_run(run_uri, name)
@@ -109,7 +109,7 @@ def compare_with_previous(run_uri: str, name: str, rules: list[str]) -> tuple[st
 def run_nightly(configs: list[Path], rules: list[str], log: Callable[[str], None] = print,
                 tag: str | None = None) -> list[Outcome]:
     """Every config in order; `tag` is passed to `memloop run --tag` (a fresh run per night)."""
-    from jobs.compare import parse_rule
+    from jobs.results.compare import parse_rule
 
     for r in rules:  # a malformed rule is a usage error before anything runs
         parse_rule(r)
@@ -145,7 +145,7 @@ def run_nightly(configs: list[Path], rules: list[str], log: Callable[[str], None
 
 
 def exit_status(outcomes: list[Outcome]) -> int:
-    from jobs.compare import EXIT_REGRESSION
+    from jobs.results.compare import EXIT_REGRESSION
 
     if any(o.status in ("invalid", "failed") for o in outcomes):
         return EXIT_FAILED

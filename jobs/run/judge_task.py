@@ -1,23 +1,21 @@
-"""Judge work as Ray tasks: one task per (unit, judge), started as soon as the unit's output exists.
-
-The task receives what the judge scores (the judge's own `prediction` of the method's output), the
-sample's gold and metadata, and an LLM (the engine actor's adapter, or built from the endpoint spec
-inside the task) and returns plain-dict rows for the `judgments` and `scores` tables
-(`jobs.tables.judge_rows`).
+"""What one judge task does, inside its Ray task: pick the judge's LLM (the run's engine or the
+configured endpoint), run one judge on one unit's output, and return the `judgments` and `scores`
+rows (`jobs.store.tables.judge_rows`). Scheduling the tasks and collecting them is
+`jobs.run.judge_fanout`'s job.
 """
 from __future__ import annotations
 
 from typing import Any
 
-from jobs.config import JudgeModelSpec, JudgeSpec
-from jobs.tables import judge_rows
+from jobs.run.config import JudgeModelSpec, JudgeSpec
+from jobs.store.tables import judge_rows
 
 
 def judge_llm(spec: JudgeModelSpec, engine_llm: Any) -> Any:
     """The LLM judges call: the run's own engine, or the configured OpenAI-compatible endpoint."""
     if spec.kind == "engine":
         return engine_llm
-    from jobs.llm_adapters import endpoint_llm
+    from jobs.run.llm_adapters import endpoint_llm
 
     return endpoint_llm(spec.endpoint)
 

@@ -13,6 +13,7 @@ import typer
 from engine.errors import EngineError
 from eval.errors import EvalError
 from jobs.errors import JobsError
+from jobs.results import paper_tables  # noqa: F401 (registers the table names a run config may ask for)
 
 app = typer.Typer(
     name="memloop",
@@ -24,7 +25,7 @@ app = typer.Typer(
 
 def _version(value: bool) -> None:
     if value:
-        from jobs.provenance import code_version, package_version
+        from jobs.store.provenance import code_version, package_version
 
         print(f"memloop {package_version()} ({code_version()})")
         raise typer.Exit()

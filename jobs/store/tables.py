@@ -13,9 +13,10 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from jobs.store.units import UnitLike
+
 if TYPE_CHECKING:  # the row builders only read attributes of these
     from eval.methods.base import MethodOutput, Step
-    from jobs.workload import Unit
 
 TABLES = ("samples", "steps", "judgments", "scores")
 UTC_TS = pa.timestamp("us", tz="UTC")
@@ -118,10 +119,6 @@ def conform(table: str, data: pa.Table) -> pa.Table:
     return data.select(schema.names).cast(schema)
 
 
-def unit_key(dataset: str, sample_id: str, method: str, repeat: int) -> str:
-    return f"{dataset}|{sample_id}|{method}|{repeat}"
-
-
 def now() -> dt.datetime:
     return dt.datetime.now(dt.timezone.utc)
 
@@ -130,13 +127,13 @@ def now() -> dt.datetime:
 # row builders
 
 
-def unit_columns(u: "Unit") -> dict[str, Any]:
+def unit_columns(u: "UnitLike") -> dict[str, Any]:
     """The columns that say which unit a row belongs to (run_id and shard are added on write)."""
     return dict(unit=u.key, dataset=u.dataset.key, task=u.sample.task, sample_id=u.sample.id, method=u.method.key,
                 repeat=u.repeat)
 
 
-def sample_row(u: "Unit", status: str, error: str | None, attempts: int, out: "MethodOutput | None",
+def sample_row(u: "UnitLike", status: str, error: str | None, attempts: int, out: "MethodOutput | None",
                started: dt.datetime, actor: str) -> dict[str, Any]:
     output = None
     prompt = cached = decoded = 0
@@ -157,7 +154,7 @@ def _dump(value: Any) -> str:
     return json.dumps(value, sort_keys=True, default=str)
 
 
-def step_row(u: "Unit", s: "Step") -> dict[str, Any]:
+def step_row(u: "UnitLike", s: "Step") -> dict[str, Any]:
     return dict(unit_columns(u), step=s.index, kind=s.kind, template_id=s.template_id,
                 template_hash=s.template_sha256, prompt=s.prompt, output=s.output, parsed_json=_dump(s.parsed),
                 memory_json=_dump(s.memory), prompt_tokens=s.usage.prompt_tokens,
@@ -167,7 +164,7 @@ def step_row(u: "Unit", s: "Step") -> dict[str, Any]:
                                        "chunk_index": s.chunk_index, "ok": s.ok}))
 
 
-def step_rows(u: "Unit", out: "MethodOutput") -> list[dict[str, Any]]:
+def step_rows(u: "UnitLike", out: "MethodOutput") -> list[dict[str, Any]]:
     return [step_row(u, s) for s in out.steps]
 
 
@@ -180,5 +177,5 @@ def judge_rows(result: Any) -> dict[str, list[dict[str, Any]]]:
     return {"judgments": judgments, "scores": scores}
 
 
-def with_unit(u: "Unit", rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def with_unit(u: "UnitLike", rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [dict(unit_columns(u), **r) for r in rows]

@@ -77,7 +77,7 @@ class EngineLLM:
 
 
 def endpoint_llm(spec: Any) -> LLM:
-    """An OpenAI-compatible endpoint (`jobs.config.EndpointSpec`) as an LLM; the API key is read from
+    """An OpenAI-compatible endpoint (`jobs.run.config.EndpointSpec`) as an LLM; the API key is read from
     the environment variable the spec names, never from the config."""
     from eval.llm_http import OpenAICompatibleLLM
 

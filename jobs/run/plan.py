@@ -21,11 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from jobs.config import RunConfig, resolve_path
+from jobs.run.config import RunConfig, resolve_path
 from jobs.errors import ConfigError
 
 if TYPE_CHECKING:
-    from jobs.workload import Unit
+    from jobs.run.workload import Unit
 
 
 # ---------------------------------------------------------------------------------------------
@@ -89,7 +89,7 @@ def weights_path(cfg: RunConfig) -> Path:
 def check_output(cfg: RunConfig) -> None:
     """Inside a Ray job the working directory is Ray's temporary copy of the uploaded working_dir,
     deleted with the job: a relative output would vanish with it."""
-    from jobs.provenance import ray_job_config
+    from jobs.store.provenance import ray_job_config
 
     out = cfg.output
     if ray_job_config() is not None and not out.startswith("gs://") and not os.path.isabs(os.path.expanduser(out)):
@@ -123,14 +123,16 @@ def check_config(cfg: RunConfig) -> None:
             get_judge(j.name).check_options(j.options)
         except EvalError as exc:
             raise ConfigError(f"`judges.{i}.options`: {exc}") from None
+    from eval.datasets.hub import is_hub_id
+
     for i, d in enumerate(cfg.datasets):
-        if d.path is None:
+        if d.path is None or is_hub_id(d.path):
             continue
         p = Path(os.path.expanduser(d.path))
         if not p.exists() and not p.is_symlink():
             raise ConfigError(
                 f"`datasets.{i}.path`: {d.path} does not exist (relative paths are taken from {Path.cwd()}); "
-                "fix the path or generate the file first"
+                "fix the path or generate the file first (a Hugging Face hub dataset is given as owner/name)"
             )
         try:  # a FIFO, a device or a symlink loop: refused before anything reads or hashes it
             check_data_path(p, "dataset path")
@@ -214,14 +216,19 @@ def template_hashes(cfg: RunConfig) -> dict[str, dict[str, str]]:
 
 def identity(cfg: RunConfig, model_digest: str) -> dict[str, Any]:
     """What the run id hashes: the result-affecting settings, with files replaced by their content
-    digest, plus the code that computes results (`jobs.provenance.code_digest`), every prompt
+    digest, plus the code that computes results (`jobs.store.provenance.code_digest`), every prompt
     template's hash and the run's `tag`."""
-    from jobs.provenance import code_digest
+    from jobs.store.provenance import code_digest
+
+    from eval.datasets.hub import is_hub_id
 
     datasets = []
     for d in cfg.datasets:
         entry = d.model_dump(exclude={"path"})
-        entry["content"] = content_digest(resolve_path(d.path)) if d.path else None
+        if d.path and is_hub_id(d.path):  # named by id; `options.revision` (in the entry) pins its content
+            entry["content"] = f"hub:{d.path}"
+        else:
+            entry["content"] = content_digest(resolve_path(d.path)) if d.path else None
         datasets.append(entry)
     return {
         "datasets": datasets,
@@ -268,11 +275,14 @@ class RunPlan:
     run_id: str
     engine_config: dict[str, Any] | None  # in the engine's names: what each engine actor is built with
     units: list["Unit"]
+    unavailable: tuple[str, ...] = ()  # dry run only: hub datasets not reachable here, with how to get them
 
 
-def make_plan(cfg: RunConfig) -> RunPlan:
-    """Everything that can fail because of the config, before any Ray work starts."""
-    from jobs.workload import build_units
+def make_plan(cfg: RunConfig, dry_run: bool = False) -> RunPlan:
+    """Everything that can fail because of the config, before any Ray work starts. A dry run lists hub
+    datasets it cannot reach (`RunPlan.unavailable`) instead of stopping: the machine that runs may have
+    network or the HF cache."""
+    from jobs.run.workload import build_units
 
     check_output(cfg)
     check_config(cfg)
@@ -284,4 +294,6 @@ def make_plan(cfg: RunConfig) -> RunPlan:
         check_engine_config(engine)
     digest = model_digest(cfg)
     ident = identity(cfg, digest)
-    return RunPlan(cfg, weights, digest, ident, run_id_of(cfg.name, ident), engine, build_units(cfg))
+    unavailable: list[str] | None = [] if dry_run else None
+    units = build_units(cfg, unavailable)
+    return RunPlan(cfg, weights, digest, ident, run_id_of(cfg.name, ident), engine, units, tuple(unavailable or ()))

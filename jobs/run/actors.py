@@ -10,7 +10,7 @@ import time
 from typing import Any, Callable
 
 from eval.llm import Usage
-from jobs.config import EngineSpec
+from jobs.run.config import EngineSpec
 from jobs.errors import RunError, error_text
 
 Log = Callable[[str], None]
@@ -42,7 +42,7 @@ def ensure_ray(log: Log) -> None:
         return
     address = os.environ.get("RAY_ADDRESS")
     ray.init(address=address, include_dashboard=False, log_to_driver=bool(address), logging_level="WARNING")
-    from jobs.signals import reassert
+    from jobs.run.signals import reassert
 
     reassert()  # Ray's own SIGTERM handler exits at once; a run stops cleanly instead
     log(f"ray: {'connected to ' + address if address else 'local instance'}; resources {ray.cluster_resources()}")

@@ -1,0 +1,175 @@
+"""BookSum chapters (seed 001's task): summarise chapter k of a book with the book's chapters 1..k at hand.
+
+Reads BookSum's chapter-level rows (Kryściński et al., 2021) as the release and its hub copy
+`kmfoda/booksum` give them, one row per (chapter, reference summary):
+`bid` (the book), `chapter_path` (`.../<bid>-chapters/<n>.txt`, or `chapters_<a>_to_<b>.txt` for an
+aggregate of several chapters), `chapter` (the chapter's text), `summary_text` (the reference),
+`source` (the study guide the summary comes from), `book_id` (`<title>.<chapter name>`) and
+`is_aggregate`. The file is JSONL/JSON/Parquet/CSV-converted Parquet, a dataset directory, or the hub id.
+
+Each book is rebuilt from its distinct chapter files in reading order (a unit overlapping one
+already kept — an aggregate spanning chapters also given one by one — is left out); a sample
+targets one kept chapter k: its chunks are chapters 1..k (each cut to `chunk_tokens` at paragraph
+boundaries; metadata['chunk_chapters'] gives each chunk's chapter), metadata['target_chapter'] = k,
+and its gold the reference of that chapter (`{"reference": summary_text}`), so the knowledge graph
+is built from chapters <= k and the summary scored against chapter k's own reference.
+
+Which (chapter, reference) pairs are eligible follows the paper's appendix B: books the paper
+excluded (train/test overlap, non-narrative texts, story collections) are left out, as are
+summaries that are empty or of fewer than `min_summary_words` words (memloop's threshold for the
+paper's "just a few words"), chapters over `max_chapter_tokens` (16,384) and summaries over
+`max_summary_tokens` (1,024) tokens. `samples` of them (100, as in table 1) are drawn at random with
+`seed`, recorded in each sample's metadata.
+"""
+from __future__ import annotations
+
+import dataclasses
+import random
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from eval.datasets.chunker import chunk_paragraphs, split_paragraphs
+from eval.datasets.errors import DatasetError, EmptyDatasetError, MissingFieldError
+from eval.datasets.records import Record, read_records
+from eval.datasets.sample import Sample, slug
+from eval.tokens import TokenizerLike, token_counter
+
+HUB_ID = "kmfoda/booksum"
+# Appendix B: books in both train and validation/test, non-narrative texts, story collections.
+PAPER_EXCLUDED_BOOKS = frozenset({1130, 1526, 1783, 1798, 61, 1232, 1404, 3207, 3420, 3755, 4320, 7370, 11224,
+                                  13434, 34901, 221, 416, 610, 1429, 15859})
+_NUMBERS = re.compile(r"\d+")
+
+
+@dataclass(frozen=True)
+class ChapterRow:
+    book: str            # BookSum's `bid`
+    title: str
+    unit: str            # the chapter file (one chapter, or an aggregate of several)
+    span: tuple[int, int]  # first and last chapter number the unit covers
+    text: str
+    summary: str
+    source: str          # the study guide the reference comes from
+    where: str
+
+
+def _span(row: Record, where: str) -> tuple[int, int]:
+    """(first, last) chapter number of a row, from its chapter file name (else its summary id)."""
+    for field in ("chapter_path", "summary_id", "book_id"):
+        value = row.get(field)
+        if isinstance(value, str):
+            name = Path(value).stem if field == "chapter_path" else value.rsplit(".", 1)[-1]
+            numbers = [int(n) for n in _NUMBERS.findall(name)]
+            if numbers:
+                return numbers[0], numbers[-1]
+    raise MissingFieldError(f"{where}: cannot tell which chapter this is: 'chapter_path' (e.g. '.../1232-chapters/3.txt') "
+                            "or 'summary_id' (e.g. 'chapter 3') must carry its number")
+
+
+def parse_row(row: Record, where: str) -> ChapterRow:
+    text = row.get("chapter")
+    if not isinstance(text, str) or not text.strip():
+        raise MissingFieldError(f"{where}: 'chapter' (the chapter's text) is missing or empty: this reader takes "
+                                "BookSum's chapter-level rows (bid, chapter_path, chapter, summary_text, source)")
+    book = row.get("bid")
+    if book is None or isinstance(book, bool):
+        raise MissingFieldError(f"{where}: missing 'bid' (the book's id), which groups chapters into books")
+    summary = row.get("summary_text")
+    book_id = row.get("book_id")
+    title = book_id.rsplit(".", 1)[0] if isinstance(book_id, str) and "." in book_id else str(book_id or book)
+    unit = row.get("chapter_path")
+    span = _span(row, where)
+    return ChapterRow(str(book), title, str(unit) if unit else f"{book}:{span[0]}-{span[1]}", span, text,
+                      summary.strip() if isinstance(summary, str) else "", str(row.get("source") or ""), where)
+
+
+def rebuild_books(rows: list[ChapterRow]) -> dict[str, list[ChapterRow]]:
+    """book -> its chapters in reading order, one row per distinct chapter file, none overlapping another."""
+    units: dict[str, dict[str, ChapterRow]] = {}
+    for r in rows:
+        units.setdefault(r.book, {}).setdefault(r.unit, r)
+    books = {}
+    for book, by_unit in units.items():
+        kept: list[ChapterRow] = []
+        for r in sorted(by_unit.values(), key=lambda r: (r.span[0], r.span[1], r.unit)):
+            if kept and r.span[0] <= kept[-1].span[1]:
+                continue  # overlaps a finer unit already kept (an aggregate of chapters given one by one)
+            kept.append(r)
+        books[book] = kept
+    return books
+
+
+def _book_id(value: Any) -> int | None:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def load_booksum(path: str | Path = HUB_ID, split: str = "test", revision: str | None = None,
+                 config_name: str | None = None, samples: int | None = 100, seed: int = 0,
+                 max_chapter_tokens: int = 16384, max_summary_tokens: int = 1024, min_summary_words: int = 10,
+                 exclude_paper_books: bool = True, chunk_tokens: int = 2048, tokenizer: TokenizerLike = None,
+                 limit: int | None = None) -> list[Sample]:
+    """`samples` (None: all) eligible chapters of BookSum's `split`, drawn with `seed` (see the module docstring)."""
+    if samples is not None and samples < 1:
+        raise DatasetError(f"samples must be at least 1 or None for every eligible chapter (got {samples})")
+    if chunk_tokens < 1 or max_chapter_tokens < 1:
+        raise DatasetError("chunk_tokens and max_chapter_tokens must be positive")
+    rows = [parse_row(rec, where) for where, rec in read_records(path, "BookSum file", split=split, revision=revision,
+                                                                 config_name=config_name)]
+    if not rows:
+        raise EmptyDatasetError(f"BookSum file {path} has no rows")
+    books = rebuild_books(rows)
+    position = {(b, r.unit): k for b, chapters in books.items() for k, r in enumerate(chapters, 1)}
+    count = token_counter(tokenizer)
+    eligible = []
+    for r in rows:
+        k = position.get((r.book, r.unit))
+        if k is None or (exclude_paper_books and _book_id(r.book) in PAPER_EXCLUDED_BOOKS):
+            continue
+        if len(r.summary.split()) < min_summary_words or count(r.summary) > max_summary_tokens:
+            continue
+        if count(r.text) > max_chapter_tokens:
+            continue
+        eligible.append((r, k))
+    if not eligible:
+        raise EmptyDatasetError(f"BookSum file {path}: no chapter passes the filters (chapter <= {max_chapter_tokens} "
+                                f"tokens, summary of {min_summary_words} words to {max_summary_tokens} tokens)")
+    eligible.sort(key=lambda e: (e[0].book, e[1], e[0].source, e[0].where))
+    drawn = eligible if samples is None or samples >= len(eligible) else random.Random(seed).sample(eligible, samples)
+    out = [_sample(books[r.book][:k], r, k, chunk_tokens, tokenizer, seed, len(eligible)) for r, k in drawn]
+    return out[:limit] if limit is not None else out
+
+
+def _sample(chapters: list[ChapterRow], target: ChapterRow, k: int, chunk_tokens: int, tokenizer: TokenizerLike,
+            seed: int, eligible: int) -> Sample:
+    chunks: list[str] = []
+    numbers: list[int] = []
+    for n, ch in enumerate(chapters, 1):
+        text = ch.text if ch.unit != target.unit else target.text
+        pieces = chunk_paragraphs(split_paragraphs(text), chunk_tokens, tokenizer)
+        chunks += pieces
+        numbers += [n] * len(pieces)
+    metadata: dict[str, Any] = {
+        "book": target.book, "title": target.title, "chapters": k, "target_chapter": k,
+        "target_unit": target.unit, "chunk_chapters": numbers, "chunk_tokens": chunk_tokens,
+        "summary_source": target.source, "source": target.where, "draw_seed": seed, "eligible": eligible}
+    sid = f"booksum/{slug(target.book)}-ch{k}" + (f"-{slug(target.source)}" if target.source else "")
+    return Sample(id=sid, task="booksum", chunks=tuple(chunks), query="Summarize the chapter.",
+                  gold={"reference": target.summary}, metadata=metadata)
+
+
+def truncate_sample(sample: Sample, n_chunks: int) -> Sample:
+    """A reduced run's sample: the target chapter kept (its first chunks if it alone is longer) with the
+    chunks just before it, n_chunks in all, so the summarised chapter is still the one the reference covers."""
+    chapters = list(sample.metadata["chunk_chapters"])
+    k = sample.metadata["target_chapter"]
+    own = [i for i, c in enumerate(chapters) if c == k][:n_chunks]
+    before = [i for i, c in enumerate(chapters) if c < k][len(own) - n_chunks:] if n_chunks > len(own) else []
+    keep = before + own
+    meta = dict(sample.metadata, chunk_chapters=[chapters[i] for i in keep], max_chunks=n_chunks,
+                total_chunks=len(sample.chunks))
+    return dataclasses.replace(sample, chunks=tuple(sample.chunks[i] for i in keep), metadata=meta)
