@@ -123,3 +123,24 @@ def test_a_jsonl_record_over_the_bound_names_its_line(tmp_path) -> None:
     path.write_text('{"a": 1}\n' + '{"a": "' + "x" * MAX_RECORD_BYTES + '"}\n')
     with pytest.raises(RecordTooLargeError, match=f"^{path}:2 is a record of over 16 MiB"):
         list(read_records(path))
+
+
+@pytest.mark.parametrize("over, expected", [
+    ({"repeats": 1_000_000_000}, "`repeats`: Value error, at most 100 repeats (got 1,000,000,000); lower it (the papers use 1 to 5)"),
+    ({"datasets": [{"task": "sumie", "synthetic": {"entities": 1}, "limit": 10**9}]},
+     "`datasets.0.limit`: Value error, at most 1,000,000 samples per dataset (got 1,000,000,000); lower it, or leave it out to take every sample"),
+    ({"datasets": [{"task": "sumie", "synthetic": {"entities": 1}, "options": {"max_chunks": 10**9}}]},
+     "`datasets.0.options`: Value error, `max_chunks` is at most 1,000,000 chunks (got 1,000,000,000); lower it, or leave it out to keep every chunk"),
+    ({"engine": {"max_in_flight": 10**7}}, "`engine.max_in_flight`: Value error, at most 4,096 samples at once per actor (got 10,000,000); lower it"),
+    ({"engine": {"actors": 10**6}}, "`engine.actors`: Value error, at most 1,024 engine actors (got 1,000,000); lower it"),
+    ({"retries": 10**6}, "`retries`: Value error, at most 20 retries of a sample (got 1,000,000); lower it"),
+    ({"flush_units": 10**9}, "`flush_units`: Value error, at most 100,000 units per shard (got 1,000,000,000); lower it"),
+])
+def test_counts_are_bounded_with_a_message(tmp_path, over, expected) -> None:
+    from jobs.run.config import parse_config
+
+    cfg = {"name": "x", "output": str(tmp_path), "datasets": [{"task": "sumie", "synthetic": {"entities": 1}}],
+           "methods": [{"name": "gu-json"}], **over}
+    with pytest.raises(ConfigError) as err:
+        parse_config(cfg, "c.yaml")
+    assert str(err.value) == f"c.yaml: {expected}"
