@@ -93,10 +93,9 @@ def _dry_run(cfg, as_json: bool) -> None:
     from jobs.store.storage import RunStore
 
     plan = make_plan(cfg, dry_run=True)
-    try:
-        done = RunStore.open(cfg.output, plan.run_id).done_units()
-    except Exception:  # an output not created yet, or unreachable: the real run will say which
-        done = set()
+    rs = RunStore.open(cfg.output, plan.run_id)  # an unsupported scheme or a gs:// without bucket fails here
+    rs.check_reachable()  # a bucket that does not exist or refuses writes, a folder that is a file
+    done = rs.done_units()
     todo = [u for u in plan.units if u.key not in done]
     per = Counter((u.dataset.key, u.method.key) for u in plan.units)
     out = {"run_id": plan.run_id, "output": cfg.output, "units": len(plan.units), "done": len(plan.units) - len(todo),

@@ -377,7 +377,9 @@ def open_store(uri: str) -> Store:
     if uri.startswith("gs://"):
         return GCSStore(uri)
     if "://" in uri:
-        raise StorageError(f"output {uri!r}: only local paths and gs://bucket/prefix are supported")
+        hint = f"; for a local directory write the path without the scheme ({uri[len('file://'):]})" \
+            if uri.startswith("file://") else "; write a local directory or gs://BUCKET/PREFIX"
+        raise StorageError(f"output {uri!r}: only local paths and gs://bucket/prefix are supported{hint}")
     return LocalStore(uri)
 
 
@@ -550,6 +552,27 @@ class RunStore:
         except StorageError as exc:
             raise StorageError(f"`output`: {exc}") from None
         self.store.delete(probe)
+
+    def check_reachable(self) -> None:
+        """What a dry run checks of the output without creating anything in a directory: a local
+        output's nearest existing folder is a writable directory and no table folder is a file; a
+        bucket is reachable and writable (a probe object is written and deleted)."""
+        if not isinstance(self.store, LocalStore):
+            self.check_writable()
+            return
+        run_dir = self.store.root / self.run_id
+        for table in RUN_FOLDERS:
+            try:
+                self.store.check_folder(run_dir / table)
+            except StorageError as exc:
+                raise StorageError(f"`output`: {exc}") from None
+        p = run_dir
+        while not p.exists() and p != p.parent:
+            p = p.parent
+        if not p.is_dir():
+            raise StorageError(f"`output`: {p} is not a directory; choose a writable `output`")
+        if not os.access(p, os.W_OK | os.X_OK):
+            raise StorageError(f"`output`: {p} is not writable by this user; choose a writable `output`")
 
     # the run lock ---------------------------------------------------------------------------
 

@@ -144,3 +144,64 @@ def test_counts_are_bounded_with_a_message(tmp_path, over, expected) -> None:
     with pytest.raises(ConfigError) as err:
         parse_config(cfg, "c.yaml")
     assert str(err.value) == f"c.yaml: {expected}"
+
+
+def _cli(args: list[str]) -> tuple[int, str]:
+    from typer.testing import CliRunner
+
+    from jobs.commands.cli import app
+
+    res = CliRunner().invoke(app, args)
+    err = f"error: {type(res.exception).__name__}: {res.exception}" if res.exception and res.exit_code == 1 else ""
+    return res.exit_code, err or res.output
+
+
+def _sumie(tmp_path: Path, methods: str = "[{name: gu-json}]", judges: str = "[]", output: str = "") -> Path:
+    cfg = tmp_path / "s.yaml"
+    cfg.write_text(f"name: x\noutput: {output or tmp_path / 'runs'}\n"
+                   f"datasets: [{{task: sumie, synthetic: {{entities: 1, seed: 2}}}}]\nmethods: {methods}\njudges: {judges}\n")
+    return cfg
+
+
+@pytest.mark.parametrize("output, expected", [
+    ("s3://bucket/runs", "error: StorageError: output 's3://bucket/runs': only local paths and gs://bucket/prefix are "
+                         "supported; write a local directory or gs://BUCKET/PREFIX"),
+    ("gs://", "error: StorageError: 'gs://' names no bucket; write gs://BUCKET/PREFIX"),
+    ("file:///tmp/runs", "error: StorageError: output 'file:///tmp/runs': only local paths and gs://bucket/prefix are "
+                         "supported; for a local directory write the path without the scheme (/tmp/runs)"),
+    ("gs://no-such-bucket/runs", "error: StorageError: `output`: cannot write gs://no-such-bucket/runs/"),
+    ("FILE/runs", "error: StorageError: `output`: {tmp}/FILE is not a directory; choose a writable `output`"),
+])
+def test_dry_run_checks_the_output(tmp_path, gcs_emulator, output, expected) -> None:
+    (tmp_path / "FILE").write_text("a file")
+    if output.startswith("FILE"):
+        output = str(tmp_path / output)
+    code, text = _cli(["run", str(_sumie(tmp_path)), "--dry-run", "--output", output])
+    assert code == 1 and text.startswith(expected.format(tmp=tmp_path)), text  # (main() turns it into exit 2)
+    if output.startswith("gs://no-such"):
+        assert "NotFound" in text
+
+
+def test_dry_run_of_a_reachable_bucket_is_clean(tmp_path, gcs_emulator) -> None:
+    code, text = _cli(["run", str(_sumie(tmp_path)), "--dry-run", "--output", f"{gcs_emulator}/dry"])
+    assert code == 0 and text.endswith("dry run: nothing started\n"), text
+
+
+def test_a_method_no_configured_judge_can_score_is_refused_before_work(tmp_path) -> None:
+    code, text = _cli(["run", str(_sumie(tmp_path, "[{name: gu-text}, {name: gu-json}]", "[{name: sumie-exact}]")),
+                       "--dry-run"])
+    assert code == 1 and text == (
+        "error: ConfigError: `judges.0`: sumie-exact matches attribute-value pairs of a JSON memory, and `methods.0` "
+        "(gu-text) keeps a text memory: score it with a judge that reads text (e.g. `sumie`, which extracts the pairs "
+        "with the judge LLM), or use the method's JSON variant"), text
+
+
+def test_a_json_only_judge_skips_text_methods_another_judge_scores(tmp_path) -> None:
+    """Seed 000's table: `sumie` scores every method, `sumie-exact` the JSON ones only."""
+    from jobs.run.config import load_config
+    from jobs.run.plan import make_plan
+
+    plan = make_plan(load_config(_sumie(tmp_path, "[{name: gu-text}, {name: gu-json}]",
+                                        "[{name: sumie}, {name: sumie-exact}]")), dry_run=True)
+    judged = {u.method.name: [j.name for j in u.judges] for u in plan.units}
+    assert judged == {"gu-text": ["sumie"], "gu-json": ["sumie", "sumie-exact"]}
