@@ -283,10 +283,15 @@ class GCSStore:
         return min(STORAGE_REQUEST_TIMEOUT_S, self._retry.timeout)
 
     def _failed(self, verb: str, name: str, exc: BaseException) -> StorageError:
-        bound = self._retry.timeout
-        self.down = True
-        return StorageError(f"cannot {verb} {self.uri}/{name} (gave up after {bound:g} s): "
-                            f"{type(exc).__name__}: {str(exc)[:300]}; check the bucket, your network and permissions")
+        from google.api_core.exceptions import RetryError
+
+        bound = self._retry.timeout  # the bound this call ran under
+        retried = isinstance(exc, (RetryError, TimeoutError, ConnectionError))
+        if retried:  # the storage is not answering: the next calls get the short bound
+            self.down = True
+        why = f" (gave up after {bound:g} s)" if retried else ""
+        return StorageError(f"cannot {verb} {self.uri}/{name}{why}: {type(exc).__name__}: {str(exc)[:300]}; "
+                            "check the bucket, your network and permissions")
 
     def _blob_name(self, name: str) -> str:
         return f"{self.prefix}/{name}" if self.prefix else name

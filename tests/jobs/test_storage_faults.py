@@ -87,6 +87,7 @@ def test_a_bucket_outage_mid_run_stops_cleanly_and_the_rerun_resumes(ray_local, 
         kept = summary["computed"]
         assert kept >= 1 and summary["unsaved"] >= 1 and kept + summary["unsaved"] <= 6, summary
         assert "stopped: the storage failed" in res.stderr and "Traceback" not in res.output
+        print(f"\nbucket outage: {[x for x in res.stderr.splitlines() if x.startswith('stopped:')][0]}")
         assert bucket.refused > 0
         bucket.fault = None  # storage is back: the same config resumes and computes the rest once
         res = CliRunner().invoke(app, ["run", str(cfg)])
@@ -179,5 +180,6 @@ def test_an_output_made_read_only_mid_run_ends_with_one_line_and_the_summary(ray
         assert "Read-only file system" in summary["storage_error"] and summary["unsaved"] >= 1
         stopped = [line for line in res.stderr.splitlines() if line.startswith("stopped:")]
         assert len(stopped) == 1 and "Read-only file system" in stopped[0]
+        print(f"\nread-only output: {stopped[0]}\n{res.stdout.strip().splitlines()[-1]}")
         kept = RunStore.at(summary["output"]).table("samples")
         assert kept.num_rows == summary["computed"] >= 1
