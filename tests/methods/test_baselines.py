@@ -12,7 +12,7 @@ from eval.datasets.sample import Sample
 from eval.judges import run_judge
 from eval.llm import ScriptedLLM
 from eval.methods import get_method
-from eval.methods.long_context import CHAT_FRAMING_TOKENS, DEFAULT_CONTEXT_TOKENS
+from eval.methods.long_context import DEFAULT_CONTEXT_TOKENS
 
 REPO = Sample(id="r", task="repoqa", chunks=("def add(a, b):\n    return a + b", "def sub(a, b):\n    return a - b"),
               query="Find the function that sums two numbers.", gold="add")
@@ -88,7 +88,32 @@ def test_long_context_window_comes_from_settings_then_the_llm_then_the_default(l
     # the default max_tokens (512) alone exceeds the LLM's 50-token window; the default window fits
     assert (out.not_applicable is not None) == (expected[1] == "llm")
     if out.steps:
-        assert out.memory["needed_tokens"] == llm.count_tokens(out.steps[0].prompt) + CHAT_FRAMING_TOKENS + 512
+        assert out.memory["needed_tokens"] == llm.count_tokens(out.steps[0].prompt) + 512
+
+
+class _Checking(ScriptedLLM):
+    """An LLM that answers whether a request fits, as the engine does (its count of the text says nothing
+    of the chat template around it)."""
+
+    def __init__(self, outputs: list[str], refuse: bool) -> None:
+        super().__init__(outputs)
+        self.refuse, self.checked = refuse, []
+
+    def misfit(self, request):
+        self.checked.append(request)
+        return "prompt (9000 tokens) + max_tokens (512) = 9512 exceeds the model context of 8192" if self.refuse else None
+
+
+def test_long_context_asks_the_llm_whether_the_request_fits_one_check_not_a_guess() -> None:
+    """The ceiling's fit is the engine's own check of the request it would send (chat template and
+    max_tokens included), not a token count plus a guessed framing allowance."""
+    refusing = _Checking([], refuse=True)
+    out = get_method("long-context").run(REPO, refusing)
+    assert refusing.requests == [] and out.not_applicable and "exceeds the model context of 8192" in out.not_applicable
+    assert out.memory["fit_check"] == "llm" and refusing.checked[0].sampling.max_tokens == 512
+    taking = _Checking(["add"], refuse=False)
+    out = get_method("long-context").run(REPO, taking)
+    assert out.not_applicable is None and taking.checked[0].messages == taking.requests[0].messages
 
 
 def test_prism_inplace_without_updates_is_the_add_only_ablation_on_repoqa() -> None:
@@ -100,11 +125,13 @@ def test_prism_inplace_without_updates_is_the_add_only_ablation_on_repoqa() -> N
     assert run_judge("repoqa-exact", out.answer, REPO.gold).scores[0].value == 1.0
 
 
-def test_an_na_unit_is_recorded_as_na_and_never_judged() -> None:
+def test_an_na_unit_is_recorded_as_na_and_never_judged(tmp_path) -> None:
     """The jobs layer's record of "not applicable": status "n/a" with the reason, no judge run, so no
     score row that could enter a mean as a zero."""
     from jobs.run.config import parse_config
-    from jobs.run.judge_fanout import JudgeFanout
+    from jobs.run.judge_fanout import Judging
+    from jobs.run.shards import ShardWriter
+    from jobs.store.storage import RunStore
     from jobs.store.tables import now, sample_row, step_rows
     from jobs.run.workload import build_units
 
@@ -116,8 +143,12 @@ def test_an_na_unit_is_recorded_as_na_and_never_judged() -> None:
     row = sample_row(unit, "ok", None, 1, out, now(), "engine-0")
     assert row["status"] == "n/a" and "does not fit the model's context" in row["error"] and row["n_steps"] == 0
     rows = {"samples": [row], "steps": step_rows(unit, out)}
-    outcome = JudgeFanout(cfg, 1).start(unit, out, None, rows).result(timeout=5)
-    assert outcome.error is None and outcome.rows["samples"][0]["status"] == "n/a"
-    assert "judgments" not in outcome.rows and "scores" not in outcome.rows
+    # committed at once by the process that ran the loop: no judge task, no commit task
+    committed = ShardWriter(str(tmp_path), "r", "driver", Judging.of(cfg)).write(unit, rows, out, None)
+    assert committed.error is None and committed.units == ((unit.key, "n/a"),)
+    assert committed.tables() == {"samples"}
+    rs = RunStore.open(str(tmp_path), "r")
+    assert rs.table("samples").column("status").to_pylist() == ["n/a"]
+    assert rs.table("judgments").num_rows == rs.table("scores").num_rows == 0
     fits = get_method("long-context", context_tokens=100_000).run(unit.sample, ScriptedLLM(["Final Answer: [[1]]"]))
     assert sample_row(unit, "ok", None, 1, fits, now(), "engine-0")["status"] == "ok"
