@@ -20,6 +20,7 @@ from eval.datasets.sample import Sample
 from eval.errors import MethodError
 from eval.methods import answers
 from eval.methods.base import Method, MethodSettings, Step, Trace
+from eval.methods.outcomes import StepOutcome
 from eval.methods.parsing import ends_in_punctuation
 from eval.templates import load_template
 from eval.options import PositiveInt
@@ -48,8 +49,13 @@ def validity_parser(trace: Trace, limit: int, sentence_end: bool = True) -> Call
 
 
 def _accepted(step: Step) -> str:
-    """The validated summary, or the last output when every attempt failed (the failure stays recorded)."""
-    return step.parsed if step.ok else step.output.strip()
+    """The validated summary, or the last output when every attempt failed (the failure stays recorded,
+    the outcome says `kept_invalid` when that output is not empty)."""
+    if step.ok:
+        return step.parsed
+    if step.output.strip():
+        step.outcome = StepOutcome.KEPT_INVALID
+    return step.output.strip()
 
 
 class _BookMethod(Method):
@@ -151,6 +157,8 @@ class IncrementalUpdating(_BookMethod):
                 step = trace.ask(f"s003-inc-compress{suffix}", {**base, "summary": summary,
                                                                 "words": len(summary.split()), "word_limit": s.word_limit},
                                  kind="compress", parse=strict, chunk_index=i)
+                if step.outcome == StepOutcome.OK:
+                    step.outcome = StepOutcome.COMPRESSED
                 summary = _accepted(step)
                 step.memory = summary
         if not query:

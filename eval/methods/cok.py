@@ -16,6 +16,7 @@ from eval.errors import MethodError
 from eval.memory import Schema, parse_cok, render_in_place
 from eval.memory.schemas import STORY_ELEMENTS, SUMIE_SUMMARY
 from eval.methods.base import Method, MethodSettings, Trace
+from eval.methods.outcomes import StepOutcome
 from eval.methods.common import enforce_limit, entity_name, is_entity, json_parser, paragraphs, schema_for, subject
 from eval.methods.parsing import as_text
 from eval.methods.structured import apply_step, constrained_schema, revision_parser
@@ -64,6 +65,7 @@ class ChainOfKey(Method):
             errs = self._schema(sample).errors(value)
             if errs:
                 step.failures.append(f"structured summary breaks the memory schema: {errs[0]}")
+                step.outcome = StepOutcome.PARSE_FAILED
                 value = None
         step.parsed = value
         return value

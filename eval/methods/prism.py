@@ -20,8 +20,9 @@ from eval.memory import schemas as ready
 from eval.llm import Usage
 from eval.methods import answers
 from eval.methods import generated_schema as generated
-from eval.methods.base import Method, MethodSettings, Step, Trace
-from eval.methods.structured import constrained_schema, revision_parser
+from eval.methods.base import Method, MethodSettings, Step, Trace, kept_usage
+from eval.methods.outcomes import StepOutcome, record_revisions
+from eval.methods.structured import constrained_schema, record_failures, revision_parser
 from eval.templates import load_template
 from eval.options import PositiveInt, Seed
 
@@ -117,8 +118,11 @@ class _Prism(Method):
         step = Step(index=len(trace.steps), kind="schema", template_id=gen.template.id,
                     template_sha256=gen.template.sha256, prompt=gen.prompt, output=gen.output,
                     parsed=gen.schema.class_text() if gen.schema is not None else None,
-                    usage=gen.usage if made_here else Usage(), attempts=gen.attempts if made_here else 0,
-                    failures=list(gen.failures), ok=gen.ok)
+                    usage=kept_usage(gen.usage, gen.retry_usage) if made_here else Usage(), attempts=gen.attempts if made_here else 0,
+                    failures=list(gen.failures), ok=gen.ok,
+                    outcome=(StepOutcome.OK if gen.ok else StepOutcome.CUT_AT_MAX_TOKENS if gen.cut
+                             else StepOutcome.PARSE_FAILED),
+                    retry_usage=gen.retry_usage if made_here else Usage())
         trace.steps.append(step)
         trace.templates[gen.template.id] = gen.template.sha256
         if gen.schema is None:
@@ -161,9 +165,8 @@ class _Prism(Method):
                     res = apply_revisions(memory, parsed.revisions, schema)
                     rejected += res.rejected
                     applied, memory = res.applied, res.memory
-                for rej in rejected:
-                    where = rej.revision.path.text if rej.revision is not None else (rej.raw or "")[:80]
-                    step.failures.append(f"revision rejected ({where}): {rej.reason}")
+                record_failures(step, rejected)
+                record_revisions(step, len(parsed.revisions) + len(parsed.rejected), len(applied), len(rejected))
                 step.parsed = {"revisions": [r.to_dict() for r in parsed.revisions],
                                "applied": [r.to_dict() for r in applied]}
             step.memory = memory

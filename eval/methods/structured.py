@@ -8,6 +8,7 @@ from eval.asking import ParseFailure
 from eval.memory import (ParsedRevisions, RevisionParseError, Schema, apply_revisions, parse_revision_list,
                          revision_list_schema)
 from eval.methods.base import Step
+from eval.methods.outcomes import record_revisions
 
 THOUGHT_FIELDS = ("thoughts_for_update", "thoughts_for_add")
 
@@ -48,14 +49,22 @@ def revision_parser(constrained: bool, text_parser: Callable[[str], ParsedRevisi
 
 
 def apply_step(step: Step, memory: dict[str, Any], schema: Schema) -> tuple[dict[str, Any], list]:
-    """Apply a parsed step's revisions; rejections become the step's failures. Returns (memory, applied)."""
+    """Apply a parsed step's revisions; rejections become the step's failures and its counts (outcome
+    empty, rejected or ok: `eval.methods.outcomes.record_revisions`). Returns (memory, applied)."""
     if not step.ok:
         return memory, []
     parsed: ParsedRevisions = step.parsed
     res = apply_revisions(memory, parsed.revisions, schema)
-    for rej in list(parsed.rejected) + list(res.rejected):
-        where = rej.revision.path.text if getattr(rej, "revision", None) is not None else (rej.raw or "")[:80]
-        step.failures.append(f"revision rejected ({where}): {rej.reason}")
+    rejections = list(parsed.rejected) + list(res.rejected)
+    record_failures(step, rejections)
+    record_revisions(step, len(parsed.revisions) + len(parsed.rejected), len(res.applied), len(rejections))
     step.parsed = {"revisions": [r.to_dict() for r in parsed.revisions],
                    "applied": [r.to_dict() for r in res.applied]}
     return res.memory, list(res.applied)
+
+
+def record_failures(step: Step, rejections: list) -> None:
+    """Each rejected revision as one of the step's failures, with where it pointed and why."""
+    for rej in rejections:
+        where = rej.revision.path.text if getattr(rej, "revision", None) is not None else (rej.raw or "")[:80]
+        step.failures.append(f"revision rejected ({where}): {rej.reason}")

@@ -10,12 +10,15 @@ and "(judged / total)" when a unit failed or was not judged, so a failure is nev
 where the method does not apply (the long-context ceiling on an input longer than the context);
 "failed (k / n)" where every unit of the method failed;
 "not measured" where memloop has no such metric (BERTScore); "–" where the run has no figure.
+A cell whose method's steps did not succeed in more than `jobs.results.health.UNSUCCESSFUL_STEP_SHARE` of
+cases carries the marker "⚠ k% steps not ok" (the figure's `steps_not_ok`, from the method-health table).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from jobs.results.health import marker
 from jobs.run.config import register_paper_tables
 
 
@@ -290,7 +293,9 @@ def cell(table: PaperTable, row: Row, col: Column, figures: list[dict],
     skipped = counts.get("n/a", 0)
     if skipped:  # a mean over the samples the method applies to only: its own sample set, said in the cell
         text += f" (own samples: {skipped} n/a)"
-    return {"text": text, "mean": mean, "se": se, "n": done, "total": total}
+    share = fig.get("steps_not_ok")
+    text += marker(share)
+    return {"text": text, "mean": mean, "se": se, "n": done, "total": total, "steps_not_ok": share}
 
 
 def layout(table: PaperTable, figures: list[dict], status: Mapping[tuple[str, str], Mapping[str, int]]
@@ -302,7 +307,8 @@ def layout(table: PaperTable, figures: list[dict], status: Mapping[tuple[str, st
         for col in table.columns:
             c = cell(table, row, col, figures, status)
             cells[col.label] = dict(memloop=c["mean"], se=c.get("se"), n=c.get("n"), total=c.get("total"),
-                                    text=c["text"], paper=row.paper.get(col.label, "") or None)
+                                    text=c["text"], paper=row.paper.get(col.label, "") or None,
+                                    steps_not_ok=c.get("steps_not_ok"))
         rows.append({"label": row.label, "cells": cells})
     return {"id": table.id, "title": table.title, "paper_label": table.paper_label, "note": table.note, "rows": rows}
 

@@ -18,8 +18,12 @@ with one repeat only the mean is shown. Tables:
   which): the prefix hit of section 4.2 (each prompt's longest prefix shared with the previous prompt of
   the same sample, over all tokens encoded), total, net = total minus that prefix, output, and the
   cost index (net + 3 x output) / 10^6, so hit = 1 - net / total in every row. The engine's, as
-  served: radix-cache hit, prompt tokens (chat template and retried attempts included), net (prompt
+  served: radix-cache hit, prompt tokens (chat template included; the kept attempt of each step, retried attempts being the health table's retry overhead), net (prompt
   minus cached: reuse across samples and repeats included), decoded, and its cost index.
+- Method health (`jobs.results.health`): per method and dataset, the steps by outcome, the units with a step
+  that did not succeed, revisions proposed / accepted / rejected and the retry overhead; every figure
+  whose steps did not succeed in more than `jobs.results.health.UNSUCCESSFUL_STEP_SHARE` of cases is marked
+  with the share (paper tables, SUMIE and Scores tables, `report --json`).
 Plots (PNG, matplotlib): F1 per turn, prompt and cached tokens per step, cost index against chunk size.
 
 The formulas are `eval.judges`': start / last / avg per sample is `eval.judges.sumie.turn_summary`,
@@ -41,6 +45,7 @@ from eval.judges import aggregator
 from eval.judges.cost import PaperCost, paper_per_sample, paper_sample_cost, per_sample_cost, usage_of
 from eval.judges.sumie import METRICS as SUMIE_METRICS
 from eval.judges.sumie import turn_summary
+from jobs.results import health
 from jobs.results.paper_tables import TABLES, PaperTable, layout, method_status
 from jobs.store.storage import RunStore
 
@@ -124,6 +129,33 @@ def _judged_cell(counts: dict[tuple[str, str, str], tuple[int, int]], key: tuple
 
 
 # ---------------------------------------------------------------------------------------------
+# method health (`jobs.results.health`)
+
+
+def health_rows(d: RunData) -> list[dict]:
+    """Per (method, dataset): steps by outcome, units with a failed step, retry overhead (once per load)."""
+    if "health" not in d.derived:
+        d.derived["health"] = health.health_rows(d.samples, d.steps)
+    return d.derived["health"]
+
+
+def step_shares(d: RunData) -> dict[tuple[str, str], float]:
+    return health.shares(health_rows(d))
+
+
+def _marker(d: RunData, method: str, dataset: str) -> str:
+    return health.marker(step_shares(d).get((method, dataset)))
+
+
+def health_table(d: RunData) -> str | None:
+    rows = health_rows(d)
+    if not rows:
+        return None
+    header, body = health.health_cells(rows)
+    return markdown_table(header, body) + "\n\n" + health.note()
+
+
+# ---------------------------------------------------------------------------------------------
 # tables
 
 
@@ -170,7 +202,7 @@ def sumie_table(d: RunData) -> str | None:
     counts = judged_counts(d)
     rows = []
     for (method, ds, judge), g in f.groupby(["method", "dataset", "judge"], sort=True):
-        cells = [method, ds, judge, _judged_cell(counts, (method, ds, judge))]
+        cells = [method + _marker(d, method, ds), ds, judge, _judged_cell(counts, (method, ds, judge))]
         for which in TURN_SUMMARIES:
             for metric in SUMIE_METRICS:
                 cells.append(fmt(per_repeat(g[g["metric"] == metric], which, judge)))
@@ -188,7 +220,7 @@ def scores_table(d: RunData) -> str | None:
     counts = judged_counts(d)
     rows = []
     for (method, ds), g in s.groupby(["method", "dataset"], sort=True):
-        cells = [method, ds]
+        cells = [method + _marker(d, method, ds), ds]
         for j, m in cols:
             if m is None:
                 cells.append(_judged_cell(counts, (method, ds, j)))
@@ -392,13 +424,14 @@ def headline(d: RunData) -> dict:
              for (m, ds), g in d.samples.groupby(["method", "dataset"], sort=True)]
     _, excluded = cost_units(d)
     return {"run_id": d.run_id, "uri": d.uri, "units": units, "figures": figures_of(d), "cost_excluded": excluded,
-            "paper_tables": [laid for _, laid in paper_tables(d)]}
+            "paper_tables": [laid for _, laid in paper_tables(d)], "health": health_rows(d),
+            "unsuccessful_step_share": health.UNSUCCESSFUL_STEP_SHARE}
 
 
 def figures_of(d: RunData) -> list[dict]:
     """Every headline figure of the run (computed once per load)."""
     if "figures" not in d.derived:
-        d.derived["figures"] = _figures(d)
+        d.derived["figures"] = health.annotate(_figures(d), step_shares(d))
     return d.derived["figures"]
 
 
@@ -485,7 +518,7 @@ def paper_tables(d: RunData) -> list[tuple[PaperTable, dict]]:
         return []
     figures = list(figures_of(d))
     if any(c.metric == "memory_tokens" for i in ids for c in TABLES[i].columns):
-        figures += memory_figures(d)
+        figures += health.annotate(memory_figures(d), step_shares(d))
     status = method_status(d.samples)
     return [(TABLES[i], layout(TABLES[i], figures, status)) for i in ids]
 
@@ -593,7 +626,8 @@ def build_report(d: RunData) -> Report:
         parts += ["\n\n".join(paper_markdown(t, laid) for t, laid in papers)]
     for title, table in (("SUMIE: precision / recall / F1 per turn (seed 000, table 1)", sumie_table(d)),
                          ("Scores", scores_table(d)),
-                         ("Cost (seed 002, table 3)", cost_table(d))):
+                         ("Cost (seed 002, table 3)", cost_table(d)),
+                         ("Method health: step outcomes and retries", health_table(d))):
         if table:
             parts += ["", f"## {title}", "", table]
     plots = {}

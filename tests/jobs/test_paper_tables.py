@@ -65,7 +65,7 @@ def test_cells_carry_the_papers_unit_the_counts_and_why_a_figure_is_missing() ->
                 "mean": 0.3, "se": None, "judged": 10, "total": 10}]
     rows = {r["label"]: r["cells"] for r in layout(table, figures, {})["rows"]}
     assert rows["Base"]["ROUGE-1"] == dict(memloop=pytest.approx(20.0), se=pytest.approx(1.0), n=9, total=10,
-                                          text="20.0 ± 1.0 (9 / 10)", paper="11.7")
+                                          text="20.0 ± 1.0 (9 / 10)", paper="11.7", steps_not_ok=None)
     assert rows["Rolling summary"]["ROUGE-1"]["text"] == "30.0"  # all judged: no counts shown
     assert rows["Compressed intermediates"]["ROUGE-1"]["text"] == "–"
     long = TABLES["seed002-table2"]
