@@ -373,8 +373,7 @@ def execute(cfg: RunConfig, *, actor_cls: Any = None, sim: Simulated | None = No
             unsaved = pool.unsaved if pool is not None else 0
             computed, failed = (pool.finished - pool.failed, pool.failed) if pool is not None else (0, 0)
             if unsaved:  # finished but not written: not done, so counted neither way (a re-run computes them)
-                unsaved_failed = sum(1 for rows in pool.buffer for r in rows.get("samples", ())
-                                     if r.get("status") == "failed")
+                unsaved_failed = pool.unsaved_failed
                 computed, failed = computed - (unsaved - unsaved_failed), failed - unsaved_failed
             state["counts"] = (computed, failed, list(pool.errors) if pool is not None else [])
             state["storage_error"] = pool.storage_error if pool is not None else None

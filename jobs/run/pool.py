@@ -72,6 +72,7 @@ class WorkerPool(Generic[T]):
         self.live = [True] * lanes
         self.errors: list[str] = []  # the final error of each failed item, in order
         self.storage_error: str | None = None  # why a flush failed (the pool stopped there)
+        self.buffer_failed: list[bool] = []  # per buffered item: counted in `failed`
 
     # queue ---------------------------------------------------------------------------------
 
@@ -94,6 +95,7 @@ class WorkerPool(Generic[T]):
         with self.cv:
             if rows:
                 self.buffer.append(rows)
+                self.buffer_failed.append(failed)
             self.finished += 1
             self.failed += int(failed)
             if failed and error:
@@ -155,9 +157,16 @@ class WorkerPool(Generic[T]):
         with self.cv:
             return len(self.buffer)
 
+    @property
+    def unsaved_failed(self) -> int:
+        """Of the unsaved items, those counted as failed."""
+        with self.cv:
+            return sum(self.buffer_failed)
+
     def flush(self) -> None:
         with self.cv:
             batch, self.buffer = self.buffer, []
+            flags, self.buffer_failed = self.buffer_failed, []
         if not batch:
             return
         merged: Rows = {}
@@ -169,6 +178,7 @@ class WorkerPool(Generic[T]):
         except StorageError as exc:
             with self.cv:  # kept in order, and counted as unsaved
                 self.buffer[:0] = batch
+                self.buffer_failed[:0] = flags
             self.storage_error = error_text(exc)
             self.log(f"stopping: the results could not be written ({self.storage_error[:400]})")
             self.stop.set()
