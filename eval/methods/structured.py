@@ -31,11 +31,15 @@ def constrained_schema(schema: Schema, ops: Sequence[str], thoughts: bool, max_i
 
 
 def revision_parser(constrained: bool, text_parser: Callable[[str], ParsedRevisions],
-                    ops: Sequence[str]) -> Callable[[str], ParsedRevisions]:
-    """Parse constrained JSON or the sectioned text format; an output with no revisions section retries."""
+                    ops: Sequence[str], keep_complete: bool = False) -> Callable[[str], ParsedRevisions]:
+    """Parse constrained JSON or the sectioned text format; an output with no revisions section retries.
+
+    `keep_complete`: a constrained output cut at max_tokens keeps its complete revisions (see
+    `parse_revision_list`) instead of failing the step.
+    """
     def parse(text: str) -> ParsedRevisions:
         try:
-            parsed = parse_revision_list(text) if constrained else text_parser(text)
+            parsed = parse_revision_list(text, keep_complete) if constrained else text_parser(text)
         except RevisionParseError as exc:
             raise ParseFailure(str(exc)) from None
         banned = [r for r in parsed.revisions if r.op not in ops]

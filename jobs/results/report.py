@@ -492,6 +492,30 @@ def _memory_figures(d: RunData) -> list[dict]:
     return out
 
 
+def context_figures(d: RunData) -> list[dict]:
+    """`context_tokens` per (method, dataset): the input one step of the method reads, per sample (seed 002
+    table 2's "Ch. Tokens"): the whole input (cl100k, the samples table's `input_tokens`) for a method that
+    reads it at once (the long-context ceiling), else the dataset's chunk size (in the run model's tokenizer)."""
+    from jobs.run.chunk_fit import WHOLE_INPUT_METHODS
+
+    ok = d.ok
+    if ok.empty:
+        return []
+    names = {m.get("label") or m.get("name"): m.get("name") for m in run_config(d).get("methods") or ()}
+    totals = d.applicable.groupby(["method", "dataset"]).size().to_dict()
+    out = []
+    for (m, ds), g in ok.groupby(["method", "dataset"], sort=True):
+        column = "input_tokens" if names.get(m, m) in WHOLE_INPUT_METHODS else "chunk_tokens"
+        g = g.dropna(subset=[column])
+        if g.empty:
+            continue
+        out.append({"method": m, "dataset": ds, "judge": "", "metric": "context_tokens",
+                    **_figure([float(r[column].mean()) for _, r in g.groupby("repeat")]),
+                    "samples": int(len(g)), "total": int(totals.get((m, ds), len(g))),
+                    "tokenizer": "cl100k_base" if column == "input_tokens" else "run model"})
+    return out
+
+
 def paper_markdown(table: PaperTable, laid: dict[str, Any]) -> str:
     header = ["row"]
     for col in table.columns:
@@ -519,6 +543,8 @@ def paper_tables(d: RunData) -> list[tuple[PaperTable, dict]]:
     figures = list(figures_of(d))
     if any(c.metric == "memory_tokens" for i in ids for c in TABLES[i].columns):
         figures += health.annotate(memory_figures(d), step_shares(d))
+    if any(c.metric == "context_tokens" for i in ids for c in TABLES[i].columns):
+        figures += health.annotate(context_figures(d), step_shares(d))
     status = method_status(d.samples)
     return [(TABLES[i], layout(TABLES[i], figures, status)) for i in ids]
 
@@ -576,21 +602,54 @@ def plot_tokens_per_step(d: RunData) -> bytes | None:
     return _png(fig)
 
 
+# seed 002 figure 5's curves against chunk size: the task's accuracy, net encoded and decoded tokens, cost index
+CHUNK_CURVES = (("accuracy", "accuracy"), ("net_encoded", "net encoded tokens per sample"),
+                ("decoded", "decoded tokens per sample"), ("cost_index", "cost index per sample"))
+
+
+def chunk_curves(d: RunData) -> dict[str, list[tuple[str, int, float, float]]]:
+    """{metric: [(method, chunk size, mean, s.e.)]} for a run whose datasets differ in chunk size only:
+    the same headline figures the tables print (accuracy from any judge that reports it), by chunk size."""
+    s = d.samples.dropna(subset=["chunk_tokens"]) if "chunk_tokens" in d.samples else d.samples.iloc[0:0]
+    if s.empty or s["chunk_tokens"].nunique() < 2:
+        return {}
+    per_dataset = s.groupby("dataset")["chunk_tokens"].nunique()
+    if (per_dataset > 1).any():  # chunk sizes vary inside a dataset: its figures cannot be split, units can
+        out_units: list[tuple[str, int, float, float]] = []
+        for method, g in cost_units(d)[0].dropna(subset=["chunk_tokens"]).groupby("method"):
+            for ct, gc in g.groupby("chunk_tokens"):
+                m, se = mean_se([_per_sample(gr)["cost_index"] for _, gr in gc.groupby("repeat")])
+                out_units.append((method, int(ct), m, se or 0.0))
+        return {"cost_index": sorted(out_units)}
+    sizes = s.groupby("dataset")["chunk_tokens"].first().to_dict()
+    out: dict[str, list[tuple[str, int, float, float]]] = {}
+    for f in figures_of(d):
+        if f["metric"] in dict(CHUNK_CURVES) and f["dataset"] in sizes and f.get("mean") is not None \
+                and (f["metric"] != "accuracy" or f["judge"]):
+            out.setdefault(f["metric"], []).append((f["method"], int(sizes[f["dataset"]]), f["mean"], f.get("se") or 0.0))
+    return {k: sorted(v) for k, v in out.items()}
+
+
 def plot_cost_vs_chunk(d: RunData) -> bytes | None:
-    ok = cost_units(d)[0].dropna(subset=["chunk_tokens"])
-    if ok.empty or ok["chunk_tokens"].nunique() < 2:
+    curves = chunk_curves(d)
+    if not curves:
         return None
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for method, g in ok.groupby("method"):
-        xs, ms, ses = [], [], []
-        for ct, gc in g.groupby("chunk_tokens"):
-            m, se = mean_se([_per_sample(gr)["cost_index"] for _, gr in gc.groupby("repeat")])
-            xs.append(int(ct)), ms.append(m), ses.append(se or 0.0)
-        ax.errorbar(xs, ms, yerr=ses, marker="o", capsize=3, label=method)
-    ax.set_xscale("log", base=2), ax.set_xlabel("chunk size (tokens)"), ax.set_ylabel("cost index per sample")
-    ax.set_title("Cost index against chunk size"), ax.legend(fontsize=8)
+    fig, axes = plt.subplots(1, len(CHUNK_CURVES), figsize=(4 * len(CHUNK_CURVES), 3.6))
+    for ax, (metric, label) in zip(axes, CHUNK_CURVES):
+        by_method: dict[str, list[tuple[int, float, float]]] = {}
+        for method, size, mean, se in curves.get(metric, ()):
+            by_method.setdefault(method, []).append((size, mean, se))
+        for method, pts in by_method.items():
+            ax.errorbar([p[0] for p in pts], [p[1] for p in pts], yerr=[p[2] for p in pts], marker="o", capsize=3,
+                        label=method)
+        ax.set_xscale("log", base=2), ax.set_xlabel("chunk size (tokens)"), ax.set_title(label, fontsize=9)
+    for ax in axes:  # the legend on the first panel that has curves
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
+            break
+    fig.suptitle("Against chunk size (seed 002, figure 5)")
     return _png(fig)
 
 

@@ -1,7 +1,8 @@
 """A scripted OpenAI-compatible model on 127.0.0.1 for whole-config runs in the default suite.
 
 It answers every chat request deterministically: a request constrained by a JSON Schema gets the
-smallest instance of that schema, any other request one fixed sentence. Usage is counted in words.
+smallest instance of that schema, a prompt ending in PRISM's `[OBJECTS FOR ...]` header empty
+sections, any other request one fixed sentence. Usage is counted in words.
 Methods and judges then run their real prompts, parsing, revisions and scoring; outputs that do not
 parse as a method or judge needs are recorded as the failures they are, which a test can count.
 Raw completions (F-ART's transcripts) get the same sentence unless the test scripts them.
@@ -17,6 +18,9 @@ from fastapi import FastAPI
 from tests.http_server import serve_app
 
 SENTENCE = "The keeper tends the light alone, and the ship reaches the harbour safely."
+# a prompt that ends in a sectioned-revision header (PRISM's free-text format) gets its smallest answer:
+# every section it opens, each with no revision
+SECTIONED = {"[OBJECTS FOR UPDATE]": "{}\n\n[OBJECTS FOR ADD]\n{}", "[OBJECTS FOR ADD]": "{}"}
 
 
 def minimal_instance(schema: dict[str, Any], defs: dict[str, Any] | None = None) -> Any:
@@ -63,14 +67,14 @@ def _app(seen: list[dict], answer: Answer | None = None) -> FastAPI:
     async def chat(body: dict):
         seen.append(body)
         fmt = body.get("response_format") or {}
+        prompt = " ".join(str(m.get("content", "")) for m in body.get("messages", []))
         scripted = _scripted(answer, body)
         if scripted is not None:  # the test's own answer to this request
             text, finish = scripted
         elif fmt.get("type") == "json_schema":
             text, finish = json.dumps(minimal_instance(fmt["json_schema"]["schema"])), "stop"
         else:
-            text, finish = SENTENCE, "stop"
-        prompt = " ".join(str(m.get("content", "")) for m in body.get("messages", []))
+            text, finish = SECTIONED.get(prompt.rstrip().rsplit("\n", 1)[-1], SENTENCE), "stop"
         return {"choices": [{"message": {"role": "assistant", "content": text}, "finish_reason": finish}],
                 "usage": {"prompt_tokens": len(prompt.split()), "completion_tokens": len(text.split())}}
 
