@@ -93,6 +93,9 @@ class JudgeInfo:
     predict: Prediction = final_answer  # what of a MethodOutput the judge scores
     aggregate_by: Aggregate = mean_over_samples  # per-sample values -> the dataset-level figure
     gold: GoldNeed | None = None  # what every judged sample's gold must carry (checked before a run)
+    # matches structured memories only: a method that keeps a text memory (`fmt = "text"`) cannot be
+    # scored by it, which a run checks before any work
+    needs_json_memory: bool = False
 
     def load(self) -> Callable[..., JudgeResult]:
         import importlib
@@ -131,7 +134,8 @@ for _info in (
               "per-turn P/R/F1 of attribute-value pairs, LLM decides support", ("sumie-match", "sumie-extract"),
               predict=memory_per_turn),
     JudgeInfo("sumie-exact", ("sumie",), False, "eval.judges.sumie", "judge_exact",
-              "per-turn P/R/F1 of attribute-value pairs, normalised exact match", predict=memory_per_turn),
+              "per-turn P/R/F1 of attribute-value pairs, normalised exact match", predict=memory_per_turn,
+              needs_json_memory=True),
     JudgeInfo("kgscore", None, True, "eval.judges.kgscore", "judge",
               "P/R/F1 of knowledge-graph edges, predicates compared by MiniLM cosine similarity",
               ("kgscore-edges", "kgscore-entities"), gold=REFERENCE_SUMMARY),

@@ -1,7 +1,9 @@
 """`memloop run CONFIG` and `memloop report RUN_URI`.
 
 Exit codes of `memloop run`: 0 every unit computed; 3 some units failed (more than
-`--max-failed-frac` of those attempted); 2 a config or usage error (nothing started); 130 interrupted.
+`--max-failed-frac` of those attempted); 4 the output's storage failed (finished units written
+before are kept; the summary says how many were not saved); 2 a config or usage error (nothing
+started); 130 interrupted.
 """
 from __future__ import annotations
 
@@ -58,6 +60,10 @@ def run_cmd(
             print("interrupted: finished units are saved; run the same config again to resume", file=sys.stderr)
             raise SystemExit(130) from None
     code = summary.exit_code(max_failed_frac)
+    if summary.storage_error:
+        print(f"stopped: the storage failed ({summary.storage_error[:500]}); {summary.computed + summary.failed} "
+              f"finished unit(s) are saved, {summary.unsaved} were not; run the same config again to resume",
+              file=sys.stderr)
     if summary.failed or summary.incomplete:
         print(f"failed: {summary.failed} of {summary.computed + summary.failed} units computed in this invocation; "
               f"incomplete (infrastructure or judge failures, never tolerated): {summary.incomplete}; "
@@ -70,7 +76,7 @@ def run_cmd(
               file=sys.stderr)
         for err in summary.to_dict()["method_errors"][:3]:
             print(f"  {err[:500]}", file=sys.stderr)
-    if report:
+    if report and not summary.storage_error:
         from jobs.results.report import write_report
 
         _, rep = write_report(summary.output)
@@ -97,10 +103,9 @@ def _dry_run(cfg, as_json: bool) -> None:
     from jobs.store.storage import RunStore
 
     plan = make_plan(cfg, dry_run=True)
-    try:
-        done = RunStore.open(cfg.output, plan.run_id).done_units()
-    except Exception:  # an output not created yet, or unreachable: the real run will say which
-        done = set()
+    rs = RunStore.open(cfg.output, plan.run_id)  # an unsupported scheme or a gs:// without bucket fails here
+    rs.check_reachable()  # a bucket that does not exist or refuses writes, a folder that is a file
+    done = rs.done_units()
     todo = [u for u in plan.units if u.key not in done]
     per = Counter((u.dataset.key, u.method.key) for u in plan.units)
     out = {"run_id": plan.run_id, "output": cfg.output, "units": len(plan.units), "done": len(plan.units) - len(todo),

@@ -111,6 +111,7 @@ def check_output(cfg: RunConfig) -> None:
 def check_config(cfg: RunConfig) -> None:
     """Fail before any work starts: unknown methods, tasks or judges, missing files, unset keys."""
     from eval.datasets import list_tasks
+    from eval.datasets.textfile import check_data_path
     from eval.errors import EvalError
     from eval.judges import get_judge, list_judges
     from eval.methods import list_methods
@@ -135,11 +136,18 @@ def check_config(cfg: RunConfig) -> None:
     from eval.datasets.hub import is_hub_id
 
     for i, d in enumerate(cfg.datasets):
-        if d.path is not None and not is_hub_id(d.path) and not resolve_path(d.path).exists():
+        if d.path is None or is_hub_id(d.path):
+            continue
+        p = Path(os.path.expanduser(d.path))
+        if not p.exists() and not p.is_symlink():
             raise ConfigError(
                 f"`datasets.{i}.path`: {d.path} does not exist (relative paths are taken from {Path.cwd()}); "
                 "fix the path or generate the file first (a Hugging Face hub dataset is given as owner/name)"
             )
+        try:  # a FIFO, a device or a symlink loop: refused before anything reads or hashes it
+            check_data_path(p, "dataset path")
+        except EvalError as exc:
+            raise ConfigError(f"`datasets.{i}.path`: {exc}") from None
     if cfg.model.weights is not None:
         from engine.assets import MODELS
         from engine.errors import EngineError
