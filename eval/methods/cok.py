@@ -13,7 +13,7 @@ from typing import Any
 
 from eval.datasets.sample import Sample
 from eval.errors import MethodError
-from eval.memory import Schema, parse_cok, render_in_place
+from eval.memory import Schema, parse_cok
 from eval.memory.schemas import STORY_ELEMENTS, SUMIE_SUMMARY
 from eval.methods.base import Method, MethodSettings, Trace
 from eval.methods.common import enforce_limit, entity_name, is_entity, json_parser, paragraphs, schema_for, subject
@@ -91,7 +91,7 @@ class ChainOfKey(Method):
                 step = trace.ask("s000-cok-update", {"guidelines": guidelines.text.strip(), "question": question,
                                                      "new_summary": json.dumps(new, ensure_ascii=False),
                                                      "class_def": schema.class_text(),
-                                                     "partial_summary": render_in_place(memory)},
+                                                     "partial_summary": as_text(memory)},
                                  kind="revise", parse=parse, schema=js, chunk_index=i)
                 memory, _ = apply_step(step, memory, schema)
                 step.memory = memory

@@ -17,6 +17,15 @@ def prompt(llm: ScriptedLLM, i: int) -> str:
     return llm.requests[i].messages[0]["content"]
 
 
+class _Cl100kScripted(ScriptedLLM):
+    """Scripted outputs counted by a real BPE tokenizer (cl100k), where layout whitespace costs tokens."""
+
+    def count_tokens(self, text: str) -> int:
+        from eval.tokens import cl100k_count
+
+        return cl100k_count(text)
+
+
 def test_gu_json_updates_memory_step_by_step() -> None:
     llm = ScriptedLLM(['```json\n{"Amenities": ["huge pool"],}\n```',
                        'Here it is: {"Amenities": ["huge pool"], "Food": ["cold breakfast"]}'])
@@ -24,7 +33,7 @@ def test_gu_json_updates_memory_step_by_step() -> None:
     assert [s.kind for s in out.steps] == ["initial", "update"]
     assert "Entity: HOTEL0" in prompt(llm, 0) and "P1. The pool is huge." in prompt(llm, 0)
     assert "P2. Breakfast was cold." in prompt(llm, 1)
-    assert '"Amenities": [\n    "huge pool"' in prompt(llm, 1)  # memory of step 0 is in the update prompt
+    assert '{"Amenities":["huge pool"]}' in prompt(llm, 1)  # memory of step 0, compact, in the update prompt
     assert out.steps[0].memory == {"Amenities": ["huge pool"]}
     assert json.loads(out.answer) == {"Amenities": ["huge pool"], "Food": ["cold breakfast"]}
     assert out.templates["s000-entity-update-json"] == out.steps[1].template_sha256
@@ -102,17 +111,35 @@ def test_memory_limit_is_binding_text() -> None:
 
 def test_memory_limit_is_binding_json() -> None:
     from eval.methods.parsing import as_text
+    from eval.tokens import cl100k_count
 
     book = Sample(id="b", task="book", chunks=("Anna meets Bob.",))
     big = {"characters": {"Anna": ["meets Bob", "sails", "fights", "wins"], "Bob": ["leaves town"]}}
-    llm = ScriptedLLM([json.dumps(big), json.dumps(big), "Anna meets Bob."], tokens_per_word=1.0)
-    out = get_method("gu-json", memory_limit=10, compress_rounds=1).run(book, llm)
+    small = {"characters": {"Anna": ["meets Bob"]}}
+    k = cl100k_count(as_text(small))
+    llm = _Cl100kScripted([json.dumps(big), json.dumps(big), "Anna meets Bob."])
+    out = get_method("gu-json", memory_limit=k, compress_rounds=1).run(book, llm)
     assert [s.kind for s in out.steps] == ["initial", "compress", "final"]
     mem = out.steps[1].memory
-    assert llm.count_tokens(as_text(mem)) <= 10 and mem == {"characters": {"Anna": ["meets Bob"]}}
+    assert llm.count_tokens(as_text(mem)) <= k and mem == small
     assert any("trimmed" in f for f in out.steps[1].failures)
     # within K after compressing: nothing trimmed, nothing recorded
-    ok = ScriptedLLM([json.dumps(big), '{"characters": {"Anna": ["meets Bob"]}}', "Anna meets Bob."],
-                     tokens_per_word=1.0)
-    out = get_method("gu-json", memory_limit=10).run(book, ok)
-    assert out.steps[1].failures == [] and out.steps[1].memory == {"characters": {"Anna": ["meets Bob"]}}
+    ok = _Cl100kScripted([json.dumps(big), json.dumps(small), "Anna meets Bob."])
+    out = get_method("gu-json", memory_limit=k).run(book, ok)
+    assert out.steps[1].failures == [] and out.steps[1].memory == small
+
+def test_json_memory_is_counted_compact_against_k() -> None:
+    """Issue 30 point 7: K counts the compact JSON the prompt receives, not an indented rendering."""
+    from eval.tokens import cl100k_count
+
+    book = Sample(id="b", task="book", chunks=("Anna meets Bob.", "Bob leaves town."))
+    memory = {"characters": {"Anna": ["meets Bob", "sails north", "fights the storm", "wins the race"],
+                             "Bob": ["leaves town", "writes letters"]},
+              "events": {"storm": ["the boat nearly sinks", "Anna steers home"]}}
+    compact = json.dumps(memory, ensure_ascii=False, separators=(",", ":"))
+    k = cl100k_count(compact) + 2
+    assert cl100k_count(json.dumps(memory, indent=2)) > k  # the indented form would have been compressed
+    llm = _Cl100kScripted([json.dumps(memory, indent=2), json.dumps(memory), "Anna wins; Bob leaves."])
+    out = get_method("gu-json", memory_limit=k).run(book, llm)
+    assert [s.kind for s in out.steps] == ["initial", "update", "final"]  # no compression: within K
+    assert compact in prompt(llm, 1)
