@@ -35,7 +35,8 @@ tasks: they apply to any sample whose gold carries a reference summary (`JudgeIn
 
 Metrics per judge: booookscore(-batched): `booookscore`, `sentences`, `confusing`, `invalid`;
 sumie(-exact): `precision`, `recall`, `f1` per turn; kgscore: `precision`, `recall`, `f1`,
-`edges_generated`, `edges_reference` (and `edge_cap_hit` when `max_edges` is set); rouge: `rouge1`, `rouge2`, `rougeL`, `rougeLsum`;
+`edges_generated`, `edges_reference` (and `edge_cap_hit` when `max_edges` is set; only `invalid`
+when an extraction failed under `on_invalid: record`); rouge: `rouge1`, `rouge2`, `rougeL`, `rougeLsum`;
 repoqa-exact and loft-exec: `accuracy`.
 
 Records for the jobs layer's Parquet tables (laid out by `jobs.store.tables.judge_rows`):

@@ -130,3 +130,37 @@ def test_entity_shuffle_check_reports_relative_drops(embedder):
     assert out["change_pct"]["kg_f1"] == pytest.approx(-100.0, abs=1e-3)
     assert out["change_pct"]["rouge1"] == pytest.approx(0.0)  # same words, other order: ROUGE-1 cannot tell
     assert out["change_pct"]["rouge2"] < 0
+
+
+# ---------------------------------------------------------------- issue 30, point 17
+
+def test_free_decoding_keeps_the_constrained_caps_repeats_and_comma_names():
+    ents = ["Abe", "Bea", "Cy", "Di", "Ed", "Washington, D.C."]
+    long_pred = "travels by a very long and winding road over the hills to"
+    text = (f"- Abe, Bea, Cy, Di, Ed; [None]; {long_pred}\n"
+            "- Abe; Washington, D.C.; lives in\n"
+            "- Abe; Washington, D.C.; lives in\n"
+            "- Bea, Rover; Cy; meets\n"
+            "- Di; Rover; chases\n")
+    got = parse_edges(text, ents)
+    cut = long_pred[:48].strip()
+    # at most four subjects (the first four, as a constrained answer stops there), predicate cut to 48 characters
+    assert got["edges"][:4] == [[n, None, cut] for n in ("Abe", "Bea", "Cy", "Di")]
+    # a listed name with a comma is one name; a repeated edge counts twice, as the paper's lists count it
+    assert got["edges"][4:6] == [["Abe", "Washington, D.C.", "lives in"]] * 2
+    # one unlisted subject leaves the listed one's edge; an edge whose only object is unlisted is lost
+    assert got["edges"][6:] == [["Bea", "Cy", "meets"]]
+    assert got["dropped"] == ["Rover", "Rover"] and got["answer_edges"] == 5
+
+
+def test_extraction_gets_the_rest_of_the_window_and_record_keeps_invalid_out(embedder):
+    ok = '{"edges": [{"subjects": ["A"], "objects": [], "predicate": "waits"}]}'
+    llm = ScriptedLLM([ok, ok])
+    run_judge("kgscore", "A waits.", {"reference": "A waits.", "entities": ["A"]}, llm, embedder=embedder)
+    prompt = llm.requests[0].messages[0]["content"]
+    assert llm.requests[0].sampling.max_tokens == 8192 - llm.count_tokens(prompt) - 64  # no fixed 768 cap
+    bad = ScriptedLLM([ok, "no edges here", "none", "still none"])
+    r = run_judge("kgscore", "A waits.", {"reference": "A waits.", "entities": ["A"]}, bad, embedder=embedder,
+                  on_invalid="record", max_attempts=3)
+    assert r.details["invalid"] == ["reference"] and r.score("invalid") == 1
+    assert "f1" not in {s.metric for s in r.scores}  # kept out of P / R / F1, not scored as an empty graph
