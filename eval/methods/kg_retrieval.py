@@ -5,8 +5,9 @@
 2. eval.kg builds the book graph: names graph, initial nodes, merging with the two heuristics,
    pruning of nodes with degree < min_degree (repeated).
 3. For each chapter, the edges among entities mentioned in it (from that chapter or earlier) are
-   ranked by the keyword-weighted, z-normalised MiniLM similarity and added best-first while the
-   prompt fits the context window; they are linearised before the chapter text and the LLM writes
+   ranked by the keyword-weighted, z-normalised MiniLM similarity and the best-ranked ones kept while
+   the whole prompt (measured as rendered, so grouped subjects are paid once) fits the served model's
+   window less `max_tokens`; they are linearised before the chapter text and the LLM writes
    the chapter summary. Linearisations (section 3.4): `plain` (one `subject; predicate; object` line
    per edge, for API models) or `tokens` (`<subject>`/`<object>`/`<predicate>` groups, then the
    `<chapter>` marker and the chapter text, the fine-tuned models' input). The answer joins the
@@ -17,6 +18,10 @@ with the same instruction less the knowledge graph; no extraction and no graph.
 Chapters: metadata['chunk_chapters'] maps each chunk to its chapter number (default: one chunk, one
 chapter; the book loader's `chunk_by: chapter` makes chunks follow the book's chapter headings);
 metadata['target_chapter'] restricts summarisation to that chapter.
+
+The window is `context_window` when set, else the one the LLM reports (the engine's), else 8192. A
+chapter whose prompt does not fit even without edges makes the sample not applicable to the model
+(recorded as "n/a" with the sizes), before any call, rather than a request the engine refuses.
 """
 from __future__ import annotations
 
@@ -30,6 +35,7 @@ from eval.errors import MethodError
 from eval.kg import MiniLMEmbedder, build_book_graph, chapter_edges, linearize_plain, linearize_tokens, parse_extraction, rank_edges
 from eval.kg.extraction import Extraction
 from eval.methods.base import Method, MethodSettings, Trace
+from eval.methods.long_context import CHAT_FRAMING_TOKENS, context_window
 from eval.templates import load_template
 from eval.options import NonNegativeInt, PositiveInt
 
@@ -40,7 +46,7 @@ NO_KG_TEMPLATE = "s001-chapter-summary-nokg"
 
 @dataclass(frozen=True)
 class ChapterSettings(MethodSettings):
-    context_window: PositiveInt = 4096
+    context_window: PositiveInt | None = None  # prompt + output tokens; None: the served model's window
     max_tokens: PositiveInt = 512
 
 
@@ -65,8 +71,35 @@ class _ChapterSummaries(Method, ABC):
     tasks = ("booksum", "book", "arxiv")
 
     def _validate(self) -> None:
-        if self.settings.context_window <= self.settings.max_tokens:
+        window = self.settings.context_window
+        if window is not None and window <= self.settings.max_tokens:
             raise MethodError(f"{self.name}: context_window must exceed max_tokens")
+
+    def _room(self, trace: Trace) -> tuple[int, str]:
+        """(prompt tokens a chapter prompt may use, the window and where it came from)."""
+        window, source = context_window(self.settings.context_window, trace.llm)
+        return window - self.settings.max_tokens - CHAT_FRAMING_TOKENS, f"{window} tokens ({source})"
+
+    @staticmethod
+    def _text(sample: Sample, chapters: list[int], chapter: int) -> str:
+        return "\n\n".join(c for c, k in zip(sample.chunks, chapters) if k == chapter)
+
+    @abstractmethod
+    def _bare_prompt(self, text: str) -> str:
+        """The chapter's summary prompt with nothing retrieved: the least a chapter needs."""
+
+    def _does_not_fit(self, sample: Sample, trace: Trace, chapters: list[int]) -> bool:
+        """Mark the sample not applicable when a wanted chapter's bare prompt exceeds the window."""
+        room, window = self._room(trace)
+        over = [(ch, trace.llm.count_tokens(self._bare_prompt(self._text(sample, chapters, ch))))
+                for ch in self._wanted(sample, chapters)]
+        over = [(ch, n) for ch, n in over if n > room]
+        if over:
+            sizes = ", ".join(f"chapter {ch}: {n} prompt tokens" for ch, n in over)
+            trace.not_applicable = (f"{sizes}; the model's window of {window} leaves {room} for the prompt after "
+                                    f"max_tokens={self.settings.max_tokens} and the chat framing; serve a model "
+                                    "with a longer window")
+        return bool(over)
 
     def _chapters(self, sample: Sample) -> list[int]:
         chapters = sample.metadata.get("chunk_chapters")
@@ -87,7 +120,7 @@ class _ChapterSummaries(Method, ABC):
     def _summaries(self, sample: Sample, trace: Trace, chapters: list[int], context: Any) -> str:
         summaries = []
         for ch in self._wanted(sample, chapters):
-            text = "\n\n".join(c for c, k in zip(sample.chunks, chapters) if k == ch)
+            text = self._text(sample, chapters, ch)
             tpl, values, parsed, memory = self._chapter_prompt(trace, context, ch, text)
             step = trace.ask(tpl, values, kind="summarize", chunk_index=chapters.index(ch))
             step.parsed = {"chapter": ch, **parsed}
@@ -114,7 +147,8 @@ class KGRetrieval(_ChapterSummaries):
     def _run(self, sample: Sample, trace: Trace) -> tuple[str, Any]:
         s = self.settings
         chapters = self._chapters(sample)
-        self._wanted(sample, chapters)  # a bad target chapter fails before any call
+        if self._does_not_fit(sample, trace, chapters):  # also fails a bad target chapter before any call
+            return "", None
         extracted: list[tuple[int, Extraction]] = []
         for i, (chunk, ch) in enumerate(zip(sample.chunks, chapters)):
             step = trace.ask("s001-kg-extract", {"excerpt": chunk}, kind="extract", parse=_parse, chunk_index=i)
@@ -137,26 +171,35 @@ class KGRetrieval(_ChapterSummaries):
         edges, counts = chapter_edges(kg, text, chapter)
         ranked = rank_edges(edges, embedder)
         chosen = self._fit(trace, kg, ranked, counts, text)
-        lin = LINEARIZE[self.settings.linearization](kg, chosen, counts)
-        if not lin and self.settings.linearization == "plain":
-            lin = "(none)"
+        lin = self._edges_text(kg, chosen, counts)
         return (SUMMARY_TEMPLATES[self.settings.linearization], {"edges": lin, "chapter": text},
                 {"edges_ranked": len(ranked), "edges_used": len(chosen)}, {"retrieved": lin})
 
+    def _edges_text(self, kg: Any, edges: list, counts: dict) -> str:
+        lin = LINEARIZE[self.settings.linearization](kg, edges, counts)
+        return "(none)" if not lin and self.settings.linearization == "plain" else lin
+
+    def _bare_prompt(self, text: str) -> str:
+        return load_template(SUMMARY_TEMPLATES[self.settings.linearization]).render(
+            edges="(none)" if self.settings.linearization == "plain" else "", chapter=text)
+
     def _fit(self, trace: Trace, kg: Any, ranked: list, counts: dict, text: str) -> list:
-        """Best-ranked edges while the whole prompt stays within context_window - max_tokens."""
+        """The longest best-ranked prefix of the edges whose whole rendered prompt fits the room the
+        window leaves (a binary search: the prompt only grows with more edges). Measuring the prompt
+        as rendered charges each subject and object heading once, as the token linearisation writes
+        it, where pricing each edge alone charged them again for every edge."""
         tpl = load_template(SUMMARY_TEMPLATES[self.settings.linearization])
-        budget = self.settings.context_window - self.settings.max_tokens
-        base = trace.llm.count_tokens(tpl.render(edges="", chapter=text))
-        chosen, used = [], base
-        lin = LINEARIZE[self.settings.linearization]
-        for e in ranked:
-            cost = trace.llm.count_tokens(lin(kg, [e], counts)) + 1
-            if used + cost > budget:
-                break
-            chosen.append(e)
-            used += cost
-        return chosen
+        room, _ = self._room(trace)
+
+        def fits(n: int) -> bool:
+            return trace.llm.count_tokens(tpl.render(edges=self._edges_text(kg, ranked[:n], counts),
+                                                     chapter=text)) <= room
+
+        lo, hi = 0, len(ranked)
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
+        return ranked[:lo]
 
 
 class NoKG(_ChapterSummaries):
@@ -167,7 +210,13 @@ class NoKG(_ChapterSummaries):
     template_ids = (NO_KG_TEMPLATE,)
 
     def _run(self, sample: Sample, trace: Trace) -> tuple[str, Any]:
-        return self._summaries(sample, trace, self._chapters(sample), None), None
+        chapters = self._chapters(sample)
+        if self._does_not_fit(sample, trace, chapters):
+            return "", None
+        return self._summaries(sample, trace, chapters, None), None
+
+    def _bare_prompt(self, text: str) -> str:
+        return load_template(NO_KG_TEMPLATE).render(chapter=text)
 
     def _chapter_prompt(self, trace: Trace, context: Any, chapter: int,
                         text: str) -> tuple[str, dict[str, Any], dict[str, Any], dict[str, Any]]:

@@ -44,9 +44,10 @@ def test_kg_retrieval_pipeline() -> None:
 def test_kg_retrieval_budget_limits_edges() -> None:
     book = Sample(id="t", task="book", chunks=("Tom, Thomas, Becky and Aunt Polly.",))
     llm = ScriptedLLM([EX1, "Summary."])
-    base = llm.count_tokens(load_template("s001-chapter-summary").render(edges="", chapter=book.chunks[0]))
-    # room for one edge line ("Aunt Polly; aunt of; Tom" = 5 words + 1) but not two
-    out = get_method("kg-retrieval", context_window=base + 10 + 8, max_tokens=10).run(book, llm)
+    tpl = load_template("s001-chapter-summary")
+    one = llm.count_tokens(tpl.render(edges="Aunt Polly; aunt of; Tom", chapter=book.chunks[0]))
+    # room (after max_tokens and 64 tokens of chat framing) for one edge line but not two
+    out = get_method("kg-retrieval", context_window=one + 10 + 64, max_tokens=10).run(book, llm)
     assert out.steps[1].parsed == {"chapter": 1, "edges_ranked": 3, "edges_used": 1}
 
 
@@ -93,3 +94,45 @@ def test_kg_retrieval_reads_a_book_chapter_by_chapter(tmp_path) -> None:
     out = get_method("kg-retrieval").run(book, llm)
     assert [s.parsed["chapter"] for s in out.steps if s.kind == "summarize"] == [1, 2]
     assert "[Chapter]\nChapter 2\nThomas and Becky argued at school." in llm.requests[3].messages[0]["content"]
+
+
+class _Windowed(ScriptedLLM):
+    """A scripted model that reports its window, as the engine does."""
+
+    context_tokens = 300
+
+
+def test_budget_is_the_served_window_and_a_chapter_that_cannot_fit_is_not_applicable() -> None:
+    """Issue 30 point 18: no fixed 4096-token budget; the model's own window decides, and a chapter
+    longer than it is recorded as not applicable before any call, not sent to fail in the engine."""
+    chapter = " ".join(["Tom, Thomas, Becky and Aunt Polly."] * 900)  # about 5,400 words
+    book = Sample(id="t", task="book", chunks=(chapter,))
+    llm = ScriptedLLM([EX1, "Summary."])
+    llm.context_tokens = 16384
+    out = get_method("kg-retrieval").run(book, llm)
+    assert out.not_applicable is None and out.steps[1].parsed["edges_used"] == 3
+    for name in ("kg-retrieval", "no-kg"):
+        small = _Windowed([])
+        out = get_method(name).run(Sample(id="t", task="book", chunks=(chapter,)), small)
+        assert small.requests == [] and "chapter 1:" in out.not_applicable and "300 tokens (llm)" in out.not_applicable
+
+
+def test_token_linearisation_pays_each_subject_heading_once() -> None:
+    """Edges sharing a subject share its `<subject>` line in the prompt, so the budget prices them so."""
+    preds = [f"does{i}" for i in range(30)]
+    ex = "Tom\nBecky\nAunt Polly\n\nKnowledge graph edges:\n" + "".join(
+        f"{i + 1}. Tom; {p}; Becky\n" for i, p in enumerate(preds))
+    book = Sample(id="t", task="book", chunks=("Tom and Becky and Aunt Polly.",))
+    llm = ScriptedLLM([ex, "Summary."])
+    tpl = load_template("s001-chapter-summary-tokens")
+    grouped = "<subject>Tom\n    <object>Becky\n" + "\n".join(f"      <predicate>{p}" for p in preds)
+    need = llm.count_tokens(tpl.render(edges=grouped, chapter=book.chunks[0]))
+    out = get_method("kg-retrieval", linearization="tokens", min_degree=0, context_window=need + 10 + 64,
+                     max_tokens=10).run(book, llm)
+    assert out.steps[1].parsed["edges_used"] == 30  # pricing each edge with its own headings fit fewer
+
+
+def test_extraction_example_shows_multi_object_lines_and_three_name_aliases() -> None:
+    text = load_template("s001-kg-extract").text
+    assert "Captain Rees; runs the ferry between; Harwick, Carrow" in text
+    assert any(line.count(" / ") >= 2 for line in text.splitlines())
