@@ -30,5 +30,5 @@ def test_report_memory_tokens_are_what_the_prompts_received() -> None:
     samples = pd.DataFrame([dict(unit, status="ok")])
     d = RunData("mem://", "r", samples, steps, pd.DataFrame(), pd.DataFrame())
     (fig,) = memory_figures(d)
-    # averaging every step's memory (the old figure) would give about 2 * 300 tokens; the prompt saw `small`
+    # averaging every step's memory (the old figure) gives 141 tokens here; the prompt saw `small` (5)
     assert fig["mean"] == cl100k_count(as_text(small)) and fig["samples"] == 1

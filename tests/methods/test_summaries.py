@@ -68,9 +68,9 @@ def test_gm_json_merges_then_dedupes() -> None:
 def test_memory_limit_triggers_compression_on_books() -> None:
     book = Sample(id="b", task="book", chunks=("Anna meets Bob.", "Bob leaves town."))
     llm = ScriptedLLM(["Anna meets Bob in a small town by the sea at dawn.", "Anna meets Bob.",
-                       "Anna meets Bob; Bob leaves."], tokens_per_word=1.0)
+                       "Anna meets Bob; Bob leaves.", "Anna meets Bob; Bob leaves."], tokens_per_word=1.0)
     out = get_method("gu-text", memory_limit=5).run(book, llm)
-    assert [s.kind for s in out.steps] == ["initial", "compress", "update"]
+    assert [s.kind for s in out.steps] == ["initial", "compress", "update", "final"]
     assert "at most 5 tokens" in prompt(llm, 1)
     assert "Memory of the story so far:\n---\nAnna meets Bob.\n---" in prompt(llm, 2)
     assert out.answer == "Anna meets Bob; Bob leaves."
@@ -99,9 +99,9 @@ def test_memory_limit_is_binding_text() -> None:
     book = Sample(id="b", task="book", chunks=("Anna meets Bob.", "Bob leaves town."))
     long = "Anna meets Bob in a small town by the sea at dawn."
     llm = ScriptedLLM([long, "Anna meets Bob in a small town.", "Anna meets Bob in town today.",
-                       "Bob leaves.", ], tokens_per_word=1.0)
+                       "Bob leaves.", "Bob leaves."], tokens_per_word=1.0)
     out = get_method("gu-text", memory_limit=5, compress_rounds=2).run(book, llm)
-    assert [s.kind for s in out.steps] == ["initial", "compress", "compress", "update"]
+    assert [s.kind for s in out.steps] == ["initial", "compress", "compress", "update", "final"]
     last = out.steps[2]
     assert last.memory == "Anna meets Bob in town"  # the leading words within K = 5
     assert any("trimmed" in f and "K=5" in f for f in last.failures)
@@ -143,3 +143,18 @@ def test_json_memory_is_counted_compact_against_k() -> None:
     out = get_method("gu-json", memory_limit=k).run(book, llm)
     assert [s.kind for s in out.steps] == ["initial", "update", "final"]  # no compression: within K
     assert compact in prompt(llm, 1)
+
+
+@pytest.mark.parametrize("name", ["go-text", "gu-text", "gm-text", "go-json", "gu-json", "gm-json", "cok"])
+def test_every_book_method_ends_with_the_same_neutral_final_step(name: str) -> None:
+    """Issue 30 point 6: the paper gives every method one final step, the aggregated memory in and
+    the final summary out; text memories get it too, and its prompt coaches no evaluator error type."""
+    book = Sample(id="b", task="book", chunks=("Anna meets Bob.",))
+    first = '{"characters": {"Anna": ["meets Bob"]}}' if name.endswith("json") or name == "cok" else "Anna meets Bob."
+    llm = ScriptedLLM([first, "Anna meets Bob at the harbour."])
+    out = get_method(name).run(book, llm)
+    final = out.steps[-1]
+    assert final.kind == "final" and final.template_id == "s000-book-final"
+    assert out.answer == "Anna meets Bob at the harbour."
+    instructions = prompt(llm, len(llm.requests) - 1).split("Memory:")[0]
+    assert not any(w in instructions.lower() for w in ("character", "trivial", "coherent", "introduce"))
