@@ -55,6 +55,11 @@ class EngineActor:
         """The window one request may use (prompt + output), as the engine enforces it."""
         return int(self.engine.max_context)
 
+    async def misfit(self, request: dict[str, Any]) -> str | None:
+        """Why a request could never be served, or None: the engine's own length check, asked ahead
+        (tokenising a whole book runs on a worker thread, as in `complete`)."""
+        return await asyncio.to_thread(self.engine.misfit, request)
+
     def shutdown(self) -> None:
         self.engine.shutdown()
 

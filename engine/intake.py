@@ -51,6 +51,16 @@ class RequestIntake:
             raise RequestError("`messages` must be a non-empty list of {role, content} objects")
         return self.tokenizer.chat_ids(list(messages))
 
+    def misfit(self, request: dict[str, Any]) -> str | None:
+        """Why the request could never be served (its prompt with the chat template + max_tokens against
+        the context and the page pool), or None when it fits: the check `make_sequence` applies, asked ahead."""
+        params = SamplingParams.from_request(request.get("sampling"), self.vocab_size)
+        try:
+            check_fits(len(self.prompt_ids(request)), params.max_tokens, self.pool, self.max_context)
+        except RequestError as exc:
+            return str(exc)
+        return None
+
     def make_sequence(self, request: dict[str, Any]) -> Sequence:
         """Validate and tokenise a request dict (raises RequestError, never truncates)."""
         if not isinstance(request, dict):

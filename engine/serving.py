@@ -92,6 +92,10 @@ class Engine:
     def count_tokens(self, text: str) -> int:
         return self.tokenizer.count_tokens(text)
 
+    def misfit(self, request: dict[str, Any]) -> str | None:
+        """Why a request could never be served (too long for the context or the page pool), None if it fits."""
+        return self.intake.misfit(request)
+
     def make_sequence(self, request: dict[str, Any]) -> Sequence:
         """Validate and tokenise a request dict (raises RequestError, never truncates)."""
         return self.intake.make_sequence(request)

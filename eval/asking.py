@@ -8,7 +8,7 @@ how a value was reached. `RetryPolicy` says what a retry changes:
 
 - `SAME_REQUEST` (methods): the identical request again; a constrained output is parsed once,
   because constrained decoding with the same sampling gives the same answer.
-- `RESAMPLE` (judges): a raised temperature and a fresh seed (seed + attempt), because a greedy
+- `RESAMPLE` (judges): a raised temperature and a fresh seed (`retry_seed`), because a greedy
   judge would otherwise repeat the same invalid answer; constrained answers are retried too, since
   a schema cannot express every rule.
 """
@@ -25,10 +25,21 @@ class ParseFailure(Exception):
     """The LLM output could not be turned into the expected value; the message is the reason."""
 
 
+# Repeats of a run take consecutive seeds (base, base + 1, ...), so a retry's seed is drawn from a stream
+# `RETRY_SEED_STRIDE` apart: a retry of repeat r never samples with repeat r + 1's seed. A run has fewer
+# repeats than the stride (jobs.config bounds it); seeds stay below 2**31 (the engine's PRNG keys).
+RETRY_SEED_STRIDE = 1 << 20
+
+
+def retry_seed(seed: int | None, attempt: int) -> int:
+    """The seed of 0-based retry `attempt` > 0 of a request sampled with `seed`."""
+    return ((seed or 0) + attempt * RETRY_SEED_STRIDE) % (1 << 31)
+
+
 @dataclass(frozen=True)
 class RetryPolicy:
     """What a retry changes. `temperature` None: resend the same request; a value: retries sample at
-    max(temperature, this) with seed + attempt. `retry_constrained`: retry schema-constrained outputs."""
+    max(temperature, this) with `retry_seed`. `retry_constrained`: retry schema-constrained outputs."""
 
     temperature: float | None = None
     retry_constrained: bool = False
@@ -37,7 +48,7 @@ class RetryPolicy:
         """The sampling of 0-based `attempt`; attempt 0 is always `base`."""
         if attempt == 0 or self.temperature is None:
             return base
-        return replace(base, temperature=max(base.temperature, self.temperature), seed=(base.seed or 0) + attempt)
+        return replace(base, temperature=max(base.temperature, self.temperature), seed=retry_seed(base.seed, attempt))
 
 
 SAME_REQUEST = RetryPolicy()

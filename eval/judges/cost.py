@@ -12,9 +12,17 @@ matching prefix to the last input prompt divided by the total number of tokens e
 prompt is compared with the previous prompt of the same sample only. `prefix_hits` computes it from
 the recorded prompts in any tokenizer's ids; the engine's radix cache (`cached_tokens`) can also
 reuse prefixes of other samples' prompts, or lose its pages under memory pressure, so it differs.
+
+The paper's Net follows from its hit (its tables satisfy hit = 1 - Net / Total): `paper_sample_cost`
+gives one sample's Total (its recorded prompts, one per step, in one tokenizer), Net (Total minus the
+prefix tokens shared with the previous prompt) and Output (its recorded outputs in the same
+tokenizer), and `paper_per_sample` the table's means per sample and cost index. One token base: the
+recorded text in the run model's tokenizer; the engine's counts (chat template, retried attempts,
+radix reuse across samples) are `per_sample_cost`'s and are reported as their own columns.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
 from eval.errors import JudgeError
@@ -97,3 +105,42 @@ def prefix_hit_rate(per_sample: Sequence[tuple[int, int]]) -> float:
     (the rate of the mean per sample, as `per_sample_cost`'s); NaN when nothing was encoded."""
     encoded = sum(e for e, _ in per_sample)
     return sum(h for _, h in per_sample) / encoded if encoded else float("nan")
+
+
+@dataclass(frozen=True)
+class PaperCost:
+    """One sample's seed 002 cost figures in one token base: `total` tokens of its prompts, `hit` tokens
+    of their prefixes shared with the previous prompt, `output` tokens of its outputs."""
+
+    total: int
+    hit: int
+    output: int
+
+    @property
+    def net(self) -> int:
+        return self.total - self.hit
+
+    @property
+    def cost_index(self) -> float:
+        return (self.net + DECODE_WEIGHT * self.output) / 1e6
+
+
+def paper_sample_cost(prompts: Sequence[str], outputs: Sequence[str],
+                      encode: Callable[[str], Sequence[int]]) -> PaperCost:
+    """Seed 002's Total, hit and Output of one sample from its prompts and outputs in order."""
+    total, hit = prefix_hits(prompts, encode)
+    return PaperCost(total, hit, sum(len(encode(o)) for o in outputs))
+
+
+def paper_per_sample(per_sample: Sequence[PaperCost]) -> dict[str, float]:
+    """Table 3's columns in the paper's definitions, as means per sample: `prefix_hit` (the hit rate of
+    the means, so hit = 1 - net / encoded holds), `encoded`, `net_encoded`, `decoded`, and the mean of
+    the samples' cost indices."""
+    if not per_sample:
+        raise JudgeError("paper_per_sample needs at least one sample")
+    n = len(per_sample)
+    total = sum(c.total for c in per_sample)
+    return {"prefix_hit": sum(c.hit for c in per_sample) / total if total else float("nan"),
+            "encoded": total / n, "net_encoded": sum(c.net for c in per_sample) / n,
+            "decoded": sum(c.output for c in per_sample) / n,
+            "cost_index": sum(c.cost_index for c in per_sample) / n, "samples": float(n)}

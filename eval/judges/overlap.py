@@ -10,7 +10,9 @@
 - LOFT-Spider (seed 002, LOFT's SQL evaluation): every cell is normalised (numbers rounded to two
   decimals, text stripped and lowercased, empty cells dropped), each row is compared as a set of
   cells, the row counts must be equal and every answered row must be one of the gold rows; row order
-  is ignored unless the sample says it matters (`metadata["ordered"]`, questions with ORDER BY).
+  is never enforced (LOFT filtered order-dependent questions out of its data and its scorer ignores
+  order; a sample's `metadata["ordered"]` only says its gold SQL sorts). A boolean cell is a number
+  to LOFT (`float(True)` = 1.00).
   Answers are read in LOFT's format: the list of lists on the reply's "Final Answer: [[...]]" line
   (PRISM's Spider answer prompt asks for exactly that line), or a reply that is only the list.
 """
@@ -122,9 +124,7 @@ def judge_function_name(output: Any, gold: Any, llm: LLM | None = None, *,
 # ---------------------------------------------------------------- LOFT execution match
 
 def normalise_cell(cell: Any) -> str:
-    if isinstance(cell, bool):
-        cell = str(cell)
-    try:
+    try:  # as LOFT: anything float() reads (booleans included) is a number to two decimals
         return f"{float(cell):.2f}"
     except (TypeError, ValueError):
         return str(cell).strip().lower()
@@ -197,7 +197,7 @@ def judge_exec_match(output: Any, gold: Any, llm: LLM | None = None, *, metadata
         normalise_rows(gold)
     except ValueError as exc:
         raise JudgeError(f"LOFT gold must be a list of rows (lists of cells): {exc}") from None
-    ordered = bool((metadata or {}).get("ordered", False)) if ordered is None else ordered
+    ordered = bool(ordered)  # LOFT's scorer: order is not enforced, whatever the gold SQL sorts
     try:
         rows = parse_rows(output)
         value = exec_match(rows, gold, ordered)

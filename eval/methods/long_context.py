@@ -2,18 +2,21 @@
 
 The task's question and answer instruction are the ones PRISM asks (`eval.methods.answers`), the
 chunks are joined in order, and the reply is read by the same contract, so every judge scores it
-like the incremental methods. Where prompt + `max_tokens` exceed the model's context, the ceiling
-does not exist for that model and sample: no call is made and the output is marked not applicable
-(`MethodOutput.not_applicable`, recorded by the jobs layer as status "n/a"), never a failure or a
-zero. The context is the `context_tokens` setting, else what the LLM reports (an optional
-`context_tokens` attribute of the LLM; the in-process engine reports its window), else
-`DEFAULT_CONTEXT_TOKENS`; the step memory records which.
+like the incremental methods. Where the request (prompt with the chat template, + `max_tokens`) cannot be
+served, the ceiling does not exist for that model and sample: no call is made and the output is marked
+not applicable (`MethodOutput.not_applicable`, recorded by the jobs layer as status "n/a"), never a
+failure or a zero; its table cell is then a mean over its own sample set (the samples that fit), and
+says so. One check decides: the LLM's own (`misfit(request)`, the engine's length check asked ahead),
+and, where the LLM has none (an endpoint), prompt tokens + `max_tokens` against the `context_tokens`
+setting, else what the LLM reports, else `DEFAULT_CONTEXT_TOKENS`. A `context_tokens` setting also
+caps an engine (a smaller window than the engine's). The step memory records which check ran.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
+from eval.asking import build_request
 from eval.datasets.sample import Sample
 from eval.methods import answers
 from eval.methods.base import Method, MethodSettings, Trace
@@ -21,7 +24,6 @@ from eval.options import PositiveInt
 from eval.templates import load_template
 
 DEFAULT_CONTEXT_TOKENS = 8192  # SmolLM2's window, used when neither the settings nor the LLM give one
-CHAT_FRAMING_TOKENS = 64  # `count_tokens` counts the text only; the chat template adds role markers around it
 TEMPLATE = "s002-long-context"
 
 
@@ -52,14 +54,29 @@ class LongContext(Method):
         text = "\n\n".join(c.strip("\n") for c in sample.chunks)
         prompt = tpl.render(question=answers.question(sample, self.name), text=text,
                             answer_instruction=answers.answer_instruction(trace, sample.task))
-        window, source = context_window(s.context_tokens, trace.llm)
-        needed = trace.llm.count_tokens(prompt) + CHAT_FRAMING_TOKENS + s.max_tokens
-        fit = {"needed_tokens": needed, "context_tokens": window, "context_source": source}
-        if needed > window:
-            trace.not_applicable = (f"the whole input does not fit the model's context: {needed} tokens needed "
-                                    f"(prompt, chat framing and max_tokens={s.max_tokens}) > context_tokens={window} "
-                                    f"({source})")
+        why, fit = self._misfit(prompt, trace)
+        if why is not None:
+            trace.not_applicable = f"the whole input does not fit the model's context: {why}"
             return "", fit
         step = trace.ask_prompt(prompt, tpl, kind="final", chunk_index=len(sample.chunks) - 1)
         step.memory = fit
         return answers.read_answer(sample.task, step.output), fit
+
+    def _misfit(self, prompt: str, trace: Trace) -> tuple[str | None, dict[str, Any]]:
+        """(why the whole-input request cannot be served or None, what was checked)."""
+        s = self.settings
+        check = getattr(trace.llm, "misfit", None)
+        if callable(check) and s.context_tokens is None:
+            why = check(build_request(prompt, s.sampling()))
+            return why, {"fit_check": "llm", "context_tokens": getattr(trace.llm, "context_tokens", None)}
+        window, source = context_window(s.context_tokens, trace.llm)
+        needed = trace.llm.count_tokens(prompt) + s.max_tokens
+        fit = {"fit_check": "count", "needed_tokens": needed, "context_tokens": window, "context_source": source}
+        if needed > window:
+            return (f"{needed} tokens needed (prompt and max_tokens={s.max_tokens}) > context_tokens={window} "
+                    f"({source})"), fit
+        if callable(check):  # a configured window below the engine's: the engine must take the request too
+            why = check(build_request(prompt, s.sampling()))
+            if why is not None:
+                return why, dict(fit, fit_check="count and llm")
+        return None, fit

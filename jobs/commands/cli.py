@@ -53,6 +53,8 @@ COMMAND_MODULES = (
     "jobs.commands.export",
     "jobs.commands.compare",
     "jobs.commands.nightly",
+    "jobs.commands.view",
+    "jobs.commands.bench_view",
 )
 
 for _name in COMMAND_MODULES:

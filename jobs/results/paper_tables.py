@@ -93,22 +93,38 @@ _FIG3_METHODS = (("GU text", "gu-text"), ("GU json", "gu-json"), ("GM json", "gm
 _TABLE2_METHODS = (("Long context", "long-context"), ("Incremental", "inc-update"), ("Hierarchical", "hier-merge"),
                    ("PRISM in-place", "prism-inplace"), ("+ w/o updates", "prism-inplace-no-updates"),
                    ("PRISM amendments", "prism-amendments"), ("+ w/o updates", "prism-amendments-no-updates"))
-_COST_COLS = [("cache hit, paper (%)", "prefix_hit_paper", 1.0, 0), ("tokens (x10^3)", "encoded", 1e-3, 0),
+# Seed 002's cost columns in its definitions and one token base (jobs.report.cost_frame), then the
+# engine's own figures as served, labelled as the engine's (the paper prints none of those)
+_COST_COLS = [("cache hit (%)", "prefix_hit_paper", 1.0, 0), ("tokens (x10^3)", "encoded", 1e-3, 0),
               ("net (x10^3)", "net_encoded", 1e-3, 0), ("output (x10^3)", "decoded", 1e-3, 1),
               ("cost index", "cost_index", 1.0, 2)]
+_ENGINE_COST_COLS = [("engine: radix cache hit (%)", "radix_cache_hit", 1.0, 0),
+                     ("engine: prompt tokens (x10^3)", "engine_encoded", 1e-3, 0),
+                     ("engine: net (x10^3)", "engine_net_encoded", 1e-3, 0),
+                     ("engine: cost index", "engine_cost_index", 1.0, 2)]
+_COST_NOTE = ("cache hit, tokens, net, output and cost index are the paper's (section 4.2, table 3): the recorded "
+              "prompts and outputs, one per step, in the run model's tokenizer; each prompt reuses only its longest "
+              "prefix shared with the previous prompt of the same sample, net = tokens - reused (hit = 1 - net / "
+              "tokens), cost index = (net + 3 x output) / 10^6. The engine: columns are what memloop's engine "
+              "served (chat template and retried attempts counted; its radix cache reuses prefixes across samples "
+              "and repeats), which the paper does not print. Means per sample over the samples every method "
+              "finished.")
 
 
-def _cost_columns(task: str) -> tuple[Column, ...]:
-    return tuple(Column(label, "", metric, task=task, scale=scale, digits=digits)
-                 for label, metric, scale, digits in _COST_COLS)
+def _cost_columns(task: str, cost_digits: int = 2, output_digits: int = 1) -> tuple[Column, ...]:
+    digits = {"cost_index": cost_digits, "engine_cost_index": cost_digits, "decoded": output_digits}
+    return tuple(Column(label, "", metric, task=task, scale=scale, digits=digits.get(metric, d))
+                 for label, metric, scale, d in _COST_COLS + _ENGINE_COST_COLS)
 
 
-def _cost_table(tid: str, title: str, task: str, printed: Mapping[str, tuple[str, ...]], note: str = "") -> "PaperTable":
-    """A table-3-shaped table: seed 002's rows that the paper prints for `task`, the cost columns."""
+def _cost_table(tid: str, title: str, task: str, printed: Mapping[str, tuple[str, ...]], note: str = _COST_NOTE,
+                cost_digits: int = 2) -> "PaperTable":
+    """A table-3-shaped table: seed 002's rows that the paper prints for `task`, the cost columns, the cost
+    index to the paper's precision for the table (`cost_digits`)."""
     labels = [c[0] for c in _COST_COLS]
     rows = tuple(Row(label, method, dict(zip(labels, printed[method])))
                  for label, method in _TABLE2_METHODS if method in printed)
-    return PaperTable(tid, title, _cost_columns(task), rows, "paper", note)
+    return PaperTable(tid, title, _cost_columns(task, cost_digits), rows, "paper", note)
 
 
 TABLES: dict[str, PaperTable] = {t.id: t for t in (
@@ -173,10 +189,7 @@ TABLES: dict[str, PaperTable] = {t.id: t for t in (
                     "hier-merge": ("1", "227", "225", "70", "0.43"), "prism-inplace": ("49", "495", "250", "131", "0.64"),
                     "prism-inplace-no-updates": ("34", "619", "409", "14", "0.45"),
                     "prism-amendments": ("69", "559", "171", "47", "0.31"),
-                    "prism-amendments-no-updates": ("37", "676", "424", "15", "0.47")},
-        "cache hit, paper: seed 002 section 4.2 (each prompt's longest prefix shared with the previous prompt of "
-        "the same sample); the engine's radix-cache hit is in the Cost table. Means per sample over the samples "
-        "every method finished."),
+                    "prism-amendments-no-updates": ("37", "676", "424", "15", "0.47")}),
     _cost_table(
         "seed002-table3-repoqa", "Seed 002, table 3 (RepoQA part): cache hit, tokens and cost index per sample",
         "repoqa", {"long-context": ("–", "121", "121", "0", "–"), "inc-update": ("1", "180", "178", "28", "0.26"),
@@ -190,7 +203,8 @@ TABLES: dict[str, PaperTable] = {t.id: t for t in (
                     "prism-inplace": ("41", "56", "33", "0.7", "0.035"),
                     "prism-inplace-no-updates": ("39", "54", "33", "0.4", "0.030"),
                     "prism-amendments": ("39", "54", "33", "0.6", "0.035"),
-                    "prism-amendments-no-updates": ("40", "54", "33", "0.4", "0.034")}),
+                    "prism-amendments-no-updates": ("40", "54", "33", "0.4", "0.034")},
+        cost_digits=3),
     PaperTable(
         "seed002-table4", "Seed 002, table 4: hand-made against LLM-generated schemas",
         (Column("BooookScore", "booookscore", "booookscore", task="book", digits=3),
@@ -206,9 +220,7 @@ TABLES: dict[str, PaperTable] = {t.id: t for t in (
         "variant with the schema the LLM wrote from the task's example query."),
     PaperTable(
         "seed002-fig5", "Seed 002, figure 5: RepoQA at five chunk sizes, amendments without updates",
-        (Column("acc.", "repoqa-exact", "accuracy", task="repoqa", digits=2),)
-        + tuple(Column(label, "", metric, task="repoqa", scale=scale, digits=digits)
-                for label, metric, scale, digits in _COST_COLS),
+        (Column("acc.", "repoqa-exact", "accuracy", task="repoqa", digits=2),) + _cost_columns("repoqa", 3),
         tuple(Row(f"{size} tokens", "prism-amendments", dataset=f"@{size}") for size in (512, 1024, 2048, 4096, 8192)),
         "paper",
         "The figure plots these without printing numbers; its finding is a near-constant cost index over "
@@ -252,8 +264,8 @@ def _find(figures: list[dict], *, method: str, judge: str, metric: str, task: st
     return sorted(hits, key=lambda f: f["dataset"])[0] if hits else None
 
 
-def cell(table: PaperTable, row: Row, col: Column, figures: list[dict], status: Mapping[str, Mapping[str, int]]
-         ) -> dict[str, Any]:
+def cell(table: PaperTable, row: Row, col: Column, figures: list[dict],
+         status: Mapping[tuple[str, str], Mapping[str, int]]) -> dict[str, Any]:
     """memloop's figure for (row, column) in the paper's unit, with its counts and a display string."""
     if col.judge is None:
         return {"text": "not measured", "mean": None}
@@ -262,8 +274,8 @@ def cell(table: PaperTable, row: Row, col: Column, figures: list[dict], status: 
         return {"text": "", "mean": None}
     fig = _find(figures, method=method, judge=col.judge, metric=col.metric.format(turn=row.turn),
                 task=col.task, dataset=row.dataset)
+    counts = cell_status(status, method, col.task, row.dataset)
     if fig is None or fig.get("mean") is None:
-        counts = status.get(method, {})
         if not counts.get("ok", 0) and counts.get("n/a", 0):
             return {"text": "n/a", "mean": None}
         if not counts.get("ok", 0) and counts.get("failed", 0):
@@ -276,13 +288,14 @@ def cell(table: PaperTable, row: Row, col: Column, figures: list[dict], status: 
     total = fig.get("total")
     if done is not None and total is not None and done < total:
         text += f" ({done} / {total})"
-    skipped = status.get(method, {}).get("n/a", 0)
-    if skipped:
-        text += f" ({skipped} n/a)"
+    skipped = counts.get("n/a", 0)
+    if skipped:  # a mean over the samples the method applies to only: its own sample set, said in the cell
+        text += f" (own samples: {skipped} n/a)"
     return {"text": text, "mean": mean, "se": se, "n": done, "total": total}
 
 
-def layout(table: PaperTable, figures: list[dict], status: Mapping[str, Mapping[str, int]]) -> dict[str, Any]:
+def layout(table: PaperTable, figures: list[dict], status: Mapping[tuple[str, str], Mapping[str, int]]
+           ) -> dict[str, Any]:
     """The table as data: per row, per column, memloop's cell and the paper's number."""
     rows = []
     for row in table.rows:
@@ -295,11 +308,23 @@ def layout(table: PaperTable, figures: list[dict], status: Mapping[str, Mapping[
     return {"id": table.id, "title": table.title, "paper_label": table.paper_label, "note": table.note, "rows": rows}
 
 
-def method_status(samples: Any) -> dict[str, dict[str, int]]:
-    """{method: {status: units}} from a samples table (the n/a rows of methods that do not apply)."""
+def method_status(samples: Any) -> dict[tuple[str, str], dict[str, int]]:
+    """{(method, dataset): {status: units}} from a samples table (the n/a rows of methods that do not apply)."""
     if samples is None or len(samples) == 0:
         return {}
-    out: dict[str, dict[str, int]] = {}
-    for (method, status), n in samples.groupby(["method", "status"]).size().items():
-        out.setdefault(method, {})[status] = int(n)
+    out: dict[tuple[str, str], dict[str, int]] = {}
+    for (method, dataset, status), n in samples.groupby(["method", "dataset", "status"]).size().items():
+        out.setdefault((method, dataset), {})[status] = int(n)
+    return out
+
+
+def cell_status(status: Mapping[tuple[str, str], Mapping[str, int]], method: str, task: str | None,
+                dataset: str | None) -> dict[str, int]:
+    """Units per status of one cell: the method's units on the datasets the cell reads (its column's task,
+    its row's dataset suffix), never the method's units on other tasks."""
+    out: dict[str, int] = {}
+    for (m, ds), counts in status.items():
+        if m == method and (task is None or _task(ds) == task) and (dataset is None or ds.endswith(dataset)):
+            for k, n in counts.items():
+                out[k] = out.get(k, 0) + n
     return out

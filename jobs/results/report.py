@@ -11,15 +11,15 @@ with one repeat only the mean is shown. Tables:
   the dataset, so a failed sample or a failed judgment never shrinks the denominator unseen.
 - The papers' tables the run's config names (`paper_tables:`, laid out by `jobs.results.paper_tables`): the
   paper's rows and columns, memloop's figure beside the paper's printed number.
-- Cost (seed 002 table 3, per book): means per sample of encoded, net encoded (prompt minus cached)
-  and decoded tokens (x 10^3) and of the cost index = (net + 3 x decoded) / 10^6; cache hit % of the
-  mean usage. All methods on a dataset are compared over the same samples: those every method
-  finished; the others are listed under the table with the methods that failed them. Two cache hits,
-  which are different things: the engine's radix-cache hit (cached / prompt tokens as served, which
-  may reuse other samples' prefixes) and the paper's (section 4.2: each prompt's longest prefix shared
-  with the previous prompt of the same sample, over all tokens encoded), counted from the recorded
-  prompts in the run's model tokenizer when its weights are on this machine, else cl100k_base; the
-  table says which.
+- Cost (seed 002 table 3, per book): means per sample, over the samples every method on a dataset
+  finished (the others are listed under the table with the methods that failed them), in two labelled
+  groups. The paper's, in one token base (the recorded prompts and outputs, one per step, counted in
+  the run's model tokenizer when its weights are on this machine, else cl100k_base; the table says
+  which): the prefix hit of section 4.2 (each prompt's longest prefix shared with the previous prompt of
+  the same sample, over all tokens encoded), total, net = total minus that prefix, output, and the
+  cost index (net + 3 x output) / 10^6, so hit = 1 - net / total in every row. The engine's, as
+  served: radix-cache hit, prompt tokens (chat template and retried attempts included), net (prompt
+  minus cached: reuse across samples and repeats included), decoded, and its cost index.
 Plots (PNG, matplotlib): F1 per turn, prompt and cached tokens per step, cost index against chunk size.
 
 The formulas are `eval.judges`': start / last / avg per sample is `eval.judges.sumie.turn_summary`,
@@ -38,7 +38,7 @@ from typing import Any, Callable, Sequence
 import pandas as pd
 
 from eval.judges import aggregator
-from eval.judges.cost import per_sample_cost, prefix_hit_rate, prefix_hits, usage_of
+from eval.judges.cost import PaperCost, paper_per_sample, paper_sample_cost, per_sample_cost, usage_of
 from eval.judges.sumie import METRICS as SUMIE_METRICS
 from eval.judges.sumie import turn_summary
 from jobs.results.paper_tables import TABLES, PaperTable, layout, method_status
@@ -275,19 +275,31 @@ def _prompt_tokenizer(d: RunData) -> PromptTokenizer:
         return cl100k(f"the run's model tokenizer cannot be loaded: {exc}")
 
 
-def _prefix_hit_paper(steps: pd.DataFrame, tok: PromptTokenizer) -> float:
-    """Seed 002's cache hit (%) over the units whose steps are given (prompts in step order per unit)."""
+PAPER_SKIPPED_KINDS = ("schema",)  # a generated schema is made once per task, not by the sample's own steps
+
+
+def _paper_costs(steps: pd.DataFrame, tok: PromptTokenizer) -> list[PaperCost] | None:
+    """Seed 002's per-sample cost figures of the units whose steps are given (prompts and outputs in step
+    order per unit, one per step, in `tok`'s tokens); None when the steps record no prompts."""
     if steps.empty or "prompt" not in steps or steps["prompt"].isna().all():
-        return math.nan
-    per_unit = [prefix_hits([p or "" for p in g.sort_values("step")["prompt"]], tok.encode)
-                for _, g in steps.groupby(UNIT_KEY, sort=False)]
-    return 100.0 * prefix_hit_rate(per_unit)
+        return None
+    steps = steps[~steps["kind"].isin(PAPER_SKIPPED_KINDS)] if "kind" in steps else steps
+    out = []
+    for _, g in steps.groupby(UNIT_KEY, sort=False):
+        g = g.sort_values("step")
+        outputs = g["output"] if "output" in g else [""] * len(g)
+        text = [[t if isinstance(t, str) else "" for t in col] for col in (g["prompt"], outputs)]  # null: ""
+        out.append(paper_sample_cost(text[0], text[1], tok.encode))
+    return out or None
 
 
 def cost_frame(d: RunData, tok: PromptTokenizer | None = None) -> pd.DataFrame:
-    """Per (method, dataset, repeat), over the samples every method finished: means per sample of the
-    token counts and of the cost index, the engine's radix-cache hit % of the mean usage, the paper's
-    prefix hit % (in `tok`'s tokens; `prompt_tokenizer(d)` by default), and how many samples."""
+    """Per (method, dataset, repeat), over the samples every method finished, means per sample of seed
+    002's figures in one token base (the recorded prompts and outputs in `tok`'s tokens,
+    `prompt_tokenizer(d)` by default): `prefix_hit_paper` %, `encoded`, `net_encoded`, `decoded`,
+    `cost_index`; and the engine's, as served: `radix_cache_hit` % of the mean usage, `engine_encoded`
+    (prompt tokens with the chat template and every retried attempt), `engine_net_encoded` (minus
+    what the radix cache served), `engine_decoded`, `engine_cost_index`; and how many samples."""
     tok = tok or prompt_tokenizer(d)
     key = ("cost_frame", tok.label)
     if key not in d.derived:
@@ -300,19 +312,27 @@ def _cost_frame(d: RunData, tok: PromptTokenizer) -> pd.DataFrame:
     steps = d.steps
     # one pass over the steps table, not one filter of it per (method, dataset, repeat)
     by_group = dict(iter(steps.groupby(["method", "dataset", "repeat"], sort=False))) if not steps.empty else {}
+    nan = math.nan
     rows = []
     for (method, ds, rep), g in units.groupby(["method", "dataset", "repeat"], sort=True):
         c = _per_sample(g)
         st = by_group.get((method, ds, rep), steps.iloc[0:0])
-        st = st[st["sample_id"].isin(set(g["sample_id"]))]
-        rows.append(dict(method=method, dataset=ds, repeat=rep, radix_cache_hit=100.0 * c["cache_hit_rate"],
-                         prefix_hit_paper=_prefix_hit_paper(st, tok),
-                         encoded=c["encoded"], net_encoded=c["net_encoded"], decoded=c["decoded"],
-                         cost_index=c["cost_index"], samples=int(c["samples"])))
+        costs = _paper_costs(st[st["sample_id"].isin(set(g["sample_id"]))], tok)
+        p = paper_per_sample(costs) if costs else {}
+        rows.append(dict(method=method, dataset=ds, repeat=rep,
+                         prefix_hit_paper=100.0 * p.get("prefix_hit", nan), encoded=p.get("encoded", nan),
+                         net_encoded=p.get("net_encoded", nan), decoded=p.get("decoded", nan),
+                         cost_index=p.get("cost_index", nan),
+                         radix_cache_hit=100.0 * c["cache_hit_rate"], engine_encoded=c["encoded"],
+                         engine_net_encoded=c["net_encoded"], engine_decoded=c["decoded"],
+                         engine_cost_index=c["cost_index"], samples=int(c["samples"])))
     return pd.DataFrame(rows)
 
 
-COST_METRICS = ("radix_cache_hit", "prefix_hit_paper", "encoded", "net_encoded", "decoded", "cost_index")
+PAPER_COST_METRICS = ("prefix_hit_paper", "encoded", "net_encoded", "decoded", "cost_index")
+ENGINE_COST_METRICS = ("radix_cache_hit", "engine_encoded", "engine_net_encoded", "engine_decoded",
+                       "engine_cost_index")
+COST_METRICS = PAPER_COST_METRICS + ENGINE_COST_METRICS
 
 
 def cost_table(d: RunData, tok: PromptTokenizer | None = None) -> str | None:
@@ -323,24 +343,29 @@ def cost_table(d: RunData, tok: PromptTokenizer | None = None) -> str | None:
         return None
     totals = d.applicable.groupby(["method", "dataset"]).size().to_dict()
     failed = d.samples[d.samples["status"] == "failed"].groupby(["method", "dataset"]).size().to_dict()
+    scaled = {"encoded", "net_encoded", "decoded", "engine_encoded", "engine_net_encoded", "engine_decoded"}
     rows = []
     for (method, ds), n in sorted(totals.items()):
         g = f[(f["method"] == method) & (f["dataset"] == ds)] if not f.empty else f
         if g.empty:
-            rows.append([method, ds, f"0 / {n}", "–", "–", "–", "–", "–", "–", str(failed.get((method, ds), 0))])
+            rows.append([method, ds, f"0 / {n}"] + ["–"] * len(COST_METRICS) + [str(failed.get((method, ds), 0))])
             continue
-        rows.append([method, ds, f"{int(g['samples'].sum())} / {n}", fmt(g["radix_cache_hit"], 1),
-                     fmt(g["prefix_hit_paper"], 1),
-                     fmt(g["encoded"] / 1e3, 2), fmt(g["net_encoded"] / 1e3, 2), fmt(g["decoded"] / 1e3, 2),
-                     fmt(g["cost_index"], 4), str(failed.get((method, ds), 0))])
-    out = markdown_table(["method", "dataset", "samples compared / units", "radix cache hit, engine (%)",
-                          "prefix hit, paper (%)",
-                          "enc. per sample (x10^3)", "net enc. per sample (x10^3)", "dec. per sample (x10^3)",
-                          "cost index per sample", "failed units"], rows)
-    out += ("\n\nTwo different cache hits. radix cache hit, engine: cached / prompt tokens as the engine's "
-            "radix prefix cache served them (it may reuse any earlier prompt's prefix). prefix hit, paper "
-            "(seed 002, section 4.2): tokens of each prompt's longest prefix shared with the previous prompt of "
-            f"the same sample, over all tokens encoded, counted from the recorded prompts in {tok.label}.")
+        cells = [fmt(g[m] / 1e3, 2) if m in scaled else fmt(g[m], 4 if m.endswith("cost_index") else 1)
+                 for m in COST_METRICS]
+        rows.append([method, ds, f"{int(g['samples'].sum())} / {n}"] + cells + [str(failed.get((method, ds), 0))])
+    out = markdown_table(["method", "dataset", "samples compared / units",
+                          "prefix hit, paper (%)", "total enc., paper (x10^3)", "net enc., paper (x10^3)",
+                          "output, paper (x10^3)", "cost index, paper",
+                          "radix cache hit, engine (%)", "prompt tokens, engine (x10^3)",
+                          "net enc., engine (x10^3)", "decoded, engine (x10^3)", "cost index, engine",
+                          "failed units"], rows)
+    out += ("\n\nMeans per sample. Paper columns (seed 002, section 4.2 and table 3), one token base: the recorded "
+            f"prompts and outputs, one per step, counted in {tok.label}; prefix hit = tokens of each prompt's "
+            "longest prefix shared with the previous prompt of the same sample, over all tokens encoded; net = "
+            "total minus those (so hit = 1 - net / total); cost index = (net + 3 x output) / 10^6. Engine "
+            "columns, the engine's own counts as served: prompt tokens include the chat template and every "
+            "retried attempt, and the radix cache may reuse any earlier prompt's prefix (other samples' and "
+            "repeats' too), so its net and cost index are not the paper's.")
     if excluded:
         out += "\n\nLeft out of the cost comparison (not finished by every method on the dataset):\n"
         out += "\n".join(f"- {e['dataset']} {e['sample_id']} (repeat {e['repeat']}): failed for "
@@ -402,7 +427,7 @@ def _figures(d: RunData) -> list[dict]:
             figures.append({"method": m, "dataset": ds, "judge": "", "metric": metric,
                             **_figure([float(v) for v in g[metric]]),
                             "samples": int(g["samples"].sum()), "total": int(totals[(m, ds)]),
-                            **({"tokenizer": tok.label} if metric == "prefix_hit_paper" else {})})
+                            **({"tokenizer": tok.label} if metric in PAPER_COST_METRICS else {})})
     return figures
 
 

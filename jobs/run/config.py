@@ -182,7 +182,7 @@ class RunConfig(_Strict):
     sampling: SamplingSpec = Field(default_factory=SamplingSpec)
     judges: list[JudgeSpec] = Field(default_factory=list)
     judge_model: JudgeModelSpec = Field(default_factory=JudgeModelSpec)
-    repeats: int = Field(default=1, ge=1)
+    repeats: int = Field(default=1, ge=1, lt=1 << 20)  # below eval.asking.RETRY_SEED_STRIDE
     seed: int = 0
     retries: int = Field(default=2, ge=0)  # attempts after the first, per sample
     judge_cpus: float = Field(default=0.5, gt=0)

@@ -55,6 +55,10 @@ class ActorLLM:
 
         return int(ray.get(self.actor.context_tokens.remote(), timeout=self.timeout_s))
 
+    def misfit(self, request: LLMRequest) -> str | None:
+        """The engine's own answer to whether `request` fits (chat template included), asked before sending."""
+        return self.actor.misfit.remote(request.to_dict()).future().result(timeout=self.timeout_s)
+
     @functools.lru_cache(maxsize=4096)  # noqa: B019 - one adapter per actor, lives for the run
     def _count(self, text: str) -> int:
         return int(self.actor.count_tokens.remote(text).future().result(timeout=self.timeout_s))
@@ -74,6 +78,9 @@ class EngineLLM:
 
     def count_tokens(self, text: str) -> int:
         return self.engine.count_tokens(text)
+
+    def misfit(self, request: LLMRequest) -> str | None:
+        return self.engine.misfit(request.to_dict())
 
 
 def endpoint_llm(spec: Any) -> LLM:

@@ -34,6 +34,14 @@ class Unit:
         v = self.sample.metadata.get("chunk_tokens", self.dataset.options.get("chunk_tokens"))
         return int(v) if v is not None else None
 
+    @property
+    def input_tokens(self) -> int:
+        """The sample's input in cl100k_base tokens (the papers' tokenizer), whatever model reads it:
+        what input-length buckets are made of (the long-context suites' convention)."""
+        from eval.tokens import cl100k_count
+
+        return sum(cl100k_count(c) for c in self.sample.chunks)
+
 
 def _path_option(task: str, path: str) -> dict[str, Any]:
     """Loaders name their source argument differently (path, source ...): pass it by its own name."""
@@ -43,11 +51,16 @@ def _path_option(task: str, path: str) -> dict[str, Any]:
     return {first: path}
 
 
-def load_samples(spec: DatasetSpec, index: int) -> list[Sample]:
+def load_samples(spec: DatasetSpec, index: int, tokenizer: str | None = None) -> list[Sample]:
+    """The dataset's samples; `tokenizer` (the run model's, `jobs.run.chunk_fit.chunk_tokenizer`) is what its
+    `chunk_tokens` count in, unless the dataset's options name one."""
     from eval.datasets import load_dataset
+    from jobs.run.chunk_fit import loader_takes_tokenizer, model_encoder
 
     field = f"datasets.{index}"
     options = {k: v for k, v in spec.options.items() if k != "max_chunks"}
+    if tokenizer is not None and "tokenizer" not in options and loader_takes_tokenizer(spec.task):
+        options["tokenizer"] = model_encoder(tokenizer)
     try:
         if spec.synthetic is not None:  # the task's own generator, through its loader
             samples = load_dataset(spec.task, synthetic=True, **spec.synthetic, **options)
@@ -128,11 +141,15 @@ def validate_methods(cfg: RunConfig) -> None:
 def build_units(cfg: RunConfig, unavailable: list[str] | None = None) -> list[Unit]:
     """Every unit of the run. With `unavailable` (a dry run) a hub dataset that cannot be reached here is
     left out and its message appended there, instead of stopping the plan."""
+    from jobs.run.chunk_fit import check_chunks_fit, chunk_tokenizer
+
     validate_methods(cfg)
+    check_chunks_fit(cfg)
+    tokenizer = chunk_tokenizer(cfg)
     loaded = []
     for i, d in enumerate(cfg.datasets):
         try:
-            loaded.append((d, load_samples(d, i)))
+            loaded.append((d, load_samples(d, i, tokenizer)))
         except DataUnavailableError as exc:
             if unavailable is None:
                 raise

@@ -45,6 +45,7 @@ SCHEMAS: dict[str, pa.Schema] = {
         pa.field("cached_tokens", pa.int64()),
         pa.field("decoded_tokens", pa.int64()),
         pa.field("chunk_tokens", pa.int64()),  # the dataset's chunk size, when it has one
+        pa.field("input_tokens", pa.int64()),  # the sample's whole input (its chunks) in cl100k_base tokens
         pa.field("actor", pa.string()),
         pa.field("started_at", UTC_TS),
         pa.field("finished_at", UTC_TS),
@@ -146,7 +147,7 @@ def sample_row(u: "UnitLike", status: str, error: str | None, attempts: int, out
         prompt, cached, decoded = usage.prompt_tokens, usage.cached_tokens, usage.decoded_tokens
     return dict(unit_columns(u), seed=u.seed, status=status, error=error, attempts=attempts, output_json=output,
                 n_steps=len(out.steps) if out is not None else 0, prompt_tokens=prompt, cached_tokens=cached,
-                decoded_tokens=decoded, chunk_tokens=u.chunk_tokens, actor=actor, started_at=started,
+                decoded_tokens=decoded, chunk_tokens=u.chunk_tokens, input_tokens=u.input_tokens, actor=actor, started_at=started,
                 finished_at=now())
 
 

@@ -43,6 +43,9 @@ class UnitLike(Protocol):
     @property
     def chunk_tokens(self) -> int | None: ...
 
+    @property
+    def input_tokens(self) -> int | None: ...
+
 
 def unit_key(dataset: str, sample_id: str, method: str, repeat: int) -> str:
     return f"{dataset}|{sample_id}|{method}|{repeat}"

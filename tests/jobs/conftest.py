@@ -28,3 +28,11 @@ def gcs_server():
 def gcs_emulator(gcs_server) -> str:
     """The bucket URI of the GCS fake."""
     return "gs://memloop-test"
+
+
+@pytest.fixture(scope="session")
+def view_run(ray_local, tmp_path_factory) -> str:
+    """The URI of a real run on the scripted model for the viewer's tests (tests/jobs/view_run.py)."""
+    from tests.jobs.view_run import make_view_run
+
+    return make_view_run(tmp_path_factory.mktemp("view") / "runs")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from fastapi import FastAPI
 
@@ -46,14 +46,20 @@ def minimal_instance(schema: dict[str, Any], defs: dict[str, Any] | None = None)
     return None
 
 
-def _app(seen: list[dict]) -> FastAPI:
+Answer = Callable[[dict], "str | None"]
+
+
+def _app(seen: list[dict], answer: Answer | None = None) -> FastAPI:
     app = FastAPI()
 
     @app.post("/v1/chat/completions")
     async def chat(body: dict):
         seen.append(body)
         fmt = body.get("response_format") or {}
-        if fmt.get("type") == "json_schema":
+        scripted = answer(body) if answer is not None else None
+        if scripted is not None:  # the test's own answer to this request
+            text = scripted
+        elif fmt.get("type") == "json_schema":
             text = json.dumps(minimal_instance(fmt["json_schema"]["schema"]))
         else:
             text = SENTENCE
@@ -65,8 +71,9 @@ def _app(seen: list[dict]) -> FastAPI:
 
 
 @contextlib.contextmanager
-def scripted_endpoint() -> Iterator[tuple[str, list[dict]]]:
-    """(base URL, the request bodies it received) of a scripted model served on 127.0.0.1."""
+def scripted_endpoint(answer: Answer | None = None) -> Iterator[tuple[str, list[dict]]]:
+    """(base URL, the request bodies it received) of a scripted model served on 127.0.0.1. `answer`
+    may script a request's answer (return the text), or leave it to the defaults (return None)."""
     seen: list[dict] = []
-    with serve_app(_app(seen)) as url:
+    with serve_app(_app(seen, answer)) as url:
         yield url, seen

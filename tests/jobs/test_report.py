@@ -97,7 +97,7 @@ def test_report_command(tmp_path) -> None:
     assert data["units"] == [{"method": "cok", "dataset": "sumie:synthetic", "ok": 1, "failed": 0}]
     assert figures[("sumie-match", "f1:start")]["mean"] == 0.2 and figures[("sumie-match", "f1:last")]["mean"] == 0.6
     assert figures[("sumie-match", "f1:avg")]["mean"] == 0.4 and figures[("booookscore", "booookscore")]["mean"] == 0.5
-    assert figures[("", "radix_cache_hit")]["mean"] == 50.0 and figures[("", "cost_index")]["repeats"] == 1
+    assert figures[("", "radix_cache_hit")]["mean"] == 50.0 and figures[("", "engine_cost_index")]["repeats"] == 1
 
 
 def test_report_uses_each_judges_declared_aggregation(tmp_path) -> None:
@@ -155,9 +155,10 @@ def test_cost_is_a_mean_per_sample_over_the_samples_every_method_finished(tmp_pa
     assert "b3" in md and "prism" in md.split("b3", 1)[1].splitlines()[0]  # which sample, which method failed
     h = headline(d)
     cost = {(f["method"], f["metric"]): f for f in h["figures"] if f["judge"] == ""}
-    assert cost[("inc", "cost_index")]["mean"] == pytest.approx(0.0026)
-    assert cost[("inc", "cost_index")]["samples"] == 2 and cost[("inc", "cost_index")]["total"] == 3
-    assert cost[("inc", "encoded")]["mean"] == pytest.approx(2000.0)
+    assert cost[("inc", "engine_cost_index")]["mean"] == pytest.approx(0.0026)
+    assert cost[("inc", "engine_cost_index")]["samples"] == 2 and cost[("inc", "engine_cost_index")]["total"] == 3
+    assert cost[("inc", "engine_encoded")]["mean"] == pytest.approx(2000.0)
+    assert cost[("inc", "cost_index")]["mean"] is None  # no recorded prompts: no paper figure, never the engine's
     assert h["cost_excluded"] == [{"dataset": "book:x", "sample_id": "b3", "repeat": 0, "methods": ["prism"]}]
 
 
@@ -224,7 +225,7 @@ def test_paper_cache_hit_from_recorded_prompts_next_to_the_radix_hit(tmp_path) -
     assert "radix cache hit, engine (%)" in header and "prefix hit, paper (%)" in header
     row = next(line for line in md.splitlines() if line.startswith("| prism | book:x | 1 / 1 |"))
     assert f"| {want:.1f} |" in row and "| 0.0 |" in row
-    assert "cl100k_base" in md.split("prefix hit, paper", 2)[2]  # the table says which tokenizer counted
+    assert "cl100k_base" in md.split("prefix hit, paper (%)", 1)[1]  # the table says which tokenizer counted
     fig = next(f for f in headline(d)["figures"] if f["metric"] == "prefix_hit_paper")
     assert fig["mean"] == pytest.approx(want) and fig["tokenizer"].startswith("cl100k_base")
 
@@ -282,8 +283,40 @@ def test_a_method_that_does_not_apply_is_n_a_not_a_failure_and_blocks_no_compari
     h = headline(d)
     assert h["cost_excluded"] == []  # b2 is compared for inc although long does not apply to it
     cost = {(f["method"], f["metric"]): f for f in h["figures"] if f["judge"] == ""}
-    assert cost[("inc", "cost_index")]["samples"] == 2
-    assert cost[("long", "cost_index")]["samples"] == 1 and cost[("long", "cost_index")]["total"] == 1
+    assert cost[("inc", "engine_cost_index")]["samples"] == 2
+    assert cost[("long", "engine_cost_index")]["samples"] == 1 and cost[("long", "engine_cost_index")]["total"] == 1
     judged = {f["method"]: (f["judged"], f["total"]) for f in h["figures"] if f["judge"] == "booookscore"}
     assert judged == {"inc": (2, 2), "long": (1, 1)}
     assert {u["method"]: u.get("n/a", 0) for u in h["units"]} == {"inc": 0, "long": 1}
+
+
+def test_net_and_cost_index_follow_the_papers_prefix_definition_not_the_radix_cache(tmp_path) -> None:
+    """Seed 002 table 3: Net = Total - tokens shared with the previous prompt of the same sample, cost index
+    = (Net + 3 x Output) / 10^6, in one token base (the recorded prompts and outputs); the radix cache's
+    reuse across samples (here it served all of the second sample's identical prompt) stays in the
+    engine's own columns. The long-context row's Net is its Total, as the paper prints it."""
+    from eval.tokens import cl100k_encode
+    from jobs.results.report import headline
+
+    rs = RunStore.open(str(tmp_path), "net")
+    t = now()
+    prompt, answer = "Whole book: Anna sails to Crete and becomes a captain. Summarize.", "Anna captains."
+    for sid, cached in (("b1", 0), ("b2", 40)):
+        base = dict(unit=unit_key("book:x", sid, "long", 0), dataset="book:x", task="book", sample_id=sid,
+                    method="long", repeat=0)
+        rs.write_shard({
+            "samples": [dict(base, seed=0, status="ok", error=None, attempts=1, output_json='"s"', n_steps=1,
+                             prompt_tokens=60, cached_tokens=cached, decoded_tokens=9, chunk_tokens=None, actor="a",
+                             started_at=t, finished_at=t)],
+            "steps": [dict(base, step=0, kind="final", prompt=prompt, output=answer, prompt_tokens=60,
+                           cached_tokens=cached, decoded_tokens=9)], "scores": []})
+    d = RunData.load(rs)
+    cost = {f["metric"]: f["mean"] for f in headline(d)["figures"] if f["judge"] == "" and f["method"] == "long"}
+    total, out = len(cl100k_encode(prompt)), len(cl100k_encode(answer))
+    assert cost["encoded"] == cost["net_encoded"] == total and cost["prefix_hit_paper"] == 0.0
+    assert cost["decoded"] == out and cost["cost_index"] == pytest.approx((total + 3 * out) / 1e6)
+    assert cost["engine_net_encoded"] == 40 and cost["radix_cache_hit"] == pytest.approx(100 * 20 / 60)
+    d = _prompt_run(tmp_path, "net-prism")
+    cost = {f["metric"]: f["mean"] for f in headline(d)["figures"] if f["judge"] == ""}
+    assert cost["net_encoded"] < cost["encoded"]
+    assert 1 - cost["net_encoded"] / cost["encoded"] == pytest.approx(cost["prefix_hit_paper"] / 100)

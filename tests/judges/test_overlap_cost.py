@@ -50,6 +50,17 @@ def test_exec_match_edge_cases(pred, gold, ordered, want):
     assert exec_match(pred, gold, ordered) == want
 
 
+def test_loft_exec_scores_as_lofts_scorer_order_not_enforced_booleans_as_numbers():
+    """LOFT's SQL scorer ignores row order (it filtered order-dependent questions from its data), even
+    where the gold SQL has ORDER BY; a boolean cell normalises as float() reads it: 1.00."""
+    from eval.judges.overlap import judge_exec_match, normalise_cell
+
+    got = judge_exec_match("Final Answer: [['b'], ['a']]", [["a"], ["b"]], metadata={"ordered": True})
+    assert got.scores[0].value == 1.0
+    assert normalise_cell(True) == "1.00" and normalise_cell(False) == "0.00"
+    assert judge_exec_match("Final Answer: [[1]]", [[True]]).scores[0].value == 1.0
+
+
 def test_exec_match_judge_on_loft_example(shared_data):
     base = shared_data / "loft-spider-example"
     queries = {q["qid"]: q for q in map(json.loads, (base / "queries.jsonl").read_text().splitlines())}

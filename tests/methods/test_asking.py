@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from eval.asking import RESAMPLE, SAME_REQUEST, ParseFailure, ask
+from eval.asking import RESAMPLE, RETRY_SEED_STRIDE, SAME_REQUEST, ParseFailure, ask, retry_seed
 from eval.errors import EvalError
 from eval.judges.asking import ask_judgment
 from eval.llm import LLMRequest, LLMResult, Sampling, ScriptedLLM, Usage
@@ -32,7 +32,12 @@ def test_resample_policy_raises_temperature_and_moves_the_seed() -> None:
     llm = ScriptedLLM(["x", "y", "z"])
     answer = ask(llm, "q", Sampling(max_tokens=8, temperature=0.0, seed=5), parse=_number, retry=RESAMPLE)
     assert not answer.ok and answer.parsed is None and answer.attempts == 3 and answer.text == "z"
-    assert [(r.sampling.temperature, r.sampling.seed) for r in llm.requests] == [(0.0, 5), (0.7, 6), (0.7, 7)]
+    stride = RETRY_SEED_STRIDE
+    assert [(r.sampling.temperature, r.sampling.seed) for r in llm.requests] == [(0.0, 5), (0.7, 5 + stride),
+                                                                                  (0.7, 5 + 2 * stride)]
+    # repeats take consecutive seeds: no retry of repeat r may sample with a later repeat's seed
+    retries = {retry_seed(seed, a) for seed in range(100) for a in range(1, 4)}
+    assert not retries & set(range(100))
 
 
 def test_constrained_output_is_parsed_once_for_methods_and_retried_for_judges() -> None:
@@ -85,4 +90,4 @@ def test_both_callers_record_the_max_tokens_note_in_their_own_record_format() ->
                      raise_on_invalid=False)
     assert j.failures == [{"raw": "4", "reason": "truncated (answer cut at max_tokens=64)"}] * 2
     assert not j.valid and j.label is None and j.raw == "4" and j.retries == 1
-    assert [r.sampling.seed for r in llm.requests] == [0, 1]
+    assert [r.sampling.seed for r in llm.requests] == [0, RETRY_SEED_STRIDE]

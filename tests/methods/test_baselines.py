@@ -12,7 +12,7 @@ from eval.datasets.sample import Sample
 from eval.judges import run_judge
 from eval.llm import ScriptedLLM
 from eval.methods import get_method
-from eval.methods.long_context import CHAT_FRAMING_TOKENS, DEFAULT_CONTEXT_TOKENS
+from eval.methods.long_context import DEFAULT_CONTEXT_TOKENS
 
 REPO = Sample(id="r", task="repoqa", chunks=("def add(a, b):\n    return a + b", "def sub(a, b):\n    return a - b"),
               query="Find the function that sums two numbers.", gold="add")
@@ -88,7 +88,32 @@ def test_long_context_window_comes_from_settings_then_the_llm_then_the_default(l
     # the default max_tokens (512) alone exceeds the LLM's 50-token window; the default window fits
     assert (out.not_applicable is not None) == (expected[1] == "llm")
     if out.steps:
-        assert out.memory["needed_tokens"] == llm.count_tokens(out.steps[0].prompt) + CHAT_FRAMING_TOKENS + 512
+        assert out.memory["needed_tokens"] == llm.count_tokens(out.steps[0].prompt) + 512
+
+
+class _Checking(ScriptedLLM):
+    """An LLM that answers whether a request fits, as the engine does (its count of the text says nothing
+    of the chat template around it)."""
+
+    def __init__(self, outputs: list[str], refuse: bool) -> None:
+        super().__init__(outputs)
+        self.refuse, self.checked = refuse, []
+
+    def misfit(self, request):
+        self.checked.append(request)
+        return "prompt (9000 tokens) + max_tokens (512) = 9512 exceeds the model context of 8192" if self.refuse else None
+
+
+def test_long_context_asks_the_llm_whether_the_request_fits_one_check_not_a_guess() -> None:
+    """The ceiling's fit is the engine's own check of the request it would send (chat template and
+    max_tokens included), not a token count plus a guessed framing allowance."""
+    refusing = _Checking([], refuse=True)
+    out = get_method("long-context").run(REPO, refusing)
+    assert refusing.requests == [] and out.not_applicable and "exceeds the model context of 8192" in out.not_applicable
+    assert out.memory["fit_check"] == "llm" and refusing.checked[0].sampling.max_tokens == 512
+    taking = _Checking(["add"], refuse=False)
+    out = get_method("long-context").run(REPO, taking)
+    assert out.not_applicable is None and taking.checked[0].messages == taking.requests[0].messages
 
 
 def test_prism_inplace_without_updates_is_the_add_only_ablation_on_repoqa() -> None:

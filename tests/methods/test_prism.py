@@ -111,6 +111,18 @@ def test_generated_schema_is_made_once_per_task_from_the_task_example_query() ->
     assert sum(o.steps[0].usage.decoded_tokens for o in outs) == llm.count_tokens(SCHEMA_ANSWER)
 
 
+def test_generated_schema_is_one_per_task_across_repeats() -> None:
+    """Repeats run with their own seeds (the jobs layer passes seed = base + repeat); the task's schema is
+    still generated once (table 4 compares one generated schema per task, not an average of five)."""
+    sample = Sample(id="r0", task="repoqa", chunks=("def f(): pass",), query="q")
+    rev = '[OBJECTS FOR ADD]\n{"$.facts": {"add": ["a function"]}}'
+    llm = ScriptedLLM([SCHEMA_ANSWER] + [rev, "f"] * 3, name="schema-repeats")
+    outs = [get_method("prism-inplace", generate_schema=True, seed=seed, temperature=0.8).run(sample, llm)
+            for seed in (0, 1, 2)]
+    assert sum("[Query domain]" in r.messages[0]["content"] for r in llm.requests) == 1
+    assert all(o.steps[0].ok for o in outs)
+
+
 def test_generated_schema_failure_is_retried_then_recorded_on_every_sample() -> None:
     llm = ScriptedLLM(["not a schema at all", "still not one"], name="schema-fails")
     settings = {"generate_schema": True, "max_attempts": 2}

@@ -68,7 +68,8 @@ def test_query_baselines_answer_in_the_task_format_on_the_engine(engine_llm) -> 
         assert value in (0.0, 1.0)
     long_repo = Sample(id="repoqa/long", task="repoqa", chunks=(REPO.chunks[0] * 800,), query=REPO.query)
     out = get_method("long-context", max_tokens=48).run(long_repo, engine_llm)
-    assert out.not_applicable and out.steps == [] and out.memory["context_source"] == "llm"
+    assert out.not_applicable and out.steps == [] and out.memory["fit_check"] == "llm"
+    assert "exceeds the model context of 8192" in out.not_applicable  # the engine's own words
 
 
 def test_prefix_cache_hits_on_prism_steps(engine_llm) -> None:

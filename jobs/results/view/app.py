@@ -1,0 +1,156 @@
+"""The viewer's web app: read-only GET routes over the loaded runs, behind two guards.
+
+- The Host header must name the viewer (starlette's TrustedHostMiddleware): a page of another site
+  that rebinds its DNS name to 127.0.0.1 cannot read the runs.
+- Off loopback every request needs the API key, as `Authorization: Bearer KEY` or HTTP Basic with
+  the key as password (which browsers ask for on a 401); compared in constant time.
+"""
+from __future__ import annotations
+
+import base64
+import hmac
+import ipaddress
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import HTMLResponse, JSONResponse, Response
+from starlette.middleware.trustedhost import TrustedHostMiddleware
+
+from jobs.results.view.errors import ViewError
+from jobs.results.view.pages import Pages, compare_plots, jsonable
+from jobs.results.view.runs import Query, ViewRun
+
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1", "[::1]")
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def check_bind(host: str, api_key: str | None) -> None:
+    if not is_loopback(host) and not api_key:
+        raise ViewError(f"--host {host} is reachable from other machines: set MEMLOOP_API_KEY or give "
+                        "--api-key-file FILE, or keep the default 127.0.0.1")
+
+
+def allowed_hosts(host: str, extra: tuple[str, ...] = ()) -> list[str]:
+    """Host names a request may carry: the loopback names, the bound address, and the names given."""
+    names = list(LOOPBACK_NAMES) + list(extra)
+    if host not in ("0.0.0.0", "::") and host not in names:
+        names.append(host)
+    return names
+
+
+class KeyGuard:
+    """ASGI middleware: 401 without the key (Bearer, or Basic with the key as password)."""
+
+    def __init__(self, app: Any, api_key: str) -> None:
+        self.app = app
+        self.key = api_key.encode()
+
+    def _ok(self, auth: bytes) -> bool:
+        if auth.startswith(b"Bearer "):
+            return hmac.compare_digest(auth[7:], self.key)
+        if auth.startswith(b"Basic "):
+            try:
+                _, _, password = base64.b64decode(auth[6:], validate=True).partition(b":")
+            except ValueError:
+                return False
+            return hmac.compare_digest(password, self.key)
+        return False
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            auth = dict(scope.get("headers") or []).get(b"authorization", b"")
+            if not self._ok(auth):
+                await Response("the viewer needs its API key (MEMLOOP_API_KEY of the viewer's host)", 401,
+                               headers={"WWW-Authenticate": 'Basic realm="memloop view"'})(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+def create_app(runs: list[ViewRun], *, host: str = "127.0.0.1", api_key: str | None = None,
+               allow_hosts: tuple[str, ...] = ()) -> FastAPI:
+    check_bind(host, api_key)
+    pages = Pages.of(runs)
+    app = FastAPI(title="memloop view", docs_url=None, redoc_url=None, openapi_url=None)
+    if api_key:
+        app.add_middleware(KeyGuard, api_key=api_key)
+    app.add_middleware(TrustedHostMiddleware, allowed_hosts=allowed_hosts(host, allow_hosts))
+
+    @app.exception_handler(ViewError)
+    async def _bad_request(request: Request, exc: ViewError) -> Response:
+        return HTMLResponse(pages._render("error.html", title="not found", message=str(exc)), 400)
+
+    @app.middleware("http")
+    async def _headers(request: Request, call_next: Any) -> Response:
+        response = await call_next(request)
+        response.headers.setdefault("X-Content-Type-Options", "nosniff")
+        response.headers.setdefault("Referrer-Policy", "no-referrer")
+        response.headers.setdefault("X-Frame-Options", "DENY")
+        return response
+
+    @app.get("/", response_class=HTMLResponse)
+    def home() -> str:
+        return pages.home()
+
+    @app.get("/run/{r}/", response_class=HTMLResponse)
+    def run_page(r: int) -> str:
+        return pages.run(r)
+
+    @app.get("/run/{r}/samples", response_class=HTMLResponse)
+    def samples(r: int, request: Request) -> str:
+        return pages.samples(r, Query.parse(request.query_params))
+
+    @app.get("/run/{r}/samples.json")
+    def samples_json(r: int, request: Request) -> Response:
+        from jobs.results.view.runs import select
+
+        rows, total = select(pages.run_of(r), Query.parse(request.query_params))
+        return Response(rows.to_json(orient="records"), media_type="application/json",
+                        headers={"X-Total-Count": str(total)})
+
+    @app.get("/run/{r}/unit/{i}.json")
+    def unit_json(r: int, i: int) -> JSONResponse:
+        return JSONResponse(jsonable(pages.unit_data(r, i)))
+
+    @app.get("/run/{r}/unit/{i}", response_class=HTMLResponse)
+    def unit(r: int, i: int) -> str:
+        return pages.unit(r, i)
+
+    @app.get("/run/{r}/{name}.png")
+    def plot(r: int, name: str) -> Response:
+        png = pages.run_of(r).report().plots.get(f"{name}.png")
+        if png is None:
+            raise ViewError(f"run {pages.run_of(r).run_id} has no plot {name}.png")
+        return Response(png, media_type="image/png")
+
+    @app.get("/side", response_class=HTMLResponse)
+    def side(a: str, b: str) -> str:
+        return pages.side(_ref(a), _ref(b))
+
+    @app.get("/compare", response_class=HTMLResponse)
+    def compare(a: int, b: int) -> str:
+        return pages.compare(a, b)
+
+    @app.get("/compare/{a}/{b}/{name}")
+    def compare_plot(a: int, b: int, name: str) -> Response:
+        png = compare_plots(pages.run_of(a), pages.run_of(b)).get(name)
+        if png is None:
+            raise ViewError(f"the comparison has no plot {name}")
+        return Response(png, media_type="image/png")
+
+    return app
+
+
+def _ref(text: str) -> tuple[int, int]:
+    run, _, unit = text.partition(":")
+    try:
+        return int(run), int(unit)
+    except ValueError:
+        raise ViewError(f"{text!r}: name a unit as RUN:UNIT (numbers, as the unit pages link them)") from None

@@ -1,0 +1,8 @@
+"""The viewer's errors (a JobsError: the CLI prints them on one line and exits 2)."""
+from __future__ import annotations
+
+from jobs.errors import JobsError
+
+
+class ViewError(JobsError):
+    """The viewer cannot start or answer as asked (an unsafe bind, a missing key file, a bad query)."""

@@ -1,0 +1,58 @@
+"""Chunks are counted in the run model's tokenizer, and a config whose chunk + instructions + max_tokens
+cannot fit the model's context is refused before any work, naming the context it needs."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from jobs.run.chunk_fit import check_chunks_fit, chunk_tokenizer, model_context
+from jobs.run.config import parse_config
+from jobs.errors import ConfigError
+from jobs.run.workload import load_samples
+
+ROOT = Path(__file__).resolve().parents[2]
+BOOK = ROOT / "jobs/configs/data/lighthouse-keeper.txt"
+
+
+def _table2(**changes) -> dict:
+    data = yaml.safe_load((ROOT / "jobs/configs/papers/seed002-table2.yaml").read_text())
+    data["datasets"][0]["path"] = str(BOOK)
+    data.update(changes)
+    return data
+
+
+def test_a_chunk_that_cannot_fit_the_models_context_is_refused_before_work(smollm2_gguf) -> None:
+    cfg = parse_config(_table2())  # the bundled model: an 8192-token context
+    assert model_context(cfg) == 8192
+    with pytest.raises(ConfigError, match=r"chunk_tokens` = 8192 .*needs a model with a context of at least \d+"):
+        check_chunks_fit(cfg)
+    data = _table2()
+    for d in data["datasets"]:
+        d["options"]["chunk_tokens"] = 4096
+    check_chunks_fit(parse_config(data))  # 4096 + instructions + 1024 fits 8192
+    capped = _table2(model={"kind": "engine", "options": {"max_context": 2048}})
+    for d in capped["datasets"]:
+        d["options"]["chunk_tokens"] = 1024
+    with pytest.raises(ConfigError, match="context is 2048"):
+        check_chunks_fit(parse_config(capped))
+
+
+def test_chunks_are_counted_in_the_run_models_tokenizer(smollm2_gguf, tmp_path) -> None:
+    from eval.tokens import cl100k_count
+    from jobs.run.chunk_fit import model_encoder
+
+    cfg = parse_config(_table2())
+    tok = chunk_tokenizer(cfg)
+    assert tok is not None and Path(tok).name == smollm2_gguf.name
+    # a logbook of numbers: SmolLM2 reads a digit per token where cl100k_base reads three
+    book = tmp_path / "logbook.txt"
+    book.write_text("\n\n".join(f"In {1800 + i} the keeper logged {123456 * i} ships and {987654 + i} lamps."
+                                  for i in range(40)))
+    spec = cfg.datasets[0].model_copy(update={"path": str(book), "options": {"chunk_tokens": 48}})
+    chunks = load_samples(spec, 0, tok)[0].chunks
+    assert max(len(model_encoder(tok)(c)) for c in chunks) <= 48
+    assert max(len(model_encoder(tok)(c)) for c in load_samples(spec, 0)[0].chunks) > 48  # cl100k's chunks overflow
+    endpoint = _table2(model={"kind": "openai", "endpoint": {"base_url": "http://127.0.0.1:1/v1", "model": "m"}})
+    assert chunk_tokenizer(parse_config(endpoint)) is None and model_context(parse_config(endpoint)) is None

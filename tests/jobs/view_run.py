@@ -1,0 +1,60 @@
+"""A real run for the viewer's tests: two methods (CoK's structured memory with revisions, incremental
+updating's text memory) on a book and a SUMIE entity, judged by BooookScore and SUMIE, against the
+scripted model, whose answers carry markup the pages must show as text."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+BOOK = ROOT / "jobs/configs/data/lighthouse-keeper.txt"
+HOSTILE = '<script>alert("memloop-xss")</script> "><img src=x onerror=alert(1)> The keeper lights the lamp.'
+
+
+def hostile_answer(body: dict) -> str | None:
+    """Revisions for CoK (one that applies, one at a path the memory has not), markup in every free
+    text answer; other structured answers are left to the scripted model's minimal instance."""
+    fmt = body.get("response_format") or {}
+    if fmt.get("type") != "json_schema":
+        return HOSTILE
+    schema = fmt["json_schema"]["schema"]
+    item = schema.get("items") or {}
+    if "sentence_num" in (item.get("properties") or {}):  # BooookScore, batched: the first sentence confusing
+        types = item["properties"]["types"]["items"]["enum"]
+        return json.dumps([{"sentence_num": k, "questions": "Who is <i>she</i>?" if k == 1 else None,
+                            "types": [types[0]] if k == 1 else []} for k in range(1, schema["minItems"] + 1)])
+    props = schema.get("properties") or {}
+    if "revisions" in props:
+        branches = props["revisions"]["items"]["anyOf"]
+        first = branches[0]["properties"]["path"]["pattern"]  # ^\$\. 'NAME'$ : the schema's first field
+        name = first.split("'")[1]
+        return json.dumps({"revisions": [
+            {"path": f"$. '{name}'. '<b>keeper</b>'", "op": "add", "value": [HOSTILE]},
+            {"path": f"$. '{name}'. 'nobody'[3]", "op": "update", "value": "x"}]})
+    return None
+
+
+def view_config(output: Path, url: str) -> dict[str, Any]:
+    model = {"kind": "openai", "endpoint": {"base_url": url, "model": "scripted", "max_concurrency": 4}}
+    return {
+        "name": "view-test", "output": str(output), "model": model, "judge_model": model, "judge_cpus": 0.25,
+        "datasets": [{"task": "book", "path": str(BOOK), "options": {"chunk_tokens": 128, "max_chunks": 3}},
+                     {"task": "sumie", "synthetic": {"entities": 1, "seed": 0}, "options": {"max_chunks": 2}}],
+        "methods": [{"name": "cok", "options": {"max_attempts": 1}},
+                    {"name": "inc-update", "options": {"max_attempts": 1, "word_limit": 50}}],
+        "judges": [{"name": "booookscore-batched", "options": {"batch_size": 4}}, {"name": "sumie-exact"}],
+        "repeats": 1, "retries": 0,
+    }
+
+
+def make_view_run(output: Path) -> str:
+    """Run the config against the scripted model; returns the run's URI."""
+    from jobs.run.config import parse_config
+    from jobs.run.driver import execute
+    from tests.jobs.scripted_endpoint import scripted_endpoint
+
+    with scripted_endpoint(hostile_answer) as (url, _):
+        summary = execute(parse_config(view_config(output, url)), log=lambda m: None)
+    assert summary.computed + summary.failed > 0
+    return summary.output
