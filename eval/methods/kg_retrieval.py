@@ -6,8 +6,8 @@
    pruning of nodes with degree < min_degree (repeated).
 3. For each chapter, the edges among entities mentioned in it (from that chapter or earlier) are
    ranked by the keyword-weighted, z-normalised MiniLM similarity and the best-ranked ones kept while
-   the whole prompt (measured as rendered, so grouped subjects are paid once) fits the served model's
-   window less `max_tokens`; they are linearised before the chapter text and the LLM writes
+   the whole prompt (measured as rendered, so grouped subjects are paid once) and `max_tokens` fit the
+   served model's window; they are linearised before the chapter text and the LLM writes
    the chapter summary. Linearisations (section 3.4): `plain` (one `subject; predicate; object` line
    per edge, for API models) or `tokens` (`<subject>`/`<object>`/`<predicate>` groups, then the
    `<chapter>` marker and the chapter text, the fine-tuned models' input). The answer joins the
@@ -19,9 +19,10 @@ Chapters: metadata['chunk_chapters'] maps each chunk to its chapter number (defa
 chapter; the book loader's `chunk_by: chapter` makes chunks follow the book's chapter headings);
 metadata['target_chapter'] restricts summarisation to that chapter.
 
-The window is `context_window` when set, else the one the LLM reports (the engine's), else 8192. A
-chapter whose prompt does not fit even without edges makes the sample not applicable to the model
-(recorded as "n/a" with the sizes), before any call, rather than a request the engine refuses.
+Whether a prompt fits is the LLM's own check when it has one (the engine's, chat template and
+`max_tokens` included), else a token count against `context_window`, the window the LLM reports, or
+8192. A chapter whose prompt does not fit even without edges makes the sample not applicable to the
+model (recorded as "n/a" with the reason), before any call, rather than a request the engine refuses.
 """
 from __future__ import annotations
 
@@ -35,7 +36,8 @@ from eval.errors import MethodError
 from eval.kg import MiniLMEmbedder, build_book_graph, chapter_edges, linearize_plain, linearize_tokens, parse_extraction, rank_edges
 from eval.kg.extraction import Extraction
 from eval.methods.base import Method, MethodSettings, Trace
-from eval.methods.long_context import CHAT_FRAMING_TOKENS, context_window
+from eval.asking import build_request
+from eval.methods.long_context import context_window
 from eval.templates import load_template
 from eval.options import NonNegativeInt, PositiveInt
 
@@ -75,10 +77,20 @@ class _ChapterSummaries(Method, ABC):
         if window is not None and window <= self.settings.max_tokens:
             raise MethodError(f"{self.name}: context_window must exceed max_tokens")
 
-    def _room(self, trace: Trace) -> tuple[int, str]:
-        """(prompt tokens a chapter prompt may use, the window and where it came from)."""
-        window, source = context_window(self.settings.context_window, trace.llm)
-        return window - self.settings.max_tokens - CHAT_FRAMING_TOKENS, f"{window} tokens ({source})"
+    def _misfit(self, trace: Trace, prompt: str) -> str | None:
+        """Why this chapter prompt cannot be served with `max_tokens`, or None. The LLM's own check
+        when it has one (the engine's, chat template included), else prompt tokens + `max_tokens`
+        against `context_window`, else the window the LLM reports, else 8192; a `context_window`
+        setting below the engine's window is checked by both."""
+        s = self.settings
+        check = getattr(trace.llm, "misfit", None)
+        if callable(check) and s.context_window is None:
+            return check(build_request(prompt, s.sampling()))
+        window, source = context_window(s.context_window, trace.llm)
+        needed = trace.llm.count_tokens(prompt) + s.max_tokens
+        if needed > window:
+            return f"{needed} tokens needed (prompt and max_tokens={s.max_tokens}) > context_window={window} ({source})"
+        return check(build_request(prompt, s.sampling())) if callable(check) else None
 
     @staticmethod
     def _text(sample: Sample, chapters: list[int], chapter: int) -> str:
@@ -89,16 +101,13 @@ class _ChapterSummaries(Method, ABC):
         """The chapter's summary prompt with nothing retrieved: the least a chapter needs."""
 
     def _does_not_fit(self, sample: Sample, trace: Trace, chapters: list[int]) -> bool:
-        """Mark the sample not applicable when a wanted chapter's bare prompt exceeds the window."""
-        room, window = self._room(trace)
-        over = [(ch, trace.llm.count_tokens(self._bare_prompt(self._text(sample, chapters, ch))))
+        """Mark the sample not applicable when a wanted chapter's bare prompt cannot be served."""
+        over = [(ch, self._misfit(trace, self._bare_prompt(self._text(sample, chapters, ch))))
                 for ch in self._wanted(sample, chapters)]
-        over = [(ch, n) for ch, n in over if n > room]
+        over = [(ch, why) for ch, why in over if why is not None]
         if over:
-            sizes = ", ".join(f"chapter {ch}: {n} prompt tokens" for ch, n in over)
-            trace.not_applicable = (f"{sizes}; the model's window of {window} leaves {room} for the prompt after "
-                                    f"max_tokens={self.settings.max_tokens} and the chat framing; serve a model "
-                                    "with a longer window")
+            trace.not_applicable = ("the chapter does not fit the model's context even without retrieved edges: "
+                                    + "; ".join(f"chapter {ch}: {why}" for ch, why in over))
         return bool(over)
 
     def _chapters(self, sample: Sample) -> list[int]:
@@ -184,16 +193,15 @@ class KGRetrieval(_ChapterSummaries):
             edges="(none)" if self.settings.linearization == "plain" else "", chapter=text)
 
     def _fit(self, trace: Trace, kg: Any, ranked: list, counts: dict, text: str) -> list:
-        """The longest best-ranked prefix of the edges whose whole rendered prompt fits the room the
-        window leaves (a binary search: the prompt only grows with more edges). Measuring the prompt
-        as rendered charges each subject and object heading once, as the token linearisation writes
-        it, where pricing each edge alone charged them again for every edge."""
+        """The longest best-ranked prefix of the edges whose whole rendered prompt can still be served
+        (a binary search: the prompt only grows with more edges). Measuring the prompt as rendered
+        charges each subject and object heading once, as the token linearisation writes it, where
+        pricing each edge alone charged them again for every edge."""
         tpl = load_template(SUMMARY_TEMPLATES[self.settings.linearization])
-        room, _ = self._room(trace)
 
         def fits(n: int) -> bool:
-            return trace.llm.count_tokens(tpl.render(edges=self._edges_text(kg, ranked[:n], counts),
-                                                     chapter=text)) <= room
+            prompt = tpl.render(edges=self._edges_text(kg, ranked[:n], counts), chapter=text)
+            return self._misfit(trace, prompt) is None
 
         lo, hi = 0, len(ranked)
         while lo < hi:

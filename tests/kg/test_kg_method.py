@@ -46,8 +46,8 @@ def test_kg_retrieval_budget_limits_edges() -> None:
     llm = ScriptedLLM([EX1, "Summary."])
     tpl = load_template("s001-chapter-summary")
     one = llm.count_tokens(tpl.render(edges="Aunt Polly; aunt of; Tom", chapter=book.chunks[0]))
-    # room (after max_tokens and 64 tokens of chat framing) for one edge line but not two
-    out = get_method("kg-retrieval", context_window=one + 10 + 64, max_tokens=10).run(book, llm)
+    # room (after max_tokens) for one edge line but not two
+    out = get_method("kg-retrieval", context_window=one + 10, max_tokens=10).run(book, llm)
     assert out.steps[1].parsed == {"chapter": 1, "edges_ranked": 3, "edges_used": 1}
 
 
@@ -114,7 +114,7 @@ def test_budget_is_the_served_window_and_a_chapter_that_cannot_fit_is_not_applic
     for name in ("kg-retrieval", "no-kg"):
         small = _Windowed([])
         out = get_method(name).run(Sample(id="t", task="book", chunks=(chapter,)), small)
-        assert small.requests == [] and "chapter 1:" in out.not_applicable and "300 tokens (llm)" in out.not_applicable
+        assert small.requests == [] and "chapter 1:" in out.not_applicable and "context_window=300 (llm)" in out.not_applicable
 
 
 def test_token_linearisation_pays_each_subject_heading_once() -> None:
@@ -127,7 +127,7 @@ def test_token_linearisation_pays_each_subject_heading_once() -> None:
     tpl = load_template("s001-chapter-summary-tokens")
     grouped = "<subject>Tom\n    <object>Becky\n" + "\n".join(f"      <predicate>{p}" for p in preds)
     need = llm.count_tokens(tpl.render(edges=grouped, chapter=book.chunks[0]))
-    out = get_method("kg-retrieval", linearization="tokens", min_degree=0, context_window=need + 10 + 64,
+    out = get_method("kg-retrieval", linearization="tokens", min_degree=0, context_window=need + 10,
                      max_tokens=10).run(book, llm)
     assert out.steps[1].parsed["edges_used"] == 30  # pricing each edge with its own headings fit fewer
 
@@ -136,3 +136,23 @@ def test_extraction_example_shows_multi_object_lines_and_three_name_aliases() ->
     text = load_template("s001-kg-extract").text
     assert "Captain Rees; runs the ferry between; Harwick, Carrow" in text
     assert any(line.count(" / ") >= 2 for line in text.splitlines())
+
+
+class _Checked(ScriptedLLM):
+    """A scripted model with the engine's own fit check (`misfit`): at most `limit` prompt words."""
+
+    limit = 0
+
+    def misfit(self, request) -> str | None:
+        words = self.count_tokens(request.messages[0]["content"]) + request.sampling.max_tokens
+        return None if words <= self.limit else f"{words} > {self.limit}"
+
+
+def test_the_engines_own_fit_check_decides_how_many_edges_fit() -> None:
+    book = Sample(id="t", task="book", chunks=("Tom, Thomas, Becky and Aunt Polly.",))
+    llm = _Checked([EX1, "Summary."])
+    one = llm.count_tokens(load_template("s001-chapter-summary").render(edges="Aunt Polly; aunt of; Tom",
+                                                                         chapter=book.chunks[0]))
+    llm.limit = one + 10
+    out = get_method("kg-retrieval", max_tokens=10).run(book, llm)
+    assert out.steps[1].parsed == {"chapter": 1, "edges_ranked": 3, "edges_used": 1}
