@@ -158,3 +158,18 @@ def test_every_book_method_ends_with_the_same_neutral_final_step(name: str) -> N
     assert out.answer == "Anna meets Bob at the harbour."
     instructions = prompt(llm, len(llm.requests) - 1).split("Memory:")[0]
     assert not any(w in instructions.lower() for w in ("character", "trivial", "coherent", "introduce"))
+
+
+def test_text_prompts_keep_the_json_prompts_instructions_and_compression_may_merge_keys() -> None:
+    """Issue 30 point 10: text and JSON differ in the memory's form only; figure 13 merges, it does not
+    ask to keep the structure and keys."""
+    from eval.templates import load_template
+
+    shape = ("An attribute with several values", "Each value carries enough evidence from the paragraph about the entity.")
+    for step in ("initial", "update"):
+        text = load_template(f"s000-entity-{step}-text").text
+        assert load_template(f"s000-entity-{step}-json").text.count(shape[1]) == 1
+        assert all(s in text for s in shape), step
+    update = load_template("s000-entity-update-text").text
+    assert "original values stay, new ones are added" in update and "All original attributes and values stay" in update
+    assert "keys" not in load_template("s000-compress-json").text.split("Criteria:")[0]
