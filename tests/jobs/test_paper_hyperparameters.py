@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import jobs.results.paper_tables  # noqa: F401  (registers the paper tables the configs name, as the CLI does)
 from jobs.run.config import load_config
 
 CONFIGS = Path(__file__).resolve().parents[2] / "jobs" / "configs"
@@ -34,6 +35,13 @@ def test_seed_004_table_1_config() -> None:
     cfg = load_config(CONFIGS / "papers" / "seed004-table1.yaml")
     (ds,) = cfg.datasets
     assert ds.task == "arxiv" and ds.limit == 10
-    assert ds.options == {"split": "validation", "chunk_sentences": 15}
+    assert {k: ds.options[k] for k in ("split", "chunk_sentences")} == {"split": "validation", "chunk_sentences": 15}
     assert [m.name for m in cfg.methods] == ["fart-base", "fart-compressed", "fart-rolling"]
     assert [j.name for j in cfg.judges] == ["rouge"]
+
+
+def test_seed_003_summarisers_decode_at_the_official_temperature() -> None:
+    """BooookScore's official summarisation code samples at temperature 0.5 (issue 30 point 13)."""
+    cfg = load_config(CONFIGS / "papers" / "seed003-hier-inc.yaml")
+    assert cfg.sampling.temperature == 0.5
+    assert [m.name for m in cfg.methods] == ["hier-merge", "inc-update"]

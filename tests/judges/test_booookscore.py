@@ -110,6 +110,24 @@ def test_replay_book_hand_computed():
     assert replay_book(summary, None).score("booookscore") == 1.0
     with pytest.raises(JudgeError, match="malformed"):
         replay_book(summary, {"Bo leaves.": {"questions": "x", "types": ["bogus"]}})
+    # counted, the unmatched confusing sentence is one more confusing unit of the book: 2 of 5 error-free
+    counted = replay_book(summary, ann, unmatched="count")
+    assert counted.score("sentences") == 5 and counted.score("booookscore") == pytest.approx(0.4)
+    with pytest.raises(JudgeError, match="unmatched"):
+        replay_book(summary, ann, unmatched="keep")
+
+
+def test_release_chatgpt_rows_with_the_unplaceable_annotations_counted(shared_data):
+    """Issue 30 point 13: the 9 and 21 ChatGPT annotations that match no sentence of the released
+    summaries are left out by default (84.8, 68.9) and counted on request (84.5, 68.2)."""
+    got = {}
+    for method in ("hier", "inc"):
+        for how in ("drop", "count"):
+            r = score_release(shared_data / f"booookscore/summaries/chatgpt-2048-{method}-cleaned.json",
+                              shared_data / f"booookscore/annotations/chatgpt-2048-{method}.json", unmatched=how)
+            got[method, how] = (round(100 * r.booookscore, 1), r.unmatched)
+    assert got == {("hier", "drop"): (84.8, 9), ("hier", "count"): (84.5, 9),
+                   ("inc", "drop"): (68.9, 21), ("inc", "count"): (68.2, 21)}
 
 
 def test_official_release_table(shared_data, capsys):
