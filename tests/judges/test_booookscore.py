@@ -195,14 +195,24 @@ def test_judge_temperature_is_an_option():
 @pytest.mark.parametrize("batched", [False, True])
 def test_prompt_defines_and_exemplifies_all_eight_error_types(batched):
     """Seed 003 / seed 000 appendix D: the judge prompt defines each of the eight error types and shows
-    an example of each (a sentence and the question it leaves a reader with)."""
+    several examples of each (a sentence and the question it leaves a reader with), then a worked
+    summary with ten annotated sentences, most of them without confusion, as the official prompt's
+    annotated examples are (issue 30 point 12)."""
     llm = ScriptedLLM(['[{"sentence_num": 1, "questions": null, "types": []}]' if batched else OK])
     run_judge("booookscore-batched" if batched else "booookscore", "Mara finds a sailor.", None, llm)
     prompt = llm.requests[0].messages[0]["content"]
-    definitions, examples = prompt.split("An example of each kind", 1)
+    definitions, examples = prompt.split("Two examples of each kind", 1)
     example_lines = examples.split("\n\n", 1)[0].splitlines()[1:]
     for t in ERROR_TYPES:
         assert any(line.startswith(f"- {t}: ") for line in definitions.splitlines()), t
         mine = [line for line in example_lines if line.startswith(f"- {t}: \"")]
-        assert len(mine) == 1 and " -> " in mine[0] and mine[0].rstrip().endswith("?"), t
-    assert len(example_lines) == len(ERROR_TYPES)
+        assert len(mine) == 2 and all(" -> " in m and m.rstrip().endswith("?") for m in mine), t
+    assert len(example_lines) == 2 * len(ERROR_TYPES)
+    worked = prompt.split("Example summary:", 1)[1].split("Now the summary and the", 1)[0]
+    if batched:
+        answers = json.loads(worked.split("Example answer:\n", 1)[1].strip())
+        labels = [a["types"] for a in answers]
+    else:
+        labels = [json.loads(line.split("Example answer: ", 1)[1])["types"]
+                  for line in worked.splitlines() if line.startswith("Example answer: ")]
+    assert len(labels) == 10 and sum(not t for t in labels) == 8

@@ -86,7 +86,7 @@ KNOWN_HASHES = {
     "s002-prism-revise": "c2f2639d30a8ce82c6435f2c9e0059d642c505cc9080b3bc88109e2f6e560cd4",
     "s004-fart-base": "a56282995309d32987f4a144c64ab367a6bd9092e8808b68a0540a65ce3555b9",  # changed on purpose: notes under meaningfully-named keys (seed 004)
     "sumie-match": "aa0b134d37cec18c82d83b53e0e48f91beca5783f5ceb23a73c618ce22239a2a",
-    "booookscore-sentence": "62d286431ddfff63e91893c14a81baa154f9cac1c77436cdddd8f252e9fe1931",
+    "booookscore-sentence": "ca7e4c72b8400db7d6cb42f3752defb877080971e20b5c7a2946e1d1982fbdcd",  # changed on purpose: two examples per error type and a worked summary of ten annotated sentences, mostly without confusion (seed 003)
     "kgscore-edges": "c30209a58f1c5dd85aaff6199e631f5c1dc78c66cc0a0f237b7e642fad623d87",
 }
 
