@@ -15,6 +15,13 @@
 `no-kg` (section 4.2's No-KG baseline): the same chapters summarised from the chapter text alone,
 with the same instruction less the knowledge graph; no extraction and no graph.
 
+Chain of Density (section 4.2's GPT-4 rows, Adams et al. 2023), `density_rounds: n`: after the first
+summary, n more calls, one per densification round, each given the chapter (and, for `kg-retrieval`,
+the retrieved edges refitted around the current summary) and the current summary, name one to three
+missing entities and rewrite the summary at the same length with them; the last round's summary is
+the answer. A round whose answer cannot be read keeps the summary it was given (the failure is
+recorded). The rounds use the plain linearisation, as the paper's GPT-4 rows did.
+
 Chapters: metadata['chunk_chapters'] maps each chunk to its chapter number (default: one chunk, one
 chapter; the book loader's `chunk_by: chapter` makes chunks follow the book's chapter headings);
 metadata['target_chapter'] restricts summarisation to that chapter.
@@ -42,6 +49,7 @@ from eval.templates import load_template
 from eval.options import NonNegativeInt, PositiveInt
 
 SUMMARY_TEMPLATES = {"plain": "s001-chapter-summary", "tokens": "s001-chapter-summary-tokens"}
+DENSITY_TEMPLATE, NO_KG_DENSITY_TEMPLATE = "s001-density", "s001-density-nokg"
 LINEARIZE = {"plain": linearize_plain, "tokens": linearize_tokens}
 NO_KG_TEMPLATE = "s001-chapter-summary-nokg"
 
@@ -50,6 +58,7 @@ NO_KG_TEMPLATE = "s001-chapter-summary-nokg"
 class ChapterSettings(MethodSettings):
     context_window: PositiveInt | None = None  # prompt + output tokens; None: the served model's window
     max_tokens: PositiveInt = 512
+    density_rounds: NonNegativeInt = 0  # Chain of Density rounds after the first summary (the paper's GPT-4 rows: 4)
 
 
 @dataclass(frozen=True)
@@ -57,6 +66,17 @@ class KGSettings(ChapterSettings):
     max_degree: NonNegativeInt = 3        # merge heuristic 2 threshold
     min_degree: NonNegativeInt = 2        # pruning threshold
     linearization: str = "plain"  # "plain" (API models) or "tokens" (<subject>/<object>/<predicate>, <chapter>)
+
+
+def _dense(text: str) -> dict[str, Any]:
+    """One Chain of Density answer: the missing entities and the denser summary (the prompt ends inside
+    the "Missing entities:" line, so the output continues it)."""
+    head, sep, summary = text.partition("Denser summary:")
+    summary = summary.strip() if sep else ""
+    if not summary:
+        raise ParseFailure("no 'Denser summary:' with a summary in the output")
+    missing = [e.strip() for e in head.replace("Missing entities:", "").split(";") if e.strip()]
+    return {"missing": missing, "summary": summary}
 
 
 def _parse(text: str) -> Extraction:
@@ -100,11 +120,23 @@ class _ChapterSummaries(Method, ABC):
     def _bare_prompt(self, text: str) -> str:
         """The chapter's summary prompt with nothing retrieved: the least a chapter needs."""
 
+    @abstractmethod
+    def _bare_density_prompt(self, text: str, summary: str) -> str:
+        """A Chain of Density round's prompt with nothing retrieved."""
+
+    def _bare_prompts(self, text: str) -> list[str]:
+        """The prompts a chapter needs at the least: its summary prompt and, with Chain of Density, a
+        round's prompt holding a summary as long as max_tokens allows (one token a word, about)."""
+        out = [self._bare_prompt(text)]
+        if self.settings.density_rounds:
+            out.append(self._bare_density_prompt(text, " ".join(["word"] * self.settings.max_tokens)))
+        return out
+
     def _does_not_fit(self, sample: Sample, trace: Trace, chapters: list[int]) -> bool:
         """Mark the sample not applicable when a wanted chapter's bare prompt cannot be served."""
-        over = [(ch, self._misfit(trace, self._bare_prompt(self._text(sample, chapters, ch))))
-                for ch in self._wanted(sample, chapters)]
-        over = [(ch, why) for ch, why in over if why is not None]
+        over = [(ch, self._misfit(trace, prompt)) for ch in self._wanted(sample, chapters)
+                for prompt in self._bare_prompts(self._text(sample, chapters, ch))]
+        over = list({ch: why for ch, why in over if why is not None}.items())
         if over:
             trace.not_applicable = ("the chapter does not fit the model's context even without retrieved edges: "
                                     + "; ".join(f"chapter {ch}: {why}" for ch, why in over))
@@ -134,8 +166,21 @@ class _ChapterSummaries(Method, ABC):
             step = trace.ask(tpl, values, kind="summarize", chunk_index=chapters.index(ch))
             step.parsed = {"chapter": ch, **parsed}
             step.memory = {"chapter": ch, **memory}
-            summaries.append(step.output.strip())
+            summary = step.output.strip()
+            for r in range(self.settings.density_rounds):
+                tpl, values, parsed = self._density_prompt(trace, context, ch, text, summary)
+                step = trace.ask(tpl, values, kind="densify", parse=_dense, chunk_index=chapters.index(ch))
+                if step.ok:
+                    summary = step.parsed["summary"]
+                    step.parsed = {"chapter": ch, "round": r + 1, **step.parsed, **parsed}
+                step.memory = {"chapter": ch, "summary": summary}
+            summaries.append(summary)
         return "\n\n".join(summaries)
+
+    @abstractmethod
+    def _density_prompt(self, trace: Trace, context: Any, chapter: int, text: str,
+                        summary: str) -> tuple[str, dict[str, Any], dict[str, Any]]:
+        """(template id, values, step.parsed extras) of one Chain of Density round."""
 
     @abstractmethod
     def _chapter_prompt(self, trace: Trace, context: Any, chapter: int,
@@ -146,12 +191,15 @@ class _ChapterSummaries(Method, ABC):
 class KGRetrieval(_ChapterSummaries):
     name = "kg-retrieval"
     Settings = KGSettings
-    template_ids = ("s001-kg-extract", *SUMMARY_TEMPLATES.values())
+    template_ids = ("s001-kg-extract", *SUMMARY_TEMPLATES.values(), DENSITY_TEMPLATE)
 
     def _validate(self) -> None:
         super()._validate()
         if self.settings.linearization not in SUMMARY_TEMPLATES:
             raise MethodError(f"kg-retrieval: linearization must be 'plain' or 'tokens', got {self.settings.linearization!r}")
+        if self.settings.density_rounds and self.settings.linearization != "plain":
+            raise MethodError("kg-retrieval: Chain of Density (density_rounds) runs with the plain linearisation, as "
+                              "the paper's GPT-4 rows; set linearization: plain or density_rounds: 0")
 
     def _run(self, sample: Sample, trace: Trace) -> tuple[str, Any]:
         s = self.settings
@@ -179,10 +227,23 @@ class KGRetrieval(_ChapterSummaries):
         kg, embedder = context
         edges, counts = chapter_edges(kg, text, chapter)
         ranked = rank_edges(edges, embedder)
-        chosen = self._fit(trace, kg, ranked, counts, text)
+        chosen = self._fit(trace, kg, ranked, counts, SUMMARY_TEMPLATES[self.settings.linearization],
+                           {"chapter": text})
         lin = self._edges_text(kg, chosen, counts)
         return (SUMMARY_TEMPLATES[self.settings.linearization], {"edges": lin, "chapter": text},
                 {"edges_ranked": len(ranked), "edges_used": len(chosen)}, {"retrieved": lin})
+
+    def _density_prompt(self, trace: Trace, context: Any, chapter: int, text: str,
+                        summary: str) -> tuple[str, dict[str, Any], dict[str, Any]]:
+        kg, embedder = context
+        edges, counts = chapter_edges(kg, text, chapter)
+        ranked = rank_edges(edges, embedder)
+        values = {"chapter": text, "summary": summary}
+        chosen = self._fit(trace, kg, ranked, counts, DENSITY_TEMPLATE, values)
+        return DENSITY_TEMPLATE, {**values, "edges": self._edges_text(kg, chosen, counts)}, {"edges_used": len(chosen)}
+
+    def _bare_density_prompt(self, text: str, summary: str) -> str:
+        return load_template(DENSITY_TEMPLATE).render(edges="(none)", chapter=text, summary=summary)
 
     def _edges_text(self, kg: Any, edges: list, counts: dict) -> str:
         lin = LINEARIZE[self.settings.linearization](kg, edges, counts)
@@ -192,15 +253,15 @@ class KGRetrieval(_ChapterSummaries):
         return load_template(SUMMARY_TEMPLATES[self.settings.linearization]).render(
             edges="(none)" if self.settings.linearization == "plain" else "", chapter=text)
 
-    def _fit(self, trace: Trace, kg: Any, ranked: list, counts: dict, text: str) -> list:
+    def _fit(self, trace: Trace, kg: Any, ranked: list, counts: dict, template: str, values: dict[str, Any]) -> list:
         """The longest best-ranked prefix of the edges whose whole rendered prompt can still be served
         (a binary search: the prompt only grows with more edges). Measuring the prompt as rendered
         charges each subject and object heading once, as the token linearisation writes it, where
         pricing each edge alone charged them again for every edge."""
-        tpl = load_template(SUMMARY_TEMPLATES[self.settings.linearization])
+        tpl = load_template(template)
 
         def fits(n: int) -> bool:
-            prompt = tpl.render(edges=self._edges_text(kg, ranked[:n], counts), chapter=text)
+            prompt = tpl.render(edges=self._edges_text(kg, ranked[:n], counts), **values)
             return self._misfit(trace, prompt) is None
 
         lo, hi = 0, len(ranked)
@@ -215,7 +276,7 @@ class NoKG(_ChapterSummaries):
 
     name = "no-kg"
     Settings = ChapterSettings
-    template_ids = (NO_KG_TEMPLATE,)
+    template_ids = (NO_KG_TEMPLATE, NO_KG_DENSITY_TEMPLATE)
 
     def _run(self, sample: Sample, trace: Trace) -> tuple[str, Any]:
         chapters = self._chapters(sample)
@@ -225,6 +286,13 @@ class NoKG(_ChapterSummaries):
 
     def _bare_prompt(self, text: str) -> str:
         return load_template(NO_KG_TEMPLATE).render(chapter=text)
+
+    def _bare_density_prompt(self, text: str, summary: str) -> str:
+        return load_template(NO_KG_DENSITY_TEMPLATE).render(chapter=text, summary=summary)
+
+    def _density_prompt(self, trace: Trace, context: Any, chapter: int, text: str,
+                        summary: str) -> tuple[str, dict[str, Any], dict[str, Any]]:
+        return NO_KG_DENSITY_TEMPLATE, {"chapter": text, "summary": summary}, {}
 
     def _chapter_prompt(self, trace: Trace, context: Any, chapter: int,
                         text: str) -> tuple[str, dict[str, Any], dict[str, Any], dict[str, Any]]:

@@ -45,3 +45,9 @@ def test_seed_003_summarisers_decode_at_the_official_temperature() -> None:
     cfg = load_config(CONFIGS / "papers" / "seed003-hier-inc.yaml")
     assert cfg.sampling.temperature == 0.5
     assert [m.name for m in cfg.methods] == ["hier-merge", "inc-update"]
+
+
+def test_seed_001_rows_summarise_with_chain_of_density() -> None:
+    cfg = load_config(CONFIGS / "papers" / "seed001-table1.yaml")
+    assert [(m.name, m.options) for m in cfg.methods] == [("no-kg", {"density_rounds": 4}),
+                                                          ("kg-retrieval", {"density_rounds": 4})]

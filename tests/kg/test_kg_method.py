@@ -156,3 +156,26 @@ def test_the_engines_own_fit_check_decides_how_many_edges_fit() -> None:
     llm.limit = one + 10
     out = get_method("kg-retrieval", max_tokens=10).run(book, llm)
     assert out.steps[1].parsed == {"chapter": 1, "edges_ranked": 3, "edges_used": 1}
+
+
+def test_chain_of_density_rounds_for_both_rows() -> None:
+    """Issue 30 point 15: the paper's GPT-4 rows summarise with Chain of Density: after the first
+    summary, one call per densification round, each with the chapter (and the retrieved edges) and
+    the current summary; the last round's summary is the answer, an unreadable round keeps the one before."""
+    book = Sample(id="t", task="book", chunks=("Tom painted the fence. Aunt Polly watched Tom.",
+                                               "Thomas and Becky argued at school."),
+                  metadata={"chunk_chapters": [1, 2], "target_chapter": 2})
+    llm = ScriptedLLM([EX1, EX2, "Two children argue.", "Thomas; Becky\nDenser summary: Thomas and Becky argue.",
+                       "nothing readable", "school\nDenser summary: Thomas and Becky argue at school."])
+    out = get_method("kg-retrieval", density_rounds=3, max_attempts=1).run(book, llm)
+    assert [s.kind for s in out.steps] == ["extract", "extract", "summarize", "densify", "densify", "densify"]
+    first = llm.requests[3].messages[0]["content"]
+    assert "[Current summary]\nTwo children argue." in first and "Thomas; argues with; Becky" in first
+    assert first.rstrip().endswith("Missing entities:")
+    assert "[Current summary]\nThomas and Becky argue." in llm.requests[5].messages[0]["content"]  # round 2 failed
+    assert out.steps[3].parsed["missing"] == ["Thomas", "Becky"] and not out.steps[4].ok
+    assert out.answer == "Thomas and Becky argue at school."
+    nokg = ScriptedLLM(["Two children argue.", "Becky\nDenser summary: Becky argues."])
+    out = get_method("no-kg", density_rounds=1).run(book, nokg)
+    assert [s.kind for s in out.steps] == ["summarize", "densify"] and out.answer == "Becky argues."
+    assert "knowledge graph" not in nokg.requests[1].messages[0]["content"].lower()
