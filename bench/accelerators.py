@@ -168,3 +168,102 @@ def engine_figures(engine: Any, spec: DeviceSpec, batch: int = 64, decode_steps:
     return {"decode_hbm_fraction": fraction,
             "prefill_mfu": prefill_mfu(lm, spec, tokens, prefill_s),
             "figures_batch": batch, "figures_decode_steps": decode_steps, "figures_prefill_tokens": tokens}
+
+
+# ---------------------------------------------------------------------------------------------- hosts and models
+
+@dataclass(frozen=True)
+class HostSpec:
+    """An accelerator host: `chips` JAX devices of one kind, each with `hbm_bytes` of memory."""
+
+    name: str
+    device: DeviceSpec
+    chips: int
+    hbm_bytes: float  # per chip (datasheet)
+
+
+def _spec(kind: str) -> DeviceSpec:
+    spec = device_spec(kind)
+    assert spec is not None, kind
+    return spec
+
+
+# Hosts a simulation can stand for (memory per chip from the same datasheets as `DEVICES`).
+HOSTS: dict[str, HostSpec] = {h.name: h for h in (
+    HostSpec("tpu-v5e-4", _spec("TPU v5 lite"), 4, 16e9),   # ct5lp-hightpu-4t: 4 chips of 16 GB
+    HostSpec("tpu-v5e-8", _spec("TPU v5 lite"), 8, 16e9),
+    HostSpec("tpu-v6e-4", _spec("TPU v6 lite"), 4, 32e9),
+    HostSpec("tpu-v5p-4", _spec("TPU v5"), 4, 95e9),
+    HostSpec("h100-8", _spec("NVIDIA H100 80GB HBM3"), 8, 80e9),
+    HostSpec("h100-1", _spec("NVIDIA H100 80GB HBM3"), 1, 80e9),
+    HostSpec("a100-8", _spec("NVIDIA A100-SXM4-80GB"), 8, 80e9),
+    HostSpec("l4-1", _spec("NVIDIA L4"), 1, 24e9),
+)}
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """What a decode step reads and a prompt token costs: parameters (bf16) and the KV cache's shape."""
+
+    name: str
+    params: float
+    layers: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    bytes_per_param: int = 2
+
+    @property
+    def weight_bytes(self) -> float:
+        return self.params * self.bytes_per_param
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        return 2 * self.layers * self.kv_heads * self.head_dim * self.bytes_per_param
+
+    def flops_per_token(self, context: float) -> float:
+        """A prompt token's FLOPs: the weight matrices, and scores + values over `context` keys."""
+        return 2.0 * self.params + 2 * 2 * self.layers * self.heads * self.head_dim * context
+
+
+# Model shapes by size (the Llama 3 family's published configs: layers, heads, KV heads, head size).
+MODELS: dict[str, ModelShape] = {m.name: m for m in (
+    ModelShape("1b", 1.24e9, 16, 32, 8, 64),     # Llama-3.2-1B
+    ModelShape("3b", 3.21e9, 28, 24, 8, 128),    # Llama-3.2-3B
+    ModelShape("8b", 8.03e9, 32, 32, 8, 128),    # Llama-3.1-8B
+    ModelShape("70b", 70.6e9, 80, 64, 8, 128),   # Llama-3.1-70B
+)}
+
+
+class HostModelError(ValueError):
+    """A host or model the table does not know, or a model that does not fit the host."""
+
+
+def host_latency(host: str, model: str, *, context_tokens: float, max_batch: int = 32, mfu: float = 0.4,
+                 hbm_fraction: float = 1.0) -> dict[str, Any]:
+    """The latency model (`jobs.sim.replay.LatencyModel` fields) of `host` serving `model`, from the
+    datasheet figures: a decode step reads every weight once plus each sequence's KV cache
+    (`context_tokens` keys) at `hbm_fraction` of the host's HBM bandwidth; a prompt token costs its
+    FLOPs at `mfu` of the host's peak bf16 rate. The weights are sharded over the host's chips."""
+    if host not in HOSTS:
+        raise HostModelError(f"unknown host {host!r}; use one of {', '.join(HOSTS)}")
+    if model not in MODELS:
+        raise HostModelError(f"unknown model size {model!r}; use one of {', '.join(MODELS)}")
+    if not (0 < mfu <= 1 and 0 < hbm_fraction <= 1):
+        raise HostModelError(f"mfu ({mfu}) and hbm_fraction ({hbm_fraction}) are fractions in (0, 1]")
+    h, m = HOSTS[host], MODELS[model]
+    need = m.weight_bytes + max_batch * m.kv_bytes_per_token * context_tokens
+    if need > h.chips * h.hbm_bytes:
+        raise HostModelError(f"{model} with {max_batch} sequences of {context_tokens:.0f} tokens needs "
+                             f"{need / 1e9:.0f} GB; {host} has {h.chips * h.hbm_bytes / 1e9:.0f} GB: pick a larger host")
+    bw = h.chips * h.device.hbm_bytes_per_s * hbm_fraction
+    flops = h.chips * h.device.peak_bf16_flops * mfu
+    source = (f"{host}: {h.chips} x {h.device.name} ({h.device.hbm_bytes_per_s / 1e9:.0f} GB/s HBM, "
+              f"{h.device.peak_bf16_flops / 1e12:.0f} TFLOP/s bf16 each) serving a {model} model "
+              f"({m.weight_bytes / 1e9:.1f} GB bf16 weights, {m.kv_bytes_per_token / 1024:.0f} KiB KV per token); "
+              f"decode step = (weights + KV of {context_tokens:.0f} tokens per sequence) / HBM at "
+              f"{hbm_fraction:.0%}; prefill = FLOPs at {mfu:.0%} MFU")
+    return {"prefill_s_per_token": m.flops_per_token(context_tokens / 2) / flops,
+            "decode_s_base": m.weight_bytes / bw,
+            "decode_s_per_seq": m.kv_bytes_per_token * context_tokens / bw,
+            "max_batch": max_batch, "speedup": 1.0, "source": source}

@@ -12,6 +12,10 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import pytest
 
+# The tests read run configs directly, as the CLI and memloop.run do after loading the results floor,
+# which registers the papers' table names the run config checks (jobs.run.config.register_paper_tables).
+from jobs.results import paper_tables  # noqa: E402,F401
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

@@ -130,15 +130,33 @@ class EngineSpec(_Strict):
     tpu_chips_per_host: int = Field(default=4, ge=1)
     tpu_slice: str | None = None  # run on the hosts of this TPU slice only (Ray's ray.io/tpu-slice-name label)
     max_in_flight: int = Field(default=8, ge=1)  # samples run concurrently against each actor
-    # Where method loops run: "driver" (threads of the driver process) or "engine" (a worker process
-    # on each engine actor's node; the driver only hands out units and collects rows). Same results.
-    method_loops: Literal["driver", "engine"] = "driver"
+    # Where method loops run: "driver" (threads of the driver process), "engine" (a worker process
+    # on each engine actor's node, which also writes its units' shards; the driver only hands out
+    # units and records outcomes) or "auto" (the default: chosen by `auto_placement` when the config
+    # is read, so a parsed config always holds "driver" or "engine"). Same results in each.
+    method_loops: Literal["auto", "driver", "engine"] = "auto"
     max_restarts: int = Field(default=3, ge=0)
     start_timeout_s: float = Field(default=900.0, gt=0)  # model load + compile, or waiting for hosts
     request_timeout_s: float | None = Field(default=None, gt=0)  # one LLM call; a timeout fails the attempt
     page_budget: float | int | None = Field(default=None, gt=0)  # fraction of device memory or bytes for the KV cache
     mesh: dict[str, int] | None = None
     options: dict[str, Any] = Field(default_factory=dict)  # further engine config fields
+
+
+# The crossover `memloop bench scale` measured (docs/jobs.md, "Scale"): up to this many method loops
+# in all (hosts x max_in_flight; 16 hosts x 32 loops) the driver's threads keep the engines >= 90%
+# busy; above it the loops' rendering, parsing and shard writing saturate the driver, and they go
+# beside the engines.
+AUTO_ENGINE_ABOVE_LOOPS = 512
+
+
+def auto_placement(actors: int, max_in_flight: int, model_kind: str) -> Literal["driver", "engine"]:
+    """Where `method_loops: auto` runs the loops: beside the engines when there are more than
+    `AUTO_ENGINE_ABOVE_LOOPS` loops over at least two engine actors, else in the driver (one host
+    gains nothing from a process of its own, and an endpoint has no engine actors to sit beside)."""
+    if model_kind != "engine" or actors < 2:
+        return "driver"
+    return "engine" if actors * max_in_flight > AUTO_ENGINE_ABOVE_LOOPS else "driver"
 
 
 class SamplingSpec(_Strict):
@@ -205,6 +223,9 @@ class RunConfig(_Strict):
     def _known_tables(cls, v: list[str]) -> list[str]:
         known = paper_table_names()
         unknown = [t for t in v if t not in known]
+        if unknown and not known:
+            raise ValueError("no paper tables are registered in this process: import jobs.results.paper_tables "
+                             "before reading a config that names some (the memloop CLI and memloop.run do)")
         if unknown:
             raise ValueError(f"unknown paper table(s) {unknown}; use some of {', '.join(sorted(known))}")
         return v
@@ -224,6 +245,25 @@ class RunConfig(_Strict):
         if dup:
             raise ValueError(f"methods {dup} appear twice; give each a distinct `label`")
         return v
+
+    @model_validator(mode="before")
+    @classmethod
+    def _resolve_auto_placement(cls, data: Any) -> Any:
+        """`engine.method_loops: auto` (or left out) becomes the placement `auto_placement` picks."""
+        if not isinstance(data, dict):
+            return data
+        engine, model = data.get("engine") or {}, data.get("model") or {}
+        if isinstance(engine, EngineSpec):
+            engine = engine.model_dump()
+        if not isinstance(engine, dict) or engine.get("method_loops", "auto") != "auto":
+            return data
+        kind = model.kind if isinstance(model, ModelSpec) else (model.get("kind", "engine") if isinstance(model, dict)
+                                                                 else "engine")
+        try:
+            actors, loops = int(engine.get("actors", 1)), int(engine.get("max_in_flight", 8))
+        except (TypeError, ValueError):
+            return data  # the field validators name the bad value
+        return dict(data, engine=dict(engine, method_loops=auto_placement(actors, loops, kind)))
 
     @model_validator(mode="after")
     def _loops_need_engines(self) -> "RunConfig":

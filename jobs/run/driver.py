@@ -8,9 +8,14 @@ fan-out and the run store.
    each runs a unit's method loop against its actor, whose engine batches the concurrent requests.
    A unit that raises is retried (`retries`); when its actor died the worker waits for Ray's
    restart first. A unit that exhausts its attempts is recorded as failed with its error.
-4. `jobs.run.judge_fanout` starts a finished unit's judges at once as Ray tasks.
-5. Rows (built by `jobs.store.tables`) are written in shards (atomic, see storage.py); the manifest row
-   closes the invocation, also when it is interrupted.
+4. A finished unit's rows (built by `jobs.store.tables`) are written as a shard by the process that
+   ran its loop (`jobs.run.shards`): with `method_loops: engine` the method worker, whose commit
+   record is all the driver receives; in the driver's threads, the driver. A unit with judges gets a
+   shard of its own, whose judge tasks write their rows and whose commit task writes the samples
+   file last (`jobs.run.judge_fanout`); units without judges whose loops ran in the driver are
+   buffered and written in batches. Failed units' records are the driver's (it decides the retries).
+5. The driver records each shard's units (its index, for resume); the manifest row closes the
+   invocation, also when it is interrupted.
 """
 from __future__ import annotations
 
@@ -21,6 +26,7 @@ import threading
 import time
 import traceback
 import uuid
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -28,12 +34,13 @@ from eval.llm import Usage
 from jobs.run import actors as engine_actors
 from jobs.run.config import RunConfig
 from jobs.errors import RunError, error_text
-from jobs.run.judge_fanout import JudgeFanout
+from jobs.run.judge_fanout import Judging
 from jobs.store.manifest import manifest_base
 from jobs.run.plan import RunPlan, make_plan
 from jobs.run.pool import Attempt, Outcome, WorkerPool
 from jobs.run.progress import Progress
-from jobs.store.storage import RunStore
+from jobs.run.shards import ShardWriter
+from jobs.store.storage import Committed, RunStore
 from jobs.run.loops import run_loop, start_workers
 from jobs.store.tables import now, sample_row
 from jobs.run.workload import Unit
@@ -73,31 +80,67 @@ class RunSummary:
         return json.dumps(self.to_dict())
 
 
+class CpuSplit:
+    """The driver's CPU while units run, by what it was spent on (each thread's own CPU time)."""
+
+    PARTS = ("hand_out", "loops", "write")
+
+    def __init__(self) -> None:
+        self.s = dict.fromkeys(self.PARTS, 0.0)
+        self._lock = threading.Lock()
+
+    @contextlib.contextmanager
+    def __call__(self, part: str):  # type: ignore[no-untyped-def]
+        t = time.thread_time()
+        try:
+            yield
+        finally:
+            with self._lock:
+                self.s[part] += time.thread_time() - t
+
+    def summary(self, total_cpu_s: float) -> dict[str, float]:
+        """Seconds per part; `receive` is the rest: results deserialised on Ray's threads, outcomes
+        recorded, progress, and Ray's own threads in the driver."""
+        return dict(self.s, receive=max(0.0, total_cpu_s - sum(self.s.values())))
+
+
 class _UnitRunner:
     """The unit function of the pool: one method loop against one lane's LLM (an engine actor, or the
-    endpoint), in this process or in the lane's method worker next to its engine, then its judges."""
+    endpoint), in this process or in the lane's method worker next to its engine, then its shard."""
 
-    def __init__(self, cfg: RunConfig, llms: list[Any], actors: list[Any], fanout: JudgeFanout, log: Log,
-                 workers: list[Any] | None = None) -> None:
-        self.cfg, self.llms, self.actors, self.fanout, self.log = cfg, llms, actors, fanout, log
+    def __init__(self, cfg: RunConfig, llms: list[Any], actors: list[Any], writer: ShardWriter, log: Log,
+                 workers: list[Any] | None = None, cpu: CpuSplit | None = None) -> None:
+        self.cfg, self.llms, self.actors, self.writer, self.log = cfg, llms, actors, writer, log
         self.workers = workers or []
+        self.cpu = cpu or CpuSplit()
         self.usage = Usage()
         self.stopping = False
         self._lock = threading.Lock()
 
-    def run(self, a: Attempt[Unit], lane: int) -> Outcome | Any:
+    def run(self, a: Attempt[Unit], lane: int) -> Outcome | Future:
         u = a.item
-        if self.workers:  # the loop runs on the engine's host; only the unit and its rows travel
+        if self.workers:  # the loop runs on the engine's host, which also writes the unit's shard
+            with self.cpu("hand_out"):
+                ref = self.workers[lane].run.remote(u, a.number)
             # Waiting on the ref's future, not in ray.get: a thread blocked in ray.get wakes every
             # second to check for signals, which with thousands of loop threads keeps the GIL busy.
-            rows, out = self.workers[lane].run.remote(u, a.number).future().result()
+            written, usage = ref.future().result()
         else:
-            rows, out = run_loop(u, a.number, self.llms[lane])
+            with self.cpu("loops"):
+                rows, out = run_loop(u, a.number, self.llms[lane])
+            usage = out.usage
+            if not u.judges or out.not_applicable:
+                written = None  # buffered by the pool and written in batches, by this process
+            else:
+                with self.cpu("write"):
+                    written = self.writer.write(u, rows, out, self.llms[lane])
         with self._lock:  # totals of finished units (the progress line's fallback, the run's stats)
-            self.usage = self.usage + out.usage
-        if not u.judges:
+            self.usage = self.usage + usage
+        if written is None:
             return Outcome(rows)
-        return self.fanout.start(u, out, self.llms[lane], rows)
+        if isinstance(written, Committed):
+            return Outcome({}, written.error, written)
+        return _outcome_of(written)
 
     def failed_rows(self, a: Attempt[Unit], error: str) -> dict[str, list[dict[str, Any]]]:
         return {"samples": [sample_row(a.item, "failed", error, a.number + 1, None, now(), "")]}
@@ -113,6 +156,23 @@ class _UnitRunner:
             return False
         self.log(f"engine-{lane} is gone (restarts exhausted); its units go to the other actors")
         return True
+
+
+def _outcome_of(commit_ref: Any) -> "Future[Outcome]":
+    """A future of the unit's outcome once its commit task wrote the shard (the pool takes the next
+    unit meanwhile)."""
+    done: "Future[Outcome]" = Future()
+
+    def resolved(f: Future) -> None:
+        try:
+            c = f.result()
+        except BaseException as exc:  # a judge or the commit failed for good: the pool records the unit failed
+            done.set_exception(exc)
+            return
+        done.set_result(Outcome({}, c.error, c))
+
+    commit_ref.future().add_done_callback(resolved)
+    return done
 
 
 def _show_progress(progress: Progress, pool: WorkerPool, runner: _UnitRunner) -> None:
@@ -136,13 +196,20 @@ def _compute(plan: RunPlan, rs: RunStore, todo: list[Unit], llms: list[Any], act
     cfg = plan.config
     per_lane = cfg.model.endpoint.max_concurrency if cfg.model.endpoint is not None else cfg.engine.max_in_flight
     llms = _cached(plan, llms)
-    fanout = JudgeFanout(cfg, waiters=len(llms) * per_lane)
-    runner = _UnitRunner(cfg, llms, actors, fanout, log, workers)
+    cpu = CpuSplit()
+    runner = _UnitRunner(cfg, llms, actors, ShardWriter(rs.store.uri, plan.run_id, "driver", Judging.of(cfg)), log,
+                         workers, cpu)
+
+    def flush(rows: dict[str, list[dict[str, Any]]]) -> None:
+        with cpu("write"):
+            rs.write_shard(rows)
+
     progress = Progress(len(todo), rs.uri, log, interactive=log is _stderr and sys.stderr.isatty())
     t0, cpu0 = time.monotonic(), time.process_time()
     pool: WorkerPool[Unit] = WorkerPool(
         todo, lanes=len(llms), per_lane=per_lane, retries=cfg.retries, run=runner.run,
-        failed_rows=runner.failed_rows, flush=rs.write_shard, describe=lambda u: u.key, lane_lost=runner.lane_lost,
+        failed_rows=runner.failed_rows, flush=flush, record=rs.record, describe=lambda u: u.key,
+        lane_lost=runner.lane_lost,
         flush_units=cfg.flush_units, flush_s=cfg.flush_s,
         progress=lambda p: _show_progress(progress, p, runner), log=log)
     state["pool"] = pool
@@ -156,8 +223,7 @@ def _compute(plan: RunPlan, rs: RunStore, todo: list[Unit], llms: list[Any], act
         if timer is not None:
             timer.cancel()
         runner.stopping = True
-        fanout.shutdown()
-    el, cpu = time.monotonic() - t0, time.process_time() - cpu0
+    el, cpu_s = time.monotonic() - t0, time.process_time() - cpu0
     state["pool_ended"] = t0 + el
     _show_progress(progress, pool, runner)
     progress.close()
@@ -167,7 +233,8 @@ def _compute(plan: RunPlan, rs: RunStore, todo: list[Unit], llms: list[Any], act
             "cache_hit": u.cached_tokens / u.prompt_tokens if u.prompt_tokens else 0.0,
             "tokens_per_s": (u.prompt_tokens - u.cached_tokens + u.decoded_tokens) / el if el else 0.0,
             "method_loops": cfg.engine.method_loops if actors else "driver",
-            "driver_cpu": cpu / el if el else 0.0,  # cores' worth of the driver process while units ran
+            "driver_cpu": cpu_s / el if el else 0.0,  # cores' worth of the driver process while units ran
+            "driver_cpu_s": cpu.summary(cpu_s),  # the same in seconds, by what it was spent on
             "engine": engine_actors.engine_stats(actors),
             "response_cache": {"hits": sum(getattr(x, "hits", 0) for x in llms),
                                "misses": sum(getattr(x, "misses", 0) for x in llms)}}
@@ -210,7 +277,7 @@ def _start_and_compute(plan: RunPlan, rs: RunStore, todo: list[Unit], actor_cls:
             workers, worker_procs = start_workers(
                 actors, cfg.engine.max_in_flight, max_restarts=cfg.engine.max_restarts, timeout_s=timeout,
                 cache_dir=cfg.response_cache, cache_key=json.dumps(plan.identity["model"], sort_keys=True),
-                pack=sim.pack if sim is not None else 1)
+                pack=sim.pack if sim is not None else 1, writer=(rs.store.uri, plan.run_id, Judging.of(cfg)))
             log(f"method loops: {len(worker_procs)} worker process(es) beside the engine actors")
         return _compute(plan, rs, todo, llms, actors, log, state, workers)
     finally:

@@ -1,65 +1,71 @@
-"""Scheduling judges: one Ray task per (unit, judge) (`jobs.run.judge_task` is its body), started as
-soon as the unit's output exists, and the unit's rows collected when its judges are done.
+"""Scheduling a unit's judges and its commit: one Ray task per (unit, judge) (`jobs.run.judge_task`
+is its body), started as soon as the unit's output exists, then a commit task that writes the
+unit's `samples` file once every judge task has written its rows.
 
-The unit's worker thread does not wait for its judges: `start` returns a future of the unit's
-`Outcome` (its sample and step rows plus every judgment and score row), resolved by a small thread
-pool that waits on the tasks. A judge that fails marks the unit failed with the judge's error. A
-unit whose method does not apply to its sample (status "n/a") has no answer to judge: no judge runs.
+The commit task takes the judge tasks' results as arguments, so Ray starts it only after all of
+them returned and no process waits for them meanwhile; the process that ran the unit's loop goes
+straight to its next unit. A judge that fails marks the unit failed with the judge's error (its
+other judges' rows are kept). The order of the writes is what makes a crash harmless: steps and
+judge parts first, the samples file last, so a crash at any point leaves either a committed unit or
+files no reader sees, and a resume computes exactly the units without a samples row.
 """
 from __future__ import annotations
 
-from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
-from jobs.run.config import RunConfig
-from jobs.errors import error_text
-from jobs.run.pool import Outcome, Rows
-from jobs.store.tables import now, with_unit
+from jobs.run.config import JudgeModelSpec, RunConfig
 from jobs.run.workload import Unit
+from jobs.store.storage import Committed, RunStore
+from jobs.store.tables import now, unit_columns
+
+_remote: dict[str, Any] = {}  # the Ray remote functions, made once per process
 
 
-class JudgeFanout:
-    def __init__(self, cfg: RunConfig, waiters: int) -> None:
-        self.cfg = cfg
-        self._waiters = ThreadPoolExecutor(max_workers=max(4, waiters), thread_name_prefix="judge-wait")
-        self._remote: Any = None
+@dataclass(frozen=True)
+class Judging:
+    """What a unit's judge tasks need besides the unit: the judges' model, CPUs and retries."""
 
-    def start(self, u: Unit, out: Any, llm: Any, rows: Rows) -> "Future[Outcome]":
-        import ray
+    judge_model: JudgeModelSpec
+    cpus: float
+    retries: int
 
-        from eval.judges import get_judge
+    @classmethod
+    def of(cls, cfg: RunConfig) -> "Judging":
+        return cls(cfg.judge_model, cfg.judge_cpus, cfg.retries)
 
-        from jobs.run.judge_task import judge_one
 
-        if out.not_applicable:  # nothing to score: no judgment, no score, so never a zero in a mean
-            done: "Future[Outcome]" = Future()
-            done.set_result(Outcome(rows))
-            return done
-        if self._remote is None:
-            self._remote = ray.remote(judge_one)
-        refs = [self._remote.options(num_cpus=self.cfg.judge_cpus, max_retries=self.cfg.retries,
+def commit_unit(output_uri: str, run_id: str, shard: str, samples: list[dict[str, Any]],
+                files: list[tuple[str, int]], *judged: dict[str, Any]) -> Committed:
+    """The commit task's body: the unit's samples row (failed with the judges' errors, if any),
+    written after every judge part."""
+    errors = [j["error"] for j in judged if j["error"]]
+    error = "; ".join(errors)[:2000] if errors else None
+    if error:
+        samples = [dict(samples[0], status="failed", error=error, finished_at=now())] + samples[1:]
+    rs = RunStore.open(output_uri, run_id, role="commit-task")
+    return rs.commit(shard, samples, list(files) + [f for j in judged for f in j["files"]], error, keep=False)
+
+
+def start_judges(judging: Judging, output_uri: str, run_id: str, shard: str, u: Unit, out: Any, llm: Any,
+                 samples: list[dict[str, Any]], files: list[tuple[str, int]]) -> Any:
+    """Start `u`'s judge tasks and its commit task; returns the commit task's reference (of a
+    `Committed`)."""
+    import ray
+
+    from eval.judges import get_judge
+
+    from jobs.run.judge_task import judge_part
+
+    if not _remote:
+        _remote["judge"] = ray.remote(judge_part)
+        _remote["commit"] = ray.remote(commit_unit)
+    unit = unit_columns(u)
+    refs = [_remote["judge"].options(num_cpus=judging.cpus, max_retries=judging.retries,
                                      retry_exceptions=[ray.exceptions.RayActorError], name=f"judge:{j.name}")
-                .remote(j, get_judge(j.name).prediction(out, len(u.sample.chunks)), u.sample.gold, u.sample.metadata,
-                        self.cfg.judge_model, llm)
-                for j in u.judges]
-        return self._waiters.submit(self._collect, u, rows, refs)
-
-    def _collect(self, u: Unit, rows: Rows, refs: list[Any]) -> Outcome:
-        import ray
-
-        judgments, scores, errors = [], [], []
-        for j, ref in zip(u.judges, refs):
-            try:
-                res = ray.get(ref)
-            except Exception as exc:
-                errors.append(f"judge {j.name}: {error_text(exc)}")
-                continue
-            judgments += with_unit(u, res["judgments"])
-            scores += with_unit(u, res["scores"])
-        error = "; ".join(errors)[:2000] if errors else None
-        if error:
-            rows["samples"][0].update(status="failed", error=error, finished_at=now())
-        return Outcome(dict(rows, judgments=judgments, scores=scores), error)
-
-    def shutdown(self) -> None:
-        self._waiters.shutdown(wait=False, cancel_futures=True)
+            .remote(output_uri, run_id, shard, f"j{k}", unit, j, get_judge(j.name).prediction(out, len(u.sample.chunks)),
+                    u.sample.gold, u.sample.metadata, judging.judge_model, llm)
+            for k, j in enumerate(u.judges)]
+    # a small CPU share: commits are one write each, and a share bounds how many run at once
+    return _remote["commit"].options(num_cpus=0.05, name="commit").remote(output_uri, run_id, shard, samples, files,
+                                                                           *refs)

@@ -4,16 +4,19 @@
 rows); both placements call it, so they compute the same thing.
 
 `engine.method_loops: engine` starts one `MethodWorker` per engine actor, pinned to that actor's
-node (Ray node affinity), with `max_in_flight` threads. The driver hands it whole units and
-collects rows: rendering, parsing, revisions and token counting then run on the engine's host in a
-process of their own, and the driver's work per unit is one call instead of a call per step.
+node (Ray node affinity), with `max_in_flight` threads. The driver hands it whole units; rendering,
+parsing, revisions and token counting then run on the engine's host in a process of their own, and
+so does writing the unit's rows as a shard (`jobs.run.shards.ShardWriter`): what comes back to the
+driver is the shard's commit record (or its commit task's reference) and the unit's token usage.
 """
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
 from jobs.run.handles import packed_handles, rss_mb
+from jobs.run.judge_fanout import Judging
 from jobs.store.tables import now, sample_row, step_rows
 from jobs.run.workload import Unit
 
@@ -35,8 +38,12 @@ class MethodWorker:
     One worker serves one engine in a real run; a simulation packs several (`host` picks one)."""
 
     def __init__(self, engines: list[Any], names: list[str], timeout_s: float | None, cache_dir: str | None = None,
-                 cache_key: str = "") -> None:
+                 cache_key: str = "", writer: tuple[str, str, Judging] | None = None) -> None:
         from jobs.run.llm_adapters import ActorLLM
+        from jobs.run.shards import ShardWriter
+
+        # (output URI, run id, judging): the worker writes its units' shards itself
+        self.writer = ShardWriter(*writer[:2], "method-worker", writer[2]) if writer is not None else None
 
         self.llms: list[Any] = [ActorLLM(e, name=n, timeout_s=timeout_s) for e, n in zip(engines, names)]
         if cache_dir is not None:
@@ -45,12 +52,17 @@ class MethodWorker:
             self.llms = [CachedLLM(llm, cache_dir, cache_key) for llm in self.llms]
         self.cpu0, self.t0 = time.process_time(), time.monotonic()
 
-    def run(self, u: Unit, attempt: int, host: int = 0) -> tuple[Rows, Any]:
-        return run_loop(u, attempt, self.llms[host])
+    def run(self, u: Unit, attempt: int, host: int = 0) -> tuple[Any, Any]:
+        """Run `u`'s loop and write its shard: (its `Committed` record or commit task reference, usage).
+        A worker started without a writer returns the rows and the method output instead."""
+        rows, out = run_loop(u, attempt, self.llms[host])
+        if self.writer is None:
+            return rows, out
+        return self.writer.write(u, rows, out, self.llms[host]), out.usage
 
     def stats(self, host: int = 0) -> dict[str, Any]:
         wall = max(1e-9, time.monotonic() - self.t0)
-        return {"cpu_s": time.process_time() - self.cpu0, "wall_s": wall, "rss_mb": rss_mb()}
+        return {"cpu_s": time.process_time() - self.cpu0, "wall_s": wall, "rss_mb": rss_mb(), "pid": os.getpid()}
 
     def health(self, host: int = 0) -> bool:
         return True
@@ -64,7 +76,8 @@ def node_of(actor: Any) -> str:
 
 
 def start_workers(engines: list[Any], per_engine: int, *, max_restarts: int, timeout_s: float | None,
-                  cache_dir: str | None, cache_key: str, pack: int = 1) -> tuple[list[Any], list[Any]]:
+                  cache_dir: str | None, cache_key: str, pack: int = 1,
+                  writer: tuple[str, str, Judging] | None = None) -> tuple[list[Any], list[Any]]:
     """A `MethodWorker` per `pack` engine actors (one in a real run), on their node, with `per_engine`
     threads per engine. They ask no CPU of their own: they run beside the engines whose requests they
     make. Returns a handle per engine (`jobs.run.handles.PackedHandle`) and the worker actors."""
@@ -78,6 +91,7 @@ def start_workers(engines: list[Any], per_engine: int, *, max_restarts: int, tim
         strategy = NodeAffinitySchedulingStrategy(node_of(group[0]), soft=False)
         procs.append(cls.options(num_cpus=0, max_concurrency=per_engine * len(group), max_restarts=max_restarts,
                                  max_task_retries=0, scheduling_strategy=strategy)
-                     .remote(group, [f"engine-{j + i}" for i in range(len(group))], timeout_s, cache_dir, cache_key))
+                     .remote(group, [f"engine-{j + i}" for i in range(len(group))], timeout_s, cache_dir, cache_key,
+                             writer))
     ray.get([w.health.remote() for w in procs])
     return packed_handles(procs, pack, len(engines)), procs

@@ -8,6 +8,8 @@ infrastructure failures, see `jobs.errors.is_transient`) is retried up to `retri
 then, like an item whose error is deterministic, recorded at once with the rows `failed_rows` builds; a lane whose backend is gone for good (`lane_lost`) stops and
 hands its item back without spending an attempt. Finished rows are buffered and flushed in
 batches (every `flush_units` items or `flush_s` seconds, and always at the end or on interrupt).
+An item whose rows another process already wrote comes back as that write's record instead of
+rows (`Outcome.written`), which the pool hands to `record` at once: nothing of it is buffered.
 """
 from __future__ import annotations
 
@@ -31,6 +33,7 @@ class Outcome:
 
     rows: Rows
     error: str | None = None
+    written: Any = None  # the record of rows already written elsewhere (e.g. a shard a worker committed)
 
 
 @dataclass(frozen=True)
@@ -45,6 +48,7 @@ class WorkerPool(Generic[T]):
                  run: Callable[[Attempt[T], int], "Outcome | Future[Outcome]"],
                  failed_rows: Callable[[Attempt[T], str], Rows],
                  flush: Callable[[Rows], None], describe: Callable[[T], str] = str,
+                 record: Callable[[Any], None] = lambda written: None,
                  retryable: Callable[[BaseException], bool] = is_transient,
                  lane_lost: Callable[[BaseException, int], bool] = lambda exc, lane: False,
                  flush_units: int = 16, flush_s: float = 20.0, progress_s: float = 20.0,
@@ -55,6 +59,7 @@ class WorkerPool(Generic[T]):
         self._run, self._failed_rows, self._flush_to = run, failed_rows, flush
         self._describe, self._lane_lost, self._progress, self.log = describe, lane_lost, progress, log
         self._retryable = retryable
+        self._record = record
         self.flush_units, self.flush_s, self.progress_s = flush_units, flush_s, progress_s
         self.cv = threading.Condition()
         self.stop = threading.Event()
@@ -79,9 +84,12 @@ class WorkerPool(Generic[T]):
             (self.queue.appendleft if front else self.queue.append)(attempt)
             self.cv.notify_all()
 
-    def finish(self, rows: Rows, failed: bool, error: str | None = None) -> None:
+    def finish(self, rows: Rows, failed: bool, error: str | None = None, written: Any = None) -> None:
+        if written is not None:
+            self._record(written)
         with self.cv:
-            self.buffer.append(rows)
+            if rows:
+                self.buffer.append(rows)
             self.finished += 1
             self.failed += int(failed)
             if failed and error:
@@ -115,7 +123,7 @@ class WorkerPool(Generic[T]):
             if isinstance(result, Future):
                 result.add_done_callback(lambda f, a=a: self._resolved(a, f))
             else:
-                self.finish(result.rows, failed=result.error is not None, error=result.error)
+                self.finish(result.rows, failed=result.error is not None, error=result.error, written=result.written)
         if not any(self.live) and not self.stop.is_set():
             self._fail_remaining("every engine actor died and could not be restarted (engine.max_restarts)")
 
@@ -125,7 +133,7 @@ class WorkerPool(Generic[T]):
             out = fut.result()
         except Exception as exc:
             out = Outcome(self._failed_rows(a, error_text(exc)), error_text(exc))
-        self.finish(out.rows, failed=out.error is not None, error=out.error)
+        self.finish(out.rows, failed=out.error is not None, error=out.error, written=out.written)
 
     def _fail_remaining(self, reason: str) -> None:
         while True:

@@ -96,6 +96,43 @@ def latency_model(rec: Recording, path: str | None, log: Log) -> LatencyModel:
     return LatencyModel.from_dict({k: v for k, v in fit.items() if k != "points"})
 
 
+@dataclasses.dataclass(frozen=True)
+class HostChoice:
+    """What a simulated host stands for: a named accelerator host serving a model size, its step
+    times derived from datasheet figures (`bench.accelerators.host_latency`); or, with host "cpu",
+    the real engine measured on this machine's CPU (`latency_model`), `speedup` times faster."""
+
+    host: str = "tpu-v5e-4"
+    model_size: str = "8b"
+    mfu: float = 0.4
+    hbm_fraction: float = 1.0
+    speedup: float = 1.0
+    latency_path: str | None = None  # host "cpu": the measured fit's file
+
+
+def context_tokens(rec: Recording) -> float:
+    """The mean keys a recorded request's decode steps read: its prompt and half its output."""
+    answers = list(rec.answers.values())
+    return sum(a.prompt_tokens + a.decoded_tokens / 2 for a in answers) / max(1, len(answers))
+
+
+def host_model(rec: Recording, choice: HostChoice, log: Log) -> LatencyModel:
+    """The latency model the simulated hosts run (see `HostChoice`), `choice.speedup` times faster."""
+    if choice.host == "cpu":
+        return latency_model(rec, choice.latency_path, log).faster(choice.speedup)
+    if choice.latency_path:
+        raise ConfigError(f"--latency is the CPU fit's file; with --host {choice.host} the model is derived "
+                          "from the host's datasheet figures: leave out --latency or use --host cpu")
+    from bench.accelerators import HostModelError, host_latency
+
+    try:
+        fields = host_latency(choice.host, choice.model_size, context_tokens=context_tokens(rec), mfu=choice.mfu,
+                              hbm_fraction=choice.hbm_fraction)
+    except HostModelError as exc:
+        raise ConfigError(f"--host/--model-size: {exc}") from None
+    return LatencyModel.from_dict(fields).faster(choice.speedup)
+
+
 def simulated_hosts(recording: Any, latency: LatencyModel, tokenizer: Any, per_process: int = 1) -> Simulated:
     """`engine.actors` simulated hosts, `per_process` to a `ReplayEngine` actor process (and, with
     `method_loops: engine`, to a method worker): 64 processes of ~170 MB each do not fit beside the
@@ -206,12 +243,17 @@ def run_point(rec: Recording, model: LatencyModel, tok_ref: Any, rec_ref: Any, h
     full = rs.samples()  # the former resume: every samples shard read whole
     resume_full_s = time.monotonic() - t
     wall = stats.get("wall_s", 0.0) or 1e-9
-    row = {"hosts": hosts, "loops": loops, "placement": placement, "processes": math.ceil(hosts / per_process),
+    steps = sum(e.get("requests", 0) for e in engines)
+    split = stats.get("driver_cpu_s", {})
+    row = {"hosts": hosts, "loops": loops, "placement": stats.get("method_loops", placement),
+           "asked": placement, "processes": math.ceil(hosts / per_process),
            "units": summary.computed,
            "failed": summary.failed, "replay_misses": misses, "wall_s": round(wall, 2),
            "units_per_s": summary.computed / wall,
            "steps_per_s": sum(e.get("requests", 0) for e in engines) / wall,
            "driver_cpu": stats.get("driver_cpu", math.nan), "gil_wait_ms": gil_ms,
+           # the driver's CPU per engine step, by what it was spent on (jobs.run.driver.CpuSplit)
+           "driver_ms_per_step": {k: 1e3 * v / steps for k, v in split.items()} if steps else {},
            # batch slots in use over the slots the host's loops could fill: < 1 when loops wait on the driver
            "engine_busy_fraction": (sum(e["mean_slots"] / min(loops, e["max_batch"]) for e in engines) / len(engines)
                                     if engines else math.nan),
@@ -231,17 +273,16 @@ def run_point(rec: Recording, model: LatencyModel, tok_ref: Any, rec_ref: Any, h
 
 
 def sweep(recording: str, points: list[tuple[int, int]], placements: list[str], duration_s: float,
-          speedup: float, latency_path: str | None, log: Log, workdir: str | None = None,
-          processes: int = 8) -> dict[str, Any]:
+          choice: HostChoice, log: Log, workdir: str | None = None, processes: int = 8) -> dict[str, Any]:
     import ray
 
     from jobs.run import actors as engine_actors
 
     for p in placements:
-        if p not in ("driver", "engine"):
-            raise ConfigError(f"--placements: {p!r} is not `driver` or `engine`")
+        if p not in ("driver", "engine", "auto"):
+            raise ConfigError(f"--placements: {p!r} is not `driver`, `engine` or `auto`")
     rec = load_recording(recording)
-    model = latency_model(rec, latency_path, log).faster(speedup)
+    model = host_model(rec, choice, log)
     if not ray.is_initialized() and not os.environ.get("RAY_ADDRESS"):
         # a Ray of its own: never joined to another local cluster that happens to be running on the machine
         ray.init(address="local", include_dashboard=False, log_to_driver=False, logging_level="WARNING")
@@ -262,7 +303,8 @@ def sweep(recording: str, points: list[tuple[int, int]], placements: list[str], 
                     rows.append({"hosts": hosts, "loops": loops, "placement": placement,
                                  "errors": [error_text(exc)[:500]], "failed": None, "replay_misses": None})
     res = {"simulation": True, "label": LABEL, "recording": recording, "recorded_steps": rec.steps,
-           "latency_model": model.to_dict(), "duration_cap_s": duration_s, "max_processes": processes,
+           "latency_model": model.to_dict(), "simulated_host": dataclasses.asdict(choice),
+           "duration_cap_s": duration_s, "max_processes": processes,
            "host": {"cpus": os.cpu_count(), "ray_nodes": len(ray.nodes()), "load_avg": os.getloadavg(),
                     "note": "one machine; every simulated host, worker and the driver share its cores"},
            "rows": rows}
@@ -271,19 +313,21 @@ def sweep(recording: str, points: list[tuple[int, int]], placements: list[str], 
 
 
 COLUMNS = [("hosts", "{:>5}"), ("loops", "{:>5}"), ("placement", "{:>9}"), ("units", "{:>6}"),
-           ("units_per_s", "{:>8.2f}"), ("driver_cpu", "{:>6.2f}"), ("gil_wait_ms", "{:>7.2f}"),
+           ("units_per_s", "{:>8.2f}"), ("driver_cpu", "{:>6.2f}"), ("split", "{}"), ("gil_wait_ms", "{:>7.2f}"),
            ("engine_busy_fraction", "{:>6.0%}"), ("engine_step_fraction", "{:>6.0%}"),
            ("engine_dilation", "{:>6.2f}"), ("rss_mb", "{:>7.0f}"),
            ("hosts_rss_mb", "{:>8.0f}"), ("shards", "{:>6}"), ("bytes", "{:>10}"), ("resume_s", "{:>8.3f}"),
            ("resume_full_read_s", "{:>8.3f}")]
-HEADERS = ["hosts", "loops", "placement", "units", "units/s", "drvCPU", "GIL ms", "busy", "stepping", "dilate", "drv MB",
+HEADERS = ["hosts", "loops", "placement", "units", "units/s", "drvCPU", "ms/step hand+loop+recv+write", "GIL ms",
+           "busy", "stepping", "dilate", "drv MB",
            "hosts MB", "shards", "bytes", "resume s", "full s"]
 
 
 def table(result: dict[str, Any]) -> str:
     m = result["latency_model"]
     lines = [result["label"],
-             f"latency model ({m['source'] or 'given'}; speedup {m['speedup']:g}): prefill "
+             f"simulated host: {m['source'] or 'given'}; speedup {m['speedup']:g}",
+             f"latency model: prefill "
              f"{1e3 * m['prefill_s_per_token'] / m['speedup']:.3f} ms/token, decode step "
              f"{1e3 * m['decode_s_base'] / m['speedup']:.2f} ms + {1e3 * m['decode_s_per_seq'] / m['speedup']:.2f} "
              f"ms per sequence, max batch {m['max_batch']}",
@@ -295,6 +339,9 @@ def table(result: dict[str, Any]) -> str:
         cells = []
         for (key, fmt), h in zip(COLUMNS, HEADERS):
             v = r.get(key)
+            if key == "split":
+                d = r.get("driver_ms_per_step") or {}
+                v = "+".join(f"{d.get(k, math.nan):.2f}" for k in ("hand_out", "loops", "receive", "write"))
             cells.append(f"{fmt.format(v) if isinstance(v, (int, float)) and not (isinstance(v, float) and math.isnan(v)) else str(v):>{max(5, len(h))}}")
         lines.append("  ".join(cells))
         if r["errors"] or r["replay_misses"]:

@@ -15,7 +15,14 @@ Layout of one run (`{output}/{run_id}/`):
 Atomicity: every object is written whole (local: write a hidden temporary file, then link or rename
 it into place; GCS: a single-request upload, which becomes visible only when complete). A shard's
 `steps`, `judgments` and `scores` files are written before its `samples` file, and readers only read
-shards whose `samples` file exists, so an interrupted write never shows half a shard. A re-run skips
+shards whose `samples` file exists, so an interrupted write never shows half a shard.
+
+Parts: a shard's table may be written by several processes: the process that ran the unit's loop
+writes `{table}/{shard}.parquet`, each judge task its own `{table}/{shard}+{part}.parquet`; the
+`samples` file (one per shard, never a part) is written once all of them landed (`RunStore.commit`).
+Every file names its writer (host, pid, role) in its Parquet key-value metadata (`writer_of`). The
+driver learns of a shard another process committed from its `Committed` record (`RunStore.record`),
+which is what its unit index lists. A re-run skips
 units already recorded as `ok`; failed units are tried again and `final_outcomes` picks one row per
 unit when reading. It learns which units are done from the invocations' unit indexes and the
 listing of `samples/`, reading (two columns of) only those shards no index covers (an invocation
@@ -41,6 +48,7 @@ import io
 import json
 import os
 import socket
+import threading
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -97,7 +105,11 @@ class LocalStore:
         return f"{st.st_ino}.{st.st_mtime_ns}"
 
     def _write_tmp(self, target: Path, data: bytes) -> Path:
-        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+        except FileExistsError:  # a file where a directory should be: not a create-only conflict
+            raise StorageError(f"cannot write {target}: {target.parent} is not a directory; "
+                               "remove what is in the way or choose another `output`") from None
         tmp = target.parent / f".{target.name}.{uuid.uuid4().hex[:8]}.tmp"
         with tmp.open("wb") as f:
             f.write(data)
@@ -325,10 +337,42 @@ def join_uri(base: str, name: str) -> str:
 
 
 SHARD_TABLES = ("steps", "judgments", "scores", "samples")  # the write order of a shard: samples commits it
+PART_SEP = "+"  # `{shard}+{part}`: a part of a shard's table written by another process (a judge task)
+WRITER_KEY = b"memloop.writer"  # the Parquet key-value metadata naming the process that wrote a file
 
 
-def to_parquet(table: str, rows: list[dict[str, Any]]) -> bytes:
-    return _table_bytes(pa.Table.from_pylist(rows, schema=SCHEMAS[table]))
+@dataclass(frozen=True)
+class Committed:
+    """A committed shard, as its writer reports it to the driver: the (unit, status) pairs of its
+    samples rows, its largest table's rows, and its files (run-relative, `samples` last). `error` is a
+    unit's judge error (the unit was committed as failed)."""
+
+    shard: str
+    units: tuple[tuple[str, str], ...]
+    rows: int
+    files: tuple[str, ...]
+    error: str | None = None
+
+    def tables(self) -> set[str]:
+        return {f.split("/", 1)[0] for f in self.files}
+
+
+def part_file(table: str, shard: str, part: str | None = None) -> str:
+    """The run-relative name of a shard's table file, or of one of its parts."""
+    return f"{table}/{shard}{PART_SEP + part if part else ''}.parquet"
+
+
+def shard_of(stem: str) -> str:
+    """The shard a file stem belongs to (`{shard}` or `{shard}+{part}`)."""
+    return stem.split(PART_SEP, 1)[0]
+
+
+def writer_identity(role: str) -> dict[str, Any]:
+    return {"host": socket.gethostname(), "pid": os.getpid(), "role": role}
+
+
+def to_parquet(table: str, rows: list[dict[str, Any]], writer: dict[str, Any] | None = None) -> bytes:
+    return _table_bytes(pa.Table.from_pylist(rows, schema=SCHEMAS[table]), writer)
 
 
 def from_parquet(data: bytes) -> pa.Table:
@@ -413,17 +457,18 @@ class Lock:
 class RunStore:
     """The tables of one run under `{output}/{run_id}`."""
 
-    def __init__(self, store: Store, run_id: str) -> None:
+    def __init__(self, store: Store, run_id: str, role: str = "driver") -> None:
         self.store = store
         self.run_id = run_id
         self._root = run_id
-        # shards this process committed: name -> (its (unit, status) pairs, its largest table's rows,
-        # the tables it wrote)
-        self.committed: dict[str, tuple[list[tuple[str, str]], int, tuple[str, ...]]] = {}
+        self.writer = writer_identity(role)  # recorded in every file this process writes
+        # shards committed in this invocation (by this process, or reported by their writers): name -> record
+        self.committed: dict[str, Committed] = {}
+        self._lock = threading.Lock()
 
     @classmethod
-    def open(cls, output: str, run_id: str) -> "RunStore":
-        return cls(open_store(output), run_id)
+    def open(cls, output: str, run_id: str, role: str = "driver") -> "RunStore":
+        return cls(open_store(output), run_id, role)
 
     @classmethod
     def at(cls, run_uri: str) -> "RunStore":
@@ -495,29 +540,66 @@ class RunStore:
         """Write one shard of per-unit rows; `samples` goes last and commits the shard."""
         if not tables.get("samples"):
             raise ValueError("a shard needs at least one samples row (the commit record)")
-        shard = _shard_name()
-        arrow = {t: pa.Table.from_pylist([dict(r, run_id=self.run_id, shard=shard) for r in tables.get(t, ())],
-                                         schema=SCHEMAS[t]) for t in SHARD_TABLES}
-        self._commit(shard, arrow)
+        shard = new_shard_name()
+        files = [(f, len(tables[t])) for t in SHARD_TABLES[:-1]
+                 if (f := self.write_part(shard, t, tables.get(t, ()))) is not None]
+        self.commit(shard, tables["samples"], files)
         return shard
 
-    def _commit(self, shard: str, arrow: dict[str, pa.Table]) -> None:
-        written = tuple(t for t in SHARD_TABLES if arrow[t].num_rows or t == "samples")
-        for table in written:  # samples last: it commits the shard
-            self.store.put(self.name(table, f"{shard}.parquet"), _table_bytes(arrow[table]), mode="create")
-        s = arrow["samples"]
-        pairs = list(zip(s.column("unit").to_pylist(), s.column("status").to_pylist()))
-        self.committed[shard] = (pairs, max(t.num_rows for t in arrow.values()), written)
+    def write_part(self, shard: str, table: str, rows: Iterable[dict[str, Any]], part: str | None = None,
+                   mode: WriteMode = "create") -> str | None:
+        """Write a shard's `table` rows (or one `part` of them) before its commit; returns the
+        run-relative file name, None when there are no rows. Invisible until `commit`."""
+        rows = list(rows)
+        if not rows:
+            return None
+        if table == "samples":
+            raise ValueError("the samples rows are the commit record: write them with `commit`")
+        rel = part_file(table, shard, part)
+        t = pa.Table.from_pylist([dict(r, run_id=self.run_id, shard=shard) for r in rows], schema=SCHEMAS[table])
+        self.store.put(self.name(rel), _table_bytes(t, self.writer), mode=mode)
+        return rel
+
+    def commit(self, shard: str, samples: list[dict[str, Any]], files: Iterable[tuple[str, int]],
+               error: str | None = None, keep: bool = True) -> Committed:
+        """Write the shard's `samples` file (create-only), after every file in `files` (run-relative
+        names and their rows) landed: from now on readers see the shard whole. `keep`: count it in
+        this process's index (a worker, which reports it to the driver instead, does not)."""
+        if not samples:
+            raise ValueError("a shard needs at least one samples row (the commit record)")
+        files = list(files)
+        t = pa.Table.from_pylist([dict(r, run_id=self.run_id, shard=shard) for r in samples], schema=SCHEMAS["samples"])
+        rel = part_file("samples", shard)
+        self.store.put(self.name(rel), _table_bytes(t, self.writer), mode="create")
+        per_table: dict[str, int] = {"samples": t.num_rows}
+        for f, n in files:
+            per_table[f.split("/", 1)[0]] = per_table.get(f.split("/", 1)[0], 0) + n
+        c = Committed(shard, tuple(zip(t.column("unit").to_pylist(), t.column("status").to_pylist())),
+                      max(per_table.values()), tuple(f for f, _ in files) + (rel,), error)
+        if keep:
+            self.record(c)
+        return c
+
+    def record(self, c: Committed) -> None:
+        """Count a shard committed in this invocation (by this process or reported by its writer)
+        in the unit index and the compaction."""
+        with self._lock:
+            self.committed[c.shard] = c
+
+    def writer_of(self, rel: str) -> dict[str, Any]:
+        """The process that wrote a run file (`{table}/{name}.parquet`): host, pid and role."""
+        meta = pq.read_metadata(pa.BufferReader(self.store.get(self.name(rel)))).metadata or {}
+        return json.loads(meta[WRITER_KEY]) if WRITER_KEY in meta else {}
 
     def compact(self, target_rows: int) -> dict[str, int]:
-        """Merge the small shards this process committed into shards of up to `target_rows` rows (of
-        their largest table); returns the shard counts before and after."""
+        """Merge the small shards committed in this invocation into shards of up to `target_rows`
+        rows (of their largest table); returns the shard counts before and after."""
         before = len(self.committed)
         group: list[str] = []
         rows = 0
         groups: list[list[str]] = []
         for shard in sorted(self.committed):
-            n = self.committed[shard][1]
+            n = self.committed[shard].rows
             if n >= target_rows:
                 continue
             if group and rows + n > target_rows:
@@ -529,31 +611,36 @@ class RunStore:
         for g in groups:
             if len(g) < 2:
                 continue
-            new = _shard_name()
-            merged = {}
+            new = new_shard_name()
+            merged: dict[str, pa.Table] = {}
             for table in SHARD_TABLES:
-                parts = [conform(table, from_parquet(self.store.get(self.name(table, f"{s}.parquet"))))
-                         for s in g if table in self.committed[s][2]]
+                parts = [conform(table, from_parquet(self.store.get(self.name(f))))
+                         for s in g for f in self.committed[s].files if f.startswith(f"{table}/")]
                 t = pa.concat_tables(parts) if parts else SCHEMAS[table].empty_table()
                 merged[table] = t.set_column(t.schema.get_field_index("shard"), "shard",
                                              pa.array([new] * t.num_rows, pa.string()))
-            self._commit(new, merged)
+            files = [(f, merged[t].num_rows) for t in SHARD_TABLES[:-1]
+                     if (f := self.write_part(new, t, merged[t].to_pylist())) is not None]
+            self.commit(new, merged["samples"].to_pylist(), files)
             for s in g:  # samples first: the old shard stops being visible before its parts go
-                for table in reversed(self.committed[s][2]):
-                    self.store.delete(self.name(table, f"{s}.parquet"))
+                for f in reversed(self.committed[s].files):
+                    self.store.delete(self.name(f))
                 del self.committed[s]
         return {"before": before, "after": len(self.committed)}
 
     def write_index(self, invocation: str) -> None:
         """The units this process committed and their shards (what a resume reads)."""
-        rows = [{"run_id": self.run_id, "unit": u, "shard": shard, "status": st}
-                for shard, (pairs, _, _) in sorted(self.committed.items()) for u, st in pairs]
+        with self._lock:
+            rows = [{"run_id": self.run_id, "unit": u, "shard": shard, "status": st}
+                    for shard, c in sorted(self.committed.items()) for u, st in c.units]
         if rows:
-            self.store.put(self.name("index", f"{invocation}.parquet"), to_parquet("index", rows), mode="create")
+            self.store.put(self.name("index", f"{invocation}.parquet"), to_parquet("index", rows, self.writer),
+                           mode="create")
 
     def write_manifest(self, row: dict[str, Any]) -> None:
         row = dict(row, run_id=self.run_id)
-        self.store.put(self.name("runs", f"{row['invocation']}.parquet"), to_parquet("runs", [row]), mode="create")
+        self.store.put(self.name("runs", f"{row['invocation']}.parquet"), to_parquet("runs", [row], self.writer),
+                       mode="create")
 
     def put_file(self, rel: str, data: bytes) -> None:
         """A derived file (report.md, plots, compare outputs): rewritten by every report."""
@@ -561,17 +648,18 @@ class RunStore:
 
     # reading -------------------------------------------------------------------------------
 
-    def _shard_names(self, table: str) -> dict[str, str]:
-        out = {}
+    def _shard_names(self, table: str) -> dict[str, list[str]]:
+        """{shard: its files of `table`} (a shard's own file and its parts, in name order)."""
+        out: dict[str, list[str]] = {}
         for n in self.store.list(self.name(table)):
             if n.endswith(".parquet"):
-                out[n.rsplit("/", 1)[-1][: -len(".parquet")]] = n
+                out.setdefault(shard_of(n.rsplit("/", 1)[-1][: -len(".parquet")]), []).append(n)
         return out
 
     def _read_all(self, table: str, shards: Iterable[str] | None = None) -> pa.Table:
         names = self._shard_names(table)
         keep = names if shards is None else {s: names[s] for s in shards if s in names}
-        parts = [from_parquet(self.store.get(n)) for _, n in sorted(keep.items())]
+        parts = [from_parquet(self.store.get(n)) for _, ns in sorted(keep.items()) for n in ns]
         if not parts:
             return SCHEMAS[table].empty_table()
         return pa.concat_tables([conform(table, p) for p in parts])
@@ -606,19 +694,22 @@ class RunStore:
                     covered.add(shard)
                     if st in DONE_STATUSES:
                         done.add(u)
-        for shard, name in shards.items():
+        for shard, names in shards.items():
             if shard not in covered:
-                t = pq.read_table(pa.BufferReader(self.store.get(name)), columns=["unit", "status"])
-                done.update(u for u, st in zip(t.column("unit").to_pylist(), t.column("status").to_pylist())
-                            if st in DONE_STATUSES)
+                for name in names:
+                    t = pq.read_table(pa.BufferReader(self.store.get(name)), columns=["unit", "status"])
+                    done.update(u for u, st in zip(t.column("unit").to_pylist(), t.column("status").to_pylist())
+                                if st in DONE_STATUSES)
         return done
 
 
-def _shard_name() -> str:
+def new_shard_name() -> str:
     return f"{now().strftime('%Y%m%dT%H%M%S%f')}-{uuid.uuid4().hex[:8]}"
 
 
-def _table_bytes(t: pa.Table) -> bytes:
+def _table_bytes(t: pa.Table, writer: dict[str, Any] | None = None) -> bytes:
+    if writer is not None:
+        t = t.replace_schema_metadata({**(t.schema.metadata or {}), WRITER_KEY: json.dumps(writer).encode()})
     buf = io.BytesIO()
     pq.write_table(t, buf, compression="zstd")
     return buf.getvalue()

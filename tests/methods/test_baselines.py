@@ -127,11 +127,13 @@ def test_prism_inplace_without_updates_is_the_add_only_ablation_on_repoqa() -> N
     assert run_judge("repoqa-exact", out.answer, REPO.gold).scores[0].value == 1.0
 
 
-def test_an_na_unit_is_recorded_as_na_and_never_judged() -> None:
+def test_an_na_unit_is_recorded_as_na_and_never_judged(tmp_path) -> None:
     """The jobs layer's record of "not applicable": status "n/a" with the reason, no judge run, so no
     score row that could enter a mean as a zero."""
     from jobs.run.config import parse_config
-    from jobs.run.judge_fanout import JudgeFanout
+    from jobs.run.judge_fanout import Judging
+    from jobs.run.shards import ShardWriter
+    from jobs.store.storage import RunStore
     from jobs.store.tables import now, sample_row, step_rows
     from jobs.run.workload import build_units
 
@@ -143,8 +145,12 @@ def test_an_na_unit_is_recorded_as_na_and_never_judged() -> None:
     row = sample_row(unit, "ok", None, 1, out, now(), "engine-0")
     assert row["status"] == "n/a" and "does not fit the model's context" in row["error"] and row["n_steps"] == 0
     rows = {"samples": [row], "steps": step_rows(unit, out)}
-    outcome = JudgeFanout(cfg, 1).start(unit, out, None, rows).result(timeout=5)
-    assert outcome.error is None and outcome.rows["samples"][0]["status"] == "n/a"
-    assert "judgments" not in outcome.rows and "scores" not in outcome.rows
+    # committed at once by the process that ran the loop: no judge task, no commit task
+    committed = ShardWriter(str(tmp_path), "r", "driver", Judging.of(cfg)).write(unit, rows, out, None)
+    assert committed.error is None and committed.units == ((unit.key, "n/a"),)
+    assert committed.tables() == {"samples"}
+    rs = RunStore.open(str(tmp_path), "r")
+    assert rs.table("samples").column("status").to_pylist() == ["n/a"]
+    assert rs.table("judgments").num_rows == rs.table("scores").num_rows == 0
     fits = get_method("long-context", context_tokens=100_000).run(unit.sample, ScriptedLLM(["Final Answer: [[1]]"]))
     assert sample_row(unit, "ok", None, 1, fits, now(), "engine-0")["status"] == "ok"

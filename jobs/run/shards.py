@@ -1,0 +1,32 @@
+"""A finished unit's rows become a shard in the process that ran its loop (the driver's thread, or
+the method worker beside its engine): its steps are encoded and written there, then either its
+samples file commits the shard at once (no judges, or a unit the method does not apply to), or its
+judge tasks write their parts and a commit task writes the samples file after them
+(`jobs.run.judge_fanout`). What goes back to the driver is the shard's `Committed` record, or the
+commit task's reference to one; never the rows.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from jobs.run.judge_fanout import Judging, start_judges
+from jobs.run.workload import Unit
+from jobs.store.storage import Committed, RunStore, new_shard_name
+
+Rows = dict[str, list[dict[str, Any]]]
+
+
+class ShardWriter:
+    def __init__(self, output_uri: str, run_id: str, role: str, judging: Judging) -> None:
+        self.rs = RunStore.open(output_uri, run_id, role)
+        self.output_uri, self.run_id, self.judging = output_uri, run_id, judging
+
+    def write(self, u: Unit, rows: Rows, out: Any, llm: Any) -> "Committed | Any":
+        """Write `u`'s rows as a shard of its own; returns its `Committed` record, or the reference
+        of the commit task that will write it once the unit's judges are done."""
+        shard = new_shard_name()
+        steps = rows.get("steps", [])
+        files = [(f, len(steps))] if (f := self.rs.write_part(shard, "steps", steps)) is not None else []
+        if u.judges and not out.not_applicable:
+            return start_judges(self.judging, self.output_uri, self.run_id, shard, u, out, llm, rows["samples"], files)
+        return self.rs.commit(shard, rows["samples"], files, keep=False)

@@ -1,0 +1,134 @@
+"""Shards written by the process that produced the rows, and what a fault between the writes leaves.
+
+The engines are `ReplayEngine` actors answering a scripted recording (real Ray, real method loops,
+real Parquet); the judge is `sumie-exact`, run as Ray tasks. Every file names its writer in its
+Parquet metadata, which is how the tests see which process wrote what.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from jobs.errors import StorageError
+from jobs.run.config import parse_config
+from jobs.run.driver import execute
+from jobs.sim.replay import LatencyModel, tokenizer_json
+from jobs.store.storage import RunStore
+from tests.jobs import test_scale
+from tests.jobs.test_scale import _config, _scripted_recording
+
+FAST = LatencyModel(prefill_s_per_token=1e-5, decode_s_base=1e-4, decode_s_per_seq=1e-5)
+
+
+def _cfg(out: Path, loops: str, **over) -> dict:
+    cfg = _config(out, loops, datasets=[{"task": "sumie", "synthetic": {"entities": 3, "seed": 5},
+                                         "options": {"max_chunks": 2}}], shard_rows=1, **over)
+    cfg["engine"].update(actors=2, cpus_per_actor=0.01)
+    return cfg
+
+
+@pytest.fixture(scope="module")
+def sim(ray_local):
+    import ray
+
+    from jobs.sim.scale_sim import simulated_hosts
+
+    rec = _scripted_recording(_cfg(Path("/tmp/x"), "driver"))
+    return simulated_hosts(ray.put(rec), FAST, ray.put(tokenizer_json()), per_process=2)
+
+
+def _assert_same_tables(a: RunStore, b: RunStore) -> None:
+    """test_scale's comparison, less the lane a unit happened to run on."""
+    old = list(test_scale.TRANSPORT)
+    test_scale.TRANSPORT.append("actor")
+    try:
+        test_scale._assert_same_tables(a, b)
+    finally:
+        test_scale.TRANSPORT[:] = old
+
+
+def _writers(rs: RunStore) -> dict[str, set[tuple[str, int]]]:
+    """{table: {(role, pid)}} over every file of the run's committed shards."""
+    out: dict[str, set[tuple[str, int]]] = {}
+    for c in rs.table("samples").column("shard").unique().to_pylist():
+        for table in ("samples", "steps", "judgments", "scores"):
+            for name in rs.store.list(rs.name(table)):
+                if name.rsplit("/", 1)[-1].startswith(c):
+                    w = rs.writer_of(name[len(rs.run_id) + 1:])
+                    out.setdefault(table, set()).add((w["role"], w["pid"]))
+    return out
+
+
+@pytest.mark.parametrize("judged", [False, True])
+def test_the_method_worker_writes_its_units_shards(sim, tmp_path, judged) -> None:
+    """With the loops beside the engines the driver writes no row of a finished unit: the worker
+    writes the steps (and, without judges, the samples file that commits the shard), each judge
+    task its judgments and scores, and a commit task the samples file after them."""
+    cfg = _cfg(tmp_path, "engine", **({} if judged else {"judges": []}))
+    summary = execute(parse_config(cfg), sim=sim, log=lambda m: None)
+    assert (summary.computed, summary.failed) == (3, 0), summary.errors
+    assert summary.stats["driver_cpu_s"]["write"] == 0.0  # the driver encoded and wrote nothing
+    rs = RunStore.open(cfg["output"], summary.run_id)
+    writers = _writers(rs)
+    me = os.getpid()
+    assert {r for r, _ in writers["steps"]} == {"method-worker"} and me not in {p for _, p in writers["steps"]}
+    if judged:
+        assert {r for r, _ in writers["samples"]} == {"commit-task"}
+        assert {r for r, _ in writers["judgments"] | writers["scores"]} == {"judge-task"}
+    else:
+        assert {r for r, _ in writers["samples"]} == {"method-worker"}
+    assert me not in {p for ws in writers.values() for _, p in ws}
+    # the driver still knows every shard: its unit index lists them, and the resume reads it
+    assert len(rs.store.list(rs.name("index"))) == 1 and len(rs.done_units()) == 3
+    assert execute(parse_config(cfg), sim=sim, log=lambda m: None).skipped == 3
+
+
+def test_loops_in_the_driver_have_the_driver_write_and_give_the_same_tables(sim, tmp_path) -> None:
+    stores = []
+    for loops in ("driver", "engine"):
+        cfg = _cfg(tmp_path / loops, loops)
+        summary = execute(parse_config(cfg), sim=sim, log=lambda m: None)
+        assert (summary.computed, summary.failed) == (3, 0), summary.errors
+        stores.append(RunStore.open(cfg["output"], summary.run_id))
+    _assert_same_tables(*stores)
+    writers = _writers(stores[0])
+    assert writers["steps"] == {("driver", os.getpid())}  # the loops ran here, so their rows were written here
+    assert {r for r, _ in writers["samples"]} == {"commit-task"}  # judged units: after their judges
+
+
+@pytest.mark.parametrize("loops,blocked", [("engine", "steps"), ("engine", "scores"), ("engine", "samples"),
+                                           ("driver", "samples")])
+def test_a_fault_between_a_units_writes_leaves_nothing_half_recorded(sim, tmp_path, loops, blocked) -> None:
+    """A file where the `blocked` table's directory should be makes every write to it fail (a real
+    I/O error, whichever process writes). A failed steps or judge write fails its unit; a failed
+    samples write (the commit) stops the run like a crash, after the steps and judge parts landed.
+    Either way no reader sees a unit's partial rows, and a resume computes exactly the units that
+    were not committed ok, giving the tables of a run without the fault."""
+    clean_cfg = _cfg(tmp_path / "clean", loops)
+    clean = execute(parse_config(clean_cfg), sim=sim, log=lambda m: None)
+    cfg = _cfg(tmp_path / "faulty", loops)
+    first = execute(parse_config(cfg), sim=sim, units=lambda us: us[:1], log=lambda m: None)
+    assert first.computed == 1  # one unit committed before the fault
+    run = Path(cfg["output"]) / first.run_id
+    moved = run / f"{blocked}.kept"
+    (run / blocked).mkdir(exist_ok=True)
+    (run / blocked).rename(moved)
+    (run / blocked).write_text("in the way")
+    if blocked == "samples":
+        with pytest.raises(StorageError, match="cannot write"):
+            execute(parse_config(cfg), sim=sim, log=lambda m: None)
+    else:
+        faulty = execute(parse_config(cfg), sim=sim, log=lambda m: None)
+        assert (faulty.computed, faulty.failed) == (0, 2)
+    (run / blocked).unlink()
+    moved.rename(run / blocked)
+    rs = RunStore.open(cfg["output"], first.run_id)
+    ok = {u for u, s in zip(*(rs.samples().column(c).to_pylist() for c in ("unit", "status"))) if s == "ok"}
+    assert len(ok) == 1 and rs.done_units() == ok
+    if blocked != "steps":  # the parts written before the fault are there, and invisible
+        assert len(list((run / "steps").glob("*.parquet"))) > len(list((run / "samples").glob("*.parquet")))
+    resumed = execute(parse_config(cfg), sim=sim, log=lambda m: None)
+    assert (resumed.skipped, resumed.computed, resumed.failed) == (1, 2, 0), resumed.errors
+    _assert_same_tables(RunStore.open(clean_cfg["output"], clean.run_id), RunStore.open(cfg["output"], first.run_id))
