@@ -6,11 +6,17 @@ JSON Schema when one is given and the LLM supports it, parses the text and, when
 `Attempt` (its raw text, the reason, whether it was cut at max_tokens) so callers can record exactly
 how a value was reached. `RetryPolicy` says what a retry changes:
 
-- `SAME_REQUEST` (methods): the identical request again; a constrained output is parsed once,
-  because constrained decoding with the same sampling gives the same answer.
-- `RESAMPLE` (judges): a raised temperature and a fresh seed (`retry_seed`), because a greedy
-  judge would otherwise repeat the same invalid answer; constrained answers are retried too, since
-  a schema cannot express every rule.
+- `reseed(temperature)` (methods): a fresh seed (`retry_seed`) and, for a greedy request, the method's retry
+  temperature (`MethodSettings.retry_temperature`), because the engine answers the identical request
+  with the identical tokens; constrained answers are retried too (a JSON cut at max_tokens, say).
+- `RESAMPLE` (judges): a raised temperature (0.7) and a fresh seed, for the same reason.
+- `SAME_REQUEST`: the identical request again (only useful against a model that is not deterministic);
+  a constrained output is parsed once.
+
+A retry's seed is `retry_seed(seed, attempt)`, derived from the original seed and the attempt number
+(so a run stays reproducible) on a stream apart from the repeats' consecutive seeds (so a retry never
+replays another repeat's request). `Answer.retry_usage` keeps the usage of the
+rejected attempts apart from the kept (last) attempt's.
 """
 from __future__ import annotations
 
@@ -38,21 +44,30 @@ def retry_seed(seed: int | None, attempt: int) -> int:
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """What a retry changes. `temperature` None: resend the same request; a value: retries sample at
-    max(temperature, this) with `retry_seed`. `retry_constrained`: retry schema-constrained outputs."""
+    """What a retry changes. `reseed`: retries use `retry_seed(seed, attempt)`; `temperature` None keeps
+    the request's temperature, a value samples retries at max(temperature, this) (a greedy request
+    gives the same answer whatever its seed). `retry_constrained`: retry schema-constrained outputs."""
 
     temperature: float | None = None
     retry_constrained: bool = False
+    reseed: bool = False
 
     def sampling(self, base: Sampling, attempt: int) -> Sampling:
         """The sampling of 0-based `attempt`; attempt 0 is always `base`."""
-        if attempt == 0 or self.temperature is None:
+        if attempt == 0 or (self.temperature is None and not self.reseed):
             return base
-        return replace(base, temperature=max(base.temperature, self.temperature), seed=retry_seed(base.seed, attempt))
+        temperature = base.temperature if self.temperature is None else max(base.temperature, self.temperature)
+        seed = retry_seed(base.seed, attempt) if self.reseed else base.seed
+        return replace(base, temperature=temperature, seed=seed)
 
 
 SAME_REQUEST = RetryPolicy()
-RESAMPLE = RetryPolicy(temperature=0.7, retry_constrained=True)
+RESAMPLE = RetryPolicy(temperature=0.7, retry_constrained=True, reseed=True)
+
+
+def reseed(temperature: float) -> RetryPolicy:
+    """Method retries: a fresh seed per attempt, sampled at `temperature` at least (0: the request's own)."""
+    return RetryPolicy(temperature=temperature if temperature > 0 else None, retry_constrained=True, reseed=True)
 
 
 @dataclass(frozen=True)
@@ -67,7 +82,9 @@ class Attempt:
 
 @dataclass
 class Answer:
-    """The outcome of `ask`: the last text, its parsed value (None unless ok) and every failed attempt."""
+    """The outcome of `ask`: the last text, its parsed value (None unless ok) and every failed attempt.
+    `usage` counts every attempt; `retry_usage` the attempts before the last (the rejected ones kept
+    apart: usage minus retry_usage is the kept attempt's). `cut`: the last attempt hit max_tokens."""
 
     text: str
     parsed: Any
@@ -76,6 +93,8 @@ class Answer:
     usage: Usage
     failures: list[Attempt] = field(default_factory=list)
     constrained: bool = False
+    retry_usage: Usage = field(default_factory=Usage)
+    cut: bool = False
 
 
 def build_request(prompt: str, sampling: Sampling, schema: dict[str, Any] | None = None, *,
@@ -97,21 +116,23 @@ def ask(llm: LLM, prompt: str, sampling: Sampling, *, parse: Callable[[str], Any
         raise EvalError(f"max_attempts must be at least 1 (got {max_attempts})")
     constrained = schema if (schema is not None and llm.supports_json_schema) else None
     budget = 1 if (constrained is not None and not retry.retry_constrained) else max_attempts
-    usage, failures, text = Usage(), [], ""
+    usage, retry_usage, last, failures, text, cut = Usage(), Usage(), Usage(), [], "", False
     request = build_request(prompt, sampling, constrained, raw_prompt=raw_prompt)
     for attempt in range(budget):
         if attempt:
+            retry_usage = retry_usage + last
             retry_sampling = retry.sampling(sampling, attempt)
             if retry_sampling is not sampling:
                 request = build_request(prompt, retry_sampling, constrained, raw_prompt=raw_prompt)
         result = llm.complete(request)
-        usage, text = usage + result.usage, result.text
+        last, text, cut = result.usage, result.text, result.finish_reason == "length"
+        usage = usage + last
         if parse is None:
-            return Answer(text, text, True, attempt + 1, usage, failures, constrained is not None)
+            return Answer(text, text, True, attempt + 1, usage, failures, constrained is not None, retry_usage, cut)
         try:
             parsed = parse(text)
         except ParseFailure as exc:
-            failures.append(Attempt(attempt + 1, text, str(exc), result.finish_reason == "length"))
+            failures.append(Attempt(attempt + 1, text, str(exc), cut))
             continue
-        return Answer(text, parsed, True, attempt + 1, usage, failures, constrained is not None)
-    return Answer(text, None, False, budget, usage, failures, constrained is not None)
+        return Answer(text, parsed, True, attempt + 1, usage, failures, constrained is not None, retry_usage, cut)
+    return Answer(text, None, False, budget, usage, failures, constrained is not None, retry_usage, cut)

@@ -101,8 +101,17 @@ def parse_cok(text: str) -> ParsedRevisions:
     return _parse_sections(text, COK_SECTIONS, "CoK")
 
 
-def parse_prism(text: str) -> ParsedRevisions:
-    """Revisions from a PRISM answer ([OBJECTS FOR UPDATE] then [OBJECTS FOR ADD])."""
+def parse_prism(text: str, opened: str | None = None) -> ParsedRevisions:
+    """Revisions from a PRISM answer ([OBJECTS FOR UPDATE] then [OBJECTS FOR ADD]).
+
+    `opened`: the section header the prompt ends with (e.g. "[OBJECTS FOR UPDATE]"); an answer that
+    starts without a header of its own continues that section rather than losing its lines.
+    """
+    if opened is not None:
+        first = _HEADER.search(text)
+        lead = text[:first.start()] if first else text
+        if re.search(r"^[ \t]*\{", lead, re.MULTILINE):  # entries before any header of the answer's own
+            text = opened + "\n" + text
     return _parse_sections(text, PRISM_SECTIONS, "PRISM")
 
 
@@ -196,13 +205,45 @@ def revision_list_schema(schema: Schema, ops: Sequence[str] = OPS) -> dict[str, 
     }
 
 
-def parse_revision_list(output: str | dict[str, Any]) -> ParsedRevisions:
-    """Revisions from the JSON-Schema form (text or already-decoded object)."""
+_LIST_START = re.compile(r'\s*\{\s*"revisions"\s*:\s*\[')
+
+
+def _complete_items(text: str) -> tuple[list[Any], str] | None:
+    """The complete revisions of a `{"revisions": [...` output cut before its end, and the cut tail;
+    None when the text does not start that way."""
+    m = _LIST_START.match(text)
+    if m is None:
+        return None
+    decoder, pos, items = json.JSONDecoder(), m.end(), []
+    while True:
+        while pos < len(text) and text[pos] in " \t\r\n,":
+            pos += 1
+        try:
+            item, pos = decoder.raw_decode(text, pos)
+        except json.JSONDecodeError:
+            return items, text[pos:]
+        items.append(item)
+
+
+def parse_revision_list(output: str | dict[str, Any], keep_complete: bool = False) -> ParsedRevisions:
+    """Revisions from the JSON-Schema form (text or already-decoded object).
+
+    `keep_complete`: an output cut before the list closes (max_tokens) keeps every complete revision
+    before the cut and records the cut as a rejection, as the free-text parser keeps every complete
+    line; otherwise such an output is a RevisionParseError.
+    """
+    cut: Rejection | None = None
     if isinstance(output, str):
         try:
             output = loads(output.strip())
         except LiteralParseError as e:
-            raise RevisionParseError(f"constrained output is not JSON: {e}") from None
+            partial = _complete_items(output) if keep_complete else None
+            if partial is None:
+                raise RevisionParseError(f"constrained output is not JSON: {e}") from None
+            items, tail = partial
+            cut = Rejection(f"the output ends before its revision list closes (cut at max_tokens?); the "
+                            f"{len(items)} complete revision(s) before the cut were kept", raw=tail[:200])
+            output = {"revisions": items}
     if not isinstance(output, dict) or not isinstance(output.get("revisions"), list):
         raise RevisionParseError('constrained output must be {"revisions": [{"path": ..., "op": ..., "value": ...}]}')
     out = ParsedRevisions()
@@ -215,4 +256,6 @@ def parse_revision_list(output: str | dict[str, Any]) -> ParsedRevisions:
             out.revisions.append(Revision(item["path"], item["op"], item["value"]))
         except (PathError, RevisionError) as e:
             out.rejected.append(Rejection(str(e), raw=raw))
+    if cut is not None:
+        out.rejected.append(cut)
     return out

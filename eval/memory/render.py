@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 from eval.memory.errors import RevisionError, RevisionParseError
 from eval.memory.literal import LiteralParseError, parse_value
-from eval.memory.revisions import Revision, apply_revisions
+from eval.memory.revisions import OPS, Revision, apply_revisions
 from eval.memory.schema import Schema
 
 SEPARATOR = "\n"
@@ -54,9 +54,10 @@ class Amendments:
 
     _folded: tuple[int, int, dict[str, Any]] | None = field(default=None, init=False, repr=False, compare=False)
 
-    def revise(self, revisions: Sequence[Revision]) -> list:
-        """Validate against the folded memory; append only the accepted ones. Returns the rejections."""
-        res = apply_revisions(self.fold(), revisions, self.schema)
+    def revise(self, revisions: Sequence[Revision], ops: Sequence[str] = OPS) -> list:
+        """Validate against the folded memory; append only the accepted ones. Returns the rejections
+        (`ops`: the operations the caller allows, as in `apply_revisions`)."""
+        res = apply_revisions(self.fold(), revisions, self.schema, ops)
         self.revisions.extend(res.applied)
         self._folded = (id(self.base), len(self.revisions), res.memory)  # folding is incremental
         return res.rejected

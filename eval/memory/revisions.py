@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Literal
+from typing import Any, Iterable, Literal, Sequence
 
 from eval.memory.errors import PathError, RevisionError
 from eval.memory.paths import Path
@@ -105,9 +105,10 @@ def check(memory: dict[str, Any], rev: Revision, schema: Schema) -> str | None:
     return _plan(memory, rev, schema)[0]
 
 
-def _plan(memory: dict[str, Any], rev: Revision, schema: Schema) -> tuple[str | None, str]:
+def _plan(memory: dict[str, Any], rev: Revision, schema: Schema,
+          ops: Sequence[str] = OPS) -> tuple[str | None, str]:
     """(reason or None, how to apply: 'set', 'append' to an existing list, or 'create-list' of one item)."""
-    reason = _check(memory, rev, schema)
+    reason = _check(memory, rev, schema, ops)
     if reason in (_APPEND, _CREATE_LIST):
         return None, reason  # type: ignore[return-value]
     return reason, "set"
@@ -117,7 +118,7 @@ _APPEND = "append"
 _CREATE_LIST = "create-list"
 
 
-def _check(memory: dict[str, Any], rev: Revision, schema: Schema) -> str | None:
+def _check(memory: dict[str, Any], rev: Revision, schema: Schema, ops: Sequence[str] = OPS) -> str | None:
     p = rev.path
     if not p.segments:
         return "a revision cannot replace the whole memory ('$'); address a field such as $. 'attributes'"
@@ -162,6 +163,9 @@ def _check(memory: dict[str, Any], rev: Revision, schema: Schema) -> str | None:
         if isinstance(existing, list) and isinstance(strip_none(node), ListOf):
             if not schema.errors_at(p.child(len(existing)), rev.value):
                 return _APPEND  # add an item to an existing list
+        if "update" not in ops:  # the add-only variant: never point at the operation it forbids
+            return (f"add at {p.text}: the path already exists and revisions may only add; add at a new path, "
+                    "or add one item to a list")
         return f"add at {p.text}: the path already exists; use 'update' to replace its value"
     if isinstance(last, int) and isinstance(cur, list) and last != len(cur):
         return f"add at {p.text}: a list of {len(cur)} items grows only at index {len(cur)}"
@@ -211,14 +215,18 @@ def _apply_checked(memory: dict[str, Any], rev: Revision, schema: Schema, mode: 
         cur[last] = value
 
 
-def apply_revisions(memory: dict[str, Any], revisions: Iterable[Revision], schema: Schema) -> ApplyResult:
-    """Apply revisions in order to a copy of `memory`; each is accepted or rejected on its own."""
+def apply_revisions(memory: dict[str, Any], revisions: Iterable[Revision], schema: Schema,
+                    ops: Sequence[str] = OPS) -> ApplyResult:
+    """Apply revisions in order to a copy of `memory`; each is accepted or rejected on its own.
+
+    `ops`: the operations the caller allows (the add-only variant passes ("add",)), so a rejection
+    never advises an operation the model may not use."""
     if schema.errors(memory):
         raise RevisionError(f"the memory does not conform to schema {schema.name}: {schema.errors(memory)[0]}; "
                             "start from {} or a memory that validates")
     out = ApplyResult(copy.deepcopy(memory))
     for rev in revisions:
-        reason, mode = _plan(out.memory, rev, schema)
+        reason, mode = _plan(out.memory, rev, schema, ops)
         if reason is None:
             _apply_checked(out.memory, rev, schema, mode)
             out.applied.append(rev)

@@ -216,8 +216,8 @@ def _build(node: Node, ph: bool, is_root: bool = False) -> dict[str, Any]:
         props = {}
         for f in node.fields:
             fs = _build(f.type, ph)
-            if f.doc:
-                fs["description"] = f.doc
+            if f.description:
+                fs["description"] = f.description
             props[f.name] = fs
         s = {"type": "object", "title": node.name, "properties": props, "additionalProperties": False}
         if node.doc:
@@ -266,6 +266,12 @@ def _safe_node_at(node: Node, rel: Path) -> Node:
     return node
 
 
+def _docstring_text(doc: str, indent: str) -> str:
+    """A docstring's text for triple quotes: its later lines indented, its own quotes escaped."""
+    doc = doc.replace('"""', '\\"\\"\\"')
+    return ("\n" + indent).join(doc.split("\n")).replace("\n" + indent + "\n", "\n\n")
+
+
 def _render_class(obj: ObjectType, depth: int, done: set[str], lines: list[str]) -> None:
     pad = "    " * depth
     done.add(obj.name)
@@ -292,8 +298,11 @@ def _render_class(obj: ObjectType, depth: int, done: set[str], lines: list[str])
     for label in labels:
         lines.append(f"{inner}{label} = str")
     for f in obj.fields:
+        lines.extend(f"{inner}# {c}" for c in f.above)
         comment = f"  # {f.doc}" if f.doc else ""
         lines.append(f"{inner}{f.name}: {type_text(f.type)}{comment}")
+        if f.docstring:
+            lines.append(f'{inner}"""{_docstring_text(f.docstring, inner)}"""')
     if not obj.fields and not obj.doc:
         lines.append(f"{inner}pass")
 

@@ -59,23 +59,29 @@ def parse_schema_text(text: str) -> ObjectType:
         raise SchemaError("schema types are nested too deeply; a typed hierarchy has a few levels") from None
 
 
-def _comments(code: str) -> dict[int, str]:
+def _comments(code: str) -> tuple[dict[int, str], set[int]]:
+    """{line: comment text} and the lines that hold only a comment (no code before it)."""
     out: dict[int, str] = {}
+    alone: set[int] = set()
+    lines = code.splitlines()
     try:
         for tok in tokenize.generate_tokens(io.StringIO(code).readline):
             if tok.type == tokenize.COMMENT:
+                row, col = tok.start
+                if not lines[row - 1][:col].strip():
+                    alone.add(row)
                 text = tok.string.lstrip("#").strip()
                 if text and "pylint" not in text:
-                    out[tok.start[0]] = text
+                    out[row] = text
     except (tokenize.TokenError, IndentationError):
         pass
-    return out
+    return out, alone
 
 
 class _Builder:
     def __init__(self, code: str, tree: ast.Module) -> None:
         self.tree = tree
-        self.comments = _comments(code)
+        self.comments, self.comment_lines = _comments(code)
         self.classes: dict[str, ast.ClassDef] = {}
         self.aliases: dict[str, ast.expr] = {}
         self.order: list[str] = []
@@ -159,7 +165,8 @@ class _Builder:
         cls = self.classes[name]
         doc = ast.get_docstring(cls) or ""
         fields: list[Field] = []
-        for stmt in list(cls.body) + list(extra):
+        body = list(cls.body) + list(extra)
+        for i, stmt in enumerate(body):
             if isinstance(stmt, ast.AnnAssign):
                 if not isinstance(stmt.target, ast.Name):
                     raise self.fail(stmt, "a field must be a plain name")
@@ -170,7 +177,8 @@ class _Builder:
                 node = self.type_of(stmt.annotation, set())
                 end = getattr(stmt, "end_lineno", stmt.lineno) or stmt.lineno
                 fdoc = call_doc or self.comments.get(end) or self.comments.get(stmt.lineno, "")
-                fields.append(Field(fname, node, fdoc))
+                fields.append(Field(fname, node, fdoc, self.comments_above(stmt.lineno),
+                                    self.docstring_after(body, i)))
             elif isinstance(stmt, (ast.ClassDef, ast.Assign, ast.Pass)):
                 continue
             elif isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant):
@@ -181,6 +189,26 @@ class _Builder:
         out = ObjectType(name, tuple(fields), doc, bases)
         self.built[name] = out
         return out
+
+    def comments_above(self, line: int) -> tuple[str, ...]:
+        """The comment-only lines right above `line` (a field's leading comments), top to bottom."""
+        out: list[str] = []
+        row = line - 1
+        while row in self.comment_lines:
+            if row in self.comments:  # pylint pragmas and bare `#` lines are skipped, not kept
+                out.append(self.comments[row])
+            row -= 1
+        return tuple(reversed(out))
+
+    @staticmethod
+    def docstring_after(body: list[ast.stmt], i: int) -> str:
+        """A string statement right after field `i` (the attribute-docstring convention), else ''."""
+        nxt = body[i + 1] if i + 1 < len(body) else None
+        if isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant) and isinstance(nxt.value.value, str):
+            import inspect
+
+            return inspect.cleandoc(nxt.value.value)
+        return ""
 
     def default_doc(self, stmt: ast.AnnAssign, fname: str) -> str:
         """Check a field's default: a literal, or field(...)/Field(...) with literal arguments (read for

@@ -53,9 +53,19 @@ class UnionOf:
 
 @dataclass(frozen=True)
 class Field:
+    """A named field; its docs as the schema's author wrote them: `doc` the trailing `# comment` (or a
+    field(description=...)), `above` the comment lines just before it, `docstring` a string after it."""
+
     name: str
     type: "Node"
     doc: str = ""
+    above: tuple[str, ...] = ()
+    docstring: str = ""
+
+    @property
+    def description(self) -> str:
+        """Every doc of the field in reading order (for JSON Schema descriptions)."""
+        return " ".join(d for d in (*self.above, self.doc, self.docstring) if d)
 
 
 @dataclass(frozen=True)

@@ -2,18 +2,21 @@
 
 Every LLM call goes through `Trace.ask`, which renders a template, asks through `eval.asking.ask`
 (schema-constrained output when the LLM supports it, otherwise the free text is parsed and the same
-request retried, bounded), and records one `Step` with the prompt, output, parsed value, memory
-after the step, token usage and failures.
+request retried with a fresh seed, bounded), and records one `Step` with the prompt, output, parsed
+value, memory after the step, its outcome (`eval.methods.outcomes`), token usage and failures. A
+step's `usage` is its kept (last) attempt's, what the papers count; `retry_usage` the rejected
+attempts before it.
 """
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, ClassVar
 
-from eval.asking import SAME_REQUEST, ParseFailure, ask
+from eval.asking import ParseFailure, ask, reseed
 from eval.datasets.sample import Sample
 from eval.errors import MethodError
 from eval.llm import LLM, Sampling, Usage
+from eval.methods.outcomes import StepOutcome, call_outcome, unit_failure
 from eval.options import PositiveInt, Seed, Temperature, TopK, TopP, check_settings
 from eval.templates import Template, load_template
 from eval.templates import template_hashes as _template_hashes
@@ -37,7 +40,12 @@ class Step:
     attempts: int = 1
     failures: list[str] = field(default_factory=list)
     chunk_index: int | None = None
-    ok: bool = True
+    ok: bool = True  # the output parsed (methods branch on this; `outcome` says more)
+    outcome: StepOutcome = StepOutcome.OK
+    revisions_proposed: int = 0
+    revisions_accepted: int = 0
+    revisions_rejected: int = 0
+    retry_usage: Usage = field(default_factory=Usage)  # the rejected attempts before the kept one
 
 
 @dataclass
@@ -61,8 +69,20 @@ class MethodOutput:
         return total
 
     @property
+    def retry_usage(self) -> Usage:
+        total = Usage()
+        for s in self.steps:
+            total = total + s.retry_usage
+        return total
+
+    @property
     def failures(self) -> list[str]:
         return [f"step {s.index} ({s.kind}): {f}" for s in self.steps for f in s.failures]
+
+    @property
+    def failure(self) -> str | None:
+        """Why the unit failed: none of its steps succeeded or produced anything (None: it did not)."""
+        return None if self.not_applicable else unit_failure(self.steps)
 
 
 @dataclass(frozen=True)
@@ -74,7 +94,9 @@ class MethodSettings:
     top_k: TopK = 0
     top_p: TopP = 1.0
     seed: Seed | None = None
-    max_attempts: PositiveInt = 3  # parse-and-retry bound when output is not schema-constrained
+    max_attempts: PositiveInt = 3  # parse-and-retry bound (attempts per step, the first included)
+    # retries sample at least this hot with a fresh seed: a greedy retry would repeat the rejected answer
+    retry_temperature: Temperature = 0.7
 
     def sampling(self, max_tokens: int | None = None, stop: tuple[str, ...] = ()) -> Sampling:
         return Sampling(max_tokens=max_tokens or self.max_tokens, temperature=self.temperature, top_k=self.top_k,
@@ -111,14 +133,24 @@ class Trace:
                    max_tokens: int | None = None, stop: tuple[str, ...] = (), raw_prompt: bool = False) -> Step:
         self.templates[tpl.id] = tpl.sha256
         answer = ask(self.llm, prompt, self.settings.sampling(max_tokens, stop), parse=parse, schema=schema,
-                     max_attempts=max(1, self.settings.max_attempts), retry=SAME_REQUEST, raw_prompt=raw_prompt)
+                     max_attempts=max(1, self.settings.max_attempts), retry=reseed(self.settings.retry_temperature),
+                     raw_prompt=raw_prompt)
         failures = [f"attempt {a.number}: {a.reason}" + (" (output hit max_tokens)" if a.cut else "")
                     for a in answer.failures]
         step = Step(index=len(self.steps), kind=kind, template_id=tpl.id, template_sha256=tpl.sha256,
-                    prompt=prompt, output=answer.text, parsed=answer.parsed, usage=answer.usage,
-                    attempts=answer.attempts, failures=failures, chunk_index=chunk_index, ok=answer.ok)
+                    prompt=prompt, output=answer.text, parsed=answer.parsed, usage=kept_usage(answer.usage,
+                                                                                             answer.retry_usage),
+                    attempts=answer.attempts, failures=failures, chunk_index=chunk_index, ok=answer.ok,
+                    outcome=call_outcome(answer.ok, answer.cut, answer.parsed if parse is not None else answer.text),
+                    retry_usage=answer.retry_usage)
         self.steps.append(step)
         return step
+
+
+def kept_usage(total: Usage, retries: Usage) -> Usage:
+    """The kept attempt's usage: every attempt's less the rejected ones'."""
+    return Usage(total.prompt_tokens - retries.prompt_tokens, total.cached_tokens - retries.cached_tokens,
+                 total.decoded_tokens - retries.decoded_tokens)
 
 
 class Method:

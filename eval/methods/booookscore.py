@@ -37,6 +37,7 @@ from eval.datasets.sample import Sample
 from eval.errors import MethodError
 from eval.methods import answers
 from eval.methods.base import Method, MethodSettings, Step, Trace
+from eval.methods.outcomes import StepOutcome
 from eval.methods.parsing import ends_in_punctuation
 from eval.templates import load_template
 from eval.options import PositiveInt
@@ -73,8 +74,13 @@ def validity_parser(trace: Trace, limit: int, sentence_end: bool = True,
 
 
 def _accepted(step: Step) -> str:
-    """The validated summary, or the last output when every attempt failed (the failure stays recorded)."""
-    return step.parsed if step.ok else step.output.strip()
+    """The validated summary, or the last output when every attempt failed (the failure stays recorded,
+    the outcome says `kept_invalid` when that output is not empty)."""
+    if step.ok:
+        return step.parsed
+    if step.output.strip():
+        step.outcome = StepOutcome.KEPT_INVALID
+    return step.output.strip()
 
 
 class _BookMethod(Method):
@@ -256,6 +262,8 @@ class IncrementalUpdating(_BookMethod):
             c.memory = _accepted(c)
             if not c.ok:
                 continue
+            if c.outcome == StepOutcome.OK:
+                c.outcome = StepOutcome.COMPRESSED
             last = update(chunk, c.parsed, j)
             if last.ok:
                 return last

@@ -22,6 +22,7 @@ from eval.errors import MethodError
 from eval.memory import Revision, Schema, parse_cok
 from eval.memory.schemas import STORY_ELEMENTS, SUMIE_SUMMARY
 from eval.methods.base import Method, MethodSettings, Trace
+from eval.methods.outcomes import StepOutcome
 from eval.methods.common import enforce_limit, entity_name, final_summary, is_entity, json_parser, paragraphs, schema_for, subject
 from eval.methods.parsing import as_text
 from eval.methods.structured import apply_step, revision_parser
@@ -70,6 +71,7 @@ class ChainOfKey(Method):
             errs = self._schema(sample).errors(value)
             if errs:
                 step.failures.append(f"structured summary breaks the memory schema: {errs[0]}")
+                step.outcome = StepOutcome.PARSE_FAILED
                 value = None
         step.parsed = value
         return value

@@ -9,6 +9,7 @@ from eval.asking import ParseFailure
 from eval.datasets.sample import Sample
 from eval.errors import MethodError
 from eval.methods.base import Trace
+from eval.methods.outcomes import StepOutcome
 from eval.methods.parsing import as_text, extract_json, parse_json_object
 
 BOOK_FIELDS = ("characters", "events", "background", "motivations", "objectives", "other")
@@ -97,10 +98,11 @@ def enforce_limit(trace: Trace, memory: Any, *, fmt: str, limit: int | None, sub
                   schema: dict[str, Any] | None, chunk_index: int, rounds: int = COMPRESS_ROUNDS) -> Any:
     """Keep the memory within K = `limit` tokens (seed 000, Appendix F: K is binding).
 
-    While the memory exceeds K, the LLM compresses it (at most `rounds` calls, one step each); a
-    memory still over K is then trimmed deterministically (`trim_memory`) and the last compress step
-    records it in its failures with the sizes, so a reader sees which happened: within K at once,
-    after compressing, or trimmed.
+    While the memory exceeds K, the LLM compresses it (at most `rounds` calls, one step each, outcome
+    `compressed` when it returned a usable memory); a memory still over K is then trimmed
+    deterministically (`trim_memory`) and the last compress step records it (outcome `trimmed_to_k`,
+    the sizes in its failures), so a reader sees which happened: within K at once, after
+    compressing, or trimmed.
     """
     if limit is None:
         return memory
@@ -117,12 +119,15 @@ def enforce_limit(trace: Trace, memory: Any, *, fmt: str, limit: int | None, sub
         if step.ok:
             memory = step.parsed
             size = count(as_text(memory))
+            if step.outcome == StepOutcome.OK:  # an empty compression stays `empty`
+                step.outcome = StepOutcome.COMPRESSED
         step.memory = memory
     if size <= limit or step is None:
         return memory
     memory = trim_memory(memory, limit, count)
     step.failures.append(f"memory still {size} tokens after {max(1, rounds)} compression round(s), above the "
                          f"limit K={limit}: trimmed deterministically to {count(as_text(memory))} tokens")
+    step.outcome = StepOutcome.TRIMMED_TO_K
     step.memory = memory
     return memory
 

@@ -21,6 +21,7 @@ from eval.asking import ParseFailure
 from eval.datasets.sample import Sample
 from eval.errors import MethodError
 from eval.methods.base import Method, MethodSettings, Trace
+from eval.methods.outcomes import StepOutcome
 from eval.templates import load_template
 from eval.options import PositiveInt
 
@@ -108,6 +109,7 @@ class _Fart(Method):
         return answer, dict(store)
 
     def _chunk(self, trace: Trace, tpl: Any, transcript: str, store: dict[str, str], i: int, last: bool) -> str:
+        wrote = False  # a chunk that ends without a [write] leaves no note of itself
         for q in range(1, self.settings.max_tool_calls + 1):
             step = trace.ask_prompt(transcript, tpl, kind="tool", parse=parse_call, chunk_index=i, stop=stops(q),
                                     raw_prompt=True)
@@ -116,7 +118,11 @@ class _Fart(Method):
                 step.failures.append("no usable tool call; chunk ended")
                 break
             call = step.parsed
+            failures = len(step.failures)
             result = self._execute(call, store, last, step)
+            wrote = wrote or call["tool"] == "write"
+            if len(step.failures) > failures:
+                step.outcome = StepOutcome.TOOL_ERROR
             step.parsed = {**call, "result": result}
             step.memory = dict(store)
             if call["tool"] == "ans" and last:
@@ -124,12 +130,17 @@ class _Fart(Method):
             if call["tool"] == "EOQ":
                 if last:
                     step.failures.append("[EOQ] on the last chunk instead of [ans]")
+                    step.outcome = StepOutcome.TOOL_ERROR
                     break
+                if not wrote:
+                    step.failures.append(f"chunk {i + 1} ended without a [write]")
+                    step.outcome = StepOutcome.EMPTY
                 return ""
             transcript += f" {render_call(call)}\n#{q}: {result}\nQ{q + 1}:"
         else:
             trace.steps[-1].failures.append(f"chunk {i + 1} hit the safety bound of {self.settings.max_tool_calls} "
                                             "tool calls (max_tool_calls)")
+            trace.steps[-1].outcome = StepOutcome.TOOL_CALL_CAP
             q = self.settings.max_tool_calls + 1
         if not last:
             return ""
@@ -137,6 +148,8 @@ class _Fart(Method):
         transcript += " [ans]"
         step = trace.ask_prompt(transcript, tpl, kind="final", chunk_index=i, stop=stops(q), raw_prompt=True)
         step.failures.append("the model did not give [ans] on the last chunk; the answer was requested directly")
+        if step.outcome == StepOutcome.OK:  # an empty forced answer stays `empty`
+            step.outcome = StepOutcome.FORCED_BY_HARNESS
         step.memory = dict(store)
         return step.output.strip()
 

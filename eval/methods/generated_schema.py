@@ -37,6 +37,8 @@ class GeneratedSchema:
     attempts: int
     usage: Usage
     failures: tuple[str, ...] = ()
+    retry_usage: Usage = field(default_factory=Usage)  # the rejected attempts' part of `usage`
+    cut: bool = False  # the last attempt hit max_tokens
 
     @property
     def ok(self) -> bool:
@@ -60,7 +62,7 @@ def generate_schema(llm: LLM, domain: str, example_query: str, sampling: Samplin
     failures = tuple(f"attempt {a.number}: {a.reason}" + (" (output hit max_tokens)" if a.cut else "")
                      for a in answer.failures)
     return GeneratedSchema(answer.parsed if answer.ok else None, tpl, prompt, answer.text, answer.attempts,
-                           answer.usage, failures)
+                           answer.usage, failures, answer.retry_usage, answer.cut)
 
 
 @dataclass

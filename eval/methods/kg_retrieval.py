@@ -45,6 +45,7 @@ from eval.kg.extraction import Extraction
 from eval.methods.base import Method, MethodSettings, Trace
 from eval.asking import build_request
 from eval.methods.long_context import context_window
+from eval.methods.outcomes import StepOutcome
 from eval.templates import load_template
 from eval.options import NonNegativeInt, PositiveInt
 
@@ -214,6 +215,10 @@ class KGRetrieval(_ChapterSummaries):
                 extracted.append((ch, ex))
                 step.failures += [f"edge line skipped: {r}" for r in ex.rejected]
                 step.parsed = {"aliases": ex.aliases, "triples": [[t.subject, t.predicate, t.object] for t in ex.triples]}
+                if not ex.triples:  # entities without edges: nothing to retrieve from this chunk
+                    step.outcome = StepOutcome.EMPTY
+            else:  # left out of the graph: without this outcome a KG row could silently be the No-KG row
+                step.outcome = StepOutcome.EXTRACTION_FAILED
         kg, report = build_book_graph(extracted, s.max_degree, s.min_degree)
         memory = {"nodes": {n: d["names"] for n, d in kg.nodes(data=True)},
                   "edges": [[u, d["predicate"], v, d["chapter"]] for u, v, d in kg.edges(data=True)],

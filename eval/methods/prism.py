@@ -11,7 +11,7 @@ answer parses, every sample records the failure and answers nothing.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from eval.datasets.sample import Sample
 from eval.errors import MethodError
@@ -20,8 +20,9 @@ from eval.memory import schemas as ready
 from eval.llm import Usage
 from eval.methods import answers
 from eval.methods import generated_schema as generated
-from eval.methods.base import Method, MethodSettings, Step, Trace
-from eval.methods.structured import constrained_schema, revision_parser
+from eval.methods.base import Method, MethodSettings, Step, Trace, kept_usage
+from eval.methods.outcomes import StepOutcome, record_revisions
+from eval.methods.structured import constrained_schema, record_failures, revision_parser
 from eval.templates import load_template
 from eval.options import PositiveInt, Seed
 
@@ -50,10 +51,11 @@ EXAMPLE_QUERIES = {
     "book": "Summarize this book excerpt. Briefly introduce characters, places and other major elements when "
             "they are first mentioned.",
     "arxiv": "Summarize this article: its problem, method, main results and conclusions.",
-    "repoqa": "Find the exact name of the function described here. 1. Purpose: builds the string that separates "
-              "paragraphs, optionally with a page break. 2. Input: the number of blank lines, whether to add a "
-              "page break, and the line break character. 3. Output: the separator string. 4. Procedure: repeats "
-              "the line break the given number of times and inserts the page break when asked.",
+    "repoqa": "Find the exact name of the function described by the following function description.\n"  # RepoQA's form
+              "1. Purpose: builds the string that separates paragraphs, optionally with a page break.\n"
+              "2. Input: the number of blank lines, whether to add a page break, and the line break character.\n"
+              "3. Output: the separator string.\n"
+              "4. Procedure: repeats the line break the given number of times and inserts the page break when asked.",
     "spider": "How many singers are there in total?",
     "sumie": "Describe attributes and values of HOTEL0.",
 }
@@ -70,6 +72,10 @@ class PrismSettings(MethodSettings):
     # generated schema: its sampling seed, the same for every repeat (one schema per task and model,
     # section 3.4; the repeat's `seed` would make one per repeat and table 4 an average of five schemas)
     schema_seed: Seed = 0
+    # "text": the paper's [OBJECTS FOR UPDATE] / [OBJECTS FOR ADD] lines, parsed line by line (appendix C);
+    # "constrained": {"revisions": [...]} held to a JSON schema by the model server, with a prompt that
+    # describes that form (the server must support JSON-schema decoding)
+    decoding: Literal["text", "constrained"] = "text"
     max_revisions: PositiveInt | None = None   # cap on revisions per step under constrained decoding
     max_tokens: PositiveInt = 1024
 
@@ -77,7 +83,8 @@ class PrismSettings(MethodSettings):
 class _Prism(Method):
     Settings = PrismSettings
     amendments: ClassVar[bool] = False
-    template_ids = ("s002-prism-revise", "s002-prism-revise-addonly", "s002-amendments-note", "s002-prism-final",
+    template_ids = ("s002-prism-revise", "s002-prism-revise-addonly", "s002-prism-revise-json",
+                    "s002-prism-revise-addonly-json", "s002-amendments-note", "s002-prism-final",
                     *answers.TEMPLATE_IDS, "s002-schema-gen")
 
     def _validate(self) -> None:
@@ -86,6 +93,9 @@ class _Prism(Method):
             raise MethodError(f"{self.name}: unknown schema {s.schema!r}; choose one of {sorted(SCHEMAS)}")
         if s.max_revisions is not None and s.max_revisions < 1:
             raise MethodError(f"{self.name}: max_revisions must be at least 1 (or null for no cap)")
+        if s.max_revisions is not None and s.decoding != "constrained":
+            raise MethodError(f"{self.name}: max_revisions caps the JSON revision list of constrained decoding; "
+                              "set decoding: constrained or remove max_revisions")
         if s.schema is not None and s.generate_schema:
             raise MethodError(f"{self.name}: set either schema or generate_schema, not both")
         if not s.generate_schema and (s.schema_domain is not None or s.schema_example_query is not None):
@@ -117,8 +127,11 @@ class _Prism(Method):
         step = Step(index=len(trace.steps), kind="schema", template_id=gen.template.id,
                     template_sha256=gen.template.sha256, prompt=gen.prompt, output=gen.output,
                     parsed=gen.schema.class_text() if gen.schema is not None else None,
-                    usage=gen.usage if made_here else Usage(), attempts=gen.attempts if made_here else 0,
-                    failures=list(gen.failures), ok=gen.ok)
+                    usage=kept_usage(gen.usage, gen.retry_usage) if made_here else Usage(), attempts=gen.attempts if made_here else 0,
+                    failures=list(gen.failures), ok=gen.ok,
+                    outcome=(StepOutcome.OK if gen.ok else StepOutcome.CUT_AT_MAX_TOKENS if gen.cut
+                             else StepOutcome.PARSE_FAILED),
+                    retry_usage=gen.retry_usage if made_here else Usage())
         trace.steps.append(step)
         trace.templates[gen.template.id] = gen.template.sha256
         if gen.schema is None:
@@ -133,15 +146,22 @@ class _Prism(Method):
         if schema is None:
             return "", {}
         ops = ("add", "update") if self.settings.updates else ("add",)
-        tpl = "s002-prism-revise" if self.settings.updates else "s002-prism-revise-addonly"
-        note = ""
-        if self.amendments:
+        constrained = self.settings.decoding == "constrained"
+        if constrained and not trace.llm.supports_json_schema:
+            raise MethodError(f"{self.name}: decoding: constrained needs a model server with JSON-schema decoding, "
+                              f"and {trace.llm.name!r} has none; use decoding: text (the paper's format)")
+        tpl = ("s002-prism-revise" if self.settings.updates else "s002-prism-revise-addonly") \
+            + ("-json" if constrained else "")
+        note, final_note = "", ""
+        if self.amendments:  # the note names the section it describes: [PARTIAL_SUMMARY], then [MEMORY]
             nt = load_template("s002-amendments-note")
             trace.templates[nt.id] = nt.sha256
-            note = nt.text.strip()
-        constrained = trace.llm.supports_json_schema
-        parse = revision_parser(constrained, parse_prism, ops)
-        js = constrained_schema(schema, ops, thoughts=False, max_items=self.settings.max_revisions)
+            note = nt.render(section="[PARTIAL_SUMMARY]").strip()
+            final_note = " " + nt.render(section="[MEMORY]").strip()
+        opened = "[OBJECTS FOR UPDATE]" if self.settings.updates else "[OBJECTS FOR ADD]"  # where the prompt ends
+        parse = revision_parser(constrained, lambda text: parse_prism(text, opened), ops, keep_complete=True)
+        js = constrained_schema(schema, ops, thoughts=False, max_items=self.settings.max_revisions) \
+            if constrained else None
         structure = schema.class_text()
         memory: dict[str, Any] = {}
         amend = Amendments(schema, base={})
@@ -154,20 +174,19 @@ class _Prism(Method):
                 rejected = list(parsed.rejected)
                 if self.amendments:
                     before = len(amend.revisions)
-                    rejected += amend.revise(parsed.revisions)
+                    rejected += amend.revise(parsed.revisions, ops)
                     applied = amend.revisions[before:]
                     memory = amend.fold()
                 else:
-                    res = apply_revisions(memory, parsed.revisions, schema)
+                    res = apply_revisions(memory, parsed.revisions, schema, ops)
                     rejected += res.rejected
                     applied, memory = res.applied, res.memory
-                for rej in rejected:
-                    where = rej.revision.path.text if rej.revision is not None else (rej.raw or "")[:80]
-                    step.failures.append(f"revision rejected ({where}): {rej.reason}")
+                record_failures(step, rejected)
+                record_revisions(step, len(parsed.revisions) + len(parsed.rejected), len(applied), len(rejected))
                 step.parsed = {"revisions": [r.to_dict() for r in parsed.revisions],
                                "applied": [r.to_dict() for r in applied]}
             step.memory = memory
-        final = trace.ask("s002-prism-final", {"memory_note": (" " + note) if note else "", "question": question,
+        final = trace.ask("s002-prism-final", {"memory_note": final_note, "question": question,
                                                "structure": structure, "memory": self._render(memory, amend),
                                                "answer_instruction": answers.answer_instruction(trace, sample.task)},
                           kind="final")

@@ -8,6 +8,7 @@ from eval.asking import ParseFailure
 from eval.memory import (ParsedRevisions, Revision, RevisionParseError, Schema, apply_revisions,
                          parse_revision_list, revision_list_schema)
 from eval.methods.base import Step
+from eval.methods.outcomes import record_revisions
 
 THOUGHT_FIELDS = ("thoughts_for_update", "thoughts_for_add")
 
@@ -30,11 +31,15 @@ def constrained_schema(schema: Schema, ops: Sequence[str], thoughts: bool, max_i
 
 
 def revision_parser(constrained: bool, text_parser: Callable[[str], ParsedRevisions],
-                    ops: Sequence[str]) -> Callable[[str], ParsedRevisions]:
-    """Parse constrained JSON or the sectioned text format; an output with no revisions section retries."""
+                    ops: Sequence[str], keep_complete: bool = False) -> Callable[[str], ParsedRevisions]:
+    """Parse constrained JSON or the sectioned text format; an output with no revisions section retries.
+
+    `keep_complete`: a constrained output cut at max_tokens keeps its complete revisions (see
+    `parse_revision_list`) instead of failing the step.
+    """
     def parse(text: str) -> ParsedRevisions:
         try:
-            parsed = parse_revision_list(text) if constrained else text_parser(text)
+            parsed = parse_revision_list(text, keep_complete) if constrained else text_parser(text)
         except RevisionParseError as exc:
             raise ParseFailure(str(exc)) from None
         banned = [r for r in parsed.revisions if r.op not in ops]
@@ -49,7 +54,8 @@ def revision_parser(constrained: bool, text_parser: Callable[[str], ParsedRevisi
 
 def apply_step(step: Step, memory: dict[str, Any], schema: Schema,
                prepare: Callable[[dict[str, Any], Revision], Revision] | None = None) -> tuple[dict[str, Any], list]:
-    """Apply a parsed step's revisions; rejections become the step's failures. Returns (memory, applied).
+    """Apply a parsed step's revisions; rejections become the step's failures and its counts (outcome
+    empty, rejected or ok: `eval.methods.outcomes.record_revisions`). Returns (memory, applied).
 
     `prepare(memory so far, proposed) -> revision to apply` lets a method give an op its own meaning
     (CoK's `update` adds to the stored value); the step records the proposals and what was applied."""
@@ -65,9 +71,16 @@ def apply_step(step: Step, memory: dict[str, Any], schema: Schema,
             res.memory = one.memory
             res.applied += one.applied
             res.rejected += one.rejected
-    for rej in list(parsed.rejected) + list(res.rejected):
-        where = rej.revision.path.text if getattr(rej, "revision", None) is not None else (rej.raw or "")[:80]
-        step.failures.append(f"revision rejected ({where}): {rej.reason}")
+    rejections = list(parsed.rejected) + list(res.rejected)
+    record_failures(step, rejections)
+    record_revisions(step, len(parsed.revisions) + len(parsed.rejected), len(res.applied), len(rejections))
     step.parsed = {"revisions": [r.to_dict() for r in parsed.revisions],
                    "applied": [r.to_dict() for r in res.applied]}
     return res.memory, list(res.applied)
+
+
+def record_failures(step: Step, rejections: list) -> None:
+    """Each rejected revision as one of the step's failures, with where it pointed and why."""
+    for rej in rejections:
+        where = rej.revision.path.text if getattr(rej, "revision", None) is not None else (rej.raw or "")[:80]
+        step.failures.append(f"revision rejected ({where}): {rej.reason}")

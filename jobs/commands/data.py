@@ -123,5 +123,26 @@ def show(
                           "query": (s.query or "")[:160], "gold": json.dumps(s.gold)[:160]}, ensure_ascii=False))
 
 
+@data_app.command("repoqa-describe")
+def repoqa_describe(
+    base_url: str = typer.Option(..., "--base-url", help="An OpenAI-compatible endpoint (e.g. `memloop serve`'s)."),
+    model: str = typer.Option(..., "--model", help="The model that writes the descriptions (the name a config's "
+                                                    "`describer_model` then gives)."),
+    api_key_env: Optional[str] = typer.Option(None, "--api-key-env", help="Environment variable holding the API key."),
+    option: list[str] = typer.Option([], "--option", "-o", help="RepoQA loader option KEY=VALUE (packages, needles, "
+                                                                 "seed, description_cache ...)."),
+) -> None:
+    """Have a model describe every RepoQA-style needle (as RepoQA's descriptions are written), caching its
+    answers so that a run config with `describer_model: MODEL` reads them; prints who described what."""
+    from collections import Counter
+
+    from eval.datasets.repoqa import load_repoqa
+    from eval.llm_http import OpenAICompatibleLLM
+
+    llm = OpenAICompatibleLLM(base_url, model, api_key_env=api_key_env)
+    samples = load_repoqa(llm=llm, **_options(option))
+    print(json.dumps({"samples": len(samples), "describers": dict(Counter(s.metadata["describer"] for s in samples))}))
+
+
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:
     app.add_typer(data_app, name="data")

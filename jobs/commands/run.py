@@ -60,6 +60,12 @@ def run_cmd(
               "first errors:", file=sys.stderr)
         for err in summary.first_errors():
             print(f"  {err[:500]}", file=sys.stderr)
+    if summary.method_failed:
+        print(f"method failed: {summary.method_failed} unit(s) whose steps all produced nothing (recorded as failed "
+              "with their step outcomes; `memloop report` shows the method-health table); first causes:",
+              file=sys.stderr)
+        for err in summary.to_dict()["method_errors"][:3]:
+            print(f"  {err[:500]}", file=sys.stderr)
     if report:
         from jobs.results.report import write_report
 

@@ -10,12 +10,15 @@ and "(judged / total)" when a unit failed or was not judged, so a failure is nev
 where the method does not apply (the long-context ceiling on an input longer than the context);
 "failed (k / n)" where every unit of the method failed;
 "not measured" where memloop has no such metric (BERTScore); "–" where the run has no figure.
+A cell whose method's steps did not succeed in more than `jobs.results.health.UNSUCCESSFUL_STEP_SHARE` of
+cases carries the marker "⚠ k% steps not ok" (the figure's `steps_not_ok`, from the method-health table).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from jobs.results.health import marker
 from jobs.run.config import register_paper_tables
 
 
@@ -127,6 +130,14 @@ def _cost_table(tid: str, title: str, task: str, printed: Mapping[str, tuple[str
     return PaperTable(tid, title, _cost_columns(task, cost_digits), rows, "paper", note)
 
 
+# seed 002 table 2: each task's score, then its "Ch. Tokens" (the input one step reads, x10^3)
+_TABLE2_COLS = tuple(c for label, judge, metric, task, digits in (
+    ("BooookScore", "booookscore", "booookscore", "book", 3), ("RepoQA acc.", "repoqa-exact", "accuracy", "repoqa", 2),
+    ("LOFT-Spider acc.", "loft-exec", "accuracy", "spider", 2))
+    for c in (Column(label, judge, metric, task=task, digits=digits),
+              Column(f"{label.split()[0]} ch. tokens (x10^3)", "", "context_tokens", task=task, scale=1e-3)))
+
+
 TABLES: dict[str, PaperTable] = {t.id: t for t in (
     PaperTable(
         "seed000-table1", "Seed 000, table 1: SUMIE P / R / F1 at the first turn, the last turn and averaged",
@@ -170,19 +181,20 @@ TABLES: dict[str, PaperTable] = {t.id: t for t in (
         "100 BookSum test chapters drawn at random (the config's seed), each summarised with the book's "
         "chapters up to it and scored against its own reference. memloop does not compute BERTScore."),
     PaperTable(
-        "seed002-table2", "Seed 002, table 2: task performance (BooookScore, RepoQA accuracy, LOFT-Spider accuracy)",
-        (Column("BooookScore", "booookscore", "booookscore", task="book", digits=3),
-         Column("RepoQA acc.", "repoqa-exact", "accuracy", task="repoqa", digits=2),
-         Column("LOFT-Spider acc.", "loft-exec", "accuracy", task="spider", digits=2)),
-        tuple(Row(label, method, dict(zip(("BooookScore", "RepoQA acc.", "LOFT-Spider acc."), printed)))
+        "seed002-table2", "Seed 002, table 2: task performance (BooookScore, RepoQA accuracy, LOFT-Spider accuracy) "
+                          "and the tokens one step reads",
+        _TABLE2_COLS,
+        tuple(Row(label, method, dict(zip([c.label for c in _TABLE2_COLS], printed)))
               for (label, method), printed in zip(_TABLE2_METHODS, (
-                  (".67 ± .004", ".92", ".44 ± .01"), (".63 ± .010", ".24 ± .03", ".12 ± .02"),
-                  (".51 ± .006", "n/a", "n/a"), (".63 ± .008", ".42 ± .02", ".22 ± .03"),
-                  (".63 ± .006", ".50 ± .03", ".26 ± .02"), (".65 ± .004", ".48 ± .03", ".14 ± .01"),
-                  (".63 ± .005", ".53 ± .02", ".22 ± .02")))),
+                  (".67 ± .004", "100k", ".92", "121k", ".44 ± .01", "30k"), (".63 ± .010", "–", ".24 ± .03", "–", ".12 ± .02", "–"),
+                  (".51 ± .006", "–", "n/a", "–", "n/a", "–"), (".63 ± .008", "2k", ".42 ± .02", "8k", ".22 ± .03", "8k"),
+                  (".63 ± .006", "", ".50 ± .03", "", ".26 ± .02", ""), (".65 ± .004", "2k", ".48 ± .03", "8k", ".14 ± .01", "8k"),
+                  (".63 ± .005", "", ".53 ± .02", "", ".22 ± .02", "")))),
         "paper",
         "Chunks: 2k tokens on books, 8k on RepoQA and Spider (the paper's); the long-context row is n/a "
-        "where the whole input does not fit the model's context."),
+        "where the whole input does not fit the model's context. ch. tokens: what one step reads, per sample: "
+        "the whole input for the long-context row (cl100k), the dataset's chunk size otherwise (the run "
+        "model's tokenizer); the paper prints \"–\" for its baselines and one figure per PRISM pair."),
     _cost_table(
         "seed002-table3", "Seed 002, table 3: cache hit, tokens and cost index per sample (BooookScore)", "book",
         {"long-context": ("–", "100", "100", "1", "–"), "inc-update": ("0", "249", "248", "141", "0.67"),
@@ -206,10 +218,13 @@ TABLES: dict[str, PaperTable] = {t.id: t for t in (
                     "prism-amendments-no-updates": ("40", "54", "33", "0.4", "0.034")},
         cost_digits=3),
     PaperTable(
-        "seed002-table4", "Seed 002, table 4: hand-made against LLM-generated schemas",
+        "seed002-table4", "Seed 002, table 4: hand-made against LLM-generated schemas, and their memory tokens",
         (Column("BooookScore", "booookscore", "booookscore", task="book", digits=3),
          Column("RepoQA acc.", "repoqa-exact", "accuracy", task="repoqa", digits=2),
-         Column("LOFT-Spider acc.", "loft-exec", "accuracy", task="spider", digits=2)),
+         Column("LOFT-Spider acc.", "loft-exec", "accuracy", task="spider", digits=2),
+         Column("BooookScore memory tokens", "", "memory_tokens", task="book", digits=0),
+         Column("RepoQA memory tokens", "", "memory_tokens", task="repoqa", digits=0),
+         Column("LOFT-Spider memory tokens", "", "memory_tokens", task="spider", digits=0)),
         (Row("Manual", {"book": "manual-book", "repoqa": "manual-repoqa", "spider": "manual-spider"},
              {"BooookScore": ".65 ± .004", "RepoQA acc.": ".53 ± .02", "LOFT-Spider acc.": ".26 ± .02"}),
          Row("Generated", {"book": "generated-book", "repoqa": "generated-repoqa", "spider": "generated-spider"},
@@ -217,7 +232,9 @@ TABLES: dict[str, PaperTable] = {t.id: t for t in (
         "paper",
         "Each task's manual row is its best hand-made variant of table 2 (amendments on books, amendments "
         "without updates on RepoQA, in-place without updates on Spider); the generated row is the same "
-        "variant with the schema the LLM wrote from the task's example query."),
+        "variant with the schema the LLM wrote from the task's example query. memory tokens: the memory after "
+        "each step in the run model's tokenizer, averaged over steps and samples, per task; the paper states "
+        "one figure per row in its caption (manual 760 tokens, generated 790), not per task."),
     PaperTable(
         "seed002-fig5", "Seed 002, figure 5: RepoQA at five chunk sizes, amendments without updates",
         (Column("acc.", "repoqa-exact", "accuracy", task="repoqa", digits=2),) + _cost_columns("repoqa", 3),
@@ -291,7 +308,9 @@ def cell(table: PaperTable, row: Row, col: Column, figures: list[dict],
     skipped = counts.get("n/a", 0)
     if skipped:  # a mean over the samples the method applies to only: its own sample set, said in the cell
         text += f" (own samples: {skipped} n/a)"
-    return {"text": text, "mean": mean, "se": se, "n": done, "total": total}
+    share = fig.get("steps_not_ok")
+    text += marker(share)
+    return {"text": text, "mean": mean, "se": se, "n": done, "total": total, "steps_not_ok": share}
 
 
 def layout(table: PaperTable, figures: list[dict], status: Mapping[tuple[str, str], Mapping[str, int]]
@@ -303,7 +322,8 @@ def layout(table: PaperTable, figures: list[dict], status: Mapping[tuple[str, st
         for col in table.columns:
             c = cell(table, row, col, figures, status)
             cells[col.label] = dict(memloop=c["mean"], se=c.get("se"), n=c.get("n"), total=c.get("total"),
-                                    text=c["text"], paper=row.paper.get(col.label, "") or None)
+                                    text=c["text"], paper=row.paper.get(col.label, "") or None,
+                                    steps_not_ok=c.get("steps_not_ok"))
         rows.append({"label": row.label, "cells": cells})
     return {"id": table.id, "title": table.title, "paper_label": table.paper_label, "note": table.note, "rows": rows}
 

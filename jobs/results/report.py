@@ -18,8 +18,12 @@ with one repeat only the mean is shown. Tables:
   which): the prefix hit of section 4.2 (each prompt's longest prefix shared with the previous prompt of
   the same sample, over all tokens encoded), total, net = total minus that prefix, output, and the
   cost index (net + 3 x output) / 10^6, so hit = 1 - net / total in every row. The engine's, as
-  served: radix-cache hit, prompt tokens (chat template and retried attempts included), net (prompt
+  served: radix-cache hit, prompt tokens (chat template included; the kept attempt of each step, retried attempts being the health table's retry overhead), net (prompt
   minus cached: reuse across samples and repeats included), decoded, and its cost index.
+- Method health (`jobs.results.health`): per method and dataset, the steps by outcome, the units with a step
+  that did not succeed, revisions proposed / accepted / rejected and the retry overhead; every figure
+  whose steps did not succeed in more than `jobs.results.health.UNSUCCESSFUL_STEP_SHARE` of cases is marked
+  with the share (paper tables, SUMIE and Scores tables, `report --json`).
 Plots (PNG, matplotlib): F1 per turn, prompt and cached tokens per step, cost index against chunk size.
 
 The formulas are `eval.judges`': start / last / avg per sample is `eval.judges.sumie.turn_summary`,
@@ -41,6 +45,7 @@ from eval.judges import aggregator
 from eval.judges.cost import PaperCost, paper_per_sample, paper_sample_cost, per_sample_cost, usage_of
 from eval.judges.sumie import METRICS as SUMIE_METRICS
 from eval.judges.sumie import turn_summary
+from jobs.results import health
 from jobs.results.paper_tables import TABLES, PaperTable, layout, method_status
 from jobs.store.storage import RunStore
 
@@ -124,6 +129,33 @@ def _judged_cell(counts: dict[tuple[str, str, str], tuple[int, int]], key: tuple
 
 
 # ---------------------------------------------------------------------------------------------
+# method health (`jobs.results.health`)
+
+
+def health_rows(d: RunData) -> list[dict]:
+    """Per (method, dataset): steps by outcome, units with a failed step, retry overhead (once per load)."""
+    if "health" not in d.derived:
+        d.derived["health"] = health.health_rows(d.samples, d.steps)
+    return d.derived["health"]
+
+
+def step_shares(d: RunData) -> dict[tuple[str, str], float]:
+    return health.shares(health_rows(d))
+
+
+def _marker(d: RunData, method: str, dataset: str) -> str:
+    return health.marker(step_shares(d).get((method, dataset)))
+
+
+def health_table(d: RunData) -> str | None:
+    rows = health_rows(d)
+    if not rows:
+        return None
+    header, body = health.health_cells(rows)
+    return markdown_table(header, body) + "\n\n" + health.note()
+
+
+# ---------------------------------------------------------------------------------------------
 # tables
 
 
@@ -170,7 +202,7 @@ def sumie_table(d: RunData) -> str | None:
     counts = judged_counts(d)
     rows = []
     for (method, ds, judge), g in f.groupby(["method", "dataset", "judge"], sort=True):
-        cells = [method, ds, judge, _judged_cell(counts, (method, ds, judge))]
+        cells = [method + _marker(d, method, ds), ds, judge, _judged_cell(counts, (method, ds, judge))]
         for which in TURN_SUMMARIES:
             for metric in SUMIE_METRICS:
                 cells.append(fmt(per_repeat(g[g["metric"] == metric], which, judge)))
@@ -188,7 +220,7 @@ def scores_table(d: RunData) -> str | None:
     counts = judged_counts(d)
     rows = []
     for (method, ds), g in s.groupby(["method", "dataset"], sort=True):
-        cells = [method, ds]
+        cells = [method + _marker(d, method, ds), ds]
         for j, m in cols:
             if m is None:
                 cells.append(_judged_cell(counts, (method, ds, j)))
@@ -392,13 +424,14 @@ def headline(d: RunData) -> dict:
              for (m, ds), g in d.samples.groupby(["method", "dataset"], sort=True)]
     _, excluded = cost_units(d)
     return {"run_id": d.run_id, "uri": d.uri, "units": units, "figures": figures_of(d), "cost_excluded": excluded,
-            "paper_tables": [laid for _, laid in paper_tables(d)]}
+            "paper_tables": [laid for _, laid in paper_tables(d)], "health": health_rows(d),
+            "unsuccessful_step_share": health.UNSUCCESSFUL_STEP_SHARE}
 
 
 def figures_of(d: RunData) -> list[dict]:
     """Every headline figure of the run (computed once per load)."""
     if "figures" not in d.derived:
-        d.derived["figures"] = _figures(d)
+        d.derived["figures"] = health.annotate(_figures(d), step_shares(d))
     return d.derived["figures"]
 
 
@@ -468,6 +501,30 @@ def _memory_figures(d: RunData) -> list[dict]:
     return out
 
 
+def context_figures(d: RunData) -> list[dict]:
+    """`context_tokens` per (method, dataset): the input one step of the method reads, per sample (seed 002
+    table 2's "Ch. Tokens"): the whole input (cl100k, the samples table's `input_tokens`) for a method that
+    reads it at once (the long-context ceiling), else the dataset's chunk size (in the run model's tokenizer)."""
+    from jobs.run.chunk_fit import WHOLE_INPUT_METHODS
+
+    ok = d.ok
+    if ok.empty:
+        return []
+    names = {m.get("label") or m.get("name"): m.get("name") for m in run_config(d).get("methods") or ()}
+    totals = d.applicable.groupby(["method", "dataset"]).size().to_dict()
+    out = []
+    for (m, ds), g in ok.groupby(["method", "dataset"], sort=True):
+        column = "input_tokens" if names.get(m, m) in WHOLE_INPUT_METHODS else "chunk_tokens"
+        g = g.dropna(subset=[column])
+        if g.empty:
+            continue
+        out.append({"method": m, "dataset": ds, "judge": "", "metric": "context_tokens",
+                    **_figure([float(r[column].mean()) for _, r in g.groupby("repeat")]),
+                    "samples": int(len(g)), "total": int(totals.get((m, ds), len(g))),
+                    "tokenizer": "cl100k_base" if column == "input_tokens" else "run model"})
+    return out
+
+
 def paper_markdown(table: PaperTable, laid: dict[str, Any]) -> str:
     header = ["row"]
     for col in table.columns:
@@ -494,7 +551,9 @@ def paper_tables(d: RunData) -> list[tuple[PaperTable, dict]]:
         return []
     figures = list(figures_of(d))
     if any(c.metric == "memory_tokens" for i in ids for c in TABLES[i].columns):
-        figures += memory_figures(d)
+        figures += health.annotate(memory_figures(d), step_shares(d))
+    if any(c.metric == "context_tokens" for i in ids for c in TABLES[i].columns):
+        figures += health.annotate(context_figures(d), step_shares(d))
     status = method_status(d.samples)
     return [(TABLES[i], layout(TABLES[i], figures, status)) for i in ids]
 
@@ -552,21 +611,54 @@ def plot_tokens_per_step(d: RunData) -> bytes | None:
     return _png(fig)
 
 
+# seed 002 figure 5's curves against chunk size: the task's accuracy, net encoded and decoded tokens, cost index
+CHUNK_CURVES = (("accuracy", "accuracy"), ("net_encoded", "net encoded tokens per sample"),
+                ("decoded", "decoded tokens per sample"), ("cost_index", "cost index per sample"))
+
+
+def chunk_curves(d: RunData) -> dict[str, list[tuple[str, int, float, float]]]:
+    """{metric: [(method, chunk size, mean, s.e.)]} for a run whose datasets differ in chunk size only:
+    the same headline figures the tables print (accuracy from any judge that reports it), by chunk size."""
+    s = d.samples.dropna(subset=["chunk_tokens"]) if "chunk_tokens" in d.samples else d.samples.iloc[0:0]
+    if s.empty or s["chunk_tokens"].nunique() < 2:
+        return {}
+    per_dataset = s.groupby("dataset")["chunk_tokens"].nunique()
+    if (per_dataset > 1).any():  # chunk sizes vary inside a dataset: its figures cannot be split, units can
+        out_units: list[tuple[str, int, float, float]] = []
+        for method, g in cost_units(d)[0].dropna(subset=["chunk_tokens"]).groupby("method"):
+            for ct, gc in g.groupby("chunk_tokens"):
+                m, se = mean_se([_per_sample(gr)["cost_index"] for _, gr in gc.groupby("repeat")])
+                out_units.append((method, int(ct), m, se or 0.0))
+        return {"cost_index": sorted(out_units)}
+    sizes = s.groupby("dataset")["chunk_tokens"].first().to_dict()
+    out: dict[str, list[tuple[str, int, float, float]]] = {}
+    for f in figures_of(d):
+        if f["metric"] in dict(CHUNK_CURVES) and f["dataset"] in sizes and f.get("mean") is not None \
+                and (f["metric"] != "accuracy" or f["judge"]):
+            out.setdefault(f["metric"], []).append((f["method"], int(sizes[f["dataset"]]), f["mean"], f.get("se") or 0.0))
+    return {k: sorted(v) for k, v in out.items()}
+
+
 def plot_cost_vs_chunk(d: RunData) -> bytes | None:
-    ok = cost_units(d)[0].dropna(subset=["chunk_tokens"])
-    if ok.empty or ok["chunk_tokens"].nunique() < 2:
+    curves = chunk_curves(d)
+    if not curves:
         return None
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for method, g in ok.groupby("method"):
-        xs, ms, ses = [], [], []
-        for ct, gc in g.groupby("chunk_tokens"):
-            m, se = mean_se([_per_sample(gr)["cost_index"] for _, gr in gc.groupby("repeat")])
-            xs.append(int(ct)), ms.append(m), ses.append(se or 0.0)
-        ax.errorbar(xs, ms, yerr=ses, marker="o", capsize=3, label=method)
-    ax.set_xscale("log", base=2), ax.set_xlabel("chunk size (tokens)"), ax.set_ylabel("cost index per sample")
-    ax.set_title("Cost index against chunk size"), ax.legend(fontsize=8)
+    fig, axes = plt.subplots(1, len(CHUNK_CURVES), figsize=(4 * len(CHUNK_CURVES), 3.6))
+    for ax, (metric, label) in zip(axes, CHUNK_CURVES):
+        by_method: dict[str, list[tuple[int, float, float]]] = {}
+        for method, size, mean, se in curves.get(metric, ()):
+            by_method.setdefault(method, []).append((size, mean, se))
+        for method, pts in by_method.items():
+            ax.errorbar([p[0] for p in pts], [p[1] for p in pts], yerr=[p[2] for p in pts], marker="o", capsize=3,
+                        label=method)
+        ax.set_xscale("log", base=2), ax.set_xlabel("chunk size (tokens)"), ax.set_title(label, fontsize=9)
+    for ax in axes:  # the legend on the first panel that has curves
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
+            break
+    fig.suptitle("Against chunk size (seed 002, figure 5)")
     return _png(fig)
 
 
@@ -602,7 +694,8 @@ def build_report(d: RunData) -> Report:
         parts += ["\n\n".join(paper_markdown(t, laid) for t, laid in papers)]
     for title, table in (("SUMIE: precision / recall / F1 per turn (seed 000, table 1)", sumie_table(d)),
                          ("Scores", scores_table(d)),
-                         ("Cost (seed 002, table 3)", cost_table(d))):
+                         ("Cost (seed 002, table 3)", cost_table(d)),
+                         ("Method health: step outcomes and retries", health_table(d))):
         if table:
             parts += ["", f"## {title}", "", table]
     plots = {}

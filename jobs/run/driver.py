@@ -41,7 +41,7 @@ from jobs.run.pool import Attempt, Outcome, WorkerPool
 from jobs.run.progress import Progress
 from jobs.run.shards import ShardWriter
 from jobs.store.storage import Committed, RunStore
-from jobs.run.loops import run_loop, start_workers
+from jobs.run.loops import judged, method_failure, run_loop, start_workers
 from jobs.store.tables import now, sample_row
 from jobs.run.workload import Unit
 
@@ -62,6 +62,10 @@ class RunSummary:
     failed: int
     stats: dict[str, Any] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)  # the first failed units' errors (root causes)
+    # units computed whose method produced nothing at any step (samples.status "failed", the steps'
+    # outcomes as the cause): a result of the method, scored as such, not a failure of the run
+    method_failed: int = 0
+    method_errors: list[str] = field(default_factory=list)
 
     def first_errors(self, n: int = 3) -> list[str]:
         """The first `n` distinct root causes of failed units."""
@@ -74,7 +78,8 @@ class RunSummary:
 
     def to_dict(self) -> dict[str, Any]:
         return {"run_id": self.run_id, "output": self.output, "samples": self.samples, "computed": self.computed,
-                "skipped": self.skipped, "failed": self.failed, "errors": self.first_errors(5)}
+                "skipped": self.skipped, "failed": self.failed, "errors": self.first_errors(5),
+                "method_failed": self.method_failed, "method_errors": list(dict.fromkeys(self.method_errors))[:5]}
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict())
@@ -114,6 +119,8 @@ class _UnitRunner:
         self.workers = workers or []
         self.cpu = cpu or CpuSplit()
         self.usage = Usage()
+        self.method_failed = 0  # units whose steps all produced nothing, and their first causes
+        self.method_errors: list[str] = []
         self.stopping = False
         self._lock = threading.Lock()
 
@@ -124,18 +131,22 @@ class _UnitRunner:
                 ref = self.workers[lane].run.remote(u, a.number)
             # Waiting on the ref's future, not in ray.get: a thread blocked in ray.get wakes every
             # second to check for signals, which with thousands of loop threads keeps the GIL busy.
-            written, usage = ref.future().result()
+            written, usage, method_error = ref.future().result()
         else:
             with self.cpu("loops"):
                 rows, out = run_loop(u, a.number, self.llms[lane])
-            usage = out.usage
-            if not u.judges or out.not_applicable:
+            usage, method_error = out.usage + out.retry_usage, method_failure(rows)
+            if not judged(u, out, rows):
                 written = None  # buffered by the pool and written in batches, by this process
             else:
                 with self.cpu("write"):
                     written = self.writer.write(u, rows, out, self.llms[lane])
         with self._lock:  # totals of finished units (the progress line's fallback, the run's stats)
             self.usage = self.usage + usage
+            if method_error is not None:  # no step produced anything: recorded failed, no judge ran
+                self.method_failed += 1
+                if len(self.method_errors) < 20:
+                    self.method_errors.append(method_error)
         if written is None:
             return Outcome(rows)
         if isinstance(written, Committed):
@@ -228,7 +239,9 @@ def _compute(plan: RunPlan, rs: RunStore, todo: list[Unit], llms: list[Any], act
     _show_progress(progress, pool, runner)
     progress.close()
     u = runner.usage
-    return {"wall_s": el, "prompt_tokens": u.prompt_tokens, "cached_tokens": u.cached_tokens,
+    state["method_failed"] = (runner.method_failed, list(runner.method_errors))
+    return {"wall_s": el, "method_failed": runner.method_failed,
+            "prompt_tokens": u.prompt_tokens, "cached_tokens": u.cached_tokens,
             "decoded_tokens": u.decoded_tokens,
             "cache_hit": u.cached_tokens / u.prompt_tokens if u.prompt_tokens else 0.0,
             "tokens_per_s": (u.prompt_tokens - u.cached_tokens + u.decoded_tokens) / el if el else 0.0,
@@ -350,4 +363,6 @@ def execute(cfg: RunConfig, *, actor_cls: Any = None, sim: Simulated | None = No
     if lock["lost"]:
         raise RunError(lock["lost"])
     computed, failed, errors = state["counts"]
-    return RunSummary(plan.run_id, rs.uri, len(all_units), computed, skipped, failed, stats, errors)
+    method_failed, method_errors = state.get("method_failed", (0, []))
+    return RunSummary(plan.run_id, rs.uri, len(all_units), computed, skipped, failed, stats, errors,
+                      method_failed, method_errors)

@@ -33,6 +33,17 @@ def run_loop(u: Unit, attempt: int, llm: Any) -> tuple[Rows, Any]:
     return rows, out
 
 
+def method_failure(rows: Rows) -> str | None:
+    """The cause when the unit failed because none of its steps produced anything (`MethodOutput.failure`)."""
+    sample = rows["samples"][0]
+    return sample["error"] if sample["status"] == "failed" else None
+
+
+def judged(u: Unit, out: Any, rows: Rows) -> bool:
+    """Whether the unit's judges run: it has judges, its method applies, and its method produced something."""
+    return bool(u.judges) and not out.not_applicable and method_failure(rows) is None
+
+
 class MethodWorker:
     """Runs method loops against engine actors from the engines' own host (a threaded Ray actor).
     One worker serves one engine in a real run; a simulation packs several (`host` picks one)."""
@@ -53,12 +64,13 @@ class MethodWorker:
         self.cpu0, self.t0 = time.process_time(), time.monotonic()
 
     def run(self, u: Unit, attempt: int, host: int = 0) -> tuple[Any, Any]:
-        """Run `u`'s loop and write its shard: (its `Committed` record or commit task reference, usage).
-        A worker started without a writer returns the rows and the method output instead."""
+        """Run `u`'s loop and write its shard: (its `Committed` record or commit task reference, usage of
+        every attempt, the cause when its method produced nothing). A worker started without a writer
+        returns the rows and the method output instead."""
         rows, out = run_loop(u, attempt, self.llms[host])
         if self.writer is None:
             return rows, out
-        return self.writer.write(u, rows, out, self.llms[host]), out.usage
+        return self.writer.write(u, rows, out, self.llms[host]), out.usage + out.retry_usage, method_failure(rows)
 
     def stats(self, host: int = 0) -> dict[str, Any]:
         wall = max(1e-9, time.monotonic() - self.t0)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from jobs.run.judge_fanout import Judging, start_judges
+from jobs.run.loops import judged
 from jobs.run.workload import Unit
 from jobs.store.storage import Committed, RunStore, new_shard_name
 
@@ -27,6 +28,6 @@ class ShardWriter:
         shard = new_shard_name()
         steps = rows.get("steps", [])
         files = [(f, len(steps))] if (f := self.rs.write_part(shard, "steps", steps)) is not None else []
-        if u.judges and not out.not_applicable:
+        if judged(u, out, rows):
             return start_judges(self.judging, self.output_uri, self.run_id, shard, u, out, llm, rows["samples"], files)
         return self.rs.commit(shard, rows["samples"], files, keep=False)

@@ -64,6 +64,16 @@ SCHEMAS: dict[str, pa.Schema] = {
         pa.field("decoded_tokens", pa.int64()),
         pa.field("error", pa.string()),
         pa.field("extra_json", pa.string()),  # anything else the method traced
+        # what happened at the step (`eval.methods.outcomes.StepOutcome`); null in files written before it
+        pa.field("outcome", pa.string()),
+        pa.field("revisions_proposed", pa.int32()),
+        pa.field("revisions_accepted", pa.int32()),
+        pa.field("revisions_rejected", pa.int32()),
+        # the token columns above count the kept (last) attempt; these the rejected attempts before it
+        pa.field("attempts", pa.int32()),
+        pa.field("retry_prompt_tokens", pa.int64()),
+        pa.field("retry_cached_tokens", pa.int64()),
+        pa.field("retry_decoded_tokens", pa.int64()),
     ]),
     "judgments": pa.schema(_UNIT + [
         pa.field("judge", pa.string(), nullable=False),
@@ -136,11 +146,15 @@ def unit_columns(u: "UnitLike") -> dict[str, Any]:
 
 def sample_row(u: "UnitLike", status: str, error: str | None, attempts: int, out: "MethodOutput | None",
                started: dt.datetime, actor: str) -> dict[str, Any]:
+    """The unit's samples row. An "ok" unit none of whose steps produced anything is "failed", with the
+    steps' outcomes as its error (`MethodOutput.failure`)."""
     output = None
     prompt = cached = decoded = 0
     if out is not None:
         if out.not_applicable:  # e.g. the whole input exceeds the model's context: neither ok nor failed
             status, error = "n/a", out.not_applicable
+        elif status == "ok" and out.failure is not None:
+            status, error = "failed", out.failure
         output = json.dumps({"answer": out.answer, "memory": out.memory, "settings": out.settings,
                              "templates": out.templates, "failures": out.failures}, sort_keys=True, default=str)
         usage = out.usage
@@ -160,9 +174,22 @@ def step_row(u: "UnitLike", s: "Step") -> dict[str, Any]:
                 template_hash=s.template_sha256, prompt=s.prompt, output=s.output, parsed_json=_dump(s.parsed),
                 memory_json=_dump(s.memory), prompt_tokens=s.usage.prompt_tokens,
                 cached_tokens=s.usage.cached_tokens, decoded_tokens=s.usage.decoded_tokens,
-                error=None if s.ok else "; ".join(s.failures) or "unparsed output",
+                error=_step_error(s),
                 extra_json=json.dumps({"attempts": s.attempts, "failures": list(s.failures),
-                                       "chunk_index": s.chunk_index, "ok": s.ok}))
+                                       "chunk_index": s.chunk_index, "ok": s.ok}),
+                outcome=str(s.outcome), revisions_proposed=s.revisions_proposed,
+                revisions_accepted=s.revisions_accepted, revisions_rejected=s.revisions_rejected,
+                attempts=s.attempts, retry_prompt_tokens=s.retry_usage.prompt_tokens,
+                retry_cached_tokens=s.retry_usage.cached_tokens, retry_decoded_tokens=s.retry_usage.decoded_tokens)
+
+
+def _step_error(s: "Step") -> str | None:
+    """Why a step did not succeed (its failures; its outcome when it records none); None when it did."""
+    from eval.methods.outcomes import succeeded
+
+    if s.ok and succeeded(s.outcome):
+        return None
+    return "; ".join(s.failures) or ("unparsed output" if not s.ok else str(s.outcome))
 
 
 def step_rows(u: "UnitLike", out: "MethodOutput") -> list[dict[str, Any]]:

@@ -64,3 +64,23 @@ def test_export_writes_parquet(app, tmp_path):
     rows = pq.read_table(out).to_pylist()
     assert len(rows) == 50 and json.loads(result.output.splitlines()[-1])["samples"] == 50
     assert rows[0]["task"] == "spider" and json.loads(rows[0]["gold_json"]) and rows[0]["chunks"][0].startswith("Table: ")
+
+
+def test_repoqa_describe_caches_a_models_descriptions_for_configs_that_name_it(app, tmp_path):
+    """`memloop data repoqa-describe` has a served model describe each needle; a config's loader options
+    `describer_model` (and `description_cache`) then read those descriptions, checked for leaks."""
+    from eval.datasets import load_dataset
+    from tests.jobs.scripted_endpoint import scripted_endpoint
+
+    reply = json.dumps({"purpose": "Turns a value into text for a data format", "input": "one value",
+                        "output": "a string", "procedure": "looks at the value's kind and writes it out"})
+    options = ["-o", 'packages=["json"]', "-o", "needles=2", "-o", f"description_cache={tmp_path}"]
+    with scripted_endpoint(lambda body: reply if "code search test" in body["messages"][0]["content"] else None) as (url, seen):
+        result = CliRunner().invoke(app, ["data", "repoqa-describe", "--base-url", url, "--model", "writer-1", *options])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output.strip().splitlines()[-1]) == {"samples": 2, "describers": {"llm": 2}}
+    assert len(seen) == 2 and len(list(tmp_path.glob("*.json"))) == 2
+    samples = load_dataset("repoqa", packages=["json"], needles=2, describer_model="writer-1", description_cache=str(tmp_path))
+    assert [s.metadata["describer"] for s in samples] == ["llm", "llm"] and "2. Input: one value" in samples[0].query
+    other = load_dataset("repoqa", packages=["json"], needles=2, describer_model="someone-else", description_cache=str(tmp_path))
+    assert all(s.metadata["describer"].startswith("code (no description by someone-else") for s in other)

@@ -8,7 +8,9 @@ import pytest
 
 from eval.datasets import load_dataset, token_counter
 from eval.datasets.errors import DatasetError, DatasetNotFoundError
-from eval.datasets.repoqa import dependency_order, load_repoqa, read_package, repository_text
+from eval.datasets.repoqa import (DEFAULT_PACKAGES, QUERY, choose_needles, dependency_order, describe_from_code,
+                                  leaked_identifiers, load_repoqa, read_package, repository_text)
+from eval.datasets.repoqa.loader import _read_repository
 from eval.llm import ScriptedLLM
 
 
@@ -49,18 +51,80 @@ def test_seeded_and_deterministic(samples):
     assert [s.gold for s in other] != [s.gold for s in samples[:5]]
 
 
-def test_llm_descriptions_pin_prompt_and_parsing():
-    reply = json.dumps({"purpose": "Encodes strings via py_encode_basestring_ascii", "input": "a str", "output": "a str",
+def test_llm_descriptions_pin_prompt_and_parsing(tmp_path):
+    reply = json.dumps({"purpose": "Escapes a string for JSON output", "input": "a str", "output": "a str",
                         "procedure": "escapes non-ASCII characters"})
     llm = ScriptedLLM([reply] * 2)
-    [s, t] = load_repoqa(["json"], needles=2, seed=0, chunk_tokens=4096, llm=llm)
+    [s, t] = load_repoqa(["json"], needles=2, seed=0, chunk_tokens=4096, llm=llm, description_cache=tmp_path)
     prompt = llm.requests[0].messages[0]["content"]
-    assert "Never write the function's name." in prompt and f"def {s.gold}(" in prompt
+    assert "Never write the function's name, the name of its class or the names of its parameters" in prompt
+    assert f"def {s.gold}(" in prompt
     assert s.metadata["describer"] == "llm" and s.metadata["description"]["input"] == "a str"
-    if s.gold == "py_encode_basestring_ascii":
-        assert "this function" in s.metadata["description"]["purpose"]
-    with pytest.raises(DatasetError, match="not a JSON object"):
-        load_repoqa(["json"], needles=1, seed=0, llm=ScriptedLLM(["I think it encodes things."]))
+    assert s.query.startswith(QUERY.split("\n")[0]) and "\n2. Input: a str\n" in s.query
+
+
+def test_an_llm_description_that_names_the_function_falls_back_to_the_name_free_one_and_is_cached(tmp_path):
+    """RepoQA's descriptions never name the needle: an LLM answer naming it (or its class, or a code-like
+    parameter) is replaced by the rule-based description, and the answer is cached per needle."""
+    files = dependency_order(read_package("json"))
+    [needle] = choose_needles(files, 1, 0)
+    leaky = json.dumps({"purpose": f"Implements {needle.name} for encoders", "input": "a str", "output": "a str",
+                        "procedure": "escapes characters"})
+    [s] = load_repoqa(["json"], needles=1, seed=0, chunk_tokens=4096, llm=ScriptedLLM([leaky]), description_cache=tmp_path)
+    assert s.metadata["describer"] == f"code (the LLM's description named {needle.name})"
+    assert s.metadata["description"] == describe_from_code(needle) and needle.name not in s.query
+    # the cached answer is reused (an exhausted script would fail if asked) and judged again
+    [again] = load_repoqa(["json"], needles=1, seed=0, chunk_tokens=4096, llm=ScriptedLLM([]), description_cache=tmp_path)
+    assert again.query == s.query and len(list(tmp_path.glob("*.json"))) == 1
+    [bad] = load_repoqa(["json"], needles=1, seed=0, chunk_tokens=4096, llm=ScriptedLLM(["I think it encodes things."]),
+                        description_cache=tmp_path / "other")
+    assert bad.metadata["describer"].startswith("code (the LLM gave no JSON object")
+
+
+@pytest.mark.parametrize("package", ["json", "email", "http"])
+def test_rule_based_descriptions_name_no_identifier_of_the_needle(package):
+    """The rule-based description strips the needle's name, its owners' names and its code-like parameter
+    names, and withholds every other code-like token, so the query reads as RepoQA's do."""
+    files = dependency_order(read_package(package))
+    for needle in choose_needles(files, 8, 1):
+        d = describe_from_code(needle)
+        assert leaked_identifiers(d, needle) == [], (needle.qualname, d)
+        text = " ".join(d.values())
+        assert "`" not in text and not re.search(r"\b\w+_\w+\b", text), (needle.qualname, d)
+        owners = needle.qualname.split(".")[:-1]
+        assert not any(re.search(rf"\b{re.escape(o)}\b", text) for o in owners), (needle.qualname, d)
+
+
+def test_default_repositories_reach_the_papers_context_length():
+    """The paper's RepoQA contexts average 121k tokens: each default repository is 100k-140k (cl100k)."""
+    count = token_counter()
+    sizes = {p: count(repository_text(dependency_order(_read_repository(p)))) for p in DEFAULT_PACKAGES}
+    assert len(sizes) == 5 and all(100_000 <= n <= 140_000 for n in sizes.values()), sizes
+
+
+def test_the_real_repoqa_release_file_is_read(tmp_path):
+    """RepoQA's release format: language -> repositories with `content`, `dependency` and `needles`."""
+    util = "def clamp_value(x, lo, hi):\n    return max(lo, min(x, hi))\n"
+    main = "from pkg.util import clamp_value\n\n\ndef scale_all(items, k):\n    return [clamp_value(i * k, 0, 9) for i in items]\n"
+    needle = {"name": "scale_all", "path": "pkg/main.py", "start_byte": main.index("def scale_all"),
+              "end_byte": len(main), "start_line": 4, "end_line": 5,
+              "description": "\n1. **Purpose**: Multiplies numbers and keeps them in range.\n2. **Input**: a list and a factor."}
+    release = {"python": [{"repo": "owner/pkg", "content": {"pkg/main.py": main, "pkg/util.py": util},
+                           "dependency": {"pkg/main.py": ["pkg/util.py"], "pkg/util.py": []}, "needles": [needle]}],
+               "rust": []}
+    path = tmp_path / "repoqa-2024-04-20.json"
+    path.write_text(json.dumps(release))
+    [s] = load_dataset("repoqa", packages=str(path), chunk_tokens=4096)
+    assert s.gold == "scale_all" and s.id == "repoqa/owner-pkg/scale_all" and s.metadata["describer"] == "release"
+    assert s.query == QUERY.split("\n")[0] + "\n" + needle["description"].strip()
+    text = "".join(s.chunks)
+    assert text.index("# file: pkg/util.py") < text.index("# file: pkg/main.py")  # imports first
+    assert "def scale_all(" in s.chunks[s.metadata["needle_chunk"]]
+    with pytest.raises(DatasetError, match="no 'go' repositories"):
+        load_repoqa(str(path), language="go")
+    path.with_suffix(".jsonl").write_text("[1, 2]")
+    with pytest.raises(DatasetError, match="not a RepoQA release"):
+        load_repoqa(str(path.with_suffix(".jsonl")))
 
 
 def test_errors(tmp_path):

@@ -117,3 +117,28 @@ def test_loft_corpus_gives_the_same_chunks_as_the_database(tmp_path):
     (tmp_path / "queries.jsonl").write_text(json.dumps(query) + "\n")
     with pytest.raises(DatasetNotFoundError, match="nope"):
         load_spider(queries=tmp_path / "queries.jsonl", corpus=tmp_path / "corpus.jsonl")
+
+
+def test_a_loft_folder_is_read_when_present_and_the_paper_configs_name_one(tmp_path):
+    """`loft:` names LOFT's Spider folder: its queries over its own tables when the files are there,
+    memloop's built-in databases (said in each sample's metadata) when they are not."""
+    from pathlib import Path
+
+    import yaml
+
+    (tmp_path / "corpus.jsonl").write_text(json.dumps(
+        {"pid": "t1", "title_text": "singer", "passage_text": "singer_id,name\n1,Joe Sharp\n2,Rose White"}) + "\n")
+    (tmp_path / "test_queries.jsonl").write_text(json.dumps(
+        {"qid": "q1", "query_text": "How many singers are there?", "answers": [[2]],
+         "metadata": {"db_id": "concert_singer", "sql_query": "SELECT count(*) FROM singer", "candidate_pids": ["t1"]}}) + "\n")
+    [s] = load_dataset("spider", loft=str(tmp_path), chunk_tokens=2048)
+    assert s.metadata["source"] == "loft:test_queries.jsonl" and s.gold == [[2]]
+    assert s.chunks == ("Table: singer\nsinger_id,name\n1,Joe Sharp\n2,Rose White",)
+    absent = load_dataset("spider", loft=str(tmp_path / "missing"), chunk_tokens=2048)
+    assert len(absent) == 50 and absent[0].metadata["source"] == f"builtin (no LOFT files in {tmp_path / 'missing'})"
+    with pytest.raises(DatasetNotFoundError, match="no LOFT Spider files"):
+        load_spider(loft=tmp_path / "missing", loft_required=True)
+    root = Path(__file__).resolve().parents[2] / "jobs/configs/papers"
+    for name in ("seed002-table2.yaml", "seed002-table4.yaml"):
+        [spider] = [d for d in yaml.safe_load((root / name).read_text())["datasets"] if d["task"] == "spider"]
+        assert spider["options"]["loft"].endswith("spider/32k"), name

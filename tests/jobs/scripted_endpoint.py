@@ -1,9 +1,11 @@
 """A scripted OpenAI-compatible model on 127.0.0.1 for whole-config runs in the default suite.
 
 It answers every chat request deterministically: a request constrained by a JSON Schema gets the
-smallest instance of that schema, any other request one fixed sentence. Usage is counted in words.
+smallest instance of that schema, a prompt ending in PRISM's `[OBJECTS FOR ...]` header empty
+sections, any other request one fixed sentence. Usage is counted in words.
 Methods and judges then run their real prompts, parsing, revisions and scoring; outputs that do not
 parse as a method or judge needs are recorded as the failures they are, which a test can count.
+Raw completions (F-ART's transcripts) get the same sentence unless the test scripts them.
 """
 from __future__ import annotations
 
@@ -16,6 +18,9 @@ from fastapi import FastAPI
 from tests.http_server import serve_app
 
 SENTENCE = "The keeper tends the light alone, and the ship reaches the harbour safely."
+# a prompt that ends in a sectioned-revision header (PRISM's free-text format) gets its smallest answer:
+# every section it opens, each with no revision
+SECTIONED = {"[OBJECTS FOR UPDATE]": "{}\n\n[OBJECTS FOR ADD]\n{}", "[OBJECTS FOR ADD]": "{}"}
 
 
 def minimal_instance(schema: dict[str, Any], defs: dict[str, Any] | None = None) -> Any:
@@ -46,7 +51,13 @@ def minimal_instance(schema: dict[str, Any], defs: dict[str, Any] | None = None)
     return None
 
 
-Answer = Callable[[dict], "str | None"]
+Answer = Callable[[dict], "str | tuple[str, str] | None"]
+
+
+def _scripted(answer: "Answer | None", body: dict) -> tuple[str, str] | None:
+    """The test's own answer to a request as (text, finish reason), or None for the defaults."""
+    got = answer(body) if answer is not None else None
+    return (got, "stop") if isinstance(got, str) else got
 
 
 def _app(seen: list[dict], answer: Answer | None = None) -> FastAPI:
@@ -56,16 +67,24 @@ def _app(seen: list[dict], answer: Answer | None = None) -> FastAPI:
     async def chat(body: dict):
         seen.append(body)
         fmt = body.get("response_format") or {}
-        scripted = answer(body) if answer is not None else None
-        if scripted is not None:  # the test's own answer to this request
-            text = scripted
-        elif fmt.get("type") == "json_schema":
-            text = json.dumps(minimal_instance(fmt["json_schema"]["schema"]))
-        else:
-            text = SENTENCE
         prompt = " ".join(str(m.get("content", "")) for m in body.get("messages", []))
-        return {"choices": [{"message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+        scripted = _scripted(answer, body)
+        if scripted is not None:  # the test's own answer to this request
+            text, finish = scripted
+        elif fmt.get("type") == "json_schema":
+            text, finish = json.dumps(minimal_instance(fmt["json_schema"]["schema"])), "stop"
+        else:
+            text, finish = SECTIONED.get(prompt.rstrip().rsplit("\n", 1)[-1], SENTENCE), "stop"
+        return {"choices": [{"message": {"role": "assistant", "content": text}, "finish_reason": finish}],
                 "usage": {"prompt_tokens": len(prompt.split()), "completion_tokens": len(text.split())}}
+
+    @app.post("/v1/completions")
+    async def complete(body: dict):  # raw prompts (F-ART's tool transcripts)
+        seen.append(body)
+        text, finish = _scripted(answer, body) or (SENTENCE, "stop")
+        return {"choices": [{"text": text, "finish_reason": finish}],
+                "usage": {"prompt_tokens": len(str(body.get("prompt", "")).split()),
+                          "completion_tokens": len(text.split())}}
 
     return app
 
@@ -73,7 +92,8 @@ def _app(seen: list[dict], answer: Answer | None = None) -> FastAPI:
 @contextlib.contextmanager
 def scripted_endpoint(answer: Answer | None = None) -> Iterator[tuple[str, list[dict]]]:
     """(base URL, the request bodies it received) of a scripted model served on 127.0.0.1. `answer`
-    may script a request's answer (return the text), or leave it to the defaults (return None)."""
+    may script a request's answer (return the text, or (text, finish reason): "length" says it was cut
+    at max_tokens), or leave it to the defaults (return None)."""
     seen: list[dict] = []
     with serve_app(_app(seen, answer)) as url:
         yield url, seen

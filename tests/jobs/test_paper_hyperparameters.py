@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import jobs.results.paper_tables  # noqa: F401  (registers the paper tables the configs name, as the CLI does)
+import jobs.results.paper_tables  # noqa: F401  (registers the papers' table ids the paper configs name)
 from jobs.run.config import load_config
 
 CONFIGS = Path(__file__).resolve().parents[2] / "jobs" / "configs"
@@ -28,6 +28,20 @@ def test_seed_002_figure_5_sweeps_chunk_size_on_repoqa_with_amendments_without_u
     assert {d.task for d in cfg.datasets} == {"repoqa"}
     assert sorted(d.options["chunk_tokens"] for d in cfg.datasets) == [512, 1024, 2048, 4096, 8192]  # "five different chunk sizes"
     assert [(m.name, m.options) for m in cfg.methods] == [("prism-amendments", {"updates": False})]
+
+
+def test_seed_002_figure_5_8k_point_is_table_2s_run_and_hierarchical_merging_packs_the_papers_window() -> None:
+    """Figure 5's 8k point is table 2's amendments-without-updates RepoQA run, so both decode up to the same
+    max_tokens; hierarchical merging packs its merge prompts for the paper's 32k window, less the output,
+    so a merge fits the configured 32k model."""
+    from eval.methods import get_method
+    from jobs.run.workload import method_settings
+
+    fig5, table2 = (load_config(CONFIGS / "papers" / n) for n in ("seed002-fig5.yaml", "seed002-table2.yaml"))
+    assert fig5.sampling == table2.sampling and table2.sampling.max_tokens == 1024
+    [hier] = [m for m in table2.methods if m.name == "hier-merge"]
+    settings = get_method("hier-merge", **method_settings(table2, hier, table2.seed)).settings
+    assert settings.context_window + settings.max_tokens == 32 * 1024
 
 
 def test_seed_004_table_1_config() -> None:

@@ -65,7 +65,7 @@ def test_cells_carry_the_papers_unit_the_counts_and_why_a_figure_is_missing() ->
                 "mean": 0.3, "se": None, "judged": 10, "total": 10}]
     rows = {r["label"]: r["cells"] for r in layout(table, figures, {})["rows"]}
     assert rows["Base"]["ROUGE-1"] == dict(memloop=pytest.approx(20.0), se=pytest.approx(1.0), n=9, total=10,
-                                          text="20.0 ± 1.0 (9 / 10)", paper="11.7")
+                                          text="20.0 ± 1.0 (9 / 10)", paper="11.7", steps_not_ok=None)
     assert rows["Rolling summary"]["ROUGE-1"]["text"] == "30.0"  # all judged: no counts shown
     assert rows["Compressed intermediates"]["ROUGE-1"]["text"] == "–"
     long = TABLES["seed002-table2"]
@@ -160,6 +160,15 @@ def test_a_reduced_paper_config_runs_end_to_end_and_reports_the_papers_table(con
                 assert cell["paper"] == (row.paper.get(col.label) or None)
                 # a memloop figure, or the reason there is none: never an empty cell for a method the run has
                 assert cell["text"], (tid, row.label, col.label)
+    if "seed002-fig5" in cfg.paper_tables:  # figure 5's four curves, one point per chunk size
+        from jobs.results.report import chunk_curves
+
+        curves = chunk_curves(d)
+        assert set(curves) == {"accuracy", "net_encoded", "decoded", "cost_index"}
+        assert all(sorted(p[1] for p in pts) == [32, 64, 128, 256, 512] for pts in curves.values())
+    if "seed002-table4" in cfg.paper_tables:  # memory tokens, manual against generated, per task
+        manual = next(r for r in laid["seed002-table4"]["rows"] if r["label"] == "Manual")["cells"]
+        assert all(manual[f"{t} memory tokens"]["memloop"] is not None for t in ("BooookScore", "RepoQA", "LOFT-Spider"))
 
 
 @pytest.mark.slow
@@ -242,6 +251,15 @@ def test_table3_net_and_cost_index_recomputed_from_the_runs_parquet_agree_with_t
         assert figures[(method, ds, "cost_index")] == pytest.approx(sum(p[2] for p in per) / n)
         checked += 1
     assert checked >= 6
+    # table 2's ch. tokens: the whole input (cl100k) for the long-context row, the chunk size otherwise
+    t2 = {r["label"]: r["cells"] for r in h["paper_tables"][0]["rows"]}
+    ok = samples[samples["status"] == "ok"]
+    for task, label in (("book", "BooookScore"), ("repoqa", "RepoQA"), ("spider", "LOFT-Spider")):
+        lc = ok[(ok["method"] == "long-context") & ok["dataset"].str.startswith(task)]
+        cell = t2["Long context"][f"{label} ch. tokens (x10^3)"]["memloop"]
+        assert cell == pytest.approx(lc["input_tokens"].mean() / 1e3) if len(lc) else cell is None
+        chunk = next(d["options"]["chunk_tokens"] for d in data["datasets"] if d["task"] == task)
+        assert t2["PRISM in-place"][f"{label} ch. tokens (x10^3)"]["memloop"] == pytest.approx(chunk / 1e3)
     for laid in h["paper_tables"]:
         if laid["id"] not in ("seed002-table3", "seed002-table3-repoqa", "seed002-table5"):
             continue

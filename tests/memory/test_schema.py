@@ -234,3 +234,40 @@ def test_typeddict_required_markers_are_accepted():
 
     assert [(f.name, f.type) for f in Schema.from_class(T, namespace=locals()).root.fields] == [
         ("a", ListOf(Prim("str"))), ("b", Prim("int"))]
+
+
+def test_generated_schema_keeps_field_docstrings_and_comment_lines_when_re_rendered():
+    """Seed 002 section 3.4: the model reads the schema the LLM wrote, so its comment lines above a field and
+    a docstring under a field survive the re-rendering into [CLASS], and the round trip is stable."""
+    written = '''```python
+class Chronicle:
+    """The story so far."""
+
+    class Event:
+        """One event."""
+        # who took part, by name
+        # (aliases go in brackets)
+        who: list[str]
+        what: str  # one sentence
+        """What happened, in the book's order."""
+
+    # keyed by chapter title
+    events: dict[str, list[Event]]
+    open_questions: list[str]
+    """Mysteries the story has not resolved yet.
+
+    Drop one when it is answered."""
+```'''
+    schema = Schema.from_text(written)
+    text = schema.class_text()
+    for kept in ("# who took part, by name", "# (aliases go in brackets)", "what: str  # one sentence",
+                 '"""What happened, in the book\'s order."""', "# keyed by chapter title",
+                 '"""Mysteries the story has not resolved yet.', "Drop one when it is answered."):
+        assert kept in text, kept
+    assert text.index("# keyed by chapter title") < text.index("events: dict") < text.index("open_questions")
+    again = Schema.from_text(text)
+    assert again.root == schema.root and again.class_text() == text
+    import json
+    described = json.dumps(schema.json_schema())  # the constrained-decoding schema carries them too
+    assert '"description": "who took part, by name (aliases go in brackets)"' in described
+    assert '"description": "one sentence What happened, in the book\'s order."' in described

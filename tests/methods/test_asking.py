@@ -1,9 +1,9 @@
-"""The one ask-parse-retry primitive: what methods (same request) and judges (resampled) send and record."""
+"""The one ask-parse-retry primitive: what methods (reseeded) and judges (resampled) send and record."""
 from __future__ import annotations
 
 import pytest
 
-from eval.asking import RESAMPLE, RETRY_SEED_STRIDE, SAME_REQUEST, ParseFailure, ask, retry_seed
+from eval.asking import RESAMPLE, RETRY_SEED_STRIDE, SAME_REQUEST, ParseFailure, ask, reseed, retry_seed
 from eval.errors import EvalError
 from eval.judges.asking import ask_judgment
 from eval.llm import LLMRequest, LLMResult, Sampling, ScriptedLLM, Usage
@@ -40,7 +40,20 @@ def test_resample_policy_raises_temperature_and_moves_the_seed() -> None:
     assert not retries & set(range(100))
 
 
-def test_constrained_output_is_parsed_once_for_methods_and_retried_for_judges() -> None:
+def test_method_retries_change_the_seed_and_keep_the_rejected_usage_apart() -> None:
+    llm = ScriptedLLM(["no", "still no", "42"])
+    trace = Trace(llm, MethodSettings(max_tokens=8, seed=7, max_attempts=3))
+    step = trace.ask_prompt("How many?", load_template("s000-book-final"), kind="final", parse=_number)
+    assert step.ok and step.parsed == 42 and step.attempts == 3
+    # greedy by default: retries sample at retry_temperature with seeds derived from the attempt
+    assert [(r.sampling.temperature, r.sampling.seed) for r in llm.requests] == [
+        (0.0, 7), (0.7, retry_seed(7, 1)), (0.7, retry_seed(7, 2))]
+    assert step.usage == Usage(2, 0, 1) and step.retry_usage == Usage(4, 0, 3)  # kept "42"; "no", "still no"
+    constrained = ScriptedLLM(["x", "3"], supports_json_schema=True)  # a schema-valid answer can be rejected too
+    assert ask(constrained, "q", Sampling(seed=1), parse=_number, schema={"type": "integer"}, retry=reseed(0.7)).ok
+
+
+def test_constrained_output_is_parsed_once_under_same_request_and_retried_otherwise() -> None:
     schema = {"type": "integer"}
     llm = ScriptedLLM(["x", "3"], supports_json_schema=True)
     once = ask(llm, "q", Sampling(), parse=_number, schema=schema, retry=SAME_REQUEST)
@@ -84,7 +97,9 @@ def test_both_callers_record_the_max_tokens_note_in_their_own_record_format() ->
     trace = Trace(_CutLLM(), MethodSettings(max_tokens=16, max_attempts=2))
     step = trace.ask_prompt("p", tpl, kind="final", parse=reject)
     assert step.failures == ["attempt 1: truncated (output hit max_tokens)", "attempt 2: truncated (output hit max_tokens)"]
-    assert not step.ok and step.parsed is None and step.attempts == 2 and step.usage == Usage(2, 0, 32)
+    assert not step.ok and step.parsed is None and step.attempts == 2
+    assert step.usage == Usage(1, 0, 16) and step.retry_usage == Usage(1, 0, 16)  # kept attempt, rejected one
+    assert str(step.outcome) == "cut_at_max_tokens"
     llm = _CutLLM()
     j = ask_judgment(llm, load_template("sumie-match"), "p", item="i", parse=reject, max_tokens=64, max_attempts=2,
                      raise_on_invalid=False)

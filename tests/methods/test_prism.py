@@ -76,11 +76,48 @@ def test_constrained_revisions_and_repoqa_answer() -> None:
     rev = {"revisions": [{"path": "$.candidate_functions.add", "op": "add",
                           "value": {"purpose": "sums", "input": "a, b", "output": "sum", "procedure": "a + b"}}]}
     llm = ScriptedLLM([json.dumps(rev), "add\nbecause it sums"], supports_json_schema=True)
-    out = get_method("prism-amendments", updates=False, max_revisions=3).run(repo, llm)
+    out = get_method("prism-amendments", updates=False, decoding="constrained", max_revisions=3).run(repo, llm)
     revisions = llm.requests[0].json_schema["properties"]["revisions"]
     assert revisions["items"]["anyOf"][0]["properties"]["op"] == {"enum": ["add"]} and revisions["maxItems"] == 3
     assert llm.requests[1].json_schema is None
     assert out.answer == "add" and "add" in out.memory["candidate_functions"]
+
+
+def test_decoding_is_the_papers_text_format_by_default_even_where_json_schema_is_supported() -> None:
+    """Seed 002 appendix C: the model writes [OBJECTS FOR UPDATE] / [OBJECTS FOR ADD] lines; no schema is
+    sent, and an answer that continues the section the prompt opened (no header of its own) keeps its lines."""
+    answers = ['{"$. \'attributes\'. \'Anna\'": {"add": ["sails to Crete"]}}\n\n[OBJECTS FOR ADD]\n'
+               '{"$. \'attributes\'. \'Ship\'": {"add": ["a brig"]}}', "[OBJECTS FOR UPDATE]\n{}", "{}", "done"]
+    llm = ScriptedLLM(answers, supports_json_schema=True)
+    out = get_method("prism-inplace").run(BOOK, llm)
+    assert all(r.json_schema is None for r in llm.requests)
+    assert content(llm, 0).rstrip().endswith("[OBJECTS FOR UPDATE]") and "[REVISIONS]" not in content(llm, 0)
+    assert out.settings["decoding"] == "text" and out.steps[0].template_id == "s002-prism-revise"
+    assert out.memory == {"attributes": {"Anna": ["sails to Crete"], "Ship": ["a brig"]}} and out.failures == []
+
+
+def test_constrained_decoding_describes_its_form_and_keeps_complete_revisions_cut_at_max_tokens() -> None:
+    """decoding: constrained sends the JSON schema with a prompt that shows {"revisions": [...]}; an output
+    cut inside its second revision keeps the first, and the cut is recorded."""
+    first = {"path": "$. 'attributes'. 'Anna'", "op": "add", "value": ["sails to Crete"]}
+    cut = '{"revisions": [' + json.dumps(first) + ', {"path": "$. \'attributes\'. \'Bo'
+    llm = ScriptedLLM([cut, '{"revisions": []}', '{"revisions": []}', "done"], supports_json_schema=True)
+    out = get_method("prism-amendments", decoding="constrained").run(BOOK, llm)
+    prompt = content(llm, 0)
+    assert llm.requests[0].json_schema is not None and prompt.rstrip().endswith("[REVISIONS]")
+    assert '{"revisions": [' in prompt and "[OBJECTS FOR" not in prompt
+    assert out.settings["decoding"] == "constrained" and out.steps[0].template_id == "s002-prism-revise-json"
+    assert out.steps[0].ok and out.memory == {"attributes": {"Anna": ["sails to Crete"]}}
+    assert any("cut at max_tokens" in f and "1 complete revision" in f for f in out.steps[0].failures)
+
+
+def test_constrained_decoding_needs_a_server_that_supports_it_and_max_revisions_needs_constrained() -> None:
+    with pytest.raises(MethodError, match="decoding: text"):
+        get_method("prism-inplace", decoding="constrained").run(BOOK, ScriptedLLM(["x"], supports_json_schema=False))
+    with pytest.raises(MethodError, match="decoding: constrained"):
+        get_method("prism-inplace", max_revisions=2)
+    with pytest.raises(MethodError, match="decoding"):
+        get_method("prism-inplace", decoding="grammar")
 
 
 SCHEMA_ANSWER = "```python\nclass Notes:\n    \"\"\"Key facts.\"\"\"\n    facts: list[str]\n```"
@@ -186,6 +223,32 @@ def test_amendments_note_says_what_fold_does() -> None:
     assert "replaces that value" not in note  # the old note: any later amendment replaces the value
     assert '"add" at a path that holds a list appends' in note and "earlier items stay" in note
     assert '"update" replaces the value' in note
+
+
+def test_add_only_variant_says_add_appends_and_never_advises_update() -> None:
+    """The add-only prompt says an `add` at a list path appends (and at a new list path starts the list);
+    adding at an existing non-list path is rejected with a reason that stays within the variant."""
+    schema_answer = "```python\nclass Notes:\n    title: str\n    facts: list[str]\n```"
+    revs = [schema_answer, '[OBJECTS FOR ADD]\n{"$.title": {"add": "Crete"}}\n{"$.facts": {"add": "Anna sails"}}',
+            '[OBJECTS FOR ADD]\n{"$.title": {"add": "Captain Anna"}}\n{"$.facts": {"add": "Anna leads"}}', "{}", "done"]
+    llm = ScriptedLLM(revs, name="addonly-wording")
+    out = get_method("prism-inplace", updates=False, generate_schema=True).run(BOOK, llm)
+    prompt = content(llm, 1)
+    assert "appends the object as one new item" in prompt and "starts that list with the item" in prompt
+    assert out.memory == {"title": "Crete", "facts": ["Anna sails", "Anna leads"]}  # one-item list, then appended
+    (reason,) = [f for f in out.failures if "'title'" in f]
+    assert "use 'update'" not in reason and "may only add" in reason
+
+
+def test_amendments_note_names_the_section_it_describes() -> None:
+    """The note reads [PARTIAL_SUMMARY] in the revise prompts and [MEMORY] in the final prompt (whose memory
+    section is [MEMORY]), and says that an `add` of one item at a new list path makes a one-item list."""
+    llm = ScriptedLLM(REVS)
+    get_method("prism-amendments").run(BOOK, llm)
+    revise, final = content(llm, 0), content(llm, 3)
+    assert "About [PARTIAL_SUMMARY]: it is written as a base object" in revise
+    assert "About [MEMORY]: it is written as a base object" in final and "About [PARTIAL_SUMMARY]" not in final
+    assert "makes a list of that one item" in revise
 
 
 def test_spider_uses_the_papers_relevant_table_info_schema() -> None:

@@ -4,13 +4,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Sequence
 
-from eval.datasets.repoqa.needles import FIELDS, choose_needles, describe_from_code, describe_with_llm
+from eval.datasets.repoqa.needles import FIELDS, choose_needles, describe_from_cache, describe_from_code, describe_with_llm
+from eval.datasets.repoqa.release import is_release, load_release
 from eval.datasets.repoqa.source import dependency_order, pack_lines, read_package
 from eval.datasets.sample import Sample, slug
 from eval.tokens import TokenizerLike, token_counter
 
-QUERY = ("Somewhere in the code you have read is a function matching the description below. "
-         "Name it exactly as it is defined.\n\nPurpose: {purpose}\nInput: {input}\nOutput: {output}\nProcedure: {procedure}")
+# The paper's query form (seed 002 appendix C): the instruction, then the four numbered fields.
+QUERY_HEAD = "Find the exact name of the function described by the following function description."
+QUERY = QUERY_HEAD + "\n1. Purpose: {purpose}\n2. Input: {input}\n3. Output: {output}\n4. Procedure: {procedure}"
 
 
 def repository_text(files) -> str:
@@ -18,33 +20,62 @@ def repository_text(files) -> str:
     return "".join(f"# file: {f.path}\n{f.text if f.text.endswith(chr(10)) else f.text + chr(10)}\n" for f in files)
 
 
-# Five standard-library packages of different shapes: always installed, real code, 20k-110k tokens each.
-DEFAULT_PACKAGES = ("email", "http", "logging", "xml", "unittest")
+# Five repositories of standard-library code, always installed, 100k-135k cl100k tokens each (the paper's
+# RepoQA contexts average 121k): one large package, or two packages laid out as one repository ("a+b").
+DEFAULT_PACKAGES = ("asyncio", "email+http", "tkinter+logging", "xml+unittest", "multiprocessing+lib2to3")
+
+
+def _read_repository(spec: str | Path) -> list:
+    """The source files of one repository: a package, a folder, or packages joined with '+'."""
+    parts = str(spec).split("+") if isinstance(spec, str) and not Path(spec).exists() else [spec]
+    return [f for part in parts for f in read_package(part)]
 
 
 def load_repoqa(packages: Sequence[str | Path] | str = DEFAULT_PACKAGES, needles: int = 10, seed: int = 0,
                 chunk_tokens: int = 8192, tokenizer: TokenizerLike = None, llm: Any = None,
-                require_docstring: bool = True, limit: int | None = None) -> list[Sample]:
-    """`needles` samples per package (an installed package name or a folder of .py files); the default
-    gives 50 samples, the size of PRISM's RepoQA evaluation.
+                describer_model: str | None = None, description_cache: str | Path | None = None,
+                require_docstring: bool = True,
+                language: str = "python", limit: int | None = None) -> list[Sample]:
+    """`needles` samples per repository (an installed package name, packages joined with '+', or a folder of
+    .py files); the default gives 50 samples, the size of PRISM's RepoQA evaluation. A path to RepoQA's
+    release file (`repoqa-*.json`) reads the real benchmark instead (its `language` repositories, with
+    their own needles and descriptions).
 
     The repository is laid out in dependency order and cut into chunks of whole lines; each sample's
-    query describes one needle function, and the gold is its exact name.
+    query describes one needle function in the paper's form, and the gold is its exact name. With an
+    `llm`, descriptions are the LLM's (cached in `description_cache`, default the memloop cache), checked
+    for leaked identifiers; with `describer_model` (a config's way), the answers that model gave earlier
+    are read from that cache; without either, or when a description leaks, they are rule-based and
+    name-free.
     """
     if isinstance(packages, (str, Path)):
         packages = [packages]
     count = token_counter(tokenizer)
+    if len(packages) == 1 and is_release(packages[0]):
+        return load_release(packages[0], chunk_tokens, count, language, limit)
+    if (llm is not None or describer_model is not None) and description_cache is None:
+        from eval.assets import cache_root
+
+        description_cache = cache_root() / "repoqa-descriptions"
     samples: list[Sample] = []
     for package in packages:
-        files = dependency_order(read_package(package))
+        files = dependency_order(_read_repository(package))
         text = repository_text(files)
         chunks = tuple(pack_lines(text, chunk_tokens, count))
         offsets, pos = [], 0
         for c in chunks:
             offsets.append(pos)
             pos += len(c)
-        for needle in choose_needles(files, needles, seed, require_docstring=require_docstring or llm is None):
-            description = describe_with_llm(needle, llm) if llm is not None else describe_from_code(needle)
+        # rule-based descriptions take their purpose from the docstring: needles without one only when a
+        # model describes them
+        for needle in choose_needles(files, needles, seed,
+                                     require_docstring=require_docstring or (llm is None and describer_model is None)):
+            if llm is not None:
+                description, describer = describe_with_llm(needle, llm, description_cache)
+            elif describer_model is not None:
+                description, describer = describe_from_cache(needle, describer_model, description_cache)
+            else:
+                description, describer = describe_from_code(needle), "code"
             at = text.index(f"# file: {needle.file.path}\n") + len(f"# file: {needle.file.path}\n")
             at += sum(len(line) for line in needle.file.text.splitlines(keepends=True)[: needle.node.lineno - 1])
             chunk_index = max(i for i, o in enumerate(offsets) if o <= at)
@@ -53,8 +84,8 @@ def load_repoqa(packages: Sequence[str | Path] | str = DEFAULT_PACKAGES, needles
                 query=QUERY.format(**description), gold=needle.name,
                 metadata={"package": str(package), "file": needle.file.path, "qualname": needle.qualname,
                           "lineno": needle.node.lineno, "description": description, "needle_chunk": chunk_index,
-                          "describer": "llm" if llm is not None else "code", "chunk_tokens": chunk_tokens}))
+                          "describer": describer, "chunk_tokens": chunk_tokens}))
     return samples[:limit]
 
 
-__all__ = ["load_repoqa", "repository_text", "FIELDS"]
+__all__ = ["load_repoqa", "repository_text", "FIELDS", "QUERY", "DEFAULT_PACKAGES"]

@@ -1,17 +1,21 @@
 """Needle functions and their natural-language descriptions (purpose, input, output, procedure).
 
-Descriptions come from the docstring, the signature and the function's syntax tree, or from an LLM
-when one is given. Either way the function's own name never appears in them.
+Descriptions are written by an LLM when one is given (as RepoQA's are), cached per needle and checked
+for leaked identifiers (the function's name, its owners' names, its code-like parameter names); a
+description that leaks, or an LLM that gives none, falls back to the rule-based description built
+from the docstring, the signature and the syntax tree, which strips every such name and every
+code-like token. Either way the description never names the function.
 """
 from __future__ import annotations
 
 import ast
+import hashlib
 import json
 import random
 import re
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
 
 from eval.datasets.errors import DatasetError
 from eval.datasets.repoqa.source import SourceFile
@@ -82,8 +86,71 @@ _RETURN_KINDS = {"Name": "a local variable", "Call": "the result of a call", "Tu
                  "Subscript": "an indexed item", "IfExp": "a conditional expression", "GeneratorExp": "a generator"}
 
 
-def _scrub(text: str, name: str) -> str:
-    return re.sub(rf"\b{re.escape(name)}\b", "this function", text)
+def _code_like(word: str) -> bool:
+    """An identifier that reads as code, not as an English word: an inner underscore, a digit, a camel hump."""
+    return "_" in word.strip("_") or any(ch.isdigit() for ch in word) or bool(re.search(r"[a-z][A-Z]", word))
+
+
+def _arguments(node: ast.FunctionDef | ast.AsyncFunctionDef) -> list[ast.arg]:
+    a = node.args
+    return [*a.posonlyargs, *a.args, *([a.vararg] if a.vararg else []), *a.kwonlyargs, *([a.kwarg] if a.kwarg else [])]
+
+
+def needle_identifiers(needle: Needle) -> dict[str, str]:
+    """{name a description must not contain: what to say instead}: the function's own name, the classes
+    or functions it is defined in, and its parameter names that read as code."""
+    out = {owner: "its owner" for owner in needle.qualname.split(".")[:-1]}
+    out.update({a.arg: "an argument" for a in _arguments(needle.node) if a.arg not in ("self", "cls") and _code_like(a.arg)})
+    out[needle.name] = "this function"
+    return out
+
+
+def _mentions(text: str, name: str) -> bool:
+    return re.search(rf"(?<![A-Za-z0-9_]){re.escape(name)}(?![A-Za-z0-9_])", text) is not None
+
+
+def leaked_identifiers(description: dict[str, str], needle: Needle) -> list[str]:
+    """The needle's identifiers (`needle_identifiers`) that the description spells out."""
+    text = " ".join(description.values())
+    return sorted(n for n in needle_identifiers(needle) if _mentions(text, n))
+
+
+# code-like tokens of a docstring: quoted code, dotted names, calls, snake_case and camelCase words
+_CODE_TOKEN = re.compile(r"``[^`]+``|`[^`]+`|`[^`'\s]+'|`|\b[A-Za-z_]\w+(?:\.[A-Za-z_]\w+)+(?:\(\))?|\b[A-Za-z_]\w*\(\)"
+                         r"|\b\w*[a-z0-9]_\w*\b|\b_\w+\b|\b[a-z]+[A-Z]\w*\b|\b[A-Z][a-z0-9]+[A-Z]\w*\b")
+WITHHELD = "(a name withheld)"
+
+
+def _scrub(text: str, needle: Needle, prose: bool = True) -> str:
+    """`text` with the needle's identifiers replaced by what they are and, in `prose` (docstring sentences),
+    any other code-like token withheld."""
+    for name, instead in sorted(needle_identifiers(needle).items(), key=lambda kv: -len(kv[0])):
+        text = re.sub(rf"(?<![A-Za-z0-9_]){re.escape(name)}(?![A-Za-z0-9_])", instead, text)
+    return _CODE_TOKEN.sub(WITHHELD, text).replace(f"{WITHHELD}{WITHHELD}", WITHHELD) if prose else text
+
+
+_PLAIN_TYPES = {"str", "int", "float", "bool", "bytes", "bytearray", "complex", "None", "list", "dict", "tuple",
+                "set", "frozenset", "object", "type", "Any", "Optional", "Union", "Callable", "Iterable",
+                "Iterator", "Sequence", "Mapping", "Generator", "List", "Dict", "Tuple", "Set"}
+
+
+def _type_words(annotation: ast.expr | None) -> str:
+    """A type annotation when it names only built-in and typing types, else 'an object' (no repository names)."""
+    if annotation is None:
+        return ""
+    names = {n.id for n in ast.walk(annotation) if isinstance(n, ast.Name)} | \
+            {n.attr for n in ast.walk(annotation) if isinstance(n, ast.Attribute)}
+    consts = [n for n in ast.walk(annotation) if isinstance(n, ast.Constant) and n.value is not None]
+    return ast.unparse(annotation) if names <= _PLAIN_TYPES and not consts else "an object"
+
+
+def _default_words(default: ast.expr) -> str:
+    if isinstance(default, ast.Constant) and (not isinstance(default.value, str) or len(default.value) <= 12):
+        return f"default {default.value!r}"
+    return "with a default"
+
+
+_ORDINALS = ("first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth", "ninth", "tenth")
 
 
 def _sentences(doc: str, n: int) -> str:
@@ -99,8 +166,11 @@ def _callee(call: ast.Call) -> str | None:
 
 def describe_from_code(needle: Needle) -> dict[str, str]:
     """Purpose from the docstring; input from the signature; output from the annotation, docstring or
-    return statements; procedure from the control flow and calls in the body."""
-    node, name = needle.node, needle.name
+    return statements; procedure from the control flow and calls in the body. No identifier of the
+    repository is named: parameters by position and plain type, owners as "a class", calls counted."""
+    import builtins
+
+    node = needle.node
     doc = ast.get_docstring(node) or ""
     purpose = _sentences(doc, 2) if doc else "Undocumented; the procedure below says what it does."
 
@@ -111,22 +181,24 @@ def describe_from_code(needle: Needle) -> dict[str, str]:
     for a, d in zip(positional, defaults):
         if needle.is_method and a is positional[0] and a.arg in ("self", "cls"):
             continue
-        desc = f"`{a.arg}`" + (f" ({ast.unparse(a.annotation)})" if a.annotation else "")
-        params.append(desc + (f", default {ast.unparse(d)}" if d is not None else ""))
+        kind = _type_words(a.annotation)
+        params.append(f"the {_ORDINALS[min(len(params), 9)]}" + (f", {kind}" if kind else "")
+                      + (f", {_default_words(d)}" if d is not None else ""))
     if args.vararg:
-        params.append(f"any number of extra positional arguments (`*{args.vararg.arg}`)")
+        params.append("any number of extra positional arguments")
     for a, d in zip(args.kwonlyargs, args.kw_defaults):
-        params.append(f"keyword-only `{a.arg}`" + (f", default {ast.unparse(d)}" if d is not None else ""))
+        params.append("a keyword-only argument" + (f", {_default_words(d)}" if d is not None else ""))
     if args.kwarg:
-        params.append(f"arbitrary keyword arguments (`**{args.kwarg.arg}`)")
-    owner = needle.qualname.rsplit(".", 1)[0] if needle.is_method else None
+        params.append("arbitrary keyword arguments")
     decorators = {d.id if isinstance(d, ast.Name) else d.attr if isinstance(d, ast.Attribute) else "" for d in node.decorator_list}
     kind = ("property" if "property" in decorators else "class method" if "classmethod" in decorators
             else "static method" if "staticmethod" in decorators else "method")
-    where = f"A {kind} of `{owner}`" if owner else "A function"
+    where = f"A {kind} of a class" if needle.is_method else "A function"
     if kind == "property":
         where += ", read as an attribute,"
-    inputs = f"{where} taking " + ("; ".join(params) if params else "no arguments") + "."
+    count = len(params)
+    inputs = f"{where} taking " + (f"{count} argument{'s' if count > 1 else ''}: " + "; ".join(params)
+                                   if params else "no arguments") + "."
 
     body_nodes = [n for n in ast.walk(node) if n is not node]
     own = [n for n in body_nodes if not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))]
@@ -136,7 +208,7 @@ def describe_from_code(needle: Needle) -> dict[str, str]:
     if any(isinstance(n, (ast.Yield, ast.YieldFrom)) for n in own):
         output = "Yields values one at a time (it is a generator)."
     elif node.returns is not None:
-        output = f"Returns {ast.unparse(node.returns)}." + (f" {doc_return}" if doc_return else "")
+        output = f"Returns {_type_words(node.returns)}." + (f" {doc_return}" if doc_return else "")
     elif doc_return:
         output = doc_return
     elif returns:
@@ -155,19 +227,23 @@ def describe_from_code(needle: Needle) -> dict[str, str]:
         steps.append(f"branches on {ifs} condition{'s' if ifs > 1 else ''}")
     if any(isinstance(n, ast.Try) for n in own):
         steps.append("handles exceptions")
-    raised = sorted({_callee(n.exc) or ast.unparse(n.exc) for n in own if isinstance(n, ast.Raise) and n.exc is not None
-                     and isinstance(n.exc, ast.Call)})
+    raised = sorted({_callee(n.exc) or "" for n in own if isinstance(n, ast.Raise) and isinstance(n.exc, ast.Call)})
     if raised:
-        steps.append("raises " + ", ".join(f"`{r}`" for r in raised[:3]))
-    calls = [c for c in (_callee(n) for n in own if isinstance(n, ast.Call)) if c and c != name]
-    common = [c for c, _ in Counter(calls).most_common(6)]
-    if common:
-        steps.append("calls " + ", ".join(f"`{c}`" for c in common))
+        named = [r for r in raised if hasattr(builtins, r)]  # built-in exceptions are no repository names
+        steps.append("raises " + ", ".join([*named[:3], *(["an exception of its own package"] if len(named) < len(raised) else [])]))
+    calls = [c for c in (_callee(n) for n in own if isinstance(n, ast.Call)) if c and c != needle.name]
+    plain = [c for c, _ in Counter(c for c in calls if hasattr(builtins, c)).most_common(3)]
+    others = len({c for c in calls if not hasattr(builtins, c)})
+    if plain or others:
+        steps.append("calls " + ", ".join([*plain, *([f"{others} other function{'s' if others > 1 else ''} or "
+                                                         "method" + ("s" if others > 1 else "")] if others else [])]))
     if any(isinstance(n, (ast.Assign, ast.AugAssign)) and any(isinstance(t, ast.Attribute) for t in getattr(n, "targets", [getattr(n, "target", None)])) for n in own):
         steps.append("updates attributes of an object")
     span = (node.end_lineno or node.lineno) - node.lineno + 1
     procedure = f"In about {span} lines it " + (", ".join(steps) if steps else "evaluates a single expression") + "."
-    return {k: _scrub(v, name) for k, v in zip(FIELDS, (purpose, inputs, output, procedure))}
+    # the docstring's sentences are prose to scrub; the rest is built from the syntax tree without names
+    return {"purpose": _scrub(purpose, needle), "input": _scrub(inputs, needle, prose=False),
+            "output": _scrub(output, needle, prose=bool(doc_return)), "procedure": _scrub(procedure, needle, prose=False)}
 
 
 DESCRIBE_PROMPT = """You are helping build a code search test. Read the Python function below and describe it so that \
@@ -178,7 +254,7 @@ Reply with one JSON object with exactly these string fields:
 - "input": what its parameters are,
 - "output": what it returns,
 - "procedure": how it works, step by step, in one or two sentences.
-Never write the function's name.
+Never write the function's name, the name of its class or the names of its parameters: say what they are.
 
 Function:
 ```python
@@ -189,25 +265,62 @@ DESCRIBE_SCHEMA = {"type": "object", "properties": {k: {"type": "string"} for k 
                    "required": list(FIELDS), "additionalProperties": False}
 
 
-def describe_with_llm(needle: Needle, llm) -> dict[str, str]:
-    """The four fields written by an LLM (eval.llm protocol), with the name scrubbed if it slipped in."""
-    from eval.asking import ParseFailure, ask
+def _cache_file(needle: Needle, model: str, cache_dir: Path) -> Path:
+    """Where the answer of `model` for the needle is kept: one file per model, prompt and function source."""
+    prompt = DESCRIBE_PROMPT.format(source=needle.source)
+    return cache_dir / f"{hashlib.sha256(json.dumps([model, prompt]).encode()).hexdigest()[:32]}.json"
+
+
+def _llm_answer(needle: Needle, llm, cache_dir: Path | None) -> str:
+    """The LLM's raw answer for the needle, from `cache_dir` when it was asked before; the leak check
+    runs on it every time, so a cached answer is judged by today's rules."""
+    from eval.asking import ask
     from eval.llm import Sampling
 
-    def parse(text: str) -> dict[str, Any]:
-        match = re.search(r"\{.*\}", text, re.DOTALL)
-        try:
-            data = json.loads(match.group(0) if match else text)
-        except json.JSONDecodeError:
-            data = None
-        if not isinstance(data, dict) or not all(isinstance(data.get(k), str) and data[k].strip() for k in FIELDS):
-            raise ParseFailure(f"not a JSON object with {', '.join(FIELDS)}")
-        return data
+    path = _cache_file(needle, llm.name, cache_dir) if cache_dir is not None else None
+    if path is not None and path.is_file():
+        return json.loads(path.read_text())["answer"]
+    answer = ask(llm, DESCRIBE_PROMPT.format(source=needle.source), Sampling(max_tokens=400), schema=DESCRIBE_SCHEMA,
+                 max_attempts=1).text
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{id(answer)}.tmp")
+        tmp.write_text(json.dumps({"model": llm.name, "qualname": needle.qualname, "answer": answer}))
+        tmp.replace(path)  # atomic: concurrent loaders never read half a file
+    return answer
 
-    answer = ask(llm, DESCRIBE_PROMPT.format(source=needle.source), Sampling(max_tokens=400), parse=parse,
-                 schema=DESCRIBE_SCHEMA, max_attempts=1)
-    if not answer.ok:
-        raise DatasetError(f"the LLM's description of {needle.qualname} is not a JSON object with {', '.join(FIELDS)}: "
-                           f"{answer.text[:200]!r}; use a model that follows JSON instructions or describe from code")
-    data = answer.parsed
-    return {k: _scrub(data[k].strip(), needle.name) for k in FIELDS}
+
+def _parse_description(text: str) -> dict[str, str] | None:
+    match = re.search(r"\{.*\}", text, re.DOTALL)
+    try:
+        data = json.loads(match.group(0) if match else text)
+    except json.JSONDecodeError:
+        return None
+    if not isinstance(data, dict) or not all(isinstance(data.get(k), str) and data[k].strip() for k in FIELDS):
+        return None
+    return {k: " ".join(data[k].split()) for k in FIELDS}
+
+
+def describe_with_llm(needle: Needle, llm, cache_dir: str | Path | None = None) -> tuple[dict[str, str], str]:
+    """(description, describer): the LLM's description (eval.llm protocol) when it parses and names none of
+    the needle's identifiers, else the rule-based one, with the reason in `describer`."""
+    return _judged(needle, _llm_answer(needle, llm, Path(cache_dir).expanduser() if cache_dir is not None else None))
+
+
+def describe_from_cache(needle: Needle, model: str, cache_dir: str | Path) -> tuple[dict[str, str], str]:
+    """(description, describer) from the answer `model` gave earlier (`describe_with_llm` with that cache,
+    e.g. `memloop data repoqa-describe`), judged like a fresh one; rule-based where none is cached."""
+    path = _cache_file(needle, model, Path(cache_dir).expanduser())
+    if not path.is_file():
+        return describe_from_code(needle), f"code (no description by {model} cached in {cache_dir})"
+    return _judged(needle, json.loads(path.read_text())["answer"])
+
+
+def _judged(needle: Needle, answer: str) -> tuple[dict[str, str], str]:
+    data = _parse_description(answer)
+    if data is None:
+        return describe_from_code(needle), f"code (the LLM gave no JSON object with {', '.join(FIELDS)})"
+    leaked = leaked_identifiers(data, needle)
+    if leaked:
+        return describe_from_code(needle), f"code (the LLM's description named {', '.join(leaked)})"
+    return data, "llm"

@@ -90,14 +90,54 @@ def _qid(db_id: str, question: str) -> str:
     return hashlib.sha1(f"{db_id}\n{question}".encode()).hexdigest()[:12]
 
 
+LOFT_QUERY_FILES = ("queries.jsonl", "test_queries.jsonl", "dev_queries.jsonl")
+
+
+def loft_files(folder: str | Path) -> tuple[Path, Path] | None:
+    """(queries, corpus) of a LOFT Spider folder (`corpus.jsonl` and `queries.jsonl`, else LOFT's
+    `test_queries.jsonl` or `dev_queries.jsonl`), or None when the folder does not hold them."""
+    root = Path(folder).expanduser()
+    corpus = root / "corpus.jsonl"
+    queries = next((root / q for q in LOFT_QUERY_FILES if (root / q).is_file()), None)
+    return (queries, corpus) if queries is not None and corpus.is_file() else None
+
+
 def load_spider(databases: str | Path | None = None, queries: str | Path | None = None, chunk_tokens: int = 8192,
                 tokenizer: TokenizerLike = None, db_ids: Iterable[str] | None = None, limit: int | None = None,
-                verify: bool = False, corpus: str | Path | None = None) -> list[Sample]:
+                verify: bool = False, corpus: str | Path | None = None, loft: str | Path | None = None,
+                loft_required: bool = False) -> list[Sample]:
     """Samples for Spider-style QA; see the module docstring for the sources.
 
     `verify=True` re-executes each LOFT query's SQL and raises InconsistentGoldError if it disagrees
-    with the file's answers.
+    with the file's answers. `loft`: a LOFT Spider folder (see `loft_files`) read when present (its
+    queries over its own tables, LOFT-Spider's contexts); when absent, memloop's built-in databases,
+    each sample's `metadata["source"]` saying so (`loft_required=True` refuses instead).
     """
+    source = "builtin"
+    if loft is not None:
+        if queries is not None or corpus is not None or databases is not None:
+            raise DatasetError("`loft` names LOFT's folder (queries and corpus); leave `queries`, `corpus` and "
+                               "`databases` out, or use them without `loft`")
+        found = loft_files(loft)
+        if found is None and loft_required:
+            raise DatasetNotFoundError(f"no LOFT Spider files in {loft} (corpus.jsonl and one of "
+                                       f"{', '.join(LOFT_QUERY_FILES)}); set `loft` to LOFT's spider folder")
+        if found is not None:
+            queries, corpus = found
+            source = f"loft:{Path(queries).name}"
+        else:
+            source = f"builtin (no LOFT files in {loft})"
+    elif queries is not None:
+        source = f"file:{Path(queries).name}"
+    samples = _load_spider(databases, queries, chunk_tokens, tokenizer, db_ids, limit, verify, corpus)
+    for s in samples:
+        s.metadata["source"] = source
+    return samples
+
+
+def _load_spider(databases: str | Path | None, queries: str | Path | None, chunk_tokens: int,
+                 tokenizer: TokenizerLike, db_ids: Iterable[str] | None, limit: int | None, verify: bool,
+                 corpus: str | Path | None) -> list[Sample]:
     count = token_counter(tokenizer)
     dbs = _Databases(databases)
     rendered: dict[str, list[str]] = {}
