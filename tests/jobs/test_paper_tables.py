@@ -122,7 +122,7 @@ def endpoint():
         yield url, seen
 
 
-def _arxiv_file(tmp_path: Path) -> Path:
+def arxiv_file(tmp_path: Path) -> Path:
     article = " ".join(f"Sentence {i} of the study reports a measured result about lighthouse lamps." for i in range(40))
     path = tmp_path / "arxiv.jsonl"
     path.write_text(json.dumps({"article": article.replace(". ", ".\n"),
@@ -141,7 +141,7 @@ def test_a_reduced_paper_config_runs_end_to_end_and_reports_the_papers_table(con
         if d["task"] == "book":
             d["path"] = str(BOOK)
         elif d["task"] == "arxiv":
-            d["path"] = str(_arxiv_file(tmp_path))
+            d["path"] = str(arxiv_file(tmp_path))
         elif d["task"] == "booksum":
             d["path"] = str(booksum_file(tmp_path))
         d.setdefault("options", {})
@@ -191,7 +191,7 @@ def test_a_reduced_paper_config_runs_on_the_bundled_model(config, ray_local, tmp
         if d["task"] == "book":
             d["path"] = str(BOOK)
         elif d["task"] == "arxiv":
-            d["path"] = str(_arxiv_file(tmp_path))
+            d["path"] = str(arxiv_file(tmp_path))
         elif d["task"] == "booksum":
             d["path"] = str(booksum_file(tmp_path))
         if "chunk_tokens" in d.get("options", {}):
