@@ -44,6 +44,45 @@ def check_schema_bounds(schema: Any) -> None:
             stack.extend((v, depth + 1) for v in value)
 
 
+def _pointer(ref: str) -> tuple[str, ...] | None:
+    """The path of a local JSON pointer `#/a/b` (None for a remote or non-pointer reference)."""
+    if ref == "#":
+        return ()
+    if not ref.startswith("#/"):
+        return None
+    return tuple(p.replace("~1", "/").replace("~0", "~") for p in ref[2:].split("/"))
+
+
+def check_schema_refs(schema: Any) -> None:
+    """RequestError when a local `$ref` makes the schema recursive (`{"$ref": "#"}`, a definition that
+    refers to itself or to one referring back): a grammar of a recursive schema either matches
+    nothing useful or takes the grammar engine down paths with no end, so it is refused in one line."""
+    refs: list[tuple[tuple[str, ...], str]] = []  # (path of the node holding $ref, the $ref)
+    stack: list[tuple[Any, tuple[str, ...]]] = [(schema, ())]
+    while stack:
+        value, path = stack.pop()
+        if isinstance(value, dict):
+            if isinstance(value.get("$ref"), str):
+                refs.append((path, value["$ref"]))
+            stack.extend((v, path + (str(k),)) for k, v in value.items())
+        elif isinstance(value, list):
+            stack.extend((v, path + (str(i),)) for i, v in enumerate(value))
+    targets = {ref: t for _, ref in refs if (t := _pointer(ref)) is not None}
+    # an edge T -> T2: the subschema at T holds a $ref to T2; a cycle is a recursive schema
+    edges = {t: {targets[r] for p, r in refs if r in targets and p[:len(t)] == t} for t in targets.values()}
+    for start, ref in ((t, r) for r, t in targets.items()):
+        seen, todo = set(), [start]
+        while todo:
+            for nxt in edges.get(todo.pop(), ()):
+                if nxt == start:
+                    raise RequestError(f"json_schema is recursive: $ref {ref!r} leads back to a schema that "
+                                       "contains it; constrained decoding needs a finite schema, so expand the "
+                                       "recursion to a fixed depth")
+                if nxt not in seen:
+                    seen.add(nxt)
+                    todo.append(nxt)
+
+
 class Constraint:
     """The grammar state of one request: which tokens may come next, and whether it may stop."""
 
@@ -89,6 +128,7 @@ class GrammarCompiler:
         if not isinstance(schema, dict):
             raise RequestError("json_schema must be a JSON object (a JSON Schema); got " + type(schema).__name__)
         check_schema_bounds(schema)
+        check_schema_refs(schema)
         try:
             jsonschema.validators.validator_for(schema).check_schema(schema)
         except jsonschema.SchemaError as exc:

@@ -8,8 +8,16 @@ the prefix cache). Extensions beyond OpenAI's fields: `top_k`, `stop_token_ids`.
 One bad request never harms another: every sampling field goes through the engine's one parser
 (`SamplingParams.from_request`) before anything is queued; the body limit is enforced while the
 body streams in; tokenising runs off the event loop (so `/health` stays fast); the queue is bounded
-(429 + Retry-After); a request whose client disconnects or that runs past the timeout is cancelled
-in the engine. With an API key, every route but `/health` needs `Authorization: Bearer KEY`.
+(429 + Retry-After), and a request that could never be admitted (more choices than the queue
+holds) is a 400; a request whose client disconnects or that runs past the timeout is cancelled in
+the engine. With an API key, every route but `/health` needs `Authorization: Bearer KEY`.
+
+Hostile clients: a connection that does not finish its request headers within `HEADER_TIMEOUT_S`
+is closed (`GuardedH11Protocol`), a body that does not arrive within `BODY_TIMEOUT_S` gets 408; a
+server on loopback answers only loopback `Host` names (and those given with `allowed_hosts`), so a
+web page cannot reach it through DNS rebinding; text with a lone UTF-16 surrogate is a 400; the
+OpenAI fields memloop does not implement (`UNSUPPORTED_FIELDS`) are refused with a 400 naming the
+field instead of being ignored.
 """
 from __future__ import annotations
 
@@ -24,23 +32,49 @@ from typing import Any, Literal
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from starlette.exceptions import HTTPException
 
 from engine.errors import EngineError, RequestError, ServerConfigError
 from engine.sampling import SamplingParams
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
+HEADER_TIMEOUT_S = 10.0  # from connecting to the end of the request headers (slowloris)
+BODY_TIMEOUT_S = 30.0  # from the end of the headers to the end of the body
 MAX_N = 64
+LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
+
+# OpenAI fields memloop does not implement, and the value that asks for nothing (also accepted):
+# a client relying on one of them gets a 400 naming it, never an answer that silently ignores it.
+UNSUPPORTED_FIELDS: dict[str, tuple[Any, ...]] = {
+    "logprobs": (None, False, 0), "top_logprobs": (None, 0), "echo": (None, False), "best_of": (None, 1),
+    "logit_bias": (None, {}), "tools": (None, []), "tool_choice": (None, "none", "auto"), "functions": (None, []),
+    "function_call": (None, "none", "auto"), "suffix": (None, ""), "presence_penalty": (None, 0, 0.0),
+    "frequency_penalty": (None, 0, 0.0),
+}
 DEFAULT_MAX_QUEUE = 256  # engine requests (choices) in flight at once through one server
 RETRY_AFTER_S = 1
 POLL_S = 0.2  # how often a waiting request looks for a client disconnect or its deadline
 
 
+def _no_lone_surrogate(value: Any) -> Any:
+    """Text must be valid Unicode: JSON can carry a lone UTF-16 surrogate (\\ud800) that no tokenizer
+    can encode."""
+    texts = [value] if isinstance(value, str) else value if isinstance(value, list) else []
+    for text in texts:
+        if isinstance(text, str):
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise ValueError(f"holds a lone UTF-16 surrogate ({text[exc.start]!r} at character {exc.start}); "
+                                 "send valid Unicode text") from None
+    return value
+
+
 class _Sampling(BaseModel):
     """The OpenAI sampling fields, passed through untouched: the engine's parser checks them."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="allow")  # extra fields are looked at by `unsupported`
 
     model: str | None = None
     max_tokens: Any = None
@@ -52,6 +86,17 @@ class _Sampling(BaseModel):
     stop_token_ids: Any = None
     n: int = Field(default=1, ge=1, le=MAX_N)
     stream: bool = False
+
+    _stop_text = field_validator("stop")(_no_lone_surrogate)
+
+    def unsupported(self) -> str | None:
+        """The first field asking for something memloop does not implement (see UNSUPPORTED_FIELDS)."""
+        extra = self.model_extra or {}
+        for name, inert in UNSUPPORTED_FIELDS.items():
+            if name in extra and not any(extra[name] is v or (type(extra[name]) is type(v) and extra[name] == v)
+                                         for v in inert):
+                return name
+        return None
 
     def sampling(self, index: int) -> dict[str, Any]:
         seed = self.seed
@@ -65,12 +110,16 @@ class _Sampling(BaseModel):
 class CompletionRequest(_Sampling):
     prompt: str | list[str]
 
+    _prompt_text = field_validator("prompt")(_no_lone_surrogate)
+
 
 class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     role: Literal["system", "user", "assistant", "tool", "developer"]
     content: str
+
+    _content_text = field_validator("content")(_no_lone_surrogate)
 
 
 class ResponseFormat(BaseModel):
@@ -124,23 +173,43 @@ def _usage(results: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 class Guard:
-    """ASGI middleware in front of every route: the API key, then the body limit.
+    """ASGI middleware in front of every route: the Host header, the API key, then the body limit.
 
     The body is read here, chunk by chunk, and buffered only up to `max_body_bytes`: an upload over
     the limit (with or without Content-Length, chunked included) gets 413 as soon as it crosses the
-    limit, and the app behind never sees it. The buffered body is then replayed to the app; later
-    `receive` calls go to the server, so the app still learns of a client disconnect.
+    limit, and a body that takes longer than `body_timeout_s` gets 408; the app behind never sees
+    either. The buffered body is then replayed to the app; later `receive` calls go to the server,
+    so the app still learns of a client disconnect. With `allowed_hosts`, a request whose `Host`
+    names another host gets 400 before anything else (DNS rebinding: a page on evil.example that
+    resolves its own name to 127.0.0.1 sends `Host: evil.example`).
     """
 
-    def __init__(self, app: Any, max_body_bytes: int, api_key: str | None) -> None:
+    def __init__(self, app: Any, max_body_bytes: int, api_key: str | None,
+                 allowed_hosts: tuple[str, ...] | None = None, body_timeout_s: float = BODY_TIMEOUT_S) -> None:
         self.app = app
         self.max_body_bytes = max_body_bytes
         self.api_key = api_key.encode() if api_key else None
+        self.allowed_hosts = None if allowed_hosts is None else {h.lower().strip("[]") for h in allowed_hosts}
+        self.body_timeout_s = body_timeout_s
+
+    def host_allowed(self, header: bytes | None) -> bool:
+        if self.allowed_hosts is None:
+            return True
+        host = (header or b"").decode("latin-1").strip().lower()
+        name = host[1:].partition("]")[0] if host.startswith("[") else host.rpartition(":")[0] if host.count(":") == 1 \
+            else host
+        return name in self.allowed_hosts
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         headers = dict(scope.get("headers") or [])
+        if not self.host_allowed(headers.get(b"host")):
+            shown = (headers.get(b"host") or b"").decode("latin-1")[:100]
+            return await _error(400, f"Host header {shown!r} is not a name this server answers to (it answers to "
+                                     f"{', '.join(sorted(self.allowed_hosts or ()))}); a web page may be trying DNS "
+                                     "rebinding. Start the server with --allow-host NAME to accept that name")(
+                scope, receive, send)
         if self.api_key is not None and scope.get("path") != "/health":
             auth = headers.get(b"authorization", b"")
             if not hmac.compare_digest(auth, b"Bearer " + self.api_key):
@@ -152,8 +221,14 @@ class Guard:
         if size is not None and (not size.isdigit() or int(size) > self.max_body_bytes):
             return await too_big(scope, receive, send)
         chunks, total, more = [], 0, True
+        deadline = time.monotonic() + self.body_timeout_s
         while more:
-            message = await receive()
+            try:
+                message = await asyncio.wait_for(receive(), max(0.0, deadline - time.monotonic()))
+            except asyncio.TimeoutError:
+                return await _error(408, f"the request body did not arrive within {self.body_timeout_s:g} s; send "
+                                         "the whole body at once", headers={"Connection": "close"})(
+                    scope, receive, send)
             if message["type"] == "http.disconnect":
                 return
             body = message.get("body", b"")
@@ -170,17 +245,65 @@ class Guard:
         await self.app(scope, receive_replayed, send)
 
 
+def guarded_protocol(header_timeout_s: float = HEADER_TIMEOUT_S) -> type:
+    """uvicorn's h11 protocol, closing a connection whose request headers are not complete within
+    `header_timeout_s` of connecting (or of the previous response): half-sent requests, sent by
+    accident or to hold connections open, cannot pile up. The body's bound is `Guard`'s."""
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class GuardedH11Protocol(H11Protocol):
+        _header_timer: Any = None
+
+        def _arm(self) -> None:
+            self._disarm()
+            self._header_timer = self.loop.call_later(header_timeout_s, self._headers_too_slow)
+
+        def _disarm(self) -> None:
+            if self._header_timer is not None:
+                self._header_timer.cancel()
+                self._header_timer = None
+
+        def _headers_too_slow(self) -> None:
+            self._header_timer = None
+            if self.cycle is None or self.cycle.response_complete:  # still waiting for a request's headers
+                self.transport.close()
+
+        def connection_made(self, transport: Any) -> None:
+            super().connection_made(transport)
+            self._arm()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._disarm()
+            super().connection_lost(exc)
+
+        def handle_events(self) -> None:
+            cycle = self.cycle
+            super().handle_events()
+            if self.cycle is not cycle:  # a request's headers arrived: its body is Guard's to bound
+                self._disarm()
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            if not self.transport.is_closing():
+                self._arm()  # the next request on a kept-alive connection
+
+    return GuardedH11Protocol
+
+
 def create_app(engine: Any, model_name: str = "memloop", max_body_bytes: int = MAX_BODY_BYTES, *,
                api_key: str | None = None, max_queue: int = DEFAULT_MAX_QUEUE,
-               request_timeout: float | None = None) -> FastAPI:
+               request_timeout: float | None = None, allowed_hosts: tuple[str, ...] | None = None,
+               body_timeout_s: float = BODY_TIMEOUT_S) -> FastAPI:
     """The API over a running `Engine` (anything with `submit(request) -> Future`, `cancel(future)`,
     `health()` and `stats()`).
 
     max_queue: engine requests (n choices each count) in flight at once; more get 429.
     request_timeout: seconds a request may take before it is cancelled with 504 (None: no limit).
+    allowed_hosts: the `Host` names answered (None: any; `serve` gives the loopback names on loopback).
     """
     app = FastAPI(title="memloop engine", version="1")
-    app.add_middleware(Guard, max_body_bytes=max_body_bytes, api_key=api_key)
+    app.add_middleware(Guard, max_body_bytes=max_body_bytes, api_key=api_key, allowed_hosts=allowed_hosts,
+                       body_timeout_s=body_timeout_s)
     in_flight = 0
 
     @app.exception_handler(RequestValidationError)
@@ -250,6 +373,9 @@ def create_app(engine: Any, model_name: str = "memloop", max_body_bytes: int = M
         nonlocal in_flight
         for r in requests:  # every choice is checked before any is queued
             SamplingParams.from_request(r["sampling"])
+        if len(requests) > max_queue:  # could never be admitted: retrying would loop forever
+            raise RequestError(f"this request asks for {len(requests)} completions (prompts x n) but the server "
+                               f"admits at most {max_queue} at once (--max-queue); lower n or send fewer prompts")
         if in_flight + len(requests) > max_queue:
             raise _QueueFull(f"the server is busy ({in_flight} requests in flight, --max-queue {max_queue}); "
                              f"retry after {RETRY_AFTER_S} s")
@@ -263,6 +389,10 @@ def create_app(engine: Any, model_name: str = "memloop", max_body_bytes: int = M
     def check(req: _Sampling) -> None:
         if req.stream:
             raise RequestError("stream=true is not supported; send stream=false")
+        field = req.unsupported()
+        if field is not None:
+            raise RequestError(f"`{field}` is not supported by this server; leave it out (or send its default) "
+                               f"— memloop serves text, JSON-constrained output and usage only")
         if req.model not in (None, model_name):
             raise RequestError(f"unknown model {req.model!r}; this server serves {model_name!r} (see /v1/models)")
 
@@ -321,16 +451,34 @@ def check_options(host: str, port: int, api_key: str | None, max_queue: int = DE
     if not 1 <= port <= 65535:
         raise ServerConfigError(f"--port must be between 1 and 65535, got {port}")
     if not api_key and not is_loopback(host):
-        raise ServerConfigError(f"--host {host} is reachable from other machines: pass --api-key KEY "
-                                "(or set MEMLOOP_API_KEY), or bind to 127.0.0.1")
+        raise ServerConfigError(f"--host {host} is reachable from other machines: set MEMLOOP_API_KEY (or pass "
+                                "--api-key-file FILE), or bind to 127.0.0.1")
     if max_queue < 1:
         raise ServerConfigError(f"--max-queue must be at least 1, got {max_queue}")
     if request_timeout is not None and not request_timeout > 0:
         raise ServerConfigError(f"--request-timeout must be a positive number of seconds, got {request_timeout}")
 
 
+def allowed_hosts_for(host: str, extra: tuple[str, ...] = ()) -> tuple[str, ...] | None:
+    """The `Host` names a server bound to `host` answers: on loopback, the loopback names and `extra`
+    (DNS rebinding); elsewhere (an API key is required there) any."""
+    if not is_loopback(host):
+        return None
+    return tuple(dict.fromkeys((*LOOPBACK_HOSTS, host, *extra)))
+
+
+def uvicorn_config(app: Any, host: str, port: int, log_level: str = "info",
+                   header_timeout_s: float = HEADER_TIMEOUT_S) -> Any:
+    """uvicorn's config for the API: the header-timeout protocol, and no idle connection kept long."""
+    import uvicorn
+
+    return uvicorn.Config(app, host=host, port=port, log_level=log_level, http=guarded_protocol(header_timeout_s),
+                          timeout_keep_alive=5)
+
+
 def serve(config: Any = None, host: str = "127.0.0.1", port: int = 8000, model_name: str | None = None, *,
-          api_key: str | None = None, max_queue: int = DEFAULT_MAX_QUEUE, request_timeout: float | None = None) -> None:
+          api_key: str | None = None, max_queue: int = DEFAULT_MAX_QUEUE, request_timeout: float | None = None,
+          allow_hosts: tuple[str, ...] = ()) -> None:
     """Check the options, load the engine and serve until interrupted."""
     check_options(host, port, api_key, max_queue, request_timeout)
     import uvicorn
@@ -340,9 +488,9 @@ def serve(config: Any = None, host: str = "127.0.0.1", port: int = 8000, model_n
 
     engine = Engine(EngineConfig.of(config))
     name = model_name or engine.lm.path.stem
-    app = create_app(engine, name, api_key=api_key or None, max_queue=max_queue, request_timeout=request_timeout)
+    app = create_app(engine, name, api_key=api_key or None, max_queue=max_queue, request_timeout=request_timeout,
+                     allowed_hosts=allowed_hosts_for(host, allow_hosts))
     try:
-        uvicorn.run(app, host=host, port=port, log_level="info")
+        uvicorn.Server(uvicorn_config(app, host, port)).run()
     finally:
         engine.shutdown()
-

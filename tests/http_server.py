@@ -9,14 +9,16 @@ from typing import Any, Iterator
 
 
 @contextlib.contextmanager
-def serve_app(app: Any) -> Iterator[str]:
-    """Run `app` under uvicorn on 127.0.0.1 (a free port) in a thread; yields the base URL."""
+def serve_app(app: Any, config: Any = None) -> Iterator[str]:
+    """Run `app` under uvicorn on 127.0.0.1 (a free port) in a thread; yields the base URL. `config`:
+    a function (app, host, port) -> uvicorn.Config, e.g. `engine.server.uvicorn_config`."""
     import uvicorn
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    server = uvicorn.Server(config(app, "127.0.0.1", port) if config is not None
+                            else uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.time() + 30

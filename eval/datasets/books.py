@@ -27,7 +27,7 @@ from typing import Any, Iterable, Literal
 from eval.datasets.chunker import chunk_paragraphs, split_paragraphs
 from eval.datasets.errors import DatasetError, DatasetNotFoundError, EmptyDatasetError, MissingFieldError, UnknownFormatError
 from eval.datasets.sample import Sample, slug
-from eval.datasets.textfile import read_text
+from eval.datasets.textfile import MAX_DATA_FILE_BYTES, read_text
 from eval.tokens import TokenizerLike
 
 TEXT_SUFFIXES = (".txt", ".text", ".md")
@@ -190,7 +190,7 @@ def _record(where: str, title: Any, row: dict[str, Any]) -> BookRecord:
 def _books_from_json(p: Path) -> Iterable[BookRecord]:
     """`{title: text}` (the official release's book dict, as JSON), `{title: {"text", "summary"}}`, or JSONL
     rows with title/id and text; a `summary` (or `reference`, `summary_text`) and its `chapter` are optional."""
-    raw = read_text(p, "book collection")
+    raw = read_text(p, "book collection", limit=MAX_DATA_FILE_BYTES)
     if p.suffix == ".jsonl":
         for n, line in enumerate(raw.splitlines(), 1):
             if not line.strip():

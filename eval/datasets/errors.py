@@ -30,3 +30,11 @@ class UnknownTaskError(DatasetError):
 
 class InconsistentGoldError(DatasetError):
     """A record's gold answer contradicts its own inputs (e.g. a value absent from its cited sentence)."""
+
+
+class NotARegularFileError(DatasetError):
+    """A data path is a FIFO, a device, a socket or a symlink loop: reading it could block or never end."""
+
+
+class RecordTooLargeError(DatasetError):
+    """A file or one record in it is larger than a loader reads (`eval.datasets.textfile` bounds)."""

@@ -12,9 +12,10 @@ import json
 from pathlib import Path
 from typing import Any, Iterator
 
-from eval.datasets.errors import DatasetNotFoundError, EmptyDatasetError, MissingFieldError, UnknownFormatError
+from eval.datasets.errors import (DatasetNotFoundError, EmptyDatasetError, MissingFieldError, RecordTooLargeError,
+                                  UnknownFormatError)
 from eval.datasets.hub import hub_records, is_hub_id, load_local_dataset
-from eval.datasets.textfile import read_text
+from eval.datasets.textfile import MAX_DATA_FILE_BYTES, MAX_RECORD_BYTES, check_data_path, read_text
 
 Record = dict[str, Any]
 
@@ -27,8 +28,9 @@ def read_records(source: str | Path, what: str = "dataset", split: str = "test",
         yield from hub_records(str(source), split, revision, config_name)
         return
     p = Path(source)
-    if not p.exists():
+    if not p.exists() and not p.is_symlink():
         raise DatasetNotFoundError(f"{what} {p} does not exist: check the path (or give a hub id owner/name)")
+    check_data_path(p, what)
     if p.is_dir():
         if not (p / "state.json").is_file() and not (p / "dataset_dict.json").is_file():
             for i, row in enumerate(load_local_dataset(p, split, config_name)):  # a copy of a dataset repository
@@ -59,7 +61,7 @@ def read_records(source: str | Path, what: str = "dataset", split: str = "test",
         return
     if suffix not in (".jsonl", ".json", ".txt"):
         raise UnknownFormatError(f"{what} {p}: unknown format {suffix or '(no suffix)'!r}: use .jsonl, .json or .parquet")
-    text = read_text(p, what)
+    text = read_text(p, what, limit=MAX_DATA_FILE_BYTES)
     if suffix == ".txt":  # e.g. the arXiv release's train/val/test.txt hold JSON lines
         if not text.lstrip().startswith("{"):
             raise UnknownFormatError(f"{what} {p} is plain text, not JSON lines: pass a .jsonl, .json or .parquet file")
@@ -77,6 +79,9 @@ def read_records(source: str | Path, what: str = "dataset", split: str = "test",
     for n, line in enumerate(text.split("\n"), 1):
         if not line.strip():
             continue
+        if len(line) > MAX_RECORD_BYTES:  # characters: at least as many bytes
+            raise RecordTooLargeError(f"{p}:{n} is a record of over {MAX_RECORD_BYTES // 2**20} MiB, more than a "
+                                      "loader reads for one record; drop or shorten that line")
         try:
             row = json.loads(line)
         except json.JSONDecodeError as exc:

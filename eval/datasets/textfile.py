@@ -1,23 +1,69 @@
-"""Reading user text files safely: missing, empty, binary and undecodable files get named errors."""
+"""Reading user text files safely: missing, empty, binary and undecodable files get named errors;
+FIFOs, devices and symlink loops are refused before anything is read (a read would block or never
+end), and what is read is bounded: a file whose whole text is one record (a book) by
+`MAX_RECORD_BYTES`, a file of many records by `MAX_DATA_FILE_BYTES`."""
 from __future__ import annotations
 
 import codecs
+import errno
+import os
+import stat
 from pathlib import Path
 
-from eval.datasets.errors import BinaryFileError, DatasetNotFoundError, EmptyDatasetError
+from eval.datasets.errors import (BinaryFileError, DatasetNotFoundError, EmptyDatasetError, NotARegularFileError,
+                                  RecordTooLargeError)
 
 _SNIFF = 8192
+# One record (a book, one JSONL line, one JSON document): 16 MiB of text is ~4M tokens, far beyond any
+# model context; past it the chunker's and tokenizer's time and memory grow for nothing.
+MAX_RECORD_BYTES = 16 * 2**20
+# A file of many records (JSONL, JSON, a book collection) is read into memory whole.
+MAX_DATA_FILE_BYTES = 1 * 2**30
+
+_KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
 
 
-def read_text(path: str | Path, what: str = "text file") -> str:
-    """The file's text with LF line ends: UTF-8 (BOM removed), UTF-16 with a BOM, or for legacy files
-    Windows-1252 and then Latin-1 (old Gutenberg texts)."""
+def check_data_path(path: str | Path, what: str = "file") -> os.stat_result:
+    """The path's stat when it is a regular file or a directory; a named error otherwise (missing, a
+    symlink loop, a FIFO or device, which a reader would block on or read forever)."""
     p = Path(path)
-    if not p.exists():
-        raise DatasetNotFoundError(f"{what} {p} does not exist: check the path")
-    if p.is_dir():
+    try:
+        st = p.stat()
+    except FileNotFoundError:
+        raise DatasetNotFoundError(f"{what} {p} does not exist: check the path") from None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise NotARegularFileError(f"{what} {p} is a symlink loop: point the path at a real file") from None
+        raise DatasetNotFoundError(f"{what} {p} cannot be read ({exc.strerror}): check the path") from None
+    if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
+        kind = next((name for test, name in _KINDS if test(st.st_mode)), "not a regular file")
+        raise NotARegularFileError(f"{what} {p} is {kind}, not a regular file: reading it could block or never "
+                                   "end; copy the data into a file and pass that")
+    return st
+
+
+def read_bounded(path: str | Path, limit: int, what: str = "file") -> bytes:
+    """A regular file's bytes, refusing one larger than `limit` (read no further than that)."""
+    p = Path(path)
+    st = check_data_path(p, what)
+    if stat.S_ISDIR(st.st_mode):
         raise DatasetNotFoundError(f"{what} {p} is a directory: pass a file")
-    data = p.read_bytes()
+    with p.open("rb") as f:
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise RecordTooLargeError(f"{what} {p} is larger than {limit // 2**20} MiB, more than a loader reads "
+                                  f"for {'one record' if limit == MAX_RECORD_BYTES else 'one file'}; "
+                                  "split it into smaller files or pass a shorter text")
+    return data
+
+
+def read_text(path: str | Path, what: str = "text file", limit: int = MAX_RECORD_BYTES) -> str:
+    """The file's text with LF line ends: UTF-8 (BOM removed), UTF-16 with a BOM, or for legacy files
+    Windows-1252 and then Latin-1 (old Gutenberg texts). At most `limit` bytes (the default: the file
+    is one record, e.g. a book; files of many records pass MAX_DATA_FILE_BYTES)."""
+    p = Path(path)
+    data = read_bounded(p, limit, what)
     if not data.strip():
         raise EmptyDatasetError(f"{what} {p} is empty: pass a file with content")
     head = data[:_SNIFF]

@@ -35,7 +35,8 @@ tasks: they apply to any sample whose gold carries a reference summary (`JudgeIn
 
 Metrics per judge: booookscore(-batched): `booookscore`, `sentences`, `confusing`, `invalid`;
 sumie(-exact): `precision`, `recall`, `f1` per turn; kgscore: `precision`, `recall`, `f1`,
-`edges_generated`, `edges_reference` (and `edge_cap_hit` when `max_edges` is set); rouge: `rouge1`, `rouge2`, `rougeL`, `rougeLsum`;
+`edges_generated`, `edges_reference` (and `edge_cap_hit` when `max_edges` is set; only `invalid`
+when an extraction failed under `on_invalid: record`); rouge: `rouge1`, `rouge2`, `rougeL`, `rougeLsum`;
 repoqa-exact and loft-exec: `accuracy`.
 
 Records for the jobs layer's Parquet tables (laid out by `jobs.store.tables.judge_rows`):
@@ -93,6 +94,9 @@ class JudgeInfo:
     predict: Prediction = final_answer  # what of a MethodOutput the judge scores
     aggregate_by: Aggregate = mean_over_samples  # per-sample values -> the dataset-level figure
     gold: GoldNeed | None = None  # what every judged sample's gold must carry (checked before a run)
+    # matches structured memories only: a method that keeps a text memory (`fmt = "text"`) cannot be
+    # scored by it, which a run checks before any work
+    needs_json_memory: bool = False
 
     def load(self) -> Callable[..., JudgeResult]:
         import importlib
@@ -128,10 +132,12 @@ for _info in (
     JudgeInfo("booookscore-batched", ("book",), True, "eval.judges.booookscore", "judge_batched",
               "BooookScore with several sentences per judge call (JSON list answers)", ("booookscore-batch",)),
     JudgeInfo("sumie", ("sumie",), True, "eval.judges.sumie", "judge_llm",
-              "per-turn P/R/F1 of attribute-value pairs, LLM decides support", ("sumie-match", "sumie-extract"),
+              "per-turn P/R/F1 of attribute-value pairs, LLM matches both ways", ("sumie-match", "sumie-extract",
+                                                                                    "sumie-recall"),
               predict=memory_per_turn),
     JudgeInfo("sumie-exact", ("sumie",), False, "eval.judges.sumie", "judge_exact",
-              "per-turn P/R/F1 of attribute-value pairs, normalised exact match", predict=memory_per_turn),
+              "per-turn P/R/F1 of attribute-value pairs, normalised exact match", predict=memory_per_turn,
+              needs_json_memory=True),
     JudgeInfo("kgscore", None, True, "eval.judges.kgscore", "judge",
               "P/R/F1 of knowledge-graph edges, predicates compared by MiniLM cosine similarity",
               ("kgscore-edges", "kgscore-entities"), gold=REFERENCE_SUMMARY),

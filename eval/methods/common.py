@@ -81,6 +81,16 @@ def merge_json(base: Any, new: Any) -> Any:
     return [base, new] if not isinstance(new, list) else [base] + [v for v in new if v != base]
 
 
+def final_summary(trace: Trace, memory: Any) -> str:
+    """Seed 000's last step for books, the same for every method and memory format: the LLM receives
+    the aggregated memory and writes the final summary (`s000-book-final`, no instruction beyond that,
+    so no method is coached towards the evaluator's error types)."""
+    step = trace.ask("s000-book-final", {"memory": as_text(memory)}, kind="final", parse=text_parser,
+                     chunk_index=None)
+    step.memory = memory
+    return step.parsed if step.ok else step.output.strip()
+
+
 COMPRESS_ROUNDS = 2  # compression calls per step before the deterministic trim
 
 

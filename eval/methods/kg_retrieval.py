@@ -5,8 +5,9 @@
 2. eval.kg builds the book graph: names graph, initial nodes, merging with the two heuristics,
    pruning of nodes with degree < min_degree (repeated).
 3. For each chapter, the edges among entities mentioned in it (from that chapter or earlier) are
-   ranked by the keyword-weighted, z-normalised MiniLM similarity and added best-first while the
-   prompt fits the context window; they are linearised before the chapter text and the LLM writes
+   ranked by the keyword-weighted, z-normalised MiniLM similarity and the best-ranked ones kept while
+   the whole prompt (measured as rendered, so grouped subjects are paid once) and `max_tokens` fit the
+   served model's window; they are linearised before the chapter text and the LLM writes
    the chapter summary. Linearisations (section 3.4): `plain` (one `subject; predicate; object` line
    per edge, for API models) or `tokens` (`<subject>`/`<object>`/`<predicate>` groups, then the
    `<chapter>` marker and the chapter text, the fine-tuned models' input). The answer joins the
@@ -14,9 +15,21 @@
 `no-kg` (section 4.2's No-KG baseline): the same chapters summarised from the chapter text alone,
 with the same instruction less the knowledge graph; no extraction and no graph.
 
+Chain of Density (section 4.2's GPT-4 rows, Adams et al. 2023), `density_rounds: n`: after the first
+summary, n more calls, one per densification round, each given the chapter (and, for `kg-retrieval`,
+the retrieved edges refitted around the current summary) and the current summary, name one to three
+missing entities and rewrite the summary at the same length with them; the last round's summary is
+the answer. A round whose answer cannot be read keeps the summary it was given (the failure is
+recorded). The rounds use the plain linearisation, as the paper's GPT-4 rows did.
+
 Chapters: metadata['chunk_chapters'] maps each chunk to its chapter number (default: one chunk, one
 chapter; the book loader's `chunk_by: chapter` makes chunks follow the book's chapter headings);
 metadata['target_chapter'] restricts summarisation to that chapter.
+
+Whether a prompt fits is the LLM's own check when it has one (the engine's, chat template and
+`max_tokens` included), else a token count against `context_window`, the window the LLM reports, or
+8192. A chapter whose prompt does not fit even without edges makes the sample not applicable to the
+model (recorded as "n/a" with the reason), before any call, rather than a request the engine refuses.
 """
 from __future__ import annotations
 
@@ -30,19 +43,23 @@ from eval.errors import MethodError
 from eval.kg import MiniLMEmbedder, build_book_graph, chapter_edges, linearize_plain, linearize_tokens, parse_extraction, rank_edges
 from eval.kg.extraction import Extraction
 from eval.methods.base import Method, MethodSettings, Trace
+from eval.asking import build_request
+from eval.methods.long_context import context_window
 from eval.methods.outcomes import StepOutcome
 from eval.templates import load_template
 from eval.options import NonNegativeInt, PositiveInt
 
 SUMMARY_TEMPLATES = {"plain": "s001-chapter-summary", "tokens": "s001-chapter-summary-tokens"}
+DENSITY_TEMPLATE, NO_KG_DENSITY_TEMPLATE = "s001-density", "s001-density-nokg"
 LINEARIZE = {"plain": linearize_plain, "tokens": linearize_tokens}
 NO_KG_TEMPLATE = "s001-chapter-summary-nokg"
 
 
 @dataclass(frozen=True)
 class ChapterSettings(MethodSettings):
-    context_window: PositiveInt = 4096
+    context_window: PositiveInt | None = None  # prompt + output tokens; None: the served model's window
     max_tokens: PositiveInt = 512
+    density_rounds: NonNegativeInt = 0  # Chain of Density rounds after the first summary (the paper's GPT-4 rows: 4)
 
 
 @dataclass(frozen=True)
@@ -50,6 +67,17 @@ class KGSettings(ChapterSettings):
     max_degree: NonNegativeInt = 3        # merge heuristic 2 threshold
     min_degree: NonNegativeInt = 2        # pruning threshold
     linearization: str = "plain"  # "plain" (API models) or "tokens" (<subject>/<object>/<predicate>, <chapter>)
+
+
+def _dense(text: str) -> dict[str, Any]:
+    """One Chain of Density answer: the missing entities and the denser summary (the prompt ends inside
+    the "Missing entities:" line, so the output continues it)."""
+    head, sep, summary = text.partition("Denser summary:")
+    summary = summary.strip() if sep else ""
+    if not summary:
+        raise ParseFailure("no 'Denser summary:' with a summary in the output")
+    missing = [e.strip() for e in head.replace("Missing entities:", "").split(";") if e.strip()]
+    return {"missing": missing, "summary": summary}
 
 
 def _parse(text: str) -> Extraction:
@@ -66,8 +94,54 @@ class _ChapterSummaries(Method, ABC):
     tasks = ("booksum", "book", "arxiv")
 
     def _validate(self) -> None:
-        if self.settings.context_window <= self.settings.max_tokens:
+        window = self.settings.context_window
+        if window is not None and window <= self.settings.max_tokens:
             raise MethodError(f"{self.name}: context_window must exceed max_tokens")
+
+    def _misfit(self, trace: Trace, prompt: str) -> str | None:
+        """Why this chapter prompt cannot be served with `max_tokens`, or None. The LLM's own check
+        when it has one (the engine's, chat template included), else prompt tokens + `max_tokens`
+        against `context_window`, else the window the LLM reports, else 8192; a `context_window`
+        setting below the engine's window is checked by both."""
+        s = self.settings
+        check = getattr(trace.llm, "misfit", None)
+        if callable(check) and s.context_window is None:
+            return check(build_request(prompt, s.sampling()))
+        window, source = context_window(s.context_window, trace.llm)
+        needed = trace.llm.count_tokens(prompt) + s.max_tokens
+        if needed > window:
+            return f"{needed} tokens needed (prompt and max_tokens={s.max_tokens}) > context_window={window} ({source})"
+        return check(build_request(prompt, s.sampling())) if callable(check) else None
+
+    @staticmethod
+    def _text(sample: Sample, chapters: list[int], chapter: int) -> str:
+        return "\n\n".join(c for c, k in zip(sample.chunks, chapters) if k == chapter)
+
+    @abstractmethod
+    def _bare_prompt(self, text: str) -> str:
+        """The chapter's summary prompt with nothing retrieved: the least a chapter needs."""
+
+    @abstractmethod
+    def _bare_density_prompt(self, text: str, summary: str) -> str:
+        """A Chain of Density round's prompt with nothing retrieved."""
+
+    def _bare_prompts(self, text: str) -> list[str]:
+        """The prompts a chapter needs at the least: its summary prompt and, with Chain of Density, a
+        round's prompt holding a summary as long as max_tokens allows (one token a word, about)."""
+        out = [self._bare_prompt(text)]
+        if self.settings.density_rounds:
+            out.append(self._bare_density_prompt(text, " ".join(["word"] * self.settings.max_tokens)))
+        return out
+
+    def _does_not_fit(self, sample: Sample, trace: Trace, chapters: list[int]) -> bool:
+        """Mark the sample not applicable when a wanted chapter's bare prompt cannot be served."""
+        over = [(ch, self._misfit(trace, prompt)) for ch in self._wanted(sample, chapters)
+                for prompt in self._bare_prompts(self._text(sample, chapters, ch))]
+        over = list({ch: why for ch, why in over if why is not None}.items())
+        if over:
+            trace.not_applicable = ("the chapter does not fit the model's context even without retrieved edges: "
+                                    + "; ".join(f"chapter {ch}: {why}" for ch, why in over))
+        return bool(over)
 
     def _chapters(self, sample: Sample) -> list[int]:
         chapters = sample.metadata.get("chunk_chapters")
@@ -88,13 +162,26 @@ class _ChapterSummaries(Method, ABC):
     def _summaries(self, sample: Sample, trace: Trace, chapters: list[int], context: Any) -> str:
         summaries = []
         for ch in self._wanted(sample, chapters):
-            text = "\n\n".join(c for c, k in zip(sample.chunks, chapters) if k == ch)
+            text = self._text(sample, chapters, ch)
             tpl, values, parsed, memory = self._chapter_prompt(trace, context, ch, text)
             step = trace.ask(tpl, values, kind="summarize", chunk_index=chapters.index(ch))
             step.parsed = {"chapter": ch, **parsed}
             step.memory = {"chapter": ch, **memory}
-            summaries.append(step.output.strip())
+            summary = step.output.strip()
+            for r in range(self.settings.density_rounds):
+                tpl, values, parsed = self._density_prompt(trace, context, ch, text, summary)
+                step = trace.ask(tpl, values, kind="densify", parse=_dense, chunk_index=chapters.index(ch))
+                if step.ok:
+                    summary = step.parsed["summary"]
+                    step.parsed = {"chapter": ch, "round": r + 1, **step.parsed, **parsed}
+                step.memory = {"chapter": ch, "summary": summary}
+            summaries.append(summary)
         return "\n\n".join(summaries)
+
+    @abstractmethod
+    def _density_prompt(self, trace: Trace, context: Any, chapter: int, text: str,
+                        summary: str) -> tuple[str, dict[str, Any], dict[str, Any]]:
+        """(template id, values, step.parsed extras) of one Chain of Density round."""
 
     @abstractmethod
     def _chapter_prompt(self, trace: Trace, context: Any, chapter: int,
@@ -105,17 +192,21 @@ class _ChapterSummaries(Method, ABC):
 class KGRetrieval(_ChapterSummaries):
     name = "kg-retrieval"
     Settings = KGSettings
-    template_ids = ("s001-kg-extract", *SUMMARY_TEMPLATES.values())
+    template_ids = ("s001-kg-extract", *SUMMARY_TEMPLATES.values(), DENSITY_TEMPLATE)
 
     def _validate(self) -> None:
         super()._validate()
         if self.settings.linearization not in SUMMARY_TEMPLATES:
             raise MethodError(f"kg-retrieval: linearization must be 'plain' or 'tokens', got {self.settings.linearization!r}")
+        if self.settings.density_rounds and self.settings.linearization != "plain":
+            raise MethodError("kg-retrieval: Chain of Density (density_rounds) runs with the plain linearisation, as "
+                              "the paper's GPT-4 rows; set linearization: plain or density_rounds: 0")
 
     def _run(self, sample: Sample, trace: Trace) -> tuple[str, Any]:
         s = self.settings
         chapters = self._chapters(sample)
-        self._wanted(sample, chapters)  # a bad target chapter fails before any call
+        if self._does_not_fit(sample, trace, chapters):  # also fails a bad target chapter before any call
+            return "", None
         extracted: list[tuple[int, Extraction]] = []
         for i, (chunk, ch) in enumerate(zip(sample.chunks, chapters)):
             step = trace.ask("s001-kg-extract", {"excerpt": chunk}, kind="extract", parse=_parse, chunk_index=i)
@@ -141,27 +232,48 @@ class KGRetrieval(_ChapterSummaries):
         kg, embedder = context
         edges, counts = chapter_edges(kg, text, chapter)
         ranked = rank_edges(edges, embedder)
-        chosen = self._fit(trace, kg, ranked, counts, text)
-        lin = LINEARIZE[self.settings.linearization](kg, chosen, counts)
-        if not lin and self.settings.linearization == "plain":
-            lin = "(none)"
+        chosen = self._fit(trace, kg, ranked, counts, SUMMARY_TEMPLATES[self.settings.linearization],
+                           {"chapter": text})
+        lin = self._edges_text(kg, chosen, counts)
         return (SUMMARY_TEMPLATES[self.settings.linearization], {"edges": lin, "chapter": text},
                 {"edges_ranked": len(ranked), "edges_used": len(chosen)}, {"retrieved": lin})
 
-    def _fit(self, trace: Trace, kg: Any, ranked: list, counts: dict, text: str) -> list:
-        """Best-ranked edges while the whole prompt stays within context_window - max_tokens."""
-        tpl = load_template(SUMMARY_TEMPLATES[self.settings.linearization])
-        budget = self.settings.context_window - self.settings.max_tokens
-        base = trace.llm.count_tokens(tpl.render(edges="", chapter=text))
-        chosen, used = [], base
-        lin = LINEARIZE[self.settings.linearization]
-        for e in ranked:
-            cost = trace.llm.count_tokens(lin(kg, [e], counts)) + 1
-            if used + cost > budget:
-                break
-            chosen.append(e)
-            used += cost
-        return chosen
+    def _density_prompt(self, trace: Trace, context: Any, chapter: int, text: str,
+                        summary: str) -> tuple[str, dict[str, Any], dict[str, Any]]:
+        kg, embedder = context
+        edges, counts = chapter_edges(kg, text, chapter)
+        ranked = rank_edges(edges, embedder)
+        values = {"chapter": text, "summary": summary}
+        chosen = self._fit(trace, kg, ranked, counts, DENSITY_TEMPLATE, values)
+        return DENSITY_TEMPLATE, {**values, "edges": self._edges_text(kg, chosen, counts)}, {"edges_used": len(chosen)}
+
+    def _bare_density_prompt(self, text: str, summary: str) -> str:
+        return load_template(DENSITY_TEMPLATE).render(edges="(none)", chapter=text, summary=summary)
+
+    def _edges_text(self, kg: Any, edges: list, counts: dict) -> str:
+        lin = LINEARIZE[self.settings.linearization](kg, edges, counts)
+        return "(none)" if not lin and self.settings.linearization == "plain" else lin
+
+    def _bare_prompt(self, text: str) -> str:
+        return load_template(SUMMARY_TEMPLATES[self.settings.linearization]).render(
+            edges="(none)" if self.settings.linearization == "plain" else "", chapter=text)
+
+    def _fit(self, trace: Trace, kg: Any, ranked: list, counts: dict, template: str, values: dict[str, Any]) -> list:
+        """The longest best-ranked prefix of the edges whose whole rendered prompt can still be served
+        (a binary search: the prompt only grows with more edges). Measuring the prompt as rendered
+        charges each subject and object heading once, as the token linearisation writes it, where
+        pricing each edge alone charged them again for every edge."""
+        tpl = load_template(template)
+
+        def fits(n: int) -> bool:
+            prompt = tpl.render(edges=self._edges_text(kg, ranked[:n], counts), **values)
+            return self._misfit(trace, prompt) is None
+
+        lo, hi = 0, len(ranked)
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
+        return ranked[:lo]
 
 
 class NoKG(_ChapterSummaries):
@@ -169,10 +281,23 @@ class NoKG(_ChapterSummaries):
 
     name = "no-kg"
     Settings = ChapterSettings
-    template_ids = (NO_KG_TEMPLATE,)
+    template_ids = (NO_KG_TEMPLATE, NO_KG_DENSITY_TEMPLATE)
 
     def _run(self, sample: Sample, trace: Trace) -> tuple[str, Any]:
-        return self._summaries(sample, trace, self._chapters(sample), None), None
+        chapters = self._chapters(sample)
+        if self._does_not_fit(sample, trace, chapters):
+            return "", None
+        return self._summaries(sample, trace, chapters, None), None
+
+    def _bare_prompt(self, text: str) -> str:
+        return load_template(NO_KG_TEMPLATE).render(chapter=text)
+
+    def _bare_density_prompt(self, text: str, summary: str) -> str:
+        return load_template(NO_KG_DENSITY_TEMPLATE).render(chapter=text, summary=summary)
+
+    def _density_prompt(self, trace: Trace, context: Any, chapter: int, text: str,
+                        summary: str) -> tuple[str, dict[str, Any], dict[str, Any]]:
+        return NO_KG_DENSITY_TEMPLATE, {"chapter": text, "summary": summary}, {}
 
     def _chapter_prompt(self, trace: Trace, context: Any, chapter: int,
                         text: str) -> tuple[str, dict[str, Any], dict[str, Any], dict[str, Any]]:

@@ -96,7 +96,12 @@ def ends_in_punctuation(text: str) -> bool:
 
 
 def as_text(value: Any) -> str:
-    """Render a memory for a prompt: JSON pretty-printed, text as is."""
+    """Render a memory for a prompt: JSON in its compact form, text as is.
+
+    Compact (no indentation, no spaces after separators) because this is also the form counted
+    against the memory limit K: indentation adds about 43% tokens that carry no information and
+    would charge JSON memories for layout in the very comparison with text that seed 000 makes.
+    """
     if isinstance(value, str):
         return value
-    return json.dumps(value, indent=2, ensure_ascii=False)
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))

@@ -5,8 +5,8 @@ import copy
 from typing import Any, Callable, Sequence
 
 from eval.asking import ParseFailure
-from eval.memory import (ParsedRevisions, RevisionParseError, Schema, apply_revisions, parse_revision_list,
-                         revision_list_schema)
+from eval.memory import (ParsedRevisions, Revision, RevisionParseError, Schema, apply_revisions,
+                         parse_revision_list, revision_list_schema)
 from eval.methods.base import Step
 from eval.methods.outcomes import record_revisions
 
@@ -52,13 +52,25 @@ def revision_parser(constrained: bool, text_parser: Callable[[str], ParsedRevisi
     return parse
 
 
-def apply_step(step: Step, memory: dict[str, Any], schema: Schema) -> tuple[dict[str, Any], list]:
+def apply_step(step: Step, memory: dict[str, Any], schema: Schema,
+               prepare: Callable[[dict[str, Any], Revision], Revision] | None = None) -> tuple[dict[str, Any], list]:
     """Apply a parsed step's revisions; rejections become the step's failures and its counts (outcome
-    empty, rejected or ok: `eval.methods.outcomes.record_revisions`). Returns (memory, applied)."""
+    empty, rejected or ok: `eval.methods.outcomes.record_revisions`). Returns (memory, applied).
+
+    `prepare(memory so far, proposed) -> revision to apply` lets a method give an op its own meaning
+    (CoK's `update` adds to the stored value); the step records the proposals and what was applied."""
     if not step.ok:
         return memory, []
     parsed: ParsedRevisions = step.parsed
-    res = apply_revisions(memory, parsed.revisions, schema)
+    if prepare is None:
+        res = apply_revisions(memory, parsed.revisions, schema)
+    else:
+        res = apply_revisions(memory, [], schema)
+        for rev in parsed.revisions:
+            one = apply_revisions(res.memory, [prepare(res.memory, rev)], schema)
+            res.memory = one.memory
+            res.applied += one.applied
+            res.rejected += one.rejected
     rejections = list(parsed.rejected) + list(res.rejected)
     record_failures(step, rejections)
     record_revisions(step, len(parsed.revisions) + len(parsed.rejected), len(res.applied), len(rejections))

@@ -2,7 +2,8 @@
 
 Entity samples (SUMIE) use the entity prompts (initial table, update, duplicate removal); book
 samples use the story prompts (generate with a format instruction, update with memory, duplicate
-removal, compression to K tokens) and finish with a plain-text summary of the JSON memory.
+removal, compression to K tokens) and finish, in text as in JSON, with one neutral final-summary
+call over the memory (`common.final_summary`).
 The memory after every chunk is in the trace, so per-turn scores (start, last, average) can be read.
 """
 from __future__ import annotations
@@ -14,7 +15,7 @@ from eval.datasets.sample import Sample
 from eval.errors import MethodError
 from eval.methods.base import Method, MethodSettings, Step, Trace
 from eval.methods.common import (
-    enforce_limit, entity_name, is_entity, json_parser, merge_json, paragraphs, schema_for, subject, text_parser,
+    enforce_limit, entity_name, final_summary, is_entity, json_parser, merge_json, paragraphs, schema_for, subject, text_parser,
 )
 from eval.methods.parsing import as_text
 from eval.options import PositiveInt
@@ -78,14 +79,12 @@ class _SummaryMethod(Method):
                              schema=schema_for(sample), chunk_index=chunk_index, rounds=self.settings.compress_rounds)
 
     def _answer(self, trace: Trace, sample: Sample, memory: Any) -> str:
-        """SUMIE answers with the attribute table; books get a text summary (from JSON via one more call)."""
+        """SUMIE answers with the attribute table; books with the final summary written from the memory."""
         if memory is None:
             return ""
-        if self.fmt == "text" or is_entity(sample):
+        if is_entity(sample):
             return as_text(memory)
-        step = trace.ask("s000-book-final", {"memory": as_text(memory)}, kind="final", parse=text_parser)
-        step.memory = memory
-        return step.parsed if step.ok else step.output
+        return final_summary(trace, memory)
 
 
 
@@ -144,7 +143,7 @@ class GenerateMerge(_SummaryMethod):
 
 
 _ENTITY_T = ("s000-entity-initial-{f}", "s000-entity-update-{f}", "s000-dedupe-{f}", "s000-compress-{f}")
-_BOOK_T = ("s000-book-generate", "s000-book-update", "s000-book-format-{f}")
+_BOOK_T = ("s000-book-generate", "s000-book-update", "s000-book-format-{f}", "s000-book-final")
 
 
 def _ids(fmt: str, *groups: tuple[str, ...], extra: tuple[str, ...] = ()) -> tuple[str, ...]:
@@ -155,9 +154,8 @@ def _ids(fmt: str, *groups: tuple[str, ...], extra: tuple[str, ...] = ()) -> tup
 
 
 def _make(base: type[_SummaryMethod], name: str, fmt: str) -> type[_SummaryMethod]:
-    final = ("s000-book-final",) if fmt == "json" else ()
     return type(base.__name__ + fmt.capitalize(), (base,),
-                {"name": name, "fmt": fmt, "template_ids": _ids(fmt, _ENTITY_T, _BOOK_T, extra=final)})
+                {"name": name, "fmt": fmt, "template_ids": _ids(fmt, _ENTITY_T, _BOOK_T)})
 
 
 GoText, GoJson = _make(GenerateOnce, "go-text", "text"), _make(GenerateOnce, "go-json", "json")

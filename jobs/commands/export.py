@@ -19,6 +19,8 @@ def export_cmd(
                                                        "inspect: RUN/inspect)."),
     fmt: str = typer.Option("parquet", "--format", help="parquet: {table}/run_id=RUN/part-0.parquet for SQL; "
                                                         "inspect: one Inspect AI .eval log per (dataset, method)."),
+    force: bool = typer.Option(False, "--force", help="Replace the run's partition even when it holds more rows "
+                                                      "than the run now has (otherwise refused: a damaged copy)."),
 ) -> None:
     """Write the run's final tables (one row per unit, retries resolved) or its Inspect logs; prints one JSON line."""
     if fmt not in FORMATS:
@@ -31,7 +33,7 @@ def export_cmd(
         return
     from jobs.store.export import export_run
 
-    res = export_run(run_uri, to)
+    res = export_run(run_uri, to, force=force)
     print(json.dumps({"run_id": res.run_id, "dest": res.dest, "rows": res.rows}), flush=True)
 
 

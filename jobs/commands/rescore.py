@@ -39,7 +39,7 @@ def parse_judge_model(text: str) -> Any:
     from jobs.run.config import JudgeModelSpec
 
     try:
-        data = {"kind": "engine"} if text.strip() == "engine" else yaml.safe_load(text)
+        data = {"kind": "engine"} if text.strip() in ("engine", "self") else yaml.safe_load(text)
         return JudgeModelSpec.model_validate(data)
     except (yaml.YAMLError, ValidationError) as exc:
         first = str(exc).splitlines()[0] if isinstance(exc, yaml.YAMLError) else exc.errors()[0]["msg"]

@@ -1,7 +1,9 @@
 """`memloop run CONFIG` and `memloop report RUN_URI`.
 
 Exit codes of `memloop run`: 0 every unit computed; 3 some units failed (more than
-`--max-failed-frac` of those attempted); 2 a config or usage error (nothing started); 130 interrupted.
+`--max-failed-frac` of those attempted); 4 the output's storage failed (finished units written
+before are kept; the summary says how many were not saved); 2 a config or usage error (nothing
+started); 130 interrupted.
 """
 from __future__ import annotations
 
@@ -25,6 +27,9 @@ def run_cmd(
     repeats: Optional[int] = typer.Option(None, "--repeats", help="Override the config's repeats (part of the run id)."),
     model: Optional[str] = typer.Option(None, "--model", help="The engine's weights: a model name (smollm2-135m, qwen2.5-coder-0.5b, ...) "
                                         "or a GGUF / Hugging Face path (part of the run id)."),
+    judge_model: Optional[str] = typer.Option(None, "--judge-model", help="The model LLM judges call: a model name "
+                                              "(qwen2.5-coder-1.5b, ...) or a GGUF / Hugging Face path, run as a judge "
+                                              "engine of its own; `self` for the model under test (part of the run id)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Validate everything and print the plan; start nothing."),
     max_failed_frac: float = typer.Option(0.0, "--max-failed-frac", min=0.0, max=1.0,
                                           help="Exit 0 when at most this fraction of the attempted units failed."),
@@ -34,7 +39,7 @@ def run_cmd(
     from jobs.run.config import load_config, model_configs, with_overrides
 
     cfg = with_overrides(load_config(config), str(config), output=output, tag=tag, limit=limit,
-                         max_chunks=max_chunks, repeats=repeats, model=model)
+                         max_chunks=max_chunks, repeats=repeats, model=model, judge_model=judge_model)
     if cfg.models:
         _run_models(model_configs(cfg), report, dry_run, max_failed_frac, as_json)
         return
@@ -58,6 +63,10 @@ def run_cmd(
             print("interrupted: finished units are saved; run the same config again to resume", file=sys.stderr)
             raise SystemExit(130) from None
     code = summary.exit_code(max_failed_frac)
+    if summary.storage_error:
+        print(f"stopped: the storage failed ({summary.storage_error[:500]}); {summary.computed + summary.failed} "
+              f"finished unit(s) are saved, {summary.unsaved} were not; run the same config again to resume",
+              file=sys.stderr)
     if summary.failed or summary.incomplete:
         print(f"failed: {summary.failed} of {summary.computed + summary.failed} units computed in this invocation; "
               f"incomplete (infrastructure or judge failures, never tolerated): {summary.incomplete}; "
@@ -70,7 +79,7 @@ def run_cmd(
               file=sys.stderr)
         for err in summary.to_dict()["method_errors"][:3]:
             print(f"  {err[:500]}", file=sys.stderr)
-    if report:
+    if report and not summary.storage_error:
         from jobs.results.report import write_report
 
         _, rep = write_report(summary.output)
@@ -160,10 +169,9 @@ def _plan_summary(cfg) -> dict:
     from jobs.store.storage import RunStore
 
     plan = make_plan(cfg, dry_run=True)
-    try:
-        done = RunStore.open(cfg.output, plan.run_id).done_units()
-    except Exception:  # an output not created yet, or unreachable: the real run will say which
-        done = set()
+    rs = RunStore.open(cfg.output, plan.run_id)  # an unsupported scheme or a gs:// without bucket fails here
+    rs.check_reachable()  # a bucket that does not exist or refuses writes, a folder that is a file
+    done = rs.done_units()
     todo = [u for u in plan.units if u.key not in done]
     per = Counter((u.dataset.key, u.method.key) for u in plan.units)
     out = {"run_id": plan.run_id, "output": cfg.output, "units": len(plan.units), "done": len(plan.units) - len(todo),

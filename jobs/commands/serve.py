@@ -16,21 +16,51 @@ def serve(
     max_batch: int = typer.Option(32, "--max-batch", help="Sequences decoded together."),
     no_prefix_cache: bool = typer.Option(False, "--no-prefix-cache", help="Turn the radix prefix cache off."),
     name: str = typer.Option(None, "--name", help="Model id reported by /v1/models (default: the file's stem)."),
-    api_key: str = typer.Option(None, "--api-key", envvar="MEMLOOP_API_KEY", show_default=False,
-                                help="Require `Authorization: Bearer KEY` on every route but /health."),
+    api_key_file: Path = typer.Option(None, "--api-key-file", show_default=False,
+                                      help="A file holding the API key (first line): every route but /health then "
+                                      "needs `Authorization: Bearer KEY`. Or set the key in MEMLOOP_API_KEY. "
+                                      "Never on the command line, where `ps` shows it to every user."),
+    api_key: str = typer.Option(None, "--api-key", hidden=True, show_default=False),
+    allow_host: list[str] = typer.Option([], "--allow-host", help="A further Host name to answer on loopback "
+                                         "(default: localhost, 127.0.0.1, ::1 only, against DNS rebinding)."),
     max_queue: int = typer.Option(None, "--max-queue", show_default=False, help="Requests (n choices each count) "
                                   "in flight at once; more get 429 with Retry-After (default: 256)."),
     request_timeout: float = typer.Option(None, "--request-timeout", help="Seconds a request may run before it is "
                                           "cancelled with 504 (default: no limit)."),
 ) -> None:
-    """Serve /v1/completions, /v1/chat/completions (response_format json_schema) and /v1/models."""
+    """Serve /v1/completions, /v1/chat/completions (response_format json_schema) and /v1/models.
+
+    The API key comes from MEMLOOP_API_KEY or --api-key-file, never from the command line."""
     from engine.server import serve as run_server
+
+    key = read_api_key(api_key, api_key_file)
 
     config = {"model": str(model) if model else None, "dtype": None if dtype == "auto" else dtype, "kv_budget": kv_budget,
               "max_batch": max_batch, "prefix_cache": not no_prefix_cache}
     queue = {} if max_queue is None else {"max_queue": max_queue}  # the server's own default otherwise
-    run_server(config, host=host, port=port, model_name=name, api_key=api_key, request_timeout=request_timeout,
-               **queue)
+    run_server(config, host=host, port=port, model_name=name, api_key=key, request_timeout=request_timeout,
+               allow_hosts=tuple(allow_host), **queue)
+
+
+def read_api_key(on_argv: str | None, path: Path | None) -> str | None:
+    """The key from --api-key-file, else MEMLOOP_API_KEY; a key given on the command line is refused."""
+    import os
+
+    from engine.errors import ServerConfigError
+
+    if on_argv is not None:
+        raise ServerConfigError("--api-key puts the key on the command line, where `ps` shows it to every user of "
+                                "this machine: set MEMLOOP_API_KEY or pass --api-key-file FILE instead")
+    if path is not None:
+        try:
+            key = path.read_text(encoding="utf-8").splitlines()[0].strip() if path.stat().st_size else ""
+        except (OSError, UnicodeDecodeError, IndexError) as exc:
+            raise ServerConfigError(f"--api-key-file {path}: cannot read it ({exc}); give a file whose first line "
+                                    "is the key") from None
+        if not key:
+            raise ServerConfigError(f"--api-key-file {path} is empty; write the key on its first line")
+        return key
+    return os.environ.get("MEMLOOP_API_KEY") or None
 
 
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:

@@ -189,8 +189,9 @@ TABLES: dict[str, PaperTable] = {t.id: t for t in (
               for k, bound in ((200, 130), (300, 180)) for label, method in _FIG3_METHODS),
         "paper (appendix A)",
         "Figure 3 plots F1 without printing numbers; appendix A states the memory stays under 130 tokens at "
-        "K = 200 and under 180 at K = 300 for every method. memory tokens: the memory after each step, in "
-        "the run model's tokenizer, averaged over steps and then over samples."),
+        "K = 200 and under 180 at K = 300 for every method. memory tokens: the existing information each turn's "
+        "prompt receives (the memory carried out of the turn before, after compression), in the run model's "
+        "tokenizer, averaged over turns and then over samples."),
     PaperTable(
         "seed001-table1", "Seed 001, table 1: summaries with and without knowledge-graph retrieval",
         (Column("ROUGE-1", "rouge", "rouge1", scale=100.0, digits=2),

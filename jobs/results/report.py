@@ -488,9 +488,10 @@ def _figures(d: RunData) -> list[dict]:
 
 
 def memory_figures(d: RunData) -> list[dict]:
-    """`memory_tokens` per (method, dataset): the memory after each step in the run model's tokenizer,
-    averaged over a sample's steps, then over its samples (per repeat; seed 000 appendix A). Tokenised
-    once per load: the Markdown and `report --json` both read it."""
+    """`memory_tokens` per (method, dataset): the existing information each turn's prompt receives
+    (`eval.judges.memory_size`: the memory carried out of the turn before, in its prompt rendering
+    and the run model's tokenizer), averaged over a sample's turns, then over its samples (per
+    repeat; seed 000 appendix A). Tokenised once per load: the Markdown and `report --json` read it."""
     if "memory_figures" not in d.derived:
         d.derived["memory_figures"] = _memory_figures(d)
     return d.derived["memory_figures"]
@@ -500,12 +501,20 @@ def _memory_figures(d: RunData) -> list[dict]:
     st = d.steps
     if st.empty or "memory_json" not in st or st["memory_json"].isna().all():
         return []
+    from eval.judges.memory_size import carried_memories
     from eval.methods.parsing import as_text
 
     tok = prompt_tokenizer(d)
-    st = st[st["memory_json"].notna()]
-    per_sample = st.assign(memory_tokens=[len(tok.encode(as_text(json.loads(m)))) for m in st["memory_json"]]) \
-        .groupby(["method", "dataset", "repeat", "sample_id"])["memory_tokens"].mean().reset_index()
+    rows = []
+    for key, g in st.sort_values("step").groupby(["method", "dataset", "repeat", "sample_id"], sort=True):
+        chunks = [json.loads(x or "{}").get("chunk_index") for x in g["extra_json"]]
+        memories = [json.loads(m) if isinstance(m, str) else None for m in g["memory_json"]]
+        sizes = [len(tok.encode(as_text(m))) for m in carried_memories(zip(chunks, memories))]
+        if sizes:
+            rows.append(dict(zip(("method", "dataset", "repeat", "sample_id"), key), memory_tokens=sum(sizes) / len(sizes)))
+    if not rows:
+        return []
+    per_sample = pd.DataFrame(rows)
     totals = d.applicable.groupby(["method", "dataset"]).size().to_dict()
     out = []
     for (m, ds), g in per_sample.groupby(["method", "dataset"], sort=True):

@@ -9,12 +9,34 @@ import os
 import re
 from pathlib import Path
 from collections.abc import Iterable
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from jobs.errors import ConfigError
+
+# Upper bounds of the config's counts: far above any real run, low enough that a typo (an extra few
+# zeros) fails in one line instead of exhausting memory building units or threads.
+MAX_REPEATS = 100  # the papers repeat at most 5 times
+MAX_SAMPLES_LIMIT = 1_000_000  # `limit`: samples of one dataset
+MAX_CHUNKS = 1_000_000  # `max_chunks`: chunks of one sample
+MAX_ACTORS = 1_024  # engine actors
+MAX_IN_FLIGHT = 4_096  # samples at once per actor (a batch is at most a few hundred)
+MAX_CONCURRENCY = 4_096  # requests at once to an endpoint
+MAX_RETRIES = 20  # attempts after the first (per sample, per endpoint request)
+MAX_RESTARTS = 100  # engine actor restarts
+MAX_FLUSH_UNITS = 100_000  # units per shard write
+
+
+def _at_most(most: int, what: str, advice: str = "lower it") -> AfterValidator:
+    """A bound with a message saying what the field counts and what to do."""
+    def check(v: int | None) -> int | None:
+        if v is not None and v > most:
+            raise ValueError(f"at most {most:,} {what} (got {v:,}); {advice}")
+        return v
+
+    return AfterValidator(check)
 
 # The papers' table layouts live in `jobs.results.paper_tables`, a floor above the run: it registers
 # its table ids here, so the config can check `paper_tables:` without importing what sits above it.
@@ -39,7 +61,7 @@ class DatasetSpec(_Strict):
     task: str
     path: str | None = None  # a file or directory the task's loader reads
     synthetic: dict[str, Any] | None = None  # generator options (e.g. SUMIE: entities, seed)
-    limit: int | None = Field(default=None, ge=1)  # the first `limit` samples
+    limit: Annotated[int | None, _at_most(MAX_SAMPLES_LIMIT, "samples per dataset", "lower it, or leave it out to take every sample")] = Field(default=None, ge=1)  # the first `limit` samples
     ids: list[str] | None = None  # or exactly these sample ids
     options: dict[str, Any] = Field(default_factory=dict)  # loader options; `max_chunks` keeps the first N chunks
 
@@ -58,6 +80,9 @@ class DatasetSpec(_Strict):
         n = v.get("max_chunks")
         if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
             raise ValueError(f"`max_chunks` must be a whole number of chunks >= 1 (got {n!r})")
+        if n is not None and n > MAX_CHUNKS:
+            raise ValueError(f"`max_chunks` is at most {MAX_CHUNKS:,} chunks (got {n:,}); lower it, or leave it "
+                             "out to keep every chunk")
         return v
 
     @model_validator(mode="after")
@@ -91,9 +116,9 @@ class EndpointSpec(_Strict):
     base_url: str
     model: str
     api_key_env: str | None = None  # name of the environment variable holding the key (never the key)
-    max_concurrency: int = Field(default=16, ge=1)  # requests in flight at once (provider rate limits)
+    max_concurrency: Annotated[int, _at_most(MAX_CONCURRENCY, "requests at once")] = Field(default=16, ge=1)  # requests in flight at once (provider rate limits)
     timeout_s: float = Field(default=120.0, gt=0)  # one request
-    max_retries: int = Field(default=3, ge=0)  # transient failures (connection, 429, 5xx), honouring Retry-After
+    max_retries: Annotated[int, _at_most(MAX_RETRIES, "retries of a request")] = Field(default=3, ge=0)  # transient failures (connection, 429, 5xx), honouring Retry-After
     json_schema: bool = True  # the server constrains output to a JSON Schema (response_format json_schema)
 
 
@@ -123,19 +148,19 @@ class ModelSpec(_Strict):
 class EngineSpec(_Strict):
     """How engine actors are placed and fed (transport settings: not part of the run id)."""
 
-    actors: int = Field(default=1, ge=1)  # CPU: one per configured share; TPU/GPU: one per host
+    actors: Annotated[int, _at_most(MAX_ACTORS, "engine actors")] = Field(default=1, ge=1)  # CPU: one per configured share; TPU/GPU: one per host
     accelerator: Literal["cpu", "gpu", "tpu"] = "cpu"
     cpus_per_actor: float = Field(default=1.0, gt=0)
     gpus_per_actor: float = Field(default=1.0, gt=0)
     tpu_chips_per_host: int = Field(default=4, ge=1)
     tpu_slice: str | None = None  # run on the hosts of this TPU slice only (Ray's ray.io/tpu-slice-name label)
-    max_in_flight: int = Field(default=8, ge=1)  # samples run concurrently against each actor
+    max_in_flight: Annotated[int, _at_most(MAX_IN_FLIGHT, "samples at once per actor")] = Field(default=8, ge=1)  # samples run concurrently against each actor
     # Where method loops run: "driver" (threads of the driver process), "engine" (a worker process
     # on each engine actor's node, which also writes its units' shards; the driver only hands out
     # units and records outcomes) or "auto" (the default: chosen by `auto_placement` when the config
     # is read, so a parsed config always holds "driver" or "engine"). Same results in each.
     method_loops: Literal["auto", "driver", "engine"] = "auto"
-    max_restarts: int = Field(default=3, ge=0)
+    max_restarts: Annotated[int, _at_most(MAX_RESTARTS, "restarts of an engine actor")] = Field(default=3, ge=0)
     start_timeout_s: float = Field(default=900.0, gt=0)  # model load + compile, or waiting for hosts
     request_timeout_s: float | None = Field(default=None, gt=0)  # one LLM call; a timeout fails the attempt
     page_budget: float | int | None = Field(default=None, gt=0)  # fraction of device memory or bytes for the KV cache
@@ -179,14 +204,27 @@ class JudgeSpec(_Strict):
 
 
 class JudgeModelSpec(_Strict):
-    kind: Literal["engine", "openai"] = "engine"  # engine: the run's own model (its engine actors or endpoint)
+    """The model LLM judges call. `kind: engine` without `weights`: the model under test judges its
+    own outputs (its engine actors or endpoint); `kind: engine` with `weights`: a judge engine of its
+    own on those weights (a model name such as qwen2.5-coder-1.5b, or a path), started beside the
+    run's engines; `kind: openai`: an OpenAI-compatible endpoint."""
+
+    kind: Literal["engine", "openai"] = "engine"
+    weights: str | None = None
     endpoint: EndpointSpec | None = None
 
     @model_validator(mode="after")
     def _endpoint_given(self) -> "JudgeModelSpec":
         if self.kind == "openai" and self.endpoint is None:
             raise ValueError("kind 'openai' needs `endpoint` with base_url and model")
+        if self.kind == "openai" and self.weights is not None:
+            raise ValueError("kind 'openai' serves its own model: remove `weights`")
         return self
+
+    @classmethod
+    def named(cls, name: str) -> "JudgeModelSpec":
+        """`--judge-model NAME`: `self` (the model under test), or a judge engine on NAME's weights."""
+        return cls() if name == "self" else cls(weights=name)
 
 
 class RunConfig(_Strict):
@@ -202,12 +240,13 @@ class RunConfig(_Strict):
     sampling: SamplingSpec = Field(default_factory=SamplingSpec)
     judges: list[JudgeSpec] = Field(default_factory=list)
     judge_model: JudgeModelSpec = Field(default_factory=JudgeModelSpec)
-    repeats: int = Field(default=1, ge=1, lt=1 << 20)  # below eval.asking.RETRY_SEED_STRIDE
+    # MAX_REPEATS is also below eval.asking.RETRY_SEED_STRIDE (1 << 20)
+    repeats: Annotated[int, _at_most(MAX_REPEATS, "repeats", "lower it (the papers use 1 to 5)")] = Field(default=1, ge=1)
     seed: int = 0
-    retries: int = Field(default=2, ge=0)  # attempts after the first, per sample
+    retries: Annotated[int, _at_most(MAX_RETRIES, "retries of a sample")] = Field(default=2, ge=0)  # attempts after the first, per sample
     judge_cpus: float = Field(default=0.5, gt=0)
     response_cache: str | None = None  # a directory: identical requests are answered from it (engine or endpoint)
-    flush_units: int = Field(default=16, ge=1)  # write a shard every this many finished units ...
+    flush_units: Annotated[int, _at_most(MAX_FLUSH_UNITS, "units per shard")] = Field(default=16, ge=1)  # write a shard every this many finished units ...
     flush_s: float = Field(default=20.0, gt=0)  # ... or this many seconds
     shard_rows: int = Field(default=50_000, ge=1)  # at the end of a run, small shards merge up to this many rows
     # the papers' tables `memloop report` lays out from this run (jobs.results.paper_tables; not in the run id)
@@ -342,13 +381,15 @@ def parse_config(data: dict[str, Any], source: str = "config") -> RunConfig:
 
 def with_overrides(cfg: RunConfig, source: str = "config", *, output: str | None = None, tag: str | None = None,
                    limit: int | None = None, max_chunks: int | None = None, repeats: int | None = None,
-                   model: str | None = None) -> RunConfig:
+                   model: str | None = None, judge_model: str | None = None) -> RunConfig:
     """The config with command-line overrides applied and validated again (`--limit N` keeps at most
     N samples of every dataset, `--max-chunks N` the first N chunks of each sample, `--repeats N`
     sets the repeats, `--model M` the engine's weights (a short name or a path); all four are part of
     the run id like the same settings in the file). With them a paper's config runs reduced:
     `--limit 2 --max-chunks 2 --repeats 1`, or on another model: `--model qwen2.5-coder-0.5b`."""
     data = cfg.model_dump()
+    if judge_model is not None:  # `--judge-model NAME`: part of the run id like the file's judge_model
+        data["judge_model"] = JudgeModelSpec.named(judge_model).model_dump()
     if model is not None and cfg.models:  # one model named on the command line replaces the config's list
         data.update(models=None, model={"weights": model})
     elif model is not None:
@@ -378,6 +419,56 @@ def with_overrides(cfg: RunConfig, source: str = "config", *, output: str | None
     return parse_config(data, source)
 
 
+# A run config is a few hundred YAML nodes; aliases (`*name`) may repeat a subtree, and nested ones
+# multiply (the "billion laughs"): a document that expands beyond this is refused before it is built.
+MAX_CONFIG_NODES = 100_000
+
+
+def _expanded_nodes(root: yaml.Node) -> int:
+    """The node count of the document with every alias written out (memoised over the shared nodes,
+    so counting is linear in the document; stops early past MAX_CONFIG_NODES)."""
+    sizes: dict[int, int] = {}
+
+    def size(node: yaml.Node, depth: int = 0) -> int:
+        key = id(node)
+        if key in sizes:
+            return sizes[key]
+        sizes[key] = MAX_CONFIG_NODES + 1  # a node met again while counting it: a recursive alias
+        n = 1
+        if isinstance(node, yaml.SequenceNode):
+            for child in node.value:
+                n += size(child, depth + 1)
+                if n > MAX_CONFIG_NODES:
+                    break
+        elif isinstance(node, yaml.MappingNode):
+            for k, v in node.value:
+                n += size(k, depth + 1) + size(v, depth + 1)
+                if n > MAX_CONFIG_NODES:
+                    break
+        sizes[key] = n
+        return n
+
+    return size(root)
+
+
+def _load_yaml(text: str, p: Path) -> Any:
+    """yaml.safe_load, refusing alias expansion beyond MAX_CONFIG_NODES anywhere in the document."""
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        if _expanded_nodes(node) > MAX_CONFIG_NODES:
+            raise ConfigError(f"{p}: expands to over {MAX_CONFIG_NODES} YAML nodes through aliases (*name) or a "
+                              "recursive alias; a run config is small: write the repeated parts out")
+        return loader.construct_document(node)
+    except RecursionError:
+        raise ConfigError(f"{p}: nests lists or mappings too deeply to read; a run config is a few levels "
+                          "deep: flatten it") from None
+    finally:
+        loader.dispose()
+
+
 def load_config(path: str | os.PathLike[str]) -> RunConfig:
     """Read and validate a YAML run config (structure only; see `check_config` for the environment)."""
     p = Path(path)
@@ -390,7 +481,7 @@ def load_config(path: str | os.PathLike[str]) -> RunConfig:
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{p}: not UTF-8 text (byte {exc.start}); save the config as UTF-8 YAML") from None
     try:
-        data = yaml.safe_load(text)
+        data = _load_yaml(text, p)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""

@@ -15,7 +15,9 @@ fan-out and the run store.
    file last (`jobs.run.judge_fanout`); units without judges whose loops ran in the driver are
    buffered and written in batches. Failed units' records are the driver's (it decides the retries).
 5. The driver records each shard's units (its index, for resume); the manifest row closes the
-   invocation, also when it is interrupted.
+   invocation, also when it is interrupted. When the storage fails (its calls are bounded, see
+   `jobs.store.storage.STORAGE_DEADLINE_S`) the run stops: the shards written are kept, the summary
+   names the error and the units not saved, and a re-run resumes.
 """
 from __future__ import annotations
 
@@ -34,7 +36,7 @@ from eval.llm import Usage
 from jobs.run import actors as engine_actors
 from jobs.run.config import RunConfig
 from eval.judges.cost import cache_hit_rate
-from jobs.errors import INFRASTRUCTURE, METHOD, RunError, error_text
+from jobs.errors import INFRASTRUCTURE, METHOD, RunError, StorageError, error_text
 from jobs.run.judge_fanout import Judging
 from jobs.store.manifest import manifest_base
 from jobs.run.plan import RunPlan, make_plan
@@ -47,6 +49,7 @@ from jobs.store.tables import now, sample_row
 from jobs.run.workload import Unit
 
 Log = Callable[[str], None]
+EXIT_STORAGE = 4  # the run stopped because its output could not be written
 
 
 def _stderr(msg: str) -> None:
@@ -68,23 +71,31 @@ class RunSummary:
     method_failed: int = 0
     method_errors: list[str] = field(default_factory=list)
     incomplete: int = 0  # units failed for the infrastructure, or whose judge failed: their cells are unknown
+    storage_error: str | None = None  # the storage failure that stopped the run, if one did
+    unsaved: int = 0  # units finished but not written (the storage failed): a re-run computes them
 
     def first_errors(self, n: int = 3) -> list[str]:
         """The first `n` distinct root causes of failed units."""
         return list(dict.fromkeys(self.errors))[:n]
 
     def exit_code(self, max_failed_frac: float = 0.0) -> int:
-        """0 when every unit computed (or at most `max_failed_frac` of this invocation's units failed for
-        their method), else 3; always 3 when a unit is incomplete (the engine, an endpoint or a judge
-        failed), since its tables' cells cannot be told (docs/judges.md, "Means and intervals")."""
+        """4 when the storage failed; 0 when every unit computed (or at most `max_failed_frac` of this
+        invocation's units failed for their method), else 3; always 3 when a unit is incomplete (the
+        engine, an endpoint or a judge failed), since its tables' cells cannot be told (docs/judges.md,
+        "Means and intervals")."""
+        if self.storage_error:
+            return EXIT_STORAGE
         attempted = self.computed + self.failed
         return 3 if self.incomplete or (self.failed and self.failed > max_failed_frac * attempted) else 0
 
     def to_dict(self) -> dict[str, Any]:
-        return {"run_id": self.run_id, "output": self.output, "samples": self.samples, "computed": self.computed,
-                "skipped": self.skipped, "failed": self.failed, "incomplete": self.incomplete,
-                "errors": self.first_errors(5),
-                "method_failed": self.method_failed, "method_errors": list(dict.fromkeys(self.method_errors))[:5]}
+        out = {"run_id": self.run_id, "output": self.output, "samples": self.samples, "computed": self.computed,
+               "skipped": self.skipped, "failed": self.failed, "incomplete": self.incomplete,
+               "errors": self.first_errors(5),
+               "method_failed": self.method_failed, "method_errors": list(dict.fromkeys(self.method_errors))[:5]}
+        if self.storage_error:
+            out.update(storage_error=self.storage_error, unsaved=self.unsaved)
+        return out
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict())
@@ -209,12 +220,13 @@ def _cached(plan: RunPlan, llms: list[Any]) -> list[Any]:
 
 
 def _compute(plan: RunPlan, rs: RunStore, todo: list[Unit], llms: list[Any], actors: list[Any], log: Log,
-             state: dict[str, Any], workers: list[Any] | None = None) -> dict[str, Any]:
+             state: dict[str, Any], workers: list[Any] | None = None, judging: Judging | None = None) -> dict[str, Any]:
     cfg = plan.config
     per_lane = cfg.model.endpoint.max_concurrency if cfg.model.endpoint is not None else cfg.engine.max_in_flight
     llms = _cached(plan, llms)
     cpu = CpuSplit()
-    runner = _UnitRunner(cfg, llms, actors, ShardWriter(rs.store.uri, plan.run_id, "driver", Judging.of(cfg)), log,
+    judging = judging or Judging.of(cfg)
+    runner = _UnitRunner(cfg, llms, actors, ShardWriter(rs.store.uri, plan.run_id, "driver", judging), log,
                          workers, cpu)
 
     def flush(rows: dict[str, list[dict[str, Any]]]) -> None:
@@ -275,8 +287,41 @@ def _start_and_compute(plan: RunPlan, rs: RunStore, todo: list[Unit], actor_cls:
 
     engine_actors.ensure_ray(log)  # judges run as Ray tasks in either case
     cfg = plan.config
+    judge_procs = _start_judge_engine(plan, actor_cls, log)
+    judging = Judging.of(cfg, ActorLLM(judge_procs[0], name="judge-engine", timeout_s=cfg.engine.request_timeout_s)
+                         if judge_procs else None)
+    try:
+        return _start_engines_and_compute(plan, rs, todo, actor_cls, sim, log, state, judging)
+    finally:
+        for a in judge_procs:
+            ray.kill(a)
+
+
+def _start_judge_engine(plan: RunPlan, actor_cls: Any, log: Log) -> list[Any]:
+    """One engine actor on the judge's own weights (`judge_model.weights`), or none."""
+    if plan.judge_engine_config is None:
+        return []
+    spec = plan.config.engine.model_copy(update={"actors": 1})
+    log(f"judge engine: {plan.judge_engine_config['model']}")
+    try:
+        return engine_actors.start_actors(spec, actor_cls or engine_actors.default_actor_class(),
+                                          {"config": plan.judge_engine_config}, log,
+                                          name_prefix=f"memloop:{plan.run_id}:judge-")
+    except ValueError as exc:  # the name is taken
+        raise RunError(f"run {plan.run_id} is already being computed on this Ray cluster ({exc}); "
+                       "wait for it or stop it") from None
+
+
+def _start_engines_and_compute(plan: RunPlan, rs: RunStore, todo: list[Unit], actor_cls: Any,
+                               sim: "Simulated | None", log: Log, state: dict[str, Any],
+                               judging: Judging) -> dict[str, Any]:
+    import ray
+
+    from jobs.run.llm_adapters import ActorLLM, endpoint_llm
+
+    cfg = plan.config
     if cfg.model.kind == "openai":
-        return _compute(plan, rs, todo, [endpoint_llm(cfg.model.endpoint)], [], log, state)
+        return _compute(plan, rs, todo, [endpoint_llm(cfg.model.endpoint)], [], log, state, judging=judging)
     if sim is not None:
         actors, procs = sim.start(cfg.engine, log)
     else:
@@ -296,9 +341,9 @@ def _start_and_compute(plan: RunPlan, rs: RunStore, todo: list[Unit], actor_cls:
             workers, worker_procs = start_workers(
                 actors, cfg.engine.max_in_flight, max_restarts=cfg.engine.max_restarts, timeout_s=timeout,
                 cache_dir=cfg.response_cache, cache_key=json.dumps(plan.identity["model"], sort_keys=True),
-                pack=sim.pack if sim is not None else 1, writer=(rs.store.uri, plan.run_id, Judging.of(cfg)))
+                pack=sim.pack if sim is not None else 1, writer=(rs.store.uri, plan.run_id, judging))
             log(f"method loops: {len(worker_procs)} worker process(es) beside the engine actors")
-        return _compute(plan, rs, todo, llms, actors, log, state, workers)
+        return _compute(plan, rs, todo, llms, actors, log, state, workers, judging)
     finally:
         for a in worker_procs + procs:  # free the hosts (and, in a shared Ray, the CPUs and memory) at once
             ray.kill(a)
@@ -351,7 +396,12 @@ def execute(cfg: RunConfig, *, actor_cls: Any = None, sim: Simulated | None = No
             if todo:
                 stats.update(_start_and_compute(plan, rs, todo, actor_cls, sim, log, state))
                 t = time.monotonic()
-                stats["shards"] = rs.compact(cfg.shard_rows)  # small shards merged for analysis
+                if state["pool"].storage_error is None:
+                    try:
+                        stats["shards"] = rs.compact(cfg.shard_rows)  # small shards merged for analysis
+                    except StorageError as exc:  # safe to stop mid-way: readers resolve duplicate shards
+                        state["pool"].storage_error = error_text(exc)
+                        log(f"compaction stopped: {error_text(exc)[:300]}")
                 stats["compact_s"] = time.monotonic() - t
         except BaseException as exc:
             stats["interrupted"] = error_text(exc)
@@ -360,16 +410,28 @@ def execute(cfg: RunConfig, *, actor_cls: Any = None, sim: Simulated | None = No
             raise
         finally:
             pool = state.get("pool")
+            unsaved = pool.unsaved if pool is not None else 0
             computed, failed = (pool.finished - pool.failed, pool.failed) if pool is not None else (0, 0)
+            if unsaved:  # finished but not written: not done, so counted neither way (a re-run computes them)
+                unsaved_failed = pool.unsaved_failed
+                computed, failed = computed - (unsaved - unsaved_failed), failed - unsaved_failed
             state["counts"] = (computed, failed, list(pool.errors) if pool is not None else [],
                                pool.infrastructure if pool is not None else 0)
-            rs.write_index(invocation)  # before the manifest: what the next resume reads
-            rs.write_manifest(dict(base, started_at=started, finished_at=now(), wall_s=time.monotonic() - t0,
-                                   samples=len(plan.units), computed=computed, skipped=skipped, failed=failed,
-                                   stats_json=json.dumps(stats, default=str)))
+            state["storage_error"] = pool.storage_error if pool is not None else None
+            state["unsaved"] = unsaved
+            try:
+                rs.write_index(invocation)  # before the manifest: what the next resume reads
+                rs.write_manifest(dict(base, started_at=started, finished_at=now(), wall_s=time.monotonic() - t0,
+                                       samples=len(plan.units), computed=computed, skipped=skipped, failed=failed,
+                                       stats_json=json.dumps(stats, default=str)))
+            except StorageError as exc:  # the shards already written are what counts; a resume lists them
+                log(f"the invocation's index and manifest were not written ({error_text(exc)[:300]})")
+                state["storage_error"] = state["storage_error"] or error_text(exc)
     if lock["lost"]:
         raise RunError(lock["lost"])
+    state["storage_error"] = state["storage_error"] or lock.get("storage_error")
     computed, failed, errors, incomplete = state["counts"]
     method_failed, method_errors = state.get("method_failed", (0, []))
     return RunSummary(plan.run_id, rs.uri, len(all_units), computed, skipped, failed, stats, errors,
-                      method_failed, method_errors, incomplete)
+                      method_failed, method_errors, incomplete, storage_error=state["storage_error"],
+                      unsaved=state["unsaved"])

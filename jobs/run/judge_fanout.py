@@ -32,10 +32,11 @@ class Judging:
     judge_model: JudgeModelSpec
     cpus: float
     retries: int
+    engine_llm: Any = None  # the run's own judge engine (judge_model.weights), else the unit's lane judges
 
     @classmethod
-    def of(cls, cfg: RunConfig) -> "Judging":
-        return cls(cfg.judge_model, cfg.judge_cpus, cfg.retries)
+    def of(cls, cfg: RunConfig, engine_llm: Any = None) -> "Judging":
+        return cls(cfg.judge_model, cfg.judge_cpus, cfg.retries, engine_llm)
 
 
 def commit_unit(output_uri: str, run_id: str, shard: str, samples: list[dict[str, Any]],
@@ -65,7 +66,8 @@ def start_judges(judging: Judging, output_uri: str, run_id: str, shard: str, u: 
     refs = [_remote["judge"].options(num_cpus=judging.cpus, max_retries=judging.retries,
                                      retry_exceptions=[ray.exceptions.RayActorError], name=f"judge:{j.name}")
             .remote(output_uri, run_id, shard, f"j{k}", unit, j, get_judge(j.name).prediction(out, len(u.sample.chunks)),
-                    u.sample.gold, u.sample.metadata, judging.judge_model, llm)
+                    u.sample.gold, u.sample.metadata, judging.judge_model,
+                    judging.engine_llm if judging.engine_llm is not None else llm)
             for k, j in enumerate(u.judges)]
     # a small CPU share: commits are one write each, and a share bounds how many run at once
     return _remote["commit"].options(num_cpus=0.05, name="commit").remote(output_uri, run_id, shard, samples, files,

@@ -77,9 +77,19 @@ def content_digest(path: Path) -> str:
 def weights_path(cfg: RunConfig) -> Path:
     """The model file or directory: the bundled default, a short model name (`qwen2.5-coder-0.5b`,
     joined from its packages on first use), or a path relative to the working directory."""
+    return _resolve_weights(cfg.model.weights)
+
+
+def _resolve_weights(weights: str | None) -> Path:
     from engine.assets import resolve_model
 
-    return resolve_model(None if cfg.model.weights is None else resolve_path(cfg.model.weights))
+    return resolve_model(None if weights is None else resolve_path(weights))
+
+
+def judge_weights_path(cfg: RunConfig) -> Path | None:
+    """The weights of the run's own judge engine (`judge_model.weights`), or None: no judge engine."""
+    jm = cfg.judge_model
+    return _resolve_weights(jm.weights) if jm.kind == "engine" and jm.weights is not None else None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -101,6 +111,7 @@ def check_output(cfg: RunConfig) -> None:
 def check_config(cfg: RunConfig) -> None:
     """Fail before any work starts: unknown methods, tasks or judges, missing files, unset keys."""
     from eval.datasets import list_tasks
+    from eval.datasets.textfile import check_data_path
     from eval.errors import EvalError
     from eval.judges import get_judge, list_judges
     from eval.methods import list_methods
@@ -125,11 +136,18 @@ def check_config(cfg: RunConfig) -> None:
     from eval.datasets.hub import is_hub_id
 
     for i, d in enumerate(cfg.datasets):
-        if d.path is not None and not is_hub_id(d.path) and not resolve_path(d.path).exists():
+        if d.path is None or is_hub_id(d.path):
+            continue
+        p = Path(os.path.expanduser(d.path))
+        if not p.exists() and not p.is_symlink():
             raise ConfigError(
                 f"`datasets.{i}.path`: {d.path} does not exist (relative paths are taken from {Path.cwd()}); "
                 "fix the path or generate the file first (a Hugging Face hub dataset is given as owner/name)"
             )
+        try:  # a FIFO, a device or a symlink loop: refused before anything reads or hashes it
+            check_data_path(p, "dataset path")
+        except EvalError as exc:
+            raise ConfigError(f"`datasets.{i}.path`: {exc}") from None
     if cfg.model.weights is not None:
         from engine.assets import MODELS
         from engine.errors import EngineError
@@ -192,6 +210,45 @@ def check_engine_config(config: dict[str, Any]) -> None:
         raise ConfigError(f"`model.weights`: {exc}") from None
 
 
+def judge_weights_digest(cfg: RunConfig) -> str | None:
+    """What identifies the judge engine's weights: a model name as it is (its pinned packages fix the
+    weights, and a dry run may be on a machine without them), a file or directory by its content."""
+    from engine.assets import MODELS
+
+    w = cfg.judge_model.weights
+    if w is None or w in MODELS or cfg.judge_model.kind != "engine":
+        return None
+    path = resolve_path(w)
+    return content_digest(path) if path.exists() else None
+
+
+def judge_engine_config(cfg: RunConfig, unavailable: list[str] | None = None) -> dict[str, Any] | None:
+    """The judge engine's config (its weights, default options) when `judge_model.weights` names one and
+    a judge of the run asks an LLM; None otherwise. A dry run (`unavailable` a list) notes a named judge
+    model whose packages are not installed here instead of stopping: the machine that runs may have them."""
+    from eval.judges import get_judge
+    from engine.assets import MODELS
+    from engine.errors import EngineError
+
+    if cfg.judge_model.weights is None or not any(get_judge(j.name).needs_llm for j in cfg.judges):
+        return None
+    try:
+        path = judge_weights_path(cfg)
+        if not path.exists():
+            raise ConfigError(f"`judge_model.weights`: {cfg.judge_model.weights} does not exist; give a GGUF file, "
+                              f"a model directory or a model name ({', '.join(MODELS)})")
+    except EngineError as exc:  # a short name whose packages are missing: `make models` installs them
+        if unavailable is None:
+            raise ConfigError(f"`judge_model.weights`: {exc}") from None
+        unavailable.append(f"judge model {cfg.judge_model.weights}: {exc}")
+        return None
+    config: dict[str, Any] = {"model": str(path), "dtype": None}
+    if cfg.engine.page_budget is not None:
+        config["kv_budget"] = cfg.engine.page_budget
+    check_engine_config(config)
+    return config
+
+
 # ---------------------------------------------------------------------------------------------
 # identity and run id
 
@@ -228,7 +285,7 @@ def identity(cfg: RunConfig, model_digest: str) -> dict[str, Any]:
         "model": {"weights": model_digest, "dtype": cfg.model.dtype, "options": cfg.model.options},
         "sampling": cfg.sampling.overrides(),
         "judges": [j.model_dump() for j in cfg.judges],
-        "judge_model": cfg.judge_model.model_dump(),
+        "judge_model": dict(cfg.judge_model.model_dump(), weights_digest=judge_weights_digest(cfg)),
         "seeds": cfg.seeds(),
         "code": code_digest(),
         "templates": template_hashes(cfg),
@@ -267,7 +324,8 @@ class RunPlan:
     run_id: str
     engine_config: dict[str, Any] | None  # in the engine's names: what each engine actor is built with
     units: list["Unit"]
-    unavailable: tuple[str, ...] = ()  # dry run only: hub datasets not reachable here, with how to get them
+    unavailable: tuple[str, ...] = ()
+    judge_engine_config: dict[str, Any] | None = None  # the judge engine's, when judge_model names weights  # dry run only: hub datasets not reachable here, with how to get them
 
 
 def make_plan(cfg: RunConfig, dry_run: bool = False) -> RunPlan:
@@ -291,4 +349,6 @@ def make_plan(cfg: RunConfig, dry_run: bool = False) -> RunPlan:
     ident = identity(cfg, digest)
     unavailable: list[str] | None = [] if dry_run else None
     units = build_units(cfg, unavailable)
-    return RunPlan(cfg, weights, digest, ident, run_id_of(cfg.name, ident), engine, units, tuple(unavailable or ()))
+    judge_engine = judge_engine_config(cfg, unavailable)
+    return RunPlan(cfg, weights, digest, ident, run_id_of(cfg.name, ident), engine, units, tuple(unavailable or ()),
+                   judge_engine)

@@ -10,6 +10,9 @@ hands its item back without spending an attempt. Finished rows are buffered and 
 batches (every `flush_units` items or `flush_s` seconds, and always at the end or on interrupt).
 An item whose rows another process already wrote comes back as that write's record instead of
 rows (`Outcome.written`), which the pool hands to `record` at once: nothing of it is buffered.
+A flush that fails with a storage error (the store already bounds its retries) stops the pool: the
+rows stay in the buffer (`unsaved` counts their items), `storage_error` says why, and what was
+flushed before is kept; nothing retries a storage that is down for minutes.
 """
 from __future__ import annotations
 
@@ -20,7 +23,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Callable, Generic, TypeVar
 
-from jobs.errors import ENGINES_LOST, error_text, is_transient
+from jobs.errors import ENGINES_LOST, StorageError, error_text, is_transient
 
 T = TypeVar("T")
 Rows = dict[str, list[dict[str, Any]]]
@@ -71,6 +74,8 @@ class WorkerPool(Generic[T]):
         self.buffer: list[Rows] = []
         self.live = [True] * lanes
         self.errors: list[str] = []  # the final error of each failed item, in order
+        self.storage_error: str | None = None  # why a flush failed (the pool stopped there)
+        self.buffer_failed: list[bool] = []  # per buffered item: counted in `failed`
 
     # queue ---------------------------------------------------------------------------------
 
@@ -94,6 +99,7 @@ class WorkerPool(Generic[T]):
         with self.cv:
             if rows:
                 self.buffer.append(rows)
+                self.buffer_failed.append(failed)
             self.finished += 1
             self.failed += int(failed)
             self.infrastructure += int(infrastructure)
@@ -155,16 +161,37 @@ class WorkerPool(Generic[T]):
 
     # main loop -----------------------------------------------------------------------------
 
+    @property
+    def unsaved(self) -> int:
+        """Finished items whose rows are not written (a storage error stopped the flushes)."""
+        with self.cv:
+            return len(self.buffer)
+
+    @property
+    def unsaved_failed(self) -> int:
+        """Of the unsaved items, those counted as failed."""
+        with self.cv:
+            return sum(self.buffer_failed)
+
     def flush(self) -> None:
         with self.cv:
             batch, self.buffer = self.buffer, []
+            flags, self.buffer_failed = self.buffer_failed, []
         if not batch:
             return
         merged: Rows = {}
         for rows in batch:
             for table, rs in rows.items():
                 merged.setdefault(table, []).extend(rs)
-        self._flush_to(merged)
+        try:
+            self._flush_to(merged)
+        except StorageError as exc:
+            with self.cv:  # kept in order, and counted as unsaved
+                self.buffer[:0] = batch
+                self.buffer_failed[:0] = flags
+            self.storage_error = error_text(exc)
+            self.log(f"stopping: the results could not be written ({self.storage_error[:400]})")
+            self.stop.set()
 
     def run(self) -> tuple[int, int]:
         """Run every item; returns (succeeded, failed). Rows are flushed also on interrupt."""
@@ -193,5 +220,6 @@ class WorkerPool(Generic[T]):
             self.stop.set()
             with self.cv:
                 self.cv.notify_all()
-            self.flush()  # whatever finished is kept, also on interrupt
+            if self.storage_error is None:  # a store that just failed is not waited on again
+                self.flush()  # whatever finished is kept, also on interrupt
         return self.finished - self.failed, self.failed

@@ -65,7 +65,7 @@ def stored_config(rs: RunStore) -> tuple[RunConfig, dict[str, Any]]:
 def judge_model_identity(spec: JudgeModelSpec, plan: RunPlan) -> dict[str, Any]:
     """What of the judge model changes verdicts: the run's model (by digest) or the endpoint's URL and model."""
     if spec.kind == "engine":
-        return {"kind": "engine", "model": plan.model_digest}
+        return {"kind": "engine", "model": plan.model_digest, "weights": spec.weights}
     ep = spec.endpoint
     assert ep is not None  # JudgeModelSpec requires it for kind openai
     return {"kind": "openai", "base_url": ep.base_url.rstrip("/"), "model": ep.model, "json_schema": ep.json_schema}
@@ -126,6 +126,10 @@ def plan_rescore(run_uri: str, judge: JudgeSpec, judge_model: JudgeModelSpec | N
                f"none of the {len(applies)} units it applies to finished ok (a failed unit is judged once "
                "`memloop run` has computed it again)")
         raise RescoreError(f"judge {judge.name!r} has nothing to judge in {rs.uri}: {why}")
+    if new.judge_model.kind == "engine" and new.judge_model.weights is not None:
+        raise RescoreError(f"a judge engine on its own weights ({new.judge_model.weights}) is not started by rescore; "
+                           "serve those weights with `memloop serve` and pass it as --judge-model "
+                           "'{kind: openai, endpoint: {base_url: ..., model: ...}}'")
     jident = judging_identity(rs.run_id, judge, new.judge_model, plan, tag)
     return RescorePlan(rs, plan, judge, new.judge_model, judging_id_of(judge, jident), jident, units)
 

@@ -121,6 +121,27 @@ def judges_for(cfg: RunConfig, d: DatasetSpec, samples: list[Sample]) -> tuple[J
     return tuple(out)
 
 
+def judges_fitting(cfg: RunConfig, mi: int, m: MethodSpec, judges: tuple[JudgeSpec, ...]) -> tuple[JudgeSpec, ...]:
+    """The judges that can score method `m`: one that matches structured memories
+    (`JudgeInfo.needs_json_memory`) skips a method that keeps a text memory when another judge scores
+    it (seed 000's table: `sumie` for all, `sumie-exact` for the JSON methods); a method left with no
+    judge that fits is refused before work, instead of failing each of its units after computing it."""
+    from eval.judges import get_judge
+    from eval.methods import method_class
+
+    if not judges or getattr(method_class(m.name), "fmt", None) != "text":
+        return judges
+    fits = tuple(j for j in judges if not get_judge(j.name).needs_json_memory)
+    if not fits:
+        j = judges[0]
+        i = next(k for k, spec in enumerate(cfg.judges) if spec is j)
+        raise ConfigError(
+            f"`judges.{i}`: {j.name} matches attribute-value pairs of a JSON memory, and `methods.{mi}` "
+            f"({m.name}) keeps a text memory: score it with a judge that reads text (e.g. `sumie`, which "
+            f"extracts the pairs with the judge LLM), or use the method's JSON variant")
+    return fits
+
+
 def method_settings(cfg: RunConfig, m: MethodSpec, seed: int) -> dict[str, Any]:
     """The method's settings: its own defaults, then the run's sampling overrides (only the fields
     the config sets), the repeat's seed, then the method's own options."""
@@ -163,7 +184,7 @@ def build_units(cfg: RunConfig, unavailable: list[str] | None = None) -> list[Un
         if not matched:
             raise ConfigError(f"`methods.{mi}`: {m.name} runs on tasks {list(tasks or ())}, none of which is in `datasets`")
         for d, samples in matched:
-            judges = judges_for(cfg, d, samples)
+            judges = judges_fitting(cfg, mi, m, judges_for(cfg, d, samples))
             for s in samples:
                 for r, seed in enumerate(cfg.seeds()):
                     key = unit_key(d.key, s.id, m.key, r)

@@ -6,7 +6,10 @@
 `steps`, `judgments` and `scores` only the rows of that outcome, so DuckDB or BigQuery over the
 files never counts a retried unit twice. `runs` keeps one row per invocation. The `run_id` column
 lives in the path only (hive partitioning adds it back), as BigQuery's hive tables require.
-Exporting again replaces the run's partition; other runs' partitions are left alone.
+Exporting again replaces the run's partition; other runs' partitions are left alone. A partition is
+never replaced by one with fewer rows unless `force` is given (a damaged copy of a run, e.g. one
+whose `steps/` folder is missing, would otherwise overwrite the good export with empty tables), and
+the partition's run id is the one written in the run's tables, not the directory's name.
 docs/operations.md has the SQL snippets and the JSON columns' schemas.
 """
 from __future__ import annotations
@@ -17,7 +20,8 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from jobs.store.storage import RunStore, join_uri, open_store
+from jobs.errors import StorageError
+from jobs.store.storage import DamagedRunError, NotFoundError, RunStore, Store, join_uri, open_store
 from jobs.store.tables import SCHEMAS
 
 EXPORT_TABLES = ("samples", "steps", "judgments", "scores", "runs")
@@ -45,15 +49,50 @@ def final_table(rs: RunStore, table: str) -> pa.Table:
     return t.drop_columns(["run_id"])
 
 
-def export_run(run_uri: str, dest: str | None = None) -> ExportResult:
+class ExportShrinkError(StorageError):
+    """An export would replace a partition with fewer rows than it holds."""
+
+
+def run_id_of(rs: RunStore) -> str:
+    """The run id written in the run's tables (a copied or renamed directory keeps its tables' id)."""
+    ids = set(rs.table("samples").column("run_id").to_pylist()) | set(rs.table("runs").column("run_id").to_pylist())
+    ids.discard(None)
+    if len(ids) > 1:
+        raise DamagedRunError(f"{rs.uri} mixes the tables of several runs ({', '.join(sorted(ids))}); "
+                              "export each run from its own directory")
+    return ids.pop() if ids else rs.run_id
+
+
+def _rows_held(store: Store, name: str) -> int:
+    """Rows of an existing partition file (0 when there is none)."""
+    try:
+        data = store.get(name)
+    except NotFoundError:
+        return 0
+    try:
+        return pq.read_metadata(pa.BufferReader(data)).num_rows
+    except (pa.ArrowException, OSError):
+        return 0  # an unreadable partition holds nothing worth keeping
+
+
+def export_run(run_uri: str, dest: str | None = None, force: bool = False) -> ExportResult:
     rs = RunStore.at(run_uri)
+    run_id = run_id_of(rs)
     dest = dest or default_dest(rs)
     store = open_store(dest)
+    tables = {table: final_table(rs, table) for table in EXPORT_TABLES}
+    if not force:  # every table checked before any is written, so a refused export changes nothing
+        for table, t in tables.items():
+            held = _rows_held(store, partition_name(table, run_id))
+            if t.num_rows < held:
+                raise ExportShrinkError(
+                    f"{join_uri(store.uri, partition_name(table, run_id))} holds {held} rows but the run at "
+                    f"{rs.uri} has only {t.num_rows} in `{table}`; the run directory may be damaged or a partial "
+                    "copy. Check it, or pass --force to replace the partition anyway")
     rows = {}
-    for table in EXPORT_TABLES:
-        t = final_table(rs, table)
+    for table, t in tables.items():
         buf = io.BytesIO()
         pq.write_table(t, buf, compression="zstd")
-        store.put(partition_name(table, rs.run_id), buf.getvalue(), mode="overwrite")
+        store.put(partition_name(table, run_id), buf.getvalue(), mode="overwrite")
         rows[table] = t.num_rows
-    return ExportResult(rs.run_id, store.uri, rows)
+    return ExportResult(run_id, store.uri, rows)

@@ -65,6 +65,15 @@ from jobs.store.tables import SCHEMAS, conform, now
 
 WriteMode = Literal["create", "overwrite"]
 
+# One storage call's bound, retries included: a bucket that stops answering fails the call after this
+# many seconds instead of retrying for minutes (the run then stops, keeping what it wrote).
+STORAGE_DEADLINE_S = 60.0
+# One HTTP request's bound inside it (a connection that hangs is dropped and retried within the deadline).
+STORAGE_REQUEST_TIMEOUT_S = 20.0
+# Once a call has failed, the next calls get this much shorter bound until one succeeds, so a run
+# that stops on a storage outage closes (index, manifest, lock) in seconds, not minutes.
+STORAGE_DOWN_DEADLINE_S = 5.0
+
 
 class ConflictError(StorageError):
     """A write precondition did not hold: the object exists (create) or changed (replace)."""
@@ -72,6 +81,10 @@ class ConflictError(StorageError):
 
 class NotFoundError(StorageError):
     """The object does not exist."""
+
+
+class DamagedRunError(StorageError):
+    """A run's tables are missing or unreadable (a partial copy, a listing glitch, a cut-short file)."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -123,6 +136,7 @@ class LocalStore:
     def put(self, name: str, data: bytes, mode: WriteMode = "create") -> str:
         target = self._path(name)
         try:
+            self.check_folder(target.parent)
             tmp = self._write_tmp(target, data)
             try:
                 if mode == "overwrite":
@@ -137,6 +151,16 @@ class LocalStore:
                                 "another process wrote the same object (remove it only if that process is gone)") from None
         except OSError as exc:
             raise StorageError(f"cannot write {target}: {exc.strerror or exc}; choose a writable `output`") from None
+
+    def check_folder(self, folder: Path) -> None:
+        """Raise StorageError when a folder on the way to `folder` is a file (mkdir would say only
+        "exists", which reads as a write conflict)."""
+        for p in (folder, *folder.parents):
+            if p == self.root.parent:
+                break
+            if p.exists() and not p.is_dir():
+                raise StorageError(f"{p} is not a directory (it is a file), so the run cannot write under it; "
+                                   "move or delete that file, or choose another `output`")
 
     @staticmethod
     def _link_exclusive(tmp: Path, target: Path) -> None:
@@ -205,16 +229,19 @@ class LocalStore:
 
     def delete(self, name: str, generation: str | None = None) -> None:
         target = self._path(name)
-        if generation is None:
-            target.unlink(missing_ok=True)
-            return
-        with self._mutex(target):
-            try:
-                if self._generation(target) != generation:
-                    raise ConflictError(f"{target} was changed by another process; not deleted")
-            except FileNotFoundError:
+        try:
+            if generation is None:
+                target.unlink(missing_ok=True)
                 return
-            target.unlink(missing_ok=True)
+            with self._mutex(target):
+                try:
+                    if self._generation(target) != generation:
+                        raise ConflictError(f"{target} was changed by another process; not deleted")
+                except FileNotFoundError:
+                    return
+                target.unlink(missing_ok=True)
+        except OSError as exc:
+            raise StorageError(f"cannot delete {target}: {exc.strerror or exc}; check the output's permissions") from None
 
 
 class GCSStore:
@@ -224,8 +251,9 @@ class GCSStore:
     STORAGE_EMULATOR_HOST set, the client talks to that emulator with anonymous credentials.
     """
 
-    def __init__(self, uri: str, client: Any = None) -> None:
+    def __init__(self, uri: str, client: Any = None, deadline_s: float | None = None) -> None:
         from google.cloud import storage
+        from google.cloud.storage.retry import DEFAULT_RETRY, ConditionalRetryPolicy, is_generation_specified
 
         rest = uri[len("gs://"):]
         bucket, _, prefix = rest.partition("/")
@@ -249,6 +277,36 @@ class GCSStore:
                     ) from None
         self.client = client
         self.bucket = client.bucket(bucket)
+        self.deadline_s = STORAGE_DEADLINE_S if deadline_s is None else deadline_s
+        self.down = False  # the last call failed: the next ones get STORAGE_DOWN_DEADLINE_S
+        self._retries = {}
+        for down in (False, True):
+            retry = DEFAULT_RETRY.with_timeout(min(self.deadline_s, STORAGE_DOWN_DEADLINE_S) if down else self.deadline_s)
+            # uploads are retried only when a generation precondition makes a repeat harmless (as GCS advises)
+            self._retries[down] = (retry, ConditionalRetryPolicy(retry, is_generation_specified, ["query_params"]))
+
+    @property
+    def _retry(self) -> Any:
+        return self._retries[self.down][0]
+
+    @property
+    def _upload_retry(self) -> Any:
+        return self._retries[self.down][1]
+
+    @property
+    def _timeout(self) -> float:
+        return min(STORAGE_REQUEST_TIMEOUT_S, self._retry.timeout)
+
+    def _failed(self, verb: str, name: str, exc: BaseException) -> StorageError:
+        from google.api_core.exceptions import RetryError
+
+        bound = self._retry.timeout  # the bound this call ran under
+        retried = isinstance(exc, (RetryError, TimeoutError, ConnectionError))
+        if retried:  # the storage is not answering: the next calls get the short bound
+            self.down = True
+        why = f" (gave up after {bound:g} s)" if retried else ""
+        return StorageError(f"cannot {verb} {self.uri}/{name}{why}: {type(exc).__name__}: {str(exc)[:300]}; "
+                            "check the bucket, your network and permissions")
 
     def _blob_name(self, name: str) -> str:
         return f"{self.prefix}/{name}" if self.prefix else name
@@ -259,14 +317,16 @@ class GCSStore:
         blob = self.bucket.blob(self._blob_name(name))
         try:
             blob.upload_from_string(data, content_type="application/octet-stream",
-                                    if_generation_match=if_generation_match)
+                                    if_generation_match=if_generation_match, retry=self._upload_retry,
+                                    timeout=self._timeout)
         except PreconditionFailed:
             if if_generation_match == 0:
                 raise ConflictError(f"{self.uri}/{name} already exists and is written create-only; another "
                                     "process wrote the same object (remove it only if that process is gone)") from None
             raise ConflictError(f"{self.uri}/{name} was changed by another process") from None
         except Exception as exc:
-            raise StorageError(f"cannot write {self.uri}/{name}: {exc}; check the bucket and your permissions") from None
+            raise self._failed("write", name, exc) from None
+        self.down = False
         return str(blob.generation)
 
     def put(self, name: str, data: bytes, mode: WriteMode = "create") -> str:
@@ -282,33 +342,40 @@ class GCSStore:
         from google.api_core.exceptions import NotFound, PreconditionFailed
 
         try:
-            blob = self.bucket.get_blob(self._blob_name(name))
+            blob = self.bucket.get_blob(self._blob_name(name), retry=self._retry, timeout=self._timeout)
+            self.down = False
             if blob is not None:
                 gen = blob.generation  # (the download may reset it from its response headers)
                 # the bytes of exactly the generation whose metadata was read
-                return blob.download_as_bytes(if_generation_match=gen), str(gen)
+                return blob.download_as_bytes(if_generation_match=gen, retry=self._retry,
+                                              timeout=self._timeout), str(gen)
         except (NotFound, PreconditionFailed):
             pass  # deleted or rewritten between the two requests: report it as gone; the caller re-reads
+        except Exception as exc:
+            raise self._failed("read", name, exc) from None
         raise NotFoundError(f"{self.uri}/{name} does not exist; check the run URI")
 
     def list(self, prefix: str) -> list[str]:
         full = self._blob_name(prefix).rstrip("/") + "/"
         cut = len(self.prefix) + 1 if self.prefix else 0
         try:
-            names = [b.name[cut:] for b in self.client.list_blobs(self.bucket, prefix=full)]
+            names = [b.name[cut:] for b in self.client.list_blobs(self.bucket, prefix=full, retry=self._retry,
+                                                                   timeout=self._timeout)]
         except Exception as exc:
-            raise StorageError(f"cannot list {self.uri}/{prefix}: {exc}; check the bucket and your permissions") from None
+            raise self._failed("list", prefix, exc) from None
+        self.down = False
         return sorted(n for n in names if not n.rsplit("/", 1)[-1].startswith("."))
 
     def children(self, prefix: str) -> list[str]:
         full = (self._blob_name(prefix).rstrip("/") + "/") if (prefix or self.prefix) else ""
         try:
-            it = self.client.list_blobs(self.bucket, prefix=full, delimiter="/")
+            it = self.client.list_blobs(self.bucket, prefix=full, delimiter="/", retry=self._retry,
+                                        timeout=self._timeout)
             for _ in it:  # the prefixes are known once the pages are read
                 pass
             dirs = [p[len(full):].rstrip("/") for p in it.prefixes]
         except Exception as exc:
-            raise StorageError(f"cannot list {self.uri}/{prefix}: {exc}; check the bucket and your permissions") from None
+            raise self._failed("list", prefix, exc) from None
         return sorted(d for d in dirs if d and not d.startswith("."))
 
     def delete(self, name: str, generation: str | None = None) -> None:
@@ -316,18 +383,23 @@ class GCSStore:
 
         try:
             self.bucket.blob(self._blob_name(name)).delete(
-                if_generation_match=int(generation) if generation is not None else None)
+                if_generation_match=int(generation) if generation is not None else None, retry=self._retry,
+                timeout=self._timeout)
         except NotFound:
             pass
         except PreconditionFailed:
             raise ConflictError(f"{self.uri}/{name} was changed by another process; not deleted") from None
+        except Exception as exc:
+            raise self._failed("delete", name, exc) from None
 
 
 def open_store(uri: str) -> Store:
     if uri.startswith("gs://"):
         return GCSStore(uri)
     if "://" in uri:
-        raise StorageError(f"output {uri!r}: only local paths and gs://bucket/prefix are supported")
+        hint = f"; for a local directory write the path without the scheme ({uri[len('file://'):]})" \
+            if uri.startswith("file://") else "; write a local directory or gs://BUCKET/PREFIX"
+        raise StorageError(f"output {uri!r}: only local paths and gs://bucket/prefix are supported{hint}")
     return LocalStore(uri)
 
 
@@ -340,6 +412,7 @@ def join_uri(base: str, name: str) -> str:
 
 
 SHARD_TABLES = ("steps", "judgments", "scores", "samples")  # the write order of a shard: samples commits it
+RUN_FOLDERS = (*SHARD_TABLES, "runs", "index")  # the folders of a run directory
 PART_SEP = "+"  # `{shard}+{part}`: a part of a shard's table written by another process (a judge task)
 WRITER_KEY = b"memloop.writer"  # the Parquet key-value metadata naming the process that wrote a file
 
@@ -378,8 +451,15 @@ def to_parquet(table: str, rows: list[dict[str, Any]], writer: dict[str, Any] | 
     return _table_bytes(pa.Table.from_pylist(rows, schema=SCHEMAS[table]), writer)
 
 
-def from_parquet(data: bytes) -> pa.Table:
-    return pq.read_table(pa.BufferReader(data))
+def from_parquet(data: bytes, uri: str = "", columns: list[str] | None = None) -> pa.Table:
+    """A Parquet object's table; a cut-short or foreign file raises DamagedRunError naming `uri`."""
+    try:
+        return pq.read_table(pa.BufferReader(data), columns=columns)
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise DamagedRunError(
+            f"{uri or 'a table file'} is not a readable Parquet file ({type(exc).__name__}: {str(exc)[:200]}); "
+            "it was cut short or overwritten: restore it from a copy of the run, or delete it (a resume "
+            "computes the units of a deleted samples shard again)") from None
 
 
 # a unit with one of these outcomes is done: resuming never computes it again ("n/a": the method
@@ -411,6 +491,7 @@ def rows_of_outcomes(raw: pa.Table, outcomes: pa.Table) -> pa.Table:
 
 
 LOCK_NAME = ".lock"
+_LIVE_LOCKS: set[str] = set()  # the URIs of the locks this process holds now
 
 
 def _iso(t: dt.datetime) -> str:
@@ -428,6 +509,8 @@ class Lock:
     holder: dict[str, Any]
     generation: str
     released: bool = field(default=False)
+    took_over: dict[str, Any] | None = None  # the dead or stale holder this lock was taken from
+    took_over_why: str = ""
 
     def refresh(self) -> None:
         """Write a new heartbeat; raises LockHeldError when another process has taken the lock."""
@@ -439,11 +522,15 @@ class Lock:
                                 "stale); stop this run: the other one computes the same units") from None
         self.holder = holder
 
+    def __post_init__(self) -> None:
+        _LIVE_LOCKS.add(self.uri)
+
     def release(self) -> bool:
         """Delete the lock if it is still ours; False when another process had taken it over."""
         if self.released:
             return True
         self.released = True
+        _LIVE_LOCKS.discard(self.uri)  # even if the delete fails: this process no longer computes the run
         try:
             self.store.delete(self.name, self.generation)
             return True
@@ -486,8 +573,19 @@ class RunStore:
         if not rid:
             raise StorageError(f"{run_uri!r} is not a run URI; give OUTPUT/RUN_ID as printed by `memloop run`")
         rs = cls(open_store(base or "."), rid)
-        if not rs.store.list(f"{rid}/samples") and not rs.store.list(f"{rid}/runs"):
+        samples, runs = rs.store.list(f"{rid}/samples"), rs.store.list(f"{rid}/runs")
+        if not samples and not runs:
             raise StorageError(f"{run_uri} holds no run (no samples/ or runs/ tables); check the URI printed by `memloop run`")
+        if not samples:  # manifests but no outcomes: a partial copy, or a listing that came back empty
+            units = sum(int(t.column("computed")[0].as_py() or 0) + int(t.column("failed")[0].as_py() or 0)
+                        for t in (from_parquet(rs.store.get(n), rs._uri(n)) for n in runs if n.endswith(".parquet")))
+            if units:
+                raise DamagedRunError(
+                    f"{run_uri} has no samples/ table although its runs/ manifests record {units} finished "
+                    f"unit(s); the run directory is incomplete (a partial copy?): copy the whole run, or point at "
+                    "the original")
+            raise DamagedRunError(f"{run_uri} has no finished unit yet (no samples/ table); run its config with "
+                                  "`memloop run` first")
         return rs
 
     @property
@@ -502,17 +600,46 @@ class RunStore:
         """The tables of one re-judging of this run (created by its first write)."""
         return JudgingStore(self.store, self.run_id, judging_id)
 
+    def _uri(self, name: str) -> str:
+        """The full URI of an object of the store (for messages)."""
+        return join_uri(self.store.uri, name)
+
     def name(self, *parts: str) -> str:
         return "/".join((self._root, *parts))
 
     def check_writable(self) -> None:
-        """Write and delete a probe object, so an unwritable output fails before any work starts."""
+        """Write and delete a probe object, so an unwritable output fails before any work starts; in a
+        directory, each table's folder must be a folder (a file there fails every shard's write)."""
         probe = self.name(f".probe-{uuid.uuid4().hex[:8]}")
         try:
             self.store.put(probe, b"probe", mode="create")
+            if isinstance(self.store, LocalStore):
+                for table in RUN_FOLDERS:
+                    self.store.check_folder(self.store.root / self.name(table))
         except StorageError as exc:
             raise StorageError(f"`output`: {exc}") from None
         self.store.delete(probe)
+
+    def check_reachable(self) -> None:
+        """What a dry run checks of the output without creating anything in a directory: a local
+        output's nearest existing folder is a writable directory and no table folder is a file; a
+        bucket is reachable and writable (a probe object is written and deleted)."""
+        if not isinstance(self.store, LocalStore):
+            self.check_writable()
+            return
+        run_dir = self.store.root / self.run_id
+        for table in RUN_FOLDERS:
+            try:
+                self.store.check_folder(run_dir / table)
+            except StorageError as exc:
+                raise StorageError(f"`output`: {exc}") from None
+        p = run_dir
+        while not p.exists() and p != p.parent:
+            p = p.parent
+        if not p.is_dir():
+            raise StorageError(f"`output`: {p} is not a directory; choose a writable `output`")
+        if not os.access(p, os.W_OK | os.X_OK):
+            raise StorageError(f"`output`: {p} is not writable by this user; choose a writable `output`")
 
     # the run lock ---------------------------------------------------------------------------
 
@@ -524,7 +651,8 @@ class RunStore:
         name = self.name(LOCK_NAME)
         lock_uri = join_uri(self.store.uri, name)
         t = _iso(now())
-        holder = {"owner": owner, "host": socket.gethostname(), "pid": os.getpid(), "acquired_at": t, "heartbeat_at": t}
+        holder = {"owner": owner, "host": socket.gethostname(), "pid": os.getpid(), "pid_ns": _pid_namespace(),
+                  "acquired_at": t, "heartbeat_at": t}
         data = json.dumps(holder).encode()
         for _ in range(3):  # the lock may be released between our create and our read
             try:
@@ -539,9 +667,14 @@ class RunStore:
                 current = json.loads(raw)
             except ValueError:
                 current = {"owner": "(unreadable lock object)", "heartbeat_at": None}
-            if stale_after_s is not None and _age_s(current.get("heartbeat_at")) > stale_after_s:
+            dead = _holder_is_dead(current, lock_uri)
+            if dead or (stale_after_s is not None and _age_s(current.get("heartbeat_at")) > stale_after_s):
+                why = (f"its last heartbeat is over {stale_after_s:g} s old" if not dead
+                       else "its invocation in this process has ended" if current.get("pid") == os.getpid()
+                       else "its process is gone from this host")
                 try:
-                    return Lock(self.store, name, lock_uri, holder, self.store.replace(name, data, gen))
+                    return Lock(self.store, name, lock_uri, holder, self.store.replace(name, data, gen),
+                                took_over=current, took_over_why=why)
                 except (ConflictError, NotFoundError):
                     continue
             raise LockHeldError(
@@ -632,7 +765,7 @@ class RunStore:
             new = new_shard_name()
             merged: dict[str, pa.Table] = {}
             for table in self.shard_tables:
-                parts = [conform(table, from_parquet(self.store.get(self.name(f))))
+                parts = [conform(table, self._read_one(self.name(f)))
                          for s in g for f in self.committed[s].files if f.startswith(f"{table}/")]
                 t = pa.concat_tables(parts) if parts else SCHEMAS[table].empty_table()
                 merged[table] = t.set_column(t.schema.get_field_index("shard"), "shard",
@@ -674,10 +807,13 @@ class RunStore:
                 out.setdefault(shard_of(n.rsplit("/", 1)[-1][: -len(".parquet")]), []).append(n)
         return out
 
+    def _read_one(self, name: str, columns: list[str] | None = None) -> pa.Table:
+        return from_parquet(self.store.get(name), self._uri(name), columns)
+
     def _read_all(self, table: str, shards: Iterable[str] | None = None) -> pa.Table:
         names = self._shard_names(table)
         keep = names if shards is None else {s: names[s] for s in shards if s in names}
-        parts = [from_parquet(self.store.get(n)) for _, ns in sorted(keep.items()) for n in ns]
+        parts = [self._read_one(n) for _, ns in sorted(keep.items()) for n in ns]
         if not parts:
             return SCHEMAS[table].empty_table()
         return pa.concat_tables([conform(table, p) for p in parts])
@@ -705,7 +841,7 @@ class RunStore:
         for name in self.store.list(self.name("index")):
             if not name.endswith(".parquet"):
                 continue
-            t = from_parquet(self.store.get(name))
+            t = self._read_one(name)
             for u, shard, st in zip(t.column("unit").to_pylist(), t.column("shard").to_pylist(),
                                     t.column("status").to_pylist()):
                 if shard in shards:  # a shard that still exists (committed, not compacted away)
@@ -715,7 +851,7 @@ class RunStore:
         for shard, names in shards.items():
             if shard not in covered:
                 for name in names:
-                    t = pq.read_table(pa.BufferReader(self.store.get(name)), columns=["unit", "status"])
+                    t = self._read_one(name, columns=["unit", "status"])
                     done.update(u for u, st in zip(t.column("unit").to_pylist(), t.column("status").to_pylist())
                                 if st in DONE_STATUSES)
         return done
@@ -747,6 +883,34 @@ def _table_bytes(t: pa.Table, writer: dict[str, Any] | None = None) -> bytes:
     buf = io.BytesIO()
     pq.write_table(t, buf, compression="zstd")
     return buf.getvalue()
+
+
+def _pid_namespace() -> int | None:
+    """The inode of this process's PID namespace: two containers may share a host name, not this."""
+    try:
+        return os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return None
+
+
+def _holder_is_dead(holder: dict[str, Any], lock_uri: str) -> bool:
+    """True when the lock's holder ran on this host (same PID namespace) and its process is gone,
+    e.g. a driver killed with kill -9, or it is this process and no longer holds it (its release
+    failed during a storage outage): the lock can be taken over at once. A reused PID reads as
+    alive, and a holder on another host is judged by its heartbeat only."""
+    pid = holder.get("pid")
+    if (holder.get("host") != socket.gethostname() or not isinstance(pid, int) or pid <= 0
+            or holder.get("pid_ns") is None or holder.get("pid_ns") != _pid_namespace()):
+        return False
+    if pid == os.getpid():
+        return lock_uri not in _LIVE_LOCKS
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # exists, owned by another user
+        return False
+    return False
 
 
 def _age_s(iso: str | None) -> float:

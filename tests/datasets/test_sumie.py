@@ -154,3 +154,17 @@ def test_conflicting_updates_replace_values_in_later_turns():
     assert changed >= 30
     with pytest.raises(DatasetError, match="probability"):
         next(generate_sumie(1, conflicts=2))
+
+
+def test_each_sample_says_whether_the_release_file_or_the_generator_ran(tmp_path) -> None:
+    """Issue 30 point 3: a SUMIE sample records which data ran, so a table from the generator is never
+    read as the official release's."""
+    from eval.datasets.sumie import write_sumie_jsonl
+    from eval.datasets.sumie.loader import load_sumie_dataset
+
+    generated = load_sumie_dataset(synthetic=True, entities=2, seed=3)
+    assert all("memloop's SUMIE generator (seed 3, 2 entities)" in s.metadata["source"] for s in generated)
+    path = write_sumie_jsonl(tmp_path / "dataset_sumie.jsonl", entities=2, seed=3)
+    from_file = load_sumie_dataset(path)
+    assert all(s.metadata["source"] == f"SUMIE file {path}" for s in from_file)
+    assert [s.id for s in from_file] == [s.id for s in generated]  # same data, same unit ids

@@ -6,7 +6,9 @@ fails with HTTP 412 on real GCS. This server is the emulator with one handler in
 an upload, a delete or a read, it compares the request's preconditions with the object's current
 generation and metageneration and answers 412 `conditionNotMet` when one does not hold, exactly as
 GCS does (a missing object has generation 0, so `ifGenerationMatch=0` means "create only").
-Everything else is the emulator's own behaviour.
+Everything else is the emulator's own behaviour. For fault injection, `PreconditionGCS.fault` (when
+set) sees every request's method and path first; when it returns True the request gets a 503
+`backendError`, as GCS answers during an outage (the client retries it until its deadline).
 """
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ import json
 import re
 import threading
 from http import server as http_server
-from typing import Any
+from typing import Any, Callable
 
 from gcp_storage_emulator import server as emu
 from gcp_storage_emulator.exceptions import NotFound
@@ -105,20 +107,32 @@ class PreconditionHandler(emu.RequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
+    def _down(self, method: str) -> bool:
+        """True when the fault hook says this request fails (a 503 has been sent)."""
+        fault = self.server_fake.fault
+        if fault is None or not fault(method, self.path):
+            return False
+        emu._read_raw_data(self)  # drain the body, or the client sees a reset instead of the answer
+        self.server_fake.refused += 1
+        body = {"error": {"code": 503, "message": "Backend Error",
+                          "errors": [{"domain": "global", "reason": "backendError", "message": "Backend Error"}]}}
+        self._reply(503, json.dumps(body).encode())
+        return True
+
     def do_GET(self) -> None:
-        if self._check(emu.GET):
+        if not self._down(emu.GET) and self._check(emu.GET):
             super().do_GET()
 
     def do_POST(self) -> None:
-        if self._check(emu.POST):
+        if not self._down(emu.POST) and self._check(emu.POST):
             super().do_POST()
 
     def do_PUT(self) -> None:
-        if self._check(emu.PUT):
+        if not self._down(emu.PUT) and self._check(emu.PUT):
             super().do_PUT()
 
     def do_DELETE(self) -> None:
-        if self._check(emu.DELETE):
+        if not self._down(emu.DELETE) and self._check(emu.DELETE):
             super().do_DELETE()
 
 
@@ -129,6 +143,8 @@ class PreconditionGCS:
         self.storage = emu.Storage(use_memory_fs=True)
         buckets.create_bucket(bucket, self.storage)
         self.rejected: list[tuple[str, str, dict[str, int]]] = []  # the requests answered 412
+        self.fault: Callable[[str, str], bool] | None = None  # (method, path) -> answer 503
+        self.refused = 0  # requests answered 503 by `fault`
         self._httpd = http_server.HTTPServer(("127.0.0.1", port), self._handler)
         self.port: int = self._httpd.server_address[1]
         self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)

@@ -55,7 +55,7 @@ def test_methods_run_on_an_endpoint_with_its_usage_and_a_response_cache(ray_loca
     assert (first.computed, first.failed) == (1, 0), first.errors
     calls = len(SEEN)
     assert calls >= 2 and all(b["model"] == "peer-1" for b in SEEN)
-    assert SEEN[0]["max_tokens"] == 1024  # the method's own default reached the endpoint
+    assert SEEN[0]["max_tokens"] == 900  # the method's own default (its 900-token summary limit) reached the endpoint
     rs = RunStore.at(first.output)
     steps = rs.table("steps").to_pandas()
     assert (steps["prompt_tokens"] == 300).all() and (steps["cached_tokens"] == 120).all()  # exact usage

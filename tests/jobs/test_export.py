@@ -5,6 +5,7 @@ import json
 import uuid
 
 import pyarrow.dataset as ds
+import pytest
 from typer.testing import CliRunner
 
 from jobs.commands.cli import app
@@ -94,3 +95,74 @@ def test_export_to_gcs_and_cli(tmp_path, gcs_emulator) -> None:
     result = CliRunner().invoke(app, ["export", rs.uri, "--to", str(tmp_path / "x")])
     assert result.exit_code == 0, result.output
     assert json.loads(result.output.strip().splitlines()[-1])["rows"]["samples"] == 2
+
+
+def _cli(args: list[str], capsys, monkeypatch) -> tuple[int, str, str]:
+    """`memloop ARGS` through the real entry point (errors become one line and exit 2)."""
+    import sys
+
+    from jobs.commands.cli import main
+
+    monkeypatch.setattr(sys, "argv", ["memloop", *args])
+    try:
+        main()
+        code = 0
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_a_run_missing_its_samples_table_is_an_error_and_keeps_the_export(tmp_path, capsys, monkeypatch) -> None:
+    import shutil
+
+    rs = _run(str(tmp_path / "runs"), "r1")
+    export_run(rs.uri)
+    shutil.rmtree(tmp_path / "runs" / "r1" / "samples")  # a partial copy, a listing glitch
+    code, _, err = _cli(["export", rs.uri], capsys, monkeypatch)
+    assert code == 2 and "no samples/ table although its runs/ manifests record 4 finished unit(s)" in err, err
+    assert err.count("\n") == 1
+    assert len(_read(str(tmp_path / "runs" / "export"), "samples")) == 2  # the good export is untouched
+    code, _, err = _cli(["report", rs.uri], capsys, monkeypatch)
+    assert code == 2 and "no samples/ table" in err
+
+
+def test_export_never_shrinks_a_partition_without_force(tmp_path, capsys, monkeypatch) -> None:
+    import shutil
+
+    rs = _run(str(tmp_path / "runs"), "r1")
+    dest = str(tmp_path / "lake")
+    export_run(rs.uri, dest)
+    shutil.rmtree(tmp_path / "runs" / "r1" / "steps")
+    code, _, err = _cli(["export", rs.uri, "--to", dest], capsys, monkeypatch)
+    assert code == 2 and "ExportShrinkError" in err and "holds 2 rows" in err and "--force" in err, err
+    assert len(_read(dest, "steps")) == 2 and len(_read(dest, "samples")) == 2  # nothing was replaced
+    code, out, _ = _cli(["export", rs.uri, "--to", dest, "--force"], capsys, monkeypatch)
+    assert code == 0 and json.loads(out)["rows"]["steps"] == 0
+    assert _read(dest, "steps") == []
+
+
+def test_export_takes_the_run_id_from_the_tables(tmp_path) -> None:
+    rs = _run(str(tmp_path / "runs"), "r1")
+    (tmp_path / "runs" / "r1").rename(tmp_path / "runs" / "copy-of-r1")
+    res = export_run(str(tmp_path / "runs" / "copy-of-r1"))
+    assert res.run_id == "r1"
+    assert (tmp_path / "runs" / "export" / "samples" / "run_id=r1" / "part-0.parquet").is_file()
+    assert not (tmp_path / "runs" / "export" / "samples" / "run_id=copy-of-r1").exists()
+
+
+@pytest.mark.parametrize("damage", ["truncate", "garbage-runs"])
+def test_an_unreadable_table_file_is_named(tmp_path, capsys, monkeypatch, damage) -> None:
+    rs = _run(str(tmp_path / "runs"), "r1")
+    other = _run(str(tmp_path / "runs"), "r2")
+    if damage == "truncate":
+        bad = sorted((tmp_path / "runs" / "r1" / "samples").iterdir())[0]
+        bad.write_bytes(bad.read_bytes()[:100])
+    else:
+        bad = tmp_path / "runs" / "r1" / "runs" / "junk.parquet"
+        bad.write_bytes(b"not parquet at all")
+    for args in (["report", rs.uri], ["export", rs.uri], ["compare", rs.uri, other.uri]):
+        code, _, err = _cli(args, capsys, monkeypatch)
+        assert code == 2, (args, err)
+        assert f"error: DamagedRunError: {bad} is not a readable Parquet file" in err, (args, err)
+        assert "Traceback" not in err

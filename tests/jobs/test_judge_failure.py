@@ -15,14 +15,7 @@ from jobs.run.driver import execute
 from jobs.results.report import RunData, build_report, headline
 from jobs.store.storage import RunStore
 from tests.jobs.scripted_endpoint import scripted_endpoint
-
-
-def _arxiv(tmp_path: Path) -> Path:
-    article = " ".join(f"Sentence {i} of the study reports a measured result about lighthouse lamps." for i in range(30))
-    path = tmp_path / "arxiv.jsonl"
-    path.write_text(json.dumps({"article": article.replace(". ", ".\n"),
-                                "abstract": "The study measures lighthouse lamps.\nIt reports results."}) + "\n")
-    return path
+from tests.jobs.test_paper_tables import arxiv_file
 
 
 def test_a_failed_judge_leaves_the_unit_ok_and_the_cell_incomplete(ray_local, tmp_path) -> None:
@@ -35,7 +28,7 @@ def test_a_failed_judge_leaves_the_unit_ok_and_the_cell_incomplete(ray_local, tm
                                                       "timeout_s": 5}}
         cfg = parse_config({
             "name": "judge-fails", "output": str(tmp_path / "runs"),
-            "datasets": [{"task": "arxiv", "path": str(_arxiv(tmp_path)), "limit": 1}],
+            "datasets": [{"task": "arxiv", "path": str(arxiv_file(tmp_path)), "limit": 1}],
             "methods": [{"name": "no-kg"}], "judges": [{"name": "rouge"}, {"name": "kgscore", "options": {"max_attempts": 1}}],
             "model": model, "judge_model": judge_model, "judge_cpus": 0.25})
         summary = execute(cfg, log=lambda m: None)

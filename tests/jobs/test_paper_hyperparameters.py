@@ -49,6 +49,19 @@ def test_seed_004_table_1_config() -> None:
     cfg = load_config(CONFIGS / "papers" / "seed004-table1.yaml")
     (ds,) = cfg.datasets
     assert ds.task == "arxiv" and ds.limit == 10
-    assert ds.options == {"split": "validation", "chunk_sentences": 15}
+    assert {k: ds.options[k] for k in ("split", "chunk_sentences")} == {"split": "validation", "chunk_sentences": 15}
     assert [m.name for m in cfg.methods] == ["fart-base", "fart-compressed", "fart-rolling"]
     assert [j.name for j in cfg.judges] == ["rouge"]
+
+
+def test_seed_003_summarisers_decode_at_the_official_temperature() -> None:
+    """BooookScore's official summarisation code samples at temperature 0.5 (issue 30 point 13)."""
+    cfg = load_config(CONFIGS / "papers" / "seed003-hier-inc.yaml")
+    assert cfg.sampling.temperature == 0.5
+    assert [m.name for m in cfg.methods] == ["hier-merge", "inc-update"]
+
+
+def test_seed_001_rows_summarise_with_chain_of_density() -> None:
+    cfg = load_config(CONFIGS / "papers" / "seed001-table1.yaml")
+    assert [(m.name, m.options) for m in cfg.methods] == [("no-kg", {"density_rounds": 4}),
+                                                          ("kg-retrieval", {"density_rounds": 4})]

@@ -122,7 +122,7 @@ def endpoint():
         yield url, seen
 
 
-def _arxiv_file(tmp_path: Path) -> Path:
+def arxiv_file(tmp_path: Path) -> Path:
     article = " ".join(f"Sentence {i} of the study reports a measured result about lighthouse lamps." for i in range(40))
     path = tmp_path / "arxiv.jsonl"
     path.write_text(json.dumps({"article": article.replace(". ", ".\n"),
@@ -141,7 +141,7 @@ def test_a_reduced_paper_config_runs_end_to_end_and_reports_the_papers_table(con
         if d["task"] == "book":
             d["path"] = str(BOOK)
         elif d["task"] == "arxiv":
-            d["path"] = str(_arxiv_file(tmp_path))
+            d["path"] = str(arxiv_file(tmp_path))
         elif d["task"] == "booksum":
             d["path"] = str(booksum_file(tmp_path))
         d.setdefault("options", {})
@@ -185,12 +185,13 @@ def test_a_reduced_paper_config_runs_on_the_bundled_model(config, ray_local, tmp
     bundled model: every unit computed or failed with its cause, and the report lays out the table."""
     data = yaml.safe_load(config.read_text())
     data.update(output=str(tmp_path / "runs"), engine={"actors": 1, "cpus_per_actor": 1, "max_in_flight": 16},
-                sampling=dict(data.get("sampling") or {}, max_tokens=64), judge_cpus=0.25)
+                sampling=dict(data.get("sampling") or {}, max_tokens=64), judge_cpus=0.25,
+                judge_model={"kind": "engine"})  # the pipeline, not the judge's strength: the model judges itself
     for d in data["datasets"]:
         if d["task"] == "book":
             d["path"] = str(BOOK)
         elif d["task"] == "arxiv":
-            d["path"] = str(_arxiv_file(tmp_path))
+            d["path"] = str(arxiv_file(tmp_path))
         elif d["task"] == "booksum":
             d["path"] = str(booksum_file(tmp_path))
         if "chunk_tokens" in d.get("options", {}):

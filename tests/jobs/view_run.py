@@ -13,9 +13,20 @@ HOSTILE = '<script>alert("memloop-xss")</script> "><img src=x onerror=alert(1)> 
 
 
 def hostile_answer(body: dict) -> str | None:
-    """Revisions for CoK (one that applies, one at a path the memory has not), markup in every free
-    text answer; other structured answers are left to the scripted model's minimal instance."""
+    """Revisions for CoK in its sectioned answer (one that applies, one at a path the memory has not),
+    markup in every free text answer; other structured answers are left to the scripted model's
+    minimal instance."""
     fmt = body.get("response_format") or {}
+    prompt = "".join(m.get("content") or "" for m in body.get("messages") or [])
+    if fmt.get("type") != "json_schema" and prompt.rstrip().endswith("[THOUGHTS FOR UPDATE]"):
+        # CoK answers in figure 5's sections: an update at a path the memory lacks, an addition that
+        # applies once (the next chunk's same addition is rejected: the path already exists)
+        task_class = prompt.rsplit("[CLASS]", 1)[1]  # the task's own class, after the prompt's example
+        name = "attributes" if "class Summary" in task_class else "characters"
+        return ("1. Nothing to update.\n\n[UPDATED_OBJECTS]\n"
+                + json.dumps({f"$. '{name}'. 'nobody'[3]": {"update": "x"}})
+                + "\n\n[THOUGHTS FOR ADD]\n1. The keeper is new.\n\n[ADDED_OBJECTS]\n"
+                + json.dumps({f"$. '{name}'. '<b>keeper</b>'": {"add": [HOSTILE]}}) + "\n")
     if fmt.get("type") != "json_schema":
         return HOSTILE
     schema = fmt["json_schema"]["schema"]

@@ -119,6 +119,24 @@ def test_replay_book_hand_computed():
     assert replay_book(summary, None).score("booookscore") == 1.0
     with pytest.raises(JudgeError, match="malformed"):
         replay_book(summary, {"Bo leaves.": {"questions": "x", "types": ["bogus"]}})
+    # counted, the unmatched confusing sentence is one more confusing unit of the book: 2 of 5 error-free
+    counted = replay_book(summary, ann, unmatched="count")
+    assert counted.score("sentences") == 5 and counted.score("booookscore") == pytest.approx(0.4)
+    with pytest.raises(JudgeError, match="unmatched"):
+        replay_book(summary, ann, unmatched="keep")
+
+
+def test_release_chatgpt_rows_with_the_unplaceable_annotations_counted(shared_data):
+    """Issue 30 point 13: the 9 and 21 ChatGPT annotations that match no sentence of the released
+    summaries are left out by default (84.8, 68.9) and counted on request (84.5, 68.2)."""
+    got = {}
+    for method in ("hier", "inc"):
+        for how in ("drop", "count"):
+            r = score_release(shared_data / f"booookscore/summaries/chatgpt-2048-{method}-cleaned.json",
+                              shared_data / f"booookscore/annotations/chatgpt-2048-{method}.json", unmatched=how)
+            got[method, how] = (round(100 * r.booookscore, 1), r.unmatched)
+    assert got == {("hier", "drop"): (84.8, 9), ("hier", "count"): (84.5, 9),
+                   ("inc", "drop"): (68.9, 21), ("inc", "count"): (68.2, 21)}
 
 
 def test_official_release_table(shared_data, capsys):
@@ -186,14 +204,24 @@ def test_judge_temperature_is_an_option():
 @pytest.mark.parametrize("batched", [False, True])
 def test_prompt_defines_and_exemplifies_all_eight_error_types(batched):
     """Seed 003 / seed 000 appendix D: the judge prompt defines each of the eight error types and shows
-    an example of each (a sentence and the question it leaves a reader with)."""
+    several examples of each (a sentence and the question it leaves a reader with), then a worked
+    summary with ten annotated sentences, most of them without confusion, as the official prompt's
+    annotated examples are (issue 30 point 12)."""
     llm = ScriptedLLM(['[{"sentence_num": 1, "questions": null, "types": []}]' if batched else OK])
     run_judge("booookscore-batched" if batched else "booookscore", "Mara finds a sailor.", None, llm)
     prompt = llm.requests[0].messages[0]["content"]
-    definitions, examples = prompt.split("An example of each kind", 1)
+    definitions, examples = prompt.split("Two examples of each kind", 1)
     example_lines = examples.split("\n\n", 1)[0].splitlines()[1:]
     for t in ERROR_TYPES:
         assert any(line.startswith(f"- {t}: ") for line in definitions.splitlines()), t
         mine = [line for line in example_lines if line.startswith(f"- {t}: \"")]
-        assert len(mine) == 1 and " -> " in mine[0] and mine[0].rstrip().endswith("?"), t
-    assert len(example_lines) == len(ERROR_TYPES)
+        assert len(mine) == 2 and all(" -> " in m and m.rstrip().endswith("?") for m in mine), t
+    assert len(example_lines) == 2 * len(ERROR_TYPES)
+    worked = prompt.split("Example summary:", 1)[1].split("Now the summary and the", 1)[0]
+    if batched:
+        answers = json.loads(worked.split("Example answer:\n", 1)[1].strip())
+        labels = [a["types"] for a in answers]
+    else:
+        labels = [json.loads(line.split("Example answer: ", 1)[1])["types"]
+                  for line in worked.splitlines() if line.startswith("Example answer: ")]
+    assert len(labels) == 10 and sum(not t for t in labels) == 8

@@ -73,7 +73,8 @@ def test_judge_pins_prompts_and_rescores_from_records(embedder):
            '{"subjects": ["Narrator"], "objects": [], "predicate": "leads"}]}')
     llm = ScriptedLLM(['{"entities": ["Janek", "AC-293", "Narrator"]}', gen, ref])
     r = run_judge("kgscore", "Janek argues with AC-293.", "Janek argues with AC-293. The Narrator leads.", llm,
-                  embedder=embedder)
+                  embedder=embedder, entity_source="llm")
+    assert r.details["entity_source"] == "judge LLM"
     prompt = llm.requests[1].messages[0]["content"]
     assert "Named entities: Janek, AC-293, Narrator\nSummary: Janek argues with AC-293.\nEdges:" in prompt
     assert r.score("precision") == pytest.approx(1.0, abs=1e-5) and r.score("recall") == pytest.approx(0.5, abs=1e-5)
@@ -143,3 +144,55 @@ def test_an_empty_summary_scores_zero_and_its_reference_is_still_extracted():
         assert r.score("edges_generated") == 0 and r.score("edges_reference") == 1
         assert len(llm.requests) == 1 and "Janek argues" in llm.requests[0].messages[0]["content"]
         assert r.details["empty_summary"] is True
+
+
+# ---------------------------------------------------------------- issue 30, point 17
+
+def test_free_decoding_keeps_the_constrained_caps_repeats_and_comma_names():
+    ents = ["Abe", "Bea", "Cy", "Di", "Ed", "Washington, D.C."]
+    long_pred = "travels by a very long and winding road over the hills to"
+    text = (f"- Abe, Bea, Cy, Di, Ed; [None]; {long_pred}\n"
+            "- Abe; Washington, D.C.; lives in\n"
+            "- Abe; Washington, D.C.; lives in\n"
+            "- Bea, Rover; Cy; meets\n"
+            "- Di; Rover; chases\n")
+    got = parse_edges(text, ents)
+    cut = long_pred[:48].strip()
+    # at most four subjects (the first four, as a constrained answer stops there), predicate cut to 48 characters
+    assert got["edges"][:4] == [[n, None, cut] for n in ("Abe", "Bea", "Cy", "Di")]
+    # a listed name with a comma is one name; a repeated edge counts twice, as the paper's lists count it
+    assert got["edges"][4:6] == [["Abe", "Washington, D.C.", "lives in"]] * 2
+    # one unlisted subject leaves the listed one's edge; an edge whose only object is unlisted is lost
+    assert got["edges"][6:] == [["Bea", "Cy", "meets"]]
+    assert got["dropped"] == ["Rover", "Rover"] and got["answer_edges"] == 5
+
+
+def test_extraction_gets_the_rest_of_the_window_and_record_keeps_invalid_out(embedder):
+    ok = '{"edges": [{"subjects": ["A"], "objects": [], "predicate": "waits"}]}'
+    llm = ScriptedLLM([ok, ok])
+    run_judge("kgscore", "A waits.", {"reference": "A waits.", "entities": ["A"]}, llm, embedder=embedder)
+    prompt = llm.requests[0].messages[0]["content"]
+    assert llm.requests[0].sampling.max_tokens == 8192 - llm.count_tokens(prompt) - 64  # no fixed 768 cap
+    bad = ScriptedLLM([ok, "no edges here", "none", "still none"])
+    r = run_judge("kgscore", "A waits.", {"reference": "A waits.", "entities": ["A"]}, bad, embedder=embedder,
+                  on_invalid="record", max_attempts=3)
+    assert r.details["invalid"] == ["reference"] and r.score("invalid") == 1
+    assert "f1" not in {s.metric for s in r.scores}  # kept out of P / R / F1, not scored as an empty graph
+
+
+def test_entities_come_from_spacy_ner_as_in_the_paper_and_the_source_is_recorded(embedder):
+    """Issue 30 point 16: the reference's named entities come from spaCy's English NER (the small
+    pipeline packaged on PyPI), without a judge call; names only (no dates or numbers)."""
+    from eval.judges.kgscore import NER_PIPELINE
+
+    ref = "On Monday, Amelia meets Marco Santos in Paris and they fly to London with 3 paintings."
+    edges = '{"edges": [{"subjects": ["Marco Santos"], "objects": ["Paris"], "predicate": "is in"}]}'
+    llm = ScriptedLLM([edges, edges])  # no entity call: a third output would be needed otherwise
+    r = run_judge("kgscore", "Marco Santos is in Paris.", ref, llm, embedder=embedder)
+    assert {"Marco Santos", "Paris", "London"} <= set(r.details["entities"])
+    assert not {"Monday", "3"} & set(r.details["entities"])
+    assert r.details["entity_source"].startswith("spacy ") and NER_PIPELINE in r.details["entity_source"]
+    assert r.judgments[0].source == "rule" and r.judgments[0].label == r.details["entities"]
+    assert "Named entities: " + ", ".join(r.details["entities"]) in llm.requests[0].messages[0]["content"]
+    with pytest.raises(JudgeError, match="entity_source"):
+        run_judge("kgscore", "x", ref, llm, entity_source="gliner")

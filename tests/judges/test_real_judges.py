@@ -46,7 +46,7 @@ def test_booookscore_batched(engine_llm):
 def test_sumie_llm_matcher(engine_llm):
     preds = [{"pools": "two large pools"}, {"pools": "two pools", "breakfast": "cold", "view": "sea"}]
     r = run_judge("sumie", preds, GOLD, engine_llm)
-    _check(r, 4)
+    _check(r, 2)  # at least one extraction per turn, then matches both ways
     for t in (0, 1):
         assert 0.0 <= r.score("f1", t) <= 1.0
 
@@ -54,7 +54,7 @@ def test_sumie_llm_matcher(engine_llm):
 def test_sumie_text_prediction_extraction(engine_llm):
     r = run_judge("sumie", "HOTEL0 has two large pools and serves a cold breakfast.", GOLD, engine_llm)
     _check(r, 1)
-    assert r.judgments[0].item.endswith("pairs stated in the text summary")
+    assert r.judgments[0].item.endswith("facts stated in the memory")
 
 
 def test_kgscore(engine_llm):

@@ -55,26 +55,39 @@ def test_exact_matcher_per_turn():
         run_judge("sumie-exact", preds, {"entity_name": "x"})
 
 
-def test_llm_matcher_pins_prompt_and_recall_from_citations():
-    llm = ScriptedLLM(['{"supported_by": [1]}', '{"supported_by": [7]}', '{"supported_by": []}',
-                       '{"supported_by": [2, 3]}'])
-    r = run_judge("sumie", [{"job": "chemist", "hobby": "chess"}, {"jobs": "chemist and teacher"}], GOLD, llm,
-                  max_workers=1)
-    prompt = llm.requests[0].messages[0]["content"]
-    assert "about Ada Quill" in prompt and "Predicted fact:\njob: chemist" in prompt
-    assert "1. occupation: chemist\n2. birth place: Leeds" in prompt
-    assert r.score("precision", 0) == 0.5 and r.score("recall", 0) == 0.5  # "[7]" was out of range -> retried
-    assert r.judgments[1].retries == 1
-    assert r.score("precision", 1) == 1.0 and r.score("recall", 1) == pytest.approx(2 / 4)
+def _pairs(*pairs: tuple[str, str]) -> str:
+    return json.dumps({"pairs": [{"attribute": a, "value": v} for a, v in pairs]})
+
+
+def test_llm_matcher_one_path_for_json_and_text_and_both_directions():
+    """Issue 30 point 9: a JSON memory goes through the same extraction as a text one; precision asks
+    which gold facts each predicted fact states, recall which predicted facts state each gold fact."""
+    llm = ScriptedLLM([_pairs(("job", "chemist")), '{"supported_by": [1]}', '{"stated_by": [1]}',
+                       '{"stated_by": []}'])
+    r = run_judge("sumie", [{"job": "chemist"}, ""], {"entity_name": "Ada Quill", "turns": GOLD["turns"][:1] * 2},
+                  llm, max_workers=1)
+    extract = llm.requests[0].messages[0]["content"]
+    assert '{"job":"chemist"}' in extract and "about Ada Quill" in extract  # compact JSON, as the prompts carry it
+    assert "Predicted fact:\njob: chemist" in llm.requests[1].messages[0]["content"]
+    recall = llm.requests[2].messages[0]["content"]
+    assert "Reference fact:\noccupation: chemist" in recall and "Facts of the summary:\n1. job: chemist" in recall
+    assert r.score("precision", 0) == 1.0 and r.score("recall", 0) == 0.5
+    assert r.score("precision", 1) == 0.0 and r.score("recall", 1) == 0.0  # an empty memory: no call, no fact
+    assert len(llm.requests) == 4
     back = [Judgment.from_record(json.loads(json.dumps(x.to_record()))) for x in r.judgments]
-    assert rescore(back, GOLD)[1]["recall"] == pytest.approx(0.5)
+    assert rescore(back, {"turns": GOLD["turns"][:1] * 2})[0] == {"precision": 1.0, "recall": 0.5, "f1": pytest.approx(2 / 3)}
 
 
-def test_llm_matcher_extracts_pairs_from_text_predictions():
-    llm = ScriptedLLM(['{"pairs": [{"attribute": "occupation", "value": "chemist"}]}', '{"supported_by": [1]}'])
-    r = run_judge("sumie", "Ada Quill is a chemist.", GOLD, llm)
-    assert "Ada Quill is a chemist." in llm.requests[0].messages[0]["content"]
-    assert r.score("precision", 1) == 1.0 and r.score("recall", 1) == pytest.approx(0.25)
+def test_merged_values_count_and_repeats_count_against_precision():
+    """A merged value states each gold fact it carries; a fact already stated counts against precision."""
+    llm = ScriptedLLM([_pairs(("jobs", "chemist and teacher"), ("job", "chemist"), ("hobby", "chess")),
+                       '{"supported_by": [1, 2]}', '{"supported_by": [1]}', '{"supported_by": []}',
+                       '{"stated_by": [1, 2]}', '{"stated_by": [1]}', '{"stated_by": []}', '{"stated_by": []}'])
+    r = run_judge("sumie", "Ada Quill is a chemist and teacher. She is a chemist. She plays chess.", GOLD, llm,
+                  max_workers=1)
+    assert "merge" in llm.requests[1].messages[0]["content"]
+    # precision 1 of 3: the merged value is right, its repeat "chemist" and "chess" are not; recall 2 of 4
+    assert r.score("precision", 1) == pytest.approx(1 / 3) and r.score("recall", 1) == 0.5
     with pytest.raises(ParseFailure):
         parse_match('{"supported_by": [0]}', 3)
 
@@ -97,11 +110,13 @@ def test_turn_summary_is_start_last_and_mean_over_turns():
 
 def test_llm_matcher_samples_at_the_papers_temperature():
     """Seed 000 judges SUMIE at temperature 0.8; the judge's `temperature` option changes it."""
-    llm = ScriptedLLM(['{"pairs": [{"attribute": "occupation", "value": "chemist"}]}', '{"supported_by": [1]}'])
-    run_judge("sumie", "Ada Quill is a chemist.", GOLD, llm)
-    assert [r.sampling.temperature for r in llm.requests] == [0.8, 0.8]
-    llm = ScriptedLLM(['{"pairs": [{"attribute": "occupation", "value": "chemist"}]}', '{"supported_by": [1]}'])
-    run_judge("sumie", "Ada Quill is a chemist.", GOLD, llm, temperature=0.0)
-    assert [r.sampling.temperature for r in llm.requests] == [0.0, 0.0]
+    script = [_pairs(("occupation", "chemist")), '{"supported_by": [1]}', '{"stated_by": [1]}', '{"stated_by": []}',
+              '{"stated_by": []}', '{"stated_by": []}']
+    llm = ScriptedLLM(script)
+    run_judge("sumie", "Ada Quill is a chemist.", GOLD, llm, max_workers=1)
+    assert [r.sampling.temperature for r in llm.requests] == [0.8] * 6
+    llm = ScriptedLLM(script)
+    run_judge("sumie", "Ada Quill is a chemist.", GOLD, llm, temperature=0.0, max_workers=1)
+    assert [r.sampling.temperature for r in llm.requests] == [0.0] * 6
     with pytest.raises(JudgeError, match="temperature"):
         run_judge("sumie", "x", GOLD, llm, temperature=-1)

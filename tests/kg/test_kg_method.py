@@ -44,9 +44,10 @@ def test_kg_retrieval_pipeline() -> None:
 def test_kg_retrieval_budget_limits_edges() -> None:
     book = Sample(id="t", task="book", chunks=("Tom, Thomas, Becky and Aunt Polly.",))
     llm = ScriptedLLM([EX1, "Summary."])
-    base = llm.count_tokens(load_template("s001-chapter-summary").render(edges="", chapter=book.chunks[0]))
-    # room for one edge line ("Aunt Polly; aunt of; Tom" = 5 words + 1) but not two
-    out = get_method("kg-retrieval", context_window=base + 10 + 8, max_tokens=10).run(book, llm)
+    tpl = load_template("s001-chapter-summary")
+    one = llm.count_tokens(tpl.render(edges="Aunt Polly; aunt of; Tom", chapter=book.chunks[0]))
+    # room (after max_tokens) for one edge line but not two
+    out = get_method("kg-retrieval", context_window=one + 10, max_tokens=10).run(book, llm)
     assert out.steps[1].parsed == {"chapter": 1, "edges_ranked": 3, "edges_used": 1}
 
 
@@ -93,3 +94,88 @@ def test_kg_retrieval_reads_a_book_chapter_by_chapter(tmp_path) -> None:
     out = get_method("kg-retrieval").run(book, llm)
     assert [s.parsed["chapter"] for s in out.steps if s.kind == "summarize"] == [1, 2]
     assert "[Chapter]\nChapter 2\nThomas and Becky argued at school." in llm.requests[3].messages[0]["content"]
+
+
+class _Windowed(ScriptedLLM):
+    """A scripted model that reports its window, as the engine does."""
+
+    context_tokens = 300
+
+
+def test_budget_is_the_served_window_and_a_chapter_that_cannot_fit_is_not_applicable() -> None:
+    """Issue 30 point 18: no fixed 4096-token budget; the model's own window decides, and a chapter
+    longer than it is recorded as not applicable before any call, not sent to fail in the engine."""
+    chapter = " ".join(["Tom, Thomas, Becky and Aunt Polly."] * 900)  # about 5,400 words
+    book = Sample(id="t", task="book", chunks=(chapter,))
+    llm = ScriptedLLM([EX1, "Summary."])
+    llm.context_tokens = 16384
+    out = get_method("kg-retrieval").run(book, llm)
+    assert out.not_applicable is None and out.steps[1].parsed["edges_used"] == 3
+    for name in ("kg-retrieval", "no-kg"):
+        small = _Windowed([])
+        out = get_method(name).run(Sample(id="t", task="book", chunks=(chapter,)), small)
+        assert small.requests == [] and "chapter 1:" in out.not_applicable and "context_window=300 (llm)" in out.not_applicable
+
+
+def test_token_linearisation_pays_each_subject_heading_once() -> None:
+    """Edges sharing a subject share its `<subject>` line in the prompt, so the budget prices them so."""
+    preds = [f"does{i}" for i in range(30)]
+    ex = "Tom\nBecky\nAunt Polly\n\nKnowledge graph edges:\n" + "".join(
+        f"{i + 1}. Tom; {p}; Becky\n" for i, p in enumerate(preds))
+    book = Sample(id="t", task="book", chunks=("Tom and Becky and Aunt Polly.",))
+    llm = ScriptedLLM([ex, "Summary."])
+    tpl = load_template("s001-chapter-summary-tokens")
+    grouped = "<subject>Tom\n    <object>Becky\n" + "\n".join(f"      <predicate>{p}" for p in preds)
+    need = llm.count_tokens(tpl.render(edges=grouped, chapter=book.chunks[0]))
+    out = get_method("kg-retrieval", linearization="tokens", min_degree=0, context_window=need + 10,
+                     max_tokens=10).run(book, llm)
+    assert out.steps[1].parsed["edges_used"] == 30  # pricing each edge with its own headings fit fewer
+
+
+def test_extraction_example_shows_multi_object_lines_and_three_name_aliases() -> None:
+    text = load_template("s001-kg-extract").text
+    assert "Captain Rees; runs the ferry between; Harwick, Carrow" in text
+    assert any(line.count(" / ") >= 2 for line in text.splitlines())
+
+
+class _Checked(ScriptedLLM):
+    """A scripted model with the engine's own fit check (`misfit`): at most `limit` prompt words."""
+
+    limit = 0
+
+    def misfit(self, request) -> str | None:
+        words = self.count_tokens(request.messages[0]["content"]) + request.sampling.max_tokens
+        return None if words <= self.limit else f"{words} > {self.limit}"
+
+
+def test_the_engines_own_fit_check_decides_how_many_edges_fit() -> None:
+    book = Sample(id="t", task="book", chunks=("Tom, Thomas, Becky and Aunt Polly.",))
+    llm = _Checked([EX1, "Summary."])
+    one = llm.count_tokens(load_template("s001-chapter-summary").render(edges="Aunt Polly; aunt of; Tom",
+                                                                         chapter=book.chunks[0]))
+    llm.limit = one + 10
+    out = get_method("kg-retrieval", max_tokens=10).run(book, llm)
+    assert out.steps[1].parsed == {"chapter": 1, "edges_ranked": 3, "edges_used": 1}
+
+
+def test_chain_of_density_rounds_for_both_rows() -> None:
+    """Issue 30 point 15: the paper's GPT-4 rows summarise with Chain of Density: after the first
+    summary, one call per densification round, each with the chapter (and the retrieved edges) and
+    the current summary; the last round's summary is the answer, an unreadable round keeps the one before."""
+    book = Sample(id="t", task="book", chunks=("Tom painted the fence. Aunt Polly watched Tom.",
+                                               "Thomas and Becky argued at school."),
+                  metadata={"chunk_chapters": [1, 2], "target_chapter": 2})
+    llm = ScriptedLLM([EX1, EX2, "Two children argue.", "Thomas; Becky\nDenser summary: Thomas and Becky argue.",
+                       "nothing readable", "school\nDenser summary: Thomas and Becky argue at school."])
+    out = get_method("kg-retrieval", density_rounds=3, max_attempts=1).run(book, llm)
+    assert [s.kind for s in out.steps] == ["extract", "extract", "summarize", "densify", "densify", "densify"]
+    first = llm.requests[3].messages[0]["content"]
+    assert "[Current summary]\nTwo children argue." in first and "Thomas; argues with; Becky" in first
+    assert first.rstrip().endswith("Missing entities:")
+    assert "[Current summary]\nThomas and Becky argue." in llm.requests[5].messages[0]["content"]  # round 2 failed
+    assert out.steps[3].parsed["missing"] == ["Thomas", "Becky"] and not out.steps[4].ok
+    assert out.answer == "Thomas and Becky argue at school."
+    nokg = ScriptedLLM(["Two children argue.", "Becky\nDenser summary: Becky argues."])
+    out = get_method("no-kg", density_rounds=1).run(book, nokg)
+    assert [s.kind for s in out.steps] == ["summarize", "densify"] and out.answer == "Becky argues."
+    assert "knowledge graph" not in nokg.requests[1].messages[0]["content"].lower()

@@ -85,7 +85,7 @@ def test_http_client_against_the_engine_server(smollm2_engine) -> None:
     with serve_app(create_app(smollm2_engine, model_name="smollm2")) as url:
         llm = OpenAICompatibleLLM(url, "smollm2", timeout_s=600)
         out = get_method("gu-text", max_tokens=48).run(BOOK, llm)
-        assert [s.kind for s in out.steps] == ["initial", "update"] and out.answer
+        assert [s.kind for s in out.steps] == ["initial", "update", "final"] and out.answer
         # the update prompt repeats the generate prompt's instructions: the engine's prefix cache
         # serves them, and the count comes back over HTTP as prompt_tokens_details.cached_tokens
         assert out.steps[1].usage.cached_tokens > 0

@@ -62,7 +62,7 @@ def test_a_booookscore_summary_kept_despite_its_check_is_kept_invalid() -> None:
 
 def test_prism_counts_revisions_and_an_empty_list_is_empty() -> None:
     llm = ScriptedLLM(['{"revisions": []}', '{"revisions": []}', "HOTEL0 has pools."], supports_json_schema=True)
-    out = get_method("prism-inplace", max_attempts=1).run(HOTEL, llm)
+    out = get_method("prism-inplace", max_attempts=1, decoding="constrained").run(HOTEL, llm)
     assert _outcomes(out) == ["empty", "empty", "ok"] and out.failure is None  # the answer step answered
     assert [s.revisions_proposed for s in out.steps] == [0, 0, 0]
 

@@ -17,6 +17,15 @@ def prompt(llm: ScriptedLLM, i: int) -> str:
     return llm.requests[i].messages[0]["content"]
 
 
+class _Cl100kScripted(ScriptedLLM):
+    """Scripted outputs counted by a real BPE tokenizer (cl100k), where layout whitespace costs tokens."""
+
+    def count_tokens(self, text: str) -> int:
+        from eval.tokens import cl100k_count
+
+        return cl100k_count(text)
+
+
 def test_gu_json_updates_memory_step_by_step() -> None:
     llm = ScriptedLLM(['```json\n{"Amenities": ["huge pool"],}\n```',
                        'Here it is: {"Amenities": ["huge pool"], "Food": ["cold breakfast"]}'])
@@ -24,7 +33,7 @@ def test_gu_json_updates_memory_step_by_step() -> None:
     assert [s.kind for s in out.steps] == ["initial", "update"]
     assert "Entity: HOTEL0" in prompt(llm, 0) and "P1. The pool is huge." in prompt(llm, 0)
     assert "P2. Breakfast was cold." in prompt(llm, 1)
-    assert '"Amenities": [\n    "huge pool"' in prompt(llm, 1)  # memory of step 0 is in the update prompt
+    assert '{"Amenities":["huge pool"]}' in prompt(llm, 1)  # memory of step 0, compact, in the update prompt
     assert out.steps[0].memory == {"Amenities": ["huge pool"]}
     assert json.loads(out.answer) == {"Amenities": ["huge pool"], "Food": ["cold breakfast"]}
     assert out.templates["s000-entity-update-json"] == out.steps[1].template_sha256
@@ -59,9 +68,9 @@ def test_gm_json_merges_then_dedupes() -> None:
 def test_memory_limit_triggers_compression_on_books() -> None:
     book = Sample(id="b", task="book", chunks=("Anna meets Bob.", "Bob leaves town."))
     llm = ScriptedLLM(["Anna meets Bob in a small town by the sea at dawn.", "Anna meets Bob.",
-                       "Anna meets Bob; Bob leaves."], tokens_per_word=1.0)
+                       "Anna meets Bob; Bob leaves.", "Anna meets Bob; Bob leaves."], tokens_per_word=1.0)
     out = get_method("gu-text", memory_limit=5).run(book, llm)
-    assert [s.kind for s in out.steps] == ["initial", "compress", "update"]
+    assert [s.kind for s in out.steps] == ["initial", "compress", "update", "final"]
     assert "at most 5 tokens" in prompt(llm, 1)
     assert "Memory of the story so far:\n---\nAnna meets Bob.\n---" in prompt(llm, 2)
     assert out.answer == "Anna meets Bob; Bob leaves."
@@ -90,9 +99,9 @@ def test_memory_limit_is_binding_text() -> None:
     book = Sample(id="b", task="book", chunks=("Anna meets Bob.", "Bob leaves town."))
     long = "Anna meets Bob in a small town by the sea at dawn."
     llm = ScriptedLLM([long, "Anna meets Bob in a small town.", "Anna meets Bob in town today.",
-                       "Bob leaves.", ], tokens_per_word=1.0)
+                       "Bob leaves.", "Bob leaves."], tokens_per_word=1.0)
     out = get_method("gu-text", memory_limit=5, compress_rounds=2).run(book, llm)
-    assert [s.kind for s in out.steps] == ["initial", "compress", "compress", "update"]
+    assert [s.kind for s in out.steps] == ["initial", "compress", "compress", "update", "final"]
     last = out.steps[2]
     assert last.memory == "Anna meets Bob in town"  # the leading words within K = 5
     assert any("trimmed" in f and "K=5" in f for f in last.failures)
@@ -102,17 +111,65 @@ def test_memory_limit_is_binding_text() -> None:
 
 def test_memory_limit_is_binding_json() -> None:
     from eval.methods.parsing import as_text
+    from eval.tokens import cl100k_count
 
     book = Sample(id="b", task="book", chunks=("Anna meets Bob.",))
     big = {"characters": {"Anna": ["meets Bob", "sails", "fights", "wins"], "Bob": ["leaves town"]}}
-    llm = ScriptedLLM([json.dumps(big), json.dumps(big), "Anna meets Bob."], tokens_per_word=1.0)
-    out = get_method("gu-json", memory_limit=10, compress_rounds=1).run(book, llm)
+    small = {"characters": {"Anna": ["meets Bob"]}}
+    k = cl100k_count(as_text(small))
+    llm = _Cl100kScripted([json.dumps(big), json.dumps(big), "Anna meets Bob."])
+    out = get_method("gu-json", memory_limit=k, compress_rounds=1).run(book, llm)
     assert [s.kind for s in out.steps] == ["initial", "compress", "final"]
     mem = out.steps[1].memory
-    assert llm.count_tokens(as_text(mem)) <= 10 and mem == {"characters": {"Anna": ["meets Bob"]}}
+    assert llm.count_tokens(as_text(mem)) <= k and mem == small
     assert any("trimmed" in f for f in out.steps[1].failures)
     # within K after compressing: nothing trimmed, nothing recorded
-    ok = ScriptedLLM([json.dumps(big), '{"characters": {"Anna": ["meets Bob"]}}', "Anna meets Bob."],
-                     tokens_per_word=1.0)
-    out = get_method("gu-json", memory_limit=10).run(book, ok)
-    assert out.steps[1].failures == [] and out.steps[1].memory == {"characters": {"Anna": ["meets Bob"]}}
+    ok = _Cl100kScripted([json.dumps(big), json.dumps(small), "Anna meets Bob."])
+    out = get_method("gu-json", memory_limit=k).run(book, ok)
+    assert out.steps[1].failures == [] and out.steps[1].memory == small
+
+def test_json_memory_is_counted_compact_against_k() -> None:
+    """Issue 30 point 7: K counts the compact JSON the prompt receives, not an indented rendering."""
+    from eval.tokens import cl100k_count
+
+    book = Sample(id="b", task="book", chunks=("Anna meets Bob.", "Bob leaves town."))
+    memory = {"characters": {"Anna": ["meets Bob", "sails north", "fights the storm", "wins the race"],
+                             "Bob": ["leaves town", "writes letters"]},
+              "events": {"storm": ["the boat nearly sinks", "Anna steers home"]}}
+    compact = json.dumps(memory, ensure_ascii=False, separators=(",", ":"))
+    k = cl100k_count(compact) + 2
+    assert cl100k_count(json.dumps(memory, indent=2)) > k  # the indented form would have been compressed
+    llm = _Cl100kScripted([json.dumps(memory, indent=2), json.dumps(memory), "Anna wins; Bob leaves."])
+    out = get_method("gu-json", memory_limit=k).run(book, llm)
+    assert [s.kind for s in out.steps] == ["initial", "update", "final"]  # no compression: within K
+    assert compact in prompt(llm, 1)
+
+
+@pytest.mark.parametrize("name", ["go-text", "gu-text", "gm-text", "go-json", "gu-json", "gm-json", "cok"])
+def test_every_book_method_ends_with_the_same_neutral_final_step(name: str) -> None:
+    """Issue 30 point 6: the paper gives every method one final step, the aggregated memory in and
+    the final summary out; text memories get it too, and its prompt coaches no evaluator error type."""
+    book = Sample(id="b", task="book", chunks=("Anna meets Bob.",))
+    first = '{"characters": {"Anna": ["meets Bob"]}}' if name.endswith("json") or name == "cok" else "Anna meets Bob."
+    llm = ScriptedLLM([first, "Anna meets Bob at the harbour."])
+    out = get_method(name).run(book, llm)
+    final = out.steps[-1]
+    assert final.kind == "final" and final.template_id == "s000-book-final"
+    assert out.answer == "Anna meets Bob at the harbour."
+    instructions = prompt(llm, len(llm.requests) - 1).split("Memory:")[0]
+    assert not any(w in instructions.lower() for w in ("character", "trivial", "coherent", "introduce"))
+
+
+def test_text_prompts_keep_the_json_prompts_instructions_and_compression_may_merge_keys() -> None:
+    """Issue 30 point 10: text and JSON differ in the memory's form only; figure 13 merges, it does not
+    ask to keep the structure and keys."""
+    from eval.templates import load_template
+
+    shape = ("An attribute with several values", "Each value carries enough evidence from the paragraph about the entity.")
+    for step in ("initial", "update"):
+        text = load_template(f"s000-entity-{step}-text").text
+        assert load_template(f"s000-entity-{step}-json").text.count(shape[1]) == 1
+        assert all(s in text for s in shape), step
+    update = load_template("s000-entity-update-text").text
+    assert "original values stay, new ones are added" in update and "All original attributes and values stay" in update
+    assert "keys" not in load_template("s000-compress-json").text.split("Criteria:")[0]

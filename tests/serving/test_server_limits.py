@@ -171,7 +171,7 @@ def test_the_api_key_guards_every_route_but_health(engine):
     (["--port", "99999"], "--port must be between 1 and 65535, got 99999"),
     (["--port", "0"], "--port must be between 1 and 65535, got 0"),
     (["--port", "-1"], "--port must be between 1 and 65535, got -1"),
-    (["--host", "0.0.0.0"], "pass --api-key"),
+    (["--host", "0.0.0.0"], "set MEMLOOP_API_KEY (or pass --api-key-file FILE)"),
 ])
 def test_memloop_serve_refuses_bad_options_before_starting(args, says):
     env = {k: v for k, v in os.environ.items() if k != "MEMLOOP_API_KEY"}

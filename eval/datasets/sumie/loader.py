@@ -9,6 +9,8 @@ fields are kept in metadata.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import hashlib
 import json
 from pathlib import Path
@@ -126,13 +128,18 @@ def sumie_sample(record: Record, where: str = "record") -> Sample:
     )
 
 
+def _with_source(sample: Sample, source: str) -> Sample:
+    """The sample with `metadata["source"]`: which data ran, the release file or memloop's generator."""
+    return dataclasses.replace(sample, metadata={**sample.metadata, "source": source})
+
+
 def load_sumie(path: str | Path, limit: int | None = None, verify_gold: bool = False) -> list[Sample]:
     """Samples from an official-format SUMIE file (.jsonl, .json or .parquet), or a hub id."""
     samples = []
     for where, record in read_records(path, "SUMIE file"):
         if verify_gold:
             verify_sumie_record(record, where)
-        samples.append(sumie_sample(record, where))
+        samples.append(_with_source(sumie_sample(record, where), f"SUMIE file {path}"))
         if limit is not None and len(samples) >= limit:
             break
     if not samples:
@@ -148,7 +155,9 @@ def load_sumie_dataset(path: str | Path | None = None, synthetic: bool = False, 
         from eval.datasets.sumie.generator import generate_sumie
 
         n = entities if limit is None else min(entities, limit)
-        return [sumie_sample(r, f"synthetic entity {i}") for i, r in enumerate(generate_sumie(n, seed, conflicts=conflicts))]
+        source = f"memloop's SUMIE generator (seed {seed}, {entities} entities), not the official release"
+        return [_with_source(sumie_sample(r, f"synthetic entity {i}"), source)
+                for i, r in enumerate(generate_sumie(n, seed, conflicts=conflicts))]
     if path is None:
         raise DatasetError("the sumie task needs `path` (an official dataset_sumie.jsonl) or `synthetic: true`")
     return load_sumie(path, limit=limit, verify_gold=verify_gold)

@@ -1,7 +1,7 @@
 """One run as the viewer holds it: the report's `RunData` (one load, the report's own loader), the raw
 judgments, and a unit index for the samples page (filter, sort, paginate server-side).
 
-The per-unit score columns are `jobs.results.compare.unit_scores` (a unit's score rows averaged, as
+The per-unit score columns are `jobs.results.cells.unit_values` (one value per unit, SUMIE's turns summarised, as
 `memloop compare` pairs them); the report, its tables and plots are `jobs.results.report`'s.
 """
 from __future__ import annotations
@@ -14,7 +14,8 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
-from jobs.results.compare import PAIR, unit_scores
+from jobs.results.cells import unit_values
+from jobs.results.compare import PAIR
 from jobs.results.report import NOT_APPLICABLE, PromptTokenizer, Report, RunData, build_report, figures_of, run_config
 from jobs.results.view.errors import ViewError
 from jobs.store.storage import LOCK_NAME, NotFoundError, RunStore
@@ -167,7 +168,7 @@ def unit_index(d: RunData) -> tuple[pd.DataFrame, list[str]]:
     failed = (st[st["error"].notna()].groupby("unit").size() if not st.empty else pd.Series(dtype=int))
     idx = s[["unit"] + list(c for c in BASE_COLUMNS if c != "failed_steps") + ["error"]].copy()
     idx["failed_steps"] = idx["unit"].map(failed).fillna(0).astype(int)
-    u = unit_scores(d)
+    u = unit_values(d.scores)
     cols: list[str] = []
     if not u.empty:
         u = u.assign(column=[score_column(j, m) for j, m in zip(u["judge"], u["metric"])])

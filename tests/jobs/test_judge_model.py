@@ -1,0 +1,54 @@
+"""Who judges: `judge_model.weights` (or `memloop run --judge-model NAME`) runs the LLM judges on an
+engine of their own, not on the model under test. Through a real run: the method on the scripted
+endpoint (127.0.0.1), BooookScore's judge on a SmolLM2 engine actor; no judge prompt reaches the
+scripted model, the judgments exist, and the report names the judge as a different model."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from jobs.errors import ConfigError
+from jobs.run.config import JudgeModelSpec, parse_config, with_overrides
+from jobs.run.driver import execute
+from jobs.run.plan import make_plan, run_id
+from jobs.results.report import RunData, models_of
+from jobs.store.storage import RunStore
+from tests.jobs.scripted_endpoint import scripted_endpoint
+
+BOOK = Path(__file__).resolve().parents[2] / "jobs/configs/data/lighthouse-keeper.txt"
+
+
+def _config(url: str, tmp_path: Path, **extra) -> dict:
+    return {"name": "judge-engine", "output": str(tmp_path / "runs"),
+            "datasets": [{"task": "book", "path": str(BOOK), "options": {"chunk_tokens": 256, "max_chunks": 1}}],
+            "methods": [{"name": "inc-update", "options": {"max_attempts": 1, "max_tokens": 48}}],
+            "judges": [{"name": "booookscore-batched", "options": {"batch_size": 4}}],
+            "model": {"kind": "openai", "endpoint": {"base_url": url, "model": "scripted", "max_concurrency": 2}},
+            "judge_cpus": 0.25, "engine": {"cpus_per_actor": 1}, **extra}
+
+
+def test_judge_model_flag_names_a_judge_engine_and_changes_the_run_id(smollm2_gguf, tmp_path) -> None:
+    base = parse_config(_config("http://127.0.0.1:1/v1", tmp_path))
+    judged = with_overrides(base, judge_model=str(smollm2_gguf))
+    assert judged.judge_model == JudgeModelSpec(weights=str(smollm2_gguf))
+    assert with_overrides(judged, judge_model="self").judge_model == JudgeModelSpec()
+    assert run_id(judged) != run_id(base)
+    assert Path(make_plan(judged).judge_engine_config["model"]).resolve() == smollm2_gguf.resolve()
+    assert make_plan(base).judge_engine_config is None
+    with pytest.raises(ConfigError, match=r"judge_model.weights.*does not exist"):
+        make_plan(with_overrides(base, judge_model=str(tmp_path / "missing.gguf")))
+
+
+def test_the_judges_run_on_their_own_engine_not_the_model_under_test(ray_local, smollm2_gguf, tmp_path) -> None:
+    with scripted_endpoint() as (url, seen):
+        cfg = parse_config(_config(url, tmp_path, judge_model={"kind": "engine", "weights": str(smollm2_gguf)}))
+        summary = execute(cfg, log=lambda m: None)
+    assert summary.computed == 1 and summary.failed == 0, summary.errors
+    prompts = [" ".join(str(m.get("content", "")) for m in b.get("messages", [])) for b in seen]
+    assert prompts and not any("confusing" in p.lower() for p in prompts)  # no judge prompt at the model under test
+    rs = RunStore.at(summary.output)
+    judgments = rs.table("judgments").to_pandas()
+    assert len(judgments) > 0 and judgments["judge"].eq("booookscore").all()
+    who = models_of(RunData.load(rs))
+    assert who["judge"] != who["model"] and not who["self_judged"] and smollm2_gguf.name in who["judge"]
