@@ -113,14 +113,17 @@ def test_a_fault_between_a_units_writes_leaves_nothing_half_recorded(sim, tmp_pa
     assert first.computed == 1  # one unit committed before the fault
     run = Path(cfg["output"]) / first.run_id
     moved = run / f"{blocked}.kept"
-    (run / blocked).mkdir(exist_ok=True)
-    (run / blocked).rename(moved)
-    (run / blocked).write_text("in the way")
-    if blocked == "samples":
-        with pytest.raises(StorageError, match="cannot write"):
-            execute(parse_config(cfg), sim=sim, log=lambda m: None)
+
+    def block(run_id: str, uri: str) -> None:  # once the run has checked its output: a fault mid-run
+        (run / blocked).mkdir(exist_ok=True)
+        (run / blocked).rename(moved)
+        (run / blocked).write_text("in the way")
+
+    if blocked == "samples":  # the commit fails: the run stops cleanly (exit 4) with what it had written
+        faulty = execute(parse_config(cfg), sim=sim, log=lambda m: None, on_ready=block)
+        assert faulty.storage_error and "cannot write" in faulty.storage_error and faulty.exit_code() == 4
     else:
-        faulty = execute(parse_config(cfg), sim=sim, log=lambda m: None)
+        faulty = execute(parse_config(cfg), sim=sim, log=lambda m: None, on_ready=block)
         assert (faulty.computed, faulty.failed) == (0, 2)
     (run / blocked).unlink()
     moved.rename(run / blocked)

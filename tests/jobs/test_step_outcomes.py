@@ -28,7 +28,11 @@ def respond(body: dict) -> tuple[str, str] | None:
         return '{"pool": ["two large pools", "two large pools", "two lar', "length"
     if n == GU_TEXT:  # the first attempt is empty (invalid); a retry, with its own seed, answers
         return ("", "stop") if body.get("seed") == 0 else (SENTENCE, "stop")
-    if n == COK:  # structured summaries parse; the one revision proposed is malformed (no value): rejected
+    if n == COK:  # structured summaries parse; the one revision proposed is at a path the memory lacks: rejected
+        prompt = "".join(str(m.get("content") or "") for m in body.get("messages") or [])
+        if prompt.rstrip().endswith("[THOUGHTS FOR UPDATE]"):  # CoK's sectioned answer (figure 5)
+            return ("1. The pool is new.\n\n[UPDATED_OBJECTS]\n" + json.dumps({"$. 'nobody'[3]": {"update": "x"}})
+                    + "\n\n[THOUGHTS FOR ADD]\n1. Nothing to add.\n\n[ADDED_OBJECTS]\n{}\n"), "stop"
         if "thoughts_for_update" in schema:
             return json.dumps(BAD_REVISION), "stop"
         return json.dumps({"pool": ["two large pools"]}), "stop"
@@ -128,7 +132,9 @@ def test_the_health_table_and_the_cell_markers_show_the_partly_failing_run(run) 
     assert table["CoK json last"]["F1"]["text"].endswith("⚠ 33% steps not ok")
     assert table["CoK json last"]["F1"]["steps_not_ok"] == pytest.approx(1 / 3)
     assert "⚠" not in table["GU text last"]["F1"]["text"]
-    assert table["GU json last"]["F1"]["text"].startswith("failed")
+    # the method produced nothing: its unit scores 0 by the rule for means, counted and marked
+    gu = table["GU json last"]["F1"]["text"]
+    assert gu.startswith("0.0") and "1 failed = 0" in gu and gu.endswith("⚠ 100% steps not ok")
     md = run["markdown"]
     assert "## Method health: step outcomes and retries" in md
     assert "| cok | sumie:synthetic | 3 | 2 |" in md and "cok ⚠ 33% steps not ok" in md
