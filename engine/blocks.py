@@ -147,6 +147,18 @@ def use_kernel(rows: int) -> bool:
     return rows <= KERNEL_MAX_ROWS and jax.default_backend() == "cpu" and kernels.available()
 
 
+def block_matmuls(x: jax.Array, ws: list[BlockMatrix]) -> list[jax.Array]:
+    """[block_matmul(x, w) for w in ws], with one kernel call for all of them when the kernel serves
+    these rows and the matrices share a block type and width (bit-identical either way)."""
+    from engine import kernels
+
+    rows = int(np.prod(x.shape[:-1])) if x.ndim > 1 else 1
+    if (len(ws) > 1 and len({(w.qtype, w.shape[1]) for w in ws}) == 1 and len(ws) <= kernels.MAX_MATRICES
+            and use_kernel(rows)):
+        return kernels.qmatmul_many(x, [w.raw for w in ws], ws[0].qtype)
+    return [block_matmul(x, w) for w in ws]
+
+
 def block_matmul(x: jax.Array, w: BlockMatrix) -> jax.Array:
     """x [..., in] @ w.T -> [..., out] in f32."""
     rows = int(np.prod(x.shape[:-1])) if x.ndim > 1 else 1

@@ -43,7 +43,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from engine.blocks import BlockMatrix, block_matmul, take_rows
+from engine.blocks import BlockMatrix, block_matmul, block_matmuls, take_rows
 from engine.config import ModelConfig
 from engine.errors import RequestError
 from engine.mesh import AXIS, constrain
@@ -271,6 +271,13 @@ def matmul(x: jax.Array, w: Any) -> jax.Array:
     return jnp.einsum("...i,oi->...o", x, w)
 
 
+def matmuls(x: jax.Array, ws: list[Any]) -> list[jax.Array]:
+    """[matmul(x, w) for w in ws]; block-form matrices sharing x go to the CPU kernel in one call."""
+    if all(isinstance(w, BlockMatrix) for w in ws):
+        return [y.astype(x.dtype) for y in block_matmuls(x, ws)]
+    return [matmul(x, w) for w in ws]
+
+
 def embed(params: Params, cfg: ModelConfig, tokens: jax.Array) -> jax.Array:
     """Embedding rows of `tokens`; Gemma scales them by sqrt(hidden), rounded to the activation dtype
     first as transformers does."""
@@ -298,7 +305,7 @@ def decoder_layer(cfg: ModelConfig, lw: Params, h: jax.Array, positions: jax.Arr
     b, t, _ = h.shape
     off = cfg.family.norm_offset
     x = rms_norm(h, lw["attn_norm"], cfg.rms_norm_eps, off)
-    q, k, v = matmul(x, lw["wq"]), matmul(x, lw["wk"]), matmul(x, lw["wv"])
+    q, k, v = matmuls(x, [lw["wq"], lw["wk"], lw["wv"]])
     if cfg.attention_bias:
         q, k, v = q + lw["bq"].astype(q.dtype), k + lw["bk"].astype(k.dtype), v + lw["bv"].astype(v.dtype)
     q = q.reshape(b, t, cfg.num_heads, cfg.head_dim)
@@ -321,7 +328,8 @@ def decoder_layer(cfg: ModelConfig, lw: Params, h: jax.Array, positions: jax.Arr
         out = rms_norm(out, lw["post_attn_norm"], cfg.rms_norm_eps, off)
     h = h + out
     x = rms_norm(h, lw["mlp_norm"], cfg.rms_norm_eps, off)
-    inner = constrain(_activation(cfg, matmul(x, lw["w_gate"])) * matmul(x, lw["w_up"]), None, None, AXIS)
+    gate, up = matmuls(x, [lw["w_gate"], lw["w_up"]])
+    inner = constrain(_activation(cfg, gate) * up, None, None, AXIS)
     out = matmul(inner, lw["w_down"])
     if cfg.family.sandwich_norms:
         out = rms_norm(out, lw["post_mlp_norm"], cfg.rms_norm_eps, off)

@@ -22,13 +22,15 @@ import subprocess
 import tempfile
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
 log = logging.getLogger(__name__)
 
 TARGET = "memloop_qmatmul"
+MANY_TARGET = "memloop_qmatmul_many"
+MAX_MATRICES = 8  # matrices one `qmatmul_many` call takes (qmatmul.cc kMaxMatrices)
 ATTENTION_TARGET = "memloop_paged_attention"
 SOURCES = (Path(__file__).with_name("qmatmul.cc"), Path(__file__).with_name("paged_attention.cc"))
 QTYPES = {"Q4_0": 0, "Q4_1": 1, "Q8_0": 2, "Q5_0": 3, "Q4_K": 4, "Q5_K": 5, "Q6_K": 6}
@@ -105,6 +107,7 @@ def load() -> None:
                                        f"this CPU lacks {', '.join(missing) or platform.machine()}.")
             lib = ctypes.cdll.LoadLibrary(str(library_path()))
             jax.ffi.register_ffi_target(TARGET, jax.ffi.pycapsule(lib.MemloopQMatmul), platform="cpu")
+            jax.ffi.register_ffi_target(MANY_TARGET, jax.ffi.pycapsule(lib.MemloopQMatmulMany), platform="cpu")
             jax.ffi.register_ffi_target(ATTENTION_TARGET, jax.ffi.pycapsule(lib.MemloopPagedAttention), platform="cpu")
             for suffix, symbol in (("_f16", lib.MemloopPagedAttentionF16), ("_q8", lib.MemloopPagedAttentionQ8)):
                 jax.ffi.register_ffi_target(ATTENTION_TARGET + suffix, jax.ffi.pycapsule(symbol), platform="cpu")
@@ -141,3 +144,19 @@ def qmatmul(x: Any, blocks: Any, qtype: str) -> Any:
     call = jax.ffi.ffi_call(TARGET, jax.ShapeDtypeStruct((rows, d_out), jnp.float32))
     y = call(x.reshape(rows, d_in).astype(jnp.float32), blocks, qtype=np.int32(QTYPES[qtype]))
     return y.reshape(*lead, d_out)
+
+
+def qmatmul_many(x: Any, blocks: Sequence[Any], qtype: str) -> list[Any]:
+    """`[qmatmul(x, b, qtype) for b in blocks]` in one kernel call (1 to MAX_MATRICES matrices of one
+    block type and width): a layer's matrices that share their input (q, k, v; gate, up) cost one
+    call and one wake-up of the thread pool. Every output is bit-identical to its own `qmatmul`."""
+    import jax
+    import jax.numpy as jnp
+
+    if not 1 <= len(blocks) <= MAX_MATRICES:
+        raise ValueError(f"qmatmul_many takes 1 to {MAX_MATRICES} matrices, got {len(blocks)}")
+    lead, d_in = x.shape[:-1], x.shape[-1]
+    rows = int(np.prod(lead)) if lead else 1
+    call = jax.ffi.ffi_call(MANY_TARGET, [jax.ShapeDtypeStruct((rows, b.shape[0]), jnp.float32) for b in blocks])
+    ys = call(x.reshape(rows, d_in).astype(jnp.float32), *blocks, qtype=np.int32(QTYPES[qtype]))
+    return [y.reshape(*lead, b.shape[0]) for y, b in zip(ys, blocks)]

@@ -20,10 +20,12 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <vector>
 
 #include "xla/ffi/api/ffi.h"
 
@@ -278,6 +280,56 @@ struct Shared {
   std::atomic<int64_t> done{0};
 };
 
+// One matrix of a call: y [rows, out] = x . w^T.
+struct Matrix {
+  const uint8_t* w;
+  float* y;
+  int64_t out;
+};
+
+// A chunk of work: outputs [o0, o1) of matrix m.
+struct Chunk {
+  int32_t m;
+  int64_t o0, o1;
+};
+
+constexpr int kMaxMatrices = 8;
+
+// Multiplies x by every matrix in one call: the matrices of a layer that share their input (q, k
+// and v; gate and up) cost one call and one wake-up of the pool instead of one each, and their
+// chunks balance over the threads together. Each (row, output) sum is computed exactly as a call
+// on its matrix alone would, so results do not depend on the grouping.
+ffi::Error Multiply(ffi::ThreadPool& pool, OutputsFn fn, const float* xp, int64_t rows, int64_t in,
+                    const Matrix* mats, int nmats) {
+  // Chunks of about 64k weights x rows of work, a multiple of the output tile, at least one per thread.
+  const int64_t tile = kSingleTile;
+  const int64_t per_out = std::max<int64_t>(1, in * rows);
+  int64_t total = 0;
+  for (int i = 0; i < nmats; ++i) total += mats[i].out;
+  int64_t chunk = std::max<int64_t>(tile, ((int64_t{1} << 16) / per_out) / tile * tile);
+  const int64_t threads = std::max<int64_t>(1, pool.num_threads());
+  chunk = std::min(chunk, std::max<int64_t>(tile, (total / threads) / tile * tile));
+  auto chunks = std::make_shared<std::vector<Chunk>>();
+  for (int i = 0; i < nmats; ++i)
+    for (int64_t o = 0; o < mats[i].out; o += chunk) chunks->push_back({i, o, std::min(mats[i].out, o + chunk)});
+  const int64_t n = static_cast<int64_t>(chunks->size());
+  std::array<Matrix, kMaxMatrices> m{};
+  std::copy(mats, mats + nmats, m.begin());
+  auto run = [=](Shared* s) {
+    for (int64_t c; (c = s->next.fetch_add(1)) < n;) {
+      const Chunk& k = (*chunks)[c];
+      fn(xp, rows, in, m[k.m].w, m[k.m].y, m[k.m].out, k.o0, k.o1);
+      s->done.fetch_add(1, std::memory_order_release);
+    }
+  };
+  auto shared = std::make_shared<Shared>();
+  const int64_t helpers = std::min<int64_t>(threads, n) - 1;
+  for (int64_t t = 0; t < helpers; ++t) pool.Schedule([shared, run] { run(shared.get()); });
+  run(shared.get());
+  while (shared->done.load(std::memory_order_acquire) < n) _mm_pause();
+  return ffi::Error::Success();
+}
+
 ffi::Error QMatmul(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi::U8> w,
                    ffi::ResultBuffer<ffi::F32> y, int32_t qtype) {
   OutputsFn fn = Select(qtype);
@@ -285,32 +337,37 @@ ffi::Error QMatmul(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<ff
   auto xd = x.dimensions();
   auto wd = w.dimensions();
   if (xd.size() != 2 || wd.size() != 2) return ffi::Error::InvalidArgument("memloop_qmatmul: x and w must be 2-D");
-  const int64_t rows = xd[0], in = xd[1], out = wd[0];
+  const int64_t rows = xd[0], in = xd[1];
   if (in % BlockWeights(qtype) != 0 || wd[1] != RowBytes(qtype, in))
     return ffi::Error::InvalidArgument("memloop_qmatmul: w's row bytes do not match x's width and the block type");
-  const float* xp = x.typed_data();
-  const uint8_t* wp = w.typed_data();
-  float* yp = y->typed_data();
+  const Matrix m{w.typed_data(), y->typed_data(), wd[0]};
+  return Multiply(pool, fn, x.typed_data(), rows, in, &m, 1);
+}
 
-  // Chunks of about 64k weights x rows of work, a multiple of the output tile, at least one per thread.
-  const int64_t tile = kSingleTile;
-  const int64_t per_out = std::max<int64_t>(1, in * rows);
-  int64_t chunk = std::max<int64_t>(tile, ((int64_t{1} << 16) / per_out) / tile * tile);
-  const int64_t threads = std::max<int64_t>(1, pool.num_threads());
-  chunk = std::min(chunk, std::max<int64_t>(tile, (out / threads) / tile * tile));
-  const int64_t chunks = (out + chunk - 1) / chunk;
-  auto run = [=](Shared* s) {
-    for (int64_t c; (c = s->next.fetch_add(1)) < chunks;) {
-      fn(xp, rows, in, wp, yp, out, c * chunk, std::min(out, (c + 1) * chunk));
-      s->done.fetch_add(1, std::memory_order_release);
-    }
-  };
-  auto shared = std::make_shared<Shared>();
-  const int64_t helpers = std::min<int64_t>(threads, chunks) - 1;
-  for (int64_t t = 0; t < helpers; ++t) pool.Schedule([shared, run] { run(shared.get()); });
-  run(shared.get());
-  while (shared->done.load(std::memory_order_acquire) < chunks) _mm_pause();
-  return ffi::Error::Success();
+// x times each of the weight matrices (all of one block type and width): one result per matrix.
+ffi::Error QMatmulMany(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::RemainingArgs ws, ffi::RemainingRets ys,
+                       int32_t qtype) {
+  OutputsFn fn = Select(qtype);
+  if (fn == nullptr) return ffi::Error::InvalidArgument("memloop_qmatmul_many: unknown block type");
+  auto xd = x.dimensions();
+  if (xd.size() != 2) return ffi::Error::InvalidArgument("memloop_qmatmul_many: x must be 2-D");
+  const int64_t rows = xd[0], in = xd[1];
+  const int n = static_cast<int>(ws.size());
+  if (n < 1 || n > kMaxMatrices || ys.size() != ws.size())
+    return ffi::Error::InvalidArgument("memloop_qmatmul_many: 1-8 matrices, one result each");
+  if (in % BlockWeights(qtype) != 0)
+    return ffi::Error::InvalidArgument("memloop_qmatmul_many: x's width is not a whole number of blocks");
+  std::array<Matrix, kMaxMatrices> mats{};
+  for (int i = 0; i < n; ++i) {
+    auto w = ws.get<ffi::Buffer<ffi::U8>>(i);
+    auto y = ys.get<ffi::Buffer<ffi::F32>>(i);
+    if (!w.has_value() || !y.has_value()) return ffi::Error::InvalidArgument("memloop_qmatmul_many: u8 matrices, f32 results");
+    auto wd = w->dimensions();
+    if (wd.size() != 2 || wd[1] != RowBytes(qtype, in))
+      return ffi::Error::InvalidArgument("memloop_qmatmul_many: w's row bytes do not match x's width and the block type");
+    mats[i] = Matrix{w->typed_data(), (*y)->typed_data(), wd[0]};
+  }
+  return Multiply(pool, fn, x.typed_data(), rows, in, mats.data(), n);
 }
 
 }  // namespace
@@ -321,6 +378,14 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(MemloopQMatmul, QMatmul,
                                   .Arg<ffi::Buffer<ffi::F32>>()
                                   .Arg<ffi::Buffer<ffi::U8>>()
                                   .Ret<ffi::Buffer<ffi::F32>>()
+                                  .Attr<int32_t>("qtype"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MemloopQMatmulMany, QMatmulMany,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .RemainingArgs()
+                                  .RemainingRets()
                                   .Attr<int32_t>("qtype"));
 
 extern "C" int memloop_kernels_abi() { return 1; }

@@ -159,3 +159,29 @@ def test_a_failed_build_is_reported_not_raised(monkeypatch, tmp_path):
     with pytest.raises(kernels.KernelBuildError):
         kernels.load()
     assert kernels.available() is False
+
+
+@pytest.mark.parametrize("qtype", QTYPES)
+@pytest.mark.parametrize("rows", [1, 3, 32])
+def test_one_call_for_several_matrices_is_bit_identical(qtype, rows):
+    """`qmatmul_many` (a layer's q/k/v or gate/up in one kernel call) gives each matrix's product
+    exactly as its own call does, for matrices of different heights (tile tails included)."""
+    rng = np.random.default_rng(6)
+    d_in = 2 * BLOCK_WEIGHTS[qtype]
+    raws = [jnp.asarray(random_blocks(rng, qtype, d_out, d_in)) for d_out in (37, 8, 203)]
+    x = jnp.asarray(rng.standard_normal((rows, d_in)).astype(np.float32))
+    many = jax.jit(lambda x, *r: kernels.qmatmul_many(x, list(r), qtype))(x, *raws)
+    for y, raw in zip(many, raws):
+        np.testing.assert_array_equal(np.asarray(y), np.asarray(jax.jit(lambda x, r: kernels.qmatmul(x, r, qtype))(x, raw)))
+
+
+def test_block_matmuls_use_one_kernel_call():
+    """A decode step's q/k/v multiply is one custom call; many rows (prefill) keep one dot per matrix."""
+    from engine.blocks import KERNEL_MAX_ROWS, block_matmuls
+
+    rng = np.random.default_rng(7)
+    ws = [BlockMatrix(jnp.asarray(random_blocks(rng, "Q4_1", n, 64)), "Q4_1", (n, 64)) for n in (64, 16, 16)]
+    for rows, calls in ((1, 1), (KERNEL_MAX_ROWS + 1, 0)):
+        x = jnp.zeros((rows, 64), jnp.float32)
+        text = jax.jit(lambda x: block_matmuls(x, ws)).lower(x).as_text()
+        assert text.count("memloop_qmatmul_many") == calls and text.count('"memloop_qmatmul"') == 0
