@@ -132,3 +132,52 @@ def engine_step(cfg: ModelConfig, params: dict[str, Any], cache: dict[str, jax.A
     logits, cache = forward_paged(cfg, params, cache, tokens, positions, slot_pages, slot_offsets,
                                   block_tables, last_index, attention)
     return masked_sample(logits, bitmask, temperature, top_k, top_p, keys, steps, cap, full), cache
+
+
+# Decode steps one `engine_decode_steps` call runs at most (the width of its token output).
+DECODE_RUN = 16
+
+
+@partial(jax.jit, static_argnums=(0, 15, 16, 17, 18), donate_argnums=(2,))
+def engine_decode_steps(cfg: ModelConfig, params: dict[str, Any], cache: dict[str, jax.Array], last: jax.Array,
+                        positions: jax.Array, block_tables: jax.Array, temperature: jax.Array, top_k: jax.Array,
+                        top_p: jax.Array, keys: jax.Array, steps: jax.Array, budget: jax.Array,
+                        stop_ids: jax.Array, count: jax.Array, live: jax.Array, cap: int, full: bool, page_size: int,
+                        attention: AttentionBackend = IN_PLACE) -> tuple[jax.Array, dict[str, jax.Array]]:
+    """Up to `count` (a scalar, at most DECODE_RUN) decode steps of unconstrained rows in one call (a `lax.while_loop` around the
+    very step `engine_step` runs on a [B, 1] batch), so the host pays one dispatch and one token
+    hand-off for several tokens. Row state: `last` token (not yet in the cache) at `positions`, its
+    `block_tables` (already holding every page the steps write), `steps` tokens sampled so far
+    (the sampler's per-row counter), `budget` (the request's max_tokens), `stop_ids` [B, S] (-1 padded).
+    A row stops after a stop token or its budget; `live` False marks padding rows. From then on it
+    writes the scratch page 0. Returns tokens [B, DECODE_RUN] (-1 where a row made none) and the cache;
+    the loop ends early when every row has stopped."""
+    b, width = last.shape[0], DECODE_RUN
+    out = jnp.full((b, width), -1, jnp.int32)
+    last_index = jnp.zeros((b,), jnp.int32)
+    unmasked = jnp.full((b, (cfg.vocab_size + 31) // 32), -1, jnp.int32)
+
+    def cond(state):
+        i, _, _, _, _, done, _ = state
+        return (i < count) & ~jnp.all(done)
+
+    def body(state):
+        i, cache, last, pos, steps, done, out = state
+        page = jnp.take_along_axis(block_tables, (pos // page_size)[:, None], axis=1)[:, 0]
+        slot_pages = jnp.where(done, 0, page)[:, None]
+        slot_offsets = (pos % page_size)[:, None]
+        logits, cache = forward_paged(cfg, params, cache, last[:, None], pos[:, None], slot_pages, slot_offsets,
+                                      block_tables, last_index, attention)
+        nxt = masked_sample(logits, unmasked, temperature, top_k, top_p, keys, steps, cap, full)
+        nxt = jnp.where(done, -1, nxt)
+        out = out.at[:, i].set(nxt)
+        going = ~done
+        steps = steps + going.astype(jnp.int32)
+        pos = pos + going.astype(jnp.int32)
+        done = done | jnp.any(nxt[:, None] == stop_ids, axis=-1) | (steps >= budget)
+        last = jnp.where(going, nxt, last)
+        return i + 1, cache, last, pos, steps, done, out
+
+    state = (jnp.int32(0), cache, last, positions, steps, ~live, out)
+    _, cache, _, _, _, _, out = jax.lax.while_loop(cond, body, state)
+    return out, cache

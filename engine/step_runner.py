@@ -29,7 +29,7 @@ from engine.kv_cache import PagePool
 from engine.pallas_attention import IN_PLACE, AttentionBackend
 from engine.radix import RadixCache
 from engine.sampling import candidate_cap
-from engine.scheduler import PrefillChunk, Scheduler, Sequence, StepPlan
+from engine.scheduler import PrefillChunk, Scheduler, Sequence, Status, StepPlan
 
 log = logging.getLogger(__name__)
 
@@ -112,10 +112,93 @@ class StepRunner:
         """Run every batch of `plan`; raises only `EngineFailure` (engine-wide)."""
         for group in prefill_groups(plan.prefill):
             self.run_rows([Row(c.seq, c.start, c.length, c.final and not c.seq.output, c) for c in group])
+        steps = 1
         if plan.decode:
-            self.run_rows([Row(s, len(s.tokens) - 1, 1, True) for s in plan.decode])
+            run = self.decode_run(plan)
+            if run > 1:
+                steps = self.run_decode_steps(plan.decode, run)
+            else:
+                self.run_rows([Row(s, len(s.tokens) - 1, 1, True) for s in plan.decode])
         with self.lock:
-            self.counters["steps"] += 1
+            self.counters["steps"] += steps
+
+    def decode_run(self, plan: StepPlan) -> int:
+        """How many decode steps the plan's rows can take in one device call (1: a single step).
+
+        Several when the step decodes only, nobody waits for admission (a new request joins at most
+        DECODE_RUN steps later otherwise), and every row's stop rules are the device's own (no grammar,
+        no stop strings, which the host checks per token): as many as every row has tokens left and
+        slots in the pages it already holds, so the scheduler's page accounting is unchanged."""
+        from engine.paged import DECODE_RUN
+
+        if plan.prefill or self.scheduler.waiting:
+            return 1
+        run = DECODE_RUN
+        for s in plan.decode:
+            if s.constraint is not None or s.stop_strings:
+                return 1
+            run = min(run, len(s.pages) * self.pool.page_size - len(s.tokens) + 1, s.max_tokens - len(s.output))
+        return max(run, 1)
+
+    def run_decode_steps(self, seqs: list[Sequence], run: int) -> int:
+        """Up to `run` decode steps of `seqs` in one call; returns the steps the device took. A failure
+        falls back to one step at a time, which isolates a failing request (`run_rows`)."""
+        from engine.paged import engine_decode_steps
+
+        b = bucket(len(seqs))
+        npg = bucket(max(len(s.pages) for s in seqs), 8)
+        width = max(1, max(len(s.stop_ids) for s in seqs))
+        last = np.zeros((b,), np.int32)
+        positions = np.zeros((b,), np.int32)
+        tables = np.zeros((b, npg), np.int32)
+        temp = np.zeros((b,), np.float32)
+        top_k = np.zeros((b,), np.int32)
+        top_p = np.ones((b,), np.float32)
+        keys = np.zeros((b, 2), np.uint32)
+        steps = np.zeros((b,), np.int32)
+        budget = np.zeros((b,), np.int32)
+        stop_ids = np.full((b, bucket(width)), -1, np.int32)
+        live = np.zeros((b,), bool)
+        for i, s in enumerate(seqs):
+            n = len(s.prompt) + len(s.output)
+            last[i], positions[i] = s.tokens[-1], n - 1
+            tables[i, :len(s.pages)] = s.pages
+            temp[i], top_k[i], top_p[i] = s.temperature, s.top_k, s.top_p
+            keys[i], steps[i], budget[i] = s.key, len(s.output), s.max_tokens
+            stop_ids[i, :len(s.stop_ids)] = sorted(s.stop_ids)
+            live[i] = True
+        cap, full = candidate_cap([s.params for s in seqs], self.cfg.vocab_size)
+        compiled = engine_decode_steps._cache_size()
+        start = time.perf_counter()
+        try:
+            with jax.set_mesh(self.mesh) if self.mesh is not None else contextlib.nullcontext():
+                out, self.cache = engine_decode_steps(self.cfg, self.params, self.cache, last, positions, tables, temp,
+                                                      top_k, top_p, keys, steps, budget, stop_ids, np.int32(run), live,
+                                                      cap, full, self.pool.page_size, self.attention)
+            toks = np.asarray(out)[:len(seqs)]  # waits for the device
+        except Exception as exc:
+            if self.cache_lost():
+                raise EngineFailure(f"the engine's KV cache was lost in a failed step ({type(exc).__name__}: {exc}); "
+                                    "every pending request was aborted, send them again") from exc
+            log.info("a run of %d decode steps failed (%s); stepping one token at a time", run, type(exc).__name__)
+            self.run_rows([Row(s, len(s.tokens) - 1, 1, True) for s in seqs])
+            return 1
+        with self.lock:
+            self.counters["compile_s" if engine_decode_steps._cache_size() > compiled else "compute_s"] += (
+                time.perf_counter() - start)
+            self.shapes.add(("decode_run", b, npg, cap, full))
+            for s, row in zip(seqs, toks):
+                for tok in row:
+                    if tok < 0 or s.status is Status.FINISHED:
+                        break
+                    try:
+                        self.accept_row(Row(s, len(s.tokens) - 1, 1, True), int(tok))
+                    except Exception as exc:  # e.g. detokenising fails: this request only
+                        self.fail(s, exc if isinstance(exc, RequestError) else StepError(
+                            f"this request failed after its step ({type(exc).__name__}: {exc}); the requests "
+                            "batched with it were not affected."))
+                        break
+        return int(max((row >= 0).sum() for row in toks))
 
     def run_rows(self, rows: list[Row]) -> None:
         """One batch; if it raises, bisect it so that only the failing rows' requests fail."""

@@ -151,7 +151,8 @@ def test_stats_split_the_engine_threads_wall_time(make_engine):
     """compute + compile + host + idle account for the engine thread's wall time; only a step of a new
     shape is charged to compilation, and a reset starts a new window."""
     eng = make_engine(page_size=8, num_pages=64, prefix_cache=False)  # a pool shape no other test compiles
-    eng.complete(chat("Name three rivers.", max_tokens=6))
+    # 24 tokens: the runs of decode steps (at most a page of 8 each) repeat a compiled shape
+    eng.complete(chat("Name three rivers.", max_tokens=24))
     first = eng.stats()
     parts = [first[k] for k in ("compute_s", "compile_s", "host_s", "idle_s")]
     assert all(p > 0 for p in parts)
@@ -193,3 +194,26 @@ def test_an_int8_kv_cache_is_batch_invariant_and_read_by_the_kernel(make_engine,
     assert [q8.complete(r)["text"] for r in reqs[:2]] == [r["text"] for r in batch[:2]]
     full = engine.complete_many(reqs)
     assert sum(a["text"] == b["text"] for a, b in zip(batch, full)) >= 6
+
+
+def test_decode_runs_several_steps_per_call_with_the_single_step_tokens(make_engine):
+    """A batch that only decodes, with nobody waiting and no host-side stop rules, takes up to
+    DECODE_RUN steps per device call (`engine_decode_steps`); its tokens, usage and finish reasons are
+    those of one step per call, which a stop string that never matches forces (stop strings are
+    checked on the host after every token). Covers a stop token ending a run early, a max_tokens that
+    is not a multiple of the run, seeded sampling, and rows finishing at different steps."""
+    from engine.paged import engine_decode_steps
+
+    eng = make_engine(max_batch=4, prefix_cache=False)  # the second pass must not be served from the cache
+    reqs = [chat("Name three rivers.", max_tokens=64), chat("Count to thirty in words.", max_tokens=21),
+            chat("Write a long story about a fox.", max_tokens=37, temperature=0.8, seed=3),
+            chat("Say hi.", max_tokens=40, top_k=5, temperature=1.0, seed=11)]
+    before = engine_decode_steps._cache_size()
+    runs = eng.complete_many(reqs)
+    assert engine_decode_steps._cache_size() > before  # the several-step program served them
+    singles = eng.complete_many([{**r, "sampling": {**r["sampling"], "stop": ["\x00never"]}} for r in reqs])
+    assert [(r["text"], r["usage"], r["finish_reason"]) for r in runs] == [
+        (r["text"], r["usage"], r["finish_reason"]) for r in singles]
+    assert {r["finish_reason"] for r in runs} == {"stop", "length"}
+    for r, req in zip(runs, reqs):  # a run stops at max_tokens wherever that falls in it
+        assert r["finish_reason"] == "stop" or r["usage"]["decoded_tokens"] == req["sampling"]["max_tokens"]
