@@ -73,4 +73,4 @@ class RequestIntake:
         return Sequence(prompt=ids, max_tokens=params.max_tokens, temperature=params.temperature,
                         top_k=params.top_k, top_p=params.top_p, params=params, key=seed_keys([params])[0],
                         stop_ids=self.stop_ids if params.stop_token_ids is None else frozenset(params.stop_token_ids),
-                        stop_strings=params.stop, constraint=constraint)
+                        stop_strings=params.stop, constraint=constraint, logprobs=params.logprobs)

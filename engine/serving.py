@@ -4,8 +4,11 @@ Request and result are plain dicts with the field names of the LLM protocol (`ev
 engine does not import:
 
     request: {"messages": [...]} or {"prompt": "..."}, "sampling": {max_tokens, temperature, top_k,
-             top_p, seed, stop}, "json_schema": {...} | None
+             top_p, seed, stop, stop_token_ids, logprobs}, "json_schema": {...} | None
     result:  {"text", "usage": {prompt_tokens, cached_tokens, decoded_tokens}, "finish_reason"}
+             + "logprobs" when the sampling asked for them (`logprobs: N`): one entry per token of
+             the text, {id, token, bytes, logprob, text_offset, top_logprobs: [{id, token, bytes,
+             logprob}] (the N most likely, most likely first)}, from the model's raw logits
 
 `stats()` adds to the counters where the engine thread's wall time (`wall_s`) went: `compute_s`
 (device steps), `compile_s` (steps that compiled a new shape), `host_s` (scheduling, step
