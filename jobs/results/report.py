@@ -77,6 +77,9 @@ class RunData:
     scores: pd.DataFrame
     runs: pd.DataFrame
     judgings: list["Judging"] = field(default_factory=list)  # re-judgings of the run (`memloop rescore`)
+    # the `judgments` rows of a judge that failed on a unit (unit columns, `judge`, `error`): a judge
+    # that failed on every unit of a dataset keeps its columns, as incomplete
+    judge_failures: pd.DataFrame = field(default_factory=pd.DataFrame)
     # figures derived once per load and read by several tables (the paper's prefix hit tokenises
     # every recorded prompt: the Markdown, the plots and `headline` share one pass)
     derived: dict = field(default_factory=dict, repr=False, compare=False)
@@ -85,12 +88,12 @@ class RunData:
     def load(cls, rs: RunStore) -> "RunData":
         return cls(rs.uri, rs.run_id, rs.table("samples").to_pandas(), rs.table("steps").to_pandas(),
                    rs.table("scores").to_pandas(), rs.table("runs").to_pandas(),
-                   [Judging.load(rs, jid) for jid in rs.judging_ids()])
+                   [Judging.load(rs, jid) for jid in rs.judging_ids()], judge_failures_of(rs.table("judgments")))
 
     def judged_by(self, j: "Judging") -> "RunData":
         """The run with a re-judging's scores in place of its own: every table of scores then reads
         them with the same code and the same denominators (the run's units)."""
-        return replace(self, scores=j.scores, judgings=[], derived={})
+        return replace(self, scores=j.scores, judgings=[], judge_failures=j.failures, derived={})
 
     @property
     def ok(self) -> pd.DataFrame:
@@ -103,6 +106,18 @@ class RunData:
         return self.samples[self.samples["status"] != NOT_APPLICABLE]
 
 
+FAILURE_COLUMNS = ["unit", "dataset", "sample_id", "method", "repeat", "judge", "error"]
+
+
+def judge_failures_of(judgments: Any) -> pd.DataFrame:
+    """The rows of a `judgments` table (pyarrow) whose judge failed on the unit (`error` set)."""
+    import pyarrow.compute as pc
+
+    if judgments.num_rows == 0:
+        return pd.DataFrame(columns=FAILURE_COLUMNS)
+    return judgments.filter(pc.is_valid(judgments.column("error"))).select(FAILURE_COLUMNS).to_pandas()
+
+
 @dataclass
 class Judging:
     """A re-judging of the run (`memloop rescore`): its settings, its units' outcomes and its scores."""
@@ -111,13 +126,15 @@ class Judging:
     settings: dict  # {"judge": {name, options, tasks}, "judge_model": {...}, "tag": ...}
     judged: pd.DataFrame  # one row per unit judged again: status ok / failed
     scores: pd.DataFrame
+    failures: pd.DataFrame = field(default_factory=pd.DataFrame)  # as `RunData.judge_failures`
 
     @classmethod
     def load(cls, rs: RunStore, judging_id: str) -> "Judging":
         js = rs.judging(judging_id)
         runs = js.table("runs").to_pandas()
         settings = json.loads(runs.sort_values("finished_at").iloc[-1]["config_json"] or "{}") if not runs.empty else {}
-        return cls(judging_id, settings, js.samples().to_pandas(), js.table("scores").to_pandas())
+        return cls(judging_id, settings, js.samples().to_pandas(), js.table("scores").to_pandas(),
+                   judge_failures_of(js.table("judgments")))
 
     @property
     def label(self) -> str:
@@ -195,7 +212,7 @@ def score_figures(d: RunData) -> tuple[list[dict], list[dict]]:
     """Every judge metric per (method, dataset) by the rule for means (`jobs.results.cells`), and the samples
     left out of the comparison (computed once per load)."""
     if "score_figures" not in d.derived:
-        d.derived["score_figures"] = cells.score_figures(d.samples, d.scores)
+        d.derived["score_figures"] = cells.score_figures(d.samples, d.scores, d.judge_failures)
     return d.derived["score_figures"]
 
 
@@ -636,7 +653,7 @@ def paper_tables(d: RunData) -> list[tuple[PaperTable, dict]]:
     if any(c.metric == "context_tokens" for i in ids for c in TABLES[i].columns):
         figures += health.annotate(context_figures(d), step_shares(d))
     status = method_status(d.samples)
-    by_cell, _, _ = cells.score_cells(d.samples, d.scores)
+    by_cell, _, _ = cells.score_cells(d.samples, d.scores, d.judge_failures)
     models = models_of(d)
 
     def paired(a: str, b: str, col: Any, turn: str | None, dataset: str | None) -> dict | None:
