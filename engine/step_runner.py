@@ -36,7 +36,7 @@ from engine.token_pieces import TokenPieces
 log = logging.getLogger(__name__)
 
 COUNTERS = ("requests", "prompt_tokens", "cached_tokens", "decoded_tokens", "computed_prompt_tokens", "steps",
-            "constrained_requests", "failed_requests", "cancelled_requests")
+            "constrained_requests", "failed_requests", "cancelled_requests", "scored_prompts", "scored_tokens")
 # Where the engine thread's wall time goes (seconds): device steps of already compiled shapes; calls
 # that compiled a new shape (compile plus that one step); everything else while there is work
 # (scheduling, packing a step's arrays, grammar bitmasks, accepting tokens, detokenising); waiting

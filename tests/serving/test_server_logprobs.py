@@ -159,7 +159,8 @@ def test_a_stop_string_ends_the_token_list_with_the_text(base_url):
     ("/v1/completions", {"logprobs": True}, "logprobs"),
     ("/v1/completions", {"logprobs": "5"}, "logprobs"),
     ("/v1/completions", {"top_logprobs": 3}, "top_logprobs"),
-    ("/v1/completions", {"echo": True, "logprobs": 1}, "echo"),
+    ("/v1/completions", {"echo": "yes", "logprobs": 1}, "echo"),
+    ("/v1/chat/completions", {"echo": True}, "echo"),
     ("/v1/chat/completions", {"logprobs": 5}, "logprobs"),
     ("/v1/chat/completions", {"logprobs": True, "top_logprobs": 21}, "top_logprobs"),
     ("/v1/chat/completions", {"logprobs": True, "top_logprobs": -1}, "top_logprobs"),
@@ -173,7 +174,7 @@ def test_bad_logprob_values_are_400s_naming_the_field(base_url, path, extra, fie
     assert r.status_code == 400, r.text
     message = r.json()["error"]["message"]
     assert message.startswith(f"`{field}`"), message
-    if field == "echo":  # the prompt's log-probabilities are not computed: said so, and what is
-        assert "prompt's own tokens and their log-probabilities" in message and "`logprobs`" in message
+    if path.endswith("chat/completions") and field == "echo":  # a completions field: said so, and where to send it
+        assert "is a /v1/completions field" in message and "`prompt`" in message
     else:  # a value out of its range, not a field refused as a whole
         assert "not supported" not in message and len(message) < 200, message
