@@ -39,7 +39,8 @@ def _pow2(n: int, minimum: int = 1) -> int:
 
 
 @functools.partial(jax.jit, static_argnames=("cfg", "width"))
-def score_tokens(params: Any, cfg: ModelConfig, tokens: jax.Array, width: int) -> tuple[jax.Array, jax.Array, jax.Array]:
+def score_tokens(params: Any, cfg: ModelConfig, tokens: jax.Array,
+                 width: int) -> tuple[jax.Array, jax.Array, jax.Array]:
     """Right-padded prompts [B,T] -> (log-probability of token t+1 at position t [B,T], the `width`
     most likely token ids [B,T,width] and their log-probabilities [B,T,width]), all under
     log_softmax of the raw logits at position t. The last position scores the padding: ignore it."""

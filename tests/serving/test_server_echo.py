@@ -151,7 +151,8 @@ def test_token_id_prompts_are_used_as_they_are(base_url, loaded_model):
 
 
 @pytest.mark.parametrize("body, field", [
-    ({"prompt": [1] * 8200, "max_tokens": 0, "echo": True, "logprobs": 1}, "`prompt` 0 (8200 tokens) exceeds the model context"),
+    ({"prompt": [1] * 8200, "max_tokens": 0, "echo": True, "logprobs": 1},
+     "`prompt` 0 (8200 tokens) exceeds the model context of 8192 tokens"),
     ({"prompt": [1] * 8200, "max_tokens": 1, "echo": True, "logprobs": 1}, "prompt (8200 tokens) + max_tokens (1)"),
     ({"prompt": [-1, 5], "max_tokens": 0, "echo": True, "logprobs": 1}, "`prompt` token ids must be integers in [0, "),
     ({"prompt": [49152], "max_tokens": 1}, "`prompt` token ids must be integers in [0, 49152)"),
@@ -173,3 +174,13 @@ def test_prompts_are_scored_in_few_calls():
     groups = batches([5, 300, 40, 17, 3000, 9])
     assert groups == [[4], [1, 2, 3, 5, 0]]  # longest first; 3000 tokens (bucket 4096) fill one call alone
     assert batches([2000] * 3) == [[0, 1], [2]]  # at most TOKEN_BUDGET padded tokens per call
+
+
+def test_scoring_holds_queue_places(engine):
+    """Each scored prompt takes one of --max-queue's places: more prompts than it holds is a 400."""
+    from engine.server import create_app
+
+    with serve_app(create_app(engine, "smollm2", max_queue=1)) as url:
+        r = _post(url, {"prompt": ["a", "b"], "max_tokens": 0, "echo": True, "logprobs": 0})
+        assert r.status_code == 400 and "admits at most 1 at once" in r.json()["error"]["message"], r.text
+        assert _post(url, {"prompt": "a", "max_tokens": 0, "echo": True, "logprobs": 0}).status_code == 200
