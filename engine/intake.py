@@ -44,12 +44,24 @@ class RequestIntake:
         if (messages is None) == (prompt is None):
             raise RequestError("a request needs exactly one of `messages` (chat) or `prompt` (completion)")
         if prompt is not None:
+            if isinstance(prompt, (list, tuple)):
+                return self.token_prompt(prompt)
             if not isinstance(prompt, str):
-                raise RequestError("`prompt` must be a string")
+                raise RequestError("`prompt` must be a string or a list of token ids")
             return self.tokenizer.prompt_ids(prompt)
         if not isinstance(messages, (list, tuple)) or not messages:
             raise RequestError("`messages` must be a non-empty list of {role, content} objects")
         return self.tokenizer.chat_ids(list(messages))
+
+    def token_prompt(self, ids: list[Any] | tuple[Any, ...]) -> list[int]:
+        """A prompt given as token ids (OpenAI's `prompt: [int, ...]`), used as they are: no BOS is added."""
+        if not ids:
+            raise RequestError("`prompt` is an empty list of token ids; send at least one token")
+        bad = [t for t in ids if type(t) is not int or not 0 <= t < self.vocab_size]
+        if bad:
+            raise RequestError(f"`prompt` token ids must be integers in [0, {self.vocab_size}) (the vocabulary), "
+                               f"got {str(bad[0])[:40]}")
+        return list(ids)
 
     def misfit(self, request: dict[str, Any]) -> str | None:
         """Why the request could never be served (its prompt with the chat template + max_tokens against
@@ -73,4 +85,4 @@ class RequestIntake:
         return Sequence(prompt=ids, max_tokens=params.max_tokens, temperature=params.temperature,
                         top_k=params.top_k, top_p=params.top_p, params=params, key=seed_keys([params])[0],
                         stop_ids=self.stop_ids if params.stop_token_ids is None else frozenset(params.stop_token_ids),
-                        stop_strings=params.stop, constraint=constraint)
+                        stop_strings=params.stop, constraint=constraint, logprobs=params.logprobs)

@@ -25,7 +25,7 @@ from engine.model import AttendFn, causal_mask, decoder_layers, embed, final_log
 from engine.kv_pages import INT8, read_pages, write_pages
 from engine.kernels.attention import config_supported as kernel_config_supported, enabled as kernel_enabled
 from engine.pallas_attention import IN_PLACE, AttentionBackend, kernel_attend
-from engine.sampling import sample
+from engine.sampling import sample, token_logprobs
 
 
 
@@ -117,21 +117,27 @@ def masked_sample(logits: jax.Array, bitmask: jax.Array, temperature: jax.Array,
     return sample(logits, temperature, top_k, top_p, keys, steps, cap, full)
 
 
-@partial(jax.jit, static_argnums=(0, 15, 16, 17), donate_argnums=(2,))
+@partial(jax.jit, static_argnums=(0, 15, 16, 17, 18), donate_argnums=(2,))
 def engine_step(cfg: ModelConfig, params: dict[str, Any], cache: dict[str, jax.Array], tokens: jax.Array,
                 positions: jax.Array, slot_pages: jax.Array, slot_offsets: jax.Array, block_tables: jax.Array,
                 last_index: jax.Array, bitmask: jax.Array, temperature: jax.Array, top_k: jax.Array,
                 top_p: jax.Array, keys: jax.Array, steps: jax.Array, cap: int, full: bool,
-                attention: AttentionBackend = IN_PLACE) -> tuple[jax.Array, dict[str, jax.Array]]:
+                attention: AttentionBackend = IN_PLACE, logprobs: int = 0
+                ) -> tuple[jax.Array, tuple[jax.Array, jax.Array, jax.Array] | None, dict[str, jax.Array]]:
     """Forward + sample in one program; the KV cache is donated and updated in place.
 
-    `cap`/`full` are the sampler's static candidate settings (`engine.sampling.candidate_cap`);
-    `attention` the static attention backend (`engine.pallas_attention.resolve_backend`; the default is
-    what `auto` is on CPU).
+    Returns (tokens [B], log-probabilities or None, cache). `cap`/`full` are the sampler's static
+    candidate settings (`engine.sampling.candidate_cap`); `attention` the static attention backend
+    (`engine.pallas_attention.resolve_backend`; the default is what `auto` is on CPU); `logprobs` the
+    static number of alternatives (`engine.sampling.logprob_width`): 0 computes no log-probabilities,
+    otherwise each row's chosen token's log-probability and the top `logprobs` ids and
+    log-probabilities come back, from the raw logits (before the grammar mask and the sampler's
+    settings). They only read the logits, so the sampled tokens are the same either way.
     """
     logits, cache = forward_paged(cfg, params, cache, tokens, positions, slot_pages, slot_offsets,
                                   block_tables, last_index, attention)
-    return masked_sample(logits, bitmask, temperature, top_k, top_p, keys, steps, cap, full), cache
+    toks = masked_sample(logits, bitmask, temperature, top_k, top_p, keys, steps, cap, full)
+    return toks, token_logprobs(logits, toks, logprobs) if logprobs else None, cache
 
 
 # Decode steps one `engine_decode_steps` call runs at most (the width of its token output).

@@ -6,6 +6,10 @@ seeded request draws the same tokens whatever else shares its batch. Greedy rows
 Top-k/top-p work on a static number of candidates (`candidate_cap`, a power of two over the largest
 top-k in the batch) taken with `lax.top_k`, which is far cheaper than sorting the vocabulary every
 step; only a row asking for top-p without top-k forces the full sort (cap = vocabulary size).
+
+Log-probabilities (`token_logprobs`) are those of the model's own next-token distribution, the
+log-softmax of the raw logits before the grammar mask, temperature, top-k and top-p (vLLM's default
+`raw_logprobs`, and what OpenAI reports): the same numbers whatever the sampling settings.
 """
 from __future__ import annotations
 
@@ -33,6 +37,9 @@ MAX_TEMPERATURE = 100.0
 MAX_STOP_STRINGS = 16
 MAX_STOP_CHARS = 1000
 MAX_STOP_TOKEN_IDS = 256
+# Most alternatives a request may ask log-probabilities of per token (OpenAI's and vLLM's top_logprobs
+# bound); the step computes this many whenever any row of the batch asks, so one program serves them all.
+MAX_LOGPROBS = 20
 
 
 class _RequestSampling(BaseModel):
@@ -47,6 +54,7 @@ class _RequestSampling(BaseModel):
     seed: int | None = Field(None, ge=SEED_MIN, le=SEED_MAX)
     stop: list[str] = Field(default_factory=list, max_length=MAX_STOP_STRINGS)
     stop_token_ids: list[int] | None = Field(None, max_length=MAX_STOP_TOKEN_IDS)
+    logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
 
 
 SAMPLING_FIELDS = tuple(_RequestSampling.model_fields)
@@ -57,7 +65,8 @@ class SamplingParams:
     """temperature 0 = greedy; top_k 0 and top_p 1 disable those filters; seed None = fresh randomness.
 
     `stop_token_ids=None` uses the tokenizer's end-of-turn tokens; `stop` strings end the output at
-    their first occurrence (the string itself is not returned). Requests are parsed with
+    their first occurrence (the string itself is not returned). `logprobs` None returns none; N (0 to
+    MAX_LOGPROBS) returns each output token's log-probability and the N most likely alternatives. Requests are parsed with
     `from_request`, which checks every field against what the jitted step can represent.
     """
 
@@ -68,6 +77,7 @@ class SamplingParams:
     seed: int | None = None
     stop: tuple[str, ...] = ()
     stop_token_ids: tuple[int, ...] | None = None
+    logprobs: int | None = None
 
     def __post_init__(self) -> None:
         if not 1 <= self.max_tokens <= INT32_MAX:
@@ -86,6 +96,8 @@ class SamplingParams:
             raise RequestError(f"at most {MAX_STOP_STRINGS} stop strings, got {len(self.stop)}.")
         if self.stop_token_ids is not None and any(not 0 <= t <= INT32_MAX for t in self.stop_token_ids):
             raise RequestError(f"stop_token_ids must be token ids >= 0, got {list(self.stop_token_ids)[:8]}.")
+        if self.logprobs is not None and not 0 <= self.logprobs <= MAX_LOGPROBS:
+            raise RequestError(f"logprobs must be None or in [0, {MAX_LOGPROBS}], got {self.logprobs}.")
 
     @classmethod
     def from_request(cls, d: Any, vocab_size: int | None = None) -> "SamplingParams":
@@ -121,7 +133,8 @@ class SamplingParams:
             raise RequestError(f"stop_token_ids must be < the vocabulary size {vocab_size}")
         return cls(max_tokens=r.max_tokens, temperature=r.temperature, top_k=r.top_k, top_p=r.top_p,
                    seed=r.seed, stop=tuple(r.stop),
-                   stop_token_ids=None if r.stop_token_ids is None else tuple(r.stop_token_ids))
+                   stop_token_ids=None if r.stop_token_ids is None else tuple(r.stop_token_ids),
+                   logprobs=r.logprobs)
 
     @property
     def greedy(self) -> bool:
@@ -154,6 +167,22 @@ def candidate_cap(params: Sequence[SamplingParams], vocab_size: int) -> tuple[in
         else:
             full = True
     return cap, full
+
+
+def logprob_width(params: Sequence[SamplingParams]) -> int:
+    """Static number of alternatives the step computes: 0 (no log-probabilities at all) unless a row
+    asks for them, then MAX_LOGPROBS (one program whatever N each row asked for)."""
+    return MAX_LOGPROBS if any(p.logprobs is not None for p in params) else 0
+
+
+def token_logprobs(logits: jax.Array, chosen: jax.Array, width: int) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """(log-probability of `chosen` [B], the `width` most likely token ids [B,width] and their
+    log-probabilities [B,width], most likely first) under log_softmax(logits) of each row.
+    Row-wise only, so a row's numbers do not depend on what else is in its batch."""
+    logp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
+    picked = jnp.take_along_axis(logp, chosen[:, None].astype(jnp.int32), axis=-1)[:, 0]
+    top_lp, top_ids = jax.lax.top_k(logp, width)
+    return picked, top_ids.astype(jnp.int32), top_lp
 
 
 def seed_keys(params: Sequence[SamplingParams], rng: np.random.Generator | None = None) -> np.ndarray:

@@ -44,7 +44,10 @@ class Sequence:
     stop_ids: frozenset[int] = frozenset()
     stop_strings: tuple[str, ...] = ()
     constraint: Any = None  # engine.constrained.Constraint
+    logprobs: int | None = None  # alternatives asked per output token (None: no log-probabilities)
     output: list[int] = field(default_factory=list)
+    # per output token when `logprobs` is set: (its log-probability, [(id, log-probability)] of the top ones)
+    token_logprobs: list[tuple[float, list[tuple[int, float]]]] = field(default_factory=list)
     pages: list[int] = field(default_factory=list)
     computed: int = 0  # leading tokens whose keys/values are in `pages`
     cached_tokens: int | None = None  # prompt tokens served from the prefix cache (first admission)

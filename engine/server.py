@@ -3,7 +3,14 @@
 Routes: `GET /v1/models`, `POST /v1/completions`, `POST /v1/chat/completions` (with
 `response_format` `json_schema` or `json_object` for constrained output), `GET /health`,
 `GET /v1/stats`. Usage carries `prompt_tokens_details.cached_tokens` (prompt tokens served from
-the prefix cache). Extensions beyond OpenAI's fields: `top_k`, `stop_token_ids`.
+the prefix cache). Extensions beyond OpenAI's fields: `top_k`, `stop_token_ids`. Log-probabilities
+of the output tokens come in OpenAI's shapes (`logprobs: N` on completions, `logprobs: true` +
+`top_logprobs: N` on chat; N at most `MAX_LOGPROBS`), from the model's raw logits. `echo: true` on
+completions returns the prompt before the completion, and with `logprobs` every prompt token's
+log-probability (the first one's null, as OpenAI's): computed by the engine's prompt scoring
+(`Engine.score`), a full-prompt forward apart from generation; `max_tokens: 0` then generates
+nothing (how lm-evaluation-harness scores loglikelihood tasks). A completions `prompt` may be text
+or token ids (one list of ints, or a list of them), as OpenAI's.
 
 One bad request never harms another: every sampling field goes through the engine's one parser
 (`SamplingParams.from_request`) before anything is queued; the body limit is enforced while the
@@ -27,16 +34,17 @@ import ipaddress
 import time
 import uuid
 from concurrent.futures import Future
-from typing import Any, Literal
+from contextlib import asynccontextmanager
+from typing import Any, AsyncIterator, Literal
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
 from starlette.exceptions import HTTPException
 
 from engine.errors import EngineError, RequestError, ServerConfigError
-from engine.sampling import SamplingParams
+from engine.sampling import MAX_LOGPROBS, SamplingParams
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
 HEADER_TIMEOUT_S = 10.0  # from connecting to the end of the request headers (slowloris)
@@ -47,11 +55,18 @@ LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
 # OpenAI fields memloop does not implement, and the value that asks for nothing (also accepted):
 # a client relying on one of them gets a 400 naming it, never an answer that silently ignores it.
 UNSUPPORTED_FIELDS: dict[str, tuple[Any, ...]] = {
-    "logprobs": (None, False, 0), "top_logprobs": (None, 0), "echo": (None, False), "best_of": (None, 1),
+    "echo": (None, False), "best_of": (None, 1),
     "logit_bias": (None, {}), "tools": (None, []), "tool_choice": (None, "none", "auto"), "functions": (None, []),
     "function_call": (None, "none", "auto"), "suffix": (None, ""), "presence_penalty": (None, 0, 0.0),
     "frequency_penalty": (None, 0, 0.0),
 }
+# Why a refused field is refused, where the reason is more than "not implemented".
+UNSUPPORTED_WHY = {  # (completions declare `echo` as their own field, so only chat refuses it)
+    "echo": "it is a /v1/completions field (the prompt, and with `logprobs` its tokens' log-probabilities, before "
+            "the completion); send the text as a completion `prompt` to have it echoed",
+}
+# A log-probability too small for float32 would be -inf, which JSON cannot carry (vLLM's stand-in).
+MIN_LOGPROB = -9999.0
 DEFAULT_MAX_QUEUE = 256  # engine requests (choices) in flight at once through one server
 RETRY_AFTER_S = 1
 POLL_S = 0.2  # how often a waiting request looks for a client disconnect or its deadline
@@ -86,6 +101,8 @@ class _Sampling(BaseModel):
     stop_token_ids: Any = None
     n: int = Field(default=1, ge=1, le=MAX_N)
     stream: bool = False
+    logprobs: Any = None
+    top_logprobs: Any = None
 
     _stop_text = field_validator("stop")(_no_lone_surrogate)
 
@@ -98,19 +115,55 @@ class _Sampling(BaseModel):
                 return name
         return None
 
+    def logprob_count(self) -> int | None:
+        """Alternatives asked per output token (None: no log-probabilities); each endpoint reads its own fields."""
+        raise NotImplementedError
+
     def sampling(self, index: int) -> dict[str, Any]:
         seed = self.seed
         if index and isinstance(seed, int) and not isinstance(seed, bool):
             seed += index  # n samples of one seed differ
         temperature = 1.0 if self.temperature is None else self.temperature  # OpenAI's default
         return {"max_tokens": self.max_tokens, "temperature": temperature, "top_k": self.top_k,
-                "top_p": self.top_p, "seed": seed, "stop": self.stop, "stop_token_ids": self.stop_token_ids}
+                "top_p": self.top_p, "seed": seed, "stop": self.stop, "stop_token_ids": self.stop_token_ids,
+                "logprobs": self.logprob_count()}
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_LOGPROBS
 
 
 class CompletionRequest(_Sampling):
-    prompt: str | list[str]
+    prompt: str | list[str] | list[StrictInt] | list[list[StrictInt]]  # text, or token ids (used as they are)
+    echo: Any = None
 
     _prompt_text = field_validator("prompt")(_no_lone_surrogate)
+
+    def prompts(self) -> list[str | list[int]]:
+        one = isinstance(self.prompt, str) or bool(self.prompt) and isinstance(self.prompt[0], int)
+        return [self.prompt] if one else list(self.prompt)  # type: ignore[list-item]
+
+    def echoed(self) -> bool:
+        if not isinstance(self.echo, (bool, type(None))):
+            raise RequestError(f"`echo` must be true or false, got {_shown(self.echo)}")
+        return bool(self.echo)
+
+    def generates(self) -> bool:
+        """False for `max_tokens: 0` with `echo` (score the prompt, generate nothing); 0 without echo is
+        the sampling parser's 400."""
+        return not (self.echoed() and type(self.max_tokens) is int and self.max_tokens == 0)
+
+    def logprob_count(self) -> int | None:
+        """OpenAI's completions `logprobs`: an integer N, the alternatives per token (0: the chosen token's only)."""
+        if self.top_logprobs not in (None, 0) or isinstance(self.top_logprobs, bool):
+            raise RequestError("`top_logprobs` is a chat completions field; on /v1/completions send "
+                               f"`logprobs: N` (0 to {MAX_LOGPROBS}) for the N most likely tokens at each position")
+        if self.logprobs is None or self.logprobs is False:
+            return None
+        if not _count(self.logprobs):
+            raise RequestError(f"`logprobs` on /v1/completions must be an integer from 0 to {MAX_LOGPROBS} (the "
+                               f"most likely tokens returned per position), got {_shown(self.logprobs)}")
+        return self.logprobs
 
 
 class ChatMessage(BaseModel):
@@ -132,6 +185,20 @@ class ResponseFormat(BaseModel):
 class ChatRequest(_Sampling):
     messages: list[ChatMessage] = Field(min_length=1)
     response_format: ResponseFormat | None = None
+
+    def logprob_count(self) -> int | None:
+        """OpenAI's chat `logprobs: true` with `top_logprobs: N` (0 to MAX_LOGPROBS, default 0)."""
+        if not isinstance(self.logprobs, (bool, type(None))):
+            raise RequestError(f"`logprobs` on /v1/chat/completions must be true or false, got "
+                               f"{_shown(self.logprobs)}; send `top_logprobs: N` for the N most likely tokens")
+        if self.top_logprobs is not None and not _count(self.top_logprobs):
+            raise RequestError(f"`top_logprobs` must be an integer from 0 to {MAX_LOGPROBS}, got "
+                               f"{_shown(self.top_logprobs)}")
+        if not self.logprobs:
+            if self.top_logprobs:
+                raise RequestError("`top_logprobs` needs `logprobs: true`; send both to get the most likely tokens")
+            return None
+        return self.top_logprobs or 0
 
     def schema(self) -> dict[str, Any] | None:
         rf = self.response_format
@@ -156,6 +223,53 @@ class _Timeout(Exception):
 
 class _ClientGone(Exception):
     pass
+
+
+def _shown(value: Any, limit: int = 40) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _lp(value: float | None) -> float | None:
+    return None if value is None else max(value, MIN_LOGPROB)
+
+
+def completion_logprobs(entries: list[dict[str, Any]]) -> dict[str, Any]:
+    """OpenAI's completions shape: parallel lists, and per position a {token: logprob} of the asked-for
+    most likely tokens plus the chosen one (so up to N + 1 keys). An echoed prompt's first token has
+    nothing before it: its logprob and top_logprobs are null."""
+    tops: list[dict[str, float] | None] = []
+    for e in entries:
+        if e["top_logprobs"] is None:
+            tops.append(None)
+            continue
+        top = {t["token"]: _lp(t["logprob"]) for t in reversed(e["top_logprobs"])}  # a shared text keeps the likelier
+        top.setdefault(e["token"], _lp(e["logprob"]))
+        tops.append(dict(sorted(top.items(), key=lambda kv: -kv[1])))
+    return {"tokens": [e["token"] for e in entries], "token_logprobs": [_lp(e["logprob"]) for e in entries],
+            "top_logprobs": tops, "text_offset": [e["text_offset"] for e in entries]}
+
+
+def echo_choice(prompt: dict[str, Any], result: dict[str, Any] | None, logprobs: bool) -> dict[str, Any]:
+    """A completions choice with the prompt echoed before the completion (`result` None: nothing was
+    generated): text = prompt + completion, and with `logprobs` the prompt's scored tokens followed
+    by the completion's, whose offsets move past the prompt text."""
+    text = prompt["text"] + (result["text"] if result else "")
+    entries = None
+    if logprobs:
+        shift = len(prompt["text"])
+        entries = [*prompt["entries"], *({**e, "text_offset": e["text_offset"] + shift}
+                                         for e in (result["logprobs"] if result else []))]
+    return {"text": text, "finish_reason": result["finish_reason"] if result else "length",
+            "logprobs": completion_logprobs(entries) if entries is not None else None}
+
+
+def chat_logprobs(entries: list[dict[str, Any]]) -> dict[str, Any]:
+    """OpenAI's chat shape: {content: [{token, logprob, bytes, top_logprobs: [{token, logprob, bytes}]}]}."""
+    def one(e: dict[str, Any]) -> dict[str, Any]:
+        return {"token": e["token"], "logprob": _lp(e["logprob"]), "bytes": e["bytes"]}
+
+    return {"content": [{**one(e), "top_logprobs": [one(t) for t in e["top_logprobs"]]} for e in entries]}
 
 
 def _error(status: int, message: str, kind: str = "invalid_request_error",
@@ -369,30 +483,47 @@ def create_app(engine: Any, model_name: str = "memloop", max_body_bytes: int = M
             for f in futs:  # no-op for finished ones; frees the batch slots of the others
                 engine.cancel(f)
 
-    async def run(http: Request, requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    @asynccontextmanager
+    async def admitted(count: int) -> AsyncIterator[None]:
+        """Hold `count` of the server's `max_queue` places (engine requests or prompts scored) meanwhile."""
         nonlocal in_flight
-        for r in requests:  # every choice is checked before any is queued
-            SamplingParams.from_request(r["sampling"])
-        if len(requests) > max_queue:  # could never be admitted: retrying would loop forever
-            raise RequestError(f"this request asks for {len(requests)} completions (prompts x n) but the server "
+        if count > max_queue:  # could never be admitted: retrying would loop forever
+            raise RequestError(f"this request asks for {count} completions (prompts x n) but the server "
                                f"admits at most {max_queue} at once (--max-queue); lower n or send fewer prompts")
-        if in_flight + len(requests) > max_queue:
+        if in_flight + count > max_queue:
             raise _QueueFull(f"the server is busy ({in_flight} requests in flight, --max-queue {max_queue}); "
                              f"retry after {RETRY_AFTER_S} s")
-        in_flight += len(requests)
+        in_flight += count
         try:
+            yield
+        finally:
+            in_flight -= count
+
+    async def run(http: Request, requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        for r in requests:  # every choice is checked before any is queued
+            SamplingParams.from_request(r["sampling"])
+        async with admitted(len(requests)):
             futs = await asyncio.to_thread(submit_all, requests)
             return await wait(http, futs)
-        finally:
-            in_flight -= len(requests)
+
+    async def echoed_prompts(prompts: list[str | list[int]], top_n: int | None) -> list[dict[str, Any]]:
+        """Each prompt's {"ids", "text", "entries"}: scored by the engine when log-probabilities are asked
+        (`Engine.score`, a forward over every prompt token), else only tokenised."""
+        if top_n is None:
+            return await asyncio.to_thread(lambda: [engine.prompt_text(p) for p in prompts])
+        async with admitted(len(prompts)):
+            return await asyncio.to_thread(engine.score, prompts, top_n)
 
     def check(req: _Sampling) -> None:
         if req.stream:
             raise RequestError("stream=true is not supported; send stream=false")
         field = req.unsupported()
         if field is not None:
-            raise RequestError(f"`{field}` is not supported by this server; leave it out (or send its default) "
-                               f"— memloop serves text, JSON-constrained output and usage only")
+            why = f": {UNSUPPORTED_WHY[field]}" if field in UNSUPPORTED_WHY else ""
+            raise RequestError(f"`{field}` is not supported by this server{why}; leave it out (or send its "
+                               "default) — memloop serves text, JSON-constrained output, the output tokens' "
+                               "log-probabilities and usage")
+        req.logprob_count()  # a bad logprobs/top_logprobs is a 400 naming it, before anything is queued
         if req.model not in (None, model_name):
             raise RequestError(f"unknown model {req.model!r}; this server serves {model_name!r} (see /v1/models)")
 
@@ -411,15 +542,30 @@ def create_app(engine: Any, model_name: str = "memloop", max_body_bytes: int = M
     @app.post("/v1/completions")
     async def completions(req: CompletionRequest, http: Request) -> dict[str, Any]:
         check(req)
-        prompts = [req.prompt] if isinstance(req.prompt, str) else req.prompt
+        prompts = req.prompts()
         if not prompts or len(prompts) * req.n > MAX_N:
             raise RequestError(f"send 1 to {MAX_N} prompts x n per request")
-        results = await run(http, [{"prompt": p, "sampling": req.sampling(i), "json_schema": None}
-                                   for p in prompts for i in range(req.n)])
-        choices = [{"index": i, "text": r["text"], "logprobs": None, "finish_reason": r["finish_reason"]}
-                   for i, r in enumerate(results)]
+        echo, top_n = req.echoed(), req.logprob_count()
+        requests = [{"prompt": p, "sampling": req.sampling(i), "json_schema": None}
+                    for p in prompts for i in range(req.n)]
+        if req.generates():
+            results: list[dict[str, Any] | None] = list(await run(http, requests))
+        else:  # echo with max_tokens 0: the other sampling fields are still checked
+            for r in requests:
+                SamplingParams.from_request({**r["sampling"], "max_tokens": 1})
+            results = [None] * len(requests)
+        if echo:
+            shown = await echoed_prompts(prompts, top_n)
+            choices = [echo_choice(shown[i // req.n], r, top_n is not None) for i, r in enumerate(results)]
+            usage = _usage([r or {"usage": {"prompt_tokens": len(shown[i // req.n]["ids"]), "cached_tokens": 0,
+                                            "decoded_tokens": 0}} for i, r in enumerate(results)])
+        else:
+            choices = [{"text": r["text"], "finish_reason": r["finish_reason"],
+                        "logprobs": completion_logprobs(r["logprobs"]) if "logprobs" in r else None}
+                       for r in results if r is not None]
+            usage = _usage(results)  # type: ignore[arg-type]
         return {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
-                "model": model_name, "choices": choices, "usage": _usage(results)}
+                "model": model_name, "choices": [{"index": i, **c} for i, c in enumerate(choices)], "usage": usage}
 
     @app.post("/v1/chat/completions")
     async def chat(req: ChatRequest, http: Request) -> dict[str, Any]:
@@ -429,7 +575,9 @@ def create_app(engine: Any, model_name: str = "memloop", max_body_bytes: int = M
         results = await run(http, [{"messages": messages, "sampling": req.sampling(i), "json_schema": schema}
                                    for i in range(req.n)])
         choices = [{"index": i, "message": {"role": "assistant", "content": r["text"]},
-                    "finish_reason": r["finish_reason"], "logprobs": None} for i, r in enumerate(results)]
+                    "finish_reason": r["finish_reason"],
+                    "logprobs": chat_logprobs(r["logprobs"]) if "logprobs" in r else None}
+                   for i, r in enumerate(results)]
         return {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": int(time.time()),
                 "model": model_name, "choices": choices, "usage": _usage(results)}
 

@@ -3,9 +3,16 @@
 Request and result are plain dicts with the field names of the LLM protocol (`eval.llm`), which the
 engine does not import:
 
-    request: {"messages": [...]} or {"prompt": "..."}, "sampling": {max_tokens, temperature, top_k,
-             top_p, seed, stop}, "json_schema": {...} | None
+    request: {"messages": [...]} or {"prompt": "..." | [token ids]}, "sampling": {max_tokens, temperature, top_k,
+             top_p, seed, stop, stop_token_ids, logprobs}, "json_schema": {...} | None
     result:  {"text", "usage": {prompt_tokens, cached_tokens, decoded_tokens}, "finish_reason"}
+             + "logprobs" when the sampling asked for them (`logprobs: N`): one entry per token of
+             the text, {id, token, bytes, logprob, text_offset, top_logprobs: [{id, token, bytes,
+             logprob}] (the N most likely, most likely first)}, from the model's raw logits
+
+`score(prompts, top_n)` is the other entry point: every prompt token's log-probability given the
+tokens before it (`engine.prompt_scoring`, OpenAI's `echo`), computed by a full-prompt forward
+outside the step loop and its KV cache; `scored_prompts` / `scored_tokens` count that work.
 
 `stats()` adds to the counters where the engine thread's wall time (`wall_s`) went: `compute_s`
 (device steps), `compile_s` (steps that compiled a new shape), `host_s` (scheduling, step
@@ -32,7 +39,9 @@ import jax.numpy as jnp
 from engine.engine_config import EngineConfig
 from engine.errors import EngineError
 from engine.intake import RequestIntake
+from engine.errors import RequestError
 from engine.kv_cache import KVLayout, PagePool, pages_for_budget
+from engine.prompt_scoring import PromptScorer
 from engine.radix import RadixCache
 from engine.scheduler import Scheduler, Sequence
 from engine.step_loop import StepLoop
@@ -82,6 +91,7 @@ class Engine:
                                  lambda: self.intake.grammar, self.attention, kv_dtype=kv_dtype)
         self._since = time.perf_counter()  # start of the window the counters and timers cover
         self.loop = StepLoop(self.scheduler, self.runner, self._lock)
+        self.scorer = PromptScorer(self.lm)
 
     # -- requests -----------------------------------------------------------------------------------
     @property
@@ -124,6 +134,31 @@ class Engine:
     def complete_many(self, requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
         futs = [self.submit(r) for r in requests]
         return [f.result() for f in futs]
+
+    def score(self, prompts: list[Any], top_n: int) -> list[dict[str, Any]]:
+        """Per prompt (a string, tokenised as a completion prompt, or a list of token ids), {"ids", "text",
+        "entries"}: one entry per prompt token as in a result's `logprobs` (the first token's
+        `logprob` and `top_logprobs` None), `top_n` alternatives each. Raises RequestError for a
+        prompt that is empty or longer than the model's context, before any work."""
+        shown = [self.prompt_text(p) for p in prompts]
+        ids = [x["ids"] for x in shown]
+        for i, p in enumerate(ids):
+            if not p:
+                raise RequestError(f"`prompt` {i} is empty after tokenization; send at least one token")
+            if len(p) > self.max_context:
+                raise RequestError(f"`prompt` {i} ({len(p)} tokens) exceeds the model context of {self.max_context} "
+                                   "tokens; shorten the prompt (echo scores every prompt token, nothing is truncated)")
+        entries = self.scorer.score(ids, top_n)
+        with self._lock:
+            self.runner.counters["scored_prompts"] += len(ids)
+            self.runner.counters["scored_tokens"] += sum(len(p) for p in ids)
+        return [{**x, "entries": e} for x, e in zip(shown, entries)]
+
+    def prompt_text(self, prompt: Any) -> dict[str, Any]:
+        """{"ids", "text"} of a completion prompt (text, or token ids shown as their decoded text): what
+        `echo` returns before the completion. Raises RequestError for a malformed prompt."""
+        ids = self.intake.prompt_ids({"prompt": prompt})
+        return {"ids": ids, "text": prompt if isinstance(prompt, str) else self.tokenizer.decode(ids)}
 
     # -- state ---------------------------------------------------------------------------------------
     def health(self) -> bool:

@@ -2,8 +2,9 @@
 
 For each batch of a plan (one per prefill length bucket, then the decode batch) it packs the rows'
 tokens, pages and sampling settings into padded arrays, runs the jitted `engine.paged.engine_step`
-(forward + grammar mask + sampling), and accepts each row's token: grammar state, stop tokens and
-strings, `max_tokens`, detokenising and the result dict.
+(forward + grammar mask + sampling, and the log-probabilities when a row asks for them), and
+accepts each row's token: grammar state, stop tokens and strings, `max_tokens`, detokenising and
+the result dict.
 
 A failure is charged to the request that caused it, never to its batch: when a batch raises, it is
 run again in halves until the failing rows are alone (bisection; the KV cache is untouched by a
@@ -28,13 +29,14 @@ from engine.errors import EngineFailure, RequestError, StepError
 from engine.kv_cache import PagePool
 from engine.pallas_attention import IN_PLACE, AttentionBackend
 from engine.radix import RadixCache
-from engine.sampling import candidate_cap
+from engine.sampling import candidate_cap, logprob_width
 from engine.scheduler import PrefillChunk, Scheduler, Sequence, Status, StepPlan
+from engine.token_pieces import TokenPieces
 
 log = logging.getLogger(__name__)
 
 COUNTERS = ("requests", "prompt_tokens", "cached_tokens", "decoded_tokens", "computed_prompt_tokens", "steps",
-            "constrained_requests", "failed_requests", "cancelled_requests")
+            "constrained_requests", "failed_requests", "cancelled_requests", "scored_prompts", "scored_tokens")
 # Where the engine thread's wall time goes (seconds): device steps of already compiled shapes; calls
 # that compiled a new shape (compile plus that one step); everything else while there is work
 # (scheduling, packing a step's arrays, grammar bitmasks, accepting tokens, detokenising); waiting
@@ -84,6 +86,7 @@ class StepRunner:
         self.params = lm.params
         self.mesh = lm.mesh
         self.tokenizer = lm.tokenizer
+        self._pieces: TokenPieces | None = None  # built on the first request asking for log-probabilities
         self.pool = pool
         self.tree = tree
         self.scheduler = scheduler
@@ -126,16 +129,16 @@ class StepRunner:
         """How many decode steps the plan's rows can take in one device call (1: a single step).
 
         Several when the step decodes only, nobody waits for admission (a new request joins at most
-        DECODE_RUN steps later otherwise), and every row's stop rules are the device's own (no grammar,
-        no stop strings, which the host checks per token): as many as every row has tokens left and
-        slots in the pages it already holds, so the scheduler's page accounting is unchanged."""
+        DECODE_RUN steps later otherwise), and every row's rules are the device's own (no grammar, no
+        stop strings, which the host checks per token, no log-probabilities): as many as every row has
+        tokens left and slots in the pages it already holds, so the page accounting is unchanged."""
         from engine.paged import DECODE_RUN
 
         if plan.prefill or self.scheduler.waiting:
             return 1
         run = DECODE_RUN
         for s in plan.decode:
-            if s.constraint is not None or s.stop_strings:
+            if s.constraint is not None or s.stop_strings or s.logprobs is not None:
                 return 1
             run = min(run, len(s.pages) * self.pool.page_size - len(s.tokens) + 1, s.max_tokens - len(s.output))
         return max(run, 1)
@@ -203,7 +206,7 @@ class StepRunner:
     def run_rows(self, rows: list[Row]) -> None:
         """One batch; if it raises, bisect it so that only the failing rows' requests fail."""
         try:
-            toks = self.forward(rows)
+            toks, logprobs = self.forward(rows)
         except Exception as exc:
             if self.cache_lost():
                 raise EngineFailure(f"the engine's KV cache was lost in a failed step ({type(exc).__name__}: {exc}); "
@@ -222,8 +225,13 @@ class StepRunner:
             self.run_rows(rows[half:])
             return
         with self.lock:
-            for row, tok in zip(rows, toks):
+            for i, (row, tok) in enumerate(zip(rows, toks)):
                 try:
+                    if row.sample and row.seq.logprobs is not None and logprobs is not None:
+                        picked, top_ids, top_lps = (a[i] for a in logprobs)
+                        n = row.seq.logprobs
+                        row.seq.token_logprobs.append(
+                            (float(picked), [(int(t), float(lp)) for t, lp in zip(top_ids[:n], top_lps[:n])]))
                     self.accept_row(row, int(tok))
                 except Exception as exc:  # e.g. a grammar that breaks on the token: this request only
                     err = exc if isinstance(exc, RequestError) else StepError(
@@ -242,8 +250,9 @@ class StepRunner:
         self.cache = self._new_cache()
 
     # -- the device step -----------------------------------------------------------------------------
-    def forward(self, rows: list[Row]) -> np.ndarray:
-        """One jitted step over `rows`, computing tokens [start, start + length) of each; a token per row."""
+    def forward(self, rows: list[Row]) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray, np.ndarray] | None]:
+        """One jitted step over `rows`, computing tokens [start, start + length) of each: a token per row,
+        and (chosen log-probability, top ids, top log-probabilities) per row when a sampling row asks."""
         from engine.paged import engine_step
 
         ps = self.pool.page_size
@@ -282,18 +291,21 @@ class StepRunner:
             grammar.fill(constraints, bitmask)
         else:
             bitmask = np.full((b, (self.cfg.vocab_size + 31) // 32), -1, np.int32)
-        cap, full = candidate_cap([r.seq.params for r in rows if r.sample], self.cfg.vocab_size)
+        sampling = [r.seq.params for r in rows if r.sample]
+        cap, full = candidate_cap(sampling, self.cfg.vocab_size)
+        width = logprob_width(sampling)
         compiled = engine_step._cache_size()
         start = time.perf_counter()
         with jax.set_mesh(self.mesh) if self.mesh is not None else contextlib.nullcontext():
-            out, self.cache = engine_step(self.cfg, self.params, self.cache, tokens, positions, slot_pages,
-                                          slot_offsets, tables, last, bitmask, temp, top_k, top_p, keys, steps,
-                                          cap, full, self.attention)
+            out, lps, self.cache = engine_step(self.cfg, self.params, self.cache, tokens, positions, slot_pages,
+                                               slot_offsets, tables, last, bitmask, temp, top_k, top_p, keys,
+                                               steps, cap, full, self.attention, width)
         toks = np.asarray(out)[:len(rows)]  # waits for the device
+        logprobs = None if lps is None else tuple(np.asarray(a)[:len(rows)] for a in lps)
         with self.lock:  # a call that added a program to the step's cache compiled it (or loaded it from disk)
             self.counters["compile_s" if engine_step._cache_size() > compiled else "compute_s"] += time.perf_counter() - start
-        self.shapes.add((b, t, npg, cap, full))
-        return toks
+        self.shapes.add((b, t, npg, cap, full, width))
+        return toks, logprobs
 
     # -- tokens -> results (under the lock) ------------------------------------------------------------
     def accept_row(self, row: Row, tok: int) -> None:
@@ -331,10 +343,12 @@ class StepRunner:
         self.scheduler.finish(seq, reason)
         ids = [t for t in seq.output if t not in seq.stop_ids]
         text = self.tokenizer.decode(ids)
+        stopped_at = None
         for x in seq.stop_strings:
             cut = text.find(x)
             if cut >= 0:
                 text = text[:cut]
+                stopped_at = cut
         usage = {"prompt_tokens": len(seq.prompt), "cached_tokens": seq.cached_tokens or 0,
                  "decoded_tokens": len(seq.output)}
         self.counters["requests"] += 1
@@ -343,7 +357,18 @@ class StepRunner:
         self.counters["decoded_tokens"] += usage["decoded_tokens"]
         if seq.constraint is not None:
             self.counters["constrained_requests"] += 1
-        seq.handle.set_result({"text": text, "usage": usage, "finish_reason": reason})
+        result = {"text": text, "usage": usage, "finish_reason": reason}
+        if seq.logprobs is not None:
+            result["logprobs"] = self.logprob_entries(seq, stopped_at)
+        seq.handle.set_result(result)
+
+    def logprob_entries(self, seq: Sequence, stopped_at: int | None) -> list[dict[str, Any]]:
+        """The returned text's tokens with their log-probabilities (`engine.token_pieces`): the output
+        but its stop tokens, as in the text, and not the tokens after a stop string."""
+        if self._pieces is None:
+            self._pieces = TokenPieces(self.tokenizer.hf)
+        kept = [(t, lp) for t, lp in zip(seq.output, seq.token_logprobs) if t not in seq.stop_ids]
+        return self._pieces.entries([t for t, _ in kept], [lp for _, lp in kept], stopped_at)
 
     def fail(self, seq: Sequence, exc: BaseException) -> None:
         """End one request with `exc`; its pages go back (the fully computed ones to the prefix cache)."""

@@ -97,6 +97,10 @@ class JudgeInfo:
     # matches structured memories only: a method that keeps a text memory (`fmt = "text"`) cannot be
     # scored by it, which a run checks before any work
     needs_json_memory: bool = False
+    # the headline metrics a table shows for this judge: their columns stay (every unit "incomplete")
+    # when the judge failed on every unit of a dataset and so wrote no score there
+    metrics: tuple[str, ...] = ()
+    per_turn: bool = False  # metrics scored per turn (SUMIE): a table shows them at start / last / avg
 
     def load(self) -> Callable[..., JudgeResult]:
         import importlib
@@ -128,25 +132,28 @@ JUDGES: Registry[JudgeInfo] = Registry("judge", JudgeError)
 for _info in (
     JudgeInfo("booookscore", ("book",), True, "eval.judges.booookscore", "judge",
               "share of summary sentences without a coherence error, one judge call per sentence",
-              ("booookscore-sentence",)),
+              ("booookscore-sentence",), metrics=("booookscore",)),
     JudgeInfo("booookscore-batched", ("book",), True, "eval.judges.booookscore", "judge_batched",
-              "BooookScore with several sentences per judge call (JSON list answers)", ("booookscore-batch",)),
+              "BooookScore with several sentences per judge call (JSON list answers)", ("booookscore-batch",),
+              metrics=("booookscore",)),
     JudgeInfo("sumie", ("sumie",), True, "eval.judges.sumie", "judge_llm",
               "per-turn P/R/F1 of attribute-value pairs, LLM matches both ways", ("sumie-match", "sumie-extract",
                                                                                     "sumie-recall"),
-              predict=memory_per_turn),
+              predict=memory_per_turn, metrics=("precision", "recall", "f1"), per_turn=True),
     JudgeInfo("sumie-exact", ("sumie",), False, "eval.judges.sumie", "judge_exact",
               "per-turn P/R/F1 of attribute-value pairs, normalised exact match", predict=memory_per_turn,
-              needs_json_memory=True),
+              needs_json_memory=True, metrics=("precision", "recall", "f1"), per_turn=True),
     JudgeInfo("kgscore", None, True, "eval.judges.kgscore", "judge",
               "P/R/F1 of knowledge-graph edges, predicates compared by MiniLM cosine similarity",
-              ("kgscore-edges", "kgscore-entities"), gold=REFERENCE_SUMMARY),
+              ("kgscore-edges", "kgscore-entities"), gold=REFERENCE_SUMMARY,
+              metrics=("precision", "recall", "f1")),
     JudgeInfo("rouge", None, False, "eval.judges.overlap", "judge_rouge",
-              "ROUGE-1/2/L/Lsum F-measures (rouge-score package)", gold=REFERENCE_SUMMARY),
+              "ROUGE-1/2/L/Lsum F-measures (rouge-score package)", gold=REFERENCE_SUMMARY,
+              metrics=("rouge1", "rouge2", "rougeL", "rougeLsum")),
     JudgeInfo("repoqa-exact", ("repoqa",), False, "eval.judges.overlap", "judge_function_name",
-              "1 if the answer names the described function exactly"),
+              "1 if the answer names the described function exactly", metrics=("accuracy",)),
     JudgeInfo("loft-exec", ("spider",), False, "eval.judges.overlap", "judge_exec_match",
-              "1 if the answered rows equal the gold rows (LOFT normalisation)"),
+              "1 if the answered rows equal the gold rows (LOFT normalisation)", metrics=("accuracy",)),
 ):
     JUDGES.register(_info.name, _info)
 
@@ -169,6 +176,15 @@ def judge_template_hashes(name: str) -> dict[str, str]:
     return get_judge(name).template_hashes()
 
 
+def headline_metrics(name: str) -> list[str]:
+    """The metric columns a table keeps for judge `name` (per-turn ones as "metric:start|last|avg"); a
+    judge the registry does not hold: one column named after it."""
+    if name not in JUDGES:
+        return [name]
+    info = get_judge(name)
+    return [f"{m}:{w}" for m in info.metrics for w in ("start", "last", "avg")] if info.per_turn else list(info.metrics)
+
+
 def aggregator(name: str) -> Aggregate:
     """How judge `name` aggregates over samples. A name the registry does not hold (scores written by
     an older memloop, or by a judge registered elsewhere) aggregates by the mean, as all the papers do."""
@@ -185,4 +201,4 @@ def run_judge(name: str, output: Any, gold: Any, llm: LLM | None = None, metadat
 
 
 __all__ = ["Judgment", "JudgeResult", "Score", "JudgeInfo", "JUDGES", "list_judges", "get_judge", "register_judge",
-           "run_judge", "judge_template_hashes", "aggregator"]
+           "run_judge", "judge_template_hashes", "aggregator", "headline_metrics"]

@@ -10,7 +10,8 @@ same units, each unit in one state (`eval.judges.aggregation.STATES`):
 - a unit that failed for the infrastructure (`samples.failure` = "infrastructure", or for runs
   written before that column an error of the engine, Ray or a connection: `jobs.errors.failure_kind`)
   is incomplete, as is an ok unit that a judge of the dataset left without a score (the judge failed:
-  its cause is in `judgments.error`);
+  its cause is in `judgments.error`); a judge that failed on every unit of a dataset keeps its
+  headline columns (`eval.judges.headline_metrics`), every unit incomplete, rather than losing them;
 - an ok unit with the judge's score is judged (an empty output is scored by the judge itself: zero).
 
 SUMIE's per-turn metrics enter as start / last / avg per unit (`eval.judges.sumie.turn_summary`).
@@ -21,7 +22,7 @@ from typing import Any
 
 import pandas as pd
 
-from eval.judges import aggregator
+from eval.judges import aggregator, headline_metrics
 from eval.judges.aggregation import INCOMPLETE, JUDGED, NOT_APPLICABLE, ZERO, Unit, figure  # noqa: F401 (re-exported)
 from eval.judges.sumie import METRICS as SUMIE_METRICS
 from eval.judges.sumie import turn_summary
@@ -89,19 +90,33 @@ def unit_values(scores: pd.DataFrame) -> pd.DataFrame:
 Key = tuple  # (method, dataset, judge, metric)
 
 
-def score_cells(samples: pd.DataFrame, scores: pd.DataFrame) -> tuple[dict[Key, list[Unit]], dict[tuple, list[int]],
-                                                                        list[dict[str, Any]]]:
+def score_columns(values: pd.DataFrame, judge_failures: pd.DataFrame | None = None) -> dict[str, list[tuple[str, str]]]:
+    """{dataset: its (judge, metric) columns}: those scored there, and for a judge that failed on the
+    dataset and scored nothing there, its headline metrics (so a judge that failed everywhere shows as
+    incomplete, not as a missing column)."""
+    cols: dict[str, set[tuple[str, str]]] = {}
+    for ds, j, m in zip(values["dataset"], values["judge"], values["metric"]):
+        cols.setdefault(ds, set()).add((j, m))
+    if judge_failures is not None and not judge_failures.empty:
+        for ds, j in set(zip(judge_failures["dataset"], judge_failures["judge"])):
+            if not any(judge == j for judge, _ in cols.get(ds, ())):
+                cols.setdefault(ds, set()).update((j, m) for m in headline_metrics(j))
+    return {ds: sorted(c) for ds, c in cols.items()}
+
+
+def score_cells(samples: pd.DataFrame, scores: pd.DataFrame, judge_failures: pd.DataFrame | None = None
+                ) -> tuple[dict[Key, list[Unit]], dict[tuple, list[int]], list[dict[str, Any]]]:
     """{(method, dataset, judge, metric): the cell's units in their states}, {(method, dataset): its
-    repeats}, and the samples left out of the comparison."""
+    repeats}, and the samples left out of the comparison. `judge_failures`: the `judgments` rows with
+    an error (dataset and judge columns at least), whose judges keep their columns (`score_columns`)."""
     units, excluded = common_units(samples)
     values = unit_values(scores)
-    if units.empty or values.empty:
+    columns = score_columns(values, judge_failures)
+    if units.empty or not columns:
         return {}, {}, excluded
     by_unit = {k: float(v) for k, v in zip(
         zip(values["method"], values["dataset"], values["judge"], values["metric"], values["repeat"],
             values["sample_id"]), values["value"])}
-    columns = values.groupby("dataset")[["judge", "metric"]].apply(
-        lambda g: sorted(set(zip(g["judge"], g["metric"])))).to_dict()
     out: dict[Key, list[Unit]] = {}
     repeats: dict[tuple, list[int]] = {}
     for (method, ds), g in units.groupby(["method", "dataset"], sort=True):
@@ -119,9 +134,10 @@ def score_cells(samples: pd.DataFrame, scores: pd.DataFrame) -> tuple[dict[Key, 
     return out, repeats, excluded
 
 
-def score_figures(samples: pd.DataFrame, scores: pd.DataFrame) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def score_figures(samples: pd.DataFrame, scores: pd.DataFrame, judge_failures: pd.DataFrame | None = None
+                  ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Every (method, dataset, judge, metric) cell by the rule, and the samples left out of the comparison."""
-    by_cell, repeats, excluded = score_cells(samples, scores)
+    by_cell, repeats, excluded = score_cells(samples, scores, judge_failures)
     figures = []
     for (method, ds, judge, metric), cell in by_cell.items():
         fig = figure(cell, aggregator(judge), repeats=repeats[(method, ds)])

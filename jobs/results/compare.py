@@ -111,8 +111,8 @@ def _ok_units(d: RunData) -> pd.DataFrame:
 
 
 def score_rows(a: RunData, b: RunData) -> list[Row]:
-    ca, _, _ = cells.score_cells(a.samples, a.scores)
-    cb, _, _ = cells.score_cells(b.samples, b.scores)
+    ca, _, _ = cells.score_cells(a.samples, a.scores, a.judge_failures)
+    cb, _, _ = cells.score_cells(b.samples, b.scores, b.judge_failures)
     rows = []
     for key in sorted(set(ca) & set(cb)):
         ds, method, judge, metric = key[1], key[0], key[2], key[3]

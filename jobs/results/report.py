@@ -1,8 +1,9 @@
 """`memloop report`: the papers' tables and plots from a run's Parquet tables.
 
-Every figure is computed per repeat first (mean over samples, or totals over samples for token
-counts) and then shown as mean ± standard error over the repeats (seed 002 reports five samples);
-with one repeat only the mean is shown. Tables:
+Every figure is computed per repeat first (mean over samples, or a ratio of sums over samples for a
+hit rate) and then shown as mean ± standard error over the repeats (seed 002 reports five samples)
+with a seeded 95% bootstrap interval over samples in brackets (`eval.judges.aggregation.figure`, the
+rule for means). Tables:
 
 - SUMIE (seed 000 table 1): P / R / F1 at the first turn ("start"), the last turn and averaged over
   turns, per method. F1 is the mean of per-sample F1 values as the judge computed them.
@@ -43,7 +44,7 @@ import pandas as pd
 
 from eval.judges import aggregator
 from eval.judges.aggregation import mean_se, paired_difference
-from eval.judges.cost import PaperCost, paper_per_sample, paper_sample_cost, per_sample_cost, usage_of
+from eval.judges.cost import PaperCost, cost_index, net_encoded, paper_sample_cost, per_sample_cost, usage_of
 from eval.judges.sumie import METRICS as SUMIE_METRICS
 from jobs.results import cells, health
 from jobs.results.cells import TURN_SUMMARIES
@@ -76,6 +77,9 @@ class RunData:
     scores: pd.DataFrame
     runs: pd.DataFrame
     judgings: list["Judging"] = field(default_factory=list)  # re-judgings of the run (`memloop rescore`)
+    # the `judgments` rows of a judge that failed on a unit (unit columns, `judge`, `error`): a judge
+    # that failed on every unit of a dataset keeps its columns, as incomplete
+    judge_failures: pd.DataFrame = field(default_factory=pd.DataFrame)
     # figures derived once per load and read by several tables (the paper's prefix hit tokenises
     # every recorded prompt: the Markdown, the plots and `headline` share one pass)
     derived: dict = field(default_factory=dict, repr=False, compare=False)
@@ -84,12 +88,12 @@ class RunData:
     def load(cls, rs: RunStore) -> "RunData":
         return cls(rs.uri, rs.run_id, rs.table("samples").to_pandas(), rs.table("steps").to_pandas(),
                    rs.table("scores").to_pandas(), rs.table("runs").to_pandas(),
-                   [Judging.load(rs, jid) for jid in rs.judging_ids()])
+                   [Judging.load(rs, jid) for jid in rs.judging_ids()], judge_failures_of(rs.table("judgments")))
 
     def judged_by(self, j: "Judging") -> "RunData":
         """The run with a re-judging's scores in place of its own: every table of scores then reads
         them with the same code and the same denominators (the run's units)."""
-        return replace(self, scores=j.scores, judgings=[], derived={})
+        return replace(self, scores=j.scores, judgings=[], judge_failures=j.failures, derived={})
 
     @property
     def ok(self) -> pd.DataFrame:
@@ -102,6 +106,18 @@ class RunData:
         return self.samples[self.samples["status"] != NOT_APPLICABLE]
 
 
+FAILURE_COLUMNS = ["unit", "dataset", "sample_id", "method", "repeat", "judge", "error"]
+
+
+def judge_failures_of(judgments: Any) -> pd.DataFrame:
+    """The rows of a `judgments` table (pyarrow) whose judge failed on the unit (`error` set)."""
+    import pyarrow.compute as pc
+
+    if judgments.num_rows == 0:
+        return pd.DataFrame(columns=FAILURE_COLUMNS)
+    return judgments.filter(pc.is_valid(judgments.column("error"))).select(FAILURE_COLUMNS).to_pandas()
+
+
 @dataclass
 class Judging:
     """A re-judging of the run (`memloop rescore`): its settings, its units' outcomes and its scores."""
@@ -110,13 +126,15 @@ class Judging:
     settings: dict  # {"judge": {name, options, tasks}, "judge_model": {...}, "tag": ...}
     judged: pd.DataFrame  # one row per unit judged again: status ok / failed
     scores: pd.DataFrame
+    failures: pd.DataFrame = field(default_factory=pd.DataFrame)  # as `RunData.judge_failures`
 
     @classmethod
     def load(cls, rs: RunStore, judging_id: str) -> "Judging":
         js = rs.judging(judging_id)
         runs = js.table("runs").to_pandas()
         settings = json.loads(runs.sort_values("finished_at").iloc[-1]["config_json"] or "{}") if not runs.empty else {}
-        return cls(judging_id, settings, js.samples().to_pandas(), js.table("scores").to_pandas())
+        return cls(judging_id, settings, js.samples().to_pandas(), js.table("scores").to_pandas(),
+                   judge_failures_of(js.table("judgments")))
 
     @property
     def label(self) -> str:
@@ -194,7 +212,7 @@ def score_figures(d: RunData) -> tuple[list[dict], list[dict]]:
     """Every judge metric per (method, dataset) by the rule for means (`jobs.results.cells`), and the samples
     left out of the comparison (computed once per load)."""
     if "score_figures" not in d.derived:
-        d.derived["score_figures"] = cells.score_figures(d.samples, d.scores)
+        d.derived["score_figures"] = cells.score_figures(d.samples, d.scores, d.judge_failures)
     return d.derived["score_figures"]
 
 
@@ -342,28 +360,29 @@ def _prompt_tokenizer(d: RunData) -> PromptTokenizer:
 PAPER_SKIPPED_KINDS = ("schema",)  # a generated schema is made once per task, not by the sample's own steps
 
 
-def _paper_costs(steps: pd.DataFrame, tok: PromptTokenizer) -> list[PaperCost] | None:
-    """Seed 002's per-sample cost figures of the units whose steps are given (prompts and outputs in step
-    order per unit, one per step, in `tok`'s tokens); None when the steps record no prompts."""
+def _paper_costs(steps: pd.DataFrame, tok: PromptTokenizer) -> dict[tuple[int, str], PaperCost]:
+    """Seed 002's cost figures of each unit whose steps are given, by (repeat, sample_id) (prompts and
+    outputs in step order per unit, one per step, in `tok`'s tokens); empty when no prompt is recorded."""
     if steps.empty or "prompt" not in steps or steps["prompt"].isna().all():
-        return None
+        return {}
     steps = steps[~steps["kind"].isin(PAPER_SKIPPED_KINDS)] if "kind" in steps else steps
-    out = []
-    for _, g in steps.groupby(UNIT_KEY, sort=False):
+    out = {}
+    for (rep, sid), g in steps.groupby(UNIT_KEY, sort=False):
         g = g.sort_values("step")
         outputs = g["output"] if "output" in g else [""] * len(g)
         text = [[t if isinstance(t, str) else "" for t in col] for col in (g["prompt"], outputs)]  # null: ""
-        out.append(paper_sample_cost(text[0], text[1], tok.encode))
-    return out or None
+        out[(int(rep), str(sid))] = paper_sample_cost(text[0], text[1], tok.encode)
+    return out
 
 
 def cost_frame(d: RunData, tok: PromptTokenizer | None = None) -> pd.DataFrame:
-    """Per (method, dataset, repeat), over the samples every method finished, means per sample of seed
-    002's figures in one token base (the recorded prompts and outputs in `tok`'s tokens,
-    `prompt_tokenizer(d)` by default): `prefix_hit_paper` %, `encoded`, `net_encoded`, `decoded`,
-    `cost_index`; and the engine's, as served: `radix_cache_hit` % of the mean usage, `engine_encoded`
-    (prompt tokens with the chat template and every retried attempt), `engine_net_encoded` (minus
-    what the radix cache served), `engine_decoded`, `engine_cost_index`; and how many samples."""
+    """One row per unit (method, dataset, repeat, sample_id) that the cost comparison counts (the
+    samples every method on the dataset finished): seed 002's figures in one token base (the recorded
+    prompts and outputs in `tok`'s tokens, `prompt_tokenizer(d)` by default): `paper_total`,
+    `paper_hit`, `encoded` (= total), `net_encoded`, `decoded`, `cost_index` (NaN where the unit
+    recorded no prompts); and the engine's as served: `engine_encoded` (prompt tokens with the chat
+    template, the kept attempts), `engine_cached`, `engine_net_encoded`, `engine_decoded`,
+    `engine_cost_index`. The cells are `cost_cells`."""
     tok = tok or prompt_tokenizer(d)
     key = ("cost_frame", tok.label)
     if key not in d.derived:
@@ -375,28 +394,52 @@ def _cost_frame(d: RunData, tok: PromptTokenizer) -> pd.DataFrame:
     units, _ = cost_units(d)
     steps = d.steps
     # one pass over the steps table, not one filter of it per (method, dataset, repeat)
-    by_group = dict(iter(steps.groupby(["method", "dataset", "repeat"], sort=False))) if not steps.empty else {}
+    by_group = dict(iter(steps.groupby(["method", "dataset"], sort=False))) if not steps.empty else {}
     nan = math.nan
     rows = []
-    for (method, ds, rep), g in units.groupby(["method", "dataset", "repeat"], sort=True):
-        c = _per_sample(g)
-        st = by_group.get((method, ds, rep), steps.iloc[0:0])
-        costs = _paper_costs(st[st["sample_id"].isin(set(g["sample_id"]))], tok)
-        p = paper_per_sample(costs) if costs else {}
-        rows.append(dict(method=method, dataset=ds, repeat=rep,
-                         prefix_hit_paper=100.0 * p.get("prefix_hit", nan), encoded=p.get("encoded", nan),
-                         net_encoded=p.get("net_encoded", nan), decoded=p.get("decoded", nan),
-                         cost_index=p.get("cost_index", nan),
-                         radix_cache_hit=100.0 * c["cache_hit_rate"], engine_encoded=c["encoded"],
-                         engine_net_encoded=c["net_encoded"], engine_decoded=c["decoded"],
-                         engine_cost_index=c["cost_index"], samples=int(c["samples"])))
-    return pd.DataFrame(rows)
+    for (method, ds), g in units.groupby(["method", "dataset"], sort=True):
+        st = by_group.get((method, ds), steps.iloc[0:0])
+        keys = set(zip(g["repeat"].astype(int), g["sample_id"].astype(str)))
+        if not st.empty:
+            st = st[[k in keys for k in zip(st["repeat"].astype(int), st["sample_id"].astype(str))]]
+        paper = _paper_costs(st, tok)
+        for rep, sid, p_tok, c_tok, dec in zip(g["repeat"], g["sample_id"], g["prompt_tokens"],
+                                               g["cached_tokens"], g["decoded_tokens"]):
+            u = usage_of(p_tok, c_tok, dec)
+            c = paper.get((int(rep), str(sid)))
+            rows.append(dict(method=method, dataset=ds, repeat=int(rep), sample_id=str(sid),
+                             paper_total=c.total if c else nan, paper_hit=c.hit if c else nan,
+                             encoded=c.total if c else nan, net_encoded=c.net if c else nan,
+                             decoded=c.output if c else nan, cost_index=c.cost_index if c else nan,
+                             engine_encoded=u.prompt_tokens, engine_cached=u.cached_tokens,
+                             engine_net_encoded=net_encoded(u), engine_decoded=u.decoded_tokens,
+                             engine_cost_index=cost_index(u)))
+    return pd.DataFrame(rows, columns=["method", "dataset", "repeat", "sample_id", "paper_total", "paper_hit",
+                                       *PAPER_COST_METRICS[1:], *ENGINE_COST_METRICS[1:], "engine_cached"])
 
 
 PAPER_COST_METRICS = ("prefix_hit_paper", "encoded", "net_encoded", "decoded", "cost_index")
 ENGINE_COST_METRICS = ("radix_cache_hit", "engine_encoded", "engine_net_encoded", "engine_decoded",
                        "engine_cost_index")
 COST_METRICS = PAPER_COST_METRICS + ENGINE_COST_METRICS
+# the two hit rates are ratios of sums over a repeat's samples (hit = 1 - net / total for the means):
+# (numerator per unit in %, denominator per unit)
+_COST_RATIOS = {"prefix_hit_paper": ("paper_hit", "paper_total"), "radix_cache_hit": ("engine_cached", "engine_encoded")}
+
+
+def cost_cells(units: pd.DataFrame) -> dict[str, dict[str, Any]]:
+    """Every cost metric's cell over one (method, dataset)'s rows of `cost_frame`, by the rule for
+    means (`cells.cost_figure`): mean per sample per repeat, s.e. over repeats, and the 95% bootstrap
+    interval over samples; `samples` is the units compared (samples x repeats)."""
+    out = {}
+    for metric in COST_METRICS:
+        if metric in _COST_RATIOS:
+            num, den = _COST_RATIOS[metric]
+            fig = cells.cost_figure(units.assign(_v=100.0 * units[num]), "_v", den)
+        else:
+            fig = cells.cost_figure(units, metric)
+        out[metric] = {**fig, "samples": int(len(units))}
+    return out
 
 
 def cost_table(d: RunData, tok: PromptTokenizer | None = None) -> str | None:
@@ -408,28 +451,32 @@ def cost_table(d: RunData, tok: PromptTokenizer | None = None) -> str | None:
     totals = d.applicable.groupby(["method", "dataset"]).size().to_dict()
     failed = d.samples[d.samples["status"] == "failed"].groupby(["method", "dataset"]).size().to_dict()
     scaled = {"encoded", "net_encoded", "decoded", "engine_encoded", "engine_net_encoded", "engine_decoded"}
+    by = dict(iter(f.groupby(["method", "dataset"], sort=False))) if not f.empty else {}
     rows = []
     for (method, ds), n in sorted(totals.items()):
-        g = f[(f["method"] == method) & (f["dataset"] == ds)] if not f.empty else f
-        if g.empty:
+        g = by.get((method, ds))
+        if g is None:
             rows.append([method, ds, f"0 / {n}"] + ["–"] * len(COST_METRICS) + [str(failed.get((method, ds), 0))])
             continue
-        values = [fmt(g[m] / 1e3, 2) if m in scaled else fmt(g[m], 4 if m.endswith("cost_index") else 1)
-                 for m in COST_METRICS]
-        rows.append([method, ds, f"{int(g['samples'].sum())} / {n}"] + values + [str(failed.get((method, ds), 0))])
+        figs = cost_cells(g)
+        values = [cells.cell_text(figs[m], 2, 1e-3, counts=False) if m in scaled
+                  else cells.cell_text(figs[m], 4 if m.endswith("cost_index") else 1, counts=False)
+                  for m in COST_METRICS]
+        rows.append([method, ds, f"{len(g)} / {n}"] + values + [str(failed.get((method, ds), 0))])
     out = markdown_table(["method", "dataset", "samples compared / units",
                           "prefix hit, paper (%)", "total enc., paper (x10^3)", "net enc., paper (x10^3)",
                           "output, paper (x10^3)", "cost index, paper",
                           "radix cache hit, engine (%)", "prompt tokens, engine (x10^3)",
                           "net enc., engine (x10^3)", "decoded, engine (x10^3)", "cost index, engine",
                           "failed units"], rows)
-    out += ("\n\nMeans per sample. Paper columns (seed 002, section 4.2 and table 3), one token base: the recorded "
+    out += ("\n\nMeans per sample, ± s.e. over repeats, [95% bootstrap interval over samples]. Paper columns "
+            "(seed 002, section 4.2 and table 3), one token base: the recorded "
             f"prompts and outputs, one per step, counted in {tok.label}; prefix hit = tokens of each prompt's "
             "longest prefix shared with the previous prompt of the same sample, over all tokens encoded; net = "
             "total minus those (so hit = 1 - net / total); cost index = (net + 3 x output) / 10^6. Engine "
-            "columns, the engine's own counts as served: prompt tokens include the chat template and every "
-            "retried attempt, and the radix cache may reuse any earlier prompt's prefix (other samples' and "
-            "repeats' too), so its net and cost index are not the paper's.")
+            "columns, the engine's own counts as served: prompt tokens include the chat template (the kept "
+            "attempt of each step; retries are the health table's overhead), and the radix cache may reuse any "
+            "earlier prompt's prefix (other samples' and repeats' too), so its net and cost index are not the paper's.")
     if excluded:
         out += "\n\nLeft out of the cost comparison (not finished by every method on the dataset):\n"
         out += "\n".join(f"- {e['dataset']} {e['sample_id']} (repeat {e['repeat']}): failed for "
@@ -447,8 +494,8 @@ def headline(d: RunData) -> dict:
     judge metric (SUMIE at start/last/avg) and cost figure as the Markdown tables show it, by the rule
     for means (`eval.judges.aggregation.figure`): `mean` (failed units as 0), `se` over repeats,
     `lo`/`hi` the 95% bootstrap interval over samples, `mean_judged`, the counts (`judged`, `zeroed`,
-    `n/a`, `incomplete_units`, `total`, `samples`, `repeats`) and `incomplete`. The cost figures (seed 002's and the engine's, each a mean over repeats with its s.e.)
-    are over the samples every method finished (`samples` of `total`; left-out samples under
+    `n/a`, `incomplete_units`, `total`, `samples`, `repeats`) and `incomplete`. The cost figures (seed
+    002's and the engine's, `cost_cells`: the same mean, s.e. and bootstrap interval over samples) are over the samples every method finished (`samples` of `total`; left-out samples under
     `cost_excluded`), the judge figures over the samples every method ran (`score_excluded`);
     `incomplete` at the top is true when any figure is. `models`: the model under test and the judge
     model. `paper_tables`: the tables of the papers the run's config names (`jobs.results.paper_tables`),
@@ -479,10 +526,9 @@ def _figures(d: RunData) -> list[dict]:
     c = cost_frame(d, tok)
     totals = d.applicable.groupby(["method", "dataset"]).size().to_dict()
     for (m, ds), g in (c.groupby(["method", "dataset"], sort=True) if not c.empty else ()):
-        for metric in COST_METRICS:
-            figures.append({"method": m, "dataset": ds, "judge": "", "metric": metric,
-                            **_figure([float(v) for v in g[metric]]),
-                            "samples": int(g["samples"].sum()), "total": int(totals[(m, ds)]),
+        for metric, fig in cost_cells(g).items():
+            figures.append({"method": m, "dataset": ds, "judge": "", "metric": metric, **fig,
+                            "total": int(totals[(m, ds)]),
                             **({"tokenizer": tok.label} if metric in PAPER_COST_METRICS else {})})
     return figures
 
@@ -607,7 +653,7 @@ def paper_tables(d: RunData) -> list[tuple[PaperTable, dict]]:
     if any(c.metric == "context_tokens" for i in ids for c in TABLES[i].columns):
         figures += health.annotate(context_figures(d), step_shares(d))
     status = method_status(d.samples)
-    by_cell, _, _ = cells.score_cells(d.samples, d.scores)
+    by_cell, _, _ = cells.score_cells(d.samples, d.scores, d.judge_failures)
     models = models_of(d)
 
     def paired(a: str, b: str, col: Any, turn: str | None, dataset: str | None) -> dict | None:

@@ -118,6 +118,7 @@ def test_from_request_defaults_and_forms():
     {"stop": ["x"] * 17}, {"stop": ["x" * 1001]}, {"stop": [""]}, {"stop": [3]}, {"stop": 3},
     {"stop_token_ids": [-1]}, {"stop_token_ids": [2**31]}, {"stop_token_ids": "2"}, {"stop_token_ids": [VOCAB]},
     {"max_tokens": 10**5000}, {"frequency_penalty": 0.1}, ["max_tokens"], "greedy",
+    {"logprobs": -1}, {"logprobs": 21}, {"logprobs": True}, {"logprobs": 2.0}, {"logprobs": "3"},
 ])
 def test_from_request_rejects_what_the_step_cannot_represent(bad):
     with pytest.raises(RequestError) as err:
@@ -137,6 +138,7 @@ _field_values = {
     "seed": st.one_of(_any_scalar, st.integers(-(2**63) - 2, 2**63 + 2)),
     "stop": st.one_of(_any_scalar, st.lists(st.text(max_size=4), max_size=20)),
     "stop_token_ids": st.one_of(_any_scalar, st.lists(st.integers(-2, VOCAB + 2), max_size=4)),
+    "logprobs": st.one_of(_any_scalar, st.integers(-2, 25)),
 }
 _sampling_dicts = st.fixed_dictionaries({}, optional=_field_values)
 
@@ -163,3 +165,38 @@ def test_accepted_settings_run_through_the_sampler(d):
 
 
 _sample_jit = jax.jit(sample, static_argnums=(6, 7))
+
+
+# -- log-probabilities: the model's own distribution, whatever the sampling settings -------------------
+
+from engine.sampling import MAX_LOGPROBS, logprob_width, token_logprobs  # noqa: E402
+
+
+def test_logprobs_setting_is_parsed_and_bounded():
+    assert SamplingParams.from_request({}).logprobs is None
+    assert SamplingParams.from_request({"logprobs": 0}).logprobs == 0
+    assert SamplingParams.from_request({"logprobs": MAX_LOGPROBS}).logprobs == MAX_LOGPROBS
+    with pytest.raises(RequestError, match="logprobs"):
+        SamplingParams.from_request({"logprobs": MAX_LOGPROBS + 1})
+    with pytest.raises(RequestError, match="logprobs"):
+        SamplingParams(logprobs=-1)
+
+
+def test_logprob_width_is_zero_unless_a_row_asks():
+    assert logprob_width([SamplingParams(), SamplingParams(temperature=1.0)]) == 0
+    assert logprob_width([SamplingParams(), SamplingParams(logprobs=0)]) == MAX_LOGPROBS
+
+
+def test_token_logprobs_are_the_log_softmax_of_the_raw_logits():
+    rng = np.random.default_rng(5)
+    logits = rng.normal(size=(3, VOCAB)).astype(np.float32) * 3
+    chosen = np.asarray([7, int(logits[1].argmax()), 0], np.int32)
+    picked, ids, lps = (np.asarray(a) for a in jax.jit(token_logprobs, static_argnums=2)(
+        jnp.asarray(logits), jnp.asarray(chosen), 5))
+    x = logits.astype(np.float64)
+    ref = x - x.max(-1, keepdims=True)
+    ref -= np.log(np.exp(ref).sum(-1, keepdims=True))
+    np.testing.assert_allclose(picked, ref[np.arange(3), chosen], atol=1e-4)
+    np.testing.assert_array_equal(ids, np.argsort(-ref, axis=-1)[:, :5])
+    np.testing.assert_allclose(lps, np.take_along_axis(ref, ids, -1), atol=1e-4)
+    assert (np.diff(lps, axis=-1) <= 0).all() and picked[1] == lps[1, 0]  # the argmax is the top one

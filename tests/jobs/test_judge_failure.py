@@ -1,7 +1,8 @@
 """A judge that fails is its judgment's failure, not the method's unit's: through a real run, the
 method on the scripted endpoint (127.0.0.1) and KGScore's judge model on an endpoint that is down
 (a closed port); the unit stays ok (in every method's comparison and cost row), the `judgments`
-table records the judge's failure with its cause, the KGScore cells are incomplete and the run
+table records the judge's failure with its cause, the KGScore cells (kept although no unit was
+scored: the judge's headline metrics) are incomplete and the run
 exits non-zero, while ROUGE on the same unit is complete. (Before, the unit was marked failed and
 its sample left every method's cost row.)"""
 from __future__ import annotations
@@ -45,6 +46,12 @@ def test_a_failed_judge_leaves_the_unit_ok_and_the_cell_incomplete(ray_local, tm
     h = headline(d)
     figs = {(f["judge"], f["metric"]): f for f in h["figures"]}
     assert figs[("rouge", "rouge1")]["judged"] == 1 and not figs[("rouge", "rouge1")]["incomplete"]
-    assert ("kgscore", "f1") not in figs  # no unit scored: no figure, and no zero either
+    # the judge failed on every unit of the dataset: its columns stay, incomplete, with no figure and no zero
+    for metric in ("precision", "recall", "f1"):
+        kg = figs[("kgscore", metric)]
+        assert kg["mean"] is None and kg["incomplete"] and kg["incomplete_units"] == 1 and kg["judged"] == 0
+    assert h["incomplete"]
     assert figs[("", "cost_index")]["samples"] == 1 and h["cost_excluded"] == []  # the sample stays compared
-    assert "| no-kg | arxiv" in build_report(d).markdown
+    md = build_report(d).markdown
+    row = next(line for line in md.splitlines() if line.startswith("| no-kg | arxiv") and "incomplete" in line)
+    assert "incomplete: 1 unknown" in row

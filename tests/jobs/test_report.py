@@ -157,6 +157,12 @@ def test_cost_is_a_mean_per_sample_over_the_samples_every_method_finished(tmp_pa
     cost = {(f["method"], f["metric"]): f for f in h["figures"] if f["judge"] == ""}
     assert cost[("inc", "engine_cost_index")]["mean"] == pytest.approx(0.0026)
     assert cost[("inc", "engine_cost_index")]["samples"] == 2 and cost[("inc", "engine_cost_index")]["total"] == 3
+    # an interval over the samples compared (0.0013 and 0.0039 per sample), not only an s.e. over repeats
+    ci = cost[("inc", "engine_cost_index")]
+    assert 0.0013 <= ci["lo"] < 0.0026 < ci["hi"] <= 0.0039
+    assert "[0.0013, 0.0039]" in inc or f"[{ci['lo']:.4f}, {ci['hi']:.4f}]" in inc
+    hit = cost[("prism", "radix_cache_hit")]  # a ratio of sums: 2000 of 4000 prompt tokens cached
+    assert hit["mean"] == pytest.approx(50.0) and hit["lo"] == pytest.approx(50.0) == hit["hi"]
     assert cost[("inc", "engine_encoded")]["mean"] == pytest.approx(2000.0)
     assert cost[("inc", "cost_index")]["mean"] is None  # no recorded prompts: no paper figure, never the engine's
     assert h["cost_excluded"] == [{"dataset": "book:x", "sample_id": "b3", "repeat": 0, "methods": ["prism"]}]

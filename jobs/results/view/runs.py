@@ -299,7 +299,9 @@ def length_buckets(d: RunData) -> dict[str, Any]:
     for hi, label in sorted(labels.items()):
         part = s[bucket == label]
         units = set(part["unit"])
-        sub = RunData(d.uri, d.run_id, part, d.steps.iloc[0:0], d.scores[d.scores["unit"].isin(units)], d.runs)
+        sub = RunData(d.uri, d.run_id, part, d.steps.iloc[0:0], d.scores[d.scores["unit"].isin(units)], d.runs,
+                      judge_failures=d.judge_failures[d.judge_failures["unit"].isin(units)]
+                      if not d.judge_failures.empty else d.judge_failures)
         sub.derived["tokenizer"] = no_prompts
         order.append((label, len(part)))
         for f in figures_of(sub):
