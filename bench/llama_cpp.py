@@ -230,17 +230,30 @@ def batched_bench(model: Path, threads: int, prompt_lengths: list[int], decode_t
     cmd = [str(binary), "-m", str(model), "-t", str(threads), "-tb", str(threads), "-c", str(ctx),
            "-npp", ",".join(map(str, prompt_lengths)), "-ntg", str(decode_tokens),
            "-npl", ",".join(map(str, batches)), "--output-format", "jsonl"]
-    for _ in range(3):
+    want = {(pp, pl) for pp in prompt_lengths for pl in batches}
+    for attempt in range(BATCHED_BENCH_RUNS):
         done = subprocess.run(cmd, capture_output=True, text=True, env=peer_env(variant))
         if done.returncode != 0:
             raise PeerError(f"{BATCHED_BENCH} failed (exit {done.returncode}); its output ends:\n"
                             f"{(done.stdout + done.stderr)[-1500:]}\n(command: {' '.join(cmd)}); rebuild with "
                             "`rm -rf .peers/bin && make peers`")
         # llama.cpp's logger writes from a thread that is never flushed at exit (the leaked singleton
-        # of common/log.cpp), so on a busy host a successful run can print nothing at all: run it again
-        if (done.stdout + done.stderr).strip():
+        # of common/log.cpp), so on a busy host a successful run can lose its last lines or print
+        # nothing at all: run it again until every asked-for row is there
+        text = done.stdout + "\n" + done.stderr
+        if text.strip() and want <= {(int(r["pp"]), int(r["pl"])) for r in _rows_or_none(text)}:
             break
-    return parse_batched_bench(done.stdout + "\n" + done.stderr)
+    return parse_batched_bench(text)
+
+
+BATCHED_BENCH_RUNS = 3
+
+
+def _rows_or_none(text: str) -> list[dict[str, float]]:
+    try:
+        return parse_batched_bench(text)
+    except PeerError:
+        return []
 
 
 def decode_rate(rows: list[dict[str, float]], pp: int, pl: int) -> float:
