@@ -28,6 +28,8 @@ field instead of being ignored.
 """
 from __future__ import annotations
 
+from abc import abstractmethod
+
 import asyncio
 import hmac
 import ipaddress
@@ -115,9 +117,9 @@ class _Sampling(BaseModel):
                 return name
         return None
 
+    @abstractmethod
     def logprob_count(self) -> int | None:
         """Alternatives asked per output token (None: no log-probabilities); each endpoint reads its own fields."""
-        raise NotImplementedError
 
     def sampling(self, index: int) -> dict[str, Any]:
         seed = self.seed
