@@ -229,9 +229,15 @@ PEERS = (None, "llama-cpp", "llama-server")
 MAX_BATCH = 32  # memloop decodes up to 32 sequences together; llama-server gets as many slots
 
 
-def main(workload_name: str = "papers", peer: str | None = None, emit=print, **overrides: Any) -> dict[str, Any]:
+def main(workload_name: str = "papers", peer: str | None = None, emit=print, cache_off: bool = True,
+         warmup: bool = True, **overrides: Any) -> dict[str, Any]:
     """Run the named workload (settings overridden by `overrides`: samples, steps, max_tokens,
-    chunk_words, revisions, shared_book, kv_budget) on memloop with the cache on and off, and `peer`."""
+    chunk_words, revisions, shared_book, kv_budget) on memloop with the cache on and off, and `peer`.
+
+    `cache_off=False` skips the cache-off engine (its fields are null); `warmup=False` skips the
+    untimed pass, so the timed one also compiles each new step shape (`engine_time_split.compile_s`
+    says how long; it counts against memloop). Both exist for the full `papers` shape on a 2-core
+    host, where each memloop pass takes about 20 minutes (cache off: about 30)."""
     from engine.model import load_model
     from engine.engine_config import EngineConfig
     from engine.serving import Engine
@@ -254,26 +260,29 @@ def main(workload_name: str = "papers", peer: str | None = None, emit=print, **o
     lm = load_model(None, unroll=True if resolve_backend().kernel else None)
     results: dict[str, Any] = {"workload": workload_name, **{k: v for k, v in ws.items() if k != "kv_budget"}}
     runs = {}
-    for name, cache_on in (("cache_on", True), ("cache_off", False)):
+    for name, cache_on in (("cache_on", True), ("cache_off", False))[: 2 if cache_off else 1]:
         engine = Engine(EngineConfig(kv_budget=kv_budget, max_batch=MAX_BATCH, prefix_cache=cache_on), model=lm)
         try:
             # steady state: one untimed pass compiles every step shape the workload reaches (one
             # program per bucket, a few seconds each for the CPU engine's unrolled layers)
-            warm = run_engine(engine, workload, max_tokens)
+            warm = run_engine(engine, workload, max_tokens) if warmup else None
             engine.clear_prefix_cache()
             engine.reset_counters()
             runs[name] = run_engine(engine, workload, max_tokens)
-            runs[name]["warmup_s"] = warm["wall_s"]
+            runs[name]["warmup_s"] = warm["wall_s"] if warm else None
             stats = engine.stats()
             runs[name]["preemptions"] = stats["preemptions"]
             runs[name]["time_split"] = {k: stats[k] for k in ("wall_s", "compute_s", "compile_s", "host_s", "idle_s")}
         finally:
             engine.shutdown()
         r = runs[name]
+        warm_note = f"untimed warm-up pass {r['warmup_s']:.1f} s" if warmup else "no warm-up pass"
         emit(f"memloop {name}: {r['tokens_per_s']:.1f} tokens/s ({r['prompt_tokens']} prompt, {r['cached_tokens']} "
-             f"cached, {r['decoded_tokens']} decoded tokens in {r['wall_s']:.1f} s; untimed warm-up pass "
-             f"{r['warmup_s']:.1f} s; engine time split {r['time_split']})")
-    on, off = runs["cache_on"], runs["cache_off"]
+             f"cached, {r['decoded_tokens']} decoded tokens in {r['wall_s']:.1f} s; {warm_note}; "
+             f"engine time split {r['time_split']})")
+    on, off = runs["cache_on"], runs.get("cache_off")
+    if off is None:
+        emit("memloop cache_off: not run (--no-cache-off)")
     page_size = EngineConfig().page_size
     cacheable = cacheable_tokens([[lm.tokenizer.encode(p) for p in loop] for loop in workload], page_size)
     results.update(
@@ -282,10 +291,10 @@ def main(workload_name: str = "papers", peer: str | None = None, emit=print, **o
         cached_of_cacheable=on["cached_tokens"] / max(cacheable, 1),
         prompt_tokens=on["prompt_tokens"],
         tokens_per_s=on["tokens_per_s"],
-        tokens_per_s_cache_off=off["tokens_per_s"],
-        ratio_vs_cache_off=on["tokens_per_s"] / off["tokens_per_s"],
-        greedy_identical_cache_on_off=on["texts"] == off["texts"],
-        wall_s=on["wall_s"], wall_s_cache_off=off["wall_s"], warmup_s=on["warmup_s"],
+        tokens_per_s_cache_off=off and off["tokens_per_s"],
+        ratio_vs_cache_off=off and on["tokens_per_s"] / off["tokens_per_s"],
+        greedy_identical_cache_on_off=off and on["texts"] == off["texts"],
+        wall_s=on["wall_s"], wall_s_cache_off=off and off["wall_s"], warmup_s=on["warmup_s"],
         decoded_tokens=on["decoded_tokens"], preemptions=on["preemptions"], engine_time_split=on["time_split"],
     )
     results.update(accelerator_figures(lm, kv_budget, emit))

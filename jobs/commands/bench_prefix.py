@@ -19,6 +19,11 @@ def bench_prefix(
     max_tokens: int = typer.Option(None, "--max-tokens", min=1, help="Tokens decoded per step (at most)."),
     chunk_words: int = typer.Option(None, "--chunk-words", min=1, help="Words of story per new chunk."),
     revisions: int = typer.Option(None, "--revisions", min=0, help="Amendments appended to each loop's memory per step."),
+    cache_off: bool = typer.Option(True, "--cache-off/--no-cache-off",
+                                   help="Also run memloop with the prefix cache off (the slowest pass)."),
+    warmup: bool = typer.Option(True, "--warmup/--no-warmup",
+                                help="One untimed pass first, so the timed one compiles nothing; without it "
+                                     "compile time counts against memloop (engine_time_split.compile_s)."),
 ) -> None:
     """K memory loops of N steps: cached fraction and tokens/s with the prefix cache on, off, and a peer."""
     from bench.prefix import PEERS, WORKLOADS, main
@@ -28,7 +33,7 @@ def bench_prefix(
     if peer not in PEERS:
         raise typer.BadParameter(f"choose one of {sorted(p for p in PEERS if p)}", param_hint="--peer")
     res = main(workload, peer=peer, samples=samples, steps=steps, max_tokens=max_tokens, chunk_words=chunk_words,
-               revisions=revisions)
+               revisions=revisions, cache_off=cache_off, warmup=warmup)
     for k, v in res.items():
         print(f"{k:32} {v:.3f}" if isinstance(v, float) else f"{k:32} {v}")
     if as_json:

@@ -98,3 +98,19 @@ def test_an_unknown_workload_is_named():
 
     with pytest.raises(EngineError, match="papers"):
         workload_settings("huge")
+
+
+def test_the_cache_off_and_warm_up_passes_can_be_left_out():
+    """The full papers shape runs only without them on a 2-core host; what was not run is null, not 0."""
+    from bench.prefix import main
+
+    lines: list[str] = []
+    res = main("short", emit=lines.append, cache_off=False, warmup=False, samples=2, steps=2, max_tokens=2,
+               chunk_words=5)
+    assert res["tokens_per_s"] > 0 and res["decoded_tokens"] == 2 * 2 * 2
+    assert res["warmup_s"] is None
+    assert res["tokens_per_s_cache_off"] is None and res["ratio_vs_cache_off"] is None
+    assert res["greedy_identical_cache_on_off"] is None
+    assert res["engine_time_split"]["compile_s"] > 0  # the timed pass compiled its shapes itself
+    assert any("not run (--no-cache-off)" in line for line in lines)
+    assert any("no warm-up pass" in line for line in lines)
