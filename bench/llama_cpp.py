@@ -20,10 +20,12 @@ import contextlib
 import json
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -102,11 +104,39 @@ def _tail(path: Path, chars: int = 1500) -> str:
 
 
 @contextlib.contextmanager
+def sigterm_unwinds() -> Iterator[None]:
+    """Within the block a SIGTERM raises KeyboardInterrupt in the main thread, so cleanup code runs.
+    Python's default SIGTERM ends the process at once: a bench stopped that way left its peer server
+    running on both cores. A handler the caller installed is left in force."""
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        yield
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt("SIGTERM")
+
+    signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+@contextlib.contextmanager
 def serving(cmd: list[str], port: int, name: str, startup_s: float = 300,
             env: dict[str, str] | None = None) -> Iterator[str]:
     """Run the server `cmd` (listening on 127.0.0.1:`port`) until the block ends; yields its base URL
     once `/health` answers 200. A server that exits or stays unhealthy raises PeerServerError with
-    the tail of its output; the process is killed on every way out of the block."""
+    the tail of its output; the process is killed on every way out of the block, a SIGTERM included."""
+    with sigterm_unwinds():
+        with _serving(cmd, port, name, startup_s, env) as url:
+            yield url
+
+
+@contextlib.contextmanager
+def _serving(cmd: list[str], port: int, name: str, startup_s: float,
+             env: dict[str, str] | None) -> Iterator[str]:
     import httpx
 
     url = f"http://127.0.0.1:{port}"

@@ -51,6 +51,7 @@ class BenchSettings:
     contexts: tuple[int, ...] = (1024, 4096)  # served batch-1 decode after prompts of these lengths
     gather_peer: bool = True  # also time served decode at the longest context with the gather path
     kv_types: tuple[str, ...] = ("float16", "int8")  # also time served decode (short, longest context) with these caches
+    f64_reference: bool = True  # also measure both f32 engines against transformers in float64 (8 bytes a weight)
 
 
 def _has_blocks(lm: Any) -> bool:
@@ -185,6 +186,28 @@ def f32_gemm_gmacs(size: int = 1536, repeat: int = 5) -> float:
     return size ** 3 / seconds / 1e9
 
 
+def f64_agreement(hf: Any, prompt_ids: list[list[int]], ours: list[np.ndarray], ref: list[np.ndarray],
+                  log: Callable[[str], None] = print) -> dict[str, float]:
+    """Both f32 engines' largest |logit difference| from transformers run in float64 on the same weights.
+
+    Two f32 forwards differ by their summation orders, so their difference alone cannot say which is
+    off: the float64 run is the exact answer both approximate (transformers' f32 logits are ~1e-4 from
+    it on SmolLM2, the size of memloop's difference to them)."""
+    import copy
+
+    import torch
+
+    exact = copy.deepcopy(hf).double()
+    with torch.no_grad():
+        truth = [exact(torch.tensor([ids])).logits[0].numpy() for ids in prompt_ids]
+    del exact
+    out = {"max_abs_logit_diff_vs_f64": max(float(np.abs(o - t).max()) for o, t in zip(ours, truth)),
+           "hf_max_abs_logit_diff_vs_f64": max(float(np.abs(r - t).max()) for r, t in zip(ref, truth))}
+    log(f"max |logit diff| from transformers in float64: memloop {out['max_abs_logit_diff_vs_f64']:.3g}, "
+        f"transformers in f32 {out['hf_max_abs_logit_diff_vs_f64']:.3g}")
+    return out
+
+
 def run_model_bench(path: Path | None = None, settings: BenchSettings = BenchSettings(),
                     log: Callable[[str], None] = print) -> dict[str, Any]:
     import jax
@@ -207,13 +230,13 @@ def run_model_bench(path: Path | None = None, settings: BenchSettings = BenchSet
 
     # --- agreement: logits on every prompt, then greedy tokens
     fwd = jax.jit(lambda p, t, q: forward(p, lm.config, t, q, None, no_cache_attention(q))[0])
-    max_diff = 0.0
-    for ids in prompt_ids:
-        ours = np.asarray(fwd(lm.params, jnp.asarray([ids]), jnp.arange(len(ids))[None]))[0]
-        with torch.no_grad():
-            ref = hf(torch.tensor([ids])).logits[0].numpy()
-        max_diff = max(max_diff, float(np.abs(ours - ref).max()))
+    ours_logits = [np.asarray(fwd(lm.params, jnp.asarray([ids]), jnp.arange(len(ids))[None]))[0] for ids in prompt_ids]
+    with torch.no_grad():
+        ref_logits = [hf(torch.tensor([ids])).logits[0].numpy() for ids in prompt_ids]
+    max_diff = max(float(np.abs(o - r).max()) for o, r in zip(ours_logits, ref_logits))
     log(f"max |logit diff| over {len(prompt_ids)} prompts: {max_diff:.3g}")
+    exact = (f64_agreement(hf, prompt_ids, ours_logits, ref_logits, log) if settings.f64_reference
+             else {"max_abs_logit_diff_vs_f64": None, "hf_max_abs_logit_diff_vs_f64": None})
 
     n = settings.greedy_tokens
     ours_greedy = [g.token_ids for g in generate(lm, prompt_ids, SamplingParams(max_tokens=n, stop_token_ids=()))]
@@ -303,6 +326,7 @@ def run_model_bench(path: Path | None = None, settings: BenchSettings = BenchSet
     hf_prefill_tps = len(long_ids) / _timed(lambda: hf_gen([long_ids], 1), 2)
     result: dict[str, Any] = {
         "max_abs_logit_diff": max_diff,
+        **exact,
         "greedy_tokens_identical": identical,
         "greedy_tokens": n,
         "prompts": len(prompt_ids),

@@ -30,6 +30,8 @@ def bench_model(
     peer_variants: str = typer.Option("", "--peer-variants", help="Also time the peer with these settings, as "
                                       "extra labelled fields without ratios (comma-separated: passive = "
                                       "OMP_WAIT_POLICY=PASSIVE)."),
+    f64_reference: bool = typer.Option(True, help="Also measure memloop and transformers (both f32) against "
+                                       "transformers in float64 (the exact logits; 8 bytes a weight in RAM)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object as the last line."),
 ) -> None:
     """Compare memloop's Flax model with transformers on the same weights: logits, greedy tokens, tokens/s."""
@@ -39,7 +41,7 @@ def bench_model(
         raise typer.BadParameter("the peer of bench model is llama-cpp", param_hint="--peer")
     settings = BenchSettings(greedy_tokens=greedy_tokens, decode_tokens=decode_tokens,
                              prefill_tokens=prefill_tokens, batch=batch, hf_batch=hf_batch, packed=packed,
-                             dense=dense, dense_peer=dense_peer, quantize=quantize,
+                             dense=dense, dense_peer=dense_peer, quantize=quantize, f64_reference=f64_reference,
                              contexts=(1024, 4096) if long_contexts else (), gather_peer=gather_peer,
                              kv_types=_kv_types(kv_types))
     variants = _peer_variants(peer_variants)
@@ -53,18 +55,21 @@ def bench_model(
             peer_binary(BATCHED_BENCH)
         except PeerError as exc:
             peer_failed = str(exc)
-    result = run_model_bench(model, settings, log=log)
-    if peer is not None:  # a peer that fails leaves memloop's figures printed, its own null with the reason
-        from bench.llama_cpp import PeerError, model_bench_peer, peer_failed_fields
+    from bench.llama_cpp import sigterm_unwinds
 
-        if peer_failed is None:
-            try:
-                result.update(model_bench_peer(result, model, decode_tokens, batch, settings.contexts,
-                                               variants=variants, log=log))
-            except PeerError as exc:
-                peer_failed = str(exc)
-        if peer_failed is not None:
-            result.update(peer_failed_fields(peer_failed, settings.contexts))
+    with sigterm_unwinds():  # `kill` of the bench also stops the peer binary it runs (subprocess.run's cleanup)
+        result = run_model_bench(model, settings, log=log)
+        if peer is not None:  # a peer that fails leaves memloop's figures printed, its own null with the reason
+            from bench.llama_cpp import PeerError, model_bench_peer, peer_failed_fields
+
+            if peer_failed is None:
+                try:
+                    result.update(model_bench_peer(result, model, decode_tokens, batch, settings.contexts,
+                                                   variants=variants, log=log))
+                except PeerError as exc:
+                    peer_failed = str(exc)
+            if peer_failed is not None:
+                result.update(peer_failed_fields(peer_failed, settings.contexts))
     if as_json:
         typer.echo(json.dumps(result))
     else:

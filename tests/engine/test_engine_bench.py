@@ -63,3 +63,27 @@ def test_figures_count_weights_kv_and_flops(lm):
     assert math.isclose(decode_hbm_fraction(lm, spec, 1, 0, 1.0), weight_bytes(lm) / spec.hbm_bytes_per_s)
     assert prefill_flops(lm, 1) == 2 * macs_per_token(lm) + 2 * cfg.num_layers * cfg.num_heads * cfg.head_dim * 2
     assert math.isclose(prefill_mfu(lm, spec, 512, 2.0), prefill_flops(lm, 512) / 2.0 / spec.peak_bf16_flops)
+
+
+def test_f64_reference_measures_both_f32_engines_against_the_exact_logits(lm, hf_model):
+    """memloop's f32 logits and transformers' are each compared with transformers in float64; the
+    two f32 answers differ from it by summation order only, far below a logit's size."""
+    import jax.numpy as jnp
+    import numpy as np
+    import torch
+
+    from bench.model import f64_agreement
+    from engine.model import forward, no_cache_attention
+
+    ids = [lm.tokenizer.chat_ids([{"role": "user", "content": "What is the capital of France?"}])]
+    q = jnp.arange(len(ids[0]))[None]
+    ours = [np.asarray(forward(lm.params, lm.config, jnp.asarray(ids), q, None, no_cache_attention(q))[0])[0]]
+    with torch.no_grad():
+        ref = [hf_model(torch.tensor(ids)).logits[0].numpy()]
+    lines: list[str] = []
+    out = f64_agreement(hf_model, ids, ours, ref, lines.append)
+    assert 0 < out["max_abs_logit_diff_vs_f64"] < 1e-3
+    assert 0 < out["hf_max_abs_logit_diff_vs_f64"] < 1e-3
+    assert out["hf_max_abs_logit_diff_vs_f64"] != out["max_abs_logit_diff_vs_f64"]
+    assert "float64" in lines[0]
+    assert next(hf_model.parameters()).dtype == torch.float32  # the reference itself is left in f32

@@ -212,3 +212,54 @@ def test_a_run_that_lost_a_row_is_run_again_until_every_row_is_there(tmp_path):
     probe.chmod(0o755)
     rows = batched_bench(Path("m.gguf"), 2, [32], 8, [1, 32], binary=probe)
     assert decode_rate(rows, 32, 1) == 5.0 and decode_rate(rows, 32, 32) == 40.0
+
+
+_STAND_IN_SERVER = """
+import http.server, os, sys
+open(sys.argv[2], "w").write(str(os.getpid()))
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.end_headers(); self.wfile.write(b"ok")
+    def log_message(self, *a): pass
+http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+"""
+
+_BENCH_HOLDING_A_SERVER = """
+import sys, time
+from bench.llama_cpp import serving
+port = int(sys.argv[1])
+with serving([sys.executable, "-c", sys.argv[3], str(port), sys.argv[2]], port, "stand-in", startup_s=60):
+    print("serving", flush=True)
+    time.sleep(120)
+"""
+
+
+def test_a_bench_stopped_by_sigterm_takes_its_peer_server_with_it(tmp_path):
+    """`kill PID` (SIGTERM) of a bench while the peer serves: the server process is gone too. Python's
+    default SIGTERM skipped the block's cleanup and left llama-server decoding on both cores."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    port, pid_file = free_port(), tmp_path / "server.pid"
+    bench = subprocess.Popen([sys.executable, "-c", _BENCH_HOLDING_A_SERVER, str(port), str(pid_file),
+                              _STAND_IN_SERVER], stdout=subprocess.PIPE, text=True, env={**os.environ, **CODE})
+    try:
+        assert bench.stdout.readline().strip() == "serving"
+        server_pid = int(pid_file.read_text())
+        os.kill(server_pid, 0)  # alive
+        bench.send_signal(signal.SIGTERM)
+        assert bench.wait(timeout=30) != 0
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                os.kill(server_pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.1)
+        else:
+            os.kill(server_pid, signal.SIGKILL)
+            pytest.fail("the peer server outlived the bench that SIGTERM stopped")
+    finally:
+        bench.kill()
