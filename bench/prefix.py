@@ -111,7 +111,7 @@ WORKLOADS: dict[str, dict[str, Any]] = {
     # revisions appended per step (8 amendments of ~32 tokens), up to 256 tokens out; 32 loops x 8 steps.
     # KV for all 32 loops at their longest (~3.6k tokens x 45 KB of f32 keys and values a token for
     # SmolLM2, 5.3 GB), as llama-server gets its 32 slots': at 3 GiB the full shape preempted and
-    # evicted, caching 32% of its prompt tokens against a ~60% ceiling.
+    # evicted, caching 32% of its prompt tokens against a 51% ceiling (all of it at 6 GiB).
     "papers": {"samples": 32, "steps": 8, "max_tokens": 256, "chunk_words": 768, "revisions": 8,
                "shared_book": True, "kv_budget": 6 << 30},
     "short": {"samples": 32, "steps": 4, "max_tokens": 16, "chunk_words": 40, "revisions": 2,
@@ -233,14 +233,15 @@ MAX_BATCH = 32  # memloop decodes up to 32 sequences together; llama-server gets
 
 
 def main(workload_name: str = "papers", peer: str | None = None, emit=print, cache_off: bool = True,
-         warmup: bool = True, **overrides: Any) -> dict[str, Any]:
+         warmup: bool = True, kv_dtype: str | None = None, **overrides: Any) -> dict[str, Any]:
     """Run the named workload (settings overridden by `overrides`: samples, steps, max_tokens,
     chunk_words, revisions, shared_book, kv_budget) on memloop with the cache on and off, and `peer`.
 
     `cache_off=False` skips the cache-off engine (its fields are null); `warmup=False` skips the
     untimed pass, so the timed one also compiles each new step shape (`engine_time_split.compile_s`
     says how long; it counts against memloop). Both exist for the full `papers` shape on a 2-core
-    host, where each memloop pass takes about 20 minutes (cache off: about 30)."""
+    host, where each memloop pass takes about 30 minutes. `kv_dtype` is memloop's KV-cache type
+    (None: the compute dtype, f32 on CPU; llama-server keeps its own default, f16)."""
     from engine.model import load_model
     from engine.engine_config import EngineConfig
     from engine.serving import Engine
@@ -261,10 +262,12 @@ def main(workload_name: str = "papers", peer: str | None = None, emit=print, cac
 
     # a Pallas kernel (the accelerator default) reads per-layer pools in place: the unrolled layout
     lm = load_model(None, unroll=True if resolve_backend().kernel else None)
-    results: dict[str, Any] = {"workload": workload_name, **{k: v for k, v in ws.items() if k != "kv_budget"}}
+    results: dict[str, Any] = {"workload": workload_name, **{k: v for k, v in ws.items() if k != "kv_budget"},
+                               "kv_budget_bytes": kv_budget, "kv_dtype": kv_dtype or lm.dtype.name}
     runs = {}
     for name, cache_on in (("cache_on", True), ("cache_off", False))[: 2 if cache_off else 1]:
-        engine = Engine(EngineConfig(kv_budget=kv_budget, max_batch=MAX_BATCH, prefix_cache=cache_on), model=lm)
+        engine = Engine(EngineConfig(kv_budget=kv_budget, max_batch=MAX_BATCH, prefix_cache=cache_on,
+                                     kv_dtype=kv_dtype), model=lm)
         try:
             # steady state: one untimed pass compiles every step shape the workload reaches (one
             # program per bucket, a few seconds each for the CPU engine's unrolled layers)

@@ -21,6 +21,8 @@ def bench_prefix(
     revisions: int = typer.Option(None, "--revisions", min=0, help="Amendments appended to each loop's memory per step."),
     cache_off: bool = typer.Option(True, "--cache-off/--no-cache-off",
                                    help="Also run memloop with the prefix cache off (the slowest pass)."),
+    kv_dtype: str = typer.Option(None, "--kv-dtype", help="memloop's KV-cache type: float16 (llama-server's "
+                                 "default type) or int8; default the compute dtype (f32 on CPU)."),
     warmup: bool = typer.Option(True, "--warmup/--no-warmup",
                                 help="One untimed pass first, so the timed one compiles nothing; without it "
                                      "compile time counts against memloop (engine_time_split.compile_s)."),
@@ -32,8 +34,12 @@ def bench_prefix(
         raise typer.BadParameter(f"choose one of {sorted(WORKLOADS)}", param_hint="--workload")
     if peer not in PEERS:
         raise typer.BadParameter(f"choose one of {sorted(p for p in PEERS if p)}", param_hint="--peer")
+    from engine.engine_config import KV_DTYPES
+
+    if kv_dtype is not None and kv_dtype not in KV_DTYPES:
+        raise typer.BadParameter(f"choose one of {list(KV_DTYPES)}", param_hint="--kv-dtype")
     res = main(workload, peer=peer, samples=samples, steps=steps, max_tokens=max_tokens, chunk_words=chunk_words,
-               revisions=revisions, cache_off=cache_off, warmup=warmup)
+               revisions=revisions, cache_off=cache_off, warmup=warmup, kv_dtype=kv_dtype)
     for k, v in res.items():
         print(f"{k:32} {v:.3f}" if isinstance(v, float) else f"{k:32} {v}")
     if as_json:

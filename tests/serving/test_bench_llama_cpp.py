@@ -114,6 +114,8 @@ def test_cli_rejects_unknown_peers():
     runner = CliRunner()
     out = runner.invoke(app, ["bench", "prefix", "--peer", "vllm"])
     assert out.exit_code == 2 and "llama-server" in out.output
+    out = runner.invoke(app, ["bench", "prefix", "--kv-dtype", "fp8"])
+    assert out.exit_code == 2 and "float16" in out.output and "int8" in out.output
     out = runner.invoke(app, ["bench", "model", "--peer", "llama-server"])
     assert out.exit_code == 2 and "llama-cpp" in out.output
     out = runner.invoke(app, ["bench", "model", "--kv-types", "float16,fp8"])

@@ -106,7 +106,8 @@ def test_the_cache_off_and_warm_up_passes_can_be_left_out():
 
     lines: list[str] = []
     res = main("short", emit=lines.append, cache_off=False, warmup=False, samples=2, steps=2, max_tokens=2,
-               chunk_words=5)
+               chunk_words=5, kv_dtype="float16")
+    assert res["kv_dtype"] == "float16" and res["kv_budget_bytes"] == 1 << 30
     assert res["tokens_per_s"] > 0 and res["decoded_tokens"] == 2 * 2 * 2
     assert res["warmup_s"] is None
     assert res["tokens_per_s_cache_off"] is None and res["ratio_vs_cache_off"] is None
