@@ -265,7 +265,8 @@ def main(workload_name: str = "papers", peer: str | None = None, emit=print, cac
     results: dict[str, Any] = {"workload": workload_name, **{k: v for k, v in ws.items() if k != "kv_budget"},
                                "kv_budget_bytes": kv_budget, "kv_dtype": kv_dtype or lm.dtype.name}
     runs = {}
-    for name, cache_on in (("cache_on", True), ("cache_off", False))[: 2 if cache_off else 1]:
+    passes = [("cache_on", True)] + ([("cache_off", False)] if cache_off else [])
+    for name, cache_on in passes:
         engine = Engine(EngineConfig(kv_budget=kv_budget, max_batch=MAX_BATCH, prefix_cache=cache_on,
                                      kv_dtype=kv_dtype), model=lm)
         try:
