@@ -492,7 +492,7 @@ def load_model(path: str | Path | None = None, dtype: Any = None, mesh: Any = No
     applies = blocks_apply(path, dtype, mesh, unroll, packed) and not quantize
     if blocks and not applies:
         raise RequestError("block-form weights need a GGUF file, f32 on the CPU backend, one device, the unrolled "
-                           "layer loop, no `packed` or `quantize`, and the CPU kernels (x86-64 with AVX-512); "
+                           "layer loop, no `packed` or `quantize`, and the CPU kernels (x86-64 with AVX2, FMA and F16C); "
                            "leave `blocks` unset.")
     if quantize and packed:
         raise RequestError("`packed` keeps a GGUF file's own blocks and `quantize` makes new ones; choose one.")

@@ -7,7 +7,8 @@ cache (f32, f16 or int8 with per-token scales) reading each page in place (paged
 
 The C++ sources are built with the machine's C++ compiler into memloop's cache directory, keyed by the
 source, the compiler and the CPU's features, so a new machine or a changed source rebuilds it. It
-needs x86-64 with AVX-512 (F, BW, VL) and F16C; `available()` is False elsewhere (or when the build
+needs x86-64 with AVX2, FMA and F16C, and uses AVX-512 (F, BW, VL) where the CPU has it (vec16.h keeps
+the results bit-identical between the two); `available()` is False elsewhere (or when the build
 fails, or `MEMLOOP_KERNELS=0`) and the engine then keeps f32 weights and XLA's own dot.
 """
 from __future__ import annotations
@@ -33,8 +34,11 @@ MANY_TARGET = "memloop_qmatmul_many"
 MAX_MATRICES = 8  # matrices one `qmatmul_many` call takes (qmatmul.cc kMaxMatrices)
 ATTENTION_TARGET = "memloop_paged_attention"
 SOURCES = (Path(__file__).with_name("qmatmul.cc"), Path(__file__).with_name("paged_attention.cc"))
+HEADERS = (Path(__file__).with_name("vec16.h"),)  # part of the build key: a changed header rebuilds
 QTYPES = {"Q4_0": 0, "Q4_1": 1, "Q8_0": 2, "Q5_0": 3, "Q4_K": 4, "Q5_K": 5, "Q6_K": 6}
-REQUIRED_FLAGS = ("avx512f", "avx512bw", "avx512vl", "f16c")
+# AVX-512 (F, BW, VL) where the CPU has it, else AVX2 with FMA (vec16.h: the same results either way).
+NATIVE_FLAGS = ("avx512f", "avx512bw", "avx512vl", "f16c")
+REQUIRED_FLAGS = ("avx2", "fma", "f16c")
 
 _lock = threading.Lock()
 _state: dict[str, Any] = {}
@@ -53,6 +57,11 @@ def cpu_flags() -> set[str]:
         if line.startswith("flags"):
             return set(line.split(":", 1)[1].split())
     return set()
+
+
+def isa() -> str:
+    """The instruction set the kernels are built for on this CPU: "avx512" or "avx2" (vec16.h)."""
+    return "avx512" if all(f in cpu_flags() for f in NATIVE_FLAGS) else "avx2"
 
 
 def _compiler() -> str | None:
@@ -82,7 +91,7 @@ def library_path() -> Path:
         raise KernelBuildError("no C++ compiler (g++, c++ or clang++) on PATH; install one or set CXX.")
     version = subprocess.run([cxx, "--version"], capture_output=True, text=True).stdout
     key = hashlib.sha256()
-    for part in (*(x.read_bytes() for x in SOURCES), version.encode(), " ".join(sorted(cpu_flags())).encode(),
+    for part in (*(x.read_bytes() for x in (*SOURCES, *HEADERS)), version.encode(), " ".join(sorted(cpu_flags())).encode(),
                  platform.machine().encode()):
         key.update(part)
     path = cache_root() / "kernels" / f"qmatmul-{key.hexdigest()[:16]}.so"

@@ -23,6 +23,8 @@
 // the number of query tokens nor the block table's width changes a query's result.
 #include <immintrin.h>
 
+#include "vec16.h"
+
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -45,28 +47,28 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 // e^x for x <= 0 (lanes below -87.3 give ~0 and are masked by the callers): x = n ln2 + r, e^r by
 // Cephes' degree-6 polynomial, scaled by 2^n.
-inline __m512 Exp(__m512 x) {
-  x = _mm512_max_ps(x, _mm512_set1_ps(-87.3f));
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+inline V16 Exp(V16 x) {
+  x = v16_max_ps(x, v16_set1_ps(-87.3f));
+  const V16 n = v16_roundscale_ps(v16_mul_ps(x, v16_set1_ps(1.44269504088896341f)),
                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-  p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-  return _mm512_scalef_ps(p, n);
+  V16 r = v16_fnmadd_ps(n, v16_set1_ps(0.693359375f), x);
+  r = v16_fnmadd_ps(n, v16_set1_ps(-2.12194440e-4f), r);
+  V16 p = v16_set1_ps(1.9875691500e-4f);
+  p = v16_fmadd_ps(p, r, v16_set1_ps(1.3981999507e-3f));
+  p = v16_fmadd_ps(p, r, v16_set1_ps(8.3334519073e-3f));
+  p = v16_fmadd_ps(p, r, v16_set1_ps(4.1665795894e-2f));
+  p = v16_fmadd_ps(p, r, v16_set1_ps(1.6666665459e-1f));
+  p = v16_fmadd_ps(p, r, v16_set1_ps(5.0000001201e-1f));
+  p = v16_fmadd_ps(p, v16_mul_ps(r, r), v16_add_ps(r, v16_set1_ps(1.0f)));
+  return v16_scalef_ps(p, n);
 }
 
 // 16 cache elements as f32 (int8: the codes; their scale is applied per key, to the score and to
 // the value's weight, so the widening is exact and costs no multiply per element).
-inline __m512 Load16(const float* p) { return _mm512_loadu_ps(p); }
-inline __m512 Load16(const uint16_t* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
-inline __m512 Load16(const int8_t* p) {
-  return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+inline V16 Load16(const float* p) { return v16_loadu_ps(p); }
+inline V16 Load16(const uint16_t* p) { return v16_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
+inline V16 Load16(const int8_t* p) {
+  return v16_cvtepi32_ps(v16_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
 }
 template <typename KV>
 constexpr bool kScaled = std::is_same_v<KV, int8_t>;
@@ -100,14 +102,14 @@ struct Problem {
 // The last three levels of a 16-vector horizontal sum: from b[0..3], where b[p] holds the first two
 // levels' pairwise sums of d[4p..4p+3] (see Scores), to one vector whose lane j is the sum of the
 // lanes of d[j] (46 shuffles and adds for 16 sums instead of 16 horizontal sums).
-inline __m512 Finish16(const __m512* b) {
-  __m512 c[2];
+inline V16 Finish16(const V16* b) {
+  V16 c[2];
   for (int i = 0; i < 2; ++i)
-    c[i] = _mm512_add_ps(_mm512_unpacklo_ps(b[2 * i], b[2 * i + 1]), _mm512_unpackhi_ps(b[2 * i], b[2 * i + 1]));
-  const __m512 x = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(c[0]), _mm512_castps_pd(c[1]))),
-                                 _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(c[0]), _mm512_castps_pd(c[1]))));
+    c[i] = v16_add_ps(v16_unpacklo_ps(b[2 * i], b[2 * i + 1]), v16_unpackhi_ps(b[2 * i], b[2 * i + 1]));
+  const V16 x = v16_add_ps(v16_castpd_ps(v16_unpacklo_pd(v16_castps_pd(c[0]), v16_castps_pd(c[1]))),
+                                 v16_castpd_ps(v16_unpackhi_pd(v16_castps_pd(c[0]), v16_castps_pd(c[1]))));
   // x's lane 4k + m holds d[4m + k].
-  return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), x);
+  return v16_permutexvar_ps(v16_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), x);
 }
 
 // out[i] lane j = q_i . k_j for the tile's 16 keys and N query rows. The sum tree's first two
@@ -115,34 +117,34 @@ inline __m512 Finish16(const __m512* b) {
 // live and every accumulator is a register (N is a compile-time count: a runtime row count kept
 // the 16 x N dot accumulators on the stack, a store per multiply-add).
 template <typename KV, int N>
-inline void Scores(const KV* const* kp, const float* const* qr, int64_t nv, __m512* out) {
+inline void Scores(const KV* const* kp, const float* const* qr, int64_t nv, V16* out) {
   // Every loop over a compile-time count is unrolled so that the arrays below become registers.
-  __m512 b[N][4];
+  V16 b[N][4];
 #pragma GCC unroll 4
   for (int p = 0; p < 4; ++p) {
-    __m512 a[N][2];
+    V16 a[N][2];
 #pragma GCC unroll 2
     for (int h = 0; h < 2; ++h) {
-      __m512 d[2][N];
+      V16 d[2][N];
 #pragma GCC unroll 2
       for (int e = 0; e < 2; ++e) {
         const KV* k = kp[4 * p + 2 * h + e];
-        const __m512 k0 = Load16(k);
+        const V16 k0 = Load16(k);
 #pragma GCC unroll 4
-        for (int i = 0; i < N; ++i) d[e][i] = _mm512_mul_ps(k0, _mm512_loadu_ps(qr[i]));
+        for (int i = 0; i < N; ++i) d[e][i] = v16_mul_ps(k0, v16_loadu_ps(qr[i]));
         for (int64_t x = 1; x < nv; ++x) {
-          const __m512 kx = Load16(k + 16 * x);
+          const V16 kx = Load16(k + 16 * x);
 #pragma GCC unroll 4
-          for (int i = 0; i < N; ++i) d[e][i] = _mm512_fmadd_ps(kx, _mm512_loadu_ps(qr[i] + 16 * x), d[e][i]);
+          for (int i = 0; i < N; ++i) d[e][i] = v16_fmadd_ps(kx, v16_loadu_ps(qr[i] + 16 * x), d[e][i]);
         }
       }
 #pragma GCC unroll 4
       for (int i = 0; i < N; ++i)
-        a[i][h] = _mm512_add_ps(_mm512_shuffle_f32x4(d[0][i], d[1][i], 0x44), _mm512_shuffle_f32x4(d[0][i], d[1][i], 0xEE));
+        a[i][h] = v16_add_ps(v16_shuffle_f32x4(d[0][i], d[1][i], 0x44), v16_shuffle_f32x4(d[0][i], d[1][i], 0xEE));
     }
 #pragma GCC unroll 4
     for (int i = 0; i < N; ++i)
-      b[i][p] = _mm512_add_ps(_mm512_shuffle_f32x4(a[i][0], a[i][1], 0x88), _mm512_shuffle_f32x4(a[i][0], a[i][1], 0xDD));
+      b[i][p] = v16_add_ps(v16_shuffle_f32x4(a[i][0], a[i][1], 0x88), v16_shuffle_f32x4(a[i][0], a[i][1], 0xDD));
   }
 #pragma GCC unroll 4
   for (int i = 0; i < N; ++i) out[i] = Finish16(b[i]);
@@ -164,46 +166,46 @@ constexpr int64_t kTiles = kChunk / kTile;
 // Scores of one tile against a block of N query rows (rows rs, with their visible keys), scaled
 // (and, int8, by each key's scale), -inf where a row does not see the key, into w[row][key of chunk].
 template <typename KV, int N>
-void ScoreBlock(const Problem<KV>& pr, const Tile<KV>& tile, const int64_t* rs, const __mmask16* visible,
+void ScoreBlock(const Problem<KV>& pr, const Tile<KV>& tile, const int64_t* rs, const Mask16* visible,
                 const float* const* qr, float* w, int64_t t) {
-  __m512 dots[N];
+  V16 dots[N];
   Scores<KV, N>(tile.kp, qr, pr.hd / 16, dots);
 #pragma GCC unroll 4
   for (int i = 0; i < N; ++i) {
-    __m512 raw = _mm512_mul_ps(dots[i], _mm512_set1_ps(pr.scale));
-    if constexpr (kScaled<KV>) raw = _mm512_mul_ps(raw, _mm512_load_ps(tile.ks));
-    _mm512_storeu_ps(w + rs[i] * kChunk + t * kTile, _mm512_mask_mov_ps(_mm512_set1_ps(kNegInf), visible[i], raw));
+    V16 raw = v16_mul_ps(dots[i], v16_set1_ps(pr.scale));
+    if constexpr (kScaled<KV>) raw = v16_mul_ps(raw, v16_load_ps(tile.ks));
+    v16_storeu_ps(w + rs[i] * kChunk + t * kTile, v16_mask_mov_ps(v16_set1_ps(kNegInf), visible[i], raw));
   }
 }
 
 // acc[row] += the tile's values weighted by w[row][key] (0 where the row does not see the key), for
 // a block of N rows; `any`: the keys some row of the block sees (no other slot is read).
 template <typename KV, int N>
-void ValueBlock(const Problem<KV>& pr, const Tile<KV>& tile, const int64_t* rs, __mmask16 any, const float* w,
+void ValueBlock(const Problem<KV>& pr, const Tile<KV>& tile, const int64_t* rs, Mask16 any, const float* w,
                 int64_t t, float* acc) {
   const int64_t hd = pr.hd, nv = hd / 16;
   const float* pw[N];
 #pragma GCC unroll 4
   for (int i = 0; i < N; ++i) pw[i] = w + rs[i] * kChunk + t * kTile;
   for (int64_t x = 0; x < nv; ++x) {
-    __m512 o[N];
+    V16 o[N];
 #pragma GCC unroll 4
-    for (int i = 0; i < N; ++i) o[i] = _mm512_loadu_ps(acc + rs[i] * hd + 16 * x);
+    for (int i = 0; i < N; ++i) o[i] = v16_loadu_ps(acc + rs[i] * hd + 16 * x);
     for (int64_t j = 0; j < kTile; ++j) {
       if (!((any >> j) & 1)) continue;
-      const __m512 vx = Load16(tile.vp[j] + 16 * x);
+      const V16 vx = Load16(tile.vp[j] + 16 * x);
 #pragma GCC unroll 4
-      for (int i = 0; i < N; ++i) o[i] = _mm512_fmadd_ps(_mm512_set1_ps(pw[i][j]), vx, o[i]);
+      for (int i = 0; i < N; ++i) o[i] = v16_fmadd_ps(v16_set1_ps(pw[i][j]), vx, o[i]);
     }
 #pragma GCC unroll 4
-    for (int i = 0; i < N; ++i) _mm512_storeu_ps(acc + rs[i] * hd + 16 * x, o[i]);
+    for (int i = 0; i < N; ++i) v16_storeu_ps(acc + rs[i] * hd + 16 * x, o[i]);
   }
 }
 
 // Per-thread scratch: a row's scores, then weights, over one chunk; and which keys of each tile it sees.
 struct Scratch {
   std::vector<float> w;
-  std::vector<__mmask16> vis;
+  std::vector<Mask16> vis;
 };
 thread_local Scratch scratch;
 
@@ -222,7 +224,7 @@ void Chunk(const Problem<KV>& pr, int64_t b, int64_t kvh, int64_t c) {
   scratch.w.resize(rows * kChunk);
   scratch.vis.assign(rows * kTiles, 0);
   float* w = scratch.w.data();
-  __mmask16* vis = scratch.vis.data();
+  Mask16* vis = scratch.vis.data();
   const int64_t c0 = c * kChunk;
   const int64_t head_slots = kvh * pr.pages * pr.page_size;  // this KV head's first slot in the pools
   const int32_t* table = pr.tables + b * pr.table_pages;
@@ -236,13 +238,13 @@ void Chunk(const Problem<KV>& pr, int64_t b, int64_t kvh, int64_t c) {
     for (int64_t r0 = 0; r0 < rows; r0 += kRowBlock) {
       // The block's rows that see a key of this tile, and which keys.
       int64_t rs[kRowBlock];
-      __mmask16 visible[kRowBlock];
+      Mask16 visible[kRowBlock];
       int64_t n = 0;
       for (int64_t r = r0; r < std::min(rows, r0 + kRowBlock); ++r) {
         const int64_t p = pr.pos[b * pr.tokens + r / pr.group], lo = pr.Low(p);
         if (p < j0 || lo >= j0 + kTile) continue;
         rs[n] = r;
-        visible[n] = static_cast<__mmask16>(
+        visible[n] = static_cast<Mask16>(
             ((p - j0 >= kTile - 1) ? 0xFFFFu : ((1u << (p - j0 + 1)) - 1u)) &
             ((lo <= j0) ? 0xFFFFu : static_cast<uint32_t>(0xFFFFu << (lo - j0))));
         vis[r * kTiles + t] = visible[n++];
@@ -286,23 +288,23 @@ void Chunk(const Problem<KV>& pr, int64_t b, int64_t kvh, int64_t c) {
   // Pass 2: each row's softmax over the chunk (m: its max score, l: its sum of exponentials); the
   // weights replace the scores (int8: times each value's scale).
   for (int64_t r = 0; r < rows; ++r) {
-    const __mmask16* rv = vis + r * kTiles;
+    const Mask16* rv = vis + r * kTiles;
     float* rw = w + r * kChunk;
-    __m512 top = _mm512_set1_ps(kNegInf);
+    V16 top = v16_set1_ps(kNegInf);
     for (int64_t t = 0; t < kTiles; ++t)
-      if (rv[t]) top = _mm512_max_ps(top, _mm512_loadu_ps(rw + t * kTile));
-    m[r] = _mm512_reduce_max_ps(top);
-    __m512 sum = _mm512_setzero_ps();
+      if (rv[t]) top = v16_max_ps(top, v16_loadu_ps(rw + t * kTile));
+    m[r] = v16_reduce_max_ps(top);
+    V16 sum = v16_setzero_ps();
     if (m[r] != kNegInf) {
-      const __m512 mv = _mm512_set1_ps(m[r]);
+      const V16 mv = v16_set1_ps(m[r]);
       for (int64_t t = 0; t < kTiles; ++t) {
         if (!rv[t]) continue;
-        const __m512 pv = _mm512_maskz_mov_ps(rv[t], Exp(_mm512_sub_ps(_mm512_loadu_ps(rw + t * kTile), mv)));
-        sum = _mm512_add_ps(sum, pv);
-        _mm512_storeu_ps(rw + t * kTile, kScaled<KV> ? _mm512_maskz_mul_ps(rv[t], pv, _mm512_load_ps(tiles[t].vs)) : pv);
+        const V16 pv = v16_maskz_mov_ps(rv[t], Exp(v16_sub_ps(v16_loadu_ps(rw + t * kTile), mv)));
+        sum = v16_add_ps(sum, pv);
+        v16_storeu_ps(rw + t * kTile, kScaled<KV> ? v16_maskz_mul_ps(rv[t], pv, v16_load_ps(tiles[t].vs)) : pv);
       }
     }
-    l[r] = _mm512_reduce_add_ps(sum);
+    l[r] = v16_reduce_add_ps(sum);
   }
 
   // Pass 3: the weighted values.
@@ -310,7 +312,7 @@ void Chunk(const Problem<KV>& pr, int64_t b, int64_t kvh, int64_t c) {
     for (int64_t r0 = 0; r0 < rows; r0 += kRowBlock) {
       int64_t rs[kRowBlock];
       int64_t n = 0;
-      __mmask16 any = 0;
+      Mask16 any = 0;
       for (int64_t r = r0; r < std::min(rows, r0 + kRowBlock); ++r) {
         if (!vis[r * kTiles + t]) continue;
         rs[n++] = r;
@@ -336,21 +338,21 @@ void Merge(const Problem<KV>& pr, int64_t b, int64_t t, int64_t h, int64_t chunk
     const int64_t at = pr.Part(b, kvh, c) + r;
     if (pr.part_l[at] > 0.0f) top = std::max(top, pr.part_m[at]);
   }
-  __m512 o[kMaxHeadDim / 16];
-  for (int64_t i = 0; i < nv; ++i) o[i] = _mm512_setzero_ps();
+  V16 o[kMaxHeadDim / 16];
+  for (int64_t i = 0; i < nv; ++i) o[i] = v16_setzero_ps();
   float total = 0.0f;
   for (int64_t c = 0; c < chunks; ++c) {
     const int64_t at = pr.Part(b, kvh, c) + r;
     if (!(pr.part_l[at] > 0.0f)) continue;
     const float w = std::exp(pr.part_m[at] - top);
     total += pr.part_l[at] * w;
-    const __m512 wv = _mm512_set1_ps(w);
+    const V16 wv = v16_set1_ps(w);
     const float* a = pr.part_acc + at * hd;
-    for (int64_t i = 0; i < nv; ++i) o[i] = _mm512_fmadd_ps(_mm512_loadu_ps(a + 16 * i), wv, o[i]);
+    for (int64_t i = 0; i < nv; ++i) o[i] = v16_fmadd_ps(v16_loadu_ps(a + 16 * i), wv, o[i]);
   }
   float* dst = pr.out + ((b * pr.tokens + t) * pr.heads + h) * hd;
-  const __m512 inv = _mm512_set1_ps(total > 0.0f ? 1.0f / total : 0.0f);
-  for (int64_t i = 0; i < nv; ++i) _mm512_storeu_ps(dst + 16 * i, _mm512_mul_ps(o[i], inv));
+  const V16 inv = v16_set1_ps(total > 0.0f ? 1.0f / total : 0.0f);
+  for (int64_t i = 0; i < nv; ++i) v16_storeu_ps(dst + 16 * i, v16_mul_ps(o[i], inv));
 }
 
 // Below this many (key, query row) pairs in a call the calling thread does all the work: waking a

@@ -19,6 +19,8 @@
 // depend on what shares its batch.
 #include <immintrin.h>
 
+#include "vec16.h"
+
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -80,7 +82,7 @@ inline void ScaleMinK4(const uint8_t* q, int t, int& sc, int& m) {
 // the 32 bytes at once (one 256-bit register) and widened only at the end: the decoding, not the
 // memory, bounds these types at batch 1.
 template <int32_t Q>
-inline void DequantK(const uint8_t* b, int t, __m512& lo, __m512& hi) {
+inline void DequantK(const uint8_t* b, int t, V16& lo, V16& hi) {
   const __m256i low4 = _mm256_set1_epi8(0x0F);
   if constexpr (Q == kQ6_K) {
     // Layout: 128 bytes ql (low 4 bits), 64 bytes qh (high 2 bits), 16 int8 scales (one per 16
@@ -95,10 +97,10 @@ inline void DequantK(const uint8_t* b, int t, __m512& lo, __m512& hi) {
     const __m256i l = _mm256_and_si256(s >> 1 ? _mm256_srli_epi16(ql, 4) : ql, low4);
     const __m256i hb = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * s)), _mm256_set1_epi8(3));
     const __m256i code = _mm256_sub_epi8(_mm256_or_si256(l, _mm256_slli_epi16(hb, 4)), _mm256_set1_epi8(32));
-    lo = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(code))),
-                       _mm512_set1_ps(d * (float)scales[2 * t]));
-    hi = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(code, 1))),
-                       _mm512_set1_ps(d * (float)scales[2 * t + 1]));
+    lo = v16_mul_ps(v16_cvtepi32_ps(v16_cvtepi8_epi32(_mm256_castsi256_si128(code))),
+                       v16_set1_ps(d * (float)scales[2 * t]));
+    hi = v16_mul_ps(v16_cvtepi32_ps(v16_cvtepi8_epi32(_mm256_extracti128_si256(code, 1))),
+                       v16_set1_ps(d * (float)scales[2 * t + 1]));
   } else {
     // Q4_K layout: f16 d, f16 dmin, 12 bytes of scales/mins, 128 bytes of nibbles (group t: the
     // low (t even) or high (t odd) nibbles of bytes 32(t/2)..+31). Q5_K puts 32 bytes of fifth bits
@@ -106,75 +108,75 @@ inline void DequantK(const uint8_t* b, int t, __m512& lo, __m512& hi) {
     // d*sc*code - dmin*m comes from a table of the group's 16 (32) possible values.
     int sc, m;
     ScaleMinK4(b + 4, t, sc, m);
-    const __m512 dsc = _mm512_set1_ps(Half(b) * (float)sc);
-    const __m512 neg_min = _mm512_set1_ps(-(Half(b + 2) * (float)m));
-    const __m512 codes = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    const __m512 t0 = _mm512_fmadd_ps(codes, dsc, neg_min);
+    const V16 dsc = v16_set1_ps(Half(b) * (float)sc);
+    const V16 neg_min = v16_set1_ps(-(Half(b + 2) * (float)m));
+    const V16 codes = v16_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const V16 t0 = v16_fmadd_ps(codes, dsc, neg_min);
     const __m256i qs = _mm256_loadu_si256((const __m256i*)(b + (Q == kQ5_K ? 48 : 16) + 32 * (t >> 1)));
     __m256i code = _mm256_and_si256(t & 1 ? _mm256_srli_epi16(qs, 4) : qs, low4);
     if constexpr (Q == kQ4_K) {
-      lo = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(_mm256_castsi256_si128(code)), t0);
-      hi = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(_mm256_extracti128_si256(code, 1)), t0);
+      lo = v16_permutexvar_ps(v16_cvtepu8_epi32(_mm256_castsi256_si128(code)), t0);
+      hi = v16_permutexvar_ps(v16_cvtepu8_epi32(_mm256_extracti128_si256(code, 1)), t0);
     } else {
-      const __m512 t1 = _mm512_fmadd_ps(_mm512_add_ps(codes, _mm512_set1_ps(16.0f)), dsc, neg_min);
+      const V16 t1 = v16_fmadd_ps(v16_add_ps(codes, v16_set1_ps(16.0f)), dsc, neg_min);
       const __m256i qh = _mm256_loadu_si256((const __m256i*)(b + 16));
       const __m256i bit = _mm256_set1_epi8(static_cast<char>(1 << t));
       // 16 where the byte's bit t is set: (qh & bit) == bit, as 0xFF, masked to 0x10.
       code = _mm256_or_si256(code, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, bit), bit),
                                                     _mm256_set1_epi8(16)));
-      lo = _mm512_permutex2var_ps(t0, _mm512_cvtepu8_epi32(_mm256_castsi256_si128(code)), t1);
-      hi = _mm512_permutex2var_ps(t0, _mm512_cvtepu8_epi32(_mm256_extracti128_si256(code, 1)), t1);
+      lo = v16_permutex2var_ps(t0, v16_cvtepu8_epi32(_mm256_castsi256_si128(code)), t1);
+      hi = v16_permutex2var_ps(t0, v16_cvtepu8_epi32(_mm256_extracti128_si256(code, 1)), t1);
     }
   }
 }
 
 // The 32 weights of one block as two vectors (elements 0-15 and 16-31).
 template <int32_t Q>
-inline void Dequant(const uint8_t* b, __m512& lo, __m512& hi) {
+inline void Dequant(const uint8_t* b, V16& lo, V16& hi) {
   if constexpr (Q == kQ8_0) {
-    const __m512 d = _mm512_set1_ps(Half(b));
-    lo = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)(b + 2)))), d);
-    hi = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)(b + 18)))), d);
+    const V16 d = v16_set1_ps(Half(b));
+    lo = v16_mul_ps(v16_cvtepi32_ps(v16_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)(b + 2)))), d);
+    hi = v16_mul_ps(v16_cvtepi32_ps(v16_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)(b + 18)))), d);
   } else if constexpr (Q == kQ5_0) {
     // Layout: f16 d, u32 qh (bit i = fifth bit of element i), 16 bytes of nibbles as in Q4_0.
     // The 5-bit code indexes a 32-entry table (two vectors, vpermt2ps) of d * (code - 16).
-    const __m512 d = _mm512_set1_ps(Half(b));
-    const __m512 codes = _mm512_setr_ps(-16, -15, -14, -13, -12, -11, -10, -9, -8, -7, -6, -5, -4, -3, -2, -1);
-    const __m512 t0 = _mm512_mul_ps(codes, d);
-    const __m512 t1 = _mm512_mul_ps(_mm512_add_ps(codes, _mm512_set1_ps(16.0f)), d);
+    const V16 d = v16_set1_ps(Half(b));
+    const V16 codes = v16_setr_ps(-16, -15, -14, -13, -12, -11, -10, -9, -8, -7, -6, -5, -4, -3, -2, -1);
+    const V16 t0 = v16_mul_ps(codes, d);
+    const V16 t1 = v16_mul_ps(v16_add_ps(codes, v16_set1_ps(16.0f)), d);
     uint32_t qh;
     std::memcpy(&qh, b + 2, 4);
-    const __m512i lanes = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    const __m512i bits = _mm512_set1_epi32((int)qh);
-    const __m512i one = _mm512_set1_epi32(1), nib = _mm512_set1_epi32(15);
-    const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)(b + 6)));
-    const __m512i h0 = _mm512_slli_epi32(_mm512_and_si512(_mm512_srlv_epi32(bits, lanes), one), 4);
-    const __m512i h1 = _mm512_slli_epi32(
-        _mm512_and_si512(_mm512_srlv_epi32(bits, _mm512_add_epi32(lanes, _mm512_set1_epi32(16))), one), 4);
-    lo = _mm512_permutex2var_ps(t0, _mm512_or_si512(_mm512_and_si512(v, nib), h0), t1);
-    hi = _mm512_permutex2var_ps(t0, _mm512_or_si512(_mm512_srli_epi32(v, 4), h1), t1);
+    const V16i lanes = v16_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const V16i bits = v16_set1_epi32((int)qh);
+    const V16i one = v16_set1_epi32(1), nib = v16_set1_epi32(15);
+    const V16i v = v16_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)(b + 6)));
+    const V16i h0 = v16_slli_epi32(v16_and_si512(v16_srlv_epi32(bits, lanes), one), 4);
+    const V16i h1 = v16_slli_epi32(
+        v16_and_si512(v16_srlv_epi32(bits, v16_add_epi32(lanes, v16_set1_epi32(16))), one), 4);
+    lo = v16_permutex2var_ps(t0, v16_or_si512(v16_and_si512(v, nib), h0), t1);
+    hi = v16_permutex2var_ps(t0, v16_or_si512(v16_srli_epi32(v, 4), h1), t1);
   } else {
     // A 16-entry table of the block's possible values, looked up by nibble (vpermps reads the low
     // 4 bits of each index): byte i holds element i in its low nibble and element i+16 in its high.
-    const __m512 codes = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    __m512 table;
+    const V16 codes = v16_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    V16 table;
     const uint8_t* qs;
     if constexpr (Q == kQ4_1) {
-      table = _mm512_fmadd_ps(codes, _mm512_set1_ps(Half(b)), _mm512_set1_ps(Half(b + 2)));
+      table = v16_fmadd_ps(codes, v16_set1_ps(Half(b)), v16_set1_ps(Half(b + 2)));
       qs = b + 4;
     } else {
-      table = _mm512_mul_ps(_mm512_sub_ps(codes, _mm512_set1_ps(8.0f)), _mm512_set1_ps(Half(b)));
+      table = v16_mul_ps(v16_sub_ps(codes, v16_set1_ps(8.0f)), v16_set1_ps(Half(b)));
       qs = b + 2;
     }
-    const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)qs));
-    lo = _mm512_permutexvar_ps(v, table);
-    hi = _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), table);
+    const V16i v = v16_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)qs));
+    lo = v16_permutexvar_ps(v, table);
+    hi = v16_permutexvar_ps(v16_srli_epi32(v, 4), table);
   }
 }
 
 // Group j (weights 32j..32j+31) of the block row starting at `row`.
 template <int32_t Q>
-inline void Group(const uint8_t* row, int64_t j, __m512& lo, __m512& hi) {
+inline void Group(const uint8_t* row, int64_t j, V16& lo, V16& hi) {
   if constexpr (IsK(Q)) {
     DequantK<Q>(row + (j >> 3) * BlockBytes(Q), static_cast<int>(j & 7), lo, hi);
   } else {
@@ -186,9 +188,9 @@ inline void Group(const uint8_t* row, int64_t j, __m512& lo, __m512& hi) {
 template <int32_t Q, int RT, int OT>
 inline void Tile(const float* x, int64_t in, const uint8_t* w, int64_t row_bytes, float* y, int64_t out) {
   const int64_t nb = in / kBlock;
-  __m512 acc[RT][OT];
+  V16 acc[RT][OT];
   for (int r = 0; r < RT; ++r)
-    for (int o = 0; o < OT; ++o) acc[r][o] = _mm512_setzero_ps();
+    for (int o = 0; o < OT; ++o) acc[r][o] = v16_setzero_ps();
   // Prefetch the next tile's weight rows while this one computes, spread over the blocks: one row's
   // weights are read once from memory, and the hardware prefetchers alone left the core waiting
   // (measured: single-thread batch-1 layers 12 -> 7.4 ms).
@@ -197,19 +199,19 @@ inline void Tile(const float* x, int64_t in, const uint8_t* w, int64_t row_bytes
   const int64_t step = (span + nb - 1) / nb;
   for (int64_t j = 0; j < nb; ++j) {
     for (int64_t a = j * step; a < (j + 1) * step && a < span; a += 64) _mm_prefetch((const char*)(next + a), _MM_HINT_T0);
-    __m512 lo[OT], hi[OT];
+    V16 lo[OT], hi[OT];
     for (int o = 0; o < OT; ++o) Group<Q>(w + o * row_bytes, j, lo[o], hi[o]);
     for (int r = 0; r < RT; ++r) {
-      const __m512 xl = _mm512_loadu_ps(x + r * in + j * kBlock);
-      const __m512 xh = _mm512_loadu_ps(x + r * in + j * kBlock + 16);
+      const V16 xl = v16_loadu_ps(x + r * in + j * kBlock);
+      const V16 xh = v16_loadu_ps(x + r * in + j * kBlock + 16);
       for (int o = 0; o < OT; ++o) {
-        acc[r][o] = _mm512_fmadd_ps(xl, lo[o], acc[r][o]);
-        acc[r][o] = _mm512_fmadd_ps(xh, hi[o], acc[r][o]);
+        acc[r][o] = v16_fmadd_ps(xl, lo[o], acc[r][o]);
+        acc[r][o] = v16_fmadd_ps(xh, hi[o], acc[r][o]);
       }
     }
   }
   for (int r = 0; r < RT; ++r)
-    for (int o = 0; o < OT; ++o) y[r * out + o] = _mm512_reduce_add_ps(acc[r][o]);
+    for (int o = 0; o < OT; ++o) y[r * out + o] = v16_reduce_add_ps(acc[r][o]);
 }
 
 // Tiles: one row reads each weight once and is bound by memory, so it takes 8 outputs at a time for

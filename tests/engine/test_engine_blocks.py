@@ -16,7 +16,7 @@ from gguf.quants import dequantize as gguf_dequantize
 from engine import kernels
 from engine.blocks import BLOCK_BYTES, BLOCK_WEIGHTS, BlockMatrix, block_matmul, dequantize, from_gguf_rows, take_rows
 
-pytestmark = pytest.mark.skipif(not kernels.available(), reason="the CPU kernels need x86-64 with AVX-512")
+pytestmark = pytest.mark.skipif(not kernels.available(), reason="the CPU kernels need x86-64 with AVX2, FMA and F16C")
 
 QTYPES = ["Q4_0", "Q4_1", "Q5_0", "Q8_0", "Q4_K", "Q5_K", "Q6_K"]
 # byte offsets of the f16 scale and, where the type has one, its f16 offset/min

@@ -17,7 +17,7 @@ from engine import kernels
 from engine.kv_pages import quantize, read_pages
 from engine.model import causal_mask, gqa_attention
 
-pytestmark = pytest.mark.skipif(not kernels.available(), reason="the CPU kernels need x86-64 with AVX-512")
+pytestmark = pytest.mark.skipif(not kernels.available(), reason="the CPU kernels need x86-64 with AVX2, FMA and F16C")
 
 
 def make_case(seed: int, kvh: int, heads: int, hd: int, page_size: int, pages: int, positions: list[list[int]],
