@@ -156,21 +156,32 @@ inline void Dequant(const uint8_t* b, V16& lo, V16& hi) {
     lo = v16_permutex2var_ps(t0, v16_or_si512(v16_and_si512(v, nib), h0), t1);
     hi = v16_permutex2var_ps(t0, v16_or_si512(v16_srli_epi32(v, 4), h1), t1);
   } else {
-    // A 16-entry table of the block's possible values, looked up by nibble (vpermps reads the low
-    // 4 bits of each index): byte i holds element i in its low nibble and element i+16 in its high.
-    const V16 codes = v16_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    V16 table;
-    const uint8_t* qs;
-    if constexpr (Q == kQ4_1) {
-      table = v16_fmadd_ps(codes, v16_set1_ps(Half(b)), v16_set1_ps(Half(b + 2)));
-      qs = b + 4;
-    } else {
-      table = v16_mul_ps(v16_sub_ps(codes, v16_set1_ps(8.0f)), v16_set1_ps(Half(b)));
-      qs = b + 2;
-    }
+    // Byte i of the nibbles holds element i in its low nibble and element i+16 in its high.
+    const uint8_t* qs = b + (Q == kQ4_1 ? 4 : 2);
     const V16i v = v16_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)qs));
-    lo = v16_permutexvar_ps(v, table);
-    hi = v16_permutexvar_ps(v16_srli_epi32(v, 4), table);
+    const V16 d = v16_set1_ps(Half(b));
+    if constexpr (kV16Native) {
+      // A 16-entry table of the block's possible values, looked up by nibble (vpermps reads the low
+      // 4 bits of each index).
+      const V16 codes = v16_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+      const V16 table = Q == kQ4_1 ? v16_fmadd_ps(codes, d, v16_set1_ps(Half(b + 2)))
+                                   : v16_mul_ps(v16_sub_ps(codes, v16_set1_ps(8.0f)), d);
+      lo = v16_permutexvar_ps(v, table);
+      hi = v16_permutexvar_ps(v16_srli_epi32(v, 4), table);
+    } else {
+      // AVX2 has no 16-entry lookup: each value is computed as its table entry would be (the same f32).
+      const V16 clo = v16_cvtepi32_ps(v16_and_si512(v, v16_set1_epi32(15)));
+      const V16 chi = v16_cvtepi32_ps(v16_srli_epi32(v, 4));
+      if constexpr (Q == kQ4_1) {
+        const V16 m = v16_set1_ps(Half(b + 2));
+        lo = v16_fmadd_ps(clo, d, m);
+        hi = v16_fmadd_ps(chi, d, m);
+      } else {
+        const V16 eight = v16_set1_ps(8.0f);
+        lo = v16_mul_ps(v16_sub_ps(clo, eight), d);
+        hi = v16_mul_ps(v16_sub_ps(chi, eight), d);
+      }
+    }
   }
 }
 
@@ -185,6 +196,79 @@ inline void Group(const uint8_t* row, int64_t j, V16& lo, V16& hi) {
 }
 
 // RT rows x OT outputs: accumulators stay in registers across all blocks of the row.
+#if !defined(__AVX512F__) || !defined(__AVX512BW__) || !defined(__AVX512VL__)
+// AVX2 (vec16.h): a 16-lane accumulator is two 256-bit registers, and 16 registers do not hold a
+// tile's worth. Every lane of an accumulator is its own FMA chain, so the tile runs in two passes over
+// the row, lanes 0-7 of every accumulator and then lanes 8-15 (the de-quantised half a pass does not
+// use is dead code), each pass with one register per accumulator. Each lane sees the same FMAs in the
+// same order as in the one-pass form, and the two halves meet for the same final reduction, so the
+// results are those of the AVX-512 tile.
+// Lanes 8*HALF .. 8*HALF+7 of Group's two vectors (weights 8h..8h+7 and 16+8h..16+8h+7), each the
+// same f32 as Group's: the 32-weight types decoded directly, the k-quants through Group.
+template <int32_t Q, int HALF>
+inline void GroupHalf(const uint8_t* row, int64_t j, __m256& wl, __m256& wh) {
+  if constexpr (Q == kQ4_0 || Q == kQ4_1) {
+    const uint8_t* b = row + j * BlockBytes(Q);
+    const __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i*)(b + (Q == kQ4_1 ? 4 : 2) + 8 * HALF)));
+    const __m256 lo = _mm256_cvtepi32_ps(_mm256_and_si256(v, _mm256_set1_epi32(15)));
+    const __m256 hi = _mm256_cvtepi32_ps(_mm256_srli_epi32(v, 4));
+    const __m256 d = _mm256_set1_ps(Half(b));
+    if constexpr (Q == kQ4_1) {
+      const __m256 m = _mm256_set1_ps(Half(b + 2));
+      wl = _mm256_fmadd_ps(lo, d, m);
+      wh = _mm256_fmadd_ps(hi, d, m);
+    } else {
+      wl = _mm256_mul_ps(_mm256_sub_ps(lo, _mm256_set1_ps(8.0f)), d);
+      wh = _mm256_mul_ps(_mm256_sub_ps(hi, _mm256_set1_ps(8.0f)), d);
+    }
+  } else if constexpr (Q == kQ8_0) {
+    const uint8_t* b = row + j * BlockBytes(Q);
+    const __m256 d = _mm256_set1_ps(Half(b));
+    wl = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i*)(b + 2 + 8 * HALF)))), d);
+    wh = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i*)(b + 18 + 8 * HALF)))), d);
+  } else {
+    V16 lo, hi;
+    Group<Q>(row, j, lo, hi);
+    wl = HALF ? lo.hi : lo.lo;
+    wh = HALF ? hi.hi : hi.lo;
+  }
+}
+
+template <int32_t Q, int RT, int OT, int HALF>
+inline void TilePass(const float* x, int64_t in, const uint8_t* w, int64_t row_bytes, V16 (&acc)[RT][OT]) {
+  const int64_t nb = in / kBlock;
+  __m256 a[RT][OT];
+  for (int r = 0; r < RT; ++r)
+    for (int o = 0; o < OT; ++o) a[r][o] = _mm256_setzero_ps();
+  const uint8_t* next = w + OT * row_bytes;  // the next tile's rows, prefetched during the second pass
+  const int64_t span = OT * row_bytes;
+  const int64_t step = (span + nb - 1) / nb;
+  const float* xh = x + 8 * HALF;
+  for (int64_t j = 0; j < nb; ++j) {
+    if constexpr (HALF == 1)
+      for (int64_t b = j * step; b < (j + 1) * step && b < span; b += 64) _mm_prefetch((const char*)(next + b), _MM_HINT_T0);
+    for (int o = 0; o < OT; ++o) {
+      __m256 wl, wh;
+      GroupHalf<Q, HALF>(w + o * row_bytes, j, wl, wh);
+      for (int r = 0; r < RT; ++r) {
+        a[r][o] = _mm256_fmadd_ps(_mm256_loadu_ps(xh + r * in + j * kBlock), wl, a[r][o]);
+        a[r][o] = _mm256_fmadd_ps(_mm256_loadu_ps(xh + r * in + j * kBlock + 16), wh, a[r][o]);
+      }
+    }
+  }
+  for (int r = 0; r < RT; ++r)
+    for (int o = 0; o < OT; ++o) (HALF ? acc[r][o].hi : acc[r][o].lo) = a[r][o];
+}
+
+template <int32_t Q, int RT, int OT>
+inline void Tile(const float* x, int64_t in, const uint8_t* w, int64_t row_bytes, float* y, int64_t out) {
+  V16 acc[RT][OT];
+  TilePass<Q, RT, OT, 0>(x, in, w, row_bytes, acc);
+  TilePass<Q, RT, OT, 1>(x, in, w, row_bytes, acc);
+  for (int r = 0; r < RT; ++r)
+    for (int o = 0; o < OT; ++o) y[r * out + o] = v16_reduce_add_ps(acc[r][o]);
+}
+#else
 template <int32_t Q, int RT, int OT>
 inline void Tile(const float* x, int64_t in, const uint8_t* w, int64_t row_bytes, float* y, int64_t out) {
   const int64_t nb = in / kBlock;
@@ -213,11 +297,13 @@ inline void Tile(const float* x, int64_t in, const uint8_t* w, int64_t row_bytes
   for (int r = 0; r < RT; ++r)
     for (int o = 0; o < OT; ++o) y[r * out + o] = v16_reduce_add_ps(acc[r][o]);
 }
+#endif
 
 // Tiles: one row reads each weight once and is bound by memory, so it takes 8 outputs at a time for
 // independent FMA chains; several rows share each de-quantised block across 8 rows x 2 outputs
 // (16 accumulators + 4 weight vectors fit the 32 vector registers without spilling).
-constexpr int kRowTile = 8;
+// AVX2's two-pass tile holds 8 accumulators a pass: 8 rows x 1 output, 8 outputs for one row.
+constexpr int kRowTile = kV16Native ? 8 : 4;
 constexpr int kPairTile = 2;
 constexpr int kSingleTile = 8;
 
