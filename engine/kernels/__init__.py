@@ -59,9 +59,25 @@ def cpu_flags() -> set[str]:
     return set()
 
 
+# MEMLOOP_KERNEL_ISA: "native" (the default: the compiler targets this CPU, AVX-512 where it has it)
+# or "avx2" (x86-64-v3: the AVX2 kernels even on an AVX-512 CPU, e.g. to check that both give the
+# same numbers, or for one build shared by hosts of both kinds).
+ISA_TARGETS = {"native": "-march=native", "avx2": "-march=x86-64-v3"}
+
+
+def isa_setting() -> str:
+    """MEMLOOP_KERNEL_ISA, checked (a KernelBuildError names the valid values)."""
+    value = os.environ.get("MEMLOOP_KERNEL_ISA", "native")
+    if value not in ISA_TARGETS:
+        raise KernelBuildError(f"MEMLOOP_KERNEL_ISA must be one of {sorted(ISA_TARGETS)}, got {value!r}; "
+                               "unset it to build for this CPU")
+    return value
+
+
 def isa() -> str:
-    """The instruction set the kernels are built for on this CPU: "avx512" or "avx2" (vec16.h)."""
-    return "avx512" if all(f in cpu_flags() for f in NATIVE_FLAGS) else "avx2"
+    """The instruction set the kernels are built for here: "avx512" or "avx2" (vec16.h)."""
+    native = all(f in cpu_flags() for f in NATIVE_FLAGS)
+    return "avx512" if native and isa_setting() == "native" else "avx2"
 
 
 def _compiler() -> str | None:
@@ -74,7 +90,7 @@ def _build(cxx: str, out: Path) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
         so = Path(tmp) / out.name
-        cmd = [cxx, "-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-fno-math-errno",
+        cmd = [cxx, "-O3", ISA_TARGETS[isa_setting()], "-mtune=native", "-std=c++17", "-shared", "-fPIC", "-fno-math-errno",
                f"-I{jax.ffi.include_dir()}", *map(str, SOURCES), "-o", str(so)]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
@@ -92,7 +108,7 @@ def library_path() -> Path:
     version = subprocess.run([cxx, "--version"], capture_output=True, text=True).stdout
     key = hashlib.sha256()
     for part in (*(x.read_bytes() for x in (*SOURCES, *HEADERS)), version.encode(), " ".join(sorted(cpu_flags())).encode(),
-                 platform.machine().encode()):
+                 platform.machine().encode(), ISA_TARGETS[isa_setting()].encode()):
         key.update(part)
     path = cache_root() / "kernels" / f"qmatmul-{key.hexdigest()[:16]}.so"
     if not path.is_file():
