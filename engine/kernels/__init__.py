@@ -91,6 +91,7 @@ def _build(cxx: str, out: Path) -> None:
     with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
         so = Path(tmp) / out.name
         cmd = [cxx, "-O3", ISA_TARGETS[isa_setting()], "-mtune=native", "-std=c++17", "-shared", "-fPIC", "-fno-math-errno",
+               "-ffp-contract=off",
                f"-I{jax.ffi.include_dir()}", *map(str, SOURCES), "-o", str(so)]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:

@@ -302,7 +302,7 @@ inline void Tile(const float* x, int64_t in, const uint8_t* w, int64_t row_bytes
 // Tiles: one row reads each weight once and is bound by memory, so it takes 8 outputs at a time for
 // independent FMA chains; several rows share each de-quantised block across 8 rows x 2 outputs
 // (16 accumulators + 4 weight vectors fit the 32 vector registers without spilling).
-// AVX2's two-pass tile holds 8 accumulators a pass: 8 rows x 1 output, 8 outputs for one row.
+// AVX2's two-pass tile holds 8 accumulators a pass: 4 rows x 2 outputs, or 8 outputs for one row.
 constexpr int kRowTile = kV16Native ? 8 : 4;
 constexpr int kPairTile = 2;
 constexpr int kSingleTile = 8;
@@ -426,7 +426,7 @@ ffi::Error QMatmul(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<ff
   auto wd = w.dimensions();
   if (xd.size() != 2 || wd.size() != 2) return ffi::Error::InvalidArgument("memloop_qmatmul: x and w must be 2-D");
   const int64_t rows = xd[0], in = xd[1];
-  if (in % BlockWeights(qtype) != 0 || wd[1] != RowBytes(qtype, in))
+  if (in < 1 || in % BlockWeights(qtype) != 0 || wd[1] != RowBytes(qtype, in))
     return ffi::Error::InvalidArgument("memloop_qmatmul: w's row bytes do not match x's width and the block type");
   const Matrix m{w.typed_data(), y->typed_data(), wd[0]};
   return Multiply(pool, fn, x.typed_data(), rows, in, &m, 1);
@@ -443,7 +443,7 @@ ffi::Error QMatmulMany(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Remai
   const int n = static_cast<int>(ws.size());
   if (n < 1 || n > kMaxMatrices || ys.size() != ws.size())
     return ffi::Error::InvalidArgument("memloop_qmatmul_many: 1-8 matrices, one result each");
-  if (in % BlockWeights(qtype) != 0)
+  if (in < 1 || in % BlockWeights(qtype) != 0)
     return ffi::Error::InvalidArgument("memloop_qmatmul_many: x's width is not a whole number of blocks");
   std::array<Matrix, kMaxMatrices> mats{};
   for (int i = 0; i < n; ++i) {

@@ -9,6 +9,11 @@
 // a kernel gives bit-identical results on either instruction set, and its batch invariance holds
 // unchanged. Only speed differs (two instructions per operation, half the vector registers), which
 // the kernels' tile sizes account for (`kV16Native`).
+//
+// The library is built with -ffp-contract=off (engine/kernels/__init__.py): GCC writes several of
+// these intrinsics as plain vector arithmetic, which it would otherwise fuse into FMAs differently in
+// the two builds (e.g. a multiply feeding the AVX2 reduction's first add); only explicit FMAs fuse.
+// The reduction trees are GCC's; clang's AVX-512 reductions may differ in their NaN handling.
 #pragma once
 
 #include <immintrin.h>
@@ -176,13 +181,18 @@ V16_INLINE V16 V16Roundscale(V16 a) {
 }
 #define v16_roundscale_ps(a, imm) V16Roundscale<(imm)>(a)
 
-// a * 2^b for integral b in [-126, 127] (the kernels' one use, Exp, stays inside it): the power of two
-// is exact and one multiply rounds, as vscalefps rounds a * 2^b.
+// a * 2^b for integral b (the kernels' one use, Exp, gives b in [-126, 0]), rounded once as vscalefps
+// rounds it: b (clamped to [-252, 254], beyond which the result is 0 or inf either way) is split in
+// two halves whose powers of two are normal floats; scaling by the first is exact, so only the second
+// multiply rounds (to a subnormal, or to inf where a * 2^b overflows).
 V16_INLINE V16 v16_scalef_ps(V16 a, V16 b) {
-  auto pow2 = [](__m256 n) {
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23));
+  auto scale = [](__m256 x, __m256 n) {
+    const __m256i e = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(n, _mm256_set1_ps(-252.0f)), _mm256_set1_ps(254.0f)));
+    const __m256i h = _mm256_srai_epi32(e, 1);
+    auto pow2 = [](__m256i k) { return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(k, _mm256_set1_epi32(127)), 23)); };
+    return _mm256_mul_ps(_mm256_mul_ps(x, pow2(h)), pow2(_mm256_sub_epi32(e, h)));
   };
-  return {_mm256_mul_ps(a.lo, pow2(b.lo)), _mm256_mul_ps(a.hi, pow2(b.hi))};
+  return {scale(a.lo, b.lo), scale(a.hi, b.hi)};
 }
 
 V16_INLINE V16 v16_mask_mov_ps(V16 src, Mask16 k, V16 a) {
