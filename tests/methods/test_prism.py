@@ -8,7 +8,7 @@ import pytest
 
 from eval.datasets.sample import Sample
 from eval.errors import MethodError
-from eval.llm import ScriptedLLM
+from eval.llm import LLMRequest, LLMResult, ScriptedLLM, Usage
 from eval.memory import shared_prefix_tokens
 from eval.methods import get_method
 
@@ -123,6 +123,26 @@ def test_constrained_decoding_needs_a_server_that_supports_it_and_max_revisions_
 SCHEMA_ANSWER = "```python\nclass Notes:\n    \"\"\"Key facts.\"\"\"\n    facts: list[str]\n```"
 
 
+class KindScriptedLLM(ScriptedLLM):
+    """A ScriptedLLM with one script per kind of prompt (schema generation, revision, final answer),
+    each replayed in order: concurrent samples interleave their revise and answer calls in any order,
+    so one global script would hand a revise prompt an answer. A kind whose script runs out raises."""
+
+    def __init__(self, scripts: dict[str, list[str]], name: str) -> None:
+        super().__init__([], name=name)
+        self._scripts = {kind: list(texts) for kind, texts in scripts.items()}
+
+    def complete(self, request: LLMRequest) -> LLMResult:
+        content = request.messages[0]["content"]
+        kind = "schema" if "[Query domain]" in content else "revise" if "[PARTIAL_SUMMARY]" in content else "answer"
+        with self._lock:
+            if not self._scripts.get(kind):
+                raise AssertionError(f"no scripted {kind} output left after {len(self.requests)} calls")
+            text = self._scripts[kind].pop(0)
+            self.requests.append(request)
+        return LLMResult(text=text, usage=Usage(self.count_tokens(content), 0, self.count_tokens(text)))
+
+
 def test_generated_schema_is_made_once_per_task_from_the_task_example_query() -> None:
     """Seed 002 section 3.4: one schema per task, from the task's example query (not the sample's own
     query), reused for every sample; concurrent samples wait for the one generation."""
@@ -134,7 +154,7 @@ def test_generated_schema_is_made_once_per_task_from_the_task_example_query() ->
                for i in range(4)]
     rev = '[OBJECTS FOR ADD]\n{"$.facts": {"add": ["a function"]}}'
     # one schema answer, then a revise and a final answer per sample: a second generation runs out the script
-    llm = ScriptedLLM([SCHEMA_ANSWER] + [rev, "f"] * 4, name="schema-once")
+    llm = KindScriptedLLM({"schema": [SCHEMA_ANSWER], "revise": [rev] * 4, "answer": ["f"] * 4}, name="schema-once")
     with ThreadPoolExecutor(max_workers=4) as pool:
         outs = list(pool.map(lambda smp: get_method("prism-inplace", generate_schema=True).run(smp, llm), samples))
     prompts = [r.messages[0]["content"] for r in llm.requests]
