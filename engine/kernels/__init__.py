@@ -84,15 +84,19 @@ def _compiler() -> str | None:
     return os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")
 
 
+def _flags() -> list[str]:
+    """The compiler flags of a build (part of its key). -ffp-contract=off: only explicit FMAs fuse (vec16.h)."""
+    return ["-O3", ISA_TARGETS[isa_setting()], "-mtune=native", "-std=c++17", "-shared", "-fPIC", "-fno-math-errno",
+            "-ffp-contract=off"]
+
+
 def _build(cxx: str, out: Path) -> None:
     import jax
 
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
         so = Path(tmp) / out.name
-        cmd = [cxx, "-O3", ISA_TARGETS[isa_setting()], "-mtune=native", "-std=c++17", "-shared", "-fPIC", "-fno-math-errno",
-               "-ffp-contract=off",
-               f"-I{jax.ffi.include_dir()}", *map(str, SOURCES), "-o", str(so)]
+        cmd = [cxx, *_flags(), f"-I{jax.ffi.include_dir()}", *map(str, SOURCES), "-o", str(so)]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
             raise KernelBuildError(f"building {', '.join(x.name for x in SOURCES)} failed ({' '.join(cmd)}):\n{proc.stderr[-2000:]}")
@@ -109,7 +113,7 @@ def library_path() -> Path:
     version = subprocess.run([cxx, "--version"], capture_output=True, text=True).stdout
     key = hashlib.sha256()
     for part in (*(x.read_bytes() for x in (*SOURCES, *HEADERS)), version.encode(), " ".join(sorted(cpu_flags())).encode(),
-                 platform.machine().encode(), ISA_TARGETS[isa_setting()].encode()):
+                 platform.machine().encode(), " ".join(_flags()).encode()):
         key.update(part)
     path = cache_root() / "kernels" / f"qmatmul-{key.hexdigest()[:16]}.so"
     if not path.is_file():

@@ -156,32 +156,16 @@ inline void Dequant(const uint8_t* b, V16& lo, V16& hi) {
     lo = v16_permutex2var_ps(t0, v16_or_si512(v16_and_si512(v, nib), h0), t1);
     hi = v16_permutex2var_ps(t0, v16_or_si512(v16_srli_epi32(v, 4), h1), t1);
   } else {
-    // Byte i of the nibbles holds element i in its low nibble and element i+16 in its high.
-    const uint8_t* qs = b + (Q == kQ4_1 ? 4 : 2);
-    const V16i v = v16_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)qs));
+    // A 16-entry table of the block's possible values, looked up by nibble (vpermps reads the low
+    // 4 bits of each index): byte i holds element i in its low nibble and element i+16 in its high.
+    // (The AVX2 tile decodes these types directly instead: GroupHalf.)
+    const V16 codes = v16_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     const V16 d = v16_set1_ps(Half(b));
-    if constexpr (kV16Native) {
-      // A 16-entry table of the block's possible values, looked up by nibble (vpermps reads the low
-      // 4 bits of each index).
-      const V16 codes = v16_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-      const V16 table = Q == kQ4_1 ? v16_fmadd_ps(codes, d, v16_set1_ps(Half(b + 2)))
-                                   : v16_mul_ps(v16_sub_ps(codes, v16_set1_ps(8.0f)), d);
-      lo = v16_permutexvar_ps(v, table);
-      hi = v16_permutexvar_ps(v16_srli_epi32(v, 4), table);
-    } else {
-      // AVX2 has no 16-entry lookup: each value is computed as its table entry would be (the same f32).
-      const V16 clo = v16_cvtepi32_ps(v16_and_si512(v, v16_set1_epi32(15)));
-      const V16 chi = v16_cvtepi32_ps(v16_srli_epi32(v, 4));
-      if constexpr (Q == kQ4_1) {
-        const V16 m = v16_set1_ps(Half(b + 2));
-        lo = v16_fmadd_ps(clo, d, m);
-        hi = v16_fmadd_ps(chi, d, m);
-      } else {
-        const V16 eight = v16_set1_ps(8.0f);
-        lo = v16_mul_ps(v16_sub_ps(clo, eight), d);
-        hi = v16_mul_ps(v16_sub_ps(chi, eight), d);
-      }
-    }
+    const V16 table = Q == kQ4_1 ? v16_fmadd_ps(codes, d, v16_set1_ps(Half(b + 2)))
+                                 : v16_mul_ps(v16_sub_ps(codes, v16_set1_ps(8.0f)), d);
+    const V16i v = v16_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)(b + (Q == kQ4_1 ? 4 : 2))));
+    lo = v16_permutexvar_ps(v, table);
+    hi = v16_permutexvar_ps(v16_srli_epi32(v, 4), table);
   }
 }
 
