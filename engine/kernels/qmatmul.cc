@@ -182,7 +182,8 @@ inline void Group(const uint8_t* row, int64_t j, V16& lo, V16& hi) {
 // RT rows x OT outputs: accumulators stay in registers across all blocks of the row.
 #if !defined(__AVX512F__) || !defined(__AVX512BW__) || !defined(__AVX512VL__)
 // AVX2 (vec16.h): a 16-lane accumulator is two 256-bit registers, and 16 registers do not hold a
-// tile's worth. Every lane of an accumulator is its own FMA chain, so the tile runs in two passes over
+// tile's worth (one row alone is the exception: TileRow). Every lane of an accumulator is its own FMA
+// chain, so the multi-row tile runs in two passes over
 // the row, lanes 0-7 of every accumulator and then lanes 8-15 (the de-quantised half a pass does not
 // use is dead code), each pass with one register per accumulator. Each lane sees the same FMAs in the
 // same order as in the one-pass form, and the two halves meet for the same final reduction, so the
@@ -218,6 +219,76 @@ inline void GroupHalf(const uint8_t* row, int64_t j, __m256& wl, __m256& wh) {
   }
 }
 
+// The f16 scale and offset of a Q4_1 block (Q4_0/Q8_0: the scale twice) as broadcast f32 vectors:
+// one 32-bit load and one conversion for both (the same values as `Half`).
+template <int32_t Q>
+inline void Scales(const uint8_t* b, __m256& d, __m256& m) {
+  uint32_t dm;
+  std::memcpy(&dm, b, 4);
+  const __m128 s = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(dm)));
+  d = _mm256_broadcastss_ps(s);
+  m = Q == kQ4_1 ? _mm256_broadcastss_ps(_mm_movehdup_ps(s)) : d;
+}
+
+// All 32 weights of group j as four vectors (weights 0-7, 8-15, 16-23, 24-31), for the one-row tile:
+// the same f32 values as Group's. Q4_0/Q4_1 codes reach their 32-bit lanes by an in-lane byte
+// shuffle of the 16 code bytes held in both halves of a register (one uop per 8 codes, where the
+// zero-extension `vpmovzxbd` of 8 bytes costs two).
+template <int32_t Q>
+inline void GroupQuad(const uint8_t* row, int64_t j, __m256 (&w)[4]) {
+  if constexpr (Q == kQ4_0 || Q == kQ4_1) {
+    const uint8_t* b = row + j * BlockBytes(Q);
+    const __m256i q = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)(b + (Q == kQ4_1 ? 4 : 2))));
+    const __m256i low4 = _mm256_set1_epi8(0x0F);
+    const __m256i codes[2] = {_mm256_and_si256(q, low4), _mm256_and_si256(_mm256_srli_epi16(q, 4), low4)};
+    // byte i of each half to the low byte of lane i (bytes 0-7), or of lane i-8 (bytes 8-15); -1 zeroes
+    const __m256i first = _mm256_setr_epi8(0, -1, -1, -1, 1, -1, -1, -1, 2, -1, -1, -1, 3, -1, -1, -1,
+                                           4, -1, -1, -1, 5, -1, -1, -1, 6, -1, -1, -1, 7, -1, -1, -1);
+    const __m256i second = _mm256_add_epi32(first, _mm256_set1_epi32(8));
+    __m256 d, m;
+    Scales<Q>(b, d, m);
+    for (int k = 0; k < 4; ++k) {
+      const __m256 c = _mm256_cvtepi32_ps(_mm256_shuffle_epi8(codes[k >> 1], k & 1 ? second : first));
+      w[k] = Q == kQ4_1 ? _mm256_fmadd_ps(c, d, m) : _mm256_mul_ps(_mm256_sub_ps(c, _mm256_set1_ps(8.0f)), d);
+    }
+  } else if constexpr (Q == kQ8_0) {
+    const uint8_t* b = row + j * BlockBytes(Q);
+    const __m256 d = _mm256_set1_ps(Half(b));
+    for (int k = 0; k < 4; ++k)
+      w[k] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i*)(b + 2 + 8 * k)))), d);
+  } else {
+    V16 lo, hi;
+    Group<Q>(row, j, lo, hi);
+    w[0] = lo.lo, w[1] = lo.hi, w[2] = hi.lo, w[3] = hi.hi;
+  }
+}
+
+// One row, OT outputs, both lane halves in one pass (2*OT accumulators fit the 16 registers when the
+// row is alone): a group is decoded once and its scales converted once. Lane l of the two halves
+// sees fma(x[l], w[l]) then fma(x[16+l], w[16+l]) (l = 0-15), the order of every other tile.
+template <int32_t Q, int OT>
+inline void TileRow(const float* x, int64_t in, const uint8_t* w, int64_t row_bytes, float* y) {
+  const int64_t nb = in / kBlock;
+  __m256 a0[OT], a1[OT];
+  for (int o = 0; o < OT; ++o) a0[o] = a1[o] = _mm256_setzero_ps();
+  const uint8_t* next = w + OT * row_bytes;  // the next tile's rows, prefetched over the blocks
+  const int64_t span = OT * row_bytes;
+  const int64_t step = (span + nb - 1) / nb;
+  for (int64_t j = 0; j < nb; ++j) {
+    for (int64_t b = j * step; b < (j + 1) * step && b < span; b += 64) _mm_prefetch((const char*)(next + b), _MM_HINT_T0);
+    const float* xj = x + j * kBlock;
+    for (int o = 0; o < OT; ++o) {
+      __m256 q[4];
+      GroupQuad<Q>(w + o * row_bytes, j, q);
+      a0[o] = _mm256_fmadd_ps(_mm256_loadu_ps(xj), q[0], a0[o]);
+      a0[o] = _mm256_fmadd_ps(_mm256_loadu_ps(xj + 16), q[2], a0[o]);
+      a1[o] = _mm256_fmadd_ps(_mm256_loadu_ps(xj + 8), q[1], a1[o]);
+      a1[o] = _mm256_fmadd_ps(_mm256_loadu_ps(xj + 24), q[3], a1[o]);
+    }
+  }
+  for (int o = 0; o < OT; ++o) y[o] = v16_reduce_add_ps(V16{a0[o], a1[o]});
+}
+
 template <int32_t Q, int RT, int OT, int HALF>
 inline void TilePass(const float* x, int64_t in, const uint8_t* w, int64_t row_bytes, V16 (&acc)[RT][OT]) {
   const int64_t nb = in / kBlock;
@@ -246,6 +317,10 @@ inline void TilePass(const float* x, int64_t in, const uint8_t* w, int64_t row_b
 
 template <int32_t Q, int RT, int OT>
 inline void Tile(const float* x, int64_t in, const uint8_t* w, int64_t row_bytes, float* y, int64_t out) {
+  if constexpr (RT == 1) {
+    TileRow<Q, OT>(x, in, w, row_bytes, y);
+    return;
+  }
   V16 acc[RT][OT];
   TilePass<Q, RT, OT, 0>(x, in, w, row_bytes, acc);
   TilePass<Q, RT, OT, 1>(x, in, w, row_bytes, acc);
@@ -286,10 +361,14 @@ inline void Tile(const float* x, int64_t in, const uint8_t* w, int64_t row_bytes
 // Tiles: one row reads each weight once and is bound by memory, so it takes 8 outputs at a time for
 // independent FMA chains; several rows share each de-quantised block across 8 rows x 2 outputs
 // (16 accumulators + 4 weight vectors fit the 32 vector registers without spilling).
-// AVX2's two-pass tile holds 8 accumulators a pass: 4 rows x 2 outputs, or 8 outputs for one row.
-constexpr int kRowTile = kV16Native ? 8 : 4;
-constexpr int kPairTile = 2;
-constexpr int kSingleTile = 8;
+// AVX2 (16 registers of 8 lanes): one row takes 2 outputs in one pass (TileRow: 4 accumulators);
+// several rows run the two-pass tile on 8 rows x 1 output (8 accumulators a pass, each decoded half
+// shared by 8 rows). Measured on a Zen 3 core against 1 row x 8 and 4 rows x 2 two-pass tiles, same
+// results: one row 16-20% less time, 32 rows 5-15% more MACs/s (bench notes in
+// docs/engine-serving.md).
+constexpr int kRowTile = 8;
+constexpr int kPairTile = kV16Native ? 2 : 1;
+constexpr int kSingleTile = kV16Native ? 8 : 2;
 
 template <int32_t Q, int OT>
 void RowsTile(const float* x, int64_t rows, int64_t in, const uint8_t* w, int64_t row_bytes, float* y,
@@ -314,6 +393,23 @@ template <int32_t Q, int OT>
 void OutputsTiled(const float* x, int64_t rows, int64_t in, const uint8_t* w, float* y, int64_t out, int64_t o0,
                   int64_t o1) {
   const int64_t row_bytes = RowBytes(Q, in);
+  if (!kV16Native && rows > 1) {
+    // Row tiles outermost: a tile's rows of x (8 x 4*in bytes, several times a row of weights) stay
+    // in L1 while they meet every output of a slice of about 16 KB of weights, which the next row
+    // tile reads again from L1/L2. Output tiles outermost re-read all of x per output from L2, which
+    // bound the AVX2 tile (it reads x twice, once per pass).
+    const int64_t slice = std::max<int64_t>(OT, ((int64_t{1} << 14) / row_bytes) / OT * OT);
+    for (int64_t s0 = o0; s0 < o1; s0 += slice) {
+      const int64_t s1 = std::min(o1, s0 + slice);
+      for (int64_t r = 0; r < rows; r += kRowTile) {
+        const int64_t rr = std::min<int64_t>(kRowTile, rows - r);
+        int64_t o = s0;
+        for (; o + OT <= s1; o += OT) RowsTile<Q, OT>(x + r * in, rr, in, w + o * row_bytes, row_bytes, y + r * out + o, out);
+        for (; o < s1; ++o) RowsTile<Q, 1>(x + r * in, rr, in, w + o * row_bytes, row_bytes, y + r * out + o, out);
+      }
+    }
+    return;
+  }
   int64_t o = o0;
   for (; o + OT <= o1; o += OT) RowsTile<Q, OT>(x, rows, in, w + o * row_bytes, row_bytes, y + o, out);
   for (; o < o1; ++o) RowsTile<Q, 1>(x, rows, in, w + o * row_bytes, row_bytes, y + o, out);
@@ -374,11 +470,14 @@ constexpr int kMaxMatrices = 8;
 ffi::Error Multiply(ffi::ThreadPool& pool, OutputsFn fn, const float* xp, int64_t rows, int64_t in,
                     const Matrix* mats, int nmats) {
   // Chunks of about 64k weights x rows of work, a multiple of the output tile, at least one per thread.
+  // Several rows take at least 32 outputs (AVX-512: 8) a chunk: each chunk reads its rows of x again,
+  // which on AVX2 outweigh a few outputs' weights many times (OutputsTiled).
   const int64_t tile = kSingleTile;
+  const int64_t least = rows > 1 && !kV16Native ? 32 : tile;
   const int64_t per_out = std::max<int64_t>(1, in * rows);
   int64_t total = 0;
   for (int i = 0; i < nmats; ++i) total += mats[i].out;
-  int64_t chunk = std::max<int64_t>(tile, ((int64_t{1} << 16) / per_out) / tile * tile);
+  int64_t chunk = std::max<int64_t>(least, ((int64_t{1} << 16) / per_out) / tile * tile);
   const int64_t threads = std::max<int64_t>(1, pool.num_threads());
   chunk = std::min(chunk, std::max<int64_t>(tile, (total / threads) / tile * tile));
   auto chunks = std::make_shared<std::vector<Chunk>>();
