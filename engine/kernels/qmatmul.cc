@@ -188,6 +188,18 @@ inline void Group(const uint8_t* row, int64_t j, V16& lo, V16& hi) {
 // use is dead code), each pass with one register per accumulator. Each lane sees the same FMAs in the
 // same order as in the one-pass form, and the two halves meet for the same final reduction, so the
 // results are those of the AVX-512 tile.
+
+// The f16 scale and offset of a Q4_1 block (Q4_0/Q8_0: the scale twice) as broadcast f32 vectors:
+// one 32-bit load and one conversion for both (the same values as `Half`).
+template <int32_t Q>
+inline void Scales(const uint8_t* b, __m256& d, __m256& m) {
+  uint32_t dm;
+  std::memcpy(&dm, b, 4);
+  const __m128 s = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(dm)));
+  d = _mm256_broadcastss_ps(s);
+  m = Q == kQ4_1 ? _mm256_broadcastss_ps(_mm_movehdup_ps(s)) : d;
+}
+
 // Lanes 8*HALF .. 8*HALF+7 of Group's two vectors (weights 8h..8h+7 and 16+8h..16+8h+7), each the
 // same f32 as Group's: the 32-weight types decoded directly, the k-quants through Group.
 template <int32_t Q, int HALF>
@@ -197,9 +209,9 @@ inline void GroupHalf(const uint8_t* row, int64_t j, __m256& wl, __m256& wh) {
     const __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i*)(b + (Q == kQ4_1 ? 4 : 2) + 8 * HALF)));
     const __m256 lo = _mm256_cvtepi32_ps(_mm256_and_si256(v, _mm256_set1_epi32(15)));
     const __m256 hi = _mm256_cvtepi32_ps(_mm256_srli_epi32(v, 4));
-    const __m256 d = _mm256_set1_ps(Half(b));
+    __m256 d, m;
+    Scales<Q>(b, d, m);
     if constexpr (Q == kQ4_1) {
-      const __m256 m = _mm256_set1_ps(Half(b + 2));
       wl = _mm256_fmadd_ps(lo, d, m);
       wh = _mm256_fmadd_ps(hi, d, m);
     } else {
@@ -217,17 +229,6 @@ inline void GroupHalf(const uint8_t* row, int64_t j, __m256& wl, __m256& wh) {
     wl = HALF ? lo.hi : lo.lo;
     wh = HALF ? hi.hi : hi.lo;
   }
-}
-
-// The f16 scale and offset of a Q4_1 block (Q4_0/Q8_0: the scale twice) as broadcast f32 vectors:
-// one 32-bit load and one conversion for both (the same values as `Half`).
-template <int32_t Q>
-inline void Scales(const uint8_t* b, __m256& d, __m256& m) {
-  uint32_t dm;
-  std::memcpy(&dm, b, 4);
-  const __m128 s = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(dm)));
-  d = _mm256_broadcastss_ps(s);
-  m = Q == kQ4_1 ? _mm256_broadcastss_ps(_mm_movehdup_ps(s)) : d;
 }
 
 // All 32 weights of group j as four vectors (weights 0-7, 8-15, 16-23, 24-31), for the one-row tile:
@@ -252,10 +253,8 @@ inline void GroupQuad(const uint8_t* row, int64_t j, __m256 (&w)[4]) {
       w[k] = Q == kQ4_1 ? _mm256_fmadd_ps(c, d, m) : _mm256_mul_ps(_mm256_sub_ps(c, _mm256_set1_ps(8.0f)), d);
     }
   } else if constexpr (Q == kQ8_0) {
-    const uint8_t* b = row + j * BlockBytes(Q);
-    const __m256 d = _mm256_set1_ps(Half(b));
-    for (int k = 0; k < 4; ++k)
-      w[k] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i*)(b + 2 + 8 * k)))), d);
+    GroupHalf<Q, 0>(row, j, w[0], w[2]);
+    GroupHalf<Q, 1>(row, j, w[1], w[3]);
   } else {
     V16 lo, hi;
     Group<Q>(row, j, lo, hi);
