@@ -22,6 +22,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -34,7 +35,7 @@ MANY_TARGET = "memloop_qmatmul_many"
 MAX_MATRICES = 8  # matrices one `qmatmul_many` call takes (qmatmul.cc kMaxMatrices)
 ATTENTION_TARGET = "memloop_paged_attention"
 SOURCES = (Path(__file__).with_name("qmatmul.cc"), Path(__file__).with_name("paged_attention.cc"))
-HEADERS = (Path(__file__).with_name("vec16.h"),)  # part of the build key: a changed header rebuilds
+HEADERS = (Path(__file__).with_name("vec16.h"), Path(__file__).with_name("crew.h"))  # part of the build key: a changed header rebuilds
 QTYPES = {"Q4_0": 0, "Q4_1": 1, "Q8_0": 2, "Q5_0": 3, "Q4_K": 4, "Q5_K": 5, "Q6_K": 6}
 # AVX-512 (F, BW, VL) where the CPU has it, else AVX2 with FMA (vec16.h: the same results either way).
 NATIVE_FLAGS = ("avx512f", "avx512bw", "avx512vl", "f16c")
@@ -72,6 +73,38 @@ def isa_setting() -> str:
         raise KernelBuildError(f"MEMLOOP_KERNEL_ISA must be one of {sorted(ISA_TARGETS)}, got {value!r}; "
                                "unset it to build for this CPU")
     return value
+
+
+# MEMLOOP_KERNEL_SPIN_US: how long (microseconds) the kernels' helper threads keep spinning for the
+# next call before they sleep (crew.h; default 1000, 0 sleeps at once: less CPU on a shared host,
+# slower batch-1 decode).
+SPIN_DEFAULT_US = 1000
+
+
+def spin_setting() -> int:
+    """MEMLOOP_KERNEL_SPIN_US, checked (a KernelBuildError says what it takes)."""
+    value = os.environ.get("MEMLOOP_KERNEL_SPIN_US", str(SPIN_DEFAULT_US))
+    if not value.isdigit() or int(value) > 10_000_000:
+        raise KernelBuildError(f"MEMLOOP_KERNEL_SPIN_US must be a whole number of microseconds from 0 to 10000000, "
+                               f"got {value!r}; unset it for the default ({SPIN_DEFAULT_US})")
+    return int(value)
+
+
+@dataclass(frozen=True)
+class Splits:
+    """How the kernel calls with work to split were split so far in this process (crew.h)."""
+
+    crew: int  # by the kernels' own spinning threads
+    pool: int  # by XLA's pool, the crew being in use by another call
+    alone: int  # by the calling thread alone, the crew being in use and the call too small for the pool
+
+
+def splits() -> Splits:
+    """The counts behind `Splits` (the kernels must be loaded)."""
+    load()
+    out = (ctypes.c_int64 * 3)()
+    _state["lib"].memloop_kernel_splits(out)
+    return Splits(*out)
 
 
 def isa() -> str:
@@ -131,6 +164,7 @@ def load() -> None:
         if "error" in _state:
             raise KernelBuildError(_state["error"])
         try:
+            spin_setting()
             missing = [f for f in REQUIRED_FLAGS if f not in cpu_flags()]
             if platform.machine() not in ("x86_64", "AMD64") or missing:
                 raise KernelBuildError(f"the CPU kernels need x86-64 with {', '.join(REQUIRED_FLAGS)}; "
@@ -179,7 +213,7 @@ def qmatmul(x: Any, blocks: Any, qtype: str) -> Any:
 def qmatmul_many(x: Any, blocks: Sequence[Any], qtype: str) -> list[Any]:
     """`[qmatmul(x, b, qtype) for b in blocks]` in one kernel call (1 to MAX_MATRICES matrices of one
     block type and width): a layer's matrices that share their input (q, k, v; gate, up) cost one
-    call and one wake-up of the thread pool. Every output is bit-identical to its own `qmatmul`."""
+    call and one hand-off to the helper threads. Every output is bit-identical to its own `qmatmul`."""
     import jax
     import jax.numpy as jnp
 

@@ -23,6 +23,7 @@
 // the number of query tokens nor the block table's width changes a query's result.
 #include <immintrin.h>
 
+#include "crew.h"
 #include "vec16.h"
 
 #include <algorithm>
@@ -355,31 +356,15 @@ void Merge(const Problem<KV>& pr, int64_t b, int64_t t, int64_t h, int64_t chunk
   for (int64_t i = 0; i < nv; ++i) v16_storeu_ps(dst + 16 * i, v16_mul_ps(o[i], inv));
 }
 
-// Below this many (key, query row) pairs in a call the calling thread does all the work: waking a
-// pool thread costs more than it saves (measured: batch-1 decode after a short prompt went from
-// 85 to 73 tok/s when every layer's few dozen keys were split over two threads).
+// Below this many (key, query row) pairs in a call only the kernels' own spinning threads help
+// (crew.h): waking a sleeping XLA pool thread costs more than it saves (measured: batch-1 decode
+// after a short prompt went from 85 to 73 tok/s when every layer's few dozen keys were split over
+// two threads that way). The crew sees a call within a microsecond, and splitting even these
+// small calls over it cut a batch-1 step's attention from about 1.2 to 0.75 ms on a Zen 3 host.
 constexpr int64_t kInlineKeyRows = 8192;
 
-// Runs work(0 .. n-1) on the calling thread and (unless `alone`) the pool; returns when all are
-// done. The calling thread takes work too and waits only for items other threads have started.
-template <typename F>
-void Parallel(ffi::ThreadPool& pool, int64_t n, bool alone, F work) {
-  struct Shared {
-    std::atomic<int64_t> next{0};
-    std::atomic<int64_t> done{0};
-  };
-  auto shared = std::make_shared<Shared>();
-  auto run = [shared, n, work] {
-    for (int64_t i; (i = shared->next.fetch_add(1)) < n;) {
-      work(i);
-      shared->done.fetch_add(1, std::memory_order_release);
-    }
-  };
-  const int64_t helpers = alone ? 0 : std::min<int64_t>(std::max<int64_t>(1, pool.num_threads()), n) - 1;
-  for (int64_t t = 0; t < helpers; ++t) pool.Schedule([run] { run(); });
-  run();
-  while (shared->done.load(std::memory_order_acquire) < n) _mm_pause();
-}
+using memloop_kernels::Helpers;
+using memloop_kernels::Parallel;
 
 template <ffi::DataType D>
 ffi::Error Attend(ffi::ThreadPool& pool, ffi::Buffer<ffi::F32>& q, ffi::Buffer<D>& k, ffi::Buffer<D>& v,
@@ -452,13 +437,13 @@ ffi::Error Attend(ffi::ThreadPool& pool, ffi::Buffer<ffi::F32>& q, ffi::Buffer<D
       for (int64_t c = 0; c < chunks[b]; ++c) items.push_back((b * pr.kv_heads + h) * pr.max_chunks + c);
   const Problem<KV>* p = &pr;
   const int64_t* it = items.data();
-  const bool alone = key_rows < kInlineKeyRows;
-  Parallel(pool, static_cast<int64_t>(items.size()), alone, [p, it](int64_t i) {
+  const Helpers helpers = key_rows < kInlineKeyRows ? Helpers::kCrew : Helpers::kAny;
+  Parallel(pool, static_cast<int64_t>(items.size()), helpers, [p, it](int64_t i) {
     const int64_t x = it[i], c = x % p->max_chunks, bh = x / p->max_chunks;
     Chunk(*p, bh / p->kv_heads, bh % p->kv_heads, c);
   });
   const int64_t* nc = chunks.data();
-  Parallel(pool, pr.batch * pr.tokens, alone, [p, nc](int64_t i) {
+  Parallel(pool, pr.batch * pr.tokens, helpers, [p, nc](int64_t i) {
     const int64_t b = i / p->tokens, t = i % p->tokens;
     for (int64_t h = 0; h < p->heads; ++h) Merge(*p, b, t, h, nc[b]);
   });

@@ -19,6 +19,7 @@
 // depend on what shares its batch.
 #include <immintrin.h>
 
+#include "crew.h"
 #include "vec16.h"
 
 #include <algorithm>
@@ -440,13 +441,6 @@ OutputsFn Select(int32_t qtype) {
   }
 }
 
-// Work split in chunks of output rows; the calling thread takes chunks too, and waits only for
-// chunks other threads have started, so it never depends on a pool thread being free.
-struct Shared {
-  std::atomic<int64_t> next{0};
-  std::atomic<int64_t> done{0};
-};
-
 // One matrix of a call: y [rows, out] = x . w^T.
 struct Matrix {
   const uint8_t* w;
@@ -463,7 +457,7 @@ struct Chunk {
 constexpr int kMaxMatrices = 8;
 
 // Multiplies x by every matrix in one call: the matrices of a layer that share their input (q, k
-// and v; gate and up) cost one call and one wake-up of the pool instead of one each, and their
+// and v; gate and up) cost one call and one hand-off to the helper threads instead of one each, and their
 // chunks balance over the threads together. Each (row, output) sum is computed exactly as a call
 // on its matrix alone would, so results do not depend on the grouping.
 ffi::Error Multiply(ffi::ThreadPool& pool, OutputsFn fn, const float* xp, int64_t rows, int64_t in,
@@ -479,24 +473,14 @@ ffi::Error Multiply(ffi::ThreadPool& pool, OutputsFn fn, const float* xp, int64_
   int64_t chunk = std::max<int64_t>(least, ((int64_t{1} << 16) / per_out) / tile * tile);
   const int64_t threads = std::max<int64_t>(1, pool.num_threads());
   chunk = std::min(chunk, std::max<int64_t>(tile, (total / threads) / tile * tile));
-  auto chunks = std::make_shared<std::vector<Chunk>>();
+  std::vector<Chunk> chunks;
   for (int i = 0; i < nmats; ++i)
-    for (int64_t o = 0; o < mats[i].out; o += chunk) chunks->push_back({i, o, std::min(mats[i].out, o + chunk)});
-  const int64_t n = static_cast<int64_t>(chunks->size());
-  std::array<Matrix, kMaxMatrices> m{};
-  std::copy(mats, mats + nmats, m.begin());
-  auto run = [=](Shared* s) {
-    for (int64_t c; (c = s->next.fetch_add(1)) < n;) {
-      const Chunk& k = (*chunks)[c];
-      fn(xp, rows, in, m[k.m].w, m[k.m].y, m[k.m].out, k.o0, k.o1);
-      s->done.fetch_add(1, std::memory_order_release);
-    }
-  };
-  auto shared = std::make_shared<Shared>();
-  const int64_t helpers = std::min<int64_t>(threads, n) - 1;
-  for (int64_t t = 0; t < helpers; ++t) pool.Schedule([shared, run] { run(shared.get()); });
-  run(shared.get());
-  while (shared->done.load(std::memory_order_acquire) < n) _mm_pause();
+    for (int64_t o = 0; o < mats[i].out; o += chunk) chunks.push_back({i, o, std::min(mats[i].out, o + chunk)});
+  const Chunk* ck = chunks.data();
+  memloop_kernels::Parallel(pool, static_cast<int64_t>(chunks.size()), memloop_kernels::Helpers::kAny, [=](int64_t c) {
+    const Chunk& k = ck[c];
+    fn(xp, rows, in, mats[k.m].w, mats[k.m].y, mats[k.m].out, k.o0, k.o1);
+  });
   return ffi::Error::Success();
 }
 
@@ -559,3 +543,9 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(MemloopQMatmulMany, QMatmulMany,
                                   .Attr<int32_t>("qtype"));
 
 extern "C" int memloop_kernels_abi() { return 1; }
+
+// How the calls that had work to split were split so far: [by the crew, by XLA's pool, alone because
+// the crew was in use] (crew.h); for tests and diagnostics.
+extern "C" void memloop_kernel_splits(int64_t* out) {
+  for (int i = 0; i < 3; ++i) out[i] = memloop_kernels::split_calls[i].load(std::memory_order_relaxed);
+}
