@@ -112,7 +112,13 @@ class Crew {
         if (Open(claim_.load(std::memory_order_acquire))) return true;
         _mm_pause();
       }
-      if ((round & 15) == 15 && std::chrono::steady_clock::now() >= until) return false;
+      if ((round & 3) == 3) {
+        // Give the core to any other runnable thread (XLA's pool running the ops between two
+        // kernel calls, in parallel at large batch): a spinning thread would otherwise hold it
+        // until the scheduler's time slice ends. With nothing else runnable this returns at once.
+        sched_yield();
+        if (std::chrono::steady_clock::now() >= until) return false;
+      }
     }
   }
 
