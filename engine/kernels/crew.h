@@ -47,8 +47,6 @@ class Crew {
     return *crew;
   }
 
-  int64_t helpers() const { return helpers_; }
-
   // Runs call(ctx, i) for i in [0, n) on the caller and the crew. False (nothing run) if another
   // call holds the crew or n does not fit a claim word.
   bool Run(int64_t n, void (*call)(void*, int64_t), void* ctx) {
@@ -150,10 +148,10 @@ enum class Helpers {
 template <typename F>
 void Parallel(ffi::ThreadPool& pool, int64_t n, Helpers helpers, F work) {
   const int64_t threads = std::max<int64_t>(1, pool.num_threads());
-  if (helpers == Helpers::kNone || n < 2 || threads < 2) {
+  auto alone = [&] {
     for (int64_t i = 0; i < n; ++i) work(i);
-    return;
-  }
+  };
+  if (helpers == Helpers::kNone || n < 2 || threads < 2) return alone();
   auto call = [](void* ctx, int64_t i) { (*static_cast<F*>(ctx))(i); };
   if (Crew::Get(threads - 1).Run(n, call, &work)) {
     split_calls[kByCrew].fetch_add(1, std::memory_order_relaxed);
@@ -161,8 +159,7 @@ void Parallel(ffi::ThreadPool& pool, int64_t n, Helpers helpers, F work) {
   }
   if (helpers == Helpers::kCrew) {
     split_calls[kAlone].fetch_add(1, std::memory_order_relaxed);
-    for (int64_t i = 0; i < n; ++i) work(i);
-    return;
+    return alone();
   }
   split_calls[kByPool].fetch_add(1, std::memory_order_relaxed);
   struct Shared {
