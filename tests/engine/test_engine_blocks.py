@@ -83,13 +83,14 @@ def test_kernel_matches_float64_reference(qtype, rows):
 @pytest.mark.parametrize("qtype", QTYPES)
 def test_kernel_rows_do_not_depend_on_their_batch(qtype):
     """A row's outputs are bit-identical alone, at any position of any batch size (the property that
-    lets a request's greedy tokens not depend on what shares its step)."""
+    lets a request's greedy tokens not depend on what shares its step). The slices cross every tile
+    change: one row, the two-pass tile (2-5 rows), the panel tiles (6 rows and more, 3 at a time)."""
     rng = np.random.default_rng(3)
     raw = jnp.asarray(random_blocks(rng, qtype, 136, 512))
     x = jnp.asarray(rng.standard_normal((37, 512)).astype(np.float32))
     fn = jax.jit(lambda x, r: kernels.qmatmul(x, r, qtype))
     full = np.asarray(fn(x, raw))
-    for lo, hi in [(0, 1), (5, 6), (0, 3), (2, 4), (4, 9), (0, 8), (3, 16), (9, 37), (36, 37)]:
+    for lo, hi in [(0, 1), (5, 6), (0, 3), (2, 4), (0, 5), (0, 6), (4, 9), (0, 8), (3, 16), (9, 37), (30, 37), (36, 37)]:
         np.testing.assert_array_equal(np.asarray(fn(x[lo:hi], raw)), full[lo:hi])
 
 
