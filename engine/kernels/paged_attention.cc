@@ -113,6 +113,64 @@ inline V16 Finish16(const V16* b) {
   return v16_permutexvar_ps(v16_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), x);
 }
 
+#if !defined(__AVX512F__) || !defined(__AVX512BW__) || !defined(__AVX512VL__)
+// AVX2 (vec16.h: a 16-lane vector is two 256-bit halves, 16 registers). The tree below, written for
+// 16 keys at once, keeps 4 x N 16-lane partial sums live, twice the register file, so GCC spilled
+// them and attention over long contexts ran far below the speed of its memory reads. Here each
+// key's 16 dot-product lanes are reduced as soon as they are done, in the very order of that tree:
+// for lanes d0..d15 (each lane's FMA chain over the head dimension unchanged), the score is
+// (t0 + t2) + (t1 + t3) with t_m = (d_m + d_{8+m}) + (d_{4+m} + d_{12+m}), so the results are those
+// of the AVX-512 build bit for bit (tests/engine/test_engine_kernel_isa.py).
+
+// 8 cache elements as f32, the halves of Load16.
+inline __m256 Load8(const float* p) { return _mm256_loadu_ps(p); }
+inline __m256 Load8(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+inline __m256 Load8(const int8_t* p) {
+  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
+
+// Lane j: the score of key j from u[j] (u_m = d_m + d_{8+m}): t = u's 128-bit halves added, then
+// (t0 + t2) + (t1 + t3), for 8 keys at once by transposing adds.
+inline __m256 Finish8(const __m256* u) {
+  __m256 t[4], v[2];
+  for (int p = 0; p < 4; ++p)  // [t of key 2p | t of key 2p+1]
+    t[p] = _mm256_add_ps(_mm256_permute2f128_ps(u[2 * p], u[2 * p + 1], 0x20),
+                         _mm256_permute2f128_ps(u[2 * p], u[2 * p + 1], 0x31));
+  for (int p = 0; p < 2; ++p)  // [t0+t2, t1+t3 of keys 4p, 4p+2 interleaved | of keys 4p+1, 4p+3]
+    v[p] = _mm256_add_ps(_mm256_unpacklo_ps(t[2 * p], t[2 * p + 1]), _mm256_unpackhi_ps(t[2 * p], t[2 * p + 1]));
+  const __m256d a = _mm256_castps_pd(v[0]), b = _mm256_castps_pd(v[1]);
+  const __m256 s = _mm256_add_ps(_mm256_castpd_ps(_mm256_unpacklo_pd(a, b)), _mm256_castpd_ps(_mm256_unpackhi_pd(a, b)));
+  // s holds keys 0, 2, 4, 6 | 1, 3, 5, 7
+  return _mm256_permutevar8x32_ps(s, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+template <typename KV, int N>
+inline void Scores(const KV* const* kp, const float* const* qr, int64_t nv, V16* out) {
+  __m256 u[N][kTile];
+  for (int j = 0; j < kTile; ++j) {
+    const KV* k = kp[j];
+    __m256 lo[N], hi[N];
+    const __m256 k0 = Load8(k), k1 = Load8(k + 8);
+#pragma GCC unroll 4
+    for (int i = 0; i < N; ++i) {
+      lo[i] = _mm256_mul_ps(k0, _mm256_loadu_ps(qr[i]));
+      hi[i] = _mm256_mul_ps(k1, _mm256_loadu_ps(qr[i] + 8));
+    }
+    for (int64_t x = 1; x < nv; ++x) {
+      const __m256 kx0 = Load8(k + 16 * x), kx1 = Load8(k + 16 * x + 8);
+#pragma GCC unroll 4
+      for (int i = 0; i < N; ++i) {
+        lo[i] = _mm256_fmadd_ps(kx0, _mm256_loadu_ps(qr[i] + 16 * x), lo[i]);
+        hi[i] = _mm256_fmadd_ps(kx1, _mm256_loadu_ps(qr[i] + 16 * x + 8), hi[i]);
+      }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < N; ++i) u[i][j] = _mm256_add_ps(lo[i], hi[i]);
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < N; ++i) out[i] = V16{Finish8(u[i]), Finish8(u[i] + 8)};
+}
+#else
 // out[i] lane j = q_i . k_j for the tile's 16 keys and N query rows. The sum tree's first two
 // levels are built as the keys are read (pairs, then quads), so only N x 4 partial vectors stay
 // live and every accumulator is a register (N is a compile-time count: a runtime row count kept
@@ -150,6 +208,7 @@ inline void Scores(const KV* const* kp, const float* const* qr, int64_t nv, V16*
 #pragma GCC unroll 4
   for (int i = 0; i < N; ++i) out[i] = Finish16(b[i]);
 }
+#endif
 
 constexpr int64_t kRowBlock = 4;  // query rows that share each key and value load
 
