@@ -318,21 +318,24 @@ inline void TilePass(const float* x, int64_t in, const uint8_t* w, int64_t row_b
 // Six rows or more (PanelOutputs): a slice of outputs is de-quantised once into an f32 panel (about
 // 24 KB, in L1) and every row meets it in tiles of 3 rows x 3 outputs, each x vector and panel vector
 // held in a register for the 3 FMAs that use it (the 8 x 1 tile above loads x for every FMA and
-// re-decodes each block per pass; an 8-row tile of x, 48 KB at 1536 inputs, does not stay in L1).
+// re-decodes each block per pass). Wide inputs are taken in parts of at most kPanelDepth weights, so
+// a part's panel and 3 rows of x stay in L1 together; the accumulators carry over from part to part.
 // The FMAs per lane are those of Tile, in the same order, and the reduction is the same, so the
 // results are identical to it bit for bit.
 constexpr int kPanelRows = 6;  // fewer rows: the panel's fill is not paid back (measured, 2-5 rows)
 constexpr int kPanelR = 3, kPanelO = 3;
 constexpr int64_t kPanelBytes = 24 << 10;
+constexpr int64_t kPanelDepth = 768;  // weights of a row per part: `w_down`'s 1536 in two (1.75x -> 2.3x)
 
-// Outputs [0, n) of the block rows at `w` as n rows of `in` f32 weights (the panel).
+// Groups [j0, j1) of outputs [0, n) of the block rows at `w` as n rows of 32 * (j1 - j0) f32 weights.
 template <int32_t Q>
-inline void PanelFill(const uint8_t* w, int64_t row_bytes, int64_t in, int64_t n, float* panel) {
+inline void PanelFill(const uint8_t* w, int64_t row_bytes, int64_t j0, int64_t j1, int64_t n, float* panel) {
+  const int64_t width = (j1 - j0) * kBlock;
   for (int64_t o = 0; o < n; ++o)
-    for (int64_t j = 0; j < in / kBlock; ++j) {
+    for (int64_t j = j0; j < j1; ++j) {
       __m256 q[4];
       GroupQuad<Q>(w + o * row_bytes, j, q);
-      float* p = panel + o * in + j * kBlock;
+      float* p = panel + o * width + (j - j0) * kBlock;
       for (int k = 0; k < 4; ++k) _mm256_store_ps(p + 8 * k, q[k]);
     }
 }
@@ -341,18 +344,20 @@ inline void PanelFill(const uint8_t* w, int64_t row_bytes, int64_t in, int64_t n
 // memory operand, one load per FMA instead of one per three, and the tile runs at half the speed.
 #define MEMLOOP_IN_REGISTER(v) asm("" : "+x"(v))
 
+// Groups [0, nj) of x (row stride `in`) and of the panel (row stride `width`), lanes 8*HALF..+7 of
+// each accumulator, continuing the FMA chains held in `acc`.
 template <int R, int O, int HALF>
-inline void PanelPass(const float* x, int64_t in, const float* p, V16 (&acc)[R][O]) {
+inline void PanelPass(const float* x, int64_t in, const float* p, int64_t width, int64_t nj, V16 (&acc)[R][O]) {
   __m256 a[R][O];
   for (int r = 0; r < R; ++r)
-    for (int o = 0; o < O; ++o) a[r][o] = _mm256_setzero_ps();
-  for (int64_t j = 0; j < in / kBlock; ++j) {
+    for (int o = 0; o < O; ++o) a[r][o] = HALF ? acc[r][o].hi : acc[r][o].lo;
+  for (int64_t j = 0; j < nj; ++j) {
     const float* xj = x + j * kBlock + 8 * HALF;
     const float* pj = p + j * kBlock + 8 * HALF;
     for (int c = 0; c < 32; c += 16) {  // weights 8h..8h+7 of the block, then 16+8h..16+8h+7
       __m256 wv[O];
       for (int o = 0; o < O; ++o) {
-        wv[o] = _mm256_load_ps(pj + o * in + c);
+        wv[o] = _mm256_load_ps(pj + o * width + c);
         MEMLOOP_IN_REGISTER(wv[o]);
       }
       for (int r = 0; r < R; ++r) {
@@ -366,47 +371,65 @@ inline void PanelPass(const float* x, int64_t in, const float* p, V16 (&acc)[R][
     for (int o = 0; o < O; ++o) (HALF ? acc[r][o].hi : acc[r][o].lo) = a[r][o];
 }
 
-// Not inlined: inlined into its caller, GCC's register allocation spilled accumulators (measured:
-// 20 against 34 GMAC/s on one Zen 3 core).
+// One part of an R x O tile; `y` (not null on the last part) gets the finished sums. Not inlined:
+// inlined into its caller, GCC's register allocation spilled accumulators (measured: 20 against
+// 34 GMAC/s on one Zen 3 core).
 template <int R, int O>
-__attribute__((noinline)) void PanelTile(const float* x, int64_t in, const float* p, float* y, int64_t out) {
-  V16 acc[R][O];
-  PanelPass<R, O, 0>(x, in, p, acc);
-  PanelPass<R, O, 1>(x, in, p, acc);
-  for (int r = 0; r < R; ++r)
-    for (int o = 0; o < O; ++o) y[r * out + o] = v16_reduce_add_ps(acc[r][o]);
+__attribute__((noinline)) void PanelTile(const float* x, int64_t in, const float* p, int64_t width, int64_t nj,
+                                         V16* chains, float* y, int64_t out) {
+  V16(&acc)[R][O] = *reinterpret_cast<V16(*)[R][O]>(chains);
+  PanelPass<R, O, 0>(x, in, p, width, nj, acc);
+  PanelPass<R, O, 1>(x, in, p, width, nj, acc);
+  if (y != nullptr)
+    for (int r = 0; r < R; ++r)
+      for (int o = 0; o < O; ++o) y[r * out + o] = v16_reduce_add_ps(acc[r][o]);
 }
 
-// R rows (1-3) against the panel's n outputs.
+// R rows (1-3) against the panel's n outputs; each tile's chains at chains[9 * tile].
 template <int R>
-void PanelRows(const float* x, int64_t in, const float* panel, int64_t n, float* y, int64_t out) {
+void PanelRows(const float* x, int64_t in, const float* panel, int64_t width, int64_t nj, int64_t n, V16* chains,
+               float* y, int64_t out) {
   int64_t o = 0;
-  for (; o + kPanelO <= n; o += kPanelO) PanelTile<R, kPanelO>(x, in, panel + o * in, y + o, out);
-  if (n - o == 2) PanelTile<R, 2>(x, in, panel + o * in, y + o, out);
-  if (n - o == 1) PanelTile<R, 1>(x, in, panel + o * in, y + o, out);
+  for (; o + kPanelO <= n; o += kPanelO, chains += kPanelR * kPanelO)
+    PanelTile<R, kPanelO>(x, in, panel + o * width, width, nj, chains, y ? y + o : y, out);
+  if (n - o == 2) PanelTile<R, 2>(x, in, panel + o * width, width, nj, chains, y ? y + o : y, out);
+  if (n - o == 1) PanelTile<R, 1>(x, in, panel + o * width, width, nj, chains, y ? y + o : y, out);
 }
 
 template <int32_t Q>
 void PanelOutputs(const float* x, int64_t rows, int64_t in, const uint8_t* w, float* y, int64_t out, int64_t o0,
                   int64_t o1) {
-  const int64_t row_bytes = RowBytes(Q, in);
-  const int64_t slice = std::max<int64_t>(kPanelO, kPanelBytes / (4 * in) / kPanelO * kPanelO);
+  const int64_t row_bytes = RowBytes(Q, in), blocks = in / kBlock;
+  const int64_t parts = (in + kPanelDepth - 1) / kPanelDepth;
+  const int64_t depth = (blocks + parts - 1) / parts;  // groups a part
+  const int64_t slice = std::max<int64_t>(kPanelO, kPanelBytes / (4 * kBlock * depth) / kPanelO * kPanelO);
+  const int64_t tiles = (rows + kPanelR - 1) / kPanelR * ((slice + kPanelO - 1) / kPanelO);
   struct alignas(32) Eight {
     float f[8];
   };
-  static thread_local std::vector<Eight> buffer;  // per thread: XLA's pool and the crew run chunks at once
-  if (static_cast<int64_t>(buffer.size()) * 8 < slice * in) buffer.resize((slice * in + 7) / 8);
-  float* panel = buffer.data()->f;
+  // per thread: XLA's pool and the crew run chunks at once
+  static thread_local std::vector<Eight> panel_buffer;
+  static thread_local std::vector<V16> chain_buffer;
+  if (static_cast<int64_t>(panel_buffer.size()) < slice * depth * 4) panel_buffer.resize(slice * depth * 4);
+  if (static_cast<int64_t>(chain_buffer.size()) < tiles * kPanelR * kPanelO) chain_buffer.resize(tiles * kPanelR * kPanelO);
+  float* panel = panel_buffer.data()->f;
   for (int64_t s0 = o0; s0 < o1; s0 += slice) {
     const int64_t n = std::min(o1, s0 + slice) - s0;
-    PanelFill<Q>(w + s0 * row_bytes, row_bytes, in, n, panel);
-    for (int64_t r = 0; r < rows; r += kPanelR) {
-      const float* xr = x + r * in;
-      float* yr = y + r * out + s0;
-      switch (std::min<int64_t>(kPanelR, rows - r)) {
-        case 3: PanelRows<3>(xr, in, panel, n, yr, out); break;
-        case 2: PanelRows<2>(xr, in, panel, n, yr, out); break;
-        default: PanelRows<1>(xr, in, panel, n, yr, out); break;
+    const int64_t per_rows = (n + kPanelO - 1) / kPanelO * kPanelR * kPanelO;  // chains of a row tile
+    std::fill(chain_buffer.begin(), chain_buffer.begin() + tiles * kPanelR * kPanelO, v16_setzero_ps());
+    for (int64_t j0 = 0; j0 < blocks; j0 += depth) {
+      const int64_t j1 = std::min(blocks, j0 + depth), width = (j1 - j0) * kBlock;
+      PanelFill<Q>(w + s0 * row_bytes, row_bytes, j0, j1, n, panel);
+      const bool last = j1 == blocks;
+      for (int64_t r = 0; r < rows; r += kPanelR) {
+        const float* xr = x + r * in + j0 * kBlock;
+        float* yr = last ? y + r * out + s0 : nullptr;
+        V16* chains = chain_buffer.data() + r / kPanelR * per_rows;
+        switch (std::min<int64_t>(kPanelR, rows - r)) {
+          case 3: PanelRows<3>(xr, in, panel, width, j1 - j0, n, chains, yr, out); break;
+          case 2: PanelRows<2>(xr, in, panel, width, j1 - j0, n, chains, yr, out); break;
+          default: PanelRows<1>(xr, in, panel, width, j1 - j0, n, chains, yr, out); break;
+        }
       }
     }
   }
