@@ -100,24 +100,11 @@ struct Problem {
   int64_t Low(int64_t p) const { return window > 0 ? std::max<int64_t>(0, p - window + 1) : 0; }
 };
 
-// The last three levels of a 16-vector horizontal sum: from b[0..3], where b[p] holds the first two
-// levels' pairwise sums of d[4p..4p+3] (see Scores), to one vector whose lane j is the sum of the
-// lanes of d[j] (46 shuffles and adds for 16 sums instead of 16 horizontal sums).
-inline V16 Finish16(const V16* b) {
-  V16 c[2];
-  for (int i = 0; i < 2; ++i)
-    c[i] = v16_add_ps(v16_unpacklo_ps(b[2 * i], b[2 * i + 1]), v16_unpackhi_ps(b[2 * i], b[2 * i + 1]));
-  const V16 x = v16_add_ps(v16_castpd_ps(v16_unpacklo_pd(v16_castps_pd(c[0]), v16_castps_pd(c[1]))),
-                                 v16_castpd_ps(v16_unpackhi_pd(v16_castps_pd(c[0]), v16_castps_pd(c[1]))));
-  // x's lane 4k + m holds d[4m + k].
-  return v16_permutexvar_ps(v16_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), x);
-}
-
 #if !defined(__AVX512F__) || !defined(__AVX512BW__) || !defined(__AVX512VL__)
-// AVX2 (vec16.h: a 16-lane vector is two 256-bit halves, 16 registers). The tree below, written for
-// 16 keys at once, keeps 4 x N 16-lane partial sums live, twice the register file, so GCC spilled
-// them and attention over long contexts ran far below the speed of its memory reads. Here each
-// key's 16 dot-product lanes are reduced as soon as they are done, in the very order of that tree:
+// AVX2 (vec16.h: a 16-lane vector is two 256-bit halves, 16 registers). The AVX-512 form (after
+// #else), a sum tree over 16 keys at once, keeps 4 x N 16-lane partial sums live, twice the
+// register file here. Here each key's 16 dot-product lanes are reduced as soon as they are done,
+// in the very order of that tree:
 // for lanes d0..d15 (each lane's FMA chain over the head dimension unchanged), the score is
 // (t0 + t2) + (t1 + t3) with t_m = (d_m + d_{8+m}) + (d_{4+m} + d_{12+m}), so the results are those
 // of the AVX-512 build bit for bit (tests/engine/test_engine_kernel_isa.py).
@@ -171,6 +158,19 @@ inline void Scores(const KV* const* kp, const float* const* qr, int64_t nv, V16*
   for (int i = 0; i < N; ++i) out[i] = V16{Finish8(u[i]), Finish8(u[i] + 8)};
 }
 #else
+// The last three levels of a 16-vector horizontal sum: from b[0..3], where b[p] holds the first two
+// levels' pairwise sums of d[4p..4p+3] (see Scores), to one vector whose lane j is the sum of the
+// lanes of d[j] (46 shuffles and adds for 16 sums instead of 16 horizontal sums).
+inline V16 Finish16(const V16* b) {
+  V16 c[2];
+  for (int i = 0; i < 2; ++i)
+    c[i] = v16_add_ps(v16_unpacklo_ps(b[2 * i], b[2 * i + 1]), v16_unpackhi_ps(b[2 * i], b[2 * i + 1]));
+  const V16 x = v16_add_ps(v16_castpd_ps(v16_unpacklo_pd(v16_castps_pd(c[0]), v16_castps_pd(c[1]))),
+                                 v16_castpd_ps(v16_unpackhi_pd(v16_castps_pd(c[0]), v16_castps_pd(c[1]))));
+  // x's lane 4k + m holds d[4m + k].
+  return v16_permutexvar_ps(v16_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), x);
+}
+
 // out[i] lane j = q_i . k_j for the tile's 16 keys and N query rows. The sum tree's first two
 // levels are built as the keys are read (pairs, then quads), so only N x 4 partial vectors stay
 // live and every accumulator is a register (N is a compile-time count: a runtime row count kept

@@ -483,10 +483,10 @@ inline void Tile(const float* x, int64_t in, const uint8_t* w, int64_t row_bytes
 // independent FMA chains; several rows share each de-quantised block across 8 rows x 2 outputs
 // (16 accumulators + 4 weight vectors fit the 32 vector registers without spilling).
 // AVX2 (16 registers of 8 lanes): one row takes 2 outputs in one pass (TileRow: 4 accumulators);
-// several rows run the two-pass tile on 8 rows x 1 output (8 accumulators a pass, each decoded half
-// shared by 8 rows). Measured on a Zen 3 core against 1 row x 8 and 4 rows x 2 two-pass tiles, same
-// results: one row 16-20% less time, 32 rows 5-15% more MACs/s (bench notes in
-// docs/engine-serving.md).
+// two to five rows run the two-pass tile on 8 rows x 1 output (8 accumulators a pass, each decoded
+// half shared by 8 rows), six or more the panel tiles (PanelOutputs). Measured on a Zen 3 core
+// against 1 row x 8 and 4 rows x 2 two-pass tiles, same results: one row 16-20% less time, 32 rows
+// 5-15% more MACs/s (bench notes in docs/engine-serving.md).
 constexpr int kRowTile = 8;
 constexpr int kPairTile = kV16Native ? 2 : 1;
 constexpr int kSingleTile = kV16Native ? 8 : 2;
