@@ -191,8 +191,10 @@ def f64_agreement(hf: Any, prompt_ids: list[list[int]], ours: list[np.ndarray], 
     """Both f32 engines' largest |logit difference| from transformers run in float64 on the same weights.
 
     Two f32 forwards differ by their summation orders, so their difference alone cannot say which is
-    off: the float64 run is the exact answer both approximate (transformers' f32 logits are ~1e-4 from
-    it on SmolLM2, the size of memloop's difference to them)."""
+    off: the float64 run is the near-exact answer both approximate (transformers' f32 logits are ~1e-4
+    from it on SmolLM2, the size of memloop's difference to them). Near: transformers' Llama code keeps
+    RMSNorm, the rotary angles and the softmax in float32 even in a float64 model, a floor of ~3e-5 on
+    SmolLM2 (docs/engine-serving.md, the logits' op-by-op table)."""
     import copy
 
     import torch
