@@ -7,9 +7,10 @@ the grammar bitmask applied -- all inside one XLA program, compiled once per pow
 
 It runs over the stacked parameter layout of `engine.weights` (every per-layer tensor carries a
 leading layer axis) through the model's own `decoder_layers`/`final_logits`, plugging in a paged
-attention hook (`paged_attend`). Decode calls go through a kernel that reads the pages in place
-instead, chosen by the static `attention` backend (`engine.pallas_attention`): memloop's C++ kernel
-on CPU (`in_place_attend`), JAX's Pallas paged-attention kernel on TPU/GPU.
+attention hook (`paged_attend`). Calls go through a kernel that reads the pages in place instead,
+chosen by the static `attention` backend (`engine.pallas_attention`): memloop's C++ kernel on CPU
+(`in_place_attend`: decode steps and prefill chunks), JAX's Pallas paged-attention kernel on TPU/GPU
+(decode steps).
 """
 from __future__ import annotations
 
@@ -55,8 +56,8 @@ def paged_attend(slot_pages: jax.Array, slot_offsets: jax.Array, block_tables: j
     window, `j > query position - window`; the window is per layer for Gemma's interleaved local and
     global layers, and `softcap` soft-caps the scores where the model has it, Gemma 2); gathered slots
     past a row's length (padding pages) always sit beyond its positions. This gather + `gqa_attention`
-    is the reference; decode calls go through a kernel instead where the backend has one
-    (`in_place_attend` on CPU, `engine.pallas_attention.kernel_attend` on TPU/GPU).
+    is the reference; calls go through a kernel instead where the backend has one (`in_place_attend`
+    on CPU, every call; `engine.pallas_attention.kernel_attend` on TPU/GPU, decode calls).
     """
 
     def attend(q, k, v, cache, layer, window=None, softcap=None):
@@ -66,11 +67,6 @@ def paged_attend(slot_pages: jax.Array, slot_offsets: jax.Array, block_tables: j
         return gqa_attention(q, keys, values, mask, softcap), cache
 
     return attend
-
-
-# Query tokens per row up to which the in-place kernel serves a step (decode steps and short
-# prefill chunks); longer prefill chunks keep the gather + batched matmuls, which use the cores better.
-KERNEL_MAX_TOKENS = 1
 
 
 def in_place_attend(gather: AttendFn, slot_pages: jax.Array, slot_offsets: jax.Array, block_tables: jax.Array,
@@ -83,7 +79,7 @@ def in_place_attend(gather: AttendFn, slot_pages: jax.Array, slot_offsets: jax.A
     def attend(q, k, v, cache, layer, **options):
         window = options.pop("window", None)
         pools = cache["k"]
-        if (not isinstance(pools, (list, tuple)) or not isinstance(layer, int) or q.shape[1] > KERNEL_MAX_TOKENS
+        if (not isinstance(pools, (list, tuple)) or not isinstance(layer, int)
                 or not supports(q, pools[layer], window, options)):
             return gather(q, k, v, cache, layer, **({"window": window} if window is not None else {}), **options)
         cache = write_pages(cache, layer, slot_pages, slot_offsets, k, v)
@@ -102,8 +98,8 @@ def forward_paged(cfg: ModelConfig, params: dict[str, Any], cache: dict[str, jax
     attend = paged_attend(slot_pages, slot_offsets, block_tables, positions)
     if attention.kernel:  # decode calls through the Pallas kernel, every other call gathers
         attend = kernel_attend(attend, attention, slot_pages, slot_offsets, block_tables, positions)
-    elif (attention.in_place and tokens.shape[1] <= KERNEL_MAX_TOKENS and kernel_config_supported(cfg)
-          and kernel_enabled()):  # decode calls through the CPU kernel where the layer allows it
+    elif attention.in_place and kernel_config_supported(cfg) and kernel_enabled():
+        # decode steps and prefill chunks through the CPU kernel where the layer allows it
         attend = in_place_attend(attend, slot_pages, slot_offsets, block_tables, positions)
     h, cache = decoder_layers(params, cfg, embed(params, cfg, tokens), positions, cache, attend)
     last = jnp.take_along_axis(h, last_index[:, None, None], axis=1)[:, 0]  # [B, D]

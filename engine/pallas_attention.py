@@ -63,7 +63,7 @@ class AttentionBackend:
 
     kind: "gather" (dense gather + XLA, the reference), "pallas-tpu" or "pallas-gpu".
     interpret: run the kernel in Pallas' interpreter (CPU checks of the accelerator kernels).
-    in_place: (gather kind) decode calls on CPU read the pages in place through the C++ kernel
+    in_place: (gather kind) decode steps and prefill chunks on CPU read the pages in place through the C++ kernel
         (`engine.paged.in_place_attend`) where the model, layer and process allow it
         (`engine.kernels.attention.enabled`: MEMLOOP_PAGED_KERNEL=0 turns it off); what `auto` is on CPU.
     """
@@ -79,7 +79,7 @@ class AttentionBackend:
 
 
 GATHER = AttentionBackend()  # `attention: gather`: every call gathers, no kernel
-IN_PLACE = AttentionBackend(in_place=True)  # `auto` on CPU: the gather path, decode through the C++ kernel
+IN_PLACE = AttentionBackend(in_place=True)  # `auto` on CPU: every call through the C++ kernel where it applies
 
 
 def platform() -> str:
@@ -91,8 +91,8 @@ def resolve_backend(requested: str | None = "auto", interpret: bool = False,
                     on: str | None = None) -> AttentionBackend:
     """The backend for `requested` on platform `on` (default: this process's), or a named error.
 
-    `auto` picks the platform's kernel (TPU, GPU); on CPU the gather path with decode calls read in
-    place by the C++ kernel (IN_PLACE), elsewhere the gather path. `gather` is the gather path with
+    `auto` picks the platform's kernel (TPU, GPU); on CPU the gather path with decode steps and prefill
+    chunks read in place by the C++ kernel (IN_PLACE), elsewhere the gather path. `gather` is the gather path with
     no kernel at all. A kernel asked for on another platform is an `AttentionBackendError` unless
     `interpret` runs it in the interpreter.
     """

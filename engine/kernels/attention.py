@@ -3,7 +3,10 @@
 `paged_attention(q, k_pages, v_pages, block_tables, positions, window)` gives the same result as
 gathering each row's pages into a dense run and calling `engine.model.gqa_attention` with the causal
 (sliding-window) mask, up to f32 rounding, without the copy: per decode step it reads the bytes of the
-row's keys and values once. A query's numbers do not depend on its batch (see the .cc file).
+row's keys and values once; a prefill chunk (several query tokens per row) takes a tiled form that
+widens each key once for 32 tokens' query rows. A query's numbers do not depend on its batch or on
+the other tokens of its call; they differ between a one-token call and a longer one by f32 rounding
+(see the .cc file).
 """
 from __future__ import annotations
 

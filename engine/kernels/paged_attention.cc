@@ -10,6 +10,9 @@
 // the copy, so at 3-4k tokens of context a decode step spends about as long copying keys and values
 // as multiplying weights. Here each key and value is read once, from its page.
 //
+// Calls of several query tokens per row (prefill chunks) take the tiled form further down
+// (WideItem); what follows to there is the one-token form (decode steps).
+//
 // How (flash-decoding): the keys of a row are cut into fixed chunks of kChunk absolute positions;
 // one work item is (row, KV head, chunk) and computes, for each of its query rows (the KV head's G
 // query heads x T tokens), the chunk's scores, their max m, sum of exponentials l and the weighted
@@ -20,7 +23,7 @@
 // Batch invariance: the numbers of one query depend only on its own vector, position, keys and
 // values: chunk and tile boundaries are absolute positions, each chunk is one thread's fixed
 // sequence of operations, and the merge runs in chunk order. Neither the batch, the other rows,
-// the number of query tokens nor the block table's width changes a query's result.
+// the number of query rows nor the block table's width changes a query's result.
 #include <immintrin.h>
 
 #include "crew.h"
@@ -223,6 +226,14 @@ struct Tile {
 
 constexpr int64_t kTiles = kChunk / kTile;
 
+// Which of the 16 keys from j0 a query at `p` (seeing [lo, p]) sees.
+inline Mask16 Visible(int64_t p, int64_t lo, int64_t j0) {
+  if (p < j0 || lo >= j0 + kTile) return 0;
+  return static_cast<Mask16>(((p - j0 >= kTile - 1) ? 0xFFFFu : ((1u << (p - j0 + 1)) - 1u)) &
+                             ((lo <= j0) ? 0xFFFFu : static_cast<uint32_t>(0xFFFFu << (lo - j0))));
+}
+
+
 // Scores of one tile against a block of N query rows (rows rs, with their visible keys), scaled
 // (and, int8, by each key's scale), -inf where a row does not see the key, into w[row][key of chunk].
 template <typename KV, int N>
@@ -302,11 +313,10 @@ void Chunk(const Problem<KV>& pr, int64_t b, int64_t kvh, int64_t c) {
       int64_t n = 0;
       for (int64_t r = r0; r < std::min(rows, r0 + kRowBlock); ++r) {
         const int64_t p = pr.pos[b * pr.tokens + r / pr.group], lo = pr.Low(p);
-        if (p < j0 || lo >= j0 + kTile) continue;
+        const Mask16 seen = Visible(p, lo, j0);
+        if (!seen) continue;
         rs[n] = r;
-        visible[n] = static_cast<Mask16>(
-            ((p - j0 >= kTile - 1) ? 0xFFFFu : ((1u << (p - j0 + 1)) - 1u)) &
-            ((lo <= j0) ? 0xFFFFu : static_cast<uint32_t>(0xFFFFu << (lo - j0))));
+        visible[n] = seen;
         vis[r * kTiles + t] = visible[n++];
       }
       if (n == 0) continue;
@@ -415,6 +425,195 @@ void Merge(const Problem<KV>& pr, int64_t b, int64_t t, int64_t h, int64_t chunk
   for (int64_t i = 0; i < nv; ++i) v16_storeu_ps(dst + 16 * i, v16_mul_ps(o[i], inv));
 }
 
+// ---- Calls of several query tokens per row (prefill chunks): a tiled form ------------------------
+//
+// A prefill chunk of 512 tokens puts 512 x G query rows against each key, so the keys are worth
+// widening (and transposing) once per chunk and sharing among many rows, the way a GEMM shares a
+// panel: one work item is (row, KV head, kWideTokens query tokens). For each kChunk of keys it
+// widens the keys to f32 as kt[tile][hd][16] (a key per lane; a tile's 4 KB contiguous, where rows
+// of a [hd][kChunk] layout 1 KB apart fell into a few L1 sets) and the values as vf[kChunk][hd], then
+// takes the item's query rows kWideRows at a time: their scores (each lane one key, its FMA chain
+// over the head dimension in order), an online-softmax update of each row's running max, sum and
+// weighted values, and the weighted values of the chunk. Nothing of the size of the scores ever
+// leaves the L1/L2 caches, unlike the gather path's [tokens, keys] score matrices.
+//
+// Batch invariance, as in the one-token form: a query's arithmetic depends only on its own vector,
+// position, keys and values. Key chunks are absolute positions and are visited in order; a row
+// skips a chunk it sees no key of; a key another row of the block sees but this one does not gets
+// weight +0 (an exact no-op). Neither the batch, the other tokens of the call, their number (when
+// more than one) nor the table's width changes a query's bits. One-token calls (decode) keep the
+// form above, whose sums run in another order: a query's bits differ between the two forms by f32
+// rounding only.
+constexpr int64_t kWideTokens = 32;  // query tokens of a row per work item
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+constexpr int kWideRows = 12;  // query rows sharing each key load: one 16-lane register each
+#else
+constexpr int kWideRows = 6;  // two 8-lane halves each: 12 of the 16 registers
+#endif
+
+struct WideScratch {
+  std::vector<float> kt, vf, acc, m, l;
+  alignas(64) float ks[kChunk];
+  alignas(64) float vs[kChunk];
+  alignas(64) float w[kWideRows][kChunk];
+  alignas(64) float dummy[kMaxHeadDim];  // the accumulator of a padding row of the last block
+};
+thread_local WideScratch wide;
+
+// out[i] lane j = q_i . k_j for the 16 keys of one tile of kt ([hd][16]) and kWideRows rows.
+inline void WideScores(const float* kt, const float* const* qr, int64_t hd, V16* out) {
+  V16 a[kWideRows];
+#pragma GCC unroll 12
+  for (int i = 0; i < kWideRows; ++i) a[i] = v16_setzero_ps();
+  for (int64_t d = 0; d < hd; ++d) {
+    const V16 k = v16_loadu_ps(kt + d * 16);
+#pragma GCC unroll 12
+    for (int i = 0; i < kWideRows; ++i) a[i] = v16_fmadd_ps(v16_set1_ps(qr[i][d]), k, a[i]);
+  }
+#pragma GCC unroll 12
+  for (int i = 0; i < kWideRows; ++i) out[i] = a[i];
+}
+
+// acc_i[16x .. 16x+15] += sum over the keys in `any` of w_i[key] * vf[key][16x ..], for kWideRows rows.
+inline void WideValues(const float* vf, const float* const* w, float* const* acc, const Mask16* any,
+                       int64_t tiles, int64_t hd) {
+  for (int64_t x = 0; x < hd / 16; ++x) {
+    V16 o[kWideRows];
+#pragma GCC unroll 12
+    for (int i = 0; i < kWideRows; ++i) o[i] = v16_loadu_ps(acc[i] + 16 * x);
+    for (int64_t t = 0; t < tiles; ++t) {
+      for (int64_t e = 0; e < kTile; ++e) {
+        if (!((any[t] >> e) & 1)) continue;
+        const int64_t j = t * kTile + e;
+        const V16 vx = v16_loadu_ps(vf + j * hd + 16 * x);
+#pragma GCC unroll 12
+        for (int i = 0; i < kWideRows; ++i) o[i] = v16_fmadd_ps(v16_set1_ps(w[i][j]), vx, o[i]);
+      }
+    }
+#pragma GCC unroll 12
+    for (int i = 0; i < kWideRows; ++i) v16_storeu_ps(acc[i] + 16 * x, o[i]);
+  }
+}
+
+// Keys [c0, c0 + n) of row b's KV head kvh widened to f32 in s (keys transposed; int8: their scales).
+// Slots past the table repeat its last slot (no query sees them).
+template <typename KV>
+void WidenChunk(const Problem<KV>& pr, int64_t b, int64_t kvh, int64_t c0, int64_t n, WideScratch& s) {
+  const int64_t hd = pr.hd, last_slot = pr.table_pages * pr.page_size - 1;
+  const int64_t head_slots = kvh * pr.pages * pr.page_size;
+  const int32_t* table = pr.tables + b * pr.table_pages;
+  alignas(64) float lane[16];
+  for (int64_t j = 0; j < n; ++j) {
+    const int64_t slot = std::min(c0 + j, last_slot);
+    const int64_t at = head_slots + int64_t{table[slot / pr.page_size]} * pr.page_size + slot % pr.page_size;
+    for (int64_t x = 0; x < hd / 16; ++x) {
+      v16_storeu_ps(lane, Load16(pr.k + at * hd + 16 * x));
+      float* kt = s.kt.data() + ((j / kTile) * hd + 16 * x) * kTile + j % kTile;
+      for (int64_t e = 0; e < 16; ++e) kt[e * kTile] = lane[e];
+      v16_storeu_ps(s.vf.data() + j * hd + 16 * x, Load16(pr.v + at * hd + 16 * x));
+    }
+    if constexpr (kScaled<KV>) {
+      s.ks[j] = pr.k_scale[at];
+      s.vs[j] = pr.v_scale[at];
+    }
+  }
+}
+
+// Tokens [tb * kWideTokens, +kWideTokens) of row b against KV head kvh's keys: their G query heads each.
+template <typename KV>
+void WideItem(const Problem<KV>& pr, int64_t b, int64_t kvh, int64_t tb) {
+  const int64_t hd = pr.hd, g = pr.group, t0 = tb * kWideTokens;
+  const int64_t n = (std::min(pr.tokens, t0 + kWideTokens) - t0) * g;  // query rows, token-major
+  WideScratch& s = wide;
+  s.kt.resize(hd * kChunk);
+  s.vf.resize(kChunk * hd);
+  s.m.assign(n, kNegInf);
+  s.l.assign(n, 0.0f);
+  s.acc.assign(n * hd, 0.0f);
+  int64_t near = std::numeric_limits<int64_t>::max(), far = 0;
+  for (int64_t i = 0; i < n; i += g) {
+    const int64_t p = pr.pos[b * pr.tokens + t0 + i / g];
+    near = std::min(near, pr.Low(p));
+    far = std::max(far, p);
+  }
+  for (int64_t c = near / kChunk; c <= far / kChunk; ++c) {
+    const int64_t c0 = c * kChunk, tiles = (std::min(kChunk, far + 1 - c0) + kTile - 1) / kTile;
+    WidenChunk(pr, b, kvh, c0, tiles * kTile, s);
+    for (int64_t r0 = 0; r0 < n; r0 += kWideRows) {
+      const int64_t rr = std::min<int64_t>(kWideRows, n - r0);
+      Mask16 vis[kWideRows][kTiles] = {}, any[kTiles] = {};
+      bool sees[kWideRows] = {};
+      const float* qr[kWideRows];
+      const float* wr[kWideRows];
+      float* acc[kWideRows];
+      for (int64_t i = 0; i < kWideRows; ++i) {
+        const bool real = i < rr;
+        const int64_t r = t0 * g + r0 + (real ? i : 0);
+        qr[i] = pr.Query(b, r, kvh);
+        wr[i] = s.w[i];
+        acc[i] = real ? s.acc.data() + (r0 + i) * hd : s.dummy;
+        if (!real) {
+          std::fill(s.w[i], s.w[i] + tiles * kTile, 0.0f);
+          continue;
+        }
+        const int64_t p = pr.pos[b * pr.tokens + t0 + (r0 + i) / g], lo = pr.Low(p);
+        for (int64_t t = 0; t < tiles; ++t) {
+          vis[i][t] = Visible(p, lo, c0 + t * kTile);
+          any[t] |= vis[i][t];
+          sees[i] = sees[i] || vis[i][t];
+        }
+      }
+      // Scores (scaled; int8: by each key's scale), -inf where the row does not see the key.
+      for (int64_t t = 0; t < tiles; ++t) {
+        if (!any[t]) continue;
+        V16 dots[kWideRows];
+        WideScores(s.kt.data() + t * hd * kTile, qr, hd, dots);
+        for (int64_t i = 0; i < rr; ++i) {
+          V16 raw = v16_mul_ps(dots[i], v16_set1_ps(pr.scale));
+          if constexpr (kScaled<KV>) raw = v16_mul_ps(raw, v16_load_ps(s.ks + t * kTile));
+          v16_storeu_ps(s.w[i] + t * kTile, v16_mask_mov_ps(v16_set1_ps(kNegInf), vis[i][t], raw));
+        }
+      }
+      // Each row's online-softmax update; the weights replace the scores (int8: times each value's scale).
+      for (int64_t i = 0; i < rr; ++i) {
+        float* w = s.w[i];
+        if (!sees[i]) {  // this chunk is not the row's: weight +0 on the keys its block reads
+          for (int64_t t = 0; t < tiles; ++t)
+            if (any[t]) v16_storeu_ps(w + t * kTile, v16_setzero_ps());
+          continue;
+        }
+        V16 top = v16_set1_ps(kNegInf);
+        for (int64_t t = 0; t < tiles; ++t)
+          if (vis[i][t]) top = v16_max_ps(top, v16_loadu_ps(w + t * kTile));
+        const int64_t r = r0 + i;
+        const float m = std::max(s.m[r], v16_reduce_max_ps(top)), f = std::exp(s.m[r] - m);
+        const V16 mv = v16_set1_ps(m);
+        V16 sum = v16_setzero_ps();
+        for (int64_t t = 0; t < tiles; ++t) {
+          if (!any[t]) continue;
+          const V16 pv = v16_maskz_mov_ps(vis[i][t], Exp(v16_sub_ps(v16_loadu_ps(w + t * kTile), mv)));
+          sum = v16_add_ps(sum, pv);
+          v16_storeu_ps(w + t * kTile, kScaled<KV> ? v16_maskz_mul_ps(vis[i][t], pv, v16_load_ps(s.vs + t * kTile)) : pv);
+        }
+        s.m[r] = m;
+        s.l[r] = s.l[r] * f + v16_reduce_add_ps(sum);
+        if (f != 1.0f) {
+          const V16 fv = v16_set1_ps(f);
+          for (int64_t x = 0; x < hd / 16; ++x)
+            v16_storeu_ps(acc[i] + 16 * x, v16_mul_ps(v16_loadu_ps(acc[i] + 16 * x), fv));
+        }
+      }
+      WideValues(s.vf.data(), wr, acc, any, tiles, hd);
+    }
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t token = t0 + i / g, h = kvh * g + i % g;
+    float* dst = pr.out + ((b * pr.tokens + token) * pr.heads + h) * hd;
+    const V16 inv = v16_set1_ps(s.l[i] > 0.0f ? 1.0f / s.l[i] : 0.0f);
+    for (int64_t x = 0; x < hd / 16; ++x) v16_storeu_ps(dst + 16 * x, v16_mul_ps(v16_loadu_ps(s.acc.data() + i * hd + 16 * x), inv));
+  }
+}
+
 // Below this many (key, query row) pairs in a call only the kernels' own spinning threads help
 // (crew.h): waking a sleeping XLA pool thread costs more than it saves (measured: batch-1 decode
 // after a short prompt went from 85 to 73 tok/s when every layer's few dozen keys were split over
@@ -484,6 +683,15 @@ ffi::Error Attend(ffi::ThreadPool& pool, ffi::Buffer<ffi::F32>& q, ffi::Buffer<D
   for (int64_t i = 0; i < pr.batch * pr.table_pages; ++i)
     if (pr.tables[i] < 0 || pr.tables[i] >= pr.pages)
       return ffi::Error::InvalidArgument("memloop_paged_attention: a block table names a page outside the pool");
+  const Problem<KV>* p = &pr;
+  if (pr.tokens > 1) {  // prefill chunks: the tiled form, work items of kWideTokens tokens
+    const int64_t blocks = (pr.tokens + kWideTokens - 1) / kWideTokens;
+    const Helpers helpers = key_rows < kInlineKeyRows ? Helpers::kCrew : Helpers::kAny;
+    Parallel(pool, pr.batch * pr.kv_heads * blocks, helpers, [p, blocks](int64_t i) {
+      WideItem(*p, i / blocks / p->kv_heads, i / blocks % p->kv_heads, i % blocks);
+    });
+    return ffi::Error::Success();
+  }
   const int64_t parts = pr.batch * pr.kv_heads * pr.max_chunks * pr.rows;
   std::vector<float> part_m(parts), part_l(parts), part_acc(parts * pr.hd);
   pr.part_m = part_m.data();
@@ -494,7 +702,6 @@ ffi::Error Attend(ffi::ThreadPool& pool, ffi::Buffer<ffi::F32>& q, ffi::Buffer<D
   for (int64_t b = 0; b < pr.batch; ++b)
     for (int64_t h = 0; h < pr.kv_heads; ++h)
       for (int64_t c = 0; c < chunks[b]; ++c) items.push_back((b * pr.kv_heads + h) * pr.max_chunks + c);
-  const Problem<KV>* p = &pr;
   const int64_t* it = items.data();
   const Helpers helpers = key_rows < kInlineKeyRows ? Helpers::kCrew : Helpers::kAny;
   Parallel(pool, static_cast<int64_t>(items.size()), helpers, [p, it](int64_t i) {

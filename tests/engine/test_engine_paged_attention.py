@@ -2,7 +2,7 @@
 
 It must give the gather path's numbers up to f32 rounding (for every page size, head layout, query
 count and sliding window it accepts), give a query the same bits whatever shares its batch, and be
-what the engine's decode step runs, with the gather path kept for what it does not serve.
+what the engine's decode steps and prefill chunks run, with the gather path kept for what it does not serve.
 """
 from __future__ import annotations
 
@@ -62,6 +62,9 @@ CASES = [  # kv heads, query heads, head dim, page size, positions per row (toke
     (2, 14, 64, 16, [[1030], [40]]),  # Qwen2.5-0.5B's layout (7 query heads per KV head)
     (4, 4, 128, 5, [[3, 4, 5, 6], [300, 301, 302, 303]]),  # odd page size, a prefill chunk, no grouping
     (1, 8, 32, 16, [[511, 512, 513], [0, 1, 2]]),  # one KV head, prefill from the very first token
+    # a prefill chunk across a key chunk's edge (256) and the tiled form's work items (32 tokens),
+    # 7 query heads per KV head (rows not a multiple of the row block)
+    (2, 14, 64, 16, [list(range(240, 280)), list(range(0, 40))]),
 ]
 
 
@@ -82,17 +85,26 @@ def test_kernel_matches_the_gather_path(kvh, heads, hd, page_size, positions, wi
 
 @pytest.mark.parametrize("kv_dtype", [np.float32, np.int8])
 def test_a_query_does_not_depend_on_its_batch_tokens_or_table_width(kv_dtype):
-    """Alone, in any batch, as one of several query tokens, with a wider or narrower table: the same bits."""
-    positions = [[900 + i, 901 + i] for i in range(0, 40, 5)]
+    """Alone, in any batch, among more or fewer query tokens, with a wider or narrower table: the same
+    bits. Calls of one token per row (decode) and of several (prefill chunks: the tiled form, work
+    items of 32 tokens) are two forms whose sums run in different orders, so each is checked against
+    itself; they agree with each other to f32 rounding (test_kernel_matches_the_gather_path)."""
+    positions = [[900 + i + j for j in range(40)] for i in range(0, 40, 5)]  # 40 tokens: two work items
     q, k, v, tables, pos = make_case(2, 3, 9, 64, 16, 600, positions)
     cache = pools(k, v, kv_dtype)
     full = kernel(cache, q, tables, pos)
+    decode = kernel(cache, q[:, :1], tables, pos[:, :1])
     for lo, hi in [(0, 1), (3, 4), (2, 7), (0, 8)]:
         np.testing.assert_array_equal(kernel(cache, q[lo:hi], tables[lo:hi], pos[lo:hi]), full[lo:hi])
+        np.testing.assert_array_equal(kernel(cache, q[lo:hi, :1], tables[lo:hi], pos[lo:hi, :1]), decode[lo:hi])
     for row in (0, 5):
-        need = pos[row, 0] // 16 + 1  # the narrowest table that holds the first token's keys
+        for lo, hi in [(0, 2), (3, 37), (33, 40), (31, 33)]:  # fewer tokens, across and after the item boundary
+            need = pos[row, hi - 1] // 16 + 1  # the narrowest table that holds the last token's keys
+            alone = kernel(cache, q[row:row + 1, lo:hi], tables[row:row + 1, :need], pos[row:row + 1, lo:hi])
+            np.testing.assert_array_equal(alone[0], full[row, lo:hi])
+        need = pos[row, 0] // 16 + 1
         alone = kernel(cache, q[row:row + 1, :1], tables[row:row + 1, :need], pos[row:row + 1, :1])
-        np.testing.assert_array_equal(alone[0, 0], full[row, 0])
+        np.testing.assert_array_equal(alone[0, 0], decode[row, 0])
 
 
 def test_int8_pools_without_their_scales_are_refused():
@@ -134,10 +146,10 @@ def _step_text(lm, tokens: int, cfg=None, kv_dtype=jnp.float32, **attention) -> 
 @pytest.mark.parametrize("kv_dtype,target", [(jnp.float32, "memloop_paged_attention"),
                                              (jnp.float16, "memloop_paged_attention_f16"),
                                              (jnp.int8, "memloop_paged_attention_q8")])
-def test_decode_steps_read_pages_in_place_and_prefill_keeps_the_gather(lm, kv_dtype, target):
-    decode = _step_text(lm, 1, kv_dtype=kv_dtype)
-    assert len(re.findall(rf"{target}\b", decode)) == lm.config.num_layers
-    assert "memloop_paged_attention" not in _step_text(lm, 16, kv_dtype=kv_dtype)
+def test_decode_steps_and_prefill_chunks_read_pages_in_place(lm, kv_dtype, target):
+    for tokens in (1, 16):
+        text = _step_text(lm, tokens, kv_dtype=kv_dtype)
+        assert len(re.findall(rf"{target}\b", text)) == lm.config.num_layers, tokens
 
 
 def test_the_attention_setting_chooses_the_cpu_kernel(lm, monkeypatch):
