@@ -273,6 +273,30 @@ void ValueBlock(const Problem<KV>& pr, const Tile<KV>& tile, const int64_t* rs, 
   }
 }
 
+// The largest score of a row's chunk among the keys it sees (`seen`: a mask per tile), -inf if none.
+inline float SeenMax(const float* w, const Mask16* seen, int64_t tiles) {
+  V16 top = v16_set1_ps(kNegInf);
+  for (int64_t t = 0; t < tiles; ++t)
+    if (seen[t]) top = v16_max_ps(top, v16_loadu_ps(w + t * kTile));
+  return v16_reduce_max_ps(top);
+}
+
+// A row's softmax weights in place of its scores, in the tiles where `touch` is set: e^(score - m)
+// on the keys it sees, +0 on the others (int8: times each value's scale; vs(t): a tile's 16 scales).
+// Returns the sum of the exponentials, added tile by tile in order.
+template <typename KV, typename Scales>
+inline float Weights(float* w, const Mask16* seen, const Mask16* touch, int64_t tiles, float m, Scales vs) {
+  const V16 mv = v16_set1_ps(m);
+  V16 sum = v16_setzero_ps();
+  for (int64_t t = 0; t < tiles; ++t) {
+    if (!touch[t]) continue;
+    const V16 pv = v16_maskz_mov_ps(seen[t], Exp(v16_sub_ps(v16_loadu_ps(w + t * kTile), mv)));
+    sum = v16_add_ps(sum, pv);
+    v16_storeu_ps(w + t * kTile, kScaled<KV> ? v16_maskz_mul_ps(seen[t], pv, v16_load_ps(vs(t))) : pv);
+  }
+  return v16_reduce_add_ps(sum);
+}
+
 // Per-thread scratch: a row's scores, then weights, over one chunk; and which keys of each tile it sees.
 struct Scratch {
   std::vector<float> w;
@@ -360,21 +384,8 @@ void Chunk(const Problem<KV>& pr, int64_t b, int64_t kvh, int64_t c) {
   for (int64_t r = 0; r < rows; ++r) {
     const Mask16* rv = vis + r * kTiles;
     float* rw = w + r * kChunk;
-    V16 top = v16_set1_ps(kNegInf);
-    for (int64_t t = 0; t < kTiles; ++t)
-      if (rv[t]) top = v16_max_ps(top, v16_loadu_ps(rw + t * kTile));
-    m[r] = v16_reduce_max_ps(top);
-    V16 sum = v16_setzero_ps();
-    if (m[r] != kNegInf) {
-      const V16 mv = v16_set1_ps(m[r]);
-      for (int64_t t = 0; t < kTiles; ++t) {
-        if (!rv[t]) continue;
-        const V16 pv = v16_maskz_mov_ps(rv[t], Exp(v16_sub_ps(v16_loadu_ps(rw + t * kTile), mv)));
-        sum = v16_add_ps(sum, pv);
-        v16_storeu_ps(rw + t * kTile, kScaled<KV> ? v16_maskz_mul_ps(rv[t], pv, v16_load_ps(tiles[t].vs)) : pv);
-      }
-    }
-    l[r] = v16_reduce_add_ps(sum);
+    m[r] = SeenMax(rw, rv, kTiles);
+    l[r] = m[r] == kNegInf ? 0.0f : Weights<KV>(rw, rv, rv, kTiles, m[r], [&](int64_t t) { return tiles[t].vs; });
   }
 
   // Pass 3: the weighted values.
@@ -582,21 +593,11 @@ void WideItem(const Problem<KV>& pr, int64_t b, int64_t kvh, int64_t tb) {
             if (any[t]) v16_storeu_ps(w + t * kTile, v16_setzero_ps());
           continue;
         }
-        V16 top = v16_set1_ps(kNegInf);
-        for (int64_t t = 0; t < tiles; ++t)
-          if (vis[i][t]) top = v16_max_ps(top, v16_loadu_ps(w + t * kTile));
         const int64_t r = r0 + i;
-        const float m = std::max(s.m[r], v16_reduce_max_ps(top)), f = std::exp(s.m[r] - m);
-        const V16 mv = v16_set1_ps(m);
-        V16 sum = v16_setzero_ps();
-        for (int64_t t = 0; t < tiles; ++t) {
-          if (!any[t]) continue;
-          const V16 pv = v16_maskz_mov_ps(vis[i][t], Exp(v16_sub_ps(v16_loadu_ps(w + t * kTile), mv)));
-          sum = v16_add_ps(sum, pv);
-          v16_storeu_ps(w + t * kTile, kScaled<KV> ? v16_maskz_mul_ps(vis[i][t], pv, v16_load_ps(s.vs + t * kTile)) : pv);
-        }
+        const float m = std::max(s.m[r], SeenMax(w, vis[i], tiles)), f = std::exp(s.m[r] - m);
+        const float sum = Weights<KV>(w, vis[i], any, tiles, m, [&](int64_t t) { return s.vs + t * kTile; });
         s.m[r] = m;
-        s.l[r] = s.l[r] * f + v16_reduce_add_ps(sum);
+        s.l[r] = s.l[r] * f + sum;
         if (f != 1.0f) {
           const V16 fv = v16_set1_ps(f);
           for (int64_t x = 0; x < hd / 16; ++x)
