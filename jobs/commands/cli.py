@@ -49,6 +49,7 @@ COMMAND_MODULES = (
     "jobs.commands.methods",
     "jobs.commands.bench_model",
     "jobs.commands.bench_prefix",
+    "jobs.commands.bench_gpu",
     "jobs.commands.bench_scale",
     "jobs.commands.export",
     "jobs.commands.rescore",
