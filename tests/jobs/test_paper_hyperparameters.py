@@ -50,6 +50,7 @@ def test_seed_004_table_1_config() -> None:
     (ds,) = cfg.datasets
     assert ds.task == "arxiv" and ds.limit == 10
     assert {k: ds.options[k] for k in ("split", "chunk_sentences")} == {"split": "validation", "chunk_sentences": 15}
+    assert ds.options["config_name"] == "section"  # the hub layout that keeps one sentence per line
     assert [m.name for m in cfg.methods] == ["fart-base", "fart-compressed", "fart-rolling"]
     assert [j.name for j in cfg.judges] == ["rouge"]
 
