@@ -18,7 +18,8 @@ with the same instruction less the knowledge graph; no extraction and no graph.
 Chain of Density (section 4.2's GPT-4 rows, Adams et al. 2023), `density_rounds: n`: after the first
 summary, n more calls, one per densification round, each given the chapter (and, for `kg-retrieval`,
 the retrieved edges refitted around the current summary) and the current summary, name one to three
-missing entities and rewrite the summary at the same length with them; the last round's summary is
+missing entities and rewrite the summary at the same length with them (`density_words`, about 80
+words: the first summary asks for it and every round keeps it); the last round's summary is
 the answer. A round whose answer cannot be read keeps the summary it was given (the failure is
 recorded). The rounds use the plain linearisation, as the paper's GPT-4 rows did.
 
@@ -60,6 +61,9 @@ class ChapterSettings(MethodSettings):
     context_window: PositiveInt | None = None  # prompt + output tokens; None: the served model's window
     max_tokens: PositiveInt = 512
     density_rounds: NonNegativeInt = 0  # Chain of Density rounds after the first summary (the paper's GPT-4 rows: 4)
+    # Chain of Density's length: the first summary about this many words, every round keeping it
+    # (Adams et al.'s ~80 words; the paper's appendix G summaries are 58-80 words)
+    density_words: PositiveInt = 80
 
 
 @dataclass(frozen=True)
@@ -112,6 +116,11 @@ class _ChapterSummaries(Method, ABC):
         if needed > window:
             return f"{needed} tokens needed (prompt and max_tokens={s.max_tokens}) > context_window={window} ({source})"
         return check(build_request(prompt, s.sampling())) if callable(check) else None
+
+    def _length(self) -> str:
+        """The first summary's length rule: Chain of Density's ~80 words, none without it."""
+        rounds = self.settings.density_rounds
+        return f", in about {self.settings.density_words} words" if rounds else ""
 
     @staticmethod
     def _text(sample: Sample, chapters: list[int], chapter: int) -> str:
@@ -232,10 +241,10 @@ class KGRetrieval(_ChapterSummaries):
         kg, embedder = context
         edges, counts = chapter_edges(kg, text, chapter)
         ranked = rank_edges(edges, embedder)
-        chosen = self._fit(trace, kg, ranked, counts, SUMMARY_TEMPLATES[self.settings.linearization],
-                           {"chapter": text})
+        values = {"chapter": text, **self._length_values()}
+        chosen = self._fit(trace, kg, ranked, counts, SUMMARY_TEMPLATES[self.settings.linearization], values)
         lin = self._edges_text(kg, chosen, counts)
-        return (SUMMARY_TEMPLATES[self.settings.linearization], {"edges": lin, "chapter": text},
+        return (SUMMARY_TEMPLATES[self.settings.linearization], {"edges": lin, **values},
                 {"edges_ranked": len(ranked), "edges_used": len(chosen)}, {"retrieved": lin})
 
     def _density_prompt(self, trace: Trace, context: Any, chapter: int, text: str,
@@ -243,12 +252,13 @@ class KGRetrieval(_ChapterSummaries):
         kg, embedder = context
         edges, counts = chapter_edges(kg, text, chapter)
         ranked = rank_edges(edges, embedder)
-        values = {"chapter": text, "summary": summary}
+        values = {"chapter": text, "summary": summary, "words": self.settings.density_words}
         chosen = self._fit(trace, kg, ranked, counts, DENSITY_TEMPLATE, values)
         return DENSITY_TEMPLATE, {**values, "edges": self._edges_text(kg, chosen, counts)}, {"edges_used": len(chosen)}
 
     def _bare_density_prompt(self, text: str, summary: str) -> str:
-        return load_template(DENSITY_TEMPLATE).render(edges="(none)", chapter=text, summary=summary)
+        return load_template(DENSITY_TEMPLATE).render(edges="(none)", chapter=text, summary=summary,
+                                                      words=self.settings.density_words)
 
     def _edges_text(self, kg: Any, edges: list, counts: dict) -> str:
         lin = LINEARIZE[self.settings.linearization](kg, edges, counts)
@@ -256,7 +266,11 @@ class KGRetrieval(_ChapterSummaries):
 
     def _bare_prompt(self, text: str) -> str:
         return load_template(SUMMARY_TEMPLATES[self.settings.linearization]).render(
-            edges="(none)" if self.settings.linearization == "plain" else "", chapter=text)
+            edges="(none)" if self.settings.linearization == "plain" else "", chapter=text, **self._length_values())
+
+    def _length_values(self) -> dict[str, str]:
+        # the tokens template (the fine-tuned models' input) takes no length rule: Chain of Density is plain only
+        return {"length": self._length()} if self.settings.linearization == "plain" else {}
 
     def _fit(self, trace: Trace, kg: Any, ranked: list, counts: dict, template: str, values: dict[str, Any]) -> list:
         """The longest best-ranked prefix of the edges whose whole rendered prompt can still be served
@@ -290,15 +304,16 @@ class NoKG(_ChapterSummaries):
         return self._summaries(sample, trace, chapters, None), None
 
     def _bare_prompt(self, text: str) -> str:
-        return load_template(NO_KG_TEMPLATE).render(chapter=text)
+        return load_template(NO_KG_TEMPLATE).render(chapter=text, length=self._length())
 
     def _bare_density_prompt(self, text: str, summary: str) -> str:
-        return load_template(NO_KG_DENSITY_TEMPLATE).render(chapter=text, summary=summary)
+        return load_template(NO_KG_DENSITY_TEMPLATE).render(chapter=text, summary=summary,
+                                                            words=self.settings.density_words)
 
     def _density_prompt(self, trace: Trace, context: Any, chapter: int, text: str,
                         summary: str) -> tuple[str, dict[str, Any], dict[str, Any]]:
-        return NO_KG_DENSITY_TEMPLATE, {"chapter": text, "summary": summary}, {}
+        return NO_KG_DENSITY_TEMPLATE, {"chapter": text, "summary": summary, "words": self.settings.density_words}, {}
 
     def _chapter_prompt(self, trace: Trace, context: Any, chapter: int,
                         text: str) -> tuple[str, dict[str, Any], dict[str, Any], dict[str, Any]]:
-        return NO_KG_TEMPLATE, {"chapter": text}, {}, {}
+        return NO_KG_TEMPLATE, {"chapter": text, "length": self._length()}, {}, {}

@@ -45,7 +45,7 @@ def test_kg_retrieval_budget_limits_edges() -> None:
     book = Sample(id="t", task="book", chunks=("Tom, Thomas, Becky and Aunt Polly.",))
     llm = ScriptedLLM([EX1, "Summary."])
     tpl = load_template("s001-chapter-summary")
-    one = llm.count_tokens(tpl.render(edges="Aunt Polly; aunt of; Tom", chapter=book.chunks[0]))
+    one = llm.count_tokens(tpl.render(edges="Aunt Polly; aunt of; Tom", chapter=book.chunks[0], length=""))
     # room (after max_tokens) for one edge line but not two
     out = get_method("kg-retrieval", context_window=one + 10, max_tokens=10).run(book, llm)
     assert out.steps[1].parsed == {"chapter": 1, "edges_ranked": 3, "edges_used": 1}
@@ -152,7 +152,7 @@ def test_the_engines_own_fit_check_decides_how_many_edges_fit() -> None:
     book = Sample(id="t", task="book", chunks=("Tom, Thomas, Becky and Aunt Polly.",))
     llm = _Checked([EX1, "Summary."])
     one = llm.count_tokens(load_template("s001-chapter-summary").render(edges="Aunt Polly; aunt of; Tom",
-                                                                         chapter=book.chunks[0]))
+                                                                         chapter=book.chunks[0], length=""))
     llm.limit = one + 10
     out = get_method("kg-retrieval", max_tokens=10).run(book, llm)
     assert out.steps[1].parsed == {"chapter": 1, "edges_ranked": 3, "edges_used": 1}
@@ -179,3 +179,23 @@ def test_chain_of_density_rounds_for_both_rows() -> None:
     out = get_method("no-kg", density_rounds=1).run(book, nokg)
     assert [s.kind for s in out.steps] == ["summarize", "densify"] and out.answer == "Becky argues."
     assert "knowledge graph" not in nokg.requests[1].messages[0]["content"].lower()
+
+
+def test_chain_of_density_sets_the_first_summarys_length_and_every_round_keeps_it() -> None:
+    """Chain of Density's first summary is about 80 words and each round rewrites it at that length
+    (the paper's appendix G summaries are 58-80 words); without rounds no length is imposed."""
+    book = Sample(id="t", task="book", chunks=("Tom painted the fence. Aunt Polly watched Tom.",),
+                  metadata={"chunk_chapters": [1], "target_chapter": 1})
+    for method, script in (("kg-retrieval", [EX1, "Tom paints.", "Polly\nDenser summary: Tom paints; Polly watches."]),
+                           ("no-kg", ["Tom paints.", "Polly\nDenser summary: Tom paints; Polly watches."])):
+        llm = ScriptedLLM(script)
+        get_method(method, density_rounds=1).run(book, llm)
+        first, round_1 = (r.messages[0]["content"] for r in llm.requests[-2:])
+        assert "Write a summary of this chapter in plain text, in about 80 words." in first, method
+        assert "Rewrite the summary at the same length, about 80 words," in round_1, method
+        llm = ScriptedLLM(script[:-1])
+        get_method(method, density_rounds=0, density_words=60).run(book, llm)
+        assert "Write a summary of this chapter in plain text." in llm.requests[-1].messages[0]["content"]
+    llm = ScriptedLLM(["Tom paints.", "Polly\nDenser summary: Tom paints."])
+    get_method("no-kg", density_rounds=1, density_words=60).run(book, llm)
+    assert "in about 60 words" in llm.requests[0].messages[0]["content"]
