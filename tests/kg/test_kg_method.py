@@ -199,3 +199,31 @@ def test_chain_of_density_sets_the_first_summarys_length_and_every_round_keeps_i
     llm = ScriptedLLM(["Tom paints.", "Polly\nDenser summary: Tom paints."])
     get_method("no-kg", density_rounds=1, density_words=60).run(book, llm)
     assert "in about 60 words" in llm.requests[0].messages[0]["content"]
+
+
+def test_the_graph_is_built_from_the_whole_book_and_retrieval_keeps_edges_up_to_the_target(tmp_path) -> None:
+    """Sections 3.2/3.4: the graph is built, merged and pruned on the whole book, then edges from later
+    chapters are left out. Built from chapter 1 alone, Tom and Becky (one edge each) would be pruned and
+    chapter 1 would get no edge; built from the book, chapter 1 keeps its own edge and not chapter 2's."""
+    import json
+
+    from eval.datasets.booksum import load_booksum
+    from tests.datasets.test_booksum import SUMMARY, _row
+
+    chapters = ["Chapter 1\nTom met Becky at school and fell for her at once, while the others watched.",
+                "Chapter 2\nTom argued with Becky. Aunt Polly scolded Tom. Becky and Aunt Polly are friends."]
+    rows = [_row(5, "Tom", f"all_chapterized_books/5-chapters/{n}.txt", text, SUMMARY.format(who=f"Tom {n}"), "guide")
+            for n, text in enumerate(chapters, 1)]
+    path = tmp_path / "booksum.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    [sample] = [s for s in load_booksum(path, samples=None) if s.metadata["target_chapter"] == 1]
+    llm = ScriptedLLM(["Tom\nBecky\n\nKnowledge graph edges:\n1. Tom; in love with; Becky\n",
+                       "Tom\nBecky\nAunt Polly\n\nKnowledge graph edges:\n1. Tom; argues with; Becky\n"
+                       "2. Aunt Polly; scolds; Tom\n3. Becky; friend of; Aunt Polly\n",
+                       "Tom falls for Becky."])
+    out = get_method("kg-retrieval").run(sample, llm)
+    assert [s.kind for s in out.steps] == ["extract", "extract", "summarize"]  # both chapters extracted
+    prompt = llm.requests[2].messages[0]["content"]
+    kg_part = prompt.split("[Knowledge graph]\n")[1].split("\n\n[Chapter]")[0].splitlines()
+    assert kg_part == ["Tom; in love with; Becky"]  # chapter 2's edges are later in the story
+    assert out.steps[2].parsed["edges_used"] == 1 and "Chapter 2" not in prompt
