@@ -138,6 +138,17 @@ def test_extraction_example_shows_multi_object_lines_and_three_name_aliases() ->
     assert any(line.count(" / ") >= 2 for line in text.splitlines())
 
 
+def test_extraction_example_is_at_the_scale_of_the_papers_appendix_e() -> None:
+    """Appendix E's example lists 9 entities and 15 edges; a small model copies the example's edge count."""
+    from eval.kg import parse_extraction
+
+    text = load_template("s001-kg-extract").text
+    example = text.split("[End story excerpt]\n", 1)[1].split("[Begin story excerpt]", 1)[0]
+    ex = parse_extraction(example)
+    edge_lines = [line for line in example.splitlines() if line.split(".", 1)[0].isdigit()]
+    assert len(ex.aliases) == 9 and len(edge_lines) == 15 and not ex.rejected
+
+
 class _Checked(ScriptedLLM):
     """A scripted model with the engine's own fit check (`misfit`): at most `limit` prompt words."""
 
