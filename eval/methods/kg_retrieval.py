@@ -12,6 +12,10 @@
    per edge, for API models) or `tokens` (`<subject>`/`<object>`/`<predicate>` groups, then the
    `<chapter>` marker and the chapter text, the fine-tuned models' input). The answer joins the
    chapter summaries.
+The graph's extraction model is a setting of its own (`extraction_model`): "judge" (the default),
+the run's judge model, the stronger model the run has, as the paper extracted with gpt-3.5-turbo and
+summarised with GPT-4 (section 3.3); or "self", the model under test. The memory records which model
+extracted (`extraction`), and the report names it in the table note.
 `no-kg` (section 4.2's No-KG baseline): the same chapters summarised from the chapter text alone,
 with the same instruction less the knowledge graph; no extraction and no graph.
 
@@ -71,6 +75,7 @@ class KGSettings(ChapterSettings):
     max_degree: NonNegativeInt = 3        # merge heuristic 2 threshold
     min_degree: NonNegativeInt = 2        # pruning threshold
     linearization: str = "plain"  # "plain" (API models) or "tokens" (<subject>/<object>/<predicate>, <chapter>)
+    extraction_model: str = "judge"  # "judge": the run's judge model extracts the graph; "self": the model under test
 
 
 def _dense(text: str) -> dict[str, Any]:
@@ -207,9 +212,15 @@ class KGRetrieval(_ChapterSummaries):
         super()._validate()
         if self.settings.linearization not in SUMMARY_TEMPLATES:
             raise MethodError(f"kg-retrieval: linearization must be 'plain' or 'tokens', got {self.settings.linearization!r}")
+        if self.settings.extraction_model not in ("judge", "self"):
+            raise MethodError(f"kg-retrieval: extraction_model must be 'judge' (the run's judge model) or 'self' (the "
+                              f"model under test), got {self.settings.extraction_model!r}")
         if self.settings.density_rounds and self.settings.linearization != "plain":
             raise MethodError("kg-retrieval: Chain of Density (density_rounds) runs with the plain linearisation, as "
                               "the paper's GPT-4 rows; set linearization: plain or density_rounds: 0")
+
+    def asks_judge(self) -> bool:
+        return self.settings.extraction_model == "judge"
 
     def _run(self, sample: Sample, trace: Trace) -> tuple[str, Any]:
         s = self.settings
@@ -217,8 +228,11 @@ class KGRetrieval(_ChapterSummaries):
         if self._does_not_fit(sample, trace, chapters):  # also fails a bad target chapter before any call
             return "", None
         extracted: list[tuple[int, Extraction]] = []
+        # the judge when the run gives one; a caller without a judge model has the model under test extract
+        extractor = trace.judge if s.extraction_model == "judge" and trace.judge is not None else trace.llm
         for i, (chunk, ch) in enumerate(zip(sample.chunks, chapters)):
-            step = trace.ask("s001-kg-extract", {"excerpt": chunk}, kind="extract", parse=_parse, chunk_index=i)
+            step = trace.ask("s001-kg-extract", {"excerpt": chunk}, kind="extract", parse=_parse, chunk_index=i,
+                             llm=extractor)
             if step.ok:
                 ex: Extraction = step.parsed
                 extracted.append((ch, ex))
@@ -233,7 +247,9 @@ class KGRetrieval(_ChapterSummaries):
                   "edges": [[u, d["predicate"], v, d["chapter"]] for u, v, d in kg.edges(data=True)],
                   "merged": report.merged, "refused_linked": report.refused_linked,
                   "refused_degree": report.refused_degree, "pruned": report.pruned,
-                  "dropped_edges": report.dropped_edges}
+                  "dropped_edges": report.dropped_edges,
+                  "extraction": {"setting": s.extraction_model, "model": extractor.name,
+                                 "judge": extractor is not trace.llm}}
         return self._summaries(sample, trace, chapters, (kg, MiniLMEmbedder())), memory
 
     def _chapter_prompt(self, trace: Trace, context: Any, chapter: int,
