@@ -97,3 +97,6 @@ def test_a_judge_engine_starts_for_the_graph_extraction_alone(smollm2_gguf, tmp_
     assert make_plan(parse_config(data)).judge_engine_config is not None
     data["methods"][0]["options"]["extraction_model"] = "self"
     assert make_plan(parse_config(data)).judge_engine_config is None
+    data["methods"][0]["options"]["extraction_model"] = "gpt"
+    with pytest.raises(ConfigError, match=r"extraction_model must be 'judge' .* or 'self'"):
+        make_plan(parse_config(data))

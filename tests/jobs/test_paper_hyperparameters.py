@@ -64,5 +64,5 @@ def test_seed_003_summarisers_decode_at_the_official_temperature() -> None:
 
 def test_seed_001_rows_summarise_with_chain_of_density() -> None:
     cfg = load_config(CONFIGS / "papers" / "seed001-table1.yaml")
-    assert [(m.name, m.options) for m in cfg.methods] == [("no-kg", {"density_rounds": 4}),
-                                                          ("kg-retrieval", {"density_rounds": 4})]
+    assert [(m.name, m.options) for m in cfg.methods] == [
+        ("no-kg", {"density_rounds": 4}), ("kg-retrieval", {"density_rounds": 4, "extraction_model": "judge"})]
