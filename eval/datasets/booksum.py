@@ -1,4 +1,4 @@
-"""BookSum chapters (seed 001's task): summarise chapter k of a book with the book's chapters 1..k at hand.
+"""BookSum chapters (seed 001's task): summarise chapter k of a book with the whole book at hand.
 
 Reads BookSum's chapter-level rows (Kryściński et al., 2021) as the release and its hub copy
 `kmfoda/booksum` give them, one row per (chapter, reference summary):
