@@ -17,9 +17,10 @@ Gold format per task (what judges consume; all JSON-serialisable):
   `distractor_sentence_ids`, `paragraph_sentiments`, `paragraph_writing_styles`.
 - **book** (`books`): `gold = None` (BooookScore is reference-free); metadata `title`, `chunk_tokens`.
 - **booksum** (`booksum`, seed 001): one Sample per drawn (chapter k, reference summary) of BookSum;
-  `chunks` = the book's chapters 1..k rebuilt from BookSum's chapter rows, cut to `chunk_tokens`;
-  `gold = {"reference": <chapter k's summary>}`; metadata: `book`, `title`, `target_chapter` (k),
-  `chunk_chapters` (each chunk's chapter), `summary_source`, `source` (the row read), `draw_seed`.
+  `chunks` = the whole book rebuilt from BookSum's rows, chapter k's own text in its place, cut to
+  `chunk_tokens`; `gold = {"reference": <chapter k's summary>}`; metadata: `book`, `title`,
+  `target_chapter` (k), `chunk_chapters` (each chunk's chapter), `book_units`, `summary_source`,
+  `source` (the row read), `draw_seed`, `eligibility_tokenizer`.
 - **repoqa** (`repoqa`): one Sample per needle function; `chunks` = the package's source in dependency
   order, chunked to `chunk_tokens`; `query` = the natural-language description (purpose, input,
   output, procedure); `gold = "<exact function name>"` (accuracy = exact name match);

@@ -1,4 +1,4 @@
-"""BookSum chapters (seed 001's task): summarise chapter k of a book with the book's chapters 1..k at hand.
+"""BookSum chapters (seed 001's task): summarise chapter k of a book with the whole book at hand.
 
 Reads BookSum's chapter-level rows (Kryściński et al., 2021) as the release and its hub copy
 `kmfoda/booksum` give them, one row per (chapter, reference summary):
@@ -7,40 +7,49 @@ aggregate of several chapters), `chapter` (the chapter's text), `summary_text` (
 `source` (the study guide the summary comes from), `book_id` (`<title>.<chapter name>`) and
 `is_aggregate`. The file is JSONL/JSON/Parquet/CSV-converted Parquet, a dataset directory, or the hub id.
 
-Each book is rebuilt from its distinct chapter files in reading order (a unit overlapping one
-already kept — an aggregate spanning chapters also given one by one — is left out); a sample
-targets one kept chapter k: its chunks are chapters 1..k (each cut to `chunk_tokens` at paragraph
-boundaries; metadata['chunk_chapters'] gives each chunk's chapter), metadata['target_chapter'] = k,
-and its gold the reference of that chapter (`{"reference": summary_text}`), so the knowledge graph
-is built from chapters <= k and the summary scored against chapter k's own reference.
+Each book's full text is rebuilt in reading order from the units BookSum has (single chapters,
+aggregates of several, a play's acts and scenes; `eval.datasets.booksum_units`), so no chapter is
+lost when one exists only inside an aggregate, and every row, aggregate or not, is a target. A
+sample targets one unit k: its chunks are the whole book (the units before k, k's own text, the units
+after k; each cut to `chunk_tokens` at paragraph boundaries; metadata['chunk_chapters'] gives each
+chunk's part number), metadata['target_chapter'] = k, and its gold the reference of that unit
+(`{"reference": summary_text}`). The knowledge graph is built from the whole book, as the paper
+builds it (section 3.2), and retrieval leaves out edges from parts after k (`eval.kg.chapter_edges`).
 
 Which (chapter, reference) pairs are eligible follows the paper's appendix B: books the paper
 excluded (train/test overlap, non-narrative texts, story collections) are left out, as are
 summaries that are empty or of fewer than `min_summary_words` words (memloop's threshold for the
 paper's "just a few words"), chapters over `max_chapter_tokens` (16,384) and summaries over
-`max_summary_tokens` (1,024) tokens. `samples` of them (100, as in table 1) are drawn at random with
+`max_summary_tokens` (1,024) tokens, counted in one fixed tokenizer (cl100k_base, GPT-4's, as the
+paper counted; recorded as metadata['eligibility_tokenizer']) so that every model under test is
+scored on the same chapters. `samples` of them (100, as in table 1) are drawn at random with
 `seed`, recorded in each sample's metadata.
 """
 from __future__ import annotations
 
 import dataclasses
 import random
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from eval.datasets.booksum_units import Part, Position, Unit, rebuild, unit_span
 from eval.datasets.chunker import chunk_paragraphs, split_paragraphs
 from eval.datasets.errors import DatasetError, EmptyDatasetError, MissingFieldError
 from eval.datasets.records import Record, read_records
 from eval.datasets.sample import Sample, slug
-from eval.tokens import TokenizerLike, token_counter
+from eval.tokens import TokenizerLike, cl100k_count
 
 HUB_ID = "kmfoda/booksum"
 # Appendix B: books in both train and validation/test, non-narrative texts, story collections.
 PAPER_EXCLUDED_BOOKS = frozenset({1130, 1526, 1783, 1798, 61, 1232, 1404, 3207, 3420, 3755, 4320, 7370, 11224,
                                   13434, 34901, 221, 416, 610, 1429, 15859})
-_NUMBERS = re.compile(r"\d+")
+ELIGIBILITY_TOKENIZER = "cl100k_base"
+
+
+def eligibility_tokens(text: str) -> int:
+    """Tokens of `text` for appendix B's length filters: cl100k_base (offline), whatever model is under test."""
+    return cl100k_count(text)
 
 
 @dataclass(frozen=True)
@@ -48,24 +57,24 @@ class ChapterRow:
     book: str            # BookSum's `bid`
     title: str
     unit: str            # the chapter file (one chapter, or an aggregate of several)
-    span: tuple[int, int]  # first and last chapter number the unit covers
+    span: tuple[Position, Position]  # first and last position the unit covers (chapter, or act and scene)
     text: str
     summary: str
     source: str          # the study guide the reference comes from
     where: str
 
 
-def _span(row: Record, where: str) -> tuple[int, int]:
-    """(first, last) chapter number of a row, from its chapter file name (else its summary id)."""
+def _span(row: Record, where: str) -> tuple[Position, Position]:
+    """(first, last) position of a row, from its chapter file name (else its summary id)."""
     for field in ("chapter_path", "summary_id", "book_id"):
         value = row.get(field)
         if isinstance(value, str):
             name = Path(value).stem if field == "chapter_path" else value.rsplit(".", 1)[-1]
-            numbers = [int(n) for n in _NUMBERS.findall(name)]
-            if numbers:
-                return numbers[0], numbers[-1]
-    raise MissingFieldError(f"{where}: cannot tell which chapter this is: 'chapter_path' (e.g. '.../1232-chapters/3.txt') "
-                            "or 'summary_id' (e.g. 'chapter 3') must carry its number")
+            span = unit_span(name)
+            if span is not None:
+                return span
+    raise MissingFieldError(f"{where}: cannot tell which chapter this is: 'chapter_path' (e.g. '.../1232-chapters/3.txt' "
+                            "or '.../act_1_scene_2.txt') or 'summary_id' (e.g. 'chapter 3') must carry its number")
 
 
 def parse_row(row: Record, where: str) -> ChapterRow:
@@ -85,20 +94,13 @@ def parse_row(row: Record, where: str) -> ChapterRow:
                       summary.strip() if isinstance(summary, str) else "", str(row.get("source") or ""), where)
 
 
-def rebuild_books(rows: list[ChapterRow]) -> dict[str, list[ChapterRow]]:
-    """book -> its chapters in reading order, one row per distinct chapter file, none overlapping another."""
+def rebuild_books(rows: list[ChapterRow]) -> dict[str, tuple[list[Part], dict[str, tuple[int, int]]]]:
+    """book -> (its parts in reading order, unit -> the range of parts it covers); `booksum_units.rebuild`."""
     units: dict[str, dict[str, ChapterRow]] = {}
     for r in rows:
         units.setdefault(r.book, {}).setdefault(r.unit, r)
-    books = {}
-    for book, by_unit in units.items():
-        kept: list[ChapterRow] = []
-        for r in sorted(by_unit.values(), key=lambda r: (r.span[0], r.span[1], r.unit)):
-            if kept and r.span[0] <= kept[-1].span[1]:
-                continue  # overlaps a finer unit already kept (an aggregate of chapters given one by one)
-            kept.append(r)
-        books[book] = kept
-    return books
+    return {book: rebuild([Unit(r.unit, r.span[0], r.span[1], r.text) for r in by_unit.values()])
+            for book, by_unit in units.items()}
 
 
 def _book_id(value: Any) -> int | None:
@@ -123,48 +125,52 @@ def load_booksum(path: str | Path = HUB_ID, split: str = "test", revision: str |
     if not rows:
         raise EmptyDatasetError(f"BookSum file {path} has no rows")
     books = rebuild_books(rows)
-    position = {(b, r.unit): k for b, chapters in books.items() for k, r in enumerate(chapters, 1)}
-    count = token_counter(tokenizer)
     eligible = []
     for r in rows:
-        k = position.get((r.book, r.unit))
-        if k is None or (exclude_paper_books and _book_id(r.book) in PAPER_EXCLUDED_BOOKS):
+        if exclude_paper_books and _book_id(r.book) in PAPER_EXCLUDED_BOOKS:
             continue
-        if len(r.summary.split()) < min_summary_words or count(r.summary) > max_summary_tokens:
+        if len(r.summary.split()) < min_summary_words or eligibility_tokens(r.summary) > max_summary_tokens:
             continue
-        if count(r.text) > max_chapter_tokens:
+        if eligibility_tokens(r.text) > max_chapter_tokens:
             continue
-        eligible.append((r, k))
+        eligible.append((r, books[r.book][1][r.unit][0] + 1))
     if not eligible:
         raise EmptyDatasetError(f"BookSum file {path}: no chapter passes the filters (chapter <= {max_chapter_tokens} "
-                                f"tokens, summary of {min_summary_words} words to {max_summary_tokens} tokens)")
+                                f"{ELIGIBILITY_TOKENIZER} tokens, summary of {min_summary_words} words to {max_summary_tokens} tokens)")
     eligible.sort(key=lambda e: (e[0].book, e[1], e[0].source, e[0].where))
     drawn = eligible if samples is None or samples >= len(eligible) else random.Random(seed).sample(eligible, samples)
-    out = [_sample(books[r.book][:k], r, k, chunk_tokens, tokenizer, seed, len(eligible)) for r, k in drawn]
+    out = [_sample(*books[r.book], r, chunk_tokens, tokenizer, seed, len(eligible)) for r, _ in drawn]
     return out[:limit] if limit is not None else out
 
 
-def _sample(chapters: list[ChapterRow], target: ChapterRow, k: int, chunk_tokens: int, tokenizer: TokenizerLike,
-            seed: int, eligible: int) -> Sample:
+def _sample(parts: list[Part], covers: dict[str, tuple[int, int]], target: ChapterRow, chunk_tokens: int,
+            tokenizer: TokenizerLike, seed: int, eligible: int) -> Sample:
+    """The whole book with the target unit's own text in its place: parts before it, it, parts after it."""
+    first, last = covers[target.unit]
+    texts = [p.text for p in parts[:first]] + [target.text] + [p.text for p in parts[last + 1:]]
+    k = first + 1
     chunks: list[str] = []
     numbers: list[int] = []
-    for n, ch in enumerate(chapters, 1):
-        text = ch.text if ch.unit != target.unit else target.text
+    for n, text in enumerate(texts, 1):
         pieces = chunk_paragraphs(split_paragraphs(text), chunk_tokens, tokenizer)
         chunks += pieces
         numbers += [n] * len(pieces)
     metadata: dict[str, Any] = {
-        "book": target.book, "title": target.title, "chapters": k, "target_chapter": k,
+        "book": target.book, "title": target.title, "chapters": len(texts), "target_chapter": k,
         "target_unit": target.unit, "chunk_chapters": numbers, "chunk_tokens": chunk_tokens,
-        "summary_source": target.source, "source": target.where, "draw_seed": seed, "eligible": eligible}
-    sid = f"booksum/{slug(target.book)}-ch{k}" + (f"-{slug(target.source)}" if target.source else "")
+        "book_units": [p.name for p in parts[:first]] + [target.unit] + [p.name for p in parts[last + 1:]],
+        "summary_source": target.source, "source": target.where, "draw_seed": seed, "eligible": eligible,
+        "eligibility_tokenizer": ELIGIBILITY_TOKENIZER}
+    span = f"{k}" if last == first else f"{k}-{last + 1}"  # an aggregate: the parts it spans in the full book
+    sid = f"booksum/{slug(target.book)}-ch{span}" + (f"-{slug(target.source)}" if target.source else "")
     return Sample(id=sid, task="booksum", chunks=tuple(chunks), query="Summarize the chapter.",
                   gold={"reference": target.summary}, metadata=metadata)
 
 
 def truncate_sample(sample: Sample, n_chunks: int) -> Sample:
     """A reduced run's sample: the target chapter kept (its first chunks if it alone is longer) with the
-    chunks just before it, n_chunks in all, so the summarised chapter is still the one the reference covers."""
+    chunks just before it, n_chunks in all, so the summarised chapter is still the one the reference covers
+    (the parts after it, which the full run's graph is built from too, are left out)."""
     chapters = list(sample.metadata["chunk_chapters"])
     k = sample.metadata["target_chapter"]
     own = [i for i, c in enumerate(chapters) if c == k][:n_chunks]

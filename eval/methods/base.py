@@ -106,8 +106,9 @@ class MethodSettings:
 class Trace:
     """Per-run recorder: issues the LLM calls of one sample and keeps their steps."""
 
-    def __init__(self, llm: LLM, settings: MethodSettings) -> None:
+    def __init__(self, llm: LLM, settings: MethodSettings, judge: LLM | None = None) -> None:
         self.llm = llm
+        self.judge = judge  # the run's judge model, for a method step that the paper gave a stronger model
         self.settings = settings
         self.steps: list[Step] = []
         self.templates: dict[str, str] = {}
@@ -116,8 +117,9 @@ class Trace:
     def ask(self, template: str | Template, values: dict[str, Any], *, kind: str,
             parse: Callable[[str], Any] | None = None, schema: dict[str, Any] | None = None,
             chunk_index: int | None = None, max_tokens: int | None = None, stop: tuple[str, ...] = (),
-            raw_prompt: bool = False) -> Step:
+            raw_prompt: bool = False, llm: LLM | None = None) -> Step:
         """Render, call, parse with bounded retries; returns the recorded step (step.ok says if parsed).
+        `llm` asks another model than the one under test (default: the model under test).
 
         `parse` maps output text to the parsed value or raises `eval.asking.ParseFailure`. With a schema and an
         LLM that supports it, the output is constrained and parsed once (a failure is still recorded).
@@ -126,13 +128,14 @@ class Trace:
         tpl = load_template(template) if isinstance(template, str) else template
         prompt = tpl.render(**values)
         return self.ask_prompt(prompt, tpl, kind=kind, parse=parse, schema=schema, chunk_index=chunk_index,
-                               max_tokens=max_tokens, stop=stop, raw_prompt=raw_prompt)
+                               max_tokens=max_tokens, stop=stop, raw_prompt=raw_prompt, llm=llm)
 
     def ask_prompt(self, prompt: str, tpl: Template, *, kind: str, parse: Callable[[str], Any] | None = None,
                    schema: dict[str, Any] | None = None, chunk_index: int | None = None,
-                   max_tokens: int | None = None, stop: tuple[str, ...] = (), raw_prompt: bool = False) -> Step:
+                   max_tokens: int | None = None, stop: tuple[str, ...] = (), raw_prompt: bool = False,
+                   llm: LLM | None = None) -> Step:
         self.templates[tpl.id] = tpl.sha256
-        answer = ask(self.llm, prompt, self.settings.sampling(max_tokens, stop), parse=parse, schema=schema,
+        answer = ask(llm or self.llm, prompt, self.settings.sampling(max_tokens, stop), parse=parse, schema=schema,
                      max_attempts=max(1, self.settings.max_attempts), retry=reseed(self.settings.retry_temperature),
                      raw_prompt=raw_prompt)
         failures = [f"attempt {a.number}: {a.reason}" + (" (output hit max_tokens)" if a.cut else "")
@@ -168,13 +171,19 @@ class Method:
     def _validate(self) -> None:
         """Subclasses check their settings here and raise MethodError with what to change."""
 
-    def run(self, sample: Sample, llm: LLM) -> MethodOutput:
+    def asks_judge(self) -> bool:
+        """Whether a step of this method asks the run's judge model (the run then starts its judge engine)."""
+        return False
+
+    def run(self, sample: Sample, llm: LLM, judge: LLM | None = None) -> MethodOutput:
+        """Run on `sample` with `llm`, the model under test; `judge` is the run's judge model, which a
+        method may use for a step its paper gave a stronger model (None: the model under test)."""
         if self.tasks is not None and sample.task not in self.tasks:
             raise MethodError(f"method {self.name!r} handles tasks {list(self.tasks)}, not {sample.task!r} "
                               f"(sample {sample.id}); pick a method made for that task")
         if not sample.chunks:
             raise MethodError(f"sample {sample.id} has no chunks; check the dataset loader and chunk size")
-        trace = Trace(llm, self.settings)
+        trace = Trace(llm, self.settings, judge)
         answer, memory = self._run(sample, trace)
         return MethodOutput(method=self.name, sample_id=sample.id, answer=answer, steps=trace.steps, memory=memory,
                             settings=asdict(self.settings), templates=dict(trace.templates),

@@ -12,13 +12,18 @@
    per edge, for API models) or `tokens` (`<subject>`/`<object>`/`<predicate>` groups, then the
    `<chapter>` marker and the chapter text, the fine-tuned models' input). The answer joins the
    chapter summaries.
+The graph's extraction model is a setting of its own (`extraction_model`): "judge" (the default),
+the run's judge model, the stronger model the run has, as the paper extracted with gpt-3.5-turbo and
+summarised with GPT-4 (section 3.3); or "self", the model under test. The memory records which model
+extracted (`extraction`), and the report names it in the table note.
 `no-kg` (section 4.2's No-KG baseline): the same chapters summarised from the chapter text alone,
 with the same instruction less the knowledge graph; no extraction and no graph.
 
 Chain of Density (section 4.2's GPT-4 rows, Adams et al. 2023), `density_rounds: n`: after the first
 summary, n more calls, one per densification round, each given the chapter (and, for `kg-retrieval`,
 the retrieved edges refitted around the current summary) and the current summary, name one to three
-missing entities and rewrite the summary at the same length with them; the last round's summary is
+missing entities and rewrite the summary at the same length with them (`density_words`, about 80
+words: the first summary asks for it and every round keeps it); the last round's summary is
 the answer. A round whose answer cannot be read keeps the summary it was given (the failure is
 recorded). The rounds use the plain linearisation, as the paper's GPT-4 rows did.
 
@@ -60,6 +65,9 @@ class ChapterSettings(MethodSettings):
     context_window: PositiveInt | None = None  # prompt + output tokens; None: the served model's window
     max_tokens: PositiveInt = 512
     density_rounds: NonNegativeInt = 0  # Chain of Density rounds after the first summary (the paper's GPT-4 rows: 4)
+    # Chain of Density's length: the first summary about this many words, every round keeping it
+    # (Adams et al.'s ~80 words; the paper's appendix G summaries are 58-80 words)
+    density_words: PositiveInt = 80
 
 
 @dataclass(frozen=True)
@@ -67,6 +75,7 @@ class KGSettings(ChapterSettings):
     max_degree: NonNegativeInt = 3        # merge heuristic 2 threshold
     min_degree: NonNegativeInt = 2        # pruning threshold
     linearization: str = "plain"  # "plain" (API models) or "tokens" (<subject>/<object>/<predicate>, <chapter>)
+    extraction_model: str = "judge"  # "judge": the run's judge model extracts the graph; "self": the model under test
 
 
 def _dense(text: str) -> dict[str, Any]:
@@ -112,6 +121,11 @@ class _ChapterSummaries(Method, ABC):
         if needed > window:
             return f"{needed} tokens needed (prompt and max_tokens={s.max_tokens}) > context_window={window} ({source})"
         return check(build_request(prompt, s.sampling())) if callable(check) else None
+
+    def _length(self) -> str:
+        """The first summary's length rule: Chain of Density's ~80 words, none without it."""
+        rounds = self.settings.density_rounds
+        return f", in about {self.settings.density_words} words" if rounds else ""
 
     @staticmethod
     def _text(sample: Sample, chapters: list[int], chapter: int) -> str:
@@ -198,9 +212,15 @@ class KGRetrieval(_ChapterSummaries):
         super()._validate()
         if self.settings.linearization not in SUMMARY_TEMPLATES:
             raise MethodError(f"kg-retrieval: linearization must be 'plain' or 'tokens', got {self.settings.linearization!r}")
+        if self.settings.extraction_model not in ("judge", "self"):
+            raise MethodError(f"kg-retrieval: extraction_model must be 'judge' (the run's judge model) or 'self' (the "
+                              f"model under test), got {self.settings.extraction_model!r}")
         if self.settings.density_rounds and self.settings.linearization != "plain":
             raise MethodError("kg-retrieval: Chain of Density (density_rounds) runs with the plain linearisation, as "
                               "the paper's GPT-4 rows; set linearization: plain or density_rounds: 0")
+
+    def asks_judge(self) -> bool:
+        return self.settings.extraction_model == "judge"
 
     def _run(self, sample: Sample, trace: Trace) -> tuple[str, Any]:
         s = self.settings
@@ -208,8 +228,11 @@ class KGRetrieval(_ChapterSummaries):
         if self._does_not_fit(sample, trace, chapters):  # also fails a bad target chapter before any call
             return "", None
         extracted: list[tuple[int, Extraction]] = []
+        # the judge when the run gives one; a caller without a judge model has the model under test extract
+        extractor = trace.judge if s.extraction_model == "judge" and trace.judge is not None else trace.llm
         for i, (chunk, ch) in enumerate(zip(sample.chunks, chapters)):
-            step = trace.ask("s001-kg-extract", {"excerpt": chunk}, kind="extract", parse=_parse, chunk_index=i)
+            step = trace.ask("s001-kg-extract", {"excerpt": chunk}, kind="extract", parse=_parse, chunk_index=i,
+                             llm=extractor)
             if step.ok:
                 ex: Extraction = step.parsed
                 extracted.append((ch, ex))
@@ -224,7 +247,9 @@ class KGRetrieval(_ChapterSummaries):
                   "edges": [[u, d["predicate"], v, d["chapter"]] for u, v, d in kg.edges(data=True)],
                   "merged": report.merged, "refused_linked": report.refused_linked,
                   "refused_degree": report.refused_degree, "pruned": report.pruned,
-                  "dropped_edges": report.dropped_edges}
+                  "dropped_edges": report.dropped_edges,
+                  "extraction": {"setting": s.extraction_model, "model": extractor.name,
+                                 "judge": extractor is not trace.llm}}
         return self._summaries(sample, trace, chapters, (kg, MiniLMEmbedder())), memory
 
     def _chapter_prompt(self, trace: Trace, context: Any, chapter: int,
@@ -232,10 +257,10 @@ class KGRetrieval(_ChapterSummaries):
         kg, embedder = context
         edges, counts = chapter_edges(kg, text, chapter)
         ranked = rank_edges(edges, embedder)
-        chosen = self._fit(trace, kg, ranked, counts, SUMMARY_TEMPLATES[self.settings.linearization],
-                           {"chapter": text})
+        values = {"chapter": text, **self._length_values()}
+        chosen = self._fit(trace, kg, ranked, counts, SUMMARY_TEMPLATES[self.settings.linearization], values)
         lin = self._edges_text(kg, chosen, counts)
-        return (SUMMARY_TEMPLATES[self.settings.linearization], {"edges": lin, "chapter": text},
+        return (SUMMARY_TEMPLATES[self.settings.linearization], {"edges": lin, **values},
                 {"edges_ranked": len(ranked), "edges_used": len(chosen)}, {"retrieved": lin})
 
     def _density_prompt(self, trace: Trace, context: Any, chapter: int, text: str,
@@ -243,12 +268,13 @@ class KGRetrieval(_ChapterSummaries):
         kg, embedder = context
         edges, counts = chapter_edges(kg, text, chapter)
         ranked = rank_edges(edges, embedder)
-        values = {"chapter": text, "summary": summary}
+        values = {"chapter": text, "summary": summary, "words": self.settings.density_words}
         chosen = self._fit(trace, kg, ranked, counts, DENSITY_TEMPLATE, values)
         return DENSITY_TEMPLATE, {**values, "edges": self._edges_text(kg, chosen, counts)}, {"edges_used": len(chosen)}
 
     def _bare_density_prompt(self, text: str, summary: str) -> str:
-        return load_template(DENSITY_TEMPLATE).render(edges="(none)", chapter=text, summary=summary)
+        return load_template(DENSITY_TEMPLATE).render(edges="(none)", chapter=text, summary=summary,
+                                                      words=self.settings.density_words)
 
     def _edges_text(self, kg: Any, edges: list, counts: dict) -> str:
         lin = LINEARIZE[self.settings.linearization](kg, edges, counts)
@@ -256,7 +282,11 @@ class KGRetrieval(_ChapterSummaries):
 
     def _bare_prompt(self, text: str) -> str:
         return load_template(SUMMARY_TEMPLATES[self.settings.linearization]).render(
-            edges="(none)" if self.settings.linearization == "plain" else "", chapter=text)
+            edges="(none)" if self.settings.linearization == "plain" else "", chapter=text, **self._length_values())
+
+    def _length_values(self) -> dict[str, str]:
+        # the tokens template (the fine-tuned models' input) takes no length rule: Chain of Density is plain only
+        return {"length": self._length()} if self.settings.linearization == "plain" else {}
 
     def _fit(self, trace: Trace, kg: Any, ranked: list, counts: dict, template: str, values: dict[str, Any]) -> list:
         """The longest best-ranked prefix of the edges whose whole rendered prompt can still be served
@@ -290,15 +320,16 @@ class NoKG(_ChapterSummaries):
         return self._summaries(sample, trace, chapters, None), None
 
     def _bare_prompt(self, text: str) -> str:
-        return load_template(NO_KG_TEMPLATE).render(chapter=text)
+        return load_template(NO_KG_TEMPLATE).render(chapter=text, length=self._length())
 
     def _bare_density_prompt(self, text: str, summary: str) -> str:
-        return load_template(NO_KG_DENSITY_TEMPLATE).render(chapter=text, summary=summary)
+        return load_template(NO_KG_DENSITY_TEMPLATE).render(chapter=text, summary=summary,
+                                                            words=self.settings.density_words)
 
     def _density_prompt(self, trace: Trace, context: Any, chapter: int, text: str,
                         summary: str) -> tuple[str, dict[str, Any], dict[str, Any]]:
-        return NO_KG_DENSITY_TEMPLATE, {"chapter": text, "summary": summary}, {}
+        return NO_KG_DENSITY_TEMPLATE, {"chapter": text, "summary": summary, "words": self.settings.density_words}, {}
 
     def _chapter_prompt(self, trace: Trace, context: Any, chapter: int,
                         text: str) -> tuple[str, dict[str, Any], dict[str, Any], dict[str, Any]]:
-        return NO_KG_TEMPLATE, {"chapter": text}, {}, {}
+        return NO_KG_TEMPLATE, {"chapter": text, "length": self._length()}, {}, {}

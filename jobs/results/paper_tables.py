@@ -405,6 +405,8 @@ def judged_note(table: PaperTable, models: Mapping[str, Any] | None) -> str:
         who = f"Model under test: {models.get('model') or '?'}; judge: {judge}"
         if models.get("self_judged"):
             who += " (self-judged: the model under test judged its own outputs)"
+        if models.get("graph_extraction") and any(r.method == "kg-retrieval" for r in table.rows):
+            who += f"; knowledge graph extracted by: {models['graph_extraction']}"
         if table.paper_judge:
             who += f"; the paper's judge: {table.paper_judge}"
         parts.append(who + ".")

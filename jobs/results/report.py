@@ -618,7 +618,13 @@ def models_of(d: RunData) -> dict[str, Any]:
     under_test = model_name(cfg.get("model") or {})
     jm = cfg.get("judge_model") or {"kind": "engine"}
     judge = under_test if jm.get("kind", "engine") == "engine" and not jm.get("weights") else model_name(jm)
-    return {"model": under_test, "judge": judge, "self_judged": judge == under_test}
+    out = {"model": under_test, "judge": judge, "self_judged": judge == under_test}
+    # seed 001's graph extraction: its own setting, the judge model unless a kg-retrieval says "self"
+    kg = [m for m in cfg.get("methods") or () if m.get("name") == "kg-retrieval"]
+    if kg:
+        settings = {(m.get("options") or {}).get("extraction_model", "judge") for m in kg}
+        out["graph_extraction"] = ", ".join(sorted(judge if s == "judge" else under_test for s in settings))
+    return out
 
 
 def model_name(spec: dict[str, Any]) -> str:

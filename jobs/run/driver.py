@@ -150,7 +150,7 @@ class _UnitRunner:
             written, usage, method_error = ref.future().result()
         else:
             with self.cpu("loops"):
-                rows, out = run_loop(u, a.number, self.llms[lane])
+                rows, out = run_loop(u, a.number, self.llms[lane], self.writer.judging)
             usage, method_error = out.usage + out.retry_usage, method_failure(rows)
             if not judged(u, out, rows):
                 written = None  # buffered by the pool and written in batches, by this process

@@ -38,6 +38,13 @@ class Judging:
     def of(cls, cfg: RunConfig, engine_llm: Any = None) -> "Judging":
         return cls(cfg.judge_model, cfg.judge_cpus, cfg.retries, engine_llm)
 
+    def llm_for(self, lane_llm: Any) -> Any:
+        """The judge model as a unit on `lane_llm` reaches it: the run's judge engine, the configured
+        endpoint, or (a judge model without weights of its own) the lane's engine itself."""
+        from jobs.run.judge_task import judge_llm
+
+        return judge_llm(self.judge_model, self.engine_llm if self.engine_llm is not None else lane_llm)
+
 
 def commit_unit(output_uri: str, run_id: str, shard: str, samples: list[dict[str, Any]],
                 files: list[tuple[str, int]], *judged: dict[str, Any]) -> Committed:

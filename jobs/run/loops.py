@@ -23,12 +23,15 @@ from jobs.run.workload import Unit
 Rows = dict[str, list[dict[str, Any]]]
 
 
-def run_loop(u: Unit, attempt: int, llm: Any) -> tuple[Rows, Any]:
-    """One unit's method loop against `llm`: its `samples` and `steps` rows and the method's output."""
+def run_loop(u: Unit, attempt: int, llm: Any, judging: Judging | None = None) -> tuple[Rows, Any]:
+    """One unit's method loop against `llm`: its `samples` and `steps` rows and the method's output. The
+    run's judge model (from `judging`) goes with it, for method steps the paper gave a stronger model
+    (seed 001's graph extraction)."""
     from eval.methods import get_method
 
     started = now()
-    out = get_method(u.method.name, **u.settings).run(u.sample, llm)
+    judge = judging.llm_for(llm) if judging is not None else None
+    out = get_method(u.method.name, **u.settings).run(u.sample, llm, judge=judge)
     rows = {"samples": [sample_row(u, "ok", None, attempt + 1, out, started, llm.name)], "steps": step_rows(u, out)}
     return rows, out
 
@@ -67,7 +70,7 @@ class MethodWorker:
         """Run `u`'s loop and write its shard: (its `Committed` record or commit task reference, usage of
         every attempt, the cause when its method produced nothing). A worker started without a writer
         returns the rows and the method output instead."""
-        rows, out = run_loop(u, attempt, self.llms[host])
+        rows, out = run_loop(u, attempt, self.llms[host], self.writer.judging if self.writer is not None else None)
         if self.writer is None:
             return rows, out
         return self.writer.write(u, rows, out, self.llms[host]), out.usage + out.retry_usage, method_failure(rows)

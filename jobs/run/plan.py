@@ -222,15 +222,24 @@ def judge_weights_digest(cfg: RunConfig) -> str | None:
     return content_digest(path) if path.exists() else None
 
 
+def methods_ask_judge(cfg: RunConfig) -> bool:
+    """Whether a method of the run asks the judge model for a step of its own."""
+    from eval.methods import get_method
+    from jobs.run.workload import method_settings
+
+    return any(get_method(m.name, **method_settings(cfg, m, cfg.seed)).asks_judge() for m in cfg.methods)
+
+
 def judge_engine_config(cfg: RunConfig, unavailable: list[str] | None = None) -> dict[str, Any] | None:
     """The judge engine's config (its weights, default options) when `judge_model.weights` names one and
-    a judge of the run asks an LLM; None otherwise. A dry run (`unavailable` a list) notes a named judge
+    a judge of the run, or a method's step (seed 001's graph extraction), asks an LLM; None otherwise. A dry run (`unavailable` a list) notes a named judge
     model whose packages are not installed here instead of stopping: the machine that runs may have them."""
     from eval.judges import get_judge
     from engine.assets import MODELS
     from engine.errors import EngineError
 
-    if cfg.judge_model.weights is None or not any(get_judge(j.name).needs_llm for j in cfg.judges):
+    if cfg.judge_model.weights is None or not (any(get_judge(j.name).needs_llm for j in cfg.judges)
+                                               or methods_ask_judge(cfg)):
         return None
     try:
         path = judge_weights_path(cfg)

@@ -96,3 +96,35 @@ def test_rouge_lsum_reads_the_abstracts_own_sentence_lines(tmp_path):
     assert got["rougeLsum"] == pytest.approx(direct["rougeLsum"].fmeasure)
     split = {x.metric: x.value for x in run_judge("rouge", prediction, s.gold, lsum_reference="split").scores}
     assert split["rougeLsum"] != pytest.approx(got["rougeLsum"]) and split["rouge1"] == pytest.approx(got["rouge1"])
+
+
+def _arxiv_sentences(n: int) -> list[str]:
+    """n sentences of lowercased, tokenised arXiv prose, with the shapes that trip naive splitters:
+    "fig . ( [ f1 ] )", "et al . ( 2004 )", "eq . ( [ eq1 ] )", a number before the period."""
+    shapes = ["the rotation curve of the halo is shown in fig . ( [ f{i} ] ) for @xmath{i} .",
+              "as found by smith et al . ( 2004 ) the profile flattens beyond @xmath{i} kpc .",
+              "this agrees with eq . ( [ eq{i} ] ) and with ref . [ {i} ] within the errors .",
+              "we set the cutoff radius to {i} .",
+              "is the disk stable at step {i} ?",
+              "in sec . [ s{i} ] , i.e. the next part , we fit the model ( see tab . [ t{i} ] ) ."]
+    return [shapes[i % len(shapes)].format(i=i) for i in range(n)]
+
+
+def test_lowercased_arxiv_text_gives_fifteen_sentence_chunks_in_every_hub_layout(tmp_path):
+    """A 200-sentence article is 200 sentences and 14 chunks whether the hub serves it as one line
+    (`document`), one sentence per line (`section`) or the release's sentence list; the metadata says
+    which split was used."""
+    sentences = _arxiv_sentences(200)
+    abstract = "we measure the halo .\nthe disk is stable ."
+    rows = {"document": {"article": " ".join(sentences), "abstract": abstract},
+            "section": {"article": " \n ".join(sentences), "abstract": abstract},
+            "release": {"article_id": "a1", "article_text": sentences, "abstract_text": ["<S> we measure . </S>"]}}
+    expected_split = {"document": "punkt", "section": "lines", "release": "release list"}
+    for layout, row in rows.items():
+        p = tmp_path / f"{layout}.jsonl"
+        p.write_text(json.dumps(row) + "\n")
+        (s,) = load_arxiv(p)
+        assert s.metadata["sentences"] == 200, layout
+        assert s.metadata["sentence_split"] == expected_split[layout]
+        assert len(s.chunks) == 14, layout
+        assert s.chunks[0] == " ".join(sentences[:15]) and s.chunks[-1] == " ".join(sentences[195:])

@@ -54,19 +54,22 @@ def booksum_file(tmp_path: Path) -> Path:
 def test_a_book_is_rebuilt_from_its_chapters_and_chapter_k_is_the_target(tmp_path):
     samples = load_booksum(booksum_file(tmp_path), samples=None, max_chapter_tokens=2000)
     by_id = {s.id: s for s in samples}
-    # eligible: ch1, ch2 (two guides), ch3; not the aggregate, the short summary, the long chapter, book 1232
-    assert sorted(by_id) == ["booksum/900-ch1-cliffnotes", "booksum/900-ch2-gradesaver", "booksum/900-ch2-sparknotes",
-                             "booksum/900-ch3-cliffnotes"]
+    # eligible: ch1, ch2 (two guides), ch3, the aggregate of 1-2; not the short summary, the long chapter, book 1232
+    assert sorted(by_id) == ["booksum/900-ch1-2-novelguide", "booksum/900-ch1-cliffnotes", "booksum/900-ch2-gradesaver",
+                             "booksum/900-ch2-sparknotes", "booksum/900-ch3-cliffnotes"]
     s = by_id["booksum/900-ch3-cliffnotes"]
     assert s.task == "booksum" and s.metadata["target_chapter"] == 3
     assert s.gold == {"reference": SUMMARY.format(who="Ada (3)")}
-    assert [c.split("\n")[0] for c in s.chunks] == ["Chapter 1", "Chapter 2", "Chapter 3"]  # chapters <= k, in order
-    assert s.metadata["chunk_chapters"] == [1, 2, 3] and s.metadata["title"] == "The Lamp"
-    assert "Chapter 4" not in "".join(s.chunks)  # nothing after the target chapter
+    # the whole book, in order (the graph is built from all of it; retrieval keeps edges from chapters <= k)
+    assert [c.split("\n")[0] for c in s.chunks][:5] == ["Chapter 1", "Chapter 2", "Chapter 3", "Chapter 4", "Chapter 5"]
+    assert sorted(set(s.metadata["chunk_chapters"])) == [1, 2, 3, 4, 5] and s.metadata["title"] == "The Lamp"
+    agg = by_id["booksum/900-ch1-2-novelguide"]  # the aggregate is one chapter of its sample, its own text
+    assert agg.metadata["target_chapter"] == 1 and agg.metadata["chapters"] == 4
+    assert agg.chunks[0].startswith("Chapter 1") and "Chapter 2" in agg.chunks[0]
     assert by_id["booksum/900-ch2-gradesaver"].gold["reference"].startswith("In this chapter Cy (2, gradesaver)")
     small = load_booksum(booksum_file(tmp_path), samples=None, max_chapter_tokens=2000, chunk_tokens=64)
     s3 = {x.id: x for x in small}["booksum/900-ch3-cliffnotes"]
-    assert len(s3.chunks) > 3 and sorted(set(s3.metadata["chunk_chapters"])) == [1, 2, 3]
+    assert len(s3.chunks) > 5 and sorted(set(s3.metadata["chunk_chapters"])) == [1, 2, 3, 4, 5]
 
 
 def test_chapters_are_drawn_at_random_with_a_recorded_seed(tmp_path):
@@ -75,7 +78,7 @@ def test_chapters_are_drawn_at_random_with_a_recorded_seed(tmp_path):
     assert len({tuple(v) for v in ids.values()}) > 1  # the draw depends on the seed ...
     assert ids[3] == [s.id for s in load_booksum(path, samples=2, seed=3, max_chapter_tokens=2000)]  # ... and only on it
     [s] = load_booksum(path, samples=1, seed=3, max_chapter_tokens=2000)
-    assert s.metadata["draw_seed"] == 3 and s.metadata["eligible"] == 4
+    assert s.metadata["draw_seed"] == 3 and s.metadata["eligible"] == 5
 
 
 def test_the_paper_limits_on_chapter_and_summary_length(tmp_path):
@@ -101,3 +104,55 @@ def test_rows_that_are_not_booksum_chapters_are_named(tmp_path):
     p.write_text(json.dumps({"bid": 1, "chapter_path": "a/intro.txt", "chapter": "Text.", "summary_text": "x"}) + "\n")
     with pytest.raises(MissingFieldError, match="which chapter"):
         load_booksum(p)
+
+
+def _book(tmp_path: Path, units: list[tuple[str, str]], name: str = "book.jsonl") -> Path:
+    """One book in BookSum's format: (chapter file, text) units, each with its own reference."""
+    rows = [_row(77, "Units", f"all_chapterized_books/77-chapters/{unit}.txt", text, SUMMARY.format(who=unit), "guide")
+            for unit, text in units]
+    path = tmp_path / name
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_a_chapter_given_only_inside_an_aggregate_is_rebuilt_and_every_unit_is_a_target(tmp_path):
+    """Units 01, chapters_1_to_3, 03: the book is chapters 1, 2, 3 in order (chapter 2 cut out of the
+    aggregate), and all three rows are targets."""
+    one, two, three = _chapter(1, "Bo"), _chapter(2, "Cy"), _chapter(3, "Ada")
+    path = _book(tmp_path, [("01", one), ("chapters_1_to_3", one + "\n\n" + two + "\n\n" + three), ("03", three)])
+    samples = {s.metadata["target_unit"].rsplit("/", 1)[-1]: s for s in load_booksum(path, samples=None, chunk_tokens=4096)}
+    assert sorted(samples) == ["01.txt", "03.txt", "chapters_1_to_3.txt"]
+    book = samples["03.txt"]
+    assert book.chunks == (one, two, three) and book.metadata["target_chapter"] == 3
+    assert samples["01.txt"].chunks == (one, two, three) and samples["01.txt"].metadata["target_chapter"] == 1
+    agg = samples["chapters_1_to_3.txt"]
+    assert agg.metadata["target_chapter"] == 1 and agg.metadata["chunk_chapters"] == [1]
+    assert agg.chunks[0].split() == (one + "\n" + two + "\n" + three).split()
+    assert agg.gold == {"reference": SUMMARY.format(who="chapters_1_to_3")}
+
+
+def test_a_plays_acts_and_scenes_keep_every_scene_in_order(tmp_path):
+    """Act-and-scene units: scenes 1-3 of act 1 one by one, act 2 as a whole, act 3 scene 1 and an aggregate of
+    act 3's scenes 1 to 2 whose scene 2 is only there."""
+    texts = {u: f"{u.upper()}\nThe players speak of the lamp in {u}." for u in
+             ("act_1_scene_1", "act_1_scene_2", "act_1_scene_3", "act_2", "act_3_scene_1", "a3s2")}
+    path = _book(tmp_path, [("act_1_scene_2", texts["act_1_scene_2"]), ("act_1_scene_1", texts["act_1_scene_1"]),
+                            ("act_1_scene_3", texts["act_1_scene_3"]), ("act_2", texts["act_2"]),
+                            ("act_3_scene_1", texts["act_3_scene_1"]),
+                            ("act_3_scenes_1_to_2", texts["act_3_scene_1"] + "\n\n" + texts["a3s2"])])
+    samples = load_booksum(path, samples=None, min_summary_words=1)
+    last = next(s for s in samples if s.metadata["target_unit"].endswith("act_3_scene_1.txt"))
+    assert last.chunks == tuple(texts.values()) and last.metadata["target_chapter"] == 5
+    assert len(samples) == 6
+
+
+def test_eligible_chapters_are_counted_in_one_fixed_tokenizer_whatever_the_model(tmp_path):
+    """Appendix B's length filters use cl100k_base for every model: the model's own tokenizer (here one
+    counting characters, as a byte-level one nearly does) sizes the chunks but never changes the draw."""
+    path = booksum_file(tmp_path)
+    by_chars = lambda text: len(text)  # noqa: E731 - a tokenizer as a callable returning a count
+    fixed = [s.id for s in load_booksum(path, samples=None, max_chapter_tokens=600)]  # chapters: ~250 tokens, ~800 chars
+    with_model = load_booksum(path, samples=None, max_chapter_tokens=600, tokenizer=by_chars, chunk_tokens=10**6)
+    assert [s.id for s in with_model] == fixed
+    assert len(fixed) == 5
+    assert all(s.metadata["eligibility_tokenizer"] == "cl100k_base" for s in with_model)

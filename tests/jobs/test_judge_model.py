@@ -52,3 +52,51 @@ def test_the_judges_run_on_their_own_engine_not_the_model_under_test(ray_local, 
     assert len(judgments) > 0 and judgments["judge"].eq("booookscore").all()
     who = models_of(RunData.load(rs))
     assert who["judge"] != who["model"] and not who["self_judged"] and smollm2_gguf.name in who["judge"]
+
+
+def _kg_config(model_url: str, judge_url: str, tmp_path: Path, booksum: Path, **kg_options) -> dict:
+    return {"name": "kg-extraction", "output": str(tmp_path / "runs"),
+            "datasets": [{"task": "booksum", "path": str(booksum),
+                          "options": {"samples": 1, "seed": 0, "max_chapter_tokens": 2000, "chunk_tokens": 4096}}],
+            "methods": [{"name": "kg-retrieval", "options": {"max_attempts": 1, "max_tokens": 48, **kg_options}}],
+            "judges": [{"name": "rouge"}],
+            "model": {"kind": "openai", "endpoint": {"base_url": model_url, "model": "scripted", "max_concurrency": 2}},
+            "judge_model": {"kind": "openai", "endpoint": {"base_url": judge_url, "model": "stronger", "max_concurrency": 2}},
+            "judge_cpus": 0.25}
+
+
+def test_the_knowledge_graph_is_extracted_by_the_judge_model_and_the_table_note_names_it(ray_local, tmp_path) -> None:
+    """Seed 001 section 3.3: the graph is extracted by a model of its own (gpt-3.5-turbo), the summaries
+    written by another. `extraction_model: judge` (the default) sends every extraction to the run's
+    judge model; `self` keeps it on the model under test; the run records which and the note names it."""
+    from jobs.results.paper_tables import TABLES, judged_note
+    from tests.datasets.test_booksum import booksum_file
+
+    booksum = booksum_file(tmp_path)
+    for option, extracts_on_judge in (({}, True), ({"extraction_model": "self"}, False)):
+        with scripted_endpoint() as (model_url, model_seen), scripted_endpoint() as (judge_url, judge_seen):
+            cfg = parse_config(_kg_config(model_url, judge_url, tmp_path / str(bool(option)), booksum, **option))
+            summary = execute(cfg, log=lambda m: None)
+        assert summary.computed + summary.failed == 1 and summary.skipped == 0
+        texts = lambda seen: [" ".join(str(m.get("content", "")) for m in b.get("messages", [])) for b in seen]  # noqa: E731
+        extractions = [p for p in texts(judge_seen if extracts_on_judge else model_seen) if "[Begin story excerpt]" in p]
+        assert extractions and not any("[Begin story excerpt]" in p
+                                       for p in texts(model_seen if extracts_on_judge else judge_seen))
+        assert any("Summary:" in p for p in texts(model_seen))  # the summaries stay on the model under test
+        who = models_of(RunData.load(RunStore.at(summary.output)))
+        assert who["graph_extraction"].startswith("stronger at" if extracts_on_judge else "scripted at")
+        assert f"knowledge graph extracted by: {who['graph_extraction']}" in judged_note(TABLES["seed001-table1"], who)
+
+
+def test_a_judge_engine_starts_for_the_graph_extraction_alone(smollm2_gguf, tmp_path) -> None:
+    """With judges that need no LLM (ROUGE), a kg-retrieval run still gets its judge engine to extract with."""
+    from tests.datasets.test_booksum import booksum_file
+
+    data = _kg_config("http://127.0.0.1:1/v1", "http://127.0.0.1:1/v1", tmp_path, booksum_file(tmp_path))
+    data["judge_model"] = {"kind": "engine", "weights": str(smollm2_gguf)}
+    assert make_plan(parse_config(data)).judge_engine_config is not None
+    data["methods"][0]["options"]["extraction_model"] = "self"
+    assert make_plan(parse_config(data)).judge_engine_config is None
+    data["methods"][0]["options"]["extraction_model"] = "gpt"
+    with pytest.raises(ConfigError, match=r"extraction_model must be 'judge' .* or 'self'"):
+        make_plan(parse_config(data))

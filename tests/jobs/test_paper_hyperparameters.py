@@ -50,6 +50,7 @@ def test_seed_004_table_1_config() -> None:
     (ds,) = cfg.datasets
     assert ds.task == "arxiv" and ds.limit == 10
     assert {k: ds.options[k] for k in ("split", "chunk_sentences")} == {"split": "validation", "chunk_sentences": 15}
+    assert ds.options["config_name"] == "section"  # the hub layout that keeps one sentence per line
     assert [m.name for m in cfg.methods] == ["fart-base", "fart-compressed", "fart-rolling"]
     assert [j.name for j in cfg.judges] == ["rouge"]
 
@@ -63,5 +64,5 @@ def test_seed_003_summarisers_decode_at_the_official_temperature() -> None:
 
 def test_seed_001_rows_summarise_with_chain_of_density() -> None:
     cfg = load_config(CONFIGS / "papers" / "seed001-table1.yaml")
-    assert [(m.name, m.options) for m in cfg.methods] == [("no-kg", {"density_rounds": 4}),
-                                                          ("kg-retrieval", {"density_rounds": 4})]
+    assert [(m.name, m.options) for m in cfg.methods] == [
+        ("no-kg", {"density_rounds": 4}), ("kg-retrieval", {"density_rounds": 4, "extraction_model": "judge"})]

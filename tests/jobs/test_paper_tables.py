@@ -123,10 +123,13 @@ def endpoint():
 
 
 def arxiv_file(tmp_path: Path) -> Path:
-    article = " ".join(f"Sentence {i} of the study reports a measured result about lighthouse lamps." for i in range(40))
+    """One article in the hub's `section` layout (ccdv/arxiv-summarization): lowercased, tokenised
+    sentences joined with " \n ", as seed004-table1 reads it."""
+    sentences = [f"sentence {i} of the study reports a measured result about lighthouse lamps ( see fig . [ f{i} ] ) ."
+                 for i in range(40)]
     path = tmp_path / "arxiv.jsonl"
-    path.write_text(json.dumps({"article": article.replace(". ", ".\n"),
-                                "abstract": "The study measures lighthouse lamps.\nIt reports results."}) + "\n")
+    path.write_text(json.dumps({"article": " \n ".join(sentences),
+                                "abstract": "the study measures lighthouse lamps . \n it reports results ."}) + "\n")
     return path
 
 

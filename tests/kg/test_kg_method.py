@@ -45,7 +45,7 @@ def test_kg_retrieval_budget_limits_edges() -> None:
     book = Sample(id="t", task="book", chunks=("Tom, Thomas, Becky and Aunt Polly.",))
     llm = ScriptedLLM([EX1, "Summary."])
     tpl = load_template("s001-chapter-summary")
-    one = llm.count_tokens(tpl.render(edges="Aunt Polly; aunt of; Tom", chapter=book.chunks[0]))
+    one = llm.count_tokens(tpl.render(edges="Aunt Polly; aunt of; Tom", chapter=book.chunks[0], length=""))
     # room (after max_tokens) for one edge line but not two
     out = get_method("kg-retrieval", context_window=one + 10, max_tokens=10).run(book, llm)
     assert out.steps[1].parsed == {"chapter": 1, "edges_ranked": 3, "edges_used": 1}
@@ -138,6 +138,17 @@ def test_extraction_example_shows_multi_object_lines_and_three_name_aliases() ->
     assert any(line.count(" / ") >= 2 for line in text.splitlines())
 
 
+def test_extraction_example_is_at_the_scale_of_the_papers_appendix_e() -> None:
+    """Appendix E's example lists 9 entities and 15 edges; a small model copies the example's edge count."""
+    from eval.kg import parse_extraction
+
+    text = load_template("s001-kg-extract").text
+    example = text.split("[End story excerpt]\n", 1)[1].split("[Begin story excerpt]", 1)[0]
+    ex = parse_extraction(example)
+    edge_lines = [line for line in example.splitlines() if line.split(".", 1)[0].isdigit()]
+    assert len(ex.aliases) == 9 and len(edge_lines) == 15 and not ex.rejected
+
+
 class _Checked(ScriptedLLM):
     """A scripted model with the engine's own fit check (`misfit`): at most `limit` prompt words."""
 
@@ -152,7 +163,7 @@ def test_the_engines_own_fit_check_decides_how_many_edges_fit() -> None:
     book = Sample(id="t", task="book", chunks=("Tom, Thomas, Becky and Aunt Polly.",))
     llm = _Checked([EX1, "Summary."])
     one = llm.count_tokens(load_template("s001-chapter-summary").render(edges="Aunt Polly; aunt of; Tom",
-                                                                         chapter=book.chunks[0]))
+                                                                         chapter=book.chunks[0], length=""))
     llm.limit = one + 10
     out = get_method("kg-retrieval", max_tokens=10).run(book, llm)
     assert out.steps[1].parsed == {"chapter": 1, "edges_ranked": 3, "edges_used": 1}
@@ -179,3 +190,51 @@ def test_chain_of_density_rounds_for_both_rows() -> None:
     out = get_method("no-kg", density_rounds=1).run(book, nokg)
     assert [s.kind for s in out.steps] == ["summarize", "densify"] and out.answer == "Becky argues."
     assert "knowledge graph" not in nokg.requests[1].messages[0]["content"].lower()
+
+
+def test_chain_of_density_sets_the_first_summarys_length_and_every_round_keeps_it() -> None:
+    """Chain of Density's first summary is about 80 words and each round rewrites it at that length
+    (the paper's appendix G summaries are 58-80 words); without rounds no length is imposed."""
+    book = Sample(id="t", task="book", chunks=("Tom painted the fence. Aunt Polly watched Tom.",),
+                  metadata={"chunk_chapters": [1], "target_chapter": 1})
+    for method, script in (("kg-retrieval", [EX1, "Tom paints.", "Polly\nDenser summary: Tom paints; Polly watches."]),
+                           ("no-kg", ["Tom paints.", "Polly\nDenser summary: Tom paints; Polly watches."])):
+        llm = ScriptedLLM(script)
+        get_method(method, density_rounds=1).run(book, llm)
+        first, round_1 = (r.messages[0]["content"] for r in llm.requests[-2:])
+        assert "Write a summary of this chapter in plain text, in about 80 words." in first, method
+        assert "Rewrite the summary at the same length, about 80 words," in round_1, method
+        llm = ScriptedLLM(script[:-1])
+        get_method(method, density_rounds=0, density_words=60).run(book, llm)
+        assert "Write a summary of this chapter in plain text." in llm.requests[-1].messages[0]["content"]
+    llm = ScriptedLLM(["Tom paints.", "Polly\nDenser summary: Tom paints."])
+    get_method("no-kg", density_rounds=1, density_words=60).run(book, llm)
+    assert "in about 60 words" in llm.requests[0].messages[0]["content"]
+
+
+def test_the_graph_is_built_from_the_whole_book_and_retrieval_keeps_edges_up_to_the_target(tmp_path) -> None:
+    """Sections 3.2/3.4: the graph is built, merged and pruned on the whole book, then edges from later
+    chapters are left out. Built from chapter 1 alone, Tom and Becky (one edge each) would be pruned and
+    chapter 1 would get no edge; built from the book, chapter 1 keeps its own edge and not chapter 2's."""
+    import json
+
+    from eval.datasets.booksum import load_booksum
+    from tests.datasets.test_booksum import SUMMARY, _row
+
+    chapters = ["Chapter 1\nTom met Becky at school and fell for her at once, while the others watched.",
+                "Chapter 2\nTom argued with Becky. Aunt Polly scolded Tom. Becky and Aunt Polly are friends."]
+    rows = [_row(5, "Tom", f"all_chapterized_books/5-chapters/{n}.txt", text, SUMMARY.format(who=f"Tom {n}"), "guide")
+            for n, text in enumerate(chapters, 1)]
+    path = tmp_path / "booksum.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    [sample] = [s for s in load_booksum(path, samples=None) if s.metadata["target_chapter"] == 1]
+    llm = ScriptedLLM(["Tom\nBecky\n\nKnowledge graph edges:\n1. Tom; in love with; Becky\n",
+                       "Tom\nBecky\nAunt Polly\n\nKnowledge graph edges:\n1. Tom; argues with; Becky\n"
+                       "2. Aunt Polly; scolds; Tom\n3. Becky; friend of; Aunt Polly\n",
+                       "Tom falls for Becky."])
+    out = get_method("kg-retrieval").run(sample, llm)
+    assert [s.kind for s in out.steps] == ["extract", "extract", "summarize"]  # both chapters extracted
+    prompt = llm.requests[2].messages[0]["content"]
+    kg_part = prompt.split("[Knowledge graph]\n")[1].split("\n\n[Chapter]")[0].splitlines()
+    assert kg_part == ["Tom; in love with; Becky"]  # chapter 2's edges are later in the story
+    assert out.steps[2].parsed["edges_used"] == 1 and "Chapter 2" not in prompt

@@ -1,11 +1,14 @@
 """F-ART tool loop on a scripted LLM: transcript continuation, store transitions, bounds."""
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from eval.datasets.sample import Sample
 from eval.llm import ScriptedLLM
 from eval.methods import get_method
+from eval.templates import load_template
 
 DOC = Sample(id="a", task="arxiv", chunks=("first   part .", "second part .", "third part ."))
 
@@ -99,3 +102,27 @@ def test_a_note_with_a_line_starting_with_q_is_not_cut() -> None:
 
     note = " [write] (questions) Open problems:\nQuantum effects remain untested."
     assert not any(stop in note for stop in stops(1))
+
+
+def _example_sizes(template_id: str) -> tuple[dict[str, int], int, int]:
+    """(key -> words of its full [write] note, words of the [ans] answer, words of the whole prompt) of a template's examples."""
+    text = load_template(template_id).text
+    notes = {m.group(1): len(m.group(2).split()) for m in re.finditer(r"\[write\] \(([^)]+)\) (.+)", text)}
+    answer = re.search(r"\[ans\] (.+)", text)
+    assert answer is not None
+    return notes, len(answer.group(1).split()), len(text.split())
+
+
+def test_the_prompt_examples_are_at_the_size_of_the_papers_appendix_a() -> None:
+    """Appendix A's base prompt: three keys, notes of about 100-140 words, an answer of about 107, about
+    1,160 words in all. Base's low score comes from long notes crowding the last chunk's context, so
+    examples a third of that size shrink the effect table 1 measures. Compressed notes keep the keys and
+    answer and cut the notes to terse fragments (appendix A.1: about half the base note)."""
+    base, answer, total = _example_sizes("s004-fart-base")
+    assert len(base) == 3 and all(100 <= n <= 140 for n in base.values()), base
+    assert 95 <= answer <= 125 and 1000 <= total <= 1300, (answer, total)
+    compressed, c_answer, _ = _example_sizes("s004-fart-compressed")
+    assert len(compressed) == 3 and c_answer == answer
+    assert all(0.4 <= c / b <= 0.6 for c, b in zip(compressed.values(), base.values())), (compressed, base)
+    rolling, r_answer, _ = _example_sizes("s004-fart-rolling")
+    assert set(rolling) == {"current-summary"} and r_answer == answer
