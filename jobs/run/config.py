@@ -121,6 +121,17 @@ class EndpointSpec(_Strict):
     max_retries: Annotated[int, _at_most(MAX_RETRIES, "retries of a request")] = Field(default=3, ge=0)  # transient failures (connection, 429, 5xx), honouring Retry-After
     json_schema: bool = True  # the server constrains output to a JSON Schema (response_format json_schema)
 
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, v: str) -> str:
+        from urllib.parse import urlsplit
+
+        parts = urlsplit(v.strip())
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ValueError(f"base_url must be an http:// or https:// URL with a host (got {v!r}); "
+                             "write it as e.g. http://127.0.0.1:8000/v1")
+        return v
+
 
 class ModelSpec(_Strict):
     """The model the methods call: memloop's own engine (`kind: engine`, the default) on `weights`, or
