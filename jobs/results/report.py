@@ -787,16 +787,25 @@ class Report:
     plots: dict[str, bytes] = field(default_factory=dict)
 
 
+def units_line(samples: pd.DataFrame) -> str:
+    """"N units (a ok, b failed, c incomplete, d n/a)": a failed unit is the method's (scored 0), an
+    incomplete one the infrastructure's (unknown), an n/a one applies to no method (neither)."""
+    states = cells.unit_states(samples)
+    base = states["base"] if not states.empty else pd.Series(dtype=str)
+    counts = [("ok", int((base == "ok").sum())), ("failed", int((base == cells.ZERO).sum())),
+              ("incomplete", int((base == cells.INCOMPLETE).sum())), ("n/a", int((base == NOT_APPLICABLE).sum()))]
+    return f"{len(samples)} units ({', '.join(f'{n} {what}' for what, n in counts if n or what == 'ok')})"
+
+
 def build_report(d: RunData) -> Report:
     import matplotlib
 
     matplotlib.use("Agg")
     n_rep = int(d.samples["repeat"].nunique()) if not d.samples.empty else 0
     parts = [f"# Run `{d.run_id}`", "", f"Results: `{d.uri}`", "",
-             f"{len(d.samples)} units ({len(d.ok)} ok, {len(d.samples) - len(d.ok)} failed), {n_rep} repeat(s); "
+             f"{units_line(d.samples)}, {n_rep} repeat(s); "
              "figures are mean ± standard error over repeats [95% bootstrap interval over samples]." if n_rep > 1 else
-             f"{len(d.samples)} units ({len(d.ok)} ok, {len(d.samples) - len(d.ok)} failed), one repeat; "
-             "figures are mean [95% bootstrap interval over samples].",
+             f"{units_line(d.samples)}, one repeat; figures are mean [95% bootstrap interval over samples].",
              "", "## Units", "", overview_table(d) if not d.samples.empty else "(no units written yet)"]
     papers = paper_tables(d)
     if papers:
