@@ -19,10 +19,11 @@ from gguf import GGMLQuantizationType
 from gguf.quants import dequantize as gguf_dequantize
 
 from engine import kernels
+from tests.engine.kernel_gate import needs_kernels
 from engine.blocks import BLOCK_BYTES
 from engine.kernels.attention import paged_attention
 
-pytestmark = pytest.mark.skipif(not kernels.available(), reason="the CPU kernels need x86-64 with AVX2, FMA and F16C")
+pytestmark = needs_kernels
 
 ROOT = Path(__file__).resolve().parents[2]
 IN, OUT = 576, 3000  # a decode-sized layer: many chunks, so every call has work to split
