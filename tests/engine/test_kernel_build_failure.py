@@ -67,3 +67,16 @@ def test_the_kernel_tests_fail_with_a_broken_compiler_and_the_dequantisation_tes
     summary = out.strip().splitlines()[-1]
     assert re.search(r"\b7 passed\b", summary) and re.search(r"\b7 errors?\b", summary), summary
     assert "skipped" not in summary and "internal compiler error" in out
+
+
+def test_the_engine_reports_which_weight_path_it_runs(smollm2_engine) -> None:
+    """A run's engine stats (its provenance, `runs.stats_json`) say kernel or dense, and for what ISA."""
+    from tests.engine.kernel_gate import kernels_expected
+
+    stats = smollm2_engine.stats()
+    if kernels_expected():
+        assert (stats["weights"], stats["isa"], stats["why_dense"]) == ("kernel", kernels.isa(), None)
+        if os.environ.get("MEMLOOP_KERNEL_ISA", "native") == "native":
+            assert stats["isa"] == ("avx512" if {"avx512f", "avx512bw", "avx512vl"} <= kernels.cpu_flags() else "avx2")
+    else:
+        assert stats["weights"] == "dense" and stats["isa"] is None and stats["why_dense"]
