@@ -52,6 +52,7 @@ _attend = jax.jit(lambda q, k, v, t, p: paged_attention(q, k, v, t, p))
 
 
 def _run(x: np.ndarray, w: np.ndarray, attn: tuple[np.ndarray, ...]) -> tuple[np.ndarray, np.ndarray]:
+    kernels.load()  # also in the subprocess below, which imports this module without its fixtures
     y = np.concatenate([np.asarray(m) for m in _matmul(jnp.asarray(x), jnp.asarray(w))], axis=1)
     return y, np.asarray(_attend(*map(jnp.asarray, attn)))
 
