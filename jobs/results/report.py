@@ -785,6 +785,7 @@ PLOTS: dict[str, Callable[[RunData], bytes | None]] = {
 class Report:
     markdown: str
     plots: dict[str, bytes] = field(default_factory=dict)
+    not_written: str | None = None  # why report.md and the plots are not beside the run (e.g. it is read-only)
 
 
 def units_line(samples: pd.DataFrame) -> str:
@@ -849,10 +850,17 @@ def write_report(run_uri: str) -> tuple[str, Report]:
 def report_of(run_uri: str) -> tuple[RunStore, RunData, Report]:
     """Load the run once, build its report and write it next to the tables; the loaded data is
     returned too (`report --json` reads its numbers from the same load)."""
+    from jobs.errors import StorageError, error_text
+
     rs = RunStore.at(run_uri)
     d = RunData.load(rs)
     rep = build_report(d)
-    for name, png in rep.plots.items():
-        rs.put_file(name, png)
-    rs.put_file("report.md", rep.markdown.encode())
+    try:
+        for name, png in rep.plots.items():
+            rs.put_file(name, png)
+        rs.put_file("report.md", rep.markdown.encode())
+    except StorageError as exc:  # a read-only run (an archive, a colleague's bucket) is still reported
+        what = error_text(exc).split("; ")[0]  # what failed; the store's advice is for `run` and its `output`
+        rep.not_written = (f"report.md and the plots were not written next to the run ({what[:300]}); "
+                           "the report is printed only: copy the run somewhere writable to keep them")
     return rs, d, rep
