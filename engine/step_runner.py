@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from engine.errors import EngineFailure, RequestError, StepError
+from engine.errors import EngineError, EngineFailure, NonFiniteLogitsError, RequestError, StepError
 from engine.kv_cache import PagePool
 from engine.pallas_attention import IN_PLACE, AttentionBackend
 from engine.radix import RadixCache
@@ -197,7 +197,7 @@ class StepRunner:
                     try:
                         self.accept_row(Row(s, len(s.tokens) - 1, 1, True), int(tok))
                     except Exception as exc:  # e.g. detokenising fails: this request only
-                        self.fail(s, exc if isinstance(exc, RequestError) else StepError(
+                        self.fail(s, exc if isinstance(exc, EngineError) else StepError(
                             f"this request failed after its step ({type(exc).__name__}: {exc}); the requests "
                             "batched with it were not affected."))
                         break
@@ -234,7 +234,7 @@ class StepRunner:
                             (float(picked), [(int(t), float(lp)) for t, lp in zip(top_ids[:n], top_lps[:n])]))
                     self.accept_row(row, int(tok))
                 except Exception as exc:  # e.g. a grammar that breaks on the token: this request only
-                    err = exc if isinstance(exc, RequestError) else StepError(
+                    err = exc if isinstance(exc, EngineError) else StepError(
                         f"this request failed after its step ({type(exc).__name__}: {exc}); the requests batched "
                         "with it were not affected.")
                     self.fail(row.seq, err)
@@ -322,7 +322,7 @@ class StepRunner:
     def accept(self, seq: Sequence, tok: int) -> None:
         """Append a sampled token and finish the sequence when it is done."""
         if tok == NONFINITE:
-            raise StepError(f"the model's logits for this request hold NaN or infinity (at output token "
+            raise NonFiniteLogitsError(f"the model's logits for this request hold NaN or infinity (at output token "
                             f"{len(seq.output) + 1}); its activations overflow: run the model in float32, or check "
                             "the weights against a reference")
         seq.output.append(tok)

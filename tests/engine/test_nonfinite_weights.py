@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine.errors import ModelFormatError, StepError
+from engine.errors import ModelFormatError, NonFiniteLogitsError
 
 
 def _tensor(path: Path, name: str):
@@ -66,9 +66,21 @@ def test_logits_that_overflow_fail_the_request_with_an_engine_error(smollm2_gguf
     eng = Engine(EngineConfig(num_pages=64, page_size=16, max_batch=2, prefill_chunk=64), model=load_model(path))
     try:
         for sampling in ({"max_tokens": 3, "temperature": 0.0}, {"max_tokens": 3, "temperature": 0.8, "top_k": 5}):
-            with pytest.raises(StepError, match="hold NaN or infinity"):
+            with pytest.raises(NonFiniteLogitsError, match="hold NaN or infinity"):
                 eng.complete({"prompt": "One, two,", "sampling": sampling}, timeout=300)
         stats = eng.stats()
         assert stats["failed_requests"] == 2 and stats["requests"] == 0 and stats["running"] == 0
+        # through `memloop serve`: an engine error (500), not 200 with empty content and logprob null
+        import httpx
+
+        from engine.server import create_app
+        from tests.http_server import serve_app
+
+        with serve_app(create_app(eng, "smollm2")) as url:
+            r = httpx.post(f"{url}/v1/chat/completions", timeout=300,
+                           json={"model": "smollm2", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3,
+                                 "logprobs": True})
+        assert r.status_code == 500 and r.json()["error"]["type"] == "engine_error"
+        assert "hold NaN or infinity" in r.json()["error"]["message"]
     finally:
         eng.shutdown()
