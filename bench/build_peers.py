@@ -13,6 +13,7 @@ attempts. `--python-peer` does the same for llama-cpp-python in `.venv-peers` (C
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -73,6 +74,16 @@ def build_binaries(src: Path, bin_dir: Path, flags: list[str]) -> None:
         shutil.copy2(build / "bin" / t, bin_dir / t)
 
 
+BUILD_RECORD = "build.json"  # beside the binaries: which build of them runs here (bench results cite it)
+
+
+def record_build(bin_dir: Path, name: str, flags: list[str]) -> Path:
+    """Write which build ("native" or "portable") and with what flags the binaries in `bin_dir` are."""
+    path = bin_dir / BUILD_RECORD
+    path.write_text(json.dumps({"build": name, "flags": flags}) + "\n")
+    return path
+
+
 def check_binaries(bin_dir: Path) -> tuple[bool, str]:
     ok, why = runs([str(bin_dir / "llama-server"), "--version"])
     if ok:
@@ -88,6 +99,7 @@ def build_peer_binaries(src: Path, bin_dir: Path) -> str:
         ok, why = check_binaries(bin_dir)
         if ok:
             print(f"llama.cpp peers: the {name} build runs here ({' '.join(flags)})", file=sys.stderr)
+            record_build(bin_dir, name, flags)
             return name
         print(f"llama.cpp peers: the {name} build does not run here: {why}", file=sys.stderr)
         attempts.append(f"{name}: {why}")

@@ -38,6 +38,7 @@ def measure(prompts: Sequence[str], *, batches: Sequence[int] = (1, 4, 8), decod
     if not prompts:
         raise ValueError("the latency calibration needs at least one recorded prompt")
     engine = Engine(EngineConfig.of({"model": model, "prefix_cache": False, "max_batch": max(batches)}))
+    weight_path = engine.weight_path
     points: list[dict[str, Any]] = []
     try:
         prefill_s = prefill_tokens = 0.0
@@ -69,4 +70,5 @@ def measure(prompts: Sequence[str], *, batches: Sequence[int] = (1, 4, 8), decod
         slope, base = 0.0, float(np.mean(ys)) if ys else 0.0
     base, slope = max(float(base), 0.0), max(float(slope), 0.0)
     return {"prefill_s_per_token": per_token, "decode_s_base": base, "decode_s_per_seq": slope,
-            "max_batch": EngineConfig().max_batch, "points": points}
+            "max_batch": EngineConfig().max_batch, "points": points,
+            "weight_path": weight_path["weights"], "kernel_isa": weight_path["isa"]}

@@ -67,6 +67,15 @@ def host_threads() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
+def peer_build(bin_dir: Path = PEERS_BIN) -> str:
+    """Which build of the peer binaries runs here, as `make peers` recorded it (bench/build_peers.py):
+    "native" or "portable"; "unrecorded" for binaries built before it recorded the build."""
+    try:
+        return str(json.loads((bin_dir / "build.json").read_text())["build"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return "unrecorded (rebuild with `rm -rf .peers/bin && make peers` to record it)"
+
+
 def peer_binary(name: str, bin_dir: Path = PEERS_BIN, build: bool = True) -> Path:
     """Path of a llama.cpp binary; built with `make peer-binaries` on first use when `build`."""
     path = bin_dir / name
@@ -295,13 +304,33 @@ def decode_rate(rows: list[dict[str, float]], pp: int, pl: int) -> float:
                     "KV does not fit its context); rows: " + json.dumps(rows)[:800])
 
 
+def best_rows(runs: list[list[dict[str, float]]]) -> list[dict[str, float]]:
+    """Per (prompt tokens, sequences), the row of the fastest decode among `runs` (each a list of rows):
+    the best of the runs, the statistic bench model takes of memloop and transformers too."""
+    best: dict[tuple[int, int], dict[str, float]] = {}
+    for rows in runs:
+        for row in rows:
+            key = (int(row["pp"]), int(row["pl"]))
+            if key not in best or float(row["speed_tg"]) > float(best[key]["speed_tg"]):
+                best[key] = row
+    return list(best.values())
+
+
 def llama_cpp_rates(path: Path, threads: int, decode_tokens: int, batch: int, contexts: tuple[int, ...],
-                    short_prompt: int, variant: str | None = None, prefix: str = "llama_cpp") -> dict[str, float]:
+                    short_prompt: int, variant: str | None = None, prefix: str = "llama_cpp",
+                    runs: int | None = None, binary: Path | None = None) -> dict[str, float]:
     """llama-batched-bench's decode tokens/s at batch 1 and `batch` after `short_prompt` tokens, and at
-    batch 1 after each of `contexts`, as `{prefix}_decode_tps_b1`, `..._b32`, `..._b1_ctx4k` fields."""
-    rows = batched_bench(path, threads, [short_prompt], decode_tokens, [1, batch], variant=variant)
-    if contexts:
-        rows += batched_bench(path, threads, list(contexts), decode_tokens, [1], variant=variant)
+    batch 1 after each of `contexts`, as `{prefix}_decode_tps_b1`, `..._b32`, `..._b1_ctx4k` fields:
+    the best of `runs` runs (default `bench.model.TIMED_RUNS`, as memloop's and transformers' figures)."""
+    from bench.model import TIMED_RUNS
+
+    timed = []
+    for _ in range(runs or TIMED_RUNS):
+        rows = batched_bench(path, threads, [short_prompt], decode_tokens, [1, batch], variant=variant, binary=binary)
+        if contexts:
+            rows += batched_bench(path, threads, list(contexts), decode_tokens, [1], variant=variant, binary=binary)
+        timed.append(rows)
+    rows = best_rows(timed)
     out = {f"{prefix}_decode_tps_b1": round(decode_rate(rows, short_prompt, 1), 2),
            f"{prefix}_decode_tps_b32": round(decode_rate(rows, short_prompt, batch), 2)}
     for c in contexts:
@@ -319,8 +348,11 @@ def llama_cpp_model_figures(memloop: dict[str, Any], model: str | os.PathLike | 
     own labelled rates (`llama_cpp_passive_decode_tps_b1`, ...) and no ratio."""
     path = gguf_path(model)
     threads = threads or host_threads()
+    from bench.model import TIMED_RUNS
+
     out: dict[str, Any] = {"llama_cpp_threads": threads, "llama_cpp_decode_tokens": decode_tokens,
-                           "llama_cpp_env": "defaults (the caller's environment)"}
+                           "llama_cpp_env": "defaults (the caller's environment)", "llama_cpp_build": peer_build(),
+                           "llama_cpp_timed_runs": TIMED_RUNS}
     out.update(llama_cpp_rates(path, threads, decode_tokens, batch, contexts, short_prompt))
     out["ratio_decode_b1_vs_llama_cpp"] = round(memloop["decode_tps_b1"] / out["llama_cpp_decode_tps_b1"], 3)
     out["ratio_decode_b32_vs_llama_cpp"] = round(memloop["decode_tps_b32"] / out["llama_cpp_decode_tps_b32"], 3)

@@ -61,7 +61,14 @@ def _has_blocks(lm: Any) -> bool:
         isinstance(w, BlockMatrix) for layer in (lm.params["layers"] if lm.per_layer else []) for w in layer.values())
 
 
-def _timed(fn: Callable[[], Any], repeat: int = 1) -> float:
+# Every side of a speed comparison (memloop, its dense peer, transformers, llama.cpp) is timed this
+# many times after its warm-up, and its figure is the best of them: one statistic over the same runs.
+TIMED_RUNS = 2
+TIMING = f"best of {TIMED_RUNS} timed runs after a warm-up, every side alike"
+
+
+def _timed(fn: Callable[[], Any], repeat: int = TIMED_RUNS) -> float:
+    """The fastest of `repeat` calls of `fn`, in seconds."""
     best = float("inf")
     for _ in range(repeat):
         t0 = time.perf_counter()
@@ -132,7 +139,7 @@ def _ours_prefill_decode(lm: Any, ids_batch: list[list[int]], steps: int, in_pla
         return t1 - t0, time.perf_counter() - t1
 
     run()  # compile
-    runs = [run() for _ in range(2)]
+    runs = [run() for _ in range(TIMED_RUNS)]
     return min(r[0] for r in runs), min(r[1] for r in runs)
 
 
@@ -159,8 +166,8 @@ def served_decode(lm: Any, context: int, tokens: int, gather: bool = False, kv_d
     try:
         request = lambda n: {"prompt": prompt, "sampling": {"max_tokens": n, "temperature": 0.0, "stop_token_ids": []}}
         text = eng.complete(request(tokens))["text"]  # prefill into the prefix cache, compile every shape
-        t1 = _timed(lambda: eng.complete(request(1)), 2)
-        tn = _timed(lambda: eng.complete(request(tokens)), 2)
+        t1 = _timed(lambda: eng.complete(request(1)))
+        tn = _timed(lambda: eng.complete(request(tokens)))
     finally:
         eng.shutdown()
     return Served((tokens - 1) / max(tn - t1, 1e-9), text)
@@ -322,10 +329,10 @@ def run_model_bench(path: Path | None = None, settings: BenchSettings = BenchSet
                         pad_token_id=tok.pad_token_id)
 
     hf_gen([prompt_ids[0]], 2)  # warm-up
-    hf_t1 = _timed(lambda: hf_gen([prompt_ids[0]], 1), 2)
-    hf_tn = _timed(lambda: hf_gen([prompt_ids[0]], steps + 1), 1)
+    hf_t1 = _timed(lambda: hf_gen([prompt_ids[0]], 1))
+    hf_tn = _timed(lambda: hf_gen([prompt_ids[0]], steps + 1))
     hf_decode_b1 = steps / max(hf_tn - hf_t1, 1e-9)
-    hf_prefill_tps = len(long_ids) / _timed(lambda: hf_gen([long_ids], 1), 2)
+    hf_prefill_tps = len(long_ids) / _timed(lambda: hf_gen([long_ids], 1))
     result: dict[str, Any] = {
         "max_abs_logit_diff": max_diff,
         **exact,
@@ -362,9 +369,13 @@ def run_model_bench(path: Path | None = None, settings: BenchSettings = BenchSet
         "weights": "gguf-blocks" if _has_blocks(lm) else (
             "int8" if settings.quantize else ("packed" if settings.packed else "dense")),
         "packed": settings.packed,
+        "weight_path": lm.weight_path["weights"],  # kernel or dense: which path the figures above ran
+        "kernel_isa": lm.weight_path["isa"],
+        "timing": TIMING,
     }
     if settings.hf_batch:
         short = max(8, steps // 4)
+        hf_gen(batch_ids, 2)  # warm-up, as every side has
         t1 = _timed(lambda: hf_gen(batch_ids, 1))
         tn = _timed(lambda: hf_gen(batch_ids, short + 1))
         result["hf_decode_tps_b32"] = round(settings.batch * short / max(tn - t1, 1e-9), 2)

@@ -263,7 +263,8 @@ def main(workload_name: str = "papers", peer: str | None = None, emit=print, cac
     # a Pallas kernel (the accelerator default) reads per-layer pools in place: the unrolled layout
     lm = load_model(None, unroll=True if resolve_backend().kernel else None)
     results: dict[str, Any] = {"workload": workload_name, **{k: v for k, v in ws.items() if k != "kv_budget"},
-                               "kv_budget_bytes": kv_budget, "kv_dtype": kv_dtype or lm.dtype.name}
+                               "kv_budget_bytes": kv_budget, "kv_dtype": kv_dtype or lm.dtype.name,
+                               "weight_path": lm.weight_path["weights"], "kernel_isa": lm.weight_path["isa"]}
     runs = {}
     passes = [("cache_on", True)] + ([("cache_off", False)] if cache_off else [])
     for name, cache_on in passes:

@@ -56,6 +56,23 @@ def row_bytes(qtype: str, cols: int) -> int:
     return cols // BLOCK_WEIGHTS[qtype] * BLOCK_BYTES[qtype]
 
 
+# Byte offsets of the f16 scales (and mins) in each block: every other byte is an integer code or a
+# small integer sub-scale, so a block's weights are finite exactly when these are.
+SCALE_OFFSETS = {"Q4_0": (0,), "Q4_1": (0, 2), "Q5_0": (0,), "Q8_0": (0,), "Q4_K": (0, 2), "Q5_K": (0, 2),
+                 "Q6_K": (208,)}
+
+
+def nonfinite_blocks(raw: np.ndarray, qtype: str) -> int:
+    """How many blocks of `raw` (a block-form tensor's bytes) have a NaN or infinite f16 scale: one
+    strided pass over 2 bytes per block, not a de-quantisation."""
+    blocks = np.asarray(raw, dtype=np.uint8).reshape(-1, BLOCK_BYTES[qtype])
+    bad = np.zeros(len(blocks), bool)
+    for at in SCALE_OFFSETS[qtype]:
+        half = np.ascontiguousarray(blocks[:, at:at + 2]).view(np.float16)[:, 0]
+        bad |= ~np.isfinite(half)
+    return int(bad.sum())
+
+
 def from_gguf_rows(data: np.ndarray, qtype: str, rows: int, cols: int) -> BlockMatrix:
     """A GGUF tensor's bytes as a BlockMatrix [rows, cols]; checks the byte count first."""
     if not has_block_form(qtype, cols):

@@ -28,20 +28,40 @@ MAX_SCHEMA_DEPTH = 64  # nested JSON objects/arrays
 MAX_SCHEMA_NODES = 20_000  # JSON values in the schema
 
 
+# The integers the grammar engine's integer ranges take (signed 64-bit); past 2**64 it reports "not JSON
+# serializable", and between 2**63 and 2**64 it fails to build the range.
+SCHEMA_INT_RANGE = (-2**63, 2**63 - 1)
+
+
 def check_schema_bounds(schema: Any) -> None:
-    """RequestError when `schema` nests deeper than MAX_SCHEMA_DEPTH or holds over MAX_SCHEMA_NODES values."""
-    stack, nodes = [(schema, 1)], 0
+    """RequestError when `schema` nests deeper than MAX_SCHEMA_DEPTH, holds over MAX_SCHEMA_NODES values,
+    or an integer outside SCHEMA_INT_RANGE (naming its key)."""
+    stack, nodes = [(schema, 1, "")], 0
     while stack:
-        value, depth = stack.pop()
+        value, depth, key = stack.pop()
         nodes += 1
         if depth > MAX_SCHEMA_DEPTH:
             raise RequestError(f"json_schema nests deeper than {MAX_SCHEMA_DEPTH} levels; flatten it")
         if nodes > MAX_SCHEMA_NODES:
             raise RequestError(f"json_schema has over {MAX_SCHEMA_NODES} values; send a smaller schema")
         if isinstance(value, dict):
-            stack.extend((v, depth + 1) for v in value.values())
+            stack.extend((v, depth + 1, str(k)) for k, v in value.items())
         elif isinstance(value, (list, tuple)):
-            stack.extend((v, depth + 1) for v in value)
+            stack.extend((v, depth + 1, key) for v in value)
+        elif isinstance(value, int) and not isinstance(value, bool) and not (
+                SCHEMA_INT_RANGE[0] <= value <= SCHEMA_INT_RANGE[1]):
+            digits = len(str(abs(value))) if abs(value) < 10**4000 else "over 4000"  # str() refuses past 4300
+            raise RequestError(f"json_schema's `{key[:60]}` is an integer of {digits} digits, beyond the 64-bit "
+                               "integers the grammar engine reads; write it within -2**63 .. 2**63-1, or as a "
+                               "float (e.g. 1e30)")
+
+
+def one_line(message: str, limit: int = 300) -> str:
+    """A grammar-engine error as one line: its own lines joined, without the echo of the schema text
+    (indented lines, which for a long pattern would be the whole pattern), cut to `limit` characters."""
+    lines = [x.strip() for x in str(message).splitlines() if x.strip() and not x[:1].isspace()]
+    text = " ".join(lines) or str(message).strip()
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def _pointer(ref: str) -> tuple[str, ...] | None:
@@ -139,14 +159,17 @@ class GrammarCompiler:
             try:
                 grammar = self._llg.LLMatcher.grammar_from_json_schema(schema, defaults=JSON_STYLE)
             except ValueError as exc:
-                raise RequestError(f"json_schema cannot be compiled: {exc}") from None
+                raise RequestError(f"json_schema cannot be compiled: {one_line(str(exc))}; rewrite that part of the "
+                                   "schema") from None
             is_err, msgs = self._llg.LLMatcher.validate_grammar_with_warnings(grammar, self.lltok)
             if is_err:
-                raise RequestError(f"json_schema is not supported by the grammar engine: {msgs[0]}")
+                raise RequestError(f"json_schema is not supported by the grammar engine: {one_line(msgs[0])}; "
+                                   "rewrite that part of the schema")
             self._grammars[key] = grammar
         matcher = self._llg.LLMatcher(self.lltok, grammar, log_level=0)
         if matcher.is_error():
-            raise RequestError(f"json_schema is not supported by the grammar engine: {matcher.get_error()}")
+            raise RequestError(f"json_schema is not supported by the grammar engine: {one_line(matcher.get_error())}; "
+                               "rewrite that part of the schema")
         return Constraint(matcher)
 
     def fill(self, constraints: Sequence[Constraint | None], bitmask: np.ndarray) -> None:

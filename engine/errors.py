@@ -21,6 +21,11 @@ class StepError(RequestError):
     """This request's own processing failed inside an engine step; the requests batched with it went on."""
 
 
+class NonFiniteLogitsError(EngineError):
+    """The model's logits for one request hold NaN or infinity: the engine's numbers failed, not the
+    request (the server answers 500, never an empty completion)."""
+
+
 class EngineFailure(EngineError):
     """The engine itself failed (e.g. its device state was lost): every pending request is aborted."""
 

@@ -460,6 +460,24 @@ class LoadedModel:
         """Weights are a list per layer, so KV caches must be too (see init_layer_cache)."""
         return isinstance(self.params["layers"], (list, tuple))
 
+    @property
+    def weight_path(self) -> dict[str, Any]:
+        """Which weight path this model runs, for provenance and benchmarks: "kernel" (block-form
+        matrices through the CPU kernels, with the ISA they are built for) or "dense" (with why)."""
+        from engine import kernels
+        from engine.blocks import BlockMatrix
+
+        leaves = jax.tree_util.tree_leaves(self.params, is_leaf=lambda x: isinstance(x, BlockMatrix))
+        if any(isinstance(x, BlockMatrix) for x in leaves):
+            return {"weights": "kernel", "isa": kernels.isa(), "why_dense": None}
+        path = kernels.weight_path()
+        if path["weights"] == "kernel":  # the kernels are here, this model does not use them
+            why = ("not a GGUF file" if self.path.suffix != ".gguf" else
+                   "not the CPU backend" if jax.default_backend() != "cpu" else
+                   "float32 compute, one device and unpacked per-layer weights are needed")
+            path = {"weights": "dense", "isa": None, "why_dense": why}
+        return path
+
 
 def load_model(path: str | Path | None = None, dtype: Any = None, mesh: Any = None,
                load_tokenizer: bool = True, packed: bool = False, unroll: bool | None = None,

@@ -26,7 +26,7 @@ from engine.model import AttendFn, causal_mask, decoder_layers, embed, final_log
 from engine.kv_pages import INT8, read_pages, write_pages
 from engine.kernels.attention import config_supported as kernel_config_supported, enabled as kernel_enabled
 from engine.pallas_attention import IN_PLACE, AttentionBackend, kernel_attend
-from engine.sampling import sample, token_logprobs
+from engine.sampling import NONFINITE, sample, token_logprobs
 
 
 
@@ -108,9 +108,11 @@ def forward_paged(cfg: ModelConfig, params: dict[str, Any], cache: dict[str, jax
 
 def masked_sample(logits: jax.Array, bitmask: jax.Array, temperature: jax.Array, top_k: jax.Array,
                   top_p: jax.Array, keys: jax.Array, steps: jax.Array, cap: int, full: bool) -> jax.Array:
-    """The grammar bitmask applied to the whole batch, then the model's per-row sampler."""
+    """The grammar bitmask applied to the whole batch, then the model's per-row sampler; NONFINITE for
+    a row whose raw logits are not all finite."""
+    finite = jnp.all(jnp.isfinite(logits), axis=-1)
     logits = jnp.where(unpack_bitmask(bitmask, logits.shape[-1]), logits, -jnp.inf)
-    return sample(logits, temperature, top_k, top_p, keys, steps, cap, full)
+    return jnp.where(finite, sample(logits, temperature, top_k, top_p, keys, steps, cap, full), NONFINITE)
 
 
 @partial(jax.jit, static_argnums=(0, 15, 16, 17, 18), donate_argnums=(2,))
@@ -176,7 +178,7 @@ def engine_decode_steps(cfg: ModelConfig, params: dict[str, Any], cache: dict[st
         going = ~done
         steps = steps + going.astype(jnp.int32)
         pos = pos + going.astype(jnp.int32)
-        done = done | jnp.any(nxt[:, None] == stop_ids, axis=-1) | (steps >= budget)
+        done = done | jnp.any(nxt[:, None] == stop_ids, axis=-1) | (steps >= budget) | (nxt == NONFINITE)
         last = jnp.where(going, nxt, last)
         return i + 1, cache, last, pos, steps, done, out
 

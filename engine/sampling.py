@@ -199,6 +199,11 @@ def row_arrays(params: Sequence[SamplingParams]) -> tuple[np.ndarray, np.ndarray
     return temps, top_k, top_p
 
 
+# What a row whose logits hold NaN or infinity samples instead of a token (argmax would pick the first
+# NaN, token 0, and the request would end as an empty answer): the step runner fails that request.
+NONFINITE = -2
+
+
 def sample(logits: jax.Array, temperature: jax.Array, top_k: jax.Array, top_p: jax.Array,
            keys: jax.Array, steps: jax.Array, cap: int, full: bool) -> jax.Array:
     """Next token per row. logits [B,V] f32; temperature/top_p f32 [B]; top_k int32 [B];

@@ -45,7 +45,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
 from starlette.exceptions import HTTPException
 
-from engine.errors import EngineError, RequestError, ServerConfigError
+from engine.errors import EngineError, NonFiniteLogitsError, RequestError, ServerConfigError
 from engine.sampling import MAX_LOGPROBS, SamplingParams
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
@@ -442,6 +442,10 @@ def create_app(engine: Any, model_name: str = "memloop", max_body_bytes: int = M
     @app.exception_handler(EngineError)
     async def engine_failed(_: Request, exc: EngineError) -> JSONResponse:
         return _error(503, str(exc), "engine_error")
+
+    @app.exception_handler(NonFiniteLogitsError)
+    async def model_numbers_failed(_: Request, exc: NonFiniteLogitsError) -> JSONResponse:
+        return _error(500, str(exc), "engine_error")  # the same again on a retry: not 503
 
     @app.exception_handler(_QueueFull)
     async def queue_full(_: Request, exc: _QueueFull) -> JSONResponse:

@@ -92,6 +92,7 @@ class Engine:
         self._since = time.perf_counter()  # start of the window the counters and timers cover
         self.loop = StepLoop(self.scheduler, self.runner, self._lock)
         self.scorer = PromptScorer(self.lm)
+        self.weight_path = self.lm.weight_path  # stats (and so a run's provenance) say which path ran
 
     # -- requests -----------------------------------------------------------------------------------
     @property
@@ -172,7 +173,8 @@ class Engine:
                        backpressure_steps=self.scheduler.backpressure, free_pages=self.pool.num_free,
                        total_pages=self.pool.capacity, page_size=self.pool.page_size,
                        prefix_cached_pages=self.tree.num_pages if self.tree else 0,
-                       compiled_shapes=len(self.runner.shapes), prefix_cache=self.tree is not None)
+                       compiled_shapes=len(self.runner.shapes), prefix_cache=self.tree is not None,
+                       **self.weight_path)
             out["idle_s"] += self.loop.idle_now()
         out["cache_hit_rate"] = out["cached_tokens"] / out["prompt_tokens"] if out["prompt_tokens"] else 0.0
         # The engine thread's wall time since start (or the last reset) and how it split (step_runner.TIMERS).

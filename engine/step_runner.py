@@ -25,11 +25,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from engine.errors import EngineFailure, RequestError, StepError
+from engine.errors import EngineError, EngineFailure, NonFiniteLogitsError, RequestError, StepError
 from engine.kv_cache import PagePool
 from engine.pallas_attention import IN_PLACE, AttentionBackend
 from engine.radix import RadixCache
-from engine.sampling import candidate_cap, logprob_width
+from engine.sampling import NONFINITE, candidate_cap, logprob_width
 from engine.scheduler import PrefillChunk, Scheduler, Sequence, Status, StepPlan
 from engine.token_pieces import TokenPieces
 
@@ -192,12 +192,12 @@ class StepRunner:
             self.shapes.add(("decode_run", b, npg, cap, full))
             for s, row in zip(seqs, toks):
                 for tok in row:
-                    if tok < 0 or s.status is Status.FINISHED:
+                    if tok == -1 or s.status is Status.FINISHED:  # no token (NONFINITE fails in `accept`)
                         break
                     try:
                         self.accept_row(Row(s, len(s.tokens) - 1, 1, True), int(tok))
                     except Exception as exc:  # e.g. detokenising fails: this request only
-                        self.fail(s, exc if isinstance(exc, RequestError) else StepError(
+                        self.fail(s, exc if isinstance(exc, EngineError) else StepError(
                             f"this request failed after its step ({type(exc).__name__}: {exc}); the requests "
                             "batched with it were not affected."))
                         break
@@ -234,7 +234,7 @@ class StepRunner:
                             (float(picked), [(int(t), float(lp)) for t, lp in zip(top_ids[:n], top_lps[:n])]))
                     self.accept_row(row, int(tok))
                 except Exception as exc:  # e.g. a grammar that breaks on the token: this request only
-                    err = exc if isinstance(exc, RequestError) else StepError(
+                    err = exc if isinstance(exc, EngineError) else StepError(
                         f"this request failed after its step ({type(exc).__name__}: {exc}); the requests batched "
                         "with it were not affected.")
                     self.fail(row.seq, err)
@@ -321,6 +321,10 @@ class StepRunner:
 
     def accept(self, seq: Sequence, tok: int) -> None:
         """Append a sampled token and finish the sequence when it is done."""
+        if tok == NONFINITE:
+            raise NonFiniteLogitsError(f"the model's logits for this request hold NaN or infinity (at output token "
+                            f"{len(seq.output) + 1}); its activations overflow: run the model in float32, or check "
+                            "the weights against a reference")
         seq.output.append(tok)
         reason = None
         if tok in seq.stop_ids:

@@ -33,7 +33,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from engine.blocks import BLOCK, BlockMatrix, from_gguf_rows, has_block_form, row_bytes
+from engine.blocks import BLOCK, BlockMatrix, from_gguf_rows, has_block_form, nonfinite_blocks, row_bytes
 from engine.config import FAMILIES, ModelConfig, config_from_gguf, config_from_hf
 from engine.errors import ModelFormatError, ModelNotFoundError
 
@@ -129,6 +129,15 @@ def unpack_blocks(data: np.ndarray, qname: str, rows: int, cols: int) -> tuple[n
     return q.reshape(rows, cols), d, m
 
 
+def check_finite(name: str, source: str, values: np.ndarray, what: str = "values") -> None:
+    """Refuse a tensor holding NaN or infinity (e.g. bytes overwritten with 0xFF): once loaded, it would
+    turn every answer into NaN logits, which sampling hides as an empty completion."""
+    bad = int(values.size - np.count_nonzero(np.isfinite(values)))
+    if bad:
+        raise ModelFormatError(f"tensor {name} in {source} holds {bad} non-finite {what} (NaN or infinity); the "
+                               "file is corrupt: download or convert it again.")
+
+
 def _field_value(field: Any) -> Any:
     value = field.contents()
     return value
@@ -210,6 +219,7 @@ def load_gguf(path: Path, dtype: Any = np.float32, packed: bool = False,
         if arr.size != expected:
             raise ModelFormatError(f"tensor {name} in {path} has {arr.size} values, expected {expected}; the file is truncated.")
         arr = np.asarray(arr, dtype=np.float32).reshape([int(x) for x in reversed(t.shape)])
+        check_finite(name, str(path), arr)
         return arr - norm_offset if norm_offset and name.endswith("norm.weight") else arr
 
     factors = tuple(float(x) for x in read("rope_freqs.weight")) if "rope_freqs.weight" in tensors else None
@@ -265,6 +275,8 @@ def load_gguf(path: Path, dtype: Any = np.float32, packed: bool = False,
         for i in range(cfg.num_layers):
             t = tensors[f"blk.{i}.{key}.weight"]
             qi, di, mi = unpack_blocks(t.data, qname, d_out, d_in)
+            check_finite(t.name, source, di, "block scales")
+            check_finite(t.name, source, mi, "block offsets")
             if heads is not None:  # permute whole output rows back, as for dense tensors
                 qi, di, mi = (unpermute_qk(a, heads) for a in (qi, di, mi))
             q[i], sc[i], off[i] = qi, di, mi
@@ -289,6 +301,10 @@ def _with_blocks(cfg: ModelConfig, tensors: dict[str, Any], embed: Callable[[], 
             raise ModelFormatError(f"tensor {name} in {source} has {np.asarray(t.data).size} bytes, expected "
                                    f"{rows * row_bytes(qtype, cols)}; the file is truncated.")
         bm = from_gguf_rows(t.data, qtype, rows, cols)
+        bad = nonfinite_blocks(bm.raw, qtype)
+        if bad:
+            raise ModelFormatError(f"tensor {name} in {source} holds {bad} blocks whose scale is not finite (NaN or "
+                                   "infinity); the file is corrupt: download or convert it again.")
         if permute_heads is not None:  # whole output rows move, as for dense tensors
             bm = type(bm)(np.ascontiguousarray(unpermute_qk(bm.raw, permute_heads)), bm.qtype, bm.shape)
         return bm
@@ -408,9 +424,11 @@ def load_hf_dir(path: Path, dtype: Any = np.float32) -> tuple[ModelConfig, Param
             if name not in handles:
                 raise ModelFormatError(f"{path} lacks tensor {name!r}; the checkpoint is incomplete or not Llama.")
             try:
-                return np.asarray(handles[name].get_tensor(name).astype("float32"))
+                arr = np.asarray(handles[name].get_tensor(name).astype("float32"))
             except Exception as exc:
                 raise ModelFormatError(f"tensor {name} in {path} cannot be read ({exc}); the file is corrupt.") from exc
+            check_finite(name, str(path), arr)
+            return arr
 
         head = None
         if not cfg.tie_word_embeddings:

@@ -83,8 +83,12 @@ _TRANSIENT_NAMES = {"RayActorError", "ActorDiedError", "ActorUnavailableError", 
                     "OwnerDiedError", "WorkerCrashedError", "NodeDiedError", "RaySystemError"}
 
 
-INFRASTRUCTURE = "infrastructure"  # samples.failure: the engine, Ray or an endpoint failed, not the method
-METHOD = "method"  # samples.failure: the method's own error (its inputs, its parsing), the same every time
+# samples.failure. A unit is the method's zero only for what the method produced (no step's output
+# parsed, every one was empty or refused: `eval.methods.outcomes.unit_failure`); any error raised
+# while it ran (an endpoint's 401/403/404, the engine, Ray, an error memloop does not know) leaves
+# it incomplete, never 0.
+INFRASTRUCTURE = "infrastructure"  # samples.failure: an error was raised (engine, Ray, endpoint, unknown)
+METHOD = "method"  # samples.failure: the method's own outputs produced nothing usable
 
 
 def is_transient(exc: BaseException) -> bool:

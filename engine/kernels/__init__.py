@@ -10,6 +10,12 @@ source, the compiler and the CPU's features, so a new machine or a changed sourc
 needs x86-64 with AVX2, FMA and F16C, and uses AVX-512 (F, BW, VL) where the CPU has it (vec16.h keeps
 the results bit-identical between the two); `available()` is False elsewhere (or when the build
 fails, or `MEMLOOP_KERNELS=0`) and the engine then keeps f32 weights and XLA's own dot.
+
+Two kinds of "not available" are told apart: a host that cannot have the kernels (`unsupported_reason`:
+not x86-64, a CPU without the instructions, no C++ compiler; `KernelsUnsupported`) and a build that
+failed on a host that can (a compile or link error, a library that does not load: `KernelBuildError`).
+The engine falls back to dense f32 weights either way, and says so in the log and in the run's
+provenance (`weight_path`); the test suite skips only the first and fails on the second.
 """
 from __future__ import annotations
 
@@ -47,6 +53,10 @@ _state: dict[str, Any] = {}
 
 class KernelBuildError(RuntimeError):
     """The CPU kernels could not be built or loaded; the message says why."""
+
+
+class KernelsUnsupported(KernelBuildError):
+    """This host cannot have the CPU kernels (not x86-64, missing instructions, no C++ compiler)."""
 
 
 def cpu_flags() -> set[str]:
@@ -117,6 +127,33 @@ def _compiler() -> str | None:
     return os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")
 
 
+def unsupported_reason() -> str | None:
+    """Why this host cannot have the CPU kernels at all (its CPU or its missing compiler), or None when
+    it can: then a build that fails is a broken build, not a missing capability."""
+    missing = [f for f in REQUIRED_FLAGS if f not in cpu_flags()]
+    if platform.machine() not in ("x86_64", "AMD64") or missing:
+        return (f"the CPU kernels need x86-64 with {', '.join(REQUIRED_FLAGS)}; "
+                f"this CPU lacks {', '.join(missing) or 'x86-64 (it is ' + platform.machine() + ')'}")
+    cxx = _compiler()
+    if cxx is None or (os.sep in cxx and not Path(cxx).is_file()) or (os.sep not in cxx and shutil.which(cxx) is None):
+        return (f"no C++ compiler ({'CXX=' + cxx + ' does not exist' if cxx else 'g++, c++ or clang++ on PATH'}); "
+                "install one or set CXX")
+    return None
+
+
+def weight_path() -> dict[str, Any]:
+    """Which weight path this process runs, for provenance and benchmarks: {"weights": "kernel" (block-form
+    matrices through the CPU kernels) or "dense" (f32 weights, XLA's dot), "isa": what the kernels are
+    built for ("avx512" or "avx2"; None when dense), "why_dense": the reason when dense}."""
+    if available():
+        return {"weights": "kernel", "isa": isa(), "why_dense": None}
+    if os.environ.get("MEMLOOP_KERNELS", "1") == "0":
+        why = "turned off (MEMLOOP_KERNELS=0)"
+    else:
+        why = _state.get("error") or unsupported_reason() or "unknown"
+    return {"weights": "dense", "isa": None, "why_dense": why.splitlines()[0][:300]}
+
+
 def _flags() -> list[str]:
     """The compiler flags of a build (part of its key). -ffp-contract=off: only explicit FMAs fuse (vec16.h)."""
     return ["-O3", ISA_TARGETS[isa_setting()], "-mtune=native", "-std=c++17", "-shared", "-fPIC", "-fno-math-errno",
@@ -140,9 +177,11 @@ def library_path() -> Path:
     """Where the compiled kernels for this source, compiler and CPU live (built if missing)."""
     from engine.assets import cache_root
 
+    reason = unsupported_reason()
+    if reason is not None:
+        raise KernelsUnsupported(reason + ".")
     cxx = _compiler()
-    if cxx is None:
-        raise KernelBuildError("no C++ compiler (g++, c++ or clang++) on PATH; install one or set CXX.")
+    assert cxx is not None  # unsupported_reason checked it
     version = subprocess.run([cxx, "--version"], capture_output=True, text=True).stdout
     key = hashlib.sha256()
     for part in (*(x.read_bytes() for x in (*SOURCES, *HEADERS)), version.encode(), " ".join(sorted(cpu_flags())).encode(),
@@ -162,19 +201,19 @@ def load() -> None:
         if _state.get("loaded"):
             return
         if "error" in _state:
-            raise KernelBuildError(_state["error"])
+            raise (KernelsUnsupported if _state.get("unsupported") else KernelBuildError)(_state["error"])
         try:
             spin_setting()
-            missing = [f for f in REQUIRED_FLAGS if f not in cpu_flags()]
-            if platform.machine() not in ("x86_64", "AMD64") or missing:
-                raise KernelBuildError(f"the CPU kernels need x86-64 with {', '.join(REQUIRED_FLAGS)}; "
-                                       f"this CPU lacks {', '.join(missing) or platform.machine()}.")
             lib = ctypes.cdll.LoadLibrary(str(library_path()))
             jax.ffi.register_ffi_target(TARGET, jax.ffi.pycapsule(lib.MemloopQMatmul), platform="cpu")
             jax.ffi.register_ffi_target(MANY_TARGET, jax.ffi.pycapsule(lib.MemloopQMatmulMany), platform="cpu")
             jax.ffi.register_ffi_target(ATTENTION_TARGET, jax.ffi.pycapsule(lib.MemloopPagedAttention), platform="cpu")
             for suffix, symbol in (("_f16", lib.MemloopPagedAttentionF16), ("_q8", lib.MemloopPagedAttentionQ8)):
                 jax.ffi.register_ffi_target(ATTENTION_TARGET + suffix, jax.ffi.pycapsule(symbol), platform="cpu")
+        except KernelsUnsupported as exc:
+            _state["error"] = str(exc)
+            _state["unsupported"] = True
+            raise
         except (KernelBuildError, OSError) as exc:
             _state["error"] = str(exc)
             raise KernelBuildError(str(exc)) from exc
@@ -188,9 +227,15 @@ def available() -> bool:
         return False
     try:
         load()
-    except KernelBuildError as exc:
+    except KernelsUnsupported as exc:
         if not _state.get("warned"):
             log.warning("memloop CPU kernels unavailable, using f32 weights: %s", exc)
+            _state["warned"] = True
+        return False
+    except KernelBuildError as exc:  # this host can have them: the build itself is broken
+        if not _state.get("warned"):
+            log.error("memloop CPU kernels failed to build on a CPU that supports them, using f32 weights "
+                      "(slower); fix the compiler or set CXX: %s", exc)
             _state["warned"] = True
         return False
     return True

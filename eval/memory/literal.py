@@ -137,7 +137,10 @@ class _Reader:
             if val in (float("inf"), float("-inf")):
                 raise self.fail(pos, "number out of range (JSON has no infinity)")
             return val, m.end()
-        return int(integer), m.end()
+        try:
+            return int(integer), m.end()
+        except ValueError:  # beyond Python's int-digits limit (sys.get_int_max_str_digits)
+            raise self.fail(pos, f"an integer of {len(integer.lstrip('-'))} digits is too long") from None
 
 
 def parse_value(text: str, pos: int = 0) -> tuple[Any, int]:

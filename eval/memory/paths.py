@@ -86,13 +86,21 @@ def _quote_bare_segments(text: str) -> str:
     return "".join(out)
 
 
+MAX_SEGMENTS = 200  # as deep as a value may nest (`eval.memory.literal.MAX_DEPTH`); keeps the parser off the stack's end
+
+
 @lru_cache(maxsize=4096)
 def _parse(text: str) -> tuple[Segment, ...]:
     if not text.startswith("$"):
-        raise PathError(f"JSONPath {text!r} must start with '$' (e.g. \"$. 'attributes'. 'Amenities'\")")
+        raise PathError(f"JSONPath {text!r:.80} must start with '$' (e.g. \"$. 'attributes'. 'Amenities'\")")
     if text == "$":
         return ()
     fast = _fast_parse(text)
+    # an upper bound of the segments, checked before the recursive parser reads them
+    n = len(fast) if fast is not None else text.count(".") + text.count("[")
+    if n > MAX_SEGMENTS:
+        raise PathError(f"JSONPath {text[:60]!r}... has {'about ' if fast is None else ''}{n} segments, more than "
+                        f"{MAX_SEGMENTS}; a revision path must address a node of the memory")
     return fast if fast is not None else _jsonpath_ng_parse(text)
 
 
@@ -102,6 +110,9 @@ def _jsonpath_ng_parse(text: str) -> tuple[Segment, ...]:
 
     try:  # ply raises plain Exception on some lexer errors, hence the broad catch
         expr = jsonpath_ng.parse(_quote_bare_segments(text))
+    except RecursionError:
+        raise PathError(f"JSONPath {text[:60]!r}... is nested too deeply to read; a revision path must address "
+                        "a node of the memory") from None
     except Exception as e:
         raise PathError(f"JSONPath {text!r} is malformed ({e}); quote keys like \"$. 'Food & Beverage'\"") from None
 
@@ -126,7 +137,11 @@ def _jsonpath_ng_parse(text: str) -> tuple[Segment, ...]:
         raise PathError(f"JSONPath {text!r} uses {type(node).__name__} ({node}); a revision path must "
                         "address exactly one node with keys and indices (no wildcards, slices, filters or '..')")
 
-    walk(expr)
+    try:
+        walk(expr)
+    except RecursionError:
+        raise PathError(f"JSONPath {text[:60]!r}... is nested too deeply to read; a revision path must address "
+                        "a node of the memory") from None
     return tuple(segs)
 
 

@@ -16,6 +16,17 @@ from eval.asking import ParseFailure
 _FENCE = re.compile(r"```(?:json|JSON|python)?\s*\n?(.*?)```", re.S)
 _TRAILING_COMMA = re.compile(r",(\s*[}\]])")
 _PUNCT_END = ('.', '?', '!', '"', "'", '”', '’')
+# What json raises on text it cannot read: JSONDecodeError, and for hostile text a ValueError (an
+# integer past Python's int-digits limit) or a RecursionError (arrays nested thousands deep).
+_UNREADABLE = (ValueError, RecursionError)
+
+
+def _why(exc: BaseException) -> str:
+    if isinstance(exc, RecursionError):
+        return "a value nested too deeply to read"
+    if isinstance(exc, json.JSONDecodeError):
+        return exc.msg
+    return "an integer too long to read" if "digits" in str(exc) else str(exc)[:120]
 
 
 def _loads(candidate: str) -> Any:
@@ -29,25 +40,35 @@ def extract_json(text: str, want: type | tuple[type, ...] = (dict, list)) -> Any
     """The first JSON value of type `want` in `text` (whole text, fenced block, or embedded)."""
     stripped = text.strip()
     candidates = [stripped] + [m.group(1).strip() for m in _FENCE.finditer(text)]
+    hostile = ""  # why a value that is not merely malformed JSON could not be read
     for cand in candidates:
         try:
             value = _loads(cand)
         except json.JSONDecodeError:
             continue
+        except _UNREADABLE as exc:
+            hostile = hostile or _why(exc)
+            continue
         if isinstance(value, want):
             return value
     decoder = json.JSONDecoder()
     repaired = _TRAILING_COMMA.sub(r"\1", text)
+    skip_to = 0
     for i, ch in enumerate(repaired):
-        if ch in "{[":
+        if ch in "{[" and i >= skip_to:
             try:
                 value, _ = decoder.raw_decode(repaired, i)
             except json.JSONDecodeError:
                 continue
+            except _UNREADABLE as exc:
+                hostile = hostile or _why(exc)
+                if isinstance(exc, RecursionError):  # the brackets it opened nest as deep: read on past them
+                    skip_to = len(repaired) - len(repaired[i:].lstrip("{[ \t\r\n"))
+                continue
             if isinstance(value, want):
                 return value
     kinds = want.__name__ if isinstance(want, type) else "/".join(t.__name__ for t in want)
-    raise ParseFailure(f"no JSON {kinds} found in the output")
+    raise ParseFailure(f"no JSON {kinds} found in the output" + (f" (it holds {hostile})" if hostile else ""))
 
 
 def parse_json_object(text: str, schema: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -81,8 +102,8 @@ def json_lines(body: str) -> list[dict[str, Any]]:
         if repaired[i] == "{":
             try:
                 value, end = decoder.raw_decode(repaired, i)
-            except json.JSONDecodeError:
-                raise ParseFailure(f"invalid JSON object near {repaired[i:i + 60]!r}") from None
+            except _UNREADABLE as exc:
+                raise ParseFailure(f"invalid JSON object near {repaired[i:i + 60]!r} ({_why(exc)})") from None
             objs.append(value)
             i = end
         else:

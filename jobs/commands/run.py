@@ -83,6 +83,8 @@ def run_cmd(
         from jobs.results.report import write_report
 
         _, rep = write_report(summary.output)
+        if rep.not_written:
+            print(f"note: {rep.not_written}", file=sys.stderr, flush=True)
         if not as_json:
             print(rep.markdown, flush=True)
     print(json.dumps(dict(summary.to_dict(), exit_code=code)), flush=True)
@@ -200,6 +202,8 @@ def report_cmd(
     from jobs.results.report import headline, report_of
 
     _, data, rep = report_of(run_uri)
+    if rep.not_written:
+        print(f"note: {rep.not_written}", file=sys.stderr, flush=True)
     if as_json:
         print(json.dumps(headline(data), default=float), flush=True)
         return

@@ -791,6 +791,17 @@ PLOTS: dict[str, Callable[[RunData], bytes | None]] = {
 class Report:
     markdown: str
     plots: dict[str, bytes] = field(default_factory=dict)
+    not_written: str | None = None  # why report.md and the plots are not beside the run (e.g. it is read-only)
+
+
+def units_line(samples: pd.DataFrame) -> str:
+    """"N units (a ok, b failed, c incomplete, d n/a)": a failed unit is the method's (scored 0), an
+    incomplete one the infrastructure's (unknown), an n/a one applies to no method (neither)."""
+    states = cells.unit_states(samples)
+    base = states["base"] if not states.empty else pd.Series(dtype=str)
+    counts = [("ok", int((base == "ok").sum())), ("failed", int((base == cells.ZERO).sum())),
+              ("incomplete", int((base == cells.INCOMPLETE).sum())), ("n/a", int((base == NOT_APPLICABLE).sum()))]
+    return f"{len(samples)} units ({', '.join(f'{n} {what}' for what, n in counts if n or what == 'ok')})"
 
 
 def build_report(d: RunData) -> Report:
@@ -799,10 +810,9 @@ def build_report(d: RunData) -> Report:
     matplotlib.use("Agg")
     n_rep = int(d.samples["repeat"].nunique()) if not d.samples.empty else 0
     parts = [f"# Run `{d.run_id}`", "", f"Results: `{d.uri}`", "",
-             f"{len(d.samples)} units ({len(d.ok)} ok, {len(d.samples) - len(d.ok)} failed), {n_rep} repeat(s); "
+             f"{units_line(d.samples)}, {n_rep} repeat(s); "
              "figures are mean ± standard error over repeats [95% bootstrap interval over samples]." if n_rep > 1 else
-             f"{len(d.samples)} units ({len(d.ok)} ok, {len(d.samples) - len(d.ok)} failed), one repeat; "
-             "figures are mean [95% bootstrap interval over samples].",
+             f"{units_line(d.samples)}, one repeat; figures are mean [95% bootstrap interval over samples].",
              "", "## Units", "", overview_table(d) if not d.samples.empty else "(no units written yet)"]
     papers = paper_tables(d)
     if papers:
@@ -846,10 +856,17 @@ def write_report(run_uri: str) -> tuple[str, Report]:
 def report_of(run_uri: str) -> tuple[RunStore, RunData, Report]:
     """Load the run once, build its report and write it next to the tables; the loaded data is
     returned too (`report --json` reads its numbers from the same load)."""
+    from jobs.errors import StorageError, error_text
+
     rs = RunStore.at(run_uri)
     d = RunData.load(rs)
     rep = build_report(d)
-    for name, png in rep.plots.items():
-        rs.put_file(name, png)
-    rs.put_file("report.md", rep.markdown.encode())
+    try:
+        for name, png in rep.plots.items():
+            rs.put_file(name, png)
+        rs.put_file("report.md", rep.markdown.encode())
+    except StorageError as exc:  # a read-only run (an archive, a colleague's bucket) is still reported
+        what = error_text(exc).split("; ")[0]  # what failed; the store's advice is for `run` and its `output`
+        rep.not_written = (f"report.md and the plots were not written next to the run ({what[:300]}); "
+                           "the report is printed only: copy the run somewhere writable to keep them")
     return rs, d, rep

@@ -27,6 +27,7 @@ MAX_CONCURRENCY = 4_096  # requests at once to an endpoint
 MAX_RETRIES = 20  # attempts after the first (per sample, per endpoint request)
 MAX_RESTARTS = 100  # engine actor restarts
 MAX_FLUSH_UNITS = 100_000  # units per shard write
+MAX_SEED = 2**63 - 1 - MAX_REPEATS  # each repeat's seed (seed + repeat) is a method's 64-bit `seed` option
 
 
 def _at_most(most: int, what: str, advice: str = "lower it") -> AfterValidator:
@@ -120,6 +121,17 @@ class EndpointSpec(_Strict):
     timeout_s: float = Field(default=120.0, gt=0)  # one request
     max_retries: Annotated[int, _at_most(MAX_RETRIES, "retries of a request")] = Field(default=3, ge=0)  # transient failures (connection, 429, 5xx), honouring Retry-After
     json_schema: bool = True  # the server constrains output to a JSON Schema (response_format json_schema)
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, v: str) -> str:
+        from urllib.parse import urlsplit
+
+        parts = urlsplit(v.strip())
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ValueError(f"base_url must be an http:// or https:// URL with a host (got {v!r}); "
+                             "write it as e.g. http://127.0.0.1:8000/v1")
+        return v
 
 
 class ModelSpec(_Strict):
@@ -242,7 +254,8 @@ class RunConfig(_Strict):
     judge_model: JudgeModelSpec = Field(default_factory=JudgeModelSpec)
     # MAX_REPEATS is also below eval.asking.RETRY_SEED_STRIDE (1 << 20)
     repeats: Annotated[int, _at_most(MAX_REPEATS, "repeats", "lower it (the papers use 1 to 5)")] = Field(default=1, ge=1)
-    seed: int = 0
+    seed: Annotated[int, _at_most(MAX_SEED, "as the run's seed", "lower it (each repeat samples with seed + "
+                                  "repeat, which must fit in 64 bits)")] = Field(default=0, ge=0)
     retries: Annotated[int, _at_most(MAX_RETRIES, "retries of a sample")] = Field(default=2, ge=0)  # attempts after the first, per sample
     judge_cpus: float = Field(default=0.5, gt=0)
     response_cache: str | None = None  # a directory: identical requests are answered from it (engine or endpoint)

@@ -5,7 +5,10 @@ pulls from one shared queue, so a slow lane takes fewer items. The unit function
 of a finished item, or a future of them (e.g. judges still running as Ray tasks) so the worker can
 take the next item at once. An item that raises a transient error (`retryable`: by default
 infrastructure failures, see `jobs.errors.is_transient`) is retried up to `retries` times; it is
-then, like an item whose error is deterministic, recorded at once with the rows `failed_rows` builds; a lane whose backend is gone for good (`lane_lost`) stops and
+then, like an item whose error is deterministic, recorded at once with the rows `failed_rows` builds,
+as the infrastructure's failure: whatever an item's function raises (an endpoint's 401, an error
+nobody foresaw) is no result of the method, whose own failures come back as rows, not as exceptions
+(`jobs.errors.INFRASTRUCTURE`); a lane whose backend is gone for good (`lane_lost`) stops and
 hands its item back without spending an attempt. Finished rows are buffered and flushed in
 batches (every `flush_units` items or `flush_s` seconds, and always at the end or on interrupt).
 An item whose rows another process already wrote comes back as that write's record instead of
@@ -114,8 +117,8 @@ class WorkerPool(Generic[T]):
             self._put(Attempt(a.item, a.number + 1, err))
             return
         self.log(f"FAILED {self._describe(a.item)} after {a.number + 1} attempt(s): {err[:300]}")
-        infra = self._retryable(exc)  # still failing after its retries: the infrastructure, not the method
-        self.finish(self._failed_rows(a, err, infra), failed=True, error=err, infrastructure=infra)
+        # raised, not returned: never the method's own result (see the module's docstring)
+        self.finish(self._failed_rows(a, err, True), failed=True, error=err, infrastructure=True)
 
     # workers -------------------------------------------------------------------------------
 
@@ -144,11 +147,13 @@ class WorkerPool(Generic[T]):
                     infrastructure=out.incomplete is not None, written=out.written)
 
     def _resolved(self, a: Attempt[T], fut: "Future[Outcome]") -> None:
-        """A deferred outcome, or the failure its future raised (recorded, not retried)."""
+        """A deferred outcome, or the failure its future raised (recorded, not retried; the infrastructure's)."""
         try:
             out = fut.result()
         except Exception as exc:
-            out = Outcome(self._failed_rows(a, error_text(exc), False), error_text(exc))
+            err = error_text(exc)
+            self.finish(self._failed_rows(a, err, True), failed=True, error=err, infrastructure=True)
+            return
         self._finished(out)
 
     def _fail_remaining(self, reason: str) -> None:

@@ -177,20 +177,23 @@ def build_units(cfg: RunConfig, unavailable: list[str] | None = None) -> list[Un
             unavailable.append(str(exc))
             loaded.append((d, []))
     units: list[Unit] = []
-    seen: set[str] = set()
+    seen: dict[str, int] = {}  # unit key -> the dataset (its index in `datasets`) that produced it
     for mi, m in enumerate(cfg.methods):
         tasks = _method_tasks(m)
-        matched = [(d, ss) for d, ss in loaded if tasks is None or d.task in tasks]
+        matched = [(di, d, ss) for di, (d, ss) in enumerate(loaded) if tasks is None or d.task in tasks]
         if not matched:
             raise ConfigError(f"`methods.{mi}`: {m.name} runs on tasks {list(tasks or ())}, none of which is in `datasets`")
-        for d, samples in matched:
+        for di, d, samples in matched:
             judges = judges_fitting(cfg, mi, m, judges_for(cfg, d, samples))
             for s in samples:
                 for r, seed in enumerate(cfg.seeds()):
                     key = unit_key(d.key, s.id, m.key, r)
+                    if seen.get(key) == di:
+                        raise ConfigError(f"`datasets.{di}`: {d.key!r} holds sample {s.id!r} twice (two records with "
+                                          "the same id); remove the duplicate record or give it an id of its own")
                     if key in seen:
-                        raise ConfigError(f"two datasets produce sample {s.id!r} under the same name {d.key!r}; "
-                                          "give them different files")
-                    seen.add(key)
+                        raise ConfigError(f"`datasets.{seen[key]}` and `datasets.{di}` both produce sample {s.id!r} "
+                                          f"under the same name {d.key!r}; give them different files")
+                    seen[key] = di
                     units.append(Unit(key, d, s, m, r, seed, method_settings(cfg, m, seed), judges))
     return units

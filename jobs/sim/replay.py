@@ -56,7 +56,11 @@ class LatencyModel:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "LatencyModel":
-        return cls(**d)
+        """The model's fields of a fit (its other fields, e.g. the weight path it was measured on, are notes)."""
+        import dataclasses
+
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})
 
 
 def prompt_of(request: dict[str, Any]) -> str:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULT_PACKAGES = ("engine", "eval")
-SOURCE_SUFFIXES = (".py", ".txt", ".jinja", ".json", ".yaml", ".cc")
+SOURCE_SUFFIXES = (".py", ".txt", ".jinja", ".json", ".yaml", ".cc", ".h")  # .h: the kernels' headers
 BUILD_INFO = Path(__file__).with_name("build_info.json")
 
 

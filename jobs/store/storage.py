@@ -663,15 +663,22 @@ class RunStore:
                 raw, gen = self.store.read(name)
             except NotFoundError:
                 continue
+            unreadable = None  # why the lock object does not say who holds it
             try:
                 current = json.loads(raw)
-            except ValueError:
+                if not isinstance(current, dict):
+                    unreadable, current = f"a JSON {type(current).__name__}, not an object", {}
+            except ValueError as exc:
+                unreadable, current = f"not JSON: {str(exc)[:80]}", {}
+            if unreadable:
                 current = {"owner": "(unreadable lock object)", "heartbeat_at": None}
             dead = _holder_is_dead(current, lock_uri)
             if dead or (stale_after_s is not None and _age_s(current.get("heartbeat_at")) > stale_after_s):
-                why = (f"its last heartbeat is over {stale_after_s:g} s old" if not dead
-                       else "its invocation in this process has ended" if current.get("pid") == os.getpid()
-                       else "its process is gone from this host")
+                why = ("its process is gone from this host" if dead and current.get("pid") != os.getpid()
+                       else "its invocation in this process has ended" if dead
+                       else f"it is unreadable ({unreadable}), so it names no holder and no heartbeat" if unreadable
+                       else "it records no heartbeat" if not current.get("heartbeat_at")
+                       else f"its last heartbeat is over {stale_after_s:g} s old")
                 try:
                     return Lock(self.store, name, lock_uri, holder, self.store.replace(name, data, gen),
                                 took_over=current, took_over_why=why)

@@ -22,3 +22,12 @@ def hf_model(smollm2_gguf):
                                                  dtype=torch.float32)
     model.eval()
     return model
+
+
+@pytest.fixture(scope="session")
+def built_kernels() -> None:
+    """The CPU kernels, built and loaded: a compile or load failure on a host that can have them fails
+    the test with the compiler's message (tests/engine/kernel_gate.py)."""
+    from engine import kernels
+
+    kernels.load()

@@ -87,3 +87,21 @@ def test_f64_reference_measures_both_f32_engines_against_the_exact_logits(lm, hf
     assert out["hf_max_abs_logit_diff_vs_f64"] != out["max_abs_logit_diff_vs_f64"]
     assert "float64" in lines[0]
     assert next(hf_model.parameters()).dtype == torch.float32  # the reference itself is left in f32
+
+
+@pytest.mark.slow  # a real engine measured at batch 1 (about 40 s on 2 cores)
+def test_a_bench_result_records_the_weight_path_it_ran(lm):
+    """Kernel or dense, and the ISA the kernels were built for: a figure says which engine it measured."""
+    from bench.engine_latency import measure
+    from jobs.sim.replay import LatencyModel
+    from tests.engine.kernel_gate import kernels_expected
+
+    fit = measure(["The keeper lit the lamp."], batches=(1,), decode_tokens=2, log=lambda _: None)
+    if kernels_expected():
+        from engine import kernels
+
+        assert (fit["weight_path"], fit["kernel_isa"]) == ("kernel", kernels.isa())
+    else:
+        assert (fit["weight_path"], fit["kernel_isa"]) == ("dense", None)
+    assert (fit["weight_path"], fit["kernel_isa"]) == (lm.weight_path["weights"], lm.weight_path["isa"])
+    assert LatencyModel.from_dict(fit).max_batch == fit["max_batch"]  # the notes do not break the fit's reader

@@ -10,46 +10,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from gguf import GGMLQuantizationType
-from gguf.quants import dequantize as gguf_dequantize
 
 from engine import kernels
-from engine.blocks import BLOCK_BYTES, BLOCK_WEIGHTS, BlockMatrix, block_matmul, dequantize, from_gguf_rows, take_rows
+from engine.blocks import BLOCK_WEIGHTS, BlockMatrix, block_matmul
+from tests.engine.kernel_gate import needs_kernels
 
-pytestmark = pytest.mark.skipif(not kernels.available(), reason="the CPU kernels need x86-64 with AVX2, FMA and F16C")
+pytestmark = needs_kernels  # the in-graph de-quantisation, pure JAX, is tested in test_block_dequantise.py
 
-QTYPES = ["Q4_0", "Q4_1", "Q5_0", "Q8_0", "Q4_K", "Q5_K", "Q6_K"]
-# byte offsets of the f16 scale and, where the type has one, its f16 offset/min
-HALVES = {"Q4_1": (0, 2), "Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,)}
-
-
-def random_blocks(rng: np.random.Generator, qtype: str, rows: int, cols: int) -> np.ndarray:
-    """Valid GGUF bytes: random codes and sub-block scales, finite f16 scales (and offsets/mins) of
-    realistic size, some of them f16 subnormals (real files have tiny scales)."""
-    nb, bb = cols // BLOCK_WEIGHTS[qtype], BLOCK_BYTES[qtype]
-    raw = rng.integers(0, 256, size=(rows, nb, bb), dtype=np.uint8)
-    size = 0.002 if qtype.endswith("_K") else 0.02  # k-quant d multiplies a 6-8 bit sub-block scale
-    for k, at in enumerate(HALVES.get(qtype, (0,))):
-        half = (rng.standard_normal((rows, nb)) * size * (1 + 1.5 * k)).astype(np.float16)
-        half[rng.random((rows, nb)) < 0.05] = np.float16(3e-6)  # an f16 subnormal
-        raw[..., at:at + 2] = half.view(np.uint8).reshape(rows, nb, 2)
-    return raw.reshape(rows, nb * bb)
-
-
-def reference_weights(raw: np.ndarray, qtype: str, rows: int, cols: int) -> np.ndarray:
-    return np.asarray(gguf_dequantize(raw, getattr(GGMLQuantizationType, qtype)), np.float32).reshape(rows, cols)
-
-
-@pytest.mark.parametrize("qtype", QTYPES)
-def test_in_graph_dequantisation_is_bit_exact(qtype):
-    rng = np.random.default_rng(1)
-    cols = 3 * BLOCK_WEIGHTS[qtype]
-    raw = random_blocks(rng, qtype, 40, cols)
-    ours = np.asarray(jax.jit(lambda r: dequantize(r, qtype, cols))(jnp.asarray(raw)))
-    np.testing.assert_array_equal(ours, reference_weights(raw, qtype, 40, cols))
-    bm = from_gguf_rows(raw, qtype, 40, cols)
-    rows = np.asarray(take_rows(BlockMatrix(jnp.asarray(bm.raw), qtype, bm.shape), jnp.asarray([[3, 0, 39]])))
-    np.testing.assert_array_equal(rows[0], reference_weights(raw, qtype, 40, cols)[[3, 0, 39]])
+from tests.engine.block_data import QTYPES, random_blocks, reference_weights
 
 
 @pytest.mark.parametrize("qtype", QTYPES)

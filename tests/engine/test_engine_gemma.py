@@ -17,6 +17,7 @@ from engine.weights import load_weights
 from tests.engine.gguf_writer import header_writer, write_out
 from tests.engine.test_engine_qwen2 import TOKENS, _greedy, _logits, _torch_logits, packaged_model
 from tests.engine.test_engine_qwen3_mistral import assert_paged_matches
+from tests.engine.kernel_gate import kernels_expected
 
 GREEDY = 32
 WINDOW = 5  # binding: shorter than the 12-token prompt and the 44-token generation
@@ -218,8 +219,6 @@ def test_gguf_gemma_matches_transformers(fixture, arch, request, tmp_path):
     dense, and in block form where the CPU kernel builds."""
     from transformers import AutoModelForCausalLM
 
-    from engine import kernels
-
     _, hf_path = request.getfixturevalue(fixture)
     model = AutoModelForCausalLM.from_pretrained(hf_path, query_pre_attn_scalar=64,
                                                  attn_implementation="eager").eval()
@@ -234,7 +233,7 @@ def test_gguf_gemma_matches_transformers(fixture, arch, request, tmp_path):
                                   model.model.layers[1].input_layernorm.weight.detach().numpy())
     assert np.abs(_logits(dense) - ref).max() < 2e-3
     assert _greedy(dense, GREEDY) == _torch_greedy(model, GREEDY)
-    if kernels.available():
+    if kernels_expected():
         blocked = load_model(path, load_tokenizer=False)
         assert type(blocked.params["embed"]).__name__ == "BlockMatrix"
         assert np.abs(_logits(blocked) - ref).max() < 2e-3

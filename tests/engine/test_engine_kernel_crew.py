@@ -19,10 +19,11 @@ from gguf import GGMLQuantizationType
 from gguf.quants import dequantize as gguf_dequantize
 
 from engine import kernels
+from tests.engine.kernel_gate import needs_kernels
 from engine.blocks import BLOCK_BYTES
 from engine.kernels.attention import paged_attention
 
-pytestmark = pytest.mark.skipif(not kernels.available(), reason="the CPU kernels need x86-64 with AVX2, FMA and F16C")
+pytestmark = needs_kernels
 
 ROOT = Path(__file__).resolve().parents[2]
 IN, OUT = 576, 3000  # a decode-sized layer: many chunks, so every call has work to split
@@ -51,6 +52,7 @@ _attend = jax.jit(lambda q, k, v, t, p: paged_attention(q, k, v, t, p))
 
 
 def _run(x: np.ndarray, w: np.ndarray, attn: tuple[np.ndarray, ...]) -> tuple[np.ndarray, np.ndarray]:
+    kernels.load()  # also in the subprocess below, which imports this module without its fixtures
     y = np.concatenate([np.asarray(m) for m in _matmul(jnp.asarray(x), jnp.asarray(w))], axis=1)
     return y, np.asarray(_attend(*map(jnp.asarray, attn)))
 

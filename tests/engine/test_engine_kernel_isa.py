@@ -19,9 +19,10 @@ import numpy as np
 import pytest
 
 from engine import kernels
+from tests.engine.kernel_gate import needs_kernels
 from engine.blocks import BLOCK_BYTES, BLOCK_WEIGHTS
 
-pytestmark = pytest.mark.skipif(not kernels.available(), reason="the CPU kernels need x86-64 with AVX2, FMA and F16C")
+pytestmark = needs_kernels
 
 ROOT = Path(__file__).resolve().parents[2]
 QTYPES = ["Q4_0", "Q4_1", "Q5_0", "Q8_0", "Q4_K", "Q5_K", "Q6_K"]

@@ -14,10 +14,11 @@ import numpy as np
 import pytest
 
 from engine import kernels
+from tests.engine.kernel_gate import needs_kernels
 from engine.kv_pages import quantize, read_pages
 from engine.model import causal_mask, gqa_attention
 
-pytestmark = pytest.mark.skipif(not kernels.available(), reason="the CPU kernels need x86-64 with AVX2, FMA and F16C")
+pytestmark = needs_kernels
 
 
 def make_case(seed: int, kvh: int, heads: int, hd: int, page_size: int, pages: int, positions: list[list[int]],

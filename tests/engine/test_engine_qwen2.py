@@ -13,6 +13,7 @@ import torch
 from engine.model import forward, load_model, no_cache_attention
 from engine.weights import load_weights
 from tests.engine.gguf_writer import header_writer, write_out
+from tests.engine.kernel_gate import kernels_expected
 
 TOKENS = [[3, 17, 99, 42, 5, 200, 31, 7, 64, 128, 1, 250]]
 
@@ -175,13 +176,11 @@ def test_gguf_qwen2_matches_transformers_in_block_form_and_dense(tiny_qwen2_gguf
     the dense load both reproduce transformers on the de-quantised weights; greedy tokens are identical."""
     import logging
 
-    from engine import kernels
-
     model, path, down = tiny_qwen2_gguf
     ref = _torch_logits(model)
     dense = load_model(path, load_tokenizer=False, blocks=False)
     assert np.abs(_logits(dense) - ref).max() < 1e-4
-    if kernels.available():
+    if kernels_expected():
         with caplog.at_level(logging.INFO, logger="engine.weights"):
             blocked = load_model(path, load_tokenizer=False)
         assert type(blocked.params["layers"][0]["wq"]).__name__ == "BlockMatrix"
@@ -251,14 +250,13 @@ def test_qwen25_coder_gguf_matches_transformers(qwen_gguf):
     computed before transformers loads (its f32 copy of the 1.5B model is 6 GB)."""
     from transformers import AutoModelForCausalLM
 
-    from engine import kernels
     from engine.reference import generate
     from engine.sampling import SamplingParams
 
     torch.set_num_threads(1)
     lm = load_model(qwen_gguf)
     assert lm.config.architecture == "qwen2" and lm.config.attention_bias
-    if kernels.available():
+    if kernels_expected():
         assert lm.per_layer and _dense_matrices(lm) == []
     ours_logits = []
     for chat in CHATS:

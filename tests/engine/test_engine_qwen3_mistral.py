@@ -17,6 +17,7 @@ from engine.paged import forward_paged, init_kv_pools
 from engine.weights import load_weights
 from tests.engine.gguf_writer import header_writer, write_out
 from tests.engine.test_engine_qwen2 import TOKENS, _greedy, _logits, _torch_greedy, _torch_logits
+from tests.engine.kernel_gate import kernels_expected
 
 GREEDY = 32
 WINDOW = 5  # binding: shorter than the 12-token prompt and the 44-token generation
@@ -100,8 +101,6 @@ def test_gguf_qwen3_matches_transformers(tiny_qwen3, tmp_path):
     import gguf
     from transformers import Qwen3ForCausalLM
 
-    from engine import kernels
-
     names = {gguf.TENSOR_NAMES[t] for t in gguf.MODEL_TENSORS[gguf.MODEL_ARCH.QWEN3]}
     assert {"blk.{bid}.attn_q_norm", "blk.{bid}.attn_k_norm"} <= names
     _, hf_path = tiny_qwen3
@@ -112,7 +111,7 @@ def test_gguf_qwen3_matches_transformers(tiny_qwen3, tmp_path):
     assert dense.config.architecture == "qwen3" and dense.config.qk_norm and dense.config.head_dim == 64
     assert np.abs(_logits(dense) - ref).max() < 2e-3
     assert _greedy(dense, GREEDY) == _torch_greedy(model, GREEDY)
-    if kernels.available():
+    if kernels_expected():
         blocked = load_model(path, load_tokenizer=False)
         assert type(blocked.params["layers"][0]["wq"]).__name__ == "BlockMatrix"
         assert np.abs(_logits(blocked) - ref).max() < 2e-3

@@ -83,8 +83,10 @@ def test_decoding_through_the_serving_kernel_gives_the_same_tokens(lm):
     from engine.model import init_contiguous_cache
     from engine.sampling import row_arrays, seed_keys
 
-    if not kernels.available():
-        pytest.skip("the CPU kernels need x86-64 with AVX2, FMA and F16C")
+    from tests.engine.kernel_gate import kernels_expected, skip_reason
+
+    if not kernels_expected():
+        pytest.skip(str(skip_reason()))
     cfg = lm.config
     ids = [lm.tokenizer.chat_ids(p) if isinstance(p, list) else lm.tokenizer.encode(p) for p in PROMPTS]
     b, t = len(ids), 64

@@ -150,3 +150,15 @@ def test_a_paper_table_prints_the_stated_comparison_and_who_judged(tmp_path) -> 
     assert "Model under test: qwen2.5-coder-0.5b; judge: qwen2.5-coder-0.5b (self-judged" in laid["note"]
     assert "the paper's judge: Mixtral 8x7B" in laid["note"]
     assert "Gemini-Pro" in TABLES["seed000-table1"].note and "Gemini-Ultra" not in TABLES["seed000-table1"].note
+
+
+def test_the_report_header_counts_each_state_apart(tmp_path) -> None:
+    """One ok and one n/a unit are "1 ok, 1 n/a", not "1 failed"; a method failure and an
+    infrastructure failure are told apart as the cells tell them (0 vs unknown)."""
+    rs = RunStore.open(str(tmp_path), "header")
+    _unit(rs, "inc", "b1", 0, scores={"rouge1": 0.6})
+    _unit(rs, "inc", "b2", 0, "n/a", error="input longer than the context")
+    assert "2 units (1 ok, 1 n/a), one repeat" in build_report(RunData.load(rs)).markdown
+    _unit(rs, "inc", "b3", 0, "failed", error="MethodError: nothing parsed", failure="method")
+    _unit(rs, "inc", "b4", 0, "failed", error="LLMHTTPError: answered 401", failure="infrastructure")
+    assert "4 units (1 ok, 1 failed, 1 incomplete, 1 n/a), one repeat" in build_report(RunData.load(rs)).markdown

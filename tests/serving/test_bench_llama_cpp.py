@@ -265,3 +265,43 @@ def test_a_bench_stopped_by_sigterm_takes_its_peer_server_with_it(tmp_path):
             pytest.fail("the peer server outlived the bench that SIGTERM stopped")
     finally:
         bench.kill()
+
+
+# A stand-in llama-batched-bench that gets faster with every run (its decode rate is the run's number),
+# and counts its runs: what "the best of N runs" picks, and how many runs were made.
+_FASTER_EACH_RUN = """#!/bin/sh
+count="$(dirname "$0")/runs"
+n=$(( $(cat "$count" 2>/dev/null || echo 0) + 1 )); echo "$n" > "$count"
+for pl in 1 4; do
+printf '{"pp": 32, "tg": 8, "pl": %s, "n_kv": 40, "t_pp": 0.1, "speed_pp": 320.0, "t_tg": 0.1, "speed_tg": %s.0}\\n' "$pl" "$n"
+done
+"""
+
+
+def test_every_side_is_timed_as_the_best_of_the_same_number_of_runs(tmp_path):
+    """llama.cpp used to run once where memloop took the best of two: now each side's figure is the
+    best of `TIMED_RUNS` timed runs, and the bench says so."""
+    from bench.llama_cpp import llama_cpp_rates
+    from bench.model import TIMED_RUNS, TIMING, _timed
+
+    assert TIMED_RUNS >= 2 and f"best of {TIMED_RUNS}" in TIMING
+    probe = tmp_path / "llama-batched-bench"
+    probe.write_text(_FASTER_EACH_RUN)
+    probe.chmod(0o755)
+    rates = llama_cpp_rates(Path("m.gguf"), 2, 8, 4, (), short_prompt=32, binary=probe)
+    assert int((tmp_path / "runs").read_text()) == TIMED_RUNS  # as many runs as memloop's and transformers'
+    assert rates == {"llama_cpp_decode_tps_b1": float(TIMED_RUNS), "llama_cpp_decode_tps_b32": float(TIMED_RUNS)}
+    calls = []
+    _timed(lambda: calls.append(1))  # memloop's served decode and transformers' timings
+    assert len(calls) == TIMED_RUNS
+
+
+def test_the_peer_binaries_record_whether_they_are_the_native_or_the_portable_build(tmp_path):
+    from bench.build_peers import record_build
+    from bench.llama_cpp import peer_build
+
+    assert peer_build(tmp_path).startswith("unrecorded")
+    record_build(tmp_path, "portable", ["-DGGML_NATIVE=OFF", "-DGGML_AVX2=ON"])
+    assert peer_build(tmp_path) == "portable"
+    record_build(tmp_path, "native", ["-DGGML_NATIVE=ON"])
+    assert peer_build(tmp_path) == "native"

@@ -11,7 +11,9 @@ each one literally appears in the sentences it cites.
 """
 from __future__ import annotations
 
+import itertools
 import json
+import math
 import random
 import re
 from pathlib import Path
@@ -47,13 +49,31 @@ class _Names:
 
     def draw(self, cat: Category, avoid: set[str] = frozenset()) -> tuple[str, str]:
         """A fresh target name, or (with `avoid`) a distractor's name sharing no word with the target."""
+        def fits(name: str) -> bool:
+            return not ((not avoid and name in self.used) or name_words(name) & avoid)
+
         for _ in range(1000):
             parts = [self.rng.choice(pool) for pool in cat.name_parts]
-            name = " ".join(parts)
-            if (not avoid and name in self.used) or name_words(name) & avoid:
-                continue
-            return name, parts[-1]
-        raise DatasetError(f"ran out of distinct {cat.name} names: generate fewer entities per run")
+            if fits(" ".join(parts)):
+                return " ".join(parts), parts[-1]
+        # nearly every name is taken: pick among those left (a random draw would keep missing them)
+        left = [p for p in itertools.product(*cat.name_parts) if fits(" ".join(p))]
+        if not left:
+            raise DatasetError(f"all {name_capacity(cat)} distinct {cat.name} names are taken; generate fewer "
+                               "entities per run")
+        parts = list(self.rng.choice(left))
+        return " ".join(parts), parts[-1]
+
+
+def name_capacity(cat: Category) -> int:
+    """How many distinct names the category's name-part pools make."""
+    return math.prod(len(pool) for pool in cat.name_parts)
+
+
+def max_entities(cats: tuple[Category, ...]) -> int:
+    """The most entities one run can generate: they cycle through `cats`, so category j (0-based) gets
+    the entities j, j + len(cats), ..., and each needs a distinct name of its category."""
+    return min(name_capacity(c) * len(cats) + j for j, c in enumerate(cats))
 
 
 def _render(template: str, subject: str, value: str | None = None, prefix: str = "") -> str:
@@ -190,6 +210,11 @@ def generate_sumie(entities: int, seed: int = 0, categories: tuple[str, ...] | N
         raise DatasetError(f"unknown SUMIE categories {categories}: choose from {[c.name for c in CATEGORIES]}")
     if not 0.0 <= conflicts <= 1.0:
         raise DatasetError(f"conflicts is a probability: give a number in [0, 1] (got {conflicts})")
+    most = max_entities(cats)
+    if entities > most:
+        short = min(cats, key=name_capacity)
+        raise DatasetError(f"entities: at most {most:,} can be generated (got {entities:,}): the {short.name} "
+                           f"category has {name_capacity(short)} distinct names; lower `entities` to {most:,} or less")
     rng = random.Random(seed)
     names = _Names(rng)
     for i in range(entities):
