@@ -4,6 +4,13 @@ Building a fast tokenizer from GGUF metadata takes seconds (transformers convert
 and merges), so the converted tokenizer is saved once under `~/.cache/memloop/tokenizers/<key>`
 (override the root with MEMLOOP_CACHE) keyed by the GGUF file's size, mtime and first megabyte, and
 loaded from there afterwards. `Tokenizer.chat_ids` is the one chat-template path the engine uses.
+
+transformers' GGUF conversion differs between releases: 5.17 builds a byte-level BPE vocabulary (GGUF
+`tokenizer.ggml.model: gpt2`, SmolLM2's and Qwen's) with SentencePiece's byte-fallback decoder and takes
+the BOS token for the EOS token, where 5.24 builds the byte-level one. llguidance then reads "Ġ" as two
+UTF-8 bytes instead of a space, and constrained decoding rejects its own JSON. `_repair` makes the
+converted tokenizer what the GGUF file says, whatever the release (`CONVERSION` salts the cache key, so
+a tokenizer an older memloop converted is converted again).
 """
 from __future__ import annotations
 
@@ -79,9 +86,12 @@ class Tokenizer:
         return len(self.encode(text))
 
 
+CONVERSION = 2  # bump when `_from_gguf` changes what it saves
+
+
 def _gguf_key(path: Path) -> str:
     st = path.stat()
-    h = hashlib.sha256(f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}".encode())
+    h = hashlib.sha256(f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}|{CONVERSION}".encode())
     with path.open("rb") as f:
         h.update(f.read(1 << 20))
     return h.hexdigest()[:24]
@@ -97,6 +107,7 @@ def _from_gguf(path: Path) -> Any:
         hf = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
     except Exception as exc:
         raise ModelFormatError(f"cannot build a tokenizer from {path} ({type(exc).__name__}: {exc}).") from exc
+    _repair(hf, path)
     # Save to a temporary sibling then rename, so a concurrent reader never sees half a directory.
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".tmp-"))
@@ -106,6 +117,26 @@ def _from_gguf(path: Path) -> Any:
     except OSError:
         shutil.rmtree(tmp, ignore_errors=True)  # another process won the race; its copy is identical
     return hf
+
+
+def _repair(hf: Any, path: Path) -> None:
+    """Make a tokenizer transformers converted from `path` match the GGUF's own description: a byte-level BPE
+    (`gpt2`) vocabulary decodes byte-level with no byte fallback, and EOS/BOS are the GGUF's token ids."""
+    from tokenizers import decoders
+
+    from engine.weights import read_gguf_metadata
+
+    meta = read_gguf_metadata(path)
+    backend = hf.backend_tokenizer
+    if meta.get("tokenizer.ggml.model") == "gpt2":
+        if type(backend.decoder).__name__ != "ByteLevel":
+            backend.decoder = decoders.ByteLevel()
+        if getattr(backend.model, "byte_fallback", False):
+            backend.model.byte_fallback = False
+    for role in ("eos", "bos"):
+        tid = meta.get(f"tokenizer.ggml.{role}_token_id")
+        if isinstance(tid, int) and 0 <= tid < len(hf) and getattr(hf, f"{role}_token_id") != tid:
+            setattr(hf, f"{role}_token", hf.convert_ids_to_tokens(tid))
 
 
 def load_tokenizer(path: str | Path) -> Tokenizer:
