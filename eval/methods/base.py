@@ -169,6 +169,10 @@ class Method:
         """Subclasses check their settings here and raise MethodError with what to change."""
 
     def run(self, sample: Sample, llm: LLM) -> MethodOutput:
+        if sample.task == "memoryagentbench":  # one context, many questions: eval.methods.ask_many
+            from eval.methods import ask_many
+
+            return ask_many.run(self, sample, llm)
         if self.tasks is not None and sample.task not in self.tasks:
             raise MethodError(f"method {self.name!r} handles tasks {list(self.tasks)}, not {sample.task!r} "
                               f"(sample {sample.id}); pick a method made for that task")
