@@ -209,8 +209,8 @@ def judge(output: Any, gold: Any, llm: LLM | None = None, *, metadata: dict[str,
     for i, (reply, answers) in enumerate(zip(replies, accepted)):
         m = question_metrics(source, reply, answers, entity2id)
         qid = (gold.get("qa_pair_ids") or [None] * len(accepted))[i]
-        label = {"question": i, "qa_pair_id": qid, "metrics": m, "primary": primary,
-                 "llm_judged": primary in LLM_JUDGED}
+        label = {"question": i, "qa_pair_id": qid, "source": source, "competency": meta.get("competency"),
+                 "metrics": m, "primary": primary, "llm_judged": primary in LLM_JUDGED}
         judgments.append(Judgment(item=f"q{i}: {reply[:200]}", label=label, source="rule", valid=bool(m)))
         for k, v in m.items():
             per_metric.setdefault(k, []).append(v)
