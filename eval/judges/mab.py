@@ -181,6 +181,8 @@ def question_metrics(source: str, reply: str, answers: Sequence[str], entity2id:
 
 def answers_of(output: Any, n: int) -> list[str]:
     """The replies of an ask-many output: a list of strings, or its JSON text, one per question."""
+    if output == "":  # the method produced no memory to ask (e.g. no usable schema): nothing right
+        return [""] * n
     if isinstance(output, str):
         try:
             output = json.loads(output)

@@ -71,6 +71,8 @@ def test_the_judge_scores_every_question_of_a_context_and_marks_llm_judged_sourc
         run_judge("mab", json.dumps(["Orsk"]), gold, metadata=meta)
     with pytest.raises(JudgeError, match="ask-many"):
         run_judge("mab", "Orsk", gold, metadata=meta)
+    # a method that produced nothing to ask (no usable memory) got nothing right: zero, not an error
+    assert run_judge("mab", "", gold, metadata=meta).score("accuracy") == 0.0
     lme = run_judge("mab", json.dumps(["x"]), {"answers": [["y"]]}, metadata={"source": "longmemeval_s_-1_500"})
     assert lme.judgments[0].label["llm_judged"] and not lme.judgments[0].valid
     with pytest.raises(KeyError):
