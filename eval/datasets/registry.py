@@ -25,6 +25,7 @@ LOADERS: Registry[Loader] = Registry(
 LOADERS.register("arxiv", "eval.datasets.arxiv:load_arxiv")
 LOADERS.register("book", "eval.datasets.books:load_books")
 LOADERS.register("booksum", "eval.datasets.booksum:load_booksum")
+LOADERS.register("memoryagentbench", "eval.datasets.memoryagentbench:load_memoryagentbench")
 LOADERS.register("repoqa", "eval.datasets.repoqa.loader:load_repoqa")
 LOADERS.register("spider", "eval.datasets.spider.loader:load_spider")
 LOADERS.register("sumie", "eval.datasets.sumie.loader:load_sumie_dataset")

@@ -154,6 +154,9 @@ for _info in (
               "1 if the answer names the described function exactly", metrics=("accuracy",)),
     JudgeInfo("loft-exec", ("spider",), False, "eval.judges.overlap", "judge_exec_match",
               "1 if the answered rows equal the gold rows (LOFT normalisation)", metrics=("accuracy",)),
+    JudgeInfo("mab", ("memoryagentbench",), False, "eval.judges.mab", "judge",
+              "MemoryAgentBench's per-source metrics of every question's reply (SubEM, EM, F1, ROUGE, recall@k)",
+              metrics=("accuracy",)),
 ):
     JUDGES.register(_info.name, _info)
 

@@ -178,6 +178,10 @@ class Method:
     def run(self, sample: Sample, llm: LLM, judge: LLM | None = None) -> MethodOutput:
         """Run on `sample` with `llm`, the model under test; `judge` is the run's judge model, which a
         method may use for a step its paper gave a stronger model (None: the model under test)."""
+        if sample.task == "memoryagentbench":  # one context, many questions: eval.methods.ask_many
+            from eval.methods import ask_many
+
+            return ask_many.run(self, sample, llm)
         if self.tasks is not None and sample.task not in self.tasks:
             raise MethodError(f"method {self.name!r} handles tasks {list(self.tasks)}, not {sample.task!r} "
                               f"(sample {sample.id}); pick a method made for that task")

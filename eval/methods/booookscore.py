@@ -206,13 +206,28 @@ class IncrementalUpdating(_BookMethod):
     name = "inc-update"
     tasks = answers.SUMMARY_TASKS + answers.QUERY_TASKS
     template_ids = ("s003-inc-init", "s003-inc-update", "s003-inc-compress", "s003-inc-init-query",
-                    "s003-inc-update-query", "s003-inc-compress-query", "s003-inc-answer", *answers.TEMPLATE_IDS)
+                    "s003-inc-update-query", "s003-inc-compress-query", "s003-inc-answer", *answers.TEMPLATE_IDS,
+                    "mab-answer-notes")
 
     def _run(self, sample: Sample, trace: Trace) -> tuple[str, Any]:
+        if sample.task not in answers.QUERY_TASKS:
+            summary = self.build_notes(sample, trace, None)
+            return summary, summary
+        question = answers.question(sample, self.name)
+        summary = self.build_notes(sample, trace, question)
+        final = trace.ask("s003-inc-answer", {"question": question, "summary": summary,
+                                              "answer_instruction": answers.answer_instruction(trace, sample.task)},
+                          kind="final")
+        final.memory = summary
+        return answers.read_answer(sample.task, final.output), summary
+
+    def build_notes(self, sample: Sample, trace: Trace, question: str | None) -> str:
+        """The running summary over every chunk: the book prompts (`question` None), or notes for
+        `question` (the query prompts); the answer step is the caller's."""
         s = self.settings
-        query = sample.task in answers.QUERY_TASKS
+        query = question is not None
         suffix = "-query" if query else ""
-        base = {"question": answers.question(sample, self.name)} if query else {}
+        base = {"question": question} if query else {}
         valid = validity_parser(trace, s.max_summary_tokens, sentence_end=not query)
         n, top = len(sample.chunks), self._words(s.max_summary_tokens)
         out_tokens = min(s.max_tokens, s.max_summary_tokens)
@@ -234,13 +249,7 @@ class IncrementalUpdating(_BookMethod):
                     step = self._compress_and_redo(trace, summary, chunk, j, n, base, suffix, update) or step
             summary = _accepted(step)
             step.memory = summary
-        if not query:
-            return summary, summary
-        final = trace.ask("s003-inc-answer", {**base, "summary": summary,
-                                              "answer_instruction": answers.answer_instruction(trace, sample.task)},
-                          kind="final")
-        final.memory = summary
-        return answers.read_answer(sample.task, final.output), summary
+        return summary
 
     def _compress_and_redo(self, trace: Trace, previous: str, chunk: str, j: int, n: int, base: dict[str, Any],
                            suffix: str, update: Callable[[str, str, int], Step]) -> Step | None:

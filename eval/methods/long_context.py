@@ -46,7 +46,7 @@ class LongContext(Method):
     name = "long-context"
     Settings = LongContextSettings
     tasks = answers.SUMMARY_TASKS + answers.QUERY_TASKS
-    template_ids = (TEMPLATE, *answers.TEMPLATE_IDS)
+    template_ids = (TEMPLATE, *answers.TEMPLATE_IDS, "mab-long-context")
 
     def _run(self, sample: Sample, trace: Trace) -> tuple[str, Any]:
         s = self.settings

@@ -32,7 +32,8 @@ SCHEMAS: dict[str, Schema] = {
     "relevant_table_info": ready.RELEVANT_TABLE_INFO, "table_memory": ready.TABLE_MEMORY,
 }
 TASK_SCHEMA = {"book": "book_summary", "arxiv": "book_summary", "repoqa": "function_natural_descriptor",
-               "spider": "relevant_table_info", "sumie": "sumie_summary"}
+               "spider": "relevant_table_info", "sumie": "sumie_summary",
+               "memoryagentbench": "sumie_summary"}  # attributes of anything: facts, events, labels
 # query domains for LLM-generated schemas (seed 002, appendix C), in our words
 DOMAINS = {
     "book": "Summarizing very long narrative books; each document is a segment of the book. The story may be "
@@ -85,7 +86,7 @@ class _Prism(Method):
     amendments: ClassVar[bool] = False
     template_ids = ("s002-prism-revise", "s002-prism-revise-addonly", "s002-prism-revise-json",
                     "s002-prism-revise-addonly-json", "s002-amendments-note", "s002-prism-final",
-                    *answers.TEMPLATE_IDS, "s002-schema-gen")
+                    *answers.TEMPLATE_IDS, "s002-schema-gen", "mab-answer-memory")
 
     def _validate(self) -> None:
         s = self.settings
@@ -142,9 +143,22 @@ class _Prism(Method):
     # --- the incremental loop ------------------------------------------------------------------------
     def _run(self, sample: Sample, trace: Trace) -> tuple[str, Any]:
         question = answers.question(sample, self.name)
+        built = self.build_memory(sample, trace, question)
+        if built is None:
+            return "", {}
+        final = trace.ask("s002-prism-final", {"memory_note": built.final_note, "question": question,
+                                               "structure": built.structure, "memory": built.text,
+                                               "answer_instruction": answers.answer_instruction(trace, sample.task)},
+                          kind="final")
+        final.memory = built.memory
+        return answers.read_answer(sample.task, final.output), built.memory
+
+    def build_memory(self, sample: Sample, trace: Trace, question: str) -> "BuiltMemory | None":
+        """The revise loop over every chunk for `question` (None: no usable schema, recorded on the trace);
+        the answer step is the caller's (`_run` asks one question, ask-many several)."""
         schema = self._schema(sample, trace)
         if schema is None:
-            return "", {}
+            return None
         ops = ("add", "update") if self.settings.updates else ("add",)
         constrained = self.settings.decoding == "constrained"
         if constrained and not trace.llm.supports_json_schema:
@@ -186,15 +200,21 @@ class _Prism(Method):
                 step.parsed = {"revisions": [r.to_dict() for r in parsed.revisions],
                                "applied": [r.to_dict() for r in applied]}
             step.memory = memory
-        final = trace.ask("s002-prism-final", {"memory_note": final_note, "question": question,
-                                               "structure": structure, "memory": self._render(memory, amend),
-                                               "answer_instruction": answers.answer_instruction(trace, sample.task)},
-                          kind="final")
-        final.memory = memory
-        return answers.read_answer(sample.task, final.output), memory
+        return BuiltMemory(memory, self._render(memory, amend), schema.class_text(), final_note)
 
     def _render(self, memory: dict[str, Any], amend: Amendments) -> str:
         return amend.text().rstrip("\n") if self.amendments else render_in_place(memory)
+
+
+@dataclass(frozen=True)
+class BuiltMemory:
+    """A PRISM memory after the last chunk: the value, its rendering, the schema's class text and the
+    note that names the rendering (amendments)."""
+
+    memory: dict[str, Any]
+    text: str
+    structure: str
+    final_note: str
 
 
 class PrismInPlace(_Prism):

@@ -300,6 +300,20 @@ TABLES: dict[str, PaperTable] = {t.id: t for t in (
                   ("Rolling summary", "fart-rolling", ("34.2", "8.8", "18.7", "27.3")))),
         "paper"),
 )}
+# MemoryAgentBench (Hu, Wang, McAuley, ICLR 2026), inject once, ask many: every context's replies scored by
+# the `mab` judge; the per-competency and per-source breakdown is the report's own section
+# (jobs/results/mab_table.py). The paper prints no row for memloop's methods and no number is copied here
+# (docs/papers/memoryagentbench.md says why).
+_MAB_METHODS = (("Long context", "long-context"), ("PRISM in-place", "prism-inplace"),
+                ("PRISM amendments", "prism-amendments"), ("Incremental", "inc-update"),
+                ("GU json (no answer step)", "gu-json"), ("CoK (no answer step)", "cok"))
+TABLES["memoryagentbench"] = PaperTable(
+    "memoryagentbench", "MemoryAgentBench: the table metric over every question, and the cost of asking many",
+    (Column("accuracy (%)", "mab", "accuracy", task="memoryagentbench", scale=100.0),
+     *_cost_columns("memoryagentbench")),
+    tuple(Row(label, method) for label, method in _MAB_METHODS), "paper",
+    "accuracy: each context's mean of its source's table metric over its questions, then the mean over contexts; "
+    "the competencies and sources are in the section 'MemoryAgentBench: per competency and source'. " + _COST_NOTE)
 register_paper_tables(TABLES)
 
 

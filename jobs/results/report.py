@@ -818,6 +818,11 @@ def build_report(d: RunData) -> Report:
     if papers:
         parts += ["", "## The papers' tables: memloop beside the paper", ""]
         parts += ["\n\n".join(paper_markdown(t, laid) for t, laid in papers)]
+    from jobs.results.mab_table import mab_markdown  # MemoryAgentBench runs only
+
+    mab = mab_markdown(d)
+    if mab:
+        parts += ["", "## MemoryAgentBench: per competency and source (inject once, ask many)", "", mab]
     own = " (the run's own judging)" if d.judgings else ""
     for title, table in ((f"SUMIE: precision / recall / F1 per turn (seed 000, table 1){own}", sumie_table(d)),
                          (f"Scores{own}", scores_table(d)),

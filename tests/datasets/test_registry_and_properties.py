@@ -32,9 +32,9 @@ def test_chunks_lose_nothing_respect_the_limit_and_match_the_official_algorithm(
 
 
 def test_registry_names_and_errors():
-    assert tasks() == ["arxiv", "book", "booksum", "repoqa", "spider", "sumie"]
+    assert tasks() == ["arxiv", "book", "booksum", "memoryagentbench", "repoqa", "spider", "sumie"]
     assert get_loader("books") is get_loader("book") and get_loader("loft-spider") is get_loader("spider")
-    with pytest.raises(UnknownTaskError, match="choose one of arxiv, book, booksum, repoqa, spider, sumie"):
+    with pytest.raises(UnknownTaskError, match="choose one of arxiv, book, booksum, memoryagentbench, repoqa, spider, sumie"):
         load_dataset("squad")
     with pytest.raises(DatasetError, match="does not take option"):
         load_dataset("spider", chunk_size=100)

@@ -15,6 +15,7 @@ from jobs.results.paper_tables import TABLES, layout
 from jobs.run.plan import run_id
 from jobs.results.report import headline, report_of
 from tests.datasets.test_booksum import booksum_file
+from tests.datasets.test_memoryagentbench import write_repo
 from tests.jobs.scripted_endpoint import scripted_endpoint
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -147,6 +148,8 @@ def test_a_reduced_paper_config_runs_end_to_end_and_reports_the_papers_table(con
             d["path"] = str(arxiv_file(tmp_path))
         elif d["task"] == "booksum":
             d["path"] = str(booksum_file(tmp_path))
+        elif d["task"] == "memoryagentbench":  # the hub dataset's layout, written from the small test files
+            d["path"] = str(write_repo(tmp_path / "mab"))
         d.setdefault("options", {})
         if "chunk_tokens" in d["options"]:
             d["options"]["chunk_tokens"] //= 16  # small chunks; a sweep stays a sweep
@@ -197,6 +200,8 @@ def test_a_reduced_paper_config_runs_on_the_bundled_model(config, ray_local, tmp
             d["path"] = str(arxiv_file(tmp_path))
         elif d["task"] == "booksum":
             d["path"] = str(booksum_file(tmp_path))
+        elif d["task"] == "memoryagentbench":
+            d["path"] = str(write_repo(tmp_path / "mab"))
         if "chunk_tokens" in d.get("options", {}):
             d["options"]["chunk_tokens"] //= 8
     for m in data["methods"]:

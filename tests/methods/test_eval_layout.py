@@ -121,7 +121,7 @@ def test_registries_are_the_names_jobs_sees() -> None:
                         ({"methods": [{"name": "cok", "tasks": ["nope"]}]}, list_tasks())):
         with pytest.raises(ConfigError, match="registered: " + ", ".join(names) + "|use one of " + ", ".join(names)):
             check_config(parse_config(dict(base, **over)))
-    assert list_tasks() == tasks() == ["arxiv", "book", "booksum", "repoqa", "spider", "sumie"]
+    assert list_tasks() == tasks() == ["arxiv", "book", "booksum", "memoryagentbench", "repoqa", "spider", "sumie"]
     for kind, get, error in (("method", method_class, MethodError), ("judge", get_judge, JudgeError),
                              ("dataset task", get_loader, DatasetError)):
         with pytest.raises(error, match=f"unknown {kind} 'nope': choose one of "):

@@ -1,0 +1,207 @@
+"""MemoryAgentBench (Hu, Wang, McAuley, ICLR 2026): one long context, many questions, four competencies.
+
+The hub dataset `ai-hyz/MemoryAgentBench` has four splits, one per competency — `Accurate_Retrieval`,
+`Test_Time_Learning`, `Long_Range_Understanding`, `Conflict_Resolution` — and each row is one context
+with its questions: `context` (str), `questions` (list of str), `answers` (one list of accepted
+strings per question), `metadata` (a struct: `source` — the sub-dataset, e.g. `factconsolidation_sh_6k`,
+`eventqa_full`, `ruler_qa1_197K` —, `qa_pair_ids`, `question_ids`, `question_types`, `question_dates`,
+`previous_events`, `demo`, `keypoints`, ...). The benchmark reads a split, keeps the rows whose
+`metadata.source` equals the configured sub-dataset and takes the first `max_test_samples`
+(utils/eval_data_utils.py); `sources` here takes exact names or shell patterns (`eventqa_*`) and
+`contexts_per_source` is that first-N cut, per source.
+
+Chunking is the benchmark's `chunk_text_into_sentences` (utils/eval_other_utils.py): the context is
+split into sentences, sentences are packed greedily in order while the chunk's token count (the sum
+of its sentences' counts) stays within `chunk_tokens` (4096 in every data config), and a chunk's
+sentences are joined with one space. A sentence longer than `chunk_tokens` is a chunk of its own.
+Two departures, both recorded in each sample's metadata (docs/papers/memoryagentbench.md): the
+benchmark counts with gpt-4o-mini's tiktoken encoding (o200k_base) and splits with NLTK's trained
+English punkt model, and neither ships offline here — tokens are counted with `tokenizer` (default
+cl100k_base, the project's offline encoding; pass "o200k_base" where tiktoken has it cached) and
+sentences split by NLTK's Punkt algorithm with default (untrained) parameters; and where the
+benchmark emits an empty first chunk when the context's first sentence alone exceeds the budget,
+that empty chunk is not kept.
+
+A sample is one context: `chunks` as above, `query` None (the questions are many), `gold`
+`{"questions": [...], "answers": [[accepted, ...], ...], "qa_pair_ids": [...], "question_types": [...]}`
+and metadata `source`, `competency` (the split), `context_index` (its position among the source's rows),
+`chunk_tokens`, `chunk_counter`, `where` (the file or `repo@commit[split][i]` read).
+"""
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import re
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from eval.datasets.errors import EmptyDatasetError, MissingFieldError
+from eval.datasets.records import Record, read_records
+from eval.datasets.sample import Sample, slug
+from eval.errors import DatasetError
+from eval.tokens import TokenizerLike, token_counter
+
+HUB_ID = "ai-hyz/MemoryAgentBench"
+SPLITS = ("Accurate_Retrieval", "Test_Time_Learning", "Long_Range_Understanding", "Conflict_Resolution")
+COMPETENCY = {"Accurate_Retrieval": "AR", "Test_Time_Learning": "TTL", "Long_Range_Understanding": "LRU",
+              "Conflict_Resolution": "CR"}
+CHUNK_TOKENS = 4096  # `chunk_size` of every data config in configs/data_conf/
+TASK = "memoryagentbench"
+
+
+_MARKER = re.compile(r"^\(?\d{1,6}[.)]$")
+
+
+def sentences(text: str) -> list[str]:
+    """The context's sentences (NLTK's Punkt algorithm, default parameters: no trained model to download).
+
+    Untrained Punkt takes a bare enumeration marker ("4." of "4. The capital of Zarnia is Orsk.") for a
+    sentence; it is kept with the sentence it numbers, because FactConsolidation's serial numbers say
+    which fact is newer and must not end up in the previous chunk."""
+    from nltk.tokenize.punkt import PunktSentenceTokenizer
+
+    out: list[str] = []
+    pending = ""
+    for sentence in PunktSentenceTokenizer().tokenize(text):
+        if _MARKER.match(sentence):
+            pending = f"{pending} {sentence}".strip()
+            continue
+        out.append(f"{pending} {sentence}" if pending else sentence)
+        pending = ""
+    if pending:
+        out.append(pending)
+    return out
+
+
+def chunk_sentences(text: str, chunk_tokens: int = CHUNK_TOKENS, count: Callable[[str], int] | None = None
+                    ) -> list[str]:
+    """The benchmark's greedy sentence packing: a chunk grows while the sum of its sentences' token
+    counts stays within `chunk_tokens`; sentences joined with one space (empty chunks not kept)."""
+    if isinstance(chunk_tokens, bool) or not isinstance(chunk_tokens, int) or chunk_tokens < 1:
+        raise DatasetError(f"chunk_tokens must be a positive integer (got {chunk_tokens!r})")
+    count = count or token_counter(None)
+    chunks: list[str] = []
+    current: list[str] = []
+    used = 0
+    for sentence in sentences(text):
+        n = count(sentence)
+        if used + n > chunk_tokens:
+            if current:
+                chunks.append(" ".join(current))
+            current, used = [sentence], n
+        else:
+            current.append(sentence)
+            used += n
+    if current:
+        chunks.append(" ".join(current))
+    return chunks
+
+
+def _as_list(value: Any) -> list[Any]:
+    """The benchmark's `_ensure_field_is_list`: a list stays, a single value is wrapped, empty is []."""
+    if isinstance(value, list):
+        return value
+    if isinstance(value, tuple):
+        return list(value)
+    return [value] if value else []
+
+
+def _accepted(answer: Any, where: str, i: int) -> list[str]:
+    """One question's accepted answers as strings (a bare string is one accepted answer)."""
+    values = _as_list(answer)
+    flat = [v for sub in values for v in (sub if isinstance(sub, list) else [sub])]
+    out = [str(v) for v in flat if v is not None and str(v).strip()]
+    if not out:
+        raise MissingFieldError(f"{where}: question {i} has no accepted answer in 'answers'; every question needs "
+                                "at least one (a list of accepted strings per question)")
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+    source: str
+    context: str
+    questions: list[str]
+    answers: list[list[str]]
+    metadata: dict[str, Any]
+    where: str
+
+
+def parse_row(record: Record, where: str) -> Row:
+    """One hub row checked: a non-empty context, as many answer lists as questions, a source."""
+    context = record.get("context")
+    if not isinstance(context, str) or not context.strip():
+        raise MissingFieldError(f"{where}: 'context' is missing or empty: MemoryAgentBench rows carry context, "
+                                "questions, answers and metadata")
+    meta = record.get("metadata")
+    meta = dict(meta) if isinstance(meta, dict) else {}
+    source = meta.get("source") or record.get("source")
+    if not isinstance(source, str) or not source:
+        raise MissingFieldError(f"{where}: no 'metadata.source' (the sub-dataset, e.g. 'factconsolidation_sh_6k'), "
+                                "which the source filter and the scoring need")
+    questions = [str(q) for q in _as_list(record.get("questions"))]
+    if not questions:
+        raise MissingFieldError(f"{where}: 'questions' is missing or empty")
+    raw_answers = _as_list(record.get("answers"))
+    if len(raw_answers) != len(questions):
+        raise MissingFieldError(f"{where}: {len(questions)} questions but {len(raw_answers)} answer lists; "
+                                "'answers' needs one list of accepted strings per question")
+    answers = [_accepted(a, where, i) for i, a in enumerate(raw_answers)]
+    return Row(source, context, questions, answers, meta, where)
+
+
+def _source_matches(source: str, patterns: Sequence[str] | None) -> bool:
+    return patterns is None or any(fnmatch.fnmatchcase(source, p) for p in patterns)
+
+
+def _indexed(meta: dict[str, Any], field: str, n: int) -> list[Any]:
+    """A per-question metadata list (qa_pair_ids, question_types), or Nones where the row has none."""
+    values = _as_list(meta.get(field))
+    return values if len(values) == n else [None] * n
+
+
+def load_memoryagentbench(path: str | Path = HUB_ID, splits: Sequence[str] = SPLITS, revision: str | None = None,
+                          sources: str | list[str] | None = None, contexts_per_source: int | None = None,
+                          chunk_tokens: int = CHUNK_TOKENS, tokenizer: TokenizerLike = None,
+                          limit: int | None = None) -> list[Sample]:
+    """One sample per context of the chosen `splits` whose source matches `sources` (names or patterns)."""
+    splits = [splits] if isinstance(splits, str) else list(splits)
+    unknown = [s for s in splits if s not in SPLITS]
+    if unknown or not splits:
+        raise DatasetError(f"unknown MemoryAgentBench split(s) {unknown}: choose among {list(SPLITS)}")
+    patterns = [sources] if isinstance(sources, str) else (list(sources) if sources is not None else None)
+    if contexts_per_source is not None and contexts_per_source < 1:
+        raise DatasetError(f"contexts_per_source must be at least 1, or null for all (got {contexts_per_source})")
+    count = token_counter(tokenizer)
+    counter = str(tokenizer) if isinstance(tokenizer, (str, Path)) else ("cl100k_base" if tokenizer is None
+                                                                          else type(tokenizer).__name__)
+    seen: dict[str, int] = {}
+    out: list[Sample] = []
+    for split in splits:
+        for where, record in read_records(path, "MemoryAgentBench file", split=split, revision=revision):
+            row = parse_row(record, where)
+            index = seen.get(row.source, 0)
+            seen[row.source] = index + 1
+            if not _source_matches(row.source, patterns):
+                continue
+            if contexts_per_source is not None and index >= contexts_per_source:
+                continue
+            out.append(_sample(row, split, index, chunk_tokens, count, counter))
+    if not out:
+        raise EmptyDatasetError(f"MemoryAgentBench {path}: no context of splits {splits} matches sources {patterns}; "
+                                f"sources present: {sorted(seen)}")
+    return out[:limit] if limit is not None else out
+
+
+def _sample(row: Row, split: str, index: int, chunk_tokens: int, count: Callable[[str], int], counter: str
+            ) -> Sample:
+    n = len(row.questions)
+    gold = {"questions": row.questions, "answers": row.answers,
+            "qa_pair_ids": [str(q) if q is not None else None for q in _indexed(row.metadata, "qa_pair_ids", n)],
+            "question_types": _indexed(row.metadata, "question_types", n)}
+    meta = {"source": row.source, "competency": COMPETENCY[split], "split": split, "context_index": index,
+            "questions": n, "chunk_tokens": chunk_tokens, "chunk_counter": counter,
+            "sentence_splitter": "nltk-punkt-untrained", "where": row.where}
+    return Sample(id=f"mab/{slug(row.source)}/{index}", task=TASK,
+                  chunks=tuple(chunk_sentences(row.context, chunk_tokens, count)), query=None, gold=gold,
+                  metadata=meta)

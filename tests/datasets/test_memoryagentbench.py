@@ -1,0 +1,126 @@
+"""MemoryAgentBench: the hub dataset's four splits read from the HF cache (no network), the source filter,
+the benchmark's sentence chunking at its chunk size, and the per-question gold."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from eval.datasets.errors import EmptyDatasetError, MissingFieldError
+from eval.datasets.hub import HubDataUnavailableError
+from eval.datasets.memoryagentbench import HUB_ID, SPLITS, chunk_sentences, load_memoryagentbench, sentences
+from eval.datasets.registry import load_dataset, truncate
+from eval.errors import DatasetError
+from eval.tokens import cl100k_count
+
+DATA = Path(__file__).parent / "mab_data"
+CARD = "---\nconfigs:\n- config_name: default\n  data_files:\n" + "".join(
+    f"  - split: {s}\n    path: data/{s}-*\n" for s in SPLITS) + "---\nMemoryAgentBench (small test copy).\n"
+
+
+def rows(split: str) -> list[dict]:
+    return [json.loads(line) for line in (DATA / f"{split}.jsonl").read_text().splitlines() if line.strip()]
+
+
+def write_repo(root: Path) -> Path:
+    """The hub repository's layout: a card declaring the four splits, one Parquet file per split under data/."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    (root / "data").mkdir(parents=True)
+    (root / "README.md").write_text(CARD)
+    for split in SPLITS:
+        pq.write_table(pa.Table.from_pylist(rows(split)), root / "data" / f"{split}-00000-of-00001.parquet")
+    return root
+
+
+@pytest.fixture
+def hub_cache(tmp_path, monkeypatch):
+    """The HF hub cache holding one snapshot of ai-hyz/MemoryAgentBench, the hub offline."""
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    base = tmp_path / "hub" / f"datasets--{HUB_ID.replace('/', '--')}"
+    write_repo(base / "snapshots" / ("c" * 40))
+    (base / "refs").mkdir(parents=True)
+    (base / "refs" / "main").write_text("c" * 40)
+    return base
+
+
+def test_the_hub_dataset_loads_all_four_splits_from_the_cache_with_the_commit_recorded(hub_cache):
+    samples = load_dataset("memoryagentbench")  # the registry's name, the default path: the hub id
+    by_source = {s.metadata["source"]: s for s in samples}
+    assert sorted(by_source) == sorted(r["metadata"]["source"] for s in SPLITS for r in rows(s))
+    assert {s.metadata["competency"] for s in samples} == {"AR", "TTL", "LRU", "CR"}
+    fc = by_source["factconsolidation_sh_6k"]
+    assert fc.id == "mab/factconsolidation-sh-6k/0" and fc.task == "memoryagentbench" and fc.query is None
+    assert fc.metadata["where"].startswith(f"{HUB_ID}@{'c' * 40}[Conflict_Resolution]")
+    assert fc.gold["questions"] == ["What is the capital of Zarnia?", "What is Mira Oskan's occupation?"]
+    assert fc.gold["answers"] == [["Orsk"], ["lighthouse keeper"]]
+    assert fc.gold["qa_pair_ids"] == ["fc-sh-0-0", "fc-sh-0-1"]
+    # several accepted strings per question stay together
+    assert by_source["ruler_qa1_197K"].gold["answers"][0] == ["Mount Kel", "Kel"]
+
+
+def test_the_source_filter_takes_names_and_patterns_and_the_first_contexts_of_each(hub_cache):
+    fc = load_memoryagentbench(splits=["Conflict_Resolution"], sources="factconsolidation_sh_6k")
+    assert [s.metadata["source"] for s in fc] == ["factconsolidation_sh_6k"]
+    ar = load_memoryagentbench(sources=["eventqa_*", "ruler_qa*"])
+    assert sorted(s.metadata["source"] for s in ar) == ["eventqa_full", "ruler_qa1_197K"]
+    one = load_memoryagentbench(sources="factconsolidation_*", contexts_per_source=1)
+    assert len(one) == 2 and all(s.metadata["context_index"] == 0 for s in one)
+    with pytest.raises(EmptyDatasetError, match="sources present: .*factconsolidation_sh_6k"):
+        load_memoryagentbench(sources="longmemeval_*")
+    with pytest.raises(DatasetError, match="unknown MemoryAgentBench split"):
+        load_memoryagentbench(splits=["Accurate_Retreival"])
+
+
+def test_chunks_pack_whole_sentences_within_the_token_budget_in_order(hub_cache):
+    [fc] = load_memoryagentbench(sources="factconsolidation_sh_6k", chunk_tokens=24)
+    context = rows("Conflict_Resolution")[0]["context"]
+    assert len(fc.chunks) > 2 and " ".join(fc.chunks) == context  # nothing lost, order kept
+    assert all(sum(cl100k_count(s) for s in sentences(c)) <= 24 for c in fc.chunks)
+    assert fc.metadata["chunk_tokens"] == 24
+    assert all(c[0].isdigit() for c in fc.chunks)  # each fact's serial number stays with its fact
+    # the later, contradicting fact lands in a later chunk than the earlier one: the order a memory must resolve
+    velt = next(i for i, c in enumerate(fc.chunks) if "Velt" in c)
+    orsk = next(i for i, c in enumerate(fc.chunks) if "Orsk" in c)
+    assert velt < orsk
+    [whole] = load_memoryagentbench(sources="factconsolidation_sh_6k")  # the benchmark's 4096: one chunk
+    assert whole.chunks == (context,)
+    reduced = truncate(fc, 2)
+    assert reduced.chunks == fc.chunks[:2] and reduced.gold == fc.gold
+
+
+def test_the_packing_counts_the_sum_of_sentence_tokens_as_the_benchmark_does():
+    count = lambda s: len(s.split())  # noqa: E731 - one token per word, easy to follow
+    text = "One two three. Four five. Six seven eight nine. Ten."
+    assert chunk_sentences(text, 5, count) == ["One two three. Four five.", "Six seven eight nine. Ten."]
+    # a sentence over the budget is a chunk of its own, and no empty chunk comes before it
+    assert chunk_sentences("Alpha beta gamma delta epsilon. Theta iota.", 3, count) == [
+        "Alpha beta gamma delta epsilon.", "Theta iota."]
+    with pytest.raises(DatasetError, match="chunk_tokens must be a positive integer"):
+        chunk_sentences(text, 0, count)
+
+
+def test_malformed_rows_name_the_field(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"context": "Some text. More.", "questions": ["q1", "q2"], "answers": [["a"]],
+                               "metadata": {"source": "ruler_qa1_197K"}}) + "\n")
+    with pytest.raises(MissingFieldError, match="2 questions but 1 answer lists"):
+        load_memoryagentbench(bad, splits=["Accurate_Retrieval"])
+    bad.write_text(json.dumps({"context": "Some text.", "questions": ["q"], "answers": [["a"]], "metadata": {}}) + "\n")
+    with pytest.raises(MissingFieldError, match="metadata.source"):
+        load_memoryagentbench(bad, splits=["Accurate_Retrieval"])
+
+
+def test_without_network_or_cache_the_error_says_how_to_get_the_data(tmp_path, monkeypatch):
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "empty"))
+    with pytest.raises(HubDataUnavailableError) as err:
+        load_memoryagentbench(splits=["Conflict_Resolution"])
+    assert f"hf download {HUB_ID} --repo-type dataset" in str(err.value) and "*Conflict_Resolution*" in str(err.value)
