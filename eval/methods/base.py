@@ -9,7 +9,7 @@ attempts before it.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, ClassVar
 
 from eval.asking import ParseFailure, ask, reseed
@@ -116,24 +116,32 @@ class Trace:
     def ask(self, template: str | Template, values: dict[str, Any], *, kind: str,
             parse: Callable[[str], Any] | None = None, schema: dict[str, Any] | None = None,
             chunk_index: int | None = None, max_tokens: int | None = None, stop: tuple[str, ...] = (),
-            raw_prompt: bool = False) -> Step:
+            raw_prompt: bool = False, max_attempts: int | None = None, temperature: float | None = None) -> Step:
         """Render, call, parse with bounded retries; returns the recorded step (step.ok says if parsed).
 
         `parse` maps output text to the parsed value or raises `eval.asking.ParseFailure`. With a schema and an
         LLM that supports it, the output is constrained and parsed once (a failure is still recorded).
         `raw_prompt` sends a completion prompt instead of a chat message (tool transcripts).
+        `max_attempts` and `temperature` override the settings' for this one call (a method whose paper
+        fixes them for one kind of step, e.g. the official incremental updating's single try).
         """
         tpl = load_template(template) if isinstance(template, str) else template
         prompt = tpl.render(**values)
         return self.ask_prompt(prompt, tpl, kind=kind, parse=parse, schema=schema, chunk_index=chunk_index,
-                               max_tokens=max_tokens, stop=stop, raw_prompt=raw_prompt)
+                               max_tokens=max_tokens, stop=stop, raw_prompt=raw_prompt, max_attempts=max_attempts,
+                               temperature=temperature)
 
     def ask_prompt(self, prompt: str, tpl: Template, *, kind: str, parse: Callable[[str], Any] | None = None,
                    schema: dict[str, Any] | None = None, chunk_index: int | None = None,
-                   max_tokens: int | None = None, stop: tuple[str, ...] = (), raw_prompt: bool = False) -> Step:
+                   max_tokens: int | None = None, stop: tuple[str, ...] = (), raw_prompt: bool = False,
+                   max_attempts: int | None = None, temperature: float | None = None) -> Step:
         self.templates[tpl.id] = tpl.sha256
-        answer = ask(self.llm, prompt, self.settings.sampling(max_tokens, stop), parse=parse, schema=schema,
-                     max_attempts=max(1, self.settings.max_attempts), retry=reseed(self.settings.retry_temperature),
+        sampling = self.settings.sampling(max_tokens, stop)
+        if temperature is not None:
+            sampling = replace(sampling, temperature=temperature)
+        attempts = self.settings.max_attempts if max_attempts is None else max_attempts
+        answer = ask(self.llm, prompt, sampling, parse=parse, schema=schema,
+                     max_attempts=max(1, attempts), retry=reseed(self.settings.retry_temperature),
                      raw_prompt=raw_prompt)
         failures = [f"attempt {a.number}: {a.reason}" + (" (output hit max_tokens)" if a.cut else "")
                     for a in answer.failures]

@@ -14,17 +14,20 @@ the previous merge is given as context (cut to a fifth of the room, at a sentenc
 with the summaries, as the official context prompt says.
 
 Incremental updating: the first chunk is summarised, each next one updates the summary; the prompts
-carry no word limit. When an update is invalid (too long or cut off), the previous summary is
-compressed to a word budget that grows with progress through the book (0.65 x `max_summary_tokens`
-x j / n before chunk j of n), accepted within 0.8-1.2 of the budget, and the update is redone on
-it; each further try asks for 5% fewer words (`compress_rounds` tries, official 6).
+carry no word limit. As in the official code, an update is asked once: when it is invalid (too
+long or cut off), the previous summary is compressed at once (no retry of the update first) to a
+word budget that grows with progress through the book (0.65 x `max_summary_tokens` x j / n before
+chunk j of n), accepted within 0.8-1.2 of the budget, and the update is redone on it; each further
+try asks for 5% fewer words (`compress_rounds` tries, official 6). Compression samples at
+`compress_temperature` (the official 1.0), the other calls at the run's temperature.
 
 Incremental updating also runs on the query tasks (RepoQA, Spider) as seed 002's adapted baseline:
-the running memory is notes for the task's question (the query prompts, which keep a word limit),
-built and compressed the same way, and a last call answers the question from the notes with the
-task's answer instruction, read by the same contract as PRISM (`eval.methods.answers`). Notes need
-not end in sentence punctuation (they may end in a name or a value); empty or over-long notes still
-fail.
+the running memory is notes for the task's question, built and compressed the same way with the
+same order as Chang et al.'s update prompt (the new part first, then the question and the notes,
+no word limit: the only budget is the compress-and-redo one), and a last call answers the question
+from the notes with the task's answer instruction, read by the same contract as PRISM
+(`eval.methods.answers`). Notes need not end in sentence punctuation (they may end in a name or a
+value); empty or over-long notes still fail.
 """
 from __future__ import annotations
 
@@ -40,7 +43,7 @@ from eval.methods.base import Method, MethodSettings, Step, Trace
 from eval.methods.outcomes import StepOutcome
 from eval.methods.parsing import ends_in_punctuation
 from eval.templates import load_template
-from eval.options import PositiveInt
+from eval.options import PositiveInt, Temperature
 
 WORD_RATIO = 0.65  # the official code's words per token of a summary limit
 CONTEXT_SHARE = 0.2  # the previous merge may use a fifth of a merge prompt's room as context
@@ -53,6 +56,7 @@ class BookSettings(MethodSettings):
     word_limit: PositiveInt | None = None   # words asked at that limit; None: 0.65 x max_summary_tokens
     context_window: PositiveInt = 8192      # merge prompts are packed to fit this window (official GPT-4 runs)
     compress_rounds: PositiveInt = 6        # incremental updating: compress-and-redo tries per chunk
+    compress_temperature: Temperature = 1.0  # incremental updating compresses at the official code's temperature
     max_tokens: PositiveInt = 1024
 
 
@@ -214,19 +218,18 @@ class IncrementalUpdating(_BookMethod):
         suffix = "-query" if query else ""
         base = {"question": answers.question(sample, self.name)} if query else {}
         valid = validity_parser(trace, s.max_summary_tokens, sentence_end=not query)
-        n, top = len(sample.chunks), self._words(s.max_summary_tokens)
+        n = len(sample.chunks)
         out_tokens = min(s.max_tokens, s.max_summary_tokens)
 
         def update(chunk: str, summary: str, j: int) -> Step:
-            words = {"word_limit": max(1, int(top * (j + 1) / n))} if query else {}
-            return trace.ask(f"s003-inc-update{suffix}", {**base, **words, "chunk": chunk, "summary": summary},
-                             kind="update", parse=valid, chunk_index=j, max_tokens=out_tokens)
+            # one try: the official code compresses after the first invalid update instead of asking again
+            return trace.ask(f"s003-inc-update{suffix}", {**base, "chunk": chunk, "summary": summary},
+                             kind="update", parse=valid, chunk_index=j, max_tokens=out_tokens, max_attempts=1)
 
         summary = ""
         for j, chunk in enumerate(sample.chunks):
             if j == 0:
-                words = {"word_limit": max(1, int(top / n))} if query else {}
-                step = trace.ask(f"s003-inc-init{suffix}", {**base, **words, "chunk": chunk}, kind="initial",
+                step = trace.ask(f"s003-inc-init{suffix}", {**base, "chunk": chunk}, kind="initial",
                                  parse=valid, chunk_index=j, max_tokens=out_tokens)
             else:
                 step = update(chunk, summary, j)
@@ -258,7 +261,8 @@ class IncrementalUpdating(_BookMethod):
             c = trace.ask(f"s003-inc-compress{suffix}", {**base, "summary": previous, "words": len(previous.split()),
                                                          "word_limit": target},
                           kind="compress", parse=parse, chunk_index=j - 1,
-                          max_tokens=min(s.max_tokens, s.max_summary_tokens))
+                          max_tokens=min(s.max_tokens, s.max_summary_tokens), max_attempts=1,
+                          temperature=s.compress_temperature)
             c.memory = _accepted(c)
             if not c.ok:
                 continue
