@@ -282,3 +282,18 @@ def test_table3_net_and_cost_index_recomputed_from_the_runs_parquet_agree_with_t
             c = row["cells"]
             hit, total, net = (c[k]["memloop"] for k in ("cache hit (%)", "tokens (x10^3)", "net (x10^3)"))
             assert total and hit == pytest.approx(100 * (1 - net / total)), (laid["id"], row["label"])
+
+
+def test_every_method_label_docs_methods_names_for_a_paper_row_is_one_a_paper_table_reads() -> None:
+    """Issue 46 point 13: docs/methods.md named `prism-*-addonly`, which no paper table reads (the
+    tables read `-no-updates`): a run configured from the docs lost its rows."""
+    import re
+
+    read = {m for t in TABLES.values() for r in t.rows
+            for m in ([r.method] if isinstance(r.method, str) else r.method.values())}
+    read |= {m for t in TABLES.values() for d in t.differences for side in (d.a, d.b)
+             for m in ([side] if isinstance(side, str) else side.values())}
+    table = (ROOT / "docs/methods.md").read_text().split("### Baselines and ablations as a run config names them")[1]
+    rows = [line for line in table.split("\n\n")[1].splitlines() if line.startswith("| seed 002")]
+    labels = {label for line in rows for label in re.findall(r"label: ([\w-]+)", line)}
+    assert labels and labels <= read, labels - read
