@@ -328,3 +328,25 @@ def test_net_and_cost_index_follow_the_papers_prefix_definition_not_the_radix_ca
     cost = {f["metric"]: f["mean"] for f in headline(d)["figures"] if f["judge"] == ""}
     assert cost["net_encoded"] < cost["encoded"]
     assert 1 - cost["net_encoded"] / cost["encoded"] == pytest.approx(cost["prefix_hit_paper"] / 100)
+
+
+def test_printed_hit_cells_satisfy_hit_equals_one_minus_net_over_total_across_repeats() -> None:
+    """Issue 46 point 12: hit was the mean of per-repeat ratios while Net and Total were means of their
+    own, so repeats of different sizes broke hit = 1 - Net / Total in the printed cells."""
+    import pandas as pd
+
+    from jobs.results.report import cost_cells
+
+    rows = []
+    for rep, total, hit in ((0, 1000.0, 900.0), (1, 100.0, 0.0)):  # repeat 0 reuses 90%, repeat 1 nothing
+        for sid in ("a", "b"):
+            rows.append(dict(method="m", dataset="book:x", repeat=rep, sample_id=sid, paper_total=total,
+                             paper_hit=hit, encoded=total, net_encoded=total - hit, decoded=10.0,
+                             cost_index=(total - hit + 30) / 1e6, engine_encoded=total, engine_cached=hit,
+                             engine_net_encoded=total - hit, engine_decoded=10.0,
+                             engine_cost_index=(total - hit + 30) / 1e6))
+    figs = cost_cells(pd.DataFrame(rows))
+    for hit, net, total in (("prefix_hit_paper", "net_encoded", "encoded"),
+                            ("radix_cache_hit", "engine_net_encoded", "engine_encoded")):
+        assert figs[hit]["mean"] == pytest.approx(100 * (1 - figs[net]["mean"] / figs[total]["mean"]))
+    assert figs["prefix_hit_paper"]["mean"] == pytest.approx(100 * 900 / 1100)  # not (90 + 0) / 2
