@@ -5,12 +5,8 @@ KGScore score against the reference, ROUGE-Lsum uses the sentences).
 Two record formats are read:
 - the original release (Cohan et al., 2018): `article_id`, `article_text` (list of sentences),
   `abstract_text` (sentences wrapped in `<S> ... </S>`), `section_names`, `sections` (sentence lists);
-- the Hugging Face layout (e.g. `ccdv/arxiv-summarization`): `article` and `abstract` strings; its
-  `section` configuration keeps one sentence per line (joined with " \n "), its `document`
-  configuration joins the sentences with a space into one line, which is segmented again with
-  `eval.datasets.arxiv_sentences` (Punkt made for lowercased, tokenised arXiv text).
-Each sample's metadata names the layout its sentences came from (`sentence_split`: "release list",
-"lines" or "punkt") and their count (`sentences`).
+- the Hugging Face layout (e.g. `ccdv/arxiv-summarization`): `article` and `abstract` strings, one
+  sentence per line.
 F-ART feeds articles in chunks of 15 sentences; `chunk_tokens` packs sentences up to a token budget
 instead (with the BooookScore chunker). `by_section=True` never lets a chunk cross a section boundary.
 """
@@ -21,7 +17,6 @@ import re
 from pathlib import Path
 from typing import Any
 
-from eval.datasets.arxiv_sentences import split_arxiv_sentences
 from eval.datasets.chunker import chunk_paragraphs
 from eval.datasets.errors import DatasetError, EmptyDatasetError, MissingFieldError
 from eval.datasets.records import Record, read_records
@@ -29,24 +24,23 @@ from eval.datasets.sample import Sample, slug
 from eval.tokens import TokenizerLike
 
 _TAGS = re.compile(r"</?S>")
+_SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9(\[])")
 
 
 def _clean(sentence: str) -> str:
     return " ".join(_TAGS.sub(" ", sentence).split())
 
 
-def _lines_or_sentences(text: str) -> tuple[list[str], str]:
-    """(sentences, how they were found): the lines when the text has several, else Punkt's sentences."""
+def _lines_or_sentences(text: str) -> list[str]:
     lines = [_clean(x) for x in text.split("\n") if x.strip()]
     if len(lines) > 1:
-        return lines, "lines"
-    return [s for s in (_clean(x) for x in split_arxiv_sentences(text)) if s], "punkt"
+        return lines
+    return [s for s in (_clean(x) for x in _SENTENCE.split(text)) if s]
 
 
-def parse_arxiv_record(rec: Record, where: str) -> tuple[str, list[list[str]], list[str], list[str], str]:
+def parse_arxiv_record(rec: Record, where: str) -> tuple[str, list[list[str]], list[str], list[str]]:
     """(article id, sentences grouped by section, section names, the abstract's sentences as the dataset
-    gives them: `<S>` tags in the release, one per line on the hub, how the article's sentences were
-    found: "release list", "lines" or "punkt")."""
+    gives them: `<S>` tags in the release, one per line on the hub)."""
     if isinstance(rec.get("article_text"), list):
         sections = rec.get("sections")
         if isinstance(sections, list) and sections and all(isinstance(s, list) for s in sections):
@@ -59,11 +53,9 @@ def parse_arxiv_record(rec: Record, where: str) -> tuple[str, list[list[str]], l
         abstract = [_clean(x) for x in abstract_raw if isinstance(x, str) and _clean(x)]
         names = [str(n) for n in rec.get("section_names", [])]
         article_id = str(rec.get("article_id") or "")
-        split_by = "release list"
     elif isinstance(rec.get("article"), str):
-        sentences, split_by = _lines_or_sentences(rec["article"])
-        groups = [sentences]
-        abstract = _lines_or_sentences(rec["abstract"])[0] if isinstance(rec.get("abstract"), str) else []
+        groups = [_lines_or_sentences(rec["article"])]
+        abstract = _lines_or_sentences(rec["abstract"]) if isinstance(rec.get("abstract"), str) else []
         names, article_id = [], str(rec.get("article_id") or rec.get("id") or "")
     else:
         raise MissingFieldError(f"{where}: expected 'article_text' (list of sentences) as in the arXiv release, "
@@ -75,7 +67,7 @@ def parse_arxiv_record(rec: Record, where: str) -> tuple[str, list[list[str]], l
         raise MissingFieldError(f"{where}: the abstract (the summary reference) is missing or empty")
     if not article_id:
         article_id = hashlib.sha1(" ".join(s for g in groups for s in g).encode()).hexdigest()[:12]
-    return article_id, groups, names, abstract, split_by
+    return article_id, groups, names, abstract
 
 
 def _chunks(groups: list[list[str]], by_section: bool, chunk_sentences: int, chunk_tokens: int | None,
@@ -99,11 +91,10 @@ def load_arxiv(path: str | Path, chunk_sentences: int = 15, chunk_tokens: int | 
         raise DatasetError(f"chunk_sentences must be at least 1 (got {chunk_sentences})")
     samples = []
     for where, rec in read_records(path, "arXiv file", split=split, revision=revision, config_name=config_name):
-        article_id, groups, names, abstract, split_by = parse_arxiv_record(rec, where)
+        article_id, groups, names, abstract = parse_arxiv_record(rec, where)
         chunks = _chunks(groups, by_section, chunk_sentences, chunk_tokens, tokenizer)
         meta: dict[str, Any] = {"article_id": article_id, "section_names": names,
-                                "sentences": sum(len(g) for g in groups), "sentence_split": split_by,
-                                "source": where}
+                                "sentences": sum(len(g) for g in groups), "source": where}
         if chunk_tokens is not None:
             meta["chunk_tokens"] = chunk_tokens
         # the abstract's own sentence lines go with it: ROUGE-Lsum reads them instead of re-splitting

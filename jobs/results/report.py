@@ -422,15 +422,20 @@ PAPER_COST_METRICS = ("prefix_hit_paper", "encoded", "net_encoded", "decoded", "
 ENGINE_COST_METRICS = ("radix_cache_hit", "engine_encoded", "engine_net_encoded", "engine_decoded",
                        "engine_cost_index")
 COST_METRICS = PAPER_COST_METRICS + ENGINE_COST_METRICS
-# the two hit rates are ratios of sums over a repeat's samples (hit = 1 - net / total for the means):
-# (numerator per unit in %, denominator per unit)
+# the two hit rates are ratios of sums over a repeat's samples: (numerator per unit in %, denominator per unit)
 _COST_RATIOS = {"prefix_hit_paper": ("paper_hit", "paper_total"), "radix_cache_hit": ("engine_cached", "engine_encoded")}
+# the printed hit is 1 - (printed net) / (printed total): both means are over the same units, so the
+# identity the paper states holds for the cells themselves, not only per repeat (hit: (net, total))
+_HIT_IDENTITY = {"prefix_hit_paper": ("net_encoded", "encoded"),
+                 "radix_cache_hit": ("engine_net_encoded", "engine_encoded")}
 
 
 def cost_cells(units: pd.DataFrame) -> dict[str, dict[str, Any]]:
     """Every cost metric's cell over one (method, dataset)'s rows of `cost_frame`, by the rule for
     means (`cells.cost_figure`): mean per sample per repeat, s.e. over repeats, and the 95% bootstrap
-    interval over samples; `samples` is the units compared (samples x repeats)."""
+    interval over samples; `samples` is the units compared (samples x repeats). A hit's mean is
+    1 - net / total of the printed net and total means (a ratio of sums over the same units), its s.e.
+    and interval those of the per-repeat ratios."""
     out = {}
     for metric in COST_METRICS:
         if metric in _COST_RATIOS:
@@ -439,6 +444,11 @@ def cost_cells(units: pd.DataFrame) -> dict[str, dict[str, Any]]:
         else:
             fig = cells.cost_figure(units, metric)
         out[metric] = {**fig, "samples": int(len(units))}
+    for hit, (net, total) in _HIT_IDENTITY.items():
+        n, t = out[net].get("mean"), out[total].get("mean")
+        if out[hit].get("mean") is not None and n is not None and t:
+            # repeats whose totals differ would make the mean of per-repeat ratios miss the identity
+            out[hit]["mean"] = 100.0 * (1.0 - n / t)
     return out
 
 
