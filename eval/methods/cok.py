@@ -26,7 +26,10 @@ from eval.memory import Revision, Schema, parse_cok
 from eval.memory.schemas import STORY_ELEMENTS, SUMIE_SUMMARY
 from eval.methods.base import Method, MethodSettings, Trace
 from eval.methods.outcomes import StepOutcome
-from eval.methods.common import enforce_limit, entity_name, final_summary, is_entity, json_parser, paragraphs, schema_for, subject
+from eval.methods.common import (
+    Decoding, enforce_limit, entity_name, final_summary, is_entity, json_parser, paragraphs, schema_for, sent_schema,
+    subject,
+)
 from eval.methods.parsing import as_text
 from eval.methods.structured import apply_step, revision_parser
 from eval.methods.summaries import _format_instruction
@@ -39,6 +42,9 @@ class CokSettings(MethodSettings):
     memory_limit: PositiveInt | None = None
     compress_rounds: PositiveInt = 2  # compression calls per step before trimming to K
     max_tokens: PositiveInt = 1024
+    # the structure and compress steps' JSON: free ("text", the paper's) or held to the schema; the
+    # revise step is figure 5's sections under either
+    decoding: Decoding = "text"
 
 
 class ChainOfKey(Method):
@@ -53,6 +59,9 @@ class ChainOfKey(Method):
         if self.settings.memory_limit is not None and self.settings.memory_limit <= 0:
             raise MethodError("cok: memory_limit must be a positive token count or null")
 
+    def _sent(self, trace: Trace, schema: dict[str, Any]) -> dict[str, Any] | None:
+        return sent_schema(trace, self.name, self.settings.decoding, schema)
+
     @staticmethod
     def _schema(sample: Sample) -> Schema:
         return SUMIE_SUMMARY if is_entity(sample) else STORY_ELEMENTS
@@ -63,12 +72,14 @@ class ChainOfKey(Method):
         if is_entity(sample):
             step = trace.ask("s000-entity-initial-json", {"entity_name": entity_name(sample),
                                                           "paragraph": paragraphs([chunk], i + 1)},
-                             kind="structure", parse=json_parser(flat), schema=flat, chunk_index=i)
+                             kind="structure", parse=json_parser(flat), schema=self._sent(trace, flat),
+                             chunk_index=i)
             value = {"attributes": step.parsed} if step.ok else None
         else:
             step = trace.ask("s000-book-generate", {"special_instruction": _format_instruction(trace, "json"),
                                                     "book_chunk": chunk, "output_format": "JSON"},
-                             kind="structure", parse=json_parser(flat), schema=flat, chunk_index=i)
+                             kind="structure", parse=json_parser(flat), schema=self._sent(trace, flat),
+                             chunk_index=i)
             value = ({f: step.parsed.get(f, {}) for f in ("characters", "events", "background", "motivations",
                                                           "objectives", "other")} if step.ok else None)
         if value is not None:
@@ -109,7 +120,8 @@ class ChainOfKey(Method):
                 memory, _ = apply_step(step, memory, schema, prepare=cumulative)
                 step.memory = memory
             memory = enforce_limit(trace, memory, fmt="json", limit=self.settings.memory_limit, subj=subject(sample),
-                                   schema=schema.json_schema(), chunk_index=i, rounds=self.settings.compress_rounds)
+                                   schema=schema.json_schema(), chunk_index=i, rounds=self.settings.compress_rounds,
+                                   constrained=self._sent(trace, schema.json_schema()))
         if memory is None:
             return "", None
         if is_entity(sample):

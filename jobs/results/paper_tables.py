@@ -408,6 +408,12 @@ def judged_note(table: PaperTable, models: Mapping[str, Any] | None) -> str:
         if table.paper_judge:
             who += f"; the paper's judge: {table.paper_judge}"
         parts.append(who + ".")
+    read = {m for r in table.rows for m in ([r.method] if isinstance(r.method, str) else r.method.values())}
+    decoding = {m: v for m, v in ((models or {}).get("decoding") or {}).items() if m in read}
+    if decoding:
+        parts.append("Decoding of the JSON steps: " + ", ".join(f"{m} {v}" for m, v in sorted(decoding.items()))
+                     + " (text: written freely and parsed, retried like the text formats; constrained: held to "
+                     "the JSON schema by the model server).")
     return " ".join(parts)
 
 

@@ -628,7 +628,24 @@ def models_of(d: RunData) -> dict[str, Any]:
     under_test = model_name(cfg.get("model") or {})
     jm = cfg.get("judge_model") or {"kind": "engine"}
     judge = under_test if jm.get("kind", "engine") == "engine" and not jm.get("weights") else model_name(jm)
-    return {"model": under_test, "judge": judge, "self_judged": judge == under_test}
+    return {"model": under_test, "judge": judge, "self_judged": judge == under_test, "decoding": decoding_of(cfg)}
+
+
+def decoding_of(cfg: dict[str, Any]) -> dict[str, str]:
+    """{method label: its `decoding` setting} for the config's methods that have one (the JSON formats'
+    free or schema-held output), the method's default where the config leaves it out."""
+    from eval.methods import method_class
+
+    out = {}
+    for m in cfg.get("methods") or ():
+        try:
+            cls = method_class(m["name"])
+        except Exception:  # a method removed since the run: nothing to say about its decoding
+            continue
+        default = getattr(cls.Settings, "decoding", None)
+        if default is not None and getattr(cls, "fmt", "json") != "text":  # text summaries have no schema
+            out[m.get("label") or m["name"]] = str((m.get("options") or {}).get("decoding", default))
+    return out
 
 
 def model_name(spec: dict[str, Any]) -> str:

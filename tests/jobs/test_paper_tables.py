@@ -297,3 +297,18 @@ def test_every_method_label_docs_methods_names_for_a_paper_row_is_one_a_paper_ta
     rows = [line for line in table.split("\n\n")[1].splitlines() if line.startswith("| seed 002")]
     labels = {label for line in rows for label in re.findall(r"label: ([\w-]+)", line)}
     assert labels and labels <= read, labels - read
+
+
+def test_seed000_table_notes_name_each_json_methods_decoding_as_the_run_recorded_it() -> None:
+    """Issue 46 point 1: the paper configs decode JSON freely (the default `decoding: text`), the run
+    records it with its config, and the table note says which decoding every JSON method used."""
+    from jobs.results.paper_tables import judged_note
+    from jobs.results.report import decoding_of
+
+    cfg = yaml.safe_load((ROOT / "jobs/configs/papers/seed000-table1.yaml").read_text())
+    decoding = decoding_of(cfg)
+    assert decoding == {"go-json": "text", "gu-json": "text", "gm-json": "text", "cok": "text"}
+    note = judged_note(TABLES["seed000-table1"], {"model": "m", "judge": "j", "decoding": decoding})
+    assert "Decoding of the JSON steps: cok text, gm-json text, go-json text, gu-json text" in note
+    cfg["methods"][1]["options"] = {"decoding": "constrained"}
+    assert decoding_of(cfg)["go-json"] == "constrained"
