@@ -186,6 +186,7 @@ class _Prism(Method):
                 step.parsed = {"revisions": [r.to_dict() for r in parsed.revisions],
                                "applied": [r.to_dict() for r in applied]}
             step.memory = memory
+            step.memory_text = self._render(memory, amend)  # what the next prompt carries (table 4's tokens)
         final = trace.ask("s002-prism-final", {"memory_note": final_note, "question": question,
                                                "structure": structure, "memory": self._render(memory, amend),
                                                "answer_instruction": answers.answer_instruction(trace, sample.task)},

@@ -266,8 +266,9 @@ TABLES: dict[str, PaperTable] = {t.id: t for t in (
         "paper",
         "Each task's manual row is its best hand-made variant of table 2 (amendments on books, amendments "
         "without updates on RepoQA, in-place without updates on Spider); the generated row is the same "
-        "variant with the schema the LLM wrote from the task's example query. memory tokens: the memory after "
-        "each step in the run model's tokenizer, averaged over steps and samples, per task; the paper states "
+        "variant with the schema the LLM wrote from the task's example query. memory tokens: the memory text "
+        "each step's prompt carries (indented in-place JSON, or the base plus amendment lines) in the run "
+        "model's tokenizer, averaged over steps and samples, per task; the paper states "
         "one figure per row in its caption (manual 760 tokens, generated 790), not per task.",
         (Difference("Generated − Manual", {"book": "manual-book", "repoqa": "manual-repoqa", "spider": "manual-spider"},
                     {"book": "generated-book", "repoqa": "generated-repoqa", "spider": "generated-spider"}),),

@@ -546,8 +546,10 @@ def _figures(d: RunData) -> list[dict]:
 def memory_figures(d: RunData) -> list[dict]:
     """`memory_tokens` per (method, dataset): the existing information each turn's prompt receives
     (`eval.judges.memory_size`: the memory carried out of the turn before, in its prompt rendering
-    and the run model's tokenizer), averaged over a sample's turns, then over its samples (per
-    repeat; seed 000 appendix A). Tokenised once per load: the Markdown and `report --json` read it."""
+    and the run model's tokenizer: the step's recorded `memory_text` where the method records one,
+    e.g. PRISM's indented in-place JSON or base plus amendment lines, else the compact JSON),
+    averaged over a sample's turns, then over its samples (per repeat; seed 000 appendix A).
+    Tokenised once per load: the Markdown and `report --json` read it."""
     if "memory_figures" not in d.derived:
         d.derived["memory_figures"] = _memory_figures(d)
     return d.derived["memory_figures"]
@@ -563,9 +565,12 @@ def _memory_figures(d: RunData) -> list[dict]:
     tok = prompt_tokenizer(d)
     rows = []
     for key, g in st.sort_values("step").groupby(["method", "dataset", "repeat", "sample_id"], sort=True):
-        chunks = [json.loads(x or "{}").get("chunk_index") for x in g["extra_json"]]
+        extras = [json.loads(x or "{}") for x in g["extra_json"]]
         memories = [json.loads(m) if isinstance(m, str) else None for m in g["memory_json"]]
-        sizes = [len(tok.encode(as_text(m))) for m in carried_memories(zip(chunks, memories))]
+        # the text the prompt carried: the recorded rendering, else the memory's compact JSON
+        texts = [e["memory_text"] if "memory_text" in e else (None if m is None else as_text(m))
+                 for e, m in zip(extras, memories)]
+        sizes = [len(tok.encode(t)) for t in carried_memories(zip((e.get("chunk_index") for e in extras), texts))]
         if sizes:
             rows.append(dict(zip(("method", "dataset", "repeat", "sample_id"), key), memory_tokens=sum(sizes) / len(sizes)))
     if not rows:

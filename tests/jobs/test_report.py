@@ -350,3 +350,35 @@ def test_printed_hit_cells_satisfy_hit_equals_one_minus_net_over_total_across_re
                             ("radix_cache_hit", "engine_net_encoded", "engine_encoded")):
         assert figs[hit]["mean"] == pytest.approx(100 * (1 - figs[net]["mean"] / figs[total]["mean"]))
     assert figs["prefix_hit_paper"]["mean"] == pytest.approx(100 * 900 / 1100)  # not (90 + 0) / 2
+
+
+@pytest.mark.parametrize("name", ["prism-inplace", "prism-amendments"])
+def test_table4_memory_tokens_count_the_memory_text_the_prompt_carries(tmp_path, name: str) -> None:
+    """Issue 46 point 11: table 4's memory tokens counted the folded memory in compact JSON, not the text
+    PRISM's prompts carry (indented in-place JSON, or the base plus amendment lines)."""
+    from types import SimpleNamespace
+
+    from eval.llm import ScriptedLLM
+    from eval.methods import get_method
+    from eval.tokens import cl100k_count
+    from jobs.results.report import memory_figures
+    from jobs.store.tables import step_row, unit_columns
+    from tests.methods.test_prism import BOOK, REVS
+
+    llm = ScriptedLLM(REVS)
+    out = get_method(name).run(BOOK, llm)
+    carried = [llm.requests[i].messages[0]["content"].split("[PARTIAL_SUMMARY]\n")[-1].split("\n\n[TEXT]")[0]
+               for i in (1, 2)]  # what turns 1 and 2 were prompted with
+    unit = SimpleNamespace(key=unit_key("book:x", "b", name, 0), dataset=SimpleNamespace(key="book:x"),
+                           sample=BOOK, method=SimpleNamespace(key=name), repeat=0)
+    rs = RunStore.open(str(tmp_path), "mem")
+    t = now()
+    rs.write_shard({"samples": [dict(unit_columns(unit), seed=0, status="ok", error=None, attempts=1,
+                                     output_json='"s"', n_steps=len(out.steps), prompt_tokens=1, cached_tokens=0,
+                                     decoded_tokens=1, chunk_tokens=None, actor="a", started_at=t, finished_at=t)],
+                    "steps": [step_row(unit, s) for s in out.steps], "scores": []})
+    fig = next(f for f in memory_figures(RunData.load(rs)) if f["method"] == name)
+    want = sum(cl100k_count(c) for c in carried) / 2
+    assert fig["mean"] == pytest.approx(want)
+    compact = [json.dumps(s.memory, separators=(",", ":"), ensure_ascii=False) for s in out.steps[:2]]
+    assert want != pytest.approx(sum(cl100k_count(c) for c in compact) / 2)  # the old count differs
