@@ -21,7 +21,9 @@ from eval.options import PositiveInt, Seed, Temperature, TopK, TopP, check_setti
 from eval.templates import Template, load_template
 from eval.templates import template_hashes as _template_hashes
 
-__all__ = ["Method", "MethodOutput", "MethodSettings", "ParseFailure", "Step", "Trace"]
+__all__ = ["Method", "MethodOutput", "MethodSettings", "NOT_RUN", "ParseFailure", "Step", "Trace"]
+
+NOT_RUN = "not run: "  # the start of a unit's error when its method could not start (MethodOutput.not_run)
 
 
 @dataclass
@@ -63,6 +65,9 @@ class MethodOutput:
     # why the method does not apply to this sample (e.g. the whole input exceeds the model's context for
     # the long-context ceiling): no answer to score, recorded as "n/a", never as a failure or a zero
     not_applicable: str | None = None
+    # why the method could not start on this sample (e.g. no generated schema parsed): the unit failed for
+    # a cause outside its own steps' work, recorded as `NOT_RUN` + cause, which a table shows as such
+    not_run: str | None = None
 
     @property
     def usage(self) -> Usage:
@@ -85,7 +90,9 @@ class MethodOutput:
     @property
     def failure(self) -> str | None:
         """Why the unit failed: none of its steps succeeded or produced anything (None: it did not)."""
-        return None if self.not_applicable else unit_failure(self.steps)
+        if self.not_applicable:
+            return None
+        return NOT_RUN + self.not_run if self.not_run else unit_failure(self.steps)
 
 
 @dataclass(frozen=True)
@@ -115,6 +122,7 @@ class Trace:
         self.steps: list[Step] = []
         self.templates: dict[str, str] = {}
         self.not_applicable: str | None = None  # set by a method that finds it cannot apply to the sample
+        self.not_run: str | None = None  # set by a method that could not start (MethodOutput.not_run)
 
     def ask(self, template: str | Template, values: dict[str, Any], *, kind: str,
             parse: Callable[[str], Any] | None = None, schema: dict[str, Any] | None = None,
@@ -189,7 +197,7 @@ class Method:
         answer, memory = self._run(sample, trace)
         return MethodOutput(method=self.name, sample_id=sample.id, answer=answer, steps=trace.steps, memory=memory,
                             settings=asdict(self.settings), templates=dict(trace.templates),
-                            not_applicable=trace.not_applicable)
+                            not_applicable=trace.not_applicable, not_run=trace.not_run)
 
     def _run(self, sample: Sample, trace: Trace) -> tuple[str, Any]:
         raise NotImplementedError

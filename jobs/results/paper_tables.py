@@ -331,11 +331,15 @@ def cell(table: PaperTable, row: Row, col: Column, figures: list[dict],
     fig = _find(figures, method=method, judge=col.judge, metric=col.metric.format(turn=row.turn),
                 task=col.task, dataset=row.dataset)
     counts = cell_status(status, method, col.task, row.dataset)
+    if not counts.get("ok", 0) and counts.get("not_run", 0) and counts.get("not_run") == counts.get("failed"):
+        # the method never started (e.g. its generated schema never parsed): a cause, not a score of 0
+        return {"text": f"failed ({counts['failed']} / {_units(counts)}): "
+                        f"not run, {counts.get('cause', '?')}", "mean": None}
     if fig is None or fig.get("mean") is None:
         if not counts.get("ok", 0) and counts.get("n/a", 0):
             return {"text": "n/a", "mean": None}
         if not counts.get("ok", 0) and counts.get("failed", 0):
-            return {"text": f"failed ({counts['failed']} / {sum(counts.values())})", "mean": None}
+            return {"text": f"failed ({counts['failed']} / {_units(counts)})", "mean": None}
         return {"text": "–", "mean": None, "incomplete": bool(fig and fig.get("incomplete"))}
     scaled = {k: (fig[k] * col.scale if fig.get(k) is not None else None) for k in ("mean", "se", "lo", "hi")}
     done = fig.get("judged", fig.get("samples"))
@@ -418,23 +422,37 @@ def judged_note(table: PaperTable, models: Mapping[str, Any] | None) -> str:
     return " ".join(parts)
 
 
-def method_status(samples: Any) -> dict[tuple[str, str], dict[str, int]]:
+def method_status(samples: Any) -> dict[tuple[str, str], dict[str, Any]]:
     """{(method, dataset): {status: units}} from a samples table (the n/a rows of methods that do not apply)."""
     if samples is None or len(samples) == 0:
         return {}
-    out: dict[tuple[str, str], dict[str, int]] = {}
+    out: dict[tuple[str, str], dict[str, Any]] = {}
     for (method, dataset, status), n in samples.groupby(["method", "dataset", "status"]).size().items():
         out.setdefault((method, dataset), {})[status] = int(n)
+    if "error" in samples:  # units whose method could not start: counted, with the first one's cause
+        from eval.methods.base import NOT_RUN
+
+        failed = samples[(samples["status"] == "failed") & samples["error"].fillna("").str.startswith(NOT_RUN)]
+        for (method, dataset), g in failed.groupby(["method", "dataset"], sort=True):
+            out[(method, dataset)].update(not_run=int(len(g)), cause=str(g["error"].iloc[0])[len(NOT_RUN):])
     return out
 
 
+def _units(counts: Mapping[str, Any]) -> int:
+    """The units of a cell's status counts (its statuses; `not_run` is a subset of `failed`, `cause` a text)."""
+    return sum(n for k, n in counts.items() if isinstance(n, int) and k != "not_run")
+
+
 def cell_status(status: Mapping[tuple[str, str], Mapping[str, int]], method: str, task: str | None,
-                dataset: str | None) -> dict[str, int]:
+                dataset: str | None) -> dict[str, Any]:
     """Units per status of one cell: the method's units on the datasets the cell reads (its column's task,
     its row's dataset suffix), never the method's units on other tasks."""
-    out: dict[str, int] = {}
+    out: dict[str, Any] = {}
     for (m, ds), counts in status.items():
         if m == method and (task is None or _task(ds) == task) and (dataset is None or ds.endswith(dataset)):
             for k, n in counts.items():
-                out[k] = out.get(k, 0) + n
+                if isinstance(n, str):  # a cause: the first one stands for the cell
+                    out.setdefault(k, n)
+                else:
+                    out[k] = out.get(k, 0) + n
     return out

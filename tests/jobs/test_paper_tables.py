@@ -312,3 +312,26 @@ def test_seed000_table_notes_name_each_json_methods_decoding_as_the_run_recorded
     assert "Decoding of the JSON steps: cok text, gm-json text, go-json text, gu-json text" in note
     cfg["methods"][1]["options"] = {"decoding": "constrained"}
     assert decoding_of(cfg)["go-json"] == "constrained"
+
+
+def test_a_cell_whose_generated_schema_never_parsed_shows_failed_with_its_cause_not_zero() -> None:
+    """Issue 46 point 10: every unit of the table 4 cell failed because the task's schema never parsed;
+    the cell read 0 (failed units count as 0 by the rule for means). It now says failed, and why."""
+    import pandas as pd
+
+    from eval.datasets.sample import Sample
+    from eval.llm import ScriptedLLM
+    from eval.methods import get_method
+    from jobs.results.paper_tables import method_status
+
+    llm = ScriptedLLM(["no schema"] * 3, name="schema-never")
+    outs = [get_method("prism-amendments", generate_schema=True, schema_attempts=3).run(
+        Sample(id=f"r{i}", task="repoqa", chunks=("def f(): pass",), query="q"), llm) for i in range(2)]
+    samples = pd.DataFrame([dict(method="generated-repoqa", dataset="repoqa:r", status="failed", error=o.failure)
+                            for o in outs])
+    zero = [dict(method="generated-repoqa", dataset="repoqa:r", judge="repoqa-exact", metric="accuracy", mean=0.0,
+                 judged=0, zeroed=2, total=2)]
+    laid = layout(TABLES["seed002-table4"], zero, method_status(samples))
+    cell = {r["label"]: r["cells"] for r in laid["rows"]}["Generated"]["RepoQA acc."]
+    assert cell["memloop"] is None
+    assert cell["text"].startswith("failed (2 / 2): not run, no generated schema for task 'repoqa' parsed in 3 attempt(s)")
