@@ -10,7 +10,7 @@ attempts before it.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Callable, ClassVar
+from typing import Any, Callable, ClassVar, Literal
 
 from eval.asking import ParseFailure, ask, reseed
 from eval.datasets.sample import Sample
@@ -107,6 +107,10 @@ class MethodSettings:
     max_attempts: PositiveInt = 3  # parse-and-retry bound (attempts per step, the first included)
     # retries sample at least this hot with a fresh seed: a greedy retry would repeat the rejected answer
     retry_temperature: Temperature = 0.7
+    # what the method's token budgets (K, summary limits, merge packing) count in: the LLM's own tokenizer,
+    # or cl100k_base as seed 000 (appendix D) and the official BooookScore code count; checks against the
+    # model's window (`LLM.count_tokens`) stay in the model's tokens
+    count_tokens: Literal["model", "cl100k"] = "model"
 
     def sampling(self, max_tokens: int | None = None, stop: tuple[str, ...] = ()) -> Sampling:
         return Sampling(max_tokens=max_tokens or self.max_tokens, temperature=self.temperature, top_k=self.top_k,
@@ -123,6 +127,14 @@ class Trace:
         self.templates: dict[str, str] = {}
         self.not_applicable: str | None = None  # set by a method that finds it cannot apply to the sample
         self.not_run: str | None = None  # set by a method that could not start (MethodOutput.not_run)
+
+    def count_tokens(self, text: str) -> int:
+        """Tokens of `text` for the method's budgets, in the tokenizer `settings.count_tokens` names."""
+        if self.settings.count_tokens == "cl100k":
+            from eval.tokens import cl100k_count
+
+            return cl100k_count(text)
+        return self.llm.count_tokens(text)
 
     def ask(self, template: str | Template, values: dict[str, Any], *, kind: str,
             parse: Callable[[str], Any] | None = None, schema: dict[str, Any] | None = None,

@@ -66,7 +66,7 @@ def validity_parser(trace: Trace, limit: int, sentence_end: bool = True,
         summary = text.strip()
         if not summary:
             raise ParseFailure("empty summary")
-        n = trace.llm.count_tokens(summary)
+        n = trace.count_tokens(summary)
         if n > limit:
             raise ParseFailure(f"summary has {n} tokens, above the limit of {limit}")
         if sentence_end and not ends_in_punctuation(summary):
@@ -127,13 +127,13 @@ class HierarchicalMerging(_BookMethod):
     def _bare(self, trace: Trace, tid: str) -> int:
         values = {"chunk": "", "summaries": "", "context": "", "word_limit": 0}
         tpl = load_template(tid)
-        return trace.llm.count_tokens(tpl.render(**{k: values[k] for k in tpl.fields}))
+        return trace.count_tokens(tpl.render(**{k: values[k] for k in tpl.fields}))
 
     def _level_limits(self, trace: Trace, chunks: tuple[str, ...]) -> list[int]:
         """Token limit per level: the top gets max_summary_tokens, each level below 0.65 of the next
         (the official `estimate_levels`, with the book's longest chunk as the chunk size)."""
         s = self.settings
-        n, size = len(chunks), max((trace.llm.count_tokens(c) for c in chunks), default=1)
+        n, size = len(chunks), max((trace.count_tokens(c) for c in chunks), default=1)
         fit_room = s.context_window - self._bare(trace, "s003-hier-merge") - SLACK
         levels = 0
         while n > 1:
@@ -148,7 +148,7 @@ class HierarchicalMerging(_BookMethod):
     def _limit(self, trace: Trace, limits: list[int], depth: int, items: list[str], tid: str) -> int:
         """This level's limit; the full one when the level's whole input fits one prompt with it."""
         s = self.settings
-        whole = trace.llm.count_tokens("\n\n".join(items)) + s.max_summary_tokens + self._bare(trace, tid) + SLACK
+        whole = trace.count_tokens("\n\n".join(items)) + s.max_summary_tokens + self._bare(trace, tid) + SLACK
         if whole <= s.context_window or depth >= len(limits):
             return s.max_summary_tokens
         return limits[depth]
@@ -159,7 +159,7 @@ class HierarchicalMerging(_BookMethod):
         s = self.settings
         limit = self._limit(trace, limits, depth, level, "s003-hier-merge-context")
         room = s.context_window - limit - self._bare(trace, "s003-hier-merge-context") - SLACK
-        count = trace.llm.count_tokens
+        count = trace.count_tokens
         parse = validity_parser(trace, limit)
         merged: list[str] = []
         i = 0
@@ -191,13 +191,13 @@ class HierarchicalMerging(_BookMethod):
     def _context(trace: Trace, previous: str, room: int) -> str:
         """The previous merge as context, cut to a fifth of the room at its last full sentence."""
         cap = math.floor(CONTEXT_SHARE * room)
-        if trace.llm.count_tokens(previous) <= cap:
+        if trace.count_tokens(previous) <= cap:
             return previous
         words = previous.split()
         lo, hi = 0, len(words)
         while lo < hi:
             mid = (lo + hi + 1) // 2
-            lo, hi = (mid, hi) if trace.llm.count_tokens(" ".join(words[:mid])) <= cap else (lo, mid - 1)
+            lo, hi = (mid, hi) if trace.count_tokens(" ".join(words[:mid])) <= cap else (lo, mid - 1)
         cut = " ".join(words[:lo])
         return cut.rsplit(".", 1)[0] + "." if "." in cut else cut
 

@@ -124,7 +124,7 @@ def enforce_limit(trace: Trace, memory: Any, *, fmt: str, limit: int | None, sub
     """
     if limit is None:
         return memory
-    count = trace.llm.count_tokens
+    count = trace.count_tokens
     size = count(as_text(memory))
     parse = json_parser(schema) if fmt == "json" and schema is not None else text_parser
     step = None
