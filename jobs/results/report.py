@@ -334,6 +334,16 @@ def prompt_tokenizer(d: RunData) -> PromptTokenizer:
     return d.derived["tokenizer"]
 
 
+def budget_tokenizer(d: RunData) -> PromptTokenizer:
+    """What the run's token budgets (K) counted in: cl100k_base under `count_tokens: cl100k`, else the
+    run model's tokenizer (`prompt_tokenizer`); memory sizes are reported in the same unit as K."""
+    if run_config(d).get("count_tokens") == "cl100k":
+        from eval.tokens import cl100k_encode
+
+        return PromptTokenizer(cl100k_encode, "cl100k_base (the run's count_tokens)")
+    return prompt_tokenizer(d)
+
+
 def _prompt_tokenizer(d: RunData) -> PromptTokenizer:
     from engine.assets import resolve_model
     from engine.errors import EngineError
@@ -562,7 +572,7 @@ def _memory_figures(d: RunData) -> list[dict]:
     from eval.judges.memory_size import carried_memories
     from eval.methods.parsing import as_text
 
-    tok = prompt_tokenizer(d)
+    tok = budget_tokenizer(d)
     rows = []
     for key, g in st.sort_values("step").groupby(["method", "dataset", "repeat", "sample_id"], sort=True):
         extras = [json.loads(x or "{}") for x in g["extra_json"]]
@@ -583,6 +593,28 @@ def _memory_figures(d: RunData) -> list[dict]:
                     **cells.cost_figure(g, "memory_tokens"),
                     "samples": int(len(g)), "total": int(totals.get((m, ds), len(g))), "tokenizer": tok.label})
     return out
+
+
+def binding_figures(d: RunData) -> list[dict]:
+    """`k_bound` per (method, dataset): the share of a sample's turns (chunks) whose memory went over K and
+    was compressed or trimmed (a `compress` step at that turn), averaged over samples per repeat. A cell
+    at 0 says the limited-memory condition never occurred (seed 000 figure 3)."""
+    st = d.steps
+    if st.empty or "kind" not in st:
+        return []
+    rows = []
+    for key, g in st.groupby(["method", "dataset", "repeat", "sample_id"], sort=True):
+        chunks = [json.loads(x or "{}").get("chunk_index") for x in g["extra_json"]]
+        turns = {c for c in chunks if c is not None}
+        bound = {c for c, k in zip(chunks, g["kind"]) if c is not None and k == "compress"}
+        if turns:
+            rows.append(dict(zip(("method", "dataset", "repeat", "sample_id"), key), k_bound=len(bound) / len(turns)))
+    if not rows:
+        return []
+    totals = d.applicable.groupby(["method", "dataset"]).size().to_dict()
+    return [{"method": m, "dataset": ds, "judge": "", "metric": "k_bound", **cells.cost_figure(g, "k_bound"),
+             "samples": int(len(g)), "total": int(totals.get((m, ds), len(g)))}
+            for (m, ds), g in pd.DataFrame(rows).groupby(["method", "dataset"], sort=True)]
 
 
 def context_figures(d: RunData) -> list[dict]:
@@ -684,6 +716,8 @@ def paper_tables(d: RunData) -> list[tuple[PaperTable, dict]]:
         figures += health.annotate(memory_figures(d), step_shares(d))
     if any(c.metric == "context_tokens" for i in ids for c in TABLES[i].columns):
         figures += health.annotate(context_figures(d), step_shares(d))
+    if any(c.metric == "k_bound" for i in ids for c in TABLES[i].columns):
+        figures += health.annotate(binding_figures(d), step_shares(d))
     status = method_status(d.samples)
     by_cell, _, _ = cells.score_cells(d.samples, d.scores, d.judge_failures)
     models = models_of(d)
