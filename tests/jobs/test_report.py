@@ -382,3 +382,35 @@ def test_table4_memory_tokens_count_the_memory_text_the_prompt_carries(tmp_path,
     assert fig["mean"] == pytest.approx(want)
     compact = [json.dumps(s.memory, separators=(",", ":"), ensure_ascii=False) for s in out.steps[:2]]
     assert want != pytest.approx(sum(cl100k_count(c) for c in compact) / 2)  # the old count differs
+
+
+def test_fig3_reports_the_share_of_turns_where_k_bound(tmp_path) -> None:
+    """Issue 46 point 4: per cell, the share of turns whose memory went over K and was compressed or
+    trimmed, so a figure 3 whose limit never binds says so (0 %)."""
+    from types import SimpleNamespace
+
+    from eval.datasets.sample import Sample
+    from eval.llm import ScriptedLLM
+    from eval.methods import get_method
+    from jobs.results.paper_tables import TABLES
+    from jobs.results.report import binding_figures
+    from jobs.store.tables import step_row, unit_columns
+
+    hotel = Sample(id="h", task="sumie", chunks=("Pool.", "Spa and gym and bar.", "Quiet."), metadata={"entity": "H"})
+    rs = RunStore.open(str(tmp_path), "k")
+    t = now()
+    scripts = {"gu-json-k3": ['{"A": ["pool"]}', '{"A": ["pool deck", "spa room", "gym hall", "bar top"]}', '{"A": ["pool spa"]}',
+                              '{"A": ["pool spa", "quiet"]}'],
+               "gu-json-k99": ['{"A": ["pool"]}', '{"A": ["pool deck", "spa room", "gym hall", "bar top"]}', '{"A": ["quiet"]}']}
+    for label, outputs in scripts.items():
+        out = get_method("gu-json", memory_limit=int(label.rsplit("k", 1)[1])).run(hotel, ScriptedLLM(outputs))
+        unit = SimpleNamespace(key=unit_key("sumie:synthetic", "h", label, 0), dataset=SimpleNamespace(key="sumie:synthetic"),
+                               sample=hotel, method=SimpleNamespace(key=label), repeat=0)
+        rs.write_shard({"samples": [dict(unit_columns(unit), seed=0, status="ok", error=None, attempts=1,
+                                         output_json='"s"', n_steps=len(out.steps), prompt_tokens=1, cached_tokens=0,
+                                         decoded_tokens=1, chunk_tokens=None, actor="a", started_at=t,
+                                         finished_at=t)],
+                        "steps": [step_row(unit, s) for s in out.steps], "scores": []})
+    figs = {f["method"]: f["mean"] for f in binding_figures(RunData.load(rs))}
+    assert figs == {"gu-json-k3": pytest.approx(1 / 3), "gu-json-k99": 0.0}  # turn 1 of 3 compressed; never
+    assert any(c.metric == "k_bound" for c in TABLES["seed000-fig3"].columns)
