@@ -52,8 +52,6 @@ def schema_for(sample: Sample) -> dict[str, Any]:
 
 
 Decoding = Literal["text", "constrained"]
-DECODING_NOTE = ("decoding: text (the default) lets the model write its JSON freely, as the paper's models did, "
-                 "parsed and retried like the text formats; constrained holds it to the JSON schema")
 
 
 def sent_schema(trace: Trace, name: str, decoding: str, schema: dict[str, Any] | None) -> dict[str, Any] | None:
