@@ -4,7 +4,8 @@ At turn t the prediction (the memory after chunk t) is compared with the gold pa
 paragraphs 1..t.
 
 `judge_llm` takes one path for text and JSON memories: the judge lists the facts the memory states
-(`sumie-extract`), then matches both ways: which gold facts each predicted fact states
+(`sumie-extract`; a memory over `EXTRACT_PART_TOKENS` is read in parts, `memory_parts`, so a large
+unlimited memory is judged whole rather than cut), then matches both ways: which gold facts each predicted fact states
 (`sumie-match`; a merged value states several) and which predicted facts state each gold fact
 (`sumie-recall`). `both_ways_prf`:
 
@@ -280,6 +281,71 @@ def _memory_text(pred_obj: Any) -> str:
     return json.dumps(pred_obj, ensure_ascii=False, separators=(",", ":")) if pred_obj else ""
 
 
+# A memory is read in parts of at most this many judge tokens: one extraction answers with at most 60
+# pairs in 1024 tokens (EXTRACT_SCHEMA), which a large unlimited memory (CoK, GM) would overrun, and a cut
+# extraction would fail the unit's judgment. Parts keep whole values and their attribute paths.
+EXTRACT_PART_TOKENS = 300
+
+
+def memory_parts(pred_obj: Any, count: Any, budget: int = EXTRACT_PART_TOKENS) -> list[str]:
+    """The memory's text (`_memory_text`) in parts of at most `budget` tokens each where it is larger:
+    a JSON memory split between values (each part a JSON object with the values' keys), a text
+    memory between sentences. A single value or sentence over the budget is a part of its own."""
+    text = _memory_text(pred_obj)
+    if not text or count(text) <= budget:
+        return [text] if text else []
+    if isinstance(pred_obj, str):
+        pieces = [p for p in re.split(r"(?<=[.!?])\s+|\n+", text) if p.strip()]
+        join = (lambda items: " ".join(items))
+    else:
+        pieces = list(_leaves(pred_obj))
+        join = (lambda items: _memory_text(_deep_join(items)))
+    parts: list[str] = []
+    group: list[Any] = []
+    for piece in pieces:
+        if group and count(join(group + [piece])) > budget:
+            parts.append(join(group))
+            group = []
+        group.append(piece)
+    if group:
+        parts.append(join(group))
+    return parts
+
+
+def _leaves(obj: Any) -> Any:
+    """A JSON value as its smallest pieces, each wrapped in the keys above it: {"a": {"b": ["x"]}} and
+    {"a": {"b": ["y"]}} for {"a": {"b": ["x", "y"]}}."""
+    if isinstance(obj, dict) and obj:
+        for k, v in obj.items():
+            for leaf in _leaves(v):
+                yield {k: leaf}
+    elif isinstance(obj, list) and obj:
+        for item in obj:
+            yield [item]
+    else:
+        yield obj
+
+
+def _deep_join(pieces: list[Any]) -> Any:
+    out: Any = None
+    for p in pieces:
+        out = _join(out, p)
+    return out
+
+
+def _join(a: Any, b: Any) -> Any:
+    if a is None:
+        return b
+    if isinstance(a, dict) and isinstance(b, dict):
+        out = dict(a)
+        for k, v in b.items():
+            out[k] = _join(out[k], v) if k in out else v
+        return out
+    if isinstance(a, list) and isinstance(b, list):
+        return a + b
+    return [a, b]
+
+
 def judge_llm(output: Any, gold: Any, llm: LLM | None = None, *, metadata: dict[str, Any] | None = None,
               max_attempts: int = 3, on_invalid: str = "raise", max_workers: int = 16,
               temperature: Temperature = PAPER_TEMPERATURE) -> JudgeResult:
@@ -305,15 +371,16 @@ def judge_llm(output: Any, gold: Any, llm: LLM | None = None, *, metadata: dict[
                             temperature=temperature)
 
     for t, pred_obj in predicted_turns(output, len(golds)):
-        text = _memory_text(pred_obj)
+        parts = memory_parts(pred_obj, llm.count_tokens)
         pred: list[Pair] = []
-        if text:
-            tpl, prompt = render(EXTRACT_TEMPLATE, entity=entity, summary=text)
-            ex = ask_judgment(llm, tpl, prompt, item=f"turn {t}: facts stated in the memory", parse=parse_extraction,
-                              schema=EXTRACT_SCHEMA, max_tokens=1024, max_attempts=max_attempts,
-                              raise_on_invalid=raise_on_invalid, temperature=temperature)
+        for n, part in enumerate(parts, 1):  # a large memory is read whole, part by part
+            tpl, prompt = render(EXTRACT_TEMPLATE, entity=entity, summary=part)
+            where = f" (part {n} of {len(parts)})" if len(parts) > 1 else ""
+            ex = ask_judgment(llm, tpl, prompt, item=f"turn {t}: facts stated in the memory{where}",
+                              parse=parse_extraction, schema=EXTRACT_SCHEMA, max_tokens=1024,
+                              max_attempts=max_attempts, raise_on_invalid=raise_on_invalid, temperature=temperature)
             judgments.append(ex)
-            pred = [(a, v) for a, v in (ex.label or [])]  # repeats kept: they count against precision
+            pred += [(a, v) for a, v in (ex.label or [])]  # repeats kept: they count against precision
         g = golds[t]
         reference = "\n".join(f"{i}. {_fmt(p)}" for i, p in enumerate(g, 1))
         predicted = "\n".join(f"{k}. {_fmt(p)}" for k, p in enumerate(pred, 1))

@@ -9,8 +9,8 @@ attempts before it.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, ClassVar
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Callable, ClassVar, Literal
 
 from eval.asking import ParseFailure, ask, reseed
 from eval.datasets.sample import Sample
@@ -21,7 +21,9 @@ from eval.options import PositiveInt, Seed, Temperature, TopK, TopP, check_setti
 from eval.templates import Template, load_template
 from eval.templates import template_hashes as _template_hashes
 
-__all__ = ["Method", "MethodOutput", "MethodSettings", "ParseFailure", "Step", "Trace"]
+__all__ = ["Method", "MethodOutput", "MethodSettings", "NOT_RUN", "ParseFailure", "Step", "Trace"]
+
+NOT_RUN = "not run: "  # the start of a unit's error when its method could not start (MethodOutput.not_run)
 
 
 @dataclass
@@ -46,6 +48,9 @@ class Step:
     revisions_accepted: int = 0
     revisions_rejected: int = 0
     retry_usage: Usage = field(default_factory=Usage)  # the rejected attempts before the kept one
+    # the memory as the next prompt carries it, where that text is not the memory's compact JSON (PRISM's
+    # indented in-place JSON, or the base plus amendment lines); None: the compact JSON of `memory`
+    memory_text: str | None = None
 
 
 @dataclass
@@ -60,6 +65,9 @@ class MethodOutput:
     # why the method does not apply to this sample (e.g. the whole input exceeds the model's context for
     # the long-context ceiling): no answer to score, recorded as "n/a", never as a failure or a zero
     not_applicable: str | None = None
+    # why the method could not start on this sample (e.g. no generated schema parsed): the unit failed for
+    # a cause outside its own steps' work, recorded as `NOT_RUN` + cause, which a table shows as such
+    not_run: str | None = None
 
     @property
     def usage(self) -> Usage:
@@ -82,7 +90,9 @@ class MethodOutput:
     @property
     def failure(self) -> str | None:
         """Why the unit failed: none of its steps succeeded or produced anything (None: it did not)."""
-        return None if self.not_applicable else unit_failure(self.steps)
+        if self.not_applicable:
+            return None
+        return NOT_RUN + self.not_run if self.not_run else unit_failure(self.steps)
 
 
 @dataclass(frozen=True)
@@ -97,6 +107,10 @@ class MethodSettings:
     max_attempts: PositiveInt = 3  # parse-and-retry bound (attempts per step, the first included)
     # retries sample at least this hot with a fresh seed: a greedy retry would repeat the rejected answer
     retry_temperature: Temperature = 0.7
+    # what the method's token budgets (K, summary limits, merge packing) count in: the LLM's own tokenizer,
+    # or cl100k_base as seed 000 (appendix D) and the official BooookScore code count; checks against the
+    # model's window (`LLM.count_tokens`) stay in the model's tokens
+    count_tokens: Literal["model", "cl100k"] = "model"
 
     def sampling(self, max_tokens: int | None = None, stop: tuple[str, ...] = ()) -> Sampling:
         return Sampling(max_tokens=max_tokens or self.max_tokens, temperature=self.temperature, top_k=self.top_k,
@@ -113,30 +127,48 @@ class Trace:
         self.steps: list[Step] = []
         self.templates: dict[str, str] = {}
         self.not_applicable: str | None = None  # set by a method that finds it cannot apply to the sample
+        self.not_run: str | None = None  # set by a method that could not start (MethodOutput.not_run)
+
+    def count_tokens(self, text: str) -> int:
+        """Tokens of `text` for the method's budgets, in the tokenizer `settings.count_tokens` names."""
+        if self.settings.count_tokens == "cl100k":
+            from eval.tokens import cl100k_count
+
+            return cl100k_count(text)
+        return self.llm.count_tokens(text)
 
     def ask(self, template: str | Template, values: dict[str, Any], *, kind: str,
             parse: Callable[[str], Any] | None = None, schema: dict[str, Any] | None = None,
             chunk_index: int | None = None, max_tokens: int | None = None, stop: tuple[str, ...] = (),
-            raw_prompt: bool = False, llm: LLM | None = None) -> Step:
+            raw_prompt: bool = False, llm: LLM | None = None, max_attempts: int | None = None,
+            temperature: float | None = None) -> Step:
         """Render, call, parse with bounded retries; returns the recorded step (step.ok says if parsed).
         `llm` asks another model than the one under test (default: the model under test).
 
         `parse` maps output text to the parsed value or raises `eval.asking.ParseFailure`. With a schema and an
         LLM that supports it, the output is constrained and parsed once (a failure is still recorded).
         `raw_prompt` sends a completion prompt instead of a chat message (tool transcripts).
+        `max_attempts` and `temperature` override the settings' for this one call (a method whose paper
+        fixes them for one kind of step, e.g. the official incremental updating's single try).
         """
         tpl = load_template(template) if isinstance(template, str) else template
         prompt = tpl.render(**values)
         return self.ask_prompt(prompt, tpl, kind=kind, parse=parse, schema=schema, chunk_index=chunk_index,
-                               max_tokens=max_tokens, stop=stop, raw_prompt=raw_prompt, llm=llm)
+                               max_tokens=max_tokens, stop=stop, raw_prompt=raw_prompt, llm=llm,
+                               max_attempts=max_attempts, temperature=temperature)
 
     def ask_prompt(self, prompt: str, tpl: Template, *, kind: str, parse: Callable[[str], Any] | None = None,
                    schema: dict[str, Any] | None = None, chunk_index: int | None = None,
                    max_tokens: int | None = None, stop: tuple[str, ...] = (), raw_prompt: bool = False,
-                   llm: LLM | None = None) -> Step:
+                   llm: LLM | None = None, max_attempts: int | None = None,
+                   temperature: float | None = None) -> Step:
         self.templates[tpl.id] = tpl.sha256
-        answer = ask(llm or self.llm, prompt, self.settings.sampling(max_tokens, stop), parse=parse, schema=schema,
-                     max_attempts=max(1, self.settings.max_attempts), retry=reseed(self.settings.retry_temperature),
+        sampling = self.settings.sampling(max_tokens, stop)
+        if temperature is not None:
+            sampling = replace(sampling, temperature=temperature)
+        attempts = self.settings.max_attempts if max_attempts is None else max_attempts
+        answer = ask(llm or self.llm, prompt, sampling, parse=parse, schema=schema,
+                     max_attempts=max(1, attempts), retry=reseed(self.settings.retry_temperature),
                      raw_prompt=raw_prompt)
         failures = [f"attempt {a.number}: {a.reason}" + (" (output hit max_tokens)" if a.cut else "")
                     for a in answer.failures]
@@ -191,7 +223,7 @@ class Method:
         answer, memory = self._run(sample, trace)
         return MethodOutput(method=self.name, sample_id=sample.id, answer=answer, steps=trace.steps, memory=memory,
                             settings=asdict(self.settings), templates=dict(trace.templates),
-                            not_applicable=trace.not_applicable)
+                            not_applicable=trace.not_applicable, not_run=trace.not_run)
 
     def _run(self, sample: Sample, trace: Trace) -> tuple[str, Any]:
         raise NotImplementedError

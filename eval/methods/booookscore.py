@@ -14,17 +14,20 @@ the previous merge is given as context (cut to a fifth of the room, at a sentenc
 with the summaries, as the official context prompt says.
 
 Incremental updating: the first chunk is summarised, each next one updates the summary; the prompts
-carry no word limit. When an update is invalid (too long or cut off), the previous summary is
-compressed to a word budget that grows with progress through the book (0.65 x `max_summary_tokens`
-x j / n before chunk j of n), accepted within 0.8-1.2 of the budget, and the update is redone on
-it; each further try asks for 5% fewer words (`compress_rounds` tries, official 6).
+carry no word limit. As in the official code, an update is asked once: when it is invalid (too
+long or cut off), the previous summary is compressed at once (no retry of the update first) to a
+word budget that grows with progress through the book (0.65 x `max_summary_tokens` x j / n before
+chunk j of n), accepted within 0.8-1.2 of the budget, and the update is redone on it; each further
+try asks for 5% fewer words (`compress_rounds` tries, official 6). Compression samples at
+`compress_temperature` (the official 1.0), the other calls at the run's temperature.
 
 Incremental updating also runs on the query tasks (RepoQA, Spider) as seed 002's adapted baseline:
-the running memory is notes for the task's question (the query prompts, which keep a word limit),
-built and compressed the same way, and a last call answers the question from the notes with the
-task's answer instruction, read by the same contract as PRISM (`eval.methods.answers`). Notes need
-not end in sentence punctuation (they may end in a name or a value); empty or over-long notes still
-fail.
+the running memory is notes for the task's question, built and compressed the same way with the
+same order as Chang et al.'s update prompt (the new part first, then the question and the notes,
+no word limit: the only budget is the compress-and-redo one), and a last call answers the question
+from the notes with the task's answer instruction, read by the same contract as PRISM
+(`eval.methods.answers`). Notes need not end in sentence punctuation (they may end in a name or a
+value); empty or over-long notes still fail.
 """
 from __future__ import annotations
 
@@ -40,7 +43,7 @@ from eval.methods.base import Method, MethodSettings, Step, Trace
 from eval.methods.outcomes import StepOutcome
 from eval.methods.parsing import ends_in_punctuation
 from eval.templates import load_template
-from eval.options import PositiveInt
+from eval.options import PositiveInt, Temperature
 
 WORD_RATIO = 0.65  # the official code's words per token of a summary limit
 CONTEXT_SHARE = 0.2  # the previous merge may use a fifth of a merge prompt's room as context
@@ -53,6 +56,7 @@ class BookSettings(MethodSettings):
     word_limit: PositiveInt | None = None   # words asked at that limit; None: 0.65 x max_summary_tokens
     context_window: PositiveInt = 8192      # merge prompts are packed to fit this window (official GPT-4 runs)
     compress_rounds: PositiveInt = 6        # incremental updating: compress-and-redo tries per chunk
+    compress_temperature: Temperature = 1.0  # incremental updating compresses at the official code's temperature
     max_tokens: PositiveInt = 1024
 
 
@@ -62,7 +66,7 @@ def validity_parser(trace: Trace, limit: int, sentence_end: bool = True,
         summary = text.strip()
         if not summary:
             raise ParseFailure("empty summary")
-        n = trace.llm.count_tokens(summary)
+        n = trace.count_tokens(summary)
         if n > limit:
             raise ParseFailure(f"summary has {n} tokens, above the limit of {limit}")
         if sentence_end and not ends_in_punctuation(summary):
@@ -123,13 +127,13 @@ class HierarchicalMerging(_BookMethod):
     def _bare(self, trace: Trace, tid: str) -> int:
         values = {"chunk": "", "summaries": "", "context": "", "word_limit": 0}
         tpl = load_template(tid)
-        return trace.llm.count_tokens(tpl.render(**{k: values[k] for k in tpl.fields}))
+        return trace.count_tokens(tpl.render(**{k: values[k] for k in tpl.fields}))
 
     def _level_limits(self, trace: Trace, chunks: tuple[str, ...]) -> list[int]:
         """Token limit per level: the top gets max_summary_tokens, each level below 0.65 of the next
         (the official `estimate_levels`, with the book's longest chunk as the chunk size)."""
         s = self.settings
-        n, size = len(chunks), max((trace.llm.count_tokens(c) for c in chunks), default=1)
+        n, size = len(chunks), max((trace.count_tokens(c) for c in chunks), default=1)
         fit_room = s.context_window - self._bare(trace, "s003-hier-merge") - SLACK
         levels = 0
         while n > 1:
@@ -144,7 +148,7 @@ class HierarchicalMerging(_BookMethod):
     def _limit(self, trace: Trace, limits: list[int], depth: int, items: list[str], tid: str) -> int:
         """This level's limit; the full one when the level's whole input fits one prompt with it."""
         s = self.settings
-        whole = trace.llm.count_tokens("\n\n".join(items)) + s.max_summary_tokens + self._bare(trace, tid) + SLACK
+        whole = trace.count_tokens("\n\n".join(items)) + s.max_summary_tokens + self._bare(trace, tid) + SLACK
         if whole <= s.context_window or depth >= len(limits):
             return s.max_summary_tokens
         return limits[depth]
@@ -155,7 +159,7 @@ class HierarchicalMerging(_BookMethod):
         s = self.settings
         limit = self._limit(trace, limits, depth, level, "s003-hier-merge-context")
         room = s.context_window - limit - self._bare(trace, "s003-hier-merge-context") - SLACK
-        count = trace.llm.count_tokens
+        count = trace.count_tokens
         parse = validity_parser(trace, limit)
         merged: list[str] = []
         i = 0
@@ -187,13 +191,13 @@ class HierarchicalMerging(_BookMethod):
     def _context(trace: Trace, previous: str, room: int) -> str:
         """The previous merge as context, cut to a fifth of the room at its last full sentence."""
         cap = math.floor(CONTEXT_SHARE * room)
-        if trace.llm.count_tokens(previous) <= cap:
+        if trace.count_tokens(previous) <= cap:
             return previous
         words = previous.split()
         lo, hi = 0, len(words)
         while lo < hi:
             mid = (lo + hi + 1) // 2
-            lo, hi = (mid, hi) if trace.llm.count_tokens(" ".join(words[:mid])) <= cap else (lo, mid - 1)
+            lo, hi = (mid, hi) if trace.count_tokens(" ".join(words[:mid])) <= cap else (lo, mid - 1)
         cut = " ".join(words[:lo])
         return cut.rsplit(".", 1)[0] + "." if "." in cut else cut
 
@@ -229,19 +233,18 @@ class IncrementalUpdating(_BookMethod):
         suffix = "-query" if query else ""
         base = {"question": question} if query else {}
         valid = validity_parser(trace, s.max_summary_tokens, sentence_end=not query)
-        n, top = len(sample.chunks), self._words(s.max_summary_tokens)
+        n = len(sample.chunks)
         out_tokens = min(s.max_tokens, s.max_summary_tokens)
 
         def update(chunk: str, summary: str, j: int) -> Step:
-            words = {"word_limit": max(1, int(top * (j + 1) / n))} if query else {}
-            return trace.ask(f"s003-inc-update{suffix}", {**base, **words, "chunk": chunk, "summary": summary},
-                             kind="update", parse=valid, chunk_index=j, max_tokens=out_tokens)
+            # one try: the official code compresses after the first invalid update instead of asking again
+            return trace.ask(f"s003-inc-update{suffix}", {**base, "chunk": chunk, "summary": summary},
+                             kind="update", parse=valid, chunk_index=j, max_tokens=out_tokens, max_attempts=1)
 
         summary = ""
         for j, chunk in enumerate(sample.chunks):
             if j == 0:
-                words = {"word_limit": max(1, int(top / n))} if query else {}
-                step = trace.ask(f"s003-inc-init{suffix}", {**base, **words, "chunk": chunk}, kind="initial",
+                step = trace.ask(f"s003-inc-init{suffix}", {**base, "chunk": chunk}, kind="initial",
                                  parse=valid, chunk_index=j, max_tokens=out_tokens)
             else:
                 step = update(chunk, summary, j)
@@ -267,7 +270,8 @@ class IncrementalUpdating(_BookMethod):
             c = trace.ask(f"s003-inc-compress{suffix}", {**base, "summary": previous, "words": len(previous.split()),
                                                          "word_limit": target},
                           kind="compress", parse=parse, chunk_index=j - 1,
-                          max_tokens=min(s.max_tokens, s.max_summary_tokens))
+                          max_tokens=min(s.max_tokens, s.max_summary_tokens), max_attempts=1,
+                          temperature=s.compress_temperature)
             c.memory = _accepted(c)
             if not c.ok:
                 continue

@@ -4,12 +4,15 @@ Per chunk: (1) the LLM writes a structured summary of the new paragraph alone (t
 prompt); the first one becomes the memory. (2) For later chunks the CoK prompt shows that summary,
 the schema class and the memory, and the LLM answers in figure 5's shape, with any model: thoughts
 for update, [UPDATED_OBJECTS], thoughts for add, [ADDED_OBJECTS] (no JSON schema is imposed, since
-one would force an order, a path syntax and a reasoning form the prompt never describes).
-eval.memory validates the revisions against the schema and applies them. An `update` adds the
-new value to the one stored and never removes anything (figure 5: "never remove existing
-information"; its own example updates a list with only the new item): lists gain the new items,
-objects merge key by key, a text keeps the old words when the new text lacks them. Optional limit K
-compresses.
+one would force an order, a path syntax and a reasoning form the prompt never describes). The
+prompt's worked example is the sample's kind: the hotel example for entities, a story example with
+the book schema's paths for books (appendix G swaps the instructions and the example for books).
+eval.memory validates the revisions against the schema and applies them. Figure 5's rules, applied
+in code (`cumulative`): an `update` appends the new information to the stored value once and never
+removes anything (its example updates a list with only the new item): lists gain the items they do
+not hold yet (compared case- and space-insensitively), objects merge key by key, a text keeps the
+old words when the new text lacks them; an `add` at a key that already exists is merged the same
+way instead of being refused (its values would otherwise be lost). Optional limit K compresses.
 """
 from __future__ import annotations
 
@@ -23,7 +26,10 @@ from eval.memory import Revision, Schema, parse_cok
 from eval.memory.schemas import STORY_ELEMENTS, SUMIE_SUMMARY
 from eval.methods.base import Method, MethodSettings, Trace
 from eval.methods.outcomes import StepOutcome
-from eval.methods.common import enforce_limit, entity_name, final_summary, is_entity, json_parser, paragraphs, schema_for, subject
+from eval.methods.common import (
+    Decoding, enforce_limit, entity_name, final_summary, is_entity, json_parser, paragraphs, schema_for, sent_schema,
+    subject,
+)
 from eval.methods.parsing import as_text
 from eval.methods.structured import apply_step, revision_parser
 from eval.methods.summaries import _format_instruction
@@ -36,6 +42,9 @@ class CokSettings(MethodSettings):
     memory_limit: PositiveInt | None = None
     compress_rounds: PositiveInt = 2  # compression calls per step before trimming to K
     max_tokens: PositiveInt = 1024
+    # the structure and compress steps' JSON: free ("text", the paper's) or held to the schema; the
+    # revise step is figure 5's sections under either
+    decoding: Decoding = "text"
 
 
 class ChainOfKey(Method):
@@ -43,11 +52,15 @@ class ChainOfKey(Method):
     Settings = CokSettings
     tasks = ("sumie", "book", "arxiv")
     template_ids = ("s000-entity-initial-json", "s000-book-generate", "s000-book-format-json", "s000-cok-update",
-                    "s000-cok-guidelines-entity", "s000-cok-guidelines-book", "s000-compress-json", "s000-book-final")
+                    "s000-cok-guidelines-entity", "s000-cok-guidelines-book", "s000-cok-example-entity",
+                    "s000-cok-example-book", "s000-compress-json", "s000-book-final")
 
     def _validate(self) -> None:
         if self.settings.memory_limit is not None and self.settings.memory_limit <= 0:
             raise MethodError("cok: memory_limit must be a positive token count or null")
+
+    def _sent(self, trace: Trace, schema: dict[str, Any]) -> dict[str, Any] | None:
+        return sent_schema(trace, self.name, self.settings.decoding, schema)
 
     @staticmethod
     def _schema(sample: Sample) -> Schema:
@@ -59,12 +72,14 @@ class ChainOfKey(Method):
         if is_entity(sample):
             step = trace.ask("s000-entity-initial-json", {"entity_name": entity_name(sample),
                                                           "paragraph": paragraphs([chunk], i + 1)},
-                             kind="structure", parse=json_parser(flat), schema=flat, chunk_index=i)
+                             kind="structure", parse=json_parser(flat), schema=self._sent(trace, flat),
+                             chunk_index=i)
             value = {"attributes": step.parsed} if step.ok else None
         else:
             step = trace.ask("s000-book-generate", {"special_instruction": _format_instruction(trace, "json"),
                                                     "book_chunk": chunk, "output_format": "JSON"},
-                             kind="structure", parse=json_parser(flat), schema=flat, chunk_index=i)
+                             kind="structure", parse=json_parser(flat), schema=self._sent(trace, flat),
+                             chunk_index=i)
             value = ({f: step.parsed.get(f, {}) for f in ("characters", "events", "background", "motivations",
                                                           "objectives", "other")} if step.ok else None)
         if value is not None:
@@ -78,8 +93,10 @@ class ChainOfKey(Method):
 
     def _run(self, sample: Sample, trace: Trace) -> tuple[str, Any]:
         schema = self._schema(sample)
-        guidelines = load_template("s000-cok-guidelines-" + ("entity" if is_entity(sample) else "book"))
+        kind = "entity" if is_entity(sample) else "book"
+        guidelines, example = load_template(f"s000-cok-guidelines-{kind}"), load_template(f"s000-cok-example-{kind}")
         trace.templates[guidelines.id] = guidelines.sha256
+        trace.templates[example.id] = example.sha256
         question = (f"Merge the new summary and the existing summary of {entity_name(sample)}." if is_entity(sample)
                     else "Merge the summary of the new story segment into the existing summary of the story.")
         ops = ("add", "update")
@@ -95,6 +112,7 @@ class ChainOfKey(Method):
                 trace.steps[-1].memory = memory
             else:
                 step = trace.ask("s000-cok-update", {"guidelines": guidelines.text.strip(), "question": question,
+                                                     "example": example.text.strip(),
                                                      "new_summary": json.dumps(new, ensure_ascii=False),
                                                      "class_def": schema.class_text(),
                                                      "partial_summary": as_text(memory)},
@@ -102,7 +120,8 @@ class ChainOfKey(Method):
                 memory, _ = apply_step(step, memory, schema, prepare=cumulative)
                 step.memory = memory
             memory = enforce_limit(trace, memory, fmt="json", limit=self.settings.memory_limit, subj=subject(sample),
-                                   schema=schema.json_schema(), chunk_index=i, rounds=self.settings.compress_rounds)
+                                   schema=schema.json_schema(), chunk_index=i, rounds=self.settings.compress_rounds,
+                                   constrained=self._sent(trace, schema.json_schema()))
         if memory is None:
             return "", None
         if is_entity(sample):
@@ -111,17 +130,27 @@ class ChainOfKey(Method):
 
 
 def cumulative(memory: dict[str, Any], rev: Revision) -> Revision:
-    """CoK's `update`: the stored value with the new one added, never less (an `add`, or an update of
-    a path that does not exist, is returned as is and checked by eval.memory)."""
-    if rev.op != "update":
-        return rev
+    """Figure 5's rules for CoK: an `update`, or an `add` at a path that already exists, becomes an
+    update to the stored value with the new information added once and nothing removed. An `add` at a
+    new path, or an update of a path that does not exist, is returned as is and checked by eval.memory."""
     cur: Any = memory
     for seg in rev.path.segments:
         try:
             cur = cur[seg]
         except (KeyError, IndexError, TypeError):
             return rev
+    if rev.op == "add" and isinstance(cur, list) and not isinstance(rev.value, list):
+        items = cur + [rev.value] if _norm(rev.value) not in {_norm(v) for v in cur} else cur
+        return Revision(rev.path, "update", items)  # one item added to a list: appended once
     return Revision(rev.path, "update", _added(cur, rev.value))
+
+
+def _norm(value: Any) -> Any:
+    """The comparison key of a value: texts casefolded with runs of spaces collapsed, so a restated
+    value that differs only in case or spacing is not appended again."""
+    if isinstance(value, str):
+        return " ".join(value.split()).casefold()
+    return json.dumps(value, sort_keys=True, ensure_ascii=False)
 
 
 def _added(old: Any, new: Any) -> Any:
@@ -131,8 +160,15 @@ def _added(old: Any, new: Any) -> Any:
             out[k] = _added(out[k], v) if k in out else v
         return out
     if isinstance(old, list):
-        items = new if isinstance(new, list) else [new]
-        return old + [v for v in items if v not in old]
+        seen, out = {_norm(v) for v in old}, list(old)
+        for v in (new if isinstance(new, list) else [new]):
+            if _norm(v) not in seen:
+                seen.add(_norm(v))
+                out.append(v)
+        return out
     if isinstance(old, str) and isinstance(new, str):
-        return new if old in new else f"{old}; {new}"
+        o, n = _norm(old), _norm(new)
+        if n in o:
+            return old  # nothing new: the stored text already says it
+        return new if o in n else f"{old}; {new}"
     return new

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import copy
 import re
-from typing import Any, Callable
+from typing import Any, Callable, Literal
 
 from eval.asking import ParseFailure
 from eval.datasets.sample import Sample
@@ -51,6 +51,20 @@ def schema_for(sample: Sample) -> dict[str, Any]:
     return ENTITY_SCHEMA if is_entity(sample) else BOOK_SCHEMA
 
 
+Decoding = Literal["text", "constrained"]
+
+
+def sent_schema(trace: Trace, name: str, decoding: str, schema: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The JSON schema a step sends: only under `decoding: constrained`, which needs an LLM that takes
+    one (free text is parsed against `schema` either way, with the same retries)."""
+    if decoding != "constrained" or schema is None:
+        return None
+    if not trace.llm.supports_json_schema:
+        raise MethodError(f"{name}: decoding: constrained needs a model server with JSON-schema decoding, and "
+                          f"{trace.llm.name!r} has none; use decoding: text (the paper's free JSON)")
+    return schema
+
+
 def json_parser(schema: dict[str, Any]):
     def parse(text: str) -> dict[str, Any]:
         return parse_json_object(text, schema)
@@ -95,18 +109,20 @@ COMPRESS_ROUNDS = 2  # compression calls per step before the deterministic trim
 
 
 def enforce_limit(trace: Trace, memory: Any, *, fmt: str, limit: int | None, subj: str,
-                  schema: dict[str, Any] | None, chunk_index: int, rounds: int = COMPRESS_ROUNDS) -> Any:
+                  schema: dict[str, Any] | None, chunk_index: int, rounds: int = COMPRESS_ROUNDS,
+                  constrained: dict[str, Any] | None = None) -> Any:
     """Keep the memory within K = `limit` tokens (seed 000, Appendix F: K is binding).
 
     While the memory exceeds K, the LLM compresses it (at most `rounds` calls, one step each, outcome
     `compressed` when it returned a usable memory); a memory still over K is then trimmed
     deterministically (`trim_memory`) and the last compress step records it (outcome `trimmed_to_k`,
     the sizes in its failures), so a reader sees which happened: within K at once, after
-    compressing, or trimmed.
+    compressing, or trimmed. `schema` parses a JSON memory; `constrained` is the schema sent with the
+    request (`sent_schema`: None under free decoding).
     """
     if limit is None:
         return memory
-    count = trace.llm.count_tokens
+    count = trace.count_tokens
     size = count(as_text(memory))
     parse = json_parser(schema) if fmt == "json" and schema is not None else text_parser
     step = None
@@ -114,7 +130,7 @@ def enforce_limit(trace: Trace, memory: Any, *, fmt: str, limit: int | None, sub
         if size <= limit:
             return memory
         step = trace.ask(f"s000-compress-{fmt}", {"subject": subj, "limit": limit, "summary": as_text(memory)},
-                         kind="compress", parse=parse, schema=schema if fmt == "json" else None,
+                         kind="compress", parse=parse, schema=constrained if fmt == "json" else None,
                          chunk_index=chunk_index)
         if step.ok:
             memory = step.parsed

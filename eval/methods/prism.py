@@ -73,6 +73,9 @@ class PrismSettings(MethodSettings):
     # generated schema: its sampling seed, the same for every repeat (one schema per task and model,
     # section 3.4; the repeat's `seed` would make one per repeat and table 4 an average of five schemas)
     schema_seed: Seed = 0
+    # generated schema: attempts before the task's cell is given up as not run (the paper used one schema
+    # that worked; each rejected attempt is recorded on the schema step)
+    schema_attempts: PositiveInt = 10
     # "text": the paper's [OBJECTS FOR UPDATE] / [OBJECTS FOR ADD] lines, parsed line by line (appendix C);
     # "constrained": {"revisions": [...]} held to a JSON schema by the model server, with a prompt that
     # describes that form (the server must support JSON-schema decoding)
@@ -120,9 +123,9 @@ class _Prism(Method):
         s = self.settings
         sampling = replace(s.sampling(), seed=s.schema_seed)
         key = (sample.task, trace.llm.name, domain, example, load_template(SCHEMA_TEMPLATE).sha256, sampling,
-               s.max_attempts)
+               s.schema_attempts)
         gen, made_here = generated.SCHEMAS.get(
-            key, lambda: generated.generate_schema(trace.llm, domain, example, sampling, s.max_attempts))
+            key, lambda: generated.generate_schema(trace.llm, domain, example, sampling, s.schema_attempts))
         # Every sample records the schema step; only the sample whose call generated it carries the usage,
         # so the run's token totals count the one generation once.
         step = Step(index=len(trace.steps), kind="schema", template_id=gen.template.id,
@@ -136,8 +139,10 @@ class _Prism(Method):
         trace.steps.append(step)
         trace.templates[gen.template.id] = gen.template.sha256
         if gen.schema is None:
-            step.failures.append(f"no usable schema for task {sample.task!r} after {gen.attempts} attempt(s); "
-                                 "the sample was not run (answer left empty)")
+            last = gen.failures[-1].split(": ", 1)[-1] if gen.failures else "no answer"
+            trace.not_run = (f"no generated schema for task {sample.task!r} parsed in {gen.attempts} attempt(s) "
+                             f"(last: {last[:160]})")
+            step.failures.append(f"{trace.not_run}; the sample was not run (answer left empty)")
         return gen.schema
 
     # --- the incremental loop ------------------------------------------------------------------------
@@ -200,6 +205,7 @@ class _Prism(Method):
                 step.parsed = {"revisions": [r.to_dict() for r in parsed.revisions],
                                "applied": [r.to_dict() for r in applied]}
             step.memory = memory
+            step.memory_text = self._render(memory, amend)  # what the next prompt carries (table 4's tokens)
         return BuiltMemory(memory, self._render(memory, amend), schema.class_text(), final_note)
 
     def _render(self, memory: dict[str, Any], amend: Amendments) -> str:

@@ -15,7 +15,8 @@ from eval.datasets.sample import Sample
 from eval.errors import MethodError
 from eval.methods.base import Method, MethodSettings, Step, Trace
 from eval.methods.common import (
-    enforce_limit, entity_name, final_summary, is_entity, json_parser, merge_json, paragraphs, schema_for, subject, text_parser,
+    Decoding, enforce_limit, entity_name, final_summary, is_entity, json_parser, merge_json, paragraphs, schema_for,
+    sent_schema, subject, text_parser,
 )
 from eval.methods.parsing import as_text
 from eval.options import PositiveInt
@@ -26,6 +27,10 @@ class SummarySettings(MethodSettings):
     memory_limit: PositiveInt | None = None  # K: compress the memory when it exceeds this many tokens
     compress_rounds: PositiveInt = 2  # compression calls per step before trimming to K
     max_tokens: PositiveInt = 1024
+    # JSON formats: "text" lets the model write its JSON freely (the paper's models did; small ones "often
+    # produce structured outputs with errors"), parsed and retried like the text format; "constrained"
+    # sends the JSON schema to a server that decodes under it
+    decoding: Decoding = "text"
 
 
 class _SummaryMethod(Method):
@@ -37,13 +42,19 @@ class _SummaryMethod(Method):
         k = self.settings.memory_limit
         if k is not None and k <= 0:
             raise MethodError(f"{self.name}: memory_limit must be a positive token count or null, got {k}")
+        if self.fmt == "text" and self.settings.decoding == "constrained":
+            raise MethodError(f"{self.name}: a text summary has no JSON schema to decode under; "
+                              "use decoding: text or the method's -json form")
+
+    def _sent(self, trace: Trace, schema: dict[str, Any]) -> dict[str, Any] | None:
+        return sent_schema(trace, self.name, self.settings.decoding, schema) if self.fmt == "json" else None
 
     # --- one LLM call that produces a whole summary -------------------------------------------------
     def _generate(self, trace: Trace, sample: Sample, chunks: list[str], *, start: int, memory: Any | None,
                   kind: str, chunk_index: int) -> Step:
         fmt, schema = self.fmt, schema_for(sample)
         parse = json_parser(schema) if fmt == "json" else text_parser
-        use_schema = schema if fmt == "json" else None
+        use_schema = self._sent(trace, schema)
         if is_entity(sample):
             if memory is None:
                 return trace.ask(f"s000-entity-initial-{fmt}",
@@ -68,7 +79,7 @@ class _SummaryMethod(Method):
         fmt, schema = self.fmt, schema_for(sample)
         parse = json_parser(schema) if fmt == "json" else text_parser
         step = trace.ask(f"s000-dedupe-{fmt}", {"subject": subject(sample), "summary": as_text(memory)},
-                         kind="dedupe", parse=parse, schema=schema if fmt == "json" else None, chunk_index=chunk_index)
+                         kind="dedupe", parse=parse, schema=self._sent(trace, schema), chunk_index=chunk_index)
         if step.ok:
             memory = step.parsed
         step.memory = memory
@@ -76,7 +87,8 @@ class _SummaryMethod(Method):
 
     def _limit(self, trace: Trace, sample: Sample, memory: Any, chunk_index: int) -> Any:
         return enforce_limit(trace, memory, fmt=self.fmt, limit=self.settings.memory_limit, subj=subject(sample),
-                             schema=schema_for(sample), chunk_index=chunk_index, rounds=self.settings.compress_rounds)
+                             schema=schema_for(sample), chunk_index=chunk_index, rounds=self.settings.compress_rounds,
+                             constrained=self._sent(trace, schema_for(sample)))
 
     def _answer(self, trace: Trace, sample: Sample, memory: Any) -> str:
         """SUMIE answers with the attribute table; books with the final summary written from the memory."""

@@ -184,14 +184,17 @@ TABLES: dict[str, PaperTable] = {t.id: t for t in (
         "seed000-fig3", "Seed 000, figure 3 and appendix A: SUMIE F1 averaged over turns, and memory tokens, "
                         "with the memory limited to K tokens",
         (Column("F1 avg", "sumie", "f1:avg", task="sumie", scale=100.0),
-         Column("memory tokens per turn", "", "memory_tokens", task="sumie", digits=0)),
+         Column("memory tokens per turn", "", "memory_tokens", task="sumie", digits=0),
+         Column("turns where K bound (%)", "", "k_bound", task="sumie", scale=100.0, digits=0)),
         tuple(Row(f"{label}, K={k}", f"{method}-k{k}", {"memory tokens per turn": f"< {bound}"})
               for k, bound in ((200, 130), (300, 180)) for label, method in _FIG3_METHODS),
         "paper (appendix A)",
         "Figure 3 plots F1 without printing numbers; appendix A states the memory stays under 130 tokens at "
         "K = 200 and under 180 at K = 300 for every method. memory tokens: the existing information each turn's "
-        "prompt receives (the memory carried out of the turn before, after compression), in the run model's "
-        "tokenizer, averaged over turns and then over samples."),
+        "prompt receives (the memory carried out of the turn before, after compression), in the run's token "
+        "count (`count_tokens`), averaged over turns and then over samples. turns where K bound: the share of "
+        "turns whose memory exceeded K and was compressed or trimmed; at 0 the limited-memory condition "
+        "never occurred and the F1 is that of an unlimited memory."),
     PaperTable(
         "seed001-table1", "Seed 001, table 1: summaries with and without knowledge-graph retrieval",
         (Column("ROUGE-1", "rouge", "rouge1", scale=100.0, digits=2),
@@ -266,8 +269,9 @@ TABLES: dict[str, PaperTable] = {t.id: t for t in (
         "paper",
         "Each task's manual row is its best hand-made variant of table 2 (amendments on books, amendments "
         "without updates on RepoQA, in-place without updates on Spider); the generated row is the same "
-        "variant with the schema the LLM wrote from the task's example query. memory tokens: the memory after "
-        "each step in the run model's tokenizer, averaged over steps and samples, per task; the paper states "
+        "variant with the schema the LLM wrote from the task's example query. memory tokens: the memory text "
+        "each step's prompt carries (indented in-place JSON, or the base plus amendment lines) in the run "
+        "model's tokenizer, averaged over steps and samples, per task; the paper states "
         "one figure per row in its caption (manual 760 tokens, generated 790), not per task.",
         (Difference("Generated − Manual", {"book": "manual-book", "repoqa": "manual-repoqa", "spider": "manual-spider"},
                     {"book": "generated-book", "repoqa": "generated-repoqa", "spider": "generated-spider"}),),
@@ -344,11 +348,15 @@ def cell(table: PaperTable, row: Row, col: Column, figures: list[dict],
     fig = _find(figures, method=method, judge=col.judge, metric=col.metric.format(turn=row.turn),
                 task=col.task, dataset=row.dataset)
     counts = cell_status(status, method, col.task, row.dataset)
+    if not counts.get("ok", 0) and counts.get("not_run", 0) and counts.get("not_run") == counts.get("failed"):
+        # the method never started (e.g. its generated schema never parsed): a cause, not a score of 0
+        return {"text": f"failed ({counts['failed']} / {_units(counts)}): "
+                        f"not run, {counts.get('cause', '?')}", "mean": None}
     if fig is None or fig.get("mean") is None:
         if not counts.get("ok", 0) and counts.get("n/a", 0):
             return {"text": "n/a", "mean": None}
         if not counts.get("ok", 0) and counts.get("failed", 0):
-            return {"text": f"failed ({counts['failed']} / {sum(counts.values())})", "mean": None}
+            return {"text": f"failed ({counts['failed']} / {_units(counts)})", "mean": None}
         return {"text": "–", "mean": None, "incomplete": bool(fig and fig.get("incomplete"))}
     scaled = {k: (fig[k] * col.scale if fig.get(k) is not None else None) for k in ("mean", "se", "lo", "hi")}
     done = fig.get("judged", fig.get("samples"))
@@ -424,26 +432,46 @@ def judged_note(table: PaperTable, models: Mapping[str, Any] | None) -> str:
         if table.paper_judge:
             who += f"; the paper's judge: {table.paper_judge}"
         parts.append(who + ".")
+    read = {m for r in table.rows for m in ([r.method] if isinstance(r.method, str) else r.method.values())}
+    decoding = {m: v for m, v in ((models or {}).get("decoding") or {}).items() if m in read}
+    if decoding:
+        parts.append("Decoding of the JSON steps: " + ", ".join(f"{m} {v}" for m, v in sorted(decoding.items()))
+                     + " (text: written freely and parsed, retried like the text formats; constrained: held to "
+                     "the JSON schema by the model server).")
     return " ".join(parts)
 
 
-def method_status(samples: Any) -> dict[tuple[str, str], dict[str, int]]:
+def method_status(samples: Any) -> dict[tuple[str, str], dict[str, Any]]:
     """{(method, dataset): {status: units}} from a samples table (the n/a rows of methods that do not apply)."""
     if samples is None or len(samples) == 0:
         return {}
-    out: dict[tuple[str, str], dict[str, int]] = {}
+    out: dict[tuple[str, str], dict[str, Any]] = {}
     for (method, dataset, status), n in samples.groupby(["method", "dataset", "status"]).size().items():
         out.setdefault((method, dataset), {})[status] = int(n)
+    if "error" in samples:  # units whose method could not start: counted, with the first one's cause
+        from eval.methods.base import NOT_RUN
+
+        failed = samples[(samples["status"] == "failed") & samples["error"].fillna("").str.startswith(NOT_RUN)]
+        for (method, dataset), g in failed.groupby(["method", "dataset"], sort=True):
+            out[(method, dataset)].update(not_run=int(len(g)), cause=str(g["error"].iloc[0])[len(NOT_RUN):])
     return out
 
 
+def _units(counts: Mapping[str, Any]) -> int:
+    """The units of a cell's status counts (its statuses; `not_run` is a subset of `failed`, `cause` a text)."""
+    return sum(n for k, n in counts.items() if isinstance(n, int) and k != "not_run")
+
+
 def cell_status(status: Mapping[tuple[str, str], Mapping[str, int]], method: str, task: str | None,
-                dataset: str | None) -> dict[str, int]:
+                dataset: str | None) -> dict[str, Any]:
     """Units per status of one cell: the method's units on the datasets the cell reads (its column's task,
     its row's dataset suffix), never the method's units on other tasks."""
-    out: dict[str, int] = {}
+    out: dict[str, Any] = {}
     for (m, ds), counts in status.items():
         if m == method and (task is None or _task(ds) == task) and (dataset is None or ds.endswith(dataset)):
             for k, n in counts.items():
-                out[k] = out.get(k, 0) + n
+                if isinstance(n, str):  # a cause: the first one stands for the cell
+                    out.setdefault(k, n)
+                else:
+                    out[k] = out.get(k, 0) + n
     return out

@@ -334,6 +334,16 @@ def prompt_tokenizer(d: RunData) -> PromptTokenizer:
     return d.derived["tokenizer"]
 
 
+def budget_tokenizer(d: RunData) -> PromptTokenizer:
+    """What the run's token budgets (K) counted in: cl100k_base under `count_tokens: cl100k`, else the
+    run model's tokenizer (`prompt_tokenizer`); memory sizes are reported in the same unit as K."""
+    if run_config(d).get("count_tokens") == "cl100k":
+        from eval.tokens import cl100k_encode
+
+        return PromptTokenizer(cl100k_encode, "cl100k_base (the run's count_tokens)")
+    return prompt_tokenizer(d)
+
+
 def _prompt_tokenizer(d: RunData) -> PromptTokenizer:
     from engine.assets import resolve_model
     from engine.errors import EngineError
@@ -422,15 +432,20 @@ PAPER_COST_METRICS = ("prefix_hit_paper", "encoded", "net_encoded", "decoded", "
 ENGINE_COST_METRICS = ("radix_cache_hit", "engine_encoded", "engine_net_encoded", "engine_decoded",
                        "engine_cost_index")
 COST_METRICS = PAPER_COST_METRICS + ENGINE_COST_METRICS
-# the two hit rates are ratios of sums over a repeat's samples (hit = 1 - net / total for the means):
-# (numerator per unit in %, denominator per unit)
+# the two hit rates are ratios of sums over a repeat's samples: (numerator per unit in %, denominator per unit)
 _COST_RATIOS = {"prefix_hit_paper": ("paper_hit", "paper_total"), "radix_cache_hit": ("engine_cached", "engine_encoded")}
+# the printed hit is 1 - (printed net) / (printed total): both means are over the same units, so the
+# identity the paper states holds for the cells themselves, not only per repeat (hit: (net, total))
+_HIT_IDENTITY = {"prefix_hit_paper": ("net_encoded", "encoded"),
+                 "radix_cache_hit": ("engine_net_encoded", "engine_encoded")}
 
 
 def cost_cells(units: pd.DataFrame) -> dict[str, dict[str, Any]]:
     """Every cost metric's cell over one (method, dataset)'s rows of `cost_frame`, by the rule for
     means (`cells.cost_figure`): mean per sample per repeat, s.e. over repeats, and the 95% bootstrap
-    interval over samples; `samples` is the units compared (samples x repeats)."""
+    interval over samples; `samples` is the units compared (samples x repeats). A hit's mean is
+    1 - net / total of the printed net and total means (a ratio of sums over the same units), its s.e.
+    and interval those of the per-repeat ratios."""
     out = {}
     for metric in COST_METRICS:
         if metric in _COST_RATIOS:
@@ -439,6 +454,11 @@ def cost_cells(units: pd.DataFrame) -> dict[str, dict[str, Any]]:
         else:
             fig = cells.cost_figure(units, metric)
         out[metric] = {**fig, "samples": int(len(units))}
+    for hit, (net, total) in _HIT_IDENTITY.items():
+        n, t = out[net].get("mean"), out[total].get("mean")
+        if out[hit].get("mean") is not None and n is not None and t:
+            # repeats whose totals differ would make the mean of per-repeat ratios miss the identity
+            out[hit]["mean"] = 100.0 * (1.0 - n / t)
     return out
 
 
@@ -536,8 +556,10 @@ def _figures(d: RunData) -> list[dict]:
 def memory_figures(d: RunData) -> list[dict]:
     """`memory_tokens` per (method, dataset): the existing information each turn's prompt receives
     (`eval.judges.memory_size`: the memory carried out of the turn before, in its prompt rendering
-    and the run model's tokenizer), averaged over a sample's turns, then over its samples (per
-    repeat; seed 000 appendix A). Tokenised once per load: the Markdown and `report --json` read it."""
+    and the run model's tokenizer: the step's recorded `memory_text` where the method records one,
+    e.g. PRISM's indented in-place JSON or base plus amendment lines, else the compact JSON),
+    averaged over a sample's turns, then over its samples (per repeat; seed 000 appendix A).
+    Tokenised once per load: the Markdown and `report --json` read it."""
     if "memory_figures" not in d.derived:
         d.derived["memory_figures"] = _memory_figures(d)
     return d.derived["memory_figures"]
@@ -550,12 +572,15 @@ def _memory_figures(d: RunData) -> list[dict]:
     from eval.judges.memory_size import carried_memories
     from eval.methods.parsing import as_text
 
-    tok = prompt_tokenizer(d)
+    tok = budget_tokenizer(d)
     rows = []
     for key, g in st.sort_values("step").groupby(["method", "dataset", "repeat", "sample_id"], sort=True):
-        chunks = [json.loads(x or "{}").get("chunk_index") for x in g["extra_json"]]
+        extras = [json.loads(x or "{}") for x in g["extra_json"]]
         memories = [json.loads(m) if isinstance(m, str) else None for m in g["memory_json"]]
-        sizes = [len(tok.encode(as_text(m))) for m in carried_memories(zip(chunks, memories))]
+        # the text the prompt carried: the recorded rendering, else the memory's compact JSON
+        texts = [e["memory_text"] if "memory_text" in e else (None if m is None else as_text(m))
+                 for e, m in zip(extras, memories)]
+        sizes = [len(tok.encode(t)) for t in carried_memories(zip((e.get("chunk_index") for e in extras), texts))]
         if sizes:
             rows.append(dict(zip(("method", "dataset", "repeat", "sample_id"), key), memory_tokens=sum(sizes) / len(sizes)))
     if not rows:
@@ -568,6 +593,28 @@ def _memory_figures(d: RunData) -> list[dict]:
                     **cells.cost_figure(g, "memory_tokens"),
                     "samples": int(len(g)), "total": int(totals.get((m, ds), len(g))), "tokenizer": tok.label})
     return out
+
+
+def binding_figures(d: RunData) -> list[dict]:
+    """`k_bound` per (method, dataset): the share of a sample's turns (chunks) whose memory went over K and
+    was compressed or trimmed (a `compress` step at that turn), averaged over samples per repeat. A cell
+    at 0 says the limited-memory condition never occurred (seed 000 figure 3)."""
+    st = d.steps
+    if st.empty or "kind" not in st:
+        return []
+    rows = []
+    for key, g in st.groupby(["method", "dataset", "repeat", "sample_id"], sort=True):
+        chunks = [json.loads(x or "{}").get("chunk_index") for x in g["extra_json"]]
+        turns = {c for c in chunks if c is not None}
+        bound = {c for c, k in zip(chunks, g["kind"]) if c is not None and k == "compress"}
+        if turns:
+            rows.append(dict(zip(("method", "dataset", "repeat", "sample_id"), key), k_bound=len(bound) / len(turns)))
+    if not rows:
+        return []
+    totals = d.applicable.groupby(["method", "dataset"]).size().to_dict()
+    return [{"method": m, "dataset": ds, "judge": "", "metric": "k_bound", **cells.cost_figure(g, "k_bound"),
+             "samples": int(len(g)), "total": int(totals.get((m, ds), len(g)))}
+            for (m, ds), g in pd.DataFrame(rows).groupby(["method", "dataset"], sort=True)]
 
 
 def context_figures(d: RunData) -> list[dict]:
@@ -618,12 +665,29 @@ def models_of(d: RunData) -> dict[str, Any]:
     under_test = model_name(cfg.get("model") or {})
     jm = cfg.get("judge_model") or {"kind": "engine"}
     judge = under_test if jm.get("kind", "engine") == "engine" and not jm.get("weights") else model_name(jm)
-    out = {"model": under_test, "judge": judge, "self_judged": judge == under_test}
+    out = {"model": under_test, "judge": judge, "self_judged": judge == under_test, "decoding": decoding_of(cfg)}
     # seed 001's graph extraction: its own setting, the judge model unless a kg-retrieval says "self"
     kg = [m for m in cfg.get("methods") or () if m.get("name") == "kg-retrieval"]
     if kg:
         settings = {(m.get("options") or {}).get("extraction_model", "judge") for m in kg}
         out["graph_extraction"] = ", ".join(sorted(judge if s == "judge" else under_test for s in settings))
+    return out
+
+
+def decoding_of(cfg: dict[str, Any]) -> dict[str, str]:
+    """{method label: its `decoding` setting} for the config's methods that have one (the JSON formats'
+    free or schema-held output), the method's default where the config leaves it out."""
+    from eval.methods import method_class
+
+    out = {}
+    for m in cfg.get("methods") or ():
+        try:
+            cls = method_class(m["name"])
+        except Exception:  # a method removed since the run: nothing to say about its decoding
+            continue
+        default = getattr(cls.Settings, "decoding", None)
+        if default is not None and getattr(cls, "fmt", "json") != "text":  # text summaries have no schema
+            out[m.get("label") or m["name"]] = str((m.get("options") or {}).get("decoding", default))
     return out
 
 
@@ -658,6 +722,8 @@ def paper_tables(d: RunData) -> list[tuple[PaperTable, dict]]:
         figures += health.annotate(memory_figures(d), step_shares(d))
     if any(c.metric == "context_tokens" for i in ids for c in TABLES[i].columns):
         figures += health.annotate(context_figures(d), step_shares(d))
+    if any(c.metric == "k_bound" for i in ids for c in TABLES[i].columns):
+        figures += health.annotate(binding_figures(d), step_shares(d))
     status = method_status(d.samples)
     by_cell, _, _ = cells.score_cells(d.samples, d.scores, d.judge_failures)
     models = models_of(d)

@@ -38,7 +38,10 @@ def model_weights(cfg: RunConfig) -> Path | None:
 
 
 def chunk_tokenizer(cfg: RunConfig) -> str | None:
-    """What `chunk_tokens` counts in: the run model's tokenizer (its weights path), None for cl100k_base."""
+    """What `chunk_tokens` counts in: the run model's tokenizer (its weights path), None for cl100k_base
+    (`count_tokens: cl100k`, the papers' way, or a model whose tokenizer is not here)."""
+    if cfg.count_tokens == "cl100k":
+        return None
     path = model_weights(cfg)
     return str(path) if path is not None else None
 
@@ -110,8 +113,8 @@ def check_chunks_fit(cfg: RunConfig, count: Callable[[str], int] | None = None) 
     from eval.tokens import token_counter
     from jobs.run.workload import method_settings, _method_tasks
 
-    weights = chunk_tokenizer(cfg)
-    count = count or token_counter(model_encoder(weights) if weights else None)
+    path = model_weights(cfg)  # the fit is in the model's own tokens, whatever `count_tokens` says
+    count = count or token_counter(model_encoder(str(path)) if path else None)
     for mi, m in enumerate(cfg.methods):
         if m.name in WHOLE_INPUT_METHODS:
             continue

@@ -264,6 +264,10 @@ class RunConfig(_Strict):
     shard_rows: int = Field(default=50_000, ge=1)  # at the end of a run, small shards merge up to this many rows
     # the papers' tables `memloop report` lays out from this run (jobs.results.paper_tables; not in the run id)
     paper_tables: list[str] = Field(default_factory=list)
+    # what chunk sizes (`chunk_tokens`) and the methods' token budgets (K, summary limits) count in: the run
+    # model's tokenizer, or cl100k_base as seed 000 and the official BooookScore code count; a step's fit
+    # in the model's window is counted in the model's own tokens either way
+    count_tokens: Literal["model", "cl100k"] = "model"
 
     @field_validator("name", "tag")
     @classmethod

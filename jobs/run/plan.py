@@ -299,6 +299,7 @@ def identity(cfg: RunConfig, model_digest: str) -> dict[str, Any]:
         "code": code_digest(),
         "templates": template_hashes(cfg),
         "tag": cfg.tag,
+        **({"count_tokens": cfg.count_tokens} if cfg.count_tokens != "model" else {}),
     }
 
 

@@ -144,8 +144,10 @@ def judges_fitting(cfg: RunConfig, mi: int, m: MethodSpec, judges: tuple[JudgeSp
 
 def method_settings(cfg: RunConfig, m: MethodSpec, seed: int) -> dict[str, Any]:
     """The method's settings: its own defaults, then the run's sampling overrides (only the fields
-    the config sets), the repeat's seed, then the method's own options."""
-    return {**cfg.sampling.overrides(), "seed": seed, **m.options}
+    the config sets), the repeat's seed and token counting (`count_tokens`, where not the default),
+    then the method's own options."""
+    counting = {"count_tokens": cfg.count_tokens} if cfg.count_tokens != "model" else {}
+    return {**cfg.sampling.overrides(), "seed": seed, **counting, **m.options}
 
 
 def validate_methods(cfg: RunConfig) -> None:

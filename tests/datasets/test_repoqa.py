@@ -71,14 +71,17 @@ def test_an_llm_description_that_names_the_function_falls_back_to_the_name_free_
     leaky = json.dumps({"purpose": f"Implements {needle.name} for encoders", "input": "a str", "output": "a str",
                         "procedure": "escapes characters"})
     [s] = load_repoqa(["json"], needles=1, seed=0, chunk_tokens=4096, llm=ScriptedLLM([leaky]), description_cache=tmp_path)
-    assert s.metadata["describer"] == f"code (the LLM's description named {needle.name})"
-    assert s.metadata["description"] == describe_from_code(needle) and needle.name not in s.query
+    assert s.metadata["describer"] == f"code fallback (the LLM's description named {needle.name})"
+    fallback = s.metadata["description"]
+    assert {k: v for k, v in fallback.items() if k != "purpose"} == \
+        {k: v for k, v in describe_from_code(needle).items() if k != "purpose"} and needle.name not in s.query
+    assert fallback["purpose"].startswith("Not described by a model")
     # the cached answer is reused (an exhausted script would fail if asked) and judged again
     [again] = load_repoqa(["json"], needles=1, seed=0, chunk_tokens=4096, llm=ScriptedLLM([]), description_cache=tmp_path)
     assert again.query == s.query and len(list(tmp_path.glob("*.json"))) == 1
     [bad] = load_repoqa(["json"], needles=1, seed=0, chunk_tokens=4096, llm=ScriptedLLM(["I think it encodes things."]),
                         description_cache=tmp_path / "other")
-    assert bad.metadata["describer"].startswith("code (the LLM gave no JSON object")
+    assert bad.metadata["describer"].startswith("code fallback (the LLM gave no JSON object")
 
 
 @pytest.mark.parametrize("package", ["json", "email", "http"])
@@ -161,3 +164,41 @@ def test_line_packing_is_the_greedy_packing():
     long_line = "y" * 5000 + "\n"
     pieces = pack_lines("a = 1\n" + long_line, 50, count)
     assert "".join(pieces) == "a = 1\n" + long_line and all(count(p) <= 50 for p in pieces)
+
+
+def test_an_llm_description_copying_the_docstring_is_rejected_and_the_fallback_copies_nothing(tmp_path):
+    """Issue 46 point 8: the shipped configs named no describer, so the query's purpose was the needle's
+    docstring, which its chunk also carries: retrieval by string matching. A model's description that
+    shares a run of COPY_RUN_WORDS words with the docstring or comments is rejected; the labelled
+    fallback quotes no docstring; the paper configs name a describer model (the judge's)."""
+    import ast
+    from pathlib import Path
+
+    import yaml
+
+    from eval.datasets.repoqa.needles import COPY_RUN_WORDS, copied_run, needle_prose
+
+    files = dependency_order(read_package("json"))
+    [needle] = choose_needles(files, 1, 0)
+    doc = ast.get_docstring(needle.node)
+    words = doc.split()[:COPY_RUN_WORDS + 2]
+    copying = json.dumps({"purpose": "It " + " ".join(words).lower(), "input": "a str", "output": "a str",
+                          "procedure": "walks the text once"})
+    [s] = load_repoqa(["json"], needles=1, seed=0, chunk_tokens=4096, llm=ScriptedLLM([copying]),
+                      description_cache=tmp_path)
+    assert s.metadata["describer"].startswith("code fallback (the LLM's description copies '")
+    assert copied_run(s.metadata["description"], needle) is None  # the fallback shares no run either
+    fresh = json.dumps({"purpose": "Turns a value into its quoted textual form", "input": "a str",
+                        "output": "a str", "procedure": "replaces each special character by an escape"})
+    [ok] = load_repoqa(["json"], needles=1, seed=0, chunk_tokens=4096, llm=ScriptedLLM([fresh]),
+                       description_cache=tmp_path / "fresh")
+    assert ok.metadata["describer"] == "llm"
+    # without a describer the rule-based purpose is the docstring's: the copy this issue is about
+    [plain] = load_repoqa(["json"], needles=1, seed=0, chunk_tokens=4096)
+    assert copied_run(plain.metadata["description"], needle) is not None and doc.split()[0] in needle_prose(needle)
+    root = Path(__file__).resolve().parents[2]
+    for name in ("seed002-table2", "seed002-table4", "seed002-fig5"):
+        cfg = yaml.safe_load((root / f"jobs/configs/papers/{name}.yaml").read_text())
+        repoqa = [d for d in cfg["datasets"] if d["task"] == "repoqa"]
+        judge = (cfg.get("judge_model") or {}).get("weights", "qwen2.5-coder-1.5b")  # the judge model memloop installs
+        assert repoqa and all(d["options"]["describer_model"] == judge for d in repoqa), name

@@ -168,3 +168,34 @@ def test_each_sample_says_whether_the_release_file_or_the_generator_ran(tmp_path
     from_file = load_sumie_dataset(path)
     assert all(s.metadata["source"] == f"SUMIE file {path}" for s in from_file)
     assert [s.id for s in from_file] == [s.id for s in generated]  # same data, same unit ids
+
+
+def test_rich_entities_carry_memories_as_large_as_sumies_so_that_k_binds() -> None:
+    """Issue 46 point 4: the generator's entities carried ~14 one-word facts (~80 compact cl100k tokens at
+    the last turn) against K = 200 / 300, so figure 3's limited memory might never occur. `detail: rich`
+    (the seed 000 configs) states clause-valued facts, ~29 an entity, with the same gold guarantees."""
+    import statistics
+
+    from eval.datasets.sumie import load_sumie_dataset
+    from eval.tokens import cl100k_count
+
+    def last_memory_tokens(records) -> list[int]:
+        out = []
+        for r in records:
+            memory: dict[str, list[str]] = {}
+            for item in r["paragraph_summaries"][-1]["summary"]:
+                memory.setdefault(item["attribute"], []).append(item["value"])
+            out.append(cl100k_count(json.dumps(memory, separators=(",", ":"), ensure_ascii=False)))
+        return out
+
+    rich = list(generate_sumie(25, seed=0, detail="rich", conflicts=0.3))
+    for r in rich:
+        verify_sumie_record(r)  # every value verbatim in the sentences it cites, summaries aggregate
+    sizes = last_memory_tokens(rich)
+    assert statistics.mean(sizes) > 200 and sum(s > 200 for s in sizes) > len(sizes) / 2
+    assert statistics.mean(last_memory_tokens(generate_sumie(25, seed=0))) < 100  # compact: the old default
+    assert list(generate_sumie(3, seed=0, detail="rich")) == list(generate_sumie(3, seed=0, detail="rich"))
+    samples = load_sumie_dataset(synthetic=True, entities=2, detail="rich")
+    assert "rich detail" in samples[0].metadata["source"]
+    with pytest.raises(DatasetError, match="unknown SUMIE detail 'huge'"):
+        list(generate_sumie(1, detail="huge"))

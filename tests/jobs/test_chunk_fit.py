@@ -57,3 +57,41 @@ def test_chunks_are_counted_in_the_run_models_tokenizer(smollm2_gguf, tmp_path) 
     assert max(len(model_encoder(tok)(c)) for c in load_samples(spec, 0)[0].chunks) > 48  # cl100k's chunks overflow
     endpoint = _table2(model={"kind": "openai", "endpoint": {"base_url": "http://127.0.0.1:1/v1", "model": "m"}})
     assert chunk_tokenizer(parse_config(endpoint)) is None and model_context(parse_config(endpoint)) is None
+
+
+def test_paper_configs_count_chunks_and_budgets_in_cl100k_and_the_fit_in_the_models_tokens(smollm2_gguf) -> None:
+    """Issue 46 point 7: seed 000 (appendix D) and the official BooookScore code count chunk sizes, K and
+    the summary limits with tiktoken's cl100k; memloop counted them in the run model's tokenizer. The
+    paper configs say `count_tokens: cl100k` (in the run id, handed to every method); the check that a
+    step fits the model's window keeps counting in the model's own tokens."""
+    from jobs.run.plan import identity
+    from jobs.run.workload import method_settings
+
+    for name in ("seed000-table1", "seed000-fig3", "seed000-table2", "seed003-hier-inc"):
+        data = yaml.safe_load((ROOT / f"jobs/configs/papers/{name}.yaml").read_text())
+        assert data["count_tokens"] == "cl100k", name
+    data = yaml.safe_load((ROOT / "jobs/configs/papers/seed003-hier-inc.yaml").read_text())
+    data["datasets"][0]["path"] = str(BOOK)
+    data.pop("judge_model", None)
+    cfg = parse_config(data)
+    assert chunk_tokenizer(cfg) is None  # cl100k, although the model's tokenizer is here
+    assert method_settings(cfg, cfg.methods[0], 0)["count_tokens"] == "cl100k"
+    assert identity(cfg, "m")["count_tokens"] == "cl100k"
+    model = parse_config(dict(data, count_tokens="model"))
+    assert Path(chunk_tokenizer(model)).name == smollm2_gguf.name and "count_tokens" not in identity(model, "m")
+
+
+def test_methods_count_their_token_budgets_in_cl100k_when_told() -> None:
+    """The summary limits of incremental updating (and K of seed 000) count in `count_tokens`' tokenizer."""
+    from eval.datasets.sample import Sample
+    from eval.llm import ScriptedLLM
+    from eval.methods import get_method
+
+    book = Sample(id="b", task="book", chunks=("Anna sails.",))
+    summary = "Anna sails to Crete and becomes a captain."  # 9 words: 90 'model' tokens, 10 cl100k tokens
+    out = get_method("inc-update", max_summary_tokens=20, max_attempts=1).run(
+        book, ScriptedLLM([summary], tokens_per_word=10))
+    assert not out.steps[0].ok and "above the limit of 20" in out.failures[0]
+    out = get_method("inc-update", max_summary_tokens=20, max_attempts=1, count_tokens="cl100k").run(
+        book, ScriptedLLM([summary], tokens_per_word=10))
+    assert out.steps[0].ok and out.answer == summary

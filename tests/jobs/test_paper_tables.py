@@ -190,6 +190,7 @@ def test_a_reduced_paper_config_runs_on_the_bundled_model(config, ray_local, tmp
     """Each paper config reduced (2 samples, 2 chunks, 1 repeat, 64-token outputs, KGScore extractions of
     256 tokens) on the engine with the bundled model: every unit computed or failed with its cause, and the report lays out the table."""
     data = yaml.safe_load(config.read_text())
+    data.pop("model", None)  # the bundled model, whatever the config names (its chunks are reduced to fit 8k)
     data.update(output=str(tmp_path / "runs"), engine={"actors": 1, "cpus_per_actor": 1, "max_in_flight": 16},
                 sampling=dict(data.get("sampling") or {}, max_tokens=64), judge_cpus=0.25,
                 judge_model={"kind": "engine"})  # the pipeline, not the judge's strength: the model judges itself
@@ -206,6 +207,8 @@ def test_a_reduced_paper_config_runs_on_the_bundled_model(config, ray_local, tmp
             d["options"]["chunk_tokens"] //= 8
     for m in data["methods"]:
         m.setdefault("options", {})["max_attempts"] = 1
+        if "memory_limit" in m["options"]:  # K scaled with the 64-token outputs, so the limit binds
+            m["options"]["memory_limit"] //= 10
     for j in data.get("judges") or ():
         if j["name"] == "kgscore":  # the paper's open edge list fills the judge's whole window per extraction
             j.setdefault("options", {}).update(max_tokens=256, max_attempts=1)
@@ -222,6 +225,9 @@ def test_a_reduced_paper_config_runs_on_the_bundled_model(config, ray_local, tmp
     for tid in cfg.paper_tables:
         assert TABLES[tid].title in rep.markdown
         assert all(c["text"] for r in laid[tid]["rows"] for c in r["cells"].values())
+    if "seed000-fig3" in cfg.paper_tables:  # the limited-memory condition occurred, and the table says how often
+        bound = [r["cells"]["turns where K bound (%)"]["memloop"] for r in laid["seed000-fig3"]["rows"]]
+        assert any(b is not None and b > 0 for b in bound), bound
 
 
 def _lcp(a: list[int], b: list[int]) -> int:
@@ -290,3 +296,56 @@ def test_table3_net_and_cost_index_recomputed_from_the_runs_parquet_agree_with_t
             c = row["cells"]
             hit, total, net = (c[k]["memloop"] for k in ("cache hit (%)", "tokens (x10^3)", "net (x10^3)"))
             assert total and hit == pytest.approx(100 * (1 - net / total)), (laid["id"], row["label"])
+
+
+def test_every_method_label_docs_methods_names_for_a_paper_row_is_one_a_paper_table_reads() -> None:
+    """Issue 46 point 13: docs/methods.md named `prism-*-addonly`, which no paper table reads (the
+    tables read `-no-updates`): a run configured from the docs lost its rows."""
+    import re
+
+    read = {m for t in TABLES.values() for r in t.rows
+            for m in ([r.method] if isinstance(r.method, str) else r.method.values())}
+    read |= {m for t in TABLES.values() for d in t.differences for side in (d.a, d.b)
+             for m in ([side] if isinstance(side, str) else side.values())}
+    table = (ROOT / "docs/methods.md").read_text().split("### Baselines and ablations as a run config names them")[1]
+    rows = [line for line in table.split("\n\n")[1].splitlines() if line.startswith("| seed 002")]
+    labels = {label for line in rows for label in re.findall(r"label: ([\w-]+)", line)}
+    assert labels and labels <= read, labels - read
+
+
+def test_seed000_table_notes_name_each_json_methods_decoding_as_the_run_recorded_it() -> None:
+    """Issue 46 point 1: the paper configs decode JSON freely (the default `decoding: text`), the run
+    records it with its config, and the table note says which decoding every JSON method used."""
+    from jobs.results.paper_tables import judged_note
+    from jobs.results.report import decoding_of
+
+    cfg = yaml.safe_load((ROOT / "jobs/configs/papers/seed000-table1.yaml").read_text())
+    decoding = decoding_of(cfg)
+    assert decoding == {"go-json": "text", "gu-json": "text", "gm-json": "text", "cok": "text"}
+    note = judged_note(TABLES["seed000-table1"], {"model": "m", "judge": "j", "decoding": decoding})
+    assert "Decoding of the JSON steps: cok text, gm-json text, go-json text, gu-json text" in note
+    cfg["methods"][1]["options"] = {"decoding": "constrained"}
+    assert decoding_of(cfg)["go-json"] == "constrained"
+
+
+def test_a_cell_whose_generated_schema_never_parsed_shows_failed_with_its_cause_not_zero() -> None:
+    """Issue 46 point 10: every unit of the table 4 cell failed because the task's schema never parsed;
+    the cell read 0 (failed units count as 0 by the rule for means). It now says failed, and why."""
+    import pandas as pd
+
+    from eval.datasets.sample import Sample
+    from eval.llm import ScriptedLLM
+    from eval.methods import get_method
+    from jobs.results.paper_tables import method_status
+
+    llm = ScriptedLLM(["no schema"] * 3, name="schema-never")
+    outs = [get_method("prism-amendments", generate_schema=True, schema_attempts=3).run(
+        Sample(id=f"r{i}", task="repoqa", chunks=("def f(): pass",), query="q"), llm) for i in range(2)]
+    samples = pd.DataFrame([dict(method="generated-repoqa", dataset="repoqa:r", status="failed", error=o.failure)
+                            for o in outs])
+    zero = [dict(method="generated-repoqa", dataset="repoqa:r", judge="repoqa-exact", metric="accuracy", mean=0.0,
+                 judged=0, zeroed=2, total=2)]
+    laid = layout(TABLES["seed002-table4"], zero, method_status(samples))
+    cell = {r["label"]: r["cells"] for r in laid["rows"]}["Generated"]["RepoQA acc."]
+    assert cell["memloop"] is None
+    assert cell["text"].startswith("failed (2 / 2): not run, no generated schema for task 'repoqa' parsed in 3 attempt(s)")

@@ -328,3 +328,89 @@ def test_net_and_cost_index_follow_the_papers_prefix_definition_not_the_radix_ca
     cost = {f["metric"]: f["mean"] for f in headline(d)["figures"] if f["judge"] == ""}
     assert cost["net_encoded"] < cost["encoded"]
     assert 1 - cost["net_encoded"] / cost["encoded"] == pytest.approx(cost["prefix_hit_paper"] / 100)
+
+
+def test_printed_hit_cells_satisfy_hit_equals_one_minus_net_over_total_across_repeats() -> None:
+    """Issue 46 point 12: hit was the mean of per-repeat ratios while Net and Total were means of their
+    own, so repeats of different sizes broke hit = 1 - Net / Total in the printed cells."""
+    import pandas as pd
+
+    from jobs.results.report import cost_cells
+
+    rows = []
+    for rep, total, hit in ((0, 1000.0, 900.0), (1, 100.0, 0.0)):  # repeat 0 reuses 90%, repeat 1 nothing
+        for sid in ("a", "b"):
+            rows.append(dict(method="m", dataset="book:x", repeat=rep, sample_id=sid, paper_total=total,
+                             paper_hit=hit, encoded=total, net_encoded=total - hit, decoded=10.0,
+                             cost_index=(total - hit + 30) / 1e6, engine_encoded=total, engine_cached=hit,
+                             engine_net_encoded=total - hit, engine_decoded=10.0,
+                             engine_cost_index=(total - hit + 30) / 1e6))
+    figs = cost_cells(pd.DataFrame(rows))
+    for hit, net, total in (("prefix_hit_paper", "net_encoded", "encoded"),
+                            ("radix_cache_hit", "engine_net_encoded", "engine_encoded")):
+        assert figs[hit]["mean"] == pytest.approx(100 * (1 - figs[net]["mean"] / figs[total]["mean"]))
+    assert figs["prefix_hit_paper"]["mean"] == pytest.approx(100 * 900 / 1100)  # not (90 + 0) / 2
+
+
+@pytest.mark.parametrize("name", ["prism-inplace", "prism-amendments"])
+def test_table4_memory_tokens_count_the_memory_text_the_prompt_carries(tmp_path, name: str) -> None:
+    """Issue 46 point 11: table 4's memory tokens counted the folded memory in compact JSON, not the text
+    PRISM's prompts carry (indented in-place JSON, or the base plus amendment lines)."""
+    from types import SimpleNamespace
+
+    from eval.llm import ScriptedLLM
+    from eval.methods import get_method
+    from eval.tokens import cl100k_count
+    from jobs.results.report import memory_figures
+    from jobs.store.tables import step_row, unit_columns
+    from tests.methods.test_prism import BOOK, REVS
+
+    llm = ScriptedLLM(REVS)
+    out = get_method(name).run(BOOK, llm)
+    carried = [llm.requests[i].messages[0]["content"].split("[PARTIAL_SUMMARY]\n")[-1].split("\n\n[TEXT]")[0]
+               for i in (1, 2)]  # what turns 1 and 2 were prompted with
+    unit = SimpleNamespace(key=unit_key("book:x", "b", name, 0), dataset=SimpleNamespace(key="book:x"),
+                           sample=BOOK, method=SimpleNamespace(key=name), repeat=0)
+    rs = RunStore.open(str(tmp_path), "mem")
+    t = now()
+    rs.write_shard({"samples": [dict(unit_columns(unit), seed=0, status="ok", error=None, attempts=1,
+                                     output_json='"s"', n_steps=len(out.steps), prompt_tokens=1, cached_tokens=0,
+                                     decoded_tokens=1, chunk_tokens=None, actor="a", started_at=t, finished_at=t)],
+                    "steps": [step_row(unit, s) for s in out.steps], "scores": []})
+    fig = next(f for f in memory_figures(RunData.load(rs)) if f["method"] == name)
+    want = sum(cl100k_count(c) for c in carried) / 2
+    assert fig["mean"] == pytest.approx(want)
+    compact = [json.dumps(s.memory, separators=(",", ":"), ensure_ascii=False) for s in out.steps[:2]]
+    assert want != pytest.approx(sum(cl100k_count(c) for c in compact) / 2)  # the old count differs
+
+
+def test_fig3_reports_the_share_of_turns_where_k_bound(tmp_path) -> None:
+    """Issue 46 point 4: per cell, the share of turns whose memory went over K and was compressed or
+    trimmed, so a figure 3 whose limit never binds says so (0 %)."""
+    from types import SimpleNamespace
+
+    from eval.datasets.sample import Sample
+    from eval.llm import ScriptedLLM
+    from eval.methods import get_method
+    from jobs.results.paper_tables import TABLES
+    from jobs.results.report import binding_figures
+    from jobs.store.tables import step_row, unit_columns
+
+    hotel = Sample(id="h", task="sumie", chunks=("Pool.", "Spa and gym and bar.", "Quiet."), metadata={"entity": "H"})
+    rs = RunStore.open(str(tmp_path), "k")
+    t = now()
+    scripts = {"gu-json-k3": ['{"A": ["pool"]}', '{"A": ["pool deck", "spa room", "gym hall", "bar top"]}', '{"A": ["pool spa"]}',
+                              '{"A": ["pool spa", "quiet"]}'],
+               "gu-json-k99": ['{"A": ["pool"]}', '{"A": ["pool deck", "spa room", "gym hall", "bar top"]}', '{"A": ["quiet"]}']}
+    for label, outputs in scripts.items():
+        out = get_method("gu-json", memory_limit=int(label.rsplit("k", 1)[1])).run(hotel, ScriptedLLM(outputs))
+        unit = SimpleNamespace(key=unit_key("sumie:synthetic", "h", label, 0), dataset=SimpleNamespace(key="sumie:synthetic"),
+                               sample=hotel, method=SimpleNamespace(key=label), repeat=0)
+        rs.write_shard({"samples": [dict(unit_columns(unit), seed=0, status="ok", error=None, attempts=1,
+                                         output_json='"s"', n_steps=len(out.steps), prompt_tokens=1, cached_tokens=0,
+                                         decoded_tokens=1, chunk_tokens=None, actor="a", started_at=t,
+                                         finished_at=t)],
+                        "steps": [step_row(unit, s) for s in out.steps], "scores": []})
+    figs = {f["method"]: f["mean"] for f in binding_figures(RunData.load(rs))}
+    assert figs == {"gu-json-k3": pytest.approx(1 / 3), "gu-json-k99": 0.0}  # turn 1 of 3 compressed; never
+    assert any(c.metric == "k_bound" for c in TABLES["seed000-fig3"].columns)

@@ -120,3 +120,33 @@ def test_llm_matcher_samples_at_the_papers_temperature():
     assert [r.sampling.temperature for r in llm.requests] == [0.0] * 6
     with pytest.raises(JudgeError, match="temperature"):
         run_judge("sumie", "x", GOLD, llm, temperature=-1)
+
+
+def test_a_large_memory_is_extracted_in_parts_and_judged_whole() -> None:
+    """Issue 46 point 5: one extraction answers at most 60 pairs in 1024 tokens, so an unlimited CoK/GM
+    memory was cut and its unit's judgment failed. A memory over EXTRACT_PART_TOKENS is read in parts,
+    each a JSON object with its values' keys, and the parts' facts are judged together."""
+    from eval.judges.sumie import EXTRACT_PART_TOKENS, memory_parts
+
+    memory = {"attributes": {f"attribute {i}": [f"value {i} number {j} with some words" for j in range(3)]
+                             for i in range(40)}}  # 240 words of values: well over one part
+    count = ScriptedLLM([]).count_tokens
+    parts = memory_parts(memory, count)
+    assert len(parts) > 1 and all(count(p) <= EXTRACT_PART_TOKENS for p in parts)
+    values = [v for p in parts for vs in json.loads(p)["attributes"].values() for v in vs]
+    assert values == [v for vs in memory["attributes"].values() for v in vs]  # every value once, in order
+    text = " ".join(f"Ada won prize {i} in a long ceremony held in the city." for i in range(60))
+    text_parts = memory_parts(text, count)
+    assert len(text_parts) > 1 and " ".join(text_parts) == text
+    assert memory_parts({"a": ["b"]}, count) == ['{"a":["b"]}']
+
+    gold = {"entity_name": "Ada Quill", "turns": [{"occupation": ["chemist"]}]}
+    outputs = [_pairs(("attribute", f"part {n}")) for n in range(len(parts))]
+    outputs += ['{"supported_by": [1]}'] * len(parts) + ['{"stated_by": [1]}']
+    llm = ScriptedLLM(outputs)
+    r = run_judge("sumie", [memory], gold, llm, max_workers=1)
+    extracts = [q.messages[0]["content"] for q in llm.requests[:len(parts)]]
+    assert all(p in e for p, e in zip(parts, extracts))
+    assert r.score("precision", 0) == 1 / len(parts) and r.score("recall", 0) == 1.0  # all parts' facts judged
+    assert [j.item for j in r.judgments[:2]] == [f"turn 0: facts stated in the memory (part {n} of {len(parts)})"
+                                                 for n in (1, 2)]

@@ -154,3 +154,16 @@ def test_an_na_unit_is_recorded_as_na_and_never_judged(tmp_path) -> None:
     assert rs.table("judgments").num_rows == rs.table("scores").num_rows == 0
     fits = get_method("long-context", context_tokens=100_000).run(unit.sample, ScriptedLLM(["Final Answer: [[1]]"]))
     assert sample_row(unit, "ok", None, 1, fits, now(), "engine-0")["status"] == "ok"
+
+
+def test_inc_update_query_prompts_put_the_part_first_and_carry_no_word_limit() -> None:
+    """Issue 46 point 9: Chang et al.'s update prompt (which seed 002 adapts) shows the new part first
+    and asks for no word count; memloop put the question and notes first and capped them near 40 words."""
+    llm = ScriptedLLM(["candidate: add", "candidate: add; sub ruled out", "`add`"])
+    get_method("inc-update").run(REPO, llm)
+    for i, chunk in ((0, "def add(a, b)"), (1, "def sub(a, b)")):
+        text = content(llm, i)
+        assert text.index(chunk) < text.index(REPO.query)
+        assert "words" not in text
+    update = content(llm, 1)
+    assert update.index("def sub(a, b)") < update.index("candidate: add") < update.index("Updated notes:")

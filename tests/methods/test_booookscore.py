@@ -54,3 +54,17 @@ def test_inc_update_records_invalid_after_retries() -> None:
     out = get_method("inc-update", max_attempts=3).run(Sample(id="x", task="book", chunks=("a",)), llm)
     assert out.steps[0].attempts == 3 and not out.steps[0].ok and out.answer == "cut off"
     assert len(out.failures) == 3
+
+
+def test_inc_update_compresses_after_one_invalid_update_at_the_official_temperature() -> None:
+    """Issue 46 point 6: the official code asks an update once and compresses at temperature 1 after an
+    invalid one; memloop asked the update again (max_attempts) first, and compressed at the run's 0.5."""
+    long = " ".join(["word"] * 30) + "."
+    llm = ScriptedLLM(["Anna arrives at the harbour.", long, "Anna reaches the harbour.", "Anna arrives; Bob too.",
+                       "Short again, Carl."])
+    out = get_method("inc-update", max_summary_tokens=20, temperature=0.5).run(BOOK, llm)  # max_attempts: 3
+    assert [s.kind for s in out.steps] == ["initial", "update", "compress", "update", "update"]
+    assert out.steps[1].attempts == 1 and not out.steps[1].ok
+    temps = [r.sampling.temperature for r in llm.requests]
+    assert temps == [0.5, 0.5, 1.0, 0.5, 0.5]
+    assert get_method("inc-update").settings.compress_temperature == 1.0

@@ -75,3 +75,65 @@ def test_cok_update_merges_objects_and_keeps_old_text() -> None:
     item = cumulative(memory, Revision("$.attributes.Amenities[0]", "update", "a gym"))
     assert item.value == "two pools; a gym"
     assert cumulative(memory, Revision("$.attributes.Price", "update", ["cheap"])).value == ["cheap"]  # rejected later
+
+def _example_answer(example: str) -> str:
+    """The worked example's own answer: its sections from [THOUGHTS FOR UPDATE] on."""
+    return example[example.index("[THOUGHTS FOR UPDATE]"):]
+
+
+def test_cok_on_books_shows_a_book_example_whose_paths_the_book_schema_accepts() -> None:
+    """Issue 46 point 2: books were shown the SUMIE hotel example, whose `$.attributes...` paths the book
+    schema refuses, so a model copying the example never grew the memory. Appendix G: a book example."""
+    from eval.memory.schemas import STORY_ELEMENTS
+    from eval.templates import load_template
+
+    example = load_template("s000-cok-example-book").text
+    partial = json.loads(example.split("[PARTIAL_SUMMARY]\n", 1)[1].split("\n", 1)[0])
+    assert not STORY_ELEMENTS.errors(partial)
+    first = json.dumps({k: v for k, v in partial.items()})
+    new = json.loads(example.split("[NEW_SUMMARY]\n", 1)[1].split("\n", 1)[0])
+    book = Sample(id="b", task="book", chunks=("Maren keeps the light.", "Tobias comes; a storm."))
+    llm = ScriptedLLM([first, json.dumps(new), _example_answer(example), "Maren stays; Tobias comes."])
+    out = get_method("cok").run(book, llm)
+    prompt = llm.requests[2].messages[0]["content"]
+    assert "$.attributes" not in prompt and "HOTEL" not in prompt and "$.characters['Tobias Fenn']" in prompt
+    assert out.steps[2].revisions_rejected == 0 and out.steps[2].revisions_accepted == 3
+    assert out.memory["characters"]["Maren Holt"] == ["keeper of the lighthouse for eleven years",
+                                                      "refuses to leave the lighthouse"]
+    assert set(out.memory["characters"]) == {"Maren Holt", "Tobias Fenn"} and "The storm" in out.memory["events"]
+    # entities keep the hotel example, whose update now gives only the new value (figure 5)
+    hotel = load_template("s000-cok-example-entity").text
+    assert '{"$.attributes.Amenities": {"update": ["pub open until midnight"]}}' in hotel
+
+
+def test_cok_follows_figure_5_appends_once_removes_nothing_and_merges_an_add_at_an_existing_key() -> None:
+    """Issue 46 point 3: a restated value differing in case or spacing was appended again; an `add` of a
+    list at an existing key was refused and its values lost."""
+    from eval.memory import Revision
+    from eval.memory.schemas import SUMIE_SUMMARY
+    from eval.memory.revisions import apply_revisions
+    from eval.methods.cok import cumulative
+
+    memory = {"attributes": {"Amenities": ["two pools"]}}
+
+    def applied(rev: Revision) -> dict:
+        res = apply_revisions(memory, [cumulative(memory, rev)], SUMIE_SUMMARY)
+        assert not res.rejected, res.rejected
+        return res.memory["attributes"]
+
+    # update restating the old value in other case/spacing, plus the new one listed twice: appended once
+    assert applied(Revision("$.attributes.Amenities", "update", ["Two  Pools", "a spa", "A spa"]))["Amenities"] == \
+        ["two pools", "a spa"]
+    # an add of a list at an existing key is merged, nothing lost and nothing repeated
+    assert applied(Revision("$.attributes.Amenities", "add", ["TWO pools", "a gym"]))["Amenities"] == \
+        ["two pools", "a gym"]
+    # an add of one item at an existing list appends it once
+    assert applied(Revision("$.attributes.Amenities", "add", "two pools "))["Amenities"] == ["two pools"]
+    # an add of an object at an existing key merges key by key
+    assert applied(Revision("$.attributes", "add", {"Amenities": ["bar"], "Noise": ["loud"]})) == \
+        {"Amenities": ["two pools", "bar"], "Noise": ["loud"]}
+    # a text restated in other case is not repeated; new words are appended, the old kept
+    assert cumulative(memory, Revision("$.attributes.Amenities[0]", "update", "TWO pools")).value == "two pools"
+    assert cumulative(memory, Revision("$.attributes.Amenities[0]", "update", "a gym")).value == "two pools; a gym"
+    # an add at a new path is left to eval.memory as before
+    assert cumulative(memory, Revision("$.attributes.View", "add", ["sea"])).op == "add"

@@ -182,15 +182,16 @@ def test_generated_schema_is_one_per_task_across_repeats() -> None:
 
 def test_generated_schema_failure_is_retried_then_recorded_on_every_sample() -> None:
     llm = ScriptedLLM(["not a schema at all", "still not one"], name="schema-fails")
-    settings = {"generate_schema": True, "max_attempts": 2}
+    settings = {"generate_schema": True, "schema_attempts": 2}
     outs = [get_method("prism-inplace", **settings).run(Sample(id=f"b{i}", task="book", chunks=("x",)), llm)
             for i in range(2)]
     assert len(llm.requests) == 2  # two attempts, then the failure is reused, not asked again
     assert llm.requests[1].sampling.temperature > 0  # a retry resamples: a greedy model would repeat itself
     for out in outs:
         assert out.answer == "" and [s.kind for s in out.steps] == ["schema"] and not out.steps[0].ok
-        assert any("no usable schema" in f for f in out.failures)
+        assert any("no generated schema for task 'book' parsed in 2 attempt(s)" in f for f in out.failures)
         assert any("not a typed hierarchy" in f for f in out.failures)
+        assert out.failure.startswith("not run: no generated schema for task 'book' parsed in 2 attempt(s)")
     with pytest.raises(MethodError, match="unknown schema"):
         get_method("prism-inplace", schema="nope")
     with pytest.raises(MethodError, match="generate_schema: true"):
@@ -279,3 +280,16 @@ def test_spider_uses_the_papers_relevant_table_info_schema() -> None:
     out = get_method("prism-amendments").run(SPIDER, llm)
     assert "class RelevantTableInfo" in content(llm, 0) and "relevant_statistics" in content(llm, 0)
     assert out.memory["table_descriptions"][0]["relevant_statistics"] == ["2 rows"]
+
+
+def test_generated_schema_is_asked_again_until_one_parses_each_attempt_recorded() -> None:
+    """Issue 46 point 10: the paper used one working schema; a schema that failed within the steps'
+    max_attempts (3) was cached and zeroed the whole table 4 cell. Generation is now bounded apart
+    (`schema_attempts`, 10) and every rejected attempt is on the schema step."""
+    rev = '[OBJECTS FOR ADD]\n{"$.facts": {"add": ["a function"]}}'
+    llm = ScriptedLLM(["no schema"] * 4 + [SCHEMA_ANSWER, rev, "f"], name="schema-fifth")
+    out = get_method("prism-inplace", generate_schema=True).run(
+        Sample(id="r", task="repoqa", chunks=("def f(): pass",), query="q"), llm)
+    step = out.steps[0]
+    assert step.kind == "schema" and step.ok and step.attempts == 5 and len(step.failures) == 4
+    assert out.failure is None and out.memory == {"facts": ["a function"]}

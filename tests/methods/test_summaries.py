@@ -48,9 +48,9 @@ def test_parse_failure_retries_then_records() -> None:
     assert len(out.failures) == 4 and "no JSON" in out.failures[0]
 
 
-def test_schema_is_sent_when_supported() -> None:
+def test_schema_is_sent_under_constrained_decoding_when_supported() -> None:
     llm = ScriptedLLM(['{"A": ["x"]}'], supports_json_schema=True)
-    get_method("go-json").run(HOTEL, llm)
+    get_method("go-json", decoding="constrained").run(HOTEL, llm)
     assert llm.requests[0].json_schema["additionalProperties"]["items"] == {"type": "string"}
     assert "P1. The pool is huge.\nP2. Breakfast was cold." in prompt(llm, 0)
 
@@ -173,3 +173,56 @@ def test_text_prompts_keep_the_json_prompts_instructions_and_compression_may_mer
     update = load_template("s000-entity-update-text").text
     assert "original values stay, new ones are added" in update and "All original attributes and values stay" in update
     assert "keys" not in load_template("s000-compress-json").text.split("Criteria:")[0]
+
+
+class _SchemaRecorder(ScriptedLLM):
+    """Takes JSON schemas and answers every request with one valid entity table (CoK's revise step gets
+    figure 5's sections); records which requests carried a schema."""
+
+    def __init__(self) -> None:
+        super().__init__([], supports_json_schema=True)
+
+    def complete(self, request):  # type: ignore[override]
+        from eval.llm import LLMResult, Usage
+
+        self.requests.append(request)
+        text = request.messages[0]["content"]
+        if "[THOUGHTS FOR UPDATE]" in text.rsplit("===", 1)[-1]:
+            out = ('[THOUGHTS FOR UPDATE]\n1. none\n\n[UPDATED_OBJECTS]\n{}\n\n[THOUGHTS FOR ADD]\n1. food\n\n'
+                   '[ADDED_OBJECTS]\n{"$.attributes.Food": {"add": ["cold breakfast"]}}\n')
+        else:
+            out = '{"Amenities": ["huge pool"], "Food": ["cold breakfast"]}'
+        return LLMResult(text=out, usage=Usage(1, 0, 1))
+
+
+THREE = Sample(id="h1", task="sumie", chunks=("The pool is huge.", "Breakfast was cold.", "Staff were kind."),
+               metadata={"entity": "HOTEL1"})
+
+
+@pytest.mark.parametrize("name", ["go-json", "gu-json", "gm-json", "cok"])
+def test_json_methods_write_json_freely_by_default_and_under_the_schema_when_asked(name: str) -> None:
+    """Issue 46 point 1: every GU/GM-json generate, update, dedupe and compress step and CoK's JSON steps
+    sent a JSON schema whenever the LLM took one, so JSON outputs were always valid while text ones
+    could fail. Now `decoding: text` (the default) sends none; `constrained` sends one on every JSON step."""
+    limit = {} if name == "go-json" else {"memory_limit": 2}  # K binds: compress steps run too
+    free = _SchemaRecorder()
+    out = get_method(name, **limit).run(THREE, free)
+    assert out.settings["decoding"] == "text" and free.requests
+    assert [r.json_schema for r in free.requests] == [None] * len(free.requests)
+    held = _SchemaRecorder()
+    out = get_method(name, decoding="constrained", **limit).run(THREE, held)
+    kinds = {s.kind for s in out.steps}
+    if name != "go-json":
+        assert "compress" in kinds and kinds & {"update", "dedupe", "revise"}
+    kind_of = {s.prompt: s.kind for s in out.steps}  # retried requests repeat their step's prompt
+    for request in held.requests:
+        # CoK's revise step is figure 5's sections under either decoding; every other JSON step is held
+        kind = kind_of[request.messages[0]["content"]]
+        assert (request.json_schema is not None) == (kind != "revise"), kind
+
+
+def test_constrained_decoding_needs_a_json_method_and_a_server_that_takes_schemas() -> None:
+    with pytest.raises(MethodError, match="text summary has no JSON schema"):
+        get_method("gu-text", decoding="constrained")
+    with pytest.raises(MethodError, match="decoding: constrained needs a model server"):
+        get_method("gm-json", decoding="constrained").run(HOTEL, ScriptedLLM(['{"A": ["b"]}'] * 3))

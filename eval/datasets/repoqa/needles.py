@@ -1,10 +1,14 @@
 """Needle functions and their natural-language descriptions (purpose, input, output, procedure).
 
 Descriptions are written by an LLM when one is given (as RepoQA's are), cached per needle and checked
-for leaked identifiers (the function's name, its owners' names, its code-like parameter names); a
-description that leaks, or an LLM that gives none, falls back to the rule-based description built
-from the docstring, the signature and the syntax tree, which strips every such name and every
-code-like token. Either way the description never names the function.
+for leaked identifiers (the function's name, its owners' names, its code-like parameter names) and
+for a run of `COPY_RUN_WORDS` words copied from the needle's docstring or comments (the chunk
+carries that text, so a copy would make retrieval string matching). A description that leaks or
+copies, or an LLM that gives none, falls back to the rule-based description, labelled "code
+fallback (why)", whose purpose then says no model described it. Without any describer (a config
+that names none) the rule-based description takes its purpose from the docstring ("code"). The
+rule-based parts come from the signature and the syntax tree, which strips every such name and
+every code-like token. Either way the description never names the function.
 """
 from __future__ import annotations
 
@@ -312,15 +316,61 @@ def describe_from_cache(needle: Needle, model: str, cache_dir: str | Path) -> tu
     e.g. `memloop data repoqa-describe`), judged like a fresh one; rule-based where none is cached."""
     path = _cache_file(needle, model, Path(cache_dir).expanduser())
     if not path.is_file():
-        return describe_from_code(needle), f"code (no description by {model} cached in {cache_dir})"
+        return fallback_description(needle, f"no description by {model} cached in {cache_dir}; "
+                                            f"run `memloop data repoqa-describe --model {model}`")
     return _judged(needle, json.loads(path.read_text())["answer"])
+
+
+# A description may not share this many consecutive words with the needle's docstring or comments: the
+# chunk carries that text, and a copied run turns retrieval into string matching (RepoQA's descriptions
+# paraphrase what the function does)
+COPY_RUN_WORDS = 5
+_WORD = re.compile(r"[a-z0-9]+")
+
+
+def needle_prose(needle: Needle) -> str:
+    """The needle's docstring and comments: the prose the chunk carries beside the code."""
+    import io
+    import tokenize
+
+    parts = [ast.get_docstring(needle.node) or ""]
+    try:
+        parts += [t.string.lstrip("#") for t in tokenize.generate_tokens(io.StringIO(needle.source).readline)
+                  if t.type == tokenize.COMMENT]
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        pass  # a source fragment tokenize cannot finish: its docstring still counts
+    return "\n".join(parts)
+
+
+def copied_run(description: dict[str, str], needle: Needle, n: int = COPY_RUN_WORDS) -> str | None:
+    """The first run of `n` words the description shares with the needle's docstring or comments
+    (compared lower-cased, punctuation ignored), or None."""
+    prose = _WORD.findall(needle_prose(needle).lower())
+    runs = {tuple(prose[i:i + n]) for i in range(len(prose) - n + 1)}
+    for text in description.values():
+        words = _WORD.findall(text.lower())
+        for i in range(len(words) - n + 1):
+            if tuple(words[i:i + n]) in runs:
+                return " ".join(words[i:i + n])
+    return None
+
+
+def fallback_description(needle: Needle, why: str) -> tuple[dict[str, str], str]:
+    """The rule-based description where a model's is missing or rejected, labelled as such: its purpose
+    says no model described the needle instead of quoting the docstring (which the chunk carries)."""
+    d = describe_from_code(needle)
+    d["purpose"] = "Not described by a model; the input, output and procedure below are read from its code."
+    return d, f"code fallback ({why})"
 
 
 def _judged(needle: Needle, answer: str) -> tuple[dict[str, str], str]:
     data = _parse_description(answer)
     if data is None:
-        return describe_from_code(needle), f"code (the LLM gave no JSON object with {', '.join(FIELDS)})"
+        return fallback_description(needle, f"the LLM gave no JSON object with {', '.join(FIELDS)}")
     leaked = leaked_identifiers(data, needle)
     if leaked:
-        return describe_from_code(needle), f"code (the LLM's description named {', '.join(leaked)})"
+        return fallback_description(needle, f"the LLM's description named {', '.join(leaked)}")
+    copied = copied_run(data, needle)
+    if copied:
+        return fallback_description(needle, f"the LLM's description copies '{copied}' from the docstring or comments")
     return data, "llm"

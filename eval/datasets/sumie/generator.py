@@ -8,6 +8,11 @@ ids are listed in `distractor_sentences`). Sentences are `[id, text]` pairs unde
 ids ("P0", "P1", ...) unique within the entity. Each paragraph's `summary` aggregates every fact from
 paragraph 1 up to it, citing the ids of the sentences that state it; values are inserted verbatim, so
 each one literally appears in the sentences it cites.
+
+`detail`: "compact" (the default) states short values (a name, a place, a number), about 14 facts an
+entity; "rich" adds each category's clause-valued attributes (`vocab.RICH_ATTRIBUTES`) and states more
+facts a paragraph, so that an entity's aggregated memory reaches the few hundred tokens of the
+official SUMIE's (the paper's unlimited memories average 269-604 tokens) and K = 200 / 300 binds.
 """
 from __future__ import annotations
 
@@ -20,8 +25,8 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from eval.datasets.errors import DatasetError
-from eval.datasets.sumie.vocab import (CATEGORIES, FILLERS, MUTABLE, SENTIMENT_REMARKS, STYLES, UPDATE_TEMPLATES, Attribute,
-                                       Category)
+from eval.datasets.sumie.vocab import (CATEGORIES, DETAIL_LEVELS, FILLERS, MUTABLE, RICH_ATTRIBUTES, SENTIMENT_REMARKS,
+                                       STYLES, UPDATE_TEMPLATES, Attribute, Category)
 
 PARAGRAPHS = 7
 _STOP = {"the", "a", "an", "of", "and"}
@@ -100,9 +105,9 @@ def _template(rng: random.Random, attr: Attribute, value: str) -> str:
     return rng.choice(fits)
 
 
-def _plan(rng: random.Random, cat: Category) -> list[list[tuple[Attribute, str]]]:
+def _plan(rng: random.Random, cat: Category, rich: bool = False) -> list[list[tuple[Attribute, str]]]:
     """Which (attribute, value) facts each of the 7 paragraphs states for the first time."""
-    attrs = list(cat.attributes)
+    attrs = list(cat.attributes) + (list(RICH_ATTRIBUTES[cat.name]) if rich else [])
     rng.shuffle(attrs)
     unused = {a.name: [v for v in rng.sample(a.values, len(a.values))] for a in attrs}
     introduced: list[Attribute] = []
@@ -110,7 +115,7 @@ def _plan(rng: random.Random, cat: Category) -> list[list[tuple[Attribute, str]]
     pending = list(attrs)
     for t in range(PARAGRAPHS):
         facts: list[tuple[Attribute, str]] = []
-        want = 3 if t == 0 else rng.choice((1, 2, 2, 3))
+        want = (6 if t == 0 else rng.choice((4, 5, 5, 6))) if rich else (3 if t == 0 else rng.choice((1, 2, 2, 3)))
         while len(facts) < want:
             extendable = [a for a in introduced if a.multi and unused[a.name] and a not in [f[0] for f in facts]]
             if pending and (not extendable or rng.random() < 0.6):
@@ -125,7 +130,8 @@ def _plan(rng: random.Random, cat: Category) -> list[list[tuple[Attribute, str]]
     return plan
 
 
-def generate_entity(rng: random.Random, names: _Names, cat: Category, conflicts: float = 0.0) -> dict[str, Any]:
+def generate_entity(rng: random.Random, names: _Names, cat: Category, conflicts: float = 0.0,
+                    detail: str = "compact") -> dict[str, Any]:
     """One entity in the official SUMIE record format.
 
     With `conflicts` > 0, from paragraph 3 on each paragraph may (with that probability) change the
@@ -141,7 +147,8 @@ def generate_entity(rng: random.Random, names: _Names, cat: Category, conflicts:
     distractors: list[str] = []
     gold: dict[tuple[str, str], dict[str, Any]] = {}  # (attribute, value) -> summary item, in first-seen order
     stated: list[tuple[Attribute, str]] = []
-    for t, facts in enumerate(_plan(rng, cat)):
+    attributes = cat.attributes + (RICH_ATTRIBUTES[cat.name] if detail == "rich" else ())
+    for t, facts in enumerate(_plan(rng, cat, detail == "rich")):
         sentiment = rng.choice(sorted(SENTIMENT_REMARKS))
         style = home_style if rng.random() < 0.6 else rng.choice(sorted(STYLES))
         sentences: list[tuple[str, str, tuple[str, str] | None]] = []  # (kind, text, fact)
@@ -153,7 +160,7 @@ def generate_entity(rng: random.Random, names: _Names, cat: Category, conflicts:
             sentences.append(("fact", _render(_template(rng, attr, value), subject, value, prefix), (attr.name, value)))
         if conflicts > 0 and t >= 2 and rng.random() < conflicts:
             current = {a: v for (a, v) in gold}  # single-valued attributes hold one value each
-            by_name = {a.name: a for a in cat.attributes}
+            by_name = {a.name: a for a in attributes}
             restated = {a.name for a, _ in restate}
             options = sorted(a for a in current if a in MUTABLE and not by_name[a].multi and a not in restated)
             if options:
@@ -200,9 +207,12 @@ def generate_entity(rng: random.Random, names: _Names, cat: Category, conflicts:
 
 
 def generate_sumie(entities: int, seed: int = 0, categories: tuple[str, ...] | None = None,
-                   conflicts: float = 0.0) -> Iterator[dict[str, Any]]:
+                   conflicts: float = 0.0, detail: str = "compact") -> Iterator[dict[str, Any]]:
     """`entities` records, cycling through the categories; the same seed always gives the same records.
-    `conflicts` is the per-paragraph probability of a value update (see `generate_entity`)."""
+    `conflicts` is the per-paragraph probability of a value update (see `generate_entity`); `detail`
+    "compact" or "rich" (see the module docstring)."""
+    if detail not in DETAIL_LEVELS:
+        raise DatasetError(f"unknown SUMIE detail {detail!r}: use one of {list(DETAIL_LEVELS)}")
     if entities < 1:
         raise DatasetError(f"entities must be at least 1 (got {entities})")
     cats = CATEGORIES if categories is None else tuple(c for c in CATEGORIES if c.name in categories)
@@ -218,7 +228,7 @@ def generate_sumie(entities: int, seed: int = 0, categories: tuple[str, ...] | N
     rng = random.Random(seed)
     names = _Names(rng)
     for i in range(entities):
-        yield generate_entity(rng, names, cats[i % len(cats)], conflicts)
+        yield generate_entity(rng, names, cats[i % len(cats)], conflicts, detail)
 
 
 def write_sumie_jsonl(path: str | Path, entities: int, seed: int = 0, conflicts: float = 0.0) -> Path:

@@ -148,16 +148,19 @@ def load_sumie(path: str | Path, limit: int | None = None, verify_gold: bool = F
 
 
 def load_sumie_dataset(path: str | Path | None = None, synthetic: bool = False, entities: int = 200, seed: int = 0,
-                       limit: int | None = None, verify_gold: bool = False, conflicts: float = 0.0) -> list[Sample]:
+                       limit: int | None = None, verify_gold: bool = False, conflicts: float = 0.0,
+                       detail: str = "compact") -> list[Sample]:
     """The registry's `sumie` task: an official-format file, or (synthetic=True) generated entities
-    (`conflicts`: probability per paragraph that a stated value changes)."""
+    (`conflicts`: probability per paragraph that a stated value changes; `detail`: "compact" short
+    values, or "rich" clause-valued facts as many as the official SUMIE's)."""
     if synthetic:
         from eval.datasets.sumie.generator import generate_sumie
 
         n = entities if limit is None else min(entities, limit)
-        source = f"memloop's SUMIE generator (seed {seed}, {entities} entities), not the official release"
+        source = (f"memloop's SUMIE generator (seed {seed}, {entities} entities"
+                  + (f", {detail} detail" if detail != "compact" else "") + "), not the official release")
         return [_with_source(sumie_sample(r, f"synthetic entity {i}"), source)
-                for i, r in enumerate(generate_sumie(n, seed, conflicts=conflicts))]
+                for i, r in enumerate(generate_sumie(n, seed, conflicts=conflicts, detail=detail))]
     if path is None:
         raise DatasetError("the sumie task needs `path` (an official dataset_sumie.jsonl) or `synthetic: true`")
     return load_sumie(path, limit=limit, verify_gold=verify_gold)

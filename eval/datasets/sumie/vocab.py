@@ -182,3 +182,90 @@ UPDATE_TEMPLATES: tuple[str, ...] = (  # a single-valued attribute changes; {a} 
     "Update: {s}'s {a} is now {v}.",
     "Things have changed: the {a} of {s} is now {v}.",
 )
+
+# `detail: rich` (the paper configs): two more multi-valued attributes per category whose values are
+# whole clauses, as the official SUMIE's values are, so that an entity's unlimited memory reaches the
+# hundreds of tokens the paper reports (269-604) and a limit of K = 200 / 300 tokens binds
+RICH_ATTRIBUTES: dict[str, tuple[Attribute, ...]] = {
+    "person": (
+        _a("achievement", "led a five-year survey of coral reefs along the eastern coast|"
+           "designed a footbridge that survived the worst flood in a century|"
+           "recorded an album of improvised duets with a string quartet|"
+           "exposed a procurement scandal at the regional transport agency|"
+           "pioneered a keyhole technique for repairing infant heart valves|"
+           "restored a derelict rail yard into a public wetland park",
+           "{S} {v}.", "Among other things, {s} {v}.", "Few people know that {s} {v}.", multi=True),
+        _a("public role", "chairs the city's advisory board on coastal flooding|"
+           "mentors first-generation university students every spring|"
+           "hosts a weekly radio segment on urban design|"
+           "volunteers as a coach for a youth rowing club|"
+           "sits on the jury of an international documentary festival|"
+           "runs free evening workshops for adult learners at the public library",
+           "Outside work, {s} {v}.", "{S} also {v}.", multi=True),
+    ),
+    "restaurant": (
+        _a("signature dish", "slow-braised lamb shoulder with smoked aubergine and pomegranate|"
+           "hand-cut noodles in a broth simmered for two full days|"
+           "charred octopus with fermented chili butter and crisp potatoes|"
+           "a tasting plate of seven seasonal vegetables from its own garden|"
+           "wood-fired flatbread topped with wild mushrooms and aged cheese|"
+           "a dark chocolate tart with salted caramel and roasted hazelnuts",
+           "{S} is best known for {v}.", "Regulars at {s} keep ordering {v}.", multi=True),
+        _a("guest experience", "a chef's counter where diners watch the pastry team at work|"
+           "long waits on weekend evenings because it takes no reservations|"
+           "staff who explain the origin of every ingredient at the table|"
+           "a quiet back garden lit by lanterns on summer nights|"
+           "live acoustic music in the bar area every Thursday|"
+           "generous portions that many guests end up taking home",
+           "Reviews of {s} often mention {v}.", "{S} offers guests {v}.", multi=True),
+    ),
+    "company": (
+        _a("milestone", "opened its first overseas office in Singapore after a record year|"
+           "shipped its ten millionth unit in the spring of last year|"
+           "won a government contract to modernise the national rail signalling|"
+           "completed the acquisition of a smaller rival in the logistics sector|"
+           "moved its entire data centre operations to renewable power|"
+           "listed its shares on the stock exchange after a decade of private ownership",
+           "{S} {v}.", "In its history, {s} {v}.", multi=True),
+        _a("initiative", "a four-day working week trial for all office staff|"
+           "an apprenticeship programme that trains two hundred young people a year|"
+           "a fund that backs start-ups founded by former employees|"
+           "a pledge to halve the packaging waste of its products by 2030|"
+           "free language courses for employees who relocate abroad|"
+           "a research partnership with three universities on battery recycling",
+           "{S} launched {v}.", "Employees at {s} benefit from {v}.", multi=True),
+    ),
+    "hotel": (
+        _a("room feature", "floor-to-ceiling windows facing the harbour in every upper-floor suite|"
+           "heated bathroom floors and deep soaking tubs in the corner rooms|"
+           "small balconies with views over the old town rooftops|"
+           "soundproofed walls that keep the street noise out at night|"
+           "kitchenettes with a stove and a full-size fridge in the family rooms|"
+           "beds made with locally woven wool blankets in winter",
+           "{S} offers {v}.", "Guests of {s} appreciate {v}.", multi=True),
+        _a("guest remark", "a breakfast buffet with fresh pastries baked on site every morning|"
+           "slow lifts that make the upper floors a long wait at peak times|"
+           "friendly reception staff who arrange last-minute theatre tickets|"
+           "thin walls between some of the older rooms on the second floor|"
+           "a bar terrace that stays lively until well after midnight|"
+           "parking that fills up early and costs extra per night",
+           "Guests of {s} mention {v}.", "Reviews of {s} point to {v}.", multi=True),
+    ),
+    "product": (
+        _a("design detail", "a brushed aluminium frame with rounded edges that resists fingerprints|"
+           "a hinge that folds flat without leaving a visible crease|"
+           "physical buttons for volume and power placed on the same side|"
+           "a textured back panel that keeps it from sliding off tables|"
+           "a replaceable battery held in place by two standard screws|"
+           "a small status light that shows the charge level at a glance",
+           "{S} has {v}.", "Designers gave {s} {v}.", multi=True),
+        _a("reviewer note", "a screen that stays readable in bright midday sunlight|"
+           "speakers that distort noticeably at the highest volume|"
+           "a setup process that takes less than five minutes|"
+           "software updates promised for at least five years|"
+           "a charger that is sold separately and not included in the box|"
+           "a camera that struggles to focus in dim indoor light",
+           "Reviewers of {s} noted {v}.", "Testers found in {s} {v}.", multi=True),
+    ),
+}
+DETAIL_LEVELS = ("compact", "rich")
