@@ -127,10 +127,14 @@ class LocalStore:
             raise StorageError(f"cannot write {target}: {target.parent} is not a directory; "
                                "remove what is in the way or choose another `output`") from None
         tmp = target.parent / f".{target.name}.{uuid.uuid4().hex[:8]}.tmp"
-        with tmp.open("wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+        try:
+            with tmp.open("wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+        except BaseException:  # a full disk or an I/O error: no half-written temporary file stays behind
+            tmp.unlink(missing_ok=True)
+            raise
         return tmp
 
     def put(self, name: str, data: bytes, mode: WriteMode = "create") -> str:
@@ -209,7 +213,10 @@ class LocalStore:
             if current != generation:
                 raise ConflictError(f"{target} was changed by another process")
             tmp = self._write_tmp(target, data)
-            os.replace(tmp, target)
+            try:
+                os.replace(tmp, target)
+            finally:
+                tmp.unlink(missing_ok=True)
             return self._generation(target)
 
     def list(self, prefix: str) -> list[str]:
