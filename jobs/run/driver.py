@@ -378,6 +378,10 @@ def execute(cfg: RunConfig, *, actor_cls: Any = None, sim: Simulated | None = No
     resume_s = time.monotonic() - t_resume
     todo = [u for u in all_units if u.key not in done]
     skipped = len(all_units) - len(todo)
+    if rs.incomplete:  # a file of a finished shard is gone: its units are computed again, not trusted
+        files = sorted(f for fs in rs.incomplete.values() for f in fs)
+        log(f"{len(rs.incomplete)} finished shard(s) miss a file ({', '.join(files[:3])}{' ...' if len(files) > 3 else ''}): "
+            "their units are computed again")
     log(f"run {plan.run_id}: {len(all_units)} units, {skipped} already done, {len(todo)} to compute; "
         f"results -> {rs.uri}")
     invocation = f"{now().strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
