@@ -55,11 +55,21 @@ def ensure_ray(log: Log, address: str | None = None) -> None:
     except (ConnectionError, ValueError, RuntimeError) as exc:
         raise RunError(f"cannot join the Ray cluster at {address}: {type(exc).__name__}: {str(exc)[:300]}; "
                        "check RAY_ADDRESS (or --address), or unset it to run on a private local instance") from None
+    no_implicit_ray()
     from jobs.run.signals import reassert
 
     reassert()  # Ray's own SIGTERM handler exits at once; a run stops cleanly instead
     log(f"ray: {'connected to ' + address if address else 'a private local instance'}; "
         f"resources {ray.cluster_resources()}")
+
+
+def no_implicit_ray() -> None:
+    """Ray starts a new local instance on any `.remote()` made while it is not initialized; after this
+    process shut its Ray down (a stop), a lane finishing its unit would start a second one, whose
+    agents outlive the run. From now on such a call raises instead."""
+    import ray._private.auto_init_hook as auto_init
+
+    auto_init.enable_auto_connect = False
 
 
 def _check_joinable(address: str) -> None:
