@@ -32,3 +32,7 @@ class EngineFailure(EngineError):
 
 class ServerConfigError(EngineError):
     """`memloop serve` was given options it cannot serve with safely (a bad port, no key off loopback)."""
+
+
+class ScoringCancelled(EngineError):
+    """A prompt scoring whose request was abandoned (its client left, or it ran past the timeout)."""

@@ -24,6 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from engine.config import ModelConfig
+from engine.errors import ScoringCancelled
 from engine.model import decoder_layers, embed, final_logits, no_cache_attention
 from engine.sampling import MAX_LOGPROBS
 from engine.token_pieces import TokenPieces
@@ -92,16 +93,20 @@ class PromptScorer:
             self._pieces = TokenPieces(self.lm.tokenizer.hf)
         return self._pieces
 
-    def score(self, prompts: Sequence[Sequence[int]], top_n: int) -> list[list[dict[str, Any]]]:
+    def score(self, prompts: Sequence[Sequence[int]], top_n: int,
+              stop: threading.Event | None = None) -> list[list[dict[str, Any]]]:
         """Per prompt, one entry per token {id, token, bytes, logprob, text_offset, top_logprobs} as
         `TokenPieces.entries` builds them, with the first token's `logprob` and `top_logprobs` None
-        (nothing precedes it); `top_logprobs` holds the `top_n` most likely tokens, most likely first."""
+        (nothing precedes it); `top_logprobs` holds the `top_n` most likely tokens, most likely first.
+        Once `stop` is set (the request was abandoned) no further scoring call starts: ScoringCancelled."""
         if not 0 <= top_n <= MAX_LOGPROBS:
             raise ValueError(f"top_n must be in [0, {MAX_LOGPROBS}], got {top_n}")
         width = 0 if top_n == 0 else min(_pow2(top_n), MAX_LOGPROBS)
         out: list[list[dict[str, Any]] | None] = [None] * len(prompts)
         with self._lock:
             for group in batches([len(p) for p in prompts]):
+                if stop is not None and stop.is_set():  # between calls: a call in progress cannot be cut
+                    raise ScoringCancelled("the scoring request was abandoned; its remaining prompts were not scored")
                 t = _pow2(len(prompts[group[0]]), MIN_LENGTH)
                 rows = np.zeros((_pow2(len(group)), t), np.int32)
                 for r, i in enumerate(group):
@@ -111,6 +116,8 @@ class PromptScorer:
                                            score_tokens(self.lm.params, self.lm.config, jnp.asarray(rows), width))
                 for r, i in enumerate(group):
                     out[i] = self._entries(list(prompts[i]), picked[r], top_ids[r], top_lp[r], top_n)
+        if stop is not None and stop.is_set():  # finished after its request was abandoned: nobody reads it
+            raise ScoringCancelled("the scoring request was abandoned; its result was dropped")
         return out  # type: ignore[return-value]
 
     def _entries(self, ids: list[int], picked: np.ndarray, top_ids: np.ndarray, top_lp: np.ndarray,

@@ -33,6 +33,7 @@ from abc import abstractmethod
 import asyncio
 import hmac
 import ipaddress
+import threading
 import time
 import uuid
 from concurrent.futures import Future
@@ -471,20 +472,25 @@ def create_app(engine: Any, model_name: str = "memloop", max_body_bytes: int = M
                 raise fut.exception()
         return futs
 
-    async def wait(http: Request, futs: list[Future]) -> list[dict[str, Any]]:
-        gathered = asyncio.gather(*(asyncio.wrap_future(f) for f in futs))
-        gathered.add_done_callback(lambda g: g.cancelled() or g.exception())  # never "unretrieved"
+    async def watched(http: Request, work: "asyncio.Future[Any]") -> Any:
+        """`work`'s result, or _ClientGone / _Timeout as soon as the client leaves or the deadline passes
+        (the caller then stops the work)."""
+        work.add_done_callback(lambda g: g.cancelled() or g.exception())  # never "unretrieved"
         deadline = None if request_timeout is None else time.monotonic() + request_timeout
+        while True:
+            done, _ = await asyncio.wait({work}, timeout=POLL_S)
+            if done:
+                return work.result()
+            if await http.is_disconnected():
+                raise _ClientGone("the client disconnected; the request was cancelled")
+            if deadline is not None and time.monotonic() > deadline:
+                raise _Timeout(f"the request did not finish within {request_timeout:g} s (the server's "
+                               "--request-timeout); lower max_tokens, send shorter prompts, or retry when the "
+                               "server is less busy")
+
+    async def wait(http: Request, futs: list[Future]) -> list[dict[str, Any]]:
         try:
-            while True:
-                done, _ = await asyncio.wait({gathered}, timeout=POLL_S)
-                if done:
-                    return gathered.result()
-                if await http.is_disconnected():
-                    raise _ClientGone("the client disconnected; the request was cancelled")
-                if deadline is not None and time.monotonic() > deadline:
-                    raise _Timeout(f"the request did not finish within {request_timeout:g} s (the server's "
-                                   "--request-timeout); lower max_tokens or retry when the server is less busy")
+            return await watched(http, asyncio.gather(*(asyncio.wrap_future(f) for f in futs)))
         finally:
             for f in futs:  # no-op for finished ones; frees the batch slots of the others
                 engine.cancel(f)
@@ -512,13 +518,20 @@ def create_app(engine: Any, model_name: str = "memloop", max_body_bytes: int = M
             futs = await asyncio.to_thread(submit_all, requests)
             return await wait(http, futs)
 
-    async def echoed_prompts(prompts: list[str | list[int]], top_n: int | None) -> list[dict[str, Any]]:
+    async def echoed_prompts(http: Request, prompts: list[str | list[int]], top_n: int | None) -> list[dict[str, Any]]:
         """Each prompt's {"ids", "text", "entries"}: scored by the engine when log-probabilities are asked
-        (`Engine.score`, a forward over every prompt token), else only tokenised."""
+        (`Engine.score`, a forward over every prompt token), else only tokenised. Scoring is bounded
+        like generation: past the timeout or once the client leaves, the request ends, its queue
+        places are freed and the scorer starts no further call for it."""
         if top_n is None:
             return await asyncio.to_thread(lambda: [engine.prompt_text(p) for p in prompts])
         async with admitted(len(prompts)):
-            return await asyncio.to_thread(engine.score, prompts, top_n)
+            stop = threading.Event()
+            try:
+                return await watched(http, asyncio.ensure_future(asyncio.to_thread(engine.score, prompts, top_n,
+                                                                                   stop=stop)))
+            finally:
+                stop.set()
 
     def check(req: _Sampling) -> None:
         if req.stream:
@@ -561,7 +574,7 @@ def create_app(engine: Any, model_name: str = "memloop", max_body_bytes: int = M
                 SamplingParams.from_request({**r["sampling"], "max_tokens": 1})
             results = [None] * len(requests)
         if echo:
-            shown = await echoed_prompts(prompts, top_n)
+            shown = await echoed_prompts(http, prompts, top_n)
             choices = [echo_choice(shown[i // req.n], r, top_n is not None) for i, r in enumerate(results)]
             usage = _usage([r or {"usage": {"prompt_tokens": len(shown[i // req.n]["ids"]), "cached_tokens": 0,
                                             "decoded_tokens": 0}} for i, r in enumerate(results)])

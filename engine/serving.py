@@ -136,7 +136,7 @@ class Engine:
         futs = [self.submit(r) for r in requests]
         return [f.result() for f in futs]
 
-    def score(self, prompts: list[Any], top_n: int) -> list[dict[str, Any]]:
+    def score(self, prompts: list[Any], top_n: int, stop: Any = None) -> list[dict[str, Any]]:
         """Per prompt (a string, tokenised as a completion prompt, or a list of token ids), {"ids", "text",
         "entries"}: one entry per prompt token as in a result's `logprobs` (the first token's
         `logprob` and `top_logprobs` None), `top_n` alternatives each. Raises RequestError for a
@@ -149,7 +149,7 @@ class Engine:
             if len(p) > self.max_context:
                 raise RequestError(f"`prompt` {i} ({len(p)} tokens) exceeds the model context of {self.max_context} "
                                    "tokens; shorten the prompt (echo scores every prompt token, nothing is truncated)")
-        entries = self.scorer.score(ids, top_n)
+        entries = self.scorer.score(ids, top_n, stop)  # `stop`: a threading.Event set when the request is abandoned
         with self._lock:
             self.runner.counters["scored_prompts"] += len(ids)
             self.runner.counters["scored_tokens"] += sum(len(p) for p in ids)

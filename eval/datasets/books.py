@@ -132,9 +132,11 @@ class BookRecord:
 
 def book_sample(title: str, text: str, chunk_tokens: int = 2048, tokenizer: TokenizerLike = None,
                 source: str | None = None, chapters: bool = False, chunk_by: ChunkBy = "tokens",
-                summary: str | None = None, chapter: int | None = None) -> Sample:
+                summary: str | None = None, chapter: int | None = None, max_chunks: int | None = None) -> Sample:
     """A book Sample from cleaned text. Gold is `{"reference": summary}` when a reference summary is
-    given, else None (BooookScore is reference-free)."""
+    given, else None (BooookScore is reference-free). With `max_chunks`, token chunking stops after
+    one chunk more than that (`eval.datasets.truncate` then sees that chunks were dropped): a run
+    of a book's first chunks does not chunk the whole book."""
     paragraphs = split_paragraphs(text)
     if not paragraphs:
         raise EmptyDatasetError(f"book {title!r} has no text after cleaning: check that it is a book and not only a Gutenberg licence")
@@ -149,7 +151,10 @@ def book_sample(title: str, text: str, chunk_tokens: int = 2048, tokenizer: Toke
             log.warning("book %r has no chapter headings (`Chapter N`, `CHAPTER IV`, `Part Two` ...): read in "
                         "%d-token chunks instead of chapters", title, chunk_tokens)
             metadata["chunk_by"] = "tokens (no chapter headings)"
-        chunks = chunk_paragraphs(paragraphs, chunk_tokens, tokenizer)
+        chunks = chunk_paragraphs(paragraphs, chunk_tokens, tokenizer,
+                                  max_chunks=max_chunks + 1 if max_chunks and chapter is None else None)
+        if max_chunks and chapter is None and len(chunks) > max_chunks:
+            metadata["total_chunks"] = None  # not chunked further: unknown
         if chapters or chapter is not None:
             metadata["chunk_chapters"] = chunk_chapters(chunks)
     digest = hashlib.sha1(text.encode("utf-8")).hexdigest()[:10]
@@ -167,11 +172,11 @@ def book_sample(title: str, text: str, chunk_tokens: int = 2048, tokenizer: Toke
 
 
 def load_book(path: str | Path, chunk_tokens: int = 2048, tokenizer: TokenizerLike = None, unwrap: bool = True,
-              chapters: bool = False, chunk_by: ChunkBy = "tokens") -> Sample:
+              chapters: bool = False, chunk_by: ChunkBy = "tokens", max_chunks: int | None = None) -> Sample:
     """One plain-text or Gutenberg file as a chunked book Sample."""
     p = Path(path)
     return book_sample(p.stem, clean_book(read_text(p, "book"), unwrap=unwrap), chunk_tokens, tokenizer, source=str(p),
-                       chapters=chapters, chunk_by=chunk_by)
+                       chapters=chapters, chunk_by=chunk_by, max_chunks=max_chunks)
 
 
 def _record(where: str, title: Any, row: dict[str, Any]) -> BookRecord:
@@ -218,7 +223,7 @@ def _books_from_json(p: Path) -> Iterable[BookRecord]:
 
 def load_books(source: str | Path | Iterable[str | Path], chunk_tokens: int = 2048, tokenizer: TokenizerLike = None,
                unwrap: bool = True, limit: int | None = None, chapters: bool = False,
-               chunk_by: ChunkBy = "tokens") -> list[Sample]:
+               chunk_by: ChunkBy = "tokens", max_chunks: int | None = None) -> list[Sample]:
     """Books from a file, a directory of .txt files (sorted by name), a JSON/JSONL collection, or a list of paths.
 
     `chapters=True` adds metadata['chunk_chapters'] (the chapter each token chunk starts in);
@@ -227,7 +232,7 @@ def load_books(source: str | Path | Iterable[str | Path], chunk_tokens: int = 20
         raise DatasetError(f"chunk_by must be 'tokens' or 'chapter', got {chunk_by!r}")
     if not isinstance(source, (str, Path)):
         paths = [Path(s) for s in source]
-        samples = [load_book(p, chunk_tokens, tokenizer, unwrap, chapters, chunk_by) for p in paths[:limit]]
+        samples = [load_book(p, chunk_tokens, tokenizer, unwrap, chapters, chunk_by, max_chunks) for p in paths[:limit]]
     else:
         p = Path(source)
         if not p.exists():
@@ -236,16 +241,17 @@ def load_books(source: str | Path | Iterable[str | Path], chunk_tokens: int = 20
             files = sorted(f for f in p.iterdir() if f.suffix.lower() in TEXT_SUFFIXES)
             if not files:
                 raise EmptyDatasetError(f"directory {p} holds no {'/'.join(TEXT_SUFFIXES)} files: put the books there as plain text")
-            samples = [load_book(f, chunk_tokens, tokenizer, unwrap, chapters, chunk_by) for f in files[:limit]]
+            samples = [load_book(f, chunk_tokens, tokenizer, unwrap, chapters, chunk_by, max_chunks) for f in files[:limit]]
         elif p.suffix.lower() in (".json", ".jsonl"):
             books = list(_books_from_json(p))[:limit]
             if not books:
                 raise EmptyDatasetError(f"{p} holds no books")
             samples = [book_sample(b.title, clean_book(b.text, unwrap=unwrap), chunk_tokens, tokenizer, source=str(p),
-                                   chapters=chapters, chunk_by=chunk_by, summary=b.summary, chapter=b.chapter)
+                                   chapters=chapters, chunk_by=chunk_by, summary=b.summary, chapter=b.chapter,
+                                   max_chunks=max_chunks)
                        for b in books]
         elif p.suffix.lower() in TEXT_SUFFIXES or not p.suffix:
-            samples = [load_book(p, chunk_tokens, tokenizer, unwrap, chapters, chunk_by)]
+            samples = [load_book(p, chunk_tokens, tokenizer, unwrap, chapters, chunk_by, max_chunks)]
         else:
             raise UnknownFormatError(f"{p}: unknown book format {p.suffix!r}: use .txt, a directory of .txt, .json or .jsonl")
     return samples

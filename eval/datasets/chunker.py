@@ -35,14 +35,125 @@ def split_paragraphs(text: str) -> list[str]:
     return [line for line in text.split("\n") if line]
 
 
-def _last_two(pattern: re.Pattern[str], text: str) -> list[int]:
-    positions = [m.start() for m in pattern.finditer(text)]
-    return positions[-2:]
+# Token counts of growing prefixes are taken as monotone, within this many tokens (BPE may merge the
+# last few characters of a longer prefix into fewer tokens; it never undoes more than a handful).
+_SLACK = 16
+_QUOTES = "\"'"
+
+
+def _exceeds(text: str, start: int, limit: int, count: TokenCounter, first: int = 0) -> bool:
+    """count(text[start:]) > limit, counting only a prefix of about `first` characters (default four per
+    token of the limit), doubled until its count decides, when the text is long."""
+    n = first or 4 * limit
+    while start + n < len(text):
+        if count(text[start:start + n]) > limit + _SLACK:
+            return True
+        n *= 2
+    return count(text[start:]) > limit
+
+
+def _largest_fitting(lengths: "_Candidates", text: str, start: int, limit: int, count: TokenCounter,
+                     guess: int) -> int | None:
+    """The index of the first (longest) candidate head that fits, as the official loop finds it scanning
+    from the longest down; found instead around the candidate nearest `guess` characters, so that only
+    a few heads near the limit are counted. None when no candidate fits."""
+    m = len(lengths)
+    counted: dict[int, int] = {}  # candidate index -> its head's count (each head is counted once)
+
+    def n_of(i: int) -> int:
+        if i not in counted:
+            counted[i] = count(text[start:start + lengths[i]])
+        return counted[i]
+
+    def fits(i: int) -> bool:
+        return n_of(i) <= limit
+
+    lo, hi = 0, m - 1  # the first candidate no longer than the guess (lengths fall with the index)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if lengths[mid] <= guess:
+            hi = mid
+        else:
+            lo = mid + 1
+    step = 1
+    if fits(lo):  # gallop towards the longer heads until one does not fit
+        fit, nofit = lo, -1
+        while fit > 0:
+            i = max(fit - step, 0)
+            if not fits(i):
+                nofit = i
+                break
+            fit, step = i, step * 2
+    else:  # gallop towards the shorter heads until one fits
+        nofit = lo
+        while True:
+            if nofit == m - 1:
+                return None
+            i = min(nofit + step, m - 1)
+            if fits(i):
+                fit = i
+                break
+            nofit, step = i, step * 2
+    while fit - nofit > 1:  # the boundary between nofit (too long) and fit
+        mid = (fit + nofit) // 2
+        if fits(mid):
+            fit = mid
+        else:
+            nofit = mid
+    # a longer head may still fit where a prefix's count dipped: check those within the slack, as the
+    # official loop would meet them first
+    i = nofit
+    while i >= 0:
+        n = n_of(i)
+        if n <= limit:
+            fit = i
+        elif n > limit + _SLACK:
+            break
+        i -= 1
+    lengths.tokens = counted[fit]
+    return fit
+
+
+class _Candidates:
+    """The lengths the official `truncate` loop tries for the head of `text[start:]`, longest first,
+    without listing them: the whole rest; then the rest up to each sentence end but the last, from the
+    second-to-last down to the first; then up to each comma (or sentence end) before the first sentence
+    end but the last one there (or, with fewer than two sentence ends, before the end)."""
+
+    def __init__(self, text: str, start: int, ends: list[int], marks: list[int]) -> None:
+        import bisect
+
+        def first(pos: list[int]) -> int:  # the first mark of the rest (a quote at its very start has no
+            i = bisect.bisect_left(pos, start)  # punctuation before it there, as in the official code)
+            return i + 1 if i < len(pos) and pos[i] == start and text[start] in _QUOTES else i
+
+        self.start, self.total = start, len(text) - start
+        self.tokens = 0  # the count of the head chosen (set by `_largest_fitting`)
+        self.ends, self.marks = ends, marks
+        a, b = first(ends), len(ends)
+        self.e_hi, self.e_n = b, max(b - a - 1, 0)  # sentence-end heads: ends[b-2], ..., ends[a]
+        ca = first(marks)
+        cb = bisect.bisect_right(marks, ends[a]) if b - a >= 2 else len(marks)
+        self.m_hi, self.m_n = cb, max(cb - ca - 1, 0)  # comma heads: marks[cb-2], ..., marks[ca]
+
+    def __len__(self) -> int:
+        return 1 + self.e_n + self.m_n
+
+    def __getitem__(self, i: int) -> int:
+        if i == 0:
+            return self.total
+        if i <= self.e_n:
+            return self.ends[self.e_hi - 1 - i] + 1 - self.start
+        return self.marks[self.m_hi - 1 - (i - self.e_n)] + 1 - self.start
 
 
 def _hard_cut(text: str, limit: int, count: TokenCounter) -> int:
     """Length of the longest prefix within `limit` tokens, moved back to a whitespace when there is one."""
     lo, hi = 1, len(text)
+    n = 4 * limit  # the prefix that fits is short: bracket it from the start, not by halving a long text
+    while n < hi and count(text[:n]) <= limit:
+        lo, n = n, n * 2
+    hi = min(hi, n)
     while lo < hi:  # largest n with count(text[:n]) <= limit (token counts grow with prefix length)
         mid = (lo + hi + 1) // 2
         if count(text[:mid]) <= limit:
@@ -53,22 +164,44 @@ def _hard_cut(text: str, limit: int, count: TokenCounter) -> int:
     return space + 1 if space > 0 else lo
 
 
+def cut_long(text: str, limit: int, count: TokenCounter, max_chunks: int | None = None) -> tuple[list[str], str]:
+    """The official truncate loop on an over-long `text` (chunks cut from its start until the rest fits),
+    in time linear in its length: cut points are found once, and only heads near the limit are counted.
+    Stops after `max_chunks` chunks. Returns (chunks, the rest)."""
+    ends = [m.start() for m in _SENTENCE_ENDS.finditer(text)]
+    marks = [m.start() for m in _SENTENCE_OR_COMMA.finditer(text)]
+    chunks: list[str] = []
+    pos = 0
+    per_token = 4.0  # characters per token, from the last chunk: where the next cut is looked for first
+    while True:
+        lengths = _Candidates(text, pos, ends, marks)
+        i = _largest_fitting(lengths, text, pos, limit, count, int(limit * per_token))
+        if i is None:  # not even the shortest head fits: cut that head where the limit falls
+            shortest = text[pos:pos + lengths[len(lengths) - 1]]
+            end = pos + _hard_cut(shortest, limit, count)
+        else:
+            end = pos + lengths[i]
+        chunks.append(text[pos:end])
+        if i is not None:
+            per_token = max(1.0, (end - pos) / max(1, lengths.tokens))
+        pos = end
+        if (max_chunks is not None and len(chunks) >= max_chunks) or \
+                not _exceeds(text, pos, limit, count, int(limit * per_token * 1.25)):
+            return chunks, text[pos:]
+
+
 def truncate(text: str, limit: int, count: TokenCounter) -> tuple[str, str]:
     """Cut `text` from the end at punctuation until it fits; returns (head, remainder)."""
-    head = text
-    while count(head) > limit:
-        cuts = _last_two(_SENTENCE_ENDS, head)
-        if len(cuts) < 2:
-            cuts = _last_two(_SENTENCE_OR_COMMA, head)
-        if len(cuts) < 2:
-            head = head[: _hard_cut(head, limit, count)]
-            break
-        head = head[: cuts[0] + 1]
-    return head, text[len(head):]
+    if count(text) <= limit:
+        return text, ""
+    chunks, _ = cut_long(text, limit, count, max_chunks=1)
+    return chunks[0], text[len(chunks[0]):]
 
 
-def chunk_paragraphs(paragraphs: Sequence[str], chunk_tokens: int, tokenizer: TokenizerLike = None) -> list[str]:
-    """Chunks of at most `chunk_tokens` tokens, exactly as the BooookScore chunker draws them."""
+def chunk_paragraphs(paragraphs: Sequence[str], chunk_tokens: int, tokenizer: TokenizerLike = None,
+                     max_chunks: int | None = None) -> list[str]:
+    """Chunks of at most `chunk_tokens` tokens, exactly as the BooookScore chunker draws them; with
+    `max_chunks`, only the first that many (the rest of the text is not chunked)."""
     if chunk_tokens < MIN_CHUNK_TOKENS:
         raise DatasetError(f"chunk size {chunk_tokens} is too small: use at least {MIN_CHUNK_TOKENS} tokens")
     count = token_counter(tokenizer)
@@ -76,19 +209,18 @@ def chunk_paragraphs(paragraphs: Sequence[str], chunk_tokens: int, tokenizer: To
     if any("\n" in p for p in paragraphs):
         raise DatasetError("paragraphs must not contain newlines: split the text with split_paragraphs() first")
     whole = "\n".join(paragraphs)
-    if count(whole) <= chunk_tokens:
+    if not _exceeds(whole, 0, chunk_tokens, count):
         return [whole] if whole else []
     chunks: list[str] = []
     current = ""
     for para in paragraphs:
+        if max_chunks is not None and len(chunks) >= max_chunks:
+            return chunks[:max_chunks]
         candidate = f"{current}\n{para}" if current else para
-        if count(para) > chunk_tokens:
-            head, rest = truncate(candidate, chunk_tokens, count)
-            chunks.append(head)
-            while count(rest) > chunk_tokens:
-                head, rest = truncate(rest, chunk_tokens, count)
-                chunks.append(head)
-            current = rest
+        if _exceeds(para, 0, chunk_tokens, count):
+            left = None if max_chunks is None else max_chunks - len(chunks)
+            heads, current = cut_long(candidate, chunk_tokens, count, left)
+            chunks += heads
         elif count(candidate) > chunk_tokens:
             chunks.append(current)
             current = para
@@ -96,7 +228,7 @@ def chunk_paragraphs(paragraphs: Sequence[str], chunk_tokens: int, tokenizer: To
             current = candidate
     if current:
         chunks.append(current)
-    return chunks
+    return chunks if max_chunks is None else chunks[:max_chunks]
 
 
 def chunk_text(text: str, chunk_tokens: int, tokenizer: TokenizerLike = None) -> list[str]:

@@ -90,5 +90,6 @@ def truncate(sample: Sample, n_chunks: int) -> Sample:
     cut = gold_truncator(sample.task)
     if cut is not None and gold is not None:
         gold = cut(gold, n_chunks)
-    meta = dict(sample.metadata, max_chunks=n_chunks, total_chunks=len(sample.chunks))
+    # a loader that stopped chunking early recorded the total as unknown (None)
+    meta = dict(sample.metadata, max_chunks=n_chunks, total_chunks=sample.metadata.get("total_chunks", len(sample.chunks)))
     return dataclasses.replace(sample, chunks=sample.chunks[:n_chunks], gold=gold, metadata=meta)

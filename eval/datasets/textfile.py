@@ -13,15 +13,25 @@ from pathlib import Path
 from eval.datasets.errors import (BinaryFileError, DatasetNotFoundError, EmptyDatasetError, NotARegularFileError,
                                   RecordTooLargeError)
 
-_SNIFF = 8192
 # One record (a book, one JSONL line, one JSON document): 16 MiB of text is ~4M tokens, far beyond any
 # model context; past it the chunker's and tokenizer's time and memory grow for nothing.
 MAX_RECORD_BYTES = 16 * 2**20
 # A file of many records (JSONL, JSON, a book collection) is read into memory whole.
 MAX_DATA_FILE_BYTES = 1 * 2**30
 
+# Bytes no text holds: C0 controls other than tab, newlines, form feed and escape-free line breaks, and DEL.
+_CONTROLS = bytes([*range(0, 9), *range(14, 32), 127])
+_HIGH = bytes(range(128, 256))
+MAX_CONTROL_SHARE = 0.01  # of all bytes
+MAX_HIGH_SHARE = 0.3  # of all bytes, in a file that is not UTF-8 (Latin-1 French or German: a few percent)
+
 _KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
           (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def _share(data: bytes, which: bytes) -> float:
+    """The share of `data`'s bytes that are among `which` (counted in C: `translate` deletes them)."""
+    return (len(data) - len(data.translate(None, which))) / max(1, len(data))
 
 
 def check_data_path(path: str | Path, what: str = "file") -> os.stat_result:
@@ -66,21 +76,25 @@ def read_text(path: str | Path, what: str = "text file", limit: int = MAX_RECORD
     data = read_bounded(p, limit, what)
     if not data.strip():
         raise EmptyDatasetError(f"{what} {p} is empty: pass a file with content")
-    head = data[:_SNIFF]
     if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
         try:
             return data.decode("utf-16").lstrip("\ufeff").replace("\r\n", "\n").replace("\r", "\n")
         except UnicodeDecodeError:
             raise BinaryFileError(f"{what} {p} starts like UTF-16 but does not decode: re-save it as UTF-8") from None
-    if b"\x00" in head:
+    if b"\x00" in data:
         raise BinaryFileError(f"{what} {p} is binary (contains NUL bytes): pass a plain-text file")
+    if _share(data, _CONTROLS) > MAX_CONTROL_SHARE:  # anywhere in the file, not only its start
+        raise BinaryFileError(f"{what} {p} is not text ({_share(data, _CONTROLS):.1%} control bytes): pass a "
+                              "plain-text file, or cut what follows the text")
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError:
-        # Old Gutenberg files are ISO-8859-1; anything with many control bytes is not text at all.
-        controls = sum(1 for b in head if b < 9 or 13 < b < 32)
-        if controls > len(head) // 100:
-            raise BinaryFileError(f"{what} {p} is not text (undecodable bytes): pass a UTF-8 or Latin-1 text file") from None
+        # Old Gutenberg files are ISO-8859-1 or Windows-1252: a few accented letters among ASCII text.
+        # Where most bytes are not ASCII the file is not such a text (random bytes after a text decode
+        # as Windows-1252 too, and then take the chunker hours).
+        if _share(data, _HIGH) > MAX_HIGH_SHARE:
+            raise BinaryFileError(f"{what} {p} is not text ({_share(data, _HIGH):.0%} of its bytes are neither ASCII "
+                                  "nor UTF-8): pass a UTF-8 or Latin-1 text file") from None
         try:
             text = data.decode("cp1252")  # curly quotes and dashes of Windows-made files
         except UnicodeDecodeError:

@@ -59,11 +59,16 @@ def rescore_cmd(
     max_failed_frac: float = typer.Option(0.0, "--max-failed-frac", min=0.0, max=1.0,
                                           help="Exit 0 when at most this fraction of the judged units failed."),
     as_json: bool = typer.Option(False, "--json", help="Print only one JSON object on stdout."),
+    address: Optional[str] = typer.Option(None, "--address", help="The Ray cluster to join for a judge engine "
+                                          "(default RAY_ADDRESS, else a private local instance)."),
 ) -> None:
     """Judge a finished run's outputs again, beside its own judgments (resumes the same re-judging);
     `memloop report RUN_URI` then shows both."""
+    from jobs.commands.run import use_ray_address
     from jobs.run.config import JudgeSpec
     from jobs.run.rescore import rescore
+
+    use_ray_address(address)
     from jobs.run.signals import graceful_interrupts
 
     try:

@@ -8,6 +8,7 @@ started); 130 interrupted.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Optional
@@ -15,6 +16,12 @@ from typing import Optional
 import typer
 
 EXIT_FAILED_UNITS = 3
+
+
+def use_ray_address(address: str | None) -> None:
+    """`--address`: the Ray cluster this process joins (`jobs.run.actors.ensure_ray` reads RAY_ADDRESS)."""
+    if address:
+        os.environ["RAY_ADDRESS"] = address
 
 
 def run_cmd(
@@ -34,9 +41,13 @@ def run_cmd(
     max_failed_frac: float = typer.Option(0.0, "--max-failed-frac", min=0.0, max=1.0,
                                           help="Exit 0 when at most this fraction of the attempted units failed."),
     as_json: bool = typer.Option(False, "--json", help="Print only one JSON object on stdout (progress stays on stderr)."),
+    address: Optional[str] = typer.Option(None, "--address", help="The Ray cluster to join (host:port or ray://host:port; "
+                                          "default RAY_ADDRESS, else a private local instance)."),
 ) -> None:
     """Run (or resume) a config: prints the run id and output URI, then one JSON line of counts."""
     from jobs.run.config import load_config, model_configs, with_overrides
+
+    use_ray_address(address)
 
     cfg = with_overrides(load_config(config), str(config), output=output, tag=tag, limit=limit,
                          max_chunks=max_chunks, repeats=repeats, model=model, judge_model=judge_model)

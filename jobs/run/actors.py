@@ -35,17 +35,66 @@ def default_actor_class() -> Any:
     return EngineActor
 
 
-def ensure_ray(log: Log) -> None:
+RAY_JOIN_TIMEOUT_S = 5.0  # how long a given Ray address may take to accept a connection
+
+
+def ensure_ray(log: Log, address: str | None = None) -> None:
+    """Start Ray for this process: a private local instance, unless an address is given (`address`, else
+    `RAY_ADDRESS`). Never the host's last `ray start` (Ray's default without an address reads
+    `ray_current_cluster`, which may name a dead cluster, or a live one that is not this run's)."""
     import ray
 
     if ray.is_initialized():
         return
-    address = os.environ.get("RAY_ADDRESS")
-    ray.init(address=address, include_dashboard=False, log_to_driver=bool(address), logging_level="WARNING")
+    address = address or os.environ.get("RAY_ADDRESS") or None
+    if address is not None and address != "local":
+        _check_joinable(address)
+    try:
+        ray.init(address=address or "local", include_dashboard=False, log_to_driver=bool(address),
+                 logging_level="WARNING")
+    except (ConnectionError, ValueError, RuntimeError) as exc:
+        raise RunError(f"cannot join the Ray cluster at {address}: {type(exc).__name__}: {str(exc)[:300]}; "
+                       "check RAY_ADDRESS (or --address), or unset it to run on a private local instance") from None
+    no_implicit_ray()
     from jobs.run.signals import reassert
 
     reassert()  # Ray's own SIGTERM handler exits at once; a run stops cleanly instead
-    log(f"ray: {'connected to ' + address if address else 'local instance'}; resources {ray.cluster_resources()}")
+    log(f"ray: {'connected to ' + address if address else 'a private local instance'}; "
+        f"resources {ray.cluster_resources()}")
+
+
+def no_implicit_ray() -> None:
+    """Ray starts a new local instance on any `.remote()` made while it is not initialized; after this
+    process shut its Ray down (a stop), a lane finishing its unit would start a second one, whose
+    agents outlive the run. From now on such a call raises instead."""
+    import ray._private.auto_init_hook as auto_init
+
+    auto_init.enable_auto_connect = False
+
+
+def _check_joinable(address: str) -> None:
+    """Raise RunError within seconds when nothing answers at `address` (Ray itself retries for minutes)."""
+    import socket
+
+    from ray._private.services import canonicalize_bootstrap_address
+
+    target = address.split("://", 1)[1] if "://" in address else address
+    try:
+        resolved = target if "://" in address else canonicalize_bootstrap_address(target)
+    except Exception as exc:  # "auto" with no instance found, a malformed address
+        raise RunError(f"Ray address {address!r}: {str(exc)[:300]}; give host:port of a running cluster, or unset "
+                       "RAY_ADDRESS to run on a private local instance") from None
+    if resolved is None:  # "auto" found nothing to join
+        raise RunError(f"Ray address {address!r}: no running Ray cluster was found on this host; start one "
+                       "(`ray start --head`) or unset RAY_ADDRESS to run on a private local instance")
+    host, _, port = resolved.rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]") or "127.0.0.1", int(port)), timeout=RAY_JOIN_TIMEOUT_S):
+            pass
+    except (OSError, ValueError) as exc:
+        raise RunError(f"cannot join the Ray cluster at {address}: nothing answers at {resolved} "
+                       f"({getattr(exc, 'strerror', None) or exc}); start it, fix RAY_ADDRESS (or --address), "
+                       "or unset it to run on a private local instance") from None
 
 
 def start_actors(engine: EngineSpec, actor_cls: Any, kwargs: dict[str, Any], log: Log,

@@ -55,9 +55,14 @@ def model_encoder(weights: str) -> Callable[[str], list[int]]:
 
 
 def loader_takes_tokenizer(task: str) -> bool:
+    return loader_takes("tokenizer", task)
+
+
+def loader_takes(option: str, task: str) -> bool:
+    """Whether the task's loader has a parameter `option`."""
     from eval.datasets import get_loader
 
-    return "tokenizer" in inspect.signature(get_loader(task)).parameters
+    return option in inspect.signature(get_loader(task)).parameters
 
 
 def model_context(cfg: RunConfig) -> int | None:

@@ -138,6 +138,7 @@ class _UnitRunner:
         self.method_failed = 0  # units whose steps all produced nothing, and their first causes
         self.method_errors: list[str] = []
         self.stopping = False
+        self.stop = threading.Event()  # the pool's: once set, a finished unit starts no Ray work
         self._lock = threading.Lock()
 
     def run(self, a: Attempt[Unit], lane: int) -> Outcome | Future:
@@ -154,6 +155,8 @@ class _UnitRunner:
             usage, method_error = out.usage + out.retry_usage, method_failure(rows)
             if not judged(u, out, rows):
                 written = None  # buffered by the pool and written in batches, by this process
+            elif self.stop.is_set():  # stopping: no judge task starts (the unit stays unrecorded; a resume computes it)
+                raise RunError(f"{u.key}: not judged, the run is stopping")
             else:
                 with self.cpu("write"):
                     written = self.writer.write(u, rows, out, self.llms[lane])
@@ -241,6 +244,7 @@ def _compute(plan: RunPlan, rs: RunStore, todo: list[Unit], llms: list[Any], act
         lane_lost=runner.lane_lost,
         flush_units=cfg.flush_units, flush_s=cfg.flush_s,
         progress=lambda p: _show_progress(progress, p, runner), log=log)
+    runner.stop = pool.stop
     state["pool"] = pool
     state["pool_started"] = t0
     timer = threading.Timer(state["stop_after_s"], pool.stop.set) if state.get("stop_after_s") else None
@@ -378,6 +382,10 @@ def execute(cfg: RunConfig, *, actor_cls: Any = None, sim: Simulated | None = No
     resume_s = time.monotonic() - t_resume
     todo = [u for u in all_units if u.key not in done]
     skipped = len(all_units) - len(todo)
+    if rs.incomplete:  # a file of a finished shard is gone: its units are computed again, not trusted
+        files = sorted(f for fs in rs.incomplete.values() for f in fs)
+        log(f"{len(rs.incomplete)} finished shard(s) miss a file ({', '.join(files[:3])}{' ...' if len(files) > 3 else ''}): "
+            "their units are computed again")
     log(f"run {plan.run_id}: {len(all_units)} units, {skipped} already done, {len(todo)} to compute; "
         f"results -> {rs.uri}")
     invocation = f"{now().strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"

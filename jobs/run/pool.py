@@ -125,22 +125,38 @@ class WorkerPool(Generic[T]):
     def _worker(self, lane: int) -> None:
         while self.live[lane] and (a := self._take()) is not None:
             try:
-                result = self._run(a, lane)
-            except Exception as exc:  # recorded with the item, never dropped
-                if self.stop.is_set():  # interrupted: the item stays unrecorded and a resume computes it
+                if not self._work(a, lane):
                     break
-                if self._lane_lost(exc, lane):
-                    self.live[lane] = False
-                    self._put(a, front=True)  # back to the queue without spending an attempt
-                    break
-                self._attempt_failed(a, exc)
-                continue
-            if isinstance(result, Future):
-                result.add_done_callback(lambda f, a=a: self._resolved(a, f))
-            else:
-                self._finished(result)
+            except Exception as exc:  # recording the item failed: counted, so the pool never waits on it
+                self._unrecorded(a, exc)
         if not any(self.live) and not self.stop.is_set():
             self._fail_remaining(f"{ENGINES_LOST} and could not be restarted (engine.max_restarts)")
+
+    def _work(self, a: Attempt[T], lane: int) -> bool:
+        """Run one attempt and record its outcome; False when this worker stops."""
+        try:
+            result = self._run(a, lane)
+        except Exception as exc:  # recorded with the item, never dropped
+            if self.stop.is_set():  # interrupted: the item stays unrecorded and a resume computes it
+                return False
+            if self._lane_lost(exc, lane):
+                self.live[lane] = False
+                self._put(a, front=True)  # back to the queue without spending an attempt
+                return False
+            self._attempt_failed(a, exc)
+            return True
+        if isinstance(result, Future):
+            result.add_done_callback(lambda f, a=a: self._resolved(a, f))
+        else:
+            self._finished(result)
+        return True
+
+    def _unrecorded(self, a: Attempt[T], exc: BaseException) -> None:
+        """An item whose failure could not be turned into rows (a bug): counted failed with no rows
+        (a resume computes it again) and its error kept, instead of a worker dying with the item pending."""
+        err = f"{self._describe(a.item)} could not be recorded: {error_text(exc)}"
+        self.log(f"FAILED {err[:300]}")
+        self.finish({}, failed=True, error=err, infrastructure=True)
 
     def _finished(self, out: Outcome) -> None:
         self.finish(out.rows, failed=out.error is not None, error=out.error or out.incomplete,
@@ -149,12 +165,15 @@ class WorkerPool(Generic[T]):
     def _resolved(self, a: Attempt[T], fut: "Future[Outcome]") -> None:
         """A deferred outcome, or the failure its future raised (recorded, not retried; the infrastructure's)."""
         try:
-            out = fut.result()
-        except Exception as exc:
-            err = error_text(exc)
-            self.finish(self._failed_rows(a, err, True), failed=True, error=err, infrastructure=True)
-            return
-        self._finished(out)
+            try:
+                out = fut.result()
+            except Exception as exc:
+                err = error_text(exc)
+                self.finish(self._failed_rows(a, err, True), failed=True, error=err, infrastructure=True)
+                return
+            self._finished(out)
+        except Exception as exc:  # a callback's error would vanish inside the future: count the item
+            self._unrecorded(a, exc)
 
     def _fail_remaining(self, reason: str) -> None:
         while True:
@@ -162,7 +181,10 @@ class WorkerPool(Generic[T]):
                 if not self.queue:
                     return
                 a = self.queue.popleft()
-            self.finish(self._failed_rows(a, reason, True), failed=True, error=reason, infrastructure=True)
+            try:
+                self.finish(self._failed_rows(a, reason, True), failed=True, error=reason, infrastructure=True)
+            except Exception as exc:
+                self._unrecorded(a, exc)
 
     # main loop -----------------------------------------------------------------------------
 

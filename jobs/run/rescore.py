@@ -35,7 +35,7 @@ from jobs.run.pool import Attempt, Outcome, WorkerPool
 from jobs.run.workload import Unit
 from jobs.store.manifest import manifest_base
 from jobs.store.storage import JudgingStore, RunStore
-from jobs.store.tables import judged_row, now, with_unit
+from jobs.store.tables import judge_failure_row, judged_row, now, with_unit
 
 Log = Callable[[str], None]
 
@@ -156,8 +156,13 @@ class _Judging:
                         "judgments": [dict(r, judging_id=jid) for r in with_unit(u, res["judgments"])],
                         "scores": [dict(r, judging_id=jid) for r in with_unit(u, res["scores"])]})
 
-    def failed_rows(self, a: Attempt[Unit], error: str) -> dict[str, list[dict[str, Any]]]:
-        return {"judged": [judged_row(a.item, self.p.judging_id, "failed", error, a.number + 1, now())]}
+    def failed_rows(self, a: Attempt[Unit], error: str, infrastructure: bool) -> dict[str, list[dict[str, Any]]]:
+        """A unit whose judge failed: its `judged` row and, as a run records it, a `judgments` row with
+        the cause (`infrastructure` changes nothing here: either way the judgment is unknown)."""
+        jid = self.p.judging_id
+        return {"judged": [judged_row(a.item, jid, "failed", error, a.number + 1, now())],
+                "judgments": [dict(r, judging_id=jid)
+                              for r in with_unit(a.item, [judge_failure_row(self.p.judge.name, error)])]}
 
 
 @contextlib.contextmanager

@@ -55,10 +55,12 @@ def load_samples(spec: DatasetSpec, index: int, tokenizer: str | None = None) ->
     """The dataset's samples; `tokenizer` (the run model's, `jobs.run.chunk_fit.chunk_tokenizer`) is what its
     `chunk_tokens` count in, unless the dataset's options name one."""
     from eval.datasets import load_dataset
-    from jobs.run.chunk_fit import loader_takes_tokenizer, model_encoder
+    from jobs.run.chunk_fit import loader_takes, loader_takes_tokenizer, model_encoder
 
     field = f"datasets.{index}"
     options = {k: v for k, v in spec.options.items() if k != "max_chunks"}
+    if spec.options.get("max_chunks") is not None and loader_takes("max_chunks", spec.task):
+        options["max_chunks"] = int(spec.options["max_chunks"])  # the loader stops chunking there
     if tokenizer is not None and "tokenizer" not in options and loader_takes_tokenizer(spec.task):
         options["tokenizer"] = model_encoder(tokenizer)
     try:

@@ -98,6 +98,7 @@ class Store(Protocol):
     def put(self, name: str, data: bytes, mode: WriteMode = "create") -> str: ...
     def get(self, name: str) -> bytes: ...
     def read(self, name: str) -> tuple[bytes, str]: ...
+    def read_tail(self, name: str, n: int) -> tuple[bytes, int]: ...
     def replace(self, name: str, data: bytes, generation: str) -> str: ...
     def list(self, prefix: str) -> list[str]: ...
     def children(self, prefix: str) -> list[str]: ...
@@ -127,10 +128,14 @@ class LocalStore:
             raise StorageError(f"cannot write {target}: {target.parent} is not a directory; "
                                "remove what is in the way or choose another `output`") from None
         tmp = target.parent / f".{target.name}.{uuid.uuid4().hex[:8]}.tmp"
-        with tmp.open("wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+        try:
+            with tmp.open("wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+        except BaseException:  # a full disk or an I/O error: no half-written temporary file stays behind
+            tmp.unlink(missing_ok=True)
+            raise
         return tmp
 
     def put(self, name: str, data: bytes, mode: WriteMode = "create") -> str:
@@ -186,6 +191,17 @@ class LocalStore:
         except FileNotFoundError:
             raise NotFoundError(f"{path} does not exist; check the run URI") from None
 
+    def read_tail(self, name: str, n: int) -> tuple[bytes, int]:
+        """The last `n` bytes of an object and its size (a Parquet footer, without reading the file)."""
+        path = self._path(name)
+        try:
+            with path.open("rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                f.seek(max(0, size - n))
+                return f.read(), size
+        except FileNotFoundError:
+            raise NotFoundError(f"{path} does not exist; check the run URI") from None
+
     @contextlib.contextmanager
     def _mutex(self, target: Path) -> Iterator[None]:
         """Serialises compare-and-swap on one object across the processes of this host."""
@@ -209,7 +225,10 @@ class LocalStore:
             if current != generation:
                 raise ConflictError(f"{target} was changed by another process")
             tmp = self._write_tmp(target, data)
-            os.replace(tmp, target)
+            try:
+                os.replace(tmp, target)
+            finally:
+                tmp.unlink(missing_ok=True)
             return self._generation(target)
 
     def list(self, prefix: str) -> list[str]:
@@ -355,6 +374,24 @@ class GCSStore:
             raise self._failed("read", name, exc) from None
         raise NotFoundError(f"{self.uri}/{name} does not exist; check the run URI")
 
+    def read_tail(self, name: str, n: int) -> tuple[bytes, int]:
+        from google.api_core.exceptions import NotFound, PreconditionFailed
+
+        try:
+            blob = self.bucket.get_blob(self._blob_name(name), retry=self._retry, timeout=self._timeout)
+            self.down = False
+            if blob is not None:
+                size, gen = int(blob.size or 0), blob.generation
+                if size == 0:
+                    return b"", 0
+                return blob.download_as_bytes(start=max(0, size - n), end=size - 1, if_generation_match=gen,
+                                              retry=self._retry, timeout=self._timeout), size
+        except (NotFound, PreconditionFailed):
+            pass
+        except Exception as exc:
+            raise self._failed("read", name, exc) from None
+        raise NotFoundError(f"{self.uri}/{name} does not exist; check the run URI")
+
     def list(self, prefix: str) -> list[str]:
         full = self._blob_name(prefix).rstrip("/") + "/"
         cut = len(self.prefix) + 1 if self.prefix else 0
@@ -415,6 +452,10 @@ SHARD_TABLES = ("steps", "judgments", "scores", "samples")  # the write order of
 RUN_FOLDERS = (*SHARD_TABLES, "runs", "index")  # the folders of a run directory
 PART_SEP = "+"  # `{shard}+{part}`: a part of a shard's table written by another process (a judge task)
 WRITER_KEY = b"memloop.writer"  # the Parquet key-value metadata naming the process that wrote a file
+# In a shard's commit file: {run-relative name: rows} of the shard's other files, so a resume and a
+# reader can tell a shard whose `steps` (or a judge's part) went missing from one that never had any.
+FILES_KEY = b"memloop.files"
+FOOTER_READ = 64 * 1024  # bytes read from a file's end to find its Parquet footer (a second read if longer)
 
 
 @dataclass(frozen=True)
@@ -456,10 +497,39 @@ def from_parquet(data: bytes, uri: str = "", columns: list[str] | None = None) -
     try:
         return pq.read_table(pa.BufferReader(data), columns=columns)
     except (pa.ArrowException, OSError, ValueError) as exc:
-        raise DamagedRunError(
-            f"{uri or 'a table file'} is not a readable Parquet file ({type(exc).__name__}: {str(exc)[:200]}); "
-            "it was cut short or overwritten: restore it from a copy of the run, or delete it (a resume "
-            "computes the units of a deleted samples shard again)") from None
+        raise _unreadable(uri, f"{type(exc).__name__}: {str(exc)[:200]}") from None
+
+
+def _unreadable(uri: str, why: str) -> DamagedRunError:
+    exc = DamagedRunError(f"{uri or 'a table file'} is not a readable Parquet file ({why}); it was cut short or "
+                          "overwritten: restore it from a copy of the run, or delete it (a resume computes the "
+                          "units of a shard whose file is deleted again)")
+    exc.short = f"{uri} ({why})"  # type: ignore[attr-defined]  # for a list of several damaged files
+    return exc
+
+
+def read_footer(store: Store, name: str, uri: str = "") -> pq.FileMetaData:
+    """A Parquet file's footer (its row count and key-value metadata) from the file's last bytes only;
+    a cut-short or foreign file raises DamagedRunError naming `uri`."""
+    tail, size = store.read_tail(name, FOOTER_READ)
+    if size < 12 or tail[-4:] != b"PAR1":
+        raise _unreadable(uri, f"no Parquet footer at the end of its {size} bytes")
+    n = int.from_bytes(tail[-8:-4], "little")
+    if n + 12 > size:
+        raise _unreadable(uri, f"its footer claims {n} bytes of a {size}-byte file")
+    if n + 8 > len(tail):
+        tail, _ = store.read_tail(name, n + 8)
+    try:
+        return pq.read_metadata(pa.BufferReader(b"PAR1" + tail[-(n + 8):]))
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise _unreadable(uri, f"{type(exc).__name__}: {str(exc)[:200]}") from None
+
+
+def listed_files(meta: pq.FileMetaData) -> dict[str, int] | None:
+    """The files a shard's commit file lists ({run-relative name: rows}); None for shards committed
+    before commit files listed them."""
+    raw = (meta.metadata or {}).get(FILES_KEY)
+    return json.loads(raw) if raw else None
 
 
 # a unit with one of these outcomes is done: resuming never computes it again ("n/a": the method
@@ -561,6 +631,9 @@ class RunStore:
         # shards committed in this invocation (by this process, or reported by their writers): name -> record
         self.committed: dict[str, Committed] = {}
         self._lock = threading.Lock()
+        # shards whose commit file lists a file that is gone: {shard: the missing files} (by `done_units`)
+        self.incomplete: dict[str, list[str]] = {}
+        self._listed: dict[str, dict[str, int]] = {}  # {shard: its commit file's list}, from the last read
 
     @classmethod
     def open(cls, output: str, run_id: str, role: str = "driver") -> "RunStore":
@@ -728,7 +801,7 @@ class RunStore:
         t = pa.Table.from_pylist([dict(r, run_id=self.run_id, shard=shard) for r in samples],
                                  schema=SCHEMAS[self.commit_table])
         rel = part_file(self.commit_table, shard)
-        self.store.put(self.name(rel), _table_bytes(t, self.writer), mode="create")
+        self.store.put(self.name(rel), _table_bytes(t, self.writer, dict(files)), mode="create")
         per_table: dict[str, int] = {self.commit_table: t.num_rows}
         for f, n in files:
             per_table[f.split("/", 1)[0]] = per_table.get(f.split("/", 1)[0], 0) + n
@@ -821,6 +894,11 @@ class RunStore:
         names = self._shard_names(table)
         keep = names if shards is None else {s: names[s] for s in shards if s in names}
         parts = [self._read_one(n) for _, ns in sorted(keep.items()) for n in ns]
+        if table == self.commit_table:
+            for p in parts:
+                files = (p.schema.metadata or {}).get(FILES_KEY)
+                if files and p.num_rows:
+                    self._listed[p.column("shard")[0].as_py()] = json.loads(files)
         if not parts:
             return SCHEMAS[table].empty_table()
         return pa.concat_tables([conform(table, p) for p in parts])
@@ -837,13 +915,35 @@ class RunStore:
         if table == self.commit_table:
             return winners
         shards = set(winners.column("shard").to_pylist())
+        self._check_listed(table, winners)
         return rows_of_outcomes(self._read_all(table, shards), winners)
 
+    def _check_listed(self, table: str, winners: pa.Table) -> None:
+        """Raise DamagedRunError naming the units whose final shard lists a `table` file that is gone:
+        their outcome says ok while their rows are missing, so no table of the run would agree."""
+        present = {n for ns in self._shard_names(table).values() for n in ns}
+        gone = {shard: [f for f in self._listed.get(shard, {}) if f.startswith(f"{table}/")
+                        and self.name(f) not in present] for shard in set(winners.column("shard").to_pylist())}
+        gone = {shard: fs for shard, fs in gone.items() if fs}
+        if not gone:
+            return
+        units = [u for u, shard in zip(winners.column("unit").to_pylist(), winners.column("shard").to_pylist())
+                 if shard in gone]
+        files = sorted(f for fs in gone.values() for f in fs)
+        raise DamagedRunError(
+            f"{self.uri}: the `{table}` rows of {len(units)} unit(s) are missing ({', '.join(units[:5])}"
+            f"{f' and {len(units) - 5} more' if len(units) > 5 else ''}): their shards' {', '.join(files[:3])}"
+            f"{' ...' if len(files) > 3 else ''} is gone; restore it from a copy of the run, or run the config "
+            "again with `memloop run` (a resume computes units whose rows are missing)")
+
     def done_units(self) -> set[str]:
-        """Units recorded done (`ok` or `n/a`), from the unit indexes and the listing of committed shards; only shards
-        no index covers (a killed invocation's) are opened, and only their unit and status columns."""
+        """Units recorded done (`ok` or `n/a`) in a shard whose files are all there, from the unit indexes
+        and the listing of committed shards; only shards no index covers (a killed invocation's) are
+        opened, and only their unit and status columns. The shards counted on are checked by their
+        footers: one with a file that is gone is not counted (its units are computed again, and
+        `incomplete` names it); an unreadable file raises DamagedRunError naming every such file."""
         shards = self._shard_names(self.commit_table)
-        done: set[str] = set()
+        units: dict[str, set[str]] = {}  # shard -> its done units
         covered: set[str] = set()
         for name in self.store.list(self.name("index")):
             if not name.endswith(".parquet"):
@@ -854,14 +954,62 @@ class RunStore:
                 if shard in shards:  # a shard that still exists (committed, not compacted away)
                     covered.add(shard)
                     if st in DONE_STATUSES:
-                        done.add(u)
+                        units.setdefault(shard, set()).add(u)
         for shard, names in shards.items():
             if shard not in covered:
                 for name in names:
                     t = self._read_one(name, columns=["unit", "status"])
-                    done.update(u for u, st in zip(t.column("unit").to_pylist(), t.column("status").to_pylist())
-                                if st in DONE_STATUSES)
+                    units.setdefault(shard, set()).update(
+                        u for u, st in zip(t.column("unit").to_pylist(), t.column("status").to_pylist())
+                        if st in DONE_STATUSES)
+        counted = {shard: shards[shard] for shard, us in units.items() if us}
+        missing = self._check_shards(counted)
+        done = set().union(*(us for shard, us in units.items() if shard not in missing))
+        # a shard missing a file whose units are all done elsewhere (computed again already) is history
+        self.incomplete = {shard: fs for shard, fs in missing.items() if not units[shard] <= done}
         return done
+
+    def _check_shards(self, shards: dict[str, list[str]]) -> dict[str, list[str]]:
+        """{shard: its listed files that are gone} of `shards` ({shard: its commit file names}), reading
+        only footers; raises DamagedRunError naming every unreadable or short file."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        present = {n for table in self.shard_tables[:-1] for ns in self._shard_names(table).values() for n in ns}
+
+        def footer(name: str) -> pq.FileMetaData | str:
+            try:
+                return read_footer(self.store, name, self._uri(name))
+            except NotFoundError:  # removed since the listing (a compaction): its listing is stale
+                return f"{self._uri(name)} (gone while it was read)"
+            except DamagedRunError as exc:
+                return getattr(exc, "short", str(exc))
+
+        with ThreadPoolExecutor(max_workers=16) as ex:
+            commits = dict(zip([n for ns in shards.values() for n in ns],
+                               ex.map(footer, [n for ns in shards.values() for n in ns])))
+            expected: dict[str, tuple[str, int]] = {}  # file name -> (shard, rows)
+            missing: dict[str, list[str]] = {}
+            for shard, names in shards.items():
+                for name in names:
+                    meta = commits[name]
+                    for rel, rows in ((listed_files(meta) or {}) if not isinstance(meta, str) else {}).items():
+                        if self.name(rel) in present:
+                            expected[self.name(rel)] = (shard, rows)
+                        else:
+                            missing.setdefault(shard, []).append(rel)
+            damaged = [m for m in commits.values() if isinstance(m, str)]
+            for name, meta in zip(expected, ex.map(footer, list(expected))):
+                if isinstance(meta, str):
+                    damaged.append(meta)
+                elif meta.num_rows != expected[name][1]:
+                    damaged.append(f"{self._uri(name)} (holds {meta.num_rows} rows, its shard's commit "
+                                   f"records {expected[name][1]})")
+        if damaged:
+            raise DamagedRunError(
+                f"{len(damaged)} file(s) of {self.uri} are damaged: {'; '.join(sorted(damaged)[:5])}"
+                f"{' ...' if len(damaged) > 5 else ''}; restore them from a copy of the run, or delete them "
+                "(a resume computes the units of a shard whose file is deleted again)")
+        return missing
 
 
 JUDGINGS = "judgings"
@@ -884,9 +1032,14 @@ def new_shard_name() -> str:
     return f"{now().strftime('%Y%m%dT%H%M%S%f')}-{uuid.uuid4().hex[:8]}"
 
 
-def _table_bytes(t: pa.Table, writer: dict[str, Any] | None = None) -> bytes:
+def _table_bytes(t: pa.Table, writer: dict[str, Any] | None = None, files: dict[str, int] | None = None) -> bytes:
+    meta = dict(t.schema.metadata or {})
     if writer is not None:
-        t = t.replace_schema_metadata({**(t.schema.metadata or {}), WRITER_KEY: json.dumps(writer).encode()})
+        meta[WRITER_KEY] = json.dumps(writer).encode()
+    if files is not None:
+        meta[FILES_KEY] = json.dumps(files, sort_keys=True).encode()
+    if meta:
+        t = t.replace_schema_metadata(meta)
     buf = io.BytesIO()
     pq.write_table(t, buf, compression="zstd")
     return buf.getvalue()

@@ -146,3 +146,19 @@ def test_collections_carry_reference_summaries_and_their_chapter(tmp_path):
         (tmp_path / "bad.jsonl").write_text(json.dumps({"title": "T", "text": text, **bad}))
         with pytest.raises(MissingFieldError, match=match):
             load_books(tmp_path / "bad.jsonl", chunk_tokens=64, chunk_by="chapter")
+
+
+def test_text_followed_by_random_bytes_is_refused_as_binary(tmp_path):
+    """A text whose tail is random bytes decoded as Windows-1252 and then took the chunker hours; the
+    share of control and non-ASCII bytes over the whole file refuses it. Latin-1 prose still loads."""
+    import random
+
+    text = ("It was the best of times, it was the worst of times. " * 200).encode()
+    rng = random.Random(3)
+    noise = bytes(rng.randrange(1, 256) for _ in range(len(text)))  # no NUL (that one was always refused)
+    (tmp_path / "tail.txt").write_bytes(text + noise)
+    with pytest.raises(BinaryFileError, match="not text"):
+        load_books(tmp_path / "tail.txt")
+    (tmp_path / "latin.txt").write_bytes(("Le garçon était à la fenêtre. " * 300).encode("latin-1"))
+    (sample,) = load_books(tmp_path / "latin.txt")
+    assert "garçon était" in sample.chunks[0]

@@ -128,3 +128,95 @@ def test_wrapped_lines_as_paragraphs_match_official_boundaries(shared_data, coun
     chunks = chunk_paragraphs(lines, 1024)
     assert chunks == reference_chunks(lines, 1024, count)
     assert "".join(chunks).replace("\n", "") == "".join(lines) and max(count(c) for c in chunks) <= 1024
+
+
+def _sentences(n_chars: int, seed: int = 1) -> str:
+    """One line of short sentences (and commas, quotes), `n_chars` long."""
+    import random
+
+    rng = random.Random(seed)
+    words = "the keeper tends light alone and ship reaches harbour safely while storm rolls over grey sea".split()
+    out, n = [], 0
+    while n < n_chars:
+        s = " ".join(rng.choice(words) for _ in range(rng.randint(2, 9))).capitalize() + rng.choice(
+            [".", ",", "!", "?", '."', ";"])
+        out.append(s)
+        n += len(s) + 1
+    return " ".join(out)[:n_chars]
+
+
+def test_a_long_paragraph_is_chunked_in_linear_time_like_official(count):
+    """A 64 KB paragraph of short sentences (the official loop recounts the whole head once per sentence
+    it drops: 132 s before) gives the official boundaries, in well under a second per 64 KB."""
+    import time
+
+    para = _sentences(64 * 1024)
+    t0 = time.perf_counter()
+    chunks = chunk_paragraphs(["Opening line.", para], 200)
+    took = time.perf_counter() - t0
+    assert chunks[:3] == reference_chunks(["Opening line.", para[:6000]], 200, count)[:3]
+    assert "".join(chunks).replace("\n", "") == "Opening line." + para
+    assert max(count(c) for c in chunks) <= 200 and took < 5, took
+    assert chunk_paragraphs(["Opening line.", para], 200, max_chunks=3) == chunks[:3]  # stops early
+
+
+def test_a_book_read_for_its_first_chunks_is_not_chunked_whole(tmp_path):
+    """`max_chunks` reaches the book loader: it chunks one chunk past it (so the run still knows chunks
+    were dropped) and the sample is the same as chunking the whole book and keeping the first ones."""
+    from eval.datasets import load_dataset, truncate
+    from eval.datasets.books import load_books
+
+    book = tmp_path / "b.txt"
+    book.write_text(_sentences(200_000, seed=4))
+    (whole,) = load_books(book, chunk_tokens=256)
+    (early,) = load_books(book, chunk_tokens=256, max_chunks=2)
+    assert len(early.chunks) == 3 and early.chunks == whole.chunks[:3] and len(whole.chunks) > 100
+    a, b = truncate(whole, 2), truncate(early, 2)
+    assert a.chunks == b.chunks and a.id == b.id
+    assert (a.metadata["total_chunks"], b.metadata["total_chunks"]) == (len(whole.chunks), None)
+    assert load_dataset("book", source=str(book), chunk_tokens=256, max_chunks=2)[0].chunks == early.chunks
+
+
+def test_a_two_megabyte_single_line_is_chunked_in_seconds(count):
+    """A 2 MB book of one line (188 s of `--dry-run` before, with SmolLM2's tokenizer)."""
+    import time
+
+    para = _sentences(2 * 2**20, seed=2)
+    t0 = time.perf_counter()
+    chunks = chunk_paragraphs([para], 2048)
+    took = time.perf_counter() - t0
+    assert "".join(chunks) == para and max(count(c) for c in chunks[:20]) <= 2048
+    print(f"\n2 MB single line, cl100k_base: {took:.1f} s")
+    assert took < 15, took  # about 1.5 s here
+
+
+@pytest.mark.slow
+def test_a_two_megabyte_single_line_book_is_planned_in_seconds(tmp_path):
+    """`memloop run --dry-run` on a 2 MB book of one line (188 s before), with the model's tokenizer."""
+    import json
+    import os
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    import yaml
+
+    root = Path(__file__).resolve().parents[2]
+    book = tmp_path / "one-line.txt"
+    book.write_text(_sentences(2 * 2**20, seed=2))
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(yaml.safe_dump({"name": "long-line", "output": str(tmp_path / "runs"),
+                                   "datasets": [{"task": "book", "path": str(book)}],
+                                   "methods": [{"name": "inc-update"}]}))
+    t0 = time.monotonic()
+    res = subprocess.run([sys.executable, "-m", "jobs.commands.cli", "run", str(cfg), "--dry-run", "--json"],
+                         cwd=root, env=dict(os.environ, PYTHONPATH=str(root)), capture_output=True, text=True,
+                         timeout=120)
+    took = time.monotonic() - t0
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert json.loads(res.stdout)["units"] == 1
+    print(f"\n2 MB single-line book, dry run: {took:.1f} s")
+    # before: over 180 s of chunking; now about 1.5 s with cl100k_base, and ~17 s with SmolLM2's Hugging
+    # Face tokenizer (12 ms per 10 KB count) on a loaded 2-core machine, plus loading that tokenizer
+    assert took < 90, took

@@ -7,8 +7,11 @@ actors are a small host probe rather than the engine: placement is decided by `a
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 
@@ -65,7 +68,12 @@ SCRIPT = textwrap.dedent('''
 
 
 def test_one_engine_actor_per_tpu_host() -> None:
-    res = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, cwd=ROOT, timeout=240)
+    tmp = tempfile.mkdtemp(prefix="rt", dir="/tmp")  # the Cluster's address pointer goes there, not /tmp/ray
+    try:
+        res = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, cwd=ROOT, timeout=240,
+                             env=dict(os.environ, RAY_TMPDIR=tmp))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     assert res.returncode == 0, res.stderr[-3000:]
     out = json.loads(res.stdout.strip().splitlines()[-1])
     assert len(set(out["all"])) == 3  # three actors on three distinct hosts

@@ -128,18 +128,37 @@ def test_a_run_missing_its_samples_table_is_an_error_and_keeps_the_export(tmp_pa
 
 
 def test_export_never_shrinks_a_partition_without_force(tmp_path, capsys, monkeypatch) -> None:
+    rs = _run(str(tmp_path / "runs"), "r1")
+    dest = str(tmp_path / "lake")
+    export_run(rs.uri, dest)
+    e2 = [p for p in (tmp_path / "runs" / "r1" / "samples").iterdir()
+          if "e2" in json.dumps(RunStore.at(rs.uri)._read_one(f"r1/samples/{p.name}").to_pylist(), default=str)]
+    e2[0].unlink()  # a deleted shard: its unit is not done (a resume computes it again), the export shrinks
+    code, _, err = _cli(["export", rs.uri, "--to", dest], capsys, monkeypatch)
+    assert code == 2 and "ExportShrinkError" in err and "holds 2 rows" in err and "--force" in err, err
+    assert len(_read(dest, "steps")) == 2 and len(_read(dest, "samples")) == 2  # nothing was replaced
+    code, out, _ = _cli(["export", rs.uri, "--to", dest, "--force"], capsys, monkeypatch)
+    assert code == 0 and json.loads(out)["rows"]["samples"] == 1
+    assert len(_read(dest, "samples")) == 1
+
+
+def test_a_run_whose_tables_disagree_is_refused_naming_the_units(tmp_path, capsys, monkeypatch) -> None:
+    """A deleted `steps` file: the samples rows say ok, the steps are gone. report and export refuse the
+    run (also with --force) naming the units, and a resume computes those units again."""
     import shutil
 
     rs = _run(str(tmp_path / "runs"), "r1")
     dest = str(tmp_path / "lake")
     export_run(rs.uri, dest)
     shutil.rmtree(tmp_path / "runs" / "r1" / "steps")
-    code, _, err = _cli(["export", rs.uri, "--to", dest], capsys, monkeypatch)
-    assert code == 2 and "ExportShrinkError" in err and "holds 2 rows" in err and "--force" in err, err
-    assert len(_read(dest, "steps")) == 2 and len(_read(dest, "samples")) == 2  # nothing was replaced
-    code, out, _ = _cli(["export", rs.uri, "--to", dest, "--force"], capsys, monkeypatch)
-    assert code == 0 and json.loads(out)["rows"]["steps"] == 0
-    assert _read(dest, "steps") == []
+    for args in (["export", rs.uri, "--to", dest], ["export", rs.uri, "--to", dest, "--force"], ["report", rs.uri]):
+        code, _, err = _cli(args, capsys, monkeypatch)
+        assert code == 2 and "error: DamagedRunError:" in err and "the `steps` rows of 2 unit(s) are missing" in err, err
+        assert unit_key("sumie:synthetic", "e1", "go-json", 0) in err and "memloop run" in err, err
+        assert err.count("\n") == 1
+    assert len(_read(dest, "steps")) == 2  # nothing was replaced
+    fresh = RunStore.at(rs.uri)
+    assert fresh.done_units() == set() and len(fresh.incomplete) == 2  # both ok shards are computed again
 
 
 def test_export_takes_the_run_id_from_the_tables(tmp_path) -> None:

@@ -97,3 +97,31 @@ def test_progress_lines_off_a_terminal_and_a_bar_on_one(capsys) -> None:
     bar.close()
     err = capsys.readouterr().err
     assert "3/4" in err and "0 failed" in err and lines[-1] == "results -> /out/run"
+
+
+def test_a_failure_that_cannot_be_recorded_never_leaves_the_pool_waiting() -> None:
+    """`failed_rows` raising (a signature mismatch once hung `memloop rescore` at 0% CPU) counts the item
+    failed, for a failure in the worker and for one a deferred outcome raised."""
+    import threading
+
+    def broken(a, err):  # two arguments where the pool passes three: a TypeError on every failure
+        raise AssertionError("never called")
+
+    def run(a: Attempt[int], lane: int) -> "Outcome | Future":
+        if a.item == 0:
+            raise ValueError("the judge failed")
+        if a.item == 1:
+            f: Future = Future()
+            f.set_exception(ValueError("the deferred judge failed"))
+            return f
+        return Outcome({"samples": [{"item": a.item}]})
+
+    pool = WorkerPool(list(range(4)), lanes=1, per_lane=2, retries=0, run=run, failed_rows=broken,
+                      flush=lambda rows: None, log=lambda m: None, flush_units=1, flush_s=0.1)
+    result: list = []
+    t = threading.Thread(target=lambda: result.append(pool.run()), daemon=True)
+    t.start()
+    t.join(20)
+    assert not t.is_alive(), "the pool waits forever on an item whose failure could not be recorded"
+    assert result == [(2, 2)]
+    assert all("could not be recorded" in e and "TypeError" in e for e in pool.errors), pool.errors

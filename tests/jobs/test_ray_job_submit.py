@@ -12,7 +12,9 @@ import json
 import os
 import re
 import socket
+import shutil
 import subprocess
+import tempfile
 import sys
 import textwrap
 import time
@@ -70,6 +72,8 @@ def _submit(address: str, cfg_path: Path, *args: str) -> tuple[str, str]:
 def test_ray_job_submit_to_a_two_node_cluster(tmp_path) -> None:
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    # a private Ray temp dir: the cluster's address pointer (ray_current_cluster) is never left in /tmp/ray
+    env["RAY_TMPDIR"] = tempfile.mkdtemp(prefix="rt", dir="/tmp")
     cluster = subprocess.Popen([sys.executable, "-c", CLUSTER, str(port)], stdout=subprocess.PIPE,
                                stderr=subprocess.DEVNULL, text=True, env=env, cwd=ROOT)
     try:
@@ -98,3 +102,4 @@ def test_ray_job_submit_to_a_two_node_cluster(tmp_path) -> None:
     finally:
         cluster.terminate()
         cluster.wait(timeout=60)
+        shutil.rmtree(env["RAY_TMPDIR"], ignore_errors=True)

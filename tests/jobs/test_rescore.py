@@ -175,3 +175,38 @@ def test_a_run_on_gcs_is_rejudged_in_place_and_resumed(finished_run, gcs_emulato
     assert rs.judging_ids() == [first.judging_id]
     assert len(rs.judging(first.judging_id).table("scores")) == len(rs.table("scores"))
     assert not store.list(f"{rid}/judgings/{first.judging_id}/.lock")  # released
+
+
+def test_a_judge_that_fails_during_rescore_is_recorded_with_its_cause_and_exits_3(finished_run) -> None:
+    """A judge model that refuses every request (HTTP 400): each unit's failure is a `judged` row and a
+    `judgments` row with the cause, and the CLI exits 3 in seconds (it used to wait forever)."""
+    from fastapi import FastAPI
+    from fastapi.responses import JSONResponse
+
+    from tests.http_server import serve_app
+
+    refusing = FastAPI()
+
+    @refusing.post("/v1/chat/completions")
+    async def chat(body: dict):
+        return JSONResponse({"error": {"message": "model 'nope' does not exist"}}, status_code=400)
+
+    with serve_app(refusing) as url:
+        jm = "{kind: openai, endpoint: {base_url: %s, model: nope, max_concurrency: 2}}" % url
+        env = dict(os.environ, PYTHONPATH=str(ROOT))
+        res = subprocess.run([sys.executable, "-m", "jobs.commands.cli", "rescore", finished_run, "--judge",
+                              "booookscore", "--judge-model", jm, "--json"], cwd=ROOT, env=env,
+                             capture_output=True, text=True, timeout=120)
+    assert res.returncode == 3, res.stderr[-2000:]
+    import json
+
+    summary = json.loads(res.stdout.strip().splitlines()[-1])
+    assert summary["failed"] == 2 * len(CHUNK_SIZES) and summary["computed"] == 0, summary
+    assert "answered 400" in summary["errors"][0]
+    js = RunStore.at(finished_run).judging(summary["judging_id"])
+    judged = js.samples().to_pandas()
+    assert set(judged["status"]) == {"failed"} and len(judged) == 2 * len(CHUNK_SIZES)
+    judgments = js.table("judgments").to_pandas()
+    assert len(judgments) == 2 * len(CHUNK_SIZES) and (judgments["index"] == -1).all()
+    assert judgments["error"].str.contains("answered 400").all()
+    assert set(judgments["judging_id"]) == {summary["judging_id"]}

@@ -193,3 +193,69 @@ def test_a_unit_that_does_not_apply_is_done_and_not_computed_again_on_resume(tmp
     assert RunStore.at(rs.uri).done_units() == {key}
     outcome = {r["unit"]: r["status"] for r in rs.table("samples").to_pylist()}
     assert outcome[key] == "n/a"
+
+
+def test_a_write_that_fails_on_a_full_disk_leaves_no_temporary_file(tmp_path) -> None:
+    """The write limit (RLIMIT_FSIZE, as a full disk: the write fails mid-file) makes every put fail; the
+    hidden temporary files those writes started are removed, for create, overwrite and replace."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = tmp_path / "runs"
+    code = f"""
+import resource, signal
+from jobs.store.storage import LocalStore, StorageError
+s = LocalStore({str(root)!r})
+gen = s.put("r/.lock", b"small", mode="create")
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # the write fails with EFBIG instead of killing the process
+resource.setrlimit(resource.RLIMIT_FSIZE, (64 * 1024, resource.RLIM_INFINITY))
+big = b"x" * (1 << 20)
+for call in (lambda: s.put("r/samples/a.parquet", big, mode="create"),
+             lambda: s.put("r/report.md", big, mode="overwrite"), lambda: s.replace("r/.lock", big, gen)):
+    try:
+        call()
+    except (StorageError, OSError) as exc:
+        print("refused:", type(exc).__name__, exc)
+"""
+    root_dir = Path(__file__).resolve().parents[2]
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=root_dir,
+                         env=dict(os.environ, PYTHONPATH=str(root_dir)))
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.stdout.count("refused:") == 3 and "File too large" in res.stdout, res.stdout
+    left = sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file())
+    assert [p for p in left if p.endswith(".tmp")] == [], left
+    assert (root / "r/.lock").read_bytes() == b"small"  # nothing half-written in place
+
+
+@pytest.mark.parametrize("table", ["samples", "steps", "scores"])
+def test_a_resume_checks_the_footers_of_the_shards_it_counts_on(run_store: RunStore, table: str) -> None:
+    """A cut-short file of a shard the index covers: the resume names it (and only it) instead of saying
+    "already done"; a deleted one (what that error advises) makes the shard's units computed again."""
+    from jobs.store.storage import DamagedRunError
+
+    _write_run(run_store)
+    run_store.write_index("inv-1")
+    done = run_store.done_units()
+    shard = sorted(run_store.committed)[0]  # e1 and e2 of go-json
+    name = run_store.name(f"{table}/{shard}.parquet")
+    data = run_store.store.get(name)
+    run_store.store.put(name, data[: len(data) // 2], mode="overwrite")
+    with pytest.raises(DamagedRunError, match="1 file.s. of .* are damaged: .*" + shard + ".* delete them"):
+        RunStore(run_store.store, "t-run").done_units()
+    run_store.store.delete(name)
+    fresh = RunStore(run_store.store, "t-run")
+    expect = done - {unit_key("sumie:synthetic", e, "go-json", 0) for e in ("e1", "e2")}
+    assert fresh.done_units() == expect
+    if table != "samples":  # a shard without its samples file was never committed; one without steps is incomplete
+        assert fresh.incomplete == {shard: [f"{table}/{shard}.parquet"]}
+
+
+def test_footers_longer_than_the_first_read_are_read_whole(tmp_path, monkeypatch) -> None:
+    import jobs.store.storage as storage
+
+    rs = RunStore.open(str(tmp_path), "r")
+    rs.write_shard(_unit("e1", "go-json"))
+    monkeypatch.setattr(storage, "FOOTER_READ", 16)  # every footer needs its second read
+    assert RunStore(rs.store, "r").done_units() == {unit_key("sumie:synthetic", "e1", "go-json", 0)}

@@ -184,3 +184,32 @@ def test_scoring_holds_queue_places(engine):
         r = _post(url, {"prompt": ["a", "b"], "max_tokens": 0, "echo": True, "logprobs": 0})
         assert r.status_code == 400 and "admits at most 1 at once" in r.json()["error"]["message"], r.text
         assert _post(url, {"prompt": "a", "max_tokens": 0, "echo": True, "logprobs": 0}).status_code == 200
+
+
+def test_scoring_is_bounded_by_the_timeout_and_stops_when_abandoned(make_engine, monkeypatch):
+    """Prompt scoring (echo + logprobs) on the real server: past --request-timeout it is a 504 at once
+    (it used to answer 200 whenever scoring ended), its queue places are free at once (they used to be
+    held until then: other requests got 429), and the scorer starts no further call for it (the
+    request after it is scored without waiting for the abandoned prompts)."""
+    import time
+
+    import engine.prompt_scoring as scoring
+    from engine.server import create_app
+
+    # one scoring call per prompt (as prompts of more than 2,048 tokens are), with small prompts
+    monkeypatch.setattr(scoring, "batches", lambda lengths, budget=scoring.TOKEN_BUDGET: [[i] for i in range(len(lengths))])
+    eng = make_engine()
+    prompts = [" ".join(f"w{k}x{i}" for i in range(250 + 10 * k)) for k in range(6)]
+    with serve_app(create_app(eng, "smollm2", request_timeout=0.5)) as url:
+        t0 = time.monotonic()
+        r = _post(url, {"prompt": prompts, "echo": True, "logprobs": 0, "max_tokens": 0})
+        took = time.monotonic() - t0
+        assert r.status_code == 504 and "--request-timeout" in r.json()["error"]["message"], r.text[:300]
+        assert took < 5, took
+        assert httpx.get(f"{url}/v1/stats").json()["server_in_flight"] == 0  # its places are free now
+    with serve_app(create_app(eng, "smollm2")) as url:
+        ok = _post(url, {"prompt": "Hi there", "echo": True, "logprobs": 0, "max_tokens": 0})
+        assert ok.status_code == 200, ok.text
+    # only the short prompt was delivered; of the six abandoned ones, at most the call running at the
+    # timeout finished (and its result was dropped)
+    assert eng.stats()["scored_prompts"] == 1
