@@ -103,12 +103,20 @@ def scripted_endpoint(answer: Answer | None = None, delay_s: float = 0.0) -> Ite
         yield url, seen
 
 
+# the last line of SUMIE's GU/GO JSON prompts, which (under the papers' free decoding) carry no schema
+JSON_MEMORY_ASKS = ("Now write the summary JSON.", "Now write the updated summary JSON.")
+
+
 def attribute_table_answer(body: dict) -> str | None:
-    """One attribute for a request whose JSON Schema is an open attribute table (SUMIE's GU/GO JSON
-    memories: `{attribute: [values]}`), so those methods keep a memory; the defaults for the rest."""
+    """One attribute for a request for an open attribute table (SUMIE's GU/GO JSON memories: `{attribute:
+    [values]}`), held by a JSON Schema or asked for in free text, so those methods keep a memory; the
+    defaults for the rest."""
     fmt = body.get("response_format") or {}
     schema = (fmt.get("json_schema") or {}).get("schema") or {} if fmt.get("type") == "json_schema" else {}
     extra = schema.get("additionalProperties")
     if schema.get("type") == "object" and isinstance(extra, dict) and not schema.get("properties"):
         return json.dumps({"name": minimal_instance(extra) or ["x"]})
+    prompt = " ".join(str(m.get("content", "")) for m in body.get("messages", []))
+    if not schema and prompt.rstrip().endswith(JSON_MEMORY_ASKS):
+        return json.dumps({"name": ["x"]})
     return None
