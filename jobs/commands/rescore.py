@@ -49,11 +49,12 @@ def parse_judge_model(text: str) -> Any:
 
 def rescore_cmd(
     run_uri: str = typer.Argument(..., help="The run's URI as printed by `memloop run` (OUTPUT/RUN_ID)."),
-    judge: str = typer.Option(..., "--judge", help="The judge to run (`memloop methods` lists the judges)."),
+    judge: str = typer.Option(..., "--judge", help="The judge to run: `memloop judges` lists them with their options and what each needs."),
     judge_model: Optional[str] = typer.Option(None, "--judge-model",
                                               help="`engine` (the run's model) or a judge_model section as YAML; "
                                                    "default: the run's own judge_model."),
-    option: list[str] = typer.Option([], "-o", "--option", help="A judge option key=value (repeatable)."),
+    option: list[str] = typer.Option([], "-o", "--option",
+                                     help="A judge option key=value (repeatable; `memloop judges` lists each judge's options)."),
     tasks: list[str] = typer.Option([], "--task", help="Judge only these tasks (repeatable; default: the judge's own)."),
     tag: Optional[str] = typer.Option(None, "--tag", help="A tag hashed into the judging id: a re-judging afresh."),
     max_failed_frac: float = typer.Option(0.0, "--max-failed-frac", min=0.0, max=1.0,
@@ -61,7 +62,8 @@ def rescore_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print only one JSON object on stdout."),
 ) -> None:
     """Judge a finished run's outputs again, beside its own judgments (resumes the same re-judging);
-    `memloop report RUN_URI` then shows both."""
+    `memloop report RUN_URI` then shows both. `memloop judges` lists the judges, their options and what
+    each needs."""
     from jobs.run.config import JudgeSpec
     from jobs.run.rescore import rescore
     from jobs.run.signals import graceful_interrupts
