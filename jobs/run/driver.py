@@ -378,6 +378,10 @@ def execute(cfg: RunConfig, *, actor_cls: Any = None, sim: Simulated | None = No
     resume_s = time.monotonic() - t_resume
     todo = [u for u in all_units if u.key not in done]
     skipped = len(all_units) - len(todo)
+    if todo and sim is None:  # an endpoint that refuses or lacks the model stops the run here, in one line
+        from jobs.run.preflight import check_endpoints
+
+        check_endpoints(cfg, log)
     log(f"run {plan.run_id}: {len(all_units)} units, {skipped} already done, {len(todo)} to compute; "
         f"results -> {rs.uri}")
     invocation = f"{now().strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
