@@ -42,3 +42,14 @@ def test_judges_text_and_rescore_help_point_there() -> None:
     assert "sumie-exact:" in res.output and "options: batch_size: int = 10" in res.output
     help_text = CliRunner().invoke(app, ["rescore", "--help"], env={"COLUMNS": "200"}).output
     assert "memloop judges" in help_text
+
+
+def test_rescore_takes_an_inspect_style_judge_model(monkeypatch) -> None:
+    from jobs.commands.rescore import parse_judge_model
+
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    jm = parse_judge_model("openai/judge-7b")
+    assert (jm.kind, jm.endpoint.base_url, jm.endpoint.model) == ("openai", "http://127.0.0.1:9/v1", "judge-7b")
+    assert parse_judge_model("memloop/qwen2.5-coder-1.5b").weights == "qwen2.5-coder-1.5b"
+    assert parse_judge_model("engine").kind == "engine"
