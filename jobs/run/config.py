@@ -226,7 +226,8 @@ class JudgeModelSpec(_Strict):
 class RunConfig(_Strict):
     name: str = "run"
     tag: str | None = None  # part of the run id: e.g. the date, for runs that must compute afresh
-    output: str = "./runs"  # local directory or gs://bucket/prefix
+    # local directory or gs://bucket/prefix; left out: $MEMLOOP_LOG_DIR (also `memloop view`'s folder), else ./runs
+    output: str = Field(default_factory=lambda: os.environ.get("MEMLOOP_LOG_DIR") or "./runs")
     datasets: list[DatasetSpec] = Field(min_length=1)
     methods: list[MethodSpec] = Field(min_length=1)
     model: ModelSpec = Field(default_factory=ModelSpec)

@@ -12,7 +12,7 @@ import math
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 from urllib.parse import urlencode
 
 import jinja2
@@ -21,6 +21,9 @@ from markdown_it import MarkdownIt
 
 from jobs.results.view.runs import BASE_COLUMNS, PAGE_SIZES, STEP_OUTCOMES, Query, ViewRun, select
 from jobs.results.view.timeline import timeline, verdicts
+
+if TYPE_CHECKING:
+    from jobs.results.view.log_dir import RunsQuery
 
 TEMPLATES = Path(__file__).with_name("templates")
 _MD = MarkdownIt("commonmark", {"html": False}).enable("table")
@@ -37,6 +40,9 @@ class Links:
 
     def home(self) -> str:
         return "/"
+
+    def runs_list(self, params: dict[str, str] | None = None) -> str:
+        return "/" + (f"?{urlencode(params)}" if params else "")
 
     def run(self, r: int) -> str:
         return f"/run/{r}/"
@@ -95,6 +101,7 @@ class Pages:
     runs: list[ViewRun]
     links: Links
     env: jinja2.Environment
+    _rows: list[dict[str, Any]] | None = None  # the runs list's rows, computed on first view
 
     @classmethod
     def of(cls, runs: list[ViewRun], links: Links | None = None) -> "Pages":
@@ -111,8 +118,16 @@ class Pages:
             raise ViewError(f"the viewer holds runs 0..{len(self.runs) - 1}, not {r}")
         return self.runs[r]
 
-    def home(self) -> str:
-        return self._render("home.html", title="memloop view")
+    def home(self, query: "RunsQuery | None" = None) -> str:
+        """The runs list: one row per run, sorted and filtered by `query` (`jobs.results.view.log_dir`)."""
+        from jobs.results.view.log_dir import COLUMNS, STATUSES, RunsQuery, run_row, select_runs
+
+        query = query or RunsQuery()
+        if self._rows is None:
+            self._rows = [run_row(r, run) for r, run in enumerate(self.runs)]
+        shown = select_runs(self._rows, query)
+        return self._render("home.html", title="memloop view", rows=shown, query=query, columns=COLUMNS,
+                            statuses=STATUSES, total=len(self._rows))
 
     def run(self, r: int) -> str:
         run = self.run_of(r)
