@@ -19,7 +19,9 @@ import jinja2
 import pandas as pd
 from markdown_it import MarkdownIt
 
-from jobs.results.view.runs import BASE_COLUMNS, PAGE_SIZES, STEP_OUTCOMES, Query, ViewRun, select
+from jobs.results.view.runs import (BASE_COLUMNS, PAGE_SIZES, Query, ViewRun, cause_choices, select,
+                                    step_choices)
+from jobs.results.view.gold import gold_view
 from jobs.results.view.timeline import timeline, verdicts
 
 if TYPE_CHECKING:
@@ -147,7 +149,8 @@ class Pages:
         return self._render("samples.html", title=f"samples of {run.run_id}", r=r, run=run, q=query,
                             rows=list(zip(rows.index.tolist(), rows.to_dict("records"))),
                             total=total, pages=max(1, math.ceil(total / query.size)),
-                            columns=list(BASE_COLUMNS) + run.score_columns, sizes=PAGE_SIZES, outcomes=STEP_OUTCOMES,
+                            columns=list(BASE_COLUMNS) + run.score_columns, sizes=PAGE_SIZES, outcomes=step_choices(run),
+                            causes=cause_choices(run),
                             methods=sorted(set(i["method"])), datasets=sorted(set(i["dataset"])),
                             statuses=sorted(set(i["status"])))
 
@@ -156,7 +159,8 @@ class Pages:
         row = run.unit_row(i)
         steps = timeline(run, row["unit"])
         return {"run_id": run.run_id, "unit": row["unit"], "row": {k: _plain(v) for k, v in row.items()},
-                "steps": [dict(s, diff=vars(s["diff"])) for s in steps], "verdicts": verdicts(run, row["unit"])}
+                "steps": [dict(s, diff=vars(s["diff"])) for s in steps], "verdicts": verdicts(run, row["unit"]),
+                "gold": gold_view(run, dict(row))}
 
     def unit(self, r: int, i: int) -> str:
         run = self.run_of(r)
@@ -169,7 +173,8 @@ class Pages:
         return self._render("unit.html", title=f"{row['sample_id']} · {row['method']}", r=r, i=i, run=run, row=row,
                             output=_output(sample.get("output_json")), started=sample.get("started_at"),
                             finished=sample.get("finished_at"), steps=timeline(run, row["unit"]),
-                            verdicts=verdicts(run, row["unit"]), others=others, elsewhere=elsewhere)
+                            verdicts=verdicts(run, row["unit"]), gold=gold_view(run, row), others=others,
+                            elsewhere=elsewhere)
 
     def side(self, a: tuple[int, int], b: tuple[int, int]) -> str:
         sides = []
