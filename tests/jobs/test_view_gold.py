@@ -93,3 +93,25 @@ def test_unknown_samples_parameters_are_answered_not_ignored(client, query, expe
     res = client.get(f"/run/0/samples?{query}")
     assert res.status_code == 400 and expected in res.text
     assert client.get(f"/run/0/samples.json?{query}").status_code == 400
+
+
+def test_matched_gold_facts_follow_the_judges_records(run, monkeypatch) -> None:
+    """The marks read sumie-exact's `supported_by` (0-based gold indices per turn) and sumie's recall
+    checks ("turn t: reference i: ..." stated by some prediction), as those judges write them."""
+    import json
+
+    import pandas as pd
+
+    i = _units(run, "sumie")[0]
+    row = dict(run.unit_row(i))
+    records = [{"item": "turn 1: name: x", "label": {"turn": 1, "supported_by": [0, 2]}, "source": "rule"},
+               {"item": "turn 0: reference 2: language: Finnish", "label": [0], "source": "llm"},
+               {"item": "turn 0: reference 1: residence: Wellington", "label": [], "source": "llm"}]
+    fake = pd.DataFrame({"judge": ["sumie-exact", "sumie", "sumie"], "index": [0, 0, 1],
+                         "record_json": [json.dumps(r) for r in records]})
+    monkeypatch.setattr(run, "judgments_of", lambda unit: fake)
+    g = gold_view(run, row)
+    marks = [[f["matched"] for f in t["facts"]] for t in g["turns"]]
+    assert marks[0][:2] == [False, True] and not any(marks[0][2:])
+    assert marks[1][0] is True and marks[1][1] is False and marks[1][2] is True
+    assert g["turns"][1]["matched"] == 2
