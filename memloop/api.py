@@ -40,8 +40,6 @@ def _config(config: ConfigLike, overrides: dict[str, Any]) -> "RunConfig":
     settings = overrides.pop("overrides", None) or {}
     if not isinstance(settings, dict):
         raise JobsError("`overrides` is a dict of dotted config paths to values, e.g. {'sampling.temperature': 0.2}")
-    import json
-
     pairs = [f"{k}={json.dumps(v)}" for k, v in settings.items()]  # JSON is YAML: the value keeps its type
     return with_overrides(cfg, source, settings=pairs, **overrides)
 
