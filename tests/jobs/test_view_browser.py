@@ -124,15 +124,13 @@ def test_the_bundle_opens_from_disk_with_the_same_content(browser, run, tmp_path
     assert browser.find_elements(By.CSS_SELECTOR, "section.step") and "sumie-exact" in p.text()
 
 
-def test_a_folder_of_runs_the_runs_list_sorts_filters_and_opens_a_unit_beside_its_gold(browser, view_run, tmp_path) -> None:
+def test_a_folder_of_runs_the_runs_list_sorts_filters_and_opens_a_unit_beside_its_gold(browser, view_run, second_run,
+                                                                                     tmp_path) -> None:
     """`memloop view DIR`: the runs list of a folder holding two runs, sorted and filtered in the browser,
     then a SUMIE unit's gold facts marked as the judge scored them, and the step-outcome filter."""
     from jobs.results.view.log_dir import expand
-    from tests.jobs.test_view_runs_list import make_second_run
 
     folder = Path(view_run).parent
-    if len(expand([str(folder)])) < 2:
-        make_second_run(folder)
     runs = [ViewRun.load(u) for u in expand([str(folder)])]
     p = Pages(browser, tmp_path / "screens")
     with serve_app(create_app(runs)) as url:

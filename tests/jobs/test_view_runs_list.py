@@ -14,27 +14,9 @@ from jobs.results.view.log_dir import RunsQuery, expand
 from jobs.results.view.runs import ViewRun
 
 
-def make_second_run(folder: Path) -> str:
-    """A second, smaller run into the same folder: SUMIE only, judged by sumie-exact (a headline score)."""
-    from jobs.run.config import parse_config
-    from jobs.run.driver import execute
-    from tests.jobs.scripted_endpoint import attribute_table_answer, scripted_endpoint
-
-    with scripted_endpoint(attribute_table_answer) as (url, _):
-        model = {"kind": "openai", "endpoint": {"base_url": url, "model": "scripted-two", "max_concurrency": 2}}
-        summary = execute(parse_config({
-            "name": "second", "output": str(folder), "model": model, "judge_cpus": 0.25, "retries": 0,
-            "datasets": [{"task": "sumie", "synthetic": {"entities": 1, "seed": 3}, "options": {"max_chunks": 2}}],
-            "methods": [{"name": "gu-json", "options": {"max_attempts": 1}}],
-            "judges": [{"name": "sumie-exact"}]}), log=lambda m: None)
-    assert summary.computed == 1
-    return summary.output
-
-
 @pytest.fixture(scope="module")
-def folder(view_run) -> tuple[Path, str, str]:
-    folder = Path(view_run).parent
-    return folder, view_run, make_second_run(folder)
+def folder(view_run, second_run) -> tuple[Path, str, str]:
+    return Path(view_run).parent, view_run, second_run
 
 
 @pytest.fixture(scope="module")
