@@ -168,7 +168,3 @@ def test_a_folder_of_runs_the_runs_list_sorts_filters_and_opens_a_unit_beside_it
         assert browser.find_elements(By.CSS_SELECTOR, "#samples tbody tr")
         assert all(outcomes[0] in r.get_attribute("data-outcomes").split(",")
                    for r in browser.find_elements(By.CSS_SELECTOR, "#samples tbody tr"))
-    shots = Path("/tmp/wt48-screens")  # kept for a person to look at after the run
-    shots.mkdir(exist_ok=True)
-    for f in (tmp_path / "screens").glob("*.png"):
-        (shots / f.name).write_bytes(f.read_bytes())
