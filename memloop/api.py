@@ -28,7 +28,7 @@ def version() -> str:
     return package_version()
 
 
-def _config(config: ConfigLike, output: str | None, tag: str | None, limit: int | None) -> "RunConfig":
+def _config(config: ConfigLike, overrides: dict[str, Any]) -> "RunConfig":
     from jobs.run.config import RunConfig, load_config, parse_config, with_overrides
 
     if isinstance(config, RunConfig):
@@ -37,28 +37,43 @@ def _config(config: ConfigLike, output: str | None, tag: str | None, limit: int 
         cfg, source = parse_config(config, "config"), "config"
     else:
         cfg, source = load_config(config), str(config)
-    return with_overrides(cfg, source, output=output, tag=tag, limit=limit)
+    settings = overrides.pop("overrides", None) or {}
+    if not isinstance(settings, dict):
+        raise JobsError("`overrides` is a dict of dotted config paths to values, e.g. {'sampling.temperature': 0.2}")
+    pairs = [f"{k}={json.dumps(v)}" for k, v in settings.items()]  # JSON is YAML: the value keeps its type
+    return with_overrides(cfg, source, settings=pairs, **overrides)
 
 
-def plan(config: ConfigLike, *, output: str | None = None, tag: str | None = None,
-         limit: int | None = None) -> "RunPlan":
-    """Validate a config against the environment and work out its run id and units; start nothing."""
+def plan(config: ConfigLike, *, output: str | None = None, tag: str | None = None, limit: int | None = None,
+         **overrides: Any) -> "RunPlan":
+    """Validate a config against the environment and work out its run id and units; start nothing.
+    Takes the same overrides as `run`."""
     from jobs.run.plan import make_plan
 
-    return make_plan(_config(config, output, tag, limit))
+    return make_plan(_config(config, dict(overrides, output=output, tag=tag, limit=limit)))
 
 
 def run(config: ConfigLike, *, output: str | None = None, tag: str | None = None, limit: int | None = None,
-        log: Callable[[str], None] | None = None) -> "RunSummary | list[RunSummary]":
+        model: str | None = None, model_base_url: str | None = None, judge_model: str | None = None,
+        judge_model_base_url: str | None = None, temperature: float | None = None, max_tokens: int | None = None,
+        seed: int | None = None, overrides: dict[str, Any] | None = None, max_chunks: int | None = None,
+        repeats: int | None = None, log: Callable[[str], None] | None = None) -> "RunSummary | list[RunSummary]":
     """Run (or resume) a config on Ray (a local instance unless RAY_ADDRESS is set); returns the counts
     (a list of them, one per model, for a config with `models:`).
+
+    The keywords are `memloop run`'s options: `model="openai/NAME"` (with `model_base_url` or
+    OPENAI_BASE_URL), `judge_model`, `temperature`, `max_tokens`, `seed`, and `overrides` for any setting
+    by its dotted path (`{"methods.gu-json.options.max_tokens": 64}`, like `-S`); all are part of the run id.
 
     Failed units do not raise: check `summary.failed` and `summary.first_errors()`."""
     from jobs.run.config import model_configs
     from jobs.run.driver import execute
 
     kwargs: dict[str, Any] = {"log": log} if log is not None else {}
-    cfg = _config(config, output, tag, limit)
+    cfg = _config(config, dict(output=output, tag=tag, limit=limit, model=model, model_base_url=model_base_url,
+                               judge_model=judge_model, judge_model_base_url=judge_model_base_url,
+                               temperature=temperature, max_tokens=max_tokens, seed=seed, overrides=overrides,
+                               max_chunks=max_chunks, repeats=repeats))
     if cfg.models:  # one run per model: a list of summaries, in the config's order
         return [execute(c, **kwargs) for c in model_configs(cfg)]
     return execute(cfg, **kwargs)

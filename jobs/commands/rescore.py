@@ -31,13 +31,18 @@ def parse_options(pairs: list[str]) -> dict[str, Any]:
 
 
 def parse_judge_model(text: str) -> Any:
-    """`engine` (the run's own model) or a `judge_model` section as YAML/JSON, e.g.
+    """`engine` (the run's own model), an Inspect-style name (`openai/NAME` with OPENAI_BASE_URL,
+    `memloop/NAME`), or a `judge_model` section as YAML/JSON, e.g.
     `{kind: openai, endpoint: {base_url: http://host:8000/v1, model: m}}`."""
     import yaml
     from pydantic import ValidationError
 
     from jobs.run.config import JudgeModelSpec
 
+    from jobs.run.model_names import judge_section, provider_of
+
+    if provider_of(text.strip()) is not None:  # Inspect-style: openai/NAME (OPENAI_BASE_URL), memloop/NAME ...
+        return JudgeModelSpec.model_validate(judge_section(text.strip()))
     try:
         data = {"kind": "engine"} if text.strip() in ("engine", "self") else yaml.safe_load(text)
         return JudgeModelSpec.model_validate(data)
@@ -49,11 +54,13 @@ def parse_judge_model(text: str) -> Any:
 
 def rescore_cmd(
     run_uri: str = typer.Argument(..., help="The run's URI as printed by `memloop run` (OUTPUT/RUN_ID)."),
-    judge: str = typer.Option(..., "--judge", help="The judge to run (`memloop methods` lists the judges)."),
+    judge: str = typer.Option(..., "--judge", help="The judge to run: `memloop judges` lists them with their options and what each needs."),
     judge_model: Optional[str] = typer.Option(None, "--judge-model",
-                                              help="`engine` (the run's model) or a judge_model section as YAML; "
+                                              help="`engine` (the run's model), openai/NAME (OPENAI_BASE_URL) "
+                                                   "or memloop/NAME, or a judge_model section as YAML; "
                                                    "default: the run's own judge_model."),
-    option: list[str] = typer.Option([], "-o", "--option", help="A judge option key=value (repeatable)."),
+    option: list[str] = typer.Option([], "-o", "--option",
+                                     help="A judge option key=value (repeatable; `memloop judges` lists each judge's options)."),
     tasks: list[str] = typer.Option([], "--task", help="Judge only these tasks (repeatable; default: the judge's own)."),
     tag: Optional[str] = typer.Option(None, "--tag", help="A tag hashed into the judging id: a re-judging afresh."),
     max_failed_frac: float = typer.Option(0.0, "--max-failed-frac", min=0.0, max=1.0,
@@ -63,7 +70,8 @@ def rescore_cmd(
                                           "(default RAY_ADDRESS, else a private local instance)."),
 ) -> None:
     """Judge a finished run's outputs again, beside its own judgments (resumes the same re-judging);
-    `memloop report RUN_URI` then shows both."""
+    `memloop report RUN_URI` then shows both. `memloop judges` lists the judges, their options and what
+    each needs."""
     from jobs.commands.run import use_ray_address
     from jobs.run.config import JudgeSpec
     from jobs.run.rescore import rescore

@@ -32,11 +32,26 @@ def run_cmd(
     limit: Optional[int] = typer.Option(None, "--limit", help="At most this many samples of every dataset (part of the run id)."),
     max_chunks: Optional[int] = typer.Option(None, "--max-chunks", help="At most the first N chunks of every sample (part of the run id)."),
     repeats: Optional[int] = typer.Option(None, "--repeats", help="Override the config's repeats (part of the run id)."),
-    model: Optional[str] = typer.Option(None, "--model", help="The engine's weights: a model name (smollm2-135m, qwen2.5-coder-0.5b, ...) "
-                                        "or a GGUF / Hugging Face path (part of the run id)."),
-    judge_model: Optional[str] = typer.Option(None, "--judge-model", help="The model LLM judges call: a model name "
-                                              "(qwen2.5-coder-1.5b, ...) or a GGUF / Hugging Face path, run as a judge "
-                                              "engine of its own; `self` for the model under test (part of the run id)."),
+    model: Optional[str] = typer.Option(None, "--model", help="The model under test, as Inspect names it: openai/NAME, "
+                                        "vllm/NAME or sglang/NAME (an OpenAI-compatible server: --model-base-url or "
+                                        "OPENAI_BASE_URL / VLLM_BASE_URL / SGLANG_BASE_URL; key from OPENAI_API_KEY ...), "
+                                        "memloop/NAME or hf/OWNER/NAME (memloop's engine), or the engine's weights: a model "
+                                        "name (smollm2-135m, qwen2.5-coder-0.5b, ...) or a GGUF / Hugging Face path "
+                                        "(part of the run id)."),
+    model_base_url: Optional[str] = typer.Option(None, "--model-base-url", help="The server of an endpoint --model "
+                                                 "(e.g. http://127.0.0.1:8000/v1)."),
+    judge_model: Optional[str] = typer.Option(None, "--judge-model", help="The model LLM judges call, named like --model "
+                                              "(openai/NAME, memloop/NAME, a model name or path: a judge engine of its "
+                                              "own); `self` for the model under test (part of the run id)."),
+    judge_model_base_url: Optional[str] = typer.Option(None, "--judge-model-base-url",
+                                                       help="The server of an endpoint --judge-model."),
+    setting: list[str] = typer.Option([], "-S", "--set", help="A config setting dotted.path=value, validated like the "
+                                      "file (repeatable): -S sampling.temperature=0.2, "
+                                      "-S methods.gu-json.options.max_tokens=64, -S judges.sumie.options.temperature=0 "
+                                      "(part of the run id when it changes results)."),
+    temperature: Optional[float] = typer.Option(None, "--temperature", help="= -S sampling.temperature=T, for every method."),
+    max_tokens: Optional[int] = typer.Option(None, "--max-tokens", help="= -S sampling.max_tokens=N, for every method."),
+    seed: Optional[int] = typer.Option(None, "--seed", help="= -S seed=N: the base seed of the repeats."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Validate everything and print the plan; start nothing."),
     max_failed_frac: float = typer.Option(0.0, "--max-failed-frac", min=0.0, max=1.0,
                                           help="Exit 0 when at most this fraction of the attempted units failed."),
@@ -50,7 +65,9 @@ def run_cmd(
     use_ray_address(address)
 
     cfg = with_overrides(load_config(config), str(config), output=output, tag=tag, limit=limit,
-                         max_chunks=max_chunks, repeats=repeats, model=model, judge_model=judge_model)
+                         max_chunks=max_chunks, repeats=repeats, model=model, judge_model=judge_model,
+                         model_base_url=model_base_url, judge_model_base_url=judge_model_base_url, settings=setting,
+                         temperature=temperature, max_tokens=max_tokens, seed=seed)
     if cfg.models:
         _run_models(model_configs(cfg), report, dry_run, max_failed_frac, as_json)
         return
@@ -117,8 +134,11 @@ def _run_models(cfgs: list, report: bool, dry_run: bool, max_failed_frac: float,
         for c, out in zip(cfgs, plans):
             _print_plan(out, c.output)
         return
-    for c in cfgs:  # a bad model (missing weights, unset key) fails here, before any run computes
+    from jobs.run.preflight import check_endpoints
+
+    for c in cfgs:  # a bad model (missing weights, unset key, an endpoint that refuses) fails here, before any run computes
         make_plan(c)
+        check_endpoints(c, lambda m: print(m, file=sys.stderr))
     from jobs.run.driver import execute
     from jobs.run.signals import graceful_interrupts
 

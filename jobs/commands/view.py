@@ -25,7 +25,9 @@ def _api_key(key_file: Optional[Path]) -> Optional[str]:
 
 
 def view_cmd(
-    run_uris: List[str] = typer.Argument(..., help="Run URIs (OUTPUT/RUN_ID, local or gs://) as printed by `memloop run`."),
+    run_uris: Optional[List[str]] = typer.Argument(None, help="Run URIs (OUTPUT/RUN_ID, local or gs://) as printed by "
+                                                   "`memloop run`, or folders of runs (a config's `output`); default: "
+                                                   "the folder in MEMLOOP_LOG_DIR."),
     host: str = typer.Option("127.0.0.1", "--host", help="Interface to bind (default: loopback only; any other needs "
                              "an API key from MEMLOOP_API_KEY or --api-key-file)."),
     port: int = typer.Option(8765, "--port", min=1, max=65535, help="Port to listen on."),
@@ -36,10 +38,13 @@ def view_cmd(
     bundle: Optional[Path] = typer.Option(None, "--bundle", help="Write the pages of one run as a static site (HTML and "
                                           "JSON) into this directory and exit; it opens from disk with no server."),
 ) -> None:
-    """Browse runs: the report's tables, every unit's memory timeline and judges, side by side, compare."""
+    """Browse runs: a runs list (sort, filter), the report's tables, every unit's memory timeline and judges
+    beside the gold, side by side, compare. `memloop view DIR` opens every run in a folder."""
     from jobs.results.view.errors import ViewError
+    from jobs.results.view.log_dir import expand
     from jobs.results.view.runs import ViewRun
 
+    run_uris = expand(list(run_uris or []))
     if bundle is not None:
         if len(run_uris) != 1:
             raise ViewError("--bundle writes one run; give exactly one RUN_URI")

@@ -5,19 +5,26 @@ One log per (dataset, method), as Inspect has one log per task: the task is the 
 the dataset, the model the run's model. The mapping, written with inspect_ai's own types and writer
 (`inspect_ai.log.write_eval_log`):
 
-- a unit is a sample (`id` the sample id, `epoch` its repeat + 1); its final answer the sample's
-  output, its token totals its model usage, a failed unit's root cause its error; `metadata` names
-  the unit, its status and chunk size;
+- a unit is a sample (`id` the sample id, `epoch` its repeat + 1); `input` the sample's text (its chunks
+  as the method read them; Inspect's writer keeps long text as attachments) and `target` its gold
+  (`jobs.results.sample_data.target_of`: SUMIE's facts after the last chunk, the reference summary, the
+  RepoQA needle, the Spider rows), both reloaded through the run's config as `memloop rescore` does (when
+  the data is not reachable here, the input says why and the target is empty); its final answer the
+  sample's output; `total_time` and `working_time` the unit's time from its attempt's start to its commit;
+  its token totals its model usage, a failed unit's root cause its error; `metadata` names the unit,
+  its status, chunk size, gold and every judge's verdicts;
 - each chunk the method read is one span (`type` "chunk", steps without a chunk in a span "final");
   each LLM step a model event in it (the prompt as the user message, the raw output, the tokens
   with the cached ones as cache reads, a step failure as the event's error); each change of the memory
   after a step a store event whose changes are the RFC 6902 patch (`jsonpatch`) from the memory before
   to the memory after, the store holding `{"memory": ...}`;
-- each judge a score (`scores[judge]`: its whole-sample metrics, SUMIE's per-turn metrics as start /
-  last / avg by `eval.judges.sumie.turn_summary`, the per-turn values and the verdicts in the score's
-  metadata) and a score event; each re-judging (`memloop rescore`) a score `{judge}@{judging_id}`;
+- each judge's metric one numeric score `scores["{judge}/{metric}"]` (SUMIE's per-turn metrics as start /
+  last / avg by `eval.judges.sumie.turn_summary`, the per-turn values in the score's metadata), so
+  `samples_df` reads columns such as `score_sumie-exact/f1:avg` as numbers, and a score event each;
+  each re-judging (`memloop rescore`) the same as `{judge}@{judging_id}/{metric}`;
 - the log's results are the report's figures (`jobs.results.report.score_figures`: the judge's own
-  aggregation over samples, mean over repeats), one `EvalScore` per (judge, metric).
+  aggregation over samples, mean over repeats), one `EvalScore` per (judge, metric), re-judgings too;
+  `model_generate_config` is the run's `sampling` (temperature, max_tokens, top_p, top_k) and `seed`.
 
 `inspect_ai` is an optional dependency (`pip install memloop[inspect]`); without it the export says so.
 """
@@ -37,6 +44,7 @@ from eval.judges.sumie import turn_summary
 from jobs.errors import JobsError
 from jobs.results.compare import run_label
 from jobs.results.report import RunData, run_config, score_figures
+from jobs.results.sample_data import SampleData, load_sample_data, target_of
 from jobs.store.storage import RunStore, join_uri, open_store
 
 
@@ -128,27 +136,50 @@ def _events(model: str, steps: pd.DataFrame, started: dt.datetime) -> list[Any]:
     return events
 
 
-def _score(judge: str, scores: pd.DataFrame, judgments: pd.DataFrame) -> Any:
-    """One judge's verdict on one unit as an Inspect score: whole-sample metrics as they are,
-    per-turn ones as start / last / avg, with the per-turn values and the verdicts in its metadata."""
+def _scores(name: str, scores: pd.DataFrame) -> dict[str, Any]:
+    """One judge's verdict on one unit as Inspect scores, one per metric and each a number (so
+    `samples_df` reads them as numbers), named `{judge}/{metric}`: whole-sample metrics as they are,
+    per-turn ones as start / last / avg, the per-turn values in the score's metadata."""
     from inspect_ai.scorer import Score
 
-    value: dict[str, float] = {}
-    turns: dict[str, list[float]] = {}
+    out: dict[str, Any] = {}
     for metric, g in scores.groupby("metric", sort=True):
         per_turn = g[g["turn"].notna()]
+        values: dict[str, float] = {}
+        by_turn: dict[int, float] = {}
         if len(per_turn):
             by_turn = dict(zip(per_turn["turn"].astype(int), per_turn["value"].astype(float)))
-            turns[metric] = [by_turn[t] for t in sorted(by_turn)]
             if metric in SUMIE_METRICS:
-                value.update({f"{metric}:{k}": v for k, v in turn_summary(by_turn).items()})
+                values.update({f"{metric}:{k}": v for k, v in turn_summary(by_turn).items()})
         for v in g.loc[g["turn"].isna(), "value"]:
-            value[metric] = float(v)
-    value = {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in value.items()}
-    verdicts = [{k: r.get(k) for k in ("item", "label", "valid", "source")}
-                for r in (json.loads(x) for x in judgments.sort_values("index")["record_json"])]
-    return Score(value={k: v for k, v in value.items() if v is not None},
-                 explanation=f"{judge}: {len(verdicts)} verdicts", metadata={"per_turn": turns, "judgments": verdicts})
+            values[metric] = float(v)
+        for key, v in values.items():
+            if v is None or (isinstance(v, float) and math.isnan(v)):
+                continue
+            out[f"{name}/{key}"] = Score(value=float(v), explanation=f"{name}: {key}",
+                                         metadata={"judge": name, "metric": key,
+                                                   "per_turn": [by_turn[t] for t in sorted(by_turn)] or None})
+    return out
+
+
+def _verdicts(judgments: pd.DataFrame) -> list[dict[str, Any]]:
+    return [{k: r.get(k) for k in ("item", "label", "valid", "source")}
+            for r in (json.loads(x) for x in judgments.sort_values("index")["record_json"])]
+
+
+def _generate_config(cfg: dict[str, Any]) -> Any:
+    """The run's sampling as Inspect's GenerateConfig (fields a method sets itself stay unset)."""
+    from inspect_ai.model import GenerateConfig
+
+    sampling = {k: v for k, v in (cfg.get("sampling") or {}).items() if v is not None}
+    return GenerateConfig(temperature=sampling.get("temperature"), max_tokens=sampling.get("max_tokens"),
+                          top_p=sampling.get("top_p"), top_k=sampling.get("top_k"), seed=cfg.get("seed"))
+
+
+def _input_text(sample: Any) -> str:
+    """The sample's text as the method read it: its chunks in order (and its question, when it has one)."""
+    text = "\n\n".join(sample.chunks)
+    return text + (f"\n\nQuestion: {sample.query}" if sample.query else "")
 
 
 def _grouped(df: pd.DataFrame, key: str = "unit") -> dict[str, pd.DataFrame]:
@@ -157,7 +188,7 @@ def _grouped(df: pd.DataFrame, key: str = "unit") -> dict[str, pd.DataFrame]:
 
 def _log(d: RunData, cfg: dict[str, Any], runs: pd.DataFrame, ds: str, method: str, units: pd.DataFrame,
          steps: dict[str, pd.DataFrame], scores: dict[str, pd.DataFrame], judgments: dict[str, pd.DataFrame],
-         rejudged: list[tuple[str, dict[str, pd.DataFrame], dict[str, pd.DataFrame]]]) -> Any:
+         rejudged: list[tuple[str, dict[str, pd.DataFrame], dict[str, pd.DataFrame]]], data: SampleData) -> Any:
     from inspect_ai.event import ScoreEvent
     from inspect_ai.log import (EvalConfig, EvalDataset, EvalError, EvalLog, EvalMetric, EvalResults, EvalSample,
                                 EvalScore, EvalSpec, EvalStats)
@@ -172,33 +203,44 @@ def _log(d: RunData, cfg: dict[str, Any], runs: pd.DataFrame, ds: str, method: s
         answer = out.get("answer")
         answer_text = answer if isinstance(answer, str) else json.dumps(answer, sort_keys=True, default=str)
         events = _events(model, steps.get(u["unit"], empty.iloc[0:0]), started)
-        sample_scores = {}
+        sample_scores, verdicts = {}, {}
         judged = [(None, scores, judgments)] + [(jid, s, j) for jid, s, j in rejudged]
         for jid, sc, jg in judged:
             us, uj = sc.get(u["unit"], empty), jg.get(u["unit"], empty)
             for judge, g in us.groupby("judge", sort=True):
                 name = judge if jid is None else f"{judge}@{jid}"
-                score = _score(judge, g, uj[uj["judge"] == judge] if len(uj) else uj)
-                sample_scores[name] = score
-                events.append(ScoreEvent(score=score, scorer=name, timestamp=started))
-        prompt = f"{u['task']} sample {u['sample_id']} of {ds}, read by {method} ({int(u['n_steps'] or 0)} steps)"
+                verdicts[name] = _verdicts(uj[uj["judge"] == judge] if len(uj) else uj)
+                for key, score in _scores(name, g).items():
+                    sample_scores[key] = score
+                    events.append(ScoreEvent(score=score, scorer=key, timestamp=started))
+        sample = data.get(ds, u["sample_id"])
+        prompt = (_input_text(sample) if sample is not None else
+                  f"{u['task']} sample {u['sample_id']} of {ds}, read by {method} ({int(u['n_steps'] or 0)} steps); "
+                  f"{data.note}")
+        target = target_of(sample) if sample is not None else ""
+        took = ((pd.Timestamp(u["finished_at"]) - pd.Timestamp(u["started_at"])).total_seconds()
+                if pd.notna(u["started_at"]) and pd.notna(u["finished_at"]) else None)
         samples.append(EvalSample(
-            id=str(u["sample_id"]), epoch=int(u["repeat"]) + 1, input=prompt, target="",
+            id=str(u["sample_id"]), epoch=int(u["repeat"]) + 1, input=prompt, target=target,
+            total_time=took, working_time=took,
             messages=[ChatMessageUser(content=prompt)] + ([ChatMessageAssistant(content=answer_text)] if answer_text else []),
             output=ModelOutput.from_content(model, answer_text or ""), scores=sample_scores or None,
             metadata={"unit": u["unit"], "dataset": ds, "method": method, "task": u["task"], "status": u["status"],
                       "n_steps": int(u["n_steps"] or 0), "chunk_tokens": None if pd.isna(u["chunk_tokens"]) else int(u["chunk_tokens"]),
-                      "memory": out.get("memory")},
+                      "memory": out.get("memory"), "judgments": verdicts,
+                      "gold": sample.gold if sample is not None else None},
             store={"memory": out.get("memory")}, events=events,
             model_usage={model: _usage(u["prompt_tokens"] or 0, u["cached_tokens"] or 0, u["decoded_tokens"] or 0)},
             started_at=_iso(u["started_at"]), completed_at=_iso(u["finished_at"]),
             error=EvalError(message=u["error"], traceback="", traceback_ansi="") if u["status"] == "failed" else None))
-    figures = [f for f in score_figures(d)[0] if f["method"] == method and f["dataset"] == ds and f["mean"] is not None]
-    results = EvalResults(
+    figures = [(f, None) for f in score_figures(d)[0]]
+    figures += [(f, j.judging_id) for j in d.judgings for f in score_figures(d.judged_by(j))[0]]
+    figures = [(f, jid) for f, jid in figures if f["method"] == method and f["dataset"] == ds and f["mean"] is not None]
+    results = EvalResults(  # named as the samples' scores: `{judge}/{metric}`, a re-judging `{judge}@{id}/{metric}`
         total_samples=len(units), completed_samples=int((units["status"] == "ok").sum()),
-        scores=[EvalScore(name=f["metric"], scorer=f["judge"], scored_samples=f["judged"],
-                          unscored_samples=f["total"] - f["judged"],
-                          metrics={"mean": EvalMetric(name="mean", value=f["mean"])}) for f in figures])
+        scores=[EvalScore(name=f"{f['judge'] if jid is None else f['judge'] + '@' + jid}/{f['metric']}",
+                          scorer=f["judge"], scored_samples=f["judged"], unscored_samples=f["total"] - f["judged"],
+                          metrics={"mean": EvalMetric(name="mean", value=f["mean"])}) for f, jid in figures])
     latest = runs.sort_values("finished_at").iloc[-1] if not runs.empty else None
     created = _iso(latest["started_at"]) if latest is not None else dt.datetime.now(dt.timezone.utc).isoformat()
     eval_id = hashlib.sha256(f"{d.run_id}|{ds}|{method}".encode()).hexdigest()[:22]
@@ -206,7 +248,8 @@ def _log(d: RunData, cfg: dict[str, Any], runs: pd.DataFrame, ds: str, method: s
         eval_set_id=d.run_id, eval_id=eval_id, run_id=d.run_id, created=created, task=method, task_id=eval_id,
         dataset=EvalDataset(name=ds, samples=int(units["sample_id"].nunique()),
                             sample_ids=sorted(str(s) for s in units["sample_id"].unique())),
-        model=model, model_base_url=base_url, config=EvalConfig(epochs=int(units["repeat"].max()) + 1),
+        model=model, model_base_url=base_url, model_generate_config=_generate_config(cfg),
+        config=EvalConfig(epochs=int(units["repeat"].max()) + 1),
         packages=json.loads(latest["packages_json"] or "{}") if latest is not None else {},
         metadata={"memloop_run_id": d.run_id, "run_uri": d.uri, "dataset": ds, "method": method,
                   "code_version": latest["code_version"] if latest is not None else None})
@@ -237,11 +280,12 @@ def export_inspect(run_uri: str, dest: str | None = None) -> InspectExport:
     steps, scores, judgments = _grouped(d.steps), _grouped(d.scores), _grouped(rs.table("judgments").to_pandas())
     rejudged = [(j.judging_id, _grouped(j.scores), _grouped(rs.judging(j.judging_id).table("judgments").to_pandas()))
                 for j in d.judgings]
+    data = load_sample_data(rs)
     store = open_store(dest or join_uri(rs.uri, "inspect"))
     names = []
     with tempfile.TemporaryDirectory() as tmp:  # inspect's writer writes a file; the store puts it (local or gs://)
         for (ds, method), units in d.samples.groupby(["dataset", "method"], sort=True):
-            log = _log(d, cfg, runs, ds, method, units, steps, scores, judgments, rejudged)
+            log = _log(d, cfg, runs, ds, method, units, steps, scores, judgments, rejudged, data)
             name = f"{_safe(d.run_id)}_{_safe(method)}_{_safe(ds)}.eval"
             write_eval_log(log, str(Path(tmp) / name), format="eval")
             store.put(name, (Path(tmp) / name).read_bytes(), mode="overwrite")

@@ -219,7 +219,8 @@ class JudgeModelSpec(_Strict):
     """The model LLM judges call. `kind: engine` without `weights`: the model under test judges its
     own outputs (its engine actors or endpoint); `kind: engine` with `weights`: a judge engine of its
     own on those weights (a model name such as qwen2.5-coder-1.5b, or a path), started beside the
-    run's engines; `kind: openai`: an OpenAI-compatible endpoint."""
+    run's engines; `kind: openai`: an OpenAI-compatible endpoint. `--judge-model NAME` on the command
+    line is read by `jobs.run.model_names.judge_section`."""
 
     kind: Literal["engine", "openai"] = "engine"
     weights: str | None = None
@@ -233,16 +234,12 @@ class JudgeModelSpec(_Strict):
             raise ValueError("kind 'openai' serves its own model: remove `weights`")
         return self
 
-    @classmethod
-    def named(cls, name: str) -> "JudgeModelSpec":
-        """`--judge-model NAME`: `self` (the model under test), or a judge engine on NAME's weights."""
-        return cls() if name == "self" else cls(weights=name)
-
 
 class RunConfig(_Strict):
     name: str = "run"
     tag: str | None = None  # part of the run id: e.g. the date, for runs that must compute afresh
-    output: str = "./runs"  # local directory or gs://bucket/prefix
+    # local directory or gs://bucket/prefix; left out: $MEMLOOP_LOG_DIR (also `memloop view`'s folder), else ./runs
+    output: str = Field(default_factory=lambda: os.environ.get("MEMLOOP_LOG_DIR") or "./runs")
     datasets: list[DatasetSpec] = Field(min_length=1)
     methods: list[MethodSpec] = Field(min_length=1)
     model: ModelSpec = Field(default_factory=ModelSpec)
@@ -268,6 +265,9 @@ class RunConfig(_Strict):
     # model's tokenizer, or cl100k_base as seed 000 and the official BooookScore code count; a step's fit
     # in the model's window is counted in the model's own tokens either way
     count_tokens: Literal["model", "cl100k"] = "model"
+    # a record of the command-line / API overrides this config was made with (`with_overrides`), kept in the
+    # manifest's config; not hashed itself: what they change (sampling, options, seed, model) is
+    overrides: list[str] = Field(default_factory=list)
 
     @field_validator("name", "tag")
     @classmethod
@@ -398,23 +398,36 @@ def parse_config(data: dict[str, Any], source: str = "config") -> RunConfig:
 
 def with_overrides(cfg: RunConfig, source: str = "config", *, output: str | None = None, tag: str | None = None,
                    limit: int | None = None, max_chunks: int | None = None, repeats: int | None = None,
-                   model: str | None = None, judge_model: str | None = None) -> RunConfig:
+                   model: str | None = None, judge_model: str | None = None, model_base_url: str | None = None,
+                   judge_model_base_url: str | None = None, settings: list[str] | None = None,
+                   temperature: float | None = None, max_tokens: int | None = None,
+                   seed: int | None = None) -> RunConfig:
     """The config with command-line overrides applied and validated again (`--limit N` keeps at most
     N samples of every dataset, `--max-chunks N` the first N chunks of each sample, `--repeats N`
-    sets the repeats, `--model M` the engine's weights (a short name or a path); all four are part of
-    the run id like the same settings in the file). With them a paper's config runs reduced:
-    `--limit 2 --max-chunks 2 --repeats 1`, or on another model: `--model qwen2.5-coder-0.5b`."""
+    sets the repeats, `--model M` the model: engine weights (a short name or a path) or an Inspect-style
+    `PROVIDER/NAME` (`jobs.run.model_names`); `-S dotted.path=value` any setting (`jobs.run.overrides`),
+    `--temperature`, `--max-tokens` and `--seed` the common ones). Every override is part of the run id
+    like the same setting in the file, and is recorded in the config's `overrides`. With them a paper's
+    config runs reduced: `--limit 2 --max-chunks 2 --repeats 1`, or on another model:
+    `--model qwen2.5-coder-0.5b`, `--model openai/NAME --model-base-url http://127.0.0.1:8000/v1`."""
+    from jobs.run.model_names import judge_section, model_section
+    from jobs.run.overrides import apply_settings
+
     data = cfg.model_dump()
+    given: list[str] = []
     if judge_model is not None:  # `--judge-model NAME`: part of the run id like the file's judge_model
-        data["judge_model"] = JudgeModelSpec.named(judge_model).model_dump()
+        data["judge_model"] = judge_section(judge_model, judge_model_base_url)
+        given.append(f"judge_model={judge_model}" + (f" ({judge_model_base_url})" if judge_model_base_url else ""))
+    elif judge_model_base_url is not None:
+        raise ConfigError("--judge-model-base-url goes with --judge-model openai/NAME (or vllm/NAME, sglang/NAME)")
     if model is not None and cfg.models:  # one model named on the command line replaces the config's list
-        data.update(models=None, model={"weights": model})
+        data.update(models=None, model=model_section(model, model_base_url))
     elif model is not None:
-        if cfg.model.kind != "engine":
-            raise ConfigError(f"--model {model!r} sets the engine's weights, but this config's model is kind "
-                              f"{cfg.model.kind!r} (an endpoint serves its own model): change the endpoint's "
-                              "`model` in the config instead")
-        data["model"]["weights"] = model
+        data["model"] = model_section(model, model_base_url, data["model"])
+    elif model_base_url is not None:
+        raise ConfigError("--model-base-url goes with --model openai/NAME (or vllm/NAME, sglang/NAME)")
+    if model is not None:
+        given.append(f"model={model}" + (f" ({model_base_url})" if model_base_url else ""))
     if output is not None:
         data["output"] = output
     if tag is not None:
@@ -424,16 +437,25 @@ def with_overrides(cfg: RunConfig, source: str = "config", *, output: str | None
             raise ConfigError(f"--limit must be at least 1 (got {limit})")
         for d in data["datasets"]:
             d["limit"] = min(d["limit"] or limit, limit)
+        given.append(f"limit={limit}")
     if max_chunks is not None:
         if max_chunks < 1:
             raise ConfigError(f"--max-chunks must be at least 1 (got {max_chunks})")
         for d in data["datasets"]:
             d["options"]["max_chunks"] = min(d["options"].get("max_chunks") or max_chunks, max_chunks)
+        given.append(f"max_chunks={max_chunks}")
     if repeats is not None:
         if repeats < 1:
             raise ConfigError(f"--repeats must be at least 1 (got {repeats})")
         data["repeats"] = repeats
-    return parse_config(data, source)
+        given.append(f"repeats={repeats}")
+    flags = {"sampling.temperature": temperature, "sampling.max_tokens": max_tokens, "seed": seed}
+    pairs = [f"{k}={v}" for k, v in flags.items() if v is not None] + list(settings or [])
+    apply_settings(data, pairs)
+    given += pairs
+    if given:
+        data["overrides"] = list(data.get("overrides") or []) + given
+    return parse_config(data, source + (" with overrides " + " ".join(pairs) if pairs else ""))
 
 
 # A run config is a few hundred YAML nodes; aliases (`*name`) may repeat a subtree, and nested ones

@@ -386,6 +386,10 @@ def execute(cfg: RunConfig, *, actor_cls: Any = None, sim: Simulated | None = No
         files = sorted(f for fs in rs.incomplete.values() for f in fs)
         log(f"{len(rs.incomplete)} finished shard(s) miss a file ({', '.join(files[:3])}{' ...' if len(files) > 3 else ''}): "
             "their units are computed again")
+    if todo and sim is None:  # an endpoint that refuses or lacks the model stops the run here, in one line
+        from jobs.run.preflight import check_endpoints
+
+        check_endpoints(cfg, log)
     log(f"run {plan.run_id}: {len(all_units)} units, {skipped} already done, {len(todo)} to compute; "
         f"results -> {rs.uri}")
     invocation = f"{now().strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"

@@ -36,3 +36,13 @@ def view_run(ray_local, tmp_path_factory) -> str:
     from tests.jobs.view_run import make_view_run
 
     return make_view_run(tmp_path_factory.mktemp("view") / "runs")
+
+
+@pytest.fixture(scope="session")
+def second_run(view_run) -> str:
+    """A second, smaller run in the same folder as `view_run` (the runs list's tests: a folder of two runs)."""
+    from pathlib import Path
+
+    from tests.jobs.view_run import make_second_run
+
+    return make_second_run(Path(view_run).parent)

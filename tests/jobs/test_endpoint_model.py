@@ -30,6 +30,10 @@ def _app() -> FastAPI:
                              "finish_reason": "stop"}],
                 "usage": {"prompt_tokens": 300, "completion_tokens": 8, "prompt_tokens_details": {"cached_tokens": 120}}}
 
+    @app.get("/v1/models")
+    async def models():
+        return {"object": "list", "data": [{"id": "peer-1", "object": "model"}]}
+
     return app
 
 

@@ -6,6 +6,7 @@ import json
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
@@ -31,7 +32,8 @@ def judged_run(ray_local, tmp_path_factory) -> tuple[str, str]:
         model = {"kind": "openai", "endpoint": {"base_url": url, "model": "scripted", "max_concurrency": 4}}
         cfg = parse_config({
             "name": "inspect", "output": str(tmp_path_factory.mktemp("inspect") / "runs"), "model": model,
-            "judge_model": model, "judge_cpus": 0.25, "repeats": 2,
+            "judge_model": model, "judge_cpus": 0.25, "repeats": 2, "seed": 5,
+            "sampling": {"temperature": 0.0, "max_tokens": 300},
             "datasets": [{"task": "sumie", "synthetic": {"entities": 2, "seed": 0}, "options": {"max_chunks": 2}},
                          {"task": "book", "path": str(BOOK), "options": {"chunk_tokens": 64, "max_chunks": 2}}],
             "methods": [{"name": "gu-json", "tasks": ["sumie"], "options": {"max_attempts": 1}},
@@ -82,16 +84,19 @@ def test_the_inspect_logs_read_back_with_inspects_reader_sample_epoch_event_and_
             assert kinds.count("store") == _memory_changes(st)
             judges = set(scores.loc[scores["unit"] == unit, "judge"])
             expected = judges | ({f"booookscore@{jid}"} if log.eval.task == "inc-update" else set())
-            assert set(s.scores or {}) == expected and kinds.count("score") == len(expected)
+            assert {k.split("/")[0] for k in s.scores or {}} == expected and kinds.count("score") == len(s.scores)
+            assert all(isinstance(v.value, float) for v in s.scores.values())  # numbers, one per metric
             model = [e for e in s.events if e.event == "model"]
             assert [e.input[0].text for e in model] == st.sort_values("step")["prompt"].tolist()
             assert [e.output.completion for e in model] == st.sort_values("step")["output"].tolist()
             assert sum(e.output.usage.input_tokens for e in model) == u["prompt_tokens"]
         if log.eval.task == "gu-json":
             s = log.samples[0]
-            assert {"f1:last", "f1:avg", "f1:start"} <= set(s.scores["sumie-exact"].value)
-            assert len(s.scores["sumie-exact"].metadata["per_turn"]["f1"]) == 2  # two chunks: two turns
-            assert {(x.scorer, x.name) for x in log.results.scores} >= {("sumie-exact", "f1:avg")}
+            assert {"sumie-exact/f1:last", "sumie-exact/f1:avg", "sumie-exact/f1:start"} <= set(s.scores)
+            assert len(s.scores["sumie-exact/f1:avg"].metadata["per_turn"]) == 2  # two chunks: two turns
+            assert {(x.scorer, x.name) for x in log.results.scores} >= {("sumie-exact", "sumie-exact/f1:avg")}
+        else:  # the re-judging is in the log's results as in the samples' scores
+            assert f"booookscore@{jid}/booookscore" in {x.name for x in log.results.scores}
     assert seen == set(samples["unit"])
 
     from inspect_ai.analysis import evals_df, samples_df
@@ -105,3 +110,46 @@ def test_export_inspect_without_inspect_ai_says_how_to_install_it(judged_run, mo
         export_inspect(judged_run[0], str(tmp_path))
     res = CliRunner().invoke(app, ["export", judged_run[0], "--format", "html"])
     assert res.exit_code != 0 and "--format 'html'" in str(res.exception)
+
+
+def test_the_inspect_export_is_faithful_input_target_output_times_config_and_numeric_scores(judged_run, tmp_path) -> None:
+    """Each field Inspect users read, checked against the run and its data: the sample's text as input
+    (long text kept as attachments), the gold as target, the final answer as output, the unit's duration,
+    the run's sampling as model_generate_config, and scores that samples_df reads as numbers."""
+    from inspect_ai.analysis import samples_df
+
+    from jobs.results.sample_data import gold_facts, load_sample_data
+
+    uri, jid = judged_run
+    export_inspect(uri, str(tmp_path))
+    rs = RunStore.at(uri)
+    samples = rs.table("samples").to_pandas()
+    read = load_sample_data(rs)
+    assert read.note is None and len(read.samples) == 3, read.note
+    for name in (p.name for p in tmp_path.glob("*.eval")):
+        log = inspect_log.read_eval_log(str(tmp_path / name), resolve_attachments=True)
+        g = log.eval.model_generate_config
+        assert (g.temperature, g.max_tokens, g.seed) == (0.0, 300, 5)
+        for s in log.samples:
+            u = samples[samples["unit"] == s.metadata["unit"]].iloc[0]
+            answer = json.loads(u["output_json"])["answer"]
+            assert s.output.completion == (answer if isinstance(answer, str) else json.dumps(answer, sort_keys=True))
+            assert s.output.completion  # the final answer, not empty
+            took = (u["finished_at"] - u["started_at"]).total_seconds()
+            assert s.total_time == pytest.approx(took) and s.working_time == pytest.approx(took) and took > 0
+            sample = read.get(u["dataset"], u["sample_id"])
+            expected = "\n\n".join(sample.chunks) + (f"\n\nQuestion: {sample.query}" if sample.query else "")
+            assert s.input == expected and len(s.input) > 200  # the text itself, not a description of it
+            assert s.metadata["gold"] == sample.gold
+            if u["task"] == "book":
+                assert s.input.startswith("The Lighthouse at Carrow Point") and s.target == ""  # no reference summary
+            else:
+                assert s.target == gold_facts(sample.gold) and s.target  # the gold facts after the last turn read
+                assert "Question: Summarize the information about" in s.input
+    df = samples_df(str(tmp_path))
+    cols = [c for c in df.columns if c.startswith("score_")]
+    assert "score_sumie-exact/f1:avg" in cols and f"score_booookscore@{jid}/booookscore" in cols
+    for c in cols:  # numbers (pandas' or pyarrow's float dtype), not JSON text
+        assert pd.api.types.is_float_dtype(df[c].dtype), (c, df[c].dtype)
+        assert df[c].notna().any()
+

@@ -122,3 +122,49 @@ def test_the_bundle_opens_from_disk_with_the_same_content(browser, run, tmp_path
     shown[0].find_element(By.TAG_NAME, "a").click()
     p.check("bundle-unit")
     assert browser.find_elements(By.CSS_SELECTOR, "section.step") and "sumie-exact" in p.text()
+
+
+def test_a_folder_of_runs_the_runs_list_sorts_filters_and_opens_a_unit_beside_its_gold(browser, view_run, second_run,
+                                                                                     tmp_path) -> None:
+    """`memloop view DIR`: the runs list of a folder holding two runs, sorted and filtered in the browser,
+    then a SUMIE unit's gold facts marked as the judge scored them, and the step-outcome filter."""
+    from jobs.results.view.log_dir import expand
+
+    folder = Path(view_run).parent
+    runs = [ViewRun.load(u) for u in expand([str(folder)])]
+    p = Pages(browser, tmp_path / "screens")
+    with serve_app(create_app(runs)) as url:
+        browser.get(url + "/")
+        p.check("runs-list")
+        rows = browser.find_elements(By.CSS_SELECTOR, "#runs tr.run-row")
+        assert len(rows) == 2 and "2 of 2 runs" in p.text()
+        browser.find_element(By.CSS_SELECTOR, 'a.sort[data-col="run_id"]').click()
+        p.check("runs-sorted")
+        ids = [r.find_element(By.TAG_NAME, "a").text for r in browser.find_elements(By.CSS_SELECTOR, "#runs tr.run-row")]
+        assert ids == sorted(ids, reverse=ids[0] > ids[1]) and len(ids) == 2
+        browser.find_element(By.NAME, "q").send_keys("gu-json")
+        browser.find_element(By.CSS_SELECTOR, "#runs-filter button").click()
+        p.check("runs-filtered")
+        rows = browser.find_elements(By.CSS_SELECTOR, "#runs tr.run-row")
+        assert len(rows) == 1 and "gu-json" in rows[0].text and "1 of 2 runs" in p.text()
+        browser.get(url + "/?status=nonsense")  # answered, not ignored (the 400 is the browser log's only entry)
+        assert "filter by one of running" in p.text()
+        assert [e["message"] for e in browser.get_log("browser")] == \
+            [f"{url}/?status=nonsense - Failed to load resource: the server responded with a status of 400 (Bad Request)"]
+        view = next(i for i, r in enumerate(runs) if r.uri == view_run)
+        browser.get(url + f"/run/{view}/samples?dataset=sumie:synthetic&method=cok")
+        p.check("samples-sumie")
+        browser.find_element(By.CSS_SELECTOR, "#samples tbody tr a").click()
+        p.check("unit-gold")
+        gold = browser.find_element(By.CSS_SELECTOR, 'section.gold[data-kind="facts"]')
+        marks = [td.text for td in gold.find_elements(By.CSS_SELECTOR, "tr.fact td:last-child")]
+        assert marks and set(marks) <= {"matched", "missed"}
+        browser.get(url + f"/run/{view}/samples")
+        outcomes = [o.get_attribute("value") for o in Select(browser.find_element(By.ID, "f-steps")).options][3:]
+        assert outcomes  # each step outcome of the run is a filter value
+        Select(browser.find_element(By.ID, "f-steps")).select_by_value(outcomes[0])
+        browser.find_element(By.ID, "apply").click()
+        p.check("samples-by-outcome")
+        assert browser.find_elements(By.CSS_SELECTOR, "#samples tbody tr")
+        assert all(outcomes[0] in r.get_attribute("data-outcomes").split(",")
+                   for r in browser.find_elements(By.CSS_SELECTOR, "#samples tbody tr"))

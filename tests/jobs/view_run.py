@@ -69,3 +69,20 @@ def make_view_run(output: Path) -> str:
         summary = execute(parse_config(view_config(output, url)), log=lambda m: None)
     assert summary.computed + summary.failed > 0
     return summary.output
+
+
+def make_second_run(folder: Path) -> str:
+    """A second, smaller run into the same folder: SUMIE only, judged by sumie-exact (a headline score)."""
+    from jobs.run.config import parse_config
+    from jobs.run.driver import execute
+    from tests.jobs.scripted_endpoint import attribute_table_answer, scripted_endpoint
+
+    with scripted_endpoint(attribute_table_answer) as (url, _):
+        model = {"kind": "openai", "endpoint": {"base_url": url, "model": "scripted-two", "max_concurrency": 2}}
+        summary = execute(parse_config({
+            "name": "second", "output": str(folder), "model": model, "judge_cpus": 0.25, "retries": 0,
+            "datasets": [{"task": "sumie", "synthetic": {"entities": 1, "seed": 3}, "options": {"max_chunks": 2}}],
+            "methods": [{"name": "gu-json", "options": {"max_attempts": 1}}],
+            "judges": [{"name": "sumie-exact"}]}), log=lambda m: None)
+    assert summary.computed == 1
+    return summary.output

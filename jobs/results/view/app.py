@@ -96,8 +96,10 @@ def create_app(runs: list[ViewRun], *, host: str = "127.0.0.1", api_key: str | N
         return response
 
     @app.get("/", response_class=HTMLResponse)
-    def home() -> str:
-        return pages.home()
+    def home(request: Request) -> str:
+        from jobs.results.view.log_dir import RunsQuery
+
+        return pages.home(RunsQuery.parse(request.query_params))
 
     @app.get("/run/{r}/", response_class=HTMLResponse)
     def run_page(r: int) -> str:

@@ -12,15 +12,20 @@ import math
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 from urllib.parse import urlencode
 
 import jinja2
 import pandas as pd
 from markdown_it import MarkdownIt
 
-from jobs.results.view.runs import BASE_COLUMNS, PAGE_SIZES, STEP_OUTCOMES, Query, ViewRun, select
+from jobs.results.view.runs import (BASE_COLUMNS, PAGE_SIZES, Query, ViewRun, cause_choices, select,
+                                    step_choices)
+from jobs.results.view.gold import gold_view
 from jobs.results.view.timeline import timeline, verdicts
+
+if TYPE_CHECKING:
+    from jobs.results.view.log_dir import RunsQuery
 
 TEMPLATES = Path(__file__).with_name("templates")
 _MD = MarkdownIt("commonmark", {"html": False}).enable("table")
@@ -37,6 +42,9 @@ class Links:
 
     def home(self) -> str:
         return "/"
+
+    def runs_list(self, params: dict[str, str] | None = None) -> str:
+        return "/" + (f"?{urlencode(params)}" if params else "")
 
     def run(self, r: int) -> str:
         return f"/run/{r}/"
@@ -95,6 +103,7 @@ class Pages:
     runs: list[ViewRun]
     links: Links
     env: jinja2.Environment
+    _rows: list[dict[str, Any]] | None = None  # the runs list's rows, computed on first view
 
     @classmethod
     def of(cls, runs: list[ViewRun], links: Links | None = None) -> "Pages":
@@ -111,8 +120,16 @@ class Pages:
             raise ViewError(f"the viewer holds runs 0..{len(self.runs) - 1}, not {r}")
         return self.runs[r]
 
-    def home(self) -> str:
-        return self._render("home.html", title="memloop view")
+    def home(self, query: "RunsQuery | None" = None) -> str:
+        """The runs list: one row per run, sorted and filtered by `query` (`jobs.results.view.log_dir`)."""
+        from jobs.results.view.log_dir import COLUMNS, STATUSES, RunsQuery, run_row, select_runs
+
+        query = query or RunsQuery()
+        if self._rows is None:
+            self._rows = [run_row(r, run) for r, run in enumerate(self.runs)]
+        shown = select_runs(self._rows, query)
+        return self._render("home.html", title="memloop view", rows=shown, query=query, columns=COLUMNS,
+                            statuses=STATUSES, total=len(self._rows))
 
     def run(self, r: int) -> str:
         run = self.run_of(r)
@@ -132,7 +149,8 @@ class Pages:
         return self._render("samples.html", title=f"samples of {run.run_id}", r=r, run=run, q=query,
                             rows=list(zip(rows.index.tolist(), rows.to_dict("records"))),
                             total=total, pages=max(1, math.ceil(total / query.size)),
-                            columns=list(BASE_COLUMNS) + run.score_columns, sizes=PAGE_SIZES, outcomes=STEP_OUTCOMES,
+                            columns=list(BASE_COLUMNS) + run.score_columns, sizes=PAGE_SIZES, outcomes=step_choices(run),
+                            causes=cause_choices(run),
                             methods=sorted(set(i["method"])), datasets=sorted(set(i["dataset"])),
                             statuses=sorted(set(i["status"])))
 
@@ -141,7 +159,8 @@ class Pages:
         row = run.unit_row(i)
         steps = timeline(run, row["unit"])
         return {"run_id": run.run_id, "unit": row["unit"], "row": {k: _plain(v) for k, v in row.items()},
-                "steps": [dict(s, diff=vars(s["diff"])) for s in steps], "verdicts": verdicts(run, row["unit"])}
+                "steps": [dict(s, diff=vars(s["diff"])) for s in steps], "verdicts": verdicts(run, row["unit"]),
+                "gold": gold_view(run, dict(row))}
 
     def unit(self, r: int, i: int) -> str:
         run = self.run_of(r)
@@ -154,7 +173,8 @@ class Pages:
         return self._render("unit.html", title=f"{row['sample_id']} · {row['method']}", r=r, i=i, run=run, row=row,
                             output=_output(sample.get("output_json")), started=sample.get("started_at"),
                             finished=sample.get("finished_at"), steps=timeline(run, row["unit"]),
-                            verdicts=verdicts(run, row["unit"]), others=others, elsewhere=elsewhere)
+                            verdicts=verdicts(run, row["unit"]), gold=gold_view(run, row), others=others,
+                            elsewhere=elsewhere)
 
     def side(self, a: tuple[int, int], b: tuple[int, int]) -> str:
         sides = []

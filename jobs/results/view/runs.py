@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
 
 import numpy as np
@@ -42,6 +42,7 @@ class ViewRun:
     _judgments_at: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
     _scores_at: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
     _report: Report | None = field(default=None, repr=False)
+    _sample_data: Any = field(default=None, repr=False)
 
     @classmethod
     def load(cls, uri: str) -> "ViewRun":
@@ -91,6 +92,14 @@ class ViewRun:
         i = self.index
         return i[(i["dataset"] == r["dataset"]) & (i["sample_id"] == r["sample_id"]) & (i["repeat"] == r["repeat"])
                  & (i.index != unit_id)]
+
+    def sample_data(self) -> Any:
+        """The run's samples (input and gold), reloaded once through its config (`jobs.results.sample_data`)."""
+        if self._sample_data is None:
+            from jobs.results.sample_data import load_sample_data
+
+            self._sample_data = load_sample_data(self.store)
+        return self._sample_data
 
     # --- the run page -----------------------------------------------------------------------
     def report(self) -> Report:
@@ -168,6 +177,10 @@ def unit_index(d: RunData) -> tuple[pd.DataFrame, list[str]]:
     failed = (st[st["error"].notna()].groupby("unit").size() if not st.empty else pd.Series(dtype=int))
     idx = s[["unit"] + list(c for c in BASE_COLUMNS if c != "failed_steps") + ["error"]].copy()
     idx["failed_steps"] = idx["unit"].map(failed).fillna(0).astype(int)
+    # the outcomes of the unit's steps (`eval.methods.outcomes`), for the step-outcome filter
+    outcomes = (st.dropna(subset=["outcome"]).groupby("unit")["outcome"].agg(lambda o: ",".join(sorted(set(o))))
+                if not st.empty and "outcome" in st else pd.Series(dtype=str))
+    idx["outcomes"] = idx["unit"].map(outcomes).fillna("")
     u = unit_values(d.scores)
     cols: list[str] = []
     if not u.empty:
@@ -192,6 +205,7 @@ class Query:
     min: float | None = None
     max: float | None = None
     q: str = ""  # a substring of the sample id
+    cause: str = ""  # a failed (or n/a) unit's recorded root cause, exactly as the run page lists it
     sort: str = ""
     desc: bool = False
     page: int = 1
@@ -215,7 +229,11 @@ class Query:
             except ValueError:
                 raise ViewError(f"{name}={v!r} is not a whole number") from None
 
-        return cls(method=params.get("method", ""), dataset=params.get("dataset", ""), status=params.get("status", ""),
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(params) - known)
+        if unknown:  # a misspelt filter would otherwise show every unit as if it matched
+            raise ViewError(f"the samples page has no parameter {', '.join(unknown)}; use {', '.join(sorted(known))}")
+        return cls(cause=params.get("cause", ""), method=params.get("method", ""), dataset=params.get("dataset", ""), status=params.get("status", ""),
                    steps=params.get("steps", ""), score=params.get("score", ""), min=num("min"), max=num("max"),
                    q=(params.get("q") or "").strip(), sort=params.get("sort", ""),
                    desc=params.get("desc", "") in ("1", "true", "on"), page=max(1, whole("page", 1)),
@@ -223,9 +241,21 @@ class Query:
 
     def params(self, **changes: Any) -> dict[str, str]:
         """This query's parameters with some changed, for links (empty ones left out)."""
-        out = {k: getattr(self, k) for k in ("method", "dataset", "status", "steps", "score", "min", "max", "q",
-                                             "sort", "desc", "page", "size")} | changes
+        out = {k: getattr(self, k) for k in ("method", "dataset", "status", "steps", "cause", "score", "min", "max",
+                                             "q", "sort", "desc", "page", "size")} | changes
         return {k: ("1" if v is True else str(v)) for k, v in out.items() if v not in ("", None, False)}
+
+
+def step_choices(run: ViewRun) -> list[str]:
+    """The step filter's values: any / no failed step, then each step outcome the run's steps have."""
+    seen = sorted({o for os_ in run.index["outcomes"] for o in os_.split(",") if o})
+    return list(STEP_OUTCOMES) + seen
+
+
+def cause_choices(run: ViewRun) -> list[str]:
+    """The cause filter's values: the recorded root causes of the units that are not ok."""
+    i = run.index
+    return sorted(set(i.loc[(i["status"] != "ok") & i["error"].notna(), "error"]))
 
 
 def select(run: ViewRun, query: Query) -> tuple[pd.DataFrame, int]:
@@ -239,10 +269,20 @@ def select(run: ViewRun, query: Query) -> tuple[pd.DataFrame, int]:
         if v:
             mask &= (i[col] == v).to_numpy()
     if query.steps:
-        if query.steps not in STEP_OUTCOMES:
-            raise ViewError(f"steps={query.steps!r}: choose one of {', '.join(STEP_OUTCOMES)}")
-        failed = (i["failed_steps"] > 0).to_numpy()
-        mask &= failed if query.steps == STEP_OUTCOMES[0] else ~failed
+        choices = step_choices(run)
+        if query.steps not in choices:
+            raise ViewError(f"steps={query.steps!r}: choose one of {', '.join(choices)}")
+        if query.steps in STEP_OUTCOMES:
+            failed = (i["failed_steps"] > 0).to_numpy()
+            mask &= failed if query.steps == STEP_OUTCOMES[0] else ~failed
+        else:  # units with at least one step of this outcome
+            mask &= i["outcomes"].str.split(",").apply(lambda o: query.steps in o).to_numpy(bool)
+    if query.cause:
+        causes = cause_choices(run)
+        if query.cause not in causes:
+            raise ViewError(f"cause={query.cause[:200]!r}: no unit of this run failed with it; the run's causes are "
+                            "on its run page (Root causes)")
+        mask &= (i["error"] == query.cause).to_numpy(bool)
     if query.min is not None or query.max is not None:
         if query.score not in run.score_columns:
             raise ViewError(f"a score range needs a score column; this run has "
@@ -313,4 +353,4 @@ def length_buckets(d: RunData) -> dict[str, Any]:
     return {"buckets": order, "rows": [rows[k] for k in sorted(rows)]}
 
 
-__all__ = ["ViewRun", "Query", "select", "length_buckets", "bucket_of", "unit_index", "NOT_APPLICABLE"]
+__all__ = ["ViewRun", "Query", "select", "step_choices", "cause_choices", "length_buckets", "bucket_of", "unit_index", "NOT_APPLICABLE"]
