@@ -50,7 +50,8 @@ def test_errors_are_named(app, tmp_path):
 def test_show_and_tasks(app):
     result = CliRunner().invoke(app, ["data", "show", "sumie", "-o", "synthetic=true", "-o", "entities=2", "--limit", "2"])
     assert result.exit_code == 0 and result.output.startswith("2 samples")
-    assert CliRunner().invoke(app, ["data", "tasks"]).output.split() == ["arxiv", "book", "booksum", "repoqa", "spider", "sumie"]
+    assert CliRunner().invoke(app, ["data", "tasks"]).output.split() == ["arxiv", "book", "booksum", "memoryagentbench", "repoqa", "spider",
+                                                                                "sumie"]
     bad = CliRunner().invoke(app, ["data", "show", "sumie", "-o", "entitees=2"])
     assert isinstance(bad.exception, DatasetError) and "entitees" in str(bad.exception)
 
@@ -83,4 +84,4 @@ def test_repoqa_describe_caches_a_models_descriptions_for_configs_that_name_it(a
     samples = load_dataset("repoqa", packages=["json"], needles=2, describer_model="writer-1", description_cache=str(tmp_path))
     assert [s.metadata["describer"] for s in samples] == ["llm", "llm"] and "2. Input: one value" in samples[0].query
     other = load_dataset("repoqa", packages=["json"], needles=2, describer_model="someone-else", description_cache=str(tmp_path))
-    assert all(s.metadata["describer"].startswith("code (no description by someone-else") for s in other)
+    assert all(s.metadata["describer"].startswith("code fallback (no description by someone-else") for s in other)
