@@ -27,11 +27,16 @@ from jobs.store.storage import RunStore
 ROOT = Path(__file__).resolve().parents[2]
 
 
+JSON_METHODS = ("go-json", "gu-json", "gm-json", "cok")
+
+
 def _config(output: Path, entities: int = 2, methods=("gu-json",), max_tokens: int = 24, **over) -> dict:
     cfg = {
         "name": "drv", "output": str(output),
         "datasets": [{"task": "sumie", "synthetic": {"entities": entities, "seed": 3}, "options": {"max_chunks": 2}}],
-        "methods": [{"name": m, "options": {"max_attempts": 1}} for m in methods],
+        # the JSON methods under the engine's schema (the driver's mechanics are tested, not free JSON)
+        "methods": [{"name": m, "options": {"max_attempts": 1, **({"decoding": "constrained"} if m in JSON_METHODS
+                                                                   else {})}} for m in methods],
         "sampling": {"max_tokens": max_tokens},
         "judges": [{"name": "sumie-exact"}],
         "engine": {"actors": 1, "cpus_per_actor": 0.5, "max_in_flight": 4, "start_timeout_s": 300},

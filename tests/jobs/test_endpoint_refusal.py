@@ -27,8 +27,13 @@ SENTENCE = "The study measures lighthouse lamps."
 
 
 def _refusing_app() -> FastAPI:
-    """Answers every chat request, except those about the harbour sample: 401 (a key this host lacks)."""
+    """Answers every chat request, except those about the harbour sample: 401 (a key this host lacks). It
+    lists its model, so the run's endpoint check (jobs/run/preflight.py) lets the run start."""
     api = FastAPI()
+
+    @api.get("/v1/models")
+    async def models():
+        return {"object": "list", "data": [{"id": "m", "object": "model"}]}
 
     @api.post("/v1/chat/completions")
     async def chat(body: dict):

@@ -97,7 +97,9 @@ def test_the_unit_page_shows_the_timeline_revisions_diff_and_verdicts_as_text(ru
     html = client.get(f"/run/0/unit/{i}").text
     assert "<script>alert" not in html and "<img src=x" not in html  # model output never becomes markup
     assert "&lt;script&gt;alert(&#34;memloop-xss&#34;)&lt;/script&gt;" in html
-    assert 'class="revisions"' in html and "the path already exists" in html  # a rejected revision and why
+    # a rejected revision and why (figure 5 merges an add at an existing key, so the update of a path the
+    # memory lacks is the one refused)
+    assert 'class="revisions"' in html and "does not exist in the memory" in html
     assert "/characters/&lt;b&gt;keeper&lt;~1b&gt;" in html  # the RFC 6902 path of the memory change
     assert "booookscore" in html and "confusing" in html and "Who is &lt;i&gt;she&lt;/i&gt;?" in html
     data = client.get(f"/run/0/unit/{i}.json").json()

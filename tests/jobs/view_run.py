@@ -19,8 +19,8 @@ def hostile_answer(body: dict) -> str | None:
     fmt = body.get("response_format") or {}
     prompt = "".join(m.get("content") or "" for m in body.get("messages") or [])
     if fmt.get("type") != "json_schema" and prompt.rstrip().endswith("[THOUGHTS FOR UPDATE]"):
-        # CoK answers in figure 5's sections: an update at a path the memory lacks, an addition that
-        # applies once (the next chunk's same addition is rejected: the path already exists)
+        # CoK answers in figure 5's sections: an update at a path the memory lacks, an addition
+        # that applies (figure 5 merges the next chunk's same addition into it)
         task_class = prompt.rsplit("[CLASS]", 1)[1]  # the task's own class, after the prompt's example
         name = "attributes" if "class Summary" in task_class else "characters"
         return ("1. Nothing to update.\n\n[UPDATED_OBJECTS]\n"
@@ -52,7 +52,7 @@ def view_config(output: Path, url: str) -> dict[str, Any]:
         "name": "view-test", "output": str(output), "model": model, "judge_model": model, "judge_cpus": 0.25,
         "datasets": [{"task": "book", "path": str(BOOK), "options": {"chunk_tokens": 128, "max_chunks": 3}},
                      {"task": "sumie", "synthetic": {"entities": 1, "seed": 0}, "options": {"max_chunks": 2}}],
-        "methods": [{"name": "cok", "options": {"max_attempts": 1}},
+        "methods": [{"name": "cok", "options": {"max_attempts": 1, "decoding": "constrained"}},
                     {"name": "inc-update", "options": {"max_attempts": 1, "word_limit": 50}}],
         "judges": [{"name": "booookscore-batched", "options": {"batch_size": 4}}, {"name": "sumie-exact"}],
         "repeats": 1, "retries": 0,
