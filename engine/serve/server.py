@@ -47,7 +47,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
 from starlette.exceptions import HTTPException
 
 from engine.errors import EngineError, NonFiniteLogitsError, RequestError, ServerConfigError
-from engine.sampling import MAX_LOGPROBS, SamplingParams
+from engine.sample.sampling import MAX_LOGPROBS, SamplingParams
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
 HEADER_TIMEOUT_S = 10.0  # from connecting to the end of the request headers (slowloris)
@@ -651,7 +651,7 @@ def serve(config: Any = None, host: str = "127.0.0.1", port: int = 8000, model_n
     import uvicorn
 
     from engine.engine_config import EngineConfig
-    from engine.serving import Engine
+    from engine.sched.serving import Engine
 
     engine = Engine(EngineConfig.of(config))
     name = model_name or engine.lm.path.stem
