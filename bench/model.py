@@ -201,7 +201,7 @@ def f64_agreement(hf: Any, prompt_ids: list[list[int]], ours: list[np.ndarray], 
     off: the float64 run is the near-exact answer both approximate (transformers' f32 logits are ~1e-4
     from it on SmolLM2, the size of memloop's difference to them). Near: transformers' Llama code keeps
     RMSNorm, the rotary angles and the softmax in float32 even in a float64 model, a floor of ~3e-5 on
-    SmolLM2 (docs/engine-serving.md, the logits' op-by-op table)."""
+    SmolLM2 (docs/bench-log.md, the logits' op-by-op table)."""
     import copy
 
     import torch

@@ -44,7 +44,7 @@ class EngineConfig:
         CPU halves the bytes each decode step reads at long context (llama.cpp's default cache type);
         int8 keeps a code per element and an f32 scale per (token, KV head), about a quarter of f32's
         bytes (llama.cpp's q8_0 cache). Keys and values are then rounded, so outputs can differ
-        slightly from float32's (docs/engine-serving.md measures by how much).
+        slightly from float32's (docs/bench-log.md measures by how much).
     """
 
     model: str | None = None

@@ -5,7 +5,7 @@ A cache is `{"k", "v"}` pools (`engine.attention.paged.init_kv_pools`), of a flo
 without the head-dim axis. The int8 type is llama.cpp's `q8_0` cache idea at the granularity of one
 head's vector: symmetric, `code = round(x * 127 / max|x|)`, so a cached token costs hd + 4 bytes per
 head instead of 4 hd (f32) or 2 hd (f16). At long context a decode step is bound by the bytes of keys
-and values it reads (docs/engine-serving.md), which is what this buys back; the price is a relative
+and values it reads (docs/bench-log.md), which is what this buys back; the price is a relative
 error of at most 1/254 of the vector's largest element per element.
 
 Every attention path (the gather reference, the CPU kernel, the Pallas kernels) writes through

@@ -7,7 +7,7 @@ layout). This test converts a pool into the ragged layout (a copy, here only) an
 kernel's reference over it, with memloop's block tables, key lengths and query offsets, computes the
 gather path's attention for a batch of one prefill chunk and two decode rows: the layouts hold the
 same cache, but using the kernel would need that second copy (or the whole engine on the interleaved
-layout), so TPU prefill keeps the gather path (docs/engine-serving.md).
+layout), so TPU prefill keeps the gather path (docs/engine-attention.md).
 """
 from __future__ import annotations
 
