@@ -167,7 +167,7 @@ def test_a_family_the_kernel_was_not_checked_against_keeps_the_gather(lm, monkey
     """The kernel is chosen by the model config: a family outside its list decodes through the gather path."""
     import dataclasses
 
-    from engine.model.decoder import config as config_module
+    from engine.model import config as config_module
 
     monkeypatch.setitem(config_module.FAMILIES, "other", config_module.FAMILIES["llama"])
     assert "memloop_paged_attention" not in _step_text(lm, 1, dataclasses.replace(lm.config, architecture="other"))
