@@ -44,7 +44,7 @@ torch-geometric torchmetrics torchvision tqdm transformers treescope triton type
 typing-inspect urllib3 uvloop wadler-lindig werkzeug wheel wrapt xarray xxhash yarl zipp
 """.split())
 
-# What the engine and `bench gpu` import that the image lacks (engine.sampling: pydantic; constrained
+# What the engine and `bench gpu` import that the image lacks (engine.sample.sampling: pydantic; constrained
 # decoding: llguidance and jsonschema; GGUF files: gguf), with what those need in turn.
 KIT = ("pydantic", "pydantic-core", "annotated-types", "typing-inspection", "llguidance", "jsonschema",
        "jsonschema-specifications", "referencing", "rpds-py", "gguf")

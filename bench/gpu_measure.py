@@ -124,7 +124,7 @@ def correctness(lm: Any, engines: dict[str, Any], hf: Any, torch_device: str, gr
     import jax.numpy as jnp
     import torch
 
-    from engine.model import forward, no_cache_attention
+    from engine.model.decoder import forward, no_cache_attention
 
     ids = [lm.tokenizer.encode(TEXT + p) for p in PROMPTS]
     fwd = jax.jit(lambda p, t, q: forward(p, lm.config, t, q, None, no_cache_attention(q))[0])

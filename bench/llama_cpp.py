@@ -388,8 +388,8 @@ def model_bench_peer(memloop: dict[str, Any], model: str | os.PathLike | None, d
     result): the decode steps it timed (`decode_tokens` rounded to the decode chunk, as bench.model
     does) after a prompt as long as the chat prompt its batch-1 decode follows."""
     from bench.model import PROMPTS
-    from engine.reference import DECODE_CHUNK
-    from engine.tokenizer import load_tokenizer
+    from engine.sched.reference import DECODE_CHUNK
+    from engine.model.tokenizer import load_tokenizer
 
     steps = max(DECODE_CHUNK, decode_tokens // DECODE_CHUNK * DECODE_CHUNK)
     short = len(load_tokenizer(gguf_path(model)).chat_ids(PROMPTS[0]))

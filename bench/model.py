@@ -44,10 +44,10 @@ class BenchSettings:
     prefill_tokens: int = 512
     batch: int = 32
     hf_batch: bool = False  # also time transformers at batch 32 (slow on CPU)
-    packed: bool = False  # memloop keeps Q4/Q8 layer matrices packed (see engine.model.load_model)
+    packed: bool = False  # memloop keeps Q4/Q8 layer matrices packed (see engine.model.decoder.load_model)
     dense: bool = False  # memloop with dense f32 weights only (no block-form kernel)
     dense_peer: bool = True  # also time memloop with dense f32 weights (XLA's dot), the pre-kernel engine
-    quantize: str | None = None  # "int8": weight-only int8 layer matrices (engine.quantize)
+    quantize: str | None = None  # "int8": weight-only int8 layer matrices (engine.model.quantize)
     contexts: tuple[int, ...] = (1024, 4096)  # served batch-1 decode after prompts of these lengths
     gather_peer: bool = True  # also time served decode at the longest context with the gather path
     kv_types: tuple[str, ...] = ("float16", "int8")  # also time served decode (short, longest context) with these caches
@@ -55,7 +55,7 @@ class BenchSettings:
 
 
 def _has_blocks(lm: Any) -> bool:
-    from engine.blocks import BlockMatrix
+    from engine.model.blocks import BlockMatrix
 
     return isinstance(lm.params["embed"], BlockMatrix) or any(
         isinstance(w, BlockMatrix) for layer in (lm.params["layers"] if lm.per_layer else []) for w in layer.values())
@@ -99,9 +99,9 @@ def _ours_prefill_decode(lm: Any, ids_batch: list[list[int]], steps: int, in_pla
     import jax
     import jax.numpy as jnp
 
-    from engine.reference import DECODE_CHUNK, decode_chunk, prefill
-    from engine.model import init_contiguous_cache
-    from engine.sampling import SamplingParams, next_pow2, row_arrays, seed_keys
+    from engine.sched.reference import DECODE_CHUNK, decode_chunk, prefill
+    from engine.model.decoder import init_contiguous_cache
+    from engine.sample.sampling import SamplingParams, next_pow2, row_arrays, seed_keys
 
     cfg = lm.config
     b = len(ids_batch)
@@ -156,7 +156,7 @@ def served_decode(lm: Any, context: int, tokens: int, gather: bool = False, kv_d
     the decode kernels (C++ on CPU, Pallas on TPU/GPU) replaced; the backend is a static argument
     of the engine step, so its programs are compiled apart from the kernel's."""
     from engine.engine_config import EngineConfig
-    from engine.serving import Engine
+    from engine.sched.serving import Engine
 
     tok = lm.tokenizer
     prompt = tok.decode(tok.encode(LONG_TEXT * (context // 25 + 1))[:context]) if context else PROMPTS[0][0]["content"]
@@ -201,7 +201,7 @@ def f64_agreement(hf: Any, prompt_ids: list[list[int]], ours: list[np.ndarray], 
     off: the float64 run is the near-exact answer both approximate (transformers' f32 logits are ~1e-4
     from it on SmolLM2, the size of memloop's difference to them). Near: transformers' Llama code keeps
     RMSNorm, the rotary angles and the softmax in float32 even in a float64 model, a floor of ~3e-5 on
-    SmolLM2 (docs/engine-serving.md, the logits' op-by-op table)."""
+    SmolLM2 (docs/bench-log.md, the logits' op-by-op table)."""
     import copy
 
     import torch
@@ -224,9 +224,9 @@ def run_model_bench(path: Path | None = None, settings: BenchSettings = BenchSet
     import torch
     from transformers import AutoModelForCausalLM
 
-    from engine.reference import DECODE_CHUNK, generate
-    from engine.model import forward, load_model, no_cache_attention
-    from engine.sampling import SamplingParams
+    from engine.sched.reference import DECODE_CHUNK, generate
+    from engine.model.decoder import forward, load_model, no_cache_attention
+    from engine.sample.sampling import SamplingParams
 
     lm = load_model(path, packed=settings.packed, blocks=False if settings.dense else None,
                     quantize=settings.quantize)

@@ -242,9 +242,9 @@ def main(workload_name: str = "papers", peer: str | None = None, emit=print, cac
     says how long; it counts against memloop). Both exist for the full `papers` shape on a 2-core
     host, where each memloop pass takes about 30 minutes. `kv_dtype` is memloop's KV-cache type
     (None: the compute dtype, f32 on CPU; llama-server keeps its own default, f16)."""
-    from engine.model import load_model
+    from engine.model.decoder import load_model
     from engine.engine_config import EngineConfig
-    from engine.serving import Engine
+    from engine.sched.serving import Engine
 
     if peer not in PEERS:
         from engine.errors import EngineError
@@ -258,7 +258,7 @@ def main(workload_name: str = "papers", peer: str | None = None, emit=print, cac
     samples, steps, max_tokens, kv_budget = ws["samples"], ws["steps"], ws["max_tokens"], ws["kv_budget"]
     workload = build_workload(samples, steps, ws["chunk_words"], revisions=ws["revisions"],
                               shared_book=ws["shared_book"])
-    from engine.pallas_attention import resolve_backend
+    from engine.attention.pallas import resolve_backend
 
     # a Pallas kernel (the accelerator default) reads per-layer pools in place: the unrolled layout
     lm = load_model(None, unroll=True if resolve_backend().kernel else None)
@@ -342,7 +342,7 @@ def accelerator_figures(lm: Any, kv_budget: float, emit=print) -> dict[str, Any]
     device (its default attention backend: the platform's Pallas kernel); all null on CPU."""
     from bench.accelerators import accelerator_field, engine_figures, this_accelerator
     from engine.engine_config import EngineConfig
-    from engine.serving import Engine
+    from engine.sched.serving import Engine
 
     found = this_accelerator(emit)
     out: dict[str, Any] = {"accelerator": accelerator_field(found), "decode_hbm_fraction": None, "prefill_mfu": None}

@@ -1,6 +1,6 @@
 """`EngineConfig`: what a serving engine is built with, in the engine's own field names.
 
-(`engine.config` is the *model's* architecture config; this is the serving engine's.) The Ray actor,
+(`engine.model.config` is the *model's* architecture config; this is the serving engine's.) The Ray actor,
 `memloop serve` and in-process users all build it the same way: `EngineConfig(...)` in code, or
 `EngineConfig.from_dict(d)` from plain data, which rejects unknown fields by naming the valid ones.
 Callers with other vocabularies (the run config's `page_budget`, `dtype: auto`) translate before
@@ -16,7 +16,7 @@ from engine.errors import EngineError
 
 DTYPES = ("float32", "bfloat16", "float16")
 # The paged KV cache's element types: a float type, or int8 codes with an f32 scale per (token, KV head)
-# (engine.kv_pages).
+# (engine.cache.kv_pages).
 KV_DTYPES = (*DTYPES, "int8")
 # auto: the platform's Pallas kernel on TPU/GPU; on CPU the gather path with decode read in place by the
 # C++ kernel where the model supports it (engine.kernels.attention). gather: the gather path only.
@@ -39,12 +39,12 @@ class EngineConfig:
         run it is an AttentionBackendError).
     pallas_interpret: run the named Pallas kernel in Pallas' interpreter (CPU checks only: slow).
     quantize: "int8" keeps layer matrices as int8 codes with a scale and offset per 32 weights
-        (weight-only, engine.quantize), or None.
+        (weight-only, engine.model.quantize), or None.
     kv_dtype: the paged KV cache's element type, one of KV_DTYPES (None = the compute dtype). float16 on
         CPU halves the bytes each decode step reads at long context (llama.cpp's default cache type);
         int8 keeps a code per element and an f32 scale per (token, KV head), about a quarter of f32's
         bytes (llama.cpp's q8_0 cache). Keys and values are then rounded, so outputs can differ
-        slightly from float32's (docs/engine-serving.md measures by how much).
+        slightly from float32's (docs/bench-log.md measures by how much).
     """
 
     model: str | None = None

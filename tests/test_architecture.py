@@ -49,3 +49,16 @@ def test_run_importing_results_breaks_the_jobs_floors(tmp_path: Path) -> None:
     res = _lint(tmp_path)
     assert res.returncode != 0
     assert "jobs.run.driver -> jobs.results.report" in res.stdout
+
+
+def test_model_importing_sched_breaks_the_engine_floors(tmp_path: Path) -> None:
+    """The model sits below the scheduler: a decoder that reached up into the scheduling floor would
+    break `engine-floors`."""
+    for pkg in (*PACKAGES, "memloop"):
+        shutil.copytree(ROOT / pkg, tmp_path / pkg, ignore=shutil.ignore_patterns("__pycache__", "*.cc"))
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    decoder = tmp_path / "engine" / "model" / "decoder.py"
+    decoder.write_text(decoder.read_text() + "\nimport engine.sched.scheduler  # a forbidden import\n")
+    res = _lint(tmp_path)
+    assert res.returncode != 0
+    assert "engine.model.decoder -> engine.sched.scheduler" in res.stdout

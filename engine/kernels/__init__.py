@@ -1,4 +1,5 @@
-"""CPU kernels compiled on first use and called from jitted code as XLA FFI custom calls.
+"""The engine's bottom floor (imports no other floor; `engine.assets` for the build cache): CPU
+kernels compiled on first use and called from jitted code as XLA FFI custom calls.
 
 `qmatmul(x, blocks, qtype)` multiplies by a weight matrix kept in its GGUF block form (Q4_0, Q4_1,
 Q5_0, Q8_0, and the k-quants Q4_K, Q5_K, Q6_K), reading 0.56-1.06 bytes per weight instead of f32's 4

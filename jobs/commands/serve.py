@@ -31,7 +31,7 @@ def serve(
     """Serve /v1/completions, /v1/chat/completions (response_format json_schema) and /v1/models.
 
     The API key comes from MEMLOOP_API_KEY or --api-key-file, never from the command line."""
-    from engine.server import serve as run_server
+    from engine.serve.server import serve as run_server
 
     key = read_api_key(api_key, api_key_file)
 

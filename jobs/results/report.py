@@ -321,7 +321,7 @@ class PromptTokenizer:
 
 @lru_cache(maxsize=4)
 def _model_tokenizer(path: str) -> Callable[[str], Sequence[int]]:
-    from engine.tokenizer import load_tokenizer
+    from engine.model.tokenizer import load_tokenizer
 
     return load_tokenizer(path).encode
 

@@ -30,7 +30,7 @@ def actor_options(engine: EngineSpec) -> dict[str, Any]:
 
 
 def default_actor_class() -> Any:
-    from engine.actor import EngineActor
+    from engine.serve.actor import EngineActor
 
     return EngineActor
 

@@ -49,7 +49,7 @@ def chunk_tokenizer(cfg: RunConfig) -> str | None:
 @lru_cache(maxsize=4)
 def model_encoder(weights: str) -> Callable[[str], list[int]]:
     """The engine's own tokenizer of `weights` (text ids without special tokens), loaded once."""
-    from engine.tokenizer import load_tokenizer
+    from engine.model.tokenizer import load_tokenizer
 
     return load_tokenizer(weights).encode
 
@@ -89,7 +89,7 @@ def _model_window(weights: str) -> int | None:
         if config.is_file():
             window = json.loads(config.read_text()).get("max_position_embeddings")
     else:
-        from engine.weights import read_gguf_metadata
+        from engine.model.weights import read_gguf_metadata
 
         meta = read_gguf_metadata(path)
         window = meta.get(f"{meta.get('general.architecture')}.context_length")

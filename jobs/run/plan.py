@@ -180,7 +180,7 @@ def engine_config(cfg: RunConfig, weights: Path) -> dict[str, Any]:
     if cfg.engine.mesh is not None:
         axes = set(cfg.engine.mesh) - {"tp"}
         if axes:
-            raise ConfigError(f"`engine.mesh`: the engine shards over one tensor-parallel axis `tp`; "
+            raise ConfigError(f"`engine.model.mesh`: the engine shards over one tensor-parallel axis `tp`; "
                               f"remove {sorted(axes)}")
         d["tp"] = cfg.engine.mesh["tp"]
     from engine.engine_config import OUTPUT_FIELDS
@@ -198,7 +198,7 @@ def check_engine_config(config: dict[str, Any]) -> None:
     unusable model files fail in one line before Ray or any actor starts."""
     from engine.engine_config import EngineConfig
     from engine.errors import EngineError
-    from engine.weights import check_weights
+    from engine.model.weights import check_weights
 
     try:
         EngineConfig.from_dict(config)

@@ -227,7 +227,7 @@ class ReplayEngine:
 def tokenizer_json(model: str | None = None) -> str:
     """The tokenizer of `model` (default the bundled SmolLM2) as `tokenizers` JSON."""
     from engine.assets import default_model_path
-    from engine.tokenizer import load_tokenizer
+    from engine.model.tokenizer import load_tokenizer
 
     return load_tokenizer(model or default_model_path()).hf.backend_tokenizer.to_str()
 

@@ -6,7 +6,7 @@ import pytest
 
 @pytest.fixture(scope="session")
 def lm(smollm2_gguf):
-    from engine.model import load_model
+    from engine.model.decoder import load_model
 
     return load_model(smollm2_gguf)
 

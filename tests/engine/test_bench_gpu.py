@@ -58,7 +58,7 @@ def test_tiny_run_measures_every_step_through_the_device_command(tmp_path):
 
 def test_missing_on_device_names_an_import_the_image_lacks():
     # the HTTP server imports fastapi and uvicorn, which neither the device image nor the kit holds
-    missing = missing_on_device(["engine.server"])
+    missing = missing_on_device(["engine.serve.server"])
     assert "fastapi" in missing and "jax" not in missing
     assert {normalise(k) for k in KIT}.isdisjoint(DEVICE_IMAGE)
 

@@ -10,7 +10,7 @@ import pytest
 
 from engine.assets import MODELS, PackagedModel, packaged_model_path, resolve_model
 from engine.errors import ModelFormatError, ModelNotFoundError
-from engine.weights import check_weights
+from engine.model.weights import check_weights
 
 
 def _parts(root: Path, prefix: str, chunks: list[bytes]) -> tuple[str, ...]:

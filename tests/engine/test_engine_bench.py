@@ -73,7 +73,7 @@ def test_f64_reference_measures_both_f32_engines_against_the_exact_logits(lm, hf
     import torch
 
     from bench.model import f64_agreement
-    from engine.model import forward, no_cache_attention
+    from engine.model.decoder import forward, no_cache_attention
 
     ids = [lm.tokenizer.chat_ids([{"role": "user", "content": "What is the capital of France?"}])]
     q = jnp.arange(len(ids[0]))[None]

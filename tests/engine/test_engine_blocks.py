@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from engine import kernels
-from engine.blocks import BLOCK_WEIGHTS, BlockMatrix, block_matmul
+from engine.model.blocks import BLOCK_WEIGHTS, BlockMatrix, block_matmul
 from tests.engine.kernel_gate import needs_kernels
 
 pytestmark = needs_kernels  # the in-graph de-quantisation, pure JAX, is tested in test_block_dequantise.py
@@ -64,7 +64,7 @@ def test_kernel_rows_do_not_depend_on_their_batch(qtype):
 
 def test_block_matmul_kernel_and_graph_paths_agree():
     """Few rows go to the kernel, many rows to de-quantise + XLA dot; the two differ only by f32 rounding."""
-    from engine.blocks import KERNEL_MAX_ROWS
+    from engine.model.blocks import KERNEL_MAX_ROWS
 
     rng = np.random.default_rng(4)
     raw = random_blocks(rng, "Q4_1", 64, 128)
@@ -84,9 +84,9 @@ def test_kernel_rejects_mismatched_shapes():
 def test_bundled_model_loads_block_form_and_matches_dense(lm, smollm2_gguf):
     """The default CPU load keeps the GGUF blocks (embedding and tied head included) and gives the
     dense model's logits and greedy tokens."""
-    from engine.reference import generate
-    from engine.model import forward, load_model, no_cache_attention
-    from engine.sampling import SamplingParams
+    from engine.sched.reference import generate
+    from engine.model.decoder import forward, load_model, no_cache_attention
+    from engine.sample.sampling import SamplingParams
 
     assert isinstance(lm.params["embed"], BlockMatrix) and lm.params["embed"].qtype == "Q8_0"
     assert isinstance(lm.params["layers"][0]["w_gate"], BlockMatrix)
@@ -110,7 +110,7 @@ def test_bundled_model_loads_block_form_and_matches_dense(lm, smollm2_gguf):
 
 def test_kernels_off_falls_back_to_dense(monkeypatch, smollm2_gguf):
     from engine.errors import RequestError
-    from engine.model import load_model
+    from engine.model.decoder import load_model
 
     monkeypatch.setenv("MEMLOOP_KERNELS", "0")
     lm = load_model(smollm2_gguf, load_tokenizer=False)
@@ -146,7 +146,7 @@ def test_one_call_for_several_matrices_is_bit_identical(qtype, rows):
 
 def test_block_matmuls_use_one_kernel_call():
     """A decode step's q/k/v multiply is one custom call; many rows (prefill) keep one dot per matrix."""
-    from engine.blocks import KERNEL_MAX_ROWS, block_matmuls
+    from engine.model.blocks import KERNEL_MAX_ROWS, block_matmuls
 
     rng = np.random.default_rng(7)
     ws = [BlockMatrix(jnp.asarray(random_blocks(rng, "Q4_1", n, 64)), "Q4_1", (n, 64)) for n in (64, 16, 16)]

@@ -20,7 +20,7 @@ from gguf.quants import dequantize as gguf_dequantize
 
 from engine import kernels
 from tests.engine.kernel_gate import needs_kernels
-from engine.blocks import BLOCK_BYTES
+from engine.model.blocks import BLOCK_BYTES
 from engine.kernels.attention import paged_attention
 
 pytestmark = needs_kernels

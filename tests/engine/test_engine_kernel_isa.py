@@ -20,7 +20,7 @@ import pytest
 
 from engine import kernels
 from tests.engine.kernel_gate import needs_kernels
-from engine.blocks import BLOCK_BYTES, BLOCK_WEIGHTS
+from engine.model.blocks import BLOCK_BYTES, BLOCK_WEIGHTS
 
 pytestmark = needs_kernels
 
@@ -34,7 +34,7 @@ import sys
 import jax, jax.numpy as jnp, numpy as np
 from engine import kernels
 from engine.kernels.attention import paged_attention
-from engine.kv_pages import quantize
+from engine.cache.kv_pages import quantize
 kernels.load()
 inp = np.load(sys.argv[1])
 out = {"isa": np.array(kernels.isa())}

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 import torch
 
-from engine.config import config_from_hf
-from engine.model import forward, load_model, no_cache_attention
-from engine.paged import forward_paged, init_kv_pools
-from engine.weights import load_weights
+from engine.model.config import config_from_hf
+from engine.model.decoder import forward, load_model, no_cache_attention
+from engine.attention.paged import forward_paged, init_kv_pools
+from engine.model.weights import load_weights
 from tests.engine.gguf_writer import header_writer, write_out
 from tests.engine.test_engine_qwen2 import TOKENS, _greedy, _logits, _torch_greedy, _torch_logits
 from tests.engine.kernel_gate import kernels_expected

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-from engine.reference import generate
-from engine.model import forward, no_cache_attention
-from engine.sampling import SamplingParams
+from engine.sched.reference import generate
+from engine.model.decoder import forward, no_cache_attention
+from engine.sample.sampling import SamplingParams
 from bench.model import PROMPTS as CHAT_PROMPTS, hf_greedy
 
 # Both sides compute in f32 from identical de-quantised weights; only summation order differs

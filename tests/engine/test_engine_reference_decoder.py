@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 
 from engine.errors import RequestError
-from engine.reference import decode_chunk, generate, prefill
-from engine.sampling import SamplingParams
+from engine.sched.reference import decode_chunk, generate, prefill
+from engine.sample.sampling import SamplingParams
 
 PROMPTS = [
     [{"role": "user", "content": "Name three colors."}],
@@ -80,8 +80,8 @@ def test_decoding_through_the_serving_kernel_gives_the_same_tokens(lm):
     import numpy as np
 
     from engine import kernels
-    from engine.model import init_contiguous_cache
-    from engine.sampling import row_arrays, seed_keys
+    from engine.model.decoder import init_contiguous_cache
+    from engine.sample.sampling import row_arrays, seed_keys
 
     from tests.engine.kernel_gate import kernels_expected, skip_reason
 

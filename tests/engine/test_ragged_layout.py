@@ -7,7 +7,7 @@ layout). This test converts a pool into the ragged layout (a copy, here only) an
 kernel's reference over it, with memloop's block tables, key lengths and query offsets, computes the
 gather path's attention for a batch of one prefill chunk and two decode rows: the layouts hold the
 same cache, but using the kernel would need that second copy (or the whole engine on the interleaved
-layout), so TPU prefill keeps the gather path (docs/engine-serving.md).
+layout), so TPU prefill keeps the gather path (docs/engine-attention.md).
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.experimental.pallas.ops.tpu.ragged_paged_attention import ref_ragged_paged_attention
 
-from engine.paged import paged_attend
+from engine.attention.paged import paged_attend
 
 KVH, H, HD, PAGES, PS = 2, 6, 64, 16, 4
 

@@ -1,4 +1,4 @@
-"""The driver on the real engine (SmolLM2 through engine.actor.EngineActor) and local Ray.
+"""The driver on the real engine (SmolLM2 through engine.serve.actor.EngineActor) and local Ray.
 
 Default suite: one small run end to end, then the same config again (everything skipped, no
 engine started). Slow suite: an engine actor killed mid-run, and a driver interrupted and resumed.
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from engine.actor import EngineActor
+from engine.serve.actor import EngineActor
 from jobs.run.config import parse_config
 from jobs.run.plan import run_id
 from jobs.run.driver import execute

@@ -241,7 +241,7 @@ def test_paper_cache_hit_from_recorded_prompts_next_to_the_radix_hit(tmp_path) -
 def test_paper_cache_hit_in_the_run_models_tokens(tmp_path, smollm2_gguf) -> None:
     import pandas as pd
 
-    from engine.tokenizer import load_tokenizer
+    from engine.model.tokenizer import load_tokenizer
     from jobs.results.report import headline
 
     d = _prompt_run(tmp_path, "hit-model")

@@ -202,7 +202,7 @@ def test_replay_engine_batches_steps_and_refuses_unknown_prompts() -> None:
     # both joined one prefill step, then decoded together: 1 + max(5, 3) steps
     assert (s["requests"], s["misses"], s["steps"], s["decoded_tokens"]) == (2, 1, 6, 8)
     assert 0 < s["busy_fraction"] <= 1 and s["simulated"] is True
-    assert eng.count_tokens("The lighthouse keeper") == __import__("engine.tokenizer", fromlist=["x"]).load_tokenizer(
+    assert eng.count_tokens("The lighthouse keeper") == __import__("engine.model.tokenizer", fromlist=["x"]).load_tokenizer(
         __import__("engine.assets", fromlist=["x"]).default_model_path()).count_tokens("The lighthouse keeper")
 
 

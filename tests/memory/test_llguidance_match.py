@@ -19,7 +19,7 @@ pytestmark = pytest.mark.slow
 def lltok(smollm2_gguf):
     import llguidance.hf
 
-    from engine.tokenizer import load_tokenizer
+    from engine.model.tokenizer import load_tokenizer
 
     tok = load_tokenizer(smollm2_gguf)
     return tok, llguidance.hf.from_tokenizer(tok.hf)

@@ -78,7 +78,7 @@ def test_amendments_re_encode_fewer_tokens_than_in_place_on_real_summaries(share
 
 @pytest.mark.slow
 def test_the_same_holds_under_the_bundled_model_tokenizer(shared_data, smollm2_gguf, capsys):
-    from engine.tokenizer import load_tokenizer
+    from engine.model.tokenizer import load_tokenizer
 
     tok = load_tokenizer(smollm2_gguf)
     r = _re_encoded(_books(shared_data, 20), tok.encode)

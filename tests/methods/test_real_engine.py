@@ -79,7 +79,7 @@ def test_prefix_cache_hits_on_prism_steps(engine_llm) -> None:
 
 
 def test_http_client_against_the_engine_server(smollm2_engine) -> None:
-    from engine.server import create_app
+    from engine.serve.server import create_app
     from eval.llm_http import OpenAICompatibleLLM
 
     with serve_app(create_app(smollm2_engine, model_name="smollm2")) as url:

@@ -7,7 +7,7 @@ from eval.llm import LLMRequest, LLMResult, Sampling
 
 
 def test_engine_actor_batches_concurrent_requests(ray_local, smollm2_gguf):
-    from engine.actor import actor_class
+    from engine.serve.actor import actor_class
 
     actor = actor_class(num_cpus=1).remote({"model": str(smollm2_gguf), "kv_budget": 64 << 20,
                                             "max_batch": 16, "prefix_cache": True})

@@ -69,7 +69,7 @@ def test_a_server_that_exits_raises_with_its_output():
 
 
 def test_an_error_answer_names_the_endpoint(engine):
-    from engine.server import create_app
+    from engine.serve.server import create_app
     from tests.http_server import serve_app
 
     with serve_app(create_app(engine, "smollm2")) as url:
@@ -175,7 +175,7 @@ def test_llama_cpp_peers_end_to_end(loaded_model):
     if shutil.which("cmake") is None:
         pytest.fail("the peers need cmake and a C++ compiler: install them (apt-get install cmake g++)")
     from bench.llama_cpp import host_threads, model_bench_peer, run_llama_server
-    from engine.reference import DECODE_CHUNK
+    from engine.sched.reference import DECODE_CHUNK
 
     model = gguf_path(None)
     w = build_workload(samples=3, steps=2, chunk_words=16)

@@ -80,7 +80,7 @@ def test_papers_workload_shares_one_book_and_grows_each_memory():
     for i in range(3):
         assert chunk(w[0][i]) == chunk(w[1][i]) == chunk(w[2][i])  # one shared book
     assert w[0][1] != w[1][1]  # each loop's own revisions
-    from engine.tokenizer import load_tokenizer
+    from engine.model.tokenizer import load_tokenizer
     from engine.assets import default_model_path
 
     tok = load_tokenizer(default_model_path())

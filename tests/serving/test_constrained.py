@@ -98,7 +98,7 @@ def test_bitmask_unpacking_matches_llguidance(engine):
     import jax.numpy as jnp
     from llguidance.numpy import apply_token_bitmask_inplace
 
-    from engine.constrained import unpack_bitmask
+    from engine.sample.constrained import unpack_bitmask
 
     g = engine.grammar
     c = g.compile(PERSON)

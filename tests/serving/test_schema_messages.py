@@ -10,8 +10,8 @@ from engine.errors import RequestError
 
 @pytest.fixture(scope="module")
 def grammars(smollm2_gguf):
-    from engine.constrained import GrammarCompiler
-    from engine.tokenizer import load_tokenizer
+    from engine.sample.constrained import GrammarCompiler
+    from engine.model.tokenizer import load_tokenizer
 
     tok = load_tokenizer(smollm2_gguf)
     return GrammarCompiler(tok.hf, 49152)

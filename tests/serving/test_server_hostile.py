@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _serve(engine: Any, header_timeout_s: float = 10.0, **kw: Any):
-    from engine.server import allowed_hosts_for, create_app, uvicorn_config
+    from engine.serve.server import allowed_hosts_for, create_app, uvicorn_config
 
     kw.setdefault("allowed_hosts", allowed_hosts_for("127.0.0.1"))
     app = create_app(engine, "smollm2", **kw)

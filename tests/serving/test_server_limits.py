@@ -65,7 +65,7 @@ def test_cancel_takes_a_request_out_of_the_batch(make_engine):
 # -- the server ----------------------------------------------------------------------------------------
 
 def _app(engine: Any, **kw: Any) -> Any:
-    from engine.server import create_app
+    from engine.serve.server import create_app
 
     kw.setdefault("max_body_bytes", 64 * 1024)
     return create_app(engine, "smollm2", **kw)

@@ -1,11 +1,11 @@
 """Writing new keys/values into a paged KV cache and reading a row's pages back, for every cache type.
 
-A cache is `{"k", "v"}` pools (`engine.paged.init_kv_pools`), of a float type, or of int8 codes with
+A cache is `{"k", "v"}` pools (`engine.attention.paged.init_kv_pools`), of a float type, or of int8 codes with
 `{"k_scale", "v_scale"}` beside them: one f32 scale per (token, KV head), shaped like the pools
 without the head-dim axis. The int8 type is llama.cpp's `q8_0` cache idea at the granularity of one
 head's vector: symmetric, `code = round(x * 127 / max|x|)`, so a cached token costs hd + 4 bytes per
 head instead of 4 hd (f32) or 2 hd (f16). At long context a decode step is bound by the bytes of keys
-and values it reads (docs/engine-serving.md), which is what this buys back; the price is a relative
+and values it reads (docs/bench-log.md), which is what this buys back; the price is a relative
 error of at most 1/254 of the vector's largest element per element.
 
 Every attention path (the gather reference, the CPU kernel, the Pallas kernels) writes through
@@ -18,7 +18,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from engine.model import cache_set, kv_major
+from engine.model.decoder import cache_set, kv_major
 
 INT8 = jnp.dtype(jnp.int8)
 QMAX = 127.0

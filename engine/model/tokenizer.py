@@ -124,7 +124,7 @@ def _repair(hf: Any, path: Path) -> None:
     (`gpt2`) vocabulary decodes byte-level with no byte fallback, and EOS/BOS are the GGUF's token ids."""
     from tokenizers import decoders
 
-    from engine.weights import read_gguf_metadata
+    from engine.model.weights import read_gguf_metadata
 
     meta = read_gguf_metadata(path)
     backend = hf.backend_tokenizer

@@ -12,8 +12,8 @@ import time
 from concurrent.futures import Future
 
 from engine.errors import EngineError, RequestError
-from engine.scheduler import Scheduler, Sequence
-from engine.step_runner import StepRunner
+from engine.sched.scheduler import Scheduler, Sequence
+from engine.sched.step_runner import StepRunner
 
 log = logging.getLogger(__name__)
 

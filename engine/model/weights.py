@@ -1,7 +1,7 @@
 """Read Llama/Qwen2/Qwen3/Mistral/Gemma 2/Gemma 3 weights from a GGUF file or a Hugging Face directory into one parameter layout.
 
 The layout (numpy arrays; matrices output-major [out, in], as GGUF and Hugging Face store them, so
-loading never transposes and `engine.model.matmul` computes x @ w.T; on XLA:CPU this orientation
+loading never transposes and `engine.model.decoder.matmul` computes x @ w.T; on XLA:CPU this orientation
 also ran batch-32 layer matmuls 18% faster than input-major):
 
     embed       (vocab, hidden)
@@ -17,7 +17,7 @@ also ran batch-32 layer matmuls 18% faster than input-major):
 
 Norm weights are kept as the checkpoint's transformers layout stores them: Gemma's are w in a
 (1 + w) scale; llama.cpp's converter writes 1 + w into Gemma GGUFs, so the GGUF loader subtracts the
-1 again (as transformers' GGUF loader does) and one RMSNorm (`engine.model.rms_norm`) reads both.
+1 again (as transformers' GGUF loader does) and one RMSNorm (`engine.model.decoder.rms_norm`) reads both.
 
 GGUF de-quantisation uses the `gguf` package's reference numpy kernels (Q4_0/Q4_1/Q8_0/Q4_K/Q6_K/
 F16/F32 and the rest it implements). llama.cpp stores a Llama's Q and K rows permuted for its
@@ -33,8 +33,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from engine.blocks import BLOCK, BlockMatrix, from_gguf_rows, has_block_form, nonfinite_blocks, row_bytes
-from engine.config import FAMILIES, ModelConfig, config_from_gguf, config_from_hf
+from engine.model.blocks import BLOCK, BlockMatrix, from_gguf_rows, has_block_form, nonfinite_blocks, row_bytes
+from engine.model.config import FAMILIES, ModelConfig, config_from_gguf, config_from_hf
 from engine.errors import ModelFormatError, ModelNotFoundError
 
 Params = dict[str, Any]
@@ -180,7 +180,7 @@ def load_gguf(path: Path, dtype: Any = np.float32, packed: bool = False,
     """De-quantise a Llama GGUF into the parameter layout above, cast to `dtype`.
 
     `blocks=True` keeps every Q4_0/Q4_1/Q5_0/Q8_0/Q4_K/Q5_K/Q6_K matrix (layer matrices, embedding, untied
-    head) as its raw GGUF bytes, an `engine.blocks.BlockMatrix`; a layer matrix then becomes a list with one entry
+    head) as its raw GGUF bytes, an `engine.model.blocks.BlockMatrix`; a layer matrix then becomes a list with one entry
     per layer (block types may differ between layers), each a BlockMatrix or a dense array.
 
     `packed=True` keeps per-layer matrices stored as Q4_0/Q4_1/Q8_0 in every layer as

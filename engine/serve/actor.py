@@ -18,7 +18,7 @@ from typing import Any
 
 from engine.engine_config import EngineConfig
 from engine.errors import EngineError
-from engine.serving import Engine
+from engine.sched.serving import Engine
 
 
 class EngineActor:

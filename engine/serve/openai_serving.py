@@ -1,0 +1,262 @@
+"""One serving class per route family over one engine, as vLLM's `OpenAIServing*`: `ServingCompletion`
+(`/v1/completions`), `ServingChat` (`/v1/chat/completions`) and `ServingModels` (`/health`,
+`/v1/stats`, `/v1/models`). They share one `RequestGate`, which holds the server's in-flight count
+and bounds every request the same way: checked before anything is queued, admitted only within
+`max_queue` (429 past it), cancelled in the engine when its client leaves or its deadline passes.
+`server.create_app` only wires these to routes and maps the errors below to HTTP statuses."""
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import uuid
+from concurrent.futures import Future
+from contextlib import asynccontextmanager
+from typing import Any, AsyncIterator
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+
+from engine.errors import EngineError, NonFiniteLogitsError, RequestError
+from engine.sample.sampling import SamplingParams
+from engine.serve.protocol import (MAX_N, UNSUPPORTED_WHY, ChatRequest, CompletionRequest, _Sampling, _usage,
+                                   chat_logprobs, completion_logprobs, echo_choice)
+
+RETRY_AFTER_S = 1
+POLL_S = 0.2  # how often a waiting request looks for a client disconnect or its deadline
+
+
+class QueueFull(Exception):
+    """The server's `max_queue` places are taken (429)."""
+
+
+class Timeout(Exception):
+    """A request ran past the server's `request_timeout` (504)."""
+
+
+class ClientGone(Exception):
+    """The client disconnected while its request ran (499)."""
+
+
+class RequestGate:
+    """What every route family shares: the engine, the admission count and the request deadline.
+
+    engine: anything with `submit(request) -> Future`, `cancel(future)`, `score`, `prompt_text`,
+    `health()` and `stats()`. max_queue: engine requests (n choices each count) in flight at once.
+    request_timeout: seconds a request may take before it is cancelled (None: no limit).
+    """
+
+    def __init__(self, engine: Any, model_name: str, max_queue: int, request_timeout: float | None) -> None:
+        self.engine = engine
+        self.model_name = model_name
+        self.max_queue = max_queue
+        self.request_timeout = request_timeout
+        self.in_flight = 0
+
+    def check(self, req: _Sampling) -> None:
+        """Refuse what this server does not do, naming the field, before anything is queued."""
+        if req.stream:
+            raise RequestError("stream=true is not supported; send stream=false")
+        field = req.unsupported()
+        if field is not None:
+            why = f": {UNSUPPORTED_WHY[field]}" if field in UNSUPPORTED_WHY else ""
+            raise RequestError(f"`{field}` is not supported by this server{why}; leave it out (or send its "
+                               "default) — memloop serves text, JSON-constrained output, the output tokens' "
+                               "log-probabilities and usage")
+        req.logprob_count()  # a bad logprobs/top_logprobs is a 400 naming it, before anything is queued
+        if req.model not in (None, self.model_name):
+            raise RequestError(f"unknown model {req.model!r}; this server serves {self.model_name!r} "
+                               "(see /v1/models)")
+
+    def _submit_all(self, requests: list[dict[str, Any]]) -> list[Future]:
+        """Tokenise and queue (on a worker thread); the first invalid request cancels the rest."""
+        futs: list[Future] = []
+        for r in requests:
+            fut = self.engine.submit(r)
+            futs.append(fut)
+            if fut.done() and fut.exception() is not None:
+                for f in futs:
+                    self.engine.cancel(f)
+                raise fut.exception()
+        return futs
+
+    async def watched(self, http: Request, work: "asyncio.Future[Any]") -> Any:
+        """`work`'s result, or ClientGone / Timeout as soon as the client leaves or the deadline passes
+        (the caller then stops the work)."""
+        work.add_done_callback(lambda g: g.cancelled() or g.exception())  # never "unretrieved"
+        deadline = None if self.request_timeout is None else time.monotonic() + self.request_timeout
+        while True:
+            done, _ = await asyncio.wait({work}, timeout=POLL_S)
+            if done:
+                return work.result()
+            if await http.is_disconnected():
+                raise ClientGone("the client disconnected; the request was cancelled")
+            if deadline is not None and time.monotonic() > deadline:
+                raise Timeout(f"the request did not finish within {self.request_timeout:g} s (the server's "
+                              "--request-timeout); lower max_tokens, send shorter prompts, or retry when the "
+                              "server is less busy")
+
+    async def _wait(self, http: Request, futs: list[Future]) -> list[dict[str, Any]]:
+        try:
+            return await self.watched(http, asyncio.gather(*(asyncio.wrap_future(f) for f in futs)))
+        finally:
+            for f in futs:  # no-op for finished ones; frees the batch slots of the others
+                self.engine.cancel(f)
+
+    @asynccontextmanager
+    async def admitted(self, count: int) -> AsyncIterator[None]:
+        """Hold `count` of the server's `max_queue` places (engine requests or prompts scored) meanwhile."""
+        if count > self.max_queue:  # could never be admitted: retrying would loop forever
+            raise RequestError(f"this request asks for {count} completions (prompts x n) but the server "
+                               f"admits at most {self.max_queue} at once (--max-queue); lower n or send fewer "
+                               "prompts")
+        if self.in_flight + count > self.max_queue:
+            raise QueueFull(f"the server is busy ({self.in_flight} requests in flight, --max-queue "
+                            f"{self.max_queue}); retry after {RETRY_AFTER_S} s")
+        self.in_flight += count
+        try:
+            yield
+        finally:
+            self.in_flight -= count
+
+    async def run(self, http: Request, requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Generate every request (one per choice), all checked before any is queued."""
+        for r in requests:
+            SamplingParams.from_request(r["sampling"])
+        async with self.admitted(len(requests)):
+            futs = await asyncio.to_thread(self._submit_all, requests)
+            return await self._wait(http, futs)
+
+
+class ServingCompletion:
+    """`POST /v1/completions`: text or token-id prompts, n choices, `echo` with prompt log-probabilities."""
+
+    def __init__(self, gate: RequestGate) -> None:
+        self.gate = gate
+
+    async def create(self, req: CompletionRequest, http: Request) -> dict[str, Any]:
+        gate = self.gate
+        gate.check(req)
+        prompts = req.prompts()
+        if not prompts or len(prompts) * req.n > MAX_N:
+            raise RequestError(f"send 1 to {MAX_N} prompts x n per request")
+        echo, top_n = req.echoed(), req.logprob_count()
+        requests = [{"prompt": p, "sampling": req.sampling(i), "json_schema": None}
+                    for p in prompts for i in range(req.n)]
+        if req.generates():
+            results: list[dict[str, Any] | None] = list(await gate.run(http, requests))
+        else:  # echo with max_tokens 0: the other sampling fields are still checked
+            for r in requests:
+                SamplingParams.from_request({**r["sampling"], "max_tokens": 1})
+            results = [None] * len(requests)
+        if echo:
+            shown = await self._echoed_prompts(http, prompts, top_n)
+            choices = [echo_choice(shown[i // req.n], r, top_n is not None) for i, r in enumerate(results)]
+            usage = _usage([r or {"usage": {"prompt_tokens": len(shown[i // req.n]["ids"]), "cached_tokens": 0,
+                                            "decoded_tokens": 0}} for i, r in enumerate(results)])
+        else:
+            choices = [{"text": r["text"], "finish_reason": r["finish_reason"],
+                        "logprobs": completion_logprobs(r["logprobs"]) if "logprobs" in r else None}
+                       for r in results if r is not None]
+            usage = _usage(results)  # type: ignore[arg-type]
+        return {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
+                "model": gate.model_name, "choices": [{"index": i, **c} for i, c in enumerate(choices)],
+                "usage": usage}
+
+    async def _echoed_prompts(self, http: Request, prompts: list[str | list[int]],
+                              top_n: int | None) -> list[dict[str, Any]]:
+        """Each prompt's {"ids", "text", "entries"}: scored by the engine when log-probabilities are asked
+        (`Engine.score`, a forward over every prompt token), else only tokenised. Scoring is bounded
+        like generation: past the timeout or once the client leaves, the request ends, its queue
+        places are freed and the scorer starts no further call for it."""
+        engine = self.gate.engine
+        if top_n is None:
+            return await asyncio.to_thread(lambda: [engine.prompt_text(p) for p in prompts])
+        async with self.gate.admitted(len(prompts)):
+            stop = threading.Event()
+            try:
+                return await self.gate.watched(
+                    http, asyncio.ensure_future(asyncio.to_thread(engine.score, prompts, top_n, stop=stop)))
+            finally:
+                stop.set()
+
+
+class ServingChat:
+    """`POST /v1/chat/completions`: messages through the chat template, `response_format` JSON output."""
+
+    def __init__(self, gate: RequestGate) -> None:
+        self.gate = gate
+
+    async def create(self, req: ChatRequest, http: Request) -> dict[str, Any]:
+        gate = self.gate
+        gate.check(req)
+        schema = req.schema()
+        messages = [m.model_dump() for m in req.messages]
+        results = await gate.run(http, [{"messages": messages, "sampling": req.sampling(i), "json_schema": schema}
+                                        for i in range(req.n)])
+        choices = [{"index": i, "message": {"role": "assistant", "content": r["text"]},
+                    "finish_reason": r["finish_reason"],
+                    "logprobs": chat_logprobs(r["logprobs"]) if "logprobs" in r else None}
+                   for i, r in enumerate(results)]
+        return {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": int(time.time()),
+                "model": gate.model_name, "choices": choices, "usage": _usage(results)}
+
+
+class ServingModels:
+    """`GET /health`, `/v1/stats` (the engine's, with the server's queue) and `/v1/models`."""
+
+    def __init__(self, gate: RequestGate) -> None:
+        self.gate = gate
+
+    async def health(self) -> dict[str, Any]:
+        return {"ok": bool(self.gate.engine.health())}
+
+    async def stats(self) -> dict[str, Any]:
+        return {**self.gate.engine.stats(), "server_in_flight": self.gate.in_flight,
+                "server_max_queue": self.gate.max_queue}
+
+    async def models(self) -> dict[str, Any]:
+        return {"object": "list", "data": [{"id": self.gate.model_name, "object": "model", "created": 0,
+                                            "owned_by": "memloop"}]}
+
+
+def error_response(status: int, message: str, kind: str = "invalid_request_error",
+                   headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse(status_code=status, content={"error": {"message": message, "type": kind}}, headers=headers)
+
+
+async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+    first = exc.errors()[0] if exc.errors() else {}
+    where = ".".join(str(x) for x in first.get("loc", ()))
+    return error_response(400, f"invalid request at {where or 'body'}: {first.get('msg', 'malformed')}")
+
+
+async def _http_error(_: Request, exc: HTTPException) -> JSONResponse:  # 404, 405, unparsable bodies
+    message = str(exc.detail)
+    if exc.status_code == 400:  # FastAPI could not parse the body at all
+        message += "; send one JSON object (numbers of at most 4300 digits)"
+    return error_response(exc.status_code, message, headers=exc.headers)
+
+
+# Each error a route can raise, as (status, OpenAI error type, extra headers).
+ERROR_STATUS: dict[type[Exception], tuple[int, str, dict[str, str] | None]] = {
+    RequestError: (400, "invalid_request_error", None),
+    EngineError: (503, "engine_error", None),
+    NonFiniteLogitsError: (500, "engine_error", None),  # the same again on a retry: not 503
+    QueueFull: (429, "rate_limit_error", {"Retry-After": str(RETRY_AFTER_S)}),
+    Timeout: (504, "timeout_error", None),
+    ClientGone: (499, "client_closed_request", None),  # nobody reads it; the log does
+}
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Every error as OpenAI's {"error": {"message", "type"}} with its status."""
+    app.add_exception_handler(RequestValidationError, _invalid)  # type: ignore[arg-type]
+    app.add_exception_handler(HTTPException, _http_error)  # type: ignore[arg-type]
+    for kind, (status, name, headers) in ERROR_STATUS.items():
+        async def handler(_: Request, exc: Exception, status: int = status, name: str = name,
+                          headers: dict[str, str] | None = headers) -> JSONResponse:
+            return error_response(status, str(exc), name, headers)
+        app.add_exception_handler(kind, handler)

@@ -1,0 +1,252 @@
+"""An OpenAI-compatible HTTP API over one `Engine` (FastAPI + uvicorn).
+
+Routes: `GET /v1/models`, `POST /v1/completions`, `POST /v1/chat/completions` (with
+`response_format` `json_schema` or `json_object` for constrained output), `GET /health`,
+`GET /v1/stats`. Usage carries `prompt_tokens_details.cached_tokens` (prompt tokens served from
+the prefix cache). Extensions beyond OpenAI's fields: `top_k`, `stop_token_ids`. Log-probabilities
+of the output tokens come in OpenAI's shapes (`logprobs: N` on completions, `logprobs: true` +
+`top_logprobs: N` on chat; N at most `MAX_LOGPROBS`), from the model's raw logits. `echo: true` on
+completions returns the prompt before the completion, and with `logprobs` every prompt token's
+log-probability (the first one's null, as OpenAI's): computed by the engine's prompt scoring
+(`Engine.score`), a full-prompt forward apart from generation; `max_tokens: 0` then generates
+nothing (how lm-evaluation-harness scores loglikelihood tasks). A completions `prompt` may be text
+or token ids (one list of ints, or a list of them), as OpenAI's.
+
+One bad request never harms another: every sampling field goes through the engine's one parser
+(`SamplingParams.from_request`) before anything is queued; the body limit is enforced while the
+body streams in; tokenising runs off the event loop (so `/health` stays fast); the queue is bounded
+(429 + Retry-After), and a request that could never be admitted (more choices than the queue
+holds) is a 400; a request whose client disconnects or that runs past the timeout is cancelled in
+the engine. With an API key, every route but `/health` needs `Authorization: Bearer KEY`.
+
+Hostile clients: a connection that does not finish its request headers within `HEADER_TIMEOUT_S`
+is closed (`GuardedH11Protocol`), a body that does not arrive within `BODY_TIMEOUT_S` gets 408; a
+server on loopback answers only loopback `Host` names (and those given with `allowed_hosts`), so a
+web page cannot reach it through DNS rebinding; text with a lone UTF-16 surrogate is a 400; the
+OpenAI fields memloop does not implement (`UNSUPPORTED_FIELDS`) are refused with a 400 naming the
+field instead of being ignored.
+"""
+from __future__ import annotations
+
+import asyncio
+import hmac
+import ipaddress
+import time
+from typing import Any
+
+from fastapi import FastAPI
+
+from engine.errors import ServerConfigError
+from engine.serve.openai_serving import (RequestGate, ServingChat, ServingCompletion, ServingModels,
+                                         error_response, install_error_handlers)
+
+MAX_BODY_BYTES = 8 * 1024 * 1024
+HEADER_TIMEOUT_S = 10.0  # from connecting to the end of the request headers (slowloris)
+BODY_TIMEOUT_S = 30.0  # from the end of the headers to the end of the body
+LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
+
+DEFAULT_MAX_QUEUE = 256  # engine requests (choices) in flight at once through one server
+
+
+class Guard:
+    """ASGI middleware in front of every route: the Host header, the API key, then the body limit.
+
+    The body is read here, chunk by chunk, and buffered only up to `max_body_bytes`: an upload over
+    the limit (with or without Content-Length, chunked included) gets 413 as soon as it crosses the
+    limit, and a body that takes longer than `body_timeout_s` gets 408; the app behind never sees
+    either. The buffered body is then replayed to the app; later `receive` calls go to the server,
+    so the app still learns of a client disconnect. With `allowed_hosts`, a request whose `Host`
+    names another host gets 400 before anything else (DNS rebinding: a page on evil.example that
+    resolves its own name to 127.0.0.1 sends `Host: evil.example`).
+    """
+
+    def __init__(self, app: Any, max_body_bytes: int, api_key: str | None,
+                 allowed_hosts: tuple[str, ...] | None = None, body_timeout_s: float = BODY_TIMEOUT_S) -> None:
+        self.app = app
+        self.max_body_bytes = max_body_bytes
+        self.api_key = api_key.encode() if api_key else None
+        self.allowed_hosts = None if allowed_hosts is None else {h.lower().strip("[]") for h in allowed_hosts}
+        self.body_timeout_s = body_timeout_s
+
+    def host_allowed(self, header: bytes | None) -> bool:
+        if self.allowed_hosts is None:
+            return True
+        host = (header or b"").decode("latin-1").strip().lower()
+        name = host[1:].partition("]")[0] if host.startswith("[") else host.rpartition(":")[0] if host.count(":") == 1 \
+            else host
+        return name in self.allowed_hosts
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        headers = dict(scope.get("headers") or [])
+        if not self.host_allowed(headers.get(b"host")):
+            shown = (headers.get(b"host") or b"").decode("latin-1")[:100]
+            return await error_response(400, f"Host header {shown!r} is not a name this server answers to (it answers to "
+                                     f"{', '.join(sorted(self.allowed_hosts or ()))}); a web page may be trying DNS "
+                                     "rebinding. Start the server with --allow-host NAME to accept that name")(
+                scope, receive, send)
+        if self.api_key is not None and scope.get("path") != "/health":
+            auth = headers.get(b"authorization", b"")
+            if not hmac.compare_digest(auth, b"Bearer " + self.api_key):
+                return await error_response(401, "missing or wrong API key: send the header `Authorization: Bearer KEY` "
+                                         "with the key the server was started with", "authentication_error",
+                                    {"WWW-Authenticate": "Bearer"})(scope, receive, send)
+        too_big = error_response(413, f"request body over {self.max_body_bytes} bytes; send a shorter prompt")
+        size = headers.get(b"content-length")
+        if size is not None and (not size.isdigit() or int(size) > self.max_body_bytes):
+            return await too_big(scope, receive, send)
+        chunks, total, more = [], 0, True
+        deadline = time.monotonic() + self.body_timeout_s
+        while more:
+            try:
+                message = await asyncio.wait_for(receive(), max(0.0, deadline - time.monotonic()))
+            except asyncio.TimeoutError:
+                return await error_response(408, f"the request body did not arrive within {self.body_timeout_s:g} s; send "
+                                         "the whole body at once", headers={"Connection": "close"})(
+                    scope, receive, send)
+            if message["type"] == "http.disconnect":
+                return
+            body = message.get("body", b"")
+            total += len(body)
+            if total > self.max_body_bytes:
+                return await too_big(scope, receive, send)
+            chunks.append(body)
+            more = message.get("more_body", False)
+        replay: list[dict[str, Any]] = [{"type": "http.request", "body": b"".join(chunks), "more_body": False}]
+
+        async def receive_replayed() -> dict[str, Any]:
+            return replay.pop() if replay else await receive()
+
+        await self.app(scope, receive_replayed, send)
+
+
+def guarded_protocol(header_timeout_s: float = HEADER_TIMEOUT_S) -> type:
+    """uvicorn's h11 protocol, closing a connection whose request headers are not complete within
+    `header_timeout_s` of connecting (or of the previous response): half-sent requests, sent by
+    accident or to hold connections open, cannot pile up. The body's bound is `Guard`'s."""
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class GuardedH11Protocol(H11Protocol):
+        _header_timer: Any = None
+
+        def _arm(self) -> None:
+            self._disarm()
+            self._header_timer = self.loop.call_later(header_timeout_s, self._headers_too_slow)
+
+        def _disarm(self) -> None:
+            if self._header_timer is not None:
+                self._header_timer.cancel()
+                self._header_timer = None
+
+        def _headers_too_slow(self) -> None:
+            self._header_timer = None
+            if self.cycle is None or self.cycle.response_complete:  # still waiting for a request's headers
+                self.transport.close()
+
+        def connection_made(self, transport: Any) -> None:
+            super().connection_made(transport)
+            self._arm()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._disarm()
+            super().connection_lost(exc)
+
+        def handle_events(self) -> None:
+            cycle = self.cycle
+            super().handle_events()
+            if self.cycle is not cycle:  # a request's headers arrived: its body is Guard's to bound
+                self._disarm()
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            if not self.transport.is_closing():
+                self._arm()  # the next request on a kept-alive connection
+
+    return GuardedH11Protocol
+
+
+def create_app(engine: Any, model_name: str = "memloop", max_body_bytes: int = MAX_BODY_BYTES, *,
+               api_key: str | None = None, max_queue: int = DEFAULT_MAX_QUEUE,
+               request_timeout: float | None = None, allowed_hosts: tuple[str, ...] | None = None,
+               body_timeout_s: float = BODY_TIMEOUT_S) -> FastAPI:
+    """The API over a running `Engine` (anything with `submit(request) -> Future`, `cancel(future)`,
+    `health()` and `stats()`): the guard in front, then one serving class per route family
+    (engine/serve/openai_serving.py) sharing one `RequestGate`.
+
+    max_queue: engine requests (n choices each count) in flight at once; more get 429.
+    request_timeout: seconds a request may take before it is cancelled with 504 (None: no limit).
+    allowed_hosts: the `Host` names answered (None: any; `serve` gives the loopback names on loopback).
+    """
+    app = FastAPI(title="memloop engine", version="1")
+    app.add_middleware(Guard, max_body_bytes=max_body_bytes, api_key=api_key, allowed_hosts=allowed_hosts,
+                       body_timeout_s=body_timeout_s)
+    install_error_handlers(app)
+    gate = RequestGate(engine, model_name, max_queue, request_timeout)
+    models, completion, chat = ServingModels(gate), ServingCompletion(gate), ServingChat(gate)
+    app.get("/health")(models.health)
+    app.get("/v1/stats")(models.stats)
+    app.get("/v1/models")(models.models)
+    app.post("/v1/completions")(completion.create)
+    app.post("/v1/chat/completions")(chat.create)
+    return app
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name other than localhost may resolve to anything
+        return False
+
+
+def check_options(host: str, port: int, api_key: str | None, max_queue: int = DEFAULT_MAX_QUEUE,
+                  request_timeout: float | None = None) -> None:
+    """Refuse what cannot be served safely, before the model loads (ServerConfigError, one line)."""
+    if not 1 <= port <= 65535:
+        raise ServerConfigError(f"--port must be between 1 and 65535, got {port}")
+    if not api_key and not is_loopback(host):
+        raise ServerConfigError(f"--host {host} is reachable from other machines: set MEMLOOP_API_KEY (or pass "
+                                "--api-key-file FILE), or bind to 127.0.0.1")
+    if max_queue < 1:
+        raise ServerConfigError(f"--max-queue must be at least 1, got {max_queue}")
+    if request_timeout is not None and not request_timeout > 0:
+        raise ServerConfigError(f"--request-timeout must be a positive number of seconds, got {request_timeout}")
+
+
+def allowed_hosts_for(host: str, extra: tuple[str, ...] = ()) -> tuple[str, ...] | None:
+    """The `Host` names a server bound to `host` answers: on loopback, the loopback names and `extra`
+    (DNS rebinding); elsewhere (an API key is required there) any."""
+    if not is_loopback(host):
+        return None
+    return tuple(dict.fromkeys((*LOOPBACK_HOSTS, host, *extra)))
+
+
+def uvicorn_config(app: Any, host: str, port: int, log_level: str = "info",
+                   header_timeout_s: float = HEADER_TIMEOUT_S) -> Any:
+    """uvicorn's config for the API: the header-timeout protocol, and no idle connection kept long."""
+    import uvicorn
+
+    return uvicorn.Config(app, host=host, port=port, log_level=log_level, http=guarded_protocol(header_timeout_s),
+                          timeout_keep_alive=5)
+
+
+def serve(config: Any = None, host: str = "127.0.0.1", port: int = 8000, model_name: str | None = None, *,
+          api_key: str | None = None, max_queue: int = DEFAULT_MAX_QUEUE, request_timeout: float | None = None,
+          allow_hosts: tuple[str, ...] = ()) -> None:
+    """Check the options, load the engine and serve until interrupted."""
+    check_options(host, port, api_key, max_queue, request_timeout)
+    import uvicorn
+
+    from engine.engine_config import EngineConfig
+    from engine.sched.serving import Engine
+
+    engine = Engine(EngineConfig.of(config))
+    name = model_name or engine.lm.path.stem
+    app = create_app(engine, name, api_key=api_key or None, max_queue=max_queue, request_timeout=request_timeout,
+                     allowed_hosts=allowed_hosts_for(host, allow_hosts))
+    try:
+        uvicorn.Server(uvicorn_config(app, host, port)).run()
+    finally:
+        engine.shutdown()
