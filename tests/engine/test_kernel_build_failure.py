@@ -32,13 +32,19 @@ def test_the_reason_names_the_missing_instructions_or_compiler(monkeypatch, tmp_
     assert kernels.unsupported_reason() == "no C++ compiler (g++, c++ or clang++ on PATH); install one or set CXX"
 
 
-def test_a_failed_compile_on_a_capable_host_is_a_build_error_not_unsupported(monkeypatch, tmp_path) -> None:
-    if kernels.unsupported_reason() is not None:
-        pytest.skip(str(kernels.unsupported_reason()))
+def _broken_compiler(tmp_path: Path) -> Path:
+    """A C++ compiler that answers --version and fails every compile: a broken build on a capable host."""
     cxx = tmp_path / "broken-cxx"
     cxx.write_text('#!/bin/sh\n[ "$1" = --version ] && { echo "broken-cxx 1.0"; exit 0; }\n'
                    'echo "internal compiler error: broken on purpose" >&2\nexit 1\n')
     cxx.chmod(0o755)
+    return cxx
+
+
+def test_a_failed_compile_on_a_capable_host_is_a_build_error_not_unsupported(monkeypatch, tmp_path) -> None:
+    if kernels.unsupported_reason() is not None:
+        pytest.skip(str(kernels.unsupported_reason()))
+    cxx = _broken_compiler(tmp_path)
     monkeypatch.setattr(kernels, "_state", {})
     monkeypatch.setenv("MEMLOOP_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("CXX", str(cxx))
@@ -52,10 +58,7 @@ def test_a_failed_compile_on_a_capable_host_is_a_build_error_not_unsupported(mon
 def test_the_kernel_tests_fail_with_a_broken_compiler_and_the_dequantisation_test_runs(tmp_path) -> None:
     if kernels.unsupported_reason() is not None:
         pytest.skip(str(kernels.unsupported_reason()))
-    cxx = tmp_path / "broken-cxx"
-    cxx.write_text('#!/bin/sh\n[ "$1" = --version ] && { echo "broken-cxx 1.0"; exit 0; }\n'
-                   'echo "internal compiler error: broken on purpose" >&2\nexit 1\n')
-    cxx.chmod(0o755)
+    cxx = _broken_compiler(tmp_path)
     env = dict(os.environ, CXX=str(cxx), MEMLOOP_CACHE=str(tmp_path / "cache"), PYTHONPATH=str(ROOT))
     env.pop("MEMLOOP_KERNELS", None)
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k",
