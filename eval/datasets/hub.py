@@ -13,6 +13,7 @@ snapshot resolved to is returned so that loaders can record what was read.
 """
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -87,7 +88,7 @@ def load_local_dataset(directory: Path, split: str, config_name: str | None = No
     if config_name and (directory / config_name).is_dir() and not _card_names(directory, config_name):
         base, name = directory / config_name, None
     try:
-        ds = datasets.load_dataset(str(base), name, split=split)
+        ds = datasets.load_dataset(str(base), name, split=split, cache_dir=_prepared_cache(base))
     except ValueError as exc:  # an unknown config or split
         raise DatasetNotFoundError(f"{directory}: cannot read split {split!r}"
                                    + (f" of configuration {config_name!r}" if config_name else "")
@@ -95,6 +96,22 @@ def load_local_dataset(directory: Path, split: str, config_name: str | None = No
     except FileNotFoundError as exc:
         raise DatasetNotFoundError(f"{directory}: no data files for split {split!r} ({exc})") from None
     return ds
+
+
+def _prepared_cache(directory: Path) -> str:
+    """Where `datasets` keeps the Arrow it prepares from `directory`: a folder per state of its files.
+
+    `datasets` keys that cache by the folder's name and its card's file patterns, not by the files: a
+    second copy named alike (`./mab` elsewhere, or a snapshot whose files changed) would be read from the
+    first one's Arrow, silently stale. The key here is the folder's resolved path and every file's
+    name, size and modification time (a hub snapshot's files are links to immutable blobs)."""
+    import datasets
+
+    h = hashlib.sha256(str(directory.resolve()).encode())
+    for f in sorted(p for p in directory.rglob("*") if p.is_file() and ".git" not in p.parts):
+        st = f.stat()
+        h.update(f"{f.relative_to(directory)}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    return str(Path(datasets.config.HF_DATASETS_CACHE) / "memloop-local" / h.hexdigest()[:20])
 
 
 def _card_names(directory: Path, config_name: str) -> bool:

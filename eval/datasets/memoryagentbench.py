@@ -24,6 +24,7 @@ that empty chunk is not kept.
 
 A sample is one context: `chunks` as above, `query` None (the questions are many), `gold`
 `{"questions": [...], "answers": [[accepted, ...], ...], "qa_pair_ids": [...], "question_types": [...]}`
+(the ids from `qa_pair_ids`, else LongMemEval's `question_ids`; plus `keypoints` where the row has them)
 and metadata `source`, `competency` (the split), `context_index` (its position among the source's rows),
 `chunk_tokens`, `chunk_counter`, `where` (the file or `repo@commit[split][i]` read).
 """
@@ -160,6 +161,12 @@ def _indexed(meta: dict[str, Any], field: str, n: int) -> list[Any]:
     return values if len(values) == n else [None] * n
 
 
+def _question_ids(meta: dict[str, Any], n: int) -> list[Any]:
+    """Each question's id: `qa_pair_ids`, or LongMemEval's `question_ids` (whose "_abs" marks abstention)."""
+    ids = _indexed(meta, "qa_pair_ids", n)
+    return ids if any(i is not None for i in ids) else _indexed(meta, "question_ids", n)
+
+
 def load_memoryagentbench(path: str | Path = HUB_ID, splits: Sequence[str] = SPLITS, revision: str | None = None,
                           sources: str | list[str] | None = None, contexts_per_source: int | None = None,
                           chunk_tokens: int = CHUNK_TOKENS, tokenizer: TokenizerLike = None,
@@ -197,11 +204,15 @@ def _sample(row: Row, split: str, index: int, chunk_tokens: int, count: Callable
             ) -> Sample:
     n = len(row.questions)
     gold = {"questions": row.questions, "answers": row.answers,
-            "qa_pair_ids": [str(q) if q is not None else None for q in _indexed(row.metadata, "qa_pair_ids", n)],
+            "qa_pair_ids": [str(q) if q is not None else None for q in _question_ids(row.metadata, n)],
             "question_types": _indexed(row.metadata, "question_types", n)}
+    if row.metadata.get("keypoints"):  # ∞Bench-Sum's expert key points, for its LLM-judged recall
+        gold["keypoints"] = [str(k) for k in _as_list(row.metadata["keypoints"])]
     meta = {"source": row.source, "competency": COMPETENCY[split], "split": split, "context_index": index,
             "questions": n, "chunk_tokens": chunk_tokens, "chunk_counter": counter,
-            "sentence_splitter": "nltk-punkt-untrained", "where": row.where}
+            "sentence_splitter": "nltk-punkt-untrained", "where": row.where,
+            # what a context whose method produced nothing counts as: its questions, each a zero in its source
+            "scored_items": {"count": n, "source": row.source, "competency": COMPETENCY[split]}}
     return Sample(id=f"mab/{slug(row.source)}/{index}", task=TASK,
                   chunks=tuple(chunk_sentences(row.context, chunk_tokens, count)), query=None, gold=gold,
                   metadata=meta)

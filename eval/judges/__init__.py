@@ -25,6 +25,8 @@ Bad inputs raise `eval.errors.JudgeError` with what to do.
 | rouge | any with a reference summary | summary (str) | `{"reference": str}` | no |
 | repoqa-exact | repoqa | answer naming a function (str) | function name (str) | no |
 | loft-exec | spider | rows (list of lists, or their JSON) | rows | no |
+| mab | memoryagentbench | one reply per question (list of str) | `{"questions", "answers", ...}` | no |
+| mab-llm | memoryagentbench | as mab | as mab, `keypoints` for ∞Bench-Sum | yes: LongMemEval and ∞Bench-Sum |
 
 SUMIE predictions: a list with one entry per turn (the memory after chunk t), each a JSON object
 `{attribute: value or [values]}` (or its JSON text; a `{"attributes": {...}}` wrapper is unwrapped);
@@ -129,6 +131,9 @@ class JudgeInfo:
 
 
 JUDGES: Registry[JudgeInfo] = Registry("judge", JudgeError)
+# the prompts of `eval.judges.mab_llm` (its TEMPLATES; a test keeps the two equal)
+_MAB_LLM_TEMPLATES = ("mab-lme-preference", "mab-lme-standard", "mab-lme-temporal", "mab-lme-update",
+                      "mab-lme-abstention", "mab-sum-fluency", "mab-sum-recall", "mab-sum-precision")
 for _info in (
     JudgeInfo("booookscore", ("book",), True, "eval.judges.booookscore", "judge",
               "share of summary sentences without a coherence error, one judge call per sentence",
@@ -157,6 +162,9 @@ for _info in (
     JudgeInfo("mab", ("memoryagentbench",), False, "eval.judges.mab", "judge",
               "MemoryAgentBench's per-source metrics of every question's reply (SubEM, EM, F1, ROUGE, recall@k)",
               metrics=("accuracy",)),
+    JudgeInfo("mab-llm", ("memoryagentbench",), True, "eval.judges.mab", "judge_with_llm",
+              "MemoryAgentBench as `mab`, with LongMemEval and ∞Bench-Sum judged by the judge model as the "
+              "benchmark's LLM judges do", _MAB_LLM_TEMPLATES, metrics=("accuracy",)),
 ):
     JUDGES.register(_info.name, _info)
 

@@ -17,16 +17,20 @@ Per question (`question_metrics`), from the model's reply and the question's acc
   item matched to its nearest movie name by edit distance, against the gold movie ids' names
   (the hub's `entity2id.json`).
 - LongMemEval (`longmemeval_*`) and ∞Bench summarisation (`infbench_sum*`) are scored by an LLM judge
-  (GPT-4o in the benchmark); memloop does not implement those judges yet, so their questions are
-  marked `llm_judged` and never counted as zero (`PRIMARY` names what the paper's table reports).
+  (GPT-4o in the benchmark): the `mab-llm` judge scores them with the run's judge model
+  (`eval.judges.mab_llm`) and every other source as `mab` does; under `mab` (no judge model) their
+  questions are marked `llm_judged` and left unscored, never counted as zero (`PRIMARY` names what the
+  paper's table reports).
 
 Per source the benchmark's figure is the mean over all its questions x 100 (main.py averages every
-question's metric); per competency memloop reports the unweighted mean of its sources' figures, the
-paper's tables' layout (one column per source, grouped by competency). `source_figures` adds a 95%
+question's metric); per competency memloop reports the unweighted mean of its columns, the paper's
+tables' layout (one column per source grouped by competency, the five ICL sets averaged into one
+"MCC" column), and the mean of the four competencies as the paper's "Overall". `source_figures` adds a 95%
 bootstrap interval over contexts (questions of one context resampled together: they share a memory).
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -156,13 +160,18 @@ def load_entity_names(path: str) -> dict[int, str]:
     return {int(i): movie_name(name) for name, i in data.items()}
 
 
+def llm_judged(source: str) -> bool:
+    return primary_metric(source) in LLM_JUDGED
+
+
 def question_metrics(source: str, reply: str, answers: Sequence[str], entity2id: str | None = None
                      ) -> dict[str, float]:
-    """The benchmark's metrics of one reply to one question of `source` (see the module docstring)."""
+    """The benchmark's rule-scored metrics of one reply to one question of `source` (see the module
+    docstring); {} for the LLM-judged sources (`llm_question_metrics` scores those)."""
     if not answers:
         raise JudgeError(f"{source}: a question without accepted answers cannot be scored")
-    if source.startswith(("longmemeval_", "infbench_sum")):
-        return {}  # LLM-judged in the benchmark: not scored here (marked llm_judged by the caller)
+    if llm_judged(source):
+        return {}
     if source.startswith("recsys_"):
         if entity2id is None:
             raise JudgeError("recsys sources need the movie names: set the judge option `entity2id` to the hub "
@@ -177,6 +186,22 @@ def question_metrics(source: str, reply: str, answers: Sequence[str], entity2id:
         return dict(text_metrics(parsed, answers), eventqa_recall=float(_recall_in(reply, answers) == 1))
     raw = text_metrics(reply, answers)
     return {k: max(v, w) for (k, v), w in zip(raw.items(), text_metrics(parsed, answers).values())}
+
+
+def llm_question_metrics(llm: LLM, source: str, gold: dict[str, Any], i: int, reply: str, max_attempts: int
+                         ) -> tuple[dict[str, float], list[Judgment]]:
+    """An LLM-judged source's metrics of reply `i` (`eval.judges.mab_llm`) and the judge's judgments."""
+    from eval.judges import mab_llm
+
+    accepted = gold["answers"][i]
+    answer = accepted[0] if len(accepted) == 1 else " / ".join(accepted)
+    if source.startswith("longmemeval_"):
+        types = gold.get("question_types") or [None] * len(gold["answers"])
+        ids = gold.get("qa_pair_ids") or [None] * len(gold["answers"])
+        value, j = mab_llm.lme_check(llm, gold["questions"][i], answer, reply, types[i], ids[i],
+                                     max_attempts=max_attempts)
+        return {"llm_judge": value}, [j]
+    return mab_llm.summary_scores(llm, reply, gold.get("keypoints") or [], accepted[0], max_attempts=max_attempts)
 
 
 def answers_of(output: Any, n: int) -> list[str]:
@@ -196,9 +221,11 @@ def answers_of(output: Any, n: int) -> list[str]:
 
 
 def judge(output: Any, gold: Any, llm: LLM | None = None, *, metadata: dict[str, Any] | None = None,
-          entity2id: str | None = None) -> JudgeResult:
+          entity2id: str | None = None, max_attempts: int = 3) -> JudgeResult:
     """One context's replies scored: a judgment per question (its metrics), and per metric the mean over
-    the context's questions with `questions` (their count) so that sources average over questions."""
+    the context's questions with `questions` (their count) so that sources average over questions.
+    With `llm` (the `mab-llm` judge) the LLM-judged sources are scored too; each question's judge
+    calls follow its judgment, labelled {"question", "part"}."""
     meta = metadata or {}
     source = meta.get("source")
     if not isinstance(source, str) or not isinstance(gold, dict) or "answers" not in gold:
@@ -210,10 +237,16 @@ def judge(output: Any, gold: Any, llm: LLM | None = None, *, metadata: dict[str,
     judgments, per_metric = [], {}
     for i, (reply, answers) in enumerate(zip(replies, accepted)):
         m = question_metrics(source, reply, answers, entity2id)
+        calls: list[Judgment] = []
+        if llm is not None and llm_judged(source):
+            m, calls = llm_question_metrics(llm, source, gold, i, reply, max_attempts)
         qid = (gold.get("qa_pair_ids") or [None] * len(accepted))[i]
         label = {"question": i, "qa_pair_id": qid, "source": source, "competency": meta.get("competency"),
                  "metrics": m, "primary": primary, "llm_judged": primary in LLM_JUDGED}
-        judgments.append(Judgment(item=f"q{i}: {reply[:200]}", label=label, source="rule", valid=bool(m)))
+        judgments.append(Judgment(item=f"q{i}: {reply[:200]}", label=label, source="llm" if calls else "rule",
+                                  valid=bool(m)))
+        judgments += [dataclasses.replace(c, label={"question": i, "part": c.template_id, "verdict": c.label})
+                      for c in calls]
         for k, v in m.items():
             per_metric.setdefault(k, []).append(v)
     scores = [Score(k, float(np.mean(v))) for k, v in sorted(per_metric.items())]
@@ -221,6 +254,15 @@ def judge(output: Any, gold: Any, llm: LLM | None = None, *, metadata: dict[str,
     if primary in per_metric:
         scores.append(Score("accuracy", float(np.mean(per_metric[primary]))))
     return JudgeResult("mab", scores, judgments, details={"source": source, "primary": primary})
+
+
+def judge_with_llm(output: Any, gold: Any, llm: LLM | None = None, *, metadata: dict[str, Any] | None = None,
+                   entity2id: str | None = None, max_attempts: int = 3) -> JudgeResult:
+    """The `mab-llm` judge: `judge` with the judge model scoring LongMemEval and ∞Bench-Sum."""
+    if llm is None:
+        raise JudgeError("mab-llm judges LongMemEval and ∞Bench-Sum with a judge model: configure `judge_model`")
+    result = judge(output, gold, llm, metadata=metadata, entity2id=entity2id, max_attempts=max_attempts)
+    return dataclasses.replace(result, judge="mab-llm")
 
 
 # ---------------------------------------------------------------- tables
@@ -287,12 +329,25 @@ def source_figures(scores: Iterable[QuestionScore]) -> dict[str, Figure]:
     return out
 
 
+# sources the paper's tables average into one column before the competency's mean: the five ICL
+# classification sets are its one "MCC" column of Test-Time Learning
+FAMILIES: tuple[tuple[str, str], ...] = (("icl_", "icl_*"),)
+OVERALL = "overall"
+
+
+def family(source: str) -> str:
+    return next((name for prefix, name in FAMILIES if source.startswith(prefix)), source)
+
+
 def competency_figures(scores: Iterable[QuestionScore]) -> dict[str, Figure]:
-    """Per competency: the unweighted mean of its sources' figures (a source without any scored question
-    is left out and its questions counted as unscored); the interval from resampling each source's
-    contexts and averaging the sources' resampled figures draw by draw."""
+    """Per competency: the unweighted mean of its columns' figures as the paper's tables lay them out (a
+    source is a column, except the ICL sets, averaged into one column first: `FAMILIES`); a source
+    without any scored question is left out and its questions counted as unscored. The interval comes
+    from resampling each source's contexts and averaging draw by draw as the point is averaged. With all
+    four competencies scored, `OVERALL` is their mean (the paper's "Overall Scores")."""
     grouped = _by_source(scores)
-    out = {}
+    out: dict[str, Figure] = {}
+    drawn_by_comp: dict[str, tuple[float, np.ndarray]] = {}
     for comp in COMPETENCIES:
         sources = [s for s, g in grouped.items() if g[0] == comp]
         if not sources:
@@ -303,9 +358,21 @@ def competency_figures(scores: Iterable[QuestionScore]) -> dict[str, Figure]:
         if not counted:
             out[comp] = Figure(math.nan, math.nan, math.nan, 0, contexts, unscored, [])
             continue
-        drawn = [_draws(grouped[s][1], SEED + list(grouped).index(s)) for s in counted]
-        point = float(np.mean([p for p, _ in drawn]))
-        draws = np.mean(np.stack([d for _, d in drawn]), axis=0)
+        drawn = {s: _draws(grouped[s][1], SEED + list(grouped).index(s)) for s in counted}
+        families: dict[str, list[tuple[float, np.ndarray]]] = {}
+        for s in counted:
+            families.setdefault(family(s), []).append(drawn[s])
+        columns = [(float(np.mean([p for p, _ in fam])), np.mean(np.stack([d for _, d in fam]), axis=0))
+                   for fam in families.values()]
+        point = float(np.mean([p for p, _ in columns]))
+        draws = np.mean(np.stack([d for _, d in columns]), axis=0)
+        drawn_by_comp[comp] = (point, draws)
         out[comp] = Figure(point, *_interval(draws), sum(len(v) for s in counted for v in grouped[s][1]),
                            contexts, unscored, counted)
+    if len(drawn_by_comp) == len(COMPETENCIES):
+        draws = np.mean(np.stack([d for _, d in drawn_by_comp.values()]), axis=0)
+        parts = [out[c] for c in COMPETENCIES]
+        out[OVERALL] = Figure(float(np.mean([p for p, _ in drawn_by_comp.values()])), *_interval(draws),
+                              sum(f.questions for f in parts), sum(f.contexts for f in parts),
+                              sum(f.unscored for f in parts), [s for f in parts for s in f.sources])
     return out

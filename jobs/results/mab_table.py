@@ -4,8 +4,11 @@ columns = the four competencies, then each source, then the cost of asking many.
 A cell is the benchmark's figure (`eval.judges.mab`): per source the mean of the source's table metric
 over its questions x 100, per competency the mean over its sources, with a 95% bootstrap interval over
 contexts and the counts — questions scored, contexts judged, contexts n/a (the method does not apply:
-a summariser, the long context beyond the window), contexts failed (no replies to score; counted,
-left out of the mean, shown), questions not scored because the benchmark judges them with an LLM.
+a summariser, the long context beyond the window), contexts whose method failed (each of their
+questions a zero in the means, as every table counts a method's failure: `samples.items_json` records
+how many questions and of which source), contexts incomplete (the infrastructure or the judge failed:
+out of the means, counted), questions not scored because the benchmark judges them with an LLM and the
+run used `mab` rather than `mab-llm`.
 The cost columns are the ask-many phase's (the "answer" steps) beside the memory-building phase's:
 the prefix share of the recorded answer prompts (each prompt's longest prefix shared with the previous
 answer prompt of the same context, in cl100k_base tokens: what a prefix cache can reuse), the engine's
@@ -20,7 +23,10 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from eval.judges.cost import cost_index, prefix_hits, usage_of
-from eval.judges.mab import COMPETENCIES, LLM_JUDGED, Figure, QuestionScore, competency_figures, source_figures
+from eval.judges.aggregation import INCOMPLETE, ZERO
+from eval.judges.mab import COMPETENCIES, OVERALL, Figure, QuestionScore, competency_figures, source_figures
+from jobs.results.cells import unit_states
+from jobs.results.mab_published import published_markdown
 from jobs.store.storage import RunStore
 
 if TYPE_CHECKING:
@@ -29,19 +35,59 @@ if TYPE_CHECKING:
 TASK = "memoryagentbench"
 
 
-def question_scores(judgments: pd.DataFrame) -> dict[str, list[QuestionScore]]:
-    """method -> one QuestionScore per judged question (the run's own judging of the `mab` judge)."""
-    rows = judgments[(judgments["judge"] == "mab") & (judgments["index"] >= 0)]
+JUDGES = ("mab-llm", "mab")  # the first present is read: `mab-llm` also scores the LLM-judged sources
+
+
+def judge_of(judgments: pd.DataFrame) -> str:
+    present = set(judgments["judge"]) if not judgments.empty else set()
+    return next((j for j in JUDGES if j in present), JUDGES[-1])
+
+
+def question_scores(judgments: pd.DataFrame, samples: pd.DataFrame | None = None
+                    ) -> dict[str, list[QuestionScore]]:
+    """method -> one QuestionScore per question: each judged question's primary metric (the run's own
+    judging), and a zero for every question of a context whose method failed (`samples.items_json`
+    says how many and where they belong), as every table counts a method's failure."""
+    judge = judge_of(judgments)
+    rows = judgments[(judgments["judge"] == judge) & (judgments["index"] >= 0)] if not judgments.empty else judgments
     if "judging_id" in rows:
         rows = rows[rows["judging_id"].isna()]
     out: dict[str, list[QuestionScore]] = {}
     for r in rows.itertuples():
         label = json.loads(r.record_json).get("label") or {}
         metric = label.get("primary")
-        value = None if metric in LLM_JUDGED else (label.get("metrics") or {}).get(metric)
+        if metric is None:  # a judge call behind a question's verdict, not a question
+            continue
+        value = (label.get("metrics") or {}).get(metric)
         out.setdefault(r.method, []).append(QuestionScore(label.get("source", "?"), label.get("competency") or "?",
                                                           r.sample_id, None if value is None else float(value)))
+    if samples is not None and not samples.empty:
+        states = unit_states(samples)
+        for r in states[states["base"] == ZERO].itertuples():
+            items = json.loads(r.items_json) if isinstance(getattr(r, "items_json", None), str) else None
+            if items is None:  # written before the count was recorded: incomplete, counted in the units
+                continue
+            out.setdefault(r.method, []).extend(
+                QuestionScore(items["source"], items["competency"], r.sample_id, 0.0) for _ in range(items["count"]))
     return out
+
+
+def unit_counts(samples: pd.DataFrame, judge_failures: pd.DataFrame) -> dict[str, int]:
+    """ok / n/a / failed (the method: its questions count as zeros) / incomplete (the infrastructure
+    failed, or the judge failed on an ok unit: out of the means)."""
+    states = unit_states(samples)
+    failed_judging = set(judge_failures["unit"]) if not judge_failures.empty and "unit" in judge_failures else set()
+    judge_failed = int(((states["base"] == "ok") & states["unit"].isin(failed_judging)).sum())
+    no_count = int(((states["base"] == ZERO) & _no_items(states)).sum())
+    return {"ok": int((states["base"] == "ok").sum()) - judge_failed, "n/a": int((states["base"] == "n/a").sum()),
+            "failed": int((states["base"] == ZERO).sum()) - no_count,
+            "incomplete": int((states["base"] == INCOMPLETE).sum()) + judge_failed + no_count}
+
+
+def _no_items(states: pd.DataFrame) -> pd.Series:
+    if "items_json" not in states:
+        return pd.Series(True, index=states.index)
+    return ~states["items_json"].apply(lambda v: isinstance(v, str))
 
 
 def _cell(f: Figure | None) -> str:
@@ -86,7 +132,7 @@ def mab_table(d: "RunData", judgments: pd.DataFrame | None = None) -> dict[str, 
         return None
     if judgments is None:
         judgments = RunStore.at(d.uri).table("judgments").to_pandas()
-    scores = question_scores(judgments)
+    scores = question_scores(judgments, samples)
     sources = sorted({q.source for qs in scores.values() for q in qs})
     steps = d.steps[d.steps["task"] == TASK] if not d.steps.empty else d.steps
     cost = ask_many_cost(steps) if not steps.empty else {}
@@ -94,11 +140,14 @@ def mab_table(d: "RunData", judgments: pd.DataFrame | None = None) -> dict[str, 
     for method in sorted(samples["method"].unique()):
         qs = scores.get(method, [])
         comp, src = competency_figures(qs), source_figures(qs)
-        status = samples[samples["method"] == method]["status"].value_counts().to_dict()
-        rows.append({"method": method, "cells": {**{c: comp.get(c) for c in COMPETENCIES},
+        mine = samples[samples["method"] == method]
+        failures = d.judge_failures
+        if not failures.empty and "judge" in failures:
+            failures = failures[failures["judge"].isin(JUDGES) & failures["unit"].isin(mine["unit"])]
+        rows.append({"method": method, "cells": {**{c: comp.get(c) for c in (*COMPETENCIES, OVERALL)},
                                                  **{s: src.get(s) for s in sources}},
-                     "units": {k: int(v) for k, v in status.items()}, "cost": cost.get(method)})
-    return {"columns": [*COMPETENCIES, *sources], "rows": rows}
+                     "units": unit_counts(mine, failures), "cost": cost.get(method)})
+    return {"columns": [*COMPETENCIES, OVERALL, *sources], "rows": rows, "judge": judge_of(judgments)}
 
 
 def mab_markdown(d: "RunData", judgments: pd.DataFrame | None = None) -> str | None:
@@ -106,11 +155,11 @@ def mab_markdown(d: "RunData", judgments: pd.DataFrame | None = None) -> str | N
     if table is None:
         return None
     cols = table["columns"]
-    lines = ["| method | units (ok / n/a / failed) | " + " | ".join(cols) + " |",
+    lines = ["| method | units (ok / n/a / failed / incomplete) | " + " | ".join(cols) + " |",
              "|" + "---|" * (len(cols) + 2)]
     for r in table["rows"]:
         u = r["units"]
-        lines.append(f"| {r['method']} | {u.get('ok', 0)} / {u.get('n/a', 0)} / {u.get('failed', 0)} | "
+        lines.append(f"| {r['method']} | {u['ok']} / {u['n/a']} / {u['failed']} / {u['incomplete']} | "
                      + " | ".join(_cell(r["cells"][c]) for c in cols) + " |")
     cost = ["", "Asking many (per context: the answer steps; build = the memory-building steps before them):", "",
             "| method | questions | answer-prompt prefix share (%) | engine cache hit (%) | answer net tokens | "
@@ -125,8 +174,15 @@ def mab_markdown(d: "RunData", judgments: pd.DataFrame | None = None) -> str | N
                     f"{num(c['engine_hit'])} | {num(c['net'])} | {num(c['cost_index'], '{:.4f}')} | "
                     f"{num(c['build_net'])} |")
     note = ("Per source: the benchmark's table metric (SubEM for RULER-QA, EventQA and FactConsolidation; EM for "
-            "DetectiveQA and the ICL sets; recall@5 for recommendation) over its questions x 100; per competency: "
-            "the mean over its sources; [95% bootstrap interval over contexts]; q = questions scored, ctx = "
-            "contexts. Failed contexts have no replies: counted in the units column, not in the means. "
-            "LongMemEval and ∞Bench-Sum are judged by an LLM in the benchmark and not scored here.")
-    return "\n".join([note, "", *lines, *cost])
+            "DetectiveQA and the ICL sets; recall@5 for recommendation; the judge model's verdicts for LongMemEval "
+            "and ∞Bench-Sum) over its questions x 100; per competency: the mean over its sources (the ICL sets first "
+            "averaged into one column, the paper's MCC); overall: the mean of the four competencies when all four "
+            "are scored (the paper's Overall); [95% bootstrap interval over contexts]; q = questions scored, ctx = "
+            "contexts. A context whose method failed scores 0 on each of its questions (in the means and in "
+            "q); n/a (the method does not apply) and incomplete (the infrastructure or the judge failed) "
+            "contexts are counted in the units column and left out of the means. "
+            + ("LongMemEval and ∞Bench-Sum: judged by the run's judge model with the benchmark's LLM-judge "
+               "procedure (judge `mab-llm`)." if table["judge"] == "mab-llm" else
+               "LongMemEval and ∞Bench-Sum are judged by an LLM in the benchmark: not scored under the `mab` "
+               "judge (use `mab-llm` with a judge model)."))
+    return "\n".join([note, "", *lines, *cost, "", published_markdown()])

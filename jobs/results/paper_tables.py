@@ -305,15 +305,16 @@ TABLES: dict[str, PaperTable] = {t.id: t for t in (
         "paper"),
 )}
 # MemoryAgentBench (Hu, Wang, McAuley, ICLR 2026), inject once, ask many: every context's replies scored by
-# the `mab` judge; the per-competency and per-source breakdown is the report's own section
-# (jobs/results/mab_table.py). The paper prints no row for memloop's methods and no number is copied here
-# (docs/papers/memoryagentbench.md says why).
+# the `mab-llm` judge (or `mab`, without the LLM-judged sources); the per-competency and per-source
+# breakdown, and the paper's own rows (its agents, not memloop's methods) beside them, are the report's
+# own section (jobs/results/mab_table.py, jobs/results/mab_published.py).
 _MAB_METHODS = (("Long context", "long-context"), ("PRISM in-place", "prism-inplace"),
                 ("PRISM amendments", "prism-amendments"), ("Incremental", "inc-update"),
                 ("GU json (no answer step)", "gu-json"), ("CoK (no answer step)", "cok"))
 TABLES["memoryagentbench"] = PaperTable(
     "memoryagentbench", "MemoryAgentBench: the table metric over every question, and the cost of asking many",
-    (Column("accuracy (%)", "mab", "accuracy", task="memoryagentbench", scale=100.0),
+    (Column("accuracy (%)", "mab-llm", "accuracy", task="memoryagentbench", scale=100.0),
+     Column("accuracy (%), rule-scored sources only", "mab", "accuracy", task="memoryagentbench", scale=100.0),
      *_cost_columns("memoryagentbench")),
     tuple(Row(label, method) for label, method in _MAB_METHODS), "paper",
     "accuracy: each context's mean of its source's table metric over its questions, then the mean over contexts; "

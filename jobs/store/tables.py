@@ -47,6 +47,9 @@ SCHEMAS: dict[str, pa.Schema] = {
         pa.field("decoded_tokens", pa.int64()),
         pa.field("chunk_tokens", pa.int64()),  # the dataset's chunk size, when it has one
         pa.field("input_tokens", pa.int64()),  # the sample's whole input (its chunks) in cl100k_base tokens
+        # the items a judge scores one by one when a sample has several (MemoryAgentBench's questions: their
+        # count and the table groups they belong to), so a unit that produced nothing counts each as zero
+        pa.field("items_json", pa.string()),
         pa.field("actor", pa.string()),
         pa.field("started_at", UTC_TS),
         pa.field("finished_at", UTC_TS),
@@ -177,8 +180,14 @@ def sample_row(u: "UnitLike", status: str, error: str | None, attempts: int, out
     return dict(unit_columns(u), seed=u.seed, status=status, error=error,
                 failure=None if status != "failed" else "method", attempts=attempts, output_json=output,
                 n_steps=len(out.steps) if out is not None else 0, prompt_tokens=prompt, cached_tokens=cached,
-                decoded_tokens=decoded, chunk_tokens=u.chunk_tokens, input_tokens=u.input_tokens, actor=actor, started_at=started,
-                finished_at=now())
+                decoded_tokens=decoded, chunk_tokens=u.chunk_tokens, input_tokens=u.input_tokens,
+                items_json=_items_json(u), actor=actor, started_at=started, finished_at=now())
+
+
+def _items_json(u: "UnitLike") -> str | None:
+    """The sample's individually scored items as its loader declares them (metadata "scored_items")."""
+    items = (u.sample.metadata or {}).get("scored_items")
+    return None if items is None else json.dumps(items, sort_keys=True)
 
 
 def _dump(value: Any) -> str:

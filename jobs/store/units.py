@@ -5,7 +5,7 @@ how a resume finds it; `UnitLike` is what the row builders read of the run's `jo
 """
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
 
 class _Keyed(Protocol):
@@ -19,6 +19,9 @@ class _SampleLike(Protocol):
 
     @property
     def task(self) -> str: ...
+
+    @property
+    def metadata(self) -> dict[str, Any]: ...
 
 
 class UnitLike(Protocol):

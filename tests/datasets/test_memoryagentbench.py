@@ -2,6 +2,7 @@
 the benchmark's sentence chunking at its chunk size, and the per-question gold."""
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -19,6 +20,11 @@ CARD = "---\nconfigs:\n- config_name: default\n  data_files:\n" + "".join(
     f"  - split: {s}\n    path: data/{s}-*\n" for s in SPLITS) + "---\nMemoryAgentBench (small test copy).\n"
 
 
+# the snapshot's commit follows the files' content, as a hub commit does: `datasets` caches what it
+# generated from a snapshot by its commit, so a changed file under an old commit would read stale rows
+COMMIT = hashlib.sha1(b"".join((DATA / f"{s}.jsonl").read_bytes() for s in SPLITS)).hexdigest()
+
+
 def rows(split: str) -> list[dict]:
     return [json.loads(line) for line in (DATA / f"{split}.jsonl").read_text().splitlines() if line.strip()]
 
@@ -30,8 +36,10 @@ def write_repo(root: Path) -> Path:
 
     (root / "data").mkdir(parents=True)
     (root / "README.md").write_text(CARD)
+    # one metadata struct for every split, as on the hub (a field a row lacks is null)
+    schema = pa.Table.from_pylist([r for split in SPLITS for r in rows(split)]).schema
     for split in SPLITS:
-        pq.write_table(pa.Table.from_pylist(rows(split)), root / "data" / f"{split}-00000-of-00001.parquet")
+        pq.write_table(pa.Table.from_pylist(rows(split), schema=schema), root / "data" / f"{split}-00000-of-00001.parquet")
     return root
 
 
@@ -43,9 +51,9 @@ def hub_cache(tmp_path, monkeypatch):
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
     base = tmp_path / "hub" / f"datasets--{HUB_ID.replace('/', '--')}"
-    write_repo(base / "snapshots" / ("c" * 40))
+    write_repo(base / "snapshots" / COMMIT)
     (base / "refs").mkdir(parents=True)
-    (base / "refs" / "main").write_text("c" * 40)
+    (base / "refs" / "main").write_text(COMMIT)
     return base
 
 
@@ -56,12 +64,19 @@ def test_the_hub_dataset_loads_all_four_splits_from_the_cache_with_the_commit_re
     assert {s.metadata["competency"] for s in samples} == {"AR", "TTL", "LRU", "CR"}
     fc = by_source["factconsolidation_sh_6k"]
     assert fc.id == "mab/factconsolidation-sh-6k/0" and fc.task == "memoryagentbench" and fc.query is None
-    assert fc.metadata["where"].startswith(f"{HUB_ID}@{'c' * 40}[Conflict_Resolution]")
+    assert fc.metadata["where"].startswith(f"{HUB_ID}@{COMMIT}[Conflict_Resolution]")
     assert fc.gold["questions"] == ["What is the capital of Zarnia?", "What is Mira Oskan's occupation?"]
     assert fc.gold["answers"] == [["Orsk"], ["lighthouse keeper"]]
     assert fc.gold["qa_pair_ids"] == ["fc-sh-0-0", "fc-sh-0-1"]
     # several accepted strings per question stay together
     assert by_source["ruler_qa1_197K"].gold["answers"][0] == ["Mount Kel", "Kel"]
+    # LongMemEval's ids are its question_ids ("_abs": abstention); ∞Bench-Sum keeps the expert's key points
+    lme = by_source["longmemeval_s*"]
+    assert lme.gold["qa_pair_ids"] == ["lme-1", "lme-2", "lme-3_abs"]
+    assert lme.gold["question_types"][0] == "temporal-reasoning"
+    assert by_source["infbench_sum_eng_shots2"].gold["keypoints"][1] == "Wren crosses a desert."
+    # what a context whose method fails counts as: its questions, each a zero in its source
+    assert lme.metadata["scored_items"] == {"count": 3, "source": "longmemeval_s*", "competency": "AR"}
 
 
 def test_the_source_filter_takes_names_and_patterns_and_the_first_contexts_of_each(hub_cache):
@@ -72,7 +87,7 @@ def test_the_source_filter_takes_names_and_patterns_and_the_first_contexts_of_ea
     one = load_memoryagentbench(sources="factconsolidation_*", contexts_per_source=1)
     assert len(one) == 2 and all(s.metadata["context_index"] == 0 for s in one)
     with pytest.raises(EmptyDatasetError, match="sources present: .*factconsolidation_sh_6k"):
-        load_memoryagentbench(sources="longmemeval_*")
+        load_memoryagentbench(sources="ruler_niah*")
     with pytest.raises(DatasetError, match="unknown MemoryAgentBench split"):
         load_memoryagentbench(splits=["Accurate_Retreival"])
 
@@ -124,3 +139,21 @@ def test_without_network_or_cache_the_error_says_how_to_get_the_data(tmp_path, m
     with pytest.raises(HubDataUnavailableError) as err:
         load_memoryagentbench(splits=["Conflict_Resolution"])
     assert f"hf download {HUB_ID} --repo-type dataset" in str(err.value) and "*Conflict_Resolution*" in str(err.value)
+
+
+def test_two_copies_named_alike_are_each_read_as_they_are(tmp_path):
+    """`datasets` keys its prepared Arrow by a folder's name: a second `mab/` elsewhere with other rows
+    must not be read from the first one's cache."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    first = write_repo(tmp_path / "a" / "mab")
+    assert len(load_memoryagentbench(first, splits=["Conflict_Resolution"])) == 2
+    second = tmp_path / "b" / "mab"
+    (second / "data").mkdir(parents=True)
+    (second / "README.md").write_text(CARD)
+    for split in SPLITS:
+        kept = rows(split)[:1]
+        pq.write_table(pa.Table.from_pylist(kept), second / "data" / f"{split}-00000-of-00001.parquet")
+    assert [s.metadata["source"] for s in load_memoryagentbench(second, splits=["Conflict_Resolution"])] == [
+        "factconsolidation_sh_6k"]

@@ -24,12 +24,16 @@ REPLIES = {"capital of Zarnia": "Orsk", "Mira Oskan": "a glassblower", "Doran Pe
 
 
 def _reduced(tmp_path: Path, model: dict) -> dict:
+    """The paper config on the small files: one dataset entry, every source, 32-token chunks, the `mab`
+    judge (no judge model: the LLM-judged sources are counted, not scored)."""
     data = yaml.safe_load(CONFIG.read_text())
-    data.update(output=str(tmp_path / "runs"), model=model, judge_cpus=0.25)
-    [d] = data["datasets"]
+    data.update(output=str(tmp_path / "runs"), model=model, judge_cpus=0.25, judges=[{"name": "mab"}])
+    d = data["datasets"][0]
     d["path"] = str(write_repo(tmp_path / "mab"))
-    d["options"].update(chunk_tokens=32, contexts_per_source=2)
-    d["options"]["sources"] = [*d["options"]["sources"], "longmemeval_*", "infbench_sum*"]  # none in the files: ok
+    d["options"].update(chunk_tokens=32, contexts_per_source=2,
+                        sources=["ruler_qa*", "eventqa_full", "longmemeval_*", "icl_*", "detective_qa",
+                                 "infbench_sum*", "factconsolidation_*"])
+    data["datasets"] = [d]
     return data
 
 
@@ -50,14 +54,16 @@ def test_the_reduced_config_runs_on_a_scripted_model_and_reports_each_competency
     rs, d, rep = report_of(summary.output)
     units = d.samples.groupby("method")["status"].value_counts().unstack(fill_value=0)
     contexts = d.samples["sample_id"].nunique()
-    # ruler_qa1 + eventqa, icl, detective_qa + infbench_sum, factconsolidation sh + mh: up to 2 per competency
-    assert contexts == 7
+    # ruler_qa1 + eventqa + longmemeval, icl, detective_qa + infbench_sum, factconsolidation sh + mh
+    assert contexts == 8
     assert (units.loc[["gu-json", "cok"], "n/a"] == contexts).all()  # summarisers: n/a, counted
     assert (units.loc[["prism-inplace", "prism-amendments", "inc-update"], "ok"] == contexts).all()
     table = mab_table(d)
     row = {r["method"]: r for r in table["rows"]}
     assert table["columns"][:4] == ["AR", "TTL", "LRU", "CR"]
-    assert set(table["columns"][4:]) == {"detective_qa", "eventqa_full", "factconsolidation_mh_6k", "infbench_sum_eng_shots2",
+    assert table["columns"][4] == "overall"
+    assert set(table["columns"][5:]) == {"detective_qa", "eventqa_full", "factconsolidation_mh_6k", "infbench_sum_eng_shots2",
+                                         "longmemeval_s*",
                                          "factconsolidation_sh_6k", "icl_banking77_5900shot_balance", "ruler_qa1_197K"}
     p = row["prism-inplace"]["cells"]
     # the scripted replies: CR 1 of 2 right (sh) and 1 of 1 (mh) -> sources 50 and 100, competency 75
@@ -66,19 +72,86 @@ def test_the_reduced_config_runs_on_a_scripted_model_and_reports_each_competency
     # TTL: exact match on the parsed reply, "label: 7" is wrong as in the benchmark
     assert p["TTL"].value == pytest.approx(50.0)
     assert p["AR"].value == pytest.approx((50.0 + 100.0) / 2) and p["LRU"].value == pytest.approx(100.0)
-    # ∞Bench-Sum is LLM-judged in the benchmark: its question is counted as not scored, never as a zero
+    # ∞Bench-Sum and LongMemEval are LLM-judged in the benchmark: under `mab` (no judge model) their
+    # questions are counted as not scored, never as zeros
     assert p["LRU"].unscored == 1 and p["LRU"].sources == ["detective_qa"]
-    assert row["gu-json"]["cells"]["AR"] is None and row["gu-json"]["units"] == {"n/a": contexts}
+    assert p["AR"].unscored == 3 and "not scored" in rep.markdown
+    # the paper's Overall: the mean of the four competencies; its own rows stand beside, labelled as its
+    assert p["overall"].value == pytest.approx((75.0 + 50.0 + 100.0 + 75.0) / 4)
+    assert "The paper's own rows (Hu, Wang, McAuley, ICLR 2026 (arXiv 2507.05257), Table 2" in rep.markdown
+    assert "| Long-Context Agents | GPT-4o-mini | 64.0 | 43.0 | 30.7 |" in rep.markdown
+    assert row["gu-json"]["cells"]["AR"] is None
+    assert row["gu-json"]["units"] == {"ok": 0, "n/a": contexts, "failed": 0, "incomplete": 0}
     # asking many: every question one answer step, prompts sharing the memory prefix
     cost = row["prism-inplace"]["cost"]
-    assert cost["questions"] == pytest.approx(10 / 7)
-    # 3 of the 10 questions follow another of their context's: each reuses nearly all of the one before
+    assert cost["questions"] == pytest.approx(13 / 8)
+    # 5 of the 13 questions follow another of their context's: each reuses nearly all of the one before
     # (the memory and the instruction), the first of a context nothing
-    assert 0.8 * 100 * 3 / 10 < cost["prefix_share"] < 100 * 3 / 10
+    assert 0.75 * 100 * 5 / 13 < cost["prefix_share"] < 100 * 5 / 13
     assert "## MemoryAgentBench: per competency and source" in rep.markdown
     assert "75.0 [" in rep.markdown and "answer-prompt prefix share" in rep.markdown
     long = row["long-context"]
-    assert long["units"].get("ok", 0) + long["units"].get("n/a", 0) == contexts
+    assert long["units"]["ok"] + long["units"]["n/a"] == contexts
+
+
+def _judge_reply(body: dict) -> str | None:
+    """The scripted judge: LongMemEval's checks say yes; ∞Bench-Sum's fluency 1, 2 of 4 key points,
+    1 of 2 sentences supported."""
+    prompt = " ".join(str(m.get("content", "")) for m in body.get("messages", []))
+    if prompt.rstrip().endswith("Reply with yes or no only."):
+        return "yes"
+    if "score its fluency" in prompt:
+        return '{"fluency": 1}'
+    if "Your task is recall" in prompt:
+        return 'Points 1 and 3 are there. {"supported_key_points": [1, 3], "recall": 2}'
+    if "Your task is precision" in prompt:
+        return 'One of two. {"precision": 1, "sentence_count": 2}'
+    return _answer(body)
+
+
+def test_mab_llm_scores_longmemeval_and_infbench_sum_with_the_judge_model(ray_local, tmp_path) -> None:
+    with scripted_endpoint(_judge_reply) as (url, seen):
+        endpoint = {"base_url": url, "model": "scripted", "max_concurrency": 8}
+        data = _reduced(tmp_path, {"kind": "openai", "endpoint": endpoint})
+        data["datasets"][0]["options"]["sources"] = ["longmemeval_*", "infbench_sum*"]
+        data.update(judges=[{"name": "mab-llm"}], judge_model={"kind": "openai", "endpoint": endpoint},
+                    methods=[{"name": "prism-inplace", "tasks": ["memoryagentbench"]}])
+        cfg = with_overrides(parse_config(data), max_chunks=2, repeats=1)
+        summary = execute(cfg, log=lambda m: None)
+    assert summary.failed == 0
+    _, d, rep = report_of(summary.output)
+    table = mab_table(d)
+    assert table["judge"] == "mab-llm"
+    [p] = [r["cells"] for r in table["rows"]]
+    assert p["longmemeval_s*"].value == pytest.approx(100.0) and p["longmemeval_s*"].questions == 3
+    # fluency 1 x F1(recall 2/4, precision 1/2) = 0.5
+    assert p["infbench_sum_eng_shots2"].value == pytest.approx(50.0) and p["LRU"].unscored == 0
+    assert "judged by the run's judge model" in rep.markdown
+
+
+def test_a_context_whose_method_failed_counts_each_of_its_questions_as_zero(ray_local, tmp_path) -> None:
+    """The rule of every table: a method's failure is a zero in the means, not a context left out."""
+    def reply(body: dict) -> str | None:
+        prompt = " ".join(str(m.get("content", "")) for m in body.get("messages", []))
+        return "" if "Doran Pell" in prompt else _answer(body)  # nothing usable for the multi-hop context
+
+    with scripted_endpoint(reply) as (url, seen):
+        data = _reduced(tmp_path, {"kind": "openai", "endpoint": {"base_url": url, "model": "scripted",
+                                                                  "max_concurrency": 8}})
+        data["datasets"][0]["options"]["sources"] = ["factconsolidation_*"]
+        data["methods"] = [{"name": "prism-inplace", "tasks": ["memoryagentbench"], "options": {"max_attempts": 1}}]
+        cfg = with_overrides(parse_config(data), max_chunks=2, repeats=1)
+        summary = execute(cfg, log=lambda m: None)
+    _, d, rep = report_of(summary.output)
+    failed = d.samples[d.samples["status"] == "failed"]
+    assert list(failed["sample_id"]) == ["mab/factconsolidation-mh-6k/0"] and (failed["failure"] == "method").all()
+    [row] = mab_table(d)["rows"]
+    assert row["units"] == {"ok": 1, "n/a": 0, "failed": 1, "incomplete": 0}
+    cr = row["cells"]["CR"]
+    # sh: 1 of 2 right (50); mh: its one question a zero (0) -> CR 25 over 3 questions, both contexts
+    assert row["cells"]["factconsolidation_mh_6k"].value == 0.0
+    assert cr.value == pytest.approx(25.0) and cr.questions == 3 and cr.contexts == 2
+    assert "| prism-inplace | 1 / 0 / 1 / 0 |" in rep.markdown
 
 
 @pytest.mark.slow

@@ -134,6 +134,12 @@ def arxiv_file(tmp_path: Path) -> Path:
     return path
 
 
+def _mab_repo(tmp_path: Path) -> Path:
+    """The small MemoryAgentBench files in the hub's layout, written once for every dataset entry."""
+    root = tmp_path / "mab"
+    return root if root.is_dir() else write_repo(root)
+
+
 @pytest.mark.parametrize("config", PAPER_CONFIGS, ids=lambda p: p.stem)
 def test_a_reduced_paper_config_runs_end_to_end_and_reports_the_papers_table(config, ray_local, endpoint,
                                                                              tmp_path) -> None:
@@ -149,7 +155,7 @@ def test_a_reduced_paper_config_runs_end_to_end_and_reports_the_papers_table(con
         elif d["task"] == "booksum":
             d["path"] = str(booksum_file(tmp_path))
         elif d["task"] == "memoryagentbench":  # the hub dataset's layout, written from the small test files
-            d["path"] = str(write_repo(tmp_path / "mab"))
+            d["path"] = str(_mab_repo(tmp_path))
         d.setdefault("options", {})
         if "chunk_tokens" in d["options"]:
             d["options"]["chunk_tokens"] //= 16  # small chunks; a sweep stays a sweep
@@ -202,7 +208,7 @@ def test_a_reduced_paper_config_runs_on_the_bundled_model(config, ray_local, tmp
         elif d["task"] == "booksum":
             d["path"] = str(booksum_file(tmp_path))
         elif d["task"] == "memoryagentbench":
-            d["path"] = str(write_repo(tmp_path / "mab"))
+            d["path"] = str(_mab_repo(tmp_path))
         if "chunk_tokens" in d.get("options", {}):
             d["options"]["chunk_tokens"] //= 8
     for m in data["methods"]:

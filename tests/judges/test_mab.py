@@ -96,3 +96,94 @@ def test_sources_average_over_questions_and_competencies_over_sources():
     assert comp["AR"].value == pytest.approx((200 / 3 + 50) / 2)  # unweighted over the scored sources
     assert comp["AR"].sources == ["eventqa_full", "ruler_qa1_197K"] and comp["AR"].unscored == 1
     assert comp["AR"].contexts == 5 and comp["CR"].value == 100.0 and "TTL" not in comp
+
+
+LME_GOLD = {"questions": ["How many days between adopting Pip and the vet?", "Where do I live now?",
+                          "What is my dog's name?"],
+            "answers": [["17 days"], ["Lisbon"], ["No dog was mentioned; the cat is Pip."]],
+            "qa_pair_ids": ["lme-1", "lme-2", "lme-3_abs"],
+            "question_types": ["temporal-reasoning", "knowledge-update", "single-session-user"]}
+
+
+def test_mab_llm_judges_longmemeval_with_the_check_of_each_question_type():
+    from eval.llm import ScriptedLLM
+
+    llm = ScriptedLLM(["Yes.", "no", "YES"])
+    replies = ["18 days", "Porto, then Lisbon", "You never told me about a dog."]
+    res = run_judge("mab-llm", json.dumps(replies), LME_GOLD, llm, metadata={"source": "longmemeval_s*"})
+    prompts = [r.messages[0]["content"] for r in llm.requests]
+    assert "off by one" in prompts[0] and "18 days" in prompts[0] and "17 days" in prompts[0]
+    assert "updated answer" in prompts[1]
+    assert "unanswerable" in prompts[2]  # the "_abs" id picks the abstention check, whatever the type
+    assert all(r.sampling.max_tokens == 10 and r.sampling.temperature == 0.0 for r in llm.requests)
+    questions = [j for j in res.judgments if "primary" in j.label]
+    assert [j.label["metrics"]["llm_judge"] for j in questions] == [1.0, 0.0, 1.0]
+    assert res.score("accuracy") == pytest.approx(2 / 3)
+    calls = [j for j in res.judgments if "part" in j.label]
+    assert [c.label["part"] for c in calls] == ["mab-lme-temporal", "mab-lme-update", "mab-lme-abstention"]
+    assert calls[0].prompt == prompts[0] and calls[0].template_sha256
+    with pytest.raises(JudgeError, match="needs a judge LLM"):
+        run_judge("mab-llm", json.dumps(replies), LME_GOLD, metadata={"source": "longmemeval_s*"})
+    bad = dict(LME_GOLD, question_types=["chit-chat", "knowledge-update", "x"], qa_pair_ids=["a", "b", "c"])
+    with pytest.raises(JudgeError, match="question type 'chit-chat' has no answer check"):
+        run_judge("mab-llm", json.dumps(replies), bad, ScriptedLLM(["yes"] * 3), metadata={"source": "longmemeval_s*"})
+
+
+def test_mab_llm_scores_infbench_sum_as_fluency_times_f1_of_keypoint_recall_and_sentence_precision():
+    from eval.llm import ScriptedLLM
+
+    gold = {"questions": ["Summarize the book."], "answers": [["Wren leaves, crosses a desert and comes home."]],
+            "keypoints": ["Wren leaves her valley.", "Wren crosses a desert.", "Wren meets a trader.",
+                          "Wren comes home changed."]}
+    llm = ScriptedLLM(['{"fluency": 1}',
+                       'Points 1 and 2 are there. Output: {"supported_key_points": [1, 2], "recall": 2}',
+                       'not JSON at all',  # asked again
+                       'Sentence one is supported, two is not. {"precision": 1, "sentence_count": 2}'])
+    res = run_judge("mab-llm", json.dumps(["Wren leaves. She crosses the sea."]), gold, llm,
+                    metadata={"source": "infbench_sum_eng_shots2"})
+    [question] = [j for j in res.judgments if "primary" in j.label]
+    m = question.label["metrics"]
+    assert m["llm_recall"] == 0.5 and m["llm_precision"] == 0.5 and m["llm_fluency"] == 1.0
+    assert m["llm_judge_f1"] == pytest.approx(0.5) and res.score("accuracy") == pytest.approx(0.5)
+    assert "1. Wren leaves her valley.\n2. Wren crosses a desert." in llm.requests[1].messages[0]["content"]
+    precision_call = [j for j in res.judgments if j.label.get("part") == "mab-sum-precision"][0]
+    assert precision_call.failures and "no JSON object" in precision_call.failures[0]["reason"]
+    # an incoherent summary scores 0 whatever its overlap (fluency multiplies)
+    zero = run_judge("mab-llm", json.dumps(["x"]), gold, ScriptedLLM(['{"fluency": 0}', '{"recall": 4}',
+                                                                      '{"precision": 2, "sentence_count": 2}']),
+                     metadata={"source": "infbench_sum_eng_shots2"})
+    assert zero.score("accuracy") == 0.0
+    with pytest.raises(JudgeError, match="key points"):
+        run_judge("mab-llm", json.dumps(["x"]), {k: v for k, v in gold.items() if k != "keypoints"},
+                  ScriptedLLM([]), metadata={"source": "infbench_sum_eng_shots2"})
+
+
+def test_mab_llm_scores_the_other_sources_by_rule_without_asking_the_judge():
+    from eval.llm import ScriptedLLM
+
+    llm = ScriptedLLM([])
+    res = run_judge("mab-llm", json.dumps(["Orsk"]), {"answers": [["Orsk"]]}, llm,
+                    metadata={"source": "factconsolidation_sh_6k"})
+    assert res.score("accuracy") == 1.0 and not llm.requests
+
+
+def test_the_mab_llm_prompts_are_the_judges_declared_templates():
+    from eval.judges import get_judge, mab_llm
+
+    assert tuple(mab_llm.TEMPLATES) == get_judge("mab-llm").templates
+    assert len(get_judge("mab-llm").template_hashes()) == len(mab_llm.TEMPLATES)
+
+
+def test_the_icl_sets_are_one_column_of_test_time_learning_and_overall_averages_the_competencies():
+    q = QuestionScore
+    scores = [q("icl_banking77_5900shot_balance", "TTL", "b0", 1.0), q("icl_clinic150_7050shot_balance", "TTL", "c0", 0.0),
+              q("icl_nlu_8296shot_balance", "TTL", "n0", 1.0), q("recsys_redial_full", "TTL", "r0", 0.2)]
+    comp = competency_figures(scores)
+    # the paper's TTL: mean(MCC, Recom.) with MCC the mean of the ICL sets: (2/3 + 0.2) / 2, not 2.2 / 4
+    assert comp["TTL"].value == pytest.approx(100 * (2 / 3 + 0.2) / 2)
+    assert "overall" not in comp  # only with all four competencies
+    full = scores + [q("ruler_qa1_197K", "AR", "a", 1.0), q("detective_qa", "LRU", "d", 0.0),
+                     q("factconsolidation_sh_262k", "CR", "f", 1.0)]
+    comp = competency_figures(full)
+    assert comp["overall"].value == pytest.approx((100 + comp["TTL"].value + 0 + 100) / 4)
+    assert comp["overall"].low <= comp["overall"].value <= comp["overall"].high
