@@ -223,7 +223,9 @@ def test_a_reduced_paper_config_runs_on_the_bundled_model(config, ray_local, tmp
     assert summary.computed + summary.failed > 0 and summary.skipped == 0
     _, d, rep = report_of(summary.output)
     # no unit refused for length: the chunk-fit check sized the chunks for the config's model
-    refused = d.samples[d.samples["error"].fillna("").str.contains("context|too long|exceeds", case=False)
+    errors = d.samples["error"].fillna("")
+    refused = d.samples[errors.str.contains("context|too long|exceeds", case=False)
+                        & ~errors.str.contains("has no answer step")  # a summariser on MemoryAgentBench: n/a
                         & (d.samples["method"] != "long-context")]
     assert refused.empty, refused[["unit", "status", "error"]].to_string()
     laid = {t["id"]: t for t in headline(d)["paper_tables"]}
