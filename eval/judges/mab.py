@@ -289,14 +289,19 @@ class Figure:
 
 
 def _draws(values_by_context: list[list[float]], seed: int) -> tuple[float, np.ndarray]:
-    """x 100 mean over questions, and its values under RESAMPLES resamples of whole contexts."""
+    """x 100 mean over questions, and its values under RESAMPLES resamples of whole contexts (NaN for
+    one context: it has no spread to resample, so no interval rather than a degenerate [x, x])."""
     sums = np.array([sum(v) for v in values_by_context], float)
     counts = np.array([len(v) for v in values_by_context], float)
+    if len(sums) < 2:
+        return 100 * sums.sum() / counts.sum(), np.full(RESAMPLES, np.nan)
     idx = np.random.default_rng(seed).integers(0, len(sums), size=(RESAMPLES, len(sums)))
     return 100 * sums.sum() / counts.sum(), 100 * sums[idx].sum(1) / counts[idx].sum(1)
 
 
 def _interval(draws: np.ndarray) -> tuple[float, float]:
+    if np.isnan(draws).any():  # a part had a single context: no interval for what it enters
+        return math.nan, math.nan
     tail = 100 * (1 - LEVEL) / 2
     lo, hi = np.percentile(draws, [tail, 100 - tail])
     return float(lo), float(hi)

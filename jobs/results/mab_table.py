@@ -96,7 +96,8 @@ def _cell(f: Figure | None) -> str:
     extra = f"; {f.unscored} LLM-judged, not scored" if f.unscored else ""
     if math.isnan(f.value):
         return f"not scored ({f.contexts} contexts{extra})"
-    return f"{f.value:.1f} [{f.low:.1f}, {f.high:.1f}] ({f.questions} q / {f.contexts} ctx{extra})"
+    interval = "" if math.isnan(f.low) else f" [{f.low:.1f}, {f.high:.1f}]"
+    return f"{f.value:.1f}{interval} ({f.questions} q / {f.contexts} ctx{extra})"
 
 
 def ask_many_cost(steps: pd.DataFrame) -> dict[str, dict[str, float]]:
@@ -177,7 +178,7 @@ def mab_markdown(d: "RunData", judgments: pd.DataFrame | None = None) -> str | N
             "DetectiveQA and the ICL sets; recall@5 for recommendation; the judge model's verdicts for LongMemEval "
             "and ∞Bench-Sum) over its questions x 100; per competency: the mean over its sources (the ICL sets first "
             "averaged into one column, the paper's MCC); overall: the mean of the four competencies when all four "
-            "are scored (the paper's Overall); [95% bootstrap interval over contexts]; q = questions scored, ctx = "
+            "are scored (the paper's Overall); [95% bootstrap interval over contexts, none where a source has a single context]; q = questions scored, ctx = "
             "contexts. A context whose method failed scores 0 on each of its questions (in the means and in "
             "q); n/a (the method does not apply) and incomplete (the infrastructure or the judge failed) "
             "contexts are counted in the units column and left out of the means. "

@@ -186,4 +186,16 @@ def test_the_icl_sets_are_one_column_of_test_time_learning_and_overall_averages_
                      q("factconsolidation_sh_262k", "CR", "f", 1.0)]
     comp = competency_figures(full)
     assert comp["overall"].value == pytest.approx((100 + comp["TTL"].value + 0 + 100) / 4)
+    # with two contexts per source the interval is there, around the point
+    twice = full + [q(x.source, x.competency, x.context + "-2", 1.0 - x.value) for x in full]
+    comp = competency_figures(twice)
     assert comp["overall"].low <= comp["overall"].value <= comp["overall"].high
+
+
+def test_a_source_of_one_context_has_no_interval_rather_than_a_degenerate_one():
+    q = QuestionScore
+    one = source_figures([q("ruler_qa1_197K", "AR", "r0", 1.0), q("ruler_qa1_197K", "AR", "r0", 0.0)])
+    assert one["ruler_qa1_197K"].value == 50.0 and math.isnan(one["ruler_qa1_197K"].low)
+    comp = competency_figures([q("ruler_qa1_197K", "AR", "r0", 1.0), q("eventqa_full", "AR", "e0", 0.0),
+                               q("eventqa_full", "AR", "e1", 1.0)])
+    assert comp["AR"].value == 75.0 and math.isnan(comp["AR"].high)  # one of its sources has one context
