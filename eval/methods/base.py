@@ -15,9 +15,9 @@ from typing import Any, Callable, ClassVar, Literal
 from eval.asking import ParseFailure, ask, reseed
 from eval.datasets.sample import Sample
 from eval.errors import MethodError
-from eval.llm import LLM, Sampling, Usage
+from eval.llm import LLM, Sampling, SamplingSettings, Usage
 from eval.methods.outcomes import StepOutcome, call_outcome, unit_failure
-from eval.options import PositiveInt, Seed, Temperature, TopK, TopP, check_settings
+from eval.options import PositiveInt, Temperature, check_settings
 from eval.templates import Template, load_template
 from eval.templates import template_hashes as _template_hashes
 
@@ -96,14 +96,10 @@ class MethodOutput:
 
 
 @dataclass(frozen=True)
-class MethodSettings:
-    """Settings shared by every method; method-specific ones extend this dataclass."""
+class MethodSettings(SamplingSettings):
+    """Settings shared by every method: the sampling ones (`eval.llm.SamplingSettings`, whose defaults
+    a request's are too), then these; method-specific ones extend this dataclass."""
 
-    max_tokens: PositiveInt = 512
-    temperature: Temperature = 0.0
-    top_k: TopK = 0
-    top_p: TopP = 1.0
-    seed: Seed | None = None
     max_attempts: PositiveInt = 3  # parse-and-retry bound (attempts per step, the first included)
     # retries sample at least this hot with a fresh seed: a greedy retry would repeat the rejected answer
     retry_temperature: Temperature = 0.7
