@@ -16,8 +16,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable
 
-from jobs.run.config import RunConfig
 from jobs.errors import ConfigError
+from jobs.run.config import RunConfig
+from jobs.run.methods import method_settings, method_tasks
 
 CHUNK_FIELDS = ("text", "chunk")  # the placeholders a method's step templates fill with the chunk
 WHOLE_INPUT_METHODS = ("long-context",)  # the ceiling's fit is per sample (n/a where it does not fit)
@@ -116,7 +117,6 @@ def check_chunks_fit(cfg: RunConfig, count: Callable[[str], int] | None = None) 
         return
     from eval.methods import get_method
     from eval.tokens import token_counter
-    from jobs.run.workload import method_settings, _method_tasks
 
     path = model_weights(cfg)  # the fit is in the model's own tokens, whatever `count_tokens` says
     count = count or token_counter(model_encoder(str(path)) if path else None)
@@ -124,7 +124,7 @@ def check_chunks_fit(cfg: RunConfig, count: Callable[[str], int] | None = None) 
         if m.name in WHOLE_INPUT_METHODS:
             continue
         method = get_method(m.name, **method_settings(cfg, m, cfg.seed))
-        tasks = _method_tasks(m)
+        tasks = method_tasks(m)
         for di, d in enumerate(cfg.datasets):
             chunk = d.options.get("chunk_tokens")
             if not isinstance(chunk, int) or (tasks is not None and d.task not in tasks):

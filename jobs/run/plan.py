@@ -225,7 +225,7 @@ def judge_weights_digest(cfg: RunConfig) -> str | None:
 def methods_ask_judge(cfg: RunConfig) -> bool:
     """Whether a method of the run asks the judge model for a step of its own."""
     from eval.methods import get_method
-    from jobs.run.workload import method_settings
+    from jobs.run.methods import method_settings
 
     return any(get_method(m.name, **method_settings(cfg, m, cfg.seed)).asks_judge() for m in cfg.methods)
 
