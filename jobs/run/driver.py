@@ -42,9 +42,9 @@ from jobs.store.manifest import manifest_base
 from jobs.run.plan import RunPlan, make_plan
 from jobs.run.pool import Attempt, Outcome, WorkerPool
 from jobs.run.progress import Progress
-from jobs.run.shards import ShardWriter
+from jobs.run.shards import ShardWriter, judged, method_failure
 from jobs.store.storage import Committed, RunStore
-from jobs.run.loops import judged, method_failure, run_loop, start_workers
+from jobs.run.loops import run_loop, start_workers
 from jobs.store.tables import now, sample_row
 from jobs.run.workload import Unit
 
