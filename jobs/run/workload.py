@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from eval.datasets.hub import HubDataUnavailableError, is_hub_id
@@ -137,12 +138,13 @@ def judges_fitting(cfg: RunConfig, mi: int, m: MethodSpec, judges: tuple[JudgeSp
     return fits
 
 
-def build_units(cfg: RunConfig, unavailable: list[str] | None = None) -> list[Unit]:
+def build_units(cfg: RunConfig, unavailable: list[str] | None = None, weights: Path | None = None) -> list[Unit]:
     """Every unit of the run. With `unavailable` (a dry run) a hub dataset that cannot be reached here is
-    left out and its message appended there, instead of stopping the plan."""
+    left out and its message appended there, instead of stopping the plan. `weights`: the plan's resolved
+    model weights (None: resolved from the config where needed)."""
     validate_methods(cfg)
-    check_chunks_fit(cfg)
-    tokenizer = chunk_tokenizer(cfg)
+    check_chunks_fit(cfg, weights=weights)
+    tokenizer = chunk_tokenizer(cfg, weights)
     loaded = []
     for i, d in enumerate(cfg.datasets):
         try:
