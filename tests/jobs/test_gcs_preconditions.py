@@ -12,7 +12,7 @@ from google.api_core.exceptions import PreconditionFailed
 
 from jobs.errors import LockHeldError
 from jobs.results.report import write_report
-from jobs.store.storage import ConflictError, GCSStore, RunStore, open_store
+from jobs.store.run_store import ConflictError, GCSStore, RunStore, open_store
 from jobs.store.tables import now
 from jobs.store.units import unit_key
 

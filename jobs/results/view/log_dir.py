@@ -13,7 +13,7 @@ from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, Mapping
 
 from jobs.results.view.errors import ViewError
-from jobs.store.storage import RunStore, StorageError, join_uri, open_store
+from jobs.store.run_store import RunStore, StorageError, join_uri, open_store
 
 if TYPE_CHECKING:
     from jobs.results.view.runs import ViewRun
