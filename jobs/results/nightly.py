@@ -71,7 +71,7 @@ def _manifest_rows(store, run_dir: str) -> list[dict]:
 def previous_run(run_uri: str, name: str) -> str | None:
     """The URI of the latest run of config `name` under the same output, other than `run_uri`, that
     finished before this run's first invocation started."""
-    from jobs.store.run_store import join_uri, open_store
+    from jobs.store.outputs import join_uri, open_store
 
     base, _, rid = run_uri.rstrip("/").rpartition("/")
     store = open_store(base)

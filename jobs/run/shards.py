@@ -12,7 +12,8 @@ from typing import Any
 
 from jobs.run.judge_fanout import Judging, start_judges
 from jobs.run.workload import Unit
-from jobs.store.run_store import Committed, RunStore, new_shard_name
+from jobs.store.run_files import Committed, new_shard_name
+from jobs.store.run_store import RunStore
 
 Rows = dict[str, list[dict[str, Any]]]  # a unit's rows by table: its `samples` row and its `steps`
 

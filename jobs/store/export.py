@@ -21,7 +21,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from jobs.errors import StorageError
-from jobs.store.run_store import DamagedRunError, NotFoundError, RunStore, Store, join_uri, open_store
+from jobs.store.objects import NotFoundError, Store
+from jobs.store.outputs import join_uri, open_store
+from jobs.store.run_files import DamagedRunError
+from jobs.store.run_store import RunStore
 from jobs.store.tables import SCHEMAS
 
 EXPORT_TABLES = ("samples", "steps", "judgments", "scores", "runs")

@@ -1,4 +1,6 @@
-"""Result storage: Parquet tables in a local directory or under gs://bucket/prefix.
+"""The run store: the Parquet tables of one run (`RunStore`) or of a re-judging of it (`JudgingStore`),
+in any object store (a local directory or gs://bucket/prefix), written shard by shard and read back
+with one outcome per unit (`final_outcomes`).
 
 Layout of one run (`{output}/{run_id}/`):
 
@@ -20,516 +22,39 @@ it into place; GCS: a single-request upload, which becomes visible only when com
 `steps`, `judgments` and `scores` files are written before its `samples` file, and readers only read
 shards whose `samples` file exists, so an interrupted write never shows half a shard.
 
-Parts: a shard's table may be written by several processes: the process that ran the unit's loop
-writes `{table}/{shard}.parquet`, each judge task its own `{table}/{shard}+{part}.parquet`; the
-`samples` file (one per shard, never a part) is written once all of them landed (`RunStore.commit`).
-Every file names its writer (host, pid, role) in its Parquet key-value metadata (`writer_of`). The
-driver learns of a shard another process committed from its `Committed` record (`RunStore.record`),
-which is what its unit index lists. A re-run skips
-units already recorded as `ok`; failed units are tried again and `final_outcomes` picks one row per
-unit when reading. It learns which units are done from the invocations' unit indexes and the
-listing of `samples/`, reading (two columns of) only those shards no index covers (an invocation
-that was killed before writing its index).
+A shard's parts and the files' metadata are `jobs.store.run_files`. The driver learns of a shard
+another process committed from its `Committed` record (`RunStore.record`), which is what its unit
+index lists. A re-run skips units already recorded as `ok`; failed units are tried again and
+`final_outcomes` picks one row per unit when reading. It learns which units are done from the
+invocations' unit indexes and the listing of `samples/`, reading (two columns of) only those shards
+no index covers (an invocation that was killed before writing its index).
 
-Compaction: at the end of an invocation its small shards are merged into shards of up to
-`shard_rows` rows (`RunStore.compact`): the merged shard is committed first (its `samples` last),
-then the old shards are removed `samples` first. A reader in between sees every unit twice with
-identical rows, which `final_outcomes` resolves to one; a crash in between leaves only invisible files.
-
-Write modes (`Store.put`), each what GCS enforces with generation preconditions:
-- "create": create-only (`ifGenerationMatch=0`). Shards and manifest rows have unique names, so an
-  existing object is a real conflict and raises `ConflictError`.
-- "overwrite": last writer wins (no precondition). Report files, compare outputs, exports.
-- `Store.replace(name, data, generation)`: compare-and-swap for read-modify-write (the lock).
+Compaction (`RunStore.compact`, its policy in `jobs.store.compaction`) merges an invocation's small
+shards at its end. The object stores under a run (a directory, gs://) and their write modes are
+`jobs.store.objects`, `local`, `gcs` and `outputs`; the run's lock is `jobs.store.lock`.
 """
 from __future__ import annotations
 
-import contextlib
-import datetime as dt
-import errno
-import io
 import json
 import os
-import socket
 import threading
 import uuid
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Iterable, Iterator, Literal, Protocol
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Iterable
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from jobs.errors import LockHeldError, StorageError
-from jobs.store.tables import SCHEMAS, conform, now
-
-WriteMode = Literal["create", "overwrite"]
-
-# One storage call's bound, retries included: a bucket that stops answering fails the call after this
-# many seconds instead of retrying for minutes (the run then stops, keeping what it wrote).
-STORAGE_DEADLINE_S = 60.0
-# One HTTP request's bound inside it (a connection that hangs is dropped and retried within the deadline).
-STORAGE_REQUEST_TIMEOUT_S = 20.0
-# Once a call has failed, the next calls get this much shorter bound until one succeeds, so a run
-# that stops on a storage outage closes (index, manifest, lock) in seconds, not minutes.
-STORAGE_DOWN_DEADLINE_S = 5.0
-
-
-class ConflictError(StorageError):
-    """A write precondition did not hold: the object exists (create) or changed (replace)."""
-
-
-class NotFoundError(StorageError):
-    """The object does not exist."""
-
-
-class DamagedRunError(StorageError):
-    """A run's tables are missing or unreadable (a partial copy, a listing glitch, a cut-short file)."""
-
-
-# ---------------------------------------------------------------------------------------------
-# Object stores: whole-object put/get/list under a root. A generation is an opaque string that
-# changes whenever the object is written (GCS: the object generation; local: inode and mtime).
-
-
-class Store(Protocol):
-    uri: str
-
-    def put(self, name: str, data: bytes, mode: WriteMode = "create") -> str: ...
-    def get(self, name: str) -> bytes: ...
-    def read(self, name: str) -> tuple[bytes, str]: ...
-    def read_tail(self, name: str, n: int) -> tuple[bytes, int]: ...
-    def replace(self, name: str, data: bytes, generation: str) -> str: ...
-    def list(self, prefix: str) -> list[str]: ...
-    def children(self, prefix: str) -> list[str]: ...
-    def delete(self, name: str, generation: str | None = None) -> None: ...
-
-
-class LocalStore:
-    """A directory. put() writes a hidden temporary file next to the target, then links it into
-    place (create: fails if the target exists, like O_EXCL) or renames it over the target (overwrite)."""
-
-    def __init__(self, root: str | os.PathLike[str]) -> None:
-        self.root = Path(root).expanduser().resolve()
-        self.uri = str(self.root)
-
-    def _path(self, name: str) -> Path:
-        return self.root / name
-
-    @staticmethod
-    def _generation(path: Path) -> str:
-        st = path.stat()
-        return f"{st.st_ino}.{st.st_mtime_ns}"
-
-    def _write_tmp(self, target: Path, data: bytes) -> Path:
-        try:
-            target.parent.mkdir(parents=True, exist_ok=True)
-        except FileExistsError:  # a file where a directory should be: not a create-only conflict
-            raise StorageError(f"cannot write {target}: {target.parent} is not a directory; "
-                               "remove what is in the way or choose another `output`") from None
-        tmp = target.parent / f".{target.name}.{uuid.uuid4().hex[:8]}.tmp"
-        try:
-            with tmp.open("wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-        except BaseException:  # a full disk or an I/O error: no half-written temporary file stays behind
-            tmp.unlink(missing_ok=True)
-            raise
-        return tmp
-
-    def put(self, name: str, data: bytes, mode: WriteMode = "create") -> str:
-        target = self._path(name)
-        try:
-            self.check_folder(target.parent)
-            tmp = self._write_tmp(target, data)
-            try:
-                if mode == "overwrite":
-                    os.replace(tmp, target)
-                else:
-                    self._link_exclusive(tmp, target)
-            finally:
-                tmp.unlink(missing_ok=True)
-            return self._generation(target)
-        except FileExistsError:
-            raise ConflictError(f"{target} already exists and is written create-only; "
-                                "another process wrote the same object (remove it only if that process is gone)") from None
-        except OSError as exc:
-            raise StorageError(f"cannot write {target}: {exc.strerror or exc}; choose a writable `output`") from None
-
-    def check_folder(self, folder: Path) -> None:
-        """Raise StorageError when a folder on the way to `folder` is a file (mkdir would say only
-        "exists", which reads as a write conflict)."""
-        for p in (folder, *folder.parents):
-            if p == self.root.parent:
-                break
-            if p.exists() and not p.is_dir():
-                raise StorageError(f"{p} is not a directory (it is a file), so the run cannot write under it; "
-                                   "move or delete that file, or choose another `output`")
-
-    @staticmethod
-    def _link_exclusive(tmp: Path, target: Path) -> None:
-        try:
-            os.link(tmp, target)  # atomic create-if-absent of a complete file
-        except OSError as exc:
-            if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK):
-                raise
-            # file systems without hard links (some FUSE mounts): exclusive create, then copy in
-            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-            with os.fdopen(fd, "wb") as f:
-                f.write(tmp.read_bytes())
-
-    def get(self, name: str) -> bytes:
-        return self.read(name)[0]
-
-    def read(self, name: str) -> tuple[bytes, str]:
-        path = self._path(name)
-        try:
-            with path.open("rb") as f:
-                gen = f"{os.fstat(f.fileno()).st_ino}.{os.fstat(f.fileno()).st_mtime_ns}"
-                return f.read(), gen
-        except FileNotFoundError:
-            raise NotFoundError(f"{path} does not exist; check the run URI") from None
-
-    def read_tail(self, name: str, n: int) -> tuple[bytes, int]:
-        """The last `n` bytes of an object and its size (a Parquet footer, without reading the file)."""
-        path = self._path(name)
-        try:
-            with path.open("rb") as f:
-                size = os.fstat(f.fileno()).st_size
-                f.seek(max(0, size - n))
-                return f.read(), size
-        except FileNotFoundError:
-            raise NotFoundError(f"{path} does not exist; check the run URI") from None
-
-    @contextlib.contextmanager
-    def _mutex(self, target: Path) -> Iterator[None]:
-        """Serialises compare-and-swap on one object across the processes of this host."""
-        import fcntl
-
-        target.parent.mkdir(parents=True, exist_ok=True)
-        with open(target.parent / f".{target.name}.mutex", "a+b") as f:
-            fcntl.flock(f.fileno(), fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(f.fileno(), fcntl.LOCK_UN)
-
-    def replace(self, name: str, data: bytes, generation: str) -> str:
-        target = self._path(name)
-        with self._mutex(target):
-            try:
-                current = self._generation(target)
-            except FileNotFoundError:
-                raise ConflictError(f"{target} was removed by another process") from None
-            if current != generation:
-                raise ConflictError(f"{target} was changed by another process")
-            tmp = self._write_tmp(target, data)
-            try:
-                os.replace(tmp, target)
-            finally:
-                tmp.unlink(missing_ok=True)
-            return self._generation(target)
-
-    def list(self, prefix: str) -> list[str]:
-        base = self._path(prefix)
-        if not base.is_dir():
-            return []
-        return sorted(
-            p.relative_to(self.root).as_posix() for p in base.rglob("*")
-            if p.is_file() and not p.name.startswith(".")
-        )
-
-    def children(self, prefix: str) -> list[str]:
-        base = self._path(prefix) if prefix else self.root
-        if not base.is_dir():
-            return []
-        return sorted(p.name for p in base.iterdir() if p.is_dir() and not p.name.startswith("."))
-
-    def delete(self, name: str, generation: str | None = None) -> None:
-        target = self._path(name)
-        try:
-            if generation is None:
-                target.unlink(missing_ok=True)
-                return
-            with self._mutex(target):
-                try:
-                    if self._generation(target) != generation:
-                        raise ConflictError(f"{target} was changed by another process; not deleted")
-                except FileNotFoundError:
-                    return
-                target.unlink(missing_ok=True)
-        except OSError as exc:
-            raise StorageError(f"cannot delete {target}: {exc.strerror or exc}; check the output's permissions") from None
-
-
-class GCSStore:
-    """gs://bucket/prefix through google-cloud-storage.
-
-    A single-request upload is atomic (readers see the old state or the whole object). With
-    STORAGE_EMULATOR_HOST set, the client talks to that emulator with anonymous credentials.
-    """
-
-    def __init__(self, uri: str, client: Any = None, deadline_s: float | None = None) -> None:
-        from google.cloud import storage
-        from google.cloud.storage.retry import DEFAULT_RETRY, ConditionalRetryPolicy, is_generation_specified
-
-        rest = uri[len("gs://"):]
-        bucket, _, prefix = rest.partition("/")
-        if not bucket:
-            raise StorageError(f"{uri!r} names no bucket; write gs://BUCKET/PREFIX")
-        self.uri = uri.rstrip("/")
-        self.prefix = prefix.strip("/")
-        if client is None:
-            if os.environ.get("STORAGE_EMULATOR_HOST"):
-                from google.auth.credentials import AnonymousCredentials
-
-                client = storage.Client(project=os.environ.get("GOOGLE_CLOUD_PROJECT", "memloop"),
-                                        credentials=AnonymousCredentials())
-            else:
-                try:
-                    client = storage.Client()
-                except Exception as exc:  # no default credentials or project
-                    raise StorageError(
-                        f"cannot create a GCS client for {uri}: {exc}; run `gcloud auth application-default login` "
-                        "or set GOOGLE_APPLICATION_CREDENTIALS"
-                    ) from None
-        self.client = client
-        self.bucket = client.bucket(bucket)
-        self.deadline_s = STORAGE_DEADLINE_S if deadline_s is None else deadline_s
-        self.down = False  # the last call failed: the next ones get STORAGE_DOWN_DEADLINE_S
-        self._retries = {}
-        for down in (False, True):
-            retry = DEFAULT_RETRY.with_timeout(min(self.deadline_s, STORAGE_DOWN_DEADLINE_S) if down else self.deadline_s)
-            # uploads are retried only when a generation precondition makes a repeat harmless (as GCS advises)
-            self._retries[down] = (retry, ConditionalRetryPolicy(retry, is_generation_specified, ["query_params"]))
-
-    @property
-    def _retry(self) -> Any:
-        return self._retries[self.down][0]
-
-    @property
-    def _upload_retry(self) -> Any:
-        return self._retries[self.down][1]
-
-    @property
-    def _timeout(self) -> float:
-        return min(STORAGE_REQUEST_TIMEOUT_S, self._retry.timeout)
-
-    def _failed(self, verb: str, name: str, exc: BaseException) -> StorageError:
-        from google.api_core.exceptions import RetryError
-
-        bound = self._retry.timeout  # the bound this call ran under
-        retried = isinstance(exc, (RetryError, TimeoutError, ConnectionError))
-        if retried:  # the storage is not answering: the next calls get the short bound
-            self.down = True
-        why = f" (gave up after {bound:g} s)" if retried else ""
-        return StorageError(f"cannot {verb} {self.uri}/{name}{why}: {type(exc).__name__}: {str(exc)[:300]}; "
-                            "check the bucket, your network and permissions")
-
-    def _blob_name(self, name: str) -> str:
-        return f"{self.prefix}/{name}" if self.prefix else name
-
-    def _upload(self, name: str, data: bytes, if_generation_match: int | None) -> str:
-        from google.api_core.exceptions import PreconditionFailed
-
-        blob = self.bucket.blob(self._blob_name(name))
-        try:
-            blob.upload_from_string(data, content_type="application/octet-stream",
-                                    if_generation_match=if_generation_match, retry=self._upload_retry,
-                                    timeout=self._timeout)
-        except PreconditionFailed:
-            if if_generation_match == 0:
-                raise ConflictError(f"{self.uri}/{name} already exists and is written create-only; another "
-                                    "process wrote the same object (remove it only if that process is gone)") from None
-            raise ConflictError(f"{self.uri}/{name} was changed by another process") from None
-        except Exception as exc:
-            raise self._failed("write", name, exc) from None
-        self.down = False
-        return str(blob.generation)
-
-    def put(self, name: str, data: bytes, mode: WriteMode = "create") -> str:
-        return self._upload(name, data, 0 if mode == "create" else None)
-
-    def replace(self, name: str, data: bytes, generation: str) -> str:
-        return self._upload(name, data, int(generation))
-
-    def get(self, name: str) -> bytes:
-        return self.read(name)[0]
-
-    def read(self, name: str) -> tuple[bytes, str]:
-        from google.api_core.exceptions import NotFound, PreconditionFailed
-
-        try:
-            blob = self.bucket.get_blob(self._blob_name(name), retry=self._retry, timeout=self._timeout)
-            self.down = False
-            if blob is not None:
-                gen = blob.generation  # (the download may reset it from its response headers)
-                # the bytes of exactly the generation whose metadata was read
-                return blob.download_as_bytes(if_generation_match=gen, retry=self._retry,
-                                              timeout=self._timeout), str(gen)
-        except (NotFound, PreconditionFailed):
-            pass  # deleted or rewritten between the two requests: report it as gone; the caller re-reads
-        except Exception as exc:
-            raise self._failed("read", name, exc) from None
-        raise NotFoundError(f"{self.uri}/{name} does not exist; check the run URI")
-
-    def read_tail(self, name: str, n: int) -> tuple[bytes, int]:
-        from google.api_core.exceptions import NotFound, PreconditionFailed
-
-        try:
-            blob = self.bucket.get_blob(self._blob_name(name), retry=self._retry, timeout=self._timeout)
-            self.down = False
-            if blob is not None:
-                size, gen = int(blob.size or 0), blob.generation
-                if size == 0:
-                    return b"", 0
-                return blob.download_as_bytes(start=max(0, size - n), end=size - 1, if_generation_match=gen,
-                                              retry=self._retry, timeout=self._timeout), size
-        except (NotFound, PreconditionFailed):
-            pass
-        except Exception as exc:
-            raise self._failed("read", name, exc) from None
-        raise NotFoundError(f"{self.uri}/{name} does not exist; check the run URI")
-
-    def list(self, prefix: str) -> list[str]:
-        full = self._blob_name(prefix).rstrip("/") + "/"
-        cut = len(self.prefix) + 1 if self.prefix else 0
-        try:
-            names = [b.name[cut:] for b in self.client.list_blobs(self.bucket, prefix=full, retry=self._retry,
-                                                                   timeout=self._timeout)]
-        except Exception as exc:
-            raise self._failed("list", prefix, exc) from None
-        self.down = False
-        return sorted(n for n in names if not n.rsplit("/", 1)[-1].startswith("."))
-
-    def children(self, prefix: str) -> list[str]:
-        full = (self._blob_name(prefix).rstrip("/") + "/") if (prefix or self.prefix) else ""
-        try:
-            it = self.client.list_blobs(self.bucket, prefix=full, delimiter="/", retry=self._retry,
-                                        timeout=self._timeout)
-            for _ in it:  # the prefixes are known once the pages are read
-                pass
-            dirs = [p[len(full):].rstrip("/") for p in it.prefixes]
-        except Exception as exc:
-            raise self._failed("list", prefix, exc) from None
-        return sorted(d for d in dirs if d and not d.startswith("."))
-
-    def delete(self, name: str, generation: str | None = None) -> None:
-        from google.api_core.exceptions import NotFound, PreconditionFailed
-
-        try:
-            self.bucket.blob(self._blob_name(name)).delete(
-                if_generation_match=int(generation) if generation is not None else None, retry=self._retry,
-                timeout=self._timeout)
-        except NotFound:
-            pass
-        except PreconditionFailed:
-            raise ConflictError(f"{self.uri}/{name} was changed by another process; not deleted") from None
-        except Exception as exc:
-            raise self._failed("delete", name, exc) from None
-
-
-def open_store(uri: str) -> Store:
-    if uri.startswith("gs://"):
-        return GCSStore(uri)
-    if "://" in uri:
-        hint = f"; for a local directory write the path without the scheme ({uri[len('file://'):]})" \
-            if uri.startswith("file://") else "; write a local directory or gs://BUCKET/PREFIX"
-        raise StorageError(f"output {uri!r}: only local paths and gs://bucket/prefix are supported{hint}")
-    return LocalStore(uri)
-
-
-def join_uri(base: str, name: str) -> str:
-    return f"{base.rstrip('/')}/{name}" if base.startswith("gs://") else str(Path(base).expanduser().resolve() / name)
-
-
-# ---------------------------------------------------------------------------------------------
-# Parquet tables of one run.
-
-
-SHARD_TABLES = ("steps", "judgments", "scores", "samples")  # the write order of a shard: samples commits it
-RUN_FOLDERS = (*SHARD_TABLES, "runs", "index")  # the folders of a run directory
-PART_SEP = "+"  # `{shard}+{part}`: a part of a shard's table written by another process (a judge task)
-WRITER_KEY = b"memloop.writer"  # the Parquet key-value metadata naming the process that wrote a file
-# In a shard's commit file: {run-relative name: rows} of the shard's other files, so a resume and a
-# reader can tell a shard whose `steps` (or a judge's part) went missing from one that never had any.
-FILES_KEY = b"memloop.files"
-FOOTER_READ = 64 * 1024  # bytes read from a file's end to find its Parquet footer (a second read if longer)
-
-
-@dataclass(frozen=True)
-class Committed:
-    """A committed shard, as its writer reports it to the driver: the (unit, status) pairs of its
-    samples rows, its largest table's rows, and its files (run-relative, `samples` last). `error` is a
-    unit's judge error (the unit is committed ok; its judgment failed)."""
-
-    shard: str
-    units: tuple[tuple[str, str], ...]
-    rows: int
-    files: tuple[str, ...]
-    error: str | None = None
-
-    def tables(self) -> set[str]:
-        return {f.split("/", 1)[0] for f in self.files}
-
-
-def part_file(table: str, shard: str, part: str | None = None) -> str:
-    """The run-relative name of a shard's table file, or of one of its parts."""
-    return f"{table}/{shard}{PART_SEP + part if part else ''}.parquet"
-
-
-def shard_of(stem: str) -> str:
-    """The shard a file stem belongs to (`{shard}` or `{shard}+{part}`)."""
-    return stem.split(PART_SEP, 1)[0]
-
-
-def writer_identity(role: str) -> dict[str, Any]:
-    return {"host": socket.gethostname(), "pid": os.getpid(), "role": role}
-
-
-def to_parquet(table: str, rows: list[dict[str, Any]], writer: dict[str, Any] | None = None) -> bytes:
-    return _table_bytes(pa.Table.from_pylist(rows, schema=SCHEMAS[table]), writer)
-
-
-def from_parquet(data: bytes, uri: str = "", columns: list[str] | None = None) -> pa.Table:
-    """A Parquet object's table; a cut-short or foreign file raises DamagedRunError naming `uri`."""
-    try:
-        return pq.read_table(pa.BufferReader(data), columns=columns)
-    except (pa.ArrowException, OSError, ValueError) as exc:
-        raise _unreadable(uri, f"{type(exc).__name__}: {str(exc)[:200]}") from None
-
-
-def _unreadable(uri: str, why: str) -> DamagedRunError:
-    exc = DamagedRunError(f"{uri or 'a table file'} is not a readable Parquet file ({why}); it was cut short or "
-                          "overwritten: restore it from a copy of the run, or delete it (a resume computes the "
-                          "units of a shard whose file is deleted again)")
-    exc.short = f"{uri} ({why})"  # type: ignore[attr-defined]  # for a list of several damaged files
-    return exc
-
-
-def read_footer(store: Store, name: str, uri: str = "") -> pq.FileMetaData:
-    """A Parquet file's footer (its row count and key-value metadata) from the file's last bytes only;
-    a cut-short or foreign file raises DamagedRunError naming `uri`."""
-    tail, size = store.read_tail(name, FOOTER_READ)
-    if size < 12 or tail[-4:] != b"PAR1":
-        raise _unreadable(uri, f"no Parquet footer at the end of its {size} bytes")
-    n = int.from_bytes(tail[-8:-4], "little")
-    if n + 12 > size:
-        raise _unreadable(uri, f"its footer claims {n} bytes of a {size}-byte file")
-    if n + 8 > len(tail):
-        tail, _ = store.read_tail(name, n + 8)
-    try:
-        return pq.read_metadata(pa.BufferReader(b"PAR1" + tail[-(n + 8):]))
-    except (pa.ArrowException, OSError, ValueError) as exc:
-        raise _unreadable(uri, f"{type(exc).__name__}: {str(exc)[:200]}") from None
-
-
-def listed_files(meta: pq.FileMetaData) -> dict[str, int] | None:
-    """The files a shard's commit file lists ({run-relative name: rows}); None for shards committed
-    before commit files listed them."""
-    raw = (meta.metadata or {}).get(FILES_KEY)
-    return json.loads(raw) if raw else None
+from jobs.errors import StorageError
+from jobs.store.compaction import merged_table, small_shard_groups
+from jobs.store.local import LocalStore
+from jobs.store.lock import LOCK_NAME, Lock, acquire_lock
+from jobs.store.objects import NotFoundError, Store, WriteMode
+from jobs.store.outputs import join_uri, open_store
+from jobs.store.run_files import (FILES_KEY, RUN_FOLDERS, SHARD_TABLES, WRITER_KEY, Committed, DamagedRunError,
+                                  from_parquet, listed_files, new_shard_name, part_file, read_footer, shard_of,
+                                  table_bytes, to_parquet, writer_identity)
+from jobs.store.tables import SCHEMAS, conform
 
 
 # a unit with one of these outcomes is done: resuming never computes it again ("n/a": the method
@@ -558,60 +83,6 @@ def rows_of_outcomes(raw: pa.Table, outcomes: pa.Table) -> pa.Table:
     pairs = set(zip(outcomes.column("unit").to_pylist(), outcomes.column("shard").to_pylist()))
     mask = [(u, s) in pairs for u, s in zip(raw.column("unit").to_pylist(), raw.column("shard").to_pylist())]
     return raw.filter(pa.array(mask, pa.bool_()))
-
-
-LOCK_NAME = ".lock"
-_LIVE_LOCKS: set[str] = set()  # the URIs of the locks this process holds now
-
-
-def _iso(t: dt.datetime) -> str:
-    return t.isoformat(timespec="seconds")
-
-
-@dataclass
-class Lock:
-    """A held run lock: an object created create-only, refreshed and released only while its
-    generation is still the one this process wrote (so a broken-and-retaken lock is never touched)."""
-
-    store: Store
-    name: str
-    uri: str
-    holder: dict[str, Any]
-    generation: str
-    released: bool = field(default=False)
-    took_over: dict[str, Any] | None = None  # the dead or stale holder this lock was taken from
-    took_over_why: str = ""
-
-    def refresh(self) -> None:
-        """Write a new heartbeat; raises LockHeldError when another process has taken the lock."""
-        holder = dict(self.holder, heartbeat_at=_iso(now()))
-        try:
-            self.generation = self.store.replace(self.name, json.dumps(holder).encode(), self.generation)
-        except (ConflictError, NotFoundError):
-            raise LockHeldError(f"the lock {self.uri} was taken over by another process (it judged this one "
-                                "stale); stop this run: the other one computes the same units") from None
-        self.holder = holder
-
-    def __post_init__(self) -> None:
-        _LIVE_LOCKS.add(self.uri)
-
-    def release(self) -> bool:
-        """Delete the lock if it is still ours; False when another process had taken it over."""
-        if self.released:
-            return True
-        self.released = True
-        _LIVE_LOCKS.discard(self.uri)  # even if the delete fails: this process no longer computes the run
-        try:
-            self.store.delete(self.name, self.generation)
-            return True
-        except ConflictError:
-            return False
-
-    def __enter__(self) -> "Lock":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.release()
 
 
 class RunStore:
@@ -718,51 +189,11 @@ class RunStore:
 
     def acquire_lock(self, owner: str, *, stale_after_s: float | None = None) -> Lock:
         """Take the run's lock (`{run}/.lock`, created create-only) or raise LockHeldError naming the
-        holder. A lock whose last heartbeat (`Lock.refresh`) is older than `stale_after_s` seconds is
-        taken over with a generation-matched replace, so of two processes breaking the same stale
-        lock exactly one wins. With `stale_after_s=None` a lock is never judged stale."""
+        holder; a lock whose heartbeat is older than `stale_after_s` seconds, or whose holder is gone
+        from this host, is taken over by exactly one process (`jobs.store.lock.acquire_lock`)."""
         name = self.name(LOCK_NAME)
-        lock_uri = join_uri(self.store.uri, name)
-        t = _iso(now())
-        holder = {"owner": owner, "host": socket.gethostname(), "pid": os.getpid(), "pid_ns": _pid_namespace(),
-                  "acquired_at": t, "heartbeat_at": t}
-        data = json.dumps(holder).encode()
-        for _ in range(3):  # the lock may be released between our create and our read
-            try:
-                return Lock(self.store, name, lock_uri, holder, self.store.put(name, data, mode="create"))
-            except ConflictError:
-                pass
-            try:
-                raw, gen = self.store.read(name)
-            except NotFoundError:
-                continue
-            unreadable = None  # why the lock object does not say who holds it
-            try:
-                current = json.loads(raw)
-                if not isinstance(current, dict):
-                    unreadable, current = f"a JSON {type(current).__name__}, not an object", {}
-            except ValueError as exc:
-                unreadable, current = f"not JSON: {str(exc)[:80]}", {}
-            if unreadable:
-                current = {"owner": "(unreadable lock object)", "heartbeat_at": None}
-            dead = _holder_is_dead(current, lock_uri)
-            if dead or (stale_after_s is not None and _age_s(current.get("heartbeat_at")) > stale_after_s):
-                why = ("its process is gone from this host" if dead and current.get("pid") != os.getpid()
-                       else "its invocation in this process has ended" if dead
-                       else f"it is unreadable ({unreadable}), so it names no holder and no heartbeat" if unreadable
-                       else "it records no heartbeat" if not current.get("heartbeat_at")
-                       else f"its last heartbeat is over {stale_after_s:g} s old")
-                try:
-                    return Lock(self.store, name, lock_uri, holder, self.store.replace(name, data, gen),
-                                took_over=current, took_over_why=why)
-                except (ConflictError, NotFoundError):
-                    continue
-            raise LockHeldError(
-                f"run {self.uri} is being computed by {current.get('owner')!r} (host {current.get('host')}, "
-                f"pid {current.get('pid')}, since {current.get('acquired_at')}, last heartbeat "
-                f"{current.get('heartbeat_at')}); wait for it to finish, or if that process is gone delete "
-                f"{lock_uri}", holder=current)
-        raise LockHeldError(f"the lock {lock_uri} keeps changing hands; another process is taking it", holder={})
+        return acquire_lock(self.store, name, join_uri(self.store.uri, name), self.uri, owner,
+                            stale_after_s=stale_after_s)
 
     # writing -------------------------------------------------------------------------------
 
@@ -787,7 +218,7 @@ class RunStore:
             raise ValueError(f"the {table} rows are the commit record: write them with `commit`")
         rel = part_file(table, shard, part)
         t = pa.Table.from_pylist([dict(r, run_id=self.run_id, shard=shard) for r in rows], schema=SCHEMAS[table])
-        self.store.put(self.name(rel), _table_bytes(t, self.writer), mode=mode)
+        self.store.put(self.name(rel), table_bytes(t, self.writer), mode=mode)
         return rel
 
     def commit(self, shard: str, samples: list[dict[str, Any]], files: Iterable[tuple[str, int]],
@@ -801,7 +232,7 @@ class RunStore:
         t = pa.Table.from_pylist([dict(r, run_id=self.run_id, shard=shard) for r in samples],
                                  schema=SCHEMAS[self.commit_table])
         rel = part_file(self.commit_table, shard)
-        self.store.put(self.name(rel), _table_bytes(t, self.writer, dict(files)), mode="create")
+        self.store.put(self.name(rel), table_bytes(t, self.writer, dict(files)), mode="create")
         per_table: dict[str, int] = {self.commit_table: t.num_rows}
         for f, n in files:
             per_table[f.split("/", 1)[0]] = per_table.get(f.split("/", 1)[0], 0) + n
@@ -824,36 +255,18 @@ class RunStore:
 
     def compact(self, target_rows: int) -> dict[str, int]:
         """Merge the small shards committed in this invocation into shards of up to `target_rows`
-        rows (of their largest table); returns the shard counts before and after."""
+        rows (of their largest table), each merged shard committed before its old shards go
+        (`jobs.store.compaction`); returns the shard counts before and after."""
         before = len(self.committed)
-        group: list[str] = []
-        rows = 0
-        groups: list[list[str]] = []
-        for shard in sorted(self.committed):
-            n = self.committed[shard].rows
-            if n >= target_rows:
-                continue
-            if group and rows + n > target_rows:
-                groups.append(group)
-                group, rows = [], 0
-            group.append(shard)
-            rows += n
-        groups.append(group)
-        for g in groups:
-            if len(g) < 2:
-                continue
+        for group in small_shard_groups(self.committed, target_rows):
             new = new_shard_name()
-            merged: dict[str, pa.Table] = {}
-            for table in self.shard_tables:
-                parts = [conform(table, self._read_one(self.name(f)))
-                         for s in g for f in self.committed[s].files if f.startswith(f"{table}/")]
-                t = pa.concat_tables(parts) if parts else SCHEMAS[table].empty_table()
-                merged[table] = t.set_column(t.schema.get_field_index("shard"), "shard",
-                                             pa.array([new] * t.num_rows, pa.string()))
+            merged = {table: merged_table(table, [self._read_one(self.name(f)) for s in group
+                                                  for f in self.committed[s].files if f.startswith(f"{table}/")], new)
+                      for table in self.shard_tables}
             files = [(f, merged[t].num_rows) for t in self.shard_tables[:-1]
                      if (f := self.write_part(new, t, merged[t].to_pylist())) is not None]
             self.commit(new, merged[self.commit_table].to_pylist(), files)
-            for s in g:  # samples first: the old shard stops being visible before its parts go
+            for s in group:  # samples first: the old shard stops being visible before its parts go
                 for f in reversed(self.committed[s].files):
                     self.store.delete(self.name(f))
                 del self.committed[s]
@@ -972,8 +385,6 @@ class RunStore:
     def _check_shards(self, shards: dict[str, list[str]]) -> dict[str, list[str]]:
         """{shard: its listed files that are gone} of `shards` ({shard: its commit file names}), reading
         only footers; raises DamagedRunError naming every unreadable or short file."""
-        from concurrent.futures import ThreadPoolExecutor
-
         present = {n for table in self.shard_tables[:-1] for ns in self._shard_names(table).values() for n in ns}
 
         def footer(name: str) -> pq.FileMetaData | str:
@@ -1026,57 +437,3 @@ class JudgingStore(RunStore):
     def __init__(self, store: Store, run_id: str, judging_id: str, role: str = "driver") -> None:
         super().__init__(store, run_id, role, root=f"{run_id}/{JUDGINGS}/{judging_id}")
         self.judging_id = judging_id
-
-
-def new_shard_name() -> str:
-    return f"{now().strftime('%Y%m%dT%H%M%S%f')}-{uuid.uuid4().hex[:8]}"
-
-
-def _table_bytes(t: pa.Table, writer: dict[str, Any] | None = None, files: dict[str, int] | None = None) -> bytes:
-    meta = dict(t.schema.metadata or {})
-    if writer is not None:
-        meta[WRITER_KEY] = json.dumps(writer).encode()
-    if files is not None:
-        meta[FILES_KEY] = json.dumps(files, sort_keys=True).encode()
-    if meta:
-        t = t.replace_schema_metadata(meta)
-    buf = io.BytesIO()
-    pq.write_table(t, buf, compression="zstd")
-    return buf.getvalue()
-
-
-def _pid_namespace() -> int | None:
-    """The inode of this process's PID namespace: two containers may share a host name, not this."""
-    try:
-        return os.stat("/proc/self/ns/pid").st_ino
-    except OSError:
-        return None
-
-
-def _holder_is_dead(holder: dict[str, Any], lock_uri: str) -> bool:
-    """True when the lock's holder ran on this host (same PID namespace) and its process is gone,
-    e.g. a driver killed with kill -9, or it is this process and no longer holds it (its release
-    failed during a storage outage): the lock can be taken over at once. A reused PID reads as
-    alive, and a holder on another host is judged by its heartbeat only."""
-    pid = holder.get("pid")
-    if (holder.get("host") != socket.gethostname() or not isinstance(pid, int) or pid <= 0
-            or holder.get("pid_ns") is None or holder.get("pid_ns") != _pid_namespace()):
-        return False
-    if pid == os.getpid():
-        return lock_uri not in _LIVE_LOCKS
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except OSError:  # exists, owned by another user
-        return False
-    return False
-
-
-def _age_s(iso: str | None) -> float:
-    if not iso:
-        return float("inf")
-    try:
-        return (now() - dt.datetime.fromisoformat(iso)).total_seconds()
-    except ValueError:
-        return float("inf")

@@ -87,7 +87,7 @@ def test_export_to_gcs_and_cli(tmp_path, gcs_emulator) -> None:
     dest = f"{gcs_emulator}/{uuid.uuid4().hex[:8]}/lake"
     export_run(rs.uri, dest)
     export_run(rs.uri, dest)  # overwrite is allowed on the precondition-enforcing fake
-    from jobs.store.run_store import open_store
+    from jobs.store.outputs import open_store
 
     lake = open_store(dest)
     assert sorted(lake.children("")) == ["judgments", "runs", "samples", "scores", "steps"]

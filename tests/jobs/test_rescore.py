@@ -159,7 +159,7 @@ def test_bad_rescores_fail_before_any_judging_with_what_to_do(finished_run, tmp_
 
 def test_a_run_on_gcs_is_rejudged_in_place_and_resumed(finished_run, gcs_emulator) -> None:
     """The re-judging's shards, index, manifest and lock go through the GCS store's preconditions too."""
-    from jobs.store.run_store import open_store
+    from jobs.store.outputs import open_store
 
     rid = Path(finished_run).name
     store = open_store(f"{gcs_emulator}/rejudge")

@@ -153,7 +153,7 @@ def test_a_second_identical_run_is_refused_while_the_first_computes(ray_local, t
 
     from jobs.run.driver import execute
     from jobs.errors import LockHeldError
-    from jobs.store.run_store import LOCK_NAME
+    from jobs.store.lock import LOCK_NAME
 
     cfg = parse_config(_cfg(tmp_path, datasets=[{"task": "sumie", "synthetic": {"entities": 2, "seed": 5},
                                                  "options": {"max_chunks": 1}}]))

@@ -62,13 +62,13 @@ def _cfg(tmp_path: Path, output: str, url: str, entities: int = 6) -> Path:
 @pytest.fixture()
 def bucket(monkeypatch):
     """A GCS fake of its own (its outage harms no other test), with short storage deadlines."""
-    import jobs.store.run_store
+    import jobs.store.gcs
 
     server = PreconditionGCS("outage")
     server.start()
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"http://127.0.0.1:{server.port}")
-    monkeypatch.setattr(jobs.store.run_store, "STORAGE_DEADLINE_S", 3.0)
-    monkeypatch.setattr(jobs.store.run_store, "STORAGE_DOWN_DEADLINE_S", 1.0)
+    monkeypatch.setattr(jobs.store.gcs, "STORAGE_DEADLINE_S", 3.0)
+    monkeypatch.setattr(jobs.store.gcs, "STORAGE_DOWN_DEADLINE_S", 1.0)
     yield server
     server.stop()
 
