@@ -14,16 +14,26 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, Sequence, runtime_checkable
 
+from eval.options import PositiveInt, Seed, Temperature, TopK, TopP
+
 
 @dataclass(frozen=True)
-class Sampling:
-    """Decoding settings. temperature == 0 means greedy; top_k == 0 and top_p == 1 disable those filters."""
+class SamplingSettings:
+    """The decoding settings a request (`Sampling`) and a method (`eval.methods.base.MethodSettings`)
+    share, and their defaults, written once here. temperature == 0 means greedy; top_k == 0 and
+    top_p == 1 disable those filters. The types carry the bounds a method's options are checked against."""
 
-    max_tokens: int = 512
-    temperature: float = 0.0
-    top_k: int = 0
-    top_p: float = 1.0
-    seed: int | None = None
+    max_tokens: PositiveInt = 512
+    temperature: Temperature = 0.0
+    top_k: TopK = 0
+    top_p: TopP = 1.0
+    seed: Seed | None = None
+
+
+@dataclass(frozen=True)
+class Sampling(SamplingSettings):
+    """One request's decoding settings: the shared ones, and where to stop."""
+
     stop: tuple[str, ...] = ()
 
 

@@ -100,7 +100,7 @@ class Results:
 
 def load(uri: str) -> Results:
     """A run's tables from its URI (`{output}/{run_id}`, local or gs://) as pandas DataFrames."""
-    from jobs.store.storage import RunStore
+    from jobs.store.run_store import RunStore
 
     rs = RunStore.at(uri)
     tables = {t: rs.table(t).to_pandas() for t in ("samples", "steps", "judgments", "scores", "runs")}

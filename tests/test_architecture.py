@@ -62,3 +62,27 @@ def test_model_importing_sched_breaks_the_engine_floors(tmp_path: Path) -> None:
     res = _lint(tmp_path)
     assert res.returncode != 0
     assert "engine.model.decoder -> engine.sched.scheduler" in res.stdout
+
+
+def test_a_closed_circle_reopened_breaks_its_contract(tmp_path: Path) -> None:
+    """Four pairs of modules once imported each other (the back-import inside a function, to dodge the
+    circle at import time); each now imports one way, and putting any back-import in again, even
+    inside a function or under TYPE_CHECKING, breaks that pair's contract. So does a local store reaching
+    up to the module that opens outputs (`store-split`, the order of the modules split out of the run store)."""
+    for pkg in (*PACKAGES, "memloop"):
+        shutil.copytree(ROOT / pkg, tmp_path / pkg, ignore=shutil.ignore_patterns("__pycache__", "*.cc"))
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    back = {"eval/methods/outcomes.py": "from eval.methods.base import Trace",
+            "jobs/run/chunk_fit.py": "from jobs.run.workload import Unit",
+            "jobs/run/shards.py": "from jobs.run.loops import run_loop",
+            "eval/datasets/repoqa/release.py": "from eval.datasets.repoqa.loader import load_repoqa",
+            "jobs/store/local.py": "from jobs.store.outputs import open_store"}
+    for rel, line in back.items():
+        f = tmp_path / rel
+        f.write_text(f.read_text() + f"\n\ndef _back() -> None:\n    {line}  # a forbidden import\n")
+    res = _lint(tmp_path)
+    assert res.returncode != 0
+    for broken in ("eval.methods.outcomes -> eval.methods.base", "jobs.run.chunk_fit -> jobs.run.workload",
+                   "jobs.run.shards -> jobs.run.loops", "eval.datasets.repoqa.release -> eval.datasets.repoqa.loader",
+                   "jobs.store.local -> jobs.store.outputs"):
+        assert broken in res.stdout, res.stdout[-4000:]

@@ -28,8 +28,9 @@ from eval.asking import ask, reseed
 from eval.datasets.sample import Sample
 from eval.errors import MethodError
 from eval.llm import LLM
-from eval.methods.base import MethodOutput, Step, Trace, kept_usage
+from eval.methods.base import MethodOutput, Trace, kept_usage
 from eval.methods.outcomes import call_outcome
+from eval.methods.step import Step
 from eval.templates import load_template
 
 if TYPE_CHECKING:

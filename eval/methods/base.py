@@ -2,10 +2,10 @@
 
 Every LLM call goes through `Trace.ask`, which renders a template, asks through `eval.asking.ask`
 (schema-constrained output when the LLM supports it, otherwise the free text is parsed and the same
-request retried with a fresh seed, bounded), and records one `Step` with the prompt, output, parsed
-value, memory after the step, its outcome (`eval.methods.outcomes`), token usage and failures. A
-step's `usage` is its kept (last) attempt's, what the papers count; `retry_usage` the rejected
-attempts before it.
+request retried with a fresh seed, bounded), and records one `Step` (`eval.methods.step`) with the
+prompt, output, parsed value, memory after the step, its outcome (`eval.methods.outcomes`), token
+usage and failures. A step's `usage` is its kept (last) attempt's, what the papers count;
+`retry_usage` the rejected attempts before it.
 """
 from __future__ import annotations
 
@@ -15,42 +15,16 @@ from typing import Any, Callable, ClassVar, Literal
 from eval.asking import ParseFailure, ask, reseed
 from eval.datasets.sample import Sample
 from eval.errors import MethodError
-from eval.llm import LLM, Sampling, Usage
-from eval.methods.outcomes import StepOutcome, call_outcome, unit_failure
-from eval.options import PositiveInt, Seed, Temperature, TopK, TopP, check_settings
+from eval.llm import LLM, Sampling, SamplingSettings, Usage
+from eval.methods.outcomes import call_outcome
+from eval.methods.step import Step, unit_failure
+from eval.options import PositiveInt, Temperature, check_settings
 from eval.templates import Template, load_template
 from eval.templates import template_hashes as _template_hashes
 
-__all__ = ["Method", "MethodOutput", "MethodSettings", "NOT_RUN", "ParseFailure", "Step", "Trace"]
+__all__ = ["Method", "MethodOutput", "MethodSettings", "NOT_RUN", "ParseFailure", "Trace"]
 
 NOT_RUN = "not run: "  # the start of a unit's error when its method could not start (MethodOutput.not_run)
-
-
-@dataclass
-class Step:
-    """One LLM call of a method (all its attempts), as stored in the steps table."""
-
-    index: int
-    kind: str  # e.g. "initial", "update", "merge", "compress", "revise", "tool", "extract", "final"
-    template_id: str
-    template_sha256: str
-    prompt: str
-    output: str
-    parsed: Any = None
-    memory: Any = None
-    usage: Usage = field(default_factory=Usage)
-    attempts: int = 1
-    failures: list[str] = field(default_factory=list)
-    chunk_index: int | None = None
-    ok: bool = True  # the output parsed (methods branch on this; `outcome` says more)
-    outcome: StepOutcome = StepOutcome.OK
-    revisions_proposed: int = 0
-    revisions_accepted: int = 0
-    revisions_rejected: int = 0
-    retry_usage: Usage = field(default_factory=Usage)  # the rejected attempts before the kept one
-    # the memory as the next prompt carries it, where that text is not the memory's compact JSON (PRISM's
-    # indented in-place JSON, or the base plus amendment lines); None: the compact JSON of `memory`
-    memory_text: str | None = None
 
 
 @dataclass
@@ -96,14 +70,10 @@ class MethodOutput:
 
 
 @dataclass(frozen=True)
-class MethodSettings:
-    """Settings shared by every method; method-specific ones extend this dataclass."""
+class MethodSettings(SamplingSettings):
+    """Settings shared by every method: the sampling ones (`eval.llm.SamplingSettings`, whose defaults
+    a request's are too), then these; method-specific ones extend this dataclass."""
 
-    max_tokens: PositiveInt = 512
-    temperature: Temperature = 0.0
-    top_k: TopK = 0
-    top_p: TopP = 1.0
-    seed: Seed | None = None
     max_attempts: PositiveInt = 3  # parse-and-retry bound (attempts per step, the first included)
     # retries sample at least this hot with a fresh seed: a greedy retry would repeat the rejected answer
     retry_temperature: Temperature = 0.7

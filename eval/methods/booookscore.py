@@ -39,9 +39,10 @@ from eval.asking import ParseFailure
 from eval.datasets.sample import Sample
 from eval.errors import MethodError
 from eval.methods import answers
-from eval.methods.base import Method, MethodSettings, Step, Trace
+from eval.methods.base import Method, MethodSettings, Trace
 from eval.methods.outcomes import StepOutcome
 from eval.methods.parsing import ends_in_punctuation
+from eval.methods.step import Step
 from eval.templates import load_template
 from eval.options import PositiveInt, Temperature
 

@@ -1,9 +1,10 @@
 """What happened at a method step: one closed set of outcomes, defined here once for every method.
 
-Every `Step` carries one `StepOutcome` (the `steps.outcome` column) and, for revision steps, how many
-revisions it proposed, how many were applied and how many rejected. `Trace.ask` sets the outcome
-from the call (ok, parse_failed, cut_at_max_tokens, empty); a method then refines it where it knows
-more (a compression, a trim to K, a rejected revision list, a tool call the harness could not run).
+Every `Step` (`eval.methods.step`) carries one `StepOutcome` (the `steps.outcome` column) and, for
+revision steps, how many revisions it proposed, how many were applied and how many rejected.
+`Trace.ask` sets the outcome from the call (ok, parse_failed, cut_at_max_tokens, empty); a method then
+refines it where it knows more (a compression, a trim to K, a rejected revision list
+(`eval.methods.step.record_revisions`), a tool call the harness could not run).
 
 Three groups, which the report reads:
 - succeeded (`SUCCEEDED`): the step did what it was asked;
@@ -11,17 +12,14 @@ Three groups, which the report reads:
   (a memory trimmed to K, an answer the harness had to ask for, a summary kept despite failing its check);
 - nothing: every other outcome; the step added nothing.
 
-A unit none of whose steps succeeded or produced anything has failed (`unit_failure`), with the
-outcomes of its steps as the cause.
+A unit none of whose steps succeeded or produced anything has failed (`eval.methods.step.unit_failure`),
+with the outcomes of its steps as the cause. This module knows outcomes only, never a step, so a step
+can carry one.
 """
 from __future__ import annotations
 
-from collections import Counter
 from enum import Enum
-from typing import TYPE_CHECKING, Any, Iterable
-
-if TYPE_CHECKING:
-    from eval.methods.base import Step
+from typing import Any
 
 
 class StepOutcome(str, Enum):
@@ -68,29 +66,3 @@ def call_outcome(ok: bool, cut: bool, parsed: Any) -> StepOutcome:
     if not ok:
         return StepOutcome.CUT_AT_MAX_TOKENS if cut else StepOutcome.PARSE_FAILED
     return StepOutcome.EMPTY if is_empty(parsed) else StepOutcome.OK
-
-
-def record_revisions(step: "Step", proposed: int, accepted: int, rejected: int) -> None:
-    """Counts of a revision step, and its outcome: empty (none proposed), rejected (none applied), or ok."""
-    step.revisions_proposed, step.revisions_accepted, step.revisions_rejected = proposed, accepted, rejected
-    if proposed == 0:
-        step.outcome = StepOutcome.EMPTY
-    elif accepted == 0:
-        step.outcome = StepOutcome.REJECTED
-    else:
-        step.outcome = StepOutcome.OK
-
-
-def outcome_counts(steps: Iterable["Step"]) -> Counter[str]:
-    return Counter(str(s.outcome) for s in steps)
-
-
-def unit_failure(steps: list["Step"]) -> str | None:
-    """Why a unit failed when none of its steps succeeded or produced anything (None: it did not fail)."""
-    if not steps or any(str(s.outcome) in SUCCEEDED | PRODUCED for s in steps):
-        return None
-    counts = ", ".join(f"{n} {o}" for o, n in sorted(outcome_counts(steps).items()))
-    first = steps[0]
-    why = "; ".join(first.failures)[:300] or str(first.outcome)
-    return (f"no step produced anything ({len(steps)} step(s): {counts}); "
-            f"step {first.index} ({first.kind}) {first.outcome}: {why}")

@@ -20,8 +20,9 @@ from eval.memory import schemas as ready
 from eval.llm import Usage
 from eval.methods import answers
 from eval.methods import generated_schema as generated
-from eval.methods.base import Method, MethodSettings, Step, Trace, kept_usage
-from eval.methods.outcomes import StepOutcome, record_revisions
+from eval.methods.base import Method, MethodSettings, Trace, kept_usage
+from eval.methods.outcomes import StepOutcome
+from eval.methods.step import Step, record_revisions
 from eval.methods.structured import constrained_schema, record_failures, revision_parser
 from eval.templates import load_template
 from eval.options import PositiveInt, Seed

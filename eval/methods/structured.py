@@ -7,8 +7,7 @@ from typing import Any, Callable, Sequence
 from eval.asking import ParseFailure
 from eval.memory import (ParsedRevisions, Revision, RevisionParseError, Schema, apply_revisions,
                          parse_revision_list, revision_list_schema)
-from eval.methods.base import Step
-from eval.methods.outcomes import record_revisions
+from eval.methods.step import Step, record_revisions
 
 THOUGHT_FIELDS = ("thoughts_for_update", "thoughts_for_add")
 
@@ -55,7 +54,7 @@ def revision_parser(constrained: bool, text_parser: Callable[[str], ParsedRevisi
 def apply_step(step: Step, memory: dict[str, Any], schema: Schema,
                prepare: Callable[[dict[str, Any], Revision], Revision] | None = None) -> tuple[dict[str, Any], list]:
     """Apply a parsed step's revisions; rejections become the step's failures and its counts (outcome
-    empty, rejected or ok: `eval.methods.outcomes.record_revisions`). Returns (memory, applied).
+    empty, rejected or ok: `eval.methods.step.record_revisions`). Returns (memory, applied).
 
     `prepare(memory so far, proposed) -> revision to apply` lets a method give an op its own meaning
     (CoK's `update` adds to the stored value); the step records the proposals and what was applied."""

@@ -13,12 +13,13 @@ from typing import Any, ClassVar
 
 from eval.datasets.sample import Sample
 from eval.errors import MethodError
-from eval.methods.base import Method, MethodSettings, Step, Trace
+from eval.methods.base import Method, MethodSettings, Trace
 from eval.methods.common import (
     Decoding, enforce_limit, entity_name, final_summary, is_entity, json_parser, merge_json, paragraphs, schema_for,
     sent_schema, subject, text_parser,
 )
 from eval.methods.parsing import as_text
+from eval.methods.step import Step
 from eval.options import PositiveInt
 
 

@@ -199,7 +199,7 @@ def _plan_summary(cfg) -> dict:
     from collections import Counter
 
     from jobs.run.plan import make_plan
-    from jobs.store.storage import RunStore
+    from jobs.store.run_store import RunStore
 
     plan = make_plan(cfg, dry_run=True)
     rs = RunStore.open(cfg.output, plan.run_id)  # an unsupported scheme or a gs:// without bucket fails here

@@ -40,7 +40,8 @@ from jobs.results import cells
 from jobs.errors import JobsError
 from jobs.results.report import RunData, markdown_table, run_config
 from jobs.run.config import ModelSpec, model_label
-from jobs.store.storage import RunStore, join_uri, open_store
+from jobs.store.outputs import join_uri, open_store
+from jobs.store.run_store import RunStore
 
 PAIR = ["dataset", "sample_id", "method", "repeat"]
 FIELDS = ("delta", "delta_lo", "delta_hi", "a", "b", "n")

@@ -45,7 +45,8 @@ from jobs.errors import JobsError
 from jobs.results.compare import run_label
 from jobs.results.report import RunData, run_config, score_figures
 from jobs.results.sample_data import SampleData, load_sample_data, target_of
-from jobs.store.storage import RunStore, join_uri, open_store
+from jobs.store.outputs import join_uri, open_store
+from jobs.store.run_store import RunStore
 
 
 class ExportError(JobsError):

@@ -27,7 +27,7 @@ from eval.judges.aggregation import INCOMPLETE, ZERO
 from eval.judges.mab import COMPETENCIES, OVERALL, Figure, QuestionScore, competency_figures, source_figures
 from jobs.results.cells import unit_states
 from jobs.results.mab_published import published_markdown
-from jobs.store.storage import RunStore
+from jobs.store.run_store import RunStore
 
 if TYPE_CHECKING:
     from jobs.results.report import RunData

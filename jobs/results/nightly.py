@@ -60,7 +60,7 @@ def _run(path: Path, extra: list[str], log: Callable[[str], None]) -> tuple[int,
 
 
 def _manifest_rows(store, run_dir: str) -> list[dict]:
-    from jobs.store.storage import RunStore
+    from jobs.store.run_store import RunStore
 
     try:
         return RunStore(store, run_dir).table("runs").to_pylist()
@@ -71,7 +71,7 @@ def _manifest_rows(store, run_dir: str) -> list[dict]:
 def previous_run(run_uri: str, name: str) -> str | None:
     """The URI of the latest run of config `name` under the same output, other than `run_uri`, that
     finished before this run's first invocation started."""
-    from jobs.store.storage import join_uri, open_store
+    from jobs.store.outputs import join_uri, open_store
 
     base, _, rid = run_uri.rstrip("/").rpartition("/")
     store = open_store(base)

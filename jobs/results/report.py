@@ -49,7 +49,7 @@ from eval.judges.sumie import METRICS as SUMIE_METRICS
 from jobs.results import cells, health
 from jobs.results.cells import TURN_SUMMARIES
 from jobs.results.paper_tables import TABLES, PaperTable, layout, method_status
-from jobs.store.storage import RunStore
+from jobs.store.run_store import RunStore
 
 NOT_APPLICABLE = "n/a"
 

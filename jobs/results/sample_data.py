@@ -14,7 +14,7 @@ from typing import Any
 
 from eval.datasets.sample import Sample
 from jobs.errors import JobsError
-from jobs.store.storage import RunStore
+from jobs.store.run_store import RunStore
 
 
 @dataclass

@@ -18,7 +18,7 @@ import pandas as pd
 
 from jobs.results.compare import PAIR, CompareError, Row, _f, headline_rows, load, run_label, score_rows
 from jobs.results.report import RunData, markdown_table
-from jobs.store.storage import join_uri, open_store
+from jobs.store.outputs import join_uri, open_store
 
 
 @dataclass

@@ -16,17 +16,21 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable
 
-from jobs.run.config import RunConfig
 from jobs.errors import ConfigError
+from jobs.run.config import RunConfig
+from jobs.run.methods import method_settings, method_tasks
 
 CHUNK_FIELDS = ("text", "chunk")  # the placeholders a method's step templates fill with the chunk
 WHOLE_INPUT_METHODS = ("long-context",)  # the ceiling's fit is per sample (n/a where it does not fit)
 
 
-def model_weights(cfg: RunConfig) -> Path | None:
-    """The run model's weights on this machine (None: an endpoint, or weights not here)."""
+def weights_here(cfg: RunConfig, weights: Path | None = None) -> Path | None:
+    """The run model's weights on this machine (None: an endpoint, or weights not here). `weights`: the
+    plan's, already resolved (`jobs.run.plan.model_weights`); None resolves them from the config here."""
     if cfg.model.kind != "engine":
         return None
+    if weights is not None:
+        return weights
     from engine.assets import resolve_model
     from engine.errors import EngineError
 
@@ -37,12 +41,13 @@ def model_weights(cfg: RunConfig) -> Path | None:
     return path if path.exists() else None
 
 
-def chunk_tokenizer(cfg: RunConfig) -> str | None:
+def chunk_tokenizer(cfg: RunConfig, weights: Path | None = None) -> str | None:
     """What `chunk_tokens` counts in: the run model's tokenizer (its weights path), None for cl100k_base
-    (`count_tokens: cl100k`, the papers' way, or a model whose tokenizer is not here)."""
+    (`count_tokens: cl100k`, the papers' way, or a model whose tokenizer is not here). `weights` as in
+    `weights_here`."""
     if cfg.count_tokens == "cl100k":
         return None
-    path = model_weights(cfg)
+    path = weights_here(cfg, weights)
     return str(path) if path is not None else None
 
 
@@ -65,10 +70,11 @@ def loader_takes(option: str, task: str) -> bool:
     return option in inspect.signature(get_loader(task)).parameters
 
 
-def model_context(cfg: RunConfig) -> int | None:
+def model_context(cfg: RunConfig, weights: Path | None = None) -> int | None:
     """The context one request may use, as the engine will enforce it: the model's own window, capped
-    by `model.options.max_context` / `engine.options.max_context`; None when it cannot be read here."""
-    path = model_weights(cfg)
+    by `model.options.max_context` / `engine.options.max_context`; None when it cannot be read here.
+    `weights` as in `weights_here`."""
+    path = weights_here(cfg, weights)
     if path is None:
         return None
     window = _model_window(str(path))
@@ -108,23 +114,26 @@ def instruction_tokens(method: Any, count: Callable[[str], int]) -> int:
     return max(sizes, default=0)
 
 
-def check_chunks_fit(cfg: RunConfig, count: Callable[[str], int] | None = None) -> None:
+def check_chunks_fit(cfg: RunConfig, count: Callable[[str], int] | None = None, weights: Path | None = None) -> None:
     """Refuse the config when a dataset's chunk + a method's instructions + its max_tokens exceed the model's
-    context (a ConfigError saying the context the config needs). Skipped when the context is unknown."""
-    context = model_context(cfg)
+    context (a ConfigError saying the context the config needs). Skipped when the context is unknown.
+    `weights` as in `weights_here`."""
+    path = weights_here(cfg, weights)
+    if path is None:
+        return  # an endpoint, or weights not on this machine: the context is unknown
+    context = model_context(cfg, path)
     if context is None:
         return
     from eval.methods import get_method
     from eval.tokens import token_counter
-    from jobs.run.workload import method_settings, _method_tasks
 
-    path = model_weights(cfg)  # the fit is in the model's own tokens, whatever `count_tokens` says
-    count = count or token_counter(model_encoder(str(path)) if path else None)
+    # the fit is in the model's own tokens, whatever `count_tokens` says
+    count = count or token_counter(model_encoder(str(path)))
     for mi, m in enumerate(cfg.methods):
         if m.name in WHOLE_INPUT_METHODS:
             continue
         method = get_method(m.name, **method_settings(cfg, m, cfg.seed))
-        tasks = _method_tasks(m)
+        tasks = method_tasks(m)
         for di, d in enumerate(cfg.datasets):
             chunk = d.options.get("chunk_tokens")
             if not isinstance(chunk, int) or (tasks is not None and d.task not in tasks):

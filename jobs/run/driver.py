@@ -16,7 +16,7 @@ fan-out and the run store.
    buffered and written in batches. Failed units' records are the driver's (it decides the retries).
 5. The driver records each shard's units (its index, for resume); the manifest row closes the
    invocation, also when it is interrupted. When the storage fails (its calls are bounded, see
-   `jobs.store.storage.STORAGE_DEADLINE_S`) the run stops: the shards written are kept, the summary
+   `jobs.store.gcs.STORAGE_DEADLINE_S`) the run stops: the shards written are kept, the summary
    names the error and the units not saved, and a re-run resumes.
 """
 from __future__ import annotations
@@ -42,9 +42,10 @@ from jobs.store.manifest import manifest_base
 from jobs.run.plan import RunPlan, make_plan
 from jobs.run.pool import Attempt, Outcome, WorkerPool
 from jobs.run.progress import Progress
-from jobs.run.shards import ShardWriter
-from jobs.store.storage import Committed, RunStore
-from jobs.run.loops import judged, method_failure, run_loop, start_workers
+from jobs.run.shards import ShardWriter, judged, method_failure
+from jobs.store.run_files import Committed
+from jobs.store.run_store import RunStore
+from jobs.run.loops import run_loop, start_workers
 from jobs.store.tables import now, sample_row
 from jobs.run.workload import Unit
 

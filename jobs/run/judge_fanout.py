@@ -19,7 +19,8 @@ from typing import Any
 
 from jobs.run.config import JudgeModelSpec, RunConfig
 from jobs.run.workload import Unit
-from jobs.store.storage import Committed, RunStore
+from jobs.store.run_files import Committed
+from jobs.store.run_store import RunStore
 from jobs.store.tables import unit_columns
 
 _remote: dict[str, Any] = {}  # the Ray remote functions, made once per process

@@ -9,7 +9,7 @@ from typing import Any
 
 from jobs.errors import error_text
 from jobs.run.config import JudgeModelSpec, JudgeSpec
-from jobs.store.storage import RunStore
+from jobs.store.run_store import RunStore
 from jobs.store.tables import judge_failure_row, judge_rows
 
 

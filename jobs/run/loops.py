@@ -17,10 +17,9 @@ from typing import Any
 
 from jobs.run.handles import packed_handles, rss_mb
 from jobs.run.judge_fanout import Judging
-from jobs.store.tables import now, sample_row, step_rows
+from jobs.run.shards import Rows, ShardWriter, method_failure
 from jobs.run.workload import Unit
-
-Rows = dict[str, list[dict[str, Any]]]
+from jobs.store.tables import now, sample_row, step_rows
 
 
 def run_loop(u: Unit, attempt: int, llm: Any, judging: Judging | None = None) -> tuple[Rows, Any]:
@@ -36,17 +35,6 @@ def run_loop(u: Unit, attempt: int, llm: Any, judging: Judging | None = None) ->
     return rows, out
 
 
-def method_failure(rows: Rows) -> str | None:
-    """The cause when the unit failed because none of its steps produced anything (`MethodOutput.failure`)."""
-    sample = rows["samples"][0]
-    return sample["error"] if sample["status"] == "failed" else None
-
-
-def judged(u: Unit, out: Any, rows: Rows) -> bool:
-    """Whether the unit's judges run: it has judges, its method applies, and its method produced something."""
-    return bool(u.judges) and not out.not_applicable and method_failure(rows) is None
-
-
 class MethodWorker:
     """Runs method loops against engine actors from the engines' own host (a threaded Ray actor).
     One worker serves one engine in a real run; a simulation packs several (`host` picks one)."""
@@ -54,7 +42,6 @@ class MethodWorker:
     def __init__(self, engines: list[Any], names: list[str], timeout_s: float | None, cache_dir: str | None = None,
                  cache_key: str = "", writer: tuple[str, str, Judging] | None = None) -> None:
         from jobs.run.llm_adapters import ActorLLM
-        from jobs.run.shards import ShardWriter
 
         # (output URI, run id, judging): the worker writes its units' shards itself
         self.writer = ShardWriter(*writer[:2], "method-worker", writer[2]) if writer is not None else None

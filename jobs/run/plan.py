@@ -74,10 +74,26 @@ def content_digest(path: Path) -> str:
     return h.hexdigest()
 
 
-def weights_path(cfg: RunConfig) -> Path:
-    """The model file or directory: the bundled default, a short model name (`qwen2.5-coder-0.5b`,
-    joined from its packages on first use), or a path relative to the working directory."""
-    return _resolve_weights(cfg.model.weights)
+def model_weights(cfg: RunConfig) -> Path | None:
+    """The run model's file or directory: the bundled default, a short model name (`qwen2.5-coder-0.5b`,
+    joined from its packages on first use), or a path relative to the working directory; None when the
+    methods call an endpoint. Weights the config names must exist (a ConfigError says what to give).
+    A plan resolves them once, here, and hands the path on (`RunPlan.weights`)."""
+    if cfg.model.kind == "openai":
+        return None
+    if cfg.model.weights is None:
+        return _resolve_weights(None)  # the bundled model; if it is missing, the engine says how to install it
+    from engine.assets import MODELS
+    from engine.errors import EngineError
+
+    try:
+        path = _resolve_weights(cfg.model.weights)
+    except EngineError as exc:  # a short name whose packages are missing or corrupt
+        raise ConfigError(f"`model.weights`: {exc}") from None
+    if not path.exists():
+        raise ConfigError(f"`model.weights`: {cfg.model.weights} does not exist; give a GGUF file, a model "
+                          f"directory or a model name ({', '.join(MODELS)})")
+    return path
 
 
 def _resolve_weights(weights: str | None) -> Path:
@@ -110,6 +126,14 @@ def check_output(cfg: RunConfig) -> None:
 
 def check_config(cfg: RunConfig) -> None:
     """Fail before any work starts: unknown methods, tasks or judges, missing files, unset keys."""
+    check_names_and_data(cfg)
+    if cfg.model.weights is not None:
+        model_weights(cfg)
+
+
+def check_names_and_data(cfg: RunConfig) -> None:
+    """What `check_config` checks but the model's weights (which `make_plan` resolves once for itself):
+    the registries' names, judge options, dataset paths and the endpoints' key variables."""
     from eval.datasets import list_tasks
     from eval.datasets.textfile import check_data_path
     from eval.errors import EvalError
@@ -148,16 +172,6 @@ def check_config(cfg: RunConfig) -> None:
             check_data_path(p, "dataset path")
         except EvalError as exc:
             raise ConfigError(f"`datasets.{i}.path`: {exc}") from None
-    if cfg.model.weights is not None:
-        from engine.assets import MODELS
-        from engine.errors import EngineError
-
-        try:
-            if not weights_path(cfg).exists():
-                raise ConfigError(f"`model.weights`: {cfg.model.weights} does not exist; give a GGUF file, a model "
-                                  f"directory or a model name ({', '.join(MODELS)})")
-        except EngineError as exc:  # a short name whose packages are missing or corrupt
-            raise ConfigError(f"`model.weights`: {exc}") from None
     ep = cfg.judge_model.endpoint
     if ep is not None and ep.api_key_env and not os.environ.get(ep.api_key_env):
         raise ConfigError(f"`judge_model.endpoint.api_key_env`: environment variable {ep.api_key_env} is not set")
@@ -225,7 +239,7 @@ def judge_weights_digest(cfg: RunConfig) -> str | None:
 def methods_ask_judge(cfg: RunConfig) -> bool:
     """Whether a method of the run asks the judge model for a step of its own."""
     from eval.methods import get_method
-    from jobs.run.workload import method_settings
+    from jobs.run.methods import method_settings
 
     return any(get_method(m.name, **method_settings(cfg, m, cfg.seed)).asks_judge() for m in cfg.methods)
 
@@ -310,15 +324,17 @@ def run_id_of(name: str, ident: dict[str, Any]) -> str:
 
 def run_id(cfg: RunConfig) -> str:
     """The run id of a config (digests the files it names; `make_plan` does this once per run)."""
-    return run_id_of(cfg.name, identity(cfg, model_digest(cfg)))
+    return run_id_of(cfg.name, identity(cfg, model_digest(cfg, model_weights(cfg))))
 
 
-def model_digest(cfg: RunConfig) -> str:
-    """The model's identity: the weights' content digest, or an endpoint's URL and model name."""
+def model_digest(cfg: RunConfig, weights: Path | None) -> str:
+    """The model's identity: the content digest of its `weights` (`model_weights`), or an endpoint's URL
+    and model name."""
     ep = cfg.model.endpoint
     if cfg.model.kind == "openai" and ep is not None:
         return "endpoint:" + hashlib.sha256(f"{ep.base_url.rstrip('/')}|{ep.model}".encode()).hexdigest()
-    return content_digest(weights_path(cfg))
+    assert weights is not None, "a model on the engine has weights (`model_weights` resolves them)"
+    return content_digest(weights)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -348,17 +364,16 @@ def make_plan(cfg: RunConfig, dry_run: bool = False) -> RunPlan:
         raise ConfigError(f"config {cfg.name!r} names {len(cfg.models)} models (`models:`): that is one run per model; "
                           "plan each of `jobs.run.config.model_configs(cfg)` (`memloop run` does)")
     check_output(cfg)
-    check_config(cfg)
-    if cfg.model.kind == "openai":
-        weights, engine = None, None
-    else:
-        weights = weights_path(cfg)
+    check_names_and_data(cfg)
+    weights = model_weights(cfg)  # resolved once: the engine config, the digest and the units all use this path
+    engine = None
+    if weights is not None:
         engine = engine_config(cfg, weights)
         check_engine_config(engine)
-    digest = model_digest(cfg)
+    digest = model_digest(cfg, weights)
     ident = identity(cfg, digest)
     unavailable: list[str] | None = [] if dry_run else None
-    units = build_units(cfg, unavailable)
+    units = build_units(cfg, unavailable, weights)
     judge_engine = judge_engine_config(cfg, unavailable)
     return RunPlan(cfg, weights, digest, ident, run_id_of(cfg.name, ident), engine, units, tuple(unavailable or ()),
                    judge_engine)

@@ -34,7 +34,7 @@ from jobs.run.plan import RunPlan, make_plan
 from jobs.run.pool import Attempt, Outcome, WorkerPool
 from jobs.run.workload import Unit
 from jobs.store.manifest import manifest_base
-from jobs.store.storage import JudgingStore, RunStore
+from jobs.store.run_store import JudgingStore, RunStore
 from jobs.store.tables import judge_failure_row, judged_row, now, with_unit
 
 Log = Callable[[str], None]

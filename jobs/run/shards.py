@@ -3,18 +3,30 @@ the method worker beside its engine): its steps are encoded and written there, t
 samples file commits the shard at once (no judges, or a unit the method does not apply to), or its
 judge tasks write their parts and a commit task writes the samples file after them
 (`jobs.run.judge_fanout`). What goes back to the driver is the shard's `Committed` record, or the
-commit task's reference to one; never the rows.
+commit task's reference to one; never the rows. `judged` is the one rule for which of the two a unit
+takes; both placements of the method loop (`jobs.run.loops`, the driver) read it here.
 """
 from __future__ import annotations
 
 from typing import Any
 
 from jobs.run.judge_fanout import Judging, start_judges
-from jobs.run.loops import judged
 from jobs.run.workload import Unit
-from jobs.store.storage import Committed, RunStore, new_shard_name
+from jobs.store.run_files import Committed, new_shard_name
+from jobs.store.run_store import RunStore
 
-Rows = dict[str, list[dict[str, Any]]]
+Rows = dict[str, list[dict[str, Any]]]  # a unit's rows by table: its `samples` row and its `steps`
+
+
+def method_failure(rows: Rows) -> str | None:
+    """The cause when the unit failed because none of its steps produced anything (`MethodOutput.failure`)."""
+    sample = rows["samples"][0]
+    return sample["error"] if sample["status"] == "failed" else None
+
+
+def judged(u: Unit, out: Any, rows: Rows) -> bool:
+    """Whether the unit's judges run: it has judges, its method applies, and its method produced something."""
+    return bool(u.judges) and not out.not_applicable and method_failure(rows) is None
 
 
 class ShardWriter:

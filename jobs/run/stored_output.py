@@ -11,7 +11,8 @@ import json
 from typing import Any, Iterable, Mapping
 
 from eval.llm import Usage
-from eval.methods.base import MethodOutput, Step
+from eval.methods.base import MethodOutput
+from eval.methods.step import Step
 
 
 def _loads(text: str | None) -> Any:

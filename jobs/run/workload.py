@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from eval.datasets.hub import HubDataUnavailableError, is_hub_id
 from eval.datasets.sample import Sample
 from eval.errors import EvalError
-from jobs.run.config import DatasetSpec, JudgeSpec, MethodSpec, RunConfig, resolve_path
 from jobs.errors import ConfigError, DataUnavailableError
+from jobs.run.chunk_fit import check_chunks_fit, chunk_tokenizer, loader_takes, loader_takes_tokenizer, model_encoder
+from jobs.run.config import DatasetSpec, JudgeSpec, MethodSpec, RunConfig, resolve_path
+from jobs.run.methods import method_settings, method_tasks, validate_methods
 from jobs.store.units import unit_key
 
 
@@ -55,7 +58,6 @@ def load_samples(spec: DatasetSpec, index: int, tokenizer: str | None = None) ->
     """The dataset's samples; `tokenizer` (the run model's, `jobs.run.chunk_fit.chunk_tokenizer`) is what its
     `chunk_tokens` count in, unless the dataset's options name one."""
     from eval.datasets import load_dataset
-    from jobs.run.chunk_fit import loader_takes, loader_takes_tokenizer, model_encoder
 
     field = f"datasets.{index}"
     options = {k: v for k, v in spec.options.items() if k != "max_chunks"}
@@ -89,14 +91,6 @@ def load_samples(spec: DatasetSpec, index: int, tokenizer: str | None = None) ->
 
         samples = [truncate(s, int(max_chunks)) for s in samples]
     return samples
-
-
-def _method_tasks(m: MethodSpec) -> tuple[str, ...] | None:
-    if m.tasks is not None:
-        return tuple(m.tasks)
-    from eval.methods import method_class
-
-    return method_class(m.name).tasks
 
 
 def judges_for(cfg: RunConfig, d: DatasetSpec, samples: list[Sample]) -> tuple[JudgeSpec, ...]:
@@ -144,33 +138,13 @@ def judges_fitting(cfg: RunConfig, mi: int, m: MethodSpec, judges: tuple[JudgeSp
     return fits
 
 
-def method_settings(cfg: RunConfig, m: MethodSpec, seed: int) -> dict[str, Any]:
-    """The method's settings: its own defaults, then the run's sampling overrides (only the fields
-    the config sets), the repeat's seed and token counting (`count_tokens`, where not the default),
-    then the method's own options."""
-    counting = {"count_tokens": cfg.count_tokens} if cfg.count_tokens != "model" else {}
-    return {**cfg.sampling.overrides(), "seed": seed, **counting, **m.options}
-
-
-def validate_methods(cfg: RunConfig) -> None:
-    """Instantiate every method with its settings, so bad options fail before work starts."""
-    from eval.methods import get_method
-
-    for i, m in enumerate(cfg.methods):
-        try:
-            get_method(m.name, **method_settings(cfg, m, cfg.seed))
-        except EvalError as exc:
-            raise ConfigError(f"`methods.{i}.options`: {exc}") from None
-
-
-def build_units(cfg: RunConfig, unavailable: list[str] | None = None) -> list[Unit]:
+def build_units(cfg: RunConfig, unavailable: list[str] | None = None, weights: Path | None = None) -> list[Unit]:
     """Every unit of the run. With `unavailable` (a dry run) a hub dataset that cannot be reached here is
-    left out and its message appended there, instead of stopping the plan."""
-    from jobs.run.chunk_fit import check_chunks_fit, chunk_tokenizer
-
+    left out and its message appended there, instead of stopping the plan. `weights`: the plan's resolved
+    model weights (None: resolved from the config where needed)."""
     validate_methods(cfg)
-    check_chunks_fit(cfg)
-    tokenizer = chunk_tokenizer(cfg)
+    check_chunks_fit(cfg, weights=weights)
+    tokenizer = chunk_tokenizer(cfg, weights)
     loaded = []
     for i, d in enumerate(cfg.datasets):
         try:
@@ -183,7 +157,7 @@ def build_units(cfg: RunConfig, unavailable: list[str] | None = None) -> list[Un
     units: list[Unit] = []
     seen: dict[str, int] = {}  # unit key -> the dataset (its index in `datasets`) that produced it
     for mi, m in enumerate(cfg.methods):
-        tasks = _method_tasks(m)
+        tasks = method_tasks(m)
         matched = [(di, d, ss) for di, (d, ss) in enumerate(loaded) if tasks is None or d.task in tasks]
         if not matched:
             raise ConfigError(f"`methods.{mi}`: {m.name} runs on tasks {list(tasks or ())}, none of which is in `datasets`")

@@ -39,7 +39,7 @@ from jobs.errors import ConfigError
 from jobs.run.driver import Simulated
 from jobs.run.handles import packed_handles, rss_mb
 from jobs.sim.replay import LatencyModel, ReplayEngine, recording_from_steps, tokenizer_json, unit_time_estimate
-from jobs.store.storage import RunStore
+from jobs.store.run_store import RunStore
 from jobs.store.units import unit_key
 from jobs.run.workload import Unit
 

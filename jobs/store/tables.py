@@ -16,7 +16,8 @@ import pyarrow as pa
 from jobs.store.units import UnitLike
 
 if TYPE_CHECKING:  # the row builders only read attributes of these
-    from eval.methods.base import MethodOutput, Step
+    from eval.methods.base import MethodOutput
+    from eval.methods.step import Step
 
 TABLES = ("samples", "steps", "judgments", "scores")
 UTC_TS = pa.timestamp("us", tz="UTC")

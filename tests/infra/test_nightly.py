@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from jobs.commands.cli import app
 from jobs.results.nightly import EXIT_FAILED, compare_with_previous, exit_status, previous_run, run_nightly
-from jobs.store.storage import RunStore
+from jobs.store.run_store import RunStore
 from jobs.store.units import unit_key
 
 TINY = """

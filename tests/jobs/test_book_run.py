@@ -11,7 +11,7 @@ import yaml
 
 from jobs.run.config import parse_config
 from jobs.run.driver import execute
-from jobs.store.storage import RunStore
+from jobs.store.run_store import RunStore
 
 ROOT = Path(__file__).resolve().parents[2]
 SPLIT = ("compute_s", "compile_s", "host_s", "idle_s")

@@ -65,7 +65,7 @@ def test_paper_configs_count_chunks_and_budgets_in_cl100k_and_the_fit_in_the_mod
     paper configs say `count_tokens: cl100k` (in the run id, handed to every method); the check that a
     step fits the model's window keeps counting in the model's own tokens."""
     from jobs.run.plan import identity
-    from jobs.run.workload import method_settings
+    from jobs.run.methods import method_settings
 
     for name in ("seed000-table1", "seed000-fig3", "seed000-table2", "seed003-hier-inc"):
         data = yaml.safe_load((ROOT / f"jobs/configs/papers/{name}.yaml").read_text())

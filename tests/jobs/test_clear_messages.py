@@ -8,7 +8,7 @@ from eval.datasets.sumie.generator import write_sumie_jsonl
 from jobs.errors import ConfigError
 from jobs.run.config import parse_config
 from jobs.run.plan import make_plan
-from jobs.store.storage import RunStore
+from jobs.store.run_store import RunStore
 
 
 def _cfg(tmp_path, **over) -> dict:

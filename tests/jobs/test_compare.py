@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 from jobs.commands.cli import app
 from jobs.results.compare import CompareError, compare_runs, failing, load, parse_rule
 from jobs.results.report import write_report
-from jobs.store.storage import RunStore
+from jobs.store.run_store import RunStore
 from jobs.store.tables import now
 from jobs.store.units import unit_key
 

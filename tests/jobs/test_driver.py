@@ -22,7 +22,7 @@ from engine.serve.actor import EngineActor
 from jobs.run.config import parse_config
 from jobs.run.plan import run_id
 from jobs.run.driver import execute
-from jobs.store.storage import RunStore
+from jobs.store.run_store import RunStore
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -13,7 +13,7 @@ from fastapi import FastAPI
 
 from jobs.run.config import parse_config
 from jobs.run.driver import execute
-from jobs.store.storage import RunStore
+from jobs.store.run_store import RunStore
 from tests.http_server import serve_app
 
 BOOK = Path(__file__).resolve().parents[2] / "jobs/configs/data/lighthouse-keeper.txt"

@@ -20,7 +20,7 @@ from jobs.commands.cli import app
 from jobs.errors import ConfigError
 from jobs.results.report import RunData, build_report, headline
 from jobs.run.config import parse_config
-from jobs.store.storage import RunStore
+from jobs.store.run_store import RunStore
 from tests.http_server import serve_app
 
 SENTENCE = "The study measures lighthouse lamps."

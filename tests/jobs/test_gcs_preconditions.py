@@ -12,7 +12,10 @@ from google.api_core.exceptions import PreconditionFailed
 
 from jobs.errors import LockHeldError
 from jobs.results.report import write_report
-from jobs.store.storage import ConflictError, GCSStore, RunStore, open_store
+from jobs.store.gcs import GCSStore
+from jobs.store.objects import ConflictError
+from jobs.store.outputs import open_store
+from jobs.store.run_store import RunStore
 from jobs.store.tables import now
 from jobs.store.units import unit_key
 

@@ -18,7 +18,7 @@ from jobs.results.inspect_log import ExportError, export_inspect  # noqa: E402
 from jobs.run.config import JudgeSpec, parse_config  # noqa: E402
 from jobs.run.driver import execute  # noqa: E402
 from jobs.run.rescore import rescore  # noqa: E402
-from jobs.store.storage import RunStore  # noqa: E402
+from jobs.store.run_store import RunStore  # noqa: E402
 from tests.jobs.scripted_endpoint import attribute_table_answer, scripted_endpoint  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]

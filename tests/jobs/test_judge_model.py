@@ -13,7 +13,7 @@ from jobs.run.config import JudgeModelSpec, parse_config, with_overrides
 from jobs.run.driver import execute
 from jobs.run.plan import make_plan, run_id
 from jobs.results.report import RunData, models_of
-from jobs.store.storage import RunStore
+from jobs.store.run_store import RunStore
 from tests.jobs.scripted_endpoint import scripted_endpoint
 
 BOOK = Path(__file__).resolve().parents[2] / "jobs/configs/data/lighthouse-keeper.txt"

@@ -1,7 +1,8 @@
 """What each judge is given: SUMIE judges get one prediction per turn, others the final answer."""
 from __future__ import annotations
 
-from eval.methods.base import MethodOutput, Step
+from eval.methods.base import MethodOutput
+from eval.methods.step import Step
 from eval.judges import get_judge
 
 

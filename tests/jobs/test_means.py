@@ -10,7 +10,7 @@ import pytest
 
 from eval.judges.aggregation import INCOMPLETE, JUDGED, ZERO, Unit, figure, paired_difference
 from jobs.results.report import RunData, build_report, headline
-from jobs.store.storage import RunStore
+from jobs.store.run_store import RunStore
 from jobs.store.tables import now
 from jobs.store.units import unit_key
 

@@ -35,7 +35,7 @@ def test_seed_002_figure_5_8k_point_is_table_2s_run_and_hierarchical_merging_pac
     max_tokens; hierarchical merging packs its merge prompts for the paper's 32k window, less the output,
     so a merge fits the configured 32k model."""
     from eval.methods import get_method
-    from jobs.run.workload import method_settings
+    from jobs.run.methods import method_settings
 
     fig5, table2 = (load_config(CONFIGS / "papers" / n) for n in ("seed002-fig5.yaml", "seed002-table2.yaml"))
     assert fig5.sampling == table2.sampling and table2.sampling.max_tokens == 1024

@@ -9,7 +9,7 @@ import math
 import pytest
 
 from jobs.results.report import RunData, build_report, mean_se, write_report
-from jobs.store.storage import RunStore
+from jobs.store.run_store import RunStore
 from jobs.store.tables import now
 from jobs.store.units import unit_key
 

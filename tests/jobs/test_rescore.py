@@ -17,7 +17,7 @@ from jobs.results.report import headline, report_of
 from jobs.run.config import JudgeModelSpec, JudgeSpec, parse_config
 from jobs.run.driver import execute
 from jobs.run.rescore import rescore
-from jobs.store.storage import RunStore
+from jobs.store.run_store import RunStore
 from tests.jobs.scripted_endpoint import attribute_table_answer, scripted_endpoint
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -159,7 +159,7 @@ def test_bad_rescores_fail_before_any_judging_with_what_to_do(finished_run, tmp_
 
 def test_a_run_on_gcs_is_rejudged_in_place_and_resumed(finished_run, gcs_emulator) -> None:
     """The re-judging's shards, index, manifest and lock go through the GCS store's preconditions too."""
-    from jobs.store.storage import open_store
+    from jobs.store.outputs import open_store
 
     rid = Path(finished_run).name
     store = open_store(f"{gcs_emulator}/rejudge")

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from jobs.store.storage import RunStore
+from jobs.store.run_store import RunStore
 from tests.jobs.scripted_endpoint import attribute_table_answer, scripted_endpoint
 
 UNITS = 4

@@ -54,7 +54,7 @@ def test_failing_judge_endpoint_exits_3_and_names_the_cause(ray_local, tmp_path)
     assert "connection refused" in res.stderr.lower() and "\x1b[" not in res.stderr
     run = memloop.load(last["output"])
     assert list(run.samples["status"]) == ["ok"]
-    from jobs.store.storage import RunStore
+    from jobs.store.run_store import RunStore
 
     judgments = RunStore.at(last["output"]).table("judgments").to_pandas()
     error = judgments["error"].dropna().iloc[0]
@@ -153,7 +153,7 @@ def test_a_second_identical_run_is_refused_while_the_first_computes(ray_local, t
 
     from jobs.run.driver import execute
     from jobs.errors import LockHeldError
-    from jobs.store.storage import LOCK_NAME
+    from jobs.store.lock import LOCK_NAME
 
     cfg = parse_config(_cfg(tmp_path, datasets=[{"task": "sumie", "synthetic": {"entities": 2, "seed": 5},
                                                  "options": {"max_chunks": 1}}]))

@@ -20,7 +20,7 @@ from jobs.run.config import parse_config
 from jobs.run.driver import execute
 from jobs.errors import ConfigError
 from jobs.sim.replay import Answer, LatencyModel, ReplayEngine, ReplayMiss, tokenizer_json
-from jobs.store.storage import RunStore
+from jobs.store.run_store import RunStore
 
 ROOT = Path(__file__).resolve().parents[2]
 # what differs between two computations of the same units: when and in which shard they were written,

@@ -15,7 +15,7 @@ from jobs.errors import StorageError
 from jobs.run.config import parse_config
 from jobs.run.driver import execute
 from jobs.sim.replay import LatencyModel, tokenizer_json
-from jobs.store.storage import RunStore
+from jobs.store.run_store import RunStore
 from tests.jobs import test_scale
 from tests.jobs.test_scale import _config, _scripted_recording
 

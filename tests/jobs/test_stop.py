@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs.store.storage import RunStore
+from jobs.store.run_store import RunStore
 from tests.jobs.scripted_endpoint import attribute_table_answer, scripted_endpoint
 from tests.jobs.test_ray_address import ROOT, ray_tmpdir  # noqa: F401  (the fixture)
 

@@ -15,7 +15,7 @@ from jobs.results.view.errors import ViewError
 from jobs.results.view.pages import Pages, markdown
 from jobs.results.view.runs import Query, ViewRun, bucket_of, select
 from jobs.results.view.timeline import memory_diff, revisions, word_diff
-from jobs.store.storage import RunStore
+from jobs.store.run_store import RunStore
 
 
 @pytest.fixture(scope="module")

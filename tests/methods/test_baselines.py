@@ -133,7 +133,7 @@ def test_an_na_unit_is_recorded_as_na_and_never_judged(tmp_path) -> None:
     from jobs.run.config import parse_config
     from jobs.run.judge_fanout import Judging
     from jobs.run.shards import ShardWriter
-    from jobs.store.storage import RunStore
+    from jobs.store.run_store import RunStore
     from jobs.store.tables import now, sample_row, step_rows
     from jobs.run.workload import build_units
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 from eval.datasets.sample import Sample
 from eval.llm import ScriptedLLM
 from eval.methods import get_method
-from eval.methods.outcomes import OUTCOMES, StepOutcome, unit_failure
+from eval.methods.outcomes import OUTCOMES, StepOutcome
+from eval.methods.step import unit_failure
 
 HOTEL = Sample(id="h", task="sumie", chunks=("HOTEL0 has two large pools.", "HOTEL0 serves a cold breakfast."),
                metadata={"entity": "HOTEL0"})

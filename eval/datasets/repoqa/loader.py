@@ -4,16 +4,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Sequence
 
-from eval.datasets.repoqa.needles import FIELDS, choose_needles, describe_from_cache, describe_from_code, describe_with_llm
+from eval.datasets.repoqa.needles import (FIELDS, QUERY, choose_needles, describe_from_cache, describe_from_code,
+                                          describe_with_llm)
 from eval.datasets.repoqa.release import is_release, load_release
 from eval.datasets.repoqa.source import dependency_order, pack_lines, read_package
 from eval.datasets.sample import Sample, slug
 from eval.tokens import TokenizerLike, token_counter
-
-# The paper's query form (seed 002 appendix C): the instruction, then the four numbered fields.
-QUERY_HEAD = "Find the exact name of the function described by the following function description."
-QUERY = QUERY_HEAD + "\n1. Purpose: {purpose}\n2. Input: {input}\n3. Output: {output}\n4. Procedure: {procedure}"
-
 
 def repository_text(files) -> str:
     """The files in dependency order, each introduced by a `# file: <path>` line."""
@@ -88,4 +84,4 @@ def load_repoqa(packages: Sequence[str | Path] | str = DEFAULT_PACKAGES, needles
     return samples[:limit]
 
 
-__all__ = ["load_repoqa", "repository_text", "FIELDS", "QUERY", "DEFAULT_PACKAGES"]
+__all__ = ["load_repoqa", "repository_text", "FIELDS", "DEFAULT_PACKAGES"]

@@ -25,6 +25,10 @@ from eval.datasets.errors import DatasetError
 from eval.datasets.repoqa.source import SourceFile
 
 FIELDS = ("purpose", "input", "output", "procedure")
+# The paper's query form (seed 002 appendix C): the instruction, then the four numbered fields. Both the
+# installed-code loader and RepoQA's release file (which gives one description text) ask with it.
+QUERY_HEAD = "Find the exact name of the function described by the following function description."
+QUERY = QUERY_HEAD + "\n1. Purpose: {purpose}\n2. Input: {input}\n3. Output: {output}\n4. Procedure: {procedure}"
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from typing import Any, Callable
 import networkx as nx
 
 from eval.datasets.errors import DatasetError, DatasetNotFoundError
+from eval.datasets.repoqa.needles import QUERY_HEAD
 from eval.datasets.repoqa.source import pack_lines
 from eval.datasets.sample import Sample, slug
 
@@ -66,8 +67,6 @@ def _file_order(repo: dict[str, Any]) -> list[str]:
 def load_release(path: str | Path, chunk_tokens: int, count: Callable[[str], int], language: str = "python",
                  limit: int | None = None) -> list[Sample]:
     """One sample per needle of the release's `language` repositories."""
-    from eval.datasets.repoqa.loader import QUERY_HEAD
-
     path = Path(path).expanduser()
     data = _read(path)
     if language not in data:

@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 from jobs.results.view.pages import Pages
 from jobs.results.view.runs import Query, ViewRun
-from jobs.store.storage import RunStore
+from jobs.store.run_store import RunStore
 from jobs.store.tables import now
 
 METHODS = ("cok", "inc-update", "hier-merge", "prism-inplace")

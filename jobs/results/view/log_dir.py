@@ -12,8 +12,10 @@ import os
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, Mapping
 
+from jobs.errors import StorageError
 from jobs.results.view.errors import ViewError
-from jobs.store.storage import RunStore, StorageError, join_uri, open_store
+from jobs.store.outputs import join_uri, open_store
+from jobs.store.run_store import RunStore
 
 if TYPE_CHECKING:
     from jobs.results.view.runs import ViewRun

@@ -18,7 +18,9 @@ from jobs.results.cells import unit_values
 from jobs.results.compare import PAIR
 from jobs.results.report import NOT_APPLICABLE, PromptTokenizer, Report, RunData, build_report, figures_of, run_config
 from jobs.results.view.errors import ViewError
-from jobs.store.storage import LOCK_NAME, NotFoundError, RunStore
+from jobs.store.lock import LOCK_NAME
+from jobs.store.objects import NotFoundError
+from jobs.store.run_store import RunStore
 
 # the samples page's fixed columns (samples-table columns, plus the failed-step count); then one per score
 BASE_COLUMNS = ("sample_id", "method", "dataset", "repeat", "status", "n_steps", "failed_steps", "input_tokens",
