@@ -89,7 +89,7 @@ def test_the_reduced_config_runs_on_a_scripted_model_and_reports_each_competency
     # (the memory and the instruction), the first of a context nothing
     assert 0.75 * 100 * 5 / 13 < cost["prefix_share"] < 100 * 5 / 13
     assert "## MemoryAgentBench: per competency and source" in rep.markdown
-    assert "75.0 [" in rep.markdown and "answer-prompt prefix share" in rep.markdown
+    assert "75.0 (3 q / 2 ctx)" in rep.markdown and "answer-prompt prefix share" in rep.markdown  # one context per source: no interval
     long = row["long-context"]
     assert long["units"]["ok"] + long["units"]["n/a"] == contexts
 
