@@ -72,7 +72,7 @@ def rescore_cmd(
     """Judge a finished run's outputs again, beside its own judgments (resumes the same re-judging);
     `memloop report RUN_URI` then shows both. `memloop judges` lists the judges, their options and what
     each needs."""
-    from jobs.commands.run import use_ray_address
+    from jobs.commands.run import announce, use_ray_address
     from jobs.run.config import JudgeSpec
     from jobs.run.rescore import rescore
 
@@ -85,14 +85,9 @@ def rescore_cmd(
         raise ConfigError(f"--judge {judge!r}: {exc}") from None
     jm = parse_judge_model(judge_model) if judge_model is not None else None
 
-    def ready(jid: str, uri: str) -> None:
-        if not as_json:
-            print(f"judging id: {jid}", flush=True)
-            print(f"output: {uri}", flush=True)
-
     with graceful_interrupts():
         try:
-            summary = rescore(run_uri, spec, jm, tag=tag, on_ready=ready)
+            summary = rescore(run_uri, spec, jm, tag=tag, on_ready=announce("judging id", as_json))
         except KeyboardInterrupt:
             print("interrupted: finished judgments are saved; run the same rescore again to resume", file=sys.stderr)
             raise SystemExit(130) from None

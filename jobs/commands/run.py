@@ -11,7 +11,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 import typer
 
@@ -22,6 +22,15 @@ def use_ray_address(address: str | None) -> None:
     """`--address`: the Ray cluster this process joins (`jobs.run.actors.ensure_ray` reads RAY_ADDRESS)."""
     if address:
         os.environ["RAY_ADDRESS"] = address
+
+
+def announce(id_label: str, as_json: bool, prefix: str = "") -> Callable[[str, str], None]:
+    """The `on_ready` callback of a run or a re-judging: its id and output URI on stdout as soon as they
+    are known (nothing under --json, whose one line comes at the end)."""
+    def ready(ident: str, uri: str) -> None:
+        if not as_json:
+            print(f"{prefix}{id_label}: {ident}\noutput: {uri}", flush=True)
+    return ready
 
 
 def run_cmd(
@@ -76,16 +85,11 @@ def run_cmd(
         return
     from jobs.run.driver import execute
 
-    def ready(rid: str, uri: str) -> None:
-        if not as_json:
-            print(f"run id: {rid}", flush=True)
-            print(f"output: {uri}", flush=True)
-
     from jobs.run.signals import graceful_interrupts
 
     with graceful_interrupts():
         try:
-            summary = execute(cfg, on_ready=ready)
+            summary = execute(cfg, on_ready=announce("run id", as_json))
         except KeyboardInterrupt:
             _stop_ray()
             print("interrupted: finished units are saved; run the same config again to resume", file=sys.stderr)
@@ -145,12 +149,9 @@ def _run_models(cfgs: list, report: bool, dry_run: bool, max_failed_frac: float,
     summaries = []
     with graceful_interrupts():
         for i, c in enumerate(cfgs):
-            def ready(rid: str, uri: str, i: int = i) -> None:
-                if not as_json:
-                    print(f"model {i + 1} of {len(cfgs)} ({c.model.endpoint.model if c.model.endpoint else c.model.weights or 'default'}): "
-                          f"run id: {rid}\noutput: {uri}", flush=True)
+            name = c.model.endpoint.model if c.model.endpoint else c.model.weights or "default"
             try:
-                summaries.append(execute(c, on_ready=ready))
+                summaries.append(execute(c, on_ready=announce("run id", as_json, f"model {i + 1} of {len(cfgs)} ({name}): ")))
             except KeyboardInterrupt:
                 _stop_ray()
                 print(f"interrupted during run {i + 1} of {len(cfgs)}: finished units are saved; run the same config "
