@@ -7,7 +7,7 @@ from typing import Any, Sequence
 from eval.datasets.repoqa.needles import (FIELDS, QUERY, choose_needles, describe_from_cache, describe_from_code,
                                           describe_with_llm)
 from eval.datasets.repoqa.release import is_release, load_release
-from eval.datasets.repoqa.source import dependency_order, pack_lines, read_package
+from eval.datasets.repoqa.source import chunk_of, chunk_starts, dependency_order, pack_lines, read_package
 from eval.datasets.sample import Sample, slug
 from eval.tokens import TokenizerLike, token_counter
 
@@ -58,10 +58,7 @@ def load_repoqa(packages: Sequence[str | Path] | str = DEFAULT_PACKAGES, needles
         files = dependency_order(_read_repository(package))
         text = repository_text(files)
         chunks = tuple(pack_lines(text, chunk_tokens, count))
-        offsets, pos = [], 0
-        for c in chunks:
-            offsets.append(pos)
-            pos += len(c)
+        offsets = chunk_starts(chunks)
         # rule-based descriptions take their purpose from the docstring: needles without one only when a
         # model describes them
         for needle in choose_needles(files, needles, seed,
@@ -74,7 +71,7 @@ def load_repoqa(packages: Sequence[str | Path] | str = DEFAULT_PACKAGES, needles
                 description, describer = describe_from_code(needle), "code"
             at = text.index(f"# file: {needle.file.path}\n") + len(f"# file: {needle.file.path}\n")
             at += sum(len(line) for line in needle.file.text.splitlines(keepends=True)[: needle.node.lineno - 1])
-            chunk_index = max(i for i, o in enumerate(offsets) if o <= at)
+            chunk_index = chunk_of(offsets, at)
             samples.append(Sample(
                 id=f"repoqa/{slug(str(package))}/{needle.qualname}", task="repoqa", chunks=chunks,
                 query=QUERY.format(**description), gold=needle.name,

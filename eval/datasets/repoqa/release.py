@@ -17,7 +17,7 @@ import networkx as nx
 
 from eval.datasets.errors import DatasetError, DatasetNotFoundError
 from eval.datasets.repoqa.needles import QUERY_HEAD
-from eval.datasets.repoqa.source import pack_lines
+from eval.datasets.repoqa.source import chunk_of, chunk_starts, pack_lines
 from eval.datasets.sample import Sample, slug
 
 _SUFFIXES = (".json", ".jsonl", ".json.gz", ".jsonl.gz")
@@ -85,10 +85,7 @@ def load_release(path: str | Path, chunk_tokens: int, count: Callable[[str], int
             starts[p] = len(text)
             text += (body if body.endswith("\n") else body + "\n") + "\n"
         chunks = tuple(pack_lines(text, chunk_tokens, count))
-        offsets, pos = [], 0
-        for c in chunks:
-            offsets.append(pos)
-            pos += len(c)
+        offsets = chunk_starts(chunks)
         for needle in repo["needles"]:
             body = repo["content"][needle["path"]]
             at = starts[needle["path"]] + len(body.encode("utf-8")[: needle["start_byte"]].decode("utf-8", "ignore"))
@@ -97,6 +94,6 @@ def load_release(path: str | Path, chunk_tokens: int, count: Callable[[str], int
                 id=f"repoqa/{slug(repo['repo'])}/{needle['name']}", task="repoqa", chunks=chunks,
                 query=f"{QUERY_HEAD}\n{description}", gold=needle["name"],
                 metadata={"package": repo["repo"], "file": needle["path"], "qualname": needle["name"],
-                          "description": {"text": description}, "needle_chunk": max(i for i, o in enumerate(offsets) if o <= at),
+                          "description": {"text": description}, "needle_chunk": chunk_of(offsets, at),
                           "describer": "release", "release": path.name, "chunk_tokens": chunk_tokens}))
     return samples[:limit]

@@ -2,9 +2,12 @@
 from __future__ import annotations
 
 import ast
+import bisect
 import importlib.util
+import itertools
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
 
 import networkx as nx
 
@@ -101,6 +104,16 @@ def dependency_order(files: list[SourceFile]) -> list[SourceFile]:
     for comp in nx.lexicographical_topological_sort(cond, key=key):
         order.extend(sorted(groups[comp], key=lambda m: by_module[m].path))
     return [by_module[m] for m in order]
+
+
+def chunk_starts(chunks: Sequence[str]) -> list[int]:
+    """The character offset of each chunk in the text they were cut from."""
+    return [0, *itertools.accumulate(len(c) for c in chunks[:-1])] if chunks else []
+
+
+def chunk_of(starts: Sequence[int], at: int) -> int:
+    """The index of the chunk holding character `at` (`starts` from `chunk_starts`)."""
+    return bisect.bisect_right(starts, at) - 1
 
 
 def pack_lines(text: str, chunk_tokens: int, count) -> list[str]:
