@@ -8,9 +8,12 @@ Names: go-text go-json gu-text gu-json gm-text gm-json cok prism-inplace prism-a
 hier-merge inc-update kg-retrieval no-kg fart-base fart-compressed fart-rolling long-context.
 """
 from eval.asking import ParseFailure
-from eval.methods.base import Method, MethodOutput, MethodSettings, Trace
+from eval.methods import ask_many
+from eval.methods.base import PROTOCOLS, Method, MethodOutput, MethodSettings, Trace
 from eval.methods.registry import METHODS, get_method, list_methods, method_class, template_manifest
 from eval.methods.step import Step
+
+PROTOCOLS[ask_many.TASK] = ask_many.run
 
 __all__ = ["Method", "MethodOutput", "MethodSettings", "ParseFailure", "Step", "Trace", "METHODS", "get_method",
            "list_methods", "method_class", "template_manifest"]

@@ -22,19 +22,17 @@ from __future__ import annotations
 import json
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 from eval.asking import ask, reseed
 from eval.datasets.sample import Sample
 from eval.errors import MethodError
 from eval.llm import LLM
-from eval.methods.base import MethodOutput, Trace, kept_usage
+from eval.methods.base import Method, MethodOutput, Trace, kept_usage
 from eval.methods.outcomes import call_outcome
 from eval.methods.step import Step
 from eval.templates import load_template
 
-if TYPE_CHECKING:
-    from eval.methods.base import Method
 
 TASK = "memoryagentbench"
 TEMPLATE_IDS = ("mab-answer-memory", "mab-answer-notes", "mab-long-context")
@@ -89,7 +87,7 @@ def not_applicable(method: "Method", sample: Sample) -> str | None:
     return None
 
 
-def run(method: "Method", sample: Sample, llm: LLM) -> MethodOutput:
+def run(method: Method, sample: Sample, llm: LLM) -> MethodOutput:
     """`method` on one MemoryAgentBench context: the memory built once, every question answered from it."""
     gold = sample.gold if isinstance(sample.gold, dict) else {}
     questions = gold.get("questions")

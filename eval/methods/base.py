@@ -27,6 +27,11 @@ __all__ = ["Method", "MethodOutput", "MethodSettings", "NOT_RUN", "ParseFailure"
 NOT_RUN = "not run: "  # the start of a unit's error when its method could not start (MethodOutput.not_run)
 
 
+# Tasks whose samples a method runs under a protocol of their own rather than its own loop alone
+# (task -> run(method, sample, llm)); `eval.methods` registers them, so this frame imports none of them.
+PROTOCOLS: dict[str, Callable[["Method", Sample, LLM], "MethodOutput"]] = {}
+
+
 @dataclass
 class MethodOutput:
     method: str
@@ -180,10 +185,9 @@ class Method:
     def run(self, sample: Sample, llm: LLM, judge: LLM | None = None) -> MethodOutput:
         """Run on `sample` with `llm`, the model under test; `judge` is the run's judge model, which a
         method may use for a step its paper gave a stronger model (None: the model under test)."""
-        if sample.task == "memoryagentbench":  # one context, many questions: eval.methods.ask_many
-            from eval.methods import ask_many
-
-            return ask_many.run(self, sample, llm)
+        protocol = PROTOCOLS.get(sample.task)
+        if protocol is not None:  # e.g. MemoryAgentBench: one context, many questions (eval.methods.ask_many)
+            return protocol(self, sample, llm)
         if self.tasks is not None and sample.task not in self.tasks:
             raise MethodError(f"method {self.name!r} handles tasks {list(self.tasks)}, not {sample.task!r} "
                               f"(sample {sample.id}); pick a method made for that task")
