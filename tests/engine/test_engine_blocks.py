@@ -52,13 +52,14 @@ def test_kernel_matches_float64_reference(qtype, rows):
 def test_kernel_rows_do_not_depend_on_their_batch(qtype):
     """A row's outputs are bit-identical alone, at any position of any batch size (the property that
     lets a request's greedy tokens not depend on what shares its step). The slices cross every tile
-    change: one row, the two-pass tile (2-5 rows), the panel tiles (6 rows and more, 3 at a time)."""
+    change: one row; on AVX2 the two-pass tile (2-5 rows) and the panel tiles (6 rows and more, 3 at a
+    time); on AVX-512 the 8 x 2 tile (2-8 rows) and the panel tiles (9 rows and more, 2 at a time)."""
     rng = np.random.default_rng(3)
     raw = jnp.asarray(random_blocks(rng, qtype, 136, 512))
     x = jnp.asarray(rng.standard_normal((37, 512)).astype(np.float32))
     fn = jax.jit(lambda x, r: kernels.qmatmul(x, r, qtype))
     full = np.asarray(fn(x, raw))
-    for lo, hi in [(0, 1), (5, 6), (0, 3), (2, 4), (0, 5), (0, 6), (4, 9), (0, 8), (3, 16), (9, 37), (30, 37), (36, 37)]:
+    for lo, hi in [(0, 1), (5, 6), (0, 3), (2, 4), (0, 5), (0, 6), (4, 9), (0, 8), (0, 9), (1, 11), (3, 16), (9, 37), (30, 37), (36, 37)]:
         np.testing.assert_array_equal(np.asarray(fn(x[lo:hi], raw)), full[lo:hi])
 
 
@@ -73,6 +74,20 @@ def test_block_matmul_kernel_and_graph_paths_agree():
     many = np.asarray(block_matmul(x, bm))
     few = np.asarray(block_matmul(x[:3], bm))
     np.testing.assert_allclose(few, many[:3], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("qtype", ["Q4_1", "Q8_0", "Q4_K"])
+def test_rows_in_parts_and_wide_inputs_do_not_change_a_rows_outputs(qtype):
+    """A prefill-sized call (250 rows: the panel takes rows in parts of 120, and 1536 inputs in two
+    parts of 768) gives every row the bits it gets alone and in a decode-sized batch."""
+    rng = np.random.default_rng(8)
+    raw = jnp.asarray(random_blocks(rng, qtype, 100, 1536))
+    x = jnp.asarray(rng.standard_normal((250, 1536)).astype(np.float32))
+    fn = jax.jit(lambda x, r: kernels.qmatmul(x, r, qtype))
+    full = np.asarray(fn(x, raw))
+    for lo, hi in [(0, 1), (118, 119), (119, 120), (120, 121), (239, 240), (240, 241), (249, 250), (100, 132),
+                   (117, 125), (0, 32)]:
+        np.testing.assert_array_equal(np.asarray(fn(x[lo:hi], raw)), full[lo:hi], err_msg=f"rows {lo}-{hi}")
 
 
 def test_kernel_rejects_mismatched_shapes():
