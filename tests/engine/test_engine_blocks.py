@@ -63,14 +63,24 @@ def test_kernel_rows_do_not_depend_on_their_batch(qtype):
         np.testing.assert_array_equal(np.asarray(fn(x[lo:hi], raw)), full[lo:hi])
 
 
-def test_block_matmul_kernel_and_graph_paths_agree():
-    """Few rows go to the kernel, many rows to de-quantise + XLA dot; the two differ only by f32 rounding."""
-    from engine.model.blocks import KERNEL_MAX_ROWS
+@pytest.fixture
+def kernel_limit(monkeypatch):
+    """Sets the kernel's row limit on this host's instruction set (engine.model.blocks.KERNEL_MAX_ROWS)."""
+    from engine.model import blocks
 
+    def set_limit(rows):
+        monkeypatch.setitem(blocks.KERNEL_MAX_ROWS, kernels.isa(), rows)
+
+    return set_limit
+
+
+def test_block_matmul_kernel_and_graph_paths_agree(kernel_limit):
+    """Few rows go to the kernel, rows above the limit to de-quantise + XLA dot; the two differ only by f32 rounding."""
+    kernel_limit(64)
     rng = np.random.default_rng(4)
     raw = random_blocks(rng, "Q4_1", 64, 128)
     bm = BlockMatrix(jnp.asarray(raw), "Q4_1", (64, 128))
-    x = jnp.asarray(rng.standard_normal((KERNEL_MAX_ROWS + 1, 128)).astype(np.float32))
+    x = jnp.asarray(rng.standard_normal((65, 128)).astype(np.float32))
     many = np.asarray(block_matmul(x, bm))
     few = np.asarray(block_matmul(x[:3], bm))
     np.testing.assert_allclose(few, many[:3], rtol=1e-5, atol=1e-5)
@@ -88,6 +98,41 @@ def test_rows_in_parts_and_wide_inputs_do_not_change_a_rows_outputs(qtype):
     for lo, hi in [(0, 1), (118, 119), (119, 120), (120, 121), (239, 240), (240, 241), (249, 250), (100, 132),
                    (117, 125), (0, 32)]:
         np.testing.assert_array_equal(np.asarray(fn(x[lo:hi], raw)), full[lo:hi], err_msg=f"rows {lo}-{hi}")
+
+
+def test_a_prefill_chunk_through_the_kernel_equals_the_dense_product(kernel_limit):
+    """512 rows (the engine's prefill chunk) through the kernel's panel: the product of the de-quantised
+    weights within f32 summation error, and the graph holds the kernel call, not a de-quantisation."""
+    from engine.model.blocks import block_matmuls, dequantize, matmul_path
+
+    kernel_limit(None)
+    assert matmul_path(512) == "kernel"
+    rng = np.random.default_rng(9)
+    ws = [BlockMatrix(jnp.asarray(random_blocks(rng, "Q4_1", n, 576)), "Q4_1", (n, 576)) for n in (576, 192)]
+    x = rng.standard_normal((512, 576)).astype(np.float32)
+    fn = jax.jit(lambda x: block_matmuls(x, ws))
+    assert "memloop_qmatmul_many" in fn.lower(jnp.asarray(x)).as_text()
+    for y, w in zip(fn(jnp.asarray(x)), ws):
+        dense = np.asarray(dequantize(w.raw, w.qtype, w.shape[1])).astype(np.float64)
+        ref = x.astype(np.float64) @ dense.T
+        scale = np.abs(x).astype(np.float64) @ np.abs(dense).T
+        assert np.all(np.abs(np.asarray(y) - ref) <= 1e-6 * scale + 1e-7)
+
+
+def test_the_path_a_call_takes_follows_the_hosts_row_limit(kernel_limit):
+    """matmul_path names what block_matmul runs: the kernel up to the limit of this host's instruction
+    set, the in-graph de-quantisation + dot above it, the kernel at any rows without a limit."""
+    from engine.model.blocks import kernel_max_rows, matmul_path
+
+    assert kernel_max_rows() == {"avx2": 64, "avx512": 128}[kernels.isa()]
+    kernel_limit(64)
+    assert [matmul_path(n) for n in (1, 32, 64, 65, 512)] == ["kernel"] * 3 + ["dequant-dot"] * 2
+    bm = BlockMatrix(jnp.asarray(random_blocks(np.random.default_rng(1), "Q4_1", 8, 64)), "Q4_1", (8, 64))
+    for rows, kernel in ((64, True), (65, False)):
+        text = jax.jit(lambda x: block_matmul(x, bm)).lower(jnp.zeros((rows, 64), jnp.float32)).as_text()
+        assert ("memloop_qmatmul" in text) == kernel
+    kernel_limit(None)
+    assert [matmul_path(n) for n in (1, 65, 512, 4096)] == ["kernel"] * 4
 
 
 def test_kernel_rejects_mismatched_shapes():
@@ -159,13 +204,14 @@ def test_one_call_for_several_matrices_is_bit_identical(qtype, rows):
         np.testing.assert_array_equal(np.asarray(y), np.asarray(jax.jit(lambda x, r: kernels.qmatmul(x, r, qtype))(x, raw)))
 
 
-def test_block_matmuls_use_one_kernel_call():
-    """A decode step's q/k/v multiply is one custom call; many rows (prefill) keep one dot per matrix."""
-    from engine.model.blocks import KERNEL_MAX_ROWS, block_matmuls
+def test_block_matmuls_use_one_kernel_call(kernel_limit):
+    """A decode step's q/k/v multiply is one custom call; rows above the kernel's limit keep one dot per matrix."""
+    from engine.model.blocks import block_matmuls
 
+    kernel_limit(64)
     rng = np.random.default_rng(7)
     ws = [BlockMatrix(jnp.asarray(random_blocks(rng, "Q4_1", n, 64)), "Q4_1", (n, 64)) for n in (64, 16, 16)]
-    for rows, calls in ((1, 1), (KERNEL_MAX_ROWS + 1, 0)):
+    for rows, calls in ((1, 1), (65, 0)):
         x = jnp.zeros((rows, 64), jnp.float32)
         text = jax.jit(lambda x: block_matmuls(x, ws)).lower(x).as_text()
         assert text.count("memloop_qmatmul_many") == calls and text.count('"memloop_qmatmul"') == 0
