@@ -451,7 +451,7 @@ inline void Tile(const float* x, int64_t in, const uint8_t* w, int64_t row_bytes
 #endif
 // Fewer rows keep the 8 x 2 tile above, which holds its 2-8 rows of x in L1: with x 64-byte aligned, as
 // XLA hands it over, the panel ran 0.90-0.96x of it at 6 rows, 0.94-1.06x at 8, 1.1-1.3x at 10-16,
-// 1.6-1.8x at 32 and 2.0-2.3x at 512 (one Zen 5 core, Q4_1 576/1536 inputs and the Q8_0 head).
+// 1.6-1.7x at 32 and 250 (one Zen 5 core, Q4_1 576/1536 inputs and the Q8_0 head).
 constexpr int kPanelRows = MEMLOOP_PANEL_ROWS;
 constexpr int kPanelR = MEMLOOP_PANEL_R, kPanelO = MEMLOOP_PANEL_O;
 constexpr int64_t kPanelBytes = int64_t{MEMLOOP_PANEL_KB} << 10;
