@@ -537,10 +537,11 @@ __attribute__((noinline)) void PanelTile(const float* x, int64_t in, const float
 
 // The panel (both instruction sets): the outputs [o0, o1) of every row, in slices of outputs whose
 // de-quantised panel (about kPanelBytes) stays in L1, wide inputs in parts of at most kPanelDepth
-// weights, and many rows (prefill chunks) in parts of kPanelRowPart rows, so a part's rows of x stay
-// in L2 while every slice of the chunk's outputs meets them (512 rows of x at 576 inputs are 1.2 MB;
-// read again for each slice from L3 they bound the tile). The panel is filled again for each part
-// of rows, once per kPanelRowPart rows. None of this changes any (row, output) pair's FMAs.
+// weights, and many rows (a direct call; the engine sends calls above its row limit, prefill chunks,
+// to XLA's GEMM: engine/model/blocks.py) in parts of kPanelRowPart rows,
+// so a part's rows of x stay in L2 while every slice of the call's outputs meets them (512 rows of x
+// at 576 inputs are 1.2 MB; read again for each slice from L3 they halved the tile's rate). The
+// panel is filled again for each part of rows. None of this changes any (row, output) pair's FMAs.
 #ifndef MEMLOOP_PANEL_ROW_PART
 #define MEMLOOP_PANEL_ROW_PART 120
 #endif
