@@ -316,33 +316,49 @@ def best_rows(runs: list[list[dict[str, float]]]) -> list[dict[str, float]]:
     return list(best.values())
 
 
+def prefill_rate(rows: list[dict[str, float]], pp: int) -> float:
+    """speed_pp (prompt tokens over prompt-processing seconds) of the batch-1 row with `pp` prompt tokens."""
+    for row in rows:
+        if int(row["pp"]) == pp and int(row["pl"]) == 1:
+            return float(row["speed_pp"])
+    raise PeerError(f"llama-batched-bench gave no row for {pp} prompt tokens at batch 1; rows: " + json.dumps(rows)[:800])
+
+
 def llama_cpp_rates(path: Path, threads: int, decode_tokens: int, batch: int, contexts: tuple[int, ...],
                     short_prompt: int, variant: str | None = None, prefix: str = "llama_cpp",
-                    runs: int | None = None, binary: Path | None = None) -> dict[str, float]:
+                    runs: int | None = None, binary: Path | None = None,
+                    prefill_tokens: int | None = None) -> dict[str, float]:
     """llama-batched-bench's decode tokens/s at batch 1 and `batch` after `short_prompt` tokens, and at
-    batch 1 after each of `contexts`, as `{prefix}_decode_tps_b1`, `..._b32`, `..._b1_ctx4k` fields:
-    the best of `runs` runs (default `bench.model.TIMED_RUNS`, as memloop's and transformers' figures)."""
+    batch 1 after each of `contexts`, as `{prefix}_decode_tps_b1`, `..._b32`, `..._b1_ctx4k` fields;
+    with `prefill_tokens`, also its prompt processing of a prompt that long at batch 1
+    (`{prefix}_prefill_tps`, its speed_pp): each the best of `runs` runs (default
+    `bench.model.TIMED_RUNS`, as memloop's and transformers' figures)."""
     from bench.model import TIMED_RUNS
 
+    longer = sorted({*contexts, *((prefill_tokens,) if prefill_tokens else ())})
     timed = []
     for _ in range(runs or TIMED_RUNS):
         rows = batched_bench(path, threads, [short_prompt], decode_tokens, [1, batch], variant=variant, binary=binary)
-        if contexts:
-            rows += batched_bench(path, threads, list(contexts), decode_tokens, [1], variant=variant, binary=binary)
+        if longer:
+            rows += batched_bench(path, threads, longer, decode_tokens, [1], variant=variant, binary=binary)
         timed.append(rows)
     rows = best_rows(timed)
     out = {f"{prefix}_decode_tps_b1": round(decode_rate(rows, short_prompt, 1), 2),
            f"{prefix}_decode_tps_b32": round(decode_rate(rows, short_prompt, batch), 2)}
     for c in contexts:
         out[f"{prefix}_decode_tps_b1_{_ctx_key(c)}"] = round(decode_rate(rows, c, 1), 2)
+    if prefill_tokens:
+        out[f"{prefix}_prefill_tps"] = round(max(prefill_rate(r, prefill_tokens) for r in timed), 1)
     return out
 
 
 def llama_cpp_model_figures(memloop: dict[str, Any], model: str | os.PathLike | None, decode_tokens: int,
                             batch: int, contexts: tuple[int, ...], short_prompt: int = 32,
-                            threads: int | None = None, variants: tuple[str, ...] = (), log=print) -> dict[str, Any]:
+                            threads: int | None = None, variants: tuple[str, ...] = (), log=print,
+                            prefill_tokens: int | None = None) -> dict[str, Any]:
     """llama.cpp's decode tokens/s on the same GGUF with memloop's threads, at batch 1 and `batch`
     after a `short_prompt`-token prompt, and at batch 1 after each of `contexts` prompt tokens,
+    and (`prefill_tokens`) its prompt processing of a prompt as long as memloop's prefill figure's,
     with memloop's rates from the same run (`memloop`: bench model's result) divided by them. The
     ratios' denominators are llama.cpp at its defaults; each of `variants` (PEER_VARIANTS) adds its
     own labelled rates (`llama_cpp_passive_decode_tps_b1`, ...) and no ratio."""
@@ -353,7 +369,11 @@ def llama_cpp_model_figures(memloop: dict[str, Any], model: str | os.PathLike | 
     out: dict[str, Any] = {"llama_cpp_threads": threads, "llama_cpp_decode_tokens": decode_tokens,
                            "llama_cpp_env": "defaults (the caller's environment)", "llama_cpp_build": peer_build(),
                            "llama_cpp_timed_runs": TIMED_RUNS}
-    out.update(llama_cpp_rates(path, threads, decode_tokens, batch, contexts, short_prompt))
+    out.update(llama_cpp_rates(path, threads, decode_tokens, batch, contexts, short_prompt,
+                               prefill_tokens=prefill_tokens))
+    if prefill_tokens:
+        out["llama_cpp_prefill_tokens"] = prefill_tokens
+        out["ratio_prefill_vs_llama_cpp"] = round(memloop["prefill_tps"] / out["llama_cpp_prefill_tps"], 3)
     out["ratio_decode_b1_vs_llama_cpp"] = round(memloop["decode_tps_b1"] / out["llama_cpp_decode_tps_b1"], 3)
     out["ratio_decode_b32_vs_llama_cpp"] = round(memloop["decode_tps_b32"] / out["llama_cpp_decode_tps_b32"], 3)
     for c in contexts:
@@ -366,7 +386,8 @@ def llama_cpp_model_figures(memloop: dict[str, Any], model: str | os.PathLike | 
                                    prefix=f"llama_cpp_{v}"))
     log("llama.cpp (llama-batched-bench, its defaults): decode b1 {} tok/s, b{} {} tok/s; ".format(
         out["llama_cpp_decode_tps_b1"], batch, out["llama_cpp_decode_tps_b32"])
-        + ", ".join(f"ctx {c} b1 {out[f'llama_cpp_decode_tps_b1_{_ctx_key(c)}']} tok/s" for c in contexts))
+        + ", ".join(f"ctx {c} b1 {out[f'llama_cpp_decode_tps_b1_{_ctx_key(c)}']} tok/s" for c in contexts)
+        + (f"; prefill of {prefill_tokens} tokens {out['llama_cpp_prefill_tps']} tok/s" if prefill_tokens else ""))
     return out
 
 
@@ -374,7 +395,7 @@ def peer_failed_fields(reason: str, contexts: tuple[int, ...]) -> dict[str, Any]
     """The peer's fields as nulls with the reason: memloop's own figures still stand and print."""
     out: dict[str, Any] = {"llama_cpp_error": reason}
     for name in ("llama_cpp_decode_tps_b1", "llama_cpp_decode_tps_b32", "ratio_decode_b1_vs_llama_cpp",
-                 "ratio_decode_b32_vs_llama_cpp"):
+                 "ratio_decode_b32_vs_llama_cpp", "llama_cpp_prefill_tps", "ratio_prefill_vs_llama_cpp"):
         out[name] = None
     for c in contexts:
         out[f"llama_cpp_decode_tps_b1_{_ctx_key(c)}"] = None
@@ -383,10 +404,12 @@ def peer_failed_fields(reason: str, contexts: tuple[int, ...]) -> dict[str, Any]
 
 
 def model_bench_peer(memloop: dict[str, Any], model: str | os.PathLike | None, decode_tokens: int, batch: int,
-                     contexts: tuple[int, ...], variants: tuple[str, ...] = (), log=print) -> dict[str, Any]:
+                     contexts: tuple[int, ...], variants: tuple[str, ...] = (), log=print,
+                     prefill_tokens: int | None = None) -> dict[str, Any]:
     """`memloop bench model --peer llama-cpp`: llama.cpp measured as memloop was in `memloop` (its
     result): the decode steps it timed (`decode_tokens` rounded to the decode chunk, as bench.model
-    does) after a prompt as long as the chat prompt its batch-1 decode follows."""
+    does) after a prompt as long as the chat prompt its batch-1 decode follows, and the prompt
+    processing of a `prefill_tokens`-token prompt (memloop's `prefill_tps`, when given)."""
     from bench.model import PROMPTS
     from engine.sched.reference import DECODE_CHUNK
     from engine.model.tokenizer import load_tokenizer
@@ -394,7 +417,7 @@ def model_bench_peer(memloop: dict[str, Any], model: str | os.PathLike | None, d
     steps = max(DECODE_CHUNK, decode_tokens // DECODE_CHUNK * DECODE_CHUNK)
     short = len(load_tokenizer(gguf_path(model)).chat_ids(PROMPTS[0]))
     return llama_cpp_model_figures(memloop, model, steps, batch, contexts, short_prompt=short, variants=variants,
-                                   log=log)
+                                   log=log, prefill_tokens=prefill_tokens if "prefill_tps" in memloop else None)
 
 
 def _ctx_key(context: int) -> str:

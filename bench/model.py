@@ -54,6 +54,15 @@ class BenchSettings:
     f64_reference: bool = True  # also measure both f32 engines against transformers in float64 (8 bytes a weight)
 
 
+def _matmul_paths(lm: Any, rows: dict[str, int]) -> dict[str, str]:
+    """`matmul_path_<figure>`: which path the block matrices took for each figure's rows ("kernel" or
+    "dequant-dot", engine.model.blocks.matmul_path), or "dense" for a model of f32 weights."""
+    from engine.model.blocks import matmul_path
+
+    blocks = _has_blocks(lm)
+    return {f"matmul_path_{name}": matmul_path(n) if blocks else "dense" for name, n in rows.items()}
+
+
 def _has_blocks(lm: Any) -> bool:
     from engine.model.blocks import BlockMatrix
 
@@ -226,7 +235,7 @@ def run_model_bench(path: Path | None = None, settings: BenchSettings = BenchSet
 
     from engine.sched.reference import DECODE_CHUNK, generate
     from engine.model.decoder import forward, load_model, no_cache_attention
-    from engine.sample.sampling import SamplingParams
+    from engine.sample.sampling import SamplingParams, next_pow2
 
     lm = load_model(path, packed=settings.packed, blocks=False if settings.dense else None,
                     quantize=settings.quantize)
@@ -269,6 +278,7 @@ def run_model_bench(path: Path | None = None, settings: BenchSettings = BenchSet
     long_ids = tok.encode(LONG_TEXT * (settings.prefill_tokens // 30 + 1))[: settings.prefill_tokens]
     pre, _ = _ours_prefill_decode(lm, [long_ids], DECODE_CHUNK)
     prefill_tps = len(long_ids) / pre
+    prefill_rows = max(16, next_pow2(len(long_ids)))  # the rows of the prefill's weight calls (its padded bucket)
     log(f"memloop: decode b1 {decode_b1:.1f} tok/s, b{settings.batch} {decode_b32:.1f} tok/s, "
         f"prefill {prefill_tps:.0f} tok/s ({len(long_ids)}-token prompt)")
     accelerator = this_accelerator(log)
@@ -311,10 +321,12 @@ def run_model_bench(path: Path | None = None, settings: BenchSettings = BenchSet
         dense = load_model(path, blocks=False)
         _, d1 = _ours_prefill_decode(dense, [prompt_ids[0]], steps)
         _, d32 = _ours_prefill_decode(dense, batch_ids, steps)
-        peer = {"dense_decode_tps_b1": round(steps / d1, 2), "dense_decode_tps_b32": round(settings.batch * steps / d32, 2)}
+        dpre, _ = _ours_prefill_decode(dense, [long_ids], DECODE_CHUNK)
+        peer = {"dense_decode_tps_b1": round(steps / d1, 2), "dense_decode_tps_b32": round(settings.batch * steps / d32, 2),
+                "dense_prefill_tps": round(len(long_ids) / dpre, 1)}
         del dense
         log(f"memloop with dense f32 weights: decode b1 {peer['dense_decode_tps_b1']:.1f} tok/s, "
-            f"b{settings.batch} {peer['dense_decode_tps_b32']:.1f} tok/s")
+            f"b{settings.batch} {peer['dense_decode_tps_b32']:.1f} tok/s, prefill {peer['dense_prefill_tps']:.0f} tok/s")
 
     # --- speed: transformers generate (same prompts, greedy, forced length)
     def hf_gen(ids_batch: list[list[int]], new: int) -> None:
@@ -362,7 +374,8 @@ def run_model_bench(path: Path | None = None, settings: BenchSettings = BenchSet
             "ratio_ctx_longest_kernel_vs_gather": round(served[longest] / gather_tps, 2)} if gather_tps else {}),
         **peer,
         **({"ratio_decode_b1_vs_dense": round(decode_b1 / peer["dense_decode_tps_b1"], 2),
-            "ratio_decode_b32_vs_dense": round(decode_b32 / peer["dense_decode_tps_b32"], 2)} if peer else {}),
+            "ratio_decode_b32_vs_dense": round(decode_b32 / peer["dense_decode_tps_b32"], 2),
+            "ratio_prefill_vs_dense": round(prefill_tps / peer["dense_prefill_tps"], 2)} if peer else {}),
         **figures,
         "backend": jax.default_backend(),
         "dtype": lm.dtype.name,
@@ -371,6 +384,9 @@ def run_model_bench(path: Path | None = None, settings: BenchSettings = BenchSet
         "packed": settings.packed,
         "weight_path": lm.weight_path["weights"],  # kernel or dense: which path the figures above ran
         "kernel_isa": lm.weight_path["isa"],
+        # per figure, the path its weight products took (blocks.matmul_path: the kernel or the in-graph
+        # de-quantisation + XLA's dot, chosen by the rows of the call; "dense" for f32 weights)
+        **_matmul_paths(lm, {"b1": 1, f"b{settings.batch}": settings.batch, "prefill": prefill_rows}),
         "timing": TIMING,
     }
     if settings.hf_batch:

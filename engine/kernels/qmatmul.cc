@@ -326,6 +326,7 @@ constexpr int kPanelRows = 6;  // fewer rows: the panel's fill is not paid back 
 constexpr int kPanelR = 3, kPanelO = 3;
 constexpr int64_t kPanelBytes = 24 << 10;
 constexpr int64_t kPanelDepth = 768;  // weights of a row per part: `w_down`'s 1536 in two (1.75x -> 2.3x)
+constexpr bool kPanelBlockMajor = false;  // the panel holds each output's row of weights in one run
 
 // Groups [j0, j1) of outputs [0, n) of the block rows at `w` as n rows of 32 * (j1 - j0) f32 weights.
 template <int32_t Q>
@@ -375,7 +376,8 @@ inline void PanelPass(const float* x, int64_t in, const float* p, int64_t width,
 // inlined into its caller, GCC's register allocation spilled accumulators (measured: 20 against
 // 34 GMAC/s on one Zen 3 core).
 template <int R, int O>
-__attribute__((noinline)) void PanelTile(const float* x, int64_t in, const float* p, int64_t width, int64_t nj,
+__attribute__((noinline)) void PanelTile(const float* x, int64_t in, const float* p, int64_t width,
+                                         int64_t /* block stride: kBlock in this layout */, int64_t nj,
                                          V16* chains, float* y, int64_t out) {
   V16(&acc)[R][O] = *reinterpret_cast<V16(*)[R][O]>(chains);
   PanelPass<R, O, 0>(x, in, p, width, nj, acc);
@@ -385,56 +387,6 @@ __attribute__((noinline)) void PanelTile(const float* x, int64_t in, const float
       for (int o = 0; o < O; ++o) y[r * out + o] = v16_reduce_add_ps(acc[r][o]);
 }
 
-// R rows (1-3) against the panel's n outputs; each tile's chains at chains[9 * tile].
-template <int R>
-void PanelRows(const float* x, int64_t in, const float* panel, int64_t width, int64_t nj, int64_t n, V16* chains,
-               float* y, int64_t out) {
-  int64_t o = 0;
-  for (; o + kPanelO <= n; o += kPanelO, chains += kPanelR * kPanelO)
-    PanelTile<R, kPanelO>(x, in, panel + o * width, width, nj, chains, y ? y + o : y, out);
-  if (n - o == 2) PanelTile<R, 2>(x, in, panel + o * width, width, nj, chains, y ? y + o : y, out);
-  if (n - o == 1) PanelTile<R, 1>(x, in, panel + o * width, width, nj, chains, y ? y + o : y, out);
-}
-
-template <int32_t Q>
-void PanelOutputs(const float* x, int64_t rows, int64_t in, const uint8_t* w, float* y, int64_t out, int64_t o0,
-                  int64_t o1) {
-  const int64_t row_bytes = RowBytes(Q, in), blocks = in / kBlock;
-  const int64_t parts = (in + kPanelDepth - 1) / kPanelDepth;
-  const int64_t depth = (blocks + parts - 1) / parts;  // groups a part
-  const int64_t slice = std::max<int64_t>(kPanelO, kPanelBytes / (4 * kBlock * depth) / kPanelO * kPanelO);
-  const int64_t tiles = (rows + kPanelR - 1) / kPanelR * ((slice + kPanelO - 1) / kPanelO);
-  struct alignas(32) Eight {
-    float f[8];
-  };
-  // per thread: XLA's pool and the crew run chunks at once
-  static thread_local std::vector<Eight> panel_buffer;
-  static thread_local std::vector<V16> chain_buffer;
-  if (static_cast<int64_t>(panel_buffer.size()) < slice * depth * 4) panel_buffer.resize(slice * depth * 4);
-  if (static_cast<int64_t>(chain_buffer.size()) < tiles * kPanelR * kPanelO) chain_buffer.resize(tiles * kPanelR * kPanelO);
-  float* panel = panel_buffer.data()->f;
-  for (int64_t s0 = o0; s0 < o1; s0 += slice) {
-    const int64_t n = std::min(o1, s0 + slice) - s0;
-    const int64_t per_rows = (n + kPanelO - 1) / kPanelO * kPanelR * kPanelO;  // chains of a row tile
-    std::fill(chain_buffer.begin(), chain_buffer.begin() + tiles * kPanelR * kPanelO, v16_setzero_ps());
-    for (int64_t j0 = 0; j0 < blocks; j0 += depth) {
-      const int64_t j1 = std::min(blocks, j0 + depth), width = (j1 - j0) * kBlock;
-      PanelFill<Q>(w + s0 * row_bytes, row_bytes, j0, j1, n, panel);
-      const bool last = j1 == blocks;
-      for (int64_t r = 0; r < rows; r += kPanelR) {
-        const float* xr = x + r * in + j0 * kBlock;
-        float* yr = last ? y + r * out + s0 : nullptr;
-        V16* chains = chain_buffer.data() + r / kPanelR * per_rows;
-        switch (std::min<int64_t>(kPanelR, rows - r)) {
-          case 3: PanelRows<3>(xr, in, panel, width, j1 - j0, n, chains, yr, out); break;
-          case 2: PanelRows<2>(xr, in, panel, width, j1 - j0, n, chains, yr, out); break;
-          default: PanelRows<1>(xr, in, panel, width, j1 - j0, n, chains, yr, out); break;
-        }
-      }
-    }
-  }
-}
-#define MEMLOOP_PANEL_TILES 1
 
 template <int32_t Q, int RT, int OT>
 inline void Tile(const float* x, int64_t in, const uint8_t* w, int64_t row_bytes, float* y, int64_t out) {
@@ -477,11 +429,202 @@ inline void Tile(const float* x, int64_t in, const uint8_t* w, int64_t row_bytes
   for (int r = 0; r < RT; ++r)
     for (int o = 0; o < OT; ++o) y[r * out + o] = v16_reduce_add_ps(acc[r][o]);
 }
+
+// AVX-512 panel (PanelOutputs, below): the idea of the AVX2 panel above with 32 registers of 16
+// lanes, so one pass over the row. A slice of outputs is de-quantised once into an f32 panel and
+// every row meets it in tiles of kPanelR rows x kPanelO outputs: kPanelR * kPanelO accumulators,
+// kPanelO panel vectors and one x vector held in registers, each loaded vector feeding several FMAs.
+// Each accumulator lane sees fma(x[32j+l], w[32j+l]) then fma(x[32j+16+l], w[32j+16+l]) block by
+// block, the order of Tile above and of the AVX2 tiles, and the same final reduction, so every
+// output is bit-identical to theirs. The tile shape was chosen by a profile on an AMD EPYC (Zen 5)
+// core (docs/bench-log.md, 2026-11-28): 2 x 8 (16 accumulators, 8 panel vectors, one x vector) ran
+// 1.07x 3 x 6 and 4 x 6, 1.08x 2 x 9, 1.1x 2 x 10, 1.3x 2 x 12 (spills) at 32 and 512 rows.
+#ifndef MEMLOOP_PANEL_R  // the build may override the shape (profiling only)
+#define MEMLOOP_PANEL_R 2
+#define MEMLOOP_PANEL_O 8
+#endif
+#ifndef MEMLOOP_PANEL_ROWS
+#define MEMLOOP_PANEL_ROWS 9
+#endif
+#ifndef MEMLOOP_PANEL_KB
+#define MEMLOOP_PANEL_KB 24
+#endif
+// Fewer rows keep the 8 x 2 tile above, which holds its 2-8 rows of x in L1: with x 64-byte aligned, as
+// XLA hands it over, the panel ran 0.90-0.96x of it at 6 rows, 0.94-1.06x at 8, 1.1-1.3x at 10-16,
+// 1.6-1.7x at 32 and 250 (one Zen 5 core, Q4_1 576/1536 inputs and the Q8_0 head).
+constexpr int kPanelRows = MEMLOOP_PANEL_ROWS;
+constexpr int kPanelR = MEMLOOP_PANEL_R, kPanelO = MEMLOOP_PANEL_O;
+constexpr int64_t kPanelBytes = int64_t{MEMLOOP_PANEL_KB} << 10;
+constexpr int64_t kPanelDepth = 768;
+// The panel block by block: group j of outputs 0..n-1 side by side, so a tile reads its outputs'
+// vectors at fixed offsets from one pointer (with one pointer per output row, as on AVX2, GCC ran
+// out of general registers and moved addresses through vector registers inside the loop).
+constexpr bool kPanelBlockMajor = true;
+
+template <int32_t Q>
+inline void PanelFill(const uint8_t* w, int64_t row_bytes, int64_t j0, int64_t j1, int64_t n, float* panel) {
+  for (int64_t o = 0; o < n; ++o)
+    for (int64_t j = j0; j < j1; ++j) {
+      V16 lo, hi;
+      Group<Q>(w + o * row_bytes, j, lo, hi);
+      float* p = panel + ((j - j0) * n + o) * kBlock;
+      _mm512_store_ps(p, lo);
+      _mm512_store_ps(p + 16, hi);
+    }
+}
+
+// "v": any of the 32 vector registers ("x" would allow only the first 16).
+#define MEMLOOP_IN_REGISTER(v) asm("" : "+v"(v))
+
+// v16_reduce_add_ps (GCC's _mm512_reduce_add_ps) of 16 vectors at once, bit for bit: that tree adds
+// s_i = a[i] + a[8+i], then t_i = s_i + s_(4+i), u_i = t_i + t_(2+i) and returns u_0 + u_1. The same
+// pairs are added here across 16 vectors (a pair's order is free: IEEE addition commutes), each step
+// halving the vectors, 15 adds and 30 shuffles where 16 reductions take about 130 instructions. The
+// sum of a[m] lands in t[(m % 4) * 4 + m / 4].
+inline void Reduce16(const V16* a, float* t) {
+  __m512 x[8], y[4], z[2];
+  for (int k = 0; k < 8; ++k)  // [a.lo256, b.lo256] + [a.hi256, b.hi256]: s of a[2k] | s of a[2k+1]
+    x[k] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * k], a[2 * k + 1], 0x44),
+                         _mm512_shuffle_f32x4(a[2 * k], a[2 * k + 1], 0xEE));
+  for (int k = 0; k < 4; ++k)  // 128-bit lane j: t of a[4k + j]
+    y[k] = _mm512_add_ps(_mm512_shuffle_f32x4(x[2 * k], x[2 * k + 1], 0x88),
+                         _mm512_shuffle_f32x4(x[2 * k], x[2 * k + 1], 0xDD));
+  for (int k = 0; k < 2; ++k) {  // lane j: u_0, u_1 of a[8k + j], then of a[8k + 4 + j]
+    const __m512d p = _mm512_castps_pd(y[2 * k]), q = _mm512_castps_pd(y[2 * k + 1]);
+    z[k] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(p, q)), _mm512_castpd_ps(_mm512_unpackhi_pd(p, q)));
+  }
+  // lane j: the sums of a[j], a[4 + j], a[8 + j], a[12 + j]
+  _mm512_store_ps(t, _mm512_add_ps(_mm512_shuffle_ps(z[0], z[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                   _mm512_shuffle_ps(z[0], z[1], _MM_SHUFFLE(3, 1, 3, 1))));
+}
+
+template <int R, int O>
+__attribute__((noinline)) void PanelTile(const float* x, int64_t in, const float* p, int64_t /* output stride: kBlock */,
+                                         int64_t jstride, int64_t nj, V16* chains, float* y, int64_t out) {
+  V16 a[R][O];
+  for (int r = 0; r < R; ++r)
+    for (int o = 0; o < O; ++o) a[r][o] = chains[r * O + o];
+  for (int64_t j = 0; j < nj; ++j) {
+    const float* xj = x + j * kBlock;
+    const float* pj = p + j * jstride;
+    for (int c = 0; c < 32; c += 16) {  // weights 0-15 of the block, then 16-31
+      V16 wv[O];
+      for (int o = 0; o < O; ++o) {
+        wv[o] = _mm512_load_ps(pj + o * kBlock + c);
+        MEMLOOP_IN_REGISTER(wv[o]);
+      }
+      for (int r = 0; r < R; ++r) {
+        V16 xv = _mm512_loadu_ps(xj + r * in + c);
+        MEMLOOP_IN_REGISTER(xv);
+        for (int o = 0; o < O; ++o) a[r][o] = _mm512_fmadd_ps(xv, wv[o], a[r][o]);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int o = 0; o < O; ++o) chains[r * O + o] = a[r][o];
+  if (y == nullptr) return;
+  // The finished sums: 16 chains at a time through one transposed tree, the rest one by one.
+  constexpr int N = R * O;
+  int i = 0;
+  for (; i + 16 <= N; i += 16) {
+    alignas(64) float t[16];
+    Reduce16(chains + i, t);
+    for (int m = 0; m < 16; ++m) y[(i + m) / O * out + (i + m) % O] = t[(m % 4) * 4 + m / 4];
+  }
+  for (; i < N; ++i) y[i / O * out + i % O] = v16_reduce_add_ps(chains[i]);
+}
 #endif
 
+// The panel (both instruction sets): the outputs [o0, o1) of every row, in slices of outputs whose
+// de-quantised panel (about kPanelBytes) stays in L1, wide inputs in parts of at most kPanelDepth
+// weights, and many rows (a direct call; the engine sends calls above its row limit, prefill chunks,
+// to XLA's GEMM: engine/model/blocks.py) in parts of kPanelRowPart rows,
+// so a part's rows of x stay in L2 while every slice of the call's outputs meets them (512 rows of x
+// at 576 inputs are 1.2 MB; read again for each slice from L3 they halved the tile's rate). The
+// panel is filled again for each part of rows. None of this changes any (row, output) pair's FMAs.
+#ifndef MEMLOOP_PANEL_ROW_PART
+#define MEMLOOP_PANEL_ROW_PART 120
+#endif
+constexpr int64_t kPanelRowPart = MEMLOOP_PANEL_ROW_PART;  // a multiple of 2 and 3 (AVX-512's and AVX2's row tiles)
+
+// Tiles of R rows (R <= kPanelR) against the remaining n outputs of the panel: full kPanelO tiles,
+// then one tile of the n % kPanelO left; each tile's chains at chains[R * kPanelO * tile].
+template <int R, int O>
+inline void PanelRest(const float* x, int64_t in, const float* panel, int64_t ostride, int64_t jstride, int64_t nj,
+                      int64_t rest, V16* chains, float* y, int64_t out) {
+  if constexpr (O >= 1) {
+    if (rest == O) PanelTile<R, O>(x, in, panel, ostride, jstride, nj, chains, y, out);
+    else PanelRest<R, O - 1>(x, in, panel, ostride, jstride, nj, rest, chains, y, out);
+  }
+}
+
+// The panel's n outputs: output o's group j at panel + o * ostride + j * jstride.
+template <int R>
+void PanelRows(const float* x, int64_t in, const float* panel, int64_t width, int64_t nj, int64_t n, V16* chains,
+               float* y, int64_t out) {
+  const int64_t ostride = kPanelBlockMajor ? kBlock : width, jstride = kPanelBlockMajor ? n * kBlock : kBlock;
+  int64_t o = 0;
+  for (; o + kPanelO <= n; o += kPanelO, chains += kPanelR * kPanelO)
+    PanelTile<R, kPanelO>(x, in, panel + o * ostride, ostride, jstride, nj, chains, y ? y + o : y, out);
+  if (n > o)
+    PanelRest<R, kPanelO - 1>(x, in, panel + o * ostride, ostride, jstride, nj, n - o, chains, y ? y + o : y, out);
+}
+
+template <int R>
+inline void PanelRowsOf(int64_t count, const float* x, int64_t in, const float* panel, int64_t width, int64_t nj,
+                        int64_t n, V16* chains, float* y, int64_t out) {
+  if constexpr (R >= 1) {
+    if (count == R) PanelRows<R>(x, in, panel, width, nj, n, chains, y, out);
+    else PanelRowsOf<R - 1>(count, x, in, panel, width, nj, n, chains, y, out);
+  }
+}
+
+template <int32_t Q>
+void PanelOutputs(const float* x, int64_t rows, int64_t in, const uint8_t* w, float* y, int64_t out, int64_t o0,
+                  int64_t o1) {
+  const int64_t row_bytes = RowBytes(Q, in), blocks = in / kBlock;
+  const int64_t parts = (in + kPanelDepth - 1) / kPanelDepth;
+  const int64_t depth = (blocks + parts - 1) / parts;  // groups a part
+  const int64_t slice = std::max<int64_t>(kPanelO, kPanelBytes / (4 * kBlock * depth) / kPanelO * kPanelO);
+  const int64_t part_rows = std::min(rows, kPanelRowPart);
+  const int64_t per_rows = (slice + kPanelO - 1) / kPanelO * kPanelR * kPanelO;  // chains of a row tile
+  const int64_t chain_count = (part_rows + kPanelR - 1) / kPanelR * per_rows;
+  struct alignas(64) Sixteen {
+    float f[16];
+  };
+  // per thread: XLA's pool and the crew run chunks at once
+  static thread_local std::vector<Sixteen> panel_buffer;
+  static thread_local std::vector<Sixteen> chain_buffer;  // one V16 each (a vector of V16 would drop its alignment)
+  static_assert(sizeof(Sixteen) == sizeof(V16), "a chain is one V16");
+  if (static_cast<int64_t>(panel_buffer.size()) < slice * depth * 2) panel_buffer.resize(slice * depth * 2);
+  if (static_cast<int64_t>(chain_buffer.size()) < chain_count) chain_buffer.resize(chain_count);
+  float* panel = panel_buffer.data()->f;
+  V16* const chain_base = reinterpret_cast<V16*>(chain_buffer.data());
+  for (int64_t r0 = 0; r0 < rows; r0 += kPanelRowPart) {
+    const int64_t r1 = std::min(rows, r0 + kPanelRowPart);
+    for (int64_t s0 = o0; s0 < o1; s0 += slice) {
+      const int64_t n = std::min(o1, s0 + slice) - s0;
+      std::fill(chain_base, chain_base + chain_count, v16_setzero_ps());
+      for (int64_t j0 = 0; j0 < blocks; j0 += depth) {
+        const int64_t j1 = std::min(blocks, j0 + depth), width = (j1 - j0) * kBlock;
+        PanelFill<Q>(w + s0 * row_bytes, row_bytes, j0, j1, n, panel);
+        const bool last = j1 == blocks;
+        for (int64_t r = r0; r < r1; r += kPanelR) {
+          const float* xr = x + r * in + j0 * kBlock;
+          float* yr = last ? y + r * out + s0 : nullptr;
+          V16* chains = chain_base + (r - r0) / kPanelR * per_rows;
+          PanelRowsOf<kPanelR>(std::min<int64_t>(kPanelR, r1 - r), xr, in, panel, width, j1 - j0, n, chains, yr, out);
+        }
+      }
+    }
+  }
+}
+
+
 // Tiles: one row reads each weight once and is bound by memory, so it takes 8 outputs at a time for
-// independent FMA chains; several rows share each de-quantised block across 8 rows x 2 outputs
-// (16 accumulators + 4 weight vectors fit the 32 vector registers without spilling).
+// independent FMA chains; 2-8 rows share each de-quantised block across 8 rows x 2 outputs
+// (16 accumulators + 4 weight vectors fit the 32 vector registers without spilling), nine or more
+// run the 2 x 8 panel tiles (PanelOutputs, kPanelRows).
 // AVX2 (16 registers of 8 lanes): one row takes 2 outputs in one pass (TileRow: 4 accumulators);
 // two to five rows run the two-pass tile on 8 rows x 1 output (8 accumulators a pass, each decoded
 // half shared by 8 rows), six or more the panel tiles (PanelOutputs). Measured on a Zen 3 core
@@ -542,10 +685,8 @@ void Outputs(const float* x, int64_t rows, int64_t in, const uint8_t* w, float* 
              int64_t o1) {
   if (rows == 1) {
     OutputsTiled<Q, kSingleTile>(x, rows, in, w, y, out, o0, o1);
-#ifdef MEMLOOP_PANEL_TILES
   } else if (rows >= kPanelRows) {
     PanelOutputs<Q>(x, rows, in, w, y, out, o0, o1);
-#endif
   } else {
     OutputsTiled<Q, kPairTile>(x, rows, in, w, y, out, o0, o1);
   }
@@ -590,8 +731,11 @@ ffi::Error Multiply(ffi::ThreadPool& pool, OutputsFn fn, const float* xp, int64_
   // Chunks of about 64k weights x rows of work, a multiple of the output tile, at least one per thread.
   // Several rows take at least 32 outputs (AVX-512: 8) a chunk: each chunk reads its rows of x again,
   // which on AVX2 outweigh a few outputs' weights many times (OutputsTiled).
-  const int64_t tile = kSingleTile;
-  const int64_t least = rows > 1 && !kV16Native ? 32 : tile;
+  // AVX-512 panel calls take whole tiles of kPanelO outputs, at least 4 a chunk (the fill of a panel
+  // slice and its remainder tiles are paid per chunk).
+  const bool panel = kV16Native && rows >= kPanelRows;
+  const int64_t tile = panel ? kPanelO : kSingleTile;
+  const int64_t least = rows > 1 && !kV16Native ? 32 : (panel ? 4 * kPanelO : tile);
   const int64_t per_out = std::max<int64_t>(1, in * rows);
   int64_t total = 0;
   for (int i = 0; i < nmats; ++i) total += mats[i].out;

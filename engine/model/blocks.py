@@ -8,11 +8,12 @@ Other GGUF types (Q5_1, Q2_K, Q3_K, F16, ...) and rows whose width is not a whol
 blocks are de-quantised to dense f32 by the loader, which logs which. It is a pytree whose only
 leaf is the uint8 array, so it rides through jit like any parameter.
 
-`block_matmul(x, w)` picks, per call shape:
-  * few rows (decoding): the CPU kernel (engine.kernels), which reads 0.56-1.06 bytes per weight
-    instead of 4 and de-quantises in registers;
-  * many rows (prefill chunks): de-quantise the matrix in the graph and use XLA's dot, where the
-    f32 copy is paid once for many rows and XLA's GEMM is the faster one.
+`block_matmul(x, w)` picks, per call shape (`matmul_path`):
+  * the CPU kernel (engine.kernels), which reads 0.56-1.06 bytes per weight instead of 4 and
+    de-quantises in registers (one row), or once per slice of outputs into an f32 panel that the
+    rows share (decode batches);
+  * above `kernel_max_rows()` rows (prefill chunks), de-quantise the matrix in the graph and use
+    XLA's dot, where XLA's GEMM was measured the faster one on both instruction sets.
 Both see bit-identical weights (the values `gguf`'s de-quantiser gives).
 """
 from __future__ import annotations
@@ -28,7 +29,12 @@ BLOCK = 32  # weights per GGUF block (Q4_0, Q4_1, Q5_0, Q8_0) and per k-quant su
 SUPER = 256  # weights per k-quant super-block (Q4_K, Q5_K, Q6_K)
 BLOCK_BYTES = {"Q4_0": 18, "Q4_1": 20, "Q5_0": 22, "Q8_0": 34, "Q4_K": 144, "Q5_K": 176, "Q6_K": 210}
 BLOCK_WEIGHTS = {q: SUPER if q.endswith("_K") else BLOCK for q in BLOCK_BYTES}
-KERNEL_MAX_ROWS = 64  # above this many rows the in-graph de-quantisation + XLA dot is faster (docs/engine-model.md)
+# The most rows a call sends to the kernel, per instruction set the kernels are built for (None: every
+# call); above it the in-graph de-quantisation + XLA's dot was measured faster. AVX2 (a Zen 3 core,
+# 3 x 3 panel tiles): the kernel led up to 64 rows, XLA from 128-256. AVX-512 (one Zen 5 core, 2 x 8
+# panel tiles, rows in parts that stay in L2): the kernel led 1.8-2.2x at 32 rows and 1.04-1.14x at
+# 128, and ran 0.88-0.92x of XLA at the 512-row prefill chunk (docs/bench-log.md, 2026-11-28).
+KERNEL_MAX_ROWS: dict[str, int | None] = {"avx2": 64, "avx512": 128}
 
 
 @jax.tree_util.register_pytree_node_class
@@ -158,10 +164,27 @@ def take_rows(w: BlockMatrix, ids: jax.Array) -> jax.Array:
     return dequantize(jnp.take(w.raw, ids, axis=0), w.qtype, w.shape[1])
 
 
+def kernel_max_rows() -> int | None:
+    """The most rows of one call the kernel takes on this host (None: no limit); the kernels must be
+    available for it to matter."""
+    from engine import kernels
+
+    return KERNEL_MAX_ROWS[kernels.isa()]
+
+
 def use_kernel(rows: int) -> bool:
     from engine import kernels
 
-    return rows <= KERNEL_MAX_ROWS and jax.default_backend() == "cpu" and kernels.available()
+    if jax.default_backend() != "cpu" or not kernels.available():
+        return False
+    limit = kernel_max_rows()
+    return limit is None or rows <= limit
+
+
+def matmul_path(rows: int) -> str:
+    """Which path a block matrix times `rows` rows of x takes here: "kernel" (the CPU kernel) or
+    "dequant-dot" (de-quantised in the graph, XLA's dot). Benchmarks report it per figure."""
+    return "kernel" if use_kernel(rows) else "dequant-dot"
 
 
 def block_matmuls(x: jax.Array, ws: list[BlockMatrix]) -> list[jax.Array]:

@@ -25,8 +25,8 @@ def bench_model(
                                  "types (comma-separated: float16, int8; empty for none), each against the f32 cache."),
     peer: Optional[str] = typer.Option(None, "--peer", help="Also run llama.cpp's llama-batched-bench on the same "
                                        "GGUF and threads (llama-cpp; `make peers` builds it): decode at batch 1 "
-                                       "and the large batch, and at the long contexts, at llama.cpp's defaults "
-                                       "(the ratios' denominators)."),
+                                       "and the large batch, at the long contexts, and its prompt processing at the "
+                                       "prefill length, at llama.cpp's defaults (the ratios' denominators)."),
     peer_variants: str = typer.Option("", "--peer-variants", help="Also time the peer with these settings, as "
                                       "extra labelled fields without ratios (comma-separated: passive = "
                                       "OMP_WAIT_POLICY=PASSIVE)."),
@@ -65,7 +65,7 @@ def bench_model(
             if peer_failed is None:
                 try:
                     result.update(model_bench_peer(result, model, decode_tokens, batch, settings.contexts,
-                                                   variants=variants, log=log))
+                                                   variants=variants, log=log, prefill_tokens=prefill_tokens))
                 except PeerError as exc:
                     peer_failed = str(exc)
             if peer_failed is not None:

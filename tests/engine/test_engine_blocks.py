@@ -52,27 +52,87 @@ def test_kernel_matches_float64_reference(qtype, rows):
 def test_kernel_rows_do_not_depend_on_their_batch(qtype):
     """A row's outputs are bit-identical alone, at any position of any batch size (the property that
     lets a request's greedy tokens not depend on what shares its step). The slices cross every tile
-    change: one row, the two-pass tile (2-5 rows), the panel tiles (6 rows and more, 3 at a time)."""
+    change: one row; on AVX2 the two-pass tile (2-5 rows) and the panel tiles (6 rows and more, 3 at a
+    time); on AVX-512 the 8 x 2 tile (2-8 rows) and the panel tiles (9 rows and more, 2 at a time)."""
     rng = np.random.default_rng(3)
     raw = jnp.asarray(random_blocks(rng, qtype, 136, 512))
     x = jnp.asarray(rng.standard_normal((37, 512)).astype(np.float32))
     fn = jax.jit(lambda x, r: kernels.qmatmul(x, r, qtype))
     full = np.asarray(fn(x, raw))
-    for lo, hi in [(0, 1), (5, 6), (0, 3), (2, 4), (0, 5), (0, 6), (4, 9), (0, 8), (3, 16), (9, 37), (30, 37), (36, 37)]:
+    for lo, hi in [(0, 1), (5, 6), (0, 3), (2, 4), (0, 5), (0, 6), (4, 9), (0, 8), (0, 9), (1, 11), (3, 16), (9, 37), (30, 37), (36, 37)]:
         np.testing.assert_array_equal(np.asarray(fn(x[lo:hi], raw)), full[lo:hi])
 
 
-def test_block_matmul_kernel_and_graph_paths_agree():
-    """Few rows go to the kernel, many rows to de-quantise + XLA dot; the two differ only by f32 rounding."""
-    from engine.model.blocks import KERNEL_MAX_ROWS
+@pytest.fixture
+def kernel_limit(monkeypatch):
+    """Sets the kernel's row limit on this host's instruction set (engine.model.blocks.KERNEL_MAX_ROWS)."""
+    from engine.model import blocks
 
+    def set_limit(rows):
+        monkeypatch.setitem(blocks.KERNEL_MAX_ROWS, kernels.isa(), rows)
+
+    return set_limit
+
+
+def test_block_matmul_kernel_and_graph_paths_agree(kernel_limit):
+    """Few rows go to the kernel, rows above the limit to de-quantise + XLA dot; the two differ only by f32 rounding."""
+    kernel_limit(64)
     rng = np.random.default_rng(4)
     raw = random_blocks(rng, "Q4_1", 64, 128)
     bm = BlockMatrix(jnp.asarray(raw), "Q4_1", (64, 128))
-    x = jnp.asarray(rng.standard_normal((KERNEL_MAX_ROWS + 1, 128)).astype(np.float32))
+    x = jnp.asarray(rng.standard_normal((65, 128)).astype(np.float32))
     many = np.asarray(block_matmul(x, bm))
     few = np.asarray(block_matmul(x[:3], bm))
     np.testing.assert_allclose(few, many[:3], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("qtype", ["Q4_1", "Q8_0", "Q4_K"])
+def test_rows_in_parts_and_wide_inputs_do_not_change_a_rows_outputs(qtype):
+    """A prefill-sized call (250 rows: the panel takes rows in parts of 120, and 1536 inputs in two
+    parts of 768) gives every row the bits it gets alone and in a decode-sized batch."""
+    rng = np.random.default_rng(8)
+    raw = jnp.asarray(random_blocks(rng, qtype, 100, 1536))
+    x = jnp.asarray(rng.standard_normal((250, 1536)).astype(np.float32))
+    fn = jax.jit(lambda x, r: kernels.qmatmul(x, r, qtype))
+    full = np.asarray(fn(x, raw))
+    for lo, hi in [(0, 1), (118, 119), (119, 120), (120, 121), (239, 240), (240, 241), (249, 250), (100, 132),
+                   (117, 125), (0, 32)]:
+        np.testing.assert_array_equal(np.asarray(fn(x[lo:hi], raw)), full[lo:hi], err_msg=f"rows {lo}-{hi}")
+
+
+def test_a_prefill_chunk_through_the_kernel_equals_the_dense_product(kernel_limit):
+    """512 rows (the engine's prefill chunk) through the kernel's panel: the product of the de-quantised
+    weights within f32 summation error, and the graph holds the kernel call, not a de-quantisation."""
+    from engine.model.blocks import block_matmuls, dequantize, matmul_path
+
+    kernel_limit(None)
+    assert matmul_path(512) == "kernel"
+    rng = np.random.default_rng(9)
+    ws = [BlockMatrix(jnp.asarray(random_blocks(rng, "Q4_1", n, 576)), "Q4_1", (n, 576)) for n in (576, 192)]
+    x = rng.standard_normal((512, 576)).astype(np.float32)
+    fn = jax.jit(lambda x: block_matmuls(x, ws))
+    assert "memloop_qmatmul_many" in fn.lower(jnp.asarray(x)).as_text()
+    for y, w in zip(fn(jnp.asarray(x)), ws):
+        dense = np.asarray(dequantize(w.raw, w.qtype, w.shape[1])).astype(np.float64)
+        ref = x.astype(np.float64) @ dense.T
+        scale = np.abs(x).astype(np.float64) @ np.abs(dense).T
+        assert np.all(np.abs(np.asarray(y) - ref) <= 1e-6 * scale + 1e-7)
+
+
+def test_the_path_a_call_takes_follows_the_hosts_row_limit(kernel_limit):
+    """matmul_path names what block_matmul runs: the kernel up to the limit of this host's instruction
+    set, the in-graph de-quantisation + dot above it, the kernel at any rows without a limit."""
+    from engine.model.blocks import kernel_max_rows, matmul_path
+
+    assert kernel_max_rows() == {"avx2": 64, "avx512": 128}[kernels.isa()]
+    kernel_limit(64)
+    assert [matmul_path(n) for n in (1, 32, 64, 65, 512)] == ["kernel"] * 3 + ["dequant-dot"] * 2
+    bm = BlockMatrix(jnp.asarray(random_blocks(np.random.default_rng(1), "Q4_1", 8, 64)), "Q4_1", (8, 64))
+    for rows, kernel in ((64, True), (65, False)):
+        text = jax.jit(lambda x: block_matmul(x, bm)).lower(jnp.zeros((rows, 64), jnp.float32)).as_text()
+        assert ("memloop_qmatmul" in text) == kernel
+    kernel_limit(None)
+    assert [matmul_path(n) for n in (1, 65, 512, 4096)] == ["kernel"] * 4
 
 
 def test_kernel_rejects_mismatched_shapes():
@@ -144,13 +204,14 @@ def test_one_call_for_several_matrices_is_bit_identical(qtype, rows):
         np.testing.assert_array_equal(np.asarray(y), np.asarray(jax.jit(lambda x, r: kernels.qmatmul(x, r, qtype))(x, raw)))
 
 
-def test_block_matmuls_use_one_kernel_call():
-    """A decode step's q/k/v multiply is one custom call; many rows (prefill) keep one dot per matrix."""
-    from engine.model.blocks import KERNEL_MAX_ROWS, block_matmuls
+def test_block_matmuls_use_one_kernel_call(kernel_limit):
+    """A decode step's q/k/v multiply is one custom call; rows above the kernel's limit keep one dot per matrix."""
+    from engine.model.blocks import block_matmuls
 
+    kernel_limit(64)
     rng = np.random.default_rng(7)
     ws = [BlockMatrix(jnp.asarray(random_blocks(rng, "Q4_1", n, 64)), "Q4_1", (n, 64)) for n in (64, 16, 16)]
-    for rows, calls in ((1, 1), (KERNEL_MAX_ROWS + 1, 0)):
+    for rows, calls in ((1, 1), (65, 0)):
         x = jnp.zeros((rows, 64), jnp.float32)
         text = jax.jit(lambda x: block_matmuls(x, ws)).lower(x).as_text()
         assert text.count("memloop_qmatmul_many") == calls and text.count('"memloop_qmatmul"') == 0

@@ -3,7 +3,8 @@ this CPU (AVX-512 where it has it): engine/kernels/vec16.h keeps the AVX-512 lan
 reduction trees on AVX2, and the AVX2 tiles keep each lane's FMA chain.
 
 Each build runs in its own process (a process loads one kernel library) over the same inputs: every
-block type at 1, 3 and 32 rows (the single-row tile, a remainder tile, full row tiles), one call for
+block type at 1, 3, 32 and 130 rows (the single-row tile, a remainder tile, full row tiles, rows in
+more than one part of the panel), one call for
 several matrices, and paged attention over f32, f16 and int8 pools with decode and multi-token rows,
 a sliding window among them. On an AVX2-only host both builds are AVX2 and the check is trivial; on an
 AVX-512 host it compares the two instruction sets.
@@ -26,7 +27,7 @@ pytestmark = needs_kernels
 
 ROOT = Path(__file__).resolve().parents[2]
 QTYPES = ["Q4_0", "Q4_1", "Q5_0", "Q8_0", "Q4_K", "Q5_K", "Q6_K"]
-ROWS = (1, 3, 32)
+ROWS = (1, 3, 32, 130)
 
 # Runs every kernel over the inputs in argv[1] and saves the outputs to argv[2].
 _SCRIPT = r"""
@@ -42,7 +43,7 @@ for name in inp.files:
     if name.startswith("w_"):
         qtype = name[2:]
         w = jnp.asarray(inp[name])
-        for rows in (1, 3, 32):
+        for rows in (1, 3, 32, 130):
             x = jnp.asarray(inp[f"x_{qtype}"][:rows])
             out[f"mm_{qtype}_{rows}"] = np.asarray(jax.jit(lambda x, w: kernels.qmatmul(x, w, qtype))(x, w))
         many = jax.jit(lambda x, w: kernels.qmatmul_many(x, [w[:7], w[7:]], qtype))(jnp.asarray(inp[f"x_{qtype}"][:3]), w)
@@ -76,7 +77,7 @@ def _inputs(path: Path) -> None:
             half = (rng.standard_normal((19, nb)) * 0.01).astype(np.float16)
             raw[..., at:at + 2] = half.view(np.uint8).reshape(19, nb, 2)
         arrays[f"w_{qtype}"] = raw.reshape(19, nb * bb)
-        arrays[f"x_{qtype}"] = rng.standard_normal((32, cols)).astype(np.float32)
+        arrays[f"x_{qtype}"] = rng.standard_normal((max(ROWS), cols)).astype(np.float32)
     kvh, heads, hd, page_size, pages = 2, 6, 64, 16, 40
     arrays["k"] = rng.standard_normal((kvh, pages, page_size, hd)).astype(np.float32)
     arrays["v"] = rng.standard_normal((kvh, pages, page_size, hd)).astype(np.float32)
@@ -103,7 +104,7 @@ def test_the_avx2_build_gives_the_native_builds_numbers(tmp_path):
     avx2 = _outputs(inputs, tmp_path / "avx2.npz", "avx2")
     assert str(avx2.pop("isa")) == "avx2"
     assert str(native.pop("isa")) == kernels.isa()
-    assert native.keys() == avx2.keys() and len(native) == 7 * 4 + 3 * 2 * 2
+    assert native.keys() == avx2.keys() and len(native) == 7 * (len(ROWS) + 1) + 3 * 2 * 2
     for name in native:
         assert np.isfinite(native[name]).all(), name
         # bit for bit, signed zeros included

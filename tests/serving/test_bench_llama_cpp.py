@@ -305,3 +305,41 @@ def test_the_peer_binaries_record_whether_they_are_the_native_or_the_portable_bu
     assert peer_build(tmp_path) == "portable"
     record_build(tmp_path, "native", ["-DGGML_NATIVE=ON"])
     assert peer_build(tmp_path) == "native"
+
+
+# A stand-in llama-batched-bench that prints a row for every prompt length (-npp) and sequence count
+# (-npl) it is asked for, its prompt processing a rate of the prompt length and the run's number.
+_EVERY_ASKED_ROW = """#!/bin/sh
+count="$(dirname "$0")/runs"
+n=$(( $(cat "$count" 2>/dev/null || echo 0) + 1 )); echo "$n" > "$count"
+while [ $# -gt 0 ]; do case "$1" in -npp) npp="$2"; shift;; -npl) npl="$2"; shift;; esac; shift; done
+for pp in $(echo "$npp" | tr ',' ' '); do for pl in $(echo "$npl" | tr ',' ' '); do
+printf '{"pp": %s, "tg": 8, "pl": %s, "n_kv": 40, "t_pp": 0.1, "speed_pp": %s.0, "t_tg": 0.1, "speed_tg": 5.0}\\n' "$pp" "$pl" "$((pp + n))"
+done; done
+"""
+
+
+def test_the_peers_prompt_processing_is_timed_at_memloops_prefill_length(tmp_path, monkeypatch):
+    """With a prefill length, llama.cpp's prompt processing of a prompt that long at batch 1 joins the
+    run (its speed_pp, the best of the timed runs) and bench model divides memloop's prefill by it."""
+    from bench.llama_cpp import llama_cpp_model_figures, llama_cpp_rates, peer_failed_fields
+    from bench.model import TIMED_RUNS
+
+    probe = tmp_path / "llama-batched-bench"
+    probe.write_text(_EVERY_ASKED_ROW)
+    probe.chmod(0o755)
+    rates = llama_cpp_rates(Path("m.gguf"), 2, 8, 4, (1024,), short_prompt=32, binary=probe, prefill_tokens=512)
+    # runs 1..TIMED_RUNS each ran twice (the short prompt, then the long ones): the best is the last
+    assert rates["llama_cpp_prefill_tps"] == 512.0 + 2 * TIMED_RUNS
+    assert rates["llama_cpp_decode_tps_b1_ctx1k"] == 5.0
+    assert "llama_cpp_prefill_tps" not in llama_cpp_rates(Path("m.gguf"), 2, 8, 4, (), short_prompt=32, binary=probe)
+    import bench.llama_cpp as peer
+
+    memloop = {"decode_tps_b1": 10.0, "decode_tps_b32": 20.0, "prefill_tps": 1000.0}
+    monkeypatch.setattr(peer, "llama_cpp_rates", lambda *a, **k: llama_cpp_rates(*a, **{**k, "binary": probe}))
+    monkeypatch.setattr(peer, "gguf_path", lambda model: Path("m.gguf"))
+    figures = llama_cpp_model_figures(memloop, None, 8, 4, (), prefill_tokens=512, log=lambda _: None)
+    assert figures["llama_cpp_prefill_tokens"] == 512
+    assert figures["ratio_prefill_vs_llama_cpp"] == pytest.approx(1000.0 / figures["llama_cpp_prefill_tps"], rel=1e-3)
+    out = peer_failed_fields("exited 139", ())
+    assert out["llama_cpp_prefill_tps"] is None and out["ratio_prefill_vs_llama_cpp"] is None
