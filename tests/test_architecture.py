@@ -22,6 +22,13 @@ def _lint(root: Path) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=300)
 
 
+def _copy_tree(root: Path) -> None:
+    """The source packages and the contracts, copied under `root` for a test to break one import in."""
+    for pkg in (*PACKAGES, "memloop"):
+        shutil.copytree(ROOT / pkg, root / pkg, ignore=shutil.ignore_patterns("__pycache__", "*.cc"))
+    shutil.copy(ROOT / "pyproject.toml", root / "pyproject.toml")
+
+
 def test_import_contracts_hold() -> None:
     res = _lint(ROOT)
     assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-2000:]
@@ -29,9 +36,7 @@ def test_import_contracts_hold() -> None:
 
 
 def test_a_forbidden_import_breaks_the_contracts(tmp_path: Path) -> None:
-    for pkg in PACKAGES:
-        shutil.copytree(ROOT / pkg, tmp_path / pkg, ignore=shutil.ignore_patterns("__pycache__", "*.cc"))
-    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    _copy_tree(tmp_path)
     llm = tmp_path / "eval" / "llm.py"
     llm.write_text(llm.read_text() + "\nimport engine.errors  # a forbidden import\n")
     res = _lint(tmp_path)
@@ -41,9 +46,7 @@ def test_a_forbidden_import_breaks_the_contracts(tmp_path: Path) -> None:
 
 def test_run_importing_results_breaks_the_jobs_floors(tmp_path: Path) -> None:
     """The run sits below results: a driver that reached up into the report would break `jobs-floors`."""
-    for pkg in (*PACKAGES, "memloop"):
-        shutil.copytree(ROOT / pkg, tmp_path / pkg, ignore=shutil.ignore_patterns("__pycache__", "*.cc"))
-    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    _copy_tree(tmp_path)
     driver = tmp_path / "jobs" / "run" / "driver.py"
     driver.write_text(driver.read_text() + "\nimport jobs.results.report  # a forbidden import\n")
     res = _lint(tmp_path)
@@ -54,9 +57,7 @@ def test_run_importing_results_breaks_the_jobs_floors(tmp_path: Path) -> None:
 def test_model_importing_sched_breaks_the_engine_floors(tmp_path: Path) -> None:
     """The model sits below the scheduler: a decoder that reached up into the scheduling floor would
     break `engine-floors`."""
-    for pkg in (*PACKAGES, "memloop"):
-        shutil.copytree(ROOT / pkg, tmp_path / pkg, ignore=shutil.ignore_patterns("__pycache__", "*.cc"))
-    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    _copy_tree(tmp_path)
     decoder = tmp_path / "engine" / "model" / "decoder.py"
     decoder.write_text(decoder.read_text() + "\nimport engine.sched.scheduler  # a forbidden import\n")
     res = _lint(tmp_path)
@@ -69,9 +70,7 @@ def test_a_closed_circle_reopened_breaks_its_contract(tmp_path: Path) -> None:
     circle at import time); each now imports one way, and putting any back-import in again, even
     inside a function or under TYPE_CHECKING, breaks that pair's contract. So does a local store reaching
     up to the module that opens outputs (`store-split`, the order of the modules split out of the run store)."""
-    for pkg in (*PACKAGES, "memloop"):
-        shutil.copytree(ROOT / pkg, tmp_path / pkg, ignore=shutil.ignore_patterns("__pycache__", "*.cc"))
-    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    _copy_tree(tmp_path)
     back = {"eval/methods/outcomes.py": "from eval.methods.base import Trace",
             "jobs/run/chunk_fit.py": "from jobs.run.workload import Unit",
             "jobs/run/shards.py": "from jobs.run.loops import run_loop",

@@ -17,6 +17,9 @@ import pytest
 from engine import kernels
 
 ROOT = Path(__file__).resolve().parents[2]
+# a broken build is only told from a missing capability on a host that can have the kernels
+CAPABLE_HOST = pytest.mark.skipif(kernels.unsupported_reason() is not None,
+                                  reason=str(kernels.unsupported_reason()))
 
 
 def test_the_reason_names_the_missing_instructions_or_compiler(monkeypatch, tmp_path) -> None:
@@ -41,9 +44,8 @@ def _broken_compiler(tmp_path: Path) -> Path:
     return cxx
 
 
+@CAPABLE_HOST
 def test_a_failed_compile_on_a_capable_host_is_a_build_error_not_unsupported(monkeypatch, tmp_path) -> None:
-    if kernels.unsupported_reason() is not None:
-        pytest.skip(str(kernels.unsupported_reason()))
     cxx = _broken_compiler(tmp_path)
     monkeypatch.setattr(kernels, "_state", {})
     monkeypatch.setenv("MEMLOOP_CACHE", str(tmp_path / "cache"))
@@ -55,9 +57,8 @@ def test_a_failed_compile_on_a_capable_host_is_a_build_error_not_unsupported(mon
                                      "why_dense": info.value.args[0].splitlines()[0][:300]}
 
 
+@CAPABLE_HOST
 def test_the_kernel_tests_fail_with_a_broken_compiler_and_the_dequantisation_test_runs(tmp_path) -> None:
-    if kernels.unsupported_reason() is not None:
-        pytest.skip(str(kernels.unsupported_reason()))
     cxx = _broken_compiler(tmp_path)
     env = dict(os.environ, CXX=str(cxx), MEMLOOP_CACHE=str(tmp_path / "cache"), PYTHONPATH=str(ROOT))
     env.pop("MEMLOOP_KERNELS", None)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from jobs.store.run_store import RunStore
+from tests.jobs.cli_entry import memloop_cli
 from tests.jobs.scripted_endpoint import attribute_table_answer, scripted_endpoint
 
 UNITS = 4
@@ -29,19 +30,9 @@ def _cfg(tmp_path: Path, url: str) -> Path:
 
 def _run(cfg: Path, capsys, monkeypatch) -> tuple[int, dict, str]:
     """`memloop run CFG` through the real entry point (its errors are one line and exit 2)."""
-    import sys
-
-    from jobs.commands.cli import main
-
-    monkeypatch.setattr(sys, "argv", ["memloop", "run", str(cfg)])
-    try:
-        main()
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out = capsys.readouterr()
-    last = out.out.strip().splitlines()[-1] if out.out.strip() else "{}"
-    return code, json.loads(last) if last.startswith("{") else {}, out.out + out.err
+    code, out, err = memloop_cli(["run", str(cfg)], capsys, monkeypatch)
+    last = out.strip().splitlines()[-1] if out.strip() else "{}"
+    return code, json.loads(last) if last.startswith("{") else {}, out + err
 
 
 def _assert_whole(uri: str) -> None:
