@@ -204,12 +204,37 @@ def row_arrays(params: Sequence[SamplingParams]) -> tuple[np.ndarray, np.ndarray
 NONFINITE = -2
 
 
+# Vocabulary blocks of the two-pass argmax (measured on (1 and 32) x 49152 logits: 128-512 level).
+ARGMAX_BLOCK = 256
+
+
+def first_argmax(x: jax.Array) -> jax.Array:
+    """`jnp.argmax(x, axis=-1)` as int32, bit for bit (the first index of the largest value; the first
+    NaN where there is one), in two passes: each block's max, then argmax over the blocks and within
+    the first block holding the row's max. XLA:CPU lowers a plain argmax over a vocabulary to a
+    (value, index) reduction that runs 90x slower than a max (0.63 ms at 1 x 49152, 12.4 ms at 32 x
+    49152 on an AVX-512 core, against 14 us and 0.8 ms this way): at batch 32 it was a fifth of a
+    decode step. The pad (where the vocabulary is not whole blocks) is -inf, which never comes first."""
+    v = x.shape[-1]
+    if v <= 2 * ARGMAX_BLOCK:
+        return jnp.argmax(x, axis=-1).astype(jnp.int32)
+    nb = -(-v // ARGMAX_BLOCK)
+    if nb * ARGMAX_BLOCK != v:
+        x = jnp.pad(x, [(0, 0)] * (x.ndim - 1) + [(0, nb * ARGMAX_BLOCK - v)], constant_values=-jnp.inf)
+    xb = x.reshape(*x.shape[:-1], nb, ARGMAX_BLOCK)
+    # a block's max is NaN where the block holds one (XLA:CPU's vector max does not propagate NaN)
+    peak = jnp.where(jnp.any(jnp.isnan(xb), axis=-1), jnp.nan, jnp.max(xb, axis=-1))
+    block = jnp.argmax(peak, axis=-1)
+    inner = jnp.argmax(jnp.take_along_axis(xb, block[..., None, None], axis=-2)[..., 0, :], axis=-1)
+    return (block * ARGMAX_BLOCK + inner).astype(jnp.int32)
+
+
 def sample(logits: jax.Array, temperature: jax.Array, top_k: jax.Array, top_p: jax.Array,
            keys: jax.Array, steps: jax.Array, cap: int, full: bool) -> jax.Array:
     """Next token per row. logits [B,V] f32; temperature/top_p f32 [B]; top_k int32 [B];
     keys uint32 [B,2] (raw threefry keys); steps int32 [B]; cap/full static (see candidate_cap)."""
     logits = logits.astype(jnp.float32)
-    greedy_tok = jnp.argmax(logits, axis=-1).astype(jnp.int32)
+    greedy_tok = first_argmax(logits)
     if cap == 0 and not full:
         return greedy_tok
     step_keys = jax.vmap(lambda k, s: jax.random.fold_in(jax.random.wrap_key_data(k), s))(keys, steps)
@@ -217,7 +242,7 @@ def sample(logits: jax.Array, temperature: jax.Array, top_k: jax.Array, top_p: j
     choice = greedy_tok
     if full:
         g = jax.vmap(lambda k: jax.random.gumbel(k, (logits.shape[-1],)))(step_keys)
-        full_tok = jnp.argmax(scaled + g, axis=-1).astype(jnp.int32)
+        full_tok = first_argmax(scaled + g)
         use_full = (top_k == 0) & (top_p >= 1.0)
         choice = jnp.where(use_full, full_tok, choice)
     if cap > 0:

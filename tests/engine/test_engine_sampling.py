@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from engine.errors import RequestError
-from engine.sample.sampling import SamplingParams, candidate_cap, row_arrays, sample, seed_keys
+from engine.sample.sampling import (ARGMAX_BLOCK, SamplingParams, candidate_cap, first_argmax, row_arrays, sample,
+                                   seed_keys)
 
 V = 64
 
@@ -31,6 +32,32 @@ def logits():
 def test_greedy_is_argmax(logits):
     out = _draw([SamplingParams()], logits, 5)
     assert (out == logits.argmax()).all()
+
+
+@pytest.mark.parametrize("vocab", [ARGMAX_BLOCK * 2, ARGMAX_BLOCK * 3, ARGMAX_BLOCK * 3 + 17, 49152])
+def test_two_pass_argmax_is_argmax_with_ties_infinities_and_nans(vocab):
+    """first_argmax (the sampler's greedy pick) gives jnp.argmax's index on every row: the first of
+    tied maxima, also across blocks, +inf, rows of -inf only, and the first NaN where there is one."""
+    rng = np.random.default_rng(vocab)
+    rows = [rng.normal(size=vocab)]
+    tied = rng.integers(-3, 3, size=vocab).astype(np.float64)  # many exact ties, in several blocks
+    rows.append(tied)
+    late = np.full(vocab, -1.0)
+    late[[vocab - 1, vocab - 2]] = 5.0  # the max in the last (padded) block only
+    rows.append(late)
+    rows.append(np.full(vocab, -np.inf))
+    inf = rng.normal(size=vocab)
+    inf[[ARGMAX_BLOCK + 3, 7 * vocab // 8]] = np.inf
+    rows.append(inf)
+    nan = rng.normal(size=vocab)
+    nan[[vocab // 2, vocab // 3, 5]] = [np.nan, np.nan, np.inf]
+    rows.append(nan)
+    x = np.stack(rows).astype(np.float32)
+    want = np.asarray(jnp.argmax(jnp.asarray(x), axis=-1))
+    got = np.asarray(jax.jit(first_argmax)(jnp.asarray(x)))
+    assert got.dtype == np.int32
+    assert got.tolist() == want.tolist()
+    assert want.tolist()[2:] == [vocab - 2, 0, ARGMAX_BLOCK + 3, vocab // 3]  # the cases above are what they say
 
 
 def test_top_k_restricts_to_k_best(logits):
