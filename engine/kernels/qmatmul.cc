@@ -378,8 +378,11 @@ inline void PanelPass(const float* x, int64_t in, const float* p, int64_t width,
 template <int R, int O>
 __attribute__((noinline)) void PanelTile(const float* x, int64_t in, const float* p, int64_t width,
                                          int64_t /* block stride: kBlock in this layout */, int64_t nj,
-                                         V16* chains, float* y, int64_t out) {
+                                         V16* chains, bool fresh, float* y, int64_t out) {
   V16(&acc)[R][O] = *reinterpret_cast<V16(*)[R][O]>(chains);
+  if (fresh)
+    for (int r = 0; r < R; ++r)
+      for (int o = 0; o < O; ++o) acc[r][o] = v16_setzero_ps();
   PanelPass<R, O, 0>(x, in, p, width, nj, acc);
   PanelPass<R, O, 1>(x, in, p, width, nj, acc);
   if (y != nullptr)
@@ -462,7 +465,7 @@ constexpr int64_t kPanelDepth = 768;
 constexpr bool kPanelBlockMajor = true;
 
 template <int32_t Q>
-inline void PanelFill(const uint8_t* w, int64_t row_bytes, int64_t j0, int64_t j1, int64_t n, float* panel) {
+__attribute__((noinline)) void PanelFill(const uint8_t* w, int64_t row_bytes, int64_t j0, int64_t j1, int64_t n, float* panel) {
   for (int64_t o = 0; o < n; ++o)
     for (int64_t j = j0; j < j1; ++j) {
       V16 lo, hi;
@@ -500,10 +503,11 @@ inline void Reduce16(const V16* a, float* t) {
 
 template <int R, int O>
 __attribute__((noinline)) void PanelTile(const float* x, int64_t in, const float* p, int64_t /* output stride: kBlock */,
-                                         int64_t jstride, int64_t nj, V16* chains, float* y, int64_t out) {
+                                         int64_t jstride, int64_t nj, V16* chains, bool fresh, float* y,
+                                         int64_t out) {
   V16 a[R][O];
   for (int r = 0; r < R; ++r)
-    for (int o = 0; o < O; ++o) a[r][o] = chains[r * O + o];
+    for (int o = 0; o < O; ++o) a[r][o] = fresh ? v16_setzero_ps() : chains[r * O + o];
   for (int64_t j = 0; j < nj; ++j) {
     const float* xj = x + j * kBlock;
     const float* pj = p + j * jstride;
@@ -551,31 +555,32 @@ constexpr int64_t kPanelRowPart = MEMLOOP_PANEL_ROW_PART;  // a multiple of 2 an
 // then one tile of the n % kPanelO left; each tile's chains at chains[R * kPanelO * tile].
 template <int R, int O>
 inline void PanelRest(const float* x, int64_t in, const float* panel, int64_t ostride, int64_t jstride, int64_t nj,
-                      int64_t rest, V16* chains, float* y, int64_t out) {
+                      int64_t rest, V16* chains, bool fresh, float* y, int64_t out) {
   if constexpr (O >= 1) {
-    if (rest == O) PanelTile<R, O>(x, in, panel, ostride, jstride, nj, chains, y, out);
-    else PanelRest<R, O - 1>(x, in, panel, ostride, jstride, nj, rest, chains, y, out);
+    if (rest == O) PanelTile<R, O>(x, in, panel, ostride, jstride, nj, chains, fresh, y, out);
+    else PanelRest<R, O - 1>(x, in, panel, ostride, jstride, nj, rest, chains, fresh, y, out);
   }
 }
 
 // The panel's n outputs: output o's group j at panel + o * ostride + j * jstride.
 template <int R>
 void PanelRows(const float* x, int64_t in, const float* panel, int64_t width, int64_t nj, int64_t n, V16* chains,
-               float* y, int64_t out) {
+               bool fresh, float* y, int64_t out) {
   const int64_t ostride = kPanelBlockMajor ? kBlock : width, jstride = kPanelBlockMajor ? n * kBlock : kBlock;
   int64_t o = 0;
   for (; o + kPanelO <= n; o += kPanelO, chains += kPanelR * kPanelO)
-    PanelTile<R, kPanelO>(x, in, panel + o * ostride, ostride, jstride, nj, chains, y ? y + o : y, out);
+    PanelTile<R, kPanelO>(x, in, panel + o * ostride, ostride, jstride, nj, chains, fresh, y ? y + o : y, out);
   if (n > o)
-    PanelRest<R, kPanelO - 1>(x, in, panel + o * ostride, ostride, jstride, nj, n - o, chains, y ? y + o : y, out);
+    PanelRest<R, kPanelO - 1>(x, in, panel + o * ostride, ostride, jstride, nj, n - o, chains, fresh, y ? y + o : y,
+                              out);
 }
 
 template <int R>
 inline void PanelRowsOf(int64_t count, const float* x, int64_t in, const float* panel, int64_t width, int64_t nj,
-                        int64_t n, V16* chains, float* y, int64_t out) {
+                        int64_t n, V16* chains, bool fresh, float* y, int64_t out) {
   if constexpr (R >= 1) {
-    if (count == R) PanelRows<R>(x, in, panel, width, nj, n, chains, y, out);
-    else PanelRowsOf<R - 1>(count, x, in, panel, width, nj, n, chains, y, out);
+    if (count == R) PanelRows<R>(x, in, panel, width, nj, n, chains, fresh, y, out);
+    else PanelRowsOf<R - 1>(count, x, in, panel, width, nj, n, chains, fresh, y, out);
   }
 }
 
@@ -604,16 +609,28 @@ void PanelOutputs(const float* x, int64_t rows, int64_t in, const uint8_t* w, fl
     const int64_t r1 = std::min(rows, r0 + kPanelRowPart);
     for (int64_t s0 = o0; s0 < o1; s0 += slice) {
       const int64_t n = std::min(o1, s0 + slice) - s0;
-      std::fill(chain_base, chain_base + chain_count, v16_setzero_ps());
       for (int64_t j0 = 0; j0 < blocks; j0 += depth) {
         const int64_t j1 = std::min(blocks, j0 + depth), width = (j1 - j0) * kBlock;
         PanelFill<Q>(w + s0 * row_bytes, row_bytes, j0, j1, n, panel);
         const bool last = j1 == blocks;
+        // The next fill's weights (this slice's next part of the row, or the next slice's), fetched
+        // while the tiles below run: without it the fill stalled on each output row's first cache
+        // lines, a third of the tiles' time at 32 rows (docs/bench-log.md, 2026-11-28).
+        if (const int64_t next = last ? s0 + slice : s0; next < o1) {
+          constexpr int64_t g = BlockWeights(Q) / kBlock;  // groups a block
+          const int64_t nj0 = last ? 0 : j1, nj1 = std::min(blocks, nj0 + depth);
+          const int64_t from = nj0 / g * BlockBytes(Q) & ~int64_t{63}, to = ((nj1 - 1) / g + 1) * BlockBytes(Q);
+          for (int64_t o = next; o < std::min(o1, next + slice); ++o) {
+            const char* row = reinterpret_cast<const char*>(w + o * row_bytes);
+            for (int64_t b = from; b < to + 63; b += 64) _mm_prefetch(row + b, _MM_HINT_T0);  // a row need not start a line
+          }
+        }
         for (int64_t r = r0; r < r1; r += kPanelR) {
           const float* xr = x + r * in + j0 * kBlock;
           float* yr = last ? y + r * out + s0 : nullptr;
           V16* chains = chain_base + (r - r0) / kPanelR * per_rows;
-          PanelRowsOf<kPanelR>(std::min<int64_t>(kPanelR, r1 - r), xr, in, panel, width, j1 - j0, n, chains, yr, out);
+          PanelRowsOf<kPanelR>(std::min<int64_t>(kPanelR, r1 - r), xr, in, panel, width, j1 - j0, n, chains, j0 == 0, yr,
+                               out);
         }
       }
     }
