@@ -584,6 +584,19 @@ inline void PanelRowsOf(int64_t count, const float* x, int64_t in, const float* 
   }
 }
 
+// Fetches groups [j0, j1) of weight rows [o0, o1) into L1 ahead of their fill: without it the fill
+// stalled on each output row's first cache lines (a third of the tiles' time at 32 rows,
+// docs/bench-log.md, 2026-11-28).
+template <int32_t Q>
+inline void PrefetchFill(const uint8_t* w, int64_t row_bytes, int64_t o0, int64_t o1, int64_t j0, int64_t j1) {
+  constexpr int64_t g = BlockWeights(Q) / kBlock;  // groups a block
+  const int64_t from = j0 / g * BlockBytes(Q) & ~int64_t{63}, to = ((j1 - 1) / g + 1) * BlockBytes(Q);
+  for (int64_t o = o0; o < o1; ++o) {
+    const char* row = reinterpret_cast<const char*>(w + o * row_bytes);
+    for (int64_t b = from; b < to + 63; b += 64) _mm_prefetch(row + b, _MM_HINT_T0);  // a row need not start a line
+  }
+}
+
 template <int32_t Q>
 void PanelOutputs(const float* x, int64_t rows, int64_t in, const uint8_t* w, float* y, int64_t out, int64_t o0,
                   int64_t o1) {
@@ -605,6 +618,7 @@ void PanelOutputs(const float* x, int64_t rows, int64_t in, const uint8_t* w, fl
   if (static_cast<int64_t>(chain_buffer.size()) < chain_count) chain_buffer.resize(chain_count);
   float* panel = panel_buffer.data()->f;
   V16* const chain_base = reinterpret_cast<V16*>(chain_buffer.data());
+  PrefetchFill<Q>(w, row_bytes, o0, std::min(o1, o0 + slice), 0, std::min(blocks, depth));  // the first fill's, all at once
   for (int64_t r0 = 0; r0 < rows; r0 += kPanelRowPart) {
     const int64_t r1 = std::min(rows, r0 + kPanelRowPart);
     for (int64_t s0 = o0; s0 < o1; s0 += slice) {
@@ -614,17 +628,9 @@ void PanelOutputs(const float* x, int64_t rows, int64_t in, const uint8_t* w, fl
         PanelFill<Q>(w + s0 * row_bytes, row_bytes, j0, j1, n, panel);
         const bool last = j1 == blocks;
         // The next fill's weights (this slice's next part of the row, or the next slice's), fetched
-        // while the tiles below run: without it the fill stalled on each output row's first cache
-        // lines, a third of the tiles' time at 32 rows (docs/bench-log.md, 2026-11-28).
-        if (const int64_t next = last ? s0 + slice : s0; next < o1) {
-          constexpr int64_t g = BlockWeights(Q) / kBlock;  // groups a block
-          const int64_t nj0 = last ? 0 : j1, nj1 = std::min(blocks, nj0 + depth);
-          const int64_t from = nj0 / g * BlockBytes(Q) & ~int64_t{63}, to = ((nj1 - 1) / g + 1) * BlockBytes(Q);
-          for (int64_t o = next; o < std::min(o1, next + slice); ++o) {
-            const char* row = reinterpret_cast<const char*>(w + o * row_bytes);
-            for (int64_t b = from; b < to + 63; b += 64) _mm_prefetch(row + b, _MM_HINT_T0);  // a row need not start a line
-          }
-        }
+        // while the tiles below run.
+        if (last) PrefetchFill<Q>(w, row_bytes, s0 + slice, std::min(o1, s0 + 2 * slice), 0, std::min(blocks, depth));
+        else PrefetchFill<Q>(w, row_bytes, s0, s0 + n, j1, std::min(blocks, j1 + depth));
         for (int64_t r = r0; r < r1; r += kPanelR) {
           const float* xr = x + r * in + j0 * kBlock;
           float* yr = last ? y + r * out + s0 : nullptr;

@@ -66,6 +66,10 @@ CASES = [  # kv heads, query heads, head dim, page size, positions per row (toke
     # a prefill chunk across a key chunk's edge (256) and the tiled form's work items (32 tokens),
     # 7 query heads per KV head (rows not a multiple of the row block)
     (2, 14, 64, 16, [list(range(240, 280)), list(range(0, 40))]),
+    # decode at head dims whose values are not whole 64-wide spans (the value pass's remainders)
+    (2, 4, 32, 16, [[100], [300]]),
+    (1, 2, 80, 16, [[290], [17]]),
+    (2, 4, 128, 16, [[260]]),
 ]
 
 
