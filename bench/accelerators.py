@@ -241,7 +241,7 @@ class HostModelError(ValueError):
 
 def host_latency(host: str, model: str, *, context_tokens: float, max_batch: int = 32, mfu: float = 0.4,
                  hbm_fraction: float = 1.0) -> dict[str, Any]:
-    """The latency model (`jobs.sim.replay.LatencyModel` fields) of `host` serving `model`, from the
+    """The latency model (`memloop.jobs.sim.replay.LatencyModel` fields) of `host` serving `model`, from the
     datasheet figures: a decode step reads every weight once plus each sequence's KV cache
     (`context_tokens` keys) at `hbm_fraction` of the host's HBM bandwidth; a prompt token costs its
     FLOPs at `mfu` of the host's peak bf16 rate. The weights are sharded over the host's chips."""

@@ -44,14 +44,14 @@ torch-geometric torchmetrics torchvision tqdm transformers treescope triton type
 typing-inspect urllib3 uvloop wadler-lindig werkzeug wheel wrapt xarray xxhash yarl zipp
 """.split())
 
-# What the engine and `bench gpu` import that the image lacks (engine.sample.sampling: pydantic; constrained
+# What the engine and `bench gpu` import that the image lacks (memloop.engine.sample.sampling: pydantic; constrained
 # decoding: llguidance and jsonschema; GGUF files: gguf), with what those need in turn.
 KIT = ("pydantic", "pydantic-core", "annotated-types", "typing-inspection", "llguidance", "jsonschema",
        "jsonschema-specifications", "referencing", "rpds-py", "gguf")
 # pip matches a manylinux tag exactly: name every glibc level a wheel may be tagged with (the image's is 2.39).
 PLATFORMS = tuple(f"manylinux_2_{n}_x86_64" for n in range(39, 16, -1)) + ("manylinux2014_x86_64", "manylinux1_x86_64")
 # Project packages and the ones pip itself vendors count as present.
-OWN = frozenset({"memloop", "engine", "eval", "jobs", "bench", "tests", "_pytest", "pytest"})
+OWN = frozenset({"memloop", "tests", "_pytest", "pytest"})
 
 
 def normalise(name: str) -> str:
@@ -90,7 +90,7 @@ def missing_on_device(module_names: list[str]) -> dict[str, list[str]]:
 
 def loaded_project_modules() -> list[str]:
     """The engine's and the benchmarks' modules this process has imported (what a device run loads)."""
-    return sorted(m for m in sys.modules if m.partition(".")[0] in ("engine", "bench"))
+    return sorted(m for m in sys.modules if m.startswith(("memloop.engine", "memloop.bench")))
 
 
 def download(dest: Path) -> list[Path]:
@@ -107,7 +107,7 @@ def download(dest: Path) -> list[Path]:
 
 
 def save_tokenizer(dest: Path) -> Path:
-    from bench.gpu_models import tokenizer_dir_default
+    from memloop.bench.gpu_models import tokenizer_dir_default
 
     return tokenizer_dir_default(dest)
 
@@ -115,7 +115,7 @@ def save_tokenizer(dest: Path) -> Path:
 # The one device command (docs/engine-serving.md, "On a GPU"): the kit onto the image's Python, then the bench.
 DEVICE_COMMAND = ("set -o pipefail; python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "
                   "/tmp/site .device-kit/wheels/*.whl && export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 "
-                  "XLA_PYTHON_CLIENT_PREALLOCATE=false && python3 -m bench.gpu --out $OUT --budget-s 480 "
+                  "XLA_PYTHON_CLIENT_PREALLOCATE=false && python3 -m memloop.bench.gpu --out $OUT --budget-s 480 "
                   "--tokenizer .device-kit/tokenizer 2>&1 | tee $OUT/log.txt")
 
 

@@ -29,11 +29,11 @@ def _run(engine: Any, prompts: Sequence[str], max_tokens: int) -> tuple[float, d
 
 def measure(prompts: Sequence[str], *, batches: Sequence[int] = (1, 4, 8), decode_tokens: int = 32,
             model: str | None = None, log: Any = print) -> dict[str, Any]:
-    """Measured points and the fitted model fields (`jobs.sim.replay.LatencyModel`)."""
+    """Measured points and the fitted model fields (`memloop.jobs.sim.replay.LatencyModel`)."""
     import numpy as np
 
-    from engine.engine_config import EngineConfig
-    from engine.sched.serving import Engine
+    from memloop.engine.engine_config import EngineConfig
+    from memloop.engine.sched.serving import Engine
 
     if not prompts:
         raise ValueError("the latency calibration needs at least one recorded prompt")

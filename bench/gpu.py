@@ -29,11 +29,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
-from bench.gpu_measure import (PROMPTS, Device, calibrate, correctness, decode_figures, environment, prefill_figures,
+from memloop.bench.gpu_measure import (PROMPTS, Device, calibrate, correctness, decode_figures, environment, prefill_figures,
                                prefix_workload, profile, transformers_decode)
-from bench.gpu_models import (SHAPES, build_checkpoint, kv_bytes_per_token, load_bf16, load_transformers, make_engine,
+from memloop.bench.gpu_models import (SHAPES, build_checkpoint, kv_bytes_per_token, load_bf16, load_transformers, make_engine,
                               params_of, tokenizer_dir_default)
-from bench.gpu_plan import Record, Runner, Step, Work
+from memloop.bench.gpu_plan import Record, Runner, Step, Work
 
 
 @dataclass(frozen=True)
@@ -202,7 +202,7 @@ class GpuBench:
         return steps + later, setups
 
     def _prefix_work(self, p: float, loops: int) -> Work:
-        from bench.prefix import workload_settings
+        from memloop.bench.prefix import workload_settings
 
         ws = workload_settings(self.scale.prefix_workload, samples=loops, steps=self.scale.prefix_steps)
         prompt_tokens = loops * ws["steps"] * (ws["chunk_words"] * 1.4 + 600 + 40 * ws["revisions"] * ws["steps"] / 2)
@@ -284,7 +284,7 @@ def main(out: Path, tiny: bool = False, budget_s: float = 480.0, tokenizer: Path
     if models:
         unknown = [m for m in models if m not in SHAPES]
         if unknown:
-            from engine.errors import EngineError
+            from memloop.engine.errors import EngineError
 
             raise EngineError(f"unknown model shape(s) {unknown}; choose from {sorted(SHAPES)}")
         scale = replace(scale, models=tuple(models))
@@ -292,12 +292,12 @@ def main(out: Path, tiny: bool = False, budget_s: float = 480.0, tokenizer: Path
     return bench.run()
 
 
-if __name__ == "__main__":  # the device run: `python -m bench.gpu --out DIR [--budget-s S] [--tokenizer DIR]`
+if __name__ == "__main__":  # the device run: `python -m memloop.bench.gpu --out DIR [--budget-s S] [--tokenizer DIR]`
     import argparse
 
     # JAX must not take the GPU's memory before transformers loads the same checkpoint beside it.
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
-    parser = argparse.ArgumentParser(prog="python -m bench.gpu", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m memloop.bench.gpu", description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--tiny", action="store_true")
     parser.add_argument("--budget-s", type=float, default=480.0)
@@ -305,14 +305,14 @@ if __name__ == "__main__":  # the device run: `python -m bench.gpu --out DIR [--
     parser.add_argument("--models", default="")
     a = parser.parse_args()
     result = main(a.out, a.tiny, a.budget_s, a.tokenizer, tuple(m for m in a.models.split(",") if m) or None)
-    from bench.device_kit import loaded_project_modules, missing_on_device
+    from memloop.bench.device_kit import loaded_project_modules, missing_on_device
 
     # what this run loaded, and any import of it the device image and the kit lack (tests/engine/test_bench_gpu.py)
     record = Record(a.out / "gpu-bench.json", result)
-    loaded = sorted({*loaded_project_modules(), "bench.gpu"})  # this file runs as __main__
+    loaded = sorted({*loaded_project_modules(), "memloop.bench.gpu"})  # this file runs as __main__
     result["modules"] = {"loaded": loaded, "missing_on_device": missing_on_device(loaded)}
     record.write()
     if result["modules"]["missing_on_device"]:
         print(f"error: the device image and .device-kit lack {result['modules']['missing_on_device']}; "
-              "add them to bench.device_kit.KIT")
+              "add them to memloop.bench.device_kit.KIT")
     raise SystemExit(1 if result["failed_steps"] or result["modules"]["missing_on_device"] else 0)

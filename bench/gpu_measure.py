@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from bench.gpu_models import TEXT, build_checkpoint, load_bf16, make_engine, prompt_ids
-from bench.gpu_plan import Rates
+from memloop.bench.gpu_models import TEXT, build_checkpoint, load_bf16, make_engine, prompt_ids
+from memloop.bench.gpu_plan import Rates
 
 PROMPTS = ("Summarise what the ledger records and who reads it.", "List the places the river passes.",
            "Describe the mill in one paragraph, then name its keeper.",
@@ -45,7 +45,7 @@ class Device:
         import jax
         import torch
 
-        from bench.accelerators import this_accelerator
+        from memloop.bench.accelerators import this_accelerator
 
         platform = jax.default_backend()
         found = this_accelerator(log=lambda line: None)
@@ -124,7 +124,7 @@ def correctness(lm: Any, engines: dict[str, Any], hf: Any, torch_device: str, gr
     import jax.numpy as jnp
     import torch
 
-    from engine.model.decoder import forward, no_cache_attention
+    from memloop.engine.model.decoder import forward, no_cache_attention
 
     ids = [lm.tokenizer.encode(TEXT + p) for p in PROMPTS]
     fwd = jax.jit(lambda p, t, q: forward(p, lm.config, t, q, None, no_cache_attention(q))[0])
@@ -195,7 +195,7 @@ def timed_requests(engine: Any, prompts: list[list[int]], max_tokens: int, passe
 
 def decode_figures(engine: Any, dev: Device, batch: int, context: int, steps: int, passes: int) -> dict[str, Any]:
     """Decode tokens/s of `batch` rows at `context` tokens: (steps + 1 tokens) minus (1 token) wall time."""
-    from bench.accelerators import decode_hbm_fraction, decode_keys
+    from memloop.bench.accelerators import decode_hbm_fraction, decode_keys
 
     prompts = [prompt_ids(engine.tokenizer, context, marker=i) for i in range(batch)]
     first_compile, first = timed_requests(engine, prompts, 1, passes)
@@ -215,7 +215,7 @@ def decode_figures(engine: Any, dev: Device, batch: int, context: int, steps: in
 
 
 def prefill_figures(engine: Any, dev: Device, tokens: int, passes: int) -> dict[str, Any]:
-    from bench.accelerators import prefill_mfu
+    from memloop.bench.accelerators import prefill_mfu
 
     compile_pass, best = timed_requests(engine, [prompt_ids(engine.tokenizer, tokens)], 1, passes)
     return {"tokens": tokens, "seconds": best, "tokens_per_s": tokens / best, "compile_s": max(0.0, compile_pass - best),
@@ -251,7 +251,7 @@ def transformers_decode(hf: Any, tokenizer: Any, torch_device: str, batch: int, 
 
 
 def prefix_workload(engine: Any, workload_name: str, loops: int, steps: int | None) -> dict[str, Any]:
-    from bench.prefix import build_workload, run_engine, workload_settings
+    from memloop.bench.prefix import build_workload, run_engine, workload_settings
 
     ws = workload_settings(workload_name, samples=loops, steps=steps)
     workload = build_workload(ws["samples"], ws["steps"], ws["chunk_words"], revisions=ws["revisions"],

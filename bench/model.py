@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from bench.accelerators import (accelerator_field, decode_hbm_fraction, decode_keys, macs_per_token, prefill_mfu,
+from memloop.bench.accelerators import (accelerator_field, decode_hbm_fraction, decode_keys, macs_per_token, prefill_mfu,
                                 this_accelerator)
 
 PROMPTS = [
@@ -44,10 +44,10 @@ class BenchSettings:
     prefill_tokens: int = 512
     batch: int = 32
     hf_batch: bool = False  # also time transformers at batch 32 (slow on CPU)
-    packed: bool = False  # memloop keeps Q4/Q8 layer matrices packed (see engine.model.decoder.load_model)
+    packed: bool = False  # memloop keeps Q4/Q8 layer matrices packed (see memloop.engine.model.decoder.load_model)
     dense: bool = False  # memloop with dense f32 weights only (no block-form kernel)
     dense_peer: bool = True  # also time memloop with dense f32 weights (XLA's dot), the pre-kernel engine
-    quantize: str | None = None  # "int8": weight-only int8 layer matrices (engine.model.quantize)
+    quantize: str | None = None  # "int8": weight-only int8 layer matrices (memloop.engine.model.quantize)
     contexts: tuple[int, ...] = (1024, 4096)  # served batch-1 decode after prompts of these lengths
     gather_peer: bool = True  # also time served decode at the longest context with the gather path
     kv_types: tuple[str, ...] = ("float16", "int8")  # also time served decode (short, longest context) with these caches
@@ -56,15 +56,15 @@ class BenchSettings:
 
 def _matmul_paths(lm: Any, rows: dict[str, int]) -> dict[str, str]:
     """`matmul_path_<figure>`: which path the block matrices took for each figure's rows ("kernel" or
-    "dequant-dot", engine.model.blocks.matmul_path), or "dense" for a model of f32 weights."""
-    from engine.model.blocks import matmul_path
+    "dequant-dot", memloop.engine.model.blocks.matmul_path), or "dense" for a model of f32 weights."""
+    from memloop.engine.model.blocks import matmul_path
 
     blocks = _has_blocks(lm)
     return {f"matmul_path_{name}": matmul_path(n) if blocks else "dense" for name, n in rows.items()}
 
 
 def _has_blocks(lm: Any) -> bool:
-    from engine.model.blocks import BlockMatrix
+    from memloop.engine.model.blocks import BlockMatrix
 
     return isinstance(lm.params["embed"], BlockMatrix) or any(
         isinstance(w, BlockMatrix) for layer in (lm.params["layers"] if lm.per_layer else []) for w in layer.values())
@@ -108,9 +108,9 @@ def _ours_prefill_decode(lm: Any, ids_batch: list[list[int]], steps: int, in_pla
     import jax
     import jax.numpy as jnp
 
-    from engine.sched.reference import DECODE_CHUNK, decode_chunk, prefill
-    from engine.model.decoder import init_contiguous_cache
-    from engine.sample.sampling import SamplingParams, next_pow2, row_arrays, seed_keys
+    from memloop.engine.sched.reference import DECODE_CHUNK, decode_chunk, prefill
+    from memloop.engine.model.decoder import init_contiguous_cache
+    from memloop.engine.sample.sampling import SamplingParams, next_pow2, row_arrays, seed_keys
 
     cfg = lm.config
     b = len(ids_batch)
@@ -164,8 +164,8 @@ def served_decode(lm: Any, context: int, tokens: int, gather: bool = False, kv_d
     neither prefill nor the first step counts. `gather` serves with `attention: gather`, the path
     the decode kernels (C++ on CPU, Pallas on TPU/GPU) replaced; the backend is a static argument
     of the engine step, so its programs are compiled apart from the kernel's."""
-    from engine.engine_config import EngineConfig
-    from engine.sched.serving import Engine
+    from memloop.engine.engine_config import EngineConfig
+    from memloop.engine.sched.serving import Engine
 
     tok = lm.tokenizer
     prompt = tok.decode(tok.encode(LONG_TEXT * (context // 25 + 1))[:context]) if context else PROMPTS[0][0]["content"]
@@ -233,9 +233,9 @@ def run_model_bench(path: Path | None = None, settings: BenchSettings = BenchSet
     import torch
     from transformers import AutoModelForCausalLM
 
-    from engine.sched.reference import DECODE_CHUNK, generate
-    from engine.model.decoder import forward, load_model, no_cache_attention
-    from engine.sample.sampling import SamplingParams, next_pow2
+    from memloop.engine.sched.reference import DECODE_CHUNK, generate
+    from memloop.engine.model.decoder import forward, load_model, no_cache_attention
+    from memloop.engine.sample.sampling import SamplingParams, next_pow2
 
     lm = load_model(path, packed=settings.packed, blocks=False if settings.dense else None,
                     quantize=settings.quantize)

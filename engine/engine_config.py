@@ -1,6 +1,6 @@
 """`EngineConfig`: what a serving engine is built with, in the engine's own field names.
 
-(`engine.model.config` is the *model's* architecture config; this is the serving engine's.) The Ray actor,
+(`memloop.engine.model.config` is the *model's* architecture config; this is the serving engine's.) The Ray actor,
 `memloop serve` and in-process users all build it the same way: `EngineConfig(...)` in code, or
 `EngineConfig.from_dict(d)` from plain data, which rejects unknown fields by naming the valid ones.
 Callers with other vocabularies (the run config's `page_budget`, `dtype: auto`) translate before
@@ -12,14 +12,14 @@ import os
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Mapping
 
-from engine.errors import EngineError
+from memloop.engine.errors import EngineError
 
 DTYPES = ("float32", "bfloat16", "float16")
 # The paged KV cache's element types: a float type, or int8 codes with an f32 scale per (token, KV head)
-# (engine.cache.kv_pages).
+# (memloop.engine.cache.kv_pages).
 KV_DTYPES = (*DTYPES, "int8")
 # auto: the platform's Pallas kernel on TPU/GPU; on CPU the gather path with decode read in place by the
-# C++ kernel where the model supports it (engine.kernels.attention). gather: the gather path only.
+# C++ kernel where the model supports it (memloop.engine.kernels.attention). gather: the gather path only.
 ATTENTION_BACKENDS = ("auto", "gather", "pallas-tpu", "pallas-gpu")
 QUANTIZATIONS = ("int8",)
 # Settings that change what the model outputs (the rest only change speed, memory or placement): a
@@ -39,7 +39,7 @@ class EngineConfig:
         run it is an AttentionBackendError).
     pallas_interpret: run the named Pallas kernel in Pallas' interpreter (CPU checks only: slow).
     quantize: "int8" keeps layer matrices as int8 codes with a scale and offset per 32 weights
-        (weight-only, engine.model.quantize), or None.
+        (weight-only, memloop.engine.model.quantize), or None.
     kv_dtype: the paged KV cache's element type, one of KV_DTYPES (None = the compute dtype). float16 on
         CPU halves the bytes each decode step reads at long context (llama.cpp's default cache type);
         int8 keeps a code per element and an f32 scale per (token, KV head), about a quarter of f32's

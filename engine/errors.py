@@ -1,7 +1,8 @@
 """Errors the engine raises for conditions a user can cause or fix."""
+from memloop.errors import MemloopError
 
 
-class EngineError(Exception):
+class EngineError(MemloopError):
     """Base class: every message says what the user should do next."""
 
 

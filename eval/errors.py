@@ -1,7 +1,8 @@
 """Errors of the evaluation layer (datasets, memory, methods, judges)."""
+from memloop.errors import MemloopError
 
 
-class EvalError(Exception):
+class EvalError(MemloopError):
     """Base class: every message says what the user should do next."""
 
 

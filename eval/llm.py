@@ -14,12 +14,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, Sequence, runtime_checkable
 
-from eval.options import PositiveInt, Seed, Temperature, TopK, TopP
+from memloop.eval.options import PositiveInt, Seed, Temperature, TopK, TopP
 
 
 @dataclass(frozen=True)
 class SamplingSettings:
-    """The decoding settings a request (`Sampling`) and a method (`eval.methods.base.MethodSettings`)
+    """The decoding settings a request (`Sampling`) and a method (`memloop.eval.methods.base.MethodSettings`)
     share, and their defaults, written once here. temperature == 0 means greedy; top_k == 0 and
     top_p == 1 disable those filters. The types carry the bounds a method's options are checked against."""
 

@@ -1,4 +1,4 @@
-"""An on-disk response cache for any `eval.llm.LLM`: identical requests are answered from disk.
+"""An on-disk response cache for any `memloop.eval.llm.LLM`: identical requests are answered from disk.
 
 Re-running a method after a judge or report change, or resuming a run whose endpoint bills per
 token, need not pay for the same completions twice. The key is the sha256 of the model's identity
@@ -18,7 +18,7 @@ import sqlite3
 import threading
 from pathlib import Path
 
-from eval.llm import LLM, LLMRequest, LLMResult, request_key
+from memloop.eval.llm import LLM, LLMRequest, LLMResult, request_key
 
 SCHEMA = "CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, result TEXT NOT NULL)"
 

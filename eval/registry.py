@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 from typing import Generic, Iterator, TypeVar
 
-from eval.errors import EvalError
+from memloop.eval.errors import EvalError
 
 T = TypeVar("T")
 

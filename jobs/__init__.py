@@ -3,5 +3,5 @@
 Five floors, each a sub-package whose docstring says what it owns and what it may import (enforced
 by the import contracts in pyproject.toml): `store` (bottom: storage, table schemas, manifest, lock,
 export) < `run` (executing a run) < `results` and `sim` (reading results; simulating scale) <
-`commands` (the thin CLI). `jobs.errors` is the error root every floor shares.
+`commands` (the thin CLI). `memloop.jobs.errors` is the error root every floor shares.
 """

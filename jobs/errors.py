@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import re
 
+from memloop.errors import MemloopError
 
-class JobsError(Exception):
+
+class JobsError(MemloopError):
     """Base class: every message says what the user should do next."""
 
 
@@ -84,7 +86,7 @@ _TRANSIENT_NAMES = {"RayActorError", "ActorDiedError", "ActorUnavailableError", 
 
 
 # samples.failure. A unit is the method's zero only for what the method produced (no step's output
-# parsed, every one was empty or refused: `eval.methods.step.unit_failure`); any error raised
+# parsed, every one was empty or refused: `memloop.eval.methods.step.unit_failure`); any error raised
 # while it ran (an endpoint's 401/403/404, the engine, Ray, an error memloop does not know) leaves
 # it incomplete, never 0.
 INFRASTRUCTURE = "infrastructure"  # samples.failure: an error was raised (engine, Ray, endpoint, unknown)

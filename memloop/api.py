@@ -8,28 +8,25 @@ from typing import TYPE_CHECKING, Any, Callable, Union
 
 import pandas as pd
 
-from engine.errors import EngineError
-from eval.errors import EvalError
-from jobs.errors import JobsError
-from jobs.results import paper_tables  # noqa: F401 (registers the table names a run config may ask for)
+from memloop.jobs.errors import JobsError
+from memloop.jobs.results import paper_tables  # noqa: F401 (registers the table names a run config may ask for)
 
 if TYPE_CHECKING:
-    from jobs.run.config import RunConfig
-    from jobs.run.driver import RunSummary
-    from jobs.run.plan import RunPlan
+    from memloop.jobs.run.config import RunConfig
+    from memloop.jobs.run.driver import RunSummary
+    from memloop.jobs.run.plan import RunPlan
 
-Error = (JobsError, EvalError, EngineError)  # what `except memloop.Error` catches: user-fixable errors
 ConfigLike = Union[str, "os.PathLike[str]", dict, "RunConfig"]
 
 
 def version() -> str:
-    from jobs.store.provenance import package_version
+    from memloop.jobs.store.provenance import package_version
 
     return package_version()
 
 
 def _config(config: ConfigLike, overrides: dict[str, Any]) -> "RunConfig":
-    from jobs.run.config import RunConfig, load_config, parse_config, with_overrides
+    from memloop.jobs.run.config import RunConfig, load_config, parse_config, with_overrides
 
     if isinstance(config, RunConfig):
         cfg, source = config, "config"
@@ -48,7 +45,7 @@ def plan(config: ConfigLike, *, output: str | None = None, tag: str | None = Non
          **overrides: Any) -> "RunPlan":
     """Validate a config against the environment and work out its run id and units; start nothing.
     Takes the same overrides as `run`."""
-    from jobs.run.plan import make_plan
+    from memloop.jobs.run.plan import make_plan
 
     return make_plan(_config(config, dict(overrides, output=output, tag=tag, limit=limit)))
 
@@ -66,8 +63,8 @@ def run(config: ConfigLike, *, output: str | None = None, tag: str | None = None
     by its dotted path (`{"methods.gu-json.options.max_tokens": 64}`, like `-S`); all are part of the run id.
 
     Failed units do not raise: check `summary.failed` and `summary.first_errors()`."""
-    from jobs.run.config import model_configs
-    from jobs.run.driver import execute
+    from memloop.jobs.run.config import model_configs
+    from memloop.jobs.run.driver import execute
 
     kwargs: dict[str, Any] = {"log": log} if log is not None else {}
     cfg = _config(config, dict(output=output, tag=tag, limit=limit, model=model, model_base_url=model_base_url,
@@ -100,7 +97,7 @@ class Results:
 
 def load(uri: str) -> Results:
     """A run's tables from its URI (`{output}/{run_id}`, local or gs://) as pandas DataFrames."""
-    from jobs.store.run_store import RunStore
+    from memloop.jobs.store.run_store import RunStore
 
     rs = RunStore.at(uri)
     tables = {t: rs.table(t).to_pandas() for t in ("samples", "steps", "judgments", "scores", "runs")}

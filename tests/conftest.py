@@ -13,8 +13,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import pytest
 
 # The tests read run configs directly, as the CLI and memloop.run do after loading the results floor,
-# which registers the papers' table names the run config checks (jobs.run.config.register_paper_tables).
-from jobs.results import paper_tables  # noqa: E402,F401
+# which registers the papers' table names the run config checks (memloop.jobs.run.config.register_paper_tables).
+from memloop.jobs.results import paper_tables  # noqa: E402,F401
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -30,7 +30,7 @@ def shared_data() -> Path:
 
 @pytest.fixture(scope="session")
 def smollm2_gguf() -> Path:
-    from engine.assets import default_model_path
+    from memloop.engine.assets import default_model_path
 
     return default_model_path()
 
@@ -38,8 +38,8 @@ def smollm2_gguf() -> Path:
 @pytest.fixture(scope="session")
 def smollm2_engine(smollm2_gguf):
     """One in-process serving engine on the bundled model, shared by every test that needs a real LLM."""
-    from engine.model.decoder import load_model
-    from engine.sched.serving import Engine, EngineConfig
+    from memloop.engine.model.decoder import load_model
+    from memloop.engine.sched.serving import Engine, EngineConfig
 
     eng = Engine(EngineConfig(num_pages=1024, page_size=16, max_batch=8, prefill_chunk=512),
                  model=load_model(smollm2_gguf))
@@ -49,8 +49,8 @@ def smollm2_engine(smollm2_gguf):
 
 @pytest.fixture(scope="session")
 def engine_llm(smollm2_engine):
-    """The shared engine as an `eval.llm.LLM` with JSON-schema constrained decoding."""
-    from jobs.run.llm_adapters import EngineLLM
+    """The shared engine as an `memloop.eval.llm.LLM` with JSON-schema constrained decoding."""
+    from memloop.jobs.run.llm_adapters import EngineLLM
 
     return EngineLLM(smollm2_engine, name="smollm2-135m")
 

@@ -11,7 +11,7 @@ from typing import Any, Iterator
 @contextlib.contextmanager
 def serve_app(app: Any, config: Any = None) -> Iterator[str]:
     """Run `app` under uvicorn on 127.0.0.1 (a free port) in a thread; yields the base URL. `config`:
-    a function (app, host, port) -> uvicorn.Config, e.g. `engine.serve.server.uvicorn_config`."""
+    a function (app, host, port) -> uvicorn.Config, e.g. `memloop.engine.serve.server.uvicorn_config`."""
     import uvicorn
 
     with socket.socket() as s:

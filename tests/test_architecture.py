@@ -6,63 +6,59 @@ The second test proves the check has teeth: in a copy of the source tree, one fo
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("engine", "eval", "jobs", "bench")
+from tests.source_layout import installed_copy
 
 
 def _lint(root: Path) -> subprocess.CompletedProcess[str]:
+    """`lint-imports` over the installed layout under `root` (`make lint` runs the same)."""
     exe = Path(sys.executable).with_name("lint-imports")
     env = dict(os.environ, PYTHONPATH=str(root))  # the tree under test comes first on sys.path
     return subprocess.run([str(exe), "--no-cache", "--config", str(root / "pyproject.toml")], cwd=root, env=env,
                           capture_output=True, text=True, timeout=300)
 
 
-def _copy_tree(root: Path) -> None:
-    """The source packages and the contracts, copied under `root` for a test to break one import in."""
-    for pkg in (*PACKAGES, "memloop"):
-        shutil.copytree(ROOT / pkg, root / pkg, ignore=shutil.ignore_patterns("__pycache__", "*.cc"))
-    shutil.copy(ROOT / "pyproject.toml", root / "pyproject.toml")
+def _copy_tree(root: Path) -> Path:
+    """The packages as installed (memloop/engine, memloop/eval, ...) and the contracts, copied under `root` for a
+    test to break one import in; returns the copy's `memloop` folder."""
+    return installed_copy(root) / "memloop"
 
 
-def test_import_contracts_hold() -> None:
-    res = _lint(ROOT)
+def test_import_contracts_hold(tmp_path: Path) -> None:
+    _copy_tree(tmp_path)
+    res = _lint(tmp_path)
     assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-2000:]
     assert "BROKEN" not in res.stdout and "KEPT" in res.stdout
 
 
 def test_a_forbidden_import_breaks_the_contracts(tmp_path: Path) -> None:
-    _copy_tree(tmp_path)
-    llm = tmp_path / "eval" / "llm.py"
-    llm.write_text(llm.read_text() + "\nimport engine.errors  # a forbidden import\n")
+    llm = _copy_tree(tmp_path) / "eval" / "llm.py"
+    llm.write_text(llm.read_text() + "\nimport memloop.engine.errors  # a forbidden import\n")
     res = _lint(tmp_path)
     assert res.returncode != 0
-    assert "eval.llm -> engine.errors" in res.stdout
+    assert "memloop.eval.llm -> memloop.engine.errors" in res.stdout
 
 
 def test_run_importing_results_breaks_the_jobs_floors(tmp_path: Path) -> None:
     """The run sits below results: a driver that reached up into the report would break `jobs-floors`."""
-    _copy_tree(tmp_path)
-    driver = tmp_path / "jobs" / "run" / "driver.py"
-    driver.write_text(driver.read_text() + "\nimport jobs.results.report  # a forbidden import\n")
+    driver = _copy_tree(tmp_path) / "jobs" / "run" / "driver.py"
+    driver.write_text(driver.read_text() + "\nimport memloop.jobs.results.report  # a forbidden import\n")
     res = _lint(tmp_path)
     assert res.returncode != 0
-    assert "jobs.run.driver -> jobs.results.report" in res.stdout
+    assert "memloop.jobs.run.driver -> memloop.jobs.results.report" in res.stdout
 
 
 def test_model_importing_sched_breaks_the_engine_floors(tmp_path: Path) -> None:
     """The model sits below the scheduler: a decoder that reached up into the scheduling floor would
     break `engine-floors`."""
-    _copy_tree(tmp_path)
-    decoder = tmp_path / "engine" / "model" / "decoder.py"
-    decoder.write_text(decoder.read_text() + "\nimport engine.sched.scheduler  # a forbidden import\n")
+    decoder = _copy_tree(tmp_path) / "engine" / "model" / "decoder.py"
+    decoder.write_text(decoder.read_text() + "\nimport memloop.engine.sched.scheduler  # a forbidden import\n")
     res = _lint(tmp_path)
     assert res.returncode != 0
-    assert "engine.model.decoder -> engine.sched.scheduler" in res.stdout
+    assert "memloop.engine.model.decoder -> memloop.engine.sched.scheduler" in res.stdout
 
 
 def test_a_closed_circle_reopened_breaks_its_contract(tmp_path: Path) -> None:
@@ -70,18 +66,18 @@ def test_a_closed_circle_reopened_breaks_its_contract(tmp_path: Path) -> None:
     circle at import time); each now imports one way, and putting any back-import in again, even
     inside a function or under TYPE_CHECKING, breaks that pair's contract. So does a local store reaching
     up to the module that opens outputs (`store-split`, the order of the modules split out of the run store)."""
-    _copy_tree(tmp_path)
-    back = {"eval/methods/outcomes.py": "from eval.methods.base import Trace",
-            "jobs/run/chunk_fit.py": "from jobs.run.workload import Unit",
-            "jobs/run/shards.py": "from jobs.run.loops import run_loop",
-            "eval/datasets/repoqa/release.py": "from eval.datasets.repoqa.loader import load_repoqa",
-            "jobs/store/local.py": "from jobs.store.outputs import open_store"}
+    pkg = _copy_tree(tmp_path)
+    back = {"eval/methods/outcomes.py": "from memloop.eval.methods.base import Trace",
+            "jobs/run/chunk_fit.py": "from memloop.jobs.run.workload import Unit",
+            "jobs/run/shards.py": "from memloop.jobs.run.loops import run_loop",
+            "eval/datasets/repoqa/release.py": "from memloop.eval.datasets.repoqa.loader import load_repoqa",
+            "jobs/store/local.py": "from memloop.jobs.store.outputs import open_store"}
     for rel, line in back.items():
-        f = tmp_path / rel
+        f = pkg / rel
         f.write_text(f.read_text() + f"\n\ndef _back() -> None:\n    {line}  # a forbidden import\n")
     res = _lint(tmp_path)
     assert res.returncode != 0
-    for broken in ("eval.methods.outcomes -> eval.methods.base", "jobs.run.chunk_fit -> jobs.run.workload",
-                   "jobs.run.shards -> jobs.run.loops", "eval.datasets.repoqa.release -> eval.datasets.repoqa.loader",
-                   "jobs.store.local -> jobs.store.outputs"):
+    for broken in ("memloop.eval.methods.outcomes -> memloop.eval.methods.base", "memloop.jobs.run.chunk_fit -> memloop.jobs.run.workload",
+                   "memloop.jobs.run.shards -> memloop.jobs.run.loops", "memloop.eval.datasets.repoqa.release -> memloop.eval.datasets.repoqa.loader",
+                   "memloop.jobs.store.local -> memloop.jobs.store.outputs"):
         assert broken in res.stdout, res.stdout[-4000:]

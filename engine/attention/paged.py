@@ -5,10 +5,10 @@ row a chunk of its prompt), writes their keys/values into their pages, gathers e
 through its block table, attends, and samples the next token of every row with per-row settings and
 the grammar bitmask applied -- all inside one XLA program, compiled once per power-of-two bucket.
 
-It runs over the stacked parameter layout of `engine.model.weights` (every per-layer tensor carries a
+It runs over the stacked parameter layout of `memloop.engine.model.weights` (every per-layer tensor carries a
 leading layer axis) through the model's own `decoder_layers`/`final_logits`, plugging in a paged
 attention hook (`paged_attend`). Calls go through a kernel that reads the pages in place instead,
-chosen by the static `attention` backend (`engine.attention.pallas`): memloop's C++ kernel on CPU
+chosen by the static `attention` backend (`memloop.engine.attention.pallas`): memloop's C++ kernel on CPU
 (`in_place_attend`: decode steps and prefill chunks), JAX's Pallas paged-attention kernel on TPU/GPU
 (decode steps).
 """
@@ -20,13 +20,13 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from engine.model.config import ModelConfig
-from engine.sample.constrained import unpack_bitmask
-from engine.model.decoder import AttendFn, causal_mask, decoder_layers, embed, final_logits, gqa_attention, init_layer_cache
-from engine.cache.kv_pages import INT8, read_pages, write_pages
-from engine.kernels.attention import config_supported as kernel_config_supported, enabled as kernel_enabled
-from engine.attention.pallas import IN_PLACE, AttentionBackend, kernel_attend
-from engine.sample.sampling import NONFINITE, sample, token_logprobs
+from memloop.engine.model.config import ModelConfig
+from memloop.engine.sample.constrained import unpack_bitmask
+from memloop.engine.model.decoder import AttendFn, causal_mask, decoder_layers, embed, final_logits, gqa_attention, init_layer_cache
+from memloop.engine.cache.kv_pages import INT8, read_pages, write_pages
+from memloop.engine.kernels.attention import config_supported as kernel_config_supported, enabled as kernel_enabled
+from memloop.engine.attention.pallas import IN_PLACE, AttentionBackend, kernel_attend
+from memloop.engine.sample.sampling import NONFINITE, sample, token_logprobs
 
 
 
@@ -34,8 +34,8 @@ def init_kv_pools(cfg: ModelConfig, num_pages: int, page_size: int, dtype: Any,
                   per_layer: bool = False) -> dict[str, Any]:
     """Page pools [L, KVH, pages, page_size, hd] (KV-head-major like every cache, so a gathered run of
     pages is already in attention layout), or a list of [KVH, pages, page_size, hd] per layer
-    (matching unrolled weights, see engine.model.decoder.init_layer_cache). An int8 cache also keeps f32
-    scales [.., KVH, pages, page_size], one per cached token and KV head (engine.cache.kv_pages)."""
+    (matching unrolled weights, see memloop.engine.model.decoder.init_layer_cache). An int8 cache also keeps f32
+    scales [.., KVH, pages, page_size], one per cached token and KV head (memloop.engine.cache.kv_pages)."""
     shape = (cfg.num_kv_heads, num_pages, page_size, cfg.head_dim)
     cache = init_layer_cache(cfg, shape, dtype, per_layer)
     if jnp.dtype(dtype) == INT8:
@@ -57,7 +57,7 @@ def paged_attend(slot_pages: jax.Array, slot_offsets: jax.Array, block_tables: j
     global layers, and `softcap` soft-caps the scores where the model has it, Gemma 2); gathered slots
     past a row's length (padding pages) always sit beyond its positions. This gather + `gqa_attention`
     is the reference; calls go through a kernel instead where the backend has one (`in_place_attend`
-    on CPU, every call; `engine.attention.pallas.kernel_attend` on TPU/GPU, decode calls).
+    on CPU, every call; `memloop.engine.attention.pallas.kernel_attend` on TPU/GPU, decode calls).
     """
 
     def attend(q, k, v, cache, layer, window=None, softcap=None):
@@ -72,9 +72,9 @@ def paged_attend(slot_pages: jax.Array, slot_offsets: jax.Array, block_tables: j
 def in_place_attend(gather: AttendFn, slot_pages: jax.Array, slot_offsets: jax.Array, block_tables: jax.Array,
                     positions: jax.Array) -> AttendFn:
     """`gather`'s attention computed by the CPU kernel that reads each row's pages in place
-    (engine.kernels.attention), for the layers it supports: per-layer pools (the unrolled CPU
+    (memloop.engine.kernels.attention), for the layers it supports: per-layer pools (the unrolled CPU
     layout), f32 queries, no attention option besides a static window. Any other layer is `gather`'s."""
-    from engine.kernels.attention import paged_attention, supports
+    from memloop.engine.kernels.attention import paged_attention, supports
 
     def attend(q, k, v, cache, layer, **options):
         window = options.pop("window", None)
@@ -125,9 +125,9 @@ def engine_step(cfg: ModelConfig, params: dict[str, Any], cache: dict[str, jax.A
     """Forward + sample in one program; the KV cache is donated and updated in place.
 
     Returns (tokens [B], log-probabilities or None, cache). `cap`/`full` are the sampler's static
-    candidate settings (`engine.sample.sampling.candidate_cap`); `attention` the static attention backend
-    (`engine.attention.pallas.resolve_backend`; the default is what `auto` is on CPU); `logprobs` the
-    static number of alternatives (`engine.sample.sampling.logprob_width`): 0 computes no log-probabilities,
+    candidate settings (`memloop.engine.sample.sampling.candidate_cap`); `attention` the static attention backend
+    (`memloop.engine.attention.pallas.resolve_backend`; the default is what `auto` is on CPU); `logprobs` the
+    static number of alternatives (`memloop.engine.sample.sampling.logprob_width`): 0 computes no log-probabilities,
     otherwise each row's chosen token's log-probability and the top `logprobs` ids and
     log-probabilities come back, from the raw logits (before the grammar mask and the sampler's
     settings). They only read the logits, so the sampled tokens are the same either way.

@@ -1,6 +1,6 @@
 """Decode attention through JAX's own Pallas paged-attention kernels, on memloop's page pools as they are.
 
-The serving step's attention (`engine.attention.paged.paged_attend`) gathers each row's pages into a dense
+The serving step's attention (`memloop.engine.attention.paged.paged_attend`) gathers each row's pages into a dense
 copy per layer per step; on an accelerator that multiplies the KV bytes a decode step reads, which
 is what bounds decoding. JAX ships kernels that read the pages in place through the block table:
 
@@ -17,11 +17,11 @@ scores, so the queries are scaled by 1/sqrt(hd) first. Both serve decoding only 
 row, keys [0, length)); prefill chunks, layers with a sliding window and soft-capped attention keep
 the gather path (logged once by name). On CPU the kernels run in Pallas' interpreter
 (`pallas_interpret`, for tests: slow), never by default; CPU decoding reads the pages in place
-through memloop's own C++ kernel instead (`engine.kernels.attention`, the IN_PLACE backend).
+through memloop's own C++ kernel instead (`memloop.engine.kernels.attention`, the IN_PLACE backend).
 
 Under a `tp` mesh the kernel runs per device through `shard_map` over KV heads (each device's query
 heads are exactly those of its KV heads, since query head h belongs to KV head h // group);
-where the device count does not divide the KV heads the pools are replicated (engine.model.mesh), and so
+where the device count does not divide the KV heads the pools are replicated (memloop.engine.model.mesh), and so
 is the kernel's work.
 """
 from __future__ import annotations
@@ -35,11 +35,11 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
 
-from engine.engine_config import ATTENTION_BACKENDS as BACKENDS
-from engine.errors import EngineError
-from engine.model.mesh import AXIS
-from engine.cache.kv_pages import is_quantized, write_pages
-from engine.model.decoder import AttendFn
+from memloop.engine.engine_config import ATTENTION_BACKENDS as BACKENDS
+from memloop.engine.errors import EngineError
+from memloop.engine.model.mesh import AXIS
+from memloop.engine.cache.kv_pages import is_quantized, write_pages
+from memloop.engine.model.decoder import AttendFn
 
 log = logging.getLogger(__name__)
 
@@ -64,8 +64,8 @@ class AttentionBackend:
     kind: "gather" (dense gather + XLA, the reference), "pallas-tpu" or "pallas-gpu".
     interpret: run the kernel in Pallas' interpreter (CPU checks of the accelerator kernels).
     in_place: (gather kind) decode steps and prefill chunks on CPU read the pages in place through the C++ kernel
-        (`engine.attention.paged.in_place_attend`) where the model, layer and process allow it
-        (`engine.kernels.attention.enabled`: MEMLOOP_PAGED_KERNEL=0 turns it off); what `auto` is on CPU.
+        (`memloop.engine.attention.paged.in_place_attend`) where the model, layer and process allow it
+        (`memloop.engine.kernels.attention.enabled`: MEMLOOP_PAGED_KERNEL=0 turns it off); what `auto` is on CPU.
     """
 
     kind: str = "gather"
@@ -139,7 +139,7 @@ def decode_attention(backend: AttentionBackend, q: jax.Array, k_pool: jax.Array,
     mesh = jax.sharding.get_abstract_mesh()
     if mesh.empty or AXIS not in mesh.axis_names:
         return _kernel(backend, q, k_pool, v_pool, lengths, block_tables)
-    heads = AXIS if k_pool.shape[0] % mesh.shape[AXIS] == 0 else None  # as engine.model.mesh.cache_spec splits
+    heads = AXIS if k_pool.shape[0] % mesh.shape[AXIS] == 0 else None  # as memloop.engine.model.mesh.cache_spec splits
     pool = P(heads, None, None, None)
     per_device = jax.shard_map(lambda *a: _kernel(backend, *a), mesh=mesh,
                                in_specs=(P(None, heads, None), pool, pool, P(), P()),

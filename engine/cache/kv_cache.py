@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from engine.errors import EngineError, RequestError
+from memloop.engine.errors import EngineError, RequestError
 
 SCRATCH_PAGE = 0
 

@@ -13,7 +13,7 @@ import heapq
 import itertools
 from typing import Sequence
 
-from engine.cache.kv_cache import PagePool
+from memloop.engine.cache.kv_cache import PagePool
 
 _clock = itertools.count(1)
 

@@ -1,9 +1,9 @@
-"""The engine's bottom floor (imports no other floor; `engine.assets` for the build cache): CPU
+"""The engine's bottom floor (imports no other floor; `memloop.engine.assets` for the build cache): CPU
 kernels compiled on first use and called from jitted code as XLA FFI custom calls.
 
 `qmatmul(x, blocks, qtype)` multiplies by a weight matrix kept in its GGUF block form (Q4_0, Q4_1,
 Q5_0, Q8_0, and the k-quants Q4_K, Q5_K, Q6_K), reading 0.56-1.06 bytes per weight instead of f32's 4
-(see qmatmul.cc for why and how). `engine.kernels.attention.paged_attention` attends over a paged KV
+(see qmatmul.cc for why and how). `memloop.engine.kernels.attention.paged_attention` attends over a paged KV
 cache (f32, f16 or int8 with per-token scales) reading each page in place (paged_attention.cc).
 
 The C++ sources are built with the machine's C++ compiler into memloop's cache directory, keyed by the
@@ -176,7 +176,7 @@ def _build(cxx: str, out: Path) -> None:
 
 def library_path() -> Path:
     """Where the compiled kernels for this source, compiler and CPU live (built if missing)."""
-    from engine.assets import cache_root
+    from memloop.engine.assets import cache_root
 
     reason = unsupported_reason()
     if reason is not None:

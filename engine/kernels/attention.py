@@ -1,7 +1,7 @@
 """Paged attention read in place (paged_attention.cc), and when the engine may use it.
 
 `paged_attention(q, k_pages, v_pages, block_tables, positions, window)` gives the same result as
-gathering each row's pages into a dense run and calling `engine.model.decoder.gqa_attention` with the causal
+gathering each row's pages into a dense run and calling `memloop.engine.model.decoder.gqa_attention` with the causal
 (sliding-window) mask, up to f32 rounding, without the copy: per decode step it reads the bytes of the
 row's keys and values once; a prefill chunk (several query tokens per row) takes a tiled form that
 widens each key once for 32 tokens' query rows. A query's numbers do not depend on its batch or on
@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from engine import kernels
+from memloop.engine import kernels
 
 MAX_HEAD_DIM = 256
 # Model families whose attention is exactly what the kernel computes (softmax of q.k / sqrt(head_dim),
@@ -27,7 +27,7 @@ ARCHITECTURES = frozenset({"llama", "qwen2", "qwen3", "mistral"})
 def paged_attention(q: Any, k_pages: Any, v_pages: Any, block_tables: Any, positions: Any,
                     window: int | None = None, k_scale: Any = None, v_scale: Any = None) -> Any:
     """q [B,T,H,hd] f32 (rotary applied); k/v pages [KVH, pages, page_size, hd] f32, f16, or int8 codes
-    with `k_scale`/`v_scale` [KVH, pages, page_size] f32 (engine.cache.kv_pages) (this layer's pool, already
+    with `k_scale`/`v_scale` [KVH, pages, page_size] f32 (memloop.engine.cache.kv_pages) (this layer's pool, already
     holding the new tokens); block_tables [B, table_pages]; positions [B,T] (each query's absolute
     position, which is also its key's slot in the row's run of pages). -> [B,T,H,hd] f32.
     Call inside or outside jit on the CPU backend (raises KernelBuildError where the kernels cannot build)."""

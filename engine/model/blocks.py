@@ -9,7 +9,7 @@ blocks are de-quantised to dense f32 by the loader, which logs which. It is a py
 leaf is the uint8 array, so it rides through jit like any parameter.
 
 `block_matmul(x, w)` picks, per call shape (`matmul_path`):
-  * the CPU kernel (engine.kernels), which reads 0.56-1.06 bytes per weight instead of 4 and
+  * the CPU kernel (memloop.engine.kernels), which reads 0.56-1.06 bytes per weight instead of 4 and
     de-quantises in registers (one row), or once per slice of outputs into an f32 panel that the
     rows share (decode batches);
   * above `kernel_max_rows()` rows (prefill chunks), de-quantise the matrix in the graph and use
@@ -167,13 +167,13 @@ def take_rows(w: BlockMatrix, ids: jax.Array) -> jax.Array:
 def kernel_max_rows() -> int | None:
     """The most rows of one call the kernel takes on this host (None: no limit); the kernels must be
     available for it to matter."""
-    from engine import kernels
+    from memloop.engine import kernels
 
     return KERNEL_MAX_ROWS[kernels.isa()]
 
 
 def use_kernel(rows: int) -> bool:
-    from engine import kernels
+    from memloop.engine import kernels
 
     if jax.default_backend() != "cpu" or not kernels.available():
         return False
@@ -190,7 +190,7 @@ def matmul_path(rows: int) -> str:
 def block_matmuls(x: jax.Array, ws: list[BlockMatrix]) -> list[jax.Array]:
     """[block_matmul(x, w) for w in ws], with one kernel call for all of them when the kernel serves
     these rows and the matrices share a block type and width (bit-identical either way)."""
-    from engine import kernels
+    from memloop.engine import kernels
 
     rows = int(np.prod(x.shape[:-1])) if x.ndim > 1 else 1
     if (len(ws) > 1 and len({(w.qtype, w.shape[1]) for w in ws}) == 1 and len(ws) <= kernels.MAX_MATRICES
@@ -203,7 +203,7 @@ def block_matmul(x: jax.Array, w: BlockMatrix) -> jax.Array:
     """x [..., in] @ w.T -> [..., out] in f32."""
     rows = int(np.prod(x.shape[:-1])) if x.ndim > 1 else 1
     if use_kernel(rows):
-        from engine.kernels import qmatmul
+        from memloop.engine.kernels import qmatmul
 
         return qmatmul(x, w.raw, w.qtype)
     dense = dequantize(w.raw, w.qtype, w.shape[1])

@@ -12,7 +12,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from engine.errors import ModelFormatError
+from memloop.engine.errors import ModelFormatError
 
 # Architecture name (GGUF `general.architecture`) -> Hugging Face class; all spell one decoder here.
 # Their differences are ModelConfig fields (see FAMILIES), not separate model code. llama.cpp writes

@@ -4,7 +4,7 @@ every KV-cache layout reuses the same math; a family's differences are ModelConf
 Public API (what the serving engine builds on):
 
     lm = load_model(path_or_None, dtype=None, mesh=None) -> LoadedModel
-        .config: ModelConfig      .module: Llama (nnx.Module)     .tokenizer: engine.model.tokenizer.Tokenizer
+        .config: ModelConfig      .module: Llama (nnx.Module)     .tokenizer: memloop.engine.model.tokenizer.Tokenizer
         .params: Params  -- pure pytree of jax arrays (the module's own arrays), pass it to jitted code
         .dtype, .path, .mesh
 
@@ -43,11 +43,11 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from engine.model.blocks import BlockMatrix, block_matmul, block_matmuls, take_rows
-from engine.model.config import ModelConfig
-from engine.errors import RequestError
-from engine.model.mesh import AXIS, constrain
-from engine.model.weights import Params, load_weights
+from memloop.engine.model.blocks import BlockMatrix, block_matmul, block_matmuls, take_rows
+from memloop.engine.model.config import ModelConfig
+from memloop.engine.errors import RequestError
+from memloop.engine.model.mesh import AXIS, constrain
+from memloop.engine.model.weights import Params, load_weights
 
 AttendFn = Callable[[jax.Array, jax.Array, jax.Array, Any, jax.Array], tuple[jax.Array, Any]]
 
@@ -84,7 +84,7 @@ class DecoderStack(nnx.Module):
     """All decoder layers' weights: stacked on a leading layer axis (for `lax.scan`), or one set of
     arrays per layer (`unrolled`, for a Python loop over layers; see `default_unroll`).
 
-    A packed matrix (see engine.model.weights.load_gguf) is held as three Params `<key>_q/_d/_m`.
+    A packed matrix (see memloop.engine.model.weights.load_gguf) is held as three Params `<key>_q/_d/_m`.
     Per-layer arrays carry a `_<layer>` suffix.
     """
 
@@ -259,8 +259,8 @@ def kv_major(x: jax.Array) -> jax.Array:
 
 def matmul(x: jax.Array, w: Any) -> jax.Array:
     """x @ w.T for an output-major matrix w [out, in]: dense; a BlockMatrix (GGUF blocks, see
-    engine.model.blocks); or packed {q int8 [out,in], d/m f32 [out,in/32]} de-quantised in the graph
-    (a GGUF file's own blocks with `packed`, or engine.model.quantize's int8)."""
+    memloop.engine.model.blocks); or packed {q int8 [out,in], d/m f32 [out,in/32]} de-quantised in the graph
+    (a GGUF file's own blocks with `packed`, or memloop.engine.model.quantize's int8)."""
     if isinstance(w, BlockMatrix):
         return block_matmul(x, w).astype(x.dtype)
     if isinstance(w, dict):
@@ -450,7 +450,7 @@ class LoadedModel:
     config: ModelConfig
     module: Llama
     params: Params
-    tokenizer: Any  # engine.model.tokenizer.Tokenizer
+    tokenizer: Any  # memloop.engine.model.tokenizer.Tokenizer
     dtype: Any
     path: Path
     mesh: Any = None
@@ -464,8 +464,8 @@ class LoadedModel:
     def weight_path(self) -> dict[str, Any]:
         """Which weight path this model runs, for provenance and benchmarks: "kernel" (block-form
         matrices through the CPU kernels, with the ISA they are built for) or "dense" (with why)."""
-        from engine import kernels
-        from engine.model.blocks import BlockMatrix
+        from memloop.engine import kernels
+        from memloop.engine.model.blocks import BlockMatrix
 
         leaves = jax.tree_util.tree_leaves(self.params, is_leaf=lambda x: isinstance(x, BlockMatrix))
         if any(isinstance(x, BlockMatrix) for x in leaves):
@@ -485,22 +485,22 @@ def load_model(path: str | Path | None = None, dtype: Any = None, mesh: Any = No
     """Load weights (GGUF file or Hugging Face directory), build the module, and the tokenizer.
 
     `path=None` loads the bundled SmolLM2-135M-Instruct GGUF; a short name (`qwen2.5-coder-0.5b`, see
-    engine.assets.MODELS) loads that packaged model. `packed` keeps Q4_0/Q4_1/Q8_0 layer
+    memloop.engine.assets.MODELS) loads that packaged model. `packed` keeps Q4_0/Q4_1/Q8_0 layer
     matrices in their block form (int8 codes + f32 block scales), de-quantised inside each step to the
     same values (a quarter of the weight bytes; measured on CPU it speeds up batch-1 decoding a
     little and slows large batches, so it is off by default). `unroll` (default on CPU) keeps one set
     of arrays per layer for a Python layer loop (see `default_unroll`). `mesh` (a jax.sharding.Mesh from
-    engine.model.mesh) places the parameters tensor-parallel over its devices; otherwise one device.
+    memloop.engine.model.mesh) places the parameters tensor-parallel over its devices; otherwise one device.
 
-    `blocks` keeps Q4_0/Q4_1/Q8_0 matrices as their raw GGUF bytes (engine.model.blocks), multiplied by
+    `blocks` keeps Q4_0/Q4_1/Q8_0 matrices as their raw GGUF bytes (memloop.engine.model.blocks), multiplied by
     the CPU kernel at small batch: 0.56-1.06 bytes per weight read instead of 4, the same weights.
     Default (None): on whenever it applies (see `blocks_apply`).
 
     `quantize="int8"` keeps every layer projection as int8 codes with an f32 scale and offset per 32
-    weights (engine.model.quantize), de-quantised inside the step: weight-only, for accelerators' HBM bandwidth.
+    weights (memloop.engine.model.quantize), de-quantised inside the step: weight-only, for accelerators' HBM bandwidth.
     """
-    from engine.assets import enable_compile_cache, resolve_model
-    from engine.model.tokenizer import load_tokenizer as _load_tok
+    from memloop.engine.assets import enable_compile_cache, resolve_model
+    from memloop.engine.model.tokenizer import load_tokenizer as _load_tok
 
     enable_compile_cache()
     path = resolve_model(path)
@@ -518,14 +518,14 @@ def load_model(path: str | Path | None = None, dtype: Any = None, mesh: Any = No
     # int8 blocks are cut from the f32 weights, not from a bf16 rounding of them
     cfg, weights = load_weights(path, np.float32 if quantize else np_dtype, packed=bool(packed), blocks=blocks)
     if quantize:
-        from engine.model.quantize import quantize_layers
+        from memloop.engine.model.quantize import quantize_layers
 
         weights["layers"] = quantize_layers(weights["layers"], quantize)
     module = Llama(cfg, weights, dtype, unrolled=unroll)
     del weights
     params = module.params()
     if mesh is not None:
-        from engine.model.mesh import shard_params
+        from memloop.engine.model.mesh import shard_params
 
         params = shard_params(params, cfg, mesh)
         _rebind(module, params)
@@ -536,7 +536,7 @@ def load_model(path: str | Path | None = None, dtype: Any = None, mesh: Any = No
 def blocks_apply(path: Path, dtype: Any, mesh: Any, unroll: bool, packed: bool) -> bool:
     """Whether block-form weights can be used: a GGUF file, f32 compute on the CPU backend, one
     device (the kernel is not partitioned), the per-layer loop, and kernels that built here."""
-    from engine import kernels
+    from memloop.engine import kernels
 
     return (path.suffix == ".gguf" and path.is_file() and jnp.dtype(dtype) == jnp.float32 and mesh is None
             and unroll and not packed and jax.default_backend() == "cpu" and kernels.available())

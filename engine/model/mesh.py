@@ -19,8 +19,8 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from engine.model.config import ModelConfig
-from engine.errors import EngineError, RequestError
+from memloop.engine.model.config import ModelConfig
+from memloop.engine.errors import EngineError, RequestError
 
 AXIS = "tp"
 
@@ -47,7 +47,7 @@ def _split(dim: int, mesh: Mesh) -> str | None:
 
 
 def param_specs(cfg: ModelConfig, mesh: Mesh, has_lm_head: bool) -> dict[str, Any]:
-    """PartitionSpecs for the parameter pytree of engine.model.weights (same structure)."""
+    """PartitionSpecs for the parameter pytree of memloop.engine.model.weights (same structure)."""
     q = _split(cfg.num_heads, mesh)
     kv = _split(cfg.num_kv_heads, mesh)
     f = _split(cfg.intermediate_size, mesh)
@@ -90,7 +90,7 @@ def _fit(spec: P, shape: tuple[int, ...], mesh: Mesh) -> P:
 
 def shard_params(params: dict[str, Any], cfg: ModelConfig, mesh: Mesh) -> dict[str, Any]:
     """Place the parameter pytree on the mesh; a packed matrix's codes and scales follow its spec."""
-    from engine.model.blocks import BlockMatrix
+    from memloop.engine.model.blocks import BlockMatrix
 
     if any(isinstance(x, BlockMatrix) for x in jax.tree.leaves(params, is_leaf=lambda x: isinstance(x, BlockMatrix))):
         raise RequestError("block-form (GGUF) weights run on one CPU device only; load the model with "
@@ -110,7 +110,7 @@ def shard_params(params: dict[str, Any], cfg: ModelConfig, mesh: Mesh) -> dict[s
 
 def shard_cache(cache: Any, cfg: ModelConfig, mesh: Mesh) -> Any:
     """Stacked [L, ...] caches use `cache_spec`; per-layer arrays the same spec without the layer axis;
-    an int8 cache's scales (engine.cache.kv_pages, the pools' shape without head_dim) the same without its last."""
+    an int8 cache's scales (memloop.engine.cache.kv_pages, the pools' shape without head_dim) the same without its last."""
     spec = cache_spec(cfg, mesh)
 
     def put(name: str, x: jax.Array) -> jax.Array:

@@ -3,7 +3,7 @@
 Each row of an output-major matrix [out, in] is cut into blocks of 32 weights; a block keeps int8
 codes and an f32 scale and offset, `w ~= d * q + m` (affine: the block's range [min, max] onto the
 256 codes, round to nearest). That is the packed-matrix form the model already de-quantises inside
-the jitted step (`engine.model.decoder.matmul` with `{"q", "d", "m"}`), so an accelerator reads 1.25 bytes
+the jitted step (`memloop.engine.model.decoder.matmul` with `{"q", "d", "m"}`), so an accelerator reads 1.25 bytes
 per weight instead of 2 (bf16) or 4 (f32); activations, norms, the embedding/head and the KV cache
 keep the compute dtype.
 
@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.errors import RequestError
+from memloop.engine.errors import RequestError
 
 BLOCK = 32
 MATRICES = ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down")

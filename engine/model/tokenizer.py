@@ -21,8 +21,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Sequence
 
-from engine.assets import cache_root
-from engine.errors import ModelFormatError, ModelNotFoundError, RequestError
+from memloop.engine.assets import cache_root
+from memloop.engine.errors import ModelFormatError, ModelNotFoundError, RequestError
 
 
 class Tokenizer:
@@ -124,7 +124,7 @@ def _repair(hf: Any, path: Path) -> None:
     (`gpt2`) vocabulary decodes byte-level with no byte fallback, and EOS/BOS are the GGUF's token ids."""
     from tokenizers import decoders
 
-    from engine.model.weights import read_gguf_metadata
+    from memloop.engine.model.weights import read_gguf_metadata
 
     meta = read_gguf_metadata(path)
     backend = hf.backend_tokenizer
@@ -140,10 +140,10 @@ def _repair(hf: Any, path: Path) -> None:
 
 
 def load_tokenizer(path: str | Path) -> Tokenizer:
-    """Tokenizer for a GGUF file, a Hugging Face directory or a short model name (engine.assets.MODELS)."""
+    """Tokenizer for a GGUF file, a Hugging Face directory or a short model name (memloop.engine.assets.MODELS)."""
     from transformers import AutoTokenizer
 
-    from engine.assets import resolve_model
+    from memloop.engine.assets import resolve_model
 
     path = resolve_model(path)
     if not path.exists():

@@ -1,7 +1,7 @@
 """Read Llama/Qwen2/Qwen3/Mistral/Gemma 2/Gemma 3 weights from a GGUF file or a Hugging Face directory into one parameter layout.
 
 The layout (numpy arrays; matrices output-major [out, in], as GGUF and Hugging Face store them, so
-loading never transposes and `engine.model.decoder.matmul` computes x @ w.T; on XLA:CPU this orientation
+loading never transposes and `memloop.engine.model.decoder.matmul` computes x @ w.T; on XLA:CPU this orientation
 also ran batch-32 layer matmuls 18% faster than input-major):
 
     embed       (vocab, hidden)
@@ -17,7 +17,7 @@ also ran batch-32 layer matmuls 18% faster than input-major):
 
 Norm weights are kept as the checkpoint's transformers layout stores them: Gemma's are w in a
 (1 + w) scale; llama.cpp's converter writes 1 + w into Gemma GGUFs, so the GGUF loader subtracts the
-1 again (as transformers' GGUF loader does) and one RMSNorm (`engine.model.decoder.rms_norm`) reads both.
+1 again (as transformers' GGUF loader does) and one RMSNorm (`memloop.engine.model.decoder.rms_norm`) reads both.
 
 GGUF de-quantisation uses the `gguf` package's reference numpy kernels (Q4_0/Q4_1/Q8_0/Q4_K/Q6_K/
 F16/F32 and the rest it implements). llama.cpp stores a Llama's Q and K rows permuted for its
@@ -33,9 +33,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-from engine.model.blocks import BLOCK, BlockMatrix, from_gguf_rows, has_block_form, nonfinite_blocks, row_bytes
-from engine.model.config import FAMILIES, ModelConfig, config_from_gguf, config_from_hf
-from engine.errors import ModelFormatError, ModelNotFoundError
+from memloop.engine.model.blocks import BLOCK, BlockMatrix, from_gguf_rows, has_block_form, nonfinite_blocks, row_bytes
+from memloop.engine.model.config import FAMILIES, ModelConfig, config_from_gguf, config_from_hf
+from memloop.engine.errors import ModelFormatError, ModelNotFoundError
 
 Params = dict[str, Any]
 log = logging.getLogger(__name__)
@@ -180,7 +180,7 @@ def load_gguf(path: Path, dtype: Any = np.float32, packed: bool = False,
     """De-quantise a Llama GGUF into the parameter layout above, cast to `dtype`.
 
     `blocks=True` keeps every Q4_0/Q4_1/Q5_0/Q8_0/Q4_K/Q5_K/Q6_K matrix (layer matrices, embedding, untied
-    head) as its raw GGUF bytes, an `engine.model.blocks.BlockMatrix`; a layer matrix then becomes a list with one entry
+    head) as its raw GGUF bytes, an `memloop.engine.model.blocks.BlockMatrix`; a layer matrix then becomes a list with one entry
     per layer (block types may differ between layers), each a BlockMatrix or a dense array.
 
     `packed=True` keeps per-layer matrices stored as Q4_0/Q4_1/Q8_0 in every layer as
@@ -384,8 +384,8 @@ def check_weights(path: Path) -> None:
     """Cheap checks of a model path before anything loads it (a driver runs them before starting
     actors): it exists, a file starts with the GGUF magic, a directory holds a supported config and
     safetensors. Raises the same named errors the loaders raise. A short model
-    name (engine.assets.MODELS) is resolved first, joining its parts on first use."""
-    from engine.assets import resolve_model
+    name (memloop.engine.assets.MODELS) is resolved first, joining its parts on first use."""
+    from memloop.engine.assets import resolve_model
 
     path = resolve_model(path)
     if not path.exists():
@@ -446,8 +446,8 @@ def load_hf_dir(path: Path, dtype: Any = np.float32) -> tuple[ModelConfig, Param
 def load_weights(path: Path, dtype: Any = np.float32, packed: bool = False,
                  blocks: bool = False) -> tuple[ModelConfig, Params]:
     """Dispatch on the path: a `.gguf` file (optionally packed or in block form, see load_gguf) or a
-    Hugging Face directory (always dense); or a short model name (engine.assets.MODELS)."""
-    from engine.assets import resolve_model
+    Hugging Face directory (always dense); or a short model name (memloop.engine.assets.MODELS)."""
+    from memloop.engine.assets import resolve_model
 
     path = resolve_model(path)
     if not path.exists():

@@ -14,7 +14,7 @@ from typing import Any, Sequence
 import jsonschema
 import numpy as np
 
-from engine.errors import RequestError
+from memloop.engine.errors import RequestError
 
 
 # One canonical layout (json.dumps style, no free whitespace): a small model cannot pad its output

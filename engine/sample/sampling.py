@@ -22,7 +22,7 @@ import numpy as np
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field
 
-from engine.errors import RequestError
+from memloop.engine.errors import RequestError
 
 # The one default of the engine for a request that does not set max_tokens.
 DEFAULT_MAX_TOKENS = 512

@@ -10,11 +10,11 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from engine.errors import RequestError
-from engine.cache.kv_cache import PagePool, check_fits
-from engine.sample.sampling import SamplingParams, seed_keys
-from engine.sched.scheduler import Sequence
-from engine.model.tokenizer import Tokenizer
+from memloop.engine.errors import RequestError
+from memloop.engine.cache.kv_cache import PagePool, check_fits
+from memloop.engine.sample.sampling import SamplingParams, seed_keys
+from memloop.engine.sched.scheduler import Sequence
+from memloop.engine.model.tokenizer import Tokenizer
 
 class RequestIntake:
     """Validates and tokenises requests for one model and page pool; builds the grammar compiler lazily."""
@@ -30,11 +30,11 @@ class RequestIntake:
 
     @property
     def grammar(self) -> Any:
-        """The grammar compiler (`engine.sample.constrained.GrammarCompiler`), built on the first constrained
+        """The grammar compiler (`memloop.engine.sample.constrained.GrammarCompiler`), built on the first constrained
         request (about a second)."""
         with self._grammar_lock:
             if self._grammar is None:
-                from engine.sample.constrained import GrammarCompiler
+                from memloop.engine.sample.constrained import GrammarCompiler
 
                 self._grammar = GrammarCompiler(self.tokenizer.hf, self.vocab_size, sorted(self.stop_ids))
             return self._grammar

@@ -3,7 +3,7 @@
 
 The serving step computes only the last position's logits, and the prefix cache skips cached prompt
 tokens, so scoring is its own path: one plain causal forward over whole prompts (no KV cache, no
-pages: `engine.model.decoder.no_cache_attention`), then per position the log-softmax of the raw logits, the
+pages: `memloop.engine.model.decoder.no_cache_attention`), then per position the log-softmax of the raw logits, the
 next prompt token's log-probability and the `width` most likely tokens. The output head runs over
 the flattened positions in chunks of `HEAD_CHUNK` (`lax.map`), so the [tokens, vocabulary] logits
 are never held at once.
@@ -23,11 +23,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from engine.model.config import ModelConfig
-from engine.errors import ScoringCancelled
-from engine.model.decoder import decoder_layers, embed, final_logits, no_cache_attention
-from engine.sample.sampling import MAX_LOGPROBS
-from engine.sched.token_pieces import TokenPieces
+from memloop.engine.model.config import ModelConfig
+from memloop.engine.errors import ScoringCancelled
+from memloop.engine.model.decoder import decoder_layers, embed, final_logits, no_cache_attention
+from memloop.engine.sample.sampling import MAX_LOGPROBS
+from memloop.engine.sched.token_pieces import TokenPieces
 
 MIN_LENGTH = 16
 TOKEN_BUDGET = 4096  # padded tokens per scoring call (hidden states and attention scores scale with it)

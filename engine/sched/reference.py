@@ -1,16 +1,16 @@
 """The reference decoder: `generate(lm, prompts, sampling)` on a contiguous per-sequence KV cache.
 
-This is not a serving path. It is the plainest correct way to decode with `engine.model.decoder` -- one
+This is not a serving path. It is the plainest correct way to decode with `memloop.engine.model.decoder` -- one
 contiguous cache per row, no pages, no prefix sharing, no scheduler -- and it is what the paged
-serving engine (`engine.sched.serving`) is checked against: greedy outputs of both must be identical, and
+serving engine (`memloop.engine.sched.serving`) is checked against: greedy outputs of both must be identical, and
 the model benchmark (`bench/model.py`) uses it to time the model without the serving machinery.
 
 Shapes are padded to power-of-two buckets (batch, prompt length, cache length) so each bucket is
 compiled once. Prefill runs the whole padded prompt block; decoding runs on device in a
 `lax.while_loop` of up to `DECODE_CHUNK` steps per call (exits early when every row has stopped),
 so the host only wakes up between chunks to check stop strings. The cache buffers are donated to
-each call so XLA updates them in place. It shares `engine.model.decoder`'s pieces and
-`engine.sample.sampling.sample` with the serving engine, so only the cache layout and batching differ.
+each call so XLA updates them in place. It shares `memloop.engine.model.decoder`'s pieces and
+`memloop.engine.sample.sampling.sample` with the serving engine, so only the cache layout and batching differ.
 """
 from __future__ import annotations
 
@@ -23,11 +23,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from engine.model.config import ModelConfig
-from engine.errors import RequestError
-from engine.model.mesh import shard_cache
-from engine.model.decoder import LoadedModel, contiguous_attention, decoder_layers, embed, final_logits, init_contiguous_cache
-from engine.sample.sampling import SamplingParams, candidate_cap, next_pow2, row_arrays, sample, seed_keys
+from memloop.engine.model.config import ModelConfig
+from memloop.engine.errors import RequestError
+from memloop.engine.model.mesh import shard_cache
+from memloop.engine.model.decoder import LoadedModel, contiguous_attention, decoder_layers, embed, final_logits, init_contiguous_cache
+from memloop.engine.sample.sampling import SamplingParams, candidate_cap, next_pow2, row_arrays, sample, seed_keys
 
 Prompt = Union[str, Sequence[dict], Sequence[int]]
 
@@ -80,11 +80,11 @@ def _decode_attend(cfg: ModelConfig, positions: jax.Array, in_place: bool) -> An
     kernel the serving engine decodes with (a contiguous cache [KV, B, S, hd] is a page pool of B
     pages of S slots, row b's block table [b]), where that kernel applies."""
     attend = contiguous_attention(positions)
-    from engine.kernels.attention import config_supported, enabled
+    from memloop.engine.kernels.attention import config_supported, enabled
 
     if not (in_place and config_supported(cfg) and enabled()):
         return attend
-    from engine.attention.paged import in_place_attend
+    from memloop.engine.attention.paged import in_place_attend
 
     rows = jnp.arange(positions.shape[0], dtype=jnp.int32)[:, None]
     return in_place_attend(attend, rows, positions, rows, positions)

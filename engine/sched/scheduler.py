@@ -7,7 +7,7 @@ only when its prompt pages fit (after evicting unreferenced prefix-cache pages),
 (back-pressure); when a decoding sequence needs a page and none is left, the youngest sequence is
 preempted and later recomputed -- its pages go to the prefix cache first, so recomputing is mostly
 cache hits. Nothing is ever truncated. This module is pure Python over `PagePool` and `RadixCache`;
-`engine.sched.step_runner` executes the plans it returns.
+`memloop.engine.sched.step_runner` executes the plans it returns.
 """
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.cache.kv_cache import PagePool, pages_needed
-from engine.cache.radix import RadixCache
+from memloop.engine.cache.kv_cache import PagePool, pages_needed
+from memloop.engine.cache.radix import RadixCache
 
 _arrivals = itertools.count()
 
@@ -39,11 +39,11 @@ class Sequence:
     temperature: float = 0.0
     top_k: int = 0
     top_p: float = 1.0
-    params: Any = None  # engine.sample.sampling.SamplingParams (validated settings)
+    params: Any = None  # memloop.engine.sample.sampling.SamplingParams (validated settings)
     key: Any = None  # raw uint32[2] PRNG key of the request's seed
     stop_ids: frozenset[int] = frozenset()
     stop_strings: tuple[str, ...] = ()
-    constraint: Any = None  # engine.sample.constrained.Constraint
+    constraint: Any = None  # memloop.engine.sample.constrained.Constraint
     logprobs: int | None = None  # alternatives asked per output token (None: no log-probabilities)
     output: list[int] = field(default_factory=list)
     # per output token when `logprobs` is set: (its log-probability, [(id, log-probability)] of the top ones)

@@ -1,6 +1,6 @@
 """The serving engine: submit requests from any thread, one background loop runs batched steps.
 
-Request and result are plain dicts with the field names of the LLM protocol (`eval.llm`), which the
+Request and result are plain dicts with the field names of the LLM protocol (`memloop.eval.llm`), which the
 engine does not import:
 
     request: {"messages": [...]} or {"prompt": "..." | [token ids]}, "sampling": {max_tokens, temperature, top_k,
@@ -11,7 +11,7 @@ engine does not import:
              logprob}] (the N most likely, most likely first)}, from the model's raw logits
 
 `score(prompts, top_n)` is the other entry point: every prompt token's log-probability given the
-tokens before it (`engine.sched.prompt_scoring`, OpenAI's `echo`), computed by a full-prompt forward
+tokens before it (`memloop.engine.sched.prompt_scoring`, OpenAI's `echo`), computed by a full-prompt forward
 outside the step loop and its KV cache; `scored_prompts` / `scored_tokens` count that work.
 
 `stats()` adds to the counters where the engine thread's wall time (`wall_s`) went: `compute_s`
@@ -21,9 +21,9 @@ packing, grammar bitmasks, detokenising) and `idle_s` (no work), so a slow run s
 `cached_tokens` counts the prompt tokens whose keys/values came from the prefix cache instead of
 being computed; `decoded_tokens` counts every sampled token, the terminating one included.
 
-`Engine` is the facade over three parts with one job each: `engine.sched.intake` (request dict ->
-`Sequence`, or a `RequestError` before any work), `engine.sched.step_runner` (a scheduler plan -> device
-step -> tokens -> results; a failing request fails alone) and `engine.sched.step_loop` (the thread that
+`Engine` is the facade over three parts with one job each: `memloop.engine.sched.intake` (request dict ->
+`Sequence`, or a `RequestError` before any work), `memloop.engine.sched.step_runner` (a scheduler plan -> device
+step -> tokens -> results; a failing request fails alone) and `memloop.engine.sched.step_loop` (the thread that
 plans and runs steps, futures, shutdown).
 """
 from __future__ import annotations
@@ -36,16 +36,16 @@ from typing import Any
 
 import jax.numpy as jnp
 
-from engine.engine_config import EngineConfig
-from engine.errors import EngineError
-from engine.sched.intake import RequestIntake
-from engine.errors import RequestError
-from engine.cache.kv_cache import KVLayout, PagePool, pages_for_budget
-from engine.sched.prompt_scoring import PromptScorer
-from engine.cache.radix import RadixCache
-from engine.sched.scheduler import Scheduler, Sequence
-from engine.sched.step_loop import StepLoop
-from engine.sched.step_runner import TIMERS, StepRunner
+from memloop.engine.engine_config import EngineConfig
+from memloop.engine.errors import EngineError
+from memloop.engine.sched.intake import RequestIntake
+from memloop.engine.errors import RequestError
+from memloop.engine.cache.kv_cache import KVLayout, PagePool, pages_for_budget
+from memloop.engine.sched.prompt_scoring import PromptScorer
+from memloop.engine.cache.radix import RadixCache
+from memloop.engine.sched.scheduler import Scheduler, Sequence
+from memloop.engine.sched.step_loop import StepLoop
+from memloop.engine.sched.step_runner import TIMERS, StepRunner
 
 log = logging.getLogger(__name__)
 
@@ -54,8 +54,8 @@ class Engine:
     """One model, one paged KV cache, one prefix cache, one step loop."""
 
     def __init__(self, config: EngineConfig | None = None, model: Any = None) -> None:
-        from engine.model.decoder import load_model
-        from engine.attention.pallas import resolve_backend
+        from memloop.engine.model.decoder import load_model
+        from memloop.engine.attention.pallas import resolve_backend
 
         self.config = config = config if config is not None else EngineConfig()
         if not isinstance(config, EngineConfig):
@@ -65,7 +65,7 @@ class Engine:
         self.attention = resolve_backend(config.attention, config.pallas_interpret)
         mesh = None
         if model is None and config.tp:
-            from engine.model.mesh import make_mesh
+            from memloop.engine.model.mesh import make_mesh
 
             mesh = make_mesh(config.tp)
         self.lm = model if model is not None else load_model(

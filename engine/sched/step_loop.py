@@ -11,9 +11,9 @@ import threading
 import time
 from concurrent.futures import Future
 
-from engine.errors import EngineError, RequestError
-from engine.sched.scheduler import Scheduler, Sequence
-from engine.sched.step_runner import StepRunner
+from memloop.engine.errors import EngineError, RequestError
+from memloop.engine.sched.scheduler import Scheduler, Sequence
+from memloop.engine.sched.step_runner import StepRunner
 
 log = logging.getLogger(__name__)
 

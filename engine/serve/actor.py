@@ -16,9 +16,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from engine.engine_config import EngineConfig
-from engine.errors import EngineError
-from engine.sched.serving import Engine
+from memloop.engine.engine_config import EngineConfig
+from memloop.engine.errors import EngineError
+from memloop.engine.sched.serving import Engine
 
 
 class EngineActor:
@@ -30,7 +30,7 @@ class EngineActor:
         self.engine = Engine(EngineConfig.of(config))
 
     async def complete(self, request: dict[str, Any]) -> dict[str, Any]:
-        """`eval.llm.LLMRequest.to_dict()` in, `eval.llm.LLMResult.to_dict()` out. Tokenising (in
+        """`memloop.eval.llm.LLMRequest.to_dict()` in, `memloop.eval.llm.LLMResult.to_dict()` out. Tokenising (in
         `submit`) runs on a worker thread, so a long prompt does not hold the actor's other calls."""
         return await asyncio.wrap_future(await asyncio.to_thread(self.engine.submit, request))
 

@@ -19,9 +19,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
-from engine.errors import EngineError, NonFiniteLogitsError, RequestError
-from engine.sample.sampling import SamplingParams
-from engine.serve.protocol import (MAX_N, UNSUPPORTED_WHY, ChatRequest, CompletionRequest, _Sampling, _usage,
+from memloop.engine.errors import EngineError, NonFiniteLogitsError, RequestError
+from memloop.engine.sample.sampling import SamplingParams
+from memloop.engine.serve.protocol import (MAX_N, UNSUPPORTED_WHY, ChatRequest, CompletionRequest, _Sampling, _usage,
                                    chat_logprobs, completion_logprobs, echo_choice)
 
 RETRY_AFTER_S = 1

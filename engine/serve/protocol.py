@@ -8,8 +8,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
 
-from engine.errors import RequestError
-from engine.sample.sampling import MAX_LOGPROBS
+from memloop.engine.errors import RequestError
+from memloop.engine.sample.sampling import MAX_LOGPROBS
 
 MAX_N = 64
 

@@ -36,8 +36,8 @@ from typing import Any
 
 from fastapi import FastAPI
 
-from engine.errors import ServerConfigError
-from engine.serve.openai_serving import (RequestGate, ServingChat, ServingCompletion, ServingModels,
+from memloop.engine.errors import ServerConfigError
+from memloop.engine.serve.openai_serving import (RequestGate, ServingChat, ServingCompletion, ServingModels,
                                          error_response, install_error_handlers)
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
@@ -239,8 +239,8 @@ def serve(config: Any = None, host: str = "127.0.0.1", port: int = 8000, model_n
     check_options(host, port, api_key, max_queue, request_timeout)
     import uvicorn
 
-    from engine.engine_config import EngineConfig
-    from engine.sched.serving import Engine
+    from memloop.engine.engine_config import EngineConfig
+    from memloop.engine.sched.serving import Engine
 
     engine = Engine(EngineConfig.of(config))
     name = model_name or engine.lm.path.stem

@@ -34,12 +34,12 @@ Gold format per task (what judges consume; all JSON-serialisable):
   groups of `chunk_sentences` sentences (F-ART uses 15) or `chunk_tokens` tokens;
   `gold = "<abstract>"` (the ROUGE reference); metadata: `article_id`, `section_names`.
 
-Malformed inputs raise subclasses of `eval.errors.DatasetError` (see `errors.py`).
+Malformed inputs raise subclasses of `memloop.eval.errors.DatasetError` (see `errors.py`).
 """
-from eval.datasets.chunker import ChunkStats, chunk_paragraphs, chunk_stats, chunk_text, split_paragraphs
-from eval.datasets.registry import get_loader, list_tasks, load_dataset, register_loader, tasks, truncate
-from eval.datasets.sample import Sample
-from eval.tokens import token_counter
+from memloop.eval.datasets.chunker import ChunkStats, chunk_paragraphs, chunk_stats, chunk_text, split_paragraphs
+from memloop.eval.datasets.registry import get_loader, list_tasks, load_dataset, register_loader, tasks, truncate
+from memloop.eval.datasets.sample import Sample
+from memloop.eval.tokens import token_counter
 
 __all__ = [
     "Sample", "load_dataset", "register_loader", "get_loader", "list_tasks", "tasks", "truncate",

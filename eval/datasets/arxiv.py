@@ -8,7 +8,7 @@ Two record formats are read:
 - the Hugging Face layout (e.g. `ccdv/arxiv-summarization`): `article` and `abstract` strings; its
   `section` configuration keeps one sentence per line (joined with " \n "), its `document`
   configuration joins the sentences with a space into one line, which is segmented again with
-  `eval.datasets.arxiv_sentences` (Punkt made for lowercased, tokenised arXiv text).
+  `memloop.eval.datasets.arxiv_sentences` (Punkt made for lowercased, tokenised arXiv text).
 Each sample's metadata names the layout its sentences came from (`sentence_split`: "release list",
 "lines" or "punkt") and their count (`sentences`).
 F-ART feeds articles in chunks of 15 sentences; `chunk_tokens` packs sentences up to a token budget
@@ -21,12 +21,12 @@ import re
 from pathlib import Path
 from typing import Any
 
-from eval.datasets.arxiv_sentences import split_arxiv_sentences
-from eval.datasets.chunker import chunk_paragraphs
-from eval.datasets.errors import DatasetError, EmptyDatasetError, MissingFieldError
-from eval.datasets.records import Record, read_records
-from eval.datasets.sample import Sample, slug
-from eval.tokens import TokenizerLike
+from memloop.eval.datasets.arxiv_sentences import split_arxiv_sentences
+from memloop.eval.datasets.chunker import chunk_paragraphs
+from memloop.eval.datasets.errors import DatasetError, EmptyDatasetError, MissingFieldError
+from memloop.eval.datasets.records import Record, read_records
+from memloop.eval.datasets.sample import Sample, slug
+from memloop.eval.tokens import TokenizerLike
 
 _TAGS = re.compile(r"</?S>")
 
@@ -94,7 +94,7 @@ def load_arxiv(path: str | Path, chunk_sentences: int = 15, chunk_tokens: int | 
                by_section: bool = False, limit: int | None = None, split: str = "test", revision: str | None = None,
                config_name: str | None = None) -> list[Sample]:
     """Articles from a .jsonl/.json/.parquet file (either layout), a dataset directory, or a hub id at a
-    pinned `revision` and `config_name` (needs network or the HF cache; `eval.datasets.hub`)."""
+    pinned `revision` and `config_name` (needs network or the HF cache; `memloop.eval.datasets.hub`)."""
     if chunk_sentences < 1:
         raise DatasetError(f"chunk_sentences must be at least 1 (got {chunk_sentences})")
     samples = []

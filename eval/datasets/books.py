@@ -24,11 +24,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Literal
 
-from eval.datasets.chunker import chunk_paragraphs, split_paragraphs
-from eval.datasets.errors import DatasetError, DatasetNotFoundError, EmptyDatasetError, MissingFieldError, UnknownFormatError
-from eval.datasets.sample import Sample, slug
-from eval.datasets.textfile import MAX_DATA_FILE_BYTES, read_text
-from eval.tokens import TokenizerLike
+from memloop.eval.datasets.chunker import chunk_paragraphs, split_paragraphs
+from memloop.eval.datasets.errors import DatasetError, DatasetNotFoundError, EmptyDatasetError, MissingFieldError, UnknownFormatError
+from memloop.eval.datasets.sample import Sample, slug
+from memloop.eval.datasets.textfile import MAX_DATA_FILE_BYTES, read_text
+from memloop.eval.tokens import TokenizerLike
 
 TEXT_SUFFIXES = (".txt", ".text", ".md")
 
@@ -135,7 +135,7 @@ def book_sample(title: str, text: str, chunk_tokens: int = 2048, tokenizer: Toke
                 summary: str | None = None, chapter: int | None = None, max_chunks: int | None = None) -> Sample:
     """A book Sample from cleaned text. Gold is `{"reference": summary}` when a reference summary is
     given, else None (BooookScore is reference-free). With `max_chunks`, token chunking stops after
-    one chunk more than that (`eval.datasets.truncate` then sees that chunks were dropped): a run
+    one chunk more than that (`memloop.eval.datasets.truncate` then sees that chunks were dropped): a run
     of a book's first chunks does not chunk the whole book."""
     paragraphs = split_paragraphs(text)
     if not paragraphs:

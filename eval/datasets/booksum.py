@@ -8,13 +8,13 @@ aggregate of several chapters), `chapter` (the chapter's text), `summary_text` (
 `is_aggregate`. The file is JSONL/JSON/Parquet/CSV-converted Parquet, a dataset directory, or the hub id.
 
 Each book's full text is rebuilt in reading order from the units BookSum has (single chapters,
-aggregates of several, a play's acts and scenes; `eval.datasets.booksum_units`), so no chapter is
+aggregates of several, a play's acts and scenes; `memloop.eval.datasets.booksum_units`), so no chapter is
 lost when one exists only inside an aggregate, and every row, aggregate or not, is a target. A
 sample targets one unit k: its chunks are the whole book (the units before k, k's own text, the units
 after k; each cut to `chunk_tokens` at paragraph boundaries; metadata['chunk_chapters'] gives each
 chunk's part number), metadata['target_chapter'] = k, and its gold the reference of that unit
 (`{"reference": summary_text}`). The knowledge graph is built from the whole book, as the paper
-builds it (section 3.2), and retrieval leaves out edges from parts after k (`eval.kg.chapter_edges`).
+builds it (section 3.2), and retrieval leaves out edges from parts after k (`memloop.eval.kg.chapter_edges`).
 
 Which (chapter, reference) pairs are eligible follows the paper's appendix B: books the paper
 excluded (train/test overlap, non-narrative texts, story collections) are left out, as are
@@ -33,12 +33,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from eval.datasets.booksum_units import Part, Position, Unit, rebuild, unit_span
-from eval.datasets.chunker import chunk_paragraphs, split_paragraphs
-from eval.datasets.errors import DatasetError, EmptyDatasetError, MissingFieldError
-from eval.datasets.records import Record, read_records
-from eval.datasets.sample import Sample, slug
-from eval.tokens import TokenizerLike, cl100k_count
+from memloop.eval.datasets.booksum_units import Part, Position, Unit, rebuild, unit_span
+from memloop.eval.datasets.chunker import chunk_paragraphs, split_paragraphs
+from memloop.eval.datasets.errors import DatasetError, EmptyDatasetError, MissingFieldError
+from memloop.eval.datasets.records import Record, read_records
+from memloop.eval.datasets.sample import Sample, slug
+from memloop.eval.tokens import TokenizerLike, cl100k_count
 
 HUB_ID = "kmfoda/booksum"
 # Appendix B: books in both train and validation/test, non-narrative texts, story collections.

@@ -21,8 +21,8 @@ import re
 from dataclasses import dataclass
 from typing import Sequence
 
-from eval.datasets.errors import DatasetError
-from eval.tokens import TokenCounter, TokenizerLike, token_counter
+from memloop.eval.datasets.errors import DatasetError
+from memloop.eval.tokens import TokenCounter, TokenizerLike, token_counter
 
 MIN_CHUNK_TOKENS = 8  # a single character is at most 4 byte-level BPE tokens; below this cuts cannot progress
 

@@ -1,7 +1,7 @@
-"""Named dataset errors. All derive from `eval.errors.DatasetError`, so callers may catch the root."""
+"""Named dataset errors. All derive from `memloop.eval.errors.DatasetError`, so callers may catch the root."""
 from __future__ import annotations
 
-from eval.errors import DatasetError
+from memloop.eval.errors import DatasetError
 
 
 class DatasetNotFoundError(DatasetError):
@@ -37,4 +37,4 @@ class NotARegularFileError(DatasetError):
 
 
 class RecordTooLargeError(DatasetError):
-    """A file or one record in it is larger than a loader reads (`eval.datasets.textfile` bounds)."""
+    """A file or one record in it is larger than a loader reads (`memloop.eval.datasets.textfile` bounds)."""

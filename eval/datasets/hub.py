@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-from eval.datasets.errors import DatasetNotFoundError
+from memloop.eval.datasets.errors import DatasetNotFoundError
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 

@@ -36,11 +36,11 @@ import re
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from eval.datasets.errors import EmptyDatasetError, MissingFieldError
-from eval.datasets.records import Record, read_records
-from eval.datasets.sample import Sample, slug
-from eval.errors import DatasetError
-from eval.tokens import TokenizerLike, token_counter
+from memloop.eval.datasets.errors import EmptyDatasetError, MissingFieldError
+from memloop.eval.datasets.records import Record, read_records
+from memloop.eval.datasets.sample import Sample, slug
+from memloop.eval.errors import DatasetError
+from memloop.eval.tokens import TokenizerLike, token_counter
 
 HUB_ID = "ai-hyz/MemoryAgentBench"
 SPLITS = ("Accurate_Retrieval", "Test_Time_Learning", "Long_Range_Understanding", "Conflict_Resolution")

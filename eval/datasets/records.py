@@ -4,7 +4,7 @@ Local JSON(L) is parsed here rather than through `datasets.load_dataset("json")`
 line is reported by file and line number (and nothing is cached); Parquet goes through pyarrow;
 a hub id (`owner/name`, at a pinned `revision` and `config_name`), a directory written by
 `Dataset.save_to_disk` and a local copy of a dataset repository go through Hugging Face `datasets`
-(a hub id needs network or the local HF cache: `eval.datasets.hub`).
+(a hub id needs network or the local HF cache: `memloop.eval.datasets.hub`).
 """
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ import json
 from pathlib import Path
 from typing import Any, Iterator
 
-from eval.datasets.errors import (DatasetNotFoundError, EmptyDatasetError, MissingFieldError, RecordTooLargeError,
+from memloop.eval.datasets.errors import (DatasetNotFoundError, EmptyDatasetError, MissingFieldError, RecordTooLargeError,
                                   UnknownFormatError)
-from eval.datasets.hub import hub_records, is_hub_id, load_local_dataset
-from eval.datasets.textfile import MAX_DATA_FILE_BYTES, MAX_RECORD_BYTES, check_data_path, read_text
+from memloop.eval.datasets.hub import hub_records, is_hub_id, load_local_dataset
+from memloop.eval.datasets.textfile import MAX_DATA_FILE_BYTES, MAX_RECORD_BYTES, check_data_path, read_text
 
 Record = dict[str, Any]
 

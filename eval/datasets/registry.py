@@ -1,6 +1,6 @@
 """Loader registry: a run config names a task and keyword options; this returns its Samples.
 
-The registry (`eval.registry.Registry`) is the single source of task names (`list_tasks()`). A
+The registry (`memloop.eval.registry.Registry`) is the single source of task names (`list_tasks()`). A
 task's loader module may also define `truncate_gold(gold, n_chunks)`, which `truncate` uses to cut
 the gold answer together with the chunks (SUMIE keeps one reference per paragraph), or
 `truncate_sample(sample, n_chunks)`, which decides the kept chunks itself (BookSum keeps its target chapter).
@@ -11,9 +11,9 @@ import dataclasses
 import sys
 from typing import Any, Callable
 
-from eval.datasets.errors import DatasetError, UnknownTaskError
-from eval.datasets.sample import Sample
-from eval.registry import Registry
+from memloop.eval.datasets.errors import DatasetError, UnknownTaskError
+from memloop.eval.datasets.sample import Sample
+from memloop.eval.registry import Registry
 
 Loader = Callable[..., list[Sample]]
 GoldTruncator = Callable[[Any, int], Any]
@@ -22,13 +22,13 @@ GoldTruncator = Callable[[Any, int], Any]
 LOADERS: Registry[Loader] = Registry(
     "dataset task", UnknownTaskError,
     aliases={"books": "book", "booookscore": "book", "loft-spider": "spider", "loft_spider": "spider"})
-LOADERS.register("arxiv", "eval.datasets.arxiv:load_arxiv")
-LOADERS.register("book", "eval.datasets.books:load_books")
-LOADERS.register("booksum", "eval.datasets.booksum:load_booksum")
-LOADERS.register("memoryagentbench", "eval.datasets.memoryagentbench:load_memoryagentbench")
-LOADERS.register("repoqa", "eval.datasets.repoqa.loader:load_repoqa")
-LOADERS.register("spider", "eval.datasets.spider.loader:load_spider")
-LOADERS.register("sumie", "eval.datasets.sumie.loader:load_sumie_dataset")
+LOADERS.register("arxiv", "memloop.eval.datasets.arxiv:load_arxiv")
+LOADERS.register("book", "memloop.eval.datasets.books:load_books")
+LOADERS.register("booksum", "memloop.eval.datasets.booksum:load_booksum")
+LOADERS.register("memoryagentbench", "memloop.eval.datasets.memoryagentbench:load_memoryagentbench")
+LOADERS.register("repoqa", "memloop.eval.datasets.repoqa.loader:load_repoqa")
+LOADERS.register("spider", "memloop.eval.datasets.spider.loader:load_spider")
+LOADERS.register("sumie", "memloop.eval.datasets.sumie.loader:load_sumie_dataset")
 
 
 def register_loader(task: str, loader: Loader | str) -> None:
@@ -51,11 +51,11 @@ def get_loader(task: str) -> Loader:
 def load_dataset(task: str, **options: Any) -> list[Sample]:
     """Samples of `task` ("sumie", "book", "repoqa", "spider", "arxiv"); options go to the task's loader.
 
-    Options are checked against the loader's typed keyword parameters first (`eval.options`):
+    Options are checked against the loader's typed keyword parameters first (`memloop.eval.options`):
     an unknown name or a value of the wrong type (`chunk_tokens: abc`) raises a DatasetError that
     names it, so config mistakes fail before any work.
     """
-    from eval.options import check_options
+    from memloop.eval.options import check_options
 
     loader = get_loader(task)
     samples = loader(**check_options(loader, options, f"dataset {task!r}", DatasetError))

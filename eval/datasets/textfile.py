@@ -10,7 +10,7 @@ import os
 import stat
 from pathlib import Path
 
-from eval.datasets.errors import (BinaryFileError, DatasetNotFoundError, EmptyDatasetError, NotARegularFileError,
+from memloop.eval.datasets.errors import (BinaryFileError, DatasetNotFoundError, EmptyDatasetError, NotARegularFileError,
                                   RecordTooLargeError)
 
 # One record (a book, one JSONL line, one JSON document): 16 MiB of text is ~4M tokens, far beyond any

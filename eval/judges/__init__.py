@@ -6,14 +6,14 @@ Every judge is an independent unit of work with one calling convention:
 
 `output` is what the method produced (`get_judge(name).prediction(method_output, n_chunks)` picks it
 out of a `MethodOutput`: per-turn memories for SUMIE, the final answer for the others), `gold` is `Sample.gold`, `metadata` is `Sample.metadata`,
-`llm` is any `eval.llm.LLM` (only judges with `needs_llm` use it; they never touch the engine or
+`llm` is any `memloop.eval.llm.LLM` (only judges with `needs_llm` use it; they never touch the engine or
 Ray). `list_judges()` names them (the registry is their single source), `get_judge(name)` gives
 `JudgeInfo` (tasks it applies to, whether it needs an LLM, its templates, `prediction` and
 `aggregate`), `judge_template_hashes(name)` (= `get_judge(name).template_hashes()`) the sha256 of
 its prompts.
 Options (`**options`, from the run config) are each judge function's keyword arguments, e.g.
 `max_attempts`, `on_invalid` ("raise" | "record"), `batch_size`, `entities`, `max_edges`.
-Bad inputs raise `eval.errors.JudgeError` with what to do.
+Bad inputs raise `memloop.eval.errors.JudgeError` with what to do.
 
 | judge | tasks | output | gold | LLM |
 | --- | --- | --- | --- | --- |
@@ -33,7 +33,7 @@ SUMIE predictions: a list with one entry per turn (the memory after chunk t), ea
 a single object is scored as the last turn. Text predictions need the `sumie` judge (it extracts
 pairs with the LLM). KGScore gold may also carry `"entities": [names]`. ROUGE and KGScore declare no
 tasks: they apply to any sample whose gold carries a reference summary (`JudgeInfo.gold`,
-`eval.judges.gold`); given directly, a bare reference string is also accepted.
+`memloop.eval.judges.gold`); given directly, a bare reference string is also accepted.
 
 Metrics per judge: booookscore(-batched): `booookscore`, `sentences`, `confusing`, `invalid`;
 sumie(-exact): `precision`, `recall`, `f1` per turn; kgscore: `precision`, `recall`, `f1`,
@@ -41,7 +41,7 @@ sumie(-exact): `precision`, `recall`, `f1` per turn; kgscore: `precision`, `reca
 when an extraction failed under `on_invalid: record`); rouge: `rouge1`, `rouge2`, `rougeL`, `rougeLsum`;
 repoqa-exact and loft-exec: `accuracy`.
 
-Records for the jobs layer's Parquet tables (laid out by `jobs.store.tables.judge_rows`):
+Records for the jobs layer's Parquet tables (laid out by `memloop.jobs.store.tables.judge_rows`):
 
 - `judgments` rows: `{"judge": str, "index": int, "record_json": str}`; `record_json` is
   `Judgment.to_record()`: `{"item": str (what was judged: a sentence, "attr: value", an
@@ -57,7 +57,7 @@ Records for the jobs layer's Parquet tables (laid out by `jobs.store.tables.judg
 Aggregation over samples is declared by each judge (`JudgeInfo.aggregate`, all the papers' judges:
 the unweighted mean, `aggregation.mean_over_samples`; mean over books for BooookScore, macro averages
 for SUMIE and KGScore); the report calls it, and `sumie.turn_summary` for start / last / average
-over turns. Cost accounting from engine usage lives in `eval.judges.cost` (cache hit rate, cost
+over turns. Cost accounting from engine usage lives in `memloop.eval.judges.cost` (cache hit rate, cost
 index), also called by the report.
 """
 from __future__ import annotations
@@ -67,17 +67,17 @@ import inspect
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
-from eval.errors import JudgeError
-from eval.judges.aggregation import Aggregate, mean_over_samples
-from eval.judges.gold import REFERENCE_SUMMARY, GoldNeed
-from eval.judges.predictions import final_answer, memory_per_turn
-from eval.judges.records import Judgment, JudgeResult, Score
-from eval.llm import LLM
-from eval.registry import Registry
-from eval.templates import template_hashes
+from memloop.eval.errors import JudgeError
+from memloop.eval.judges.aggregation import Aggregate, mean_over_samples
+from memloop.eval.judges.gold import REFERENCE_SUMMARY, GoldNeed
+from memloop.eval.judges.predictions import final_answer, memory_per_turn
+from memloop.eval.judges.records import Judgment, JudgeResult, Score
+from memloop.eval.llm import LLM
+from memloop.eval.registry import Registry
+from memloop.eval.templates import template_hashes
 
 if TYPE_CHECKING:
-    from eval.methods.base import MethodOutput
+    from memloop.eval.methods.base import MethodOutput
 
 Prediction = Callable[["MethodOutput", int], Any]
 
@@ -123,7 +123,7 @@ class JudgeInfo:
 
     def check_options(self, options: dict[str, Any]) -> dict[str, Any]:
         """The judge's options validated against its function's keyword parameters (JudgeError if not)."""
-        from eval.options import check_options
+        from memloop.eval.options import check_options
 
         fn = self.load()
         scored = tuple(inspect.signature(fn).parameters)[:3]  # (output, gold, llm): given by the run
@@ -131,38 +131,38 @@ class JudgeInfo:
 
 
 JUDGES: Registry[JudgeInfo] = Registry("judge", JudgeError)
-# the prompts of `eval.judges.mab_llm` (its TEMPLATES; a test keeps the two equal)
+# the prompts of `memloop.eval.judges.mab_llm` (its TEMPLATES; a test keeps the two equal)
 _MAB_LLM_TEMPLATES = ("mab-lme-preference", "mab-lme-standard", "mab-lme-temporal", "mab-lme-update",
                       "mab-lme-abstention", "mab-sum-fluency", "mab-sum-recall", "mab-sum-precision")
 for _info in (
-    JudgeInfo("booookscore", ("book",), True, "eval.judges.booookscore", "judge",
+    JudgeInfo("booookscore", ("book",), True, "memloop.eval.judges.booookscore", "judge",
               "share of summary sentences without a coherence error, one judge call per sentence",
               ("booookscore-sentence",), metrics=("booookscore",)),
-    JudgeInfo("booookscore-batched", ("book",), True, "eval.judges.booookscore", "judge_batched",
+    JudgeInfo("booookscore-batched", ("book",), True, "memloop.eval.judges.booookscore", "judge_batched",
               "BooookScore with several sentences per judge call (JSON list answers)", ("booookscore-batch",),
               metrics=("booookscore",)),
-    JudgeInfo("sumie", ("sumie",), True, "eval.judges.sumie", "judge_llm",
+    JudgeInfo("sumie", ("sumie",), True, "memloop.eval.judges.sumie", "judge_llm",
               "per-turn P/R/F1 of attribute-value pairs, LLM matches both ways", ("sumie-match", "sumie-extract",
                                                                                     "sumie-recall"),
               predict=memory_per_turn, metrics=("precision", "recall", "f1"), per_turn=True),
-    JudgeInfo("sumie-exact", ("sumie",), False, "eval.judges.sumie", "judge_exact",
+    JudgeInfo("sumie-exact", ("sumie",), False, "memloop.eval.judges.sumie", "judge_exact",
               "per-turn P/R/F1 of attribute-value pairs, normalised exact match", predict=memory_per_turn,
               needs_json_memory=True, metrics=("precision", "recall", "f1"), per_turn=True),
-    JudgeInfo("kgscore", None, True, "eval.judges.kgscore", "judge",
+    JudgeInfo("kgscore", None, True, "memloop.eval.judges.kgscore", "judge",
               "P/R/F1 of knowledge-graph edges, predicates compared by MiniLM cosine similarity",
               ("kgscore-edges", "kgscore-entities"), gold=REFERENCE_SUMMARY,
               metrics=("precision", "recall", "f1")),
-    JudgeInfo("rouge", None, False, "eval.judges.overlap", "judge_rouge",
+    JudgeInfo("rouge", None, False, "memloop.eval.judges.overlap", "judge_rouge",
               "ROUGE-1/2/L/Lsum F-measures (rouge-score package)", gold=REFERENCE_SUMMARY,
               metrics=("rouge1", "rouge2", "rougeL", "rougeLsum")),
-    JudgeInfo("repoqa-exact", ("repoqa",), False, "eval.judges.overlap", "judge_function_name",
+    JudgeInfo("repoqa-exact", ("repoqa",), False, "memloop.eval.judges.overlap", "judge_function_name",
               "1 if the answer names the described function exactly", metrics=("accuracy",)),
-    JudgeInfo("loft-exec", ("spider",), False, "eval.judges.overlap", "judge_exec_match",
+    JudgeInfo("loft-exec", ("spider",), False, "memloop.eval.judges.overlap", "judge_exec_match",
               "1 if the answered rows equal the gold rows (LOFT normalisation)", metrics=("accuracy",)),
-    JudgeInfo("mab", ("memoryagentbench",), False, "eval.judges.mab", "judge",
+    JudgeInfo("mab", ("memoryagentbench",), False, "memloop.eval.judges.mab", "judge",
               "MemoryAgentBench's per-source metrics of every question's reply (SubEM, EM, F1, ROUGE, recall@k)",
               metrics=("accuracy",)),
-    JudgeInfo("mab-llm", ("memoryagentbench",), True, "eval.judges.mab", "judge_with_llm",
+    JudgeInfo("mab-llm", ("memoryagentbench",), True, "memloop.eval.judges.mab", "judge_with_llm",
               "MemoryAgentBench as `mab`, with LongMemEval and ∞Bench-Sum judged by the judge model as the "
               "benchmark's LLM judges do", _MAB_LLM_TEMPLATES, metrics=("accuracy",)),
 ):

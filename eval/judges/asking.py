@@ -1,20 +1,20 @@
-"""Ask a judge LLM one question with strict answer validation: `eval.asking.ask` with the judges' retry policy.
+"""Ask a judge LLM one question with strict answer validation: `memloop.eval.asking.ask` with the judges' retry policy.
 
 Every attempt is kept: a rejected answer goes into `Judgment.failures` with the reason, so an
 audit sees exactly how the final verdict was reached. Retries resample at a raised temperature
-with a fresh seed (`eval.asking.RESAMPLE`), because a greedy judge would otherwise repeat the same
-invalid answer. Answer parsers raise `eval.asking.ParseFailure`, as the methods' parsers do.
+with a fresh seed (`memloop.eval.asking.RESAMPLE`), because a greedy judge would otherwise repeat the same
+invalid answer. Answer parsers raise `memloop.eval.asking.ParseFailure`, as the methods' parsers do.
 """
 from __future__ import annotations
 
 import json
 from typing import Any, Callable
 
-from eval.asking import RESAMPLE, ParseFailure, ask
-from eval.errors import JudgeError
-from eval.judges.records import Judgment
-from eval.llm import LLM, Sampling
-from eval.templates import Template
+from memloop.eval.asking import RESAMPLE, ParseFailure, ask
+from memloop.eval.errors import JudgeError
+from memloop.eval.judges.records import Judgment
+from memloop.eval.llm import LLM, Sampling
+from memloop.eval.templates import Template
 
 
 def answer_list(text: str, key: str, shape: str) -> list[Any]:

@@ -4,7 +4,7 @@ The summary is split into sentences; for each sentence the judge sees the whole 
 sentence and answers with clarifying questions and the error types it finds, from eight fixed
 labels. An answer with an unknown label, or questions without types (or types without questions),
 is invalid and asked again (bounded). A book's score is 1 - confusing / sentences; a dataset's score
-is the mean over books (`eval.judges.aggregation.mean_over_samples`, the one mean of every judge).
+is the mean over books (`memloop.eval.judges.aggregation.mean_over_samples`, the one mean of every judge).
 
 Like the official code, sentences are judged once per distinct text: the official annotations are
 keyed by sentence, so a sentence repeated verbatim counts once in numerator and denominator
@@ -20,14 +20,14 @@ import re
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Iterable, Sequence
 
-from eval.asking import ParseFailure
-from eval.errors import JudgeError
-from eval.llm import LLM
-from eval.options import Temperature
-from eval.judges.asking import ask_judgment
-from eval.judges.records import Judgment, JudgeResult, Score
-from eval.judges.sentences import split_sentences
-from eval.templates import render
+from memloop.eval.asking import ParseFailure
+from memloop.eval.errors import JudgeError
+from memloop.eval.llm import LLM
+from memloop.eval.options import Temperature
+from memloop.eval.judges.asking import ask_judgment
+from memloop.eval.judges.records import Judgment, JudgeResult, Score
+from memloop.eval.judges.sentences import split_sentences
+from memloop.eval.templates import render
 
 NAME = "booookscore"
 ERROR_TYPES = ("entity omission", "event omission", "causal omission", "salience", "discontinuity",

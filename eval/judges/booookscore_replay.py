@@ -19,15 +19,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from eval.asking import ParseFailure
-from eval.errors import JudgeError
-from eval.judges.aggregation import mean_over_samples
-from eval.judges.booookscore import NAME, _label, _result
-from eval.judges.records import Judgment, JudgeResult
-from eval.judges.sentences import sentence_spans
+from memloop.eval.asking import ParseFailure
+from memloop.eval.errors import JudgeError
+from memloop.eval.judges.aggregation import mean_over_samples
+from memloop.eval.judges.booookscore import NAME, _label, _result
+from memloop.eval.judges.records import Judgment, JudgeResult
+from memloop.eval.judges.sentences import sentence_spans
 
 if TYPE_CHECKING:
-    from eval.llm import LLMRequest, LLMResult
+    from memloop.eval.llm import LLMRequest, LLMResult
 
 RELEASE_NAME = re.compile(r"^(?P<model>[a-z0-9]+)-(?P<chunk>\d+)-(?P<method>inc|hier)(?:-cleaned)?\.json$")
 
@@ -164,7 +164,7 @@ def release_table(release_dir: str | Path, unmatched: str = "drop") -> list[dict
 
 
 class ReplayLLM:
-    """An `eval.llm.LLM` that answers the per-sentence BooookScore prompt from recorded judgments.
+    """An `memloop.eval.llm.LLM` that answers the per-sentence BooookScore prompt from recorded judgments.
 
     Running the ordinary LLM judge (`booookscore.judge`) with it exercises the whole judge path on
     real summaries (prompt rendering, answer parsing, de-duplication, arithmetic) with the release's
@@ -184,7 +184,7 @@ class ReplayLLM:
         return cls({j.item: j.label for j in r.judgments if j.label and j.label["types"]})
 
     def complete(self, request: "LLMRequest") -> "LLMResult":
-        from eval.llm import LLMResult
+        from memloop.eval.llm import LLMResult
 
         text = request.prompt if request.prompt is not None else (request.messages or ({"content": ""},))[-1]["content"]
         m = re.search(r"\nSentence: (.*)\nAnswer:\s*$", text, re.DOTALL)

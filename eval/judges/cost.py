@@ -25,9 +25,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
-from eval.errors import JudgeError
-from eval.llm import Usage
-from eval.tokens import common_prefix
+from memloop.eval.errors import JudgeError
+from memloop.eval.llm import Usage
+from memloop.eval.tokens import common_prefix
 
 DECODE_WEIGHT = 3.0
 

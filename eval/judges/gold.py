@@ -3,7 +3,7 @@
 A reference summary travels as `{"reference": text, ...}` (the book loader's references, arXiv's
 abstract; KGScore also reads `"entities"` there), so any task whose samples carry one can be scored
 by ROUGE and KGScore, and a sample without one is named before the run starts
-(`jobs.run.workload`), not found mid-run.
+(`memloop.jobs.run.workload`), not found mid-run.
 """
 from __future__ import annotations
 

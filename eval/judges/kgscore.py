@@ -29,13 +29,13 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
-from eval.asking import ParseFailure
-from eval.errors import JudgeError
-from eval.llm import LLM
-from eval.judges.asking import answer_list, ask_judgment
-from eval.judges.gold import reference_of
-from eval.judges.records import Judgment, JudgeResult, Score, f1, safe_div
-from eval.templates import render
+from memloop.eval.asking import ParseFailure
+from memloop.eval.errors import JudgeError
+from memloop.eval.llm import LLM
+from memloop.eval.judges.asking import answer_list, ask_judgment
+from memloop.eval.judges.gold import reference_of
+from memloop.eval.judges.records import Judgment, JudgeResult, Score, f1, safe_div
+from memloop.eval.templates import render
 
 NAME = "kgscore"
 EDGES_TEMPLATE = "kgscore-edges"
@@ -59,8 +59,8 @@ Embedder = Callable[[Sequence[str]], np.ndarray]  # texts -> L2-normalised rows
 
 
 def minilm_embedder() -> Embedder:
-    """all-MiniLM-L6-v2 (`eval.embedding`, loaded once per process)."""
-    from eval.embedding import embed
+    """all-MiniLM-L6-v2 (`memloop.eval.embedding`, loaded once per process)."""
+    from memloop.eval.embedding import embed
 
     return embed
 
@@ -385,7 +385,7 @@ def entity_shuffle_check(pairs: Sequence[tuple[str, str, dict[str, Sequence[str]
     """Mean KGScore and ROUGE on (generated, reference, entities) pairs, before and after shuffling the
     entities of the generated summaries; `change_pct` is the relative change per metric. A valid
     factuality metric drops much more than ROUGE (seed 001 table 2: about -40 % vs -0.2 to -10 %)."""
-    from eval.judges.overlap import rouge_scores
+    from memloop.eval.judges.overlap import rouge_scores
 
     if not pairs:
         raise JudgeError("entity_shuffle_check needs at least one (generated, reference, entities) pair")

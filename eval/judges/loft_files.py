@@ -5,7 +5,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from eval.errors import JudgeError
+from memloop.eval.errors import JudgeError
 
 
 @dataclass(frozen=True)
@@ -31,7 +31,7 @@ def read_jsonl_by_qid(path: Path) -> dict[str, dict]:
 
 def score_loft_files(queries: Path, preds: Path) -> LoftScore:
     """Execution accuracy (judge `loft-exec`) over every query; each query must have a prediction."""
-    from eval.judges import run_judge
+    from memloop.eval.judges import run_judge
 
     q, p = read_jsonl_by_qid(queries), read_jsonl_by_qid(preds)
     missing = sorted(set(q) - set(p))

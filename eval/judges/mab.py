@@ -18,7 +18,7 @@ Per question (`question_metrics`), from the model's reply and the question's acc
   (the hub's `entity2id.json`).
 - LongMemEval (`longmemeval_*`) and ∞Bench summarisation (`infbench_sum*`) are scored by an LLM judge
   (GPT-4o in the benchmark): the `mab-llm` judge scores them with the run's judge model
-  (`eval.judges.mab_llm`) and every other source as `mab` does; under `mab` (no judge model) their
+  (`memloop.eval.judges.mab_llm`) and every other source as `mab` does; under `mab` (no judge model) their
   questions are marked `llm_judged` and left unscored, never counted as zero (`PRIMARY` names what the
   paper's table reports).
 
@@ -43,10 +43,10 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from eval.errors import JudgeError
-from eval.judges.aggregation import LEVEL, RESAMPLES, SEED
-from eval.judges.records import Judgment, JudgeResult, Score
-from eval.llm import LLM
+from memloop.eval.errors import JudgeError
+from memloop.eval.judges.aggregation import LEVEL, RESAMPLES, SEED
+from memloop.eval.judges.records import Judgment, JudgeResult, Score
+from memloop.eval.llm import LLM
 
 # the metric each source family's table column reports (the benchmark's README, "Clarification on
 # Evaluation Metrics"); first matching prefix wins
@@ -190,8 +190,8 @@ def question_metrics(source: str, reply: str, answers: Sequence[str], entity2id:
 
 def llm_question_metrics(llm: LLM, source: str, gold: dict[str, Any], i: int, reply: str, max_attempts: int
                          ) -> tuple[dict[str, float], list[Judgment]]:
-    """An LLM-judged source's metrics of reply `i` (`eval.judges.mab_llm`) and the judge's judgments."""
-    from eval.judges import mab_llm
+    """An LLM-judged source's metrics of reply `i` (`memloop.eval.judges.mab_llm`) and the judge's judgments."""
+    from memloop.eval.judges import mab_llm
 
     accepted = gold["answers"][i]
     answer = accepted[0] if len(accepted) == 1 else " / ".join(accepted)

@@ -24,12 +24,12 @@ import json
 import re
 from typing import Any, Sequence
 
-from eval.asking import ParseFailure
-from eval.errors import JudgeError
-from eval.judges.asking import ask_judgment
-from eval.judges.records import Judgment
-from eval.llm import LLM
-from eval.templates import load_template
+from memloop.eval.asking import ParseFailure
+from memloop.eval.errors import JudgeError
+from memloop.eval.judges.asking import ask_judgment
+from memloop.eval.judges.records import Judgment
+from memloop.eval.llm import LLM
+from memloop.eval.templates import load_template
 
 LME_TEMPLATES = {"single-session-user": "mab-lme-standard", "single-session-assistant": "mab-lme-standard",
                  "multi-session": "mab-lme-standard", "temporal-reasoning": "mab-lme-temporal",

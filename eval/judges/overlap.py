@@ -24,11 +24,11 @@ import re
 from functools import lru_cache
 from typing import Any
 
-from eval.errors import JudgeError
-from eval.llm import LLM
-from eval.judges.gold import reference_of
-from eval.judges.records import Judgment, JudgeResult, Score
-from eval.judges.sentences import split_sentences
+from memloop.eval.errors import JudgeError
+from memloop.eval.llm import LLM
+from memloop.eval.judges.gold import reference_of
+from memloop.eval.judges.records import Judgment, JudgeResult, Score
+from memloop.eval.judges.sentences import split_sentences
 
 ROUGE_TYPES = ("rouge1", "rouge2", "rougeL", "rougeLsum")
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from eval.methods.base import MethodOutput
+    from memloop.eval.methods.base import MethodOutput
 
 
 def final_answer(output: "MethodOutput", n_chunks: int) -> Any:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from eval.llm import Usage
+from memloop.eval.llm import Usage
 
 
 @dataclass

@@ -28,14 +28,14 @@ import unicodedata
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Mapping, Sequence
 
-from eval.asking import ParseFailure
-from eval.options import Temperature
-from eval.errors import JudgeError
-from eval.llm import LLM
-from eval.judges.aggregation import mean_over_samples
-from eval.judges.asking import answer_list, ask_judgment
-from eval.judges.records import Judgment, JudgeResult, Score, f1, safe_div
-from eval.templates import render
+from memloop.eval.asking import ParseFailure
+from memloop.eval.options import Temperature
+from memloop.eval.errors import JudgeError
+from memloop.eval.llm import LLM
+from memloop.eval.judges.aggregation import mean_over_samples
+from memloop.eval.judges.asking import answer_list, ask_judgment
+from memloop.eval.judges.records import Judgment, JudgeResult, Score, f1, safe_div
+from memloop.eval.templates import render
 
 Pair = tuple[str, str]
 NAME_LLM = "sumie"

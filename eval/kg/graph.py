@@ -11,7 +11,7 @@ from typing import Iterable
 
 import networkx as nx
 
-from eval.kg.extraction import Extraction
+from memloop.eval.kg.extraction import Extraction
 
 
 def names_graph(extractions: Iterable[Extraction]) -> nx.Graph:

@@ -23,10 +23,10 @@ class Embedder(Protocol):
 
 
 class MiniLMEmbedder:
-    """all-MiniLM-L6-v2 from the packaged copy (`eval.embedding`, loaded once per process)."""
+    """all-MiniLM-L6-v2 from the packaged copy (`memloop.eval.embedding`, loaded once per process)."""
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
-        from eval.embedding import embed
+        from memloop.eval.embedding import embed
 
         return embed(texts)
 

@@ -42,21 +42,21 @@ Budgets (seed 000 appendix F)::
     fit_to_budget(memory, k, schema, compress=fn(memory, k) -> memory, count_tokens=None, trim=False)
     trim_to_budget(memory, k, count_tokens=None)
 
-Errors (all subclass eval.errors.MemoryError_): SchemaError, PathError, RevisionError,
+Errors (all subclass memloop.eval.errors.MemoryError_): SchemaError, PathError, RevisionError,
 RevisionParseError, LiteralParseError, BudgetError.
 """
-from eval.memory.budget import (BudgetOutcome, cl100k_count, cl100k_encode, fit_to_budget, memory_tokens,
+from memloop.eval.memory.budget import (BudgetOutcome, cl100k_count, cl100k_encode, fit_to_budget, memory_tokens,
                                 trim_to_budget)
-from eval.memory.errors import (BudgetError, LiteralParseError, PathError, RevisionError, RevisionParseError,
+from memloop.eval.memory.errors import (BudgetError, LiteralParseError, PathError, RevisionError, RevisionParseError,
                                 SchemaError)
-from eval.memory.formats import (ParsedRevisions, parse_cok, parse_prism, parse_revision_list, render_cok,
+from memloop.eval.memory.formats import (ParsedRevisions, parse_cok, parse_prism, parse_revision_list, render_cok,
                                  render_prism, revision_list_schema)
-from eval.memory.literal import loads as loads_lenient
-from eval.memory.paths import Path
-from eval.memory.render import (Amendments, fold_amendments, parse_amendments, render_amendments,
+from memloop.eval.memory.literal import loads as loads_lenient
+from memloop.eval.memory.paths import Path
+from memloop.eval.memory.render import (Amendments, fold_amendments, parse_amendments, render_amendments,
                                 render_in_place, render_revision, shared_prefix_chars, shared_prefix_tokens)
-from eval.memory.revisions import ApplyResult, Rejection, Revision, apply_revision, apply_revisions, check
-from eval.memory.schema import PLACEHOLDER, Schema
+from memloop.eval.memory.revisions import ApplyResult, Rejection, Revision, apply_revision, apply_revisions, check
+from memloop.eval.memory.schema import PLACEHOLDER, Schema
 
 __all__ = [
     "Amendments", "ApplyResult", "BudgetError", "BudgetOutcome", "LiteralParseError", "PLACEHOLDER",

@@ -12,10 +12,10 @@ import copy
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from eval.memory.errors import BudgetError
-from eval.memory.render import render_in_place
-from eval.memory.schema import Schema
-from eval.tokens import cl100k_count, cl100k_encode  # noqa: F401  (re-exported by eval.memory)
+from memloop.eval.memory.errors import BudgetError
+from memloop.eval.memory.render import render_in_place
+from memloop.eval.memory.schema import Schema
+from memloop.eval.tokens import cl100k_count, cl100k_encode  # noqa: F401  (re-exported by memloop.eval.memory)
 
 TokenCounter = Callable[[str], int]
 Compressor = Callable[[dict[str, Any], int], dict[str, Any]]
@@ -84,8 +84,8 @@ def trim_to_budget(memory: dict[str, Any], k: int, count_tokens: TokenCounter | 
 
 def _fixed_lists(memory: dict[str, Any], schema: Schema) -> set[int]:
     """ids of the lists that are tuples in the schema (their length is fixed, so never trimmed)."""
-    from eval.memory.paths import Path
-    from eval.memory.types import TupleOf, strip_none
+    from memloop.eval.memory.paths import Path
+    from memloop.eval.memory.types import TupleOf, strip_none
 
     out: set[int] = set()
     stack: list[tuple[Any, tuple]] = [(memory, ())]

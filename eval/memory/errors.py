@@ -1,7 +1,7 @@
-"""Errors of structured memories; all derive from eval.errors.MemoryError_."""
+"""Errors of structured memories; all derive from memloop.eval.errors.MemoryError_."""
 from __future__ import annotations
 
-from eval.errors import MemoryError_
+from memloop.eval.errors import MemoryError_
 
 
 class SchemaError(MemoryError_):

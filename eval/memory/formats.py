@@ -16,11 +16,11 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from eval.memory.errors import LiteralParseError, PathError, RevisionError, RevisionParseError
-from eval.memory.literal import iter_values, loads
-from eval.memory.revisions import OPS, Rejection, Revision
-from eval.memory.schema import Schema, _build
-from eval.memory.types import DictOf, ListOf, Node, ObjectType, TupleOf, UnionOf, Prim, strip_none
+from memloop.eval.memory.errors import LiteralParseError, PathError, RevisionError, RevisionParseError
+from memloop.eval.memory.literal import iter_values, loads
+from memloop.eval.memory.revisions import OPS, Rejection, Revision
+from memloop.eval.memory.schema import Schema, _build
+from memloop.eval.memory.types import DictOf, ListOf, Node, ObjectType, TupleOf, UnionOf, Prim, strip_none
 
 COK_SECTIONS = {"UPDATED_OBJECTS": "update", "ADDED_OBJECTS": "add"}
 PRISM_SECTIONS = {"OBJECTS_FOR_UPDATE": "update", "OBJECTS_FOR_ADD": "add"}

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any, Iterator
 
-from eval.memory.errors import LiteralParseError
+from memloop.eval.memory.errors import LiteralParseError
 
 _WS = " \t\r\n"
 _NAMES = {"true": True, "false": False, "null": None, "True": True, "False": False, "None": None}

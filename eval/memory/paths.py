@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Union
 
-from eval.memory.errors import PathError
+from memloop.eval.memory.errors import PathError
 
 Segment = Union[str, int]
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -86,7 +86,7 @@ def _quote_bare_segments(text: str) -> str:
     return "".join(out)
 
 
-MAX_SEGMENTS = 200  # as deep as a value may nest (`eval.memory.literal.MAX_DEPTH`); keeps the parser off the stack's end
+MAX_SEGMENTS = 200  # as deep as a value may nest (`memloop.eval.memory.literal.MAX_DEPTH`); keeps the parser off the stack's end
 
 
 @lru_cache(maxsize=4096)

@@ -15,10 +15,10 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
-from eval.memory.errors import RevisionError, RevisionParseError
-from eval.memory.literal import LiteralParseError, parse_value
-from eval.memory.revisions import OPS, Revision, apply_revisions
-from eval.memory.schema import Schema
+from memloop.eval.memory.errors import RevisionError, RevisionParseError
+from memloop.eval.memory.literal import LiteralParseError, parse_value
+from memloop.eval.memory.revisions import OPS, Revision, apply_revisions
+from memloop.eval.memory.schema import Schema
 
 SEPARATOR = "\n"
 
@@ -124,14 +124,14 @@ def fold_amendments(text: str, schema: Schema) -> dict[str, Any]:
 
 def shared_prefix_chars(prev: str, nxt: str) -> int:
     """Length of the longest common prefix of two renderings, in characters."""
-    from eval.tokens import common_prefix
+    from memloop.eval.tokens import common_prefix
 
     return common_prefix(prev, nxt)
 
 
 def shared_prefix_tokens(prev: str, nxt: str, encode: Callable[[str], Sequence[int]] | None = None) -> int:
     """Tokens of the longest common token prefix (what a prefix cache reuses). Default: cl100k_base."""
-    from eval.tokens import cl100k_encode, common_prefix
+    from memloop.eval.tokens import cl100k_encode, common_prefix
 
     encode = encode or cl100k_encode
     return common_prefix(list(encode(prev)), list(encode(nxt)))

@@ -13,10 +13,10 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Literal, Sequence
 
-from eval.memory.errors import PathError, RevisionError
-from eval.memory.paths import Path
-from eval.memory.schema import PLACEHOLDER, Schema
-from eval.memory.types import DictOf, ListOf, ObjectType, TupleOf, strip_none, type_text
+from memloop.eval.memory.errors import PathError, RevisionError
+from memloop.eval.memory.paths import Path
+from memloop.eval.memory.schema import PLACEHOLDER, Schema
+from memloop.eval.memory.types import DictOf, ListOf, ObjectType, TupleOf, strip_none, type_text
 
 Op = Literal["add", "update"]
 OPS = ("add", "update")

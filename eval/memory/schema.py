@@ -18,9 +18,9 @@ from typing import Any
 
 import jsonschema
 
-from eval.memory.errors import PathError, SchemaError
-from eval.memory.paths import Path
-from eval.memory.types import (DictOf, EnumOf, Field, ListOf, Node, ObjectType, Prim, TupleOf, UnionOf, children,
+from memloop.eval.memory.errors import PathError, SchemaError
+from memloop.eval.memory.paths import Path
+from memloop.eval.memory.types import (DictOf, EnumOf, Field, ListOf, Node, ObjectType, Prim, TupleOf, UnionOf, children,
                                strip_none, type_text)
 
 PLACEHOLDER = "???"
@@ -49,7 +49,7 @@ class Schema:
     @classmethod
     def from_text(cls, text: str, placeholders: bool = True) -> "Schema":
         """Parse schema text (e.g. LLM-generated, seed 002 section 3.4) without executing it."""
-        from eval.memory.schema_text import parse_schema_text
+        from memloop.eval.memory.schema_text import parse_schema_text
 
         return cls(parse_schema_text(text), placeholders)
 
@@ -112,7 +112,7 @@ class Schema:
     def validate(self, memory: Any) -> None:
         errs = self.errors(memory)
         if errs:
-            from eval.memory.errors import RevisionError
+            from memloop.eval.memory.errors import RevisionError
 
             raise RevisionError(f"memory does not conform to schema {self.name}: " + "; ".join(errs))
 

@@ -17,8 +17,8 @@ import re
 import tokenize
 import warnings
 
-from eval.memory.errors import SchemaError
-from eval.memory.types import PRIMITIVES, DictOf, EnumOf, Field, ListOf, Node, ObjectType, Prim, TupleOf, UnionOf
+from memloop.eval.memory.errors import SchemaError
+from memloop.eval.memory.types import PRIMITIVES, DictOf, EnumOf, Field, ListOf, Node, ObjectType, Prim, TupleOf, UnionOf
 
 _FENCED = re.compile(r"```[A-Za-z]*[ \t]*\n(.*?)```", re.DOTALL)
 _LIST_NAMES = {"list", "List", "Sequence", "set", "Set", "frozenset"}

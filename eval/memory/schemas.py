@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 from typing import NewType, TypedDict
 
-from eval.memory.schema import Schema
+from memloop.eval.memory.schema import Schema
 
 
 class Summary(TypedDict):

@@ -8,11 +8,11 @@ RepoQA keeps the reply's first line (the function name), Spider keeps the whole 
 """
 from __future__ import annotations
 
-from eval.datasets.sample import Sample
-from eval.errors import MethodError
-from eval.methods.base import Trace
-from eval.methods.common import entity_name
-from eval.templates import load_template
+from memloop.eval.datasets.sample import Sample
+from memloop.eval.errors import MethodError
+from memloop.eval.methods.base import Trace
+from memloop.eval.methods.common import entity_name
+from memloop.eval.templates import load_template
 
 BOOK_QUESTION = ("Summarize this book. Briefly introduce characters, places and other major elements when they "
                  "are first mentioned.")

@@ -1,10 +1,10 @@
 """Inject once, ask many (MemoryAgentBench's protocol): one context, one memory, every question.
 
-A MemoryAgentBench sample is one context with many questions (`eval.datasets.memoryagentbench`). The
+A MemoryAgentBench sample is one context with many questions (`memloop.eval.datasets.memoryagentbench`). The
 method reads the chunks once, building its memory as it always does, then answers every question
 from the final memory with its own answer step: PRISM's memory under its class (`build_memory`),
 incremental updating's notes (`build_notes`), or, for the long-context baseline, the whole context
-when it fits the model's window (n/a otherwise, as `eval.methods.long_context` decides).
+when it fits the model's window (n/a otherwise, as `memloop.eval.methods.long_context` decides).
 
 The questions are not known while the memory is built (the benchmark's agents memorise first), so the
 question slot of the building prompts holds what to keep for the source (`BUILD`, by source family),
@@ -24,14 +24,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from typing import Any, Callable
 
-from eval.asking import ask, reseed
-from eval.datasets.sample import Sample
-from eval.errors import MethodError
-from eval.llm import LLM
-from eval.methods.base import Method, MethodOutput, Trace, kept_usage
-from eval.methods.outcomes import call_outcome
-from eval.methods.step import Step
-from eval.templates import load_template
+from memloop.eval.asking import ask, reseed
+from memloop.eval.datasets.sample import Sample
+from memloop.eval.errors import MethodError
+from memloop.eval.llm import LLM
+from memloop.eval.methods.base import Method, MethodOutput, Trace, kept_usage
+from memloop.eval.methods.outcomes import call_outcome
+from memloop.eval.methods.step import Step
+from memloop.eval.templates import load_template
 
 
 TASK = "memoryagentbench"
@@ -113,9 +113,9 @@ def _memory(method: "Method", sample: Sample, trace: Trace, build: str, instruct
     """(answer template, question -> answer prompt, the memory) after reading every chunk once; no prompt
     when the method produced no memory to ask (a PRISM schema that never parsed) or the long context
     does not fit (then the memory slot says what was checked)."""
-    from eval.methods.booookscore import IncrementalUpdating
-    from eval.methods.long_context import LongContext
-    from eval.methods.prism import _Prism
+    from memloop.eval.methods.booookscore import IncrementalUpdating
+    from memloop.eval.methods.long_context import LongContext
+    from memloop.eval.methods.prism import _Prism
 
     if isinstance(method, _Prism):
         tpl = _used(trace, "mab-answer-memory")
@@ -140,7 +140,7 @@ def _memory(method: "Method", sample: Sample, trace: Trace, build: str, instruct
             return tpl.id, None, fit
         return tpl.id, whole, fit
     raise MethodError(f"{method.name}: declared as answering MemoryAgentBench questions but has no ask-many "
-                      "protocol; add it to eval.methods.ask_many._memory")
+                      "protocol; add it to memloop.eval.methods.ask_many._memory")
 
 
 def _used(trace: Trace, template_id: str) -> Any:

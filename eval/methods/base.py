@@ -1,9 +1,9 @@
 """The method frame: one sample in, a final answer plus a trace of every LLM step out.
 
-Every LLM call goes through `Trace.ask`, which renders a template, asks through `eval.asking.ask`
+Every LLM call goes through `Trace.ask`, which renders a template, asks through `memloop.eval.asking.ask`
 (schema-constrained output when the LLM supports it, otherwise the free text is parsed and the same
-request retried with a fresh seed, bounded), and records one `Step` (`eval.methods.step`) with the
-prompt, output, parsed value, memory after the step, its outcome (`eval.methods.outcomes`), token
+request retried with a fresh seed, bounded), and records one `Step` (`memloop.eval.methods.step`) with the
+prompt, output, parsed value, memory after the step, its outcome (`memloop.eval.methods.outcomes`), token
 usage and failures. A step's `usage` is its kept (last) attempt's, what the papers count;
 `retry_usage` the rejected attempts before it.
 """
@@ -12,15 +12,15 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, ClassVar, Literal
 
-from eval.asking import ParseFailure, ask, reseed
-from eval.datasets.sample import Sample
-from eval.errors import MethodError
-from eval.llm import LLM, Sampling, SamplingSettings, Usage
-from eval.methods.outcomes import call_outcome
-from eval.methods.step import Step, unit_failure
-from eval.options import PositiveInt, Temperature, check_settings
-from eval.templates import Template, load_template
-from eval.templates import template_hashes as _template_hashes
+from memloop.eval.asking import ParseFailure, ask, reseed
+from memloop.eval.datasets.sample import Sample
+from memloop.eval.errors import MethodError
+from memloop.eval.llm import LLM, Sampling, SamplingSettings, Usage
+from memloop.eval.methods.outcomes import call_outcome
+from memloop.eval.methods.step import Step, unit_failure
+from memloop.eval.options import PositiveInt, Temperature, check_settings
+from memloop.eval.templates import Template, load_template
+from memloop.eval.templates import template_hashes as _template_hashes
 
 __all__ = ["Method", "MethodOutput", "MethodSettings", "NOT_RUN", "ParseFailure", "Trace"]
 
@@ -28,7 +28,7 @@ NOT_RUN = "not run: "  # the start of a unit's error when its method could not s
 
 
 # Tasks whose samples a method runs under a protocol of their own rather than its own loop alone
-# (task -> run(method, sample, llm)); `eval.methods` registers them, so this frame imports none of them.
+# (task -> run(method, sample, llm)); `memloop.eval.methods` registers them, so this frame imports none of them.
 PROTOCOLS: dict[str, Callable[["Method", Sample, LLM], "MethodOutput"]] = {}
 
 
@@ -76,7 +76,7 @@ class MethodOutput:
 
 @dataclass(frozen=True)
 class MethodSettings(SamplingSettings):
-    """Settings shared by every method: the sampling ones (`eval.llm.SamplingSettings`, whose defaults
+    """Settings shared by every method: the sampling ones (`memloop.eval.llm.SamplingSettings`, whose defaults
     a request's are too), then these; method-specific ones extend this dataclass."""
 
     max_attempts: PositiveInt = 3  # parse-and-retry bound (attempts per step, the first included)
@@ -107,7 +107,7 @@ class Trace:
     def count_tokens(self, text: str) -> int:
         """Tokens of `text` for the method's budgets, in the tokenizer `settings.count_tokens` names."""
         if self.settings.count_tokens == "cl100k":
-            from eval.tokens import cl100k_count
+            from memloop.eval.tokens import cl100k_count
 
             return cl100k_count(text)
         return self.llm.count_tokens(text)
@@ -120,7 +120,7 @@ class Trace:
         """Render, call, parse with bounded retries; returns the recorded step (step.ok says if parsed).
         `llm` asks another model than the one under test (default: the model under test).
 
-        `parse` maps output text to the parsed value or raises `eval.asking.ParseFailure`. With a schema and an
+        `parse` maps output text to the parsed value or raises `memloop.eval.asking.ParseFailure`. With a schema and an
         LLM that supports it, the output is constrained and parsed once (a failure is still recorded).
         `raw_prompt` sends a completion prompt instead of a chat message (tool transcripts).
         `max_attempts` and `temperature` override the settings' for this one call (a method whose paper
@@ -186,7 +186,7 @@ class Method:
         """Run on `sample` with `llm`, the model under test; `judge` is the run's judge model, which a
         method may use for a step its paper gave a stronger model (None: the model under test)."""
         protocol = PROTOCOLS.get(sample.task)
-        if protocol is not None:  # e.g. MemoryAgentBench: one context, many questions (eval.methods.ask_many)
+        if protocol is not None:  # e.g. MemoryAgentBench: one context, many questions (memloop.eval.methods.ask_many)
             return protocol(self, sample, llm)
         if self.tasks is not None and sample.task not in self.tasks:
             raise MethodError(f"method {self.name!r} handles tasks {list(self.tasks)}, not {sample.task!r} "

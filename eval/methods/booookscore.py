@@ -26,7 +26,7 @@ the running memory is notes for the task's question, built and compressed the sa
 same order as Chang et al.'s update prompt (the new part first, then the question and the notes,
 no word limit: the only budget is the compress-and-redo one), and a last call answers the question
 from the notes with the task's answer instruction, read by the same contract as PRISM
-(`eval.methods.answers`). Notes need not end in sentence punctuation (they may end in a name or a
+(`memloop.eval.methods.answers`). Notes need not end in sentence punctuation (they may end in a name or a
 value); empty or over-long notes still fail.
 """
 from __future__ import annotations
@@ -35,16 +35,16 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from eval.asking import ParseFailure
-from eval.datasets.sample import Sample
-from eval.errors import MethodError
-from eval.methods import answers
-from eval.methods.base import Method, MethodSettings, Trace
-from eval.methods.outcomes import StepOutcome
-from eval.methods.parsing import ends_in_punctuation
-from eval.methods.step import Step
-from eval.templates import load_template
-from eval.options import PositiveInt, Temperature
+from memloop.eval.asking import ParseFailure
+from memloop.eval.datasets.sample import Sample
+from memloop.eval.errors import MethodError
+from memloop.eval.methods import answers
+from memloop.eval.methods.base import Method, MethodSettings, Trace
+from memloop.eval.methods.outcomes import StepOutcome
+from memloop.eval.methods.parsing import ends_in_punctuation
+from memloop.eval.methods.step import Step
+from memloop.eval.templates import load_template
+from memloop.eval.options import PositiveInt, Temperature
 
 WORD_RATIO = 0.65  # the official code's words per token of a summary limit
 CONTEXT_SHARE = 0.2  # the previous merge may use a fifth of a merge prompt's room as context

@@ -7,7 +7,7 @@ for update, [UPDATED_OBJECTS], thoughts for add, [ADDED_OBJECTS] (no JSON schema
 one would force an order, a path syntax and a reasoning form the prompt never describes). The
 prompt's worked example is the sample's kind: the hotel example for entities, a story example with
 the book schema's paths for books (appendix G swaps the instructions and the example for books).
-eval.memory validates the revisions against the schema and applies them. Figure 5's rules, applied
+memloop.eval.memory validates the revisions against the schema and applies them. Figure 5's rules, applied
 in code (`cumulative`): an `update` appends the new information to the stored value once and never
 removes anything (its example updates a list with only the new item): lists gain the items they do
 not hold yet (compared case- and space-insensitively), objects merge key by key, a text keeps the
@@ -20,21 +20,21 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from eval.datasets.sample import Sample
-from eval.errors import MethodError
-from eval.memory import Revision, Schema, parse_cok
-from eval.memory.schemas import STORY_ELEMENTS, SUMIE_SUMMARY
-from eval.methods.base import Method, MethodSettings, Trace
-from eval.methods.outcomes import StepOutcome
-from eval.methods.common import (
+from memloop.eval.datasets.sample import Sample
+from memloop.eval.errors import MethodError
+from memloop.eval.memory import Revision, Schema, parse_cok
+from memloop.eval.memory.schemas import STORY_ELEMENTS, SUMIE_SUMMARY
+from memloop.eval.methods.base import Method, MethodSettings, Trace
+from memloop.eval.methods.outcomes import StepOutcome
+from memloop.eval.methods.common import (
     Decoding, enforce_limit, entity_name, final_summary, is_entity, json_parser, paragraphs, schema_for, sent_schema,
     subject,
 )
-from eval.methods.parsing import as_text
-from eval.methods.structured import apply_step, revision_parser
-from eval.methods.summaries import _format_instruction
-from eval.templates import load_template
-from eval.options import PositiveInt
+from memloop.eval.methods.parsing import as_text
+from memloop.eval.methods.structured import apply_step, revision_parser
+from memloop.eval.methods.summaries import _format_instruction
+from memloop.eval.templates import load_template
+from memloop.eval.options import PositiveInt
 
 
 @dataclass(frozen=True)
@@ -132,7 +132,7 @@ class ChainOfKey(Method):
 def cumulative(memory: dict[str, Any], rev: Revision) -> Revision:
     """Figure 5's rules for CoK: an `update`, or an `add` at a path that already exists, becomes an
     update to the stored value with the new information added once and nothing removed. An `add` at a
-    new path, or an update of a path that does not exist, is returned as is and checked by eval.memory."""
+    new path, or an update of a path that does not exist, is returned as is and checked by memloop.eval.memory."""
     cur: Any = memory
     for seg in rev.path.segments:
         try:

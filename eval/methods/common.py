@@ -5,12 +5,12 @@ import copy
 import re
 from typing import Any, Callable, Literal
 
-from eval.asking import ParseFailure
-from eval.datasets.sample import Sample
-from eval.errors import MethodError
-from eval.methods.base import Trace
-from eval.methods.outcomes import StepOutcome
-from eval.methods.parsing import as_text, extract_json, parse_json_object
+from memloop.eval.asking import ParseFailure
+from memloop.eval.datasets.sample import Sample
+from memloop.eval.errors import MethodError
+from memloop.eval.methods.base import Trace
+from memloop.eval.methods.outcomes import StepOutcome
+from memloop.eval.methods.parsing import as_text, extract_json, parse_json_object
 
 BOOK_FIELDS = ("characters", "events", "background", "motivations", "objectives", "other")
 STR_LIST = {"type": "array", "items": {"type": "string"}}
@@ -150,10 +150,10 @@ def enforce_limit(trace: Trace, memory: Any, *, fmt: str, limit: int | None, sub
 
 def trim_memory(memory: Any, limit: int, count: Callable[[str], int]) -> Any:
     """The memory cut to at most `limit` tokens, deterministically: a JSON memory loses trailing list
-    items and map entries of its largest containers (`eval.memory.trim_to_budget`); a text memory keeps
+    items and map entries of its largest containers (`memloop.eval.memory.trim_to_budget`); a text memory keeps
     its longest leading run of whole words that fits."""
     if isinstance(memory, dict):
-        from eval.memory import trim_to_budget
+        from memloop.eval.memory import trim_to_budget
 
         return trim_to_budget(memory, limit, count, render=as_text)
     text = as_text(memory)

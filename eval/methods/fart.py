@@ -17,13 +17,13 @@ import re
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from eval.asking import ParseFailure
-from eval.datasets.sample import Sample
-from eval.errors import MethodError
-from eval.methods.base import Method, MethodSettings, Trace
-from eval.methods.outcomes import StepOutcome
-from eval.templates import load_template
-from eval.options import PositiveInt
+from memloop.eval.asking import ParseFailure
+from memloop.eval.datasets.sample import Sample
+from memloop.eval.errors import MethodError
+from memloop.eval.methods.base import Method, MethodSettings, Trace
+from memloop.eval.methods.outcomes import StepOutcome
+from memloop.eval.templates import load_template
+from memloop.eval.options import PositiveInt
 
 _CALL = re.compile(r"^\s*\[(read|write|list-keys|ans|EOQ|E0Q)\]\s*(.*)$", re.S | re.I)
 _WRITE = re.compile(r"^\((.+?)\)\s*(.*)$", re.S)

@@ -6,7 +6,7 @@ Methods run in threads, one method object per sample, so the schema is kept in a
 thread-safe cache: the first sample of a (task, model, prompt, sampling) key generates it while
 the others wait, and every later sample reuses the same result, a failure included.
 
-A schema that does not parse is asked again with `eval.asking.RESAMPLE` (a raised temperature and
+A schema that does not parse is asked again with `memloop.eval.asking.RESAMPLE` (a raised temperature and
 a fresh seed, since a greedy model would repeat the same answer), at most `max_attempts` times; the
 attempts and reasons are kept so each sample can record them.
 """
@@ -17,10 +17,10 @@ import threading
 from dataclasses import dataclass, field
 from typing import Callable, Hashable
 
-from eval.asking import RESAMPLE, ParseFailure, ask
-from eval.llm import LLM, Sampling, Usage
-from eval.memory import Schema, SchemaError
-from eval.templates import Template, load_template
+from memloop.eval.asking import RESAMPLE, ParseFailure, ask
+from memloop.eval.llm import LLM, Sampling, Usage
+from memloop.eval.memory import Schema, SchemaError
+from memloop.eval.templates import Template, load_template
 
 TEMPLATE = "s002-schema-gen"
 _FENCED = re.compile(r"```(?:python)?\s*\n(.*?)```", re.S)

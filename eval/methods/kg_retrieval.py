@@ -2,7 +2,7 @@
 
 `kg-retrieval`:
 1. Every chunk goes through the extraction prompt (entities with aliases, edges).
-2. eval.kg builds the book graph: names graph, initial nodes, merging with the two heuristics,
+2. memloop.eval.kg builds the book graph: names graph, initial nodes, merging with the two heuristics,
    pruning of nodes with degree < min_degree (repeated).
 3. For each chapter, the edges among entities mentioned in it (from that chapter or earlier) are
    ranked by the keyword-weighted, z-normalised MiniLM similarity and the best-ranked ones kept while
@@ -42,17 +42,17 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any
 
-from eval.asking import ParseFailure
-from eval.datasets.sample import Sample
-from eval.errors import MethodError
-from eval.kg import MiniLMEmbedder, build_book_graph, chapter_edges, linearize_plain, linearize_tokens, parse_extraction, rank_edges
-from eval.kg.extraction import Extraction
-from eval.methods.base import Method, MethodSettings, Trace
-from eval.asking import build_request
-from eval.methods.long_context import context_window
-from eval.methods.outcomes import StepOutcome
-from eval.templates import load_template
-from eval.options import NonNegativeInt, PositiveInt
+from memloop.eval.asking import ParseFailure
+from memloop.eval.datasets.sample import Sample
+from memloop.eval.errors import MethodError
+from memloop.eval.kg import MiniLMEmbedder, build_book_graph, chapter_edges, linearize_plain, linearize_tokens, parse_extraction, rank_edges
+from memloop.eval.kg.extraction import Extraction
+from memloop.eval.methods.base import Method, MethodSettings, Trace
+from memloop.eval.asking import build_request
+from memloop.eval.methods.long_context import context_window
+from memloop.eval.methods.outcomes import StepOutcome
+from memloop.eval.templates import load_template
+from memloop.eval.options import NonNegativeInt, PositiveInt
 
 SUMMARY_TEMPLATES = {"plain": "s001-chapter-summary", "tokens": "s001-chapter-summary-tokens"}
 DENSITY_TEMPLATE, NO_KG_DENSITY_TEMPLATE = "s001-density", "s001-density-nokg"

@@ -1,6 +1,6 @@
 """The long-context ceiling (seed 002, Table 2 "Long context"): the whole input in one prompt, where it fits.
 
-The task's question and answer instruction are the ones PRISM asks (`eval.methods.answers`), the
+The task's question and answer instruction are the ones PRISM asks (`memloop.eval.methods.answers`), the
 chunks are joined in order, and the reply is read by the same contract, so every judge scores it
 like the incremental methods. Where the request (prompt with the chat template, + `max_tokens`) cannot be
 served, the ceiling does not exist for that model and sample: no call is made and the output is marked
@@ -16,12 +16,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from eval.asking import build_request
-from eval.datasets.sample import Sample
-from eval.methods import answers
-from eval.methods.base import Method, MethodSettings, Trace
-from eval.options import PositiveInt
-from eval.templates import load_template
+from memloop.eval.asking import build_request
+from memloop.eval.datasets.sample import Sample
+from memloop.eval.methods import answers
+from memloop.eval.methods.base import Method, MethodSettings, Trace
+from memloop.eval.options import PositiveInt
+from memloop.eval.templates import load_template
 
 DEFAULT_CONTEXT_TOKENS = 8192  # SmolLM2's window, used when neither the settings nor the LLM give one
 TEMPLATE = "s002-long-context"

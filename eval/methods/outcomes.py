@@ -1,10 +1,10 @@
 """What happened at a method step: one closed set of outcomes, defined here once for every method.
 
-Every `Step` (`eval.methods.step`) carries one `StepOutcome` (the `steps.outcome` column) and, for
+Every `Step` (`memloop.eval.methods.step`) carries one `StepOutcome` (the `steps.outcome` column) and, for
 revision steps, how many revisions it proposed, how many were applied and how many rejected.
 `Trace.ask` sets the outcome from the call (ok, parse_failed, cut_at_max_tokens, empty); a method then
 refines it where it knows more (a compression, a trim to K, a rejected revision list
-(`eval.methods.step.record_revisions`), a tool call the harness could not run).
+(`memloop.eval.methods.step.record_revisions`), a tool call the harness could not run).
 
 Three groups, which the report reads:
 - succeeded (`SUCCEEDED`): the step did what it was asked;
@@ -12,7 +12,7 @@ Three groups, which the report reads:
   (a memory trimmed to K, an answer the harness had to ask for, a summary kept despite failing its check);
 - nothing: every other outcome; the step added nothing.
 
-A unit none of whose steps succeeded or produced anything has failed (`eval.methods.step.unit_failure`),
+A unit none of whose steps succeeded or produced anything has failed (`memloop.eval.methods.step.unit_failure`),
 with the outcomes of its steps as the cause. This module knows outcomes only, never a step, so a step
 can carry one.
 """

@@ -11,7 +11,7 @@ from typing import Any
 
 import jsonschema
 
-from eval.asking import ParseFailure
+from memloop.eval.asking import ParseFailure
 
 _FENCE = re.compile(r"```(?:json|JSON|python)?\s*\n?(.*?)```", re.S)
 _TRAILING_COMMA = re.compile(r",(\s*[}\]])")

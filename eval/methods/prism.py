@@ -13,19 +13,19 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Literal
 
-from eval.datasets.sample import Sample
-from eval.errors import MethodError
-from eval.memory import Amendments, Schema, apply_revisions, parse_prism, render_in_place
-from eval.memory import schemas as ready
-from eval.llm import Usage
-from eval.methods import answers
-from eval.methods import generated_schema as generated
-from eval.methods.base import Method, MethodSettings, Trace, kept_usage
-from eval.methods.outcomes import StepOutcome
-from eval.methods.step import Step, record_revisions
-from eval.methods.structured import constrained_schema, record_failures, revision_parser
-from eval.templates import load_template
-from eval.options import PositiveInt, Seed
+from memloop.eval.datasets.sample import Sample
+from memloop.eval.errors import MethodError
+from memloop.eval.memory import Amendments, Schema, apply_revisions, parse_prism, render_in_place
+from memloop.eval.memory import schemas as ready
+from memloop.eval.llm import Usage
+from memloop.eval.methods import answers
+from memloop.eval.methods import generated_schema as generated
+from memloop.eval.methods.base import Method, MethodSettings, Trace, kept_usage
+from memloop.eval.methods.outcomes import StepOutcome
+from memloop.eval.methods.step import Step, record_revisions
+from memloop.eval.methods.structured import constrained_schema, record_failures, revision_parser
+from memloop.eval.templates import load_template
+from memloop.eval.options import PositiveInt, Seed
 
 SCHEMAS: dict[str, Schema] = {
     "sumie_summary": ready.SUMIE_SUMMARY, "story_elements": ready.STORY_ELEMENTS, "book_summary": ready.BOOK_SUMMARY,

@@ -3,30 +3,30 @@ from __future__ import annotations
 
 from typing import Any
 
-from eval.errors import MethodError
-from eval.methods.base import Method
-from eval.registry import Registry
+from memloop.eval.errors import MethodError
+from memloop.eval.methods.base import Method
+from memloop.eval.registry import Registry
 
 # name -> "module:Class"; modules import lazily so that e.g. the KG embedder loads only when used.
 METHODS: Registry[type[Method]] = Registry("method", MethodError)
 for _name, _target in (
-    ("go-text", "eval.methods.summaries:GoText"),
-    ("go-json", "eval.methods.summaries:GoJson"),
-    ("gu-text", "eval.methods.summaries:GuText"),
-    ("gu-json", "eval.methods.summaries:GuJson"),
-    ("gm-text", "eval.methods.summaries:GmText"),
-    ("gm-json", "eval.methods.summaries:GmJson"),
-    ("cok", "eval.methods.cok:ChainOfKey"),
-    ("prism-inplace", "eval.methods.prism:PrismInPlace"),
-    ("prism-amendments", "eval.methods.prism:PrismAmendments"),
-    ("hier-merge", "eval.methods.booookscore:HierarchicalMerging"),
-    ("inc-update", "eval.methods.booookscore:IncrementalUpdating"),
-    ("kg-retrieval", "eval.methods.kg_retrieval:KGRetrieval"),
-    ("no-kg", "eval.methods.kg_retrieval:NoKG"),
-    ("fart-base", "eval.methods.fart:FartBase"),
-    ("fart-compressed", "eval.methods.fart:FartCompressed"),
-    ("fart-rolling", "eval.methods.fart:FartRolling"),
-    ("long-context", "eval.methods.long_context:LongContext"),
+    ("go-text", "memloop.eval.methods.summaries:GoText"),
+    ("go-json", "memloop.eval.methods.summaries:GoJson"),
+    ("gu-text", "memloop.eval.methods.summaries:GuText"),
+    ("gu-json", "memloop.eval.methods.summaries:GuJson"),
+    ("gm-text", "memloop.eval.methods.summaries:GmText"),
+    ("gm-json", "memloop.eval.methods.summaries:GmJson"),
+    ("cok", "memloop.eval.methods.cok:ChainOfKey"),
+    ("prism-inplace", "memloop.eval.methods.prism:PrismInPlace"),
+    ("prism-amendments", "memloop.eval.methods.prism:PrismAmendments"),
+    ("hier-merge", "memloop.eval.methods.booookscore:HierarchicalMerging"),
+    ("inc-update", "memloop.eval.methods.booookscore:IncrementalUpdating"),
+    ("kg-retrieval", "memloop.eval.methods.kg_retrieval:KGRetrieval"),
+    ("no-kg", "memloop.eval.methods.kg_retrieval:NoKG"),
+    ("fart-base", "memloop.eval.methods.fart:FartBase"),
+    ("fart-compressed", "memloop.eval.methods.fart:FartCompressed"),
+    ("fart-rolling", "memloop.eval.methods.fart:FartRolling"),
+    ("long-context", "memloop.eval.methods.long_context:LongContext"),
 ):
     METHODS.register(_name, _target)
 

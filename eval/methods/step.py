@@ -1,7 +1,7 @@
 """One LLM step of a method, as the steps table stores it, and what a unit's steps add up to.
 
 `Step` records a call (all its attempts): the prompt, output, parsed value, memory after it, token
-usage and failures, and its outcome (`eval.methods.outcomes.StepOutcome`). The functions here read
+usage and failures, and its outcome (`memloop.eval.methods.outcomes.StepOutcome`). The functions here read
 or set a step's outcome where a method knows more than the call did (`record_revisions`), and say
 whether a unit whose steps all came to nothing has failed (`unit_failure`).
 """
@@ -11,8 +11,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from eval.llm import Usage
-from eval.methods.outcomes import PRODUCED, SUCCEEDED, StepOutcome
+from memloop.eval.llm import Usage
+from memloop.eval.methods.outcomes import PRODUCED, SUCCEEDED, StepOutcome
 
 
 @dataclass

@@ -1,19 +1,19 @@
-"""Glue between methods and eval.memory: revision parsing for both output modes, applying, recording."""
+"""Glue between methods and memloop.eval.memory: revision parsing for both output modes, applying, recording."""
 from __future__ import annotations
 
 import copy
 from typing import Any, Callable, Sequence
 
-from eval.asking import ParseFailure
-from eval.memory import (ParsedRevisions, Revision, RevisionParseError, Schema, apply_revisions,
+from memloop.eval.asking import ParseFailure
+from memloop.eval.memory import (ParsedRevisions, Revision, RevisionParseError, Schema, apply_revisions,
                          parse_revision_list, revision_list_schema)
-from eval.methods.step import Step, record_revisions
+from memloop.eval.methods.step import Step, record_revisions
 
 THOUGHT_FIELDS = ("thoughts_for_update", "thoughts_for_add")
 
 
 def constrained_schema(schema: Schema, ops: Sequence[str], thoughts: bool, max_items: int | None = None) -> dict[str, Any]:
-    """{"revisions": [...]} of eval.memory, optionally preceded by the CoK thought lists.
+    """{"revisions": [...]} of memloop.eval.memory, optionally preceded by the CoK thought lists.
 
     `max_items` bounds the revisions per step (small models otherwise repeat revisions until
     max_tokens cuts the JSON); None keeps the papers' unbounded list.
@@ -43,7 +43,7 @@ def revision_parser(constrained: bool, text_parser: Callable[[str], ParsedRevisi
             raise ParseFailure(str(exc)) from None
         banned = [r for r in parsed.revisions if r.op not in ops]
         if banned:
-            from eval.memory import Rejection
+            from memloop.eval.memory import Rejection
             parsed.revisions = [r for r in parsed.revisions if r.op in ops]
             parsed.rejected += [Rejection(f"{r.op} is not allowed in this variant (ops: {list(ops)})", revision=r)
                                 for r in banned]
@@ -54,7 +54,7 @@ def revision_parser(constrained: bool, text_parser: Callable[[str], ParsedRevisi
 def apply_step(step: Step, memory: dict[str, Any], schema: Schema,
                prepare: Callable[[dict[str, Any], Revision], Revision] | None = None) -> tuple[dict[str, Any], list]:
     """Apply a parsed step's revisions; rejections become the step's failures and its counts (outcome
-    empty, rejected or ok: `eval.methods.step.record_revisions`). Returns (memory, applied).
+    empty, rejected or ok: `memloop.eval.methods.step.record_revisions`). Returns (memory, applied).
 
     `prepare(memory so far, proposed) -> revision to apply` lets a method give an op its own meaning
     (CoK's `update` adds to the stored value); the step records the proposals and what was applied."""

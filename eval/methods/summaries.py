@@ -11,16 +11,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from eval.datasets.sample import Sample
-from eval.errors import MethodError
-from eval.methods.base import Method, MethodSettings, Trace
-from eval.methods.common import (
+from memloop.eval.datasets.sample import Sample
+from memloop.eval.errors import MethodError
+from memloop.eval.methods.base import Method, MethodSettings, Trace
+from memloop.eval.methods.common import (
     Decoding, enforce_limit, entity_name, final_summary, is_entity, json_parser, merge_json, paragraphs, schema_for,
     sent_schema, subject, text_parser,
 )
-from eval.methods.parsing import as_text
-from eval.methods.step import Step
-from eval.options import PositiveInt
+from memloop.eval.methods.parsing import as_text
+from memloop.eval.methods.step import Step
+from memloop.eval.options import PositiveInt
 
 
 @dataclass(frozen=True)
@@ -102,7 +102,7 @@ class _SummaryMethod(Method):
 
 
 def _format_instruction(trace: Trace, fmt: str) -> str:
-    from eval.templates import load_template
+    from memloop.eval.templates import load_template
     tpl = load_template(f"s000-book-format-{fmt}")
     trace.templates[tpl.id] = tpl.sha256
     return tpl.text.strip()

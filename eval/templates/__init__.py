@@ -16,7 +16,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Iterable
 
-from eval.errors import TemplateError
+from memloop.eval.errors import TemplateError
 
 TEMPLATE_ROOT = Path(__file__).resolve().parent
 METHOD_TEMPLATE_DIR = TEMPLATE_ROOT / "methods"

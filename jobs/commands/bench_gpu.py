@@ -24,7 +24,7 @@ def bench_gpu(
     """Correctness against transformers, decode/prefill against the HBM and FLOP bounds, the peer, a profile."""
     # JAX must not take the GPU's memory before transformers loads the same checkpoint beside it.
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
-    from bench.gpu import main
+    from memloop.bench.gpu import main
 
     result = main(out, tiny, budget_s, tokenizer, tuple(m for m in models.split(",") if m) or None,
                   log=lambda line: typer.echo(line, err=as_json))

@@ -35,7 +35,7 @@ def bench_model(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object as the last line."),
 ) -> None:
     """Compare memloop's Flax model with transformers on the same weights: logits, greedy tokens, tokens/s."""
-    from bench.model import BenchSettings, run_model_bench
+    from memloop.bench.model import BenchSettings, run_model_bench
 
     if peer not in (None, "llama-cpp"):
         raise typer.BadParameter("the peer of bench model is llama-cpp", param_hint="--peer")
@@ -48,19 +48,19 @@ def bench_model(
     log = lambda line: typer.echo(line, err=as_json)
     peer_failed = None
     if peer is not None:  # build (or find) the peer before the long memloop part
-        from bench.llama_cpp import BATCHED_BENCH, PeerError, gguf_path, peer_binary
+        from memloop.bench.llama_cpp import BATCHED_BENCH, PeerError, gguf_path, peer_binary
 
         gguf_path(model)  # a model the peer cannot read is the user's error: refused before any work
         try:
             peer_binary(BATCHED_BENCH)
         except PeerError as exc:
             peer_failed = str(exc)
-    from bench.llama_cpp import sigterm_unwinds
+    from memloop.bench.llama_cpp import sigterm_unwinds
 
     with sigterm_unwinds():  # `kill` of the bench also stops the peer binary it runs (subprocess.run's cleanup)
         result = run_model_bench(model, settings, log=log)
         if peer is not None:  # a peer that fails leaves memloop's figures printed, its own null with the reason
-            from bench.llama_cpp import PeerError, model_bench_peer, peer_failed_fields
+            from memloop.bench.llama_cpp import PeerError, model_bench_peer, peer_failed_fields
 
             if peer_failed is None:
                 try:
@@ -85,7 +85,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
 
 
 def _kv_types(text: str) -> tuple[str, ...]:
-    from engine.engine_config import KV_DTYPES
+    from memloop.engine.engine_config import KV_DTYPES
 
     names = tuple(x.strip() for x in text.split(",") if x.strip())
     bad = [x for x in names if x not in KV_DTYPES or x == "float32"]
@@ -96,7 +96,7 @@ def _kv_types(text: str) -> tuple[str, ...]:
 
 
 def _peer_variants(text: str) -> tuple[str, ...]:
-    from bench.llama_cpp import PEER_VARIANTS
+    from memloop.bench.llama_cpp import PEER_VARIANTS
 
     names = tuple(x.strip() for x in text.split(",") if x.strip())
     bad = [x for x in names if x not in PEER_VARIANTS]

@@ -28,13 +28,13 @@ def bench_prefix(
                                      "compile time counts against memloop (engine_time_split.compile_s)."),
 ) -> None:
     """K memory loops of N steps: cached fraction and tokens/s with the prefix cache on, off, and a peer."""
-    from bench.prefix import PEERS, WORKLOADS, main
+    from memloop.bench.prefix import PEERS, WORKLOADS, main
 
     if workload not in WORKLOADS:
         raise typer.BadParameter(f"choose one of {sorted(WORKLOADS)}", param_hint="--workload")
     if peer not in PEERS:
         raise typer.BadParameter(f"choose one of {sorted(p for p in PEERS if p)}", param_hint="--peer")
-    from engine.engine_config import KV_DTYPES
+    from memloop.engine.engine_config import KV_DTYPES
 
     if kv_dtype is not None and kv_dtype not in KV_DTYPES:
         raise typer.BadParameter(f"choose one of {list(KV_DTYPES)}", param_hint="--kv-dtype")

@@ -33,8 +33,8 @@ def bench_scale(
 ) -> None:
     """A SIMULATION of a run over many hosts: units/s, driver CPU and GIL wait, engine busy share,
     memory, shards and bytes, resume time per (hosts, loops, placement)."""
-    from jobs.sim.scale_sim import HostChoice, parse_points, projection_table, sweep, table
-    from jobs.run.signals import graceful_interrupts
+    from memloop.jobs.sim.scale_sim import HostChoice, parse_points, projection_table, sweep, table
+    from memloop.jobs.run.signals import graceful_interrupts
 
     log = (lambda m: print(m, file=sys.stderr, flush=True))
     with graceful_interrupts():  # Ctrl-C / SIGTERM stop the point in progress cleanly (its Ray actors killed)

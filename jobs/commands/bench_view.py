@@ -15,7 +15,7 @@ def bench_view(
     repeat: int = typer.Option(5, "--repeat", min=1, help="Renders per page (median and max reported)."),
 ) -> None:
     """Write a run of N units, load it as `memloop view` does, and time its pages (one JSON line)."""
-    from jobs.results.view.bench import bench
+    from memloop.jobs.results.view.bench import bench
 
     with tempfile.TemporaryDirectory() as tmp:
         print(json.dumps(bench(output or Path(tmp), units, repeat)), flush=True)

@@ -10,10 +10,8 @@ import sys
 
 import typer
 
-from engine.errors import EngineError
-from eval.errors import EvalError
-from jobs.errors import JobsError
-from jobs.results import paper_tables  # noqa: F401 (registers the table names a run config may ask for)
+from memloop.errors import MemloopError
+from memloop.jobs.results import paper_tables  # noqa: F401 (registers the table names a run config may ask for)
 
 app = typer.Typer(
     name="memloop",
@@ -25,7 +23,7 @@ app = typer.Typer(
 
 def _version(value: bool) -> None:
     if value:
-        from jobs.store.provenance import code_version, package_version
+        from memloop.jobs.store.provenance import code_version, package_version
 
         print(f"memloop {package_version()} ({code_version()})")
         raise typer.Exit()
@@ -42,21 +40,21 @@ app.add_typer(bench_app, name="bench")
 
 # module -> owner of the commands it registers (run/report, serve, data, score, methods, bench ...)
 COMMAND_MODULES = (
-    "jobs.commands.run",
-    "jobs.commands.serve",
-    "jobs.commands.data",
-    "jobs.commands.score",
-    "jobs.commands.methods",
-    "jobs.commands.bench_model",
-    "jobs.commands.bench_prefix",
-    "jobs.commands.bench_gpu",
-    "jobs.commands.bench_scale",
-    "jobs.commands.export",
-    "jobs.commands.rescore",
-    "jobs.commands.compare",
-    "jobs.commands.nightly",
-    "jobs.commands.view",
-    "jobs.commands.bench_view",
+    "memloop.jobs.commands.run",
+    "memloop.jobs.commands.serve",
+    "memloop.jobs.commands.data",
+    "memloop.jobs.commands.score",
+    "memloop.jobs.commands.methods",
+    "memloop.jobs.commands.bench_model",
+    "memloop.jobs.commands.bench_prefix",
+    "memloop.jobs.commands.bench_gpu",
+    "memloop.jobs.commands.bench_scale",
+    "memloop.jobs.commands.export",
+    "memloop.jobs.commands.rescore",
+    "memloop.jobs.commands.compare",
+    "memloop.jobs.commands.nightly",
+    "memloop.jobs.commands.view",
+    "memloop.jobs.commands.bench_view",
 )
 
 for _name in COMMAND_MODULES:
@@ -67,10 +65,10 @@ def main() -> None:
     """Entry point: user-caused errors print a one-line explanation and exit with status 2."""
     try:
         app()
-    except (EngineError, EvalError, JobsError) as exc:
+    except MemloopError as exc:
         print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
 
 
-if __name__ == "__main__":  # `python -m jobs.commands.cli ...`, as the `memloop` script
+if __name__ == "__main__":  # `python -m memloop.jobs.commands.cli ...`, as the `memloop` script
     main()

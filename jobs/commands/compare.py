@@ -1,5 +1,5 @@
 """`memloop compare A B [C ...] [--json] [--out DIR] [--fail-if EXPR]`: deltas of run B against run A;
-with three runs or more, the runs side by side (`jobs.results.side_by_side`), each against A.
+with three runs or more, the runs side by side (`memloop.jobs.results.side_by_side`), each against A.
 
 Exit codes: 0 compared (no --fail-if rule held), 4 a --fail-if rule held (a regression), 2 the runs
 cannot be compared or a rule is malformed or names no metric (a usage error, as for every command).
@@ -24,13 +24,13 @@ def compare_cmd(
 ) -> None:
     """Per-metric deltas B − A on the shared units with paired bootstrap 95% intervals, and the config diff;
     three runs or more (e.g. the runs of a config's `models:`) side by side, each run's delta against A."""
-    from jobs.results.compare import EXIT_REGRESSION, CompareError, compare_runs, failing, load, parse_rule, to_markdown, write_comparison
+    from memloop.jobs.results.compare import EXIT_REGRESSION, CompareError, compare_runs, failing, load, parse_rule, to_markdown, write_comparison
 
     rules = [parse_rule(r) for r in fail_if]  # malformed rules fail before any reading
     if len(runs) < 2:
         raise CompareError("give at least two run URIs: the baseline A, then the runs to compare with it")
     if len(runs) > 2:
-        from jobs.results import side_by_side as sbs
+        from memloop.jobs.results import side_by_side as sbs
 
         s = sbs.side_by_side([load(u) for u in runs])
         failed = [f"{label}: {t}" for label, rows in zip(s.labels[1:], s.pairs) for t in failing(rules, rows)]

@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from eval.errors import DatasetError
+from memloop.eval.errors import DatasetError
 
 data_app = typer.Typer(help="Datasets: generate, chunk and inspect task data.", no_args_is_help=True)
 
@@ -23,7 +23,7 @@ def sumie(
     input: Optional[Path] = typer.Option(None, "--input", help="An official dataset_sumie.jsonl to check."),
 ) -> None:
     """Write synthetic SUMIE data in the official format, or check an official-format file's gold."""
-    from eval.datasets.sumie import load_sumie, write_sumie_jsonl
+    from memloop.eval.datasets.sumie import load_sumie, write_sumie_jsonl
 
     if synthetic:
         if out is None:
@@ -49,11 +49,11 @@ def chunk(
     no_unwrap: bool = typer.Option(False, "--no-unwrap", help="Keep hard-wrapped lines as separate paragraphs."),
 ) -> None:
     """Chunk a book exactly like BooookScore and report whether any text was lost."""
-    from eval.datasets.books import clean_book
-    from eval.datasets.chunker import chunk_paragraphs, chunk_stats, split_paragraphs
-    from eval.datasets.textfile import read_text
+    from memloop.eval.datasets.books import clean_book
+    from memloop.eval.datasets.chunker import chunk_paragraphs, chunk_stats, split_paragraphs
+    from memloop.eval.datasets.textfile import read_text
 
-    tok = tokenizer  # an encoding name, a tokenizer folder or a .gguf file (see eval.tokens)
+    tok = tokenizer  # an encoding name, a tokenizer folder or a .gguf file (see memloop.eval.tokens)
     paragraphs = split_paragraphs(clean_book(read_text(book, "book"), unwrap=not no_unwrap))
     chunks = chunk_paragraphs(paragraphs, tokens, tok)
     stats = chunk_stats(paragraphs, chunks, tok).as_dict()
@@ -68,7 +68,7 @@ def chunk(
 @data_app.command("tasks")
 def list_tasks() -> None:
     """List the dataset task names a run config may use."""
-    from eval.datasets import tasks
+    from memloop.eval.datasets import tasks
 
     for name in tasks():
         print(name)
@@ -97,7 +97,7 @@ def export(
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from eval.datasets import load_dataset
+    from memloop.eval.datasets import load_dataset
 
     samples = load_dataset(task, **_options(option))
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -114,7 +114,7 @@ def show(
     limit: int = typer.Option(3, "--limit", help="How many samples to print."),
 ) -> None:
     """Load a task with its options and print a one-line summary per sample (JSON)."""
-    from eval.datasets import load_dataset
+    from memloop.eval.datasets import load_dataset
 
     samples = load_dataset(task, **_options(option))
     print(f"{len(samples)} samples")
@@ -136,8 +136,8 @@ def repoqa_describe(
     answers so that a run config with `describer_model: MODEL` reads them; prints who described what."""
     from collections import Counter
 
-    from eval.datasets.repoqa import load_repoqa
-    from eval.llm_http import OpenAICompatibleLLM
+    from memloop.eval.datasets.repoqa import load_repoqa
+    from memloop.eval.llm_http import OpenAICompatibleLLM
 
     llm = OpenAICompatibleLLM(base_url, model, api_key_env=api_key_env)
     samples = load_repoqa(llm=llm, **_options(option))

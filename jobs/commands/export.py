@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from jobs.errors import ConfigError
+from memloop.jobs.errors import ConfigError
 
 FORMATS = ("parquet", "inspect")
 
@@ -26,12 +26,12 @@ def export_cmd(
     if fmt not in FORMATS:
         raise ConfigError(f"--format {fmt!r}: use one of {', '.join(FORMATS)}")
     if fmt == "inspect":
-        from jobs.results.inspect_log import export_inspect
+        from memloop.jobs.results.inspect_log import export_inspect
 
         ins = export_inspect(run_uri, to)
         print(json.dumps({"run_id": ins.run_id, "dest": ins.dest, "logs": ins.logs, "samples": ins.samples}), flush=True)
         return
-    from jobs.store.export import export_run
+    from memloop.jobs.store.export import export_run
 
     res = export_run(run_uri, to, force=force)
     print(json.dumps({"run_id": res.run_id, "dest": res.dest, "rows": res.rows}), flush=True)

@@ -10,7 +10,7 @@ import typer
 
 def methods(as_json: bool = typer.Option(False, "--json", help="Print one JSON object as the last line.")) -> None:
     """List the methods a run config can name, with their prompt template hashes."""
-    from eval.methods import template_manifest
+    from memloop.eval.methods import template_manifest
 
     manifest = template_manifest()
     if as_json:
@@ -33,8 +33,8 @@ def judge_catalogue() -> list[dict[str, Any]]:
     """Every registered judge: what it scores, which tasks, what it needs, its metrics and options."""
     import inspect
 
-    from eval.judges import get_judge, list_judges
-    from eval.options import options_model
+    from memloop.eval.judges import get_judge, list_judges
+    from memloop.eval.options import options_model
 
     out = []
     for name in list_judges():

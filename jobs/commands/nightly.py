@@ -17,7 +17,7 @@ def nightly_cmd(
     """Run every config (one failure never stops the rest) and compare each run with the previous night's.
 
     Exit 0 all ran and nothing regressed, 1 a config was invalid or its run failed, 4 a --fail-if rule held."""
-    from jobs.results.nightly import exit_status, run_nightly, summary_json
+    from memloop.jobs.results.nightly import exit_status, run_nightly, summary_json
 
     outcomes = run_nightly(list(configs), list(fail_if), tag=tag)
     print(summary_json(outcomes), flush=True)

@@ -1,5 +1,5 @@
 """`memloop rescore RUN_URI --judge NAME [--judge-model SPEC] [-o key=value ...]`: judge a finished
-run's stored outputs again (`jobs.run.rescore`), into a re-judging beside the run's own judgments.
+run's stored outputs again (`memloop.jobs.run.rescore`), into a re-judging beside the run's own judgments.
 
 Exit codes as `memloop run`: 0 every unit judged; 3 some judgments failed; 2 a usage error; 130 interrupted.
 """
@@ -11,7 +11,7 @@ from typing import Any, Optional
 
 import typer
 
-from jobs.errors import ConfigError
+from memloop.jobs.errors import ConfigError
 
 
 def parse_options(pairs: list[str]) -> dict[str, Any]:
@@ -37,9 +37,9 @@ def parse_judge_model(text: str) -> Any:
     import yaml
     from pydantic import ValidationError
 
-    from jobs.run.config import JudgeModelSpec
+    from memloop.jobs.run.config import JudgeModelSpec
 
-    from jobs.run.model_names import judge_section, provider_of
+    from memloop.jobs.run.model_names import judge_section, provider_of
 
     if provider_of(text.strip()) is not None:  # Inspect-style: openai/NAME (OPENAI_BASE_URL), memloop/NAME ...
         return JudgeModelSpec.model_validate(judge_section(text.strip()))
@@ -72,12 +72,12 @@ def rescore_cmd(
     """Judge a finished run's outputs again, beside its own judgments (resumes the same re-judging);
     `memloop report RUN_URI` then shows both. `memloop judges` lists the judges, their options and what
     each needs."""
-    from jobs.commands.run import announce, use_ray_address
-    from jobs.run.config import JudgeSpec
-    from jobs.run.rescore import rescore
+    from memloop.jobs.commands.run import announce, use_ray_address
+    from memloop.jobs.run.config import JudgeSpec
+    from memloop.jobs.run.rescore import rescore
 
     use_ray_address(address)
-    from jobs.run.signals import graceful_interrupts
+    from memloop.jobs.run.signals import graceful_interrupts
 
     try:
         spec = JudgeSpec(name=judge, options=parse_options(option), tasks=tasks or None)

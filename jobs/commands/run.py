@@ -19,7 +19,7 @@ EXIT_FAILED_UNITS = 3
 
 
 def use_ray_address(address: str | None) -> None:
-    """`--address`: the Ray cluster this process joins (`jobs.run.actors.ensure_ray` reads RAY_ADDRESS)."""
+    """`--address`: the Ray cluster this process joins (`memloop.jobs.run.actors.ensure_ray` reads RAY_ADDRESS)."""
     if address:
         os.environ["RAY_ADDRESS"] = address
 
@@ -69,7 +69,7 @@ def run_cmd(
                                           "default RAY_ADDRESS, else a private local instance)."),
 ) -> None:
     """Run (or resume) a config: prints the run id and output URI, then one JSON line of counts."""
-    from jobs.run.config import load_config, model_configs, with_overrides
+    from memloop.jobs.run.config import load_config, model_configs, with_overrides
 
     use_ray_address(address)
 
@@ -83,9 +83,9 @@ def run_cmd(
     if dry_run:
         _dry_run(cfg, as_json)
         return
-    from jobs.run.driver import execute
+    from memloop.jobs.run.driver import execute
 
-    from jobs.run.signals import graceful_interrupts
+    from memloop.jobs.run.signals import graceful_interrupts
 
     with graceful_interrupts():
         try:
@@ -112,7 +112,7 @@ def run_cmd(
         for err in summary.to_dict()["method_errors"][:3]:
             print(f"  {err[:500]}", file=sys.stderr)
     if report and not summary.storage_error:
-        from jobs.results.report import write_report
+        from memloop.jobs.results.report import write_report
 
         _, rep = write_report(summary.output)
         if rep.not_written:
@@ -128,7 +128,7 @@ def _run_models(cfgs: list, report: bool, dry_run: bool, max_failed_frac: float,
     """A config with `models:`: one run per model, one after the other in this invocation. Every
     model's plan is checked before the first run starts; each run resumes on its own (its run id), so
     running the config again resumes the set. Exit code: the worst of the runs'."""
-    from jobs.run.plan import make_plan
+    from memloop.jobs.run.plan import make_plan
 
     if dry_run:  # every model's plan; with --json one object, {"runs": [plan, ...]}
         plans = [_plan_summary(c) for c in cfgs]
@@ -138,13 +138,13 @@ def _run_models(cfgs: list, report: bool, dry_run: bool, max_failed_frac: float,
         for c, out in zip(cfgs, plans):
             _print_plan(out, c.output)
         return
-    from jobs.run.preflight import check_endpoints
+    from memloop.jobs.run.preflight import check_endpoints
 
     for c in cfgs:  # a bad model (missing weights, unset key, an endpoint that refuses) fails here, before any run computes
         make_plan(c)
         check_endpoints(c, lambda m: print(m, file=sys.stderr))
-    from jobs.run.driver import execute
-    from jobs.run.signals import graceful_interrupts
+    from memloop.jobs.run.driver import execute
+    from memloop.jobs.run.signals import graceful_interrupts
 
     summaries = []
     with graceful_interrupts():
@@ -162,8 +162,8 @@ def _run_models(cfgs: list, report: bool, dry_run: bool, max_failed_frac: float,
         for err in s.first_errors():
             print(f"  {s.run_id}: {err[:500]}", file=sys.stderr)
     if report:
-        from jobs.results.report import write_report
-        from jobs.results.side_by_side import write_side_by_side
+        from memloop.jobs.results.report import write_report
+        from memloop.jobs.results.side_by_side import write_side_by_side
 
         for s in summaries:
             write_report(s.output)
@@ -199,8 +199,8 @@ def _plan_summary(cfg) -> dict:
     """A run's plan as data: its id, output, units (done / to compute) per dataset and method."""
     from collections import Counter
 
-    from jobs.run.plan import make_plan
-    from jobs.store.run_store import RunStore
+    from memloop.jobs.run.plan import make_plan
+    from memloop.jobs.store.run_store import RunStore
 
     plan = make_plan(cfg, dry_run=True)
     rs = RunStore.open(cfg.output, plan.run_id)  # an unsupported scheme or a gs:// without bucket fails here
@@ -231,7 +231,7 @@ def report_cmd(
 ) -> None:
     """Write report.md and PNG plots next to the run's tables and print the Markdown (compare two runs
     with `memloop compare A B`)."""
-    from jobs.results.report import headline, report_of
+    from memloop.jobs.results.report import headline, report_of
 
     _, data, rep = report_of(run_uri)
     if rep.not_written:

@@ -25,7 +25,7 @@ def booookscore(
     per_book: bool = typer.Option(False, "--per-book", help="Also print each book's score."),
 ) -> None:
     """BooookScore of a summaries file, judged by recorded annotations (mean over books)."""
-    from eval.judges.booookscore_replay import score_release
+    from memloop.eval.judges.booookscore_replay import score_release
 
     s = score_release(summaries, replay)
     if per_book:
@@ -43,7 +43,7 @@ def booookscore_release(
     as_json: bool = typer.Option(False, "--json", help="Print the rows as one JSON list."),
 ) -> None:
     """BooookScore per (model, chunk size, method) of an official release directory."""
-    from eval.judges.booookscore_replay import release_table
+    from memloop.eval.judges.booookscore_replay import release_table
 
     rows = release_table(release)
     if as_json:
@@ -61,7 +61,7 @@ def loft(
     as_json: bool = typer.Option(False, "--json", help="End with one JSON line {accuracy, queries}."),
 ) -> None:
     """LOFT SQL execution accuracy of a predictions file (every query must have a prediction)."""
-    from eval.judges.loft_files import score_loft_files
+    from memloop.eval.judges.loft_files import score_loft_files
 
     s = score_loft_files(queries, preds)
     print(f"LOFT execution accuracy {100 * s.accuracy:.1f} over {s.queries} queries")

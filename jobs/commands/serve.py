@@ -31,7 +31,7 @@ def serve(
     """Serve /v1/completions, /v1/chat/completions (response_format json_schema) and /v1/models.
 
     The API key comes from MEMLOOP_API_KEY or --api-key-file, never from the command line."""
-    from engine.serve.server import serve as run_server
+    from memloop.engine.serve.server import serve as run_server
 
     key = read_api_key(api_key, api_key_file)
 
@@ -46,7 +46,7 @@ def read_api_key(on_argv: str | None, path: Path | None) -> str | None:
     """The key from --api-key-file, else MEMLOOP_API_KEY; a key given on the command line is refused."""
     import os
 
-    from engine.errors import ServerConfigError
+    from memloop.engine.errors import ServerConfigError
 
     if on_argv is not None:
         raise ServerConfigError("--api-key puts the key on the command line, where `ps` shows it to every user of "

@@ -11,7 +11,7 @@ import typer
 
 
 def _api_key(key_file: Optional[Path]) -> Optional[str]:
-    from jobs.results.view.errors import ViewError
+    from memloop.jobs.results.view.errors import ViewError
 
     if key_file is not None:
         try:
@@ -40,22 +40,22 @@ def view_cmd(
 ) -> None:
     """Browse runs: a runs list (sort, filter), the report's tables, every unit's memory timeline and judges
     beside the gold, side by side, compare. `memloop view DIR` opens every run in a folder."""
-    from jobs.results.view.errors import ViewError
-    from jobs.results.view.log_dir import expand
-    from jobs.results.view.runs import ViewRun
+    from memloop.jobs.results.view.errors import ViewError
+    from memloop.jobs.results.view.log_dir import expand
+    from memloop.jobs.results.view.runs import ViewRun
 
     run_uris = expand(list(run_uris or []))
     if bundle is not None:
         if len(run_uris) != 1:
             raise ViewError("--bundle writes one run; give exactly one RUN_URI")
-        from jobs.results.view.bundle import write_bundle
+        from memloop.jobs.results.view.bundle import write_bundle
 
         run = ViewRun.load(run_uris[0])
         index = write_bundle(run, bundle)
         print(f"written: {index} ({len(run.index)} units); open it in a browser", flush=True)
         return
     key = _api_key(api_key_file)
-    from jobs.results.view.app import check_bind, create_app
+    from memloop.jobs.results.view.app import check_bind, create_app
 
     check_bind(host, key)  # before the (possibly long) loading
     runs = []

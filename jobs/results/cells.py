@@ -1,20 +1,20 @@
-"""Which units a table's cell counts, in which state: the rule of `eval.judges.aggregation` laid on a run.
+"""Which units a table's cell counts, in which state: the rule of `memloop.eval.judges.aggregation` laid on a run.
 
 Per dataset, a table compares methods on one common set of samples: the samples for which every
 method run on the dataset wrote a unit; the others are left out for every method and named
 (`excluded`). A method's repeats are all those it wrote units for. Every (judge, metric) the dataset was scored by is then one column over those
-same units, each unit in one state (`eval.judges.aggregation.STATES`):
+same units, each unit in one state (`memloop.eval.judges.aggregation.STATES`):
 
 - a unit whose method failed (`samples.failure` = "method") scores the metric's zero;
 - a unit the method does not apply to ("n/a") stays out and is counted;
 - a unit that failed for the infrastructure (`samples.failure` = "infrastructure", or for runs
-  written before that column an error of the engine, Ray or a connection: `jobs.errors.failure_kind`)
+  written before that column an error of the engine, Ray or a connection: `memloop.jobs.errors.failure_kind`)
   is incomplete, as is an ok unit that a judge of the dataset left without a score (the judge failed:
   its cause is in `judgments.error`); a judge that failed on every unit of a dataset keeps its
-  headline columns (`eval.judges.headline_metrics`), every unit incomplete, rather than losing them;
+  headline columns (`memloop.eval.judges.headline_metrics`), every unit incomplete, rather than losing them;
 - an ok unit with the judge's score is judged (an empty output is scored by the judge itself: zero).
 
-SUMIE's per-turn metrics enter as start / last / avg per unit (`eval.judges.sumie.turn_summary`).
+SUMIE's per-turn metrics enter as start / last / avg per unit (`memloop.eval.judges.sumie.turn_summary`).
 """
 from __future__ import annotations
 
@@ -22,11 +22,11 @@ from typing import Any
 
 import pandas as pd
 
-from eval.judges import aggregator, headline_metrics
-from eval.judges.aggregation import INCOMPLETE, JUDGED, NOT_APPLICABLE, ZERO, Unit, figure  # noqa: F401 (re-exported)
-from eval.judges.sumie import METRICS as SUMIE_METRICS
-from eval.judges.sumie import turn_summary
-from jobs.errors import INFRASTRUCTURE, failure_kind
+from memloop.eval.judges import aggregator, headline_metrics
+from memloop.eval.judges.aggregation import INCOMPLETE, JUDGED, NOT_APPLICABLE, ZERO, Unit, figure  # noqa: F401 (re-exported)
+from memloop.eval.judges.sumie import METRICS as SUMIE_METRICS
+from memloop.eval.judges.sumie import turn_summary
+from memloop.jobs.errors import INFRASTRUCTURE, failure_kind
 
 UNIT_KEY = ["repeat", "sample_id"]
 TURN_SUMMARIES = ("start", "last", "avg")

@@ -1,18 +1,18 @@
 """`memloop compare A B`: what changed from run A to run B, with paired bootstrap intervals.
 
 Units are paired without their run id, by (dataset, sample_id, method, repeat), and counted by the
-rule for means the report uses (`jobs.results.cells`, `eval.judges.aggregation`): a unit whose method failed
+rule for means the report uses (`memloop.jobs.results.cells`, `memloop.eval.judges.aggregation`): a unit whose method failed
 scores the metric's zero (so a method that starts failing is a regression, not a smaller sample), a
 unit failed for the infrastructure or left unjudged is left out and makes the row `incomplete`. For
 every (dataset, method, judge, metric) the per-unit value is the judge's score; SUMIE's per-turn
-metrics enter as start / last / avg per unit (`eval.judges.sumie.turn_summary`, as in the report;
+metrics enter as start / last / avg per unit (`memloop.eval.judges.sumie.turn_summary`, as in the report;
 a rule naming the bare metric, `f1`, reads the average over turns). The row reports the mean of A,
 the mean of B, delta = mean(B − A) and a 95% paired bootstrap interval of the delta
-(`eval.judges.aggregation.paired_difference`: a sample's repeats averaged, samples resampled with
+(`memloop.eval.judges.aggregation.paired_difference`: a sample's repeats averaged, samples resampled with
 replacement, fixed seed, so the same runs always give the same interval; the paper tables' Δ rows
 call the same function).
 Two headline numbers per (dataset, method) come from the token counts: `cost_index`, the mean per
-unit of seed 002's cost index (`eval.judges.cost.cost_index`), and `radix_cache_hit`, the engine's
+unit of seed 002's cost index (`memloop.eval.judges.cost.cost_index`), and `radix_cache_hit`, the engine's
 100 × Σcached / Σprompt (a ratio of sums, bootstrapped the same way; named as the report names it). The config diff lists every flattened `config_json` key (plus the
 code version and model digest) whose value differs between the runs' latest manifests.
 
@@ -34,14 +34,14 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
-from eval.judges.aggregation import RESAMPLES, paired_difference, paired_mean_delta, paired_ratio_delta
-from eval.judges.cost import cache_hit_rate, cost_index, usage_of
-from jobs.results import cells
-from jobs.errors import JobsError
-from jobs.results.report import RunData, markdown_table, run_config
-from jobs.run.config import ModelSpec, model_label
-from jobs.store.outputs import join_uri, open_store
-from jobs.store.run_store import RunStore
+from memloop.eval.judges.aggregation import RESAMPLES, paired_difference, paired_mean_delta, paired_ratio_delta
+from memloop.eval.judges.cost import cache_hit_rate, cost_index, usage_of
+from memloop.jobs.results import cells
+from memloop.jobs.errors import JobsError
+from memloop.jobs.results.report import RunData, markdown_table, run_config
+from memloop.jobs.run.config import ModelSpec, model_label
+from memloop.jobs.store.outputs import join_uri, open_store
+from memloop.jobs.store.run_store import RunStore
 
 PAIR = ["dataset", "sample_id", "method", "repeat"]
 FIELDS = ("delta", "delta_lo", "delta_hi", "a", "b", "n")
@@ -134,7 +134,7 @@ def headline_rows(a: RunData, b: RunData) -> list[Row]:
         col = {k: g[k].to_numpy(float) for k in g.columns if k.endswith(("_a", "_b"))}
         cost = {s: np.array([cost_index(usage_of(p, c, d)) for p, c, d in zip(
                     col[f"prompt_tokens_{s}"], col[f"cached_tokens_{s}"], col[f"decoded_tokens_{s}"])])
-                for s in "ab"}  # seed 002's formula, from its one home in eval.judges.cost
+                for s in "ab"}  # seed 002's formula, from its one home in memloop.eval.judges.cost
         delta, lo, hi = paired_mean_delta(cost["a"], cost["b"])
         rows.append(Row(ds, method, "", "cost_index", len(g), float(cost["a"].mean()), float(cost["b"].mean()),
                         delta, lo, hi))

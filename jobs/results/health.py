@@ -1,6 +1,6 @@
 """Method health: what happened inside the units behind every figure, from the steps table.
 
-Per (method, dataset): the steps by outcome (`eval.methods.outcomes`), the steps that did not succeed
+Per (method, dataset): the steps by outcome (`memloop.eval.methods.outcomes`), the steps that did not succeed
 and their share, the units with any such step, the failed units, the revisions proposed / accepted /
 rejected, and the retry overhead (the tokens of rejected attempts, which the figures do not count:
 they count the kept attempts, as the papers do). A figure whose steps did not succeed in more than
@@ -14,7 +14,7 @@ from typing import Any, Mapping
 
 import pandas as pd
 
-from eval.methods.outcomes import OUTCOMES, SUCCEEDED
+from memloop.eval.methods.outcomes import OUTCOMES, SUCCEEDED
 
 UNSUCCESSFUL_STEP_SHARE = 0.10  # above this share of steps not succeeded, a figure is marked
 UNIT = ["repeat", "sample_id"]

@@ -7,7 +7,7 @@ the dataset, the model the run's model. The mapping, written with inspect_ai's o
 
 - a unit is a sample (`id` the sample id, `epoch` its repeat + 1); `input` the sample's text (its chunks
   as the method read them; Inspect's writer keeps long text as attachments) and `target` its gold
-  (`jobs.results.sample_data.target_of`: SUMIE's facts after the last chunk, the reference summary, the
+  (`memloop.jobs.results.sample_data.target_of`: SUMIE's facts after the last chunk, the reference summary, the
   RepoQA needle, the Spider rows), both reloaded through the run's config as `memloop rescore` does (when
   the data is not reachable here, the input says why and the target is empty); its final answer the
   sample's output; `total_time` and `working_time` the unit's time from its attempt's start to its commit;
@@ -19,10 +19,10 @@ the dataset, the model the run's model. The mapping, written with inspect_ai's o
   after a step a store event whose changes are the RFC 6902 patch (`jsonpatch`) from the memory before
   to the memory after, the store holding `{"memory": ...}`;
 - each judge's metric one numeric score `scores["{judge}/{metric}"]` (SUMIE's per-turn metrics as start /
-  last / avg by `eval.judges.sumie.turn_summary`, the per-turn values in the score's metadata), so
+  last / avg by `memloop.eval.judges.sumie.turn_summary`, the per-turn values in the score's metadata), so
   `samples_df` reads columns such as `score_sumie-exact/f1:avg` as numbers, and a score event each;
   each re-judging (`memloop rescore`) the same as `{judge}@{judging_id}/{metric}`;
-- the log's results are the report's figures (`jobs.results.report.score_figures`: the judge's own
+- the log's results are the report's figures (`memloop.jobs.results.report.score_figures`: the judge's own
   aggregation over samples, mean over repeats), one `EvalScore` per (judge, metric), re-judgings too;
   `model_generate_config` is the run's `sampling` (temperature, max_tokens, top_p, top_k) and `seed`.
 
@@ -39,14 +39,14 @@ from typing import Any
 
 import pandas as pd
 
-from eval.judges.sumie import METRICS as SUMIE_METRICS
-from eval.judges.sumie import turn_summary
-from jobs.errors import JobsError
-from jobs.results.compare import run_label
-from jobs.results.report import RunData, run_config, score_figures
-from jobs.results.sample_data import SampleData, load_sample_data, target_of
-from jobs.store.outputs import join_uri, open_store
-from jobs.store.run_store import RunStore
+from memloop.eval.judges.sumie import METRICS as SUMIE_METRICS
+from memloop.eval.judges.sumie import turn_summary
+from memloop.jobs.errors import JobsError
+from memloop.jobs.results.compare import run_label
+from memloop.jobs.results.report import RunData, run_config, score_figures
+from memloop.jobs.results.sample_data import SampleData, load_sample_data, target_of
+from memloop.jobs.store.outputs import join_uri, open_store
+from memloop.jobs.store.run_store import RunStore
 
 
 class ExportError(JobsError):

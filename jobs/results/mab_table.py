@@ -1,7 +1,7 @@
 """MemoryAgentBench's table from a finished run: rows = methods (the long-context baseline among them),
 columns = the four competencies, then each source, then the cost of asking many.
 
-A cell is the benchmark's figure (`eval.judges.mab`): per source the mean of the source's table metric
+A cell is the benchmark's figure (`memloop.eval.judges.mab`): per source the mean of the source's table metric
 over its questions x 100, per competency the mean over its sources, with a 95% bootstrap interval over
 contexts and the counts — questions scored, contexts judged, contexts n/a (the method does not apply:
 a summariser, the long context beyond the window), contexts whose method failed (each of their
@@ -22,15 +22,15 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from eval.judges.cost import cost_index, prefix_hits, usage_of
-from eval.judges.aggregation import INCOMPLETE, ZERO
-from eval.judges.mab import COMPETENCIES, OVERALL, Figure, QuestionScore, competency_figures, source_figures
-from jobs.results.cells import unit_states
-from jobs.results.mab_published import published_markdown
-from jobs.store.run_store import RunStore
+from memloop.eval.judges.cost import cost_index, prefix_hits, usage_of
+from memloop.eval.judges.aggregation import INCOMPLETE, ZERO
+from memloop.eval.judges.mab import COMPETENCIES, OVERALL, Figure, QuestionScore, competency_figures, source_figures
+from memloop.jobs.results.cells import unit_states
+from memloop.jobs.results.mab_published import published_markdown
+from memloop.jobs.store.run_store import RunStore
 
 if TYPE_CHECKING:
-    from jobs.results.report import RunData
+    from memloop.jobs.results.report import RunData
 
 TASK = "memoryagentbench"
 
@@ -102,7 +102,7 @@ def _cell(f: Figure | None) -> str:
 
 def ask_many_cost(steps: pd.DataFrame) -> dict[str, dict[str, float]]:
     """method -> per-context means of the answer phase (and the build phase's net tokens)."""
-    from eval.tokens import cl100k_encode
+    from memloop.eval.tokens import cl100k_encode
 
     out = {}
     for method, g in steps.groupby("method"):

@@ -8,7 +8,7 @@ results is compared with the latest earlier run of the same config `name` under 
 checked on that comparison; a rule naming a metric the config does not produce is skipped for it.
 
 Exit status: 0 every config ran and no rule held; 1 a config was invalid or its run exited non-zero;
-4 (`jobs.results.compare.EXIT_REGRESSION`) every config ran but a rule held. The last stdout line is one
+4 (`memloop.jobs.results.compare.EXIT_REGRESSION`) every config ran but a rule held. The last stdout line is one
 JSON object with every config's outcome.
 """
 from __future__ import annotations
@@ -20,10 +20,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from jobs.errors import JobsError
+from memloop.jobs.errors import JobsError
 
 EXIT_FAILED = 1
-RUN_ARGV = [sys.executable, "-c", "import sys; sys.argv[0] = 'memloop'; from jobs.commands.cli import main; main()", "run"]
+RUN_ARGV = [sys.executable, "-c", "import sys; sys.argv[0] = 'memloop'; from memloop.jobs.commands.cli import main; main()", "run"]
 
 
 @dataclass
@@ -39,8 +39,8 @@ class Outcome:
 
 def _validate(path: Path) -> str:
     """The config's `name`, or a JobsError saying what is wrong (before any process starts)."""
-    from jobs.run.config import load_config
-    from jobs.run.plan import check_config
+    from memloop.jobs.run.config import load_config
+    from memloop.jobs.run.plan import check_config
 
     cfg = load_config(path)
     check_config(cfg)
@@ -60,7 +60,7 @@ def _run(path: Path, extra: list[str], log: Callable[[str], None]) -> tuple[int,
 
 
 def _manifest_rows(store, run_dir: str) -> list[dict]:
-    from jobs.store.run_store import RunStore
+    from memloop.jobs.store.run_store import RunStore
 
     try:
         return RunStore(store, run_dir).table("runs").to_pylist()
@@ -71,7 +71,7 @@ def _manifest_rows(store, run_dir: str) -> list[dict]:
 def previous_run(run_uri: str, name: str) -> str | None:
     """The URI of the latest run of config `name` under the same output, other than `run_uri`, that
     finished before this run's first invocation started."""
-    from jobs.store.outputs import join_uri, open_store
+    from memloop.jobs.store.outputs import join_uri, open_store
 
     base, _, rid = run_uri.rstrip("/").rpartition("/")
     store = open_store(base)
@@ -93,7 +93,7 @@ def previous_run(run_uri: str, name: str) -> str | None:
 
 def compare_with_previous(run_uri: str, name: str, rules: list[str]) -> tuple[str | None, list[str]]:
     """(the previous run's URI, the rules that hold on PREVIOUS -> THIS); writes the comparison."""
-    from jobs.results.compare import compare_runs, failing, load, parse_rule, write_comparison
+    from memloop.jobs.results.compare import compare_runs, failing, load, parse_rule, write_comparison
 
     parsed = [parse_rule(r) for r in rules]
     prev = previous_run(run_uri, name)
@@ -112,7 +112,7 @@ def compare_with_previous(run_uri: str, name: str, rules: list[str]) -> tuple[st
 def run_nightly(configs: list[Path], rules: list[str], log: Callable[[str], None] = print,
                 tag: str | None = None) -> list[Outcome]:
     """Every config in order; `tag` is passed to `memloop run --tag` (a fresh run per night)."""
-    from jobs.results.compare import parse_rule
+    from memloop.jobs.results.compare import parse_rule
 
     for r in rules:  # a malformed rule is a usage error before anything runs
         parse_rule(r)
@@ -148,7 +148,7 @@ def run_nightly(configs: list[Path], rules: list[str], log: Callable[[str], None
 
 
 def exit_status(outcomes: list[Outcome]) -> int:
-    from jobs.results.compare import EXIT_REGRESSION
+    from memloop.jobs.results.compare import EXIT_REGRESSION
 
     if any(o.status in ("invalid", "failed") for o in outcomes):
         return EXIT_FAILED

@@ -1,20 +1,20 @@
 """The papers' tables, laid out with their own rows and columns, the paper's numbers beside memloop's.
 
 A run config names the tables it reproduces (`paper_tables: [seed002-table2, ...]`); `memloop report`
-then prints each one from the run's headline figures (`jobs.results.report.headline`: the same means,
-standard errors and judged / total counts as every other table, computed by `eval.judges`). This
+then prints each one from the run's headline figures (`memloop.jobs.results.report.headline`: the same means,
+standard errors and judged / total counts as every other table, computed by `memloop.eval.judges`). This
 module holds only layouts and the numbers the papers print, as printed: no formula lives here.
 
 A memloop cell reads "mean ± s.e. [95% interval]" (in the paper's unit: percentages where the paper
 prints them; the s.e. over repeats where there are several, the interval a bootstrap over samples)
 and, where not every unit was judged, the counts: "(k / n judged; j failed = 0; m n/a; incomplete
-...)" by the rule for means (`eval.judges.aggregation`), so a failure is never hidden; "n/a" where
+...)" by the rule for means (`memloop.eval.judges.aggregation`), so a failure is never hidden; "n/a" where
 the method does not apply (the long-context ceiling on an input longer than the context);
 "failed (k / n)" where every unit of the method failed; "not measured" where memloop has no such
 metric (BERTScore); "–" where the run has no figure. Where the paper states a comparison (JSON vs
 text, CoK vs GU, ...) the table declares it (`Difference`) and prints the paired difference on the
 common samples with its interval, by the same function as `memloop compare`.
-A cell whose method's steps did not succeed in more than `jobs.results.health.UNSUCCESSFUL_STEP_SHARE` of
+A cell whose method's steps did not succeed in more than `memloop.jobs.results.health.UNSUCCESSFUL_STEP_SHARE` of
 cases carries the marker "⚠ k% steps not ok" (the figure's `steps_not_ok`, from the method-health table).
 """
 from __future__ import annotations
@@ -22,10 +22,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from jobs.results.cells import cell_text, counts_text
+from memloop.jobs.results.cells import cell_text, counts_text
 
-from jobs.results.health import marker
-from jobs.run.config import register_paper_tables
+from memloop.jobs.results.health import marker
+from memloop.jobs.run.config import register_paper_tables
 
 
 
@@ -290,7 +290,7 @@ TABLES: dict[str, PaperTable] = {t.id: t for t in (
          Row("Incremental updating", "inc-update", {"BooookScore": "82.9 / 79.0 / 68.9"})),
         "release (GPT-4 / Claude 2 / ChatGPT)",
         "The seed text prints no table; the release column is the official BooookScore release's GPT-4 "
-        "judgments of its own 2048-token summaries, replayed by `eval.judges.booookscore_replay` over its "
+        "judgments of its own 2048-token summaries, replayed by `memloop.eval.judges.booookscore_replay` over its "
         "100 books (tests/judges recompute it from the release files).",
         (Difference("Hierarchical − Incremental", "inc-update", "hier-merge"),), "GPT-4 (the BooookScore release)"),
     PaperTable(
@@ -450,7 +450,7 @@ def method_status(samples: Any) -> dict[tuple[str, str], dict[str, Any]]:
     for (method, dataset, status), n in samples.groupby(["method", "dataset", "status"]).size().items():
         out.setdefault((method, dataset), {})[status] = int(n)
     if "error" in samples:  # units whose method could not start: counted, with the first one's cause
-        from eval.methods.base import NOT_RUN
+        from memloop.eval.methods.base import NOT_RUN
 
         failed = samples[(samples["status"] == "failed") & samples["error"].fillna("").str.startswith(NOT_RUN)]
         for (method, dataset), g in failed.groupby(["method", "dataset"], sort=True):

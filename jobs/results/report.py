@@ -2,7 +2,7 @@
 
 Every figure is computed per repeat first (mean over samples, or a ratio of sums over samples for a
 hit rate) and then shown as mean ± standard error over the repeats (seed 002 reports five samples)
-with a seeded 95% bootstrap interval over samples in brackets (`eval.judges.aggregation.figure`, the
+with a seeded 95% bootstrap interval over samples in brackets (`memloop.eval.judges.aggregation.figure`, the
 rule for means). Tables:
 
 - SUMIE (seed 000 table 1): P / R / F1 at the first turn ("start"), the last turn and averaged over
@@ -10,7 +10,7 @@ rule for means). Tables:
 - Scores: every other (judge, metric) per method, e.g. BooookScore, ROUGE, exact match.
   Every judge's figures come with "judged / total": the units it scored out of the method's units on
   the dataset, so a failed sample or a failed judgment never shrinks the denominator unseen.
-- The papers' tables the run's config names (`paper_tables:`, laid out by `jobs.results.paper_tables`): the
+- The papers' tables the run's config names (`paper_tables:`, laid out by `memloop.jobs.results.paper_tables`): the
   paper's rows and columns, memloop's figure beside the paper's printed number.
 - Cost (seed 002 table 3, per book): means per sample, over the samples every method on a dataset
   finished (the others are listed under the table with the methods that failed them), in two labelled
@@ -21,15 +21,15 @@ rule for means). Tables:
   cost index (net + 3 x output) / 10^6, so hit = 1 - net / total in every row. The engine's, as
   served: radix-cache hit, prompt tokens (chat template included; the kept attempt of each step, retried attempts being the health table's retry overhead), net (prompt
   minus cached: reuse across samples and repeats included), decoded, and its cost index.
-- Method health (`jobs.results.health`): per method and dataset, the steps by outcome, the units with a step
+- Method health (`memloop.jobs.results.health`): per method and dataset, the steps by outcome, the units with a step
   that did not succeed, revisions proposed / accepted / rejected and the retry overhead; every figure
-  whose steps did not succeed in more than `jobs.results.health.UNSUCCESSFUL_STEP_SHARE` of cases is marked
+  whose steps did not succeed in more than `memloop.jobs.results.health.UNSUCCESSFUL_STEP_SHARE` of cases is marked
   with the share (paper tables, SUMIE and Scores tables, `report --json`).
 Plots (PNG, matplotlib): F1 per turn, prompt and cached tokens per step, cost index against chunk size.
 
-The formulas are `eval.judges`': start / last / avg per sample is `eval.judges.sumie.turn_summary`,
-the mean over samples is the judge's declared aggregation (`eval.judges.aggregator`), the cache hit
-rate and cost index are `eval.judges.cost`. This module only lays the figures out.
+The formulas are `memloop.eval.judges`': start / last / avg per sample is `memloop.eval.judges.sumie.turn_summary`,
+the mean over samples is the judge's declared aggregation (`memloop.eval.judges.aggregator`), the cache hit
+rate and cost index are `memloop.eval.judges.cost`. This module only lays the figures out.
 """
 from __future__ import annotations
 
@@ -42,14 +42,14 @@ from typing import Any, Callable, Sequence
 
 import pandas as pd
 
-from eval.judges import aggregator
-from eval.judges.aggregation import mean_se, paired_difference
-from eval.judges.cost import PaperCost, cost_index, net_encoded, paper_sample_cost, per_sample_cost, usage_of
-from eval.judges.sumie import METRICS as SUMIE_METRICS
-from jobs.results import cells, health
-from jobs.results.cells import TURN_SUMMARIES
-from jobs.results.paper_tables import TABLES, PaperTable, layout, method_status
-from jobs.store.run_store import RunStore
+from memloop.eval.judges import aggregator
+from memloop.eval.judges.aggregation import mean_se, paired_difference
+from memloop.eval.judges.cost import PaperCost, cost_index, net_encoded, paper_sample_cost, per_sample_cost, usage_of
+from memloop.eval.judges.sumie import METRICS as SUMIE_METRICS
+from memloop.jobs.results import cells, health
+from memloop.jobs.results.cells import TURN_SUMMARIES
+from memloop.jobs.results.paper_tables import TABLES, PaperTable, layout, method_status
+from memloop.jobs.store.run_store import RunStore
 
 NOT_APPLICABLE = "n/a"
 
@@ -163,7 +163,7 @@ UNIT_KEY = ["repeat", "sample_id"]
 
 
 # ---------------------------------------------------------------------------------------------
-# method health (`jobs.results.health`)
+# method health (`memloop.jobs.results.health`)
 
 
 def health_rows(d: RunData) -> list[dict]:
@@ -209,7 +209,7 @@ def overview_table(d: RunData) -> str:
 
 
 def score_figures(d: RunData) -> tuple[list[dict], list[dict]]:
-    """Every judge metric per (method, dataset) by the rule for means (`jobs.results.cells`), and the samples
+    """Every judge metric per (method, dataset) by the rule for means (`memloop.jobs.results.cells`), and the samples
     left out of the comparison (computed once per load)."""
     if "score_figures" not in d.derived:
         d.derived["score_figures"] = cells.score_figures(d.samples, d.scores, d.judge_failures)
@@ -321,7 +321,7 @@ class PromptTokenizer:
 
 @lru_cache(maxsize=4)
 def _model_tokenizer(path: str) -> Callable[[str], Sequence[int]]:
-    from engine.model.tokenizer import load_tokenizer
+    from memloop.engine.model.tokenizer import load_tokenizer
 
     return load_tokenizer(path).encode
 
@@ -338,16 +338,16 @@ def budget_tokenizer(d: RunData) -> PromptTokenizer:
     """What the run's token budgets (K) counted in: cl100k_base under `count_tokens: cl100k`, else the
     run model's tokenizer (`prompt_tokenizer`); memory sizes are reported in the same unit as K."""
     if run_config(d).get("count_tokens") == "cl100k":
-        from eval.tokens import cl100k_encode
+        from memloop.eval.tokens import cl100k_encode
 
         return PromptTokenizer(cl100k_encode, "cl100k_base (the run's count_tokens)")
     return prompt_tokenizer(d)
 
 
 def _prompt_tokenizer(d: RunData) -> PromptTokenizer:
-    from engine.assets import resolve_model
-    from engine.errors import EngineError
-    from eval.tokens import cl100k_encode
+    from memloop.engine.assets import resolve_model
+    from memloop.engine.errors import EngineError
+    from memloop.eval.tokens import cl100k_encode
 
     def cl100k(why: str) -> PromptTokenizer:
         return PromptTokenizer(cl100k_encode, f"cl100k_base ({why})")
@@ -512,13 +512,13 @@ def _figure(values: list[float]) -> dict[str, float | int | None]:
 def headline(d: RunData) -> dict:
     """The report's numbers as data (`memloop report --json`): units per (method, dataset), every
     judge metric (SUMIE at start/last/avg) and cost figure as the Markdown tables show it, by the rule
-    for means (`eval.judges.aggregation.figure`): `mean` (failed units as 0), `se` over repeats,
+    for means (`memloop.eval.judges.aggregation.figure`): `mean` (failed units as 0), `se` over repeats,
     `lo`/`hi` the 95% bootstrap interval over samples, `mean_judged`, the counts (`judged`, `zeroed`,
     `n/a`, `incomplete_units`, `total`, `samples`, `repeats`) and `incomplete`. The cost figures (seed
     002's and the engine's, `cost_cells`: the same mean, s.e. and bootstrap interval over samples) are over the samples every method finished (`samples` of `total`; left-out samples under
     `cost_excluded`), the judge figures over the samples every method ran (`score_excluded`);
     `incomplete` at the top is true when any figure is. `models`: the model under test and the judge
-    model. `paper_tables`: the tables of the papers the run's config names (`jobs.results.paper_tables`),
+    model. `paper_tables`: the tables of the papers the run's config names (`memloop.jobs.results.paper_tables`),
     memloop's cell and the paper's number side by side."""
     units = [{"method": m, "dataset": ds, "ok": int((g["status"] == "ok").sum()),
               "failed": int((g["status"] == "failed").sum()),
@@ -555,7 +555,7 @@ def _figures(d: RunData) -> list[dict]:
 
 def memory_figures(d: RunData) -> list[dict]:
     """`memory_tokens` per (method, dataset): the existing information each turn's prompt receives
-    (`eval.judges.memory_size`: the memory carried out of the turn before, in its prompt rendering
+    (`memloop.eval.judges.memory_size`: the memory carried out of the turn before, in its prompt rendering
     and the run model's tokenizer: the step's recorded `memory_text` where the method records one,
     e.g. PRISM's indented in-place JSON or base plus amendment lines, else the compact JSON),
     averaged over a sample's turns, then over its samples (per repeat; seed 000 appendix A).
@@ -569,8 +569,8 @@ def _memory_figures(d: RunData) -> list[dict]:
     st = d.steps
     if st.empty or "memory_json" not in st or st["memory_json"].isna().all():
         return []
-    from eval.judges.memory_size import carried_memories
-    from eval.methods.parsing import as_text
+    from memloop.eval.judges.memory_size import carried_memories
+    from memloop.eval.methods.parsing import as_text
 
     tok = budget_tokenizer(d)
     rows = []
@@ -621,7 +621,7 @@ def context_figures(d: RunData) -> list[dict]:
     """`context_tokens` per (method, dataset): the input one step of the method reads, per sample (seed 002
     table 2's "Ch. Tokens"): the whole input (cl100k, the samples table's `input_tokens`) for a method that
     reads it at once (the long-context ceiling), else the dataset's chunk size (in the run model's tokenizer)."""
-    from jobs.run.chunk_fit import WHOLE_INPUT_METHODS
+    from memloop.jobs.run.chunk_fit import WHOLE_INPUT_METHODS
 
     ok = d.ok
     if ok.empty:
@@ -677,7 +677,7 @@ def models_of(d: RunData) -> dict[str, Any]:
 def decoding_of(cfg: dict[str, Any]) -> dict[str, str]:
     """{method label: its `decoding` setting} for the config's methods that have one (the JSON formats'
     free or schema-held output), the method's default where the config leaves it out."""
-    from eval.methods import method_class
+    from memloop.eval.methods import method_class
 
     out = {}
     for m in cfg.get("methods") or ():
@@ -698,7 +698,7 @@ def model_name(spec: dict[str, Any]) -> str:
         return f"{ep.get('model')} at {ep.get('base_url')}"
     weights = spec.get("weights")
     if not weights:
-        from engine.assets import default_model_path
+        from memloop.engine.assets import default_model_path
 
         return f"{default_model_path().name} (the bundled default)"
     return str(weights).rsplit("/", 1)[-1]
@@ -884,7 +884,7 @@ def build_report(d: RunData) -> Report:
     if papers:
         parts += ["", "## The papers' tables: memloop beside the paper", ""]
         parts += ["\n\n".join(paper_markdown(t, laid) for t, laid in papers)]
-    from jobs.results.mab_table import mab_markdown  # MemoryAgentBench runs only
+    from memloop.jobs.results.mab_table import mab_markdown  # MemoryAgentBench runs only
 
     mab = mab_markdown(d)
     if mab:
@@ -927,7 +927,7 @@ def write_report(run_uri: str) -> tuple[str, Report]:
 def report_of(run_uri: str) -> tuple[RunStore, RunData, Report]:
     """Load the run once, build its report and write it next to the tables; the loaded data is
     returned too (`report --json` reads its numbers from the same load)."""
-    from jobs.errors import StorageError, error_text
+    from memloop.jobs.errors import StorageError, error_text
 
     rs = RunStore.at(run_uri)
     d = RunData.load(rs)

@@ -12,9 +12,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from eval.datasets.sample import Sample
-from jobs.errors import JobsError
-from jobs.store.run_store import RunStore
+from memloop.eval.datasets.sample import Sample
+from memloop.jobs.errors import JobsError
+from memloop.jobs.store.run_store import RunStore
 
 
 @dataclass
@@ -28,11 +28,11 @@ class SampleData:
 
 def load_sample_data(rs: RunStore) -> SampleData:
     """The run's samples, by dataset key and sample id; empty with a note when they cannot be reloaded."""
-    from eval.errors import EvalError
-    from jobs.run.chunk_fit import chunk_tokenizer
-    from jobs.run.plan import content_digest, resolve_path
-    from jobs.run.rescore import stored_config
-    from jobs.run.workload import load_samples
+    from memloop.eval.errors import EvalError
+    from memloop.jobs.run.chunk_fit import chunk_tokenizer
+    from memloop.jobs.run.plan import content_digest, resolve_path
+    from memloop.jobs.run.rescore import stored_config
+    from memloop.jobs.run.workload import load_samples
 
     try:
         cfg, ident = stored_config(rs)

@@ -3,7 +3,7 @@
 the first by `memloop compare`'s own rows (`score_rows`, `headline_rows`: the same pairing, the same
 rule for failed and incomplete units, the same bootstrap). This module only lines the pairs up, so the
 first run's figure is the same in every pair. Columns are named by the run's model
-(`jobs.results.compare.run_label`), so a config's models read as a table of models.
+(`memloop.jobs.results.compare.run_label`), so a config's models read as a table of models.
 """
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ from typing import Any
 
 import pandas as pd
 
-from jobs.results.compare import PAIR, CompareError, Row, _f, headline_rows, load, run_label, score_rows
-from jobs.results.report import RunData, markdown_table
-from jobs.store.outputs import join_uri, open_store
+from memloop.jobs.results.compare import PAIR, CompareError, Row, _f, headline_rows, load, run_label, score_rows
+from memloop.jobs.results.report import RunData, markdown_table
+from memloop.jobs.store.outputs import join_uri, open_store
 
 
 @dataclass

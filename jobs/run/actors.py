@@ -9,9 +9,9 @@ import os
 import time
 from typing import Any, Callable
 
-from eval.llm import Usage
-from jobs.run.config import EngineSpec
-from jobs.errors import RunError, error_text
+from memloop.eval.llm import Usage
+from memloop.jobs.run.config import EngineSpec
+from memloop.jobs.errors import RunError, error_text
 
 Log = Callable[[str], None]
 
@@ -30,7 +30,7 @@ def actor_options(engine: EngineSpec) -> dict[str, Any]:
 
 
 def default_actor_class() -> Any:
-    from engine.serve.actor import EngineActor
+    from memloop.engine.serve.actor import EngineActor
 
     return EngineActor
 
@@ -56,7 +56,7 @@ def ensure_ray(log: Log, address: str | None = None) -> None:
         raise RunError(f"cannot join the Ray cluster at {address}: {type(exc).__name__}: {str(exc)[:300]}; "
                        "check RAY_ADDRESS (or --address), or unset it to run on a private local instance") from None
     no_implicit_ray()
-    from jobs.run.signals import reassert
+    from memloop.jobs.run.signals import reassert
 
     reassert()  # Ray's own SIGTERM handler exits at once; a run stops cleanly instead
     log(f"ray: {'connected to ' + address if address else 'a private local instance'}; "

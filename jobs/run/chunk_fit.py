@@ -16,9 +16,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable
 
-from jobs.errors import ConfigError
-from jobs.run.config import RunConfig
-from jobs.run.methods import method_settings, method_tasks
+from memloop.jobs.errors import ConfigError
+from memloop.jobs.run.config import RunConfig
+from memloop.jobs.run.methods import method_settings, method_tasks
 
 CHUNK_FIELDS = ("text", "chunk")  # the placeholders a method's step templates fill with the chunk
 WHOLE_INPUT_METHODS = ("long-context",)  # the ceiling's fit is per sample (n/a where it does not fit)
@@ -26,13 +26,13 @@ WHOLE_INPUT_METHODS = ("long-context",)  # the ceiling's fit is per sample (n/a 
 
 def weights_here(cfg: RunConfig, weights: Path | None = None) -> Path | None:
     """The run model's weights on this machine (None: an endpoint, or weights not here). `weights`: the
-    plan's, already resolved (`jobs.run.plan.model_weights`); None resolves them from the config here."""
+    plan's, already resolved (`memloop.jobs.run.plan.model_weights`); None resolves them from the config here."""
     if cfg.model.kind != "engine":
         return None
     if weights is not None:
         return weights
-    from engine.assets import resolve_model
-    from engine.errors import EngineError
+    from memloop.engine.assets import resolve_model
+    from memloop.engine.errors import EngineError
 
     try:
         path = resolve_model(cfg.model.weights)
@@ -54,7 +54,7 @@ def chunk_tokenizer(cfg: RunConfig, weights: Path | None = None) -> str | None:
 @lru_cache(maxsize=4)
 def model_encoder(weights: str) -> Callable[[str], list[int]]:
     """The engine's own tokenizer of `weights` (text ids without special tokens), loaded once."""
-    from engine.model.tokenizer import load_tokenizer
+    from memloop.engine.model.tokenizer import load_tokenizer
 
     return load_tokenizer(weights).encode
 
@@ -65,7 +65,7 @@ def loader_takes_tokenizer(task: str) -> bool:
 
 def loader_takes(option: str, task: str) -> bool:
     """Whether the task's loader has a parameter `option`."""
-    from eval.datasets import get_loader
+    from memloop.eval.datasets import get_loader
 
     return option in inspect.signature(get_loader(task)).parameters
 
@@ -95,7 +95,7 @@ def _model_window(weights: str) -> int | None:
         if config.is_file():
             window = json.loads(config.read_text()).get("max_position_embeddings")
     else:
-        from engine.model.weights import read_gguf_metadata
+        from memloop.engine.model.weights import read_gguf_metadata
 
         meta = read_gguf_metadata(path)
         window = meta.get(f"{meta.get('general.architecture')}.context_length")
@@ -104,7 +104,7 @@ def _model_window(weights: str) -> int | None:
 
 def instruction_tokens(method: Any, count: Callable[[str], int]) -> int:
     """Tokens of the method's longest chunk-carrying step template with every value left empty."""
-    from eval.templates import load_template
+    from memloop.eval.templates import load_template
 
     sizes = []
     for tid in method.template_ids:
@@ -124,8 +124,8 @@ def check_chunks_fit(cfg: RunConfig, count: Callable[[str], int] | None = None, 
     context = model_context(cfg, path)
     if context is None:
         return
-    from eval.methods import get_method
-    from eval.tokens import token_counter
+    from memloop.eval.methods import get_method
+    from memloop.eval.tokens import token_counter
 
     # the fit is in the model's own tokens, whatever `count_tokens` says
     count = count or token_counter(model_encoder(str(path)))

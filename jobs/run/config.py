@@ -1,7 +1,7 @@
 """The run config: a YAML file validated by pydantic (structure only).
 
 What the config means for the environment (files, registries, the engine, the run id) is worked
-out once, before any work starts, by `jobs.run.plan`.
+out once, before any work starts, by `memloop.jobs.run.plan`.
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from jobs.errors import ConfigError
+from memloop.jobs.errors import ConfigError
 
 # Upper bounds of the config's counts: far above any real run, low enough that a typo (an extra few
 # zeros) fails in one line instead of exhausting memory building units or threads.
@@ -39,7 +39,7 @@ def _at_most(most: int, what: str, advice: str = "lower it") -> AfterValidator:
 
     return AfterValidator(check)
 
-# The papers' table layouts live in `jobs.results.paper_tables`, a floor above the run: it registers
+# The papers' table layouts live in `memloop.jobs.results.paper_tables`, a floor above the run: it registers
 # its table ids here, so the config can check `paper_tables:` without importing what sits above it.
 # The entry points (the CLI's commands, `memloop.run`) load that floor before they read a config.
 _PAPER_TABLES: set[str] = set()
@@ -69,7 +69,7 @@ class DatasetSpec(_Strict):
     @field_validator("task")
     @classmethod
     def _known_task(cls, v: str) -> str:
-        from eval.datasets import list_tasks  # the dataset registry is the one source of task names
+        from memloop.eval.datasets import list_tasks  # the dataset registry is the one source of task names
 
         if v not in list_tasks():
             raise ValueError(f"unknown task {v!r}; use one of {', '.join(list_tasks())}")
@@ -220,7 +220,7 @@ class JudgeModelSpec(_Strict):
     own outputs (its engine actors or endpoint); `kind: engine` with `weights`: a judge engine of its
     own on those weights (a model name such as qwen2.5-coder-1.5b, or a path), started beside the
     run's engines; `kind: openai`: an OpenAI-compatible endpoint. `--judge-model NAME` on the command
-    line is read by `jobs.run.model_names.judge_section`."""
+    line is read by `memloop.jobs.run.model_names.judge_section`."""
 
     kind: Literal["engine", "openai"] = "engine"
     weights: str | None = None
@@ -249,7 +249,7 @@ class RunConfig(_Strict):
     sampling: SamplingSpec = Field(default_factory=SamplingSpec)
     judges: list[JudgeSpec] = Field(default_factory=list)
     judge_model: JudgeModelSpec = Field(default_factory=JudgeModelSpec)
-    # MAX_REPEATS is also below eval.asking.RETRY_SEED_STRIDE (1 << 20)
+    # MAX_REPEATS is also below memloop.eval.asking.RETRY_SEED_STRIDE (1 << 20)
     repeats: Annotated[int, _at_most(MAX_REPEATS, "repeats", "lower it (the papers use 1 to 5)")] = Field(default=1, ge=1)
     seed: Annotated[int, _at_most(MAX_SEED, "as the run's seed", "lower it (each repeat samples with seed + "
                                   "repeat, which must fit in 64 bits)")] = Field(default=0, ge=0)
@@ -259,7 +259,7 @@ class RunConfig(_Strict):
     flush_units: Annotated[int, _at_most(MAX_FLUSH_UNITS, "units per shard")] = Field(default=16, ge=1)  # write a shard every this many finished units ...
     flush_s: float = Field(default=20.0, gt=0)  # ... or this many seconds
     shard_rows: int = Field(default=50_000, ge=1)  # at the end of a run, small shards merge up to this many rows
-    # the papers' tables `memloop report` lays out from this run (jobs.results.paper_tables; not in the run id)
+    # the papers' tables `memloop report` lays out from this run (memloop.jobs.results.paper_tables; not in the run id)
     paper_tables: list[str] = Field(default_factory=list)
     # what chunk sizes (`chunk_tokens`) and the methods' token budgets (K, summary limits) count in: the run
     # model's tokenizer, or cl100k_base as seed 000 and the official BooookScore code count; a step's fit
@@ -282,7 +282,7 @@ class RunConfig(_Strict):
         known = paper_table_names()
         unknown = [t for t in v if t not in known]
         if unknown and not known:
-            raise ValueError("no paper tables are registered in this process: import jobs.results.paper_tables "
+            raise ValueError("no paper tables are registered in this process: import memloop.jobs.results.paper_tables "
                              "before reading a config that names some (the memloop CLI and memloop.run do)")
         if unknown:
             raise ValueError(f"unknown paper table(s) {unknown}; use some of {', '.join(sorted(known))}")
@@ -405,13 +405,13 @@ def with_overrides(cfg: RunConfig, source: str = "config", *, output: str | None
     """The config with command-line overrides applied and validated again (`--limit N` keeps at most
     N samples of every dataset, `--max-chunks N` the first N chunks of each sample, `--repeats N`
     sets the repeats, `--model M` the model: engine weights (a short name or a path) or an Inspect-style
-    `PROVIDER/NAME` (`jobs.run.model_names`); `-S dotted.path=value` any setting (`jobs.run.overrides`),
+    `PROVIDER/NAME` (`memloop.jobs.run.model_names`); `-S dotted.path=value` any setting (`memloop.jobs.run.overrides`),
     `--temperature`, `--max-tokens` and `--seed` the common ones). Every override is part of the run id
     like the same setting in the file, and is recorded in the config's `overrides`. With them a paper's
     config runs reduced: `--limit 2 --max-chunks 2 --repeats 1`, or on another model:
     `--model qwen2.5-coder-0.5b`, `--model openai/NAME --model-base-url http://127.0.0.1:8000/v1`."""
-    from jobs.run.model_names import judge_section, model_section
-    from jobs.run.overrides import apply_settings
+    from memloop.jobs.run.model_names import judge_section, model_section
+    from memloop.jobs.run.overrides import apply_settings
 
     data = cfg.model_dump()
     given: list[str] = []

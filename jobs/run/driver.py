@@ -1,22 +1,22 @@
 """The Ray driver of `memloop run`: composes the plan, the engine actors, the worker pool, the judge
 fan-out and the run store.
 
-1. `jobs.run.plan.make_plan` checks the config against the environment, derives the run id and builds
+1. `memloop.jobs.run.plan.make_plan` checks the config against the environment, derives the run id and builds
    the units (all before any work starts); the store drops units already recorded as ok (resume).
-2. `jobs.run.actors` starts the engine actors (one per accelerator host, or per CPU share).
-3. `jobs.run.pool.WorkerPool` runs `max_in_flight` worker threads per actor over one shared queue;
+2. `memloop.jobs.run.actors` starts the engine actors (one per accelerator host, or per CPU share).
+3. `memloop.jobs.run.pool.WorkerPool` runs `max_in_flight` worker threads per actor over one shared queue;
    each runs a unit's method loop against its actor, whose engine batches the concurrent requests.
    A unit that raises is retried (`retries`); when its actor died the worker waits for Ray's
    restart first. A unit that exhausts its attempts is recorded as failed with its error.
-4. A finished unit's rows (built by `jobs.store.tables`) are written as a shard by the process that
-   ran its loop (`jobs.run.shards`): with `method_loops: engine` the method worker, whose commit
+4. A finished unit's rows (built by `memloop.jobs.store.tables`) are written as a shard by the process that
+   ran its loop (`memloop.jobs.run.shards`): with `method_loops: engine` the method worker, whose commit
    record is all the driver receives; in the driver's threads, the driver. A unit with judges gets a
    shard of its own, whose judge tasks write their rows and whose commit task writes the samples
-   file last (`jobs.run.judge_fanout`); units without judges whose loops ran in the driver are
+   file last (`memloop.jobs.run.judge_fanout`); units without judges whose loops ran in the driver are
    buffered and written in batches. Failed units' records are the driver's (it decides the retries).
 5. The driver records each shard's units (its index, for resume); the manifest row closes the
    invocation, also when it is interrupted. When the storage fails (its calls are bounded, see
-   `jobs.store.gcs.STORAGE_DEADLINE_S`) the run stops: the shards written are kept, the summary
+   `memloop.jobs.store.gcs.STORAGE_DEADLINE_S`) the run stops: the shards written are kept, the summary
    names the error and the units not saved, and a re-run resumes.
 """
 from __future__ import annotations
@@ -32,22 +32,22 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from eval.llm import Usage
-from jobs.run import actors as engine_actors
-from jobs.run.config import RunConfig
-from eval.judges.cost import cache_hit_rate
-from jobs.errors import INFRASTRUCTURE, METHOD, RunError, StorageError, error_text
-from jobs.run.judge_fanout import Judging
-from jobs.store.manifest import manifest_base
-from jobs.run.plan import RunPlan, make_plan
-from jobs.run.pool import Attempt, Outcome, WorkerPool
-from jobs.run.progress import Progress
-from jobs.run.shards import ShardWriter, judged, method_failure
-from jobs.store.run_files import Committed
-from jobs.store.run_store import RunStore
-from jobs.run.loops import run_loop, start_workers
-from jobs.store.tables import now, sample_row
-from jobs.run.workload import Unit
+from memloop.eval.llm import Usage
+from memloop.jobs.run import actors as engine_actors
+from memloop.jobs.run.config import RunConfig
+from memloop.eval.judges.cost import cache_hit_rate
+from memloop.jobs.errors import INFRASTRUCTURE, METHOD, RunError, StorageError, error_text
+from memloop.jobs.run.judge_fanout import Judging
+from memloop.jobs.store.manifest import manifest_base
+from memloop.jobs.run.plan import RunPlan, make_plan
+from memloop.jobs.run.pool import Attempt, Outcome, WorkerPool
+from memloop.jobs.run.progress import Progress
+from memloop.jobs.run.shards import ShardWriter, judged, method_failure
+from memloop.jobs.store.run_files import Committed
+from memloop.jobs.store.run_store import RunStore
+from memloop.jobs.run.loops import run_loop, start_workers
+from memloop.jobs.store.tables import now, sample_row
+from memloop.jobs.run.workload import Unit
 
 Log = Callable[[str], None]
 EXIT_STORAGE = 4  # the run stopped because its output could not be written
@@ -217,7 +217,7 @@ def _cached(plan: RunPlan, llms: list[Any]) -> list[Any]:
     cfg = plan.config
     if cfg.response_cache is None:
         return llms
-    from eval.llm_cache import CachedLLM
+    from memloop.eval.llm_cache import CachedLLM
 
     key = json.dumps(plan.identity["model"], sort_keys=True)
     return [CachedLLM(llm, cfg.response_cache, key) for llm in llms]
@@ -288,7 +288,7 @@ def _start_and_compute(plan: RunPlan, rs: RunStore, todo: list[Unit], actor_cls:
     worker beside each; compute the units, and kill the actors whatever happens."""
     import ray
 
-    from jobs.run.llm_adapters import ActorLLM, endpoint_llm
+    from memloop.jobs.run.llm_adapters import ActorLLM, endpoint_llm
 
     engine_actors.ensure_ray(log)  # judges run as Ray tasks in either case
     cfg = plan.config
@@ -322,7 +322,7 @@ def _start_engines_and_compute(plan: RunPlan, rs: RunStore, todo: list[Unit], ac
                                judging: Judging) -> dict[str, Any]:
     import ray
 
-    from jobs.run.llm_adapters import ActorLLM, endpoint_llm
+    from memloop.jobs.run.llm_adapters import ActorLLM, endpoint_llm
 
     cfg = plan.config
     if cfg.model.kind == "openai":
@@ -388,7 +388,7 @@ def execute(cfg: RunConfig, *, actor_cls: Any = None, sim: Simulated | None = No
         log(f"{len(rs.incomplete)} finished shard(s) miss a file ({', '.join(files[:3])}{' ...' if len(files) > 3 else ''}): "
             "their units are computed again")
     if todo and sim is None:  # an endpoint that refuses or lacks the model stops the run here, in one line
-        from jobs.run.preflight import check_endpoints
+        from memloop.jobs.run.preflight import check_endpoints
 
         check_endpoints(cfg, log)
     log(f"run {plan.run_id}: {len(all_units)} units, {skipped} already done, {len(todo)} to compute; "
@@ -399,7 +399,7 @@ def execute(cfg: RunConfig, *, actor_cls: Any = None, sim: Simulated | None = No
     stats: dict[str, Any] = {"resume_s": resume_s}
     state = state if state is not None else {}
     state["stop_after_s"] = stop_after_s
-    from jobs.store.run_lock import run_lock
+    from memloop.jobs.store.run_lock import run_lock
 
     # A second driver of the same run into the same output is refused here, before it writes anything.
     held = (run_lock(rs, f"{invocation} ({plan.run_id})", log, on_lost=lambda: _stop_pool(state)) if todo

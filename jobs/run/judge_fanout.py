@@ -1,11 +1,11 @@
-"""Scheduling a unit's judges and its commit: one Ray task per (unit, judge) (`jobs.run.judge_task`
+"""Scheduling a unit's judges and its commit: one Ray task per (unit, judge) (`memloop.jobs.run.judge_task`
 is its body), started as soon as the unit's output exists, then a commit task that writes the
 unit's `samples` file once every judge task has written its rows.
 
 The commit task takes the judge tasks' results as arguments, so Ray starts it only after all of
 them returned and no process waits for them meanwhile; the process that ran the unit's loop goes
 straight to its next unit. A judge that fails is that judgment's failure, not the unit's: its task
-writes a `judgments` row with the root cause (`jobs.store.tables.judge_failure_row`), the unit is
+writes a `judgments` row with the root cause (`memloop.jobs.store.tables.judge_failure_row`), the unit is
 committed as its method left it (ok), so the sample stays in every method's comparison and cost
 row, and the commit carries the error so the driver counts the unit incomplete (the run exits
 non-zero; the report flags the judge's cells incomplete). The order of the writes is what makes a crash harmless: steps and
@@ -17,11 +17,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from jobs.run.config import JudgeModelSpec, RunConfig
-from jobs.run.workload import Unit
-from jobs.store.run_files import Committed
-from jobs.store.run_store import RunStore
-from jobs.store.tables import unit_columns
+from memloop.jobs.run.config import JudgeModelSpec, RunConfig
+from memloop.jobs.run.workload import Unit
+from memloop.jobs.store.run_files import Committed
+from memloop.jobs.store.run_store import RunStore
+from memloop.jobs.store.tables import unit_columns
 
 _remote: dict[str, Any] = {}  # the Ray remote functions, made once per process
 
@@ -42,7 +42,7 @@ class Judging:
     def llm_for(self, lane_llm: Any) -> Any:
         """The judge model as a unit on `lane_llm` reaches it: the run's judge engine, the configured
         endpoint, or (a judge model without weights of its own) the lane's engine itself."""
-        from jobs.run.judge_task import judge_llm
+        from memloop.jobs.run.judge_task import judge_llm
 
         return judge_llm(self.judge_model, self.engine_llm if self.engine_llm is not None else lane_llm)
 
@@ -63,9 +63,9 @@ def start_judges(judging: Judging, output_uri: str, run_id: str, shard: str, u: 
     `Committed`)."""
     import ray
 
-    from eval.judges import get_judge
+    from memloop.eval.judges import get_judge
 
-    from jobs.run.judge_task import judge_part
+    from memloop.jobs.run.judge_task import judge_part
 
     if not _remote:
         _remote["judge"] = ray.remote(judge_part)

@@ -1,23 +1,23 @@
 """What one judge task does, inside its Ray task: pick the judge's LLM (the run's engine or the
 configured endpoint), run one judge on one unit's output, and write its `judgments` and `scores`
-rows (`jobs.store.tables.judge_rows`) as a part of the unit's shard, from the task's own process.
-Scheduling the tasks and committing the unit once they returned is `jobs.run.judge_fanout`'s job.
+rows (`memloop.jobs.store.tables.judge_rows`) as a part of the unit's shard, from the task's own process.
+Scheduling the tasks and committing the unit once they returned is `memloop.jobs.run.judge_fanout`'s job.
 """
 from __future__ import annotations
 
 from typing import Any
 
-from jobs.errors import error_text
-from jobs.run.config import JudgeModelSpec, JudgeSpec
-from jobs.store.run_store import RunStore
-from jobs.store.tables import judge_failure_row, judge_rows
+from memloop.jobs.errors import error_text
+from memloop.jobs.run.config import JudgeModelSpec, JudgeSpec
+from memloop.jobs.store.run_store import RunStore
+from memloop.jobs.store.tables import judge_failure_row, judge_rows
 
 
 def judge_llm(spec: JudgeModelSpec, engine_llm: Any) -> Any:
     """The LLM judges call: the run's own engine, or the configured OpenAI-compatible endpoint."""
     if spec.kind == "engine":
         return engine_llm
-    from jobs.run.llm_adapters import endpoint_llm
+    from memloop.jobs.run.llm_adapters import endpoint_llm
 
     return endpoint_llm(spec.endpoint)
 
@@ -25,7 +25,7 @@ def judge_llm(spec: JudgeModelSpec, engine_llm: Any) -> Any:
 def judge_one(judge: JudgeSpec, output: Any, gold: Any, metadata: dict[str, Any], judge_model: JudgeModelSpec,
               engine_llm: Any) -> dict[str, list[dict[str, Any]]]:
     """Run one judge on one output; returns {"judgments": rows, "scores": rows}."""
-    from eval.judges import get_judge, run_judge
+    from memloop.eval.judges import get_judge, run_judge
 
     llm = judge_llm(judge_model, engine_llm) if get_judge(judge.name).needs_llm else None
     result = run_judge(judge.name, output, gold, llm=llm, metadata=metadata, **judge.options)

@@ -1,10 +1,10 @@
-"""`eval.llm.LLM` implementations the jobs layer hands to methods and judges.
+"""`memloop.eval.llm.LLM` implementations the jobs layer hands to methods and judges.
 
-- `ActorLLM`: the local engine, through a handle of `engine.serve.actor.EngineActor` (a Ray actor whose
+- `ActorLLM`: the local engine, through a handle of `memloop.engine.serve.actor.EngineActor` (a Ray actor whose
   async `complete(request_dict) -> result_dict` batches concurrent calls). Many threads call
   `complete` at once; each call blocks only its own thread, so the engine sees them all together.
-- `EngineLLM`: an in-process `engine.sched.serving.Engine` (no Ray), for notebooks, scripts and tests.
-- `endpoint_llm`: any OpenAI-compatible endpoint, through `eval.llm_http`.
+- `EngineLLM`: an in-process `memloop.engine.sched.serving.Engine` (no Ray), for notebooks, scripts and tests.
+- `endpoint_llm`: any OpenAI-compatible endpoint, through `memloop.eval.llm_http`.
 
 Token counts are asked from the actor once per distinct text and memoised (methods count the
 same memory and chunks repeatedly).
@@ -15,7 +15,7 @@ import functools
 import threading
 from typing import Any
 
-from eval.llm import LLM, LLMRequest, LLMResult, Usage
+from memloop.eval.llm import LLM, LLMRequest, LLMResult, Usage
 
 
 class ActorLLM:
@@ -65,7 +65,7 @@ class ActorLLM:
 
 
 class EngineLLM:
-    """An LLM over an in-process `engine.sched.serving.Engine`: the same request/result dicts the actor serves."""
+    """An LLM over an in-process `memloop.engine.sched.serving.Engine`: the same request/result dicts the actor serves."""
 
     def __init__(self, engine: Any, name: str = "engine", supports_json_schema: bool = True) -> None:
         self.engine = engine
@@ -84,9 +84,9 @@ class EngineLLM:
 
 
 def endpoint_llm(spec: Any) -> LLM:
-    """An OpenAI-compatible endpoint (`jobs.run.config.EndpointSpec`) as an LLM; the API key is read from
+    """An OpenAI-compatible endpoint (`memloop.jobs.run.config.EndpointSpec`) as an LLM; the API key is read from
     the environment variable the spec names, never from the config."""
-    from eval.llm_http import OpenAICompatibleLLM
+    from memloop.eval.llm_http import OpenAICompatibleLLM
 
     return OpenAICompatibleLLM(base_url=spec.base_url, model=spec.model, api_key_env=spec.api_key_env,
                                timeout_s=spec.timeout_s, max_retries=spec.max_retries,

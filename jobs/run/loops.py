@@ -6,7 +6,7 @@ rows); both placements call it, so they compute the same thing.
 `engine.method_loops: engine` starts one `MethodWorker` per engine actor, pinned to that actor's
 node (Ray node affinity), with `max_in_flight` threads. The driver hands it whole units; rendering,
 parsing, revisions and token counting then run on the engine's host in a process of their own, and
-so does writing the unit's rows as a shard (`jobs.run.shards.ShardWriter`): what comes back to the
+so does writing the unit's rows as a shard (`memloop.jobs.run.shards.ShardWriter`): what comes back to the
 driver is the shard's commit record (or its commit task's reference) and the unit's token usage.
 """
 from __future__ import annotations
@@ -15,18 +15,18 @@ import os
 import time
 from typing import Any
 
-from jobs.run.handles import packed_handles, rss_mb
-from jobs.run.judge_fanout import Judging
-from jobs.run.shards import Rows, ShardWriter, method_failure
-from jobs.run.workload import Unit
-from jobs.store.tables import now, sample_row, step_rows
+from memloop.jobs.run.handles import packed_handles, rss_mb
+from memloop.jobs.run.judge_fanout import Judging
+from memloop.jobs.run.shards import Rows, ShardWriter, method_failure
+from memloop.jobs.run.workload import Unit
+from memloop.jobs.store.tables import now, sample_row, step_rows
 
 
 def run_loop(u: Unit, attempt: int, llm: Any, judging: Judging | None = None) -> tuple[Rows, Any]:
     """One unit's method loop against `llm`: its `samples` and `steps` rows and the method's output. The
     run's judge model (from `judging`) goes with it, for method steps the paper gave a stronger model
     (seed 001's graph extraction)."""
-    from eval.methods import get_method
+    from memloop.eval.methods import get_method
 
     started = now()
     judge = judging.llm_for(llm) if judging is not None else None
@@ -41,14 +41,14 @@ class MethodWorker:
 
     def __init__(self, engines: list[Any], names: list[str], timeout_s: float | None, cache_dir: str | None = None,
                  cache_key: str = "", writer: tuple[str, str, Judging] | None = None) -> None:
-        from jobs.run.llm_adapters import ActorLLM
+        from memloop.jobs.run.llm_adapters import ActorLLM
 
         # (output URI, run id, judging): the worker writes its units' shards itself
         self.writer = ShardWriter(*writer[:2], "method-worker", writer[2]) if writer is not None else None
 
         self.llms: list[Any] = [ActorLLM(e, name=n, timeout_s=timeout_s) for e, n in zip(engines, names)]
         if cache_dir is not None:
-            from eval.llm_cache import CachedLLM
+            from memloop.eval.llm_cache import CachedLLM
 
             self.llms = [CachedLLM(llm, cache_dir, cache_key) for llm in self.llms]
         self.cpu0, self.t0 = time.process_time(), time.monotonic()
@@ -82,7 +82,7 @@ def start_workers(engines: list[Any], per_engine: int, *, max_restarts: int, tim
                   writer: tuple[str, str, Judging] | None = None) -> tuple[list[Any], list[Any]]:
     """A `MethodWorker` per `pack` engine actors (one in a real run), on their node, with `per_engine`
     threads per engine. They ask no CPU of their own: they run beside the engines whose requests they
-    make. Returns a handle per engine (`jobs.run.handles.PackedHandle`) and the worker actors."""
+    make. Returns a handle per engine (`memloop.jobs.run.handles.PackedHandle`) and the worker actors."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from jobs.errors import ConfigError
+from memloop.jobs.errors import ConfigError
 
 
 @dataclass(frozen=True)

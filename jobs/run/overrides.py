@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from jobs.errors import ConfigError
+from memloop.jobs.errors import ConfigError
 
 
 def parse_setting(pair: str) -> tuple[list[str], Any]:

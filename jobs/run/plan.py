@@ -21,11 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from jobs.run.config import RunConfig, resolve_path
-from jobs.errors import ConfigError
+from memloop.jobs.run.config import RunConfig, resolve_path
+from memloop.jobs.errors import ConfigError
 
 if TYPE_CHECKING:
-    from jobs.run.workload import Unit
+    from memloop.jobs.run.workload import Unit
 
 
 # ---------------------------------------------------------------------------------------------
@@ -83,8 +83,8 @@ def model_weights(cfg: RunConfig) -> Path | None:
         return None
     if cfg.model.weights is None:
         return _resolve_weights(None)  # the bundled model; if it is missing, the engine says how to install it
-    from engine.assets import MODELS
-    from engine.errors import EngineError
+    from memloop.engine.assets import MODELS
+    from memloop.engine.errors import EngineError
 
     try:
         path = _resolve_weights(cfg.model.weights)
@@ -97,7 +97,7 @@ def model_weights(cfg: RunConfig) -> Path | None:
 
 
 def _resolve_weights(weights: str | None) -> Path:
-    from engine.assets import resolve_model
+    from memloop.engine.assets import resolve_model
 
     return resolve_model(None if weights is None else resolve_path(weights))
 
@@ -115,7 +115,7 @@ def judge_weights_path(cfg: RunConfig) -> Path | None:
 def check_output(cfg: RunConfig) -> None:
     """Inside a Ray job the working directory is Ray's temporary copy of the uploaded working_dir,
     deleted with the job: a relative output would vanish with it."""
-    from jobs.store.provenance import ray_job_config
+    from memloop.jobs.store.provenance import ray_job_config
 
     out = cfg.output
     if ray_job_config() is not None and not out.startswith("gs://") and not os.path.isabs(os.path.expanduser(out)):
@@ -134,11 +134,11 @@ def check_config(cfg: RunConfig) -> None:
 def check_names_and_data(cfg: RunConfig) -> None:
     """What `check_config` checks but the model's weights (which `make_plan` resolves once for itself):
     the registries' names, judge options, dataset paths and the endpoints' key variables."""
-    from eval.datasets import list_tasks
-    from eval.datasets.textfile import check_data_path
-    from eval.errors import EvalError
-    from eval.judges import get_judge, list_judges
-    from eval.methods import list_methods
+    from memloop.eval.datasets import list_tasks
+    from memloop.eval.datasets.textfile import check_data_path
+    from memloop.eval.errors import EvalError
+    from memloop.eval.judges import get_judge, list_judges
+    from memloop.eval.methods import list_methods
 
     methods, tasks, judges = list_methods(), list_tasks(), list_judges()
     for i, m in enumerate(cfg.methods):
@@ -157,7 +157,7 @@ def check_names_and_data(cfg: RunConfig) -> None:
             get_judge(j.name).check_options(j.options)
         except EvalError as exc:
             raise ConfigError(f"`judges.{i}.options`: {exc}") from None
-    from eval.datasets.hub import is_hub_id
+    from memloop.eval.datasets.hub import is_hub_id
 
     for i, d in enumerate(cfg.datasets):
         if d.path is None or is_hub_id(d.path):
@@ -194,10 +194,10 @@ def engine_config(cfg: RunConfig, weights: Path) -> dict[str, Any]:
     if cfg.engine.mesh is not None:
         axes = set(cfg.engine.mesh) - {"tp"}
         if axes:
-            raise ConfigError(f"`engine.model.mesh`: the engine shards over one tensor-parallel axis `tp`; "
+            raise ConfigError(f"`memloop.engine.model.mesh`: the engine shards over one tensor-parallel axis `tp`; "
                               f"remove {sorted(axes)}")
         d["tp"] = cfg.engine.mesh["tp"]
-    from engine.engine_config import OUTPUT_FIELDS
+    from memloop.engine.engine_config import OUTPUT_FIELDS
 
     moved = sorted(set(cfg.engine.options) & set(OUTPUT_FIELDS))
     if moved:  # engine.* is transport and outside the run id; these settings change the outputs
@@ -210,9 +210,9 @@ def engine_config(cfg: RunConfig, weights: Path) -> dict[str, Any]:
 def check_engine_config(config: dict[str, Any]) -> None:
     """Build the engine's config object and check the weights here (cheap), so unknown settings and
     unusable model files fail in one line before Ray or any actor starts."""
-    from engine.engine_config import EngineConfig
-    from engine.errors import EngineError
-    from engine.model.weights import check_weights
+    from memloop.engine.engine_config import EngineConfig
+    from memloop.engine.errors import EngineError
+    from memloop.engine.model.weights import check_weights
 
     try:
         EngineConfig.from_dict(config)
@@ -227,7 +227,7 @@ def check_engine_config(config: dict[str, Any]) -> None:
 def judge_weights_digest(cfg: RunConfig) -> str | None:
     """What identifies the judge engine's weights: a model name as it is (its pinned packages fix the
     weights, and a dry run may be on a machine without them), a file or directory by its content."""
-    from engine.assets import MODELS
+    from memloop.engine.assets import MODELS
 
     w = cfg.judge_model.weights
     if w is None or w in MODELS or cfg.judge_model.kind != "engine":
@@ -238,8 +238,8 @@ def judge_weights_digest(cfg: RunConfig) -> str | None:
 
 def methods_ask_judge(cfg: RunConfig) -> bool:
     """Whether a method of the run asks the judge model for a step of its own."""
-    from eval.methods import get_method
-    from jobs.run.methods import method_settings
+    from memloop.eval.methods import get_method
+    from memloop.jobs.run.methods import method_settings
 
     return any(get_method(m.name, **method_settings(cfg, m, cfg.seed)).asks_judge() for m in cfg.methods)
 
@@ -248,9 +248,9 @@ def judge_engine_config(cfg: RunConfig, unavailable: list[str] | None = None) ->
     """The judge engine's config (its weights, default options) when `judge_model.weights` names one and
     a judge of the run, or a method's step (seed 001's graph extraction), asks an LLM; None otherwise. A dry run (`unavailable` a list) notes a named judge
     model whose packages are not installed here instead of stopping: the machine that runs may have them."""
-    from eval.judges import get_judge
-    from engine.assets import MODELS
-    from engine.errors import EngineError
+    from memloop.eval.judges import get_judge
+    from memloop.engine.assets import MODELS
+    from memloop.engine.errors import EngineError
 
     if cfg.judge_model.weights is None or not (any(get_judge(j.name).needs_llm for j in cfg.judges)
                                                or methods_ask_judge(cfg)):
@@ -278,8 +278,8 @@ def judge_engine_config(cfg: RunConfig, unavailable: list[str] | None = None) ->
 
 def template_hashes(cfg: RunConfig) -> dict[str, dict[str, str]]:
     """sha256 of every prompt template the run's methods and judges use, by method key and `judge:<name>`."""
-    from eval.judges import get_judge
-    from eval.methods import method_class
+    from memloop.eval.judges import get_judge
+    from memloop.eval.methods import method_class
 
     out = {m.key: method_class(m.name).template_hashes() for m in cfg.methods}
     out.update({f"judge:{j.name}": get_judge(j.name).template_hashes() for j in cfg.judges})
@@ -288,11 +288,11 @@ def template_hashes(cfg: RunConfig) -> dict[str, dict[str, str]]:
 
 def identity(cfg: RunConfig, model_digest: str) -> dict[str, Any]:
     """What the run id hashes: the result-affecting settings, with files replaced by their content
-    digest, plus the code that computes results (`jobs.store.provenance.code_digest`), every prompt
+    digest, plus the code that computes results (`memloop.jobs.store.provenance.code_digest`), every prompt
     template's hash and the run's `tag`."""
-    from jobs.store.provenance import code_digest
+    from memloop.jobs.store.provenance import code_digest
 
-    from eval.datasets.hub import is_hub_id
+    from memloop.eval.datasets.hub import is_hub_id
 
     datasets = []
     for d in cfg.datasets:
@@ -358,11 +358,11 @@ def make_plan(cfg: RunConfig, dry_run: bool = False) -> RunPlan:
     """Everything that can fail because of the config, before any Ray work starts. A dry run lists hub
     datasets it cannot reach (`RunPlan.unavailable`) instead of stopping: the machine that runs may have
     network or the HF cache."""
-    from jobs.run.workload import build_units
+    from memloop.jobs.run.workload import build_units
 
     if cfg.models:
         raise ConfigError(f"config {cfg.name!r} names {len(cfg.models)} models (`models:`): that is one run per model; "
-                          "plan each of `jobs.run.config.model_configs(cfg)` (`memloop run` does)")
+                          "plan each of `memloop.jobs.run.config.model_configs(cfg)` (`memloop run` does)")
     check_output(cfg)
     check_names_and_data(cfg)
     weights = model_weights(cfg)  # resolved once: the engine config, the digest and the units all use this path

@@ -4,11 +4,11 @@ Workers are grouped in lanes (one lane per engine actor, `per_lane` threads each
 pulls from one shared queue, so a slow lane takes fewer items. The unit function returns the rows
 of a finished item, or a future of them (e.g. judges still running as Ray tasks) so the worker can
 take the next item at once. An item that raises a transient error (`retryable`: by default
-infrastructure failures, see `jobs.errors.is_transient`) is retried up to `retries` times; it is
+infrastructure failures, see `memloop.jobs.errors.is_transient`) is retried up to `retries` times; it is
 then, like an item whose error is deterministic, recorded at once with the rows `failed_rows` builds,
 as the infrastructure's failure: whatever an item's function raises (an endpoint's 401, an error
 nobody foresaw) is no result of the method, whose own failures come back as rows, not as exceptions
-(`jobs.errors.INFRASTRUCTURE`); a lane whose backend is gone for good (`lane_lost`) stops and
+(`memloop.jobs.errors.INFRASTRUCTURE`); a lane whose backend is gone for good (`lane_lost`) stops and
 hands its item back without spending an attempt. Finished rows are buffered and flushed in
 batches (every `flush_units` items or `flush_s` seconds, and always at the end or on interrupt).
 An item whose rows another process already wrote comes back as that write's record instead of
@@ -26,7 +26,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Callable, Generic, TypeVar
 
-from jobs.errors import ENGINES_LOST, StorageError, error_text, is_transient
+from memloop.jobs.errors import ENGINES_LOST, StorageError, error_text, is_transient
 
 T = TypeVar("T")
 Rows = dict[str, list[dict[str, Any]]]

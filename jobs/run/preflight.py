@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, Callable
 
 import httpx
 
-from jobs.errors import JobsError
+from memloop.jobs.errors import JobsError
 
 if TYPE_CHECKING:
-    from jobs.run.config import EndpointSpec, RunConfig
+    from memloop.jobs.run.config import EndpointSpec, RunConfig
 
 PREFLIGHT_TIMEOUT_S = 30.0  # one listing request; a run's own requests have their own timeout
 _ADVICE = {
@@ -32,7 +32,7 @@ class EndpointCheckError(JobsError):
 
 
 def models_url(base_url: str) -> str:
-    """The listing URL, with /v1 added as the run's client adds it (`eval.llm_http`)."""
+    """The listing URL, with /v1 added as the run's client adds it (`memloop.eval.llm_http`)."""
     root = base_url.rstrip("/")
     return (root if root.endswith("/v1") else root + "/v1") + "/models"
 
@@ -40,7 +40,7 @@ def models_url(base_url: str) -> str:
 def run_endpoints(cfg: "RunConfig") -> list[tuple[str, "EndpointSpec"]]:
     """(config section, endpoint) of every endpoint the run calls: the model's, and the judges' when
     some judge asks an LLM."""
-    from eval.judges import get_judge
+    from memloop.eval.judges import get_judge
 
     out = []
     if cfg.model.kind == "openai" and cfg.model.endpoint is not None:

@@ -6,8 +6,8 @@ import sys
 import time
 from typing import Any, Callable
 
-from eval.judges.cost import cache_hit_rate
-from eval.llm import Usage
+from memloop.eval.judges.cost import cache_hit_rate
+from memloop.eval.llm import Usage
 
 
 class Progress:

@@ -2,11 +2,11 @@
 judge options, without running the methods again.
 
 What a judge reads is rebuilt from the run's tables and its stored config: the method output from
-`samples.output_json` and the unit's `steps` rows (`jobs.run.stored_output`), the sample's gold and
+`samples.output_json` and the unit's `steps` rows (`memloop.jobs.run.stored_output`), the sample's gold and
 metadata by loading the datasets again through the run's recorded config (checked against the
 content digests the run recorded, so a changed data file is refused rather than judged against
 other gold). Only units the run finished `ok` are judged; which judge applies to which dataset is
-the run's own rule (`jobs.run.workload.judges_for`).
+the run's own rule (`memloop.jobs.run.workload.judges_for`).
 
 The new rows go to a re-judging of their own, `{run}/judgings/{judging_id}/` (`JudgingStore`),
 never into the run's tables. The judging id hashes what changes the verdicts (the judge and its
@@ -27,15 +27,15 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from jobs.errors import ConfigError, RescoreError, error_text
-from jobs.run.config import JudgeModelSpec, JudgeSpec, RunConfig, parse_config
-from jobs.run.driver import RunSummary
-from jobs.run.plan import RunPlan, make_plan
-from jobs.run.pool import Attempt, Outcome, WorkerPool
-from jobs.run.workload import Unit
-from jobs.store.manifest import manifest_base
-from jobs.store.run_store import JudgingStore, RunStore
-from jobs.store.tables import judge_failure_row, judged_row, now, with_unit
+from memloop.jobs.errors import ConfigError, RescoreError, error_text
+from memloop.jobs.run.config import JudgeModelSpec, JudgeSpec, RunConfig, parse_config
+from memloop.jobs.run.driver import RunSummary
+from memloop.jobs.run.plan import RunPlan, make_plan
+from memloop.jobs.run.pool import Attempt, Outcome, WorkerPool
+from memloop.jobs.run.workload import Unit
+from memloop.jobs.store.manifest import manifest_base
+from memloop.jobs.store.run_store import JudgingStore, RunStore
+from memloop.jobs.store.tables import judge_failure_row, judged_row, now, with_unit
 
 Log = Callable[[str], None]
 
@@ -73,8 +73,8 @@ def judge_model_identity(spec: JudgeModelSpec, plan: RunPlan) -> dict[str, Any]:
 
 def judging_identity(run_id: str, judge: JudgeSpec, judge_model: JudgeModelSpec, plan: RunPlan,
                      tag: str | None) -> dict[str, Any]:
-    from eval.judges import get_judge
-    from jobs.store.provenance import code_digest
+    from memloop.eval.judges import get_judge
+    from memloop.jobs.store.provenance import code_digest
 
     return {"run_id": run_id, "judge": judge.model_dump(), "judge_model": judge_model_identity(judge_model, plan),
             "templates": get_judge(judge.name).template_hashes(), "code": code_digest(), "tag": tag}
@@ -143,10 +143,10 @@ class _Judging:
         self.p, self.outputs, self.steps, self.llms = p, outputs, steps, llms
 
     def run(self, a: Attempt[Unit], lane: int) -> Outcome:
-        from eval.judges import get_judge
+        from memloop.eval.judges import get_judge
 
-        from jobs.run.judge_task import judge_one
-        from jobs.run.stored_output import stored_output
+        from memloop.jobs.run.judge_task import judge_one
+        from memloop.jobs.run.stored_output import stored_output
 
         u, jid, started = a.item, self.p.judging_id, now()
         out = stored_output(self.outputs[u.key], self.steps.get(u.key, ()))
@@ -169,7 +169,7 @@ class _Judging:
 def _judge_lanes(p: RescorePlan, log: Log):
     """(LLMs, one per lane, threads per lane) for the judge: none for judges without an LLM or with
     their own endpoint; the run's endpoint, or engine actors started for the purpose, for `engine`."""
-    from eval.judges import get_judge
+    from memloop.eval.judges import get_judge
 
     cfg = p.plan.config
     if not get_judge(p.judge.name).needs_llm:
@@ -179,7 +179,7 @@ def _judge_lanes(p: RescorePlan, log: Log):
         assert p.judge_model.endpoint is not None
         yield [None], p.judge_model.endpoint.max_concurrency
         return
-    from jobs.run.llm_adapters import ActorLLM, endpoint_llm
+    from memloop.jobs.run.llm_adapters import ActorLLM, endpoint_llm
 
     if cfg.model.kind == "openai":
         assert cfg.model.endpoint is not None
@@ -187,7 +187,7 @@ def _judge_lanes(p: RescorePlan, log: Log):
         return
     import ray
 
-    from jobs.run import actors as engine_actors
+    from memloop.jobs.run import actors as engine_actors
 
     engine_actors.ensure_ray(log)
     actors = engine_actors.start_actors(cfg.engine, engine_actors.default_actor_class(),
@@ -235,7 +235,7 @@ def rescore(run_uri: str, judge: JudgeSpec, judge_model: JudgeModelSpec | None =
     started, t0 = now(), time.monotonic()
     stats: dict[str, Any] = {}
     state: dict[str, Any] = {}
-    from jobs.store.run_lock import run_lock
+    from memloop.jobs.store.run_lock import run_lock
 
     held = (run_lock(js, f"{invocation} (rescore {p.judging_id})", log,
                      on_lost=lambda: state["pool"].stop.set() if "pool" in state else None)

@@ -2,18 +2,18 @@
 the method worker beside its engine): its steps are encoded and written there, then either its
 samples file commits the shard at once (no judges, or a unit the method does not apply to), or its
 judge tasks write their parts and a commit task writes the samples file after them
-(`jobs.run.judge_fanout`). What goes back to the driver is the shard's `Committed` record, or the
+(`memloop.jobs.run.judge_fanout`). What goes back to the driver is the shard's `Committed` record, or the
 commit task's reference to one; never the rows. `judged` is the one rule for which of the two a unit
-takes; both placements of the method loop (`jobs.run.loops`, the driver) read it here.
+takes; both placements of the method loop (`memloop.jobs.run.loops`, the driver) read it here.
 """
 from __future__ import annotations
 
 from typing import Any
 
-from jobs.run.judge_fanout import Judging, start_judges
-from jobs.run.workload import Unit
-from jobs.store.run_files import Committed, new_shard_name
-from jobs.store.run_store import RunStore
+from memloop.jobs.run.judge_fanout import Judging, start_judges
+from memloop.jobs.run.workload import Unit
+from memloop.jobs.store.run_files import Committed, new_shard_name
+from memloop.jobs.store.run_store import RunStore
 
 Rows = dict[str, list[dict[str, Any]]]  # a unit's rows by table: its `samples` row and its `steps`
 

@@ -3,16 +3,16 @@
 
 Everything a judge's `prediction` reads is stored: the final answer and memory (`output_json`), and
 per step its memory after the step, its chunk and whether it parsed (`memory_json`, `extra_json`).
-The layout read here is the one `jobs.store.tables.sample_row` and `step_row` write.
+The layout read here is the one `memloop.jobs.store.tables.sample_row` and `step_row` write.
 """
 from __future__ import annotations
 
 import json
 from typing import Any, Iterable, Mapping
 
-from eval.llm import Usage
-from eval.methods.base import MethodOutput
-from eval.methods.step import Step
+from memloop.eval.llm import Usage
+from memloop.eval.methods.base import MethodOutput
+from memloop.eval.methods.step import Step
 
 
 def _loads(text: str | None) -> Any:

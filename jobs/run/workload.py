@@ -11,14 +11,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from eval.datasets.hub import HubDataUnavailableError, is_hub_id
-from eval.datasets.sample import Sample
-from eval.errors import EvalError
-from jobs.errors import ConfigError, DataUnavailableError
-from jobs.run.chunk_fit import check_chunks_fit, chunk_tokenizer, loader_takes, loader_takes_tokenizer, model_encoder
-from jobs.run.config import DatasetSpec, JudgeSpec, MethodSpec, RunConfig, resolve_path
-from jobs.run.methods import method_settings, method_tasks, validate_methods
-from jobs.store.units import unit_key
+from memloop.eval.datasets.hub import HubDataUnavailableError, is_hub_id
+from memloop.eval.datasets.sample import Sample
+from memloop.eval.errors import EvalError
+from memloop.jobs.errors import ConfigError, DataUnavailableError
+from memloop.jobs.run.chunk_fit import check_chunks_fit, chunk_tokenizer, loader_takes, loader_takes_tokenizer, model_encoder
+from memloop.jobs.run.config import DatasetSpec, JudgeSpec, MethodSpec, RunConfig, resolve_path
+from memloop.jobs.run.methods import method_settings, method_tasks, validate_methods
+from memloop.jobs.store.units import unit_key
 
 
 @dataclass(frozen=True)
@@ -41,23 +41,23 @@ class Unit:
     def input_tokens(self) -> int:
         """The sample's input in cl100k_base tokens (the papers' tokenizer), whatever model reads it:
         what input-length buckets are made of (the long-context suites' convention)."""
-        from eval.tokens import cl100k_count
+        from memloop.eval.tokens import cl100k_count
 
         return sum(cl100k_count(c) for c in self.sample.chunks)
 
 
 def _path_option(task: str, path: str) -> dict[str, Any]:
     """Loaders name their source argument differently (path, source ...): pass it by its own name."""
-    from eval.datasets import get_loader
+    from memloop.eval.datasets import get_loader
 
     first = next(iter(inspect.signature(get_loader(task)).parameters))
     return {first: path}
 
 
 def load_samples(spec: DatasetSpec, index: int, tokenizer: str | None = None) -> list[Sample]:
-    """The dataset's samples; `tokenizer` (the run model's, `jobs.run.chunk_fit.chunk_tokenizer`) is what its
+    """The dataset's samples; `tokenizer` (the run model's, `memloop.jobs.run.chunk_fit.chunk_tokenizer`) is what its
     `chunk_tokens` count in, unless the dataset's options name one."""
-    from eval.datasets import load_dataset
+    from memloop.eval.datasets import load_dataset
 
     field = f"datasets.{index}"
     options = {k: v for k, v in spec.options.items() if k != "max_chunks"}
@@ -87,7 +87,7 @@ def load_samples(spec: DatasetSpec, index: int, tokenizer: str | None = None) ->
         samples = samples[: spec.limit]
     max_chunks = spec.options.get("max_chunks")
     if max_chunks is not None:  # a short excerpt: the first chunks of each sample (and their gold)
-        from eval.datasets import truncate
+        from memloop.eval.datasets import truncate
 
         samples = [truncate(s, int(max_chunks)) for s in samples]
     return samples
@@ -98,7 +98,7 @@ def judges_for(cfg: RunConfig, d: DatasetSpec, samples: list[Sample]) -> tuple[J
     else the judge's own tasks, else (judges that declare none, such as ROUGE and KGScore) any task; a
     judge that needs something in the gold (`JudgeInfo.gold`: a reference summary) must find it in every
     sample it would judge, or the run stops here, before any work, naming the samples without it."""
-    from eval.judges import get_judge
+    from memloop.eval.judges import get_judge
 
     out = []
     for i, j in enumerate(cfg.judges):
@@ -122,8 +122,8 @@ def judges_fitting(cfg: RunConfig, mi: int, m: MethodSpec, judges: tuple[JudgeSp
     (`JudgeInfo.needs_json_memory`) skips a method that keeps a text memory when another judge scores
     it (seed 000's table: `sumie` for all, `sumie-exact` for the JSON methods); a method left with no
     judge that fits is refused before work, instead of failing each of its units after computing it."""
-    from eval.judges import get_judge
-    from eval.methods import method_class
+    from memloop.eval.judges import get_judge
+    from memloop.eval.methods import method_class
 
     if not judges or getattr(method_class(m.name), "fmt", None) != "text":
         return judges

@@ -1,7 +1,7 @@
 """A simulated engine host for `memloop bench scale`: a real Ray actor that answers each request with
 the output a real run recorded for the same prompt, after the time a continuous-batching engine
 would have taken for it (`LatencyModel`, fitted to the real engine's measured step times by
-`bench.engine_latency`).
+`memloop.bench.engine_latency`).
 
 The methods run for real against it: they render every prompt, parse every recorded output, apply
 the revisions and count tokens with the model's own tokenizer, so a prompt the recording lacks
@@ -22,8 +22,8 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from jobs.errors import JobsError
-from jobs.run.handles import rss_mb
+from memloop.jobs.errors import JobsError
+from memloop.jobs.run.handles import rss_mb
 
 
 class ReplayMiss(JobsError):
@@ -226,8 +226,8 @@ class ReplayEngine:
 
 def tokenizer_json(model: str | None = None) -> str:
     """The tokenizer of `model` (default the bundled SmolLM2) as `tokenizers` JSON."""
-    from engine.assets import default_model_path
-    from engine.model.tokenizer import load_tokenizer
+    from memloop.engine.assets import default_model_path
+    from memloop.engine.model.tokenizer import load_tokenizer
 
     return load_tokenizer(model or default_model_path()).hf.backend_tokenizer.to_str()
 

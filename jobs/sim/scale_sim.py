@@ -1,12 +1,12 @@
 """`memloop bench scale`: a SIMULATION of a run over N hosts with M method loops each.
 
-What is real: the driver (`jobs.run.driver.execute`: the plan, the worker pool, the method loops, the
+What is real: the driver (`memloop.jobs.run.driver.execute`: the plan, the worker pool, the method loops, the
 run store, compaction, the manifest and the unit index), Ray (a local cluster), the engine actors as
 Ray actors, the methods (rendering, parsing, revisions, token counting with the model's tokenizer),
 the Parquet files and the resume read. What is simulated: the engines. Each simulated host is a
-`jobs.sim.replay.ReplayEngine` actor that answers with the outputs a real finished run recorded for the
+`memloop.jobs.sim.replay.ReplayEngine` actor that answers with the outputs a real finished run recorded for the
 same prompts, after the time the real engine's measured step times say a continuous-batching
-engine would take (`bench.engine_latency`). Judges are left out (they are Ray tasks of their own,
+engine would take (`memloop.bench.engine_latency`). Judges are left out (they are Ray tasks of their own,
 not driver work, and the recording holds only the methods' steps).
 
 Units are the recording's own units, replicated under new sample ids (the prompts stay those the
@@ -34,14 +34,14 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from jobs.run.config import RunConfig, parse_config
-from jobs.errors import ConfigError
-from jobs.run.driver import Simulated
-from jobs.run.handles import packed_handles, rss_mb
-from jobs.sim.replay import LatencyModel, ReplayEngine, recording_from_steps, tokenizer_json, unit_time_estimate
-from jobs.store.run_store import RunStore
-from jobs.store.units import unit_key
-from jobs.run.workload import Unit
+from memloop.jobs.run.config import RunConfig, parse_config
+from memloop.jobs.errors import ConfigError
+from memloop.jobs.run.driver import Simulated
+from memloop.jobs.run.handles import packed_handles, rss_mb
+from memloop.jobs.sim.replay import LatencyModel, ReplayEngine, recording_from_steps, tokenizer_json, unit_time_estimate
+from memloop.jobs.store.run_store import RunStore
+from memloop.jobs.store.units import unit_key
+from memloop.jobs.run.workload import Unit
 
 Log = Callable[[str], None]
 LABEL = "SIMULATION: engines replay a recorded run with a latency model; nothing here ran on N real hosts"
@@ -86,7 +86,7 @@ def latency_model(rec: Recording, path: str | None, log: Log) -> LatencyModel:
     """The fitted model from `path` if it exists, else measured now on the real engine (and saved)."""
     if path and Path(path).is_file():
         return LatencyModel.from_dict({k: v for k, v in json.loads(Path(path).read_text()).items() if k != "points"})
-    from bench.engine_latency import measure
+    from memloop.bench.engine_latency import measure
 
     log("latency: measuring the real engine's step times (once; --latency FILE keeps them)")
     fit = measure(sorted(rec.answers, key=len), model=rec.config.model.weights, log=log)
@@ -99,7 +99,7 @@ def latency_model(rec: Recording, path: str | None, log: Log) -> LatencyModel:
 @dataclasses.dataclass(frozen=True)
 class HostChoice:
     """What a simulated host stands for: a named accelerator host serving a model size, its step
-    times derived from datasheet figures (`bench.accelerators.host_latency`); or, with host "cpu",
+    times derived from datasheet figures (`memloop.bench.accelerators.host_latency`); or, with host "cpu",
     the real engine measured on this machine's CPU (`latency_model`), `speedup` times faster."""
 
     host: str = "tpu-v5e-4"
@@ -123,7 +123,7 @@ def host_model(rec: Recording, choice: HostChoice, log: Log) -> LatencyModel:
     if choice.latency_path:
         raise ConfigError(f"--latency is the CPU fit's file; with --host {choice.host} the model is derived "
                           "from the host's datasheet figures: leave out --latency or use --host cpu")
-    from bench.accelerators import HostModelError, host_latency
+    from memloop.bench.accelerators import HostModelError, host_latency
 
     try:
         fields = host_latency(choice.host, choice.model_size, context_tokens=context_tokens(rec), mfu=choice.mfu,
@@ -209,7 +209,7 @@ def _point_config(base: RunConfig, out: str, hosts: int, loops: int, placement: 
 
 def run_point(rec: Recording, model: LatencyModel, tok_ref: Any, rec_ref: Any, hosts: int, loops: int,
               placement: str, duration_s: float, workdir: str, log: Log, processes: int = 8) -> dict[str, Any]:
-    from jobs.run.driver import execute
+    from memloop.jobs.run.driver import execute
 
     out = tempfile.mkdtemp(prefix=f"scale-{hosts}x{loops}-{placement}-", dir=workdir)
     cfg = _point_config(rec.config, out, hosts, loops, placement)
@@ -252,7 +252,7 @@ def run_point(rec: Recording, model: LatencyModel, tok_ref: Any, rec_ref: Any, h
            "units_per_s": summary.computed / wall,
            "steps_per_s": sum(e.get("requests", 0) for e in engines) / wall,
            "driver_cpu": stats.get("driver_cpu", math.nan), "gil_wait_ms": gil_ms,
-           # the driver's CPU per engine step, by what it was spent on (jobs.run.driver.CpuSplit)
+           # the driver's CPU per engine step, by what it was spent on (memloop.jobs.run.driver.CpuSplit)
            "driver_ms_per_step": {k: 1e3 * v / steps for k, v in split.items()} if steps else {},
            # batch slots in use over the slots the host's loops could fill: < 1 when loops wait on the driver
            "engine_busy_fraction": (sum(e["mean_slots"] / min(loops, e["max_batch"]) for e in engines) / len(engines)
@@ -276,7 +276,7 @@ def sweep(recording: str, points: list[tuple[int, int]], placements: list[str], 
           choice: HostChoice, log: Log, workdir: str | None = None, processes: int = 8) -> dict[str, Any]:
     import ray
 
-    from jobs.run import actors as engine_actors
+    from memloop.jobs.run import actors as engine_actors
 
     for p in placements:
         if p not in ("driver", "engine", "auto"):
@@ -297,7 +297,7 @@ def sweep(recording: str, points: list[tuple[int, int]], placements: list[str], 
                     rows.append(run_point(rec, model, tok_ref, rec_ref, hosts, loops, placement, duration_s, tmp,
                                           log, processes))
                 except Exception as exc:  # e.g. Ray's memory monitor: the point is reported as not shown
-                    from jobs.errors import error_text
+                    from memloop.jobs.errors import error_text
 
                     log(f"point {hosts}x{loops} ({placement}) could not be measured: {error_text(exc)[:300]}")
                     rows.append({"hosts": hosts, "loops": loops, "placement": placement,

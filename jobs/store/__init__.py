@@ -4,6 +4,6 @@ opens one) with create-only commits, a run's files (`run_files`) and its tables 
 (`tables`), a unit's identity (`units`), the `runs` manifest and provenance, the run lock (`lock`,
 held by `run_lock`), and `memloop export`.
 
-The bottom floor: it imports only `jobs.errors` from jobs (never run, results, sim or commands),
+The bottom floor: it imports only `memloop.jobs.errors` from jobs (never run, results, sim or commands),
 so any floor can read and write a run's tables.
 """

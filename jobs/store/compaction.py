@@ -13,8 +13,8 @@ from typing import Mapping
 
 import pyarrow as pa
 
-from jobs.store.run_files import Committed
-from jobs.store.tables import SCHEMAS, conform
+from memloop.jobs.store.run_files import Committed
+from memloop.jobs.store.tables import SCHEMAS, conform
 
 
 def small_shard_groups(committed: Mapping[str, Committed], target_rows: int) -> list[list[str]]:

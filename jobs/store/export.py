@@ -2,7 +2,7 @@
 
     {dest}/{table}/run_id={run_id}/part-0.parquet     table in samples, steps, judgments, scores, runs
 
-`samples` holds exactly one row per unit (its final outcome, `jobs.store.run_store.final_outcomes`), and
+`samples` holds exactly one row per unit (its final outcome, `memloop.jobs.store.run_store.final_outcomes`), and
 `steps`, `judgments` and `scores` only the rows of that outcome, so DuckDB or BigQuery over the
 files never counts a retried unit twice. `runs` keeps one row per invocation. The `run_id` column
 lives in the path only (hive partitioning adds it back), as BigQuery's hive tables require.
@@ -20,12 +20,12 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from jobs.errors import StorageError
-from jobs.store.objects import NotFoundError, Store
-from jobs.store.outputs import join_uri, open_store
-from jobs.store.run_files import DamagedRunError
-from jobs.store.run_store import RunStore
-from jobs.store.tables import SCHEMAS
+from memloop.jobs.errors import StorageError
+from memloop.jobs.store.objects import NotFoundError, Store
+from memloop.jobs.store.outputs import join_uri, open_store
+from memloop.jobs.store.run_files import DamagedRunError
+from memloop.jobs.store.run_store import RunStore
+from memloop.jobs.store.tables import SCHEMAS
 
 EXPORT_TABLES = ("samples", "steps", "judgments", "scores", "runs")
 

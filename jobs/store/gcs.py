@@ -1,4 +1,4 @@
-"""gs://bucket/prefix as an object store (`jobs.store.objects.Store`) through google-cloud-storage, with
+"""gs://bucket/prefix as an object store (`memloop.jobs.store.objects.Store`) through google-cloud-storage, with
 generation preconditions for create-only writes and compare-and-swap, and bounded retries so a bucket
 that stops answering fails a call in seconds instead of minutes.
 """
@@ -7,8 +7,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from jobs.errors import StorageError
-from jobs.store.objects import ConflictError, NotFoundError, WriteMode
+from memloop.jobs.errors import StorageError
+from memloop.jobs.store.objects import ConflictError, NotFoundError, WriteMode
 
 # One storage call's bound, retries included: a bucket that stops answering fails the call after this
 # many seconds instead of retrying for minutes (the run then stops, keeping what it wrote).

@@ -1,4 +1,4 @@
-"""A local directory as an object store (`jobs.store.objects.Store`): atomic whole-file writes by a
+"""A local directory as an object store (`memloop.jobs.store.objects.Store`): atomic whole-file writes by a
 hidden temporary file linked (create-only) or renamed (overwrite) into place, and compare-and-swap
 serialised across the processes of this host by a lock file beside the object.
 """
@@ -11,8 +11,8 @@ import uuid
 from pathlib import Path
 from typing import Iterator
 
-from jobs.errors import StorageError
-from jobs.store.objects import ConflictError, NotFoundError, WriteMode
+from memloop.jobs.errors import StorageError
+from memloop.jobs.store.objects import ConflictError, NotFoundError, WriteMode
 
 
 class LocalStore:

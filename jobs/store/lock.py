@@ -11,9 +11,9 @@ import socket
 from dataclasses import dataclass, field
 from typing import Any
 
-from jobs.errors import LockHeldError
-from jobs.store.objects import ConflictError, NotFoundError, Store
-from jobs.store.tables import now
+from memloop.jobs.errors import LockHeldError
+from memloop.jobs.store.objects import ConflictError, NotFoundError, Store
+from memloop.jobs.store.tables import now
 
 LOCK_NAME = ".lock"
 _LIVE_LOCKS: set[str] = set()  # the URIs of the locks this process holds now

@@ -6,7 +6,7 @@ import socket
 from importlib import metadata
 from typing import Any, Protocol
 
-from jobs.store.provenance import code_version, ray_job_id
+from memloop.jobs.store.provenance import code_version, ray_job_id
 
 PACKAGES = ("memloop", "jax", "jaxlib", "flax", "ray", "pyarrow", "transformers", "tokenizers", "llguidance",
             "numpy", "sentence-transformers", "rouge-score", "google-cloud-storage")
@@ -23,7 +23,7 @@ def package_versions() -> dict[str, str]:
 
 
 class PlanLike(Protocol):
-    """What the manifest reads of a run plan (`jobs.run.plan.RunPlan`, a floor above)."""
+    """What the manifest reads of a run plan (`memloop.jobs.run.plan.RunPlan`, a floor above)."""
 
     config: Any
     identity: dict[str, Any]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Literal, Protocol
 
-from jobs.errors import StorageError
+from memloop.jobs.errors import StorageError
 
 WriteMode = Literal["create", "overwrite"]
 

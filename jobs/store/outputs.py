@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from jobs.errors import StorageError
-from jobs.store.gcs import GCSStore
-from jobs.store.local import LocalStore
-from jobs.store.objects import Store
+from memloop.jobs.errors import StorageError
+from memloop.jobs.store.gcs import GCSStore
+from memloop.jobs.store.local import LocalStore
+from memloop.jobs.store.objects import Store
 
 
 def open_store(uri: str) -> Store:

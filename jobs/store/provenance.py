@@ -5,7 +5,7 @@
   after a code change computes afresh instead of resuming yesterday's results. Changes to `jobs/`
   (orchestration, storage, reports) or `bench/` keep the id: they do not change what a unit computes.
 - `code_version()`: the git commit of a checkout, else the commit baked into the package at build
-  time (`jobs/store/build_info.json`, written by `python -m jobs.store.provenance --write` in the Makefile and
+  time (`jobs/store/build_info.json`, written by `python -m memloop.jobs.store.provenance --write` in the Makefile and
   the container build), else the package version.
 - `ray_job_id()`: the `ray job submit` submission id when the driver runs as a Ray job.
 """

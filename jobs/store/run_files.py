@@ -20,9 +20,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from jobs.errors import StorageError
-from jobs.store.objects import Store
-from jobs.store.tables import SCHEMAS, now
+from memloop.jobs.errors import StorageError
+from memloop.jobs.store.objects import Store
+from memloop.jobs.store.tables import SCHEMAS, now
 
 SHARD_TABLES = ("steps", "judgments", "scores", "samples")  # the write order of a shard: samples commits it
 RUN_FOLDERS = (*SHARD_TABLES, "runs", "index")  # the folders of a run directory

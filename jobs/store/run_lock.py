@@ -4,7 +4,7 @@ A second `memloop run` of the same config into the same output (another terminal
 overlaps the previous one, another cluster) is refused at once with a message naming the holder,
 instead of computing every unit twice. The holder refreshes the lock every `HEARTBEAT_S`; a lock
 whose heartbeat is older than `STALE_AFTER_S` (its driver was killed without releasing it) is taken
-over by exactly one newcomer (generation-matched, see `jobs.store.lock.acquire_lock`); a
+over by exactly one newcomer (generation-matched, see `memloop.jobs.store.lock.acquire_lock`); a
 holder on this host whose process is gone (kill -9) is taken over at once. A heartbeat that keeps
 failing for `HEARTBEAT_GIVE_UP_S` (the storage is down) stops the run as a storage error, and a lock
 that cannot be released is reported in one line (another run takes it over once it is stale).
@@ -17,8 +17,8 @@ from typing import Callable, Iterator
 
 import time
 
-from jobs.errors import LockHeldError, StorageError, error_text
-from jobs.store.run_store import RunStore
+from memloop.jobs.errors import LockHeldError, StorageError, error_text
+from memloop.jobs.store.run_store import RunStore
 
 HEARTBEAT_S = 60.0
 STALE_AFTER_S = 600.0

@@ -22,16 +22,16 @@ it into place; GCS: a single-request upload, which becomes visible only when com
 `steps`, `judgments` and `scores` files are written before its `samples` file, and readers only read
 shards whose `samples` file exists, so an interrupted write never shows half a shard.
 
-A shard's parts and the files' metadata are `jobs.store.run_files`. The driver learns of a shard
+A shard's parts and the files' metadata are `memloop.jobs.store.run_files`. The driver learns of a shard
 another process committed from its `Committed` record (`RunStore.record`), which is what its unit
 index lists. A re-run skips units already recorded as `ok`; failed units are tried again and
 `final_outcomes` picks one row per unit when reading. It learns which units are done from the
 invocations' unit indexes and the listing of `samples/`, reading (two columns of) only those shards
 no index covers (an invocation that was killed before writing its index).
 
-Compaction (`RunStore.compact`, its policy in `jobs.store.compaction`) merges an invocation's small
+Compaction (`RunStore.compact`, its policy in `memloop.jobs.store.compaction`) merges an invocation's small
 shards at its end. The object stores under a run (a directory, gs://) and their write modes are
-`jobs.store.objects`, `local`, `gcs` and `outputs`; the run's lock is `jobs.store.lock`.
+`memloop.jobs.store.objects`, `local`, `gcs` and `outputs`; the run's lock is `memloop.jobs.store.lock`.
 """
 from __future__ import annotations
 
@@ -45,16 +45,16 @@ from typing import Any, Iterable
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from jobs.errors import StorageError
-from jobs.store.compaction import merged_table, small_shard_groups
-from jobs.store.local import LocalStore
-from jobs.store.lock import LOCK_NAME, Lock, acquire_lock
-from jobs.store.objects import NotFoundError, Store, WriteMode
-from jobs.store.outputs import join_uri, open_store
-from jobs.store.run_files import (FILES_KEY, RUN_FOLDERS, SHARD_TABLES, WRITER_KEY, Committed, DamagedRunError,
+from memloop.jobs.errors import StorageError
+from memloop.jobs.store.compaction import merged_table, small_shard_groups
+from memloop.jobs.store.local import LocalStore
+from memloop.jobs.store.lock import LOCK_NAME, Lock, acquire_lock
+from memloop.jobs.store.objects import NotFoundError, Store, WriteMode
+from memloop.jobs.store.outputs import join_uri, open_store
+from memloop.jobs.store.run_files import (FILES_KEY, RUN_FOLDERS, SHARD_TABLES, WRITER_KEY, Committed, DamagedRunError,
                                   from_parquet, listed_files, new_shard_name, part_file, read_footer, shard_of,
                                   table_bytes, to_parquet, writer_identity)
-from jobs.store.tables import SCHEMAS, conform
+from memloop.jobs.store.tables import SCHEMAS, conform
 
 
 # a unit with one of these outcomes is done: resuming never computes it again ("n/a": the method
@@ -190,7 +190,7 @@ class RunStore:
     def acquire_lock(self, owner: str, *, stale_after_s: float | None = None) -> Lock:
         """Take the run's lock (`{run}/.lock`, created create-only) or raise LockHeldError naming the
         holder; a lock whose heartbeat is older than `stale_after_s` seconds, or whose holder is gone
-        from this host, is taken over by exactly one process (`jobs.store.lock.acquire_lock`)."""
+        from this host, is taken over by exactly one process (`memloop.jobs.store.lock.acquire_lock`)."""
         name = self.name(LOCK_NAME)
         return acquire_lock(self.store, name, join_uri(self.store.uri, name), self.uri, owner,
                             stale_after_s=stale_after_s)
@@ -256,7 +256,7 @@ class RunStore:
     def compact(self, target_rows: int) -> dict[str, int]:
         """Merge the small shards committed in this invocation into shards of up to `target_rows`
         rows (of their largest table), each merged shard committed before its old shards go
-        (`jobs.store.compaction`); returns the shard counts before and after."""
+        (`memloop.jobs.store.compaction`); returns the shard counts before and after."""
         before = len(self.committed)
         for group in small_shard_groups(self.committed, target_rows):
             new = new_shard_name()

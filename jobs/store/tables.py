@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from jobs.store.units import UnitLike
+from memloop.jobs.store.units import UnitLike
 
 if TYPE_CHECKING:  # the row builders only read attributes of these
-    from eval.methods.base import MethodOutput
-    from eval.methods.step import Step
+    from memloop.eval.methods.base import MethodOutput
+    from memloop.eval.methods.step import Step
 
 TABLES = ("samples", "steps", "judgments", "scores")
 UTC_TS = pa.timestamp("us", tz="UTC")
@@ -69,7 +69,7 @@ SCHEMAS: dict[str, pa.Schema] = {
         pa.field("decoded_tokens", pa.int64()),
         pa.field("error", pa.string()),
         pa.field("extra_json", pa.string()),  # anything else the method traced
-        # what happened at the step (`eval.methods.outcomes.StepOutcome`); null in files written before it
+        # what happened at the step (`memloop.eval.methods.outcomes.StepOutcome`); null in files written before it
         pa.field("outcome", pa.string()),
         pa.field("revisions_proposed", pa.int32()),
         pa.field("revisions_accepted", pa.int32()),
@@ -212,7 +212,7 @@ def step_row(u: "UnitLike", s: "Step") -> dict[str, Any]:
 
 def _step_error(s: "Step") -> str | None:
     """Why a step did not succeed (its failures; its outcome when it records none); None when it did."""
-    from eval.methods.outcomes import succeeded
+    from memloop.eval.methods.outcomes import succeeded
 
     if s.ok and succeeded(s.outcome):
         return None
@@ -224,7 +224,7 @@ def step_rows(u: "UnitLike", out: "MethodOutput") -> list[dict[str, Any]]:
 
 
 def judge_rows(result: Any) -> dict[str, list[dict[str, Any]]]:
-    """`judgments` and `scores` rows of one `eval.judges` result (without the unit columns)."""
+    """`judgments` and `scores` rows of one `memloop.eval.judges` result (without the unit columns)."""
     judgments = [{"judge": result.judge, "index": i, "record_json": _dump(j.to_record())}
                  for i, j in enumerate(result.judgments)]
     scores = [{"judge": result.judge, "metric": s.metric, "turn": s.turn,

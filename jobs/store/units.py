@@ -1,7 +1,7 @@
 """A unit's identity, below both the run (which makes units) and the tables (which record them).
 
 A unit is one (dataset, sample, method, repeat). Its key is how storage records it exactly once and
-how a resume finds it; `UnitLike` is what the row builders read of the run's `jobs.run.workload.Unit`.
+how a resume finds it; `UnitLike` is what the row builders read of the run's `memloop.jobs.run.workload.Unit`.
 """
 from __future__ import annotations
 

@@ -7,9 +7,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from eval.datasets import load_dataset, token_counter
-from eval.datasets.arxiv import load_arxiv
-from eval.datasets.errors import MissingFieldError, UnknownFormatError
+from memloop.eval.datasets import load_dataset, token_counter
+from memloop.eval.datasets.arxiv import load_arxiv
+from memloop.eval.datasets.errors import MissingFieldError, UnknownFormatError
 
 SECTIONS = [[f"Sentence {i} of the introduction discusses regular and chaotic motions ." for i in range(20)],
             [f"Method sentence {i} describes smooth curves in phase space ." for i in range(12)]]
@@ -79,8 +79,8 @@ def test_rouge_lsum_reads_the_abstracts_own_sentence_lines(tmp_path):
     """Lowercased arXiv text: a sentence splitter cuts at "et al ." and "fig ."; the dataset's lines do not."""
     from rouge_score import rouge_scorer
 
-    from eval.judges import run_judge
-    from eval.judges.overlap import _lines
+    from memloop.eval.judges import run_judge
+    from memloop.eval.judges.overlap import _lines
 
     lines = ["we follow smith et al . in the analysis of the lamps .", "the results appear in fig . 3 of the paper ."]
     rec = _release_record(0)

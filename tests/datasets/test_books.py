@@ -5,9 +5,9 @@ import json
 
 import pytest
 
-from eval.datasets import load_dataset
-from eval.datasets.books import clean_book, load_book, load_books
-from eval.datasets.errors import BinaryFileError, DatasetNotFoundError, EmptyDatasetError, MissingFieldError, UnknownFormatError
+from memloop.eval.datasets import load_dataset
+from memloop.eval.datasets.books import clean_book, load_book, load_books
+from memloop.eval.datasets.errors import BinaryFileError, DatasetNotFoundError, EmptyDatasetError, MissingFieldError, UnknownFormatError
 
 GUTENBERG = (
     "\ufeffThe Project Gutenberg EBook of A Test, by Someone\r\n\r\nLicence words here.\r\n\r\n"
@@ -69,7 +69,7 @@ def test_collections_and_errors(tmp_path):
 
 
 def test_chunk_chapters_follow_headings(shared_data):
-    from eval.datasets.books import chunk_chapters
+    from memloop.eval.datasets.books import chunk_chapters
 
     assert chunk_chapters(["Preface text", "Chapter 1\nIt begins.", "more of it\nCHAPTER II\nnext", "tail"]) == [1, 1, 1, 2]
     s = load_book(shared_data / "books" / "pride-and-prejudice.txt", chapters=True)
@@ -80,7 +80,7 @@ def test_chunk_chapters_follow_headings(shared_data):
 
 
 def test_legacy_encodings(tmp_path):
-    from eval.datasets.textfile import read_text
+    from memloop.eval.datasets.textfile import read_text
 
     (tmp_path / "cp1252.txt").write_bytes("\u201cQuoted\u201d caf\u00e9 \u2014 dash.\r\n".encode("cp1252"))
     assert read_text(tmp_path / "cp1252.txt") == "\u201cQuoted\u201d caf\u00e9 \u2014 dash.\n"
@@ -111,7 +111,7 @@ def test_chunk_by_chapter_reads_chapters_as_chunks(tmp_path, caplog):
     assert any("Chapter 2" in c and not c.startswith("Chapter 2") for c in tokens.chunks)
     # no headings: token chunks, a log line and the metadata say so
     (tmp_path / "plain.txt").write_text("No headings here.\n\nJust text.")
-    with caplog.at_level("WARNING", logger="eval.datasets.books"):
+    with caplog.at_level("WARNING", logger="memloop.eval.datasets.books"):
         p = load_book(tmp_path / "plain.txt", chunk_tokens=64, chunk_by="chapter")
     assert p.metadata["chunk_by"] == "tokens (no chapter headings)" and "chunk_chapters" not in p.metadata
     assert "has no chapter headings" in caplog.text and "'plain'" in caplog.text

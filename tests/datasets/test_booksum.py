@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from eval.datasets import load_dataset, truncate
-from eval.datasets.booksum import load_booksum
-from eval.datasets.errors import MissingFieldError
+from memloop.eval.datasets import load_dataset, truncate
+from memloop.eval.datasets.booksum import load_booksum
+from memloop.eval.datasets.errors import MissingFieldError
 
 SUMMARY = "In this chapter {who} walks to the harbour at dawn and speaks with the keeper about the storm and the lamp."
 

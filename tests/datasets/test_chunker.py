@@ -5,11 +5,11 @@ import re
 
 import pytest
 
-from eval.datasets import chunk_paragraphs, chunk_stats, split_paragraphs, token_counter
-from eval.datasets.books import clean_book
-from eval.datasets.errors import DatasetError
-from eval.errors import TokenizerError
-from eval.datasets.textfile import read_text
+from memloop.eval.datasets import chunk_paragraphs, chunk_stats, split_paragraphs, token_counter
+from memloop.eval.datasets.books import clean_book
+from memloop.eval.datasets.errors import DatasetError
+from memloop.eval.errors import TokenizerError
+from memloop.eval.datasets.textfile import read_text
 
 from tests.datasets.booookscore_reference import reference_chunks
 
@@ -106,7 +106,7 @@ def test_hugging_face_tokenizer_counts_without_special_tokens():
 def test_bundled_model_tokenizer_counts(tmp_path):
     from transformers import AutoTokenizer
 
-    from engine.assets import default_model_path
+    from memloop.engine.assets import default_model_path
 
     gguf = default_model_path()
     hf = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
@@ -163,8 +163,8 @@ def test_a_long_paragraph_is_chunked_in_linear_time_like_official(count):
 def test_a_book_read_for_its_first_chunks_is_not_chunked_whole(tmp_path):
     """`max_chunks` reaches the book loader: it chunks one chunk past it (so the run still knows chunks
     were dropped) and the sample is the same as chunking the whole book and keeping the first ones."""
-    from eval.datasets import load_dataset, truncate
-    from eval.datasets.books import load_books
+    from memloop.eval.datasets import load_dataset, truncate
+    from memloop.eval.datasets.books import load_books
 
     book = tmp_path / "b.txt"
     book.write_text(_sentences(200_000, seed=4))
@@ -184,7 +184,7 @@ def test_a_two_megabyte_single_line_is_chunked_in_linear_work(count, monkeypatch
     rest again, hundreds of times the text."""
     import time
 
-    from eval.datasets import chunker
+    from memloop.eval.datasets import chunker
 
     counted = [0]
 
@@ -222,7 +222,7 @@ def test_a_two_megabyte_single_line_book_is_planned_in_seconds(tmp_path):
                                    "datasets": [{"task": "book", "path": str(book)}],
                                    "methods": [{"name": "inc-update"}]}))
     t0 = time.monotonic()
-    res = subprocess.run([sys.executable, "-m", "jobs.commands.cli", "run", str(cfg), "--dry-run", "--json"],
+    res = subprocess.run([sys.executable, "-m", "memloop.jobs.commands.cli", "run", str(cfg), "--dry-run", "--json"],
                          cwd=root, env=dict(os.environ, PYTHONPATH=str(root)), capture_output=True, text=True,
                          timeout=120)
     took = time.monotonic() - t0

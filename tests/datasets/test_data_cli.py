@@ -1,4 +1,4 @@
-"""`memloop data ...` commands (run on an app holding only the data group, as jobs.commands.cli registers it)."""
+"""`memloop data ...` commands (run on an app holding only the data group, as memloop.jobs.commands.cli registers it)."""
 from __future__ import annotations
 
 import json
@@ -7,8 +7,8 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from eval.errors import DatasetError
-from jobs.commands import data
+from memloop.eval.errors import DatasetError
+from memloop.jobs.commands import data
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +70,7 @@ def test_export_writes_parquet(app, tmp_path):
 def test_repoqa_describe_caches_a_models_descriptions_for_configs_that_name_it(app, tmp_path):
     """`memloop data repoqa-describe` has a served model describe each needle; a config's loader options
     `describer_model` (and `description_cache`) then read those descriptions, checked for leaks."""
-    from eval.datasets import load_dataset
+    from memloop.eval.datasets import load_dataset
     from tests.jobs.scripted_endpoint import scripted_endpoint
 
     reply = json.dumps({"purpose": "Turns a value into text for a data format", "input": "one value",

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from eval.datasets.arxiv import load_arxiv
-from eval.datasets.hub import HubDataUnavailableError, is_hub_id
+from memloop.eval.datasets.arxiv import load_arxiv
+from memloop.eval.datasets.hub import HubDataUnavailableError, is_hub_id
 
 CARD = """---
 configs:

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from eval.datasets.errors import EmptyDatasetError, MissingFieldError
-from eval.datasets.hub import HubDataUnavailableError
-from eval.datasets.memoryagentbench import HUB_ID, SPLITS, chunk_sentences, load_memoryagentbench, sentences
-from eval.datasets.registry import load_dataset, truncate
-from eval.errors import DatasetError
-from eval.tokens import cl100k_count
+from memloop.eval.datasets.errors import EmptyDatasetError, MissingFieldError
+from memloop.eval.datasets.hub import HubDataUnavailableError
+from memloop.eval.datasets.memoryagentbench import HUB_ID, SPLITS, chunk_sentences, load_memoryagentbench, sentences
+from memloop.eval.datasets.registry import load_dataset, truncate
+from memloop.eval.errors import DatasetError
+from memloop.eval.tokens import cl100k_count
 
 DATA = Path(__file__).parent / "mab_data"
 CARD = "---\nconfigs:\n- config_name: default\n  data_files:\n" + "".join(

@@ -5,9 +5,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from eval.datasets import chunk_paragraphs, get_loader, load_dataset, register_loader, tasks, token_counter
-from eval.datasets.errors import DatasetError, UnknownTaskError
-from eval.datasets.sample import Sample
+from memloop.eval.datasets import chunk_paragraphs, get_loader, load_dataset, register_loader, tasks, token_counter
+from memloop.eval.datasets.errors import DatasetError, UnknownTaskError
+from memloop.eval.datasets.sample import Sample
 
 from tests.datasets.booookscore_reference import reference_chunks
 
@@ -43,7 +43,7 @@ def test_registry_names_and_errors():
 
 
 def test_register_a_custom_loader(monkeypatch):
-    from eval.datasets import registry
+    from memloop.eval.datasets import registry
 
     monkeypatch.setattr(registry.LOADERS, "_entries", dict(registry.LOADERS._entries))  # leave the real registry untouched
     register_loader("toy-task", lambda n=2: [Sample(id=f"toy/{i}", task="toy-task", chunks=("a",)) for i in range(n)])
@@ -53,7 +53,7 @@ def test_register_a_custom_loader(monkeypatch):
 
 
 def test_truncate_cuts_chunks_and_the_gold_the_task_defines():
-    from eval.datasets import truncate
+    from memloop.eval.datasets import truncate
 
     [s] = load_dataset("sumie", synthetic=True, entities=1, seed=1)
     assert len(s.chunks) == len(s.gold["turns"]) == len(s.gold["facts"]) == 7

@@ -6,12 +6,12 @@ import re
 
 import pytest
 
-from eval.datasets import load_dataset, token_counter
-from eval.datasets.errors import DatasetError, DatasetNotFoundError
-from eval.datasets.repoqa import (DEFAULT_PACKAGES, QUERY, choose_needles, dependency_order, describe_from_code,
+from memloop.eval.datasets import load_dataset, token_counter
+from memloop.eval.datasets.errors import DatasetError, DatasetNotFoundError
+from memloop.eval.datasets.repoqa import (DEFAULT_PACKAGES, QUERY, choose_needles, dependency_order, describe_from_code,
                                   leaked_identifiers, load_repoqa, read_package, repository_text)
-from eval.datasets.repoqa.loader import _read_repository
-from eval.llm import ScriptedLLM
+from memloop.eval.datasets.repoqa.loader import _read_repository
+from memloop.eval.llm import ScriptedLLM
 
 
 @pytest.fixture(scope="module")
@@ -141,7 +141,7 @@ def test_errors(tmp_path):
 def test_line_packing_is_the_greedy_packing():
     import random
 
-    from eval.datasets.repoqa import pack_lines
+    from memloop.eval.datasets.repoqa import pack_lines
 
     count = token_counter()
 
@@ -176,7 +176,7 @@ def test_an_llm_description_copying_the_docstring_is_rejected_and_the_fallback_c
 
     import yaml
 
-    from eval.datasets.repoqa.needles import COPY_RUN_WORDS, copied_run, needle_prose
+    from memloop.eval.datasets.repoqa.needles import COPY_RUN_WORDS, copied_run, needle_prose
 
     files = dependency_order(read_package("json"))
     [needle] = choose_needles(files, 1, 0)

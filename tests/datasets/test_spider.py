@@ -7,10 +7,10 @@ import sqlite3
 
 import pytest
 
-from eval.datasets import load_dataset, token_counter
-from eval.datasets.errors import DatasetNotFoundError, InconsistentGoldError, MissingFieldError, UnknownFormatError
-from eval.datasets.spider import load_loft_predictions, load_loft_queries, load_spider, same_rows
-from eval.datasets.spider.databases import BUILTIN, build
+from memloop.eval.datasets import load_dataset, token_counter
+from memloop.eval.datasets.errors import DatasetNotFoundError, InconsistentGoldError, MissingFieldError, UnknownFormatError
+from memloop.eval.datasets.spider import load_loft_predictions, load_loft_queries, load_spider, same_rows
+from memloop.eval.datasets.spider.databases import BUILTIN, build
 
 
 @pytest.fixture(scope="module")
@@ -97,7 +97,7 @@ def test_malformed_loft(tmp_path):
 
 
 def test_loft_corpus_gives_the_same_chunks_as_the_database(tmp_path):
-    from eval.datasets.spider.render import table_lines, table_names
+    from memloop.eval.datasets.spider.render import table_lines, table_names
 
     uni = next(db for db in BUILTIN if db.db_id == "university")
     con = build(uni)

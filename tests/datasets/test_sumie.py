@@ -6,10 +6,10 @@ import re
 
 import pytest
 
-from eval.datasets import load_dataset
-from eval.datasets.errors import DatasetError, EmptyDatasetError, InconsistentGoldError, MissingFieldError, UnknownFormatError
-from eval.datasets.sumie import generate_sumie, load_sumie, verify_sumie_record, write_sumie_jsonl
-from eval.datasets.sumie.generator import PARAGRAPHS, name_words
+from memloop.eval.datasets import load_dataset
+from memloop.eval.datasets.errors import DatasetError, EmptyDatasetError, InconsistentGoldError, MissingFieldError, UnknownFormatError
+from memloop.eval.datasets.sumie import generate_sumie, load_sumie, verify_sumie_record, write_sumie_jsonl
+from memloop.eval.datasets.sumie.generator import PARAGRAPHS, name_words
 
 
 @pytest.fixture(scope="module")
@@ -159,8 +159,8 @@ def test_conflicting_updates_replace_values_in_later_turns():
 def test_each_sample_says_whether_the_release_file_or_the_generator_ran(tmp_path) -> None:
     """Issue 30 point 3: a SUMIE sample records which data ran, so a table from the generator is never
     read as the official release's."""
-    from eval.datasets.sumie import write_sumie_jsonl
-    from eval.datasets.sumie.loader import load_sumie_dataset
+    from memloop.eval.datasets.sumie import write_sumie_jsonl
+    from memloop.eval.datasets.sumie.loader import load_sumie_dataset
 
     generated = load_sumie_dataset(synthetic=True, entities=2, seed=3)
     assert all("memloop's SUMIE generator (seed 3, 2 entities)" in s.metadata["source"] for s in generated)
@@ -176,8 +176,8 @@ def test_rich_entities_carry_memories_as_large_as_sumies_so_that_k_binds() -> No
     (the seed 000 configs) states clause-valued facts, ~29 an entity, with the same gold guarantees."""
     import statistics
 
-    from eval.datasets.sumie import load_sumie_dataset
-    from eval.tokens import cl100k_count
+    from memloop.eval.datasets.sumie import load_sumie_dataset
+    from memloop.eval.tokens import cl100k_count
 
     def last_memory_tokens(records) -> list[int]:
         out = []

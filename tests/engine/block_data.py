@@ -5,7 +5,7 @@ import numpy as np
 from gguf import GGMLQuantizationType
 from gguf.quants import dequantize as gguf_dequantize
 
-from engine.model.blocks import BLOCK_BYTES, BLOCK_WEIGHTS
+from memloop.engine.model.blocks import BLOCK_BYTES, BLOCK_WEIGHTS
 
 QTYPES = ["Q4_0", "Q4_1", "Q5_0", "Q8_0", "Q4_K", "Q5_K", "Q6_K"]
 # byte offsets of the f16 scale and, where the type has one, its f16 offset/min

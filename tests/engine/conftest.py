@@ -6,7 +6,7 @@ import pytest
 
 @pytest.fixture(scope="session")
 def lm(smollm2_gguf):
-    from engine.model.decoder import load_model
+    from memloop.engine.model.decoder import load_model
 
     return load_model(smollm2_gguf)
 
@@ -28,6 +28,6 @@ def hf_model(smollm2_gguf):
 def built_kernels() -> None:
     """The CPU kernels, built and loaded: a compile or load failure on a host that can have them fails
     the test with the compiler's message (tests/engine/kernel_gate.py)."""
-    from engine import kernels
+    from memloop.engine import kernels
 
     kernels.load()

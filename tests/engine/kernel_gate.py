@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from engine import kernels
+from memloop.engine import kernels
 
 
 def skip_reason() -> str | None:

@@ -11,19 +11,19 @@ from pathlib import Path
 
 import pytest
 
-from bench.device_kit import DEVICE_IMAGE, KIT, missing_on_device, normalise
-from bench.gpu_plan import Rates, Record, Runner, Step, Work
+from memloop.bench.device_kit import DEVICE_IMAGE, KIT, missing_on_device, normalise
+from memloop.bench.gpu_plan import Rates, Record, Runner, Step, Work
 
 ROOT = Path(__file__).resolve().parents[2]
 RATES = Rates(flop_rate=1e9, byte_rate=1e9, step_overhead_s=0.01, compile_s=0.1, compile_scale=1.0)
 
 
 def test_tiny_run_measures_every_step_through_the_device_command(tmp_path):
-    """`python -m bench.gpu --tiny` (the device command's entry) on one toy model: every step ok, the figures
+    """`python -m memloop.bench.gpu --tiny` (the device command's entry) on one toy model: every step ok, the figures
     in the JSON, the kernel path checked against transformers, and no import the device would lack."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu"}
     env.pop("XLA_FLAGS", None)  # one device, as a GPU host has
-    proc = subprocess.run([sys.executable, "-m", "bench.gpu", "--tiny", "--models", "tiny-llama", "--out",
+    proc = subprocess.run([sys.executable, "-m", "memloop.bench.gpu", "--tiny", "--models", "tiny-llama", "--out",
                            str(tmp_path), "--budget-s", "900"], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -53,12 +53,12 @@ def test_tiny_run_measures_every_step_through_the_device_command(tmp_path):
         assert 1 <= len(kernels) <= 10 and all(k["total_us"] > 0 for k in kernels)
     assert set(data["summary"]["tiny-llama"]) >= {"decode_b4_hbm_fraction", "prefill_256_mfu",
                                                  "ratio_decode_b4_vs_transformers"}
-    assert "bench.gpu" in data["modules"]["loaded"] and data["modules"]["missing_on_device"] == {}
+    assert "memloop.bench.gpu" in data["modules"]["loaded"] and data["modules"]["missing_on_device"] == {}
 
 
 def test_missing_on_device_names_an_import_the_image_lacks():
     # the HTTP server imports fastapi and uvicorn, which neither the device image nor the kit holds
-    missing = missing_on_device(["engine.serve.server"])
+    missing = missing_on_device(["memloop.engine.serve.server"])
     assert "fastapi" in missing and "jax" not in missing
     assert {normalise(k) for k in KIT}.isdisjoint(DEVICE_IMAGE)
 

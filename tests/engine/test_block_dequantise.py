@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from engine.model.blocks import BLOCK_WEIGHTS, BlockMatrix, dequantize, from_gguf_rows, take_rows
+from memloop.engine.model.blocks import BLOCK_WEIGHTS, BlockMatrix, dequantize, from_gguf_rows, take_rows
 from tests.engine.block_data import QTYPES, random_blocks, reference_weights
 
 

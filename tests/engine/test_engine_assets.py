@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from engine.assets import MODELS, PackagedModel, packaged_model_path, resolve_model
-from engine.errors import ModelFormatError, ModelNotFoundError
-from engine.model.weights import check_weights
+from memloop.engine.assets import MODELS, PackagedModel, packaged_model_path, resolve_model
+from memloop.engine.errors import ModelFormatError, ModelNotFoundError
+from memloop.engine.model.weights import check_weights
 
 
 def _parts(root: Path, prefix: str, chunks: list[bytes]) -> tuple[str, ...]:

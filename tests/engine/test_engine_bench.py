@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from bench.accelerators import (decode_hbm_fraction, decode_keys, device_spec, kv_bytes, macs_per_token,
+from memloop.bench.accelerators import (decode_hbm_fraction, decode_keys, device_spec, kv_bytes, macs_per_token,
                                 prefill_flops, prefill_mfu, this_accelerator, weight_bytes)
 
 
@@ -28,7 +28,7 @@ def test_macs_per_token_counts_every_matrix(lm):
 @pytest.mark.slow
 def test_served_decode_rate_with_the_gather_path(lm):
     """The gather-path peer is a real served decode, through the engine's `attention: gather` backend."""
-    from bench.model import served_decode
+    from memloop.bench.model import served_decode
 
     out = served_decode(lm, 64, 3, gather=True)
     assert out.tokens_per_s > 0 and out.text
@@ -72,8 +72,8 @@ def test_f64_reference_measures_both_f32_engines_against_the_exact_logits(lm, hf
     import numpy as np
     import torch
 
-    from bench.model import f64_agreement
-    from engine.model.decoder import forward, no_cache_attention
+    from memloop.bench.model import f64_agreement
+    from memloop.engine.model.decoder import forward, no_cache_attention
 
     ids = [lm.tokenizer.chat_ids([{"role": "user", "content": "What is the capital of France?"}])]
     q = jnp.arange(len(ids[0]))[None]
@@ -92,13 +92,13 @@ def test_f64_reference_measures_both_f32_engines_against_the_exact_logits(lm, hf
 @pytest.mark.slow  # a real engine measured at batch 1 (about 40 s on 2 cores)
 def test_a_bench_result_records_the_weight_path_it_ran(lm):
     """Kernel or dense, and the ISA the kernels were built for: a figure says which engine it measured."""
-    from bench.engine_latency import measure
-    from jobs.sim.replay import LatencyModel
+    from memloop.bench.engine_latency import measure
+    from memloop.jobs.sim.replay import LatencyModel
     from tests.engine.kernel_gate import kernels_expected
 
     fit = measure(["The keeper lit the lamp."], batches=(1,), decode_tokens=2, log=lambda _: None)
     if kernels_expected():
-        from engine import kernels
+        from memloop.engine import kernels
 
         assert (fit["weight_path"], fit["kernel_isa"]) == ("kernel", kernels.isa())
     else:

@@ -11,8 +11,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from engine import kernels
-from engine.model.blocks import BLOCK_WEIGHTS, BlockMatrix, block_matmul
+from memloop.engine import kernels
+from memloop.engine.model.blocks import BLOCK_WEIGHTS, BlockMatrix, block_matmul
 from tests.engine.kernel_gate import needs_kernels
 
 pytestmark = needs_kernels  # the in-graph de-quantisation, pure JAX, is tested in test_block_dequantise.py
@@ -65,8 +65,8 @@ def test_kernel_rows_do_not_depend_on_their_batch(qtype):
 
 @pytest.fixture
 def kernel_limit(monkeypatch):
-    """Sets the kernel's row limit on this host's instruction set (engine.model.blocks.KERNEL_MAX_ROWS)."""
-    from engine.model import blocks
+    """Sets the kernel's row limit on this host's instruction set (memloop.engine.model.blocks.KERNEL_MAX_ROWS)."""
+    from memloop.engine.model import blocks
 
     def set_limit(rows):
         monkeypatch.setitem(blocks.KERNEL_MAX_ROWS, kernels.isa(), rows)
@@ -103,7 +103,7 @@ def test_rows_in_parts_and_wide_inputs_do_not_change_a_rows_outputs(qtype):
 def test_a_prefill_chunk_through_the_kernel_equals_the_dense_product(kernel_limit):
     """512 rows (the engine's prefill chunk) through the kernel's panel: the product of the de-quantised
     weights within f32 summation error, and the graph holds the kernel call, not a de-quantisation."""
-    from engine.model.blocks import block_matmuls, dequantize, matmul_path
+    from memloop.engine.model.blocks import block_matmuls, dequantize, matmul_path
 
     kernel_limit(None)
     assert matmul_path(512) == "kernel"
@@ -122,7 +122,7 @@ def test_a_prefill_chunk_through_the_kernel_equals_the_dense_product(kernel_limi
 def test_the_path_a_call_takes_follows_the_hosts_row_limit(kernel_limit):
     """matmul_path names what block_matmul runs: the kernel up to the limit of this host's instruction
     set, the in-graph de-quantisation + dot above it, the kernel at any rows without a limit."""
-    from engine.model.blocks import kernel_max_rows, matmul_path
+    from memloop.engine.model.blocks import kernel_max_rows, matmul_path
 
     assert kernel_max_rows() == {"avx2": 64, "avx512": 128}[kernels.isa()]
     kernel_limit(64)
@@ -144,9 +144,9 @@ def test_kernel_rejects_mismatched_shapes():
 def test_bundled_model_loads_block_form_and_matches_dense(lm, smollm2_gguf):
     """The default CPU load keeps the GGUF blocks (embedding and tied head included) and gives the
     dense model's logits and greedy tokens."""
-    from engine.sched.reference import generate
-    from engine.model.decoder import forward, load_model, no_cache_attention
-    from engine.sample.sampling import SamplingParams
+    from memloop.engine.sched.reference import generate
+    from memloop.engine.model.decoder import forward, load_model, no_cache_attention
+    from memloop.engine.sample.sampling import SamplingParams
 
     assert isinstance(lm.params["embed"], BlockMatrix) and lm.params["embed"].qtype == "Q8_0"
     assert isinstance(lm.params["layers"][0]["w_gate"], BlockMatrix)
@@ -169,8 +169,8 @@ def test_bundled_model_loads_block_form_and_matches_dense(lm, smollm2_gguf):
 
 
 def test_kernels_off_falls_back_to_dense(monkeypatch, smollm2_gguf):
-    from engine.errors import RequestError
-    from engine.model.decoder import load_model
+    from memloop.engine.errors import RequestError
+    from memloop.engine.model.decoder import load_model
 
     monkeypatch.setenv("MEMLOOP_KERNELS", "0")
     lm = load_model(smollm2_gguf, load_tokenizer=False)
@@ -206,7 +206,7 @@ def test_one_call_for_several_matrices_is_bit_identical(qtype, rows):
 
 def test_block_matmuls_use_one_kernel_call(kernel_limit):
     """A decode step's q/k/v multiply is one custom call; rows above the kernel's limit keep one dot per matrix."""
-    from engine.model.blocks import block_matmuls
+    from memloop.engine.model.blocks import block_matmuls
 
     kernel_limit(64)
     rng = np.random.default_rng(7)

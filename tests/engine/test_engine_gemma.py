@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from engine.model.decoder import forward, load_model, no_cache_attention
-from engine.model.weights import load_weights
+from memloop.engine.model.decoder import forward, load_model, no_cache_attention
+from memloop.engine.model.weights import load_weights
 from tests.engine.gguf_writer import header_writer, write_out
 from tests.engine.test_engine_qwen2 import TOKENS, _greedy, _logits, _torch_logits, packaged_model
 from tests.engine.test_engine_qwen3_mistral import assert_paged_matches
@@ -146,7 +146,7 @@ def test_gemma_on_a_mesh_equals_transformers(fixture, request):
     gives the process 4 CPU devices (make_mesh names the XLA flag if they are missing)."""
     import jax
 
-    from engine.model.mesh import make_mesh
+    from memloop.engine.model.mesh import make_mesh
 
     model, path = request.getfixturevalue(fixture)
     lm = load_model(path, load_tokenizer=False, mesh=make_mesh(4))
@@ -243,8 +243,8 @@ def test_gguf_gemma_matches_transformers(fixture, arch, request, tmp_path):
 def test_gemma_config_edge_cases():
     """Older config.json spellings (rope_local_base_freq, sliding_window_pattern, no layer_types), a
     linear-scaled global rotary, a 27B-sized GGUF's query scale, and a wrong activation refused."""
-    from engine.model.config import config_from_gguf, config_from_hf
-    from engine.errors import ModelFormatError
+    from memloop.engine.model.config import config_from_gguf, config_from_hf
+    from memloop.engine.errors import ModelFormatError
 
     base = {"architectures": ["Gemma3ForCausalLM"], "vocab_size": 8, "hidden_size": 16, "intermediate_size": 8,
             "num_hidden_layers": 12, "num_attention_heads": 2, "head_dim": 8, "max_position_embeddings": 1024,
@@ -289,11 +289,11 @@ def test_gemma3_270m_gguf_matches_transformers_and_serves(gemma_gguf):
     prompt; the paged serving engine decodes the same tokens."""
     from transformers import AutoModelForCausalLM
 
-    from engine.engine_config import EngineConfig
-    from engine.errors import RequestError
-    from engine.sched.reference import generate
-    from engine.sample.sampling import SamplingParams
-    from engine.sched.serving import Engine
+    from memloop.engine.engine_config import EngineConfig
+    from memloop.engine.errors import RequestError
+    from memloop.engine.sched.reference import generate
+    from memloop.engine.sample.sampling import SamplingParams
+    from memloop.engine.sched.serving import Engine
 
     torch.set_num_threads(1)
     lm = load_model(gemma_gguf)
@@ -341,7 +341,7 @@ def test_completion_prompts_start_with_bos_exactly_when_the_tokenizer_adds_one(a
     from tokenizers import models, pre_tokenizers, processors
     from transformers import PreTrainedTokenizerFast
 
-    from engine.model.tokenizer import Tokenizer
+    from memloop.engine.model.tokenizer import Tokenizer
 
     backend = Backend(models.WordLevel({"<bos>": 0, "<unk>": 1, "a": 2, "b": 3}, unk_token="<unk>"))
     backend.pre_tokenizer = pre_tokenizers.Whitespace()

@@ -1,6 +1,6 @@
 """The engine package's import graph has no cycle, and every module imports on its own.
 
-The graph counts every `import engine...` / `from engine... import ...` in a module, function-level
+The graph counts every `import memloop.engine...` / `from memloop.engine... import ...` in a module, function-level
 (lazy) imports included: a lazy import only hides a cycle until the day someone hoists it.
 """
 from __future__ import annotations
@@ -16,7 +16,7 @@ ENGINE = ROOT / "engine"
 
 def module_name(path: Path) -> str:
     parts = path.relative_to(ROOT).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+    return "memloop." + ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
 MODULES = {module_name(p): p for p in sorted(ENGINE.rglob("*.py"))}
@@ -35,12 +35,12 @@ def engine_imports(name: str, path: Path) -> set[str]:
             if node.level:
                 up = package.split(".")[: len(package.split(".")) - (node.level - 1)]
                 base = ".".join(up + ([base] if base else []))
-            # `from engine import kernels` imports the submodule engine.kernels
+            # `from engine import kernels` imports the submodule memloop.engine.kernels
             targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base for a in node.names]
         for t in targets:
             while t and t not in MODULES:
                 t = t.rpartition(".")[0]
-            if t and t != name and t != "engine":
+            if t and t != name and t != "memloop.engine":
                 found.add(t)
     return found
 
@@ -70,7 +70,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 def test_engine_import_graph_has_no_cycle() -> None:
     graph = {name: engine_imports(name, path) for name, path in MODULES.items()}
-    assert "engine.model.weights" in graph["engine.model.blocks"] or "engine.model.blocks" in graph["engine.model.weights"]  # the walk sees imports
+    assert "memloop.engine.model.weights" in graph["memloop.engine.model.blocks"] or "memloop.engine.model.blocks" in graph["memloop.engine.model.weights"]  # the walk sees imports
     cycle = find_cycle(graph)
     assert cycle is None, "import cycle inside engine/: " + " -> ".join(cycle or [])
 
@@ -85,7 +85,7 @@ def test_engine_never_imports_eval_or_jobs() -> None:
         for node in ast.walk(ast.parse(path.read_text())):
             mods = [a.name for a in node.names] if isinstance(node, ast.Import) else \
                 [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
-            bad = [m for m in mods if m.split(".")[0] in ("eval", "jobs")]
+            bad = [m for m in mods if m.startswith(("memloop.eval", "memloop.jobs"))]
             assert not bad, f"{name} imports {bad}: the engine never imports eval or jobs"
 
 
@@ -95,7 +95,7 @@ def test_each_module_imports_first() -> None:
     script = (
         "import importlib, sys\n"
         f"for name in {sorted(MODULES)!r}:\n"
-        "    for m in [m for m in sys.modules if m == 'engine' or m.startswith('engine.')]:\n"
+        "    for m in [m for m in sys.modules if m == 'memloop.engine' or m.startswith('memloop.engine.')]:\n"
         "        del sys.modules[m]\n"
         "    try:\n"
         "        importlib.import_module(name)\n"

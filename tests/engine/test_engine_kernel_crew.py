@@ -18,10 +18,10 @@ import pytest
 from gguf import GGMLQuantizationType
 from gguf.quants import dequantize as gguf_dequantize
 
-from engine import kernels
+from memloop.engine import kernels
 from tests.engine.kernel_gate import needs_kernels
-from engine.model.blocks import BLOCK_BYTES
-from engine.kernels.attention import paged_attention
+from memloop.engine.model.blocks import BLOCK_BYTES
+from memloop.engine.kernels.attention import paged_attention
 
 pytestmark = needs_kernels
 

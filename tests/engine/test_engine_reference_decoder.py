@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from engine.errors import RequestError
-from engine.sched.reference import decode_chunk, generate, prefill
-from engine.sample.sampling import SamplingParams
+from memloop.engine.errors import RequestError
+from memloop.engine.sched.reference import decode_chunk, generate, prefill
+from memloop.engine.sample.sampling import SamplingParams
 
 PROMPTS = [
     [{"role": "user", "content": "Name three colors."}],
@@ -79,9 +79,9 @@ def test_decoding_through_the_serving_kernel_gives_the_same_tokens(lm):
     import jax.numpy as jnp
     import numpy as np
 
-    from engine import kernels
-    from engine.model.decoder import init_contiguous_cache
-    from engine.sample.sampling import row_arrays, seed_keys
+    from memloop.engine import kernels
+    from memloop.engine.model.decoder import init_contiguous_cache
+    from memloop.engine.sample.sampling import row_arrays, seed_keys
 
     from tests.engine.kernel_gate import kernels_expected, skip_reason
 

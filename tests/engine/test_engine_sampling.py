@@ -6,8 +6,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from engine.errors import RequestError
-from engine.sample.sampling import (ARGMAX_BLOCK, SamplingParams, candidate_cap, first_argmax, row_arrays, sample,
+from memloop.engine.errors import RequestError
+from memloop.engine.sample.sampling import (ARGMAX_BLOCK, SamplingParams, candidate_cap, first_argmax, row_arrays, sample,
                                    seed_keys)
 
 V = 64
@@ -122,7 +122,7 @@ def test_bad_settings_are_named(bad):
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from engine.sample.sampling import DEFAULT_MAX_TOKENS, SAMPLING_FIELDS  # noqa: E402
+from memloop.engine.sample.sampling import DEFAULT_MAX_TOKENS, SAMPLING_FIELDS  # noqa: E402
 
 VOCAB = 49152  # the bundled model's vocabulary: candidate caps as large as the real step's
 
@@ -196,7 +196,7 @@ _sample_jit = jax.jit(sample, static_argnums=(6, 7))
 
 # -- log-probabilities: the model's own distribution, whatever the sampling settings -------------------
 
-from engine.sample.sampling import MAX_LOGPROBS, logprob_width, token_logprobs  # noqa: E402
+from memloop.engine.sample.sampling import MAX_LOGPROBS, logprob_width, token_logprobs  # noqa: E402
 
 
 def test_logprobs_setting_is_parsed_and_bounded():

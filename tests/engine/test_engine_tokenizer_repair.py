@@ -5,7 +5,7 @@ from __future__ import annotations
 import llguidance.hf
 from tokenizers import decoders
 
-from engine.model.tokenizer import _repair, load_tokenizer
+from memloop.engine.model.tokenizer import _repair, load_tokenizer
 
 
 def _as_transformers_5_17_converts_it(hf) -> None:

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-from engine.errors import ModelFormatError, ModelNotFoundError
-from engine.model.decoder import forward, load_model, no_cache_attention
-from engine.model.weights import load_weights, read_gguf_metadata
+from memloop.engine.errors import ModelFormatError, ModelNotFoundError
+from memloop.engine.model.decoder import forward, load_model, no_cache_attention
+from memloop.engine.model.weights import load_weights, read_gguf_metadata
 from tests.engine.gguf_writer import header_writer, write_out
 
 TOKENS = [[3, 17, 99, 42, 5, 200, 31, 7, 64, 128, 1, 250]]
@@ -208,8 +208,8 @@ def _layer(params, key):
 def test_unrolled_and_scanned_layers_agree(tiny_tied, tmp_path, packed):
     """Per-layer weights under a Python loop (CPU default) and stacked weights under lax.scan give the
     same logits, and generate the same greedy tokens through each layout's KV cache."""
-    from engine.sched.reference import generate
-    from engine.sample.sampling import SamplingParams
+    from memloop.engine.sched.reference import generate
+    from memloop.engine.sample.sampling import SamplingParams
 
     path = _write_gguf(tiny_tied, tmp_path / "tiny-q8.gguf", quant="Q8_0")
     loop = load_model(path, load_tokenizer=False, packed=packed, unroll=True)
@@ -229,7 +229,7 @@ def test_unrolled_and_scanned_layers_agree(tiny_tied, tmp_path, packed):
 
 
 class _IdTokenizer:
-    """Just enough of engine.model.tokenizer.Tokenizer for generate() on token-id prompts."""
+    """Just enough of memloop.engine.model.tokenizer.Tokenizer for generate() on token-id prompts."""
 
     pad_token_id = 0
     stop_token_ids: tuple[int, ...] = ()

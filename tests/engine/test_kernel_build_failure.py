@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from engine import kernels
+from memloop.engine import kernels
 
 ROOT = Path(__file__).resolve().parents[2]
 # a broken build is only told from a missing capability on a host that can have the kernels

@@ -1,4 +1,4 @@
-"""Page writes and reads of the paged KV cache (engine.cache.kv_pages): float pools keep what is written;
+"""Page writes and reads of the paged KV cache (memloop.engine.cache.kv_pages): float pools keep what is written;
 an int8 cache keeps codes and a scale per (token, KV head) within half a step of every element, and
 reads back the de-quantised numbers in block-table order."""
 from __future__ import annotations
@@ -7,8 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from engine.cache.kv_cache import KVLayout
-from engine.cache.kv_pages import dequantize, is_quantized, quantize, read_pages, write_pages
+from memloop.engine.cache.kv_cache import KVLayout
+from memloop.engine.cache.kv_pages import dequantize, is_quantized, quantize, read_pages, write_pages
 
 
 def test_int8_codes_are_within_half_a_step_of_every_element():
@@ -32,7 +32,7 @@ def test_a_zero_vector_has_zero_codes_and_scale():
 def test_written_tokens_read_back_in_block_table_order(lm, dtype):
     """Two rows write 3 tokens each into pages 2..5 (page size 2) of the bundled model's pools; reading
     through the block tables gives each row its tokens at their positions (int8: de-quantised)."""
-    from engine.attention.paged import init_kv_pools
+    from memloop.engine.attention.paged import init_kv_pools
 
     cfg = lm.config
     cache = init_kv_pools(cfg, 6, 2, dtype, per_layer=True)

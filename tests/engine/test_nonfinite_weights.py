@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine.errors import ModelFormatError, NonFiniteLogitsError
+from memloop.engine.errors import ModelFormatError, NonFiniteLogitsError
 
 
 def _tensor(path: Path, name: str):
@@ -37,7 +37,7 @@ def _overwrite(src: Path, dst: Path, name: str, data: bytes | None = None, limit
 @pytest.mark.parametrize("form, name", [("dense", "token_embd.weight"), ("packed", "blk.0.ffn_gate.weight"),
                                         ("blocks", "blk.0.ffn_gate.weight")])
 def test_a_tensor_of_0xff_bytes_is_refused_at_load_naming_it(smollm2_gguf, tmp_path, name, form) -> None:
-    from engine.model.weights import load_weights
+    from memloop.engine.model.weights import load_weights
 
     bad = _overwrite(smollm2_gguf, tmp_path / "ff.gguf", name)
     with pytest.raises(ModelFormatError, match=rf"tensor {name} in .* non-finite|tensor {name} in .* not finite"):
@@ -45,7 +45,7 @@ def test_a_tensor_of_0xff_bytes_is_refused_at_load_naming_it(smollm2_gguf, tmp_p
 
 
 def test_block_scales_are_checked_without_dequantising() -> None:
-    from engine.model.blocks import BLOCK_BYTES, nonfinite_blocks
+    from memloop.engine.model.blocks import BLOCK_BYTES, nonfinite_blocks
 
     raw = np.zeros((4, 2 * BLOCK_BYTES["Q6_K"]), np.uint8)  # 4 rows of 2 Q6_K super-blocks, all scales 0
     assert nonfinite_blocks(raw, "Q6_K") == 0
@@ -57,8 +57,8 @@ def test_block_scales_are_checked_without_dequantising() -> None:
 @pytest.mark.slow
 def test_logits_that_overflow_fail_the_request_with_an_engine_error(smollm2_gguf, tmp_path) -> None:
     """Before, the request answered 200 with empty content (argmax over NaN picks token 0)."""
-    from engine.model.decoder import load_model
-    from engine.sched.serving import Engine, EngineConfig
+    from memloop.engine.model.decoder import load_model
+    from memloop.engine.sched.serving import Engine, EngineConfig
 
     norm = _tensor(smollm2_gguf, "output_norm.weight")
     huge = np.full(int(norm.n_elements), 3e38, np.float32).tobytes()
@@ -73,7 +73,7 @@ def test_logits_that_overflow_fail_the_request_with_an_engine_error(smollm2_gguf
         # through `memloop serve`: an engine error (500), not 200 with empty content and logprob null
         import httpx
 
-        from engine.serve.server import create_app
+        from memloop.engine.serve.server import create_app
         from tests.http_server import serve_app
 
         with serve_app(create_app(eng, "smollm2")) as url:

@@ -8,9 +8,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from engine.attention.pallas import (GATHER, IN_PLACE, AttentionBackend, AttentionBackendError, kernel_attend,
+from memloop.engine.attention.pallas import (GATHER, IN_PLACE, AttentionBackend, AttentionBackendError, kernel_attend,
                                      pages_per_block, resolve_backend)
-from engine.attention.paged import paged_attend
+from memloop.engine.attention.paged import paged_attend
 
 KVH, H, HD, PAGES, PS = 2, 6, 64, 16, 4  # 3 query heads per KV head, like SmolLM2's grouping
 
@@ -68,7 +68,7 @@ def test_kernel_calls_with_options_or_prefill_use_the_gather_path(caplog):
     kernel = kernel_attend(spy, AttentionBackend("pallas-gpu", interpret=True), slot_pages, slot_offsets, tables,
                            positions)
     cache = {"k": [pool["k"]], "v": [pool["v"]]}
-    with caplog.at_level(logging.INFO, logger="engine.attention.pallas"):
+    with caplog.at_level(logging.INFO, logger="memloop.engine.attention.pallas"):
         kernel(q, k, v, cache, 0, window=3)
         kernel(jnp.concatenate([q, q], 1), jnp.concatenate([k, k], 1), jnp.concatenate([v, v], 1), cache, 0)
     assert calls == [{"window": 3}, {}]

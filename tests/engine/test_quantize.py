@@ -1,11 +1,11 @@
-"""Weight-only int8 (engine.model.quantize): what the blocks keep, and greedy output on the bundled model."""
+"""Weight-only int8 (memloop.engine.model.quantize): what the blocks keep, and greedy output on the bundled model."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from engine.errors import RequestError
-from engine.model.quantize import int8_blocks, quantize_layers
+from memloop.engine.errors import RequestError
+from memloop.engine.model.quantize import int8_blocks, quantize_layers
 
 
 def _dequant(b):
@@ -43,10 +43,10 @@ def test_bad_inputs_are_named():
 @pytest.mark.slow
 def test_int8_keeps_greedy_output(smollm2_gguf):
     """On the bundled Q4_1 SmolLM2 the int8 model decodes dense f32's greedy tokens on the test prompts."""
-    from bench.model import PROMPTS
-    from engine.model.decoder import load_model
-    from engine.sched.reference import generate
-    from engine.sample.sampling import SamplingParams
+    from memloop.bench.model import PROMPTS
+    from memloop.engine.model.decoder import load_model
+    from memloop.engine.sched.reference import generate
+    from memloop.engine.sample.sampling import SamplingParams
 
     s = SamplingParams(max_tokens=24)
     dense = load_model(smollm2_gguf, blocks=False)

@@ -33,7 +33,7 @@ V = _versions()
 
 def _commands() -> set[str]:
     """The top-level `memloop` commands the CLI really registers."""
-    from jobs.commands.cli import app
+    from memloop.jobs.commands.cli import app
 
     names = {c.name for c in app.registered_commands} | {g.name for g in app.registered_groups}
     return {n for n in names if n}
@@ -209,7 +209,7 @@ def test_nightly_cronjob_targets_a_raycluster_of_the_repository() -> None:
 
 
 def test_nightly_cronjob_runs_every_config_compares_and_reports_failure() -> None:
-    from jobs.results.compare import parse_rule
+    from memloop.jobs.results.compare import parse_rule
 
     script = _cron_script()
     assert "set -e" not in script  # one failing config must not end the night (memloop nightly goes on)
@@ -224,7 +224,7 @@ def test_nightly_cronjob_runs_every_config_compares_and_reports_failure() -> Non
 
 
 def test_nightly_configs_are_valid_run_configs() -> None:
-    from jobs.run.config import parse_config
+    from memloop.jobs.run.config import parse_config
 
     assert {f.stem for f in NIGHTLY} >= {"sumie", "books", "code", "tables"}
     for f in NIGHTLY:

@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 from typer.testing import CliRunner
 
-from jobs.commands.cli import app
-from jobs.results.nightly import EXIT_FAILED, compare_with_previous, exit_status, previous_run, run_nightly
-from jobs.store.run_store import RunStore
-from jobs.store.units import unit_key
+from memloop.jobs.commands.cli import app
+from memloop.jobs.results.nightly import EXIT_FAILED, compare_with_previous, exit_status, previous_run, run_nightly
+from memloop.jobs.store.run_store import RunStore
+from memloop.jobs.store.units import unit_key
 
 TINY = """
 name: {name}

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import zipfile
@@ -16,18 +15,12 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("engine", "eval", "jobs", "bench", "memloop")
+from tests.source_layout import checkout_copy
 
 
-def _wheel(tmp_path: Path) -> Path:
+def build_wheel(tmp_path: Path) -> Path:
     """A wheel built from a copy of the sources (the checkout is left as it is)."""
-    src = tmp_path / "src"
-    src.mkdir()
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy(ROOT / name, src / name)
-    for pkg in PACKAGES:
-        shutil.copytree(ROOT / pkg, src / pkg, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.so"))
+    src = checkout_copy(tmp_path / "src")
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
                     str(tmp_path / "dist"), str(src)], check=True, capture_output=True, timeout=300)
     return next((tmp_path / "dist").glob("memloop-*.whl"))
@@ -35,19 +28,19 @@ def _wheel(tmp_path: Path) -> Path:
 
 @pytest.mark.slow  # builds a wheel and compiles the kernels from it (about a minute on 2 cores)
 def test_the_wheel_ships_the_kernel_headers_and_compiles_the_kernels_from_an_install(tmp_path) -> None:
-    from engine import kernels
+    from memloop.engine import kernels
 
-    wheel = _wheel(tmp_path)
+    wheel = build_wheel(tmp_path)
     names = set(zipfile.ZipFile(wheel).namelist())
     for source in (*kernels.SOURCES, *kernels.HEADERS):
-        assert f"engine/kernels/{source.name}" in names, f"{source.name} is not in the wheel"
+        assert f"memloop/engine/kernels/{source.name}" in names, f"{source.name} is not in the wheel"
     if kernels.unsupported_reason() is not None:
         pytest.skip(f"the wheel ships the kernels; compiling them here is not possible: {kernels.unsupported_reason()}")
     # a fresh install location, imported ahead of the checkout, with its own kernel cache
     site = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(site), str(wheel)],
                    check=True, capture_output=True, timeout=300)
-    probe = ("import json, engine, engine.kernels as k; k.load(); "
+    probe = ("import json, memloop.engine as engine, memloop.engine.kernels as k; k.load(); "
              "print(json.dumps({'engine': engine.__file__, 'so': str(k.library_path()), 'path': k.weight_path()}))")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "MEMLOOP_KERNELS", "CXX")}
     env.update(PYTHONPATH=str(site), MEMLOOP_CACHE=str(tmp_path / "cache"))
@@ -62,7 +55,7 @@ def test_the_wheel_ships_the_kernel_headers_and_compiles_the_kernels_from_an_ins
 
 def test_a_kernel_header_change_changes_the_code_digest(tmp_path, monkeypatch) -> None:
     """The run id hashes the code digest: a changed vec16.h (the kernels' numerics) must change it."""
-    from jobs.store import provenance
+    from memloop.jobs.store import provenance
 
     for pkg in provenance.RESULT_PACKAGES:
         (tmp_path / pkg).mkdir()

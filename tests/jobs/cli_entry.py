@@ -7,7 +7,7 @@ import sys
 
 def memloop_cli(args: list[str], capsys, monkeypatch) -> tuple[int, str, str]:
     """(exit code, stdout, stderr) of `memloop ARGS`."""
-    from jobs.commands.cli import main
+    from memloop.jobs.commands.cli import main
 
     monkeypatch.setattr(sys, "argv", ["memloop", *args])
     try:

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from jobs.run.config import parse_config
-from jobs.run.driver import execute
-from jobs.store.run_store import RunStore
+from memloop.jobs.run.config import parse_config
+from memloop.jobs.run.driver import execute
+from memloop.jobs.store.run_store import RunStore
 
 ROOT = Path(__file__).resolve().parents[2]
 SPLIT = ("compute_s", "compile_s", "host_s", "idle_s")

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from jobs.run.chunk_fit import check_chunks_fit, chunk_tokenizer, model_context
-from jobs.run.config import parse_config
-from jobs.errors import ConfigError
-from jobs.run.workload import load_samples
+from memloop.jobs.run.chunk_fit import check_chunks_fit, chunk_tokenizer, model_context
+from memloop.jobs.run.config import parse_config
+from memloop.jobs.errors import ConfigError
+from memloop.jobs.run.workload import load_samples
 
 ROOT = Path(__file__).resolve().parents[2]
 BOOK = ROOT / "jobs/configs/data/lighthouse-keeper.txt"
@@ -41,8 +41,8 @@ def test_a_chunk_that_cannot_fit_the_models_context_is_refused_before_work(smoll
 
 
 def test_chunks_are_counted_in_the_run_models_tokenizer(smollm2_gguf, tmp_path) -> None:
-    from eval.tokens import cl100k_count
-    from jobs.run.chunk_fit import model_encoder
+    from memloop.eval.tokens import cl100k_count
+    from memloop.jobs.run.chunk_fit import model_encoder
 
     cfg = parse_config(_table2())
     tok = chunk_tokenizer(cfg)
@@ -64,8 +64,8 @@ def test_paper_configs_count_chunks_and_budgets_in_cl100k_and_the_fit_in_the_mod
     the summary limits with tiktoken's cl100k; memloop counted them in the run model's tokenizer. The
     paper configs say `count_tokens: cl100k` (in the run id, handed to every method); the check that a
     step fits the model's window keeps counting in the model's own tokens."""
-    from jobs.run.plan import identity
-    from jobs.run.methods import method_settings
+    from memloop.jobs.run.plan import identity
+    from memloop.jobs.run.methods import method_settings
 
     for name in ("seed000-table1", "seed000-fig3", "seed000-table2", "seed003-hier-inc"):
         data = yaml.safe_load((ROOT / f"jobs/configs/papers/{name}.yaml").read_text())
@@ -83,9 +83,9 @@ def test_paper_configs_count_chunks_and_budgets_in_cl100k_and_the_fit_in_the_mod
 
 def test_methods_count_their_token_budgets_in_cl100k_when_told() -> None:
     """The summary limits of incremental updating (and K of seed 000) count in `count_tokens`' tokenizer."""
-    from eval.datasets.sample import Sample
-    from eval.llm import ScriptedLLM
-    from eval.methods import get_method
+    from memloop.eval.datasets.sample import Sample
+    from memloop.eval.llm import ScriptedLLM
+    from memloop.eval.methods import get_method
 
     book = Sample(id="b", task="book", chunks=("Anna sails.",))
     summary = "Anna sails to Crete and becomes a captain."  # 9 words: 90 'model' tokens, 10 cl100k tokens

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from eval.datasets.sumie.generator import write_sumie_jsonl
-from jobs.errors import ConfigError
-from jobs.run.config import parse_config
-from jobs.run.plan import make_plan
-from jobs.store.run_store import RunStore
+from memloop.eval.datasets.sumie.generator import write_sumie_jsonl
+from memloop.jobs.errors import ConfigError
+from memloop.jobs.run.config import parse_config
+from memloop.jobs.run.plan import make_plan
+from memloop.jobs.store.run_store import RunStore
 
 
 def _cfg(tmp_path, **over) -> dict:
@@ -47,8 +47,8 @@ def test_too_many_synthetic_entities_names_the_maximum(tmp_path) -> None:
 
 def test_the_maximum_number_of_entities_can_be_generated() -> None:
     """Up to the maximum every name is found, also the last few, which random draws keep missing."""
-    from eval.datasets.sumie.generator import generate_sumie, max_entities
-    from eval.datasets.sumie.vocab import CATEGORIES
+    from memloop.eval.datasets.sumie.generator import generate_sumie, max_entities
+    from memloop.eval.datasets.sumie.vocab import CATEGORIES
 
     most = max_entities(CATEGORIES)
     names = [(r["entity_category"], r["entity_name"]) for r in generate_sumie(most, seed=3)]

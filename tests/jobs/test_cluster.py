@@ -21,9 +21,9 @@ SCRIPT = textwrap.dedent('''
     import json, sys
     import ray
     from ray.cluster_utils import Cluster
-    from jobs.run.config import parse_config
-    from jobs.run.actors import start_actors
-    from jobs.errors import RunError
+    from memloop.jobs.run.config import parse_config
+    from memloop.jobs.run.actors import start_actors
+    from memloop.jobs.errors import RunError
 
     class HostProbe:
         def __init__(self, **kwargs):
@@ -82,8 +82,8 @@ def test_one_engine_actor_per_tpu_host() -> None:
 
 
 def test_actor_options_per_accelerator() -> None:
-    from jobs.run.config import EngineSpec
-    from jobs.run.actors import actor_options
+    from memloop.jobs.run.config import EngineSpec
+    from memloop.jobs.run.actors import actor_options
 
     assert actor_options(EngineSpec(cpus_per_actor=2)) == {"max_restarts": 3, "max_task_retries": 0, "num_cpus": 2.0}
     gpu = actor_options(EngineSpec(accelerator="gpu", gpus_per_actor=1))

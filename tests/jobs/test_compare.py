@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from jobs.commands.cli import app
-from jobs.results.compare import CompareError, compare_runs, failing, load, parse_rule
-from jobs.results.report import write_report
-from jobs.store.run_store import RunStore
-from jobs.store.tables import now
-from jobs.store.units import unit_key
+from memloop.jobs.commands.cli import app
+from memloop.jobs.results.compare import CompareError, compare_runs, failing, load, parse_rule
+from memloop.jobs.results.report import write_report
+from memloop.jobs.store.run_store import RunStore
+from memloop.jobs.store.tables import now
+from memloop.jobs.store.units import unit_key
 
 N = 40
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from jobs.run.config import load_config, parse_config
-from jobs.run.plan import check_config, run_id
-from jobs.errors import ConfigError
+from memloop.jobs.run.config import load_config, parse_config
+from memloop.jobs.run.plan import check_config, run_id
+from memloop.jobs.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -71,12 +71,12 @@ def test_cli_fails_before_work_with_named_field(tmp_path) -> None:
     blocker.write_text("x")
     cfg = tmp_path / "c.yaml"
     cfg.write_text(yaml.safe_dump(_cfg(tmp_path, output=str(blocker / "runs"))))
-    out = subprocess.run([sys.executable, "-c", "from jobs.commands.cli import main; main()", "run", str(cfg)],
+    out = subprocess.run([sys.executable, "-c", "from memloop.jobs.commands.cli import main; main()", "run", str(cfg)],
                          capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert out.returncode == 2, out.stderr
     assert "StorageError" in out.stderr and "`output`" in out.stderr
     cfg.write_text(yaml.safe_dump(_cfg(tmp_path, methods=[{"name": "nope"}])))
-    out = subprocess.run([sys.executable, "-c", "from jobs.commands.cli import main; main()", "run", str(cfg)],
+    out = subprocess.run([sys.executable, "-c", "from memloop.jobs.commands.cli import main; main()", "run", str(cfg)],
                          capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert out.returncode == 2 and "`methods.0.name`" in out.stderr, out.stderr
     assert not (tmp_path / "runs").exists()
@@ -105,7 +105,7 @@ def test_option_values_are_checked_before_any_work(tmp_path, over, expected) -> 
 
     cfg = {"output": str(tmp_path), "datasets": [{"task": "sumie", "synthetic": {"entities": 1}}],
            "methods": [{"name": "cok"}], **over}
-    with pytest.raises(memloop.Error) as info:
+    with pytest.raises(memloop.MemloopError) as info:
         memloop.plan(cfg)
     assert expected in str(info.value), str(info.value)
     assert "\n" not in str(info.value)

@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.mark.slow
 def test_demo_outputs_and_scores_match_the_recorded_run(tmp_path: Path) -> None:
-    res = subprocess.run([sys.executable, "-c", "from jobs.commands.cli import main; main()", "run",
+    res = subprocess.run([sys.executable, "-c", "from memloop.jobs.commands.cli import main; main()", "run",
                           "jobs/configs/demo.yaml", "--model", "smollm2-135m", "--output", str(tmp_path)],
                          cwd=ROOT, capture_output=True, text=True, timeout=1800)
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
@@ -37,10 +37,10 @@ def test_the_demo_model_steps_succeed(tmp_path: Path) -> None:
     say the methods fail)."""
     import pyarrow.parquet as pq
 
-    from engine.assets import resolve_model
+    from memloop.engine.assets import resolve_model
 
     resolve_model("qwen2.5-coder-0.5b")  # a named error saying how to install it, not a skip
-    res = subprocess.run([sys.executable, "-c", "from jobs.commands.cli import main; main()", "run",
+    res = subprocess.run([sys.executable, "-c", "from memloop.jobs.commands.cli import main; main()", "run",
                           "jobs/configs/demo.yaml", "--output", str(tmp_path)],
                          cwd=ROOT, capture_output=True, text=True, timeout=1800)
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]

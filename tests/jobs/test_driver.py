@@ -1,4 +1,4 @@
-"""The driver on the real engine (SmolLM2 through engine.serve.actor.EngineActor) and local Ray.
+"""The driver on the real engine (SmolLM2 through memloop.engine.serve.actor.EngineActor) and local Ray.
 
 Default suite: one small run end to end, then the same config again (everything skipped, no
 engine started). Slow suite: an engine actor killed mid-run, and a driver interrupted and resumed.
@@ -18,11 +18,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from engine.serve.actor import EngineActor
-from jobs.run.config import parse_config
-from jobs.run.plan import run_id
-from jobs.run.driver import execute
-from jobs.store.run_store import RunStore
+from memloop.engine.serve.actor import EngineActor
+from memloop.jobs.run.config import parse_config
+from memloop.jobs.run.plan import run_id
+from memloop.jobs.run.driver import execute
+from memloop.jobs.store.run_store import RunStore
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -92,7 +92,7 @@ def test_run_end_to_end_then_resume_skips_everything(ray_local, tmp_path, gcs_em
     for table in ("samples", "steps", "judgments", "scores", "runs"):
         assert rs.table(table).equals(gcs.table(table)), table
         assert rs.table(table).to_pandas().equals(gcs.table(table).to_pandas()), table
-    from jobs.results.report import write_report
+    from memloop.jobs.results.report import write_report
 
     uri, rep = write_report(gcs.uri)
     assert uri.startswith("gs://") and "SUMIE" in rep.markdown
@@ -178,7 +178,7 @@ def test_interrupted_driver_resumes_without_recomputing(tmp_path) -> None:
     cfg_path.write_text(yaml.safe_dump(cfg_dict))
     rid = run_id(parse_config(cfg_dict))
     rs = RunStore.open(str(tmp_path / "runs"), rid)
-    cmd = [sys.executable, "-c", "from jobs.commands.cli import main; main()", "run", str(cfg_path)]
+    cmd = [sys.executable, "-c", "from memloop.jobs.commands.cli import main; main()", "run", str(cfg_path)]
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     deadline = time.time() + 900
@@ -217,7 +217,7 @@ def memloop_serve():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    server = subprocess.Popen([sys.executable, "-c", "from jobs.commands.cli import main; main()", "serve", "--port", str(port)],
+    server = subprocess.Popen([sys.executable, "-c", "from memloop.jobs.commands.cli import main; main()", "serve", "--port", str(port)],
                               cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         deadline, model = time.time() + 600, None
@@ -291,7 +291,7 @@ def test_sigterm_then_ctrl_c_stops_cleanly_and_records_nothing_false(tmp_path) -
     cfg_path = tmp_path / "cfg.yaml"
     cfg_path.write_text(yaml.safe_dump(cfg_dict))
     rs = RunStore.open(str(tmp_path / "runs"), run_id(parse_config(cfg_dict)))
-    cmd = [sys.executable, "-c", "from jobs.commands.cli import main; main()", "run", str(cfg_path)]
+    cmd = [sys.executable, "-c", "from memloop.jobs.commands.cli import main; main()", "run", str(cfg_path)]
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     deadline = time.time() + 900

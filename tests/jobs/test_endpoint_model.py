@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from fastapi import FastAPI
 
-from jobs.run.config import parse_config
-from jobs.run.driver import execute
-from jobs.store.run_store import RunStore
+from memloop.jobs.run.config import parse_config
+from memloop.jobs.run.driver import execute
+from memloop.jobs.store.run_store import RunStore
 from tests.http_server import serve_app
 
 BOOK = Path(__file__).resolve().parents[2] / "jobs/configs/data/lighthouse-keeper.txt"
@@ -75,7 +75,7 @@ def test_methods_run_on_an_endpoint_with_its_usage_and_a_response_cache(ray_loca
 
 
 def test_an_endpoint_model_must_name_its_endpoint(tmp_path) -> None:
-    from jobs.errors import ConfigError
+    from memloop.jobs.errors import ConfigError
 
     with pytest.raises(ConfigError, match="needs `endpoint`"):
         parse_config(_cfg(tmp_path, "http://127.0.0.1:1", model={"kind": "openai"}))
@@ -89,8 +89,8 @@ def test_an_endpoint_llm_pickles_into_another_process_with_its_settings(endpoint
     client does not) and the copy must reach the same endpoint with the same settings."""
     import pickle
 
-    from eval.llm import LLMRequest
-    from eval.llm_http import OpenAICompatibleLLM
+    from memloop.eval.llm import LLMRequest
+    from memloop.eval.llm_http import OpenAICompatibleLLM
 
     llm = OpenAICompatibleLLM(endpoint, "peer-1", max_retries=1, supports_json_schema=False, max_concurrency=3)
     llm.complete(LLMRequest(messages=[{"role": "user", "content": "warm the client up"}]))  # a used client holds locks

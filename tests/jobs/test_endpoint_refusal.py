@@ -16,11 +16,11 @@ from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 from typer.testing import CliRunner
 
-from jobs.commands.cli import app
-from jobs.errors import ConfigError
-from jobs.results.report import RunData, build_report, headline
-from jobs.run.config import parse_config
-from jobs.store.run_store import RunStore
+from memloop.jobs.commands.cli import app
+from memloop.jobs.errors import ConfigError
+from memloop.jobs.results.report import RunData, build_report, headline
+from memloop.jobs.run.config import parse_config
+from memloop.jobs.store.run_store import RunStore
 from tests.http_server import serve_app
 
 SENTENCE = "The study measures lighthouse lamps."

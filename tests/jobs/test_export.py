@@ -8,11 +8,11 @@ import pyarrow.dataset as ds
 import pytest
 from typer.testing import CliRunner
 
-from jobs.commands.cli import app
-from jobs.store.export import export_run
-from jobs.store.run_store import RunStore
-from jobs.store.tables import SCHEMAS, now
-from jobs.store.units import unit_key
+from memloop.jobs.commands.cli import app
+from memloop.jobs.store.export import export_run
+from memloop.jobs.store.run_store import RunStore
+from memloop.jobs.store.tables import SCHEMAS, now
+from memloop.jobs.store.units import unit_key
 from tests.jobs.cli_entry import memloop_cli
 
 
@@ -88,7 +88,7 @@ def test_export_to_gcs_and_cli(tmp_path, gcs_emulator) -> None:
     dest = f"{gcs_emulator}/{uuid.uuid4().hex[:8]}/lake"
     export_run(rs.uri, dest)
     export_run(rs.uri, dest)  # overwrite is allowed on the precondition-enforcing fake
-    from jobs.store.outputs import open_store
+    from memloop.jobs.store.outputs import open_store
 
     lake = open_store(dest)
     assert sorted(lake.children("")) == ["judgments", "runs", "samples", "scores", "steps"]

@@ -10,14 +10,14 @@ import uuid
 import pytest
 from google.api_core.exceptions import PreconditionFailed
 
-from jobs.errors import LockHeldError
-from jobs.results.report import write_report
-from jobs.store.gcs import GCSStore
-from jobs.store.objects import ConflictError
-from jobs.store.outputs import open_store
-from jobs.store.run_store import RunStore
-from jobs.store.tables import now
-from jobs.store.units import unit_key
+from memloop.jobs.errors import LockHeldError
+from memloop.jobs.results.report import write_report
+from memloop.jobs.store.gcs import GCSStore
+from memloop.jobs.store.objects import ConflictError
+from memloop.jobs.store.outputs import open_store
+from memloop.jobs.store.run_store import RunStore
+from memloop.jobs.store.tables import now
+from memloop.jobs.store.units import unit_key
 
 
 def _shard(sample: str) -> dict:

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from eval.datasets.textfile import MAX_RECORD_BYTES
-from jobs.run.config import MAX_CONFIG_NODES, load_config
-from jobs.errors import ConfigError
+from memloop.eval.datasets.textfile import MAX_RECORD_BYTES
+from memloop.jobs.run.config import MAX_CONFIG_NODES, load_config
+from memloop.jobs.errors import ConfigError
 
 LAUGHS = """
       a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]
@@ -80,7 +80,7 @@ def _dry_run(tmp_path: Path, data_path: str, task: str = "book") -> subprocess.C
     cfg.write_text(f"name: x\noutput: {tmp_path / 'runs'}\ndatasets: [{{task: {task}, path: {data_path}}}]\n"
                    "methods: [{name: inc-update}]\n")
     try:
-        return subprocess.run([sys.executable, "-c", "from jobs.commands.cli import main; main()", "run", str(cfg), "--dry-run"],
+        return subprocess.run([sys.executable, "-c", "from memloop.jobs.commands.cli import main; main()", "run", str(cfg), "--dry-run"],
                               cwd=ROOT, capture_output=True, text=True, timeout=120)
     except subprocess.TimeoutExpired:
         pytest.fail(f"--dry-run on {data_path} did not finish in 120 s")
@@ -116,8 +116,8 @@ def test_a_book_over_the_record_bound_is_refused_without_reading_it_all(tmp_path
 
 
 def test_a_jsonl_record_over_the_bound_names_its_line(tmp_path) -> None:
-    from eval.datasets.errors import RecordTooLargeError
-    from eval.datasets.records import read_records
+    from memloop.eval.datasets.errors import RecordTooLargeError
+    from memloop.eval.datasets.records import read_records
 
     path = tmp_path / "d.jsonl"
     path.write_text('{"a": 1}\n' + '{"a": "' + "x" * MAX_RECORD_BYTES + '"}\n')
@@ -137,7 +137,7 @@ def test_a_jsonl_record_over_the_bound_names_its_line(tmp_path) -> None:
     ({"flush_units": 10**9}, "`flush_units`: Value error, at most 100,000 units per shard (got 1,000,000,000); lower it"),
 ])
 def test_counts_are_bounded_with_a_message(tmp_path, over, expected) -> None:
-    from jobs.run.config import parse_config
+    from memloop.jobs.run.config import parse_config
 
     cfg = {"name": "x", "output": str(tmp_path), "datasets": [{"task": "sumie", "synthetic": {"entities": 1}}],
            "methods": [{"name": "gu-json"}], **over}
@@ -149,7 +149,7 @@ def test_counts_are_bounded_with_a_message(tmp_path, over, expected) -> None:
 def _cli(args: list[str]) -> tuple[int, str]:
     from typer.testing import CliRunner
 
-    from jobs.commands.cli import app
+    from memloop.jobs.commands.cli import app
 
     res = CliRunner().invoke(app, args)
     err = f"error: {type(res.exception).__name__}: {res.exception}" if res.exception and res.exit_code == 1 else ""
@@ -198,8 +198,8 @@ def test_a_method_no_configured_judge_can_score_is_refused_before_work(tmp_path)
 
 def test_a_json_only_judge_skips_text_methods_another_judge_scores(tmp_path) -> None:
     """Seed 000's table: `sumie` scores every method, `sumie-exact` the JSON ones only."""
-    from jobs.run.config import load_config
-    from jobs.run.plan import make_plan
+    from memloop.jobs.run.config import load_config
+    from memloop.jobs.run.plan import make_plan
 
     plan = make_plan(load_config(_sumie(tmp_path, "[{name: gu-text}, {name: gu-json}]",
                                         "[{name: sumie}, {name: sumie-exact}]")), dry_run=True)

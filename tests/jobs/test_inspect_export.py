@@ -13,12 +13,12 @@ from typer.testing import CliRunner
 inspect_log = pytest.importorskip("inspect_ai.log", reason="inspect_ai (a test dependency: pip install 'memloop[inspect]') "
                                                             "is not installed")
 
-from jobs.commands.cli import app  # noqa: E402
-from jobs.results.inspect_log import ExportError, export_inspect  # noqa: E402
-from jobs.run.config import JudgeSpec, parse_config  # noqa: E402
-from jobs.run.driver import execute  # noqa: E402
-from jobs.run.rescore import rescore  # noqa: E402
-from jobs.store.run_store import RunStore  # noqa: E402
+from memloop.jobs.commands.cli import app  # noqa: E402
+from memloop.jobs.results.inspect_log import ExportError, export_inspect  # noqa: E402
+from memloop.jobs.run.config import JudgeSpec, parse_config  # noqa: E402
+from memloop.jobs.run.driver import execute  # noqa: E402
+from memloop.jobs.run.rescore import rescore  # noqa: E402
+from memloop.jobs.store.run_store import RunStore  # noqa: E402
 from tests.jobs.scripted_endpoint import attribute_table_answer, scripted_endpoint  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -118,7 +118,7 @@ def test_the_inspect_export_is_faithful_input_target_output_times_config_and_num
     the run's sampling as model_generate_config, and scores that samples_df reads as numbers."""
     from inspect_ai.analysis import samples_df
 
-    from jobs.results.sample_data import gold_facts, load_sample_data
+    from memloop.jobs.results.sample_data import gold_facts, load_sample_data
 
     uri, jid = judged_run
     export_inspect(uri, str(tmp_path))

@@ -11,10 +11,10 @@ import json
 import socket
 from pathlib import Path
 
-from jobs.run.config import parse_config
-from jobs.run.driver import execute
-from jobs.results.report import RunData, build_report, headline
-from jobs.store.run_store import RunStore
+from memloop.jobs.run.config import parse_config
+from memloop.jobs.run.driver import execute
+from memloop.jobs.results.report import RunData, build_report, headline
+from memloop.jobs.store.run_store import RunStore
 from tests.jobs.scripted_endpoint import scripted_endpoint
 from tests.jobs.test_paper_tables import arxiv_file
 

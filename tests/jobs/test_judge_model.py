@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from jobs.errors import ConfigError
-from jobs.run.config import JudgeModelSpec, parse_config, with_overrides
-from jobs.run.driver import execute
-from jobs.run.plan import make_plan, run_id
-from jobs.results.report import RunData, models_of
-from jobs.store.run_store import RunStore
+from memloop.jobs.errors import ConfigError
+from memloop.jobs.run.config import JudgeModelSpec, parse_config, with_overrides
+from memloop.jobs.run.driver import execute
+from memloop.jobs.run.plan import make_plan, run_id
+from memloop.jobs.results.report import RunData, models_of
+from memloop.jobs.store.run_store import RunStore
 from tests.jobs.scripted_endpoint import scripted_endpoint
 
 BOOK = Path(__file__).resolve().parents[2] / "jobs/configs/data/lighthouse-keeper.txt"
@@ -69,7 +69,7 @@ def test_the_knowledge_graph_is_extracted_by_the_judge_model_and_the_table_note_
     """Seed 001 section 3.3: the graph is extracted by a model of its own (gpt-3.5-turbo), the summaries
     written by another. `extraction_model: judge` (the default) sends every extraction to the run's
     judge model; `self` keeps it on the model under test; the run records which and the note names it."""
-    from jobs.results.paper_tables import TABLES, judged_note
+    from memloop.jobs.results.paper_tables import TABLES, judged_note
     from tests.datasets.test_booksum import booksum_file
 
     booksum = booksum_file(tmp_path)

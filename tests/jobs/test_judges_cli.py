@@ -6,9 +6,9 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from eval.errors import JudgeError
-from eval.judges import get_judge, list_judges
-from jobs.commands.cli import app
+from memloop.eval.errors import JudgeError
+from memloop.eval.judges import get_judge, list_judges
+from memloop.jobs.commands.cli import app
 
 
 def _catalogue() -> list[dict]:
@@ -45,7 +45,7 @@ def test_judges_text_and_rescore_help_point_there() -> None:
 
 
 def test_rescore_takes_an_inspect_style_judge_model(monkeypatch) -> None:
-    from jobs.commands.rescore import parse_judge_model
+    from memloop.jobs.commands.rescore import parse_judge_model
 
     monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)

@@ -1,9 +1,9 @@
 """What each judge is given: SUMIE judges get one prediction per turn, others the final answer."""
 from __future__ import annotations
 
-from eval.methods.base import MethodOutput
-from eval.methods.step import Step
-from eval.judges import get_judge
+from memloop.eval.methods.base import MethodOutput
+from memloop.eval.methods.step import Step
+from memloop.eval.judges import get_judge
 
 
 def judge_output(judge: str, out: MethodOutput, n_chunks: int):
@@ -34,14 +34,14 @@ def test_methods_without_a_memory_per_chunk_are_scored_on_the_last_turn() -> Non
 def test_every_judge_declares_what_it_scores_and_jobs_asks_the_judge() -> None:
     import statistics
 
-    from eval.judges import JUDGES, JudgeInfo, get_judge, list_judges, register_judge
-    from eval.judges.predictions import final_answer, memory_per_turn
+    from memloop.eval.judges import JUDGES, JudgeInfo, get_judge, list_judges, register_judge
+    from memloop.eval.judges.predictions import final_answer, memory_per_turn
 
     for name in list_judges():  # SUMIE judges score memories per turn, the rest the final answer
         assert get_judge(name).predict is (memory_per_turn if get_judge(name).tasks == ("sumie",) else final_answer)
     out = MethodOutput(method="go-json", sample_id="s", answer="the answer", steps=[_step(0, 0, {"k": ["v"]})])
     # a new judge whose name starts with "sumie" but scores the answer: no name check decides for it
-    info = JudgeInfo("sumie-answer-length", ("sumie",), False, "eval.judges.overlap", "judge_rouge", "test judge",
+    info = JudgeInfo("sumie-answer-length", ("sumie",), False, "memloop.eval.judges.overlap", "judge_rouge", "test judge",
                      predict=final_answer, aggregate_by=statistics.median)
     register_judge(info)
     try:

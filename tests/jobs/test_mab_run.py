@@ -9,10 +9,10 @@ import pyarrow.parquet  # noqa: F401 - the run writes Parquet
 import pytest
 import yaml
 
-from jobs.run.config import parse_config, with_overrides
-from jobs.run.driver import execute
-from jobs.results.mab_table import mab_table
-from jobs.results.report import report_of
+from memloop.jobs.run.config import parse_config, with_overrides
+from memloop.jobs.run.driver import execute
+from memloop.jobs.results.mab_table import mab_table
+from memloop.jobs.results.report import report_of
 from tests.datasets.test_memoryagentbench import write_repo
 from tests.jobs.scripted_endpoint import scripted_endpoint
 

@@ -8,11 +8,11 @@ import math
 import numpy as np
 import pytest
 
-from eval.judges.aggregation import INCOMPLETE, JUDGED, ZERO, Unit, figure, paired_difference
-from jobs.results.report import RunData, build_report, headline
-from jobs.store.run_store import RunStore
-from jobs.store.tables import now
-from jobs.store.units import unit_key
+from memloop.eval.judges.aggregation import INCOMPLETE, JUDGED, ZERO, Unit, figure, paired_difference
+from memloop.jobs.results.report import RunData, build_report, headline
+from memloop.jobs.store.run_store import RunStore
+from memloop.jobs.store.tables import now
+from memloop.jobs.store.units import unit_key
 
 
 def _unit(rs: RunStore, method: str, sample: str, repeat: int, status: str = "ok",
@@ -117,7 +117,7 @@ def test_a_paper_table_prints_the_stated_comparison_and_who_judged(tmp_path) -> 
     under test, the judge (self-judged here) and the paper's judge."""
     import json
 
-    from jobs.results.paper_tables import TABLES
+    from memloop.jobs.results.paper_tables import TABLES
 
     rs = RunStore.open(str(tmp_path), "kg")
     t = now()

@@ -14,11 +14,11 @@ from fastapi import FastAPI, Header, HTTPException
 from typer.testing import CliRunner
 
 import memloop
-from jobs.commands.cli import app
-from jobs.errors import ConfigError
-from jobs.run.config import parse_config, with_overrides
-from jobs.run.plan import run_id
-from jobs.run.preflight import EndpointCheckError, check_endpoint
+from memloop.jobs.commands.cli import app
+from memloop.jobs.errors import ConfigError
+from memloop.jobs.run.config import parse_config, with_overrides
+from memloop.jobs.run.plan import run_id
+from memloop.jobs.run.preflight import EndpointCheckError, check_endpoint
 from tests.http_server import serve_app
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -225,8 +225,8 @@ def test_an_endpoint_that_refuses_stops_the_run_in_one_line(tmp_path, endpoint, 
 
 
 def test_the_judge_endpoint_is_checked_and_a_silent_one_is_a_warning(tmp_path, endpoint, monkeypatch) -> None:
-    from jobs.run.config import EndpointSpec
-    from jobs.run.preflight import run_endpoints
+    from memloop.jobs.run.config import EndpointSpec
+    from memloop.jobs.run.preflight import run_endpoints
 
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
     cfg = with_overrides(parse_config(_cfg(tmp_path, judges=[{"name": "booookscore-batched"}])),

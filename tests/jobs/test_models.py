@@ -12,11 +12,11 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from jobs.commands.cli import app
-from jobs.errors import ConfigError
-from jobs.run.config import model_configs, parse_config, with_overrides
-from jobs.run.plan import make_plan
-from jobs.store.run_store import RunStore
+from memloop.jobs.commands.cli import app
+from memloop.jobs.errors import ConfigError
+from memloop.jobs.run.config import model_configs, parse_config, with_overrides
+from memloop.jobs.run.plan import make_plan
+from memloop.jobs.store.run_store import RunStore
 from tests.jobs.scripted_endpoint import attribute_table_answer, scripted_endpoint
 
 ROOT = Path(__file__).resolve().parents[2]

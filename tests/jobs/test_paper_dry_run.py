@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from jobs.commands.cli import app
+from memloop.jobs.commands.cli import app
 
 ROOT = Path(__file__).resolve().parents[2]
 # RepoQA and Spider built from packages (~30 s each), and configs whose model under test is a packaged model
@@ -47,9 +47,9 @@ def test_every_paper_config_passes_a_dry_run_in_a_fresh_checkout(config, fresh_c
 
 
 def test_a_hub_id_is_not_taken_for_a_missing_file_and_a_real_run_stops_on_it(fresh_checkout) -> None:
-    from jobs.run.config import load_config
-    from jobs.errors import DataUnavailableError
-    from jobs.run.plan import make_plan
+    from memloop.jobs.run.config import load_config
+    from memloop.jobs.errors import DataUnavailableError
+    from memloop.jobs.run.plan import make_plan
 
     cfg = load_config(ROOT / "jobs/configs/papers/seed004-table1.yaml")
     plan = make_plan(cfg, dry_run=True)
@@ -62,7 +62,7 @@ def test_a_hub_id_is_not_taken_for_a_missing_file_and_a_real_run_stops_on_it(fre
 def test_a_judge_model_that_is_not_installed_is_listed_with_its_install_command(fresh_checkout, monkeypatch) -> None:
     """As on a machine that ran `make install` but not `make models`: the dry run still exits 0 and
     names the judge's packages and `make models`; it does not take the judge for a missing file."""
-    from engine import assets
+    from memloop.engine import assets
 
     real = assets.package_dir
     monkeypatch.setattr(assets, "package_dir",

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import jobs.results.paper_tables  # noqa: F401  (registers the papers' table ids the paper configs name)
-from jobs.run.config import load_config
+import memloop.jobs.results.paper_tables  # noqa: F401  (registers the papers' table ids the paper configs name)
+from memloop.jobs.run.config import load_config
 
 CONFIGS = Path(__file__).resolve().parents[2] / "jobs" / "configs"
 
@@ -34,8 +34,8 @@ def test_seed_002_figure_5_8k_point_is_table_2s_run_and_hierarchical_merging_pac
     """Figure 5's 8k point is table 2's amendments-without-updates RepoQA run, so both decode up to the same
     max_tokens; hierarchical merging packs its merge prompts for the paper's 32k window, less the output,
     so a merge fits the configured 32k model."""
-    from eval.methods import get_method
-    from jobs.run.methods import method_settings
+    from memloop.eval.methods import get_method
+    from memloop.jobs.run.methods import method_settings
 
     fig5, table2 = (load_config(CONFIGS / "papers" / n) for n in ("seed002-fig5.yaml", "seed002-table2.yaml"))
     assert fig5.sampling == table2.sampling and table2.sampling.max_tokens == 1024

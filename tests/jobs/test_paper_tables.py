@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from jobs.run.config import load_config, parse_config, with_overrides
-from jobs.run.driver import execute
-from jobs.errors import ConfigError
-from jobs.results.paper_tables import TABLES, layout
-from jobs.run.plan import run_id
-from jobs.results.report import headline, report_of
+from memloop.jobs.run.config import load_config, parse_config, with_overrides
+from memloop.jobs.run.driver import execute
+from memloop.jobs.errors import ConfigError
+from memloop.jobs.results.paper_tables import TABLES, layout
+from memloop.jobs.run.plan import run_id
+from memloop.jobs.results.report import headline, report_of
 from tests.datasets.test_booksum import booksum_file
 from tests.datasets.test_memoryagentbench import write_repo
 from tests.jobs.scripted_endpoint import scripted_endpoint
@@ -108,7 +108,7 @@ def test_seed002_cost_cells_are_per_cell_and_at_the_papers_precision() -> None:
 
 
 def test_seed003_release_column_is_the_official_release_replayed(shared_data) -> None:
-    from eval.judges.booookscore_replay import release_table
+    from memloop.eval.judges.booookscore_replay import release_table
 
     release = release_table(shared_data / "booookscore")
     scores = {(r["model"], r["method"]): r["booookscore"] for r in release if r["chunk"] == 2048}
@@ -180,7 +180,7 @@ def test_a_reduced_paper_config_runs_end_to_end_and_reports_the_papers_table(con
         assert "Model under test: scripted at" in laid[tid]["note"] and "self-judged" in laid[tid]["note"]
         assert [x["label"] for x in laid[tid]["differences"]] == [x.label for x in table.differences]
     if "seed002-fig5" in cfg.paper_tables:  # figure 5's four curves, one point per chunk size
-        from jobs.results.report import chunk_curves
+        from memloop.jobs.results.report import chunk_curves
 
         curves = chunk_curves(d)
         assert set(curves) == {"accuracy", "net_encoded", "decoded", "cost_index"}
@@ -253,7 +253,7 @@ def test_table3_net_and_cost_index_recomputed_from_the_runs_parquet_agree_with_t
     hit = 1 - Net / Total holds in every row of tables 3 and 5."""
     import pyarrow.dataset as pads
 
-    from eval.tokens import cl100k_encode
+    from memloop.eval.tokens import cl100k_encode
 
     url, _ = endpoint
     data = yaml.safe_load((ROOT / "jobs/configs/papers/seed002-table2.yaml").read_text())
@@ -324,8 +324,8 @@ def test_every_method_label_docs_methods_names_for_a_paper_row_is_one_a_paper_ta
 def test_seed000_table_notes_name_each_json_methods_decoding_as_the_run_recorded_it() -> None:
     """Issue 46 point 1: the paper configs decode JSON freely (the default `decoding: text`), the run
     records it with its config, and the table note says which decoding every JSON method used."""
-    from jobs.results.paper_tables import judged_note
-    from jobs.results.report import decoding_of
+    from memloop.jobs.results.paper_tables import judged_note
+    from memloop.jobs.results.report import decoding_of
 
     cfg = yaml.safe_load((ROOT / "jobs/configs/papers/seed000-table1.yaml").read_text())
     decoding = decoding_of(cfg)
@@ -341,10 +341,10 @@ def test_a_cell_whose_generated_schema_never_parsed_shows_failed_with_its_cause_
     the cell read 0 (failed units count as 0 by the rule for means). It now says failed, and why."""
     import pandas as pd
 
-    from eval.datasets.sample import Sample
-    from eval.llm import ScriptedLLM
-    from eval.methods import get_method
-    from jobs.results.paper_tables import method_status
+    from memloop.eval.datasets.sample import Sample
+    from memloop.eval.llm import ScriptedLLM
+    from memloop.eval.methods import get_method
+    from memloop.jobs.results.paper_tables import method_status
 
     llm = ScriptedLLM(["no schema"] * 3, name="schema-never")
     outs = [get_method("prism-amendments", generate_schema=True, schema_attempts=3).run(

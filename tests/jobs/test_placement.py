@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from jobs.run.config import AUTO_ENGINE_ABOVE_LOOPS, parse_config
-from jobs.run.plan import identity, run_id_of
+from memloop.jobs.run.config import AUTO_ENGINE_ABOVE_LOOPS, parse_config
+from memloop.jobs.run.plan import identity, run_id_of
 
 ROOT = Path(__file__).resolve().parents[2]
 

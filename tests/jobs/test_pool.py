@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from jobs.run.pool import Attempt, Outcome, WorkerPool
+from memloop.jobs.run.pool import Attempt, Outcome, WorkerPool
 
 
 def _pool(items, run, **kw):
@@ -86,7 +86,7 @@ def test_a_lost_lane_hands_its_items_to_the_others_and_all_lost_fails_the_rest()
 
 
 def test_progress_lines_off_a_terminal_and_a_bar_on_one(capsys) -> None:
-    from jobs.run.progress import Progress
+    from memloop.jobs.run.progress import Progress
 
     lines: list[str] = []
     p = Progress(4, "/out/run", lines.append, interactive=False)

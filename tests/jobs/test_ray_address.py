@@ -40,7 +40,7 @@ def _memloop(args: list[str], tmpdir: Path, timeout: float, **env: str) -> tuple
     full = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     full.update(PYTHONPATH=str(ROOT), RAY_TMPDIR=str(tmpdir), **env)
     t0 = time.monotonic()
-    res = subprocess.run([sys.executable, "-m", "jobs.commands.cli", *args], cwd=ROOT, env=full,
+    res = subprocess.run([sys.executable, "-m", "memloop.jobs.commands.cli", *args], cwd=ROOT, env=full,
                          capture_output=True, text=True, timeout=timeout)
     return res, time.monotonic() - t0
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from jobs.store.run_store import RunStore
+from memloop.jobs.store.run_store import RunStore
 
 ROOT = Path(__file__).resolve().parents[2]
 RAY = str(Path(sys.executable).with_name("ray"))

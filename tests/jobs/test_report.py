@@ -8,10 +8,10 @@ import math
 
 import pytest
 
-from jobs.results.report import RunData, build_report, mean_se, write_report
-from jobs.store.run_store import RunStore
-from jobs.store.tables import now
-from jobs.store.units import unit_key
+from memloop.jobs.results.report import RunData, build_report, mean_se, write_report
+from memloop.jobs.store.run_store import RunStore
+from memloop.jobs.store.tables import now
+from memloop.jobs.store.units import unit_key
 
 
 def _shard(rs: RunStore, method: str, sample: str, repeat: int, f1s: list[float], bscore: float | None,
@@ -83,14 +83,14 @@ def test_report_command(tmp_path) -> None:
     a = RunStore.open(str(tmp_path), "a")
     _shard(a, "cok", "e1", 0, [0.2, 0.6], 0.5, (1000, 500, 10))
     root = Path(__file__).resolve().parents[2]
-    out = subprocess.run([sys.executable, "-c", "from jobs.commands.cli import main; main()", "report", a.uri],
+    out = subprocess.run([sys.executable, "-c", "from memloop.jobs.commands.cli import main; main()", "report", a.uri],
                          capture_output=True, text=True, cwd=root, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("# Run `a`") and (tmp_path / "a" / "report.md").read_text() in out.stdout
-    bad = subprocess.run([sys.executable, "-c", "from jobs.commands.cli import main; main()", "report", str(tmp_path / "zz")],
+    bad = subprocess.run([sys.executable, "-c", "from memloop.jobs.commands.cli import main; main()", "report", str(tmp_path / "zz")],
                          capture_output=True, text=True, cwd=root, timeout=120)
     assert bad.returncode == 2 and "holds no run" in bad.stderr
-    as_json = subprocess.run([sys.executable, "-c", "from jobs.commands.cli import main; main()", "report", a.uri, "--json"],
+    as_json = subprocess.run([sys.executable, "-c", "from memloop.jobs.commands.cli import main; main()", "report", a.uri, "--json"],
                              capture_output=True, text=True, cwd=root, timeout=120)
     data = json.loads(as_json.stdout)
     figures = {(f["judge"], f["metric"]): f for f in data["figures"]}
@@ -104,7 +104,7 @@ def test_report_uses_each_judges_declared_aggregation(tmp_path) -> None:
     """The mean over samples is the judge's own rule (`JudgeInfo.aggregate`), not the report's."""
     import statistics
 
-    from eval.judges import JUDGES, get_judge, register_judge
+    from memloop.eval.judges import JUDGES, get_judge, register_judge
 
     rs = RunStore.open(str(tmp_path), "agg")
     for sample, value in (("e1", 0.1), ("e2", 0.2), ("e3", 0.9)):
@@ -138,7 +138,7 @@ def _units(rs: RunStore, rows: list[tuple[str, str, int, str, tuple[int, int, in
 def test_cost_is_a_mean_per_sample_over_the_samples_every_method_finished(tmp_path) -> None:
     """Seed 002 table 3 is per book: the cost index is the mean per sample, over the same samples
     for every method compared; a sample one method failed is left out for all and named."""
-    from jobs.results.report import headline
+    from memloop.jobs.results.report import headline
 
     rs = RunStore.open(str(tmp_path), "cost")
     _units(rs, [("inc", "b1", 0, "ok", (1000, 0, 100), 0.5), ("inc", "b2", 0, "ok", (3000, 0, 300), 0.7),
@@ -171,7 +171,7 @@ def test_cost_is_a_mean_per_sample_over_the_samples_every_method_finished(tmp_pa
 def test_a_failed_unit_scores_zero_in_the_headline_with_the_counts_beside(tmp_path) -> None:
     """The rule for means: a unit whose method failed scores the metric's zero (it used to leave the
     mean, which then read 0.6), the mean over judged units and the counts stand beside it."""
-    from jobs.results.report import headline
+    from memloop.jobs.results.report import headline
 
     rs = RunStore.open(str(tmp_path), "judged")
     _units(rs, [("inc", "b1", 0, "ok", (100, 0, 10), 0.5), ("inc", "b2", 0, "failed", (100, 0, 10), None),
@@ -222,8 +222,8 @@ def test_paper_cache_hit_from_recorded_prompts_next_to_the_radix_hit(tmp_path) -
     """Seed 002 section 4.2: tokens of the longest prefix shared with the previous prompt of the same
     sample over all tokens encoded, computed from the steps' prompts; the engine's radix-cache hit
     (0 here) is a different number and is labelled as such. No recorded model: cl100k, and it says so."""
-    from eval.tokens import cl100k_encode
-    from jobs.results.report import headline
+    from memloop.eval.tokens import cl100k_encode
+    from memloop.jobs.results.report import headline
 
     d = _prompt_run(tmp_path, "hit")
     want = _paper_hit(cl100k_encode)
@@ -241,8 +241,8 @@ def test_paper_cache_hit_from_recorded_prompts_next_to_the_radix_hit(tmp_path) -
 def test_paper_cache_hit_in_the_run_models_tokens(tmp_path, smollm2_gguf) -> None:
     import pandas as pd
 
-    from engine.model.tokenizer import load_tokenizer
-    from jobs.results.report import headline
+    from memloop.engine.model.tokenizer import load_tokenizer
+    from memloop.jobs.results.report import headline
 
     d = _prompt_run(tmp_path, "hit-model")
     cfg = {"model": {"kind": "engine", "weights": str(smollm2_gguf)}}
@@ -250,13 +250,13 @@ def test_paper_cache_hit_in_the_run_models_tokens(tmp_path, smollm2_gguf) -> Non
     want = _paper_hit(load_tokenizer(smollm2_gguf).encode)
     fig = next(f for f in headline(d)["figures"] if f["metric"] == "prefix_hit_paper")
     assert fig["mean"] == pytest.approx(want) and smollm2_gguf.name in fig["tokenizer"]
-    assert want != pytest.approx(_paper_hit(__import__("eval.tokens").tokens.cl100k_encode))
+    assert want != pytest.approx(_paper_hit(__import__("memloop.eval.tokens").tokens.cl100k_encode))
 
 
 def test_go_rows_leave_start_and_avg_empty(tmp_path) -> None:
     """GO keeps no memory per turn: its only score is at the last turn, so "start" and "avg" stay
     empty (as in seed 000 table 1) rather than repeating the last-turn value."""
-    from jobs.results.report import headline
+    from memloop.jobs.results.report import headline
 
     rs = RunStore.open(str(tmp_path), "go")
     base = dict(unit=unit_key("sumie:synthetic", "e1", "go-json", 0), dataset="sumie:synthetic", task="sumie",
@@ -278,7 +278,7 @@ def test_go_rows_leave_start_and_avg_empty(tmp_path) -> None:
 def test_a_method_that_does_not_apply_is_n_a_not_a_failure_and_blocks_no_comparison(tmp_path) -> None:
     """The long-context ceiling is n/a on an input longer than the context: counted apart from failures,
     outside every judged / total, and not a reason to leave the sample out of the others' cost."""
-    from jobs.results.report import headline
+    from memloop.jobs.results.report import headline
 
     rs = RunStore.open(str(tmp_path), "na")
     _units(rs, [("inc", "b1", 0, "ok", (1000, 0, 100), 0.5), ("inc", "b2", 0, "ok", (3000, 0, 300), 0.7),
@@ -303,8 +303,8 @@ def test_net_and_cost_index_follow_the_papers_prefix_definition_not_the_radix_ca
     = (Net + 3 x Output) / 10^6, in one token base (the recorded prompts and outputs); the radix cache's
     reuse across samples (here it served all of the second sample's identical prompt) stays in the
     engine's own columns. The long-context row's Net is its Total, as the paper prints it."""
-    from eval.tokens import cl100k_encode
-    from jobs.results.report import headline
+    from memloop.eval.tokens import cl100k_encode
+    from memloop.jobs.results.report import headline
 
     rs = RunStore.open(str(tmp_path), "net")
     t = now()
@@ -335,7 +335,7 @@ def test_printed_hit_cells_satisfy_hit_equals_one_minus_net_over_total_across_re
     own, so repeats of different sizes broke hit = 1 - Net / Total in the printed cells."""
     import pandas as pd
 
-    from jobs.results.report import cost_cells
+    from memloop.jobs.results.report import cost_cells
 
     rows = []
     for rep, total, hit in ((0, 1000.0, 900.0), (1, 100.0, 0.0)):  # repeat 0 reuses 90%, repeat 1 nothing
@@ -358,11 +358,11 @@ def test_table4_memory_tokens_count_the_memory_text_the_prompt_carries(tmp_path,
     PRISM's prompts carry (indented in-place JSON, or the base plus amendment lines)."""
     from types import SimpleNamespace
 
-    from eval.llm import ScriptedLLM
-    from eval.methods import get_method
-    from eval.tokens import cl100k_count
-    from jobs.results.report import memory_figures
-    from jobs.store.tables import step_row, unit_columns
+    from memloop.eval.llm import ScriptedLLM
+    from memloop.eval.methods import get_method
+    from memloop.eval.tokens import cl100k_count
+    from memloop.jobs.results.report import memory_figures
+    from memloop.jobs.store.tables import step_row, unit_columns
     from tests.methods.test_prism import BOOK, REVS
 
     llm = ScriptedLLM(REVS)
@@ -389,12 +389,12 @@ def test_fig3_reports_the_share_of_turns_where_k_bound(tmp_path) -> None:
     trimmed, so a figure 3 whose limit never binds says so (0 %)."""
     from types import SimpleNamespace
 
-    from eval.datasets.sample import Sample
-    from eval.llm import ScriptedLLM
-    from eval.methods import get_method
-    from jobs.results.paper_tables import TABLES
-    from jobs.results.report import binding_figures
-    from jobs.store.tables import step_row, unit_columns
+    from memloop.eval.datasets.sample import Sample
+    from memloop.eval.llm import ScriptedLLM
+    from memloop.eval.methods import get_method
+    from memloop.jobs.results.paper_tables import TABLES
+    from memloop.jobs.results.report import binding_figures
+    from memloop.jobs.store.tables import step_row, unit_columns
 
     hotel = Sample(id="h", task="sumie", chunks=("Pool.", "Spa and gym and bar.", "Quiet."), metadata={"entity": "H"})
     rs = RunStore.open(str(tmp_path), "k")

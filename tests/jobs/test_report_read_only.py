@@ -7,8 +7,8 @@ import json
 
 from typer.testing import CliRunner
 
-from jobs.commands.cli import app
-from jobs.store.run_store import RunStore
+from memloop.jobs.commands.cli import app
+from memloop.jobs.store.run_store import RunStore
 from tests.jobs.test_means import _unit
 from tests.jobs.test_storage_faults import _tmpfs
 

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from jobs.errors import ConfigError, RescoreError
-from jobs.results.report import headline, report_of
-from jobs.run.config import JudgeModelSpec, JudgeSpec, parse_config
-from jobs.run.driver import execute
-from jobs.run.rescore import rescore
-from jobs.store.run_store import RunStore
+from memloop.jobs.errors import ConfigError, RescoreError
+from memloop.jobs.results.report import headline, report_of
+from memloop.jobs.run.config import JudgeModelSpec, JudgeSpec, parse_config
+from memloop.jobs.run.driver import execute
+from memloop.jobs.run.rescore import rescore
+from memloop.jobs.store.run_store import RunStore
 from tests.jobs.scripted_endpoint import attribute_table_answer, scripted_endpoint
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -107,7 +107,7 @@ def test_an_interrupted_rescore_resumes_with_only_the_missing_units(finished_run
         jm = "{kind: openai, endpoint: {base_url: %s, model: scripted, max_concurrency: 1}}" % slow
         env = dict(os.environ, PYTHONPATH=str(ROOT))
         earlier = set(RunStore.at(finished_run).judging_ids())
-        proc = subprocess.Popen([sys.executable, "-m", "jobs.commands.cli", "rescore", finished_run,
+        proc = subprocess.Popen([sys.executable, "-m", "memloop.jobs.commands.cli", "rescore", finished_run,
                                  "--judge", "booookscore", "--judge-model", jm, "--json"],
                                 cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
@@ -144,7 +144,7 @@ def test_bad_rescores_fail_before_any_judging_with_what_to_do(finished_run, tmp_
         rescore(finished_run, JudgeSpec(name="booookscore-batched", options={"batch_size": "four"}), log=lambda m: None)
     with pytest.raises(RescoreError, match="applies to none of the run's tasks"):
         rescore(finished_run, JudgeSpec(name="loft-exec"), log=lambda m: None)
-    from jobs.commands.rescore import parse_judge_model, parse_options
+    from memloop.jobs.commands.rescore import parse_judge_model, parse_options
 
     assert parse_options(["batch_size=4", "on_invalid=record", "x=0.5"]) == {"batch_size": 4, "on_invalid": "record",
                                                                             "x": 0.5}
@@ -159,7 +159,7 @@ def test_bad_rescores_fail_before_any_judging_with_what_to_do(finished_run, tmp_
 
 def test_a_run_on_gcs_is_rejudged_in_place_and_resumed(finished_run, gcs_emulator) -> None:
     """The re-judging's shards, index, manifest and lock go through the GCS store's preconditions too."""
-    from jobs.store.outputs import open_store
+    from memloop.jobs.store.outputs import open_store
 
     rid = Path(finished_run).name
     store = open_store(f"{gcs_emulator}/rejudge")
@@ -194,7 +194,7 @@ def test_a_judge_that_fails_during_rescore_is_recorded_with_its_cause_and_exits_
     with serve_app(refusing) as url:
         jm = "{kind: openai, endpoint: {base_url: %s, model: nope, max_concurrency: 2}}" % url
         env = dict(os.environ, PYTHONPATH=str(ROOT))
-        res = subprocess.run([sys.executable, "-m", "jobs.commands.cli", "rescore", finished_run, "--judge",
+        res = subprocess.run([sys.executable, "-m", "memloop.jobs.commands.cli", "rescore", finished_run, "--judge",
                               "booookscore", "--judge-model", jm, "--json"], cwd=ROOT, env=env,
                              capture_output=True, text=True, timeout=120)
     assert res.returncode == 3, res.stderr[-2000:]

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from jobs.store.run_store import RunStore
+from memloop.jobs.store.run_store import RunStore
 from tests.jobs.cli_entry import memloop_cli
 from tests.jobs.scripted_endpoint import attribute_table_answer, scripted_endpoint
 

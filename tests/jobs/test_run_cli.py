@@ -10,10 +10,10 @@ import yaml
 from typer.testing import CliRunner
 
 import memloop
-from jobs.commands.cli import app
-from jobs.run.config import load_config, parse_config, with_overrides
-from jobs.errors import ConfigError, error_text
-from jobs.run.plan import make_plan, run_id
+from memloop.jobs.commands.cli import app
+from memloop.jobs.run.config import load_config, parse_config, with_overrides
+from memloop.jobs.errors import ConfigError, error_text
+from memloop.jobs.run.plan import make_plan, run_id
 
 
 def _free_port() -> int:
@@ -54,7 +54,7 @@ def test_failing_judge_endpoint_exits_3_and_names_the_cause(ray_local, tmp_path)
     assert "connection refused" in res.stderr.lower() and "\x1b[" not in res.stderr
     run = memloop.load(last["output"])
     assert list(run.samples["status"]) == ["ok"]
-    from jobs.store.run_store import RunStore
+    from memloop.jobs.store.run_store import RunStore
 
     judgments = RunStore.at(last["output"]).table("judgments").to_pandas()
     error = judgments["error"].dropna().iloc[0]
@@ -143,7 +143,7 @@ def test_error_text_is_the_root_cause_of_a_ray_task_without_colour(ray_local) ->
 def test_python_api_plans_and_loads(tmp_path) -> None:
     plan = memloop.plan(_cfg(tmp_path), limit=1)
     assert plan.run_id.startswith("cli-") and len(plan.units) == 1
-    with pytest.raises(memloop.Error):
+    with pytest.raises(memloop.MemloopError):
         memloop.plan(tmp_path / "missing.yaml")
 
 
@@ -151,9 +151,9 @@ def test_a_second_identical_run_is_refused_while_the_first_computes(ray_local, t
     import threading
     import time
 
-    from jobs.run.driver import execute
-    from jobs.errors import LockHeldError
-    from jobs.store.lock import LOCK_NAME
+    from memloop.jobs.run.driver import execute
+    from memloop.jobs.errors import LockHeldError
+    from memloop.jobs.store.lock import LOCK_NAME
 
     cfg = parse_config(_cfg(tmp_path, datasets=[{"task": "sumie", "synthetic": {"entities": 2, "seed": 5},
                                                  "options": {"max_chunks": 1}}]))
@@ -209,17 +209,17 @@ def test_an_empty_or_binary_book_leaves_no_run_directory(tmp_path, content) -> N
 
 
 def test_an_install_without_git_reports_the_commit_baked_in_at_build(tmp_path) -> None:
-    """As in the container image: the source has no .git; `python -m jobs.store.provenance --write` (run by
+    """As in the container image: the source has no .git; `python -m memloop.jobs.store.provenance --write` (run by
     the image build with MEMLOOP_COMMIT) records the commit that runs then report."""
     import os
-    import shutil
     import subprocess
     import sys
 
-    root = Path(__file__).resolve().parents[2]
-    shutil.copytree(root / "jobs", tmp_path / "jobs", ignore=shutil.ignore_patterns("__pycache__", "build_info.json"))
+    from tests.source_layout import installed_copy
+
+    installed_copy(tmp_path, subpackages=("jobs",))  # no .git, and ahead of the checkout on PYTHONPATH
     env = dict(os.environ, PYTHONPATH=str(tmp_path), MEMLOOP_COMMIT="v1.2-3-gabc123", GIT_CEILING_DIRECTORIES=str(tmp_path))
-    run = lambda *args: subprocess.run([sys.executable, "-m", "jobs.store.provenance", *args], cwd=tmp_path, env=env,
+    run = lambda *args: subprocess.run([sys.executable, "-m", "memloop.jobs.store.provenance", *args], cwd=tmp_path, env=env,
                                        capture_output=True, text=True, timeout=60)
     assert run().stdout.strip().startswith("memloop==")  # neither git nor a build record
     assert run("--write").returncode == 0
@@ -229,7 +229,7 @@ def test_an_install_without_git_reports_the_commit_baked_in_at_build(tmp_path) -
 def test_a_short_model_name_is_a_run_configs_weights(tmp_path) -> None:
     """`model.weights: qwen2.5-coder-0.5b` resolves to the packaged file; without its packages the
     config check names the pip command (the default install does not carry them: `make models`)."""
-    from engine.assets import MODELS, package_dir
+    from memloop.engine.assets import MODELS, package_dir
 
     cfg = _cfg(tmp_path, model={"weights": "qwen2.5-coder-0.5b"})
     if all(package_dir(p) is not None for p in MODELS["qwen2.5-coder-0.5b"].packages):

@@ -16,11 +16,11 @@ import pandas as pd
 import pytest
 import yaml
 
-from jobs.run.config import parse_config
-from jobs.run.driver import execute
-from jobs.errors import ConfigError
-from jobs.sim.replay import Answer, LatencyModel, ReplayEngine, ReplayMiss, tokenizer_json
-from jobs.store.run_store import RunStore
+from memloop.jobs.run.config import parse_config
+from memloop.jobs.run.driver import execute
+from memloop.jobs.errors import ConfigError
+from memloop.jobs.sim.replay import Answer, LatencyModel, ReplayEngine, ReplayMiss, tokenizer_json
+from memloop.jobs.store.run_store import RunStore
 
 ROOT = Path(__file__).resolve().parents[2]
 # what differs between two computations of the same units: when and in which shard they were written,
@@ -62,10 +62,10 @@ def _assert_same_tables(a: RunStore, b: RunStore) -> None:
 def _scripted_recording(cfg: dict) -> dict[str, Answer]:
     """{prompt: answer} for every request the plan's units make when each step's answer is a fixed
     JSON table: the method loops run here, in process, against a scripted LLM."""
-    from eval.llm import ScriptedLLM
-    from jobs.run.loops import run_loop
-    from jobs.run.plan import make_plan
-    from jobs.sim.replay import prompt_of
+    from memloop.eval.llm import ScriptedLLM
+    from memloop.jobs.run.loops import run_loop
+    from memloop.jobs.run.plan import make_plan
+    from memloop.jobs.sim.replay import prompt_of
 
     rec = {}
     for u in make_plan(parse_config(cfg)).units:
@@ -82,7 +82,7 @@ def test_both_placements_give_the_same_tables_on_replaying_engines(ray_local, tm
 
     base = _config(tmp_path / "x", "driver", judges=[{"name": "sumie-exact"}])
     latency = LatencyModel(prefill_s_per_token=1e-5, decode_s_base=1e-4, decode_s_per_seq=1e-5)
-    from jobs.sim.scale_sim import simulated_hosts
+    from memloop.jobs.sim.scale_sim import simulated_hosts
 
     sim = simulated_hosts(ray.put(_scripted_recording(base)), latency, ray.put(tokenizer_json()), per_process=2)
     stores = []
@@ -104,7 +104,7 @@ def test_a_failing_loop_is_recorded_alike_in_both_placements(ray_local, tmp_path
     """A request the recording lacks fails its unit with the root cause, wherever the loop ran."""
     import ray
 
-    from jobs.sim.scale_sim import simulated_hosts
+    from memloop.jobs.sim.scale_sim import simulated_hosts
 
     latency = LatencyModel(prefill_s_per_token=1e-5, decode_s_base=1e-4, decode_s_per_seq=1e-5)
     sim = simulated_hosts(ray.put({}), latency, ray.put(tokenizer_json()))
@@ -149,7 +149,7 @@ def test_method_loops_next_to_the_engine_give_the_same_tables(recorded, tmp_path
 def _replayed(recorded: RunStore, out: Path, loops: str, copies: int) -> tuple[RunStore, dict]:
     import ray
 
-    from jobs.sim.scale_sim import load_recording, replicate, simulated_hosts
+    from memloop.jobs.sim.scale_sim import load_recording, replicate, simulated_hosts
 
     rec = load_recording(recorded.uri)
     cfg = _config(out, loops, judges=[])
@@ -202,8 +202,8 @@ def test_replay_engine_batches_steps_and_refuses_unknown_prompts() -> None:
     # both joined one prefill step, then decoded together: 1 + max(5, 3) steps
     assert (s["requests"], s["misses"], s["steps"], s["decoded_tokens"]) == (2, 1, 6, 8)
     assert 0 < s["busy_fraction"] <= 1 and s["simulated"] is True
-    assert eng.count_tokens("The lighthouse keeper") == __import__("engine.model.tokenizer", fromlist=["x"]).load_tokenizer(
-        __import__("engine.assets", fromlist=["x"]).default_model_path()).count_tokens("The lighthouse keeper")
+    assert eng.count_tokens("The lighthouse keeper") == __import__("memloop.engine.model.tokenizer", fromlist=["x"]).load_tokenizer(
+        __import__("memloop.engine.assets", fromlist=["x"]).default_model_path()).count_tokens("The lighthouse keeper")
 
 
 def test_engine_placement_needs_engine_actors(tmp_path) -> None:
@@ -215,7 +215,7 @@ def test_engine_placement_needs_engine_actors(tmp_path) -> None:
 
 
 def test_scale_points_are_checked() -> None:
-    from jobs.sim.scale_sim import parse_points
+    from memloop.jobs.sim.scale_sim import parse_points
 
     assert parse_points("1x8, 64X64") == [(1, 8), (64, 64)]
     for bad in ("8", "0x4", "ax2"):

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from jobs.errors import StorageError
-from jobs.run.config import parse_config
-from jobs.run.driver import execute
-from jobs.sim.replay import LatencyModel, tokenizer_json
-from jobs.store.run_store import RunStore
+from memloop.jobs.errors import StorageError
+from memloop.jobs.run.config import parse_config
+from memloop.jobs.run.driver import execute
+from memloop.jobs.sim.replay import LatencyModel, tokenizer_json
+from memloop.jobs.store.run_store import RunStore
 from tests.jobs import test_scale
 from tests.jobs.test_scale import _config, _scripted_recording
 
@@ -33,7 +33,7 @@ def _cfg(out: Path, loops: str, **over) -> dict:
 def sim(ray_local):
     import ray
 
-    from jobs.sim.scale_sim import simulated_hosts
+    from memloop.jobs.sim.scale_sim import simulated_hosts
 
     rec = _scripted_recording(_cfg(Path("/tmp/x"), "driver"))
     return simulated_hosts(ray.put(rec), FAST, ray.put(tokenizer_json()), per_process=2)

@@ -1,14 +1,14 @@
 """Simulated hosts that stand for named accelerator hosts: the latency model derived from datasheet
-figures (`bench.accelerators.host_latency`), chosen by `memloop bench scale --host/--model-size` and
+figures (`memloop.bench.accelerators.host_latency`), chosen by `memloop bench scale --host/--model-size` and
 printed with the table."""
 from __future__ import annotations
 
 import pytest
 
-from bench.accelerators import HOSTS, MODELS, HostModelError, host_latency
-from jobs.errors import ConfigError
-from jobs.sim.replay import Answer, LatencyModel
-from jobs.sim.scale_sim import HostChoice, Recording, context_tokens, host_model, table
+from memloop.bench.accelerators import HOSTS, MODELS, HostModelError, host_latency
+from memloop.jobs.errors import ConfigError
+from memloop.jobs.sim.replay import Answer, LatencyModel
+from memloop.jobs.sim.scale_sim import HostChoice, Recording, context_tokens, host_model, table
 
 
 def test_a_tpu_v5e_4_serving_an_8b_model() -> None:

@@ -11,8 +11,8 @@ import yaml
 from typer.testing import CliRunner
 
 import memloop
-from eval.asking import retry_seed
-from jobs.commands.cli import app
+from memloop.eval.asking import retry_seed
+from memloop.jobs.commands.cli import app
 from tests.jobs.scripted_endpoint import SENTENCE, scripted_endpoint
 
 BOOK = Path(__file__).resolve().parents[2] / "jobs/configs/data/lighthouse-keeper.txt"

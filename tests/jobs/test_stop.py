@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs.store.run_store import RunStore
+from memloop.jobs.store.run_store import RunStore
 from tests.jobs.scripted_endpoint import attribute_table_answer, scripted_endpoint
 from tests.jobs.test_ray_address import ROOT, ray_tmpdir  # noqa: F401  (the fixture)
 
@@ -56,7 +56,7 @@ def test_a_stopped_run_leaves_no_ray_behind_and_resumes_every_unit_once(tmp_path
     env.update(PYTHONPATH=str(ROOT), RAY_TMPDIR=str(ray_tmpdir))
     with scripted_endpoint(attribute_table_answer, delay_s=0.3) as (url, _):
         cfg = _config(tmp_path, url)
-        cmd = [sys.executable, "-m", "jobs.commands.cli", "run", str(cfg)]
+        cmd = [sys.executable, "-m", "memloop.jobs.commands.cli", "run", str(cfg)]
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
             deadline = time.time() + 180
@@ -99,7 +99,7 @@ def test_no_ray_work_starts_after_the_runs_ray_is_shut_down(ray_tmpdir) -> None:
     second local instance there (its agents outlived the run); now the call fails and nothing starts."""
     code = """
 import ray
-from jobs.run.actors import ensure_ray
+from memloop.jobs.run.actors import ensure_ray
 ensure_ray(lambda m: None)
 ray.shutdown()
 try:

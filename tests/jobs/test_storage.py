@@ -9,11 +9,11 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from jobs.errors import StorageError
-from jobs.store.outputs import open_store
-from jobs.store.run_store import RunStore
-from jobs.store.tables import SCHEMAS, now
-from jobs.store.units import unit_key
+from memloop.jobs.errors import StorageError
+from memloop.jobs.store.outputs import open_store
+from memloop.jobs.store.run_store import RunStore
+from memloop.jobs.store.tables import SCHEMAS, now
+from memloop.jobs.store.units import unit_key
 
 
 def _unit(sample: str, method: str, repeat: int = 0, status: str = "ok") -> dict:
@@ -86,7 +86,7 @@ def test_uncommitted_shard_is_invisible(tmp_path) -> None:
     rs = RunStore.open(str(tmp_path), "r")
     rs.write_shard(_unit("e1", "go-json"))
     # a writer that died after its steps file but before its samples file
-    from jobs.store.run_files import to_parquet
+    from memloop.jobs.store.run_files import to_parquet
 
     orphan = [dict(r, run_id="r", shard="orphan") for r in _unit("e9", "go-json")["steps"]]
     rs.store.put(rs.name("steps", "orphan.parquet"), to_parquet("steps", orphan))
@@ -207,8 +207,8 @@ def test_a_write_that_fails_on_a_full_disk_leaves_no_temporary_file(tmp_path) ->
     root = tmp_path / "runs"
     code = f"""
 import resource, signal
-from jobs.errors import StorageError
-from jobs.store.local import LocalStore
+from memloop.jobs.errors import StorageError
+from memloop.jobs.store.local import LocalStore
 s = LocalStore({str(root)!r})
 gen = s.put("r/.lock", b"small", mode="create")
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # the write fails with EFBIG instead of killing the process
@@ -235,7 +235,7 @@ for call in (lambda: s.put("r/samples/a.parquet", big, mode="create"),
 def test_a_resume_checks_the_footers_of_the_shards_it_counts_on(run_store: RunStore, table: str) -> None:
     """A cut-short file of a shard the index covers: the resume names it (and only it) instead of saying
     "already done"; a deleted one (what that error advises) makes the shard's units computed again."""
-    from jobs.store.run_files import DamagedRunError
+    from memloop.jobs.store.run_files import DamagedRunError
 
     _write_run(run_store)
     run_store.write_index("inv-1")
@@ -255,7 +255,7 @@ def test_a_resume_checks_the_footers_of_the_shards_it_counts_on(run_store: RunSt
 
 
 def test_footers_longer_than_the_first_read_are_read_whole(tmp_path, monkeypatch) -> None:
-    import jobs.store.run_files as storage
+    import memloop.jobs.store.run_files as storage
 
     rs = RunStore.open(str(tmp_path), "r")
     rs.write_shard(_unit("e1", "go-json"))

@@ -19,9 +19,9 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from jobs.commands.cli import app
-from jobs.errors import LockHeldError, StorageError
-from jobs.store.run_store import RunStore
+from memloop.jobs.commands.cli import app
+from memloop.jobs.errors import LockHeldError, StorageError
+from memloop.jobs.store.run_store import RunStore
 from tests.jobs.gcs_fake import PreconditionGCS
 from tests.http_server import serve_app
 from tests.jobs.scripted_endpoint import _app as scripted_app
@@ -62,13 +62,13 @@ def _cfg(tmp_path: Path, output: str, url: str, entities: int = 6) -> Path:
 @pytest.fixture()
 def bucket(monkeypatch):
     """A GCS fake of its own (its outage harms no other test), with short storage deadlines."""
-    import jobs.store.gcs
+    import memloop.jobs.store.gcs as gcs
 
     server = PreconditionGCS("outage")
     server.start()
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"http://127.0.0.1:{server.port}")
-    monkeypatch.setattr(jobs.store.gcs, "STORAGE_DEADLINE_S", 3.0)
-    monkeypatch.setattr(jobs.store.gcs, "STORAGE_DOWN_DEADLINE_S", 1.0)
+    monkeypatch.setattr(gcs, "STORAGE_DEADLINE_S", 3.0)
+    monkeypatch.setattr(gcs, "STORAGE_DOWN_DEADLINE_S", 1.0)
     yield server
     server.stop()
 
@@ -100,8 +100,8 @@ def test_a_bucket_outage_mid_run_stops_cleanly_and_the_rerun_resumes(ray_local, 
 
 
 def _rid(cfg: Path) -> str:
-    from jobs.run.config import load_config
-    from jobs.run.plan import run_id
+    from memloop.jobs.run.config import load_config
+    from memloop.jobs.run.plan import run_id
 
     return run_id(load_config(cfg))
 
@@ -124,7 +124,7 @@ def test_a_lock_held_by_a_killed_process_on_this_host_is_taken_over_at_once(ray_
     with scripted_endpoint() as (url, _):
         cfg = _cfg(tmp_path, str(tmp_path / "runs"), url, entities=2)
         rid = _rid(cfg)
-        holder = ("import os, signal, sys; from jobs.store.run_store import RunStore; "
+        holder = ("import os, signal, sys; from memloop.jobs.store.run_store import RunStore; "
                   f"RunStore.open({str(tmp_path / 'runs')!r}, {rid!r}).acquire_lock('killed (x)'); "
                   "print('held', flush=True); os.kill(os.getpid(), signal.SIGKILL)")
         out = subprocess.run([sys.executable, "-c", holder], cwd=ROOT, capture_output=True, text=True, timeout=120)

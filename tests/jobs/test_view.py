@@ -8,14 +8,14 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from jobs.results.report import RunData, build_report
-from jobs.results.view.app import create_app
-from jobs.results.view.bundle import write_bundle
-from jobs.results.view.errors import ViewError
-from jobs.results.view.pages import Pages, markdown
-from jobs.results.view.runs import Query, ViewRun, bucket_of, select
-from jobs.results.view.timeline import memory_diff, revisions, word_diff
-from jobs.store.run_store import RunStore
+from memloop.jobs.results.report import RunData, build_report
+from memloop.jobs.results.view.app import create_app
+from memloop.jobs.results.view.bundle import write_bundle
+from memloop.jobs.results.view.errors import ViewError
+from memloop.jobs.results.view.pages import Pages, markdown
+from memloop.jobs.results.view.runs import Query, ViewRun, bucket_of, select
+from memloop.jobs.results.view.timeline import memory_diff, revisions, word_diff
+from memloop.jobs.store.run_store import RunStore
 
 
 @pytest.fixture(scope="module")
@@ -29,9 +29,9 @@ def client(run) -> TestClient:
 
 
 def test_samples_record_the_inputs_length_in_cl100k_tokens(run) -> None:
-    from eval.tokens import cl100k_count
-    from jobs.run.config import parse_config
-    from jobs.run.plan import make_plan
+    from memloop.eval.tokens import cl100k_count
+    from memloop.jobs.run.config import parse_config
+    from memloop.jobs.run.plan import make_plan
 
     assert run.index["input_tokens"].notna().all() and (run.index["input_tokens"] > 0).all()
     plan = make_plan(parse_config(json.loads(run.data.runs.iloc[-1]["config_json"])))
@@ -145,7 +145,7 @@ def test_off_loopback_the_viewer_needs_a_key_and_checks_it(run) -> None:
 
 
 def test_the_key_comes_from_a_file_or_the_environment_never_argv(tmp_path, monkeypatch) -> None:
-    from jobs.commands.view import _api_key
+    from memloop.jobs.commands.view import _api_key
 
     monkeypatch.setenv("MEMLOOP_API_KEY", "from-env")
     assert _api_key(None) == "from-env"

@@ -18,9 +18,9 @@ if not (Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists()):
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support.ui import Select  # noqa: E402
 
-from jobs.results.view.app import create_app  # noqa: E402
-from jobs.results.view.bundle import write_bundle  # noqa: E402
-from jobs.results.view.runs import ViewRun  # noqa: E402
+from memloop.jobs.results.view.app import create_app  # noqa: E402
+from memloop.jobs.results.view.bundle import write_bundle  # noqa: E402
+from memloop.jobs.results.view.runs import ViewRun  # noqa: E402
 from tests.http_server import serve_app  # noqa: E402
 from tests.jobs.view_run import HOSTILE  # noqa: E402
 
@@ -128,7 +128,7 @@ def test_a_folder_of_runs_the_runs_list_sorts_filters_and_opens_a_unit_beside_it
                                                                                      tmp_path) -> None:
     """`memloop view DIR`: the runs list of a folder holding two runs, sorted and filtered in the browser,
     then a SUMIE unit's gold facts marked as the judge scored them, and the step-outcome filter."""
-    from jobs.results.view.log_dir import expand
+    from memloop.jobs.results.view.log_dir import expand
 
     folder = Path(view_run).parent
     runs = [ViewRun.load(u) for u in expand([str(folder)])]

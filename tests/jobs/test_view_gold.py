@@ -6,10 +6,10 @@ import re
 import pytest
 from fastapi.testclient import TestClient
 
-from jobs.results.view.app import create_app
-from jobs.results.view.errors import ViewError
-from jobs.results.view.gold import gold_view
-from jobs.results.view.runs import Query, ViewRun, cause_choices, select, step_choices
+from memloop.jobs.results.view.app import create_app
+from memloop.jobs.results.view.errors import ViewError
+from memloop.jobs.results.view.gold import gold_view
+from memloop.jobs.results.view.runs import Query, ViewRun, cause_choices, select, step_choices
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +27,7 @@ def _units(run: ViewRun, task: str) -> list[int]:
 
 
 def test_sumie_gold_facts_are_marked_matched_or_missed_as_the_judge_scored_them(run, client) -> None:
-    from eval.judges.sumie import gold_turns
+    from memloop.eval.judges.sumie import gold_turns
 
     checked = 0
     for i in _units(run, "sumie"):
@@ -59,7 +59,7 @@ def test_a_unit_without_gold_says_so_and_missing_data_is_explained(run, client, 
     g = gold_view(run, dict(run.unit_row(i)))
     assert g == {"kind": "none", "note": "book samples carry no gold (their judges need none)"}
     assert "book samples carry no gold" in client.get(f"/run/0/unit/{i}").text
-    from jobs.results.sample_data import SampleData
+    from memloop.jobs.results.sample_data import SampleData
 
     moved = ViewRun.load(run.uri)
     moved._sample_data = SampleData(note="the run's data is not reachable here (x); run from the directory")

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from jobs.results.view.app import create_app
-from jobs.results.view.errors import ViewError
-from jobs.results.view.log_dir import RunsQuery, expand
-from jobs.results.view.runs import ViewRun
+from memloop.jobs.results.view.app import create_app
+from memloop.jobs.results.view.errors import ViewError
+from memloop.jobs.results.view.log_dir import RunsQuery, expand
+from memloop.jobs.results.view.runs import ViewRun
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +36,7 @@ def test_a_folder_expands_to_its_runs_and_the_log_dir_is_the_default(folder, mon
     monkeypatch.delenv("MEMLOOP_LOG_DIR")
     with pytest.raises(ViewError, match="set MEMLOOP_LOG_DIR"):
         expand([])
-    from jobs.run.config import parse_config
+    from memloop.jobs.run.config import parse_config
 
     monkeypatch.setenv("MEMLOOP_LOG_DIR", str(tmp_path / "logs"))
     cfg = {"datasets": [{"task": "sumie", "synthetic": {"entities": 1}}], "methods": [{"name": "gu-json"}]}
@@ -69,7 +69,7 @@ def test_the_runs_list_shows_sorts_filters_and_links(client, folder) -> None:
     assert len(_rows(client.get("/?q=GU-JSON").text)) == 1  # any text column, case-insensitive
     by_score = _rows(client.get("/?sort=headline&desc=1").text)
     assert len(by_score) == 2
-    from jobs.results.view.log_dir import run_row
+    from memloop.jobs.results.view.log_dir import run_row
 
     want = {run_row(0, ViewRun.load(u))["status"] for u in (first, second)}
     assert {_status(r) for r in _rows(html)} == want

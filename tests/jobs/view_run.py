@@ -61,8 +61,8 @@ def view_config(output: Path, url: str) -> dict[str, Any]:
 
 def make_view_run(output: Path) -> str:
     """Run the config against the scripted model; returns the run's URI."""
-    from jobs.run.config import parse_config
-    from jobs.run.driver import execute
+    from memloop.jobs.run.config import parse_config
+    from memloop.jobs.run.driver import execute
     from tests.jobs.scripted_endpoint import scripted_endpoint
 
     with scripted_endpoint(hostile_answer) as (url, _):
@@ -73,8 +73,8 @@ def make_view_run(output: Path) -> str:
 
 def make_second_run(folder: Path) -> str:
     """A second, smaller run into the same folder: SUMIE only, judged by sumie-exact (a headline score)."""
-    from jobs.run.config import parse_config
-    from jobs.run.driver import execute
+    from memloop.jobs.run.config import parse_config
+    from memloop.jobs.run.driver import execute
     from tests.jobs.scripted_endpoint import attribute_table_answer, scripted_endpoint
 
     with scripted_endpoint(attribute_table_answer) as (url, _):

@@ -5,16 +5,16 @@ import json
 
 import pytest
 
-from eval.errors import JudgeError
-from eval.judges import run_judge
-from eval.asking import ParseFailure
-from eval.judges.asking import JudgeAnswerError
-from eval.judges.booookscore import (ERROR_TYPES, judge, parse_batch_answer,
+from memloop.eval.errors import JudgeError
+from memloop.eval.judges import run_judge
+from memloop.eval.asking import ParseFailure
+from memloop.eval.judges.asking import JudgeAnswerError
+from memloop.eval.judges.booookscore import (ERROR_TYPES, judge, parse_batch_answer,
                                      parse_sentence_answer, score_judgments)
-from eval.judges.booookscore_replay import release_table, replay_book, score_release
-from eval.judges.records import Judgment
-from eval.judges.sentences import split_sentences
-from eval.llm import ScriptedLLM
+from memloop.eval.judges.booookscore_replay import release_table, replay_book, score_release
+from memloop.eval.judges.records import Judgment
+from memloop.eval.judges.sentences import split_sentences
+from memloop.eval.llm import ScriptedLLM
 
 OK = '{"questions": "no confusion", "types": []}'
 BAD = '{"questions": "Who is Rusty?", "types": ["entity omission"]}'
@@ -92,8 +92,8 @@ def test_batched_variant():
 def test_the_book_mean_is_the_one_mean_and_an_empty_summary_scores_zero():
     """BooookScore aggregates by the mean every judge uses, and an empty summary scores 0 (the rule
     for means: a method that produced nothing got nothing right) without a judge call."""
-    from eval.judges import aggregator
-    from eval.judges.aggregation import mean_over_samples
+    from memloop.eval.judges import aggregator
+    from memloop.eval.judges.aggregation import mean_over_samples
 
     assert aggregator("booookscore") is mean_over_samples
     for empty in ("   ", ""):
@@ -178,7 +178,7 @@ def test_error_types_are_the_eight_of_the_paper():
 
 def test_llm_judge_path_reproduces_the_replay_on_real_summaries(shared_data):
     """The ordinary per-sentence judge, answered from the release's verdicts, gives the replay's scores."""
-    from eval.judges.booookscore_replay import ReplayLLM
+    from memloop.eval.judges.booookscore_replay import ReplayLLM
 
     d = shared_data / "booookscore"
     summaries = json.loads((d / "summaries/gpt4-2048-inc-cleaned.json").read_text())

@@ -6,13 +6,13 @@ import json
 import numpy as np
 import pytest
 
-from eval.errors import JudgeError
-from eval.judges import run_judge
-from eval.asking import ParseFailure
-from eval.judges.kgscore import (Edge, entity_shuffle, kg_prf, minilm_embedder, parse_edges, rescore,
+from memloop.eval.errors import JudgeError
+from memloop.eval.judges import run_judge
+from memloop.eval.asking import ParseFailure
+from memloop.eval.judges.kgscore import (Edge, entity_shuffle, kg_prf, minilm_embedder, parse_edges, rescore,
                                  score_edges)
-from eval.judges.records import Judgment
-from eval.llm import ScriptedLLM
+from memloop.eval.judges.records import Judgment
+from memloop.eval.llm import ScriptedLLM
 
 ENTS = ["Narrator", "Janek", "AC-293", "Canyon B"]
 
@@ -119,7 +119,7 @@ def test_entity_shuffle_swaps_within_types():
 
 
 def test_entity_shuffle_check_reports_relative_drops(embedder):
-    from eval.judges.kgscore import entity_shuffle_check
+    from memloop.eval.judges.kgscore import entity_shuffle_check
 
     gen, ref = "Janek argues with Mara.", "Janek argues with Mara at the camp."
     same = '{"edges": [{"subjects": ["Janek"], "objects": ["Mara"], "predicate": "argues with"}]}'
@@ -183,7 +183,7 @@ def test_extraction_gets_the_rest_of_the_window_and_record_keeps_invalid_out(emb
 def test_entities_come_from_spacy_ner_as_in_the_paper_and_the_source_is_recorded(embedder):
     """Issue 30 point 16: the reference's named entities come from spaCy's English NER (the small
     pipeline packaged on PyPI), without a judge call; names only (no dates or numbers)."""
-    from eval.judges.kgscore import NER_PIPELINE
+    from memloop.eval.judges.kgscore import NER_PIPELINE
 
     ref = "On Monday, Amelia meets Marco Santos in Paris and they fly to London with 3 paintings."
     edges = '{"edges": [{"subjects": ["Marco Santos"], "objects": ["Paris"], "predicate": "is in"}]}'

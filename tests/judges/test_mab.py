@@ -7,9 +7,9 @@ import math
 
 import pytest
 
-from eval.errors import JudgeError
-from eval.judges import run_judge
-from eval.judges.mab import (QuestionScore, competency_figures, normalize, parse_output, primary_metric,
+from memloop.eval.errors import JudgeError
+from memloop.eval.judges import run_judge
+from memloop.eval.judges.mab import (QuestionScore, competency_figures, normalize, parse_output, primary_metric,
                              question_metrics, source_figures)
 
 
@@ -106,7 +106,7 @@ LME_GOLD = {"questions": ["How many days between adopting Pip and the vet?", "Wh
 
 
 def test_mab_llm_judges_longmemeval_with_the_check_of_each_question_type():
-    from eval.llm import ScriptedLLM
+    from memloop.eval.llm import ScriptedLLM
 
     llm = ScriptedLLM(["Yes.", "no", "YES"])
     replies = ["18 days", "Porto, then Lisbon", "You never told me about a dog."]
@@ -130,7 +130,7 @@ def test_mab_llm_judges_longmemeval_with_the_check_of_each_question_type():
 
 
 def test_mab_llm_scores_infbench_sum_as_fluency_times_f1_of_keypoint_recall_and_sentence_precision():
-    from eval.llm import ScriptedLLM
+    from memloop.eval.llm import ScriptedLLM
 
     gold = {"questions": ["Summarize the book."], "answers": [["Wren leaves, crosses a desert and comes home."]],
             "keypoints": ["Wren leaves her valley.", "Wren crosses a desert.", "Wren meets a trader.",
@@ -159,7 +159,7 @@ def test_mab_llm_scores_infbench_sum_as_fluency_times_f1_of_keypoint_recall_and_
 
 
 def test_mab_llm_scores_the_other_sources_by_rule_without_asking_the_judge():
-    from eval.llm import ScriptedLLM
+    from memloop.eval.llm import ScriptedLLM
 
     llm = ScriptedLLM([])
     res = run_judge("mab-llm", json.dumps(["Orsk"]), {"answers": [["Orsk"]]}, llm,
@@ -168,7 +168,7 @@ def test_mab_llm_scores_the_other_sources_by_rule_without_asking_the_judge():
 
 
 def test_the_mab_llm_prompts_are_the_judges_declared_templates():
-    from eval.judges import get_judge, mab_llm
+    from memloop.eval.judges import get_judge, mab_llm
 
     assert tuple(mab_llm.TEMPLATES) == get_judge("mab-llm").templates
     assert len(get_judge("mab-llm").template_hashes()) == len(mab_llm.TEMPLATES)

@@ -5,9 +5,9 @@ import json
 
 import pandas as pd
 
-from eval.judges.memory_size import carried_memories
-from eval.methods.parsing import as_text
-from eval.tokens import cl100k_count
+from memloop.eval.judges.memory_size import carried_memories
+from memloop.eval.methods.parsing import as_text
+from memloop.eval.tokens import cl100k_count
 
 
 def test_only_the_memory_carried_into_a_later_turn_counts() -> None:
@@ -21,7 +21,7 @@ def test_only_the_memory_carried_into_a_later_turn_counts() -> None:
 
 
 def test_report_memory_tokens_are_what_the_prompts_received() -> None:
-    from jobs.results.report import RunData, memory_figures
+    from memloop.jobs.results.report import RunData, memory_figures
 
     big, small, later = {"a": ["long value"] * 50}, {"a": ["v"]}, {"a": ["v", "w"] * 50}
     unit = {"method": "gu-json-k200", "dataset": "sumie", "repeat": 0, "sample_id": "s0"}

@@ -5,11 +5,11 @@ import json
 
 import pytest
 
-from eval.errors import JudgeError
-from eval.judges import run_judge
-from eval.judges.cost import cache_hit_rate, cost_index, cost_summary, usage_of
-from eval.judges.overlap import exec_match, function_name_of, rouge_scores
-from eval.llm import Usage
+from memloop.eval.errors import JudgeError
+from memloop.eval.judges import run_judge
+from memloop.eval.judges.cost import cache_hit_rate, cost_index, cost_summary, usage_of
+from memloop.eval.judges.overlap import exec_match, function_name_of, rouge_scores
+from memloop.eval.llm import Usage
 
 
 def test_rouge_hand_computed():
@@ -53,7 +53,7 @@ def test_exec_match_edge_cases(pred, gold, ordered, want):
 def test_loft_exec_scores_as_lofts_scorer_order_not_enforced_booleans_as_numbers():
     """LOFT's SQL scorer ignores row order (it filtered order-dependent questions from its data), even
     where the gold SQL has ORDER BY; a boolean cell normalises as float() reads it: 1.00."""
-    from eval.judges.overlap import judge_exec_match, normalise_cell
+    from memloop.eval.judges.overlap import judge_exec_match, normalise_cell
 
     got = judge_exec_match("Final Answer: [['b'], ['a']]", [["a"], ["b"]], metadata={"ordered": True})
     assert got.scores[0].value == 1.0
@@ -100,7 +100,7 @@ def test_cost_index_from_table_totals():
 
 
 def test_per_sample_cost_is_table_3_per_book() -> None:
-    from eval.judges.cost import per_sample_cost
+    from memloop.eval.judges.cost import per_sample_cost
 
     # two books: table 3's columns are means per book; hit rate of the mean usage
     c = per_sample_cost([Usage(559_000, 388_000, 47_000), Usage(1_000, 0, 1_000)])

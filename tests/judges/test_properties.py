@@ -4,9 +4,9 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from eval.judges.kgscore import Edge, kg_prf
-from eval.judges.overlap import exec_match
-from eval.judges.sumie import prf
+from memloop.eval.judges.kgscore import Edge, kg_prf
+from memloop.eval.judges.overlap import exec_match
+from memloop.eval.judges.sumie import prf
 
 cells = st.one_of(st.integers(-1000, 1000), st.floats(-1e4, 1e4, allow_nan=False), st.text("abcXY ", max_size=4))
 rows = st.lists(st.lists(cells, min_size=1, max_size=3), min_size=1, max_size=5)

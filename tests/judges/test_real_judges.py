@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from eval.judges import run_judge
+from memloop.eval.judges import run_judge
 
 pytestmark = pytest.mark.slow
 

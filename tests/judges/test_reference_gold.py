@@ -6,11 +6,11 @@ import json
 
 import pytest
 
-from eval.judges import get_judge, run_judge
-from eval.judges.gold import carries_reference, reference_of
-from jobs.run.config import parse_config
-from jobs.errors import ConfigError
-from jobs.run.workload import build_units
+from memloop.eval.judges import get_judge, run_judge
+from memloop.eval.judges.gold import carries_reference, reference_of
+from memloop.jobs.run.config import parse_config
+from memloop.jobs.errors import ConfigError
+from memloop.jobs.run.workload import build_units
 
 BOOK = "Chapter 1\n\nAnna sailed to Crete.\n\nChapter 2\n\nBen rowed home."
 
@@ -62,7 +62,7 @@ def test_a_judge_kept_to_its_tasks_skips_datasets_without_references(tmp_path) -
 
 
 def test_a_judges_task_list_is_checked_like_a_methods() -> None:
-    from jobs.run.plan import check_config
+    from memloop.jobs.run.plan import check_config
 
     with pytest.raises(ConfigError, match=r"`judges.0.tasks`: unknown task 'arxv'; use one of arxiv, book"):
         check_config(_config([{"task": "spider"}], [{"name": "rouge", "tasks": ["arxv"]}], methods=("long-context",)))

@@ -9,7 +9,7 @@ import pytest
 
 
 def _memloop(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", "from jobs.commands.cli import main; main()", *args],
+    return subprocess.run([sys.executable, "-c", "from memloop.jobs.commands.cli import main; main()", *args],
                           capture_output=True, text=True, timeout=120)
 
 
@@ -32,8 +32,8 @@ def test_score_booookscore_bad_input_is_a_named_error(tmp_path):
 
 
 def test_registry_and_template_hashes():
-    from eval.errors import JudgeError
-    from eval.judges import get_judge, judge_template_hashes, list_judges
+    from memloop.eval.errors import JudgeError
+    from memloop.eval.judges import get_judge, judge_template_hashes, list_judges
 
     assert set(list_judges()) >= {"booookscore", "booookscore-batched", "sumie", "sumie-exact", "kgscore", "rouge",
                                   "repoqa-exact", "loft-exec"}

@@ -5,12 +5,12 @@ import json
 
 import pytest
 
-from eval.errors import JudgeError
-from eval.judges import run_judge
-from eval.asking import ParseFailure
-from eval.judges.sumie import aggregate_turns, normalise, pairs_of, parse_match, prf, rescore, turn_summary
-from eval.judges.records import Judgment
-from eval.llm import ScriptedLLM
+from memloop.eval.errors import JudgeError
+from memloop.eval.judges import run_judge
+from memloop.eval.asking import ParseFailure
+from memloop.eval.judges.sumie import aggregate_turns, normalise, pairs_of, parse_match, prf, rescore, turn_summary
+from memloop.eval.judges.records import Judgment
+from memloop.eval.llm import ScriptedLLM
 
 GOLD = {"entity_name": "Ada Quill", "turns": [
     {"occupation": ["chemist"], "birth place": ["Leeds"]},
@@ -126,7 +126,7 @@ def test_a_large_memory_is_extracted_in_parts_and_judged_whole() -> None:
     """Issue 46 point 5: one extraction answers at most 60 pairs in 1024 tokens, so an unlimited CoK/GM
     memory was cut and its unit's judgment failed. A memory over EXTRACT_PART_TOKENS is read in parts,
     each a JSON object with its values' keys, and the parts' facts are judged together."""
-    from eval.judges.sumie import EXTRACT_PART_TOKENS, memory_parts
+    from memloop.eval.judges.sumie import EXTRACT_PART_TOKENS, memory_parts
 
     memory = {"attributes": {f"attribute {i}": [f"value {i} number {j} with some words" for j in range(3)]
                              for i in range(40)}}  # 240 words of values: well over one part

@@ -4,12 +4,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from eval.kg import (
+from memloop.eval.kg import (
     KEYWORDS, MiniLMEmbedder, build_book_graph, chapter_edges, degree_without_loops, linearize_plain,
     linearize_tokens, names_graph, parse_extraction, rank_edges,
 )
-from eval.kg.graph import BuildReport, initial_graph, merge_nodes
-from eval.kg.retrieval import mention_counts
+from memloop.eval.kg.graph import BuildReport, initial_graph, merge_nodes
+from memloop.eval.kg.retrieval import mention_counts
 
 CH1 = """Named entities (include all aliases and name variations):
 Tom / Thomas

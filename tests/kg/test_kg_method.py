@@ -1,10 +1,10 @@
 """kg-retrieval end to end on a scripted LLM: extraction prompts, graph, retrieved edges in the summary prompt."""
 from __future__ import annotations
 
-from eval.datasets.sample import Sample
-from eval.llm import ScriptedLLM
-from eval.methods import get_method
-from eval.templates import load_template
+from memloop.eval.datasets.sample import Sample
+from memloop.eval.llm import ScriptedLLM
+from memloop.eval.methods import get_method
+from memloop.eval.templates import load_template
 
 EX1 = """Tom / Thomas
 Aunt Polly
@@ -83,7 +83,7 @@ def test_no_kg_baseline_summarises_each_chapter_from_its_text_alone() -> None:
 
 
 def test_kg_retrieval_reads_a_book_chapter_by_chapter(tmp_path) -> None:
-    from eval.datasets.books import load_book
+    from memloop.eval.datasets.books import load_book
 
     (tmp_path / "tom.txt").write_text("Chapter 1\n\nTom painted the fence. Aunt Polly watched Tom.\n\n"
                                       "Chapter 2\n\nThomas and Becky argued at school.")
@@ -140,7 +140,7 @@ def test_extraction_example_shows_multi_object_lines_and_three_name_aliases() ->
 
 def test_extraction_example_is_at_the_scale_of_the_papers_appendix_e() -> None:
     """Appendix E's example lists 9 entities and 15 edges; a small model copies the example's edge count."""
-    from eval.kg import parse_extraction
+    from memloop.eval.kg import parse_extraction
 
     text = load_template("s001-kg-extract").text
     example = text.split("[End story excerpt]\n", 1)[1].split("[Begin story excerpt]", 1)[0]
@@ -218,7 +218,7 @@ def test_the_graph_is_built_from_the_whole_book_and_retrieval_keeps_edges_up_to_
     chapter 1 would get no edge; built from the book, chapter 1 keeps its own edge and not chapter 2's."""
     import json
 
-    from eval.datasets.booksum import load_booksum
+    from memloop.eval.datasets.booksum import load_booksum
     from tests.datasets.test_booksum import SUMMARY, _row
 
     chapters = ["Chapter 1\nTom met Becky at school and fell for her at once, while the others watched.",

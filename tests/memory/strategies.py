@@ -5,9 +5,9 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from eval.memory.paths import Path
-from eval.memory.schema import PLACEHOLDER, Schema
-from eval.memory.types import DictOf, EnumOf, Field, ListOf, Node, ObjectType, Prim, TupleOf, UnionOf, strip_none
+from memloop.eval.memory.paths import Path
+from memloop.eval.memory.schema import PLACEHOLDER, Schema
+from memloop.eval.memory.types import DictOf, EnumOf, Field, ListOf, Node, ObjectType, Prim, TupleOf, UnionOf, strip_none
 
 # keys exercise the papers' awkward forms: spaces, quotes, '&', dots, brackets, backslashes, unicode
 KEYS = st.text(alphabet=st.sampled_from(list("abcXYZ &'\".[]\\é-_0 ")), min_size=1, max_size=8)

@@ -7,10 +7,10 @@ import jsonschema
 import pytest
 from llguidance import LLMatcher
 
-from eval.memory import (Path, Revision, RevisionParseError, apply_revisions, parse_cok, parse_prism,
+from memloop.eval.memory import (Path, Revision, RevisionParseError, apply_revisions, parse_cok, parse_prism,
                          parse_revision_list, render_cok, render_prism, revision_list_schema)
-from eval.memory.errors import RevisionError
-from eval.memory.schemas import (BOOK_SUMMARY, COMPARISON, FUNCTION_NATURAL_DESCRIPTOR, RELEVANT_TABLE_INFO,
+from memloop.eval.memory.errors import RevisionError
+from memloop.eval.memory.schemas import (BOOK_SUMMARY, COMPARISON, FUNCTION_NATURAL_DESCRIPTOR, RELEVANT_TABLE_INFO,
                                  STORY_ELEMENTS, SUMIE_SUMMARY, TABLE_MEMORY)
 
 ALL = [SUMIE_SUMMARY, STORY_ELEMENTS, BOOK_SUMMARY, FUNCTION_NATURAL_DESCRIPTOR, RELEVANT_TABLE_INFO,

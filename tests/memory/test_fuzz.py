@@ -6,9 +6,9 @@ import os
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from eval.memory import (LiteralParseError, Path, PathError, RevisionParseError, Schema, SchemaError, parse_cok,
+from memloop.eval.memory import (LiteralParseError, Path, PathError, RevisionParseError, Schema, SchemaError, parse_cok,
                          parse_prism, parse_revision_list)
-from eval.memory.literal import loads
+from memloop.eval.memory.literal import loads
 
 FUZZ = settings(max_examples=int(os.environ.get("MEMLOOP_MEMORY_EXAMPLES", "150")), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 SNIPPETS = st.sampled_from(["[OBJECTS FOR UPDATE]\n", "[OBJECTS FOR ADD]\n", "[UPDATED_OBJECTS]\n",

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from eval.memory import apply_revisions, loads_lenient, parse_cok, parse_prism
-from eval.memory.schemas import COMPARISON, FUNCTION_NATURAL_DESCRIPTOR, SUMIE_SUMMARY, TABLE_MEMORY
+from memloop.eval.memory import apply_revisions, loads_lenient, parse_cok, parse_prism
+from memloop.eval.memory.schemas import COMPARISON, FUNCTION_NATURAL_DESCRIPTOR, SUMIE_SUMMARY, TABLE_MEMORY
 
 HOTEL0_COK_PARTIAL = """{
     "attributes": {
@@ -211,7 +211,7 @@ def test_adding_a_function_twice_is_rejected_with_a_reason():
      "FunctionNaturalDescriptor", ["candidate_functions"]),
 ])
 def test_llm_generated_schemas_parse(text, root, fields):
-    from eval.memory import Schema
+    from memloop.eval.memory import Schema
 
     s = Schema.from_text(text)
     assert s.name == root and [f.name for f in s.root.fields] == fields

@@ -9,8 +9,8 @@ import json
 
 import pytest
 
-from eval.memory import Path, revision_list_schema
-from eval.memory.schemas import COMPARISON, FUNCTION_NATURAL_DESCRIPTOR, SUMIE_SUMMARY
+from memloop.eval.memory import Path, revision_list_schema
+from memloop.eval.memory.schemas import COMPARISON, FUNCTION_NATURAL_DESCRIPTOR, SUMIE_SUMMARY
 
 pytestmark = pytest.mark.slow
 
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.slow
 def lltok(smollm2_gguf):
     import llguidance.hf
 
-    from engine.model.tokenizer import load_tokenizer
+    from memloop.engine.model.tokenizer import load_tokenizer
 
     tok = load_tokenizer(smollm2_gguf)
     return tok, llguidance.hf.from_tokenizer(tok.hf)

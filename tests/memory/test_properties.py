@@ -8,9 +8,9 @@ import os
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from eval.memory import (Amendments, Path, Revision, Schema, apply_revisions, fold_amendments, parse_amendments,
+from memloop.eval.memory import (Amendments, Path, Revision, Schema, apply_revisions, fold_amendments, parse_amendments,
                          render_amendments, render_in_place, shared_prefix_chars)
-from eval.memory.literal import loads
+from memloop.eval.memory.literal import loads
 from tests.memory.strategies import (KEYS, existing_paths, memories, schema_children, schema_descendants, schemas,
                                      values)
 
@@ -170,7 +170,7 @@ def test_each_kind_of_invalid_revision_is_rejected_with_its_reason(data):
 
 
 def _is_typed_leaf_or_list(schema: Schema, path: Path) -> bool:
-    from eval.memory.types import EnumOf, ListOf, Prim, TupleOf, strip_none
+    from memloop.eval.memory.types import EnumOf, ListOf, Prim, TupleOf, strip_none
 
     try:
         node = strip_none(schema.node_at(path))
@@ -182,7 +182,7 @@ def _is_typed_leaf_or_list(schema: Schema, path: Path) -> bool:
 @SETTINGS
 @given(st.data())
 def test_malformed_revision_text_is_rejected_and_the_rest_is_kept(data):
-    from eval.memory import parse_prism, render_prism
+    from memloop.eval.memory import parse_prism, render_prism
 
     schema = data.draw(schemas())
     memory = data.draw(memories(schema))
@@ -210,8 +210,8 @@ SEG_TEXT = st.one_of(
 @settings(max_examples=300, deadline=None)
 @given(st.lists(SEG_TEXT, min_size=1, max_size=4))
 def test_fast_path_reader_agrees_with_jsonpath_ng(parts):
-    from eval.memory.errors import PathError
-    from eval.memory.paths import _fast_parse, _jsonpath_ng_parse
+    from memloop.eval.memory.errors import PathError
+    from memloop.eval.memory.paths import _fast_parse, _jsonpath_ng_parse
 
     text = "$" + "".join(parts)
     fast = _fast_parse(text)

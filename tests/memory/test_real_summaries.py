@@ -12,9 +12,9 @@ from typing import Callable, Sequence
 
 import pytest
 
-from eval.memory import Amendments, Revision, render_in_place, shared_prefix_tokens
-from eval.memory.budget import cl100k_encode
-from eval.memory.schemas import BOOK_SUMMARY
+from memloop.eval.memory import Amendments, Revision, render_in_place, shared_prefix_tokens
+from memloop.eval.memory.budget import cl100k_encode
+from memloop.eval.memory.schemas import BOOK_SUMMARY
 
 
 def _steps(summary: str) -> list[list[Revision]]:
@@ -78,7 +78,7 @@ def test_amendments_re_encode_fewer_tokens_than_in_place_on_real_summaries(share
 
 @pytest.mark.slow
 def test_the_same_holds_under_the_bundled_model_tokenizer(shared_data, smollm2_gguf, capsys):
-    from engine.model.tokenizer import load_tokenizer
+    from memloop.engine.model.tokenizer import load_tokenizer
 
     tok = load_tokenizer(smollm2_gguf)
     r = _re_encoded(_books(shared_data, 20), tok.encode)

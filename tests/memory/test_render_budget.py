@@ -3,12 +3,12 @@ from __future__ import annotations
 
 import pytest
 
-from eval.llm import ScriptedLLM
-from eval.memory import (Amendments, BudgetError, Revision, RevisionError, apply_revisions, cl100k_count,
+from memloop.eval.llm import ScriptedLLM
+from memloop.eval.memory import (Amendments, BudgetError, Revision, RevisionError, apply_revisions, cl100k_count,
                          fit_to_budget, fold_amendments, memory_tokens, parse_amendments, render_amendments,
                          render_in_place, shared_prefix_chars, shared_prefix_tokens, trim_to_budget)
-from eval.memory.errors import RevisionParseError
-from eval.memory.schemas import SUMIE_SUMMARY
+from memloop.eval.memory.errors import RevisionParseError
+from memloop.eval.memory.schemas import SUMIE_SUMMARY
 
 STEPS = [  # a HOTEL0-like run: mostly adds, some updates of early keys
     [Revision("$.attributes.Amenities", "add", ["There are two pools"])],
@@ -132,7 +132,7 @@ def test_trim_drops_from_the_end_of_the_largest_containers():
 
 
 def test_trim_never_shortens_fixed_length_tuples():
-    from eval.memory.schemas import COMPARISON
+    from memloop.eval.memory.schemas import COMPARISON
 
     m = {"product_names": ["a long product name here", "another long product name"],
          "values": {f"facet {i}": ["value one is long", "value two is long"] for i in range(5)}}

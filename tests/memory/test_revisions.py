@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from eval.memory import Revision, RevisionError, apply_revision, apply_revisions, check
-from eval.memory.errors import PathError
-from eval.memory.schemas import COMPARISON, FUNCTION_NATURAL_DESCRIPTOR, RELEVANT_TABLE_INFO, SUMIE_SUMMARY
+from memloop.eval.memory import Revision, RevisionError, apply_revision, apply_revisions, check
+from memloop.eval.memory.errors import PathError
+from memloop.eval.memory.schemas import COMPARISON, FUNCTION_NATURAL_DESCRIPTOR, RELEVANT_TABLE_INFO, SUMIE_SUMMARY
 
 
 def _one(memory, rev, schema):
@@ -81,7 +81,7 @@ def test_a_memory_that_does_not_conform_is_refused_up_front():
 
 
 def test_a_union_of_containers_is_not_guessed():
-    from eval.memory import Schema
+    from memloop.eval.memory import Schema
 
     s = Schema.from_text("class A:\n    x: Union[list[str], dict[str, str]]\n")
     assert "does not say which container" in check({}, Revision("$.x.k", "add", "v"), s)

@@ -7,11 +7,11 @@ from typing import Annotated, Any, Optional, TypedDict
 import pydantic
 import pytest
 
-from eval.memory import Schema, SchemaError
-from eval.memory.errors import PathError
-from eval.memory.schemas import (BOOK_SUMMARY, COMPARISON, FUNCTION_NATURAL_DESCRIPTOR, RELEVANT_TABLE_INFO,
+from memloop.eval.memory import Schema, SchemaError
+from memloop.eval.memory.errors import PathError
+from memloop.eval.memory.schemas import (BOOK_SUMMARY, COMPARISON, FUNCTION_NATURAL_DESCRIPTOR, RELEVANT_TABLE_INFO,
                                  STORY_ELEMENTS, SUMIE_SUMMARY, TABLE_MEMORY)
-from eval.memory.types import DictOf, ListOf, ObjectType, Prim, TupleOf, UnionOf
+from memloop.eval.memory.types import DictOf, ListOf, ObjectType, Prim, TupleOf, UnionOf
 
 
 def test_sumie_summary_class_text_matches_the_cok_prompt_shape():
@@ -203,8 +203,8 @@ def test_literal_and_enum_fields_become_json_enums():
     import enum
     from typing import Literal
 
-    from eval.memory import Revision, apply_revisions
-    from eval.memory.types import EnumOf
+    from memloop.eval.memory import Revision, apply_revisions
+    from memloop.eval.memory.types import EnumOf
 
     class Mood(enum.Enum):
         CALM = "calm"

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from eval.datasets.memoryagentbench import load_memoryagentbench
-from eval.judges import run_judge
-from eval.llm import LLMRequest, LLMResult, Usage
-from eval.memory import shared_prefix_tokens
-from eval.methods import get_method
+from memloop.eval.datasets.memoryagentbench import load_memoryagentbench
+from memloop.eval.judges import run_judge
+from memloop.eval.llm import LLMRequest, LLMResult, Usage
+from memloop.eval.memory import shared_prefix_tokens
+from memloop.eval.methods import get_method
 
 DATA = Path(__file__).parents[1] / "datasets" / "mab_data" / "Conflict_Resolution.jsonl"
 

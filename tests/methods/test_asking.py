@@ -3,12 +3,12 @@ from __future__ import annotations
 
 import pytest
 
-from eval.asking import RESAMPLE, RETRY_SEED_STRIDE, SAME_REQUEST, ParseFailure, ask, reseed, retry_seed
-from eval.errors import EvalError
-from eval.judges.asking import ask_judgment
-from eval.llm import LLMRequest, LLMResult, Sampling, ScriptedLLM, Usage
-from eval.methods.base import MethodSettings, Trace
-from eval.templates import load_template
+from memloop.eval.asking import RESAMPLE, RETRY_SEED_STRIDE, SAME_REQUEST, ParseFailure, ask, reseed, retry_seed
+from memloop.eval.errors import EvalError
+from memloop.eval.judges.asking import ask_judgment
+from memloop.eval.llm import LLMRequest, LLMResult, Sampling, ScriptedLLM, Usage
+from memloop.eval.methods.base import MethodSettings, Trace
+from memloop.eval.templates import load_template
 
 
 def _number(text: str) -> int:

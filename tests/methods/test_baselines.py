@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import pytest
 
-from eval.datasets.sample import Sample
-from eval.judges import run_judge
-from eval.llm import ScriptedLLM
-from eval.methods import get_method
-from eval.methods.long_context import DEFAULT_CONTEXT_TOKENS
+from memloop.eval.datasets.sample import Sample
+from memloop.eval.judges import run_judge
+from memloop.eval.llm import ScriptedLLM
+from memloop.eval.methods import get_method
+from memloop.eval.methods.long_context import DEFAULT_CONTEXT_TOKENS
 
 REPO = Sample(id="r", task="repoqa", chunks=("def add(a, b):\n    return a + b", "def sub(a, b):\n    return a - b"),
               query="Find the function that sums two numbers.", gold="add")
@@ -130,12 +130,12 @@ def test_prism_inplace_without_updates_is_the_add_only_ablation_on_repoqa() -> N
 def test_an_na_unit_is_recorded_as_na_and_never_judged(tmp_path) -> None:
     """The jobs layer's record of "not applicable": status "n/a" with the reason, no judge run, so no
     score row that could enter a mean as a zero."""
-    from jobs.run.config import parse_config
-    from jobs.run.judge_fanout import Judging
-    from jobs.run.shards import ShardWriter
-    from jobs.store.run_store import RunStore
-    from jobs.store.tables import now, sample_row, step_rows
-    from jobs.run.workload import build_units
+    from memloop.jobs.run.config import parse_config
+    from memloop.jobs.run.judge_fanout import Judging
+    from memloop.jobs.run.shards import ShardWriter
+    from memloop.jobs.store.run_store import RunStore
+    from memloop.jobs.store.tables import now, sample_row, step_rows
+    from memloop.jobs.run.workload import build_units
 
     cfg = parse_config({"datasets": [{"task": "spider", "limit": 1}],
                         "methods": [{"name": "long-context", "options": {"context_tokens": 64}}],

@@ -1,9 +1,9 @@
 """Hierarchical merging and incremental updating on a scripted LLM (1 token per word)."""
 from __future__ import annotations
 
-from eval.datasets.sample import Sample
-from eval.llm import ScriptedLLM
-from eval.methods import get_method
+from memloop.eval.datasets.sample import Sample
+from memloop.eval.llm import ScriptedLLM
+from memloop.eval.methods import get_method
 
 BOOK = Sample(id="b", task="book", chunks=("Part one text.", "Part two text.", "Part three text."))
 

@@ -6,8 +6,8 @@ import json
 import subprocess
 import sys
 
-from eval.methods import list_methods
-from eval.templates import METHOD_TEMPLATE_DIR as TEMPLATE_DIR
+from memloop.eval.methods import list_methods
+from memloop.eval.templates import METHOD_TEMPLATE_DIR as TEMPLATE_DIR
 
 NAMES = ["go-text", "go-json", "gu-text", "gu-json", "gm-text", "gm-json", "cok", "prism-inplace",
          "prism-amendments", "hier-merge", "inc-update", "kg-retrieval", "no-kg", "fart-base", "fart-compressed", "fart-rolling",
@@ -15,7 +15,7 @@ NAMES = ["go-text", "go-json", "gu-text", "gu-json", "gm-text", "gm-json", "cok"
 
 
 def test_methods_json_lists_every_method_with_template_hashes() -> None:
-    out = subprocess.run([sys.executable, "-c", "from jobs.commands.cli import main; main()", "methods", "--json"],
+    out = subprocess.run([sys.executable, "-c", "from memloop.jobs.commands.cli import main; main()", "methods", "--json"],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     manifest = json.loads(out.stdout.strip().splitlines()[-1])

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import json
 
-from eval.datasets.sample import Sample
-from eval.llm import ScriptedLLM
-from eval.methods import get_method
+from memloop.eval.datasets.sample import Sample
+from memloop.eval.llm import ScriptedLLM
+from memloop.eval.methods import get_method
 
 HOTEL = Sample(id="h0", task="sumie", chunks=("Two pools.", "A pub open late. Street noise at night."),
                metadata={"entity": "HOTEL0"})
@@ -66,8 +66,8 @@ def test_cok_answers_in_figure_5_shape_and_update_adds_never_removes() -> None:
 
 
 def test_cok_update_merges_objects_and_keeps_old_text() -> None:
-    from eval.memory import Revision
-    from eval.methods.cok import cumulative
+    from memloop.eval.memory import Revision
+    from memloop.eval.methods.cok import cumulative
 
     memory = {"attributes": {"Amenities": ["two pools"]}}
     whole = cumulative(memory, Revision("$.attributes", "update", {"Amenities": ["spa"], "Noise": ["loud"]}))
@@ -84,8 +84,8 @@ def _example_answer(example: str) -> str:
 def test_cok_on_books_shows_a_book_example_whose_paths_the_book_schema_accepts() -> None:
     """Issue 46 point 2: books were shown the SUMIE hotel example, whose `$.attributes...` paths the book
     schema refuses, so a model copying the example never grew the memory. Appendix G: a book example."""
-    from eval.memory.schemas import STORY_ELEMENTS
-    from eval.templates import load_template
+    from memloop.eval.memory.schemas import STORY_ELEMENTS
+    from memloop.eval.templates import load_template
 
     example = load_template("s000-cok-example-book").text
     partial = json.loads(example.split("[PARTIAL_SUMMARY]\n", 1)[1].split("\n", 1)[0])
@@ -109,10 +109,10 @@ def test_cok_on_books_shows_a_book_example_whose_paths_the_book_schema_accepts()
 def test_cok_follows_figure_5_appends_once_removes_nothing_and_merges_an_add_at_an_existing_key() -> None:
     """Issue 46 point 3: a restated value differing in case or spacing was appended again; an `add` of a
     list at an existing key was refused and its values lost."""
-    from eval.memory import Revision
-    from eval.memory.schemas import SUMIE_SUMMARY
-    from eval.memory.revisions import apply_revisions
-    from eval.methods.cok import cumulative
+    from memloop.eval.memory import Revision
+    from memloop.eval.memory.schemas import SUMIE_SUMMARY
+    from memloop.eval.memory.revisions import apply_revisions
+    from memloop.eval.methods.cok import cumulative
 
     memory = {"attributes": {"Amenities": ["two pools"]}}
 
@@ -135,5 +135,5 @@ def test_cok_follows_figure_5_appends_once_removes_nothing_and_merges_an_add_at_
     # a text restated in other case is not repeated; new words are appended, the old kept
     assert cumulative(memory, Revision("$.attributes.Amenities[0]", "update", "TWO pools")).value == "two pools"
     assert cumulative(memory, Revision("$.attributes.Amenities[0]", "update", "a gym")).value == "two pools; a gym"
-    # an add at a new path is left to eval.memory as before
+    # an add at a new path is left to memloop.eval.memory as before
     assert cumulative(memory, Revision("$.attributes.View", "add", ["sea"])).op == "add"

@@ -8,19 +8,25 @@ from pathlib import Path
 
 import pytest
 
-import eval as eval_pkg
+import memloop.eval as eval_pkg
 
 EVAL_DIR = Path(eval_pkg.__file__).resolve().parent
 
 
+def _top(name: str) -> str:
+    """A module's package for these checks: the top-level name, or memloop's subpackage (memloop.engine)."""
+    parts = name.split(".")
+    return ".".join(parts[:2]) if parts[0] == "memloop" and len(parts) > 1 else parts[0]
+
+
 def _imports(path: Path) -> set[str]:
-    """Top-level package names imported anywhere in a module (function-local imports included)."""
+    """Package names (`_top`) imported anywhere in a module (function-local imports included)."""
     names: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
-            names |= {a.name.split(".")[0] for a in node.names}
+            names |= {_top(a.name) for a in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names.add(node.module.split(".")[0])
+            names.add(_top(node.module))
     return names
 
 
@@ -40,13 +46,13 @@ def test_only_the_ask_primitive_loops_over_llm_calls() -> None:
 
 
 def test_eval_never_imports_engine_or_ray() -> None:
-    assert _modules_importing("engine") == [] and _modules_importing("ray") == []
+    assert _modules_importing("memloop.engine") == [] and _modules_importing("ray") == []
     # and at run time: every eval module imported in a fresh interpreter pulls in neither
-    code = ("import importlib, pkgutil, sys, eval\n"
-            "for m in pkgutil.walk_packages(eval.__path__, 'eval.'):\n"
+    code = ("import importlib, pkgutil, sys, memloop.eval\n"
+            "for m in pkgutil.walk_packages(memloop.eval.__path__, 'memloop.eval.'):\n"
             "    importlib.import_module(m.name)\n"
-            "bad = sorted(n for n in sys.modules if n.split('.')[0] in ('engine', 'ray'))\n"
-            "print(len([n for n in sys.modules if n.startswith('eval.')]), bad)\n")
+            "bad = sorted(n for n in sys.modules if n.startswith(('memloop.engine', 'memloop.jobs', 'ray', 'jax')))\n"
+            "print(len([n for n in sys.modules if n.startswith('memloop.eval.')]), bad)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
                          cwd=EVAL_DIR.parent)
     assert out.returncode == 0, out.stderr
@@ -55,8 +61,8 @@ def test_eval_never_imports_engine_or_ray() -> None:
 
 
 def test_eval_cache_root_is_the_engines(monkeypatch, tmp_path) -> None:
-    from engine.assets import cache_root as engine_cache_root
-    from eval.assets import cache_root
+    from memloop.engine.assets import cache_root as engine_cache_root
+    from memloop.eval.assets import cache_root
 
     monkeypatch.delenv("MEMLOOP_CACHE", raising=False)
     assert cache_root() == engine_cache_root() == Path.home() / ".cache" / "memloop"
@@ -65,16 +71,16 @@ def test_eval_cache_root_is_the_engines(monkeypatch, tmp_path) -> None:
 
 
 def test_token_counter_is_one_cached_encoder() -> None:
-    from eval import tokens
-    from eval.datasets import token_counter
-    from eval.llm_http import OpenAICompatibleLLM
-    from eval.memory import cl100k_count
+    from memloop.eval import tokens
+    from memloop.eval.datasets import token_counter
+    from memloop.eval.llm_http import OpenAICompatibleLLM
+    from memloop.eval.memory import cl100k_count
 
     text = "A memory of <|endoftext|> forty tokens, more or less."
     assert tokens.encoding("cl100k_base") is tokens.encoding() is tokens.cl100k_base()
     n = token_counter()(text)
     assert n == cl100k_count(text) == OpenAICompatibleLLM("http://127.0.0.1:9", "m").count_tokens(text) > 10
-    from eval.errors import TokenizerError
+    from memloop.eval.errors import TokenizerError
 
     with pytest.raises(TokenizerError, match="unknown tiktoken encoding"):
         tokens.encoding("no-such-encoding")
@@ -92,9 +98,9 @@ KNOWN_HASHES = {
 
 
 def test_template_hashes_are_unchanged_and_have_one_home() -> None:
-    from eval.judges import get_judge, judge_template_hashes
-    from eval.methods import method_class
-    from eval.templates import JUDGE_TEMPLATE_DIR, METHOD_TEMPLATE_DIR, template_hashes, template_ids
+    from memloop.eval.judges import get_judge, judge_template_hashes
+    from memloop.eval.methods import method_class
+    from memloop.eval.templates import JUDGE_TEMPLATE_DIR, METHOD_TEMPLATE_DIR, template_hashes, template_ids
 
     assert template_hashes(KNOWN_HASHES) == KNOWN_HASHES
     assert method_class("prism-inplace").template_hashes()["s002-prism-revise"] == KNOWN_HASHES["s002-prism-revise"]
@@ -107,13 +113,13 @@ def test_template_hashes_are_unchanged_and_have_one_home() -> None:
 
 
 def test_registries_are_the_names_jobs_sees() -> None:
-    from eval.datasets import get_loader, list_tasks, tasks
-    from eval.errors import DatasetError, JudgeError, MethodError
-    from eval.judges import get_judge, list_judges
-    from eval.methods import list_methods, method_class
-    from jobs.run.config import parse_config
-    from jobs.errors import ConfigError
-    from jobs.run.plan import check_config
+    from memloop.eval.datasets import get_loader, list_tasks, tasks
+    from memloop.eval.errors import DatasetError, JudgeError, MethodError
+    from memloop.eval.judges import get_judge, list_judges
+    from memloop.eval.methods import list_methods, method_class
+    from memloop.jobs.run.config import parse_config
+    from memloop.jobs.errors import ConfigError
+    from memloop.jobs.run.plan import check_config
 
     base = {"datasets": [{"task": "sumie", "synthetic": {"entities": 1}}], "methods": [{"name": "cok"}]}
     for over, names in (({"methods": [{"name": "nope"}]}, list_methods()),

@@ -5,10 +5,10 @@ import re
 
 import pytest
 
-from eval.datasets.sample import Sample
-from eval.llm import ScriptedLLM
-from eval.methods import get_method
-from eval.templates import load_template
+from memloop.eval.datasets.sample import Sample
+from memloop.eval.llm import ScriptedLLM
+from memloop.eval.methods import get_method
+from memloop.eval.templates import load_template
 
 DOC = Sample(id="a", task="arxiv", chunks=("first   part .", "second part .", "third part ."))
 
@@ -56,8 +56,8 @@ def test_tool_calls_are_bounded() -> None:
 
 
 def test_parse_call_variants() -> None:
-    from eval.asking import ParseFailure
-    from eval.methods.fart import parse_call
+    from memloop.eval.asking import ParseFailure
+    from memloop.eval.methods.fart import parse_call
 
     assert parse_call(" Q2: [read] intro") == {"tool": "read", "key": "intro"}
     assert parse_call("[write] notes: short text") == {"tool": "write", "key": "notes", "value": "short text"}
@@ -98,7 +98,7 @@ def test_instructions_on_the_first_and_last_chunks_only_and_meaningful_keys() ->
 
 
 def test_a_note_with_a_line_starting_with_q_is_not_cut() -> None:
-    from eval.methods.fart import stops
+    from memloop.eval.methods.fart import stops
 
     note = " [write] (questions) Open problems:\nQuantum effects remain untested."
     assert not any(stop in note for stop in stops(1))

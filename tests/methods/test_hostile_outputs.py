@@ -11,10 +11,10 @@ import json
 
 import pytest
 
-from eval.datasets.sample import Sample
-from eval.llm import ScriptedLLM
-from eval.methods import get_method
-from eval.methods.outcomes import StepOutcome
+from memloop.eval.datasets.sample import Sample
+from memloop.eval.llm import ScriptedLLM
+from memloop.eval.methods import get_method
+from memloop.eval.methods.outcomes import StepOutcome
 
 BIG = "9" * 5000  # past sys.get_int_max_str_digits() (4,300)
 DEEP_PATH = "$" + "['a b']" * 1000  # a JSONPath the recursive parser cannot read
@@ -62,8 +62,8 @@ def test_prism_rejects_a_huge_integer_and_a_deep_path_and_keeps_the_rest(name: s
 
 
 def test_the_json_extractor_names_a_hostile_value_and_reads_past_deep_nesting() -> None:
-    from eval.asking import ParseFailure
-    from eval.methods.parsing import extract_json, json_lines
+    from memloop.eval.asking import ParseFailure
+    from memloop.eval.methods.parsing import extract_json, json_lines
 
     with pytest.raises(ParseFailure, match="nested too deeply"):
         extract_json("[" * 50_000 + "]" * 50_000)

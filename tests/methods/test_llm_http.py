@@ -7,8 +7,8 @@ import pytest
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 
-from eval.llm import LLM, LLMRequest, Sampling
-from eval.llm_http import LLMHTTPError, OpenAICompatibleLLM
+from memloop.eval.llm import LLM, LLMRequest, Sampling
+from memloop.eval.llm_http import LLMHTTPError, OpenAICompatibleLLM
 from tests.http_server import serve_app
 
 SEEN: list[dict] = []
@@ -109,7 +109,7 @@ def test_retry_after_is_honoured_and_a_long_wait_fails_fast(base_url) -> None:
 
 
 def test_concurrency_is_bounded_whatever_the_thread_count(base_url) -> None:
-    from eval.llm import complete_many
+    from memloop.eval.llm import complete_many
 
     llm = OpenAICompatibleLLM(base_url, "slow", max_concurrency=2)
     reqs = [LLMRequest(messages=({"role": "user", "content": str(i)},)) for i in range(8)]

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import pytest
 
-from eval.errors import TemplateError
-from eval.asking import ParseFailure
-from eval.methods.parsing import ends_in_punctuation, extract_json, parse_json_object
-from eval.templates import load_template
+from memloop.eval.errors import TemplateError
+from memloop.eval.asking import ParseFailure
+from memloop.eval.methods.parsing import ends_in_punctuation, extract_json, parse_json_object
+from memloop.eval.templates import load_template
 
 
 def test_extract_json_variants() -> None:

@@ -6,11 +6,11 @@ import json
 
 import pytest
 
-from eval.datasets.sample import Sample
-from eval.errors import MethodError
-from eval.llm import LLMRequest, LLMResult, ScriptedLLM, Usage
-from eval.memory import shared_prefix_tokens
-from eval.methods import get_method
+from memloop.eval.datasets.sample import Sample
+from memloop.eval.errors import MethodError
+from memloop.eval.llm import LLMRequest, LLMResult, ScriptedLLM, Usage
+from memloop.eval.memory import shared_prefix_tokens
+from memloop.eval.methods import get_method
 
 BOOK = Sample(id="b", task="book", chunks=("Anna sails to Crete.", "Anna becomes a captain.", "Bob joins her."))
 REVS = [
@@ -148,7 +148,7 @@ def test_generated_schema_is_made_once_per_task_from_the_task_example_query() ->
     query), reused for every sample; concurrent samples wait for the one generation."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from eval.methods.prism import EXAMPLE_QUERIES
+    from memloop.eval.methods.prism import EXAMPLE_QUERIES
 
     samples = [Sample(id=f"r{i}", task="repoqa", chunks=(f"def f{i}(): pass",), query=f"OWN QUERY {i}")
                for i in range(4)]
@@ -219,7 +219,7 @@ SPIDER = Sample(id="s", task="spider", chunks=("Table: singer\nsinger_id,name\n1
 def test_spider_answer_scores_through_loft_exec(final: str, want: float) -> None:
     """The Spider answer prompt asks for LOFT's format and `loft-exec` reads that format, from the
     method's raw output text to the score."""
-    from eval.judges import get_judge, run_judge
+    from memloop.eval.judges import get_judge, run_judge
 
     rev = '[OBJECTS FOR UPDATE]\n\n[OBJECTS FOR ADD]\n'
     llm = ScriptedLLM([rev, final])

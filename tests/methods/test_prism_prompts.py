@@ -6,11 +6,11 @@ from __future__ import annotations
 import jsonschema
 import pytest
 
-from eval.memory import Schema, apply_revisions, parse_prism, parse_revision_list
-from eval.memory.formats import split_sections
-from eval.memory.literal import loads
-from eval.methods.structured import constrained_schema
-from eval.templates import load_template
+from memloop.eval.memory import Schema, apply_revisions, parse_prism, parse_revision_list
+from memloop.eval.memory.formats import split_sections
+from memloop.eval.memory.literal import loads
+from memloop.eval.methods.structured import constrained_schema
+from memloop.eval.templates import load_template
 
 TEXT_TEMPLATES = {"s002-prism-revise": ("add", "update"), "s002-prism-revise-addonly": ("add",)}
 JSON_TEMPLATES = {f"{t}-json": ops for t, ops in TEXT_TEMPLATES.items()}

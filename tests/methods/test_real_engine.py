@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from eval.datasets.sample import Sample
-from eval.methods import get_method, list_methods
+from memloop.eval.datasets.sample import Sample
+from memloop.eval.methods import get_method, list_methods
 from tests.http_server import serve_app
 
 pytestmark = pytest.mark.slow
@@ -56,7 +56,7 @@ def test_method_end_to_end(name: str, engine_llm) -> None:
 def test_query_baselines_answer_in_the_task_format_on_the_engine(engine_llm) -> None:
     """Seed 002's incremental baseline and long-context ceiling on RepoQA, scored by `repoqa-exact`; the
     ceiling reads the engine's own window and is n/a, with no call, where the input exceeds it."""
-    from eval.judges import run_judge
+    from memloop.eval.judges import run_judge
 
     assert engine_llm.context_tokens == 8192  # SmolLM2's window, reported by the in-process engine
     for name, settings in (("inc-update", {"max_summary_tokens": 200, "word_limit": 80, "context_window": 2048}),
@@ -79,8 +79,8 @@ def test_prefix_cache_hits_on_prism_steps(engine_llm) -> None:
 
 
 def test_http_client_against_the_engine_server(smollm2_engine) -> None:
-    from engine.serve.server import create_app
-    from eval.llm_http import OpenAICompatibleLLM
+    from memloop.engine.serve.server import create_app
+    from memloop.eval.llm_http import OpenAICompatibleLLM
 
     with serve_app(create_app(smollm2_engine, model_name="smollm2")) as url:
         llm = OpenAICompatibleLLM(url, "smollm2", timeout_s=600)

@@ -1,9 +1,9 @@
 """A method's validity retry on the real engine: the retry is a different request, so it can succeed."""
 from __future__ import annotations
 
-from eval.asking import ParseFailure, retry_seed
-from eval.methods.base import MethodSettings, Trace
-from eval.templates import load_template
+from memloop.eval.asking import ParseFailure, retry_seed
+from memloop.eval.methods.base import MethodSettings, Trace
+from memloop.eval.templates import load_template
 
 
 def test_a_validity_retry_of_a_seeded_greedy_request_decodes_a_different_output(engine_llm) -> None:

@@ -1,11 +1,11 @@
-"""Each method records what happened at each step (`eval.methods.outcomes`), on scripted outputs."""
+"""Each method records what happened at each step (`memloop.eval.methods.outcomes`), on scripted outputs."""
 from __future__ import annotations
 
-from eval.datasets.sample import Sample
-from eval.llm import ScriptedLLM
-from eval.methods import get_method
-from eval.methods.outcomes import OUTCOMES, StepOutcome
-from eval.methods.step import unit_failure
+from memloop.eval.datasets.sample import Sample
+from memloop.eval.llm import ScriptedLLM
+from memloop.eval.methods import get_method
+from memloop.eval.methods.outcomes import OUTCOMES, StepOutcome
+from memloop.eval.methods.step import unit_failure
 
 HOTEL = Sample(id="h", task="sumie", chunks=("HOTEL0 has two large pools.", "HOTEL0 serves a cold breakfast."),
                metadata={"entity": "HOTEL0"})

@@ -5,10 +5,10 @@ import json
 
 import pytest
 
-from eval.datasets.sample import Sample
-from eval.errors import MethodError
-from eval.llm import ScriptedLLM
-from eval.methods import get_method
+from memloop.eval.datasets.sample import Sample
+from memloop.eval.errors import MethodError
+from memloop.eval.llm import ScriptedLLM
+from memloop.eval.methods import get_method
 
 HOTEL = Sample(id="h0", task="sumie", chunks=("The pool is huge.", "Breakfast was cold."), metadata={"entity": "HOTEL0"})
 
@@ -21,7 +21,7 @@ class _Cl100kScripted(ScriptedLLM):
     """Scripted outputs counted by a real BPE tokenizer (cl100k), where layout whitespace costs tokens."""
 
     def count_tokens(self, text: str) -> int:
-        from eval.tokens import cl100k_count
+        from memloop.eval.tokens import cl100k_count
 
         return cl100k_count(text)
 
@@ -110,8 +110,8 @@ def test_memory_limit_is_binding_text() -> None:
 
 
 def test_memory_limit_is_binding_json() -> None:
-    from eval.methods.parsing import as_text
-    from eval.tokens import cl100k_count
+    from memloop.eval.methods.parsing import as_text
+    from memloop.eval.tokens import cl100k_count
 
     book = Sample(id="b", task="book", chunks=("Anna meets Bob.",))
     big = {"characters": {"Anna": ["meets Bob", "sails", "fights", "wins"], "Bob": ["leaves town"]}}
@@ -130,7 +130,7 @@ def test_memory_limit_is_binding_json() -> None:
 
 def test_json_memory_is_counted_compact_against_k() -> None:
     """Issue 30 point 7: K counts the compact JSON the prompt receives, not an indented rendering."""
-    from eval.tokens import cl100k_count
+    from memloop.eval.tokens import cl100k_count
 
     book = Sample(id="b", task="book", chunks=("Anna meets Bob.", "Bob leaves town."))
     memory = {"characters": {"Anna": ["meets Bob", "sails north", "fights the storm", "wins the race"],
@@ -163,7 +163,7 @@ def test_every_book_method_ends_with_the_same_neutral_final_step(name: str) -> N
 def test_text_prompts_keep_the_json_prompts_instructions_and_compression_may_merge_keys() -> None:
     """Issue 30 point 10: text and JSON differ in the memory's form only; figure 13 merges, it does not
     ask to keep the structure and keys."""
-    from eval.templates import load_template
+    from memloop.eval.templates import load_template
 
     shape = ("An attribute with several values", "Each value carries enough evidence from the paragraph about the entity.")
     for step in ("initial", "update"):
@@ -183,7 +183,7 @@ class _SchemaRecorder(ScriptedLLM):
         super().__init__([], supports_json_schema=True)
 
     def complete(self, request):  # type: ignore[override]
-        from eval.llm import LLMResult, Usage
+        from memloop.eval.llm import LLMResult, Usage
 
         self.requests.append(request)
         text = request.messages[0]["content"]

@@ -6,14 +6,14 @@ import pytest
 
 @pytest.fixture(scope="session")
 def loaded_model(smollm2_gguf):
-    from engine.model.decoder import load_model
+    from memloop.engine.model.decoder import load_model
 
     return load_model(smollm2_gguf)
 
 
 def _engine(model, **kw):
-    from engine.engine_config import EngineConfig
-    from engine.sched.serving import Engine
+    from memloop.engine.engine_config import EngineConfig
+    from memloop.engine.sched.serving import Engine
 
     cfg = dict(num_pages=256, page_size=16, max_batch=32, prefill_chunk=256)
     cfg.update(kw)

@@ -3,11 +3,11 @@ from __future__ import annotations
 
 import ray
 
-from eval.llm import LLMRequest, LLMResult, Sampling
+from memloop.eval.llm import LLMRequest, LLMResult, Sampling
 
 
 def test_engine_actor_batches_concurrent_requests(ray_local, smollm2_gguf):
-    from engine.serve.actor import actor_class
+    from memloop.engine.serve.actor import actor_class
 
     actor = actor_class(num_cpus=1).remote({"model": str(smollm2_gguf), "kv_budget": 64 << 20,
                                             "max_batch": 16, "prefix_cache": True})

@@ -14,9 +14,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bench.llama_cpp import (BATCHED_BENCH, SERVER, PeerError, PeerMissingError, PeerServerError, decode_rate,
+from memloop.bench.llama_cpp import (BATCHED_BENCH, SERVER, PeerError, PeerMissingError, PeerServerError, decode_rate,
                              free_port, gguf_path, parse_batched_bench, peer_binary, run_openai_workload, serving)
-from bench.prefix import build_workload, run_engine
+from memloop.bench.prefix import build_workload, run_engine
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -26,7 +26,7 @@ CODE = {"PYTHONPATH": str(ROOT)}  # this checkout's memloop, whatever the enviro
 
 
 def _memloop_serve(port: int) -> list[str]:
-    return [sys.executable, "-c", "from jobs.commands.cli import main; main()", "serve", "--port", str(port),
+    return [sys.executable, "-c", "from memloop.jobs.commands.cli import main; main()", "serve", "--port", str(port),
             "--kv-budget", str(64 << 20)]
 
 
@@ -69,7 +69,7 @@ def test_a_server_that_exits_raises_with_its_output():
 
 
 def test_an_error_answer_names_the_endpoint(engine):
-    from engine.serve.server import create_app
+    from memloop.engine.serve.server import create_app
     from tests.http_server import serve_app
 
     with serve_app(create_app(engine, "smollm2")) as url:
@@ -109,7 +109,7 @@ def test_batched_bench_without_rows_is_an_error():
 def test_cli_rejects_unknown_peers():
     from typer.testing import CliRunner
 
-    from jobs.commands.cli import app
+    from memloop.jobs.commands.cli import app
 
     runner = CliRunner()
     out = runner.invoke(app, ["bench", "prefix", "--peer", "vllm"])
@@ -133,7 +133,7 @@ printf '{"pp": 32, "tg": 8, "pl": 1, "n_kv": 40, "t_pp": 0.1, "speed_pp": 320.0,
 
 
 def test_a_peer_runs_in_the_callers_environment_unless_a_labelled_variant_is_asked(tmp_path, monkeypatch):
-    from bench.llama_cpp import PEER_VARIANTS, batched_bench, peer_env
+    from memloop.bench.llama_cpp import PEER_VARIANTS, batched_bench, peer_env
 
     probe = tmp_path / "llama-batched-bench"
     probe.write_text(_ENV_PROBE)
@@ -152,7 +152,7 @@ def test_a_peer_runs_in_the_callers_environment_unless_a_labelled_variant_is_ask
 
 
 def test_a_failed_peer_leaves_its_fields_null_with_the_reason():
-    from bench.llama_cpp import peer_failed_fields
+    from memloop.bench.llama_cpp import peer_failed_fields
 
     out = peer_failed_fields("llama-batched-bench exited 139", (1024, 4096))
     assert out["llama_cpp_error"] == "llama-batched-bench exited 139"
@@ -161,7 +161,7 @@ def test_a_failed_peer_leaves_its_fields_null_with_the_reason():
 
 
 def test_the_portable_build_turns_on_what_the_cpu_lists_and_amx_off():
-    from bench.build_peers import portable_flags
+    from memloop.bench.build_peers import portable_flags
 
     flags = portable_flags("processor : 0\nflags : fpu avx avx2 fma f16c avx512f amx_tile amx_int8\n")
     assert "-DGGML_NATIVE=OFF" in flags and "-DGGML_AVX2=ON" in flags and "-DGGML_AVX512=ON" in flags
@@ -174,8 +174,8 @@ def test_llama_cpp_peers_end_to_end(loaded_model):
     llama-server with 32 slots, and llama-batched-bench's rates with the ratios against memloop's."""
     if shutil.which("cmake") is None:
         pytest.fail("the peers need cmake and a C++ compiler: install them (apt-get install cmake g++)")
-    from bench.llama_cpp import host_threads, model_bench_peer, run_llama_server
-    from engine.sched.reference import DECODE_CHUNK
+    from memloop.bench.llama_cpp import host_threads, model_bench_peer, run_llama_server
+    from memloop.engine.sched.reference import DECODE_CHUNK
 
     model = gguf_path(None)
     w = build_workload(samples=3, steps=2, chunk_words=16)
@@ -207,7 +207,7 @@ touch "$mark"
 
 
 def test_a_run_that_lost_a_row_is_run_again_until_every_row_is_there(tmp_path):
-    from bench.llama_cpp import batched_bench
+    from memloop.bench.llama_cpp import batched_bench
 
     probe = tmp_path / "llama-batched-bench"
     probe.write_text(_LOSES_A_ROW)
@@ -228,7 +228,7 @@ http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
 
 _BENCH_HOLDING_A_SERVER = """
 import sys, time
-from bench.llama_cpp import serving
+from memloop.bench.llama_cpp import serving
 port = int(sys.argv[1])
 with serving([sys.executable, "-c", sys.argv[3], str(port), sys.argv[2]], port, "stand-in", startup_s=60):
     print("serving", flush=True)
@@ -281,8 +281,8 @@ done
 def test_every_side_is_timed_as_the_best_of_the_same_number_of_runs(tmp_path):
     """llama.cpp used to run once where memloop took the best of two: now each side's figure is the
     best of `TIMED_RUNS` timed runs, and the bench says so."""
-    from bench.llama_cpp import llama_cpp_rates
-    from bench.model import TIMED_RUNS, TIMING, _timed
+    from memloop.bench.llama_cpp import llama_cpp_rates
+    from memloop.bench.model import TIMED_RUNS, TIMING, _timed
 
     assert TIMED_RUNS >= 2 and f"best of {TIMED_RUNS}" in TIMING
     probe = tmp_path / "llama-batched-bench"
@@ -297,8 +297,8 @@ def test_every_side_is_timed_as_the_best_of_the_same_number_of_runs(tmp_path):
 
 
 def test_the_peer_binaries_record_whether_they_are_the_native_or_the_portable_build(tmp_path):
-    from bench.build_peers import record_build
-    from bench.llama_cpp import peer_build
+    from memloop.bench.build_peers import record_build
+    from memloop.bench.llama_cpp import peer_build
 
     assert peer_build(tmp_path).startswith("unrecorded")
     record_build(tmp_path, "portable", ["-DGGML_NATIVE=OFF", "-DGGML_AVX2=ON"])
@@ -322,8 +322,8 @@ done; done
 def test_the_peers_prompt_processing_is_timed_at_memloops_prefill_length(tmp_path, monkeypatch):
     """With a prefill length, llama.cpp's prompt processing of a prompt that long at batch 1 joins the
     run (its speed_pp, the best of the timed runs) and bench model divides memloop's prefill by it."""
-    from bench.llama_cpp import llama_cpp_model_figures, llama_cpp_rates, peer_failed_fields
-    from bench.model import TIMED_RUNS
+    from memloop.bench.llama_cpp import llama_cpp_model_figures, llama_cpp_rates, peer_failed_fields
+    from memloop.bench.model import TIMED_RUNS
 
     probe = tmp_path / "llama-batched-bench"
     probe.write_text(_EVERY_ASKED_ROW)
@@ -333,7 +333,7 @@ def test_the_peers_prompt_processing_is_timed_at_memloops_prefill_length(tmp_pat
     assert rates["llama_cpp_prefill_tps"] == 512.0 + 2 * TIMED_RUNS
     assert rates["llama_cpp_decode_tps_b1_ctx1k"] == 5.0
     assert "llama_cpp_prefill_tps" not in llama_cpp_rates(Path("m.gguf"), 2, 8, 4, (), short_prompt=32, binary=probe)
-    import bench.llama_cpp as peer
+    import memloop.bench.llama_cpp as peer
 
     memloop = {"decode_tps_b1": 10.0, "decode_tps_b32": 20.0, "prefill_tps": 1000.0}
     monkeypatch.setattr(peer, "llama_cpp_rates", lambda *a, **k: llama_cpp_rates(*a, **{**k, "binary": probe}))

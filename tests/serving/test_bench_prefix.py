@@ -1,7 +1,7 @@
 """The PRISM-style benchmark workload: append-only prompts, and its prefix-cache accounting on the engine."""
 from __future__ import annotations
 
-from bench.prefix import build_workload, run_engine
+from memloop.bench.prefix import build_workload, run_engine
 
 
 def test_workload_is_deterministic_and_append_only():
@@ -25,7 +25,7 @@ def test_engine_run_reports_cache_hits(engine):
 
 
 def test_cacheable_ceiling_counts_whole_shared_pages():
-    from bench.prefix import cacheable_tokens
+    from memloop.bench.prefix import cacheable_tokens
 
     a = list(range(40))
     b = list(range(35)) + [99, 98]   # shares 35 tokens with a -> 2 whole pages of 16
@@ -37,7 +37,7 @@ def test_cacheable_ceiling_counts_whole_shared_pages():
 
 def test_engine_serves_the_whole_cacheable_ceiling(engine):
     """The radix cache reaches the workload's page-granular ceiling (prompts submitted step by step)."""
-    from bench.prefix import cacheable_tokens
+    from memloop.bench.prefix import cacheable_tokens
 
     w = build_workload(samples=3, steps=3, chunk_words=8)
     engine.clear_prefix_cache()
@@ -50,7 +50,7 @@ def test_engine_serves_the_whole_cacheable_ceiling(engine):
 
 
 def test_accelerator_figures_are_null_on_cpu(loaded_model):
-    from bench.prefix import accelerator_figures
+    from memloop.bench.prefix import accelerator_figures
 
     assert accelerator_figures(loaded_model, 1 << 26, emit=lambda _: None) == {
         "accelerator": None, "decode_hbm_fraction": None, "prefill_mfu": None}
@@ -58,7 +58,7 @@ def test_accelerator_figures_are_null_on_cpu(loaded_model):
 
 def test_engine_figures_time_the_engine_against_a_device_spec(engine):
     """The accelerator measurement itself, run on CPU against a made-up device: real timings, real ratios."""
-    from bench.accelerators import DeviceSpec, engine_figures
+    from memloop.bench.accelerators import DeviceSpec, engine_figures
 
     # 24 decode steps: their time must stand out from the noise of a shared host (~20-100 ms a step)
     out = engine_figures(engine, DeviceSpec("made-up", 1e9, 1e12), batch=2, decode_steps=24, prefill_tokens=48,
@@ -71,7 +71,7 @@ def test_engine_figures_time_the_engine_against_a_device_spec(engine):
 
 def test_papers_workload_shares_one_book_and_grows_each_memory():
     """The papers' shape: every loop reads the same ~1024-token chunks; memories differ and grow."""
-    from bench.prefix import WORKLOADS, workload_settings
+    from memloop.bench.prefix import WORKLOADS, workload_settings
 
     ws = workload_settings("papers", samples=3, steps=3)
     assert (ws["max_tokens"], WORKLOADS["papers"]["samples"], WORKLOADS["papers"]["steps"]) == (256, 32, 8)
@@ -80,8 +80,8 @@ def test_papers_workload_shares_one_book_and_grows_each_memory():
     for i in range(3):
         assert chunk(w[0][i]) == chunk(w[1][i]) == chunk(w[2][i])  # one shared book
     assert w[0][1] != w[1][1]  # each loop's own revisions
-    from engine.model.tokenizer import load_tokenizer
-    from engine.assets import default_model_path
+    from memloop.engine.model.tokenizer import load_tokenizer
+    from memloop.engine.assets import default_model_path
 
     tok = load_tokenizer(default_model_path())
     first, second = tok.count_tokens(chunk(w[0][0])), tok.count_tokens(chunk(w[0][1]))
@@ -93,8 +93,8 @@ def test_papers_workload_shares_one_book_and_grows_each_memory():
 def test_an_unknown_workload_is_named():
     import pytest
 
-    from bench.prefix import workload_settings
-    from engine.errors import EngineError
+    from memloop.bench.prefix import workload_settings
+    from memloop.engine.errors import EngineError
 
     with pytest.raises(EngineError, match="papers"):
         workload_settings("huge")
@@ -102,7 +102,7 @@ def test_an_unknown_workload_is_named():
 
 def test_the_cache_off_and_warm_up_passes_can_be_left_out():
     """The full papers shape runs only without them on a 2-core host; what was not run is null, not 0."""
-    from bench.prefix import main
+    from memloop.bench.prefix import main
 
     lines: list[str] = []
     res = main("short", emit=lines.append, cache_off=False, warmup=False, samples=2, steps=2, max_tokens=2,

@@ -7,7 +7,7 @@ import jsonschema
 import numpy as np
 import pytest
 
-from engine.errors import RequestError
+from memloop.engine.errors import RequestError
 
 PERSON = {
     "type": "object",
@@ -33,7 +33,7 @@ NESTED = {
 
 
 def _schemas():
-    from eval.memory import revision_list_schema, schemas
+    from memloop.eval.memory import revision_list_schema, schemas
 
     return {
         "person": PERSON,
@@ -98,7 +98,7 @@ def test_bitmask_unpacking_matches_llguidance(engine):
     import jax.numpy as jnp
     from llguidance.numpy import apply_token_bitmask_inplace
 
-    from engine.sample.constrained import unpack_bitmask
+    from memloop.engine.sample.constrained import unpack_bitmask
 
     g = engine.grammar
     c = g.compile(PERSON)

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.engine_config import EngineConfig
-from engine.errors import EngineError
+from memloop.engine.engine_config import EngineConfig
+from memloop.engine.errors import EngineError
 
 
 def test_from_dict_round_trips_and_accepts_a_path() -> None:

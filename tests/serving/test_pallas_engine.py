@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import pytest
 
-from bench.model import PROMPTS
-from engine.engine_config import EngineConfig
-from engine.attention.pallas import AttentionBackendError
-from engine.sched.serving import Engine
+from memloop.bench.model import PROMPTS
+from memloop.engine.engine_config import EngineConfig
+from memloop.engine.attention.pallas import AttentionBackendError
+from memloop.engine.sched.serving import Engine
 
 MAX_TOKENS = 16
 
@@ -27,7 +27,7 @@ def tokens_of(smollm2_gguf):
 
     The model is loaded with stacked layers under one `lax.scan` (the accelerator layout): one kernel
     instance to interpret, where the unrolled CPU layout would compile one per layer (30)."""
-    from engine.model.decoder import load_model
+    from memloop.engine.model.decoder import load_model
 
     models: dict[str, object] = {}
     runs: dict[tuple[str, str], tuple[str, list[list[int]]]] = {}

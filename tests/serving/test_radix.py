@@ -8,8 +8,8 @@ import pytest
 from hypothesis import settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from engine.cache.kv_cache import SCRATCH_PAGE, OutOfPagesError, PagePool
-from engine.cache.radix import RadixCache
+from memloop.engine.cache.kv_cache import SCRATCH_PAGE, OutOfPagesError, PagePool
+from memloop.engine.cache.radix import RadixCache
 
 PS = 2
 tokens_st = st.lists(st.integers(0, 2), min_size=0, max_size=12)

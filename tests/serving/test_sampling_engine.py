@@ -9,8 +9,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine.errors import RequestError
-from engine.sample.sampling import SamplingParams
+from memloop.engine.errors import RequestError
+from memloop.engine.sample.sampling import SamplingParams
 
 _scalar = st.one_of(st.none(), st.booleans(), st.integers(), st.integers(-(2**70), 2**70),
                     st.floats(allow_nan=True, allow_infinity=True), st.floats(0, 2), st.text(max_size=4))

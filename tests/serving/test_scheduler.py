@@ -1,9 +1,9 @@
 """The continuous-batching scheduler over a real page pool and radix cache (no model needed)."""
 from __future__ import annotations
 
-from engine.cache.kv_cache import PagePool
-from engine.cache.radix import RadixCache
-from engine.sched.scheduler import Scheduler, Sequence, Status
+from memloop.engine.cache.kv_cache import PagePool
+from memloop.engine.cache.radix import RadixCache
+from memloop.engine.sched.scheduler import Scheduler, Sequence, Status
 
 
 def make(num_pages: int, ps: int = 4, cache: bool = True, budget: int = 8, max_batch: int = 8) -> Scheduler:
@@ -67,7 +67,7 @@ def test_preemption_recomputes_the_youngest_from_the_cache() -> None:
 def test_prefill_chunks_group_by_length_bucket():
     from types import SimpleNamespace
 
-    from engine.sched.step_runner import prefill_groups
+    from memloop.engine.sched.step_runner import prefill_groups
 
     chunks = [SimpleNamespace(length=n) for n in (70, 5, 100, 128, 3, 512)]
     groups = prefill_groups(chunks)

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from engine.errors import RequestError
+from memloop.engine.errors import RequestError
 
 
 @pytest.fixture(scope="module")
 def grammars(smollm2_gguf):
-    from engine.sample.constrained import GrammarCompiler
-    from engine.model.tokenizer import load_tokenizer
+    from memloop.engine.sample.constrained import GrammarCompiler
+    from memloop.engine.model.tokenizer import load_tokenizer
 
     tok = load_tokenizer(smollm2_gguf)
     return GrammarCompiler(tok.hf, 49152)

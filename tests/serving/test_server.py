@@ -18,7 +18,7 @@ SCHEMA = {"type": "object", "properties": {"city": {"type": "string", "maxLength
 
 @pytest.fixture(scope="module")
 def base_url(engine):
-    from engine.serve.server import create_app
+    from memloop.engine.serve.server import create_app
 
     with serve_app(create_app(engine, "smollm2", max_body_bytes=64 * 1024)) as url:
         yield url

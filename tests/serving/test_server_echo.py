@@ -17,7 +17,7 @@ PROMPTS = ["The capital of France is Paris.", "Hi", "One, two, three, four, five
 
 @pytest.fixture(scope="module")
 def base_url(engine):
-    from engine.serve.server import create_app
+    from memloop.engine.serve.server import create_app
 
     with serve_app(create_app(engine, "smollm2")) as url:
         yield url
@@ -29,7 +29,7 @@ def _post(url: str, body: dict) -> httpx.Response:
 
 def _log_softmax(loaded_model, ids: list[int]) -> np.ndarray:
     """[T, V] log_softmax of the plain model's logits over the whole prompt (no cache, no pages)."""
-    from engine.model.decoder import forward, no_cache_attention
+    from memloop.engine.model.decoder import forward, no_cache_attention
 
     toks = jnp.asarray([ids], jnp.int32)
     pos = jnp.arange(len(ids), dtype=jnp.int32)[None]
@@ -56,7 +56,7 @@ def lm_eval_parse_logprobs(outputs: list[dict], ctxlens: list[int]) -> list[tupl
 
 
 def test_echo_with_max_tokens_0_scores_every_prompt_token(base_url, loaded_model, engine):
-    from engine.sched.token_pieces import TokenPieces
+    from memloop.engine.sched.token_pieces import TokenPieces
 
     before = engine.stats()["scored_prompts"]
     r = _post(base_url, {"prompt": PROMPTS, "echo": True, "logprobs": 3, "max_tokens": 0, "temperature": 0})
@@ -169,7 +169,7 @@ def test_echo_limits_are_400s_naming_the_field(base_url, body, field):
 
 
 def test_prompts_are_scored_in_few_calls():
-    from engine.sched.prompt_scoring import batches
+    from memloop.engine.sched.prompt_scoring import batches
 
     groups = batches([5, 300, 40, 17, 3000, 9])
     assert groups == [[4], [1, 2, 3, 5, 0]]  # longest first; 3000 tokens (bucket 4096) fill one call alone
@@ -178,7 +178,7 @@ def test_prompts_are_scored_in_few_calls():
 
 def test_scoring_holds_queue_places(engine):
     """Each scored prompt takes one of --max-queue's places: more prompts than it holds is a 400."""
-    from engine.serve.server import create_app
+    from memloop.engine.serve.server import create_app
 
     with serve_app(create_app(engine, "smollm2", max_queue=1)) as url:
         r = _post(url, {"prompt": ["a", "b"], "max_tokens": 0, "echo": True, "logprobs": 0})
@@ -193,8 +193,8 @@ def test_scoring_is_bounded_by_the_timeout_and_stops_when_abandoned(make_engine,
     request after it is scored without waiting for the abandoned prompts)."""
     import time
 
-    import engine.sched.prompt_scoring as scoring
-    from engine.serve.server import create_app
+    import memloop.engine.sched.prompt_scoring as scoring
+    from memloop.engine.serve.server import create_app
 
     # one scoring call per prompt (as prompts of more than 2,048 tokens are), with small prompts
     monkeypatch.setattr(scoring, "batches", lambda lengths, budget=scoring.TOKEN_BUDGET: [[i] for i in range(len(lengths))])

@@ -52,7 +52,7 @@ class HealthPoller:
 
 @pytest.fixture(scope="module")
 def fuzz_url(engine) -> Iterator[str]:
-    from engine.serve.server import create_app
+    from memloop.engine.serve.server import create_app
 
     with serve_app(create_app(engine, "smollm2")) as url:  # the real 8 MiB body limit
         yield url
@@ -196,7 +196,7 @@ def test_a_6mb_body_is_tokenised_off_the_event_loop(client, health, engine, monk
 def test_the_engine_actor_tokenises_off_its_event_loop(engine, monkeypatch):
     """Ray runs EngineActor's async methods on one event loop: `complete` hands tokenising to a worker
     thread there too, so one long prompt does not hold the actor's other calls."""
-    from engine.serve.actor import EngineActor
+    from memloop.engine.serve.actor import EngineActor
 
     where = []
     submit = engine.submit

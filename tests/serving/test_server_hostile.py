@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _serve(engine: Any, header_timeout_s: float = 10.0, **kw: Any):
-    from engine.serve.server import allowed_hosts_for, create_app, uvicorn_config
+    from memloop.engine.serve.server import allowed_hosts_for, create_app, uvicorn_config
 
     kw.setdefault("allowed_hosts", allowed_hosts_for("127.0.0.1"))
     app = create_app(engine, "smollm2", **kw)
@@ -158,7 +158,7 @@ def _serve_cli(*args: str, env_key: str | None = None) -> subprocess.CompletedPr
     env["PYTHONPATH"] = str(ROOT)
     if env_key:
         env["MEMLOOP_API_KEY"] = env_key
-    return subprocess.run([sys.executable, "-c", "from jobs.commands.cli import main; main()", "serve", *args],
+    return subprocess.run([sys.executable, "-c", "from memloop.jobs.commands.cli import main; main()", "serve", *args],
                           capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
 
 
@@ -176,7 +176,7 @@ def test_the_api_key_is_never_taken_from_the_command_line(tmp_path):
 
 
 def test_the_key_file_and_the_environment_give_the_key(tmp_path, monkeypatch):
-    from jobs.commands.serve import read_api_key
+    from memloop.jobs.commands.serve import read_api_key
 
     key = tmp_path / "key"
     key.write_text("s3cret\n")

@@ -15,7 +15,7 @@ from typing import Any, Iterator
 import httpx
 import pytest
 
-from engine.errors import RequestError
+from memloop.engine.errors import RequestError
 from tests.http_server import serve_app  # noqa: F401  (the fuzz test imports it from here too)
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -65,7 +65,7 @@ def test_cancel_takes_a_request_out_of_the_batch(make_engine):
 # -- the server ----------------------------------------------------------------------------------------
 
 def _app(engine: Any, **kw: Any) -> Any:
-    from engine.serve.server import create_app
+    from memloop.engine.serve.server import create_app
 
     kw.setdefault("max_body_bytes", 64 * 1024)
     return create_app(engine, "smollm2", **kw)
@@ -176,7 +176,7 @@ def test_the_api_key_guards_every_route_but_health(engine):
 def test_memloop_serve_refuses_bad_options_before_starting(args, says):
     env = {k: v for k, v in os.environ.items() if k != "MEMLOOP_API_KEY"}
     env["PYTHONPATH"] = str(ROOT)
-    proc = subprocess.run([sys.executable, "-c", "from jobs.commands.cli import main; main()", "serve", *args],
+    proc = subprocess.run([sys.executable, "-c", "from memloop.jobs.commands.cli import main; main()", "serve", *args],
                           capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
     lines = [x for x in proc.stderr.splitlines() if x.startswith("error:")]
     assert proc.returncode == 2, proc.stderr

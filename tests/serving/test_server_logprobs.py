@@ -18,7 +18,7 @@ STEPS = 6
 
 @pytest.fixture(scope="module")
 def base_url(engine):
-    from engine.serve.server import create_app
+    from memloop.engine.serve.server import create_app
 
     with serve_app(create_app(engine, "smollm2")) as url:
         yield url
@@ -31,7 +31,7 @@ def _post(url: str, path: str, body: dict) -> httpx.Response:
 def _reference(loaded_model, prompt_ids: list[int], steps: int) -> tuple[list[int], np.ndarray]:
     """Greedy ids and log_softmax rows [steps, V] from the plain model: a forward over the whole
     prefix at every step (no KV cache, no pages, no batching)."""
-    from engine.model.decoder import forward, no_cache_attention
+    from memloop.engine.model.decoder import forward, no_cache_attention
 
     ids, rows = list(prompt_ids), []
     for _ in range(steps):
@@ -47,7 +47,7 @@ def _reference(loaded_model, prompt_ids: list[int], steps: int) -> tuple[list[in
 
 
 def test_completion_logprobs_are_the_models_and_shaped_as_openai(base_url, loaded_model):
-    from engine.sched.token_pieces import TokenPieces
+    from memloop.engine.sched.token_pieces import TokenPieces
 
     r = _post(base_url, "/v1/completions", {"prompt": PROMPT, "max_tokens": STEPS, "temperature": 0, "logprobs": 5})
     assert r.status_code == 200, r.text

@@ -4,12 +4,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Sequence
 
-from eval.datasets.repoqa.needles import (FIELDS, QUERY, choose_needles, describe_from_cache, describe_from_code,
+from memloop.eval.datasets.repoqa.needles import (FIELDS, QUERY, choose_needles, describe_from_cache, describe_from_code,
                                           describe_with_llm)
-from eval.datasets.repoqa.release import is_release, load_release
-from eval.datasets.repoqa.source import chunk_of, chunk_starts, dependency_order, pack_lines, read_package
-from eval.datasets.sample import Sample, slug
-from eval.tokens import TokenizerLike, token_counter
+from memloop.eval.datasets.repoqa.release import is_release, load_release
+from memloop.eval.datasets.repoqa.source import chunk_of, chunk_starts, dependency_order, pack_lines, read_package
+from memloop.eval.datasets.sample import Sample, slug
+from memloop.eval.tokens import TokenizerLike, token_counter
 
 def repository_text(files) -> str:
     """The files in dependency order, each introduced by a `# file: <path>` line."""
@@ -50,7 +50,7 @@ def load_repoqa(packages: Sequence[str | Path] | str = DEFAULT_PACKAGES, needles
     if len(packages) == 1 and is_release(packages[0]):
         return load_release(packages[0], chunk_tokens, count, language, limit)
     if (llm is not None or describer_model is not None) and description_cache is None:
-        from eval.assets import cache_root
+        from memloop.eval.assets import cache_root
 
         description_cache = cache_root() / "repoqa-descriptions"
     samples: list[Sample] = []

@@ -21,8 +21,8 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from eval.datasets.errors import DatasetError
-from eval.datasets.repoqa.source import SourceFile
+from memloop.eval.datasets.errors import DatasetError
+from memloop.eval.datasets.repoqa.source import SourceFile
 
 FIELDS = ("purpose", "input", "output", "procedure")
 # The paper's query form (seed 002 appendix C): the instruction, then the four numbered fields. Both the
@@ -282,8 +282,8 @@ def _cache_file(needle: Needle, model: str, cache_dir: Path) -> Path:
 def _llm_answer(needle: Needle, llm, cache_dir: Path | None) -> str:
     """The LLM's raw answer for the needle, from `cache_dir` when it was asked before; the leak check
     runs on it every time, so a cached answer is judged by today's rules."""
-    from eval.asking import ask
-    from eval.llm import Sampling
+    from memloop.eval.asking import ask
+    from memloop.eval.llm import Sampling
 
     path = _cache_file(needle, llm.name, cache_dir) if cache_dir is not None else None
     if path is not None and path.is_file():
@@ -310,7 +310,7 @@ def _parse_description(text: str) -> dict[str, str] | None:
 
 
 def describe_with_llm(needle: Needle, llm, cache_dir: str | Path | None = None) -> tuple[dict[str, str], str]:
-    """(description, describer): the LLM's description (eval.llm protocol) when it parses and names none of
+    """(description, describer): the LLM's description (memloop.eval.llm protocol) when it parses and names none of
     the needle's identifiers, else the rule-based one, with the reason in `describer`."""
     return _judged(needle, _llm_answer(needle, llm, Path(cache_dir).expanduser() if cache_dir is not None else None))
 

@@ -15,10 +15,10 @@ from typing import Any, Callable
 
 import networkx as nx
 
-from eval.datasets.errors import DatasetError, DatasetNotFoundError
-from eval.datasets.repoqa.needles import QUERY_HEAD
-from eval.datasets.repoqa.source import chunk_of, chunk_starts, pack_lines
-from eval.datasets.sample import Sample, slug
+from memloop.eval.datasets.errors import DatasetError, DatasetNotFoundError
+from memloop.eval.datasets.repoqa.needles import QUERY_HEAD
+from memloop.eval.datasets.repoqa.source import chunk_of, chunk_starts, pack_lines
+from memloop.eval.datasets.sample import Sample, slug
 
 _SUFFIXES = (".json", ".jsonl", ".json.gz", ".jsonl.gz")
 

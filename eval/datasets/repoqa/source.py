@@ -11,8 +11,8 @@ from typing import Sequence
 
 import networkx as nx
 
-from eval.datasets.errors import DatasetNotFoundError, EmptyDatasetError
-from eval.datasets.textfile import read_text
+from memloop.eval.datasets.errors import DatasetNotFoundError, EmptyDatasetError
+from memloop.eval.datasets.textfile import read_text
 
 
 @dataclass(frozen=True)

@@ -13,13 +13,13 @@ import sqlite3
 from pathlib import Path
 from typing import Any, Iterable
 
-from eval.datasets.errors import DatasetError, DatasetNotFoundError, InconsistentGoldError, UnknownFormatError
-from eval.datasets.records import read_records, require
-from eval.datasets.sample import Sample, slug
-from eval.datasets.spider.databases import BUILTIN, build
-from eval.datasets.spider.loft import load_loft_corpus, load_loft_queries
-from eval.datasets.spider.render import pack_tables, render_database
-from eval.tokens import TokenizerLike, token_counter
+from memloop.eval.datasets.errors import DatasetError, DatasetNotFoundError, InconsistentGoldError, UnknownFormatError
+from memloop.eval.datasets.records import read_records, require
+from memloop.eval.datasets.sample import Sample, slug
+from memloop.eval.datasets.spider.databases import BUILTIN, build
+from memloop.eval.datasets.spider.loft import load_loft_corpus, load_loft_queries
+from memloop.eval.datasets.spider.render import pack_tables, render_database
+from memloop.eval.tokens import TokenizerLike, token_counter
 
 _ORDER_BY = re.compile(r"\border\s+by\b", re.IGNORECASE)
 

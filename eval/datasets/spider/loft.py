@@ -5,8 +5,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from eval.datasets.errors import MissingFieldError
-from eval.datasets.records import read_records, require
+from memloop.eval.datasets.errors import MissingFieldError
+from memloop.eval.datasets.records import read_records, require
 
 
 @dataclass(frozen=True)

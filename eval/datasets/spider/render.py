@@ -5,8 +5,8 @@ import csv
 import io
 import sqlite3
 
-from eval.datasets.errors import DatasetError
-from eval.tokens import TokenCounter
+from memloop.eval.datasets.errors import DatasetError
+from memloop.eval.tokens import TokenCounter
 
 
 def table_names(con: sqlite3.Connection) -> list[str]:

@@ -24,8 +24,8 @@ import re
 from pathlib import Path
 from typing import Any, Iterator
 
-from eval.datasets.errors import DatasetError
-from eval.datasets.sumie.vocab import (CATEGORIES, DETAIL_LEVELS, FILLERS, MUTABLE, RICH_ATTRIBUTES, SENTIMENT_REMARKS,
+from memloop.eval.datasets.errors import DatasetError
+from memloop.eval.datasets.sumie.vocab import (CATEGORIES, DETAIL_LEVELS, FILLERS, MUTABLE, RICH_ATTRIBUTES, SENTIMENT_REMARKS,
                                        STYLES, UPDATE_TEMPLATES, Attribute, Category)
 
 PARAGRAPHS = 7

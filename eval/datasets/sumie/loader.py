@@ -16,9 +16,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from eval.datasets.errors import DatasetError, EmptyDatasetError, InconsistentGoldError, MissingFieldError
-from eval.datasets.records import Record, read_records, require
-from eval.datasets.sample import Sample, slug
+from memloop.eval.datasets.errors import DatasetError, EmptyDatasetError, InconsistentGoldError, MissingFieldError
+from memloop.eval.datasets.records import Record, read_records, require
+from memloop.eval.datasets.sample import Sample, slug
 
 _KNOWN = {"entity_name", "entity_category", "paragraph_summaries", "distractor_sentences"}
 
@@ -154,7 +154,7 @@ def load_sumie_dataset(path: str | Path | None = None, synthetic: bool = False, 
     (`conflicts`: probability per paragraph that a stated value changes; `detail`: "compact" short
     values, or "rich" clause-valued facts as many as the official SUMIE's)."""
     if synthetic:
-        from eval.datasets.sumie.generator import generate_sumie
+        from memloop.eval.datasets.sumie.generator import generate_sumie
 
         n = entities if limit is None else min(entities, limit)
         source = (f"memloop's SUMIE generator (seed {seed}, {entities} entities"
@@ -169,7 +169,7 @@ def load_sumie_dataset(path: str | Path | None = None, synthetic: bool = False, 
 def truncate_gold(gold: Any, n_chunks: int) -> Any:
     """Gold for the first `n_chunks` paragraphs: one entry of `turns` and `facts` per paragraph is kept.
 
-    Used by `eval.datasets.truncate` (a run's `max_chunks`); gold of another shape is returned whole.
+    Used by `memloop.eval.datasets.truncate` (a run's `max_chunks`); gold of another shape is returned whole.
     """
     if not isinstance(gold, dict) or "turns" not in gold:
         return gold

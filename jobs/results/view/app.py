@@ -16,9 +16,9 @@ from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 
-from jobs.results.view.errors import ViewError
-from jobs.results.view.pages import Pages, compare_plots, jsonable
-from jobs.results.view.runs import Query, ViewRun
+from memloop.jobs.results.view.errors import ViewError
+from memloop.jobs.results.view.pages import Pages, compare_plots, jsonable
+from memloop.jobs.results.view.runs import Query, ViewRun
 
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1", "[::1]")
 
@@ -97,7 +97,7 @@ def create_app(runs: list[ViewRun], *, host: str = "127.0.0.1", api_key: str | N
 
     @app.get("/", response_class=HTMLResponse)
     def home(request: Request) -> str:
-        from jobs.results.view.log_dir import RunsQuery
+        from memloop.jobs.results.view.log_dir import RunsQuery
 
         return pages.home(RunsQuery.parse(request.query_params))
 
@@ -111,7 +111,7 @@ def create_app(runs: list[ViewRun], *, host: str = "127.0.0.1", api_key: str | N
 
     @app.get("/run/{r}/samples.json")
     def samples_json(r: int, request: Request) -> Response:
-        from jobs.results.view.runs import select
+        from memloop.jobs.results.view.runs import select
 
         rows, total = select(pages.run_of(r), Query.parse(request.query_params))
         return Response(rows.to_json(orient="records"), media_type="application/json",

@@ -14,10 +14,10 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from jobs.results.view.pages import Pages
-from jobs.results.view.runs import Query, ViewRun
-from jobs.store.run_store import RunStore
-from jobs.store.tables import now
+from memloop.jobs.results.view.pages import Pages
+from memloop.jobs.results.view.runs import Query, ViewRun
+from memloop.jobs.store.run_store import RunStore
+from memloop.jobs.store.tables import now
 
 METHODS = ("cok", "inc-update", "hier-merge", "prism-inplace")
 

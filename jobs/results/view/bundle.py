@@ -15,9 +15,9 @@ import json
 from pathlib import Path
 from urllib.parse import urlencode
 
-from jobs.results.report import headline
-from jobs.results.view.pages import Links, Pages, jsonable
-from jobs.results.view.runs import Query, ViewRun
+from memloop.jobs.results.report import headline
+from memloop.jobs.results.view.pages import Links, Pages, jsonable
+from memloop.jobs.results.view.runs import Query, ViewRun
 
 
 class BundleLinks(Links):

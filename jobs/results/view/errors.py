@@ -1,7 +1,7 @@
 """The viewer's errors (a JobsError: the CLI prints them on one line and exits 2)."""
 from __future__ import annotations
 
-from jobs.errors import JobsError
+from memloop.jobs.errors import JobsError
 
 
 class ViewError(JobsError):

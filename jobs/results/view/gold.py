@@ -4,7 +4,7 @@ SUMIE: the gold facts of every turn the unit read, each marked matched (some pre
 judged to be it: `supported_by` of sumie-exact and sumie, or the recall check of sumie) or missed,
 or unjudged when no SUMIE judge ran. A reference summary as text; RepoQA: the needle (its name,
 file, line and the description the question gives); Spider: the gold rows and the gold SQL. The
-samples come from `jobs.results.sample_data` (reloaded through the run's config); when they cannot
+samples come from `memloop.jobs.results.sample_data` (reloaded through the run's config); when they cannot
 be, the view carries the reason instead.
 """
 from __future__ import annotations
@@ -14,7 +14,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from jobs.results.view.runs import ViewRun
+    from memloop.jobs.results.view.runs import ViewRun
 
 _REFERENCE_ITEM = re.compile(r"turn (\d+): reference (\d+):")
 
@@ -42,7 +42,7 @@ def gold_view(run: "ViewRun", row: dict[str, Any]) -> dict[str, Any]:
         return {"kind": "none", "note": data.note or "the run's data no longer holds this sample"}
     gold = sample.gold
     if sample.task == "sumie":
-        from eval.judges.sumie import gold_turns
+        from memloop.eval.judges.sumie import gold_turns
 
         found, judged = _matched(run, row["unit"])
         turns = []

@@ -12,13 +12,13 @@ import os
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, Mapping
 
-from jobs.errors import StorageError
-from jobs.results.view.errors import ViewError
-from jobs.store.outputs import join_uri, open_store
-from jobs.store.run_store import RunStore
+from memloop.jobs.errors import StorageError
+from memloop.jobs.results.view.errors import ViewError
+from memloop.jobs.store.outputs import join_uri, open_store
+from memloop.jobs.store.run_store import RunStore
 
 if TYPE_CHECKING:
-    from jobs.results.view.runs import ViewRun
+    from memloop.jobs.results.view.runs import ViewRun
 
 LOG_DIR_ENV = "MEMLOOP_LOG_DIR"
 COLUMNS = ("run_id", "model", "judge", "methods", "datasets", "date", "duration_s", "status", "headline")
@@ -50,7 +50,7 @@ def expand(uris: list[str]) -> list[str]:
 
 def _headline(run: "ViewRun") -> tuple[str, float | None]:
     """The run's first judge metric (SUMIE: F1 at the last turn) per method, and the best of them."""
-    from jobs.results.report import score_figures
+    from memloop.jobs.results.report import score_figures
 
     figs = [f for f in score_figures(run.data)[0] if f.get("mean") is not None]
     if not figs:
@@ -64,7 +64,7 @@ def _headline(run: "ViewRun") -> tuple[str, float | None]:
 
 
 def run_row(r: int, run: "ViewRun") -> dict[str, Any]:
-    from jobs.results.report import figures_of, models_of
+    from memloop.jobs.results.report import figures_of, models_of
 
     runs = run.data.runs
     samples = run.data.samples

@@ -19,13 +19,13 @@ import jinja2
 import pandas as pd
 from markdown_it import MarkdownIt
 
-from jobs.results.view.runs import (BASE_COLUMNS, PAGE_SIZES, Query, ViewRun, cause_choices, select,
+from memloop.jobs.results.view.runs import (BASE_COLUMNS, PAGE_SIZES, Query, ViewRun, cause_choices, select,
                                     step_choices)
-from jobs.results.view.gold import gold_view
-from jobs.results.view.timeline import timeline, verdicts
+from memloop.jobs.results.view.gold import gold_view
+from memloop.jobs.results.view.timeline import timeline, verdicts
 
 if TYPE_CHECKING:
-    from jobs.results.view.log_dir import RunsQuery
+    from memloop.jobs.results.view.log_dir import RunsQuery
 
 TEMPLATES = Path(__file__).with_name("templates")
 _MD = MarkdownIt("commonmark", {"html": False}).enable("table")
@@ -114,15 +114,15 @@ class Pages:
                                                   **ctx)
 
     def run_of(self, r: int) -> ViewRun:
-        from jobs.results.view.errors import ViewError
+        from memloop.jobs.results.view.errors import ViewError
 
         if not 0 <= r < len(self.runs):
             raise ViewError(f"the viewer holds runs 0..{len(self.runs) - 1}, not {r}")
         return self.runs[r]
 
     def home(self, query: "RunsQuery | None" = None) -> str:
-        """The runs list: one row per run, sorted and filtered by `query` (`jobs.results.view.log_dir`)."""
-        from jobs.results.view.log_dir import COLUMNS, STATUSES, RunsQuery, run_row, select_runs
+        """The runs list: one row per run, sorted and filtered by `query` (`memloop.jobs.results.view.log_dir`)."""
+        from memloop.jobs.results.view.log_dir import COLUMNS, STATUSES, RunsQuery, run_row, select_runs
 
         query = query or RunsQuery()
         if self._rows is None:
@@ -186,7 +186,7 @@ class Pages:
                                                                                      sides[1]["steps"]))
 
     def compare(self, a: int, b: int) -> str:
-        from jobs.results.compare import CompareError, compare_runs, to_markdown
+        from memloop.jobs.results.compare import CompareError, compare_runs, to_markdown
 
         ra, rb = self.run_of(a), self.run_of(b)
         try:
@@ -202,7 +202,7 @@ def compare_plots(ra: ViewRun, rb: ViewRun) -> dict[str, bytes]:
     import matplotlib
 
     matplotlib.use("Agg")
-    from jobs.results.compare import compare_runs, plots
+    from memloop.jobs.results.compare import compare_runs, plots
 
     return plots(ra.data, rb.data, compare_runs(ra.data, rb.data))
 

@@ -1,8 +1,8 @@
 """One run as the viewer holds it: the report's `RunData` (one load, the report's own loader), the raw
 judgments, and a unit index for the samples page (filter, sort, paginate server-side).
 
-The per-unit score columns are `jobs.results.cells.unit_values` (one value per unit, SUMIE's turns summarised, as
-`memloop compare` pairs them); the report, its tables and plots are `jobs.results.report`'s.
+The per-unit score columns are `memloop.jobs.results.cells.unit_values` (one value per unit, SUMIE's turns summarised, as
+`memloop compare` pairs them); the report, its tables and plots are `memloop.jobs.results.report`'s.
 """
 from __future__ import annotations
 
@@ -14,13 +14,13 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
-from jobs.results.cells import unit_values
-from jobs.results.compare import PAIR
-from jobs.results.report import NOT_APPLICABLE, PromptTokenizer, Report, RunData, build_report, figures_of, run_config
-from jobs.results.view.errors import ViewError
-from jobs.store.lock import LOCK_NAME
-from jobs.store.objects import NotFoundError
-from jobs.store.run_store import RunStore
+from memloop.jobs.results.cells import unit_values
+from memloop.jobs.results.compare import PAIR
+from memloop.jobs.results.report import NOT_APPLICABLE, PromptTokenizer, Report, RunData, build_report, figures_of, run_config
+from memloop.jobs.results.view.errors import ViewError
+from memloop.jobs.store.lock import LOCK_NAME
+from memloop.jobs.store.objects import NotFoundError
+from memloop.jobs.store.run_store import RunStore
 
 # the samples page's fixed columns (samples-table columns, plus the failed-step count); then one per score
 BASE_COLUMNS = ("sample_id", "method", "dataset", "repeat", "status", "n_steps", "failed_steps", "input_tokens",
@@ -96,9 +96,9 @@ class ViewRun:
                  & (i.index != unit_id)]
 
     def sample_data(self) -> Any:
-        """The run's samples (input and gold), reloaded once through its config (`jobs.results.sample_data`)."""
+        """The run's samples (input and gold), reloaded once through its config (`memloop.jobs.results.sample_data`)."""
         if self._sample_data is None:
-            from jobs.results.sample_data import load_sample_data
+            from memloop.jobs.results.sample_data import load_sample_data
 
             self._sample_data = load_sample_data(self.store)
         return self._sample_data
@@ -179,7 +179,7 @@ def unit_index(d: RunData) -> tuple[pd.DataFrame, list[str]]:
     failed = (st[st["error"].notna()].groupby("unit").size() if not st.empty else pd.Series(dtype=int))
     idx = s[["unit"] + list(c for c in BASE_COLUMNS if c != "failed_steps") + ["error"]].copy()
     idx["failed_steps"] = idx["unit"].map(failed).fillna(0).astype(int)
-    # the outcomes of the unit's steps (`eval.methods.outcomes`), for the step-outcome filter
+    # the outcomes of the unit's steps (`memloop.eval.methods.outcomes`), for the step-outcome filter
     outcomes = (st.dropna(subset=["outcome"]).groupby("unit")["outcome"].agg(lambda o: ",".join(sorted(set(o))))
                 if not st.empty and "outcome" in st else pd.Series(dtype=str))
     idx["outcomes"] = idx["unit"].map(outcomes).fillna("")

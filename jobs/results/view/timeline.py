@@ -18,10 +18,10 @@ from typing import Any
 import jsonpatch
 import pandas as pd
 
-from jobs.results.view.runs import ViewRun
+from memloop.jobs.results.view.runs import ViewRun
 
 _MISSING = object()
-# how a method records a rejected revision in the step's failures (eval.methods.structured / prism)
+# how a method records a rejected revision in the step's failures (memloop.eval.methods.structured / prism)
 _REJECTED = re.compile(r"^revision rejected \((?P<where>.*)\): (?P<reason>.*)$", re.S)
 
 
