@@ -21,6 +21,8 @@ def export_cmd(
                                                         "inspect: one Inspect AI .eval log per (dataset, method)."),
     force: bool = typer.Option(False, "--force", help="Replace the run's partition even when it holds more rows "
                                                       "than the run now has (otherwise refused: a damaged copy)."),
+    allow_partial: bool = typer.Option(False, "--allow-partial", help="Export a run that is being computed now "
+                                                                      "(otherwise refused: its tables are partial)."),
 ) -> None:
     """Write the run's final tables (one row per unit, retries resolved) or its Inspect logs; prints one JSON line."""
     if fmt not in FORMATS:
@@ -28,13 +30,14 @@ def export_cmd(
     if fmt == "inspect":
         from memloop.jobs.results.inspect_log import export_inspect
 
-        ins = export_inspect(run_uri, to)
-        print(json.dumps({"run_id": ins.run_id, "dest": ins.dest, "logs": ins.logs, "samples": ins.samples}), flush=True)
+        ins = export_inspect(run_uri, to, allow_partial=allow_partial)
+        print(json.dumps({"run_id": ins.run_id, "dest": ins.dest, "logs": ins.logs, "samples": ins.samples,
+                          "partial": ins.partial}), flush=True)
         return
     from memloop.jobs.store.export import export_run
 
-    res = export_run(run_uri, to, force=force)
-    print(json.dumps({"run_id": res.run_id, "dest": res.dest, "rows": res.rows}), flush=True)
+    res = export_run(run_uri, to, force=force, allow_partial=allow_partial)
+    print(json.dumps({"run_id": res.run_id, "dest": res.dest, "rows": res.rows, "partial": res.partial}), flush=True)
 
 
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:

@@ -45,6 +45,7 @@ from memloop.jobs.errors import JobsError
 from memloop.jobs.results.compare import run_label
 from memloop.jobs.results.report import RunData, run_config, score_figures
 from memloop.jobs.results.sample_data import SampleData, load_sample_data, target_of
+from memloop.jobs.store.export import check_destination, check_not_computing
 from memloop.jobs.store.outputs import join_uri, open_store
 from memloop.jobs.store.run_store import RunStore
 
@@ -59,6 +60,7 @@ class InspectExport:
     dest: str
     logs: list[str]  # file names under dest, one per (dataset, method)
     samples: int
+    partial: bool = False  # the run was being computed (exported with allow_partial)
 
 
 def _inspect() -> Any:
@@ -265,8 +267,9 @@ def _safe(text: str) -> str:
     return "".join(c if c.isalnum() or c in "._-" else "-" for c in text)
 
 
-def export_inspect(run_uri: str, dest: str | None = None) -> InspectExport:
-    """Write one `.eval` log per (dataset, method) of the run under `dest` (default `{run}/inspect/`)."""
+def export_inspect(run_uri: str, dest: str | None = None, allow_partial: bool = False) -> InspectExport:
+    """Write one `.eval` log per (dataset, method) of the run under `dest` (default `{run}/inspect/`); a run being
+    computed now is refused unless `allow_partial`."""
     _inspect()
     import tempfile
     from pathlib import Path
@@ -274,6 +277,9 @@ def export_inspect(run_uri: str, dest: str | None = None) -> InspectExport:
     from inspect_ai.log import write_eval_log
 
     rs = RunStore.at(run_uri)
+    partial = check_not_computing(rs, allow_partial) is not None
+    if dest:
+        check_destination(dest, tables=False)  # .eval files only: beside a run's tables is fine (the default)
     d = RunData.load(rs)
     if d.samples.empty:
         raise ExportError(f"{rs.uri} has no finished unit yet; export it after `memloop run` has written some")
@@ -291,4 +297,4 @@ def export_inspect(run_uri: str, dest: str | None = None) -> InspectExport:
             write_eval_log(log, str(Path(tmp) / name), format="eval")
             store.put(name, (Path(tmp) / name).read_bytes(), mode="overwrite")
             names.append(name)
-    return InspectExport(rs.run_id, store.uri, names, len(d.samples))
+    return InspectExport(rs.run_id, store.uri, names, len(d.samples), partial)

@@ -83,12 +83,16 @@ class RunData:
     # figures derived once per load and read by several tables (the paper's prefix hit tokenises
     # every recorded prompt: the Markdown, the plots and `headline` share one pass)
     derived: dict = field(default_factory=dict, repr=False, compare=False)
+    # the lock holder of a run being computed now (its tables, and so every figure, are partial), else None
+    computing: dict[str, Any] | None = None
 
     @classmethod
     def load(cls, rs: RunStore) -> "RunData":
+        computing = rs.computing()  # read first: a run that finishes while loading was partial when read
         return cls(rs.uri, rs.run_id, rs.table("samples").to_pandas(), rs.table("steps").to_pandas(),
                    rs.table("scores").to_pandas(), rs.table("runs").to_pandas(),
-                   [Judging.load(rs, jid) for jid in rs.judging_ids()], judge_failures_of(rs.table("judgments")))
+                   [Judging.load(rs, jid) for jid in rs.judging_ids()], judge_failures_of(rs.table("judgments")),
+                   computing=computing)
 
     def judged_by(self, j: "Judging") -> "RunData":
         """The run with a re-judging's scores in place of its own: every table of scores then reads
@@ -517,7 +521,8 @@ def headline(d: RunData) -> dict:
     `n/a`, `incomplete_units`, `total`, `samples`, `repeats`) and `incomplete`. The cost figures (seed
     002's and the engine's, `cost_cells`: the same mean, s.e. and bootstrap interval over samples) are over the samples every method finished (`samples` of `total`; left-out samples under
     `cost_excluded`), the judge figures over the samples every method ran (`score_excluded`);
-    `incomplete` at the top is true when any figure is. `models`: the model under test and the judge
+    `incomplete` at the top is true when any figure is, or while the run is being computed (`in_progress`: its
+    lock holder, else None; every figure is then partial and marked `partial`). `models`: the model under test and the judge
     model. `paper_tables`: the tables of the papers the run's config names (`memloop.jobs.results.paper_tables`),
     memloop's cell and the paper's number side by side."""
     units = [{"method": m, "dataset": ds, "ok": int((g["status"] == "ok").sum()),
@@ -526,8 +531,11 @@ def headline(d: RunData) -> dict:
              for (m, ds), g in d.samples.groupby(["method", "dataset"], sort=True)]
     _, excluded = cost_units(d)
     figures = figures_of(d)
+    if d.computing:
+        figures = [dict(f, partial=True) for f in figures]
     return {"run_id": d.run_id, "uri": d.uri, "units": units, "figures": figures, "cost_excluded": excluded,
-            "score_excluded": score_figures(d)[1], "incomplete": any(f.get("incomplete") for f in figures),
+            "score_excluded": score_figures(d)[1], "in_progress": d.computing,
+            "incomplete": bool(d.computing) or any(f.get("incomplete") for f in figures),
             "models": models_of(d), "paper_tables": [laid for _, laid in paper_tables(d)],
             "health": health_rows(d), "unsuccessful_step_share": health.UNSUCCESSFUL_STEP_SHARE,
             "judgings": [dict(j.summary(), figures=score_figures(d.judged_by(j))[0]) for j in d.judgings]}
@@ -870,12 +878,22 @@ def units_line(samples: pd.DataFrame) -> str:
     return f"{len(samples)} units ({', '.join(f'{n} {what}' for what, n in counts if n or what == 'ok')})"
 
 
+def in_progress_note(d: RunData) -> list[str]:
+    """The report's first words on a run being computed now: every figure below is partial."""
+    h = d.computing
+    if not h:
+        return []
+    return [f"**In progress, partial figures:** this run is being computed now by {h.get('owner')!r} (host "
+            f"{h.get('host')}, pid {h.get('pid')}, last heartbeat {h.get('heartbeat_at')}); the tables below hold the "
+            "units written so far. Report it again when that run has finished.", ""]
+
+
 def build_report(d: RunData) -> Report:
     import matplotlib
 
     matplotlib.use("Agg")
     n_rep = int(d.samples["repeat"].nunique()) if not d.samples.empty else 0
-    parts = [f"# Run `{d.run_id}`", "", f"Results: `{d.uri}`", "",
+    parts = [f"# Run `{d.run_id}`", "", f"Results: `{d.uri}`", "", *in_progress_note(d),
              f"{units_line(d.samples)}, {n_rep} repeat(s); "
              "figures are mean ± standard error over repeats [95% bootstrap interval over samples]." if n_rep > 1 else
              f"{units_line(d.samples)}, one repeat; figures are mean [95% bootstrap interval over samples].",

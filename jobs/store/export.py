@@ -10,12 +10,18 @@ Exporting again replaces the run's partition; other runs' partitions are left al
 never replaced by one with fewer rows unless `force` is given (a damaged copy of a run, e.g. one
 whose `steps/` folder is missing, would otherwise overwrite the good export with empty tables), and
 the partition's run id is the one written in the run's tables, not the directory's name.
+A destination inside a run, or holding one, is refused before anything is written: the run lists its table
+folders recursively, so partitions written there would read as the run's own shards. A run being computed
+now is refused too (its tables are partial) unless `allow_partial` is given.
 docs/operations.md has the SQL snippets and the JSON columns' schemas.
 """
 from __future__ import annotations
 
 import io
+import re
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -35,6 +41,7 @@ class ExportResult:
     run_id: str
     dest: str
     rows: dict[str, int]  # table -> rows written
+    partial: bool = False  # the run was being computed (exported with allow_partial)
 
 
 def default_dest(rs: RunStore) -> str:
@@ -54,6 +61,66 @@ def final_table(rs: RunStore, table: str) -> pa.Table:
 
 class ExportShrinkError(StorageError):
     """An export would replace a partition with fewer rows than it holds."""
+
+
+class ExportDestinationError(StorageError):
+    """The destination cannot take an export: a file, inside a run, or holding runs."""
+
+
+class RunInProgressError(StorageError):
+    """The run is being computed now: its tables are partial."""
+
+
+# A run keeps one manifest per invocation right under runs/ ({invocation}.parquet); an export's runs/ holds only
+# run_id=... partitions, so this tells a run's directory from an export's.
+_MANIFEST = re.compile(r"(?:^|/)runs/[^/]+\.parquet$")
+
+
+def _ancestors(uri: str) -> list[str]:
+    """`uri` and every folder above it, nearest first (a bucket's prefixes up to the bucket)."""
+    if uri.startswith("gs://"):
+        parts = uri[len("gs://"):].rstrip("/").split("/")
+        return ["gs://" + "/".join(parts[:k]) for k in range(len(parts), 0, -1)]
+    p = Path(uri).expanduser().resolve()
+    return [str(a) for a in (p, *p.parents)]
+
+
+def _is_run_dir(uri: str) -> bool:
+    if not uri.startswith("gs://"):
+        runs = Path(uri) / "runs"
+        return runs.is_dir() and any(f.is_file() and f.suffix == ".parquet" for f in runs.iterdir()) \
+            and any((Path(uri) / table).is_dir() for table in ("samples", "index"))
+    return any(_MANIFEST.search(n) for n in open_store(uri).list("runs"))
+
+
+def check_destination(dest: str, *, tables: bool) -> None:
+    """Refuse a destination that is an existing file, or (`tables`: the export writes table folders) lies inside
+    a run or holds runs. Raises ExportDestinationError saying which and what to do; writes nothing."""
+    if not dest.startswith("gs://") and Path(dest).expanduser().exists() and not Path(dest).expanduser().is_dir():
+        raise ExportDestinationError(f"--to {dest}: is a file, not a directory; give a new or existing directory")
+    if not tables:
+        return
+    for folder in _ancestors(dest):
+        if _is_run_dir(folder):
+            raise ExportDestinationError(
+                f"--to {dest}: is inside the run {folder}; its tables would mix with the run's own and break it. "
+                "Export next to the runs instead (the default, OUTPUT/export) or to a directory of its own")
+    inside = sorted({_MANIFEST.split(n)[0] or "." for n in open_store(dest).list("") if _MANIFEST.search(n)})
+    if inside:
+        raise ExportDestinationError(
+            f"--to {dest}: holds the run(s) {', '.join(inside[:3])}{' ...' if len(inside) > 3 else ''}; export to "
+            "a directory that holds no run (the default is OUTPUT/export)")
+
+
+def check_not_computing(rs: RunStore, allow_partial: bool) -> dict[str, Any] | None:
+    """The holder of a run being computed now (None if none); raises RunInProgressError unless `allow_partial`."""
+    holder = rs.computing()
+    if holder and not allow_partial:
+        raise RunInProgressError(
+            f"{rs.uri} is being computed now by {holder.get('owner')!r} (host {holder.get('host')}, pid "
+            f"{holder.get('pid')}, last heartbeat {holder.get('heartbeat_at')}); its tables are partial. Export "
+            "it when that run has finished, or pass --allow-partial to export what it holds so far")
+    return holder
 
 
 def run_id_of(rs: RunStore) -> str:
@@ -78,10 +145,13 @@ def _rows_held(store: Store, name: str) -> int:
         return 0  # an unreadable partition holds nothing worth keeping
 
 
-def export_run(run_uri: str, dest: str | None = None, force: bool = False) -> ExportResult:
+def export_run(run_uri: str, dest: str | None = None, force: bool = False,
+               allow_partial: bool = False) -> ExportResult:
     rs = RunStore.at(run_uri)
+    partial = check_not_computing(rs, allow_partial) is not None
     run_id = run_id_of(rs)
     dest = dest or default_dest(rs)
+    check_destination(dest, tables=True)
     store = open_store(dest)
     tables = {table: final_table(rs, table) for table in EXPORT_TABLES}
     if not force:  # every table checked before any is written, so a refused export changes nothing
@@ -98,4 +168,4 @@ def export_run(run_uri: str, dest: str | None = None, force: bool = False) -> Ex
         pq.write_table(t, buf, compression="zstd")
         store.put(partition_name(table, run_id), buf.getvalue(), mode="overwrite")
         rows[table] = t.num_rows
-    return ExportResult(run_id, store.uri, rows)
+    return ExportResult(run_id, store.uri, rows, partial)

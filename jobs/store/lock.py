@@ -16,6 +16,8 @@ from memloop.jobs.store.objects import ConflictError, NotFoundError, Store
 from memloop.jobs.store.tables import now
 
 LOCK_NAME = ".lock"
+# A lock whose heartbeat is older than this belongs to a driver that is gone (`run_lock` refreshes every minute).
+STALE_AFTER_S = 600.0
 _LIVE_LOCKS: set[str] = set()  # the URIs of the locks this process holds now
 
 
@@ -115,6 +117,24 @@ def acquire_lock(store: Store, name: str, lock_uri: str, run_uri: str, owner: st
             f"{current.get('heartbeat_at')}); wait for it to finish, or if that process is gone delete "
             f"{lock_uri}", holder=current)
     raise LockHeldError(f"the lock {lock_uri} keeps changing hands; another process is taking it", holder={})
+
+
+def live_holder(store: Store, name: str, lock_uri: str, stale_after_s: float = STALE_AFTER_S) -> dict[str, Any] | None:
+    """Who holds the lock object `name` and is computing now: None when there is no lock, it names no holder,
+    its holder is gone from this host, or its heartbeat is older than `stale_after_s` (a lock `acquire_lock`
+    would take over)."""
+    try:
+        raw, _ = store.read(name)
+    except NotFoundError:
+        return None
+    try:
+        holder = json.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(holder, dict) or _holder_is_dead(holder, lock_uri) \
+            or _age_s(holder.get("heartbeat_at")) > stale_after_s:
+        return None
+    return holder
 
 
 def _pid_namespace() -> int | None:

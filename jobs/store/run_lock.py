@@ -18,10 +18,10 @@ from typing import Callable, Iterator
 import time
 
 from memloop.jobs.errors import LockHeldError, StorageError, error_text
+from memloop.jobs.store.lock import STALE_AFTER_S
 from memloop.jobs.store.run_store import RunStore
 
 HEARTBEAT_S = 60.0
-STALE_AFTER_S = 600.0
 HEARTBEAT_GIVE_UP_S = 180.0  # well before STALE_AFTER_S: no other run may judge this one stale while it computes
 
 

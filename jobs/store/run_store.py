@@ -48,7 +48,7 @@ import pyarrow.parquet as pq
 from memloop.jobs.errors import StorageError
 from memloop.jobs.store.compaction import merged_table, small_shard_groups
 from memloop.jobs.store.local import LocalStore
-from memloop.jobs.store.lock import LOCK_NAME, Lock, acquire_lock
+from memloop.jobs.store.lock import LOCK_NAME, Lock, acquire_lock, live_holder
 from memloop.jobs.store.objects import NotFoundError, Store, WriteMode
 from memloop.jobs.store.outputs import join_uri, open_store
 from memloop.jobs.store.run_files import (FILES_KEY, RUN_FOLDERS, SHARD_TABLES, WRITER_KEY, Committed, DamagedRunError,
@@ -194,6 +194,12 @@ class RunStore:
         name = self.name(LOCK_NAME)
         return acquire_lock(self.store, name, join_uri(self.store.uri, name), self.uri, owner,
                             stale_after_s=stale_after_s)
+
+    def computing(self) -> dict[str, Any] | None:
+        """The holder of the run's lock while it computes the run now (owner, host, pid, heartbeat), else None:
+        what a reader of the tables must know, since they are then partial."""
+        name = self.name(LOCK_NAME)
+        return live_holder(self.store, name, join_uri(self.store.uri, name))
 
     # writing -------------------------------------------------------------------------------
 

@@ -171,3 +171,75 @@ def test_an_unreadable_table_file_is_named(tmp_path, capsys, monkeypatch, damage
         assert code == 2, (args, err)
         assert f"error: DamagedRunError: {bad} is not a readable Parquet file" in err, (args, err)
         assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("where", ["the-run", "inside-the-run", "a-table-of-the-run", "the-output"])
+def test_a_destination_inside_a_run_or_holding_one_is_refused_and_the_run_stays_whole(
+        tmp_path, capsys, monkeypatch, where) -> None:
+    """`export RUN --to RUN` once wrote samples/run_id=.../part-0.parquet inside the run's own tables (which
+    the store lists recursively), exit 0; afterwards report, export and memloop.load failed."""
+    rs = _run(str(tmp_path / "runs"), "r1")
+    run_dir = tmp_path / "runs" / "r1"
+    dest = {"the-run": run_dir, "inside-the-run": run_dir / "lake", "a-table-of-the-run": run_dir / "samples",
+            "the-output": tmp_path / "runs"}[where]
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    code, _, err = memloop_cli(["export", rs.uri, "--to", str(dest)], capsys, monkeypatch)
+    assert code == 2 and "error: ExportDestinationError:" in err and err.count("\n") == 1, err
+    assert ("is inside the run" in err) if where != "the-output" else ("holds the run(s) r1" in err), err
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before  # nothing written
+    code, out, err = memloop_cli(["report", rs.uri, "--json"], capsys, monkeypatch)
+    assert code == 0 and json.loads(out)["units"][0]["ok"] == 2, err
+
+
+def test_an_existing_file_as_destination_is_one_line(tmp_path, capsys, monkeypatch) -> None:
+    rs = _run(str(tmp_path / "runs"), "r1")
+    target = tmp_path / "notes.txt"
+    target.write_text("mine\n")
+    for fmt in ("parquet", "inspect"):
+        code, _, err = memloop_cli(["export", rs.uri, "--to", str(target), "--format", fmt], capsys, monkeypatch)
+        assert code == 2 and "is a file, not a directory" in err and err.count("\n") == 1, (fmt, err)
+    assert target.read_text() == "mine\n"
+
+
+def test_a_run_being_computed_is_exported_only_with_allow_partial_and_reported_as_partial(
+        tmp_path, capsys, monkeypatch) -> None:
+    """While a live process holds the run's lock (here this test, through the run store's own lock), the
+    tables are partial: export refuses without --allow-partial, and the report says so in its first lines and
+    in --json (`in_progress`, `incomplete`, every figure `partial`). Once released, all reads are whole again."""
+    rs = _run(str(tmp_path / "runs"), "r1")
+    dest = str(tmp_path / "lake")
+    lock = RunStore.at(rs.uri).acquire_lock("memloop run (a test)")
+    try:
+        code, _, err = memloop_cli(["export", rs.uri, "--to", dest], capsys, monkeypatch)
+        assert code == 2 and "error: RunInProgressError:" in err and "--allow-partial" in err, err
+        assert "memloop run (a test)" in err and not (tmp_path / "lake").exists()
+        code, out, err = memloop_cli(["export", rs.uri, "--to", dest, "--allow-partial"], capsys, monkeypatch)
+        assert code == 0 and json.loads(out)["partial"] is True, err
+        code, out, _ = memloop_cli(["report", rs.uri, "--json"], capsys, monkeypatch)
+        rep = json.loads(out)
+        assert code == 0 and rep["incomplete"] is True and rep["in_progress"]["owner"] == "memloop run (a test)"
+        assert rep["figures"] and all(f["partial"] for f in rep["figures"])
+        code, out, _ = memloop_cli(["report", rs.uri], capsys, monkeypatch)
+        assert code == 0 and "**In progress, partial figures:**" in out.split("## Units")[0]
+    finally:
+        lock.release()
+    code, out, _ = memloop_cli(["export", rs.uri, "--to", dest], capsys, monkeypatch)
+    assert code == 0 and json.loads(out)["partial"] is False
+    code, out, _ = memloop_cli(["report", rs.uri, "--json"], capsys, monkeypatch)
+    rep = json.loads(out)
+    assert rep["in_progress"] is None and rep["incomplete"] is False and not any("partial" in f for f in rep["figures"])
+
+
+def test_a_lock_left_by_a_dead_driver_is_not_a_run_in_progress(tmp_path, capsys, monkeypatch) -> None:
+    """kill -9 of the driver leaves its lock: a holder gone from this host computes nothing."""
+    import subprocess
+    import sys
+
+    rs = _run(str(tmp_path / "runs"), "r1")
+    code = ("import sys; from memloop.jobs.store.run_store import RunStore; "
+            "RunStore.at(sys.argv[1]).acquire_lock('gone'); import os; os._exit(0)")  # exits holding it
+    subprocess.run([sys.executable, "-c", code, rs.uri], check=True, timeout=120)
+    assert (tmp_path / "runs" / "r1" / ".lock").is_file()
+    assert RunStore.at(rs.uri).computing() is None
+    code, out, err = memloop_cli(["export", rs.uri, "--to", str(tmp_path / "lake")], capsys, monkeypatch)
+    assert code == 0 and json.loads(out)["partial"] is False, err
