@@ -103,6 +103,14 @@ class JudgeInfo:
     # when the judge failed on every unit of a dataset and so wrote no score there
     metrics: tuple[str, ...] = ()
     per_turn: bool = False  # metrics scored per turn (SUMIE): a table shows them at start / last / avg
+    # the `judge` its rows carry when another judge's (a variant of the same measure, e.g. booookscore-batched
+    # writes booookscore rows): two judges of one run must not write the same rows (`row_name`)
+    rows_as: str | None = None
+
+    @property
+    def row_name(self) -> str:
+        """The `judge` column of the rows this judge writes."""
+        return self.rows_as or self.name
 
     def load(self) -> Callable[..., JudgeResult]:
         import importlib
@@ -140,7 +148,7 @@ for _info in (
               ("booookscore-sentence",), metrics=("booookscore",)),
     JudgeInfo("booookscore-batched", ("book",), True, "memloop.eval.judges.booookscore", "judge_batched",
               "BooookScore with several sentences per judge call (JSON list answers)", ("booookscore-batch",),
-              metrics=("booookscore",)),
+              metrics=("booookscore",), rows_as="booookscore"),
     JudgeInfo("sumie", ("sumie",), True, "memloop.eval.judges.sumie", "judge_llm",
               "per-turn P/R/F1 of attribute-value pairs, LLM matches both ways", ("sumie-match", "sumie-extract",
                                                                                     "sumie-recall"),
@@ -164,7 +172,7 @@ for _info in (
               metrics=("accuracy",)),
     JudgeInfo("mab-llm", ("memoryagentbench",), True, "memloop.eval.judges.mab", "judge_with_llm",
               "MemoryAgentBench as `mab`, with LongMemEval and ∞Bench-Sum judged by the judge model as the "
-              "benchmark's LLM judges do", _MAB_LLM_TEMPLATES, metrics=("accuracy",)),
+              "benchmark's LLM judges do", _MAB_LLM_TEMPLATES, metrics=("accuracy",), rows_as="mab"),
 ):
     JUDGES.register(_info.name, _info)
 
@@ -208,7 +216,11 @@ def run_judge(name: str, output: Any, gold: Any, llm: LLM | None = None, metadat
     info = get_judge(name)
     if info.needs_llm and llm is None:
         raise JudgeError(f"judge {name!r} needs a judge LLM; configure `judge_model` in the run config")
-    return info.load()(output, gold, llm, metadata=metadata or {}, **info.check_options(options))
+    result = info.load()(output, gold, llm, metadata=metadata or {}, **info.check_options(options))
+    if result.judge != info.row_name:  # the registry's `rows_as` is what keeps a run's judges' rows apart
+        raise JudgeError(f"judge {name!r} wrote rows as {result.judge!r} but is registered to write "
+                         f"{info.row_name!r}; set its `rows_as` in memloop.eval.judges")
+    return result
 
 
 __all__ = ["Judgment", "JudgeResult", "Score", "JudgeInfo", "JUDGES", "list_judges", "get_judge", "register_judge",

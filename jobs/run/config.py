@@ -304,6 +304,28 @@ class RunConfig(_Strict):
             raise ValueError(f"methods {dup} appear twice; give each a distinct `label`")
         return v
 
+    @field_validator("judges")
+    @classmethod
+    def _judges_write_apart(cls, v: list[JudgeSpec]) -> list[JudgeSpec]:
+        """Two entries writing the same `judge` rows (a judge listed twice, or booookscore beside
+        booookscore-batched) would blend into one figure, or count every score twice."""
+        from memloop.eval.errors import JudgeError
+        from memloop.eval.judges import get_judge
+
+        writers: dict[str, list[str]] = {}
+        for j in v:
+            try:
+                writers.setdefault(get_judge(j.name).row_name, []).append(j.name)
+            except JudgeError:
+                continue  # an unknown name is reported by the plan, with the known ones
+        twice = {row: names for row, names in writers.items() if len(names) > 1}
+        if twice:
+            row, names = sorted(twice.items())[0]
+            raise ValueError(f"{' and '.join(repr(n) for n in names)} both write `judge={row}` rows, which would "
+                             "merge into one figure; list each judge once (to judge a run again with other options, "
+                             "use `memloop rescore RUN --judge NAME`)")
+        return v
+
     @model_validator(mode="before")
     @classmethod
     def _model_or_models(cls, data: Any) -> Any:

@@ -55,6 +55,11 @@ def test_run_id_ignores_transport_and_follows_results(tmp_path) -> None:
     ({"datasets": [{"task": "nosuchtask", "path": "x"}]}, "datasets.0.task"),
     ({"datasets": [{"task": "book", "path": "x", "synthetic": {}}]}, "datasets.0"),
     ({"methods": [{"name": "go-json"}, {"name": "go-json"}]}, "methods"),
+    ({"judges": [{"name": "sumie-exact"}, {"name": "sumie-exact"}]}, "judges"),
+    ({"judges": [{"name": "booookscore-batched"}, {"name": "booookscore-batched", "options": {"batch_size": 4}}]},
+     "judges"),
+    ({"judges": [{"name": "booookscore"}, {"name": "booookscore-batched"}]}, "judges"),
+    ({"judges": [{"name": "mab"}, {"name": "rouge"}, {"name": "mab-llm"}]}, "judges"),
     ({"engine": {"actors": 0}}, "engine.actors"),
     ({"sampling": {"temperature": -1}}, "sampling.temperature"),
     ({"judge_model": {"kind": "openai"}}, "judge_model"),
@@ -63,6 +68,29 @@ def test_run_id_ignores_transport_and_follows_results(tmp_path) -> None:
 def test_bad_config_names_the_field(tmp_path, over, field) -> None:
     with pytest.raises(ConfigError, match=f"`{field}"):
         check_config(parse_config(_cfg(tmp_path, **over)))
+
+
+def test_judges_writing_the_same_rows_are_refused_naming_both(tmp_path) -> None:
+    """Two booookscore-batched entries once wrote two identical sets of judge=booookscore rows blended into one
+    figure; sumie-exact twice doubled every score row."""
+    with pytest.raises(ConfigError) as info:
+        check_config(parse_config(_cfg(tmp_path, judges=[{"name": "booookscore"}, {"name": "booookscore-batched"}])))
+    msg = str(info.value)
+    assert "'booookscore' and 'booookscore-batched' both write `judge=booookscore` rows" in msg, msg
+    assert "memloop rescore" in msg
+    check_config(parse_config(_cfg(tmp_path, judges=[{"name": "sumie-exact"}, {"name": "rouge"}])))  # apart: fine
+
+
+def test_every_judge_writes_the_rows_it_is_registered_for() -> None:
+    """The registry's `row_name` is what keeps a run's judges apart: it must be what each judge writes."""
+    from memloop.eval.judges.booookscore import NAME as BOOOOKSCORE
+    from memloop.eval.judges.sumie import NAME_EXACT, NAME_LLM
+    from memloop.eval.judges import JUDGES
+
+    rows = {name: JUDGES.get(name).row_name for name in JUDGES.names()}
+    assert rows["booookscore"] == rows["booookscore-batched"] == BOOOOKSCORE
+    assert rows["mab"] == rows["mab-llm"] == "mab"
+    assert (rows["sumie"], rows["sumie-exact"]) == (NAME_LLM, NAME_EXACT)
 
 
 def test_cli_fails_before_work_with_named_field(tmp_path) -> None:
@@ -109,3 +137,18 @@ def test_option_values_are_checked_before_any_work(tmp_path, over, expected) -> 
         memloop.plan(cfg)
     assert expected in str(info.value), str(info.value)
     assert "\n" not in str(info.value)
+
+
+def test_a_judge_writing_rows_other_than_registered_fails_naming_the_fix() -> None:
+    """rouge registered under another name without `rows_as`: its rows would escape the duplicate check."""
+    from dataclasses import replace
+
+    from memloop.eval.errors import JudgeError
+    from memloop.eval.judges import JUDGES, run_judge
+
+    JUDGES.register("rouge-again", replace(JUDGES.get("rouge"), name="rouge-again"))
+    try:
+        with pytest.raises(JudgeError, match="wrote rows as 'rouge' but is registered to write 'rouge-again'"):
+            run_judge("rouge-again", "The keeper lit the lamp.", {"reference": "The keeper lit the lamp."})
+    finally:
+        JUDGES.unregister("rouge-again")
