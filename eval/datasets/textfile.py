@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import codecs
 import errno
+import logging
 import os
 import stat
 from pathlib import Path
@@ -24,6 +25,8 @@ _CONTROLS = bytes([*range(0, 9), *range(14, 32), 127])
 _HIGH = bytes(range(128, 256))
 MAX_CONTROL_SHARE = 0.01  # of all bytes
 MAX_HIGH_SHARE = 0.3  # of all bytes, in a file that is not UTF-8 (Latin-1 French or German: a few percent)
+
+log = logging.getLogger(__name__)
 
 _KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
           (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
@@ -68,8 +71,25 @@ def read_bounded(path: str | Path, limit: int, what: str = "file") -> bytes:
     return data
 
 
+def _utf8_with_stray_bytes(data: bytes, what: str, p: Path) -> str | None:
+    """UTF-8 text that holds a few bytes no UTF-8 sequence explains (a stray byte, a cut copy-paste): the bad
+    bytes replaced by U+FFFD, counted and logged. None when the file is not UTF-8 at all: fewer characters
+    decode from valid multi-byte sequences than bytes fail (a Latin-1 or Windows-1252 text, whose accented
+    letters are single bytes that UTF-8 never accepts)."""
+    text = data.decode("utf-8-sig", errors="surrogateescape")  # each bad byte becomes one U+DC80..U+DCFF
+    bad = sum(1 for c in text if "\udc80" <= c <= "\udcff")
+    good = sum(1 for c in text if c > "\x7f") - bad
+    if good < bad:
+        return None
+    first = next(i for i, c in enumerate(text) if "\udc80" <= c <= "\udcff")
+    log.warning("%s %s: decoded as UTF-8 with %d byte(s) that are not UTF-8 replaced by U+FFFD (the first at "
+                "character %d); fix or re-save the file as UTF-8 to keep them", what, p, bad, first)
+    return text.encode("utf-8", errors="surrogateescape").decode("utf-8", errors="replace").lstrip("\ufeff")
+
+
 def read_text(path: str | Path, what: str = "text file", limit: int = MAX_RECORD_BYTES) -> str:
-    """The file's text with LF line ends: UTF-8 (BOM removed), UTF-16 with a BOM, or for legacy files
+    """The file's text with LF line ends: UTF-8 (BOM removed; a few bytes that are not UTF-8 replaced by
+    U+FFFD, counted and logged), UTF-16 with a BOM, or, only for a text that is not UTF-8 at all,
     Windows-1252 and then Latin-1 (old Gutenberg texts). At most `limit` bytes (the default: the file
     is one record, e.g. a book; files of many records pass MAX_DATA_FILE_BYTES)."""
     p = Path(path)
@@ -89,6 +109,9 @@ def read_text(path: str | Path, what: str = "text file", limit: int = MAX_RECORD
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError:
+        mended = _utf8_with_stray_bytes(data, what, p)
+        if mended is not None:
+            return mended.replace("\r\n", "\n").replace("\r", "\n")
         # Old Gutenberg files are ISO-8859-1 or Windows-1252: a few accented letters among ASCII text.
         # Where most bytes are not ASCII the file is not such a text (random bytes after a text decode
         # as Windows-1252 too, and then take the chunker hours).

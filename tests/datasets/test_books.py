@@ -90,6 +90,24 @@ def test_legacy_encodings(tmp_path):
     assert read_text(tmp_path / "utf16.txt") == "Hello, world.\nSecond line."
 
 
+def test_a_stray_byte_in_utf8_is_replaced_counted_and_said_not_mojibake(tmp_path, caplog):
+    """One stray \\x81 in a UTF-8 French text once sent the whole file to Windows-1252: "CafÃ©, naÃ¯vetÃ©"."""
+    from memloop.eval.datasets.textfile import read_text
+
+    (tmp_path / "fr.txt").write_bytes("Café, naïveté, déjà vu.".encode() + b" \x81 " + "Fin — été.\r\n".encode())
+    with caplog.at_level("WARNING", logger="memloop.eval.datasets.textfile"):
+        assert read_text(tmp_path / "fr.txt", "book") == "Café, naïveté, déjà vu. \ufffd Fin — été.\n"
+    assert "1 byte(s) that are not UTF-8 replaced by U+FFFD (the first at character 24)" in caplog.text
+    assert "fr.txt" in caplog.text
+    # JSONL records (their titles) are read the same way
+    (tmp_path / "books.jsonl").write_bytes(b'{"title": "' + "Été".encode() + b'\xff", "text": "Une nuit."}\n')
+    with caplog.at_level("WARNING", logger="memloop.eval.datasets.textfile"):
+        assert read_text(tmp_path / "books.jsonl") == '{"title": "Été\ufffd", "text": "Une nuit."}\n'
+    # a Latin-1 text with more accents than any UTF-8 sequence still decodes as Latin-1, as before
+    (tmp_path / "latin.txt").write_bytes("Garçon, café, été.".encode("latin-1"))
+    assert read_text(tmp_path / "latin.txt") == "Garçon, café, été."
+
+
 CHAPTERED = ("A TALE\nBy Someone\nChapter 1\nAnna sailed to Crete at dawn.\nShe met Ben.\n"
              "Chapter 2\n" + "\n".join(f"Ben rowed the boat past island number {i} while Anna slept." for i in range(12))
              + "\nChapter 3\nThey came home.")
