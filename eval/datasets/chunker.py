@@ -9,11 +9,18 @@ Algorithm (of the official release's `chunk.py`, restated):
    or a quote right after one of them), falling back to commas when fewer than two sentence ends
    remain; each cut-off head becomes a chunk and the remainder carries into the next chunk.
 
-One departure, made so that no text is ever lost and no chunk ever exceeds the limit: where the
+Two departures. So that no text is ever lost and no chunk ever exceeds the limit: where the
 official code finds fewer than two cut points even with commas it keeps the over-long text and
 drops the remainder; here the text is cut at the last whitespace (or character) that fits instead.
 Counting with the same tokenizer, the chunks therefore always satisfy
-`"".join(chunks).replace("\\n", "") == "".join(paragraphs)`.
+`"".join(chunks).replace("\\n", "") == "".join(paragraphs)`. And the official code knows only ASCII
+punctuation; here the sentence ends and commas of other scripts count too (CJK `。！？，、`, fullwidth,
+Devanagari `।`, Arabic `،؟`, ...), so a Chinese book is cut at its sentences rather than hard-cut. A
+text of ASCII punctuation only (every English book) gets the official boundaries exactly.
+
+The work is bounded for any text: a head far longer than the limit is never counted whole (a prefix
+of a few times the limit's characters decides that it does not fit), so a text with no cut point at
+all is tokenised a bounded number of times over, not once per chunk.
 """
 from __future__ import annotations
 
@@ -26,8 +33,12 @@ from memloop.eval.tokens import TokenCounter, TokenizerLike, token_counter
 
 MIN_CHUNK_TOKENS = 8  # a single character is at most 4 byte-level BPE tokens; below this cuts cannot progress
 
-_SENTENCE_ENDS = re.compile(r"""[.?!]|(?<=[.?!])["']""")
-_SENTENCE_OR_COMMA = re.compile(r"""[.?!,]|(?<=[.?!])["']""")
+# ASCII first (the official set); then the sentence ends of other scripts: CJK and fullwidth, the
+# double marks, Devanagari's danda, Arabic and Urdu, Armenian, Ethiopic, Myanmar.
+_ENDS = ".?!" + "。！？｡．‼⁇⁈⁉।॥؟۔։።။"
+_COMMAS = "," + "，、､،၊"
+_SENTENCE_ENDS = re.compile(rf"""[{_ENDS}]|(?<=[{_ENDS}])["']""")
+_SENTENCE_OR_COMMA = re.compile(rf"""[{_ENDS}{_COMMAS}]|(?<=[{_ENDS}])["']""")
 
 
 def split_paragraphs(text: str) -> list[str]:
@@ -59,10 +70,15 @@ def _largest_fitting(lengths: "_Candidates", text: str, start: int, limit: int, 
     a few heads near the limit are counted. None when no candidate fits."""
     m = len(lengths)
     counted: dict[int, int] = {}  # candidate index -> its head's count (each head is counted once)
+    probe = max(2 * guess, 8 * limit)  # characters that settle whether a much longer head can fit
 
     def n_of(i: int) -> int:
         if i not in counted:
-            counted[i] = count(text[start:start + lengths[i]])
+            n = lengths[i]
+            if n > 2 * probe and count(text[start:start + probe]) > limit + _SLACK:
+                counted[i] = limit + _SLACK + 1  # its prefix is already too long: never count the whole head
+            else:
+                counted[i] = count(text[start:start + n])
         return counted[i]
 
     def fits(i: int) -> bool:
@@ -147,21 +163,22 @@ class _Candidates:
         return self.marks[self.m_hi - 1 - (i - self.e_n)] + 1 - self.start
 
 
-def _hard_cut(text: str, limit: int, count: TokenCounter) -> int:
-    """Length of the longest prefix within `limit` tokens, moved back to a whitespace when there is one."""
-    lo, hi = 1, len(text)
+def _hard_cut(text: str, start: int, end: int, limit: int, count: TokenCounter) -> int:
+    """Length of the longest head of `text[start:end]` within `limit` tokens, moved back to a whitespace when
+    there is one (the text is never sliced past the bracket that holds the cut)."""
+    lo, hi = 1, end - start
     n = 4 * limit  # the prefix that fits is short: bracket it from the start, not by halving a long text
-    while n < hi and count(text[:n]) <= limit:
+    while n < hi and count(text[start:start + n]) <= limit:
         lo, n = n, n * 2
     hi = min(hi, n)
     while lo < hi:  # largest n with count(text[:n]) <= limit (token counts grow with prefix length)
         mid = (lo + hi + 1) // 2
-        if count(text[:mid]) <= limit:
+        if count(text[start:start + mid]) <= limit:
             lo = mid
         else:
             hi = mid - 1
-    space = text.rfind(" ", 0, lo)
-    return space + 1 if space > 0 else lo
+    space = text.rfind(" ", start, start + lo)
+    return space + 1 - start if space > start else lo
 
 
 def cut_long(text: str, limit: int, count: TokenCounter, max_chunks: int | None = None) -> tuple[list[str], str]:
@@ -177,8 +194,7 @@ def cut_long(text: str, limit: int, count: TokenCounter, max_chunks: int | None 
         lengths = _Candidates(text, pos, ends, marks)
         i = _largest_fitting(lengths, text, pos, limit, count, int(limit * per_token))
         if i is None:  # not even the shortest head fits: cut that head where the limit falls
-            shortest = text[pos:pos + lengths[len(lengths) - 1]]
-            end = pos + _hard_cut(shortest, limit, count)
+            end = pos + _hard_cut(text, pos, pos + lengths[len(lengths) - 1], limit, count)
         else:
             end = pos + lengths[i]
         chunks.append(text[pos:end])
