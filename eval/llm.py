@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, Sequence, runtime_checkable
 
-from memloop.eval.options import PositiveInt, Seed, Temperature, TopK, TopP
+from memloop.eval.options import MaxTokens, Seed, Temperature, TopK, TopP
 
 
 @dataclass(frozen=True)
@@ -23,7 +23,7 @@ class SamplingSettings:
     share, and their defaults, written once here. temperature == 0 means greedy; top_k == 0 and
     top_p == 1 disable those filters. The types carry the bounds a method's options are checked against."""
 
-    max_tokens: PositiveInt = 512
+    max_tokens: MaxTokens = 512
     temperature: Temperature = 0.0
     top_k: TopK = 0
     top_p: TopP = 1.0

@@ -12,13 +12,17 @@ import inspect
 import typing
 from typing import Annotated, Any, Callable, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, create_model
+from pydantic import BaseModel, ConfigDict, Field, Strict, TypeAdapter, ValidationError, create_model
 
 from memloop.eval.errors import EvalError
 
 T = TypeVar("T")
 
 PositiveInt = Annotated[int, Field(ge=1)]
+# Tokens to generate: far above any model's context, so a typo's extra zeros fail before the run; strict, so
+# YAML's `true` is not read as 1.
+MAX_TOKENS = 2**20
+MaxTokens = Annotated[int, Strict(), Field(ge=1, le=MAX_TOKENS)]
 NonNegativeInt = Annotated[int, Field(ge=0)]
 Temperature = Annotated[float, Field(ge=0.0, le=100.0, allow_inf_nan=False)]
 TopK = Annotated[int, Field(ge=0, lt=2**31)]

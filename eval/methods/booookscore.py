@@ -44,7 +44,7 @@ from memloop.eval.methods.outcomes import StepOutcome
 from memloop.eval.methods.parsing import ends_in_punctuation
 from memloop.eval.methods.step import Step
 from memloop.eval.templates import load_template
-from memloop.eval.options import PositiveInt, Temperature
+from memloop.eval.options import MaxTokens, PositiveInt, Temperature
 
 WORD_RATIO = 0.65  # the official code's words per token of a summary limit
 CONTEXT_SHARE = 0.2  # the previous merge may use a fifth of a merge prompt's room as context
@@ -58,7 +58,7 @@ class BookSettings(MethodSettings):
     context_window: PositiveInt = 8192      # merge prompts are packed to fit this window (official GPT-4 runs)
     compress_rounds: PositiveInt = 6        # incremental updating: compress-and-redo tries per chunk
     compress_temperature: Temperature = 1.0  # incremental updating compresses at the official code's temperature
-    max_tokens: PositiveInt = 1024
+    max_tokens: MaxTokens = 1024
 
 
 def validity_parser(trace: Trace, limit: int, sentence_end: bool = True,

@@ -34,14 +34,14 @@ from memloop.eval.methods.parsing import as_text
 from memloop.eval.methods.structured import apply_step, revision_parser
 from memloop.eval.methods.summaries import _format_instruction
 from memloop.eval.templates import load_template
-from memloop.eval.options import PositiveInt
+from memloop.eval.options import MaxTokens, PositiveInt
 
 
 @dataclass(frozen=True)
 class CokSettings(MethodSettings):
     memory_limit: PositiveInt | None = None
     compress_rounds: PositiveInt = 2  # compression calls per step before trimming to K
-    max_tokens: PositiveInt = 1024
+    max_tokens: MaxTokens = 1024
     # the structure and compress steps' JSON: free ("text", the paper's) or held to the schema; the
     # revise step is figure 5's sections under either
     decoding: Decoding = "text"

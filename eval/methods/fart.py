@@ -23,7 +23,7 @@ from memloop.eval.errors import MethodError
 from memloop.eval.methods.base import Method, MethodSettings, Trace
 from memloop.eval.methods.outcomes import StepOutcome
 from memloop.eval.templates import load_template
-from memloop.eval.options import PositiveInt
+from memloop.eval.options import MaxTokens, PositiveInt
 
 _CALL = re.compile(r"^\s*\[(read|write|list-keys|ans|EOQ|E0Q)\]\s*(.*)$", re.S | re.I)
 _WRITE = re.compile(r"^\((.+?)\)\s*(.*)$", re.S)
@@ -40,7 +40,7 @@ def stops(q: int) -> tuple[str, ...]:
 @dataclass(frozen=True)
 class FartSettings(MethodSettings):
     max_tool_calls: PositiveInt = 64  # per chunk: a safety bound, not a limit of the method (none in the paper)
-    max_tokens: PositiveInt = 400
+    max_tokens: MaxTokens = 400
 
 
 def parse_call(text: str) -> dict[str, str]:

@@ -52,7 +52,7 @@ from memloop.eval.asking import build_request
 from memloop.eval.methods.long_context import context_window
 from memloop.eval.methods.outcomes import StepOutcome
 from memloop.eval.templates import load_template
-from memloop.eval.options import NonNegativeInt, PositiveInt
+from memloop.eval.options import MaxTokens, NonNegativeInt, PositiveInt
 
 SUMMARY_TEMPLATES = {"plain": "s001-chapter-summary", "tokens": "s001-chapter-summary-tokens"}
 DENSITY_TEMPLATE, NO_KG_DENSITY_TEMPLATE = "s001-density", "s001-density-nokg"
@@ -63,7 +63,7 @@ NO_KG_TEMPLATE = "s001-chapter-summary-nokg"
 @dataclass(frozen=True)
 class ChapterSettings(MethodSettings):
     context_window: PositiveInt | None = None  # prompt + output tokens; None: the served model's window
-    max_tokens: PositiveInt = 512
+    max_tokens: MaxTokens = 512
     density_rounds: NonNegativeInt = 0  # Chain of Density rounds after the first summary (the paper's GPT-4 rows: 4)
     # Chain of Density's length: the first summary about this many words, every round keeping it
     # (Adams et al.'s ~80 words; the paper's appendix G summaries are 58-80 words)

@@ -25,7 +25,7 @@ from memloop.eval.methods.outcomes import StepOutcome
 from memloop.eval.methods.step import Step, record_revisions
 from memloop.eval.methods.structured import constrained_schema, record_failures, revision_parser
 from memloop.eval.templates import load_template
-from memloop.eval.options import PositiveInt, Seed
+from memloop.eval.options import MaxTokens, PositiveInt, Seed
 
 SCHEMAS: dict[str, Schema] = {
     "sumie_summary": ready.SUMIE_SUMMARY, "story_elements": ready.STORY_ELEMENTS, "book_summary": ready.BOOK_SUMMARY,
@@ -82,7 +82,7 @@ class PrismSettings(MethodSettings):
     # describes that form (the server must support JSON-schema decoding)
     decoding: Literal["text", "constrained"] = "text"
     max_revisions: PositiveInt | None = None   # cap on revisions per step under constrained decoding
-    max_tokens: PositiveInt = 1024
+    max_tokens: MaxTokens = 1024
 
 
 class _Prism(Method):

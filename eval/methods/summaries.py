@@ -20,14 +20,14 @@ from memloop.eval.methods.common import (
 )
 from memloop.eval.methods.parsing import as_text
 from memloop.eval.methods.step import Step
-from memloop.eval.options import PositiveInt
+from memloop.eval.options import MaxTokens, PositiveInt
 
 
 @dataclass(frozen=True)
 class SummarySettings(MethodSettings):
     memory_limit: PositiveInt | None = None  # K: compress the memory when it exceeds this many tokens
     compress_rounds: PositiveInt = 2  # compression calls per step before trimming to K
-    max_tokens: PositiveInt = 1024
+    max_tokens: MaxTokens = 1024
     # JSON formats: "text" lets the model write its JSON freely (the paper's models did; small ones "often
     # produce structured outputs with errors"), parsed and retried like the text format; "constrained"
     # sends the JSON schema to a server that decodes under it

@@ -12,8 +12,10 @@ from collections.abc import Iterable
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, Strict, ValidationError, field_validator,
+                      model_validator)
 
+from memloop.eval.options import MAX_TOKENS
 from memloop.jobs.errors import ConfigError
 
 # Upper bounds of the config's counts: far above any real run, low enough that a typo (an extra few
@@ -200,7 +202,7 @@ class SamplingSpec(_Strict):
     """Run-wide sampling overrides. A field left out keeps each method's own default (CoK writes up to
     1024 tokens, most methods 512); only the fields set here replace it, for every method."""
 
-    max_tokens: int | None = Field(default=None, ge=1)
+    max_tokens: Annotated[int, Strict()] | None = Field(default=None, ge=1, le=MAX_TOKENS)  # YAML's true is not 1
     temperature: float | None = Field(default=None, ge=0, allow_inf_nan=False)
     top_k: int | None = Field(default=None, ge=0, lt=2**31)
     top_p: float | None = Field(default=None, gt=0, le=1)
