@@ -45,7 +45,7 @@ from memloop.jobs.errors import JobsError
 from memloop.jobs.results.compare import run_label
 from memloop.jobs.results.report import RunData, run_config, score_figures
 from memloop.jobs.results.sample_data import SampleData, load_sample_data, target_of
-from memloop.jobs.store.export import check_destination, check_not_computing
+from memloop.jobs.store.export import check_destination, check_not_computing, put_export
 from memloop.jobs.store.outputs import join_uri, open_store
 from memloop.jobs.store.run_store import RunStore
 
@@ -295,6 +295,6 @@ def export_inspect(run_uri: str, dest: str | None = None, allow_partial: bool = 
             log = _log(d, cfg, runs, ds, method, units, steps, scores, judgments, rejudged, data)
             name = f"{_safe(d.run_id)}_{_safe(method)}_{_safe(ds)}.eval"
             write_eval_log(log, str(Path(tmp) / name), format="eval")
-            store.put(name, (Path(tmp) / name).read_bytes(), mode="overwrite")
+            put_export(store, name, (Path(tmp) / name).read_bytes())
             names.append(name)
     return InspectExport(rs.run_id, store.uri, names, len(d.samples), partial)

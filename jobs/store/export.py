@@ -112,6 +112,16 @@ def check_destination(dest: str, *, tables: bool) -> None:
             "a directory that holds no run (the default is OUTPUT/export)")
 
 
+def put_export(store: Store, name: str, data: bytes) -> None:
+    """Write one file of an export; a failure names `--to` (the store's own advice is for a run's `output`)."""
+    try:
+        store.put(name, data, mode="overwrite")
+    except StorageError as exc:
+        what = str(exc).split("; ")[0]
+        raise StorageError(f"--to {store.uri}: {what}; give --to a directory (or gs:// prefix) this user can "
+                           "write") from None
+
+
 def check_not_computing(rs: RunStore, allow_partial: bool) -> dict[str, Any] | None:
     """The holder of a run being computed now (None if none); raises RunInProgressError unless `allow_partial`."""
     holder = rs.computing()
@@ -166,6 +176,6 @@ def export_run(run_uri: str, dest: str | None = None, force: bool = False,
     for table, t in tables.items():
         buf = io.BytesIO()
         pq.write_table(t, buf, compression="zstd")
-        store.put(partition_name(table, run_id), buf.getvalue(), mode="overwrite")
+        put_export(store, partition_name(table, run_id), buf.getvalue())
         rows[table] = t.num_rows
     return ExportResult(run_id, store.uri, rows, partial)

@@ -98,7 +98,7 @@ class LocalStore:
             with path.open("rb") as f:
                 gen = f"{os.fstat(f.fileno()).st_ino}.{os.fstat(f.fileno()).st_mtime_ns}"
                 return f.read(), gen
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):  # a file on the way: no such object either
             raise NotFoundError(f"{path} does not exist; check the run URI") from None
 
     def read_tail(self, name: str, n: int) -> tuple[bytes, int]:
@@ -109,7 +109,7 @@ class LocalStore:
                 size = os.fstat(f.fileno()).st_size
                 f.seek(max(0, size - n))
                 return f.read(), size
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):  # a file on the way: no such object either
             raise NotFoundError(f"{path} does not exist; check the run URI") from None
 
     @contextlib.contextmanager

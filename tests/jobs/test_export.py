@@ -243,3 +243,15 @@ def test_a_lock_left_by_a_dead_driver_is_not_a_run_in_progress(tmp_path, capsys,
     assert RunStore.at(rs.uri).computing() is None
     code, out, err = memloop_cli(["export", rs.uri, "--to", str(tmp_path / "lake")], capsys, monkeypatch)
     assert code == 0 and json.loads(out)["partial"] is False, err
+
+
+def test_an_unwritable_destination_names_to_not_output(tmp_path, capsys, monkeypatch) -> None:
+    """The store's advice is for a run's `output`; export's error names `--to`, the option it takes."""
+    rs = _run(str(tmp_path / "runs"), "r1")
+    blocker = tmp_path / "a-file"
+    blocker.write_text("mine\n")
+    for fmt in ("parquet", "inspect"):
+        code, _, err = memloop_cli(["export", rs.uri, "--to", str(blocker / "lake"), "--format", fmt], capsys,
+                                   monkeypatch)
+        assert code == 2 and "--to " in err and "give --to a directory" in err and "`output`" not in err, (fmt, err)
+        assert err.count("\n") == 1

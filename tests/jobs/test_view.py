@@ -165,3 +165,15 @@ def test_the_bundle_writes_every_page_and_its_json(run, tmp_path) -> None:
         assert "<script>alert" not in html and 'href="../index.html"' in html
         assert json.loads((site / "unit" / f"{i}.json").read_text())["unit"] == run.index.iloc[i]["unit"]
     assert any((site / "side").iterdir())
+
+
+def test_a_bundle_folder_that_cannot_be_written_is_one_line(run, tmp_path, capsys, monkeypatch) -> None:
+    """Once a 49-line traceback. (As root a read-only folder is still writable: a file in the way fails for
+    every user.)"""
+    from memloop.jobs.results.view.errors import ViewError
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("mine\n")
+    with pytest.raises(ViewError, match=r"--bundle .*a-file/site: cannot write .*a-file.*give a directory this user"):
+        write_bundle(run, blocker / "site")
+    assert blocker.read_text() == "mine\n"

@@ -16,6 +16,7 @@ from pathlib import Path
 from urllib.parse import urlencode
 
 from memloop.jobs.results.report import headline
+from memloop.jobs.results.view.errors import ViewError
 from memloop.jobs.results.view.pages import Links, Pages, jsonable
 from memloop.jobs.results.view.runs import Query, ViewRun
 
@@ -49,8 +50,18 @@ class BundleLinks(Links):
 
 
 def write_bundle(run: ViewRun, dest: Path) -> Path:
-    """Write the site; returns the path of its index.html."""
+    """Write the site; returns the path of its index.html. A folder that cannot be written (read-only, a file
+    in the way, a full disk) is a ViewError naming it."""
     dest = Path(dest)
+    try:
+        return _write_bundle(run, dest)
+    except OSError as exc:
+        where = exc.filename or dest
+        raise ViewError(f"--bundle {dest}: cannot write {where} ({exc.strerror or exc}); give a directory this "
+                        "user can write, with room for the run's pages") from None
+
+
+def _write_bundle(run: ViewRun, dest: Path) -> Path:
     (dest / "unit").mkdir(parents=True, exist_ok=True)
     (dest / "side").mkdir(exist_ok=True)
     top, down = Pages.of([run], BundleLinks("")), Pages.of([run], BundleLinks("../"))
