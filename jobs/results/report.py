@@ -198,18 +198,23 @@ def health_table(d: RunData) -> str | None:
 
 
 def overview_table(d: RunData) -> str:
+    """Units per (method, dataset) by the cells' own reading (`cells.unit_states`): a unit that failed for the
+    infrastructure (an endpoint's 401, a lost worker) is incomplete, not the method's failure."""
     rows = []
-    na = (d.samples["status"] == NOT_APPLICABLE).any()
-    for (ds, method), g in d.samples.groupby(["dataset", "method"], sort=True):
-        failed = g[g["status"] == "failed"]
-        skipped = g[g["status"] == NOT_APPLICABLE]
-        err = failed["error"].dropna().iloc[0][:80] if len(failed) else ""
+    states = cells.unit_states(d.samples)
+    na = (states["base"] == NOT_APPLICABLE).any()
+    incomplete = (states["base"] == cells.INCOMPLETE).any()
+    for (ds, method), g in states.groupby(["dataset", "method"], sort=True):
+        broken = g[g["status"] == "failed"]
+        skipped = g[g["base"] == NOT_APPLICABLE]
+        err = broken["error"].dropna().iloc[0][:80] if len(broken) else ""
         why = skipped["error"].dropna().iloc[0][:80] if len(skipped) and not err else ""
-        rows.append([method, ds, str((g["status"] == "ok").sum()), str(len(failed))]
+        rows.append([method, ds, str((g["base"] == "ok").sum()), str((g["base"] == cells.ZERO).sum())]
+                    + ([str((g["base"] == cells.INCOMPLETE).sum())] if incomplete else [])
                     + ([str(len(skipped))] if na else [])
                     + [str(g["repeat"].nunique()), (err or why).replace("|", "/").replace("\n", " ")])
-    return markdown_table(["method", "dataset", "ok", "failed"] + (["n/a"] if na else []) + ["repeats", "first error"],
-                          rows)
+    return markdown_table(["method", "dataset", "ok", "failed"] + (["incomplete"] if incomplete else [])
+                          + (["n/a"] if na else []) + ["repeats", "first error"], rows)
 
 
 def score_figures(d: RunData) -> tuple[list[dict], list[dict]]:

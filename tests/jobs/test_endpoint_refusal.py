@@ -78,6 +78,11 @@ def test_an_endpoints_401_leaves_the_unit_incomplete_and_the_run_exits_3(ray_loc
     row = next(line for line in build_report(RunData.load(rs)).markdown.splitlines()
                if line.startswith("| no-kg | arxiv") and "incomplete" in line)
     assert "incomplete: 1 unknown" in row and "failed = 0" not in row
+    # and the units table reads it the same way: one ok, none failed, one incomplete (it once said "failed")
+    md = build_report(RunData.load(rs)).markdown
+    assert "| method | dataset | ok | failed | incomplete | repeats | first error |" in md
+    units = next(line for line in md.split("## Units")[1].splitlines() if line.startswith("| no-kg | arxiv"))
+    assert units.startswith("| no-kg | arxiv:arxiv | 1 | 0 | 1 | 1 | LLMHTTPError"), units
 
 
 @pytest.mark.parametrize("url", ["ftp://127.0.0.1/v1", "127.0.0.1:8000/v1", "file:///tmp/x", "http://"])
