@@ -85,6 +85,8 @@ class RunData:
     derived: dict = field(default_factory=dict, repr=False, compare=False)
     # the lock holder of a run being computed now (its tables, and so every figure, are partial), else None
     computing: dict[str, Any] | None = None
+    # a re-judging's judge model (`judged_by`): who judged these scores, in place of the run's own judge model
+    judge_model: dict[str, Any] | None = None
 
     @classmethod
     def load(cls, rs: RunStore) -> "RunData":
@@ -97,7 +99,8 @@ class RunData:
     def judged_by(self, j: "Judging") -> "RunData":
         """The run with a re-judging's scores in place of its own: every table of scores then reads
         them with the same code and the same denominators (the run's units)."""
-        return replace(self, scores=j.scores, judgings=[], judge_failures=j.failures, derived={})
+        return replace(self, scores=j.scores, judgings=[], judge_failures=j.failures, derived={},
+                       judge_model=j.settings.get("judge_model") or self.judge_model)
 
     @property
     def ok(self) -> pd.DataFrame:
@@ -676,7 +679,7 @@ def models_of(d: RunData) -> dict[str, Any]:
     if not cfg:
         return {}
     under_test = model_name(cfg.get("model") or {})
-    jm = cfg.get("judge_model") or {"kind": "engine"}
+    jm = d.judge_model or cfg.get("judge_model") or {"kind": "engine"}  # a re-judging's own, where it has one
     judge = under_test if jm.get("kind", "engine") == "engine" and not jm.get("weights") else model_name(jm)
     out = {"model": under_test, "judge": judge, "self_judged": judge == under_test, "decoding": decoding_of(cfg)}
     # seed 001's graph extraction: its own setting, the judge model unless a kg-retrieval says "self"

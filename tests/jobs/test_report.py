@@ -415,3 +415,23 @@ def test_fig3_reports_the_share_of_turns_where_k_bound(tmp_path) -> None:
     figs = {f["method"]: f["mean"] for f in binding_figures(RunData.load(rs))}
     assert figs == {"gu-json-k3": pytest.approx(1 / 3), "gu-json-k99": 0.0}  # turn 1 of 3 compressed; never
     assert any(c.metric == "k_bound" for c in TABLES["seed000-fig3"].columns)
+
+
+def test_a_rejudgings_tables_name_the_judge_model_that_judged_them(tmp_path) -> None:
+    """The note under a re-judging's tables named the run's own judge endpoint, not the one the re-judging
+    asked (`memloop rescore --judge-model`)."""
+    import pandas as pd
+
+    from memloop.jobs.results.report import Judging, table_note
+
+    def endpoint(url: str) -> dict:
+        return {"kind": "openai", "endpoint": {"base_url": url, "model": "judge-7b"}}
+
+    cfg = {"model": endpoint("http://under-test:1/v1"), "judge_model": endpoint("http://runs-judge:2/v1")}
+    d = dataclasses.replace(_prompt_run(tmp_path, "notes"),
+                            runs=pd.DataFrame([{"config_json": json.dumps(cfg), "finished_at": now()}]))
+    assert "judge: judge-7b at http://runs-judge:2/v1." in table_note(d)
+    j = Judging("booookscore-abc", {"judge": {"name": "booookscore"}, "judge_model": endpoint("http://rescore:3/v1")},
+                pd.DataFrame({"status": ["ok"]}), d.scores)
+    assert "judge: judge-7b at http://rescore:3/v1." in table_note(d.judged_by(j))
+    assert "judge: judge-7b at http://runs-judge:2/v1." in table_note(d)  # the run's own tables unchanged
