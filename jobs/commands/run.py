@@ -87,12 +87,21 @@ def run_cmd(
 
     from memloop.jobs.run.signals import graceful_interrupts
 
+    ready = announce("run id", as_json)
+    known: dict[str, str] = {}
+
+    def on_ready(ident: str, uri: str) -> None:
+        known.update(run_id=ident, output=uri)
+        ready(ident, uri)
+
     with graceful_interrupts():
         try:
-            summary = execute(cfg, on_ready=announce("run id", as_json))
+            summary = execute(cfg, on_ready=on_ready)
         except KeyboardInterrupt:
             _stop_ray()
             print("interrupted: finished units are saved; run the same config again to resume", file=sys.stderr)
+            if as_json:  # --json promises one object on stdout, an interrupted run's too
+                print(json.dumps({**known, "interrupted": True, "exit_code": 130}), flush=True)
             raise SystemExit(130) from None
     code = summary.exit_code(max_failed_frac)
     if summary.storage_error:

@@ -4,6 +4,7 @@ starts after the stop (no second Ray instance whose agents outlive the run), no 
 left, and the resume computes every unit exactly once."""
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -56,7 +57,7 @@ def test_a_stopped_run_leaves_no_ray_behind_and_resumes_every_unit_once(tmp_path
     env.update(PYTHONPATH=str(ROOT), RAY_TMPDIR=str(ray_tmpdir))
     with scripted_endpoint(attribute_table_answer, delay_s=0.3) as (url, _):
         cfg = _config(tmp_path, url)
-        cmd = [sys.executable, "-m", "memloop.jobs.commands.cli", "run", str(cfg)]
+        cmd = [sys.executable, "-m", "memloop.jobs.commands.cli", "run", str(cfg), "--json"]
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
             deadline = time.time() + 180
@@ -65,7 +66,7 @@ def test_a_stopped_run_leaves_no_ray_behind_and_resumes_every_unit_once(tmp_path
                 time.sleep(0.1)
             t0 = time.monotonic()
             proc.send_signal(sig)
-            _, err = proc.communicate(timeout=120)
+            out, err = proc.communicate(timeout=120)
             took = time.monotonic() - t0
         finally:
             if proc.poll() is None:
@@ -75,6 +76,10 @@ def test_a_stopped_run_leaves_no_ray_behind_and_resumes_every_unit_once(tmp_path
         else:
             assert proc.returncode == 130, err[-3000:]
             assert "interrupted: finished units are saved; run the same config again to resume" in err
+            # --json promises one object on stdout: an interrupted run's says so (it once printed nothing)
+            last = json.loads(out.strip().splitlines()[-1])
+            assert last["interrupted"] is True and last["exit_code"] == 130 and last["run_id"].startswith("stop-")
+            assert Path(last["output"]).parent == tmp_path / "runs"
         assert "Traceback" not in err and "Started a local Ray instance" not in err, err[-3000:]
         print(f"\n{signal.Signals(sig).name}: stopped in {took:.1f} s")
         assert took < 30, took
