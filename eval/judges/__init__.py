@@ -104,7 +104,7 @@ class JudgeInfo:
     metrics: tuple[str, ...] = ()
     per_turn: bool = False  # metrics scored per turn (SUMIE): a table shows them at start / last / avg
     # the `judge` its rows carry when another judge's (a variant of the same measure, e.g. booookscore-batched
-    # writes booookscore rows): two judges of one run must not write the same rows (`row_name`)
+    # writes booookscore rows; `run_judge` checks it): two judges of one run must not write the same rows
     rows_as: str | None = None
 
     @property
@@ -172,7 +172,7 @@ for _info in (
               metrics=("accuracy",)),
     JudgeInfo("mab-llm", ("memoryagentbench",), True, "memloop.eval.judges.mab", "judge_with_llm",
               "MemoryAgentBench as `mab`, with LongMemEval and ∞Bench-Sum judged by the judge model as the "
-              "benchmark's LLM judges do", _MAB_LLM_TEMPLATES, metrics=("accuracy",), rows_as="mab"),
+              "benchmark's LLM judges do", _MAB_LLM_TEMPLATES, metrics=("accuracy",)),
 ):
     JUDGES.register(_info.name, _info)
 

@@ -59,7 +59,7 @@ def test_run_id_ignores_transport_and_follows_results(tmp_path) -> None:
     ({"judges": [{"name": "booookscore-batched"}, {"name": "booookscore-batched", "options": {"batch_size": 4}}]},
      "judges"),
     ({"judges": [{"name": "booookscore"}, {"name": "booookscore-batched"}]}, "judges"),
-    ({"judges": [{"name": "mab"}, {"name": "rouge"}, {"name": "mab-llm"}]}, "judges"),
+    ({"judges": [{"name": "mab"}, {"name": "rouge"}, {"name": "mab"}]}, "judges"),
     ({"engine": {"actors": 0}}, "engine.actors"),
     ({"sampling": {"temperature": -1}}, "sampling.temperature"),
     ({"judge_model": {"kind": "openai"}}, "judge_model"),
@@ -89,7 +89,7 @@ def test_every_judge_writes_the_rows_it_is_registered_for() -> None:
 
     rows = {name: JUDGES.get(name).row_name for name in JUDGES.names()}
     assert rows["booookscore"] == rows["booookscore-batched"] == BOOOOKSCORE
-    assert rows["mab"] == rows["mab-llm"] == "mab"
+    assert (rows["mab"], rows["mab-llm"]) == ("mab", "mab-llm")  # apart: both may judge one run
     assert (rows["sumie"], rows["sumie-exact"]) == (NAME_LLM, NAME_EXACT)
 
 

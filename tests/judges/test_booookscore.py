@@ -69,6 +69,15 @@ def test_bounded_retries_then_clear_error_or_recorded():
     assert r.score("invalid") == 1 and r.score("booookscore") == 1.0  # invalid items stay out of the score
 
 
+def test_a_books_score_divides_by_the_valid_judgments_only():
+    """One invalid and one confusing judgment: 1 - 1/1 = 0.0 (dividing by every judgment would give 0.5)."""
+    llm = ScriptedLLM(["nonsense", "nonsense", BAD])
+    r = judge("First one. Second one.", None, llm, max_attempts=2, on_invalid="record", max_workers=1)
+    assert [j.valid for j in r.judgments] == [False, True]
+    assert r.score("booookscore") == 0.0 and r.score("confusing") == 1 and r.score("invalid") == 1
+    assert score_judgments(r.judgments) == 0.0
+
+
 def test_duplicate_sentences_count_once_like_the_official_annotations():
     summary = "Anna sails north. Anna sails north. The storm hits."
     r = judge(summary, None, ScriptedLLM([OK, BAD]), max_workers=1)

@@ -37,6 +37,12 @@ def test_a_question_with_several_accepted_answers_takes_the_best():
     assert m["exact_match"] == 0.0 and m["substring_exact_match"] == 1.0
     assert m["f1"] == pytest.approx(2 * (2 / 5) * 1 / (2 / 5 + 1))  # "mount kel" against 5 reply tokens
     assert question_metrics("ruler_qa1_197K", "no", ["yes"])["f1"] == 0.0
+    # the yes/no/noanswer rule itself: plain token F1 of "yes it is" against "yes" is 0.5; the rule makes it 0
+    from memloop.eval.judges.mab import f1_score
+
+    assert f1_score("yes it is", "yes") == 0.0 and f1_score("it is no", "no") == 0.0
+    assert question_metrics("ruler_qa1_197K", "yes it is", ["yes"])["f1"] == 0.0
+    assert f1_score("yes", "yes") == 1.0 and f1_score("Yes.", "yes") == 1.0  # equal after normalising: not zeroed
 
 
 def test_icl_scores_the_parsed_reply_strictly_and_eventqa_adds_its_recall():
