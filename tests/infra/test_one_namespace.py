@@ -17,7 +17,7 @@ import pytest
 from tests.infra.test_wheel_kernels import build_wheel
 from tests.source_layout import ROOT, SUBPACKAGES
 
-pytestmark = pytest.mark.timeout(600)
+
 
 
 @pytest.fixture(scope="module")
