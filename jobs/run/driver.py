@@ -401,19 +401,31 @@ def execute(cfg: RunConfig, *, actor_cls: Any = None, sim: Simulated | None = No
     state["stop_after_s"] = stop_after_s
     from memloop.jobs.store.run_lock import run_lock
 
-    # A second driver of the same run into the same output is refused here, before it writes anything.
-    held = (run_lock(rs, f"{invocation} ({plan.run_id})", log, on_lost=lambda: _stop_pool(state)) if todo
-            else contextlib.nullcontext({"lost": None}))
+    # A second driver of the same run into the same output is refused here, before it writes anything. A rerun
+    # with nothing to compute still takes it to merge the small shards an earlier compaction left (a full disk).
+    compact_only = not todo and rs.compactable(cfg.shard_rows)
+    held = (run_lock(rs, f"{invocation} ({plan.run_id})", log, on_lost=lambda: _stop_pool(state))
+            if todo or compact_only else contextlib.nullcontext({"lost": None}))
     with held as lock:
         try:
+            if todo or compact_only:
+                orphans = rs.remove_orphans()  # the lock is ours: no writer of this run is between parts and commit
+                if orphans:
+                    stats["orphans_removed"] = len(orphans)
+                    log(f"removed {len(orphans)} file(s) of shards an earlier invocation never committed "
+                        f"({', '.join(orphans[:2])}{' ...' if len(orphans) > 2 else ''})")
             if todo:
                 stats.update(_start_and_compute(plan, rs, todo, actor_cls, sim, log, state))
+            if todo or compact_only:
                 t = time.monotonic()
-                if state["pool"].storage_error is None:
+                if state.get("pool") is None or state["pool"].storage_error is None:
                     try:
                         stats["shards"] = rs.compact(cfg.shard_rows)  # small shards merged for analysis
                     except StorageError as exc:  # safe to stop mid-way: readers resolve duplicate shards
-                        state["pool"].storage_error = error_text(exc)
+                        if state.get("pool") is not None:
+                            state["pool"].storage_error = error_text(exc)
+                        else:
+                            state["storage_error"] = error_text(exc)
                         log(f"compaction stopped: {error_text(exc)[:300]}")
                 stats["compact_s"] = time.monotonic() - t
         except BaseException as exc:
@@ -430,7 +442,7 @@ def execute(cfg: RunConfig, *, actor_cls: Any = None, sim: Simulated | None = No
                 computed, failed = computed - (unsaved - unsaved_failed), failed - unsaved_failed
             state["counts"] = (computed, failed, list(pool.errors) if pool is not None else [],
                                pool.infrastructure if pool is not None else 0)
-            state["storage_error"] = pool.storage_error if pool is not None else None
+            state["storage_error"] = pool.storage_error if pool is not None else state.get("storage_error")
             state["unsaved"] = unsaved
             try:
                 rs.write_index(invocation)  # before the manifest: what the next resume reads

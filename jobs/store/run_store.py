@@ -105,6 +105,9 @@ class RunStore:
         # shards whose commit file lists a file that is gone: {shard: the missing files} (by `done_units`)
         self.incomplete: dict[str, list[str]] = {}
         self._listed: dict[str, dict[str, int]] = {}  # {shard: its commit file's list}, from the last read
+        # shards of earlier invocations found whole by `done_units` (their done units, rows and files): a later
+        # invocation's compaction merges the small ones too, so one that failed (a full disk) is made up
+        self.prior: dict[str, Committed] = {}
 
     @classmethod
     def open(cls, output: str, run_id: str, role: str = "driver") -> "RunStore":
@@ -263,20 +266,40 @@ class RunStore:
         """Merge the small shards committed in this invocation into shards of up to `target_rows`
         rows (of their largest table), each merged shard committed before its old shards go
         (`memloop.jobs.store.compaction`); returns the shard counts before and after."""
-        before = len(self.committed)
-        for group in small_shard_groups(self.committed, target_rows):
+        shards = {**self.prior, **self.committed}
+        before = len(shards)
+        for group in small_shard_groups(shards, target_rows):
             new = new_shard_name()
             merged = {table: merged_table(table, [self._read_one(self.name(f)) for s in group
-                                                  for f in self.committed[s].files if f.startswith(f"{table}/")], new)
+                                                  for f in shards[s].files if f.startswith(f"{table}/")], new)
                       for table in self.shard_tables}
             files = [(f, merged[t].num_rows) for t in self.shard_tables[:-1]
                      if (f := self.write_part(new, t, merged[t].to_pylist())) is not None]
             self.commit(new, merged[self.commit_table].to_pylist(), files)
             for s in group:  # samples first: the old shard stops being visible before its parts go
-                for f in reversed(self.committed[s].files):
+                for f in reversed(shards[s].files):
                     self.store.delete(self.name(f))
-                del self.committed[s]
-        return {"before": before, "after": len(self.committed)}
+                self.committed.pop(s, None)
+                self.prior.pop(s, None)
+                del shards[s]
+            shards[new] = self.committed[new]
+        return {"before": before, "after": len(shards)}
+
+    def compactable(self, target_rows: int) -> bool:
+        """Whether earlier invocations left small shards that a compaction would merge (`prior`, after
+        `done_units`): a rerun with nothing to compute then still compacts them."""
+        return bool(small_shard_groups(self.prior, target_rows))
+
+    def remove_orphans(self) -> list[str]:
+        """Delete the files of shards that were never committed (their writer was killed between a shard's parts
+        and its commit, e.g. kill -9 of the driver): invisible to every reader, they only take space. Call with
+        the run's lock held, before this invocation writes. Returns the names deleted."""
+        committed = set(self._shard_names(self.commit_table))
+        gone = [n for table in self.shard_tables[:-1] for shard, names in self._shard_names(table).items()
+                if shard not in committed for n in names]
+        for name in gone:
+            self.store.delete(name)
+        return gone
 
     def write_index(self, invocation: str) -> None:
         """The units this process committed and their shards (what a resume reads)."""
@@ -382,15 +405,27 @@ class RunStore:
                         u for u, st in zip(t.column("unit").to_pylist(), t.column("status").to_pylist())
                         if st in DONE_STATUSES)
         counted = {shard: shards[shard] for shard, us in units.items() if us}
-        missing = self._check_shards(counted)
+        listed: dict[str, dict[str, int]] = {}
+        missing = self._check_shards(counted, listed)
         done = set().union(*(us for shard, us in units.items() if shard not in missing))
+        root = self.name("")
+        self.prior = {}
+        for shard, names in counted.items():
+            if shard in missing or len(names) != 1:  # a commit is one file; anything else is left as it is
+                continue
+            own = names[0][len(root):]
+            parts = listed.get(shard, {})
+            self.prior[shard] = Committed(shard, tuple((u, "ok") for u in sorted(units[shard])),
+                                          max([len(units[shard]), *parts.values()]), (*parts, own))
         # a shard missing a file whose units are all done elsewhere (computed again already) is history
         self.incomplete = {shard: fs for shard, fs in missing.items() if not units[shard] <= done}
         return done
 
-    def _check_shards(self, shards: dict[str, list[str]]) -> dict[str, list[str]]:
+    def _check_shards(self, shards: dict[str, list[str]],
+                      listed: dict[str, dict[str, int]] | None = None) -> dict[str, list[str]]:
         """{shard: its listed files that are gone} of `shards` ({shard: its commit file names}), reading
-        only footers; raises DamagedRunError naming every unreadable or short file."""
+        only footers, and into `listed` each shard's files and their rows as its commit lists them; raises
+        DamagedRunError naming every unreadable or short file."""
         present = {n for table in self.shard_tables[:-1] for ns in self._shard_names(table).values() for n in ns}
 
         def footer(name: str) -> pq.FileMetaData | str:
@@ -410,6 +445,8 @@ class RunStore:
                 for name in names:
                     meta = commits[name]
                     for rel, rows in ((listed_files(meta) or {}) if not isinstance(meta, str) else {}).items():
+                        if listed is not None:
+                            listed.setdefault(shard, {})[rel] = rows
                         if self.name(rel) in present:
                             expected[self.name(rel)] = (shard, rows)
                         else:

@@ -97,6 +97,13 @@ def test_a_stopped_run_leaves_no_ray_behind_and_resumes_every_unit_once(tmp_path
     assert len(samples) == ENTITIES and samples["unit"].is_unique and (samples["status"] == "ok").all()
     scores = RunStore.at(str(out)).table("scores").to_pandas()
     assert set(scores["unit"]) == set(samples["unit"])
+    # no file of a shard that was never committed stays (kill -9 between a shard's parts and its commit)
+    from memloop.jobs.store.run_files import shard_of
+
+    committed = {shard_of(p.stem) for p in (out / "samples").glob("*.parquet")}
+    strays = [p.name for t in ("steps", "judgments", "scores") for p in (out / t).glob("*.parquet")
+              if shard_of(p.stem) not in committed]
+    assert strays == [], strays
 
 
 def test_no_ray_work_starts_after_the_runs_ray_is_shut_down(ray_tmpdir) -> None:

@@ -163,6 +163,42 @@ def test_compaction_merges_small_shards_into_identical_tables(tmp_path) -> None:
     assert RunStore.open(str(tmp_path), "r2").compact(20) == {"before": 0, "after": 0}
 
 
+def test_a_later_invocation_compacts_the_small_shards_an_earlier_one_left(tmp_path) -> None:
+    """A compaction that failed (a full disk) left its invocation's small shards: the next invocation's
+    `done_units` finds them whole (`prior`) and its compaction merges them, with the tables unchanged."""
+    rs = RunStore.open(str(tmp_path), "r1")
+    for i in range(6):
+        rs.write_shard(_unit(f"s{i}", "gu-json", status="failed" if i == 2 else "ok"))
+    rs.write_index("inv-1")  # no compaction: it failed
+    before = {t: rs.table(t) for t in ("samples", "steps", "judgments", "scores")}
+    later = RunStore.open(str(tmp_path), "r1")
+    done = later.done_units()
+    assert len(later.prior) == 5 and later.compactable(1_000)  # the shard of the failed unit holds no done unit
+    assert later.compact(1_000) == {"before": 5, "after": 1}
+    later.write_index("inv-2")
+    assert len(rs.store.list("r1/samples")) == 2  # the merged shard and the failed unit's own
+    for t, old in before.items():
+        pd.testing.assert_frame_equal(_without_shard(later.table(t)).reset_index(drop=True),
+                                      _without_shard(old).reset_index(drop=True), check_like=True)
+    again = RunStore.open(str(tmp_path), "r1")
+    assert again.done_units() == done and not again.compactable(1_000)
+
+
+def test_files_of_shards_never_committed_are_removed_and_nothing_else(tmp_path) -> None:
+    """kill -9 between a shard's parts and its commit leaves files no reader sees; the next invocation
+    (holding the lock) removes them, and every committed shard stays."""
+    rs = RunStore.open(str(tmp_path), "r1")
+    rs.write_shard(_unit("s1", "gu-json"))
+    shard = "20261205T000000000000-deadbeef"
+    rs.write_part(shard, "steps", _unit("s2", "gu-json")["steps"])  # parts written, the commit never came
+    rs.write_part(shard, "scores", _unit("s2", "gu-json")["scores"], part="judge-0")
+    before = rs.table("samples")
+    gone = RunStore.open(str(tmp_path), "r1").remove_orphans()
+    assert sorted(gone) == [f"r1/scores/{shard}+judge-0.parquet", f"r1/steps/{shard}.parquet"]
+    assert not any(shard in n for n in rs.store.list("r1"))
+    assert rs.table("samples").equals(before) and len(rs.store.list("r1/steps")) == 1
+
+
 def test_resume_reads_the_unit_indexes_and_only_unindexed_shards(tmp_path) -> None:
     rs = RunStore.open(str(tmp_path), "r1")
     for i in range(6):
