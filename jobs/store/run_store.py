@@ -295,6 +295,11 @@ class RunStore:
         and its commit, e.g. kill -9 of the driver): invisible to every reader, they only take space. Call with
         the run's lock held, before this invocation writes. Returns the names deleted."""
         committed = set(self._shard_names(self.commit_table))
+        if not committed:  # an empty listing proves nothing (a glitch, a table folder out of reach): keep all
+            return []
+        for name in self.store.list(self.name("index")):  # shards an index names were committed
+            if name.endswith(".parquet"):
+                committed.update(self._read_one(name, columns=["shard"]).column("shard").to_pylist())
         gone = [n for table in self.shard_tables[:-1] for shard, names in self._shard_names(table).items()
                 if shard not in committed for n in names]
         for name in gone:
