@@ -149,8 +149,9 @@ def _run_models(cfgs: list, report: bool, dry_run: bool, max_failed_frac: float,
         return
     from memloop.jobs.run.preflight import check_endpoints
 
+    plans = []  # each model's plan, made once: checked here and run below
     for c in cfgs:  # a bad model (missing weights, unset key, an endpoint that refuses) fails here, before any run computes
-        make_plan(c)
+        plans.append(make_plan(c))
         check_endpoints(c, lambda m: print(m, file=sys.stderr))
     from memloop.jobs.run.driver import execute
     from memloop.jobs.run.signals import graceful_interrupts
@@ -160,7 +161,8 @@ def _run_models(cfgs: list, report: bool, dry_run: bool, max_failed_frac: float,
         for i, c in enumerate(cfgs):
             name = c.model.endpoint.model if c.model.endpoint else c.model.weights or "default"
             try:
-                summaries.append(execute(c, on_ready=announce("run id", as_json, f"model {i + 1} of {len(cfgs)} ({name}): ")))
+                summaries.append(execute(c, plan=plans[i],
+                                         on_ready=announce("run id", as_json, f"model {i + 1} of {len(cfgs)} ({name}): ")))
             except KeyboardInterrupt:
                 _stop_ray()
                 print(f"interrupted during run {i + 1} of {len(cfgs)}: finished units are saved; run the same config "

@@ -366,13 +366,14 @@ class Simulated:
 def execute(cfg: RunConfig, *, actor_cls: Any = None, sim: Simulated | None = None,
             units: Callable[[list[Unit]], list[Unit]] | None = None, stop_after_s: float | None = None,
             log: Log = _stderr, on_ready: Callable[[str, str], None] | None = None,
-            state: dict[str, Any] | None = None) -> RunSummary:
-    """Run (or resume) the config; returns the counts printed as the CLI's last line.
+            state: dict[str, Any] | None = None, plan: RunPlan | None = None) -> RunSummary:
+    """Run (or resume) the config; returns the counts printed as the CLI's last line. `plan`: the config's plan
+    when the caller made it already (`make_plan` loads every dataset and digests every file: once per run).
 
     For simulations (`memloop bench scale`): `sim` replaces the engine actors, `units` maps the plan's
     units to the ones computed, `stop_after_s` stops the run like a signal would after that many
     seconds of computing, and `state` receives the pool and its timings."""
-    plan = make_plan(cfg)
+    plan = plan if plan is not None else make_plan(cfg)
     all_units = units(plan.units) if units is not None else plan.units
     rs = RunStore.open(cfg.output, plan.run_id)
     rs.check_writable()

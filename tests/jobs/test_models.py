@@ -65,7 +65,18 @@ def test_models_expand_to_one_config_per_model_each_with_its_own_run_id(tmp_path
     assert one.models is None and one.model.weights == "smollm2-135m"
 
 
-def test_two_models_run_in_one_invocation_resume_as_a_set_and_compare_side_by_side(ray_local, tmp_path) -> None:
+def test_two_models_run_in_one_invocation_resume_as_a_set_and_compare_side_by_side(ray_local, tmp_path,
+                                                                                   monkeypatch) -> None:
+    from memloop.jobs.run import workload
+
+    loads: list[str] = []
+    real = workload.load_samples
+
+    def counted(spec, *args, **kwargs):  # the real loader, counted: a plan loads every dataset of its config
+        loads.append(spec.task)
+        return real(spec, *args, **kwargs)
+
+    monkeypatch.setattr(workload, "load_samples", counted)
     with contextlib.ExitStack() as stack:
         ends = [stack.enter_context(scripted_endpoint(attribute_table_answer)) for _ in range(3)]
         models = [_endpoint(url, f"scripted-{k}") for (url, _), k in zip(ends, "abc")]
@@ -74,8 +85,10 @@ def test_two_models_run_in_one_invocation_resume_as_a_set_and_compare_side_by_si
         assert dry.exit_code == 0, dry.output
         plans = json.loads(dry.stdout)["runs"]  # one JSON object for the set
         assert [p["to_compute"] for p in plans] == [3, 3, 3] and len({p["run_id"] for p in plans}) == 3
+        loads.clear()
         res = CliRunner().invoke(app, ["run", str(config), "--report"])
         assert res.exit_code == 0, res.output
+        assert sorted(loads) == ["book"] * 3 + ["sumie"] * 3  # each model's plan made once (it was twice: checked, run)
         out = _last_json(res.stdout)
         assert out["exit_code"] == 0 and len(out["runs"]) == 3
         ids = [r["run_id"] for r in out["runs"]]
