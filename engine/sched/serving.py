@@ -10,9 +10,14 @@ engine does not import:
              the text, {id, token, bytes, logprob, text_offset, top_logprobs: [{id, token, bytes,
              logprob}] (the N most likely, most likely first)}, from the model's raw logits
 
-`score(prompts, top_n)` is the other entry point: every prompt token's log-probability given the
-tokens before it (`memloop.engine.sched.prompt_scoring`, OpenAI's `echo`), computed by a full-prompt forward
-outside the step loop and its KV cache; `scored_prompts` / `scored_tokens` count that work.
+`score(prompts, top_n)` (or `submit_score` -> Future, `cancel_score`) is the other entry point: every
+prompt token's log-probability given the tokens before it (`memloop.engine.sched.prompt_scoring`, OpenAI's
+`echo`), computed by a full-prompt forward outside the step loop and its KV cache, one call at a time
+on the scorer's own thread (`memloop.engine.sched.scoring_queue`); `scored_prompts` / `scored_tokens`
+count the work delivered, `scoring_running` / `scoring_queued` the work in hand.
+
+`problem(stall_s)` says why the engine cannot make progress (its step loop stopped or stuck, its
+scorer stuck), None when it can: what the server's `/health` reports.
 
 `stats()` adds to the counters where the engine thread's wall time (`wall_s`) went: `compute_s`
 (device steps), `compile_s` (steps that compiled a new shape), `host_s` (scheduling, step
@@ -44,6 +49,7 @@ from memloop.engine.cache.kv_cache import KVLayout, PagePool, pages_for_budget
 from memloop.engine.sched.prompt_scoring import PromptScorer
 from memloop.engine.cache.radix import RadixCache
 from memloop.engine.sched.scheduler import Scheduler, Sequence
+from memloop.engine.sched.scoring_queue import ScoringQueue
 from memloop.engine.sched.step_loop import StepLoop
 from memloop.engine.sched.step_runner import TIMERS, StepRunner
 
@@ -92,6 +98,7 @@ class Engine:
         self._since = time.perf_counter()  # start of the window the counters and timers cover
         self.loop = StepLoop(self.scheduler, self.runner, self._lock)
         self.scorer = PromptScorer(self.lm)
+        self.scoring = ScoringQueue(self.scorer)
         self.weight_path = self.lm.weight_path  # stats (and so a run's provenance) say which path ran
 
     # -- requests -----------------------------------------------------------------------------------
@@ -140,7 +147,13 @@ class Engine:
         """Per prompt (a string, tokenised as a completion prompt, or a list of token ids), {"ids", "text",
         "entries"}: one entry per prompt token as in a result's `logprobs` (the first token's
         `logprob` and `top_logprobs` None), `top_n` alternatives each. Raises RequestError for a
-        prompt that is empty or longer than the model's context, before any work."""
+        prompt that is empty or longer than the model's context, before any work; ScoringCancelled
+        once `stop` (a threading.Event) is set."""
+        return self.submit_score(prompts, top_n, stop).result()
+
+    def submit_score(self, prompts: list[Any], top_n: int, stop: Any = None) -> Future:
+        """Tokenise and check the prompts here (RequestError at once), then queue their scoring; the
+        future resolves to `score`'s answer. `cancel_score(fut)` stops it."""
         shown = [self.prompt_text(p) for p in prompts]
         ids = [x["ids"] for x in shown]
         for i, p in enumerate(ids):
@@ -149,11 +162,18 @@ class Engine:
             if len(p) > self.max_context:
                 raise RequestError(f"`prompt` {i} ({len(p)} tokens) exceeds the model context of {self.max_context} "
                                    "tokens; shorten the prompt (echo scores every prompt token, nothing is truncated)")
-        entries = self.scorer.score(ids, top_n, stop)  # `stop`: a threading.Event set when the request is abandoned
-        with self._lock:
-            self.runner.counters["scored_prompts"] += len(ids)
-            self.runner.counters["scored_tokens"] += sum(len(p) for p in ids)
-        return [{**x, "entries": e} for x, e in zip(shown, entries)]
+
+        def delivered(entries: list[Any]) -> list[dict[str, Any]]:
+            with self._lock:
+                self.runner.counters["scored_prompts"] += len(ids)
+                self.runner.counters["scored_tokens"] += sum(len(p) for p in ids)
+            return [{**x, "entries": e} for x, e in zip(shown, entries)]
+
+        return self.scoring.submit(ids, top_n, stop, delivered)
+
+    def cancel_score(self, fut: Future) -> None:
+        """Drop the scoring behind `fut` if it waits, stop it at its next stage if it runs."""
+        self.scoring.cancel(fut)
 
     def prompt_text(self, prompt: Any) -> dict[str, Any]:
         """{"ids", "text"} of a completion prompt (text, or token ids shown as their decoded text): what
@@ -165,6 +185,11 @@ class Engine:
     def health(self) -> bool:
         return self.loop.alive()
 
+    def problem(self, stall_s: float) -> str | None:
+        """Why the engine cannot make progress (nothing done for `stall_s` seconds while it has work,
+        or a part stopped), None when it can. Takes no lock, so it answers while the engine is stuck."""
+        return self.loop.problem(stall_s) or self.scoring.problem(stall_s)
+
     def stats(self) -> dict[str, Any]:
         with self._lock:
             out: dict[str, Any] = dict(self.runner.counters)
@@ -174,6 +199,7 @@ class Engine:
                        total_pages=self.pool.capacity, page_size=self.pool.page_size,
                        prefix_cached_pages=self.tree.num_pages if self.tree else 0,
                        compiled_shapes=len(self.runner.shapes), prefix_cache=self.tree is not None,
+                       scoring_running=int(self.scoring.running is not None), scoring_queued=self.scoring.queued,
                        **self.weight_path)
             out["idle_s"] += self.loop.idle_now()
         out["cache_hit_rate"] = out["cached_tokens"] / out["prompt_tokens"] if out["prompt_tokens"] else 0.0
@@ -196,4 +222,5 @@ class Engine:
                 self.tree.clear()
 
     def shutdown(self) -> None:
+        self.scoring.close()
         self.loop.stop()

@@ -3,6 +3,11 @@
 Callers on any thread `enqueue` a `Sequence` whose `handle` is a `Future`; the loop sleeps until
 there is work, asks the scheduler for a plan, hands it to the `StepRunner`, and repeats. Futures are
 resolved by the runner (results, per-request failures) or here (shutdown, engine-wide failures).
+
+`problem(bound_s)` names a loop that cannot make progress (for `/health`): stopped, one step running
+longer than `bound_s`, or requests in the engine and no step for that long (e.g. its lock held, or
+waiting for pages that never free). It reads plain attributes, never the lock, so it answers while
+the loop is stuck.
 """
 from __future__ import annotations
 
@@ -28,6 +33,8 @@ class StepLoop:
         self._device_before = 0.0  # the runner's device seconds when the current step began
         self._reset_at = 0.0  # when the timers were last zeroed (perf_counter)
         self.waiting_since: float | None = None  # the loop has been idle since then (None: busy)
+        self.progress_at = time.monotonic()  # the loop last finished a step, or got work while idle
+        self.step_since: float | None = None  # a step has been running since then (None: none)
         self.thread = threading.Thread(target=self._loop, name="memloop-engine", daemon=True)
         self.thread.start()
 
@@ -39,6 +46,8 @@ class StepLoop:
         with self.lock:
             if self.stopped:
                 raise EngineError("the engine is shut down; create a new one")
+            if self.waiting_since is not None:  # an idle loop's stall clock starts with its work
+                self.progress_at = time.monotonic()
             self.scheduler.add(seq)
             self.lock.notify()
         return seq.handle
@@ -65,6 +74,21 @@ class StepLoop:
 
     def alive(self) -> bool:
         return self.thread.is_alive() and not self.stopped
+
+    def problem(self, bound_s: float) -> str | None:
+        """Why the loop cannot make progress, or None (see the module's docstring)."""
+        if not self.alive():
+            return "the engine's step loop has stopped; restart the server"
+        now, step_since = time.monotonic(), self.step_since
+        if step_since is not None and now - step_since > bound_s:
+            return (f"the engine has made no progress for {now - step_since:.0f} s: one step has run that long "
+                    f"(the bound is {bound_s:g} s)")
+        work = len(self.scheduler.running) + len(self.scheduler.waiting)
+        quiet = now - self.progress_at
+        if work and step_since is None and quiet > bound_s:
+            return (f"the engine has made no progress for {quiet:.0f} s: {work} requests are in it and no step "
+                    f"ran (the bound is {bound_s:g} s)")
+        return None
 
     def stop(self, timeout: float = 30) -> None:
         with self.lock:
@@ -116,6 +140,7 @@ class StepLoop:
                 with self.lock:
                     self._clock(time.perf_counter() - max(start, self._reset_at), 0.0)
                 continue
+            self.step_since = time.monotonic()
             try:
                 self.runner.execute(plan)  # a request's own failure is settled inside; what escapes is engine-wide
             except Exception as exc:
@@ -124,6 +149,9 @@ class StepLoop:
                     self.fail_all(exc)
                     if self.runner.cache_lost():
                         self.runner.reset_cache()
+            finally:
+                self.step_since = None
+                self.progress_at = time.monotonic()
             with self.lock:
                 self._clock(0.0, time.perf_counter() - max(start, self._reset_at))
 

@@ -3,16 +3,22 @@
 `/v1/stats`, `/v1/models`). They share one `RequestGate`, which holds the server's in-flight count
 and bounds every request the same way: checked before anything is queued, admitted only within
 `max_queue` (429 past it), cancelled in the engine when its client leaves or its deadline passes.
-`server.create_app` only wires these to routes and maps the errors below to HTTP statuses."""
+`server.create_app` only wires these to routes and maps the errors below to HTTP statuses.
+
+A request's deadline and disconnect check (`Watch`) run from the moment its handler starts to its
+answer, so they cover queueing for a worker thread too. Tokenising and queueing run on the gate's
+own worker threads, never on asyncio's default executor, and nothing on them waits for other work:
+prompt scoring waits in the engine's scoring queue, which holds no thread (a pool of threads each
+blocked on the scorer used to let abandoned scoring starve every later request)."""
 from __future__ import annotations
 
 import asyncio
-import threading
+import os
 import time
 import uuid
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Callable
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -26,6 +32,8 @@ from memloop.engine.serve.protocol import (MAX_N, UNSUPPORTED_WHY, ChatRequest, 
 
 RETRY_AFTER_S = 1
 POLL_S = 0.2  # how often a waiting request looks for a client disconnect or its deadline
+DEFAULT_WORKERS = min(32, (os.cpu_count() or 1) + 4)  # threads that tokenise and queue (asyncio's default count)
+DEFAULT_STALL_S = 300.0  # /health answers 503 once the engine has had work and no progress for this long
 
 
 class QueueFull(Exception):
@@ -40,20 +48,67 @@ class ClientGone(Exception):
     """The client disconnected while its request ran (499)."""
 
 
-class RequestGate:
-    """What every route family shares: the engine, the admission count and the request deadline.
+class Watch:
+    """One request's deadline and disconnect check, from the start of its handler to its answer."""
 
-    engine: anything with `submit(request) -> Future`, `cancel(future)`, `score`, `prompt_text`,
-    `health()` and `stats()`. max_queue: engine requests (n choices each count) in flight at once.
-    request_timeout: seconds a request may take before it is cancelled (None: no limit).
+    def __init__(self, gate: "RequestGate", http: Request) -> None:
+        self.gate = gate
+        self.http = http
+        self.deadline = None if gate.request_timeout is None else time.monotonic() + gate.request_timeout
+
+    async def wait(self, work: "asyncio.Future[Any]") -> Any:
+        """`work`'s result, or ClientGone / Timeout as soon as the client leaves or the deadline passes
+        (the caller then stops the work)."""
+        work.add_done_callback(lambda g: g.cancelled() or g.exception())  # never "unretrieved"
+        while True:
+            done, _ = await asyncio.wait({work}, timeout=POLL_S)
+            if done:
+                return work.result()
+            if await self.http.is_disconnected():
+                raise ClientGone("the client disconnected; the request was cancelled")
+            if self.deadline is not None and time.monotonic() > self.deadline:
+                raise Timeout(f"the request did not finish within {self.gate.request_timeout:g} s (the server's "
+                              "--request-timeout); lower max_tokens, send shorter prompts, or retry when the "
+                              "server is less busy")
+
+    async def off_loop(self, fn: Callable[..., Any], *args: Any, undo: Callable[[Any], None] | None = None) -> Any:
+        """`fn(*args)` on the gate's worker threads, watched from the moment it is queued. If the request
+        ends first, `fn` never starts, or, already running, its result goes to `undo` when it comes."""
+        job = self.gate.workers.submit(fn, *args)
+        try:
+            return await self.wait(asyncio.wrap_future(job))
+        except BaseException:
+            if not job.cancel() and undo is not None:
+                job.add_done_callback(lambda f: None if f.cancelled() or f.exception() else undo(f.result()))
+            raise
+
+
+class RequestGate:
+    """What every route family shares: the engine, the admission count, the request deadline and the
+    worker threads.
+
+    engine: anything with `submit(request) -> Future`, `cancel(future)`, `submit_score`, `cancel_score`,
+    `prompt_text`, `problem(stall_s)` and `stats()`. max_queue: engine requests (n choices each count)
+    in flight at once. request_timeout: seconds a request may take before it is cancelled (None: no
+    limit). workers: threads that tokenise and queue. stall_s: seconds of no progress with work in
+    hand after which /health answers 503.
     """
 
-    def __init__(self, engine: Any, model_name: str, max_queue: int, request_timeout: float | None) -> None:
+    def __init__(self, engine: Any, model_name: str, max_queue: int, request_timeout: float | None,
+                 workers: int = DEFAULT_WORKERS, stall_s: float = DEFAULT_STALL_S) -> None:
         self.engine = engine
         self.model_name = model_name
         self.max_queue = max_queue
         self.request_timeout = request_timeout
+        self.stall_s = stall_s
         self.in_flight = 0
+        self.workers = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="memloop-intake")
+
+    def watch(self, http: Request) -> Watch:
+        return Watch(self, http)
+
+    def close(self) -> None:
+        self.workers.shutdown(wait=False, cancel_futures=True)
 
     def check(self, req: _Sampling) -> None:
         """Refuse what this server does not do, naming the field, before anything is queued."""
@@ -77,33 +132,13 @@ class RequestGate:
             fut = self.engine.submit(r)
             futs.append(fut)
             if fut.done() and fut.exception() is not None:
-                for f in futs:
-                    self.engine.cancel(f)
+                self._cancel_all(futs)
                 raise fut.exception()
         return futs
 
-    async def watched(self, http: Request, work: "asyncio.Future[Any]") -> Any:
-        """`work`'s result, or ClientGone / Timeout as soon as the client leaves or the deadline passes
-        (the caller then stops the work)."""
-        work.add_done_callback(lambda g: g.cancelled() or g.exception())  # never "unretrieved"
-        deadline = None if self.request_timeout is None else time.monotonic() + self.request_timeout
-        while True:
-            done, _ = await asyncio.wait({work}, timeout=POLL_S)
-            if done:
-                return work.result()
-            if await http.is_disconnected():
-                raise ClientGone("the client disconnected; the request was cancelled")
-            if deadline is not None and time.monotonic() > deadline:
-                raise Timeout(f"the request did not finish within {self.request_timeout:g} s (the server's "
-                              "--request-timeout); lower max_tokens, send shorter prompts, or retry when the "
-                              "server is less busy")
-
-    async def _wait(self, http: Request, futs: list[Future]) -> list[dict[str, Any]]:
-        try:
-            return await self.watched(http, asyncio.gather(*(asyncio.wrap_future(f) for f in futs)))
-        finally:
-            for f in futs:  # no-op for finished ones; frees the batch slots of the others
-                self.engine.cancel(f)
+    def _cancel_all(self, futs: list[Future]) -> None:
+        for f in futs:  # no-op for finished ones; frees the batch slots of the others
+            self.engine.cancel(f)
 
     @asynccontextmanager
     async def admitted(self, count: int) -> AsyncIterator[None]:
@@ -121,13 +156,16 @@ class RequestGate:
         finally:
             self.in_flight -= count
 
-    async def run(self, http: Request, requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    async def run(self, watch: Watch, requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Generate every request (one per choice), all checked before any is queued."""
         for r in requests:
             SamplingParams.from_request(r["sampling"])
         async with self.admitted(len(requests)):
-            futs = await asyncio.to_thread(self._submit_all, requests)
-            return await self._wait(http, futs)
+            futs = await watch.off_loop(self._submit_all, requests, undo=self._cancel_all)
+            try:
+                return await watch.wait(asyncio.gather(*(asyncio.wrap_future(f) for f in futs)))
+            finally:
+                self._cancel_all(futs)
 
 
 class ServingCompletion:
@@ -138,6 +176,7 @@ class ServingCompletion:
 
     async def create(self, req: CompletionRequest, http: Request) -> dict[str, Any]:
         gate = self.gate
+        watch = gate.watch(http)
         gate.check(req)
         prompts = req.prompts()
         if not prompts or len(prompts) * req.n > MAX_N:
@@ -146,13 +185,13 @@ class ServingCompletion:
         requests = [{"prompt": p, "sampling": req.sampling(i), "json_schema": None}
                     for p in prompts for i in range(req.n)]
         if req.generates():
-            results: list[dict[str, Any] | None] = list(await gate.run(http, requests))
+            results: list[dict[str, Any] | None] = list(await gate.run(watch, requests))
         else:  # echo with max_tokens 0: the other sampling fields are still checked
             for r in requests:
                 SamplingParams.from_request({**r["sampling"], "max_tokens": 1})
             results = [None] * len(requests)
         if echo:
-            shown = await self._echoed_prompts(http, prompts, top_n)
+            shown = await self._echoed_prompts(watch, prompts, top_n)
             choices = [echo_choice(shown[i // req.n], r, top_n is not None) for i, r in enumerate(results)]
             usage = _usage([r or {"usage": {"prompt_tokens": len(shown[i // req.n]["ids"]), "cached_tokens": 0,
                                             "decoded_tokens": 0}} for i, r in enumerate(results)])
@@ -165,22 +204,21 @@ class ServingCompletion:
                 "model": gate.model_name, "choices": [{"index": i, **c} for i, c in enumerate(choices)],
                 "usage": usage}
 
-    async def _echoed_prompts(self, http: Request, prompts: list[str | list[int]],
+    async def _echoed_prompts(self, watch: Watch, prompts: list[str | list[int]],
                               top_n: int | None) -> list[dict[str, Any]]:
         """Each prompt's {"ids", "text", "entries"}: scored by the engine when log-probabilities are asked
-        (`Engine.score`, a forward over every prompt token), else only tokenised. Scoring is bounded
-        like generation: past the timeout or once the client leaves, the request ends, its queue
-        places are freed and the scorer starts no further call for it."""
+        (`Engine.submit_score`, a forward over every prompt token), else only tokenised. Scoring is
+        bounded like generation: past the timeout or once the client leaves, the request ends, its
+        queue places are freed and the engine drops its scoring, or stops it at its next stage."""
         engine = self.gate.engine
         if top_n is None:
-            return await asyncio.to_thread(lambda: [engine.prompt_text(p) for p in prompts])
+            return await watch.off_loop(lambda: [engine.prompt_text(p) for p in prompts])
         async with self.gate.admitted(len(prompts)):
-            stop = threading.Event()
+            fut = await watch.off_loop(engine.submit_score, prompts, top_n, undo=engine.cancel_score)
             try:
-                return await self.gate.watched(
-                    http, asyncio.ensure_future(asyncio.to_thread(engine.score, prompts, top_n, stop=stop)))
+                return await watch.wait(asyncio.wrap_future(fut))
             finally:
-                stop.set()
+                engine.cancel_score(fut)  # no-op once it has finished
 
 
 class ServingChat:
@@ -191,10 +229,11 @@ class ServingChat:
 
     async def create(self, req: ChatRequest, http: Request) -> dict[str, Any]:
         gate = self.gate
+        watch = gate.watch(http)
         gate.check(req)
         schema = req.schema()
         messages = [m.model_dump() for m in req.messages]
-        results = await gate.run(http, [{"messages": messages, "sampling": req.sampling(i), "json_schema": schema}
+        results = await gate.run(watch, [{"messages": messages, "sampling": req.sampling(i), "json_schema": schema}
                                         for i in range(req.n)])
         choices = [{"index": i, "message": {"role": "assistant", "content": r["text"]},
                     "finish_reason": r["finish_reason"],
@@ -210,8 +249,12 @@ class ServingModels:
     def __init__(self, gate: RequestGate) -> None:
         self.gate = gate
 
-    async def health(self) -> dict[str, Any]:
-        return {"ok": bool(self.gate.engine.health())}
+    async def health(self) -> Any:
+        """{"ok": true}, or 503 {"ok": false, "reason"} when the engine cannot make progress."""
+        problem = self.gate.engine.problem(self.gate.stall_s)
+        if problem is not None:
+            return JSONResponse(status_code=503, content={"ok": False, "reason": problem})
+        return {"ok": True}
 
     async def stats(self) -> dict[str, Any]:
         return {**self.gate.engine.stats(), "server_in_flight": self.gate.in_flight,

@@ -17,7 +17,10 @@ One bad request never harms another: every sampling field goes through the engin
 body streams in; tokenising runs off the event loop (so `/health` stays fast); the queue is bounded
 (429 + Retry-After), and a request that could never be admitted (more choices than the queue
 holds) is a 400; a request whose client disconnects or that runs past the timeout is cancelled in
-the engine. With an API key, every route but `/health` needs `Authorization: Bearer KEY`.
+the engine, its prompt scoring included, and the watch covers its whole life (queueing for a worker
+thread too). `/health` answers 503 with the reason when the engine has had work and made no
+progress for `stall_s` seconds. With an API key, every route but `/health` needs
+`Authorization: Bearer KEY`.
 
 Hostile clients: a connection that does not finish its request headers within `HEADER_TIMEOUT_S`
 is closed (`GuardedH11Protocol`), a body that does not arrive within `BODY_TIMEOUT_S` gets 408; a
@@ -32,13 +35,15 @@ import asyncio
 import hmac
 import ipaddress
 import time
-from typing import Any
+from contextlib import asynccontextmanager
+from typing import Any, AsyncIterator
 
 from fastapi import FastAPI
 
 from memloop.engine.errors import ServerConfigError
-from memloop.engine.serve.openai_serving import (RequestGate, ServingChat, ServingCompletion, ServingModels,
-                                         error_response, install_error_handlers)
+from memloop.engine.serve.openai_serving import (DEFAULT_STALL_S, DEFAULT_WORKERS, RequestGate, ServingChat,
+                                                 ServingCompletion, ServingModels, error_response,
+                                                 install_error_handlers)
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
 HEADER_TIMEOUT_S = 10.0  # from connecting to the end of the request headers (slowloris)
@@ -169,20 +174,30 @@ def guarded_protocol(header_timeout_s: float = HEADER_TIMEOUT_S) -> type:
 def create_app(engine: Any, model_name: str = "memloop", max_body_bytes: int = MAX_BODY_BYTES, *,
                api_key: str | None = None, max_queue: int = DEFAULT_MAX_QUEUE,
                request_timeout: float | None = None, allowed_hosts: tuple[str, ...] | None = None,
-               body_timeout_s: float = BODY_TIMEOUT_S) -> FastAPI:
-    """The API over a running `Engine` (anything with `submit(request) -> Future`, `cancel(future)`,
-    `health()` and `stats()`): the guard in front, then one serving class per route family
-    (engine/serve/openai_serving.py) sharing one `RequestGate`.
+               body_timeout_s: float = BODY_TIMEOUT_S, workers: int = DEFAULT_WORKERS,
+               stall_s: float = DEFAULT_STALL_S) -> FastAPI:
+    """The API over a running `Engine` (see `RequestGate` for what it must have): the guard in front,
+    then one serving class per route family (engine/serve/openai_serving.py) sharing one `RequestGate`.
 
     max_queue: engine requests (n choices each count) in flight at once; more get 429.
     request_timeout: seconds a request may take before it is cancelled with 504 (None: no limit).
     allowed_hosts: the `Host` names answered (None: any; `serve` gives the loopback names on loopback).
+    workers: threads that tokenise and queue requests (the server's own, not asyncio's default pool).
+    stall_s: seconds with work in hand and no progress after which /health answers 503.
     """
-    app = FastAPI(title="memloop engine", version="1")
+    gate = RequestGate(engine, model_name, max_queue, request_timeout, workers, stall_s)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            gate.close()  # the worker threads end with the server, not with the process
+
+    app = FastAPI(title="memloop engine", version="1", lifespan=lifespan)
     app.add_middleware(Guard, max_body_bytes=max_body_bytes, api_key=api_key, allowed_hosts=allowed_hosts,
                        body_timeout_s=body_timeout_s)
     install_error_handlers(app)
-    gate = RequestGate(engine, model_name, max_queue, request_timeout)
     models, completion, chat = ServingModels(gate), ServingCompletion(gate), ServingChat(gate)
     app.get("/health")(models.health)
     app.get("/v1/stats")(models.stats)
@@ -202,7 +217,7 @@ def is_loopback(host: str) -> bool:
 
 
 def check_options(host: str, port: int, api_key: str | None, max_queue: int = DEFAULT_MAX_QUEUE,
-                  request_timeout: float | None = None) -> None:
+                  request_timeout: float | None = None, stall_s: float = DEFAULT_STALL_S) -> None:
     """Refuse what cannot be served safely, before the model loads (ServerConfigError, one line)."""
     if not 1 <= port <= 65535:
         raise ServerConfigError(f"--port must be between 1 and 65535, got {port}")
@@ -213,6 +228,8 @@ def check_options(host: str, port: int, api_key: str | None, max_queue: int = DE
         raise ServerConfigError(f"--max-queue must be at least 1, got {max_queue}")
     if request_timeout is not None and not request_timeout > 0:
         raise ServerConfigError(f"--request-timeout must be a positive number of seconds, got {request_timeout}")
+    if not stall_s > 0:
+        raise ServerConfigError(f"--stall-timeout must be a positive number of seconds, got {stall_s}")
 
 
 def allowed_hosts_for(host: str, extra: tuple[str, ...] = ()) -> tuple[str, ...] | None:
@@ -234,9 +251,9 @@ def uvicorn_config(app: Any, host: str, port: int, log_level: str = "info",
 
 def serve(config: Any = None, host: str = "127.0.0.1", port: int = 8000, model_name: str | None = None, *,
           api_key: str | None = None, max_queue: int = DEFAULT_MAX_QUEUE, request_timeout: float | None = None,
-          allow_hosts: tuple[str, ...] = ()) -> None:
+          allow_hosts: tuple[str, ...] = (), stall_s: float = DEFAULT_STALL_S) -> None:
     """Check the options, load the engine and serve until interrupted."""
-    check_options(host, port, api_key, max_queue, request_timeout)
+    check_options(host, port, api_key, max_queue, request_timeout, stall_s)
     import uvicorn
 
     from memloop.engine.engine_config import EngineConfig
@@ -245,7 +262,7 @@ def serve(config: Any = None, host: str = "127.0.0.1", port: int = 8000, model_n
     engine = Engine(EngineConfig.of(config))
     name = model_name or engine.lm.path.stem
     app = create_app(engine, name, api_key=api_key or None, max_queue=max_queue, request_timeout=request_timeout,
-                     allowed_hosts=allowed_hosts_for(host, allow_hosts))
+                     allowed_hosts=allowed_hosts_for(host, allow_hosts), stall_s=stall_s)
     try:
         uvicorn.Server(uvicorn_config(app, host, port)).run()
     finally:

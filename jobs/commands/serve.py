@@ -27,6 +27,8 @@ def serve(
                                   "in flight at once; more get 429 with Retry-After (default: 256)."),
     request_timeout: float = typer.Option(None, "--request-timeout", help="Seconds a request may run before it is "
                                           "cancelled with 504 (default: no limit)."),
+    stall_timeout: float = typer.Option(None, "--stall-timeout", show_default=False, help="Seconds the engine may "
+                                        "have work and make no progress before /health answers 503 (default: 300)."),
 ) -> None:
     """Serve /v1/completions, /v1/chat/completions (response_format json_schema) and /v1/models.
 
@@ -37,9 +39,9 @@ def serve(
 
     config = {"model": str(model) if model else None, "dtype": None if dtype == "auto" else dtype, "kv_budget": kv_budget,
               "max_batch": max_batch, "prefix_cache": not no_prefix_cache}
-    queue = {} if max_queue is None else {"max_queue": max_queue}  # the server's own default otherwise
+    given = {k: v for k, v in (("max_queue", max_queue), ("stall_s", stall_timeout)) if v is not None}
     run_server(config, host=host, port=port, model_name=name, api_key=key, request_timeout=request_timeout,
-               allow_hosts=tuple(allow_host), **queue)
+               allow_hosts=tuple(allow_host), **given)  # the server's own defaults for what is not given
 
 
 def read_api_key(on_argv: str | None, path: Path | None) -> str | None:

@@ -120,7 +120,7 @@ class EndpointSpec(_Strict):
     model: str
     api_key_env: str | None = None  # name of the environment variable holding the key (never the key)
     max_concurrency: Annotated[int, _at_most(MAX_CONCURRENCY, "requests at once")] = Field(default=16, ge=1)  # requests in flight at once (provider rate limits)
-    timeout_s: float = Field(default=120.0, gt=0)  # one request
+    timeout_s: float = Field(default=120.0, gt=0)  # one attempt, whole: connect, send, wait and read the answer
     max_retries: Annotated[int, _at_most(MAX_RETRIES, "retries of a request")] = Field(default=3, ge=0)  # transient failures (connection, 429, 5xx), honouring Retry-After
     json_schema: bool = True  # the server constrains output to a JSON Schema (response_format json_schema)
 
