@@ -57,7 +57,8 @@ test: $(STAMP)
 device-tiny:
 	@if [ -z "$(PYTHON312)" ]; then echo "SKIPPED: bench gpu --tiny under the device's versions needs python3.12 (set PYTHON312)" >&2; \
 	else $(MAKE) --no-print-directory $(DEVICE_STAMP) && rm -rf runs/bench-gpu-tiny && \
-	  JAX_PLATFORMS=cpu $(DEVICE_PY) -m memloop.bench.gpu --tiny --out runs/bench-gpu-tiny; fi
+	  JAX_PLATFORMS=cpu $(DEVICE_PY) -m memloop.bench.gpu --tiny --out runs/bench-gpu-tiny && \
+	  echo "RAN: bench gpu --tiny under the device's versions ($$($(DEVICE_PY) --version))"; fi
 
 # The import contracts (pyproject.toml, [tool.importlinter]) as tests/test_architecture.py checks them: over a copy
 # laid out as an install lays it out (memloop/engine, ...), since import-linter walks a package's own folder and
