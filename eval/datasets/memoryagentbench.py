@@ -23,8 +23,10 @@ benchmark emits an empty first chunk when the context's first sentence alone exc
 that empty chunk is not kept.
 
 A sample is one context: `chunks` as above, `query` None (the questions are many), `gold`
-`{"questions": [...], "answers": [[accepted, ...], ...], "qa_pair_ids": [...], "question_types": [...]}`
-(the ids from `qa_pair_ids`, else LongMemEval's `question_ids`; plus `keypoints` where the row has them)
+`{"questions": [...], "answers": [[accepted, ...], ...], "qa_pair_ids": [...], "question_ids": [...],
+"question_types": [...]}` (`qa_pair_ids` label the judgments, from `question_ids` where a row has no other;
+`question_ids` as the row has them: LongMemEval's, whose "_abs" the answer check reads, as the benchmark's
+`longmem_qa_evaluate.py` does; plus `keypoints` where the row has them)
 and metadata `source`, `competency` (the split), `context_index` (its position among the source's rows),
 `chunk_tokens`, `chunk_counter`, `where` (the file or `repo@commit[split][i]` read).
 """
@@ -161,8 +163,12 @@ def _indexed(meta: dict[str, Any], field: str, n: int) -> list[Any]:
     return values if len(values) == n else [None] * n
 
 
-def _question_ids(meta: dict[str, Any], n: int) -> list[Any]:
-    """Each question's id: `qa_pair_ids`, or LongMemEval's `question_ids` (whose "_abs" marks abstention)."""
+def _ids(values: list[Any]) -> list[str | None]:
+    return [str(v) if v is not None else None for v in values]
+
+
+def _pair_ids(meta: dict[str, Any], n: int) -> list[Any]:
+    """Each question's label in judgments: `qa_pair_ids`, else `question_ids` where a row has only those."""
     ids = _indexed(meta, "qa_pair_ids", n)
     return ids if any(i is not None for i in ids) else _indexed(meta, "question_ids", n)
 
@@ -204,7 +210,9 @@ def _sample(row: Row, split: str, index: int, chunk_tokens: int, count: Callable
             ) -> Sample:
     n = len(row.questions)
     gold = {"questions": row.questions, "answers": row.answers,
-            "qa_pair_ids": [str(q) if q is not None else None for q in _question_ids(row.metadata, n)],
+            "qa_pair_ids": _ids(_pair_ids(row.metadata, n)),
+            # LongMemEval's own ids, kept apart: the benchmark's answer check reads "_abs" (abstention) here
+            "question_ids": _ids(_indexed(row.metadata, "question_ids", n)),
             "question_types": _indexed(row.metadata, "question_types", n)}
     if row.metadata.get("keypoints"):  # ∞Bench-Sum's expert key points, for its LLM-judged recall
         gold["keypoints"] = [str(k) for k in _as_list(row.metadata["keypoints"])]

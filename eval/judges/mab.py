@@ -188,6 +188,17 @@ def question_metrics(source: str, reply: str, answers: Sequence[str], entity2id:
     return {k: max(v, w) for (k, v), w in zip(raw.items(), text_metrics(parsed, answers).values())}
 
 
+def lme_question_id(gold: dict[str, Any], i: int) -> str:
+    """LongMemEval question `i`'s id from `question_ids`, the field the benchmark's answer check reads
+    (`_abs` there marks an abstention question); `qa_pair_ids` is another id and is never read for it."""
+    ids = gold.get("question_ids") or []
+    if i >= len(ids) or not isinstance(ids[i], str) or not ids[i]:
+        raise JudgeError(f"LongMemEval question {i} has no id in the gold's question_ids: the answer check reads "
+                         "it (\"_abs\" marks an abstention question); load the data with the memoryagentbench "
+                         "loader from rows whose metadata.question_ids has one id per question")
+    return ids[i]
+
+
 def llm_question_metrics(llm: LLM, source: str, gold: dict[str, Any], i: int, reply: str, max_attempts: int
                          ) -> tuple[dict[str, float], list[Judgment]]:
     """An LLM-judged source's metrics of reply `i` (`memloop.eval.judges.mab_llm`) and the judge's judgments."""
@@ -197,8 +208,7 @@ def llm_question_metrics(llm: LLM, source: str, gold: dict[str, Any], i: int, re
     answer = accepted[0] if len(accepted) == 1 else " / ".join(accepted)
     if source.startswith("longmemeval_"):
         types = gold.get("question_types") or [None] * len(gold["answers"])
-        ids = gold.get("qa_pair_ids") or [None] * len(gold["answers"])
-        value, j = mab_llm.lme_check(llm, gold["questions"][i], answer, reply, types[i], ids[i],
+        value, j = mab_llm.lme_check(llm, gold["questions"][i], answer, reply, types[i], lme_question_id(gold, i),
                                      max_attempts=max_attempts)
         return {"llm_judge": value}, [j]
     return mab_llm.summary_scores(llm, reply, gold.get("keypoints") or [], accepted[0], max_attempts=max_attempts)

@@ -72,7 +72,7 @@ def test_the_hub_dataset_loads_all_four_splits_from_the_cache_with_the_commit_re
     assert by_source["ruler_qa1_197K"].gold["answers"][0] == ["Mount Kel", "Kel"]
     # LongMemEval's ids are its question_ids ("_abs": abstention); ∞Bench-Sum keeps the expert's key points
     lme = by_source["longmemeval_s*"]
-    assert lme.gold["qa_pair_ids"] == ["lme-1", "lme-2", "lme-3_abs"]
+    assert lme.gold["qa_pair_ids"] == ["lme-1", "lme-2", "lme-3_abs"] == lme.gold["question_ids"]
     assert lme.gold["question_types"][0] == "temporal-reasoning"
     assert by_source["infbench_sum_eng_shots2"].gold["keypoints"][1] == "Wren crosses a desert."
     # what a context whose method fails counts as: its questions, each a zero in its source

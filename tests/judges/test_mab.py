@@ -101,7 +101,7 @@ def test_sources_average_over_questions_and_competencies_over_sources():
 LME_GOLD = {"questions": ["How many days between adopting Pip and the vet?", "Where do I live now?",
                           "What is my dog's name?"],
             "answers": [["17 days"], ["Lisbon"], ["No dog was mentioned; the cat is Pip."]],
-            "qa_pair_ids": ["lme-1", "lme-2", "lme-3_abs"],
+            "qa_pair_ids": ["lme-1", "lme-2", "lme-3_abs"], "question_ids": ["lme-1", "lme-2", "lme-3_abs"],
             "question_types": ["temporal-reasoning", "knowledge-update", "single-session-user"]}
 
 
@@ -124,9 +124,37 @@ def test_mab_llm_judges_longmemeval_with_the_check_of_each_question_type():
     assert calls[0].prompt == prompts[0] and calls[0].template_sha256
     with pytest.raises(JudgeError, match="needs a judge LLM"):
         run_judge("mab-llm", json.dumps(replies), LME_GOLD, metadata={"source": "longmemeval_s*"})
-    bad = dict(LME_GOLD, question_types=["chit-chat", "knowledge-update", "x"], qa_pair_ids=["a", "b", "c"])
+    bad = dict(LME_GOLD, question_types=["chit-chat", "knowledge-update", "x"], question_ids=["a", "b", "c"])
     with pytest.raises(JudgeError, match="question type 'chit-chat' has no answer check"):
         run_judge("mab-llm", json.dumps(replies), bad, ScriptedLLM(["yes"] * 3), metadata={"source": "longmemeval_s*"})
+
+
+def test_longmemeval_abstention_is_read_from_question_ids_when_a_row_carries_both_ids(tmp_path):
+    """The benchmark's answer check reads `metadata.question_ids` ("_abs": abstention); a hub row carries
+    `qa_pair_ids` too, which must not decide the check."""
+    from memloop.eval.datasets.memoryagentbench import load_memoryagentbench
+    from memloop.eval.llm import ScriptedLLM
+
+    row = {"context": "Session 1 (2023/05/01): I adopted a cat called Pip. I moved to Lisbon.",
+           "questions": ["Where do I live?", "What is my dog's name?"],
+           "answers": [["Lisbon"], ["You did not mention a dog."]],
+           "metadata": {"source": "longmemeval_s*", "qa_pair_ids": ["longmemeval_s*_0_0", "longmemeval_s*_0_1"],
+                        "question_ids": ["7a1c2e", "5b9d0f_abs"],
+                        "question_types": ["single-session-user", "single-session-user"]}}
+    path = tmp_path / "lme.jsonl"
+    path.write_text(json.dumps(row) + "\n")
+    sample = load_memoryagentbench(path, splits=["Accurate_Retrieval"])[0]
+    llm = ScriptedLLM(["yes", "yes"])
+    res = run_judge("mab-llm", json.dumps(["Lisbon", "I do not know of a dog."]), sample.gold, llm,
+                    metadata=sample.metadata)
+    calls = [j.label["part"] for j in res.judgments if "part" in j.label]
+    assert calls == ["mab-lme-standard", "mab-lme-abstention"]
+    assert "cannot be answered" in llm.requests[1].messages[0]["content"]
+    assert sample.gold["question_ids"] == ["7a1c2e", "5b9d0f_abs"]
+    assert sample.gold["qa_pair_ids"] == ["longmemeval_s*_0_0", "longmemeval_s*_0_1"]  # the judgments' labels
+    with pytest.raises(JudgeError, match="question_ids"):  # without the field the check cannot be chosen
+        run_judge("mab-llm", json.dumps(["Lisbon", "x"]), dict(sample.gold, question_ids=[None, None]),
+                  ScriptedLLM(["yes"] * 2), metadata=sample.metadata)
 
 
 def test_mab_llm_scores_infbench_sum_as_fluency_times_f1_of_keypoint_recall_and_sentence_precision():
