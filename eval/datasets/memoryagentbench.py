@@ -8,7 +8,10 @@ strings per question), `metadata` (a struct: `source` — the sub-dataset, e.g. 
 `previous_events`, `demo`, `keypoints`, ...). The benchmark reads a split, keeps the rows whose
 `metadata.source` equals the configured sub-dataset and takes the first `max_test_samples`
 (utils/eval_data_utils.py); `sources` here takes exact names or shell patterns (`eventqa_*`) and
-`contexts_per_source` is that first-N cut, per source.
+`contexts_per_source` is that first-N cut, per source. A local file (JSONL, JSON, Parquet) has no splits:
+it is read once, and a row goes under the split it names (`split`) or else its source's
+(`memloop.eval.datasets.mab_sources`: FactConsolidation is Conflict_Resolution); a row without a source is
+refused (`MissingSourceError`).
 
 Chunking is the benchmark's `chunk_text_into_sentences` (utils/eval_other_utils.py): the context is
 split into sentences, sentences are packed greedily in order while the chunk's token count (the sum
@@ -36,9 +39,11 @@ import dataclasses
 import fnmatch
 import re
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from memloop.eval.datasets.errors import EmptyDatasetError, MissingFieldError
+from memloop.eval.datasets.hub import is_hub_id
+from memloop.eval.datasets.mab_sources import split_of_source
 from memloop.eval.datasets.records import Record, read_records
 from memloop.eval.datasets.sample import Sample, slug
 from memloop.eval.errors import DatasetError
@@ -120,6 +125,10 @@ def _accepted(answer: Any, where: str, i: int) -> list[str]:
     return out
 
 
+class MissingSourceError(MissingFieldError):
+    """A row does not name its source (sub-dataset): the source filter, the competency and the scoring need it."""
+
+
 @dataclasses.dataclass(frozen=True)
 class Row:
     source: str
@@ -140,8 +149,9 @@ def parse_row(record: Record, where: str) -> Row:
     meta = dict(meta) if isinstance(meta, dict) else {}
     source = meta.get("source") or record.get("source")
     if not isinstance(source, str) or not source:
-        raise MissingFieldError(f"{where}: no 'metadata.source' (the sub-dataset, e.g. 'factconsolidation_sh_6k'), "
-                                "which the source filter and the scoring need")
+        raise MissingSourceError(f"{where}: no 'metadata.source' (the sub-dataset, e.g. 'factconsolidation_sh_6k'), "
+                                 "which the source filter, the competency and the scoring need: give every row its "
+                                 "source, as the hub dataset's rows have")
     questions = [str(q) for q in _as_list(record.get("questions"))]
     if not questions:
         raise MissingFieldError(f"{where}: 'questions' is missing or empty")
@@ -190,20 +200,52 @@ def load_memoryagentbench(path: str | Path = HUB_ID, splits: Sequence[str] = SPL
                                                                           else type(tokenizer).__name__)
     seen: dict[str, int] = {}
     out: list[Sample] = []
-    for split in splits:
-        for where, record in read_records(path, "MemoryAgentBench file", split=split, revision=revision):
-            row = parse_row(record, where)
-            index = seen.get(row.source, 0)
-            seen[row.source] = index + 1
-            if not _source_matches(row.source, patterns):
-                continue
-            if contexts_per_source is not None and index >= contexts_per_source:
-                continue
-            out.append(_sample(row, split, index, chunk_tokens, count, counter))
+    for split, row in _rows(path, splits, revision):
+        index = seen.get(row.source, 0)
+        seen[row.source] = index + 1
+        if not _source_matches(row.source, patterns):
+            continue
+        if contexts_per_source is not None and index >= contexts_per_source:
+            continue
+        out.append(_sample(row, split, index, chunk_tokens, count, counter))
     if not out:
         raise EmptyDatasetError(f"MemoryAgentBench {path}: no context of splits {splits} matches sources {patterns}; "
                                 f"sources present: {sorted(seen)}")
     return out[:limit] if limit is not None else out
+
+
+def _has_splits(path: str | Path) -> bool:
+    """Whether `path` is read split by split: a hub id, a copy of the dataset's repository, or a saved
+    DatasetDict. A file, or one saved Dataset, holds its rows once, whatever split is asked for."""
+    if is_hub_id(path):
+        return True
+    p = Path(path)
+    return p.is_dir() and not ((p / "state.json").is_file() and not (p / "dataset_dict.json").is_file())
+
+
+def _row_split(record: Record, row: Row, splits: tuple[str, ...]) -> str:
+    """A file row's split: the one it names (`split`, top level or in its metadata), else its source's."""
+    named = record.get("split") or row.metadata.get("split")
+    if named is None:
+        return split_of_source(row.source, row.where, splits)
+    if named not in splits:
+        raise DatasetError(f"{row.where}: split {named!r} is not one of MemoryAgentBench's {list(splits)}")
+    return str(named)
+
+
+def _rows(path: str | Path, splits: Sequence[str], revision: str | None) -> Iterator[tuple[str, Row]]:
+    """(split, row) of the chosen splits. A hub id or a repository copy is read split by split; a local file
+    once, each row placed by the split it names or its source, so no context is counted twice."""
+    if _has_splits(path):
+        for split in splits:
+            for where, record in read_records(path, "MemoryAgentBench file", split=split, revision=revision):
+                yield split, parse_row(record, where)
+        return
+    for where, record in read_records(path, "MemoryAgentBench file"):
+        row = parse_row(record, where)
+        split = _row_split(record, row, SPLITS)
+        if split in splits:
+            yield split, row
 
 
 def _sample(row: Row, split: str, index: int, chunk_tokens: int, count: Callable[[str], int], counter: str

@@ -131,6 +131,40 @@ def test_malformed_rows_name_the_field(tmp_path):
         load_memoryagentbench(bad, splits=["Accurate_Retrieval"])
 
 
+def test_a_local_file_is_read_once_each_context_under_its_sources_competency(tmp_path):
+    """A file has no splits: its rows are read once, not once per split, and a row that does not name its
+    split gets its source's (FactConsolidation is Conflict Resolution)."""
+    fc = rows("Conflict_Resolution")[0]  # one context, two questions
+    path = tmp_path / "mixed.jsonl"
+    named = dict(rows("Test_Time_Learning")[0], split="Test_Time_Learning")  # a row that says its split
+    path.write_text("\n".join(json.dumps(r) for r in (fc, named)) + "\n")
+    samples = load_memoryagentbench(path)
+    assert [(s.metadata["source"], s.metadata["competency"]) for s in samples] == [
+        ("factconsolidation_sh_6k", "CR"), ("icl_banking77_5900shot_balance", "TTL")]
+    assert sum(len(s.gold["questions"]) for s in samples) == 4  # 2 + 2, each question once
+    assert samples[0].metadata["scored_items"] == {"count": 2, "source": "factconsolidation_sh_6k", "competency": "CR"}
+    # the splits asked for choose among the file's rows
+    assert [s.metadata["competency"] for s in load_memoryagentbench(path, splits=["Conflict_Resolution"])] == ["CR"]
+
+
+def test_a_local_file_without_sources_or_with_an_unknown_one_is_refused_by_name(tmp_path):
+    from memloop.eval.datasets.mab_sources import UnknownSourceError
+    from memloop.eval.datasets.memoryagentbench import MissingSourceError
+
+    path = tmp_path / "nosource.jsonl"
+    path.write_text(json.dumps({"context": "Some text.", "questions": ["q"], "answers": [["a"]]}) + "\n")
+    with pytest.raises(MissingSourceError, match="metadata.source"):
+        load_memoryagentbench(path)
+    path.write_text(json.dumps({"context": "Some text.", "questions": ["q"], "answers": [["a"]],
+                                "metadata": {"source": "my_own_set"}}) + "\n")
+    with pytest.raises(UnknownSourceError, match="'split' field"):
+        load_memoryagentbench(path)
+    path.write_text(json.dumps({"context": "Some text.", "questions": ["q"], "answers": [["a"]], "split": "Recall",
+                                "metadata": {"source": "my_own_set"}}) + "\n")
+    with pytest.raises(DatasetError, match="'Recall' is not one of"):
+        load_memoryagentbench(path)
+
+
 def test_without_network_or_cache_the_error_says_how_to_get_the_data(tmp_path, monkeypatch):
     from huggingface_hub import constants
 
