@@ -7,8 +7,11 @@ strings per question), `metadata` (a struct: `source` — the sub-dataset, e.g. 
 `eventqa_full`, `ruler_qa1_197K` —, `qa_pair_ids`, `question_ids`, `question_types`, `question_dates`,
 `previous_events`, `demo`, `keypoints`, ...). The benchmark reads a split, keeps the rows whose
 `metadata.source` equals the configured sub-dataset and takes the first `max_test_samples`
-(utils/eval_data_utils.py); `sources` here takes exact names or shell patterns (`eventqa_*`) and
-`contexts_per_source` is that first-N cut, per source. A local file (JSONL, JSON, Parquet) has no splits:
+(utils/eval_data_utils.py); `sources` here takes exact names or shell patterns (`eventqa_*`), and each
+source's first `max_test_samples` rows are taken as the benchmark's configs set them (DetectiveQA 10,
+∞Bench-Sum 100: `memloop.eval.datasets.mab_sources`); `contexts_per_source` cuts that count for a reduced
+run (never raises it), and each sample records both counts (`scored_items.benchmark_contexts`, and
+`contexts_taken`) so that a report can say a run was reduced. A local file (JSONL, JSON, Parquet) has no splits:
 it is read once, and a row goes under the split it names (`split`) or else its source's
 (`memloop.eval.datasets.mab_sources`: FactConsolidation is Conflict_Resolution); a row without a source is
 refused (`MissingSourceError`).
@@ -43,7 +46,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 from memloop.eval.datasets.errors import EmptyDatasetError, MissingFieldError
 from memloop.eval.datasets.hub import is_hub_id
-from memloop.eval.datasets.mab_sources import split_of_source
+from memloop.eval.datasets.mab_sources import benchmark_contexts, split_of_source
 from memloop.eval.datasets.records import Record, read_records
 from memloop.eval.datasets.sample import Sample, slug
 from memloop.eval.errors import DatasetError
@@ -194,20 +197,26 @@ def load_memoryagentbench(path: str | Path = HUB_ID, splits: Sequence[str] = SPL
         raise DatasetError(f"unknown MemoryAgentBench split(s) {unknown}: choose among {list(SPLITS)}")
     patterns = [sources] if isinstance(sources, str) else (list(sources) if sources is not None else None)
     if contexts_per_source is not None and contexts_per_source < 1:
-        raise DatasetError(f"contexts_per_source must be at least 1, or null for all (got {contexts_per_source})")
+        raise DatasetError(f"contexts_per_source must be at least 1, or null for the benchmark's counts (got "
+                           f"{contexts_per_source})")
     count = token_counter(tokenizer)
     counter = str(tokenizer) if isinstance(tokenizer, (str, Path)) else ("cl100k_base" if tokenizer is None
                                                                           else type(tokenizer).__name__)
     seen: dict[str, int] = {}
-    out: list[Sample] = []
+    kept: list[tuple[str, Row, int]] = []
     for split, row in _rows(path, splits, revision):
         index = seen.get(row.source, 0)
         seen[row.source] = index + 1
-        if not _source_matches(row.source, patterns):
-            continue
-        if contexts_per_source is not None and index >= contexts_per_source:
-            continue
-        out.append(_sample(row, split, index, chunk_tokens, count, counter))
+        # the benchmark's count needs the source's row total, known at the end: keep only rows it may take
+        if _source_matches(row.source, patterns) and index < benchmark_contexts(row.source, contexts_per_source
+                                                                                or index + 1):
+            kept.append((split, row, index))
+    out: list[Sample] = []
+    for split, row, index in kept:
+        bench = benchmark_contexts(row.source, seen[row.source])
+        taken = bench if contexts_per_source is None else min(bench, contexts_per_source)
+        if index < taken:
+            out.append(_sample(row, split, index, chunk_tokens, count, counter, bench, taken))
     if not out:
         raise EmptyDatasetError(f"MemoryAgentBench {path}: no context of splits {splits} matches sources {patterns}; "
                                 f"sources present: {sorted(seen)}")
@@ -248,8 +257,8 @@ def _rows(path: str | Path, splits: Sequence[str], revision: str | None) -> Iter
             yield split, row
 
 
-def _sample(row: Row, split: str, index: int, chunk_tokens: int, count: Callable[[str], int], counter: str
-            ) -> Sample:
+def _sample(row: Row, split: str, index: int, chunk_tokens: int, count: Callable[[str], int], counter: str,
+            bench: int, taken: int) -> Sample:
     n = len(row.questions)
     gold = {"questions": row.questions, "answers": row.answers,
             "qa_pair_ids": _ids(_pair_ids(row.metadata, n)),
@@ -260,9 +269,11 @@ def _sample(row: Row, split: str, index: int, chunk_tokens: int, count: Callable
         gold["keypoints"] = [str(k) for k in _as_list(row.metadata["keypoints"])]
     meta = {"source": row.source, "competency": COMPETENCY[split], "split": split, "context_index": index,
             "questions": n, "chunk_tokens": chunk_tokens, "chunk_counter": counter,
-            "sentence_splitter": "nltk-punkt-untrained", "where": row.where,
-            # what a context whose method produced nothing counts as: its questions, each a zero in its source
-            "scored_items": {"count": n, "source": row.source, "competency": COMPETENCY[split]}}
+            "sentence_splitter": "nltk-punkt-untrained", "where": row.where, "contexts_taken": taken,
+            # what a context whose method produced nothing counts as: its questions, each a zero in its source;
+            # and how many contexts of the source the benchmark runs, so a report can say a run was reduced
+            "scored_items": {"count": n, "source": row.source, "competency": COMPETENCY[split],
+                             "benchmark_contexts": bench}}
     return Sample(id=f"mab/{slug(row.source)}/{index}", task=TASK,
                   chunks=tuple(chunk_sentences(row.context, chunk_tokens, count)), query=None, gold=gold,
                   metadata=meta)

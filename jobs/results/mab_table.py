@@ -26,6 +26,7 @@ from memloop.eval.judges.cost import cost_index, prefix_hits, usage_of
 from memloop.eval.judges.aggregation import INCOMPLETE, ZERO
 from memloop.eval.judges.mab import COMPETENCIES, OVERALL, Figure, QuestionScore, competency_figures, source_figures
 from memloop.jobs.results.cells import unit_states
+from memloop.jobs.results.mab_contexts import contexts_note
 from memloop.jobs.results.mab_published import published_markdown
 from memloop.jobs.store.run_store import RunStore
 
@@ -148,7 +149,8 @@ def mab_table(d: "RunData", judgments: pd.DataFrame | None = None) -> dict[str, 
         rows.append({"method": method, "cells": {**{c: comp.get(c) for c in (*COMPETENCIES, OVERALL)},
                                                  **{s: src.get(s) for s in sources}},
                      "units": unit_counts(mine, failures), "cost": cost.get(method)})
-    return {"columns": [*COMPETENCIES, OVERALL, *sources], "rows": rows, "judge": judge_of(judgments)}
+    return {"columns": [*COMPETENCIES, OVERALL, *sources], "rows": rows, "judge": judge_of(judgments),
+            "contexts": contexts_note(samples)}
 
 
 def mab_markdown(d: "RunData", judgments: pd.DataFrame | None = None) -> str | None:
@@ -186,4 +188,4 @@ def mab_markdown(d: "RunData", judgments: pd.DataFrame | None = None) -> str | N
                "procedure (judge `mab-llm`)." if table["judge"] == "mab-llm" else
                "LongMemEval and ∞Bench-Sum are judged by an LLM in the benchmark: not scored under the `mab` "
                "judge (use `mab-llm` with a judge model)."))
-    return "\n".join([note, "", *lines, *cost, "", published_markdown()])
+    return "\n".join([note, "", table["contexts"], "", *lines, *cost, "", published_markdown()])

@@ -76,7 +76,8 @@ def test_the_hub_dataset_loads_all_four_splits_from_the_cache_with_the_commit_re
     assert lme.gold["question_types"][0] == "temporal-reasoning"
     assert by_source["infbench_sum_eng_shots2"].gold["keypoints"][1] == "Wren crosses a desert."
     # what a context whose method fails counts as: its questions, each a zero in its source
-    assert lme.metadata["scored_items"] == {"count": 3, "source": "longmemeval_s*", "competency": "AR"}
+    assert lme.metadata["scored_items"] == {"count": 3, "source": "longmemeval_s*", "competency": "AR",
+                                            "benchmark_contexts": 1}  # the benchmark's 5, of the 1 row there is
 
 
 def test_the_source_filter_takes_names_and_patterns_and_the_first_contexts_of_each(hub_cache):
@@ -142,7 +143,8 @@ def test_a_local_file_is_read_once_each_context_under_its_sources_competency(tmp
     assert [(s.metadata["source"], s.metadata["competency"]) for s in samples] == [
         ("factconsolidation_sh_6k", "CR"), ("icl_banking77_5900shot_balance", "TTL")]
     assert sum(len(s.gold["questions"]) for s in samples) == 4  # 2 + 2, each question once
-    assert samples[0].metadata["scored_items"] == {"count": 2, "source": "factconsolidation_sh_6k", "competency": "CR"}
+    assert samples[0].metadata["scored_items"] == {"count": 2, "source": "factconsolidation_sh_6k", "competency": "CR",
+                                                   "benchmark_contexts": 1}
     # the splits asked for choose among the file's rows
     assert [s.metadata["competency"] for s in load_memoryagentbench(path, splits=["Conflict_Resolution"])] == ["CR"]
 
@@ -163,6 +165,31 @@ def test_a_local_file_without_sources_or_with_an_unknown_one_is_refused_by_name(
                                 "metadata": {"source": "my_own_set"}}) + "\n")
     with pytest.raises(DatasetError, match="'Recall' is not one of"):
         load_memoryagentbench(path)
+
+
+def detective_file(tmp_path: Path, n: int) -> Path:
+    """`n` DetectiveQA contexts (the benchmark runs the first 10) and 3 ∞Bench-Sum ones (it runs up to 100)."""
+    base = rows("Long_Range_Understanding")
+    lines = [dict(base[0], context=f"Case {i}. {base[0]['context']}") for i in range(n)]
+    lines += [dict(base[1], context=f"Book {i}. {base[1]['context']}") for i in range(3)]
+    path = tmp_path / "lru.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in lines) + "\n")
+    return path
+
+
+def test_each_source_takes_the_benchmarks_context_count_unless_a_reduced_config_cuts_it(tmp_path):
+    path = detective_file(tmp_path, 12)
+    by_source = lambda samples: {src: sum(s.metadata["source"] == src for s in samples)  # noqa: E731
+                                 for src in ("detective_qa", "infbench_sum_eng_shots2")}
+    full = load_memoryagentbench(path)
+    assert by_source(full) == {"detective_qa": 10, "infbench_sum_eng_shots2": 3}  # max_test_samples 10; 3 of 100
+    assert [s.metadata["context_index"] for s in full[:10]] == list(range(10))  # the first ten, in order
+    assert {s.metadata["scored_items"]["benchmark_contexts"] for s in full if s.metadata["source"] == "detective_qa"} == {10}
+    reduced = load_memoryagentbench(path, contexts_per_source=2)
+    assert by_source(reduced) == {"detective_qa": 2, "infbench_sum_eng_shots2": 2}
+    assert reduced[0].metadata["contexts_taken"] == 2 and reduced[0].metadata["scored_items"]["benchmark_contexts"] == 10
+    # a cut never raises the benchmark's count
+    assert by_source(load_memoryagentbench(path, contexts_per_source=50))["detective_qa"] == 10
 
 
 def test_without_network_or_cache_the_error_says_how_to_get_the_data(tmp_path, monkeypatch):
