@@ -32,7 +32,8 @@ A sample is one context: `chunks` as above, `query` None (the questions are many
 `{"questions": [...], "answers": [[accepted, ...], ...], "qa_pair_ids": [...], "question_ids": [...],
 "question_types": [...]}` (`qa_pair_ids` label the judgments, from `question_ids` where a row has no other;
 `question_ids` as the row has them: LongMemEval's, whose "_abs" the answer check reads, as the benchmark's
-`longmem_qa_evaluate.py` does; plus `keypoints` where the row has them)
+`longmem_qa_evaluate.py` does; plus `keypoints` where the row has them, and for the recommendation source
+`entity2id`, the hub's movie map read beside the rows: `memloop.eval.datasets.mab_entities`)
 and metadata `source`, `competency` (the split), `context_index` (its position among the source's rows),
 `chunk_tokens`, `chunk_counter`, `where` (the file or `repo@commit[split][i]` read).
 """
@@ -46,6 +47,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 from memloop.eval.datasets.errors import EmptyDatasetError, MissingFieldError
 from memloop.eval.datasets.hub import is_hub_id
+from memloop.eval.datasets.mab_entities import read_entity_map
 from memloop.eval.datasets.mab_sources import benchmark_contexts, split_of_source
 from memloop.eval.datasets.records import Record, read_records
 from memloop.eval.datasets.sample import Sample, slug
@@ -189,8 +191,10 @@ def _pair_ids(meta: dict[str, Any], n: int) -> list[Any]:
 def load_memoryagentbench(path: str | Path = HUB_ID, splits: Sequence[str] = SPLITS, revision: str | None = None,
                           sources: str | list[str] | None = None, contexts_per_source: int | None = None,
                           chunk_tokens: int = CHUNK_TOKENS, tokenizer: TokenizerLike = None,
-                          limit: int | None = None) -> list[Sample]:
-    """One sample per context of the chosen `splits` whose source matches `sources` (names or patterns)."""
+                          limit: int | None = None, entity2id: str | None = None) -> list[Sample]:
+    """One sample per context of the chosen `splits` whose source matches `sources` (names or patterns).
+    The recommendation source's gold carries the movie map read beside the data (`entity2id` names
+    another file: `memloop.eval.datasets.mab_entities`)."""
     splits = [splits] if isinstance(splits, str) else list(splits)
     unknown = [s for s in splits if s not in SPLITS]
     if unknown or not splits:
@@ -220,7 +224,13 @@ def load_memoryagentbench(path: str | Path = HUB_ID, splits: Sequence[str] = SPL
     if not out:
         raise EmptyDatasetError(f"MemoryAgentBench {path}: no context of splits {splits} matches sources {patterns}; "
                                 f"sources present: {sorted(seen)}")
-    return out[:limit] if limit is not None else out
+    out = out[:limit] if limit is not None else out
+    recsys = [s for s in out if s.metadata["source"].startswith("recsys_")]
+    if recsys:  # read once, shared by the source's contexts
+        movies = read_entity_map(path, revision, entity2id)
+        for s in recsys:
+            s.gold["entity2id"] = movies
+    return out
 
 
 def _has_splits(path: str | Path) -> bool:

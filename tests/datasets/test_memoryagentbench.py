@@ -30,12 +30,14 @@ def rows(split: str) -> list[dict]:
 
 
 def write_repo(root: Path) -> Path:
-    """The hub repository's layout: a card declaring the four splits, one Parquet file per split under data/."""
+    """The hub repository's layout: a card declaring the four splits, one Parquet file per split under data/,
+    and the recommendation source's movie map at the root."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     (root / "data").mkdir(parents=True)
     (root / "README.md").write_text(CARD)
+    (root / "entity2id.json").write_bytes((DATA / "entity2id.json").read_bytes())
     # one metadata struct for every split, as on the hub (a field a row lacks is null)
     schema = pa.Table.from_pylist([r for split in SPLITS for r in rows(split)]).schema
     for split in SPLITS:
@@ -91,6 +93,30 @@ def test_the_source_filter_takes_names_and_patterns_and_the_first_contexts_of_ea
         load_memoryagentbench(sources="ruler_niah*")
     with pytest.raises(DatasetError, match="unknown MemoryAgentBench split"):
         load_memoryagentbench(splits=["Accurate_Retreival"])
+
+
+def test_the_recommendation_source_is_scored_with_the_movie_map_read_from_the_hub_snapshot(hub_cache):
+    """recsys_redial_full's answers are movie ids; recall@5 matches the reply's titles to the movie names of
+    the hub's entity2id.json, which sits at the snapshot's root and reaches the judge in the gold."""
+    from memloop.eval.judges import run_judge
+
+    [rec] = load_memoryagentbench(sources="recsys_*")
+    assert rec.metadata["competency"] == "TTL" and rec.gold["answers"] == [["1", "2"]]
+    reply = json.dumps(["Try these:\n1. Heat\n2. Ronin\n3. Thief\n4. Inception\n5. The Towne"])
+    res = run_judge("mab", reply, rec.gold, metadata=rec.metadata)  # no judge option: the gold has the map
+    [q] = res.judgments
+    assert q.label["metrics"] == {"recsys_recall@1": 0.0, "recsys_recall@5": 1.0, "recsys_recall@10": 1.0}
+    assert res.score("accuracy") == 1.0
+    assert rec.gold["entity2id"] == json.loads((DATA / "entity2id.json").read_text())
+
+
+def test_a_snapshot_without_the_movie_map_says_how_to_get_it(hub_cache):
+    from memloop.eval.datasets.mab_entities import EntityMapMissingError
+
+    (hub_cache / "snapshots" / COMMIT / "entity2id.json").unlink()
+    with pytest.raises(EntityMapMissingError, match=f"hf download {HUB_ID} entity2id.json --repo-type dataset"):
+        load_memoryagentbench(sources="recsys_*")
+    assert load_memoryagentbench(sources="icl_*")  # only the recommendation source needs it
 
 
 def test_chunks_pack_whole_sentences_within_the_token_budget_in_order(hub_cache):

@@ -77,3 +77,10 @@ def test_memoryagentbench_takes_the_benchmarks_context_counts() -> None:
 
     assert MAX_TEST_SAMPLES["detective_qa"] == 10 and MAX_TEST_SAMPLES["infbench_sum_eng_shots2"] == 100
     assert sorted(d.options["chunk_tokens"] for d in cfg.datasets) == [512, 4096]
+
+
+def test_memoryagentbench_runs_the_recommendation_source_so_ttl_is_the_papers() -> None:
+    """Table 2's TTL is mean(MCC, Recom.): the config runs ReDial beside the ICL sets, at 4096-token chunks."""
+    cfg = load_config(CONFIGS / "papers" / "memoryagentbench.yaml")
+    by_chunk = {d.options["chunk_tokens"]: d.options["sources"] for d in cfg.datasets}
+    assert "recsys_redial_full" in by_chunk[4096] and "icl_*" in by_chunk[4096]

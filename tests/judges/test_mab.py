@@ -220,6 +220,21 @@ def test_the_icl_sets_are_one_column_of_test_time_learning_and_overall_averages_
     assert comp["overall"].low <= comp["overall"].value <= comp["overall"].high
 
 
+def test_without_the_recommendation_set_ttl_is_labelled_mcc_only_and_there_is_no_overall():
+    """The paper's TTL is mean(MCC, Recom.) and its Overall averages that TTL: a run without Recom. must not
+    print either under the paper's name (GPT-4o: MCC 87.6, Recom. 12.3, TTL 50.0)."""
+    q = QuestionScore
+    others = [q("ruler_qa1_197K", "AR", "a", 1.0), q("detective_qa", "LRU", "d", 0.0),
+              q("factconsolidation_sh_262k", "CR", "f", 1.0)]
+    mcc = [q("icl_banking77_5900shot_balance", "TTL", "b0", 1.0), q("icl_nlu_8296shot_balance", "TTL", "n0", 0.0)]
+    comp = competency_figures(others + mcc)
+    assert "TTL" not in comp and "overall" not in comp
+    assert comp["TTL (MCC only)"].value == 50.0
+    with_recom = competency_figures(others + mcc + [q("recsys_redial_full", "TTL", "r0", 0.2)])
+    assert with_recom["TTL"].value == pytest.approx((50 + 20) / 2) and "TTL (MCC only)" not in with_recom
+    assert with_recom["overall"].value == pytest.approx((100 + 35 + 0 + 100) / 4)
+
+
 def test_a_source_of_one_context_has_no_interval_rather_than_a_degenerate_one():
     q = QuestionScore
     one = source_figures([q("ruler_qa1_197K", "AR", "r0", 1.0), q("ruler_qa1_197K", "AR", "r0", 0.0)])
