@@ -28,6 +28,7 @@ from memloop.eval.judges.mab import (COMPETENCIES, OVERALL, Figure, QuestionScor
                                      competency_figures, source_figures)
 from memloop.jobs.results.cells import unit_states
 from memloop.jobs.results.mab_contexts import contexts_note
+from memloop.jobs.results.mab_fifo import fifo_note
 from memloop.jobs.results.mab_published import published_markdown
 from memloop.jobs.store.run_store import RunStore
 
@@ -151,7 +152,8 @@ def mab_table(d: "RunData", judgments: pd.DataFrame | None = None) -> dict[str, 
             failures = failures[failures["judge"].isin(JUDGES) & failures["unit"].isin(mine["unit"])]
         rows.append({"method": method, "cells": {c: figs.get(c) for c in columns},
                      "units": unit_counts(mine, failures), "cost": cost.get(method)})
-    return {"columns": columns, "rows": rows, "judge": judge_of(judgments), "contexts": contexts_note(samples)}
+    return {"columns": columns, "rows": rows, "judge": judge_of(judgments), "contexts": contexts_note(samples),
+            "fifo": fifo_note(samples)}
 
 
 def competency_columns(figures: Any) -> list[str]:
@@ -204,4 +206,5 @@ def mab_markdown(d: "RunData", judgments: pd.DataFrame | None = None) -> str | N
                "procedure (judge `mab-llm`)." if table["judge"] == "mab-llm" else
                "LongMemEval and ∞Bench-Sum are judged by an LLM in the benchmark: not scored under the `mab` "
                "judge (use `mab-llm` with a judge model)."))
-    return "\n".join([note, "", table["contexts"], "", *lines, *cost, "", published_markdown()])
+    fifo = ["", table["fifo"]] if table["fifo"] else []
+    return "\n".join([note, "", table["contexts"], *fifo, "", *lines, *cost, "", published_markdown()])

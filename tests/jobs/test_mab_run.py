@@ -3,6 +3,7 @@ the Ray driver on a scripted model in the default suite and on the bundled engin
 report shows the per-competency table with counts and intervals, the n/a rows, and the cost of asking many."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pyarrow.parquet  # noqa: F401 - the run writes Parquet
@@ -95,7 +96,7 @@ def test_the_reduced_config_runs_on_a_scripted_model_and_reports_each_competency
     assert "## MemoryAgentBench: per competency and source" in rep.markdown
     assert "75.0 (3 q / 2 ctx)" in rep.markdown and "answer-prompt prefix share" in rep.markdown  # one context per source: no interval
     long = row["long-context"]
-    assert long["units"]["ok"] + long["units"]["n/a"] == contexts
+    assert long["units"]["ok"] == contexts  # each context whole or its last tokens that fit, never n/a
 
 
 def _judge_reply(body: dict) -> str | None:
@@ -156,6 +157,27 @@ def test_a_context_whose_method_failed_counts_each_of_its_questions_as_zero(ray_
     assert row["cells"]["factconsolidation_mh_6k"].value == 0.0
     assert cr.value == pytest.approx(25.0) and cr.questions == 3 and cr.contexts == 2
     assert "| prism-inplace | 1 / 0 / 1 / 0 |" in rep.markdown
+
+
+def test_the_long_context_agent_keeps_the_last_tokens_that_fit_and_the_report_counts_them(ray_local, tmp_path) -> None:
+    """FIFO truncation, as the benchmark's long-context agents: a context longer than the window is read from its
+    end, each unit's memory records what was kept, and the report says how many contexts were read in part."""
+    with scripted_endpoint(_answer) as (url, seen):
+        data = _reduced(tmp_path, {"kind": "openai", "endpoint": {"base_url": url, "model": "scripted",
+                                                                  "max_concurrency": 8}})
+        data["datasets"][0]["options"]["sources"] = ["factconsolidation_*"]
+        # 130 tokens: the prompt without input takes about 95 and the answer 10; each context needs ~150
+        data["methods"] = [{"name": "long-context", "tasks": ["memoryagentbench"], "options": {"context_tokens": 130}}]
+        cfg = with_overrides(parse_config(data), max_chunks=2, repeats=1)
+        summary = execute(cfg, log=lambda m: None)
+    _, d, rep = report_of(summary.output)
+    assert (d.samples["status"] == "ok").all() and len(d.samples) == 2
+    memories = [json.loads(o)["memory"] for o in d.samples["output_json"]]
+    assert all(m["fifo_truncated"] and 0 < m["kept_tokens"] < m["input_tokens"] for m in memories)
+    assert all(m["needed_tokens"] <= 130 for m in memories)
+    prompts = d.steps[d.steps["kind"] == "answer"]["prompt"]
+    assert not prompts.str.contains("0. The capital of Zarnia is Velt").any()  # the oldest tokens went first
+    assert "Contexts read in part (FIFO truncation" in rep.markdown and "long-context 2 of 2" in rep.markdown
 
 
 @pytest.mark.slow
