@@ -186,6 +186,29 @@ def test_mab_llm_scores_infbench_sum_as_fluency_times_f1_of_keypoint_recall_and_
                   ScriptedLLM([]), metadata={"source": "infbench_sum_eng_shots2"})
 
 
+def test_the_infbench_sum_judge_follows_the_official_book_rubric_and_settings():
+    """summarization_evaluate.py's book prompts: recall counts the key points the summary mostly supports (one
+    of several facts need not all be there), recall and precision each give two worked examples, and every
+    question is asked at temperature 0.1 with 4,096 tokens."""
+    from memloop.eval.llm import ScriptedLLM
+
+    gold = {"questions": ["Summarize the book."], "answers": [["Wren leaves, crosses a desert and comes home."]],
+            "keypoints": ["Wren leaves her valley.", "Wren crosses a desert."]}
+    llm = ScriptedLLM(['{"fluency": 1}', '{"supported_key_points": [1], "recall": 1}',
+                       '{"precision": 1, "sentence_count": 1}'])
+    run_judge("mab-llm", json.dumps(["Wren leaves."]), gold, llm, metadata={"source": "infbench_sum_eng_shots2"})
+    fluency, recall, precision = (r.messages[0]["content"] for r in llm.requests)
+    assert [(r.sampling.temperature, r.sampling.max_tokens) for r in llm.requests] == [(0.1, 4096)] * 3
+    assert "mostly supports" in recall and "most of those facts" in recall
+    for prompt in (recall, precision):
+        assert prompt.count("Example 1:") == 1 and prompt.count("Example 2:") == 1
+        assert prompt.count("Reasoning:") == 2 and prompt.count("Output: {") == 2  # two worked examples
+    assert recall.count("Key points:\n1.") == 3  # two examples' lists, then the summary's own
+    assert precision.count("Expert summary: <start of summary>") == 3
+    assert "commentary" in precision  # a sentence adding analysis is not supported
+    assert "Score 0" in fluency and "Score 1" in fluency
+
+
 def test_mab_llm_scores_the_other_sources_by_rule_without_asking_the_judge():
     from memloop.eval.llm import ScriptedLLM
 
