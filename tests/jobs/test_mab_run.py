@@ -196,5 +196,7 @@ def test_the_reduced_config_runs_on_the_bundled_engine(ray_local, tmp_path) -> N
     assert {r["method"] for r in table["rows"]} == {"long-context", "prism-inplace", "prism-amendments",
                                                    "inc-update", "gu-json", "cok"}
     assert "## MemoryAgentBench: per competency and source" in rep.markdown
+    # the recommendation source runs from the hub's layout (its movie map at the root): TTL and Overall are the paper's
+    assert "TTL" in table["columns"] and "overall" in table["columns"]
     ok = d.steps[(d.steps["kind"] == "answer") & (d.steps["method"] == "prism-inplace")]
     assert not ok.empty and (ok["cached_tokens"] > 0).any()  # the engine served questions from the memory prefix
