@@ -14,9 +14,9 @@ memloop's judge model in place of GPT-4o).
   expert summary supports, of how many) — each answered as JSON after the judge's reasoning, with the
   book prompts' structure (recall and precision two worked examples each, fluency examples of each
   score), at the script's temperature 0.1 and 4,096 tokens; the score is fluency x F1(recall / key
-  points, precision / sentences), as the script computes it. Where the script drops a summary whose answers do not parse, memloop asks again
-  (`max_attempts`) and then fails the judge on that unit, so the context is incomplete, never silently
-  left out.
+  points, precision / sentences), as the script computes it. Where the script drops a summary whose
+  answers do not parse, memloop asks again (`max_attempts`) and then fails the judge on that unit, so
+  the context is incomplete, never silently left out.
 
 The prompts are in `eval/templates/judges/mab-lme-*.txt` and `mab-sum-*.txt`.
 """

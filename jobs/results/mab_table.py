@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterable
 
 import pandas as pd
 
@@ -156,7 +156,7 @@ def mab_table(d: "RunData", judgments: pd.DataFrame | None = None) -> dict[str, 
             "fifo": fifo_note(samples)}
 
 
-def competency_columns(figures: Any) -> list[str]:
+def competency_columns(figures: Iterable[dict[str, Figure]]) -> list[str]:
     """The competency columns, in the paper's order: each competency as the paper averages it, or as some
     row has it instead ("TTL (MCC only)": the run lacks one of the paper's columns), then Overall where some
     row has the paper's Overall. A competency no row has keeps its column (every cell "–")."""

@@ -204,16 +204,20 @@ def detective_file(tmp_path: Path, n: int) -> Path:
 
 
 def test_each_source_takes_the_benchmarks_context_count_unless_a_reduced_config_cuts_it(tmp_path):
+    def by_source(samples: list) -> dict[str, int]:
+        return {src: sum(s.metadata["source"] == src for s in samples)
+                for src in ("detective_qa", "infbench_sum_eng_shots2")}
+
     path = detective_file(tmp_path, 12)
-    by_source = lambda samples: {src: sum(s.metadata["source"] == src for s in samples)  # noqa: E731
-                                 for src in ("detective_qa", "infbench_sum_eng_shots2")}
     full = load_memoryagentbench(path)
     assert by_source(full) == {"detective_qa": 10, "infbench_sum_eng_shots2": 3}  # max_test_samples 10; 3 of 100
     assert [s.metadata["context_index"] for s in full[:10]] == list(range(10))  # the first ten, in order
-    assert {s.metadata["scored_items"]["benchmark_contexts"] for s in full if s.metadata["source"] == "detective_qa"} == {10}
+    detective = [s for s in full if s.metadata["source"] == "detective_qa"]
+    assert {s.metadata["scored_items"]["benchmark_contexts"] for s in detective} == {10}
     reduced = load_memoryagentbench(path, contexts_per_source=2)
     assert by_source(reduced) == {"detective_qa": 2, "infbench_sum_eng_shots2": 2}
-    assert reduced[0].metadata["contexts_taken"] == 2 and reduced[0].metadata["scored_items"]["benchmark_contexts"] == 10
+    assert reduced[0].metadata["contexts_taken"] == 2
+    assert reduced[0].metadata["scored_items"]["benchmark_contexts"] == 10
     # a cut never raises the benchmark's count
     assert by_source(load_memoryagentbench(path, contexts_per_source=50))["detective_qa"] == 10
 

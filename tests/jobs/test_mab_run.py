@@ -162,7 +162,7 @@ def test_a_context_whose_method_failed_counts_each_of_its_questions_as_zero(ray_
 def test_the_long_context_agent_keeps_the_last_tokens_that_fit_and_the_report_counts_them(ray_local, tmp_path) -> None:
     """FIFO truncation, as the benchmark's long-context agents: a context longer than the window is read from its
     end, each unit's memory records what was kept, and the report says how many contexts were read in part."""
-    with scripted_endpoint(_answer) as (url, seen):
+    with scripted_endpoint(_answer) as (url, _):
         data = _reduced(tmp_path, {"kind": "openai", "endpoint": {"base_url": url, "model": "scripted",
                                                                   "max_concurrency": 8}})
         data["datasets"][0]["options"]["sources"] = ["factconsolidation_*"]
