@@ -15,7 +15,7 @@ Per question (`question_metrics`), from the model's reply and the question's acc
   `ruler_niah*` scores only `ruler_recall` (the share of answers occurring in the reply); the
   recommendation source (`recsys_*`) scores `recsys_recall@1/5/10`: the reply's numbered list, each
   item matched to its nearest movie name by edit distance, against the gold movie ids' names
-  (the hub's `entity2id.json`).
+  (the hub's `entity2id.json`, which the loader puts into the source's gold).
 - LongMemEval (`longmemeval_*`) and ∞Bench summarisation (`infbench_sum*`) are scored by an LLM judge
   (GPT-4o in the benchmark): the `mab-llm` judge scores them with the run's judge model
   (`memloop.eval.judges.mab_llm`) and every other source as `mab` does; under `mab` (no judge model) their
@@ -147,9 +147,14 @@ def recsys_metrics(reply: str, answers: Sequence[str], names: dict[int, str]) ->
     return {f"recsys_recall@{k}": sum(m in predicted[:k] for m in truth) / len(truth) for k in (1, 5, 10)}
 
 
+def entity_names(entity2id: dict[str, int]) -> dict[int, str]:
+    """The hub's entity2id map ({"<path or name>": id}) as {id: movie name}, as the benchmark builds it."""
+    return {int(i): movie_name(name) for name, i in entity2id.items()}
+
+
 @lru_cache(maxsize=2)
 def load_entity_names(path: str) -> dict[int, str]:
-    """The hub's entity2id.json ({"<path or name>": id}) as {id: movie name}."""
+    """The hub's entity2id.json file as {id: movie name}."""
     p = Path(path)
     if not p.is_file():
         raise JudgeError(f"entity2id file {p} does not exist: pass the hub dataset's entity2id.json as `entity2id`")
@@ -157,26 +162,35 @@ def load_entity_names(path: str) -> dict[int, str]:
         data = json.loads(p.read_text())
     except json.JSONDecodeError as exc:
         raise JudgeError(f"{p} is not valid JSON ({exc.msg}); re-download the hub dataset's entity2id.json") from None
-    return {int(i): movie_name(name) for name, i in data.items()}
+    return entity_names(data)
+
+
+def movie_names(gold: dict[str, Any], entity2id: str | None) -> dict[int, str]:
+    """The recommendation source's movie names: the judge option's file where given, else the map the
+    loader put into the gold (read beside the data, as the rows are)."""
+    if entity2id is not None:
+        return load_entity_names(entity2id)
+    if isinstance(gold.get("entity2id"), dict):
+        return entity_names(gold["entity2id"])
+    raise JudgeError("recsys sources need the movie names: load the data with the memoryagentbench loader, which "
+                     "reads the hub dataset's entity2id.json beside the rows, or set the judge option `entity2id`")
 
 
 def llm_judged(source: str) -> bool:
     return primary_metric(source) in LLM_JUDGED
 
 
-def question_metrics(source: str, reply: str, answers: Sequence[str], entity2id: str | None = None
-                     ) -> dict[str, float]:
+def question_metrics(source: str, reply: str, answers: Sequence[str], entity2id: str | None = None,
+                     names: dict[int, str] | None = None) -> dict[str, float]:
     """The benchmark's rule-scored metrics of one reply to one question of `source` (see the module
-    docstring); {} for the LLM-judged sources (`llm_question_metrics` scores those)."""
+    docstring); {} for the LLM-judged sources (`llm_question_metrics` scores those). The recommendation
+    source needs the movie `names` (or the `entity2id` file they are read from)."""
     if not answers:
         raise JudgeError(f"{source}: a question without accepted answers cannot be scored")
     if llm_judged(source):
         return {}
     if source.startswith("recsys_"):
-        if entity2id is None:
-            raise JudgeError("recsys sources need the movie names: set the judge option `entity2id` to the hub "
-                             "dataset's entity2id.json")
-        return recsys_metrics(reply, answers, load_entity_names(entity2id))
+        return recsys_metrics(reply, answers, names if names is not None else movie_names({}, entity2id))
     if source.startswith("ruler_niah"):
         return {"ruler_recall": _recall_in(reply, answers)}
     parsed = parse_output(reply)
@@ -188,6 +202,17 @@ def question_metrics(source: str, reply: str, answers: Sequence[str], entity2id:
     return {k: max(v, w) for (k, v), w in zip(raw.items(), text_metrics(parsed, answers).values())}
 
 
+def lme_question_id(gold: dict[str, Any], i: int) -> str:
+    """LongMemEval question `i`'s id from `question_ids`, the field the benchmark's answer check reads
+    (`_abs` there marks an abstention question); `qa_pair_ids` is another id and is never read for it."""
+    ids = gold.get("question_ids") or []
+    if i >= len(ids) or not isinstance(ids[i], str) or not ids[i]:
+        raise JudgeError(f"LongMemEval question {i} has no id in the gold's question_ids: the answer check reads "
+                         "it (\"_abs\" marks an abstention question); load the data with the memoryagentbench "
+                         "loader from rows whose metadata.question_ids has one id per question")
+    return ids[i]
+
+
 def llm_question_metrics(llm: LLM, source: str, gold: dict[str, Any], i: int, reply: str, max_attempts: int
                          ) -> tuple[dict[str, float], list[Judgment]]:
     """An LLM-judged source's metrics of reply `i` (`memloop.eval.judges.mab_llm`) and the judge's judgments."""
@@ -197,8 +222,7 @@ def llm_question_metrics(llm: LLM, source: str, gold: dict[str, Any], i: int, re
     answer = accepted[0] if len(accepted) == 1 else " / ".join(accepted)
     if source.startswith("longmemeval_"):
         types = gold.get("question_types") or [None] * len(gold["answers"])
-        ids = gold.get("qa_pair_ids") or [None] * len(gold["answers"])
-        value, j = mab_llm.lme_check(llm, gold["questions"][i], answer, reply, types[i], ids[i],
+        value, j = mab_llm.lme_check(llm, gold["questions"][i], answer, reply, types[i], lme_question_id(gold, i),
                                      max_attempts=max_attempts)
         return {"llm_judge": value}, [j]
     return mab_llm.summary_scores(llm, reply, gold.get("keypoints") or [], accepted[0], max_attempts=max_attempts)
@@ -234,9 +258,10 @@ def judge(output: Any, gold: Any, llm: LLM | None = None, *, metadata: dict[str,
     accepted = gold["answers"]
     replies = answers_of(output, len(accepted))
     primary = primary_metric(source)
+    names = movie_names(gold, entity2id) if source.startswith("recsys_") else None  # once per context
     judgments, per_metric = [], {}
     for i, (reply, answers) in enumerate(zip(replies, accepted)):
-        m = question_metrics(source, reply, answers, entity2id)
+        m = question_metrics(source, reply, answers, names=names)
         calls: list[Judgment] = []
         if llm is not None and llm_judged(source):
             m, calls = llm_question_metrics(llm, source, gold, i, reply, max_attempts)
@@ -335,21 +360,41 @@ def source_figures(scores: Iterable[QuestionScore]) -> dict[str, Figure]:
 
 
 # sources the paper's tables average into one column before the competency's mean: the five ICL
-# classification sets are its one "MCC" column of Test-Time Learning
-FAMILIES: tuple[tuple[str, str], ...] = (("icl_", "icl_*"),)
+# classification sets are its one "MCC" column of Test-Time Learning, the recommendation set its "Recom."
+FAMILIES: tuple[tuple[str, str], ...] = (("icl_", "icl_*"), ("recsys_", "recsys_*"))
 OVERALL = "overall"
+# the columns a competency's figure must average to be the paper's (Table 2's TTL is mean(MCC, Recom.)),
+# by their names in the paper; with some missing the figure is labelled with what it holds, and no Overall
+PAPER_COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {"TTL": (("icl_*", "MCC"), ("recsys_*", "Recom"))}
 
 
 def family(source: str) -> str:
     return next((name for prefix, name in FAMILIES if source.startswith(prefix)), source)
 
 
+def competency_label(comp: str, families: Iterable[str]) -> str:
+    """`comp` when its columns are the paper's, else e.g. "TTL (MCC only)": a figure that is not the
+    paper's competency average must not be read as it."""
+    parts = PAPER_COLUMNS.get(comp)
+    held = set(families)
+    if parts is None or all(f in held for f, _ in parts):
+        return comp
+    return f"{comp} ({' + '.join(name for f, name in parts if f in held)} only)"
+
+
+def base_competency(label: str) -> str:
+    """The competency a column label names ("TTL (MCC only)" -> "TTL")."""
+    return label.split(" (", 1)[0]
+
+
 def competency_figures(scores: Iterable[QuestionScore]) -> dict[str, Figure]:
     """Per competency: the unweighted mean of its columns' figures as the paper's tables lay them out (a
     source is a column, except the ICL sets, averaged into one column first: `FAMILIES`); a source
     without any scored question is left out and its questions counted as unscored. The interval comes
-    from resampling each source's contexts and averaging draw by draw as the point is averaged. With all
-    four competencies scored, `OVERALL` is their mean (the paper's "Overall Scores")."""
+    from resampling each source's contexts and averaging draw by draw as the point is averaged. A
+    competency missing one of the paper's columns (`PAPER_COLUMNS`) is keyed by what it holds ("TTL (MCC
+    only)"). With all four competencies scored as the paper averages them, `OVERALL` is their mean (the
+    paper's "Overall Scores"); otherwise there is no Overall rather than one that means something else."""
     grouped = _by_source(scores)
     out: dict[str, Figure] = {}
     drawn_by_comp: dict[str, tuple[float, np.ndarray]] = {}
@@ -371,9 +416,11 @@ def competency_figures(scores: Iterable[QuestionScore]) -> dict[str, Figure]:
                    for fam in families.values()]
         point = float(np.mean([p for p, _ in columns]))
         draws = np.mean(np.stack([d for _, d in columns]), axis=0)
-        drawn_by_comp[comp] = (point, draws)
-        out[comp] = Figure(point, *_interval(draws), sum(len(v) for s in counted for v in grouped[s][1]),
-                           contexts, unscored, counted)
+        label = competency_label(comp, families)
+        if label == comp:
+            drawn_by_comp[comp] = (point, draws)
+        out[label] = Figure(point, *_interval(draws), sum(len(v) for s in counted for v in grouped[s][1]),
+                            contexts, unscored, counted)
     if len(drawn_by_comp) == len(COMPETENCIES):
         draws = np.mean(np.stack([d for _, d in drawn_by_comp.values()]), axis=0)
         parts = [out[c] for c in COMPETENCIES]

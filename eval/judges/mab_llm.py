@@ -9,12 +9,14 @@ memloop's judge model in place of GPT-4o).
   verdict is correct when the answer contains "yes" (case-insensitive), as the script reads it; the
   judge decodes at most 10 tokens at temperature 0.
 - ∞Bench summarisation (`infbench_sum*`, metric `llm_judge_f1`): three questions per summary — fluency
-  (0 or 1), recall (how many of the expert's key points the summary contains) and precision (how many
-  of the summary's sentences the expert summary supports, of how many) — each answered as JSON after
-  the judge's reasoning; the score is fluency x F1(recall / key points, precision / sentences), as the
-  script computes it. Where the script drops a summary whose answers do not parse, memloop asks again
-  (`max_attempts`) and then fails the judge on that unit, so the context is incomplete, never silently
-  left out.
+  (0 or 1), recall (how many of the expert's key points the summary mostly supports: a key point of
+  several facts counts when most are there) and precision (how many of the summary's sentences the
+  expert summary supports, of how many) — each answered as JSON after the judge's reasoning, with the
+  book prompts' structure (recall and precision two worked examples each, fluency examples of each
+  score), at the script's temperature 0.1 and 4,096 tokens; the score is fluency x F1(recall / key
+  points, precision / sentences), as the script computes it. Where the script drops a summary whose
+  answers do not parse, memloop asks again (`max_attempts`) and then fails the judge on that unit, so
+  the context is incomplete, never silently left out.
 
 The prompts are in `eval/templates/judges/mab-lme-*.txt` and `mab-sum-*.txt`.
 """
@@ -38,7 +40,10 @@ ABSTENTION_TEMPLATE = "mab-lme-abstention"
 SUMMARY_TEMPLATES = ("mab-sum-fluency", "mab-sum-recall", "mab-sum-precision")
 TEMPLATES = (*sorted(set(LME_TEMPLATES.values())), ABSTENTION_TEMPLATE, *SUMMARY_TEMPLATES)
 VERDICT_TOKENS = 10      # the script's max_tokens for the yes/no check
-REASONED_TOKENS = 1024   # room for the reasoning before a summary score's JSON
+# summarization_evaluate.py's judge model settings for all three summary questions (its `OpenAIModel(...,
+# temperature=0.1, generation_max_length=4096)`): room for the reasoning before each score's JSON
+SUMMARY_TEMPERATURE = 0.1
+SUMMARY_TOKENS = 4096
 
 
 def lme_template(question_type: str | None, question_id: str | None) -> str:
@@ -82,11 +87,12 @@ def last_json_object(text: str, keys: Sequence[str]) -> dict[str, Any]:
     raise ParseFailure(f"no JSON object with {', '.join(keys)} in the answer")
 
 
-def _ask(llm: LLM, template_id: str, item: str, keys: Sequence[str], max_tokens: int, max_attempts: int,
-         **values: str) -> Judgment:
+def _ask(llm: LLM, template_id: str, item: str, keys: Sequence[str], max_attempts: int, **values: str) -> Judgment:
+    """One summary question at the script's settings (`SUMMARY_TEMPERATURE`, `SUMMARY_TOKENS`)."""
     template = load_template(template_id)
     return ask_judgment(llm, template, template.render(**values), item=item,
-                        parse=lambda t: last_json_object(t, keys), max_tokens=max_tokens, max_attempts=max_attempts)
+                        parse=lambda t: last_json_object(t, keys), max_tokens=SUMMARY_TOKENS,
+                        temperature=SUMMARY_TEMPERATURE, max_attempts=max_attempts)
 
 
 def summary_scores(llm: LLM, summary: str, keypoints: Sequence[str], expert: str, *, max_attempts: int = 3
@@ -98,11 +104,11 @@ def summary_scores(llm: LLM, summary: str, keypoints: Sequence[str], expert: str
                          "load the data with the memoryagentbench loader")
     text = summary.strip()
     listed = "\n".join(f"{i + 1}. {kp}" for i, kp in enumerate(keypoints))
-    f = _ask(llm, "mab-sum-fluency", "fluency of the summary", ["fluency"], VERDICT_TOKENS * 2, max_attempts, text=text)
-    r = _ask(llm, "mab-sum-recall", "key points in the summary", ["recall"], REASONED_TOKENS, max_attempts,
-             keypoints=listed, summary=text)
+    f = _ask(llm, "mab-sum-fluency", "fluency of the summary", ["fluency"], max_attempts, text=text)
+    r = _ask(llm, "mab-sum-recall", "key points in the summary", ["recall"], max_attempts, keypoints=listed,
+             summary=text)
     p = _ask(llm, "mab-sum-precision", "supported sentences of the summary", ["precision", "sentence_count"],
-             REASONED_TOKENS, max_attempts, expert_summary=expert, summary=text)
+             max_attempts, expert_summary=expert, summary=text)
     recall = r.label["recall"] / len(keypoints)
     precision = p.label["precision"] / p.label["sentence_count"] if p.label["sentence_count"] > 0 else 0.0
     f1 = f.label["fluency"] * 2 * recall * precision / (recall + precision) if recall + precision > 0 else 0.0

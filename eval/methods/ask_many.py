@@ -4,7 +4,9 @@ A MemoryAgentBench sample is one context with many questions (`memloop.eval.data
 method reads the chunks once, building its memory as it always does, then answers every question
 from the final memory with its own answer step: PRISM's memory under its class (`build_memory`),
 incremental updating's notes (`build_notes`), or, for the long-context baseline, the whole context
-when it fits the model's window (n/a otherwise, as `memloop.eval.methods.long_context` decides).
+when it fits the model's window and otherwise its last tokens that fit (FIFO truncation, as the
+benchmark's long-context agents keep them: `memloop.eval.methods.fifo`; the unit's memory records what
+was kept; n/a only when not even the question fits).
 
 The questions are not known while the memory is built (the benchmark's agents memorise first), so the
 question slot of the building prompts holds what to keep for the source (`BUILD`, by source family),
@@ -101,14 +103,14 @@ def run(method: Method, sample: Sample, llm: LLM) -> MethodOutput:
         trace.not_applicable = why
         return _output(method, sample, trace, [], None)
     build, instruction, max_tokens = family(source)
-    template_id, prompt_of, memory = _memory(method, sample, trace, build, instruction)
+    template_id, prompt_of, memory = _memory(method, sample, trace, build, instruction, max_tokens)
     if prompt_of is None:
         return _output(method, sample, trace, [], memory)
     replies = ask_all(trace, template_id, [prompt_of(q) for q in questions], max_tokens, memory)
     return _output(method, sample, trace, replies, memory)
 
 
-def _memory(method: "Method", sample: Sample, trace: Trace, build: str, instruction: str
+def _memory(method: "Method", sample: Sample, trace: Trace, build: str, instruction: str, max_tokens: int
             ) -> tuple[str, Callable[[str], str] | None, Any]:
     """(answer template, question -> answer prompt, the memory) after reading every chunk once; no prompt
     when the method produced no memory to ask (a PRISM schema that never parsed) or the long context
@@ -129,18 +131,36 @@ def _memory(method: "Method", sample: Sample, trace: Trace, build: str, instruct
         notes = method.build_notes(sample, trace, build)
         return tpl.id, lambda q: tpl.render(summary=notes, question=q, answer_instruction=instruction), notes
     if isinstance(method, LongContext):
-        tpl = _used(trace, "mab-long-context")
-        text = "\n\n".join(c.strip("\n") for c in sample.chunks)
-
-        def whole(q: str) -> str:
-            return tpl.render(text=text, question=q, answer_instruction=instruction)
-        why, fit = method._misfit(whole(max(sample.gold["questions"], key=len)), trace)  # the longest must fit
-        if why is not None:
-            trace.not_applicable = f"the whole context does not fit the model's context: {why}"
-            return tpl.id, None, fit
-        return tpl.id, whole, fit
+        return _long_context(method, sample, trace, instruction, max_tokens)
     raise MethodError(f"{method.name}: declared as answering MemoryAgentBench questions but has no ask-many "
                       "protocol; add it to memloop.eval.methods.ask_many._memory")
+
+
+def _long_context(method: Any, sample: Sample, trace: Trace, instruction: str, max_tokens: int
+                  ) -> tuple[str, Callable[[str], str] | None, Any]:
+    """The long-context agent's prompt: the whole context, or, as the benchmark's long-context agents do
+    (FIFO truncation), its last tokens that fit with the longest question and the answer's max_tokens;
+    n/a only when not even the question fits. What was kept is the unit's memory."""
+    from memloop.eval.methods.fifo import keep_last_fitting
+    from memloop.eval.methods.long_context import context_window
+
+    tpl = _used(trace, "mab-long-context")
+    longest = max(sample.gold["questions"], key=len)
+    out = min(max_tokens, method.settings.max_tokens)  # what each answer request asks for (`ask_all`)
+
+    def prompt(text: str) -> str:
+        return tpl.render(text=text, question=longest, answer_instruction=instruction)
+
+    def fits(text: str) -> bool:
+        return method._misfit(prompt(text), trace, out)[0] is None
+
+    whole = "\n\n".join(c.strip("\n") for c in sample.chunks)
+    text, kept = keep_last_fitting(whole, fits, context_window(method.settings.context_tokens, trace.llm)[0])
+    why, fit = method._misfit(prompt(text or ""), trace, out)
+    if text is None:
+        trace.not_applicable = f"not even the question fits the model's context, without any of the input: {why}"
+        return tpl.id, None, dict(fit, **kept)
+    return tpl.id, lambda q: tpl.render(text=text, question=q, answer_instruction=instruction), dict(fit, **kept)
 
 
 def _used(trace: Trace, template_id: str) -> Any:

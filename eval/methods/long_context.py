@@ -62,21 +62,23 @@ class LongContext(Method):
         step.memory = fit
         return answers.read_answer(sample.task, step.output), fit
 
-    def _misfit(self, prompt: str, trace: Trace) -> tuple[str | None, dict[str, Any]]:
-        """(why the whole-input request cannot be served or None, what was checked)."""
+    def _misfit(self, prompt: str, trace: Trace, max_tokens: int | None = None) -> tuple[str | None, dict[str, Any]]:
+        """(why the whole-input request cannot be served or None, what was checked); `max_tokens` is the
+        request's output budget (default: the method's)."""
         s = self.settings
+        out = max_tokens or s.max_tokens
         check = getattr(trace.llm, "misfit", None)
         if callable(check) and s.context_tokens is None:
-            why = check(build_request(prompt, s.sampling()))
+            why = check(build_request(prompt, s.sampling(out)))
             return why, {"fit_check": "llm", "context_tokens": getattr(trace.llm, "context_tokens", None)}
         window, source = context_window(s.context_tokens, trace.llm)
-        needed = trace.llm.count_tokens(prompt) + s.max_tokens
+        needed = trace.llm.count_tokens(prompt) + out
         fit = {"fit_check": "count", "needed_tokens": needed, "context_tokens": window, "context_source": source}
         if needed > window:
-            return (f"{needed} tokens needed (prompt and max_tokens={s.max_tokens}) > context_tokens={window} "
+            return (f"{needed} tokens needed (prompt and max_tokens={out}) > context_tokens={window} "
                     f"({source})"), fit
         if callable(check):  # a configured window below the engine's: the engine must take the request too
-            why = check(build_request(prompt, s.sampling()))
+            why = check(build_request(prompt, s.sampling(out)))
             if why is not None:
                 return why, dict(fit, fit_check="count and llm")
         return None, fit

@@ -18,14 +18,17 @@ from __future__ import annotations
 
 import json
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterable
 
 import pandas as pd
 
 from memloop.eval.judges.cost import cost_index, prefix_hits, usage_of
 from memloop.eval.judges.aggregation import INCOMPLETE, ZERO
-from memloop.eval.judges.mab import COMPETENCIES, OVERALL, Figure, QuestionScore, competency_figures, source_figures
+from memloop.eval.judges.mab import (COMPETENCIES, OVERALL, Figure, QuestionScore, base_competency,
+                                     competency_figures, source_figures)
 from memloop.jobs.results.cells import unit_states
+from memloop.jobs.results.mab_contexts import contexts_note
+from memloop.jobs.results.mab_fifo import fifo_note
 from memloop.jobs.results.mab_published import published_markdown
 from memloop.jobs.store.run_store import RunStore
 
@@ -137,18 +140,33 @@ def mab_table(d: "RunData", judgments: pd.DataFrame | None = None) -> dict[str, 
     sources = sorted({q.source for qs in scores.values() for q in qs})
     steps = d.steps[d.steps["task"] == TASK] if not d.steps.empty else d.steps
     cost = ask_many_cost(steps) if not steps.empty else {}
-    rows = []
+    rows, figures = [], {}
     for method in sorted(samples["method"].unique()):
         qs = scores.get(method, [])
-        comp, src = competency_figures(qs), source_figures(qs)
+        figures[method] = {**competency_figures(qs), **source_figures(qs)}
+    columns = [*competency_columns(figures.values()), *sources]
+    for method, figs in figures.items():
         mine = samples[samples["method"] == method]
         failures = d.judge_failures
         if not failures.empty and "judge" in failures:
             failures = failures[failures["judge"].isin(JUDGES) & failures["unit"].isin(mine["unit"])]
-        rows.append({"method": method, "cells": {**{c: comp.get(c) for c in (*COMPETENCIES, OVERALL)},
-                                                 **{s: src.get(s) for s in sources}},
+        rows.append({"method": method, "cells": {c: figs.get(c) for c in columns},
                      "units": unit_counts(mine, failures), "cost": cost.get(method)})
-    return {"columns": [*COMPETENCIES, OVERALL, *sources], "rows": rows, "judge": judge_of(judgments)}
+    return {"columns": columns, "rows": rows, "judge": judge_of(judgments), "contexts": contexts_note(samples),
+            "fifo": fifo_note(samples)}
+
+
+def competency_columns(figures: Iterable[dict[str, Figure]]) -> list[str]:
+    """The competency columns, in the paper's order: each competency as the paper averages it, or as some
+    row has it instead ("TTL (MCC only)": the run lacks one of the paper's columns), then Overall where some
+    row has the paper's Overall. A competency no row has keeps its column (every cell "–")."""
+    labels = {label for figs in figures for label in figs}
+    out: list[str] = []
+    for comp in COMPETENCIES:
+        held = sorted((lb for lb in labels if base_competency(lb) == comp and lb != comp), key=len)
+        out += [comp] if comp in labels or not held else []
+        out += held
+    return out + ([OVERALL] if OVERALL in labels else [])
 
 
 def mab_markdown(d: "RunData", judgments: pd.DataFrame | None = None) -> str | None:
@@ -177,8 +195,10 @@ def mab_markdown(d: "RunData", judgments: pd.DataFrame | None = None) -> str | N
     note = ("Per source: the benchmark's table metric (SubEM for RULER-QA, EventQA and FactConsolidation; EM for "
             "DetectiveQA and the ICL sets; recall@5 for recommendation; the judge model's verdicts for LongMemEval "
             "and ∞Bench-Sum) over its questions x 100; per competency: the mean over its sources (the ICL sets first "
-            "averaged into one column, the paper's MCC); overall: the mean of the four competencies when all four "
-            "are scored (the paper's Overall); [95% bootstrap interval over contexts, none where a source has a single context]; q = questions scored, ctx = "
+            "averaged into one column, the paper's MCC, and TTL the mean of MCC and the recommendation set, the "
+            "paper's Recom.; without Recom. the column reads \"TTL (MCC only)\"); overall: the mean of the four "
+            "competencies when all four are scored as the paper averages them (the paper's Overall; left out "
+            "otherwise); [95% bootstrap interval over contexts, none where a source has a single context]; q = questions scored, ctx = "
             "contexts. A context whose method failed scores 0 on each of its questions (in the means and in "
             "q); n/a (the method does not apply) and incomplete (the infrastructure or the judge failed) "
             "contexts are counted in the units column and left out of the means. "
@@ -186,4 +206,5 @@ def mab_markdown(d: "RunData", judgments: pd.DataFrame | None = None) -> str | N
                "procedure (judge `mab-llm`)." if table["judge"] == "mab-llm" else
                "LongMemEval and ∞Bench-Sum are judged by an LLM in the benchmark: not scored under the `mab` "
                "judge (use `mab-llm` with a judge model)."))
-    return "\n".join([note, "", *lines, *cost, "", published_markdown()])
+    fifo = ["", table["fifo"]] if table["fifo"] else []
+    return "\n".join([note, "", table["contexts"], *fifo, "", *lines, *cost, "", published_markdown()])

@@ -30,12 +30,14 @@ def rows(split: str) -> list[dict]:
 
 
 def write_repo(root: Path) -> Path:
-    """The hub repository's layout: a card declaring the four splits, one Parquet file per split under data/."""
+    """The hub repository's layout: a card declaring the four splits, one Parquet file per split under data/,
+    and the recommendation source's movie map at the root."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     (root / "data").mkdir(parents=True)
     (root / "README.md").write_text(CARD)
+    (root / "entity2id.json").write_bytes((DATA / "entity2id.json").read_bytes())
     # one metadata struct for every split, as on the hub (a field a row lacks is null)
     schema = pa.Table.from_pylist([r for split in SPLITS for r in rows(split)]).schema
     for split in SPLITS:
@@ -72,11 +74,12 @@ def test_the_hub_dataset_loads_all_four_splits_from_the_cache_with_the_commit_re
     assert by_source["ruler_qa1_197K"].gold["answers"][0] == ["Mount Kel", "Kel"]
     # LongMemEval's ids are its question_ids ("_abs": abstention); ∞Bench-Sum keeps the expert's key points
     lme = by_source["longmemeval_s*"]
-    assert lme.gold["qa_pair_ids"] == ["lme-1", "lme-2", "lme-3_abs"]
+    assert lme.gold["qa_pair_ids"] == ["lme-1", "lme-2", "lme-3_abs"] == lme.gold["question_ids"]
     assert lme.gold["question_types"][0] == "temporal-reasoning"
     assert by_source["infbench_sum_eng_shots2"].gold["keypoints"][1] == "Wren crosses a desert."
     # what a context whose method fails counts as: its questions, each a zero in its source
-    assert lme.metadata["scored_items"] == {"count": 3, "source": "longmemeval_s*", "competency": "AR"}
+    assert lme.metadata["scored_items"] == {"count": 3, "source": "longmemeval_s*", "competency": "AR",
+                                            "benchmark_contexts": 1}  # the benchmark's 5, of the 1 row there is
 
 
 def test_the_source_filter_takes_names_and_patterns_and_the_first_contexts_of_each(hub_cache):
@@ -90,6 +93,30 @@ def test_the_source_filter_takes_names_and_patterns_and_the_first_contexts_of_ea
         load_memoryagentbench(sources="ruler_niah*")
     with pytest.raises(DatasetError, match="unknown MemoryAgentBench split"):
         load_memoryagentbench(splits=["Accurate_Retreival"])
+
+
+def test_the_recommendation_source_is_scored_with_the_movie_map_read_from_the_hub_snapshot(hub_cache):
+    """recsys_redial_full's answers are movie ids; recall@5 matches the reply's titles to the movie names of
+    the hub's entity2id.json, which sits at the snapshot's root and reaches the judge in the gold."""
+    from memloop.eval.judges import run_judge
+
+    [rec] = load_memoryagentbench(sources="recsys_*")
+    assert rec.metadata["competency"] == "TTL" and rec.gold["answers"] == [["1", "2"]]
+    reply = json.dumps(["Try these:\n1. Heat\n2. Ronin\n3. Thief\n4. Inception\n5. The Towne"])
+    res = run_judge("mab", reply, rec.gold, metadata=rec.metadata)  # no judge option: the gold has the map
+    [q] = res.judgments
+    assert q.label["metrics"] == {"recsys_recall@1": 0.0, "recsys_recall@5": 1.0, "recsys_recall@10": 1.0}
+    assert res.score("accuracy") == 1.0
+    assert rec.gold["entity2id"] == json.loads((DATA / "entity2id.json").read_text())
+
+
+def test_a_snapshot_without_the_movie_map_says_how_to_get_it(hub_cache):
+    from memloop.eval.datasets.mab_entities import EntityMapMissingError
+
+    (hub_cache / "snapshots" / COMMIT / "entity2id.json").unlink()
+    with pytest.raises(EntityMapMissingError, match=f"hf download {HUB_ID} entity2id.json --repo-type dataset"):
+        load_memoryagentbench(sources="recsys_*")
+    assert load_memoryagentbench(sources="icl_*")  # only the recommendation source needs it
 
 
 def test_chunks_pack_whole_sentences_within_the_token_budget_in_order(hub_cache):
@@ -129,6 +156,70 @@ def test_malformed_rows_name_the_field(tmp_path):
     bad.write_text(json.dumps({"context": "Some text.", "questions": ["q"], "answers": [["a"]], "metadata": {}}) + "\n")
     with pytest.raises(MissingFieldError, match="metadata.source"):
         load_memoryagentbench(bad, splits=["Accurate_Retrieval"])
+
+
+def test_a_local_file_is_read_once_each_context_under_its_sources_competency(tmp_path):
+    """A file has no splits: its rows are read once, not once per split, and a row that does not name its
+    split gets its source's (FactConsolidation is Conflict Resolution)."""
+    fc = rows("Conflict_Resolution")[0]  # one context, two questions
+    path = tmp_path / "mixed.jsonl"
+    named = dict(rows("Test_Time_Learning")[0], split="Test_Time_Learning")  # a row that says its split
+    path.write_text("\n".join(json.dumps(r) for r in (fc, named)) + "\n")
+    samples = load_memoryagentbench(path)
+    assert [(s.metadata["source"], s.metadata["competency"]) for s in samples] == [
+        ("factconsolidation_sh_6k", "CR"), ("icl_banking77_5900shot_balance", "TTL")]
+    assert sum(len(s.gold["questions"]) for s in samples) == 4  # 2 + 2, each question once
+    assert samples[0].metadata["scored_items"] == {"count": 2, "source": "factconsolidation_sh_6k", "competency": "CR",
+                                                   "benchmark_contexts": 1}
+    # the splits asked for choose among the file's rows
+    assert [s.metadata["competency"] for s in load_memoryagentbench(path, splits=["Conflict_Resolution"])] == ["CR"]
+
+
+def test_a_local_file_without_sources_or_with_an_unknown_one_is_refused_by_name(tmp_path):
+    from memloop.eval.datasets.mab_sources import UnknownSourceError
+    from memloop.eval.datasets.memoryagentbench import MissingSourceError
+
+    path = tmp_path / "nosource.jsonl"
+    path.write_text(json.dumps({"context": "Some text.", "questions": ["q"], "answers": [["a"]]}) + "\n")
+    with pytest.raises(MissingSourceError, match="metadata.source"):
+        load_memoryagentbench(path)
+    path.write_text(json.dumps({"context": "Some text.", "questions": ["q"], "answers": [["a"]],
+                                "metadata": {"source": "my_own_set"}}) + "\n")
+    with pytest.raises(UnknownSourceError, match="'split' field"):
+        load_memoryagentbench(path)
+    path.write_text(json.dumps({"context": "Some text.", "questions": ["q"], "answers": [["a"]], "split": "Recall",
+                                "metadata": {"source": "my_own_set"}}) + "\n")
+    with pytest.raises(DatasetError, match="'Recall' is not one of"):
+        load_memoryagentbench(path)
+
+
+def detective_file(tmp_path: Path, n: int) -> Path:
+    """`n` DetectiveQA contexts (the benchmark runs the first 10) and 3 ∞Bench-Sum ones (it runs up to 100)."""
+    base = rows("Long_Range_Understanding")
+    lines = [dict(base[0], context=f"Case {i}. {base[0]['context']}") for i in range(n)]
+    lines += [dict(base[1], context=f"Book {i}. {base[1]['context']}") for i in range(3)]
+    path = tmp_path / "lru.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in lines) + "\n")
+    return path
+
+
+def test_each_source_takes_the_benchmarks_context_count_unless_a_reduced_config_cuts_it(tmp_path):
+    def by_source(samples: list) -> dict[str, int]:
+        return {src: sum(s.metadata["source"] == src for s in samples)
+                for src in ("detective_qa", "infbench_sum_eng_shots2")}
+
+    path = detective_file(tmp_path, 12)
+    full = load_memoryagentbench(path)
+    assert by_source(full) == {"detective_qa": 10, "infbench_sum_eng_shots2": 3}  # max_test_samples 10; 3 of 100
+    assert [s.metadata["context_index"] for s in full[:10]] == list(range(10))  # the first ten, in order
+    detective = [s for s in full if s.metadata["source"] == "detective_qa"]
+    assert {s.metadata["scored_items"]["benchmark_contexts"] for s in detective} == {10}
+    reduced = load_memoryagentbench(path, contexts_per_source=2)
+    assert by_source(reduced) == {"detective_qa": 2, "infbench_sum_eng_shots2": 2}
+    assert reduced[0].metadata["contexts_taken"] == 2
+    assert reduced[0].metadata["scored_items"]["benchmark_contexts"] == 10
+    # a cut never raises the benchmark's count
+    assert by_source(load_memoryagentbench(path, contexts_per_source=50))["detective_qa"] == 10
 
 
 def test_without_network_or_cache_the_error_says_how_to_get_the_data(tmp_path, monkeypatch):

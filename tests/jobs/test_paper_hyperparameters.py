@@ -66,3 +66,21 @@ def test_seed_001_rows_summarise_with_chain_of_density() -> None:
     cfg = load_config(CONFIGS / "papers" / "seed001-table1.yaml")
     assert [(m.name, m.options) for m in cfg.methods] == [
         ("no-kg", {"density_rounds": 4}), ("kg-retrieval", {"density_rounds": 4, "extraction_model": "judge"})]
+
+
+def test_memoryagentbench_takes_the_benchmarks_context_counts() -> None:
+    """No cut in the paper config: each source's contexts as the benchmark's max_test_samples take them
+    (DetectiveQA 10, ∞Bench-Sum 100), with the paper's chunk sizes (section 4.1)."""
+    cfg = load_config(CONFIGS / "papers" / "memoryagentbench.yaml")
+    assert all(d.options.get("contexts_per_source") is None for d in cfg.datasets)
+    from memloop.eval.datasets.mab_sources import MAX_TEST_SAMPLES
+
+    assert MAX_TEST_SAMPLES["detective_qa"] == 10 and MAX_TEST_SAMPLES["infbench_sum_eng_shots2"] == 100
+    assert sorted(d.options["chunk_tokens"] for d in cfg.datasets) == [512, 4096]
+
+
+def test_memoryagentbench_runs_the_recommendation_source_so_ttl_is_the_papers() -> None:
+    """Table 2's TTL is mean(MCC, Recom.): the config runs ReDial beside the ICL sets, at 4096-token chunks."""
+    cfg = load_config(CONFIGS / "papers" / "memoryagentbench.yaml")
+    by_chunk = {d.options["chunk_tokens"]: d.options["sources"] for d in cfg.datasets}
+    assert "recsys_redial_full" in by_chunk[4096] and "icl_*" in by_chunk[4096]

@@ -107,7 +107,7 @@ def test_sources_average_over_questions_and_competencies_over_sources():
 LME_GOLD = {"questions": ["How many days between adopting Pip and the vet?", "Where do I live now?",
                           "What is my dog's name?"],
             "answers": [["17 days"], ["Lisbon"], ["No dog was mentioned; the cat is Pip."]],
-            "qa_pair_ids": ["lme-1", "lme-2", "lme-3_abs"],
+            "qa_pair_ids": ["lme-1", "lme-2", "lme-3_abs"], "question_ids": ["lme-1", "lme-2", "lme-3_abs"],
             "question_types": ["temporal-reasoning", "knowledge-update", "single-session-user"]}
 
 
@@ -130,9 +130,37 @@ def test_mab_llm_judges_longmemeval_with_the_check_of_each_question_type():
     assert calls[0].prompt == prompts[0] and calls[0].template_sha256
     with pytest.raises(JudgeError, match="needs a judge LLM"):
         run_judge("mab-llm", json.dumps(replies), LME_GOLD, metadata={"source": "longmemeval_s*"})
-    bad = dict(LME_GOLD, question_types=["chit-chat", "knowledge-update", "x"], qa_pair_ids=["a", "b", "c"])
+    bad = dict(LME_GOLD, question_types=["chit-chat", "knowledge-update", "x"], question_ids=["a", "b", "c"])
     with pytest.raises(JudgeError, match="question type 'chit-chat' has no answer check"):
         run_judge("mab-llm", json.dumps(replies), bad, ScriptedLLM(["yes"] * 3), metadata={"source": "longmemeval_s*"})
+
+
+def test_longmemeval_abstention_is_read_from_question_ids_when_a_row_carries_both_ids(tmp_path):
+    """The benchmark's answer check reads `metadata.question_ids` ("_abs": abstention); a hub row carries
+    `qa_pair_ids` too, which must not decide the check."""
+    from memloop.eval.datasets.memoryagentbench import load_memoryagentbench
+    from memloop.eval.llm import ScriptedLLM
+
+    row = {"context": "Session 1 (2023/05/01): I adopted a cat called Pip. I moved to Lisbon.",
+           "questions": ["Where do I live?", "What is my dog's name?"],
+           "answers": [["Lisbon"], ["You did not mention a dog."]],
+           "metadata": {"source": "longmemeval_s*", "qa_pair_ids": ["longmemeval_s*_0_0", "longmemeval_s*_0_1"],
+                        "question_ids": ["7a1c2e", "5b9d0f_abs"],
+                        "question_types": ["single-session-user", "single-session-user"]}}
+    path = tmp_path / "lme.jsonl"
+    path.write_text(json.dumps(row) + "\n")
+    sample = load_memoryagentbench(path, splits=["Accurate_Retrieval"])[0]
+    llm = ScriptedLLM(["yes", "yes"])
+    res = run_judge("mab-llm", json.dumps(["Lisbon", "I do not know of a dog."]), sample.gold, llm,
+                    metadata=sample.metadata)
+    calls = [j.label["part"] for j in res.judgments if "part" in j.label]
+    assert calls == ["mab-lme-standard", "mab-lme-abstention"]
+    assert "cannot be answered" in llm.requests[1].messages[0]["content"]
+    assert sample.gold["question_ids"] == ["7a1c2e", "5b9d0f_abs"]
+    assert sample.gold["qa_pair_ids"] == ["longmemeval_s*_0_0", "longmemeval_s*_0_1"]  # the judgments' labels
+    with pytest.raises(JudgeError, match="question_ids"):  # without the field the check cannot be chosen
+        run_judge("mab-llm", json.dumps(["Lisbon", "x"]), dict(sample.gold, question_ids=[None, None]),
+                  ScriptedLLM(["yes"] * 2), metadata=sample.metadata)
 
 
 def test_mab_llm_scores_infbench_sum_as_fluency_times_f1_of_keypoint_recall_and_sentence_precision():
@@ -162,6 +190,29 @@ def test_mab_llm_scores_infbench_sum_as_fluency_times_f1_of_keypoint_recall_and_
     with pytest.raises(JudgeError, match="key points"):
         run_judge("mab-llm", json.dumps(["x"]), {k: v for k, v in gold.items() if k != "keypoints"},
                   ScriptedLLM([]), metadata={"source": "infbench_sum_eng_shots2"})
+
+
+def test_the_infbench_sum_judge_follows_the_official_book_rubric_and_settings():
+    """summarization_evaluate.py's book prompts: recall counts the key points the summary mostly supports (one
+    of several facts need not all be there), recall and precision each give two worked examples, and every
+    question is asked at temperature 0.1 with 4,096 tokens."""
+    from memloop.eval.llm import ScriptedLLM
+
+    gold = {"questions": ["Summarize the book."], "answers": [["Wren leaves, crosses a desert and comes home."]],
+            "keypoints": ["Wren leaves her valley.", "Wren crosses a desert."]}
+    llm = ScriptedLLM(['{"fluency": 1}', '{"supported_key_points": [1], "recall": 1}',
+                       '{"precision": 1, "sentence_count": 1}'])
+    run_judge("mab-llm", json.dumps(["Wren leaves."]), gold, llm, metadata={"source": "infbench_sum_eng_shots2"})
+    fluency, recall, precision = (r.messages[0]["content"] for r in llm.requests)
+    assert [(r.sampling.temperature, r.sampling.max_tokens) for r in llm.requests] == [(0.1, 4096)] * 3
+    assert "mostly supports" in recall and "most of those facts" in recall
+    for prompt in (recall, precision):
+        assert prompt.count("Example 1:") == 1 and prompt.count("Example 2:") == 1
+        assert prompt.count("Reasoning:") == 2 and prompt.count("Output: {") == 2  # two worked examples
+    assert recall.count("Key points:\n1.") == 3  # two examples' lists, then the summary's own
+    assert precision.count("Expert summary: <start of summary>") == 3
+    assert "commentary" in precision  # a sentence adding analysis is not supported
+    assert "Score 0" in fluency and "Score 1" in fluency
 
 
 def test_mab_llm_scores_the_other_sources_by_rule_without_asking_the_judge():
@@ -196,6 +247,21 @@ def test_the_icl_sets_are_one_column_of_test_time_learning_and_overall_averages_
     twice = full + [q(x.source, x.competency, x.context + "-2", 1.0 - x.value) for x in full]
     comp = competency_figures(twice)
     assert comp["overall"].low <= comp["overall"].value <= comp["overall"].high
+
+
+def test_without_the_recommendation_set_ttl_is_labelled_mcc_only_and_there_is_no_overall():
+    """The paper's TTL is mean(MCC, Recom.) and its Overall averages that TTL: a run without Recom. must not
+    print either under the paper's name (GPT-4o: MCC 87.6, Recom. 12.3, TTL 50.0)."""
+    q = QuestionScore
+    others = [q("ruler_qa1_197K", "AR", "a", 1.0), q("detective_qa", "LRU", "d", 0.0),
+              q("factconsolidation_sh_262k", "CR", "f", 1.0)]
+    mcc = [q("icl_banking77_5900shot_balance", "TTL", "b0", 1.0), q("icl_nlu_8296shot_balance", "TTL", "n0", 0.0)]
+    comp = competency_figures(others + mcc)
+    assert "TTL" not in comp and "overall" not in comp
+    assert comp["TTL (MCC only)"].value == 50.0
+    with_recom = competency_figures(others + mcc + [q("recsys_redial_full", "TTL", "r0", 0.2)])
+    assert with_recom["TTL"].value == pytest.approx((50 + 20) / 2) and "TTL (MCC only)" not in with_recom
+    assert with_recom["overall"].value == pytest.approx((100 + 35 + 0 + 100) / 4)
 
 
 def test_a_source_of_one_context_has_no_interval_rather_than_a_degenerate_one():

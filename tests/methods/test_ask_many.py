@@ -105,18 +105,47 @@ def test_incremental_updating_answers_from_its_notes(context):
     assert json.loads(out.answer) == ["Orsk", "lighthouse keeper"] and out.memory == notes[1]
 
 
-def test_the_long_context_row_answers_from_the_whole_context_or_is_na(context):
-    class Echo(ReadingLLM):
-        @staticmethod
-        def _answer(prompt: str) -> str:
-            return "Orsk"
+class Echo(ReadingLLM):
+    @staticmethod
+    def _answer(prompt: str) -> str:
+        return "Orsk"
 
+
+def test_the_long_context_row_answers_from_the_whole_context_when_it_fits(context):
     out = get_method("long-context", context_tokens=4096).run(context, Echo([]))
     assert [s.kind for s in out.steps] == ["answer", "answer"] and json.loads(out.answer) == ["Orsk", "Orsk"]
     assert "0. The capital of Zarnia is Velt." in out.steps[0].prompt
-    small = get_method("long-context", context_tokens=60).run(context, Echo([]))
-    assert small.not_applicable and "does not fit" in small.not_applicable and small.steps == []
-    assert small.failure is None  # n/a, never a failure
+    assert out.memory["fifo_truncated"] is False
+
+
+def test_the_long_context_row_keeps_the_last_tokens_that_fit_as_the_benchmarks_agents_do(context):
+    """FIFO truncation (the benchmark's long-context agents): the oldest tokens go, the newest stay, and the
+    unit records what was kept; n/a only when not even the question fits."""
+    window = 115  # words, as Echo counts: the template, instruction and question take 71, the answer 10
+    out = get_method("long-context", context_tokens=window).run(context, Echo([]))
+    assert out.not_applicable is None and out.failure is None
+    assert [s.kind for s in out.steps] == ["answer", "answer"]
+    prompt = out.steps[0].prompt
+    whole = "\n\n".join(context.chunks)  # the chunks in order, as the method joins them
+    assert "6. The official language of Zarnia is Velish." in prompt  # the newest fact kept
+    assert "0. The capital of Zarnia is Velt." not in prompt  # the oldest dropped
+    kept = prompt.split("[INPUT]\n", 1)[1].split("\n\nUsing the input above", 1)[0]
+    assert whole.endswith(kept) and len(kept) < len(whole)
+    mem = out.memory
+    assert mem["fifo_truncated"] is True and mem["kept_tokens"] + mem["dropped_tokens"] == mem["input_tokens"]
+    assert mem["needed_tokens"] <= window  # the longest question's prompt + the answer's 10 tokens
+    assert all(s.memory == mem for s in out.steps)  # recorded with each answer of the unit
+    # one more token of the input would not have fitted: the longest tail that does
+    from memloop.eval.tokens import cl100k_base
+
+    enc = cl100k_base()
+    ids = enc.encode_ordinary(whole)
+    longer = enc.decode(ids[len(ids) - mem["kept_tokens"] - 1:])
+    longest_q = max(context.gold["questions"], key=len)
+    assert len(prompt.replace(kept, longer).replace(context.gold["questions"][0], longest_q).split()) + 10 > window
+    tiny = get_method("long-context", context_tokens=60).run(context, Echo([]))
+    assert tiny.not_applicable and "not even the question fits" in tiny.not_applicable and tiny.steps == []
+    assert tiny.failure is None  # n/a, never a failure
 
 
 def test_a_summariser_has_no_answer_step_and_is_na_not_absent(context):
