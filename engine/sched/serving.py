@@ -8,7 +8,9 @@ engine does not import:
     result:  {"text", "usage": {prompt_tokens, cached_tokens, decoded_tokens}, "finish_reason"}
              + "logprobs" when the sampling asked for them (`logprobs: N`): one entry per token of
              the text, {id, token, bytes, logprob, text_offset, top_logprobs: [{id, token, bytes,
-             logprob}] (the N most likely, most likely first)}, from the model's raw logits
+             logprob}] (the N most likely, most likely first)}, from the model's raw logits, and
+             "trailing_logprobs": the same for the generated tokens the text leaves out (a stop
+             token, the tokens after a stop string's cut), so both together hold every output token
 
 `score(prompts, top_n)` is the other entry point: every prompt token's log-probability given the
 tokens before it (`memloop.engine.sched.prompt_scoring`, OpenAI's `echo`), computed by a full-prompt forward

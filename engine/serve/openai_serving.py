@@ -21,8 +21,8 @@ from starlette.exceptions import HTTPException
 
 from memloop.engine.errors import EngineError, NonFiniteLogitsError, RequestError
 from memloop.engine.sample.sampling import SamplingParams
-from memloop.engine.serve.protocol import (MAX_N, UNSUPPORTED_WHY, ChatRequest, CompletionRequest, _Sampling, _usage,
-                                   chat_logprobs, completion_logprobs, echo_choice)
+from memloop.engine.serve.protocol import (MAX_N, ChatRequest, CompletionRequest, FieldError, _Sampling, _usage,
+                                           chat_logprobs, completion_logprobs, echo_choice)
 
 RETRY_AFTER_S = 1
 POLL_S = 0.2  # how often a waiting request looks for a client disconnect or its deadline
@@ -38,6 +38,10 @@ class Timeout(Exception):
 
 class ClientGone(Exception):
     """The client disconnected while its request ran (499)."""
+
+
+class ModelNotFound(Exception):
+    """The request names a model this server does not serve (404 `model_not_found`, as OpenAI and vLLM)."""
 
 
 class RequestGate:
@@ -58,17 +62,16 @@ class RequestGate:
     def check(self, req: _Sampling) -> None:
         """Refuse what this server does not do, naming the field, before anything is queued."""
         if req.stream:
-            raise RequestError("stream=true is not supported; send stream=false")
-        field = req.unsupported()
-        if field is not None:
-            why = f": {UNSUPPORTED_WHY[field]}" if field in UNSUPPORTED_WHY else ""
-            raise RequestError(f"`{field}` is not supported by this server{why}; leave it out (or send its "
-                               "default) — memloop serves text, JSON-constrained output, the output tokens' "
-                               "log-probabilities and usage")
+            raise FieldError("stream=true is not supported; send stream=false", "stream")
+        req.refuse_fields()
         req.logprob_count()  # a bad logprobs/top_logprobs is a 400 naming it, before anything is queued
-        if req.model not in (None, self.model_name):
-            raise RequestError(f"unknown model {req.model!r}; this server serves {self.model_name!r} "
-                               "(see /v1/models)")
+        req.output_limit()
+        self.check_model(req.model)
+
+    def check_model(self, model: str | None) -> None:
+        if model not in (None, self.model_name):
+            raise ModelNotFound(f"The model {model!r} does not exist; this server serves {self.model_name!r} "
+                                "(see /v1/models)")
 
     def _submit_all(self, requests: list[dict[str, Any]]) -> list[Future]:
         """Tokenise and queue (on a worker thread); the first invalid request cancels the rest."""
@@ -223,14 +226,19 @@ class ServingModels:
 
 
 def error_response(status: int, message: str, kind: str = "invalid_request_error",
-                   headers: dict[str, str] | None = None) -> JSONResponse:
-    return JSONResponse(status_code=status, content={"error": {"message": message, "type": kind}}, headers=headers)
+                   headers: dict[str, str] | None = None, param: str | None = None,
+                   code: str | None = None) -> JSONResponse:
+    """OpenAI's error body: {"error": {"message", "type", "param", "code"}} (clients read `param`: the field)."""
+    return JSONResponse(status_code=status, headers=headers,
+                        content={"error": {"message": message, "type": kind, "param": param, "code": code}})
 
 
 async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
     first = exc.errors()[0] if exc.errors() else {}
-    where = ".".join(str(x) for x in first.get("loc", ()))
-    return error_response(400, f"invalid request at {where or 'body'}: {first.get('msg', 'malformed')}")
+    loc = [str(x) for x in first.get("loc", ())]
+    where = ".".join(loc)
+    return error_response(400, f"invalid request at {where or 'body'}: {first.get('msg', 'malformed')}",
+                          param=".".join(loc[1:]) or None)
 
 
 async def _http_error(_: Request, exc: HTTPException) -> JSONResponse:  # 404, 405, unparsable bodies
@@ -248,7 +256,9 @@ ERROR_STATUS: dict[type[Exception], tuple[int, str, dict[str, str] | None]] = {
     QueueFull: (429, "rate_limit_error", {"Retry-After": str(RETRY_AFTER_S)}),
     Timeout: (504, "timeout_error", None),
     ClientGone: (499, "client_closed_request", None),  # nobody reads it; the log does
+    ModelNotFound: (404, "invalid_request_error", None),
 }
+ERROR_CODE = {ModelNotFound: "model_not_found"}
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -257,6 +267,7 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(HTTPException, _http_error)  # type: ignore[arg-type]
     for kind, (status, name, headers) in ERROR_STATUS.items():
         async def handler(_: Request, exc: Exception, status: int = status, name: str = name,
-                          headers: dict[str, str] | None = headers) -> JSONResponse:
-            return error_response(status, str(exc), name, headers)
+                          headers: dict[str, str] | None = headers, code: str | None = ERROR_CODE.get(kind)) -> JSONResponse:
+            param = getattr(exc, "param", None) or ("model" if code == "model_not_found" else None)
+            return error_response(status, str(exc), name, headers, param, code)
         app.add_exception_handler(kind, handler)

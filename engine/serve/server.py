@@ -23,8 +23,9 @@ Hostile clients: a connection that does not finish its request headers within `H
 is closed (`GuardedH11Protocol`), a body that does not arrive within `BODY_TIMEOUT_S` gets 408; a
 server on loopback answers only loopback `Host` names (and those given with `allowed_hosts`), so a
 web page cannot reach it through DNS rebinding; text with a lone UTF-16 surrogate is a 400; the
-OpenAI fields memloop does not implement (`UNSUPPORTED_FIELDS`) are refused with a 400 naming the
-field instead of being ignored.
+OpenAI fields memloop does not implement (`protocol.UNSUPPORTED_FIELDS`) and the fields a route does
+not know are refused with a 400 naming the field instead of being ignored; an unknown model is a 404
+`model_not_found`.
 """
 from __future__ import annotations
 

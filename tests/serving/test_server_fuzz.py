@@ -113,7 +113,7 @@ def invalid_bodies(draw: Any) -> dict[str, Any]:
     """A valid body with 1-3 fields replaced by values known to be invalid for its route."""
     body = dict(draw(valid_bodies))
     chat = "messages" in body
-    # the other route's fields are ignored like any unknown field, so they cannot make a body invalid
+    # the other route's fields stay out: they are refused as unknown fields, whatever their value
     fields = sorted(set(_bad) - ({"prompt"} if chat else {"messages", "response_format"}))
     for field in draw(st.lists(st.sampled_from(fields), min_size=1, max_size=3, unique=True)):
         body[field] = draw(_bad[field])
