@@ -34,7 +34,7 @@ import logging
 import threading
 import time
 from concurrent.futures import Future
-from typing import Any
+from typing import Any, Callable
 
 import jax.numpy as jnp
 
@@ -113,14 +113,19 @@ class Engine:
         """Validate and tokenise a request dict (raises RequestError, never truncates)."""
         return self.intake.make_sequence(request)
 
-    def submit(self, request: dict[str, Any]) -> Future:
-        """Queue a request; the future resolves to the result dict (or raises RequestError)."""
+    def submit(self, request: dict[str, Any], on_token: Callable[[int, Any], None] | None = None) -> Future:
+        """Queue a request; the future resolves to the result dict (or raises RequestError).
+
+        on_token: called on the engine thread, under its lock (so it must be quick and must not raise),
+        with each sampled token but the last and its log-probability entry (None unless asked): a
+        streamed answer, whose last token comes with the result."""
         try:
             seq = self.intake.make_sequence(request)
         except EngineError as exc:
             fut: Future = Future()
             fut.set_exception(exc)
             return fut
+        seq.on_token = on_token
         return self.loop.enqueue(seq)
 
     def cancel(self, fut: Future) -> None:

@@ -342,6 +342,8 @@ class StepRunner:
                 reason = "length"
         if reason is not None:
             self.finish(seq, reason)
+        elif seq.on_token is not None:  # streamed: the last token's text comes with the result
+            seq.on_token(tok, seq.token_logprobs[-1] if seq.logprobs is not None else None)
 
     def finish(self, seq: Sequence, reason: str) -> None:
         self.scheduler.finish(seq, reason)

@@ -12,17 +12,20 @@ import time
 import uuid
 from concurrent.futures import Future
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Callable
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException
 
 from memloop.engine.errors import EngineError, NonFiniteLogitsError, RequestError
 from memloop.engine.sample.sampling import SamplingParams
+from memloop.engine.sched.token_pieces import TokenPieces
+from memloop.engine.serve.chunks import ChatChunks, ChunkShape, CompletionChunks
 from memloop.engine.serve.protocol import (MAX_N, ChatRequest, CompletionRequest, FieldError, _Sampling, _usage,
                                            chat_logprobs, completion_logprobs, echo_choice)
+from memloop.engine.serve.streaming import SSE_HEADERS, ChoiceStream, TokenFeed, stream_body
 
 RETRY_AFTER_S = 1
 POLL_S = 0.2  # how often a waiting request looks for a client disconnect or its deadline
@@ -58,11 +61,10 @@ class RequestGate:
         self.max_queue = max_queue
         self.request_timeout = request_timeout
         self.in_flight = 0
+        self._pieces: TokenPieces | None = None  # token texts of streamed log-probabilities, built on first use
 
     def check(self, req: _Sampling) -> None:
         """Refuse what this server does not do, naming the field, before anything is queued."""
-        if req.stream:
-            raise FieldError("stream=true is not supported; send stream=false", "stream")
         req.refuse_fields()
         req.logprob_count()  # a bad logprobs/top_logprobs is a 400 naming it, before anything is queued
         req.output_limit()
@@ -73,11 +75,12 @@ class RequestGate:
             raise ModelNotFound(f"The model {model!r} does not exist; this server serves {self.model_name!r} "
                                 "(see /v1/models)")
 
-    def _submit_all(self, requests: list[dict[str, Any]]) -> list[Future]:
-        """Tokenise and queue (on a worker thread); the first invalid request cancels the rest."""
+    def _submit_all(self, requests: list[dict[str, Any]], feed: TokenFeed | None = None) -> list[Future]:
+        """Tokenise and queue (on a worker thread); the first invalid request cancels the rest. With a
+        feed, each request's tokens go to it as they are sampled (a streamed answer)."""
         futs: list[Future] = []
-        for r in requests:
-            fut = self.engine.submit(r)
+        for i, r in enumerate(requests):
+            fut = self.engine.submit(r) if feed is None else self.engine.submit(r, on_token=feed.sink(i))
             futs.append(fut)
             if fut.done() and fut.exception() is not None:
                 for f in futs:
@@ -97,9 +100,12 @@ class RequestGate:
             if await http.is_disconnected():
                 raise ClientGone("the client disconnected; the request was cancelled")
             if deadline is not None and time.monotonic() > deadline:
-                raise Timeout(f"the request did not finish within {self.request_timeout:g} s (the server's "
-                              "--request-timeout); lower max_tokens, send shorter prompts, or retry when the "
-                              "server is less busy")
+                raise self.timeout()
+
+    def timeout(self) -> Timeout:
+        return Timeout(f"the request did not finish within {self.request_timeout:g} s (the server's "
+                       "--request-timeout); lower max_tokens, send shorter prompts, or retry when the "
+                       "server is less busy")
 
     async def _wait(self, http: Request, futs: list[Future]) -> list[dict[str, Any]]:
         try:
@@ -108,9 +114,9 @@ class RequestGate:
             for f in futs:  # no-op for finished ones; frees the batch slots of the others
                 self.engine.cancel(f)
 
-    @asynccontextmanager
-    async def admitted(self, count: int) -> AsyncIterator[None]:
-        """Hold `count` of the server's `max_queue` places (engine requests or prompts scored) meanwhile."""
+    def admit(self, count: int) -> None:
+        """Take `count` of the server's `max_queue` places (engine requests or prompts scored); the caller
+        gives them back (`in_flight -= count`) however the request ends."""
         if count > self.max_queue:  # could never be admitted: retrying would loop forever
             raise RequestError(f"this request asks for {count} completions (prompts x n) but the server "
                                f"admits at most {self.max_queue} at once (--max-queue); lower n or send fewer "
@@ -119,6 +125,11 @@ class RequestGate:
             raise QueueFull(f"the server is busy ({self.in_flight} requests in flight, --max-queue "
                             f"{self.max_queue}); retry after {RETRY_AFTER_S} s")
         self.in_flight += count
+
+    @asynccontextmanager
+    async def admitted(self, count: int) -> AsyncIterator[None]:
+        """Hold `count` of the server's `max_queue` places meanwhile."""
+        self.admit(count)
         try:
             yield
         finally:
@@ -132,6 +143,35 @@ class RequestGate:
             futs = await asyncio.to_thread(self._submit_all, requests)
             return await self._wait(http, futs)
 
+    async def stream(self, requests: list[dict[str, Any]], shape: ChunkShape) -> StreamingResponse:
+        """Generate every request (one per choice) as a Server-Sent Events answer. Everything that can be
+        a 4xx (sampling, prompt length, schema, the queue) is settled before the 200 goes out; from then
+        on the engine's requests and queue places are held until the body ends, the deadline passes or
+        the client disconnects (Starlette cancels the body then), and freed at once."""
+        params = [SamplingParams.from_request(r["sampling"]) for r in requests]
+        count = len(requests)
+        self.admit(count)
+        try:
+            feed = TokenFeed()
+            futs = await asyncio.to_thread(self._submit_all, requests, feed)
+        except BaseException:
+            self.in_flight -= count
+            raise
+        feed.watch(futs)
+
+        def close() -> None:
+            for f in futs:  # no-op for finished ones; frees the batch slots of the others
+                self.engine.cancel(f)
+            self.in_flight -= count
+
+        if shape.logprobs and self._pieces is None:
+            self._pieces = TokenPieces(self.engine.tokenizer.hf)
+        pieces = self._pieces if shape.logprobs else None
+        choices = [ChoiceStream(self.engine.tokenizer.decode, pieces, p.stop) for p in params]
+        deadline = None if self.request_timeout is None else time.monotonic() + self.request_timeout
+        body = stream_body(feed, shape, choices, deadline, self.timeout, error_payload, _usage)
+        return ClosingStream(body, close)
+
 
 class ServingCompletion:
     """`POST /v1/completions`: text or token-id prompts, n choices, `echo` with prompt log-probabilities."""
@@ -139,7 +179,7 @@ class ServingCompletion:
     def __init__(self, gate: RequestGate) -> None:
         self.gate = gate
 
-    async def create(self, req: CompletionRequest, http: Request) -> dict[str, Any]:
+    async def create(self, req: CompletionRequest, http: Request) -> dict[str, Any] | Response:
         gate = self.gate
         gate.check(req)
         prompts = req.prompts()
@@ -148,6 +188,12 @@ class ServingCompletion:
         echo, top_n = req.echoed(), req.logprob_count()
         requests = [{"prompt": p, "sampling": req.sampling(i), "json_schema": None}
                     for p in prompts for i in range(req.n)]
+        if req.stream:
+            if echo:
+                raise FieldError("`stream` with `echo` is not supported: echo answers whole prompts (their "
+                                 "log-probabilities come from one scoring); send stream: false", "stream")
+            return await gate.stream(requests, CompletionChunks(gate.model_name, req.include_usage(),
+                                                                top_n is not None))
         if req.generates():
             results: list[dict[str, Any] | None] = list(await gate.run(http, requests))
         else:  # echo with max_tokens 0: the other sampling fields are still checked
@@ -192,13 +238,16 @@ class ServingChat:
     def __init__(self, gate: RequestGate) -> None:
         self.gate = gate
 
-    async def create(self, req: ChatRequest, http: Request) -> dict[str, Any]:
+    async def create(self, req: ChatRequest, http: Request) -> dict[str, Any] | Response:
         gate = self.gate
         gate.check(req)
         schema = req.schema()
         messages = [m.model_dump() for m in req.messages]
-        results = await gate.run(http, [{"messages": messages, "sampling": req.sampling(i), "json_schema": schema}
-                                        for i in range(req.n)])
+        requests = [{"messages": messages, "sampling": req.sampling(i), "json_schema": schema} for i in range(req.n)]
+        if req.stream:
+            return await gate.stream(requests, ChatChunks(gate.model_name, req.include_usage(),
+                                                          req.logprob_count() is not None))
+        results = await gate.run(http, requests)
         choices = [{"index": i, "message": {"role": "assistant", "content": r["text"]},
                     "finish_reason": r["finish_reason"],
                     "logprobs": chat_logprobs(r["logprobs"]) if "logprobs" in r else None}
@@ -231,6 +280,29 @@ def error_response(status: int, message: str, kind: str = "invalid_request_error
     """OpenAI's error body: {"error": {"message", "type", "param", "code"}} (clients read `param`: the field)."""
     return JSONResponse(status_code=status, headers=headers,
                         content={"error": {"message": message, "type": kind, "param": param, "code": code}})
+
+
+def error_payload(exc: Exception) -> dict[str, Any]:
+    """An error as the body of a streamed `error` event (the 200 has gone out: the status goes in `code`)."""
+    status, kind, _ = ERROR_STATUS.get(type(exc), (500, "engine_error", None))
+    if isinstance(exc, RequestError) and type(exc) not in ERROR_STATUS:
+        status, kind = 400, "invalid_request_error"
+    return {"error": {"message": str(exc), "type": kind, "param": getattr(exc, "param", None), "code": status}}
+
+
+class ClosingStream(StreamingResponse):
+    """A Server-Sent Events answer that runs `close` however it ends: sent whole, cut by a client's
+    disconnect (Starlette then cancels the body, which may never have started) or failed."""
+
+    def __init__(self, body: AsyncIterator[bytes], close: Callable[[], None]) -> None:
+        super().__init__(body, media_type="text/event-stream", headers=SSE_HEADERS)
+        self.close = close
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.close()
 
 
 async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:

@@ -81,7 +81,7 @@ class _Sampling(BaseModel):
     stop: Any = None
     stop_token_ids: Any = None
     n: int = Field(default=1, ge=1, le=MAX_N)
-    stream: StrictBool = False
+    stream: StrictBool | None = False
     stream_options: StreamOptions | None = None
     logprobs: Any = None
     top_logprobs: Any = None
@@ -104,6 +104,9 @@ class _Sampling(BaseModel):
                                  "log-probabilities and usage", name)
         if self.stream_options is not None and not self.stream:
             raise FieldError("`stream_options` needs `stream: true`", "stream_options")
+
+    def include_usage(self) -> bool:
+        return self.stream_options is not None and self.stream_options.include_usage
 
     def output_limit(self) -> Any:
         """`max_completion_tokens` (OpenAI's current name) or `max_tokens`; both, differing, is a 400."""

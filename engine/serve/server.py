@@ -10,7 +10,8 @@ completions returns the prompt before the completion, and with `logprobs` every 
 log-probability (the first one's null, as OpenAI's): computed by the engine's prompt scoring
 (`Engine.score`), a full-prompt forward apart from generation; `max_tokens: 0` then generates
 nothing (how lm-evaluation-harness scores loglikelihood tasks). A completions `prompt` may be text
-or token ids (one list of ints, or a list of them), as OpenAI's.
+or token ids (one list of ints, or a list of them), as OpenAI's. `stream: true` answers either route
+with Server-Sent Events as OpenAI and vLLM do (`streaming.py`, `chunks.py`).
 
 One bad request never harms another: every sampling field goes through the engine's one parser
 (`SamplingParams.from_request`) before anything is queued; the body limit is enforced while the
@@ -188,8 +189,8 @@ def create_app(engine: Any, model_name: str = "memloop", max_body_bytes: int = M
     app.get("/health")(models.health)
     app.get("/v1/stats")(models.stats)
     app.get("/v1/models")(models.models)
-    app.post("/v1/completions")(completion.create)
-    app.post("/v1/chat/completions")(chat.create)
+    app.post("/v1/completions", response_model=None)(completion.create)  # JSON, or an SSE stream
+    app.post("/v1/chat/completions", response_model=None)(chat.create)
     return app
 
 

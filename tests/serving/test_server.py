@@ -51,7 +51,7 @@ def test_bad_requests_get_4xx_and_the_server_stays_up(base_url):
             c.post("/v1/chat/completions", json={"max_tokens": 4}),
             c.post("/v1/chat/completions", json={"messages": [{"role": "wizard", "content": "x"}]}),
             c.post("/v1/completions", json={"prompt": "x", "max_tokens": -3}),
-            c.post("/v1/completions", json={"prompt": "x", "stream": True}),
+            c.post("/v1/completions", json={"prompt": "x", "stream": "yes"}),
             c.post("/v1/completions", json={"prompt": "word " * 9000, "max_tokens": 4}),  # over the context
             c.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "x"}],
                                                  "response_format": {"type": "json_schema",

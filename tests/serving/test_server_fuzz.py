@@ -97,7 +97,7 @@ _bad = {
                                 st.just([49152]), st.lists(_huge, min_size=1, max_size=2)),
     "n": st.one_of(st.integers(max_value=0), st.integers(65, 10**9), st.just(1.5), st.just("two")),
     "model": st.just("gpt-17"),
-    "stream": st.just(True),
+    "stream": st.sampled_from(["yes", "true", 1, 0, [True]]),
     "prompt": st.one_of(st.integers(), st.just(""), st.just([]), st.just([None])),
     "messages": st.one_of(st.just([]), st.just([{"role": "wizard", "content": "x"}]), st.just("hi"),
                           st.just([{"role": "user"}])),
