@@ -1,6 +1,6 @@
 """One serving class per route family over one engine, as vLLM's `OpenAIServing*`: `ServingCompletion`
-(`/v1/completions`), `ServingChat` (`/v1/chat/completions`) and `ServingModels` (`/health`,
-`/v1/stats`, `/v1/models`). They share one `RequestGate`, which holds the server's in-flight count
+(`/v1/completions`), `ServingChat` (`/v1/chat/completions`), `ServingResponses` (`/v1/responses`) and
+`ServingModels` (`/health`, `/v1/stats`, `/v1/models`). They share one `RequestGate`, which holds the server's in-flight count
 and bounds every request the same way: checked before anything is queued, admitted only within
 `max_queue` (429 past it), cancelled in the engine when its client leaves or its deadline passes.
 `server.create_app` only wires these to routes and maps the errors below to HTTP statuses."""
@@ -22,10 +22,11 @@ from starlette.exceptions import HTTPException
 from memloop.engine.errors import EngineError, NonFiniteLogitsError, RequestError
 from memloop.engine.sample.sampling import SamplingParams
 from memloop.engine.sched.token_pieces import TokenPieces
-from memloop.engine.serve.chunks import ChatChunks, ChunkShape, CompletionChunks
+from memloop.engine.serve.chunks import ChatChunks, CompletionChunks
 from memloop.engine.serve.protocol import (MAX_N, ChatRequest, CompletionRequest, FieldError, _Sampling, _usage,
                                            chat_logprobs, completion_logprobs, echo_choice)
-from memloop.engine.serve.streaming import SSE_HEADERS, ChoiceStream, TokenFeed, stream_body
+from memloop.engine.serve.responses_api import ResponseBuilder, ResponseEvents, ResponsesRequest
+from memloop.engine.serve.streaming import SSE_HEADERS, ChoiceStream, StreamShape, TokenFeed, stream_body
 
 RETRY_AFTER_S = 1
 POLL_S = 0.2  # how often a waiting request looks for a client disconnect or its deadline
@@ -143,7 +144,7 @@ class RequestGate:
             futs = await asyncio.to_thread(self._submit_all, requests)
             return await self._wait(http, futs)
 
-    async def stream(self, requests: list[dict[str, Any]], shape: ChunkShape) -> StreamingResponse:
+    async def stream(self, requests: list[dict[str, Any]], shape: StreamShape) -> StreamingResponse:
         """Generate every request (one per choice) as a Server-Sent Events answer. Everything that can be
         a 4xx (sampling, prompt length, schema, the queue) is settled before the 200 goes out; from then
         on the engine's requests and queue places are held until the body ends, the deadline passes or
@@ -169,7 +170,7 @@ class RequestGate:
         pieces = self._pieces if shape.logprobs else None
         choices = [ChoiceStream(self.engine.tokenizer.decode, pieces, p.stop) for p in params]
         deadline = None if self.request_timeout is None else time.monotonic() + self.request_timeout
-        body = stream_body(feed, shape, choices, deadline, self.timeout, error_payload, _usage)
+        body = stream_body(feed, shape, choices, deadline, self.timeout, error_payload)
         return ClosingStream(body, close)
 
 
@@ -256,6 +257,25 @@ class ServingChat:
                 "model": gate.model_name, "choices": choices, "usage": _usage(results)}
 
 
+class ServingResponses:
+    """`POST /v1/responses`: the Responses API for text in and out (`memloop.engine.serve.responses_api`)."""
+
+    def __init__(self, gate: RequestGate) -> None:
+        self.gate = gate
+
+    async def create(self, req: ResponsesRequest, http: Request) -> dict[str, Any] | Response:
+        gate = self.gate
+        req.refuse_fields()
+        req.logprob_count()
+        gate.check_model(req.model)
+        request = {"messages": req.messages(), "sampling": req.sampling(), "json_schema": req.schema()}
+        builder = ResponseBuilder(req, gate.model_name)
+        if req.stream:
+            return await gate.stream([request], ResponseEvents(builder))
+        result, = await gate.run(http, [request])
+        return builder.finished(result)
+
+
 class ServingModels:
     """`GET /health`, `/v1/stats` (the engine's, with the server's queue) and `/v1/models`."""
 
@@ -283,11 +303,12 @@ def error_response(status: int, message: str, kind: str = "invalid_request_error
 
 
 def error_payload(exc: Exception) -> dict[str, Any]:
-    """An error as the body of a streamed `error` event (the 200 has gone out: the status goes in `code`)."""
+    """An error in a stream, OpenAI's {message, type, param, code} (the 200 has gone out: the status it
+    would have had goes in `code`)."""
     status, kind, _ = ERROR_STATUS.get(type(exc), (500, "engine_error", None))
     if isinstance(exc, RequestError) and type(exc) not in ERROR_STATUS:
         status, kind = 400, "invalid_request_error"
-    return {"error": {"message": str(exc), "type": kind, "param": getattr(exc, "param", None), "code": status}}
+    return {"message": str(exc), "type": kind, "param": getattr(exc, "param", None), "code": status}
 
 
 class ClosingStream(StreamingResponse):

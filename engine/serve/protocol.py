@@ -65,11 +65,32 @@ class StreamOptions(BaseModel):
     include_usage: StrictBool = False
 
 
-class _Sampling(BaseModel):
-    """The OpenAI sampling fields, passed through untouched: the engine's parser checks them."""
+class _Request(BaseModel):
+    """A route's request: its declared fields, and for any other field a 400 naming it (`refuse_fields`)."""
 
     model_config = ConfigDict(extra="allow")  # extra fields are looked at by `refuse_fields`
     route: ClassVar[str]
+    unsupported: ClassVar[dict[str, tuple[Any, ...]]] = UNSUPPORTED_FIELDS
+    labels: ClassVar[frozenset[str]] = LABEL_FIELDS
+
+    def refuse_fields(self) -> None:
+        """A FieldError for the first field memloop would otherwise ignore: one it does not implement,
+        asking for something (`unsupported`), or one it does not know at all."""
+        for name, value in (self.model_extra or {}).items():
+            if name in self.labels:
+                continue
+            if name not in self.unsupported:
+                raise FieldError(f"`{name}` is not a field of {self.route}; leave it out (memloop refuses what it "
+                                 "would otherwise ignore)", name)
+            if not any(value is v or (type(value) is type(v) and value == v) for v in self.unsupported[name]):
+                why = f": {UNSUPPORTED_WHY[name]}" if name in UNSUPPORTED_WHY else ""
+                raise FieldError(f"`{name}` is not supported by this server{why}; leave it out (or send its "
+                                 "default) — memloop serves text, JSON-constrained output, the output tokens' "
+                                 "log-probabilities and usage", name)
+
+
+class _Sampling(_Request):
+    """The OpenAI sampling fields, passed through untouched: the engine's parser checks them."""
 
     model: str | None = None
     max_tokens: Any = None
@@ -89,19 +110,7 @@ class _Sampling(BaseModel):
     _stop_text = field_validator("stop")(_no_lone_surrogate)
 
     def refuse_fields(self) -> None:
-        """A FieldError for the first field memloop would otherwise ignore: one it does not implement,
-        asking for something (UNSUPPORTED_FIELDS), or one it does not know at all."""
-        for name, value in (self.model_extra or {}).items():
-            if name in LABEL_FIELDS:
-                continue
-            if name not in UNSUPPORTED_FIELDS:
-                raise FieldError(f"`{name}` is not a field of {self.route}; leave it out (memloop refuses what it "
-                                 "would otherwise ignore)", name)
-            if not any(value is v or (type(value) is type(v) and value == v) for v in UNSUPPORTED_FIELDS[name]):
-                why = f": {UNSUPPORTED_WHY[name]}" if name in UNSUPPORTED_WHY else ""
-                raise FieldError(f"`{name}` is not supported by this server{why}; leave it out (or send its "
-                                 "default) — memloop serves text, JSON-constrained output, the output tokens' "
-                                 "log-probabilities and usage", name)
+        super().refuse_fields()
         if self.stream_options is not None and not self.stream:
             raise FieldError("`stream_options` needs `stream: true`", "stream_options")
 

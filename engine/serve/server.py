@@ -1,7 +1,8 @@
 """An OpenAI-compatible HTTP API over one `Engine` (FastAPI + uvicorn).
 
 Routes: `GET /v1/models`, `POST /v1/completions`, `POST /v1/chat/completions` (with
-`response_format` `json_schema` or `json_object` for constrained output), `GET /health`,
+`response_format` `json_schema` or `json_object` for constrained output), `POST /v1/responses` (the
+Responses API for text, `responses_api.py`), `GET /health`,
 `GET /v1/stats`. Usage carries `prompt_tokens_details.cached_tokens` (prompt tokens served from
 the prefix cache). Extensions beyond OpenAI's fields: `top_k`, `stop_token_ids`. Log-probabilities
 of the output tokens come in OpenAI's shapes (`logprobs: N` on completions, `logprobs: true` +
@@ -40,7 +41,7 @@ from fastapi import FastAPI
 
 from memloop.engine.errors import ServerConfigError
 from memloop.engine.serve.openai_serving import (RequestGate, ServingChat, ServingCompletion, ServingModels,
-                                         error_response, install_error_handlers)
+                                                 ServingResponses, error_response, install_error_handlers)
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
 HEADER_TIMEOUT_S = 10.0  # from connecting to the end of the request headers (slowloris)
@@ -185,12 +186,14 @@ def create_app(engine: Any, model_name: str = "memloop", max_body_bytes: int = M
                        body_timeout_s=body_timeout_s)
     install_error_handlers(app)
     gate = RequestGate(engine, model_name, max_queue, request_timeout)
-    models, completion, chat = ServingModels(gate), ServingCompletion(gate), ServingChat(gate)
+    models, completion, chat, responses = ServingModels(gate), ServingCompletion(gate), ServingChat(gate), \
+        ServingResponses(gate)
     app.get("/health")(models.health)
     app.get("/v1/stats")(models.stats)
     app.get("/v1/models")(models.models)
     app.post("/v1/completions", response_model=None)(completion.create)  # JSON, or an SSE stream
     app.post("/v1/chat/completions", response_model=None)(chat.create)
+    app.post("/v1/responses", response_model=None)(responses.create)
     return app
 
 

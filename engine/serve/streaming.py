@@ -129,30 +129,54 @@ class TokenFeed:
             yield item
 
 
-async def stream_body(feed: TokenFeed, shape: Any, choices: list[ChoiceStream], deadline: float | None,
-                      timeout_error: Callable[[], Exception], error_payload: Callable[[Exception], dict[str, Any]],
-                      usage: Callable[[list[dict[str, Any]]], dict[str, Any]]) -> AsyncIterator[bytes]:
-    """The SSE body: `shape`'s (memloop.engine.serve.chunks) opening chunks, a chunk per token that has
-    something to send, each choice's last chunk with its `finish_reason`, the usage chunk when asked,
-    `[DONE]`. A failure after the 200 went out (the engine failed the request, the deadline passed) is
-    an `error` event, as vLLM sends it, then `[DONE]`."""
+class StreamShape:
+    """How one route writes a stream's steps as Server-Sent Events (chat and completions chunks:
+    `memloop.engine.serve.chunks`; the Responses API's events: `memloop.engine.serve.responses_api`)."""
+
+    logprobs = False  # whether the stream carries log-probability entries
+
+    def opening(self, count: int) -> list[bytes]:
+        """Before any token, for `count` choices."""
+        return []
+
+    def delta(self, index: int, text: str, entries: list[dict[str, Any]]) -> list[bytes]:
+        """Choice `index` has new text and/or log-probability entries."""
+        raise NotImplementedError
+
+    def finish(self, index: int, text: str, entries: list[dict[str, Any]], result: dict[str, Any]) -> list[bytes]:
+        """Choice `index` ended: the rest of its text and entries, and its engine result."""
+        raise NotImplementedError
+
+    def closing(self, results: list[dict[str, Any]]) -> list[bytes]:
+        """Every choice ended."""
+        raise NotImplementedError
+
+    def failed(self, error: dict[str, Any]) -> list[bytes]:
+        """The engine failed the request or its deadline passed, after the 200 went out."""
+        raise NotImplementedError
+
+
+async def stream_body(feed: TokenFeed, shape: StreamShape, choices: list[ChoiceStream], deadline: float | None,
+                      timeout_error: Callable[[], Exception],
+                      error_payload: Callable[[Exception], dict[str, Any]]) -> AsyncIterator[bytes]:
+    """The SSE body: `shape`'s events for the opening, each token that has something to send, each
+    choice's end and the close. A failure after the 200 went out (the engine failed the request, the
+    deadline passed) ends it with `shape.failed`."""
     results: list[dict[str, Any]] = [{}] * len(choices)
-    for chunk in shape.opening(len(choices)):
-        yield sse(chunk)
+    for event in shape.opening(len(choices)):
+        yield event
     try:
         async for index, token_id, picked, fut in feed.events(deadline, timeout_error):
-            finish = None
             if fut is None:
                 text, entries = choices[index].add(token_id, picked)  # type: ignore[arg-type]
-                if not text and not entries:
-                    continue
+                events = shape.delta(index, text, entries) if text or entries else []
             else:
                 results[index] = fut.result()
-                text, entries = choices[index].finish(results[index])
-                finish = results[index]["finish_reason"]
-            yield sse(shape.envelope([shape.choice(index, text, entries, finish)]))
-        if shape.include_usage:
-            yield sse(shape.envelope([], usage(results)))
+                events = shape.finish(index, *choices[index].finish(results[index]), results[index])
+            for event in events:
+                yield event
+        events = shape.closing(results)
     except Exception as exc:  # CancelledError (the client left) is not an Exception: nothing more is sent
-        yield sse(error_payload(exc))
-    yield DONE
+        events = shape.failed(error_payload(exc))
+    for event in events:
+        yield event

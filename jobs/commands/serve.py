@@ -28,7 +28,8 @@ def serve(
     request_timeout: float = typer.Option(None, "--request-timeout", help="Seconds a request may run before it is "
                                           "cancelled with 504 (default: no limit)."),
 ) -> None:
-    """Serve /v1/completions, /v1/chat/completions (response_format json_schema) and /v1/models.
+    """Serve /v1/completions, /v1/chat/completions (response_format json_schema), /v1/responses and /v1/models
+    (streamed with stream: true).
 
     The API key comes from MEMLOOP_API_KEY or --api-key-file, never from the command line."""
     from memloop.engine.serve.server import serve as run_server
