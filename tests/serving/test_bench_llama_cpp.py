@@ -42,6 +42,7 @@ def _unreachable(url: str) -> bool:
     return False
 
 
+@pytest.mark.timeout(600)
 def test_openai_driver_against_memloop_serve_and_the_server_is_killed_on_error(engine):
     """A tiny workload through `memloop serve`'s /v1/completions: tokens counted from usage, greedy
     outputs returned in loop-major order (the same as the in-process engine's), the server process

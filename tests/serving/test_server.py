@@ -11,6 +11,8 @@ import pytest
 
 from tests.http_server import serve_app
 
+pytestmark = pytest.mark.timeout(600)
+
 SCHEMA = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 20},
                                            "sunny": {"type": "boolean"}},
           "required": ["city", "sunny"], "additionalProperties": False}

@@ -12,6 +12,8 @@ import pytest
 
 from tests.http_server import serve_app
 
+pytestmark = pytest.mark.timeout(300)
+
 PROMPTS = ["The capital of France is Paris.", "Hi", "One, two, three, four, five, six, seven, eight, nine and ten."]
 
 

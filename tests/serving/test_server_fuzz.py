@@ -17,6 +17,9 @@ from hypothesis import strategies as st
 
 from tests.http_server import serve_app
 
+pytestmark = pytest.mark.timeout(900)
+
+
 class HealthPoller:
     """GETs /health every 100 ms in a thread; remembers any failure (an error status, a wrong body, no
     answer within the transport's 30 s: a hang guard, not a speed bound)."""
