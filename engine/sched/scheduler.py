@@ -55,6 +55,9 @@ class Sequence:
     finish_reason: str | None = None
     text: str | None = None
     handle: Any = None  # the engine's completion handle
+    # called on the engine thread, under its lock, with (token id, its `token_logprobs` entry or None)
+    # for each sampled token but the last (a streamed answer; the result carries the last one)
+    on_token: Any = None
     arrival: int = field(default_factory=lambda: next(_arrivals))
 
     @property

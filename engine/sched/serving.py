@@ -8,7 +8,9 @@ engine does not import:
     result:  {"text", "usage": {prompt_tokens, cached_tokens, decoded_tokens}, "finish_reason"}
              + "logprobs" when the sampling asked for them (`logprobs: N`): one entry per token of
              the text, {id, token, bytes, logprob, text_offset, top_logprobs: [{id, token, bytes,
-             logprob}] (the N most likely, most likely first)}, from the model's raw logits
+             logprob}] (the N most likely, most likely first)}, from the model's raw logits, and
+             "trailing_logprobs": the same for the generated tokens the text leaves out (a stop
+             token, the tokens after a stop string's cut), so both together hold every output token
 
 `score(prompts, top_n)` (or `submit_score` -> Future, `cancel_score`) is the other entry point: every
 prompt token's log-probability given the tokens before it (`memloop.engine.sched.prompt_scoring`, OpenAI's
@@ -37,7 +39,7 @@ import logging
 import threading
 import time
 from concurrent.futures import Future
-from typing import Any
+from typing import Any, Callable
 
 import jax.numpy as jnp
 
@@ -118,14 +120,19 @@ class Engine:
         """Validate and tokenise a request dict (raises RequestError, never truncates)."""
         return self.intake.make_sequence(request)
 
-    def submit(self, request: dict[str, Any]) -> Future:
-        """Queue a request; the future resolves to the result dict (or raises RequestError)."""
+    def submit(self, request: dict[str, Any], on_token: Callable[[int, Any], None] | None = None) -> Future:
+        """Queue a request; the future resolves to the result dict (or raises RequestError).
+
+        on_token: called on the engine thread, under its lock (so it must be quick and must not raise),
+        with each sampled token but the last and its log-probability entry (None unless asked): a
+        streamed answer, whose last token comes with the result."""
         try:
             seq = self.intake.make_sequence(request)
         except EngineError as exc:
             fut: Future = Future()
             fut.set_exception(exc)
             return fut
+        seq.on_token = on_token
         return self.loop.enqueue(seq)
 
     def cancel(self, fut: Future) -> None:

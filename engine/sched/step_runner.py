@@ -342,6 +342,8 @@ class StepRunner:
                 reason = "length"
         if reason is not None:
             self.finish(seq, reason)
+        elif seq.on_token is not None:  # streamed: the last token's text comes with the result
+            seq.on_token(tok, seq.token_logprobs[-1] if seq.logprobs is not None else None)
 
     def finish(self, seq: Sequence, reason: str) -> None:
         self.scheduler.finish(seq, reason)
@@ -363,16 +365,24 @@ class StepRunner:
             self.counters["constrained_requests"] += 1
         result = {"text": text, "usage": usage, "finish_reason": reason}
         if seq.logprobs is not None:
-            result["logprobs"] = self.logprob_entries(seq, stopped_at)
+            result["logprobs"], result["trailing_logprobs"] = self.logprob_entries(seq, stopped_at, len(text))
         seq.handle.set_result(result)
 
-    def logprob_entries(self, seq: Sequence, stopped_at: int | None) -> list[dict[str, Any]]:
-        """The returned text's tokens with their log-probabilities (`memloop.engine.sched.token_pieces`): the output
-        but its stop tokens, as in the text, and not the tokens after a stop string."""
+    def logprob_entries(self, seq: Sequence, stopped_at: int | None,
+                        text_len: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """Every output token with its log-probability (`memloop.engine.sched.token_pieces`), split in two:
+        the returned text's tokens, and the ones after them that the text leaves out (a stop token,
+        only ever the last; the tokens starting after a stop string's cut), whose `text_offset` is the
+        text's end. Echo needs both (one entry per generated token, as vLLM returns); the rest only the first."""
         if self._pieces is None:
             self._pieces = TokenPieces(self.tokenizer.hf)
-        kept = [(t, lp) for t, lp in zip(seq.output, seq.token_logprobs) if t not in seq.stop_ids]
-        return self._pieces.entries([t for t, _ in kept], [lp for _, lp in kept], stopped_at)
+        entries = self._pieces.entries(seq.output, seq.token_logprobs)
+        kept = 0
+        for e in entries:
+            if e["id"] in seq.stop_ids or (stopped_at is not None and e["text_offset"] >= stopped_at):
+                break
+            kept += 1
+        return entries[:kept], [{**e, "text_offset": text_len} for e in entries[kept:]]
 
     def fail(self, seq: Sequence, exc: BaseException) -> None:
         """End one request with `exc`; its pages go back (the fully computed ones to the prefix cache)."""

@@ -62,15 +62,27 @@ class TokenPieces:
         token, bytes, logprob}]}, where `picked[i]` is token i's (log-probability, [(id,
         log-probability)]). `cut`: the length of the returned text when a stop string ended it (the
         tokens starting at or after it are left out; the last one kept may run past it)."""
-        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        offset, out = 0, []
+        stream, out = EntryStream(self), []
         for tid, (logprob, top) in zip(ids, picked):
-            if cut is not None and offset >= cut:
+            if cut is not None and stream.offset >= cut:
                 break
-            entry = self.entry(tid, logprob)
-            entry["text_offset"] = offset
-            entry["top_logprobs"] = [self.entry(t, lp) for t, lp in top]
-            out.append(entry)
-            if tid not in self.special:
-                offset += len(decoder.decode(self.bytes_of(tid)))
+            out.append(stream.add(tid, logprob, top))
         return out
+
+
+class EntryStream:
+    """`TokenPieces.entries` one token at a time (a streamed answer's log-probabilities): the same
+    entries, with the same character offsets."""
+
+    def __init__(self, pieces: TokenPieces) -> None:
+        self.pieces = pieces
+        self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self.offset = 0  # characters of the returned text before the next token
+
+    def add(self, token_id: int, logprob: float, top: Sequence[tuple[int, float]]) -> dict[str, Any]:
+        entry = self.pieces.entry(token_id, logprob)
+        entry["text_offset"] = self.offset
+        entry["top_logprobs"] = [self.pieces.entry(t, lp) for t, lp in top]
+        if token_id not in self.pieces.special:
+            self.offset += len(self.decoder.decode(self.pieces.bytes_of(token_id)))
+        return entry

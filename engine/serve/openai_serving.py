@@ -1,6 +1,6 @@
 """One serving class per route family over one engine, as vLLM's `OpenAIServing*`: `ServingCompletion`
-(`/v1/completions`), `ServingChat` (`/v1/chat/completions`) and `ServingModels` (`/health`,
-`/v1/stats`, `/v1/models`). They share one `RequestGate`, which holds the server's in-flight count
+(`/v1/completions`), `ServingChat` (`/v1/chat/completions`), `ServingResponses` (`/v1/responses`) and
+`ServingModels` (`/health`, `/v1/stats`, `/v1/models`). They share one `RequestGate`, which holds the server's in-flight count
 and bounds every request the same way: checked before anything is queued, admitted only within
 `max_queue` (429 past it), cancelled in the engine when its client leaves or its deadline passes.
 `server.create_app` only wires these to routes and maps the errors below to HTTP statuses.
@@ -22,13 +22,17 @@ from typing import Any, AsyncIterator, Callable
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException
 
 from memloop.engine.errors import EngineError, NonFiniteLogitsError, RequestError
 from memloop.engine.sample.sampling import SamplingParams
-from memloop.engine.serve.protocol import (MAX_N, UNSUPPORTED_WHY, ChatRequest, CompletionRequest, _Sampling, _usage,
-                                   chat_logprobs, completion_logprobs, echo_choice)
+from memloop.engine.sched.token_pieces import TokenPieces
+from memloop.engine.serve.chunks import ChatChunks, CompletionChunks
+from memloop.engine.serve.protocol import (MAX_N, ChatRequest, CompletionRequest, FieldError, _Sampling, _usage,
+                                           chat_logprobs, completion_logprobs, echo_choice)
+from memloop.engine.serve.responses_api import ResponseBuilder, ResponseEvents, ResponsesRequest
+from memloop.engine.serve.streaming import SSE_HEADERS, ChoiceStream, StreamShape, TokenFeed, stream_body
 
 RETRY_AFTER_S = 1
 POLL_S = 0.2  # how often a waiting request looks for a client disconnect or its deadline
@@ -46,6 +50,10 @@ class Timeout(Exception):
 
 class ClientGone(Exception):
     """The client disconnected while its request ran (499)."""
+
+
+class ModelNotFound(Exception):
+    """The request names a model this server does not serve (404 `model_not_found`, as OpenAI and vLLM)."""
 
 
 class Watch:
@@ -67,9 +75,7 @@ class Watch:
             if await self.http.is_disconnected():
                 raise ClientGone("the client disconnected; the request was cancelled")
             if self.deadline is not None and time.monotonic() > self.deadline:
-                raise Timeout(f"the request did not finish within {self.gate.request_timeout:g} s (the server's "
-                              "--request-timeout); lower max_tokens, send shorter prompts, or retry when the "
-                              "server is less busy")
+                raise self.gate.timeout()
 
     async def off_loop(self, fn: Callable[..., Any], *args: Any, undo: Callable[[Any], None] | None = None) -> Any:
         """`fn(*args)` on the gate's worker threads, watched from the moment it is queued. If the request
@@ -103,6 +109,7 @@ class RequestGate:
         self.stall_s = stall_s
         self.in_flight = 0
         self.workers = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="memloop-intake")
+        self._pieces: TokenPieces | None = None  # token texts of streamed log-probabilities, built on first use
 
     def watch(self, http: Request) -> Watch:
         return Watch(self, http)
@@ -112,24 +119,22 @@ class RequestGate:
 
     def check(self, req: _Sampling) -> None:
         """Refuse what this server does not do, naming the field, before anything is queued."""
-        if req.stream:
-            raise RequestError("stream=true is not supported; send stream=false")
-        field = req.unsupported()
-        if field is not None:
-            why = f": {UNSUPPORTED_WHY[field]}" if field in UNSUPPORTED_WHY else ""
-            raise RequestError(f"`{field}` is not supported by this server{why}; leave it out (or send its "
-                               "default) — memloop serves text, JSON-constrained output, the output tokens' "
-                               "log-probabilities and usage")
+        req.refuse_fields()
         req.logprob_count()  # a bad logprobs/top_logprobs is a 400 naming it, before anything is queued
-        if req.model not in (None, self.model_name):
-            raise RequestError(f"unknown model {req.model!r}; this server serves {self.model_name!r} "
-                               "(see /v1/models)")
+        req.output_limit()
+        self.check_model(req.model)
 
-    def _submit_all(self, requests: list[dict[str, Any]]) -> list[Future]:
-        """Tokenise and queue (on a worker thread); the first invalid request cancels the rest."""
+    def check_model(self, model: str | None) -> None:
+        if model not in (None, self.model_name):
+            raise ModelNotFound(f"The model {model!r} does not exist; this server serves {self.model_name!r} "
+                                "(see /v1/models)")
+
+    def _submit_all(self, requests: list[dict[str, Any]], feed: TokenFeed | None = None) -> list[Future]:
+        """Tokenise and queue (on a worker thread); the first invalid request cancels the rest. With a
+        feed, each request's tokens go to it as they are sampled (a streamed answer)."""
         futs: list[Future] = []
-        for r in requests:
-            fut = self.engine.submit(r)
+        for i, r in enumerate(requests):
+            fut = self.engine.submit(r) if feed is None else self.engine.submit(r, on_token=feed.sink(i))
             futs.append(fut)
             if fut.done() and fut.exception() is not None:
                 self._cancel_all(futs)
@@ -140,9 +145,14 @@ class RequestGate:
         for f in futs:  # no-op for finished ones; frees the batch slots of the others
             self.engine.cancel(f)
 
-    @asynccontextmanager
-    async def admitted(self, count: int) -> AsyncIterator[None]:
-        """Hold `count` of the server's `max_queue` places (engine requests or prompts scored) meanwhile."""
+    def timeout(self) -> Timeout:
+        return Timeout(f"the request did not finish within {self.request_timeout:g} s (the server's "
+                       "--request-timeout); lower max_tokens, send shorter prompts, or retry when the "
+                       "server is less busy")
+
+    def admit(self, count: int) -> None:
+        """Take `count` of the server's `max_queue` places (engine requests or prompts scored); the caller
+        gives them back (`in_flight -= count`) however the request ends."""
         if count > self.max_queue:  # could never be admitted: retrying would loop forever
             raise RequestError(f"this request asks for {count} completions (prompts x n) but the server "
                                f"admits at most {self.max_queue} at once (--max-queue); lower n or send fewer "
@@ -151,6 +161,11 @@ class RequestGate:
             raise QueueFull(f"the server is busy ({self.in_flight} requests in flight, --max-queue "
                             f"{self.max_queue}); retry after {RETRY_AFTER_S} s")
         self.in_flight += count
+
+    @asynccontextmanager
+    async def admitted(self, count: int) -> AsyncIterator[None]:
+        """Hold `count` of the server's `max_queue` places meanwhile."""
+        self.admit(count)
         try:
             yield
         finally:
@@ -167,6 +182,34 @@ class RequestGate:
             finally:
                 self._cancel_all(futs)
 
+    async def stream(self, watch: Watch, requests: list[dict[str, Any]], shape: StreamShape) -> StreamingResponse:
+        """Generate every request (one per choice) as a Server-Sent Events answer. Everything that can be
+        a 4xx (sampling, prompt length, schema, the queue) is settled before the 200 goes out; from then
+        on the engine's requests and queue places are held until the body ends, the deadline passes or
+        the client disconnects (Starlette cancels the body then), and freed at once. Queueing runs on the
+        gate's worker threads under the request's `Watch`, as a non-streamed request's does."""
+        params = [SamplingParams.from_request(r["sampling"]) for r in requests]
+        count = len(requests)
+        self.admit(count)
+        try:
+            feed = TokenFeed()
+            futs = await watch.off_loop(self._submit_all, requests, feed, undo=self._cancel_all)
+        except BaseException:
+            self.in_flight -= count
+            raise
+        feed.watch(futs)
+
+        def close() -> None:
+            self._cancel_all(futs)
+            self.in_flight -= count
+
+        if shape.logprobs and self._pieces is None:
+            self._pieces = TokenPieces(self.engine.tokenizer.hf)
+        pieces = self._pieces if shape.logprobs else None
+        choices = [ChoiceStream(self.engine.tokenizer.decode, pieces, p.stop) for p in params]
+        body = stream_body(feed, shape, choices, watch.deadline, self.timeout, error_payload)
+        return ClosingStream(body, close)
+
 
 class ServingCompletion:
     """`POST /v1/completions`: text or token-id prompts, n choices, `echo` with prompt log-probabilities."""
@@ -174,7 +217,7 @@ class ServingCompletion:
     def __init__(self, gate: RequestGate) -> None:
         self.gate = gate
 
-    async def create(self, req: CompletionRequest, http: Request) -> dict[str, Any]:
+    async def create(self, req: CompletionRequest, http: Request) -> dict[str, Any] | Response:
         gate = self.gate
         watch = gate.watch(http)
         gate.check(req)
@@ -184,6 +227,12 @@ class ServingCompletion:
         echo, top_n = req.echoed(), req.logprob_count()
         requests = [{"prompt": p, "sampling": req.sampling(i), "json_schema": None}
                     for p in prompts for i in range(req.n)]
+        if req.stream:
+            if echo:
+                raise FieldError("`stream` with `echo` is not supported: echo answers whole prompts (their "
+                                 "log-probabilities come from one scoring); send stream: false", "stream")
+            return await gate.stream(watch, requests, CompletionChunks(gate.model_name, req.include_usage(),
+                                                                       top_n is not None))
         if req.generates():
             results: list[dict[str, Any] | None] = list(await gate.run(watch, requests))
         else:  # echo with max_tokens 0: the other sampling fields are still checked
@@ -227,20 +276,43 @@ class ServingChat:
     def __init__(self, gate: RequestGate) -> None:
         self.gate = gate
 
-    async def create(self, req: ChatRequest, http: Request) -> dict[str, Any]:
+    async def create(self, req: ChatRequest, http: Request) -> dict[str, Any] | Response:
         gate = self.gate
         watch = gate.watch(http)
         gate.check(req)
         schema = req.schema()
         messages = [m.model_dump() for m in req.messages]
-        results = await gate.run(watch, [{"messages": messages, "sampling": req.sampling(i), "json_schema": schema}
-                                        for i in range(req.n)])
+        requests = [{"messages": messages, "sampling": req.sampling(i), "json_schema": schema} for i in range(req.n)]
+        if req.stream:
+            return await gate.stream(watch, requests, ChatChunks(gate.model_name, req.include_usage(),
+                                                                 req.logprob_count() is not None))
+        results = await gate.run(watch, requests)
         choices = [{"index": i, "message": {"role": "assistant", "content": r["text"]},
                     "finish_reason": r["finish_reason"],
                     "logprobs": chat_logprobs(r["logprobs"]) if "logprobs" in r else None}
                    for i, r in enumerate(results)]
         return {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": int(time.time()),
                 "model": gate.model_name, "choices": choices, "usage": _usage(results)}
+
+
+class ServingResponses:
+    """`POST /v1/responses`: the Responses API for text in and out (`memloop.engine.serve.responses_api`)."""
+
+    def __init__(self, gate: RequestGate) -> None:
+        self.gate = gate
+
+    async def create(self, req: ResponsesRequest, http: Request) -> dict[str, Any] | Response:
+        gate = self.gate
+        watch = gate.watch(http)
+        req.refuse_fields()
+        req.logprob_count()
+        gate.check_model(req.model)
+        request = {"messages": req.messages(), "sampling": req.sampling(), "json_schema": req.schema()}
+        builder = ResponseBuilder(req, gate.model_name)
+        if req.stream:
+            return await gate.stream(watch, [request], ResponseEvents(builder))
+        result, = await gate.run(watch, [request])
+        return builder.finished(result)
 
 
 class ServingModels:
@@ -266,14 +338,43 @@ class ServingModels:
 
 
 def error_response(status: int, message: str, kind: str = "invalid_request_error",
-                   headers: dict[str, str] | None = None) -> JSONResponse:
-    return JSONResponse(status_code=status, content={"error": {"message": message, "type": kind}}, headers=headers)
+                   headers: dict[str, str] | None = None, param: str | None = None,
+                   code: str | None = None) -> JSONResponse:
+    """OpenAI's error body: {"error": {"message", "type", "param", "code"}} (clients read `param`: the field)."""
+    return JSONResponse(status_code=status, headers=headers,
+                        content={"error": {"message": message, "type": kind, "param": param, "code": code}})
+
+
+def error_payload(exc: Exception) -> dict[str, Any]:
+    """An error in a stream, OpenAI's {message, type, param, code} (the 200 has gone out: the status it
+    would have had goes in `code`)."""
+    status, kind, _ = ERROR_STATUS.get(type(exc), (500, "engine_error", None))
+    if isinstance(exc, RequestError) and type(exc) not in ERROR_STATUS:
+        status, kind = 400, "invalid_request_error"
+    return {"message": str(exc), "type": kind, "param": getattr(exc, "param", None), "code": status}
+
+
+class ClosingStream(StreamingResponse):
+    """A Server-Sent Events answer that runs `close` however it ends: sent whole, cut by a client's
+    disconnect (Starlette then cancels the body, which may never have started) or failed."""
+
+    def __init__(self, body: AsyncIterator[bytes], close: Callable[[], None]) -> None:
+        super().__init__(body, media_type="text/event-stream", headers=SSE_HEADERS)
+        self.close = close
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.close()
 
 
 async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
     first = exc.errors()[0] if exc.errors() else {}
-    where = ".".join(str(x) for x in first.get("loc", ()))
-    return error_response(400, f"invalid request at {where or 'body'}: {first.get('msg', 'malformed')}")
+    loc = [str(x) for x in first.get("loc", ())]
+    where = ".".join(loc)
+    return error_response(400, f"invalid request at {where or 'body'}: {first.get('msg', 'malformed')}",
+                          param=".".join(loc[1:]) or None)
 
 
 async def _http_error(_: Request, exc: HTTPException) -> JSONResponse:  # 404, 405, unparsable bodies
@@ -291,7 +392,9 @@ ERROR_STATUS: dict[type[Exception], tuple[int, str, dict[str, str] | None]] = {
     QueueFull: (429, "rate_limit_error", {"Retry-After": str(RETRY_AFTER_S)}),
     Timeout: (504, "timeout_error", None),
     ClientGone: (499, "client_closed_request", None),  # nobody reads it; the log does
+    ModelNotFound: (404, "invalid_request_error", None),
 }
+ERROR_CODE = {ModelNotFound: "model_not_found"}
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -300,6 +403,7 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(HTTPException, _http_error)  # type: ignore[arg-type]
     for kind, (status, name, headers) in ERROR_STATUS.items():
         async def handler(_: Request, exc: Exception, status: int = status, name: str = name,
-                          headers: dict[str, str] | None = headers) -> JSONResponse:
-            return error_response(status, str(exc), name, headers)
+                          headers: dict[str, str] | None = headers, code: str | None = ERROR_CODE.get(kind)) -> JSONResponse:
+            param = getattr(exc, "param", None) or ("model" if code == "model_not_found" else None)
+            return error_response(status, str(exc), name, headers, param, code)
         app.add_exception_handler(kind, handler)

@@ -4,28 +4,42 @@ usage shapes of the responses."""
 from __future__ import annotations
 
 from abc import abstractmethod
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_validator
 
 from memloop.engine.errors import RequestError
 from memloop.engine.sample.sampling import MAX_LOGPROBS
 
 MAX_N = 64
 
-# OpenAI fields memloop does not implement, and the value that asks for nothing (also accepted):
-# a client relying on one of them gets a 400 naming it, never an answer that silently ignores it.
+# OpenAI fields memloop does not implement, and the values that ask for nothing (accepted): a client
+# relying on one of them gets a 400 naming it, never an answer that silently ignores it.
 UNSUPPORTED_FIELDS: dict[str, tuple[Any, ...]] = {
     "echo": (None, False), "best_of": (None, 1),
     "logit_bias": (None, {}), "tools": (None, []), "tool_choice": (None, "none", "auto"), "functions": (None, []),
     "function_call": (None, "none", "auto"), "suffix": (None, ""), "presence_penalty": (None, 0, 0.0),
     "frequency_penalty": (None, 0, 0.0),
+    "parallel_tool_calls": (None, True, False),  # inert: tools are refused above
+    "service_tier": (None, "auto", "default"), "store": (None, False),  # memloop stores nothing
 }
+# Labels that change nothing in the answer (OpenAI's end-user id): accepted with any value.
+LABEL_FIELDS = frozenset({"user"})
 # Why a refused field is refused, where the reason is more than "not implemented".
 UNSUPPORTED_WHY = {  # (completions declare `echo` as their own field, so only chat refuses it)
     "echo": "it is a /v1/completions field (the prompt, and with `logprobs` its tokens' log-probabilities, before "
             "the completion); send the text as a completion `prompt` to have it echoed",
 }
+
+
+class FieldError(RequestError):
+    """A 400 naming the request field at fault (OpenAI's error `param`)."""
+
+    def __init__(self, message: str, param: str) -> None:
+        super().__init__(message)
+        self.param = param
+
+
 # A log-probability too small for float32 would be -inf, which JSON cannot carry (vLLM's stand-in).
 MIN_LOGPROB = -9999.0
 
@@ -43,13 +57,44 @@ def _no_lone_surrogate(value: Any) -> Any:
     return value
 
 
-class _Sampling(BaseModel):
-    """The OpenAI sampling fields, passed through untouched: the engine's parser checks them."""
+class StreamOptions(BaseModel):
+    """OpenAI's `stream_options`: a final chunk with the usage when `include_usage`."""
 
-    model_config = ConfigDict(extra="allow")  # extra fields are looked at by `unsupported`
+    model_config = ConfigDict(extra="forbid")
+
+    include_usage: StrictBool = False
+
+
+class _Request(BaseModel):
+    """A route's request: its declared fields, and for any other field a 400 naming it (`refuse_fields`)."""
+
+    model_config = ConfigDict(extra="allow")  # extra fields are looked at by `refuse_fields`
+    route: ClassVar[str]
+    unsupported: ClassVar[dict[str, tuple[Any, ...]]] = UNSUPPORTED_FIELDS
+    labels: ClassVar[frozenset[str]] = LABEL_FIELDS
+
+    def refuse_fields(self) -> None:
+        """A FieldError for the first field memloop would otherwise ignore: one it does not implement,
+        asking for something (`unsupported`), or one it does not know at all."""
+        for name, value in (self.model_extra or {}).items():
+            if name in self.labels:
+                continue
+            if name not in self.unsupported:
+                raise FieldError(f"`{name}` is not a field of {self.route}; leave it out (memloop refuses what it "
+                                 "would otherwise ignore)", name)
+            if not any(value is v or (type(value) is type(v) and value == v) for v in self.unsupported[name]):
+                why = f": {UNSUPPORTED_WHY[name]}" if name in UNSUPPORTED_WHY else ""
+                raise FieldError(f"`{name}` is not supported by this server{why}; leave it out (or send its "
+                                 "default) — memloop serves text, JSON-constrained output, the output tokens' "
+                                 "log-probabilities and usage", name)
+
+
+class _Sampling(_Request):
+    """The OpenAI sampling fields, passed through untouched: the engine's parser checks them."""
 
     model: str | None = None
     max_tokens: Any = None
+    max_completion_tokens: StrictInt | None = Field(default=None, ge=1)  # the current name of max_tokens
     temperature: Any = None
     top_p: Any = None
     top_k: Any = None
@@ -57,20 +102,31 @@ class _Sampling(BaseModel):
     stop: Any = None
     stop_token_ids: Any = None
     n: int = Field(default=1, ge=1, le=MAX_N)
-    stream: bool = False
+    stream: StrictBool | None = False
+    stream_options: StreamOptions | None = None
     logprobs: Any = None
     top_logprobs: Any = None
 
     _stop_text = field_validator("stop")(_no_lone_surrogate)
 
-    def unsupported(self) -> str | None:
-        """The first field asking for something memloop does not implement (see UNSUPPORTED_FIELDS)."""
-        extra = self.model_extra or {}
-        for name, inert in UNSUPPORTED_FIELDS.items():
-            if name in extra and not any(extra[name] is v or (type(extra[name]) is type(v) and extra[name] == v)
-                                         for v in inert):
-                return name
-        return None
+    def refuse_fields(self) -> None:
+        super().refuse_fields()
+        if self.stream_options is not None and not self.stream:
+            raise FieldError("`stream_options` needs `stream: true`", "stream_options")
+
+    def include_usage(self) -> bool:
+        return self.stream_options is not None and self.stream_options.include_usage
+
+    def output_limit(self) -> Any:
+        """`max_completion_tokens` (OpenAI's current name) or `max_tokens`; both, differing, is a 400."""
+        if self.max_completion_tokens is None:
+            return self.max_tokens
+        if self.max_tokens is not None and not (type(self.max_tokens) is int
+                                                and self.max_tokens == self.max_completion_tokens):
+            raise FieldError(f"`max_tokens` ({_shown(self.max_tokens)}) and `max_completion_tokens` "
+                             f"({self.max_completion_tokens}) disagree; send one of them (max_completion_tokens "
+                             "is the current name)", "max_tokens")
+        return self.max_completion_tokens
 
     @abstractmethod
     def logprob_count(self) -> int | None:
@@ -81,7 +137,7 @@ class _Sampling(BaseModel):
         if index and isinstance(seed, int) and not isinstance(seed, bool):
             seed += index  # n samples of one seed differ
         temperature = 1.0 if self.temperature is None else self.temperature  # OpenAI's default
-        return {"max_tokens": self.max_tokens, "temperature": temperature, "top_k": self.top_k,
+        return {"max_tokens": self.output_limit(), "temperature": temperature, "top_k": self.top_k,
                 "top_p": self.top_p, "seed": seed, "stop": self.stop, "stop_token_ids": self.stop_token_ids,
                 "logprobs": self.logprob_count()}
 
@@ -91,6 +147,8 @@ def _count(value: Any) -> bool:
 
 
 class CompletionRequest(_Sampling):
+    route: ClassVar[str] = "/v1/completions"
+
     prompt: str | list[str] | list[StrictInt] | list[list[StrictInt]]  # text, or token ids (used as they are)
     echo: Any = None
 
@@ -102,24 +160,25 @@ class CompletionRequest(_Sampling):
 
     def echoed(self) -> bool:
         if not isinstance(self.echo, (bool, type(None))):
-            raise RequestError(f"`echo` must be true or false, got {_shown(self.echo)}")
+            raise FieldError(f"`echo` must be true or false, got {_shown(self.echo)}", "echo")
         return bool(self.echo)
 
     def generates(self) -> bool:
         """False for `max_tokens: 0` with `echo` (score the prompt, generate nothing); 0 without echo is
         the sampling parser's 400."""
-        return not (self.echoed() and type(self.max_tokens) is int and self.max_tokens == 0)
+        limit = self.output_limit()
+        return not (self.echoed() and type(limit) is int and limit == 0)
 
     def logprob_count(self) -> int | None:
         """OpenAI's completions `logprobs`: an integer N, the alternatives per token (0: the chosen token's only)."""
         if self.top_logprobs not in (None, 0) or isinstance(self.top_logprobs, bool):
-            raise RequestError("`top_logprobs` is a chat completions field; on /v1/completions send "
-                               f"`logprobs: N` (0 to {MAX_LOGPROBS}) for the N most likely tokens at each position")
+            raise FieldError("`top_logprobs` is a chat completions field; on /v1/completions send `logprobs: N` "
+                             f"(0 to {MAX_LOGPROBS}) for the N most likely tokens at each position", "top_logprobs")
         if self.logprobs is None or self.logprobs is False:
             return None
         if not _count(self.logprobs):
-            raise RequestError(f"`logprobs` on /v1/completions must be an integer from 0 to {MAX_LOGPROBS} (the "
-                               f"most likely tokens returned per position), got {_shown(self.logprobs)}")
+            raise FieldError(f"`logprobs` on /v1/completions must be an integer from 0 to {MAX_LOGPROBS} (the "
+                             f"most likely tokens returned per position), got {_shown(self.logprobs)}", "logprobs")
         return self.logprobs
 
 
@@ -140,20 +199,23 @@ class ResponseFormat(BaseModel):
 
 
 class ChatRequest(_Sampling):
+    route: ClassVar[str] = "/v1/chat/completions"
+
     messages: list[ChatMessage] = Field(min_length=1)
     response_format: ResponseFormat | None = None
 
     def logprob_count(self) -> int | None:
         """OpenAI's chat `logprobs: true` with `top_logprobs: N` (0 to MAX_LOGPROBS, default 0)."""
         if not isinstance(self.logprobs, (bool, type(None))):
-            raise RequestError(f"`logprobs` on /v1/chat/completions must be true or false, got "
-                               f"{_shown(self.logprobs)}; send `top_logprobs: N` for the N most likely tokens")
+            raise FieldError(f"`logprobs` on /v1/chat/completions must be true or false, got "
+                             f"{_shown(self.logprobs)}; send `top_logprobs: N` for the N most likely tokens", "logprobs")
         if self.top_logprobs is not None and not _count(self.top_logprobs):
-            raise RequestError(f"`top_logprobs` must be an integer from 0 to {MAX_LOGPROBS}, got "
-                               f"{_shown(self.top_logprobs)}")
+            raise FieldError(f"`top_logprobs` must be an integer from 0 to {MAX_LOGPROBS}, got "
+                             f"{_shown(self.top_logprobs)}", "top_logprobs")
         if not self.logprobs:
             if self.top_logprobs:
-                raise RequestError("`top_logprobs` needs `logprobs: true`; send both to get the most likely tokens")
+                raise FieldError("`top_logprobs` needs `logprobs: true`; send both to get the most likely tokens",
+                                 "top_logprobs")
             return None
         return self.top_logprobs or 0
 
@@ -166,7 +228,7 @@ class ChatRequest(_Sampling):
         spec = rf.json_schema or {}
         schema = spec.get("schema")
         if not isinstance(schema, dict):
-            raise RequestError("response_format.json_schema.schema must be a JSON Schema object")
+            raise FieldError("response_format.json_schema.schema must be a JSON Schema object", "response_format")
         return schema
 
 
@@ -198,13 +260,15 @@ def completion_logprobs(entries: list[dict[str, Any]]) -> dict[str, Any]:
 def echo_choice(prompt: dict[str, Any], result: dict[str, Any] | None, logprobs: bool) -> dict[str, Any]:
     """A completions choice with the prompt echoed before the completion (`result` None: nothing was
     generated): text = prompt + completion, and with `logprobs` the prompt's scored tokens followed
-    by the completion's, whose offsets move past the prompt text."""
+    by every generated token, whose offsets move past the prompt text. The generated tokens the text
+    leaves out (a stop token) are listed too: lm-evaluation-harness reads `token_logprobs[ctxlen:-1]`,
+    taking the last entry for the generated token, as OpenAI and vLLM return it."""
     text = prompt["text"] + (result["text"] if result else "")
     entries = None
     if logprobs:
         shift = len(prompt["text"])
-        entries = [*prompt["entries"], *({**e, "text_offset": e["text_offset"] + shift}
-                                         for e in (result["logprobs"] if result else []))]
+        generated = [*result["logprobs"], *result["trailing_logprobs"]] if result else []
+        entries = [*prompt["entries"], *({**e, "text_offset": e["text_offset"] + shift} for e in generated)]
     return {"text": text, "finish_reason": result["finish_reason"] if result else "length",
             "logprobs": completion_logprobs(entries) if entries is not None else None}
 

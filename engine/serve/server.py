@@ -1,7 +1,8 @@
 """An OpenAI-compatible HTTP API over one `Engine` (FastAPI + uvicorn).
 
 Routes: `GET /v1/models`, `POST /v1/completions`, `POST /v1/chat/completions` (with
-`response_format` `json_schema` or `json_object` for constrained output), `GET /health`,
+`response_format` `json_schema` or `json_object` for constrained output), `POST /v1/responses` (the
+Responses API for text, `responses_api.py`), `GET /health`,
 `GET /v1/stats`. Usage carries `prompt_tokens_details.cached_tokens` (prompt tokens served from
 the prefix cache). Extensions beyond OpenAI's fields: `top_k`, `stop_token_ids`. Log-probabilities
 of the output tokens come in OpenAI's shapes (`logprobs: N` on completions, `logprobs: true` +
@@ -10,7 +11,8 @@ completions returns the prompt before the completion, and with `logprobs` every 
 log-probability (the first one's null, as OpenAI's): computed by the engine's prompt scoring
 (`Engine.score`), a full-prompt forward apart from generation; `max_tokens: 0` then generates
 nothing (how lm-evaluation-harness scores loglikelihood tasks). A completions `prompt` may be text
-or token ids (one list of ints, or a list of them), as OpenAI's.
+or token ids (one list of ints, or a list of them), as OpenAI's. `stream: true` answers either route
+with Server-Sent Events as OpenAI and vLLM do (`streaming.py`, `chunks.py`).
 
 One bad request never harms another: every sampling field goes through the engine's one parser
 (`SamplingParams.from_request`) before anything is queued; the body limit is enforced while the
@@ -26,8 +28,9 @@ Hostile clients: a connection that does not finish its request headers within `H
 is closed (`GuardedH11Protocol`), a body that does not arrive within `BODY_TIMEOUT_S` gets 408; a
 server on loopback answers only loopback `Host` names (and those given with `allowed_hosts`), so a
 web page cannot reach it through DNS rebinding; text with a lone UTF-16 surrogate is a 400; the
-OpenAI fields memloop does not implement (`UNSUPPORTED_FIELDS`) are refused with a 400 naming the
-field instead of being ignored.
+OpenAI fields memloop does not implement (`protocol.UNSUPPORTED_FIELDS`) and the fields a route does
+not know are refused with a 400 naming the field instead of being ignored; an unknown model is a 404
+`model_not_found`.
 """
 from __future__ import annotations
 
@@ -42,7 +45,7 @@ from fastapi import FastAPI
 
 from memloop.engine.errors import ServerConfigError
 from memloop.engine.serve.openai_serving import (DEFAULT_STALL_S, DEFAULT_WORKERS, RequestGate, ServingChat,
-                                                 ServingCompletion, ServingModels, error_response,
+                                                 ServingCompletion, ServingModels, ServingResponses, error_response,
                                                  install_error_handlers)
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
@@ -198,12 +201,14 @@ def create_app(engine: Any, model_name: str = "memloop", max_body_bytes: int = M
     app.add_middleware(Guard, max_body_bytes=max_body_bytes, api_key=api_key, allowed_hosts=allowed_hosts,
                        body_timeout_s=body_timeout_s)
     install_error_handlers(app)
-    models, completion, chat = ServingModels(gate), ServingCompletion(gate), ServingChat(gate)
+    models, completion, chat, responses = ServingModels(gate), ServingCompletion(gate), ServingChat(gate), \
+        ServingResponses(gate)
     app.get("/health")(models.health)
     app.get("/v1/stats")(models.stats)
     app.get("/v1/models")(models.models)
-    app.post("/v1/completions")(completion.create)
-    app.post("/v1/chat/completions")(chat.create)
+    app.post("/v1/completions", response_model=None)(completion.create)  # JSON, or an SSE stream
+    app.post("/v1/chat/completions", response_model=None)(chat.create)
+    app.post("/v1/responses", response_model=None)(responses.create)
     return app
 
 

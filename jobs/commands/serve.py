@@ -30,7 +30,8 @@ def serve(
     stall_timeout: float = typer.Option(None, "--stall-timeout", show_default=False, help="Seconds the engine may "
                                         "have work and make no progress before /health answers 503 (default: 300)."),
 ) -> None:
-    """Serve /v1/completions, /v1/chat/completions (response_format json_schema) and /v1/models.
+    """Serve /v1/completions, /v1/chat/completions (response_format json_schema), /v1/responses and /v1/models
+    (streamed with stream: true).
 
     The API key comes from MEMLOOP_API_KEY or --api-key-file, never from the command line."""
     from memloop.engine.serve.server import serve as run_server

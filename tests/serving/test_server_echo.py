@@ -12,6 +12,8 @@ import pytest
 
 from tests.http_server import serve_app
 
+pytestmark = pytest.mark.timeout(300)
+
 PROMPTS = ["The capital of France is Paris.", "Hi", "One, two, three, four, five, six, seven, eight, nine and ten."]
 
 
@@ -113,6 +115,25 @@ def test_lm_eval_loglikelihood_request_parses_to_the_models_numbers(base_url, lo
     for choice, (total, _), ctxlen in zip(r0.json()["choices"], parsed, ctxlens):
         assert len(choice["logprobs"]["token_logprobs"]) == len(choice["logprobs"]["tokens"])
         assert abs(sum(choice["logprobs"]["token_logprobs"][ctxlen:]) - total) < 1e-4
+
+
+def test_echo_lists_a_generated_stop_token(base_url, loaded_model):
+    """With echo, one entry per prompt token and one per generated token, the stop token included (the
+    text leaves it out): lm-eval takes the last entry for the generated token. Without echo the
+    entries stay those of the text."""
+    prompt = "<|im_start|>user\nIs the sky blue? Answer yes or no.<|im_end|>\n<|im_start|>assistant\nYes."
+    ids = loaded_model.tokenizer.encode(prompt)
+    body = {"prompt": [ids], "max_tokens": 1, "temperature": 0, "logprobs": 1}
+    echoed = _post(base_url, {**body, "echo": True}).json()["choices"][0]
+    assert echoed["finish_reason"] == "stop" and echoed["text"] == loaded_model.tokenizer.decode(ids)
+    lp = echoed["logprobs"]
+    assert len(lp["tokens"]) == len(lp["token_logprobs"]) == len(lp["text_offset"]) == len(ids) + 1
+    assert lp["tokens"][-1] == "<|im_end|>" and lp["text_offset"][-1] == len(echoed["text"])
+    logp = _log_softmax(loaded_model, ids + [2])
+    assert abs(lp["token_logprobs"][-1] - logp[-2, 2]) < 1e-3 and lp["top_logprobs"][-1] == {"<|im_end|>": lp[
+        "token_logprobs"][-1]}
+    plain = _post(base_url, body).json()["choices"][0]
+    assert plain["text"] == "" and plain["logprobs"]["tokens"] == []
 
 
 def test_echo_before_a_greedy_completion(base_url):
