@@ -44,3 +44,22 @@ def engine(make_engine):
 @pytest.fixture(scope="session")
 def engine_nocache(make_engine):
     return make_engine(prefix_cache=False)
+
+
+@pytest.fixture(scope="module")
+def base_url(engine):
+    """The OpenAI-compatible server over the shared engine on 127.0.0.1 (a module may define its own)."""
+    from memloop.engine.serve.server import create_app
+    from tests.http_server import serve_app
+
+    with serve_app(create_app(engine, "smollm2")) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def client(base_url):
+    """The `openai` SDK pointed at `base_url`, as a user's script points it."""
+    import openai
+
+    with openai.OpenAI(base_url=f"{base_url}/v1", api_key="unused", max_retries=0, timeout=120) as c:
+        yield c

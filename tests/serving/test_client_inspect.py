@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.http_server import serve_app
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -31,13 +30,6 @@ def words():
 '''
 MAX_TOKENS = 4
 
-
-@pytest.fixture(scope="module")
-def base_url(engine):
-    from memloop.engine.serve.server import create_app
-
-    with serve_app(create_app(engine, "smollm2")) as url:
-        yield url
 
 
 def _inspect_eval(tmp_path: Path, model: str, env: dict[str, str], *model_args: str) -> dict:

@@ -11,7 +11,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.http_server import serve_app
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -46,13 +45,6 @@ metric_list:
   - metric: acc
 """
 
-
-@pytest.fixture(scope="module")
-def base_url(engine):
-    from memloop.engine.serve.server import create_app
-
-    with serve_app(create_app(engine, "smollm2")) as url:
-        yield url
 
 
 @pytest.fixture(scope="module")

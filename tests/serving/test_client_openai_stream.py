@@ -19,18 +19,6 @@ pytestmark = pytest.mark.timeout(300)
 MESSAGES = [{"role": "user", "content": "Name three colours."}]
 
 
-@pytest.fixture(scope="module")
-def base_url(engine):
-    from memloop.engine.serve.server import create_app
-
-    with serve_app(create_app(engine, "smollm2")) as url:
-        yield url
-
-
-@pytest.fixture(scope="module")
-def client(base_url):
-    with openai.OpenAI(base_url=f"{base_url}/v1", api_key="unused", max_retries=0, timeout=120) as c:
-        yield c
 
 
 def _stats(base_url: str) -> dict:

@@ -17,13 +17,6 @@ pytestmark = pytest.mark.timeout(300)
 PROMPTS = ["The capital of France is Paris.", "Hi", "One, two, three, four, five, six, seven, eight, nine and ten."]
 
 
-@pytest.fixture(scope="module")
-def base_url(engine):
-    from memloop.engine.serve.server import create_app
-
-    with serve_app(create_app(engine, "smollm2")) as url:
-        yield url
-
 
 def _post(url: str, body: dict) -> httpx.Response:
     return httpx.post(f"{url}/v1/completions", json=body, timeout=300)

@@ -8,25 +8,12 @@ import httpx
 import openai
 import pytest
 
-from tests.http_server import serve_app
 
 pytestmark = pytest.mark.timeout(300)
 
 MESSAGES = [{"role": "user", "content": "Write a long story about a dragon."}]
 
 
-@pytest.fixture(scope="module")
-def base_url(engine):
-    from memloop.engine.serve.server import create_app
-
-    with serve_app(create_app(engine, "smollm2")) as url:
-        yield url
-
-
-@pytest.fixture(scope="module")
-def client(base_url):
-    with openai.OpenAI(base_url=f"{base_url}/v1", api_key="unused", max_retries=0, timeout=120) as c:
-        yield c
 
 
 def test_max_completion_tokens_is_honoured(client):

@@ -10,18 +10,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tests.http_server import serve_app
 
 PROMPT = "The capital of France is"
 STEPS = 6
 
-
-@pytest.fixture(scope="module")
-def base_url(engine):
-    from memloop.engine.serve.server import create_app
-
-    with serve_app(create_app(engine, "smollm2")) as url:
-        yield url
 
 
 def _post(url: str, path: str, body: dict) -> httpx.Response:

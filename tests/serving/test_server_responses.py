@@ -10,20 +10,11 @@ import jsonschema
 import openai
 import pytest
 
-from tests.http_server import serve_app
 
 pytestmark = pytest.mark.timeout(300)
 
 QUESTION = "Name three colours."
 
-
-@pytest.fixture(scope="module")
-def client(engine):
-    from memloop.engine.serve.server import create_app
-
-    with serve_app(create_app(engine, "smollm2")) as url:
-        with openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=120) as c:
-            yield c
 
 
 def test_a_response_is_the_chat_answer_to_the_same_messages(client):
