@@ -48,9 +48,10 @@ $(DEMO_STAMP): $(STAMP)
 demo: $(STAMP) $(DEMO_STAMP)
 	$(VENV)/bin/memloop run jobs/configs/demo.yaml --report
 
-# The suite, then `bench gpu --tiny` under the GPU machine's versions (make device-env), which also checks that
+# The lint gate (pyproject's [tool.ruff]), the suite, then `bench gpu --tiny` under the GPU machine's versions (make device-env), which also checks that
 # the run imports nothing the device image and .device-kit lack. A host without Python 3.12 skips that step, loudly.
 test: $(STAMP)
+	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -q
 	$(MAKE) --no-print-directory device-tiny
 

@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from memloop.engine.errors import EngineError, EngineFailure, NonFiniteLogitsError, RequestError, StepError
+from memloop.engine.errors import EngineError, EngineFailure, NonFiniteLogitsError, StepError
 from memloop.engine.cache.kv_cache import PagePool
 from memloop.engine.attention.pallas import IN_PLACE, AttentionBackend
 from memloop.engine.cache.radix import RadixCache

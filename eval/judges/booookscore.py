@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import re
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
 from memloop.eval.asking import ParseFailure
 from memloop.eval.errors import JudgeError

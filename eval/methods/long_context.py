@@ -49,7 +49,6 @@ class LongContext(Method):
     template_ids = (TEMPLATE, *answers.TEMPLATE_IDS, "mab-long-context")
 
     def _run(self, sample: Sample, trace: Trace) -> tuple[str, Any]:
-        s = self.settings
         tpl = load_template(TEMPLATE)
         text = "\n\n".join(c.strip("\n") for c in sample.chunks)
         prompt = tpl.render(question=answers.question(sample, self.name), text=text,

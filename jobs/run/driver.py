@@ -288,7 +288,7 @@ def _start_and_compute(plan: RunPlan, rs: RunStore, todo: list[Unit], actor_cls:
     worker beside each; compute the units, and kill the actors whatever happens."""
     import ray
 
-    from memloop.jobs.run.llm_adapters import ActorLLM, endpoint_llm
+    from memloop.jobs.run.llm_adapters import ActorLLM
 
     engine_actors.ensure_ray(log)  # judges run as Ray tasks in either case
     cfg = plan.config

@@ -13,7 +13,6 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from memloop.engine import kernels
 from tests.engine.kernel_gate import needs_kernels
 from memloop.engine.cache.kv_pages import quantize, read_pages
 from memloop.engine.model.decoder import causal_mask, gqa_attention

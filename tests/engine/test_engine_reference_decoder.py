@@ -79,7 +79,6 @@ def test_decoding_through_the_serving_kernel_gives_the_same_tokens(lm):
     import jax.numpy as jnp
     import numpy as np
 
-    from memloop.engine import kernels
     from memloop.engine.model.decoder import init_contiguous_cache
     from memloop.engine.sample.sampling import row_arrays, seed_keys
 

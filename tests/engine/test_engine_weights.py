@@ -1,10 +1,8 @@
 """Weight loading: a tiny random Llama through both loaders against transformers, and bad files."""
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -12,7 +10,7 @@ import torch
 
 from memloop.engine.errors import ModelFormatError, ModelNotFoundError
 from memloop.engine.model.decoder import forward, load_model, no_cache_attention
-from memloop.engine.model.weights import load_weights, read_gguf_metadata
+from memloop.engine.model.weights import load_weights
 from tests.engine.gguf_writer import header_writer, write_out
 
 TOKENS = [[3, 17, 99, 42, 5, 200, 31, 7, 64, 128, 1, 250]]

@@ -41,7 +41,6 @@ def test_a_chunk_that_cannot_fit_the_models_context_is_refused_before_work(smoll
 
 
 def test_chunks_are_counted_in_the_run_models_tokenizer(smollm2_gguf, tmp_path) -> None:
-    from memloop.eval.tokens import cl100k_count
     from memloop.jobs.run.chunk_fit import model_encoder
 
     cfg = parse_config(_table2())

@@ -1,7 +1,6 @@
 """Run configs: validation names the field, the run id follows results and ignores transport."""
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from pathlib import Path

@@ -148,7 +148,7 @@ def test_a_run_whose_tables_disagree_is_refused_naming_the_units(tmp_path, capsy
 
 
 def test_export_takes_the_run_id_from_the_tables(tmp_path) -> None:
-    rs = _run(str(tmp_path / "runs"), "r1")
+    _run(str(tmp_path / "runs"), "r1")
     (tmp_path / "runs" / "r1").rename(tmp_path / "runs" / "copy-of-r1")
     res = export_run(str(tmp_path / "runs" / "copy-of-r1"))
     assert res.run_id == "r1"

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import socket
-from pathlib import Path
 
 from memloop.jobs.run.config import parse_config
 from memloop.jobs.run.driver import execute

@@ -105,7 +105,7 @@ def test_report_uses_each_judges_declared_aggregation(tmp_path) -> None:
     """The mean over samples is the judge's own rule (`JudgeInfo.aggregate`), not the report's."""
     import statistics
 
-    from memloop.eval.judges import JUDGES, get_judge, register_judge
+    from memloop.eval.judges import get_judge, register_judge
 
     rs = RunStore.open(str(tmp_path), "agg")
     for sample, value in (("e1", 0.1), ("e2", 0.2), ("e3", 0.9)):

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from memloop.jobs.errors import StorageError
 from memloop.jobs.run.config import parse_config
 from memloop.jobs.run.driver import execute
 from memloop.jobs.sim.replay import LatencyModel, tokenizer_json

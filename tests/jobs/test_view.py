@@ -4,7 +4,6 @@ from __future__ import annotations
 import base64
 import json
 
-import httpx
 import pytest
 from fastapi.testclient import TestClient
 
@@ -12,7 +11,7 @@ from memloop.jobs.results.report import RunData, build_report
 from memloop.jobs.results.view.app import create_app
 from memloop.jobs.results.view.bundle import write_bundle
 from memloop.jobs.results.view.errors import ViewError
-from memloop.jobs.results.view.pages import Pages, markdown
+from memloop.jobs.results.view.pages import markdown
 from memloop.jobs.results.view.runs import Query, ViewRun, bucket_of, select
 from memloop.jobs.results.view.timeline import memory_diff, revisions, word_diff
 from memloop.jobs.store.run_store import RunStore
