@@ -5,6 +5,7 @@ with one choice and its log-probabilities in the route's own shape, the final us
 (`StreamShape`: `memloop.engine.serve.streaming.stream_body` drives it)."""
 from __future__ import annotations
 
+from abc import abstractmethod
 import time
 import uuid
 from typing import Any
@@ -33,8 +34,9 @@ class ChunkShape(StreamShape):
             out["usage"] = usage
         return out
 
+    @abstractmethod
     def choice(self, index: int, text: str, entries: list[dict[str, Any]], finish: str | None) -> dict[str, Any]:
-        raise NotImplementedError
+        """One choice's entry of a chunk (chat: a `delta` message; completions: `text`)."""
 
     def delta(self, index: int, text: str, entries: list[dict[str, Any]]) -> list[bytes]:
         return [sse(self.envelope([self.choice(index, text, entries, None)]))]

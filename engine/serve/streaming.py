@@ -12,6 +12,7 @@ streamed never reaches this module: its only cost is the engine's `on_token is N
 """
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 import asyncio
 import json
 import time
@@ -129,7 +130,7 @@ class TokenFeed:
             yield item
 
 
-class StreamShape:
+class StreamShape(ABC):
     """How one route writes a stream's steps as Server-Sent Events (chat and completions chunks:
     `memloop.engine.serve.chunks`; the Responses API's events: `memloop.engine.serve.responses_api`)."""
 
@@ -139,21 +140,21 @@ class StreamShape:
         """Before any token, for `count` choices."""
         return []
 
+    @abstractmethod
     def delta(self, index: int, text: str, entries: list[dict[str, Any]]) -> list[bytes]:
         """Choice `index` has new text and/or log-probability entries."""
-        raise NotImplementedError
 
+    @abstractmethod
     def finish(self, index: int, text: str, entries: list[dict[str, Any]], result: dict[str, Any]) -> list[bytes]:
         """Choice `index` ended: the rest of its text and entries, and its engine result."""
-        raise NotImplementedError
 
+    @abstractmethod
     def closing(self, results: list[dict[str, Any]]) -> list[bytes]:
         """Every choice ended."""
-        raise NotImplementedError
 
+    @abstractmethod
     def failed(self, error: dict[str, Any]) -> list[bytes]:
         """The engine failed the request or its deadline passed, after the 200 went out."""
-        raise NotImplementedError
 
 
 async def stream_body(feed: TokenFeed, shape: StreamShape, choices: list[ChoiceStream], deadline: float | None,

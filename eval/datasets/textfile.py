@@ -8,6 +8,7 @@ import codecs
 import errno
 import logging
 import os
+import re
 import stat
 from pathlib import Path
 
@@ -27,6 +28,7 @@ MAX_CONTROL_SHARE = 0.01  # of all bytes
 MAX_HIGH_SHARE = 0.3  # of all bytes, in a file that is not UTF-8 (Latin-1 French or German: a few percent)
 
 log = logging.getLogger(__name__)
+_STRAY = re.compile("[\udc80-\udcff]")  # a byte that no UTF-8 sequence explains, as surrogateescape decodes it
 
 _KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
           (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
@@ -77,11 +79,11 @@ def _utf8_with_stray_bytes(data: bytes, what: str, p: Path) -> str | None:
     decode from valid multi-byte sequences than bytes fail (a Latin-1 or Windows-1252 text, whose accented
     letters are single bytes that UTF-8 never accepts)."""
     text = data.decode("utf-8-sig", errors="surrogateescape")  # each bad byte becomes one U+DC80..U+DCFF
-    bad = sum(1 for c in text if "\udc80" <= c <= "\udcff")
-    good = sum(1 for c in text if c > "\x7f") - bad
+    bad = len(_STRAY.findall(text))
+    good = len(text) - len(text.encode("ascii", errors="ignore")) - bad  # non-ASCII characters decoded whole
     if good < bad:
         return None
-    first = next(i for i, c in enumerate(text) if "\udc80" <= c <= "\udcff")
+    first = _STRAY.search(text).start()  # type: ignore[union-attr]  # bad > 0: the decode failed
     log.warning("%s %s: decoded as UTF-8 with %d byte(s) that are not UTF-8 replaced by U+FFFD (the first at "
                 "character %d); fix or re-save the file as UTF-8 to keep them", what, p, bad, first)
     return text.encode("utf-8", errors="surrogateescape").decode("utf-8", errors="replace").lstrip("\ufeff")

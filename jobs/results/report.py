@@ -49,6 +49,7 @@ from memloop.eval.judges.sumie import METRICS as SUMIE_METRICS
 from memloop.jobs.results import cells, health
 from memloop.jobs.results.cells import TURN_SUMMARIES
 from memloop.jobs.results.paper_tables import TABLES, PaperTable, layout, method_status
+from memloop.jobs.store.lock import describe_holder
 from memloop.jobs.store.run_store import RunStore
 
 NOT_APPLICABLE = "n/a"
@@ -891,9 +892,8 @@ def in_progress_note(d: RunData) -> list[str]:
     h = d.computing
     if not h:
         return []
-    return [f"**In progress, partial figures:** this run is being computed now by {h.get('owner')!r} (host "
-            f"{h.get('host')}, pid {h.get('pid')}, last heartbeat {h.get('heartbeat_at')}); the tables below hold the "
-            "units written so far. Report it again when that run has finished.", ""]
+    return [f"**In progress, partial figures:** this run is being computed now by {describe_holder(h)}; the "
+            "tables below hold the units written so far. Report it again when that run has finished.", ""]
 
 
 def build_report(d: RunData) -> Report:

@@ -27,6 +27,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from memloop.jobs.errors import StorageError
+from memloop.jobs.store.lock import describe_holder
 from memloop.jobs.store.objects import NotFoundError, Store
 from memloop.jobs.store.outputs import join_uri, open_store
 from memloop.jobs.store.run_files import DamagedRunError
@@ -127,8 +128,7 @@ def check_not_computing(rs: RunStore, allow_partial: bool) -> dict[str, Any] | N
     holder = rs.computing()
     if holder and not allow_partial:
         raise RunInProgressError(
-            f"{rs.uri} is being computed now by {holder.get('owner')!r} (host {holder.get('host')}, pid "
-            f"{holder.get('pid')}, last heartbeat {holder.get('heartbeat_at')}); its tables are partial. Export "
+            f"{rs.uri} is being computed now by {describe_holder(holder)}; its tables are partial. Export "
             "it when that run has finished, or pass --allow-partial to export what it holds so far")
     return holder
 

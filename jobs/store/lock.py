@@ -111,12 +111,15 @@ def acquire_lock(store: Store, name: str, lock_uri: str, run_uri: str, owner: st
                             took_over=current, took_over_why=why)
             except (ConflictError, NotFoundError):
                 continue
-        raise LockHeldError(
-            f"run {run_uri} is being computed by {current.get('owner')!r} (host {current.get('host')}, "
-            f"pid {current.get('pid')}, since {current.get('acquired_at')}, last heartbeat "
-            f"{current.get('heartbeat_at')}); wait for it to finish, or if that process is gone delete "
-            f"{lock_uri}", holder=current)
+        raise LockHeldError(f"run {run_uri} is being computed by {describe_holder(current)}; wait for it to "
+                            f"finish, or if that process is gone delete {lock_uri}", holder=current)
     raise LockHeldError(f"the lock {lock_uri} keeps changing hands; another process is taking it", holder={})
+
+
+def describe_holder(holder: dict[str, Any]) -> str:
+    """A lock holder as messages name it: owner, host, pid, since when and its last heartbeat."""
+    return (f"{holder.get('owner')!r} (host {holder.get('host')}, pid {holder.get('pid')}, since "
+            f"{holder.get('acquired_at')}, last heartbeat {holder.get('heartbeat_at')})")
 
 
 def live_holder(store: Store, name: str, lock_uri: str, stale_after_s: float = STALE_AFTER_S) -> dict[str, Any] | None:
