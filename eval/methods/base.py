@@ -17,6 +17,7 @@ from memloop.eval.datasets.sample import Sample
 from memloop.eval.errors import MethodError
 from memloop.eval.llm import LLM, Sampling, SamplingSettings, Usage
 from memloop.eval.methods.outcomes import call_outcome
+from memloop.eval.methods.procedure import Procedure, StepRule, from_settings
 from memloop.eval.methods.step import Step, unit_failure
 from memloop.eval.options import PositiveInt, Temperature, check_settings
 from memloop.eval.templates import Template, load_template
@@ -152,7 +153,7 @@ class Trace:
                                                                                              answer.retry_usage),
                     attempts=answer.attempts, failures=failures, chunk_index=chunk_index, ok=answer.ok,
                     outcome=call_outcome(answer.ok, answer.cut, answer.parsed if parse is not None else answer.text),
-                    retry_usage=answer.retry_usage)
+                    retry_usage=answer.retry_usage, cut=answer.cut)
         self.steps.append(step)
         return step
 
@@ -170,6 +171,8 @@ class Method:
     template_ids: ClassVar[tuple[str, ...]] = ()
     Settings: ClassVar[type[MethodSettings]] = MethodSettings
     tasks: ClassVar[tuple[str, ...] | None] = None  # sample tasks this method accepts (None: any)
+    # the memory step as the procedure card shows it (`procedure`); a method whose step does more says so
+    step_rule: ClassVar[StepRule] = StepRule()
 
     def __init__(self, **settings: Any) -> None:
         self.settings = check_settings(self.Settings, settings, f"method {self.name!r}", MethodError)
@@ -177,6 +180,12 @@ class Method:
 
     def _validate(self) -> None:
         """Subclasses check their settings here and raise MethodError with what to change."""
+
+    def procedure(self, task: str) -> Procedure:
+        """This method's memory step on `task` as its code applies it (`memloop.eval.methods.procedure`): the
+        settings `Trace.ask` reads and the class's `step_rule`. A method that applies other values overrides
+        this with the accessors its own code calls."""
+        return from_settings(self.settings, self.step_rule)
 
     def asks_judge(self) -> bool:
         """Whether a step of this method asks the run's judge model (the run then starts its judge engine)."""

@@ -42,6 +42,7 @@ from memloop.eval.methods import answers
 from memloop.eval.methods.base import Method, MethodSettings, Trace
 from memloop.eval.methods.outcomes import StepOutcome
 from memloop.eval.methods.parsing import ends_in_punctuation
+from memloop.eval.methods.procedure import Procedure, StepRule, counter_text, from_settings
 from memloop.eval.methods.step import Step
 from memloop.eval.templates import load_template
 from memloop.eval.options import MaxTokens, PositiveInt, Temperature
@@ -108,6 +109,15 @@ class _BookMethod(Method):
 class HierarchicalMerging(_BookMethod):
     name = "hier-merge"
     template_ids = ("s003-hier-chunk", "s003-hier-merge", "s003-hier-merge-context")
+
+    def procedure(self, task: str) -> Procedure:
+        s = self.settings
+        rule = StepRule("merge (chunks: summarize)",
+                        f"empty, no sentence-end punctuation, or above the level's limit (top {s.max_summary_tokens}, "
+                        f"{counter_text(s)})",
+                        "fails the sentence-end check: " + ("retried, then " if s.max_attempts > 1 else "") + "kept",
+                        "the last output is kept (kept_invalid)")
+        return from_settings(s, rule, output_cap=min(s.max_tokens, s.max_summary_tokens))
 
     def _run(self, sample: Sample, trace: Trace) -> tuple[str, Any]:
         limits = self._level_limits(trace, sample.chunks)
@@ -207,12 +217,44 @@ def _labelled(summaries: list[str]) -> str:
     return "\n\n".join(f"Summary {k}:\n\n{text}" for k, text in enumerate(summaries, 1))
 
 
+def _reject_cut(step: Step, cap: int) -> None:
+    """Notes that reached the output cap lost their tail: not ok, so they are compressed and the update
+    redone, as the official code does with a response that reaches the limit (the sentence-end check,
+    which catches a cut summary on books, is off for notes)."""
+    step.ok = False
+    step.parsed = None
+    step.outcome = StepOutcome.CUT_AT_MAX_TOKENS
+    step.failures.append(f"attempt {step.attempts}: the notes reached the output cap of {cap} tokens (cut off)")
+
+
 class IncrementalUpdating(_BookMethod):
     name = "inc-update"
+    UPDATE_ATTEMPTS = 1  # the official code asks an update once, then compresses (`_compress_and_redo`)
     tasks = answers.SUMMARY_TASKS + answers.QUERY_TASKS
     template_ids = ("s003-inc-init", "s003-inc-update", "s003-inc-compress", "s003-inc-init-query",
                     "s003-inc-update-query", "s003-inc-compress-query", "s003-inc-answer", *answers.TEMPLATE_IDS,
                     "mab-answer-notes")
+
+    def update_cap(self) -> int:
+        """max_tokens of the initial, update and compress calls: the summary limit where it is lower."""
+        return min(self.settings.max_tokens, self.settings.max_summary_tokens)
+
+    def procedure(self, task: str) -> Procedure:
+        s = self.settings
+        query = task in answers.QUERY_TASKS
+        counter = counter_text(s)
+        if query:
+            validity = f"empty, above max_summary_tokens ({s.max_summary_tokens}, {counter}), or cut at the cap"
+            cut = "not ok: compressed and redone, as the official code treats a response reaching the limit"
+        else:
+            validity = (f"empty, no sentence-end punctuation, or above max_summary_tokens ({s.max_summary_tokens}, "
+                        f"{counter})")
+            cut = "fails the sentence-end check: compressed and redone"
+        rule = StepRule("update", validity, cut,
+                        f"the previous summary is compressed and the update redone, up to {s.compress_rounds} "
+                        "rounds (official code); if none is valid, the last output is kept (kept_invalid)")
+        return from_settings(s, rule, output_cap=self.update_cap(), attempts=self.UPDATE_ATTEMPTS,
+                             other_temperatures=f"compress {s.compress_temperature:g} (official code)")
 
     def _run(self, sample: Sample, trace: Trace) -> tuple[str, Any]:
         if sample.task not in answers.QUERY_TASKS:
@@ -235,12 +277,16 @@ class IncrementalUpdating(_BookMethod):
         base = {"question": question} if query else {}
         valid = validity_parser(trace, s.max_summary_tokens, sentence_end=not query)
         n = len(sample.chunks)
-        out_tokens = min(s.max_tokens, s.max_summary_tokens)
+        out_tokens = self.update_cap()
 
         def update(chunk: str, summary: str, j: int) -> Step:
             # one try: the official code compresses after the first invalid update instead of asking again
-            return trace.ask(f"s003-inc-update{suffix}", {**base, "chunk": chunk, "summary": summary},
-                             kind="update", parse=valid, chunk_index=j, max_tokens=out_tokens, max_attempts=1)
+            step = trace.ask(f"s003-inc-update{suffix}", {**base, "chunk": chunk, "summary": summary},
+                             kind="update", parse=valid, chunk_index=j, max_tokens=out_tokens,
+                             max_attempts=self.UPDATE_ATTEMPTS)
+            if query and step.ok and step.cut:
+                _reject_cut(step, out_tokens)
+            return step
 
         summary = ""
         for j, chunk in enumerate(sample.chunks):
@@ -271,7 +317,7 @@ class IncrementalUpdating(_BookMethod):
             c = trace.ask(f"s003-inc-compress{suffix}", {**base, "summary": previous, "words": len(previous.split()),
                                                          "word_limit": target},
                           kind="compress", parse=parse, chunk_index=j - 1,
-                          max_tokens=min(s.max_tokens, s.max_summary_tokens), max_attempts=1,
+                          max_tokens=self.update_cap(), max_attempts=1,
                           temperature=s.compress_temperature)
             c.memory = _accepted(c)
             if not c.ok:

@@ -20,6 +20,7 @@ from memloop.eval.asking import build_request
 from memloop.eval.datasets.sample import Sample
 from memloop.eval.methods import answers
 from memloop.eval.methods.base import Method, MethodSettings, Trace
+from memloop.eval.methods.procedure import Procedure, StepRule, from_settings
 from memloop.eval.options import PositiveInt
 from memloop.eval.templates import load_template
 
@@ -47,6 +48,11 @@ class LongContext(Method):
     Settings = LongContextSettings
     tasks = answers.SUMMARY_TASKS + answers.QUERY_TASKS
     template_ids = (TEMPLATE, *answers.TEMPLATE_IDS, "mab-long-context")
+
+    def procedure(self, task: str) -> Procedure:
+        rule = StepRule("none (one call over the whole input)", "n/a where the whole input does not fit the context",
+                        "kept as the answer", "the unit is n/a (not a failure) when the input does not fit")
+        return from_settings(self.settings, rule, compared=False)
 
     def _run(self, sample: Sample, trace: Trace) -> tuple[str, Any]:
         tpl = load_template(TEMPLATE)

@@ -22,6 +22,7 @@ from memloop.eval.methods import answers
 from memloop.eval.methods import generated_schema as generated
 from memloop.eval.methods.base import Method, MethodSettings, Trace, kept_usage
 from memloop.eval.methods.outcomes import StepOutcome
+from memloop.eval.methods.procedure import StepRule
 from memloop.eval.methods.step import Step, record_revisions
 from memloop.eval.methods.structured import constrained_schema, record_failures, revision_parser
 from memloop.eval.templates import load_template
@@ -88,6 +89,11 @@ class PrismSettings(MethodSettings):
 class _Prism(Method):
     Settings = PrismSettings
     amendments: ClassVar[bool] = False
+    step_rule = StepRule(
+        "revise", "no revisions section parses ([OBJECTS FOR UPDATE] / [OBJECTS FOR ADD] lines, or the JSON "
+                  "revision list); a revision off the schema is rejected alone",
+        "the complete revisions before the cut are kept (the cut one is dropped)",
+        "no revision is applied; the memory stays as it was")
     template_ids = ("s002-prism-revise", "s002-prism-revise-addonly", "s002-prism-revise-json",
                     "s002-prism-revise-addonly-json", "s002-amendments-note", "s002-prism-final",
                     *answers.TEMPLATE_IDS, "s002-schema-gen", "mab-answer-memory")

@@ -37,6 +37,7 @@ class Step:
     revisions_accepted: int = 0
     revisions_rejected: int = 0
     retry_usage: Usage = field(default_factory=Usage)  # the rejected attempts before the kept one
+    cut: bool = False  # the kept (last) attempt reached max_tokens (finish_reason "length")
     # the memory as the next prompt carries it, where that text is not the memory's compact JSON (PRISM's
     # indented in-place JSON, or the base plus amendment lines); None: the compact JSON of `memory`
     memory_text: str | None = None
