@@ -143,8 +143,9 @@ class ScriptedLLM:
     """
 
     def __init__(self, outputs: Sequence[str], name: str = "scripted", supports_json_schema: bool = False,
-                 tokens_per_word: float = 1.0) -> None:
+                 tokens_per_word: float = 1.0, cut: Sequence[int] = ()) -> None:
         self.name = name
+        self._cut = frozenset(cut)  # 0-based calls whose output reached max_tokens (finish_reason "length")
         self.supports_json_schema = supports_json_schema
         self._outputs = list(outputs)
         self._tokens_per_word = tokens_per_word
@@ -158,7 +159,9 @@ class ScriptedLLM:
         with self._lock:
             if len(self.requests) >= len(self._outputs):
                 raise AssertionError(f"ScriptedLLM ran out of outputs after {len(self._outputs)} calls")
-            text = self._outputs[len(self.requests)]
+            call = len(self.requests)
+            text = self._outputs[call]
             self.requests.append(request)
         prompt = request.prompt if request.prompt is not None else "\n".join(m["content"] for m in request.messages or ())
-        return LLMResult(text=text, usage=Usage(self.count_tokens(prompt), 0, self.count_tokens(text)))
+        return LLMResult(text=text, usage=Usage(self.count_tokens(prompt), 0, self.count_tokens(text)),
+                         finish_reason="length" if call in self._cut else "stop")

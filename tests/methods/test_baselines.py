@@ -167,3 +167,15 @@ def test_inc_update_query_prompts_put_the_part_first_and_carry_no_word_limit() -
         assert "words" not in text
     update = content(llm, 1)
     assert update.index("def sub(a, b)") < update.index("candidate: add") < update.index("Updated notes:")
+
+
+def test_inc_update_compresses_query_notes_cut_at_the_output_cap_instead_of_keeping_them() -> None:
+    """Notes that reach the output cap lost their tail: the official code compresses a response that reaches
+    the limit and redoes the update; a cut update under the token limit is not accepted as it stands."""
+    llm = ScriptedLLM(["add sums", "add sums; sub subtracts", "add: sums", "add; sub ruled out", "add"], cut=[1])
+    out = get_method("inc-update", max_summary_tokens=50, word_limit=4, context_window=200).run(REPO, llm)
+    assert [s.kind for s in out.steps] == ["initial", "update", "compress", "update", "final"]
+    cut = out.steps[1]
+    assert not cut.ok and str(cut.outcome) == "cut_at_max_tokens" and "output cap" in cut.failures[-1]
+    assert out.steps[3].ok and out.memory == "add; sub ruled out"
+    assert get_method("inc-update").procedure("repoqa").cut_output.startswith("not ok: compressed")
