@@ -118,10 +118,12 @@ class PaperCost:
 
 
 def paper_sample_cost(prompts: Sequence[str], outputs: Sequence[str],
-                      encode: Callable[[str], Sequence[int]]) -> PaperCost:
-    """Seed 002's Total, hit and Output of one sample from its prompts and outputs in order."""
+                      encode: Callable[[str], Sequence[int]], retried_output: int = 0) -> PaperCost:
+    """Seed 002's Total, hit and Output of one sample from its prompts and outputs in order: every attempt's
+    prompt (a retry sends its prompt again, so it reuses the whole previous prompt) and output; the outputs
+    of rejected attempts, which are not recorded as text, come as their token count (`retried_output`)."""
     total, hit = prefix_hits(prompts, encode)
-    return PaperCost(total, hit, sum(len(encode(o)) for o in outputs))
+    return PaperCost(total, hit, sum(len(encode(o)) for o in outputs) + retried_output)
 
 
 def paper_per_sample(per_sample: Sequence[PaperCost]) -> dict[str, float]:

@@ -128,7 +128,8 @@ _ENGINE_COST_COLS = [("engine: radix cache hit (%)", "radix_cache_hit", 1.0, 0),
                      ("engine: net (x10^3)", "engine_net_encoded", 1e-3, 0),
                      ("engine: cost index", "engine_cost_index", 1.0, 2)]
 _COST_NOTE = ("cache hit, tokens, net, output and cost index are the paper's (section 4.2, table 3): the recorded "
-              "prompts and outputs, one per step, in the run model's tokenizer; each prompt reuses only its longest "
+              "prompts and outputs of every attempt (a retried step's prompt once per attempt, its rejected outputs' "
+              "decoded tokens), in the run model's tokenizer; each prompt reuses only its longest "
               "prefix shared with the previous prompt of the same sample, net = tokens - reused (hit = 1 - net / "
               "tokens), cost index = (net + 3 x output) / 10^6. The engine: columns are what memloop's engine "
               "served (chat template and retried attempts counted; its radix cache reuses prefixes across samples "

@@ -70,8 +70,8 @@ JUSTIFIED: dict[str, dict[str, Justified]] = {
         "validity": Justified(("inc-update", "hier-merge"), "the official code's checks of each method's summaries"),
         "cut_output": Justified(("inc-update", "hier-merge"), _OFFICIAL_INC + "; " + _HIER),
         "on_last_failure": Justified(("inc-update", "hier-merge"), _OFFICIAL_INC + "; " + _HIER),
-        "attempts": Justified(("inc-update", "hier-merge"), _OFFICIAL_INC),
-        "retry_temperature": Justified(("inc-update", "hier-merge"), _OFFICIAL_INC),
+        "attempts": Justified(("inc-update",), _OFFICIAL_INC),
+        "retry_temperature": Justified(("inc-update",), _OFFICIAL_INC),
         "other_temperatures": Justified(("inc-update",), _OFFICIAL_INC),
     },
     "memoryagentbench": {f: Justified(("*",), "MemoryAgentBench compares none of these methods: memloop runs each "

@@ -385,7 +385,9 @@ PAPER_SKIPPED_KINDS = ("schema",)  # a generated schema is made once per task, n
 
 def _paper_costs(steps: pd.DataFrame, tok: PromptTokenizer) -> dict[tuple[int, str], PaperCost]:
     """Seed 002's cost figures of each unit whose steps are given, by (repeat, sample_id) (prompts and
-    outputs in step order per unit, one per step, in `tok`'s tokens); empty when no prompt is recorded."""
+    outputs in step order per unit, in `tok`'s tokens): every attempt counts, so a step retried k times
+    sends its prompt k times and its rejected outputs add their decoded tokens (`retry_decoded_tokens`,
+    the engine's count in the model's tokens); empty when no prompt is recorded."""
     if steps.empty or "prompt" not in steps or steps["prompt"].isna().all():
         return {}
     steps = steps[~steps["kind"].isin(PAPER_SKIPPED_KINDS)] if "kind" in steps else steps
@@ -393,8 +395,12 @@ def _paper_costs(steps: pd.DataFrame, tok: PromptTokenizer) -> dict[tuple[int, s
     for (rep, sid), g in steps.groupby(UNIT_KEY, sort=False):
         g = g.sort_values("step")
         outputs = g["output"] if "output" in g else [""] * len(g)
-        text = [[t if isinstance(t, str) else "" for t in col] for col in (g["prompt"], outputs)]  # null: ""
-        out[(int(rep), str(sid))] = paper_sample_cost(text[0], text[1], tok.encode)
+        attempts = g["attempts"].fillna(1).astype(int).clip(lower=1) if "attempts" in g else [1] * len(g)
+        prompts = [p if isinstance(p, str) else "" for p in g["prompt"]]  # null: ""
+        sent = [p for p, k in zip(prompts, attempts) for _ in range(k)]
+        retried = int(g["retry_decoded_tokens"].fillna(0).sum()) if "retry_decoded_tokens" in g else 0
+        out[(int(rep), str(sid))] = paper_sample_cost(sent, [o if isinstance(o, str) else "" for o in outputs],
+                                                      tok.encode, retried)
     return out
 
 
