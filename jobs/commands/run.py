@@ -222,7 +222,19 @@ def _plan_summary(cfg) -> dict:
     out = {"run_id": plan.run_id, "output": cfg.output, "units": len(plan.units), "done": len(plan.units) - len(todo),
            "to_compute": len(todo), "engine": plan.engine_config,
            "per_dataset_method": [{"dataset": d, "method": m, "units": n} for (d, m), n in sorted(per.items())],
-           "unavailable": list(plan.unavailable)}
+           "unavailable": list(plan.unavailable), "procedure_cards": procedure_cards(cfg)}
+    return out
+
+
+def procedure_cards(cfg) -> list[dict]:
+    """The procedure card of each paper table the config names (`memloop.jobs.results.procedure_cards`), with
+    each step's fit in the model's window where its weights are here."""
+    from memloop.jobs.results.procedure_cards import card, card_markdown
+
+    out = []
+    for tid in cfg.paper_tables or ():
+        c = card(tid, cfg, window=True)
+        out.append({"table": tid, "card": card_markdown(c), "unjustified": [f.text() for f in c.unjustified]})
     return out
 
 
@@ -233,6 +245,8 @@ def _print_plan(out: dict, output: str) -> None:
         print(f"  {row['dataset']:32s} {row['method']:24s} {row['units']:5d}")
     for msg in out["unavailable"]:
         print(f"not counted, data not reachable here (the run needs it): {msg}")
+    for c in out.get("procedure_cards") or ():
+        print("\n" + c["card"] + "\n")
     print("dry run: nothing started")
 
 

@@ -677,7 +677,8 @@ def paper_markdown(table: PaperTable, laid: dict[str, Any]) -> str:
     if laid.get("differences"):
         out += ("\n\nΔ rows: the paired difference (second minus first) on the samples both methods ran, "
                 "a failed unit counted as 0, with its 95% bootstrap interval over samples (as `memloop compare`).")
-    return out + (f"\n\n{laid['note']}" if laid.get("note") else "")
+    out += f"\n\n{laid['note']}" if laid.get("note") else ""
+    return out + (f"\n\n{laid['procedure_card']}" if laid.get("procedure_card") else "")
 
 
 def models_of(d: RunData) -> dict[str, Any]:
@@ -759,7 +760,26 @@ def paper_tables(d: RunData) -> list[tuple[PaperTable, dict]]:
             return None
         return paired_difference(by_cell[keys[0]], by_cell[(b, keys[0][1], col.judge, col.metric)])
 
-    return [(TABLES[i], layout(TABLES[i], figures, status, paired, models)) for i in ids]
+    out = []
+    for i in ids:
+        laid = layout(TABLES[i], figures, status, paired, models)
+        laid["procedure_card"] = _procedure_card(i, run_config(d))
+        out.append((TABLES[i], laid))
+    return out
+
+
+def _procedure_card(table_id: str, config: dict) -> str:
+    """The table's procedure card for the run's own config (`memloop.jobs.results.procedure_cards`); a
+    config this version cannot read (a run made by an older memloop) says so instead."""
+    from memloop.jobs.errors import ConfigError
+    from memloop.eval.errors import EvalError
+    from memloop.jobs.results.procedure_cards import card, card_markdown
+    from memloop.jobs.run.config import parse_config
+
+    try:
+        return card_markdown(card(table_id, parse_config(config, "the run's config"), window=True))
+    except (ConfigError, EvalError) as exc:
+        return f"#### Procedure card: {table_id}\n\nnot available: the run's config does not load here ({exc})"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from memloop.jobs.commands.cli import app
+from memloop.jobs.run.config import load_config
 
 ROOT = Path(__file__).resolve().parents[2]
 # RepoQA and Spider built from packages (~30 s each), and configs whose model under test is a packaged model
@@ -44,6 +45,17 @@ def test_every_paper_config_passes_a_dry_run_in_a_fresh_checkout(config, fresh_c
         assert all("hf download" in m or "make models" in m for m in out["unavailable"]), out["unavailable"]
     else:
         assert out["units"] > 0
+    # one procedure card per paper table the config names, none flagging an unjustified difference
+    cards = {c["table"]: c for c in out["procedure_cards"]}
+    assert set(cards) == set(load_config(config).paper_tables)
+    assert all(f"Procedure card: {t}" in c["card"] and not c["unjustified"] for t, c in cards.items())
+
+
+def test_a_text_dry_run_prints_the_procedure_card_with_the_window_fit(fresh_checkout) -> None:
+    res = CliRunner().invoke(app, ["run", str(ROOT / "jobs/configs/papers/seed003-hier-inc.yaml"), "--dry-run"])
+    assert res.exit_code == 0, res.output
+    assert "#### Procedure card: seed003-hier-inc" in res.output and "attempts per step" in res.output
+    assert "fits the model's window (model tokens)" in res.output
 
 
 def test_a_hub_id_is_not_taken_for_a_missing_file_and_a_real_run_stops_on_it(fresh_checkout) -> None:
