@@ -202,3 +202,19 @@ def test_an_llm_description_copying_the_docstring_is_rejected_and_the_fallback_c
         repoqa = [d for d in cfg["datasets"] if d["task"] == "repoqa"]
         judge = (cfg.get("judge_model") or {}).get("weights", "qwen2.5-coder-1.5b")  # the judge model memloop installs
         assert repoqa and all(d["options"]["describer_model"] == judge for d in repoqa), name
+
+
+def test_the_labelled_fallback_shares_no_five_word_run_with_any_default_needles_docstring_or_comments():
+    """The fallback stands in for a model's paraphrase, so it quotes nothing the needle's chunk carries: its
+    output field no longer takes the docstring's "Returns ..." sentence (3 of the 50 default needles shared a
+    5-word run with it)."""
+    from memloop.eval.datasets.repoqa import DEFAULT_PACKAGES
+    from memloop.eval.datasets.repoqa.needles import copied_run, fallback_description
+
+    copies = []
+    for spec in DEFAULT_PACKAGES:
+        for needle in choose_needles(dependency_order(_read_repository(spec)), 40, 0):
+            run = copied_run(fallback_description(needle, "test")[0], needle)
+            if run:
+                copies.append((needle.qualname, run))
+    assert not copies

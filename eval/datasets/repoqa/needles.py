@@ -172,14 +172,15 @@ def _callee(call: ast.Call) -> str | None:
     return f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None
 
 
-def describe_from_code(needle: Needle) -> dict[str, str]:
+def describe_from_code(needle: Needle, docstring: bool = True) -> dict[str, str]:
     """Purpose from the docstring; input from the signature; output from the annotation, docstring or
     return statements; procedure from the control flow and calls in the body. No identifier of the
-    repository is named: parameters by position and plain type, owners as "a class", calls counted."""
+    repository is named: parameters by position and plain type, owners as "a class", calls counted.
+    `docstring=False` (the labelled fallback): nothing from the docstring, which the needle's chunk carries."""
     import builtins
 
     node = needle.node
-    doc = ast.get_docstring(node) or ""
+    doc = (ast.get_docstring(node) or "") if docstring else ""
     purpose = _sentences(doc, 2) if doc else "Undocumented; the procedure below says what it does."
 
     args = node.args
@@ -362,7 +363,7 @@ def copied_run(description: dict[str, str], needle: Needle, n: int = COPY_RUN_WO
 def fallback_description(needle: Needle, why: str) -> tuple[dict[str, str], str]:
     """The rule-based description where a model's is missing or rejected, labelled as such: its purpose
     says no model described the needle instead of quoting the docstring (which the chunk carries)."""
-    d = describe_from_code(needle)
+    d = describe_from_code(needle, docstring=False)
     d["purpose"] = "Not described by a model; the input, output and procedure below are read from its code."
     return d, f"code fallback ({why})"
 
