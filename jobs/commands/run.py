@@ -210,6 +210,7 @@ def _plan_summary(cfg) -> dict:
     """A run's plan as data: its id, output, units (done / to compute) per dataset and method."""
     from collections import Counter
 
+    from memloop.jobs.run.describe import waiting_units
     from memloop.jobs.run.plan import make_plan
     from memloop.jobs.store.run_store import RunStore
 
@@ -222,7 +223,8 @@ def _plan_summary(cfg) -> dict:
     out = {"run_id": plan.run_id, "output": cfg.output, "units": len(plan.units), "done": len(plan.units) - len(todo),
            "to_compute": len(todo), "engine": plan.engine_config,
            "per_dataset_method": [{"dataset": d, "method": m, "units": n} for (d, m), n in sorted(per.items())],
-           "unavailable": list(plan.unavailable), "procedure_cards": procedure_cards(cfg)}
+           "unavailable": list(plan.unavailable), "procedure_cards": procedure_cards(cfg),
+           "to_describe": waiting_units(todo)}
     return out
 
 
@@ -245,6 +247,9 @@ def _print_plan(out: dict, output: str) -> None:
         print(f"  {row['dataset']:32s} {row['method']:24s} {row['units']:5d}")
     for msg in out["unavailable"]:
         print(f"not counted, data not reachable here (the run needs it): {msg}")
+    for model, n in (out.get("to_describe") or {}).items():
+        print(f"{n} RepoQA needle(s) have no cached description by {model}: the run's judge engine writes them "
+              "at its start where it is that model (cached as they come), else they keep the labelled fallback")
     for c in out.get("procedure_cards") or ():
         print("\n" + c["card"] + "\n")
     print("dry run: nothing started")

@@ -678,7 +678,30 @@ def paper_markdown(table: PaperTable, laid: dict[str, Any]) -> str:
         out += ("\n\nΔ rows: the paired difference (second minus first) on the samples both methods ran, "
                 "a failed unit counted as 0, with its 95% bootstrap interval over samples (as `memloop compare`).")
     out += f"\n\n{laid['note']}" if laid.get("note") else ""
+    if laid.get("describers"):
+        rows = [[r["method"], r["dataset"], f"{r['model']} / {r['samples']}", f"{r['fallback']} / {r['samples']}",
+                 f"{r['rule']} / {r['samples']}"] for r in laid["describers"]]
+        out += ("\n\nRepoQA queries by who described the needle, per cell (model: the describer model's or the "
+                "release's own description; fallback: the labelled rule-based one, where the model's was missing or "
+                "rejected; rule-based: no describer configured):\n\n"
+                + markdown_table(["method", "dataset", "model", "fallback", "rule-based"], rows))
     return out + (f"\n\n{laid['procedure_card']}" if laid.get("procedure_card") else "")
+
+
+def describer_shares(samples: pd.DataFrame, task: str = "repoqa") -> list[dict[str, Any]]:
+    """Per cell (method, dataset) of `task`: how many distinct samples' queries a model described, how many
+    fell back to the labelled rule-based description, how many were rule-based by config (`describer`)."""
+    if samples.empty or "describer" not in samples or "task" not in samples:
+        return []
+    rows = samples[(samples["task"] == task) & samples["describer"].notna()]
+    out = []
+    for (method, ds), g in rows.groupby(["method", "dataset"], sort=True):
+        who = g.drop_duplicates("sample_id")["describer"].astype(str)
+        fallback = int(who.str.startswith("code fallback").sum())
+        rule = int((who == "code").sum())
+        out.append({"method": method, "dataset": ds, "samples": int(len(who)), "fallback": fallback, "rule": rule,
+                    "model": int(len(who)) - fallback - rule})
+    return out
 
 
 def models_of(d: RunData) -> dict[str, Any]:
@@ -764,6 +787,8 @@ def paper_tables(d: RunData) -> list[tuple[PaperTable, dict]]:
     for i in ids:
         laid = layout(TABLES[i], figures, status, paired, models)
         laid["procedure_card"] = _procedure_card(i, run_config(d))
+        if any(c.task == "repoqa" for c in TABLES[i].columns):
+            laid["describers"] = describer_shares(d.samples)
         out.append((TABLES[i], laid))
     return out
 

@@ -288,6 +288,7 @@ def _start_and_compute(plan: RunPlan, rs: RunStore, todo: list[Unit], actor_cls:
     worker beside each; compute the units, and kill the actors whatever happens."""
     import ray
 
+    from memloop.jobs.run.describe import describe_waiting, waiting_units
     from memloop.jobs.run.llm_adapters import ActorLLM
 
     engine_actors.ensure_ray(log)  # judges run as Ray tasks in either case
@@ -296,6 +297,9 @@ def _start_and_compute(plan: RunPlan, rs: RunStore, todo: list[Unit], actor_cls:
     judging = Judging.of(cfg, ActorLLM(judge_procs[0], name="judge-engine", timeout_s=cfg.engine.request_timeout_s)
                          if judge_procs else None)
     try:
+        if judge_procs and waiting_units(todo):  # RepoQA needles with no cached description: the judge writes them
+            todo = describe_waiting(cfg, todo, lambda model: ActorLLM(
+                judge_procs[0], name=model, timeout_s=cfg.engine.request_timeout_s), log)
         return _start_engines_and_compute(plan, rs, todo, actor_cls, sim, log, state, judging)
     finally:
         for a in judge_procs:

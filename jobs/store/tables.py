@@ -51,6 +51,9 @@ SCHEMAS: dict[str, pa.Schema] = {
         # the items a judge scores one by one when a sample has several (MemoryAgentBench's questions: their
         # count and the table groups they belong to), so a unit that produced nothing counts each as zero
         pa.field("items_json", pa.string()),
+        # who wrote the sample's query where its loader says (RepoQA: "llm", "release", "code", or
+        # "code fallback (why)"); null for other tasks and in files written before it
+        pa.field("describer", pa.string()),
         pa.field("actor", pa.string()),
         pa.field("started_at", UTC_TS),
         pa.field("finished_at", UTC_TS),
@@ -182,7 +185,13 @@ def sample_row(u: "UnitLike", status: str, error: str | None, attempts: int, out
                 failure=None if status != "failed" else "method", attempts=attempts, output_json=output,
                 n_steps=len(out.steps) if out is not None else 0, prompt_tokens=prompt, cached_tokens=cached,
                 decoded_tokens=decoded, chunk_tokens=u.chunk_tokens, input_tokens=u.input_tokens,
-                items_json=_items_json(u), actor=actor, started_at=started, finished_at=now())
+                items_json=_items_json(u), describer=_describer(u), actor=actor, started_at=started,
+                finished_at=now())
+
+
+def _describer(u: "UnitLike") -> str | None:
+    d = (u.sample.metadata or {}).get("describer")
+    return None if d is None else str(d)
 
 
 def _items_json(u: "UnitLike") -> str | None:

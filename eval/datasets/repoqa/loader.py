@@ -8,6 +8,7 @@ from memloop.eval.datasets.repoqa.needles import (FIELDS, QUERY, choose_needles,
                                           describe_with_llm)
 from memloop.eval.datasets.repoqa.release import is_release, load_release
 from memloop.eval.datasets.repoqa.source import chunk_of, chunk_starts, dependency_order, pack_lines, read_package
+from memloop.eval.datasets.errors import DatasetError
 from memloop.eval.datasets.sample import Sample, slug
 from memloop.eval.tokens import TokenizerLike, token_counter
 
@@ -81,4 +82,41 @@ def load_repoqa(packages: Sequence[str | Path] | str = DEFAULT_PACKAGES, needles
     return samples[:limit]
 
 
-__all__ = ["load_repoqa", "repository_text", "FIELDS", "DEFAULT_PACKAGES"]
+WAITING = "code fallback (no description by "  # a describer's label while no answer of its model is cached
+
+
+def waiting_for_description(sample: Sample) -> str | None:
+    """The describer model a sample's fallback query waits for (no answer of it cached), or None."""
+    describer = str(sample.metadata.get("describer") or "")
+    if sample.task != "repoqa" or not describer.startswith(WAITING):
+        return None
+    return describer[len(WAITING):].split(" cached in ", 1)[0]
+
+
+def describe_sample(sample: Sample, llm: Any, description_cache: str | Path | None = None) -> Sample:
+    """`sample` with its needle described by `llm` (whose `name` is the cache's model name, the config's
+    `describer_model`), the answer cached per needle as it comes (a run stopped half-way resumes from the
+    cache); a description that leaks or copies falls back as `describe_with_llm` says."""
+    from dataclasses import replace
+
+    from memloop.eval.datasets.repoqa.needles import Needle, _functions
+
+    if description_cache is None:
+        from memloop.eval.assets import cache_root
+
+        description_cache = cache_root() / "repoqa-descriptions"
+    meta = sample.metadata
+    files = [f for f in _read_repository(meta["package"]) if f.path == meta["file"]]
+    found = [(q, node, m) for f in files for q, node, m in _functions(f)
+             if q == meta["qualname"] and node.lineno == meta["lineno"]]
+    if not found:
+        raise DatasetError(f"sample {sample.id}: its needle {meta['qualname']} is no longer at {meta['file']}:"
+                           f"{meta['lineno']} (the package changed); reload the dataset")
+    q, node, is_method = found[0]
+    needle = Needle(node.name, q, files[0], node, is_method)
+    description, describer = describe_with_llm(needle, llm, description_cache)
+    return replace(sample, query=QUERY.format(**description),
+                   metadata={**meta, "description": description, "describer": describer})
+
+
+__all__ = ["load_repoqa", "repository_text", "FIELDS", "DEFAULT_PACKAGES", "describe_sample", "waiting_for_description"]
