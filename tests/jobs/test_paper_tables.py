@@ -277,10 +277,11 @@ def test_table3_net_and_cost_index_recomputed_from_the_runs_parquet_agree_with_t
         for sid in units["sample_id"]:
             st = steps[(steps["method"] == method) & (steps["dataset"] == ds) & (steps["sample_id"] == sid)
                        & (steps["kind"] != "schema")].sort_values("step")
-            ids = [cl100k_encode(p or "") for p in st["prompt"]]
+            # every attempt: a retried step's prompt once per attempt, its rejected outputs' decoded tokens
+            ids = [cl100k_encode(p or "") for p, k in zip(st["prompt"], st["attempts"]) for _ in range(max(1, k))]
             total = sum(len(i) for i in ids)
             net = total - sum(_lcp(a, b) for a, b in zip(ids, ids[1:]))
-            out = sum(len(cl100k_encode(o or "")) for o in st["output"])
+            out = sum(len(cl100k_encode(o or "")) for o in st["output"]) + int(st["retry_decoded_tokens"].sum())
             per.append((total, net, (net + 3 * out) / 1e6))
         n = len(per)
         assert figures[(method, ds, "encoded")] == pytest.approx(sum(p[0] for p in per) / n)
