@@ -7,7 +7,8 @@ Backgrounds, Motivations, Objectives, Other", each a dictionary of named element
 valid answer; only text with no JSON object in it (cut, or prose) fails, as it would have for the
 paper. What the prompts allow is normalised instead of refused:
 - a single value (a string, a number) becomes a one-element list; nested values become
-  "key: value" strings, so no description is lost;
+  "key: value" strings, so no description is lost; an entity table inside appendix B's
+  `attributes` wrapper is the table;
 - book field names are matched case- and space-insensitively, "backgrounds" read as "background";
   a field outside the six goes into "other" under its own name, and a field that is not a
   dictionary is kept as one element named after the field.
@@ -33,7 +34,11 @@ def read_memory(text: str, book: bool) -> dict[str, Any]:
     """The memory in `text` in memloop's shape: {attribute: [str]} for an entity, the six book fields of
     {element: [str]} for a book. ParseFailure only when the text holds no JSON object."""
     value = extract_json(text, dict)
-    return book_memory(value) if book else descriptions_table(value)
+    if book:
+        return book_memory(value)
+    if len(value) == 1 and _field(next(iter(value))) == "attributes" and isinstance(next(iter(value.values())), dict):
+        value = next(iter(value.values()))  # appendix B's and figure 5's `attributes` wrapper around the table
+    return descriptions_table(value)
 
 
 def descriptions(value: Any) -> list[str]:
@@ -46,7 +51,7 @@ def descriptions(value: Any) -> list[str]:
             out += descriptions(item)
         return out
     if isinstance(value, dict):
-        return [f"{k}: {d}" for k, v in value.items() for d in (descriptions(v) or [""])]
+        return [f"{k}: {d}" if d else str(k) for k, v in value.items() for d in (descriptions(v) or [""])]
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
     return [text.strip()] if text.strip() else []
 

@@ -126,6 +126,8 @@ def test_free_json_accepts_what_the_papers_prompts_allow_and_normalises_it() -> 
     entity = read_memory('Here it is:\n```json\n{"Location": "near the beach", "Rooms": ["large", "clean"], '
                          '"Stars": 4, "Pool": null}\n```', book=False)
     assert entity == {"Location": ["near the beach"], "Rooms": ["large", "clean"], "Stars": ["4"], "Pool": []}
+    assert read_memory('{"Attributes": {"Rooms": {"size": null, "view": "sea"}}}', book=False) == {
+        "Rooms": ["size", "view: sea"]}  # appendix B's wrapper is the table; nested values kept as text
     book = read_memory('{"Characters": {"Anna": "the keeper"}, "BACKGROUNDS": {"Carrow Point": ["a rocky coast"]}, '
                        '"Events": {"The storm": {"when": "at night", "what": ["a ship runs aground"]}}, '
                        '"Themes": ["solitude"], "other": "a lighthouse story"}', book=True)
