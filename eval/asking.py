@@ -95,6 +95,7 @@ class Answer:
     constrained: bool = False
     retry_usage: Usage = field(default_factory=Usage)
     cut: bool = False
+    prompt: str = ""  # the last attempt's prompt (a `reprompt` may change it per attempt)
 
 
 def build_request(prompt: str, sampling: Sampling, schema: dict[str, Any] | None = None, *,
@@ -107,10 +108,12 @@ def build_request(prompt: str, sampling: Sampling, schema: dict[str, Any] | None
 
 def ask(llm: LLM, prompt: str, sampling: Sampling, *, parse: Callable[[str], Any] | None = None,
         schema: dict[str, Any] | None = None, max_attempts: int = 3, retry: RetryPolicy = SAME_REQUEST,
-        raw_prompt: bool = False) -> Answer:
+        raw_prompt: bool = False, reprompt: Callable[[int], str] | None = None) -> Answer:
     """Ask until `parse` accepts the text (no `parse`: the text itself), at most `max_attempts` times.
 
     The schema is sent only when `llm.supports_json_schema`; otherwise the free text is parsed.
+    `reprompt(attempt)` is the prompt of 0-based retry `attempt` > 0 where a retry asks differently
+    (the official BooookScore code lowers the word limit it asks for on each retry).
     """
     if max_attempts < 1:
         raise EvalError(f"max_attempts must be at least 1 (got {max_attempts})")
@@ -122,17 +125,21 @@ def ask(llm: LLM, prompt: str, sampling: Sampling, *, parse: Callable[[str], Any
         if attempt:
             retry_usage = retry_usage + last
             retry_sampling = retry.sampling(sampling, attempt)
-            if retry_sampling is not sampling:
+            asked = reprompt(attempt) if reprompt is not None else prompt
+            if retry_sampling is not sampling or asked != prompt:
+                prompt = asked
                 request = build_request(prompt, retry_sampling, constrained, raw_prompt=raw_prompt)
         result = llm.complete(request)
         last, text, cut = result.usage, result.text, result.finish_reason == "length"
         usage = usage + last
         if parse is None:
-            return Answer(text, text, True, attempt + 1, usage, failures, constrained is not None, retry_usage, cut)
+            return Answer(text, text, True, attempt + 1, usage, failures, constrained is not None, retry_usage, cut,
+                          prompt)
         try:
             parsed = parse(text)
         except ParseFailure as exc:
             failures.append(Attempt(attempt + 1, text, str(exc), cut))
             continue
-        return Answer(text, parsed, True, attempt + 1, usage, failures, constrained is not None, retry_usage, cut)
-    return Answer(text, None, False, budget, usage, failures, constrained is not None, retry_usage, cut)
+        return Answer(text, parsed, True, attempt + 1, usage, failures, constrained is not None, retry_usage, cut,
+                      prompt)
+    return Answer(text, None, False, budget, usage, failures, constrained is not None, retry_usage, cut, prompt)

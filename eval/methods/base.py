@@ -117,7 +117,8 @@ class Trace:
             parse: Callable[[str], Any] | None = None, schema: dict[str, Any] | None = None,
             chunk_index: int | None = None, max_tokens: int | None = None, stop: tuple[str, ...] = (),
             raw_prompt: bool = False, llm: LLM | None = None, max_attempts: int | None = None,
-            temperature: float | None = None) -> Step:
+            temperature: float | None = None,
+            retry_values: Callable[[int], dict[str, Any]] | None = None) -> Step:
         """Render, call, parse with bounded retries; returns the recorded step (step.ok says if parsed).
         `llm` asks another model than the one under test (default: the model under test).
 
@@ -126,18 +127,21 @@ class Trace:
         `raw_prompt` sends a completion prompt instead of a chat message (tool transcripts).
         `max_attempts` and `temperature` override the settings' for this one call (a method whose paper
         fixes them for one kind of step, e.g. the official incremental updating's single try).
+        `retry_values(attempt)` are the template's values for 0-based retry `attempt` > 0 where a retry
+        asks differently (the official hierarchical merging's lower word limit per retry).
         """
         tpl = load_template(template) if isinstance(template, str) else template
         prompt = tpl.render(**values)
+        reprompt = (lambda attempt: tpl.render(**retry_values(attempt))) if retry_values is not None else None
         return self.ask_prompt(prompt, tpl, kind=kind, parse=parse, schema=schema, chunk_index=chunk_index,
                                max_tokens=max_tokens, stop=stop, raw_prompt=raw_prompt, llm=llm,
-                               max_attempts=max_attempts, temperature=temperature)
+                               max_attempts=max_attempts, temperature=temperature, reprompt=reprompt)
 
     def ask_prompt(self, prompt: str, tpl: Template, *, kind: str, parse: Callable[[str], Any] | None = None,
                    schema: dict[str, Any] | None = None, chunk_index: int | None = None,
                    max_tokens: int | None = None, stop: tuple[str, ...] = (), raw_prompt: bool = False,
                    llm: LLM | None = None, max_attempts: int | None = None,
-                   temperature: float | None = None) -> Step:
+                   temperature: float | None = None, reprompt: Callable[[int], str] | None = None) -> Step:
         self.templates[tpl.id] = tpl.sha256
         sampling = self.settings.sampling(max_tokens, stop)
         if temperature is not None:
@@ -145,11 +149,11 @@ class Trace:
         attempts = self.settings.max_attempts if max_attempts is None else max_attempts
         answer = ask(llm or self.llm, prompt, sampling, parse=parse, schema=schema,
                      max_attempts=max(1, attempts), retry=reseed(self.settings.retry_temperature),
-                     raw_prompt=raw_prompt)
+                     raw_prompt=raw_prompt, reprompt=reprompt)
         failures = [f"attempt {a.number}: {a.reason}" + (" (output hit max_tokens)" if a.cut else "")
                     for a in answer.failures]
         step = Step(index=len(self.steps), kind=kind, template_id=tpl.id, template_sha256=tpl.sha256,
-                    prompt=prompt, output=answer.text, parsed=answer.parsed, usage=kept_usage(answer.usage,
+                    prompt=answer.prompt or prompt, output=answer.text, parsed=answer.parsed, usage=kept_usage(answer.usage,
                                                                                              answer.retry_usage),
                     attempts=answer.attempts, failures=failures, chunk_index=chunk_index, ok=answer.ok,
                     outcome=call_outcome(answer.ok, answer.cut, answer.parsed if parse is not None else answer.text),

@@ -3,7 +3,10 @@ the control flow of the official code (`booookscore/summ.py`).
 
 Validity as in the official code: a summary is accepted only if it is non-empty, ends in sentence
 punctuation and fits its token limit; otherwise the call is retried (bounded by max_attempts) and a
-still-invalid summary is kept but recorded as a failure of that step.
+still-invalid summary is kept but recorded as a failure of that step. Hierarchical merging retries
+as the official `summarize` does: up to 7 calls, the retries at temperature 1, each retry's word
+limit the previous one's times (1 - 0.1 x its index), so 1, 1, 0.9, 0.72, ... of the first
+(`HierSettings`).
 
 Hierarchical merging: each level has its own token limit, and its prompts ask for 0.65 of it in
 words (`word_ratio`). The limits come from the number of levels the book needs (merges packed into
@@ -11,7 +14,11 @@ words (`word_ratio`). The limits come from the number of levels the book needs (
 level below 0.65 of the one above; a level whose whole input fits one merge with the full limit gets
 the full limit. Merges are packed with "Summary k:" labels, and from the second group of a level on
 the previous merge is given as context (cut to a fifth of the room, at a sentence end) and merged
-with the summaries, as the official context prompt says.
+with the summaries, as the official context prompt says. The packing counts as the official code
+does (`count_tokens`, cl100k in the config) against `context_window`, and every merge must also fit
+the model's own window in the model's tokens, its output cap included (`caps.fits_window`): a
+group stops growing at whichever limit comes first, and a context too long for two summaries to
+fit beside it is cut further. Output caps are the summary limits converted to the model's tokens.
 
 Incremental updating: the first chunk is summarised, each next one updates the summary; the prompts
 carry no word limit. As in the official code, an update is asked once: when it is invalid (too
@@ -33,13 +40,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Annotated, Any, Callable
+
+from pydantic import Field
 
 from memloop.eval.asking import ParseFailure
 from memloop.eval.datasets.sample import Sample
 from memloop.eval.errors import MethodError
 from memloop.eval.methods import answers
 from memloop.eval.methods.base import Method, MethodSettings, Trace
+from memloop.eval.methods.caps import fits_window, model_tokens
 from memloop.eval.methods.outcomes import StepOutcome
 from memloop.eval.methods.parsing import ends_in_punctuation
 from memloop.eval.methods.procedure import Procedure, StepRule, counter_text, from_settings
@@ -60,6 +70,31 @@ class BookSettings(MethodSettings):
     compress_rounds: PositiveInt = 6        # incremental updating: compress-and-redo tries per chunk
     compress_temperature: Temperature = 1.0  # incremental updating compresses at the official code's temperature
     max_tokens: MaxTokens = 1024
+
+    def out_tokens(self, trace: Trace, limit: int, text: str) -> int:
+        """The output cap of a summary limited to `limit` budget tokens: the limit in the model's tokens
+        (at `text`'s ratio, so a summary within its limit is never cut), at most `max_tokens`."""
+        return min(self.max_tokens, model_tokens(trace, limit, text))
+
+
+@dataclass(frozen=True)
+class HierSettings(BookSettings):
+    """Hierarchical merging's retries, as the official `summarize`: the first call at the run's temperature,
+    then retries at `retry_temperature` with a word limit shrunk by `word_shrink` x the retry's index."""
+
+    max_attempts: PositiveInt = 7  # the official code: the first call and up to 6 retries
+    retry_temperature: Temperature = 1.0  # the official retries sample at temperature 1
+    word_shrink: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.1  # retry i's words: the previous x (1 - 0.1 i)
+
+
+def retry_word_limits(first: int, attempts: int, shrink: float) -> list[int]:
+    """The word limit asked on each of `attempts` calls, as the official `summarize` lowers it: the first
+    call's, then retry i (0-based) the previous one's times (1 - shrink x i): 1, 1, 0.9, 0.72, ... of it."""
+    limits, words = [first], float(first)
+    for i in range(attempts - 1):
+        words *= 1 - shrink * i
+        limits.append(max(1, round(words)))
+    return limits
 
 
 def validity_parser(trace: Trace, limit: int, sentence_end: bool = True,
@@ -108,6 +143,7 @@ class _BookMethod(Method):
 
 class HierarchicalMerging(_BookMethod):
     name = "hier-merge"
+    Settings = HierSettings
     template_ids = ("s003-hier-chunk", "s003-hier-merge", "s003-hier-merge-context")
 
     def procedure(self, task: str) -> Procedure:
@@ -119,14 +155,21 @@ class HierarchicalMerging(_BookMethod):
                         "the last output is kept (kept_invalid)")
         return from_settings(s, rule, output_cap=min(s.max_tokens, s.max_summary_tokens))
 
+    def _summarise(self, trace: Trace, tid: str, values: dict[str, Any], limit: int, text: str, **kw: Any) -> Step:
+        """One summary as the official `summarize` asks it: retries lower the word limit they ask for."""
+        s = self.settings
+        words = retry_word_limits(self._words(limit), s.max_attempts, s.word_shrink)
+        return trace.ask(tid, {**values, "word_limit": words[0]}, parse=validity_parser(trace, limit),
+                         max_tokens=s.out_tokens(trace, limit, text),
+                         retry_values=lambda attempt: {**values, "word_limit": words[attempt]}, **kw)
+
     def _run(self, sample: Sample, trace: Trace) -> tuple[str, Any]:
         limits = self._level_limits(trace, sample.chunks)
         level: list[str] = []
         limit = self._limit(trace, limits, 0, list(sample.chunks), "s003-hier-chunk")
         for i, chunk in enumerate(sample.chunks):
-            step = trace.ask("s003-hier-chunk", {"chunk": chunk, "word_limit": self._words(limit)}, kind="summarize",
-                             parse=validity_parser(trace, limit), chunk_index=i,
-                             max_tokens=min(self.settings.max_tokens, limit))
+            step = self._summarise(trace, "s003-hier-chunk", {"chunk": chunk}, limit, chunk, kind="summarize",
+                                   chunk_index=i)
             level.append(_accepted(step))
             step.memory = {"level": 0, "limit": limit, "summaries": list(level)}
         depth = 0
@@ -165,13 +208,24 @@ class HierarchicalMerging(_BookMethod):
         return limits[depth]
 
     def _merge_level(self, trace: Trace, level: list[str], depth: int, limits: list[int]) -> list[str]:
-        """Pack consecutive summaries ("Summary k:") into merges that fit the window; from the second
-        merge on, the previous merge of this level is the context, merged with the summaries."""
+        """Pack consecutive summaries ("Summary k:") into merges that fit both the official room (counted
+        as the paper counts) and the model's window (in its own tokens, with the output cap); from the
+        second merge on, the previous merge of this level is the context, merged with the summaries."""
         s = self.settings
         limit = self._limit(trace, limits, depth, level, "s003-hier-merge-context")
         room = s.context_window - limit - self._bare(trace, "s003-hier-merge-context") - SLACK
         count = trace.count_tokens
-        parse = validity_parser(trace, limit)
+        out = s.out_tokens(trace, limit, "\n\n".join(level))
+        words = self._words(limit)
+
+        def model_fits(group: list[str], context: str) -> bool:  # the model's window, in its tokens
+            tid = "s003-hier-merge-context" if context else "s003-hier-merge"
+            prompt = load_template(tid).render(summaries=_labelled(group), context=context, word_limit=words)
+            return fits_window(trace, prompt, out, s.context_window)
+
+        def fits(group: list[str], context: str) -> bool:  # the official packing, then the model's window
+            return count(context + _labelled(group)) + SLACK <= room and model_fits(group, context)
+
         merged: list[str] = []
         i = 0
         while i < len(level):
@@ -179,18 +233,18 @@ class HierarchicalMerging(_BookMethod):
             group = [level[i]]
             i += 1
             # at least two per merge (every level shrinks), then as many as fit
-            while i < len(level) and (len(group) < 2 or
-                                      count(context + _labelled(group + [level[i]])) + SLACK <= room):
+            while i < len(level) and (len(group) < 2 or fits(group + [level[i]], context)):
                 group.append(level[i])
                 i += 1
             if len(group) == 1 and not context:
                 merged.append(group[0])  # a lone last summary moves up unchanged
                 continue
-            values = {"summaries": _labelled(group), "word_limit": self._words(limit)}
+            context = self._fitting_context(trace, group, context, model_fits)
+            values = {"summaries": _labelled(group)}
             if context:
                 values["context"] = context
-            step = trace.ask("s003-hier-merge-context" if context else "s003-hier-merge", values, kind="merge",
-                             parse=parse, max_tokens=min(s.max_tokens, limit))
+            step = self._summarise(trace, "s003-hier-merge-context" if context else "s003-hier-merge", values, limit,
+                                   "\n\n".join(level), kind="merge")
             if count(context + _labelled(group)) + SLACK > room:
                 step.failures.append(f"merge prompt exceeds the context window of {s.context_window} tokens "
                                      "(two summaries must be merged to make progress)")
@@ -198,19 +252,37 @@ class HierarchicalMerging(_BookMethod):
             step.memory = {"level": depth, "limit": limit, "summaries": list(merged)}
         return merged
 
+    def _fitting_context(self, trace: Trace, group: list[str], context: str,
+                         fits: Callable[[list[str], str], bool]) -> str:
+        """The context, cut further (halving its room, at a sentence end) until the merge fits the model's
+        window; none at all if even that does not. A pair that fits neither way cannot be merged here."""
+        cap = trace.count_tokens(context)
+        while context and not fits(group, context):
+            cap //= 2
+            context = _cut(trace, context, cap) if cap > 0 else ""
+        if not fits(group, context):
+            raise MethodError(f"{self.name}: {len(group)} summaries at this level do not fit the model's window "
+                              f"with an output cap for {self.settings.max_summary_tokens}-token summaries; use a "
+                              "model with a longer context or a lower max_summary_tokens")
+        return context
+
     @staticmethod
     def _context(trace: Trace, previous: str, room: int) -> str:
         """The previous merge as context, cut to a fifth of the room at its last full sentence."""
-        cap = math.floor(CONTEXT_SHARE * room)
-        if trace.count_tokens(previous) <= cap:
-            return previous
-        words = previous.split()
-        lo, hi = 0, len(words)
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            lo, hi = (mid, hi) if trace.count_tokens(" ".join(words[:mid])) <= cap else (lo, mid - 1)
-        cut = " ".join(words[:lo])
-        return cut.rsplit(".", 1)[0] + "." if "." in cut else cut
+        return _cut(trace, previous, math.floor(CONTEXT_SHARE * room))
+
+
+def _cut(trace: Trace, previous: str, cap: int) -> str:
+    """`previous` cut to at most `cap` tokens, at its last full sentence."""
+    if trace.count_tokens(previous) <= cap:
+        return previous
+    words = previous.split()
+    lo, hi = 0, len(words)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if trace.count_tokens(" ".join(words[:mid])) <= cap else (lo, mid - 1)
+    cut = " ".join(words[:lo])
+    return cut.rsplit(".", 1)[0] + "." if "." in cut else cut
 
 
 def _labelled(summaries: list[str]) -> str:
@@ -236,7 +308,8 @@ class IncrementalUpdating(_BookMethod):
                     "mab-answer-notes")
 
     def update_cap(self) -> int:
-        """max_tokens of the initial, update and compress calls: the summary limit where it is lower."""
+        """The card's output cap of the initial, update and compress calls: the summary limit where it is
+        lower than max_tokens (each call converts that limit to the model's tokens, `BookSettings.out_tokens`)."""
         return min(self.settings.max_tokens, self.settings.max_summary_tokens)
 
     def procedure(self, task: str) -> Procedure:
@@ -277,10 +350,10 @@ class IncrementalUpdating(_BookMethod):
         base = {"question": question} if query else {}
         valid = validity_parser(trace, s.max_summary_tokens, sentence_end=not query)
         n = len(sample.chunks)
-        out_tokens = self.update_cap()
 
         def update(chunk: str, summary: str, j: int) -> Step:
             # one try: the official code compresses after the first invalid update instead of asking again
+            out_tokens = s.out_tokens(trace, s.max_summary_tokens, chunk)
             step = trace.ask(f"s003-inc-update{suffix}", {**base, "chunk": chunk, "summary": summary},
                              kind="update", parse=valid, chunk_index=j, max_tokens=out_tokens,
                              max_attempts=self.UPDATE_ATTEMPTS)
@@ -292,7 +365,8 @@ class IncrementalUpdating(_BookMethod):
         for j, chunk in enumerate(sample.chunks):
             if j == 0:
                 step = trace.ask(f"s003-inc-init{suffix}", {**base, "chunk": chunk}, kind="initial",
-                                 parse=valid, chunk_index=j, max_tokens=out_tokens)
+                                 parse=valid, chunk_index=j,
+                                 max_tokens=s.out_tokens(trace, s.max_summary_tokens, chunk))
             else:
                 step = update(chunk, summary, j)
                 if not step.ok:
@@ -317,7 +391,7 @@ class IncrementalUpdating(_BookMethod):
             c = trace.ask(f"s003-inc-compress{suffix}", {**base, "summary": previous, "words": len(previous.split()),
                                                          "word_limit": target},
                           kind="compress", parse=parse, chunk_index=j - 1,
-                          max_tokens=self.update_cap(), max_attempts=1,
+                          max_tokens=s.out_tokens(trace, s.max_summary_tokens, previous), max_attempts=1,
                           temperature=s.compress_temperature)
             c.memory = _accepted(c)
             if not c.ok:

@@ -24,27 +24,22 @@ from memloop.eval.datasets.sample import Sample
 from memloop.eval.errors import MethodError
 from memloop.eval.memory import Revision, Schema, parse_cok
 from memloop.eval.memory.schemas import STORY_ELEMENTS, SUMIE_SUMMARY
-from memloop.eval.methods.base import Method, MethodSettings, Trace
-from memloop.eval.methods.outcomes import StepOutcome
+from memloop.eval.methods.base import Method, Trace
 from memloop.eval.methods.common import (
-    Decoding, enforce_limit, entity_name, final_summary, is_entity, json_parser, paragraphs, schema_for, sent_schema,
-    subject,
+    BOOK_FIELDS, MemorySettings, enforce_limit, entity_name, final_summary, is_entity, memory_parser, memory_step,
+    paragraphs, schema_for, sent_schema, subject,
 )
+from memloop.eval.methods.outcomes import StepOutcome
 from memloop.eval.methods.parsing import as_text
 from memloop.eval.methods.structured import apply_step, revision_parser
 from memloop.eval.methods.summaries import _format_instruction
 from memloop.eval.templates import load_template
-from memloop.eval.options import MaxTokens, PositiveInt
 
 
 @dataclass(frozen=True)
-class CokSettings(MethodSettings):
-    memory_limit: PositiveInt | None = None
-    compress_rounds: PositiveInt = 2  # compression calls per step before trimming to K
-    max_tokens: MaxTokens = 1024
-    # the structure and compress steps' JSON: free ("text", the paper's) or held to the schema; the
-    # revise step is figure 5's sections under either
-    decoding: Decoding = "text"
+class CokSettings(MemorySettings):
+    """The settings every seed 000 method shares (`MemorySettings`); under `decoding: constrained` the
+    structure and compress steps are held to the schema, and the revise step is figure 5's sections."""
 
 
 class ChainOfKey(Method):
@@ -66,24 +61,35 @@ class ChainOfKey(Method):
     def _schema(sample: Sample) -> Schema:
         return SUMIE_SUMMARY if is_entity(sample) else STORY_ELEMENTS
 
-    def _structure(self, trace: Trace, sample: Sample, chunk: str, i: int) -> dict[str, Any] | None:
-        """Step 1: a structured summary of the new paragraph only, shaped like the memory schema."""
+    @staticmethod
+    def _wrap(sample: Sample, memory: dict[str, Any]) -> dict[str, Any]:
+        """The memory as figure 5's class holds it: an entity's table under `attributes`. The memory
+        itself stays the bare table, as GU's and GM's, so K, the compression prompt, the memory-size
+        figure and the judge see one form for every method; only the revise step shows the class."""
+        return {"attributes": memory} if is_entity(sample) else memory
+
+    @staticmethod
+    def _unwrap(sample: Sample, memory: dict[str, Any]) -> dict[str, Any]:
+        return memory.get("attributes", {}) if is_entity(sample) else memory
+
+    def _structure(self, trace: Trace, sample: Sample, chunk: str, i: int,
+                   memory: dict[str, Any] | None) -> dict[str, Any] | None:
+        """Step 1: a structured summary of the new paragraph only, shaped like the memory (bare table)."""
         flat = schema_for(sample)
+        ask = {"kind": "structure", "parse": memory_parser(sample), "schema": self._sent(trace, flat),
+               "chunk_index": i}
         if is_entity(sample):
-            step = trace.ask("s000-entity-initial-json", {"entity_name": entity_name(sample),
-                                                          "paragraph": paragraphs([chunk], i + 1)},
-                             kind="structure", parse=json_parser(flat), schema=self._sent(trace, flat),
-                             chunk_index=i)
-            value = {"attributes": step.parsed} if step.ok else None
+            step = memory_step(trace, "s000-entity-initial-json", {"entity_name": entity_name(sample),
+                                                                   "paragraph": paragraphs([chunk], i + 1)},
+                               memory, **ask)
+            value = step.parsed if step.ok else None
         else:
-            step = trace.ask("s000-book-generate", {"special_instruction": _format_instruction(trace, "json"),
-                                                    "book_chunk": chunk, "output_format": "JSON"},
-                             kind="structure", parse=json_parser(flat), schema=self._sent(trace, flat),
-                             chunk_index=i)
-            value = ({f: step.parsed.get(f, {}) for f in ("characters", "events", "background", "motivations",
-                                                          "objectives", "other")} if step.ok else None)
+            step = memory_step(trace, "s000-book-generate", {"special_instruction": _format_instruction(trace, "json"),
+                                                             "book_chunk": chunk, "output_format": "JSON"},
+                               memory, **ask)
+            value = {f: step.parsed.get(f, {}) for f in BOOK_FIELDS} if step.ok else None
         if value is not None:
-            errs = self._schema(sample).errors(value)
+            errs = self._schema(sample).errors(self._wrap(sample, value))
             if errs:
                 step.failures.append(f"structured summary breaks the memory schema: {errs[0]}")
                 step.outcome = StepOutcome.PARSE_FAILED
@@ -103,7 +109,7 @@ class ChainOfKey(Method):
         parse = revision_parser(False, parse_cok, ops)
         memory: dict[str, Any] | None = None
         for i, chunk in enumerate(sample.chunks):
-            new = self._structure(trace, sample, chunk, i)
+            new = self._structure(trace, sample, chunk, i, memory)
             trace.steps[-1].memory = memory
             if new is None:
                 continue
@@ -111,21 +117,23 @@ class ChainOfKey(Method):
                 memory = new
                 trace.steps[-1].memory = memory
             else:
-                step = trace.ask("s000-cok-update", {"guidelines": guidelines.text.strip(), "question": question,
-                                                     "example": example.text.strip(),
-                                                     "new_summary": json.dumps(new, ensure_ascii=False),
-                                                     "class_def": schema.class_text(),
-                                                     "partial_summary": as_text(memory)},
-                                 kind="revise", parse=parse, schema=None, chunk_index=i)
-                memory, _ = apply_step(step, memory, schema, prepare=cumulative)
+                step = memory_step(trace, "s000-cok-update",
+                                   {"guidelines": guidelines.text.strip(), "question": question,
+                                    "example": example.text.strip(),
+                                    "new_summary": json.dumps(self._wrap(sample, new), ensure_ascii=False),
+                                    "class_def": schema.class_text(),
+                                    "partial_summary": as_text(self._wrap(sample, memory))},
+                                   memory, kind="revise", parse=parse, schema=None, chunk_index=i)
+                revised, _ = apply_step(step, self._wrap(sample, memory), schema, prepare=cumulative)
+                memory = self._unwrap(sample, revised)
                 step.memory = memory
             memory = enforce_limit(trace, memory, fmt="json", limit=self.settings.memory_limit, subj=subject(sample),
-                                   schema=schema.json_schema(), chunk_index=i, rounds=self.settings.compress_rounds,
-                                   constrained=self._sent(trace, schema.json_schema()))
+                                   sample=sample, chunk_index=i, rounds=self.settings.compress_rounds,
+                                   constrained=self._sent(trace, schema_for(sample)))
         if memory is None:
             return "", None
         if is_entity(sample):
-            return as_text(memory.get("attributes", {})), memory
+            return as_text(memory), memory
         return final_summary(trace, memory), memory
 
 

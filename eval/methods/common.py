@@ -2,17 +2,26 @@
 from __future__ import annotations
 
 import copy
+import math
 import re
-from typing import Any, Callable, Literal
+from dataclasses import dataclass
+from typing import Annotated, Any, Callable, Literal
+
+from pydantic import Field
 
 from memloop.eval.asking import ParseFailure
 from memloop.eval.datasets.sample import Sample
 from memloop.eval.errors import MethodError
-from memloop.eval.methods.base import Trace
+from memloop.eval.methods import free_json
+from memloop.eval.methods.base import MethodSettings, Trace
+from memloop.eval.methods.caps import model_tokens, window_room
+from memloop.eval.methods.free_json import BOOK_FIELDS
 from memloop.eval.methods.outcomes import StepOutcome
-from memloop.eval.methods.parsing import as_text, extract_json, parse_json_object
+from memloop.eval.methods.parsing import as_text, extract_json
+from memloop.eval.methods.step import Step
+from memloop.eval.options import MaxTokens, PositiveInt
+from memloop.eval.templates import load_template
 
-BOOK_FIELDS = ("characters", "events", "background", "motivations", "objectives", "other")
 STR_LIST = {"type": "array", "items": {"type": "string"}}
 ENTITY_SCHEMA: dict[str, Any] = {"type": "object", "additionalProperties": STR_LIST}
 BOOK_SCHEMA: dict[str, Any] = {
@@ -52,6 +61,52 @@ def schema_for(sample: Sample) -> dict[str, Any]:
 
 
 Decoding = Literal["text", "constrained"]
+DEFAULT_WINDOW = 8192  # the model's window where the LLM reports none (SmolLM2's)
+
+
+@dataclass(frozen=True)
+class MemorySettings(MethodSettings):
+    """What seed 000's methods (GO, GU, GM, CoK) share: K, its compression, the output caps, the decoding."""
+
+    memory_limit: PositiveInt | None = None  # K: compress the memory when it exceeds this many tokens
+    compress_rounds: PositiveInt = 2  # compression calls per step before trimming to K
+    # the cap of every step but the final summary is at least this; a step that writes memory gets more
+    # where K (or the memory it carries) needs it (`memory_cap`), in the model's tokens
+    max_tokens: MaxTokens = 1024
+    # a memory-writing step's cap: K (else the carried memory's size) converted to the model's tokens, times
+    # 1 + this: room for a memory at K, one chunk's growth and the indentation the prompts' examples show
+    memory_cap_margin: Annotated[float, Field(ge=0.0, le=10.0, allow_inf_nan=False)] = 1.0
+    # JSON formats: "text" lets the model write its JSON freely (the paper's models did; small ones "often
+    # produce structured outputs with errors"), read as the paper's prompts allow (`free_json`); "constrained"
+    # sends the JSON schema to a server that decodes under it
+    decoding: Decoding = "text"
+
+
+def memory_cap(trace: Trace, prompt: str, memory: Any) -> int:
+    """The output cap of a step that writes memory, in the model's tokens: `max_tokens`, or more where
+    K (else the size of `memory`, the one the prompt carries) converted to the model's tokens at the
+    memory's own ratio, times 1 + `memory_cap_margin`, needs it; never more than the model's window
+    leaves after the prompt. A cap below a memory at K would cut every rewrite of it (GU's update,
+    GM's duplicate removal) and freeze the memory, while a cut text is still accepted."""
+    s = trace.settings
+    text = as_text(memory) if memory is not None else ""
+    basis = s.memory_limit if s.memory_limit is not None else (trace.count_tokens(text) if text else 0)
+    if not basis:
+        return s.max_tokens
+    needed = math.ceil(model_tokens(trace, basis, text or prompt) * (1 + s.memory_cap_margin))
+    return max(s.max_tokens, min(needed, window_room(trace, prompt, DEFAULT_WINDOW)))
+
+
+def memory_step(trace: Trace, template: str, values: dict[str, Any], memory: Any, **kw: Any) -> Step:
+    """`trace.ask` for a step that writes memory, capped by `memory_cap` (`memory`: the one it carries)."""
+    tpl = load_template(template)
+    prompt = tpl.render(**values)
+    return trace.ask_prompt(prompt, tpl, max_tokens=memory_cap(trace, prompt, memory), **kw)
+
+
+def memory_parser(sample: Sample) -> Callable[[str], dict[str, Any]]:
+    """A free JSON memory of the sample's kind, read as the paper's prompts allow (`free_json`)."""
+    return free_json.parser(book=not is_entity(sample))
 
 
 def sent_schema(trace: Trace, name: str, decoding: str, schema: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -63,12 +118,6 @@ def sent_schema(trace: Trace, name: str, decoding: str, schema: dict[str, Any] |
         raise MethodError(f"{name}: decoding: constrained needs a model server with JSON-schema decoding, and "
                           f"{trace.llm.name!r} has none; use decoding: text (the paper's free JSON)")
     return schema
-
-
-def json_parser(schema: dict[str, Any]):
-    def parse(text: str) -> dict[str, Any]:
-        return parse_json_object(text, schema)
-    return parse
 
 
 def text_parser(text: str) -> str:
@@ -109,7 +158,7 @@ COMPRESS_ROUNDS = 2  # compression calls per step before the deterministic trim
 
 
 def enforce_limit(trace: Trace, memory: Any, *, fmt: str, limit: int | None, subj: str,
-                  schema: dict[str, Any] | None, chunk_index: int, rounds: int = COMPRESS_ROUNDS,
+                  sample: Sample, chunk_index: int, rounds: int = COMPRESS_ROUNDS,
                   constrained: dict[str, Any] | None = None) -> Any:
     """Keep the memory within K = `limit` tokens (seed 000, Appendix F: K is binding).
 
@@ -117,21 +166,22 @@ def enforce_limit(trace: Trace, memory: Any, *, fmt: str, limit: int | None, sub
     `compressed` when it returned a usable memory); a memory still over K is then trimmed
     deterministically (`trim_memory`) and the last compress step records it (outcome `trimmed_to_k`,
     the sizes in its failures), so a reader sees which happened: within K at once, after
-    compressing, or trimmed. `schema` parses a JSON memory; `constrained` is the schema sent with the
-    request (`sent_schema`: None under free decoding).
+    compressing, or trimmed. A JSON memory is read as the sample's kind (`memory_parser`); `constrained`
+    is the schema sent with the request (`sent_schema`: None under free decoding).
     """
     if limit is None:
         return memory
     count = trace.count_tokens
     size = count(as_text(memory))
-    parse = json_parser(schema) if fmt == "json" and schema is not None else text_parser
+    parse = memory_parser(sample) if fmt == "json" else text_parser
     step = None
     for _ in range(max(1, rounds)):
         if size <= limit:
             return memory
-        step = trace.ask(f"s000-compress-{fmt}", {"subject": subj, "limit": limit, "summary": as_text(memory)},
-                         kind="compress", parse=parse, schema=constrained if fmt == "json" else None,
-                         chunk_index=chunk_index)
+        step = memory_step(trace, f"s000-compress-{fmt}", {"subject": subj, "limit": limit,
+                                                            "summary": as_text(memory)}, memory,
+                           kind="compress", parse=parse, schema=constrained if fmt == "json" else None,
+                           chunk_index=chunk_index)
         if step.ok:
             memory = step.parsed
             size = count(as_text(memory))

@@ -13,25 +13,18 @@ from typing import Any, ClassVar
 
 from memloop.eval.datasets.sample import Sample
 from memloop.eval.errors import MethodError
-from memloop.eval.methods.base import Method, MethodSettings, Trace
+from memloop.eval.methods.base import Method, Trace
 from memloop.eval.methods.common import (
-    Decoding, enforce_limit, entity_name, final_summary, is_entity, json_parser, merge_json, paragraphs, schema_for,
-    sent_schema, subject, text_parser,
+    MemorySettings, enforce_limit, entity_name, final_summary, is_entity, memory_parser, memory_step, merge_json,
+    paragraphs, schema_for, sent_schema, subject, text_parser,
 )
 from memloop.eval.methods.parsing import as_text
 from memloop.eval.methods.step import Step
-from memloop.eval.options import MaxTokens, PositiveInt
 
 
 @dataclass(frozen=True)
-class SummarySettings(MethodSettings):
-    memory_limit: PositiveInt | None = None  # K: compress the memory when it exceeds this many tokens
-    compress_rounds: PositiveInt = 2  # compression calls per step before trimming to K
-    max_tokens: MaxTokens = 1024
-    # JSON formats: "text" lets the model write its JSON freely (the paper's models did; small ones "often
-    # produce structured outputs with errors"), parsed and retried like the text format; "constrained"
-    # sends the JSON schema to a server that decodes under it
-    decoding: Decoding = "text"
+class SummarySettings(MemorySettings):
+    """GO, GU and GM: the settings every seed 000 method shares (`MemorySettings`)."""
 
 
 class _SummaryMethod(Method):
@@ -54,33 +47,32 @@ class _SummaryMethod(Method):
     def _generate(self, trace: Trace, sample: Sample, chunks: list[str], *, start: int, memory: Any | None,
                   kind: str, chunk_index: int) -> Step:
         fmt, schema = self.fmt, schema_for(sample)
-        parse = json_parser(schema) if fmt == "json" else text_parser
-        use_schema = self._sent(trace, schema)
+        parse = memory_parser(sample) if fmt == "json" else text_parser
+        ask = {"kind": kind, "parse": parse, "schema": self._sent(trace, schema), "chunk_index": chunk_index}
         if is_entity(sample):
             if memory is None:
-                return trace.ask(f"s000-entity-initial-{fmt}",
-                                 {"entity_name": entity_name(sample), "paragraph": paragraphs(chunks, start)},
-                                 kind=kind, parse=parse, schema=use_schema, chunk_index=chunk_index)
-            return trace.ask(f"s000-entity-update-{fmt}",
-                             {"entity_name": entity_name(sample), "paragraph": paragraphs(chunks, start),
-                              "existing_summary": as_text(memory)},
-                             kind=kind, parse=parse, schema=use_schema, chunk_index=chunk_index)
+                return memory_step(trace, f"s000-entity-initial-{fmt}",
+                                   {"entity_name": entity_name(sample), "paragraph": paragraphs(chunks, start)},
+                                   memory, **ask)
+            return memory_step(trace, f"s000-entity-update-{fmt}",
+                               {"entity_name": entity_name(sample), "paragraph": paragraphs(chunks, start),
+                                "existing_summary": as_text(memory)}, memory, **ask)
         special = _format_instruction(trace, fmt)
         output_format = "JSON" if fmt == "json" else "text"
         text = "\n\n".join(c.strip() for c in chunks)
         if memory is None:
-            return trace.ask("s000-book-generate", {"special_instruction": special, "book_chunk": text,
-                                                    "output_format": output_format},
-                             kind=kind, parse=parse, schema=use_schema, chunk_index=chunk_index)
-        return trace.ask("s000-book-update", {"special_instruction": special, "book_chunk": text,
-                                              "memory": as_text(memory), "output_format": output_format},
-                         kind=kind, parse=parse, schema=use_schema, chunk_index=chunk_index)
+            return memory_step(trace, "s000-book-generate", {"special_instruction": special, "book_chunk": text,
+                                                             "output_format": output_format}, memory, **ask)
+        return memory_step(trace, "s000-book-update", {"special_instruction": special, "book_chunk": text,
+                                                       "memory": as_text(memory), "output_format": output_format},
+                           memory, **ask)
 
     def _dedupe(self, trace: Trace, sample: Sample, memory: Any, chunk_index: int) -> Any:
         fmt, schema = self.fmt, schema_for(sample)
-        parse = json_parser(schema) if fmt == "json" else text_parser
-        step = trace.ask(f"s000-dedupe-{fmt}", {"subject": subject(sample), "summary": as_text(memory)},
-                         kind="dedupe", parse=parse, schema=self._sent(trace, schema), chunk_index=chunk_index)
+        parse = memory_parser(sample) if fmt == "json" else text_parser
+        step = memory_step(trace, f"s000-dedupe-{fmt}", {"subject": subject(sample), "summary": as_text(memory)},
+                           memory, kind="dedupe", parse=parse, schema=self._sent(trace, schema),
+                           chunk_index=chunk_index)
         if step.ok:
             memory = step.parsed
         step.memory = memory
@@ -88,7 +80,7 @@ class _SummaryMethod(Method):
 
     def _limit(self, trace: Trace, sample: Sample, memory: Any, chunk_index: int) -> Any:
         return enforce_limit(trace, memory, fmt=self.fmt, limit=self.settings.memory_limit, subj=subject(sample),
-                             schema=schema_for(sample), chunk_index=chunk_index, rounds=self.settings.compress_rounds,
+                             sample=sample, chunk_index=chunk_index, rounds=self.settings.compress_rounds,
                              constrained=self._sent(trace, schema_for(sample)))
 
     def _answer(self, trace: Trace, sample: Sample, memory: Any) -> str:

@@ -34,16 +34,16 @@ def test_cok_chain_step_by_step() -> None:
                        COK_OUT])
     out = get_method("cok").run(HOTEL, llm)
     assert [s.kind for s in out.steps] == ["structure", "structure", "revise"]
-    assert out.steps[0].memory == {"attributes": {"Amenities": ["two pools"]}}
+    assert out.steps[0].memory == {"Amenities": ["two pools"]}  # the bare table, as GU's and GM's
     p = llm.requests[2].messages[0]["content"]
     assert "[QUESTION]\nMerge the new summary and the existing summary of HOTEL0." in p
     assert '[NEW_SUMMARY]\n{"attributes": {"Amenities": ["pub open late"], "Noise Level"' in p
     assert "[CLASS]\nclass Summary" in p
     assert '[PARTIAL_SUMMARY]\n{"attributes":{"Amenities":["two pools"]}}' in p  # compact, as counted against K
     assert p.rstrip().endswith("[THOUGHTS FOR UPDATE]")
-    final = {"attributes": {"Amenities": ["two pools", "pub open late"], "Noise Level": ["street noise at night"]}}
+    final = {"Amenities": ["two pools", "pub open late"], "Noise Level": ["street noise at night"]}
     assert out.memory == final and out.steps[2].memory == final
-    assert json.loads(out.answer) == final["attributes"]
+    assert json.loads(out.answer) == final
     assert len(out.steps[2].parsed["applied"]) == 2
     assert any("Price" in f for f in out.failures)  # update of a missing path is rejected, memory unchanged
 
@@ -59,7 +59,7 @@ def test_cok_answers_in_figure_5_shape_and_update_adds_never_removes() -> None:
                       supports_json_schema=True)
     out = get_method("cok").run(HOTEL, llm)
     assert llm.requests[2].json_schema is None
-    assert out.memory == {"attributes": {"Amenities": ["two pools", "pub open late"]}}
+    assert out.memory == {"Amenities": ["two pools", "pub open late"]}
     # the step records the proposal as written and the value applied
     assert out.steps[2].parsed["revisions"] == [{"$. 'attributes'. 'Amenities'": {"update": ["pub open late"]}}]
     assert out.steps[2].parsed["applied"] == [{"$. 'attributes'. 'Amenities'": {"update": ["two pools", "pub open late"]}}]

@@ -41,7 +41,7 @@ def test_cok_rejects_a_huge_integer_and_a_1000_segment_path_and_keeps_the_rest()
     out = get_method("cok").run(HOTEL, llm)
     revise = out.steps[2]
     assert revise.kind == "revise" and revise.outcome == StepOutcome.OK
-    assert out.memory == {"attributes": {"Amenities": ["two pools", "pub open late"], "Noise": ["quiet"]}}
+    assert out.memory == {"Amenities": ["two pools", "pub open late"], "Noise": ["quiet"]}
     reasons = " | ".join(out.failures)
     assert "an integer of 5000 digits is too long" in reasons
     assert "1000 segments, more than 200" in reasons
