@@ -12,9 +12,10 @@
    per edge, for API models) or `tokens` (`<subject>`/`<object>`/`<predicate>` groups, then the
    `<chapter>` marker and the chapter text, the fine-tuned models' input). The answer joins the
    chapter summaries.
-The graph's extraction model is a setting of its own (`extraction_model`): "judge" (the default),
-the run's judge model, the stronger model the run has, as the paper extracted with gpt-3.5-turbo and
-summarised with GPT-4 (section 3.3); or "self", the model under test. The memory records which model
+The graph's extraction model is a setting of its own (`extraction_model`): "judge" (the default), the
+model the run hands the method for it (the run's `graph_model`, else its judge model: the paper extracted
+with gpt-3.5-turbo, a model other than its GPT-4 summariser and weaker, section 3.3); or "self", the model
+under test. The memory records which model
 extracted (`extraction`), and the report names it in the table note.
 `no-kg` (section 4.2's No-KG baseline): the same chapters summarised from the chapter text alone,
 with the same instruction less the knowledge graph; no extraction and no graph.
