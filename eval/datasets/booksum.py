@@ -20,9 +20,13 @@ Which (chapter, reference) pairs are eligible follows the paper's appendix B: bo
 excluded (train/test overlap, non-narrative texts, story collections) are left out, as are
 summaries that are empty or of fewer than `min_summary_words` words (memloop's threshold for the
 paper's "just a few words"), chapters over `max_chapter_tokens` (16,384) and summaries over
-`max_summary_tokens` (1,024) tokens, counted in one fixed tokenizer (cl100k_base, GPT-4's, as the
-paper counted; recorded as metadata['eligibility_tokenizer']) so that every model under test is
-scored on the same chapters. `samples` of them (100, as in table 1) are drawn at random with
+`max_summary_tokens` (1,024) tokens, counted in one fixed tokenizer whatever the model under test, so
+that every model is scored on the same chapters. The paper's limits are its LongT5 model's, so T5
+SentencePiece tokens; no package memloop installs ships that tokenizer and nothing is downloaded, so the
+default is memloop's choice, cl100k_base (GPT-4's, the paper's other summariser), and
+`eligibility_tokenizer` takes the path of a local Hugging Face tokenizer folder instead (e.g. a copy of
+t5-base's, which LongT5 shares) to count as the paper's model did; recorded as
+metadata['eligibility_tokenizer']. `samples` of them (100, as in table 1) are drawn at random with
 `seed`, recorded in each sample's metadata.
 """
 from __future__ import annotations
@@ -38,18 +42,34 @@ from memloop.eval.datasets.chunker import chunk_paragraphs, split_paragraphs
 from memloop.eval.datasets.errors import DatasetError, EmptyDatasetError, MissingFieldError
 from memloop.eval.datasets.records import Record, read_records
 from memloop.eval.datasets.sample import Sample, slug
-from memloop.eval.tokens import TokenizerLike, cl100k_count
+from memloop.eval.tokens import TokenCounter, TokenizerLike, token_counter
 
 HUB_ID = "kmfoda/booksum"
 # Appendix B: books in both train and validation/test, non-narrative texts, story collections.
 PAPER_EXCLUDED_BOOKS = frozenset({1130, 1526, 1783, 1798, 61, 1232, 1404, 3207, 3420, 3755, 4320, 7370, 11224,
                                   13434, 34901, 221, 416, 610, 1429, 15859})
-ELIGIBILITY_TOKENIZER = "cl100k_base"
+ELIGIBILITY_TOKENIZER = "cl100k_base"  # memloop's choice: the paper's LongT5 counted T5 SentencePiece tokens
+
+
+class EligibilityTokenizerError(DatasetError):
+    """`eligibility_tokenizer` names no tokenizer memloop can load here."""
+
+
+def eligibility_counter(tokenizer: str = ELIGIBILITY_TOKENIZER) -> TokenCounter:
+    """Appendix B's token count, the same whatever model is under test: a tiktoken encoding by name
+    (cl100k_base, offline) or a local Hugging Face tokenizer folder (never downloaded)."""
+    try:
+        return token_counter(None if tokenizer == ELIGIBILITY_TOKENIZER else tokenizer)
+    except Exception as exc:  # an unknown encoding name, a folder transformers cannot read
+        raise EligibilityTokenizerError(
+            f"eligibility_tokenizer {tokenizer!r} cannot be loaded ({exc}); give 'cl100k_base' or the path of a "
+            "Hugging Face tokenizer folder on this machine (e.g. a copy of t5-base's tokenizer, the paper's LongT5 "
+            "tokenizer); nothing is downloaded") from None
 
 
 def eligibility_tokens(text: str) -> int:
-    """Tokens of `text` for appendix B's length filters: cl100k_base (offline), whatever model is under test."""
-    return cl100k_count(text)
+    """Tokens of `text` for appendix B's length filters in the default tokenizer (cl100k_base)."""
+    return eligibility_counter()(text)
 
 
 @dataclass(frozen=True)
@@ -114,12 +134,13 @@ def load_booksum(path: str | Path = HUB_ID, split: str = "test", revision: str |
                  config_name: str | None = None, samples: int | None = 100, seed: int = 0,
                  max_chapter_tokens: int = 16384, max_summary_tokens: int = 1024, min_summary_words: int = 10,
                  exclude_paper_books: bool = True, chunk_tokens: int = 2048, tokenizer: TokenizerLike = None,
-                 limit: int | None = None) -> list[Sample]:
+                 limit: int | None = None, eligibility_tokenizer: str = ELIGIBILITY_TOKENIZER) -> list[Sample]:
     """`samples` (None: all) eligible chapters of BookSum's `split`, drawn with `seed` (see the module docstring)."""
     if samples is not None and samples < 1:
         raise DatasetError(f"samples must be at least 1 or None for every eligible chapter (got {samples})")
     if chunk_tokens < 1 or max_chapter_tokens < 1:
         raise DatasetError("chunk_tokens and max_chapter_tokens must be positive")
+    count = eligibility_counter(eligibility_tokenizer)
     rows = [parse_row(rec, where) for where, rec in read_records(path, "BookSum file", split=split, revision=revision,
                                                                  config_name=config_name)]
     if not rows:
@@ -129,22 +150,23 @@ def load_booksum(path: str | Path = HUB_ID, split: str = "test", revision: str |
     for r in rows:
         if exclude_paper_books and _book_id(r.book) in PAPER_EXCLUDED_BOOKS:
             continue
-        if len(r.summary.split()) < min_summary_words or eligibility_tokens(r.summary) > max_summary_tokens:
+        if len(r.summary.split()) < min_summary_words or count(r.summary) > max_summary_tokens:
             continue
-        if eligibility_tokens(r.text) > max_chapter_tokens:
+        if count(r.text) > max_chapter_tokens:
             continue
         eligible.append((r, books[r.book][1][r.unit][0] + 1))
     if not eligible:
         raise EmptyDatasetError(f"BookSum file {path}: no chapter passes the filters (chapter <= {max_chapter_tokens} "
-                                f"{ELIGIBILITY_TOKENIZER} tokens, summary of {min_summary_words} words to {max_summary_tokens} tokens)")
+                                f"{eligibility_tokenizer} tokens, summary of {min_summary_words} words to {max_summary_tokens} tokens)")
     eligible.sort(key=lambda e: (e[0].book, e[1], e[0].source, e[0].where))
     drawn = eligible if samples is None or samples >= len(eligible) else random.Random(seed).sample(eligible, samples)
-    out = [_sample(*books[r.book], r, chunk_tokens, tokenizer, seed, len(eligible)) for r, _ in drawn]
+    out = [_sample(*books[r.book], r, chunk_tokens, tokenizer, seed, len(eligible), eligibility_tokenizer)
+           for r, _ in drawn]
     return out[:limit] if limit is not None else out
 
 
 def _sample(parts: list[Part], covers: dict[str, tuple[int, int]], target: ChapterRow, chunk_tokens: int,
-            tokenizer: TokenizerLike, seed: int, eligible: int) -> Sample:
+            tokenizer: TokenizerLike, seed: int, eligible: int, eligibility_tokenizer: str) -> Sample:
     """The whole book with the target unit's own text in its place: parts before it, it, parts after it."""
     first, last = covers[target.unit]
     texts = [p.text for p in parts[:first]] + [target.text] + [p.text for p in parts[last + 1:]]
@@ -160,7 +182,7 @@ def _sample(parts: list[Part], covers: dict[str, tuple[int, int]], target: Chapt
         "target_unit": target.unit, "chunk_chapters": numbers, "chunk_tokens": chunk_tokens,
         "book_units": [p.name for p in parts[:first]] + [target.unit] + [p.name for p in parts[last + 1:]],
         "summary_source": target.source, "source": target.where, "draw_seed": seed, "eligible": eligible,
-        "eligibility_tokenizer": ELIGIBILITY_TOKENIZER}
+        "eligibility_tokenizer": eligibility_tokenizer}
     span = f"{k}" if last == first else f"{k}-{last + 1}"  # an aggregate: the parts it spans in the full book
     sid = f"booksum/{slug(target.book)}-ch{span}" + (f"-{slug(target.source)}" if target.source else "")
     return Sample(id=sid, task="booksum", chunks=tuple(chunks), query="Summarize the chapter.",

@@ -9,8 +9,11 @@ the aggregate).
 The book is rebuilt from the finest units (those containing no other unit), in order. An aggregate
 then fills what they miss: the finer units it contains are located in its text (BookSum's aggregates
 are their chapters' files joined), and the text around them becomes parts of its own; where they
-cannot be found verbatim, the aggregate's text stands in for them as one part. Every unit, fine or
-aggregate, is then a range of consecutive parts, so every row stays a target.
+cannot be found verbatim, the aggregate's text stands in for them as one part. Fine units that partly
+overlap (`chapters_1_to_2`, `chapters_2_to_3`) share the lines they have in common as parts of both,
+so chapter 3 is kept and each is a range of parts with the other chapters around it (where they share
+no line verbatim, the later one follows whole and the shared chapters appear twice). Every unit, fine
+or aggregate, is then a range of consecutive parts, so every row stays a target.
 """
 from __future__ import annotations
 
@@ -84,16 +87,65 @@ def _locate(pieces: list[Part], text: str) -> list[tuple[int, int]] | None:
     return spans
 
 
+def _lines(text: str) -> list[tuple[str, int, int]]:
+    """The non-blank lines of `text`: (the line stripped, where it starts, where it ends)."""
+    return [(m.group().strip(), m.start(), m.end()) for m in re.finditer(r"[^\n]+", text) if m.group().strip()]
+
+
+def _overlap(tail: list[str], head: list[str]) -> int:
+    """How many lines end `tail` and start `head` alike, at most (the prefix function of head + a separator +
+    tail, so linear in the lines)."""
+    seq: list[str | None] = [*head, None, *tail]
+    pi = [0] * len(seq)
+    for i in range(1, len(seq)):
+        k = pi[i - 1]
+        while k and seq[i] != seq[k]:
+            k = pi[k - 1]
+        pi[i] = k + 1 if seq[i] is not None and seq[i] == seq[k] else k
+    return pi[-1]
+
+
+def _join_overlapping(parts: list[Part], u: Unit) -> None:
+    """Add fine unit `u`, which partly overlaps the last parts (e.g. chapters_2_to_3 after chapters_1_to_2),
+    losing nothing: the lines its text shares with the end of theirs (BookSum's aggregates are their chapters
+    joined) become parts of both, a part cut where the shared lines begin, and the rest of `u` a part of its
+    own. Where they share no line, `u` follows whole as a part of its own (the shared chapters then twice)."""
+    at = next(i for i, p in enumerate(parts) if p.end >= u.start)  # the parts whose span meets u's
+    tail = [(i, line) for i in range(at, len(parts)) for line in _lines(parts[i].text)]
+    head = _lines(u.text)
+    k = _overlap([line[0] for _, line in tail], [line[0] for line in head])
+    if k == 0:
+        parts.append(Part(max(u.start, parts[-1].end), u.end, u.text, u.name, {u.name}))
+        return
+    j, (_, cut, _) = tail[len(tail) - k]
+    p = parts[j]
+    if p.text[:cut].strip():  # the shared lines begin inside part j: cut it there
+        parts[j:j + 1] = [Part(p.start, u.start, p.text[:cut].strip(), p.name, set(p.units)),
+                          Part(u.start, p.end, p.text[cut:].strip(), p.name, set(p.units))]
+        j += 1
+    for q in parts[j:]:
+        q.units.add(u.name)
+    rest = u.text[head[k - 1][2]:].strip()
+    if rest:
+        parts.append(Part(parts[-1].end, u.end, rest, u.name, {u.name}))
+
+
 def rebuild(units: list[Unit]) -> tuple[list[Part], dict[str, tuple[int, int]]]:
     """(the book's parts in reading order, unit -> (first, last) index of the parts it covers)."""
     ordered = sorted(units, key=lambda u: (u.start, u.end, u.name))
     fine = [u for u in ordered if not any(_inside(v, u) for v in ordered)]
     parts: list[Part] = []
+    last: Unit | None = None
     for u in fine:
-        if parts and u.start <= parts[-1].end:  # equal or overlapping fine units: the first one's text stands
-            parts[-1].units.add(u.name)
-            continue
-        parts.append(Part(u.start, u.end, u.text, u.name, {u.name}))
+        if last is not None and (u.start, u.end) == (last.start, last.end):  # the same span: the first text stands
+            for p in parts:
+                if last.name in p.units:
+                    p.units.add(u.name)
+        elif parts and u.start <= parts[-1].end:  # partly overlapping (chapters_1_to_2, chapters_2_to_3)
+            _join_overlapping(parts, u)
+        else:
+            parts.append(Part(u.start, u.end, u.text, u.name, {u.name}))
+        last = u
     coarse = sorted((u for u in ordered if u not in fine), key=lambda u: (u.end[0] - u.start[0], u.end[1] - u.start[1]))
     for agg in coarse:
         idx = [i for i, p in enumerate(parts) if agg.start <= p.start and p.end <= agg.end]

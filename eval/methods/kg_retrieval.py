@@ -12,15 +12,18 @@
    per edge, for API models) or `tokens` (`<subject>`/`<object>`/`<predicate>` groups, then the
    `<chapter>` marker and the chapter text, the fine-tuned models' input). The answer joins the
    chapter summaries.
-The graph's extraction model is a setting of its own (`extraction_model`): "judge" (the default),
-the run's judge model, the stronger model the run has, as the paper extracted with gpt-3.5-turbo and
-summarised with GPT-4 (section 3.3); or "self", the model under test. The memory records which model
+The graph's extraction model is a setting of its own (`extraction_model`): "judge" (the default), the
+model the run hands the method for it (the run's `graph_model`, else its judge model: the paper extracted
+with gpt-3.5-turbo, a model other than its GPT-4 summariser and weaker, section 3.3); or "self", the model
+under test. The memory records which model
 extracted (`extraction`), and the report names it in the table note.
 `no-kg` (section 4.2's No-KG baseline): the same chapters summarised from the chapter text alone,
 with the same instruction less the knowledge graph; no extraction and no graph.
 
-Chain of Density (section 4.2's GPT-4 rows, Adams et al. 2023), `density_rounds: n`: after the first
-summary, n more calls, one per densification round, each given the chapter (and, for `kg-retrieval`,
+Chain of Density (section 4.2's GPT-4 rows, Adams et al. 2023), `density_rounds: n`: the first
+summary is a deliberately sparse draft, as Adams et al. make it (about `density_words` words naming only
+one to three entities, the rest general filler; templates `s001-density-first`, `s001-density-first-nokg`),
+so that densifying has entities to add; then n more calls, one per densification round, each given the chapter (and, for `kg-retrieval`,
 the retrieved edges refitted around the current summary) and the current summary, name one to three
 missing entities and rewrite the summary at the same length with them (`density_words`, about 80
 words: the first summary asks for it and every round keeps it); the last round's summary is
@@ -56,6 +59,8 @@ from memloop.eval.options import MaxTokens, NonNegativeInt, PositiveInt
 
 SUMMARY_TEMPLATES = {"plain": "s001-chapter-summary", "tokens": "s001-chapter-summary-tokens"}
 DENSITY_TEMPLATE, NO_KG_DENSITY_TEMPLATE = "s001-density", "s001-density-nokg"
+# Chain of Density's first summary: deliberately sparse (few entities, filler), so the rounds have entities to add
+DENSITY_FIRST_TEMPLATE, NO_KG_DENSITY_FIRST_TEMPLATE = "s001-density-first", "s001-density-first-nokg"
 LINEARIZE = {"plain": linearize_plain, "tokens": linearize_tokens}
 NO_KG_TEMPLATE = "s001-chapter-summary-nokg"
 
@@ -122,10 +127,9 @@ class _ChapterSummaries(Method, ABC):
             return f"{needed} tokens needed (prompt and max_tokens={s.max_tokens}) > context_window={window} ({source})"
         return check(build_request(prompt, s.sampling())) if callable(check) else None
 
-    def _length(self) -> str:
-        """The first summary's length rule: Chain of Density's ~80 words, none without it."""
-        rounds = self.settings.density_rounds
-        return f", in about {self.settings.density_words} words" if rounds else ""
+    def _first_values(self) -> dict[str, Any]:
+        """The first summary's values beyond the chapter: Chain of Density's length, nothing without rounds."""
+        return {"words": self.settings.density_words} if self.settings.density_rounds else {}
 
     @staticmethod
     def _text(sample: Sample, chapters: list[int], chapter: int) -> str:
@@ -206,7 +210,7 @@ class _ChapterSummaries(Method, ABC):
 class KGRetrieval(_ChapterSummaries):
     name = "kg-retrieval"
     Settings = KGSettings
-    template_ids = ("s001-kg-extract", *SUMMARY_TEMPLATES.values(), DENSITY_TEMPLATE)
+    template_ids = ("s001-kg-extract", *SUMMARY_TEMPLATES.values(), DENSITY_FIRST_TEMPLATE, DENSITY_TEMPLATE)
 
     def _validate(self) -> None:
         super()._validate()
@@ -257,10 +261,11 @@ class KGRetrieval(_ChapterSummaries):
         kg, embedder = context
         edges, counts = chapter_edges(kg, text, chapter)
         ranked = rank_edges(edges, embedder)
-        values = {"chapter": text, **self._length_values()}
-        chosen = self._fit(trace, kg, ranked, counts, SUMMARY_TEMPLATES[self.settings.linearization], values)
+        values = {"chapter": text, **self._first_values()}
+        template = self._first_template()
+        chosen = self._fit(trace, kg, ranked, counts, template, values)
         lin = self._edges_text(kg, chosen, counts)
-        return (SUMMARY_TEMPLATES[self.settings.linearization], {"edges": lin, **values},
+        return (template, {"edges": lin, **values},
                 {"edges_ranked": len(ranked), "edges_used": len(chosen)}, {"retrieved": lin})
 
     def _density_prompt(self, trace: Trace, context: Any, chapter: int, text: str,
@@ -281,12 +286,12 @@ class KGRetrieval(_ChapterSummaries):
         return "(none)" if not lin and self.settings.linearization == "plain" else lin
 
     def _bare_prompt(self, text: str) -> str:
-        return load_template(SUMMARY_TEMPLATES[self.settings.linearization]).render(
-            edges="(none)" if self.settings.linearization == "plain" else "", chapter=text, **self._length_values())
+        return load_template(self._first_template()).render(
+            edges="(none)" if self.settings.linearization == "plain" else "", chapter=text, **self._first_values())
 
-    def _length_values(self) -> dict[str, str]:
-        # the tokens template (the fine-tuned models' input) takes no length rule: Chain of Density is plain only
-        return {"length": self._length()} if self.settings.linearization == "plain" else {}
+    def _first_template(self) -> str:
+        # Chain of Density runs with the plain linearisation only (checked in _validate)
+        return DENSITY_FIRST_TEMPLATE if self.settings.density_rounds else SUMMARY_TEMPLATES[self.settings.linearization]
 
     def _fit(self, trace: Trace, kg: Any, ranked: list, counts: dict, template: str, values: dict[str, Any]) -> list:
         """The longest best-ranked prefix of the edges whose whole rendered prompt can still be served
@@ -311,7 +316,7 @@ class NoKG(_ChapterSummaries):
 
     name = "no-kg"
     Settings = ChapterSettings
-    template_ids = (NO_KG_TEMPLATE, NO_KG_DENSITY_TEMPLATE)
+    template_ids = (NO_KG_TEMPLATE, NO_KG_DENSITY_FIRST_TEMPLATE, NO_KG_DENSITY_TEMPLATE)
 
     def _run(self, sample: Sample, trace: Trace) -> tuple[str, Any]:
         chapters = self._chapters(sample)
@@ -320,7 +325,10 @@ class NoKG(_ChapterSummaries):
         return self._summaries(sample, trace, chapters, None), None
 
     def _bare_prompt(self, text: str) -> str:
-        return load_template(NO_KG_TEMPLATE).render(chapter=text, length=self._length())
+        return load_template(self._first_template()).render(chapter=text, **self._first_values())
+
+    def _first_template(self) -> str:
+        return NO_KG_DENSITY_FIRST_TEMPLATE if self.settings.density_rounds else NO_KG_TEMPLATE
 
     def _bare_density_prompt(self, text: str, summary: str) -> str:
         return load_template(NO_KG_DENSITY_TEMPLATE).render(chapter=text, summary=summary,
@@ -332,4 +340,4 @@ class NoKG(_ChapterSummaries):
 
     def _chapter_prompt(self, trace: Trace, context: Any, chapter: int,
                         text: str) -> tuple[str, dict[str, Any], dict[str, Any], dict[str, Any]]:
-        return NO_KG_TEMPLATE, {"chapter": text, "length": self._length()}, {}, {}
+        return self._first_template(), {"chapter": text, **self._first_values()}, {}, {}

@@ -713,11 +713,15 @@ def models_of(d: RunData) -> dict[str, Any]:
     jm = d.judge_model or cfg.get("judge_model") or {"kind": "engine"}  # a re-judging's own, where it has one
     judge = under_test if jm.get("kind", "engine") == "engine" and not jm.get("weights") else model_name(jm)
     out = {"model": under_test, "judge": judge, "self_judged": judge == under_test, "decoding": decoding_of(cfg)}
-    # seed 001's graph extraction: its own setting, the judge model unless a kg-retrieval says "self"
+    # seed 001's graph extraction: its own setting, the run's graph_model (else the judge model) unless a
+    # kg-retrieval says "self"
     kg = [m for m in cfg.get("methods") or () if m.get("name") == "kg-retrieval"]
     if kg:
+        gm = cfg.get("graph_model")
+        extractor = judge if not gm else (under_test if gm.get("kind", "engine") == "engine" and not gm.get("weights")
+                                          else model_name(gm))
         settings = {(m.get("options") or {}).get("extraction_model", "judge") for m in kg}
-        out["graph_extraction"] = ", ".join(sorted(judge if s == "judge" else under_test for s in settings))
+        out["graph_extraction"] = ", ".join(sorted(extractor if s == "judge" else under_test for s in settings))
     return out
 
 

@@ -251,6 +251,11 @@ class RunConfig(_Strict):
     sampling: SamplingSpec = Field(default_factory=SamplingSpec)
     judges: list[JudgeSpec] = Field(default_factory=list)
     judge_model: JudgeModelSpec = Field(default_factory=JudgeModelSpec)
+    # the model that extracts seed 001's book graph (kg-retrieval's `extraction_model: judge`) when it is not the
+    # judge model, as the paper's were two (gpt-3.5-turbo extracted the graph, Mixtral 8x7B judged KGScore):
+    # an endpoint (`kind: openai`), the model under test (`kind: engine` without weights) or the judge engine's
+    # weights; left out, the judge model extracts
+    graph_model: JudgeModelSpec | None = None
     # MAX_REPEATS is also below memloop.eval.asking.RETRY_SEED_STRIDE (1 << 20)
     repeats: Annotated[int, _at_most(MAX_REPEATS, "repeats", "lower it (the papers use 1 to 5)")] = Field(default=1, ge=1)
     seed: Annotated[int, _at_most(MAX_SEED, "as the run's seed", "lower it (each repeat samples with seed + "
@@ -270,6 +275,15 @@ class RunConfig(_Strict):
     # a record of the command-line / API overrides this config was made with (`with_overrides`), kept in the
     # manifest's config; not hashed itself: what they change (sampling, options, seed, model) is
     overrides: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _graph_model_served(self) -> "RunConfig":
+        g, j = self.graph_model, self.judge_model
+        if g is not None and g.kind == "engine" and g.weights is not None and (j.kind, j.weights) != ("engine", g.weights):
+            raise ValueError(f"graph_model: an engine on weights of its own ({g.weights}) is not started beside the judge "
+                             "engine; serve that model (`memloop serve`) and give it as `kind: openai` with its endpoint, "
+                             "or use the judge model's weights")
+        return self
 
     @field_validator("name", "tag")
     @classmethod

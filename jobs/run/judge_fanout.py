@@ -34,10 +34,11 @@ class Judging:
     cpus: float
     retries: int
     engine_llm: Any = None  # the run's own judge engine (judge_model.weights), else the unit's lane judges
+    graph_model: JudgeModelSpec | None = None  # seed 001's graph extraction model, when not the judge model
 
     @classmethod
     def of(cls, cfg: RunConfig, engine_llm: Any = None) -> "Judging":
-        return cls(cfg.judge_model, cfg.judge_cpus, cfg.retries, engine_llm)
+        return cls(cfg.judge_model, cfg.judge_cpus, cfg.retries, engine_llm, cfg.graph_model)
 
     def llm_for(self, lane_llm: Any) -> Any:
         """The judge model as a unit on `lane_llm` reaches it: the run's judge engine, the configured
@@ -45,6 +46,17 @@ class Judging:
         from memloop.jobs.run.judge_task import judge_llm
 
         return judge_llm(self.judge_model, self.engine_llm if self.engine_llm is not None else lane_llm)
+
+    def extractor_for(self, lane_llm: Any) -> Any:
+        """The model a method's judge-side steps call (seed 001's graph extraction): `graph_model` where the run
+        names one (an endpoint, the lane's engine, or the judge engine whose weights it names), else the judge model."""
+        from memloop.jobs.run.judge_task import judge_llm
+
+        g = self.graph_model
+        if g is None:
+            return self.llm_for(lane_llm)
+        on_judge_engine = g.weights is not None and self.engine_llm is not None
+        return judge_llm(g, self.engine_llm if on_judge_engine else lane_llm)
 
 
 def commit_unit(output_uri: str, run_id: str, shard: str, samples: list[dict[str, Any]],

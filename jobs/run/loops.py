@@ -24,12 +24,12 @@ from memloop.jobs.store.tables import now, sample_row, step_rows
 
 def run_loop(u: Unit, attempt: int, llm: Any, judging: Judging | None = None) -> tuple[Rows, Any]:
     """One unit's method loop against `llm`: its `samples` and `steps` rows and the method's output. The
-    run's judge model (from `judging`) goes with it, for method steps the paper gave a stronger model
-    (seed 001's graph extraction)."""
+    run's graph model (from `judging`: `graph_model`, else the judge model) goes with it, for the method steps
+    the paper gave a model of their own (seed 001's graph extraction)."""
     from memloop.eval.methods import get_method
 
     started = now()
-    judge = judging.llm_for(llm) if judging is not None else None
+    judge = judging.extractor_for(llm) if judging is not None else None
     out = get_method(u.method.name, **u.settings).run(u.sample, llm, judge=judge)
     rows = {"samples": [sample_row(u, "ok", None, attempt + 1, out, started, llm.name)], "steps": step_rows(u, out)}
     return rows, out

@@ -252,8 +252,10 @@ def judge_engine_config(cfg: RunConfig, unavailable: list[str] | None = None) ->
     from memloop.engine.assets import MODELS
     from memloop.engine.errors import EngineError
 
+    g = cfg.graph_model
+    extracts_on_judge_engine = methods_ask_judge(cfg) and (g is None or g.weights is not None)
     if cfg.judge_model.weights is None or not (any(get_judge(j.name).needs_llm for j in cfg.judges)
-                                               or methods_ask_judge(cfg)):
+                                               or extracts_on_judge_engine):
         return None
     try:
         path = judge_weights_path(cfg)
@@ -309,6 +311,7 @@ def identity(cfg: RunConfig, model_digest: str) -> dict[str, Any]:
         "sampling": cfg.sampling.overrides(),
         "judges": [j.model_dump() for j in cfg.judges],
         "judge_model": dict(cfg.judge_model.model_dump(), weights_digest=judge_weights_digest(cfg)),
+        **({"graph_model": cfg.graph_model.model_dump()} if cfg.graph_model is not None else {}),
         "seeds": cfg.seeds(),
         "code": code_digest(),
         "templates": template_hashes(cfg),

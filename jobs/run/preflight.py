@@ -49,6 +49,9 @@ def run_endpoints(cfg: "RunConfig") -> list[tuple[str, "EndpointSpec"]]:
     if jm.kind == "openai" and jm.endpoint is not None and any(get_judge(j.name).needs_llm for j in cfg.judges):
         if not out or jm.endpoint != out[0][1]:
             out.append(("judge_model.endpoint", jm.endpoint))
+    g = cfg.graph_model
+    if g is not None and g.kind == "openai" and g.endpoint is not None and all(g.endpoint != ep for _, ep in out):
+        out.append(("graph_model.endpoint", g.endpoint))
     return out
 
 

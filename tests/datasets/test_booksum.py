@@ -156,3 +156,61 @@ def test_eligible_chapters_are_counted_in_one_fixed_tokenizer_whatever_the_model
     assert [s.id for s in with_model] == fixed
     assert len(fixed) == 5
     assert all(s.metadata["eligibility_tokenizer"] == "cl100k_base" for s in with_model)
+
+
+def test_partly_overlapping_aggregates_rebuild_losslessly_and_each_keeps_its_other_chapters(tmp_path):
+    """chapters_1_to_2 and chapters_2_to_3 (two guides cutting the book differently): chapter 2, in both, is
+    shared; chapter 3 is kept, and each aggregate's sample has the book's other chapters around its own text."""
+    one, two, three = _chapter(1, "Bo"), _chapter(2, "Cy"), _chapter(3, "Ada")
+    path = _book(tmp_path, [("chapters_1_to_2", one + "\n\n" + two), ("chapters_2_to_3", two + "\n" + three)])
+    samples = {s.metadata["target_unit"].rsplit("/", 1)[-1]: s
+               for s in load_booksum(path, samples=None, chunk_tokens=4096)}
+    first, second = samples["chapters_1_to_2.txt"], samples["chapters_2_to_3.txt"]
+    # the book is chapters 1, 2, 3: the first aggregate's sample has chapter 3 after its own text
+    assert first.chunks == (one + "\n" + two, three) and first.metadata["target_chapter"] == 1  # blank lines dropped
+    assert first.metadata["chapters"] == 2 and first.metadata["chunk_chapters"] == [1, 2]
+    # the second's has chapter 1 before its own text, not its text alone
+    assert second.chunks == (one, two + "\n" + three) and second.metadata["target_chapter"] == 2
+    for s in (first, second):
+        book = " ".join(s.chunks)
+        assert all(text.split()[-1] in book and text.split("\n")[1] in book for text in (one, two, three))
+    # a run of three (1-3, 2-4, 3-5): every chapter once, each aggregate the parts it spans
+    ch = {n: _chapter(n, who) for n, who in zip(range(1, 6), ("Bo", "Cy", "Ada", "Di", "Ed"))}
+    path = _book(tmp_path, [(f"chapters_{a}_to_{a + 2}", "\n".join(ch[n] for n in range(a, a + 3))) for a in (1, 2, 3)],
+                 name="three.jsonl")
+    by_unit = {s.metadata["target_unit"].rsplit("/", 1)[-1]: s for s in load_booksum(path, samples=None, chunk_tokens=4096)}
+    middle = by_unit["chapters_2_to_4.txt"]
+    assert middle.chunks == (ch[1], "\n".join(ch[n] for n in (2, 3, 4)), ch[5])
+    assert by_unit["chapters_1_to_3.txt"].chunks[1:] == (ch[4], ch[5])
+    assert by_unit["chapters_3_to_5.txt"].chunks[:2] == (ch[1], ch[2])
+
+
+def _char_tokenizer(folder: Path) -> Path:
+    """A Hugging Face tokenizer folder that counts one token per character (written here, nothing downloaded)."""
+    from tokenizers import Regex, Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.WordLevel({"[UNK]": 0}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]").save_pretrained(str(folder))
+    return folder
+
+
+def test_the_eligibility_tokenizer_is_a_stated_choice_and_a_local_tokenizer_can_replace_it(tmp_path):
+    """The paper's limits are its LongT5 model's (T5 SentencePiece tokens); memloop counts in cl100k_base
+    unless `eligibility_tokenizer` names a local tokenizer folder (e.g. a copy of t5-base's), which then
+    decides the draw and is recorded. An unloadable one is a named error saying what to give."""
+    from memloop.eval.datasets.booksum import EligibilityTokenizerError
+
+    path = booksum_file(tmp_path)
+    # a chapter: ~250 cl100k tokens, ~800 characters; the aggregate of chapters 1-2 twice that
+    by_cl100k = load_booksum(path, samples=None, max_chapter_tokens=1000)
+    assert len(by_cl100k) == 5 and {s.metadata["eligibility_tokenizer"] for s in by_cl100k} == {"cl100k_base"}
+    folder = str(_char_tokenizer(tmp_path / "chars"))
+    by_chars = load_booksum(path, samples=None, max_chapter_tokens=1000, eligibility_tokenizer=folder)
+    # one token a character: the aggregate (~1,600) is over the limit, the single chapters are not
+    assert sorted(s.id for s in by_chars) == sorted(s.id for s in by_cl100k if s.id != "booksum/900-ch1-2-novelguide")
+    assert {s.metadata["eligibility_tokenizer"] for s in by_chars} == {folder}
+    assert len(load_booksum(path, samples=None, max_chapter_tokens=5000, eligibility_tokenizer=folder)) == 5
+    with pytest.raises(EligibilityTokenizerError, match="t5-base.*nothing is downloaded"):
+        load_booksum(path, samples=None, eligibility_tokenizer="t5-base")

@@ -100,3 +100,43 @@ def test_a_judge_engine_starts_for_the_graph_extraction_alone(smollm2_gguf, tmp_
     data["methods"][0]["options"]["extraction_model"] = "gpt"
     with pytest.raises(ConfigError, match=r"extraction_model must be 'judge' .* or 'self'"):
         make_plan(parse_config(data))
+
+
+def test_the_graph_model_and_the_kgscore_model_may_differ_and_the_run_records_both(ray_local, tmp_path) -> None:
+    """Seed 001: gpt-3.5-turbo extracted the book graph (section 3.3) and Mixtral 8x7B extracted KGScore's edges
+    (section 3.5). `graph_model` names the extraction model apart from the judge model: the graph's extraction
+    prompts reach it alone, KGScore's reach the judge model alone, and the run records and names both."""
+    from memloop.jobs.results.report import run_config
+    from tests.datasets.test_booksum import booksum_file
+
+    booksum = booksum_file(tmp_path)
+    with scripted_endpoint() as (model_url, model_seen), scripted_endpoint() as (judge_url, judge_seen), \
+            scripted_endpoint() as (graph_url, graph_seen):
+        data = _kg_config(model_url, judge_url, tmp_path, booksum)
+        data["judges"] = [{"name": "kgscore", "options": {"on_invalid": "record"}}]
+        data["graph_model"] = {"kind": "openai", "endpoint": {"base_url": graph_url, "model": "graph-extractor",
+                                                              "max_concurrency": 2}}
+        cfg = parse_config(data)
+        summary = execute(cfg, log=lambda m: None)
+    assert summary.computed + summary.failed == 1 and summary.skipped == 0
+    texts = lambda seen: [" ".join(str(m.get("content", "")) for m in b.get("messages", [])) for b in seen]  # noqa: E731
+    graph, judge, model = texts(graph_seen), texts(judge_seen), texts(model_seen)
+    assert graph and all("[Begin story excerpt]" in p for p in graph)  # the book graph, on the graph model only
+    assert not any("[Begin story excerpt]" in p for p in judge + model)
+    assert any("knowledge graph edges" in p.lower() and "[Begin story excerpt]" not in p for p in judge)  # KGScore
+    assert not any("Turn a chapter summary into a list of knowledge graph edges" in p for p in graph + model)
+    d = RunData.load(RunStore.at(summary.output))
+    assert run_config(d)["graph_model"]["endpoint"]["model"] == "graph-extractor"
+    who = models_of(d)
+    assert who["graph_extraction"].startswith("graph-extractor at") and who["judge"].startswith("stronger at")
+    # part of the run id; left out, the judge model extracts (the paper configs: one judge model does both)
+    assert run_id(cfg) != run_id(parse_config(_kg_config(model_url, judge_url, tmp_path, booksum)))
+
+
+def test_a_graph_model_on_weights_of_its_own_is_refused_with_what_to_do(tmp_path) -> None:
+    data = _kg_config("http://127.0.0.1:1/v1", "http://127.0.0.1:1/v1", tmp_path, tmp_path / "b.jsonl")
+    data["graph_model"] = {"kind": "engine", "weights": "qwen2.5-coder-1.5b"}
+    with pytest.raises(ConfigError, match=r"graph_model: an engine on weights of its own .*kind: openai"):
+        parse_config(data)
+    data["judge_model"] = {"kind": "engine", "weights": "qwen2.5-coder-1.5b"}  # the judge engine's weights: served
+    assert parse_config(data).graph_model.weights == "qwen2.5-coder-1.5b"

@@ -202,14 +202,39 @@ def test_chain_of_density_sets_the_first_summarys_length_and_every_round_keeps_i
         llm = ScriptedLLM(script)
         get_method(method, density_rounds=1).run(book, llm)
         first, round_1 = (r.messages[0]["content"] for r in llm.requests[-2:])
-        assert "Write a summary of this chapter in plain text, in about 80 words." in first, method
+        assert "about 80 words in four or five sentences" in first, method
         assert "Rewrite the summary at the same length, about 80 words," in round_1, method
         llm = ScriptedLLM(script[:-1])
         get_method(method, density_rounds=0, density_words=60).run(book, llm)
         assert "Write a summary of this chapter in plain text." in llm.requests[-1].messages[0]["content"]
     llm = ScriptedLLM(["Tom paints.", "Polly\nDenser summary: Tom paints."])
     get_method("no-kg", density_rounds=1, density_words=60).run(book, llm)
-    assert "in about 60 words" in llm.requests[0].messages[0]["content"]
+    assert "about 60 words in four or five sentences" in llm.requests[0].messages[0]["content"]
+
+
+def test_chain_of_density_asks_for_a_sparse_entity_light_first_summary_with_filler() -> None:
+    """Adams et al. (From Sparse to Dense): the first summary is deliberately sparse -- few entities, the
+    length reached with non-specific filler -- so each round has entities to add. Without rounds the first
+    summary is the plain, informative one."""
+    book = Sample(id="t", task="book", chunks=("Tom painted the fence. Aunt Polly watched Tom.",),
+                  metadata={"chunk_chapters": [1], "target_chapter": 1})
+    for method, script in (("kg-retrieval", [EX1, "A boy does a chore.", "Tom\nDenser summary: Tom paints."]),
+                           ("no-kg", ["A boy does a chore.", "Tom\nDenser summary: Tom paints."])):
+        llm = ScriptedLLM(script)
+        out = get_method(method, density_rounds=1).run(book, llm)
+        first = out.steps[-2]
+        assert first.kind == "summarize" and first.template_id.startswith("s001-density-first"), method
+        prompt = llm.requests[-2].messages[0]["content"]
+        assert "[Chapter]\nTom painted the fence." in prompt, method
+        assert "meant to be sparse" in prompt and "about 80 words in four or five sentences" in prompt, method
+        assert "Name only one to three of the chapter's entities" in prompt, method
+        assert "stay general about what happens" in prompt and "non-specific filler" in prompt, method
+        assert "cover the chapter's main events" not in prompt, method  # the informative rule is not asked for
+        assert ("[Knowledge graph]\n" in prompt) == (method == "kg-retrieval"), method
+        llm = ScriptedLLM(script[:-1])
+        get_method(method, density_rounds=0).run(book, llm)
+        plain = llm.requests[-1].messages[0]["content"]
+        assert "cover the chapter's main events in order" in plain and "sparse" not in plain, method
 
 
 def test_the_graph_is_built_from_the_whole_book_and_retrieval_keeps_edges_up_to_the_target(tmp_path) -> None:

@@ -117,12 +117,19 @@ def test_the_prompt_examples_are_at_the_size_of_the_papers_appendix_a() -> None:
     """Appendix A's base prompt: three keys, notes of about 100-140 words, an answer of about 107, about
     1,160 words in all. Base's low score comes from long notes crowding the last chunk's context, so
     examples a third of that size shrink the effect table 1 measures. Compressed notes keep the keys and
-    answer and cut the notes to terse fragments (appendix A.1: about half the base note)."""
+    answer and cut the notes to terse fragments at appendix A.1's ratio (its compressed first note is 62 words
+    against the base one's 99: about 0.63x)."""
     base, answer, total = _example_sizes("s004-fart-base")
     assert len(base) == 3 and all(100 <= n <= 140 for n in base.values()), base
     assert 95 <= answer <= 125 and 1000 <= total <= 1300, (answer, total)
     compressed, c_answer, _ = _example_sizes("s004-fart-compressed")
     assert len(compressed) == 3 and c_answer == answer
-    assert all(0.4 <= c / b <= 0.6 for c, b in zip(compressed.values(), base.values())), (compressed, base)
+    ratios = [c / b for c, b in zip(compressed.values(), base.values())]
+    assert all(0.58 <= r <= 0.68 for r in ratios), (compressed, base)
+    assert abs(sum(ratios) / len(ratios) - 62 / 99) < 0.02, ratios
+    # a [read] of a compressed note returns the compressed note itself
+    text = load_template("s004-fart-compressed").text
+    first_key, first_note = next(iter(re.finditer(r"\[write\] \(([^)]+)\) (.+)", text))).groups()
+    assert f"[read] {first_key}\n#1: {first_note}\n" in text
     rolling, r_answer, _ = _example_sizes("s004-fart-rolling")
     assert set(rolling) == {"current-summary"} and r_answer == answer
