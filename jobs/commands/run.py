@@ -213,11 +213,15 @@ def _plan_summary(cfg) -> dict:
     from memloop.jobs.run.plan import make_plan
     from memloop.jobs.store.run_store import RunStore
 
+    from memloop.jobs.run.preflight import check_endpoints
+
     plan = make_plan(cfg, dry_run=True)
     rs = RunStore.open(cfg.output, plan.run_id)  # an unsupported scheme or a gs:// without bucket fails here
     rs.check_reachable()  # a bucket that does not exist or refuses writes, a folder that is a file
     done = rs.done_units()
     todo = [u for u in plan.units if u.key not in done]
+    if todo:  # what the run would check first: a key the endpoint refuses fails the dry run as it would the run
+        check_endpoints(cfg, lambda m: print(m, file=sys.stderr))
     per = Counter((u.dataset.key, u.method.key) for u in plan.units)
     out = {"run_id": plan.run_id, "output": cfg.output, "units": len(plan.units), "done": len(plan.units) - len(todo),
            "to_compute": len(todo), "engine": plan.engine_config,

@@ -376,22 +376,22 @@ def execute(cfg: RunConfig, *, actor_cls: Any = None, sim: Simulated | None = No
     plan = plan if plan is not None else make_plan(cfg)
     all_units = units(plan.units) if units is not None else plan.units
     rs = RunStore.open(cfg.output, plan.run_id)
-    rs.check_writable()
-    if on_ready:
-        on_ready(plan.run_id, rs.uri)
     t_resume = time.monotonic()
     done = rs.done_units()
     resume_s = time.monotonic() - t_resume
     todo = [u for u in all_units if u.key not in done]
     skipped = len(all_units) - len(todo)
+    if todo and sim is None:  # an endpoint that refuses or lacks the model stops the run here, in one line,
+        from memloop.jobs.run.preflight import check_endpoints  # before the run has an id on stdout or a folder
+
+        check_endpoints(cfg, log)
+    rs.check_writable()
+    if on_ready:
+        on_ready(plan.run_id, rs.uri)
     if rs.incomplete:  # a file of a finished shard is gone: its units are computed again, not trusted
         files = sorted(f for fs in rs.incomplete.values() for f in fs)
         log(f"{len(rs.incomplete)} finished shard(s) miss a file ({', '.join(files[:3])}{' ...' if len(files) > 3 else ''}): "
             "their units are computed again")
-    if todo and sim is None:  # an endpoint that refuses or lacks the model stops the run here, in one line
-        from memloop.jobs.run.preflight import check_endpoints
-
-        check_endpoints(cfg, log)
     log(f"run {plan.run_id}: {len(all_units)} units, {skipped} already done, {len(todo)} to compute; "
         f"results -> {rs.uri}")
     invocation = f"{now().strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
