@@ -445,6 +445,8 @@ def execute(cfg: RunConfig, *, actor_cls: Any = None, sim: Simulated | None = No
                                pool.infrastructure if pool is not None else 0)
             state["storage_error"] = pool.storage_error if pool is not None else state.get("storage_error")
             state["unsaved"] = unsaved
+            if state["counts"][2]:  # the causes, so a run with no row written still names them (RunStore.at)
+                stats["first_errors"] = [e[:500] for e in list(dict.fromkeys(state["counts"][2]))[:3]]
             try:
                 rs.write_index(invocation)  # before the manifest: what the next resume reads
                 rs.write_manifest(dict(base, started_at=started, finished_at=now(), wall_s=time.monotonic() - t0,
