@@ -79,21 +79,46 @@ class RunSummary:
         """The first `n` distinct root causes of failed units."""
         return list(dict.fromkeys(self.errors))[:n]
 
-    def exit_code(self, max_failed_frac: float = 0.0) -> int:
+    def exit_code(self, max_failed_frac: float = 0.0, fail_on_method: bool = False) -> int:
         """4 when the storage failed; 0 when every unit computed (or at most `max_failed_frac` of this
         invocation's units failed for their method), else 3; always 3 when a unit is incomplete (the
         engine, an endpoint or a judge failed), since its tables' cells cannot be told (docs/judges.md,
-        "Means and intervals")."""
+        "Means and intervals"). A unit whose method produced nothing is a result (scored 0), not a
+        failure of the run, unless `fail_on_method` (`--fail-on method`, for nightly jobs): then 3."""
         if self.storage_error:
             return EXIT_STORAGE
         attempted = self.computed + self.failed
+        if fail_on_method and self.method_failed:
+            return 3
         return 3 if self.incomplete or (self.failed and self.failed > max_failed_frac * attempted) else 0
+
+    @property
+    def method_failed_share(self) -> float:
+        """The share of this invocation's units whose method produced nothing (0 when none ran)."""
+        attempted = self.computed + self.failed
+        return self.method_failed / attempted if attempted else 0.0
+
+    def final_line(self) -> str:
+        """One line a person reads last: what computed, what failed and why, what the means count as 0."""
+        attempted = self.computed + self.failed
+        parts = [f"run {self.run_id}: {self.computed} of {attempted} unit(s) computed"
+                 + (f", {self.skipped} already done" if self.skipped else "")]
+        if self.failed or self.incomplete:
+            parts.append(f"failed: {self.failed}, incomplete: {self.incomplete} (the run's, not the method's)")
+        if self.method_failed:
+            parts.append(f"method failures: {self.method_failed} of {attempted} unit(s) "
+                         f"({self.method_failed_share:.0%}; the method produced nothing, counted 0 in the means; "
+                         "`--fail-on method` makes them fail the run)")
+        else:
+            parts.append("method failures: 0")
+        return "; ".join(parts)
 
     def to_dict(self) -> dict[str, Any]:
         out = {"run_id": self.run_id, "output": self.output, "samples": self.samples, "computed": self.computed,
                "skipped": self.skipped, "failed": self.failed, "incomplete": self.incomplete,
                "errors": self.first_errors(5),
-               "method_failed": self.method_failed, "method_errors": list(dict.fromkeys(self.method_errors))[:5]}
+               "method_failed": self.method_failed, "method_failed_share": round(self.method_failed_share, 4),
+               "method_errors": list(dict.fromkeys(self.method_errors))[:5]}
         if self.storage_error:
             out.update(storage_error=self.storage_error, unsaved=self.unsaved)
         return out
