@@ -35,6 +35,22 @@ def default_actor_class() -> Any:
     return EngineActor
 
 
+def quiet_private_auth() -> None:
+    """Name Ray's authentication mode for a private local instance: token authentication, which Ray
+    turns on by default anyway, but set explicitly (RAY_AUTH_MODE=token) so Ray does not print its
+    "Token authentication is enabled ... Set RAY_AUTH_MODE=disabled to opt out" WARNING on every run.
+    A mode the user set is kept; a cluster being joined keeps its own (its mode must match)."""
+    if "RAY_AUTH_MODE" in os.environ:
+        return
+    os.environ["RAY_AUTH_MODE"] = "token"
+    import sys
+
+    if "ray._raylet" in sys.modules:  # Ray read its config when imported: refresh it, as Ray does itself when
+        from ray._raylet import Config  # it turns token mode on (authentication_token_setup._enable_token_auth)
+
+        Config.initialize("")
+
+
 RAY_JOIN_TIMEOUT_S = 5.0  # how long a given Ray address may take to accept a connection
 
 
@@ -49,6 +65,8 @@ def ensure_ray(log: Log, address: str | None = None) -> None:
     address = address or os.environ.get("RAY_ADDRESS") or None
     if address is not None and address != "local":
         _check_joinable(address)
+    else:
+        quiet_private_auth()
     try:
         ray.init(address=address or "local", include_dashboard=False, log_to_driver=bool(address),
                  logging_level="WARNING")
