@@ -233,8 +233,8 @@ def _outcome_of(commit_ref: Any) -> "Future[Outcome]":
 
 
 def _show_progress(progress: Progress, pool: WorkerPool, runner: _UnitRunner) -> None:
-    u = engine_actors.live_usage(runner.actors, runner.usage)  # live engine counters, also mid-unit
-    progress.update(pool.finished, pool.failed, u.prompt_tokens, u.cached_tokens, u.decoded_tokens)
+    u, engines = engine_actors.live_state(runner.actors, runner.usage)  # live engine counters, also mid-unit
+    progress.update(pool.finished, pool.failed, u.prompt_tokens, u.cached_tokens, u.decoded_tokens, engines)
 
 
 def _cached(plan: RunPlan, llms: list[Any]) -> list[Any]:
