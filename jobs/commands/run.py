@@ -1,7 +1,8 @@
 """`memloop run CONFIG` and `memloop report RUN_URI`.
 
-Exit codes of `memloop run`: 0 every unit computed; 3 some units failed (more than
-`--max-failed-frac` of those attempted); 4 the output's storage failed (finished units written
+Exit codes of `memloop run`: 0 every unit computed (units whose method produced nothing count as computed,
+scored 0; the last stderr line names them and their share); 3 some units failed (more than
+`--max-failed-frac` of those attempted), or with `--fail-on method` some units' method produced nothing; 4 the output's storage failed (finished units written
 before are kept; the summary says how many were not saved); 2 a config or usage error (nothing
 started); 130 interrupted.
 """
@@ -64,6 +65,9 @@ def run_cmd(
     dry_run: bool = typer.Option(False, "--dry-run", help="Validate everything and print the plan; start nothing."),
     max_failed_frac: float = typer.Option(0.0, "--max-failed-frac", min=0.0, max=1.0,
                                           help="Exit 0 when at most this fraction of the attempted units failed."),
+    fail_on: Optional[str] = typer.Option(None, "--fail-on", help="`method`: exit 3 also when units failed for "
+                                          "their method (produced nothing; counted 0 in the means and exit 0 "
+                                          "otherwise), for nightly jobs that want them to fail."),
     as_json: bool = typer.Option(False, "--json", help="Print only one JSON object on stdout (progress stays on stderr)."),
     address: Optional[str] = typer.Option(None, "--address", help="The Ray cluster to join (host:port or ray://host:port; "
                                           "default RAY_ADDRESS, else a private local instance)."),
@@ -72,13 +76,18 @@ def run_cmd(
     from memloop.jobs.run.config import load_config, model_configs, with_overrides
 
     use_ray_address(address)
+    if fail_on not in (None, "method"):
+        from memloop.jobs.errors import ConfigError
+
+        raise ConfigError(f"--fail-on {fail_on!r}: the one value is `method` (units whose method produced nothing)")
+    fail_on_method = fail_on == "method"
 
     cfg = with_overrides(load_config(config), str(config), output=output, tag=tag, limit=limit,
                          max_chunks=max_chunks, repeats=repeats, model=model, judge_model=judge_model,
                          model_base_url=model_base_url, judge_model_base_url=judge_model_base_url, settings=setting,
                          temperature=temperature, max_tokens=max_tokens, seed=seed)
     if cfg.models:
-        _run_models(model_configs(cfg), report, dry_run, max_failed_frac, as_json)
+        _run_models(model_configs(cfg), report, dry_run, max_failed_frac, as_json, fail_on_method)
         return
     if dry_run:
         _dry_run(cfg, as_json)
@@ -103,7 +112,7 @@ def run_cmd(
             if as_json:  # --json promises one object on stdout, an interrupted run's too
                 print(json.dumps({**known, "interrupted": True, "exit_code": 130}), flush=True)
             raise SystemExit(130) from None
-    code = summary.exit_code(max_failed_frac)
+    code = summary.exit_code(max_failed_frac, fail_on_method)
     if summary.storage_error:
         print(f"stopped: the storage failed ({summary.storage_error[:500]}); {summary.computed + summary.failed} "
               f"finished unit(s) are saved, {summary.unsaved} were not; run the same config again to resume",
@@ -128,12 +137,14 @@ def run_cmd(
             print(f"note: {rep.not_written}", file=sys.stderr, flush=True)
         if not as_json:
             print(rep.markdown, flush=True)
+    print(summary.final_line(), file=sys.stderr, flush=True)
     print(json.dumps(dict(summary.to_dict(), exit_code=code)), flush=True)
     if code:
         raise SystemExit(code)
 
 
-def _run_models(cfgs: list, report: bool, dry_run: bool, max_failed_frac: float, as_json: bool) -> None:
+def _run_models(cfgs: list, report: bool, dry_run: bool, max_failed_frac: float, as_json: bool,
+                fail_on_method: bool = False) -> None:
     """A config with `models:`: one run per model, one after the other in this invocation. Every
     model's plan is checked before the first run starts; each run resumes on its own (its run id), so
     running the config again resumes the set. Exit code: the worst of the runs'."""
@@ -168,10 +179,11 @@ def _run_models(cfgs: list, report: bool, dry_run: bool, max_failed_frac: float,
                 print(f"interrupted during run {i + 1} of {len(cfgs)}: finished units are saved; run the same config "
                       "again to resume the set", file=sys.stderr)
                 raise SystemExit(130) from None
-    codes = [s.exit_code(max_failed_frac) for s in summaries]
+    codes = [s.exit_code(max_failed_frac, fail_on_method) for s in summaries]
     for s in summaries:
         for err in s.first_errors():
             print(f"  {s.run_id}: {err[:500]}", file=sys.stderr)
+        print(s.final_line(), file=sys.stderr)
     if report:
         from memloop.jobs.results.report import write_report
         from memloop.jobs.results.side_by_side import write_side_by_side
@@ -214,11 +226,15 @@ def _plan_summary(cfg) -> dict:
     from memloop.jobs.run.plan import make_plan
     from memloop.jobs.store.run_store import RunStore
 
+    from memloop.jobs.run.preflight import check_endpoints
+
     plan = make_plan(cfg, dry_run=True)
     rs = RunStore.open(cfg.output, plan.run_id)  # an unsupported scheme or a gs:// without bucket fails here
     rs.check_reachable()  # a bucket that does not exist or refuses writes, a folder that is a file
     done = rs.done_units()
     todo = [u for u in plan.units if u.key not in done]
+    if todo:  # what the run would check first: a key the endpoint refuses fails the dry run as it would the run
+        check_endpoints(cfg, lambda m: print(m, file=sys.stderr))
     per = Counter((u.dataset.key, u.method.key) for u in plan.units)
     out = {"run_id": plan.run_id, "output": cfg.output, "units": len(plan.units), "done": len(plan.units) - len(todo),
            "to_compute": len(todo), "engine": plan.engine_config,

@@ -35,6 +35,22 @@ def default_actor_class() -> Any:
     return EngineActor
 
 
+def quiet_private_auth() -> None:
+    """Name Ray's authentication mode for a private local instance: token authentication, which Ray
+    turns on by default anyway, but set explicitly (RAY_AUTH_MODE=token) so Ray does not print its
+    "Token authentication is enabled ... Set RAY_AUTH_MODE=disabled to opt out" WARNING on every run.
+    A mode the user set is kept; a cluster being joined keeps its own (its mode must match)."""
+    if "RAY_AUTH_MODE" in os.environ:
+        return
+    os.environ["RAY_AUTH_MODE"] = "token"
+    import sys
+
+    if "ray._raylet" in sys.modules:  # Ray read its config when imported: refresh it, as Ray does itself when
+        from ray._raylet import Config  # it turns token mode on (authentication_token_setup._enable_token_auth)
+
+        Config.initialize("")
+
+
 RAY_JOIN_TIMEOUT_S = 5.0  # how long a given Ray address may take to accept a connection
 
 
@@ -49,6 +65,8 @@ def ensure_ray(log: Log, address: str | None = None) -> None:
     address = address or os.environ.get("RAY_ADDRESS") or None
     if address is not None and address != "local":
         _check_joinable(address)
+    else:
+        quiet_private_auth()
     try:
         ray.init(address=address or "local", include_dashboard=False, log_to_driver=bool(address),
                  logging_level="WARNING")
@@ -109,7 +127,9 @@ def start_actors(engine: EngineSpec, actor_cls: Any, kwargs: dict[str, Any], log
     actors = [remote_cls.options(name=f"{name_prefix}engine-{i}", **opts).remote(**kwargs) if name_prefix
               else remote_cls.options(**opts).remote(**kwargs) for i in range(engine.actors)]
     pending = [a.health.remote() for a in actors]
-    ready, not_ready = ray.wait(pending, num_returns=len(pending), timeout=engine.start_timeout_s)
+    model = (kwargs.get("config") or {}).get("model") if isinstance(kwargs.get("config"), dict) else None
+    log(f"engine: starting {len(actors)} actor(s): loading weights{f' ({model})' if model else ''}")
+    ready, not_ready = _wait_started(pending, engine.start_timeout_s, log)
     if not_ready:
         for a in actors:
             ray.kill(a)
@@ -125,6 +145,28 @@ def start_actors(engine: EngineSpec, actor_cls: Any, kwargs: dict[str, Any], log
         raise RunError(f"the engine did not start: {error_text(exc)}") from None
     log(f"engine: {len(actors)} actor(s) ready ({opts})")
     return actors
+
+
+START_REPORT_S = 15.0  # how often a slow engine start says where it is
+
+
+def _wait_started(pending: list[Any], timeout_s: float, log: Log) -> tuple[list[Any], list[Any]]:
+    """`ray.wait` for every actor's first answer, with a line every START_REPORT_S seconds saying how many
+    are up (loading weights takes a minute or more on a loaded host; silence reads as a hang)."""
+    import ray
+
+    t0 = time.monotonic()
+    ready: list[Any] = []
+    while pending:
+        left = timeout_s - (time.monotonic() - t0)
+        if left <= 0:
+            break
+        done, pending = ray.wait(pending, num_returns=len(pending), timeout=min(START_REPORT_S, left))
+        ready += done
+        if pending:
+            log(f"engine: loading weights: {len(ready)} of {len(ready) + len(pending)} actor(s) up, "
+                f"{time.monotonic() - t0:.0f} s")
+    return ready, pending
 
 
 def wait_restarted(actor: Any, timeout_s: float, stop: Callable[[], bool] = lambda: False) -> bool:
@@ -147,18 +189,26 @@ def wait_restarted(actor: Any, timeout_s: float, stop: Callable[[], bool] = lamb
     return False
 
 
-def live_usage(actors: list[Any], fallback: Usage) -> Usage:
-    """Engine-wide counters (live, also mid-unit), or `fallback` when an actor does not answer."""
+def live_state(actors: list[Any], fallback: Usage) -> tuple[Usage, str]:
+    """Engine-wide counters (live, also mid-unit) and what the engines are doing, in words: the shapes
+    compiled so far and the seconds spent compiling (a new engine compiles a program per batch and length
+    bucket the first time it meets one, which is where the first minutes of a run go), the sequences
+    running. `fallback` and "" when an actor does not answer."""
     import ray
 
     if not actors:
-        return fallback
+        return fallback, ""
     try:
         stats = ray.get([a.stats.remote() for a in actors], timeout=5)
     except Exception:
-        return fallback
-    return Usage(sum(s.get("prompt_tokens", 0) for s in stats), sum(s.get("cached_tokens", 0) for s in stats),
-                 sum(s.get("decoded_tokens", 0) for s in stats))
+        return fallback, ""
+    usage = Usage(sum(s.get("prompt_tokens", 0) for s in stats), sum(s.get("cached_tokens", 0) for s in stats),
+                  sum(s.get("decoded_tokens", 0) for s in stats))
+    shapes = sum(int(s.get("compiled_shapes", 0)) for s in stats)
+    compile_s = sum(float(s.get("compile_s", 0.0)) for s in stats)
+    running = sum(int(s.get("running", 0)) for s in stats)
+    return usage, (f"engines: {len(stats)} up, {shapes} shape(s) compiled ({compile_s:.0f} s compiling), "
+                   f"{running} sequence(s) running")
 
 
 def engine_stats(actors: list[Any]) -> list[dict[str, Any]]:

@@ -79,21 +79,46 @@ class RunSummary:
         """The first `n` distinct root causes of failed units."""
         return list(dict.fromkeys(self.errors))[:n]
 
-    def exit_code(self, max_failed_frac: float = 0.0) -> int:
+    def exit_code(self, max_failed_frac: float = 0.0, fail_on_method: bool = False) -> int:
         """4 when the storage failed; 0 when every unit computed (or at most `max_failed_frac` of this
         invocation's units failed for their method), else 3; always 3 when a unit is incomplete (the
         engine, an endpoint or a judge failed), since its tables' cells cannot be told (docs/judges.md,
-        "Means and intervals")."""
+        "Means and intervals"). A unit whose method produced nothing is a result (scored 0), not a
+        failure of the run, unless `fail_on_method` (`--fail-on method`, for nightly jobs): then 3."""
         if self.storage_error:
             return EXIT_STORAGE
         attempted = self.computed + self.failed
+        if fail_on_method and self.method_failed:
+            return 3
         return 3 if self.incomplete or (self.failed and self.failed > max_failed_frac * attempted) else 0
+
+    @property
+    def method_failed_share(self) -> float:
+        """The share of this invocation's units whose method produced nothing (0 when none ran)."""
+        attempted = self.computed + self.failed
+        return self.method_failed / attempted if attempted else 0.0
+
+    def final_line(self) -> str:
+        """One line a person reads last: what computed, what failed and why, what the means count as 0."""
+        attempted = self.computed + self.failed
+        parts = [f"run {self.run_id}: {self.computed} of {attempted} unit(s) computed"
+                 + (f", {self.skipped} already done" if self.skipped else "")]
+        if self.failed or self.incomplete:
+            parts.append(f"failed: {self.failed}, incomplete: {self.incomplete} (the run's, not the method's)")
+        if self.method_failed:
+            parts.append(f"method failures: {self.method_failed} of {attempted} unit(s) "
+                         f"({self.method_failed_share:.0%}; the method produced nothing, counted 0 in the means; "
+                         "`--fail-on method` makes them fail the run)")
+        else:
+            parts.append("method failures: 0")
+        return "; ".join(parts)
 
     def to_dict(self) -> dict[str, Any]:
         out = {"run_id": self.run_id, "output": self.output, "samples": self.samples, "computed": self.computed,
                "skipped": self.skipped, "failed": self.failed, "incomplete": self.incomplete,
                "errors": self.first_errors(5),
-               "method_failed": self.method_failed, "method_errors": list(dict.fromkeys(self.method_errors))[:5]}
+               "method_failed": self.method_failed, "method_failed_share": round(self.method_failed_share, 4),
+               "method_errors": list(dict.fromkeys(self.method_errors))[:5]}
         if self.storage_error:
             out.update(storage_error=self.storage_error, unsaved=self.unsaved)
         return out
@@ -208,8 +233,8 @@ def _outcome_of(commit_ref: Any) -> "Future[Outcome]":
 
 
 def _show_progress(progress: Progress, pool: WorkerPool, runner: _UnitRunner) -> None:
-    u = engine_actors.live_usage(runner.actors, runner.usage)  # live engine counters, also mid-unit
-    progress.update(pool.finished, pool.failed, u.prompt_tokens, u.cached_tokens, u.decoded_tokens)
+    u, engines = engine_actors.live_state(runner.actors, runner.usage)  # live engine counters, also mid-unit
+    progress.update(pool.finished, pool.failed, u.prompt_tokens, u.cached_tokens, u.decoded_tokens, engines)
 
 
 def _cached(plan: RunPlan, llms: list[Any]) -> list[Any]:
@@ -380,22 +405,22 @@ def execute(cfg: RunConfig, *, actor_cls: Any = None, sim: Simulated | None = No
     plan = plan if plan is not None else make_plan(cfg)
     all_units = units(plan.units) if units is not None else plan.units
     rs = RunStore.open(cfg.output, plan.run_id)
-    rs.check_writable()
-    if on_ready:
-        on_ready(plan.run_id, rs.uri)
     t_resume = time.monotonic()
     done = rs.done_units()
     resume_s = time.monotonic() - t_resume
     todo = [u for u in all_units if u.key not in done]
     skipped = len(all_units) - len(todo)
+    if todo and sim is None:  # an endpoint that refuses or lacks the model stops the run here, in one line,
+        from memloop.jobs.run.preflight import check_endpoints  # before the run has an id on stdout or a folder
+
+        check_endpoints(cfg, log)
+    rs.check_writable()
+    if on_ready:
+        on_ready(plan.run_id, rs.uri)
     if rs.incomplete:  # a file of a finished shard is gone: its units are computed again, not trusted
         files = sorted(f for fs in rs.incomplete.values() for f in fs)
         log(f"{len(rs.incomplete)} finished shard(s) miss a file ({', '.join(files[:3])}{' ...' if len(files) > 3 else ''}): "
             "their units are computed again")
-    if todo and sim is None:  # an endpoint that refuses or lacks the model stops the run here, in one line
-        from memloop.jobs.run.preflight import check_endpoints
-
-        check_endpoints(cfg, log)
     log(f"run {plan.run_id}: {len(all_units)} units, {skipped} already done, {len(todo)} to compute; "
         f"results -> {rs.uri}")
     invocation = f"{now().strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
@@ -449,6 +474,8 @@ def execute(cfg: RunConfig, *, actor_cls: Any = None, sim: Simulated | None = No
                                pool.infrastructure if pool is not None else 0)
             state["storage_error"] = pool.storage_error if pool is not None else state.get("storage_error")
             state["unsaved"] = unsaved
+            if state["counts"][2]:  # the causes, so a run with no row written still names them (RunStore.at)
+                stats["first_errors"] = [e[:500] for e in list(dict.fromkeys(state["counts"][2]))[:3]]
             try:
                 rs.write_index(invocation)  # before the manifest: what the next resume reads
                 rs.write_manifest(dict(base, started_at=started, finished_at=now(), wall_s=time.monotonic() - t0,

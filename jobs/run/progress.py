@@ -20,16 +20,19 @@ class Progress:
 
             self.bar = tqdm(total=total, unit="unit", file=sys.stderr, dynamic_ncols=True, desc="memloop")
 
-    def update(self, finished: int, failed: int, prompt: int, cached: int, decoded: int) -> None:
+    def update(self, finished: int, failed: int, prompt: int, cached: int, decoded: int, engines: str = "") -> None:
+        """`engines`: what the engines are doing, in words (shapes compiled, sequences running), shown with
+        the counts so that the first minutes of a run (compiling, 0 units done) do not read as a hang."""
         el = max(time.monotonic() - self.t0, 1e-9)
         tok_s = (prompt - cached + decoded) / el
         hit = 100.0 * cache_hit_rate(Usage(prompt, cached, 0))
+        extra = f" | {engines}" if engines else ""
         if self.bar is not None:
             self.bar.n = finished
-            self.bar.set_postfix_str(f"{failed} failed | {tok_s:.0f} tok/s | cache hit {hit:.1f}%", refresh=True)
+            self.bar.set_postfix_str(f"{failed} failed | {tok_s:.0f} tok/s | cache hit {hit:.1f}%{extra}", refresh=True)
             return
         self.log(f"progress: {finished}/{self.total} units ({failed} failed) | {tok_s:.0f} tok/s "
-                 f"({decoded / el:.1f} decoded/s) | cache hit {hit:.1f}% | {el:.0f} s | -> {self.uri}")
+                 f"({decoded / el:.1f} decoded/s) | cache hit {hit:.1f}%{extra} | {el:.0f} s | -> {self.uri}")
 
     def close(self) -> None:
         if self.bar is not None:

@@ -285,6 +285,9 @@ def sweep(recording: str, points: list[tuple[int, int]], placements: list[str], 
     model = host_model(rec, choice, log)
     if not ray.is_initialized() and not os.environ.get("RAY_ADDRESS"):
         # a Ray of its own: never joined to another local cluster that happens to be running on the machine
+        from memloop.jobs.run.actors import quiet_private_auth
+
+        quiet_private_auth()
         ray.init(address="local", include_dashboard=False, log_to_driver=False, logging_level="WARNING")
     engine_actors.ensure_ray(log)
     tok_ref = ray.put(tokenizer_json(rec.config.model.weights))

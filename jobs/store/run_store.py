@@ -124,8 +124,17 @@ class RunStore:
         if not samples and not runs:
             raise StorageError(f"{run_uri} holds no run (no samples/ or runs/ tables); check the URI printed by `memloop run`")
         if not samples:  # manifests but no outcomes: a partial copy, or a listing that came back empty
+            manifests = [from_parquet(rs.store.get(n), rs._uri(n)) for n in runs if n.endswith(".parquet")]
             units = sum(int(t.column("computed")[0].as_py() or 0) + int(t.column("failed")[0].as_py() or 0)
-                        for t in (from_parquet(rs.store.get(n), rs._uri(n)) for n in runs if n.endswith(".parquet")))
+                        for t in manifests)
+            computed = sum(int(t.column("computed")[0].as_py() or 0) for t in manifests)
+            causes = _recorded_causes(manifests)
+            if units and not computed and causes:  # every unit failed and none was written: name why
+                raise DamagedRunError(
+                    f"{run_uri}: every one of its {units} finished unit(s) failed and none was recorded; the "
+                    f"cause: {causes[0]}" + (f" (and {len(causes) - 1} other error(s))" if len(causes) > 1 else "")
+                    + "; fix it (e.g. fewer engine actors or a smaller model for an out-of-memory kill) and run "
+                    "the config again")
             if units:
                 raise DamagedRunError(
                     f"{run_uri} has no samples/ table although its runs/ manifests record {units} finished "
@@ -485,3 +494,17 @@ class JudgingStore(RunStore):
     def __init__(self, store: Store, run_id: str, judging_id: str, role: str = "driver") -> None:
         super().__init__(store, run_id, role, root=f"{run_id}/{JUDGINGS}/{judging_id}")
         self.judging_id = judging_id
+
+
+def _recorded_causes(manifests: list[Any]) -> list[str]:
+    """The first errors the invocations' manifests recorded (`stats_json["first_errors"]`), newest last."""
+    causes: list[str] = []
+    for t in manifests:
+        if "stats_json" not in t.column_names:
+            continue
+        try:
+            stats = json.loads(t.column("stats_json")[0].as_py() or "{}")
+        except ValueError:
+            continue
+        causes += [c for c in stats.get("first_errors", []) if c not in causes]
+    return causes

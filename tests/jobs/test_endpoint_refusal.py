@@ -69,6 +69,8 @@ def test_an_endpoints_401_leaves_the_unit_incomplete_and_the_run_exits_3(ray_loc
     assert "answered 401" in last["errors"][0] and "Incorrect API key" in last["errors"][0]
     assert "answered 401" in res.stderr
     rs = RunStore.at(last["output"])
+    manifest = rs.table("runs").to_pandas()  # the cause is kept with the invocation (RunStore.at names it)
+    assert any("answered 401" in e for e in json.loads(manifest["stats_json"].iloc[-1])["first_errors"])
     samples = rs.table("samples").to_pandas()
     assert sorted(zip(samples["status"], samples["failure"].fillna(""))) == [("failed", "infrastructure"), ("ok", "")]
     figs = {(f["judge"], f["metric"]): f for f in headline(RunData.load(rs))["figures"]}
