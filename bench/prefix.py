@@ -250,10 +250,14 @@ def main(workload_name: str = "papers", peer: str | None = None, emit=print, cac
         from memloop.engine.errors import EngineError
 
         raise EngineError(f"unknown peer {peer!r}; choose one of {sorted(p for p in PEERS if p)}")
-    if peer == "llama-server":  # fail before the long memloop part when the peer cannot run
-        from memloop.bench.llama_cpp import SERVER, peer_binary
+    server_failed = None
+    if peer == "llama-server":  # find the peer and check it runs the model before the long memloop part
+        from memloop.bench.llama_cpp import SERVER, cannot_run_line, peer_binary, peer_cannot_run
 
         peer_binary(SERVER)
+        server_failed = peer_cannot_run(SERVER, None)
+        if server_failed is not None:  # said first; memloop's figures follow, the peer's are null
+            emit(cannot_run_line(SERVER, server_failed))
     ws = workload_settings(workload_name, **overrides)
     samples, steps, max_tokens, kv_budget = ws["samples"], ws["steps"], ws["max_tokens"], ws["kv_budget"]
     workload = build_workload(samples, steps, ws["chunk_words"], revisions=ws["revisions"],
@@ -314,8 +318,10 @@ def main(workload_name: str = "papers", peer: str | None = None, emit=print, cac
              f"{lc['decoded_tokens']} decoded tokens in {lc['wall_s']:.1f} s)")
         results.update(llama_cpp_tokens_per_s=lc["tokens_per_s"], llama_cpp_wall_s=lc["wall_s"],
                        ratio_vs_llama_cpp=on["tokens_per_s"] / lc["tokens_per_s"])
-    if peer == "llama-server":
+    if peer == "llama-server" and server_failed is None:
         results.update(llama_server_figures(lm, workload, max_tokens, on, emit))
+    elif peer == "llama-server":
+        results.update(llama_server_error=server_failed, llama_server_tokens_per_s=None, ratio_vs_llama_server=None)
     return results
 
 

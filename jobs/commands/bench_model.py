@@ -47,14 +47,18 @@ def bench_model(
     variants = _peer_variants(peer_variants)
     log = lambda line: typer.echo(line, err=as_json)
     peer_failed = None
-    if peer is not None:  # build (or find) the peer before the long memloop part
-        from memloop.bench.llama_cpp import BATCHED_BENCH, PeerError, gguf_path, peer_binary
+    if peer is not None:  # build (or find) the peer and check it runs the model before the long memloop part
+        from memloop.bench.llama_cpp import (BATCHED_BENCH, PeerError, cannot_run_line, gguf_path, peer_binary,
+                                             peer_cannot_run)
 
         gguf_path(model)  # a model the peer cannot read is the user's error: refused before any work
         try:
             peer_binary(BATCHED_BENCH)
+            peer_failed = peer_cannot_run(BATCHED_BENCH, model)
         except PeerError as exc:
             peer_failed = str(exc)
+        if peer_failed is not None:  # said first, so a reader of the output knows no ratio follows
+            log(cannot_run_line(BATCHED_BENCH, peer_failed))
     from memloop.bench.llama_cpp import sigterm_unwinds
 
     with sigterm_unwinds():  # `kill` of the bench also stops the peer binary it runs (subprocess.run's cleanup)

@@ -33,6 +33,7 @@ def bench_scale(
 ) -> None:
     """A SIMULATION of a run over many hosts: units/s, driver CPU and GIL wait, engine busy share,
     memory, shards and bytes, resume time per (hosts, loops, placement)."""
+    from memloop.jobs.sim.capacity import capacity_table
     from memloop.jobs.sim.scale_sim import HostChoice, parse_points, projection_table, sweep, table
     from memloop.jobs.run.signals import graceful_interrupts
 
@@ -44,6 +45,8 @@ def bench_scale(
     out = sys.stderr if as_json else sys.stdout
     print(table(res), file=out, flush=True)
     print(projection_table(res["projection"]), file=out, flush=True)
+    cap = res["capacity"]
+    print(f"CAPACITY: not projected: {cap['error']}" if "error" in cap else capacity_table(cap), file=out, flush=True)
     if as_json:
         print(json.dumps(res, default=str), flush=True)  # before Ray's exit can cut a buffered stdout
 

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from memloop.jobs.run.config import RunConfig, parse_config
+from memloop.jobs.sim.capacity import CapacityError, capacity, step_shape
 from memloop.jobs.errors import ConfigError
 from memloop.jobs.run.driver import Simulated
 from memloop.jobs.run.handles import packed_handles, rss_mb
@@ -310,8 +311,12 @@ def sweep(recording: str, points: list[tuple[int, int]], placements: list[str], 
            "duration_cap_s": duration_s, "max_processes": processes,
            "host": {"cpus": os.cpu_count(), "ray_nodes": len(ray.nodes()), "load_avg": os.getloadavg(),
                     "note": "one machine; every simulated host, worker and the driver share its cores"},
-           "rows": rows}
+           "rows": rows, "step_shape": step_shape(list(rec.answers.values()), rec.steps, rec.units)}
     res["projection"] = projection(res)
+    try:  # what one driver sustains, from the measured inputs (jobs/sim/capacity.py)
+        res["capacity"] = capacity(res)
+    except CapacityError as exc:
+        res["capacity"] = {"error": str(exc)}
     return res
 
 

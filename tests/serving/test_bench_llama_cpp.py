@@ -345,3 +345,125 @@ def test_the_peers_prompt_processing_is_timed_at_memloops_prefill_length(tmp_pat
     assert figures["ratio_prefill_vs_llama_cpp"] == pytest.approx(1000.0 / figures["llama_cpp_prefill_tps"], rel=1e-3)
     out = peer_failed_fields("exited 139", ())
     assert out["llama_cpp_prefill_tps"] is None and out["ratio_prefill_vs_llama_cpp"] is None
+
+
+# Stand-ins for a peer build that starts but cannot run a model: both answer --version and --help, as
+# the native build did on an Intel Xeon with AMX under KVM, and die of SIGSEGV once given a model.
+_CRASHES_AT_MODEL_LOAD = """#!/bin/sh
+case "$1" in --version|--help) echo "version: 1 (stand-in)"; exit 0;; esac
+kill -SEGV $$
+"""
+# Stand-ins for a build that runs: the batched bench prints a row for its arguments; the server loads
+# "the model", answers /health and one completion, and notes each request body beside itself.
+_BATCHED_RUNS = """#!/bin/sh
+printf '{"pp": 32, "tg": 8, "pl": 1, "n_kv": 40, "t_pp": 0.1, "speed_pp": 320.0, "t_tg": 0.1, "speed_tg": 80.0}\\n'
+"""
+_SERVER_RUNS = """#!{python}
+import http.server, json, sys
+port = int(sys.argv[sys.argv.index("--port") + 1])
+seen = open(__file__ + ".requests", "a")
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.end_headers(); self.wfile.write(b'{{"status": "ok"}}')
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        seen.write(json.dumps(body) + "\\n"); seen.flush()
+        out = json.dumps({{"choices": [{{"text": " x" * body["max_tokens"]}}],
+                          "usage": {{"prompt_tokens": 32, "completion_tokens": body["max_tokens"]}}}}).encode()
+        self.send_response(200); self.send_header("Content-Length", str(len(out))); self.end_headers()
+        self.wfile.write(out)
+    def log_message(self, *a): pass
+http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
+"""
+
+
+def _stand_in_build(bin_dir: Path, runs_a_model: bool) -> None:
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    scripts = ({BATCHED_BENCH: _BATCHED_RUNS, SERVER: _SERVER_RUNS.format(python=sys.executable)} if runs_a_model
+               else {BATCHED_BENCH: _CRASHES_AT_MODEL_LOAD, SERVER: _CRASHES_AT_MODEL_LOAD})
+    for name, text in scripts.items():
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
+
+
+def test_a_build_that_starts_but_crashes_at_model_load_fails_the_check(tmp_path):
+    """The check used to start each binary without a model (--version, --help), which such a build
+    passes; now it runs the model, batched and served, and says how the binary died."""
+    from memloop.bench.build_peers import check_binaries, runs
+
+    _stand_in_build(tmp_path, runs_a_model=False)
+    assert runs([str(tmp_path / SERVER), "--version"])[0]  # what the old check ran
+    ok, why = check_binaries(tmp_path, gguf_path(None))
+    assert not ok
+    assert "-npp 32 -ntg 8" in why and "SIGSEGV (exit 139 in a shell)" in why
+
+
+def test_a_native_build_that_cannot_run_a_model_is_rebuilt_portably_and_the_record_says_why(tmp_path):
+    import json
+
+    from memloop.bench.build_peers import build_peer_binaries
+    from memloop.bench.llama_cpp import peer_build
+
+    built = []
+
+    def build(src: Path, bin_dir: Path, flags: list[str], name: str) -> None:
+        built.append((name, flags))
+        _stand_in_build(bin_dir, runs_a_model=name == "portable")
+
+    bin_dir = tmp_path / "bin"
+    assert build_peer_binaries(tmp_path, bin_dir, gguf_path(None), build=build) == "portable"
+    assert [n for n, _ in built] == ["native", "portable"] and "-DGGML_AMX_TILE=OFF" in built[1][1]
+    record = json.loads((bin_dir / "build.json").read_text())
+    assert record["build"] == "portable" == peer_build(bin_dir)
+    assert record["why"].startswith("native: ") and "SIGSEGV" in record["why"]
+    assert "prompt 32, decode 8" in record["checked"] and "llama-server" in record["checked"]
+    served = [json.loads(line) for line in (bin_dir / (SERVER + ".requests")).read_text().splitlines()]
+    assert [r["max_tokens"] for r in served] == [8]  # the served check decoded through the endpoint
+
+
+def test_the_first_build_that_runs_a_model_is_kept_and_recorded(tmp_path):
+    import json
+
+    from memloop.bench.build_peers import build_peer_binaries
+
+    names = []
+    build = lambda src, bin_dir, flags, name: (names.append(name), _stand_in_build(bin_dir, runs_a_model=True))
+    assert build_peer_binaries(tmp_path, tmp_path / "bin", gguf_path(None), build=build) == "native"
+    assert names == ["native"]
+    record = json.loads((tmp_path / "bin" / "build.json").read_text())
+    assert record["build"] == "native" and record["passed_over"] == [] and "first one tried" in record["why"]
+
+
+def test_a_peer_that_cannot_run_here_is_found_before_the_bench_and_named_first(tmp_path):
+    from memloop.bench.llama_cpp import cannot_run_line, peer_cannot_run
+
+    _stand_in_build(tmp_path / "bad", runs_a_model=False)
+    _stand_in_build(tmp_path / "good", runs_a_model=True)
+    for name in (BATCHED_BENCH, SERVER):
+        reason = peer_cannot_run(name, None, tmp_path / "bad")
+        assert reason is not None and "SIGSEGV" in reason
+        assert peer_cannot_run(name, None, tmp_path / "good") is None
+        line = cannot_run_line(name, reason)
+        assert line.startswith("PEER CANNOT RUN ON THIS HOST") and name in line and "SIGSEGV" in line
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+def test_bench_model_with_a_peer_that_cannot_run_says_so_on_its_first_line(tmp_path):
+    """`memloop bench model --peer llama-cpp` with a peer that crashes at model load: the first line of
+    its output says the peer cannot run here; memloop's figures follow with the peer's fields null."""
+    import os
+    import subprocess
+
+    _stand_in_build(tmp_path, runs_a_model=False)
+    cmd = [sys.executable, "-c", "from memloop.jobs.commands.cli import main; main()", "bench", "model", "--peer",
+           "llama-cpp", "--greedy-tokens", "2", "--decode-tokens", "8", "--prefill-tokens", "16", "--batch", "2",
+           "--no-long-contexts", "--no-gather-peer", "--kv-types", "", "--no-f64-reference", "--no-dense-peer"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=1700,
+                          env={**os.environ, **CODE, "MEMLOOP_PEERS_BIN": str(tmp_path)})
+    lines = done.stdout.splitlines()
+    assert lines and lines[0].startswith("PEER CANNOT RUN ON THIS HOST"), done.stdout[:2000] + done.stderr[-2000:]
+    assert "llama-batched-bench" in lines[0] and "SIGSEGV" in lines[0]
+    assert done.returncode == 1 and any(x.startswith("decode_tps_b1 ") for x in lines)
+    assert any(x.split() == ["ratio_decode_b1_vs_llama_cpp", "None"] for x in lines)
+
