@@ -204,7 +204,9 @@ def window_fits(cfg: RunConfig, per_task: Mapping[str, Mapping[str, Procedure]])
             cap = int(proc.output_cap.split()[0])
             needed = chunk + instruction_tokens(method, count) + cap
             verdict = "fits" if needed <= context else "DOES NOT FIT"
-            row[key] = f"{verdict}: {needed} of {context} model tokens (chunk + instructions + cap; memory on top)"
+            unit = " in cl100k" if cfg.count_tokens == "cl100k" else ""
+            row[key] = (f"{verdict}: {needed} of {context} (chunk_tokens {chunk}{unit} + instructions + cap in "
+                        "model tokens; the memory comes on top)")
         out[task] = row
     return out
 
