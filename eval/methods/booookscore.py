@@ -34,7 +34,8 @@ same order as Chang et al.'s update prompt (the new part first, then the questio
 no word limit: the only budget is the compress-and-redo one), and a last call answers the question
 from the notes with the task's answer instruction, read by the same contract as PRISM
 (`memloop.eval.methods.answers`). Notes need not end in sentence punctuation (they may end in a name or a
-value); empty or over-long notes still fail.
+value); empty or over-long notes still fail, and so does an update cut at the output cap (the official code
+compresses a response that reaches its limit; the sentence-end check that catches this on books is off).
 """
 from __future__ import annotations
 

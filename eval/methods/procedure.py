@@ -9,7 +9,7 @@ what runs. `memloop.jobs.results.procedure_cards` lays these out per paper table
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from typing import Any
 
 # the card's rows, in order, with their labels; every one is compared across the methods of a table
@@ -70,15 +70,19 @@ def decoding_text(settings: Any) -> str:
     return "constrained (JSON schema)" if getattr(settings, "decoding", "text") == "constrained" else "free text"
 
 
+UNDECLARED = "not declared (the method has no step_rule)"
+
+
 @dataclass(frozen=True)
 class StepRule:
-    """A class's declared memory step: its kind, validity rule, what a cut output meets, last-failure handling."""
+    """A class's declared memory step: its kind, validity rule, what a cut output meets, last-failure handling.
+    The defaults say that nothing is declared rather than guess: the numbers a card shows still come from
+    the settings `Trace.ask` applies."""
 
-    step: str = "step"
-    validity: str = "the output parses in the method's format"
-    cut_output: str = "retried like any output that does not parse"
-    on_last_failure: str = "the step is recorded as failed; the memory stays as it was"
-    extra: dict[str, str] = field(default_factory=dict)
+    step: str = UNDECLARED
+    validity: str = UNDECLARED
+    cut_output: str = UNDECLARED
+    on_last_failure: str = UNDECLARED
 
 
 def from_settings(settings: Any, rule: StepRule, *, output_cap: int | None = None, attempts: int | None = None,

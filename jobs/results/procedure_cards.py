@@ -188,9 +188,14 @@ def window_fits(cfg: RunConfig, per_task: Mapping[str, Mapping[str, Procedure]])
     from memloop.jobs.run.chunk_fit import instruction_tokens, model_context, model_encoder, weights_here
     from memloop.jobs.run.methods import method_settings
 
-    path = weights_here(cfg)
-    context = model_context(cfg, path) if path is not None else None
-    count = token_counter(model_encoder(str(path))) if context is not None else None
+    from memloop.errors import MemloopError
+
+    try:  # weights that cannot be read here leave the fit unknown, as weights that are not here
+        path = weights_here(cfg)
+        context = model_context(cfg, path) if path is not None else None
+        count = token_counter(model_encoder(str(path))) if context is not None else None
+    except MemloopError:
+        context, count = None, None
     specs = {m.key: m for m in cfg.methods}
     out: dict[str, dict[str, str]] = {}
     for task, per in per_task.items():
@@ -204,7 +209,9 @@ def window_fits(cfg: RunConfig, per_task: Mapping[str, Mapping[str, Procedure]])
             cap = int(proc.output_cap.split()[0])
             needed = chunk + instruction_tokens(method, count) + cap
             verdict = "fits" if needed <= context else "DOES NOT FIT"
-            row[key] = f"{verdict}: {needed} of {context} model tokens (chunk + instructions + cap; memory on top)"
+            unit = " in cl100k" if cfg.count_tokens == "cl100k" else ""
+            row[key] = (f"{verdict}: {needed} of {context} (chunk_tokens {chunk}{unit} + instructions + cap in "
+                        "model tokens; the memory comes on top)")
         out[task] = row
     return out
 

@@ -800,14 +800,13 @@ def paper_tables(d: RunData) -> list[tuple[PaperTable, dict]]:
 def _procedure_card(table_id: str, config: dict) -> str:
     """The table's procedure card for the run's own config (`memloop.jobs.results.procedure_cards`); a
     config this version cannot read (a run made by an older memloop) says so instead."""
-    from memloop.jobs.errors import ConfigError
-    from memloop.eval.errors import EvalError
+    from memloop.errors import MemloopError
     from memloop.jobs.results.procedure_cards import card, card_markdown
     from memloop.jobs.run.config import parse_config
 
     try:
         return card_markdown(card(table_id, parse_config(config, "the run's config"), window=True))
-    except (ConfigError, EvalError) as exc:
+    except MemloopError as exc:
         return f"#### Procedure card: {table_id}\n\nnot available: the run's config does not load here ({exc})"
 
 

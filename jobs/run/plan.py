@@ -246,16 +246,22 @@ def methods_ask_judge(cfg: RunConfig) -> bool:
 
 def judge_engine_config(cfg: RunConfig, unavailable: list[str] | None = None) -> dict[str, Any] | None:
     """The judge engine's config (its weights, default options) when `judge_model.weights` names one and
-    a judge of the run, or a method's step (seed 001's graph extraction), asks an LLM; None otherwise. A dry run (`unavailable` a list) notes a named judge
+    a judge of the run, or a method's step (seed 001's graph extraction), asks an LLM, or it describes RepoQA
+    needles (a dataset's `describer_model` is the judge model); None otherwise. A dry run (`unavailable` a list) notes a named judge
     model whose packages are not installed here instead of stopping: the machine that runs may have them."""
     from memloop.eval.judges import get_judge
     from memloop.engine.assets import MODELS
     from memloop.engine.errors import EngineError
 
+    from memloop.jobs.run.describe import judge_describes
+
     g = cfg.graph_model
     extracts_on_judge_engine = methods_ask_judge(cfg) and (g is None or g.weights is not None)
+    # RepoQA needles whose `describer_model` is the judge model: the judge engine describes uncached ones
+    describes = any(d.task == "repoqa" and d.options.get("describer_model")
+                    and judge_describes(cfg, str(d.options["describer_model"])) for d in cfg.datasets)
     if cfg.judge_model.weights is None or not (any(get_judge(j.name).needs_llm for j in cfg.judges)
-                                               or extracts_on_judge_engine):
+                                               or extracts_on_judge_engine or describes):
         return None
     try:
         path = judge_weights_path(cfg)

@@ -179,6 +179,10 @@ def test_a_reduced_paper_config_runs_end_to_end_and_reports_the_papers_table(con
         # who judged whom, and the paired differences the paper states
         assert "Model under test: scripted at" in laid[tid]["note"] and "self-judged" in laid[tid]["note"]
         assert [x["label"] for x in laid[tid]["differences"]] == [x.label for x in table.differences]
+        # the table's procedure card for the run's own config, and (RepoQA) who described the queries
+        assert f"#### Procedure card: {tid}" in rep.markdown and "attempts per step" in laid[tid]["procedure_card"]
+        if any(c.task == "repoqa" for c in table.columns):
+            assert laid[tid]["describers"] and "RepoQA queries by who described the needle" in rep.markdown
     if "seed002-fig5" in cfg.paper_tables:  # figure 5's four curves, one point per chunk size
         from memloop.jobs.results.report import chunk_curves
 

@@ -5,8 +5,10 @@ share per cell."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pandas as pd
+import pytest
 
 from memloop.eval.llm import ScriptedLLM
 from memloop.jobs.results.report import describer_shares
@@ -62,3 +64,30 @@ def test_needles_keep_the_labelled_fallback_when_the_judge_is_not_the_describer_
     rows = pd.DataFrame([sample_row(u, "ok", None, 1, None, now(), "engine-0") for u in units])
     [cell] = describer_shares(rows)
     assert (cell["model"], cell["fallback"]) == (0, 2)
+
+
+@pytest.mark.slow
+def test_a_run_whose_judge_engine_is_the_describer_describes_the_needles_at_its_start(ray_local, tmp_path) -> None:
+    """The driver's wiring, on the bundled model as the judge engine: no description cached, the run writes
+    one per needle with its judge engine before the units compute, and the samples table records it."""
+    import pyarrow.dataset as pads
+
+    from memloop.engine.assets import default_model_path
+    from memloop.jobs.run.driver import execute
+    from tests.jobs.scripted_endpoint import scripted_endpoint
+
+    judge = str(default_model_path())
+    with scripted_endpoint() as (url, _):
+        cfg = parse_config({
+            "output": str(tmp_path / "runs"), "judge_cpus": 0.25,
+            "datasets": [{"task": "repoqa", "limit": 1,
+                          "options": {"packages": ["json"], "needles": 1, "chunk_tokens": 2048, "max_chunks": 1,
+                                      "describer_model": judge, "description_cache": str(tmp_path / "cache")}}],
+            "methods": [{"name": "long-context", "options": {"context_tokens": 100000}}],
+            "model": {"kind": "openai", "endpoint": {"base_url": url, "model": "scripted"}},
+            "judge_model": {"kind": "engine", "weights": judge}, "judges": [{"name": "repoqa-exact"}]})
+        summary = execute(cfg, log=lambda m: None)
+    samples = pads.dataset(str(Path(summary.output) / "samples"), format="parquet").to_table().to_pandas()
+    [who] = samples["describer"]
+    assert not who.startswith("code fallback (no description by"), who  # the judge engine answered
+    assert len(list((tmp_path / "cache").glob("*.json"))) == 1
