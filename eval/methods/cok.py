@@ -1,7 +1,9 @@
 """Seed 000 Chain-of-Key: structure the new paragraph, then update/add by JSONPath, applied in code.
 
 Per chunk: (1) the LLM writes a structured summary of the new paragraph alone (the initial-summary
-prompt); the first one becomes the memory. (2) For later chunks the CoK prompt shows that summary,
+prompt); the first one becomes the memory. The memory is the bare table, as GU's and GM's (so K, the
+compression, the memory-size figure and the judge see one form); only the CoK prompt shows it inside
+figure 5's class ({"attributes": ...} for entities). (2) For later chunks the CoK prompt shows that summary,
 the schema class and the memory, and the LLM answers in figure 5's shape, with any model: thoughts
 for update, [UPDATED_OBJECTS], thoughts for add, [ADDED_OBJECTS] (no JSON schema is imposed, since
 one would force an order, a path syntax and a reasoning form the prompt never describes). The
