@@ -312,3 +312,46 @@ def export_inspect(run_uri: str, dest: str | None = None, allow_partial: bool = 
             put_export(store, name, (Path(tmp) / name).read_bytes())
             names.append(name)
     return InspectExport(rs.run_id, store.uri, names, len(d.samples), partial)
+
+
+class LiveInspectLogs:
+    """`memloop run --log-format inspect`: the run's Inspect logs written as it goes, so `inspect view` shows a
+    run without an export step. Every `every_s` seconds while the run computes, and once when it ends, the
+    logs are rewritten from what the run has committed (`export_inspect` with `allow_partial`: the run's own
+    lock is held) into `{run}/inspect/` (or `dest`); each file is replaced whole, so a reader never sees half a
+    log. A write that fails (nothing committed yet, a full disk) is retried at the next tick; the last
+    failure is kept in `error`."""
+
+    def __init__(self, uri: str, dest: str | None = None, every_s: float = 30.0) -> None:
+        import threading
+
+        _inspect()  # missing inspect_ai: said before the run starts, not after
+        self.uri, self.dest, self.every_s = uri, dest, every_s
+        self.written: InspectExport | None = None
+        self.error: str | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="inspect-logs", daemon=True)
+
+    def start(self) -> "LiveInspectLogs":
+        self._thread.start()
+        return self
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.every_s):
+            self.write()
+
+    def write(self) -> None:
+        from memloop.errors import MemloopError
+
+        try:
+            self.written, self.error = export_inspect(self.uri, self.dest, allow_partial=True), None
+        except MemloopError as exc:
+            self.error = str(exc)
+
+    def stop(self) -> InspectExport | None:
+        """Stop the ticks and write the logs once more, from everything the run committed."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+        self.write()
+        return self.written
