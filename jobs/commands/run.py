@@ -68,6 +68,9 @@ def run_cmd(
     fail_on: Optional[str] = typer.Option(None, "--fail-on", help="`method`: exit 3 also when units failed for "
                                           "their method (produced nothing; counted 0 in the means and exit 0 "
                                           "otherwise), for nightly jobs that want them to fail."),
+    log_format: str = typer.Option("parquet", "--log-format", help="`inspect`: also write Inspect AI `.eval` logs "
+                                   "into OUTPUT/RUN_ID/inspect/ as the run goes (every 30 s and at the end), so "
+                                   "`inspect view --log-dir` shows the run without `memloop export`."),
     as_json: bool = typer.Option(False, "--json", help="Print only one JSON object on stdout (progress stays on stderr)."),
     address: Optional[str] = typer.Option(None, "--address", help="The Ray cluster to join (host:port or ray://host:port; "
                                           "default RAY_ADDRESS, else a private local instance)."),
@@ -81,12 +84,22 @@ def run_cmd(
 
         raise ConfigError(f"--fail-on {fail_on!r}: the one value is `method` (units whose method produced nothing)")
     fail_on_method = fail_on == "method"
+    if log_format not in ("parquet", "inspect"):
+        from memloop.jobs.errors import ConfigError
+
+        raise ConfigError(f"--log-format {log_format!r}: `parquet` (the run's tables, always written) or `inspect` "
+                          "(Inspect AI .eval logs as well)")
 
     cfg = with_overrides(load_config(config), str(config), output=output, tag=tag, limit=limit,
                          max_chunks=max_chunks, repeats=repeats, model=model, judge_model=judge_model,
                          model_base_url=model_base_url, judge_model_base_url=judge_model_base_url, settings=setting,
                          temperature=temperature, max_tokens=max_tokens, seed=seed)
     if cfg.models:
+        if log_format == "inspect":
+            from memloop.jobs.errors import ConfigError
+
+            raise ConfigError("--log-format inspect writes one run's logs; a `models:` config runs several: "
+                              "`memloop export RUN --format inspect` each run it prints")
         _run_models(model_configs(cfg), report, dry_run, max_failed_frac, as_json, fail_on_method)
         return
     if dry_run:
@@ -98,14 +111,29 @@ def run_cmd(
 
     ready = announce("run id", as_json)
     known: dict[str, str] = {}
+    live: list = []  # the Inspect log writer, once the run's output is known
+    if log_format == "inspect":
+        from memloop.jobs.results.inspect_log import LiveInspectLogs, _inspect
+
+        _inspect()  # inspect_ai missing: said before the run starts
 
     def on_ready(ident: str, uri: str) -> None:
         known.update(run_id=ident, output=uri)
         ready(ident, uri)
+        if log_format == "inspect":
+            live.append(LiveInspectLogs(uri).start())
 
     with graceful_interrupts():
         try:
-            summary = execute(cfg, on_ready=on_ready)
+            try:
+                summary = execute(cfg, on_ready=on_ready)
+            finally:
+                for writer in live:  # the logs of what was committed, an interrupted run's too
+                    done = writer.stop()
+                    where = done.dest if done else f"{known.get('output')}/inspect"
+                    print(f"inspect logs: {where} ({len(done.logs) if done else 0} log(s)"
+                          f"{'; ' + writer.error if writer.error else ''}); `inspect view --log-dir {where}`",
+                          file=sys.stderr, flush=True)
         except KeyboardInterrupt:
             _stop_ray()
             print("interrupted: finished units are saved; run the same config again to resume", file=sys.stderr)

@@ -44,6 +44,7 @@ def view_cmd(
     from memloop.jobs.results.view.log_dir import expand
     from memloop.jobs.results.view.runs import ViewRun
 
+    given = list(run_uris or []) or [os.environ.get("MEMLOOP_LOG_DIR", "")]
     run_uris = expand(list(run_uris or []))
     if bundle is not None:
         if len(run_uris) != 1:
@@ -62,7 +63,8 @@ def view_cmd(
     for uri in run_uris:
         print(f"loading {uri} ...", file=sys.stderr, flush=True)
         runs.append(ViewRun.load(uri))
-    app = create_app(runs, host=host, api_key=key, allow_hosts=tuple(allow_host))
+    # the folders are looked at again as the runs list is opened: a run added later appears
+    app = create_app(runs, host=host, api_key=key, allow_hosts=tuple(allow_host), sources=[g for g in given if g])
     import uvicorn
 
     shown = f"[{host}]" if ":" in host else host

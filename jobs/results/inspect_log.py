@@ -24,7 +24,8 @@ the dataset, the model the run's model. The mapping, written with inspect_ai's o
   each re-judging (`memloop rescore`) the same as `{judge}@{judging_id}/{metric}`;
 - the log's results are the report's figures (`memloop.jobs.results.report.score_figures`: the judge's own
   aggregation over samples, mean over repeats), one `EvalScore` per (judge, metric), re-judgings too;
-  `model_generate_config` is the run's `sampling` (temperature, max_tokens, top_p, top_k) and `seed`.
+  `model_generate_config` is the run's `sampling` (temperature, max_tokens, top_p, top_k) as the method's own
+  options override it, and `seed`; a log with a failed sample has status `error`.
 
 `inspect_ai` is an optional dependency (`pip install memloop[inspect]`); without it the export says so.
 """
@@ -85,11 +86,12 @@ def _iso(t: Any) -> str | None:
 
 
 def _model_name(cfg: dict[str, Any], d: RunData) -> tuple[str, str | None]:
-    """Inspect's `provider/model` name of the run's model, and the endpoint's base URL."""
+    """Inspect's `provider/model` name of the run's model, and the endpoint's base URL: an endpoint is
+    `openai/NAME`, which `inspect eval --model openai/NAME --model-base-url URL` runs again as it is."""
     model = cfg.get("model") or {}
     if model.get("kind") == "openai":
         ep = model.get("endpoint") or {}
-        return f"openai-api/{ep.get('model')}", ep.get("base_url")
+        return f"openai/{ep.get('model')}", ep.get("base_url")
     return f"memloop/{run_label(d)}", None
 
 
@@ -139,7 +141,7 @@ def _events(model: str, steps: pd.DataFrame, started: dt.datetime) -> list[Any]:
     return events
 
 
-def _scores(name: str, scores: pd.DataFrame) -> dict[str, Any]:
+def _scores(name: str, scores: pd.DataFrame, answer: str | None = None) -> dict[str, Any]:
     """One judge's verdict on one unit as Inspect scores, one per metric and each a number (so
     `samples_df` reads them as numbers), named `{judge}/{metric}`: whole-sample metrics as they are,
     per-turn ones as start / last / avg, the per-turn values in the score's metadata."""
@@ -159,7 +161,7 @@ def _scores(name: str, scores: pd.DataFrame) -> dict[str, Any]:
         for key, v in values.items():
             if v is None or (isinstance(v, float) and math.isnan(v)):
                 continue
-            out[f"{name}/{key}"] = Score(value=float(v), explanation=f"{name}: {key}",
+            out[f"{name}/{key}"] = Score(value=float(v), answer=answer, explanation=f"{name}: {key}",
                                          metadata={"judge": name, "metric": key,
                                                    "per_turn": [by_turn[t] for t in sorted(by_turn)] or None})
     return out
@@ -170,11 +172,18 @@ def _verdicts(judgments: pd.DataFrame) -> list[dict[str, Any]]:
             for r in (json.loads(x) for x in judgments.sort_values("index")["record_json"])]
 
 
-def _generate_config(cfg: dict[str, Any]) -> Any:
-    """The run's sampling as Inspect's GenerateConfig (fields a method sets itself stay unset)."""
+GENERATE_FIELDS = ("temperature", "max_tokens", "top_p", "top_k")
+
+
+def _generate_config(cfg: dict[str, Any], method: str | None = None) -> Any:
+    """What the method generated with, as Inspect's GenerateConfig: the run's sampling, overridden by the
+    method's own options (gu-json's `max_tokens: 200` is what its requests asked for, not the run's 256)."""
     from inspect_ai.model import GenerateConfig
 
     sampling = {k: v for k, v in (cfg.get("sampling") or {}).items() if v is not None}
+    for m in cfg.get("methods") or []:
+        if method is not None and (m.get("label") or m.get("name")) == method:
+            sampling.update({k: v for k, v in (m.get("options") or {}).items() if k in GENERATE_FIELDS and v is not None})
     return GenerateConfig(temperature=sampling.get("temperature"), max_tokens=sampling.get("max_tokens"),
                           top_p=sampling.get("top_p"), top_k=sampling.get("top_k"), seed=cfg.get("seed"))
 
@@ -213,7 +222,7 @@ def _log(d: RunData, cfg: dict[str, Any], runs: pd.DataFrame, ds: str, method: s
             for judge, g in us.groupby("judge", sort=True):
                 name = judge if jid is None else f"{judge}@{jid}"
                 verdicts[name] = _verdicts(uj[uj["judge"] == judge] if len(uj) else uj)
-                for key, score in _scores(name, g).items():
+                for key, score in _scores(name, g, answer_text or None).items():  # the answer the judge scored
                     sample_scores[key] = score
                     events.append(ScoreEvent(score=score, scorer=key, timestamp=started))
         sample = data.get(ds, u["sample_id"])
@@ -251,7 +260,7 @@ def _log(d: RunData, cfg: dict[str, Any], runs: pd.DataFrame, ds: str, method: s
         eval_set_id=d.run_id, eval_id=eval_id, run_id=d.run_id, created=created, task=method, task_id=eval_id,
         dataset=EvalDataset(name=ds, samples=int(units["sample_id"].nunique()),
                             sample_ids=sorted(str(s) for s in units["sample_id"].unique())),
-        model=model, model_base_url=base_url, model_generate_config=_generate_config(cfg),
+        model=model, model_base_url=base_url, model_generate_config=_generate_config(cfg, method),
         config=EvalConfig(epochs=int(units["repeat"].max()) + 1),
         packages=json.loads(latest["packages_json"] or "{}") if latest is not None else {},
         metadata={"memloop_run_id": d.run_id, "run_uri": d.uri, "dataset": ds, "method": method,
@@ -260,7 +269,12 @@ def _log(d: RunData, cfg: dict[str, Any], runs: pd.DataFrame, ds: str, method: s
                    units["decoded_tokens"].fillna(0).sum())
     stats = EvalStats(started_at=_iso(units["started_at"].min()) or "", completed_at=_iso(units["finished_at"].max()) or "",
                       model_usage={model: usage})
-    return EvalLog(status="success", eval=spec, results=results, stats=stats, samples=samples)
+    # a log any of whose samples errored is an errored log, as Inspect marks one (its viewer flags it)
+    errored = [s for s in samples if s.error is not None]
+    error = (EvalError(message=f"{len(errored)} of {len(samples)} sample(s) failed; the first: {errored[0].error.message}",
+                       traceback="", traceback_ansi="") if errored else None)
+    return EvalLog(status="error" if errored else "success", eval=spec, results=results, stats=stats, samples=samples,
+                   error=error)
 
 
 def _safe(text: str) -> str:
@@ -298,3 +312,46 @@ def export_inspect(run_uri: str, dest: str | None = None, allow_partial: bool = 
             put_export(store, name, (Path(tmp) / name).read_bytes())
             names.append(name)
     return InspectExport(rs.run_id, store.uri, names, len(d.samples), partial)
+
+
+class LiveInspectLogs:
+    """`memloop run --log-format inspect`: the run's Inspect logs written as it goes, so `inspect view` shows a
+    run without an export step. Every `every_s` seconds while the run computes, and once when it ends, the
+    logs are rewritten from what the run has committed (`export_inspect` with `allow_partial`: the run's own
+    lock is held) into `{run}/inspect/` (or `dest`); each file is replaced whole, so a reader never sees half a
+    log. A write that fails (nothing committed yet, a full disk) is retried at the next tick; the last
+    failure is kept in `error`."""
+
+    def __init__(self, uri: str, dest: str | None = None, every_s: float = 30.0) -> None:
+        import threading
+
+        _inspect()  # missing inspect_ai: said before the run starts, not after
+        self.uri, self.dest, self.every_s = uri, dest, every_s
+        self.written: InspectExport | None = None
+        self.error: str | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="inspect-logs", daemon=True)
+
+    def start(self) -> "LiveInspectLogs":
+        self._thread.start()
+        return self
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.every_s):
+            self.write()
+
+    def write(self) -> None:
+        from memloop.errors import MemloopError
+
+        try:
+            self.written, self.error = export_inspect(self.uri, self.dest, allow_partial=True), None
+        except MemloopError as exc:
+            self.error = str(exc)
+
+    def stop(self) -> InspectExport | None:
+        """Stop the ticks and write the logs once more, from everything the run committed."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+        self.write()
+        return self.written

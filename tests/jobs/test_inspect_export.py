@@ -36,7 +36,7 @@ def judged_run(ray_local, tmp_path_factory) -> tuple[str, str]:
             "sampling": {"temperature": 0.0, "max_tokens": 300},
             "datasets": [{"task": "sumie", "synthetic": {"entities": 2, "seed": 0}, "options": {"max_chunks": 2}},
                          {"task": "book", "path": str(BOOK), "options": {"chunk_tokens": 64, "max_chunks": 2}}],
-            "methods": [{"name": "gu-json", "tasks": ["sumie"], "options": {"max_attempts": 1}},
+            "methods": [{"name": "gu-json", "tasks": ["sumie"], "options": {"max_attempts": 1, "max_tokens": 200}},
                         {"name": "inc-update", "options": {"word_limit": 50, "max_attempts": 1}}],
             "judges": [{"name": "sumie-exact"}]})
         summary = execute(cfg, log=lambda m: None)
@@ -128,13 +128,17 @@ def test_the_inspect_export_is_faithful_input_target_output_times_config_and_num
     assert read.note is None and len(read.samples) == 3, read.note
     for name in (p.name for p in tmp_path.glob("*.eval")):
         log = inspect_log.read_eval_log(str(tmp_path / name), resolve_attachments=True)
-        g = log.eval.model_generate_config
-        assert (g.temperature, g.max_tokens, g.seed) == (0.0, 300, 5)
+        g = log.eval.model_generate_config  # the method's own max_tokens where it sets one (gu-json: 200)
+        assert (g.temperature, g.max_tokens, g.seed) == (0.0, 200 if log.eval.task == "gu-json" else 300, 5)
+        # a model name Inspect runs again: `inspect eval --model openai/scripted --model-base-url URL`
+        assert log.eval.model == "openai/scripted" and log.eval.model_base_url.startswith("http://127.0.0.1:")
+        assert log.status == "success" and log.error is None
         for s in log.samples:
             u = samples[samples["unit"] == s.metadata["unit"]].iloc[0]
             answer = json.loads(u["output_json"])["answer"]
             assert s.output.completion == (answer if isinstance(answer, str) else json.dumps(answer, sort_keys=True))
             assert s.output.completion  # the final answer, not empty
+            assert s.scores and all(v.answer == s.output.completion for v in s.scores.values())  # what was scored
             took = (u["finished_at"] - u["started_at"]).total_seconds()
             assert s.total_time == pytest.approx(took) and s.working_time == pytest.approx(took) and took > 0
             sample = read.get(u["dataset"], u["sample_id"])
@@ -153,3 +157,23 @@ def test_the_inspect_export_is_faithful_input_target_output_times_config_and_num
         assert pd.api.types.is_float_dtype(df[c].dtype), (c, df[c].dtype)
         assert df[c].notna().any()
 
+
+
+def test_a_log_with_a_failed_sample_has_status_error(ray_local, tmp_path) -> None:
+    """Every gu-json answer is cut at max_tokens (the method produced nothing: a failed unit): its log is `error`."""
+    def cut(body: dict) -> tuple[str, str] | None:
+        return ('{"pool": ["two lar', "length") if body.get("max_tokens") == 101 else None
+
+    with scripted_endpoint(cut) as (url, _):
+        model = {"kind": "openai", "endpoint": {"base_url": url, "model": "scripted", "max_concurrency": 4}}
+        cfg = parse_config({"name": "inspect-failed", "output": str(tmp_path / "runs"), "model": model, "retries": 0,
+                            "datasets": [{"task": "sumie", "synthetic": {"entities": 1, "seed": 5},
+                                          "options": {"max_chunks": 1}}],
+                            "methods": [{"name": "gu-json", "options": {"max_tokens": 101, "max_attempts": 1}}]})
+        summary = execute(cfg, log=lambda m: None)
+    assert summary.method_failed == 1
+    export_inspect(summary.output, str(tmp_path / "logs"))
+    (name,) = [p.name for p in (tmp_path / "logs").glob("*.eval")]
+    log = inspect_log.read_eval_log(str(tmp_path / "logs" / name))
+    assert log.status == "error" and "1 of 1 sample(s) failed" in log.error.message
+    assert log.samples[0].error is not None and log.eval.model_generate_config.max_tokens == 101

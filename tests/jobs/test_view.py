@@ -93,7 +93,7 @@ def test_revisions_are_accepted_or_rejected_with_the_recorded_reason() -> None:
 
 def test_the_unit_page_shows_the_timeline_revisions_diff_and_verdicts_as_text(run, client) -> None:
     i = run.find_unit("book:lighthouse-keeper@128", run.index.iloc[0]["sample_id"], "cok", 0)
-    html = client.get(f"/run/0/unit/{i}").text
+    html = client.get(f"/run/{run.run_id}/unit/{i}").text
     assert "<script>alert" not in html and "<img src=x" not in html  # model output never becomes markup
     assert "&lt;script&gt;alert(&#34;memloop-xss&#34;)&lt;/script&gt;" in html
     # a rejected revision and why (figure 5 merges an add at an existing key, so the update of a path the
@@ -101,29 +101,29 @@ def test_the_unit_page_shows_the_timeline_revisions_diff_and_verdicts_as_text(ru
     assert 'class="revisions"' in html and "does not exist in the memory" in html
     assert "/characters/&lt;b&gt;keeper&lt;~1b&gt;" in html  # the RFC 6902 path of the memory change
     assert "booookscore" in html and "confusing" in html and "Who is &lt;i&gt;she&lt;/i&gt;?" in html
-    data = client.get(f"/run/0/unit/{i}.json").json()
+    data = client.get(f"/run/{run.run_id}/unit/{i}.json").json()
     assert [s["kind"] for s in data["steps"]].count("revise") == 2
     assert {v["judge"] for v in data["verdicts"]} == {"booookscore"}
 
 
 def test_the_run_page_holds_the_reports_markdown_rendered_and_the_plots(run, client) -> None:
-    html = client.get("/run/0/").text
+    html = client.get(f"/run/{run.run_id}/").text
     rep = build_report(RunData.load(RunStore.at(run.uri)))
     assert markdown(rep.markdown) in html  # the report's own tables, one source
     for name in rep.plots:
-        assert f'src="{name}"' in html and client.get(f"/run/0/{name}").headers["content-type"] == "image/png"
+        assert f'src="{name}"' in html and client.get(f"/run/{run.run_id}/{name}").headers["content-type"] == "image/png"
     assert "Scores by input length" in html and "256–512" in html
-    assert client.get("/run/0/samples?method=cok&sort=prompt_tokens&desc=1").status_code == 200
-    bad = client.get("/run/0/samples?sort=nonsense")
+    assert client.get(f"/run/{run.run_id}/samples?method=cok&sort=prompt_tokens&desc=1").status_code == 200
+    bad = client.get(f"/run/{run.run_id}/samples?sort=nonsense")
     assert bad.status_code == 400 and "sort by one of" in bad.text
 
 
 def test_compare_and_side_by_side_pages(run, client) -> None:
-    html = client.get("/compare?a=0&b=1").text
+    html = client.get(f"/compare?a={run.run_id}&b={run.run_id}").text
     assert "Deltas (B − A)" in html and "Config diff" in html
     book = run.index[run.index["dataset"].str.startswith("book")]
     a, b = (int(x) for x in book.index[:2])
-    side = client.get(f"/side?a=0:{a}&b=1:{b}").text
+    side = client.get(f"/side?a={run.run_id}:{a}&b={run.run_id}:{b}").text
     assert "chunk 1" in side and "chunk 2" in side and "<script>alert" not in side
 
 

@@ -68,7 +68,7 @@ def run(view_run) -> ViewRun:
 def test_run_page_to_a_unit_with_filters_diff_revisions_and_verdicts(browser, run, tmp_path) -> None:
     p = Pages(browser, tmp_path / "screens")
     with serve_app(create_app([run, run])) as url:
-        browser.get(url + "/run/0/")
+        browser.get(url + f"/run/{run.run_id}/")
         p.check("run")
         assert "Report" in p.text() and "Scores by input length" in p.text() and "Root causes" not in p.text()
         assert browser.execute_script("return Array.from(document.images).every(i => i.complete && i.naturalWidth > 0)")
@@ -95,11 +95,11 @@ def test_run_page_to_a_unit_with_filters_diff_revisions_and_verdicts(browser, ru
         browser.find_element(By.LINK_TEXT, "inc-update").click()
         p.check("side-by-side")
         assert "chunk 0" in p.text() and "chunk 2" in p.text()
-        browser.get(url + "/run/1/unit/1")
+        browser.get(url + f"/run/{run.run_id}/unit/1")
         assert browser.find_elements(By.CSS_SELECTOR, ".diff .worddiff ins, .diff .worddiff del") or \
             "the first memory" in p.text()
         p.check("text-memory")
-        browser.get(url + "/compare?a=0&b=1")
+        browser.get(url + f"/compare?a={run.run_id}&b={run.run_id}")
         p.check("compare")
         assert "Deltas (B − A)" in p.text()
 
@@ -138,6 +138,12 @@ def test_a_folder_of_runs_the_runs_list_sorts_filters_and_opens_a_unit_beside_it
         p.check("runs-list")
         rows = browser.find_elements(By.CSS_SELECTOR, "#runs tr.run-row")
         assert len(rows) == 2 and "2 of 2 runs" in p.text()
+        # at 1,400 px the scores are in view, no sideways scrolling (the text columns wrap)
+        right = browser.execute_script("return Math.max(...Array.from(document.querySelectorAll('#runs td.score'))"
+                                       ".map(td => td.getBoundingClientRect().right))")
+        assert 0 < right <= browser.execute_script("return window.innerWidth"), right
+        assert rows[0].find_element(By.TAG_NAME, "a").get_attribute("href").startswith(url + "/run/")
+        assert not rows[0].find_element(By.TAG_NAME, "a").get_attribute("href").endswith("/run/0/")
         browser.find_element(By.CSS_SELECTOR, 'a.sort[data-col="run_id"]').click()
         p.check("runs-sorted")
         ids = [r.find_element(By.TAG_NAME, "a").text for r in browser.find_elements(By.CSS_SELECTOR, "#runs tr.run-row")]
@@ -148,18 +154,19 @@ def test_a_folder_of_runs_the_runs_list_sorts_filters_and_opens_a_unit_beside_it
         rows = browser.find_elements(By.CSS_SELECTOR, "#runs tr.run-row")
         assert len(rows) == 1 and "gu-json" in rows[0].text and "1 of 2 runs" in p.text()
         browser.get(url + "/?status=nonsense")  # answered, not ignored (the 400 is the browser log's only entry)
-        assert "filter by one of running" in p.text()
+        assert "filter by one of running" in p.text() and browser.title == "bad request"
         assert [e["message"] for e in browser.get_log("browser")] == \
             [f"{url}/?status=nonsense - Failed to load resource: the server responded with a status of 400 (Bad Request)"]
+        p.check("bad-request")  # its console entry was read above
         view = next(i for i, r in enumerate(runs) if r.uri == view_run)
-        browser.get(url + f"/run/{view}/samples?dataset=sumie:synthetic&method=cok")
+        browser.get(url + f"/run/{runs[view].run_id}/samples?dataset=sumie:synthetic&method=cok")
         p.check("samples-sumie")
         browser.find_element(By.CSS_SELECTOR, "#samples tbody tr a").click()
         p.check("unit-gold")
         gold = browser.find_element(By.CSS_SELECTOR, 'section.gold[data-kind="facts"]')
         marks = [td.text for td in gold.find_elements(By.CSS_SELECTOR, "tr.fact td:last-child")]
         assert marks and set(marks) <= {"matched", "missed"}
-        browser.get(url + f"/run/{view}/samples")
+        browser.get(url + f"/run/{runs[view].run_id}/samples")
         outcomes = [o.get_attribute("value") for o in Select(browser.find_element(By.ID, "f-steps")).options][3:]
         assert outcomes  # each step outcome of the run is a filter value
         Select(browser.find_element(By.ID, "f-steps")).select_by_value(outcomes[0])

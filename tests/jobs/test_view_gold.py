@@ -44,12 +44,12 @@ def test_sumie_gold_facts_are_marked_matched_or_missed_as_the_judge_scored_them(
             r = float(recall[recall["turn"] == t["turn"]]["value"].iloc[0])
             assert t["matched"] / len(t["facts"]) == pytest.approx(r)
             assert t["matched"] + t["missed"] == len(t["facts"])
-        page = client.get(f"/run/0/unit/{i}").text
+        page = client.get(f"/run/{run.run_id}/unit/{i}").text
         facts = re.findall(r'<tr class="fact"><td>(.*?)</td><td class="(ok|bad|muted)">(\w[\w ]*)</td>', page)
         assert [f[0] for f in facts] == [f["text"].replace("'", "&#39;").replace('"', "&#34;")
                                          for t in g["turns"] for f in t["facts"]]
         assert {f[2] for f in facts} <= {"matched", "missed"} and "supported by gold" in page
-        assert client.get(f"/run/0/unit/{i}.json").json()["gold"]["turns"][0]["facts"][0]["text"]
+        assert client.get(f"/run/{run.run_id}/unit/{i}.json").json()["gold"]["turns"][0]["facts"][0]["text"]
         checked += 1
     assert checked >= 1  # at least one SUMIE unit was judged and checked
 
@@ -58,7 +58,7 @@ def test_a_unit_without_gold_says_so_and_missing_data_is_explained(run, client, 
     i = _units(run, "book")[0]
     g = gold_view(run, dict(run.unit_row(i)))
     assert g == {"kind": "none", "note": "book samples carry no gold (their judges need none)"}
-    assert "book samples carry no gold" in client.get(f"/run/0/unit/{i}").text
+    assert "book samples carry no gold" in client.get(f"/run/{run.run_id}/unit/{i}").text
     from memloop.jobs.results.sample_data import SampleData
 
     moved = ViewRun.load(run.uri)
@@ -74,7 +74,7 @@ def test_samples_filter_by_step_outcome_and_failure_cause(run, client) -> None:
         want = {u for u, o in zip(run.index["unit"], run.index["outcomes"]) if outcome in o.split(",")}
         assert set(rows["unit"]) == want and n == len(want) > 0
         assert set(run.data.steps[run.data.steps["unit"].isin(want) & (run.data.steps["outcome"] == outcome)]["unit"]) == want
-    page = client.get("/run/0/samples").text
+    page = client.get(f"/run/{run.run_id}/samples").text
     assert all(f'<option value="{o}"' in page for o in choices)
     for cause in cause_choices(run):
         rows, n = select(run, Query(cause=cause, size=500))
@@ -89,10 +89,10 @@ def test_samples_filter_by_step_outcome_and_failure_cause(run, client) -> None:
     ("method=cok&stauts=failed", "the samples page has no parameter stauts; use cause, dataset, desc"),
     ("outcome=ok", "no parameter outcome"),
 ])
-def test_unknown_samples_parameters_are_answered_not_ignored(client, query, expected) -> None:
-    res = client.get(f"/run/0/samples?{query}")
+def test_unknown_samples_parameters_are_answered_not_ignored(run, client, query, expected) -> None:
+    res = client.get(f"/run/{run.run_id}/samples?{query}")
     assert res.status_code == 400 and expected in res.text
-    assert client.get(f"/run/0/samples.json?{query}").status_code == 400
+    assert client.get(f"/run/{run.run_id}/samples.json?{query}").status_code == 400
 
 
 def test_matched_gold_facts_follow_the_judges_records(run, monkeypatch) -> None:

@@ -59,7 +59,7 @@ def test_the_runs_list_shows_sorts_filters_and_links(client, folder) -> None:
     assert page.status_code == 200
     html = page.text
     for text in (first_id, second_id, "scripted-two at http", "gu-json", "cok, inc-update", "sumie-exact f1:last: gu-json",
-                 "2 of 2 runs", 'href="/run/0/"', 'href="/run/1/"'):
+                 "2 of 2 runs", f'href="/run/{first_id}/"', f'href="/run/{second_id}/"'):
         assert text in html, text
     by_id = _rows(client.get("/?sort=run_id&desc=0").text)
     assert second_id in by_id[0] and first_id in by_id[1]  # "second-…" < "view-test-…"
@@ -80,7 +80,7 @@ def test_the_runs_list_shows_sorts_filters_and_links(client, folder) -> None:
 
 @pytest.mark.parametrize("query, expected", [
     ("?bogus=1", "the runs list has no parameter bogus; use desc, q, sort, status"),
-    ("?sort=size", "sort by one of run_id, model"),
+    ("?sort=size", "sort by one of run_id, headline, status, model"),
     ("?status=great", "filter by one of running, failed units, incomplete, ok"),
 ])
 def test_unknown_runs_list_parameters_are_answered(client, query, expected) -> None:
@@ -91,3 +91,41 @@ def test_unknown_runs_list_parameters_are_answered(client, query, expected) -> N
 def test_runs_query_round_trips() -> None:
     q = RunsQuery.parse({"q": "x", "status": "ok", "sort": "duration_s", "desc": "1"})
     assert RunsQuery.parse(q.params()) == q
+
+
+def test_a_run_added_to_the_folder_later_appears_and_links_name_run_ids(folder, tmp_path) -> None:
+    """`memloop view DIR` keeps up: a run copied into the folder after the viewer started is listed, and a link
+    to it (by its id, shareable) opens even before the list was looked at again."""
+    import shutil
+    import time
+
+    _, first, second = folder
+    first_id, second_id = first.rsplit("/", 1)[1], second.rsplit("/", 1)[1]
+    logs = tmp_path / "logs"
+    shutil.copytree(first, logs / first_id)
+    uris = expand([str(logs)])
+    client = TestClient(create_app([ViewRun.load(u) for u in uris], sources=[str(logs)]), base_url="http://127.0.0.1:8765")
+    assert len(_rows(client.get("/").text)) == 1
+    shutil.copytree(second, logs / second_id)
+    page = client.get(f"/run/{second_id}/")  # a shared link to the new run: found by a rescan
+    assert page.status_code == 200 and second_id in page.text
+    time.sleep(2.1)  # the list looks at its folders at most every RESCAN_S seconds
+    html = client.get("/").text
+    assert len(_rows(html)) == 2 and "2 of 2 runs" in html
+    assert f'href="/run/{first_id}/"' in html and f'href="/run/{second_id}/samples"' in html
+    assert "/run/0/" not in html and "/run/1/" not in html
+
+
+def test_sort_takes_the_column_headings_names(client) -> None:
+    for label, column in (("duration", "duration_s"), ("score", "headline"), ("run id", "run_id")):
+        by_label = client.get("/", params={"sort": label, "desc": "1"})
+        assert by_label.status_code == 200, (label, by_label.text[-300:])
+        assert _rows(by_label.text) == _rows(client.get("/", params={"sort": column, "desc": "1"}).text)
+
+
+def test_error_pages_are_titled_by_what_went_wrong(client) -> None:
+    bad = client.get("/?sort=size")
+    assert bad.status_code == 400 and "<title>bad request</title>" in bad.text
+    missing = client.get("/run/no-such-run/")
+    assert missing.status_code == 404 and "<title>not found</title>" in missing.text
+    assert "holds no run &#39;no-such-run&#39;" in missing.text

@@ -16,7 +16,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 
-from memloop.jobs.results.view.errors import ViewError
+from memloop.jobs.results.view.errors import ViewError, ViewNotFound
 from memloop.jobs.results.view.pages import Pages, compare_plots, jsonable
 from memloop.jobs.results.view.runs import Query, ViewRun
 
@@ -75,9 +75,11 @@ class KeyGuard:
 
 
 def create_app(runs: list[ViewRun], *, host: str = "127.0.0.1", api_key: str | None = None,
-               allow_hosts: tuple[str, ...] = ()) -> FastAPI:
+               allow_hosts: tuple[str, ...] = (), sources: list[str] | None = None) -> FastAPI:
+    """`sources`: the folders (or runs) the runs came from; the runs list scans them again, so a run added
+    later appears, and a link to a run not held yet is looked up there."""
     check_bind(host, api_key)
-    pages = Pages.of(runs)
+    pages = Pages.of(runs, sources=sources)
     app = FastAPI(title="memloop view", docs_url=None, redoc_url=None, openapi_url=None)
     if api_key:
         app.add_middleware(KeyGuard, api_key=api_key)
@@ -85,7 +87,9 @@ def create_app(runs: list[ViewRun], *, host: str = "127.0.0.1", api_key: str | N
 
     @app.exception_handler(ViewError)
     async def _bad_request(request: Request, exc: ViewError) -> Response:
-        return HTMLResponse(pages._render("error.html", title="not found", message=str(exc)), 400)
+        if isinstance(exc, ViewNotFound):
+            return HTMLResponse(pages._render("error.html", title="not found", message=str(exc)), 404)
+        return HTMLResponse(pages._render("error.html", title="bad request", message=str(exc)), 400)
 
     @app.middleware("http")
     async def _headers(request: Request, call_next: Any) -> Response:
@@ -101,58 +105,59 @@ def create_app(runs: list[ViewRun], *, host: str = "127.0.0.1", api_key: str | N
 
         return pages.home(RunsQuery.parse(request.query_params))
 
-    @app.get("/run/{r}/", response_class=HTMLResponse)
-    def run_page(r: int) -> str:
-        return pages.run(r)
+    @app.get("/run/{run_id}/", response_class=HTMLResponse)
+    def run_page(run_id: str) -> str:
+        return pages.run(pages.index_of(run_id))
 
-    @app.get("/run/{r}/samples", response_class=HTMLResponse)
-    def samples(r: int, request: Request) -> str:
-        return pages.samples(r, Query.parse(request.query_params))
+    @app.get("/run/{run_id}/samples", response_class=HTMLResponse)
+    def samples(run_id: str, request: Request) -> str:
+        return pages.samples(pages.index_of(run_id), Query.parse(request.query_params))
 
-    @app.get("/run/{r}/samples.json")
-    def samples_json(r: int, request: Request) -> Response:
+    @app.get("/run/{run_id}/samples.json")
+    def samples_json(run_id: str, request: Request) -> Response:
         from memloop.jobs.results.view.runs import select
 
-        rows, total = select(pages.run_of(r), Query.parse(request.query_params))
+        rows, total = select(pages.run_of(pages.index_of(run_id)), Query.parse(request.query_params))
         return Response(rows.to_json(orient="records"), media_type="application/json",
                         headers={"X-Total-Count": str(total)})
 
-    @app.get("/run/{r}/unit/{i}.json")
-    def unit_json(r: int, i: int) -> JSONResponse:
-        return JSONResponse(jsonable(pages.unit_data(r, i)))
+    @app.get("/run/{run_id}/unit/{i}.json")
+    def unit_json(run_id: str, i: int) -> JSONResponse:
+        return JSONResponse(jsonable(pages.unit_data(pages.index_of(run_id), i)))
 
-    @app.get("/run/{r}/unit/{i}", response_class=HTMLResponse)
-    def unit(r: int, i: int) -> str:
-        return pages.unit(r, i)
+    @app.get("/run/{run_id}/unit/{i}", response_class=HTMLResponse)
+    def unit(run_id: str, i: int) -> str:
+        return pages.unit(pages.index_of(run_id), i)
 
-    @app.get("/run/{r}/{name}.png")
-    def plot(r: int, name: str) -> Response:
-        png = pages.run_of(r).report().plots.get(f"{name}.png")
+    @app.get("/run/{run_id}/{name}.png")
+    def plot(run_id: str, name: str) -> Response:
+        run = pages.run_of(pages.index_of(run_id))
+        png = run.report().plots.get(f"{name}.png")
         if png is None:
-            raise ViewError(f"run {pages.run_of(r).run_id} has no plot {name}.png")
+            raise ViewNotFound(f"run {run.run_id} has no plot {name}.png")
         return Response(png, media_type="image/png")
 
     @app.get("/side", response_class=HTMLResponse)
     def side(a: str, b: str) -> str:
-        return pages.side(_ref(a), _ref(b))
+        return pages.side(_ref(pages, a), _ref(pages, b))
 
     @app.get("/compare", response_class=HTMLResponse)
-    def compare(a: int, b: int) -> str:
-        return pages.compare(a, b)
+    def compare(a: str, b: str) -> str:
+        return pages.compare(pages.index_of(a), pages.index_of(b))
 
     @app.get("/compare/{a}/{b}/{name}")
-    def compare_plot(a: int, b: int, name: str) -> Response:
-        png = compare_plots(pages.run_of(a), pages.run_of(b)).get(name)
+    def compare_plot(a: str, b: str, name: str) -> Response:
+        png = compare_plots(pages.run_of(pages.index_of(a)), pages.run_of(pages.index_of(b))).get(name)
         if png is None:
-            raise ViewError(f"the comparison has no plot {name}")
+            raise ViewNotFound(f"the comparison has no plot {name}")
         return Response(png, media_type="image/png")
 
     return app
 
 
-def _ref(text: str) -> tuple[int, int]:
-    run, _, unit = text.partition(":")
+def _ref(pages: Pages, text: str) -> tuple[int, int]:
+    run, _, unit = text.rpartition(":")
     try:
-        return int(run), int(unit)
+        return pages.index_of(run), int(unit)
     except ValueError:
-        raise ViewError(f"{text!r}: name a unit as RUN:UNIT (numbers, as the unit pages link them)") from None
+        raise ViewError(f"{text!r}: name a unit as RUN_ID:UNIT (the unit's number, as the unit pages link them)") from None

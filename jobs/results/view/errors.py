@@ -6,3 +6,7 @@ from memloop.jobs.errors import JobsError
 
 class ViewError(JobsError):
     """The viewer cannot start or answer as asked (an unsafe bind, a missing key file, a bad query)."""
+
+
+class ViewNotFound(ViewError):
+    """A page names a run, unit or plot the viewer does not hold (HTTP 404; other ViewErrors are 400s)."""

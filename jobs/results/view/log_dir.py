@@ -21,7 +21,12 @@ if TYPE_CHECKING:
     from memloop.jobs.results.view.runs import ViewRun
 
 LOG_DIR_ENV = "MEMLOOP_LOG_DIR"
-COLUMNS = ("run_id", "model", "judge", "methods", "datasets", "date", "duration_s", "status", "headline")
+# the score first after the id, so it is in view on a laptop's screen (the text columns wrap)
+COLUMNS = ("run_id", "headline", "status", "model", "judge", "methods", "datasets", "date", "duration_s")
+# the column headings a user reads (and may type in ?sort=): label -> column
+LABELS = {"run_id": "run id", "headline": "score", "duration_s": "duration"}
+SORT_NAMES = {**{label: c for c, label in LABELS.items()}, "run-id": "run_id", "id": "run_id",
+              "duration": "duration_s", "headline": "headline"}
 STATUSES = ("running", "failed units", "incomplete", "ok")
 
 
@@ -103,8 +108,10 @@ class RunsQuery:
         if unknown:
             raise ViewError(f"the runs list has no parameter {', '.join(unknown)}; use {', '.join(sorted(known))}")
         sort = params.get("sort") or "date"
+        sort = SORT_NAMES.get(sort.strip().lower(), sort)  # the headings' names too: ?sort=duration, ?sort=score
         if sort not in COLUMNS:
-            raise ViewError(f"sort={sort!r}: sort by one of {', '.join(COLUMNS)}")
+            raise ViewError(f"sort={sort!r}: sort by one of {', '.join(COLUMNS)} (or the headings' names: "
+                            f"{', '.join(LABELS.values())})")
         status = params.get("status", "")
         if status and status not in STATUSES:
             raise ViewError(f"status={status!r}: filter by one of {', '.join(STATUSES)}")

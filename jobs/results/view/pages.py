@@ -10,10 +10,12 @@ from __future__ import annotations
 import json
 import math
 import secrets
-from dataclasses import dataclass
+import threading
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 import jinja2
 import pandas as pd
@@ -39,6 +41,12 @@ class Links:
     """Where each page lives. The server's routes; `BundleLinks` overrides for files on disk."""
 
     static = False
+    # the viewer's runs (`Pages.runs`, the same list): a link names a run by its id, so it can be shared and
+    # stays right when the runs list grows or is sorted
+    runs: list[ViewRun] = []
+
+    def _id(self, r: int) -> str:
+        return quote(self.runs[r].run_id, safe="")
 
     def home(self) -> str:
         return "/"
@@ -47,28 +55,28 @@ class Links:
         return "/" + (f"?{urlencode(params)}" if params else "")
 
     def run(self, r: int) -> str:
-        return f"/run/{r}/"
+        return f"/run/{self._id(r)}/"
 
     def plot_base(self, r: int) -> str:
-        return f"/run/{r}/"  # the report's Markdown names its plots relative to the run page
+        return f"/run/{self._id(r)}/"  # the report's Markdown names its plots relative to the run page
 
     def samples(self, r: int, params: dict[str, str] | None = None) -> str:
-        return f"/run/{r}/samples" + (f"?{urlencode(params)}" if params else "")
+        return f"/run/{self._id(r)}/samples" + (f"?{urlencode(params)}" if params else "")
 
     def unit(self, r: int, i: int) -> str:
-        return f"/run/{r}/unit/{i}"
+        return f"/run/{self._id(r)}/unit/{i}"
 
     def unit_json(self, r: int, i: int) -> str:
-        return f"/run/{r}/unit/{i}.json"
+        return f"/run/{self._id(r)}/unit/{i}.json"
 
     def side(self, a: tuple[int, int], b: tuple[int, int]) -> str:
-        return f"/side?{urlencode({'a': f'{a[0]}:{a[1]}', 'b': f'{b[0]}:{b[1]}'})}"
+        return f"/side?{urlencode({'a': f'{self.runs[a[0]].run_id}:{a[1]}', 'b': f'{self.runs[b[0]].run_id}:{b[1]}'})}"
 
     def compare(self, a: int, b: int) -> str | None:
-        return f"/compare?{urlencode({'a': a, 'b': b})}"
+        return f"/compare?{urlencode({'a': self.runs[a].run_id, 'b': self.runs[b].run_id})}"
 
     def compare_plot(self, a: int, b: int, name: str) -> str:
-        return f"/compare/{a}/{b}/{name}"
+        return f"/compare/{self._id(a)}/{self._id(b)}/{name}"
 
 
 def _fmt(v: Any, digits: int = 4) -> str:
@@ -98,16 +106,61 @@ def environment() -> jinja2.Environment:
     return env
 
 
+RESCAN_S = 2.0  # the runs list looks at its folders again at most this often
+
+
 @dataclass
 class Pages:
     runs: list[ViewRun]
     links: Links
     env: jinja2.Environment
     _rows: list[dict[str, Any]] | None = None  # the runs list's rows, computed on first view
+    # the folders (and runs) the viewer was given: scanned again so that a run added later appears
+    sources: list[str] = field(default_factory=list)
+    _scanned: float = 0.0
+    _lock: threading.Lock = field(default_factory=threading.Lock)
 
     @classmethod
-    def of(cls, runs: list[ViewRun], links: Links | None = None) -> "Pages":
-        return cls(runs, links or Links(), environment())
+    def of(cls, runs: list[ViewRun], links: Links | None = None, sources: list[str] | None = None) -> "Pages":
+        links = links or Links()
+        links.runs = runs
+        return cls(runs, links, environment(), sources=list(sources or []), _scanned=time.monotonic())
+
+    def rescan(self, force: bool = False) -> None:
+        """Load the runs that appeared in the viewer's folders since the last look (a run that cannot be read
+        yet, e.g. one still writing its first shard, is tried again next time)."""
+        from memloop.errors import MemloopError
+        from memloop.jobs.results.view.log_dir import expand
+
+        if not self.sources or (not force and time.monotonic() - self._scanned < RESCAN_S):
+            return
+        with self._lock:
+            self._scanned = time.monotonic()
+            try:
+                uris = expand(self.sources)
+            except MemloopError:
+                return
+            known = {run.uri for run in self.runs}
+            for uri in uris:
+                if uri in known:
+                    continue
+                try:
+                    self.runs.append(ViewRun.load(uri))
+                except MemloopError:
+                    continue
+                self._rows = None
+
+    def index_of(self, run_id: str) -> int:
+        """The run with this id (rescanning the folders once when it is not held yet)."""
+        from memloop.jobs.results.view.errors import ViewNotFound
+
+        for attempt in (0, 1):
+            for r, run in enumerate(self.runs):
+                if run.run_id == run_id:
+                    return r
+            if attempt == 0:
+                self.rescan(force=True)
+        raise ViewNotFound(f"this viewer holds no run {run_id!r}; the runs list (/) shows the runs it holds")
 
     def _render(self, name: str, **ctx: Any) -> str:
         return self.env.get_template(name).render(links=self.links, runs=self.runs, nonce=secrets.token_urlsafe(12),
@@ -117,18 +170,19 @@ class Pages:
         from memloop.jobs.results.view.errors import ViewError
 
         if not 0 <= r < len(self.runs):
-            raise ViewError(f"the viewer holds runs 0..{len(self.runs) - 1}, not {r}")
+            raise ViewError(f"the viewer holds {len(self.runs)} runs, not a run number {r}")
         return self.runs[r]
 
     def home(self, query: "RunsQuery | None" = None) -> str:
         """The runs list: one row per run, sorted and filtered by `query` (`memloop.jobs.results.view.log_dir`)."""
-        from memloop.jobs.results.view.log_dir import COLUMNS, STATUSES, RunsQuery, run_row, select_runs
+        from memloop.jobs.results.view.log_dir import COLUMNS, LABELS, STATUSES, RunsQuery, run_row, select_runs
 
         query = query or RunsQuery()
+        self.rescan()
         if self._rows is None:
             self._rows = [run_row(r, run) for r, run in enumerate(self.runs)]
         shown = select_runs(self._rows, query)
-        return self._render("home.html", title="memloop view", rows=shown, query=query, columns=COLUMNS,
+        return self._render("home.html", title="memloop view", rows=shown, query=query, columns=COLUMNS, labels=LABELS,
                             statuses=STATUSES, total=len(self._rows))
 
     def run(self, r: int) -> str:
