@@ -13,7 +13,9 @@ leaf is the uint8 array, so it rides through jit like any parameter.
     de-quantises in registers (one row), or once per slice of outputs into an f32 panel that the
     rows share (decode batches);
   * above `kernel_max_rows()` rows (prefill chunks), de-quantise the matrix in the graph and use
-    XLA's dot, where XLA's GEMM was measured the faster one on both instruction sets.
+    XLA's dot, where XLA's GEMM was measured the faster one on both instruction sets. The limit is
+    the one measured on this host where `memloop bench rows` recorded one (row_limit.py), else the
+    per-instruction-set table below.
 Both see bit-identical weights (the values `gguf`'s de-quantiser gives).
 """
 from __future__ import annotations
@@ -165,11 +167,24 @@ def take_rows(w: BlockMatrix, ids: jax.Array) -> jax.Array:
 
 
 def kernel_max_rows() -> int | None:
-    """The most rows of one call the kernel takes on this host (None: no limit); the kernels must be
-    available for it to matter."""
+    """The most rows of one call the kernel takes on this host (None: no limit): the limit measured on
+    this host (`memloop bench rows`, memloop.engine.model.row_limit) where there is one, else the table
+    for its instruction set. The kernels must be available for it to matter."""
     from memloop.engine import kernels
+    from memloop.engine.model.row_limit import UNMEASURED, measured_max_rows
 
-    return KERNEL_MAX_ROWS[kernels.isa()]
+    measured = measured_max_rows()
+    return KERNEL_MAX_ROWS[kernels.isa()] if measured == UNMEASURED else measured
+
+
+def kernel_max_rows_source() -> str:
+    """Where `kernel_max_rows()` comes from here, for benchmarks' provenance."""
+    from memloop.engine import kernels
+    from memloop.engine.model.row_limit import UNMEASURED, measured_max_rows, record_path
+
+    if measured_max_rows() == UNMEASURED:
+        return f"table for {kernels.isa()} (blocks.KERNEL_MAX_ROWS; this host unmeasured)"
+    return f"measured on this host ({record_path()})"
 
 
 def use_kernel(rows: int) -> bool:

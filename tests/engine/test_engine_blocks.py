@@ -66,7 +66,10 @@ def test_kernel_rows_do_not_depend_on_their_batch(qtype):
 @pytest.fixture
 def kernel_limit(monkeypatch):
     """Sets the kernel's row limit on this host's instruction set (memloop.engine.model.blocks.KERNEL_MAX_ROWS)."""
-    from memloop.engine.model import blocks
+    from memloop.engine.model import blocks, row_limit
+
+    # a limit `memloop bench rows` recorded for this host would take precedence over the table
+    monkeypatch.setattr(row_limit, "measured_max_rows", lambda: row_limit.UNMEASURED)
 
     def set_limit(rows):
         monkeypatch.setitem(blocks.KERNEL_MAX_ROWS, kernels.isa(), rows)
