@@ -94,16 +94,17 @@ def measure_max_rows(ws: list[Any], rows: tuple[int, ...] = ROWS, repeat: int = 
 
     if not kernels.available():
         raise RuntimeError("the CPU kernels are not available here, so there is no crossover to measure")
-    kernel = jax.jit(lambda x, raws: [kernels.qmatmul(x, r, w.qtype) for r, w in zip(raws, ws)])
-    dot = jax.jit(lambda x, raws: [jnp.einsum("ti,oi->to", x, dequantize(r, w.qtype, w.shape[1]))
-                                   for r, w in zip(raws, ws)])
+    # each matrix gets an input of its own width (a layer's down projection reads the wider MLP activations)
+    kernel = jax.jit(lambda xs, raws: [kernels.qmatmul(x, r, w.qtype) for x, r, w in zip(xs, raws, ws)])
+    dot = jax.jit(lambda xs, raws: [jnp.einsum("ti,oi->to", x, dequantize(r, w.qtype, w.shape[1]))
+                                    for x, r, w in zip(xs, raws, ws)])
     raws = [w.raw for w in ws]
     rng = np.random.default_rng(0)
     timings: dict[int, dict[str, float]] = {}
     for n in rows:
-        x = jnp.asarray(rng.standard_normal((n, ws[0].shape[1]), dtype=np.float32))
-        run_k = lambda: jax.block_until_ready(kernel(x, raws))
-        run_d = lambda: jax.block_until_ready(dot(x, raws))
+        xs = [jnp.asarray(rng.standard_normal((n, w.shape[1]), dtype=np.float32)) for w in ws]
+        run_k = lambda: jax.block_until_ready(kernel(xs, raws))
+        run_d = lambda: jax.block_until_ready(dot(xs, raws))
         run_k(), run_d()  # compile
         k_s, d_s = [], []
         for _ in range(repeat):  # interleaved: a burst of load on a shared host slows both alike

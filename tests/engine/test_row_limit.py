@@ -34,14 +34,16 @@ def test_the_limit_measured_on_this_host_decides_each_calls_path(own_cache):
     """`measure_max_rows` times both paths on real matrices, records the crossover for this host, and
     the engine's path choice follows the record from then on (the table before)."""
     rng = np.random.default_rng(2)
-    ws = [BlockMatrix(jnp.asarray(random_blocks(rng, q, 64, 256)), q, (64, 256)) for q in ("Q4_1", "Q8_0")]
+    # matrices of two widths, as a layer has (its down projection reads the wider MLP activations)
+    ws = [BlockMatrix(jnp.asarray(random_blocks(rng, q, 64, cols)), q, (64, cols)) for q, cols in (("Q4_1", 256),
+                                                                                                  ("Q8_0", 512))]
     record = row_limit.measure_max_rows(ws, rows=(64, 128), repeat=1, log=lambda _: None)
     assert set(record["timings"]) == {"64", "128"} and all(t["kernel_s"] > 0 and t["dot_s"] > 0
                                                            for t in record["timings"].values())
     assert record["max_rows"] == row_limit.limit_from({int(k): t["dot_over_kernel"]
                                                        for k, t in record["timings"].items()})
     saved = json.loads(row_limit.record_path().read_text())
-    assert saved["host"] == row_limit.host_key() and saved["matrices"] == [["Q4_1", 64, 256], ["Q8_0", 64, 256]]
+    assert saved["host"] == row_limit.host_key() and saved["matrices"] == [["Q4_1", 64, 256], ["Q8_0", 64, 512]]
     assert kernel_max_rows() == record["max_rows"] and kernel_max_rows_source().startswith("measured on this host")
     # a host whose measurement put the crossover at 512 rows sends the 512-row prefill chunk to the kernel
     row_limit.record_path().write_text(json.dumps({**saved, "max_rows": 512}))
