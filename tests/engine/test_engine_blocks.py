@@ -72,7 +72,7 @@ def kernel_limit(monkeypatch):
     monkeypatch.setattr(row_limit, "measured_max_rows", lambda: row_limit.UNMEASURED)
 
     def set_limit(rows):
-        monkeypatch.setitem(blocks.KERNEL_MAX_ROWS, kernels.isa(), rows)
+        monkeypatch.setitem(blocks.KERNEL_MAX_ROWS, blocks.host_kind(), rows)
 
     return set_limit
 
@@ -125,9 +125,9 @@ def test_a_prefill_chunk_through_the_kernel_equals_the_dense_product(kernel_limi
 def test_the_path_a_call_takes_follows_the_hosts_row_limit(kernel_limit):
     """matmul_path names what block_matmul runs: the kernel up to the limit of this host's instruction
     set, the in-graph de-quantisation + dot above it, the kernel at any rows without a limit."""
-    from memloop.engine.model.blocks import kernel_max_rows, matmul_path
+    from memloop.engine.model.blocks import host_kind, kernel_max_rows, matmul_path
 
-    assert kernel_max_rows() == {"avx2": 64, "avx512": 128}[kernels.isa()]
+    assert kernel_max_rows() == {"avx2": 64, "avx512": 128, "avx512-amx": 512}[host_kind()]
     kernel_limit(64)
     assert [matmul_path(n) for n in (1, 32, 64, 65, 512)] == ["kernel"] * 3 + ["dequant-dot"] * 2
     bm = BlockMatrix(jnp.asarray(random_blocks(np.random.default_rng(1), "Q4_1", 8, 64)), "Q4_1", (8, 64))

@@ -26,7 +26,7 @@ def own_cache(tmp_path, monkeypatch):
 
 def test_an_unmeasured_host_keeps_its_instruction_sets_limit(own_cache):
     assert row_limit.measured_max_rows() == row_limit.UNMEASURED
-    assert kernel_max_rows() == blocks.KERNEL_MAX_ROWS[kernels.isa()]
+    assert kernel_max_rows() == blocks.KERNEL_MAX_ROWS[blocks.host_kind()]
     assert kernel_max_rows_source().startswith("table for ")
 
 
@@ -58,3 +58,13 @@ def test_the_crossover_is_the_last_row_count_where_the_kernel_was_never_slower()
     assert row_limit.limit_from({64: 1.5, 128: 1.1, 256: 0.9, 512: 1.2}) == 128
     assert row_limit.limit_from({64: 1.5, 128: 1.1, 256: 1.0, 512: 1.3}) is None  # never slower: every row count
     assert row_limit.limit_from({64: 0.8, 128: 1.2}) == row_limit.FLOOR  # decode batches keep the kernel
+
+
+def test_an_avx512_host_with_amx_tiles_is_a_kind_of_its_own_whose_prefill_chunks_take_the_kernel() -> None:
+    """On an Intel Xeon with AMX, XLA's dot was measured slower than the kernel at every row count up to
+    the 512-row prefill chunk (a Zen 5's AVX-512 crossed at 128): the table keys both kinds apart."""
+    assert blocks.host_kind("avx512", {"avx512f", "amx_tile", "amx_bf16"}) == "avx512-amx"
+    assert blocks.host_kind("avx512", {"avx512f"}) == "avx512"
+    assert blocks.host_kind("avx2", {"avx2", "amx_tile"}) == "avx2"  # MEMLOOP_KERNEL_ISA=avx2 keeps AVX2's limit
+    assert blocks.KERNEL_MAX_ROWS["avx512-amx"] == 512
+    assert blocks.KERNEL_MAX_ROWS["avx512"] == 128 and blocks.KERNEL_MAX_ROWS["avx2"] == 64  # AMD hosts unchanged
