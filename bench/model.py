@@ -63,6 +63,17 @@ def _matmul_paths(lm: Any, rows: dict[str, int]) -> dict[str, str]:
     return {f"matmul_path_{name}": matmul_path(n) if blocks else "dense" for name, n in rows.items()}
 
 
+def _row_limit(lm: Any) -> dict[str, Any]:
+    """`kernel_max_rows` (the most rows a call sends to the kernel here) and where it comes from: measured on
+    this host by `memloop bench rows`, or the instruction set's table (memloop.engine.model.blocks)."""
+    from memloop.engine import kernels
+    from memloop.engine.model.blocks import kernel_max_rows, kernel_max_rows_source
+
+    if not _has_blocks(lm) or not kernels.available():
+        return {"kernel_max_rows": None, "kernel_max_rows_source": "no kernel path (dense weights)"}
+    return {"kernel_max_rows": kernel_max_rows(), "kernel_max_rows_source": kernel_max_rows_source()}
+
+
 def _has_blocks(lm: Any) -> bool:
     from memloop.engine.model.blocks import BlockMatrix
 
@@ -387,6 +398,7 @@ def run_model_bench(path: Path | None = None, settings: BenchSettings = BenchSet
         # per figure, the path its weight products took (blocks.matmul_path: the kernel or the in-graph
         # de-quantisation + XLA's dot, chosen by the rows of the call; "dense" for f32 weights)
         **_matmul_paths(lm, {"b1": 1, f"b{settings.batch}": settings.batch, "prefill": prefill_rows}),
+        **_row_limit(lm),
         "timing": TIMING,
     }
     if settings.hf_batch:

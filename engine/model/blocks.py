@@ -13,7 +13,9 @@ leaf is the uint8 array, so it rides through jit like any parameter.
     de-quantises in registers (one row), or once per slice of outputs into an f32 panel that the
     rows share (decode batches);
   * above `kernel_max_rows()` rows (prefill chunks), de-quantise the matrix in the graph and use
-    XLA's dot, where XLA's GEMM was measured the faster one on both instruction sets.
+    XLA's dot, where XLA's GEMM was measured the faster one on both instruction sets. The limit is
+    the one measured on this host where `memloop bench rows` recorded one (row_limit.py), else the
+    per-instruction-set table below.
 Both see bit-identical weights (the values `gguf`'s de-quantiser gives).
 """
 from __future__ import annotations
@@ -33,8 +35,13 @@ BLOCK_WEIGHTS = {q: SUPER if q.endswith("_K") else BLOCK for q in BLOCK_BYTES}
 # call); above it the in-graph de-quantisation + XLA's dot was measured faster. AVX2 (a Zen 3 core,
 # 3 x 3 panel tiles): the kernel led up to 64 rows, XLA from 128-256. AVX-512 (one Zen 5 core, 2 x 8
 # panel tiles, rows in parts that stay in L2): the kernel led 1.8-2.2x at 32 rows and 1.04-1.14x at
-# 128, and ran 0.88-0.92x of XLA at the 512-row prefill chunk (docs/bench-log.md, 2026-11-28).
-KERNEL_MAX_ROWS: dict[str, int | None] = {"avx2": 64, "avx512": 128}
+# 128, and ran 0.88-0.92x of XLA at the 512-row prefill chunk (docs/bench-log.md, 2026-11-28). AVX-512 on an
+# Intel Xeon with AMX (2 cores under KVM, `memloop bench rows`, 2026-12-05, a host shared at load average
+# 20-40): XLA's dot was the slower one at every row count measured, the kernel 1.2-1.6x at 128-512 rows on a
+# layer's matrices, so its 512-row prefill chunks take the kernel (the whole 512-token prefill, alternated
+# three times in one process at that load: 1.98x, 0.99x, 0.93x; to re-measure on a quiet host). Keyed by
+# `host_kind()`; a host's own `memloop bench rows` record overrides the table.
+KERNEL_MAX_ROWS: dict[str, int | None] = {"avx2": 64, "avx512": 128, "avx512-amx": 512}
 
 
 @jax.tree_util.register_pytree_node_class
@@ -164,12 +171,33 @@ def take_rows(w: BlockMatrix, ids: jax.Array) -> jax.Array:
     return dequantize(jnp.take(w.raw, ids, axis=0), w.qtype, w.shape[1])
 
 
-def kernel_max_rows() -> int | None:
-    """The most rows of one call the kernel takes on this host (None: no limit); the kernels must be
-    available for it to matter."""
+def host_kind(isa: str | None = None, flags: set[str] | None = None) -> str:
+    """The row-limit table's key for this host: the kernels' instruction set, "-amx" added for an AVX-512
+    host with AMX tiles (Intel Sapphire Rapids and later), whose XLA dot and kernel cross elsewhere."""
     from memloop.engine import kernels
 
-    return KERNEL_MAX_ROWS[kernels.isa()]
+    isa = isa or kernels.isa()
+    flags = kernels.cpu_flags() if flags is None else flags
+    return f"{isa}-amx" if isa == "avx512" and "amx_tile" in flags else isa
+
+
+def kernel_max_rows() -> int | None:
+    """The most rows of one call the kernel takes on this host (None: no limit): the limit measured on
+    this host (`memloop bench rows`, memloop.engine.model.row_limit) where there is one, else the table
+    for its instruction set. The kernels must be available for it to matter."""
+    from memloop.engine.model.row_limit import UNMEASURED, measured_max_rows
+
+    measured = measured_max_rows()
+    return KERNEL_MAX_ROWS[host_kind()] if measured == UNMEASURED else measured
+
+
+def kernel_max_rows_source() -> str:
+    """Where `kernel_max_rows()` comes from here, for benchmarks' provenance."""
+    from memloop.engine.model.row_limit import UNMEASURED, measured_max_rows, record_path
+
+    if measured_max_rows() == UNMEASURED:
+        return f"table for {host_kind()} (blocks.KERNEL_MAX_ROWS; this host unmeasured)"
+    return f"measured on this host ({record_path()})"
 
 
 def use_kernel(rows: int) -> bool:

@@ -49,6 +49,7 @@ COMMAND_MODULES = (
     "memloop.jobs.commands.bench_prefix",
     "memloop.jobs.commands.bench_gpu",
     "memloop.jobs.commands.bench_scale",
+    "memloop.jobs.commands.bench_rows",
     "memloop.jobs.commands.export",
     "memloop.jobs.commands.rescore",
     "memloop.jobs.commands.compare",

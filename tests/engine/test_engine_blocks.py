@@ -66,10 +66,13 @@ def test_kernel_rows_do_not_depend_on_their_batch(qtype):
 @pytest.fixture
 def kernel_limit(monkeypatch):
     """Sets the kernel's row limit on this host's instruction set (memloop.engine.model.blocks.KERNEL_MAX_ROWS)."""
-    from memloop.engine.model import blocks
+    from memloop.engine.model import blocks, row_limit
+
+    # a limit `memloop bench rows` recorded for this host would take precedence over the table
+    monkeypatch.setattr(row_limit, "measured_max_rows", lambda: row_limit.UNMEASURED)
 
     def set_limit(rows):
-        monkeypatch.setitem(blocks.KERNEL_MAX_ROWS, kernels.isa(), rows)
+        monkeypatch.setitem(blocks.KERNEL_MAX_ROWS, blocks.host_kind(), rows)
 
     return set_limit
 
@@ -122,9 +125,9 @@ def test_a_prefill_chunk_through_the_kernel_equals_the_dense_product(kernel_limi
 def test_the_path_a_call_takes_follows_the_hosts_row_limit(kernel_limit):
     """matmul_path names what block_matmul runs: the kernel up to the limit of this host's instruction
     set, the in-graph de-quantisation + dot above it, the kernel at any rows without a limit."""
-    from memloop.engine.model.blocks import kernel_max_rows, matmul_path
+    from memloop.engine.model.blocks import host_kind, kernel_max_rows, matmul_path
 
-    assert kernel_max_rows() == {"avx2": 64, "avx512": 128}[kernels.isa()]
+    assert kernel_max_rows() == {"avx2": 64, "avx512": 128, "avx512-amx": 512}[host_kind()]
     kernel_limit(64)
     assert [matmul_path(n) for n in (1, 32, 64, 65, 512)] == ["kernel"] * 3 + ["dequant-dot"] * 2
     bm = BlockMatrix(jnp.asarray(random_blocks(np.random.default_rng(1), "Q4_1", 8, 64)), "Q4_1", (8, 64))
