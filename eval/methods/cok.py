@@ -28,11 +28,13 @@ from memloop.eval.memory import Revision, Schema, parse_cok
 from memloop.eval.memory.schemas import STORY_ELEMENTS, SUMIE_SUMMARY
 from memloop.eval.methods.base import Method, Trace
 from memloop.eval.methods.common import (
-    BOOK_FIELDS, MemorySettings, enforce_limit, entity_name, final_summary, is_entity, memory_parser, memory_step,
+    BOOK_FIELDS, MemorySettings, enforce_limit, entity_name, final_summary, is_entity, memory_cap_text, memory_parser, memory_step,
     paragraphs, schema_for, sent_schema, subject,
 )
+from memloop.eval.methods import free_json
 from memloop.eval.methods.outcomes import StepOutcome
 from memloop.eval.methods.parsing import as_text
+from memloop.eval.methods.procedure import Procedure, StepRule, from_settings
 from memloop.eval.methods.structured import apply_step, revision_parser
 from memloop.eval.methods.summaries import _format_instruction
 from memloop.eval.templates import load_template
@@ -58,6 +60,19 @@ class ChainOfKey(Method):
 
     def _sent(self, trace: Trace, schema: dict[str, Any]) -> dict[str, Any] | None:
         return sent_schema(trace, self.name, self.settings.decoding, schema)
+
+    def procedure(self, task: str) -> Procedure:
+        """The memory steps as `_structure` and `_run` apply them (both through `memory_step`'s cap)."""
+        s = self.settings
+        rule = StepRule("structure (the new chunk) + revise (JSONPath revisions of the memory)",
+                        f"structure: {free_json.VALIDITY}, and within the memory schema; revise: no "
+                        "[UPDATED_OBJECTS] / [ADDED_OBJECTS] section parses (a revision off the schema is "
+                        "rejected alone)",
+                        "structure: fails to parse unless a whole JSON object came before the cut: retried; "
+                        "revise: the sections read before the cut are applied, the cut one is rejected",
+                        "the memory stays as it was; over K it is compressed "
+                        f"(up to {s.compress_rounds} calls), then trimmed to K")
+        return from_settings(s, rule, output_cap=memory_cap_text(s))
 
     @staticmethod
     def _schema(sample: Sample) -> Schema:

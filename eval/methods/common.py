@@ -18,6 +18,7 @@ from memloop.eval.methods.caps import model_tokens, window_room
 from memloop.eval.methods.free_json import BOOK_FIELDS
 from memloop.eval.methods.outcomes import StepOutcome
 from memloop.eval.methods.parsing import as_text, extract_json
+from memloop.eval.methods.procedure import counter_text
 from memloop.eval.methods.step import Step
 from memloop.eval.options import MaxTokens, PositiveInt
 from memloop.eval.templates import load_template
@@ -95,6 +96,15 @@ def memory_cap(trace: Trace, prompt: str, memory: Any) -> int:
         return s.max_tokens
     needed = math.ceil(model_tokens(trace, basis, text or prompt) * (1 + s.memory_cap_margin))
     return max(s.max_tokens, min(needed, window_room(trace, prompt, DEFAULT_WINDOW)))
+
+
+def memory_cap_text(s: MemorySettings) -> str:
+    """`memory_cap`'s rule in words, from the same settings, for the procedure card."""
+    # K itself is what a table varies (k200, k300), so the rule names it rather than its value
+    k = (f"K ({counter_text(s)} tokens)" if s.memory_limit is not None
+         else "the carried memory's size (no K)")
+    return (f"max({s.max_tokens}, {k} in model tokens x {1 + s.memory_cap_margin:g}) model tokens, within the "
+            f"window; the final summary {s.max_tokens}")
 
 
 def memory_step(trace: Trace, template: str, values: dict[str, Any], memory: Any, **kw: Any) -> Step:

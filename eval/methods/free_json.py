@@ -19,26 +19,41 @@ from __future__ import annotations
 import json
 from typing import Any, Callable
 
-from memloop.eval.methods.parsing import extract_json
+from memloop.eval.asking import ParseFailure
+from memloop.eval.methods.parsing import TRAILING_COMMA, extract_json
 
 BOOK_FIELDS = ("characters", "events", "background", "motivations", "objectives", "other")
 # figure 10's own spellings of the fields, case-folded, where they differ from the schema's
 FIELD_ALIASES = {"backgrounds": "background", "other information": "other"}
 
-VALIDITY = ("any JSON object (figure 6 asks for a list only for several values; figure 10 names the fields "
-            "capitalised); single values become one-element lists, field names are case-folded; a step "
-            "fails only when its output holds no JSON object")
+VALIDITY = ("any whole JSON object (figure 6 asks for a list only for several values; figure 10 names the "
+            "fields capitalised); single values become one-element lists, field names are case-folded; a step "
+            "fails when its output holds no whole JSON object (an object cut off is not read from a fragment)")
 
 
 def read_memory(text: str, book: bool) -> dict[str, Any]:
     """The memory in `text` in memloop's shape: {attribute: [str]} for an entity, the six book fields of
     {element: [str]} for a book. ParseFailure only when the text holds no JSON object."""
-    value = extract_json(text, dict)
+    value = _whole_object(text)
     if book:
         return book_memory(value)
     if len(value) == 1 and _field(next(iter(value))) == "attributes" and isinstance(next(iter(value.values())), dict):
         value = next(iter(value.values()))  # appendix B's and figure 5's `attributes` wrapper around the table
     return descriptions_table(value)
+
+
+def _whole_object(text: str) -> dict[str, Any]:
+    """The JSON object the output opens with. `extract_json` reads the first object that parses, which
+    in an output cut at the cap (or malformed) is a fragment nested inside the memory, e.g. one
+    character's entry; taken as the memory it would replace the whole memory with that fragment."""
+    value = extract_json(text, dict)
+    start = text.find("{")
+    try:
+        top, _ = json.JSONDecoder().raw_decode(TRAILING_COMMA.sub(r"\1", text), start)
+    except (ValueError, RecursionError):
+        raise ParseFailure("the JSON object is cut off or malformed; only a fragment inside it parses, "
+                           "which is not the memory") from None
+    return top if isinstance(top, dict) else value
 
 
 def descriptions(value: Any) -> list[str]:

@@ -14,7 +14,7 @@ import jsonschema
 from memloop.eval.asking import ParseFailure
 
 _FENCE = re.compile(r"```(?:json|JSON|python)?\s*\n?(.*?)```", re.S)
-_TRAILING_COMMA = re.compile(r",(\s*[}\]])")
+TRAILING_COMMA = re.compile(r",(\s*[}\]])")
 _PUNCT_END = ('.', '?', '!', '"', "'", '”', '’')
 # What json raises on text it cannot read: JSONDecodeError, and for hostile text a ValueError (an
 # integer past Python's int-digits limit) or a RecursionError (arrays nested thousands deep).
@@ -33,7 +33,7 @@ def _loads(candidate: str) -> Any:
     try:
         return json.loads(candidate)
     except json.JSONDecodeError:
-        return json.loads(_TRAILING_COMMA.sub(r"\1", candidate))
+        return json.loads(TRAILING_COMMA.sub(r"\1", candidate))
 
 
 def extract_json(text: str, want: type | tuple[type, ...] = (dict, list)) -> Any:
@@ -52,7 +52,7 @@ def extract_json(text: str, want: type | tuple[type, ...] = (dict, list)) -> Any
         if isinstance(value, want):
             return value
     decoder = json.JSONDecoder()
-    repaired = _TRAILING_COMMA.sub(r"\1", text)
+    repaired = TRAILING_COMMA.sub(r"\1", text)
     skip_to = 0
     for i, ch in enumerate(repaired):
         if ch in "{[" and i >= skip_to:
@@ -96,7 +96,7 @@ def json_lines(body: str) -> list[dict[str, Any]]:
     """Every JSON object in a section body: one object, several (one a line), or fenced blocks."""
     body = _FENCE.sub(lambda m: m.group(1), body)
     decoder = json.JSONDecoder()
-    repaired = _TRAILING_COMMA.sub(r"\1", body)
+    repaired = TRAILING_COMMA.sub(r"\1", body)
     objs, i = [], 0
     while i < len(repaired):
         if repaired[i] == "{":

@@ -85,13 +85,15 @@ class StepRule:
     on_last_failure: str = UNDECLARED
 
 
-def from_settings(settings: Any, rule: StepRule, *, output_cap: int | None = None, attempts: int | None = None,
-                  other_temperatures: str = "-", compared: bool = True) -> Procedure:
+def from_settings(settings: Any, rule: StepRule, *, output_cap: int | str | None = None,
+                  attempts: int | None = None, other_temperatures: str = "-", compared: bool = True) -> Procedure:
     """A procedure from the settings object the method's code reads (`output_cap`, `attempts`: where the
-    method's memory step applies its own, which it then reads from the same accessor)."""
+    method's memory step applies its own, which it then reads from the same accessor; a text `output_cap`
+    states a cap the step computes per call, e.g. seed 000's `memory_cap`)."""
     cap = settings.max_tokens if output_cap is None else output_cap
     tries = settings.max_attempts if attempts is None else attempts
-    return Procedure(step=rule.step, output_cap=f"{cap} model tokens", attempts=tries, validity=rule.validity,
+    cap_text = cap if isinstance(cap, str) else f"{cap} model tokens"
+    return Procedure(step=rule.step, output_cap=cap_text, attempts=tries, validity=rule.validity,
                      cut_output=rule.cut_output, on_last_failure=rule.on_last_failure,
                      decoding=decoding_text(settings), temperature=float(settings.temperature),
                      retry_temperature=retry_text(settings, tries), counter=counter_text(settings),

@@ -13,12 +13,14 @@ from typing import Any, ClassVar
 
 from memloop.eval.datasets.sample import Sample
 from memloop.eval.errors import MethodError
+from memloop.eval.methods import free_json
 from memloop.eval.methods.base import Method, Trace
 from memloop.eval.methods.common import (
-    MemorySettings, enforce_limit, entity_name, final_summary, is_entity, memory_parser, memory_step, merge_json,
+    MemorySettings, enforce_limit, entity_name, final_summary, is_entity, memory_cap_text, memory_parser, memory_step, merge_json,
     paragraphs, schema_for, sent_schema, subject, text_parser,
 )
 from memloop.eval.methods.parsing import as_text
+from memloop.eval.methods.procedure import Procedure, StepRule, from_settings
 from memloop.eval.methods.step import Step
 
 
@@ -42,6 +44,22 @@ class _SummaryMethod(Method):
 
     def _sent(self, trace: Trace, schema: dict[str, Any]) -> dict[str, Any] | None:
         return sent_schema(trace, self.name, self.settings.decoding, schema) if self.fmt == "json" else None
+
+    step_kind: ClassVar[str] = "initial"
+
+    def procedure(self, task: str) -> Procedure:
+        """The memory step as `_generate` / `memory_step` / `enforce_limit` apply it."""
+        s = self.settings
+        if self.fmt == "json":
+            validity = free_json.VALIDITY
+            cut = "fails to parse unless a whole JSON object came before the cut: retried"
+        else:
+            validity = "an empty summary"
+            cut = "accepted (a cut text is still a summary)"
+        rule = StepRule(self.step_kind, validity, cut,
+                        "the memory stays as it was; over K it is compressed "
+                        f"(up to {s.compress_rounds} calls), then trimmed to K")
+        return from_settings(s, rule, output_cap=memory_cap_text(s))
 
     # --- one LLM call that produces a whole summary -------------------------------------------------
     def _generate(self, trace: Trace, sample: Sample, chunks: list[str], *, start: int, memory: Any | None,
@@ -103,6 +121,8 @@ def _format_instruction(trace: Trace, fmt: str) -> str:
 class GenerateOnce(_SummaryMethod):
     """GO: one call over all paragraphs at once."""
 
+    step_kind = "initial (one call over every chunk)"
+
     def _run(self, sample: Sample, trace: Trace) -> tuple[str, Any]:
         step = self._generate(trace, sample, list(sample.chunks), start=1, memory=None, kind="initial",
                               chunk_index=len(sample.chunks) - 1)
@@ -113,6 +133,8 @@ class GenerateOnce(_SummaryMethod):
 
 class GenerateUpdate(_SummaryMethod):
     """GU: summarise the first chunk, then rewrite the whole summary with each new chunk."""
+
+    step_kind = "update (rewrites the whole memory)"
 
     def _run(self, sample: Sample, trace: Trace) -> tuple[str, Any]:
         memory: Any = None
@@ -128,6 +150,8 @@ class GenerateUpdate(_SummaryMethod):
 
 class GenerateMerge(_SummaryMethod):
     """GM: summarise each chunk on its own, merge programmatically, then let the LLM remove duplicates."""
+
+    step_kind = "initial per chunk, merged in code, then dedupe"
 
     def _run(self, sample: Sample, trace: Trace) -> tuple[str, Any]:
         memory: Any = None

@@ -58,7 +58,15 @@ _OWN_FORM = ("each method checks its own output form: a summary or notes (non-em
              "PRISM's revision lines (each revision checked against the schema)")
 _HIER = ("hierarchical merging follows Chang et al.'s official code: a level's summary limit is also its output cap "
          "(max_summary_len 900 at the top, 0.65 of it per level below) and the last invalid summary is kept")
+_FORMATS = ("the paper compares memory formats, and each is read as its own form: a text summary as text (a cut "
+            "text is still a summary), a JSON memory as a whole JSON object (a cut one fails), CoK's revise step "
+            "as figure 5's revision sections; docs/papers/seed000.md states the direction (cut text is kept: "
+            "favours the text methods)")
 JUSTIFIED: dict[str, dict[str, Justified]] = {
+    "seed000": {
+        "validity": Justified(("go-text", "gu-text", "gm-text", "cok"), _FORMATS),
+        "cut_output": Justified(("go-text", "gu-text", "gm-text", "cok"), _FORMATS),
+    },
     "seed002": {
         "validity": Justified(("inc-update", "hier-merge"), _OWN_FORM),
         "cut_output": Justified(("inc-update", "hier-merge"), _OWN_FORM + "; " + _OFFICIAL_INC),

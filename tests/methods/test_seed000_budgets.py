@@ -142,6 +142,27 @@ def test_free_json_fails_only_without_a_json_object(text: str) -> None:
         read_memory(text, book=False)
 
 
+@pytest.mark.parametrize(("text", "book"), [
+    ('{"characters": {"Anna": ["the keeper"]}, "events": {"The storm": ["a ship runs agr', True),
+    ('{"Location": ["near the beach"], "Rooms": {"size": "large"}, "Price": ["moder', False),
+    ('```json\n{"characters": {"Anna": {"role": "keeper"}, "Ben": ["the cap\n```', True),
+])
+def test_a_json_memory_cut_at_the_cap_is_not_read_from_a_fragment_inside_it(text: str, book: bool) -> None:
+    """A cut object holds complete inner objects (one character's entry, one attribute's table); read as
+    the memory, that fragment would replace the whole memory in a GU update."""
+    with pytest.raises(ParseFailure):
+        read_memory(text, book=book)
+
+
+def test_a_cut_gu_json_update_leaves_the_memory_as_it_was() -> None:
+    book = Sample(id="b", task="book", chunks=("Anna keeps the light.", "A storm comes."))
+    whole = '{"characters": {"Anna": ["the keeper"]}}'
+    cut = '{"characters": {"Anna": ["the keeper"]}, "events": {"The storm": ["a ship runs agr'
+    out = get_method("gu-json", max_attempts=1).run(book, ScriptedLLM([whole, cut, "Anna keeps the light."]))
+    assert out.steps[0].ok and not out.steps[1].ok
+    assert out.memory == {"characters": {"Anna": ["the keeper"]}}
+
+
 def test_gu_json_keeps_a_single_value_and_capitalised_fields_on_the_first_attempt() -> None:
     """Point 2: a string for one value (figure 6) and figure 10's capitalised fields were refused by the
     schema (every value a list, six lowercase fields) and retried; they are valid answers."""
