@@ -390,7 +390,8 @@ def base_competency(label: str) -> str:
 def competency_figures(scores: Iterable[QuestionScore]) -> dict[str, Figure]:
     """Per competency: the unweighted mean of its columns' figures as the paper's tables lay them out (a
     source is a column, except the ICL sets, averaged into one column first: `FAMILIES`); a source
-    without any scored question is left out and its questions counted as unscored. The interval comes
+    without any scored question is left out, its questions counted as unscored, and the competency is keyed
+    by what it lacks ("AR (without longmemeval_s)"), as it is not the paper's average. The interval comes
     from resampling each source's contexts and averaging draw by draw as the point is averaged. A
     competency missing one of the paper's columns (`PAPER_COLUMNS`) is keyed by what it holds ("TTL (MCC
     only)"). With all four competencies scored as the paper averages them, `OVERALL` is their mean (the
@@ -417,6 +418,10 @@ def competency_figures(scores: Iterable[QuestionScore]) -> dict[str, Figure]:
         point = float(np.mean([p for p, _ in columns]))
         draws = np.mean(np.stack([d for _, d in columns]), axis=0)
         label = competency_label(comp, families)
+        missing = sorted(set(sources) - set(counted))
+        if missing:  # a source the run did not score (LLM-judged under `mab`): not the paper's average
+            without = f"without {', '.join(missing)}"
+            label = f"{comp} ({without})" if label == comp else f"{label[:-1]}; {without})"
         if label == comp:
             drawn_by_comp[comp] = (point, draws)
         out[label] = Figure(point, *_interval(draws), sum(len(v) for s in counted for v in grouped[s][1]),

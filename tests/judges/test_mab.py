@@ -9,7 +9,7 @@ import pytest
 
 from memloop.eval.errors import JudgeError
 from memloop.eval.judges import run_judge
-from memloop.eval.judges.mab import (QuestionScore, competency_figures, normalize, parse_output, primary_metric,
+from memloop.eval.judges.mab import (OVERALL, QuestionScore, competency_figures, normalize, parse_output, primary_metric,
                              question_metrics, source_figures)
 
 
@@ -99,9 +99,27 @@ def test_sources_average_over_questions_and_competencies_over_sources():
     assert src["ruler_qa1_197K"].low <= src["ruler_qa1_197K"].value <= src["ruler_qa1_197K"].high
     assert math.isnan(src["longmemeval_s_-1_500"].value) and src["longmemeval_s_-1_500"].unscored == 1
     comp = competency_figures(scores)
-    assert comp["AR"].value == pytest.approx((200 / 3 + 50) / 2)  # unweighted over the scored sources
-    assert comp["AR"].sources == ["eventqa_full", "ruler_qa1_197K"] and comp["AR"].unscored == 1
-    assert comp["AR"].contexts == 5 and comp["CR"].value == 100.0 and "TTL" not in comp
+    # unweighted over the scored sources, and keyed by the source it lacks: not the paper's AR
+    ar = comp["AR (without longmemeval_s_-1_500)"]
+    assert ar.value == pytest.approx((200 / 3 + 50) / 2) and "AR" not in comp
+    assert ar.sources == ["eventqa_full", "ruler_qa1_197K"] and ar.unscored == 1
+    assert ar.contexts == 5 and comp["CR"].value == 100.0 and "TTL" not in comp
+
+
+def test_overall_needs_every_competency_with_every_source_scored():
+    """A competency missing a source it holds (LLM-judged, unscored under `mab`) is not the paper's, so the
+    Overall over it would not be the paper's Overall either."""
+    def q(source: str, comp: str, v: float | None) -> QuestionScore:
+        return QuestionScore(source, comp, source, v)
+
+    full = [q("ruler_qa1_197K", "AR", 1.0), q("icl_banking77", "TTL", 1.0), q("recsys_redial_full", "TTL", 0.0),
+            q("detective_qa", "LRU", 1.0), q("factconsolidation_sh_6k", "CR", 0.0)]
+    assert competency_figures(full)[OVERALL].value == pytest.approx((100 + 50 + 100 + 0) / 4)
+    lacking = competency_figures(full + [q("infbench_sum_eng_shots2", "LRU", None)])
+    assert OVERALL not in lacking and "LRU" not in lacking
+    assert lacking["LRU (without infbench_sum_eng_shots2)"].value == pytest.approx(100.0)
+    ttl = competency_figures([q("icl_banking77", "TTL", 1.0), q("recsys_x", "TTL", None)])
+    assert list(ttl) == ["TTL (MCC only; without recsys_x)"]
 
 
 LME_GOLD = {"questions": ["How many days between adopting Pip and the vet?", "Where do I live now?",
