@@ -3,7 +3,7 @@
 Chat requests go to /v1/chat/completions, raw prompts to /v1/completions. A JSON Schema is sent as
 `response_format: {"type": "json_schema", ...}`. Usage is read from `usage.prompt_tokens`,
 `usage.completion_tokens` and `usage.prompt_tokens_details.cached_tokens`. Transient failures
-(connection errors, 429, 5xx) are retried with backoff; anything else raises LLMHTTPError with the
+(connection errors, 429, 5xx) are retried with backoff (tenacity); anything else raises LLMHTTPError with the
 server's message.
 
 Each attempt is bounded as a whole: `timeout_s` covers connecting, sending, waiting and reading the
@@ -25,6 +25,7 @@ import time
 from typing import Any
 
 import httpx
+from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt
 
 from memloop.eval.errors import EvalError
 from memloop.eval.http_deadline import DeadlineTransport, request_deadline
@@ -158,38 +159,46 @@ class OpenAICompatibleLLM:
 
     # --- HTTP ------------------------------------------------------------------------------------------
     def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        last, failure = "", LLMHTTPError
-        for attempt in range(self.max_retries + 1):
-            wait = self.backoff_s * (2 ** attempt)
+        """POST with tenacity's retries: a transient failure (unreachable, 429, 5xx, an attempt past its
+        deadline or size) waits `backoff_s` x 2^k, or what the server's Retry-After asks, and tries again."""
+        def wait(state: RetryCallState) -> float:
+            exc = state.outcome.exception() if state.outcome else None
+            asked = exc.asked_s if isinstance(exc, _Transient) else None
+            return asked if asked is not None else self.backoff_s * 2 ** (state.attempt_number - 1)
+
+        retrying = Retrying(stop=stop_after_attempt(self.max_retries + 1), wait=wait,
+                            retry=retry_if_exception_type(_Transient), reraise=True)
+        try:
+            return retrying(self._try, path, body)
+        except _Transient as exc:
+            raise exc.failure(f"{exc} (gave up after {self.max_retries + 1} attempts)", transient=True) from None
+
+    def _try(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        """One attempt: the answer's JSON, `_Transient` for a failure another attempt may cure, or
+        LLMHTTPError for one it cannot (a 4xx other than 429, a 200 without choices)."""
+        try:
+            with self._slots:
+                status, content, asked_wait = self._attempt(path, body)
+        except (EndpointTimeoutError, ResponseTooLargeError) as exc:
+            raise _Transient(str(exc), type(exc)) from None
+        except httpx.TransportError as exc:
+            raise _Transient(f"cannot reach {self.base_url}{path}: {type(exc).__name__}: {exc}") from None
+        if status == 200:
             try:
-                with self._slots:
-                    status, content, asked_wait = self._attempt(path, body)
-            except (EndpointTimeoutError, ResponseTooLargeError) as exc:
-                last, failure = str(exc), type(exc)
-            except httpx.TransportError as exc:
-                last, failure = f"cannot reach {self.base_url}{path}: {type(exc).__name__}: {exc}", LLMHTTPError
-            else:
-                if status == 200:
-                    try:
-                        data = json.loads(content)
-                        data["choices"][0]
-                        return data
-                    except (ValueError, KeyError, IndexError, TypeError):
-                        raise LLMHTTPError(f"{self.base_url}{path} answered 200 without choices: "
-                                           f"{_text(content)[:300]}") from None
-                last, failure = f"{self.base_url}{path} answered {status}: {_message(content)}", LLMHTTPError
-                if status != 429 and status < 500:
-                    raise LLMHTTPError(last + " (check the model name, API key and request options)")
-                asked = retry_after_s(asked_wait)
-                if asked is not None:  # the server says when to come back: honour it (bounded)
-                    if asked > MAX_RETRY_AFTER_S:
-                        raise LLMHTTPError(f"{last} (asks to retry after {asked:.0f} s, more than "
-                                           f"{MAX_RETRY_AFTER_S:.0f} s; lower the load or raise the quota)",
-                                           transient=True)
-                    wait = asked
-            if attempt < self.max_retries:
-                time.sleep(wait)
-        raise failure(f"{last} (gave up after {self.max_retries + 1} attempts)", transient=True)
+                data = json.loads(content)
+                data["choices"][0]
+                return data
+            except (ValueError, KeyError, IndexError, TypeError):
+                raise LLMHTTPError(f"{self.base_url}{path} answered 200 without choices: "
+                                   f"{_text(content)[:300]}") from None
+        last = f"{self.base_url}{path} answered {status}: {_message(content)}"
+        if status != 429 and status < 500:
+            raise LLMHTTPError(last + " (check the model name, API key and request options)")
+        asked = retry_after_s(asked_wait)
+        if asked is not None and asked > MAX_RETRY_AFTER_S:  # the server says when to come back: honoured, bounded
+            raise LLMHTTPError(f"{last} (asks to retry after {asked:.0f} s, more than "
+                               f"{MAX_RETRY_AFTER_S:.0f} s; lower the load or raise the quota)", transient=True)
+        raise _Transient(last, asked_s=asked)
 
     def _attempt(self, path: str, body: dict[str, Any]) -> tuple[int, bytes, str | None]:
         """One POST, whole within `timeout_s` and its answer at most `max_response_bytes`:
@@ -217,6 +226,16 @@ class OpenAICompatibleLLM:
                 return r.status_code, b"".join(chunks), r.headers.get("retry-after")
         except httpx.TimeoutException:
             raise late from None
+
+
+class _Transient(Exception):
+    """An attempt that failed in a way another attempt may cure; `failure`: the error raised once the
+    attempts are spent; `asked_s`: the wait the server's Retry-After asked for."""
+
+    def __init__(self, message: str, failure: type[LLMHTTPError] | None = None, asked_s: float | None = None) -> None:
+        super().__init__(message)
+        self.failure = failure or LLMHTTPError
+        self.asked_s = asked_s
 
 
 def _text(content: bytes) -> str:
