@@ -24,6 +24,11 @@ from memloop.jobs.store.run_store import RunStore
 from memloop.jobs.store.tables import unit_columns
 
 _remote: dict[str, Any] = {}  # the Ray remote functions, made once per process
+# Times Ray runs a judge or commit task again after its process died (Ray's memory monitor kills task
+# processes when the host runs short of memory; a node can go) or, for a judge, its engine actor died:
+# the infrastructure's doing, never the unit's, so this holds whatever `retries` says. Running again
+# is harmless: a judge task overwrites its own part, and a commit finds its own samples file.
+PROCESS_RETRIES = 3
 
 
 @dataclass(frozen=True)
@@ -83,12 +88,12 @@ def start_judges(judging: Judging, output_uri: str, run_id: str, shard: str, u: 
         _remote["judge"] = ray.remote(judge_part)
         _remote["commit"] = ray.remote(commit_unit)
     unit = unit_columns(u)
-    refs = [_remote["judge"].options(num_cpus=judging.cpus, max_retries=judging.retries,
+    refs = [_remote["judge"].options(num_cpus=judging.cpus, max_retries=max(judging.retries, PROCESS_RETRIES),
                                      retry_exceptions=[ray.exceptions.RayActorError], name=f"judge:{j.name}")
             .remote(output_uri, run_id, shard, f"j{k}", unit, j, get_judge(j.name).prediction(out, len(u.sample.chunks)),
                     u.sample.gold, u.sample.metadata, judging.judge_model,
                     judging.engine_llm if judging.engine_llm is not None else llm)
             for k, j in enumerate(u.judges)]
     # a small CPU share: commits are one write each, and a share bounds how many run at once
-    return _remote["commit"].options(num_cpus=0.05, name="commit").remote(output_uri, run_id, shard, samples, files,
-                                                                           *refs)
+    return _remote["commit"].options(num_cpus=0.05, max_retries=PROCESS_RETRIES, name="commit").remote(
+        output_uri, run_id, shard, samples, files, *refs)

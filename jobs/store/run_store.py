@@ -49,7 +49,7 @@ from memloop.jobs.errors import StorageError
 from memloop.jobs.store.compaction import merged_table, small_shard_groups
 from memloop.jobs.store.local import LocalStore
 from memloop.jobs.store.lock import LOCK_NAME, Lock, acquire_lock, live_holder
-from memloop.jobs.store.objects import NotFoundError, Store, WriteMode
+from memloop.jobs.store.objects import ConflictError, NotFoundError, Store, WriteMode
 from memloop.jobs.store.outputs import join_uri, open_store
 from memloop.jobs.store.run_files import (FILES_KEY, RUN_FOLDERS, SHARD_TABLES, WRITER_KEY, Committed, DamagedRunError,
                                   from_parquet, listed_files, new_shard_name, part_file, read_footer, shard_of,
@@ -250,7 +250,14 @@ class RunStore:
         t = pa.Table.from_pylist([dict(r, run_id=self.run_id, shard=shard) for r in samples],
                                  schema=SCHEMAS[self.commit_table])
         rel = part_file(self.commit_table, shard)
-        self.store.put(self.name(rel), table_bytes(t, self.writer, dict(files)), mode="create")
+        try:
+            self.store.put(self.name(rel), table_bytes(t, self.writer, dict(files)), mode="create")
+        except ConflictError:
+            # A commit run again after its process died past the write (Ray re-runs a commit task whose
+            # worker its memory monitor killed) finds its own file: the shard is committed. Anything
+            # else under the shard's unique name is not this commit's, and stays an error.
+            if not self._same_commit(self.name(rel), t):
+                raise
         per_table: dict[str, int] = {self.commit_table: t.num_rows}
         for f, n in files:
             per_table[f.split("/", 1)[0]] = per_table.get(f.split("/", 1)[0], 0) + n
@@ -259,6 +266,11 @@ class RunStore:
         if keep:
             self.record(c)
         return c
+
+    def _same_commit(self, name: str, t: pa.Table) -> bool:
+        """Whether the commit file `name` holds exactly the commit rows `t` (units and statuses)."""
+        cols = ["unit", "status", "shard"]
+        return self._read_one(name, cols).select(cols).to_pylist() == t.select(cols).to_pylist()
 
     def record(self, c: Committed) -> None:
         """Count a shard committed in this invocation (by this process or reported by its writer)

@@ -110,6 +110,19 @@ def test_candidate_cap():
     assert candidate_cap([SamplingParams(temperature=0.8)], 49152) == (0, True)
 
 
+def test_candidate_cap_is_the_next_power_of_two_of_top_k_within_the_vocabulary():
+    from memloop.engine.sample.sampling import next_pow2
+
+    assert [next_pow2(n) for n in (0, 1, 2, 3, 4, 5, 63, 64, 65)] == [1, 1, 2, 4, 4, 8, 64, 64, 128]
+    rows = [SamplingParams(temperature=0.8, top_k=k) for k in (5, 64)]
+    assert candidate_cap(rows, 49152) == (64, False)  # the largest row's, a power of two exactly
+    assert candidate_cap(rows[:1], 49152) == (8, False)
+    assert candidate_cap(rows, 50) == (50, False)  # never more than the vocabulary
+    mixed = [SamplingParams(), SamplingParams(temperature=0.8, top_k=3), SamplingParams(temperature=0.8)]
+    assert candidate_cap(mixed, 49152) == (4, True)  # a greedy row, then a top-k and a full-vocabulary one
+    assert candidate_cap([SamplingParams(temperature=0.8, top_k=1)], 49152) == (1, False)  # top-1 is top-k
+
+
 @pytest.mark.parametrize("bad", [dict(max_tokens=0), dict(temperature=-1.0), dict(top_k=-2), dict(top_p=0.0),
                                  dict(top_p=1.5), dict(stop=("",))])
 def test_bad_settings_are_named(bad):

@@ -162,3 +162,40 @@ def test_the_report_header_counts_each_state_apart(tmp_path) -> None:
     _unit(rs, "inc", "b3", 0, "failed", error="MethodError: nothing parsed", failure="method")
     _unit(rs, "inc", "b4", 0, "failed", error="LLMHTTPError: answered 401", failure="infrastructure")
     assert "4 units (1 ok, 1 failed, 1 incomplete, 1 n/a), one repeat" in build_report(RunData.load(rs)).markdown
+
+
+def test_unit_values_keep_whole_sample_metrics_and_recompute_sumies_turn_summaries() -> None:
+    """One value per unit and metric: whole-sample metrics as scored, SUMIE's per-turn metrics as
+    start / last / avg of their turns (in the order the samples first appear), the judge's own stored
+    summaries left out (they are recomputed), whatever order the rows came in."""
+    import pandas as pd
+
+    from memloop.jobs.results.cells import unit_values
+
+    base = {"method": "m", "dataset": "d", "judge": "sumie-exact", "repeat": 0}
+    rows = [dict(base, sample_id="b", metric="f1", turn=1.0, value=0.6),
+            dict(base, sample_id="b", metric="f1", turn=0.0, value=0.2),
+            dict(base, sample_id="a", metric="f1", turn=0.0, value=1.0),
+            dict(base, sample_id="b", metric="avg:f1", turn=None, value=0.99),  # a stored summary: recomputed
+            dict(base, sample_id="a", metric="turns", turn=None, value=1.0),  # a whole-sample metric
+            dict(base, judge="rouge", sample_id="a", metric="rouge1", turn=None, value=0.25)]
+    got = unit_values(pd.DataFrame(rows))
+    assert list(got.index) == list(range(len(got)))
+    assert list(zip(got["sample_id"], got["judge"], got["metric"], got["value"])) == [
+        ("a", "sumie-exact", "turns", 1.0), ("a", "rouge", "rouge1", 0.25),
+        ("b", "sumie-exact", "f1:start", 0.2), ("b", "sumie-exact", "f1:last", 0.6),
+        ("b", "sumie-exact", "f1:avg", pytest.approx(0.4)),
+        ("a", "sumie-exact", "f1:start", 1.0), ("a", "sumie-exact", "f1:last", 1.0), ("a", "sumie-exact", "f1:avg", 1.0)]
+    assert unit_values(pd.DataFrame(rows[4:])).shape == (2, 7)  # no per-turn rows: the whole-sample ones only
+
+
+def test_a_cost_cell_with_an_unknown_unit_value_is_undefined_not_biased() -> None:
+    import pandas as pd
+
+    from memloop.jobs.results.cells import cost_figure
+
+    units = pd.DataFrame({"repeat": [0, 0], "sample_id": ["a", "b"], "tokens": [10.0, float("nan")],
+                          "hits": [2.0, 4.0], "prompts": [10.0, 20.0]})
+    assert cost_figure(units, "tokens") == figure([])  # no weight: the NaN value alone decides
+    assert cost_figure(units, "hits", "prompts")["mean"] == pytest.approx(6 / 30)  # a ratio of sums
+    assert cost_figure(units.assign(prompts=[10.0, float("nan")]), "hits", "prompts") == figure([])

@@ -6,7 +6,11 @@ Parquet metadata, which is how the tests see which process wrote what.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
+import signal
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -14,6 +18,7 @@ import pytest
 from memloop.jobs.run.config import parse_config
 from memloop.jobs.run.driver import execute
 from memloop.jobs.sim.replay import LatencyModel, tokenizer_json
+from memloop.jobs.store.run_files import new_shard_name
 from memloop.jobs.store.run_store import RunStore
 from tests.jobs import test_scale
 from tests.jobs.test_scale import _config, _scripted_recording
@@ -107,6 +112,7 @@ def test_a_fault_between_a_units_writes_leaves_nothing_half_recorded(sim, tmp_pa
     were not committed ok, giving the tables of a run without the fault."""
     clean_cfg = _cfg(tmp_path / "clean", loops)
     clean = execute(parse_config(clean_cfg), sim=sim, log=lambda m: None)
+    assert (clean.computed, clean.failed) == (3, 0), clean.errors
     cfg = _cfg(tmp_path / "faulty", loops)
     first = execute(parse_config(cfg), sim=sim, units=lambda us: us[:1], log=lambda m: None)
     assert first.computed == 1  # one unit committed before the fault
@@ -135,3 +141,81 @@ def test_a_fault_between_a_units_writes_leaves_nothing_half_recorded(sim, tmp_pa
     resumed = execute(parse_config(cfg), sim=sim, log=lambda m: None)
     assert (resumed.skipped, resumed.computed, resumed.failed) == (1, 2, 0), resumed.errors
     _assert_same_tables(RunStore.open(clean_cfg["output"], clean.run_id), RunStore.open(cfg["output"], first.run_id))
+
+
+def _stalls(folder: str, driver: int) -> "_StallOnce":
+    return _StallOnce(folder, driver)
+
+
+class _StallOnce:
+    """Sent to a judge task inside its unit's metadata. Where it is unpickled (the task's process, never the
+    driver) it writes that process's pid and waits there while `folder/armed` exists: the test kills the
+    process at that point, as Ray's memory monitor kills task processes on a host short of memory."""
+
+    def __init__(self, folder: str, driver: int) -> None:
+        self.folder, self.driver = folder, driver
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        return (_arrived, (self.folder, self.driver))
+
+
+def _arrived(folder: str, driver: int) -> _StallOnce:
+    if os.getpid() != driver and (Path(folder) / "armed").exists():
+        (Path(folder) / "pid").write_text(str(os.getpid()))
+        while (Path(folder) / "armed").exists():
+            time.sleep(0.02)
+    return _StallOnce(folder, driver)
+
+
+def test_a_judge_task_whose_process_is_killed_runs_again_and_its_unit_is_committed_ok(sim, tmp_path) -> None:
+    """A loaded host's Ray kills task processes when memory runs short (its memory monitor); with
+    `retries: 0` a killed judge task used to fail its unit in a run with no fault of its own (the
+    reference run of the test above, now and then). The task runs again: the unit is ok and scored."""
+    folder = tmp_path / "stall"
+    folder.mkdir()
+    (folder / "armed").touch()
+    probe = _stalls(str(folder), os.getpid())
+
+    def with_probe(units: list) -> list:
+        u = units[0]
+        return [dataclasses.replace(u, sample=dataclasses.replace(u.sample, metadata={**u.sample.metadata,
+                                                                                         "probe": probe}))]
+
+    killed: list[int] = []
+
+    def kill_it() -> None:  # the task's process, while it waits in the probe
+        while not (folder / "pid").exists():
+            time.sleep(0.02)
+        pid = int((folder / "pid").read_text())
+        (folder / "armed").unlink()
+        os.kill(pid, signal.SIGKILL)
+        killed.append(pid)
+
+    killer = threading.Thread(target=kill_it, daemon=True)
+    killer.start()
+    cfg = _cfg(tmp_path, "driver")
+    assert cfg["retries"] == 0
+    summary = execute(parse_config(cfg), sim=sim, units=with_probe, log=lambda m: None)
+    killer.join(timeout=60)
+    assert killed, "the judge task never reached the probe"
+    assert (summary.computed, summary.failed, summary.incomplete) == (1, 0, 0), summary.errors
+    rs = RunStore.open(cfg["output"], summary.run_id)
+    assert rs.samples().column("status").to_pylist() == ["ok"]
+    assert rs.table("scores").num_rows > 0
+
+
+def test_a_commit_run_again_after_it_wrote_finds_its_own_file_and_is_committed(tmp_path) -> None:
+    """Ray runs a commit task again when its process died, also after the samples file was written: that
+    run finds its own file (create-only) and reports the same commit instead of failing the unit; a
+    different commit under the same shard name is still refused."""
+    from memloop.jobs.store.objects import ConflictError
+
+    rs = RunStore.open(str(tmp_path / "runs"), "commit-twice", role="commit-task")
+    shard = new_shard_name()
+    row = {"unit": "d|s1|m|0", "dataset": "d", "task": "sumie", "sample_id": "s1", "method": "m", "repeat": 0,
+           "status": "ok", "attempts": 1}
+    first = rs.commit(shard, [row], [], keep=False)
+    again = rs.commit(shard, [row], [], keep=False)
+    assert again == first
+    with pytest.raises(ConflictError):
+        rs.commit(shard, [dict(row, unit="u2")], [], keep=False)

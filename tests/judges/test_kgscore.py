@@ -196,3 +196,15 @@ def test_entities_come_from_spacy_ner_as_in_the_paper_and_the_source_is_recorded
     assert "Named entities: " + ", ".join(r.details["entities"]) in llm.requests[0].messages[0]["content"]
     with pytest.raises(JudgeError, match="entity_source"):
         run_judge("kgscore", "x", ref, llm, entity_source="gliner")
+
+
+def test_score_edges_uses_the_embedder_it_is_given():
+    """Predicate similarity is the cosine of the given embedder's vectors (MiniLM only when none is given)."""
+    vectors = {"helps": [1.0, 0.0], "assists": [0.6, 0.8], "fights": [0.0, 2.0]}  # cos(helps, assists) = 0.6
+
+    def embed(texts):
+        return np.asarray([vectors[t] for t in texts])
+
+    got = score_edges([Edge("A", "B", "helps"), Edge("A", "C", "fights")], [Edge("A", "B", "assists")], embed)
+    assert got["precision"] == pytest.approx(0.6 / 2) and got["recall"] == pytest.approx(0.6)
+    assert got["f1"] == pytest.approx(2 * 0.3 * 0.6 / 0.9)

@@ -289,3 +289,31 @@ def test_a_source_of_one_context_has_no_interval_rather_than_a_degenerate_one():
     comp = competency_figures([q("ruler_qa1_197K", "AR", "r0", 1.0), q("eventqa_full", "AR", "e0", 0.0),
                                q("eventqa_full", "AR", "e1", 1.0)])
     assert comp["AR"].value == 75.0 and math.isnan(comp["AR"].high)  # one of its sources has one context
+
+
+def test_f1_and_substring_recall_by_hand():
+    from memloop.eval.judges.mab import _recall_in, f1_score
+
+    assert f1_score("cat sat", "dog ran") == 0.0  # nothing in common
+    assert f1_score("the cat sat down", "cat sat") == pytest.approx(2 * (2 / 3) * 1.0 / (2 / 3 + 1.0))
+    assert _recall_in("Paris is large", ["Paris", "Rome"]) == 0.5
+    assert _recall_in("paris and rome", ["Paris", "Rome", "Oslo", "Bern"]) == 0.5
+
+
+def test_a_source_figure_is_the_question_mean_with_a_percentile_interval_over_resampled_contexts():
+    """The point is x100 the mean over questions; the interval is the 2.5th and 97.5th percentiles of
+    that mean over RESAMPLES resamples of whole contexts (seeded)."""
+    import numpy as np
+
+    from memloop.eval.judges.mab import RESAMPLES, _draws, _interval
+
+    point, draws = _draws([[1.0, 1.0, 0.0]], 1)  # one context: no spread, no interval
+    assert point == pytest.approx(200 / 3) and np.isnan(draws).all()
+    contexts = [[1.0, 1.0, 0.0], [0.0], [1.0, 0.5]]
+    point, draws = _draws(contexts, 7)
+    assert point == pytest.approx(100 * 3.5 / 6)
+    idx = np.random.default_rng(7).integers(0, 3, size=(RESAMPLES, 3))
+    sums, counts = np.array([2.0, 0.0, 1.5]), np.array([3.0, 1.0, 2.0])
+    np.testing.assert_allclose(draws, 100 * sums[idx].sum(1) / counts[idx].sum(1))
+    assert _interval(draws) == pytest.approx(tuple(np.percentile(draws, [2.5, 97.5])))
+    assert 0.0 <= _interval(draws)[0] < point < _interval(draws)[1] <= 100.0

@@ -21,6 +21,9 @@ def test_rouge_hand_computed():
     assert two["rougeLsum"] == pytest.approx(1.0) and two["rougeL"] < 1.0  # Lsum is per-sentence LCS
     res = run_judge("rouge", "the cat sat", "the cat sat on the mat")
     assert {s.metric for s in res.scores} == {"rouge1", "rouge2", "rougeL", "rougeLsum"}
+    for pred, ref in ((None, "the cat"), ("the cat", None), (3, "the cat")):  # either side not text: named
+        with pytest.raises(JudgeError, match="as strings"):
+            rouge_scores(pred, ref)
 
 
 def test_repoqa_function_name():

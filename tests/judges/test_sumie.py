@@ -2,13 +2,15 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
 from memloop.eval.errors import JudgeError
 from memloop.eval.judges import run_judge
 from memloop.eval.asking import ParseFailure
-from memloop.eval.judges.sumie import aggregate_turns, normalise, pairs_of, parse_match, prf, rescore, turn_summary
+from memloop.eval.judges.sumie import (aggregate_turns, both_ways_prf, normalise, pairs_of, parse_match, prf, rescore,
+                                      turn_summary)
 from memloop.eval.judges.records import Judgment
 from memloop.eval.llm import ScriptedLLM
 
@@ -106,6 +108,31 @@ def test_turn_summary_is_start_last_and_mean_over_turns():
     assert turn_summary([0.5, float("nan"), 1.0])["avg"] == 0.75  # an undefined turn is left out
     with pytest.raises(JudgeError, match="at least one turn"):
         turn_summary([])
+    with pytest.raises(JudgeError, match="at least one turn"):
+        turn_summary({})
+
+
+def test_turn_summary_of_a_mapping_without_turn_zero_has_no_start_and_no_average():
+    got = turn_summary({1: 0.2, 2: 0.4})  # GO: scored from a later turn on
+    assert math.isnan(got["start"]) and math.isnan(got["avg"]) and got["last"] == 0.4
+    gap = turn_summary({0: 0.2, 2: 0.4})  # turn 1 missing: the start is known, the average is not
+    assert gap["start"] == 0.2 and math.isnan(gap["avg"]) and gap["last"] == 0.4
+
+
+def test_aggregate_turns_refuses_no_samples_and_a_sample_without_turns():
+    one = [{"precision": 1.0, "recall": 1.0, "f1": 1.0}]
+    for bad in ([], [one, []], [[]]):
+        with pytest.raises(JudgeError, match="at least one sample"):
+            aggregate_turns(bad)
+
+
+def test_both_ways_prf_counts_each_gold_fact_once_and_every_new_one():
+    # predicted facts 0 and 1 state gold facts 0 and 1; fact 2 repeats gold fact 0 (counts against precision)
+    got = both_ways_prf(3, 3, [{0}, {1}, {0}], [{0, 2}, {1}, set()])
+    assert got["precision"] == pytest.approx(2 / 3) and got["recall"] == pytest.approx(2 / 3)
+    # a merged value states two gold facts at once; a later fact stating one of them plus a new one counts
+    merged = both_ways_prf(3, 3, [{0, 1}, {1, 2}, {2}], [{0}, {0, 1}, {1, 2}])
+    assert merged["precision"] == pytest.approx(2 / 3) and merged["recall"] == 1.0
 
 
 def test_llm_matcher_samples_at_the_papers_temperature():

@@ -131,6 +131,26 @@ def test_trim_drops_from_the_end_of_the_largest_containers():
     assert m["attributes"]["B"][2] == "b3 long long long"  # input untouched
 
 
+def test_trim_shortens_the_largest_long_list_then_a_map_below_the_root_then_a_one_item_list():
+    from memloop.eval.memory.budget import _largest_container
+
+    small, big = ["s1", "s2"], ["a much longer item", "and another long one"]
+    assert _largest_container({"b": big, "a": small, "m": {"k": ["v"]}}) is big  # the largest, wherever it is
+    inner = {"k1": ["v"], "k2": ["w"]}
+    assert _largest_container({"a": ["x"], "m": inner}) is inner  # no long list: a map, never the root itself
+    in_list = {"k": "v", "k2": "w"}
+    assert _largest_container({"a": [in_list]}) is in_list  # a map inside a one-item list is below the root
+    one, longer = ["x"], ["a longer single item"]
+    assert _largest_container({"a": one, "b": longer}) is longer  # then the largest one-item list
+    root = {"a": "text"}
+    assert _largest_container(root) is root and _largest_container({}) is None
+
+
+def test_trim_of_a_memory_that_cannot_fit_stops_at_the_empty_memory():
+    assert trim_to_budget({"a": "a long text that cannot fit", "b": ["x", "y"]}, 1) == {}
+    assert trim_to_budget({}, 0) == {}
+
+
 def test_trim_never_shortens_fixed_length_tuples():
     from memloop.eval.memory.schemas import COMPARISON
 
