@@ -72,6 +72,13 @@ class BookSettings(MethodSettings):
     compress_temperature: Temperature = 1.0  # incremental updating compresses at the official code's temperature
     max_tokens: MaxTokens = 1024
 
+    def cap_text(self, limit: str) -> str | int:
+        """`out_tokens` for the procedure card: the cap itself where the limit counts the model's tokens,
+        else the rule (the limit, named by `limit`, converted per call at the text's ratio)."""
+        if self.count_tokens != "cl100k":
+            return min(self.max_tokens, self.max_summary_tokens)
+        return f"{limit} (cl100k_base) in model tokens, at most {self.max_tokens}"
+
     def out_tokens(self, trace: Trace, limit: int, text: str) -> int:
         """The output cap of a summary limited to `limit` budget tokens: the limit in the model's tokens
         (at `text`'s ratio, so a summary within its limit is never cut), at most `max_tokens`."""
@@ -99,14 +106,16 @@ def retry_word_limits(first: int, attempts: int, shrink: float) -> list[int]:
 
 
 def validity_parser(trace: Trace, limit: int, sentence_end: bool = True,
-                    words: tuple[int, int] | None = None) -> Callable[[str], str]:
+                    words: tuple[int, int] | None = None, at_limit_ok: bool = True) -> Callable[[str], str]:
+    """`at_limit_ok`: a summary of exactly `limit` tokens passes (hierarchical merging's official check,
+    `>`); incremental updating's official code compresses one that reaches the limit (`>=`)."""
     def parse(text: str) -> str:
         summary = text.strip()
         if not summary:
             raise ParseFailure("empty summary")
         n = trace.count_tokens(summary)
-        if n > limit:
-            raise ParseFailure(f"summary has {n} tokens, above the limit of {limit}")
+        if n > limit or (n == limit and not at_limit_ok):
+            raise ParseFailure(f"summary has {n} tokens, {'reaching' if n == limit else 'above'} the limit of {limit}")
         if sentence_end and not ends_in_punctuation(summary):
             raise ParseFailure("summary does not end in sentence punctuation (likely cut off)")
         if words is not None and not words[0] <= len(summary.split()) <= words[1]:
@@ -154,7 +163,7 @@ class HierarchicalMerging(_BookMethod):
                         f"{counter_text(s)})",
                         "fails the sentence-end check: " + ("retried, then " if s.max_attempts > 1 else "") + "kept",
                         "the last output is kept (kept_invalid)")
-        return from_settings(s, rule, output_cap=min(s.max_tokens, s.max_summary_tokens))
+        return from_settings(s, rule, output_cap=s.cap_text(f"the level's summary limit (top {s.max_summary_tokens})"))
 
     def _summarise(self, trace: Trace, tid: str, values: dict[str, Any], limit: int, text: str, **kw: Any) -> Step:
         """One summary as the official `summarize` asks it: retries lower the word limit they ask for."""
@@ -308,26 +317,23 @@ class IncrementalUpdating(_BookMethod):
                     "s003-inc-update-query", "s003-inc-compress-query", "s003-inc-answer", *answers.TEMPLATE_IDS,
                     "mab-answer-notes")
 
-    def update_cap(self) -> int:
-        """The card's output cap of the initial, update and compress calls: the summary limit where it is
-        lower than max_tokens (each call converts that limit to the model's tokens, `BookSettings.out_tokens`)."""
-        return min(self.settings.max_tokens, self.settings.max_summary_tokens)
-
     def procedure(self, task: str) -> Procedure:
         s = self.settings
         query = task in answers.QUERY_TASKS
         counter = counter_text(s)
         if query:
-            validity = f"empty, above max_summary_tokens ({s.max_summary_tokens}, {counter}), or cut at the cap"
+            validity = (f"empty, reaching max_summary_tokens ({s.max_summary_tokens}, {counter}; official: >=), "
+                        "or cut at the cap")
             cut = "not ok: compressed and redone, as the official code treats a response reaching the limit"
         else:
-            validity = (f"empty, no sentence-end punctuation, or above max_summary_tokens ({s.max_summary_tokens}, "
+            validity = (f"empty, no sentence-end punctuation, or reaching max_summary_tokens ({s.max_summary_tokens}, "
                         f"{counter})")
             cut = "fails the sentence-end check: compressed and redone"
         rule = StepRule("update", validity, cut,
                         f"the previous summary is compressed and the update redone, up to {s.compress_rounds} "
                         "rounds (official code); if none is valid, the last output is kept (kept_invalid)")
-        return from_settings(s, rule, output_cap=self.update_cap(), attempts=self.UPDATE_ATTEMPTS,
+        return from_settings(s, rule, output_cap=s.cap_text(f"max_summary_tokens {s.max_summary_tokens}"),
+                             attempts=self.UPDATE_ATTEMPTS,
                              other_temperatures=f"compress {s.compress_temperature:g} (official code)")
 
     def _run(self, sample: Sample, trace: Trace) -> tuple[str, Any]:
@@ -349,7 +355,7 @@ class IncrementalUpdating(_BookMethod):
         query = question is not None
         suffix = "-query" if query else ""
         base = {"question": question} if query else {}
-        valid = validity_parser(trace, s.max_summary_tokens, sentence_end=not query)
+        valid = validity_parser(trace, s.max_summary_tokens, sentence_end=not query, at_limit_ok=False)
         n = len(sample.chunks)
 
         def update(chunk: str, summary: str, j: int) -> Step:
@@ -365,8 +371,9 @@ class IncrementalUpdating(_BookMethod):
         summary = ""
         for j, chunk in enumerate(sample.chunks):
             if j == 0:
+                # asked once and never checked again by the official code (no summary to compress yet)
                 step = trace.ask(f"s003-inc-init{suffix}", {**base, "chunk": chunk}, kind="initial",
-                                 parse=valid, chunk_index=j,
+                                 parse=valid, chunk_index=j, max_attempts=self.UPDATE_ATTEMPTS,
                                  max_tokens=s.out_tokens(trace, s.max_summary_tokens, chunk))
             else:
                 step = update(chunk, summary, j)

@@ -71,7 +71,7 @@ class ChainOfKey(Method):
                         "structure: fails to parse unless a whole JSON object came before the cut: retried; "
                         "revise: the sections read before the cut are applied, the cut one is rejected",
                         "the memory stays as it was; over K it is compressed "
-                        f"(up to {s.compress_rounds} calls), then trimmed to K")
+                        f"(up to {s.compress_rounds} compressions of up to {s.max_attempts} attempts), then trimmed to K")
         return from_settings(s, rule, output_cap=memory_cap_text(s))
 
     @staticmethod

@@ -86,8 +86,8 @@ class MemorySettings(MethodSettings):
 def memory_cap(trace: Trace, prompt: str, memory: Any) -> int:
     """The output cap of a step that writes memory, in the model's tokens: `max_tokens`, or more where
     K (else the size of `memory`, the one the prompt carries) converted to the model's tokens at the
-    memory's own ratio, times 1 + `memory_cap_margin`, needs it; never more than the model's window
-    leaves after the prompt. A cap below a memory at K would cut every rewrite of it (GU's update,
+    memory's own ratio, times 1 + `memory_cap_margin`, needs it; the growth beyond `max_tokens` goes only
+    as far as the model's window leaves after the prompt (`max_tokens` itself is kept, as for any step). A cap below a memory at K would cut every rewrite of it (GU's update,
     GM's duplicate removal) and freeze the memory, while a cut text is still accepted."""
     s = trace.settings
     text = as_text(memory) if memory is not None else ""
@@ -103,8 +103,8 @@ def memory_cap_text(s: MemorySettings) -> str:
     # K itself is what a table varies (k200, k300), so the rule names it rather than its value
     k = (f"K ({counter_text(s)} tokens)" if s.memory_limit is not None
          else "the carried memory's size (no K)")
-    return (f"max({s.max_tokens}, {k} in model tokens x {1 + s.memory_cap_margin:g}) model tokens, within the "
-            f"window; the final summary {s.max_tokens}")
+    return (f"{s.max_tokens} model tokens, or more where {k} in model tokens x {1 + s.memory_cap_margin:g} needs it "
+            f"and the window has room; the final summary {s.max_tokens}")
 
 
 def memory_step(trace: Trace, template: str, values: dict[str, Any], memory: Any, **kw: Any) -> Step:

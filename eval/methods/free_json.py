@@ -20,7 +20,7 @@ import json
 from typing import Any, Callable
 
 from memloop.eval.asking import ParseFailure
-from memloop.eval.methods.parsing import TRAILING_COMMA, extract_json
+from memloop.eval.methods.parsing import FENCE, TRAILING_COMMA, extract_json
 
 BOOK_FIELDS = ("characters", "events", "background", "motivations", "objectives", "other")
 # figure 10's own spellings of the fields, case-folded, where they differ from the schema's
@@ -47,9 +47,11 @@ def _whole_object(text: str) -> dict[str, Any]:
     in an output cut at the cap (or malformed) is a fragment nested inside the memory, e.g. one
     character's entry; taken as the memory it would replace the whole memory with that fragment."""
     value = extract_json(text, dict)
-    start = text.find("{")
+    fenced = FENCE.search(text)
+    body = fenced.group(1) if fenced and "{" in fenced.group(1) else text  # prose around a block may hold braces
+    start = body.find("{")
     try:
-        top, _ = json.JSONDecoder().raw_decode(TRAILING_COMMA.sub(r"\1", text), start)
+        top, _ = json.JSONDecoder().raw_decode(TRAILING_COMMA.sub(r"\1", body), start)
     except (ValueError, RecursionError):
         raise ParseFailure("the JSON object is cut off or malformed; only a fragment inside it parses, "
                            "which is not the memory") from None

@@ -13,7 +13,7 @@ import jsonschema
 
 from memloop.eval.asking import ParseFailure
 
-_FENCE = re.compile(r"```(?:json|JSON|python)?\s*\n?(.*?)```", re.S)
+FENCE = re.compile(r"```(?:json|JSON|python)?\s*\n?(.*?)```", re.S)
 TRAILING_COMMA = re.compile(r",(\s*[}\]])")
 _PUNCT_END = ('.', '?', '!', '"', "'", '”', '’')
 # What json raises on text it cannot read: JSONDecodeError, and for hostile text a ValueError (an
@@ -39,7 +39,7 @@ def _loads(candidate: str) -> Any:
 def extract_json(text: str, want: type | tuple[type, ...] = (dict, list)) -> Any:
     """The first JSON value of type `want` in `text` (whole text, fenced block, or embedded)."""
     stripped = text.strip()
-    candidates = [stripped] + [m.group(1).strip() for m in _FENCE.finditer(text)]
+    candidates = [stripped] + [m.group(1).strip() for m in FENCE.finditer(text)]
     hostile = ""  # why a value that is not merely malformed JSON could not be read
     for cand in candidates:
         try:
@@ -94,7 +94,7 @@ def split_sections(text: str, names: list[str]) -> dict[str, str]:
 
 def json_lines(body: str) -> list[dict[str, Any]]:
     """Every JSON object in a section body: one object, several (one a line), or fenced blocks."""
-    body = _FENCE.sub(lambda m: m.group(1), body)
+    body = FENCE.sub(lambda m: m.group(1), body)
     decoder = json.JSONDecoder()
     repaired = TRAILING_COMMA.sub(r"\1", body)
     objs, i = [], 0

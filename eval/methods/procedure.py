@@ -4,7 +4,7 @@ Every method declares `Method.procedure(task)`; the base reads the method's sett
 `Trace.ask` applies: `max_tokens`, `max_attempts`, `temperature`, `retry_temperature`, `count_tokens`,
 `decoding`) and the class's declared step kind, validity rule and last-failure handling. A method whose
 memory step uses other values than its settings' (a cap of its own, a single try) declares them through
-the same accessors its code calls (e.g. `IncrementalUpdating.update_cap`), so the card cannot drift from
+the same accessors its code calls (e.g. `BookSettings.cap_text` beside `out_tokens`), so the card cannot drift from
 what runs. `memloop.jobs.results.procedure_cards` lays these out per paper table and flags the differences.
 """
 from __future__ import annotations
@@ -44,9 +44,10 @@ class Procedure:
     counter: str               # the tokenizer the method's budgets (K, summary limits) count in
     other_temperatures: str = "-"  # steps sampled at another temperature (e.g. compression)
     compared: bool = True      # False: a single-call ceiling, shown but not compared with the memory methods
+    cap_tokens: int = 0        # the largest cap known before the run (model tokens): the window check's
 
     def values(self) -> dict[str, str]:
-        return {f.name: _text(getattr(self, f.name)) for f in fields(self) if f.name != "compared"}
+        return {f.name: _text(getattr(self, f.name)) for f in fields(self) if f.name not in ("compared", "cap_tokens")}
 
 
 def _text(v: Any) -> str:
@@ -93,7 +94,8 @@ def from_settings(settings: Any, rule: StepRule, *, output_cap: int | str | None
     cap = settings.max_tokens if output_cap is None else output_cap
     tries = settings.max_attempts if attempts is None else attempts
     cap_text = cap if isinstance(cap, str) else f"{cap} model tokens"
-    return Procedure(step=rule.step, output_cap=cap_text, attempts=tries, validity=rule.validity,
+    return Procedure(step=rule.step, output_cap=cap_text, cap_tokens=settings.max_tokens if isinstance(cap, str) else cap,
+                     attempts=tries, validity=rule.validity,
                      cut_output=rule.cut_output, on_last_failure=rule.on_last_failure,
                      decoding=decoding_text(settings), temperature=float(settings.temperature),
                      retry_temperature=retry_text(settings, tries), counter=counter_text(settings),

@@ -58,7 +58,7 @@ class _SummaryMethod(Method):
             cut = "accepted (a cut text is still a summary)"
         rule = StepRule(self.step_kind, validity, cut,
                         "the memory stays as it was; over K it is compressed "
-                        f"(up to {s.compress_rounds} calls), then trimmed to K")
+                        f"(up to {s.compress_rounds} compressions of up to {s.max_attempts} attempts), then trimmed to K")
         return from_settings(s, rule, output_cap=memory_cap_text(s))
 
     # --- one LLM call that produces a whole summary -------------------------------------------------

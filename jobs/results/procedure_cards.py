@@ -76,6 +76,7 @@ JUSTIFIED: dict[str, dict[str, Justified]] = {
     },
     "seed003": {
         "validity": Justified(("inc-update", "hier-merge"), "the official code's checks of each method's summaries"),
+        "output_cap": Justified(("hier-merge",), _HIER),
         "cut_output": Justified(("inc-update", "hier-merge"), _OFFICIAL_INC + "; " + _HIER),
         "on_last_failure": Justified(("inc-update", "hier-merge"), _OFFICIAL_INC + "; " + _HIER),
         "attempts": Justified(("inc-update",), _OFFICIAL_INC),
@@ -214,7 +215,7 @@ def window_fits(cfg: RunConfig, per_task: Mapping[str, Mapping[str, Procedure]])
                 row[key] = "unknown here (no chunk size, or the model's weights are not on this machine)"
                 continue
             method = get_method(specs[key].name, **method_settings(cfg, specs[key], cfg.seed))
-            cap = int(proc.output_cap.split()[0])
+            cap = proc.cap_tokens
             needed = chunk + instruction_tokens(method, count) + cap
             verdict = "fits" if needed <= context else "DOES NOT FIT"
             unit = " in cl100k" if cfg.count_tokens == "cl100k" else ""

@@ -179,3 +179,23 @@ def test_inc_update_compresses_query_notes_cut_at_the_output_cap_instead_of_keep
     assert not cut.ok and str(cut.outcome) == "cut_at_max_tokens" and "output cap" in cut.failures[-1]
     assert out.steps[3].ok and out.memory == "add; sub ruled out"
     assert get_method("inc-update").procedure("repoqa").cut_output.startswith("not ok: compressed")
+
+
+def test_inc_update_asks_the_first_summary_once_and_compresses_an_update_reaching_the_limit() -> None:
+    """The official incremental code sends the first chunk's prompt once and never checks it, and
+    compresses an update whose length reaches max_summary_len (`>=`), where hierarchical merging's
+    check is `>`."""
+    book = Sample(id="b", task="book", chunks=("Anna keeps the light.", "A storm comes."))
+    first = ScriptedLLM(["cut off", "Anna keeps the light. A storm comes."])
+    out = get_method("inc-update", max_summary_tokens=50).run(book, first)
+    assert not out.steps[0].ok and out.steps[0].attempts == 1
+    assert first.requests[1].messages[0]["content"].count("cut off") == 1  # the kept output is carried on
+    llm = ScriptedLLM(["Anna keeps the light."])
+    limit = llm.count_tokens("Anna keeps the light.")
+    from memloop.eval.methods.booookscore import validity_parser
+    from memloop.eval.methods.base import Trace
+
+    trace = Trace(llm=llm, settings=get_method("inc-update").settings)
+    assert validity_parser(trace, limit)("Anna keeps the light.") == "Anna keeps the light."
+    with pytest.raises(Exception, match="reaching the limit"):
+        validity_parser(trace, limit, at_limit_ok=False)("Anna keeps the light.")

@@ -115,7 +115,7 @@ def test_hier_merge_retries_as_the_official_code() -> None:
     assert [r.sampling.temperature for r in llm.requests] == [0.5] + [1.0] * 6
     asked = [int(re.search(r"within (\d+) words", r.messages[0]["content"]).group(1)) for r in llm.requests]
     assert asked == [max(1, round(w)) for w in official_word_limits(900)]
-    assert asked[:3] == [585, 585, 526] and step.prompt == llm.requests[-1].messages[0]["content"]
+    assert asked == [585, 585, 526, 421, 295, 177, 88] and step.prompt == llm.requests[-1].messages[0]["content"]
     settings = get_method("hier-merge").settings
     assert (settings.max_attempts, settings.retry_temperature, settings.word_shrink) == (7, 1.0, 0.1)
 

@@ -136,6 +136,10 @@ def test_free_json_accepts_what_the_papers_prompts_allow_and_normalises_it() -> 
                     "other": {"Themes": ["solitude"], "other": ["a lighthouse story"]}}
 
 
+def test_a_whole_object_in_a_fenced_block_after_prose_with_braces_is_read() -> None:
+    assert read_memory('Memory {updated}:\n```json\n{"Amenities": "pool"}\n```', book=False) == {"Amenities": ["pool"]}
+
+
 @pytest.mark.parametrize("text", ['{"Location": ["near the', "The hotel is near the beach.", "[1, 2]"])
 def test_free_json_fails_only_without_a_json_object(text: str) -> None:
     with pytest.raises(ParseFailure):
