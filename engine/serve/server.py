@@ -21,7 +21,9 @@ body streams in; tokenising runs off the event loop (so `/health` stays fast); t
 holds) is a 400; a request whose client disconnects or that runs past the timeout is cancelled in
 the engine, its prompt scoring included, and the watch covers its whole life (queueing for a worker
 thread too). `/health` answers 503 with the reason when the engine has had work and made no
-progress for `stall_s` seconds. With an API key, every route but `/health` needs
+progress for `stall_s` seconds, and 503 `"status": "warming up"` while a fresh `memloop serve` compiles the
+step shapes of small requests (`RequestGate.warm_up`), when every request is refused at once with 503 and
+Retry-After rather than left to wait behind the compiles. With an API key, every route but `/health` needs
 `Authorization: Bearer KEY`.
 
 Hostile clients: a connection that does not finish its request headers within `HEADER_TIMEOUT_S`
@@ -178,7 +180,7 @@ def create_app(engine: Any, model_name: str = "memloop", max_body_bytes: int = M
                api_key: str | None = None, max_queue: int = DEFAULT_MAX_QUEUE,
                request_timeout: float | None = None, allowed_hosts: tuple[str, ...] | None = None,
                body_timeout_s: float = BODY_TIMEOUT_S, workers: int = DEFAULT_WORKERS,
-               stall_s: float = DEFAULT_STALL_S) -> FastAPI:
+               stall_s: float = DEFAULT_STALL_S, warmup_batch: int | None = None) -> FastAPI:
     """The API over a running `Engine` (see `RequestGate` for what it must have): the guard in front,
     then one serving class per route family (engine/serve/openai_serving.py) sharing one `RequestGate`.
 
@@ -187,11 +189,15 @@ def create_app(engine: Any, model_name: str = "memloop", max_body_bytes: int = M
     allowed_hosts: the `Host` names answered (None: any; `serve` gives the loopback names on loopback).
     workers: threads that tokenise and queue requests (the server's own, not asyncio's default pool).
     stall_s: seconds with work in hand and no progress after which /health answers 503.
+    warmup_batch: at start, compile the step shapes of batches up to this size before admitting requests
+    (`RequestGate.warm_up`; meanwhile /health says "warming up" and requests get 503 + Retry-After); None: none.
     """
     gate = RequestGate(engine, model_name, max_queue, request_timeout, workers, stall_s)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        if warmup_batch is not None:
+            gate.warm_up(warmup_batch)
         try:
             yield
         finally:
@@ -267,7 +273,8 @@ def serve(config: Any = None, host: str = "127.0.0.1", port: int = 8000, model_n
     engine = Engine(EngineConfig.of(config))
     name = model_name or engine.lm.path.stem
     app = create_app(engine, name, api_key=api_key or None, max_queue=max_queue, request_timeout=request_timeout,
-                     allowed_hosts=allowed_hosts_for(host, allow_hosts), stall_s=stall_s)
+                     allowed_hosts=allowed_hosts_for(host, allow_hosts), stall_s=stall_s,
+                     warmup_batch=engine.config.max_batch)
     try:
         uvicorn.Server(uvicorn_config(app, host, port)).run()
     finally:

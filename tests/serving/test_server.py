@@ -97,7 +97,8 @@ def test_memloop_serve_command(tmp_path):
                 if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).json()["ok"]:
                     break
             except httpx.HTTPError:
-                time.sleep(1)
+                pass
+            time.sleep(1)  # not listening yet, or warming up
         body = {"messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 4, "temperature": 0}
         assert httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", json=body).status_code == 401
         r = httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", timeout=300, json=body,
