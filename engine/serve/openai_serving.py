@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 import time
 import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -35,6 +36,7 @@ from memloop.engine.serve.responses_api import ResponseBuilder, ResponseEvents, 
 from memloop.engine.serve.streaming import SSE_HEADERS, ChoiceStream, StreamShape, TokenFeed, stream_body
 
 RETRY_AFTER_S = 1
+WARMUP_RETRY_AFTER_S = 5  # a warm-up compiles for seconds to minutes: a client need not ask every second
 POLL_S = 0.2  # how often a waiting request looks for a client disconnect or its deadline
 DEFAULT_WORKERS = min(32, (os.cpu_count() or 1) + 4)  # threads that tokenise and queue (asyncio's default count)
 DEFAULT_STALL_S = 300.0  # /health answers 503 once the engine has had work and no progress for this long
@@ -42,6 +44,10 @@ DEFAULT_STALL_S = 300.0  # /health answers 503 once the engine has had work and 
 
 class QueueFull(Exception):
     """The server's `max_queue` places are taken (429)."""
+
+
+class WarmingUp(Exception):
+    """The server is compiling its common step shapes and admits nothing yet (503 + Retry-After)."""
 
 
 class Timeout(Exception):
@@ -108,8 +114,39 @@ class RequestGate:
         self.request_timeout = request_timeout
         self.stall_s = stall_s
         self.in_flight = 0
+        # set once the engine has compiled the shapes small requests need (`warm_up`); until then every
+        # request is refused at once with 503 + Retry-After instead of queueing behind the compiles
+        self.ready = threading.Event()
+        self.ready.set()
         self.workers = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="memloop-intake")
         self._pieces: TokenPieces | None = None  # token texts of streamed log-probabilities, built on first use
+
+    def warm_up(self, max_batch: int, on_done: Callable[[], None] | None = None) -> None:
+        """Compile what a burst of small requests needs before admitting any (on a thread of its own): one round
+        of short completions per batch bucket up to `max_batch` (1, 2, 4, ...), then open the gate. SGLang
+        likewise answers /health 503 until its warm-up request finished; here requests are refused with
+        503 + Retry-After meanwhile rather than left waiting behind minutes of compiles."""
+        self.ready.clear()
+
+        def run() -> None:
+            try:
+                k = 1
+                while True:
+                    n = min(k, max_batch)
+                    futs = [self.engine.submit({"messages": [{"role": "user", "content": f"Say hello {i}."}],
+                                                "sampling": {"max_tokens": 4, "temperature": 0.0}})
+                            for i in range(n)]
+                    for f in futs:
+                        f.result()
+                    if n >= max_batch:
+                        break
+                    k *= 2
+            finally:  # a failed warm-up leaves the engine as it is; requests then find the failure themselves
+                if on_done is not None:
+                    on_done()
+                self.ready.set()
+
+        threading.Thread(target=run, name="memloop-warmup", daemon=True).start()
 
     def watch(self, http: Request) -> Watch:
         return Watch(self, http)
@@ -153,6 +190,9 @@ class RequestGate:
     def admit(self, count: int) -> None:
         """Take `count` of the server's `max_queue` places (engine requests or prompts scored); the caller
         gives them back (`in_flight -= count`) however the request ends."""
+        if not self.ready.is_set():
+            raise WarmingUp(f"the server is warming up (compiling the engine's common step shapes); retry after "
+                            f"{WARMUP_RETRY_AFTER_S} s, or wait until /health answers ok")
         if count > self.max_queue:  # could never be admitted: retrying would loop forever
             raise RequestError(f"this request asks for {count} completions (prompts x n) but the server "
                                f"admits at most {self.max_queue} at once (--max-queue); lower n or send fewer "
@@ -322,7 +362,12 @@ class ServingModels:
         self.gate = gate
 
     async def health(self) -> Any:
-        """{"ok": true}, or 503 {"ok": false, "reason"} when the engine cannot make progress."""
+        """{"ok": true}, or 503 {"ok": false, "reason"} when the engine cannot make progress or is still
+        warming up (`"status": "warming up"`)."""
+        if not self.gate.ready.is_set():
+            return JSONResponse(status_code=503, headers={"Retry-After": str(WARMUP_RETRY_AFTER_S)},
+                                content={"ok": False, "status": "warming up",
+                                         "reason": "compiling the engine's common step shapes"})
         problem = self.gate.engine.problem(self.gate.stall_s)
         if problem is not None:
             return JSONResponse(status_code=503, content={"ok": False, "reason": problem})
@@ -390,6 +435,7 @@ ERROR_STATUS: dict[type[Exception], tuple[int, str, dict[str, str] | None]] = {
     EngineError: (503, "engine_error", None),
     NonFiniteLogitsError: (500, "engine_error", None),  # the same again on a retry: not 503
     QueueFull: (429, "rate_limit_error", {"Retry-After": str(RETRY_AFTER_S)}),
+    WarmingUp: (503, "service_unavailable", {"Retry-After": str(WARMUP_RETRY_AFTER_S)}),
     Timeout: (504, "timeout_error", None),
     ClientGone: (499, "client_closed_request", None),  # nobody reads it; the log does
     ModelNotFound: (404, "invalid_request_error", None),

@@ -21,7 +21,9 @@ body streams in; tokenising runs off the event loop (so `/health` stays fast); t
 holds) is a 400; a request whose client disconnects or that runs past the timeout is cancelled in
 the engine, its prompt scoring included, and the watch covers its whole life (queueing for a worker
 thread too). `/health` answers 503 with the reason when the engine has had work and made no
-progress for `stall_s` seconds. With an API key, every route but `/health` needs
+progress for `stall_s` seconds, and 503 `"status": "warming up"` while a fresh `memloop serve` compiles the
+step shapes of small requests (`RequestGate.warm_up`), when every request is refused at once with 503 and
+Retry-After rather than left to wait behind the compiles. With an API key, every route but `/health` needs
 `Authorization: Bearer KEY`.
 
 Hostile clients: a connection that does not finish its request headers within `HEADER_TIMEOUT_S`
@@ -38,9 +40,10 @@ import asyncio
 import hmac
 import ipaddress
 import sys
+import threading
 import time
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Callable
 
 from fastapi import FastAPI
 
@@ -179,7 +182,8 @@ def create_app(engine: Any, model_name: str = "memloop", max_body_bytes: int = M
                api_key: str | None = None, max_queue: int = DEFAULT_MAX_QUEUE,
                request_timeout: float | None = None, allowed_hosts: tuple[str, ...] | None = None,
                body_timeout_s: float = BODY_TIMEOUT_S, workers: int = DEFAULT_WORKERS,
-               stall_s: float = DEFAULT_STALL_S) -> FastAPI:
+               stall_s: float = DEFAULT_STALL_S, warmup_batch: int | None = None,
+               on_warm: Callable[[], None] | None = None) -> FastAPI:
     """The API over a running `Engine` (see `RequestGate` for what it must have): the guard in front,
     then one serving class per route family (engine/serve/openai_serving.py) sharing one `RequestGate`.
 
@@ -188,11 +192,15 @@ def create_app(engine: Any, model_name: str = "memloop", max_body_bytes: int = M
     allowed_hosts: the `Host` names answered (None: any; `serve` gives the loopback names on loopback).
     workers: threads that tokenise and queue requests (the server's own, not asyncio's default pool).
     stall_s: seconds with work in hand and no progress after which /health answers 503.
+    warmup_batch: at start, compile the step shapes of batches up to this size before admitting requests
+    (`RequestGate.warm_up`; meanwhile /health says "warming up" and requests get 503 + Retry-After); None: none.
     """
     gate = RequestGate(engine, model_name, max_queue, request_timeout, workers, stall_s)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        if warmup_batch is not None:
+            gate.warm_up(warmup_batch, on_warm)
         try:
             yield
         finally:
@@ -270,11 +278,17 @@ def serve(config: Any = None, host: str = "127.0.0.1", port: int = 8000, model_n
     engine = Engine(cfg)
     name = model_name or engine.lm.path.stem
     say(f"memloop serve: model {name!r} loaded in {time.monotonic() - t0:.0f} s; starting the HTTP server")
+    url = f"http://{host}:{port}/v1"
+    ready = _Readiness(f"memloop serve: ready: {name!r} on {url} (loaded, listening and warmed up after {{s:.0f}} s)",
+                       t0)
     app = create_app(engine, name, api_key=api_key or None, max_queue=max_queue, request_timeout=request_timeout,
-                     allowed_hosts=allowed_hosts_for(host, allow_hosts), stall_s=stall_s)
+                     allowed_hosts=allowed_hosts_for(host, allow_hosts), stall_s=stall_s,
+                     warmup_batch=engine.config.max_batch, on_warm=ready.done)
     try:
-        _announcing_server(uvicorn_config(app, host, port), f"memloop serve: ready: {name!r} on "
-                          f"http://{host}:{port}/v1 (loaded and listening after {{s:.0f}} s)", t0).run()
+        _announcing_server(uvicorn_config(app, host, port),
+                           f"memloop serve: listening on {url}; warming up (compiling the step shapes of batches "
+                           f"up to {engine.config.max_batch}; requests get 503 + Retry-After until ready)",
+                           ready).run()
     finally:
         engine.shutdown()
 
@@ -283,15 +297,29 @@ def say(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def _announcing_server(config: Any, ready: str, t0: float) -> Any:
-    """uvicorn's server that prints one `ready` line once its socket listens (uvicorn's own lines depend on
-    its log level; a user waiting for a loading model wants this one)."""
+class _Readiness:
+    """Prints the ready line once the port listens and the warm-up is done, whichever comes last."""
+
+    def __init__(self, line: str, t0: float) -> None:
+        self.line, self.t0, self.left, self.lock = line, t0, 2, threading.Lock()
+
+    def done(self) -> None:
+        with self.lock:
+            self.left -= 1
+            if self.left == 0:
+                say(self.line.format(s=time.monotonic() - self.t0))
+
+
+def _announcing_server(config: Any, listening: str, ready: _Readiness) -> Any:
+    """uvicorn's server that says when its socket listens (uvicorn's own lines depend on its log level; a
+    user waiting for a loading model wants this one), then counts towards the ready line."""
     import uvicorn
 
     class Announcing(uvicorn.Server):
         async def startup(self, sockets: Any = None) -> None:
             await super().startup(sockets=sockets)
             if self.started:
-                say(ready.format(s=time.monotonic() - t0))
+                say(listening)
+                ready.done()
 
     return Announcing(config)

@@ -12,7 +12,7 @@ Ray). `list_judges()` names them (the registry is their single source), `get_jud
 `aggregate`), `judge_template_hashes(name)` (= `get_judge(name).template_hashes()`) the sha256 of
 its prompts.
 Options (`**options`, from the run config) are each judge function's keyword arguments, e.g.
-`max_attempts`, `on_invalid` ("raise" | "record"), `batch_size`, `entities`, `max_edges`.
+`max_attempts`, `on_invalid` ("raise" | "record"), `batch_size`, `entities`, `max_edges`, `max_pairs` (SUMIE).
 Bad inputs raise `memloop.eval.errors.JudgeError` with what to do.
 
 | judge | tasks | output | gold | LLM |

@@ -29,7 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Mapping, Sequence
 
 from memloop.eval.asking import ParseFailure
-from memloop.eval.options import Temperature
+from memloop.eval.options import PositiveInt, Temperature
 from memloop.eval.errors import JudgeError
 from memloop.eval.llm import LLM
 from memloop.eval.judges.aggregation import mean_over_samples
@@ -206,6 +206,12 @@ EXTRACT_SCHEMA: dict[str, Any] = {
 }
 
 
+def extract_schema(max_pairs: int) -> dict[str, Any]:
+    """EXTRACT_SCHEMA listing at most `max_pairs` pairs."""
+    pairs = dict(EXTRACT_SCHEMA["properties"]["pairs"], maxItems=max_pairs)
+    return dict(EXTRACT_SCHEMA, properties={"pairs": pairs})
+
+
 def match_schema(n_gold: int) -> dict[str, Any]:
     return {"type": "object",
             "properties": {"supported_by": {"type": "array", "items": {"type": "integer", "minimum": 1, "maximum": max(1, n_gold)},
@@ -348,13 +354,13 @@ def _join(a: Any, b: Any) -> Any:
 
 def judge_llm(output: Any, gold: Any, llm: LLM | None = None, *, metadata: dict[str, Any] | None = None,
               max_attempts: int = 3, on_invalid: str = "raise", max_workers: int = 16,
-              temperature: Temperature = PAPER_TEMPERATURE) -> JudgeResult:
+              temperature: Temperature = PAPER_TEMPERATURE, max_pairs: PositiveInt = 60) -> JudgeResult:
     """Per-turn P/R/F1 by the judge LLM, sampled at `temperature` (seed 000 judged at 0.8), with one
     path for text and JSON memories: the judge lists the facts the memory states (`sumie-extract`),
     then matches them with the gold facts in both directions, each predicted fact against the gold
     list (`sumie-match`, precision) and each gold fact against the predicted list (`sumie-recall`,
     recall); merged values state every gold fact they carry, repeats count against precision
-    (`both_ways_prf`)."""
+    (`both_ways_prf`). `max_pairs` caps the facts one extraction lists (each is one match call)."""
     if llm is None:
         raise JudgeError("the SUMIE LLM matcher needs a judge LLM; use `sumie-exact` for deterministic matching")
     golds = gold_turns(gold)
@@ -377,7 +383,7 @@ def judge_llm(output: Any, gold: Any, llm: LLM | None = None, *, metadata: dict[
             tpl, prompt = render(EXTRACT_TEMPLATE, entity=entity, summary=part)
             where = f" (part {n} of {len(parts)})" if len(parts) > 1 else ""
             ex = ask_judgment(llm, tpl, prompt, item=f"turn {t}: facts stated in the memory{where}",
-                              parse=parse_extraction, schema=EXTRACT_SCHEMA, max_tokens=1024,
+                              parse=parse_extraction, schema=extract_schema(max_pairs), max_tokens=1024,
                               max_attempts=max_attempts, raise_on_invalid=raise_on_invalid, temperature=temperature)
             judgments.append(ex)
             pred += [(a, v) for a, v in (ex.label or [])]  # repeats kept: they count against precision

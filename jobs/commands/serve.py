@@ -33,7 +33,9 @@ def serve(
     """Serve /v1/completions, /v1/chat/completions (response_format json_schema), /v1/responses and /v1/models
     (streamed with stream: true).
 
-    The API key comes from MEMLOOP_API_KEY or --api-key-file, never from the command line."""
+    At start the engine compiles the programs of small requests first: until then /health answers 503
+    "warming up" and requests get 503 with Retry-After. The API key comes from MEMLOOP_API_KEY or
+    --api-key-file, never from the command line."""
     from memloop.engine.serve.server import serve as run_server
 
     key = read_api_key(api_key, api_key_file)

@@ -1,6 +1,8 @@
 """The files of a run and what is inside them: a shard's table and part names, the Parquet encoding
-with its writer and listed files in the key-value metadata, footers read from a file's last bytes,
-and the `Committed` record of a shard that a writer reports to the driver.
+with its writer and listed files in the key-value metadata, files read whole with their page checksums,
+and the `Committed` record of a shard that a writer reports to the driver. Every file carries a CRC per
+Parquet page and every read checks it (`from_parquet`, `read_verified`), so bytes overwritten inside a
+file are found even where its footer is intact.
 
 Parts: a shard's table may be written by several processes: the process that ran the unit's loop
 writes `{table}/{shard}.parquet`, each judge task its own `{table}/{shard}+{part}.parquet`; the
@@ -31,7 +33,6 @@ WRITER_KEY = b"memloop.writer"  # the Parquet key-value metadata naming the proc
 # In a shard's commit file: {run-relative name: rows} of the shard's other files, so a resume and a
 # reader can tell a shard whose `steps` (or a judge's part) went missing from one that never had any.
 FILES_KEY = b"memloop.files"
-FOOTER_READ = 64 * 1024  # bytes read from a file's end to find its Parquet footer (a second read if longer)
 
 
 class DamagedRunError(StorageError):
@@ -73,9 +74,10 @@ def to_parquet(table: str, rows: list[dict[str, Any]], writer: dict[str, Any] | 
 
 
 def from_parquet(data: bytes, uri: str = "", columns: list[str] | None = None) -> pa.Table:
-    """A Parquet object's table; a cut-short or foreign file raises DamagedRunError naming `uri`."""
+    """A Parquet object's table, every page read checked against its checksum; a cut-short, overwritten
+    or foreign file raises DamagedRunError naming `uri`."""
     try:
-        return pq.read_table(pa.BufferReader(data), columns=columns)
+        return pq.read_table(pa.BufferReader(data), columns=columns, page_checksum_verification=True)
     except (pa.ArrowException, OSError, ValueError) as exc:
         raise _unreadable(uri, f"{type(exc).__name__}: {str(exc)[:200]}") from None
 
@@ -88,19 +90,17 @@ def _unreadable(uri: str, why: str) -> DamagedRunError:
     return exc
 
 
-def read_footer(store: Store, name: str, uri: str = "") -> pq.FileMetaData:
-    """A Parquet file's footer (its row count and key-value metadata) from the file's last bytes only;
-    a cut-short or foreign file raises DamagedRunError naming `uri`."""
-    tail, size = store.read_tail(name, FOOTER_READ)
-    if size < 12 or tail[-4:] != b"PAR1":
-        raise _unreadable(uri, f"no Parquet footer at the end of its {size} bytes")
-    n = int.from_bytes(tail[-8:-4], "little")
-    if n + 12 > size:
-        raise _unreadable(uri, f"its footer claims {n} bytes of a {size}-byte file")
-    if n + 8 > len(tail):
-        tail, _ = store.read_tail(name, n + 8)
+def read_verified(store: Store, name: str, uri: str = "") -> pq.FileMetaData:
+    """A Parquet file's footer after reading the whole file and checking every page against the CRC its
+    writer recorded (`table_bytes`): bytes overwritten inside a file whose footer is intact raise
+    DamagedRunError naming `uri`, as a cut-short file does. (A file written before page checksums is
+    still decoded whole, which finds a broken compressed page.)"""
+    data = store.get(name)
     try:
-        return pq.read_metadata(pa.BufferReader(b"PAR1" + tail[-(n + 8):]))
+        f = pq.ParquetFile(pa.BufferReader(data), page_checksum_verification=True)
+        for i in range(f.num_row_groups):
+            f.read_row_group(i)
+        return f.metadata
     except (pa.ArrowException, OSError, ValueError) as exc:
         raise _unreadable(uri, f"{type(exc).__name__}: {str(exc)[:200]}") from None
 
@@ -117,7 +117,8 @@ def new_shard_name() -> str:
 
 
 def table_bytes(t: pa.Table, writer: dict[str, Any] | None = None, files: dict[str, int] | None = None) -> bytes:
-    """A table as Parquet bytes (zstd), naming its writer and, in a commit file, the shard's other files."""
+    """A table as Parquet bytes (zstd, a CRC per page that every read checks), naming its writer and, in a
+    commit file, the shard's other files."""
     meta = dict(t.schema.metadata or {})
     if writer is not None:
         meta[WRITER_KEY] = json.dumps(writer).encode()
@@ -126,5 +127,5 @@ def table_bytes(t: pa.Table, writer: dict[str, Any] | None = None, files: dict[s
     if meta:
         t = t.replace_schema_metadata(meta)
     buf = io.BytesIO()
-    pq.write_table(t, buf, compression="zstd")
+    pq.write_table(t, buf, compression="zstd", write_page_checksum=True)
     return buf.getvalue()

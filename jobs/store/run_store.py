@@ -52,7 +52,7 @@ from memloop.jobs.store.lock import LOCK_NAME, Lock, acquire_lock, live_holder
 from memloop.jobs.store.objects import ConflictError, NotFoundError, Store, WriteMode
 from memloop.jobs.store.outputs import join_uri, open_store
 from memloop.jobs.store.run_files import (FILES_KEY, RUN_FOLDERS, SHARD_TABLES, WRITER_KEY, Committed, DamagedRunError,
-                                  from_parquet, listed_files, new_shard_name, part_file, read_footer, shard_of,
+                                  from_parquet, listed_files, new_shard_name, part_file, read_verified, shard_of,
                                   table_bytes, to_parquet, writer_identity)
 from memloop.jobs.store.tables import SCHEMAS, conform
 
@@ -407,9 +407,11 @@ class RunStore:
     def done_units(self) -> set[str]:
         """Units recorded done (`ok` or `n/a`) in a shard whose files are all there, from the unit indexes
         and the listing of committed shards; only shards no index covers (a killed invocation's) are
-        opened, and only their unit and status columns. The shards counted on are checked by their
-        footers: one with a file that is gone is not counted (its units are computed again, and
-        `incomplete` names it); an unreadable file raises DamagedRunError naming every such file."""
+        opened for their unit and status columns. The shards counted on are checked whole: each file is
+        read and every page checked against its CRC (`read_verified`); one with a file that is gone is
+        not counted (its units are computed again, and `incomplete` names it); a file that is cut short,
+        overwritten or holds other rows than its commit records raises DamagedRunError naming every
+        such file."""
         shards = self._shard_names(self.commit_table)
         units: dict[str, set[str]] = {}  # shard -> its done units
         covered: set[str] = set()
@@ -450,13 +452,13 @@ class RunStore:
     def _check_shards(self, shards: dict[str, list[str]],
                       listed: dict[str, dict[str, int]] | None = None) -> dict[str, list[str]]:
         """{shard: its listed files that are gone} of `shards` ({shard: its commit file names}), reading
-        only footers, and into `listed` each shard's files and their rows as its commit lists them; raises
-        DamagedRunError naming every unreadable or short file."""
+        each file whole with its page checksums, and into `listed` each shard's files and their rows as its
+        commit lists them; raises DamagedRunError naming every unreadable, overwritten or short file."""
         present = {n for table in self.shard_tables[:-1] for ns in self._shard_names(table).values() for n in ns}
 
-        def footer(name: str) -> pq.FileMetaData | str:
+        def verified(name: str) -> pq.FileMetaData | str:
             try:
-                return read_footer(self.store, name, self._uri(name))
+                return read_verified(self.store, name, self._uri(name))
             except NotFoundError:  # removed since the listing (a compaction): its listing is stale
                 return f"{self._uri(name)} (gone while it was read)"
             except DamagedRunError as exc:
@@ -464,7 +466,7 @@ class RunStore:
 
         with ThreadPoolExecutor(max_workers=16) as ex:
             commits = dict(zip([n for ns in shards.values() for n in ns],
-                               ex.map(footer, [n for ns in shards.values() for n in ns])))
+                               ex.map(verified, [n for ns in shards.values() for n in ns])))
             expected: dict[str, tuple[str, int]] = {}  # file name -> (shard, rows)
             missing: dict[str, list[str]] = {}
             for shard, names in shards.items():
@@ -478,7 +480,7 @@ class RunStore:
                         else:
                             missing.setdefault(shard, []).append(rel)
             damaged = [m for m in commits.values() if isinstance(m, str)]
-            for name, meta in zip(expected, ex.map(footer, list(expected))):
+            for name, meta in zip(expected, ex.map(verified, list(expected))):
                 if isinstance(meta, str):
                     damaged.append(meta)
                 elif meta.num_rows != expected[name][1]:

@@ -199,7 +199,9 @@ def test_files_of_shards_never_committed_are_removed_and_nothing_else(tmp_path) 
     assert rs.table("samples").equals(before) and len(rs.store.list("r1/steps")) == 1
 
 
-def test_resume_reads_the_unit_indexes_and_only_unindexed_shards(tmp_path) -> None:
+def test_resume_reads_the_unit_indexes_and_only_unindexed_shards(tmp_path, monkeypatch) -> None:
+    import memloop.jobs.store.run_store as run_store
+
     rs = RunStore.open(str(tmp_path), "r1")
     for i in range(6):
         rs.write_shard(_unit(f"s{i}", "gu-json", status="failed" if i == 0 else "ok"))
@@ -209,10 +211,18 @@ def test_resume_reads_the_unit_indexes_and_only_unindexed_shards(tmp_path) -> No
     killed.write_shard(_unit("s9", "gu-json"))
     store = _CountingStore(rs.store)
     reader = RunStore(store, "r1")
+    decoded: list[str] = []  # the run files decoded for their rows (the check of a file's pages is apart)
+    real = run_store.from_parquet
+    monkeypatch.setattr(run_store, "from_parquet", lambda data, uri="", columns=None:
+                        decoded.append(uri.rpartition("/r1/")[2]) or real(data, uri, columns))
     done = reader.done_units()
     assert done == {unit_key("sumie:synthetic", f"s{i}", "gu-json", 0) for i in (1, 2, 3, 4, 5, 9)}
-    samples_read = [n for n in store.reads if n.startswith("r1/samples/")]
-    assert samples_read == [f"r1/samples/{next(iter(killed.committed))}.parquet"]  # only the unindexed shard
+    unindexed = f"samples/{next(iter(killed.committed))}.parquet"
+    assert [n for n in decoded if n.startswith("samples/")] == [unindexed]  # units only of the unindexed shard
+    # every file a resume counts on is read once to check its pages (the unindexed one once more for its units)
+    samples_read = sorted(n for n in store.reads if n.startswith("r1/samples/"))
+    assert sorted(set(samples_read)) == sorted(n for n in rs.store.list("r1/samples") if n.endswith(".parquet"))
+    assert len(samples_read) == len(set(samples_read)) + 1
     assert done == {u for u, s in zip(*(reader.samples().column(c).to_pylist() for c in ("unit", "status")))
                     if s == "ok"}
 
@@ -288,12 +298,3 @@ def test_a_resume_checks_the_footers_of_the_shards_it_counts_on(run_store: RunSt
     assert fresh.done_units() == expect
     if table != "samples":  # a shard without its samples file was never committed; one without steps is incomplete
         assert fresh.incomplete == {shard: [f"{table}/{shard}.parquet"]}
-
-
-def test_footers_longer_than_the_first_read_are_read_whole(tmp_path, monkeypatch) -> None:
-    import memloop.jobs.store.run_files as storage
-
-    rs = RunStore.open(str(tmp_path), "r")
-    rs.write_shard(_unit("e1", "go-json"))
-    monkeypatch.setattr(storage, "FOOTER_READ", 16)  # every footer needs its second read
-    assert RunStore(rs.store, "r").done_units() == {unit_key("sumie:synthetic", "e1", "go-json", 0)}

@@ -149,6 +149,17 @@ def test_llm_matcher_samples_at_the_papers_temperature():
         run_judge("sumie", "x", GOLD, llm, temperature=-1)
 
 
+def test_max_pairs_caps_the_facts_an_extraction_may_list():
+    """The extraction's JSON schema lists at most `max_pairs` facts (60 by default): each is one match call."""
+    script = [_pairs(("occupation", "chemist")), '{"supported_by": [1]}'] + ['{"stated_by": [1]}'] * 4
+    for options, cap in (({}, 60), ({"max_pairs": 2}, 2)):
+        llm = ScriptedLLM(script, supports_json_schema=True)
+        run_judge("sumie", "Ada Quill is a chemist.", GOLD, llm, max_workers=1, **options)
+        assert llm.requests[0].json_schema["properties"]["pairs"]["maxItems"] == cap
+    with pytest.raises(JudgeError, match="max_pairs"):
+        run_judge("sumie", "x", GOLD, ScriptedLLM(script), max_pairs=0)
+
+
 def test_a_large_memory_is_extracted_in_parts_and_judged_whole() -> None:
     """Issue 46 point 5: one extraction answers at most 60 pairs in 1024 tokens, so an unlimited CoK/GM
     memory was cut and its unit's judgment failed. A memory over EXTRACT_PART_TOKENS is read in parts,

@@ -97,12 +97,15 @@ def test_memloop_serve_command(tmp_path):
                 if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).json()["ok"]:
                     break
             except httpx.HTTPError:
-                time.sleep(1)
+                pass
+            time.sleep(1)  # not listening yet, or warming up
         # it said it was loading, then that it is ready, on stderr (a minute of silence reads as a hang)
         said = (tmp_path / "serve.log").read_text()
         assert "memloop serve: loading the model" in said, said[-2000:]
         ready = f"memloop serve: ready: 'SmolLM2-135M-Instruct.Q4_1' on http://127.0.0.1:{port}/v1"
-        assert ready in said and said.index("loading the model") < said.index(ready), said[-2000:]
+        listening = f"memloop serve: listening on http://127.0.0.1:{port}/v1; warming up"
+        assert ready in said and listening in said, said[-2000:]
+        assert said.index("loading the model") < said.index(listening) < said.index(ready), said[-2000:]
         body = {"messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 4, "temperature": 0}
         assert httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", json=body).status_code == 401
         r = httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", timeout=300, json=body,
