@@ -21,6 +21,8 @@ retrieval, F-ART) does not apply: its output is marked not applicable, counted a
 """
 from __future__ import annotations
 
+import time
+
 import json
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
@@ -176,18 +178,21 @@ def ask_all(trace: Trace, template_id: str, prompts: list[str], max_tokens: int,
     tpl = load_template(template_id)
     sampling = s.sampling(min(max_tokens, s.max_tokens))
 
-    def one(prompt: str) -> Any:
-        return ask(trace.llm, prompt, sampling, max_attempts=1, retry=reseed(s.retry_temperature))
+    def one(prompt: str) -> tuple[Any, float, float]:
+        started = time.time()
+        return ask(trace.llm, prompt, sampling, max_attempts=1, retry=reseed(s.retry_temperature)), started, time.time()
 
-    answers = [one(prompts[0])]
+    timed = [one(prompts[0])]
     if len(prompts) > 1:
         with ThreadPoolExecutor(max_workers=min(32, len(prompts) - 1)) as pool:
-            answers += list(pool.map(one, prompts[1:]))
-    for i, (prompt, a) in enumerate(zip(prompts, answers)):
+            timed += list(pool.map(one, prompts[1:]))
+    answers = [a for a, _, _ in timed]
+    for i, (prompt, (a, started, finished)) in enumerate(zip(prompts, timed)):
         step = Step(index=len(trace.steps), kind="answer", template_id=tpl.id, template_sha256=tpl.sha256,
                     prompt=prompt, output=a.text, parsed={"question": i}, memory=memory,
                     usage=kept_usage(a.usage, a.retry_usage), attempts=a.attempts,
-                    outcome=call_outcome(a.ok, a.cut, a.text), retry_usage=a.retry_usage)
+                    outcome=call_outcome(a.ok, a.cut, a.text), retry_usage=a.retry_usage,
+                    started_at=started, finished_at=finished)
         if a.cut:
             step.failures.append("the answer hit max_tokens")
         trace.steps.append(step)

@@ -9,6 +9,8 @@ usage and failures. A step's `usage` is its kept (last) attempt's, what the pape
 """
 from __future__ import annotations
 
+import time
+
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, ClassVar, Literal
 
@@ -147,9 +149,11 @@ class Trace:
         if temperature is not None:
             sampling = replace(sampling, temperature=temperature)
         attempts = self.settings.max_attempts if max_attempts is None else max_attempts
+        started = time.time()
         answer = ask(llm or self.llm, prompt, sampling, parse=parse, schema=schema,
                      max_attempts=max(1, attempts), retry=reseed(self.settings.retry_temperature),
                      raw_prompt=raw_prompt, reprompt=reprompt)
+        finished = time.time()
         failures = [f"attempt {a.number}: {a.reason}" + (" (output hit max_tokens)" if a.cut else "")
                     for a in answer.failures]
         step = Step(index=len(self.steps), kind=kind, template_id=tpl.id, template_sha256=tpl.sha256,
@@ -157,7 +161,7 @@ class Trace:
                                                                                              answer.retry_usage),
                     attempts=answer.attempts, failures=failures, chunk_index=chunk_index, ok=answer.ok,
                     outcome=call_outcome(answer.ok, answer.cut, answer.parsed if parse is not None else answer.text),
-                    retry_usage=answer.retry_usage, cut=answer.cut)
+                    retry_usage=answer.retry_usage, cut=answer.cut, started_at=started, finished_at=finished)
         self.steps.append(step)
         return step
 

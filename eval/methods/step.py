@@ -38,6 +38,9 @@ class Step:
     revisions_rejected: int = 0
     retry_usage: Usage = field(default_factory=Usage)  # the rejected attempts before the kept one
     cut: bool = False  # the kept (last) attempt reached max_tokens (finish_reason "length")
+    # when the call (all its attempts) began and ended, seconds since the epoch (None: not an LLM call of its own)
+    started_at: float | None = None
+    finished_at: float | None = None
     # the memory as the next prompt carries it, where that text is not the memory's compact JSON (PRISM's
     # indented in-place JSON, or the base plus amendment lines); None: the compact JSON of `memory`
     memory_text: str | None = None

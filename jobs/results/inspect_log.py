@@ -102,8 +102,15 @@ def _usage(prompt: int, cached: int, decoded: int) -> Any:
                       input_tokens_cache_read=int(cached))
 
 
+def _when(value: Any, fallback: dt.datetime) -> dt.datetime:
+    """A step's recorded time, or `fallback` (steps written before steps had times)."""
+    return fallback if value is None or pd.isna(value) else pd.Timestamp(value).to_pydatetime()
+
+
 def _events(model: str, steps: pd.DataFrame, started: dt.datetime) -> list[Any]:
-    """Per chunk a span with its steps' model events and the memory's store events; what came before."""
+    """Per chunk a span with its steps' model events and the memory's store events; what came before. Each
+    event at the time its step's call began (a model event with its call's duration as `working_time`), a
+    memory change and a span's end when the call ended, so Inspect's timeline shows where a unit's time went."""
     import jsonpatch
     from inspect_ai.event import ModelEvent, SpanBeginEvent, SpanEndEvent, StoreEvent
     from inspect_ai.model import ChatMessageUser, GenerateConfig, ModelOutput
@@ -111,21 +118,25 @@ def _events(model: str, steps: pd.DataFrame, started: dt.datetime) -> list[Any]:
     events: list[Any] = []
     memory: Any = None
     span: str | None = None
+    last = started  # when the previous step's call ended
     for _, s in steps.sort_values("step").iterrows():
         extra = _loads(s["extra_json"]) or {}
         chunk = extra.get("chunk_index")
         name = f"chunk {chunk}" if chunk is not None else "final"
+        began = _when(s.get("started_at"), last)
+        ended = _when(s.get("finished_at"), began)
         if name != span:
             if span is not None:
-                events.append(SpanEndEvent(id=span, timestamp=started))
+                events.append(SpanEndEvent(id=span, timestamp=last))
             events.append(SpanBeginEvent(id=name, name=name, type="chunk" if chunk is not None else "final",
-                                         timestamp=started, metadata={"chunk_index": chunk}))
+                                         timestamp=began, metadata={"chunk_index": chunk}))
             span = name
         out = ModelOutput.from_content(model, s["output"] or "", error=s["error"] if pd.notna(s["error"]) else None)
         out.usage = _usage(s["prompt_tokens"], s["cached_tokens"], s["decoded_tokens"])
         events.append(ModelEvent(model=model, input=[ChatMessageUser(content=s["prompt"] or "")], tools=[],
                                  tool_choice="none", config=GenerateConfig(), output=out, span_id=span,
-                                 timestamp=started, error=s["error"] if pd.notna(s["error"]) else None,
+                                 timestamp=began, completed=ended, working_time=(ended - began).total_seconds(),
+                                 error=s["error"] if pd.notna(s["error"]) else None,
                                  metadata={"step": int(s["step"]), "kind": s["kind"], "template_id": s["template_id"],
                                            "parsed": _loads(s["parsed_json"]), "attempts": extra.get("attempts"),
                                            "failures": extra.get("failures")}))
@@ -134,10 +145,10 @@ def _events(model: str, steps: pd.DataFrame, started: dt.datetime) -> list[Any]:
         if patch:  # the memory changed: the RFC 6902 operations, as Inspect's store events carry them
             events.append(StoreEvent(changes=[{"op": p["op"], "path": p["path"], "from_": p.get("from"),
                                                "value": p.get("value")} for p in patch],
-                                     span_id=span, timestamp=started))
-        memory = after
+                                     span_id=span, timestamp=ended))
+        memory, last = after, ended
     if span is not None:
-        events.append(SpanEndEvent(id=span, timestamp=started))
+        events.append(SpanEndEvent(id=span, timestamp=last))
     return events
 
 
@@ -211,6 +222,7 @@ def _log(d: RunData, cfg: dict[str, Any], runs: pd.DataFrame, ds: str, method: s
     samples = []
     for _, u in units.iterrows():
         started = pd.Timestamp(u["started_at"]).to_pydatetime() if pd.notna(u["started_at"]) else dt.datetime.now(dt.timezone.utc)
+        finished = pd.Timestamp(u["finished_at"]).to_pydatetime() if pd.notna(u["finished_at"]) else started
         out = _loads(u["output_json"]) or {}
         answer = out.get("answer")
         answer_text = answer if isinstance(answer, str) else json.dumps(answer, sort_keys=True, default=str)
@@ -224,7 +236,7 @@ def _log(d: RunData, cfg: dict[str, Any], runs: pd.DataFrame, ds: str, method: s
                 verdicts[name] = _verdicts(uj[uj["judge"] == judge] if len(uj) else uj)
                 for key, score in _scores(name, g, answer_text or None).items():  # the answer the judge scored
                     sample_scores[key] = score
-                    events.append(ScoreEvent(score=score, scorer=key, timestamp=started))
+                    events.append(ScoreEvent(score=score, scorer=key, timestamp=finished))
         sample = data.get(ds, u["sample_id"])
         prompt = (_input_text(sample) if sample is not None else
                   f"{u['task']} sample {u['sample_id']} of {ds}, read by {method} ({int(u['n_steps'] or 0)} steps); "

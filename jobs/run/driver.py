@@ -405,18 +405,20 @@ def execute(cfg: RunConfig, *, actor_cls: Any = None, sim: Simulated | None = No
     plan = plan if plan is not None else make_plan(cfg)
     all_units = units(plan.units) if units is not None else plan.units
     rs = RunStore.open(cfg.output, plan.run_id)
+    from memloop.jobs.run.preflight import check_endpoints, run_endpoints
+
+    if sim is None and run_endpoints(cfg):  # an endpoint that refuses or lacks the model stops the run here, in
+        pending = rs.done_units()  # one line, before the run has an id on stdout or a folder (a finished run
+        if any(u.key not in pending for u in all_units):  # calls no endpoint, so it is not checked)
+            check_endpoints(cfg, log)
+    rs.check_writable()
+    if on_ready:
+        on_ready(plan.run_id, rs.uri)
     t_resume = time.monotonic()
     done = rs.done_units()
     resume_s = time.monotonic() - t_resume
     todo = [u for u in all_units if u.key not in done]
     skipped = len(all_units) - len(todo)
-    if todo and sim is None:  # an endpoint that refuses or lacks the model stops the run here, in one line,
-        from memloop.jobs.run.preflight import check_endpoints  # before the run has an id on stdout or a folder
-
-        check_endpoints(cfg, log)
-    rs.check_writable()
-    if on_ready:
-        on_ready(plan.run_id, rs.uri)
     if rs.incomplete:  # a file of a finished shard is gone: its units are computed again, not trusted
         files = sorted(f for fs in rs.incomplete.values() for f in fs)
         log(f"{len(rs.incomplete)} finished shard(s) miss a file ({', '.join(files[:3])}{' ...' if len(files) > 3 else ''}): "

@@ -82,6 +82,9 @@ SCHEMAS: dict[str, pa.Schema] = {
         pa.field("retry_prompt_tokens", pa.int64()),
         pa.field("retry_cached_tokens", pa.int64()),
         pa.field("retry_decoded_tokens", pa.int64()),
+        # when the step's LLM call began and ended (the Inspect export's event times); null in files written before
+        pa.field("started_at", UTC_TS),
+        pa.field("finished_at", UTC_TS),
     ]),
     "judgments": pa.schema(_UNIT + [
         # null: the run's own judging; else the re-judging (`memloop rescore`) that wrote the row
@@ -216,7 +219,12 @@ def step_row(u: "UnitLike", s: "Step") -> dict[str, Any]:
                 outcome=str(s.outcome), revisions_proposed=s.revisions_proposed,
                 revisions_accepted=s.revisions_accepted, revisions_rejected=s.revisions_rejected,
                 attempts=s.attempts, retry_prompt_tokens=s.retry_usage.prompt_tokens,
-                retry_cached_tokens=s.retry_usage.cached_tokens, retry_decoded_tokens=s.retry_usage.decoded_tokens)
+                retry_cached_tokens=s.retry_usage.cached_tokens, retry_decoded_tokens=s.retry_usage.decoded_tokens,
+                started_at=_utc(s.started_at), finished_at=_utc(s.finished_at))
+
+
+def _utc(epoch_s: float | None) -> dt.datetime | None:
+    return None if epoch_s is None else dt.datetime.fromtimestamp(epoch_s, dt.timezone.utc)
 
 
 def _step_error(s: "Step") -> str | None:

@@ -139,6 +139,14 @@ def test_the_inspect_export_is_faithful_input_target_output_times_config_and_num
             assert s.output.completion == (answer if isinstance(answer, str) else json.dumps(answer, sort_keys=True))
             assert s.output.completion  # the final answer, not empty
             assert s.scores and all(v.answer == s.output.completion for v in s.scores.values())  # what was scored
+            # the events' real times: each model event when its step's call began, lasting what the call took,
+            # inside the unit's attempt (they once all shared one time: a 60 s sample showed 0 s)
+            model = [e for e in s.events if e.event == "model"]
+            begun = [e.timestamp for e in model]
+            assert len(set(begun)) == len(begun) > 1 and begun == sorted(begun)
+            assert all(u["started_at"] <= pd.Timestamp(e.timestamp) <= pd.Timestamp(e.completed) <= u["finished_at"]
+                       for e in model)
+            assert 0 < sum(e.working_time for e in model) <= s.total_time
             took = (u["finished_at"] - u["started_at"]).total_seconds()
             assert s.total_time == pytest.approx(took) and s.working_time == pytest.approx(took) and took > 0
             sample = read.get(u["dataset"], u["sample_id"])
