@@ -22,7 +22,8 @@ REPO = Sample(id="repoqa/tiny", task="repoqa", chunks=("def add(a, b):\n    retu
 CASES = {
     "go-text": (HOTEL, {}), "go-json": (HOTEL, {}), "gu-text": (BOOK, {}), "gu-json": (HOTEL, {}),
     "gm-text": (HOTEL, {}), "gm-json": (HOTEL, {"memory_limit": 60}), "cok": (HOTEL, {}),
-    "prism-inplace": (BOOK, {"max_revisions": 2}), "prism-amendments": (REPO, {"updates": False, "max_revisions": 2}),
+    "prism-inplace": (BOOK, {"decoding": "constrained", "max_revisions": 2}),
+    "prism-amendments": (REPO, {"updates": False, "decoding": "constrained", "max_revisions": 2}),
     "hier-merge": (BOOK, {"max_summary_tokens": 200, "word_limit": 80, "context_window": 2048}),
     "inc-update": (BOOK, {"max_summary_tokens": 200, "word_limit": 80, "context_window": 2048}),
     "kg-retrieval": (BOOK, {}), "fart-base": (PAPER, {"max_tool_calls": 2}),
