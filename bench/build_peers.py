@@ -203,7 +203,7 @@ def build_peer_binaries(src: Path, bin_dir: Path, gguf: Path | None = None, buil
     gguf = gguf or bundled_gguf()
     if gguf is None or not gguf.is_file():
         raise BuildError(f"no GGUF to check the peers with ({gguf or 'the bundled SmolLM2 is not in .venv'}); "
-                         "run `make install` first, or pass the GGUF as the third argument")
+                         "run `make install` first, or name one: `make peer-binaries PEER_GGUF=FILE.gguf` (the third argument here)")
     threads = min(2, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
     attempts: list[str] = []
     for name, flags in (("native", ["-DGGML_NATIVE=ON"]), ("portable", portable_flags(host_cpuinfo()))):

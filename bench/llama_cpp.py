@@ -83,7 +83,8 @@ def peer_binary(name: str, bin_dir: Path = PEERS_BIN, build: bool = True) -> Pat
     if not path.is_file() and build and bin_dir == PEERS_BIN:
         print(f"compiling llama.cpp's {SERVER} and {BATCHED_BENCH} with `make peer-binaries` "
               "(CMake, 2 jobs: about 15 minutes on a 2-core host) ...", file=sys.stderr, flush=True)
-        done = subprocess.run(["make", "-C", str(ROOT), "peer-binaries"])
+        # the GGUF the build's check-run loads: the bundled one, wherever this environment installed it
+        done = subprocess.run(["make", "-C", str(ROOT), "peer-binaries", f"PEER_GGUF={gguf_path(None)}"])
         if done.returncode != 0:
             raise PeerError(f"`make peer-binaries` failed (exit {done.returncode}); see its output above, fix the "
                             "cause (cmake and a C++ compiler are needed) and run `make peers` again")
