@@ -20,6 +20,7 @@ provenance (`weight_path`); the test suite skips only the first and fails on the
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import hashlib
 import logging
@@ -31,7 +32,7 @@ import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
@@ -116,6 +117,24 @@ def splits() -> Splits:
     out = (ctypes.c_int64 * 3)()
     _state["lib"].memloop_kernel_splits(out)
     return Splits(*out)
+
+
+@contextlib.contextmanager
+def crew_held() -> Iterator[None]:
+    """Inside the block the kernels' crew is in use by another thread, as if a call of another engine
+    held it: calls with work to split go to XLA's pool or run alone (`Splits.pool`, `Splits.alone`),
+    whatever the timing. For tests and diagnostics."""
+    load()
+    flags = (ctypes.c_int32 * 2)()  # [held, release]
+    holder = threading.Thread(target=_state["lib"].memloop_kernel_hold_crew, args=(flags,), daemon=True)
+    holder.start()
+    while not flags[0]:  # the holder takes the crew's lock at once unless a call is running
+        holder.join(0.001)
+    try:
+        yield
+    finally:
+        flags[1] = 1
+        holder.join()
 
 
 def isa() -> str:

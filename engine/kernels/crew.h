@@ -67,6 +67,14 @@ class Crew {
     return true;
   }
 
+  // Holds the crew as a running call does until *release is set, having set *held once it holds it:
+  // calls made meanwhile find it in use, which is otherwise a matter of timing (tests, diagnostics).
+  void Hold(int32_t* held, const int32_t* release) {
+    std::lock_guard<std::mutex> own(busy_);
+    __atomic_store_n(held, 1, __ATOMIC_RELEASE);
+    while (__atomic_load_n(release, __ATOMIC_ACQUIRE) == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+
  private:
   static constexpr uint64_t kMask = (uint64_t{1} << 20) - 1;
   static constexpr int64_t kMaxItems = static_cast<int64_t>(kMask);

@@ -841,3 +841,9 @@ extern "C" int memloop_kernels_abi() { return 1; }
 extern "C" void memloop_kernel_splits(int64_t* out) {
   for (int i = 0; i < 3; ++i) out[i] = memloop_kernels::split_calls[i].load(std::memory_order_relaxed);
 }
+
+// Holds the process's crew until flags[1] is set (flags[0] is set once it is held), so that kernel calls
+// made meanwhile take the busy-crew paths (XLA's pool, or alone) whatever the timing; for tests. Blocks:
+// call it from a thread of its own (ctypes releases the GIL). A crew not created yet is created with
+// one helper.
+extern "C" void memloop_kernel_hold_crew(int32_t* flags) { memloop_kernels::Crew::Get(1).Hold(flags, flags + 1); }

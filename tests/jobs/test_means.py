@@ -178,7 +178,9 @@ def test_unit_values_keep_whole_sample_metrics_and_recompute_sumies_turn_summari
             dict(base, sample_id="a", metric="f1", turn=0.0, value=1.0),
             dict(base, sample_id="b", metric="avg:f1", turn=None, value=0.99),  # a stored summary: recomputed
             dict(base, sample_id="a", metric="turns", turn=None, value=1.0),  # a whole-sample metric
-            dict(base, judge="rouge", sample_id="a", metric="rouge1", turn=None, value=0.25)]
+            dict(base, judge="rouge", sample_id="a", metric="rouge1", turn=None, value=0.25),
+            dict(base, sample_id="a", metric="recall", turn=None, value=0.3)]  # a per-turn metric without its turn
+    rows = rows[-1:] + rows[:-1]
     got = unit_values(pd.DataFrame(rows))
     assert list(got.index) == list(range(len(got)))
     assert list(zip(got["sample_id"], got["judge"], got["metric"], got["value"])) == [
@@ -186,7 +188,7 @@ def test_unit_values_keep_whole_sample_metrics_and_recompute_sumies_turn_summari
         ("b", "sumie-exact", "f1:start", 0.2), ("b", "sumie-exact", "f1:last", 0.6),
         ("b", "sumie-exact", "f1:avg", pytest.approx(0.4)),
         ("a", "sumie-exact", "f1:start", 1.0), ("a", "sumie-exact", "f1:last", 1.0), ("a", "sumie-exact", "f1:avg", 1.0)]
-    assert unit_values(pd.DataFrame(rows[4:])).shape == (2, 7)  # no per-turn rows: the whole-sample ones only
+    assert unit_values(pd.DataFrame(rows[5:])).shape == (2, 7)  # no per-turn rows: the whole-sample ones only
 
 
 def test_a_cost_cell_with_an_unknown_unit_value_is_undefined_not_biased() -> None:

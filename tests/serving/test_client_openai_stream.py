@@ -92,15 +92,14 @@ def test_a_disconnect_mid_stream_frees_the_sequence_at_once(client, base_url):
                                             max_tokens=4000, temperature=0, stream=True)
     got = [c for _, c in zip(range(5), stream)]
     assert len(got) == 5 and _stats(base_url)["running"] == 1
+    decoded = _stats(base_url)["decoded_tokens"]
     stream.close()
-    t0 = time.monotonic()
-    while _stats(base_url)["cancelled_requests"] == before and time.monotonic() - t0 < 10:
+    # bounded by work, not time: a sequence left running decodes on to its 4,000 tokens and finishes uncancelled
+    while (s := _stats(base_url))["cancelled_requests"] == before and s["running"]:
         time.sleep(0.02)
-    took = time.monotonic() - t0
     stats = _stats(base_url)
     assert stats["cancelled_requests"] == before + 1 and stats["running"] == 0 and stats["server_in_flight"] == 0
-    assert took < 5, took  # at the engine's next step boundary (a decode run is up to DECODE_RUN steps)
-    print(f"sequence freed {took * 1000:.0f} ms after the client closed the stream")
+    print(f"sequence freed {stats['decoded_tokens'] - decoded} tokens after the client closed the stream")
 
 
 def test_refusals_come_before_the_stream(client):
@@ -128,8 +127,7 @@ def test_past_the_deadline_a_stream_ends_with_an_error_event(engine):
         error = json.loads(events[-2][6:])["error"]
         assert error["code"] == 504 and "--request-timeout" in error["message"]
         assert _stats(url)["server_in_flight"] == 0
-        t0 = time.monotonic()
-        while _stats(url)["cancelled_requests"] == before and time.monotonic() - t0 < 10:  # at the next step
+        while (s := _stats(url))["cancelled_requests"] == before and s["running"]:  # at the next step, or never
             time.sleep(0.02)
         assert _stats(url)["cancelled_requests"] == before + 1
 
