@@ -81,16 +81,16 @@ def limit_from(dot_over_kernel: dict[int, float]) -> int | None:
     return None
 
 
-def measure_max_rows(ws: list[Any], rows: tuple[int, ...] = ROWS, repeat: int = 5, write: bool = True,
-                     log: Any = print) -> dict[str, Any]:
-    """Times `ws` (BlockMatrix, e.g. one layer's) through the kernel and through de-quantisation + XLA's
-    dot at each row count; returns (and, with `write`, records for this host) the limit and the timings."""
+def measure_max_rows(ws: list[Any], dequantize: Any, rows: tuple[int, ...] = ROWS, repeat: int = 5,
+                     write: bool = True, log: Any = print) -> dict[str, Any]:
+    """Times `ws` (BlockMatrix, e.g. one layer's) through the kernel and through `dequantize`
+    (blocks.dequantize: passed in, as blocks reads this module's record) + XLA's dot at each row count;
+    returns (and, with `write`, records for this host) the limit and the timings."""
     import jax
     import jax.numpy as jnp
     import numpy as np
 
     from memloop.engine import kernels
-    from memloop.engine.model.blocks import dequantize
 
     if not kernels.available():
         raise RuntimeError("the CPU kernels are not available here, so there is no crossover to measure")
