@@ -168,15 +168,20 @@ def served_check(bin_dir: Path, gguf: Path, threads: int, startup_s: float = 240
             return False, f"{' '.join(cmd)}: the completion decoded no token ({usage})"
         return True, ""
     finally:
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop(proc)
         if proc.stdout:
             proc.stdout.close()
+
+
+def stop(proc: subprocess.Popen) -> None:
+    """Ends a peer process: SIGTERM, then SIGKILL if it has not exited within 15 s."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def check_binaries(bin_dir: Path, gguf: Path, threads: int = 2) -> tuple[bool, str]:

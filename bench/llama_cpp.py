@@ -198,13 +198,9 @@ def _serving(cmd: list[str], port: int, name: str, startup_s: float,
             time.sleep(0.25)
         yield url
     finally:
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        from memloop.bench.build_peers import stop
+
+        stop(proc)
         log_path.unlink(missing_ok=True)
 
 
