@@ -38,10 +38,11 @@ BLOCK_WEIGHTS = {q: SUPER if q.endswith("_K") else BLOCK for q in BLOCK_BYTES}
 # 128, and ran 0.88-0.92x of XLA at the 512-row prefill chunk (docs/bench-log.md, 2026-11-28). AVX-512 on an
 # Intel Xeon with AMX (2 cores under KVM, `memloop bench rows`, 2026-12-05, a host shared at load average
 # 20-40): XLA's dot was the slower one at every row count measured, the kernel 1.2-1.6x at 128-512 rows on a
-# layer's matrices, so its 512-row prefill chunks take the kernel (the whole 512-token prefill, alternated
-# three times in one process at that load: 1.98x, 0.99x, 0.93x; to re-measure on a quiet host). Keyed by
-# `host_kind()`; a host's own `memloop bench rows` record overrides the table.
-KERNEL_MAX_ROWS: dict[str, int | None] = {"avx2": 64, "avx512": 128, "avx512-amx": 512}
+# layer's matrices (the whole 512-token prefill, alternated
+# three times in one process at that load: 1.98x, 0.99x, 0.93x: unsettled), so the table keeps AVX-512's 128
+# there until a quiet host confirms it; `memloop bench rows` records a host's own crossover, which overrides
+# the table. Keyed by `host_kind()`.
+KERNEL_MAX_ROWS: dict[str, int | None] = {"avx2": 64, "avx512": 128, "avx512-amx": 128}
 
 
 @jax.tree_util.register_pytree_node_class

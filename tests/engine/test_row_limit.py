@@ -66,5 +66,5 @@ def test_an_avx512_host_with_amx_tiles_is_a_kind_of_its_own_whose_prefill_chunks
     assert blocks.host_kind("avx512", {"avx512f", "amx_tile", "amx_bf16"}) == "avx512-amx"
     assert blocks.host_kind("avx512", {"avx512f"}) == "avx512"
     assert blocks.host_kind("avx2", {"avx2", "amx_tile"}) == "avx2"  # MEMLOOP_KERNEL_ISA=avx2 keeps AVX2's limit
-    assert blocks.KERNEL_MAX_ROWS["avx512-amx"] == 512
+    assert blocks.KERNEL_MAX_ROWS["avx512-amx"] == 128  # 512 measured at load 20-40, unsettled: not taken
     assert blocks.KERNEL_MAX_ROWS["avx512"] == 128 and blocks.KERNEL_MAX_ROWS["avx2"] == 64  # AMD hosts unchanged
