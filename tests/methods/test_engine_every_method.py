@@ -78,18 +78,37 @@ def _read_back(table: str, rows: list[dict]) -> pa.Table:
     return pq.read_table(pa.BufferReader(to_parquet(table, [dict(r, run_id="r", shard="s") for r in rows])))
 
 
+class _CapsSeen:
+    """The session's engine LLM, noting each request's max_tokens: a step's output is bounded by the cap its
+    own request carried (seed 000's memory steps raise theirs above max_tokens to fit the memory)."""
+
+    def __init__(self, llm) -> None:
+        self._llm, self.caps = llm, []
+
+    def complete(self, request):
+        self.caps.append(request.sampling.max_tokens)
+        return self._llm.complete(request)
+
+    def __getattr__(self, name: str):
+        return getattr(self._llm, name)
+
+
 @pytest.mark.parametrize("name", list_methods())
 def test_the_method_completes_a_unit_on_the_engine(name: str, engine_llm) -> None:
     sample = _sample_for(name)
     method = method_class(name)(**_settings(name))
-    out = method.run(sample, engine_llm)
+    llm = _CapsSeen(engine_llm)
+    out = method.run(sample, llm)
     assert (out.method, out.sample_id) == (name, sample.id)
     assert out.not_run is None and out.not_applicable is None, (out.not_run, out.not_applicable)
     assert out.steps, f"{name} asked the engine nothing"
+    calls = [s for s in out.steps if s.started_at is not None]  # one request per LLM step (max_attempts 1)
+    assert len(llm.caps) == len(calls) and min(llm.caps) >= 1
+    caps = dict(zip((s.index for s in calls), llm.caps))
     for step in out.steps:
-        # the counts are the engine's: the prompt with its chat template, the output within max_tokens
+        # the counts are the engine's: the prompt with its chat template, the output within its request's cap
         assert step.usage.prompt_tokens >= engine_llm.count_tokens(step.prompt) > 0, step
-        assert 0 < step.usage.decoded_tokens <= MAX_TOKENS, step
+        assert 0 < step.usage.decoded_tokens <= caps.get(step.index, MAX_TOKENS), step
         assert step.retry_usage.decoded_tokens == 0 and step.attempts == 1  # max_attempts 1
         assert step.template_id in method.template_ids and out.templates[step.template_id] == step.template_sha256
         assert isinstance(step.outcome, StepOutcome) and (step.ok or step.failures), step
