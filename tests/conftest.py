@@ -1,7 +1,9 @@
 """Shared fixtures: the shared data folder, the bundled model, a local Ray instance."""
 from __future__ import annotations
 
+import gc
 import os
+import sys
 from pathlib import Path
 
 # Four simulated CPU devices so mesh-sharding tests run in the same process as everything else.
@@ -25,6 +27,36 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.get_closest_marker("slow") and not item.get_closest_marker("timeout"):
             item.add_marker(pytest.mark.timeout(SLOW_TIMEOUT_S))
+
+
+# Linux refuses a process more than vm.max_map_count memory maps (65530 by default), and XLA's CPU backend maps
+# each compiled program's code in several pieces that JAX's in-memory caches keep for the life of the process.
+# One pytest process compiles thousands of programs (every engine shape of every test): near 60,000 maps by the
+# end of tests/serving, and a program loaded past the limit kills the process (SIGSEGV or abort inside XLA's
+# loader), not a test. So between modules, once the process holds a third of its allowance, JAX's caches are
+# dropped: later programs come back from the on-disk compilation cache or are compiled again.
+def max_map_count() -> int:
+    try:
+        return int(Path("/proc/sys/vm/max_map_count").read_text())
+    except (OSError, ValueError):
+        return 0  # not Linux: no such limit to keep under
+
+
+def map_count() -> int:
+    try:
+        with open("/proc/self/maps", "rb") as maps:
+            return sum(1 for _ in maps)
+    except OSError:
+        return 0
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _keep_under_the_map_limit():
+    yield
+    limit = max_map_count()
+    if limit and "jax" in sys.modules and map_count() > limit // 3:
+        sys.modules["jax"].clear_caches()
+        gc.collect()
 
 
 @pytest.fixture(scope="session")

@@ -20,30 +20,46 @@ def _engine(model, **kw):
     return Engine(EngineConfig(**cfg), model=model)
 
 
-@pytest.fixture(scope="session")
-def make_engine(loaded_model):
-    """Build engines over the shared model; all are shut down at the end of the session."""
+def _factory(model):
+    """A maker of engines over `model` and the list of what it made (to shut down)."""
     made = []
 
     def make(**kw):
-        eng = _engine(loaded_model, **kw)
+        eng = _engine(model, **kw)
         made.append(eng)
         return eng
 
+    return make, made
+
+
+@pytest.fixture(scope="session")
+def _session_engines(loaded_model):
+    """The engines shared by the whole session, shut down at its end."""
+    make, made = _factory(loaded_model)
+    yield make
+    for eng in made:
+        eng.shutdown()
+
+
+@pytest.fixture()
+def make_engine(loaded_model):
+    """Build engines of one test over the shared model; they are shut down when the test ends, so their KV
+    pools and step threads do not pile up over the session."""
+    make, made = _factory(loaded_model)
     yield make
     for eng in made:
         eng.shutdown()
 
 
 @pytest.fixture(scope="session")
-def engine(make_engine):
+def engine(_session_engines):
     """Prefix cache on."""
-    return make_engine()
+    return _session_engines()
 
 
 @pytest.fixture(scope="session")
-def engine_nocache(make_engine):
-    return make_engine(prefix_cache=False)
+def engine_nocache(_session_engines):
+    return _session_engines(prefix_cache=False)
 
 
 @pytest.fixture(scope="module")
