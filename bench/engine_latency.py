@@ -33,7 +33,7 @@ def measure(prompts: Sequence[str], *, batches: Sequence[int] = (1, 4, 8), decod
     import numpy as np
 
     from memloop.engine.engine_config import EngineConfig
-    from memloop.engine.sched.serving import Engine
+    from memloop.engine.core.engine import Engine
 
     if not prompts:
         raise ValueError("the latency calibration needs at least one recorded prompt")

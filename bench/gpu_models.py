@@ -96,7 +96,7 @@ def load_bf16(path: Path) -> Any:
 def make_engine(lm: Any, attention: str, interpret: bool, max_batch: int, prefill_chunk: int,
                 pages: int | None = None, kv_budget: float = 0.4) -> Any:
     from memloop.engine.engine_config import EngineConfig
-    from memloop.engine.sched.serving import Engine
+    from memloop.engine.core.engine import Engine
 
     return Engine(EngineConfig(model=str(lm.path), dtype="bfloat16", attention=attention, pallas_interpret=interpret,
                                max_batch=max_batch, prefill_chunk=prefill_chunk, num_pages=pages,

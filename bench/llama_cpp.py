@@ -433,7 +433,7 @@ def model_bench_peer(memloop: dict[str, Any], model: str | os.PathLike | None, d
     does) after a prompt as long as the chat prompt its batch-1 decode follows, and the prompt
     processing of a `prefill_tokens`-token prompt (memloop's `prefill_tps`, when given)."""
     from memloop.bench.model import PROMPTS
-    from memloop.engine.sched.reference import DECODE_CHUNK
+    from memloop.engine.runner.reference import DECODE_CHUNK
     from memloop.engine.model.tokenizer import load_tokenizer
 
     steps = max(DECODE_CHUNK, decode_tokens // DECODE_CHUNK * DECODE_CHUNK)

@@ -119,7 +119,7 @@ def _ours_prefill_decode(lm: Any, ids_batch: list[list[int]], steps: int, in_pla
     import jax
     import jax.numpy as jnp
 
-    from memloop.engine.sched.reference import DECODE_CHUNK, decode_chunk, prefill
+    from memloop.engine.runner.reference import DECODE_CHUNK, decode_chunk, prefill
     from memloop.engine.model.decoder import init_contiguous_cache
     from memloop.engine.sample.sampling import SamplingParams, next_pow2, row_arrays, seed_keys
 
@@ -176,7 +176,7 @@ def served_decode(lm: Any, context: int, tokens: int, gather: bool = False, kv_d
     the decode kernels (C++ on CPU, Pallas on TPU/GPU) replaced; the backend is a static argument
     of the engine step, so its programs are compiled apart from the kernel's."""
     from memloop.engine.engine_config import EngineConfig
-    from memloop.engine.sched.serving import Engine
+    from memloop.engine.core.engine import Engine
 
     tok = lm.tokenizer
     prompt = tok.decode(tok.encode(LONG_TEXT * (context // 25 + 1))[:context]) if context else PROMPTS[0][0]["content"]
@@ -244,7 +244,7 @@ def run_model_bench(path: Path | None = None, settings: BenchSettings = BenchSet
     import torch
     from transformers import AutoModelForCausalLM
 
-    from memloop.engine.sched.reference import DECODE_CHUNK, generate
+    from memloop.engine.runner.reference import DECODE_CHUNK, generate
     from memloop.engine.model.decoder import forward, load_model, no_cache_attention
     from memloop.engine.sample.sampling import SamplingParams, next_pow2
 

@@ -244,7 +244,7 @@ def main(workload_name: str = "papers", peer: str | None = None, emit=print, cac
     (None: the compute dtype, f32 on CPU; llama-server keeps its own default, f16)."""
     from memloop.engine.model.decoder import load_model
     from memloop.engine.engine_config import EngineConfig
-    from memloop.engine.sched.serving import Engine
+    from memloop.engine.core.engine import Engine
 
     if peer not in PEERS:
         from memloop.engine.errors import EngineError
@@ -348,7 +348,7 @@ def accelerator_figures(lm: Any, kv_budget: float, emit=print) -> dict[str, Any]
     device (its default attention backend: the platform's Pallas kernel); all null on CPU."""
     from memloop.bench.accelerators import accelerator_field, engine_figures, this_accelerator
     from memloop.engine.engine_config import EngineConfig
-    from memloop.engine.sched.serving import Engine
+    from memloop.engine.core.engine import Engine
 
     found = this_accelerator(emit)
     out: dict[str, Any] = {"accelerator": accelerator_field(found), "decode_hbm_fraction": None, "prefill_mfu": None}

@@ -79,7 +79,7 @@ def smollm2_gguf() -> Path:
 def smollm2_engine(smollm2_gguf):
     """One in-process serving engine on the bundled model, shared by every test that needs a real LLM."""
     from memloop.engine.model.decoder import load_model
-    from memloop.engine.sched.serving import Engine, EngineConfig
+    from memloop.engine.core.engine import Engine, EngineConfig
 
     eng = Engine(EngineConfig(num_pages=1024, page_size=16, max_batch=8, prefill_chunk=512),
                  model=load_model(smollm2_gguf))

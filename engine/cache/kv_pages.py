@@ -1,6 +1,6 @@
 """Writing new keys/values into a paged KV cache and reading a row's pages back, for every cache type.
 
-A cache is `{"k", "v"}` pools (`memloop.engine.attention.paged.init_kv_pools`), of a float type, or of int8 codes with
+A cache is `{"k", "v"}` pools (`memloop.engine.runner.step.init_kv_pools`), of a float type, or of int8 codes with
 `{"k_scale", "v_scale"}` beside them: one f32 scale per (token, KV head), shaped like the pools
 without the head-dim axis. The int8 type is llama.cpp's `q8_0` cache idea at the granularity of one
 head's vector: symmetric, `code = round(x * 127 / max|x|)`, so a cached token costs hd + 4 bytes per

@@ -1,4 +1,4 @@
-"""Requests to tokens: intake (request dict -> Sequence), the continuous-batching scheduler, the step
-runner and step loop, prompt scoring, token pieces, the `Engine` that ties them (serving.py), and the
-reference decoder (reference.py: one batch on a contiguous cache, what the `Engine` is checked against).
-May import attention, cache, model, sample and kernels; never serve."""
+"""Continuous batching (scheduler.py): which sequences run in the next step and with which pages --
+admission with back-pressure, chunked prefill, page growth, preemption. Pure Python over the page
+pool and the prefix cache; its `Sequence` and `StepPlan` are what the runner executes.
+May import cache, model, sample and kernels; never attention, runner, core or serve."""

@@ -7,7 +7,7 @@ only when its prompt pages fit (after evicting unreferenced prefix-cache pages),
 (back-pressure); when a decoding sequence needs a page and none is left, the youngest sequence is
 preempted and later recomputed -- its pages go to the prefix cache first, so recomputing is mostly
 cache hits. Nothing is ever truncated. This module is pure Python over `PagePool` and `RadixCache`;
-`memloop.engine.sched.step_runner` executes the plans it returns.
+`memloop.engine.runner.step_runner` executes the plans it returns.
 """
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from memloop.engine.engine_config import EngineConfig
 from memloop.engine.errors import EngineError
-from memloop.engine.sched.serving import Engine
+from memloop.engine.core.engine import Engine
 
 
 class EngineActor:

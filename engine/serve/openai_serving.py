@@ -28,7 +28,7 @@ from starlette.exceptions import HTTPException
 
 from memloop.engine.errors import EngineError, NonFiniteLogitsError, RequestError
 from memloop.engine.sample.sampling import SamplingParams
-from memloop.engine.sched.token_pieces import TokenPieces
+from memloop.engine.runner.token_pieces import TokenPieces
 from memloop.engine.serve.chunks import ChatChunks, CompletionChunks
 from memloop.engine.serve.protocol import (MAX_N, ChatRequest, CompletionRequest, FieldError, _Sampling, _usage,
                                            chat_logprobs, completion_logprobs, echo_choice)

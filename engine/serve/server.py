@@ -269,7 +269,7 @@ def serve(config: Any = None, host: str = "127.0.0.1", port: int = 8000, model_n
     """Check the options, load the engine and serve until interrupted."""
     check_options(host, port, api_key, max_queue, request_timeout, stall_s)
     from memloop.engine.engine_config import EngineConfig
-    from memloop.engine.sched.serving import Engine
+    from memloop.engine.core.engine import Engine
 
     cfg = EngineConfig.of(config)
     # loading takes a minute or more on a CPU: say so, then say when the port answers

@@ -19,7 +19,7 @@ import time
 from concurrent.futures import Future
 from typing import Any, AsyncIterator, Callable
 
-from memloop.engine.sched.token_pieces import EntryStream, TokenPieces
+from memloop.engine.runner.token_pieces import EntryStream, TokenPieces
 
 DONE = b"data: [DONE]\n\n"
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}

@@ -3,7 +3,7 @@
 - `ActorLLM`: the local engine, through a handle of `memloop.engine.serve.actor.EngineActor` (a Ray actor whose
   async `complete(request_dict) -> result_dict` batches concurrent calls). Many threads call
   `complete` at once; each call blocks only its own thread, so the engine sees them all together.
-- `EngineLLM`: an in-process `memloop.engine.sched.serving.Engine` (no Ray), for notebooks, scripts and tests.
+- `EngineLLM`: an in-process `memloop.engine.core.engine.Engine` (no Ray), for notebooks, scripts and tests.
 - `endpoint_llm`: any OpenAI-compatible endpoint, through `memloop.eval.llm_http`.
 
 Token counts are asked from the actor once per distinct text and memoised (methods count the
@@ -65,7 +65,7 @@ class ActorLLM:
 
 
 class EngineLLM:
-    """An LLM over an in-process `memloop.engine.sched.serving.Engine`: the same request/result dicts the actor serves."""
+    """An LLM over an in-process `memloop.engine.core.engine.Engine`: the same request/result dicts the actor serves."""
 
     def __init__(self, engine: Any, name: str = "engine", supports_json_schema: bool = True) -> None:
         self.engine = engine

@@ -32,7 +32,7 @@ def _request(prompt: Any) -> dict[str, Any]:
 
 def greedy_outputs(engine: Any, model: Any) -> dict[str, Any]:
     """What the serving engine and the reference decoder write greedily for PROMPTS."""
-    from memloop.engine.sched.reference import generate
+    from memloop.engine.runner.reference import generate
     from memloop.engine.sample.sampling import SamplingParams
 
     served = engine.complete_many([_request(p) for p in PROMPTS])
@@ -46,7 +46,7 @@ if __name__ == "__main__":
     from memloop.engine.assets import default_model_path
     from memloop.engine.engine_config import EngineConfig
     from memloop.engine.model.decoder import load_model
-    from memloop.engine.sched.serving import Engine
+    from memloop.engine.core.engine import Engine
 
     lm = load_model(default_model_path())
     eng = Engine(EngineConfig(num_pages=1024, page_size=16, max_batch=8, prefill_chunk=512), model=lm)

@@ -147,7 +147,7 @@ def test_kernel_rejects_mismatched_shapes():
 def test_bundled_model_loads_block_form_and_matches_dense(lm, smollm2_gguf):
     """The default CPU load keeps the GGUF blocks (embedding and tied head included) and gives the
     dense model's logits and greedy tokens."""
-    from memloop.engine.sched.reference import generate
+    from memloop.engine.runner.reference import generate
     from memloop.engine.model.decoder import forward, load_model, no_cache_attention
     from memloop.engine.sample.sampling import SamplingParams
 

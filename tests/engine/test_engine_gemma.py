@@ -291,9 +291,9 @@ def test_gemma3_270m_gguf_matches_transformers_and_serves(gemma_gguf):
 
     from memloop.engine.engine_config import EngineConfig
     from memloop.engine.errors import RequestError
-    from memloop.engine.sched.reference import generate
+    from memloop.engine.runner.reference import generate
     from memloop.engine.sample.sampling import SamplingParams
-    from memloop.engine.sched.serving import Engine
+    from memloop.engine.core.engine import Engine
 
     torch.set_num_threads(1)
     lm = load_model(gemma_gguf)

@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from memloop.engine.sched.reference import generate
+from memloop.engine.runner.reference import generate
 from memloop.engine.model.mesh import make_mesh, param_specs, shard_params
 from memloop.engine.model.decoder import LoadedModel, forward, no_cache_attention
 from memloop.engine.sample.sampling import SamplingParams

@@ -50,7 +50,7 @@ def _torch_logits(model) -> np.ndarray:
 
 
 def _greedy(lm, n: int) -> list[int]:
-    from memloop.engine.sched.reference import generate
+    from memloop.engine.runner.reference import generate
     from memloop.engine.sample.sampling import SamplingParams
 
     lm.tokenizer = _IdTokenizer()
@@ -250,7 +250,7 @@ def test_qwen25_coder_gguf_matches_transformers(qwen_gguf):
     computed before transformers loads (its f32 copy of the 1.5B model is 6 GB)."""
     from transformers import AutoModelForCausalLM
 
-    from memloop.engine.sched.reference import generate
+    from memloop.engine.runner.reference import generate
     from memloop.engine.sample.sampling import SamplingParams
 
     torch.set_num_threads(1)

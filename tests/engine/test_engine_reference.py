@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from memloop.engine.sched.reference import generate
+from memloop.engine.runner.reference import generate
 from memloop.engine.model.decoder import forward, no_cache_attention
 from memloop.engine.sample.sampling import SamplingParams
 from memloop.bench.model import PROMPTS as CHAT_PROMPTS, hf_greedy

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from memloop.engine.errors import RequestError
-from memloop.engine.sched.reference import decode_chunk, generate, prefill
+from memloop.engine.runner.reference import decode_chunk, generate, prefill
 from memloop.engine.sample.sampling import SamplingParams
 
 PROMPTS = [

@@ -206,7 +206,7 @@ def _layer(params, key):
 def test_unrolled_and_scanned_layers_agree(tiny_tied, tmp_path, packed):
     """Per-layer weights under a Python loop (CPU default) and stacked weights under lax.scan give the
     same logits, and generate the same greedy tokens through each layout's KV cache."""
-    from memloop.engine.sched.reference import generate
+    from memloop.engine.runner.reference import generate
     from memloop.engine.sample.sampling import SamplingParams
 
     path = _write_gguf(tiny_tied, tmp_path / "tiny-q8.gguf", quant="Q8_0")

@@ -58,7 +58,7 @@ def test_block_scales_are_checked_without_dequantising() -> None:
 def test_logits_that_overflow_fail_the_request_with_an_engine_error(smollm2_gguf, tmp_path) -> None:
     """Before, the request answered 200 with empty content (argmax over NaN picks token 0)."""
     from memloop.engine.model.decoder import load_model
-    from memloop.engine.sched.serving import Engine, EngineConfig
+    from memloop.engine.core.engine import Engine, EngineConfig
 
     norm = _tensor(smollm2_gguf, "output_norm.weight")
     huge = np.full(int(norm.n_elements), 3e38, np.float32).tobytes()

@@ -45,7 +45,7 @@ def test_int8_keeps_greedy_output(smollm2_gguf):
     """On the bundled Q4_1 SmolLM2 the int8 model decodes dense f32's greedy tokens on the test prompts."""
     from memloop.bench.model import PROMPTS
     from memloop.engine.model.decoder import load_model
-    from memloop.engine.sched.reference import generate
+    from memloop.engine.runner.reference import generate
     from memloop.engine.sample.sampling import SamplingParams
 
     s = SamplingParams(max_tokens=24)

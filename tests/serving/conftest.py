@@ -13,7 +13,7 @@ def loaded_model(smollm2_gguf):
 
 def _engine(model, **kw):
     from memloop.engine.engine_config import EngineConfig
-    from memloop.engine.sched.serving import Engine
+    from memloop.engine.core.engine import Engine
 
     cfg = dict(num_pages=256, page_size=16, max_batch=32, prefill_chunk=256)
     cfg.update(kw)

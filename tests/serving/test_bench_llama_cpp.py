@@ -177,7 +177,7 @@ def test_llama_cpp_peers_end_to_end(loaded_model):
     if shutil.which("cmake") is None:
         pytest.fail("the peers need cmake and a C++ compiler: install them (apt-get install cmake g++)")
     from memloop.bench.llama_cpp import host_threads, model_bench_peer, run_llama_server
-    from memloop.engine.sched.reference import DECODE_CHUNK
+    from memloop.engine.runner.reference import DECODE_CHUNK
 
     model = gguf_path(None)
     w = build_workload(samples=3, steps=2, chunk_words=16)

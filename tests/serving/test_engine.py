@@ -37,8 +37,8 @@ def test_greedy_identical_batch_1_vs_32_and_cache_on_off(engine, engine_nocache)
 
 def test_greedy_matches_the_reference_decoder(engine, loaded_model):
     """The paged, batched, prefix-cached engine decodes the same greedy tokens as the contiguous-cache
-    reference decoder (memloop.engine.sched.reference) on the same model."""
-    from memloop.engine.sched.reference import generate
+    reference decoder (memloop.engine.runner.reference) on the same model."""
+    from memloop.engine.runner.reference import generate
     from memloop.engine.sample.sampling import SamplingParams
 
     topics = TOPICS[:6]
@@ -112,7 +112,7 @@ def test_stop_strings_and_bad_requests(engine):
 def test_tensor_parallel_engine_matches_one_device(engine):
     """The same engine over a 4-device `tp` mesh (simulated CPU devices) gives the same greedy tokens."""
     from memloop.engine.engine_config import EngineConfig
-    from memloop.engine.sched.serving import Engine
+    from memloop.engine.core.engine import Engine
 
     tp = Engine(EngineConfig(num_pages=64, tp=4))
     try:
@@ -131,7 +131,7 @@ def test_long_context_decode_identical_alone_in_a_batch_of_32_and_against_the_re
     """At 1.2k tokens of context (five 256-key chunks of the in-place attention kernel), a request decodes
     the same greedy tokens alone, among 31 others sharing its prefix, without the prefix cache, and as the
     contiguous-cache reference decoder (which attends by the gather-free dense path)."""
-    from memloop.engine.sched.reference import generate
+    from memloop.engine.runner.reference import generate
     from memloop.engine.sample.sampling import SamplingParams
 
     story = LONG_STORY * 40
@@ -202,7 +202,7 @@ def test_decode_runs_several_steps_per_call_with_the_single_step_tokens(make_eng
     those of one step per call, which a stop string that never matches forces (stop strings are
     checked on the host after every token). Covers a stop token ending a run early, a max_tokens that
     is not a multiple of the run, seeded sampling, and rows finishing at different steps."""
-    from memloop.engine.attention.paged import engine_decode_steps
+    from memloop.engine.runner.step import engine_decode_steps
 
     eng = make_engine(max_batch=4, prefix_cache=False)  # the second pass must not be served from the cache
     reqs = [chat("Name three rivers.", max_tokens=64), chat("Count to thirty in words.", max_tokens=21),

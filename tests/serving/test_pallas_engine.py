@@ -11,7 +11,7 @@ import pytest
 from memloop.bench.model import PROMPTS
 from memloop.engine.engine_config import EngineConfig
 from memloop.engine.attention.pallas import AttentionBackendError
-from memloop.engine.sched.serving import Engine
+from memloop.engine.core.engine import Engine
 
 MAX_TOKENS = 16
 

@@ -67,7 +67,7 @@ def test_preemption_recomputes_the_youngest_from_the_cache() -> None:
 def test_prefill_chunks_group_by_length_bucket():
     from types import SimpleNamespace
 
-    from memloop.engine.sched.step_runner import prefill_groups
+    from memloop.engine.runner.step_runner import prefill_groups
 
     chunks = [SimpleNamespace(length=n) for n in (70, 5, 100, 128, 3, 512)]
     groups = prefill_groups(chunks)

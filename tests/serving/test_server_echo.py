@@ -51,7 +51,7 @@ def lm_eval_parse_logprobs(outputs: list[dict], ctxlens: list[int]) -> list[tupl
 
 
 def test_echo_with_max_tokens_0_scores_every_prompt_token(base_url, loaded_model, engine):
-    from memloop.engine.sched.token_pieces import TokenPieces
+    from memloop.engine.runner.token_pieces import TokenPieces
 
     before = engine.stats()["scored_prompts"]
     r = _post(base_url, {"prompt": PROMPTS, "echo": True, "logprobs": 3, "max_tokens": 0, "temperature": 0})
@@ -183,7 +183,7 @@ def test_echo_limits_are_400s_naming_the_field(base_url, body, field):
 
 
 def test_prompts_are_scored_in_few_calls():
-    from memloop.engine.sched.prompt_scoring import batches
+    from memloop.engine.runner.prompt_scoring import batches
 
     groups = batches([5, 300, 40, 17, 3000, 9])
     assert groups == [[4], [1, 2, 3, 5, 0]]  # longest first; 3000 tokens (bucket 4096) fill one call alone
@@ -207,7 +207,7 @@ def test_scoring_is_bounded_by_the_timeout_and_stops_when_abandoned(make_engine,
     request after it is scored without waiting for the abandoned prompts)."""
     import time
 
-    import memloop.engine.sched.prompt_scoring as scoring
+    import memloop.engine.runner.prompt_scoring as scoring
     from memloop.engine.serve.server import create_app
 
     # one scoring call per prompt (as prompts of more than 2,048 tokens are), with small prompts

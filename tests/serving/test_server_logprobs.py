@@ -39,7 +39,7 @@ def _reference(loaded_model, prompt_ids: list[int], steps: int) -> tuple[list[in
 
 
 def test_completion_logprobs_are_the_models_and_shaped_as_openai(base_url, loaded_model):
-    from memloop.engine.sched.token_pieces import TokenPieces
+    from memloop.engine.runner.token_pieces import TokenPieces
 
     r = _post(base_url, "/v1/completions", {"prompt": PROMPT, "max_tokens": STEPS, "temperature": 0, "logprobs": 5})
     assert r.status_code == 200, r.text

@@ -90,7 +90,7 @@ def test_a_setting_the_step_cannot_hold_fails_only_its_request(eng, alone, caplo
     seq = engine.make_sequence(greedy("bridges"))
     seq.top_k = 2**31  # past int32: packing the batch raises OverflowError (prefill)
     failed = engine.stats()["failed_requests"]
-    with caplog.at_level(logging.INFO, logger="memloop.engine.sched.step_runner"):
+    with caplog.at_level(logging.INFO, logger="memloop.engine.runner.step_runner"):
         good, bad = run_together(engine, seq)
         check_isolated(engine, alone, good, bad)
     assert "OverflowError" in str(bad.exception())
@@ -103,7 +103,7 @@ def test_a_grammar_that_breaks_mid_decode_fails_only_its_request(eng, alone, cap
     engine = eng
     seq = engine.make_sequence({**greedy("castles", 40), "json_schema": SCHEMA})
     seq.constraint = BreakingConstraint(seq.constraint, at=3, how="mask")
-    with caplog.at_level(logging.INFO, logger="memloop.engine.sched.step_runner"):
+    with caplog.at_level(logging.INFO, logger="memloop.engine.runner.step_runner"):
         good, bad = run_together(engine, seq)
         check_isolated(engine, alone, good, bad)
     assert shared_a_batch(caplog)

@@ -16,7 +16,7 @@ from concurrent.futures import Future
 from typing import Any, Callable, Sequence
 
 from memloop.engine.errors import EngineError, ScoringCancelled
-from memloop.engine.sched.prompt_scoring import PromptScorer
+from memloop.engine.runner.prompt_scoring import PromptScorer
 
 
 @dataclasses.dataclass(eq=False)

@@ -33,7 +33,7 @@ from memloop.engine.model.config import ModelConfig
 from memloop.engine.errors import ScoringCancelled
 from memloop.engine.model.decoder import decoder_layers, embed, final_logits, no_cache_attention
 from memloop.engine.sample.sampling import MAX_LOGPROBS
-from memloop.engine.sched.token_pieces import TokenPieces
+from memloop.engine.runner.token_pieces import TokenPieces
 
 MIN_LENGTH = 16
 TOKEN_BUDGET = 4096  # padded tokens per scoring call (hidden states and attention scores scale with it)

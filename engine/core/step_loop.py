@@ -18,7 +18,7 @@ from concurrent.futures import Future
 
 from memloop.engine.errors import EngineError, RequestError
 from memloop.engine.sched.scheduler import Scheduler, Sequence
-from memloop.engine.sched.step_runner import StepRunner
+from memloop.engine.runner.step_runner import StepRunner
 
 log = logging.getLogger(__name__)
 

@@ -13,9 +13,9 @@ engine does not import:
              token, the tokens after a stop string's cut), so both together hold every output token
 
 `score(prompts, top_n)` (or `submit_score` -> Future, `cancel_score`) is the other entry point: every
-prompt token's log-probability given the tokens before it (`memloop.engine.sched.prompt_scoring`, OpenAI's
+prompt token's log-probability given the tokens before it (`memloop.engine.runner.prompt_scoring`, OpenAI's
 `echo`), computed by a full-prompt forward outside the step loop and its KV cache, one call at a time
-on the scorer's own thread (`memloop.engine.sched.scoring_queue`); `scored_prompts` / `scored_tokens`
+on the scorer's own thread (`memloop.engine.core.scoring_queue`); `scored_prompts` / `scored_tokens`
 count the work delivered, `scoring_running` / `scoring_queued` the work in hand.
 
 `problem(stall_s)` says why the engine cannot make progress (its step loop stopped or stuck, its
@@ -28,9 +28,9 @@ packing, grammar bitmasks, detokenising) and `idle_s` (no work), so a slow run s
 `cached_tokens` counts the prompt tokens whose keys/values came from the prefix cache instead of
 being computed; `decoded_tokens` counts every sampled token, the terminating one included.
 
-`Engine` is the facade over three parts with one job each: `memloop.engine.sched.intake` (request dict ->
-`Sequence`, or a `RequestError` before any work), `memloop.engine.sched.step_runner` (a scheduler plan -> device
-step -> tokens -> results; a failing request fails alone) and `memloop.engine.sched.step_loop` (the thread that
+`Engine` is the facade over three parts with one job each: `memloop.engine.core.intake` (request dict ->
+`Sequence`, or a `RequestError` before any work), `memloop.engine.runner.step_runner` (a scheduler plan -> device
+step -> tokens -> results; a failing request fails alone) and `memloop.engine.core.step_loop` (the thread that
 plans and runs steps, futures, shutdown).
 """
 from __future__ import annotations
@@ -45,15 +45,15 @@ import jax.numpy as jnp
 
 from memloop.engine.engine_config import EngineConfig
 from memloop.engine.errors import EngineError
-from memloop.engine.sched.intake import RequestIntake
+from memloop.engine.core.intake import RequestIntake
 from memloop.engine.errors import RequestError
 from memloop.engine.cache.kv_cache import KVLayout, PagePool, pages_for_budget
-from memloop.engine.sched.prompt_scoring import PromptScorer
+from memloop.engine.runner.prompt_scoring import PromptScorer
 from memloop.engine.cache.radix import RadixCache
 from memloop.engine.sched.scheduler import Scheduler, Sequence
-from memloop.engine.sched.scoring_queue import ScoringQueue
-from memloop.engine.sched.step_loop import StepLoop
-from memloop.engine.sched.step_runner import TIMERS, StepRunner
+from memloop.engine.core.scoring_queue import ScoringQueue
+from memloop.engine.core.step_loop import StepLoop
+from memloop.engine.runner.step_runner import TIMERS, StepRunner
 
 log = logging.getLogger(__name__)
 

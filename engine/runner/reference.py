@@ -2,7 +2,7 @@
 
 This is not a serving path. It is the plainest correct way to decode with `memloop.engine.model.decoder` -- one
 contiguous cache per row, no pages, no prefix sharing, no scheduler -- and it is what the paged
-serving engine (`memloop.engine.sched.serving`) is checked against: greedy outputs of both must be identical, and
+serving engine (`memloop.engine.core.engine`) is checked against: greedy outputs of both must be identical, and
 the model benchmark (`bench/model.py`) uses it to time the model without the serving machinery.
 
 Shapes are padded to power-of-two buckets (batch, prompt length, cache length) so each bucket is
@@ -84,7 +84,7 @@ def _decode_attend(cfg: ModelConfig, positions: jax.Array, in_place: bool) -> An
 
     if not (in_place and config_supported(cfg) and enabled()):
         return attend
-    from memloop.engine.attention.paged import in_place_attend
+    from memloop.engine.runner.step import in_place_attend
 
     rows = jnp.arange(positions.shape[0], dtype=jnp.int32)[:, None]
     return in_place_attend(attend, rows, positions, rows, positions)

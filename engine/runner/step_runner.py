@@ -1,7 +1,7 @@
 """The step runner: executes one scheduler plan on the device and turns sampled tokens into results.
 
 For each batch of a plan (one per prefill length bucket, then the decode batch) it packs the rows'
-tokens, pages and sampling settings into padded arrays, runs the jitted `memloop.engine.attention.paged.engine_step`
+tokens, pages and sampling settings into padded arrays, runs the jitted `memloop.engine.runner.step.engine_step`
 (forward + grammar mask + sampling, and the log-probabilities when a row asks for them), and
 accepts each row's token: grammar state, stop tokens and strings, `max_tokens`, detokenising and
 the result dict.
@@ -31,7 +31,7 @@ from memloop.engine.attention.pallas import IN_PLACE, AttentionBackend
 from memloop.engine.cache.radix import RadixCache
 from memloop.engine.sample.sampling import NONFINITE, candidate_cap, logprob_width
 from memloop.engine.sched.scheduler import PrefillChunk, Scheduler, Sequence, Status, StepPlan
-from memloop.engine.sched.token_pieces import TokenPieces
+from memloop.engine.runner.token_pieces import TokenPieces
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +100,7 @@ class StepRunner:
         self.cache = self._new_cache()
 
     def _new_cache(self) -> Any:
-        from memloop.engine.attention.paged import init_kv_pools
+        from memloop.engine.runner.step import init_kv_pools
 
         cache = init_kv_pools(self.cfg, self.pool.num_pages, self.pool.page_size, self.kv_dtype,
                               per_layer=self.lm.per_layer)
@@ -132,7 +132,7 @@ class StepRunner:
         DECODE_RUN steps later otherwise), and every row's rules are the device's own (no grammar, no
         stop strings, which the host checks per token, no log-probabilities): as many as every row has
         tokens left and slots in the pages it already holds, so the page accounting is unchanged."""
-        from memloop.engine.attention.paged import DECODE_RUN
+        from memloop.engine.runner.step import DECODE_RUN
 
         if plan.prefill or self.scheduler.waiting:
             return 1
@@ -146,7 +146,7 @@ class StepRunner:
     def run_decode_steps(self, seqs: list[Sequence], run: int) -> int:
         """Up to `run` decode steps of `seqs` in one call; returns the steps the device took. A failure
         falls back to one step at a time, which isolates a failing request (`run_rows`)."""
-        from memloop.engine.attention.paged import engine_decode_steps
+        from memloop.engine.runner.step import engine_decode_steps
 
         b = bucket(len(seqs))
         npg = bucket(max(len(s.pages) for s in seqs), 8)
@@ -253,7 +253,7 @@ class StepRunner:
     def forward(self, rows: list[Row]) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray, np.ndarray] | None]:
         """One jitted step over `rows`, computing tokens [start, start + length) of each: a token per row,
         and (chosen log-probability, top ids, top log-probabilities) per row when a sampling row asks."""
-        from memloop.engine.attention.paged import engine_step
+        from memloop.engine.runner.step import engine_step
 
         ps = self.pool.page_size
         b = bucket(len(rows))
@@ -370,7 +370,7 @@ class StepRunner:
 
     def logprob_entries(self, seq: Sequence, stopped_at: int | None,
                         text_len: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-        """Every output token with its log-probability (`memloop.engine.sched.token_pieces`), split in two:
+        """Every output token with its log-probability (`memloop.engine.runner.token_pieces`), split in two:
         the returned text's tokens, and the ones after them that the text leaves out (a stop token,
         only ever the last; the tokens starting after a stop string's cut), whose `text_offset` is the
         text's end. Echo needs both (one entry per generated token, as vLLM returns); the rest only the first."""
