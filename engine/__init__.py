@@ -2,11 +2,13 @@
 pyproject.toml checks this):
 
     serve      the OpenAI-compatible HTTP server and the Ray actor
-    sched      requests to tokens: intake, scheduler, step runner and loop, prompt scoring, the `Engine`,
-               and the reference decoder the engine is checked against
-    attention  attention over the paged KV cache (Pallas backends, the CPU kernel in place) and the
-               jitted paged step that plugs it into the decoder
-    cache      the KV cache: page pool, page reads and writes, the radix prefix cache
+    core       the `Engine`, request intake and admission checks, the step loop thread, the scoring queue
+    runner     what runs on the device: the step runner, the jitted step functions and their typed inputs,
+               the reference decoder the engine is checked against, prompt scoring, token pieces
+    sched      continuous batching: which sequences run in the next step, with which pages
+    attention  attention over the paged KV cache: the paged hooks (gather, the CPU kernel in place) and
+               the Pallas backends (apart from sched)
+    cache      the KV cache: page pool, the pools and their reads and writes, the radix prefix cache
     model      the decoder from weights to logits: config, weights, GGUF blocks, int8, mesh, tokenizer
     sample     logits to tokens: sampling settings and sampler, grammar constraints (apart from model)
     kernels    the CPU kernels (quantised matmul, paged attention) and their builder

@@ -61,6 +61,22 @@ def test_model_importing_sched_breaks_the_engine_floors(tmp_path: Path) -> None:
     assert "memloop.engine.model.decoder -> memloop.engine.sched.scheduler" in res.stdout
 
 
+def test_the_runner_and_attention_floors_hold(tmp_path: Path) -> None:
+    """The runner sits below the core (the step runner never reaches up into the `Engine`), and the
+    scheduler and attention are apart: either reaching the other breaks `engine-floors`."""
+    pkg = _copy_tree(tmp_path) / "engine"
+    back = {"runner/step_runner.py": "import memloop.engine.core.engine",
+            "attention/paged.py": "import memloop.engine.sched.scheduler"}
+    for rel, line in back.items():
+        f = pkg / rel
+        f.write_text(f.read_text() + f"\n{line}  # a forbidden import\n")
+    res = _lint(tmp_path)
+    assert res.returncode != 0
+    for broken in ("memloop.engine.runner.step_runner -> memloop.engine.core.engine",
+                   "memloop.engine.attention.paged -> memloop.engine.sched.scheduler"):
+        assert broken in res.stdout, res.stdout[-4000:]
+
+
 def test_a_closed_circle_reopened_breaks_its_contract(tmp_path: Path) -> None:
     """Four pairs of modules once imported each other (the back-import inside a function, to dodge the
     circle at import time); each now imports one way, and putting any back-import in again, even

@@ -1,6 +1,6 @@
 """Decode attention through JAX's own Pallas paged-attention kernels, on memloop's page pools as they are.
 
-The serving step's attention (`memloop.engine.runner.step.paged_attend`) gathers each row's pages into a dense
+The serving step's attention (`memloop.engine.attention.paged.paged_attend`) gathers each row's pages into a dense
 copy per layer per step; on an accelerator that multiplies the KV bytes a decode step reads, which
 is what bounds decoding. JAX ships kernels that read the pages in place through the block table:
 
@@ -63,7 +63,7 @@ class AttentionBackend:
     kind: "gather" (dense gather + XLA, the reference), "pallas-tpu" or "pallas-gpu".
     interpret: run the kernel in Pallas' interpreter (CPU checks of the accelerator kernels).
     in_place: (gather kind) decode steps and prefill chunks on CPU read the pages in place through the C++ kernel
-        (`memloop.engine.runner.step.in_place_attend`) where the model, layer and process allow it
+        (`memloop.engine.attention.paged.in_place_attend`) where the model, layer and process allow it
         (`memloop.engine.kernels.attention.enabled`: MEMLOOP_PAGED_KERNEL=0 turns it off); what `auto` is on CPU.
     """
 

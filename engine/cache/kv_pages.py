@@ -1,6 +1,7 @@
-"""Writing new keys/values into a paged KV cache and reading a row's pages back, for every cache type.
+"""A paged KV cache's pools, writing new keys/values into them and reading a row's pages back, for every
+cache type.
 
-A cache is `{"k", "v"}` pools (`memloop.engine.runner.step.init_kv_pools`), of a float type, or of int8 codes with
+A cache is `{"k", "v"}` pools (`init_kv_pools`), of a float type, or of int8 codes with
 `{"k_scale", "v_scale"}` beside them: one f32 scale per (token, KV head), shaped like the pools
 without the head-dim axis. The int8 type is llama.cpp's `q8_0` cache idea at the granularity of one
 head's vector: symmetric, `code = round(x * 127 / max|x|)`, so a cached token costs hd + 4 bytes per
@@ -18,11 +19,26 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from memloop.engine.model.decoder import cache_set, kv_major
+from memloop.engine.model.config import ModelConfig
+from memloop.engine.model.decoder import cache_set, init_layer_cache, kv_major
 
 INT8 = jnp.dtype(jnp.int8)
 QMAX = 127.0
 SCALES = {"k": "k_scale", "v": "v_scale"}
+
+
+def init_kv_pools(cfg: ModelConfig, num_pages: int, page_size: int, dtype: Any,
+                  per_layer: bool = False) -> dict[str, Any]:
+    """Page pools [L, KVH, pages, page_size, hd] (KV-head-major like every cache, so a gathered run of
+    pages is already in attention layout), or a list of [KVH, pages, page_size, hd] per layer
+    (matching unrolled weights, see memloop.engine.model.decoder.init_layer_cache). An int8 cache also keeps f32
+    scales [.., KVH, pages, page_size], one per cached token and KV head (below)."""
+    shape = (cfg.num_kv_heads, num_pages, page_size, cfg.head_dim)
+    cache = init_layer_cache(cfg, shape, dtype, per_layer)
+    if jnp.dtype(dtype) == INT8:
+        scales = init_layer_cache(cfg, shape[:-1], jnp.float32, per_layer)
+        cache.update(k_scale=scales["k"], v_scale=scales["v"])
+    return cache
 
 
 def is_quantized(cache: dict[str, Any]) -> bool:

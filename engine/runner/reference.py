@@ -84,7 +84,7 @@ def _decode_attend(cfg: ModelConfig, positions: jax.Array, in_place: bool) -> An
 
     if not (in_place and config_supported(cfg) and enabled()):
         return attend
-    from memloop.engine.runner.step import in_place_attend
+    from memloop.engine.attention.paged import in_place_attend
 
     rows = jnp.arange(positions.shape[0], dtype=jnp.int32)[:, None]
     return in_place_attend(attend, rows, positions, rows, positions)

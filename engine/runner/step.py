@@ -6,11 +6,11 @@ through its block table, attends, and samples the next token of every row with p
 the grammar bitmask applied -- all inside one XLA program, compiled once per power-of-two bucket.
 
 It runs over the stacked parameter layout of `memloop.engine.model.weights` (every per-layer tensor carries a
-leading layer axis) through the model's own `decoder_layers`/`final_logits`, plugging in a paged
-attention hook (`paged_attend`). Calls go through a kernel that reads the pages in place instead,
-chosen by the static `attention` backend (`memloop.engine.attention.pallas`): memloop's C++ kernel on CPU
-(`in_place_attend`: decode steps and prefill chunks), JAX's Pallas paged-attention kernel on TPU/GPU
-(decode steps).
+leading layer axis) through the model's own `decoder_layers`/`final_logits`, plugging in the paged
+attention hook of `memloop.engine.attention.paged` (`paged_attend`). Calls go through a kernel that reads
+the pages in place instead, chosen by the static `attention` backend (`memloop.engine.attention.pallas`):
+memloop's C++ kernel on CPU (`in_place_attend`: decode steps and prefill chunks), JAX's Pallas
+paged-attention kernel on TPU/GPU (decode steps).
 """
 from __future__ import annotations
 
@@ -22,72 +22,11 @@ import jax.numpy as jnp
 
 from memloop.engine.model.config import ModelConfig
 from memloop.engine.sample.constrained import unpack_bitmask
-from memloop.engine.model.decoder import AttendFn, causal_mask, decoder_layers, embed, final_logits, gqa_attention, init_layer_cache
-from memloop.engine.cache.kv_pages import INT8, read_pages, write_pages
+from memloop.engine.model.decoder import decoder_layers, embed, final_logits
 from memloop.engine.kernels.attention import config_supported as kernel_config_supported, enabled as kernel_enabled
+from memloop.engine.attention.paged import in_place_attend, paged_attend
 from memloop.engine.attention.pallas import IN_PLACE, AttentionBackend, kernel_attend
 from memloop.engine.sample.sampling import NONFINITE, sample, token_logprobs
-
-
-
-def init_kv_pools(cfg: ModelConfig, num_pages: int, page_size: int, dtype: Any,
-                  per_layer: bool = False) -> dict[str, Any]:
-    """Page pools [L, KVH, pages, page_size, hd] (KV-head-major like every cache, so a gathered run of
-    pages is already in attention layout), or a list of [KVH, pages, page_size, hd] per layer
-    (matching unrolled weights, see memloop.engine.model.decoder.init_layer_cache). An int8 cache also keeps f32
-    scales [.., KVH, pages, page_size], one per cached token and KV head (memloop.engine.cache.kv_pages)."""
-    shape = (cfg.num_kv_heads, num_pages, page_size, cfg.head_dim)
-    cache = init_layer_cache(cfg, shape, dtype, per_layer)
-    if jnp.dtype(dtype) == INT8:
-        scales = init_layer_cache(cfg, shape[:-1], jnp.float32, per_layer)
-        cache.update(k_scale=scales["k"], v_scale=scales["v"])
-    return cache
-
-
-def paged_attend(slot_pages: jax.Array, slot_offsets: jax.Array, block_tables: jax.Array,
-                 positions: jax.Array) -> AttendFn:
-    """The model's attention hook over a paged cache {"k", "v"}: [layers, KVH, pages, page_size, hd]
-    (or a per-layer list of [KVH, pages, page_size, hd]).
-
-    New keys/values are written first (token i of row b goes to page slot_pages[b, i], offset
-    slot_offsets[b, i]; padding goes to the scratch page), so a token attends to itself and to its
-    chunk neighbours. Each row then gathers its pages in block-table order, so key index j of the
-    gathered run is absolute position j and causality is `j <= query position` (and, with a sliding
-    window, `j > query position - window`; the window is per layer for Gemma's interleaved local and
-    global layers, and `softcap` soft-caps the scores where the model has it, Gemma 2); gathered slots
-    past a row's length (padding pages) always sit beyond its positions. This gather + `gqa_attention`
-    is the reference; calls go through a kernel instead where the backend has one (`in_place_attend`
-    on CPU, every call; `memloop.engine.attention.pallas.kernel_attend` on TPU/GPU, decode calls).
-    """
-
-    def attend(q, k, v, cache, layer, window=None, softcap=None):
-        cache = write_pages(cache, layer, slot_pages, slot_offsets, k, v)
-        keys, values = read_pages(cache, layer, block_tables, q.dtype)
-        mask = causal_mask(jnp.arange(keys.shape[2]), positions, window)
-        return gqa_attention(q, keys, values, mask, softcap), cache
-
-    return attend
-
-
-def in_place_attend(gather: AttendFn, slot_pages: jax.Array, slot_offsets: jax.Array, block_tables: jax.Array,
-                    positions: jax.Array) -> AttendFn:
-    """`gather`'s attention computed by the CPU kernel that reads each row's pages in place
-    (memloop.engine.kernels.attention), for the layers it supports: per-layer pools (the unrolled CPU
-    layout), f32 queries, no attention option besides a static window. Any other layer is `gather`'s."""
-    from memloop.engine.kernels.attention import paged_attention, supports
-
-    def attend(q, k, v, cache, layer, **options):
-        window = options.pop("window", None)
-        pools = cache["k"]
-        if (not isinstance(pools, (list, tuple)) or not isinstance(layer, int)
-                or not supports(q, pools[layer], window, options)):
-            return gather(q, k, v, cache, layer, **({"window": window} if window is not None else {}), **options)
-        cache = write_pages(cache, layer, slot_pages, slot_offsets, k, v)
-        out = paged_attention(q, cache["k"][layer], cache["v"][layer], block_tables, positions, window,
-                              *(cache[s][layer] for s in ("k_scale", "v_scale") if s in cache))
-        return out.astype(q.dtype), cache
-
-    return attend
 
 
 def forward_paged(cfg: ModelConfig, params: dict[str, Any], cache: dict[str, jax.Array], tokens: jax.Array,

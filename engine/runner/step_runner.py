@@ -100,7 +100,7 @@ class StepRunner:
         self.cache = self._new_cache()
 
     def _new_cache(self) -> Any:
-        from memloop.engine.runner.step import init_kv_pools
+        from memloop.engine.cache.kv_pages import init_kv_pools
 
         cache = init_kv_pools(self.cfg, self.pool.num_pages, self.pool.page_size, self.kv_dtype,
                               per_layer=self.lm.per_layer)

@@ -138,7 +138,8 @@ def test_bad_shapes_and_positions_are_named_errors():
 def _step_text(lm, tokens: int, cfg=None, kv_dtype=jnp.float32, **attention) -> str:
     """The jaxpr of one engine forward over `tokens` new tokens per row on the bundled model's pools
     (`attention`: the forward's backend argument; by default what `auto` is on CPU)."""
-    from memloop.engine.runner.step import forward_paged, init_kv_pools
+    from memloop.engine.cache.kv_pages import init_kv_pools
+    from memloop.engine.runner.step import forward_paged
 
     cfg = cfg or lm.config
     cache = init_kv_pools(cfg, 8, 16, kv_dtype, per_layer=lm.per_layer)
@@ -178,7 +179,7 @@ def test_a_family_the_kernel_was_not_checked_against_keeps_the_gather(lm, monkey
 
 def test_a_layer_option_the_kernel_lacks_goes_to_the_gather_path(monkeypatch):
     """An attention option other than a window (e.g. logit soft-capping) is the gather path's, per layer."""
-    from memloop.engine.runner.step import in_place_attend
+    from memloop.engine.attention.paged import in_place_attend
 
     seen = []
 

@@ -13,7 +13,8 @@ import torch
 
 from memloop.engine.model.config import config_from_hf
 from memloop.engine.model.decoder import forward, load_model, no_cache_attention
-from memloop.engine.runner.step import forward_paged, init_kv_pools
+from memloop.engine.cache.kv_pages import init_kv_pools
+from memloop.engine.runner.step import forward_paged
 from memloop.engine.model.weights import load_weights
 from tests.engine.gguf_writer import header_writer, write_out
 from tests.engine.test_engine_qwen2 import TOKENS, _greedy, _logits, _torch_greedy, _torch_logits

@@ -32,7 +32,7 @@ def test_a_zero_vector_has_zero_codes_and_scale():
 def test_written_tokens_read_back_in_block_table_order(lm, dtype):
     """Two rows write 3 tokens each into pages 2..5 (page size 2) of the bundled model's pools; reading
     through the block tables gives each row its tokens at their positions (int8: de-quantised)."""
-    from memloop.engine.runner.step import init_kv_pools
+    from memloop.engine.cache.kv_pages import init_kv_pools
 
     cfg = lm.config
     cache = init_kv_pools(cfg, 6, 2, dtype, per_layer=True)

@@ -10,7 +10,7 @@ import pytest
 
 from memloop.engine.attention.pallas import (GATHER, IN_PLACE, AttentionBackend, AttentionBackendError, kernel_attend,
                                      pages_per_block, resolve_backend)
-from memloop.engine.runner.step import paged_attend
+from memloop.engine.attention.paged import paged_attend
 
 KVH, H, HD, PAGES, PS = 2, 6, 64, 16, 4  # 3 query heads per KV head, like SmolLM2's grouping
 

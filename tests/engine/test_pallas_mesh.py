@@ -56,7 +56,8 @@ def tiny_kv4(tmp_path_factory):
 
 def _decode(lm, params, backend, mesh=None, steps=3, kv_dtype=jnp.float32):
     """Prefill 5 tokens (gather path), then greedy decode `steps` tokens through `backend`."""
-    from memloop.engine.runner.step import forward_paged, init_kv_pools
+    from memloop.engine.cache.kv_pages import init_kv_pools
+    from memloop.engine.runner.step import forward_paged
 
     cfg = lm.config
     cache = init_kv_pools(cfg, 8, 4, kv_dtype)
@@ -92,7 +93,7 @@ def test_tensor_parallel_decoding_through_the_kernel_equals_one_device(tiny_kv4)
 def test_an_int8_cache_splits_its_scales_with_its_kv_heads_and_decodes_as_on_one_device(tiny_kv4):
     """The scales [L, KVH, pages, page_size] follow the pools' split on KV heads; a Pallas backend leaves
     int8 pools to the gather path, and the sharded decode equals the single-device one."""
-    from memloop.engine.runner.step import init_kv_pools
+    from memloop.engine.cache.kv_pages import init_kv_pools
 
     mesh = make_mesh(4)
     cache = shard_cache(init_kv_pools(tiny_kv4.config, 8, 4, jnp.int8), tiny_kv4.config, mesh)

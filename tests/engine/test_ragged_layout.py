@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.experimental.pallas.ops.tpu.ragged_paged_attention import ref_ragged_paged_attention
 
-from memloop.engine.runner.step import paged_attend
+from memloop.engine.attention.paged import paged_attend
 
 KVH, H, HD, PAGES, PS = 2, 6, 64, 16, 4
 
