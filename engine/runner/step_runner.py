@@ -1,8 +1,10 @@
 """The step runner: executes one scheduler plan on the device and turns sampled tokens into results.
 
 For each batch of a plan (one per prefill length bucket, then the decode batch) it packs the rows'
-tokens, pages and sampling settings into padded arrays, runs the jitted `memloop.engine.runner.step.engine_step`
-(forward + grammar mask + sampling, and the log-probabilities when a row asks for them), and
+tokens, pages and sampling settings into the step's typed inputs (`memloop.engine.runner.step_inputs`;
+the sampling settings once, `pack_sampling`, for either step function), runs the jitted
+`memloop.engine.runner.step.engine_step` (forward + grammar mask + sampling, and the log-probabilities
+when a row asks for them), and
 accepts each row's token: grammar state, stop tokens and strings, `max_tokens`, detokenising and
 the result dict.
 
@@ -29,7 +31,8 @@ from memloop.engine.errors import EngineError, EngineFailure, NonFiniteLogitsErr
 from memloop.engine.cache.kv_cache import PagePool
 from memloop.engine.attention.pallas import IN_PLACE, AttentionBackend
 from memloop.engine.cache.radix import RadixCache
-from memloop.engine.sample.sampling import NONFINITE, candidate_cap, logprob_width
+from memloop.engine.runner.step_inputs import DecodeRunInputs, StepInputs, pack_sampling
+from memloop.engine.sample.sampling import NONFINITE, logprob_width
 from memloop.engine.sched.scheduler import PrefillChunk, Scheduler, Sequence, Status, StepPlan
 from memloop.engine.runner.token_pieces import TokenPieces
 
@@ -154,11 +157,6 @@ class StepRunner:
         last = np.zeros((b,), np.int32)
         positions = np.zeros((b,), np.int32)
         tables = np.zeros((b, npg), np.int32)
-        temp = np.zeros((b,), np.float32)
-        top_k = np.zeros((b,), np.int32)
-        top_p = np.ones((b,), np.float32)
-        keys = np.zeros((b, 2), np.uint32)
-        steps = np.zeros((b,), np.int32)
         budget = np.zeros((b,), np.int32)
         stop_ids = np.full((b, bucket(width)), -1, np.int32)
         live = np.zeros((b,), bool)
@@ -166,18 +164,17 @@ class StepRunner:
             n = len(s.prompt) + len(s.output)
             last[i], positions[i] = s.tokens[-1], n - 1
             tables[i, :len(s.pages)] = s.pages
-            temp[i], top_k[i], top_p[i] = s.temperature, s.top_k, s.top_p
-            keys[i], steps[i], budget[i] = s.key, len(s.output), s.max_tokens
+            budget[i] = s.max_tokens
             stop_ids[i, :len(s.stop_ids)] = sorted(s.stop_ids)
             live[i] = True
-        cap, full = candidate_cap([s.params for s in seqs], self.cfg.vocab_size)
+        sampling = pack_sampling(seqs, b, [s.params for s in seqs], self.cfg.vocab_size)
+        inputs = DecodeRunInputs(last, positions, tables, budget, stop_ids, np.int32(run), live, sampling)
         compiled = engine_decode_steps._cache_size()
         start = time.perf_counter()
         try:
             with jax.set_mesh(self.mesh) if self.mesh is not None else contextlib.nullcontext():
-                out, self.cache = engine_decode_steps(self.cfg, self.params, self.cache, last, positions, tables, temp,
-                                                      top_k, top_p, keys, steps, budget, stop_ids, np.int32(run), live,
-                                                      cap, full, self.pool.page_size, self.attention)
+                out, self.cache = engine_decode_steps(self.cfg, self.params, self.cache, inputs, self.pool.page_size,
+                                                      self.attention)
             toks = np.asarray(out)[:len(seqs)]  # waits for the device
         except Exception as exc:
             if self.cache_lost():
@@ -189,7 +186,7 @@ class StepRunner:
         with self.lock:
             self.counters["compile_s" if engine_decode_steps._cache_size() > compiled else "compute_s"] += (
                 time.perf_counter() - start)
-            self.shapes.add(("decode_run", b, npg, cap, full))
+            self.shapes.add(("decode_run", b, npg, sampling.cap, sampling.full))
             for s, row in zip(seqs, toks):
                 for tok in row:
                     if tok == -1 or s.status is Status.FINISHED:  # no token (NONFINITE fails in `accept`)
@@ -265,11 +262,6 @@ class StepRunner:
         slot_offsets = np.zeros((b, t), np.int32)
         tables = np.zeros((b, npg), np.int32)
         last = np.zeros((b,), np.int32)
-        temp = np.zeros((b,), np.float32)
-        top_k = np.zeros((b,), np.int32)
-        top_p = np.ones((b,), np.float32)
-        keys = np.zeros((b, 2), np.uint32)
-        steps = np.zeros((b,), np.int32)
         constraints: list[Any] = [None] * b
         for i, row in enumerate(rows):
             s, start, n = row.seq, row.start, row.length
@@ -281,8 +273,6 @@ class StepRunner:
             slot_offsets[i, :n] = pos % ps
             tables[i, :len(s.pages)] = pages
             last[i] = n - 1
-            temp[i], top_k[i], top_p[i] = s.temperature, s.top_k, s.top_p
-            keys[i], steps[i] = s.key, len(s.output)  # reproducible per request, whatever it is batched with
             if row.sample and s.constraint is not None:
                 constraints[i] = s.constraint
         if any(c is not None for c in constraints):
@@ -291,20 +281,19 @@ class StepRunner:
             grammar.fill(constraints, bitmask)
         else:
             bitmask = np.full((b, (self.cfg.vocab_size + 31) // 32), -1, np.int32)
-        sampling = [r.seq.params for r in rows if r.sample]
-        cap, full = candidate_cap(sampling, self.cfg.vocab_size)
-        width = logprob_width(sampling)
+        sampled = [r.seq.params for r in rows if r.sample]
+        sampling = pack_sampling([r.seq for r in rows], b, sampled, self.cfg.vocab_size)
+        inputs = StepInputs(tokens, positions, slot_pages, slot_offsets, tables, last, bitmask, sampling,
+                            logprob_width(sampled))
         compiled = engine_step._cache_size()
         start = time.perf_counter()
         with jax.set_mesh(self.mesh) if self.mesh is not None else contextlib.nullcontext():
-            out, lps, self.cache = engine_step(self.cfg, self.params, self.cache, tokens, positions, slot_pages,
-                                               slot_offsets, tables, last, bitmask, temp, top_k, top_p, keys,
-                                               steps, cap, full, self.attention, width)
+            out, lps, self.cache = engine_step(self.cfg, self.params, self.cache, inputs, self.attention)
         toks = np.asarray(out)[:len(rows)]  # waits for the device
         logprobs = None if lps is None else tuple(np.asarray(a)[:len(rows)] for a in lps)
         with self.lock:  # a call that added a program to the step's cache compiled it (or loaded it from disk)
             self.counters["compile_s" if engine_step._cache_size() > compiled else "compute_s"] += time.perf_counter() - start
-        self.shapes.add((b, t, npg, cap, full, width))
+        self.shapes.add((b, t, npg, sampling.cap, sampling.full, inputs.logprobs))
         return toks, logprobs
 
     # -- tokens -> results (under the lock) ------------------------------------------------------------
