@@ -293,9 +293,11 @@ def _safe(text: str) -> str:
     return "".join(c if c.isalnum() or c in "._-" else "-" for c in text)
 
 
-def export_inspect(run_uri: str, dest: str | None = None, allow_partial: bool = False) -> InspectExport:
+def export_inspect(run_uri: str, dest: str | None = None, allow_partial: bool = False,
+                   samples: SampleData | None = None) -> InspectExport:
     """Write one `.eval` log per (dataset, method) of the run under `dest` (default `{run}/inspect/`); a run being
-    computed now is refused unless `allow_partial`."""
+    computed now is refused unless `allow_partial`. `samples`: the run's inputs and gold when the caller holds
+    them (the running run's plan); else they are reloaded through the run's recorded config."""
     _inspect()
     import tempfile
     from pathlib import Path
@@ -313,7 +315,7 @@ def export_inspect(run_uri: str, dest: str | None = None, allow_partial: bool = 
     steps, scores, judgments = _grouped(d.steps), _grouped(d.scores), _grouped(rs.table("judgments").to_pandas())
     rejudged = [(j.judging_id, _grouped(j.scores), _grouped(rs.judging(j.judging_id).table("judgments").to_pandas()))
                 for j in d.judgings]
-    data = load_sample_data(rs)
+    data = samples if samples is not None else load_sample_data(rs)
     store = open_store(dest or join_uri(rs.uri, "inspect"))
     names = []
     with tempfile.TemporaryDirectory() as tmp:  # inspect's writer writes a file; the store puts it (local or gs://)
@@ -331,14 +333,16 @@ class LiveInspectLogs:
     run without an export step. Every `every_s` seconds while the run computes, and once when it ends, the
     logs are rewritten from what the run has committed (`export_inspect` with `allow_partial`: the run's own
     lock is held) into `{run}/inspect/` (or `dest`); each file is replaced whole, so a reader never sees half a
-    log. A write that fails (nothing committed yet, a full disk) is retried at the next tick; the last
+    log. `samples`: the run's inputs and gold as its plan loaded them (else each write reloads the datasets). A write that fails (nothing committed yet, a full disk) is retried at the next tick; the last
     failure is kept in `error`."""
 
-    def __init__(self, uri: str, dest: str | None = None, every_s: float = 30.0) -> None:
+    def __init__(self, uri: str, dest: str | None = None, every_s: float = 30.0,
+                 samples: SampleData | None = None) -> None:
         import threading
 
         _inspect()  # missing inspect_ai: said before the run starts, not after
         self.uri, self.dest, self.every_s = uri, dest, every_s
+        self.samples = samples  # the run's inputs and gold (its plan's), read once for every rewrite
         self.written: InspectExport | None = None
         self.error: str | None = None
         self._stop = threading.Event()
@@ -356,7 +360,8 @@ class LiveInspectLogs:
         from memloop.errors import MemloopError
 
         try:
-            self.written, self.error = export_inspect(self.uri, self.dest, allow_partial=True), None
+            self.written, self.error = export_inspect(self.uri, self.dest, allow_partial=True,
+                                                      samples=self.samples), None
         except MemloopError as exc:
             self.error = str(exc)
 

@@ -10,6 +10,7 @@ import yaml
 
 from memloop.jobs.run.config import load_config, parse_config, with_overrides
 from memloop.jobs.run.driver import execute
+from memloop.jobs.run.plan import make_plan
 from memloop.jobs.errors import ConfigError
 from memloop.jobs.results.paper_tables import TABLES, layout
 from memloop.jobs.run.plan import run_id
@@ -160,7 +161,7 @@ def test_a_reduced_paper_config_runs_end_to_end_and_reports_the_papers_table(con
         if "chunk_tokens" in d["options"]:
             d["options"]["chunk_tokens"] //= 16  # small chunks; a sweep stays a sweep
     cfg = with_overrides(parse_config(data), limit=1, max_chunks=2, repeats=1)
-    summary = execute(cfg, log=lambda m: None)
+    summary = execute(make_plan(cfg), log=lambda m: None)
     assert summary.computed + summary.failed > 0 and summary.skipped == 0
     _, d, rep = report_of(summary.output)
     assert "## The papers' tables: memloop beside the paper" in rep.markdown
@@ -223,7 +224,7 @@ def test_a_reduced_paper_config_runs_on_the_bundled_model(config, ray_local, tmp
         if j["name"] == "kgscore":  # the paper's open edge list fills the judge's whole window per extraction
             j.setdefault("options", {}).update(max_tokens=256, max_attempts=1)
     cfg = with_overrides(parse_config(data), limit=2, max_chunks=2, repeats=1)
-    summary = execute(cfg, log=lambda m: None)
+    summary = execute(make_plan(cfg), log=lambda m: None)
     assert summary.computed + summary.failed > 0 and summary.skipped == 0
     _, d, rep = report_of(summary.output)
     # no unit refused for length: the chunk-fit check sized the chunks for the config's model
@@ -268,7 +269,7 @@ def test_table3_net_and_cost_index_recomputed_from_the_runs_parquet_agree_with_t
         if d["task"] == "book":
             d["path"] = str(BOOK)
     cfg = with_overrides(parse_config(data), limit=2, max_chunks=2, repeats=1)
-    summary = execute(cfg, log=lambda m: None)
+    summary = execute(make_plan(cfg), log=lambda m: None)
     _, d, rep = report_of(summary.output)
     h = headline(d)
     assert all(f["tokenizer"].startswith("cl100k_base") for f in h["figures"] if f["metric"] == "net_encoded")
