@@ -22,7 +22,7 @@ the dataset, the model the run's model. The mapping, written with inspect_ai's o
   last / avg by `memloop.eval.judges.sumie.turn_summary`, the per-turn values in the score's metadata), so
   `samples_df` reads columns such as `score_sumie-exact/f1:avg` as numbers, and a score event each;
   each re-judging (`memloop rescore`) the same as `{judge}@{judging_id}/{metric}`;
-- the log's results are the report's figures (`memloop.jobs.results.report.score_figures`: the judge's own
+- the log's results are the report's figures (`memloop.jobs.results.figures.score_figures`: the judge's own
   aggregation over samples, mean over repeats), one `EvalScore` per (judge, metric), re-judgings too;
   `model_generate_config` is the run's `sampling` (temperature, max_tokens, top_p, top_k) as the method's own
   options override it, and `seed`; a log with a failed sample has status `error`.
@@ -44,7 +44,8 @@ from memloop.eval.judges.sumie import METRICS as SUMIE_METRICS
 from memloop.eval.judges.sumie import turn_summary
 from memloop.jobs.errors import JobsError
 from memloop.jobs.results.compare import run_label
-from memloop.jobs.results.report import RunData, run_config, score_figures
+from memloop.jobs.results.figures import score_figures
+from memloop.jobs.results.run_data import RunData, run_config
 from memloop.jobs.results.sample_data import SampleData, load_sample_data, target_of
 from memloop.jobs.store.export import check_destination, check_not_computing, put_export
 from memloop.jobs.store.outputs import join_uri, open_store

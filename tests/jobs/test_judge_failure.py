@@ -13,7 +13,8 @@ import socket
 from memloop.jobs.run.config import parse_config
 from memloop.jobs.run.driver import execute
 from memloop.jobs.run.plan import make_plan
-from memloop.jobs.results.report import RunData, build_report, headline
+from memloop.jobs.results.report import build_report, headline
+from memloop.jobs.results.run_data import RunData
 from memloop.jobs.store.run_store import RunStore
 from tests.jobs.scripted_endpoint import scripted_endpoint
 from tests.jobs.test_paper_tables import arxiv_file

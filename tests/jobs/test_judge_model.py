@@ -12,7 +12,8 @@ from memloop.jobs.errors import ConfigError
 from memloop.jobs.run.config import JudgeModelSpec, parse_config, with_overrides
 from memloop.jobs.run.driver import execute
 from memloop.jobs.run.plan import make_plan, run_id
-from memloop.jobs.results.report import RunData, models_of
+from memloop.jobs.results.run_data import RunData
+from memloop.jobs.results.run_models import models_of
 from memloop.jobs.store.run_store import RunStore
 from tests.jobs.scripted_endpoint import scripted_endpoint
 
@@ -106,7 +107,7 @@ def test_the_graph_model_and_the_kgscore_model_may_differ_and_the_run_records_bo
     """Seed 001: gpt-3.5-turbo extracted the book graph (section 3.3) and Mixtral 8x7B extracted KGScore's edges
     (section 3.5). `graph_model` names the extraction model apart from the judge model: the graph's extraction
     prompts reach it alone, KGScore's reach the judge model alone, and the run records and names both."""
-    from memloop.jobs.results.report import run_config
+    from memloop.jobs.results.run_data import run_config
     from tests.datasets.test_booksum import booksum_file
 
     booksum = booksum_file(tmp_path)

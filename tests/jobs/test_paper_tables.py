@@ -185,7 +185,7 @@ def test_a_reduced_paper_config_runs_end_to_end_and_reports_the_papers_table(con
         if any(c.task == "repoqa" for c in table.columns):
             assert laid[tid]["describers"] and "RepoQA queries by who described the needle" in rep.markdown
     if "seed002-fig5" in cfg.paper_tables:  # figure 5's four curves, one point per chunk size
-        from memloop.jobs.results.report import chunk_curves
+        from memloop.jobs.results.plots import chunk_curves
 
         curves = chunk_curves(d)
         assert set(curves) == {"accuracy", "net_encoded", "decoded", "cost_index"}
@@ -331,7 +331,7 @@ def test_seed000_table_notes_name_each_json_methods_decoding_as_the_run_recorded
     """Issue 46 point 1: the paper configs decode JSON freely (the default `decoding: text`), the run
     records it with its config, and the table note says which decoding every JSON method used."""
     from memloop.jobs.results.paper_tables import judged_note
-    from memloop.jobs.results.report import decoding_of
+    from memloop.jobs.results.run_models import decoding_of
 
     cfg = yaml.safe_load((ROOT / "jobs/configs/papers/seed000-table1.yaml").read_text())
     decoding = decoding_of(cfg)

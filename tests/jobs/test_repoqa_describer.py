@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from memloop.eval.llm import ScriptedLLM
-from memloop.jobs.results.report import describer_shares
+from memloop.jobs.results.paper_report import describer_shares
 from memloop.jobs.run.config import parse_config
 from memloop.jobs.run.describe import describe_waiting, waiting_units
 from memloop.jobs.run.workload import build_units
