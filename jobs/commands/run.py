@@ -115,14 +115,18 @@ def run_cmd(
     if log_format == "inspect":
         from memloop.jobs.results.inspect_log import LiveInspectLogs, _inspect
         from memloop.jobs.results.sample_data import SampleData
+        from memloop.jobs.run.describe import waiting_units
 
         _inspect()  # inspect_ai missing: said before the run starts
 
     def on_ready(ident: str, uri: str) -> None:
         known.update(run_id=ident, output=uri)
         ready(ident, uri)
-        if log_format == "inspect":  # the logs' inputs and gold: the samples the plan loaded, not loaded again
-            live.append(LiveInspectLogs(uri, samples=SampleData.of_units(plan.units)).start())
+        if log_format == "inspect":
+            # the logs' inputs and gold: the samples the plan loaded, not loaded again; where the run describes
+            # RepoQA needles at its start, reloaded with their new descriptions (`memloop.jobs.run.describe`)
+            samples = None if waiting_units(plan.units) else SampleData.of_units(plan.units)
+            live.append(LiveInspectLogs(uri, samples=samples).start())
 
     with graceful_interrupts():
         try:
