@@ -65,15 +65,16 @@ def run(config: ConfigLike, *, output: str | None = None, tag: str | None = None
     Failed units do not raise: check `summary.failed` and `summary.first_errors()`."""
     from memloop.jobs.run.config import model_configs
     from memloop.jobs.run.driver import execute
+    from memloop.jobs.run.plan import make_plan
 
     kwargs: dict[str, Any] = {"log": log} if log is not None else {}
     cfg = _config(config, dict(output=output, tag=tag, limit=limit, model=model, model_base_url=model_base_url,
                                judge_model=judge_model, judge_model_base_url=judge_model_base_url,
                                temperature=temperature, max_tokens=max_tokens, seed=seed, overrides=overrides,
                                max_chunks=max_chunks, repeats=repeats))
-    if cfg.models:  # one run per model: a list of summaries, in the config's order
-        return [execute(c, **kwargs) for c in model_configs(cfg)]
-    return execute(cfg, **kwargs)
+    if cfg.models:  # one run per model: a list of summaries, in the config's order; every plan made before any runs
+        return [execute(p, **kwargs) for p in [make_plan(c) for c in model_configs(cfg)]]
+    return execute(make_plan(cfg), **kwargs)
 
 
 @dataclass(frozen=True)

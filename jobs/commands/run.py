@@ -106,7 +106,7 @@ def run_cmd(
         _dry_run(cfg, as_json)
         return
     from memloop.jobs.run.driver import execute
-
+    from memloop.jobs.run.plan import make_plan
     from memloop.jobs.run.signals import graceful_interrupts
 
     ready = announce("run id", as_json)
@@ -114,6 +114,8 @@ def run_cmd(
     live: list = []  # the Inspect log writer, once the run's output is known
     if log_format == "inspect":
         from memloop.jobs.results.inspect_log import LiveInspectLogs, _inspect
+        from memloop.jobs.results.sample_data import SampleData
+        from memloop.jobs.run.describe import waiting_units
 
         _inspect()  # inspect_ai missing: said before the run starts
 
@@ -121,12 +123,16 @@ def run_cmd(
         known.update(run_id=ident, output=uri)
         ready(ident, uri)
         if log_format == "inspect":
-            live.append(LiveInspectLogs(uri).start())
+            # the logs' inputs and gold: the samples the plan loaded, not loaded again; where the run describes
+            # RepoQA needles at its start, reloaded with their new descriptions (`memloop.jobs.run.describe`)
+            samples = None if waiting_units(plan.units) else SampleData.of_units(plan.units)
+            live.append(LiveInspectLogs(uri, samples=samples).start())
 
     with graceful_interrupts():
         try:
+            plan = make_plan(cfg)  # the run's one plan: datasets loaded, files digested, engine config built
             try:
-                summary = execute(cfg, on_ready=on_ready)
+                summary = execute(plan, on_ready=on_ready)
             finally:
                 for writer in live:  # the logs of what was committed, an interrupted run's too
                     done = writer.stop()
@@ -200,7 +206,7 @@ def _run_models(cfgs: list, report: bool, dry_run: bool, max_failed_frac: float,
         for i, c in enumerate(cfgs):
             name = c.model.endpoint.model if c.model.endpoint else c.model.weights or "default"
             try:
-                summaries.append(execute(c, plan=plans[i],
+                summaries.append(execute(plans[i],
                                          on_ready=announce("run id", as_json, f"model {i + 1} of {len(cfgs)} ({name}): ")))
             except KeyboardInterrupt:
                 _stop_ray()
@@ -265,7 +271,7 @@ def _plan_summary(cfg) -> dict:
         check_endpoints(cfg, lambda m: print(m, file=sys.stderr))
     per = Counter((u.dataset.key, u.method.key) for u in plan.units)
     out = {"run_id": plan.run_id, "output": cfg.output, "units": len(plan.units), "done": len(plan.units) - len(todo),
-           "to_compute": len(todo), "engine": plan.engine_config,
+           "to_compute": len(todo), "engine": plan.engine_config.to_dict() if plan.engine_config else None,
            "per_dataset_method": [{"dataset": d, "method": m, "units": n} for (d, m), n in sorted(per.items())],
            "unavailable": list(plan.unavailable), "procedure_cards": procedure_cards(cfg),
            "to_describe": waiting_units(todo)}

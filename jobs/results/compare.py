@@ -38,7 +38,8 @@ from memloop.eval.judges.aggregation import RESAMPLES, paired_difference, paired
 from memloop.eval.judges.cost import cache_hit_rate, cost_index, usage_of
 from memloop.jobs.results import cells
 from memloop.jobs.errors import JobsError
-from memloop.jobs.results.report import RunData, markdown_table, run_config
+from memloop.jobs.results.markdown import markdown_table
+from memloop.jobs.results.run_data import RunData, run_config
 from memloop.jobs.run.config import ModelSpec, model_label
 from memloop.jobs.store.outputs import join_uri, open_store
 from memloop.jobs.store.run_store import RunStore

@@ -22,7 +22,7 @@ the dataset, the model the run's model. The mapping, written with inspect_ai's o
   last / avg by `memloop.eval.judges.sumie.turn_summary`, the per-turn values in the score's metadata), so
   `samples_df` reads columns such as `score_sumie-exact/f1:avg` as numbers, and a score event each;
   each re-judging (`memloop rescore`) the same as `{judge}@{judging_id}/{metric}`;
-- the log's results are the report's figures (`memloop.jobs.results.report.score_figures`: the judge's own
+- the log's results are the report's figures (`memloop.jobs.results.figures.score_figures`: the judge's own
   aggregation over samples, mean over repeats), one `EvalScore` per (judge, metric), re-judgings too;
   `model_generate_config` is the run's `sampling` (temperature, max_tokens, top_p, top_k) as the method's own
   options override it, and `seed`; a log with a failed sample has status `error`.
@@ -44,7 +44,8 @@ from memloop.eval.judges.sumie import METRICS as SUMIE_METRICS
 from memloop.eval.judges.sumie import turn_summary
 from memloop.jobs.errors import JobsError
 from memloop.jobs.results.compare import run_label
-from memloop.jobs.results.report import RunData, run_config, score_figures
+from memloop.jobs.results.figures import score_figures
+from memloop.jobs.results.run_data import RunData, run_config
 from memloop.jobs.results.sample_data import SampleData, load_sample_data, target_of
 from memloop.jobs.store.export import check_destination, check_not_computing, put_export
 from memloop.jobs.store.outputs import join_uri, open_store
@@ -293,9 +294,11 @@ def _safe(text: str) -> str:
     return "".join(c if c.isalnum() or c in "._-" else "-" for c in text)
 
 
-def export_inspect(run_uri: str, dest: str | None = None, allow_partial: bool = False) -> InspectExport:
+def export_inspect(run_uri: str, dest: str | None = None, allow_partial: bool = False,
+                   samples: SampleData | None = None) -> InspectExport:
     """Write one `.eval` log per (dataset, method) of the run under `dest` (default `{run}/inspect/`); a run being
-    computed now is refused unless `allow_partial`."""
+    computed now is refused unless `allow_partial`. `samples`: the run's inputs and gold when the caller holds
+    them (the running run's plan); else they are reloaded through the run's recorded config."""
     _inspect()
     import tempfile
     from pathlib import Path
@@ -313,7 +316,7 @@ def export_inspect(run_uri: str, dest: str | None = None, allow_partial: bool = 
     steps, scores, judgments = _grouped(d.steps), _grouped(d.scores), _grouped(rs.table("judgments").to_pandas())
     rejudged = [(j.judging_id, _grouped(j.scores), _grouped(rs.judging(j.judging_id).table("judgments").to_pandas()))
                 for j in d.judgings]
-    data = load_sample_data(rs)
+    data = samples if samples is not None else load_sample_data(rs)
     store = open_store(dest or join_uri(rs.uri, "inspect"))
     names = []
     with tempfile.TemporaryDirectory() as tmp:  # inspect's writer writes a file; the store puts it (local or gs://)
@@ -331,14 +334,16 @@ class LiveInspectLogs:
     run without an export step. Every `every_s` seconds while the run computes, and once when it ends, the
     logs are rewritten from what the run has committed (`export_inspect` with `allow_partial`: the run's own
     lock is held) into `{run}/inspect/` (or `dest`); each file is replaced whole, so a reader never sees half a
-    log. A write that fails (nothing committed yet, a full disk) is retried at the next tick; the last
+    log. `samples`: the run's inputs and gold as its plan loaded them (else each write reloads the datasets). A write that fails (nothing committed yet, a full disk) is retried at the next tick; the last
     failure is kept in `error`."""
 
-    def __init__(self, uri: str, dest: str | None = None, every_s: float = 30.0) -> None:
+    def __init__(self, uri: str, dest: str | None = None, every_s: float = 30.0,
+                 samples: SampleData | None = None) -> None:
         import threading
 
         _inspect()  # missing inspect_ai: said before the run starts, not after
         self.uri, self.dest, self.every_s = uri, dest, every_s
+        self.samples = samples  # the run's inputs and gold (its plan's), read once for every rewrite
         self.written: InspectExport | None = None
         self.error: str | None = None
         self._stop = threading.Event()
@@ -356,7 +361,8 @@ class LiveInspectLogs:
         from memloop.errors import MemloopError
 
         try:
-            self.written, self.error = export_inspect(self.uri, self.dest, allow_partial=True), None
+            self.written, self.error = export_inspect(self.uri, self.dest, allow_partial=True,
+                                                      samples=self.samples), None
         except MemloopError as exc:
             self.error = str(exc)
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import math
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import Any, Iterable
 
 import pandas as pd
 
@@ -30,10 +30,8 @@ from memloop.jobs.results.cells import unit_states
 from memloop.jobs.results.mab_contexts import contexts_note
 from memloop.jobs.results.mab_fifo import fifo_note
 from memloop.jobs.results.mab_published import published_markdown
+from memloop.jobs.results.run_data import RunData
 from memloop.jobs.store.run_store import RunStore
-
-if TYPE_CHECKING:
-    from memloop.jobs.results.report import RunData
 
 TASK = "memoryagentbench"
 
@@ -128,7 +126,7 @@ def ask_many_cost(steps: pd.DataFrame) -> dict[str, dict[str, float]]:
     return out
 
 
-def mab_table(d: "RunData", judgments: pd.DataFrame | None = None) -> dict[str, Any] | None:
+def mab_table(d: RunData, judgments: pd.DataFrame | None = None) -> dict[str, Any] | None:
     """The table as data: {"columns": [...], "rows": [{"method", "cells": {col: Figure|None}, "units",
     "cost"}]}; None when the run has no MemoryAgentBench unit."""
     samples = d.samples[d.samples["task"] == TASK] if not d.samples.empty else d.samples
@@ -169,7 +167,7 @@ def competency_columns(figures: Iterable[dict[str, Figure]]) -> list[str]:
     return out + ([OVERALL] if OVERALL in labels else [])
 
 
-def mab_markdown(d: "RunData", judgments: pd.DataFrame | None = None) -> str | None:
+def mab_markdown(d: RunData, judgments: pd.DataFrame | None = None) -> str | None:
     table = mab_table(d, judgments)
     if table is None:
         return None

@@ -118,7 +118,7 @@ _FIG3_METHODS = (("GU text", "gu-text"), ("GU json", "gu-json"), ("GM json", "gm
 _TABLE2_METHODS = (("Long context", "long-context"), ("Incremental", "inc-update"), ("Hierarchical", "hier-merge"),
                    ("PRISM in-place", "prism-inplace"), ("+ w/o updates", "prism-inplace-no-updates"),
                    ("PRISM amendments", "prism-amendments"), ("+ w/o updates", "prism-amendments-no-updates"))
-# Seed 002's cost columns in its definitions and one token base (jobs.report.cost_frame), then the
+# Seed 002's cost columns in its definitions and one token base (`memloop.jobs.results.cost_tables.cost_frame`), then the
 # engine's own figures as served, labelled as the engine's (the paper prints none of those)
 _COST_COLS = [("cache hit (%)", "prefix_hit_paper", 1.0, 0), ("tokens (x10^3)", "encoded", 1e-3, 0),
               ("net (x10^3)", "net_encoded", 1e-3, 0), ("output (x10^3)", "decoded", 1e-3, 1),

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterable
 
 from memloop.eval.datasets.sample import Sample
 from memloop.jobs.errors import JobsError
@@ -24,6 +24,12 @@ class SampleData:
 
     def get(self, dataset: str, sample_id: str) -> Sample | None:
         return self.samples.get((dataset, str(sample_id)))
+
+    @classmethod
+    def of_units(cls, units: Iterable[Any]) -> "SampleData":
+        """The samples of a run's plan (`memloop.jobs.run.plan.RunPlan.units`): what the running run read, so
+        nothing is loaded again."""
+        return cls({(u.dataset.key, str(u.sample.id)): u.sample for u in units})
 
 
 def load_sample_data(rs: RunStore) -> SampleData:

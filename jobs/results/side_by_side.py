@@ -16,8 +16,9 @@ from typing import Any
 
 import pandas as pd
 
-from memloop.jobs.results.compare import PAIR, CompareError, Row, _f, headline_rows, load, run_label, score_rows
-from memloop.jobs.results.report import RunData, markdown_table
+from memloop.jobs.results.compare import CompareError, PAIR, Row, _f, headline_rows, load, run_label, score_rows
+from memloop.jobs.results.markdown import markdown_table
+from memloop.jobs.results.run_data import RunData
 from memloop.jobs.store.outputs import join_uri, open_store
 
 

@@ -127,7 +127,8 @@ def start_actors(engine: EngineSpec, actor_cls: Any, kwargs: dict[str, Any], log
     actors = [remote_cls.options(name=f"{name_prefix}engine-{i}", **opts).remote(**kwargs) if name_prefix
               else remote_cls.options(**opts).remote(**kwargs) for i in range(engine.actors)]
     pending = [a.health.remote() for a in actors]
-    model = (kwargs.get("config") or {}).get("model") if isinstance(kwargs.get("config"), dict) else None
+    config = kwargs.get("config")  # an EngineConfig (a run plan's) or a dict of its fields
+    model = config.get("model") if isinstance(config, dict) else getattr(config, "model", None)
     log(f"engine: starting {len(actors)} actor(s): loading weights{f' ({model})' if model else ''}")
     ready, not_ready = _wait_started(pending, engine.start_timeout_s, log)
     if not_ready:

@@ -1,8 +1,9 @@
 """The Ray driver of `memloop run`: composes the plan, the engine actors, the worker pool, the judge
 fan-out and the run store.
 
-1. `memloop.jobs.run.plan.make_plan` checks the config against the environment, derives the run id and builds
-   the units (all before any work starts); the store drops units already recorded as ok (resume).
+1. `memloop.jobs.run.plan.make_plan` checks the config against the environment, derives the run id, builds
+   the engine configs and the units (all before any work starts; the caller makes the plan once and hands it
+   to `execute`); the store drops units already recorded as ok (resume).
 2. `memloop.jobs.run.actors` starts the engine actors (one per accelerator host, or per CPU share).
 3. `memloop.jobs.run.pool.WorkerPool` runs `max_in_flight` worker threads per actor over one shared queue;
    each runs a unit's method loop against its actor, whose engine batches the concurrent requests.
@@ -39,7 +40,7 @@ from memloop.eval.judges.cost import cache_hit_rate
 from memloop.jobs.errors import INFRASTRUCTURE, METHOD, RunError, StorageError, error_text
 from memloop.jobs.run.judge_fanout import Judging
 from memloop.jobs.store.manifest import manifest_base
-from memloop.jobs.run.plan import RunPlan, make_plan
+from memloop.jobs.run.plan import RunPlan
 from memloop.jobs.run.pool import Attempt, Outcome, WorkerPool
 from memloop.jobs.run.progress import Progress
 from memloop.jobs.run.shards import ShardWriter, judged, method_failure
@@ -336,7 +337,7 @@ def _start_judge_engine(plan: RunPlan, actor_cls: Any, log: Log) -> list[Any]:
     if plan.judge_engine_config is None:
         return []
     spec = plan.config.engine.model_copy(update={"actors": 1})
-    log(f"judge engine: {plan.judge_engine_config['model']}")
+    log(f"judge engine: {plan.judge_engine_config.model}")
     try:
         return engine_actors.start_actors(spec, actor_cls or engine_actors.default_actor_class(),
                                           {"config": plan.judge_engine_config}, log,
@@ -392,17 +393,17 @@ class Simulated:
     pack: int = 1
 
 
-def execute(cfg: RunConfig, *, actor_cls: Any = None, sim: Simulated | None = None,
+def execute(plan: RunPlan, *, actor_cls: Any = None, sim: Simulated | None = None,
             units: Callable[[list[Unit]], list[Unit]] | None = None, stop_after_s: float | None = None,
             log: Log = _stderr, on_ready: Callable[[str, str], None] | None = None,
-            state: dict[str, Any] | None = None, plan: RunPlan | None = None) -> RunSummary:
-    """Run (or resume) the config; returns the counts printed as the CLI's last line. `plan`: the config's plan
-    when the caller made it already (`make_plan` loads every dataset and digests every file: once per run).
+            state: dict[str, Any] | None = None) -> RunSummary:
+    """Run (or resume) the plan's config; returns the counts printed as the CLI's last line. The caller makes
+    the plan (`memloop.jobs.run.plan.make_plan`, which loads every dataset and digests every file) once.
 
     For simulations (`memloop bench scale`): `sim` replaces the engine actors, `units` maps the plan's
     units to the ones computed, `stop_after_s` stops the run like a signal would after that many
     seconds of computing, and `state` receives the pool and its timings."""
-    plan = plan if plan is not None else make_plan(cfg)
+    cfg = plan.config
     all_units = units(plan.units) if units is not None else plan.units
     rs = RunStore.open(cfg.output, plan.run_id)
     from memloop.jobs.run.preflight import check_endpoints, run_endpoints

@@ -25,6 +25,7 @@ from memloop.jobs.run.config import RunConfig, resolve_path
 from memloop.jobs.errors import ConfigError
 
 if TYPE_CHECKING:
+    from memloop.engine.engine_config import EngineConfig
     from memloop.jobs.run.workload import Unit
 
 
@@ -207,21 +208,22 @@ def engine_config(cfg: RunConfig, weights: Path) -> dict[str, Any]:
     return d
 
 
-def check_engine_config(config: dict[str, Any]) -> None:
-    """Build the engine's config object and check the weights here (cheap), so unknown settings and
-    unusable model files fail in one line before Ray or any actor starts."""
+def build_engine_config(config: dict[str, Any]) -> "EngineConfig":
+    """The engine's config object the actors are built with, and the weights checked here (cheap), so
+    unknown settings and unusable model files fail in one line before Ray or any actor starts."""
     from memloop.engine.engine_config import EngineConfig
     from memloop.engine.errors import EngineError
     from memloop.engine.model.weights import check_weights
 
     try:
-        EngineConfig.from_dict(config)
+        built = EngineConfig.from_dict(config)
     except (EngineError, TypeError, ValueError) as exc:
         raise ConfigError(f"`engine.options`/`model.options`: {exc}") from None
     try:
         check_weights(Path(config["model"]))
     except EngineError as exc:
         raise ConfigError(f"`model.weights`: {exc}") from None
+    return built
 
 
 def judge_weights_digest(cfg: RunConfig) -> str | None:
@@ -244,7 +246,7 @@ def methods_ask_judge(cfg: RunConfig) -> bool:
     return any(get_method(m.name, **method_settings(cfg, m, cfg.seed)).asks_judge() for m in cfg.methods)
 
 
-def judge_engine_config(cfg: RunConfig, unavailable: list[str] | None = None) -> dict[str, Any] | None:
+def judge_engine_config(cfg: RunConfig, unavailable: list[str] | None = None) -> "EngineConfig | None":
     """The judge engine's config (its weights, default options) when `judge_model.weights` names one and
     a judge of the run, or a method's step (seed 001's graph extraction), asks an LLM, or it describes RepoQA
     needles (a dataset's `describer_model` is the judge model); None otherwise. A dry run (`unavailable` a list) notes a named judge
@@ -276,8 +278,7 @@ def judge_engine_config(cfg: RunConfig, unavailable: list[str] | None = None) ->
     config: dict[str, Any] = {"model": str(path), "dtype": None}
     if cfg.engine.page_budget is not None:
         config["kv_budget"] = cfg.engine.page_budget
-    check_engine_config(config)
-    return config
+    return build_engine_config(config)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -357,10 +358,10 @@ class RunPlan:
     model_digest: str
     identity: dict[str, Any]
     run_id: str
-    engine_config: dict[str, Any] | None  # in the engine's names: what each engine actor is built with
+    engine_config: "EngineConfig | None"  # what each engine actor is built with; None for an endpoint
     units: list["Unit"]
-    unavailable: tuple[str, ...] = ()
-    judge_engine_config: dict[str, Any] | None = None  # the judge engine's, when judge_model names weights  # dry run only: hub datasets not reachable here, with how to get them
+    unavailable: tuple[str, ...] = ()  # dry run only: hub datasets not reachable here, with how to get them
+    judge_engine_config: "EngineConfig | None" = None  # the judge engine's, when judge_model names weights
 
 
 def make_plan(cfg: RunConfig, dry_run: bool = False) -> RunPlan:
@@ -377,8 +378,7 @@ def make_plan(cfg: RunConfig, dry_run: bool = False) -> RunPlan:
     weights = model_weights(cfg)  # resolved once: the engine config, the digest and the units all use this path
     engine = None
     if weights is not None:
-        engine = engine_config(cfg, weights)
-        check_engine_config(engine)
+        engine = build_engine_config(engine_config(cfg, weights))
     digest = model_digest(cfg, weights)
     ident = identity(cfg, digest)
     unavailable: list[str] | None = [] if dry_run else None

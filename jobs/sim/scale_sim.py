@@ -211,6 +211,7 @@ def _point_config(base: RunConfig, out: str, hosts: int, loops: int, placement: 
 def run_point(rec: Recording, model: LatencyModel, tok_ref: Any, rec_ref: Any, hosts: int, loops: int,
               placement: str, duration_s: float, workdir: str, log: Log, processes: int = 8) -> dict[str, Any]:
     from memloop.jobs.run.driver import execute
+    from memloop.jobs.run.plan import make_plan
 
     out = tempfile.mkdtemp(prefix=f"scale-{hosts}x{loops}-{placement}-", dir=workdir)
     cfg = _point_config(rec.config, out, hosts, loops, placement)
@@ -226,7 +227,7 @@ def run_point(rec: Recording, model: LatencyModel, tok_ref: Any, rec_ref: Any, h
     probe.thread.start()
     try:
         per_process = math.ceil(hosts / min(hosts, processes))
-        summary = execute(cfg, sim=simulated_hosts(rec_ref, model, tok_ref, per_process), units=units,
+        summary = execute(make_plan(cfg), sim=simulated_hosts(rec_ref, model, tok_ref, per_process), units=units,
                           stop_after_s=duration_s, log=log, state=state)
     finally:
         probe.stop.set()

@@ -11,6 +11,7 @@ import yaml
 
 from memloop.jobs.run.config import parse_config
 from memloop.jobs.run.driver import execute
+from memloop.jobs.run.plan import make_plan
 from memloop.jobs.store.run_store import RunStore
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -24,7 +25,7 @@ def test_book_run_reports_its_wall_split(ray_local, shared_data, tmp_path) -> No
     dataset["path"] = str(shared_data / "books" / Path(dataset["path"]).name)
     data["output"] = str(tmp_path / "runs")
     cfg = parse_config(data)
-    summary = execute(cfg, log=lambda m: None)
+    summary = execute(make_plan(cfg), log=lambda m: None)
     assert (summary.computed, summary.failed) == (3, 0), summary.errors
 
     [engine] = summary.stats["engine"]

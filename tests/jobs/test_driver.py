@@ -22,6 +22,7 @@ from memloop.engine.serve.actor import EngineActor
 from memloop.jobs.run.config import parse_config
 from memloop.jobs.run.plan import run_id
 from memloop.jobs.run.driver import execute
+from memloop.jobs.run.plan import make_plan
 from memloop.jobs.store.run_store import RunStore
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -59,7 +60,7 @@ def _exactly_once(rs: RunStore, n: int) -> None:
 def test_run_end_to_end_then_resume_skips_everything(ray_local, tmp_path, gcs_emulator) -> None:
     cfg = parse_config(_config(tmp_path / "runs"))
     logs: list[str] = []
-    first = execute(cfg, log=logs.append)
+    first = execute(make_plan(cfg), log=logs.append)
     assert first.samples == 2 and first.computed + first.failed == 2 and first.skipped == 0
     rs = RunStore.open(str(tmp_path / "runs"), run_id(cfg))
     _exactly_once(rs, 2)
@@ -79,7 +80,7 @@ def test_run_end_to_end_then_resume_skips_everything(ray_local, tmp_path, gcs_em
     # the same config again: nothing ok recomputed; a unit whose method produced nothing at any step
     # (24 tokens cut this model's JSON) is failed, so it is tried again, like every failed unit
     assert first.method_failed == (samples["status"] == "failed").sum() == 1
-    second = execute(cfg, log=logs.append)
+    second = execute(make_plan(cfg), log=logs.append)
     assert (second.computed, second.skipped, second.failed) == (1, first.computed - 1, first.failed)
     assert second.method_failed == 1 and second.method_errors == first.method_errors  # seeded: the same answer
     runs = rs.table("runs").to_pandas()
@@ -126,7 +127,7 @@ def test_a_methods_own_default_reaches_the_engine_unless_the_run_overrides_it(ra
 
     def seen(sampling: dict) -> list[int]:
         cfg = parse_config(dict(base, sampling=sampling))
-        summary = execute(cfg, actor_cls=RecordingActor, log=lambda m: None)
+        summary = execute(make_plan(cfg), actor_cls=RecordingActor, log=lambda m: None)
         assert summary.failed == 0, summary.errors
         return summary.stats["engine"][0]["seen_max_tokens"]
 
@@ -158,7 +159,7 @@ def test_killed_engine_actor_is_restarted_and_its_samples_retried(ray_local, tmp
     t = threading.Thread(target=killer, daemon=True)
     t.start()
     logs: list[str] = []
-    summary = execute(cfg, log=logs.append)
+    summary = execute(make_plan(cfg), log=logs.append)
     t.join(timeout=5)
     assert killed.is_set()
     assert any("waiting for its restart" in line for line in logs), logs
@@ -246,7 +247,7 @@ def test_a_method_on_memloop_serve_as_an_endpoint_matches_the_in_process_engine(
     with memloop_serve() as (url, model):
         for kind, model_spec in (("endpoint", {"kind": "openai", "endpoint": {"base_url": url, "model": model}}),
                                  ("engine", {})):
-            summary = execute(parse_config(dict(base, output=str(tmp_path / kind), model=model_spec)),
+            summary = execute(make_plan(parse_config(dict(base, output=str(tmp_path / kind), model=model_spec))),
                               log=lambda m: None)
             assert (summary.computed, summary.failed) == (1, 0), summary.errors
             steps = RunStore.at(summary.output).table("steps").to_pandas().sort_values("step")
@@ -270,7 +271,7 @@ def test_judges_on_an_openai_compatible_endpoint(ray_local, tmp_path) -> None:
             "engine": {"actors": 1, "cpus_per_actor": 0.5, "max_in_flight": 2, "start_timeout_s": 300},
             "judge_cpus": 0.25,
         })
-        summary = execute(cfg, log=lambda m: None)
+        summary = execute(make_plan(cfg), log=lambda m: None)
         assert (summary.computed, summary.failed) == (1, 0)
         rs = RunStore.open(str(tmp_path / "runs"), run_id(cfg))
         records = [json.loads(r) for r in rs.table("judgments").to_pandas()["record_json"]]

@@ -13,6 +13,7 @@ from fastapi import FastAPI
 
 from memloop.jobs.run.config import parse_config
 from memloop.jobs.run.driver import execute
+from memloop.jobs.run.plan import make_plan
 from memloop.jobs.store.run_store import RunStore
 from tests.http_server import serve_app
 
@@ -55,7 +56,7 @@ def _cfg(tmp_path: Path, endpoint: str, **over) -> dict:
 
 def test_methods_run_on_an_endpoint_with_its_usage_and_a_response_cache(ray_local, tmp_path, endpoint) -> None:
     SEEN.clear()
-    first = execute(parse_config(_cfg(tmp_path, endpoint)), log=lambda m: None)
+    first = execute(make_plan(parse_config(_cfg(tmp_path, endpoint))), log=lambda m: None)
     assert (first.computed, first.failed) == (1, 0), first.errors
     calls = len(SEEN)
     assert calls >= 2 and all(b["model"] == "peer-1" for b in SEEN)
@@ -66,7 +67,7 @@ def test_methods_run_on_an_endpoint_with_its_usage_and_a_response_cache(ray_loca
     assert first.stats["response_cache"] == {"hits": 0, "misses": calls}
     assert rs.table("runs").to_pandas().iloc[0]["model_digest"].startswith("endpoint:")
     # a fresh run of the same requests (new tag): every answer comes from the cache, nothing is re-paid
-    second = execute(parse_config(_cfg(tmp_path, endpoint, tag="again")), log=lambda m: None)
+    second = execute(make_plan(parse_config(_cfg(tmp_path, endpoint, tag="again"))), log=lambda m: None)
     assert second.computed == 1 and len(SEEN) == calls
     assert second.stats["response_cache"] == {"hits": calls, "misses": 0}
     a = json.loads(rs.table("samples").to_pandas().iloc[0]["output_json"])["answer"]

@@ -18,7 +18,8 @@ from typer.testing import CliRunner
 
 from memloop.jobs.commands.cli import app
 from memloop.jobs.errors import ConfigError
-from memloop.jobs.results.report import RunData, build_report, headline
+from memloop.jobs.results.report import build_report, headline
+from memloop.jobs.results.run_data import RunData
 from memloop.jobs.run.config import parse_config
 from memloop.jobs.store.run_store import RunStore
 from tests.http_server import serve_app

@@ -17,6 +17,7 @@ from memloop.jobs.commands.cli import app  # noqa: E402
 from memloop.jobs.results.inspect_log import ExportError, export_inspect  # noqa: E402
 from memloop.jobs.run.config import JudgeSpec, parse_config  # noqa: E402
 from memloop.jobs.run.driver import execute  # noqa: E402
+from memloop.jobs.run.plan import make_plan  # noqa: E402
 from memloop.jobs.run.rescore import rescore  # noqa: E402
 from memloop.jobs.store.run_store import RunStore  # noqa: E402
 from tests.jobs.scripted_endpoint import attribute_table_answer, scripted_endpoint  # noqa: E402
@@ -39,7 +40,7 @@ def judged_run(ray_local, tmp_path_factory) -> tuple[str, str]:
             "methods": [{"name": "gu-json", "tasks": ["sumie"], "options": {"max_attempts": 1, "max_tokens": 200}},
                         {"name": "inc-update", "options": {"word_limit": 50, "max_attempts": 1}}],
             "judges": [{"name": "sumie-exact"}]})
-        summary = execute(cfg, log=lambda m: None)
+        summary = execute(make_plan(cfg), log=lambda m: None)
         assert summary.failed == summary.method_failed == 0 and summary.computed == 6
         again = rescore(summary.output, JudgeSpec(name="booookscore"), log=lambda m: None)
         assert again.computed == 2
@@ -178,7 +179,7 @@ def test_a_log_with_a_failed_sample_has_status_error(ray_local, tmp_path) -> Non
                             "datasets": [{"task": "sumie", "synthetic": {"entities": 1, "seed": 5},
                                           "options": {"max_chunks": 1}}],
                             "methods": [{"name": "gu-json", "options": {"max_tokens": 101, "max_attempts": 1}}]})
-        summary = execute(cfg, log=lambda m: None)
+        summary = execute(make_plan(cfg), log=lambda m: None)
     assert summary.method_failed == 1
     export_inspect(summary.output, str(tmp_path / "logs"))
     (name,) = [p.name for p in (tmp_path / "logs").glob("*.eval")]

@@ -12,7 +12,9 @@ import socket
 
 from memloop.jobs.run.config import parse_config
 from memloop.jobs.run.driver import execute
-from memloop.jobs.results.report import RunData, build_report, headline
+from memloop.jobs.run.plan import make_plan
+from memloop.jobs.results.report import build_report, headline
+from memloop.jobs.results.run_data import RunData
 from memloop.jobs.store.run_store import RunStore
 from tests.jobs.scripted_endpoint import scripted_endpoint
 from tests.jobs.test_paper_tables import arxiv_file
@@ -31,7 +33,7 @@ def test_a_failed_judge_leaves_the_unit_ok_and_the_cell_incomplete(ray_local, tm
             "datasets": [{"task": "arxiv", "path": str(arxiv_file(tmp_path)), "limit": 1}],
             "methods": [{"name": "no-kg"}], "judges": [{"name": "rouge"}, {"name": "kgscore", "options": {"max_attempts": 1}}],
             "model": model, "judge_model": judge_model, "judge_cpus": 0.25})
-        summary = execute(cfg, log=lambda m: None)
+        summary = execute(make_plan(cfg), log=lambda m: None)
     assert (summary.computed, summary.failed, summary.incomplete) == (1, 0, 1), summary.errors
     assert summary.exit_code(max_failed_frac=1.0) == 3  # a judge failure is never tolerated as a method failure
     rs = RunStore.at(summary.output)

@@ -12,7 +12,8 @@ from memloop.jobs.errors import ConfigError
 from memloop.jobs.run.config import JudgeModelSpec, parse_config, with_overrides
 from memloop.jobs.run.driver import execute
 from memloop.jobs.run.plan import make_plan, run_id
-from memloop.jobs.results.report import RunData, models_of
+from memloop.jobs.results.run_data import RunData
+from memloop.jobs.results.run_models import models_of
 from memloop.jobs.store.run_store import RunStore
 from tests.jobs.scripted_endpoint import scripted_endpoint
 
@@ -34,7 +35,7 @@ def test_judge_model_flag_names_a_judge_engine_and_changes_the_run_id(smollm2_gg
     assert judged.judge_model == JudgeModelSpec(weights=str(smollm2_gguf))
     assert with_overrides(judged, judge_model="self").judge_model == JudgeModelSpec()
     assert run_id(judged) != run_id(base)
-    assert Path(make_plan(judged).judge_engine_config["model"]).resolve() == smollm2_gguf.resolve()
+    assert Path(make_plan(judged).judge_engine_config.model).resolve() == smollm2_gguf.resolve()
     assert make_plan(base).judge_engine_config is None
     with pytest.raises(ConfigError, match=r"judge_model.weights.*does not exist"):
         make_plan(with_overrides(base, judge_model=str(tmp_path / "missing.gguf")))
@@ -43,7 +44,7 @@ def test_judge_model_flag_names_a_judge_engine_and_changes_the_run_id(smollm2_gg
 def test_the_judges_run_on_their_own_engine_not_the_model_under_test(ray_local, smollm2_gguf, tmp_path) -> None:
     with scripted_endpoint() as (url, seen):
         cfg = parse_config(_config(url, tmp_path, judge_model={"kind": "engine", "weights": str(smollm2_gguf)}))
-        summary = execute(cfg, log=lambda m: None)
+        summary = execute(make_plan(cfg), log=lambda m: None)
     assert summary.computed == 1 and summary.failed == 0, summary.errors
     prompts = [" ".join(str(m.get("content", "")) for m in b.get("messages", [])) for b in seen]
     assert prompts and not any("confusing" in p.lower() for p in prompts)  # no judge prompt at the model under test
@@ -76,7 +77,7 @@ def test_the_knowledge_graph_is_extracted_by_the_judge_model_and_the_table_note_
     for option, extracts_on_judge in (({}, True), ({"extraction_model": "self"}, False)):
         with scripted_endpoint() as (model_url, model_seen), scripted_endpoint() as (judge_url, judge_seen):
             cfg = parse_config(_kg_config(model_url, judge_url, tmp_path / str(bool(option)), booksum, **option))
-            summary = execute(cfg, log=lambda m: None)
+            summary = execute(make_plan(cfg), log=lambda m: None)
         assert summary.computed + summary.failed == 1 and summary.skipped == 0
         texts = lambda seen: [" ".join(str(m.get("content", "")) for m in b.get("messages", [])) for b in seen]  # noqa: E731
         extractions = [p for p in texts(judge_seen if extracts_on_judge else model_seen) if "[Begin story excerpt]" in p]
@@ -106,7 +107,7 @@ def test_the_graph_model_and_the_kgscore_model_may_differ_and_the_run_records_bo
     """Seed 001: gpt-3.5-turbo extracted the book graph (section 3.3) and Mixtral 8x7B extracted KGScore's edges
     (section 3.5). `graph_model` names the extraction model apart from the judge model: the graph's extraction
     prompts reach it alone, KGScore's reach the judge model alone, and the run records and names both."""
-    from memloop.jobs.results.report import run_config
+    from memloop.jobs.results.run_data import run_config
     from tests.datasets.test_booksum import booksum_file
 
     booksum = booksum_file(tmp_path)
@@ -117,7 +118,7 @@ def test_the_graph_model_and_the_kgscore_model_may_differ_and_the_run_records_bo
         data["graph_model"] = {"kind": "openai", "endpoint": {"base_url": graph_url, "model": "graph-extractor",
                                                               "max_concurrency": 2}}
         cfg = parse_config(data)
-        summary = execute(cfg, log=lambda m: None)
+        summary = execute(make_plan(cfg), log=lambda m: None)
     assert summary.computed + summary.failed == 1 and summary.skipped == 0
     texts = lambda seen: [" ".join(str(m.get("content", "")) for m in b.get("messages", [])) for b in seen]  # noqa: E731
     graph, judge, model = texts(graph_seen), texts(judge_seen), texts(model_seen)

@@ -12,6 +12,7 @@ import yaml
 
 from memloop.jobs.run.config import parse_config, with_overrides
 from memloop.jobs.run.driver import execute
+from memloop.jobs.run.plan import make_plan
 from memloop.jobs.results.mab_table import mab_table
 from memloop.jobs.results.report import report_of
 from tests.datasets.test_memoryagentbench import write_repo
@@ -51,7 +52,7 @@ def test_the_reduced_config_runs_on_a_scripted_model_and_reports_each_competency
     with scripted_endpoint(_answer) as (url, seen):
         model = {"kind": "openai", "endpoint": {"base_url": url, "model": "scripted", "max_concurrency": 8}}
         cfg = with_overrides(parse_config(_reduced(tmp_path, model)), max_chunks=2, repeats=1)
-        summary = execute(cfg, log=lambda m: None)
+        summary = execute(make_plan(cfg), log=lambda m: None)
     assert summary.failed == 0 and summary.skipped == 0
     rs, d, rep = report_of(summary.output)
     units = d.samples.groupby("method")["status"].value_counts().unstack(fill_value=0)
@@ -124,7 +125,7 @@ def test_mab_llm_scores_longmemeval_and_infbench_sum_with_the_judge_model(ray_lo
         data.update(judges=[{"name": "mab-llm"}], judge_model={"kind": "openai", "endpoint": endpoint},
                     methods=[{"name": "prism-inplace", "tasks": ["memoryagentbench"]}])
         cfg = with_overrides(parse_config(data), max_chunks=2, repeats=1)
-        summary = execute(cfg, log=lambda m: None)
+        summary = execute(make_plan(cfg), log=lambda m: None)
     assert summary.failed == 0
     _, d, rep = report_of(summary.output)
     table = mab_table(d)
@@ -148,7 +149,7 @@ def test_a_context_whose_method_failed_counts_each_of_its_questions_as_zero(ray_
         data["datasets"][0]["options"]["sources"] = ["factconsolidation_*"]
         data["methods"] = [{"name": "prism-inplace", "tasks": ["memoryagentbench"], "options": {"max_attempts": 1}}]
         cfg = with_overrides(parse_config(data), max_chunks=2, repeats=1)
-        summary = execute(cfg, log=lambda m: None)
+        summary = execute(make_plan(cfg), log=lambda m: None)
     _, d, rep = report_of(summary.output)
     failed = d.samples[d.samples["status"] == "failed"]
     assert list(failed["sample_id"]) == ["mab/factconsolidation-mh-6k/0"] and (failed["failure"] == "method").all()
@@ -171,7 +172,7 @@ def test_the_long_context_agent_keeps_the_last_tokens_that_fit_and_the_report_co
         # 130 tokens: the prompt without input takes about 95 and the answer 10; each context needs ~150
         data["methods"] = [{"name": "long-context", "tasks": ["memoryagentbench"], "options": {"context_tokens": 130}}]
         cfg = with_overrides(parse_config(data), max_chunks=2, repeats=1)
-        summary = execute(cfg, log=lambda m: None)
+        summary = execute(make_plan(cfg), log=lambda m: None)
     _, d, rep = report_of(summary.output)
     assert (d.samples["status"] == "ok").all() and len(d.samples) == 2
     memories = [json.loads(o)["memory"] for o in d.samples["output_json"]]
@@ -191,7 +192,7 @@ def test_the_reduced_config_runs_on_the_bundled_engine(ray_local, tmp_path) -> N
     for m in data["methods"]:
         m.setdefault("options", {})["max_attempts"] = 1
     cfg = with_overrides(parse_config(data), max_chunks=2, repeats=1)
-    summary = execute(cfg, log=lambda m: None)
+    summary = execute(make_plan(cfg), log=lambda m: None)
     assert summary.computed + summary.failed > 0 and summary.skipped == 0
     _, d, rep = report_of(summary.output)
     table = mab_table(d)

@@ -8,8 +8,9 @@ import math
 import numpy as np
 import pytest
 
-from memloop.eval.judges.aggregation import INCOMPLETE, JUDGED, ZERO, Unit, figure, paired_difference
-from memloop.jobs.results.report import RunData, build_report, headline
+from memloop.eval.judges.aggregation import INCOMPLETE, JUDGED, Unit, ZERO, figure, paired_difference
+from memloop.jobs.results.report import build_report, headline
+from memloop.jobs.results.run_data import RunData
 from memloop.jobs.store.run_store import RunStore
 from memloop.jobs.store.tables import now
 from memloop.jobs.store.units import unit_key

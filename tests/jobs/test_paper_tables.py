@@ -10,6 +10,7 @@ import yaml
 
 from memloop.jobs.run.config import load_config, parse_config, with_overrides
 from memloop.jobs.run.driver import execute
+from memloop.jobs.run.plan import make_plan
 from memloop.jobs.errors import ConfigError
 from memloop.jobs.results.paper_tables import TABLES, layout
 from memloop.jobs.run.plan import run_id
@@ -160,7 +161,7 @@ def test_a_reduced_paper_config_runs_end_to_end_and_reports_the_papers_table(con
         if "chunk_tokens" in d["options"]:
             d["options"]["chunk_tokens"] //= 16  # small chunks; a sweep stays a sweep
     cfg = with_overrides(parse_config(data), limit=1, max_chunks=2, repeats=1)
-    summary = execute(cfg, log=lambda m: None)
+    summary = execute(make_plan(cfg), log=lambda m: None)
     assert summary.computed + summary.failed > 0 and summary.skipped == 0
     _, d, rep = report_of(summary.output)
     assert "## The papers' tables: memloop beside the paper" in rep.markdown
@@ -184,7 +185,7 @@ def test_a_reduced_paper_config_runs_end_to_end_and_reports_the_papers_table(con
         if any(c.task == "repoqa" for c in table.columns):
             assert laid[tid]["describers"] and "RepoQA queries by who described the needle" in rep.markdown
     if "seed002-fig5" in cfg.paper_tables:  # figure 5's four curves, one point per chunk size
-        from memloop.jobs.results.report import chunk_curves
+        from memloop.jobs.results.plots import chunk_curves
 
         curves = chunk_curves(d)
         assert set(curves) == {"accuracy", "net_encoded", "decoded", "cost_index"}
@@ -223,7 +224,7 @@ def test_a_reduced_paper_config_runs_on_the_bundled_model(config, ray_local, tmp
         if j["name"] == "kgscore":  # the paper's open edge list fills the judge's whole window per extraction
             j.setdefault("options", {}).update(max_tokens=256, max_attempts=1)
     cfg = with_overrides(parse_config(data), limit=2, max_chunks=2, repeats=1)
-    summary = execute(cfg, log=lambda m: None)
+    summary = execute(make_plan(cfg), log=lambda m: None)
     assert summary.computed + summary.failed > 0 and summary.skipped == 0
     _, d, rep = report_of(summary.output)
     # no unit refused for length: the chunk-fit check sized the chunks for the config's model
@@ -268,7 +269,7 @@ def test_table3_net_and_cost_index_recomputed_from_the_runs_parquet_agree_with_t
         if d["task"] == "book":
             d["path"] = str(BOOK)
     cfg = with_overrides(parse_config(data), limit=2, max_chunks=2, repeats=1)
-    summary = execute(cfg, log=lambda m: None)
+    summary = execute(make_plan(cfg), log=lambda m: None)
     _, d, rep = report_of(summary.output)
     h = headline(d)
     assert all(f["tokenizer"].startswith("cl100k_base") for f in h["figures"] if f["metric"] == "net_encoded")
@@ -330,7 +331,7 @@ def test_seed000_table_notes_name_each_json_methods_decoding_as_the_run_recorded
     """Issue 46 point 1: the paper configs decode JSON freely (the default `decoding: text`), the run
     records it with its config, and the table note says which decoding every JSON method used."""
     from memloop.jobs.results.paper_tables import judged_note
-    from memloop.jobs.results.report import decoding_of
+    from memloop.jobs.results.run_models import decoding_of
 
     cfg = yaml.safe_load((ROOT / "jobs/configs/papers/seed000-table1.yaml").read_text())
     decoding = decoding_of(cfg)

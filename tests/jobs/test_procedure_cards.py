@@ -11,7 +11,8 @@ import pytest
 
 from memloop.jobs.results import procedure_cards as pc
 from memloop.jobs.results.paper_tables import TABLES
-from memloop.jobs.results.report import PromptTokenizer, _paper_costs
+from memloop.jobs.results.cost_tables import _paper_costs
+from memloop.jobs.results.prompt_tokens import PromptTokenizer
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -9,6 +9,7 @@ import pytest
 
 from memloop.jobs.run.config import parse_config
 from memloop.jobs.run.driver import execute
+from memloop.jobs.run.plan import make_plan
 from memloop.jobs.run.progress import Progress
 from tests.jobs.test_driver import _config
 
@@ -16,7 +17,7 @@ from tests.jobs.test_driver import _config
 @pytest.mark.timeout(600)
 def test_a_run_logs_engine_start_and_compiling(ray_local, tmp_path) -> None:
     logs: list[str] = []
-    summary = execute(parse_config(_config(tmp_path / "runs", entities=1)), log=logs.append)
+    summary = execute(make_plan(parse_config(_config(tmp_path / "runs", entities=1))), log=logs.append)
     assert summary.computed == 1, summary.errors
     assert any(re.match(r"engine: starting 1 actor\(s\): loading weights", line) for line in logs), logs
     progress = [line for line in logs if line.startswith("progress: ")]

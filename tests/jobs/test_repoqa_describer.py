@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from memloop.eval.llm import ScriptedLLM
-from memloop.jobs.results.report import describer_shares
+from memloop.jobs.results.paper_report import describer_shares
 from memloop.jobs.run.config import parse_config
 from memloop.jobs.run.describe import describe_waiting, waiting_units
 from memloop.jobs.run.workload import build_units
@@ -74,6 +74,7 @@ def test_a_run_whose_judge_engine_is_the_describer_describes_the_needles_at_its_
 
     from memloop.engine.assets import default_model_path
     from memloop.jobs.run.driver import execute
+    from memloop.jobs.run.plan import make_plan
     from tests.jobs.scripted_endpoint import scripted_endpoint
 
     judge = str(default_model_path())
@@ -86,7 +87,7 @@ def test_a_run_whose_judge_engine_is_the_describer_describes_the_needles_at_its_
             "methods": [{"name": "long-context", "options": {"context_tokens": 100000}}],
             "model": {"kind": "openai", "endpoint": {"base_url": url, "model": "scripted"}},
             "judge_model": {"kind": "engine", "weights": judge}, "judges": [{"name": "repoqa-exact"}]})
-        summary = execute(cfg, log=lambda m: None)
+        summary = execute(make_plan(cfg), log=lambda m: None)
     samples = pads.dataset(str(Path(summary.output) / "samples"), format="parquet").to_table().to_pandas()
     [who] = samples["describer"]
     assert not who.startswith("code fallback (no description by"), who  # the judge engine answered

@@ -9,7 +9,9 @@ import math
 
 import pytest
 
-from memloop.jobs.results.report import RunData, build_report, mean_se, write_report
+from memloop.eval.judges.aggregation import mean_se
+from memloop.jobs.results.report import build_report, write_report
+from memloop.jobs.results.run_data import RunData
 from memloop.jobs.store.run_store import RunStore
 from memloop.jobs.store.tables import now
 from memloop.jobs.store.units import unit_key
@@ -336,7 +338,7 @@ def test_printed_hit_cells_satisfy_hit_equals_one_minus_net_over_total_across_re
     own, so repeats of different sizes broke hit = 1 - Net / Total in the printed cells."""
     import pandas as pd
 
-    from memloop.jobs.results.report import cost_cells
+    from memloop.jobs.results.cost_tables import cost_cells
 
     rows = []
     for rep, total, hit in ((0, 1000.0, 900.0), (1, 100.0, 0.0)):  # repeat 0 reuses 90%, repeat 1 nothing
@@ -362,7 +364,7 @@ def test_table4_memory_tokens_count_the_memory_text_the_prompt_carries(tmp_path,
     from memloop.eval.llm import ScriptedLLM
     from memloop.eval.methods import get_method
     from memloop.eval.tokens import cl100k_count
-    from memloop.jobs.results.report import memory_figures
+    from memloop.jobs.results.figures import memory_figures
     from memloop.jobs.store.tables import step_row, unit_columns
     from tests.methods.test_prism import BOOK, REVS
 
@@ -394,7 +396,7 @@ def test_fig3_reports_the_share_of_turns_where_k_bound(tmp_path) -> None:
     from memloop.eval.llm import ScriptedLLM
     from memloop.eval.methods import get_method
     from memloop.jobs.results.paper_tables import TABLES
-    from memloop.jobs.results.report import binding_figures
+    from memloop.jobs.results.figures import binding_figures
     from memloop.jobs.store.tables import step_row, unit_columns
 
     hotel = Sample(id="h", task="sumie", chunks=("Pool.", "Spa and gym and bar.", "Quiet."), metadata={"entity": "H"})
@@ -422,7 +424,8 @@ def test_a_rejudgings_tables_name_the_judge_model_that_judged_them(tmp_path) -> 
     asked (`memloop rescore --judge-model`)."""
     import pandas as pd
 
-    from memloop.jobs.results.report import Judging, table_note
+    from memloop.jobs.results.method_tables import table_note
+    from memloop.jobs.results.run_data import Judging
 
     def endpoint(url: str) -> dict:
         return {"kind": "openai", "endpoint": {"base_url": url, "model": "judge-7b"}}

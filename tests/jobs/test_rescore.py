@@ -16,6 +16,7 @@ from memloop.jobs.errors import ConfigError, RescoreError
 from memloop.jobs.results.report import headline, report_of
 from memloop.jobs.run.config import JudgeModelSpec, JudgeSpec, parse_config
 from memloop.jobs.run.driver import execute
+from memloop.jobs.run.plan import make_plan
 from memloop.jobs.run.rescore import rescore
 from memloop.jobs.store.run_store import RunStore
 from tests.jobs.scripted_endpoint import attribute_table_answer, scripted_endpoint
@@ -49,7 +50,7 @@ def finished_run(ray_local, endpoint, tmp_path_factory) -> str:
                     {"name": "inc-update", "options": {"word_limit": 50, "max_attempts": 1}},
                     {"name": "hier-merge", "options": {"word_limit": 50, "max_attempts": 1}}],
         "judges": [{"name": "sumie-exact"}]})
-    summary = execute(cfg, log=lambda m: None)
+    summary = execute(make_plan(cfg), log=lambda m: None)
     assert summary.failed == summary.method_failed == 0 and summary.computed == 2 + 2 * len(CHUNK_SIZES)
     return summary.output
 

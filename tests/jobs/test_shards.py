@@ -17,6 +17,7 @@ import pytest
 
 from memloop.jobs.run.config import parse_config
 from memloop.jobs.run.driver import execute
+from memloop.jobs.run.plan import make_plan
 from memloop.jobs.sim.replay import LatencyModel, tokenizer_json
 from memloop.jobs.store.run_files import new_shard_name
 from memloop.jobs.store.run_store import RunStore
@@ -71,7 +72,7 @@ def test_the_method_worker_writes_its_units_shards(sim, tmp_path, judged) -> Non
     writes the steps (and, without judges, the samples file that commits the shard), each judge
     task its judgments and scores, and a commit task the samples file after them."""
     cfg = _cfg(tmp_path, "engine", **({} if judged else {"judges": []}))
-    summary = execute(parse_config(cfg), sim=sim, log=lambda m: None)
+    summary = execute(make_plan(parse_config(cfg)), sim=sim, log=lambda m: None)
     assert (summary.computed, summary.failed) == (3, 0), summary.errors
     assert summary.stats["driver_cpu_s"]["write"] == 0.0  # the driver encoded and wrote nothing
     rs = RunStore.open(cfg["output"], summary.run_id)
@@ -86,14 +87,14 @@ def test_the_method_worker_writes_its_units_shards(sim, tmp_path, judged) -> Non
     assert me not in {p for ws in writers.values() for _, p in ws}
     # the driver still knows every shard: its unit index lists them, and the resume reads it
     assert len(rs.store.list(rs.name("index"))) == 1 and len(rs.done_units()) == 3
-    assert execute(parse_config(cfg), sim=sim, log=lambda m: None).skipped == 3
+    assert execute(make_plan(parse_config(cfg)), sim=sim, log=lambda m: None).skipped == 3
 
 
 def test_loops_in_the_driver_have_the_driver_write_and_give_the_same_tables(sim, tmp_path) -> None:
     stores = []
     for loops in ("driver", "engine"):
         cfg = _cfg(tmp_path / loops, loops)
-        summary = execute(parse_config(cfg), sim=sim, log=lambda m: None)
+        summary = execute(make_plan(parse_config(cfg)), sim=sim, log=lambda m: None)
         assert (summary.computed, summary.failed) == (3, 0), summary.errors
         stores.append(RunStore.open(cfg["output"], summary.run_id))
     _assert_same_tables(*stores)
@@ -111,10 +112,10 @@ def test_a_fault_between_a_units_writes_leaves_nothing_half_recorded(sim, tmp_pa
     Either way no reader sees a unit's partial rows, and a resume computes exactly the units that
     were not committed ok, giving the tables of a run without the fault."""
     clean_cfg = _cfg(tmp_path / "clean", loops)
-    clean = execute(parse_config(clean_cfg), sim=sim, log=lambda m: None)
+    clean = execute(make_plan(parse_config(clean_cfg)), sim=sim, log=lambda m: None)
     assert (clean.computed, clean.failed) == (3, 0), clean.errors
     cfg = _cfg(tmp_path / "faulty", loops)
-    first = execute(parse_config(cfg), sim=sim, units=lambda us: us[:1], log=lambda m: None)
+    first = execute(make_plan(parse_config(cfg)), sim=sim, units=lambda us: us[:1], log=lambda m: None)
     assert first.computed == 1  # one unit committed before the fault
     run = Path(cfg["output"]) / first.run_id
     moved = run / f"{blocked}.kept"
@@ -125,11 +126,11 @@ def test_a_fault_between_a_units_writes_leaves_nothing_half_recorded(sim, tmp_pa
         (run / blocked).write_text("in the way")
 
     if blocked == "samples":  # the commit fails: the run stops cleanly (exit 4) with what it had written
-        faulty = execute(parse_config(cfg), sim=sim, log=lambda m: None, on_ready=block)
+        faulty = execute(make_plan(parse_config(cfg)), sim=sim, log=lambda m: None, on_ready=block)
         assert faulty.storage_error and "cannot write" in faulty.storage_error and faulty.exit_code() == 4
     else:  # the committed unit's own steps or judge file is out of reach too when the resume checks
         # its shard (the hook runs before that check): it is not trusted as done and fails with the others
-        faulty = execute(parse_config(cfg), sim=sim, log=lambda m: None, on_ready=block)
+        faulty = execute(make_plan(parse_config(cfg)), sim=sim, log=lambda m: None, on_ready=block)
         assert (faulty.computed, faulty.failed) == (0, 3)
     (run / blocked).unlink()
     moved.rename(run / blocked)
@@ -138,7 +139,7 @@ def test_a_fault_between_a_units_writes_leaves_nothing_half_recorded(sim, tmp_pa
     assert len(ok) == 1 and rs.done_units() == ok
     if blocked != "steps":  # the parts written before the fault are there, and invisible
         assert len(list((run / "steps").glob("*.parquet"))) > len(list((run / "samples").glob("*.parquet")))
-    resumed = execute(parse_config(cfg), sim=sim, log=lambda m: None)
+    resumed = execute(make_plan(parse_config(cfg)), sim=sim, log=lambda m: None)
     assert (resumed.skipped, resumed.computed, resumed.failed) == (1, 2, 0), resumed.errors
     _assert_same_tables(RunStore.open(clean_cfg["output"], clean.run_id), RunStore.open(cfg["output"], first.run_id))
 
@@ -195,7 +196,7 @@ def test_a_judge_task_whose_process_is_killed_runs_again_and_its_unit_is_committ
     killer.start()
     cfg = _cfg(tmp_path, "driver")
     assert cfg["retries"] == 0
-    summary = execute(parse_config(cfg), sim=sim, units=with_probe, log=lambda m: None)
+    summary = execute(make_plan(parse_config(cfg)), sim=sim, units=with_probe, log=lambda m: None)
     killer.join(timeout=60)
     assert killed, "the judge task never reached the probe"
     assert (summary.computed, summary.failed, summary.incomplete) == (1, 0, 0), summary.errors

@@ -191,17 +191,18 @@ def test_a_rerun_with_nothing_to_compute_compacts_what_a_failed_compaction_left(
     rerun merges the earlier invocation's small shards, and the tables read the same."""
     from memloop.jobs.run.config import load_config
     from memloop.jobs.run.driver import execute
+    from memloop.jobs.run.plan import make_plan
 
     from tests.jobs.scripted_endpoint import attribute_table_answer
 
     with scripted_endpoint(attribute_table_answer) as (url, _):
         path = _cfg(tmp_path, str(tmp_path / "runs"), url, entities=4)
         cfg = load_config(path)
-        first = execute(cfg.model_copy(update={"shard_rows": 1}), log=lambda m: None)
+        first = execute(make_plan(cfg.model_copy(update={"shard_rows": 1})), log=lambda m: None)
         shards = first.stats["shards"]["after"]
         assert first.computed == 4 and first.failed == first.method_failed == 0 and shards >= 2, first.stats
         before = RunStore.at(first.output).table("samples").to_pandas().drop(columns=["shard"])
-        again = execute(cfg, log=lambda m: None)
+        again = execute(make_plan(cfg), log=lambda m: None)
     assert (again.run_id, again.computed, again.skipped, again.exit_code(0.0)) == (first.run_id, 0, 4, 0)
     assert again.stats["shards"] == {"before": shards, "after": 1}
     assert len(list((Path(first.output) / "samples").glob("*.parquet"))) == 1

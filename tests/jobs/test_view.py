@@ -7,7 +7,8 @@ import json
 import pytest
 from fastapi.testclient import TestClient
 
-from memloop.jobs.results.report import RunData, build_report
+from memloop.jobs.results.report import build_report
+from memloop.jobs.results.run_data import RunData
 from memloop.jobs.results.view.app import create_app
 from memloop.jobs.results.view.bundle import write_bundle
 from memloop.jobs.results.view.errors import ViewError

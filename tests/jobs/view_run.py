@@ -63,10 +63,11 @@ def make_view_run(output: Path) -> str:
     """Run the config against the scripted model; returns the run's URI."""
     from memloop.jobs.run.config import parse_config
     from memloop.jobs.run.driver import execute
+    from memloop.jobs.run.plan import make_plan
     from tests.jobs.scripted_endpoint import scripted_endpoint
 
     with scripted_endpoint(hostile_answer) as (url, _):
-        summary = execute(parse_config(view_config(output, url)), log=lambda m: None)
+        summary = execute(make_plan(parse_config(view_config(output, url))), log=lambda m: None)
     assert summary.computed + summary.failed > 0
     return summary.output
 
@@ -75,14 +76,15 @@ def make_second_run(folder: Path) -> str:
     """A second, smaller run into the same folder: SUMIE only, judged by sumie-exact (a headline score)."""
     from memloop.jobs.run.config import parse_config
     from memloop.jobs.run.driver import execute
+    from memloop.jobs.run.plan import make_plan
     from tests.jobs.scripted_endpoint import attribute_table_answer, scripted_endpoint
 
     with scripted_endpoint(attribute_table_answer) as (url, _):
         model = {"kind": "openai", "endpoint": {"base_url": url, "model": "scripted-two", "max_concurrency": 2}}
-        summary = execute(parse_config({
+        summary = execute(make_plan(parse_config({
             "name": "second", "output": str(folder), "model": model, "judge_cpus": 0.25, "retries": 0,
             "datasets": [{"task": "sumie", "synthetic": {"entities": 1, "seed": 3}, "options": {"max_chunks": 2}}],
             "methods": [{"name": "gu-json", "options": {"max_attempts": 1}}],
-            "judges": [{"name": "sumie-exact"}]}), log=lambda m: None)
+            "judges": [{"name": "sumie-exact"}]})), log=lambda m: None)
     assert summary.computed == 1
     return summary.output

@@ -21,7 +21,8 @@ def test_only_the_memory_carried_into_a_later_turn_counts() -> None:
 
 
 def test_report_memory_tokens_are_what_the_prompts_received() -> None:
-    from memloop.jobs.results.report import RunData, memory_figures
+    from memloop.jobs.results.figures import memory_figures
+    from memloop.jobs.results.run_data import RunData
 
     big, small, later = {"a": ["long value"] * 50}, {"a": ["v"]}, {"a": ["v", "w"] * 50}
     unit = {"method": "gu-json-k200", "dataset": "sumie", "repeat": 0, "sample_id": "s0"}

@@ -55,7 +55,7 @@ def expand(uris: list[str]) -> list[str]:
 
 def _headline(run: "ViewRun") -> tuple[str, float | None]:
     """The run's first judge metric (SUMIE: F1 at the last turn) per method, and the best of them."""
-    from memloop.jobs.results.report import score_figures
+    from memloop.jobs.results.figures import score_figures
 
     figs = [f for f in score_figures(run.data)[0] if f.get("mean") is not None]
     if not figs:
@@ -69,7 +69,8 @@ def _headline(run: "ViewRun") -> tuple[str, float | None]:
 
 
 def run_row(r: int, run: "ViewRun") -> dict[str, Any]:
-    from memloop.jobs.results.report import figures_of, models_of
+    from memloop.jobs.results.figures import figures_of
+    from memloop.jobs.results.run_models import models_of
 
     runs = run.data.runs
     samples = run.data.samples

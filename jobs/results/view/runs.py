@@ -16,7 +16,10 @@ import pandas as pd
 
 from memloop.jobs.results.cells import unit_values
 from memloop.jobs.results.compare import PAIR
-from memloop.jobs.results.report import NOT_APPLICABLE, PromptTokenizer, Report, RunData, build_report, figures_of, run_config
+from memloop.jobs.results.figures import figures_of
+from memloop.jobs.results.prompt_tokens import PromptTokenizer
+from memloop.jobs.results.report import Report, build_report
+from memloop.jobs.results.run_data import NOT_APPLICABLE, RunData, run_config
 from memloop.jobs.results.view.errors import ViewError
 from memloop.jobs.store.lock import LOCK_NAME
 from memloop.jobs.store.objects import NotFoundError
