@@ -27,7 +27,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException
 
 from memloop.engine.errors import EngineError, NonFiniteLogitsError, RequestError
-from memloop.engine.sample.sampling import SamplingParams
+from memloop.engine.sample.sampling import request_params
 from memloop.engine.sched.token_pieces import TokenPieces
 from memloop.engine.serve.chunks import ChatChunks, CompletionChunks
 from memloop.engine.serve.protocol import (MAX_N, ChatRequest, CompletionRequest, FieldError, _Sampling, _usage,
@@ -214,7 +214,7 @@ class RequestGate:
     async def run(self, watch: Watch, requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Generate every request (one per choice), all checked before any is queued."""
         for r in requests:
-            SamplingParams.from_request(r["sampling"])
+            request_params(r["sampling"])
         async with self.admitted(len(requests)):
             futs = await watch.off_loop(self._submit_all, requests, undo=self._cancel_all)
             try:
@@ -228,7 +228,7 @@ class RequestGate:
         on the engine's requests and queue places are held until the body ends, the deadline passes or
         the client disconnects (Starlette cancels the body then), and freed at once. Queueing runs on the
         gate's worker threads under the request's `Watch`, as a non-streamed request's does."""
-        params = [SamplingParams.from_request(r["sampling"]) for r in requests]
+        params = [request_params(r["sampling"]) for r in requests]
         count = len(requests)
         self.admit(count)
         try:
@@ -277,7 +277,7 @@ class ServingCompletion:
             results: list[dict[str, Any] | None] = list(await gate.run(watch, requests))
         else:  # echo with max_tokens 0: the other sampling fields are still checked
             for r in requests:
-                SamplingParams.from_request({**r["sampling"], "max_tokens": 1})
+                request_params({**r["sampling"], "max_tokens": 1})
             results = [None] * len(requests)
         if echo:
             shown = await self._echoed_prompts(watch, prompts, top_n)

@@ -118,13 +118,13 @@ BOOK = Path(__file__).resolve().parents[2] / "jobs/configs/data/lighthouse-keepe
     ({"datasets": [{"task": "book", "path": str(BOOK), "options": {"chunk_tokens": "abc"}}]}, "`chunk_tokens`"),
     ({"datasets": [{"task": "book", "path": str(BOOK), "options": {"chunk_tokenz": 5}}]}, "chunk_tokenz"),
     ({"methods": [{"name": "cok", "options": {"max_tokens": "abc"}}]}, "`max_tokens`: Input should be a valid integer"),
-    ({"methods": [{"name": "cok", "options": {"max_tokens": -3}}]}, "`max_tokens`: Input should be greater than"),
+    ({"methods": [{"name": "cok", "options": {"max_tokens": -3}}]}, "`max_tokens`: max_tokens must be an integer from 1"),
     ({"methods": [{"name": "cok", "options": {"temperature": float("nan")}}]}, "`temperature`"),
     ({"sampling": {"top_k": 3000000000}}, "sampling.top_k"),
     ({"sampling": {"max_tokens": True}}, "sampling.max_tokens"),  # YAML's `true` was read as 1
     ({"sampling": {"max_tokens": 10**12}}, "sampling.max_tokens"),  # passed the dry run
     ({"methods": [{"name": "cok", "options": {"max_tokens": True}}]}, "`max_tokens`: Input should be a valid integer"),
-    ({"methods": [{"name": "inc-update", "options": {"max_tokens": 10**12}}]}, "`max_tokens`: Input should be less"),
+    ({"methods": [{"name": "inc-update", "options": {"max_tokens": 10**12}}]}, "`max_tokens`: max_tokens must be"),
     ({"engine": {"page_budget": -1}}, "engine.page_budget"),
     ({"engine": {"options": {"kv_dtype": "int8"}}}, "`engine.options.kv_dtype` changes the model's outputs"),
     ({"model": {"options": {"kv_dtype": "int4"}}}, "`kv_dtype` must be one of"),

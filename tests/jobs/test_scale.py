@@ -73,7 +73,7 @@ def _scripted_recording(cfg: dict) -> dict[str, Answer]:
         llm = ScriptedLLM(outs, name="engine-0")
         run_loop(u, 0, llm)
         for req, out in zip(llm.requests, outs):
-            rec[prompt_of(req.to_dict())] = Answer(out, 40, 10, 12, "stop")
+            rec[prompt_of(req)] = Answer(out, 40, 10, 12, "stop")
     return rec
 
 
