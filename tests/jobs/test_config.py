@@ -142,6 +142,19 @@ def test_option_values_are_checked_before_any_work(tmp_path, over, expected) -> 
     assert "\n" not in str(info.value)
 
 
+def test_one_seed_rule_a_signed_64_bit_integer_everywhere(tmp_path) -> None:
+    """A run's seed, a method's seed option and a request's seed follow one rule (docs/architecture.md): a
+    negative seed is a seed; beyond 64 bits is the same refusal wherever it is given."""
+    import memloop
+    from memloop.sampling import SamplingParams
+
+    plan = memloop.plan(_cfg(tmp_path, seed=-3, methods=[{"name": "inc-update", "options": {"seed": -(2**63)}}]))
+    assert plan.units and SamplingParams(seed=-(2**63)).seed == -(2**63)
+    with pytest.raises(memloop.MemloopError, match=r"`seed`: seed must be None \(fresh randomness\) or an integer "
+                                                   r"from -2\*\*63 to 2\*\*63 - 1; got -9223372036854775809"):
+        memloop.plan(_cfg(tmp_path, methods=[{"name": "inc-update", "options": {"seed": -(2**63) - 1}}]))
+
+
 def test_a_judge_writing_rows_other_than_registered_fails_naming_the_fix() -> None:
     """rouge registered under another name without `rows_as`: its rows would escape the duplicate check."""
     from dataclasses import replace

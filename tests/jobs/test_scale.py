@@ -16,6 +16,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from memloop.eval.llm import LLMRequest
 from memloop.jobs.run.config import parse_config
 from memloop.jobs.run.driver import execute
 from memloop.jobs.errors import ConfigError
@@ -188,7 +189,7 @@ def test_replay_engine_batches_steps_and_refuses_unknown_prompts() -> None:
     eng = ReplayEngine(rec, model.to_dict(), tokenizer_json())
 
     async def go():
-        req = lambda p: {"messages": [{"role": "user", "content": p}], "sampling": {}}  # noqa: E731
+        req = lambda p: LLMRequest(messages=({"role": "user", "content": p},))  # noqa: E731
         a, b = await asyncio.gather(eng.complete(req("hello")), eng.complete(req("again")))
         with pytest.raises(ReplayMiss, match="record a run of the current code"):
             await eng.complete(req("never recorded"))
