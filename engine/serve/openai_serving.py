@@ -34,6 +34,7 @@ from memloop.engine.serve.protocol import (MAX_N, ChatRequest, CompletionRequest
                                            chat_logprobs, completion_logprobs, echo_choice)
 from memloop.engine.serve.responses_api import ResponseBuilder, ResponseEvents, ResponsesRequest
 from memloop.engine.serve.streaming import SSE_HEADERS, ChoiceStream, StreamShape, TokenFeed, stream_body
+from memloop.sampling import raised_by_check
 
 RETRY_AFTER_S = 1
 WARMUP_RETRY_AFTER_S = 5  # a warm-up compiles for seconds to minutes: a client need not ask every second
@@ -418,7 +419,8 @@ async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
     first = exc.errors()[0] if exc.errors() else {}
     loc = [str(x) for x in first.get("loc", ())]
     where = ".".join(loc)
-    return error_response(400, f"invalid request at {where or 'body'}: {first.get('msg', 'malformed')}",
+    message = raised_by_check(first) or first.get("msg", "malformed")  # a sampling bound: the one message
+    return error_response(400, f"invalid request at {where or 'body'}: {message}",
                           param=".".join(loc[1:]) or None)
 
 

@@ -63,6 +63,10 @@ def test_cli_api_and_server_report_a_bad_max_tokens_alike(tmp_path, client) -> N
                                        max_tokens=BAD)
     assert http.value.status_code == 400
     assert http.value.body["message"] == expected, http.value.body
+    with pytest.raises(openai.BadRequestError) as renamed:  # the cap under its current name, named as sent
+        client.chat.completions.create(model="smollm2", messages=[{"role": "user", "content": "Hi"}],
+                                       max_completion_tokens=BAD)
+    assert renamed.value.body["message"] == f"invalid request at body.max_completion_tokens: {expected}"
 
 
 def test_the_server_and_a_method_option_bound_the_temperature_alike(tmp_path, client) -> None:
