@@ -1,5 +1,6 @@
 """Errors the engine raises for conditions a user can cause or fix."""
 from memloop.errors import MemloopError
+from memloop.sampling import SamplingError
 
 
 class EngineError(MemloopError):
@@ -16,6 +17,11 @@ class ModelFormatError(EngineError):
 
 class RequestError(EngineError):
     """A generation request is malformed or cannot be served (too long, bad schema, ...)."""
+
+
+class SamplingRequestError(RequestError, SamplingError):
+    """A request's sampling settings are out of bounds: `memloop.sampling.check`'s message, as this request's
+    RequestError (HTTP 400)."""
 
 
 class StepError(RequestError):

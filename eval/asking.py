@@ -24,7 +24,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from memloop.eval.errors import EvalError
-from memloop.eval.llm import LLM, LLMRequest, Sampling, Usage
+from memloop.eval.llm import LLM, LLMRequest, Usage
+from memloop.sampling import SamplingParams
 
 
 class ParseFailure(Exception):
@@ -52,7 +53,7 @@ class RetryPolicy:
     retry_constrained: bool = False
     reseed: bool = False
 
-    def sampling(self, base: Sampling, attempt: int) -> Sampling:
+    def sampling(self, base: SamplingParams, attempt: int) -> SamplingParams:
         """The sampling of 0-based `attempt`; attempt 0 is always `base`."""
         if attempt == 0 or (self.temperature is None and not self.reseed):
             return base
@@ -98,7 +99,7 @@ class Answer:
     prompt: str = ""  # the last attempt's prompt (a `reprompt` may change it per attempt)
 
 
-def build_request(prompt: str, sampling: Sampling, schema: dict[str, Any] | None = None, *,
+def build_request(prompt: str, sampling: SamplingParams, schema: dict[str, Any] | None = None, *,
                   raw_prompt: bool = False) -> LLMRequest:
     """A chat request with one user message, or a completion request when `raw_prompt`."""
     if raw_prompt:
@@ -106,7 +107,7 @@ def build_request(prompt: str, sampling: Sampling, schema: dict[str, Any] | None
     return LLMRequest(messages=({"role": "user", "content": prompt},), sampling=sampling, json_schema=schema)
 
 
-def ask(llm: LLM, prompt: str, sampling: Sampling, *, parse: Callable[[str], Any] | None = None,
+def ask(llm: LLM, prompt: str, sampling: SamplingParams, *, parse: Callable[[str], Any] | None = None,
         schema: dict[str, Any] | None = None, max_attempts: int = 3, retry: RetryPolicy = SAME_REQUEST,
         raw_prompt: bool = False, reprompt: Callable[[int], str] | None = None) -> Answer:
     """Ask until `parse` accepts the text (no `parse`: the text itself), at most `max_attempts` times.

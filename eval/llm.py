@@ -14,27 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, Sequence, runtime_checkable
 
-from memloop.eval.options import MaxTokens, Seed, Temperature, TopK, TopP
-
-
-@dataclass(frozen=True)
-class SamplingSettings:
-    """The decoding settings a request (`Sampling`) and a method (`memloop.eval.methods.base.MethodSettings`)
-    share, and their defaults, written once here. temperature == 0 means greedy; top_k == 0 and
-    top_p == 1 disable those filters. The types carry the bounds a method's options are checked against."""
-
-    max_tokens: MaxTokens = 512
-    temperature: Temperature = 0.0
-    top_k: TopK = 0
-    top_p: TopP = 1.0
-    seed: Seed | None = None
-
-
-@dataclass(frozen=True)
-class Sampling(SamplingSettings):
-    """One request's decoding settings: the shared ones, and where to stop."""
-
-    stop: tuple[str, ...] = ()
+from memloop.sampling import SamplingParams
 
 
 @dataclass(frozen=True)
@@ -57,12 +37,14 @@ class Usage:
 class LLMRequest:
     """A chat request (`messages`) or a raw completion (`prompt`); exactly one is set.
 
-    `json_schema`, when set, asks for output constrained to that JSON Schema.
+    `json_schema`, when set, asks for output constrained to that JSON Schema. `sampling` is the one sampling
+    type (`memloop.sampling.SamplingParams`, checked when made). The jobs layer hands this object itself to
+    the engine actor (Ray pickles it); `to_dict` is its JSON form for content hashes and caches.
     """
 
     messages: tuple[dict[str, str], ...] | None = None
     prompt: str | None = None
-    sampling: Sampling = field(default_factory=Sampling)
+    sampling: SamplingParams = field(default_factory=SamplingParams)
     json_schema: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
@@ -72,18 +54,16 @@ class LLMRequest:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["messages"] = list(self.messages) if self.messages is not None else None
-        d["sampling"]["stop"] = list(self.sampling.stop)
+        d["sampling"] = self.sampling.to_dict()
         return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "LLMRequest":
-        s = dict(d.get("sampling") or {})
-        s["stop"] = tuple(s.get("stop") or ())
         msgs = d.get("messages")
         return cls(
             messages=tuple(dict(m) for m in msgs) if msgs is not None else None,
             prompt=d.get("prompt"),
-            sampling=Sampling(**s),
+            sampling=SamplingParams.from_request(d.get("sampling")),
             json_schema=d.get("json_schema"),
         )
 

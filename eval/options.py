@@ -2,9 +2,9 @@
 
 A method's options are its `Settings` dataclass; a loader's or judge's options are the keyword
 parameters of its function. Both are validated by pydantic against their type hints (with the
-constraints of `Annotated[..., Field(...)]` where a type alone says too little), so `max_tokens:
-abc`, `max_tokens: -3` or `chunk_tokens: "two"` fail in the config check with the option named,
-and an unknown option is an error that lists the valid ones.
+constraints of `Annotated[..., Field(...)]` where a type alone says too little; a sampling setting's
+bounds are `memloop.sampling.check`'s), so `max_tokens: abc`, `max_tokens: -3` or `chunk_tokens: "two"` fail
+in the config check with the option named, and an unknown option is an error that lists the valid ones.
 """
 from __future__ import annotations
 
@@ -12,30 +12,35 @@ import inspect
 import typing
 from typing import Annotated, Any, Callable, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, Strict, TypeAdapter, ValidationError, create_model
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict, TypeAdapter, ValidationError, create_model
 
 from memloop.eval.errors import EvalError
+from memloop.sampling import checker, raised_by_check
 
 T = TypeVar("T")
 
 PositiveInt = Annotated[int, Field(ge=1)]
-# Tokens to generate: far above any model's context, so a typo's extra zeros fail before the run; strict, so
-# YAML's `true` is not read as 1.
-MAX_TOKENS = 2**20
-MaxTokens = Annotated[int, Strict(), Field(ge=1, le=MAX_TOKENS)]
 NonNegativeInt = Annotated[int, Field(ge=0)]
-Temperature = Annotated[float, Field(ge=0.0, le=100.0, allow_inf_nan=False)]
-TopK = Annotated[int, Field(ge=0, lt=2**31)]
-TopP = Annotated[float, Field(gt=0.0, le=1.0, allow_inf_nan=False)]
-Seed = Annotated[int, Field(ge=0, lt=2**63)]
+# The sampling settings a method or judge takes: their bounds and messages are `memloop.sampling.check`'s, the
+# ones a request and the engine report. max_tokens is strict, so YAML's `true` is not read as 1.
+MaxTokens = Annotated[int, Strict(), AfterValidator(checker("max_tokens"))]
+Temperature = Annotated[float, AfterValidator(checker("temperature"))]
+TopK = Annotated[int, AfterValidator(checker("top_k"))]
+TopP = Annotated[float, AfterValidator(checker("top_p"))]
+Seed = Annotated[int, AfterValidator(checker("seed"))]
 
 
 def _messages(exc: ValidationError) -> str:
     parts = []
     for err in exc.errors():
         loc = ".".join(str(p) for p in err["loc"]) or "(options)"
-        parts.append(f"`{loc}`: {err['msg']} (got {err.get('input')!r})" if err["type"] != "extra_forbidden"
-                     else f"`{loc}` is not an option")
+        bound = raised_by_check(err)
+        if err["type"] == "extra_forbidden":
+            parts.append(f"`{loc}` is not an option")
+        elif bound is not None:  # the sampling bound's own message, which shows the value given
+            parts.append(f"`{loc}`: {bound}")
+        else:
+            parts.append(f"`{loc}`: {err['msg']} (got {err.get('input')!r})")
     return "; ".join(parts)
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from memloop.engine.errors import RequestError
 from memloop.engine.cache.kv_cache import PagePool, check_fits
-from memloop.engine.sample.sampling import SamplingParams, seed_keys
+from memloop.engine.sample.sampling import request_params, seed_keys
 from memloop.engine.sched.scheduler import Sequence
 from memloop.engine.model.tokenizer import Tokenizer
 
@@ -66,7 +66,7 @@ class RequestIntake:
     def misfit(self, request: dict[str, Any]) -> str | None:
         """Why the request could never be served (its prompt with the chat template + max_tokens against
         the context and the page pool), or None when it fits: the check `make_sequence` applies, asked ahead."""
-        params = SamplingParams.from_request(request.get("sampling"), self.vocab_size)
+        params = request_params(request.get("sampling"), self.vocab_size)
         try:
             check_fits(len(self.prompt_ids(request)), params.max_tokens, self.pool, self.max_context)
         except RequestError as exc:
@@ -77,7 +77,7 @@ class RequestIntake:
         """Validate and tokenise a request dict (raises RequestError, never truncates)."""
         if not isinstance(request, dict):
             raise RequestError("a request must be a JSON object")
-        params = SamplingParams.from_request(request.get("sampling"), self.vocab_size)  # the one parser
+        params = request_params(request.get("sampling"), self.vocab_size)  # the one parser
         ids = self.prompt_ids(request)
         check_fits(len(ids), params.max_tokens, self.pool, self.max_context)
         schema = request.get("json_schema")

@@ -10,144 +10,31 @@ step; only a row asking for top-p without top-k forces the full sort (cap = voca
 Log-probabilities (`token_logprobs`) are those of the model's own next-token distribution, the
 log-softmax of the raw logits before the grammar mask, temperature, top-k and top-p (vLLM's default
 `raw_logprobs`, and what OpenAI reports): the same numbers whatever the sampling settings.
+
+A row's settings are a `memloop.sampling.SamplingParams`, the one sampling type of every layer, which owns
+the bounds; this module packs them into the step's arrays.
 """
 from __future__ import annotations
 
-import dataclasses
 from typing import Any, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-import pydantic
-from pydantic import BaseModel, ConfigDict, Field
 
-from memloop.engine.errors import RequestError
-
-# The one default of the engine for a request that does not set max_tokens.
-DEFAULT_MAX_TOKENS = 512
-# What the jitted step can represent: token counts, top_k and token ids are int32 on the device,
-# seeds go through `jax.random.key` (a C long), temperature and top_p are float32.
-INT32_MAX = 2**31 - 1
-SEED_MIN, SEED_MAX = -(2**63), 2**63 - 1
-# Above this, sampling is uniform over the candidates to float32 precision anyway; a bound keeps
-# masked (-inf) logits from meeting an infinite temperature (inf/inf = nan).
-MAX_TEMPERATURE = 100.0
-# Stop strings are searched in the decoded text after every token: bound that work per request.
-MAX_STOP_STRINGS = 16
-MAX_STOP_CHARS = 1000
-MAX_STOP_TOKEN_IDS = 256
-# Most alternatives a request may ask log-probabilities of per token (OpenAI's and vLLM's top_logprobs
-# bound); the step computes this many whenever any row of the batch asks, so one program serves them all.
-MAX_LOGPROBS = 20
+from memloop.engine.errors import SamplingRequestError
+from memloop.sampling import MAX_LOGPROBS, SamplingError, SamplingParams
 
 
-class _RequestSampling(BaseModel):
-    """The request's `sampling` object as it arrives (strict: no bools as numbers, no strings as numbers)."""
-
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-    max_tokens: int = Field(DEFAULT_MAX_TOKENS, ge=1, le=INT32_MAX)
-    temperature: float = Field(0.0, ge=0.0, le=MAX_TEMPERATURE, allow_inf_nan=False)
-    top_k: int = Field(0, ge=0, le=INT32_MAX)
-    top_p: float = Field(1.0, gt=0.0, le=1.0, allow_inf_nan=False)
-    seed: int | None = Field(None, ge=SEED_MIN, le=SEED_MAX)
-    stop: list[str] = Field(default_factory=list, max_length=MAX_STOP_STRINGS)
-    stop_token_ids: list[int] | None = Field(None, max_length=MAX_STOP_TOKEN_IDS)
-    logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
-
-
-SAMPLING_FIELDS = tuple(_RequestSampling.model_fields)
-
-
-@dataclasses.dataclass(frozen=True)
-class SamplingParams:
-    """temperature 0 = greedy; top_k 0 and top_p 1 disable those filters; seed None = fresh randomness.
-
-    `stop_token_ids=None` uses the tokenizer's end-of-turn tokens; `stop` strings end the output at
-    their first occurrence (the string itself is not returned). `logprobs` None returns none; N (0 to
-    MAX_LOGPROBS) returns each output token's log-probability and the N most likely alternatives. Requests are parsed with
-    `from_request`, which checks every field against what the jitted step can represent.
-    """
-
-    max_tokens: int = DEFAULT_MAX_TOKENS
-    temperature: float = 0.0
-    top_k: int = 0
-    top_p: float = 1.0
-    seed: int | None = None
-    stop: tuple[str, ...] = ()
-    stop_token_ids: tuple[int, ...] | None = None
-    logprobs: int | None = None
-
-    def __post_init__(self) -> None:
-        if not 1 <= self.max_tokens <= INT32_MAX:
-            raise RequestError(f"max_tokens must be in [1, {INT32_MAX}], got {self.max_tokens}.")
-        if not (0.0 <= self.temperature <= MAX_TEMPERATURE):  # also false for nan
-            raise RequestError(f"temperature must be a number in [0, {MAX_TEMPERATURE:g}], got {self.temperature}.")
-        if not 0 <= self.top_k <= INT32_MAX:
-            raise RequestError(f"top_k must be in [0, {INT32_MAX}] (0 disables it), got {self.top_k}.")
-        if not (0.0 < self.top_p <= 1.0):
-            raise RequestError(f"top_p must be in (0, 1], got {self.top_p}.")
-        if self.seed is not None and not SEED_MIN <= self.seed <= SEED_MAX:
-            raise RequestError(f"seed must be an integer in [-2**63, 2**63 - 1], got {self.seed}.")
-        if any(not isinstance(s, str) or not s or len(s) > MAX_STOP_CHARS for s in self.stop):
-            raise RequestError(f"stop strings must be non-empty strings of at most {MAX_STOP_CHARS} characters.")
-        if len(self.stop) > MAX_STOP_STRINGS:
-            raise RequestError(f"at most {MAX_STOP_STRINGS} stop strings, got {len(self.stop)}.")
-        if self.stop_token_ids is not None and any(not 0 <= t <= INT32_MAX for t in self.stop_token_ids):
-            raise RequestError(f"stop_token_ids must be token ids >= 0, got {list(self.stop_token_ids)[:8]}.")
-        if self.logprobs is not None and not 0 <= self.logprobs <= MAX_LOGPROBS:
-            raise RequestError(f"logprobs must be None or in [0, {MAX_LOGPROBS}], got {self.logprobs}.")
-
-    @classmethod
-    def from_request(cls, d: Any, vocab_size: int | None = None) -> "SamplingParams":
-        """Parse a request's `sampling` object (None or missing fields take the defaults).
-
-        The one parser of request sampling settings (the engine's intake and `memloop serve` use it):
-        every value is checked before admission, so a value the step cannot represent is a
-        `RequestError` for its request and never fails a batch. `stop` may be one string.
-        `vocab_size` bounds `stop_token_ids` when given.
-        """
-        if d is None:
-            d = {}
-        if not isinstance(d, dict):
-            raise RequestError(f"`sampling` must be an object with keys among {list(SAMPLING_FIELDS)}")
-        unknown = sorted(str(k) for k in d if k not in SAMPLING_FIELDS)
-        if unknown:
-            raise RequestError(f"unknown sampling setting(s) {unknown}; known: {list(SAMPLING_FIELDS)}")
-        d = {k: v for k, v in d.items() if v is not None}
-        if isinstance(d.get("stop"), str):
-            d["stop"] = [d["stop"]]
-        for k in ("stop", "stop_token_ids"):
-            if isinstance(d.get(k), tuple):
-                d[k] = list(d[k])
-        try:
-            r = _RequestSampling(**d)
-        except pydantic.ValidationError as exc:
-            e = exc.errors(include_url=False)[0]
-            where = ".".join(str(x) for x in e["loc"]) or "sampling"
-            raise RequestError(f"bad sampling setting {where}: {e['msg']} (got {_short(e.get('input'))})") from None
-        except ValueError as exc:  # e.g. an integer of thousands of digits
-            raise RequestError(f"bad sampling setting: {_short(str(exc))}") from None
-        if r.stop_token_ids is not None and vocab_size is not None and any(t >= vocab_size for t in r.stop_token_ids):
-            raise RequestError(f"stop_token_ids must be < the vocabulary size {vocab_size}")
-        return cls(max_tokens=r.max_tokens, temperature=r.temperature, top_k=r.top_k, top_p=r.top_p,
-                   seed=r.seed, stop=tuple(r.stop),
-                   stop_token_ids=None if r.stop_token_ids is None else tuple(r.stop_token_ids),
-                   logprobs=r.logprobs)
-
-    @property
-    def greedy(self) -> bool:
-        return self.temperature == 0.0
-
-
-def _short(value: Any, limit: int = 60) -> str:
-    """A value for an error message, cut short (inputs can be megabytes; huge ints cannot be printed)."""
+def request_params(sampling: Any, vocab_size: int | None = None) -> SamplingParams:
+    """A request's `sampling` (a dict, None, or the SamplingParams a typed request carries) as the engine
+    runs it: the engine's intake and `memloop serve` parse with this, before admission, so a value the step
+    cannot represent fails its own request (a RequestError: HTTP 400) and never a batch. The message is
+    `memloop.sampling.check`'s, the one every layer reports."""
     try:
-        text = repr(value)
-    except ValueError:
-        return "an integer of thousands of digits"
-    return text if len(text) <= limit else text[:limit] + "..."
+        return SamplingParams.from_request(sampling, vocab_size)
+    except SamplingError as exc:
+        raise SamplingRequestError(str(exc)) from exc
 
 
 def next_pow2(n: int) -> int:

@@ -14,11 +14,33 @@ batches them continuously; each call awaits only its own future.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, Protocol, Sequence
 
 from memloop.engine.engine_config import EngineConfig
-from memloop.engine.errors import EngineError
+from memloop.engine.errors import EngineError, RequestError
 from memloop.engine.core.engine import Engine
+from memloop.sampling import SamplingParams
+
+
+class TypedRequest(Protocol):
+    """What a run sends the actor (`memloop.eval.llm.LLMRequest` is one; the engine does not import it): a
+    chat (`messages`) or a raw `prompt`, its checked `SamplingParams`, and an optional JSON Schema."""
+
+    messages: Sequence[dict[str, str]] | None
+    prompt: str | None
+    sampling: SamplingParams
+    json_schema: dict[str, Any] | None
+
+
+def request_fields(request: TypedRequest) -> dict[str, Any]:
+    """A typed request as the fields the engine's intake reads; its SamplingParams is taken as it is
+    (`memloop.engine.sample.sampling.request_params`), not parsed again from a dict."""
+    try:
+        return {"messages": request.messages, "prompt": request.prompt, "sampling": request.sampling,
+                "json_schema": request.json_schema}
+    except AttributeError:
+        raise RequestError(f"the engine actor takes a typed request (memloop.eval.llm.LLMRequest), got a "
+                           f"{type(request).__name__}") from None
 
 
 class EngineActor:
@@ -29,12 +51,14 @@ class EngineActor:
         an EngineError listing the valid ones; callers translate their own vocabularies first)."""
         self.engine = Engine(EngineConfig.of(config))
 
-    async def complete(self, request: dict[str, Any]) -> dict[str, Any]:
-        """`memloop.eval.llm.LLMRequest.to_dict()` in, `memloop.eval.llm.LLMResult.to_dict()` out. Tokenising (in
-        `submit`) runs on a worker thread, so a long prompt does not hold the actor's other calls."""
-        return await asyncio.wrap_future(await asyncio.to_thread(self.engine.submit, request))
+    async def complete(self, request: TypedRequest) -> dict[str, Any]:
+        """A typed request (`memloop.eval.llm.LLMRequest`, pickled by Ray) in, `memloop.eval.llm.LLMResult.to_dict()`
+        out. Tokenising (in `submit`) runs on a worker thread, so a long prompt does not hold the actor's
+        other calls."""
+        fields = request_fields(request)
+        return await asyncio.wrap_future(await asyncio.to_thread(self.engine.submit, fields))
 
-    async def complete_many(self, requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    async def complete_many(self, requests: list[TypedRequest]) -> list[dict[str, Any]]:
         return list(await asyncio.gather(*(self.complete(r) for r in requests)))
 
     def stats(self) -> dict[str, Any]:
@@ -55,10 +79,10 @@ class EngineActor:
         """The window one request may use (prompt + output), as the engine enforces it."""
         return int(self.engine.max_context)
 
-    async def misfit(self, request: dict[str, Any]) -> str | None:
+    async def misfit(self, request: TypedRequest) -> str | None:
         """Why a request could never be served, or None: the engine's own length check, asked ahead
         (tokenising a whole book runs on a worker thread, as in `complete`)."""
-        return await asyncio.to_thread(self.engine.misfit, request)
+        return await asyncio.to_thread(self.engine.misfit, request_fields(request))
 
     def shutdown(self) -> None:
         self.engine.shutdown()

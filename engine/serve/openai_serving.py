@@ -27,13 +27,14 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException
 
 from memloop.engine.errors import EngineError, NonFiniteLogitsError, RequestError
-from memloop.engine.sample.sampling import SamplingParams
+from memloop.engine.sample.sampling import request_params
 from memloop.engine.runner.token_pieces import TokenPieces
 from memloop.engine.serve.chunks import ChatChunks, CompletionChunks
 from memloop.engine.serve.protocol import (MAX_N, ChatRequest, CompletionRequest, FieldError, _Sampling, _usage,
                                            chat_logprobs, completion_logprobs, echo_choice)
 from memloop.engine.serve.responses_api import ResponseBuilder, ResponseEvents, ResponsesRequest
 from memloop.engine.serve.streaming import SSE_HEADERS, ChoiceStream, StreamShape, TokenFeed, stream_body
+from memloop.sampling import raised_by_check
 
 RETRY_AFTER_S = 1
 WARMUP_RETRY_AFTER_S = 5  # a warm-up compiles for seconds to minutes: a client need not ask every second
@@ -214,7 +215,7 @@ class RequestGate:
     async def run(self, watch: Watch, requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Generate every request (one per choice), all checked before any is queued."""
         for r in requests:
-            SamplingParams.from_request(r["sampling"])
+            request_params(r["sampling"])
         async with self.admitted(len(requests)):
             futs = await watch.off_loop(self._submit_all, requests, undo=self._cancel_all)
             try:
@@ -228,7 +229,7 @@ class RequestGate:
         on the engine's requests and queue places are held until the body ends, the deadline passes or
         the client disconnects (Starlette cancels the body then), and freed at once. Queueing runs on the
         gate's worker threads under the request's `Watch`, as a non-streamed request's does."""
-        params = [SamplingParams.from_request(r["sampling"]) for r in requests]
+        params = [request_params(r["sampling"]) for r in requests]
         count = len(requests)
         self.admit(count)
         try:
@@ -277,7 +278,7 @@ class ServingCompletion:
             results: list[dict[str, Any] | None] = list(await gate.run(watch, requests))
         else:  # echo with max_tokens 0: the other sampling fields are still checked
             for r in requests:
-                SamplingParams.from_request({**r["sampling"], "max_tokens": 1})
+                request_params({**r["sampling"], "max_tokens": 1})
             results = [None] * len(requests)
         if echo:
             shown = await self._echoed_prompts(watch, prompts, top_n)
@@ -418,7 +419,8 @@ async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
     first = exc.errors()[0] if exc.errors() else {}
     loc = [str(x) for x in first.get("loc", ())]
     where = ".".join(loc)
-    return error_response(400, f"invalid request at {where or 'body'}: {first.get('msg', 'malformed')}",
+    message = raised_by_check(first) or first.get("msg", "malformed")  # a sampling bound: the one message
+    return error_response(400, f"invalid request at {where or 'body'}: {message}",
                           param=".".join(loc[1:]) or None)
 
 

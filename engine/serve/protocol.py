@@ -4,14 +4,18 @@ usage shapes of the responses."""
 from __future__ import annotations
 
 from abc import abstractmethod
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_validator
 
 from memloop.engine.errors import RequestError
 from memloop.engine.sample.sampling import MAX_LOGPROBS
+from memloop.sampling import checker
 
 MAX_N = 64
+# An output cap sent under another name (OpenAI's `max_completion_tokens`, the Responses API's
+# `max_output_tokens`) is bounded by the one sampling check, as `max_tokens` is, and named as sent.
+OutputCap = Annotated[StrictInt, AfterValidator(checker("max_tokens"))]
 
 # OpenAI fields memloop does not implement, and the values that ask for nothing (accepted): a client
 # relying on one of them gets a 400 naming it, never an answer that silently ignores it.
@@ -94,7 +98,7 @@ class _Sampling(_Request):
 
     model: str | None = None
     max_tokens: Any = None
-    max_completion_tokens: StrictInt | None = Field(default=None, ge=1)  # the current name of max_tokens
+    max_completion_tokens: OutputCap | None = None  # the current name of max_tokens
     temperature: Any = None
     top_p: Any = None
     top_k: Any = None

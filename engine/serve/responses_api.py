@@ -16,7 +16,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt
 
 from memloop.engine.sample.sampling import MAX_LOGPROBS
-from memloop.engine.serve.protocol import FieldError, _no_lone_surrogate, _Request, chat_logprobs
+from memloop.engine.serve.protocol import FieldError, OutputCap, _no_lone_surrogate, _Request, chat_logprobs
 from memloop.engine.serve.streaming import StreamShape
 
 # Fields memloop does not implement on this route, and the values that ask for nothing (what Inspect
@@ -60,7 +60,7 @@ class ResponsesRequest(_Request):
     model: str | None = None
     input: str | list[Any]
     instructions: str | None = None
-    max_output_tokens: StrictInt | None = Field(default=None, ge=1)
+    max_output_tokens: OutputCap | None = None
     temperature: Any = None
     top_p: Any = None
     text: TextConfig | None = None

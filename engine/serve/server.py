@@ -15,7 +15,7 @@ or token ids (one list of ints, or a list of them), as OpenAI's. `stream: true` 
 with Server-Sent Events as OpenAI and vLLM do (`streaming.py`, `chunks.py`).
 
 One bad request never harms another: every sampling field goes through the engine's one parser
-(`SamplingParams.from_request`) before anything is queued; the body limit is enforced while the
+(`memloop.engine.sample.sampling.request_params`) before anything is queued; the body limit is enforced while the
 body streams in; tokenising runs off the event loop (so `/health` stays fast); the queue is bounded
 (429 + Retry-After), and a request that could never be admitted (more choices than the queue
 holds) is a 400; a request whose client disconnects or that runs past the timeout is cancelled in

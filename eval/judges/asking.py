@@ -13,8 +13,9 @@ from typing import Any, Callable
 from memloop.eval.asking import RESAMPLE, ParseFailure, ask
 from memloop.eval.errors import JudgeError
 from memloop.eval.judges.records import Judgment
-from memloop.eval.llm import LLM, Sampling
+from memloop.eval.llm import LLM
 from memloop.eval.templates import Template
+from memloop.sampling import SamplingParams
 
 
 def answer_list(text: str, key: str, shape: str) -> list[Any]:
@@ -50,7 +51,7 @@ def ask_judgment(llm: LLM, template: Template, prompt: str, *, item: str, parse:
     """
     if max_attempts < 1:
         raise JudgeError(f"max_attempts must be at least 1 (got {max_attempts})")
-    answer = ask(llm, prompt, Sampling(max_tokens=max_tokens, temperature=temperature, seed=seed), parse=parse,
+    answer = ask(llm, prompt, SamplingParams(max_tokens=max_tokens, temperature=temperature, seed=seed), parse=parse,
                  schema=schema, max_attempts=max_attempts, retry=RESAMPLE)
     failures = [{"raw": a.raw, "reason": f"{a.reason} (answer cut at max_tokens={max_tokens})" if a.cut else a.reason}
                 for a in answer.failures]

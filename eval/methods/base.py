@@ -11,19 +11,20 @@ from __future__ import annotations
 
 import time
 
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, ClassVar, Literal
 
 from memloop.eval.asking import ParseFailure, ask, reseed
 from memloop.eval.datasets.sample import Sample
 from memloop.eval.errors import MethodError
-from memloop.eval.llm import LLM, Sampling, SamplingSettings, Usage
+from memloop.eval.llm import LLM, Usage
 from memloop.eval.methods.outcomes import call_outcome
 from memloop.eval.methods.procedure import Procedure, StepRule, from_settings
 from memloop.eval.methods.step import Step, unit_failure
-from memloop.eval.options import PositiveInt, Temperature, check_settings
+from memloop.eval.options import MaxTokens, PositiveInt, Seed, Temperature, TopK, TopP, check_settings
 from memloop.eval.templates import Template, load_template
 from memloop.eval.templates import template_hashes as _template_hashes
+from memloop.sampling import DEFAULT_MAX_TOKENS, SamplingParams
 
 __all__ = ["Method", "MethodOutput", "MethodSettings", "NOT_RUN", "ParseFailure", "Trace"]
 
@@ -78,10 +79,17 @@ class MethodOutput:
 
 
 @dataclass(frozen=True)
-class MethodSettings(SamplingSettings):
-    """Settings shared by every method: the sampling ones (`memloop.eval.llm.SamplingSettings`, whose defaults
-    a request's are too), then these; method-specific ones extend this dataclass."""
+class MethodSettings:
+    """Settings shared by every method: the sampling ones first (a request's defaults, bounded by
+    `memloop.sampling.check`), then these; method-specific ones extend this dataclass. They are the values
+    the method ran with, as its record shows them; the run's `sampling:` overrides are laid over a method's
+    defaults before it is made (`memloop.jobs.run.methods.method_settings`)."""
 
+    max_tokens: MaxTokens = DEFAULT_MAX_TOKENS
+    temperature: Temperature = 0.0
+    top_k: TopK = 0
+    top_p: TopP = 1.0
+    seed: Seed | None = None
     max_attempts: PositiveInt = 3  # parse-and-retry bound (attempts per step, the first included)
     # retries sample at least this hot with a fresh seed: a greedy retry would repeat the rejected answer
     retry_temperature: Temperature = 0.7
@@ -90,9 +98,11 @@ class MethodSettings(SamplingSettings):
     # model's window (`LLM.count_tokens`) stay in the model's tokens
     count_tokens: Literal["model", "cl100k"] = "model"
 
-    def sampling(self, max_tokens: int | None = None, stop: tuple[str, ...] = ()) -> Sampling:
-        return Sampling(max_tokens=max_tokens or self.max_tokens, temperature=self.temperature, top_k=self.top_k,
-                        top_p=self.top_p, seed=self.seed, stop=stop)
+    def sampling(self, max_tokens: int | None = None, stop: tuple[str, ...] = ()) -> SamplingParams:
+        """A request's sampling: these settings, with a step's own output cap and stop strings laid over them."""
+        own = SamplingParams(max_tokens=self.max_tokens, temperature=self.temperature, top_k=self.top_k,
+                             top_p=self.top_p, seed=self.seed)
+        return own.merge({"max_tokens": max_tokens or None, "stop": stop})
 
 
 class Trace:
@@ -145,9 +155,7 @@ class Trace:
                    llm: LLM | None = None, max_attempts: int | None = None,
                    temperature: float | None = None, reprompt: Callable[[int], str] | None = None) -> Step:
         self.templates[tpl.id] = tpl.sha256
-        sampling = self.settings.sampling(max_tokens, stop)
-        if temperature is not None:
-            sampling = replace(sampling, temperature=temperature)
+        sampling = self.settings.sampling(max_tokens, stop).merge({"temperature": temperature})
         attempts = self.settings.max_attempts if max_attempts is None else max_attempts
         started = time.time()
         answer = ask(llm or self.llm, prompt, sampling, parse=parse, schema=schema,

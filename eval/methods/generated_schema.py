@@ -18,9 +18,10 @@ from dataclasses import dataclass, field
 from typing import Callable, Hashable
 
 from memloop.eval.asking import RESAMPLE, ParseFailure, ask
-from memloop.eval.llm import LLM, Sampling, Usage
+from memloop.eval.llm import LLM, Usage
 from memloop.eval.memory import Schema, SchemaError
 from memloop.eval.templates import Template, load_template
+from memloop.sampling import SamplingParams
 
 TEMPLATE = "s002-schema-gen"
 _FENCED = re.compile(r"```(?:python)?\s*\n(.*?)```", re.S)
@@ -54,7 +55,7 @@ def parse_schema(text: str) -> Schema:
         raise ParseFailure(f"generated schema is not a typed hierarchy: {exc}") from None
 
 
-def generate_schema(llm: LLM, domain: str, example_query: str, sampling: Sampling, max_attempts: int) -> GeneratedSchema:
+def generate_schema(llm: LLM, domain: str, example_query: str, sampling: SamplingParams, max_attempts: int) -> GeneratedSchema:
     """Ask `llm` for a schema of `domain` shown `example_query`; bounded resampling on parse failures."""
     tpl = load_template(TEMPLATE)
     prompt = tpl.render(domain=domain, example_query=example_query)

@@ -12,11 +12,12 @@ from collections.abc import Iterable
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, Strict, ValidationError, field_validator,
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator,
                       model_validator)
 
-from memloop.eval.options import MAX_TOKENS
+from memloop.eval.options import MaxTokens, Temperature, TopK, TopP
 from memloop.jobs.errors import ConfigError
+from memloop.sampling import SEED_MAX, SEED_MIN, raised_by_check
 
 # Upper bounds of the config's counts: far above any real run, low enough that a typo (an extra few
 # zeros) fails in one line instead of exhausting memory building units or threads.
@@ -29,7 +30,7 @@ MAX_CONCURRENCY = 4_096  # requests at once to an endpoint
 MAX_RETRIES = 20  # attempts after the first (per sample, per endpoint request)
 MAX_RESTARTS = 100  # engine actor restarts
 MAX_FLUSH_UNITS = 100_000  # units per shard write
-MAX_SEED = 2**63 - 1 - MAX_REPEATS  # each repeat's seed (seed + repeat) is a method's 64-bit `seed` option
+MAX_SEED = SEED_MAX - MAX_REPEATS  # each repeat's seed (seed + repeat) is a method's 64-bit `seed` option
 
 
 def _at_most(most: int, what: str, advice: str = "lower it") -> AfterValidator:
@@ -199,13 +200,14 @@ def auto_placement(actors: int, max_in_flight: int, model_kind: str) -> Literal[
 
 
 class SamplingSpec(_Strict):
-    """Run-wide sampling overrides. A field left out keeps each method's own default (CoK writes up to
-    1024 tokens, most methods 512); only the fields set here replace it, for every method."""
+    """Run-wide sampling overrides. A field left out (None) keeps each method's own default (CoK writes up to
+    1024 tokens, most methods 512); only the fields set here are laid over it, for every method (as Inspect's
+    GenerateConfig merges). Each is bounded by `memloop.sampling.check`, as a request's is."""
 
-    max_tokens: Annotated[int, Strict()] | None = Field(default=None, ge=1, le=MAX_TOKENS)  # YAML's true is not 1
-    temperature: float | None = Field(default=None, ge=0, allow_inf_nan=False)
-    top_k: int | None = Field(default=None, ge=0, lt=2**31)
-    top_p: float | None = Field(default=None, gt=0, le=1)
+    max_tokens: MaxTokens | None = None  # strict: YAML's true is not 1
+    temperature: Temperature | None = None
+    top_k: TopK | None = None
+    top_p: TopP | None = None
 
     def overrides(self) -> dict[str, Any]:
         return self.model_dump(exclude_none=True)
@@ -258,8 +260,9 @@ class RunConfig(_Strict):
     graph_model: JudgeModelSpec | None = None
     # MAX_REPEATS is also below memloop.eval.asking.RETRY_SEED_STRIDE (1 << 20)
     repeats: Annotated[int, _at_most(MAX_REPEATS, "repeats", "lower it (the papers use 1 to 5)")] = Field(default=1, ge=1)
+    # the first repeat's seed: a signed 64-bit integer, as every sampling seed is (memloop.sampling)
     seed: Annotated[int, _at_most(MAX_SEED, "as the run's seed", "lower it (each repeat samples with seed + "
-                                  "repeat, which must fit in 64 bits)")] = Field(default=0, ge=0)
+                                  "repeat, which must fit in 64 bits)")] = Field(default=0, ge=SEED_MIN)
     retries: Annotated[int, _at_most(MAX_RETRIES, "retries of a sample")] = Field(default=2, ge=0)  # attempts after the first, per sample
     judge_cpus: float = Field(default=0.5, gt=0)
     response_cache: str | None = None  # a directory: identical requests are answered from it (engine or endpoint)
@@ -421,7 +424,7 @@ def _format_error(exc: ValidationError, source: str) -> str:
     parts = []
     for err in exc.errors():
         loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
-        parts.append(f"`{loc}`: {err['msg']}")
+        parts.append(f"`{loc}`: {raised_by_check(err) or err['msg']}")  # a sampling bound: its own message
     return f"{source}: " + "; ".join(parts)
 
 

@@ -1,8 +1,10 @@
 """`memloop.eval.llm.LLM` implementations the jobs layer hands to methods and judges.
 
 - `ActorLLM`: the local engine, through a handle of `memloop.engine.serve.actor.EngineActor` (a Ray actor whose
-  async `complete(request_dict) -> result_dict` batches concurrent calls). Many threads call
-  `complete` at once; each call blocks only its own thread, so the engine sees them all together.
+  async `complete(request) -> result_dict` batches concurrent calls). The request goes as it is typed (an
+  `LLMRequest` with its checked `memloop.sampling.SamplingParams`; Ray pickles it), never as a dict to parse
+  again. Many threads call `complete` at once; each call blocks only its own thread, so the engine sees
+  them all together.
 - `EngineLLM`: an in-process `memloop.engine.core.engine.Engine` (no Ray), for notebooks, scripts and tests.
 - `endpoint_llm`: any OpenAI-compatible endpoint, through `memloop.eval.llm_http`.
 
@@ -38,7 +40,7 @@ class ActorLLM:
         # The ref's future, not ray.get: a thread blocked in ray.get wakes every second to check for
         # signals under the GIL, which thousands of loop threads turn into the process's main work
         # (`memloop bench scale`). A timeout raises TimeoutError, transient like Ray's own.
-        out = self.actor.complete.remote(request.to_dict()).future().result(timeout=self.timeout_s)
+        out = self.actor.complete.remote(request).future().result(timeout=self.timeout_s)
         result = LLMResult.from_dict(out)
         with self._lock:
             self.usage = self.usage + result.usage
@@ -57,7 +59,7 @@ class ActorLLM:
 
     def misfit(self, request: LLMRequest) -> str | None:
         """The engine's own answer to whether `request` fits (chat template included), asked before sending."""
-        return self.actor.misfit.remote(request.to_dict()).future().result(timeout=self.timeout_s)
+        return self.actor.misfit.remote(request).future().result(timeout=self.timeout_s)
 
     @functools.lru_cache(maxsize=4096)  # noqa: B019 - one adapter per actor, lives for the run
     def _count(self, text: str) -> int:
@@ -65,7 +67,8 @@ class ActorLLM:
 
 
 class EngineLLM:
-    """An LLM over an in-process `memloop.engine.core.engine.Engine`: the same request/result dicts the actor serves."""
+    """An LLM over an in-process `memloop.engine.core.engine.Engine`: the typed request goes in as the actor
+    hands it on (`memloop.engine.serve.actor.request_fields`), the result dict comes back."""
 
     def __init__(self, engine: Any, name: str = "engine", supports_json_schema: bool = True) -> None:
         self.engine = engine
@@ -74,13 +77,17 @@ class EngineLLM:
         self.context_tokens: int | None = getattr(engine, "max_context", None)  # the window a request may use
 
     def complete(self, request: LLMRequest) -> LLMResult:
-        return LLMResult.from_dict(self.engine.complete(request.to_dict()))
+        from memloop.engine.serve.actor import request_fields
+
+        return LLMResult.from_dict(self.engine.complete(request_fields(request)))
 
     def count_tokens(self, text: str) -> int:
         return self.engine.count_tokens(text)
 
     def misfit(self, request: LLMRequest) -> str | None:
-        return self.engine.misfit(request.to_dict())
+        from memloop.engine.serve.actor import request_fields
+
+        return self.engine.misfit(request_fields(request))
 
 
 def endpoint_llm(spec: Any) -> LLM:

@@ -20,10 +20,13 @@ import json
 import math
 import time
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memloop.jobs.errors import JobsError
 from memloop.jobs.run.handles import rss_mb
+
+if TYPE_CHECKING:
+    from memloop.eval.llm import LLMRequest
 
 
 class ReplayMiss(JobsError):
@@ -63,11 +66,11 @@ class LatencyModel:
         return cls(**{k: v for k, v in d.items() if k in names})
 
 
-def prompt_of(request: dict[str, Any]) -> str:
+def prompt_of(request: LLMRequest) -> str:
     """The prompt text a method rendered: the user message of a chat request, or the raw prompt."""
-    if request.get("prompt") is not None:
-        return str(request["prompt"])
-    return "\n".join(str(m.get("content", "")) for m in request.get("messages") or ())
+    if request.prompt is not None:
+        return str(request.prompt)
+    return "\n".join(str(m.get("content", "")) for m in request.messages or ())
 
 
 @dataclass(frozen=True)
@@ -200,7 +203,7 @@ class ReplayEngine:
         self.tokenizer = Tokenizer.from_str(tokenizer_json)
         self.hosts = [_SimHost(self.model) for _ in range(hosts)]
 
-    async def complete(self, request: dict[str, Any], host: int = 0) -> dict[str, Any]:
+    async def complete(self, request: LLMRequest, host: int = 0) -> dict[str, Any]:
         prompt = prompt_of(request)
         answer = self.recording.get(prompt)
         sim = self.hosts[host]

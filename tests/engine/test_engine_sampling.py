@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 
 from memloop.engine.errors import RequestError
-from memloop.engine.sample.sampling import (ARGMAX_BLOCK, SamplingParams, candidate_cap, first_argmax, row_arrays, sample,
-                                   seed_keys)
+from memloop.engine.sample.sampling import (ARGMAX_BLOCK, SamplingParams, candidate_cap, first_argmax, request_params,
+                                            row_arrays, sample, seed_keys)
+from memloop.sampling import SamplingError
 
 V = 64
 
@@ -126,7 +127,7 @@ def test_candidate_cap_is_the_next_power_of_two_of_top_k_within_the_vocabulary()
 @pytest.mark.parametrize("bad", [dict(max_tokens=0), dict(temperature=-1.0), dict(top_k=-2), dict(top_p=0.0),
                                  dict(top_p=1.5), dict(stop=("",))])
 def test_bad_settings_are_named(bad):
-    with pytest.raises(RequestError):
+    with pytest.raises(SamplingError, match=next(iter(bad))):
         SamplingParams(**bad)
 
 
@@ -135,7 +136,7 @@ def test_bad_settings_are_named(bad):
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from memloop.engine.sample.sampling import DEFAULT_MAX_TOKENS, SAMPLING_FIELDS  # noqa: E402
+from memloop.sampling import DEFAULT_MAX_TOKENS, FIELDS as SAMPLING_FIELDS  # noqa: E402
 
 VOCAB = 49152  # the bundled model's vocabulary: candidate caps as large as the real step's
 
@@ -162,7 +163,7 @@ def test_from_request_defaults_and_forms():
 ])
 def test_from_request_rejects_what_the_step_cannot_represent(bad):
     with pytest.raises(RequestError) as err:
-        SamplingParams.from_request(bad, vocab_size=VOCAB)
+        request_params(bad, vocab_size=VOCAB)
     assert len(str(err.value)) < 300 and "\n" not in str(err.value)
 
 
@@ -186,11 +187,11 @@ _sampling_dicts = st.fixed_dictionaries({}, optional=_field_values)
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_sampling_dicts)
 def test_accepted_settings_run_through_the_sampler(d):
-    """Whatever `from_request` accepts, the jitted sampler can run (no overflow, no error, a real token);
+    """Whatever `request_params` accepts, the jitted sampler can run (no overflow, no error, a real token);
     whatever it rejects is a RequestError (never another exception)."""
     assert set(d) <= set(SAMPLING_FIELDS)
     try:
-        p = SamplingParams.from_request(d, vocab_size=VOCAB)
+        p = request_params(d, vocab_size=VOCAB)
     except RequestError:
         return
     logits = np.random.default_rng(0).normal(size=(2, VOCAB)).astype(np.float32)
@@ -217,8 +218,8 @@ def test_logprobs_setting_is_parsed_and_bounded():
     assert SamplingParams.from_request({"logprobs": 0}).logprobs == 0
     assert SamplingParams.from_request({"logprobs": MAX_LOGPROBS}).logprobs == MAX_LOGPROBS
     with pytest.raises(RequestError, match="logprobs"):
-        SamplingParams.from_request({"logprobs": MAX_LOGPROBS + 1})
-    with pytest.raises(RequestError, match="logprobs"):
+        request_params({"logprobs": MAX_LOGPROBS + 1})
+    with pytest.raises(SamplingError, match="logprobs"):
         SamplingParams(logprobs=-1)
 
 

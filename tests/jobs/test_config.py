@@ -118,13 +118,13 @@ BOOK = Path(__file__).resolve().parents[2] / "jobs/configs/data/lighthouse-keepe
     ({"datasets": [{"task": "book", "path": str(BOOK), "options": {"chunk_tokens": "abc"}}]}, "`chunk_tokens`"),
     ({"datasets": [{"task": "book", "path": str(BOOK), "options": {"chunk_tokenz": 5}}]}, "chunk_tokenz"),
     ({"methods": [{"name": "cok", "options": {"max_tokens": "abc"}}]}, "`max_tokens`: Input should be a valid integer"),
-    ({"methods": [{"name": "cok", "options": {"max_tokens": -3}}]}, "`max_tokens`: Input should be greater than"),
+    ({"methods": [{"name": "cok", "options": {"max_tokens": -3}}]}, "`max_tokens`: max_tokens must be an integer from 1"),
     ({"methods": [{"name": "cok", "options": {"temperature": float("nan")}}]}, "`temperature`"),
     ({"sampling": {"top_k": 3000000000}}, "sampling.top_k"),
     ({"sampling": {"max_tokens": True}}, "sampling.max_tokens"),  # YAML's `true` was read as 1
     ({"sampling": {"max_tokens": 10**12}}, "sampling.max_tokens"),  # passed the dry run
     ({"methods": [{"name": "cok", "options": {"max_tokens": True}}]}, "`max_tokens`: Input should be a valid integer"),
-    ({"methods": [{"name": "inc-update", "options": {"max_tokens": 10**12}}]}, "`max_tokens`: Input should be less"),
+    ({"methods": [{"name": "inc-update", "options": {"max_tokens": 10**12}}]}, "`max_tokens`: max_tokens must be"),
     ({"engine": {"page_budget": -1}}, "engine.page_budget"),
     ({"engine": {"options": {"kv_dtype": "int8"}}}, "`engine.options.kv_dtype` changes the model's outputs"),
     ({"model": {"options": {"kv_dtype": "int4"}}}, "`kv_dtype` must be one of"),
@@ -140,6 +140,19 @@ def test_option_values_are_checked_before_any_work(tmp_path, over, expected) -> 
         memloop.plan(cfg)
     assert expected in str(info.value), str(info.value)
     assert "\n" not in str(info.value)
+
+
+def test_one_seed_rule_a_signed_64_bit_integer_everywhere(tmp_path) -> None:
+    """A run's seed, a method's seed option and a request's seed follow one rule (docs/architecture.md): a
+    negative seed is a seed; beyond 64 bits is the same refusal wherever it is given."""
+    import memloop
+    from memloop.sampling import SamplingParams
+
+    plan = memloop.plan(_cfg(tmp_path, seed=-3, methods=[{"name": "inc-update", "options": {"seed": -(2**63)}}]))
+    assert plan.units and SamplingParams(seed=-(2**63)).seed == -(2**63)
+    with pytest.raises(memloop.MemloopError, match=r"`seed`: seed must be None \(fresh randomness\) or an integer "
+                                                   r"from -2\*\*63 to 2\*\*63 - 1; got -9223372036854775809"):
+        memloop.plan(_cfg(tmp_path, methods=[{"name": "inc-update", "options": {"seed": -(2**63) - 1}}]))
 
 
 def test_a_judge_writing_rows_other_than_registered_fails_naming_the_fix() -> None:

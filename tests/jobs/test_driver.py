@@ -13,12 +13,14 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import yaml
 
 from memloop.engine.serve.actor import EngineActor
+from memloop.eval.llm import LLMRequest
 from memloop.jobs.run.config import parse_config
 from memloop.jobs.run.plan import run_id
 from memloop.jobs.run.driver import execute
@@ -108,9 +110,9 @@ class RecordingActor(EngineActor):
         super().__init__(**kwargs)
         self.seen: list[int] = []
 
-    async def complete(self, request: dict) -> dict:
-        self.seen.append(request["sampling"]["max_tokens"])
-        capped = dict(request, sampling=dict(request["sampling"], max_tokens=8))
+    async def complete(self, request: LLMRequest) -> dict:
+        self.seen.append(request.sampling.max_tokens)
+        capped = replace(request, sampling=request.sampling.merge({"max_tokens": 8}))
         return await super().complete(capped)
 
     def stats(self) -> dict:

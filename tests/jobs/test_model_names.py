@@ -148,7 +148,7 @@ def test_settings_override_by_dotted_path_and_are_validated_like_the_file(tmp_pa
     assert run_id(out) != run_id(cfg)  # what the overrides change is part of the run id
     assert run_id(with_overrides(cfg, temperature=0.25)) != run_id(with_overrides(cfg, temperature=0.5))
     for bad, expected in (("sampling.temprature=1", "`sampling.temprature`: Extra inputs are not permitted"),
-                          ("sampling.temperature=-1", "`sampling.temperature`: Input should be greater than or equal"),
+                          ("sampling.temperature=-1", "`sampling.temperature`: temperature must be a number from 0"),
                           ("methods.nope.options.x=1", "no element 'nope' in `methods`; name one by index (0..1)"),
                           ("seed", "write a setting as dotted.path=value")):
         with pytest.raises(ConfigError) as info:

@@ -16,6 +16,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from memloop.eval.llm import LLMRequest
 from memloop.jobs.run.config import parse_config
 from memloop.jobs.run.driver import execute
 from memloop.jobs.run.plan import make_plan
@@ -74,7 +75,7 @@ def _scripted_recording(cfg: dict) -> dict[str, Answer]:
         llm = ScriptedLLM(outs, name="engine-0")
         run_loop(u, 0, llm)
         for req, out in zip(llm.requests, outs):
-            rec[prompt_of(req.to_dict())] = Answer(out, 40, 10, 12, "stop")
+            rec[prompt_of(req)] = Answer(out, 40, 10, 12, "stop")
     return rec
 
 
@@ -189,7 +190,7 @@ def test_replay_engine_batches_steps_and_refuses_unknown_prompts() -> None:
     eng = ReplayEngine(rec, model.to_dict(), tokenizer_json())
 
     async def go():
-        req = lambda p: {"messages": [{"role": "user", "content": p}], "sampling": {}}  # noqa: E731
+        req = lambda p: LLMRequest(messages=({"role": "user", "content": p},))  # noqa: E731
         a, b = await asyncio.gather(eng.complete(req("hello")), eng.complete(req("again")))
         with pytest.raises(ReplayMiss, match="record a run of the current code"):
             await eng.complete(req("never recorded"))

@@ -6,9 +6,10 @@ import pytest
 from memloop.eval.asking import RESAMPLE, RETRY_SEED_STRIDE, SAME_REQUEST, ParseFailure, ask, reseed, retry_seed
 from memloop.eval.errors import EvalError
 from memloop.eval.judges.asking import ask_judgment
-from memloop.eval.llm import LLMRequest, LLMResult, Sampling, ScriptedLLM, Usage
+from memloop.eval.llm import LLMRequest, LLMResult, ScriptedLLM, Usage
 from memloop.eval.methods.base import MethodSettings, Trace
 from memloop.eval.templates import load_template
+from memloop.sampling import SamplingParams
 
 
 def _number(text: str) -> int:
@@ -19,7 +20,7 @@ def _number(text: str) -> int:
 
 def test_same_request_policy_resends_the_identical_request() -> None:
     llm = ScriptedLLM(["no", "still no", "42"])
-    answer = ask(llm, "How many?", Sampling(max_tokens=8, temperature=0.3, seed=7), parse=_number, retry=SAME_REQUEST)
+    answer = ask(llm, "How many?", SamplingParams(max_tokens=8, temperature=0.3, seed=7), parse=_number, retry=SAME_REQUEST)
     assert answer.ok and answer.parsed == 42 and answer.attempts == 3 and answer.text == "42"
     assert llm.requests[0] == llm.requests[1] == llm.requests[2]
     assert llm.requests[0].messages == ({"role": "user", "content": "How many?"},) and llm.requests[0].prompt is None
@@ -30,7 +31,7 @@ def test_same_request_policy_resends_the_identical_request() -> None:
 
 def test_resample_policy_raises_temperature_and_moves_the_seed() -> None:
     llm = ScriptedLLM(["x", "y", "z"])
-    answer = ask(llm, "q", Sampling(max_tokens=8, temperature=0.0, seed=5), parse=_number, retry=RESAMPLE)
+    answer = ask(llm, "q", SamplingParams(max_tokens=8, temperature=0.0, seed=5), parse=_number, retry=RESAMPLE)
     assert not answer.ok and answer.parsed is None and answer.attempts == 3 and answer.text == "z"
     stride = RETRY_SEED_STRIDE
     assert [(r.sampling.temperature, r.sampling.seed) for r in llm.requests] == [(0.0, 5), (0.7, 5 + stride),
@@ -50,26 +51,26 @@ def test_method_retries_change_the_seed_and_keep_the_rejected_usage_apart() -> N
         (0.0, 7), (0.7, retry_seed(7, 1)), (0.7, retry_seed(7, 2))]
     assert step.usage == Usage(2, 0, 1) and step.retry_usage == Usage(4, 0, 3)  # kept "42"; "no", "still no"
     constrained = ScriptedLLM(["x", "3"], supports_json_schema=True)  # a schema-valid answer can be rejected too
-    assert ask(constrained, "q", Sampling(seed=1), parse=_number, schema={"type": "integer"}, retry=reseed(0.7)).ok
+    assert ask(constrained, "q", SamplingParams(seed=1), parse=_number, schema={"type": "integer"}, retry=reseed(0.7)).ok
 
 
 def test_constrained_output_is_parsed_once_under_same_request_and_retried_otherwise() -> None:
     schema = {"type": "integer"}
     llm = ScriptedLLM(["x", "3"], supports_json_schema=True)
-    once = ask(llm, "q", Sampling(), parse=_number, schema=schema, retry=SAME_REQUEST)
+    once = ask(llm, "q", SamplingParams(), parse=_number, schema=schema, retry=SAME_REQUEST)
     assert not once.ok and once.attempts == 1 and once.constrained and llm.requests[0].json_schema == schema
     llm = ScriptedLLM(["x", "3"], supports_json_schema=True)
-    assert ask(llm, "q", Sampling(), parse=_number, schema=schema, retry=RESAMPLE).parsed == 3
+    assert ask(llm, "q", SamplingParams(), parse=_number, schema=schema, retry=RESAMPLE).parsed == 3
     free = ScriptedLLM(["3"])  # an LLM without schema support gets no schema, only the parser
-    assert ask(free, "q", Sampling(), parse=_number, schema=schema).ok and free.requests[0].json_schema is None
+    assert ask(free, "q", SamplingParams(), parse=_number, schema=schema).ok and free.requests[0].json_schema is None
 
 
 def test_raw_prompt_and_no_parser_and_bad_bound() -> None:
     llm = ScriptedLLM(["anything"])
-    answer = ask(llm, "Q1:", Sampling(), raw_prompt=True)
+    answer = ask(llm, "Q1:", SamplingParams(), raw_prompt=True)
     assert answer.ok and answer.parsed == "anything" and llm.requests[0].prompt == "Q1:" and llm.requests[0].messages is None
     with pytest.raises(EvalError, match="max_attempts must be at least 1"):
-        ask(llm, "q", Sampling(), max_attempts=0)
+        ask(llm, "q", SamplingParams(), max_attempts=0)
 
 
 class _CutLLM:

@@ -7,8 +7,9 @@ import pytest
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 
-from memloop.eval.llm import LLM, LLMRequest, Sampling
+from memloop.eval.llm import LLM, LLMRequest
 from memloop.eval.llm_http import LLMHTTPError, OpenAICompatibleLLM
+from memloop.sampling import SamplingParams
 from tests.http_server import serve_app
 
 SEEN: list[dict] = []
@@ -66,7 +67,7 @@ def base_url():
 def test_chat_with_schema_and_usage(base_url: str) -> None:
     llm = OpenAICompatibleLLM(base_url, "m", backoff_s=0.01)
     assert isinstance(llm, LLM)
-    req = LLMRequest(messages=({"role": "user", "content": "hi"},), sampling=Sampling(max_tokens=7, top_k=40, seed=3,
+    req = LLMRequest(messages=({"role": "user", "content": "hi"},), sampling=SamplingParams(max_tokens=7, top_k=40, seed=3,
                      stop=("\n",)), json_schema={"type": "object"})
     res = llm.complete(req)
     body = SEEN[-1]

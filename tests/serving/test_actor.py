@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import ray
 
-from memloop.eval.llm import LLMRequest, LLMResult, Sampling
+from memloop.eval.llm import LLMRequest, LLMResult
+from memloop.sampling import SamplingParams
 
 
 def test_engine_actor_batches_concurrent_requests(ray_local, smollm2_gguf):
@@ -15,8 +16,8 @@ def test_engine_actor_batches_concurrent_requests(ray_local, smollm2_gguf):
     shared = "You summarise a story chunk by chunk. Keep the memory short. " * 3
     reqs = [LLMRequest(messages=({"role": "system", "content": shared},
                                  {"role": "user", "content": f"Chunk {i}: a dog found bone number {i}."}),
-                       sampling=Sampling(max_tokens=6)) for i in range(8)]
-    outs = ray.get([actor.complete.remote(r.to_dict()) for r in reqs], timeout=600)
+                       sampling=SamplingParams(max_tokens=6)) for i in range(8)]
+    outs = ray.get([actor.complete.remote(r) for r in reqs], timeout=600)
     results = [LLMResult.from_dict(o) for o in outs]
     assert all(r.text and r.usage.decoded_tokens >= 1 for r in results)
     stats = ray.get(actor.stats.remote())

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from memloop.engine.errors import RequestError
-from memloop.engine.sample.sampling import SamplingParams
+from memloop.engine.sample.sampling import request_params
 
 _scalar = st.one_of(st.none(), st.booleans(), st.integers(), st.integers(-(2**70), 2**70),
                     st.floats(allow_nan=True, allow_infinity=True), st.floats(0, 2), st.text(max_size=4))
@@ -29,7 +29,7 @@ _sampling = st.fixed_dictionaries({}, optional={
 @given(_sampling)
 def test_accepted_settings_run_in_a_real_step(engine, sampling: dict[str, Any]):
     try:
-        p = SamplingParams.from_request(sampling, vocab_size=engine.cfg.vocab_size)
+        p = request_params(sampling, vocab_size=engine.cfg.vocab_size)
     except RequestError:
         with pytest.raises(RequestError):
             engine.submit({"prompt": "Hi", "sampling": sampling}).result(timeout=300)

@@ -200,6 +200,8 @@ def test_the_engine_actor_tokenises_off_its_event_loop(engine, monkeypatch):
     """Ray runs EngineActor's async methods on one event loop: `complete` hands tokenising to a worker
     thread there too, so one long prompt does not hold the actor's other calls."""
     from memloop.engine.serve.actor import EngineActor
+    from memloop.eval.llm import LLMRequest
+    from memloop.sampling import SamplingParams
 
     where = []
     submit = engine.submit
@@ -215,6 +217,6 @@ def test_the_engine_actor_tokenises_off_its_event_loop(engine, monkeypatch):
     monkeypatch.setattr(engine, "submit", recording_submit)
     actor = EngineActor.__new__(EngineActor)  # the actor's methods over the shared test engine (no Ray needed)
     actor.engine = engine
-    out = asyncio.run(actor.complete_many([{"prompt": "Say hi", "sampling": {"max_tokens": 2}}] * 2))
+    out = asyncio.run(actor.complete_many([LLMRequest(prompt="Say hi", sampling=SamplingParams(max_tokens=2))] * 2))
     assert len(out) == 2 and all(r["text"] is not None for r in out)
     assert where == ["worker thread", "worker thread"]

@@ -284,12 +284,12 @@ def _llm_answer(needle: Needle, llm, cache_dir: Path | None) -> str:
     """The LLM's raw answer for the needle, from `cache_dir` when it was asked before; the leak check
     runs on it every time, so a cached answer is judged by today's rules."""
     from memloop.eval.asking import ask
-    from memloop.eval.llm import Sampling
+    from memloop.sampling import SamplingParams
 
     path = _cache_file(needle, llm.name, cache_dir) if cache_dir is not None else None
     if path is not None and path.is_file():
         return json.loads(path.read_text())["answer"]
-    answer = ask(llm, DESCRIBE_PROMPT.format(source=needle.source), Sampling(max_tokens=400), schema=DESCRIBE_SCHEMA,
+    answer = ask(llm, DESCRIBE_PROMPT.format(source=needle.source), SamplingParams(max_tokens=400), schema=DESCRIBE_SCHEMA,
                  max_attempts=1).text
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
