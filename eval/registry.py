@@ -40,9 +40,10 @@ class Registry(Generic[T]):
 
     def entry(self, name: str) -> Callable[[T], T]:
         """A decorator registering what it decorates as `name`, beside its code (the module must be indexed).
-        An entry registered in code before the module was imported (a user's own `register`) is kept."""
+        An entry a user registered before the module was imported (`register`, eager or "module:attribute") is kept."""
         def register(obj: T) -> T:
-            if isinstance(self._entries.get(name, ""), str):
+            current = self._entries.get(name)
+            if current is None or (isinstance(current, str) and ":" not in current):  # absent, or the index's
                 self.register(name, obj)
             return obj
         return register

@@ -20,16 +20,16 @@ def field_path(loc: tuple[int | str, ...]) -> str:
 
 
 def what_is_wrong(exc: ValidationError) -> str:
-    """The first problem pydantic found, in words: "missing field 'x'", or "field 'x' must be ..., got T"."""
+    """The first problem pydantic found, in words: "missing field 'x'", or "field 'x': must be ..., got T"."""
     first = exc.errors()[0]
     path = field_path(tuple(first["loc"]))
     if first["type"] == "missing":
         return f"missing field {path!r}"
     message = first["msg"].removeprefix("Value error, ")
     message = message[0].lower() + message[1:] if message else "is malformed"
-    if not path:  # the row as a whole (a check across its fields, or not an object at all)
-        return message
-    return f"field {path!r}: {message}, got {type(first.get('input')).__name__}"
+    if first["type"] != "value_error":  # a type pydantic checks: say what came instead (our own checks say it)
+        message += f", got {type(first.get('input')).__name__}"
+    return f"field {path!r}: {message}" if path else message  # no path: the row as a whole
 
 
 def parse_row(model: type[M], row: Any, where: str, fix: str) -> M:

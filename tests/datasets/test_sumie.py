@@ -121,7 +121,7 @@ def _broken(record: dict, change) -> dict:
     (lambda r: r["paragraph_summaries"].__setitem__(3, "a paragraph as text"),
      "field 'paragraph_summaries[3]': input should be a valid dictionary"),
     (lambda r: r["paragraph_summaries"].clear(),
-     "field 'paragraph_summaries': is empty: an entity needs at least one paragraph, got list"),
+     "field 'paragraph_summaries': is empty: an entity needs at least one paragraph;"),
     (lambda r: r.update(distractor_sentences=5), "field 'distractor_sentences': input should be a valid list, got int"),
     (lambda r: r.update(entity_name=None), "field 'entity_name': input should be a valid string, got NoneType"),
 ])

@@ -18,7 +18,7 @@ FIX = "fix the record to the SUMIE release's format (memloop.eval.datasets.sumie
 
 def _text_value(value: Any) -> str:
     if value is None or isinstance(value, (dict, list)):
-        raise ValueError("must be a string or number")
+        raise ValueError(f"must be a string or number, got {type(value).__name__}")
     return str(value)
 
 
