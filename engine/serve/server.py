@@ -29,7 +29,8 @@ Retry-After rather than left to wait behind the compiles. With an API key, every
 Hostile clients: a connection that does not finish its request headers within `HEADER_TIMEOUT_S`
 is closed (`GuardedH11Protocol`), a body that does not arrive within `BODY_TIMEOUT_S` gets 408; a
 server on loopback answers only loopback `Host` names (and those given with `allowed_hosts`), so a
-web page cannot reach it through DNS rebinding; text with a lone UTF-16 surrogate is a 400; the
+web page cannot reach it through DNS rebinding (the Host and key guards are the viewer's too:
+`memloop.web_guard`); text with a lone UTF-16 surrogate is a 400; the
 OpenAI fields memloop does not implement (`protocol.UNSUPPORTED_FIELDS`) and the fields a route does
 not know are refused with a 400 naming the field instead of being ignored; an unknown model is a 404
 `model_not_found`.
@@ -37,8 +38,6 @@ not know are refused with a 400 naming the field instead of being ignored; an un
 from __future__ import annotations
 
 import asyncio
-import hmac
-import ipaddress
 import sys
 import threading
 import time
@@ -48,6 +47,7 @@ from typing import Any, AsyncIterator, Callable
 from fastapi import FastAPI
 
 from memloop.engine.errors import ServerConfigError
+from memloop.web_guard import HostGuard, KeyGuard, host_names, is_loopback
 from memloop.engine.serve.openai_serving import (DEFAULT_STALL_S, DEFAULT_WORKERS, RequestGate, ServingChat,
                                                  ServingCompletion, ServingModels, ServingResponses, error_response,
                                                  install_error_handlers)
@@ -55,55 +55,29 @@ from memloop.engine.serve.openai_serving import (DEFAULT_STALL_S, DEFAULT_WORKER
 MAX_BODY_BYTES = 8 * 1024 * 1024
 HEADER_TIMEOUT_S = 10.0  # from connecting to the end of the request headers (slowloris)
 BODY_TIMEOUT_S = 30.0  # from the end of the headers to the end of the body
-LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
 
 DEFAULT_MAX_QUEUE = 256  # engine requests (choices) in flight at once through one server
 
 
-class Guard:
-    """ASGI middleware in front of every route: the Host header, the API key, then the body limit.
+class BodyGuard:
+    """ASGI middleware behind the Host and key guards (`memloop.web_guard`): the body limit and the body timeout.
 
     The body is read here, chunk by chunk, and buffered only up to `max_body_bytes`: an upload over
     the limit (with or without Content-Length, chunked included) gets 413 as soon as it crosses the
     limit, and a body that takes longer than `body_timeout_s` gets 408; the app behind never sees
     either. The buffered body is then replayed to the app; later `receive` calls go to the server,
-    so the app still learns of a client disconnect. With `allowed_hosts`, a request whose `Host`
-    names another host gets 400 before anything else (DNS rebinding: a page on evil.example that
-    resolves its own name to 127.0.0.1 sends `Host: evil.example`).
+    so the app still learns of a client disconnect.
     """
 
-    def __init__(self, app: Any, max_body_bytes: int, api_key: str | None,
-                 allowed_hosts: tuple[str, ...] | None = None, body_timeout_s: float = BODY_TIMEOUT_S) -> None:
+    def __init__(self, app: Any, max_body_bytes: int, body_timeout_s: float = BODY_TIMEOUT_S) -> None:
         self.app = app
         self.max_body_bytes = max_body_bytes
-        self.api_key = api_key.encode() if api_key else None
-        self.allowed_hosts = None if allowed_hosts is None else {h.lower().strip("[]") for h in allowed_hosts}
         self.body_timeout_s = body_timeout_s
-
-    def host_allowed(self, header: bytes | None) -> bool:
-        if self.allowed_hosts is None:
-            return True
-        host = (header or b"").decode("latin-1").strip().lower()
-        name = host[1:].partition("]")[0] if host.startswith("[") else host.rpartition(":")[0] if host.count(":") == 1 \
-            else host
-        return name in self.allowed_hosts
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         headers = dict(scope.get("headers") or [])
-        if not self.host_allowed(headers.get(b"host")):
-            shown = (headers.get(b"host") or b"").decode("latin-1")[:100]
-            return await error_response(400, f"Host header {shown!r} is not a name this server answers to (it answers to "
-                                     f"{', '.join(sorted(self.allowed_hosts or ()))}); a web page may be trying DNS "
-                                     "rebinding. Start the server with --allow-host NAME to accept that name")(
-                scope, receive, send)
-        if self.api_key is not None and scope.get("path") != "/health":
-            auth = headers.get(b"authorization", b"")
-            if not hmac.compare_digest(auth, b"Bearer " + self.api_key):
-                return await error_response(401, "missing or wrong API key: send the header `Authorization: Bearer KEY` "
-                                         "with the key the server was started with", "authentication_error",
-                                    {"WWW-Authenticate": "Bearer"})(scope, receive, send)
         too_big = error_response(413, f"request body over {self.max_body_bytes} bytes; send a shorter prompt")
         size = headers.get(b"content-length")
         if size is not None and (not size.isdigit() or int(size) > self.max_body_bytes):
@@ -133,10 +107,27 @@ class Guard:
         await self.app(scope, receive_replayed, send)
 
 
+def refuse_host(header: str, allowed: tuple[str, ...]) -> Any:
+    """The API's answer to a Host header it does not answer to (`memloop.web_guard.HostGuard`)."""
+    return error_response(400, f"Host header {header[:100]!r} is not a name this server answers to (it answers to "
+                               f"{', '.join(sorted(allowed))}); a web page may be trying DNS rebinding. Start the "
+                               "server with --allow-host NAME to accept that name")
+
+
+def refuse_key() -> Any:
+    """The API's answer to a request without its key (`memloop.web_guard.KeyGuard`)."""
+    return error_response(401, "missing or wrong API key: send the header `Authorization: Bearer KEY` with the key "
+                               "the server was started with", "authentication_error", {"WWW-Authenticate": "Bearer"})
+
+
 def guarded_protocol(header_timeout_s: float = HEADER_TIMEOUT_S) -> type:
     """uvicorn's h11 protocol, closing a connection whose request headers are not complete within
     `header_timeout_s` of connecting (or of the previous response): half-sent requests, sent by
-    accident or to hold connections open, cannot pile up. The body's bound is `Guard`'s."""
+    accident or to hold connections open, cannot pile up. The body's bound is `BodyGuard`'s.
+
+    The one subclass of uvicorn's internals left: uvicorn has no public setting for it (`timeout_keep_alive`
+    stops counting at the first byte of a request, and an ASGI middleware first runs once the headers are
+    complete), so only the protocol object sees a connection that never finishes its headers."""
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
     class GuardedH11Protocol(H11Protocol):
@@ -167,7 +158,7 @@ def guarded_protocol(header_timeout_s: float = HEADER_TIMEOUT_S) -> type:
         def handle_events(self) -> None:
             cycle = self.cycle
             super().handle_events()
-            if self.cycle is not cycle:  # a request's headers arrived: its body is Guard's to bound
+            if self.cycle is not cycle:  # a request's headers arrived: its body is BodyGuard's to bound
                 self._disarm()
 
         def on_response_complete(self) -> None:
@@ -207,8 +198,12 @@ def create_app(engine: Any, model_name: str = "memloop", max_body_bytes: int = M
             gate.close()  # the worker threads end with the server, not with the process
 
     app = FastAPI(title="memloop engine", version="1", lifespan=lifespan)
-    app.add_middleware(Guard, max_body_bytes=max_body_bytes, api_key=api_key, allowed_hosts=allowed_hosts,
-                       body_timeout_s=body_timeout_s)
+    # the last added runs first: the Host header, then the key (/health needs none), then the body
+    app.add_middleware(BodyGuard, max_body_bytes=max_body_bytes, body_timeout_s=body_timeout_s)
+    if api_key:
+        app.add_middleware(KeyGuard, key=api_key, refusal=refuse_key, open_paths=("/health",))
+    if allowed_hosts is not None:
+        app.add_middleware(HostGuard, allowed=allowed_hosts, refusal=refuse_host)
     install_error_handlers(app)
     models, completion, chat, responses = ServingModels(gate), ServingCompletion(gate), ServingChat(gate), \
         ServingResponses(gate)
@@ -219,15 +214,6 @@ def create_app(engine: Any, model_name: str = "memloop", max_body_bytes: int = M
     app.post("/v1/chat/completions", response_model=None)(chat.create)
     app.post("/v1/responses", response_model=None)(responses.create)
     return app
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:  # a host name other than localhost may resolve to anything
-        return False
 
 
 def check_options(host: str, port: int, api_key: str | None, max_queue: int = DEFAULT_MAX_QUEUE,
@@ -247,11 +233,9 @@ def check_options(host: str, port: int, api_key: str | None, max_queue: int = DE
 
 
 def allowed_hosts_for(host: str, extra: tuple[str, ...] = ()) -> tuple[str, ...] | None:
-    """The `Host` names a server bound to `host` answers: on loopback, the loopback names and `extra`
+    """The `Host` names a server bound to `host` answers: on loopback, the loopback names, `host` and `extra`
     (DNS rebinding); elsewhere (an API key is required there) any."""
-    if not is_loopback(host):
-        return None
-    return tuple(dict.fromkeys((*LOOPBACK_HOSTS, host, *extra)))
+    return host_names(host, extra) if is_loopback(host) else None
 
 
 def uvicorn_config(app: Any, host: str, port: int, log_level: str = "info",

@@ -65,12 +65,12 @@ from __future__ import annotations
 import inspect
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable, TypeVar
 
 from memloop.eval.errors import JudgeError
 from memloop.eval.judges.aggregation import Aggregate, mean_over_samples
-from memloop.eval.judges.gold import REFERENCE_SUMMARY, GoldNeed
-from memloop.eval.judges.predictions import final_answer, memory_per_turn
+from memloop.eval.judges.gold import GoldNeed
+from memloop.eval.judges.predictions import final_answer
 from memloop.eval.judges.records import Judgment, JudgeResult, Score
 from memloop.eval.llm import LLM
 from memloop.eval.registry import Registry
@@ -139,42 +139,30 @@ class JudgeInfo:
 
 
 JUDGES: Registry[JudgeInfo] = Registry("judge", JudgeError)
-# the prompts of `memloop.eval.judges.mab_llm` (its TEMPLATES; a test keeps the two equal)
-_MAB_LLM_TEMPLATES = ("mab-lme-preference", "mab-lme-standard", "mab-lme-temporal", "mab-lme-update",
-                      "mab-lme-abstention", "mab-sum-fluency", "mab-sum-recall", "mab-sum-precision")
-for _info in (
-    JudgeInfo("booookscore", ("book",), True, "memloop.eval.judges.booookscore", "judge",
-              "share of summary sentences without a coherence error, one judge call per sentence",
-              ("booookscore-sentence",), metrics=("booookscore",)),
-    JudgeInfo("booookscore-batched", ("book",), True, "memloop.eval.judges.booookscore", "judge_batched",
-              "BooookScore with several sentences per judge call (JSON list answers)", ("booookscore-batch",),
-              metrics=("booookscore",), rows_as="booookscore"),
-    JudgeInfo("sumie", ("sumie",), True, "memloop.eval.judges.sumie", "judge_llm",
-              "per-turn P/R/F1 of attribute-value pairs, LLM matches both ways", ("sumie-match", "sumie-extract",
-                                                                                    "sumie-recall"),
-              predict=memory_per_turn, metrics=("precision", "recall", "f1"), per_turn=True),
-    JudgeInfo("sumie-exact", ("sumie",), False, "memloop.eval.judges.sumie", "judge_exact",
-              "per-turn P/R/F1 of attribute-value pairs, normalised exact match", predict=memory_per_turn,
-              needs_json_memory=True, metrics=("precision", "recall", "f1"), per_turn=True),
-    JudgeInfo("kgscore", None, True, "memloop.eval.judges.kgscore", "judge",
-              "P/R/F1 of knowledge-graph edges, predicates compared by MiniLM cosine similarity",
-              ("kgscore-edges", "kgscore-entities"), gold=REFERENCE_SUMMARY,
-              metrics=("precision", "recall", "f1")),
-    JudgeInfo("rouge", None, False, "memloop.eval.judges.overlap", "judge_rouge",
-              "ROUGE-1/2/L/Lsum F-measures (rouge-score package)", gold=REFERENCE_SUMMARY,
-              metrics=("rouge1", "rouge2", "rougeL", "rougeLsum")),
-    JudgeInfo("repoqa-exact", ("repoqa",), False, "memloop.eval.judges.overlap", "judge_function_name",
-              "1 if the answer names the described function exactly", metrics=("accuracy",)),
-    JudgeInfo("loft-exec", ("spider",), False, "memloop.eval.judges.overlap", "judge_exec_match",
-              "1 if the answered rows equal the gold rows (LOFT normalisation)", metrics=("accuracy",)),
-    JudgeInfo("mab", ("memoryagentbench",), False, "memloop.eval.judges.mab", "judge",
-              "MemoryAgentBench's per-source metrics of every question's reply (SubEM, EM, F1, ROUGE, recall@k)",
-              metrics=("accuracy",)),
-    JudgeInfo("mab-llm", ("memoryagentbench",), True, "memloop.eval.judges.mab", "judge_with_llm",
-              "MemoryAgentBench as `mab`, with LongMemEval and ∞Bench-Sum judged by the judge model as the "
-              "benchmark's LLM judges do", _MAB_LLM_TEMPLATES, metrics=("accuracy",)),
+# The index: each judge and the module whose `@judge_info(...)` (its metadata, on its function) registers it, in
+# the order `list_judges` gives; a judge's module is imported when the judge is first asked for.
+for _module, _names in (
+    ("booookscore", ("booookscore", "booookscore-batched")),
+    ("sumie", ("sumie", "sumie-exact")),
+    ("kgscore", ("kgscore",)),
+    ("overlap", ("rouge", "repoqa-exact", "loft-exec")),
+    ("mab", ("mab", "mab-llm")),
 ):
-    JUDGES.register(_info.name, _info)
+    for _name in _names:
+        JUDGES.index(_name, f"memloop.eval.judges.{_module}")
+
+J = TypeVar("J", bound=Callable[..., JudgeResult])
+
+
+def judge_info(name: str, tasks: tuple[str, ...] | None, needs_llm: bool, description: str,
+               templates: tuple[str, ...] = (), **fields: Any) -> Callable[[J], J]:
+    """Registers the decorated judge function as `name` with its metadata (`JudgeInfo`'s fields: `metrics`,
+    `predict`, `gold`, `per_turn`, `rows_as`, ...); the function's module must be in the index above."""
+    def register(fn: J) -> J:
+        JUDGES.entry(name)(JudgeInfo(name, tasks, needs_llm, fn.__module__, fn.__name__, description, templates,
+                                     **fields))
+        return fn
+    return register
 
 
 def register_judge(info: JudgeInfo) -> None:
@@ -223,5 +211,5 @@ def run_judge(name: str, output: Any, gold: Any, llm: LLM | None = None, metadat
     return result
 
 
-__all__ = ["Judgment", "JudgeResult", "Score", "JudgeInfo", "JUDGES", "list_judges", "get_judge", "register_judge",
+__all__ = ["Judgment", "JudgeResult", "Score", "JudgeInfo", "JUDGES", "judge_info", "list_judges", "get_judge", "register_judge",
            "run_judge", "judge_template_hashes", "aggregator", "headline_metrics"]

@@ -24,6 +24,7 @@ from memloop.eval.asking import ParseFailure
 from memloop.eval.errors import JudgeError
 from memloop.eval.llm import LLM
 from memloop.eval.options import Temperature
+from memloop.eval.judges import judge_info
 from memloop.eval.judges.asking import ask_judgment
 from memloop.eval.judges.records import Judgment, JudgeResult, Score
 from memloop.eval.judges.sentences import split_sentences
@@ -179,6 +180,9 @@ def _units(summary: str, dedupe: bool) -> list[str]:
     return list(dict.fromkeys(sentences)) if dedupe else sentences
 
 
+@judge_info("booookscore", ("book",), True,
+            "share of summary sentences without a coherence error, one judge call per sentence",
+            ("booookscore-sentence",), metrics=("booookscore",))
 def judge(summary: str, gold: Any = None, llm: LLM | None = None, *, metadata: dict[str, Any] | None = None, dedupe: bool = True, max_attempts: int = 3,
           max_tokens: int = 200, on_invalid: str = "raise", max_workers: int = 16,
           temperature: Temperature = 0.0) -> JudgeResult:
@@ -201,6 +205,9 @@ def judge(summary: str, gold: Any = None, llm: LLM | None = None, *, metadata: d
     return _result(judgments, len(units))
 
 
+@judge_info("booookscore-batched", ("book",), True,
+            "BooookScore with several sentences per judge call (JSON list answers)", ("booookscore-batch",),
+            metrics=("booookscore",), rows_as="booookscore")
 def judge_batched(summary: str, gold: Any = None, llm: LLM | None = None, *,
                   metadata: dict[str, Any] | None = None, batch_size: int = 10,
                   dedupe: bool = True, max_attempts: int = 3, max_tokens_per_sentence: int = 120,

@@ -32,8 +32,9 @@ import numpy as np
 from memloop.eval.asking import ParseFailure
 from memloop.eval.errors import JudgeError
 from memloop.eval.llm import LLM
+from memloop.eval.judges import judge_info
 from memloop.eval.judges.asking import answer_list, ask_judgment
-from memloop.eval.judges.gold import reference_of
+from memloop.eval.judges.gold import REFERENCE_SUMMARY, reference_of
 from memloop.eval.judges.records import Judgment, JudgeResult, Score, f1, safe_div
 from memloop.eval.templates import render
 
@@ -269,6 +270,8 @@ def extraction_budget(llm: LLM, prompt: str, max_tokens: int | None) -> int:
     return left
 
 
+@judge_info("kgscore", None, True, "P/R/F1 of knowledge-graph edges, predicates compared by MiniLM cosine similarity",
+            ("kgscore-edges", "kgscore-entities"), gold=REFERENCE_SUMMARY, metrics=("precision", "recall", "f1"))
 def judge(output: Any, gold: Any, llm: LLM | None = None, *, metadata: dict[str, Any] | None = None,
           entities: Sequence[str] | None = None, embedder: Embedder | None = None, max_attempts: int = 3,
           max_edges: int | None = None, max_tokens: int | None = None, on_invalid: str = "raise",

@@ -44,7 +44,9 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from memloop.eval.errors import JudgeError
+from memloop.eval.judges import judge_info
 from memloop.eval.judges.aggregation import LEVEL, RESAMPLES, SEED
+from memloop.eval.judges.mab_llm import TEMPLATES as LLM_TEMPLATES
 from memloop.eval.judges.records import Judgment, JudgeResult, Score
 from memloop.eval.llm import LLM
 
@@ -244,6 +246,9 @@ def answers_of(output: Any, n: int) -> list[str]:
     return output
 
 
+@judge_info("mab", ("memoryagentbench",), False,
+            "MemoryAgentBench's per-source metrics of every question's reply (SubEM, EM, F1, ROUGE, recall@k)",
+            metrics=("accuracy",))
 def judge(output: Any, gold: Any, llm: LLM | None = None, *, metadata: dict[str, Any] | None = None,
           entity2id: str | None = None, max_attempts: int = 3) -> JudgeResult:
     """One context's replies scored: a judgment per question (its metrics), and per metric the mean over
@@ -281,6 +286,9 @@ def judge(output: Any, gold: Any, llm: LLM | None = None, *, metadata: dict[str,
     return JudgeResult("mab", scores, judgments, details={"source": source, "primary": primary})
 
 
+@judge_info("mab-llm", ("memoryagentbench",), True,
+            "MemoryAgentBench as `mab`, with LongMemEval and ∞Bench-Sum judged by the judge model as the benchmark's "
+            "LLM judges do", LLM_TEMPLATES, metrics=("accuracy",))
 def judge_with_llm(output: Any, gold: Any, llm: LLM | None = None, *, metadata: dict[str, Any] | None = None,
                    entity2id: str | None = None, max_attempts: int = 3) -> JudgeResult:
     """The `mab-llm` judge: `judge` with the judge model scoring LongMemEval and ∞Bench-Sum."""

@@ -26,7 +26,8 @@ from typing import Any
 
 from memloop.eval.errors import JudgeError
 from memloop.eval.llm import LLM
-from memloop.eval.judges.gold import reference_of
+from memloop.eval.judges import judge_info
+from memloop.eval.judges.gold import REFERENCE_SUMMARY, reference_of
 from memloop.eval.judges.records import Judgment, JudgeResult, Score
 from memloop.eval.judges.sentences import split_sentences
 
@@ -60,6 +61,8 @@ def rouge_scores(prediction: str, reference: str, reference_sentences: list[str]
     return out
 
 
+@judge_info("rouge", None, False, "ROUGE-1/2/L/Lsum F-measures (rouge-score package)", gold=REFERENCE_SUMMARY,
+            metrics=("rouge1", "rouge2", "rougeL", "rougeLsum"))
 def judge_rouge(output: Any, gold: Any, llm: LLM | None = None, *, metadata: dict[str, Any] | None = None,
                 lsum_reference: str = "dataset") -> JudgeResult:
     """`lsum_reference`: "dataset" (the gold's own sentence lines where it has them) or "split"."""
@@ -107,6 +110,8 @@ def function_name_of(answer: str) -> str:
     return re.split(r"[\s(:]", line, maxsplit=1)[0] if line else ""
 
 
+@judge_info("repoqa-exact", ("repoqa",), False, "1 if the answer names the described function exactly",
+            metrics=("accuracy",))
 def judge_function_name(output: Any, gold: Any, llm: LLM | None = None, *,
                         metadata: dict[str, Any] | None = None) -> JudgeResult:
     if not isinstance(gold, str) or not gold.strip():
@@ -191,6 +196,8 @@ def parse_rows(output: Any) -> Any:
     return output
 
 
+@judge_info("loft-exec", ("spider",), False, "1 if the answered rows equal the gold rows (LOFT normalisation)",
+            metrics=("accuracy",))
 def judge_exec_match(output: Any, gold: Any, llm: LLM | None = None, *, metadata: dict[str, Any] | None = None,
                      ordered: bool | None = None) -> JudgeResult:
     try:

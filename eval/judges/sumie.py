@@ -32,8 +32,10 @@ from memloop.eval.asking import ParseFailure
 from memloop.eval.options import PositiveInt, Temperature
 from memloop.eval.errors import JudgeError
 from memloop.eval.llm import LLM
+from memloop.eval.judges import judge_info
 from memloop.eval.judges.aggregation import mean_over_samples
 from memloop.eval.judges.asking import answer_list, ask_judgment
+from memloop.eval.judges.predictions import memory_per_turn
 from memloop.eval.judges.records import Judgment, JudgeResult, Score, f1, safe_div
 from memloop.eval.templates import render
 
@@ -176,6 +178,8 @@ def _result(name: str, turns: list[tuple[int, dict[str, float]]], judgments: lis
 
 # ---------------------------------------------------------------- judges
 
+@judge_info("sumie-exact", ("sumie",), False, "per-turn P/R/F1 of attribute-value pairs, normalised exact match",
+            predict=memory_per_turn, needs_json_memory=True, metrics=("precision", "recall", "f1"), per_turn=True)
 def judge_exact(output: Any, gold: Any, llm: LLM | None = None, *, metadata: dict[str, Any] | None = None) -> JudgeResult:
     golds = gold_turns(gold)
     turns, judgments = [], []
@@ -352,6 +356,9 @@ def _join(a: Any, b: Any) -> Any:
     return [a, b]
 
 
+@judge_info("sumie", ("sumie",), True, "per-turn P/R/F1 of attribute-value pairs, LLM matches both ways",
+            ("sumie-match", "sumie-extract", "sumie-recall"), predict=memory_per_turn,
+            metrics=("precision", "recall", "f1"), per_turn=True)
 def judge_llm(output: Any, gold: Any, llm: LLM | None = None, *, metadata: dict[str, Any] | None = None,
               max_attempts: int = 3, on_invalid: str = "raise", max_workers: int = 16,
               temperature: Temperature = PAPER_TEMPERATURE, max_pairs: PositiveInt = 60) -> JudgeResult:

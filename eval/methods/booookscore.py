@@ -54,6 +54,7 @@ from memloop.eval.methods.caps import fits_window, model_tokens
 from memloop.eval.methods.outcomes import StepOutcome
 from memloop.eval.methods.parsing import ends_in_punctuation
 from memloop.eval.methods.procedure import Procedure, StepRule, counter_text, from_settings
+from memloop.eval.methods.registry import method
 from memloop.eval.methods.step import Step
 from memloop.eval.templates import load_template
 from memloop.eval.options import MaxTokens, PositiveInt, Temperature
@@ -151,8 +152,8 @@ class _BookMethod(Method):
         return max(1, round(top * tokens / s.max_summary_tokens))
 
 
+@method("hier-merge")
 class HierarchicalMerging(_BookMethod):
-    name = "hier-merge"
     Settings = HierSettings
     template_ids = ("s003-hier-chunk", "s003-hier-merge", "s003-hier-merge-context")
 
@@ -309,8 +310,8 @@ def _reject_cut(step: Step, cap: int) -> None:
     step.failures.append(f"attempt {step.attempts}: the notes reached the output cap of {cap} tokens (cut off)")
 
 
+@method("inc-update")
 class IncrementalUpdating(_BookMethod):
-    name = "inc-update"
     UPDATE_ATTEMPTS = 1  # the official code asks an update once, then compresses (`_compress_and_redo`)
     tasks = answers.SUMMARY_TASKS + answers.QUERY_TASKS
     template_ids = ("s003-inc-init", "s003-inc-update", "s003-inc-compress", "s003-inc-init-query",

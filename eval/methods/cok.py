@@ -35,6 +35,7 @@ from memloop.eval.methods import free_json
 from memloop.eval.methods.outcomes import StepOutcome
 from memloop.eval.methods.parsing import as_text
 from memloop.eval.methods.procedure import Procedure, StepRule, from_settings
+from memloop.eval.methods.registry import method
 from memloop.eval.methods.structured import apply_step, revision_parser
 from memloop.eval.methods.summaries import _format_instruction
 from memloop.eval.templates import load_template
@@ -46,8 +47,8 @@ class CokSettings(MemorySettings):
     structure and compress steps are held to the schema, and the revise step is figure 5's sections."""
 
 
+@method("cok")
 class ChainOfKey(Method):
-    name = "cok"
     Settings = CokSettings
     tasks = ("sumie", "book", "arxiv")
     template_ids = ("s000-entity-initial-json", "s000-book-generate", "s000-book-format-json", "s000-cok-update",

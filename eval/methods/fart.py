@@ -22,6 +22,7 @@ from memloop.eval.datasets.sample import Sample
 from memloop.eval.errors import MethodError
 from memloop.eval.methods.base import Method, MethodSettings, Trace
 from memloop.eval.methods.outcomes import StepOutcome
+from memloop.eval.methods.registry import method
 from memloop.eval.templates import load_template
 from memloop.eval.options import MaxTokens, PositiveInt
 
@@ -175,19 +176,19 @@ class _Fart(Method):
 _INSTR = ("s004-instr-first", "s004-instr-last", "s004-instr-only")
 
 
+@method("fart-base")
 class FartBase(_Fart):
-    name = "fart-base"
     template = "s004-fart-base"
     template_ids = (template,) + _INSTR
 
 
+@method("fart-compressed")
 class FartCompressed(_Fart):
-    name = "fart-compressed"
     template = "s004-fart-compressed"
     template_ids = (template,) + _INSTR
 
 
+@method("fart-rolling")
 class FartRolling(_Fart):
-    name = "fart-rolling"
     template = "s004-fart-rolling"
     template_ids = (template,) + _INSTR

@@ -54,6 +54,7 @@ from memloop.eval.methods.base import Method, MethodSettings, Trace
 from memloop.eval.asking import build_request
 from memloop.eval.methods.long_context import context_window
 from memloop.eval.methods.outcomes import StepOutcome
+from memloop.eval.methods.registry import method
 from memloop.eval.templates import load_template
 from memloop.eval.options import MaxTokens, NonNegativeInt, PositiveInt
 
@@ -207,8 +208,8 @@ class _ChapterSummaries(Method, ABC):
         """(template id, values, step.parsed extras, step.memory extras) of one chapter's summary prompt."""
 
 
+@method("kg-retrieval")
 class KGRetrieval(_ChapterSummaries):
-    name = "kg-retrieval"
     Settings = KGSettings
     template_ids = ("s001-kg-extract", *SUMMARY_TEMPLATES.values(), DENSITY_FIRST_TEMPLATE, DENSITY_TEMPLATE)
 
@@ -311,10 +312,10 @@ class KGRetrieval(_ChapterSummaries):
         return ranked[:lo]
 
 
+@method("no-kg")
 class NoKG(_ChapterSummaries):
     """Seed 001's No-KG baseline: each chapter summarised from its text alone."""
 
-    name = "no-kg"
     Settings = ChapterSettings
     template_ids = (NO_KG_TEMPLATE, NO_KG_DENSITY_FIRST_TEMPLATE, NO_KG_DENSITY_TEMPLATE)
 

@@ -21,6 +21,7 @@ from memloop.eval.datasets.sample import Sample
 from memloop.eval.methods import answers
 from memloop.eval.methods.base import Method, MethodSettings, Trace
 from memloop.eval.methods.procedure import Procedure, StepRule, from_settings
+from memloop.eval.methods.registry import method
 from memloop.eval.options import PositiveInt
 from memloop.eval.templates import load_template
 
@@ -43,8 +44,8 @@ def context_window(settings_tokens: int | None, llm: Any) -> tuple[int, str]:
     return DEFAULT_CONTEXT_TOKENS, "default"
 
 
+@method("long-context")
 class LongContext(Method):
-    name = "long-context"
     Settings = LongContextSettings
     tasks = answers.SUMMARY_TASKS + answers.QUERY_TASKS
     template_ids = (TEMPLATE, *answers.TEMPLATE_IDS, "mab-long-context")

@@ -24,6 +24,7 @@ from memloop.eval.methods.base import Method, MethodSettings, Trace, kept_usage
 from memloop.eval.methods.outcomes import StepOutcome
 from memloop.eval.methods.procedure import StepRule
 from memloop.eval.methods.step import Step, record_revisions
+from memloop.eval.methods.registry import method
 from memloop.eval.methods.structured import constrained_schema, record_failures, revision_parser
 from memloop.eval.templates import load_template
 from memloop.eval.options import MaxTokens, PositiveInt, Seed
@@ -230,11 +231,11 @@ class BuiltMemory:
     final_note: str
 
 
+@method("prism-inplace")
 class PrismInPlace(_Prism):
-    name = "prism-inplace"
     amendments = False
 
 
+@method("prism-amendments")
 class PrismAmendments(_Prism):
-    name = "prism-amendments"
     amendments = True

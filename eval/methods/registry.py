@@ -1,34 +1,39 @@
 """Method names (as a run config spells them) -> implementations; the single source of method names."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 from memloop.eval.errors import MethodError
 from memloop.eval.methods.base import Method
 from memloop.eval.registry import Registry
 
-# name -> "module:Class"; modules import lazily so that e.g. the KG embedder loads only when used.
+# The index: each name and the module whose `@method(name)` registers it, in the order `list_methods` gives.
+# Modules import on first use, so that e.g. the KG embedder loads only when a run asks for kg-retrieval.
 METHODS: Registry[type[Method]] = Registry("method", MethodError)
-for _name, _target in (
-    ("go-text", "memloop.eval.methods.summaries:GoText"),
-    ("go-json", "memloop.eval.methods.summaries:GoJson"),
-    ("gu-text", "memloop.eval.methods.summaries:GuText"),
-    ("gu-json", "memloop.eval.methods.summaries:GuJson"),
-    ("gm-text", "memloop.eval.methods.summaries:GmText"),
-    ("gm-json", "memloop.eval.methods.summaries:GmJson"),
-    ("cok", "memloop.eval.methods.cok:ChainOfKey"),
-    ("prism-inplace", "memloop.eval.methods.prism:PrismInPlace"),
-    ("prism-amendments", "memloop.eval.methods.prism:PrismAmendments"),
-    ("hier-merge", "memloop.eval.methods.booookscore:HierarchicalMerging"),
-    ("inc-update", "memloop.eval.methods.booookscore:IncrementalUpdating"),
-    ("kg-retrieval", "memloop.eval.methods.kg_retrieval:KGRetrieval"),
-    ("no-kg", "memloop.eval.methods.kg_retrieval:NoKG"),
-    ("fart-base", "memloop.eval.methods.fart:FartBase"),
-    ("fart-compressed", "memloop.eval.methods.fart:FartCompressed"),
-    ("fart-rolling", "memloop.eval.methods.fart:FartRolling"),
-    ("long-context", "memloop.eval.methods.long_context:LongContext"),
+for _module, _names in (
+    ("summaries", ("go-text", "go-json", "gu-text", "gu-json", "gm-text", "gm-json")),
+    ("cok", ("cok",)),
+    ("prism", ("prism-inplace", "prism-amendments")),
+    ("booookscore", ("hier-merge", "inc-update")),
+    ("kg_retrieval", ("kg-retrieval", "no-kg")),
+    ("fart", ("fart-base", "fart-compressed", "fart-rolling")),
+    ("long_context", ("long-context",)),
 ):
-    METHODS.register(_name, _target)
+    for _name in _names:
+        METHODS.index(_name, f"memloop.eval.methods.{_module}")
+
+M = TypeVar("M", bound=type[Method])
+
+
+def method(name: str) -> Callable[[M], M]:
+    """Registers the decorated Method class as `name`, the name a run config spells (also its `name`); the
+    class's module must be in the index above, so the name is known before the module is imported."""
+    register = METHODS.entry(name)
+
+    def named(cls: M) -> M:
+        cls.name = name
+        return register(cls)
+    return named
 
 
 def method_class(name: str) -> type[Method]:

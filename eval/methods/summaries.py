@@ -21,6 +21,7 @@ from memloop.eval.methods.common import (
 )
 from memloop.eval.methods.parsing import as_text
 from memloop.eval.methods.procedure import Procedure, StepRule, from_settings
+from memloop.eval.methods.registry import method
 from memloop.eval.methods.step import Step
 
 
@@ -183,8 +184,9 @@ def _ids(fmt: str, *groups: tuple[str, ...], extra: tuple[str, ...] = ()) -> tup
 
 
 def _make(base: type[_SummaryMethod], name: str, fmt: str) -> type[_SummaryMethod]:
-    return type(base.__name__ + fmt.capitalize(), (base,),
-                {"name": name, "fmt": fmt, "template_ids": _ids(fmt, _ENTITY_T, _BOOK_T)})
+    """The method `name`: `base` keeping a `fmt` ("text" or "json") memory, registered as `name`."""
+    return method(name)(type(base.__name__ + fmt.capitalize(), (base,),
+                             {"fmt": fmt, "template_ids": _ids(fmt, _ENTITY_T, _BOOK_T)}))
 
 
 GoText, GoJson = _make(GenerateOnce, "go-text", "text"), _make(GenerateOnce, "go-json", "json")

@@ -7,7 +7,7 @@ import re
 import pytest
 
 from memloop.eval.datasets import load_dataset, token_counter
-from memloop.eval.datasets.errors import DatasetError, DatasetNotFoundError
+from memloop.eval.datasets.errors import DatasetError, DatasetNotFoundError, MissingFieldError
 from memloop.eval.datasets.repoqa import (DEFAULT_PACKAGES, QUERY, choose_needles, dependency_order, describe_from_code,
                                   leaked_identifiers, load_repoqa, read_package, repository_text)
 from memloop.eval.datasets.repoqa.loader import _read_repository
@@ -128,6 +128,24 @@ def test_the_real_repoqa_release_file_is_read(tmp_path):
     path.with_suffix(".jsonl").write_text("[1, 2]")
     with pytest.raises(DatasetError, match="not a RepoQA release"):
         load_repoqa(str(path.with_suffix(".jsonl")))
+    # a malformed repository or needle: the datasets' MissingFieldError naming the row and the field
+    for change, says in (
+            (lambda r: r["needles"][0].pop("description"), "missing field 'needles[0].description'"),
+            (lambda r: r["needles"][0].update(start_byte="early"),
+             "field 'needles[0].start_byte': input should be a valid integer"),
+            (lambda r: r["content"].update({"pkg/util.py": None}), "field 'content.pkg/util.py': input should be a "
+                                                                   "valid string, got NoneType"),
+            (lambda r: r["needles"][0].update(path="pkg/gone.py"), "needle 'scale_all' is in 'pkg/gone.py', which is "
+                                                                   "not among the repository's files (`content`)"),
+            (lambda r: r.pop("repo"), "missing field 'repo'")):
+        broken = json.loads(json.dumps(release))
+        change(broken["python"][0])
+        path.write_text(json.dumps(broken))
+        with pytest.raises(MissingFieldError) as caught:
+            load_repoqa(str(path))
+        assert str(caught.value).startswith(f"{path} python[0]: {says}"), str(caught.value)
+        assert str(caught.value).endswith("is this RepoQA's release file after needle annotation (repositories with "
+                                          "repo, content and needles)?") and caught.value.__cause__ is None
 
 
 def test_errors(tmp_path):

@@ -103,6 +103,65 @@ def test_malformed_files(tmp_path, records):
         load_sumie(tmp_path / "s.csv")
 
 
+def _broken(record: dict, change) -> dict:
+    copy = json.loads(json.dumps(record))
+    change(copy)
+    return copy
+
+
+@pytest.mark.parametrize("change, says", [
+    (lambda r: r["paragraph_summaries"][1]["summary"][0].update(value={"nested": 1}),
+     "field 'paragraph_summaries[1].summary[0].value': must be a string or number, got dict"),
+    (lambda r: r["paragraph_summaries"][0]["summary"][2].pop("attribute"),
+     "missing field 'paragraph_summaries[0].summary[2].attribute'"),
+    (lambda r: r["paragraph_summaries"][2]["paragraph"].__setitem__(1, [7, 8]),
+     "field 'paragraph_summaries[2].paragraph[1][1]': input should be a valid string, got int"),
+    (lambda r: r["paragraph_summaries"][2]["paragraph"].__setitem__(1, "no id"),
+     "field 'paragraph_summaries[2].paragraph[1]': input should be a valid tuple, got str"),
+    (lambda r: r["paragraph_summaries"].__setitem__(3, "a paragraph as text"),
+     "field 'paragraph_summaries[3]': input should be a valid dictionary"),
+    (lambda r: r["paragraph_summaries"].clear(),
+     "field 'paragraph_summaries': is empty: an entity needs at least one paragraph;"),
+    (lambda r: r.update(distractor_sentences=5), "field 'distractor_sentences': input should be a valid list, got int"),
+    (lambda r: r.update(entity_name=None), "field 'entity_name': input should be a valid string, got NoneType"),
+])
+def test_a_malformed_record_names_its_line_and_field(tmp_path, records, change, says):
+    """Read through the SUMIE row models: the error is the datasets' MissingFieldError with the file's line, the
+    field's path and what to do, never pydantic's ValidationError."""
+    p = tmp_path / "s.jsonl"
+    p.write_text(json.dumps(records[0]) + "\n" + json.dumps(_broken(records[1], change)) + "\n")
+    with pytest.raises(MissingFieldError) as caught:
+        load_sumie(p)
+    message = str(caught.value)
+    assert message.startswith(f"{p}:2: {says}"), message
+    assert message.endswith("fix the record to the SUMIE release's format (memloop.eval.datasets.sumie.rows)")
+    assert caught.value.__cause__ is None and caught.value.__suppress_context__  # no pydantic traceback behind it
+
+
+def test_the_accepted_variants_read_as_the_release_form(records):
+    """`sentences` for `paragraph`, a plain-string paragraph, a number as a value, one id bare and [id, text]
+    distractors are the same entity as the release's own spelling."""
+    from memloop.eval.datasets.sumie import sumie_sample
+
+    base = json.loads(json.dumps(records[0]))
+    first = base["paragraph_summaries"][0]
+    first["summary"][0]["sentence_ids"] = first["summary"][0]["sentence_ids"][:1]
+    variant = json.loads(json.dumps(base))
+    v0 = variant["paragraph_summaries"][0]
+    v0["sentences"] = v0.pop("paragraph")
+    v0["summary"][0]["sentence_ids"] = v0["summary"][0]["sentence_ids"][0]
+    variant["distractor_sentences"] = [[d, "text"] for d in base.get("distractor_sentences", [])]
+    a, b = sumie_sample(base), sumie_sample(variant)
+    assert (a.id, a.chunks, a.gold, a.metadata) == (b.id, b.chunks, b.gold, b.metadata)
+    plain = json.loads(json.dumps(base))
+    plain["paragraph_summaries"][0]["paragraph"] = "First line.\n\nSecond line."
+    plain["paragraph_summaries"][0]["summary"][0]["value"] = 42
+    s = sumie_sample(plain)
+    assert s.chunks[0] == "First line.\n\nSecond line."
+    assert s.metadata["sentences"][0] == [["line0", "First line."], ["line1", "Second line."]]
+    assert s.gold["facts"][0][0]["value"] == "42"
+
+
 def test_release_readme_example_shape(tmp_path):
     """The record shape of the SUMIE release (masked names, 'P' ids, paraphrased values, id-only distractors)."""
     record = {"entity_name": "ENTITY0", "entity_category": "Computer & Video Games", "paragraph_summaries": [

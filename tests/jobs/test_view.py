@@ -16,6 +16,7 @@ from memloop.jobs.results.view.pages import markdown
 from memloop.jobs.results.view.runs import Query, ViewRun, bucket_of, select
 from memloop.jobs.results.view.timeline import memory_diff, revisions, word_diff
 from memloop.jobs.store.run_store import RunStore
+from tests.web_hosts import LOOPBACK_HOST_HEADERS
 
 
 @pytest.fixture(scope="module")
@@ -133,6 +134,25 @@ def test_a_request_naming_another_host_is_refused(client) -> None:
     assert client.get("/", headers={"Host": "127.0.0.1:8765"}).status_code == 200
 
 
+@pytest.mark.parametrize("host", sorted(LOOPBACK_HOST_HEADERS))
+def test_ipv6_host_headers_are_answered_as_the_engine_server_answers_them(client, host) -> None:
+    """The table tests/serving/test_server_hostile.py runs against the engine's server: the two must agree."""
+    r = client.get("/", headers={"Host": host})
+    assert r.status_code == (200 if LOOPBACK_HOST_HEADERS[host] else 400), (host, r.text[:200])
+    if r.status_code == 400:
+        assert "is not a name this viewer answers to" in r.text and "--allow-host NAME" in r.text
+
+
+def test_a_viewer_bound_to_an_ipv6_address_answers_its_bracketed_host(run) -> None:
+    """The bound address and --allow-host names went to the Host check as given, so `--host fd00::5` refused
+    every request to http://[fd00::5]:8765/ (a Host header brackets an IPv6 literal)."""
+    key = {"Authorization": "Bearer s3cret"}
+    c = TestClient(create_app([run], host="fd00::5", api_key="s3cret", allow_hosts=("fd00::7",)))
+    for host in ("[fd00::5]:8765", "[fd00::7]", "[::1]:8765"):
+        assert c.get("/", headers={**key, "Host": host}).status_code == 200, host
+    assert c.get("/", headers={**key, "Host": "[fd00::6]:8765"}).status_code == 400
+
+
 def test_off_loopback_the_viewer_needs_a_key_and_checks_it(run) -> None:
     with pytest.raises(ViewError, match="MEMLOOP_API_KEY"):
         create_app([run], host="0.0.0.0")
@@ -142,6 +162,9 @@ def test_off_loopback_the_viewer_needs_a_key_and_checks_it(run) -> None:
     assert c.get("/", headers={"Authorization": "Bearer s3cret"}).status_code == 200
     basic = base64.b64encode(b"me:s3cret").decode()
     assert c.get("/", headers={"Authorization": f"Basic {basic}"}).status_code == 200
+    wrong = base64.b64encode(b"me:wrong").decode()
+    for auth in (f"Basic {wrong}", "Basic %%%", "s3cret", "Bearer"):  # a wrong, undecodable or schemeless key
+        assert c.get("/", headers={"Authorization": auth}).status_code == 401, auth
 
 
 def test_the_key_comes_from_a_file_or_the_environment_never_argv(tmp_path, monkeypatch) -> None:

@@ -16,6 +16,7 @@ import httpx
 import pytest
 
 from tests.http_server import serve_app
+from tests.web_hosts import LOOPBACK_HOST_HEADERS
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -103,6 +104,18 @@ def test_only_loopback_host_names_are_answered(engine):
     with _serve(engine, allowed_hosts=("localhost", "127.0.0.1", "::1", "box.lan")) as url:
         status, _ = _post(url, "/v1/completions", '{"prompt": "Hi", "max_tokens": 1}', host="box.lan")
         assert status == 200
+
+
+def test_ipv6_host_headers_are_answered_as_the_viewer_answers_them(engine):
+    """The table tests/jobs/test_view.py runs against the viewer: the two guards must agree (the server once
+    took a bare `::1`, which is no valid Host header)."""
+    with _serve(engine) as url:
+        for host, answered in LOOPBACK_HOST_HEADERS.items():
+            out = _raw(url, f"GET /health HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode())
+            head, _, payload = out.partition(b"\r\n\r\n")
+            assert int(head.split()[1]) == (200 if answered else 400), (host, out[:300])
+            if not answered:
+                assert json.loads(payload)["error"]["message"].startswith(f"Host header {host!r} is not a name")
 
 
 @pytest.mark.parametrize("field, value", [

@@ -21,6 +21,8 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+from pydantic import BaseModel, StrictStr, ValidationError, field_validator
+
 from memloop.eval.datasets.errors import DatasetError
 from memloop.eval.datasets.repoqa.source import SourceFile
 
@@ -299,15 +301,30 @@ def _llm_answer(needle: Needle, llm, cache_dir: Path | None) -> str:
     return answer
 
 
+class Description(BaseModel):
+    """The four fields of a needle's description, each non-blank text (whitespace runs folded to one space)."""
+
+    purpose: StrictStr
+    input: StrictStr
+    output: StrictStr
+    procedure: StrictStr
+
+    @field_validator(*FIELDS)
+    @classmethod
+    def _folded(cls, text: str) -> str:
+        folded = " ".join(text.split())
+        if not folded:
+            raise ValueError("is blank")
+        return folded
+
+
 def _parse_description(text: str) -> dict[str, str] | None:
+    """The description in an LLM's answer (its outermost JSON object), or None: the caller falls back."""
     match = re.search(r"\{.*\}", text, re.DOTALL)
     try:
-        data = json.loads(match.group(0) if match else text)
-    except json.JSONDecodeError:
+        return Description.model_validate_json(match.group(0) if match else text).model_dump()
+    except ValidationError:  # not JSON, not an object, or a field missing or blank
         return None
-    if not isinstance(data, dict) or not all(isinstance(data.get(k), str) and data[k].strip() for k in FIELDS):
-        return None
-    return {k: " ".join(data[k].split()) for k in FIELDS}
 
 
 def describe_with_llm(needle: Needle, llm, cache_dir: str | Path | None = None) -> tuple[dict[str, str], str]:

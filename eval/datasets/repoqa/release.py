@@ -14,13 +14,43 @@ from pathlib import Path
 from typing import Any, Callable
 
 import networkx as nx
+from pydantic import BaseModel, StrictStr, model_validator
 
 from memloop.eval.datasets.errors import DatasetError, DatasetNotFoundError
 from memloop.eval.datasets.repoqa.needles import QUERY_HEAD
 from memloop.eval.datasets.repoqa.source import chunk_of, chunk_starts, pack_lines
+from memloop.eval.datasets.rows import parse_row
 from memloop.eval.datasets.sample import Sample, slug
 
 _SUFFIXES = (".json", ".jsonl", ".json.gz", ".jsonl.gz")
+_FIX = "is this RepoQA's release file after needle annotation (repositories with repo, content and needles)?"
+
+
+class ReleaseNeedle(BaseModel):
+    """A needle function as the release annotates it: where its definition starts and its description."""
+
+    name: StrictStr
+    path: StrictStr
+    start_byte: int
+    end_byte: int | None = None
+    description: StrictStr
+
+
+class ReleaseRepo(BaseModel):
+    """One repository of the release: its files, their imports and its needles."""
+
+    repo: StrictStr
+    content: dict[str, StrictStr]
+    dependency: dict[str, list[StrictStr] | None] | None = None
+    needles: list[ReleaseNeedle]
+
+    @model_validator(mode="after")
+    def _needles_in_content(self) -> "ReleaseRepo":
+        for needle in self.needles:
+            if needle.path not in self.content:
+                raise ValueError(f"needle {needle.name!r} is in {needle.path!r}, which is not among the repository's "
+                                 "files (`content`)")
+        return self
 
 
 def is_release(source: str | Path) -> bool:
@@ -47,9 +77,9 @@ def _read(path: Path) -> dict[str, list[dict[str, Any]]]:
     return data
 
 
-def _file_order(repo: dict[str, Any]) -> list[str]:
+def _file_order(repo: ReleaseRepo) -> list[str]:
     """Paths with every file after the files it imports; cycles kept together, ties broken by path."""
-    content, deps = repo["content"], repo.get("dependency") or {}
+    content, deps = repo.content, repo.dependency or {}
     graph = nx.DiGraph()
     graph.add_nodes_from(content)
     for path, needs in deps.items():
@@ -72,28 +102,25 @@ def load_release(path: str | Path, chunk_tokens: int, count: Callable[[str], int
     if language not in data:
         raise DatasetError(f"{path} has no {language!r} repositories; it has {sorted(data)} (set `language`)")
     samples: list[Sample] = []
-    for repo in data[language]:
-        missing = [k for k in ("repo", "content", "needles") if k not in repo]
-        if missing:
-            raise DatasetError(f"{path}: a {language} repository lacks {missing}; is this RepoQA's release file "
-                               "after needle annotation?")
+    for i, raw in enumerate(data[language]):
+        repo = parse_row(ReleaseRepo, raw, f"{path} {language}[{i}]", _FIX)
         order = _file_order(repo)
         text, starts = "", {}
         for p in order:
-            body = repo["content"][p]
+            body = repo.content[p]
             text += f"# file: {p}\n"
             starts[p] = len(text)
             text += (body if body.endswith("\n") else body + "\n") + "\n"
         chunks = tuple(pack_lines(text, chunk_tokens, count))
         offsets = chunk_starts(chunks)
-        for needle in repo["needles"]:
-            body = repo["content"][needle["path"]]
-            at = starts[needle["path"]] + len(body.encode("utf-8")[: needle["start_byte"]].decode("utf-8", "ignore"))
-            description = str(needle["description"]).strip()
+        for needle in repo.needles:
+            body = repo.content[needle.path]
+            at = starts[needle.path] + len(body.encode("utf-8")[: needle.start_byte].decode("utf-8", "ignore"))
+            description = needle.description.strip()
             samples.append(Sample(
-                id=f"repoqa/{slug(repo['repo'])}/{needle['name']}", task="repoqa", chunks=chunks,
-                query=f"{QUERY_HEAD}\n{description}", gold=needle["name"],
-                metadata={"package": repo["repo"], "file": needle["path"], "qualname": needle["name"],
+                id=f"repoqa/{slug(repo.repo)}/{needle.name}", task="repoqa", chunks=chunks,
+                query=f"{QUERY_HEAD}\n{description}", gold=needle.name,
+                metadata={"package": repo.repo, "file": needle.path, "qualname": needle.name,
                           "description": {"text": description}, "needle_chunk": chunk_of(offsets, at),
                           "describer": "release", "release": path.name, "chunk_tokens": chunk_tokens}))
     return samples[:limit]

@@ -1,11 +1,8 @@
 """Loader of the official SUMIE format (`dataset_sumie.jsonl`), one Sample per entity.
 
-Record (as in the SUMIE release's README): entity_name, entity_category, paragraph_summaries =
-[{paragraph: [[sentence id, text], ...], summary: [{attribute, value, sentence_ids, evidences}, ...],
-paragraph_sentiment, paragraph_writing_style}, ...] (each summary aggregates the paragraphs up to its
-own), distractor_sentences = [sentence id, ...]. Also accepted: `sentences` instead of `paragraph`,
-a plain-string `paragraph`, and `[id, text]` pairs in `distractor_sentences`. Unknown top-level
-fields are kept in metadata.
+The record's shape is `memloop.eval.datasets.sumie.rows.SumieRecord` (as in the SUMIE release's README; each
+summary aggregates the paragraphs up to its own); a record that does not fit it is a `MissingFieldError` naming
+the line and the field. Unknown top-level fields are kept in metadata.
 """
 from __future__ import annotations
 
@@ -16,42 +13,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-from memloop.eval.datasets.errors import DatasetError, EmptyDatasetError, InconsistentGoldError, MissingFieldError
-from memloop.eval.datasets.records import Record, read_records, require
+from memloop.eval.datasets.errors import DatasetError, EmptyDatasetError, InconsistentGoldError
+from memloop.eval.datasets.records import Record, read_records
+from memloop.eval.datasets.rows import parse_row
 from memloop.eval.datasets.sample import Sample, slug
-
-_KNOWN = {"entity_name", "entity_category", "paragraph_summaries", "distractor_sentences"}
-
-
-def _sentences(paragraph: Record, where: str) -> list[tuple[Any, str]]:
-    key = "paragraph" if "paragraph" in paragraph else "sentences"
-    if isinstance(paragraph.get(key), str):  # untagged text: one pseudo-sentence per line
-        return [(f"line{i}", line) for i, line in enumerate(l for l in paragraph[key].split("\n") if l.strip())]
-    rows = require(paragraph, key, list, where)
-    out = []
-    for j, row in enumerate(rows):
-        if not (isinstance(row, (list, tuple)) and len(row) == 2 and isinstance(row[1], str)):
-            raise MissingFieldError(f"{where}: {key}[{j}] must be a pair [sentence id, text]")
-        out.append((row[0], row[1]))
-    return out
-
-
-def _summary(paragraph: Record, where: str) -> list[dict[str, Any]]:
-    items = require(paragraph, "summary", list, where)
-    out = []
-    for j, item in enumerate(items):
-        at = f"{where} summary[{j}]"
-        if not isinstance(item, dict):
-            raise MissingFieldError(f"{at}: must be an object with attribute and value")
-        attribute = require(item, "attribute", str, at)
-        value = item.get("value")
-        if value is None or isinstance(value, (dict, list)):
-            raise MissingFieldError(f"{at}: 'value' must be a string or number")
-        ids = item.get("sentence_ids", [])
-        ev = item.get("evidences", [])
-        out.append({"attribute": attribute, "value": str(value), "sentence_ids": list(ids if isinstance(ids, list) else [ids]),
-                    "evidences": list(ev if isinstance(ev, list) else [ev])})
-    return out
+from memloop.eval.datasets.sumie.rows import FIX, SumieRecord
 
 
 def verify_sumie_record(record: Record, where: str = "record") -> None:
@@ -85,45 +51,31 @@ def verify_sumie_record(record: Record, where: str = "record") -> None:
 
 def sumie_sample(record: Record, where: str = "record") -> Sample:
     """One official SUMIE record as a Sample (chunks = paragraphs; gold per turn, aggregated)."""
-    name = require(record, "entity_name", str, where)
-    category = require(record, "entity_category", str, where)
-    paragraphs = require(record, "paragraph_summaries", list, where)
-    if not paragraphs:
-        raise MissingFieldError(f"{where}: 'paragraph_summaries' is empty: an entity needs at least one paragraph")
-    chunks, sentences, turns, facts, sentiments, styles = [], [], [], [], [], []
-    for k, para in enumerate(paragraphs):
-        at = f"{where} paragraph {k + 1}"
-        if not isinstance(para, dict):
-            raise MissingFieldError(f"{at}: must be an object with 'sentences' and 'summary'")
-        rows = _sentences(para, at)
-        if not rows:
-            raise MissingFieldError(f"{at}: has no sentences")
-        items = _summary(para, at)
-        chunks.append(para["paragraph"] if isinstance(para.get("paragraph"), str) else " ".join(text for _, text in rows))
-        sentiments.append(para.get("paragraph_sentiment"))
-        styles.append(para.get("paragraph_writing_style"))
-        sentences.append([[i, text] for i, text in rows])
+    row = parse_row(SumieRecord, record, where, FIX)
+    name, category = row.entity_name, row.entity_category
+    turns: list[dict[str, list[str]]] = []
+    for para in row.paragraph_summaries:
         turn: dict[str, list[str]] = {}
-        for item in items:
-            values = turn.setdefault(item["attribute"], [])
-            if item["value"] not in values:
-                values.append(item["value"])
+        for item in para.summary:
+            values = turn.setdefault(item.attribute, [])
+            if item.value not in values:
+                values.append(item.value)
         turns.append(turn)
-        facts.append(items)
-    distractors = record.get("distractor_sentences", [])
-    if not isinstance(distractors, list):
-        raise MissingFieldError(f"{where}: 'distractor_sentences' must be a list of sentence ids")
-    distractor_ids = [d[0] if isinstance(d, (list, tuple)) else d for d in distractors]
+    chunks = [para.chunk for para in row.paragraph_summaries]
     digest = hashlib.sha1(json.dumps(chunks).encode("utf-8")).hexdigest()[:10]
-    metadata = {"entity": name, "entity_category": category, "sentences": sentences, "distractor_sentence_ids": distractor_ids,
-                "paragraph_sentiments": sentiments, "paragraph_writing_styles": styles}
-    metadata.update({k: v for k, v in record.items() if k not in _KNOWN})
+    metadata = {"entity": name, "entity_category": category,
+                "sentences": [[[i, text] for i, text in para.sentences] for para in row.paragraph_summaries],
+                "distractor_sentence_ids": row.distractor_ids,
+                "paragraph_sentiments": [para.paragraph_sentiment for para in row.paragraph_summaries],
+                "paragraph_writing_styles": [para.paragraph_writing_style for para in row.paragraph_summaries]}
+    metadata.update(row.model_extra or {})
     return Sample(
         id=f"sumie/{slug(category)}/{slug(name)}-{digest}",
         task="sumie",
         chunks=tuple(chunks),
         query=f"Summarize the information about {name}.",
-        gold={"entity_name": name, "entity_category": category, "turns": turns, "facts": facts},
+        gold={"entity_name": name, "entity_category": category, "turns": turns,
+              "facts": [[item.model_dump() for item in para.summary] for para in row.paragraph_summaries]},
         metadata=metadata,
     )
 

@@ -1,35 +1,22 @@
-"""The viewer's web app: read-only GET routes over the loaded runs, behind two guards.
+"""The viewer's web app: read-only GET routes over the loaded runs, behind two guards (`memloop.web_guard`,
+the engine server's too).
 
-- The Host header must name the viewer (starlette's TrustedHostMiddleware): a page of another site
+- The Host header must name the viewer (Starlette's TrustedHostMiddleware decides): a page of another site
   that rebinds its DNS name to 127.0.0.1 cannot read the runs.
 - Off loopback every request needs the API key, as `Authorization: Bearer KEY` or HTTP Basic with
   the key as password (which browsers ask for on a 401); compared in constant time.
 """
 from __future__ import annotations
 
-import base64
-import hmac
-import ipaddress
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import HTMLResponse, JSONResponse, Response
-from starlette.middleware.trustedhost import TrustedHostMiddleware
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 
 from memloop.jobs.results.view.errors import ViewError, ViewNotFound
 from memloop.jobs.results.view.pages import Pages, compare_plots, jsonable
 from memloop.jobs.results.view.runs import Query, ViewRun
-
-LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1", "[::1]")
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
+from memloop.web_guard import HostGuard, KeyGuard, host_names, is_loopback
 
 
 def check_bind(host: str, api_key: str | None) -> None:
@@ -38,40 +25,14 @@ def check_bind(host: str, api_key: str | None) -> None:
                         "--api-key-file FILE, or keep the default 127.0.0.1")
 
 
-def allowed_hosts(host: str, extra: tuple[str, ...] = ()) -> list[str]:
-    """Host names a request may carry: the loopback names, the bound address, and the names given."""
-    names = list(LOOPBACK_NAMES) + list(extra)
-    if host not in ("0.0.0.0", "::") and host not in names:
-        names.append(host)
-    return names
+def _refuse_host(header: str, allowed: tuple[str, ...]) -> Response:
+    return PlainTextResponse(f"Host header {header[:100]!r} is not a name this viewer answers to (it answers to "
+                             f"{', '.join(sorted(allowed))}); start it with --allow-host NAME to accept that name", 400)
 
 
-class KeyGuard:
-    """ASGI middleware: 401 without the key (Bearer, or Basic with the key as password)."""
-
-    def __init__(self, app: Any, api_key: str) -> None:
-        self.app = app
-        self.key = api_key.encode()
-
-    def _ok(self, auth: bytes) -> bool:
-        if auth.startswith(b"Bearer "):
-            return hmac.compare_digest(auth[7:], self.key)
-        if auth.startswith(b"Basic "):
-            try:
-                _, _, password = base64.b64decode(auth[6:], validate=True).partition(b":")
-            except ValueError:
-                return False
-            return hmac.compare_digest(password, self.key)
-        return False
-
-    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
-        if scope["type"] == "http":
-            auth = dict(scope.get("headers") or []).get(b"authorization", b"")
-            if not self._ok(auth):
-                await Response("the viewer needs its API key (MEMLOOP_API_KEY of the viewer's host)", 401,
-                               headers={"WWW-Authenticate": 'Basic realm="memloop view"'})(scope, receive, send)
-                return
-        await self.app(scope, receive, send)
+def _refuse_key() -> Response:
+    return PlainTextResponse("the viewer needs its API key (MEMLOOP_API_KEY of the viewer's host)", 401,
+                             headers={"WWW-Authenticate": 'Basic realm="memloop view"'})
 
 
 def create_app(runs: list[ViewRun], *, host: str = "127.0.0.1", api_key: str | None = None,
@@ -82,8 +43,9 @@ def create_app(runs: list[ViewRun], *, host: str = "127.0.0.1", api_key: str | N
     pages = Pages.of(runs, sources=sources)
     app = FastAPI(title="memloop view", docs_url=None, redoc_url=None, openapi_url=None)
     if api_key:
-        app.add_middleware(KeyGuard, api_key=api_key)
-    app.add_middleware(TrustedHostMiddleware, allowed_hosts=allowed_hosts(host, allow_hosts))
+        app.add_middleware(KeyGuard, key=api_key, refusal=_refuse_key, basic=True)
+    # the Host names: the loopback names, the bound address and --allow-host's, whether or not a key is needed
+    app.add_middleware(HostGuard, allowed=host_names(host, allow_hosts), refusal=_refuse_host)  # runs first
 
     @app.exception_handler(ViewError)
     async def _bad_request(request: Request, exc: ViewError) -> Response:
