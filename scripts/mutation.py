@@ -2,7 +2,7 @@
 aggregation, cache-accounting and sampling functions (mutmut's mutation rules) and run the fast tests that
 cover that file; a change no test notices (a surviving mutant) is a formula the tests do not pin down.
 
-    python scripts/mutation.py                 # every target (`make mutation`); about 20 CPU-minutes
+    python scripts/mutation.py                 # every target (`make mutation`); about 50 CPU-minutes
     python scripts/mutation.py mab sumie       # some targets
     python scripts/mutation.py --list          # the targets, their functions and mutant counts
 
@@ -59,7 +59,9 @@ TARGETS: dict[str, Target] = {
                               "without_the_recommendation_set_ttl_is_labelled_mcc_only_and_there_is_no_overall",
                               "a_source_of_one_context_has_no_interval_rather_than_a_degenerate_one"))),
                           JUDGE_PRELOAD, {("grouped: dict[str, dict[str, list[float | None]]] = {}",
-                                           "grouped: dict[str, dict[str, list[float & None]]] = {}"): ANNOTATION}),
+                                           "grouped: dict[str, dict[str, list[float & None]]] = {}"): ANNOTATION,
+                                          ('return label.split(" (", 1)[0]', 'return label.split(" (", 2)[0]'):
+                                          "the text before the first ' (' is the same whatever the split limit"}),
     "sumie": Target("eval/judges/sumie.py", ("prf", "exact_support", "turn_summary", "aggregate_turns", "both_ways_prf"),
                     ("tests/judges/test_sumie.py",), JUDGE_PRELOAD,
                     {("complete = turns == list(range(turns[-1] + 1)) if turns else False",

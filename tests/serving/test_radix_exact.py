@@ -4,8 +4,13 @@ evictable. test_radix.py's state machine checks the invariants on random traffic
 numbers (scripts/mutation.py's `radix` target runs them first)."""
 from __future__ import annotations
 
+import pytest
+
 from memloop.engine.cache.kv_cache import PagePool
 from memloop.engine.cache.radix import RadixCache
+
+# microseconds of work each: a lookup or insert that stops advancing (and so never ends) fails by name
+pytestmark = pytest.mark.timeout(20)
 
 PS = 2
 A = [1, 2, 3, 4, 5, 6, 7, 8]  # four pages
