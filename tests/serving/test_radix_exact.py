@@ -137,3 +137,14 @@ def test_evictable_pages_counts_whole_subtrees_nobody_else_references() -> None:
     assert tree.clear() == 5
     assert tree.match([1, 2, 3, 3]) == held and tree.match([1, 2, 4, 4]) == held[:1]
     assert tree.evictable_pages() == 0
+
+
+def test_an_insert_through_a_cached_prefix_marks_it_recently_used() -> None:
+    """A sequence that finishes writing what the tree already held (inserting it again) used it last:
+    the other entry is the least recently used one and goes first."""
+    pool, tree, old, new = _two_leaves()
+    pool.incref(new)
+    assert tree.insert([2, 2, 2, 2], new) == 0  # `new` again: now the most recent
+    pool.decref(new)
+    assert tree.evict(1) == 2
+    assert tree.match([1, 1, 1, 1]) == [] and tree.match([2, 2, 2, 2]) == new
