@@ -2,7 +2,7 @@
 aggregation, cache-accounting and sampling functions (mutmut's mutation rules) and run the fast tests that
 cover that file; a change no test notices (a surviving mutant) is a formula the tests do not pin down.
 
-    python scripts/mutation.py                 # every target (`make mutation`); about 20 CPU-minutes
+    python scripts/mutation.py                 # every target (`make mutation`); about 35 CPU-minutes
     python scripts/mutation.py mab sumie       # some targets
     python scripts/mutation.py --list          # the targets, their functions and mutant counts
 
@@ -41,6 +41,8 @@ class Target:
 
 
 ANNOTATION = "a type annotation: never evaluated (`from __future__ import annotations`)"
+_PAST_THE_END = ("a page past the key's or the tokens' end compares unequal (a shorter slice) and stops the loop "
+                 "there, so the bound only saves that compare")
 JUDGE_PRELOAD = ("numpy", "pandas", "pydantic", "rouge_score.rouge_scorer", "nltk", "jsonschema", "hypothesis")
 
 # The tests per target are the fast ones that check the formulas' numbers (a mutant costs one run of them).
@@ -50,6 +52,18 @@ TARGETS: dict[str, Target] = {
     "mab": Target("eval/judges/mab.py", ("normalize", "f1_score", "text_metrics", "_recall_in", "_draws", "_interval"),
                   ("tests/judges/test_mab.py", "-k", "normalisation or factconsolidation or several_accepted or "
                    "icl_scores or sources_average or one_context or by_hand or percentile_interval"), JUDGE_PRELOAD),
+    "mab-figures": Target("eval/judges/mab.py", ("_by_source", "source_figures", "family", "competency_label",
+                                                  "base_competency", "competency_figures"),
+                          ("tests/judges/test_mab_figures.py", *(f"tests/judges/test_mab.py::test_{t}" for t in (
+                              "sources_average_over_questions_and_competencies_over_sources",
+                              "overall_needs_every_competency_with_every_source_scored",
+                              "the_icl_sets_are_one_column_of_test_time_learning_and_overall_averages_the_competencies",
+                              "without_the_recommendation_set_ttl_is_labelled_mcc_only_and_there_is_no_overall",
+                              "a_source_of_one_context_has_no_interval_rather_than_a_degenerate_one"))),
+                          JUDGE_PRELOAD, {("grouped: dict[str, dict[str, list[float | None]]] = {}",
+                                           "grouped: dict[str, dict[str, list[float & None]]] = {}"): ANNOTATION,
+                                          ('return label.split(" (", 1)[0]', 'return label.split(" (", 2)[0]'):
+                                          "the text before the first ' (' is the same whatever the split limit"}),
     "sumie": Target("eval/judges/sumie.py", ("prf", "exact_support", "turn_summary", "aggregate_turns", "both_ways_prf"),
                     ("tests/judges/test_sumie.py",), JUDGE_PRELOAD,
                     {("complete = turns == list(range(turns[-1] + 1)) if turns else False",
@@ -63,9 +77,12 @@ TARGETS: dict[str, Target] = {
                       {("by_pair: dict[tuple[str, str | None], list[str]] = {}",
                         "by_pair: dict[tuple[str, str & None], list[str]] = {}"): ANNOTATION}),
     "aggregation": Target("eval/judges/aggregation.py",
-                          ("mean_over_samples", "mean_se", "paired_mean_delta", "_per_repeat", "figure",
-                           "paired_difference", "_none"),
-                          ("tests/jobs/test_means.py", "-k", "figure_and_paired or bootstrap_interval or all_failed"),
+                          ("mean_over_samples", "mean_se", "bootstrap", "paired_mean_delta", "paired_ratio_delta",
+                           "_per_repeat", "figure", "paired_difference", "_none"),
+                          ("tests/judges/test_aggregation.py",
+                           "tests/jobs/test_means.py::test_figure_and_paired_difference_directly",
+                           "tests/jobs/test_means.py::test_cells_carry_a_seeded_bootstrap_interval_clustered_by_sample",
+                           "tests/jobs/test_means.py::test_a_repeat_whose_units_all_failed_counts_as_zero_not_dropped"),
                           JUDGE_PRELOAD),
     "cells": Target("jobs/results/cells.py", ("unit_values", "cost_figure"),
                     ("tests/jobs/test_means.py", "-k", "figure_and_paired or bootstrap_interval or all_failed or "
@@ -73,8 +90,25 @@ TARGETS: dict[str, Target] = {
                     JUDGE_PRELOAD),
     "budget": Target("eval/memory/budget.py", ("memory_tokens", "trim_to_budget", "_largest_container"),
                      ("tests/memory/test_render_budget.py", "-k", "trim or token_counts"), JUDGE_PRELOAD),
-    "radix": Target("engine/cache/radix.py", ("RadixCache.match", "RadixCache.evict", "RadixCache.evictable_pages"),
-                    ("tests/serving/test_radix.py",), ("numpy", "hypothesis", "jax")),
+    "radix": Target("engine/cache/radix.py",
+                    ("RadixCache._page_key", "RadixCache._match_len", "RadixCache._split", "RadixCache.match",
+                     "RadixCache.insert", "RadixCache._evictable", "RadixCache.evict", "RadixCache.evictable_pages",
+                     "RadixCache._nodes", "RadixCache.cached_pages", "RadixCache.clear"),
+                    ("tests/serving/test_radix_exact.py", "tests/serving/test_radix.py"), ("numpy", "hypothesis", "jax"),
+                    {**{("while n < len(key) and start + n + ps <= len(tokens):", m): _PAST_THE_END for m in (
+                        "while n <= len(key) and start + n + ps <= len(tokens):",
+                        "while n < len(key) and start - n + ps <= len(tokens):",
+                        "while n < len(key) and start + n - ps <= len(tokens):",
+                        "while n < len(key) or start + n + ps <= len(tokens):")},
+                     ("while pos + self.ps <= len(tokens):", "while pos - self.ps <= len(tokens):"):
+                     "a key shorter than a page is no child's key: the lookup stops there as before",
+                     ("upper.last_access = node.last_access", "upper.last_access = None"):
+                     "both callers set the returned node's last use right after the split",
+                     ("while pos < len(tokens):", "while pos <= len(tokens):"):
+                     "at the end it hangs a page-less empty leaf: no page is matched, adopted, counted or freed "
+                     "differently (eviction drops it first, for 0 pages)",
+                     ("continue", "break"): "within one evict no popped node has become unevictable (each enters "
+                     "the heap once and nothing takes references meanwhile): the skip never runs"}),
     "sampling": Target("engine/sample/sampling.py", ("next_pow2", "candidate_cap", "logprob_width"),
                        ("tests/engine/test_engine_sampling.py", "-k", "candidate_cap or logprob_width"),
                        ("numpy", "hypothesis", "pydantic", "jax")),
