@@ -120,8 +120,10 @@ def test_past_the_deadline_a_stream_ends_with_an_error_event(engine):
 
     with serve_app(create_app(engine, "smollm2", request_timeout=1.0)) as url:
         before = _stats(url)["cancelled_requests"]
+        # greedy: this prompt decodes to its 4,000-token cap (sampled at OpenAI's default temperature 1, it could
+        # end with an end-of-text token inside the second, and the stream would finish before its deadline)
         with httpx.stream("POST", f"{url}/v1/completions", timeout=120,
-                          json={"prompt": "Count to 5000:", "max_tokens": 4000, "stream": True}) as r:
+                          json={"prompt": "Count to 5000:", "max_tokens": 4000, "temperature": 0, "stream": True}) as r:
             events = [line for line in r.iter_lines() if line]
         assert events[-1] == "data: [DONE]"
         error = json.loads(events[-2][6:])["error"]
