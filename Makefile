@@ -11,7 +11,7 @@ STAMP := $(VENV)/.memloop-installed
 TORCH := torch==2.13.0+cpu
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 
-.PHONY: demo test test-slow install models peers peer-binaries clean device-env test-device device-kit device-tiny lint-imports mutation
+.PHONY: demo test format test-slow install models peers peer-binaries clean device-env test-device device-kit device-tiny lint-imports mutation
 
 $(STAMP): pyproject.toml setup.py constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -54,12 +54,18 @@ $(DEMO_STAMP): $(STAMP)
 demo: $(STAMP) $(DEMO_STAMP)
 	$(VENV)/bin/memloop run jobs/configs/demo.yaml --report
 
-# The lint gate (pyproject's [tool.ruff]), the suite, then `bench gpu --tiny` under the GPU machine's versions (make device-env), which also checks that
+# The style gate (ruff lint and format, pyproject's [tool.ruff]), the suite, then `bench gpu --tiny` under the GPU machine's versions (make device-env), which also checks that
 # the run imports nothing the device image and .device-kit lack. A host without Python 3.12 skips that step, loudly.
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 	$(PY) -m pytest -q
 	$(MAKE) --no-print-directory device-tiny
+
+# The style gate's fixes (pyproject's [tool.ruff]): the formatter, then the fixable lint rules (import order, ...).
+format: $(STAMP)
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
 
 # Mutation testing of the formulas (scripts/mutation.py: judges' metrics, means and intervals, cache accounting,
 # sampling caps): each mutant is one changed operator, number or name, run against the fast tests of its file.

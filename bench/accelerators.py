@@ -7,6 +7,7 @@ Both need the device's HBM bandwidth and peak bf16 rate, from the table below (p
 GPU, one TPU chip). On CPU, or on a device the table does not know, the figures are null and so is
 `accelerator` (an unknown accelerator is named in the log line, so it can be added).
 """
+
 from __future__ import annotations
 
 import time
@@ -61,8 +62,10 @@ def this_accelerator(log: Callable[[str], None] = print) -> tuple[str, DeviceSpe
     kind = jax.devices()[0].device_kind
     spec = device_spec(kind)
     if spec is None:
-        log(f"accelerator {kind!r} is not in bench/accelerators.py's table: decode_hbm_fraction and prefill_mfu "
-            "are null; add its HBM bandwidth and peak bf16 FLOP/s there")
+        log(
+            f"accelerator {kind!r} is not in bench/accelerators.py's table: decode_hbm_fraction and prefill_mfu "
+            "are null; add its HBM bandwidth and peak bf16 FLOP/s there"
+        )
         return None
     return kind, spec
 
@@ -75,6 +78,7 @@ def accelerator_field(found: tuple[str, DeviceSpec] | None) -> dict[str, Any] | 
 
 
 # ---------------------------------------------------------------------------------------------- counting
+
 
 def macs_per_token(lm: Any) -> int:
     """Multiply-adds of the weight matrices for one decoded token (layers and output head)."""
@@ -123,8 +127,15 @@ def decode_keys(prompt_lengths: list[int], steps: int) -> int:
 
 # ---------------------------------------------------------------------------------------------- the engine
 
-def engine_figures(engine: Any, spec: DeviceSpec, batch: int = 64, decode_steps: int = 64,
-                   prefill_tokens: int = 512, log: Callable[[str], None] = print) -> dict[str, Any]:
+
+def engine_figures(
+    engine: Any,
+    spec: DeviceSpec,
+    batch: int = 64,
+    decode_steps: int = 64,
+    prefill_tokens: int = 512,
+    log: Callable[[str], None] = print,
+) -> dict[str, Any]:
     """Decode HBM fraction and prefill MFU of a serving engine (its scheduler, pages and attention
     backend), each the best of three runs after untimed passes, prefix cache cleared between runs.
 
@@ -140,8 +151,10 @@ def engine_figures(engine: Any, spec: DeviceSpec, batch: int = 64, decode_steps:
 
     def timed(prompts: list[str], max_tokens: int, passes: int) -> float:
         # no stop tokens: every request decodes exactly max_tokens
-        reqs = [{"prompt": p, "sampling": {"max_tokens": max_tokens, "stop_token_ids": []}, "json_schema": None}
-                for p in prompts]
+        reqs = [
+            {"prompt": p, "sampling": {"max_tokens": max_tokens, "stop_token_ids": []}, "json_schema": None}
+            for p in prompts
+        ]
         best = float("inf")
         for _ in range(passes):
             engine.clear_prefix_cache()
@@ -163,14 +176,21 @@ def engine_figures(engine: Any, spec: DeviceSpec, batch: int = 64, decode_steps:
     if decode_s > 0:
         fraction = decode_hbm_fraction(lm, spec, decode_steps, decode_keys(lengths, decode_steps), decode_s)
     else:
-        log(f"decoding {decode_steps} more tokens did not take measurably longer than decoding one "
-            f"({decode_s:.3f} s difference): decode_hbm_fraction is null; raise decode_steps")
-    return {"decode_hbm_fraction": fraction,
-            "prefill_mfu": prefill_mfu(lm, spec, tokens, prefill_s),
-            "figures_batch": batch, "figures_decode_steps": decode_steps, "figures_prefill_tokens": tokens}
+        log(
+            f"decoding {decode_steps} more tokens did not take measurably longer than decoding one "
+            f"({decode_s:.3f} s difference): decode_hbm_fraction is null; raise decode_steps"
+        )
+    return {
+        "decode_hbm_fraction": fraction,
+        "prefill_mfu": prefill_mfu(lm, spec, tokens, prefill_s),
+        "figures_batch": batch,
+        "figures_decode_steps": decode_steps,
+        "figures_prefill_tokens": tokens,
+    }
 
 
 # ---------------------------------------------------------------------------------------------- hosts and models
+
 
 @dataclass(frozen=True)
 class HostSpec:
@@ -189,16 +209,19 @@ def _spec(kind: str) -> DeviceSpec:
 
 
 # Hosts a simulation can stand for (memory per chip from the same datasheets as `DEVICES`).
-HOSTS: dict[str, HostSpec] = {h.name: h for h in (
-    HostSpec("tpu-v5e-4", _spec("TPU v5 lite"), 4, 16e9),   # ct5lp-hightpu-4t: 4 chips of 16 GB
-    HostSpec("tpu-v5e-8", _spec("TPU v5 lite"), 8, 16e9),
-    HostSpec("tpu-v6e-4", _spec("TPU v6 lite"), 4, 32e9),
-    HostSpec("tpu-v5p-4", _spec("TPU v5"), 4, 95e9),
-    HostSpec("h100-8", _spec("NVIDIA H100 80GB HBM3"), 8, 80e9),
-    HostSpec("h100-1", _spec("NVIDIA H100 80GB HBM3"), 1, 80e9),
-    HostSpec("a100-8", _spec("NVIDIA A100-SXM4-80GB"), 8, 80e9),
-    HostSpec("l4-1", _spec("NVIDIA L4"), 1, 24e9),
-)}
+HOSTS: dict[str, HostSpec] = {
+    h.name: h
+    for h in (
+        HostSpec("tpu-v5e-4", _spec("TPU v5 lite"), 4, 16e9),  # ct5lp-hightpu-4t: 4 chips of 16 GB
+        HostSpec("tpu-v5e-8", _spec("TPU v5 lite"), 8, 16e9),
+        HostSpec("tpu-v6e-4", _spec("TPU v6 lite"), 4, 32e9),
+        HostSpec("tpu-v5p-4", _spec("TPU v5"), 4, 95e9),
+        HostSpec("h100-8", _spec("NVIDIA H100 80GB HBM3"), 8, 80e9),
+        HostSpec("h100-1", _spec("NVIDIA H100 80GB HBM3"), 1, 80e9),
+        HostSpec("a100-8", _spec("NVIDIA A100-SXM4-80GB"), 8, 80e9),
+        HostSpec("l4-1", _spec("NVIDIA L4"), 1, 24e9),
+    )
+}
 
 
 @dataclass(frozen=True)
@@ -227,20 +250,24 @@ class ModelShape:
 
 
 # Model shapes by size (the Llama 3 family's published configs: layers, heads, KV heads, head size).
-MODELS: dict[str, ModelShape] = {m.name: m for m in (
-    ModelShape("1b", 1.24e9, 16, 32, 8, 64),     # Llama-3.2-1B
-    ModelShape("3b", 3.21e9, 28, 24, 8, 128),    # Llama-3.2-3B
-    ModelShape("8b", 8.03e9, 32, 32, 8, 128),    # Llama-3.1-8B
-    ModelShape("70b", 70.6e9, 80, 64, 8, 128),   # Llama-3.1-70B
-)}
+MODELS: dict[str, ModelShape] = {
+    m.name: m
+    for m in (
+        ModelShape("1b", 1.24e9, 16, 32, 8, 64),  # Llama-3.2-1B
+        ModelShape("3b", 3.21e9, 28, 24, 8, 128),  # Llama-3.2-3B
+        ModelShape("8b", 8.03e9, 32, 32, 8, 128),  # Llama-3.1-8B
+        ModelShape("70b", 70.6e9, 80, 64, 8, 128),  # Llama-3.1-70B
+    )
+}
 
 
 class HostModelError(ValueError):
     """A host or model the table does not know, or a model that does not fit the host."""
 
 
-def host_latency(host: str, model: str, *, context_tokens: float, max_batch: int = 32, mfu: float = 0.4,
-                 hbm_fraction: float = 1.0) -> dict[str, Any]:
+def host_latency(
+    host: str, model: str, *, context_tokens: float, max_batch: int = 32, mfu: float = 0.4, hbm_fraction: float = 1.0
+) -> dict[str, Any]:
     """The latency model (`memloop.jobs.sim.replay.LatencyModel` fields) of `host` serving `model`, from the
     datasheet figures: a decode step reads every weight once plus each sequence's KV cache
     (`context_tokens` keys) at `hbm_fraction` of the host's HBM bandwidth; a prompt token costs its
@@ -254,16 +281,24 @@ def host_latency(host: str, model: str, *, context_tokens: float, max_batch: int
     h, m = HOSTS[host], MODELS[model]
     need = m.weight_bytes + max_batch * m.kv_bytes_per_token * context_tokens
     if need > h.chips * h.hbm_bytes:
-        raise HostModelError(f"{model} with {max_batch} sequences of {context_tokens:.0f} tokens needs "
-                             f"{need / 1e9:.0f} GB; {host} has {h.chips * h.hbm_bytes / 1e9:.0f} GB: pick a larger host")
+        raise HostModelError(
+            f"{model} with {max_batch} sequences of {context_tokens:.0f} tokens needs "
+            f"{need / 1e9:.0f} GB; {host} has {h.chips * h.hbm_bytes / 1e9:.0f} GB: pick a larger host"
+        )
     bw = h.chips * h.device.hbm_bytes_per_s * hbm_fraction
     flops = h.chips * h.device.peak_bf16_flops * mfu
-    source = (f"{host}: {h.chips} x {h.device.name} ({h.device.hbm_bytes_per_s / 1e9:.0f} GB/s HBM, "
-              f"{h.device.peak_bf16_flops / 1e12:.0f} TFLOP/s bf16 each) serving a {model} model "
-              f"({m.weight_bytes / 1e9:.1f} GB bf16 weights, {m.kv_bytes_per_token / 1024:.0f} KiB KV per token); "
-              f"decode step = (weights + KV of {context_tokens:.0f} tokens per sequence) / HBM at "
-              f"{hbm_fraction:.0%}; prefill = FLOPs at {mfu:.0%} MFU")
-    return {"prefill_s_per_token": m.flops_per_token(context_tokens / 2) / flops,
-            "decode_s_base": m.weight_bytes / bw,
-            "decode_s_per_seq": m.kv_bytes_per_token * context_tokens / bw,
-            "max_batch": max_batch, "speedup": 1.0, "source": source}
+    source = (
+        f"{host}: {h.chips} x {h.device.name} ({h.device.hbm_bytes_per_s / 1e9:.0f} GB/s HBM, "
+        f"{h.device.peak_bf16_flops / 1e12:.0f} TFLOP/s bf16 each) serving a {model} model "
+        f"({m.weight_bytes / 1e9:.1f} GB bf16 weights, {m.kv_bytes_per_token / 1024:.0f} KiB KV per token); "
+        f"decode step = (weights + KV of {context_tokens:.0f} tokens per sequence) / HBM at "
+        f"{hbm_fraction:.0%}; prefill = FLOPs at {mfu:.0%} MFU"
+    )
+    return {
+        "prefill_s_per_token": m.flops_per_token(context_tokens / 2) / flops,
+        "decode_s_base": m.weight_bytes / bw,
+        "decode_s_per_seq": m.kv_bytes_per_token * context_tokens / bw,
+        "max_batch": max_batch,
+        "speedup": 1.0,
+        "source": source,
+    }

@@ -17,6 +17,7 @@ ran the check, with its flags, the check's commands and why an earlier build was
     python3 bench/build_peers.py SRC_DIR BIN_DIR [GGUF]   # the binaries (GGUF: the model checked with)
     python3 bench/build_peers.py --python-peer VERSION    # llama-cpp-python in .venv-peers
 """
+
 from __future__ import annotations
 
 import json
@@ -34,13 +35,29 @@ from typing import Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGETS = ("llama-server", "llama-batched-bench")
-COMMON = ["-DCMAKE_BUILD_TYPE=Release", "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF", "-DLLAMA_BUILD_UI=OFF",
-          "-DLLAMA_USE_PREBUILT_UI=OFF", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF",
-          "-DLLAMA_BUILD_TOOLS=ON", "-DLLAMA_BUILD_SERVER=ON", "-DBUILD_SHARED_LIBS=OFF"]
+COMMON = [
+    "-DCMAKE_BUILD_TYPE=Release",
+    "-DLLAMA_CURL=OFF",
+    "-DLLAMA_OPENSSL=OFF",
+    "-DLLAMA_BUILD_UI=OFF",
+    "-DLLAMA_USE_PREBUILT_UI=OFF",
+    "-DLLAMA_BUILD_TESTS=OFF",
+    "-DLLAMA_BUILD_EXAMPLES=OFF",
+    "-DLLAMA_BUILD_TOOLS=ON",
+    "-DLLAMA_BUILD_SERVER=ON",
+    "-DBUILD_SHARED_LIBS=OFF",
+]
 # /proc/cpuinfo flag -> llama.cpp's CMake switch for it (the portable build turns on what the host has)
-ISA_SWITCHES = (("avx", "GGML_AVX"), ("avx2", "GGML_AVX2"), ("fma", "GGML_FMA"), ("f16c", "GGML_F16C"),
-                ("avx512f", "GGML_AVX512"), ("avx512vbmi", "GGML_AVX512_VBMI"),
-                ("avx512_vnni", "GGML_AVX512_VNNI"), ("avx512_bf16", "GGML_AVX512_BF16"))
+ISA_SWITCHES = (
+    ("avx", "GGML_AVX"),
+    ("avx2", "GGML_AVX2"),
+    ("fma", "GGML_FMA"),
+    ("f16c", "GGML_F16C"),
+    ("avx512f", "GGML_AVX512"),
+    ("avx512vbmi", "GGML_AVX512_VBMI"),
+    ("avx512_vnni", "GGML_AVX512_VNNI"),
+    ("avx512_bf16", "GGML_AVX512_BF16"),
+)
 AMX_OFF = ["-DGGML_AMX_TILE=OFF", "-DGGML_AMX_INT8=OFF", "-DGGML_AMX_BF16=OFF"]
 
 
@@ -54,8 +71,11 @@ def portable_flags(cpuinfo: str) -> list[str]:
     for line in cpuinfo.splitlines():
         if line.startswith("flags"):
             flags.update(line.split(":", 1)[1].split())
-    return (["-DGGML_NATIVE=OFF"] + [f"-D{switch}={'ON' if flag in flags else 'OFF'}" for flag, switch in ISA_SWITCHES]
-            + AMX_OFF)
+    return (
+        ["-DGGML_NATIVE=OFF"]
+        + [f"-D{switch}={'ON' if flag in flags else 'OFF'}" for flag, switch in ISA_SWITCHES]
+        + AMX_OFF
+    )
 
 
 def host_cpuinfo() -> str:
@@ -103,17 +123,23 @@ def record_build(bin_dir: Path, name: str, flags: list[str], checked: str = "", 
     """Write which build ("native" or "portable") the binaries in `bin_dir` are, with what flags, the
     check they passed (`checked`) and why each earlier build was passed over (`passed_over`)."""
     path = bin_dir / BUILD_RECORD
-    why = ("; ".join(passed_over) if passed_over else f"the {name} build is the first one tried and passed the check")
-    path.write_text(json.dumps({"build": name, "flags": list(flags), "checked": checked, "why": why,
-                                "passed_over": list(passed_over)}) + "\n")
+    why = "; ".join(passed_over) if passed_over else f"the {name} build is the first one tried and passed the check"
+    path.write_text(
+        json.dumps(
+            {"build": name, "flags": list(flags), "checked": checked, "why": why, "passed_over": list(passed_over)}
+        )
+        + "\n"
+    )
     return path
 
 
 CHECK_PROMPT_TOKENS = 32  # the check-run: a prompt this long, then this many decoded tokens
 CHECK_DECODE_TOKENS = 8
 # About 32 tokens of SmolLM2's vocabulary (the served check counts them from the server's answer).
-CHECK_PROMPT = ("The river bends twice before it reaches the old mill, where the miller's daughter keeps the "
-                "ledger of every sack of grain that passes through the village.")
+CHECK_PROMPT = (
+    "The river bends twice before it reaches the old mill, where the miller's daughter keeps the "
+    "ledger of every sack of grain that passes through the village."
+)
 
 
 def bundled_gguf(root: Path = ROOT) -> Path | None:
@@ -123,8 +149,21 @@ def bundled_gguf(root: Path = ROOT) -> Path | None:
 
 def batched_check_command(bin_dir: Path, gguf: Path, threads: int) -> list[str]:
     """llama-batched-bench on `gguf`: a 32-token prompt, 8 decoded tokens, batches 1 and 2."""
-    return [str(bin_dir / "llama-batched-bench"), "-m", str(gguf), "-t", str(threads), "-c", "512",
-            "-npp", str(CHECK_PROMPT_TOKENS), "-ntg", str(CHECK_DECODE_TOKENS), "-npl", "1,2"]
+    return [
+        str(bin_dir / "llama-batched-bench"),
+        "-m",
+        str(gguf),
+        "-t",
+        str(threads),
+        "-c",
+        "512",
+        "-npp",
+        str(CHECK_PROMPT_TOKENS),
+        "-ntg",
+        str(CHECK_DECODE_TOKENS),
+        "-npl",
+        "1,2",
+    ]
 
 
 def _free_port() -> int:
@@ -136,11 +175,26 @@ def _free_port() -> int:
 def served_check(bin_dir: Path, gguf: Path, threads: int, startup_s: float = 240) -> tuple[bool, str]:
     """llama-server loads `gguf` and answers one completion of 8 tokens to a ~32-token prompt."""
     port = _free_port()
-    cmd = [str(bin_dir / "llama-server"), "-m", str(gguf), "--host", "127.0.0.1", "--port", str(port), "-t",
-           str(threads), "-c", "512", "-np", "1", "--no-webui"]
+    cmd = [
+        str(bin_dir / "llama-server"),
+        "-m",
+        str(gguf),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "-t",
+        str(threads),
+        "-c",
+        "512",
+        "-np",
+        "1",
+        "--no-webui",
+    ]
     url = f"http://127.0.0.1:{port}"
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+    )
     try:
         deadline = time.monotonic() + startup_s
         while True:
@@ -194,8 +248,10 @@ def check_binaries(bin_dir: Path, gguf: Path, threads: int = 2) -> tuple[bool, s
 
 
 def check_description(gguf: Path) -> str:
-    return (f"{gguf.name}: llama-batched-bench prompt {CHECK_PROMPT_TOKENS}, decode {CHECK_DECODE_TOKENS}, "
-            f"batches 1 and 2; llama-server one completion of {CHECK_DECODE_TOKENS} tokens")
+    return (
+        f"{gguf.name}: llama-batched-bench prompt {CHECK_PROMPT_TOKENS}, decode {CHECK_DECODE_TOKENS}, "
+        f"batches 1 and 2; llama-server one completion of {CHECK_DECODE_TOKENS} tokens"
+    )
 
 
 Builder = Callable[[Path, Path, list[str], str], None]
@@ -207,29 +263,37 @@ def build_peer_binaries(src: Path, bin_dir: Path, gguf: Path | None = None, buil
     build = build or build_binaries
     gguf = gguf or bundled_gguf()
     if gguf is None or not gguf.is_file():
-        raise BuildError(f"no GGUF to check the peers with ({gguf or 'the bundled SmolLM2 is not in .venv'}); "
-                         "run `make install` first, or name one: `make peer-binaries PEER_GGUF=FILE.gguf` (the third argument here)")
+        raise BuildError(
+            f"no GGUF to check the peers with ({gguf or 'the bundled SmolLM2 is not in .venv'}); "
+            "run `make install` first, or name one: `make peer-binaries PEER_GGUF=FILE.gguf` (the third argument here)"
+        )
     threads = min(2, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
     attempts: list[str] = []
     for name, flags in (("native", ["-DGGML_NATIVE=ON"]), ("portable", portable_flags(host_cpuinfo()))):
         build(src, bin_dir, flags, name)
         ok, why = check_binaries(bin_dir, gguf, threads)
         if ok:
-            print(f"llama.cpp peers: the {name} build runs a model here ({' '.join(flags)}; "
-                  f"{check_description(gguf)})", file=sys.stderr)
+            print(
+                f"llama.cpp peers: the {name} build runs a model here ({' '.join(flags)}; {check_description(gguf)})",
+                file=sys.stderr,
+            )
             record_build(bin_dir, name, flags, check_description(gguf), attempts)
             return name
         print(f"llama.cpp peers: the {name} build does not run a model here: {why}", file=sys.stderr)
         attempts.append(f"{name}: {why}")
-    raise BuildError("llama.cpp's peers build but do not run on this host (" + "; ".join(attempts) + "); report "
-                     "the CPU (`lscpu`) with this message")
+    raise BuildError(
+        "llama.cpp's peers build but do not run on this host (" + "; ".join(attempts) + "); report "
+        "the CPU (`lscpu`) with this message"
+    )
 
 
 def python_peer_runs(python: Path) -> tuple[bool, str]:
     """A check-run of llama-cpp-python: import it and load the bundled GGUF's vocabulary."""
-    script = ("import sys, llama_cpp; from pathlib import Path; "
-              "m = llama_cpp.Llama(model_path=sys.argv[1], n_ctx=64, vocab_only=True, verbose=False); "
-              "print(len(m.tokenize(b'hello')))")
+    script = (
+        "import sys, llama_cpp; from pathlib import Path; "
+        "m = llama_cpp.Llama(model_path=sys.argv[1], n_ctx=64, vocab_only=True, verbose=False); "
+        "print(len(m.tokenize(b'hello')))"
+    )
     gguf = bundled_gguf()
     cmd = [str(python), "-c", script, str(gguf)] if gguf else [str(python), "-c", "import llama_cpp"]
     return runs(cmd)
@@ -258,8 +322,13 @@ if __name__ == "__main__":
         if sys.argv[1:2] == ["--python-peer"]:
             print(build_python_peer(sys.argv[2]))
         else:
-            print(build_peer_binaries(Path(sys.argv[1]), Path(sys.argv[2]),
-                                      Path(sys.argv[3]) if len(sys.argv) > 3 and sys.argv[3] else None))
+            print(
+                build_peer_binaries(
+                    Path(sys.argv[1]),
+                    Path(sys.argv[2]),
+                    Path(sys.argv[3]) if len(sys.argv) > 3 and sys.argv[3] else None,
+                )
+            )
     except (BuildError, subprocess.CalledProcessError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(1)

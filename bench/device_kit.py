@@ -10,6 +10,7 @@ prints every file with the total size (the working tree that travels is at most 
 third-party import (lazy ones too) whose distribution is in neither the image nor the kit; the tests run
 `bench gpu --tiny` and check that list is empty, so a new import the device lacks fails here first.
 """
+
 from __future__ import annotations
 
 import ast
@@ -21,7 +22,8 @@ import sys
 from pathlib import Path
 
 # The device image's Python packages (KINDS.md, "Python packages already there", read 2026-11-17).
-DEVICE_IMAGE = frozenset("""
+DEVICE_IMAGE = frozenset(
+    """
 absl-py accelerate aiofiles aiohappyeyeballs aiohttp aiosignal annotated-doc anyio attrs botorch build certifi
 charset-normalizer chex click cloudpickle cmake colorama contourpy coverage cuda-bindings cuda-core
 cuda-pathfinder cuda-toolkit cupy-cuda13x cycler cython diffrax e3nn einops equinox etils execnet filelock
@@ -42,12 +44,23 @@ shellingham simplejson six sortedcontainers statsmodels sympy tabulate tensorboa
 tensorstore threadpoolctl tifffile tiktoken timm tokenizers toolz torch torchaudio torchdiffeq
 torch-geometric torchmetrics torchvision tqdm transformers treescope triton typer typing-extensions
 typing-inspect urllib3 uvloop wadler-lindig werkzeug wheel wrapt xarray xxhash yarl zipp
-""".split())
+""".split()
+)
 
 # What the engine and `bench gpu` import that the image lacks (memloop.engine.sample.sampling: pydantic; constrained
 # decoding: llguidance and jsonschema; GGUF files: gguf), with what those need in turn.
-KIT = ("pydantic", "pydantic-core", "annotated-types", "typing-inspection", "llguidance", "jsonschema",
-       "jsonschema-specifications", "referencing", "rpds-py", "gguf")
+KIT = (
+    "pydantic",
+    "pydantic-core",
+    "annotated-types",
+    "typing-inspection",
+    "llguidance",
+    "jsonschema",
+    "jsonschema-specifications",
+    "referencing",
+    "rpds-py",
+    "gguf",
+)
 # pip matches a manylinux tag exactly: name every glibc level a wheel may be tagged with (the image's is 2.39).
 PLATFORMS = tuple(f"manylinux_2_{n}_x86_64" for n in range(39, 16, -1)) + ("manylinux2014_x86_64", "manylinux1_x86_64")
 # Project packages and the ones pip itself vendors count as present.
@@ -84,8 +97,11 @@ def missing_on_device(module_names: list[str]) -> dict[str, list[str]]:
     (name -> its distributions here; [] when this environment has none either)."""
     owners = md.packages_distributions()
     ok = allowed()
-    return {n: list(owners.get(n, [])) for n in sorted(imports_of(module_names))
-            if not any(normalise(d) in ok for d in owners.get(n, []))}
+    return {
+        n: list(owners.get(n, []))
+        for n in sorted(imports_of(module_names))
+        if not any(normalise(d) in ok for d in owners.get(n, []))
+    }
 
 
 def loaded_project_modules() -> list[str]:
@@ -98,8 +114,21 @@ def download(dest: Path) -> list[Path]:
     wheels = dest / "wheels"
     wheels.mkdir(parents=True, exist_ok=True)
     pins = [f"{name}=={md.version(name)}" for name in KIT]
-    cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:", "--python-version",
-           "3.12", "--implementation", "cp", "-d", str(wheels)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "-q",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--python-version",
+        "3.12",
+        "--implementation",
+        "cp",
+        "-d",
+        str(wheels),
+    ]
     for platform in PLATFORMS:
         cmd += ["--platform", platform]
     subprocess.run(cmd + pins, check=True)
@@ -113,10 +142,12 @@ def save_tokenizer(dest: Path) -> Path:
 
 
 # The one device command (docs/engine-serving.md, "On a GPU"): the kit onto the image's Python, then the bench.
-DEVICE_COMMAND = ("set -o pipefail; python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "
-                  "/tmp/site .device-kit/wheels/*.whl && export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 "
-                  "XLA_PYTHON_CLIENT_PREALLOCATE=false && python3 -m memloop.bench.gpu --out $OUT --budget-s 480 "
-                  "--tokenizer .device-kit/tokenizer 2>&1 | tee $OUT/log.txt")
+DEVICE_COMMAND = (
+    "set -o pipefail; python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "
+    "/tmp/site .device-kit/wheels/*.whl && export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 "
+    "XLA_PYTHON_CLIENT_PREALLOCATE=false && python3 -m memloop.bench.gpu --out $OUT --budget-s 480 "
+    "--tokenizer .device-kit/tokenizer 2>&1 | tee $OUT/log.txt"
+)
 
 
 def main(dest: Path) -> None:

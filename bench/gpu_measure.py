@@ -1,6 +1,7 @@
 """The measurements of `bench gpu`, each on a built engine or model: correctness against transformers, decode
 and prefill rates with their share of the device's bounds, transformers' own decode, the prefix workload, a
 profile's top kernels; and the calibration that turns a step's work into expected seconds."""
+
 from __future__ import annotations
 
 import gzip
@@ -13,17 +14,20 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
 from memloop.bench.gpu_models import TEXT, build_checkpoint, load_bf16, make_engine, prompt_ids
 from memloop.bench.gpu_plan import Rates
 
-PROMPTS = ("Summarise what the ledger records and who reads it.", "List the places the river passes.",
-           "Describe the mill in one paragraph, then name its keeper.",
-           "What happens each spring at the mill? Answer briefly.")
+PROMPTS = (
+    "Summarise what the ledger records and who reads it.",
+    "List the places the river passes.",
+    "Describe the mill in one paragraph, then name its keeper.",
+    "What happens each spring at the mill? Answer briefly.",
+)
 LOGITS_TOLERANCE = 2e-2  # relative L2 of bf16 logits through a few dozen layers (bf16 keeps ~3 digits)
 
 
 # ---------------------------------------------------------------------------------------------- the device
+
 
 @dataclass
 class Device:
@@ -44,14 +48,18 @@ class Device:
     def here() -> "Device":
         import jax
         import torch
-
         from memloop.bench.accelerators import this_accelerator
 
         platform = jax.default_backend()
         found = this_accelerator(log=lambda line: None)
         torch_device = "cuda" if platform == "gpu" and torch.cuda.is_available() else "cpu"
-        return Device(platform, jax.devices()[0].device_kind, torch_device, found[1] if found else None,
-                      interpret=platform == "cpu")
+        return Device(
+            platform,
+            jax.devices()[0].device_kind,
+            torch_device,
+            found[1] if found else None,
+            interpret=platform == "cpu",
+        )
 
 
 def environment() -> dict[str, Any]:
@@ -67,11 +75,17 @@ def environment() -> dict[str, Any]:
         except md.PackageNotFoundError:
             versions[name] = None
     devices = jax.devices()
-    return {"python": host.python_version(), "versions": versions, "backend": jax.default_backend(),
-            "device_kind": devices[0].device_kind, "device_count": len(devices)}
+    return {
+        "python": host.python_version(),
+        "versions": versions,
+        "backend": jax.default_backend(),
+        "device_kind": devices[0].device_kind,
+        "device_count": len(devices),
+    }
 
 
 # ---------------------------------------------------------------------------------------------- calibration
+
 
 def calibrate(dev: Device, matrix_n: int, tokenizer_dir: Path, work_dir: Path) -> tuple[Rates, dict[str, Any]]:
     """This device's bf16 matmul rate, copy rate, and a toy model's compile and step seconds."""
@@ -86,7 +100,7 @@ def calibrate(dev: Device, matrix_n: int, tokenizer_dir: Path, work_dir: Path) -
     for _ in range(3):
         out = mm(a)
     out.block_until_ready()
-    flop_rate = 3 * 2 * n ** 3 / (time.perf_counter() - t0)
+    flop_rate = 3 * 2 * n**3 / (time.perf_counter() - t0)
     x = jnp.ones((n * n * 4,), jnp.bfloat16)
     cp = jax.jit(lambda v: v + 1)
     cp(x).block_until_ready()
@@ -110,20 +124,25 @@ def calibrate(dev: Device, matrix_n: int, tokenizer_dir: Path, work_dir: Path) -
         warm = time.perf_counter() - t0
     finally:
         engine.shutdown()
-    rates = Rates(flop_rate=flop_rate, byte_rate=byte_rate, step_overhead_s=warm / 10,
-                  compile_s=max(first - warm, 0.05) / 2)
-    return rates, {"matmul_tflops": flop_rate / 1e12, "copy_gb_per_s": byte_rate / 1e9,
-                   "tiny_first_call_s": first, "tiny_warm_call_s": warm}
+    rates = Rates(
+        flop_rate=flop_rate, byte_rate=byte_rate, step_overhead_s=warm / 10, compile_s=max(first - warm, 0.05) / 2
+    )
+    return rates, {
+        "matmul_tflops": flop_rate / 1e12,
+        "copy_gb_per_s": byte_rate / 1e9,
+        "tiny_first_call_s": first,
+        "tiny_warm_call_s": warm,
+    }
 
 
 # ---------------------------------------------------------------------------------------------- measurements
+
 
 def correctness(lm: Any, engines: dict[str, Any], hf: Any, torch_device: str, greedy_tokens: int) -> dict[str, Any]:
     """Logits and greedy tokens of the engine against transformers on the same device and checkpoint."""
     import jax
     import jax.numpy as jnp
     import torch
-
     from memloop.engine.model.decoder import forward, no_cache_attention
 
     ids = [lm.tokenizer.encode(TEXT + p) for p in PROMPTS]
@@ -134,15 +153,29 @@ def correctness(lm: Any, engines: dict[str, Any], hf: Any, torch_device: str, gr
             ours = np.asarray(fwd(lm.params, jnp.asarray([row]), jnp.arange(len(row))[None])[0, -1], np.float32)
             ref = hf(torch.tensor([row], device=torch_device)).logits[0, -1].float().cpu().numpy()
             rel.append(float(np.linalg.norm(ours - ref) / np.linalg.norm(ref)))
-    out: dict[str, Any] = {"prompts": len(ids), "logits_rel_l2_max": max(rel), "logits_rel_l2": rel,
-                           "logits_tolerance": LOGITS_TOLERANCE, "logits_within_tolerance": max(rel) <= LOGITS_TOLERANCE}
+    out: dict[str, Any] = {
+        "prompts": len(ids),
+        "logits_rel_l2_max": max(rel),
+        "logits_rel_l2": rel,
+        "logits_tolerance": LOGITS_TOLERANCE,
+        "logits_within_tolerance": max(rel) <= LOGITS_TOLERANCE,
+    }
     refs = [hf_greedy(hf, row, greedy_tokens, torch_device) for row in ids]
     for path, engine in engines.items():
-        results = engine.complete_many([{"prompt": row, "sampling": {"max_tokens": greedy_tokens, "temperature": 0.0,
-                                                                      "stop_token_ids": [], "logprobs": 1}}
-                                        for row in ids])
-        out[path] = greedy_agreement([[e["id"] for e in r["logprobs"]] for r in results],
-                                     [[e["logprob"] for e in r["logprobs"]] for r in results], refs)
+        results = engine.complete_many(
+            [
+                {
+                    "prompt": row,
+                    "sampling": {"max_tokens": greedy_tokens, "temperature": 0.0, "stop_token_ids": [], "logprobs": 1},
+                }
+                for row in ids
+            ]
+        )
+        out[path] = greedy_agreement(
+            [[e["id"] for e in r["logprobs"]] for r in results],
+            [[e["logprob"] for e in r["logprobs"]] for r in results],
+            refs,
+        )
     return out
 
 
@@ -162,8 +195,9 @@ def hf_greedy(hf: Any, ids: list[int], n: int, torch_device: str) -> tuple[list[
     return tokens, logps
 
 
-def greedy_agreement(ours: list[list[int]], our_logprobs: list[list[float]],
-                     refs: list[tuple[list[int], list[np.ndarray]]]) -> dict[str, Any]:
+def greedy_agreement(
+    ours: list[list[int]], our_logprobs: list[list[float]], refs: list[tuple[list[int], list[np.ndarray]]]
+) -> dict[str, Any]:
     """Per prompt: tokens agreeing before the first divergence, where it is, and transformers' log-probability
     gap there (its top token over ours: near 0 is a near-tie that bf16 rounding may flip); the largest
     difference of our chosen tokens' log-probabilities from transformers' while the tokens agree."""
@@ -176,9 +210,13 @@ def greedy_agreement(ours: list[list[int]], our_logprobs: list[list[float]],
             gaps.append(float(ref_lps[n][ref_toks[n]] - ref_lps[n][toks[n]]))
         for i in range(n):
             lp_diff = max(lp_diff, abs(float(lps[i]) - float(ref_lps[i][toks[i]])))
-    return {"tokens_compared": sum(len(r[0]) for r in refs), "tokens_agreeing": sum(agree),
-            "first_divergence": first, "logprob_gap_at_divergence": gaps,
-            "max_abs_logprob_diff_while_agreeing": lp_diff}
+    return {
+        "tokens_compared": sum(len(r[0]) for r in refs),
+        "tokens_agreeing": sum(agree),
+        "first_divergence": first,
+        "logprob_gap_at_divergence": gaps,
+        "max_abs_logprob_diff_while_agreeing": lp_diff,
+    }
 
 
 def timed_requests(engine: Any, prompts: list[list[int]], max_tokens: int, passes: int) -> tuple[float, float]:
@@ -201,16 +239,26 @@ def decode_figures(engine: Any, dev: Device, batch: int, context: int, steps: in
     first_compile, first = timed_requests(engine, prompts, 1, passes)
     all_compile, full = timed_requests(engine, prompts, steps + 1, passes)
     decode_s = full - first
-    out: dict[str, Any] = {"batch": batch, "context": context, "decode_steps": steps,
-                           "compile_s": max(0.0, first_compile - first) + max(0.0, all_compile - full)}
+    out: dict[str, Any] = {
+        "batch": batch,
+        "context": context,
+        "decode_steps": steps,
+        "compile_s": max(0.0, first_compile - first) + max(0.0, all_compile - full),
+    }
     if decode_s <= 0:
-        out.update(tokens_per_s=None, hbm_fraction=None,
-                   note=f"decoding {steps} more tokens took no measurable time ({decode_s:.4f} s): raise decode_steps")
+        out.update(
+            tokens_per_s=None,
+            hbm_fraction=None,
+            note=f"decoding {steps} more tokens took no measurable time ({decode_s:.4f} s): raise decode_steps",
+        )
         return out
     out["tokens_per_s"] = batch * steps / decode_s
     out["step_ms"] = 1e3 * decode_s / steps
-    out["hbm_fraction"] = (decode_hbm_fraction(engine.lm, dev.spec, steps, decode_keys([context] * batch, steps),
-                                               decode_s) if dev.spec else None)
+    out["hbm_fraction"] = (
+        decode_hbm_fraction(engine.lm, dev.spec, steps, decode_keys([context] * batch, steps), decode_s)
+        if dev.spec
+        else None
+    )
     return out
 
 
@@ -218,11 +266,18 @@ def prefill_figures(engine: Any, dev: Device, tokens: int, passes: int) -> dict[
     from memloop.bench.accelerators import prefill_mfu
 
     compile_pass, best = timed_requests(engine, [prompt_ids(engine.tokenizer, tokens)], 1, passes)
-    return {"tokens": tokens, "seconds": best, "tokens_per_s": tokens / best, "compile_s": max(0.0, compile_pass - best),
-            "mfu": prefill_mfu(engine.lm, dev.spec, tokens, best) if dev.spec else None}
+    return {
+        "tokens": tokens,
+        "seconds": best,
+        "tokens_per_s": tokens / best,
+        "compile_s": max(0.0, compile_pass - best),
+        "mfu": prefill_mfu(engine.lm, dev.spec, tokens, best) if dev.spec else None,
+    }
 
 
-def transformers_decode(hf: Any, tokenizer: Any, torch_device: str, batch: int, context: int, steps: int) -> dict[str, Any]:
+def transformers_decode(
+    hf: Any, tokenizer: Any, torch_device: str, batch: int, context: int, steps: int
+) -> dict[str, Any]:
     """transformers' generate as its users run it for speed: bf16, SDPA, the static cache, greedy."""
     import torch
 
@@ -233,8 +288,15 @@ def transformers_decode(hf: Any, tokenizer: Any, torch_device: str, batch: int, 
             torch.cuda.synchronize()
         t0 = time.perf_counter()
         with torch.no_grad():
-            hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, min_new_tokens=n, do_sample=False,
-                        cache_implementation="static", pad_token_id=0)
+            hf.generate(
+                ids,
+                attention_mask=torch.ones_like(ids),
+                max_new_tokens=n,
+                min_new_tokens=n,
+                do_sample=False,
+                cache_implementation="static",
+                pad_token_id=0,
+            )
         if torch_device == "cuda":
             torch.cuda.synchronize()
         return time.perf_counter() - t0
@@ -243,8 +305,12 @@ def transformers_decode(hf: Any, tokenizer: Any, torch_device: str, batch: int, 
     full = min(generate(steps + 1) for _ in range(2))
     first = min(generate(1) for _ in range(2))
     decode_s = full - first
-    out: dict[str, Any] = {"batch": batch, "context": context, "decode_steps": steps,
-                           "tokens_per_s": batch * steps / decode_s if decode_s > 0 else None}
+    out: dict[str, Any] = {
+        "batch": batch,
+        "context": context,
+        "decode_steps": steps,
+        "tokens_per_s": batch * steps / decode_s if decode_s > 0 else None,
+    }
     if decode_s <= 0:
         out["note"] = f"decoding {steps} more tokens took no measurable time ({decode_s:.4f} s): raise decode_steps"
     return out
@@ -254,27 +320,41 @@ def prefix_workload(engine: Any, workload_name: str, loops: int, steps: int | No
     from memloop.bench.prefix import build_workload, run_engine, workload_settings
 
     ws = workload_settings(workload_name, samples=loops, steps=steps)
-    workload = build_workload(ws["samples"], ws["steps"], ws["chunk_words"], revisions=ws["revisions"],
-                              shared_book=ws["shared_book"])
+    workload = build_workload(
+        ws["samples"], ws["steps"], ws["chunk_words"], revisions=ws["revisions"], shared_book=ws["shared_book"]
+    )
     engine.clear_prefix_cache()
     engine.reset_counters()
     result = run_engine(engine, workload, ws["max_tokens"])
     stats = engine.stats()
-    return {"loops": loops, "steps": ws["steps"], "max_tokens": ws["max_tokens"], "wall_s": result["wall_s"],
-            "tokens_per_s": result["tokens_per_s"], "prompt_tokens": result["prompt_tokens"],
-            "cached_tokens": result["cached_tokens"], "decoded_tokens": result["decoded_tokens"],
-            "preemptions": stats["preemptions"],
-            "engine_time_split": {k: stats[k] for k in ("compute_s", "compile_s", "host_s", "idle_s")}}
+    return {
+        "loops": loops,
+        "steps": ws["steps"],
+        "max_tokens": ws["max_tokens"],
+        "wall_s": result["wall_s"],
+        "tokens_per_s": result["tokens_per_s"],
+        "prompt_tokens": result["prompt_tokens"],
+        "cached_tokens": result["cached_tokens"],
+        "decoded_tokens": result["decoded_tokens"],
+        "preemptions": stats["preemptions"],
+        "engine_time_split": {k: stats[k] for k in ("compute_s", "compile_s", "host_s", "idle_s")},
+    }
 
 
 def profile(engine: Any, batch: int, context: int, prefill_tokens: int, work_dir: Path) -> dict[str, Any]:
     """A JAX profile of one decode call (a cached prompt, 2 tokens out) and one prefill; top ten kernels each."""
     import jax
 
-    decode = [{"prompt": prompt_ids(engine.tokenizer, context, marker=i),
-               "sampling": {"max_tokens": 2, "stop_token_ids": []}} for i in range(batch)]
-    prefill = [{"prompt": prompt_ids(engine.tokenizer, prefill_tokens, marker=batch + 1),
-                "sampling": {"max_tokens": 1, "stop_token_ids": []}}]
+    decode = [
+        {"prompt": prompt_ids(engine.tokenizer, context, marker=i), "sampling": {"max_tokens": 2, "stop_token_ids": []}}
+        for i in range(batch)
+    ]
+    prefill = [
+        {
+            "prompt": prompt_ids(engine.tokenizer, prefill_tokens, marker=batch + 1),
+            "sampling": {"max_tokens": 1, "stop_token_ids": []},
+        }
+    ]
     out: dict[str, Any] = {}
     for name, reqs, clear in (("decode", decode, False), ("prefill", prefill, True)):
         engine.complete_many(reqs)  # compiled and (for decode) cached before the trace

@@ -1,5 +1,6 @@
 """The models `bench gpu` measures: random-initialised bf16 checkpoints that transformers writes in the shapes
 that matter (random weights time exactly like trained ones), memloop's engine and transformers' model on them."""
+
 from __future__ import annotations
 
 import json
@@ -9,31 +10,81 @@ from typing import Any
 
 # Shapes as published (config.json of Qwen/Qwen2.5-1.5B-Instruct and meta-llama/Llama-3.1-8B-Instruct).
 SHAPES: dict[str, dict[str, Any]] = {
-    "qwen2.5-1.5b": {"model_type": "qwen2", "hidden_size": 1536, "intermediate_size": 8960, "num_hidden_layers": 28,
-                     "num_attention_heads": 12, "num_key_value_heads": 2, "vocab_size": 151936,
-                     "max_position_embeddings": 32768, "rope_theta": 1e6, "rms_norm_eps": 1e-6,
-                     "tie_word_embeddings": True, "use_sliding_window": False},
-    "llama-3.1-8b": {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
-                     "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256,
-                     "max_position_embeddings": 131072, "rms_norm_eps": 1e-5, "tie_word_embeddings": False,
-                     "rope_theta": 500000.0,
-                     "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
-                                      "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}},
+    "qwen2.5-1.5b": {
+        "model_type": "qwen2",
+        "hidden_size": 1536,
+        "intermediate_size": 8960,
+        "num_hidden_layers": 28,
+        "num_attention_heads": 12,
+        "num_key_value_heads": 2,
+        "vocab_size": 151936,
+        "max_position_embeddings": 32768,
+        "rope_theta": 1e6,
+        "rms_norm_eps": 1e-6,
+        "tie_word_embeddings": True,
+        "use_sliding_window": False,
+    },
+    "llama-3.1-8b": {
+        "model_type": "llama",
+        "hidden_size": 4096,
+        "intermediate_size": 14336,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "vocab_size": 128256,
+        "max_position_embeddings": 131072,
+        "rms_norm_eps": 1e-5,
+        "tie_word_embeddings": False,
+        "rope_theta": 500000.0,
+        "rope_scaling": {
+            "rope_type": "llama3",
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 8192,
+        },
+    },
     # toy shapes of the same two families (every code path, seconds on a CPU)
-    "tiny-qwen2": {"model_type": "qwen2", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
-                   "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 49152,
-                   "max_position_embeddings": 4096, "rope_theta": 1e6, "rms_norm_eps": 1e-6,
-                   "tie_word_embeddings": True, "use_sliding_window": False},
-    "tiny-llama": {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
-                   "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 49152,
-                   "max_position_embeddings": 4096, "rms_norm_eps": 1e-5, "tie_word_embeddings": False,
-                   "rope_theta": 500000.0,
-                   "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
-                                    "high_freq_factor": 4.0, "original_max_position_embeddings": 1024}},
+    "tiny-qwen2": {
+        "model_type": "qwen2",
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "vocab_size": 49152,
+        "max_position_embeddings": 4096,
+        "rope_theta": 1e6,
+        "rms_norm_eps": 1e-6,
+        "tie_word_embeddings": True,
+        "use_sliding_window": False,
+    },
+    "tiny-llama": {
+        "model_type": "llama",
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "vocab_size": 49152,
+        "max_position_embeddings": 4096,
+        "rms_norm_eps": 1e-5,
+        "tie_word_embeddings": False,
+        "rope_theta": 500000.0,
+        "rope_scaling": {
+            "rope_type": "llama3",
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 1024,
+        },
+    },
 }
 
-TEXT = ("The river bends twice before it reaches the old mill, where the ledger of grain is kept and read "
-        "aloud each spring. ")
+TEXT = (
+    "The river bends twice before it reaches the old mill, where the ledger of grain is kept and read "
+    "aloud each spring. "
+)
 
 
 def params_of(shape: dict[str, Any]) -> float:
@@ -93,22 +144,42 @@ def load_bf16(path: Path) -> Any:
     return load_model(path, dtype="bfloat16")
 
 
-def make_engine(lm: Any, attention: str, interpret: bool, max_batch: int, prefill_chunk: int,
-                pages: int | None = None, kv_budget: float = 0.4) -> Any:
-    from memloop.engine.engine_config import EngineConfig
+def make_engine(
+    lm: Any,
+    attention: str,
+    interpret: bool,
+    max_batch: int,
+    prefill_chunk: int,
+    pages: int | None = None,
+    kv_budget: float = 0.4,
+) -> Any:
     from memloop.engine.core.engine import Engine
+    from memloop.engine.engine_config import EngineConfig
 
-    return Engine(EngineConfig(model=str(lm.path), dtype="bfloat16", attention=attention, pallas_interpret=interpret,
-                               max_batch=max_batch, prefill_chunk=prefill_chunk, num_pages=pages,
-                               kv_budget=kv_budget), model=lm)
+    return Engine(
+        EngineConfig(
+            model=str(lm.path),
+            dtype="bfloat16",
+            attention=attention,
+            pallas_interpret=interpret,
+            max_batch=max_batch,
+            prefill_chunk=prefill_chunk,
+            num_pages=pages,
+            kv_budget=kv_budget,
+        ),
+        model=lm,
+    )
 
 
 def load_transformers(path: Path, torch_device: str) -> Any:
     import torch
     from transformers import AutoModelForCausalLM
 
-    return AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.bfloat16,
-                                                attn_implementation="sdpa").to(torch_device).eval()
+    return (
+        AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.bfloat16, attn_implementation="sdpa")
+        .to(torch_device)
+        .eval()
+    )
 
 
 def prompt_ids(tokenizer: Any, length: int, marker: int = 0) -> list[int]:

@@ -12,6 +12,7 @@ Steps run in order of value (correctness first, then decode at batch 64, prefill
 a step whose expected seconds do not fit what is left of `--budget-s` is skipped with that reason, so a
 run that stops at its limit has already written the figures that mattered most.
 """
+
 from __future__ import annotations
 
 import json
@@ -34,8 +35,13 @@ class Work:
     fixed_s: float = 0.0  # seconds that scale with none of the above (host work: writing a checkpoint)
 
     def __add__(self, other: "Work") -> "Work":
-        return Work(self.flops + other.flops, self.bytes + other.bytes, self.iterations + other.iterations,
-                    self.compiles + other.compiles, self.fixed_s + other.fixed_s)
+        return Work(
+            self.flops + other.flops,
+            self.bytes + other.bytes,
+            self.iterations + other.iterations,
+            self.compiles + other.compiles,
+            self.fixed_s + other.fixed_s,
+        )
 
 
 @dataclass(frozen=True)
@@ -49,8 +55,13 @@ class Rates:
     compile_scale: float = 3.0
 
     def seconds(self, work: Work) -> float:
-        return (work.compiles * self.compile_s * self.compile_scale + work.iterations * self.step_overhead_s
-                + work.flops / self.flop_rate + work.bytes / self.byte_rate + work.fixed_s)
+        return (
+            work.compiles * self.compile_s * self.compile_scale
+            + work.iterations * self.step_overhead_s
+            + work.flops / self.flop_rate
+            + work.bytes / self.byte_rate
+            + work.fixed_s
+        )
 
 
 @dataclass
@@ -89,8 +100,15 @@ def _jsonable(value: Any) -> Any:
 class Runner:
     """Runs steps in the given (value) order within a budget, recording each as it finishes."""
 
-    def __init__(self, record: Record, rates: Rates, budget_s: float, setups: dict[str, Step],
-                 log: Callable[[str], None] = print, started: float | None = None) -> None:
+    def __init__(
+        self,
+        record: Record,
+        rates: Rates,
+        budget_s: float,
+        setups: dict[str, Step],
+        log: Callable[[str], None] = print,
+        started: float | None = None,
+    ) -> None:
         self.record, self.rates, self.budget_s, self.setups, self.log = record, rates, budget_s, setups, log
         self.started = time.perf_counter() if started is None else started
         self.done: set[str] = set()
@@ -120,8 +138,12 @@ class Runner:
 
     def run(self, steps: list[Step]) -> None:
         plan = self.plan(steps)
-        self.record.data["plan"] = {"budget_s": self.budget_s, "left_at_plan_s": round(self.left_s(), 1),
-                                    "rates": asdict(self.rates), "steps": plan}
+        self.record.data["plan"] = {
+            "budget_s": self.budget_s,
+            "left_at_plan_s": round(self.left_s(), 1),
+            "rates": asdict(self.rates),
+            "steps": plan,
+        }
         self.record.write()
         self.log(f"plan ({self.budget_s:.0f} s budget, {self.left_s():.0f} s left):")
         for row in plan:
@@ -129,13 +151,24 @@ class Runner:
         for step in steps:
             expected = self.expected_s(step, self.done)
             if expected > self.left_s():
-                self._put(step.name, {"status": "skipped", "expected_s": round(expected, 1),
-                                      "reason": f"expected {expected:.0f} s, {max(0.0, self.left_s()):.0f} s of "
-                                                "the budget left"})
+                self._put(
+                    step.name,
+                    {
+                        "status": "skipped",
+                        "expected_s": round(expected, 1),
+                        "reason": f"expected {expected:.0f} s, {max(0.0, self.left_s()):.0f} s of the budget left",
+                    },
+                )
                 continue
             if not all(self._setup(n) for n in step.needs):
-                self._put(step.name, {"status": "skipped", "reason": "a setup step it needs failed: "
-                                      + ", ".join(n for n in step.needs if n in self.failed)})
+                self._put(
+                    step.name,
+                    {
+                        "status": "skipped",
+                        "reason": "a setup step it needs failed: "
+                        + ", ".join(n for n in step.needs if n in self.failed),
+                    },
+                )
                 continue
             self._execute(step, expected)
 
@@ -154,15 +187,21 @@ class Runner:
         except Exception as exc:  # one step's failure is recorded and the others still run
             seconds = time.perf_counter() - t0
             self.failed.append(step.name)
-            self._put(step.name, {"status": "failed", "seconds": round(seconds, 2), "expected_s": round(expected, 1),
-                                  "error": f"{type(exc).__name__}: {exc}",
-                                  "traceback": traceback.format_exc(limit=8)[-4000:]})
+            self._put(
+                step.name,
+                {
+                    "status": "failed",
+                    "seconds": round(seconds, 2),
+                    "expected_s": round(expected, 1),
+                    "error": f"{type(exc).__name__}: {exc}",
+                    "traceback": traceback.format_exc(limit=8)[-4000:],
+                },
+            )
             self.log(f"{step.name}: FAILED after {seconds:.1f} s: {type(exc).__name__}: {exc}")
             return False
         seconds = time.perf_counter() - t0
         self.done.add(step.name)
-        self._put(step.name, {"status": "ok", "seconds": round(seconds, 2), "expected_s": round(expected, 1),
-                              **result})
+        self._put(step.name, {"status": "ok", "seconds": round(seconds, 2), "expected_s": round(expected, 1), **result})
         self.log(f"{step.name}: {seconds:.1f} s (expected {expected:.1f}) {_summary(result)}")
         return True
 
@@ -174,6 +213,9 @@ class Runner:
 
 
 def _summary(result: dict[str, Any]) -> str:
-    shown = [f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in result.items()
-             if isinstance(v, (int, float, str, bool))]
+    shown = [
+        f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+        for k, v in result.items()
+        if isinstance(v, (int, float, str, bool))
+    ]
     return " ".join(shown[:8])

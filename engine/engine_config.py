@@ -6,6 +6,7 @@
 Callers with other vocabularies (the run config's `page_budget`, `dtype: auto`) translate before
 calling; the engine does not know their names.
 """
+
 from __future__ import annotations
 
 import os
@@ -68,16 +69,28 @@ class EngineConfig:
         if self.model is not None and not isinstance(self.model, str):
             raise EngineError(f"engine setting `model` must be a path (a string) or None, got {self.model!r}")
         if self.dtype is not None and self.dtype not in DTYPES:
-            raise EngineError(f"engine setting `dtype` must be one of {list(DTYPES)}, or None for the device's "
-                              f"default (float32 on CPU, bfloat16 on accelerators); got {self.dtype!r}")
+            raise EngineError(
+                f"engine setting `dtype` must be one of {list(DTYPES)}, or None for the device's "
+                f"default (float32 on CPU, bfloat16 on accelerators); got {self.dtype!r}"
+            )
         if self.kv_dtype is not None and self.kv_dtype not in KV_DTYPES:
-            raise EngineError(f"engine setting `kv_dtype` must be one of {list(KV_DTYPES)}, or None for the compute "
-                              f"dtype; got {self.kv_dtype!r}")
+            raise EngineError(
+                f"engine setting `kv_dtype` must be one of {list(KV_DTYPES)}, or None for the compute "
+                f"dtype; got {self.kv_dtype!r}"
+            )
         if isinstance(self.kv_budget, bool) or not isinstance(self.kv_budget, (int, float)) or not self.kv_budget > 0:
-            raise EngineError(f"engine setting `kv_budget` must be a number > 0 (bytes, or a fraction <= 1 of device "
-                              f"memory); got {self.kv_budget!r}")
-        for name, low, optional in (("num_pages", 2, True), ("page_size", 1, False), ("max_batch", 1, False),
-                                    ("prefill_chunk", 1, False), ("max_context", 1, True), ("tp", 1, True)):
+            raise EngineError(
+                f"engine setting `kv_budget` must be a number > 0 (bytes, or a fraction <= 1 of device "
+                f"memory); got {self.kv_budget!r}"
+            )
+        for name, low, optional in (
+            ("num_pages", 2, True),
+            ("page_size", 1, False),
+            ("max_batch", 1, False),
+            ("prefill_chunk", 1, False),
+            ("max_context", 1, True),
+            ("tp", 1, True),
+        ):
             value = getattr(self, name)
             if value is None and optional:
                 continue
@@ -88,11 +101,13 @@ class EngineConfig:
             if not isinstance(getattr(self, name), bool):
                 raise EngineError(f"engine setting `{name}` must be true or false; got {getattr(self, name)!r}")
         if self.attention not in ATTENTION_BACKENDS:
-            raise EngineError(f"engine setting `attention` must be one of {list(ATTENTION_BACKENDS)}; "
-                              f"got {self.attention!r}")
+            raise EngineError(
+                f"engine setting `attention` must be one of {list(ATTENTION_BACKENDS)}; got {self.attention!r}"
+            )
         if self.quantize is not None and self.quantize not in QUANTIZATIONS:
-            raise EngineError(f"engine setting `quantize` must be one of {list(QUANTIZATIONS)} or None; "
-                              f"got {self.quantize!r}")
+            raise EngineError(
+                f"engine setting `quantize` must be one of {list(QUANTIZATIONS)} or None; got {self.quantize!r}"
+            )
 
     @classmethod
     def field_names(cls) -> list[str]:

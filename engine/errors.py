@@ -1,4 +1,5 @@
 """Errors the engine raises for conditions a user can cause or fix."""
+
 from memloop.errors import MemloopError
 from memloop.sampling import SamplingError
 

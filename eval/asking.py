@@ -18,6 +18,7 @@ A retry's seed is `retry_seed(seed, attempt)`, derived from the original seed an
 replays another repeat's request). `Answer.retry_usage` keeps the usage of the
 rejected attempts apart from the kept (last) attempt's.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
@@ -25,6 +26,7 @@ from typing import Any, Callable
 
 from memloop.eval.errors import EvalError
 from memloop.eval.llm import LLM, LLMRequest, Usage
+
 from memloop.sampling import SamplingParams
 
 
@@ -99,17 +101,27 @@ class Answer:
     prompt: str = ""  # the last attempt's prompt (a `reprompt` may change it per attempt)
 
 
-def build_request(prompt: str, sampling: SamplingParams, schema: dict[str, Any] | None = None, *,
-                  raw_prompt: bool = False) -> LLMRequest:
+def build_request(
+    prompt: str, sampling: SamplingParams, schema: dict[str, Any] | None = None, *, raw_prompt: bool = False
+) -> LLMRequest:
     """A chat request with one user message, or a completion request when `raw_prompt`."""
     if raw_prompt:
         return LLMRequest(prompt=prompt, sampling=sampling, json_schema=schema)
     return LLMRequest(messages=({"role": "user", "content": prompt},), sampling=sampling, json_schema=schema)
 
 
-def ask(llm: LLM, prompt: str, sampling: SamplingParams, *, parse: Callable[[str], Any] | None = None,
-        schema: dict[str, Any] | None = None, max_attempts: int = 3, retry: RetryPolicy = SAME_REQUEST,
-        raw_prompt: bool = False, reprompt: Callable[[int], str] | None = None) -> Answer:
+def ask(
+    llm: LLM,
+    prompt: str,
+    sampling: SamplingParams,
+    *,
+    parse: Callable[[str], Any] | None = None,
+    schema: dict[str, Any] | None = None,
+    max_attempts: int = 3,
+    retry: RetryPolicy = SAME_REQUEST,
+    raw_prompt: bool = False,
+    reprompt: Callable[[int], str] | None = None,
+) -> Answer:
     """Ask until `parse` accepts the text (no `parse`: the text itself), at most `max_attempts` times.
 
     The schema is sent only when `llm.supports_json_schema`; otherwise the free text is parsed.
@@ -134,13 +146,15 @@ def ask(llm: LLM, prompt: str, sampling: SamplingParams, *, parse: Callable[[str
         last, text, cut = result.usage, result.text, result.finish_reason == "length"
         usage = usage + last
         if parse is None:
-            return Answer(text, text, True, attempt + 1, usage, failures, constrained is not None, retry_usage, cut,
-                          prompt)
+            return Answer(
+                text, text, True, attempt + 1, usage, failures, constrained is not None, retry_usage, cut, prompt
+            )
         try:
             parsed = parse(text)
         except ParseFailure as exc:
             failures.append(Attempt(attempt + 1, text, str(exc), cut))
             continue
-        return Answer(text, parsed, True, attempt + 1, usage, failures, constrained is not None, retry_usage, cut,
-                      prompt)
+        return Answer(
+            text, parsed, True, attempt + 1, usage, failures, constrained is not None, retry_usage, cut, prompt
+        )
     return Answer(text, None, False, budget, usage, failures, constrained is not None, retry_usage, cut, prompt)

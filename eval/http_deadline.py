@@ -9,6 +9,7 @@ own timeout. A thread with no deadline set gets httpx's timeouts unchanged. The 
 does a request's I/O on the calling thread, which is what makes a thread-local deadline the
 request's.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -57,8 +58,9 @@ class _Stream(httpcore.NetworkStream):
     def close(self) -> None:
         self._inner.close()
 
-    def start_tls(self, ssl_context: ssl.SSLContext, server_hostname: str | None = None,
-                  timeout: float | None = None) -> httpcore.NetworkStream:
+    def start_tls(
+        self, ssl_context: ssl.SSLContext, server_hostname: str | None = None, timeout: float | None = None
+    ) -> httpcore.NetworkStream:
         return _Stream(self._inner.start_tls(ssl_context, server_hostname, _capped(timeout, httpcore.ConnectTimeout)))
 
     def get_extra_info(self, info: str) -> Any:
@@ -69,15 +71,24 @@ class _Backend(httpcore.NetworkBackend):
     def __init__(self, inner: httpcore.NetworkBackend) -> None:
         self._inner = inner
 
-    def connect_tcp(self, host: str, port: int, timeout: float | None = None, local_address: str | None = None,
-                    socket_options: Iterable[Any] | None = None) -> httpcore.NetworkStream:
-        return _Stream(self._inner.connect_tcp(host, port, _capped(timeout, httpcore.ConnectTimeout), local_address,
-                                               socket_options))
+    def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.NetworkStream:
+        return _Stream(
+            self._inner.connect_tcp(
+                host, port, _capped(timeout, httpcore.ConnectTimeout), local_address, socket_options
+            )
+        )
 
-    def connect_unix_socket(self, path: str, timeout: float | None = None,
-                            socket_options: Iterable[Any] | None = None) -> httpcore.NetworkStream:
-        return _Stream(self._inner.connect_unix_socket(path, _capped(timeout, httpcore.ConnectTimeout),
-                                                       socket_options))
+    def connect_unix_socket(
+        self, path: str, timeout: float | None = None, socket_options: Iterable[Any] | None = None
+    ) -> httpcore.NetworkStream:
+        return _Stream(self._inner.connect_unix_socket(path, _capped(timeout, httpcore.ConnectTimeout), socket_options))
 
     def sleep(self, seconds: float) -> None:
         self._inner.sleep(seconds)
@@ -93,6 +104,8 @@ class DeadlineTransport(httpx.HTTPTransport):
         super().__init__(**kwargs)
         pool = self._pool
         if not isinstance(getattr(pool, "_network_backend", None), httpcore.NetworkBackend):
-            raise RuntimeError(f"httpx {httpx.__version__} / httpcore {httpcore.__version__}: the connection pool "
-                               "has no network backend to wrap; pin httpx<0.29 or update memloop.eval.http_deadline")
+            raise RuntimeError(
+                f"httpx {httpx.__version__} / httpcore {httpcore.__version__}: the connection pool "
+                "has no network backend to wrap; pin httpx<0.29 or update memloop.eval.http_deadline"
+            )
         pool._network_backend = _Backend(pool._network_backend)

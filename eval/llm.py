@@ -5,6 +5,7 @@ OpenAI-compatible HTTP endpoint satisfy it, so `eval` never imports `engine` or 
 The protocol is synchronous and thread-safe: a driver runs many samples concurrently in threads and
 the engine batches their requests continuously.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -52,6 +53,7 @@ class LLMRequest:
             raise ValueError("LLMRequest needs exactly one of `messages` (chat) or `prompt` (completion)")
 
     def to_dict(self) -> dict[str, Any]:
+        """The request as JSON-ready data (the form its content hash and the cache keys are made of)."""
         d = asdict(self)
         d["messages"] = list(self.messages) if self.messages is not None else None
         d["sampling"] = self.sampling.to_dict()
@@ -59,6 +61,7 @@ class LLMRequest:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "LLMRequest":
+        """The request `to_dict` wrote."""
         msgs = d.get("messages")
         return cls(
             messages=tuple(dict(m) for m in msgs) if msgs is not None else None,
@@ -70,15 +73,19 @@ class LLMRequest:
 
 @dataclass(frozen=True)
 class LLMResult:
+    """A model's answer to one request: its text, token usage and why it ended ("stop" or "length")."""
+
     text: str
     usage: Usage = field(default_factory=Usage)
     finish_reason: str = "stop"  # "stop" | "length"
 
     def to_dict(self) -> dict[str, Any]:
+        """The result as JSON-ready data."""
         return asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "LLMResult":
+        """The result `to_dict` wrote (usage and finish reason default when absent)."""
         return cls(text=d["text"], usage=Usage(**d.get("usage", {})), finish_reason=d.get("finish_reason", "stop"))
 
 
@@ -122,8 +129,14 @@ class ScriptedLLM:
     replaying a recorded run. Raises when the script runs out, so a test never passes on missing calls.
     """
 
-    def __init__(self, outputs: Sequence[str], name: str = "scripted", supports_json_schema: bool = False,
-                 tokens_per_word: float = 1.0, cut: Sequence[int] = ()) -> None:
+    def __init__(
+        self,
+        outputs: Sequence[str],
+        name: str = "scripted",
+        supports_json_schema: bool = False,
+        tokens_per_word: float = 1.0,
+        cut: Sequence[int] = (),
+    ) -> None:
         self.name = name
         self._cut = frozenset(cut)  # 0-based calls whose output reached max_tokens (finish_reason "length")
         self.supports_json_schema = supports_json_schema
@@ -133,15 +146,22 @@ class ScriptedLLM:
         self._lock = threading.Lock()
 
     def count_tokens(self, text: str) -> int:
+        """Words times the configured tokens per word (a scripted model has no tokenizer)."""
         return int(round(len(text.split()) * self._tokens_per_word))
 
     def complete(self, request: LLMRequest) -> LLMResult:
+        """The next scripted output (the request is recorded in `requests`)."""
         with self._lock:
             if len(self.requests) >= len(self._outputs):
                 raise AssertionError(f"ScriptedLLM ran out of outputs after {len(self._outputs)} calls")
             call = len(self.requests)
             text = self._outputs[call]
             self.requests.append(request)
-        prompt = request.prompt if request.prompt is not None else "\n".join(m["content"] for m in request.messages or ())
-        return LLMResult(text=text, usage=Usage(self.count_tokens(prompt), 0, self.count_tokens(text)),
-                         finish_reason="length" if call in self._cut else "stop")
+        prompt = (
+            request.prompt if request.prompt is not None else "\n".join(m["content"] for m in request.messages or ())
+        )
+        return LLMResult(
+            text=text,
+            usage=Usage(self.count_tokens(prompt), 0, self.count_tokens(text)),
+            finish_reason="length" if call in self._cut else "stop",
+        )

@@ -10,6 +10,7 @@ is meant to differ. A hit returns the stored text, finish reason and the usage o
 Storage is SQLite (stdlib) in WAL mode, so the driver's threads and judge tasks on the same host
 share one file; on a cluster, put the directory on shared storage or each host keeps its own.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -68,8 +69,9 @@ class CachedLLM:
         result = self.llm.complete(request)
         with self._lock:
             self.misses += 1
-            self._db.execute("INSERT OR REPLACE INTO responses (key, result) VALUES (?, ?)",
-                             (key, json.dumps(result.to_dict())))
+            self._db.execute(
+                "INSERT OR REPLACE INTO responses (key, result) VALUES (?, ?)", (key, json.dumps(result.to_dict()))
+            )
             self._db.commit()
         return result
 

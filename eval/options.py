@@ -6,15 +6,16 @@ constraints of `Annotated[..., Field(...)]` where a type alone says too little; 
 bounds are `memloop.sampling.check`'s), so `max_tokens: abc`, `max_tokens: -3` or `chunk_tokens: "two"` fail
 in the config check with the option named, and an unknown option is an error that lists the valid ones.
 """
+
 from __future__ import annotations
 
 import inspect
 import typing
 from typing import Annotated, Any, Callable, TypeVar
 
+from memloop.eval.errors import EvalError
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict, TypeAdapter, ValidationError, create_model
 
-from memloop.eval.errors import EvalError
 from memloop.sampling import checker, raised_by_check
 
 T = TypeVar("T")
@@ -81,14 +82,17 @@ def options_model(fn: Callable[..., Any], skip: tuple[str, ...] = ()) -> type[Ba
     return create_model(f"{getattr(fn, '__name__', 'fn')}_options", __config__=config, **fields)
 
 
-def check_options(fn: Callable[..., Any], options: dict[str, Any], what: str, error: type[EvalError],
-                  skip: tuple[str, ...] = ()) -> dict[str, Any]:
+def check_options(
+    fn: Callable[..., Any], options: dict[str, Any], what: str, error: type[EvalError], skip: tuple[str, ...] = ()
+) -> dict[str, Any]:
     """`options` validated against `fn`'s keyword parameters; returns them coerced (e.g. "12" -> 12)."""
     model = options_model(fn, skip)
     unknown = sorted(set(options) - set(model.model_fields))
     if unknown:
-        raise error(f"{what} does not take option(s) {', '.join(unknown)}; accepted are "
-                    f"{', '.join(model.model_fields) or 'none'}")
+        raise error(
+            f"{what} does not take option(s) {', '.join(unknown)}; accepted are "
+            f"{', '.join(model.model_fields) or 'none'}"
+        )
     try:
         checked = model.model_validate(options)
     except ValidationError as exc:

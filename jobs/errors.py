@@ -1,4 +1,5 @@
 """Errors of the orchestration layer (configs, storage, runs), and how a failure is written down."""
+
 from __future__ import annotations
 
 import re
@@ -64,7 +65,7 @@ def remote_error(exc: BaseException) -> tuple[str, str] | None:
     """(type name, message) of the error an actor's constructor raised, which Ray reports only as
     text (`ActorDiedError: ... creation task ...` followed by the remote traceback)."""
     text = _ANSI.sub("", str(exc))
-    if "Traceback" not in text and "File \"" not in text:
+    if "Traceback" not in text and 'File "' not in text:
         return None
     found = _FINAL_LINE.findall(text)
     return found[-1] if found else None
@@ -81,8 +82,17 @@ def error_text(exc: BaseException, limit: int = 2000) -> str:
 # Failures that another attempt may cure: the infrastructure (Ray workers and actors, timeouts,
 # connections), not the unit's own inputs. Anything else (a method or judge error, a request the
 # engine rejects) fails the same way every time and is recorded at once instead of retried.
-_TRANSIENT_NAMES = {"RayActorError", "ActorDiedError", "ActorUnavailableError", "GetTimeoutError", "ObjectLostError",
-                    "OwnerDiedError", "WorkerCrashedError", "NodeDiedError", "RaySystemError"}
+_TRANSIENT_NAMES = {
+    "RayActorError",
+    "ActorDiedError",
+    "ActorUnavailableError",
+    "GetTimeoutError",
+    "ObjectLostError",
+    "OwnerDiedError",
+    "WorkerCrashedError",
+    "NodeDiedError",
+    "RaySystemError",
+}
 
 
 # samples.failure. A unit is the method's zero only for what the method produced (no step's output
@@ -99,14 +109,22 @@ def is_transient(exc: BaseException) -> bool:
         if isinstance(flagged, bool):
             return flagged
         if isinstance(e, (TimeoutError, ConnectionError)) or any(
-                c.__name__ in _TRANSIENT_NAMES for c in type(e).__mro__):
+            c.__name__ in _TRANSIENT_NAMES for c in type(e).__mro__
+        ):
             return True
     return False
 
 
-_TRANSIENT_TEXT = re.compile(r"^(?:[\w.]*\.)?(" + "|".join(sorted(_TRANSIENT_NAMES | {
-    "TimeoutError", "ConnectionError", "ConnectionRefusedError", "ConnectionResetError", "BrokenPipeError"}))
-    + r")\b")
+_TRANSIENT_TEXT = re.compile(
+    r"^(?:[\w.]*\.)?("
+    + "|".join(
+        sorted(
+            _TRANSIENT_NAMES
+            | {"TimeoutError", "ConnectionError", "ConnectionRefusedError", "ConnectionResetError", "BrokenPipeError"}
+        )
+    )
+    + r")\b"
+)
 
 
 def failure_kind(error: str | None, recorded: str | None = None) -> str:

@@ -16,6 +16,7 @@ The Python API, for notebooks and scripts (the CLI runs the same functions):
 The subpackages are `memloop.engine` (the JAX engine and its server), `memloop.eval` (methods, memories,
 judges, datasets), `memloop.jobs` (runs, storage, results, the CLI) and `memloop.bench` (benchmarks).
 """
+
 from __future__ import annotations
 
 from pathlib import Path

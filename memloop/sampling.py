@@ -15,6 +15,7 @@ config leaves out keeps the method's value.
 This module sits on the lowest floor beside `memloop.errors` (pyproject's import contracts): the evaluation
 layer may not import the engine, and both build requests of this one type.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -46,8 +47,11 @@ MAX_LOGPROBS = 20
 
 
 class SamplingError(MemloopError, ValueError):
-    """A sampling setting outside what can be generated with; the message names the setting, its bounds and
-    the value given. A ValueError too, so pydantic reports it at the field it checks (`check`)."""
+    """A sampling setting outside what can be generated with.
+
+    The message names the setting, its bounds and the value given. A ValueError too, so pydantic reports it
+    at the field it checks (`check`).
+    """
 
 
 def _short(value: Any, limit: int = 60) -> str:
@@ -73,30 +77,47 @@ def _int_in(lo: int, hi: int) -> Callable[[Any], bool]:
 
 
 def _stop_strings(v: Any) -> bool:
-    return (isinstance(v, (tuple, list)) and len(v) <= MAX_STOP_STRINGS
-            and all(isinstance(s, str) and 0 < len(s) <= MAX_STOP_CHARS for s in v))
+    return (
+        isinstance(v, (tuple, list))
+        and len(v) <= MAX_STOP_STRINGS
+        and all(isinstance(s, str) and 0 < len(s) <= MAX_STOP_CHARS for s in v)
+    )
 
 
 def _stop_ids(v: Any) -> bool:
-    return v is None or (isinstance(v, (tuple, list)) and len(v) <= MAX_STOP_TOKEN_IDS
-                         and all(_integer(t) and 0 <= t <= INT32_MAX for t in v))
+    return v is None or (
+        isinstance(v, (tuple, list))
+        and len(v) <= MAX_STOP_TOKEN_IDS
+        and all(_integer(t) and 0 <= t <= INT32_MAX for t in v)
+    )
 
 
 # Each setting: (whether a value is allowed, what is allowed, as the message says it).
 _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "max_tokens": (_int_in(1, MAX_TOKENS), f"an integer from 1 to {MAX_TOKENS} (the most tokens to generate)"),
-    "temperature": (lambda v: _number(v) and 0 <= v <= MAX_TEMPERATURE,
-                    f"a number from 0 (greedy) to {MAX_TEMPERATURE:g}"),
+    "temperature": (
+        lambda v: _number(v) and 0 <= v <= MAX_TEMPERATURE,
+        f"a number from 0 (greedy) to {MAX_TEMPERATURE:g}",
+    ),
     "top_k": (_int_in(0, INT32_MAX), f"an integer from 0 (off) to {INT32_MAX}"),
     "top_p": (lambda v: _number(v) and 0 < v <= 1, "a number above 0 and at most 1 (1 is off)"),
-    "seed": (lambda v: v is None or _int_in(SEED_MIN, SEED_MAX)(v),
-             "None (fresh randomness) or an integer from -2**63 to 2**63 - 1"),
-    "stop": (_stop_strings, f"a list of at most {MAX_STOP_STRINGS} non-empty strings of at most "
-                            f"{MAX_STOP_CHARS} characters"),
-    "stop_token_ids": (_stop_ids, f"None (the tokenizer's end-of-turn tokens) or a list of at most "
-                                  f"{MAX_STOP_TOKEN_IDS} token ids from 0 to {INT32_MAX}"),
-    "logprobs": (lambda v: v is None or _int_in(0, MAX_LOGPROBS)(v),
-                 f"None (no log-probabilities) or an integer from 0 to {MAX_LOGPROBS}"),
+    "seed": (
+        lambda v: v is None or _int_in(SEED_MIN, SEED_MAX)(v),
+        "None (fresh randomness) or an integer from -2**63 to 2**63 - 1",
+    ),
+    "stop": (
+        _stop_strings,
+        f"a list of at most {MAX_STOP_STRINGS} non-empty strings of at most {MAX_STOP_CHARS} characters",
+    ),
+    "stop_token_ids": (
+        _stop_ids,
+        f"None (the tokenizer's end-of-turn tokens) or a list of at most "
+        f"{MAX_STOP_TOKEN_IDS} token ids from 0 to {INT32_MAX}",
+    ),
+    "logprobs": (
+        lambda v: v is None or _int_in(0, MAX_LOGPROBS)(v),
+        f"None (no log-probabilities) or an integer from 0 to {MAX_LOGPROBS}",
+    ),
 }
 
 
@@ -109,26 +130,34 @@ def check(name: str, value: Any) -> Any:
 
 
 def checker(name: str) -> Callable[[Any], Any]:
-    """`check` of one setting, as a pydantic `AfterValidator` of a field that holds it under any name
-    (a method's `retry_temperature` is bounded as a temperature)."""
+    """`check` of one setting, as a pydantic `AfterValidator`.
+
+    The field may hold the setting under any name (a method's `retry_temperature` is bounded as a temperature).
+    """
     return lambda value: check(name, value)
 
 
 def raised_by_check(error: Mapping[str, Any]) -> SamplingError | None:
-    """The SamplingError behind one of pydantic's error dicts (`ValidationError.errors()`) where a field's
-    `checker` raised it, so a layer reports `check`'s message as it is (not pydantic's "Value error, ...")."""
+    """The SamplingError behind one of pydantic's error dicts (`ValidationError.errors()`), if any.
+
+    Where a field's `checker` raised it, a layer reports `check`'s message as it is (not pydantic's
+    "Value error, ...").
+    """
     cause = (error.get("ctx") or {}).get("error")
     return cause if isinstance(cause, SamplingError) else None
 
 
 @dataclasses.dataclass(frozen=True)
 class SamplingParams:
-    """One request's sampling: temperature 0 = greedy; top_k 0 and top_p 1 disable those filters; seed None =
-    fresh randomness. `stop` strings end the output at their first occurrence (the string itself is not
-    returned); `stop_token_ids` None uses the tokenizer's end-of-turn tokens. `logprobs` None returns none; N
-    returns each output token's log-probability and the N most likely alternatives.
+    """One request's sampling settings.
 
-    Every instance is checked when it is made (`verify`), so one that exists can be generated with."""
+    Temperature 0 = greedy; top_k 0 and top_p 1 disable those filters; seed None = fresh randomness. `stop`
+    strings end the output at their first occurrence (the string itself is not returned); `stop_token_ids` None
+    uses the tokenizer's end-of-turn tokens. `logprobs` None returns none; N returns each output token's
+    log-probability and the N most likely alternatives.
+
+    Every instance is checked when it is made (`verify`), so one that exists can be generated with.
+    """
 
     max_tokens: int = DEFAULT_MAX_TOKENS
     temperature: float = 0.0
@@ -149,6 +178,7 @@ class SamplingParams:
 
     @property
     def greedy(self) -> bool:
+        """Whether these settings decode greedily (temperature 0)."""
         return self.temperature == 0.0
 
     def merge(self, overrides: Mapping[str, Any]) -> "SamplingParams":
@@ -164,9 +194,11 @@ class SamplingParams:
 
     @classmethod
     def from_request(cls, d: Any, vocab_size: int | None = None) -> "SamplingParams":
-        """A request's `sampling` object (a dict; None or missing fields take the defaults; `stop` may be one
-        string) as SamplingParams, or the SamplingError naming the setting. An instance is taken as it is.
-        `vocab_size` bounds `stop_token_ids` when given."""
+        """A request's `sampling` object as SamplingParams, or the SamplingError naming the setting.
+
+        The object is a dict (None or missing fields take the defaults; `stop` may be one string); an instance
+        is taken as it is. `vocab_size` bounds `stop_token_ids` when given.
+        """
         if isinstance(d, SamplingParams):
             params = d
         elif d is None:
@@ -181,8 +213,11 @@ class SamplingParams:
         return params
 
     def to_dict(self) -> dict[str, Any]:
-        """The settings as JSON (lists for tuples); `stop_token_ids` and `logprobs` only where set, so a
-        request's content hash (`memloop.eval.llm.request_key`) is the one it had before they existed."""
+        """The settings as JSON (lists for tuples).
+
+        `stop_token_ids` and `logprobs` only where set, so a request's content hash
+        (`memloop.eval.llm.request_key`) is the one it had before they existed.
+        """
         d = dataclasses.asdict(self)
         d["stop"] = list(self.stop)
         for k in ("stop_token_ids", "logprobs"):

@@ -11,6 +11,7 @@ viewer's text), saying what to do.
 This module sits on the floor of the import layers, beside `memloop.errors`, so the engine and the jobs
 layer share one definition of "loopback" (the two copies they had disagreed on `[::1]`).
 """
+
 from __future__ import annotations
 
 import hmac
@@ -38,8 +39,11 @@ def bare_host(host: str) -> str:
 
 
 def is_loopback(host: str) -> bool:
-    """Whether an app bound to `host` is reachable from this machine only: `localhost`, 127.0.0.0/8 or `::1`,
-    an IPv6 literal with or without brackets. Any other name may resolve to anything."""
+    """Whether an app bound to `host` is reachable from this machine only.
+
+    Loopback is `localhost`, 127.0.0.0/8 or `::1` (an IPv6 literal with or without brackets). Any other name
+    may resolve to anything.
+    """
     name = bare_host(host)
     if name == "localhost":
         return True
@@ -50,8 +54,10 @@ def is_loopback(host: str) -> bool:
 
 
 def header_form(name: str) -> str:
-    """`name` as a Host header spells it: lower-case, an IPv6 literal compressed and in brackets (RFC 3986),
-    which is the form `TrustedHostMiddleware` compares."""
+    """`name` as a Host header spells it.
+
+    Lower-case, an IPv6 literal compressed and in brackets (RFC 3986): the form `TrustedHostMiddleware` compares.
+    """
     bare = bare_host(name)
     try:
         address = ipaddress.ip_address(bare)
@@ -61,8 +67,10 @@ def header_form(name: str) -> str:
 
 
 def host_names(bound: str, extra: Sequence[str] = ()) -> tuple[str, ...]:
-    """The Host names an app bound to `bound` answers to: the loopback names, the bound address (unless it is a
-    wildcard) and `extra` (`--allow-host`), in their header form."""
+    """The Host names an app bound to `bound` answers to, in their header form.
+
+    The loopback names, the bound address (unless it is a wildcard) and `extra` (`--allow-host`).
+    """
     names = [*LOOPBACK_NAMES, *extra]
     if bare_host(bound) not in WILDCARD_BINDS:
         names.append(bound)
@@ -73,9 +81,10 @@ _ADMITTED = "memloop.host_admitted"
 
 
 class HostGuard:
-    """ASGI middleware: a request whose Host header is not one of `allowed` gets `refusal(host, allowed)`
-    before anything else runs (DNS rebinding: a page on evil.example that resolves its own name to 127.0.0.1
-    sends `Host: evil.example`).
+    """ASGI middleware that refuses a request for a Host outside `allowed`.
+
+    Such a request gets `refusal(host, allowed)` before anything else runs (DNS rebinding: a page on
+    evil.example that resolves its own name to 127.0.0.1 sends `Host: evil.example`).
 
     `TrustedHostMiddleware` decides; only its plain "Invalid host header" answer is replaced by the app's own,
     which names the header and the option that would admit it.
@@ -92,6 +101,7 @@ class HostGuard:
         scope[_ADMITTED] = True
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Pass the request on to the app, or answer it with the refusal."""
         if scope["type"] != "http":  # neither app answers websockets
             return await self.app(scope, receive, send)
         await self.trusted(scope, receive, _discard)  # a refusal's own answer goes nowhere
@@ -105,14 +115,22 @@ async def _discard(message: Message) -> None:
 
 
 class KeyGuard:
-    """ASGI middleware: every request but those for `open_paths` carries the API key, as `Authorization: Bearer
-    KEY` (read by FastAPI's `HTTPBearer`) or, with `basic`, as the password of HTTP Basic (`HTTPBasic`; browsers
-    ask for it on a 401), compared in constant time; others get `refusal()`. It runs before the body is read,
-    and guards every path the app answers (its docs, an unknown route), which a route dependency would not.
+    """ASGI middleware that asks every request but those for `open_paths` for the API key.
+
+    The key comes as `Authorization: Bearer KEY` (read by FastAPI's `HTTPBearer`) or, with `basic`, as the
+    password of HTTP Basic (`HTTPBasic`; browsers ask for it on a 401), compared in constant time; others get
+    `refusal()`. It runs before the body is read, and guards every path the app answers (its docs, an unknown
+    route), which a route dependency would not.
     """
 
-    def __init__(self, app: ASGIApp, key: str, refusal: Callable[[], Response], basic: bool = False,
-                 open_paths: Sequence[str] = ()) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        key: str,
+        refusal: Callable[[], Response],
+        basic: bool = False,
+        open_paths: Sequence[str] = (),
+    ) -> None:
         self.app = app
         self.key = key.encode()
         self.refusal = refusal
@@ -121,6 +139,7 @@ class KeyGuard:
         self.open_paths = frozenset(open_paths)
 
     async def key_given(self, request: HTTPConnection) -> bool:
+        """Whether the request carries the key (Bearer, or Basic's password where allowed)."""
         bearer = await self.bearer(request)
         if bearer is not None:  # header values are latin-1: encoding gives back the bytes sent
             return hmac.compare_digest(bearer.credentials.encode("latin-1"), self.key)
@@ -133,7 +152,11 @@ class KeyGuard:
         return basic is not None and hmac.compare_digest(basic.password.encode(), self.key)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope.get("path") in self.open_paths or \
-                await self.key_given(HTTPConnection(scope)):
+        """Pass a request with the key, or for an open path, on to the app; refuse the others."""
+        if (
+            scope["type"] != "http"
+            or scope.get("path") in self.open_paths
+            or await self.key_given(HTTPConnection(scope))
+        ):
             return await self.app(scope, receive, send)
         await self.refusal()(scope, receive, send)

@@ -1,4 +1,5 @@
 """Shared fixtures: the shared data folder, the bundled model, a local Ray instance."""
+
 from __future__ import annotations
 
 import gc
@@ -78,11 +79,12 @@ def smollm2_gguf() -> Path:
 @pytest.fixture(scope="session")
 def smollm2_engine(smollm2_gguf):
     """One in-process serving engine on the bundled model, shared by every test that needs a real LLM."""
-    from memloop.engine.model.decoder import load_model
     from memloop.engine.core.engine import Engine, EngineConfig
+    from memloop.engine.model.decoder import load_model
 
-    eng = Engine(EngineConfig(num_pages=1024, page_size=16, max_batch=8, prefill_chunk=512),
-                 model=load_model(smollm2_gguf))
+    eng = Engine(
+        EngineConfig(num_pages=1024, page_size=16, max_batch=8, prefill_chunk=512), model=load_model(smollm2_gguf)
+    )
     yield eng
     eng.shutdown()
 

@@ -1,4 +1,5 @@
 """Real servers for tests on 127.0.0.1 (a free port, in a thread): an ASGI app under uvicorn, or a raw TCP handler."""
+
 from __future__ import annotations
 
 import contextlib
@@ -17,8 +18,11 @@ def serve_app(app: Any, config: Any = None) -> Iterator[str]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    server = uvicorn.Server(config(app, "127.0.0.1", port) if config is not None
-                            else uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    server = uvicorn.Server(
+        config(app, "127.0.0.1", port)
+        if config is not None
+        else uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")
+    )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.time() + 30

@@ -5,6 +5,7 @@
 package_dir mapping) and what a process sees ahead of the checkout with the copy first on PYTHONPATH.
 `checkout_copy` keeps the repository's layout, with what a wheel build reads.
 """
+
 from __future__ import annotations
 
 import shutil

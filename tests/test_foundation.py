@@ -1,4 +1,5 @@
 """The frame: packages import, the CLI lists its subcommands, assets resolve or fail clearly."""
+
 from __future__ import annotations
 
 import subprocess
@@ -16,13 +17,17 @@ def test_packages_import() -> None:
 def test_cli_lists_subcommands() -> None:
     out = subprocess.run(
         [sys.executable, "-c", "from memloop.jobs.commands.cli import main; main()", "--help"],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     for name in ("run", "report", "serve", "bench", "data", "score", "methods"):
         assert name in out, f"`memloop --help` does not list {name}"
     bench = subprocess.run(
         [sys.executable, "-c", "from memloop.jobs.commands.cli import main; main()", "bench", "--help"],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     assert "model" in bench and "prefix" in bench
 

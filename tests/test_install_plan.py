@@ -1,9 +1,11 @@
-"""The install plan of `make install` on a fresh machine: resolved against PyPI, every package pinned in constraints.txt.
+"""The install plan of `make install` on a fresh machine: resolved against PyPI, every package pinned in
+constraints.txt.
 
 pip resolves the Makefile's own install commands (`make -n`) in one dry run (`--dry-run --report`), with the machine's
 pip configuration set aside, so what it sees is plain PyPI plus the indexes the Makefile names. A package in the plan
 that constraints.txt does not pin exactly (PyPI's CUDA build of torch brings about 17 such) fails the test.
 """
+
 from __future__ import annotations
 
 import json
@@ -38,13 +40,14 @@ def _reachable(url: str) -> bool:
 
 def _install_commands() -> list[list[str]]:
     """The pip arguments of each `pip install` the install recipe runs (not the pip upgrade)."""
-    out = subprocess.run(["make", "-n", "-B", "install", "PY=python"], cwd=ROOT, check=True,
-                         capture_output=True, text=True, timeout=60).stdout
+    out = subprocess.run(
+        ["make", "-n", "-B", "install", "PY=python"], cwd=ROOT, check=True, capture_output=True, text=True, timeout=60
+    ).stdout
     commands = []
     for line in out.splitlines():
         words = shlex.split(line)
         if "pip" in words and "install" in words and "--upgrade" not in words:
-            commands.append(words[words.index("install") + 1:])
+            commands.append(words[words.index("install") + 1 :])
     assert commands, out
     return commands
 
@@ -91,10 +94,16 @@ def _stand_in(requirements: list[str], folder: Path) -> None:
         pinned = [s.version for s in req.specifier if s.operator == "=="]
         if not pinned or "+" not in pinned[0]:
             continue
-        match = [w for w in wheels if canonicalize_name(parse_wheel_filename(w.name)[0]) == canonicalize_name(req.name)
-                 and str(parse_wheel_filename(w.name)[1]) == pinned[0]]
-        assert match, (f"{text} comes only from the Makefile's TORCH_INDEX, which this machine cannot reach, and no "
-                       "local copy of the wheel was found: `make install` cannot install it here either")
+        match = [
+            w
+            for w in wheels
+            if canonicalize_name(parse_wheel_filename(w.name)[0]) == canonicalize_name(req.name)
+            and str(parse_wheel_filename(w.name)[1]) == pinned[0]
+        ]
+        assert match, (
+            f"{text} comes only from the Makefile's TORCH_INDEX, which this machine cannot reach, and no "
+            "local copy of the wheel was found: `make install` cannot install it here either"
+        )
         shutil.copy(match[0], folder / match[0].name)
 
 
@@ -102,8 +111,19 @@ def test_make_install_resolves_on_plain_pypi_to_pinned_packages_only(tmp_path):
     if not _reachable(PYPI):
         pytest.skip("PyPI is not reachable: the install plan cannot be resolved")
     resolved, indexes, no_deps = _parse(_install_commands())
-    args = [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet",
-            "--report", str(tmp_path / "plan.json"), "-c", "constraints.txt"]
+    args = [
+        sys.executable,
+        "-m",
+        "pip",
+        "install",
+        "--dry-run",
+        "--ignore-installed",
+        "--quiet",
+        "--report",
+        str(tmp_path / "plan.json"),
+        "-c",
+        "constraints.txt",
+    ]
     for url in indexes:
         if _reachable(url.rstrip("/") + "/torch/"):
             args += ["--extra-index-url", url]
@@ -112,8 +132,7 @@ def test_make_install_resolves_on_plain_pypi_to_pinned_packages_only(tmp_path):
             _stand_in(resolved, tmp_path / "wheels")
             args += ["--find-links", str(tmp_path / "wheels")]
     # a fresh machine: no pip configuration, no local wheel folders, no machine-wide constraint file
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith("PIP_") or k in ("PIP_CERT", "PIP_DEFAULT_TIMEOUT")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_") or k in ("PIP_CERT", "PIP_DEFAULT_TIMEOUT")}
     env["PIP_CONFIG_FILE"] = os.devnull
     done = subprocess.run(args + resolved, cwd=ROOT, env=env, capture_output=True, text=True, timeout=840)
     assert done.returncode == 0, done.stderr[-4000:]

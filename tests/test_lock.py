@@ -1,4 +1,5 @@
 """constraints.txt: the exact versions CI ran, used by the Makefile's install and refreshed by `make lock`."""
+
 from __future__ import annotations
 
 import re
@@ -42,8 +43,9 @@ def test_every_dependency_is_pinned_inside_its_range():
     for req in _requirements():
         name = canonicalize_name(req.name)
         assert name in pins, f"{req.name} (pyproject.toml) has no pin in constraints.txt: run `make lock`"
-        assert req.specifier.contains(pins[name], prereleases=True), \
+        assert req.specifier.contains(pins[name], prereleases=True), (
             f"constraints.txt pins {req.name}=={pins[name]}, outside pyproject's {req.specifier}: run `make lock`"
+        )
 
 
 def test_the_install_recipe_uses_the_lock():
@@ -58,8 +60,9 @@ def test_the_environment_holds_the_locked_versions():
     """What the tests run in is what the lock says (a drift means the lock was not refreshed)."""
     pins = _pins(ROOT / "constraints.txt")
     installed = {canonicalize_name(d.metadata["Name"]): Version(d.version) for d in metadata.distributions()}
-    drift = {n: (str(v), str(installed[n])) for n, v in pins.items()
-             if n in installed and Version(installed[n].public) != v}
+    drift = {
+        n: (str(v), str(installed[n])) for n, v in pins.items() if n in installed and Version(installed[n].public) != v
+    }
     assert not drift, f"installed versions differ from constraints.txt (pinned, installed): {drift}"
     for req in _requirements():  # the lock is what is installed, not a list that misses what runs
         if req.marker is None:
@@ -69,8 +72,13 @@ def test_the_environment_holds_the_locked_versions():
 @pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
 def test_make_lock_rewrites_the_lock_from_the_environment(tmp_path):
     out = tmp_path / "lock.txt"
-    subprocess.run(["make", "-s", "-o", ".venv/.memloop-installed", "lock", f"PY={sys.executable}", f"LOCK={out}"],
-                   cwd=ROOT, check=True, capture_output=True, timeout=120)
+    subprocess.run(
+        ["make", "-s", "-o", ".venv/.memloop-installed", "lock", f"PY={sys.executable}", f"LOCK={out}"],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
     fresh = _pins(out)
     assert "memloop" not in fresh  # the project itself is not a dependency
     assert all(not str(v).count("+") for v in fresh.values())  # local labels (+cpu) dropped

@@ -1,5 +1,6 @@
 """Host headers a loopback app answers (True) or refuses (False): one table for the engine's server and the
 results viewer, which stand behind the same guard (memloop.web_guard) and must agree on every row."""
+
 from __future__ import annotations
 
 LOOPBACK_HOST_HEADERS = {

@@ -5,17 +5,18 @@ gathered through its block table (the reference path, every backend's fallback);
 computes the same attention with memloop's CPU kernel reading the pages where they are. The Pallas
 kernels of TPU/GPU are `memloop.engine.attention.pallas`.
 """
+
 from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-
-from memloop.engine.model.decoder import AttendFn, causal_mask, gqa_attention
 from memloop.engine.cache.kv_pages import read_pages, write_pages
+from memloop.engine.model.decoder import AttendFn, causal_mask, gqa_attention
 
 
-def paged_attend(slot_pages: jax.Array, slot_offsets: jax.Array, block_tables: jax.Array,
-                 positions: jax.Array) -> AttendFn:
+def paged_attend(
+    slot_pages: jax.Array, slot_offsets: jax.Array, block_tables: jax.Array, positions: jax.Array
+) -> AttendFn:
     """The model's attention hook over a paged cache {"k", "v"}: [layers, KVH, pages, page_size, hd]
     (or a per-layer list of [KVH, pages, page_size, hd]).
 
@@ -39,8 +40,9 @@ def paged_attend(slot_pages: jax.Array, slot_offsets: jax.Array, block_tables: j
     return attend
 
 
-def in_place_attend(gather: AttendFn, slot_pages: jax.Array, slot_offsets: jax.Array, block_tables: jax.Array,
-                    positions: jax.Array) -> AttendFn:
+def in_place_attend(
+    gather: AttendFn, slot_pages: jax.Array, slot_offsets: jax.Array, block_tables: jax.Array, positions: jax.Array
+) -> AttendFn:
     """`gather`'s attention computed by the CPU kernel that reads each row's pages in place
     (memloop.engine.kernels.attention), for the layers it supports: per-layer pools (the unrolled CPU
     layout), f32 queries, no attention option besides a static window. Any other layer is `gather`'s."""
@@ -49,12 +51,22 @@ def in_place_attend(gather: AttendFn, slot_pages: jax.Array, slot_offsets: jax.A
     def attend(q, k, v, cache, layer, **options):
         window = options.pop("window", None)
         pools = cache["k"]
-        if (not isinstance(pools, (list, tuple)) or not isinstance(layer, int)
-                or not supports(q, pools[layer], window, options)):
+        if (
+            not isinstance(pools, (list, tuple))
+            or not isinstance(layer, int)
+            or not supports(q, pools[layer], window, options)
+        ):
             return gather(q, k, v, cache, layer, **({"window": window} if window is not None else {}), **options)
         cache = write_pages(cache, layer, slot_pages, slot_offsets, k, v)
-        out = paged_attention(q, cache["k"][layer], cache["v"][layer], block_tables, positions, window,
-                              *(cache[s][layer] for s in ("k_scale", "v_scale") if s in cache))
+        out = paged_attention(
+            q,
+            cache["k"][layer],
+            cache["v"][layer],
+            block_tables,
+            positions,
+            window,
+            *(cache[s][layer] for s in ("k_scale", "v_scale") if s in cache),
+        )
         return out.astype(q.dtype), cache
 
     return attend

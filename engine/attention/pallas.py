@@ -24,6 +24,7 @@ heads are exactly those of its KV heads, since query head h belongs to KV head h
 where the device count does not divide the KV heads the pools are replicated (memloop.engine.model.mesh), and so
 is the kernel's work.
 """
+
 from __future__ import annotations
 
 import logging
@@ -33,12 +34,11 @@ from dataclasses import dataclass
 import jax
 import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
-
+from memloop.engine.cache.kv_pages import is_quantized, write_pages
 from memloop.engine.engine_config import ATTENTION_BACKENDS as BACKENDS
 from memloop.engine.errors import EngineError
-from memloop.engine.model.mesh import AXIS
-from memloop.engine.cache.kv_pages import is_quantized, write_pages
 from memloop.engine.model.decoder import AttendFn
+from memloop.engine.model.mesh import AXIS
 
 log = logging.getLogger(__name__)
 
@@ -86,8 +86,7 @@ def platform() -> str:
     return jax.default_backend()
 
 
-def resolve_backend(requested: str | None = "auto", interpret: bool = False,
-                    on: str | None = None) -> AttentionBackend:
+def resolve_backend(requested: str | None = "auto", interpret: bool = False, on: str | None = None) -> AttentionBackend:
     """The backend for `requested` on platform `on` (default: this process's), or a named error.
 
     `auto` picks the platform's kernel (TPU, GPU); on CPU the gather path with decode steps and prefill
@@ -101,8 +100,10 @@ def resolve_backend(requested: str | None = "auto", interpret: bool = False,
         raise AttentionBackendError(f"engine setting `attention` must be one of {list(BACKENDS)}; got {requested!r}")
     if requested == "auto":
         if interpret:
-            raise AttentionBackendError("`pallas_interpret` runs a named kernel in the interpreter; set `attention` "
-                                        "to pallas-tpu or pallas-gpu with it (auto picks by platform)")
+            raise AttentionBackendError(
+                "`pallas_interpret` runs a named kernel in the interpreter; set `attention` "
+                "to pallas-tpu or pallas-gpu with it (auto picks by platform)"
+            )
         if on in AUTO:
             return AttentionBackend(AUTO[on])
         return IN_PLACE if on == "cpu" else GATHER
@@ -113,7 +114,8 @@ def resolve_backend(requested: str | None = "auto", interpret: bool = False,
         raise AttentionBackendError(
             f"attention backend {requested!r} is a {native.upper()} kernel and this process runs on {on!r}; use "
             f"`attention: auto` (or gather) here, or set `pallas_interpret: true` to run the kernel in Pallas' "
-            "interpreter on CPU (for checks only: it is slow)")
+            "interpreter on CPU (for checks only: it is slow)"
+        )
     return AttentionBackend(requested, bool(interpret))
 
 
@@ -122,8 +124,14 @@ def pages_per_block(pages_per_seq: int, target: int) -> int:
     return max(d for d in range(1, min(pages_per_seq, max(1, target)) + 1) if pages_per_seq % d == 0)
 
 
-def decode_attention(backend: AttentionBackend, q: jax.Array, k_pool: jax.Array, v_pool: jax.Array,
-                     lengths: jax.Array, block_tables: jax.Array) -> jax.Array:
+def decode_attention(
+    backend: AttentionBackend,
+    q: jax.Array,
+    k_pool: jax.Array,
+    v_pool: jax.Array,
+    lengths: jax.Array,
+    block_tables: jax.Array,
+) -> jax.Array:
     """Softmax attention of one query token per row over its first `lengths[b]` paged keys.
 
     q [B, H, hd]; k_pool/v_pool [KV heads, pages, page_size, hd] (one layer's pool, read in place);
@@ -132,7 +140,7 @@ def decode_attention(backend: AttentionBackend, q: jax.Array, k_pool: jax.Array,
     """
     hd = q.shape[-1]
     # The kernels do not scale the scores; 1/sqrt(hd) is exact in any dtype for hd a power of 4.
-    q = (q.astype(jnp.float32) * (hd ** -0.5)).astype(q.dtype)
+    q = (q.astype(jnp.float32) * (hd**-0.5)).astype(q.dtype)
     lengths = lengths.astype(jnp.int32)
     block_tables = block_tables.astype(jnp.int32)
     mesh = jax.sharding.get_abstract_mesh()
@@ -140,14 +148,24 @@ def decode_attention(backend: AttentionBackend, q: jax.Array, k_pool: jax.Array,
         return _kernel(backend, q, k_pool, v_pool, lengths, block_tables)
     heads = AXIS if k_pool.shape[0] % mesh.shape[AXIS] == 0 else None  # as memloop.engine.model.mesh.cache_spec splits
     pool = P(heads, None, None, None)
-    per_device = jax.shard_map(lambda *a: _kernel(backend, *a), mesh=mesh,
-                               in_specs=(P(None, heads, None), pool, pool, P(), P()),
-                               out_specs=P(None, heads, None), check_vma=False)
+    per_device = jax.shard_map(
+        lambda *a: _kernel(backend, *a),
+        mesh=mesh,
+        in_specs=(P(None, heads, None), pool, pool, P(), P()),
+        out_specs=P(None, heads, None),
+        check_vma=False,
+    )
     return per_device(q, k_pool, v_pool, lengths, block_tables)
 
 
-def _kernel(backend: AttentionBackend, q: jax.Array, k_pool: jax.Array, v_pool: jax.Array, lengths: jax.Array,
-            block_tables: jax.Array) -> jax.Array:
+def _kernel(
+    backend: AttentionBackend,
+    q: jax.Array,
+    k_pool: jax.Array,
+    v_pool: jax.Array,
+    lengths: jax.Array,
+    block_tables: jax.Array,
+) -> jax.Array:
     pages_per_seq = block_tables.shape[1]
     page_size = k_pool.shape[2]
     if backend.kind == "pallas-tpu":
@@ -155,8 +173,14 @@ def _kernel(backend: AttentionBackend, q: jax.Array, k_pool: jax.Array, v_pool: 
         from jax.experimental.pallas.ops.tpu.paged_attention import paged_attention
 
         block = pages_per_block(pages_per_seq, max(1, TPU_KEYS_PER_BLOCK // page_size))
-        call = lambda: paged_attention(q, k_pool, v_pool, lengths, block_tables,  # noqa: E731
-                                       pages_per_compute_block=block)
+        call = lambda: paged_attention(
+            q,
+            k_pool,
+            v_pool,
+            lengths,
+            block_tables,  # noqa: E731
+            pages_per_compute_block=block,
+        )
         if backend.interpret:  # the interpreter is chosen while the pallas_call is traced
             with pltpu.force_tpu_interpret_mode():
                 return call()
@@ -166,8 +190,17 @@ def _kernel(backend: AttentionBackend, q: jax.Array, k_pool: jax.Array, v_pool: 
 
         splits = math.gcd(pages_per_seq, GPU_K_SPLITS)
         block = pages_per_block(pages_per_seq // splits, GPU_PAGES_PER_BLOCK)
-        return paged_attention(q, k_pool, v_pool, block_tables, lengths, block_h=GPU_BLOCK_H,
-                               pages_per_compute_block=block, k_splits=splits, interpret=backend.interpret)
+        return paged_attention(
+            q,
+            k_pool,
+            v_pool,
+            block_tables,
+            lengths,
+            block_h=GPU_BLOCK_H,
+            pages_per_compute_block=block,
+            k_splits=splits,
+            interpret=backend.interpret,
+        )
     raise AttentionBackendError(f"{backend.kind!r} is not a kernel backend")
 
 
@@ -181,8 +214,14 @@ def _fallback(backend: AttentionBackend, reason: str) -> None:
         log.info("attention backend %s: %s use the gather path", backend.kind, reason)
 
 
-def kernel_attend(gather: AttendFn, backend: AttentionBackend, slot_pages: jax.Array, slot_offsets: jax.Array,
-                  block_tables: jax.Array, positions: jax.Array) -> AttendFn:
+def kernel_attend(
+    gather: AttendFn,
+    backend: AttentionBackend,
+    slot_pages: jax.Array,
+    slot_offsets: jax.Array,
+    block_tables: jax.Array,
+    positions: jax.Array,
+) -> AttendFn:
     """`gather`'s attention with decode calls served by `backend`'s kernel.
 
     A call with one query token per row and no attention option (sliding window, soft-capping: the
@@ -203,7 +242,9 @@ def kernel_attend(gather: AttendFn, backend: AttentionBackend, slot_pages: jax.A
             _fallback(backend, "int8 KV caches (the Pallas kernels read float pools)")
             return gather(q, k, v, cache, layer, **options)
         cache = write_pages(cache, layer, slot_pages, slot_offsets, k, v)
-        out = decode_attention(backend, q[:, 0], cache["k"][layer], cache["v"][layer], positions[:, 0] + 1, block_tables)
+        out = decode_attention(
+            backend, q[:, 0], cache["k"][layer], cache["v"][layer], positions[:, 0] + 1, block_tables
+        )
         return out[:, None], cache
 
     return attend

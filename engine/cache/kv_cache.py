@@ -1,17 +1,18 @@
 """The paged KV cache: a pool of fixed-size pages, per-page reference counts, and the memory budget.
 
 Every layer's keys and values live in two device arrays shaped
-`[layers, kv_heads, num_pages, page_size, head_dim]` (or a list of per-layer arrays on CPU); a sequence owns an ordered list of page ids
+`[layers, kv_heads, num_pages, page_size, head_dim]` (or a list of per-layer arrays on CPU); a sequence owns an ordered
+list of page ids
 (its block table). Pages are shared between sequences and the prefix cache by reference counting:
 a page goes back to the free list only when its last holder lets go, so a page is never reused while
 anyone still reads it. Page 0 is reserved as the scratch page that padded token slots write into.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import numpy as np
-
 from memloop.engine.errors import EngineError, RequestError
 
 SCRATCH_PAGE = 0
@@ -59,7 +60,9 @@ def pages_for_budget(layout: KVLayout, budget: float | int) -> int:
     is shared with everything else) or a byte count (> 1).
     """
     if budget <= 0:
-        raise CacheBudgetError(f"KV-cache budget must be positive, got {budget}; pass bytes or a fraction of device memory")
+        raise CacheBudgetError(
+            f"KV-cache budget must be positive, got {budget}; pass bytes or a fraction of device memory"
+        )
     if budget <= 1:
         total = device_memory_bytes() or 8 * 1024**3
         nbytes = int(total * budget)

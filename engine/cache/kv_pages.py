@@ -12,13 +12,13 @@ error of at most 1/254 of the vector's largest element per element.
 Every attention path (the gather reference, the CPU kernel, the Pallas kernels) writes through
 `write_pages`, so a token's cached numbers are the same whichever path wrote them.
 """
+
 from __future__ import annotations
 
 from typing import Any
 
 import jax
 import jax.numpy as jnp
-
 from memloop.engine.model.config import ModelConfig
 from memloop.engine.model.decoder import cache_set, init_layer_cache, kv_major
 
@@ -27,8 +27,9 @@ QMAX = 127.0
 SCALES = {"k": "k_scale", "v": "v_scale"}
 
 
-def init_kv_pools(cfg: ModelConfig, num_pages: int, page_size: int, dtype: Any,
-                  per_layer: bool = False) -> dict[str, Any]:
+def init_kv_pools(
+    cfg: ModelConfig, num_pages: int, page_size: int, dtype: Any, per_layer: bool = False
+) -> dict[str, Any]:
     """Page pools [L, KVH, pages, page_size, hd] (KV-head-major like every cache, so a gathered run of
     pages is already in attention layout), or a list of [KVH, pages, page_size, hd] per layer
     (matching unrolled weights, see memloop.engine.model.decoder.init_layer_cache). An int8 cache also keeps f32
@@ -62,8 +63,9 @@ def dequantize(codes: jax.Array, scale: jax.Array, dtype: Any) -> jax.Array:
     return (codes.astype(jnp.float32) * scale[..., None]).astype(dtype)
 
 
-def write_pages(cache: dict[str, Any], layer: Any, slot_pages: jax.Array, slot_offsets: jax.Array,
-                k: jax.Array, v: jax.Array) -> dict[str, Any]:
+def write_pages(
+    cache: dict[str, Any], layer: Any, slot_pages: jax.Array, slot_offsets: jax.Array, k: jax.Array, v: jax.Array
+) -> dict[str, Any]:
     """The cache with token i of row b's key/value [B,T,KVH,hd] at page slot_pages[b, i], offset
     slot_offsets[b, i] of `layer` (padding slots name the scratch page)."""
     kvh = k.shape[2]
@@ -93,4 +95,3 @@ def read_pages(cache: dict[str, Any], layer: Any, block_tables: jax.Array, dtype
         return x.astype(dtype)  # a no-op unless the cache's type differs
 
     return run("k"), run("v")
-

@@ -7,6 +7,7 @@ common. The tree holds one pool reference per page it caches; a running sequence
 references. Eviction removes least-recently-used leaves whose pages nobody else references (pool
 refcount 1), so a page is never freed while a sequence reads it.
 """
+
 from __future__ import annotations
 
 import heapq
@@ -40,28 +41,28 @@ class RadixCache:
 
     # -- helpers ---------------------------------------------------------------------------------
     def _page_key(self, tokens: Sequence[int], start: int) -> tuple[int, ...]:
-        return tuple(tokens[start:start + self.ps])
+        return tuple(tokens[start : start + self.ps])
 
     def _match_len(self, key: tuple[int, ...], tokens: Sequence[int], start: int) -> int:
         """Tokens of `key` matching `tokens[start:]`, counted in whole pages."""
         n = 0
         ps = self.ps
         while n < len(key) and start + n + ps <= len(tokens):
-            if tuple(tokens[start + n:start + n + ps]) != key[n:n + ps]:
+            if tuple(tokens[start + n : start + n + ps]) != key[n : n + ps]:
                 break
             n += ps
         return n
 
     def _split(self, node: _Node, at: int) -> _Node:
         """Split `node`'s edge after `at` tokens (a page multiple); returns the new upper node."""
-        upper = _Node(node.key[:at], node.pages[:at // self.ps], node.parent)
+        upper = _Node(node.key[:at], node.pages[: at // self.ps], node.parent)
         upper.last_access = node.last_access
         assert node.parent is not None
-        node.parent.children[node.key[:self.ps]] = upper
+        node.parent.children[node.key[: self.ps]] = upper
         node.key = node.key[at:]
-        node.pages = node.pages[at // self.ps:]
+        node.pages = node.pages[at // self.ps :]
         node.parent = upper
-        upper.children[node.key[:self.ps]] = node
+        upper.children[node.key[: self.ps]] = node
         return upper
 
     # -- public ----------------------------------------------------------------------------------
@@ -89,17 +90,17 @@ class RadixCache:
         to the caller; the remainder becomes a new leaf that takes one reference on each page.
         """
         n_full = min(len(tokens) // self.ps, len(pages))
-        tokens = tokens[:n_full * self.ps]
+        tokens = tokens[: n_full * self.ps]
         pages = pages[:n_full]
         node, pos = self.root, 0
         now = next(_clock)
         while pos < len(tokens):
             child = node.children.get(self._page_key(tokens, pos))
             if child is None:
-                new_pages = list(pages[pos // self.ps:])
+                new_pages = list(pages[pos // self.ps :])
                 leaf = _Node(tuple(tokens[pos:]), new_pages, node)
                 leaf.last_access = now
-                node.children[leaf.key[:self.ps]] = leaf
+                node.children[leaf.key[: self.ps]] = leaf
                 self.pool.incref(new_pages)
                 self.num_pages += len(new_pages)
                 return len(new_pages)
@@ -112,8 +113,7 @@ class RadixCache:
         return 0
 
     def _evictable(self, node: _Node) -> bool:
-        return (node is not self.root and not node.children
-                and all(self.pool.refcount[p] == 1 for p in node.pages))
+        return node is not self.root and not node.children and all(self.pool.refcount[p] == 1 for p in node.pages)
 
     def evict(self, num_pages: int) -> int:
         """Free at least `num_pages` pages by dropping LRU unreferenced leaves; returns pages freed."""
@@ -126,7 +126,7 @@ class RadixCache:
                 continue
             parent = node.parent
             assert parent is not None
-            del parent.children[node.key[:self.ps]]
+            del parent.children[node.key[: self.ps]]
             freed += self.pool.decref(node.pages)
             self.num_pages -= len(node.pages)
             if self._evictable(parent):

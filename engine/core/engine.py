@@ -33,6 +33,7 @@ being computed; `decoded_tokens` counts every sampled token, the terminating one
 step -> tokens -> results; a failing request fails alone) and `memloop.engine.core.step_loop` (the thread that
 plans and runs steps, futures, shutdown).
 """
+
 from __future__ import annotations
 
 import logging
@@ -42,18 +43,16 @@ from concurrent.futures import Future
 from typing import Any, Callable
 
 import jax.numpy as jnp
-
-from memloop.engine.engine_config import EngineConfig
-from memloop.engine.errors import EngineError
-from memloop.engine.core.intake import RequestIntake
-from memloop.engine.errors import RequestError
 from memloop.engine.cache.kv_cache import KVLayout, PagePool, pages_for_budget
-from memloop.engine.runner.prompt_scoring import PromptScorer
 from memloop.engine.cache.radix import RadixCache
-from memloop.engine.sched.scheduler import Scheduler, Sequence
+from memloop.engine.core.intake import RequestIntake
 from memloop.engine.core.scoring_queue import ScoringQueue
 from memloop.engine.core.step_loop import StepLoop
+from memloop.engine.engine_config import EngineConfig
+from memloop.engine.errors import EngineError, RequestError
+from memloop.engine.runner.prompt_scoring import PromptScorer
 from memloop.engine.runner.step_runner import TIMERS, StepRunner
+from memloop.engine.sched.scheduler import Scheduler, Sequence
 
 log = logging.getLogger(__name__)
 
@@ -62,8 +61,8 @@ class Engine:
     """One model, one paged KV cache, one prefix cache, one step loop."""
 
     def __init__(self, config: EngineConfig | None = None, model: Any = None) -> None:
-        from memloop.engine.model.decoder import load_model
         from memloop.engine.attention.pallas import resolve_backend
+        from memloop.engine.model.decoder import load_model
 
         self.config = config = config if config is not None else EngineConfig()
         if not isinstance(config, EngineConfig):
@@ -76,27 +75,52 @@ class Engine:
             from memloop.engine.model.mesh import make_mesh
 
             mesh = make_mesh(config.tp)
-        self.lm = model if model is not None else load_model(
-            config.model, dtype=config.dtype, mesh=mesh, unroll=True if self.attention.kernel else None,
-            quantize=config.quantize)
+        self.lm = (
+            model
+            if model is not None
+            else load_model(
+                config.model,
+                dtype=config.dtype,
+                mesh=mesh,
+                unroll=True if self.attention.kernel else None,
+                quantize=config.quantize,
+            )
+        )
         if self.attention.kernel and not self.lm.per_layer:
-            log.warning("attention backend %s over stacked layers (lax.scan): the kernel reads a copy of each "
-                        "layer's KV pool per step; load the model with unroll=True to read the pools in place",
-                        self.attention.kind)
+            log.warning(
+                "attention backend %s over stacked layers (lax.scan): the kernel reads a copy of each "
+                "layer's KV pool per step; load the model with unroll=True to read the pools in place",
+                self.attention.kind,
+            )
         self.mesh = self.lm.mesh
         self.cfg = self.lm.config
         self.tokenizer = self.lm.tokenizer
         kv_dtype = jnp.dtype(config.kv_dtype or self.lm.dtype)
-        layout = KVLayout(self.cfg.num_layers, self.cfg.num_kv_heads, self.cfg.head_dim, config.page_size,
-                          kv_dtype.itemsize, scale_bytes=4 if kv_dtype == jnp.int8 else 0)
+        layout = KVLayout(
+            self.cfg.num_layers,
+            self.cfg.num_kv_heads,
+            self.cfg.head_dim,
+            config.page_size,
+            kv_dtype.itemsize,
+            scale_bytes=4 if kv_dtype == jnp.int8 else 0,
+        )
         self.pool = PagePool(config.num_pages or pages_for_budget(layout, config.kv_budget), config.page_size)
         self.tree = RadixCache(self.pool) if config.prefix_cache else None
         self.scheduler = Scheduler(self.pool, self.tree, config.max_batch, config.prefill_chunk)
         self.max_context = min(config.max_context or self.cfg.max_position_embeddings, self.cfg.max_position_embeddings)
         self.intake = RequestIntake(self.tokenizer, self.pool, self.max_context, self.cfg.vocab_size)
         self._lock = threading.Condition()
-        self.runner = StepRunner(self.lm, self.pool, self.tree, self.scheduler, self._lock, self.intake.stop_ids,
-                                 lambda: self.intake.grammar, self.attention, kv_dtype=kv_dtype)
+        self.runner = StepRunner(
+            self.lm,
+            self.pool,
+            self.tree,
+            self.scheduler,
+            self._lock,
+            self.intake.stop_ids,
+            lambda: self.intake.grammar,
+            self.attention,
+            kv_dtype=kv_dtype,
+        )
         self._since = time.perf_counter()  # start of the window the counters and timers cover
         self.loop = StepLoop(self.scheduler, self.runner, self._lock)
         self.scorer = PromptScorer(self.lm)
@@ -167,8 +191,10 @@ class Engine:
             if not p:
                 raise RequestError(f"`prompt` {i} is empty after tokenization; send at least one token")
             if len(p) > self.max_context:
-                raise RequestError(f"`prompt` {i} ({len(p)} tokens) exceeds the model context of {self.max_context} "
-                                   "tokens; shorten the prompt (echo scores every prompt token, nothing is truncated)")
+                raise RequestError(
+                    f"`prompt` {i} ({len(p)} tokens) exceeds the model context of {self.max_context} "
+                    "tokens; shorten the prompt (echo scores every prompt token, nothing is truncated)"
+                )
 
         def delivered(entries: list[Any]) -> list[dict[str, Any]]:
             with self._lock:
@@ -200,14 +226,21 @@ class Engine:
     def stats(self) -> dict[str, Any]:
         with self._lock:
             out: dict[str, Any] = dict(self.runner.counters)
-            out.update(running=len(self.scheduler.running), waiting=len(self.scheduler.waiting),
-                       preemptions=self.scheduler.preemptions,
-                       backpressure_steps=self.scheduler.backpressure, free_pages=self.pool.num_free,
-                       total_pages=self.pool.capacity, page_size=self.pool.page_size,
-                       prefix_cached_pages=self.tree.num_pages if self.tree else 0,
-                       compiled_shapes=len(self.runner.shapes), prefix_cache=self.tree is not None,
-                       scoring_running=int(self.scoring.running is not None), scoring_queued=self.scoring.queued,
-                       **self.weight_path)
+            out.update(
+                running=len(self.scheduler.running),
+                waiting=len(self.scheduler.waiting),
+                preemptions=self.scheduler.preemptions,
+                backpressure_steps=self.scheduler.backpressure,
+                free_pages=self.pool.num_free,
+                total_pages=self.pool.capacity,
+                page_size=self.pool.page_size,
+                prefix_cached_pages=self.tree.num_pages if self.tree else 0,
+                compiled_shapes=len(self.runner.shapes),
+                prefix_cache=self.tree is not None,
+                scoring_running=int(self.scoring.running is not None),
+                scoring_queued=self.scoring.queued,
+                **self.weight_path,
+            )
             out["idle_s"] += self.loop.idle_now()
         out["cache_hit_rate"] = out["cached_tokens"] / out["prompt_tokens"] if out["prompt_tokens"] else 0.0
         # The engine thread's wall time since start (or the last reset) and how it split (step_runner.TIMERS).

@@ -5,16 +5,18 @@ of `messages` or `prompt`, tokenised through the chat template), the sampling se
 prompt + output fit the context and the page pool, and the JSON schema (compiled to a grammar
 constraint). Nothing is truncated.
 """
+
 from __future__ import annotations
 
 import threading
 from typing import Any
 
-from memloop.engine.errors import RequestError
 from memloop.engine.cache.kv_cache import PagePool, check_fits
+from memloop.engine.errors import RequestError
+from memloop.engine.model.tokenizer import Tokenizer
 from memloop.engine.sample.sampling import request_params, seed_keys
 from memloop.engine.sched.scheduler import Sequence
-from memloop.engine.model.tokenizer import Tokenizer
+
 
 class RequestIntake:
     """Validates and tokenises requests for one model and page pool; builds the grammar compiler lazily."""
@@ -59,8 +61,10 @@ class RequestIntake:
             raise RequestError("`prompt` is an empty list of token ids; send at least one token")
         bad = [t for t in ids if type(t) is not int or not 0 <= t < self.vocab_size]
         if bad:
-            raise RequestError(f"`prompt` token ids must be integers in [0, {self.vocab_size}) (the vocabulary), "
-                               f"got {str(bad[0])[:40]}")
+            raise RequestError(
+                f"`prompt` token ids must be integers in [0, {self.vocab_size}) (the vocabulary), "
+                f"got {str(bad[0])[:40]}"
+            )
         return list(ids)
 
     def misfit(self, request: dict[str, Any]) -> str | None:
@@ -82,7 +86,16 @@ class RequestIntake:
         check_fits(len(ids), params.max_tokens, self.pool, self.max_context)
         schema = request.get("json_schema")
         constraint = self.grammar.compile(schema) if schema is not None else None
-        return Sequence(prompt=ids, max_tokens=params.max_tokens, temperature=params.temperature,
-                        top_k=params.top_k, top_p=params.top_p, params=params, key=seed_keys([params])[0],
-                        stop_ids=self.stop_ids if params.stop_token_ids is None else frozenset(params.stop_token_ids),
-                        stop_strings=params.stop, constraint=constraint, logprobs=params.logprobs)
+        return Sequence(
+            prompt=ids,
+            max_tokens=params.max_tokens,
+            temperature=params.temperature,
+            top_k=params.top_k,
+            top_p=params.top_p,
+            params=params,
+            key=seed_keys([params])[0],
+            stop_ids=self.stop_ids if params.stop_token_ids is None else frozenset(params.stop_token_ids),
+            stop_strings=params.stop,
+            constraint=constraint,
+            logprobs=params.logprobs,
+        )

@@ -6,6 +6,7 @@ request on the scorer's lock). `cancel` drops a waiting job at once, or stops a 
 next stage (`PromptScorer.score`'s `stop`), and the job's arrays go with it. `problem(bound_s)`
 names a scorer that has work and has made no progress for `bound_s` seconds (`/health`'s 503).
 """
+
 from __future__ import annotations
 
 import collections
@@ -40,8 +41,13 @@ class ScoringQueue:
         self.thread = threading.Thread(target=self._loop, name="memloop-scorer", daemon=True)
         self.thread.start()
 
-    def submit(self, prompts: Sequence[Sequence[int]], top_n: int, stop: threading.Event | None = None,
-               finish: Callable[[list[Any]], Any] = lambda entries: entries) -> Future:
+    def submit(
+        self,
+        prompts: Sequence[Sequence[int]],
+        top_n: int,
+        stop: threading.Event | None = None,
+        finish: Callable[[list[Any]], Any] = lambda entries: entries,
+    ) -> Future:
         """Queue a scoring of token-id prompts; the future resolves to `finish(entries)` (computed on the
         scorer's thread), or raises ScoringCancelled once cancelled or once `stop` is set."""
         job = _Job(prompts, top_n, finish, stop or threading.Event(), Future())
@@ -84,8 +90,10 @@ class ScoringQueue:
         if quiet <= bound_s:
             return None
         what = "one stage of a scoring call" if self.running is not None else "starting the next scoring call"
-        return (f"the prompt scorer has made no progress for {quiet:.0f} s ({what}; {self.queued} scoring requests "
-                f"waiting; the bound is {bound_s:g} s)")
+        return (
+            f"the prompt scorer has made no progress for {quiet:.0f} s ({what}; {self.queued} scoring requests "
+            f"waiting; the bound is {bound_s:g} s)"
+        )
 
     def close(self) -> None:
         """Stop the thread; waiting jobs fail, a running one stops at its next stage."""

@@ -9,6 +9,7 @@ longer than `bound_s`, or requests in the engine and no step for that long (e.g.
 waiting for pages that never free). It reads plain attributes, never the lock, so it answers while
 the loop is stuck.
 """
+
 from __future__ import annotations
 
 import logging
@@ -17,8 +18,8 @@ import time
 from concurrent.futures import Future
 
 from memloop.engine.errors import EngineError, RequestError
-from memloop.engine.sched.scheduler import Scheduler, Sequence
 from memloop.engine.runner.step_runner import StepRunner
+from memloop.engine.sched.scheduler import Scheduler, Sequence
 
 log = logging.getLogger(__name__)
 
@@ -81,13 +82,17 @@ class StepLoop:
             return "the engine's step loop has stopped; restart the server"
         now, step_since = time.monotonic(), self.step_since
         if step_since is not None and now - step_since > bound_s:
-            return (f"the engine has made no progress for {now - step_since:.0f} s: one step has run that long "
-                    f"(the bound is {bound_s:g} s)")
+            return (
+                f"the engine has made no progress for {now - step_since:.0f} s: one step has run that long "
+                f"(the bound is {bound_s:g} s)"
+            )
         work = len(self.scheduler.running) + len(self.scheduler.waiting)
         quiet = now - self.progress_at
         if work and step_since is None and quiet > bound_s:
-            return (f"the engine has made no progress for {quiet:.0f} s: {work} requests are in it and no step "
-                    f"ran (the bound is {bound_s:g} s)")
+            return (
+                f"the engine has made no progress for {quiet:.0f} s: {work} requests are in it and no step "
+                f"ran (the bound is {bound_s:g} s)"
+            )
         return None
 
     def stop(self, timeout: float = 30) -> None:

@@ -18,6 +18,7 @@ failed on a host that can (a compile or link error, a library that does not load
 The engine falls back to dense f32 weights either way, and says so in the log and in the run's
 provenance (`weight_path`); the test suite skips only the first and fails on the second.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -43,7 +44,10 @@ MANY_TARGET = "memloop_qmatmul_many"
 MAX_MATRICES = 8  # matrices one `qmatmul_many` call takes (qmatmul.cc kMaxMatrices)
 ATTENTION_TARGET = "memloop_paged_attention"
 SOURCES = (Path(__file__).with_name("qmatmul.cc"), Path(__file__).with_name("paged_attention.cc"))
-HEADERS = (Path(__file__).with_name("vec16.h"), Path(__file__).with_name("crew.h"))  # part of the build key: a changed header rebuilds
+HEADERS = (
+    Path(__file__).with_name("vec16.h"),
+    Path(__file__).with_name("crew.h"),
+)  # part of the build key: a changed header rebuilds
 QTYPES = {"Q4_0": 0, "Q4_1": 1, "Q8_0": 2, "Q5_0": 3, "Q4_K": 4, "Q5_K": 5, "Q6_K": 6}
 # AVX-512 (F, BW, VL) where the CPU has it, else AVX2 with FMA (vec16.h: the same results either way).
 NATIVE_FLAGS = ("avx512f", "avx512bw", "avx512vl", "f16c")
@@ -82,8 +86,9 @@ def isa_setting() -> str:
     """MEMLOOP_KERNEL_ISA, checked (a KernelBuildError names the valid values)."""
     value = os.environ.get("MEMLOOP_KERNEL_ISA", "native")
     if value not in ISA_TARGETS:
-        raise KernelBuildError(f"MEMLOOP_KERNEL_ISA must be one of {sorted(ISA_TARGETS)}, got {value!r}; "
-                               "unset it to build for this CPU")
+        raise KernelBuildError(
+            f"MEMLOOP_KERNEL_ISA must be one of {sorted(ISA_TARGETS)}, got {value!r}; unset it to build for this CPU"
+        )
     return value
 
 
@@ -97,8 +102,10 @@ def spin_setting() -> int:
     """MEMLOOP_KERNEL_SPIN_US, checked (a KernelBuildError says what it takes)."""
     value = os.environ.get("MEMLOOP_KERNEL_SPIN_US", str(SPIN_DEFAULT_US))
     if not value.isdigit() or int(value) > 10_000_000:
-        raise KernelBuildError(f"MEMLOOP_KERNEL_SPIN_US must be a whole number of microseconds from 0 to 10000000, "
-                               f"got {value!r}; unset it for the default ({SPIN_DEFAULT_US})")
+        raise KernelBuildError(
+            f"MEMLOOP_KERNEL_SPIN_US must be a whole number of microseconds from 0 to 10000000, "
+            f"got {value!r}; unset it for the default ({SPIN_DEFAULT_US})"
+        )
     return int(value)
 
 
@@ -152,12 +159,16 @@ def unsupported_reason() -> str | None:
     it can: then a build that fails is a broken build, not a missing capability."""
     missing = [f for f in REQUIRED_FLAGS if f not in cpu_flags()]
     if platform.machine() not in ("x86_64", "AMD64") or missing:
-        return (f"the CPU kernels need x86-64 with {', '.join(REQUIRED_FLAGS)}; "
-                f"this CPU lacks {', '.join(missing) or 'x86-64 (it is ' + platform.machine() + ')'}")
+        return (
+            f"the CPU kernels need x86-64 with {', '.join(REQUIRED_FLAGS)}; "
+            f"this CPU lacks {', '.join(missing) or 'x86-64 (it is ' + platform.machine() + ')'}"
+        )
     cxx = _compiler()
     if cxx is None or (os.sep in cxx and not Path(cxx).is_file()) or (os.sep not in cxx and shutil.which(cxx) is None):
-        return (f"no C++ compiler ({'CXX=' + cxx + ' does not exist' if cxx else 'g++, c++ or clang++ on PATH'}); "
-                "install one or set CXX")
+        return (
+            f"no C++ compiler ({'CXX=' + cxx + ' does not exist' if cxx else 'g++, c++ or clang++ on PATH'}); "
+            "install one or set CXX"
+        )
     return None
 
 
@@ -176,8 +187,16 @@ def weight_path() -> dict[str, Any]:
 
 def _flags() -> list[str]:
     """The compiler flags of a build (part of its key). -ffp-contract=off: only explicit FMAs fuse (vec16.h)."""
-    return ["-O3", ISA_TARGETS[isa_setting()], "-mtune=native", "-std=c++17", "-shared", "-fPIC", "-fno-math-errno",
-            "-ffp-contract=off"]
+    return [
+        "-O3",
+        ISA_TARGETS[isa_setting()],
+        "-mtune=native",
+        "-std=c++17",
+        "-shared",
+        "-fPIC",
+        "-fno-math-errno",
+        "-ffp-contract=off",
+    ]
 
 
 def _build(cxx: str, out: Path) -> None:
@@ -189,7 +208,9 @@ def _build(cxx: str, out: Path) -> None:
         cmd = [cxx, *_flags(), f"-I{jax.ffi.include_dir()}", *map(str, SOURCES), "-o", str(so)]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
-            raise KernelBuildError(f"building {', '.join(x.name for x in SOURCES)} failed ({' '.join(cmd)}):\n{proc.stderr[-2000:]}")
+            raise KernelBuildError(
+                f"building {', '.join(x.name for x in SOURCES)} failed ({' '.join(cmd)}):\n{proc.stderr[-2000:]}"
+            )
         os.replace(so, out)  # atomic: a concurrent process sees the old file or the whole new one
 
 
@@ -204,8 +225,13 @@ def library_path() -> Path:
     assert cxx is not None  # unsupported_reason checked it
     version = subprocess.run([cxx, "--version"], capture_output=True, text=True).stdout
     key = hashlib.sha256()
-    for part in (*(x.read_bytes() for x in (*SOURCES, *HEADERS)), version.encode(), " ".join(sorted(cpu_flags())).encode(),
-                 platform.machine().encode(), " ".join(_flags()).encode()):
+    for part in (
+        *(x.read_bytes() for x in (*SOURCES, *HEADERS)),
+        version.encode(),
+        " ".join(sorted(cpu_flags())).encode(),
+        platform.machine().encode(),
+        " ".join(_flags()).encode(),
+    ):
         key.update(part)
     path = cache_root() / "kernels" / f"qmatmul-{key.hexdigest()[:16]}.so"
     if not path.is_file():
@@ -254,8 +280,11 @@ def available() -> bool:
         return False
     except KernelBuildError as exc:  # this host can have them: the build itself is broken
         if not _state.get("warned"):
-            log.error("memloop CPU kernels failed to build on a CPU that supports them, using f32 weights "
-                      "(slower); fix the compiler or set CXX: %s", exc)
+            log.error(
+                "memloop CPU kernels failed to build on a CPU that supports them, using f32 weights "
+                "(slower); fix the compiler or set CXX: %s",
+                exc,
+            )
             _state["warned"] = True
         return False
     return True

@@ -8,13 +8,13 @@ widens each key once for 32 tokens' query rows. A query's numbers do not depend 
 the other tokens of its call; they differ between a one-token call and a longer one by f32 rounding
 (see the .cc file).
 """
+
 from __future__ import annotations
 
 import os
 from typing import Any
 
 import numpy as np
-
 from memloop.engine import kernels
 
 MAX_HEAD_DIM = 256
@@ -24,8 +24,16 @@ MAX_HEAD_DIM = 256
 ARCHITECTURES = frozenset({"llama", "qwen2", "qwen3", "mistral"})
 
 
-def paged_attention(q: Any, k_pages: Any, v_pages: Any, block_tables: Any, positions: Any,
-                    window: int | None = None, k_scale: Any = None, v_scale: Any = None) -> Any:
+def paged_attention(
+    q: Any,
+    k_pages: Any,
+    v_pages: Any,
+    block_tables: Any,
+    positions: Any,
+    window: int | None = None,
+    k_scale: Any = None,
+    v_scale: Any = None,
+) -> Any:
     """q [B,T,H,hd] f32 (rotary applied); k/v pages [KVH, pages, page_size, hd] f32, f16, or int8 codes
     with `k_scale`/`v_scale` [KVH, pages, page_size] f32 (memloop.engine.cache.kv_pages) (this layer's pool, already
     holding the new tokens); block_tables [B, table_pages]; positions [B,T] (each query's absolute
@@ -43,8 +51,15 @@ def paged_attention(q: Any, k_pages: Any, v_pages: Any, block_tables: Any, posit
             raise ValueError("int8 KV pages need their k_scale and v_scale arrays")
         scales = (k_scale.astype(jnp.float32), v_scale.astype(jnp.float32))
     call = jax.ffi.ffi_call(kernels.ATTENTION_TARGET + suffix, jax.ShapeDtypeStruct(q.shape, jnp.float32))
-    return call(q.astype(jnp.float32), k_pages, v_pages, *scales, block_tables.astype(jnp.int32),
-                positions.astype(jnp.int32), window=np.int32(window or 0))
+    return call(
+        q.astype(jnp.float32),
+        k_pages,
+        v_pages,
+        *scales,
+        block_tables.astype(jnp.int32),
+        positions.astype(jnp.int32),
+        window=np.int32(window or 0),
+    )
 
 
 def enabled() -> bool:
@@ -71,6 +86,12 @@ def supports(q: Any, pool: Any, window: Any, extra: dict[str, Any]) -> bool:
     import jax.numpy as jnp
 
     hd = q.shape[-1]
-    return (not extra and (window is None or isinstance(window, int))
-            and q.dtype == jnp.float32 and pool.dtype in (jnp.float32, jnp.float16, jnp.int8) and pool.ndim == 4
-            and hd % 16 == 0 and hd <= MAX_HEAD_DIM)
+    return (
+        not extra
+        and (window is None or isinstance(window, int))
+        and q.dtype == jnp.float32
+        and pool.dtype in (jnp.float32, jnp.float16, jnp.int8)
+        and pool.ndim == 4
+        and hd % 16 == 0
+        and hd <= MAX_HEAD_DIM
+    )

@@ -18,6 +18,7 @@ leaf is the uint8 array, so it rides through jit like any parameter.
     per-instruction-set table below.
 Both see bit-identical weights (the values `gguf`'s de-quantiser gives).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -72,8 +73,15 @@ def row_bytes(qtype: str, cols: int) -> int:
 
 # Byte offsets of the f16 scales (and mins) in each block: every other byte is an integer code or a
 # small integer sub-scale, so a block's weights are finite exactly when these are.
-SCALE_OFFSETS = {"Q4_0": (0,), "Q4_1": (0, 2), "Q5_0": (0,), "Q8_0": (0,), "Q4_K": (0, 2), "Q5_K": (0, 2),
-                 "Q6_K": (208,)}
+SCALE_OFFSETS = {
+    "Q4_0": (0,),
+    "Q4_1": (0, 2),
+    "Q5_0": (0,),
+    "Q8_0": (0,),
+    "Q4_K": (0, 2),
+    "Q5_K": (0, 2),
+    "Q6_K": (208,),
+}
 
 
 def nonfinite_blocks(raw: np.ndarray, qtype: str) -> int:
@@ -82,7 +90,7 @@ def nonfinite_blocks(raw: np.ndarray, qtype: str) -> int:
     blocks = np.asarray(raw, dtype=np.uint8).reshape(-1, BLOCK_BYTES[qtype])
     bad = np.zeros(len(blocks), bool)
     for at in SCALE_OFFSETS[qtype]:
-        half = np.ascontiguousarray(blocks[:, at:at + 2]).view(np.float16)[:, 0]
+        half = np.ascontiguousarray(blocks[:, at : at + 2]).view(np.float16)[:, 0]
         bad |= ~np.isfinite(half)
     return int(bad.sum())
 
@@ -90,8 +98,10 @@ def nonfinite_blocks(raw: np.ndarray, qtype: str) -> int:
 def from_gguf_rows(data: np.ndarray, qtype: str, rows: int, cols: int) -> BlockMatrix:
     """A GGUF tensor's bytes as a BlockMatrix [rows, cols]; checks the byte count first."""
     if not has_block_form(qtype, cols):
-        raise ValueError(f"{qtype} rows of {cols} weights have no block form here "
-                         f"(types {', '.join(BLOCK_BYTES)}, rows of whole blocks)")
+        raise ValueError(
+            f"{qtype} rows of {cols} weights have no block form here "
+            f"(types {', '.join(BLOCK_BYTES)}, rows of whole blocks)"
+        )
     width = row_bytes(qtype, cols)
     raw = np.ascontiguousarray(np.asarray(data, dtype=np.uint8).reshape(rows, width))
     return BlockMatrix(raw, qtype, (rows, cols))
@@ -99,7 +109,7 @@ def from_gguf_rows(data: np.ndarray, qtype: str, rows: int, cols: int) -> BlockM
 
 def _halves(raw: jax.Array, start: int) -> jax.Array:
     """The f16 at byte `start` of every block, as f32: [..., nb, bytes] -> [..., nb]."""
-    pair = raw[..., start:start + 2].astype(jnp.uint16)
+    pair = raw[..., start : start + 2].astype(jnp.uint16)
     return jax.lax.bitcast_convert_type(pair[..., 0] | (pair[..., 1] << 8), jnp.float16).astype(jnp.float32)
 
 
@@ -222,8 +232,12 @@ def block_matmuls(x: jax.Array, ws: list[BlockMatrix]) -> list[jax.Array]:
     from memloop.engine import kernels
 
     rows = int(np.prod(x.shape[:-1])) if x.ndim > 1 else 1
-    if (len(ws) > 1 and len({(w.qtype, w.shape[1]) for w in ws}) == 1 and len(ws) <= kernels.MAX_MATRICES
-            and use_kernel(rows)):
+    if (
+        len(ws) > 1
+        and len({(w.qtype, w.shape[1]) for w in ws}) == 1
+        and len(ws) <= kernels.MAX_MATRICES
+        and use_kernel(rows)
+    ):
         return kernels.qmatmul_many(x, [w.raw for w in ws], ws[0].qtype)
     return [block_matmul(x, w) for w in ws]
 

@@ -4,6 +4,7 @@ Nothing here is specific to one model: the GGUF key-value metadata and a Hugging
 `config.json` are both translated into the same frozen `ModelConfig`, which is hashable so it
 can be a static argument of jitted functions.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -11,17 +12,28 @@ import math
 from typing import Any, Mapping
 
 import numpy as np
-
 from memloop.engine.errors import ModelFormatError
 
 # Architecture name (GGUF `general.architecture`) -> Hugging Face class; all spell one decoder here.
 # Their differences are ModelConfig fields (see FAMILIES), not separate model code. llama.cpp writes
 # Mistral checkpoints as `llama` GGUFs, so "mistral" has no GGUF architecture of its own.
 SUPPORTED_GGUF_ARCHITECTURES = ("llama", "qwen2", "qwen3", "gemma2", "gemma3")
-SUPPORTED_HF_ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "MistralForCausalLM",
-                              "Gemma2ForCausalLM", "Gemma3ForCausalLM")
-_HF_TO_ARCH = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3",
-               "MistralForCausalLM": "mistral", "Gemma2ForCausalLM": "gemma2", "Gemma3ForCausalLM": "gemma3"}
+SUPPORTED_HF_ARCHITECTURES = (
+    "LlamaForCausalLM",
+    "Qwen2ForCausalLM",
+    "Qwen3ForCausalLM",
+    "MistralForCausalLM",
+    "Gemma2ForCausalLM",
+    "Gemma3ForCausalLM",
+)
+_HF_TO_ARCH = {
+    "LlamaForCausalLM": "llama",
+    "Qwen2ForCausalLM": "qwen2",
+    "Qwen3ForCausalLM": "qwen3",
+    "MistralForCausalLM": "mistral",
+    "Gemma2ForCausalLM": "gemma2",
+    "Gemma3ForCausalLM": "gemma3",
+}
 _MODEL_TYPE_TO_ARCH = {"gemma3_text": "gemma3"}  # config.json model_type spellings that differ from the family key
 
 
@@ -59,12 +71,33 @@ FAMILIES = {
     "qwen2": Family(attention_bias=True, gguf_qk_permuted=False),
     "qwen3": Family(attention_bias=False, gguf_qk_permuted=False, qk_norm=True),
     "mistral": Family(attention_bias=False, gguf_qk_permuted=True, hf_sliding_window=True),
-    "gemma2": Family(attention_bias=False, gguf_qk_permuted=False, hf_sliding_window=True, norm_offset=1.0,
-                     embed_scale=True, activation="gelu_tanh", sandwich_norms=True, global_every=2,
-                     default_softcaps=(50.0, 30.0), tied_default=True, gguf_hidden_per_head_scalar=(46,)),
-    "gemma3": Family(attention_bias=False, gguf_qk_permuted=False, qk_norm=True, hf_sliding_window=True,
-                     norm_offset=1.0, embed_scale=True, activation="gelu_tanh", sandwich_norms=True,
-                     global_every=6, local_rope_theta=10000.0, tied_default=True, gguf_hidden_per_head_scalar=(62,)),
+    "gemma2": Family(
+        attention_bias=False,
+        gguf_qk_permuted=False,
+        hf_sliding_window=True,
+        norm_offset=1.0,
+        embed_scale=True,
+        activation="gelu_tanh",
+        sandwich_norms=True,
+        global_every=2,
+        default_softcaps=(50.0, 30.0),
+        tied_default=True,
+        gguf_hidden_per_head_scalar=(46,),
+    ),
+    "gemma3": Family(
+        attention_bias=False,
+        gguf_qk_permuted=False,
+        qk_norm=True,
+        hf_sliding_window=True,
+        norm_offset=1.0,
+        embed_scale=True,
+        activation="gelu_tanh",
+        sandwich_norms=True,
+        global_every=6,
+        local_rope_theta=10000.0,
+        tied_default=True,
+        gguf_hidden_per_head_scalar=(62,),
+    ),
 }
 
 
@@ -112,8 +145,10 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         if self.sliding_window is not None and self.sliding_window < 1:
-            raise ModelFormatError(f"sliding window {self.sliding_window} is not a positive number of tokens; "
-                                   "the checkpoint metadata is inconsistent.")
+            raise ModelFormatError(
+                f"sliding window {self.sliding_window} is not a positive number of tokens; "
+                "the checkpoint metadata is inconsistent."
+            )
         if self.num_heads % self.num_kv_heads:
             raise ModelFormatError(
                 f"{self.num_heads} attention heads are not a multiple of {self.num_kv_heads} KV heads; "
@@ -187,12 +222,19 @@ def binding_window(window: Any, max_positions: int) -> int | None:
 
 def _require(meta: Mapping[str, Any], key: str, source: str) -> Any:
     if key not in meta:
-        raise ModelFormatError(f"{source} lacks the required metadata key {key!r}; the file is incomplete or not a Llama model.")
+        raise ModelFormatError(
+            f"{source} lacks the required metadata key {key!r}; the file is incomplete or not a Llama model."
+        )
     return meta[key]
 
 
-def config_from_gguf(meta: Mapping[str, Any], vocab_size: int, has_output_tensor: bool,
-                     rope_freq_factors: tuple[float, ...] | None, source: str) -> ModelConfig:
+def config_from_gguf(
+    meta: Mapping[str, Any],
+    vocab_size: int,
+    has_output_tensor: bool,
+    rope_freq_factors: tuple[float, ...] | None,
+    source: str,
+) -> ModelConfig:
     """Translate GGUF key-value metadata (already decoded to Python values) into a ModelConfig."""
     arch = _require(meta, "general.architecture", source)
     if arch not in SUPPORTED_GGUF_ARCHITECTURES:
@@ -211,7 +253,9 @@ def config_from_gguf(meta: Mapping[str, Any], vocab_size: int, has_output_tensor
     rope_type = meta.get(p + "rope.scaling.type")
     if rope_type == "llama3" and rope_freq_factors is None:
         raise ModelFormatError(f"{source} declares llama3 rope scaling without the rope_freqs tensor.")
-    linear = float(meta[p + "rope.scaling.factor"]) if rope_type == "linear" and p + "rope.scaling.factor" in meta else None
+    linear = (
+        float(meta[p + "rope.scaling.factor"]) if rope_type == "linear" and p + "rope.scaling.factor" in meta else None
+    )
     context = int(meta.get(p + "context_length", 2048))
     layers = int(_require(meta, p + "block_count", source))
     gemma: dict[str, Any] = {}
@@ -219,10 +263,14 @@ def config_from_gguf(meta: Mapping[str, Any], vocab_size: int, has_output_tensor
         pattern = meta.get(p + "attention.sliding_window_pattern")  # per-layer flags (true: local) where written
         attn_cap, final_cap = family.default_softcaps
         gemma = dict(
-            local_layers=(tuple(i for i, f in enumerate(pattern) if f) if isinstance(pattern, (list, tuple))
-                          else _interleaved(layers, family.global_every)),
-            rope_local_theta=(float(meta.get(p + "rope.freq_base_swa", family.local_rope_theta))
-                              if family.local_rope_theta else None),
+            local_layers=(
+                tuple(i for i, f in enumerate(pattern) if f)
+                if isinstance(pattern, (list, tuple))
+                else _interleaved(layers, family.global_every)
+            ),
+            rope_local_theta=(
+                float(meta.get(p + "rope.freq_base_swa", family.local_rope_theta)) if family.local_rope_theta else None
+            ),
             query_pre_attn_scalar=float(hidden // heads if layers in family.gguf_hidden_per_head_scalar else head_dim),
             attn_softcap=_optional_float(meta.get(p + "attn_logit_softcapping", attn_cap)),
             final_softcap=_optional_float(meta.get(p + "final_logit_softcapping", final_cap)),
@@ -273,8 +321,10 @@ def config_from_hf(cfg: Mapping[str, Any], source: str) -> ModelConfig:
         )
     family = FAMILIES[arch]
     if cfg.get("use_sliding_window"):
-        raise ModelFormatError(f"{source} enables sliding-window attention, which memloop's engine does not run; "
-                               "set use_sliding_window to false only if the model was trained without it.")
+        raise ModelFormatError(
+            f"{source} enables sliding-window attention, which memloop's engine does not run; "
+            "set use_sliding_window to false only if the model was trained without it."
+        )
     hidden = int(_require(cfg, "hidden_size", source))
     heads = int(_require(cfg, "num_attention_heads", source))
     context = int(cfg.get("max_position_embeddings", 2048))
@@ -298,7 +348,9 @@ def config_from_hf(cfg: Mapping[str, Any], source: str) -> ModelConfig:
     elif rope and rope.get("rope_type", rope.get("type")) not in (None, "default"):
         raise ModelFormatError(f"{source}: rope scaling {rope!r} is not supported (only llama3, linear and default).")
     if local_rope.get("rope_type", "default") != "default":
-        raise ModelFormatError(f"{source}: scaled rotary embeddings of the local layers ({local_rope!r}) are not supported.")
+        raise ModelFormatError(
+            f"{source}: scaled rotary embeddings of the local layers ({local_rope!r}) are not supported."
+        )
     layers = int(_require(cfg, "num_hidden_layers", source))
     gemma = _gemma_hf(cfg, family, layers, local_rope, source) if family.global_every else {}
     return ModelConfig(
@@ -324,17 +376,22 @@ def config_from_hf(cfg: Mapping[str, Any], source: str) -> ModelConfig:
     )
 
 
-def _gemma_hf(cfg: Mapping[str, Any], family: Family, layers: int, local_rope: Mapping[str, Any],
-              source: str) -> dict[str, Any]:
+def _gemma_hf(
+    cfg: Mapping[str, Any], family: Family, layers: int, local_rope: Mapping[str, Any], source: str
+) -> dict[str, Any]:
     """The Gemma fields of a config.json: which layers are local, their rotary base, the query scale
     and the soft-caps (absent keys take transformers' class defaults)."""
     act = cfg.get("hidden_activation") or cfg.get("hidden_act") or "gelu_pytorch_tanh"
     if act not in ("gelu_pytorch_tanh", "gelu_tanh"):
-        raise ModelFormatError(f"{source}: MLP activation {act!r} is not supported; Gemma models use gelu_pytorch_tanh.")
+        raise ModelFormatError(
+            f"{source}: MLP activation {act!r} is not supported; Gemma models use gelu_pytorch_tanh."
+        )
     types = cfg.get("layer_types")
     if types is not None:
         if len(types) != layers or set(types) - {"sliding_attention", "full_attention"}:
-            raise ModelFormatError(f"{source}: layer_types {types!r} do not name {layers} sliding/full attention layers.")
+            raise ModelFormatError(
+                f"{source}: layer_types {types!r} do not name {layers} sliding/full attention layers."
+            )
         local = tuple(i for i, t in enumerate(types) if t == "sliding_attention")
     else:
         every = cfg.get("sliding_window_pattern") or cfg.get("_sliding_window_pattern") or family.global_every
@@ -342,8 +399,11 @@ def _gemma_hf(cfg: Mapping[str, Any], family: Family, layers: int, local_rope: M
     attn_cap, final_cap = family.default_softcaps
     return dict(
         local_layers=local,
-        rope_local_theta=(float(local_rope.get("rope_theta") or cfg.get("rope_local_base_freq") or family.local_rope_theta)
-                          if family.local_rope_theta else None),
+        rope_local_theta=(
+            float(local_rope.get("rope_theta") or cfg.get("rope_local_base_freq") or family.local_rope_theta)
+            if family.local_rope_theta
+            else None
+        ),
         query_pre_attn_scalar=float(cfg.get("query_pre_attn_scalar", 256)),
         attn_softcap=_optional_float(cfg.get("attn_logit_softcapping", attn_cap)),
         final_softcap=_optional_float(cfg.get("final_logit_softcapping", final_cap)),

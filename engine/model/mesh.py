@@ -11,16 +11,17 @@ Activations carry `with_sharding_constraint` annotations through `constrain`, wh
 unless a mesh with a `tp` axis is active (`with jax.set_mesh(mesh):`), so the same model code runs
 on one device and on a mesh.
 """
+
 from __future__ import annotations
 
 from typing import Any, Sequence
 
 import jax
 import numpy as np
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
-
-from memloop.engine.model.config import ModelConfig
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 from memloop.engine.errors import EngineError, RequestError
+from memloop.engine.model.config import ModelConfig
 
 AXIS = "tp"
 
@@ -93,8 +94,10 @@ def shard_params(params: dict[str, Any], cfg: ModelConfig, mesh: Mesh) -> dict[s
     from memloop.engine.model.blocks import BlockMatrix
 
     if any(isinstance(x, BlockMatrix) for x in jax.tree.leaves(params, is_leaf=lambda x: isinstance(x, BlockMatrix))):
-        raise RequestError("block-form (GGUF) weights run on one CPU device only; load the model with "
-                           "blocks=False to place it on a mesh.")
+        raise RequestError(
+            "block-form (GGUF) weights run on one CPU device only; load the model with "
+            "blocks=False to place it on a mesh."
+        )
     specs = param_specs(cfg, mesh, "lm_head" in params)
     if isinstance(params["layers"], (list, tuple)):  # unrolled: each layer's spec without the layer axis
         one = {k: P(*s[1:]) if len(s) else s for k, s in specs["layers"].items()}
@@ -110,7 +113,8 @@ def shard_params(params: dict[str, Any], cfg: ModelConfig, mesh: Mesh) -> dict[s
 
 def shard_cache(cache: Any, cfg: ModelConfig, mesh: Mesh) -> Any:
     """Stacked [L, ...] caches use `cache_spec`; per-layer arrays the same spec without the layer axis;
-    an int8 cache's scales (memloop.engine.cache.kv_pages, the pools' shape without head_dim) the same without its last."""
+    an int8 cache's scales (memloop.engine.cache.kv_pages, the pools' shape without head_dim) the same without its
+    last."""
     spec = cache_spec(cfg, mesh)
 
     def put(name: str, x: jax.Array) -> jax.Array:

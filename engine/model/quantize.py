@@ -14,12 +14,12 @@ bundled Q4_1 model's greedy output on 2 of the 5 test prompts within 48 tokens; 
 keeps all of them (tests/engine/test_quantize.py). For a bf16/f32 checkpoint it is an approximation
 whose effect on output must be checked on the model.
 """
+
 from __future__ import annotations
 
 from typing import Any
 
 import numpy as np
-
 from memloop.engine.errors import RequestError
 
 BLOCK = 32
@@ -30,8 +30,10 @@ def int8_blocks(w: np.ndarray) -> dict[str, np.ndarray]:
     """[..., out, in] floats -> {"q": int8 [..., out, in], "d", "m": f32 [..., out, in/32]}, w ~= d*q + m."""
     w = np.asarray(w, np.float32)
     if w.shape[-1] % BLOCK:
-        raise RequestError(f"int8 quantisation cuts rows into blocks of {BLOCK} weights; a matrix of shape "
-                           f"{w.shape} does not divide. Load this model without `quantize`.")
+        raise RequestError(
+            f"int8 quantisation cuts rows into blocks of {BLOCK} weights; a matrix of shape "
+            f"{w.shape} does not divide. Load this model without `quantize`."
+        )
     blocks = w.reshape(*w.shape[:-1], w.shape[-1] // BLOCK, BLOCK).astype(np.float64)
     low, high = blocks.min(axis=-1), blocks.max(axis=-1)
     d = (high - low) / 255.0
@@ -48,7 +50,9 @@ def quantize_layers(layers: dict[str, Any], method: str) -> dict[str, Any]:
     for key in MATRICES:
         value = layers[key]
         if isinstance(value, (list, dict)):
-            raise RequestError("int8 quantisation applies to dense weights; these are already in block form "
-                               "(load with blocks=False, packed=False)")
+            raise RequestError(
+                "int8 quantisation applies to dense weights; these are already in block form "
+                "(load with blocks=False, packed=False)"
+            )
         out[key] = int8_blocks(value)
     return out

@@ -12,6 +12,7 @@ UTF-8 bytes instead of a space, and constrained decoding rejects its own JSON. `
 converted tokenizer what the GGUF file says, whatever the release (`CONVERSION` salts the cache key, so
 a tokenizer an older memloop converted is converted again).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -41,8 +42,12 @@ class Tokenizer:
         # Asked of its behaviour, not the attribute: a saved-and-reloaded fast tokenizer keeps the BOS in
         # its post-processor but reports add_bos_token False.
         probe = list(hf.encode("a", add_special_tokens=True))
-        self.add_bos: bool = (hf.bos_token_id is not None and bool(probe) and probe[0] == hf.bos_token_id
-                              and probe[1:] == list(hf.encode("a", add_special_tokens=False)))
+        self.add_bos: bool = (
+            hf.bos_token_id is not None
+            and bool(probe)
+            and probe[0] == hf.bos_token_id
+            and probe[1:] == list(hf.encode("a", add_special_tokens=False))
+        )
         self.pad_token_id: int = hf.pad_token_id if hf.pad_token_id is not None else (hf.eos_token_id or 0)
         self.vocab_size = len(hf)
 
@@ -122,9 +127,8 @@ def _from_gguf(path: Path) -> Any:
 def _repair(hf: Any, path: Path) -> None:
     """Make a tokenizer transformers converted from `path` match the GGUF's own description: a byte-level BPE
     (`gpt2`) vocabulary decodes byte-level with no byte fallback, and EOS/BOS are the GGUF's token ids."""
-    from tokenizers import decoders
-
     from memloop.engine.model.weights import read_gguf_metadata
+    from tokenizers import decoders
 
     meta = read_gguf_metadata(path)
     backend = hf.backend_tokenizer
@@ -141,9 +145,8 @@ def _repair(hf: Any, path: Path) -> None:
 
 def load_tokenizer(path: str | Path) -> Tokenizer:
     """Tokenizer for a GGUF file, a Hugging Face directory or a short model name (memloop.engine.assets.MODELS)."""
-    from transformers import AutoTokenizer
-
     from memloop.engine.assets import resolve_model
+    from transformers import AutoTokenizer
 
     path = resolve_model(path)
     if not path.exists():

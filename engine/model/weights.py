@@ -1,4 +1,5 @@
-"""Read Llama/Qwen2/Qwen3/Mistral/Gemma 2/Gemma 3 weights from a GGUF file or a Hugging Face directory into one parameter layout.
+"""Read Llama/Qwen2/Qwen3/Mistral/Gemma 2/Gemma 3 weights from a GGUF file or a Hugging Face directory into one
+parameter layout.
 
 The layout (numpy arrays; matrices output-major [out, in], as GGUF and Hugging Face store them, so
 loading never transposes and `memloop.engine.model.decoder.matmul` computes x @ w.T; on XLA:CPU this orientation
@@ -24,6 +25,7 @@ F16/F32 and the rest it implements). llama.cpp stores a Llama's Q and K rows per
 interleaved rotary kernel; they are permuted back here so one rotate-half RoPE serves both sources
 (Qwen2/Qwen3 GGUFs are not permuted: llama.cpp runs them with NEOX rotary, `Family.gguf_qk_permuted`).
 """
+
 from __future__ import annotations
 
 import json
@@ -32,15 +34,28 @@ from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
-
+from memloop.engine.errors import ModelFormatError, ModelNotFoundError
 from memloop.engine.model.blocks import BLOCK, BlockMatrix, from_gguf_rows, has_block_form, nonfinite_blocks, row_bytes
 from memloop.engine.model.config import FAMILIES, ModelConfig, config_from_gguf, config_from_hf
-from memloop.engine.errors import ModelFormatError, ModelNotFoundError
 
 Params = dict[str, Any]
 log = logging.getLogger(__name__)
 
-SUPPORTED_QUANTS = ("F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")
+SUPPORTED_QUANTS = (
+    "F32",
+    "F16",
+    "BF16",
+    "Q4_0",
+    "Q4_1",
+    "Q5_0",
+    "Q5_1",
+    "Q8_0",
+    "Q2_K",
+    "Q3_K",
+    "Q4_K",
+    "Q5_K",
+    "Q6_K",
+)
 
 _GGUF_LAYER = {  # GGUF per-block tensor -> (our name, is a matrix)
     "attn_norm": ("attn_norm", False),
@@ -55,17 +70,22 @@ _GGUF_LAYER = {  # GGUF per-block tensor -> (our name, is a matrix)
 }
 # q/k/v biases (Qwen2): (our name, is a matrix); the key is the tensor name's per-layer suffix.
 _GGUF_BIAS = {"attn_q.bias": ("bq", False), "attn_k.bias": ("bk", False), "attn_v.bias": ("bv", False)}
-_HF_BIAS = {"self_attn.q_proj.bias": ("bq", False), "self_attn.k_proj.bias": ("bk", False),
-            "self_attn.v_proj.bias": ("bv", False)}
+_HF_BIAS = {
+    "self_attn.q_proj.bias": ("bq", False),
+    "self_attn.k_proj.bias": ("bk", False),
+    "self_attn.v_proj.bias": ("bv", False),
+}
 # per-head q/k RMSNorm weights (Qwen3), keyed like the biases.
 _GGUF_QK_NORM = {"attn_q_norm": ("q_norm", False), "attn_k_norm": ("k_norm", False)}
 _HF_QK_NORM = {"self_attn.q_norm": ("q_norm", False), "self_attn.k_norm": ("k_norm", False)}
 # Gemma's norms after attention and around the MLP. Its HF `post_attention_layernorm` is the norm of the
 # attention *output* (Llama's of that name is the MLP's input norm), so Gemma maps its four norms apart.
 _GGUF_SANDWICH = {"post_attention_norm": ("post_attn_norm", False), "post_ffw_norm": ("post_mlp_norm", False)}
-_HF_GEMMA_NORMS = {"post_attention_layernorm": ("post_attn_norm", False),
-                   "pre_feedforward_layernorm": ("mlp_norm", False),
-                   "post_feedforward_layernorm": ("post_mlp_norm", False)}
+_HF_GEMMA_NORMS = {
+    "post_attention_layernorm": ("post_attn_norm", False),
+    "pre_feedforward_layernorm": ("mlp_norm", False),
+    "post_feedforward_layernorm": ("post_mlp_norm", False),
+}
 _HF_LAYER = {
     "input_layernorm": ("attn_norm", False),
     "self_attn.q_proj": ("wq", True),
@@ -85,18 +105,22 @@ def layer_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
     bias = {"bq": (cfg.num_heads * hd,), "bk": (cfg.num_kv_heads * hd,), "bv": (cfg.num_kv_heads * hd,)}
     norms = {"q_norm": (hd,), "k_norm": (hd,)}
     sandwich = {"post_attn_norm": (d,), "post_mlp_norm": (d,)}
-    return (bias if cfg.attention_bias else {}) | (norms if cfg.qk_norm else {}) | (
-        sandwich if cfg.family.sandwich_norms else {}) | {
-        "attn_norm": (d,),
-        "wq": (cfg.num_heads * hd, d),
-        "wk": (cfg.num_kv_heads * hd, d),
-        "wv": (cfg.num_kv_heads * hd, d),
-        "wo": (d, cfg.num_heads * hd),
-        "mlp_norm": (d,),
-        "w_gate": (f, d),
-        "w_up": (f, d),
-        "w_down": (d, f),
-    }
+    return (
+        (bias if cfg.attention_bias else {})
+        | (norms if cfg.qk_norm else {})
+        | (sandwich if cfg.family.sandwich_norms else {})
+        | {
+            "attn_norm": (d,),
+            "wq": (cfg.num_heads * hd, d),
+            "wk": (cfg.num_kv_heads * hd, d),
+            "wv": (cfg.num_kv_heads * hd, d),
+            "wo": (d, cfg.num_heads * hd),
+            "mlp_norm": (d,),
+            "w_gate": (f, d),
+            "w_up": (f, d),
+            "w_down": (d, f),
+        }
+    )
 
 
 def unpermute_qk(w: np.ndarray, n_heads: int) -> np.ndarray:
@@ -134,8 +158,10 @@ def check_finite(name: str, source: str, values: np.ndarray, what: str = "values
     turn every answer into NaN logits, which sampling hides as an empty completion."""
     bad = int(values.size - np.count_nonzero(np.isfinite(values)))
     if bad:
-        raise ModelFormatError(f"tensor {name} in {source} holds {bad} non-finite {what} (NaN or infinity); the "
-                               "file is corrupt: download or convert it again.")
+        raise ModelFormatError(
+            f"tensor {name} in {source} holds {bad} non-finite {what} (NaN or infinity); the "
+            "file is corrupt: download or convert it again."
+        )
 
 
 def _field_value(field: Any) -> Any:
@@ -165,7 +191,10 @@ def _scalar_metadata(reader: Any) -> dict[str, Any]:
     meta: dict[str, Any] = {}
     for key, field in reader.fields.items():
         if key.startswith("tokenizer.ggml.") and key in (
-            "tokenizer.ggml.tokens", "tokenizer.ggml.token_type", "tokenizer.ggml.merges", "tokenizer.ggml.scores"
+            "tokenizer.ggml.tokens",
+            "tokenizer.ggml.token_type",
+            "tokenizer.ggml.merges",
+            "tokenizer.ggml.scores",
         ):
             continue
         try:
@@ -175,12 +204,14 @@ def _scalar_metadata(reader: Any) -> dict[str, Any]:
     return meta
 
 
-def load_gguf(path: Path, dtype: Any = np.float32, packed: bool = False,
-              blocks: bool = False) -> tuple[ModelConfig, Params]:
+def load_gguf(
+    path: Path, dtype: Any = np.float32, packed: bool = False, blocks: bool = False
+) -> tuple[ModelConfig, Params]:
     """De-quantise a Llama GGUF into the parameter layout above, cast to `dtype`.
 
     `blocks=True` keeps every Q4_0/Q4_1/Q5_0/Q8_0/Q4_K/Q5_K/Q6_K matrix (layer matrices, embedding, untied
-    head) as its raw GGUF bytes, an `memloop.engine.model.blocks.BlockMatrix`; a layer matrix then becomes a list with one entry
+    head) as its raw GGUF bytes, an `memloop.engine.model.blocks.BlockMatrix`; a layer matrix then becomes a list with
+    one entry
     per layer (block types may differ between layers), each a BlockMatrix or a dense array.
 
     `packed=True` keeps per-layer matrices stored as Q4_0/Q4_1/Q8_0 in every layer as
@@ -217,7 +248,9 @@ def load_gguf(path: Path, dtype: Any = np.float32, packed: bool = False,
         except Exception as exc:
             raise ModelFormatError(f"tensor {name} in {path} cannot be decoded ({exc}); the file is corrupt.") from exc
         if arr.size != expected:
-            raise ModelFormatError(f"tensor {name} in {path} has {arr.size} values, expected {expected}; the file is truncated.")
+            raise ModelFormatError(
+                f"tensor {name} in {path} has {arr.size} values, expected {expected}; the file is truncated."
+            )
         arr = np.asarray(arr, dtype=np.float32).reshape([int(x) for x in reversed(t.shape)])
         check_finite(name, str(path), arr)
         return arr - norm_offset if norm_offset and name.endswith("norm.weight") else arr
@@ -232,7 +265,9 @@ def load_gguf(path: Path, dtype: Any = np.float32, packed: bool = False,
     def embed() -> np.ndarray:
         table = read("token_embd.weight")
         if table.shape != (cfg.vocab_size, cfg.hidden_size):
-            raise ModelFormatError(f"{path}: token_embd has shape {table.shape}, metadata says {(cfg.vocab_size, cfg.hidden_size)}.")
+            raise ModelFormatError(
+                f"{path}: token_embd has shape {table.shape}, metadata says {(cfg.vocab_size, cfg.hidden_size)}."
+            )
         return table
 
     permuted = cfg.family.gguf_qk_permuted
@@ -246,22 +281,34 @@ def load_gguf(path: Path, dtype: Any = np.float32, packed: bool = False,
         return w
 
     # Per-family extra vectors (q/k/v biases, q/k norms, Gemma's post-norms), loaded like the layer norms.
-    biases = ((_GGUF_BIAS if cfg.attention_bias else {}) | (_GGUF_QK_NORM if cfg.qk_norm else {})
-              | (_GGUF_SANDWICH if cfg.family.sandwich_norms else {}))
+    biases = (
+        (_GGUF_BIAS if cfg.attention_bias else {})
+        | (_GGUF_QK_NORM if cfg.qk_norm else {})
+        | (_GGUF_SANDWICH if cfg.family.sandwich_norms else {})
+    )
     mapping = dict(_GGUF_LAYER) | biases
     packable: dict[str, str] = {}
     if blocks:
         return cfg, _with_blocks(cfg, tensors, embed, read, per_layer, dtype, source, biases)
     if packed:
         for key, (name, matrix) in _GGUF_LAYER.items():
-            kinds = {tensors.get(f"blk.{i}.{key}.weight").tensor_type.name if f"blk.{i}.{key}.weight" in tensors else None
-                     for i in range(cfg.num_layers)}
+            kinds = {
+                tensors.get(f"blk.{i}.{key}.weight").tensor_type.name if f"blk.{i}.{key}.weight" in tensors else None
+                for i in range(cfg.num_layers)
+            }
             if matrix and len(kinds) == 1 and next(iter(kinds)) in PACKABLE:
                 packable[key] = next(iter(kinds))
                 del mapping[key]
-    params = _assemble(cfg, dtype, embed(), read("output_norm.weight"),
-                       None if cfg.tie_word_embeddings else read("output.weight"),
-                       per_layer, mapping, source)
+    params = _assemble(
+        cfg,
+        dtype,
+        embed(),
+        read("output_norm.weight"),
+        None if cfg.tie_word_embeddings else read("output.weight"),
+        per_layer,
+        mapping,
+        source,
+    )
     shapes = layer_shapes(cfg)
     for key, qname in packable.items():
         name = _GGUF_LAYER[key][0]
@@ -284,9 +331,16 @@ def load_gguf(path: Path, dtype: Any = np.float32, packed: bool = False,
     return cfg, params
 
 
-def _with_blocks(cfg: ModelConfig, tensors: dict[str, Any], embed: Callable[[], np.ndarray], read: Callable[[str], np.ndarray],
-                 per_layer: Callable[[int, str], np.ndarray], dtype: Any, source: str,
-                 biases: dict[str, tuple[str, bool]]) -> Params:
+def _with_blocks(
+    cfg: ModelConfig,
+    tensors: dict[str, Any],
+    embed: Callable[[], np.ndarray],
+    read: Callable[[str], np.ndarray],
+    per_layer: Callable[[int, str], np.ndarray],
+    dtype: Any,
+    source: str,
+    biases: dict[str, tuple[str, bool]],
+) -> Params:
     """The parameter layout with block-form matrices where the file has them (see load_gguf)."""
     shapes = layer_shapes(cfg)
     dense: dict[str, int] = {}  # block types kept dense (no kernel form) -> matrices
@@ -298,13 +352,17 @@ def _with_blocks(cfg: ModelConfig, tensors: dict[str, Any], embed: Callable[[], 
             dense[qtype] = dense.get(qtype, 0) + 1
             return None
         if int(np.asarray(t.data).size) != rows * row_bytes(qtype, cols):
-            raise ModelFormatError(f"tensor {name} in {source} has {np.asarray(t.data).size} bytes, expected "
-                                   f"{rows * row_bytes(qtype, cols)}; the file is truncated.")
+            raise ModelFormatError(
+                f"tensor {name} in {source} has {np.asarray(t.data).size} bytes, expected "
+                f"{rows * row_bytes(qtype, cols)}; the file is truncated."
+            )
         bm = from_gguf_rows(t.data, qtype, rows, cols)
         bad = nonfinite_blocks(bm.raw, qtype)
         if bad:
-            raise ModelFormatError(f"tensor {name} in {source} holds {bad} blocks whose scale is not finite (NaN or "
-                                   "infinity); the file is corrupt: download or convert it again.")
+            raise ModelFormatError(
+                f"tensor {name} in {source} holds {bad} blocks whose scale is not finite (NaN or "
+                "infinity); the file is corrupt: download or convert it again."
+            )
         if permute_heads is not None:  # whole output rows move, as for dense tensors
             bm = type(bm)(np.ascontiguousarray(unpermute_qk(bm.raw, permute_heads)), bm.qtype, bm.shape)
         return bm
@@ -315,8 +373,16 @@ def _with_blocks(cfg: ModelConfig, tensors: dict[str, Any], embed: Callable[[], 
     head = None if cfg.tie_word_embeddings else blocked("output.weight", vocab, hidden)
     if head is None and not cfg.tie_word_embeddings:
         head = read("output.weight")
-    params = _assemble(cfg, dtype, embed() if emb is None else emb, read("output_norm.weight"), head, per_layer,
-                       {k: v for k, v in _GGUF_LAYER.items() if k not in matrices} | biases, source)
+    params = _assemble(
+        cfg,
+        dtype,
+        embed() if emb is None else emb,
+        read("output_norm.weight"),
+        head,
+        per_layer,
+        {k: v for k, v in _GGUF_LAYER.items() if k not in matrices} | biases,
+        source,
+    )
     heads = {"attn_q": cfg.num_heads, "attn_k": cfg.num_kv_heads} if cfg.family.gguf_qk_permuted else {}
     for key, name in matrices.items():
         d_out, d_in = shapes[name]
@@ -324,7 +390,9 @@ def _with_blocks(cfg: ModelConfig, tensors: dict[str, Any], embed: Callable[[], 
         for i in range(cfg.num_layers):
             tname = f"blk.{i}.{key}.weight"
             if tname not in tensors:
-                raise ModelFormatError(f"{source} lacks tensor {tname!r}; the file is incomplete or of another architecture.")
+                raise ModelFormatError(
+                    f"{source} lacks tensor {tname!r}; the file is incomplete or of another architecture."
+                )
             bm = blocked(tname, d_out, d_in, heads.get(key))
             if bm is None:
                 w = per_layer(i, key)
@@ -334,14 +402,24 @@ def _with_blocks(cfg: ModelConfig, tensors: dict[str, Any], embed: Callable[[], 
             per.append(bm)
         params["layers"][name] = per
     if dense:  # said, not silent: these matrices read 4 bytes per weight at decode
-        log.info("%s: %s matrices have no CPU-kernel block form; de-quantised to dense f32 (exact)", source,
-                 ", ".join(f"{n} {q}" for q, n in sorted(dense.items())))
+        log.info(
+            "%s: %s matrices have no CPU-kernel block form; de-quantised to dense f32 (exact)",
+            source,
+            ", ".join(f"{n} {q}" for q, n in sorted(dense.items())),
+        )
     return params
 
 
-def _assemble(cfg: ModelConfig, dtype: Any, embed: np.ndarray | BlockMatrix, final_norm: np.ndarray,
-              head: np.ndarray | BlockMatrix | None, per_layer: Callable[[int, str], np.ndarray],
-              mapping: dict[str, tuple[str, bool]], source: str) -> Params:
+def _assemble(
+    cfg: ModelConfig,
+    dtype: Any,
+    embed: np.ndarray | BlockMatrix,
+    final_norm: np.ndarray,
+    head: np.ndarray | BlockMatrix | None,
+    per_layer: Callable[[int, str], np.ndarray],
+    mapping: dict[str, tuple[str, bool]],
+    source: str,
+) -> Params:
     """Fill pre-allocated stacked arrays layer by layer (no second full copy of the weights); an
     embedding or head in block form is kept as it is."""
     shapes = layer_shapes(cfg)
@@ -359,7 +437,9 @@ def _assemble(cfg: ModelConfig, dtype: Any, embed: np.ndarray | BlockMatrix, fin
     }
     if head is not None:
         if head.shape != (cfg.vocab_size, cfg.hidden_size):
-            raise ModelFormatError(f"{source}: output head has shape {head.shape}, expected {(cfg.vocab_size, cfg.hidden_size)}.")
+            raise ModelFormatError(
+                f"{source}: output head has shape {head.shape}, expected {(cfg.vocab_size, cfg.hidden_size)}."
+            )
         params["lm_head"] = head if isinstance(head, BlockMatrix) else np.asarray(head, dtype=dtype)
     return params
 
@@ -368,7 +448,9 @@ def _hf_dir(path: Path) -> tuple[ModelConfig, list[Path]]:
     """The config and safetensors files of a Hugging Face model directory, or the error naming what is missing."""
     cfg_file = path / "config.json"
     if not cfg_file.is_file():
-        raise ModelNotFoundError(f"{path} has no config.json; point the model path at a Hugging Face model directory or a .gguf file.")
+        raise ModelNotFoundError(
+            f"{path} has no config.json; point the model path at a Hugging Face model directory or a .gguf file."
+        )
     try:
         hf_cfg = json.loads(cfg_file.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -389,15 +471,19 @@ def check_weights(path: Path) -> None:
 
     path = resolve_model(path)
     if not path.exists():
-        raise ModelNotFoundError(f"model path {path} does not exist; give a .gguf file or a Hugging Face model directory.")
+        raise ModelNotFoundError(
+            f"model path {path} does not exist; give a .gguf file or a Hugging Face model directory."
+        )
     if path.is_dir():
         _hf_dir(path)
         return
     with path.open("rb") as f:
         magic = f.read(4)
     if magic != b"GGUF":
-        raise ModelFormatError(f"{path} is not a GGUF file (it starts with {magic!r}, not b'GGUF'); give a .gguf "
-                               "file or a Hugging Face model directory.")
+        raise ModelFormatError(
+            f"{path} is not a GGUF file (it starts with {magic!r}, not b'GGUF'); give a .gguf "
+            "file or a Hugging Face model directory."
+        )
     # The tensors are not listed here: parsing a GGUF's header reads its whole vocabulary (12 s for
     # Qwen2.5's 151k tokens); the loader in the actor names a missing tensor in one line as well.
 
@@ -433,25 +519,39 @@ def load_hf_dir(path: Path, dtype: Any = np.float32) -> tuple[ModelConfig, Param
         head = None
         if not cfg.tie_word_embeddings:
             head = read("lm_head.weight")
-        mapping = (_HF_LAYER | (_HF_BIAS if cfg.attention_bias else {}) | (_HF_QK_NORM if cfg.qk_norm else {})
-                   | (_HF_GEMMA_NORMS if cfg.family.sandwich_norms else {}))
-        params = _assemble(cfg, dtype, read("model.embed_tokens.weight"), read("model.norm.weight"), head,
-                           lambda i, key: read(f"model.layers.{i}.{key}" + ("" if key.endswith(".bias") else ".weight")),
-                           mapping, str(path))
+        mapping = (
+            _HF_LAYER
+            | (_HF_BIAS if cfg.attention_bias else {})
+            | (_HF_QK_NORM if cfg.qk_norm else {})
+            | (_HF_GEMMA_NORMS if cfg.family.sandwich_norms else {})
+        )
+        params = _assemble(
+            cfg,
+            dtype,
+            read("model.embed_tokens.weight"),
+            read("model.norm.weight"),
+            head,
+            lambda i, key: read(f"model.layers.{i}.{key}" + ("" if key.endswith(".bias") else ".weight")),
+            mapping,
+            str(path),
+        )
     finally:
         opened.clear()
     return cfg, params
 
 
-def load_weights(path: Path, dtype: Any = np.float32, packed: bool = False,
-                 blocks: bool = False) -> tuple[ModelConfig, Params]:
+def load_weights(
+    path: Path, dtype: Any = np.float32, packed: bool = False, blocks: bool = False
+) -> tuple[ModelConfig, Params]:
     """Dispatch on the path: a `.gguf` file (optionally packed or in block form, see load_gguf) or a
     Hugging Face directory (always dense); or a short model name (memloop.engine.assets.MODELS)."""
     from memloop.engine.assets import resolve_model
 
     path = resolve_model(path)
     if not path.exists():
-        raise ModelNotFoundError(f"model path {path} does not exist; give a .gguf file or a Hugging Face model directory.")
+        raise ModelNotFoundError(
+            f"model path {path} does not exist; give a .gguf file or a Hugging Face model directory."
+        )
     if path.is_dir():
         return load_hf_dir(path, dtype)
     return load_gguf(path, dtype, packed, blocks)

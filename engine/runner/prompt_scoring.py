@@ -18,6 +18,7 @@ of two with at most `TOKEN_BUDGET` padded tokens per call (a longer prompt runs 
 a power of two up to MAX_LOGPROBS; so a scoring stream compiles a handful of programs. Padding is on
 the right, which a causal mask keeps out of every real position.
 """
+
 from __future__ import annotations
 
 import functools
@@ -28,12 +29,11 @@ from typing import Any, Callable, Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
-
-from memloop.engine.model.config import ModelConfig
 from memloop.engine.errors import ScoringCancelled
+from memloop.engine.model.config import ModelConfig
 from memloop.engine.model.decoder import decoder_layers, embed, final_logits, no_cache_attention
-from memloop.engine.sample.sampling import MAX_LOGPROBS
 from memloop.engine.runner.token_pieces import TokenPieces
+from memloop.engine.sample.sampling import MAX_LOGPROBS
 
 MIN_LENGTH = 16
 TOKEN_BUDGET = 4096  # padded tokens per scoring call (hidden states and attention scores scale with it)
@@ -68,8 +68,9 @@ _span_traced = jax.jit(_span, static_argnames=("cfg", "count"))
 
 
 @functools.partial(jax.jit, static_argnames=("cfg", "width"))
-def _head(params: Any, cfg: ModelConfig, h: jax.Array, nxt: jax.Array,
-          width: int) -> tuple[jax.Array, jax.Array, jax.Array]:
+def _head(
+    params: Any, cfg: ModelConfig, h: jax.Array, nxt: jax.Array, width: int
+) -> tuple[jax.Array, jax.Array, jax.Array]:
     """Hidden states [P, D] and the tokens after them [P] -> (their log-probabilities [P], the `width`
     most likely ids [P, width] and log-probabilities [P, width]), `HEAD_CHUNK` positions at a time."""
     chunk = min(HEAD_CHUNK, h.shape[0])
@@ -86,8 +87,9 @@ def _head(params: Any, cfg: ModelConfig, h: jax.Array, nxt: jax.Array,
     return picked.reshape(-1), top_ids.reshape(-1, k)[:, :width], top_lp.reshape(-1, k)[:, :width]
 
 
-def score_tokens(params: Any, cfg: ModelConfig, tokens: jax.Array, width: int,
-                 between: Callable[[], None] = lambda: None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def score_tokens(
+    params: Any, cfg: ModelConfig, tokens: jax.Array, width: int, between: Callable[[], None] = lambda: None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Right-padded prompts [B,T] -> (log-probability of token t+1 at position t [B,T], the `width`
     most likely token ids [B,T,width] and their log-probabilities [B,T,width]), all under
     log_softmax of the raw logits at position t. The last position scores the padding: ignore it.
@@ -105,8 +107,9 @@ def score_tokens(params: Any, cfg: ModelConfig, tokens: jax.Array, width: int,
     h = h.reshape(b * t, -1)
     parts = []
     for lo in range(0, b * t, HEAD_PART):
-        parts.append(tuple(np.asarray(a) for a in _head(params, cfg, h[lo:lo + HEAD_PART], nxt[lo:lo + HEAD_PART],
-                                                         width)))
+        parts.append(
+            tuple(np.asarray(a) for a in _head(params, cfg, h[lo : lo + HEAD_PART], nxt[lo : lo + HEAD_PART], width))
+        )
         between()
     picked, top_ids, top_lp = (np.concatenate(a) for a in zip(*parts))
     return picked.reshape(b, t), top_ids.reshape(b, t, width), top_lp.reshape(b, t, width)
@@ -140,8 +143,13 @@ class PromptScorer:
             self._pieces = TokenPieces(self.lm.tokenizer.hf)
         return self._pieces
 
-    def score(self, prompts: Sequence[Sequence[int]], top_n: int, stop: threading.Event | None = None,
-              progress: Callable[[], None] = lambda: None) -> list[list[dict[str, Any]]]:
+    def score(
+        self,
+        prompts: Sequence[Sequence[int]],
+        top_n: int,
+        stop: threading.Event | None = None,
+        progress: Callable[[], None] = lambda: None,
+    ) -> list[list[dict[str, Any]]]:
         """Per prompt, one entry per token {id, token, bytes, logprob, text_offset, top_logprobs} as
         `TokenPieces.entries` builds them, with the first token's `logprob` and `top_logprobs` None
         (nothing precedes it); `top_logprobs` holds the `top_n` most likely tokens, most likely first.
@@ -162,7 +170,7 @@ class PromptScorer:
             t = _pow2(len(prompts[group[0]]), MIN_LENGTH)
             rows = np.zeros((_pow2(len(group)), t), np.int32)
             for r, i in enumerate(group):
-                rows[r, :len(prompts[i])] = prompts[i]
+                rows[r, : len(prompts[i])] = prompts[i]
             self.shapes.add((*rows.shape, width))
             picked, top_ids, top_lp = score_tokens(self.lm.params, self.lm.config, jnp.asarray(rows), width, between)
             for r, i in enumerate(group):
@@ -170,12 +178,14 @@ class PromptScorer:
         between()  # finished after its request was abandoned: nobody reads it
         return out  # type: ignore[return-value]
 
-    def _entries(self, ids: list[int], picked: np.ndarray, top_ids: np.ndarray, top_lp: np.ndarray,
-                 top_n: int) -> list[dict[str, Any]]:
+    def _entries(
+        self, ids: list[int], picked: np.ndarray, top_ids: np.ndarray, top_lp: np.ndarray, top_n: int
+    ) -> list[dict[str, Any]]:
         # Position t's numbers score token t+1: token i's come from position i-1.
-        scored = [(0.0, [])] + [(float(picked[i - 1]), list(zip(top_ids[i - 1, :top_n].tolist(),
-                                                                   top_lp[i - 1, :top_n].tolist())))
-                                for i in range(1, len(ids))]
+        scored = [(0.0, [])] + [
+            (float(picked[i - 1]), list(zip(top_ids[i - 1, :top_n].tolist(), top_lp[i - 1, :top_n].tolist())))
+            for i in range(1, len(ids))
+        ]
         entries = self.pieces.entries(ids, scored)
         entries[0]["logprob"] = None
         entries[0]["top_logprobs"] = None

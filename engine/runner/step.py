@@ -12,6 +12,7 @@ the pages in place instead, chosen by the static `attention` backend (`memloop.e
 memloop's C++ kernel on CPU (`in_place_attend`: decode steps and prefill chunks), JAX's Pallas
 paged-attention kernel on TPU/GPU (decode steps).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -20,21 +21,29 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-
-from memloop.engine.model.config import ModelConfig
-from memloop.engine.sample.constrained import unpack_bitmask
-from memloop.engine.model.decoder import decoder_layers, embed, final_logits
-from memloop.engine.kernels.attention import config_supported as kernel_config_supported, enabled as kernel_enabled
 from memloop.engine.attention.paged import in_place_attend, paged_attend
 from memloop.engine.attention.pallas import IN_PLACE, AttentionBackend, kernel_attend
+from memloop.engine.kernels.attention import config_supported as kernel_config_supported
+from memloop.engine.kernels.attention import enabled as kernel_enabled
+from memloop.engine.model.config import ModelConfig
+from memloop.engine.model.decoder import decoder_layers, embed, final_logits
 from memloop.engine.runner.step_inputs import DecodeRunInputs, SamplingInputs, StepInputs
+from memloop.engine.sample.constrained import unpack_bitmask
 from memloop.engine.sample.sampling import NONFINITE, sample, token_logprobs
 
 
-def forward_paged(cfg: ModelConfig, params: dict[str, Any], cache: dict[str, jax.Array], tokens: jax.Array,
-                  positions: jax.Array, slot_pages: jax.Array, slot_offsets: jax.Array,
-                  block_tables: jax.Array, last_index: jax.Array, attention: AttentionBackend = IN_PLACE
-                  ) -> tuple[jax.Array, dict[str, jax.Array]]:
+def forward_paged(
+    cfg: ModelConfig,
+    params: dict[str, Any],
+    cache: dict[str, jax.Array],
+    tokens: jax.Array,
+    positions: jax.Array,
+    slot_pages: jax.Array,
+    slot_offsets: jax.Array,
+    block_tables: jax.Array,
+    last_index: jax.Array,
+    attention: AttentionBackend = IN_PLACE,
+) -> tuple[jax.Array, dict[str, jax.Array]]:
     """The model's own layers over the paged cache; logits [B, V] of each row's `last_index` token."""
     attend = paged_attend(slot_pages, slot_offsets, block_tables, positions)
     if attention.kernel:  # decode calls through the Pallas kernel, every other call gathers
@@ -53,14 +62,17 @@ def masked_sample(logits: jax.Array, bitmask: jax.Array, sampling: SamplingInput
     finite = jnp.all(jnp.isfinite(logits), axis=-1)
     logits = jnp.where(unpack_bitmask(bitmask, logits.shape[-1]), logits, -jnp.inf)
     s = sampling
-    return jnp.where(finite, sample(logits, s.temperature, s.top_k, s.top_p, s.keys, s.steps, s.cap, s.full),
-                     NONFINITE)
+    return jnp.where(finite, sample(logits, s.temperature, s.top_k, s.top_p, s.keys, s.steps, s.cap, s.full), NONFINITE)
 
 
 @partial(jax.jit, static_argnums=(0, 4), donate_argnums=(2,))
-def engine_step(cfg: ModelConfig, params: dict[str, Any], cache: dict[str, jax.Array], inputs: StepInputs,
-                attention: AttentionBackend = IN_PLACE
-                ) -> tuple[jax.Array, tuple[jax.Array, jax.Array, jax.Array] | None, dict[str, jax.Array]]:
+def engine_step(
+    cfg: ModelConfig,
+    params: dict[str, Any],
+    cache: dict[str, jax.Array],
+    inputs: StepInputs,
+    attention: AttentionBackend = IN_PLACE,
+) -> tuple[jax.Array, tuple[jax.Array, jax.Array, jax.Array] | None, dict[str, jax.Array]]:
     """Forward + sample in one program; the KV cache is donated and updated in place.
 
     Returns (tokens [B], log-probabilities or None, cache). `inputs` holds the step's arrays and its
@@ -73,8 +85,9 @@ def engine_step(cfg: ModelConfig, params: dict[str, Any], cache: dict[str, jax.A
     tokens are the same either way.
     """
     x = inputs
-    logits, cache = forward_paged(cfg, params, cache, x.tokens, x.positions, x.slot_pages, x.slot_offsets,
-                                  x.block_tables, x.last_index, attention)
+    logits, cache = forward_paged(
+        cfg, params, cache, x.tokens, x.positions, x.slot_pages, x.slot_offsets, x.block_tables, x.last_index, attention
+    )
     toks = masked_sample(logits, x.bitmask, x.sampling)
     return toks, token_logprobs(logits, toks, x.logprobs) if x.logprobs else None, cache
 
@@ -84,9 +97,14 @@ DECODE_RUN = 16
 
 
 @partial(jax.jit, static_argnums=(0, 4, 5), donate_argnums=(2,))
-def engine_decode_steps(cfg: ModelConfig, params: dict[str, Any], cache: dict[str, jax.Array],
-                        inputs: DecodeRunInputs, page_size: int, attention: AttentionBackend = IN_PLACE
-                        ) -> tuple[jax.Array, dict[str, jax.Array]]:
+def engine_decode_steps(
+    cfg: ModelConfig,
+    params: dict[str, Any],
+    cache: dict[str, jax.Array],
+    inputs: DecodeRunInputs,
+    page_size: int,
+    attention: AttentionBackend = IN_PLACE,
+) -> tuple[jax.Array, dict[str, jax.Array]]:
     """Up to `inputs.count` (a scalar, at most DECODE_RUN) decode steps of unconstrained rows in one call
     (a `lax.while_loop` around the very step `engine_step` runs on a [B, 1] batch), so the host pays one
     dispatch and one token hand-off for several tokens. Row state (`memloop.engine.runner.step_inputs.
@@ -111,8 +129,18 @@ def engine_decode_steps(cfg: ModelConfig, params: dict[str, Any], cache: dict[st
         page = jnp.take_along_axis(x.block_tables, (pos // page_size)[:, None], axis=1)[:, 0]
         slot_pages = jnp.where(done, 0, page)[:, None]
         slot_offsets = (pos % page_size)[:, None]
-        logits, cache = forward_paged(cfg, params, cache, last[:, None], pos[:, None], slot_pages, slot_offsets,
-                                      x.block_tables, last_index, attention)
+        logits, cache = forward_paged(
+            cfg,
+            params,
+            cache,
+            last[:, None],
+            pos[:, None],
+            slot_pages,
+            slot_offsets,
+            x.block_tables,
+            last_index,
+            attention,
+        )
         nxt = masked_sample(logits, unmasked, dataclasses.replace(x.sampling, steps=steps))
         nxt = jnp.where(done, -1, nxt)
         out = out.at[:, i].set(nxt)

@@ -10,6 +10,7 @@ log-probability alternatives (`logprobs`) are per batch and pick the program; th
 `StepInputs` is one `engine_step` call (a prefill chunk or a decode token per row); `DecodeRunInputs`
 one `engine_decode_steps` call (several decode steps of unconstrained rows).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -17,7 +18,6 @@ from typing import Any, Sequence
 
 import jax
 import numpy as np
-
 from memloop.engine.sample.sampling import SamplingParams, candidate_cap
 
 Array = Any  # a numpy array on the host, a jax.Array (or a tracer) inside the step

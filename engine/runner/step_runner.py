@@ -14,6 +14,7 @@ failed call, and rewriting a row's keys/values is idempotent), and only those ro
 with a `StepError`. Every other row gets exactly the token it would have got. Only a failure that
 loses the engine's own device state (the donated KV cache) is engine-wide: `EngineFailure`.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -26,20 +27,30 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 import numpy as np
-
-from memloop.engine.errors import EngineError, EngineFailure, NonFiniteLogitsError, StepError
-from memloop.engine.cache.kv_cache import PagePool
 from memloop.engine.attention.pallas import IN_PLACE, AttentionBackend
+from memloop.engine.cache.kv_cache import PagePool
 from memloop.engine.cache.radix import RadixCache
+from memloop.engine.errors import EngineError, EngineFailure, NonFiniteLogitsError, StepError
 from memloop.engine.runner.step_inputs import DecodeRunInputs, StepInputs, pack_sampling
+from memloop.engine.runner.token_pieces import TokenPieces
 from memloop.engine.sample.sampling import NONFINITE, logprob_width
 from memloop.engine.sched.scheduler import PrefillChunk, Scheduler, Sequence, Status, StepPlan
-from memloop.engine.runner.token_pieces import TokenPieces
 
 log = logging.getLogger(__name__)
 
-COUNTERS = ("requests", "prompt_tokens", "cached_tokens", "decoded_tokens", "computed_prompt_tokens", "steps",
-            "constrained_requests", "failed_requests", "cancelled_requests", "scored_prompts", "scored_tokens")
+COUNTERS = (
+    "requests",
+    "prompt_tokens",
+    "cached_tokens",
+    "decoded_tokens",
+    "computed_prompt_tokens",
+    "steps",
+    "constrained_requests",
+    "failed_requests",
+    "cancelled_requests",
+    "scored_prompts",
+    "scored_tokens",
+)
 # Where the engine thread's wall time goes (seconds): device steps of already compiled shapes; calls
 # that compiled a new shape (compile plus that one step); everything else while there is work
 # (scheduling, packing a step's arrays, grammar bitmasks, accepting tokens, detokenising); waiting
@@ -81,9 +92,18 @@ class StepRunner:
     while accepting tokens, never during the device step.
     """
 
-    def __init__(self, lm: Any, pool: PagePool, tree: RadixCache | None, scheduler: Scheduler, lock: threading.Condition,
-                 stop_ids: frozenset[int], grammar: Callable[[], Any], attention: AttentionBackend = IN_PLACE,
-                 kv_dtype: Any = None) -> None:
+    def __init__(
+        self,
+        lm: Any,
+        pool: PagePool,
+        tree: RadixCache | None,
+        scheduler: Scheduler,
+        lock: threading.Condition,
+        stop_ids: frozenset[int],
+        grammar: Callable[[], Any],
+        attention: AttentionBackend = IN_PLACE,
+        kv_dtype: Any = None,
+    ) -> None:
         self.lm = lm
         self.cfg = lm.config
         self.params = lm.params
@@ -105,8 +125,9 @@ class StepRunner:
     def _new_cache(self) -> Any:
         from memloop.engine.cache.kv_pages import init_kv_pools
 
-        cache = init_kv_pools(self.cfg, self.pool.num_pages, self.pool.page_size, self.kv_dtype,
-                              per_layer=self.lm.per_layer)
+        cache = init_kv_pools(
+            self.cfg, self.pool.num_pages, self.pool.page_size, self.kv_dtype, per_layer=self.lm.per_layer
+        )
         if self.mesh is not None:  # pages split on KV heads across the mesh, like the model's own cache
             from memloop.engine.model.mesh import shard_cache
 
@@ -163,9 +184,9 @@ class StepRunner:
         for i, s in enumerate(seqs):
             n = len(s.prompt) + len(s.output)
             last[i], positions[i] = s.tokens[-1], n - 1
-            tables[i, :len(s.pages)] = s.pages
+            tables[i, : len(s.pages)] = s.pages
             budget[i] = s.max_tokens
-            stop_ids[i, :len(s.stop_ids)] = sorted(s.stop_ids)
+            stop_ids[i, : len(s.stop_ids)] = sorted(s.stop_ids)
             live[i] = True
         sampling = pack_sampling(seqs, b, [s.params for s in seqs], self.cfg.vocab_size)
         inputs = DecodeRunInputs(last, positions, tables, budget, stop_ids, np.int32(run), live, sampling)
@@ -173,19 +194,23 @@ class StepRunner:
         start = time.perf_counter()
         try:
             with jax.set_mesh(self.mesh) if self.mesh is not None else contextlib.nullcontext():
-                out, self.cache = engine_decode_steps(self.cfg, self.params, self.cache, inputs, self.pool.page_size,
-                                                      self.attention)
-            toks = np.asarray(out)[:len(seqs)]  # waits for the device
+                out, self.cache = engine_decode_steps(
+                    self.cfg, self.params, self.cache, inputs, self.pool.page_size, self.attention
+                )
+            toks = np.asarray(out)[: len(seqs)]  # waits for the device
         except Exception as exc:
             if self.cache_lost():
-                raise EngineFailure(f"the engine's KV cache was lost in a failed step ({type(exc).__name__}: {exc}); "
-                                    "every pending request was aborted, send them again") from exc
+                raise EngineFailure(
+                    f"the engine's KV cache was lost in a failed step ({type(exc).__name__}: {exc}); "
+                    "every pending request was aborted, send them again"
+                ) from exc
             log.info("a run of %d decode steps failed (%s); stepping one token at a time", run, type(exc).__name__)
             self.run_rows([Row(s, len(s.tokens) - 1, 1, True) for s in seqs])
             return 1
         with self.lock:
             self.counters["compile_s" if engine_decode_steps._cache_size() > compiled else "compute_s"] += (
-                time.perf_counter() - start)
+                time.perf_counter() - start
+            )
             self.shapes.add(("decode_run", b, npg, sampling.cap, sampling.full))
             for s, row in zip(seqs, toks):
                 for tok in row:
@@ -194,9 +219,15 @@ class StepRunner:
                     try:
                         self.accept_row(Row(s, len(s.tokens) - 1, 1, True), int(tok))
                     except Exception as exc:  # e.g. detokenising fails: this request only
-                        self.fail(s, exc if isinstance(exc, EngineError) else StepError(
-                            f"this request failed after its step ({type(exc).__name__}: {exc}); the requests "
-                            "batched with it were not affected."))
+                        self.fail(
+                            s,
+                            exc
+                            if isinstance(exc, EngineError)
+                            else StepError(
+                                f"this request failed after its step ({type(exc).__name__}: {exc}); the requests "
+                                "batched with it were not affected."
+                            ),
+                        )
                         break
         return int(max((row >= 0).sum() for row in toks))
 
@@ -206,17 +237,26 @@ class StepRunner:
             toks, logprobs = self.forward(rows)
         except Exception as exc:
             if self.cache_lost():
-                raise EngineFailure(f"the engine's KV cache was lost in a failed step ({type(exc).__name__}: {exc}); "
-                                    "every pending request was aborted, send them again") from exc
+                raise EngineFailure(
+                    f"the engine's KV cache was lost in a failed step ({type(exc).__name__}: {exc}); "
+                    "every pending request was aborted, send them again"
+                ) from exc
             if len(rows) == 1:
                 log.warning("request failed inside the engine step: %s: %s", type(exc).__name__, exc)
                 with self.lock:
-                    self.fail(rows[0].seq, StepError(
-                        f"this request failed inside the engine step ({type(exc).__name__}: {exc}); the requests "
-                        "batched with it were not affected. Check its settings against the documented ranges."))
+                    self.fail(
+                        rows[0].seq,
+                        StepError(
+                            f"this request failed inside the engine step ({type(exc).__name__}: {exc}); the requests "
+                            "batched with it were not affected. Check its settings against the documented ranges."
+                        ),
+                    )
                 return
-            log.info("a step of %d rows failed (%s); running it in halves to find the failing request",
-                     len(rows), type(exc).__name__)
+            log.info(
+                "a step of %d rows failed (%s); running it in halves to find the failing request",
+                len(rows),
+                type(exc).__name__,
+            )
             half = len(rows) // 2
             self.run_rows(rows[:half])
             self.run_rows(rows[half:])
@@ -228,12 +268,18 @@ class StepRunner:
                         picked, top_ids, top_lps = (a[i] for a in logprobs)
                         n = row.seq.logprobs
                         row.seq.token_logprobs.append(
-                            (float(picked), [(int(t), float(lp)) for t, lp in zip(top_ids[:n], top_lps[:n])]))
+                            (float(picked), [(int(t), float(lp)) for t, lp in zip(top_ids[:n], top_lps[:n])])
+                        )
                     self.accept_row(row, int(tok))
                 except Exception as exc:  # e.g. a grammar that breaks on the token: this request only
-                    err = exc if isinstance(exc, EngineError) else StepError(
-                        f"this request failed after its step ({type(exc).__name__}: {exc}); the requests batched "
-                        "with it were not affected.")
+                    err = (
+                        exc
+                        if isinstance(exc, EngineError)
+                        else StepError(
+                            f"this request failed after its step ({type(exc).__name__}: {exc}); the requests batched "
+                            "with it were not affected."
+                        )
+                    )
                     self.fail(row.seq, err)
 
     def cache_lost(self) -> bool:
@@ -266,12 +312,12 @@ class StepRunner:
         for i, row in enumerate(rows):
             s, start, n = row.seq, row.start, row.length
             pos = np.arange(start, start + n)
-            tokens[i, :n] = s.tokens[start:start + n]
+            tokens[i, :n] = s.tokens[start : start + n]
             positions[i, :n] = pos
             pages = np.asarray(s.pages, np.int32)
             slot_pages[i, :n] = pages[pos // ps]
             slot_offsets[i, :n] = pos % ps
-            tables[i, :len(s.pages)] = pages
+            tables[i, : len(s.pages)] = pages
             last[i] = n - 1
             if row.sample and s.constraint is not None:
                 constraints[i] = s.constraint
@@ -283,16 +329,19 @@ class StepRunner:
             bitmask = np.full((b, (self.cfg.vocab_size + 31) // 32), -1, np.int32)
         sampled = [r.seq.params for r in rows if r.sample]
         sampling = pack_sampling([r.seq for r in rows], b, sampled, self.cfg.vocab_size)
-        inputs = StepInputs(tokens, positions, slot_pages, slot_offsets, tables, last, bitmask, sampling,
-                            logprob_width(sampled))
+        inputs = StepInputs(
+            tokens, positions, slot_pages, slot_offsets, tables, last, bitmask, sampling, logprob_width(sampled)
+        )
         compiled = engine_step._cache_size()
         start = time.perf_counter()
         with jax.set_mesh(self.mesh) if self.mesh is not None else contextlib.nullcontext():
             out, lps, self.cache = engine_step(self.cfg, self.params, self.cache, inputs, self.attention)
-        toks = np.asarray(out)[:len(rows)]  # waits for the device
-        logprobs = None if lps is None else tuple(np.asarray(a)[:len(rows)] for a in lps)
+        toks = np.asarray(out)[: len(rows)]  # waits for the device
+        logprobs = None if lps is None else tuple(np.asarray(a)[: len(rows)] for a in lps)
         with self.lock:  # a call that added a program to the step's cache compiled it (or loaded it from disk)
-            self.counters["compile_s" if engine_step._cache_size() > compiled else "compute_s"] += time.perf_counter() - start
+            self.counters["compile_s" if engine_step._cache_size() > compiled else "compute_s"] += (
+                time.perf_counter() - start
+            )
         self.shapes.add((b, t, npg, sampling.cap, sampling.full, inputs.logprobs))
         return toks, logprobs
 
@@ -302,7 +351,9 @@ class StepRunner:
         if row.chunk is not None:
             chunk = row.chunk
             self.scheduler.prefilled(chunk)
-            self.counters["computed_prompt_tokens"] += max(0, min(chunk.start + chunk.length, len(chunk.seq.prompt)) - chunk.start)
+            self.counters["computed_prompt_tokens"] += max(
+                0, min(chunk.start + chunk.length, len(chunk.seq.prompt)) - chunk.start
+            )
         else:
             self.scheduler.decoded(row.seq)
         if row.sample:
@@ -311,9 +362,11 @@ class StepRunner:
     def accept(self, seq: Sequence, tok: int) -> None:
         """Append a sampled token and finish the sequence when it is done."""
         if tok == NONFINITE:
-            raise NonFiniteLogitsError(f"the model's logits for this request hold NaN or infinity (at output token "
-                            f"{len(seq.output) + 1}); its activations overflow: run the model in float32, or check "
-                            "the weights against a reference")
+            raise NonFiniteLogitsError(
+                f"the model's logits for this request hold NaN or infinity (at output token "
+                f"{len(seq.output) + 1}); its activations overflow: run the model in float32, or check "
+                "the weights against a reference"
+            )
         seq.output.append(tok)
         reason = None
         if tok in seq.stop_ids:
@@ -344,8 +397,11 @@ class StepRunner:
             if cut >= 0:
                 text = text[:cut]
                 stopped_at = cut
-        usage = {"prompt_tokens": len(seq.prompt), "cached_tokens": seq.cached_tokens or 0,
-                 "decoded_tokens": len(seq.output)}
+        usage = {
+            "prompt_tokens": len(seq.prompt),
+            "cached_tokens": seq.cached_tokens or 0,
+            "decoded_tokens": len(seq.output),
+        }
         self.counters["requests"] += 1
         self.counters["prompt_tokens"] += usage["prompt_tokens"]
         self.counters["cached_tokens"] += usage["cached_tokens"]
@@ -357,8 +413,9 @@ class StepRunner:
             result["logprobs"], result["trailing_logprobs"] = self.logprob_entries(seq, stopped_at, len(text))
         seq.handle.set_result(result)
 
-    def logprob_entries(self, seq: Sequence, stopped_at: int | None,
-                        text_len: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    def logprob_entries(
+        self, seq: Sequence, stopped_at: int | None, text_len: int
+    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         """Every output token with its log-probability (`memloop.engine.runner.token_pieces`), split in two:
         the returned text's tokens, and the ones after them that the text leaves out (a stop token,
         only ever the last; the tokens starting after a stop string's cut), whose `text_offset` is the

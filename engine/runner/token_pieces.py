@@ -8,6 +8,7 @@ U+FFFD for an incomplete character, and `text_offset` is the character of the re
 the token starts (an incomplete character is counted once it is complete). Special tokens (end of
 turn, BOS) are left out of the returned text, so they take no characters.
 """
+
 from __future__ import annotations
 
 import codecs
@@ -53,11 +54,16 @@ class TokenPieces:
         return self.bytes_of(token_id).decode("utf-8", errors="replace")
 
     def entry(self, token_id: int, logprob: float) -> dict[str, Any]:
-        return {"id": int(token_id), "token": self.text_of(token_id), "bytes": list(self.bytes_of(token_id)),
-                "logprob": float(logprob)}
+        return {
+            "id": int(token_id),
+            "token": self.text_of(token_id),
+            "bytes": list(self.bytes_of(token_id)),
+            "logprob": float(logprob),
+        }
 
-    def entries(self, ids: Sequence[int], picked: Sequence[tuple[float, Sequence[tuple[int, float]]]],
-                cut: int | None = None) -> list[dict[str, Any]]:
+    def entries(
+        self, ids: Sequence[int], picked: Sequence[tuple[float, Sequence[tuple[int, float]]]], cut: int | None = None
+    ) -> list[dict[str, Any]]:
         """One entry per token of `ids`, {id, token, bytes, logprob, text_offset, top_logprobs: [{id,
         token, bytes, logprob}]}, where `picked[i]` is token i's (log-probability, [(id,
         log-probability)]). `cut`: the length of the returned text when a stop string ended it (the

@@ -6,6 +6,7 @@ torch. The engine uploads that bitmask and unpacks it inside its jitted sampler 
 `unpack_bitmask`), so masking costs one small host-to-device copy per step. Swapping in another
 grammar library (e.g. xgrammar) means reimplementing `GrammarCompiler` and `Constraint` only.
 """
+
 from __future__ import annotations
 
 import json
@@ -13,9 +14,7 @@ from typing import Any, Sequence
 
 import jsonschema
 import numpy as np
-
 from memloop.engine.errors import RequestError
-
 
 # One canonical layout (json.dumps style, no free whitespace): a small model cannot pad its output
 # with endless newlines, and the text is byte-stable for prefix caching. A schema's own
@@ -30,7 +29,7 @@ MAX_SCHEMA_NODES = 20_000  # JSON values in the schema
 
 # The integers the grammar engine's integer ranges take (signed 64-bit); past 2**64 it reports "not JSON
 # serializable", and between 2**63 and 2**64 it fails to build the range.
-SCHEMA_INT_RANGE = (-2**63, 2**63 - 1)
+SCHEMA_INT_RANGE = (-(2**63), 2**63 - 1)
 
 
 def check_schema_bounds(schema: Any) -> None:
@@ -48,12 +47,17 @@ def check_schema_bounds(schema: Any) -> None:
             stack.extend((v, depth + 1, str(k)) for k, v in value.items())
         elif isinstance(value, (list, tuple)):
             stack.extend((v, depth + 1, key) for v in value)
-        elif isinstance(value, int) and not isinstance(value, bool) and not (
-                SCHEMA_INT_RANGE[0] <= value <= SCHEMA_INT_RANGE[1]):
+        elif (
+            isinstance(value, int)
+            and not isinstance(value, bool)
+            and not (SCHEMA_INT_RANGE[0] <= value <= SCHEMA_INT_RANGE[1])
+        ):
             digits = len(str(abs(value))) if abs(value) < 10**4000 else "over 4000"  # str() refuses past 4300
-            raise RequestError(f"json_schema's `{key[:60]}` is an integer of {digits} digits, beyond the 64-bit "
-                               "integers the grammar engine reads; write it within -2**63 .. 2**63-1, or as a "
-                               "float (e.g. 1e30)")
+            raise RequestError(
+                f"json_schema's `{key[:60]}` is an integer of {digits} digits, beyond the 64-bit "
+                "integers the grammar engine reads; write it within -2**63 .. 2**63-1, or as a "
+                "float (e.g. 1e30)"
+            )
 
 
 def one_line(message: str, limit: int = 300) -> str:
@@ -61,7 +65,7 @@ def one_line(message: str, limit: int = 300) -> str:
     (indented lines, which for a long pattern would be the whole pattern), cut to `limit` characters."""
     lines = [x.strip() for x in str(message).splitlines() if x.strip() and not x[:1].isspace()]
     text = " ".join(lines) or str(message).strip()
-    return text if len(text) <= limit else text[:limit - 3] + "..."
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _pointer(ref: str) -> tuple[str, ...] | None:
@@ -89,15 +93,17 @@ def check_schema_refs(schema: Any) -> None:
             stack.extend((v, path + (str(i),)) for i, v in enumerate(value))
     targets = {ref: t for _, ref in refs if (t := _pointer(ref)) is not None}
     # an edge T -> T2: the subschema at T holds a $ref to T2; a cycle is a recursive schema
-    edges = {t: {targets[r] for p, r in refs if r in targets and p[:len(t)] == t} for t in targets.values()}
+    edges = {t: {targets[r] for p, r in refs if r in targets and p[: len(t)] == t} for t in targets.values()}
     for start, ref in ((t, r) for r, t in targets.items()):
         seen, todo = set(), [start]
         while todo:
             for nxt in edges.get(todo.pop(), ()):
                 if nxt == start:
-                    raise RequestError(f"json_schema is recursive: $ref {ref!r} leads back to a schema that "
-                                       "contains it; constrained decoding needs a finite schema, so expand the "
-                                       "recursion to a fixed depth")
+                    raise RequestError(
+                        f"json_schema is recursive: $ref {ref!r} leads back to a schema that "
+                        "contains it; constrained decoding needs a finite schema, so expand the "
+                        "recursion to a fixed depth"
+                    )
                 if nxt not in seen:
                     seen.add(nxt)
                     todo.append(nxt)
@@ -126,8 +132,9 @@ class Constraint:
 class GrammarCompiler:
     """Builds llguidance's tokenizer once per model and compiles schemas into `Constraint`s."""
 
-    def __init__(self, hf_tokenizer: Any, vocab_size: int, eos_token_ids: Sequence[int] | None = None,
-                 threads: int | None = None) -> None:
+    def __init__(
+        self, hf_tokenizer: Any, vocab_size: int, eos_token_ids: Sequence[int] | None = None, threads: int | None = None
+    ) -> None:
         import llguidance
         import llguidance.hf
 
@@ -159,17 +166,22 @@ class GrammarCompiler:
             try:
                 grammar = self._llg.LLMatcher.grammar_from_json_schema(schema, defaults=JSON_STYLE)
             except ValueError as exc:
-                raise RequestError(f"json_schema cannot be compiled: {one_line(str(exc))}; rewrite that part of the "
-                                   "schema") from None
+                raise RequestError(
+                    f"json_schema cannot be compiled: {one_line(str(exc))}; rewrite that part of the schema"
+                ) from None
             is_err, msgs = self._llg.LLMatcher.validate_grammar_with_warnings(grammar, self.lltok)
             if is_err:
-                raise RequestError(f"json_schema is not supported by the grammar engine: {one_line(msgs[0])}; "
-                                   "rewrite that part of the schema")
+                raise RequestError(
+                    f"json_schema is not supported by the grammar engine: {one_line(msgs[0])}; "
+                    "rewrite that part of the schema"
+                )
             self._grammars[key] = grammar
         matcher = self._llg.LLMatcher(self.lltok, grammar, log_level=0)
         if matcher.is_error():
-            raise RequestError(f"json_schema is not supported by the grammar engine: {one_line(matcher.get_error())}; "
-                               "rewrite that part of the schema")
+            raise RequestError(
+                f"json_schema is not supported by the grammar engine: {one_line(matcher.get_error())}; "
+                "rewrite that part of the schema"
+            )
         return Constraint(matcher)
 
     def fill(self, constraints: Sequence[Constraint | None], bitmask: np.ndarray) -> None:

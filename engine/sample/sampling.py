@@ -14,6 +14,7 @@ log-softmax of the raw logits before the grammar mask, temperature, top-k and to
 A row's settings are a `memloop.sampling.SamplingParams`, the one sampling type of every layer, which owns
 the bounds; this module packs them into the step's arrays.
 """
+
 from __future__ import annotations
 
 from typing import Any, Sequence
@@ -21,8 +22,8 @@ from typing import Any, Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
-
 from memloop.engine.errors import SamplingRequestError
+
 from memloop.sampling import MAX_LOGPROBS, SamplingError, SamplingParams
 
 
@@ -116,8 +117,16 @@ def first_argmax(x: jax.Array) -> jax.Array:
     return (block * ARGMAX_BLOCK + inner).astype(jnp.int32)
 
 
-def sample(logits: jax.Array, temperature: jax.Array, top_k: jax.Array, top_p: jax.Array,
-           keys: jax.Array, steps: jax.Array, cap: int, full: bool) -> jax.Array:
+def sample(
+    logits: jax.Array,
+    temperature: jax.Array,
+    top_k: jax.Array,
+    top_p: jax.Array,
+    keys: jax.Array,
+    steps: jax.Array,
+    cap: int,
+    full: bool,
+) -> jax.Array:
     """Next token per row. logits [B,V] f32; temperature/top_p f32 [B]; top_k int32 [B];
     keys uint32 [B,2] (raw threefry keys); steps int32 [B]; cap/full static (see candidate_cap)."""
     logits = logits.astype(jnp.float32)

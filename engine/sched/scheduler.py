@@ -9,6 +9,7 @@ preempted and later recomputed -- its pages go to the prefix cache first, so rec
 cache hits. Nothing is ever truncated. This module is pure Python over `PagePool` and `RadixCache`;
 `memloop.engine.runner.step_runner` executes the plans it returns.
 """
+
 from __future__ import annotations
 
 import enum
@@ -112,14 +113,14 @@ class Scheduler:
     # -- admission ----------------------------------------------------------------------------------
     def _pending_share(self, seq: Sequence, matched_pages: int) -> bool:
         """A sequence in prefill will soon cache more of `seq`'s prompt than the tree holds now."""
-        tokens = seq.tokens[:seq.prefill_target]
+        tokens = seq.tokens[: seq.prefill_target]
         for other in self.running:
             if other.status is not Status.PREFILL:
                 continue
             limit = min(len(tokens), other.prefill_target) // self.ps * self.ps
             common = 0
             ot = other.tokens
-            while common < limit and ot[common:common + self.ps] == tokens[common:common + self.ps]:
+            while common < limit and ot[common : common + self.ps] == tokens[common : common + self.ps]:
                 common += self.ps
             if common // self.ps > matched_pages:
                 return True
@@ -168,7 +169,7 @@ class Scheduler:
     def _release(self, seq: Sequence) -> None:
         """Give `seq`'s pages back, caching the ones fully computed."""
         if self.tree is not None and seq.computed >= self.ps:
-            self.tree.insert(seq.tokens[:seq.computed], seq.pages[:seq.computed // self.ps])
+            self.tree.insert(seq.tokens[: seq.computed], seq.pages[: seq.computed // self.ps])
         self.pool.decref(seq.pages)
         seq.pages = []
 
@@ -218,7 +219,7 @@ class Scheduler:
         seq = chunk.seq
         seq.computed = chunk.start + chunk.length
         if self.tree is not None and seq.computed >= self.ps:
-            self.tree.insert(seq.tokens[:seq.computed], seq.pages[:seq.computed // self.ps])
+            self.tree.insert(seq.tokens[: seq.computed], seq.pages[: seq.computed // self.ps])
         if chunk.final:
             seq.status = Status.DECODE
 

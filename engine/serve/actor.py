@@ -11,14 +11,16 @@ The class is plain so that the driver chooses the placement when it wraps it::
 an event loop, so hundreds of concurrent calls are in flight at once and the engine's step loop
 batches them continuously; each call awaits only its own future.
 """
+
 from __future__ import annotations
 
 import asyncio
 from typing import Any, Protocol, Sequence
 
+from memloop.engine.core.engine import Engine
 from memloop.engine.engine_config import EngineConfig
 from memloop.engine.errors import EngineError, RequestError
-from memloop.engine.core.engine import Engine
+
 from memloop.sampling import SamplingParams
 
 
@@ -36,11 +38,16 @@ def request_fields(request: TypedRequest) -> dict[str, Any]:
     """A typed request as the fields the engine's intake reads; its SamplingParams is taken as it is
     (`memloop.engine.sample.sampling.request_params`), not parsed again from a dict."""
     try:
-        return {"messages": request.messages, "prompt": request.prompt, "sampling": request.sampling,
-                "json_schema": request.json_schema}
+        return {
+            "messages": request.messages,
+            "prompt": request.prompt,
+            "sampling": request.sampling,
+            "json_schema": request.json_schema,
+        }
     except AttributeError:
-        raise RequestError(f"the engine actor takes a typed request (memloop.eval.llm.LLMRequest), got a "
-                           f"{type(request).__name__}") from None
+        raise RequestError(
+            f"the engine actor takes a typed request (memloop.eval.llm.LLMRequest), got a {type(request).__name__}"
+        ) from None
 
 
 class EngineActor:
@@ -88,8 +95,9 @@ class EngineActor:
         self.engine.shutdown()
 
 
-def actor_class(num_cpus: float | None = None, num_gpus: float | None = None, tpu_chips: int | None = None,
-                **ray_options: Any) -> Any:
+def actor_class(
+    num_cpus: float | None = None, num_gpus: float | None = None, tpu_chips: int | None = None, **ray_options: Any
+) -> Any:
     """`EngineActor` wrapped by `ray.remote` for a CPU, GPU, or TPU host."""
     import ray
 

@@ -3,11 +3,12 @@ chunk per choice with the role, then `delta.content`) and `text_completion` chun
 with one choice and its log-probabilities in the route's own shape, the final usage chunk
 (`choices: []`), then `data: [DONE]`. A shape turns a stream's steps into Server-Sent Events
 (`StreamShape`: `memloop.engine.serve.streaming.stream_body` drives it)."""
+
 from __future__ import annotations
 
-from abc import abstractmethod
 import time
 import uuid
+from abc import abstractmethod
 from typing import Any
 
 from memloop.engine.serve.protocol import _usage, chat_logprobs, completion_logprobs
@@ -28,8 +29,13 @@ class ChunkShape(StreamShape):
         self.logprobs = logprobs
 
     def envelope(self, choices: list[dict[str, Any]], usage: dict[str, Any] | None = None) -> dict[str, Any]:
-        out = {"id": self.id, "object": self.object_name, "created": self.created, "model": self.model,
-               "choices": choices}
+        out = {
+            "id": self.id,
+            "object": self.object_name,
+            "created": self.created,
+            "model": self.model,
+            "choices": choices,
+        }
         if self.include_usage:  # OpenAI: null on every chunk but the last
             out["usage"] = usage
         return out
@@ -56,12 +62,29 @@ class ChatChunks(ChunkShape):
     id_prefix = "chatcmpl-"
 
     def opening(self, count: int) -> list[bytes]:
-        return [sse(self.envelope([{"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
-                                    "finish_reason": None}])) for i in range(count)]
+        return [
+            sse(
+                self.envelope(
+                    [
+                        {
+                            "index": i,
+                            "delta": {"role": "assistant", "content": ""},
+                            "logprobs": None,
+                            "finish_reason": None,
+                        }
+                    ]
+                )
+            )
+            for i in range(count)
+        ]
 
     def choice(self, index: int, text: str, entries: list[dict[str, Any]], finish: str | None) -> dict[str, Any]:
-        return {"index": index, "delta": {"content": text} if text else {},
-                "logprobs": chat_logprobs(entries) if self.logprobs else None, "finish_reason": finish}
+        return {
+            "index": index,
+            "delta": {"content": text} if text else {},
+            "logprobs": chat_logprobs(entries) if self.logprobs else None,
+            "finish_reason": finish,
+        }
 
 
 class CompletionChunks(ChunkShape):
@@ -69,5 +92,9 @@ class CompletionChunks(ChunkShape):
     id_prefix = "cmpl-"
 
     def choice(self, index: int, text: str, entries: list[dict[str, Any]], finish: str | None) -> dict[str, Any]:
-        return {"index": index, "text": text, "logprobs": completion_logprobs(entries) if self.logprobs else None,
-                "finish_reason": finish}
+        return {
+            "index": index,
+            "text": text,
+            "logprobs": completion_logprobs(entries) if self.logprobs else None,
+            "finish_reason": finish,
+        }

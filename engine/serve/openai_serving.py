@@ -1,6 +1,7 @@
 """One serving class per route family over one engine, as vLLM's `OpenAIServing*`: `ServingCompletion`
 (`/v1/completions`), `ServingChat` (`/v1/chat/completions`), `ServingResponses` (`/v1/responses`) and
-`ServingModels` (`/health`, `/v1/stats`, `/v1/models`). They share one `RequestGate`, which holds the server's in-flight count
+`ServingModels` (`/health`, `/v1/stats`, `/v1/models`). They share one `RequestGate`, which holds the server's in-flight
+count
 and bounds every request the same way: checked before anything is queued, admitted only within
 `max_queue` (429 past it), cancelled in the engine when its client leaves or its deadline passes.
 `server.create_app` only wires these to routes and maps the errors below to HTTP statuses.
@@ -10,6 +11,7 @@ answer, so they cover queueing for a worker thread too. Tokenising and queueing 
 own worker threads, never on asyncio's default executor, and nothing on them waits for other work:
 prompt scoring waits in the engine's scoring queue, which holds no thread (a pool of threads each
 blocked on the scorer used to let abandoned scoring starve every later request)."""
+
 from __future__ import annotations
 
 import asyncio
@@ -24,16 +26,25 @@ from typing import Any, AsyncIterator, Callable
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
-from starlette.exceptions import HTTPException
-
 from memloop.engine.errors import EngineError, NonFiniteLogitsError, RequestError
-from memloop.engine.sample.sampling import request_params
 from memloop.engine.runner.token_pieces import TokenPieces
+from memloop.engine.sample.sampling import request_params
 from memloop.engine.serve.chunks import ChatChunks, CompletionChunks
-from memloop.engine.serve.protocol import (MAX_N, ChatRequest, CompletionRequest, FieldError, _Sampling, _usage,
-                                           chat_logprobs, completion_logprobs, echo_choice)
+from memloop.engine.serve.protocol import (
+    MAX_N,
+    ChatRequest,
+    CompletionRequest,
+    FieldError,
+    _Sampling,
+    _usage,
+    chat_logprobs,
+    completion_logprobs,
+    echo_choice,
+)
 from memloop.engine.serve.responses_api import ResponseBuilder, ResponseEvents, ResponsesRequest
 from memloop.engine.serve.streaming import SSE_HEADERS, ChoiceStream, StreamShape, TokenFeed, stream_body
+from starlette.exceptions import HTTPException
+
 from memloop.sampling import raised_by_check
 
 RETRY_AFTER_S = 1
@@ -107,8 +118,15 @@ class RequestGate:
     hand after which /health answers 503.
     """
 
-    def __init__(self, engine: Any, model_name: str, max_queue: int, request_timeout: float | None,
-                 workers: int = DEFAULT_WORKERS, stall_s: float = DEFAULT_STALL_S) -> None:
+    def __init__(
+        self,
+        engine: Any,
+        model_name: str,
+        max_queue: int,
+        request_timeout: float | None,
+        workers: int = DEFAULT_WORKERS,
+        stall_s: float = DEFAULT_STALL_S,
+    ) -> None:
         self.engine = engine
         self.model_name = model_name
         self.max_queue = max_queue
@@ -134,9 +152,15 @@ class RequestGate:
                 k = 1
                 while True:
                     n = min(k, max_batch)
-                    futs = [self.engine.submit({"messages": [{"role": "user", "content": f"Say hello {i}."}],
-                                                "sampling": {"max_tokens": 4, "temperature": 0.0}})
-                            for i in range(n)]
+                    futs = [
+                        self.engine.submit(
+                            {
+                                "messages": [{"role": "user", "content": f"Say hello {i}."}],
+                                "sampling": {"max_tokens": 4, "temperature": 0.0},
+                            }
+                        )
+                        for i in range(n)
+                    ]
                     for f in futs:
                         f.result()
                     if n >= max_batch:
@@ -164,8 +188,9 @@ class RequestGate:
 
     def check_model(self, model: str | None) -> None:
         if model not in (None, self.model_name):
-            raise ModelNotFound(f"The model {model!r} does not exist; this server serves {self.model_name!r} "
-                                "(see /v1/models)")
+            raise ModelNotFound(
+                f"The model {model!r} does not exist; this server serves {self.model_name!r} (see /v1/models)"
+            )
 
     def _submit_all(self, requests: list[dict[str, Any]], feed: TokenFeed | None = None) -> list[Future]:
         """Tokenise and queue (on a worker thread); the first invalid request cancels the rest. With a
@@ -184,23 +209,31 @@ class RequestGate:
             self.engine.cancel(f)
 
     def timeout(self) -> Timeout:
-        return Timeout(f"the request did not finish within {self.request_timeout:g} s (the server's "
-                       "--request-timeout); lower max_tokens, send shorter prompts, or retry when the "
-                       "server is less busy")
+        return Timeout(
+            f"the request did not finish within {self.request_timeout:g} s (the server's "
+            "--request-timeout); lower max_tokens, send shorter prompts, or retry when the "
+            "server is less busy"
+        )
 
     def admit(self, count: int) -> None:
         """Take `count` of the server's `max_queue` places (engine requests or prompts scored); the caller
         gives them back (`in_flight -= count`) however the request ends."""
         if not self.ready.is_set():
-            raise WarmingUp(f"the server is warming up (compiling the engine's common step shapes); retry after "
-                            f"{WARMUP_RETRY_AFTER_S} s, or wait until /health answers ok")
+            raise WarmingUp(
+                f"the server is warming up (compiling the engine's common step shapes); retry after "
+                f"{WARMUP_RETRY_AFTER_S} s, or wait until /health answers ok"
+            )
         if count > self.max_queue:  # could never be admitted: retrying would loop forever
-            raise RequestError(f"this request asks for {count} completions (prompts x n) but the server "
-                               f"admits at most {self.max_queue} at once (--max-queue); lower n or send fewer "
-                               "prompts")
+            raise RequestError(
+                f"this request asks for {count} completions (prompts x n) but the server "
+                f"admits at most {self.max_queue} at once (--max-queue); lower n or send fewer "
+                "prompts"
+            )
         if self.in_flight + count > self.max_queue:
-            raise QueueFull(f"the server is busy ({self.in_flight} requests in flight, --max-queue "
-                            f"{self.max_queue}); retry after {RETRY_AFTER_S} s")
+            raise QueueFull(
+                f"the server is busy ({self.in_flight} requests in flight, --max-queue "
+                f"{self.max_queue}); retry after {RETRY_AFTER_S} s"
+            )
         self.in_flight += count
 
     @asynccontextmanager
@@ -266,14 +299,19 @@ class ServingCompletion:
         if not prompts or len(prompts) * req.n > MAX_N:
             raise RequestError(f"send 1 to {MAX_N} prompts x n per request")
         echo, top_n = req.echoed(), req.logprob_count()
-        requests = [{"prompt": p, "sampling": req.sampling(i), "json_schema": None}
-                    for p in prompts for i in range(req.n)]
+        requests = [
+            {"prompt": p, "sampling": req.sampling(i), "json_schema": None} for p in prompts for i in range(req.n)
+        ]
         if req.stream:
             if echo:
-                raise FieldError("`stream` with `echo` is not supported: echo answers whole prompts (their "
-                                 "log-probabilities come from one scoring); send stream: false", "stream")
-            return await gate.stream(watch, requests, CompletionChunks(gate.model_name, req.include_usage(),
-                                                                       top_n is not None))
+                raise FieldError(
+                    "`stream` with `echo` is not supported: echo answers whole prompts (their "
+                    "log-probabilities come from one scoring); send stream: false",
+                    "stream",
+                )
+            return await gate.stream(
+                watch, requests, CompletionChunks(gate.model_name, req.include_usage(), top_n is not None)
+            )
         if req.generates():
             results: list[dict[str, Any] | None] = list(await gate.run(watch, requests))
         else:  # echo with max_tokens 0: the other sampling fields are still checked
@@ -283,19 +321,42 @@ class ServingCompletion:
         if echo:
             shown = await self._echoed_prompts(watch, prompts, top_n)
             choices = [echo_choice(shown[i // req.n], r, top_n is not None) for i, r in enumerate(results)]
-            usage = _usage([r or {"usage": {"prompt_tokens": len(shown[i // req.n]["ids"]), "cached_tokens": 0,
-                                            "decoded_tokens": 0}} for i, r in enumerate(results)])
+            usage = _usage(
+                [
+                    r
+                    or {
+                        "usage": {
+                            "prompt_tokens": len(shown[i // req.n]["ids"]),
+                            "cached_tokens": 0,
+                            "decoded_tokens": 0,
+                        }
+                    }
+                    for i, r in enumerate(results)
+                ]
+            )
         else:
-            choices = [{"text": r["text"], "finish_reason": r["finish_reason"],
-                        "logprobs": completion_logprobs(r["logprobs"]) if "logprobs" in r else None}
-                       for r in results if r is not None]
+            choices = [
+                {
+                    "text": r["text"],
+                    "finish_reason": r["finish_reason"],
+                    "logprobs": completion_logprobs(r["logprobs"]) if "logprobs" in r else None,
+                }
+                for r in results
+                if r is not None
+            ]
             usage = _usage(results)  # type: ignore[arg-type]
-        return {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
-                "model": gate.model_name, "choices": [{"index": i, **c} for i, c in enumerate(choices)],
-                "usage": usage}
+        return {
+            "id": f"cmpl-{uuid.uuid4().hex}",
+            "object": "text_completion",
+            "created": int(time.time()),
+            "model": gate.model_name,
+            "choices": [{"index": i, **c} for i, c in enumerate(choices)],
+            "usage": usage,
+        }
 
-    async def _echoed_prompts(self, watch: Watch, prompts: list[str | list[int]],
-                              top_n: int | None) -> list[dict[str, Any]]:
+    async def _echoed_prompts(
+        self, watch: Watch, prompts: list[str | list[int]], top_n: int | None
+    ) -> list[dict[str, Any]]:
         """Each prompt's {"ids", "text", "entries"}: scored by the engine when log-probabilities are asked
         (`Engine.submit_score`, a forward over every prompt token), else only tokenised. Scoring is
         bounded like generation: past the timeout or once the client leaves, the request ends, its
@@ -325,15 +386,27 @@ class ServingChat:
         messages = [m.model_dump() for m in req.messages]
         requests = [{"messages": messages, "sampling": req.sampling(i), "json_schema": schema} for i in range(req.n)]
         if req.stream:
-            return await gate.stream(watch, requests, ChatChunks(gate.model_name, req.include_usage(),
-                                                                 req.logprob_count() is not None))
+            return await gate.stream(
+                watch, requests, ChatChunks(gate.model_name, req.include_usage(), req.logprob_count() is not None)
+            )
         results = await gate.run(watch, requests)
-        choices = [{"index": i, "message": {"role": "assistant", "content": r["text"]},
-                    "finish_reason": r["finish_reason"],
-                    "logprobs": chat_logprobs(r["logprobs"]) if "logprobs" in r else None}
-                   for i, r in enumerate(results)]
-        return {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": int(time.time()),
-                "model": gate.model_name, "choices": choices, "usage": _usage(results)}
+        choices = [
+            {
+                "index": i,
+                "message": {"role": "assistant", "content": r["text"]},
+                "finish_reason": r["finish_reason"],
+                "logprobs": chat_logprobs(r["logprobs"]) if "logprobs" in r else None,
+            }
+            for i, r in enumerate(results)
+        ]
+        return {
+            "id": f"chatcmpl-{uuid.uuid4().hex}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": gate.model_name,
+            "choices": choices,
+            "usage": _usage(results),
+        }
 
 
 class ServingResponses:
@@ -352,7 +425,7 @@ class ServingResponses:
         builder = ResponseBuilder(req, gate.model_name)
         if req.stream:
             return await gate.stream(watch, [request], ResponseEvents(builder))
-        result, = await gate.run(watch, [request])
+        (result,) = await gate.run(watch, [request])
         return builder.finished(result)
 
 
@@ -366,29 +439,44 @@ class ServingModels:
         """{"ok": true}, or 503 {"ok": false, "reason"} when the engine cannot make progress or is still
         warming up (`"status": "warming up"`)."""
         if not self.gate.ready.is_set():
-            return JSONResponse(status_code=503, headers={"Retry-After": str(WARMUP_RETRY_AFTER_S)},
-                                content={"ok": False, "status": "warming up",
-                                         "reason": "compiling the engine's common step shapes"})
+            return JSONResponse(
+                status_code=503,
+                headers={"Retry-After": str(WARMUP_RETRY_AFTER_S)},
+                content={"ok": False, "status": "warming up", "reason": "compiling the engine's common step shapes"},
+            )
         problem = self.gate.engine.problem(self.gate.stall_s)
         if problem is not None:
             return JSONResponse(status_code=503, content={"ok": False, "reason": problem})
         return {"ok": True}
 
     async def stats(self) -> dict[str, Any]:
-        return {**self.gate.engine.stats(), "server_in_flight": self.gate.in_flight,
-                "server_max_queue": self.gate.max_queue}
+        return {
+            **self.gate.engine.stats(),
+            "server_in_flight": self.gate.in_flight,
+            "server_max_queue": self.gate.max_queue,
+        }
 
     async def models(self) -> dict[str, Any]:
-        return {"object": "list", "data": [{"id": self.gate.model_name, "object": "model", "created": 0,
-                                            "owned_by": "memloop"}]}
+        return {
+            "object": "list",
+            "data": [{"id": self.gate.model_name, "object": "model", "created": 0, "owned_by": "memloop"}],
+        }
 
 
-def error_response(status: int, message: str, kind: str = "invalid_request_error",
-                   headers: dict[str, str] | None = None, param: str | None = None,
-                   code: str | None = None) -> JSONResponse:
+def error_response(
+    status: int,
+    message: str,
+    kind: str = "invalid_request_error",
+    headers: dict[str, str] | None = None,
+    param: str | None = None,
+    code: str | None = None,
+) -> JSONResponse:
     """OpenAI's error body: {"error": {"message", "type", "param", "code"}} (clients read `param`: the field)."""
-    return JSONResponse(status_code=status, headers=headers,
-                        content={"error": {"message": message, "type": kind, "param": param, "code": code}})
+    return JSONResponse(
+        status_code=status,
+        headers=headers,
+        content={"error": {"message": message, "type": kind, "param": param, "code": code}},
+    )
 
 
 def error_payload(exc: Exception) -> dict[str, Any]:
@@ -420,8 +508,7 @@ async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
     loc = [str(x) for x in first.get("loc", ())]
     where = ".".join(loc)
     message = raised_by_check(first) or first.get("msg", "malformed")  # a sampling bound: the one message
-    return error_response(400, f"invalid request at {where or 'body'}: {message}",
-                          param=".".join(loc[1:]) or None)
+    return error_response(400, f"invalid request at {where or 'body'}: {message}", param=".".join(loc[1:]) or None)
 
 
 async def _http_error(_: Request, exc: HTTPException) -> JSONResponse:  # 404, 405, unparsable bodies
@@ -450,8 +537,16 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, _invalid)  # type: ignore[arg-type]
     app.add_exception_handler(HTTPException, _http_error)  # type: ignore[arg-type]
     for kind, (status, name, headers) in ERROR_STATUS.items():
-        async def handler(_: Request, exc: Exception, status: int = status, name: str = name,
-                          headers: dict[str, str] | None = headers, code: str | None = ERROR_CODE.get(kind)) -> JSONResponse:
+
+        async def handler(
+            _: Request,
+            exc: Exception,
+            status: int = status,
+            name: str = name,
+            headers: dict[str, str] | None = headers,
+            code: str | None = ERROR_CODE.get(kind),
+        ) -> JSONResponse:
             param = getattr(exc, "param", None) or ("model" if code == "model_not_found" else None)
             return error_response(status, str(exc), name, headers, param, code)
+
         app.add_exception_handler(kind, handler)

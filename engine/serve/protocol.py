@@ -1,15 +1,16 @@
 """The OpenAI request and response shapes the server speaks: the request models (pydantic, checked
 before anything is queued), the fields refused rather than ignored, and the log-probability and
 usage shapes of the responses."""
+
 from __future__ import annotations
 
 from abc import abstractmethod
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_validator
-
 from memloop.engine.errors import RequestError
 from memloop.engine.sample.sampling import MAX_LOGPROBS
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_validator
+
 from memloop.sampling import checker
 
 MAX_N = 64
@@ -20,19 +21,26 @@ OutputCap = Annotated[StrictInt, AfterValidator(checker("max_tokens"))]
 # OpenAI fields memloop does not implement, and the values that ask for nothing (accepted): a client
 # relying on one of them gets a 400 naming it, never an answer that silently ignores it.
 UNSUPPORTED_FIELDS: dict[str, tuple[Any, ...]] = {
-    "echo": (None, False), "best_of": (None, 1),
-    "logit_bias": (None, {}), "tools": (None, []), "tool_choice": (None, "none", "auto"), "functions": (None, []),
-    "function_call": (None, "none", "auto"), "suffix": (None, ""), "presence_penalty": (None, 0, 0.0),
+    "echo": (None, False),
+    "best_of": (None, 1),
+    "logit_bias": (None, {}),
+    "tools": (None, []),
+    "tool_choice": (None, "none", "auto"),
+    "functions": (None, []),
+    "function_call": (None, "none", "auto"),
+    "suffix": (None, ""),
+    "presence_penalty": (None, 0, 0.0),
     "frequency_penalty": (None, 0, 0.0),
     "parallel_tool_calls": (None, True, False),  # inert: tools are refused above
-    "service_tier": (None, "auto", "default"), "store": (None, False),  # memloop stores nothing
+    "service_tier": (None, "auto", "default"),
+    "store": (None, False),  # memloop stores nothing
 }
 # Labels that change nothing in the answer (OpenAI's end-user id): accepted with any value.
 LABEL_FIELDS = frozenset({"user"})
 # Why a refused field is refused, where the reason is more than "not implemented".
 UNSUPPORTED_WHY = {  # (completions declare `echo` as their own field, so only chat refuses it)
     "echo": "it is a /v1/completions field (the prompt, and with `logprobs` its tokens' log-probabilities, before "
-            "the completion); send the text as a completion `prompt` to have it echoed",
+    "the completion); send the text as a completion `prompt` to have it echoed",
 }
 
 
@@ -47,6 +55,7 @@ class FieldError(RequestError):
 # A log-probability too small for float32 would be -inf, which JSON cannot carry (vLLM's stand-in).
 MIN_LOGPROB = -9999.0
 
+
 def _no_lone_surrogate(value: Any) -> Any:
     """Text must be valid Unicode: JSON can carry a lone UTF-16 surrogate (\\ud800) that no tokenizer
     can encode."""
@@ -56,8 +65,10 @@ def _no_lone_surrogate(value: Any) -> Any:
             try:
                 text.encode("utf-8")
             except UnicodeEncodeError as exc:
-                raise ValueError(f"holds a lone UTF-16 surrogate ({text[exc.start]!r} at character {exc.start}); "
-                                 "send valid Unicode text") from None
+                raise ValueError(
+                    f"holds a lone UTF-16 surrogate ({text[exc.start]!r} at character {exc.start}); "
+                    "send valid Unicode text"
+                ) from None
     return value
 
 
@@ -84,13 +95,19 @@ class _Request(BaseModel):
             if name in self.labels:
                 continue
             if name not in self.unsupported:
-                raise FieldError(f"`{name}` is not a field of {self.route}; leave it out (memloop refuses what it "
-                                 "would otherwise ignore)", name)
+                raise FieldError(
+                    f"`{name}` is not a field of {self.route}; leave it out (memloop refuses what it "
+                    "would otherwise ignore)",
+                    name,
+                )
             if not any(value is v or (type(value) is type(v) and value == v) for v in self.unsupported[name]):
                 why = f": {UNSUPPORTED_WHY[name]}" if name in UNSUPPORTED_WHY else ""
-                raise FieldError(f"`{name}` is not supported by this server{why}; leave it out (or send its "
-                                 "default) — memloop serves text, JSON-constrained output, the output tokens' "
-                                 "log-probabilities and usage", name)
+                raise FieldError(
+                    f"`{name}` is not supported by this server{why}; leave it out (or send its "
+                    "default) — memloop serves text, JSON-constrained output, the output tokens' "
+                    "log-probabilities and usage",
+                    name,
+                )
 
 
 class _Sampling(_Request):
@@ -125,11 +142,15 @@ class _Sampling(_Request):
         """`max_completion_tokens` (OpenAI's current name) or `max_tokens`; both, differing, is a 400."""
         if self.max_completion_tokens is None:
             return self.max_tokens
-        if self.max_tokens is not None and not (type(self.max_tokens) is int
-                                                and self.max_tokens == self.max_completion_tokens):
-            raise FieldError(f"`max_tokens` ({_shown(self.max_tokens)}) and `max_completion_tokens` "
-                             f"({self.max_completion_tokens}) disagree; send one of them (max_completion_tokens "
-                             "is the current name)", "max_tokens")
+        if self.max_tokens is not None and not (
+            type(self.max_tokens) is int and self.max_tokens == self.max_completion_tokens
+        ):
+            raise FieldError(
+                f"`max_tokens` ({_shown(self.max_tokens)}) and `max_completion_tokens` "
+                f"({self.max_completion_tokens}) disagree; send one of them (max_completion_tokens "
+                "is the current name)",
+                "max_tokens",
+            )
         return self.max_completion_tokens
 
     @abstractmethod
@@ -141,9 +162,16 @@ class _Sampling(_Request):
         if index and isinstance(seed, int) and not isinstance(seed, bool):
             seed += index  # n samples of one seed differ
         temperature = 1.0 if self.temperature is None else self.temperature  # OpenAI's default
-        return {"max_tokens": self.output_limit(), "temperature": temperature, "top_k": self.top_k,
-                "top_p": self.top_p, "seed": seed, "stop": self.stop, "stop_token_ids": self.stop_token_ids,
-                "logprobs": self.logprob_count()}
+        return {
+            "max_tokens": self.output_limit(),
+            "temperature": temperature,
+            "top_k": self.top_k,
+            "top_p": self.top_p,
+            "seed": seed,
+            "stop": self.stop,
+            "stop_token_ids": self.stop_token_ids,
+            "logprobs": self.logprob_count(),
+        }
 
 
 def _count(value: Any) -> bool:
@@ -176,13 +204,19 @@ class CompletionRequest(_Sampling):
     def logprob_count(self) -> int | None:
         """OpenAI's completions `logprobs`: an integer N, the alternatives per token (0: the chosen token's only)."""
         if self.top_logprobs not in (None, 0) or isinstance(self.top_logprobs, bool):
-            raise FieldError("`top_logprobs` is a chat completions field; on /v1/completions send `logprobs: N` "
-                             f"(0 to {MAX_LOGPROBS}) for the N most likely tokens at each position", "top_logprobs")
+            raise FieldError(
+                "`top_logprobs` is a chat completions field; on /v1/completions send `logprobs: N` "
+                f"(0 to {MAX_LOGPROBS}) for the N most likely tokens at each position",
+                "top_logprobs",
+            )
         if self.logprobs is None or self.logprobs is False:
             return None
         if not _count(self.logprobs):
-            raise FieldError(f"`logprobs` on /v1/completions must be an integer from 0 to {MAX_LOGPROBS} (the "
-                             f"most likely tokens returned per position), got {_shown(self.logprobs)}", "logprobs")
+            raise FieldError(
+                f"`logprobs` on /v1/completions must be an integer from 0 to {MAX_LOGPROBS} (the "
+                f"most likely tokens returned per position), got {_shown(self.logprobs)}",
+                "logprobs",
+            )
         return self.logprobs
 
 
@@ -211,15 +245,21 @@ class ChatRequest(_Sampling):
     def logprob_count(self) -> int | None:
         """OpenAI's chat `logprobs: true` with `top_logprobs: N` (0 to MAX_LOGPROBS, default 0)."""
         if not isinstance(self.logprobs, (bool, type(None))):
-            raise FieldError(f"`logprobs` on /v1/chat/completions must be true or false, got "
-                             f"{_shown(self.logprobs)}; send `top_logprobs: N` for the N most likely tokens", "logprobs")
+            raise FieldError(
+                f"`logprobs` on /v1/chat/completions must be true or false, got "
+                f"{_shown(self.logprobs)}; send `top_logprobs: N` for the N most likely tokens",
+                "logprobs",
+            )
         if self.top_logprobs is not None and not _count(self.top_logprobs):
-            raise FieldError(f"`top_logprobs` must be an integer from 0 to {MAX_LOGPROBS}, got "
-                             f"{_shown(self.top_logprobs)}", "top_logprobs")
+            raise FieldError(
+                f"`top_logprobs` must be an integer from 0 to {MAX_LOGPROBS}, got {_shown(self.top_logprobs)}",
+                "top_logprobs",
+            )
         if not self.logprobs:
             if self.top_logprobs:
-                raise FieldError("`top_logprobs` needs `logprobs: true`; send both to get the most likely tokens",
-                                 "top_logprobs")
+                raise FieldError(
+                    "`top_logprobs` needs `logprobs: true`; send both to get the most likely tokens", "top_logprobs"
+                )
             return None
         return self.top_logprobs or 0
 
@@ -257,8 +297,12 @@ def completion_logprobs(entries: list[dict[str, Any]]) -> dict[str, Any]:
         top = {t["token"]: _lp(t["logprob"]) for t in reversed(e["top_logprobs"])}  # a shared text keeps the likelier
         top.setdefault(e["token"], _lp(e["logprob"]))
         tops.append(dict(sorted(top.items(), key=lambda kv: -kv[1])))
-    return {"tokens": [e["token"] for e in entries], "token_logprobs": [_lp(e["logprob"]) for e in entries],
-            "top_logprobs": tops, "text_offset": [e["text_offset"] for e in entries]}
+    return {
+        "tokens": [e["token"] for e in entries],
+        "token_logprobs": [_lp(e["logprob"]) for e in entries],
+        "top_logprobs": tops,
+        "text_offset": [e["text_offset"] for e in entries],
+    }
 
 
 def echo_choice(prompt: dict[str, Any], result: dict[str, Any] | None, logprobs: bool) -> dict[str, Any]:
@@ -273,12 +317,16 @@ def echo_choice(prompt: dict[str, Any], result: dict[str, Any] | None, logprobs:
         shift = len(prompt["text"])
         generated = [*result["logprobs"], *result["trailing_logprobs"]] if result else []
         entries = [*prompt["entries"], *({**e, "text_offset": e["text_offset"] + shift} for e in generated)]
-    return {"text": text, "finish_reason": result["finish_reason"] if result else "length",
-            "logprobs": completion_logprobs(entries) if entries is not None else None}
+    return {
+        "text": text,
+        "finish_reason": result["finish_reason"] if result else "length",
+        "logprobs": completion_logprobs(entries) if entries is not None else None,
+    }
 
 
 def chat_logprobs(entries: list[dict[str, Any]]) -> dict[str, Any]:
     """OpenAI's chat shape: {content: [{token, logprob, bytes, top_logprobs: [{token, logprob, bytes}]}]}."""
+
     def one(e: dict[str, Any]) -> dict[str, Any]:
         return {"token": e["token"], "logprob": _lp(e["logprob"]), "bytes": e["bytes"]}
 
@@ -290,5 +338,9 @@ def _usage(results: list[dict[str, Any]]) -> dict[str, Any]:
     prompt = sum(r["usage"]["prompt_tokens"] for r in results)
     cached = sum(r["usage"]["cached_tokens"] for r in results)
     decoded = sum(r["usage"]["decoded_tokens"] for r in results)
-    return {"prompt_tokens": prompt, "completion_tokens": decoded, "total_tokens": prompt + decoded,
-            "prompt_tokens_details": {"cached_tokens": cached}}
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": decoded,
+        "total_tokens": prompt + decoded,
+        "prompt_tokens_details": {"cached_tokens": cached},
+    }

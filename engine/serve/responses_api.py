@@ -6,6 +6,7 @@ response object (one assistant message; `status` "incomplete" with `incomplete_d
 `response.output_text.delta` ... `response.completed`). Inspect's `openai/NAME` provider and the
 `openai` SDK's `client.responses` speak it. memloop stores nothing, runs no tools and no reasoning:
 fields asking for those are 400s naming them."""
+
 from __future__ import annotations
 
 import json
@@ -13,19 +14,27 @@ import time
 import uuid
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt
-
 from memloop.engine.sample.sampling import MAX_LOGPROBS
 from memloop.engine.serve.protocol import FieldError, OutputCap, _no_lone_surrogate, _Request, chat_logprobs
 from memloop.engine.serve.streaming import StreamShape
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt
 
 # Fields memloop does not implement on this route, and the values that ask for nothing (what Inspect
 # and the SDK send by default): tools, stored responses, reasoning, background runs.
 RESPONSES_UNSUPPORTED: dict[str, tuple[Any, ...]] = {
-    "tools": (None, []), "tool_choice": (None, "none", "auto"), "parallel_tool_calls": (None, True, False),
-    "store": (None, False), "background": (None, False), "service_tier": (None, "auto", "default"),
-    "reasoning": (None, {}), "truncation": (None, "disabled"), "previous_response_id": (None,),
-    "conversation": (None,), "max_tool_calls": (None,), "prompt": (None,), "stream_options": (None, {}),
+    "tools": (None, []),
+    "tool_choice": (None, "none", "auto"),
+    "parallel_tool_calls": (None, True, False),
+    "store": (None, False),
+    "background": (None, False),
+    "service_tier": (None, "auto", "default"),
+    "reasoning": (None, {}),
+    "truncation": (None, "disabled"),
+    "previous_response_id": (None,),
+    "conversation": (None,),
+    "max_tool_calls": (None,),
+    "prompt": (None,),
+    "stream_options": (None, {}),
 }
 # Labels that change nothing in the answer: accepted with any value (`metadata` is echoed back).
 RESPONSES_LABELS = frozenset({"user", "metadata", "safety_identifier", "prompt_cache_key"})
@@ -71,8 +80,11 @@ class ResponsesRequest(_Request):
 
     def messages(self) -> list[dict[str, str]]:
         """`instructions` as the system message, then `input` (a string is one user message)."""
-        out = [] if self.instructions is None else [{"role": "system", "content": _text(self.instructions,
-                                                                                         "instructions")}]
+        out = (
+            []
+            if self.instructions is None
+            else [{"role": "system", "content": _text(self.instructions, "instructions")}]
+        )
         if isinstance(self.input, str):
             return [*out, {"role": "user", "content": _text(self.input, "input")}]
         if not self.input:
@@ -94,14 +106,19 @@ class ResponsesRequest(_Request):
         (or `top_logprobs` is above 0), else None."""
         for name in self.include or []:
             if name != INCLUDE_LOGPROBS and name not in INERT_INCLUDES:
-                raise FieldError(f"`include` value {name!r} is not served here; memloop can include "
-                                 f"{INCLUDE_LOGPROBS!r}", "include")
+                raise FieldError(
+                    f"`include` value {name!r} is not served here; memloop can include {INCLUDE_LOGPROBS!r}", "include"
+                )
         asked = INCLUDE_LOGPROBS in (self.include or []) or bool(self.top_logprobs)
         return (self.top_logprobs or 0) if asked else None
 
     def sampling(self) -> dict[str, Any]:
-        return {"max_tokens": self.max_output_tokens, "temperature": 1.0 if self.temperature is None else
-                self.temperature, "top_p": self.top_p, "logprobs": self.logprob_count()}
+        return {
+            "max_tokens": self.max_output_tokens,
+            "temperature": 1.0 if self.temperature is None else self.temperature,
+            "top_p": self.top_p,
+            "logprobs": self.logprob_count(),
+        }
 
 
 def _text(value: Any, where: str) -> str:
@@ -115,8 +132,11 @@ def _message(item: Any, where: str) -> dict[str, str]:
     """One input item: a message whose content is a string or a list of text parts."""
     if not isinstance(item, dict) or item.get("type", "message") != "message":
         kind = item.get("type") if isinstance(item, dict) else type(item).__name__
-        raise FieldError(f"`{where}` is a {kind!r} item; memloop serves text: send messages ({{role, content}}) "
-                         "only, no tool calls or their outputs", "input")
+        raise FieldError(
+            f"`{where}` is a {kind!r} item; memloop serves text: send messages ({{role, content}}) "
+            "only, no tool calls or their outputs",
+            "input",
+        )
     role, content = item.get("role"), item.get("content")
     if role not in ROLES:
         raise FieldError(f"`{where}.role` must be one of {', '.join(ROLES)}, got {str(role)[:40]!r}", "input")
@@ -128,8 +148,10 @@ def _message(item: Any, where: str) -> dict[str, str]:
     for j, part in enumerate(content):
         if not isinstance(part, dict) or part.get("type") not in TEXT_PARTS or not isinstance(part.get("text"), str):
             kind = part.get("type") if isinstance(part, dict) else type(part).__name__
-            raise FieldError(f"`{where}.content[{j}]` is a {kind!r} part; memloop serves text parts "
-                             f"({', '.join(TEXT_PARTS)}) only", "input")
+            raise FieldError(
+                f"`{where}.content[{j}]` is a {kind!r} part; memloop serves text parts ({', '.join(TEXT_PARTS)}) only",
+                "input",
+            )
         texts.append(_text(part["text"], where))
     return {"role": role, "content": "".join(texts)}
 
@@ -145,31 +167,53 @@ class ResponseBuilder:
         self.created = int(time.time())
 
     def message(self, text: str, entries: list[dict[str, Any]] | None, status: str) -> dict[str, Any]:
-        part = {"type": "output_text", "text": text, "annotations": [],
-                "logprobs": chat_logprobs(entries)["content"] if entries is not None else []}
-        return {"type": "message", "id": self.message_id, "status": status, "role": "assistant",
-                "content": [part]}
+        part = {
+            "type": "output_text",
+            "text": text,
+            "annotations": [],
+            "logprobs": chat_logprobs(entries)["content"] if entries is not None else [],
+        }
+        return {"type": "message", "id": self.message_id, "status": status, "role": "assistant", "content": [part]}
 
-    def response(self, status: str, output: list[dict[str, Any]], result: dict[str, Any] | None = None) -> dict[str, Any]:
+    def response(
+        self, status: str, output: list[dict[str, Any]], result: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
         req = self.req
         fmt = req.text.format if req.text is not None and req.text.format is not None else None
         out: dict[str, Any] = {
-            "id": self.id, "object": "response", "created_at": self.created, "status": status, "error": None,
+            "id": self.id,
+            "object": "response",
+            "created_at": self.created,
+            "status": status,
+            "error": None,
             "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete" else None,
-            "instructions": req.instructions, "max_output_tokens": req.max_output_tokens, "model": self.model,
-            "output": output, "parallel_tool_calls": True, "previous_response_id": None, "reasoning": None,
-            "store": False, "temperature": 1.0 if req.temperature is None else req.temperature,
+            "instructions": req.instructions,
+            "max_output_tokens": req.max_output_tokens,
+            "model": self.model,
+            "output": output,
+            "parallel_tool_calls": True,
+            "previous_response_id": None,
+            "reasoning": None,
+            "store": False,
+            "temperature": 1.0 if req.temperature is None else req.temperature,
             "text": {"format": fmt.model_dump(by_alias=True, exclude_none=True) if fmt else {"type": "text"}},
-            "tool_choice": "auto", "tools": [], "top_p": 1.0 if req.top_p is None else req.top_p,
-            "truncation": "disabled", "metadata": req.metadata or {}, "usage": None,
+            "tool_choice": "auto",
+            "tools": [],
+            "top_p": 1.0 if req.top_p is None else req.top_p,
+            "truncation": "disabled",
+            "metadata": req.metadata or {},
+            "usage": None,
         }
         if result is not None:
             u = result["usage"]
             out["completed_at"] = int(time.time())
-            out["usage"] = {"input_tokens": u["prompt_tokens"],
-                            "input_tokens_details": {"cached_tokens": u["cached_tokens"], "cache_write_tokens": 0},
-                            "output_tokens": u["decoded_tokens"], "output_tokens_details": {"reasoning_tokens": 0},
-                            "total_tokens": u["prompt_tokens"] + u["decoded_tokens"]}
+            out["usage"] = {
+                "input_tokens": u["prompt_tokens"],
+                "input_tokens_details": {"cached_tokens": u["cached_tokens"], "cache_write_tokens": 0},
+                "output_tokens": u["decoded_tokens"],
+                "output_tokens_details": {"reasoning_tokens": 0},
+                "total_tokens": u["prompt_tokens"] + u["decoded_tokens"],
+            }
         return out
 
     def finished(self, result: dict[str, Any]) -> dict[str, Any]:
@@ -193,8 +237,11 @@ class ResponseEvents(StreamShape):
     def event(self, kind: str, **fields: Any) -> bytes:
         payload = {"type": kind, "sequence_number": self.sequence, **fields}
         self.sequence += 1
-        return f"event: {kind}\ndata: ".encode() + json.dumps(payload, ensure_ascii=False,
-                                                               separators=(",", ":")).encode() + b"\n\n"
+        return (
+            f"event: {kind}\ndata: ".encode()
+            + json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode()
+            + b"\n\n"
+        )
 
     def _where(self) -> dict[str, Any]:
         return {"item_id": self.builder.message_id, "output_index": 0, "content_index": 0}
@@ -204,10 +251,16 @@ class ResponseEvents(StreamShape):
         started = b.response("in_progress", [])
         item = b.message("", None, "in_progress")
         item["content"] = []
-        return [self.event("response.created", response=started), self.event("response.in_progress", response=started),
-                self.event("response.output_item.added", output_index=0, item=item),
-                self.event("response.content_part.added", **self._where(),
-                           part={"type": "output_text", "text": "", "annotations": [], "logprobs": []})]
+        return [
+            self.event("response.created", response=started),
+            self.event("response.in_progress", response=started),
+            self.event("response.output_item.added", output_index=0, item=item),
+            self.event(
+                "response.content_part.added",
+                **self._where(),
+                part={"type": "output_text", "text": "", "annotations": [], "logprobs": []},
+            ),
+        ]
 
     def delta(self, index: int, text: str, entries: list[dict[str, Any]]) -> list[bytes]:
         logprobs = chat_logprobs(entries)["content"] if self.logprobs else []
@@ -218,11 +271,13 @@ class ResponseEvents(StreamShape):
         whole = self.builder.finished(result)
         item = whole["output"][0]
         part = item["content"][0]
-        return [*out, self.event("response.output_text.done", **self._where(), text=part["text"],
-                                 logprobs=part["logprobs"]),
-                self.event("response.content_part.done", **self._where(), part=part),
-                self.event("response.output_item.done", output_index=0, item=item),
-                self.event(f"response.{whole['status']}", response=whole)]
+        return [
+            *out,
+            self.event("response.output_text.done", **self._where(), text=part["text"], logprobs=part["logprobs"]),
+            self.event("response.content_part.done", **self._where(), part=part),
+            self.event("response.output_item.done", output_index=0, item=item),
+            self.event(f"response.{whole['status']}", response=whole),
+        ]
 
     def closing(self, results: list[dict[str, Any]]) -> list[bytes]:
         return []

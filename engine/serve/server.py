@@ -35,6 +35,7 @@ OpenAI fields memloop does not implement (`protocol.UNSUPPORTED_FIELDS`) and the
 not know are refused with a 400 naming the field instead of being ignored; an unknown model is a 404
 `model_not_found`.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -45,12 +46,20 @@ from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator, Callable
 
 from fastapi import FastAPI
-
 from memloop.engine.errors import ServerConfigError
+from memloop.engine.serve.openai_serving import (
+    DEFAULT_STALL_S,
+    DEFAULT_WORKERS,
+    RequestGate,
+    ServingChat,
+    ServingCompletion,
+    ServingModels,
+    ServingResponses,
+    error_response,
+    install_error_handlers,
+)
+
 from memloop.web_guard import HostGuard, KeyGuard, host_names, is_loopback
-from memloop.engine.serve.openai_serving import (DEFAULT_STALL_S, DEFAULT_WORKERS, RequestGate, ServingChat,
-                                                 ServingCompletion, ServingModels, ServingResponses, error_response,
-                                                 install_error_handlers)
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
 HEADER_TIMEOUT_S = 10.0  # from connecting to the end of the request headers (slowloris)
@@ -88,9 +97,11 @@ class BodyGuard:
             try:
                 message = await asyncio.wait_for(receive(), max(0.0, deadline - time.monotonic()))
             except asyncio.TimeoutError:
-                return await error_response(408, f"the request body did not arrive within {self.body_timeout_s:g} s; send "
-                                         "the whole body at once", headers={"Connection": "close"})(
-                    scope, receive, send)
+                return await error_response(
+                    408,
+                    f"the request body did not arrive within {self.body_timeout_s:g} s; send the whole body at once",
+                    headers={"Connection": "close"},
+                )(scope, receive, send)
             if message["type"] == "http.disconnect":
                 return
             body = message.get("body", b"")
@@ -109,15 +120,23 @@ class BodyGuard:
 
 def refuse_host(header: str, allowed: tuple[str, ...]) -> Any:
     """The API's answer to a Host header it does not answer to (`memloop.web_guard.HostGuard`)."""
-    return error_response(400, f"Host header {header[:100]!r} is not a name this server answers to (it answers to "
-                               f"{', '.join(sorted(allowed))}); a web page may be trying DNS rebinding. Start the "
-                               "server with --allow-host NAME to accept that name")
+    return error_response(
+        400,
+        f"Host header {header[:100]!r} is not a name this server answers to (it answers to "
+        f"{', '.join(sorted(allowed))}); a web page may be trying DNS rebinding. Start the "
+        "server with --allow-host NAME to accept that name",
+    )
 
 
 def refuse_key() -> Any:
     """The API's answer to a request without its key (`memloop.web_guard.KeyGuard`)."""
-    return error_response(401, "missing or wrong API key: send the header `Authorization: Bearer KEY` with the key "
-                               "the server was started with", "authentication_error", {"WWW-Authenticate": "Bearer"})
+    return error_response(
+        401,
+        "missing or wrong API key: send the header `Authorization: Bearer KEY` with the key "
+        "the server was started with",
+        "authentication_error",
+        {"WWW-Authenticate": "Bearer"},
+    )
 
 
 def guarded_protocol(header_timeout_s: float = HEADER_TIMEOUT_S) -> type:
@@ -169,12 +188,21 @@ def guarded_protocol(header_timeout_s: float = HEADER_TIMEOUT_S) -> type:
     return GuardedH11Protocol
 
 
-def create_app(engine: Any, model_name: str = "memloop", max_body_bytes: int = MAX_BODY_BYTES, *,
-               api_key: str | None = None, max_queue: int = DEFAULT_MAX_QUEUE,
-               request_timeout: float | None = None, allowed_hosts: tuple[str, ...] | None = None,
-               body_timeout_s: float = BODY_TIMEOUT_S, workers: int = DEFAULT_WORKERS,
-               stall_s: float = DEFAULT_STALL_S, warmup_batch: int | None = None,
-               on_warm: Callable[[], None] | None = None) -> FastAPI:
+def create_app(
+    engine: Any,
+    model_name: str = "memloop",
+    max_body_bytes: int = MAX_BODY_BYTES,
+    *,
+    api_key: str | None = None,
+    max_queue: int = DEFAULT_MAX_QUEUE,
+    request_timeout: float | None = None,
+    allowed_hosts: tuple[str, ...] | None = None,
+    body_timeout_s: float = BODY_TIMEOUT_S,
+    workers: int = DEFAULT_WORKERS,
+    stall_s: float = DEFAULT_STALL_S,
+    warmup_batch: int | None = None,
+    on_warm: Callable[[], None] | None = None,
+) -> FastAPI:
     """The API over a running `Engine` (see `RequestGate` for what it must have): the guard in front,
     then one serving class per route family (engine/serve/openai_serving.py) sharing one `RequestGate`.
 
@@ -205,8 +233,12 @@ def create_app(engine: Any, model_name: str = "memloop", max_body_bytes: int = M
     if allowed_hosts is not None:
         app.add_middleware(HostGuard, allowed=allowed_hosts, refusal=refuse_host)
     install_error_handlers(app)
-    models, completion, chat, responses = ServingModels(gate), ServingCompletion(gate), ServingChat(gate), \
-        ServingResponses(gate)
+    models, completion, chat, responses = (
+        ServingModels(gate),
+        ServingCompletion(gate),
+        ServingChat(gate),
+        ServingResponses(gate),
+    )
     app.get("/health")(models.health)
     app.get("/v1/stats")(models.stats)
     app.get("/v1/models")(models.models)
@@ -216,14 +248,22 @@ def create_app(engine: Any, model_name: str = "memloop", max_body_bytes: int = M
     return app
 
 
-def check_options(host: str, port: int, api_key: str | None, max_queue: int = DEFAULT_MAX_QUEUE,
-                  request_timeout: float | None = None, stall_s: float = DEFAULT_STALL_S) -> None:
+def check_options(
+    host: str,
+    port: int,
+    api_key: str | None,
+    max_queue: int = DEFAULT_MAX_QUEUE,
+    request_timeout: float | None = None,
+    stall_s: float = DEFAULT_STALL_S,
+) -> None:
     """Refuse what cannot be served safely, before the model loads (ServerConfigError, one line)."""
     if not 1 <= port <= 65535:
         raise ServerConfigError(f"--port must be between 1 and 65535, got {port}")
     if not api_key and not is_loopback(host):
-        raise ServerConfigError(f"--host {host} is reachable from other machines: set MEMLOOP_API_KEY (or pass "
-                                "--api-key-file FILE), or bind to 127.0.0.1")
+        raise ServerConfigError(
+            f"--host {host} is reachable from other machines: set MEMLOOP_API_KEY (or pass "
+            "--api-key-file FILE), or bind to 127.0.0.1"
+        )
     if max_queue < 1:
         raise ServerConfigError(f"--max-queue must be at least 1, got {max_queue}")
     if request_timeout is not None and not request_timeout > 0:
@@ -238,22 +278,33 @@ def allowed_hosts_for(host: str, extra: tuple[str, ...] = ()) -> tuple[str, ...]
     return host_names(host, extra) if is_loopback(host) else None
 
 
-def uvicorn_config(app: Any, host: str, port: int, log_level: str = "info",
-                   header_timeout_s: float = HEADER_TIMEOUT_S) -> Any:
+def uvicorn_config(
+    app: Any, host: str, port: int, log_level: str = "info", header_timeout_s: float = HEADER_TIMEOUT_S
+) -> Any:
     """uvicorn's config for the API: the header-timeout protocol, and no idle connection kept long."""
     import uvicorn
 
-    return uvicorn.Config(app, host=host, port=port, log_level=log_level, http=guarded_protocol(header_timeout_s),
-                          timeout_keep_alive=5)
+    return uvicorn.Config(
+        app, host=host, port=port, log_level=log_level, http=guarded_protocol(header_timeout_s), timeout_keep_alive=5
+    )
 
 
-def serve(config: Any = None, host: str = "127.0.0.1", port: int = 8000, model_name: str | None = None, *,
-          api_key: str | None = None, max_queue: int = DEFAULT_MAX_QUEUE, request_timeout: float | None = None,
-          allow_hosts: tuple[str, ...] = (), stall_s: float = DEFAULT_STALL_S) -> None:
+def serve(
+    config: Any = None,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    model_name: str | None = None,
+    *,
+    api_key: str | None = None,
+    max_queue: int = DEFAULT_MAX_QUEUE,
+    request_timeout: float | None = None,
+    allow_hosts: tuple[str, ...] = (),
+    stall_s: float = DEFAULT_STALL_S,
+) -> None:
     """Check the options, load the engine and serve until interrupted."""
     check_options(host, port, api_key, max_queue, request_timeout, stall_s)
-    from memloop.engine.engine_config import EngineConfig
     from memloop.engine.core.engine import Engine
+    from memloop.engine.engine_config import EngineConfig
 
     cfg = EngineConfig.of(config)
     # loading takes a minute or more on a CPU: say so, then say when the port answers
@@ -263,16 +314,27 @@ def serve(config: Any = None, host: str = "127.0.0.1", port: int = 8000, model_n
     name = model_name or engine.lm.path.stem
     say(f"memloop serve: model {name!r} loaded in {time.monotonic() - t0:.0f} s; starting the HTTP server")
     url = f"http://{host}:{port}/v1"
-    ready = _Readiness(f"memloop serve: ready: {name!r} on {url} (loaded, listening and warmed up after {{s:.0f}} s)",
-                       t0)
-    app = create_app(engine, name, api_key=api_key or None, max_queue=max_queue, request_timeout=request_timeout,
-                     allowed_hosts=allowed_hosts_for(host, allow_hosts), stall_s=stall_s,
-                     warmup_batch=engine.config.max_batch, on_warm=ready.done)
+    ready = _Readiness(
+        f"memloop serve: ready: {name!r} on {url} (loaded, listening and warmed up after {{s:.0f}} s)", t0
+    )
+    app = create_app(
+        engine,
+        name,
+        api_key=api_key or None,
+        max_queue=max_queue,
+        request_timeout=request_timeout,
+        allowed_hosts=allowed_hosts_for(host, allow_hosts),
+        stall_s=stall_s,
+        warmup_batch=engine.config.max_batch,
+        on_warm=ready.done,
+    )
     try:
-        _announcing_server(uvicorn_config(app, host, port),
-                           f"memloop serve: listening on {url}; warming up (compiling the step shapes of batches "
-                           f"up to {engine.config.max_batch}; requests get 503 + Retry-After until ready)",
-                           ready).run()
+        _announcing_server(
+            uvicorn_config(app, host, port),
+            f"memloop serve: listening on {url}; warming up (compiling the step shapes of batches "
+            f"up to {engine.config.max_batch}; requests get 503 + Retry-After until ready)",
+            ready,
+        ).run()
     finally:
         engine.shutdown()
 

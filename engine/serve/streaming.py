@@ -10,12 +10,13 @@ what a stop string could still cut and an incomplete UTF-8 character; the result
 the rest (its text after what was sent, its entries after those sent). A request that is not
 streamed never reaches this module: its only cost is the engine's `on_token is None` test per token.
 """
+
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
 import asyncio
 import json
 import time
+from abc import ABC, abstractmethod
 from concurrent.futures import Future
 from typing import Any, AsyncIterator, Callable
 
@@ -46,21 +47,21 @@ class TextStream:
     def add(self, token_id: int) -> str:
         """The text that may be sent now ("" while a character is incomplete or held back)."""
         self.ids.append(token_id)
-        before = self.decode(self.ids[self.prefix:self.read])
-        after = self.decode(self.ids[self.prefix:])
+        before = self.decode(self.ids[self.prefix : self.read])
+        after = self.decode(self.ids[self.prefix :])
         if len(after) > len(before) and not after.endswith("\ufffd"):
-            self.text += after[len(before):]
+            self.text += after[len(before) :]
             self.prefix, self.read = self.read, len(self.ids)
         ready = len(self.text) - self.holdback
         if ready <= self.sent:
             return ""
-        delta, self.sent = self.text[self.sent:ready], ready
+        delta, self.sent = self.text[self.sent : ready], ready
         return delta
 
     def rest(self, final: str) -> str:
         """What the final text holds after what was sent."""
-        sent = self.text[:self.sent]
-        return final[len(sent):] if final.startswith(sent) else ""  # never resend; no tokenizer seen differs
+        sent = self.text[: self.sent]
+        return final[len(sent) :] if final.startswith(sent) else ""  # never resend; no tokenizer seen differs
 
 
 class ChoiceStream:
@@ -75,7 +76,9 @@ class ChoiceStream:
         self.pending: list[dict[str, Any]] = []
         self.sent_entries = 0
 
-    def add(self, token_id: int, picked: tuple[float, list[tuple[int, float]]] | None) -> tuple[str, list[dict[str, Any]]]:
+    def add(
+        self, token_id: int, picked: tuple[float, list[tuple[int, float]]] | None
+    ) -> tuple[str, list[dict[str, Any]]]:
         delta = self.text.add(token_id)
         if self.entries is None or picked is None:
             return delta, []
@@ -88,7 +91,7 @@ class ChoiceStream:
         return delta, out
 
     def finish(self, result: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
-        entries = result["logprobs"][self.sent_entries:] if self.entries is not None else []
+        entries = result["logprobs"][self.sent_entries :] if self.entries is not None else []
         return self.text.rest(result["text"]), entries
 
 
@@ -117,8 +120,9 @@ class TokenFeed:
         for i, fut in enumerate(futures):
             fut.add_done_callback(lambda f, i=i: self._put((i, None, None, f)))
 
-    async def events(self, deadline: float | None,
-                     timeout_error: Callable[[], Exception]) -> AsyncIterator[tuple[int, int | None, Any, Future | None]]:
+    async def events(
+        self, deadline: float | None, timeout_error: Callable[[], Exception]
+    ) -> AsyncIterator[tuple[int, int | None, Any, Future | None]]:
         left = len(self.futures)
         while left:
             wait = None if deadline is None else deadline - time.monotonic()
@@ -157,9 +161,14 @@ class StreamShape(ABC):
         """The engine failed the request or its deadline passed, after the 200 went out."""
 
 
-async def stream_body(feed: TokenFeed, shape: StreamShape, choices: list[ChoiceStream], deadline: float | None,
-                      timeout_error: Callable[[], Exception],
-                      error_payload: Callable[[Exception], dict[str, Any]]) -> AsyncIterator[bytes]:
+async def stream_body(
+    feed: TokenFeed,
+    shape: StreamShape,
+    choices: list[ChoiceStream],
+    deadline: float | None,
+    timeout_error: Callable[[], Exception],
+    error_payload: Callable[[Exception], dict[str, Any]],
+) -> AsyncIterator[bytes]:
     """The SSE body: `shape`'s events for the opening, each token that has something to send, each
     choice's end and the close. A failure after the 200 went out (the engine failed the request, the
     deadline passed) ends it with `shape.failed`."""

@@ -36,13 +36,24 @@ Gold format per task (what judges consume; all JSON-serialisable):
 
 Malformed inputs raise subclasses of `memloop.eval.errors.DatasetError` (see `errors.py`).
 """
+
 from memloop.eval.datasets.chunker import ChunkStats, chunk_paragraphs, chunk_stats, chunk_text, split_paragraphs
 from memloop.eval.datasets.registry import get_loader, list_tasks, load_dataset, register_loader, tasks, truncate
 from memloop.eval.datasets.sample import Sample
 from memloop.eval.tokens import token_counter
 
 __all__ = [
-    "Sample", "load_dataset", "register_loader", "get_loader", "list_tasks", "tasks", "truncate",
-    "chunk_paragraphs", "chunk_text",
-    "chunk_stats", "ChunkStats", "split_paragraphs", "token_counter",
+    "Sample",
+    "load_dataset",
+    "register_loader",
+    "get_loader",
+    "list_tasks",
+    "tasks",
+    "truncate",
+    "chunk_paragraphs",
+    "chunk_text",
+    "chunk_stats",
+    "ChunkStats",
+    "split_paragraphs",
+    "token_counter",
 ]

@@ -14,6 +14,7 @@ Each sample's metadata names the layout its sentences came from (`sentence_split
 F-ART feeds articles in chunks of 15 sentences; `chunk_tokens` packs sentences up to a token budget
 instead (with the BooookScore chunker). `by_section=True` never lets a chunk cross a section boundary.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -66,8 +67,10 @@ def parse_arxiv_record(rec: Record, where: str) -> tuple[str, list[list[str]], l
         abstract = _lines_or_sentences(rec["abstract"])[0] if isinstance(rec.get("abstract"), str) else []
         names, article_id = [], str(rec.get("article_id") or rec.get("id") or "")
     else:
-        raise MissingFieldError(f"{where}: expected 'article_text' (list of sentences) as in the arXiv release, "
-                                "or 'article' (string) as on the Hugging Face hub")
+        raise MissingFieldError(
+            f"{where}: expected 'article_text' (list of sentences) as in the arXiv release, "
+            "or 'article' (string) as on the Hugging Face hub"
+        )
     groups = [g for g in groups if g]
     if not groups:
         raise MissingFieldError(f"{where}: the article has no sentences")
@@ -78,21 +81,30 @@ def parse_arxiv_record(rec: Record, where: str) -> tuple[str, list[list[str]], l
     return article_id, groups, names, abstract, split_by
 
 
-def _chunks(groups: list[list[str]], by_section: bool, chunk_sentences: int, chunk_tokens: int | None,
-            tokenizer: TokenizerLike) -> list[str]:
+def _chunks(
+    groups: list[list[str]], by_section: bool, chunk_sentences: int, chunk_tokens: int | None, tokenizer: TokenizerLike
+) -> list[str]:
     units = groups if by_section else [[s for g in groups for s in g]]
     out: list[str] = []
     for sentences in units:
         if chunk_tokens is not None:
             out.extend(chunk_paragraphs(sentences, chunk_tokens, tokenizer))
         else:
-            out.extend(" ".join(sentences[i:i + chunk_sentences]) for i in range(0, len(sentences), chunk_sentences))
+            out.extend(" ".join(sentences[i : i + chunk_sentences]) for i in range(0, len(sentences), chunk_sentences))
     return out
 
 
-def load_arxiv(path: str | Path, chunk_sentences: int = 15, chunk_tokens: int | None = None, tokenizer: TokenizerLike = None,
-               by_section: bool = False, limit: int | None = None, split: str = "test", revision: str | None = None,
-               config_name: str | None = None) -> list[Sample]:
+def load_arxiv(
+    path: str | Path,
+    chunk_sentences: int = 15,
+    chunk_tokens: int | None = None,
+    tokenizer: TokenizerLike = None,
+    by_section: bool = False,
+    limit: int | None = None,
+    split: str = "test",
+    revision: str | None = None,
+    config_name: str | None = None,
+) -> list[Sample]:
     """Articles from a .jsonl/.json/.parquet file (either layout), a dataset directory, or a hub id at a
     pinned `revision` and `config_name` (needs network or the HF cache; `memloop.eval.datasets.hub`)."""
     if chunk_sentences < 1:
@@ -101,16 +113,28 @@ def load_arxiv(path: str | Path, chunk_sentences: int = 15, chunk_tokens: int | 
     for where, rec in read_records(path, "arXiv file", split=split, revision=revision, config_name=config_name):
         article_id, groups, names, abstract, split_by = parse_arxiv_record(rec, where)
         chunks = _chunks(groups, by_section, chunk_sentences, chunk_tokens, tokenizer)
-        meta: dict[str, Any] = {"article_id": article_id, "section_names": names,
-                                "sentences": sum(len(g) for g in groups), "sentence_split": split_by,
-                                "source": where}
+        meta: dict[str, Any] = {
+            "article_id": article_id,
+            "section_names": names,
+            "sentences": sum(len(g) for g in groups),
+            "sentence_split": split_by,
+            "source": where,
+        }
         if chunk_tokens is not None:
             meta["chunk_tokens"] = chunk_tokens
         # the abstract's own sentence lines go with it: ROUGE-Lsum reads them instead of re-splitting
         # lowercased arXiv text (whose "fig ." and "et al ." a sentence splitter takes for ends)
         gold = {"reference": " ".join(abstract), "sentences": abstract}
-        samples.append(Sample(id=f"arxiv/{slug(article_id)}", task="arxiv", chunks=tuple(chunks),
-                              query="Summarize the article.", gold=gold, metadata=meta))
+        samples.append(
+            Sample(
+                id=f"arxiv/{slug(article_id)}",
+                task="arxiv",
+                chunks=tuple(chunks),
+                query="Summarize the article.",
+                gold=gold,
+                metadata=meta,
+            )
+        )
         if limit is not None and len(samples) >= limit:
             break
     if not samples:

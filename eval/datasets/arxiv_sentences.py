@@ -11,6 +11,7 @@ adaptations, and no downloaded model:
   may begin a sentence in lowercase, so a number or a single letter before a period still ends a
   sentence when the next word is lowercase (untrained Punkt would join them).
 """
+
 from __future__ import annotations
 
 import re
@@ -22,7 +23,8 @@ from nltk.tokenize.punkt import PunktParameters, PunktSentenceTokenizer
 # Abbreviations of arXiv prose (lowercased; Punkt compares without the final period).
 ARXIV_ABBREVIATIONS = frozenset(
     "fig figs eq eqs eqn eqns ref refs sec secs tab tabs al e.g i.e cf vs viz resp approx etc ch chap app "
-    "no nos vol pp p ed eds dr mr prof ph.d st".split())
+    "no nos vol pp p ed eds dr mr prof ph.d st".split()
+)
 _DETACHED = re.compile(r"\s+(?=[.!?](?:\s|$))")
 _ORTHO_BEG_LC = 1 << 4  # nltk.tokenize.punkt._ORTHO_BEG_LC: the type occurs lowercase at a sentence start
 
@@ -42,7 +44,7 @@ def split_arxiv_sentences(text: str) -> list[str]:
     pieces: list[str] = []
     pos = 0
     for m in _DETACHED.finditer(text):
-        pieces.append(text[pos:m.start()])
+        pieces.append(text[pos : m.start()])
         kept.extend(range(pos, m.start()))
         pos = m.end()
     pieces.append(text[pos:])
@@ -50,7 +52,7 @@ def split_arxiv_sentences(text: str) -> list[str]:
     joined = "".join(pieces)
     out = []
     for a, b in _tokenizer().span_tokenize(joined):
-        sentence = text[kept[a]:kept[b - 1] + 1].strip() if b > a else ""
+        sentence = text[kept[a] : kept[b - 1] + 1].strip() if b > a else ""
         if sentence:
             out.append(sentence)
     return out

@@ -29,6 +29,7 @@ t5-base's, which LongT5 shares) to count as the paper's model did; recorded as
 metadata['eligibility_tokenizer']. `samples` of them (100, as in table 1) are drawn at random with
 `seed`, recorded in each sample's metadata.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -46,8 +47,30 @@ from memloop.eval.tokens import TokenCounter, TokenizerLike, token_counter
 
 HUB_ID = "kmfoda/booksum"
 # Appendix B: books in both train and validation/test, non-narrative texts, story collections.
-PAPER_EXCLUDED_BOOKS = frozenset({1130, 1526, 1783, 1798, 61, 1232, 1404, 3207, 3420, 3755, 4320, 7370, 11224,
-                                  13434, 34901, 221, 416, 610, 1429, 15859})
+PAPER_EXCLUDED_BOOKS = frozenset(
+    {
+        1130,
+        1526,
+        1783,
+        1798,
+        61,
+        1232,
+        1404,
+        3207,
+        3420,
+        3755,
+        4320,
+        7370,
+        11224,
+        13434,
+        34901,
+        221,
+        416,
+        610,
+        1429,
+        15859,
+    }
+)
 ELIGIBILITY_TOKENIZER = "cl100k_base"  # memloop's choice: the paper's LongT5 counted T5 SentencePiece tokens
 
 
@@ -64,7 +87,8 @@ def eligibility_counter(tokenizer: str = ELIGIBILITY_TOKENIZER) -> TokenCounter:
         raise EligibilityTokenizerError(
             f"eligibility_tokenizer {tokenizer!r} cannot be loaded ({exc}); give 'cl100k_base' or the path of a "
             "Hugging Face tokenizer folder on this machine (e.g. a copy of t5-base's tokenizer, the paper's LongT5 "
-            "tokenizer); nothing is downloaded") from None
+            "tokenizer); nothing is downloaded"
+        ) from None
 
 
 def eligibility_tokens(text: str) -> int:
@@ -74,13 +98,13 @@ def eligibility_tokens(text: str) -> int:
 
 @dataclass(frozen=True)
 class ChapterRow:
-    book: str            # BookSum's `bid`
+    book: str  # BookSum's `bid`
     title: str
-    unit: str            # the chapter file (one chapter, or an aggregate of several)
+    unit: str  # the chapter file (one chapter, or an aggregate of several)
     span: tuple[Position, Position]  # first and last position the unit covers (chapter, or act and scene)
     text: str
     summary: str
-    source: str          # the study guide the reference comes from
+    source: str  # the study guide the reference comes from
     where: str
 
 
@@ -93,15 +117,19 @@ def _span(row: Record, where: str) -> tuple[Position, Position]:
             span = unit_span(name)
             if span is not None:
                 return span
-    raise MissingFieldError(f"{where}: cannot tell which chapter this is: 'chapter_path' (e.g. '.../1232-chapters/3.txt' "
-                            "or '.../act_1_scene_2.txt') or 'summary_id' (e.g. 'chapter 3') must carry its number")
+    raise MissingFieldError(
+        f"{where}: cannot tell which chapter this is: 'chapter_path' (e.g. '.../1232-chapters/3.txt' "
+        "or '.../act_1_scene_2.txt') or 'summary_id' (e.g. 'chapter 3') must carry its number"
+    )
 
 
 def parse_row(row: Record, where: str) -> ChapterRow:
     text = row.get("chapter")
     if not isinstance(text, str) or not text.strip():
-        raise MissingFieldError(f"{where}: 'chapter' (the chapter's text) is missing or empty: this reader takes "
-                                "BookSum's chapter-level rows (bid, chapter_path, chapter, summary_text, source)")
+        raise MissingFieldError(
+            f"{where}: 'chapter' (the chapter's text) is missing or empty: this reader takes "
+            "BookSum's chapter-level rows (bid, chapter_path, chapter, summary_text, source)"
+        )
     book = row.get("bid")
     if book is None or isinstance(book, bool):
         raise MissingFieldError(f"{where}: missing 'bid' (the book's id), which groups chapters into books")
@@ -110,8 +138,16 @@ def parse_row(row: Record, where: str) -> ChapterRow:
     title = book_id.rsplit(".", 1)[0] if isinstance(book_id, str) and "." in book_id else str(book_id or book)
     unit = row.get("chapter_path")
     span = _span(row, where)
-    return ChapterRow(str(book), title, str(unit) if unit else f"{book}:{span[0]}-{span[1]}", span, text,
-                      summary.strip() if isinstance(summary, str) else "", str(row.get("source") or ""), where)
+    return ChapterRow(
+        str(book),
+        title,
+        str(unit) if unit else f"{book}:{span[0]}-{span[1]}",
+        span,
+        text,
+        summary.strip() if isinstance(summary, str) else "",
+        str(row.get("source") or ""),
+        where,
+    )
 
 
 def rebuild_books(rows: list[ChapterRow]) -> dict[str, tuple[list[Part], dict[str, tuple[int, int]]]]:
@@ -119,8 +155,10 @@ def rebuild_books(rows: list[ChapterRow]) -> dict[str, tuple[list[Part], dict[st
     units: dict[str, dict[str, ChapterRow]] = {}
     for r in rows:
         units.setdefault(r.book, {}).setdefault(r.unit, r)
-    return {book: rebuild([Unit(r.unit, r.span[0], r.span[1], r.text) for r in by_unit.values()])
-            for book, by_unit in units.items()}
+    return {
+        book: rebuild([Unit(r.unit, r.span[0], r.span[1], r.text) for r in by_unit.values()])
+        for book, by_unit in units.items()
+    }
 
 
 def _book_id(value: Any) -> int | None:
@@ -130,19 +168,32 @@ def _book_id(value: Any) -> int | None:
         return None
 
 
-def load_booksum(path: str | Path = HUB_ID, split: str = "test", revision: str | None = None,
-                 config_name: str | None = None, samples: int | None = 100, seed: int = 0,
-                 max_chapter_tokens: int = 16384, max_summary_tokens: int = 1024, min_summary_words: int = 10,
-                 exclude_paper_books: bool = True, chunk_tokens: int = 2048, tokenizer: TokenizerLike = None,
-                 limit: int | None = None, eligibility_tokenizer: str = ELIGIBILITY_TOKENIZER) -> list[Sample]:
+def load_booksum(
+    path: str | Path = HUB_ID,
+    split: str = "test",
+    revision: str | None = None,
+    config_name: str | None = None,
+    samples: int | None = 100,
+    seed: int = 0,
+    max_chapter_tokens: int = 16384,
+    max_summary_tokens: int = 1024,
+    min_summary_words: int = 10,
+    exclude_paper_books: bool = True,
+    chunk_tokens: int = 2048,
+    tokenizer: TokenizerLike = None,
+    limit: int | None = None,
+    eligibility_tokenizer: str = ELIGIBILITY_TOKENIZER,
+) -> list[Sample]:
     """`samples` (None: all) eligible chapters of BookSum's `split`, drawn with `seed` (see the module docstring)."""
     if samples is not None and samples < 1:
         raise DatasetError(f"samples must be at least 1 or None for every eligible chapter (got {samples})")
     if chunk_tokens < 1 or max_chapter_tokens < 1:
         raise DatasetError("chunk_tokens and max_chapter_tokens must be positive")
     count = eligibility_counter(eligibility_tokenizer)
-    rows = [parse_row(rec, where) for where, rec in read_records(path, "BookSum file", split=split, revision=revision,
-                                                                 config_name=config_name)]
+    rows = [
+        parse_row(rec, where)
+        for where, rec in read_records(path, "BookSum file", split=split, revision=revision, config_name=config_name)
+    ]
     if not rows:
         raise EmptyDatasetError(f"BookSum file {path} has no rows")
     books = rebuild_books(rows)
@@ -156,20 +207,32 @@ def load_booksum(path: str | Path = HUB_ID, split: str = "test", revision: str |
             continue
         eligible.append((r, books[r.book][1][r.unit][0] + 1))
     if not eligible:
-        raise EmptyDatasetError(f"BookSum file {path}: no chapter passes the filters (chapter <= {max_chapter_tokens} "
-                                f"{eligibility_tokenizer} tokens, summary of {min_summary_words} words to {max_summary_tokens} tokens)")
+        raise EmptyDatasetError(
+            f"BookSum file {path}: no chapter passes the filters (chapter <= {max_chapter_tokens} "
+            f"{eligibility_tokenizer} tokens, summary of {min_summary_words} words to {max_summary_tokens} tokens)"
+        )
     eligible.sort(key=lambda e: (e[0].book, e[1], e[0].source, e[0].where))
     drawn = eligible if samples is None or samples >= len(eligible) else random.Random(seed).sample(eligible, samples)
-    out = [_sample(*books[r.book], r, chunk_tokens, tokenizer, seed, len(eligible), eligibility_tokenizer)
-           for r, _ in drawn]
+    out = [
+        _sample(*books[r.book], r, chunk_tokens, tokenizer, seed, len(eligible), eligibility_tokenizer)
+        for r, _ in drawn
+    ]
     return out[:limit] if limit is not None else out
 
 
-def _sample(parts: list[Part], covers: dict[str, tuple[int, int]], target: ChapterRow, chunk_tokens: int,
-            tokenizer: TokenizerLike, seed: int, eligible: int, eligibility_tokenizer: str) -> Sample:
+def _sample(
+    parts: list[Part],
+    covers: dict[str, tuple[int, int]],
+    target: ChapterRow,
+    chunk_tokens: int,
+    tokenizer: TokenizerLike,
+    seed: int,
+    eligible: int,
+    eligibility_tokenizer: str,
+) -> Sample:
     """The whole book with the target unit's own text in its place: parts before it, it, parts after it."""
     first, last = covers[target.unit]
-    texts = [p.text for p in parts[:first]] + [target.text] + [p.text for p in parts[last + 1:]]
+    texts = [p.text for p in parts[:first]] + [target.text] + [p.text for p in parts[last + 1 :]]
     k = first + 1
     chunks: list[str] = []
     numbers: list[int] = []
@@ -178,15 +241,30 @@ def _sample(parts: list[Part], covers: dict[str, tuple[int, int]], target: Chapt
         chunks += pieces
         numbers += [n] * len(pieces)
     metadata: dict[str, Any] = {
-        "book": target.book, "title": target.title, "chapters": len(texts), "target_chapter": k,
-        "target_unit": target.unit, "chunk_chapters": numbers, "chunk_tokens": chunk_tokens,
-        "book_units": [p.name for p in parts[:first]] + [target.unit] + [p.name for p in parts[last + 1:]],
-        "summary_source": target.source, "source": target.where, "draw_seed": seed, "eligible": eligible,
-        "eligibility_tokenizer": eligibility_tokenizer}
+        "book": target.book,
+        "title": target.title,
+        "chapters": len(texts),
+        "target_chapter": k,
+        "target_unit": target.unit,
+        "chunk_chapters": numbers,
+        "chunk_tokens": chunk_tokens,
+        "book_units": [p.name for p in parts[:first]] + [target.unit] + [p.name for p in parts[last + 1 :]],
+        "summary_source": target.source,
+        "source": target.where,
+        "draw_seed": seed,
+        "eligible": eligible,
+        "eligibility_tokenizer": eligibility_tokenizer,
+    }
     span = f"{k}" if last == first else f"{k}-{last + 1}"  # an aggregate: the parts it spans in the full book
     sid = f"booksum/{slug(target.book)}-ch{span}" + (f"-{slug(target.source)}" if target.source else "")
-    return Sample(id=sid, task="booksum", chunks=tuple(chunks), query="Summarize the chapter.",
-                  gold={"reference": target.summary}, metadata=metadata)
+    return Sample(
+        id=sid,
+        task="booksum",
+        chunks=tuple(chunks),
+        query="Summarize the chapter.",
+        gold={"reference": target.summary},
+        metadata=metadata,
+    )
 
 
 def truncate_sample(sample: Sample, n_chunks: int) -> Sample:
@@ -196,8 +274,12 @@ def truncate_sample(sample: Sample, n_chunks: int) -> Sample:
     chapters = list(sample.metadata["chunk_chapters"])
     k = sample.metadata["target_chapter"]
     own = [i for i, c in enumerate(chapters) if c == k][:n_chunks]
-    before = [i for i, c in enumerate(chapters) if c < k][len(own) - n_chunks:] if n_chunks > len(own) else []
+    before = [i for i, c in enumerate(chapters) if c < k][len(own) - n_chunks :] if n_chunks > len(own) else []
     keep = before + own
-    meta = dict(sample.metadata, chunk_chapters=[chapters[i] for i in keep], max_chunks=n_chunks,
-                total_chunks=len(sample.chunks))
+    meta = dict(
+        sample.metadata,
+        chunk_chapters=[chapters[i] for i in keep],
+        max_chunks=n_chunks,
+        total_chunks=len(sample.chunks),
+    )
     return dataclasses.replace(sample, chunks=tuple(sample.chunks[i] for i in keep), metadata=meta)

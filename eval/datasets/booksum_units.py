@@ -15,6 +15,7 @@ so chapter 3 is kept and each is a range of parts with the other chapters around
 no line verbatim, the later one follows whole and the shared chapters appear twice). Every unit, fine
 or aggregate, is then a range of consecutive parts, so every row stays a target.
 """
+
 from __future__ import annotations
 
 import re
@@ -56,11 +57,12 @@ def unit_span(name: str) -> tuple[Position, Position] | None:
 @dataclass
 class Part:
     """A piece of the rebuilt book: one unit's text, or the text an aggregate adds between finer units."""
+
     start: Position
     end: Position
     text: str
-    name: str                                        # the unit it is, or "<aggregate> (part)"
-    units: set[str] = field(default_factory=set)     # the units whose text includes this part
+    name: str  # the unit it is, or "<aggregate> (part)"
+    units: set[str] = field(default_factory=set)  # the units whose text includes this part
 
 
 @dataclass(frozen=True)
@@ -120,12 +122,14 @@ def _join_overlapping(parts: list[Part], u: Unit) -> None:
     j, (_, cut, _) = tail[len(tail) - k]
     p = parts[j]
     if p.text[:cut].strip():  # the shared lines begin inside part j: cut it there
-        parts[j:j + 1] = [Part(p.start, u.start, p.text[:cut].strip(), p.name, set(p.units)),
-                          Part(u.start, p.end, p.text[cut:].strip(), p.name, set(p.units))]
+        parts[j : j + 1] = [
+            Part(p.start, u.start, p.text[:cut].strip(), p.name, set(p.units)),
+            Part(u.start, p.end, p.text[cut:].strip(), p.name, set(p.units)),
+        ]
         j += 1
     for q in parts[j:]:
         q.units.add(u.name)
-    rest = u.text[head[k - 1][2]:].strip()
+    rest = u.text[head[k - 1][2] :].strip()
     if rest:
         parts.append(Part(parts[-1].end, u.end, rest, u.name, {u.name}))
 
@@ -154,11 +158,11 @@ def rebuild(units: list[Unit]) -> tuple[list[Part], dict[str, tuple[int, int]]]:
             parts.insert(at, Part(agg.start, agg.end, agg.text, agg.name, {agg.name}))
             continue
         a, b = idx[0], idx[-1]
-        inner = parts[a:b + 1]
+        inner = parts[a : b + 1]
         found = _locate(inner, agg.text)
         if found is None:  # its parts are not in its text verbatim: the aggregate's own text replaces them
             merged = Part(agg.start, agg.end, agg.text, agg.name, {agg.name}.union(*(p.units for p in inner)))
-            parts[a:b + 1] = [merged]
+            parts[a : b + 1] = [merged]
             continue
         rebuilt: list[Part] = []
         cut = 0
@@ -172,7 +176,7 @@ def rebuild(units: list[Unit]) -> tuple[list[Part], dict[str, tuple[int, int]]]:
             cut = j
         if agg.text[cut:].strip():
             rebuilt.append(Part(inner[-1].end, agg.end, agg.text[cut:].strip(), f"{agg.name} (part)", {agg.name}))
-        parts[a:b + 1] = rebuilt
+        parts[a : b + 1] = rebuilt
     covers: dict[str, tuple[int, int]] = {}
     for i, p in enumerate(parts):
         for name in p.units:

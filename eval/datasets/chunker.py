@@ -22,6 +22,7 @@ The work is bounded for any text: a head far longer than the limit is never coun
 of a few times the limit's characters decides that it does not fit), so a text with no cut point at
 all is tokenised a bounded number of times over, not once per chunk.
 """
+
 from __future__ import annotations
 
 import re
@@ -57,14 +58,15 @@ def _exceeds(text: str, start: int, limit: int, count: TokenCounter, first: int 
     token of the limit), doubled until its count decides, when the text is long."""
     n = first or 4 * limit
     while start + n < len(text):
-        if count(text[start:start + n]) > limit + _SLACK:
+        if count(text[start : start + n]) > limit + _SLACK:
             return True
         n *= 2
     return count(text[start:]) > limit
 
 
-def _largest_fitting(lengths: "_Candidates", text: str, start: int, limit: int, count: TokenCounter,
-                     guess: int) -> int | None:
+def _largest_fitting(
+    lengths: "_Candidates", text: str, start: int, limit: int, count: TokenCounter, guess: int
+) -> int | None:
     """The index of the first (longest) candidate head that fits, as the official loop finds it scanning
     from the longest down; found instead around the candidate nearest `guess` characters, so that only
     a few heads near the limit are counted. None when no candidate fits."""
@@ -75,10 +77,10 @@ def _largest_fitting(lengths: "_Candidates", text: str, start: int, limit: int, 
     def n_of(i: int) -> int:
         if i not in counted:
             n = lengths[i]
-            if n > 2 * probe and count(text[start:start + probe]) > limit + _SLACK:
+            if n > 2 * probe and count(text[start : start + probe]) > limit + _SLACK:
                 counted[i] = limit + _SLACK + 1  # its prefix is already too long: never count the whole head
             else:
-                counted[i] = count(text[start:start + n])
+                counted[i] = count(text[start : start + n])
         return counted[i]
 
     def fits(i: int) -> bool:
@@ -168,12 +170,12 @@ def _hard_cut(text: str, start: int, end: int, limit: int, count: TokenCounter) 
     there is one (the text is never sliced past the bracket that holds the cut)."""
     lo, hi = 1, end - start
     n = 4 * limit  # the prefix that fits is short: bracket it from the start, not by halving a long text
-    while n < hi and count(text[start:start + n]) <= limit:
+    while n < hi and count(text[start : start + n]) <= limit:
         lo, n = n, n * 2
     hi = min(hi, n)
     while lo < hi:  # largest n with count(text[:n]) <= limit (token counts grow with prefix length)
         mid = (lo + hi + 1) // 2
-        if count(text[start:start + mid]) <= limit:
+        if count(text[start : start + mid]) <= limit:
             lo = mid
         else:
             hi = mid - 1
@@ -201,8 +203,9 @@ def cut_long(text: str, limit: int, count: TokenCounter, max_chunks: int | None 
         if i is not None:
             per_token = max(1.0, (end - pos) / max(1, lengths.tokens))
         pos = end
-        if (max_chunks is not None and len(chunks) >= max_chunks) or \
-                not _exceeds(text, pos, limit, count, int(limit * per_token * 1.25)):
+        if (max_chunks is not None and len(chunks) >= max_chunks) or not _exceeds(
+            text, pos, limit, count, int(limit * per_token * 1.25)
+        ):
             return chunks, text[pos:]
 
 
@@ -211,11 +214,12 @@ def truncate(text: str, limit: int, count: TokenCounter) -> tuple[str, str]:
     if count(text) <= limit:
         return text, ""
     chunks, _ = cut_long(text, limit, count, max_chunks=1)
-    return chunks[0], text[len(chunks[0]):]
+    return chunks[0], text[len(chunks[0]) :]
 
 
-def chunk_paragraphs(paragraphs: Sequence[str], chunk_tokens: int, tokenizer: TokenizerLike = None,
-                     max_chunks: int | None = None) -> list[str]:
+def chunk_paragraphs(
+    paragraphs: Sequence[str], chunk_tokens: int, tokenizer: TokenizerLike = None, max_chunks: int | None = None
+) -> list[str]:
     """Chunks of at most `chunk_tokens` tokens, exactly as the BooookScore chunker draws them; with
     `max_chunks`, only the first that many (the rest of the text is not chunked)."""
     if chunk_tokens < MIN_CHUNK_TOKENS:
@@ -262,8 +266,12 @@ class ChunkStats:
     chunk_tokens: int
 
     def as_dict(self) -> dict[str, int]:
-        return {"chunks": self.chunks, "max_chunk_tokens": self.max_chunk_tokens,
-                "text_tokens": self.text_tokens, "chunk_tokens": self.chunk_tokens}
+        return {
+            "chunks": self.chunks,
+            "max_chunk_tokens": self.max_chunk_tokens,
+            "text_tokens": self.text_tokens,
+            "chunk_tokens": self.chunk_tokens,
+        }
 
 
 def chunk_stats(paragraphs: Sequence[str], chunks: Sequence[str], tokenizer: TokenizerLike = None) -> ChunkStats:

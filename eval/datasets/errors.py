@@ -1,4 +1,5 @@
 """Named dataset errors. All derive from `memloop.eval.errors.DatasetError`, so callers may catch the root."""
+
 from __future__ import annotations
 
 from memloop.eval.errors import DatasetError

@@ -11,6 +11,7 @@ A pinned `revision` (a commit, tag or branch such as `refs/convert/parquet`) and
 dataset's configuration, e.g. arXiv's `document` or `section`) are passed through; the commit the
 snapshot resolved to is returned so that loaders can record what was read.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -37,7 +38,7 @@ def is_hub_id(source: str | Path) -> bool:
 class HubSnapshot:
     repo_id: str
     revision: str | None  # as asked for
-    commit: str           # the commit the snapshot is of
+    commit: str  # the commit the snapshot is of
     path: Path
 
 
@@ -51,11 +52,13 @@ def _split_patterns(split: str) -> list[str]:
 def download_hint(repo_id: str, revision: str | None, split: str = "test") -> str:
     rev = f" --revision {revision}" if revision else ""
     include = " ".join(f'"{p}"' for p in _split_patterns(split))
-    return (f"on a machine with network run `hf download {repo_id} --repo-type dataset{rev} --include {include}` "
-            "(huggingface_hub's CLI; "
-            "older versions: `huggingface-cli download`), then copy its HF cache "
-            f"($HF_HOME/hub/datasets--{repo_id.replace('/', '--')}) here or point HF_HOME at it; or pass a local "
-            "file or a local copy of the dataset's repository as `path`")
+    return (
+        f"on a machine with network run `hf download {repo_id} --repo-type dataset{rev} --include {include}` "
+        "(huggingface_hub's CLI; "
+        "older versions: `huggingface-cli download`), then copy its HF cache "
+        f"($HF_HOME/hub/datasets--{repo_id.replace('/', '--')}) here or point HF_HOME at it; or pass a local "
+        "file or a local copy of the dataset's repository as `path`"
+    )
 
 
 def hub_snapshot(repo_id: str, revision: str | None = None, split: str = "test") -> HubSnapshot:
@@ -64,16 +67,21 @@ def hub_snapshot(repo_id: str, revision: str | None = None, split: str = "test")
     from huggingface_hub.errors import HFValidationError
 
     try:
-        path = Path(snapshot_download(repo_id, repo_type="dataset", revision=revision,
-                                      allow_patterns=_split_patterns(split)))
+        path = Path(
+            snapshot_download(repo_id, repo_type="dataset", revision=revision, allow_patterns=_split_patterns(split))
+        )
     except HFValidationError as exc:
-        raise DatasetNotFoundError(f"{repo_id!r} is not a valid hub dataset id ({exc}): give owner/name or a local path") from None
+        raise DatasetNotFoundError(
+            f"{repo_id!r} is not a valid hub dataset id ({exc}): give owner/name or a local path"
+        ) from None
     except Exception as exc:  # offline, not cached, unknown repo or revision: all end the same way for the user
         raise HubDataUnavailableError(
-            f"hub dataset {repo_id!r}" + (f" at revision {revision!r}" if revision else "") +
-            f" could not be fetched and is not in the local Hugging Face cache ({type(exc).__name__}: "
+            f"hub dataset {repo_id!r}"
+            + (f" at revision {revision!r}" if revision else "")
+            + f" could not be fetched and is not in the local Hugging Face cache ({type(exc).__name__}: "
             f"{str(exc).strip().splitlines()[0] if str(exc).strip() else ''}); "
-            + download_hint(repo_id, revision, split)) from None
+            + download_hint(repo_id, revision, split)
+        ) from None
     return HubSnapshot(repo_id, revision, path.name, path)
 
 
@@ -90,9 +98,11 @@ def load_local_dataset(directory: Path, split: str, config_name: str | None = No
     try:
         ds = datasets.load_dataset(str(base), name, split=split, cache_dir=_prepared_cache(base))
     except ValueError as exc:  # an unknown config or split
-        raise DatasetNotFoundError(f"{directory}: cannot read split {split!r}"
-                                   + (f" of configuration {config_name!r}" if config_name else "")
-                                   + f" ({exc}); check `split` and `config_name`") from None
+        raise DatasetNotFoundError(
+            f"{directory}: cannot read split {split!r}"
+            + (f" of configuration {config_name!r}" if config_name else "")
+            + f" ({exc}); check `split` and `config_name`"
+        ) from None
     except FileNotFoundError as exc:
         raise DatasetNotFoundError(f"{directory}: no data files for split {split!r} ({exc})") from None
     return ds
@@ -116,11 +126,15 @@ def _prepared_cache(directory: Path) -> str:
 
 def _card_names(directory: Path, config_name: str) -> bool:
     card = directory / "README.md"
-    return card.is_file() and re.search(rf"config_name:\s*['\"]?{re.escape(config_name)}\b", card.read_text(errors="replace")) is not None
+    return (
+        card.is_file()
+        and re.search(rf"config_name:\s*['\"]?{re.escape(config_name)}\b", card.read_text(errors="replace")) is not None
+    )
 
 
-def hub_records(repo_id: str, split: str, revision: str | None = None, config_name: str | None = None
-                ) -> Iterator[tuple[str, dict[str, Any]]]:
+def hub_records(
+    repo_id: str, split: str, revision: str | None = None, config_name: str | None = None
+) -> Iterator[tuple[str, dict[str, Any]]]:
     """(location, row) of one split of a hub dataset; the location names the commit read."""
     snap = hub_snapshot(repo_id, revision, split)
     ds = load_local_dataset(snap.path, split, config_name)

@@ -8,6 +8,7 @@ rows: the hub snapshot (network, else the HF cache), a local copy of the reposit
 local file; `entity2id` names another file. The loader puts the map into the source's gold, so the judge
 needs no file of its own wherever it runs.
 """
+
 from __future__ import annotations
 
 import json
@@ -32,20 +33,27 @@ def entity_map_path(data: str | Path, revision: str | None = None) -> Path:
     return p / FILE if p.is_dir() else p.parent / FILE
 
 
-def read_entity_map(data: str | Path, revision: str | None = None, entity2id: str | Path | None = None
-                    ) -> dict[str, int]:
+def read_entity_map(
+    data: str | Path, revision: str | None = None, entity2id: str | Path | None = None
+) -> dict[str, int]:
     """The {name: movie id} map for rows read from `data` (or the file `entity2id` names)."""
     path = Path(entity2id) if entity2id is not None else entity_map_path(data, revision)
     if not path.is_file():
-        hint = (f"`hf download {data} {FILE} --repo-type dataset` where there is network, then copy the HF cache "
-                "here" if is_hub_id(data) else f"put the hub dataset's {FILE} beside the data ({path.parent})")
-        raise EntityMapMissingError(f"the recommendation source needs the movie names in {path}, which does not "
-                                    f"exist: {hint}, or name the file with the loader option `entity2id`")
+        hint = (
+            f"`hf download {data} {FILE} --repo-type dataset` where there is network, then copy the HF cache here"
+            if is_hub_id(data)
+            else f"put the hub dataset's {FILE} beside the data ({path.parent})"
+        )
+        raise EntityMapMissingError(
+            f"the recommendation source needs the movie names in {path}, which does not "
+            f"exist: {hint}, or name the file with the loader option `entity2id`"
+        )
     try:
         data_map = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise UnknownFormatError(f"{path} is not valid JSON ({exc}): re-download the hub dataset's {FILE}") from None
-    if not isinstance(data_map, dict) or not all(isinstance(v, int) and not isinstance(v, bool)
-                                                 for v in data_map.values()):
+    if not isinstance(data_map, dict) or not all(
+        isinstance(v, int) and not isinstance(v, bool) for v in data_map.values()
+    ):
         raise UnknownFormatError(f"{path} must map names to integer movie ids, as the hub dataset's {FILE} does")
     return data_map

@@ -37,6 +37,7 @@ A sample is one context: `chunks` as above, `query` None (the questions are many
 and metadata `source`, `competency` (the split), `context_index` (its position among the source's rows),
 `chunk_tokens`, `chunk_counter`, `where` (the file or `repo@commit[split][i]` read).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -56,8 +57,12 @@ from memloop.eval.tokens import TokenizerLike, token_counter
 
 HUB_ID = "ai-hyz/MemoryAgentBench"
 SPLITS = ("Accurate_Retrieval", "Test_Time_Learning", "Long_Range_Understanding", "Conflict_Resolution")
-COMPETENCY = {"Accurate_Retrieval": "AR", "Test_Time_Learning": "TTL", "Long_Range_Understanding": "LRU",
-              "Conflict_Resolution": "CR"}
+COMPETENCY = {
+    "Accurate_Retrieval": "AR",
+    "Test_Time_Learning": "TTL",
+    "Long_Range_Understanding": "LRU",
+    "Conflict_Resolution": "CR",
+}
 CHUNK_TOKENS = 4096  # `chunk_size` of every data config in configs/data_conf/
 TASK = "memoryagentbench"
 
@@ -86,8 +91,9 @@ def sentences(text: str) -> list[str]:
     return out
 
 
-def chunk_sentences(text: str, chunk_tokens: int = CHUNK_TOKENS, count: Callable[[str], int] | None = None
-                    ) -> list[str]:
+def chunk_sentences(
+    text: str, chunk_tokens: int = CHUNK_TOKENS, count: Callable[[str], int] | None = None
+) -> list[str]:
     """The benchmark's greedy sentence packing: a chunk grows while the sum of its sentences' token
     counts stays within `chunk_tokens`; sentences joined with one space (empty chunks not kept)."""
     if isinstance(chunk_tokens, bool) or not isinstance(chunk_tokens, int) or chunk_tokens < 1:
@@ -125,8 +131,10 @@ def _accepted(answer: Any, where: str, i: int) -> list[str]:
     flat = [v for sub in values for v in (sub if isinstance(sub, list) else [sub])]
     out = [str(v) for v in flat if v is not None and str(v).strip()]
     if not out:
-        raise MissingFieldError(f"{where}: question {i} has no accepted answer in 'answers'; every question needs "
-                                "at least one (a list of accepted strings per question)")
+        raise MissingFieldError(
+            f"{where}: question {i} has no accepted answer in 'answers'; every question needs "
+            "at least one (a list of accepted strings per question)"
+        )
     return out
 
 
@@ -148,22 +156,28 @@ def parse_row(record: Record, where: str) -> Row:
     """One hub row checked: a non-empty context, as many answer lists as questions, a source."""
     context = record.get("context")
     if not isinstance(context, str) or not context.strip():
-        raise MissingFieldError(f"{where}: 'context' is missing or empty: MemoryAgentBench rows carry context, "
-                                "questions, answers and metadata")
+        raise MissingFieldError(
+            f"{where}: 'context' is missing or empty: MemoryAgentBench rows carry context, "
+            "questions, answers and metadata"
+        )
     meta = record.get("metadata")
     meta = dict(meta) if isinstance(meta, dict) else {}
     source = meta.get("source") or record.get("source")
     if not isinstance(source, str) or not source:
-        raise MissingSourceError(f"{where}: no 'metadata.source' (the sub-dataset, e.g. 'factconsolidation_sh_6k'), "
-                                 "which the source filter, the competency and the scoring need: give every row its "
-                                 "source, as the hub dataset's rows have")
+        raise MissingSourceError(
+            f"{where}: no 'metadata.source' (the sub-dataset, e.g. 'factconsolidation_sh_6k'), "
+            "which the source filter, the competency and the scoring need: give every row its "
+            "source, as the hub dataset's rows have"
+        )
     questions = [str(q) for q in _as_list(record.get("questions"))]
     if not questions:
         raise MissingFieldError(f"{where}: 'questions' is missing or empty")
     raw_answers = _as_list(record.get("answers"))
     if len(raw_answers) != len(questions):
-        raise MissingFieldError(f"{where}: {len(questions)} questions but {len(raw_answers)} answer lists; "
-                                "'answers' needs one list of accepted strings per question")
+        raise MissingFieldError(
+            f"{where}: {len(questions)} questions but {len(raw_answers)} answer lists; "
+            "'answers' needs one list of accepted strings per question"
+        )
     answers = [_accepted(a, where, i) for i, a in enumerate(raw_answers)]
     return Row(source, context, questions, answers, meta, where)
 
@@ -188,10 +202,17 @@ def _pair_ids(meta: dict[str, Any], n: int) -> list[Any]:
     return ids if any(i is not None for i in ids) else _indexed(meta, "question_ids", n)
 
 
-def load_memoryagentbench(path: str | Path = HUB_ID, splits: Sequence[str] = SPLITS, revision: str | None = None,
-                          sources: str | list[str] | None = None, contexts_per_source: int | None = None,
-                          chunk_tokens: int = CHUNK_TOKENS, tokenizer: TokenizerLike = None,
-                          limit: int | None = None, entity2id: str | None = None) -> list[Sample]:
+def load_memoryagentbench(
+    path: str | Path = HUB_ID,
+    splits: Sequence[str] = SPLITS,
+    revision: str | None = None,
+    sources: str | list[str] | None = None,
+    contexts_per_source: int | None = None,
+    chunk_tokens: int = CHUNK_TOKENS,
+    tokenizer: TokenizerLike = None,
+    limit: int | None = None,
+    entity2id: str | None = None,
+) -> list[Sample]:
     """One sample per context of the chosen `splits` whose source matches `sources` (names or patterns).
     The recommendation source's gold carries the movie map read beside the data (`entity2id` names
     another file: `memloop.eval.datasets.mab_entities`)."""
@@ -201,19 +222,24 @@ def load_memoryagentbench(path: str | Path = HUB_ID, splits: Sequence[str] = SPL
         raise DatasetError(f"unknown MemoryAgentBench split(s) {unknown}: choose among {list(SPLITS)}")
     patterns = [sources] if isinstance(sources, str) else (list(sources) if sources is not None else None)
     if contexts_per_source is not None and contexts_per_source < 1:
-        raise DatasetError(f"contexts_per_source must be at least 1, or null for the benchmark's counts (got "
-                           f"{contexts_per_source})")
+        raise DatasetError(
+            f"contexts_per_source must be at least 1, or null for the benchmark's counts (got {contexts_per_source})"
+        )
     count = token_counter(tokenizer)
-    counter = str(tokenizer) if isinstance(tokenizer, (str, Path)) else ("cl100k_base" if tokenizer is None
-                                                                          else type(tokenizer).__name__)
+    counter = (
+        str(tokenizer)
+        if isinstance(tokenizer, (str, Path))
+        else ("cl100k_base" if tokenizer is None else type(tokenizer).__name__)
+    )
     seen: dict[str, int] = {}
     kept: list[tuple[str, Row, int]] = []
     for split, row in _rows(path, splits, revision):
         index = seen.get(row.source, 0)
         seen[row.source] = index + 1
         # the benchmark's count needs the source's row total, known at the end: keep only rows it may take
-        if _source_matches(row.source, patterns) and index < benchmark_contexts(row.source, contexts_per_source
-                                                                                or index + 1):
+        if _source_matches(row.source, patterns) and index < benchmark_contexts(
+            row.source, contexts_per_source or index + 1
+        ):
             kept.append((split, row, index))
     out: list[Sample] = []
     for split, row, index in kept:
@@ -222,8 +248,10 @@ def load_memoryagentbench(path: str | Path = HUB_ID, splits: Sequence[str] = SPL
         if index < taken:
             out.append(_sample(row, split, index, chunk_tokens, count, counter, bench, taken))
     if not out:
-        raise EmptyDatasetError(f"MemoryAgentBench {path}: no context of splits {splits} matches sources {patterns}; "
-                                f"sources present: {sorted(seen)}")
+        raise EmptyDatasetError(
+            f"MemoryAgentBench {path}: no context of splits {splits} matches sources {patterns}; "
+            f"sources present: {sorted(seen)}"
+        )
     out = out[:limit] if limit is not None else out
     recsys = [s for s in out if s.metadata["source"].startswith("recsys_")]
     if recsys:  # read once, shared by the source's contexts
@@ -267,23 +295,52 @@ def _rows(path: str | Path, splits: Sequence[str], revision: str | None) -> Iter
             yield split, row
 
 
-def _sample(row: Row, split: str, index: int, chunk_tokens: int, count: Callable[[str], int], counter: str,
-            bench: int, taken: int) -> Sample:
+def _sample(
+    row: Row,
+    split: str,
+    index: int,
+    chunk_tokens: int,
+    count: Callable[[str], int],
+    counter: str,
+    bench: int,
+    taken: int,
+) -> Sample:
     n = len(row.questions)
-    gold = {"questions": row.questions, "answers": row.answers,
-            "qa_pair_ids": _ids(_pair_ids(row.metadata, n)),
-            # LongMemEval's own ids, kept apart: the benchmark's answer check reads "_abs" (abstention) here
-            "question_ids": _ids(_indexed(row.metadata, "question_ids", n)),
-            "question_types": _indexed(row.metadata, "question_types", n)}
+    gold = {
+        "questions": row.questions,
+        "answers": row.answers,
+        "qa_pair_ids": _ids(_pair_ids(row.metadata, n)),
+        # LongMemEval's own ids, kept apart: the benchmark's answer check reads "_abs" (abstention) here
+        "question_ids": _ids(_indexed(row.metadata, "question_ids", n)),
+        "question_types": _indexed(row.metadata, "question_types", n),
+    }
     if row.metadata.get("keypoints"):  # ∞Bench-Sum's expert key points, for its LLM-judged recall
         gold["keypoints"] = [str(k) for k in _as_list(row.metadata["keypoints"])]
-    meta = {"source": row.source, "competency": COMPETENCY[split], "split": split, "context_index": index,
-            "questions": n, "chunk_tokens": chunk_tokens, "chunk_counter": counter,
-            "sentence_splitter": "nltk-punkt-untrained", "where": row.where, "contexts_taken": taken,
-            # what a context whose method produced nothing counts as: its questions, each a zero in its source;
-            # and how many contexts of the source the benchmark runs, so a report can say a run was reduced
-            "scored_items": {"count": n, "source": row.source, "competency": COMPETENCY[split],
-                             "benchmark_contexts": bench}}
-    return Sample(id=f"mab/{slug(row.source)}/{index}", task=TASK,
-                  chunks=tuple(chunk_sentences(row.context, chunk_tokens, count)), query=None, gold=gold,
-                  metadata=meta)
+    meta = {
+        "source": row.source,
+        "competency": COMPETENCY[split],
+        "split": split,
+        "context_index": index,
+        "questions": n,
+        "chunk_tokens": chunk_tokens,
+        "chunk_counter": counter,
+        "sentence_splitter": "nltk-punkt-untrained",
+        "where": row.where,
+        "contexts_taken": taken,
+        # what a context whose method produced nothing counts as: its questions, each a zero in its source;
+        # and how many contexts of the source the benchmark runs, so a report can say a run was reduced
+        "scored_items": {
+            "count": n,
+            "source": row.source,
+            "competency": COMPETENCY[split],
+            "benchmark_contexts": bench,
+        },
+    }
+    return Sample(
+        id=f"mab/{slug(row.source)}/{index}",
+        task=TASK,
+        chunks=tuple(chunk_sentences(row.context, chunk_tokens, count)),
+        query=None,
+        gold=gold,
+        metadata=meta,
+    )

@@ -6,22 +6,33 @@ a hub id (`owner/name`, at a pinned `revision` and `config_name`), a directory w
 `Dataset.save_to_disk` and a local copy of a dataset repository go through Hugging Face `datasets`
 (a hub id needs network or the local HF cache: `memloop.eval.datasets.hub`).
 """
+
 from __future__ import annotations
 
 import json
 from pathlib import Path
 from typing import Any, Iterator
 
-from memloop.eval.datasets.errors import (DatasetNotFoundError, EmptyDatasetError, MissingFieldError, RecordTooLargeError,
-                                  UnknownFormatError)
+from memloop.eval.datasets.errors import (
+    DatasetNotFoundError,
+    EmptyDatasetError,
+    MissingFieldError,
+    RecordTooLargeError,
+    UnknownFormatError,
+)
 from memloop.eval.datasets.hub import hub_records, is_hub_id, load_local_dataset
 from memloop.eval.datasets.textfile import MAX_DATA_FILE_BYTES, MAX_RECORD_BYTES, check_data_path, read_text
 
 Record = dict[str, Any]
 
 
-def read_records(source: str | Path, what: str = "dataset", split: str = "test", revision: str | None = None,
-                 config_name: str | None = None) -> Iterator[tuple[str, Record]]:
+def read_records(
+    source: str | Path,
+    what: str = "dataset",
+    split: str = "test",
+    revision: str | None = None,
+    config_name: str | None = None,
+) -> Iterator[tuple[str, Record]]:
     """(location, record) pairs; the location ("file:line", or "owner/name@commit[split][i]") goes into
     error messages. `split`, `revision` and `config_name` apply to hub ids and dataset directories."""
     if is_hub_id(source):
@@ -60,7 +71,9 @@ def read_records(source: str | Path, what: str = "dataset", split: str = "test",
             yield f"{p}#{i}", row
         return
     if suffix not in (".jsonl", ".json", ".txt"):
-        raise UnknownFormatError(f"{what} {p}: unknown format {suffix or '(no suffix)'!r}: use .jsonl, .json or .parquet")
+        raise UnknownFormatError(
+            f"{what} {p}: unknown format {suffix or '(no suffix)'!r}: use .jsonl, .json or .parquet"
+        )
     text = read_text(p, what, limit=MAX_DATA_FILE_BYTES)
     if suffix == ".txt":  # e.g. the arXiv release's train/val/test.txt hold JSON lines
         if not text.lstrip().startswith("{"):
@@ -70,7 +83,9 @@ def read_records(source: str | Path, what: str = "dataset", split: str = "test",
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
-            raise UnknownFormatError(f"{p} is not valid JSON ({exc.msg} at line {exc.lineno}): fix or re-export it") from None
+            raise UnknownFormatError(
+                f"{p} is not valid JSON ({exc.msg} at line {exc.lineno}): fix or re-export it"
+            ) from None
         rows = data if isinstance(data, list) else [data]
         for i, row in enumerate(rows):
             yield f"{p}[{i}]", _as_record(row, f"{p}[{i}]")
@@ -80,12 +95,16 @@ def read_records(source: str | Path, what: str = "dataset", split: str = "test",
         if not line.strip():
             continue
         if len(line) > MAX_RECORD_BYTES:  # characters: at least as many bytes
-            raise RecordTooLargeError(f"{p}:{n} is a record of over {MAX_RECORD_BYTES // 2**20} MiB, more than a "
-                                      "loader reads for one record; drop or shorten that line")
+            raise RecordTooLargeError(
+                f"{p}:{n} is a record of over {MAX_RECORD_BYTES // 2**20} MiB, more than a "
+                "loader reads for one record; drop or shorten that line"
+            )
         try:
             row = json.loads(line)
         except json.JSONDecodeError as exc:
-            raise UnknownFormatError(f"{p}:{n} is not valid JSON ({exc.msg}): each line of a .jsonl file must be one JSON object") from None
+            raise UnknownFormatError(
+                f"{p}:{n} is not valid JSON ({exc.msg}): each line of a .jsonl file must be one JSON object"
+            ) from None
         seen = True
         yield f"{p}:{n}", _as_record(row, f"{p}:{n}")
     if not seen:

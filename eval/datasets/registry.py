@@ -5,6 +5,7 @@ task's loader module may also define `truncate_gold(gold, n_chunks)`, which `tru
 the gold answer together with the chunks (SUMIE keeps one reference per paragraph), or
 `truncate_sample(sample, n_chunks)`, which decides the kept chunks itself (BookSum keeps its target chapter).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -20,8 +21,10 @@ GoldTruncator = Callable[[Any, int], Any]
 
 # task -> "module:function"; modules import lazily so that one task's heavy deps never load for another.
 LOADERS: Registry[Loader] = Registry(
-    "dataset task", UnknownTaskError,
-    aliases={"books": "book", "booookscore": "book", "loft-spider": "spider", "loft_spider": "spider"})
+    "dataset task",
+    UnknownTaskError,
+    aliases={"books": "book", "booookscore": "book", "loft-spider": "spider", "loft_spider": "spider"},
+)
 LOADERS.register("arxiv", "memloop.eval.datasets.arxiv:load_arxiv")
 LOADERS.register("book", "memloop.eval.datasets.books:load_books")
 LOADERS.register("booksum", "memloop.eval.datasets.booksum:load_booksum")
@@ -82,7 +85,9 @@ def truncate(sample: Sample, n_chunks: int) -> Sample:
         raise DatasetError(f"max_chunks must be a positive integer (got {n_chunks!r})")
     if len(sample.chunks) <= n_chunks:
         return sample
-    module = sys.modules.get(getattr(get_loader(sample.task), "__module__", ""), None) if sample.task in LOADERS else None
+    module = (
+        sys.modules.get(getattr(get_loader(sample.task), "__module__", ""), None) if sample.task in LOADERS else None
+    )
     own = getattr(module, "truncate_sample", None)
     if own is not None:  # the task decides which chunks a reduced sample keeps (BookSum: its target chapter)
         return own(sample, n_chunks)
@@ -91,5 +96,7 @@ def truncate(sample: Sample, n_chunks: int) -> Sample:
     if cut is not None and gold is not None:
         gold = cut(gold, n_chunks)
     # a loader that stopped chunking early recorded the total as unknown (None)
-    meta = dict(sample.metadata, max_chunks=n_chunks, total_chunks=sample.metadata.get("total_chunks", len(sample.chunks)))
+    meta = dict(
+        sample.metadata, max_chunks=n_chunks, total_chunks=sample.metadata.get("total_chunks", len(sample.chunks))
+    )
     return dataclasses.replace(sample, chunks=sample.chunks[:n_chunks], gold=gold, metadata=meta)

@@ -1,18 +1,19 @@
 """Dataset rows read through pydantic models: a malformed row is a `MissingFieldError` naming the row, the field
 and what to do, never pydantic's own `ValidationError` (which names neither the file nor the line)."""
+
 from __future__ import annotations
 
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ValidationError
-
 from memloop.eval.datasets.errors import MissingFieldError
+from pydantic import BaseModel, ValidationError
 
 M = TypeVar("M", bound=BaseModel)
 
 
 def field_path(loc: tuple[int | str, ...]) -> str:
-    """pydantic's error location as a JSON path: ('paragraph_summaries', 0, 'summary') -> paragraph_summaries[0].summary."""
+    """pydantic's error location as a JSON path: ('paragraph_summaries', 0, 'summary') ->
+    paragraph_summaries[0].summary."""
     out = ""
     for part in loc:
         out += f"[{part}]" if isinstance(part, int) else f".{part}" if out else str(part)

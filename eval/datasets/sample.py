@@ -1,4 +1,5 @@
 """The common sample type every dataset loader produces and every method consumes."""
+
 from __future__ import annotations
 
 import json
@@ -24,8 +25,14 @@ class Sample:
     metadata: dict[str, Any] = field(default_factory=dict)
 
     def to_record(self) -> dict[str, Any]:
-        return {"id": self.id, "task": self.task, "chunks": list(self.chunks), "query": self.query,
-                "gold_json": json.dumps(self.gold, sort_keys=True), "metadata_json": json.dumps(self.metadata, sort_keys=True)}
+        return {
+            "id": self.id,
+            "task": self.task,
+            "chunks": list(self.chunks),
+            "query": self.query,
+            "gold_json": json.dumps(self.gold, sort_keys=True),
+            "metadata_json": json.dumps(self.metadata, sort_keys=True),
+        }
 
 
 def slug(text: str, max_len: int = 60) -> str:

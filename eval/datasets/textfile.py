@@ -2,6 +2,7 @@
 FIFOs, devices and symlink loops are refused before anything is read (a read would block or never
 end), and what is read is bounded: a file whose whole text is one record (a book) by
 `MAX_RECORD_BYTES`, a file of many records by `MAX_DATA_FILE_BYTES`."""
+
 from __future__ import annotations
 
 import codecs
@@ -12,8 +13,13 @@ import re
 import stat
 from pathlib import Path
 
-from memloop.eval.datasets.errors import (BinaryFileError, DatasetNotFoundError, EmptyDatasetError, NotARegularFileError,
-                                  RecordTooLargeError)
+from memloop.eval.datasets.errors import (
+    BinaryFileError,
+    DatasetNotFoundError,
+    EmptyDatasetError,
+    NotARegularFileError,
+    RecordTooLargeError,
+)
 
 # One record (a book, one JSONL line, one JSON document): 16 MiB of text is ~4M tokens, far beyond any
 # model context; past it the chunker's and tokenizer's time and memory grow for nothing.
@@ -30,8 +36,12 @@ MAX_HIGH_SHARE = 0.3  # of all bytes, in a file that is not UTF-8 (Latin-1 Frenc
 log = logging.getLogger(__name__)
 _STRAY = re.compile("[\udc80-\udcff]")  # a byte that no UTF-8 sequence explains, as surrogateescape decodes it
 
-_KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
-          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+_KINDS = (
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
 
 
 def _share(data: bytes, which: bytes) -> float:
@@ -53,8 +63,10 @@ def check_data_path(path: str | Path, what: str = "file") -> os.stat_result:
         raise DatasetNotFoundError(f"{what} {p} cannot be read ({exc.strerror}): check the path") from None
     if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
         kind = next((name for test, name in _KINDS if test(st.st_mode)), "not a regular file")
-        raise NotARegularFileError(f"{what} {p} is {kind}, not a regular file: reading it could block or never "
-                                   "end; copy the data into a file and pass that")
+        raise NotARegularFileError(
+            f"{what} {p} is {kind}, not a regular file: reading it could block or never "
+            "end; copy the data into a file and pass that"
+        )
     return st
 
 
@@ -67,9 +79,11 @@ def read_bounded(path: str | Path, limit: int, what: str = "file") -> bytes:
     with p.open("rb") as f:
         data = f.read(limit + 1)
     if len(data) > limit:
-        raise RecordTooLargeError(f"{what} {p} is larger than {limit // 2**20} MiB, more than a loader reads "
-                                  f"for {'one record' if limit == MAX_RECORD_BYTES else 'one file'}; "
-                                  "split it into smaller files or pass a shorter text")
+        raise RecordTooLargeError(
+            f"{what} {p} is larger than {limit // 2**20} MiB, more than a loader reads "
+            f"for {'one record' if limit == MAX_RECORD_BYTES else 'one file'}; "
+            "split it into smaller files or pass a shorter text"
+        )
     return data
 
 
@@ -84,8 +98,14 @@ def _utf8_with_stray_bytes(data: bytes, what: str, p: Path) -> str | None:
     if good < bad:
         return None
     first = _STRAY.search(text).start()  # type: ignore[union-attr]  # bad > 0: the decode failed
-    log.warning("%s %s: decoded as UTF-8 with %d byte(s) that are not UTF-8 replaced by U+FFFD (the first at "
-                "character %d); fix or re-save the file as UTF-8 to keep them", what, p, bad, first)
+    log.warning(
+        "%s %s: decoded as UTF-8 with %d byte(s) that are not UTF-8 replaced by U+FFFD (the first at "
+        "character %d); fix or re-save the file as UTF-8 to keep them",
+        what,
+        p,
+        bad,
+        first,
+    )
     return text.encode("utf-8", errors="surrogateescape").decode("utf-8", errors="replace").lstrip("\ufeff")
 
 
@@ -106,8 +126,10 @@ def read_text(path: str | Path, what: str = "text file", limit: int = MAX_RECORD
     if b"\x00" in data:
         raise BinaryFileError(f"{what} {p} is binary (contains NUL bytes): pass a plain-text file")
     if _share(data, _CONTROLS) > MAX_CONTROL_SHARE:  # anywhere in the file, not only its start
-        raise BinaryFileError(f"{what} {p} is not text ({_share(data, _CONTROLS):.1%} control bytes): pass a "
-                              "plain-text file, or cut what follows the text")
+        raise BinaryFileError(
+            f"{what} {p} is not text ({_share(data, _CONTROLS):.1%} control bytes): pass a "
+            "plain-text file, or cut what follows the text"
+        )
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError:
@@ -118,8 +140,10 @@ def read_text(path: str | Path, what: str = "text file", limit: int = MAX_RECORD
         # Where most bytes are not ASCII the file is not such a text (random bytes after a text decode
         # as Windows-1252 too, and then take the chunker hours).
         if _share(data, _HIGH) > MAX_HIGH_SHARE:
-            raise BinaryFileError(f"{what} {p} is not text ({_share(data, _HIGH):.0%} of its bytes are neither ASCII "
-                                  "nor UTF-8): pass a UTF-8 or Latin-1 text file") from None
+            raise BinaryFileError(
+                f"{what} {p} is not text ({_share(data, _HIGH):.0%} of its bytes are neither ASCII "
+                "nor UTF-8): pass a UTF-8 or Latin-1 text file"
+            ) from None
         try:
             text = data.decode("cp1252")  # curly quotes and dashes of Windows-made files
         except UnicodeDecodeError:

@@ -5,7 +5,8 @@ Every judge is an independent unit of work with one calling convention:
     result = run_judge(name, output, gold, llm=None, metadata=None, **options) -> JudgeResult
 
 `output` is what the method produced (`get_judge(name).prediction(method_output, n_chunks)` picks it
-out of a `MethodOutput`: per-turn memories for SUMIE, the final answer for the others), `gold` is `Sample.gold`, `metadata` is `Sample.metadata`,
+out of a `MethodOutput`: per-turn memories for SUMIE, the final answer for the others), `gold` is `Sample.gold`,
+`metadata` is `Sample.metadata`,
 `llm` is any `memloop.eval.llm.LLM` (only judges with `needs_llm` use it; they never touch the engine or
 Ray). `list_judges()` names them (the registry is their single source), `get_judge(name)` gives
 `JudgeInfo` (tasks it applies to, whether it needs an LLM, its templates, `prediction` and
@@ -60,10 +61,10 @@ for SUMIE and KGScore); the report calls it, and `sumie.turn_summary` for start 
 over turns. Cost accounting from engine usage lives in `memloop.eval.judges.cost` (cache hit rate, cost
 index), also called by the report.
 """
+
 from __future__ import annotations
 
 import inspect
-
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterable, TypeVar
 
@@ -71,7 +72,7 @@ from memloop.eval.errors import JudgeError
 from memloop.eval.judges.aggregation import Aggregate, mean_over_samples
 from memloop.eval.judges.gold import GoldNeed
 from memloop.eval.judges.predictions import final_answer
-from memloop.eval.judges.records import Judgment, JudgeResult, Score
+from memloop.eval.judges.records import JudgeResult, Judgment, Score
 from memloop.eval.llm import LLM
 from memloop.eval.registry import Registry
 from memloop.eval.templates import template_hashes
@@ -113,6 +114,7 @@ class JudgeInfo:
         return self.rows_as or self.name
 
     def load(self) -> Callable[..., JudgeResult]:
+        """The judge function itself (imports its module on first use)."""
         import importlib
 
         return getattr(importlib.import_module(self.module), self.function)
@@ -154,14 +156,26 @@ for _module, _names in (
 J = TypeVar("J", bound=Callable[..., JudgeResult])
 
 
-def judge_info(name: str, tasks: tuple[str, ...] | None, needs_llm: bool, description: str,
-               templates: tuple[str, ...] = (), **fields: Any) -> Callable[[J], J]:
-    """Registers the decorated judge function as `name` with its metadata (`JudgeInfo`'s fields: `metrics`,
-    `predict`, `gold`, `per_turn`, `rows_as`, ...); the function's module must be in the index above."""
+def judge_info(
+    name: str,
+    tasks: tuple[str, ...] | None,
+    needs_llm: bool,
+    description: str,
+    templates: tuple[str, ...] = (),
+    **fields: Any,
+) -> Callable[[J], J]:
+    """Register the decorated judge function as `name`, with its metadata.
+
+    The keywords are `JudgeInfo`'s fields (`metrics`, `predict`, `gold`, `per_turn`, `rows_as`, ...); the
+    function's module must be in the index above.
+    """
+
     def register(fn: J) -> J:
-        JUDGES.entry(name)(JudgeInfo(name, tasks, needs_llm, fn.__module__, fn.__name__, description, templates,
-                                     **fields))
+        JUDGES.entry(name)(
+            JudgeInfo(name, tasks, needs_llm, fn.__module__, fn.__name__, description, templates, **fields)
+        )
         return fn
+
     return register
 
 
@@ -171,10 +185,12 @@ def register_judge(info: JudgeInfo) -> None:
 
 
 def list_judges() -> list[str]:
+    """Every registered judge's name."""
     return JUDGES.names()
 
 
 def get_judge(name: str) -> JudgeInfo:
+    """The registered judge `name` (a named error listing the known ones if there is none)."""
     return JUDGES.get(name)
 
 
@@ -184,8 +200,10 @@ def judge_template_hashes(name: str) -> dict[str, str]:
 
 
 def headline_metrics(name: str) -> list[str]:
-    """The metric columns a table keeps for judge `name` (per-turn ones as "metric:start|last|avg"); a
-    judge the registry does not hold: one column named after it."""
+    """The metric columns a table keeps for judge `name`.
+
+    Per-turn ones as "metric:start|last|avg"; a judge the registry does not hold: one column named after it.
+    """
     if name not in JUDGES:
         return [name]
     info = get_judge(name)
@@ -193,23 +211,42 @@ def headline_metrics(name: str) -> list[str]:
 
 
 def aggregator(name: str) -> Aggregate:
-    """How judge `name` aggregates over samples. A name the registry does not hold (scores written by
-    an older memloop, or by a judge registered elsewhere) aggregates by the mean, as all the papers do."""
+    """How judge `name` aggregates over samples.
+
+    A name the registry does not hold (scores written by an older memloop, or by a judge registered
+    elsewhere) aggregates by the mean, as all the papers do.
+    """
     return get_judge(name).aggregate_by if name in JUDGES else mean_over_samples
 
 
-def run_judge(name: str, output: Any, gold: Any, llm: LLM | None = None, metadata: dict[str, Any] | None = None,
-              **options: Any) -> JudgeResult:
+def run_judge(
+    name: str, output: Any, gold: Any, llm: LLM | None = None, metadata: dict[str, Any] | None = None, **options: Any
+) -> JudgeResult:
     """Run one judge on one output (a self-contained unit of work: safe to ship to a Ray task)."""
     info = get_judge(name)
     if info.needs_llm and llm is None:
         raise JudgeError(f"judge {name!r} needs a judge LLM; configure `judge_model` in the run config")
     result = info.load()(output, gold, llm, metadata=metadata or {}, **info.check_options(options))
     if result.judge != info.row_name:  # the registry's `rows_as` is what keeps a run's judges' rows apart
-        raise JudgeError(f"judge {name!r} wrote rows as {result.judge!r} but is registered to write "
-                         f"{info.row_name!r}; set its `rows_as` in memloop.eval.judges")
+        raise JudgeError(
+            f"judge {name!r} wrote rows as {result.judge!r} but is registered to write "
+            f"{info.row_name!r}; set its `rows_as` in memloop.eval.judges"
+        )
     return result
 
 
-__all__ = ["Judgment", "JudgeResult", "Score", "JudgeInfo", "JUDGES", "judge_info", "list_judges", "get_judge", "register_judge",
-           "run_judge", "judge_template_hashes", "aggregator", "headline_metrics"]
+__all__ = [
+    "Judgment",
+    "JudgeResult",
+    "Score",
+    "JudgeInfo",
+    "JUDGES",
+    "judge_info",
+    "list_judges",
+    "get_judge",
+    "register_judge",
+    "run_judge",
+    "judge_template_hashes",
+    "aggregator",
+    "headline_metrics",
+]

@@ -24,6 +24,7 @@ and a 95% percentile interval from a bootstrap over samples, clustered by sample
 reproducible. `paired_mean_delta` is the paired difference of two methods (or two runs) on their
 common samples with the same bootstrap; `memloop compare` and the paper tables both call it.
 """
+
 from __future__ import annotations
 
 import math
@@ -59,8 +60,9 @@ def mean_se(values: Iterable[float]) -> tuple[float, float | None]:
     return m, math.sqrt(var / len(vals))
 
 
-def bootstrap(stat: Callable[[np.ndarray], np.ndarray], n: int, resamples: int = RESAMPLES,
-              seed: int = SEED) -> tuple[float, float, float]:
+def bootstrap(
+    stat: Callable[[np.ndarray], np.ndarray], n: int, resamples: int = RESAMPLES, seed: int = SEED
+) -> tuple[float, float, float]:
     """`stat` on all n clusters and its 95% percentile interval over `resamples` resamples of them.
     `stat` maps index arrays of shape (k, n) to k values; NaN resamples are left out."""
     if n == 0:
@@ -81,9 +83,11 @@ def paired_mean_delta(a: np.ndarray, b: np.ndarray) -> tuple[float, float, float
     return bootstrap(lambda idx: d[idx].mean(axis=1), len(d))
 
 
-def paired_ratio_delta(num_a: np.ndarray, den_a: np.ndarray, num_b: np.ndarray, den_b: np.ndarray,
-                       scale: float = 100.0) -> tuple[float, float, float]:
+def paired_ratio_delta(
+    num_a: np.ndarray, den_a: np.ndarray, num_b: np.ndarray, den_b: np.ndarray, scale: float = 100.0
+) -> tuple[float, float, float]:
     """scale x (Σnum_b/Σden_b − Σnum_a/Σden_a) over paired units and its bootstrap interval."""
+
     def stat(idx: np.ndarray) -> np.ndarray:
         return scale * (num_b[idx].sum(1) / den_b[idx].sum(1) - num_a[idx].sum(1) / den_a[idx].sum(1))
 
@@ -111,8 +115,12 @@ def _per_repeat(values: np.ndarray, weights: np.ndarray | None, aggregate: Aggre
     return np.array([[aggregate(values[k, :, r]) for r in range(values.shape[2])] for k in range(values.shape[0])])
 
 
-def figure(units: Sequence[Unit], aggregate: Aggregate = mean_over_samples, zero: float = 0.0,
-           repeats: Sequence[int] | None = None) -> dict[str, Any]:
+def figure(
+    units: Sequence[Unit],
+    aggregate: Aggregate = mean_over_samples,
+    zero: float = 0.0,
+    repeats: Sequence[int] | None = None,
+) -> dict[str, Any]:
     """One cell by the rule: headline mean, s.e. over repeats, bootstrap interval, and the counts.
     `repeats`: every repeat the run has for this method (a repeat without any unit still counts)."""
     for u in units:
@@ -140,27 +148,40 @@ def figure(units: Sequence[Unit], aggregate: Aggregate = mean_over_samples, zero
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN repeat is NaN, counted below
-            per_repeat = _per_repeat(vals[None], wts[None] if wts is not None else None, aggregate)[0] \
-                if samples else np.full(len(reps), np.nan)
+            per_repeat = (
+                _per_repeat(vals[None], wts[None] if wts is not None else None, aggregate)[0]
+                if samples
+                else np.full(len(reps), np.nan)
+            )
             mean, se = mean_se(per_repeat.tolist())
             # one sample has no spread to resample: no interval rather than a degenerate [x, x]
             _, lo, hi = bootstrap(stat, len(samples)) if len(samples) > 1 else (math.nan, math.nan, math.nan)
     judged = [u for u in units if u.state == JUDGED]
     count = {s: sum(1 for u in units if u.state == s) for s in STATES}
     missing_repeats = int(np.isnan(per_repeat).sum()) if samples else len(reps)
-    return {"mean": None if math.isnan(mean) else mean, "se": se,
-            "lo": None if math.isnan(lo) else lo, "hi": None if math.isnan(hi) else hi,
-            "repeats": len(reps), "repeats_without_result": missing_repeats,
-            "mean_judged": _none(mean_over_samples(u.value for u in judged)),
-            "judged": count[JUDGED], "zeroed": count[ZERO], "n/a": count[NOT_APPLICABLE],
-            "incomplete_units": count[INCOMPLETE], "total": len(units) - count[NOT_APPLICABLE],
-            "samples": len(samples), "incomplete": bool(count[INCOMPLETE] or missing_repeats)}
+    return {
+        "mean": None if math.isnan(mean) else mean,
+        "se": se,
+        "lo": None if math.isnan(lo) else lo,
+        "hi": None if math.isnan(hi) else hi,
+        "repeats": len(reps),
+        "repeats_without_result": missing_repeats,
+        "mean_judged": _none(mean_over_samples(u.value for u in judged)),
+        "judged": count[JUDGED],
+        "zeroed": count[ZERO],
+        "n/a": count[NOT_APPLICABLE],
+        "incomplete_units": count[INCOMPLETE],
+        "total": len(units) - count[NOT_APPLICABLE],
+        "samples": len(samples),
+        "incomplete": bool(count[INCOMPLETE] or missing_repeats),
+    }
 
 
 def paired_difference(a: Sequence[Unit], b: Sequence[Unit], zero: float = 0.0) -> dict[str, Any]:
     """b − a over the units both count (judged, or zero for a failed unit), paired by (repeat, sample);
     a sample's differences are averaged over its repeats and the interval is `paired_mean_delta`'s
     bootstrap over those samples. Units either side leaves out (n/a, incomplete, undefined) drop the pair."""
+
     def counted(units: Sequence[Unit]) -> dict[tuple[int, str], float]:
         out = {}
         for u in units:
@@ -179,13 +200,36 @@ def paired_difference(a: Sequence[Unit], b: Sequence[Unit], zero: float = 0.0) -
     if not len(xa):
         return {"n": 0, "units": 0, "a": None, "b": None, "delta": None, "lo": None, "hi": None}
     delta, lo, hi = paired_mean_delta(xa, xb)
-    return {"n": len(xa), "units": len(keys), "a": float(xa.mean()), "b": float(xb.mean()), "delta": delta,
-            "lo": _none(lo), "hi": _none(hi)}
+    return {
+        "n": len(xa),
+        "units": len(keys),
+        "a": float(xa.mean()),
+        "b": float(xb.mean()),
+        "delta": delta,
+        "lo": _none(lo),
+        "hi": _none(hi),
+    }
 
 
 def _none(v: float) -> float | None:
     return None if math.isnan(v) else v
 
 
-__all__ = ["Aggregate", "mean_over_samples", "mean_se", "bootstrap", "paired_mean_delta", "paired_ratio_delta",
-           "Unit", "figure", "paired_difference", "JUDGED", "ZERO", "NOT_APPLICABLE", "INCOMPLETE", "STATES", "RESAMPLES", "SEED"]
+__all__ = [
+    "Aggregate",
+    "mean_over_samples",
+    "mean_se",
+    "bootstrap",
+    "paired_mean_delta",
+    "paired_ratio_delta",
+    "Unit",
+    "figure",
+    "paired_difference",
+    "JUDGED",
+    "ZERO",
+    "NOT_APPLICABLE",
+    "INCOMPLETE",
+    "STATES",
+    "RESAMPLES",
+    "SEED",
+]

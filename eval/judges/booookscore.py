@@ -13,6 +13,7 @@ keyed by sentence, so a sentence repeated verbatim counts once in numerator and 
 `judge_batched` is the batched variant (the official "v2"): several numbered sentences per call,
 a JSON list back, one object per sentence.
 """
+
 from __future__ import annotations
 
 import json
@@ -22,17 +23,25 @@ from typing import Any, Sequence
 
 from memloop.eval.asking import ParseFailure
 from memloop.eval.errors import JudgeError
-from memloop.eval.llm import LLM
-from memloop.eval.options import Temperature
 from memloop.eval.judges import judge_info
 from memloop.eval.judges.asking import ask_judgment
-from memloop.eval.judges.records import Judgment, JudgeResult, Score
+from memloop.eval.judges.records import JudgeResult, Judgment, Score
 from memloop.eval.judges.sentences import split_sentences
+from memloop.eval.llm import LLM
+from memloop.eval.options import Temperature
 from memloop.eval.templates import render
 
 NAME = "booookscore"
-ERROR_TYPES = ("entity omission", "event omission", "causal omission", "salience", "discontinuity",
-               "duplication", "inconsistency", "language")
+ERROR_TYPES = (
+    "entity omission",
+    "event omission",
+    "causal omission",
+    "salience",
+    "discontinuity",
+    "duplication",
+    "inconsistency",
+    "language",
+)
 NO_CONFUSION = "no confusion"
 SENTENCE_TEMPLATE = "booookscore-sentence"
 BATCH_TEMPLATE = "booookscore-batch"
@@ -41,23 +50,41 @@ BATCH_TEMPLATE = "booookscore-batch"
 # least one known label. The questions/types agreement rule is still checked by the parser.
 SENTENCE_SCHEMA: dict[str, Any] = {
     "anyOf": [
-        {"type": "object", "properties": {"questions": {"const": NO_CONFUSION},
-                                          "types": {"type": "array", "maxItems": 0}},
-         "required": ["questions", "types"], "additionalProperties": False},
-        {"type": "object", "properties": {"questions": {"type": "string", "minLength": 1, "maxLength": 400},
-                                          "types": {"type": "array", "items": {"enum": list(ERROR_TYPES)},
-                                                    "minItems": 1, "maxItems": len(ERROR_TYPES)}},
-         "required": ["questions", "types"], "additionalProperties": False},
+        {
+            "type": "object",
+            "properties": {"questions": {"const": NO_CONFUSION}, "types": {"type": "array", "maxItems": 0}},
+            "required": ["questions", "types"],
+            "additionalProperties": False,
+        },
+        {
+            "type": "object",
+            "properties": {
+                "questions": {"type": "string", "minLength": 1, "maxLength": 400},
+                "types": {
+                    "type": "array",
+                    "items": {"enum": list(ERROR_TYPES)},
+                    "minItems": 1,
+                    "maxItems": len(ERROR_TYPES),
+                },
+            },
+            "required": ["questions", "types"],
+            "additionalProperties": False,
+        },
     ]
 }
 
 
 def batch_schema(n: int) -> dict[str, Any]:
-    item = {"type": "object",
-            "properties": {"sentence_num": {"type": "integer"},
-                           "questions": {"anyOf": [{"type": "null"}, {"type": "string", "maxLength": 400}]},
-                           "types": {"type": "array", "items": {"enum": list(ERROR_TYPES)}, "maxItems": len(ERROR_TYPES)}},
-            "required": ["sentence_num", "questions", "types"], "additionalProperties": False}
+    item = {
+        "type": "object",
+        "properties": {
+            "sentence_num": {"type": "integer"},
+            "questions": {"anyOf": [{"type": "null"}, {"type": "string", "maxLength": 400}]},
+            "types": {"type": "array", "items": {"enum": list(ERROR_TYPES)}, "maxItems": len(ERROR_TYPES)},
+        },
+        "required": ["sentence_num", "questions", "types"],
+        "additionalProperties": False,
+    }
     return {"type": "array", "items": item, "minItems": n, "maxItems": n}
 
 
@@ -100,7 +127,7 @@ def _first_json(text: str, opener: str, closer: str) -> Any:
     if start < 0 or end < start:
         raise ParseFailure(f"no JSON {'object' if opener == '{' else 'list'} in the answer")
     try:
-        return json.loads(text[start:end + 1])
+        return json.loads(text[start : end + 1])
     except json.JSONDecodeError as exc:
         raise ParseFailure(f"answer is not valid JSON: {exc}") from None
 
@@ -130,7 +157,10 @@ def parse_batch_answer(text: str, n: int) -> list[dict[str, Any]]:
     """Labels of n numbered sentences from the batched JSON list answer. Raises ParseFailure."""
     items = _first_json(text, "[", "]")
     if not isinstance(items, list) or len(items) != n:
-        raise ParseFailure(f"expected a JSON list of {n} answers, got {len(items) if isinstance(items, list) else type(items).__name__}")
+        raise ParseFailure(
+            f"expected a JSON list of {n} answers, got "
+            f"{len(items) if isinstance(items, list) else type(items).__name__}"
+        )
     out = []
     for i, it in enumerate(items, 1):
         if not isinstance(it, dict) or "types" not in it or "questions" not in it:
@@ -155,9 +185,12 @@ def score_judgments(judgments: Sequence[Judgment]) -> float:
 
 def _result(judgments: list[Judgment], n_sentences: int, details: dict[str, Any] | None = None) -> JudgeResult:
     invalid = sum(not j.valid for j in judgments)
-    scores = [Score(NAME, score_judgments(judgments)), Score("sentences", float(n_sentences)),
-              Score("confusing", float(sum(is_confusing(j.label) for j in judgments if j.valid))),
-              Score("invalid", float(invalid))]
+    scores = [
+        Score(NAME, score_judgments(judgments)),
+        Score("sentences", float(n_sentences)),
+        Score("confusing", float(sum(is_confusing(j.label) for j in judgments if j.valid))),
+        Score("invalid", float(invalid)),
+    ]
     counts = {t: sum(t in (j.label or {}).get("types", []) for j in judgments if j.valid) for t in ERROR_TYPES}
     return JudgeResult(NAME, scores, judgments, {"error_types": counts, **(details or {})})
 
@@ -180,12 +213,27 @@ def _units(summary: str, dedupe: bool) -> list[str]:
     return list(dict.fromkeys(sentences)) if dedupe else sentences
 
 
-@judge_info("booookscore", ("book",), True,
-            "share of summary sentences without a coherence error, one judge call per sentence",
-            ("booookscore-sentence",), metrics=("booookscore",))
-def judge(summary: str, gold: Any = None, llm: LLM | None = None, *, metadata: dict[str, Any] | None = None, dedupe: bool = True, max_attempts: int = 3,
-          max_tokens: int = 200, on_invalid: str = "raise", max_workers: int = 16,
-          temperature: Temperature = 0.0) -> JudgeResult:
+@judge_info(
+    "booookscore",
+    ("book",),
+    True,
+    "share of summary sentences without a coherence error, one judge call per sentence",
+    ("booookscore-sentence",),
+    metrics=("booookscore",),
+)
+def judge(
+    summary: str,
+    gold: Any = None,
+    llm: LLM | None = None,
+    *,
+    metadata: dict[str, Any] | None = None,
+    dedupe: bool = True,
+    max_attempts: int = 3,
+    max_tokens: int = 200,
+    on_invalid: str = "raise",
+    max_workers: int = 16,
+    temperature: Temperature = 0.0,
+) -> JudgeResult:
     """One call per sentence (issued concurrently; a batching engine serves them together)."""
     if llm is None:
         raise JudgeError("BooookScore needs a judge LLM (set `judge_model` in the run config)")
@@ -196,22 +244,48 @@ def judge(summary: str, gold: Any = None, llm: LLM | None = None, *, metadata: d
     def one(i_s: tuple[int, str]) -> Judgment:
         i, s = i_s
         tpl, prompt = render(SENTENCE_TEMPLATE, summary=summary, sentence=s)
-        return ask_judgment(llm, tpl, prompt, item=s, parse=parse_sentence_answer, schema=SENTENCE_SCHEMA,
-                   max_tokens=max_tokens, max_attempts=max_attempts, seed=i, raise_on_invalid=on_invalid == "raise",
-                   temperature=temperature)
+        return ask_judgment(
+            llm,
+            tpl,
+            prompt,
+            item=s,
+            parse=parse_sentence_answer,
+            schema=SENTENCE_SCHEMA,
+            max_tokens=max_tokens,
+            max_attempts=max_attempts,
+            seed=i,
+            raise_on_invalid=on_invalid == "raise",
+            temperature=temperature,
+        )
 
     with ThreadPoolExecutor(max_workers=max(1, min(max_workers, len(units)))) as pool:
         judgments = list(pool.map(one, enumerate(units)))
     return _result(judgments, len(units))
 
 
-@judge_info("booookscore-batched", ("book",), True,
-            "BooookScore with several sentences per judge call (JSON list answers)", ("booookscore-batch",),
-            metrics=("booookscore",), rows_as="booookscore")
-def judge_batched(summary: str, gold: Any = None, llm: LLM | None = None, *,
-                  metadata: dict[str, Any] | None = None, batch_size: int = 10,
-                  dedupe: bool = True, max_attempts: int = 3, max_tokens_per_sentence: int = 120,
-                  on_invalid: str = "raise", max_workers: int = 8, temperature: Temperature = 0.0) -> JudgeResult:
+@judge_info(
+    "booookscore-batched",
+    ("book",),
+    True,
+    "BooookScore with several sentences per judge call (JSON list answers)",
+    ("booookscore-batch",),
+    metrics=("booookscore",),
+    rows_as="booookscore",
+)
+def judge_batched(
+    summary: str,
+    gold: Any = None,
+    llm: LLM | None = None,
+    *,
+    metadata: dict[str, Any] | None = None,
+    batch_size: int = 10,
+    dedupe: bool = True,
+    max_attempts: int = 3,
+    max_tokens_per_sentence: int = 120,
+    on_invalid: str = "raise",
+    max_workers: int = 8,
+    temperature: Temperature = 0.0,
+) -> JudgeResult:
     """Several numbered sentences per call; the JSON list answer is split into one judgment per sentence."""
     if llm is None:
         raise JudgeError("BooookScore needs a judge LLM (set `judge_model` in the run config)")
@@ -220,23 +294,42 @@ def judge_batched(summary: str, gold: Any = None, llm: LLM | None = None, *,
     if _empty(summary):
         return _nothing_to_judge()
     units = _units(summary, dedupe)
-    batches = [units[i:i + batch_size] for i in range(0, len(units), batch_size)]
+    batches = [units[i : i + batch_size] for i in range(0, len(units), batch_size)]
 
     def one(b_batch: tuple[int, list[str]]) -> list[Judgment]:
         b, batch = b_batch
         numbered = "\n".join(f"{n}. {s}" for n, s in enumerate(batch, 1))
         tpl, prompt = render(BATCH_TEMPLATE, summary=summary, sentences=numbered)
-        call = ask_judgment(llm, tpl, prompt, item=numbered, parse=lambda t: parse_batch_answer(t, len(batch)),
-                   schema=batch_schema(len(batch)), max_tokens=max_tokens_per_sentence * len(batch),
-                   max_attempts=max_attempts, seed=b, raise_on_invalid=on_invalid == "raise", temperature=temperature)
+        call = ask_judgment(
+            llm,
+            tpl,
+            prompt,
+            item=numbered,
+            parse=lambda t: parse_batch_answer(t, len(batch)),
+            schema=batch_schema(len(batch)),
+            max_tokens=max_tokens_per_sentence * len(batch),
+            max_attempts=max_attempts,
+            seed=b,
+            raise_on_invalid=on_invalid == "raise",
+            temperature=temperature,
+        )
         # One judgment per sentence; the call's prompt, raw answer and usage stay on the first of them.
         out = []
         for k, s in enumerate(batch):
-            out.append(Judgment(item=s, label=call.label[k] if call.valid else None, valid=call.valid,
-                                prompt=call.prompt if k == 0 else None, template_id=call.template_id,
-                                template_sha256=call.template_sha256, constrained=call.constrained,
-                                raw=call.raw if k == 0 else None, failures=call.failures if k == 0 else [],
-                                usage=call.usage if k == 0 else type(call.usage)()))
+            out.append(
+                Judgment(
+                    item=s,
+                    label=call.label[k] if call.valid else None,
+                    valid=call.valid,
+                    prompt=call.prompt if k == 0 else None,
+                    template_id=call.template_id,
+                    template_sha256=call.template_sha256,
+                    constrained=call.constrained,
+                    raw=call.raw if k == 0 else None,
+                    failures=call.failures if k == 0 else [],
+                    usage=call.usage if k == 0 else type(call.usage)(),
+                )
+            )
         return out
 
     with ThreadPoolExecutor(max_workers=max(1, min(max_workers, len(batches)))) as pool:

@@ -11,6 +11,7 @@ By default it is left out of the score, since it belongs to a summary other than
 `unmatched="count"` adds each as one more confusing sentence of its book instead (the release's
 ChatGPT rows then read 84.5 and 68.2 instead of 84.8 and 68.9).
 """
+
 from __future__ import annotations
 
 import json
@@ -23,7 +24,7 @@ from memloop.eval.asking import ParseFailure
 from memloop.eval.errors import JudgeError
 from memloop.eval.judges.aggregation import mean_over_samples
 from memloop.eval.judges.booookscore import NAME, _label, _result
-from memloop.eval.judges.records import Judgment, JudgeResult
+from memloop.eval.judges.records import JudgeResult, Judgment
 from memloop.eval.judges.sentences import sentence_spans
 
 if TYPE_CHECKING:
@@ -39,8 +40,9 @@ def _ws(s: str) -> str:
 UNMATCHED = ("drop", "count")
 
 
-def replay_book(summary: str, annotations: dict[str, Any] | None, *, dedupe: bool = True,
-                unmatched: str = "drop") -> JudgeResult:
+def replay_book(
+    summary: str, annotations: dict[str, Any] | None, *, dedupe: bool = True, unmatched: str = "drop"
+) -> JudgeResult:
     """Score one summary with its recorded sentence judgments; `unmatched` says what becomes of a
     confusing sentence the summary does not contain ("drop": reported only; "count": one more
     confusing sentence)."""
@@ -50,7 +52,9 @@ def replay_book(summary: str, annotations: dict[str, Any] | None, *, dedupe: boo
         raise JudgeError("the summary is empty; nothing to score")
     annotations = annotations or {}
     if not isinstance(annotations, dict):
-        raise JudgeError(f"a book's annotations must be a {{sentence: judgment}} object, got {type(annotations).__name__}")
+        raise JudgeError(
+            f"a book's annotations must be a {{sentence: judgment}} object, got {type(annotations).__name__}"
+        )
     spans = sentence_spans(summary)
     texts = [summary[a:b].strip() for a, b in spans]
     index: dict[str, list[int]] = {}
@@ -116,15 +120,18 @@ def _load_json(path: Path, what: str) -> dict[str, Any]:
     return data
 
 
-def score_release(summaries_path: str | Path, annotations_path: str | Path, *, dedupe: bool = True,
-                  unmatched: str = "drop") -> ReleaseScore:
+def score_release(
+    summaries_path: str | Path, annotations_path: str | Path, *, dedupe: bool = True, unmatched: str = "drop"
+) -> ReleaseScore:
     """BooookScore of an official summaries file judged by its annotation file (mean over books)."""
     summaries = _load_json(Path(summaries_path), "summaries")
     annotations = _load_json(Path(annotations_path), "annotations")
     extra = sorted(set(annotations) - set(summaries))
     if extra:
-        raise JudgeError(f"annotations name {len(extra)} book(s) absent from the summaries file (e.g. {extra[0]!r}); "
-                         "pair each annotation file with the summaries it was made from")
+        raise JudgeError(
+            f"annotations name {len(extra)} book(s) absent from the summaries file (e.g. {extra[0]!r}); "
+            "pair each annotation file with the summaries it was made from"
+        )
     per_book: dict[str, float] = {}
     sentences = lost = 0
     for book in sorted(summaries):
@@ -145,7 +152,9 @@ def release_table(release_dir: str | Path, unmatched: str = "drop") -> list[dict
     root = Path(release_dir)
     ann_dir, summ_dir = root / "annotations", root / "summaries"
     if not ann_dir.is_dir() or not summ_dir.is_dir():
-        raise JudgeError(f"{root} must contain `annotations/` and `summaries/` (the official BooookScore release layout)")
+        raise JudgeError(
+            f"{root} must contain `annotations/` and `summaries/` (the official BooookScore release layout)"
+        )
     rows = []
     for ann in sorted(ann_dir.glob("*.json")):
         m = RELEASE_NAME.match(ann.name)
@@ -155,9 +164,17 @@ def release_table(release_dir: str | Path, unmatched: str = "drop") -> list[dict
         if not summ.is_file():
             raise JudgeError(f"no summaries file {summ.name} for annotations {ann.name}")
         s = score_release(summ, ann, unmatched=unmatched)
-        rows.append({"model": m["model"], "chunk": int(m["chunk"]), "method": m["method"],
-                     "booookscore": s.booookscore, "books": s.books, "sentences": s.sentences,
-                     "unmatched": s.unmatched})
+        rows.append(
+            {
+                "model": m["model"],
+                "chunk": int(m["chunk"]),
+                "method": m["method"],
+                "booookscore": s.booookscore,
+                "books": s.books,
+                "sentences": s.sentences,
+                "unmatched": s.unmatched,
+            }
+        )
     if not rows:
         raise JudgeError(f"no annotation files named like gpt4-2048-hier.json in {ann_dir}")
     return rows

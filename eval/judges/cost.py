@@ -20,6 +20,7 @@ tokenizer), and `paper_per_sample` the table's means per sample and cost index. 
 recorded text in the run model's tokenizer; the engine's counts (chat template, retried attempts,
 radix reuse across samples) are `per_sample_cost`'s and are reported as their own columns.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -68,8 +69,13 @@ def usage_of(prompt_tokens: float, cached_tokens: float, decoded_tokens: float) 
 def cost_summary(usages: Iterable[Usage]) -> dict[str, float]:
     """Table-3 columns over a set of requests (e.g. all steps of a method on a dataset)."""
     u = total(usages)
-    return {"cache_hit_rate": cache_hit_rate(u), "encoded": float(u.prompt_tokens), "net_encoded": float(net_encoded(u)),
-            "decoded": float(u.decoded_tokens), "cost_index": cost_index(u)}
+    return {
+        "cache_hit_rate": cache_hit_rate(u),
+        "encoded": float(u.prompt_tokens),
+        "net_encoded": float(net_encoded(u)),
+        "decoded": float(u.decoded_tokens),
+        "cost_index": cost_index(u),
+    }
 
 
 def per_sample_cost(per_sample: Sequence[Usage]) -> dict[str, float]:
@@ -80,9 +86,14 @@ def per_sample_cost(per_sample: Sequence[Usage]) -> dict[str, float]:
         raise JudgeError("per_sample_cost needs at least one sample")
     u = total(per_sample)
     n = len(per_sample)
-    return {"cache_hit_rate": cache_hit_rate(u) if u.prompt_tokens else float("nan"),
-            "encoded": u.prompt_tokens / n, "net_encoded": net_encoded(u) / n, "decoded": u.decoded_tokens / n,
-            "cost_index": cost_index(u) / n, "samples": float(n)}
+    return {
+        "cache_hit_rate": cache_hit_rate(u) if u.prompt_tokens else float("nan"),
+        "encoded": u.prompt_tokens / n,
+        "net_encoded": net_encoded(u) / n,
+        "decoded": u.decoded_tokens / n,
+        "cost_index": cost_index(u) / n,
+        "samples": float(n),
+    }
 
 
 def prefix_hits(prompts: Sequence[str], encode: Callable[[str], Sequence[int]]) -> tuple[int, int]:
@@ -117,8 +128,9 @@ class PaperCost:
         return (self.net + DECODE_WEIGHT * self.output) / 1e6
 
 
-def paper_sample_cost(prompts: Sequence[str], outputs: Sequence[str],
-                      encode: Callable[[str], Sequence[int]], retried_output: int = 0) -> PaperCost:
+def paper_sample_cost(
+    prompts: Sequence[str], outputs: Sequence[str], encode: Callable[[str], Sequence[int]], retried_output: int = 0
+) -> PaperCost:
     """Seed 002's Total, hit and Output of one sample from its prompts and outputs in order: every attempt's
     prompt (a retry sends its prompt again, so it reuses the whole previous prompt) and output; the outputs
     of rejected attempts, which are not recorded as text, come as their token count (`retried_output`)."""
@@ -134,7 +146,11 @@ def paper_per_sample(per_sample: Sequence[PaperCost]) -> dict[str, float]:
         raise JudgeError("paper_per_sample needs at least one sample")
     n = len(per_sample)
     total = sum(c.total for c in per_sample)
-    return {"prefix_hit": sum(c.hit for c in per_sample) / total if total else float("nan"),
-            "encoded": total / n, "net_encoded": sum(c.net for c in per_sample) / n,
-            "decoded": sum(c.output for c in per_sample) / n,
-            "cost_index": sum(c.cost_index for c in per_sample) / n, "samples": float(n)}
+    return {
+        "prefix_hit": sum(c.hit for c in per_sample) / total if total else float("nan"),
+        "encoded": total / n,
+        "net_encoded": sum(c.net for c in per_sample) / n,
+        "decoded": sum(c.output for c in per_sample) / n,
+        "cost_index": sum(c.cost_index for c in per_sample) / n,
+        "samples": float(n),
+    }

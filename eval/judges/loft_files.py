@@ -1,4 +1,5 @@
 """LOFT SQL execution accuracy of a predictions file against its queries file (`memloop score loft`)."""
+
 from __future__ import annotations
 
 import json
@@ -36,7 +37,9 @@ def score_loft_files(queries: Path, preds: Path) -> LoftScore:
     q, p = read_jsonl_by_qid(queries), read_jsonl_by_qid(preds)
     missing = sorted(set(q) - set(p))
     if missing or not q:
-        raise JudgeError(f"{len(missing)} of {len(q)} queries have no prediction (e.g. {missing[:1]}); "
-                         "score a complete predictions file")
+        raise JudgeError(
+            f"{len(missing)} of {len(q)} queries have no prediction (e.g. {missing[:1]}); "
+            "score a complete predictions file"
+        )
     scores = [run_judge("loft-exec", p[qid], q[qid]["answers"]).score("accuracy") for qid in sorted(q)]
     return LoftScore(sum(scores) / len(scores), len(scores))

@@ -28,6 +28,7 @@ tables' layout (one column per source grouped by competency, the five ICL sets a
 "MCC" column), and the mean of the four competencies as the paper's "Overall". `source_figures` adds a 95%
 bootstrap interval over contexts (questions of one context resampled together: they share a memory).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -42,21 +43,25 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 import numpy as np
-
 from memloop.eval.errors import JudgeError
 from memloop.eval.judges import judge_info
 from memloop.eval.judges.aggregation import LEVEL, RESAMPLES, SEED
 from memloop.eval.judges.mab_llm import TEMPLATES as LLM_TEMPLATES
-from memloop.eval.judges.records import Judgment, JudgeResult, Score
+from memloop.eval.judges.records import JudgeResult, Judgment, Score
 from memloop.eval.llm import LLM
 
 # the metric each source family's table column reports (the benchmark's README, "Clarification on
 # Evaluation Metrics"); first matching prefix wins
 PRIMARY: tuple[tuple[str, str], ...] = (
-    ("eventqa_", "substring_exact_match"), ("ruler_qa", "substring_exact_match"),
-    ("ruler_niah", "ruler_recall"), ("factconsolidation_", "substring_exact_match"),
-    ("detective_qa", "exact_match"), ("icl_", "exact_match"), ("recsys_", "recsys_recall@5"),
-    ("longmemeval_", "llm_judge"), ("infbench_sum", "llm_judge_f1"),
+    ("eventqa_", "substring_exact_match"),
+    ("ruler_qa", "substring_exact_match"),
+    ("ruler_niah", "ruler_recall"),
+    ("factconsolidation_", "substring_exact_match"),
+    ("detective_qa", "exact_match"),
+    ("icl_", "exact_match"),
+    ("recsys_", "recsys_recall@5"),
+    ("longmemeval_", "llm_judge"),
+    ("infbench_sum", "llm_judge_f1"),
 )
 LLM_JUDGED = ("llm_judge", "llm_judge_f1")
 COMPETENCIES = ("AR", "TTL", "LRU", "CR")
@@ -89,7 +94,9 @@ def f1_score(prediction: str, truth: str) -> float:
 
 def parse_output(text: str, prefix: str = "Answer:") -> str:
     """The text after `prefix` on its line, else the reply's first line (the benchmark's `parse_output`)."""
-    m = re.search(f"(?:{re.escape(prefix)})(.*)(?:\n|$)", text, flags=re.IGNORECASE) or re.search(r"^(.*)(?:\n|$)", text)
+    m = re.search(f"(?:{re.escape(prefix)})(.*)(?:\n|$)", text, flags=re.IGNORECASE) or re.search(
+        r"^(.*)(?:\n|$)", text
+    )
     found = m[1].strip() if m else ""
     return re.sub(f"^{re.escape(prefix)}", "", found, flags=re.IGNORECASE).strip()
 
@@ -103,9 +110,11 @@ def _rouge():
 
 def text_metrics(prediction: str, answers: Sequence[str]) -> dict[str, float]:
     """exact_match, f1, substring_exact_match and ROUGE-L/Lsum, each the best over the accepted answers."""
-    out = {"exact_match": float(max(normalize(prediction) == normalize(a) for a in answers)),
-           "f1": max(f1_score(prediction, a) for a in answers),
-           "substring_exact_match": float(max(normalize(a) in normalize(prediction) for a in answers))}
+    out = {
+        "exact_match": float(max(normalize(prediction) == normalize(a) for a in answers)),
+        "f1": max(f1_score(prediction, a) for a in answers),
+        "substring_exact_match": float(max(normalize(a) in normalize(prediction) for a in answers)),
+    }
     scores = [_rouge().score(target=a, prediction=prediction) for a in answers]
     for kind in ("rougeL", "rougeLsum"):
         out[f"{kind}_f1"] = max(s[kind].fmeasure for s in scores)
@@ -142,8 +151,10 @@ def recsys_metrics(reply: str, answers: Sequence[str], names: dict[int, str]) ->
     try:
         truth = [names[int(a.strip())] for a in answers]
     except (ValueError, KeyError) as exc:
-        raise JudgeError(f"recsys gold answers must be movie ids found in entity2id.json ({exc}); check "
-                         "the `entity2id` option points at the hub dataset's entity2id.json") from None
+        raise JudgeError(
+            f"recsys gold answers must be movie ids found in entity2id.json ({exc}); check "
+            "the `entity2id` option points at the hub dataset's entity2id.json"
+        ) from None
     candidates = sorted(set(names.values()))
     predicted = [nearest(item, candidates) for item in recommendations(reply)]
     return {f"recsys_recall@{k}": sum(m in predicted[:k] for m in truth) / len(truth) for k in (1, 5, 10)}
@@ -174,16 +185,19 @@ def movie_names(gold: dict[str, Any], entity2id: str | None) -> dict[int, str]:
         return load_entity_names(entity2id)
     if isinstance(gold.get("entity2id"), dict):
         return entity_names(gold["entity2id"])
-    raise JudgeError("recsys sources need the movie names: load the data with the memoryagentbench loader, which "
-                     "reads the hub dataset's entity2id.json beside the rows, or set the judge option `entity2id`")
+    raise JudgeError(
+        "recsys sources need the movie names: load the data with the memoryagentbench loader, which "
+        "reads the hub dataset's entity2id.json beside the rows, or set the judge option `entity2id`"
+    )
 
 
 def llm_judged(source: str) -> bool:
     return primary_metric(source) in LLM_JUDGED
 
 
-def question_metrics(source: str, reply: str, answers: Sequence[str], entity2id: str | None = None,
-                     names: dict[int, str] | None = None) -> dict[str, float]:
+def question_metrics(
+    source: str, reply: str, answers: Sequence[str], entity2id: str | None = None, names: dict[int, str] | None = None
+) -> dict[str, float]:
     """The benchmark's rule-scored metrics of one reply to one question of `source` (see the module
     docstring); {} for the LLM-judged sources (`llm_question_metrics` scores those). The recommendation
     source needs the movie `names` (or the `entity2id` file they are read from)."""
@@ -209,14 +223,17 @@ def lme_question_id(gold: dict[str, Any], i: int) -> str:
     (`_abs` there marks an abstention question); `qa_pair_ids` is another id and is never read for it."""
     ids = gold.get("question_ids") or []
     if i >= len(ids) or not isinstance(ids[i], str) or not ids[i]:
-        raise JudgeError(f"LongMemEval question {i} has no id in the gold's question_ids: the answer check reads "
-                         "it (\"_abs\" marks an abstention question); load the data with the memoryagentbench "
-                         "loader from rows whose metadata.question_ids has one id per question")
+        raise JudgeError(
+            f"LongMemEval question {i} has no id in the gold's question_ids: the answer check reads "
+            'it ("_abs" marks an abstention question); load the data with the memoryagentbench '
+            "loader from rows whose metadata.question_ids has one id per question"
+        )
     return ids[i]
 
 
-def llm_question_metrics(llm: LLM, source: str, gold: dict[str, Any], i: int, reply: str, max_attempts: int
-                         ) -> tuple[dict[str, float], list[Judgment]]:
+def llm_question_metrics(
+    llm: LLM, source: str, gold: dict[str, Any], i: int, reply: str, max_attempts: int
+) -> tuple[dict[str, float], list[Judgment]]:
     """An LLM-judged source's metrics of reply `i` (`memloop.eval.judges.mab_llm`) and the judge's judgments."""
     from memloop.eval.judges import mab_llm
 
@@ -224,8 +241,9 @@ def llm_question_metrics(llm: LLM, source: str, gold: dict[str, Any], i: int, re
     answer = accepted[0] if len(accepted) == 1 else " / ".join(accepted)
     if source.startswith("longmemeval_"):
         types = gold.get("question_types") or [None] * len(gold["answers"])
-        value, j = mab_llm.lme_check(llm, gold["questions"][i], answer, reply, types[i], lme_question_id(gold, i),
-                                     max_attempts=max_attempts)
+        value, j = mab_llm.lme_check(
+            llm, gold["questions"][i], answer, reply, types[i], lme_question_id(gold, i), max_attempts=max_attempts
+        )
         return {"llm_judge": value}, [j]
     return mab_llm.summary_scores(llm, reply, gold.get("keypoints") or [], accepted[0], max_attempts=max_attempts)
 
@@ -238,19 +256,34 @@ def answers_of(output: Any, n: int) -> list[str]:
         try:
             output = json.loads(output)
         except json.JSONDecodeError:
-            raise JudgeError("MemoryAgentBench needs one reply per question (a JSON list of strings); the method "
-                             "returned plain text: run a method through the ask-many protocol") from None
+            raise JudgeError(
+                "MemoryAgentBench needs one reply per question (a JSON list of strings); the method "
+                "returned plain text: run a method through the ask-many protocol"
+            ) from None
     if not isinstance(output, list) or len(output) != n or not all(isinstance(a, str) for a in output):
-        raise JudgeError(f"MemoryAgentBench needs a list of {n} replies, one per question (got "
-                         f"{type(output).__name__}{'' if not isinstance(output, list) else f' of {len(output)}'})")
+        raise JudgeError(
+            f"MemoryAgentBench needs a list of {n} replies, one per question (got "
+            f"{type(output).__name__}{'' if not isinstance(output, list) else f' of {len(output)}'})"
+        )
     return output
 
 
-@judge_info("mab", ("memoryagentbench",), False,
-            "MemoryAgentBench's per-source metrics of every question's reply (SubEM, EM, F1, ROUGE, recall@k)",
-            metrics=("accuracy",))
-def judge(output: Any, gold: Any, llm: LLM | None = None, *, metadata: dict[str, Any] | None = None,
-          entity2id: str | None = None, max_attempts: int = 3) -> JudgeResult:
+@judge_info(
+    "mab",
+    ("memoryagentbench",),
+    False,
+    "MemoryAgentBench's per-source metrics of every question's reply (SubEM, EM, F1, ROUGE, recall@k)",
+    metrics=("accuracy",),
+)
+def judge(
+    output: Any,
+    gold: Any,
+    llm: LLM | None = None,
+    *,
+    metadata: dict[str, Any] | None = None,
+    entity2id: str | None = None,
+    max_attempts: int = 3,
+) -> JudgeResult:
     """One context's replies scored: a judgment per question (its metrics), and per metric the mean over
     the context's questions with `questions` (their count) so that sources average over questions.
     With `llm` (the `mab-llm` judge) the LLM-judged sources are scored too; each question's judge
@@ -258,8 +291,10 @@ def judge(output: Any, gold: Any, llm: LLM | None = None, *, metadata: dict[str,
     meta = metadata or {}
     source = meta.get("source")
     if not isinstance(source, str) or not isinstance(gold, dict) or "answers" not in gold:
-        raise JudgeError("MemoryAgentBench scoring needs the loader's gold ({'questions', 'answers'}) and "
-                         "metadata['source']: load the data with the memoryagentbench loader")
+        raise JudgeError(
+            "MemoryAgentBench scoring needs the loader's gold ({'questions', 'answers'}) and "
+            "metadata['source']: load the data with the memoryagentbench loader"
+        )
     accepted = gold["answers"]
     replies = answers_of(output, len(accepted))
     primary = primary_metric(source)
@@ -271,12 +306,21 @@ def judge(output: Any, gold: Any, llm: LLM | None = None, *, metadata: dict[str,
         if llm is not None and llm_judged(source):
             m, calls = llm_question_metrics(llm, source, gold, i, reply, max_attempts)
         qid = (gold.get("qa_pair_ids") or [None] * len(accepted))[i]
-        label = {"question": i, "qa_pair_id": qid, "source": source, "competency": meta.get("competency"),
-                 "metrics": m, "primary": primary, "llm_judged": primary in LLM_JUDGED}
-        judgments.append(Judgment(item=f"q{i}: {reply[:200]}", label=label, source="llm" if calls else "rule",
-                                  valid=bool(m)))
-        judgments += [dataclasses.replace(c, label={"question": i, "part": c.template_id, "verdict": c.label})
-                      for c in calls]
+        label = {
+            "question": i,
+            "qa_pair_id": qid,
+            "source": source,
+            "competency": meta.get("competency"),
+            "metrics": m,
+            "primary": primary,
+            "llm_judged": primary in LLM_JUDGED,
+        }
+        judgments.append(
+            Judgment(item=f"q{i}: {reply[:200]}", label=label, source="llm" if calls else "rule", valid=bool(m))
+        )
+        judgments += [
+            dataclasses.replace(c, label={"question": i, "part": c.template_id, "verdict": c.label}) for c in calls
+        ]
         for k, v in m.items():
             per_metric.setdefault(k, []).append(v)
     scores = [Score(k, float(np.mean(v))) for k, v in sorted(per_metric.items())]
@@ -286,11 +330,24 @@ def judge(output: Any, gold: Any, llm: LLM | None = None, *, metadata: dict[str,
     return JudgeResult("mab", scores, judgments, details={"source": source, "primary": primary})
 
 
-@judge_info("mab-llm", ("memoryagentbench",), True,
-            "MemoryAgentBench as `mab`, with LongMemEval and ∞Bench-Sum judged by the judge model as the benchmark's "
-            "LLM judges do", LLM_TEMPLATES, metrics=("accuracy",))
-def judge_with_llm(output: Any, gold: Any, llm: LLM | None = None, *, metadata: dict[str, Any] | None = None,
-                   entity2id: str | None = None, max_attempts: int = 3) -> JudgeResult:
+@judge_info(
+    "mab-llm",
+    ("memoryagentbench",),
+    True,
+    "MemoryAgentBench as `mab`, with LongMemEval and ∞Bench-Sum judged by the judge model as the benchmark's "
+    "LLM judges do",
+    LLM_TEMPLATES,
+    metrics=("accuracy",),
+)
+def judge_with_llm(
+    output: Any,
+    gold: Any,
+    llm: LLM | None = None,
+    *,
+    metadata: dict[str, Any] | None = None,
+    entity2id: str | None = None,
+    max_attempts: int = 3,
+) -> JudgeResult:
     """The `mab-llm` judge: `judge` with the judge model scoring LongMemEval and ∞Bench-Sum."""
     if llm is None:
         raise JudgeError("mab-llm judges LongMemEval and ∞Bench-Sum with a judge model: configure `judge_model`")
@@ -299,6 +356,7 @@ def judge_with_llm(output: Any, gold: Any, llm: LLM | None = None, *, metadata: 
 
 
 # ---------------------------------------------------------------- tables
+
 
 @dataclass(frozen=True)
 class QuestionScore:
@@ -312,12 +370,12 @@ class QuestionScore:
 
 @dataclass
 class Figure:
-    value: float          # x 100, as the paper prints
+    value: float  # x 100, as the paper prints
     low: float
     high: float
-    questions: int        # scored questions
+    questions: int  # scored questions
     contexts: int
-    unscored: int = 0     # LLM-judged questions not scored (never zero)
+    unscored: int = 0  # LLM-judged questions not scored (never zero)
     sources: list[str] = field(default_factory=list)
 
 
@@ -350,8 +408,12 @@ def _by_source(scores: Iterable[QuestionScore]) -> dict[str, tuple[str, list[lis
     out = {}
     for source, contexts in sorted(grouped.items()):
         scored = [[v for v in vals if v is not None] for vals in contexts.values()]
-        out[source] = (comp[source], [v for v in scored if v], len(contexts),
-                       sum(v is None for vals in contexts.values() for v in vals))
+        out[source] = (
+            comp[source],
+            [v for v in scored if v],
+            len(contexts),
+            sum(v is None for vals in contexts.values() for v in vals),
+        )
     return out
 
 
@@ -421,8 +483,10 @@ def competency_figures(scores: Iterable[QuestionScore]) -> dict[str, Figure]:
         families: dict[str, list[tuple[float, np.ndarray]]] = {}
         for s in counted:
             families.setdefault(family(s), []).append(drawn[s])
-        columns = [(float(np.mean([p for p, _ in fam])), np.mean(np.stack([d for _, d in fam]), axis=0))
-                   for fam in families.values()]
+        columns = [
+            (float(np.mean([p for p, _ in fam])), np.mean(np.stack([d for _, d in fam]), axis=0))
+            for fam in families.values()
+        ]
         point = float(np.mean([p for p, _ in columns]))
         draws = np.mean(np.stack([d for _, d in columns]), axis=0)
         label = competency_label(comp, families)
@@ -432,12 +496,18 @@ def competency_figures(scores: Iterable[QuestionScore]) -> dict[str, Figure]:
             label = f"{comp} ({without})" if label == comp else f"{label[:-1]}; {without})"
         if label == comp:
             drawn_by_comp[comp] = (point, draws)
-        out[label] = Figure(point, *_interval(draws), sum(len(v) for s in counted for v in grouped[s][1]),
-                            contexts, unscored, counted)
+        out[label] = Figure(
+            point, *_interval(draws), sum(len(v) for s in counted for v in grouped[s][1]), contexts, unscored, counted
+        )
     if len(drawn_by_comp) == len(COMPETENCIES):
         draws = np.mean(np.stack([d for _, d in drawn_by_comp.values()]), axis=0)
         parts = [out[c] for c in COMPETENCIES]
-        out[OVERALL] = Figure(float(np.mean([p for p, _ in drawn_by_comp.values()])), *_interval(draws),
-                              sum(f.questions for f in parts), sum(f.contexts for f in parts),
-                              sum(f.unscored for f in parts), [s for f in parts for s in f.sources])
+        out[OVERALL] = Figure(
+            float(np.mean([p for p, _ in drawn_by_comp.values()])),
+            *_interval(draws),
+            sum(f.questions for f in parts),
+            sum(f.contexts for f in parts),
+            sum(f.unscored for f in parts),
+            [s for f in parts for s in f.sources],
+        )
     return out

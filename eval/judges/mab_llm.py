@@ -20,6 +20,7 @@ memloop's judge model in place of GPT-4o).
 
 The prompts are in `eval/templates/judges/mab-lme-*.txt` and `mab-sum-*.txt`.
 """
+
 from __future__ import annotations
 
 import json
@@ -33,13 +34,18 @@ from memloop.eval.judges.records import Judgment
 from memloop.eval.llm import LLM
 from memloop.eval.templates import load_template
 
-LME_TEMPLATES = {"single-session-user": "mab-lme-standard", "single-session-assistant": "mab-lme-standard",
-                 "multi-session": "mab-lme-standard", "temporal-reasoning": "mab-lme-temporal",
-                 "knowledge-update": "mab-lme-update", "single-session-preference": "mab-lme-preference"}
+LME_TEMPLATES = {
+    "single-session-user": "mab-lme-standard",
+    "single-session-assistant": "mab-lme-standard",
+    "multi-session": "mab-lme-standard",
+    "temporal-reasoning": "mab-lme-temporal",
+    "knowledge-update": "mab-lme-update",
+    "single-session-preference": "mab-lme-preference",
+}
 ABSTENTION_TEMPLATE = "mab-lme-abstention"
 SUMMARY_TEMPLATES = ("mab-sum-fluency", "mab-sum-recall", "mab-sum-precision")
 TEMPLATES = (*sorted(set(LME_TEMPLATES.values())), ABSTENTION_TEMPLATE, *SUMMARY_TEMPLATES)
-VERDICT_TOKENS = 10      # the script's max_tokens for the yes/no check
+VERDICT_TOKENS = 10  # the script's max_tokens for the yes/no check
 # summarization_evaluate.py's judge model settings for all three summary questions (its `OpenAIModel(...,
 # temperature=0.1, generation_max_length=4096)`): room for the reasoning before each score's JSON
 SUMMARY_TEMPERATURE = 0.1
@@ -51,8 +57,10 @@ def lme_template(question_type: str | None, question_id: str | None) -> str:
     if question_id is not None and "_abs" in question_id:
         return ABSTENTION_TEMPLATE
     if question_type not in LME_TEMPLATES:
-        raise JudgeError(f"LongMemEval question type {question_type!r} has no answer check (known: "
-                         f"{', '.join(sorted(LME_TEMPLATES))}); the hub row's metadata.question_types must name one")
+        raise JudgeError(
+            f"LongMemEval question type {question_type!r} has no answer check (known: "
+            f"{', '.join(sorted(LME_TEMPLATES))}); the hub row's metadata.question_types must name one"
+        )
     return LME_TEMPLATES[question_type]
 
 
@@ -62,13 +70,28 @@ def _verdict(text: str) -> dict[str, Any]:
     return {"correct": "yes" in text.lower()}
 
 
-def lme_check(llm: LLM, question: str, answer: str, response: str, question_type: str | None,
-              question_id: str | None, *, max_attempts: int = 3) -> tuple[float, Judgment]:
+def lme_check(
+    llm: LLM,
+    question: str,
+    answer: str,
+    response: str,
+    question_type: str | None,
+    question_id: str | None,
+    *,
+    max_attempts: int = 3,
+) -> tuple[float, Judgment]:
     """1.0 when the judge says the response answers the LongMemEval question, else 0.0; and the judgment."""
     template = load_template(lme_template(question_type, question_id))
     prompt = template.render(question=question, answer=answer, response=response)
-    j = ask_judgment(llm, template, prompt, item=f"{question_id or question[:60]}: {response[:160]}",
-                     parse=_verdict, max_tokens=VERDICT_TOKENS, max_attempts=max_attempts)
+    j = ask_judgment(
+        llm,
+        template,
+        prompt,
+        item=f"{question_id or question[:60]}: {response[:160]}",
+        parse=_verdict,
+        max_tokens=VERDICT_TOKENS,
+        max_attempts=max_attempts,
+    )
     return float(j.label["correct"]), j
 
 
@@ -90,27 +113,52 @@ def last_json_object(text: str, keys: Sequence[str]) -> dict[str, Any]:
 def _ask(llm: LLM, template_id: str, item: str, keys: Sequence[str], max_attempts: int, **values: str) -> Judgment:
     """One summary question at the script's settings (`SUMMARY_TEMPERATURE`, `SUMMARY_TOKENS`)."""
     template = load_template(template_id)
-    return ask_judgment(llm, template, template.render(**values), item=item,
-                        parse=lambda t: last_json_object(t, keys), max_tokens=SUMMARY_TOKENS,
-                        temperature=SUMMARY_TEMPERATURE, max_attempts=max_attempts)
+    return ask_judgment(
+        llm,
+        template,
+        template.render(**values),
+        item=item,
+        parse=lambda t: last_json_object(t, keys),
+        max_tokens=SUMMARY_TOKENS,
+        temperature=SUMMARY_TEMPERATURE,
+        max_attempts=max_attempts,
+    )
 
 
-def summary_scores(llm: LLM, summary: str, keypoints: Sequence[str], expert: str, *, max_attempts: int = 3
-                   ) -> tuple[dict[str, float], list[Judgment]]:
+def summary_scores(
+    llm: LLM, summary: str, keypoints: Sequence[str], expert: str, *, max_attempts: int = 3
+) -> tuple[dict[str, float], list[Judgment]]:
     """∞Bench-Sum's judged figures of one summary: {"llm_judge_f1", "llm_fluency", "llm_recall",
     "llm_precision"} and the three judgments."""
     if not keypoints:
-        raise JudgeError("∞Bench summarisation needs the expert's key points (the hub row's metadata.keypoints); "
-                         "load the data with the memoryagentbench loader")
+        raise JudgeError(
+            "∞Bench summarisation needs the expert's key points (the hub row's metadata.keypoints); "
+            "load the data with the memoryagentbench loader"
+        )
     text = summary.strip()
     listed = "\n".join(f"{i + 1}. {kp}" for i, kp in enumerate(keypoints))
     f = _ask(llm, "mab-sum-fluency", "fluency of the summary", ["fluency"], max_attempts, text=text)
-    r = _ask(llm, "mab-sum-recall", "key points in the summary", ["recall"], max_attempts, keypoints=listed,
-             summary=text)
-    p = _ask(llm, "mab-sum-precision", "supported sentences of the summary", ["precision", "sentence_count"],
-             max_attempts, expert_summary=expert, summary=text)
+    r = _ask(
+        llm, "mab-sum-recall", "key points in the summary", ["recall"], max_attempts, keypoints=listed, summary=text
+    )
+    p = _ask(
+        llm,
+        "mab-sum-precision",
+        "supported sentences of the summary",
+        ["precision", "sentence_count"],
+        max_attempts,
+        expert_summary=expert,
+        summary=text,
+    )
     recall = r.label["recall"] / len(keypoints)
     precision = p.label["precision"] / p.label["sentence_count"] if p.label["sentence_count"] > 0 else 0.0
     f1 = f.label["fluency"] * 2 * recall * precision / (recall + precision) if recall + precision > 0 else 0.0
-    return ({"llm_judge_f1": float(f1), "llm_fluency": float(f.label["fluency"]), "llm_recall": float(recall),
-             "llm_precision": float(precision)}, [f, r, p])
+    return (
+        {
+            "llm_judge_f1": float(f1),
+            "llm_fluency": float(f.label["fluency"]),
+            "llm_recall": float(recall),
+            "llm_precision": float(precision),
+        },
+        [f, r, p],
+    )

@@ -6,6 +6,7 @@ revise prompts receive. Memories a turn holds before it is compressed reach no p
 counted; turn 0 has no existing information. A method that never carries a memory into a later
 turn (GO: one call) has no such turns.
 """
+
 from __future__ import annotations
 
 from typing import Any, Iterable

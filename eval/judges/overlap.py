@@ -16,6 +16,7 @@
   Answers are read in LOFT's format: the list of lists on the reply's "Final Answer: [[...]]" line
   (PRISM's Spider answer prompt asks for exactly that line), or a reply that is only the list.
 """
+
 from __future__ import annotations
 
 import ast
@@ -25,11 +26,11 @@ from functools import lru_cache
 from typing import Any
 
 from memloop.eval.errors import JudgeError
-from memloop.eval.llm import LLM
 from memloop.eval.judges import judge_info
 from memloop.eval.judges.gold import REFERENCE_SUMMARY, reference_of
-from memloop.eval.judges.records import Judgment, JudgeResult, Score
+from memloop.eval.judges.records import JudgeResult, Judgment, Score
 from memloop.eval.judges.sentences import split_sentences
+from memloop.eval.llm import LLM
 
 ROUGE_TYPES = ("rouge1", "rouge2", "rougeL", "rougeLsum")
 
@@ -61,10 +62,22 @@ def rouge_scores(prediction: str, reference: str, reference_sentences: list[str]
     return out
 
 
-@judge_info("rouge", None, False, "ROUGE-1/2/L/Lsum F-measures (rouge-score package)", gold=REFERENCE_SUMMARY,
-            metrics=("rouge1", "rouge2", "rougeL", "rougeLsum"))
-def judge_rouge(output: Any, gold: Any, llm: LLM | None = None, *, metadata: dict[str, Any] | None = None,
-                lsum_reference: str = "dataset") -> JudgeResult:
+@judge_info(
+    "rouge",
+    None,
+    False,
+    "ROUGE-1/2/L/Lsum F-measures (rouge-score package)",
+    gold=REFERENCE_SUMMARY,
+    metrics=("rouge1", "rouge2", "rougeL", "rougeLsum"),
+)
+def judge_rouge(
+    output: Any,
+    gold: Any,
+    llm: LLM | None = None,
+    *,
+    metadata: dict[str, Any] | None = None,
+    lsum_reference: str = "dataset",
+) -> JudgeResult:
     """`lsum_reference`: "dataset" (the gold's own sentence lines where it has them) or "split"."""
     if lsum_reference not in LSUM_REFERENCE:
         raise JudgeError(f"rouge: lsum_reference must be one of {', '.join(LSUM_REFERENCE)}, got {lsum_reference!r}")
@@ -77,8 +90,9 @@ def judge_rouge(output: Any, gold: Any, llm: LLM | None = None, *, metadata: dic
     if sentences is not None and not (isinstance(sentences, list) and all(isinstance(x, str) for x in sentences)):
         raise JudgeError("ROUGE: gold 'sentences' must be the reference's sentences as a list of strings")
     vals = rouge_scores(output, reference, sentences or None)
-    return JudgeResult("rouge", [Score(k, v) for k, v in vals.items()],
-                       [Judgment(item="rouge", label=vals, source="rule")])
+    return JudgeResult(
+        "rouge", [Score(k, v) for k, v in vals.items()], [Judgment(item="rouge", label=vals, source="rule")]
+    )
 
 
 # ---------------------------------------------------------------- RepoQA
@@ -110,10 +124,12 @@ def function_name_of(answer: str) -> str:
     return re.split(r"[\s(:]", line, maxsplit=1)[0] if line else ""
 
 
-@judge_info("repoqa-exact", ("repoqa",), False, "1 if the answer names the described function exactly",
-            metrics=("accuracy",))
-def judge_function_name(output: Any, gold: Any, llm: LLM | None = None, *,
-                        metadata: dict[str, Any] | None = None) -> JudgeResult:
+@judge_info(
+    "repoqa-exact", ("repoqa",), False, "1 if the answer names the described function exactly", metrics=("accuracy",)
+)
+def judge_function_name(
+    output: Any, gold: Any, llm: LLM | None = None, *, metadata: dict[str, Any] | None = None
+) -> JudgeResult:
     if not isinstance(gold, str) or not gold.strip():
         raise JudgeError("RepoQA gold must be the function name (a non-empty string)")
     if not isinstance(output, str):
@@ -122,11 +138,15 @@ def judge_function_name(output: Any, gold: Any, llm: LLM | None = None, *,
     gold = gold.strip()
     # "Class.method" also names the bare gold "method"; otherwise names must match character for character.
     ok = name == gold or (("." not in gold) and name.rsplit(".", 1)[-1] == gold and "." in name)
-    return JudgeResult("repoqa-exact", [Score("accuracy", float(ok))],
-                       [Judgment(item=output[:200], label={"named": name, "correct": ok}, source="rule")])
+    return JudgeResult(
+        "repoqa-exact",
+        [Score("accuracy", float(ok))],
+        [Judgment(item=output[:200], label={"named": name, "correct": ok}, source="rule")],
+    )
 
 
 # ---------------------------------------------------------------- LOFT execution match
+
 
 def normalise_cell(cell: Any) -> str:
     try:  # as LOFT: anything float() reads (booleans included) is a number to two decimals
@@ -180,7 +200,7 @@ def answer_rows_text(text: str) -> str:
     plain = text.replace("*", "").replace("`", "")
     for line in plain.splitlines():
         if _FINAL_ANSWER.search(line) and "[" in line and "]" in line:
-            return line[line.find("["):line.rfind("]") + 1]
+            return line[line.find("[") : line.rfind("]") + 1]
     whole = _FENCE.sub("", text).strip()
     if whole.startswith("[") and whole.endswith("]"):
         return whole
@@ -196,10 +216,21 @@ def parse_rows(output: Any) -> Any:
     return output
 
 
-@judge_info("loft-exec", ("spider",), False, "1 if the answered rows equal the gold rows (LOFT normalisation)",
-            metrics=("accuracy",))
-def judge_exec_match(output: Any, gold: Any, llm: LLM | None = None, *, metadata: dict[str, Any] | None = None,
-                     ordered: bool | None = None) -> JudgeResult:
+@judge_info(
+    "loft-exec",
+    ("spider",),
+    False,
+    "1 if the answered rows equal the gold rows (LOFT normalisation)",
+    metrics=("accuracy",),
+)
+def judge_exec_match(
+    output: Any,
+    gold: Any,
+    llm: LLM | None = None,
+    *,
+    metadata: dict[str, Any] | None = None,
+    ordered: bool | None = None,
+) -> JudgeResult:
     try:
         normalise_rows(gold)
     except ValueError as exc:
@@ -212,6 +243,11 @@ def judge_exec_match(output: Any, gold: Any, llm: LLM | None = None, *, metadata
     except (ValueError, json.JSONDecodeError) as exc:
         # An unreadable answer is a wrong answer; the reason is kept with the judgment.
         value = 0.0
-        j = Judgment(item=str(output)[:200], label=None, valid=False, source="rule",
-                     failures=[{"raw": str(output)[:2000], "reason": str(exc)}])
+        j = Judgment(
+            item=str(output)[:200],
+            label=None,
+            valid=False,
+            source="rule",
+            failures=[{"raw": str(output)[:2000], "reason": str(exc)}],
+        )
     return JudgeResult("loft-exec", [Score("accuracy", value)], [j], {"ordered": ordered})

@@ -3,6 +3,7 @@
 Judges receive a `MethodOutput` (the final answer, the steps, the final memory) and the number of
 chunks the sample had; most score the final answer, SUMIE scores one memory per turn.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any

@@ -5,6 +5,7 @@ again: the rendered prompt, every raw answer (failed attempts included, with the
 parsed label and the token usage. `JudgeResult` turns itself into plain-dict rows for the jobs
 layer's `judgments` and `scores` Parquet tables (see the package docstring for the columns).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -35,20 +36,39 @@ class Judgment:
 
     def to_record(self) -> dict[str, Any]:
         return {
-            "item": self.item, "label": self.label, "valid": self.valid, "source": self.source,
-            "prompt": self.prompt, "template_id": self.template_id, "template_sha256": self.template_sha256,
-            "constrained": self.constrained, "raw": self.raw, "failures": list(self.failures),
+            "item": self.item,
+            "label": self.label,
+            "valid": self.valid,
+            "source": self.source,
+            "prompt": self.prompt,
+            "template_id": self.template_id,
+            "template_sha256": self.template_sha256,
+            "constrained": self.constrained,
+            "raw": self.raw,
+            "failures": list(self.failures),
             "retries": self.retries,
-            "usage": {"prompt_tokens": self.usage.prompt_tokens, "cached_tokens": self.usage.cached_tokens,
-                      "decoded_tokens": self.usage.decoded_tokens},
+            "usage": {
+                "prompt_tokens": self.usage.prompt_tokens,
+                "cached_tokens": self.usage.cached_tokens,
+                "decoded_tokens": self.usage.decoded_tokens,
+            },
         }
 
     @classmethod
     def from_record(cls, d: dict[str, Any]) -> "Judgment":
-        return cls(item=d["item"], label=d.get("label"), valid=d.get("valid", True), source=d.get("source", "llm"),
-                   prompt=d.get("prompt"), template_id=d.get("template_id"),
-                   template_sha256=d.get("template_sha256"), constrained=d.get("constrained", False),
-                   raw=d.get("raw"), failures=list(d.get("failures") or []), usage=Usage(**(d.get("usage") or {})))
+        return cls(
+            item=d["item"],
+            label=d.get("label"),
+            valid=d.get("valid", True),
+            source=d.get("source", "llm"),
+            prompt=d.get("prompt"),
+            template_id=d.get("template_id"),
+            template_sha256=d.get("template_sha256"),
+            constrained=d.get("constrained", False),
+            raw=d.get("raw"),
+            failures=list(d.get("failures") or []),
+            usage=Usage(**(d.get("usage") or {})),
+        )
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ release (every annotated sentence that occurs verbatim in its summary) this repr
 official sentences; untrained Punkt reproduces 97.7 % and pysbd 98.3 % (see docs/judges.md). Most
 remaining differences come from one book whose pretrained splits break "Dr. Snow" apart.
 """
+
 from __future__ import annotations
 
 from functools import lru_cache

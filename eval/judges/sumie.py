@@ -19,6 +19,7 @@ the mean P and R and the macro F1 (mean of per-entity F1) at the first turn ("st
 and averaged over turns: `turn_summary` per sample (the report calls it too), then `aggregate_turns`
 over samples.
 """
+
 from __future__ import annotations
 
 import json
@@ -29,14 +30,14 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Mapping, Sequence
 
 from memloop.eval.asking import ParseFailure
-from memloop.eval.options import PositiveInt, Temperature
 from memloop.eval.errors import JudgeError
-from memloop.eval.llm import LLM
 from memloop.eval.judges import judge_info
 from memloop.eval.judges.aggregation import mean_over_samples
 from memloop.eval.judges.asking import answer_list, ask_judgment
 from memloop.eval.judges.predictions import memory_per_turn
-from memloop.eval.judges.records import Judgment, JudgeResult, Score, f1, safe_div
+from memloop.eval.judges.records import JudgeResult, Judgment, Score, f1, safe_div
+from memloop.eval.llm import LLM
+from memloop.eval.options import PositiveInt, Temperature
 from memloop.eval.templates import render
 
 Pair = tuple[str, str]
@@ -46,6 +47,7 @@ PAPER_TEMPERATURE = 0.8  # seed 000: "The temperature is set to 0.8" for the SUM
 
 
 # ---------------------------------------------------------------- pairs
+
 
 def _flatten(obj: Any, prefix: str, out: list[Pair]) -> None:
     if isinstance(obj, dict):
@@ -87,8 +89,10 @@ def pairs_of(obj: Any) -> list[Pair]:
 
 def gold_turns(gold: Any) -> list[list[Pair]]:
     if not isinstance(gold, dict) or not isinstance(gold.get("turns"), list) or not gold["turns"]:
-        raise JudgeError("SUMIE gold must be {'turns': [{attribute: [values]}, ...]} (one entry per paragraph); "
-                         "load the sample with the sumie dataset loader")
+        raise JudgeError(
+            "SUMIE gold must be {'turns': [{attribute: [values]}, ...]} (one entry per paragraph); "
+            "load the sample with the sumie dataset loader"
+        )
     return [pairs_of(t) for t in gold["turns"]]
 
 
@@ -101,8 +105,10 @@ def predicted_turns(output: Any, n_turns: int) -> list[tuple[int, Any]]:
             return [(n_turns - 1, output)]
     if isinstance(output, list) and output and all(isinstance(o, (dict, str)) for o in output):
         if len(output) != n_turns:
-            raise JudgeError(f"got {len(output)} per-turn predictions for {n_turns} gold turns; "
-                             "pass one prediction per paragraph (or only the final one)")
+            raise JudgeError(
+                f"got {len(output)} per-turn predictions for {n_turns} gold turns; "
+                "pass one prediction per paragraph (or only the final one)"
+            )
         return list(enumerate(output))
     return [(n_turns - 1, output)]
 
@@ -151,8 +157,11 @@ def turn_summary(values_by_turn: Sequence[float] | Mapping[int, float]) -> dict[
         complete = start_known = True
     if not vals:
         raise JudgeError("turn_summary needs at least one turn")
-    return {"start": float(vals[0]) if start_known else math.nan, "last": float(vals[-1]),
-            "avg": mean_over_samples(vals) if complete else math.nan}
+    return {
+        "start": float(vals[0]) if start_known else math.nan,
+        "last": float(vals[-1]),
+        "avg": mean_over_samples(vals) if complete else math.nan,
+    }
 
 
 def aggregate_turns(per_sample: Sequence[Sequence[dict[str, float]]]) -> dict[str, dict[str, float]]:
@@ -162,37 +171,54 @@ def aggregate_turns(per_sample: Sequence[Sequence[dict[str, float]]]) -> dict[st
     if not per_sample or any(not s for s in per_sample):
         raise JudgeError("aggregate_turns needs at least one sample, each with at least one turn")
     summaries = [{m: turn_summary([t[m] for t in s]) for m in METRICS} for s in per_sample]
-    return {which: {m: mean_over_samples(x[m][which] for x in summaries) for m in METRICS}
-            for which in ("start", "last", "avg")}
+    return {
+        which: {m: mean_over_samples(x[m][which] for x in summaries) for m in METRICS}
+        for which in ("start", "last", "avg")
+    }
 
 
 def _fmt(p: Pair) -> str:
     return f"{p[0]}: {p[1]}"
 
 
-def _result(name: str, turns: list[tuple[int, dict[str, float]]], judgments: list[Judgment],
-            details: dict[str, Any]) -> JudgeResult:
+def _result(
+    name: str, turns: list[tuple[int, dict[str, float]]], judgments: list[Judgment], details: dict[str, Any]
+) -> JudgeResult:
     scores = [Score(m, v, t) for t, vals in turns for m, v in vals.items()]
     return JudgeResult(name, scores, judgments, details)
 
 
 # ---------------------------------------------------------------- judges
 
-@judge_info("sumie-exact", ("sumie",), False, "per-turn P/R/F1 of attribute-value pairs, normalised exact match",
-            predict=memory_per_turn, needs_json_memory=True, metrics=("precision", "recall", "f1"), per_turn=True)
-def judge_exact(output: Any, gold: Any, llm: LLM | None = None, *, metadata: dict[str, Any] | None = None) -> JudgeResult:
+
+@judge_info(
+    "sumie-exact",
+    ("sumie",),
+    False,
+    "per-turn P/R/F1 of attribute-value pairs, normalised exact match",
+    predict=memory_per_turn,
+    needs_json_memory=True,
+    metrics=("precision", "recall", "f1"),
+    per_turn=True,
+)
+def judge_exact(
+    output: Any, gold: Any, llm: LLM | None = None, *, metadata: dict[str, Any] | None = None
+) -> JudgeResult:
     golds = gold_turns(gold)
     turns, judgments = [], []
     for t, pred_obj in predicted_turns(output, len(golds)):
         try:
             pred = pairs_of(pred_obj)
         except JudgeError as exc:
-            raise JudgeError(f"{exc}; exact matching needs attribute-value pairs: score text-format methods with "
-                             "the `sumie` judge, which extracts pairs with the judge LLM") from None
+            raise JudgeError(
+                f"{exc}; exact matching needs attribute-value pairs: score text-format methods with "
+                "the `sumie` judge, which extracts pairs with the judge LLM"
+            ) from None
         support = exact_support(pred, golds[t])
         for p, s in zip(pred, support):
-            judgments.append(Judgment(item=f"turn {t}: {_fmt(p)}", label={"turn": t, "supported_by": sorted(s)},
-                                      source="rule"))
+            judgments.append(
+                Judgment(item=f"turn {t}: {_fmt(p)}", label={"turn": t, "supported_by": sorted(s)}, source="rule")
+            )
         turns.append((t, prf(pred, golds[t], support)))
     return _result(NAME_EXACT, turns, judgments, {"gold_pairs": [len(g) for g in golds]})
 
@@ -202,11 +228,23 @@ EXTRACT_TEMPLATE = "sumie-extract"
 
 EXTRACT_SCHEMA: dict[str, Any] = {
     "type": "object",
-    "properties": {"pairs": {"type": "array", "maxItems": 60, "items": {
-        "type": "object", "properties": {"attribute": {"type": "string", "minLength": 1, "maxLength": 60},
-                                         "value": {"type": "string", "minLength": 1, "maxLength": 200}},
-        "required": ["attribute", "value"], "additionalProperties": False}}},
-    "required": ["pairs"], "additionalProperties": False,
+    "properties": {
+        "pairs": {
+            "type": "array",
+            "maxItems": 60,
+            "items": {
+                "type": "object",
+                "properties": {
+                    "attribute": {"type": "string", "minLength": 1, "maxLength": 60},
+                    "value": {"type": "string", "minLength": 1, "maxLength": 200},
+                },
+                "required": ["attribute", "value"],
+                "additionalProperties": False,
+            },
+        }
+    },
+    "required": ["pairs"],
+    "additionalProperties": False,
 }
 
 
@@ -217,10 +255,18 @@ def extract_schema(max_pairs: int) -> dict[str, Any]:
 
 
 def match_schema(n_gold: int) -> dict[str, Any]:
-    return {"type": "object",
-            "properties": {"supported_by": {"type": "array", "items": {"type": "integer", "minimum": 1, "maximum": max(1, n_gold)},
-                                            "maxItems": max(1, min(n_gold, 10))}},
-            "required": ["supported_by"], "additionalProperties": False}
+    return {
+        "type": "object",
+        "properties": {
+            "supported_by": {
+                "type": "array",
+                "items": {"type": "integer", "minimum": 1, "maximum": max(1, n_gold)},
+                "maxItems": max(1, min(n_gold, 10)),
+            }
+        },
+        "required": ["supported_by"],
+        "additionalProperties": False,
+    }
 
 
 def parse_match(text: str, n_gold: int) -> list[int]:
@@ -248,10 +294,18 @@ RECALL_TEMPLATE = "sumie-recall"
 
 
 def recall_schema(n_pred: int) -> dict[str, Any]:
-    return {"type": "object",
-            "properties": {"stated_by": {"type": "array", "items": {"type": "integer", "minimum": 1, "maximum": max(1, n_pred)},
-                                         "maxItems": max(1, min(n_pred, 10))}},
-            "required": ["stated_by"], "additionalProperties": False}
+    return {
+        "type": "object",
+        "properties": {
+            "stated_by": {
+                "type": "array",
+                "items": {"type": "integer", "minimum": 1, "maximum": max(1, n_pred)},
+                "maxItems": max(1, min(n_pred, 10)),
+            }
+        },
+        "required": ["stated_by"],
+        "additionalProperties": False,
+    }
 
 
 def parse_numbers(text: str, key: str, n: int, what: str) -> list[int]:
@@ -265,7 +319,9 @@ def parse_numbers(text: str, key: str, n: int, what: str) -> list[int]:
     return sorted(out)
 
 
-def both_ways_prf(n_pred: int, n_gold: int, states: Sequence[set[int]], stated_by: Sequence[set[int]]) -> dict[str, float]:
+def both_ways_prf(
+    n_pred: int, n_gold: int, states: Sequence[set[int]], stated_by: Sequence[set[int]]
+) -> dict[str, float]:
     """P/R/F1 from the two directions of matching.
 
     `states[k]`: the gold facts predicted fact k states (several for a merged value); `stated_by[i]`:
@@ -306,10 +362,10 @@ def memory_parts(pred_obj: Any, count: Any, budget: int = EXTRACT_PART_TOKENS) -
         return [text] if text else []
     if isinstance(pred_obj, str):
         pieces = [p for p in re.split(r"(?<=[.!?])\s+|\n+", text) if p.strip()]
-        join = (lambda items: " ".join(items))
+        join = lambda items: " ".join(items)
     else:
         pieces = list(_leaves(pred_obj))
-        join = (lambda items: _memory_text(_deep_join(items)))
+        join = lambda items: _memory_text(_deep_join(items))
     parts: list[str] = []
     group: list[Any] = []
     for piece in pieces:
@@ -356,12 +412,28 @@ def _join(a: Any, b: Any) -> Any:
     return [a, b]
 
 
-@judge_info("sumie", ("sumie",), True, "per-turn P/R/F1 of attribute-value pairs, LLM matches both ways",
-            ("sumie-match", "sumie-extract", "sumie-recall"), predict=memory_per_turn,
-            metrics=("precision", "recall", "f1"), per_turn=True)
-def judge_llm(output: Any, gold: Any, llm: LLM | None = None, *, metadata: dict[str, Any] | None = None,
-              max_attempts: int = 3, on_invalid: str = "raise", max_workers: int = 16,
-              temperature: Temperature = PAPER_TEMPERATURE, max_pairs: PositiveInt = 60) -> JudgeResult:
+@judge_info(
+    "sumie",
+    ("sumie",),
+    True,
+    "per-turn P/R/F1 of attribute-value pairs, LLM matches both ways",
+    ("sumie-match", "sumie-extract", "sumie-recall"),
+    predict=memory_per_turn,
+    metrics=("precision", "recall", "f1"),
+    per_turn=True,
+)
+def judge_llm(
+    output: Any,
+    gold: Any,
+    llm: LLM | None = None,
+    *,
+    metadata: dict[str, Any] | None = None,
+    max_attempts: int = 3,
+    on_invalid: str = "raise",
+    max_workers: int = 16,
+    temperature: Temperature = PAPER_TEMPERATURE,
+    max_pairs: PositiveInt = 60,
+) -> JudgeResult:
     """Per-turn P/R/F1 by the judge LLM, sampled at `temperature` (seed 000 judged at 0.8), with one
     path for text and JSON memories: the judge lists the facts the memory states (`sumie-extract`),
     then matches them with the gold facts in both directions, each predicted fact against the gold
@@ -379,9 +451,19 @@ def judge_llm(output: Any, gold: Any, llm: LLM | None = None, *, metadata: dict[
     def ask(args: tuple[str, str, Any, int, str]) -> Judgment:
         item, template, parse, seed, values = args[0], args[1], args[2], args[3], args[4]
         tpl, prompt = render(template, **values)
-        return ask_judgment(llm, tpl, prompt, item=item, parse=parse[0], schema=parse[1], max_tokens=64,
-                            max_attempts=max_attempts, seed=seed, raise_on_invalid=raise_on_invalid,
-                            temperature=temperature)
+        return ask_judgment(
+            llm,
+            tpl,
+            prompt,
+            item=item,
+            parse=parse[0],
+            schema=parse[1],
+            max_tokens=64,
+            max_attempts=max_attempts,
+            seed=seed,
+            raise_on_invalid=raise_on_invalid,
+            temperature=temperature,
+        )
 
     for t, pred_obj in predicted_turns(output, len(golds)):
         parts = memory_parts(pred_obj, llm.count_tokens)
@@ -389,28 +471,53 @@ def judge_llm(output: Any, gold: Any, llm: LLM | None = None, *, metadata: dict[
         for n, part in enumerate(parts, 1):  # a large memory is read whole, part by part
             tpl, prompt = render(EXTRACT_TEMPLATE, entity=entity, summary=part)
             where = f" (part {n} of {len(parts)})" if len(parts) > 1 else ""
-            ex = ask_judgment(llm, tpl, prompt, item=f"turn {t}: facts stated in the memory{where}",
-                              parse=parse_extraction, schema=extract_schema(max_pairs), max_tokens=1024,
-                              max_attempts=max_attempts, raise_on_invalid=raise_on_invalid, temperature=temperature)
+            ex = ask_judgment(
+                llm,
+                tpl,
+                prompt,
+                item=f"turn {t}: facts stated in the memory{where}",
+                parse=parse_extraction,
+                schema=extract_schema(max_pairs),
+                max_tokens=1024,
+                max_attempts=max_attempts,
+                raise_on_invalid=raise_on_invalid,
+                temperature=temperature,
+            )
             judgments.append(ex)
             pred += [(a, v) for a, v in (ex.label or [])]  # repeats kept: they count against precision
         g = golds[t]
         reference = "\n".join(f"{i}. {_fmt(p)}" for i, p in enumerate(g, 1))
         predicted = "\n".join(f"{k}. {_fmt(p)}" for k, p in enumerate(pred, 1))
-        tasks = [(f"turn {t}: predicted {k + 1}: {_fmt(p)}", MATCH_TEMPLATE,
-                  (lambda s, n=len(g): parse_numbers(s, "supported_by", n, "a reference fact"), match_schema(len(g))),
-                  k, {"entity": entity, "pair": _fmt(p), "reference": reference})
-                 for k, p in enumerate(pred) if g]
-        tasks += [(f"turn {t}: reference {i + 1}: {_fmt(p)}", RECALL_TEMPLATE,
-                   (lambda s, n=len(pred): parse_numbers(s, "stated_by", n, "a fact of the summary"),
-                    recall_schema(len(pred))),
-                   1000 + i, {"entity": entity, "pair": _fmt(p), "predicted": predicted})
-                  for i, p in enumerate(g) if pred]
+        tasks = [
+            (
+                f"turn {t}: predicted {k + 1}: {_fmt(p)}",
+                MATCH_TEMPLATE,
+                (lambda s, n=len(g): parse_numbers(s, "supported_by", n, "a reference fact"), match_schema(len(g))),
+                k,
+                {"entity": entity, "pair": _fmt(p), "reference": reference},
+            )
+            for k, p in enumerate(pred)
+            if g
+        ]
+        tasks += [
+            (
+                f"turn {t}: reference {i + 1}: {_fmt(p)}",
+                RECALL_TEMPLATE,
+                (
+                    lambda s, n=len(pred): parse_numbers(s, "stated_by", n, "a fact of the summary"),
+                    recall_schema(len(pred)),
+                ),
+                1000 + i,
+                {"entity": entity, "pair": _fmt(p), "predicted": predicted},
+            )
+            for i, p in enumerate(g)
+            if pred
+        ]
         with ThreadPoolExecutor(max_workers=max(1, min(max_workers, len(tasks) or 1))) as pool:
             js = list(pool.map(ask, tasks))
         judgments.extend(js)
-        states = [set(j.label or []) for j in js[:len(pred) if g else 0]]  # invalid verdicts: nothing stated
-        stated_by = [set(j.label or []) for j in js[len(states):]] or [set() for _ in g]
+        states = [set(j.label or []) for j in js[: len(pred) if g else 0]]  # invalid verdicts: nothing stated
+        stated_by = [set(j.label or []) for j in js[len(states) :]] or [set() for _ in g]
         turns.append((t, both_ways_prf(len(pred), len(g), states if g else [set() for _ in pred], stated_by)))
     return _result(NAME_LLM, turns, judgments, {"gold_pairs": [len(g) for g in golds]})
 
@@ -431,5 +538,7 @@ def rescore(judgments: Sequence[Judgment], gold: Any) -> dict[int, dict[str, flo
     out = {}
     for t in sorted(set(states) | set(stated_by)):
         n_pred = len(states.get(t, [])) or max((max(s) + 1 for s in stated_by.get(t, []) if s), default=0)
-        out[t] = both_ways_prf(n_pred, len(golds[t]), states.get(t, []), stated_by.get(t, []) or [set() for _ in golds[t]])
+        out[t] = both_ways_prf(
+            n_pred, len(golds[t]), states.get(t, []), stated_by.get(t, []) or [set() for _ in golds[t]]
+        )
     return out

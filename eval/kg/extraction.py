@@ -1,12 +1,13 @@
 """Parsing the book-KG extraction output (seed 001, Appendix E format).
 
-    Named entities (...):
-    Jo / Jo March
-    Meg / Margaret
-    Knowledge graph edges (...):
-    1. Jo, Meg; in; March sisters
-    2. Father; away fighting in war          <- no object: a self-loop (entity description)
+Named entities (...):
+Jo / Jo March
+Meg / Margaret
+Knowledge graph edges (...):
+1. Jo, Meg; in; March sisters
+2. Father; away fighting in war          <- no object: a self-loop (entity description)
 """
+
 from __future__ import annotations
 
 import re
@@ -28,7 +29,7 @@ class Triple:
 class Extraction:
     aliases: list[list[str]] = field(default_factory=list)  # each line: names of one entity
     triples: list[Triple] = field(default_factory=list)
-    rejected: list[str] = field(default_factory=list)       # lines that were not parseable, with reasons
+    rejected: list[str] = field(default_factory=list)  # lines that were not parseable, with reasons
 
 
 def _names(part: str) -> list[str]:

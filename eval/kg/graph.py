@@ -4,13 +4,13 @@ Nodes are entities carrying `names` (all aliases) and `counts`; edges are direct
 <subject, predicate, object> triples with the `chapter` they were extracted from; a triple without
 object is a self-loop. `nx.MultiDiGraph` keeps several predicates between the same pair.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Iterable
 
 import networkx as nx
-
 from memloop.eval.kg.extraction import Extraction
 
 
@@ -31,9 +31,9 @@ def degree_without_loops(kg: nx.MultiDiGraph, node: str) -> int:
 @dataclass
 class BuildReport:
     merged: list[tuple[str, str]] = field(default_factory=list)
-    refused_linked: list[tuple[str, str]] = field(default_factory=list)   # heuristic 1: nodes share an edge
-    refused_degree: list[tuple[str, str]] = field(default_factory=list)   # heuristic 2: both degrees > threshold
-    dropped_edges: list[str] = field(default_factory=list)                # subject/object not a named entity
+    refused_linked: list[tuple[str, str]] = field(default_factory=list)  # heuristic 1: nodes share an edge
+    refused_degree: list[tuple[str, str]] = field(default_factory=list)  # heuristic 2: both degrees > threshold
+    dropped_edges: list[str] = field(default_factory=list)  # subject/object not a named entity
     pruned: list[str] = field(default_factory=list)
 
 
@@ -47,7 +47,9 @@ def initial_graph(names: nx.Graph, chapters: list[tuple[int, Extraction]], repor
             obj = t.subject if t.object is None else t.object
             if t.subject not in names or obj not in names:
                 missing = t.subject if t.subject not in names else obj
-                report.dropped_edges.append(f"{t.subject}; {t.predicate}; {t.object or ''} ({missing!r} is not a named entity)")
+                report.dropped_edges.append(
+                    f"{t.subject}; {t.predicate}; {t.object or ''} ({missing!r} is not a named entity)"
+                )
                 continue
             kg.add_edge(t.subject, obj, predicate=t.predicate, chapter=chapter)
     return kg
@@ -94,8 +96,9 @@ def prune(kg: nx.MultiDiGraph, report: BuildReport, min_degree: int = 2) -> None
         kg.remove_nodes_from(weak)
 
 
-def build_book_graph(chapters: list[tuple[int, Extraction]], max_degree: int = 3,
-                     min_degree: int = 2) -> tuple[nx.MultiDiGraph, BuildReport]:
+def build_book_graph(
+    chapters: list[tuple[int, Extraction]], max_degree: int = 3, min_degree: int = 2
+) -> tuple[nx.MultiDiGraph, BuildReport]:
     report = BuildReport()
     names = names_graph(ex for _, ex in chapters)
     kg = initial_graph(names, chapters, report)

@@ -1,4 +1,5 @@
 """Keyword-weighted edge ranking and the two linearisations of seed 001 (section 3.4, Appendix A)."""
+
 from __future__ import annotations
 
 import re
@@ -11,8 +12,15 @@ import numpy as np
 
 # Appendix A: keyword -> weight
 KEYWORDS: dict[str, float] = {
-    "relation": 30, "happen": 15, "conflict": 10, "desire": 10, "emotion": 10, "role": 10,
-    "think": 5, "location": 5, "personality": 5,
+    "relation": 30,
+    "happen": 15,
+    "conflict": 10,
+    "desire": 10,
+    "emotion": 10,
+    "role": 10,
+    "think": 5,
+    "location": 5,
+    "personality": 5,
 }
 
 
@@ -33,9 +41,9 @@ class MiniLMEmbedder:
 
 @dataclass(frozen=True)
 class Edge:
-    subject: str      # node id
+    subject: str  # node id
     predicate: str
-    object: str       # node id; == subject for a self-loop
+    object: str  # node id; == subject for a self-loop
     chapter: int
     score: float = 0.0
 
@@ -71,13 +79,15 @@ def rank_edges(edges: list[Edge], embedder: Embedder, keywords: dict[str, float]
         return []
     names = list(keywords)
     vecs = embedder.encode([e.predicate for e in edges] + names)
-    p, q = vecs[: len(edges)], vecs[len(edges):]
-    sims = p @ q.T                                   # |E| x |Q| cosine (unit vectors)
+    p, q = vecs[: len(edges)], vecs[len(edges) :]
+    sims = p @ q.T  # |E| x |Q| cosine (unit vectors)
     mu, sd = sims.mean(axis=0), sims.std(axis=0)
     z = np.where(sd > 0, (sims - mu) / np.where(sd > 0, sd, 1.0), 0.0)
     scores = z @ np.array([keywords[k] for k in names], dtype=float)
     order = sorted(range(len(edges)), key=lambda i: -scores[i])
-    return [Edge(edges[i].subject, edges[i].predicate, edges[i].object, edges[i].chapter, float(scores[i])) for i in order]
+    return [
+        Edge(edges[i].subject, edges[i].predicate, edges[i].object, edges[i].chapter, float(scores[i])) for i in order
+    ]
 
 
 def display_name(kg: nx.MultiDiGraph, node: str, counts: dict[str, Counter[str]]) -> str:
@@ -91,7 +101,9 @@ def _total(counts: dict[str, Counter[str]], node: str) -> int:
     return sum(counts.get(node, Counter()).values())
 
 
-def group_edges(edges: list[Edge], counts: dict[str, Counter[str]]) -> list[tuple[str, list[Edge], list[tuple[str, list[Edge]]]]]:
+def group_edges(
+    edges: list[Edge], counts: dict[str, Counter[str]]
+) -> list[tuple[str, list[Edge], list[tuple[str, list[Edge]]]]]:
     """[(subject, self-loops, [(object, edges)])], subjects and objects by chapter mentions (desc)."""
     subjects: dict[str, dict[str, list[Edge]]] = {}
     for e in edges:

@@ -45,24 +45,83 @@ Budgets (seed 000 appendix F)::
 Errors (all subclass memloop.eval.errors.MemoryError_): SchemaError, PathError, RevisionError,
 RevisionParseError, LiteralParseError, BudgetError.
 """
-from memloop.eval.memory.budget import (BudgetOutcome, cl100k_count, cl100k_encode, fit_to_budget, memory_tokens,
-                                trim_to_budget)
-from memloop.eval.memory.errors import (BudgetError, LiteralParseError, PathError, RevisionError, RevisionParseError,
-                                SchemaError)
-from memloop.eval.memory.formats import (ParsedRevisions, parse_cok, parse_prism, parse_revision_list, render_cok,
-                                 render_prism, revision_list_schema)
+
+from memloop.eval.memory.budget import (
+    BudgetOutcome,
+    cl100k_count,
+    cl100k_encode,
+    fit_to_budget,
+    memory_tokens,
+    trim_to_budget,
+)
+from memloop.eval.memory.errors import (
+    BudgetError,
+    LiteralParseError,
+    PathError,
+    RevisionError,
+    RevisionParseError,
+    SchemaError,
+)
+from memloop.eval.memory.formats import (
+    ParsedRevisions,
+    parse_cok,
+    parse_prism,
+    parse_revision_list,
+    render_cok,
+    render_prism,
+    revision_list_schema,
+)
 from memloop.eval.memory.literal import loads as loads_lenient
 from memloop.eval.memory.paths import Path
-from memloop.eval.memory.render import (Amendments, fold_amendments, parse_amendments, render_amendments,
-                                render_in_place, render_revision, shared_prefix_chars, shared_prefix_tokens)
+from memloop.eval.memory.render import (
+    Amendments,
+    fold_amendments,
+    parse_amendments,
+    render_amendments,
+    render_in_place,
+    render_revision,
+    shared_prefix_chars,
+    shared_prefix_tokens,
+)
 from memloop.eval.memory.revisions import ApplyResult, Rejection, Revision, apply_revision, apply_revisions, check
 from memloop.eval.memory.schema import PLACEHOLDER, Schema
 
 __all__ = [
-    "Amendments", "ApplyResult", "BudgetError", "BudgetOutcome", "LiteralParseError", "PLACEHOLDER",
-    "ParsedRevisions", "Path", "PathError", "Rejection", "Revision", "RevisionError", "RevisionParseError",
-    "Schema", "SchemaError", "apply_revision", "apply_revisions", "check", "cl100k_count", "cl100k_encode",
-    "fit_to_budget", "fold_amendments", "loads_lenient", "memory_tokens", "parse_amendments", "parse_cok",
-    "parse_prism", "parse_revision_list", "render_amendments", "render_cok", "render_in_place", "render_prism",
-    "render_revision", "revision_list_schema", "shared_prefix_chars", "shared_prefix_tokens", "trim_to_budget",
+    "Amendments",
+    "ApplyResult",
+    "BudgetError",
+    "BudgetOutcome",
+    "LiteralParseError",
+    "PLACEHOLDER",
+    "ParsedRevisions",
+    "Path",
+    "PathError",
+    "Rejection",
+    "Revision",
+    "RevisionError",
+    "RevisionParseError",
+    "Schema",
+    "SchemaError",
+    "apply_revision",
+    "apply_revisions",
+    "check",
+    "cl100k_count",
+    "cl100k_encode",
+    "fit_to_budget",
+    "fold_amendments",
+    "loads_lenient",
+    "memory_tokens",
+    "parse_amendments",
+    "parse_cok",
+    "parse_prism",
+    "parse_revision_list",
+    "render_amendments",
+    "render_cok",
+    "render_in_place",
+    "render_prism",
+    "render_revision",
+    "revision_list_schema",
+    "shared_prefix_chars",
+    "shared_prefix_tokens",
+    "trim_to_budget",
 ]

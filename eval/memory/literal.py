@@ -6,6 +6,7 @@ Python literals together with the end offset we need to read several values from
 so this is a small recursive-descent reader. It never evaluates code: only literals are accepted.
 Tuples become lists so that every value read here is plain JSON data.
 """
+
 from __future__ import annotations
 
 import json
@@ -28,9 +29,11 @@ class _Reader:
 
     def fail(self, pos: int, what: str) -> LiteralParseError:
         line = self.text.count("\n", 0, pos) + 1
-        snippet = self.text[pos:pos + 40].replace("\n", "\\n")
-        return LiteralParseError(f"{what} at line {line}, offset {pos} (near {snippet!r}); "
-                                 "the value must be JSON (tuples, None and trailing commas are tolerated)")
+        snippet = self.text[pos : pos + 40].replace("\n", "\\n")
+        return LiteralParseError(
+            f"{what} at line {line}, offset {pos} (near {snippet!r}); "
+            "the value must be JSON (tuples, None and trailing commas are tolerated)"
+        )
 
     def ws(self, pos: int) -> int:
         t = self.text
@@ -115,7 +118,7 @@ class _Reader:
                 n = t[i + 1]
                 if n == "u" and i + 6 <= len(t):
                     try:
-                        buf.append(chr(int(t[i + 2:i + 6], 16)))
+                        buf.append(chr(int(t[i + 2 : i + 6], 16)))
                         i += 6
                         continue
                     except ValueError:

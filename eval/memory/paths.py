@@ -5,6 +5,7 @@ It rejects one form the CoK paper itself writes, a bare key with a space (`$.att
 such bare segments are quoted first and then handed to jsonpath-ng. Only addresses of one node are
 accepted (fields and single indices); wildcards, slices, filters and `..` are refused with a reason.
 """
+
 from __future__ import annotations
 
 import re
@@ -34,7 +35,9 @@ class Path:
         if isinstance(text, Path):
             return text
         if not isinstance(text, str):
-            raise PathError(f"a JSONPath must be a string like \"$. 'attributes'. 'Amenities'\", got {type(text).__name__}")
+            raise PathError(
+                f"a JSONPath must be a string like \"$. 'attributes'. 'Amenities'\", got {type(text).__name__}"
+            )
         return Path(_parse(text.strip()))
 
     @property
@@ -68,13 +71,13 @@ def _quote_bare_segments(text: str) -> str:
             j = i + 1
             while j < n and text[j] != c:
                 j += 2 if text[j] == "\\" else 1
-            out.append(text[i:j + 1])
+            out.append(text[i : j + 1])
             i = j + 1
         elif c == "." and i + 1 < n and text[i + 1] not in ".'\"[ ":
             j = i + 1
             while j < n and text[j] not in ".[":
                 j += 1
-            seg = text[i + 1:j].rstrip()
+            seg = text[i + 1 : j].rstrip()
             if (_IDENT.match(seg) and seg not in _KEYWORDS) or seg == "*":
                 out.append("." + seg)
             else:
@@ -86,7 +89,9 @@ def _quote_bare_segments(text: str) -> str:
     return "".join(out)
 
 
-MAX_SEGMENTS = 200  # as deep as a value may nest (`memloop.eval.memory.literal.MAX_DEPTH`); keeps the parser off the stack's end
+MAX_SEGMENTS = (
+    200  # as deep as a value may nest (`memloop.eval.memory.literal.MAX_DEPTH`); keeps the parser off the stack's end
+)
 
 
 @lru_cache(maxsize=4096)
@@ -99,8 +104,10 @@ def _parse(text: str) -> tuple[Segment, ...]:
     # an upper bound of the segments, checked before the recursive parser reads them
     n = len(fast) if fast is not None else text.count(".") + text.count("[")
     if n > MAX_SEGMENTS:
-        raise PathError(f"JSONPath {text[:60]!r}... has {'about ' if fast is None else ''}{n} segments, more than "
-                        f"{MAX_SEGMENTS}; a revision path must address a node of the memory")
+        raise PathError(
+            f"JSONPath {text[:60]!r}... has {'about ' if fast is None else ''}{n} segments, more than "
+            f"{MAX_SEGMENTS}; a revision path must address a node of the memory"
+        )
     return fast if fast is not None else _jsonpath_ng_parse(text)
 
 
@@ -111,8 +118,9 @@ def _jsonpath_ng_parse(text: str) -> tuple[Segment, ...]:
     try:  # ply raises plain Exception on some lexer errors, hence the broad catch
         expr = jsonpath_ng.parse(_quote_bare_segments(text))
     except RecursionError:
-        raise PathError(f"JSONPath {text[:60]!r}... is nested too deeply to read; a revision path must address "
-                        "a node of the memory") from None
+        raise PathError(
+            f"JSONPath {text[:60]!r}... is nested too deeply to read; a revision path must address a node of the memory"
+        ) from None
     except Exception as e:
         raise PathError(f"JSONPath {text!r} is malformed ({e}); quote keys like \"$. 'Food & Beverage'\"") from None
 
@@ -130,18 +138,23 @@ def _jsonpath_ng_parse(text: str) -> tuple[Segment, ...]:
             return
         if isinstance(node, jp.Index) and len(node.indices) == 1:
             if node.indices[0] < 0:
-                raise PathError(f"JSONPath {text!r}: negative index {node.indices[0]} is not supported; "
-                                "use the exact index (or add at index len(list) to append)")
+                raise PathError(
+                    f"JSONPath {text!r}: negative index {node.indices[0]} is not supported; "
+                    "use the exact index (or add at index len(list) to append)"
+                )
             segs.append(node.indices[0])
             return
-        raise PathError(f"JSONPath {text!r} uses {type(node).__name__} ({node}); a revision path must "
-                        "address exactly one node with keys and indices (no wildcards, slices, filters or '..')")
+        raise PathError(
+            f"JSONPath {text!r} uses {type(node).__name__} ({node}); a revision path must "
+            "address exactly one node with keys and indices (no wildcards, slices, filters or '..')"
+        )
 
     try:
         walk(expr)
     except RecursionError:
-        raise PathError(f"JSONPath {text[:60]!r}... is nested too deeply to read; a revision path must address "
-                        "a node of the memory") from None
+        raise PathError(
+            f"JSONPath {text[:60]!r}... is nested too deeply to read; a revision path must address a node of the memory"
+        ) from None
     return tuple(segs)
 
 

@@ -8,6 +8,7 @@
   bytes, so step i's text is a prefix of step i+1's. `fold_amendments` reads the text back into one
   memory by replaying the lines.
 """
+
 from __future__ import annotations
 
 import copy
@@ -26,8 +27,13 @@ SEPARATOR = "\n"
 def render_in_place(memory: dict[str, Any], indent: int | None = 2) -> str:
     """Canonical JSON of a memory (deterministic for a given memory and key insertion order)."""
     try:
-        return json.dumps(memory, ensure_ascii=False, indent=indent, allow_nan=False,
-                          separators=(",", ": ") if indent else (", ", ": "))
+        return json.dumps(
+            memory,
+            ensure_ascii=False,
+            indent=indent,
+            allow_nan=False,
+            separators=(",", ": ") if indent else (", ", ": "),
+        )
     except ValueError as e:
         raise RevisionError(f"the memory holds a value JSON cannot write ({e}); replace NaN/infinity values") from None
 
@@ -105,10 +111,10 @@ def parse_amendments(text: str) -> tuple[dict[str, Any], list[Revision]]:
             raise RevisionParseError(f"amendment line is not JSON: {e}") from None
         if not isinstance(obj, dict) or len(obj) != 1:
             raise RevisionParseError(f"an amendment must be one {{path: {{op: value}}}} object, got {obj!r:.80}")
-        (path, body), = obj.items()
+        ((path, body),) = obj.items()
         if not isinstance(body, dict) or len(body) != 1:
-            raise RevisionParseError(f"amendment for {path} must be {{\"add\"|\"update\": value}}, got {body!r:.80}")
-        (op, value), = body.items()
+            raise RevisionParseError(f'amendment for {path} must be {{"add"|"update": value}}, got {body!r:.80}')
+        ((op, value),) = body.items()
         revs.append(Revision(path, op, value))
 
 
@@ -117,8 +123,10 @@ def fold_amendments(text: str, schema: Schema) -> dict[str, Any]:
     base, revs = parse_amendments(text)
     res = apply_revisions(base, revs, schema)
     if res.rejected:
-        raise RevisionError(f"amendment {res.rejected[0].revision.path.text if res.rejected[0].revision else ''} "
-                            f"does not apply: {res.rejected[0].reason}")
+        raise RevisionError(
+            f"amendment {res.rejected[0].revision.path.text if res.rejected[0].revision else ''} "
+            f"does not apply: {res.rejected[0].reason}"
+        )
     return res.memory
 
 

@@ -7,6 +7,7 @@
 Every revision is checked against the schema at its path before anything changes; a rejected
 revision carries a reason and leaves the memory exactly as it was.
 """
+
 from __future__ import annotations
 
 import copy
@@ -105,8 +106,7 @@ def check(memory: dict[str, Any], rev: Revision, schema: Schema) -> str | None:
     return _plan(memory, rev, schema)[0]
 
 
-def _plan(memory: dict[str, Any], rev: Revision, schema: Schema,
-          ops: Sequence[str] = OPS) -> tuple[str | None, str]:
+def _plan(memory: dict[str, Any], rev: Revision, schema: Schema, ops: Sequence[str] = OPS) -> tuple[str | None, str]:
     """(reason or None, how to apply: 'set', 'append' to an existing list, or 'create-list' of one item)."""
     reason = _check(memory, rev, schema, ops)
     if reason in (_APPEND, _CREATE_LIST):
@@ -131,26 +131,35 @@ def _check(memory: dict[str, Any], rev: Revision, schema: Schema, ops: Sequence[
         nxt = _get(cur, seg)
         if nxt is _MISSING or (rev.op == "add" and _is_placeholder(nxt)):
             if rev.op == "update":
-                return (f"update of {p.text}: {Path(p.segments[:i + 1]).text} does not exist in the memory; "
-                        "use 'add' to create a new path")
+                return (
+                    f"update of {p.text}: {Path(p.segments[: i + 1]).text} does not exist in the memory; "
+                    "use 'add' to create a new path"
+                )
             if isinstance(seg, int) and isinstance(cur, list) and seg > len(cur):
                 return f"add at {p.text}: index {seg} skips past the end of a list of {len(cur)} items"
             # the rest of the path will be created: each container must be clear from the schema
             for j in range(i, len(p.segments) - 1):
-                if _empty_for(schema.node_at(Path(p.segments[:j + 1]))) is _MISSING:
-                    where = Path(p.segments[:j + 1]).text
-                    return (f"add at {p.text}: {where} does not exist and its type "
-                            f"({type_text(schema.node_at(Path(p.segments[:j + 1])))}) does not say which container "
-                            f"to create; add the whole value at {where} instead")
+                if _empty_for(schema.node_at(Path(p.segments[: j + 1]))) is _MISSING:
+                    where = Path(p.segments[: j + 1]).text
+                    return (
+                        f"add at {p.text}: {where} does not exist and its type "
+                        f"({type_text(schema.node_at(Path(p.segments[: j + 1])))}) does not say which container "
+                        f"to create; add the whole value at {where} instead"
+                    )
             # new lists can only start at index 0
             for j in range(i + 1, len(p.segments)):
                 s = p.segments[j]
-                if isinstance(s, int) and s != 0 and isinstance(strip_none(schema.node_at(Path(p.segments[:j]))), ListOf):
-                    return (f"add at {p.text}: {Path(p.segments[:j]).text} is a new list, so it starts at index 0, "
-                            f"not {s}")
+                if (
+                    isinstance(s, int)
+                    and s != 0
+                    and isinstance(strip_none(schema.node_at(Path(p.segments[:j]))), ListOf)
+                ):
+                    return (
+                        f"add at {p.text}: {Path(p.segments[:j]).text} is a new list, so it starts at index 0, not {s}"
+                    )
             return _new_value_errors(schema, p, node, rev.value)
         if not isinstance(nxt, (dict, list)):
-            return f"{rev.op} at {p.text}: {Path(p.segments[:i + 1]).text} holds {nxt!r}, which has no children"
+            return f"{rev.op} at {p.text}: {Path(p.segments[: i + 1]).text} holds {nxt!r}, which has no children"
         cur = nxt
     last = p.segments[-1]
     existing = _get(cur, last)
@@ -164,8 +173,10 @@ def _check(memory: dict[str, Any], rev: Revision, schema: Schema, ops: Sequence[
             if not schema.errors_at(p.child(len(existing)), rev.value):
                 return _APPEND  # add an item to an existing list
         if "update" not in ops:  # the add-only variant: never point at the operation it forbids
-            return (f"add at {p.text}: the path already exists and revisions may only add; add at a new path, "
-                    "or add one item to a list")
+            return (
+                f"add at {p.text}: the path already exists and revisions may only add; add at a new path, "
+                "or add one item to a list"
+            )
         return f"add at {p.text}: the path already exists; use 'update' to replace its value"
     if isinstance(last, int) and isinstance(cur, list) and last != len(cur):
         return f"add at {p.text}: a list of {len(cur)} items grows only at index {len(cur)}"
@@ -184,8 +195,8 @@ def _value_errors(schema: Schema, p: Path, node: Any, value: Any) -> str | None:
     errs = schema.errors_at(p, value)
     if errs:
         here, tail = f"at {p.text}: ", f" (expected {type_text(node)})"
-        short = [e[len(here):] if e.startswith(here) else e for e in errs]  # the path is said once
-        short = [e[:-len(tail)] if e.endswith(tail) else e for e in short]
+        short = [e[len(here) :] if e.startswith(here) else e for e in errs]  # the path is said once
+        short = [e[: -len(tail)] if e.endswith(tail) else e for e in short]
         return f"{p.text} expects {type_text(node)}: " + "; ".join(short)
     return None
 
@@ -197,7 +208,7 @@ def _apply_checked(memory: dict[str, Any], rev: Revision, schema: Schema, mode: 
     for i, seg in enumerate(p.segments[:-1]):
         nxt = _get(cur, seg)
         if nxt is _MISSING or (rev.op == "add" and _is_placeholder(nxt)):
-            nxt = _empty_for(schema.node_at(Path(p.segments[:i + 1])))
+            nxt = _empty_for(schema.node_at(Path(p.segments[: i + 1])))
             if isinstance(cur, list) and seg == len(cur):
                 cur.append(nxt)
             else:
@@ -215,15 +226,18 @@ def _apply_checked(memory: dict[str, Any], rev: Revision, schema: Schema, mode: 
         cur[last] = value
 
 
-def apply_revisions(memory: dict[str, Any], revisions: Iterable[Revision], schema: Schema,
-                    ops: Sequence[str] = OPS) -> ApplyResult:
+def apply_revisions(
+    memory: dict[str, Any], revisions: Iterable[Revision], schema: Schema, ops: Sequence[str] = OPS
+) -> ApplyResult:
     """Apply revisions in order to a copy of `memory`; each is accepted or rejected on its own.
 
     `ops`: the operations the caller allows (the add-only variant passes ("add",)), so a rejection
     never advises an operation the model may not use."""
     if schema.errors(memory):
-        raise RevisionError(f"the memory does not conform to schema {schema.name}: {schema.errors(memory)[0]}; "
-                            "start from {} or a memory that validates")
+        raise RevisionError(
+            f"the memory does not conform to schema {schema.name}: {schema.errors(memory)[0]}; "
+            "start from {} or a memory that validates"
+        )
     out = ApplyResult(copy.deepcopy(memory))
     for rev in revisions:
         reason, mode = _plan(out.memory, rev, schema, ops)

@@ -5,6 +5,7 @@ annotated class) or from schema text an LLM wrote (`Schema.from_text`, a safe mi
 Every object field is optional in a memory: the papers allow partial objects, and the placeholders
 '???' and None (seed 002 appendix C) are accepted for any value below the root.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -17,11 +18,22 @@ from functools import lru_cache
 from typing import Any
 
 import jsonschema
-
 from memloop.eval.memory.errors import PathError, SchemaError
 from memloop.eval.memory.paths import Path
-from memloop.eval.memory.types import (DictOf, EnumOf, Field, ListOf, Node, ObjectType, Prim, TupleOf, UnionOf, children,
-                               strip_none, type_text)
+from memloop.eval.memory.types import (
+    DictOf,
+    EnumOf,
+    Field,
+    ListOf,
+    Node,
+    ObjectType,
+    Prim,
+    TupleOf,
+    UnionOf,
+    children,
+    strip_none,
+    type_text,
+)
 
 PLACEHOLDER = "???"
 
@@ -119,14 +131,17 @@ class Schema:
 
 # ---- internals --------------------------------------------------------------------------------
 
+
 def _collect_objects(root: ObjectType) -> dict[str, ObjectType]:
     seen: dict[str, ObjectType] = {}
 
     def visit(node: Node, stack: tuple[str, ...]) -> None:
         if isinstance(node, ObjectType):
             if node.name in stack:
-                raise SchemaError(f"class {node.name} contains itself ({' -> '.join(stack + (node.name,))}); "
-                                  "a typed hierarchy must be finite")
+                raise SchemaError(
+                    f"class {node.name} contains itself ({' -> '.join(stack + (node.name,))}); "
+                    "a typed hierarchy must be finite"
+                )
             prev = seen.get(node.name)
             if prev is not None and prev != node:
                 raise SchemaError(f"two different classes are both named {node.name}; rename one of them")
@@ -150,8 +165,10 @@ def _step(node: Node, seg: Any, path: Path, i: int) -> Node:
             except PathError:
                 pass
         if not found:
-            raise PathError(f"path {path.text} leaves the schema at {where}: no option of {type_text(node)} "
-                            f"has {'index' if isinstance(seg, int) else 'key'} {seg!r}")
+            raise PathError(
+                f"path {path.text} leaves the schema at {where}: no option of {type_text(node)} "
+                f"has {'index' if isinstance(seg, int) else 'key'} {seg!r}"
+            )
         return found[0] if len(found) == 1 else UnionOf(tuple(found))
     if isinstance(node, Prim) and node.kind == "Any":
         return node
@@ -161,13 +178,15 @@ def _step(node: Node, seg: Any, path: Path, i: int) -> Node:
             if f is not None:
                 return f.type
         names = ", ".join(f.name for f in node.fields)
-        raise PathError(f"path {path.text} leaves the schema: {node.name} at {where} has no field {seg!r} "
-                        f"(fields: {names})")
+        raise PathError(
+            f"path {path.text} leaves the schema: {node.name} at {where} has no field {seg!r} (fields: {names})"
+        )
     if isinstance(node, DictOf):
         if isinstance(seg, str):
             return node.value
-        raise PathError(f"path {path.text}: {where} is a {type_text(node)} keyed by strings; "
-                        f"use a quoted key instead of [{seg}]")
+        raise PathError(
+            f"path {path.text}: {where} is a {type_text(node)} keyed by strings; use a quoted key instead of [{seg}]"
+        )
     if isinstance(node, ListOf):
         if isinstance(seg, int):
             return node.item
@@ -175,13 +194,21 @@ def _step(node: Node, seg: Any, path: Path, i: int) -> Node:
     if isinstance(node, TupleOf):
         if isinstance(seg, int) and seg < len(node.items):
             return node.items[seg]
-        raise PathError(f"path {path.text}: {where} is a {type_text(node)} with {len(node.items)} items; "
-                        f"{seg!r} is not one of its indices")
+        raise PathError(
+            f"path {path.text}: {where} is a {type_text(node)} with {len(node.items)} items; "
+            f"{seg!r} is not one of its indices"
+        )
     raise PathError(f"path {path.text}: {where} is a {type_text(node)} value and has no children")
 
 
-_PRIM_JSON = {"str": {"type": "string"}, "int": {"type": "integer"}, "float": {"type": "number"},
-              "bool": {"type": "boolean"}, "Any": {}, "None": {"type": "null"}}
+_PRIM_JSON = {
+    "str": {"type": "string"},
+    "int": {"type": "integer"},
+    "float": {"type": "number"},
+    "bool": {"type": "boolean"},
+    "Any": {},
+    "None": {"type": "null"},
+}
 
 
 @lru_cache(maxsize=2048)
@@ -206,8 +233,13 @@ def _build(node: Node, ph: bool, is_root: bool = False) -> dict[str, Any]:
         s = {"type": "array", "items": _build(node.item, ph)}
     elif isinstance(node, TupleOf):
         n = len(node.items)
-        s = {"type": "array", "prefixItems": [_build(i, ph) for i in node.items], "items": False,
-             "minItems": n, "maxItems": n}
+        s = {
+            "type": "array",
+            "prefixItems": [_build(i, ph) for i in node.items],
+            "items": False,
+            "minItems": n,
+            "maxItems": n,
+        }
     elif isinstance(node, DictOf):
         s = {"type": "object", "additionalProperties": _build(node.value, ph)}
     elif isinstance(node, UnionOf):
@@ -244,7 +276,7 @@ def _errors(node: Node, ph: bool, is_root: bool, value: Any, at: Path) -> list[s
         for s in e.absolute_path:
             sub = sub.child(s)
         msg = e.message if len(e.message) < 160 else e.message[:160] + "..."
-        expected = type_text(_safe_node_at(node, Path(tuple(sub.segments[len(at):]))))
+        expected = type_text(_safe_node_at(node, Path(tuple(sub.segments[len(at) :]))))
         out.append(f"at {sub.text}: {msg} (expected {expected})")
     return out
 
@@ -369,8 +401,7 @@ def _source_comments(py_cls: type) -> dict[str, str]:
     return out
 
 
-def _object_from_class(py_cls: type, building: dict[type, ObjectType | None],
-                       namespace: dict[str, Any]) -> ObjectType:
+def _object_from_class(py_cls: type, building: dict[type, ObjectType | None], namespace: dict[str, Any]) -> ObjectType:
     if py_cls in building:
         if building[py_cls] is None:
             raise SchemaError(f"class {py_cls.__name__} contains itself; a typed hierarchy must be finite")
@@ -382,8 +413,10 @@ def _object_from_class(py_cls: type, building: dict[type, ObjectType | None],
     try:
         hints = typing.get_type_hints(py_cls, globalns=globalns, localns=localns, include_extras=True)
     except Exception as e:
-        raise SchemaError(f"cannot resolve the annotations of {py_cls.__name__} ({e}); "
-                          "define referenced classes before use or inside the class") from None
+        raise SchemaError(
+            f"cannot resolve the annotations of {py_cls.__name__} ({e}); "
+            "define referenced classes before use or inside the class"
+        ) from None
     own = _own_annotation_names(py_cls)
     comments = _source_comments(py_cls)
     field_docs = _field_docs(py_cls)
@@ -429,8 +462,9 @@ def _field_docs(py_cls: type) -> dict[str, str]:
     return out
 
 
-def _node_from_hint(hint: Any, where: str, building: dict[type, ObjectType | None],
-                    namespace: dict[str, Any]) -> tuple[Node, str]:
+def _node_from_hint(
+    hint: Any, where: str, building: dict[type, ObjectType | None], namespace: dict[str, Any]
+) -> tuple[Node, str]:
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin in (typing.Required, typing.NotRequired, typing.ClassVar) and args:
         return _node_from_hint(args[0], where, building, namespace)  # every field is optional anyway
@@ -471,8 +505,14 @@ def _node_from_hint(hint: Any, where: str, building: dict[type, ObjectType | Non
         return DictOf(_node_from_hint(args[1], where, building, namespace)[0] if args else Prim("Any"), label), ""
     if origin in (typing.Union, pytypes.UnionType):
         return UnionOf(tuple(_node_from_hint(a, where, building, namespace)[0] for a in args)), ""
-    if isinstance(hint, type) and (dataclasses.is_dataclass(hint) or typing.is_typeddict(hint)
-                                   or hasattr(hint, "model_fields") or hint.__dict__.get("__annotations__")):
+    if isinstance(hint, type) and (
+        dataclasses.is_dataclass(hint)
+        or typing.is_typeddict(hint)
+        or hasattr(hint, "model_fields")
+        or hint.__dict__.get("__annotations__")
+    ):
         return _object_from_class(hint, building, namespace), ""
-    raise SchemaError(f"{where}: type {hint!r} is not part of the typed-hierarchy language; use str, int, float, "
-                      "bool, Any, list[...], tuple[...], dict[str, ...], X | None or a class with annotated fields")
+    raise SchemaError(
+        f"{where}: type {hint!r} is not part of the typed-hierarchy language; use str, int, float, "
+        "bool, Any, list[...], tuple[...], dict[str, ...], X | None or a class with annotated fields"
+    )

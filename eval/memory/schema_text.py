@@ -9,6 +9,7 @@ Union[...], `X | None` and the classes defined in the text. Fields written at mo
 classes (as in seed 002 listings 2 and 3) belong to the root class. The root is the first class no
 other class refers to. Anything else is a SchemaError naming the line.
 """
+
 from __future__ import annotations
 
 import ast
@@ -18,7 +19,18 @@ import tokenize
 import warnings
 
 from memloop.eval.memory.errors import SchemaError
-from memloop.eval.memory.types import PRIMITIVES, DictOf, EnumOf, Field, ListOf, Node, ObjectType, Prim, TupleOf, UnionOf
+from memloop.eval.memory.types import (
+    PRIMITIVES,
+    DictOf,
+    EnumOf,
+    Field,
+    ListOf,
+    Node,
+    ObjectType,
+    Prim,
+    TupleOf,
+    UnionOf,
+)
 
 _FENCED = re.compile(r"```[A-Za-z]*[ \t]*\n(.*?)```", re.DOTALL)
 _LIST_NAMES = {"list", "List", "Sequence", "set", "Set", "frozenset"}
@@ -35,8 +47,10 @@ def extract_code(text: str) -> str:
     for i, line in enumerate(lines):
         if re.match(r"\s*(class\s|@)", line):
             return "\n".join(lines[i:])
-    raise SchemaError("no schema found: the text has neither a ```python block nor a `class` line; "
-                      "ask the model for a Python class definition")
+    raise SchemaError(
+        "no schema found: the text has neither a ```python block nor a `class` line; "
+        "ask the model for a Python class definition"
+    )
 
 
 def parse_schema_text(text: str) -> ObjectType:
@@ -48,11 +62,14 @@ def parse_schema_text(text: str) -> ObjectType:
             warnings.simplefilter("ignore")
             tree = ast.parse(code)
     except SyntaxError as e:
-        raise SchemaError(f"schema text is not valid Python syntax at line {e.lineno}: {e.msg}; "
-                          "a schema is a Python class with annotated fields") from None
+        raise SchemaError(
+            f"schema text is not valid Python syntax at line {e.lineno}: {e.msg}; "
+            "a schema is a Python class with annotated fields"
+        ) from None
     except (ValueError, RecursionError, MemoryError) as e:  # null bytes, absurd nesting
-        raise SchemaError(f"schema text cannot be parsed ({type(e).__name__}: {e}); "
-                          "a schema is a Python class with annotated fields") from None
+        raise SchemaError(
+            f"schema text cannot be parsed ({type(e).__name__}: {e}); a schema is a Python class with annotated fields"
+        ) from None
     try:
         return _Builder(code, tree).build()
     except RecursionError:
@@ -90,8 +107,10 @@ class _Builder:
         self.root_name = ""
 
     def fail(self, node: ast.AST, what: str) -> SchemaError:
-        return SchemaError(f"schema line {getattr(node, 'lineno', '?')}: {what}; the schema language allows "
-                           "classes, docstrings, annotated fields, nested classes and type aliases only")
+        return SchemaError(
+            f"schema line {getattr(node, 'lineno', '?')}: {what}; the schema language allows "
+            "classes, docstrings, annotated fields, nested classes and type aliases only"
+        )
 
     def build(self) -> ObjectType:
         for stmt in self.tree.body:
@@ -103,7 +122,11 @@ class _Builder:
                 self.alias(stmt)
             elif isinstance(stmt, (ast.Import, ast.ImportFrom, ast.Pass)):
                 continue
-            elif isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant) and isinstance(stmt.value.value, str):
+            elif (
+                isinstance(stmt, ast.Expr)
+                and isinstance(stmt.value, ast.Constant)
+                and isinstance(stmt.value.value, str)
+            ):
                 continue  # a module docstring
             else:
                 raise self.fail(stmt, f"{type(stmt).__name__} statements are not allowed")
@@ -149,8 +172,11 @@ class _Builder:
             for stmt in cls.body:
                 if isinstance(stmt, ast.AnnAssign):
                     names |= {n.id for n in ast.walk(stmt.annotation) if isinstance(n, ast.Name)}
-                    names |= {n.value for n in ast.walk(stmt.annotation)
-                              if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+                    names |= {
+                        n.value
+                        for n in ast.walk(stmt.annotation)
+                        if isinstance(n, ast.Constant) and isinstance(n.value, str)
+                    }
         for stmt in self.module_fields:
             names |= {n.id for n in ast.walk(stmt.annotation) if isinstance(n, ast.Name)}
         return names
@@ -177,8 +203,7 @@ class _Builder:
                 node = self.type_of(stmt.annotation, set())
                 end = getattr(stmt, "end_lineno", stmt.lineno) or stmt.lineno
                 fdoc = call_doc or self.comments.get(end) or self.comments.get(stmt.lineno, "")
-                fields.append(Field(fname, node, fdoc, self.comments_above(stmt.lineno),
-                                    self.docstring_after(body, i)))
+                fields.append(Field(fname, node, fdoc, self.comments_above(stmt.lineno), self.docstring_after(body, i)))
             elif isinstance(stmt, (ast.ClassDef, ast.Assign, ast.Pass)):
                 continue
             elif isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant):
@@ -216,8 +241,11 @@ class _Builder:
         v = stmt.value
         if v is None or isinstance(v, ast.Constant) or ast.unparse(v) in ("[]", "{}", "()"):
             return ""
-        fname_call = v.func.attr if isinstance(v, ast.Call) and isinstance(v.func, ast.Attribute) else \
-            getattr(getattr(v, "func", None), "id", "")
+        fname_call = (
+            v.func.attr
+            if isinstance(v, ast.Call) and isinstance(v.func, ast.Attribute)
+            else getattr(getattr(v, "func", None), "id", "")
+        )
         if not isinstance(v, ast.Call) or fname_call not in ("field", "Field"):
             raise self.fail(stmt, f"field {fname} has a default that is not a literal or field(...)")
         doc = ""
@@ -268,8 +296,11 @@ class _Builder:
                 return self.obj(n)
             if n == "Optional":
                 raise self.fail(ann, "Optional needs a type: Optional[str]")
-            raise self.fail(ann, f"unknown type {ann.id!r} (define the class in the schema, or use str, int, "
-                                 "float, bool, Any, list[...], dict[str, ...], tuple[...])")
+            raise self.fail(
+                ann,
+                f"unknown type {ann.id!r} (define the class in the schema, or use str, int, "
+                "float, bool, Any, list[...], dict[str, ...], tuple[...])",
+            )
         if isinstance(ann, ast.BinOp) and isinstance(ann.op, ast.BitOr):
             return _union(self.type_of(ann.left, seen), self.type_of(ann.right, seen))
         if isinstance(ann, ast.Subscript):
@@ -290,7 +321,10 @@ class _Builder:
             if base == "Literal" and args:
                 vals = []
                 for a in args:
-                    if not (isinstance(a, ast.Constant) and (a.value is None or isinstance(a.value, (str, int, float, bool)))):
+                    if not (
+                        isinstance(a, ast.Constant)
+                        and (a.value is None or isinstance(a.value, (str, int, float, bool)))
+                    ):
                         raise self.fail(ann, "Literal[...] takes JSON scalars only (strings, numbers, booleans, None)")
                     vals.append(a.value)
                 return EnumOf(tuple(vals))
@@ -307,7 +341,7 @@ class _Builder:
 def _union(*nodes: Node) -> Node:
     opts: list[Node] = []
     for n in nodes:
-        for o in (n.options if isinstance(n, UnionOf) else (n,)):
+        for o in n.options if isinstance(n, UnionOf) else (n,):
             if o not in opts:
                 opts.append(o)
     return opts[0] if len(opts) == 1 else UnionOf(tuple(opts))

@@ -3,6 +3,7 @@
 Docstrings and field comments are written in our own words, carrying the papers' instructions.
 Use them with `Schema.from_class(...)`, or the ready `Schema` objects at the bottom.
 """
+
 from __future__ import annotations
 
 import dataclasses

@@ -3,6 +3,7 @@
 Every schema, whether derived from a Python class or parsed from LLM-written text, becomes these
 nodes; JSON Schema, the class text shown to the LLM, and path resolution are all computed from them.
 """
+
 from __future__ import annotations
 
 import json

@@ -7,6 +7,7 @@
 Names: go-text go-json gu-text gu-json gm-text gm-json cok prism-inplace prism-amendments
 hier-merge inc-update kg-retrieval no-kg fart-base fart-compressed fart-rolling long-context.
 """
+
 from memloop.eval.asking import ParseFailure
 from memloop.eval.methods import ask_many
 from memloop.eval.methods.base import PROTOCOLS, Method, MethodOutput, MethodSettings, Trace
@@ -15,5 +16,16 @@ from memloop.eval.methods.step import Step
 
 PROTOCOLS[ask_many.TASK] = ask_many.run
 
-__all__ = ["Method", "MethodOutput", "MethodSettings", "ParseFailure", "Step", "Trace", "METHODS", "get_method",
-           "list_methods", "method_class", "template_manifest"]
+__all__ = [
+    "Method",
+    "MethodOutput",
+    "MethodSettings",
+    "ParseFailure",
+    "Step",
+    "Trace",
+    "METHODS",
+    "get_method",
+    "list_methods",
+    "method_class",
+    "template_manifest",
+]

@@ -6,6 +6,7 @@ same way, so `repoqa-exact` and `loft-exec` (eval/judges/overlap.py) score all o
 RepoQA keeps the reply's first line (the function name), Spider keeps the whole reply, whose
 "Final Answer: [[...]]" line `loft-exec` reads, summaries keep the whole reply.
 """
+
 from __future__ import annotations
 
 from memloop.eval.datasets.sample import Sample
@@ -14,12 +15,17 @@ from memloop.eval.methods.base import Trace
 from memloop.eval.methods.common import entity_name
 from memloop.eval.templates import load_template
 
-BOOK_QUESTION = ("Summarize this book. Briefly introduce characters, places and other major elements when they "
-                 "are first mentioned.")
+BOOK_QUESTION = (
+    "Summarize this book. Briefly introduce characters, places and other major elements when they are first mentioned."
+)
 SUMMARY_TASKS = ("book", "arxiv")
 QUERY_TASKS = ("repoqa", "spider")
-ANSWER_TEMPLATES = {"book": "s002-answer-book", "arxiv": "s002-answer-book", "repoqa": "s002-answer-repoqa",
-                    "spider": "s002-answer-spider"}
+ANSWER_TEMPLATES = {
+    "book": "s002-answer-book",
+    "arxiv": "s002-answer-book",
+    "repoqa": "s002-answer-repoqa",
+    "spider": "s002-answer-spider",
+}
 GENERIC_ANSWER = "s002-answer-generic"
 TEMPLATE_IDS = tuple(dict.fromkeys((*ANSWER_TEMPLATES.values(), GENERIC_ANSWER)))
 

@@ -19,11 +19,11 @@ JSON list of replies, one per question, which the `mab` judge scores.
 A method without an answer step (the summarisers: GO/GU/GM, CoK, hierarchical merging, KG
 retrieval, F-ART) does not apply: its output is marked not applicable, counted as n/a, never a zero.
 """
+
 from __future__ import annotations
 
-import time
-
 import json
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from typing import Any, Callable
@@ -37,7 +37,6 @@ from memloop.eval.methods.outcomes import call_outcome
 from memloop.eval.methods.step import Step
 from memloop.eval.templates import load_template
 
-
 TASK = "memoryagentbench"
 TEMPLATE_IDS = ("mab-answer-memory", "mab-answer-notes", "mab-long-context")
 ANSWERING = ("prism-inplace", "prism-amendments", "inc-update", "long-context")  # methods with an answer step
@@ -49,26 +48,57 @@ APPLIES: dict[str, tuple[str, ...]] = {name: COMPETENCIES for name in ANSWERING}
 # per source family (first matching prefix): what to keep while reading, how to answer, and the
 # benchmark's `generation_max_length` for the answer (configs/data_conf/*.yaml)
 _FAMILIES: tuple[tuple[str, str, str, int], ...] = (
-    ("factconsolidation_",
-     "Keep every fact the text states, each with its serial number. When a fact conflicts with an earlier "
-     "one, the fact with the larger serial number is the newer and replaces the older.",
-     "Facts may conflict: the one with the larger serial number is the current one. Answer from the memorised "
-     "facts, not from what you know of the real world, in a few words and nothing else.", 10),
-    ("icl_", "Keep the labelled examples: each example's text and its numerical label.",
-     "Assign the text in the question the numerical label its closest examples have. Reply with the label number "
-     "only.", 20),
-    ("eventqa_", "Keep the events of the story in the order they happen, with who does what.",
-     "Reply with the event that happens next, in one sentence.", 40),
-    ("recsys_", "Keep the movies each user mentions, likes or is recommended, and what the user wants.",
-     "Recommend 20 movies for this conversation as a numbered list, one title per line, without other text.", 300),
-    ("detective_qa", "Keep the clues, the people, their actions and the order of events.",
-     "Answer in the format the question asks for.", 2000),
-    ("infbench_sum", "Keep the plot, the main characters and the main events of the book in order.",
-     "Write the summary.", 1200),
-    ("longmemeval_", "Keep what the user says about themselves, with the date of each conversation.",
-     "Answer in a single phrase if you can.", 50),
-    ("", "Keep the facts, names, numbers, events and their order that questions about this text may ask for.",
-     "Reply with the answer only.", 50),
+    (
+        "factconsolidation_",
+        "Keep every fact the text states, each with its serial number. When a fact conflicts with an earlier "
+        "one, the fact with the larger serial number is the newer and replaces the older.",
+        "Facts may conflict: the one with the larger serial number is the current one. Answer from the memorised "
+        "facts, not from what you know of the real world, in a few words and nothing else.",
+        10,
+    ),
+    (
+        "icl_",
+        "Keep the labelled examples: each example's text and its numerical label.",
+        "Assign the text in the question the numerical label its closest examples have. Reply with the label number "
+        "only.",
+        20,
+    ),
+    (
+        "eventqa_",
+        "Keep the events of the story in the order they happen, with who does what.",
+        "Reply with the event that happens next, in one sentence.",
+        40,
+    ),
+    (
+        "recsys_",
+        "Keep the movies each user mentions, likes or is recommended, and what the user wants.",
+        "Recommend 20 movies for this conversation as a numbered list, one title per line, without other text.",
+        300,
+    ),
+    (
+        "detective_qa",
+        "Keep the clues, the people, their actions and the order of events.",
+        "Answer in the format the question asks for.",
+        2000,
+    ),
+    (
+        "infbench_sum",
+        "Keep the plot, the main characters and the main events of the book in order.",
+        "Write the summary.",
+        1200,
+    ),
+    (
+        "longmemeval_",
+        "Keep what the user says about themselves, with the date of each conversation.",
+        "Answer in a single phrase if you can.",
+        50,
+    ),
+    (
+        "",
+        "Keep the facts, names, numbers, events and their order that questions about this text may ask for.",
+        "Reply with the answer only.",
+        50,
+    ),
 )
 
 
@@ -83,8 +113,10 @@ def family(source: str) -> tuple[str, str, int]:
 def not_applicable(method: "Method", sample: Sample) -> str | None:
     """Why `method` does not run on `sample` under the protocol (None: it does)."""
     if method.name not in APPLIES:
-        return (f"{method.name} has no answer step (it summarises; MemoryAgentBench asks questions of the "
-                f"memory): one of {list(ANSWERING)} answers them")
+        return (
+            f"{method.name} has no answer step (it summarises; MemoryAgentBench asks questions of the "
+            f"memory): one of {list(ANSWERING)} answers them"
+        )
     comp = sample.metadata.get("competency")
     if comp not in APPLIES[method.name]:
         return f"{method.name} is declared for competencies {list(APPLIES[method.name])}, not {comp!r}"
@@ -97,8 +129,10 @@ def run(method: Method, sample: Sample, llm: LLM) -> MethodOutput:
     questions = gold.get("questions")
     source = sample.metadata.get("source")
     if not isinstance(questions, list) or not questions or not isinstance(source, str):
-        raise MethodError(f"sample {sample.id} is not a MemoryAgentBench context (gold questions and metadata "
-                          "source missing): load it with the memoryagentbench loader")
+        raise MethodError(
+            f"sample {sample.id} is not a MemoryAgentBench context (gold questions and metadata "
+            "source missing): load it with the memoryagentbench loader"
+        )
     trace = Trace(llm, method.settings)
     why = not_applicable(method, sample)
     if why is not None:
@@ -112,8 +146,9 @@ def run(method: Method, sample: Sample, llm: LLM) -> MethodOutput:
     return _output(method, sample, trace, replies, memory)
 
 
-def _memory(method: "Method", sample: Sample, trace: Trace, build: str, instruction: str, max_tokens: int
-            ) -> tuple[str, Callable[[str], str] | None, Any]:
+def _memory(
+    method: "Method", sample: Sample, trace: Trace, build: str, instruction: str, max_tokens: int
+) -> tuple[str, Callable[[str], str] | None, Any]:
     """(answer template, question -> answer prompt, the memory) after reading every chunk once; no prompt
     when the method produced no memory to ask (a PRISM schema that never parsed) or the long context
     does not fit (then the memory slot says what was checked)."""
@@ -126,20 +161,32 @@ def _memory(method: "Method", sample: Sample, trace: Trace, build: str, instruct
         built = method.build_memory(sample, trace, build)
         if built is None:
             return tpl.id, None, {}
-        return tpl.id, lambda q: tpl.render(memory_note=built.final_note, structure=built.structure,
-                                            memory=built.text, question=q, answer_instruction=instruction), built.memory
+        return (
+            tpl.id,
+            lambda q: tpl.render(
+                memory_note=built.final_note,
+                structure=built.structure,
+                memory=built.text,
+                question=q,
+                answer_instruction=instruction,
+            ),
+            built.memory,
+        )
     if isinstance(method, IncrementalUpdating):
         tpl = _used(trace, "mab-answer-notes")
         notes = method.build_notes(sample, trace, build)
         return tpl.id, lambda q: tpl.render(summary=notes, question=q, answer_instruction=instruction), notes
     if isinstance(method, LongContext):
         return _long_context(method, sample, trace, instruction, max_tokens)
-    raise MethodError(f"{method.name}: declared as answering MemoryAgentBench questions but has no ask-many "
-                      "protocol; add it to memloop.eval.methods.ask_many._memory")
+    raise MethodError(
+        f"{method.name}: declared as answering MemoryAgentBench questions but has no ask-many "
+        "protocol; add it to memloop.eval.methods.ask_many._memory"
+    )
 
 
-def _long_context(method: Any, sample: Sample, trace: Trace, instruction: str, max_tokens: int
-                  ) -> tuple[str, Callable[[str], str] | None, Any]:
+def _long_context(
+    method: Any, sample: Sample, trace: Trace, instruction: str, max_tokens: int
+) -> tuple[str, Callable[[str], str] | None, Any]:
     """The long-context agent's prompt: the whole context, or, as the benchmark's long-context agents do
     (FIFO truncation), its last tokens that fit with the longest question and the answer's max_tokens;
     n/a only when not even the question fits. What was kept is the unit's memory."""
@@ -188,11 +235,22 @@ def ask_all(trace: Trace, template_id: str, prompts: list[str], max_tokens: int,
             timed += list(pool.map(one, prompts[1:]))
     answers = [a for a, _, _ in timed]
     for i, (prompt, (a, started, finished)) in enumerate(zip(prompts, timed)):
-        step = Step(index=len(trace.steps), kind="answer", template_id=tpl.id, template_sha256=tpl.sha256,
-                    prompt=prompt, output=a.text, parsed={"question": i}, memory=memory,
-                    usage=kept_usage(a.usage, a.retry_usage), attempts=a.attempts,
-                    outcome=call_outcome(a.ok, a.cut, a.text), retry_usage=a.retry_usage,
-                    started_at=started, finished_at=finished)
+        step = Step(
+            index=len(trace.steps),
+            kind="answer",
+            template_id=tpl.id,
+            template_sha256=tpl.sha256,
+            prompt=prompt,
+            output=a.text,
+            parsed={"question": i},
+            memory=memory,
+            usage=kept_usage(a.usage, a.retry_usage),
+            attempts=a.attempts,
+            outcome=call_outcome(a.ok, a.cut, a.text),
+            retry_usage=a.retry_usage,
+            started_at=started,
+            finished_at=finished,
+        )
         if a.cut:
             step.failures.append("the answer hit max_tokens")
         trace.steps.append(step)
@@ -200,9 +258,16 @@ def ask_all(trace: Trace, template_id: str, prompts: list[str], max_tokens: int,
 
 
 def _output(method: "Method", sample: Sample, trace: Trace, replies: list[str], memory: Any) -> MethodOutput:
-    return MethodOutput(method=method.name, sample_id=sample.id, answer=json.dumps(replies) if replies else "",
-                        steps=trace.steps, memory=memory, settings=asdict(method.settings),
-                        templates=dict(trace.templates), not_applicable=trace.not_applicable)
+    return MethodOutput(
+        method=method.name,
+        sample_id=sample.id,
+        answer=json.dumps(replies) if replies else "",
+        steps=trace.steps,
+        memory=memory,
+        settings=asdict(method.settings),
+        templates=dict(trace.templates),
+        not_applicable=trace.not_applicable,
+    )
 
 
 __all__ = ["ANSWERING", "APPLIES", "TASK", "TEMPLATE_IDS", "ask_all", "family", "not_applicable", "run"]

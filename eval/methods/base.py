@@ -7,10 +7,10 @@ prompt, output, parsed value, memory after the step, its outcome (`memloop.eval.
 usage and failures. A step's `usage` is its kept (last) attempt's, what the papers count;
 `retry_usage` the rejected attempts before it.
 """
+
 from __future__ import annotations
 
 import time
-
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, ClassVar, Literal
 
@@ -24,6 +24,7 @@ from memloop.eval.methods.step import Step, unit_failure
 from memloop.eval.options import MaxTokens, PositiveInt, Seed, Temperature, TopK, TopP, check_settings
 from memloop.eval.templates import Template, load_template
 from memloop.eval.templates import template_hashes as _template_hashes
+
 from memloop.sampling import DEFAULT_MAX_TOKENS, SamplingParams
 
 __all__ = ["Method", "MethodOutput", "MethodSettings", "NOT_RUN", "ParseFailure", "Trace"]
@@ -100,8 +101,9 @@ class MethodSettings:
 
     def sampling(self, max_tokens: int | None = None, stop: tuple[str, ...] = ()) -> SamplingParams:
         """A request's sampling: these settings, with a step's own output cap and stop strings laid over them."""
-        own = SamplingParams(max_tokens=self.max_tokens, temperature=self.temperature, top_k=self.top_k,
-                             top_p=self.top_p, seed=self.seed)
+        own = SamplingParams(
+            max_tokens=self.max_tokens, temperature=self.temperature, top_k=self.top_k, top_p=self.top_p, seed=self.seed
+        )
         return own.merge({"max_tokens": max_tokens or None, "stop": stop})
 
 
@@ -125,12 +127,23 @@ class Trace:
             return cl100k_count(text)
         return self.llm.count_tokens(text)
 
-    def ask(self, template: str | Template, values: dict[str, Any], *, kind: str,
-            parse: Callable[[str], Any] | None = None, schema: dict[str, Any] | None = None,
-            chunk_index: int | None = None, max_tokens: int | None = None, stop: tuple[str, ...] = (),
-            raw_prompt: bool = False, llm: LLM | None = None, max_attempts: int | None = None,
-            temperature: float | None = None,
-            retry_values: Callable[[int], dict[str, Any]] | None = None) -> Step:
+    def ask(
+        self,
+        template: str | Template,
+        values: dict[str, Any],
+        *,
+        kind: str,
+        parse: Callable[[str], Any] | None = None,
+        schema: dict[str, Any] | None = None,
+        chunk_index: int | None = None,
+        max_tokens: int | None = None,
+        stop: tuple[str, ...] = (),
+        raw_prompt: bool = False,
+        llm: LLM | None = None,
+        max_attempts: int | None = None,
+        temperature: float | None = None,
+        retry_values: Callable[[int], dict[str, Any]] | None = None,
+    ) -> Step:
         """Render, call, parse with bounded retries; returns the recorded step (step.ok says if parsed).
         `llm` asks another model than the one under test (default: the model under test).
 
@@ -145,39 +158,88 @@ class Trace:
         tpl = load_template(template) if isinstance(template, str) else template
         prompt = tpl.render(**values)
         reprompt = (lambda attempt: tpl.render(**retry_values(attempt))) if retry_values is not None else None
-        return self.ask_prompt(prompt, tpl, kind=kind, parse=parse, schema=schema, chunk_index=chunk_index,
-                               max_tokens=max_tokens, stop=stop, raw_prompt=raw_prompt, llm=llm,
-                               max_attempts=max_attempts, temperature=temperature, reprompt=reprompt)
+        return self.ask_prompt(
+            prompt,
+            tpl,
+            kind=kind,
+            parse=parse,
+            schema=schema,
+            chunk_index=chunk_index,
+            max_tokens=max_tokens,
+            stop=stop,
+            raw_prompt=raw_prompt,
+            llm=llm,
+            max_attempts=max_attempts,
+            temperature=temperature,
+            reprompt=reprompt,
+        )
 
-    def ask_prompt(self, prompt: str, tpl: Template, *, kind: str, parse: Callable[[str], Any] | None = None,
-                   schema: dict[str, Any] | None = None, chunk_index: int | None = None,
-                   max_tokens: int | None = None, stop: tuple[str, ...] = (), raw_prompt: bool = False,
-                   llm: LLM | None = None, max_attempts: int | None = None,
-                   temperature: float | None = None, reprompt: Callable[[int], str] | None = None) -> Step:
+    def ask_prompt(
+        self,
+        prompt: str,
+        tpl: Template,
+        *,
+        kind: str,
+        parse: Callable[[str], Any] | None = None,
+        schema: dict[str, Any] | None = None,
+        chunk_index: int | None = None,
+        max_tokens: int | None = None,
+        stop: tuple[str, ...] = (),
+        raw_prompt: bool = False,
+        llm: LLM | None = None,
+        max_attempts: int | None = None,
+        temperature: float | None = None,
+        reprompt: Callable[[int], str] | None = None,
+    ) -> Step:
         self.templates[tpl.id] = tpl.sha256
         sampling = self.settings.sampling(max_tokens, stop).merge({"temperature": temperature})
         attempts = self.settings.max_attempts if max_attempts is None else max_attempts
         started = time.time()
-        answer = ask(llm or self.llm, prompt, sampling, parse=parse, schema=schema,
-                     max_attempts=max(1, attempts), retry=reseed(self.settings.retry_temperature),
-                     raw_prompt=raw_prompt, reprompt=reprompt)
+        answer = ask(
+            llm or self.llm,
+            prompt,
+            sampling,
+            parse=parse,
+            schema=schema,
+            max_attempts=max(1, attempts),
+            retry=reseed(self.settings.retry_temperature),
+            raw_prompt=raw_prompt,
+            reprompt=reprompt,
+        )
         finished = time.time()
-        failures = [f"attempt {a.number}: {a.reason}" + (" (output hit max_tokens)" if a.cut else "")
-                    for a in answer.failures]
-        step = Step(index=len(self.steps), kind=kind, template_id=tpl.id, template_sha256=tpl.sha256,
-                    prompt=answer.prompt or prompt, output=answer.text, parsed=answer.parsed, usage=kept_usage(answer.usage,
-                                                                                             answer.retry_usage),
-                    attempts=answer.attempts, failures=failures, chunk_index=chunk_index, ok=answer.ok,
-                    outcome=call_outcome(answer.ok, answer.cut, answer.parsed if parse is not None else answer.text),
-                    retry_usage=answer.retry_usage, cut=answer.cut, started_at=started, finished_at=finished)
+        failures = [
+            f"attempt {a.number}: {a.reason}" + (" (output hit max_tokens)" if a.cut else "") for a in answer.failures
+        ]
+        step = Step(
+            index=len(self.steps),
+            kind=kind,
+            template_id=tpl.id,
+            template_sha256=tpl.sha256,
+            prompt=answer.prompt or prompt,
+            output=answer.text,
+            parsed=answer.parsed,
+            usage=kept_usage(answer.usage, answer.retry_usage),
+            attempts=answer.attempts,
+            failures=failures,
+            chunk_index=chunk_index,
+            ok=answer.ok,
+            outcome=call_outcome(answer.ok, answer.cut, answer.parsed if parse is not None else answer.text),
+            retry_usage=answer.retry_usage,
+            cut=answer.cut,
+            started_at=started,
+            finished_at=finished,
+        )
         self.steps.append(step)
         return step
 
 
 def kept_usage(total: Usage, retries: Usage) -> Usage:
     """The kept attempt's usage: every attempt's less the rejected ones'."""
-    return Usage(total.prompt_tokens - retries.prompt_tokens, total.cached_tokens - retries.cached_tokens,
-                 total.decoded_tokens - retries.decoded_tokens)
+    return Usage(
+        total.prompt_tokens - retries.prompt_tokens,
+        total.cached_tokens - retries.cached_tokens,
+        total.decoded_tokens - retries.decoded_tokens,
+    )
 
 
 class Method:
@@ -214,15 +276,25 @@ class Method:
         if protocol is not None:  # e.g. MemoryAgentBench: one context, many questions (memloop.eval.methods.ask_many)
             return protocol(self, sample, llm)
         if self.tasks is not None and sample.task not in self.tasks:
-            raise MethodError(f"method {self.name!r} handles tasks {list(self.tasks)}, not {sample.task!r} "
-                              f"(sample {sample.id}); pick a method made for that task")
+            raise MethodError(
+                f"method {self.name!r} handles tasks {list(self.tasks)}, not {sample.task!r} "
+                f"(sample {sample.id}); pick a method made for that task"
+            )
         if not sample.chunks:
             raise MethodError(f"sample {sample.id} has no chunks; check the dataset loader and chunk size")
         trace = Trace(llm, self.settings, judge)
         answer, memory = self._run(sample, trace)
-        return MethodOutput(method=self.name, sample_id=sample.id, answer=answer, steps=trace.steps, memory=memory,
-                            settings=asdict(self.settings), templates=dict(trace.templates),
-                            not_applicable=trace.not_applicable, not_run=trace.not_run)
+        return MethodOutput(
+            method=self.name,
+            sample_id=sample.id,
+            answer=answer,
+            steps=trace.steps,
+            memory=memory,
+            settings=asdict(self.settings),
+            templates=dict(trace.templates),
+            not_applicable=trace.not_applicable,
+            not_run=trace.not_run,
+        )
 
     def _run(self, sample: Sample, trace: Trace) -> tuple[str, Any]:
         raise NotImplementedError

@@ -37,13 +37,12 @@ from the notes with the task's answer instruction, read by the same contract as 
 value); empty or over-long notes still fail, and so does an update cut at the output cap (the official code
 compresses a response that reaches its limit; the sentence-end check that catches this on books is off).
 """
+
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
 from typing import Annotated, Any, Callable
-
-from pydantic import Field
 
 from memloop.eval.asking import ParseFailure
 from memloop.eval.datasets.sample import Sample
@@ -56,8 +55,9 @@ from memloop.eval.methods.parsing import ends_in_punctuation
 from memloop.eval.methods.procedure import Procedure, StepRule, counter_text, from_settings
 from memloop.eval.methods.registry import method
 from memloop.eval.methods.step import Step
-from memloop.eval.templates import load_template
 from memloop.eval.options import MaxTokens, PositiveInt, Temperature
+from memloop.eval.templates import load_template
+from pydantic import Field
 
 WORD_RATIO = 0.65  # the official code's words per token of a summary limit
 CONTEXT_SHARE = 0.2  # the previous merge may use a fifth of a merge prompt's room as context
@@ -66,10 +66,10 @@ SLACK = 20  # tokens the official code keeps free in every prompt
 
 @dataclass(frozen=True)
 class BookSettings(MethodSettings):
-    max_summary_tokens: PositiveInt = 900   # token limit of the final summary (the official max_summary_len)
-    word_limit: PositiveInt | None = None   # words asked at that limit; None: 0.65 x max_summary_tokens
-    context_window: PositiveInt = 8192      # merge prompts are packed to fit this window (official GPT-4 runs)
-    compress_rounds: PositiveInt = 6        # incremental updating: compress-and-redo tries per chunk
+    max_summary_tokens: PositiveInt = 900  # token limit of the final summary (the official max_summary_len)
+    word_limit: PositiveInt | None = None  # words asked at that limit; None: 0.65 x max_summary_tokens
+    context_window: PositiveInt = 8192  # merge prompts are packed to fit this window (official GPT-4 runs)
+    compress_rounds: PositiveInt = 6  # incremental updating: compress-and-redo tries per chunk
     compress_temperature: Temperature = 1.0  # incremental updating compresses at the official code's temperature
     max_tokens: MaxTokens = 1024
 
@@ -106,10 +106,12 @@ def retry_word_limits(first: int, attempts: int, shrink: float) -> list[int]:
     return limits
 
 
-def validity_parser(trace: Trace, limit: int, sentence_end: bool = True,
-                    words: tuple[int, int] | None = None, at_limit_ok: bool = True) -> Callable[[str], str]:
+def validity_parser(
+    trace: Trace, limit: int, sentence_end: bool = True, words: tuple[int, int] | None = None, at_limit_ok: bool = True
+) -> Callable[[str], str]:
     """`at_limit_ok`: a summary of exactly `limit` tokens passes (hierarchical merging's official check,
     `>`); incremental updating's official code compresses one that reaches the limit (`>=`)."""
+
     def parse(text: str) -> str:
         summary = text.strip()
         if not summary:
@@ -122,6 +124,7 @@ def validity_parser(trace: Trace, limit: int, sentence_end: bool = True,
         if words is not None and not words[0] <= len(summary.split()) <= words[1]:
             raise ParseFailure(f"summary has {len(summary.split())} words, outside {words[0]}-{words[1]}")
         return summary
+
     return parse
 
 
@@ -142,8 +145,10 @@ class _BookMethod(Method):
     def _validate(self) -> None:
         s = self.settings
         if s.context_window <= 2 * s.max_summary_tokens:
-            raise MethodError(f"{self.name}: context_window ({s.context_window}) must exceed twice "
-                              f"max_summary_tokens ({s.max_summary_tokens}) so that two summaries can be merged")
+            raise MethodError(
+                f"{self.name}: context_window ({s.context_window}) must exceed twice "
+                f"max_summary_tokens ({s.max_summary_tokens}) so that two summaries can be merged"
+            )
 
     def _words(self, tokens: int) -> int:
         """Words asked of a summary limited to `tokens` (the top level's `word_limit` scales the same way)."""
@@ -159,28 +164,36 @@ class HierarchicalMerging(_BookMethod):
 
     def procedure(self, task: str) -> Procedure:
         s = self.settings
-        rule = StepRule("merge (chunks: summarize)",
-                        f"empty, no sentence-end punctuation, or above the level's limit (top {s.max_summary_tokens}, "
-                        f"{counter_text(s)})",
-                        "fails the sentence-end check: " + ("retried, then " if s.max_attempts > 1 else "") + "kept",
-                        "the last output is kept (kept_invalid)")
+        rule = StepRule(
+            "merge (chunks: summarize)",
+            f"empty, no sentence-end punctuation, or above the level's limit (top {s.max_summary_tokens}, "
+            f"{counter_text(s)})",
+            "fails the sentence-end check: " + ("retried, then " if s.max_attempts > 1 else "") + "kept",
+            "the last output is kept (kept_invalid)",
+        )
         return from_settings(s, rule, output_cap=s.cap_text(f"the level's summary limit (top {s.max_summary_tokens})"))
 
     def _summarise(self, trace: Trace, tid: str, values: dict[str, Any], limit: int, text: str, **kw: Any) -> Step:
         """One summary as the official `summarize` asks it: retries lower the word limit they ask for."""
         s = self.settings
         words = retry_word_limits(self._words(limit), s.max_attempts, s.word_shrink)
-        return trace.ask(tid, {**values, "word_limit": words[0]}, parse=validity_parser(trace, limit),
-                         max_tokens=s.out_tokens(trace, limit, text),
-                         retry_values=lambda attempt: {**values, "word_limit": words[attempt]}, **kw)
+        return trace.ask(
+            tid,
+            {**values, "word_limit": words[0]},
+            parse=validity_parser(trace, limit),
+            max_tokens=s.out_tokens(trace, limit, text),
+            retry_values=lambda attempt: {**values, "word_limit": words[attempt]},
+            **kw,
+        )
 
     def _run(self, sample: Sample, trace: Trace) -> tuple[str, Any]:
         limits = self._level_limits(trace, sample.chunks)
         level: list[str] = []
         limit = self._limit(trace, limits, 0, list(sample.chunks), "s003-hier-chunk")
         for i, chunk in enumerate(sample.chunks):
-            step = self._summarise(trace, "s003-hier-chunk", {"chunk": chunk}, limit, chunk, kind="summarize",
-                                   chunk_index=i)
+            step = self._summarise(
+                trace, "s003-hier-chunk", {"chunk": chunk}, limit, chunk, kind="summarize", chunk_index=i
+            )
             level.append(_accepted(step))
             step.memory = {"level": 0, "limit": limit, "summaries": list(level)}
         depth = 0
@@ -254,17 +267,26 @@ class HierarchicalMerging(_BookMethod):
             values = {"summaries": _labelled(group)}
             if context:
                 values["context"] = context
-            step = self._summarise(trace, "s003-hier-merge-context" if context else "s003-hier-merge", values, limit,
-                                   "\n\n".join(level), kind="merge")
+            step = self._summarise(
+                trace,
+                "s003-hier-merge-context" if context else "s003-hier-merge",
+                values,
+                limit,
+                "\n\n".join(level),
+                kind="merge",
+            )
             if count(context + _labelled(group)) + SLACK > room:
-                step.failures.append(f"merge prompt exceeds the context window of {s.context_window} tokens "
-                                     "(two summaries must be merged to make progress)")
+                step.failures.append(
+                    f"merge prompt exceeds the context window of {s.context_window} tokens "
+                    "(two summaries must be merged to make progress)"
+                )
             merged.append(_accepted(step))
             step.memory = {"level": depth, "limit": limit, "summaries": list(merged)}
         return merged
 
-    def _fitting_context(self, trace: Trace, group: list[str], context: str,
-                         fits: Callable[[list[str], str], bool]) -> str:
+    def _fitting_context(
+        self, trace: Trace, group: list[str], context: str, fits: Callable[[list[str], str], bool]
+    ) -> str:
         """The context, cut further (halving its room, at a sentence end) until the merge fits the model's
         window; none at all if even that does not. A pair that fits neither way cannot be merged here."""
         cap = trace.count_tokens(context)
@@ -272,9 +294,11 @@ class HierarchicalMerging(_BookMethod):
             cap //= 2
             context = _cut(trace, context, cap) if cap > 0 else ""
         if not fits(group, context):
-            raise MethodError(f"{self.name}: {len(group)} summaries at this level do not fit the model's window "
-                              f"with an output cap for {self.settings.max_summary_tokens}-token summaries; use a "
-                              "model with a longer context or a lower max_summary_tokens")
+            raise MethodError(
+                f"{self.name}: {len(group)} summaries at this level do not fit the model's window "
+                f"with an output cap for {self.settings.max_summary_tokens}-token summaries; use a "
+                "model with a longer context or a lower max_summary_tokens"
+            )
         return context
 
     @staticmethod
@@ -314,28 +338,48 @@ def _reject_cut(step: Step, cap: int) -> None:
 class IncrementalUpdating(_BookMethod):
     UPDATE_ATTEMPTS = 1  # the official code asks an update once, then compresses (`_compress_and_redo`)
     tasks = answers.SUMMARY_TASKS + answers.QUERY_TASKS
-    template_ids = ("s003-inc-init", "s003-inc-update", "s003-inc-compress", "s003-inc-init-query",
-                    "s003-inc-update-query", "s003-inc-compress-query", "s003-inc-answer", *answers.TEMPLATE_IDS,
-                    "mab-answer-notes")
+    template_ids = (
+        "s003-inc-init",
+        "s003-inc-update",
+        "s003-inc-compress",
+        "s003-inc-init-query",
+        "s003-inc-update-query",
+        "s003-inc-compress-query",
+        "s003-inc-answer",
+        *answers.TEMPLATE_IDS,
+        "mab-answer-notes",
+    )
 
     def procedure(self, task: str) -> Procedure:
         s = self.settings
         query = task in answers.QUERY_TASKS
         counter = counter_text(s)
         if query:
-            validity = (f"empty, reaching max_summary_tokens ({s.max_summary_tokens}, {counter}; official: >=), "
-                        "or cut at the cap")
+            validity = (
+                f"empty, reaching max_summary_tokens ({s.max_summary_tokens}, {counter}; official: >=), "
+                "or cut at the cap"
+            )
             cut = "not ok: compressed and redone, as the official code treats a response reaching the limit"
         else:
-            validity = (f"empty, no sentence-end punctuation, or reaching max_summary_tokens ({s.max_summary_tokens}, "
-                        f"{counter})")
+            validity = (
+                f"empty, no sentence-end punctuation, or reaching max_summary_tokens ({s.max_summary_tokens}, "
+                f"{counter})"
+            )
             cut = "fails the sentence-end check: compressed and redone"
-        rule = StepRule("update", validity, cut,
-                        f"the previous summary is compressed and the update redone, up to {s.compress_rounds} "
-                        "rounds (official code); if none is valid, the last output is kept (kept_invalid)")
-        return from_settings(s, rule, output_cap=s.cap_text(f"max_summary_tokens {s.max_summary_tokens}"),
-                             attempts=self.UPDATE_ATTEMPTS,
-                             other_temperatures=f"compress {s.compress_temperature:g} (official code)")
+        rule = StepRule(
+            "update",
+            validity,
+            cut,
+            f"the previous summary is compressed and the update redone, up to {s.compress_rounds} "
+            "rounds (official code); if none is valid, the last output is kept (kept_invalid)",
+        )
+        return from_settings(
+            s,
+            rule,
+            output_cap=s.cap_text(f"max_summary_tokens {s.max_summary_tokens}"),
+            attempts=self.UPDATE_ATTEMPTS,
+            other_temperatures=f"compress {s.compress_temperature:g} (official code)",
+        )
 
     def _run(self, sample: Sample, trace: Trace) -> tuple[str, Any]:
         if sample.task not in answers.QUERY_TASKS:
@@ -343,9 +387,15 @@ class IncrementalUpdating(_BookMethod):
             return summary, summary
         question = answers.question(sample, self.name)
         summary = self.build_notes(sample, trace, question)
-        final = trace.ask("s003-inc-answer", {"question": question, "summary": summary,
-                                              "answer_instruction": answers.answer_instruction(trace, sample.task)},
-                          kind="final")
+        final = trace.ask(
+            "s003-inc-answer",
+            {
+                "question": question,
+                "summary": summary,
+                "answer_instruction": answers.answer_instruction(trace, sample.task),
+            },
+            kind="final",
+        )
         final.memory = summary
         return answers.read_answer(sample.task, final.output), summary
 
@@ -362,9 +412,15 @@ class IncrementalUpdating(_BookMethod):
         def update(chunk: str, summary: str, j: int) -> Step:
             # one try: the official code compresses after the first invalid update instead of asking again
             out_tokens = s.out_tokens(trace, s.max_summary_tokens, chunk)
-            step = trace.ask(f"s003-inc-update{suffix}", {**base, "chunk": chunk, "summary": summary},
-                             kind="update", parse=valid, chunk_index=j, max_tokens=out_tokens,
-                             max_attempts=self.UPDATE_ATTEMPTS)
+            step = trace.ask(
+                f"s003-inc-update{suffix}",
+                {**base, "chunk": chunk, "summary": summary},
+                kind="update",
+                parse=valid,
+                chunk_index=j,
+                max_tokens=out_tokens,
+                max_attempts=self.UPDATE_ATTEMPTS,
+            )
             if query and step.ok and step.cut:
                 _reject_cut(step, out_tokens)
             return step
@@ -373,9 +429,15 @@ class IncrementalUpdating(_BookMethod):
         for j, chunk in enumerate(sample.chunks):
             if j == 0:
                 # asked once and never checked again by the official code (no summary to compress yet)
-                step = trace.ask(f"s003-inc-init{suffix}", {**base, "chunk": chunk}, kind="initial",
-                                 parse=valid, chunk_index=j, max_attempts=self.UPDATE_ATTEMPTS,
-                                 max_tokens=s.out_tokens(trace, s.max_summary_tokens, chunk))
+                step = trace.ask(
+                    f"s003-inc-init{suffix}",
+                    {**base, "chunk": chunk},
+                    kind="initial",
+                    parse=valid,
+                    chunk_index=j,
+                    max_attempts=self.UPDATE_ATTEMPTS,
+                    max_tokens=s.out_tokens(trace, s.max_summary_tokens, chunk),
+                )
             else:
                 step = update(chunk, summary, j)
                 if not step.ok:
@@ -384,8 +446,17 @@ class IncrementalUpdating(_BookMethod):
             step.memory = summary
         return summary
 
-    def _compress_and_redo(self, trace: Trace, previous: str, chunk: str, j: int, n: int, base: dict[str, Any],
-                           suffix: str, update: Callable[[str, str, int], Step]) -> Step | None:
+    def _compress_and_redo(
+        self,
+        trace: Trace,
+        previous: str,
+        chunk: str,
+        j: int,
+        n: int,
+        base: dict[str, Any],
+        suffix: str,
+        update: Callable[[str, str, int], Step],
+    ) -> Step | None:
         """The official recovery from an invalid update: compress the previous summary to a budget that
         grows with progress (j / n of the word limit), then redo the update on it; each try asks 5%
         fewer words. Returns the first valid redone update, else the last one tried (None if no
@@ -395,13 +466,19 @@ class IncrementalUpdating(_BookMethod):
         last: Step | None = None
         for t in range(s.compress_rounds):
             target = max(1, int(budget * (1 - 0.05 * t)))
-            parse = validity_parser(trace, s.max_summary_tokens, sentence_end=not suffix,
-                                    words=(int(target * 0.8), int(target * 1.2)))
-            c = trace.ask(f"s003-inc-compress{suffix}", {**base, "summary": previous, "words": len(previous.split()),
-                                                         "word_limit": target},
-                          kind="compress", parse=parse, chunk_index=j - 1,
-                          max_tokens=s.out_tokens(trace, s.max_summary_tokens, previous), max_attempts=1,
-                          temperature=s.compress_temperature)
+            parse = validity_parser(
+                trace, s.max_summary_tokens, sentence_end=not suffix, words=(int(target * 0.8), int(target * 1.2))
+            )
+            c = trace.ask(
+                f"s003-inc-compress{suffix}",
+                {**base, "summary": previous, "words": len(previous.split()), "word_limit": target},
+                kind="compress",
+                parse=parse,
+                chunk_index=j - 1,
+                max_tokens=s.out_tokens(trace, s.max_summary_tokens, previous),
+                max_attempts=1,
+                temperature=s.compress_temperature,
+            )
             c.memory = _accepted(c)
             if not c.ok:
                 continue

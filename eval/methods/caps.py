@@ -6,6 +6,7 @@ window count the model's tokens. `model_tokens` converts a budget with the ratio
 measured on the text at hand, so an output cap leaves the room the budget means; `window_room` and
 `fits_window` say what a request may use of the model's window, with its chat template.
 """
+
 from __future__ import annotations
 
 import math

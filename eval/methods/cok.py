@@ -16,6 +16,7 @@ not hold yet (compared case- and space-insensitively), objects merge key by key,
 old words when the new text lacks them; an `add` at a key that already exists is merged the same
 way instead of being refused (its values would otherwise be lost). Optional limit K compresses.
 """
+
 from __future__ import annotations
 
 import json
@@ -26,12 +27,23 @@ from memloop.eval.datasets.sample import Sample
 from memloop.eval.errors import MethodError
 from memloop.eval.memory import Revision, Schema, parse_cok
 from memloop.eval.memory.schemas import STORY_ELEMENTS, SUMIE_SUMMARY
+from memloop.eval.methods import free_json
 from memloop.eval.methods.base import Method, Trace
 from memloop.eval.methods.common import (
-    BOOK_FIELDS, MemorySettings, enforce_limit, entity_name, final_summary, is_entity, memory_cap_text, memory_parser, memory_step,
-    paragraphs, schema_for, sent_schema, subject,
+    BOOK_FIELDS,
+    MemorySettings,
+    enforce_limit,
+    entity_name,
+    final_summary,
+    is_entity,
+    memory_cap_text,
+    memory_parser,
+    memory_step,
+    paragraphs,
+    schema_for,
+    sent_schema,
+    subject,
 )
-from memloop.eval.methods import free_json
 from memloop.eval.methods.outcomes import StepOutcome
 from memloop.eval.methods.parsing import as_text
 from memloop.eval.methods.procedure import Procedure, StepRule, from_settings
@@ -51,9 +63,18 @@ class CokSettings(MemorySettings):
 class ChainOfKey(Method):
     Settings = CokSettings
     tasks = ("sumie", "book", "arxiv")
-    template_ids = ("s000-entity-initial-json", "s000-book-generate", "s000-book-format-json", "s000-cok-update",
-                    "s000-cok-guidelines-entity", "s000-cok-guidelines-book", "s000-cok-example-entity",
-                    "s000-cok-example-book", "s000-compress-json", "s000-book-final")
+    template_ids = (
+        "s000-entity-initial-json",
+        "s000-book-generate",
+        "s000-book-format-json",
+        "s000-cok-update",
+        "s000-cok-guidelines-entity",
+        "s000-cok-guidelines-book",
+        "s000-cok-example-entity",
+        "s000-cok-example-book",
+        "s000-compress-json",
+        "s000-book-final",
+    )
 
     def _validate(self) -> None:
         if self.settings.memory_limit is not None and self.settings.memory_limit <= 0:
@@ -65,14 +86,16 @@ class ChainOfKey(Method):
     def procedure(self, task: str) -> Procedure:
         """The memory steps as `_structure` and `_run` apply them (both through `memory_step`'s cap)."""
         s = self.settings
-        rule = StepRule("structure (the new chunk) + revise (JSONPath revisions of the memory)",
-                        f"structure: {free_json.VALIDITY}, and within the memory schema; revise: no "
-                        "[UPDATED_OBJECTS] / [ADDED_OBJECTS] section parses (a revision off the schema is "
-                        "rejected alone)",
-                        "structure: fails to parse unless a whole JSON object came before the cut: retried; "
-                        "revise: the sections read before the cut are applied, the cut one is rejected",
-                        "the memory stays as it was; over K it is compressed "
-                        f"(up to {s.compress_rounds} compressions of up to {s.max_attempts} attempts), then trimmed to K")
+        rule = StepRule(
+            "structure (the new chunk) + revise (JSONPath revisions of the memory)",
+            f"structure: {free_json.VALIDITY}, and within the memory schema; revise: no "
+            "[UPDATED_OBJECTS] / [ADDED_OBJECTS] section parses (a revision off the schema is "
+            "rejected alone)",
+            "structure: fails to parse unless a whole JSON object came before the cut: retried; "
+            "revise: the sections read before the cut are applied, the cut one is rejected",
+            "the memory stays as it was; over K it is compressed "
+            f"(up to {s.compress_rounds} compressions of up to {s.max_attempts} attempts), then trimmed to K",
+        )
         return from_settings(s, rule, output_cap=memory_cap_text(s))
 
     @staticmethod
@@ -90,21 +113,33 @@ class ChainOfKey(Method):
     def _unwrap(sample: Sample, memory: dict[str, Any]) -> dict[str, Any]:
         return memory.get("attributes", {}) if is_entity(sample) else memory
 
-    def _structure(self, trace: Trace, sample: Sample, chunk: str, i: int,
-                   memory: dict[str, Any] | None) -> dict[str, Any] | None:
+    def _structure(
+        self, trace: Trace, sample: Sample, chunk: str, i: int, memory: dict[str, Any] | None
+    ) -> dict[str, Any] | None:
         """Step 1: a structured summary of the new paragraph only, shaped like the memory (bare table)."""
         flat = schema_for(sample)
-        ask = {"kind": "structure", "parse": memory_parser(sample), "schema": self._sent(trace, flat),
-               "chunk_index": i}
+        ask = {"kind": "structure", "parse": memory_parser(sample), "schema": self._sent(trace, flat), "chunk_index": i}
         if is_entity(sample):
-            step = memory_step(trace, "s000-entity-initial-json", {"entity_name": entity_name(sample),
-                                                                   "paragraph": paragraphs([chunk], i + 1)},
-                               memory, **ask)
+            step = memory_step(
+                trace,
+                "s000-entity-initial-json",
+                {"entity_name": entity_name(sample), "paragraph": paragraphs([chunk], i + 1)},
+                memory,
+                **ask,
+            )
             value = step.parsed if step.ok else None
         else:
-            step = memory_step(trace, "s000-book-generate", {"special_instruction": _format_instruction(trace, "json"),
-                                                             "book_chunk": chunk, "output_format": "JSON"},
-                               memory, **ask)
+            step = memory_step(
+                trace,
+                "s000-book-generate",
+                {
+                    "special_instruction": _format_instruction(trace, "json"),
+                    "book_chunk": chunk,
+                    "output_format": "JSON",
+                },
+                memory,
+                **ask,
+            )
             value = {f: step.parsed.get(f, {}) for f in BOOK_FIELDS} if step.ok else None
         if value is not None:
             errs = self._schema(sample).errors(self._wrap(sample, value))
@@ -121,8 +156,11 @@ class ChainOfKey(Method):
         guidelines, example = load_template(f"s000-cok-guidelines-{kind}"), load_template(f"s000-cok-example-{kind}")
         trace.templates[guidelines.id] = guidelines.sha256
         trace.templates[example.id] = example.sha256
-        question = (f"Merge the new summary and the existing summary of {entity_name(sample)}." if is_entity(sample)
-                    else "Merge the summary of the new story segment into the existing summary of the story.")
+        question = (
+            f"Merge the new summary and the existing summary of {entity_name(sample)}."
+            if is_entity(sample)
+            else "Merge the summary of the new story segment into the existing summary of the story."
+        )
         ops = ("add", "update")
         parse = revision_parser(False, parse_cok, ops)
         memory: dict[str, Any] | None = None
@@ -135,19 +173,37 @@ class ChainOfKey(Method):
                 memory = new
                 trace.steps[-1].memory = memory
             else:
-                step = memory_step(trace, "s000-cok-update",
-                                   {"guidelines": guidelines.text.strip(), "question": question,
-                                    "example": example.text.strip(),
-                                    "new_summary": json.dumps(self._wrap(sample, new), ensure_ascii=False),
-                                    "class_def": schema.class_text(),
-                                    "partial_summary": as_text(self._wrap(sample, memory))},
-                                   memory, kind="revise", parse=parse, schema=None, chunk_index=i)
+                step = memory_step(
+                    trace,
+                    "s000-cok-update",
+                    {
+                        "guidelines": guidelines.text.strip(),
+                        "question": question,
+                        "example": example.text.strip(),
+                        "new_summary": json.dumps(self._wrap(sample, new), ensure_ascii=False),
+                        "class_def": schema.class_text(),
+                        "partial_summary": as_text(self._wrap(sample, memory)),
+                    },
+                    memory,
+                    kind="revise",
+                    parse=parse,
+                    schema=None,
+                    chunk_index=i,
+                )
                 revised, _ = apply_step(step, self._wrap(sample, memory), schema, prepare=cumulative)
                 memory = self._unwrap(sample, revised)
                 step.memory = memory
-            memory = enforce_limit(trace, memory, fmt="json", limit=self.settings.memory_limit, subj=subject(sample),
-                                   sample=sample, chunk_index=i, rounds=self.settings.compress_rounds,
-                                   constrained=self._sent(trace, schema_for(sample)))
+            memory = enforce_limit(
+                trace,
+                memory,
+                fmt="json",
+                limit=self.settings.memory_limit,
+                subj=subject(sample),
+                sample=sample,
+                chunk_index=i,
+                rounds=self.settings.compress_rounds,
+                constrained=self._sent(trace, schema_for(sample)),
+            )
         if memory is None:
             return "", None
         if is_entity(sample):
@@ -187,7 +243,7 @@ def _added(old: Any, new: Any) -> Any:
         return out
     if isinstance(old, list):
         seen, out = {_norm(v) for v in old}, list(old)
-        for v in (new if isinstance(new, list) else [new]):
+        for v in new if isinstance(new, list) else [new]:
             if _norm(v) not in seen:
                 seen.add(_norm(v))
                 out.append(v)

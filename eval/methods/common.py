@@ -1,4 +1,5 @@
 """Pieces shared by the summary methods of seed 000: task framing, JSON schemas, merging, the K-token limit."""
+
 from __future__ import annotations
 
 import copy
@@ -6,8 +7,6 @@ import math
 import re
 from dataclasses import dataclass
 from typing import Annotated, Any, Callable, Literal
-
-from pydantic import Field
 
 from memloop.eval.asking import ParseFailure
 from memloop.eval.datasets.sample import Sample
@@ -22,6 +21,7 @@ from memloop.eval.methods.procedure import counter_text
 from memloop.eval.methods.step import Step
 from memloop.eval.options import MaxTokens, PositiveInt
 from memloop.eval.templates import load_template
+from pydantic import Field
 
 STR_LIST = {"type": "array", "items": {"type": "string"}}
 ENTITY_SCHEMA: dict[str, Any] = {"type": "object", "additionalProperties": STR_LIST}
@@ -43,8 +43,9 @@ def entity_name(sample: Sample) -> str:
     gold = sample.gold if isinstance(sample.gold, dict) else {}
     name = sample.metadata.get("entity") or gold.get("entity_name")
     if not name:
-        raise MethodError(f"entity sample {sample.id} names no entity (metadata['entity'] or gold['entity_name']); "
-                          "fix the loader")
+        raise MethodError(
+            f"entity sample {sample.id} names no entity (metadata['entity'] or gold['entity_name']); fix the loader"
+        )
     return str(name)
 
 
@@ -87,7 +88,8 @@ def memory_cap(trace: Trace, prompt: str, memory: Any) -> int:
     """The output cap of a step that writes memory, in the model's tokens: `max_tokens`, or more where
     K (else the size of `memory`, the one the prompt carries) converted to the model's tokens at the
     memory's own ratio, times 1 + `memory_cap_margin`, needs it; the growth beyond `max_tokens` goes only
-    as far as the model's window leaves after the prompt (`max_tokens` itself is kept, as for any step). A cap below a memory at K would cut every rewrite of it (GU's update,
+    as far as the model's window leaves after the prompt (`max_tokens` itself is kept, as for any step). A cap below a
+    memory at K would cut every rewrite of it (GU's update,
     GM's duplicate removal) and freeze the memory, while a cut text is still accepted."""
     s = trace.settings
     text = as_text(memory) if memory is not None else ""
@@ -101,10 +103,11 @@ def memory_cap(trace: Trace, prompt: str, memory: Any) -> int:
 def memory_cap_text(s: MemorySettings) -> str:
     """`memory_cap`'s rule in words, from the same settings, for the procedure card."""
     # K itself is what a table varies (k200, k300), so the rule names it rather than its value
-    k = (f"K ({counter_text(s)} tokens)" if s.memory_limit is not None
-         else "the carried memory's size (no K)")
-    return (f"{s.max_tokens} model tokens, or more where {k} in model tokens x {1 + s.memory_cap_margin:g} needs it "
-            f"and the window has room; the final summary {s.max_tokens}")
+    k = f"K ({counter_text(s)} tokens)" if s.memory_limit is not None else "the carried memory's size (no K)"
+    return (
+        f"{s.max_tokens} model tokens, or more where {k} in model tokens x {1 + s.memory_cap_margin:g} needs it "
+        f"and the window has room; the final summary {s.max_tokens}"
+    )
 
 
 def memory_step(trace: Trace, template: str, values: dict[str, Any], memory: Any, **kw: Any) -> Step:
@@ -125,8 +128,10 @@ def sent_schema(trace: Trace, name: str, decoding: str, schema: dict[str, Any] |
     if decoding != "constrained" or schema is None:
         return None
     if not trace.llm.supports_json_schema:
-        raise MethodError(f"{name}: decoding: constrained needs a model server with JSON-schema decoding, and "
-                          f"{trace.llm.name!r} has none; use decoding: text (the paper's free JSON)")
+        raise MethodError(
+            f"{name}: decoding: constrained needs a model server with JSON-schema decoding, and "
+            f"{trace.llm.name!r} has none; use decoding: text (the paper's free JSON)"
+        )
     return schema
 
 
@@ -158,8 +163,7 @@ def final_summary(trace: Trace, memory: Any) -> str:
     """Seed 000's last step for books, the same for every method and memory format: the LLM receives
     the aggregated memory and writes the final summary (`s000-book-final`, no instruction beyond that,
     so no method is coached towards the evaluator's error types)."""
-    step = trace.ask("s000-book-final", {"memory": as_text(memory)}, kind="final", parse=text_parser,
-                     chunk_index=None)
+    step = trace.ask("s000-book-final", {"memory": as_text(memory)}, kind="final", parse=text_parser, chunk_index=None)
     step.memory = memory
     return step.parsed if step.ok else step.output.strip()
 
@@ -167,9 +171,18 @@ def final_summary(trace: Trace, memory: Any) -> str:
 COMPRESS_ROUNDS = 2  # compression calls per step before the deterministic trim
 
 
-def enforce_limit(trace: Trace, memory: Any, *, fmt: str, limit: int | None, subj: str,
-                  sample: Sample, chunk_index: int, rounds: int = COMPRESS_ROUNDS,
-                  constrained: dict[str, Any] | None = None) -> Any:
+def enforce_limit(
+    trace: Trace,
+    memory: Any,
+    *,
+    fmt: str,
+    limit: int | None,
+    subj: str,
+    sample: Sample,
+    chunk_index: int,
+    rounds: int = COMPRESS_ROUNDS,
+    constrained: dict[str, Any] | None = None,
+) -> Any:
     """Keep the memory within K = `limit` tokens (seed 000, Appendix F: K is binding).
 
     While the memory exceeds K, the LLM compresses it (at most `rounds` calls, one step each, outcome
@@ -188,10 +201,16 @@ def enforce_limit(trace: Trace, memory: Any, *, fmt: str, limit: int | None, sub
     for _ in range(max(1, rounds)):
         if size <= limit:
             return memory
-        step = memory_step(trace, f"s000-compress-{fmt}", {"subject": subj, "limit": limit,
-                                                            "summary": as_text(memory)}, memory,
-                           kind="compress", parse=parse, schema=constrained if fmt == "json" else None,
-                           chunk_index=chunk_index)
+        step = memory_step(
+            trace,
+            f"s000-compress-{fmt}",
+            {"subject": subj, "limit": limit, "summary": as_text(memory)},
+            memory,
+            kind="compress",
+            parse=parse,
+            schema=constrained if fmt == "json" else None,
+            chunk_index=chunk_index,
+        )
         if step.ok:
             memory = step.parsed
             size = count(as_text(memory))
@@ -201,8 +220,10 @@ def enforce_limit(trace: Trace, memory: Any, *, fmt: str, limit: int | None, sub
     if size <= limit or step is None:
         return memory
     memory = trim_memory(memory, limit, count)
-    step.failures.append(f"memory still {size} tokens after {max(1, rounds)} compression round(s), above the "
-                         f"limit K={limit}: trimmed deterministically to {count(as_text(memory))} tokens")
+    step.failures.append(
+        f"memory still {size} tokens after {max(1, rounds)} compression round(s), above the "
+        f"limit K={limit}: trimmed deterministically to {count(as_text(memory))} tokens"
+    )
     step.outcome = StepOutcome.TRIMMED_TO_K
     step.memory = memory
     return memory
@@ -221,11 +242,11 @@ def trim_memory(memory: Any, limit: int, count: Callable[[str], int]) -> Any:
     lo, hi = 0, len(ends)  # the largest n whose first n words fit
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        if count(text[:ends[mid - 1]]) <= limit:
+        if count(text[: ends[mid - 1]]) <= limit:
             lo = mid
         else:
             hi = mid - 1
-    return text[:ends[lo - 1]] if lo else ""
+    return text[: ends[lo - 1]] if lo else ""
 
 
 def loose_json(text: str) -> Any:

@@ -11,6 +11,7 @@ Instructions follow the paper: the first and last chunks get one (store notes un
 what they hold; read all stored information and answer), middle chunks none. Generation stops at the
 transcript's own next markers (`\n#k:`, `\nQk+1:`), so a note with a line starting "Q" or "#" is kept.
 """
+
 from __future__ import annotations
 
 import re
@@ -23,13 +24,13 @@ from memloop.eval.errors import MethodError
 from memloop.eval.methods.base import Method, MethodSettings, Trace
 from memloop.eval.methods.outcomes import StepOutcome
 from memloop.eval.methods.registry import method
-from memloop.eval.templates import load_template
 from memloop.eval.options import MaxTokens, PositiveInt
+from memloop.eval.templates import load_template
 
 _CALL = re.compile(r"^\s*\[(read|write|list-keys|ans|EOQ|E0Q)\]\s*(.*)$", re.S | re.I)
 _WRITE = re.compile(r"^\((.+?)\)\s*(.*)$", re.S)
 _WRITE_COLON = re.compile(r"^([\w.-]+):\s*(.+)$", re.S)  # `[write] key: text`, a common small-model variant
-_ECHO = re.compile(r"^\s*Q\d+:\s*")                      # the model repeating the `Qk:` it was given
+_ECHO = re.compile(r"^\s*Q\d+:\s*")  # the model repeating the `Qk:` it was given
 END_STOPS = ("\nInput:", "----END")
 
 
@@ -112,8 +113,9 @@ class _Fart(Method):
     def _chunk(self, trace: Trace, tpl: Any, transcript: str, store: dict[str, str], i: int, last: bool) -> str:
         wrote = False  # a chunk that ends without a [write] leaves no note of itself
         for q in range(1, self.settings.max_tool_calls + 1):
-            step = trace.ask_prompt(transcript, tpl, kind="tool", parse=parse_call, chunk_index=i, stop=stops(q),
-                                    raw_prompt=True)
+            step = trace.ask_prompt(
+                transcript, tpl, kind="tool", parse=parse_call, chunk_index=i, stop=stops(q), raw_prompt=True
+            )
             if not step.ok:
                 step.memory = dict(store)
                 step.failures.append("no usable tool call; chunk ended")
@@ -139,8 +141,9 @@ class _Fart(Method):
                 return ""
             transcript += f" {render_call(call)}\n#{q}: {result}\nQ{q + 1}:"
         else:
-            trace.steps[-1].failures.append(f"chunk {i + 1} hit the safety bound of {self.settings.max_tool_calls} "
-                                            "tool calls (max_tool_calls)")
+            trace.steps[-1].failures.append(
+                f"chunk {i + 1} hit the safety bound of {self.settings.max_tool_calls} tool calls (max_tool_calls)"
+            )
             trace.steps[-1].outcome = StepOutcome.TOOL_CALL_CAP
             q = self.settings.max_tool_calls + 1
         if not last:

@@ -8,6 +8,7 @@ tiktoken tokens too), whose prompt the model still serves. The tail is found by 
 number of kept tokens, starting from the model's window, so only prompts about the window's size are
 counted.
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable
@@ -17,8 +18,9 @@ from memloop.eval.tokens import cl100k_base
 COUNTER = "cl100k_base"
 
 
-def keep_last_fitting(text: str, fits: Callable[[str], bool], window: int | None = None
-                      ) -> tuple[str | None, dict[str, Any]]:
+def keep_last_fitting(
+    text: str, fits: Callable[[str], bool], window: int | None = None
+) -> tuple[str | None, dict[str, Any]]:
     """(the longest tail of `text` for which `fits` holds, what was kept); the text itself when it fits,
     None when not even an empty input fits. `window` (the model's tokens) is where the search starts."""
     if fits(text):
@@ -28,7 +30,7 @@ def keep_last_fitting(text: str, fits: Callable[[str], bool], window: int | None
     n = len(ids)
 
     def tail(k: int) -> str:
-        return enc.decode(ids[n - k:]) if k > 0 else ""
+        return enc.decode(ids[n - k :]) if k > 0 else ""
 
     if not fits(""):
         return None, {"fifo_truncated": False, "input_tokens": n, "kept_tokens": 0, "counted_in": COUNTER}
@@ -38,5 +40,10 @@ def keep_last_fitting(text: str, fits: Callable[[str], bool], window: int | None
     while hi - lo > 1:
         mid = (lo + hi) // 2
         lo, hi = (mid, hi) if fits(tail(mid)) else (lo, mid)
-    return tail(lo), {"fifo_truncated": True, "input_tokens": n, "kept_tokens": lo, "dropped_tokens": n - lo,
-                      "counted_in": COUNTER}
+    return tail(lo), {
+        "fifo_truncated": True,
+        "input_tokens": n,
+        "kept_tokens": lo,
+        "dropped_tokens": n - lo,
+        "counted_in": COUNTER,
+    }

@@ -14,6 +14,7 @@ paper. What the prompts allow is normalised instead of refused:
   dictionary is kept as one element named after the field.
 `VALIDITY` says it in words, for the procedure card and the docs.
 """
+
 from __future__ import annotations
 
 import json
@@ -26,9 +27,11 @@ BOOK_FIELDS = ("characters", "events", "background", "motivations", "objectives"
 # figure 10's own spellings of the fields, case-folded, where they differ from the schema's
 FIELD_ALIASES = {"backgrounds": "background", "other information": "other"}
 
-VALIDITY = ("any whole JSON object (figure 6 asks for a list only for several values; figure 10 names the "
-            "fields capitalised); single values become one-element lists, field names are case-folded; a step "
-            "fails when its output holds no whole JSON object (an object cut off is not read from a fragment)")
+VALIDITY = (
+    "any whole JSON object (figure 6 asks for a list only for several values; figure 10 names the "
+    "fields capitalised); single values become one-element lists, field names are case-folded; a step "
+    "fails when its output holds no whole JSON object (an object cut off is not read from a fragment)"
+)
 
 
 def read_memory(text: str, book: bool) -> dict[str, Any]:
@@ -53,8 +56,9 @@ def _whole_object(text: str) -> dict[str, Any]:
     try:
         top, _ = json.JSONDecoder().raw_decode(TRAILING_COMMA.sub(r"\1", body), start)
     except (ValueError, RecursionError):
-        raise ParseFailure("the JSON object is cut off or malformed; only a fragment inside it parses, "
-                           "which is not the memory") from None
+        raise ParseFailure(
+            "the JSON object is cut off or malformed; only a fragment inside it parses, which is not the memory"
+        ) from None
     return top if isinstance(top, dict) else value
 
 
@@ -102,6 +106,8 @@ def book_memory(value: dict[str, Any]) -> dict[str, dict[str, list[str]]]:
 
 def parser(book: bool) -> Callable[[str], dict[str, Any]]:
     """A step's parse function for a free JSON memory (raises ParseFailure when no JSON object is found)."""
+
     def parse(text: str) -> dict[str, Any]:
         return read_memory(text, book)
+
     return parse

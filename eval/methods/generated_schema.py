@@ -10,6 +10,7 @@ A schema that does not parse is asked again with `memloop.eval.asking.RESAMPLE` 
 a fresh seed, since a greedy model would repeat the same answer), at most `max_attempts` times; the
 attempts and reasons are kept so each sample can record them.
 """
+
 from __future__ import annotations
 
 import re
@@ -21,6 +22,7 @@ from memloop.eval.asking import RESAMPLE, ParseFailure, ask
 from memloop.eval.llm import LLM, Usage
 from memloop.eval.memory import Schema, SchemaError
 from memloop.eval.templates import Template, load_template
+
 from memloop.sampling import SamplingParams
 
 TEMPLATE = "s002-schema-gen"
@@ -55,15 +57,27 @@ def parse_schema(text: str) -> Schema:
         raise ParseFailure(f"generated schema is not a typed hierarchy: {exc}") from None
 
 
-def generate_schema(llm: LLM, domain: str, example_query: str, sampling: SamplingParams, max_attempts: int) -> GeneratedSchema:
+def generate_schema(
+    llm: LLM, domain: str, example_query: str, sampling: SamplingParams, max_attempts: int
+) -> GeneratedSchema:
     """Ask `llm` for a schema of `domain` shown `example_query`; bounded resampling on parse failures."""
     tpl = load_template(TEMPLATE)
     prompt = tpl.render(domain=domain, example_query=example_query)
     answer = ask(llm, prompt, sampling, parse=parse_schema, max_attempts=max(1, max_attempts), retry=RESAMPLE)
-    failures = tuple(f"attempt {a.number}: {a.reason}" + (" (output hit max_tokens)" if a.cut else "")
-                     for a in answer.failures)
-    return GeneratedSchema(answer.parsed if answer.ok else None, tpl, prompt, answer.text, answer.attempts,
-                           answer.usage, failures, answer.retry_usage, answer.cut)
+    failures = tuple(
+        f"attempt {a.number}: {a.reason}" + (" (output hit max_tokens)" if a.cut else "") for a in answer.failures
+    )
+    return GeneratedSchema(
+        answer.parsed if answer.ok else None,
+        tpl,
+        prompt,
+        answer.text,
+        answer.attempts,
+        answer.usage,
+        failures,
+        answer.retry_usage,
+        answer.cut,
+    )
 
 
 @dataclass

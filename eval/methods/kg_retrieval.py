@@ -23,7 +23,8 @@ with the same instruction less the knowledge graph; no extraction and no graph.
 Chain of Density (section 4.2's GPT-4 rows, Adams et al. 2023), `density_rounds: n`: the first
 summary is a deliberately sparse draft, as Adams et al. make it (about `density_words` words naming only
 one to three entities, the rest general filler; templates `s001-density-first`, `s001-density-first-nokg`),
-so that densifying has entities to add; then n more calls, one per densification round, each given the chapter (and, for `kg-retrieval`,
+so that densifying has entities to add; then n more calls, one per densification round, each given the chapter (and, for
+`kg-retrieval`,
 the retrieved edges refitted around the current summary) and the current summary, name one to three
 missing entities and rewrite the summary at the same length with them (`density_words`, about 80
 words: the first summary asks for it and every round keeps it); the last round's summary is
@@ -39,24 +40,32 @@ Whether a prompt fits is the LLM's own check when it has one (the engine's, chat
 8192. A chapter whose prompt does not fit even without edges makes the sample not applicable to the
 model (recorded as "n/a" with the reason), before any call, rather than a request the engine refuses.
 """
+
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any
 
-from memloop.eval.asking import ParseFailure
+from memloop.eval.asking import ParseFailure, build_request
 from memloop.eval.datasets.sample import Sample
 from memloop.eval.errors import MethodError
-from memloop.eval.kg import MiniLMEmbedder, build_book_graph, chapter_edges, linearize_plain, linearize_tokens, parse_extraction, rank_edges
+from memloop.eval.kg import (
+    MiniLMEmbedder,
+    build_book_graph,
+    chapter_edges,
+    linearize_plain,
+    linearize_tokens,
+    parse_extraction,
+    rank_edges,
+)
 from memloop.eval.kg.extraction import Extraction
 from memloop.eval.methods.base import Method, MethodSettings, Trace
-from memloop.eval.asking import build_request
 from memloop.eval.methods.long_context import context_window
 from memloop.eval.methods.outcomes import StepOutcome
 from memloop.eval.methods.registry import method
-from memloop.eval.templates import load_template
 from memloop.eval.options import MaxTokens, NonNegativeInt, PositiveInt
+from memloop.eval.templates import load_template
 
 SUMMARY_TEMPLATES = {"plain": "s001-chapter-summary", "tokens": "s001-chapter-summary-tokens"}
 DENSITY_TEMPLATE, NO_KG_DENSITY_TEMPLATE = "s001-density", "s001-density-nokg"
@@ -78,8 +87,8 @@ class ChapterSettings(MethodSettings):
 
 @dataclass(frozen=True)
 class KGSettings(ChapterSettings):
-    max_degree: NonNegativeInt = 3        # merge heuristic 2 threshold
-    min_degree: NonNegativeInt = 2        # pruning threshold
+    max_degree: NonNegativeInt = 3  # merge heuristic 2 threshold
+    min_degree: NonNegativeInt = 2  # pruning threshold
     linearization: str = "plain"  # "plain" (API models) or "tokens" (<subject>/<object>/<predicate>, <chapter>)
     extraction_model: str = "judge"  # "judge": the run's judge model extracts the graph; "self": the model under test
 
@@ -154,12 +163,17 @@ class _ChapterSummaries(Method, ABC):
 
     def _does_not_fit(self, sample: Sample, trace: Trace, chapters: list[int]) -> bool:
         """Mark the sample not applicable when a wanted chapter's bare prompt cannot be served."""
-        over = [(ch, self._misfit(trace, prompt)) for ch in self._wanted(sample, chapters)
-                for prompt in self._bare_prompts(self._text(sample, chapters, ch))]
+        over = [
+            (ch, self._misfit(trace, prompt))
+            for ch in self._wanted(sample, chapters)
+            for prompt in self._bare_prompts(self._text(sample, chapters, ch))
+        ]
         over = list({ch: why for ch, why in over if why is not None}.items())
         if over:
-            trace.not_applicable = ("the chapter does not fit the model's context even without retrieved edges: "
-                                    + "; ".join(f"chapter {ch}: {why}" for ch, why in over))
+            trace.not_applicable = (
+                "the chapter does not fit the model's context even without retrieved edges: "
+                + "; ".join(f"chapter {ch}: {why}" for ch, why in over)
+            )
         return bool(over)
 
     def _chapters(self, sample: Sample) -> list[int]:
@@ -198,13 +212,15 @@ class _ChapterSummaries(Method, ABC):
         return "\n\n".join(summaries)
 
     @abstractmethod
-    def _density_prompt(self, trace: Trace, context: Any, chapter: int, text: str,
-                        summary: str) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    def _density_prompt(
+        self, trace: Trace, context: Any, chapter: int, text: str, summary: str
+    ) -> tuple[str, dict[str, Any], dict[str, Any]]:
         """(template id, values, step.parsed extras) of one Chain of Density round."""
 
     @abstractmethod
-    def _chapter_prompt(self, trace: Trace, context: Any, chapter: int,
-                        text: str) -> tuple[str, dict[str, Any], dict[str, Any], dict[str, Any]]:
+    def _chapter_prompt(
+        self, trace: Trace, context: Any, chapter: int, text: str
+    ) -> tuple[str, dict[str, Any], dict[str, Any], dict[str, Any]]:
         """(template id, values, step.parsed extras, step.memory extras) of one chapter's summary prompt."""
 
 
@@ -216,13 +232,19 @@ class KGRetrieval(_ChapterSummaries):
     def _validate(self) -> None:
         super()._validate()
         if self.settings.linearization not in SUMMARY_TEMPLATES:
-            raise MethodError(f"kg-retrieval: linearization must be 'plain' or 'tokens', got {self.settings.linearization!r}")
+            raise MethodError(
+                f"kg-retrieval: linearization must be 'plain' or 'tokens', got {self.settings.linearization!r}"
+            )
         if self.settings.extraction_model not in ("judge", "self"):
-            raise MethodError(f"kg-retrieval: extraction_model must be 'judge' (the run's judge model) or 'self' (the "
-                              f"model under test), got {self.settings.extraction_model!r}")
+            raise MethodError(
+                f"kg-retrieval: extraction_model must be 'judge' (the run's judge model) or 'self' (the "
+                f"model under test), got {self.settings.extraction_model!r}"
+            )
         if self.settings.density_rounds and self.settings.linearization != "plain":
-            raise MethodError("kg-retrieval: Chain of Density (density_rounds) runs with the plain linearisation, as "
-                              "the paper's GPT-4 rows; set linearization: plain or density_rounds: 0")
+            raise MethodError(
+                "kg-retrieval: Chain of Density (density_rounds) runs with the plain linearisation, as "
+                "the paper's GPT-4 rows; set linearization: plain or density_rounds: 0"
+            )
 
     def asks_judge(self) -> bool:
         return self.settings.extraction_model == "judge"
@@ -236,29 +258,37 @@ class KGRetrieval(_ChapterSummaries):
         # the judge when the run gives one; a caller without a judge model has the model under test extract
         extractor = trace.judge if s.extraction_model == "judge" and trace.judge is not None else trace.llm
         for i, (chunk, ch) in enumerate(zip(sample.chunks, chapters)):
-            step = trace.ask("s001-kg-extract", {"excerpt": chunk}, kind="extract", parse=_parse, chunk_index=i,
-                             llm=extractor)
+            step = trace.ask(
+                "s001-kg-extract", {"excerpt": chunk}, kind="extract", parse=_parse, chunk_index=i, llm=extractor
+            )
             if step.ok:
                 ex: Extraction = step.parsed
                 extracted.append((ch, ex))
                 step.failures += [f"edge line skipped: {r}" for r in ex.rejected]
-                step.parsed = {"aliases": ex.aliases, "triples": [[t.subject, t.predicate, t.object] for t in ex.triples]}
+                step.parsed = {
+                    "aliases": ex.aliases,
+                    "triples": [[t.subject, t.predicate, t.object] for t in ex.triples],
+                }
                 if not ex.triples:  # entities without edges: nothing to retrieve from this chunk
                     step.outcome = StepOutcome.EMPTY
             else:  # left out of the graph: without this outcome a KG row could silently be the No-KG row
                 step.outcome = StepOutcome.EXTRACTION_FAILED
         kg, report = build_book_graph(extracted, s.max_degree, s.min_degree)
-        memory = {"nodes": {n: d["names"] for n, d in kg.nodes(data=True)},
-                  "edges": [[u, d["predicate"], v, d["chapter"]] for u, v, d in kg.edges(data=True)],
-                  "merged": report.merged, "refused_linked": report.refused_linked,
-                  "refused_degree": report.refused_degree, "pruned": report.pruned,
-                  "dropped_edges": report.dropped_edges,
-                  "extraction": {"setting": s.extraction_model, "model": extractor.name,
-                                 "judge": extractor is not trace.llm}}
+        memory = {
+            "nodes": {n: d["names"] for n, d in kg.nodes(data=True)},
+            "edges": [[u, d["predicate"], v, d["chapter"]] for u, v, d in kg.edges(data=True)],
+            "merged": report.merged,
+            "refused_linked": report.refused_linked,
+            "refused_degree": report.refused_degree,
+            "pruned": report.pruned,
+            "dropped_edges": report.dropped_edges,
+            "extraction": {"setting": s.extraction_model, "model": extractor.name, "judge": extractor is not trace.llm},
+        }
         return self._summaries(sample, trace, chapters, (kg, MiniLMEmbedder())), memory
 
-    def _chapter_prompt(self, trace: Trace, context: Any, chapter: int,
-                        text: str) -> tuple[str, dict[str, Any], dict[str, Any], dict[str, Any]]:
+    def _chapter_prompt(
+        self, trace: Trace, context: Any, chapter: int, text: str
+    ) -> tuple[str, dict[str, Any], dict[str, Any], dict[str, Any]]:
         kg, embedder = context
         edges, counts = chapter_edges(kg, text, chapter)
         ranked = rank_edges(edges, embedder)
@@ -266,11 +296,16 @@ class KGRetrieval(_ChapterSummaries):
         template = self._first_template()
         chosen = self._fit(trace, kg, ranked, counts, template, values)
         lin = self._edges_text(kg, chosen, counts)
-        return (template, {"edges": lin, **values},
-                {"edges_ranked": len(ranked), "edges_used": len(chosen)}, {"retrieved": lin})
+        return (
+            template,
+            {"edges": lin, **values},
+            {"edges_ranked": len(ranked), "edges_used": len(chosen)},
+            {"retrieved": lin},
+        )
 
-    def _density_prompt(self, trace: Trace, context: Any, chapter: int, text: str,
-                        summary: str) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    def _density_prompt(
+        self, trace: Trace, context: Any, chapter: int, text: str, summary: str
+    ) -> tuple[str, dict[str, Any], dict[str, Any]]:
         kg, embedder = context
         edges, counts = chapter_edges(kg, text, chapter)
         ranked = rank_edges(edges, embedder)
@@ -279,8 +314,9 @@ class KGRetrieval(_ChapterSummaries):
         return DENSITY_TEMPLATE, {**values, "edges": self._edges_text(kg, chosen, counts)}, {"edges_used": len(chosen)}
 
     def _bare_density_prompt(self, text: str, summary: str) -> str:
-        return load_template(DENSITY_TEMPLATE).render(edges="(none)", chapter=text, summary=summary,
-                                                      words=self.settings.density_words)
+        return load_template(DENSITY_TEMPLATE).render(
+            edges="(none)", chapter=text, summary=summary, words=self.settings.density_words
+        )
 
     def _edges_text(self, kg: Any, edges: list, counts: dict) -> str:
         lin = LINEARIZE[self.settings.linearization](kg, edges, counts)
@@ -288,11 +324,14 @@ class KGRetrieval(_ChapterSummaries):
 
     def _bare_prompt(self, text: str) -> str:
         return load_template(self._first_template()).render(
-            edges="(none)" if self.settings.linearization == "plain" else "", chapter=text, **self._first_values())
+            edges="(none)" if self.settings.linearization == "plain" else "", chapter=text, **self._first_values()
+        )
 
     def _first_template(self) -> str:
         # Chain of Density runs with the plain linearisation only (checked in _validate)
-        return DENSITY_FIRST_TEMPLATE if self.settings.density_rounds else SUMMARY_TEMPLATES[self.settings.linearization]
+        return (
+            DENSITY_FIRST_TEMPLATE if self.settings.density_rounds else SUMMARY_TEMPLATES[self.settings.linearization]
+        )
 
     def _fit(self, trace: Trace, kg: Any, ranked: list, counts: dict, template: str, values: dict[str, Any]) -> list:
         """The longest best-ranked prefix of the edges whose whole rendered prompt can still be served
@@ -332,13 +371,16 @@ class NoKG(_ChapterSummaries):
         return NO_KG_DENSITY_FIRST_TEMPLATE if self.settings.density_rounds else NO_KG_TEMPLATE
 
     def _bare_density_prompt(self, text: str, summary: str) -> str:
-        return load_template(NO_KG_DENSITY_TEMPLATE).render(chapter=text, summary=summary,
-                                                            words=self.settings.density_words)
+        return load_template(NO_KG_DENSITY_TEMPLATE).render(
+            chapter=text, summary=summary, words=self.settings.density_words
+        )
 
-    def _density_prompt(self, trace: Trace, context: Any, chapter: int, text: str,
-                        summary: str) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    def _density_prompt(
+        self, trace: Trace, context: Any, chapter: int, text: str, summary: str
+    ) -> tuple[str, dict[str, Any], dict[str, Any]]:
         return NO_KG_DENSITY_TEMPLATE, {"chapter": text, "summary": summary, "words": self.settings.density_words}, {}
 
-    def _chapter_prompt(self, trace: Trace, context: Any, chapter: int,
-                        text: str) -> tuple[str, dict[str, Any], dict[str, Any], dict[str, Any]]:
+    def _chapter_prompt(
+        self, trace: Trace, context: Any, chapter: int, text: str
+    ) -> tuple[str, dict[str, Any], dict[str, Any], dict[str, Any]]:
         return self._first_template(), {"chapter": text, **self._first_values()}, {}, {}

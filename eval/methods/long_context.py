@@ -11,6 +11,7 @@ and, where the LLM has none (an endpoint), prompt tokens + `max_tokens` against 
 setting, else what the LLM reports, else `DEFAULT_CONTEXT_TOKENS`. A `context_tokens` setting also
 caps an engine (a smaller window than the engine's). The step memory records which check ran.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -51,15 +52,22 @@ class LongContext(Method):
     template_ids = (TEMPLATE, *answers.TEMPLATE_IDS, "mab-long-context")
 
     def procedure(self, task: str) -> Procedure:
-        rule = StepRule("none (one call over the whole input)", "n/a where the whole input does not fit the context",
-                        "kept as the answer", "the unit is n/a (not a failure) when the input does not fit")
+        rule = StepRule(
+            "none (one call over the whole input)",
+            "n/a where the whole input does not fit the context",
+            "kept as the answer",
+            "the unit is n/a (not a failure) when the input does not fit",
+        )
         return from_settings(self.settings, rule, compared=False)
 
     def _run(self, sample: Sample, trace: Trace) -> tuple[str, Any]:
         tpl = load_template(TEMPLATE)
         text = "\n\n".join(c.strip("\n") for c in sample.chunks)
-        prompt = tpl.render(question=answers.question(sample, self.name), text=text,
-                            answer_instruction=answers.answer_instruction(trace, sample.task))
+        prompt = tpl.render(
+            question=answers.question(sample, self.name),
+            text=text,
+            answer_instruction=answers.answer_instruction(trace, sample.task),
+        )
         why, fit = self._misfit(prompt, trace)
         if why is not None:
             trace.not_applicable = f"the whole input does not fit the model's context: {why}"
@@ -81,8 +89,7 @@ class LongContext(Method):
         needed = trace.llm.count_tokens(prompt) + out
         fit = {"fit_check": "count", "needed_tokens": needed, "context_tokens": window, "context_source": source}
         if needed > window:
-            return (f"{needed} tokens needed (prompt and max_tokens={out}) > context_tokens={window} "
-                    f"({source})"), fit
+            return (f"{needed} tokens needed (prompt and max_tokens={out}) > context_tokens={window} ({source})"), fit
         if callable(check):  # a configured window below the engine's: the engine must take the request too
             why = check(build_request(prompt, s.sampling(out)))
             if why is not None:

@@ -16,6 +16,7 @@ A unit none of whose steps succeeded or produced anything has failed (`memloop.e
 with the outcomes of its steps as the cause. This module knows outcomes only, never a step, so a step
 can carry one.
 """
+
 from __future__ import annotations
 
 from enum import Enum
@@ -23,17 +24,17 @@ from typing import Any
 
 
 class StepOutcome(str, Enum):
-    OK = "ok"                                # the step's output parsed and carries something
-    COMPRESSED = "compressed"                # a compression call that returned a usable, smaller memory
-    PARSE_FAILED = "parse_failed"            # no attempt's output parsed
+    OK = "ok"  # the step's output parsed and carries something
+    COMPRESSED = "compressed"  # a compression call that returned a usable, smaller memory
+    PARSE_FAILED = "parse_failed"  # no attempt's output parsed
     CUT_AT_MAX_TOKENS = "cut_at_max_tokens"  # no attempt parsed and the last one hit max_tokens
-    EMPTY = "empty"                          # parsed, but empty: {} / "" / no revisions / no edges / no note
-    REJECTED = "rejected"                    # revisions proposed, every one rejected (nothing applied)
-    TRIMMED_TO_K = "trimmed_to_k"            # compression left the memory above K: cut deterministically
+    EMPTY = "empty"  # parsed, but empty: {} / "" / no revisions / no edges / no note
+    REJECTED = "rejected"  # revisions proposed, every one rejected (nothing applied)
+    TRIMMED_TO_K = "trimmed_to_k"  # compression left the memory above K: cut deterministically
     EXTRACTION_FAILED = "extraction_failed"  # a KG extraction that did not parse: the chunk is not in the graph
-    KEPT_INVALID = "kept_invalid"            # no attempt passed the method's check; the last output is used anyway
-    TOOL_ERROR = "tool_error"                # a tool call that could not run (missing key, [ans]/[EOQ] misplaced)
-    TOOL_CALL_CAP = "tool_call_cap"          # the chunk used all its tool calls
+    KEPT_INVALID = "kept_invalid"  # no attempt passed the method's check; the last output is used anyway
+    TOOL_ERROR = "tool_error"  # a tool call that could not run (missing key, [ans]/[EOQ] misplaced)
+    TOOL_CALL_CAP = "tool_call_cap"  # the chunk used all its tool calls
     FORCED_BY_HARNESS = "forced_by_harness"  # the harness asked for the answer itself ([ans] appended)
 
     def __str__(self) -> str:
@@ -42,8 +43,9 @@ class StepOutcome(str, Enum):
 
 OUTCOMES: tuple[str, ...] = tuple(o.value for o in StepOutcome)
 SUCCEEDED: frozenset[str] = frozenset({StepOutcome.OK.value, StepOutcome.COMPRESSED.value})
-PRODUCED: frozenset[str] = frozenset({StepOutcome.TRIMMED_TO_K.value, StepOutcome.FORCED_BY_HARNESS.value,
-                                      StepOutcome.KEPT_INVALID.value})
+PRODUCED: frozenset[str] = frozenset(
+    {StepOutcome.TRIMMED_TO_K.value, StepOutcome.FORCED_BY_HARNESS.value, StepOutcome.KEPT_INVALID.value}
+)
 
 
 def succeeded(outcome: str) -> bool:

@@ -3,6 +3,7 @@
 Small models wrap JSON in fences, add trailing commas (the papers' own examples have them) and
 write prose around it; we repair only those two things and otherwise report why parsing failed.
 """
+
 from __future__ import annotations
 
 import json
@@ -10,12 +11,11 @@ import re
 from typing import Any
 
 import jsonschema
-
 from memloop.eval.asking import ParseFailure
 
 FENCE = re.compile(r"```(?:json|JSON|python)?\s*\n?(.*?)```", re.S)
 TRAILING_COMMA = re.compile(r",(\s*[}\]])")
-_PUNCT_END = ('.', '?', '!', '"', "'", '”', '’')
+_PUNCT_END = (".", "?", "!", '"', "'", "”", "’")
 # What json raises on text it cannot read: JSONDecodeError, and for hostile text a ValueError (an
 # integer past Python's int-digits limit) or a RecursionError (arrays nested thousands deep).
 _UNREADABLE = (ValueError, RecursionError)
@@ -88,7 +88,7 @@ def split_sections(text: str, names: list[str]) -> dict[str, str]:
     out: dict[str, str] = {}
     for i, m in enumerate(marks):
         end = marks[i + 1].start() if i + 1 < len(marks) else len(text)
-        out.setdefault(m.group(1), text[m.end():end].strip())
+        out.setdefault(m.group(1), text[m.end() : end].strip())
     return out
 
 
@@ -103,7 +103,7 @@ def json_lines(body: str) -> list[dict[str, Any]]:
             try:
                 value, end = decoder.raw_decode(repaired, i)
             except _UNREADABLE as exc:
-                raise ParseFailure(f"invalid JSON object near {repaired[i:i + 60]!r} ({_why(exc)})") from None
+                raise ParseFailure(f"invalid JSON object near {repaired[i : i + 60]!r} ({_why(exc)})") from None
             objs.append(value)
             i = end
         else:

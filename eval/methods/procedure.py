@@ -7,6 +7,7 @@ memory step uses other values than its settings' (a cap of its own, a single try
 the same accessors its code calls (e.g. `BookSettings.cap_text` beside `out_tokens`), so the card cannot drift from
 what runs. `memloop.jobs.results.procedure_cards` lays these out per paper table and flags the differences.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
@@ -32,19 +33,19 @@ CARD_FIELDS: tuple[tuple[str, str], ...] = (
 class Procedure:
     """One method's memory step on one task, in words and numbers a reader can compare side by side."""
 
-    step: str                  # the step kind that writes the memory once per chunk ("none": a single call)
-    output_cap: str            # max_tokens of that step, and the tokenizer the engine counts it in
-    attempts: int              # calls of that step before its last failure stands
-    validity: str              # what makes the step "not ok"
-    cut_output: str            # what happens to an output that reached the cap
-    on_last_failure: str       # what the method does with the memory when every attempt failed
-    decoding: str              # "free text" or "constrained (JSON schema)"
+    step: str  # the step kind that writes the memory once per chunk ("none": a single call)
+    output_cap: str  # max_tokens of that step, and the tokenizer the engine counts it in
+    attempts: int  # calls of that step before its last failure stands
+    validity: str  # what makes the step "not ok"
+    cut_output: str  # what happens to an output that reached the cap
+    on_last_failure: str  # what the method does with the memory when every attempt failed
+    decoding: str  # "free text" or "constrained (JSON schema)"
     temperature: float
-    retry_temperature: str     # what a retry samples at ("no retries" with one attempt)
-    counter: str               # the tokenizer the method's budgets (K, summary limits) count in
+    retry_temperature: str  # what a retry samples at ("no retries" with one attempt)
+    counter: str  # the tokenizer the method's budgets (K, summary limits) count in
     other_temperatures: str = "-"  # steps sampled at another temperature (e.g. compression)
-    compared: bool = True      # False: a single-call ceiling, shown but not compared with the memory methods
-    cap_tokens: int = 0        # the largest cap known before the run (model tokens): the window check's
+    compared: bool = True  # False: a single-call ceiling, shown but not compared with the memory methods
+    cap_tokens: int = 0  # the largest cap known before the run (model tokens): the window check's
 
     def values(self) -> dict[str, str]:
         return {f.name: _text(getattr(self, f.name)) for f in fields(self) if f.name not in ("compared", "cap_tokens")}
@@ -86,17 +87,33 @@ class StepRule:
     on_last_failure: str = UNDECLARED
 
 
-def from_settings(settings: Any, rule: StepRule, *, output_cap: int | str | None = None,
-                  attempts: int | None = None, other_temperatures: str = "-", compared: bool = True) -> Procedure:
+def from_settings(
+    settings: Any,
+    rule: StepRule,
+    *,
+    output_cap: int | str | None = None,
+    attempts: int | None = None,
+    other_temperatures: str = "-",
+    compared: bool = True,
+) -> Procedure:
     """A procedure from the settings object the method's code reads (`output_cap`, `attempts`: where the
     method's memory step applies its own, which it then reads from the same accessor; a text `output_cap`
     states a cap the step computes per call, e.g. seed 000's `memory_cap`)."""
     cap = settings.max_tokens if output_cap is None else output_cap
     tries = settings.max_attempts if attempts is None else attempts
     cap_text = cap if isinstance(cap, str) else f"{cap} model tokens"
-    return Procedure(step=rule.step, output_cap=cap_text, cap_tokens=settings.max_tokens if isinstance(cap, str) else cap,
-                     attempts=tries, validity=rule.validity,
-                     cut_output=rule.cut_output, on_last_failure=rule.on_last_failure,
-                     decoding=decoding_text(settings), temperature=float(settings.temperature),
-                     retry_temperature=retry_text(settings, tries), counter=counter_text(settings),
-                     other_temperatures=other_temperatures, compared=compared)
+    return Procedure(
+        step=rule.step,
+        output_cap=cap_text,
+        cap_tokens=settings.max_tokens if isinstance(cap, str) else cap,
+        attempts=tries,
+        validity=rule.validity,
+        cut_output=rule.cut_output,
+        on_last_failure=rule.on_last_failure,
+        decoding=decoding_text(settings),
+        temperature=float(settings.temperature),
+        retry_temperature=retry_text(settings, tries),
+        counter=counter_text(settings),
+        other_temperatures=other_temperatures,
+        compared=compared,
+    )

@@ -1,4 +1,5 @@
 """Method names (as a run config spells them) -> implementations; the single source of method names."""
+
 from __future__ import annotations
 
 from typing import Any, Callable, TypeVar
@@ -26,17 +27,21 @@ M = TypeVar("M", bound=type[Method])
 
 
 def method(name: str) -> Callable[[M], M]:
-    """Registers the decorated Method class as `name`, the name a run config spells (also its `name`); the
-    class's module must be in the index above, so the name is known before the module is imported."""
+    """Register the decorated Method class as `name`, the name a run config spells (also its `name`).
+
+    The class's module must be in the index above, so the name is known before the module is imported.
+    """
     register = METHODS.entry(name)
 
     def named(cls: M) -> M:
         cls.name = name
         return register(cls)
+
     return named
 
 
 def method_class(name: str) -> type[Method]:
+    """The Method class registered as `name` (a named error listing the known ones if there is none)."""
     return METHODS.get(name)
 
 
@@ -46,6 +51,7 @@ def get_method(name: str, **settings: Any) -> Method:
 
 
 def list_methods() -> list[str]:
+    """Every registered method's name."""
     return METHODS.names()
 
 

@@ -5,6 +5,7 @@ usage and failures, and its outcome (`memloop.eval.methods.outcomes.StepOutcome`
 or set a step's outcome where a method knows more than the call did (`record_revisions`), and say
 whether a unit whose steps all came to nothing has failed (`unit_failure`).
 """
+
 from __future__ import annotations
 
 from collections import Counter
@@ -68,5 +69,7 @@ def unit_failure(steps: list[Step]) -> str | None:
     counts = ", ".join(f"{n} {o}" for o, n in sorted(outcome_counts(steps).items()))
     first = steps[0]
     why = "; ".join(first.failures)[:300] or str(first.outcome)
-    return (f"no step produced anything ({len(steps)} step(s): {counts}); "
-            f"step {first.index} ({first.kind}) {first.outcome}: {why}")
+    return (
+        f"no step produced anything ({len(steps)} step(s): {counts}); "
+        f"step {first.index} ({first.kind}) {first.outcome}: {why}"
+    )

@@ -1,18 +1,28 @@
 """Glue between methods and memloop.eval.memory: revision parsing for both output modes, applying, recording."""
+
 from __future__ import annotations
 
 import copy
 from typing import Any, Callable, Sequence
 
 from memloop.eval.asking import ParseFailure
-from memloop.eval.memory import (ParsedRevisions, Revision, RevisionParseError, Schema, apply_revisions,
-                         parse_revision_list, revision_list_schema)
+from memloop.eval.memory import (
+    ParsedRevisions,
+    Revision,
+    RevisionParseError,
+    Schema,
+    apply_revisions,
+    parse_revision_list,
+    revision_list_schema,
+)
 from memloop.eval.methods.step import Step, record_revisions
 
 THOUGHT_FIELDS = ("thoughts_for_update", "thoughts_for_add")
 
 
-def constrained_schema(schema: Schema, ops: Sequence[str], thoughts: bool, max_items: int | None = None) -> dict[str, Any]:
+def constrained_schema(
+    schema: Schema, ops: Sequence[str], thoughts: bool, max_items: int | None = None
+) -> dict[str, Any]:
     """{"revisions": [...]} of memloop.eval.memory, optionally preceded by the CoK thought lists.
 
     `max_items` bounds the revisions per step (small models otherwise repeat revisions until
@@ -29,13 +39,15 @@ def constrained_schema(schema: Schema, ops: Sequence[str], thoughts: bool, max_i
     return js
 
 
-def revision_parser(constrained: bool, text_parser: Callable[[str], ParsedRevisions],
-                    ops: Sequence[str], keep_complete: bool = False) -> Callable[[str], ParsedRevisions]:
+def revision_parser(
+    constrained: bool, text_parser: Callable[[str], ParsedRevisions], ops: Sequence[str], keep_complete: bool = False
+) -> Callable[[str], ParsedRevisions]:
     """Parse constrained JSON or the sectioned text format; an output with no revisions section retries.
 
     `keep_complete`: a constrained output cut at max_tokens keeps its complete revisions (see
     `parse_revision_list`) instead of failing the step.
     """
+
     def parse(text: str) -> ParsedRevisions:
         try:
             parsed = parse_revision_list(text, keep_complete) if constrained else text_parser(text)
@@ -44,15 +56,22 @@ def revision_parser(constrained: bool, text_parser: Callable[[str], ParsedRevisi
         banned = [r for r in parsed.revisions if r.op not in ops]
         if banned:
             from memloop.eval.memory import Rejection
+
             parsed.revisions = [r for r in parsed.revisions if r.op in ops]
-            parsed.rejected += [Rejection(f"{r.op} is not allowed in this variant (ops: {list(ops)})", revision=r)
-                                for r in banned]
+            parsed.rejected += [
+                Rejection(f"{r.op} is not allowed in this variant (ops: {list(ops)})", revision=r) for r in banned
+            ]
         return parsed
+
     return parse
 
 
-def apply_step(step: Step, memory: dict[str, Any], schema: Schema,
-               prepare: Callable[[dict[str, Any], Revision], Revision] | None = None) -> tuple[dict[str, Any], list]:
+def apply_step(
+    step: Step,
+    memory: dict[str, Any],
+    schema: Schema,
+    prepare: Callable[[dict[str, Any], Revision], Revision] | None = None,
+) -> tuple[dict[str, Any], list]:
     """Apply a parsed step's revisions; rejections become the step's failures and its counts (outcome
     empty, rejected or ok: `memloop.eval.methods.step.record_revisions`). Returns (memory, applied).
 
@@ -73,8 +92,7 @@ def apply_step(step: Step, memory: dict[str, Any], schema: Schema,
     rejections = list(parsed.rejected) + list(res.rejected)
     record_failures(step, rejections)
     record_revisions(step, len(parsed.revisions) + len(parsed.rejected), len(res.applied), len(rejections))
-    step.parsed = {"revisions": [r.to_dict() for r in parsed.revisions],
-                   "applied": [r.to_dict() for r in res.applied]}
+    step.parsed = {"revisions": [r.to_dict() for r in parsed.revisions], "applied": [r.to_dict() for r in res.applied]}
     return res.memory, list(res.applied)
 
 

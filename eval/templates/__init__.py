@@ -7,6 +7,7 @@ papers' prompts are full of JSON examples; that is also why we do not use str.fo
 the id and hash of every template it rendered, and the hashes of every template its methods and
 judges may render go into the run id (`template_hashes`), so a changed prompt is always visible.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -48,8 +49,10 @@ def template_path(template_id: str) -> Path:
         path = directory / f"{template_id}.txt"
         if path.is_file():
             return path
-    raise TemplateError(f"prompt template {template_id!r} not found in {', '.join(str(d) for d in TEMPLATE_DIRS)}; "
-                        "reinstall memloop or restore the file")
+    raise TemplateError(
+        f"prompt template {template_id!r} not found in {', '.join(str(d) for d in TEMPLATE_DIRS)}; "
+        "reinstall memloop or restore the file"
+    )
 
 
 @lru_cache(maxsize=None)
@@ -75,5 +78,13 @@ def template_ids() -> list[str]:
     return sorted(p.stem for d in TEMPLATE_DIRS for p in d.glob("*.txt"))
 
 
-__all__ = ["Template", "load_template", "render", "template_hashes", "template_ids", "template_path",
-           "METHOD_TEMPLATE_DIR", "JUDGE_TEMPLATE_DIR"]
+__all__ = [
+    "Template",
+    "load_template",
+    "render",
+    "template_hashes",
+    "template_ids",
+    "template_path",
+    "METHOD_TEMPLATE_DIR",
+    "JUDGE_TEMPLATE_DIR",
+]

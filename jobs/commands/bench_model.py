@@ -1,4 +1,5 @@
 """`memloop bench model`: the engine's model against transformers (agreement and speed)."""
+
 from __future__ import annotations
 
 import json
@@ -21,17 +22,32 @@ def bench_model(
     quantize: Optional[str] = typer.Option(None, help="Weight-only quantisation of memloop's model: int8."),
     long_contexts: bool = typer.Option(True, help="Time served batch-1 decode after cached 1k and 4k prompts."),
     gather_peer: bool = typer.Option(True, help="Also time 4k-context decode with the pre-kernel gather path."),
-    kv_types: str = typer.Option("float16,int8", "--kv-types", help="Also time served decode with these KV-cache "
-                                 "types (comma-separated: float16, int8; empty for none), each against the f32 cache."),
-    peer: Optional[str] = typer.Option(None, "--peer", help="Also run llama.cpp's llama-batched-bench on the same "
-                                       "GGUF and threads (llama-cpp; `make peers` builds it): decode at batch 1 "
-                                       "and the large batch, at the long contexts, and its prompt processing at the "
-                                       "prefill length, at llama.cpp's defaults (the ratios' denominators)."),
-    peer_variants: str = typer.Option("", "--peer-variants", help="Also time the peer with these settings, as "
-                                      "extra labelled fields without ratios (comma-separated: passive = "
-                                      "OMP_WAIT_POLICY=PASSIVE)."),
-    f64_reference: bool = typer.Option(True, help="Also measure memloop and transformers (both f32) against "
-                                       "transformers in float64 (the exact logits; 8 bytes a weight in RAM)."),
+    kv_types: str = typer.Option(
+        "float16,int8",
+        "--kv-types",
+        help="Also time served decode with these KV-cache "
+        "types (comma-separated: float16, int8; empty for none), each against the f32 cache.",
+    ),
+    peer: Optional[str] = typer.Option(
+        None,
+        "--peer",
+        help="Also run llama.cpp's llama-batched-bench on the same "
+        "GGUF and threads (llama-cpp; `make peers` builds it): decode at batch 1 "
+        "and the large batch, at the long contexts, and its prompt processing at the "
+        "prefill length, at llama.cpp's defaults (the ratios' denominators).",
+    ),
+    peer_variants: str = typer.Option(
+        "",
+        "--peer-variants",
+        help="Also time the peer with these settings, as "
+        "extra labelled fields without ratios (comma-separated: passive = "
+        "OMP_WAIT_POLICY=PASSIVE).",
+    ),
+    f64_reference: bool = typer.Option(
+        True,
+        help="Also measure memloop and transformers (both f32) against "
+        "transformers in float64 (the exact logits; 8 bytes a weight in RAM).",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object as the last line."),
 ) -> None:
     """Compare memloop's Flax model with transformers on the same weights: logits, greedy tokens, tokens/s."""
@@ -39,17 +55,33 @@ def bench_model(
 
     if peer not in (None, "llama-cpp"):
         raise typer.BadParameter("the peer of bench model is llama-cpp", param_hint="--peer")
-    settings = BenchSettings(greedy_tokens=greedy_tokens, decode_tokens=decode_tokens,
-                             prefill_tokens=prefill_tokens, batch=batch, hf_batch=hf_batch, packed=packed,
-                             dense=dense, dense_peer=dense_peer, quantize=quantize, f64_reference=f64_reference,
-                             contexts=(1024, 4096) if long_contexts else (), gather_peer=gather_peer,
-                             kv_types=_kv_types(kv_types))
+    settings = BenchSettings(
+        greedy_tokens=greedy_tokens,
+        decode_tokens=decode_tokens,
+        prefill_tokens=prefill_tokens,
+        batch=batch,
+        hf_batch=hf_batch,
+        packed=packed,
+        dense=dense,
+        dense_peer=dense_peer,
+        quantize=quantize,
+        f64_reference=f64_reference,
+        contexts=(1024, 4096) if long_contexts else (),
+        gather_peer=gather_peer,
+        kv_types=_kv_types(kv_types),
+    )
     variants = _peer_variants(peer_variants)
     log = lambda line: typer.echo(line, err=as_json)
     peer_failed = None
     if peer is not None:  # build (or find) the peer and check it runs the model before the long memloop part
-        from memloop.bench.llama_cpp import (BATCHED_BENCH, PeerError, cannot_run_line, gguf_path, peer_binary,
-                                             peer_cannot_run)
+        from memloop.bench.llama_cpp import (
+            BATCHED_BENCH,
+            PeerError,
+            cannot_run_line,
+            gguf_path,
+            peer_binary,
+            peer_cannot_run,
+        )
 
         gguf_path(model)  # a model the peer cannot read is the user's error: refused before any work
         try:
@@ -68,8 +100,18 @@ def bench_model(
 
             if peer_failed is None:
                 try:
-                    result.update(model_bench_peer(result, model, decode_tokens, batch, settings.contexts,
-                                                   variants=variants, log=log, prefill_tokens=prefill_tokens))
+                    result.update(
+                        model_bench_peer(
+                            result,
+                            model,
+                            decode_tokens,
+                            batch,
+                            settings.contexts,
+                            variants=variants,
+                            log=log,
+                            prefill_tokens=prefill_tokens,
+                        )
+                    )
                 except PeerError as exc:
                     peer_failed = str(exc)
             if peer_failed is not None:
@@ -94,8 +136,11 @@ def _kv_types(text: str) -> tuple[str, ...]:
     names = tuple(x.strip() for x in text.split(",") if x.strip())
     bad = [x for x in names if x not in KV_DTYPES or x == "float32"]
     if bad:
-        raise typer.BadParameter(f"{', '.join(bad)}: the KV-cache types to compare with float32 are "
-                                 f"{', '.join(x for x in KV_DTYPES if x != 'float32')}", param_hint="--kv-types")
+        raise typer.BadParameter(
+            f"{', '.join(bad)}: the KV-cache types to compare with float32 are "
+            f"{', '.join(x for x in KV_DTYPES if x != 'float32')}",
+            param_hint="--kv-types",
+        )
     return names
 
 
@@ -105,6 +150,7 @@ def _peer_variants(text: str) -> tuple[str, ...]:
     names = tuple(x.strip() for x in text.split(",") if x.strip())
     bad = [x for x in names if x not in PEER_VARIANTS]
     if bad:
-        raise typer.BadParameter(f"{', '.join(bad)}: the peer variants are {', '.join(sorted(PEER_VARIANTS))}",
-                                 param_hint="--peer-variants")
+        raise typer.BadParameter(
+            f"{', '.join(bad)}: the peer variants are {', '.join(sorted(PEER_VARIANTS))}", param_hint="--peer-variants"
+        )
     return names

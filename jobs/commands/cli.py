@@ -3,15 +3,16 @@
 Command modules import heavy libraries (jax, ray, torch) inside their functions so that
 `memloop --help` stays fast.
 """
+
 from __future__ import annotations
 
 import importlib
 import sys
 
 import typer
+from memloop.jobs.results import paper_tables  # noqa: F401 (registers the table names a run config may ask for)
 
 from memloop.errors import MemloopError
-from memloop.jobs.results import paper_tables  # noqa: F401 (registers the table names a run config may ask for)
 
 app = typer.Typer(
     name="memloop",
@@ -30,12 +31,17 @@ def _version(value: bool) -> None:
 
 
 @app.callback()
-def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
-                                       help="Print the version and the code it runs, then exit.")) -> None:
+def _root(
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version and the code it runs, then exit."
+    ),
+) -> None:
     """Run long-input LLM methods with incremental memories at scale, and score them."""
 
 
-bench_app = typer.Typer(help="Benchmarks that print ratios against peers measured in the same run.", no_args_is_help=True)
+bench_app = typer.Typer(
+    help="Benchmarks that print ratios against peers measured in the same run.", no_args_is_help=True
+)
 app.add_typer(bench_app, name="bench")
 
 # module -> owner of the commands it registers (run/report, serve, data, score, methods, bench ...)

@@ -1,4 +1,5 @@
 """`memloop methods` and `memloop judges`: what a run config (and `memloop rescore`) can name."""
+
 from __future__ import annotations
 
 import json
@@ -41,14 +42,27 @@ def judge_catalogue() -> list[dict[str, Any]]:
         info = get_judge(name)
         fn = info.load()
         given = tuple(inspect.signature(fn).parameters)[:3] + ("metadata",)  # output, gold, llm: the run's
-        options = [{"name": k, "type": _type_name(f.annotation), "default": f.default}
-                   for k, f in options_model(fn, given).model_fields.items()]
-        needs = (["a judge LLM (`judge_model`, or `--judge-model` on run and rescore)"] if info.needs_llm else []) \
-            + ([f"every sample's gold to carry {info.gold.what}"] if info.gold else []) \
+        options = [
+            {"name": k, "type": _type_name(f.annotation), "default": f.default}
+            for k, f in options_model(fn, given).model_fields.items()
+        ]
+        needs = (
+            (["a judge LLM (`judge_model`, or `--judge-model` on run and rescore)"] if info.needs_llm else [])
+            + ([f"every sample's gold to carry {info.gold.what}"] if info.gold else [])
             + (["a method with a JSON memory"] if info.needs_json_memory else [])
-        out.append({"name": name, "description": info.description,
-                    "tasks": list(info.tasks) if info.tasks is not None else None, "needs_llm": info.needs_llm,
-                    "needs": needs, "metrics": list(info.metrics), "per_turn": info.per_turn, "options": options})
+        )
+        out.append(
+            {
+                "name": name,
+                "description": info.description,
+                "tasks": list(info.tasks) if info.tasks is not None else None,
+                "needs_llm": info.needs_llm,
+                "needs": needs,
+                "metrics": list(info.metrics),
+                "per_turn": info.per_turn,
+                "options": options,
+            }
+        )
     return out
 
 

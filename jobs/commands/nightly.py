@@ -1,4 +1,5 @@
 """`memloop nightly CONFIG... [--fail-if EXPR]`: every config run, each compared with its previous night."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -9,10 +10,17 @@ import typer
 
 def nightly_cmd(
     configs: List[Path] = typer.Argument(..., help="Run configs, run in this order; one failing never stops the rest."),
-    fail_if: List[str] = typer.Option([], "--fail-if", help="A regression rule of `memloop compare` checked against "
-                                                            "the previous night's run of each config (repeatable)."),
-    tag: Optional[str] = typer.Option(None, "--tag", help="Passed to `memloop run --tag` (e.g. the date): a fresh "
-                                                         "run per night instead of resuming the last one."),
+    fail_if: List[str] = typer.Option(
+        [],
+        "--fail-if",
+        help="A regression rule of `memloop compare` checked against "
+        "the previous night's run of each config (repeatable).",
+    ),
+    tag: Optional[str] = typer.Option(
+        None,
+        "--tag",
+        help="Passed to `memloop run --tag` (e.g. the date): a fresh run per night instead of resuming the last one.",
+    ),
 ) -> None:
     """Run every config (one failure never stops the rest) and compare each run with the previous night's.
 

@@ -6,6 +6,7 @@ in the official BooookScore format (`{book: summary}`) with recorded judgments
 `memloop score booookscore-release DIR` prints the table for every file pair of an official release.
 `memloop score loft --queries Q --preds P` scores LOFT SQL predictions by execution match.
 """
+
 from __future__ import annotations
 
 import json
@@ -19,8 +20,11 @@ score_app = typer.Typer(help="Score result files with the judges (BooookScore re
 @score_app.command("booookscore")
 def booookscore(
     summaries: Path = typer.Option(..., "--summaries", help="JSON file {book: final summary}."),
-    replay: Path = typer.Option(..., "--replay", help="Recorded judgments {book: {sentence: {questions, types}}}; "
-                                                      "only confusing sentences need to be listed."),
+    replay: Path = typer.Option(
+        ...,
+        "--replay",
+        help="Recorded judgments {book: {sentence: {questions, types}}}; only confusing sentences need to be listed.",
+    ),
     as_json: bool = typer.Option(False, "--json", help="End with one JSON line {booookscore, books, sentences}."),
     per_book: bool = typer.Option(False, "--per-book", help="Also print each book's score."),
 ) -> None:
@@ -31,8 +35,10 @@ def booookscore(
     if per_book:
         for book, v in s.per_book.items():
             print(f"{v:.4f}  {book}")
-    print(f"BooookScore {100 * s.booookscore:.1f} over {s.books} books, {s.sentences} sentences"
-          + (f"; {s.unmatched} annotated sentences do not occur in their summary (not counted)" if s.unmatched else ""))
+    print(
+        f"BooookScore {100 * s.booookscore:.1f} over {s.books} books, {s.sentences} sentences"
+        + (f"; {s.unmatched} annotated sentences do not occur in their summary (not counted)" if s.unmatched else "")
+    )
     if as_json:
         print(json.dumps({"booookscore": s.booookscore, "books": s.books, "sentences": s.sentences}))
 
@@ -51,7 +57,10 @@ def booookscore_release(
         return
     print(f"{'model':8} {'chunk':>6} {'method':6} {'score':>6} {'books':>5} {'sentences':>9}")
     for r in rows:
-        print(f"{r['model']:8} {r['chunk']:>6} {r['method']:6} {100 * r['booookscore']:6.1f} {r['books']:>5} {r['sentences']:>9}")
+        print(
+            f"{r['model']:8} {r['chunk']:>6} {r['method']:6} {100 * r['booookscore']:6.1f} {r['books']:>5} "
+            f"{r['sentences']:>9}"
+        )
 
 
 @score_app.command("loft")

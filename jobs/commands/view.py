@@ -1,5 +1,6 @@
 """`memloop view RUN_URI [RUN_URI ...]`: browse runs in a local web app; `--bundle DIR` writes the same
 pages as a static site instead. Read-only: nothing is written next to the runs."""
+
 from __future__ import annotations
 
 import os
@@ -17,7 +18,9 @@ def _api_key(key_file: Optional[Path]) -> Optional[str]:
         try:
             key = key_file.read_text().strip()
         except OSError as exc:
-            raise ViewError(f"--api-key-file {key_file}: {exc.strerror or exc}; give a readable file holding the key") from None
+            raise ViewError(
+                f"--api-key-file {key_file}: {exc.strerror or exc}; give a readable file holding the key"
+            ) from None
         if not key:
             raise ViewError(f"--api-key-file {key_file} is empty; write the key in it")
         return key
@@ -25,18 +28,35 @@ def _api_key(key_file: Optional[Path]) -> Optional[str]:
 
 
 def view_cmd(
-    run_uris: Optional[List[str]] = typer.Argument(None, help="Run URIs (OUTPUT/RUN_ID, local or gs://) as printed by "
-                                                   "`memloop run`, or folders of runs (a config's `output`); default: "
-                                                   "the folder in MEMLOOP_LOG_DIR."),
-    host: str = typer.Option("127.0.0.1", "--host", help="Interface to bind (default: loopback only; any other needs "
-                             "an API key from MEMLOOP_API_KEY or --api-key-file)."),
+    run_uris: Optional[List[str]] = typer.Argument(
+        None,
+        help="Run URIs (OUTPUT/RUN_ID, local or gs://) as printed by "
+        "`memloop run`, or folders of runs (a config's `output`); default: "
+        "the folder in MEMLOOP_LOG_DIR.",
+    ),
+    host: str = typer.Option(
+        "127.0.0.1",
+        "--host",
+        help="Interface to bind (default: loopback only; any other needs "
+        "an API key from MEMLOOP_API_KEY or --api-key-file).",
+    ),
     port: int = typer.Option(8765, "--port", min=1, max=65535, help="Port to listen on."),
-    api_key_file: Optional[Path] = typer.Option(None, "--api-key-file", help="A file holding the API key (instead of "
-                                                "MEMLOOP_API_KEY; never on the command line, where `ps` shows it)."),
-    allow_host: List[str] = typer.Option([], "--allow-host", help="Another name the browser reaches the viewer by "
-                                         "(checked against the Host header; repeatable)."),
-    bundle: Optional[Path] = typer.Option(None, "--bundle", help="Write the pages of one run as a static site (HTML and "
-                                          "JSON) into this directory and exit; it opens from disk with no server."),
+    api_key_file: Optional[Path] = typer.Option(
+        None,
+        "--api-key-file",
+        help="A file holding the API key (instead of MEMLOOP_API_KEY; never on the command line, where `ps` shows it).",
+    ),
+    allow_host: List[str] = typer.Option(
+        [],
+        "--allow-host",
+        help="Another name the browser reaches the viewer by (checked against the Host header; repeatable).",
+    ),
+    bundle: Optional[Path] = typer.Option(
+        None,
+        "--bundle",
+        help="Write the pages of one run as a static site (HTML and "
+        "JSON) into this directory and exit; it opens from disk with no server.",
+    ),
 ) -> None:
     """Browse runs: a runs list (sort, filter), the report's tables, every unit's memory timeline and judges
     beside the gold, side by side, compare. `memloop view DIR` opens every run in a folder."""
@@ -68,8 +88,11 @@ def view_cmd(
     import uvicorn
 
     shown = f"[{host}]" if ":" in host else host
-    print(f"memloop view on http://{shown}:{port}/ ({len(runs)} run{'s' if len(runs) != 1 else ''}); Ctrl-C stops it",
-          file=sys.stderr, flush=True)
+    print(
+        f"memloop view on http://{shown}:{port}/ ({len(runs)} run{'s' if len(runs) != 1 else ''}); Ctrl-C stops it",
+        file=sys.stderr,
+        flush=True,
+    )
     uvicorn.run(app, host=host, port=port, log_level="warning")
 
 

@@ -2,7 +2,8 @@
 
 Per dataset, a table compares methods on one common set of samples: the samples for which every
 method run on the dataset wrote a unit; the others are left out for every method and named
-(`excluded`). A method's repeats are all those it wrote units for. Every (judge, metric) the dataset was scored by is then one column over those
+(`excluded`). A method's repeats are all those it wrote units for. Every (judge, metric) the dataset was scored by is
+then one column over those
 same units, each unit in one state (`memloop.eval.judges.aggregation.STATES`):
 
 - a unit whose method failed (`samples.failure` = "method") scores the metric's zero;
@@ -16,12 +17,12 @@ same units, each unit in one state (`memloop.eval.judges.aggregation.STATES`):
 
 SUMIE's per-turn metrics enter as start / last / avg per unit (`memloop.eval.judges.sumie.turn_summary`).
 """
+
 from __future__ import annotations
 
 from typing import Any
 
 import pandas as pd
-
 from memloop.eval.judges import aggregator, headline_metrics
 from memloop.eval.judges.aggregation import INCOMPLETE, JUDGED, NOT_APPLICABLE, ZERO, Unit, figure  # noqa: F401 (re-exported)
 from memloop.eval.judges.sumie import METRICS as SUMIE_METRICS
@@ -73,8 +74,11 @@ def unit_values(scores: pd.DataFrame) -> pd.DataFrame:
     if scores.empty:
         return pd.DataFrame(columns=cols)
     turn = scores["turn"].notna() & scores["metric"].isin(SUMIE_METRICS)
-    whole = scores[scores["turn"].isna() & ~scores["metric"].isin(SUMIE_METRICS)
-                   & ~scores["metric"].str.match(r"^(start|last|avg):")]  # the judge's own summaries: recomputed
+    whole = scores[
+        scores["turn"].isna()
+        & ~scores["metric"].isin(SUMIE_METRICS)
+        & ~scores["metric"].str.match(r"^(start|last|avg):")
+    ]  # the judge's own summaries: recomputed
     rows = [whole[cols]]
     per_turn = scores[turn]
     if not per_turn.empty:
@@ -104,8 +108,9 @@ def score_columns(values: pd.DataFrame, judge_failures: pd.DataFrame | None = No
     return {ds: sorted(c) for ds, c in cols.items()}
 
 
-def score_cells(samples: pd.DataFrame, scores: pd.DataFrame, judge_failures: pd.DataFrame | None = None
-                ) -> tuple[dict[Key, list[Unit]], dict[tuple, list[int]], list[dict[str, Any]]]:
+def score_cells(
+    samples: pd.DataFrame, scores: pd.DataFrame, judge_failures: pd.DataFrame | None = None
+) -> tuple[dict[Key, list[Unit]], dict[tuple, list[int]], list[dict[str, Any]]]:
     """{(method, dataset, judge, metric): the cell's units in their states}, {(method, dataset): its
     repeats}, and the samples left out of the comparison. `judge_failures`: the `judgments` rows with
     an error (dataset and judge columns at least), whose judges keep their columns (`score_columns`)."""
@@ -114,9 +119,20 @@ def score_cells(samples: pd.DataFrame, scores: pd.DataFrame, judge_failures: pd.
     columns = score_columns(values, judge_failures)
     if units.empty or not columns:
         return {}, {}, excluded
-    by_unit = {k: float(v) for k, v in zip(
-        zip(values["method"], values["dataset"], values["judge"], values["metric"], values["repeat"],
-            values["sample_id"]), values["value"])}
+    by_unit = {
+        k: float(v)
+        for k, v in zip(
+            zip(
+                values["method"],
+                values["dataset"],
+                values["judge"],
+                values["metric"],
+                values["repeat"],
+                values["sample_id"],
+            ),
+            values["value"],
+        )
+    }
     out: dict[Key, list[Unit]] = {}
     repeats: dict[tuple, list[int]] = {}
     for (method, ds), g in units.groupby(["method", "dataset"], sort=True):
@@ -126,16 +142,18 @@ def score_cells(samples: pd.DataFrame, scores: pd.DataFrame, judge_failures: pd.
             for rep, sid, base in zip(g["repeat"], g["sample_id"], g["base"]):
                 if base == "ok":
                     v = by_unit.get((method, ds, judge, metric, rep, sid))
-                    cell.append(Unit(int(rep), str(sid), JUDGED, v) if v is not None
-                                else Unit(int(rep), str(sid), INCOMPLETE))
+                    cell.append(
+                        Unit(int(rep), str(sid), JUDGED, v) if v is not None else Unit(int(rep), str(sid), INCOMPLETE)
+                    )
                 else:
                     cell.append(Unit(int(rep), str(sid), base if base != "n/a" else NOT_APPLICABLE))
             out[(method, ds, judge, metric)] = cell
     return out, repeats, excluded
 
 
-def score_figures(samples: pd.DataFrame, scores: pd.DataFrame, judge_failures: pd.DataFrame | None = None
-                  ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def score_figures(
+    samples: pd.DataFrame, scores: pd.DataFrame, judge_failures: pd.DataFrame | None = None
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Every (method, dataset, judge, metric) cell by the rule, and the samples left out of the comparison."""
     by_cell, repeats, excluded = score_cells(samples, scores, judge_failures)
     figures = []
@@ -155,14 +173,20 @@ def cost_figure(units: pd.DataFrame, value: str, weight: str | None = None) -> d
     unknown (NaN: no recorded prompt) leaves the figure undefined rather than biased."""
     if units[value].isna().any() or (weight is not None and units[weight].isna().any()):
         return figure([])
-    cell = [Unit(int(r), str(sid), JUDGED, float(v), None if weight is None else float(w))
-            for r, sid, v, w in zip(units["repeat"], units["sample_id"], units[value],
-                                    units[weight] if weight is not None else [None] * len(units))]
+    cell = [
+        Unit(int(r), str(sid), JUDGED, float(v), None if weight is None else float(w))
+        for r, sid, v, w in zip(
+            units["repeat"],
+            units["sample_id"],
+            units[value],
+            units[weight] if weight is not None else [None] * len(units),
+        )
+    ]
     return figure(cell)
 
 
 def cell_text(fig: dict[str, Any] | None, digits: int = 3, scale: float = 1.0, counts: bool = True) -> str:
-    """"mean ± s.e. [lo, hi]" in `scale` units with the counts that are not the whole: "(judged / total,
+    """ "mean ± s.e. [lo, hi]" in `scale` units with the counts that are not the whole: "(judged / total,
     k zero, m incomplete)"; "–" where there is no figure."""
     if fig is None or fig.get("mean") is None:
         text = "–"
@@ -187,7 +211,12 @@ def counts_text(fig: dict[str, Any]) -> str:
     if fig.get("n/a"):
         parts.append(f"{fig['n/a']} n/a")
     if fig.get("incomplete"):
-        parts.append(f"incomplete: {fig.get('incomplete_units', 0)} unknown"
-                     + (f", {fig['repeats_without_result']} repeat(s) without result"
-                        if fig.get("repeats_without_result") else ""))
+        parts.append(
+            f"incomplete: {fig.get('incomplete_units', 0)} unknown"
+            + (
+                f", {fig['repeats_without_result']} repeat(s) without result"
+                if fig.get("repeats_without_result")
+                else ""
+            )
+        )
     return f" ({'; '.join(parts)})" if parts else ""

@@ -1,7 +1,8 @@
 """`memloop compare A B`: what changed from run A to run B, with paired bootstrap intervals.
 
 Units are paired without their run id, by (dataset, sample_id, method, repeat), and counted by the
-rule for means the report uses (`memloop.jobs.results.cells`, `memloop.eval.judges.aggregation`): a unit whose method failed
+rule for means the report uses (`memloop.jobs.results.cells`, `memloop.eval.judges.aggregation`): a unit whose method
+failed
 scores the metric's zero (so a method that starts failing is a regression, not a smaller sample), a
 unit failed for the infrastructure or left unjudged is left out and makes the row `incomplete`. For
 every (dataset, method, judge, metric) the per-unit value is the judge's score; SUMIE's per-turn
@@ -13,7 +14,8 @@ replacement, fixed seed, so the same runs always give the same interval; the pap
 call the same function).
 Two headline numbers per (dataset, method) come from the token counts: `cost_index`, the mean per
 unit of seed 002's cost index (`memloop.eval.judges.cost.cost_index`), and `radix_cache_hit`, the engine's
-100 × Σcached / Σprompt (a ratio of sums, bootstrapped the same way; named as the report names it). The config diff lists every flattened `config_json` key (plus the
+100 × Σcached / Σprompt (a ratio of sums, bootstrapped the same way; named as the report names it). The config diff
+lists every flattened `config_json` key (plus the
 code version and model digest) whose value differs between the runs' latest manifests.
 
 `--fail-if` rules are `NAME.FIELD OP NUMBER`, parsed with a regular expression (never evaluated as
@@ -21,6 +23,7 @@ code): NAME is a metric (`f1`), `judge:metric`, `method/metric` or `method/judge
 one of delta, delta_lo, delta_hi, a, b, n; OP one of < <= > >= == !=. A rule holds when it holds for
 any row it names; a rule that names no row is an error (a typo must not pass silently).
 """
+
 from __future__ import annotations
 
 import io
@@ -33,11 +36,10 @@ from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
-
 from memloop.eval.judges.aggregation import RESAMPLES, paired_difference, paired_mean_delta, paired_ratio_delta
 from memloop.eval.judges.cost import cache_hit_rate, cost_index, usage_of
-from memloop.jobs.results import cells
 from memloop.jobs.errors import JobsError
+from memloop.jobs.results import cells
 from memloop.jobs.results.markdown import markdown_table
 from memloop.jobs.results.run_data import RunData, run_config
 from memloop.jobs.run.config import ModelSpec, model_label
@@ -47,7 +49,13 @@ from memloop.jobs.store.run_store import RunStore
 PAIR = ["dataset", "sample_id", "method", "repeat"]
 FIELDS = ("delta", "delta_lo", "delta_hi", "a", "b", "n")
 OPS: dict[str, Callable[[float, float], bool]] = {
-    "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge, "==": operator.eq, "!=": operator.ne}
+    "<": operator.lt,
+    "<=": operator.le,
+    ">": operator.gt,
+    ">=": operator.ge,
+    "==": operator.eq,
+    "!=": operator.ne,
+}
 EXIT_REGRESSION = 4  # a --fail-if rule held
 
 
@@ -71,7 +79,7 @@ class Row:
 
     def names(self) -> set[str]:
         """What a --fail-if rule may call this row (the bare per-turn metric is its average over turns)."""
-        metrics = {self.metric} | ({self.metric[:-len(":avg")]} if self.metric.endswith(":avg") else set())
+        metrics = {self.metric} | ({self.metric[: -len(":avg")]} if self.metric.endswith(":avg") else set())
         out = set()
         for m in metrics:
             jm = f"{self.judge}:{m}" if self.judge else m
@@ -122,9 +130,21 @@ def score_rows(a: RunData, b: RunData) -> list[Row]:
         if not got["n"]:
             continue
         left_out = sum(1 for u in ca[key] + cb[key] if u.state == cells.INCOMPLETE)
-        rows.append(Row(ds, method, judge, metric, got["n"], got["a"], got["b"], got["delta"],
-                        got["lo"] if got["lo"] is not None else math.nan,
-                        got["hi"] if got["hi"] is not None else math.nan, left_out))
+        rows.append(
+            Row(
+                ds,
+                method,
+                judge,
+                metric,
+                got["n"],
+                got["a"],
+                got["b"],
+                got["delta"],
+                got["lo"] if got["lo"] is not None else math.nan,
+                got["hi"] if got["hi"] is not None else math.nan,
+                left_out,
+            )
+        )
     return sorted(rows, key=lambda r: (r.dataset, r.method, r.judge, r.metric))
 
 
@@ -133,17 +153,41 @@ def headline_rows(a: RunData, b: RunData) -> list[Row]:
     rows = []
     for (ds, method), g in m.groupby(["dataset", "method"], sort=True):
         col = {k: g[k].to_numpy(float) for k in g.columns if k.endswith(("_a", "_b"))}
-        cost = {s: np.array([cost_index(usage_of(p, c, d)) for p, c, d in zip(
-                    col[f"prompt_tokens_{s}"], col[f"cached_tokens_{s}"], col[f"decoded_tokens_{s}"])])
-                for s in "ab"}  # seed 002's formula, from its one home in memloop.eval.judges.cost
+        cost = {
+            s: np.array(
+                [
+                    cost_index(usage_of(p, c, d))
+                    for p, c, d in zip(col[f"prompt_tokens_{s}"], col[f"cached_tokens_{s}"], col[f"decoded_tokens_{s}"])
+                ]
+            )
+            for s in "ab"
+        }  # seed 002's formula, from its one home in memloop.eval.judges.cost
         delta, lo, hi = paired_mean_delta(cost["a"], cost["b"])
-        rows.append(Row(ds, method, "", "cost_index", len(g), float(cost["a"].mean()), float(cost["b"].mean()),
-                        delta, lo, hi))
-        ca, pa_, cb, pb = (col["cached_tokens_a"], col["prompt_tokens_a"], col["cached_tokens_b"], col["prompt_tokens_b"])
+        rows.append(
+            Row(ds, method, "", "cost_index", len(g), float(cost["a"].mean()), float(cost["b"].mean()), delta, lo, hi)
+        )
+        ca, pa_, cb, pb = (
+            col["cached_tokens_a"],
+            col["prompt_tokens_a"],
+            col["cached_tokens_b"],
+            col["prompt_tokens_b"],
+        )
         if pa_.sum() > 0 and pb.sum() > 0:
             delta, lo, hi = paired_ratio_delta(ca, pa_, cb, pb)
-            rows.append(Row(ds, method, "", "radix_cache_hit", len(g), 100 * cache_hit_rate(usage_of(pa_.sum(), ca.sum(), 0)),
-                            100 * cache_hit_rate(usage_of(pb.sum(), cb.sum(), 0)), delta, lo, hi))
+            rows.append(
+                Row(
+                    ds,
+                    method,
+                    "",
+                    "radix_cache_hit",
+                    len(g),
+                    100 * cache_hit_rate(usage_of(pa_.sum(), ca.sum(), 0)),
+                    100 * cache_hit_rate(usage_of(pb.sum(), cb.sum(), 0)),
+                    delta,
+                    lo,
+                    hi,
+                )
+            )
     return rows
 
 
@@ -201,12 +245,25 @@ def compare_runs(a: RunData, b: RunData) -> Comparison:
     ua, ub = set(map(tuple, a.applicable[PAIR].values.tolist())), set(map(tuple, b.applicable[PAIR].values.tolist()))
     shared = ua & ub
     if not shared:
-        raise CompareError(f"runs {a.run_id} and {b.run_id} share no unit (paired by dataset, sample_id, method "
-                           "and repeat); compare runs of the same datasets and methods")
+        raise CompareError(
+            f"runs {a.run_id} and {b.run_id} share no unit (paired by dataset, sample_id, method "
+            "and repeat); compare runs of the same datasets and methods"
+        )
     rows = score_rows(a, b) + headline_rows(a, b)
-    return Comparison(a.uri, b.uri, a.run_id, b.run_id, len(shared), len(ua - ub), len(ub - ua), rows,
-                      config_diff(a, b), incomplete=sum(r.incomplete for r in rows), a_model=run_label(a),
-                      b_model=run_label(b))
+    return Comparison(
+        a.uri,
+        b.uri,
+        a.run_id,
+        b.run_id,
+        len(shared),
+        len(ua - ub),
+        len(ub - ua),
+        rows,
+        config_diff(a, b),
+        incomplete=sum(r.incomplete for r in rows),
+        a_model=run_label(a),
+        b_model=run_label(b),
+    )
 
 
 def load(uri: str) -> RunData:
@@ -217,8 +274,10 @@ def load(uri: str) -> RunData:
 # --fail-if
 
 
-_RULE = re.compile(r"^\s*(?P<name>[^\s.<>=!]+)\.(?P<field>[a-z_]+)\s*(?P<op><=|>=|==|!=|<|>)\s*"
-                   r"(?P<num>[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*$")
+_RULE = re.compile(
+    r"^\s*(?P<name>[^\s.<>=!]+)\.(?P<field>[a-z_]+)\s*(?P<op><=|>=|==|!=|<|>)\s*"
+    r"(?P<num>[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*$"
+)
 
 
 @dataclass(frozen=True)
@@ -237,8 +296,9 @@ class Rule:
 def parse_rule(text: str) -> Rule:
     m = _RULE.fullmatch(text)
     if not m:
-        raise CompareError(f"--fail-if {text!r}: write NAME.FIELD OP NUMBER, e.g. 'f1.delta < -0.02' or "
-                           "'booookscore.delta_hi < 0'")
+        raise CompareError(
+            f"--fail-if {text!r}: write NAME.FIELD OP NUMBER, e.g. 'f1.delta < -0.02' or 'booookscore.delta_hi < 0'"
+        )
     if m["field"] not in FIELDS:
         raise CompareError(f"--fail-if {text!r}: unknown field {m['field']!r}; use one of {', '.join(FIELDS)}")
     return Rule(text.strip(), m["name"], m["field"], m["op"], float(m["num"]))
@@ -252,12 +312,15 @@ def failing(rules: list[Rule], rows: list[Row], strict: bool = True) -> list[str
         if not named:
             if strict:
                 known = sorted({n for r in rows for n in (r.metric, f"{r.judge}:{r.metric}" if r.judge else r.metric)})
-                raise CompareError(f"--fail-if {rule.text!r}: no metric is called {rule.name!r}; "
-                                   f"the runs have {', '.join(known)}")
+                raise CompareError(
+                    f"--fail-if {rule.text!r}: no metric is called {rule.name!r}; the runs have {', '.join(known)}"
+                )
             continue
         hit = [r for r in named if rule.holds(r)]
         if hit:
-            where = "; ".join(f"{r.method} {r.dataset} {r.label}: {rule.field} = {getattr(r, rule.field):.4g}" for r in hit)
+            where = "; ".join(
+                f"{r.method} {r.dataset} {r.label}: {rule.field} = {getattr(r, rule.field):.4g}" for r in hit
+            )
             out.append(f"{rule.text} ({where})")
     return out
 
@@ -271,20 +334,45 @@ def _f(v: float, digits: int = 4) -> str:
 
 
 def to_markdown(c: Comparison) -> str:
-    parts = [f"# Compare `{c.a_run}` (A) → `{c.b_run}` (B)", "", f"A = `{c.a_uri}` (model {c.a_model})", "",
-             f"B = `{c.b_uri}` (model {c.b_model})", "",
-             f"{c.shared_units} units in both runs (paired by dataset, sample, method, repeat); "
-             f"{c.only_a} only in A, {c.only_b} only in B. A unit whose method failed scores 0; "
-             f"intervals: 95% paired bootstrap over samples, {c.resamples} resamples."
-             + (f" INCOMPLETE: {c.incomplete} unit(s) left out of rows (infrastructure or judge failures)."
-                if c.incomplete else ""),
-             "", "## Deltas (B − A)", ""]
-    rows = [[r.method, r.dataset, r.label, str(r.n), _f(r.a), _f(r.b), _f(r.delta), f"[{_f(r.delta_lo)}, {_f(r.delta_hi)}]",
-             "" if r.delta_lo <= 0 <= r.delta_hi or math.isnan(r.delta_lo) else "*"] for r in c.rows]
+    parts = [
+        f"# Compare `{c.a_run}` (A) → `{c.b_run}` (B)",
+        "",
+        f"A = `{c.a_uri}` (model {c.a_model})",
+        "",
+        f"B = `{c.b_uri}` (model {c.b_model})",
+        "",
+        f"{c.shared_units} units in both runs (paired by dataset, sample, method, repeat); "
+        f"{c.only_a} only in A, {c.only_b} only in B. A unit whose method failed scores 0; "
+        f"intervals: 95% paired bootstrap over samples, {c.resamples} resamples."
+        + (
+            f" INCOMPLETE: {c.incomplete} unit(s) left out of rows (infrastructure or judge failures)."
+            if c.incomplete
+            else ""
+        ),
+        "",
+        "## Deltas (B − A)",
+        "",
+    ]
+    rows = [
+        [
+            r.method,
+            r.dataset,
+            r.label,
+            str(r.n),
+            _f(r.a),
+            _f(r.b),
+            _f(r.delta),
+            f"[{_f(r.delta_lo)}, {_f(r.delta_hi)}]",
+            "" if r.delta_lo <= 0 <= r.delta_hi or math.isnan(r.delta_lo) else "*",
+        ]
+        for r in c.rows
+    ]
     parts.append(markdown_table(["method", "dataset", "metric", "n", "A", "B", "delta", "95% interval", "≠0"], rows))
     parts += ["", "## Config diff", ""]
     if c.config_diff:
-        parts.append(markdown_table(["key", "A", "B"], [[d["key"], f"`{d['a']}`", f"`{d['b']}`"] for d in c.config_diff]))
+        parts.append(
+            markdown_table(["key", "A", "B"], [[d["key"], f"`{d['a']}`", f"`{d['b']}`"] for d in c.config_diff])
+        )
     else:
         parts.append("(identical configs, code version and model)")
     if c.failed_rules:
@@ -317,8 +405,16 @@ def plot_deltas(c: Comparison) -> bytes | None:
     return _png(fig)
 
 
-def plot_overlay(a: RunData, b: RunData, frame: Callable[[RunData], pd.DataFrame], x: str, y: str,
-                 xlabel: str, ylabel: str, title: str) -> bytes | None:
+def plot_overlay(
+    a: RunData,
+    b: RunData,
+    frame: Callable[[RunData], pd.DataFrame],
+    x: str,
+    y: str,
+    xlabel: str,
+    ylabel: str,
+    title: str,
+) -> bytes | None:
     """One line per method and run: A solid, B dashed, same colour."""
     fa, fb = frame(a), frame(b)
     if fa.empty and fb.empty:
@@ -343,11 +439,29 @@ def plots(a: RunData, b: RunData, c: Comparison) -> dict[str, bytes]:
     import matplotlib
 
     matplotlib.use("Agg")
-    out = {"deltas.png": plot_deltas(c),
-           "f1_per_turn.png": plot_overlay(a, b, lambda d: d.scores[(d.scores["metric"] == "f1") & d.scores["turn"].notna()],
-                                           "turn", "value", "turn (paragraphs read)", "F1", "SUMIE F1 per turn: A solid, B dashed"),
-           "tokens_per_step.png": plot_overlay(a, b, lambda d: d.steps, "step", "prompt_tokens", "step",
-                                               "prompt tokens (mean)", "Prompt tokens per step: A solid, B dashed")}
+    out = {
+        "deltas.png": plot_deltas(c),
+        "f1_per_turn.png": plot_overlay(
+            a,
+            b,
+            lambda d: d.scores[(d.scores["metric"] == "f1") & d.scores["turn"].notna()],
+            "turn",
+            "value",
+            "turn (paragraphs read)",
+            "F1",
+            "SUMIE F1 per turn: A solid, B dashed",
+        ),
+        "tokens_per_step.png": plot_overlay(
+            a,
+            b,
+            lambda d: d.steps,
+            "step",
+            "prompt_tokens",
+            "step",
+            "prompt tokens (mean)",
+            "Prompt tokens per step: A solid, B dashed",
+        ),
+    }
     return {k: v for k, v in out.items() if v}
 
 

@@ -1,13 +1,13 @@
 """The cost comparison (seed 002 table 3, per book): the units every method on a dataset finished, seed
 002's figures in one token base beside the engine's own counts, one row per unit (`cost_frame`), its cells
 by the rule for means (`cost_cells`) and its Markdown table (`cost_table`)."""
+
 from __future__ import annotations
 
 import math
 from typing import Any
 
 import pandas as pd
-
 from memloop.eval.judges.cost import PaperCost, cost_index, net_encoded, paper_sample_cost, per_sample_cost, usage_of
 from memloop.jobs.results import cells
 from memloop.jobs.results.markdown import markdown_table
@@ -30,8 +30,14 @@ def cost_units(d: RunData) -> tuple[pd.DataFrame, list[dict]]:
                 keep.append((ds, rep, sid))
             else:
                 na = set(u.loc[u["status"] == NOT_APPLICABLE, "method"])
-                excluded.append({"dataset": ds, "sample_id": str(sid), "repeat": int(rep),
-                                 "methods": [m for m in methods if m not in ok and m not in na]})
+                excluded.append(
+                    {
+                        "dataset": ds,
+                        "sample_id": str(sid),
+                        "repeat": int(rep),
+                        "methods": [m for m in methods if m not in ok and m not in na],
+                    }
+                )
     ok = d.ok
     if not keep or ok.empty:
         return ok.iloc[0:0], excluded
@@ -40,8 +46,9 @@ def cost_units(d: RunData) -> tuple[pd.DataFrame, list[dict]]:
 
 
 def per_sample_costs(g: pd.DataFrame) -> dict[str, float]:
-    return per_sample_cost([usage_of(p, c, dec) for p, c, dec in
-                            zip(g["prompt_tokens"], g["cached_tokens"], g["decoded_tokens"])])
+    return per_sample_cost(
+        [usage_of(p, c, dec) for p, c, dec in zip(g["prompt_tokens"], g["cached_tokens"], g["decoded_tokens"])]
+    )
 
 
 PAPER_SKIPPED_KINDS = ("schema",)  # a generated schema is made once per task, not by the sample's own steps
@@ -63,8 +70,9 @@ def _paper_costs(steps: pd.DataFrame, tok: PromptTokenizer) -> dict[tuple[int, s
         prompts = [p if isinstance(p, str) else "" for p in g["prompt"]]  # null: ""
         sent = [p for p, k in zip(prompts, attempts) for _ in range(k)]
         retried = int(g["retry_decoded_tokens"].fillna(0).sum()) if "retry_decoded_tokens" in g else 0
-        out[(int(rep), str(sid))] = paper_sample_cost(sent, [o if isinstance(o, str) else "" for o in outputs],
-                                                      tok.encode, retried)
+        out[(int(rep), str(sid))] = paper_sample_cost(
+            sent, [o if isinstance(o, str) else "" for o in outputs], tok.encode, retried
+        )
     return out
 
 
@@ -96,31 +104,60 @@ def _cost_frame(d: RunData, tok: PromptTokenizer) -> pd.DataFrame:
         if not st.empty:
             st = st[[k in keys for k in zip(st["repeat"].astype(int), st["sample_id"].astype(str))]]
         paper = _paper_costs(st, tok)
-        for rep, sid, p_tok, c_tok, dec in zip(g["repeat"], g["sample_id"], g["prompt_tokens"],
-                                               g["cached_tokens"], g["decoded_tokens"]):
+        for rep, sid, p_tok, c_tok, dec in zip(
+            g["repeat"], g["sample_id"], g["prompt_tokens"], g["cached_tokens"], g["decoded_tokens"]
+        ):
             u = usage_of(p_tok, c_tok, dec)
             c = paper.get((int(rep), str(sid)))
-            rows.append(dict(method=method, dataset=ds, repeat=int(rep), sample_id=str(sid),
-                             paper_total=c.total if c else nan, paper_hit=c.hit if c else nan,
-                             encoded=c.total if c else nan, net_encoded=c.net if c else nan,
-                             decoded=c.output if c else nan, cost_index=c.cost_index if c else nan,
-                             engine_encoded=u.prompt_tokens, engine_cached=u.cached_tokens,
-                             engine_net_encoded=net_encoded(u), engine_decoded=u.decoded_tokens,
-                             engine_cost_index=cost_index(u)))
-    return pd.DataFrame(rows, columns=["method", "dataset", "repeat", "sample_id", "paper_total", "paper_hit",
-                                       *PAPER_COST_METRICS[1:], *ENGINE_COST_METRICS[1:], "engine_cached"])
+            rows.append(
+                dict(
+                    method=method,
+                    dataset=ds,
+                    repeat=int(rep),
+                    sample_id=str(sid),
+                    paper_total=c.total if c else nan,
+                    paper_hit=c.hit if c else nan,
+                    encoded=c.total if c else nan,
+                    net_encoded=c.net if c else nan,
+                    decoded=c.output if c else nan,
+                    cost_index=c.cost_index if c else nan,
+                    engine_encoded=u.prompt_tokens,
+                    engine_cached=u.cached_tokens,
+                    engine_net_encoded=net_encoded(u),
+                    engine_decoded=u.decoded_tokens,
+                    engine_cost_index=cost_index(u),
+                )
+            )
+    return pd.DataFrame(
+        rows,
+        columns=[
+            "method",
+            "dataset",
+            "repeat",
+            "sample_id",
+            "paper_total",
+            "paper_hit",
+            *PAPER_COST_METRICS[1:],
+            *ENGINE_COST_METRICS[1:],
+            "engine_cached",
+        ],
+    )
 
 
 PAPER_COST_METRICS = ("prefix_hit_paper", "encoded", "net_encoded", "decoded", "cost_index")
-ENGINE_COST_METRICS = ("radix_cache_hit", "engine_encoded", "engine_net_encoded", "engine_decoded",
-                       "engine_cost_index")
+ENGINE_COST_METRICS = ("radix_cache_hit", "engine_encoded", "engine_net_encoded", "engine_decoded", "engine_cost_index")
 COST_METRICS = PAPER_COST_METRICS + ENGINE_COST_METRICS
 # the two hit rates are ratios of sums over a repeat's samples: (numerator per unit in %, denominator per unit)
-_COST_RATIOS = {"prefix_hit_paper": ("paper_hit", "paper_total"), "radix_cache_hit": ("engine_cached", "engine_encoded")}
+_COST_RATIOS = {
+    "prefix_hit_paper": ("paper_hit", "paper_total"),
+    "radix_cache_hit": ("engine_cached", "engine_encoded"),
+}
 # the printed hit is 1 - (printed net) / (printed total): both means are over the same units, so the
 # identity the paper states holds for the cells themselves, not only per repeat (hit: (net, total))
-_HIT_IDENTITY = {"prefix_hit_paper": ("net_encoded", "encoded"),
-                 "radix_cache_hit": ("engine_net_encoded", "engine_encoded")}
+_HIT_IDENTITY = {
+    "prefix_hit_paper": ("net_encoded", "encoded"),
+    "radix_cache_hit": ("engine_net_encoded", "engine_encoded"),
+}
 
 
 def cost_cells(units: pd.DataFrame) -> dict[str, dict[str, Any]]:
@@ -162,26 +199,46 @@ def cost_table(d: RunData, tok: PromptTokenizer | None = None) -> str | None:
             rows.append([method, ds, f"0 / {n}"] + ["–"] * len(COST_METRICS) + [str(failed.get((method, ds), 0))])
             continue
         figs = cost_cells(g)
-        values = [cells.cell_text(figs[m], 2, 1e-3, counts=False) if m in scaled
-                  else cells.cell_text(figs[m], 4 if m.endswith("cost_index") else 1, counts=False)
-                  for m in COST_METRICS]
+        values = [
+            cells.cell_text(figs[m], 2, 1e-3, counts=False)
+            if m in scaled
+            else cells.cell_text(figs[m], 4 if m.endswith("cost_index") else 1, counts=False)
+            for m in COST_METRICS
+        ]
         rows.append([method, ds, f"{len(g)} / {n}"] + values + [str(failed.get((method, ds), 0))])
-    out = markdown_table(["method", "dataset", "samples compared / units",
-                          "prefix hit, paper (%)", "total enc., paper (x10^3)", "net enc., paper (x10^3)",
-                          "output, paper (x10^3)", "cost index, paper",
-                          "radix cache hit, engine (%)", "prompt tokens, engine (x10^3)",
-                          "net enc., engine (x10^3)", "decoded, engine (x10^3)", "cost index, engine",
-                          "failed units"], rows)
-    out += ("\n\nMeans per sample, ± s.e. over repeats, [95% bootstrap interval over samples]. Paper columns "
-            "(seed 002, section 4.2 and table 3), one token base: the recorded "
-            f"prompts and outputs, one per step, counted in {tok.label}; prefix hit = tokens of each prompt's "
-            "longest prefix shared with the previous prompt of the same sample, over all tokens encoded; net = "
-            "total minus those (so hit = 1 - net / total); cost index = (net + 3 x output) / 10^6. Engine "
-            "columns, the engine's own counts as served: prompt tokens include the chat template (the kept "
-            "attempt of each step; retries are the health table's overhead), and the radix cache may reuse any "
-            "earlier prompt's prefix (other samples' and repeats' too), so its net and cost index are not the paper's.")
+    out = markdown_table(
+        [
+            "method",
+            "dataset",
+            "samples compared / units",
+            "prefix hit, paper (%)",
+            "total enc., paper (x10^3)",
+            "net enc., paper (x10^3)",
+            "output, paper (x10^3)",
+            "cost index, paper",
+            "radix cache hit, engine (%)",
+            "prompt tokens, engine (x10^3)",
+            "net enc., engine (x10^3)",
+            "decoded, engine (x10^3)",
+            "cost index, engine",
+            "failed units",
+        ],
+        rows,
+    )
+    out += (
+        "\n\nMeans per sample, ± s.e. over repeats, [95% bootstrap interval over samples]. Paper columns "
+        "(seed 002, section 4.2 and table 3), one token base: the recorded "
+        f"prompts and outputs, one per step, counted in {tok.label}; prefix hit = tokens of each prompt's "
+        "longest prefix shared with the previous prompt of the same sample, over all tokens encoded; net = "
+        "total minus those (so hit = 1 - net / total); cost index = (net + 3 x output) / 10^6. Engine "
+        "columns, the engine's own counts as served: prompt tokens include the chat template (the kept "
+        "attempt of each step; retries are the health table's overhead), and the radix cache may reuse any "
+        "earlier prompt's prefix (other samples' and repeats' too), so its net and cost index are not the paper's."
+    )
     if excluded:
         out += "\n\nLeft out of the cost comparison (not finished by every method on the dataset):\n"
-        out += "\n".join(f"- {e['dataset']} {e['sample_id']} (repeat {e['repeat']}): failed for "
-                          f"{', '.join(e['methods'])}" for e in excluded)
+        out += "\n".join(
+            f"- {e['dataset']} {e['sample_id']} (repeat {e['repeat']}): failed for {', '.join(e['methods'])}"
+            for e in excluded
+        )
     return out

@@ -2,13 +2,13 @@
 figure per (method, dataset) (`figures_of`), the memory sizes, the share of turns that hit the memory
 bound and the input one step reads (for the papers' tables), and the method-health rows and markers
 (`memloop.jobs.results.health`)."""
+
 from __future__ import annotations
 
 import json
 import math
 
 import pandas as pd
-
 from memloop.eval.judges.aggregation import mean_se
 from memloop.jobs.results import cells, health
 from memloop.jobs.results.cost_tables import PAPER_COST_METRICS, cost_cells, cost_frame
@@ -52,11 +52,19 @@ def _figures(d: RunData) -> list[dict]:
     tok = prompt_tokenizer(d)
     c = cost_frame(d, tok)
     totals = d.applicable.groupby(["method", "dataset"]).size().to_dict()
-    for (m, ds), g in (c.groupby(["method", "dataset"], sort=True) if not c.empty else ()):
+    for (m, ds), g in c.groupby(["method", "dataset"], sort=True) if not c.empty else ():
         for metric, fig in cost_cells(g).items():
-            figures.append({"method": m, "dataset": ds, "judge": "", "metric": metric, **fig,
-                            "total": int(totals[(m, ds)]),
-                            **({"tokenizer": tok.label} if metric in PAPER_COST_METRICS else {})})
+            figures.append(
+                {
+                    "method": m,
+                    "dataset": ds,
+                    "judge": "",
+                    "metric": metric,
+                    **fig,
+                    "total": int(totals[(m, ds)]),
+                    **({"tokenizer": tok.label} if metric in PAPER_COST_METRICS else {}),
+                }
+            )
     return figures
 
 
@@ -85,20 +93,33 @@ def _memory_figures(d: RunData) -> list[dict]:
         extras = [json.loads(x or "{}") for x in g["extra_json"]]
         memories = [json.loads(m) if isinstance(m, str) else None for m in g["memory_json"]]
         # the text the prompt carried: the recorded rendering, else the memory's compact JSON
-        texts = [e["memory_text"] if "memory_text" in e else (None if m is None else as_text(m))
-                 for e, m in zip(extras, memories)]
+        texts = [
+            e["memory_text"] if "memory_text" in e else (None if m is None else as_text(m))
+            for e, m in zip(extras, memories)
+        ]
         sizes = [len(tok.encode(t)) for t in carried_memories(zip((e.get("chunk_index") for e in extras), texts))]
         if sizes:
-            rows.append(dict(zip(("method", "dataset", "repeat", "sample_id"), key), memory_tokens=sum(sizes) / len(sizes)))
+            rows.append(
+                dict(zip(("method", "dataset", "repeat", "sample_id"), key), memory_tokens=sum(sizes) / len(sizes))
+            )
     if not rows:
         return []
     per_sample = pd.DataFrame(rows)
     totals = d.applicable.groupby(["method", "dataset"]).size().to_dict()
     out = []
     for (m, ds), g in per_sample.groupby(["method", "dataset"], sort=True):
-        out.append({"method": m, "dataset": ds, "judge": "", "metric": "memory_tokens",
-                    **cells.cost_figure(g, "memory_tokens"),
-                    "samples": int(len(g)), "total": int(totals.get((m, ds), len(g))), "tokenizer": tok.label})
+        out.append(
+            {
+                "method": m,
+                "dataset": ds,
+                "judge": "",
+                "metric": "memory_tokens",
+                **cells.cost_figure(g, "memory_tokens"),
+                "samples": int(len(g)),
+                "total": int(totals.get((m, ds), len(g))),
+                "tokenizer": tok.label,
+            }
+        )
     return out
 
 
@@ -119,9 +140,18 @@ def binding_figures(d: RunData) -> list[dict]:
     if not rows:
         return []
     totals = d.applicable.groupby(["method", "dataset"]).size().to_dict()
-    return [{"method": m, "dataset": ds, "judge": "", "metric": "k_bound", **cells.cost_figure(g, "k_bound"),
-             "samples": int(len(g)), "total": int(totals.get((m, ds), len(g)))}
-            for (m, ds), g in pd.DataFrame(rows).groupby(["method", "dataset"], sort=True)]
+    return [
+        {
+            "method": m,
+            "dataset": ds,
+            "judge": "",
+            "metric": "k_bound",
+            **cells.cost_figure(g, "k_bound"),
+            "samples": int(len(g)),
+            "total": int(totals.get((m, ds), len(g))),
+        }
+        for (m, ds), g in pd.DataFrame(rows).groupby(["method", "dataset"], sort=True)
+    ]
 
 
 def context_figures(d: RunData) -> list[dict]:
@@ -141,10 +171,18 @@ def context_figures(d: RunData) -> list[dict]:
         g = g.dropna(subset=[column])
         if g.empty:
             continue
-        out.append({"method": m, "dataset": ds, "judge": "", "metric": "context_tokens",
-                    **_figure([float(r[column].mean()) for _, r in g.groupby("repeat")]),
-                    "samples": int(len(g)), "total": int(totals.get((m, ds), len(g))),
-                    "tokenizer": "cl100k_base" if column == "input_tokens" else "run model"})
+        out.append(
+            {
+                "method": m,
+                "dataset": ds,
+                "judge": "",
+                "metric": "context_tokens",
+                **_figure([float(r[column].mean()) for _, r in g.groupby("repeat")]),
+                "samples": int(len(g)),
+                "total": int(totals.get((m, ds), len(g))),
+                "tokenizer": "cl100k_base" if column == "input_tokens" else "run model",
+            }
+        )
     return out
 
 

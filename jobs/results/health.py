@@ -8,12 +8,12 @@ they count the kept attempts, as the papers do). A figure whose steps did not su
 the Markdown tables and `report --json`, so a method whose steps mostly failed never reads as one
 that worked.
 """
+
 from __future__ import annotations
 
 from typing import Any, Mapping
 
 import pandas as pd
-
 from memloop.eval.methods.outcomes import OUTCOMES, SUCCEEDED
 
 UNSUCCESSFUL_STEP_SHARE = 0.10  # above this share of steps not succeeded, a figure is marked
@@ -27,8 +27,11 @@ def outcomes_of(steps: pd.DataFrame) -> pd.Series:
     they carry an error."""
     if "outcome" in steps and steps["outcome"].notna().all():
         return steps["outcome"]
-    legacy = steps["error"].isna().map({True: "ok", False: "parse_failed"}) if "error" in steps \
+    legacy = (
+        steps["error"].isna().map({True: "ok", False: "parse_failed"})
+        if "error" in steps
         else pd.Series("ok", index=steps.index)
+    )
     return steps["outcome"].fillna(legacy) if "outcome" in steps else legacy
 
 
@@ -46,20 +49,24 @@ def health_rows(samples: pd.DataFrame, steps: pd.DataFrame) -> list[dict[str, An
         bad = g[~g["outcome"].isin(SUCCEEDED)] if len(g) else g
         kept_p, kept_d = _int(g, "prompt_tokens"), _int(g, "decoded_tokens")
         retry = {c: _int(g, c) for c in _RETRY}
-        rows.append({
-            "method": method, "dataset": ds, "steps": int(len(g)),
-            "outcomes": {o: int(n) for o, n in g["outcome"].value_counts().items()} if len(g) else {},
-            "steps_not_ok": int(len(bad)),
-            "steps_not_ok_share": (len(bad) / len(g)) if len(g) else None,
-            "units": int(len(units)),
-            "units_with_failed_step": int(bad.drop_duplicates(UNIT).shape[0]) if len(bad) else 0,
-            "failed_units": int((units["status"] == "failed").sum()),
-            **{c: _int(g, c) for c in _COUNTS},
-            "retried_steps": int((g["attempts"].fillna(1) > 1).sum()) if "attempts" in g and len(g) else 0,
-            **retry,
-            "retry_overhead_prompt": (retry["retry_prompt_tokens"] / kept_p) if kept_p else None,
-            "retry_overhead_decoded": (retry["retry_decoded_tokens"] / kept_d) if kept_d else None,
-        })
+        rows.append(
+            {
+                "method": method,
+                "dataset": ds,
+                "steps": int(len(g)),
+                "outcomes": {o: int(n) for o, n in g["outcome"].value_counts().items()} if len(g) else {},
+                "steps_not_ok": int(len(bad)),
+                "steps_not_ok_share": (len(bad) / len(g)) if len(g) else None,
+                "units": int(len(units)),
+                "units_with_failed_step": int(bad.drop_duplicates(UNIT).shape[0]) if len(bad) else 0,
+                "failed_units": int((units["status"] == "failed").sum()),
+                **{c: _int(g, c) for c in _COUNTS},
+                "retried_steps": int((g["attempts"].fillna(1) > 1).sum()) if "attempts" in g and len(g) else 0,
+                **retry,
+                "retry_overhead_prompt": (retry["retry_prompt_tokens"] / kept_p) if kept_p else None,
+                "retry_overhead_decoded": (retry["retry_decoded_tokens"] / kept_d) if kept_d else None,
+            }
+        )
     return rows
 
 
@@ -88,21 +95,33 @@ def annotate(figures: list[dict], by_unit_group: Mapping[tuple[str, str], float]
 
 def note() -> str:
     """What the health table counts (printed under it)."""
-    return (f"A step is ok when its outcome is {' or '.join(sorted(SUCCEEDED))}; ⚠ marks a method whose steps were "
-            f"not ok in more than {100 * UNSUCCESSFUL_STEP_SHARE:.0f}% of cases, and every figure of it in the "
-            "tables above carries the same marker with the share. Token figures count the kept attempt of each "
-            "step (what the papers count); the retry overhead is the rejected attempts' tokens beside them. "
-            "docs/methods.md says what each outcome means for each method.")
+    return (
+        f"A step is ok when its outcome is {' or '.join(sorted(SUCCEEDED))}; ⚠ marks a method whose steps were "
+        f"not ok in more than {100 * UNSUCCESSFUL_STEP_SHARE:.0f}% of cases, and every figure of it in the "
+        "tables above carries the same marker with the share. Token figures count the kept attempt of each "
+        "step (what the papers count); the retry overhead is the rejected attempts' tokens beside them. "
+        "docs/methods.md says what each outcome means for each method."
+    )
 
 
 def health_cells(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
     """(header, body) of the health table of `health_rows`."""
     seen = [o for o in OUTCOMES if any(r["outcomes"].get(o) for r in rows)]
     extra = sorted({o for r in rows for o in r["outcomes"]} - set(OUTCOMES))
-    header = (["method", "dataset", "steps"] + seen + extra
-              + ["not ok", "units with a step not ok / units", "failed units",
-                 "revisions proposed / accepted / rejected", "retried steps",
-                 "retry overhead, enc. / dec. (x10^3)", "retry overhead, enc. / dec. (% of kept)"])
+    header = (
+        ["method", "dataset", "steps"]
+        + seen
+        + extra
+        + [
+            "not ok",
+            "units with a step not ok / units",
+            "failed units",
+            "revisions proposed / accepted / rejected",
+            "retried steps",
+            "retry overhead, enc. / dec. (x10^3)",
+            "retry overhead, enc. / dec. (% of kept)",
+        ]
+    )
 
     def pct(v: float | None) -> str:
         return "–" if v is None else f"{100 * v:.0f}"
@@ -110,12 +129,17 @@ def health_cells(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]
     body = []
     for r in rows:
         share = r["steps_not_ok_share"]
-        body.append([r["method"], r["dataset"], str(r["steps"])]
-                    + [str(r["outcomes"].get(o, 0)) for o in seen + extra]
-                    + [f"{r['steps_not_ok']} ({pct(share)}%)" + (" ⚠" if flagged(share) else ""),
-                       f"{r['units_with_failed_step']} / {r['units']}", str(r["failed_units"]),
-                       f"{r['revisions_proposed']} / {r['revisions_accepted']} / {r['revisions_rejected']}",
-                       str(r["retried_steps"]),
-                       f"{r['retry_prompt_tokens'] / 1e3:.2f} / {r['retry_decoded_tokens'] / 1e3:.2f}",
-                       f"{pct(r['retry_overhead_prompt'])} / {pct(r['retry_overhead_decoded'])}"])
+        body.append(
+            [r["method"], r["dataset"], str(r["steps"])]
+            + [str(r["outcomes"].get(o, 0)) for o in seen + extra]
+            + [
+                f"{r['steps_not_ok']} ({pct(share)}%)" + (" ⚠" if flagged(share) else ""),
+                f"{r['units_with_failed_step']} / {r['units']}",
+                str(r["failed_units"]),
+                f"{r['revisions_proposed']} / {r['revisions_accepted']} / {r['revisions_rejected']}",
+                str(r["retried_steps"]),
+                f"{r['retry_prompt_tokens'] / 1e3:.2f} / {r['retry_decoded_tokens'] / 1e3:.2f}",
+                f"{pct(r['retry_overhead_prompt'])} / {pct(r['retry_overhead_decoded'])}",
+            ]
+        )
     return header, body

@@ -5,6 +5,7 @@ The benchmark runs each source's first `max_test_samples` contexts (DetectiveQA 
 its figures are then over fewer contexts than the paper's. The loader records the benchmark's count in
 each sample's `scored_items` (`samples.items_json`); this compares it with the run's distinct contexts.
 """
+
 from __future__ import annotations
 
 import json
@@ -32,8 +33,12 @@ def contexts_note(samples: pd.DataFrame) -> str:
     """One sentence for the report: the run's contexts per source as the benchmark's, or which were cut."""
     cut = reduced_sources(samples)
     if not cut:
-        return ("Contexts: every source's as the benchmark runs them (its configs' `max_test_samples`, at most the "
-                "rows the data has).")
+        return (
+            "Contexts: every source's as the benchmark runs them (its configs' `max_test_samples`, at most the "
+            "rows the data has)."
+        )
     listed = ", ".join(f"{s} {n} of {b}" for s, (n, b) in cut.items())
-    return (f"Reduced run: fewer contexts than the benchmark runs (its configs' `max_test_samples`): {listed}; "
-            "these sources' figures are over those contexts only.")
+    return (
+        f"Reduced run: fewer contexts than the benchmark runs (its configs' `max_test_samples`): {listed}; "
+        "these sources' figures are over those contexts only."
+    )

@@ -5,6 +5,7 @@ benchmark's long-context agents do (`memloop.eval.methods.fifo`); each unit's me
 (`fifo_truncated`, `kept_tokens`, `input_tokens`). The report says how many, so a figure over truncated
 contexts is not read as one over whole ones.
 """
+
 from __future__ import annotations
 
 import json
@@ -32,5 +33,7 @@ def fifo_note(samples: pd.DataFrame) -> str | None:
     if not units:
         return None
     listed = ", ".join(f"{m} {cut} of {seen}" for m, (cut, seen) in sorted(units.items()))
-    return (f"Contexts read in part (FIFO truncation: the last tokens that fit the model, as the benchmark's "
-            f"long-context agents keep them; each unit's memory records what was kept): {listed}.")
+    return (
+        f"Contexts read in part (FIFO truncation: the last tokens that fit the model, as the benchmark's "
+        f"long-context agents keep them; each unit's memory records what was kept): {listed}."
+    )

@@ -14,6 +14,7 @@ the prefix share of the recorded answer prompts (each prompt's longest prefix sh
 answer prompt of the same context, in cl100k_base tokens: what a prefix cache can reuse), the engine's
 own cache hit where it reports one, net prompt tokens and the cost index ((net + 3 x output) / 10^6) per context.
 """
+
 from __future__ import annotations
 
 import json
@@ -21,11 +22,17 @@ import math
 from typing import Any, Iterable
 
 import pandas as pd
-
-from memloop.eval.judges.cost import cost_index, prefix_hits, usage_of
 from memloop.eval.judges.aggregation import INCOMPLETE, ZERO
-from memloop.eval.judges.mab import (COMPETENCIES, OVERALL, Figure, QuestionScore, base_competency,
-                                     competency_figures, source_figures)
+from memloop.eval.judges.cost import cost_index, prefix_hits, usage_of
+from memloop.eval.judges.mab import (
+    COMPETENCIES,
+    OVERALL,
+    Figure,
+    QuestionScore,
+    base_competency,
+    competency_figures,
+    source_figures,
+)
 from memloop.jobs.results.cells import unit_states
 from memloop.jobs.results.mab_contexts import contexts_note
 from memloop.jobs.results.mab_fifo import fifo_note
@@ -44,8 +51,7 @@ def judge_of(judgments: pd.DataFrame) -> str:
     return next((j for j in JUDGES if j in present), JUDGES[-1])
 
 
-def question_scores(judgments: pd.DataFrame, samples: pd.DataFrame | None = None
-                    ) -> dict[str, list[QuestionScore]]:
+def question_scores(judgments: pd.DataFrame, samples: pd.DataFrame | None = None) -> dict[str, list[QuestionScore]]:
     """method -> one QuestionScore per question: each judged question's primary metric (the run's own
     judging), and a zero for every question of a context whose method failed (`samples.items_json`
     says how many and where they belong), as every table counts a method's failure."""
@@ -60,8 +66,14 @@ def question_scores(judgments: pd.DataFrame, samples: pd.DataFrame | None = None
         if metric is None:  # a judge call behind a question's verdict, not a question
             continue
         value = (label.get("metrics") or {}).get(metric)
-        out.setdefault(r.method, []).append(QuestionScore(label.get("source", "?"), label.get("competency") or "?",
-                                                          r.sample_id, None if value is None else float(value)))
+        out.setdefault(r.method, []).append(
+            QuestionScore(
+                label.get("source", "?"),
+                label.get("competency") or "?",
+                r.sample_id,
+                None if value is None else float(value),
+            )
+        )
     if samples is not None and not samples.empty:
         states = unit_states(samples)
         for r in states[states["base"] == ZERO].itertuples():
@@ -69,7 +81,8 @@ def question_scores(judgments: pd.DataFrame, samples: pd.DataFrame | None = None
             if items is None:  # written before the count was recorded: incomplete, counted in the units
                 continue
             out.setdefault(r.method, []).extend(
-                QuestionScore(items["source"], items["competency"], r.sample_id, 0.0) for _ in range(items["count"]))
+                QuestionScore(items["source"], items["competency"], r.sample_id, 0.0) for _ in range(items["count"])
+            )
     return out
 
 
@@ -80,9 +93,12 @@ def unit_counts(samples: pd.DataFrame, judge_failures: pd.DataFrame) -> dict[str
     failed_judging = set(judge_failures["unit"]) if not judge_failures.empty and "unit" in judge_failures else set()
     judge_failed = int(((states["base"] == "ok") & states["unit"].isin(failed_judging)).sum())
     no_count = int(((states["base"] == ZERO) & _no_items(states)).sum())
-    return {"ok": int((states["base"] == "ok").sum()) - judge_failed, "n/a": int((states["base"] == "n/a").sum()),
-            "failed": int((states["base"] == ZERO).sum()) - no_count,
-            "incomplete": int((states["base"] == INCOMPLETE).sum()) + judge_failed + no_count}
+    return {
+        "ok": int((states["base"] == "ok").sum()) - judge_failed,
+        "n/a": int((states["base"] == "n/a").sum()),
+        "failed": int((states["base"] == ZERO).sum()) - no_count,
+        "incomplete": int((states["base"] == INCOMPLETE).sum()) + judge_failed + no_count,
+    }
 
 
 def _no_items(states: pd.DataFrame) -> pd.Series:
@@ -110,11 +126,15 @@ def ask_many_cost(steps: pd.DataFrame) -> dict[str, dict[str, float]]:
         ask = g[g["kind"] == "answer"]
         build = g[g["kind"] != "answer"]
         contexts = max(1, g["unit"].nunique())
-        hits = [prefix_hits(list(u.sort_values("step")["prompt"].fillna("")), cl100k_encode)
-                for _, u in ask.groupby("unit")]
+        hits = [
+            prefix_hits(list(u.sort_values("step")["prompt"].fillna("")), cl100k_encode) for _, u in ask.groupby("unit")
+        ]
         total, reused = sum(h[0] for h in hits), sum(h[1] for h in hits)
-        usage = usage_of(ask["prompt_tokens"].fillna(0).sum(), ask["cached_tokens"].fillna(0).sum(),
-                         ask["decoded_tokens"].fillna(0).sum())
+        usage = usage_of(
+            ask["prompt_tokens"].fillna(0).sum(),
+            ask["cached_tokens"].fillna(0).sum(),
+            ask["decoded_tokens"].fillna(0).sum(),
+        )
         out[method] = {
             "questions": float(len(ask)) / contexts,
             "prefix_share": 100 * reused / total if total else math.nan,
@@ -148,10 +168,21 @@ def mab_table(d: RunData, judgments: pd.DataFrame | None = None) -> dict[str, An
         failures = d.judge_failures
         if not failures.empty and "judge" in failures:
             failures = failures[failures["judge"].isin(JUDGES) & failures["unit"].isin(mine["unit"])]
-        rows.append({"method": method, "cells": {c: figs.get(c) for c in columns},
-                     "units": unit_counts(mine, failures), "cost": cost.get(method)})
-    return {"columns": columns, "rows": rows, "judge": judge_of(judgments), "contexts": contexts_note(samples),
-            "fifo": fifo_note(samples)}
+        rows.append(
+            {
+                "method": method,
+                "cells": {c: figs.get(c) for c in columns},
+                "units": unit_counts(mine, failures),
+                "cost": cost.get(method),
+            }
+        )
+    return {
+        "columns": columns,
+        "rows": rows,
+        "judge": judge_of(judgments),
+        "contexts": contexts_note(samples),
+        "fifo": fifo_note(samples),
+    }
 
 
 def competency_columns(figures: Iterable[dict[str, Figure]]) -> list[str]:
@@ -172,38 +203,56 @@ def mab_markdown(d: RunData, judgments: pd.DataFrame | None = None) -> str | Non
     if table is None:
         return None
     cols = table["columns"]
-    lines = ["| method | units (ok / n/a / failed / incomplete) | " + " | ".join(cols) + " |",
-             "|" + "---|" * (len(cols) + 2)]
+    lines = [
+        "| method | units (ok / n/a / failed / incomplete) | " + " | ".join(cols) + " |",
+        "|" + "---|" * (len(cols) + 2),
+    ]
     for r in table["rows"]:
         u = r["units"]
-        lines.append(f"| {r['method']} | {u['ok']} / {u['n/a']} / {u['failed']} / {u['incomplete']} | "
-                     + " | ".join(_cell(r["cells"][c]) for c in cols) + " |")
-    cost = ["", "Asking many (per context: the answer steps; build = the memory-building steps before them):", "",
-            "| method | questions | answer-prompt prefix share (%) | engine cache hit (%) | answer net tokens | "
-            "answer cost index | build net tokens |", "|---|---|---|---|---|---|---|"]
+        lines.append(
+            f"| {r['method']} | {u['ok']} / {u['n/a']} / {u['failed']} / {u['incomplete']} | "
+            + " | ".join(_cell(r["cells"][c]) for c in cols)
+            + " |"
+        )
+    cost = [
+        "",
+        "Asking many (per context: the answer steps; build = the memory-building steps before them):",
+        "",
+        "| method | questions | answer-prompt prefix share (%) | engine cache hit (%) | answer net tokens | "
+        "answer cost index | build net tokens |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in table["rows"]:
         c = r["cost"]
         if not c:
             cost.append(f"| {r['method']} | – | – | – | – | – | – |")
             continue
-        num = (lambda v, f="{:.0f}": "–" if v is None or math.isnan(v) else f.format(v))  # noqa: E731
-        cost.append(f"| {r['method']} | {num(c['questions'], '{:.1f}')} | {num(c['prefix_share'])} | "
-                    f"{num(c['engine_hit'])} | {num(c['net'])} | {num(c['cost_index'], '{:.4f}')} | "
-                    f"{num(c['build_net'])} |")
-    note = ("Per source: the benchmark's table metric (SubEM for RULER-QA, EventQA and FactConsolidation; EM for "
-            "DetectiveQA and the ICL sets; recall@5 for recommendation; the judge model's verdicts for LongMemEval "
-            "and ∞Bench-Sum) over its questions x 100; per competency: the mean over its sources (the ICL sets first "
-            "averaged into one column, the paper's MCC, and TTL the mean of MCC and the recommendation set, the "
-            "paper's Recom.; without Recom. the column reads \"TTL (MCC only)\", and a competency with a "
-            "source the run could not score names it, e.g. \"AR (without longmemeval_s)\"); overall: the mean of the four "
-            "competencies when all four are scored as the paper averages them (the paper's Overall; left out "
-            "otherwise); [95% bootstrap interval over contexts, none where a source has a single context]; q = questions scored, ctx = "
-            "contexts. A context whose method failed scores 0 on each of its questions (in the means and in "
-            "q); n/a (the method does not apply) and incomplete (the infrastructure or the judge failed) "
-            "contexts are counted in the units column and left out of the means. "
-            + ("LongMemEval and ∞Bench-Sum: judged by the run's judge model with the benchmark's LLM-judge "
-               "procedure (judge `mab-llm`)." if table["judge"] == "mab-llm" else
-               "LongMemEval and ∞Bench-Sum are judged by an LLM in the benchmark: not scored under the `mab` "
-               "judge (use `mab-llm` with a judge model)."))
+        num = lambda v, f="{:.0f}": "–" if v is None or math.isnan(v) else f.format(v)  # noqa: E731
+        cost.append(
+            f"| {r['method']} | {num(c['questions'], '{:.1f}')} | {num(c['prefix_share'])} | "
+            f"{num(c['engine_hit'])} | {num(c['net'])} | {num(c['cost_index'], '{:.4f}')} | "
+            f"{num(c['build_net'])} |"
+        )
+    note = (
+        "Per source: the benchmark's table metric (SubEM for RULER-QA, EventQA and FactConsolidation; EM for "
+        "DetectiveQA and the ICL sets; recall@5 for recommendation; the judge model's verdicts for LongMemEval "
+        "and ∞Bench-Sum) over its questions x 100; per competency: the mean over its sources (the ICL sets first "
+        "averaged into one column, the paper's MCC, and TTL the mean of MCC and the recommendation set, the "
+        'paper\'s Recom.; without Recom. the column reads "TTL (MCC only)", and a competency with a '
+        'source the run could not score names it, e.g. "AR (without longmemeval_s)"); overall: the mean of the four '
+        "competencies when all four are scored as the paper averages them (the paper's Overall; left out "
+        "otherwise); [95% bootstrap interval over contexts, none where a source has a single context]; q = questions "
+        "scored, ctx = "
+        "contexts. A context whose method failed scores 0 on each of its questions (in the means and in "
+        "q); n/a (the method does not apply) and incomplete (the infrastructure or the judge failed) "
+        "contexts are counted in the units column and left out of the means. "
+        + (
+            "LongMemEval and ∞Bench-Sum: judged by the run's judge model with the benchmark's LLM-judge "
+            "procedure (judge `mab-llm`)."
+            if table["judge"] == "mab-llm"
+            else "LongMemEval and ∞Bench-Sum are judged by an LLM in the benchmark: not scored under the `mab` "
+            "judge (use `mab-llm` with a judge model)."
+        )
+    )
     fifo = ["", table["fifo"]] if table["fifo"] else []
     return "\n".join([note, "", table["contexts"], *fifo, "", *lines, *cost, "", published_markdown()])

@@ -1,4 +1,5 @@
 """Markdown tables: the one table syntax the report, the comparison and the side by side print."""
+
 from __future__ import annotations
 
 

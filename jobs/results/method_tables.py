@@ -1,5 +1,6 @@
 """The report's tables per method and dataset, in Markdown: the units (`overview_table`), SUMIE's precision /
 recall / F1 per turn (seed 000, table 1), every other judge's scores, and the method health."""
+
 from __future__ import annotations
 
 from memloop.eval.judges.sumie import METRICS as SUMIE_METRICS
@@ -23,20 +24,27 @@ def overview_table(d: RunData) -> str:
         skipped = g[g["base"] == NOT_APPLICABLE]
         err = broken["error"].dropna().iloc[0][:80] if len(broken) else ""
         why = skipped["error"].dropna().iloc[0][:80] if len(skipped) and not err else ""
-        rows.append([method, ds, str((g["base"] == "ok").sum()), str((g["base"] == cells.ZERO).sum())]
-                    + ([str((g["base"] == cells.INCOMPLETE).sum())] if incomplete else [])
-                    + ([str(len(skipped))] if na else [])
-                    + [str(g["repeat"].nunique()), (err or why).replace("|", "/").replace("\n", " ")])
-    return markdown_table(["method", "dataset", "ok", "failed"] + (["incomplete"] if incomplete else [])
-                          + (["n/a"] if na else []) + ["repeats", "first error"], rows)
+        rows.append(
+            [method, ds, str((g["base"] == "ok").sum()), str((g["base"] == cells.ZERO).sum())]
+            + ([str((g["base"] == cells.INCOMPLETE).sum())] if incomplete else [])
+            + ([str(len(skipped))] if na else [])
+            + [str(g["repeat"].nunique()), (err or why).replace("|", "/").replace("\n", " ")]
+        )
+    return markdown_table(
+        ["method", "dataset", "ok", "failed"]
+        + (["incomplete"] if incomplete else [])
+        + (["n/a"] if na else [])
+        + ["repeats", "first error"],
+        rows,
+    )
 
 
 def _excluded_note(excluded: list[dict]) -> str:
     if not excluded:
         return ""
-    return ("\n\nLeft out of the comparison (a method wrote no unit for the sample):\n"
-            + "\n".join(f"- {e['dataset']} {e['sample_id']}: none for "
-                        f"{', '.join(e['methods'])}" for e in excluded))
+    return "\n\nLeft out of the comparison (a method wrote no unit for the sample):\n" + "\n".join(
+        f"- {e['dataset']} {e['sample_id']}: none for {', '.join(e['methods'])}" for e in excluded
+    )
 
 
 def sumie_table(d: RunData) -> str | None:
@@ -45,13 +53,18 @@ def sumie_table(d: RunData) -> str | None:
     if not f:
         return None
     by = {(x["method"], x["dataset"], x["judge"], x["metric"]): x for x in f}
-    header = ["method", "dataset", "judge", "judged / total"] + [f"{m[0].upper() if m != 'f1' else 'F1'} {w}"
-                                                        for w in TURN_SUMMARIES for m in SUMIE_METRICS]
+    header = ["method", "dataset", "judge", "judged / total"] + [
+        f"{m[0].upper() if m != 'f1' else 'F1'} {w}" for w in TURN_SUMMARIES for m in SUMIE_METRICS
+    ]
     rows = []
     for method, ds, judge in sorted({k[:3] for k in by}):
         first = by.get((method, ds, judge, "f1:last")) or next(v for k, v in by.items() if k[:3] == (method, ds, judge))
-        cells_ = [method + health_marker(d, method, ds), ds, judge, f"{first['judged']} / {first['total']}"
-                  + cells.counts_text(dict(first, judged=first["total"]))]
+        cells_ = [
+            method + health_marker(d, method, ds),
+            ds,
+            judge,
+            f"{first['judged']} / {first['total']}" + cells.counts_text(dict(first, judged=first["total"])),
+        ]
         for which in TURN_SUMMARIES:
             for metric in SUMIE_METRICS:
                 cells_.append(cells.cell_text(by.get((method, ds, judge, f"{metric}:{which}")), counts=False))
@@ -59,9 +72,11 @@ def sumie_table(d: RunData) -> str | None:
     return markdown_table(header, rows) + "\n\n" + table_note(d) + _excluded_note(excluded)
 
 
-MEANS_NOTE = ("Figures: mean over units, a failed unit counted as 0, \"n/a\" left out; ± the standard error over "
-              "repeats (several repeats); [95% interval, bootstrap over samples]. docs/judges.md, \"Means and "
-              "intervals\".")
+MEANS_NOTE = (
+    'Figures: mean over units, a failed unit counted as 0, "n/a" left out; ± the standard error over '
+    'repeats (several repeats); [95% interval, bootstrap over samples]. docs/judges.md, "Means and '
+    'intervals".'
+)
 
 
 def table_note(d: RunData) -> str:
@@ -88,8 +103,12 @@ def scores_table(d: RunData) -> str | None:
         for j, m in cols:
             if m is None:
                 any_fig = next((v for k, v in by.items() if k[:3] == (method, ds, j)), None)
-                row.append("–" if any_fig is None else f"{any_fig['judged']} / {any_fig['total']}"
-                           + cells.counts_text(dict(any_fig, judged=any_fig["total"])))
+                row.append(
+                    "–"
+                    if any_fig is None
+                    else f"{any_fig['judged']} / {any_fig['total']}"
+                    + cells.counts_text(dict(any_fig, judged=any_fig["total"]))
+                )
                 continue
             row.append(cells.cell_text(by.get((method, ds, j, m)), counts=False))
         rows.append(row)

@@ -11,6 +11,7 @@ Exit status: 0 every config ran and no rule held; 1 a config was invalid or its 
 4 (`memloop.jobs.results.compare.EXIT_REGRESSION`) every config ran but a rule held. The last stdout line is one
 JSON object with every config's outcome.
 """
+
 from __future__ import annotations
 
 import json
@@ -23,7 +24,12 @@ from typing import Callable
 from memloop.jobs.errors import JobsError
 
 EXIT_FAILED = 1
-RUN_ARGV = [sys.executable, "-c", "import sys; sys.argv[0] = 'memloop'; from memloop.jobs.commands.cli import main; main()", "run"]
+RUN_ARGV = [
+    sys.executable,
+    "-c",
+    "import sys; sys.argv[0] = 'memloop'; from memloop.jobs.commands.cli import main; main()",
+    "run",
+]
 
 
 @dataclass
@@ -55,7 +61,7 @@ def _run(path: Path, extra: list[str], log: Callable[[str], None]) -> tuple[int,
         for line in proc.stdout:
             log(line.rstrip("\n"))
             if line.startswith("output: "):
-                uri = line[len("output: "):].strip()
+                uri = line[len("output: ") :].strip()
     return proc.returncode, uri
 
 
@@ -104,13 +110,16 @@ def compare_with_previous(run_uri: str, name: str, rules: list[str]) -> tuple[st
     c.failed_rules = failing(parsed, c.rows, strict=False)
     write_comparison(a, b, c)
     if c.incomplete:  # a figure the rule cannot tell (infrastructure or judge failure): never a silent pass
-        c.failed_rules.append(f"incomplete: {c.incomplete} unit(s) of the comparison have no result "
-                              "(infrastructure or judge failures; see the runs' samples and judgments)")
+        c.failed_rules.append(
+            f"incomplete: {c.incomplete} unit(s) of the comparison have no result "
+            "(infrastructure or judge failures; see the runs' samples and judgments)"
+        )
     return prev, c.failed_rules
 
 
-def run_nightly(configs: list[Path], rules: list[str], log: Callable[[str], None] = print,
-                tag: str | None = None) -> list[Outcome]:
+def run_nightly(
+    configs: list[Path], rules: list[str], log: Callable[[str], None] = print, tag: str | None = None
+) -> list[Outcome]:
     """Every config in order; `tag` is passed to `memloop run --tag` (a fresh run per night)."""
     from memloop.jobs.results.compare import parse_rule
 

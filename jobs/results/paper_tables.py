@@ -17,16 +17,15 @@ common samples with its interval, by the same function as `memloop compare`.
 A cell whose method's steps did not succeed in more than `memloop.jobs.results.health.UNSUCCESSFUL_STEP_SHARE` of
 cases carries the marker "⚠ k% steps not ok" (the figure's `steps_not_ok`, from the method-health table).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from memloop.jobs.results.cells import cell_text, counts_text
-
 from memloop.jobs.results.health import marker
 from memloop.jobs.run.config import register_paper_tables
-
 
 
 @dataclass(frozen=True)
@@ -69,7 +68,7 @@ class Difference:
     turn: str | None = None
 
     def methods_for(self, task: str | None) -> tuple[str | None, str | None]:
-        pick = (lambda m: m if isinstance(m, str) else m.get(task or ""))
+        pick = lambda m: m if isinstance(m, str) else m.get(task or "")
         return pick(self.a), pick(self.b)
 
 
@@ -110,216 +109,378 @@ def _sumie_rows() -> tuple[Row, ...]:
         ("CoK json", "cok", "last"): ("92.6 / 84.6", "78.0 / 83.6", "84.5 / 83.9"),
         ("CoK json", "cok", "avg"): ("91.8 / 83.7", "80.5 / 83.9", "85.5 / 83.5"),
     }
-    return tuple(Row(f"{label} {turn}", method, dict(zip(("P", "R", "F1"), vals)), turn=turn)
-                 for (label, method, turn), vals in printed.items())
+    return tuple(
+        Row(f"{label} {turn}", method, dict(zip(("P", "R", "F1"), vals)), turn=turn)
+        for (label, method, turn), vals in printed.items()
+    )
 
 
 _FIG3_METHODS = (("GU text", "gu-text"), ("GU json", "gu-json"), ("GM json", "gm-json"), ("CoK json", "cok"))
-_TABLE2_METHODS = (("Long context", "long-context"), ("Incremental", "inc-update"), ("Hierarchical", "hier-merge"),
-                   ("PRISM in-place", "prism-inplace"), ("+ w/o updates", "prism-inplace-no-updates"),
-                   ("PRISM amendments", "prism-amendments"), ("+ w/o updates", "prism-amendments-no-updates"))
-# Seed 002's cost columns in its definitions and one token base (`memloop.jobs.results.cost_tables.cost_frame`), then the
+_TABLE2_METHODS = (
+    ("Long context", "long-context"),
+    ("Incremental", "inc-update"),
+    ("Hierarchical", "hier-merge"),
+    ("PRISM in-place", "prism-inplace"),
+    ("+ w/o updates", "prism-inplace-no-updates"),
+    ("PRISM amendments", "prism-amendments"),
+    ("+ w/o updates", "prism-amendments-no-updates"),
+)
+# Seed 002's cost columns in its definitions and one token base (`memloop.jobs.results.cost_tables.cost_frame`), then
+# the
 # engine's own figures as served, labelled as the engine's (the paper prints none of those)
-_COST_COLS = [("cache hit (%)", "prefix_hit_paper", 1.0, 0), ("tokens (x10^3)", "encoded", 1e-3, 0),
-              ("net (x10^3)", "net_encoded", 1e-3, 0), ("output (x10^3)", "decoded", 1e-3, 1),
-              ("cost index", "cost_index", 1.0, 2)]
-_ENGINE_COST_COLS = [("engine: radix cache hit (%)", "radix_cache_hit", 1.0, 0),
-                     ("engine: prompt tokens (x10^3)", "engine_encoded", 1e-3, 0),
-                     ("engine: net (x10^3)", "engine_net_encoded", 1e-3, 0),
-                     ("engine: cost index", "engine_cost_index", 1.0, 2)]
-_COST_NOTE = ("cache hit, tokens, net, output and cost index are the paper's (section 4.2, table 3): the recorded "
-              "prompts and outputs of every attempt (a retried step's prompt once per attempt, its rejected outputs' "
-              "decoded tokens), in the run model's tokenizer; each prompt reuses only its longest "
-              "prefix shared with the previous prompt of the same sample, net = tokens - reused (hit = 1 - net / "
-              "tokens), cost index = (net + 3 x output) / 10^6. The engine: columns are what memloop's engine "
-              "served (chat template and retried attempts counted; its radix cache reuses prefixes across samples "
-              "and repeats), which the paper does not print. Means per sample over the samples every method "
-              "finished.")
+_COST_COLS = [
+    ("cache hit (%)", "prefix_hit_paper", 1.0, 0),
+    ("tokens (x10^3)", "encoded", 1e-3, 0),
+    ("net (x10^3)", "net_encoded", 1e-3, 0),
+    ("output (x10^3)", "decoded", 1e-3, 1),
+    ("cost index", "cost_index", 1.0, 2),
+]
+_ENGINE_COST_COLS = [
+    ("engine: radix cache hit (%)", "radix_cache_hit", 1.0, 0),
+    ("engine: prompt tokens (x10^3)", "engine_encoded", 1e-3, 0),
+    ("engine: net (x10^3)", "engine_net_encoded", 1e-3, 0),
+    ("engine: cost index", "engine_cost_index", 1.0, 2),
+]
+_COST_NOTE = (
+    "cache hit, tokens, net, output and cost index are the paper's (section 4.2, table 3): the recorded "
+    "prompts and outputs of every attempt (a retried step's prompt once per attempt, its rejected outputs' "
+    "decoded tokens), in the run model's tokenizer; each prompt reuses only its longest "
+    "prefix shared with the previous prompt of the same sample, net = tokens - reused (hit = 1 - net / "
+    "tokens), cost index = (net + 3 x output) / 10^6. The engine: columns are what memloop's engine "
+    "served (chat template and retried attempts counted; its radix cache reuses prefixes across samples "
+    "and repeats), which the paper does not print. Means per sample over the samples every method "
+    "finished."
+)
 
 
 def _cost_columns(task: str, cost_digits: int = 2, output_digits: int = 1) -> tuple[Column, ...]:
     digits = {"cost_index": cost_digits, "engine_cost_index": cost_digits, "decoded": output_digits}
-    return tuple(Column(label, "", metric, task=task, scale=scale, digits=digits.get(metric, d))
-                 for label, metric, scale, d in _COST_COLS + _ENGINE_COST_COLS)
+    return tuple(
+        Column(label, "", metric, task=task, scale=scale, digits=digits.get(metric, d))
+        for label, metric, scale, d in _COST_COLS + _ENGINE_COST_COLS
+    )
 
 
-def _cost_table(tid: str, title: str, task: str, printed: Mapping[str, tuple[str, ...]], note: str = _COST_NOTE,
-                cost_digits: int = 2) -> "PaperTable":
+def _cost_table(
+    tid: str,
+    title: str,
+    task: str,
+    printed: Mapping[str, tuple[str, ...]],
+    note: str = _COST_NOTE,
+    cost_digits: int = 2,
+) -> "PaperTable":
     """A table-3-shaped table: seed 002's rows that the paper prints for `task`, the cost columns, the cost
     index to the paper's precision for the table (`cost_digits`)."""
     labels = [c[0] for c in _COST_COLS]
-    rows = tuple(Row(label, method, dict(zip(labels, printed[method])))
-                 for label, method in _TABLE2_METHODS if method in printed)
+    rows = tuple(
+        Row(label, method, dict(zip(labels, printed[method]))) for label, method in _TABLE2_METHODS if method in printed
+    )
     return PaperTable(tid, title, _cost_columns(task, cost_digits), rows, "paper", note)
 
 
 # seed 002 table 2: each task's score, then its "Ch. Tokens" (the input one step reads, x10^3)
-_TABLE2_COLS = tuple(c for label, judge, metric, task, digits in (
-    ("BooookScore", "booookscore", "booookscore", "book", 3), ("RepoQA acc.", "repoqa-exact", "accuracy", "repoqa", 2),
-    ("LOFT-Spider acc.", "loft-exec", "accuracy", "spider", 2))
-    for c in (Column(label, judge, metric, task=task, digits=digits),
-              Column(f"{label.split()[0]} ch. tokens (x10^3)", "", "context_tokens", task=task, scale=1e-3)))
+_TABLE2_COLS = tuple(
+    c
+    for label, judge, metric, task, digits in (
+        ("BooookScore", "booookscore", "booookscore", "book", 3),
+        ("RepoQA acc.", "repoqa-exact", "accuracy", "repoqa", 2),
+        ("LOFT-Spider acc.", "loft-exec", "accuracy", "spider", 2),
+    )
+    for c in (
+        Column(label, judge, metric, task=task, digits=digits),
+        Column(f"{label.split()[0]} ch. tokens (x10^3)", "", "context_tokens", task=task, scale=1e-3),
+    )
+)
 
 
-TABLES: dict[str, PaperTable] = {t.id: t for t in (
-    PaperTable(
-        "seed000-table1", "Seed 000, table 1: SUMIE P / R / F1 at the first turn, the last turn and averaged",
-        _cols(_PRF_TURN, judge="sumie", task="sumie", scale=100.0), _sumie_rows(), "paper (Ultra / Pro)",
-        "GO has no start or average (one summary at the end). memloop's P / R / F1 are the means over "
-        "entities of the judge's per-turn values. The paper's SUMIE evaluator is Gemini-Pro (temperature "
-        "0.8) for both the Ultra and the Pro columns.",
-        (Difference("GO json − GO text", "go-text", "go-json", "last"),
-         Difference("GU json − GU text", "gu-text", "gu-json", "avg"),
-         Difference("CoK json − GU json", "gu-json", "cok", "avg")),
-        "Gemini-Pro (seed 000 appendix: SUMIE evaluator, temperature 0.8)"),
-    PaperTable(
-        "seed000-table2", "Seed 000, table 2: BooookScore with the memory limited to K = 1000 tokens",
-        (Column("BooookScore", "booookscore", "booookscore", task="book", scale=100.0),),
-        tuple(Row(label, f"{method}-k1000", {"BooookScore": score}) for (label, method), score in zip(
-            _FIG3_METHODS, ("53.1 / 51.9", "58.5 / 61.7", "61.5 / 60.1", "62.2 / 63.1"))),
-        "paper (Pro / Ultra)", "",
-        (Difference("GU json − GU text", "gu-text-k1000", "gu-json-k1000"),
-         Difference("CoK json − GU json", "gu-json-k1000", "cok-k1000")),
-        "Gemini-Ultra (seed 000 appendix: BooookScore evaluator, temperature 0.8)"),
-    PaperTable(
-        "seed000-fig3", "Seed 000, figure 3 and appendix A: SUMIE F1 averaged over turns, and memory tokens, "
-                        "with the memory limited to K tokens",
-        (Column("F1 avg", "sumie", "f1:avg", task="sumie", scale=100.0),
-         Column("memory tokens per turn", "", "memory_tokens", task="sumie", digits=0),
-         Column("turns where K bound (%)", "", "k_bound", task="sumie", scale=100.0, digits=0)),
-        tuple(Row(f"{label}, K={k}", f"{method}-k{k}", {"memory tokens per turn": f"< {bound}"})
-              for k, bound in ((200, 130), (300, 180)) for label, method in _FIG3_METHODS),
-        "paper (appendix A)",
-        "Figure 3 plots F1 without printing numbers; appendix A states the memory stays under 130 tokens at "
-        "K = 200 and under 180 at K = 300 for every method. memory tokens: the existing information each turn's "
-        "prompt receives (the memory carried out of the turn before, after compression), in the run's token "
-        "count (`count_tokens`), averaged over turns and then over samples. turns where K bound: the share of "
-        "turns whose memory exceeded K and was compressed or trimmed; at 0 the limited-memory condition "
-        "never occurred and the F1 is that of an unlimited memory."),
-    PaperTable(
-        "seed001-table1", "Seed 001, table 1: summaries with and without knowledge-graph retrieval",
-        (Column("ROUGE-1", "rouge", "rouge1", scale=100.0, digits=2),
-         Column("ROUGE-2", "rouge", "rouge2", scale=100.0, digits=2),
-         Column("ROUGE-L", "rouge", "rougeL", scale=100.0, digits=2),
-         Column("BERTScore F1", None),
-         Column("P_KG", "kgscore", "precision", scale=100.0, digits=2),
-         Column("R_KG", "kgscore", "recall", scale=100.0, digits=2),
-         Column("F_KG", "kgscore", "f1", scale=100.0, digits=2)),
-        (Row("No-KG", "no-kg", {"ROUGE-1": "28.80 / 25.06", "ROUGE-2": "5.48 / 3.76", "ROUGE-L": "13.96 / 14.03",
-                                "BERTScore F1": "53.82 / 56.28", "P_KG": "22.54 / 23.26", "R_KG": "15.69 / 18.67",
-                                "F_KG": "17.73 / 20.00"}),
-         Row("KG", "kg-retrieval", {"ROUGE-1": "30.07 / 24.14", "ROUGE-2": "5.91 / 3.60", "ROUGE-L": "14.51 / 13.76",
-                                    "BERTScore F1": "54.58 / 55.96", "P_KG": "23.07 / 25.57", "R_KG": "16.59 / 20.17",
-                                    "F_KG": "18.34 / 21.75"})),
-        "paper (LongT5 / GPT-4)",
-        "100 BookSum test chapters drawn at random (the config's seed), each summarised with the book's "
-        "chapters up to it and scored against its own reference. memloop does not compute BERTScore.",
-        (Difference("KG − No-KG", "no-kg", "kg-retrieval"),), "Mixtral 8x7B (seed 001 section 3.5: KGScore edge extraction)"),
-    PaperTable(
-        "seed002-table2", "Seed 002, table 2: task performance (BooookScore, RepoQA accuracy, LOFT-Spider accuracy) "
-                          "and the tokens one step reads",
-        _TABLE2_COLS,
-        tuple(Row(label, method, dict(zip([c.label for c in _TABLE2_COLS], printed)))
-              for (label, method), printed in zip(_TABLE2_METHODS, (
-                  (".67 ± .004", "100k", ".92", "121k", ".44 ± .01", "30k"), (".63 ± .010", "–", ".24 ± .03", "–", ".12 ± .02", "–"),
-                  (".51 ± .006", "–", "n/a", "–", "n/a", "–"), (".63 ± .008", "2k", ".42 ± .02", "8k", ".22 ± .03", "8k"),
-                  (".63 ± .006", "", ".50 ± .03", "", ".26 ± .02", ""), (".65 ± .004", "2k", ".48 ± .03", "8k", ".14 ± .01", "8k"),
-                  (".63 ± .005", "", ".53 ± .02", "", ".22 ± .02", "")))),
-        "paper",
-        "Chunks: 2k tokens on books, 8k on RepoQA and Spider (the paper's); the long-context row is n/a "
-        "where the whole input does not fit the model's context. ch. tokens: what one step reads, per sample: "
-        "the whole input for the long-context row (cl100k), the dataset's chunk size otherwise (the run "
-        "model's tokenizer); the paper prints \"–\" for its baselines and one figure per PRISM pair.",
-        (Difference("amendments − in-place", "prism-inplace", "prism-amendments"),
-         Difference("hierarchical − incremental", "inc-update", "hier-merge")),
-        "not named in the paper (BooookScore's LLM judge; the methods ran on Gemini 1.5 Pro)"),
-    _cost_table(
-        "seed002-table3", "Seed 002, table 3: cache hit, tokens and cost index per sample (BooookScore)", "book",
-        {"long-context": ("–", "100", "100", "1", "–"), "inc-update": ("0", "249", "248", "141", "0.67"),
-                    "hier-merge": ("1", "227", "225", "70", "0.43"), "prism-inplace": ("49", "495", "250", "131", "0.64"),
-                    "prism-inplace-no-updates": ("34", "619", "409", "14", "0.45"),
-                    "prism-amendments": ("69", "559", "171", "47", "0.31"),
-                    "prism-amendments-no-updates": ("37", "676", "424", "15", "0.47")}),
-    _cost_table(
-        "seed002-table3-repoqa", "Seed 002, table 3 (RepoQA part): cache hit, tokens and cost index per sample",
-        "repoqa", {"long-context": ("–", "121", "121", "0", "–"), "inc-update": ("1", "180", "178", "28", "0.26"),
-                    "prism-inplace": ("71", "491", "142", "9", "0.17"),
-                    "prism-inplace-no-updates": ("68", "437", "139", "6", "0.16"),
-                    "prism-amendments": ("75", "581", "144", "11", "0.18"),
-                    "prism-amendments-no-updates": ("68", "435", "138", "6", "0.15")}),
-    _cost_table(
-        "seed002-table5", "Seed 002, table 5 (appendix D): cache hit, tokens and cost index per sample (LOFT-Spider)",
-        "spider", {"long-context": ("0", "30", "30", "0.4", ""), "inc-update": ("0", "31", "31", "1.5", "0.035"),
-                    "prism-inplace": ("41", "56", "33", "0.7", "0.035"),
-                    "prism-inplace-no-updates": ("39", "54", "33", "0.4", "0.030"),
-                    "prism-amendments": ("39", "54", "33", "0.6", "0.035"),
-                    "prism-amendments-no-updates": ("40", "54", "33", "0.4", "0.034")},
-        cost_digits=3),
-    PaperTable(
-        "seed002-table4", "Seed 002, table 4: hand-made against LLM-generated schemas, and their memory tokens",
-        (Column("BooookScore", "booookscore", "booookscore", task="book", digits=3),
-         Column("RepoQA acc.", "repoqa-exact", "accuracy", task="repoqa", digits=2),
-         Column("LOFT-Spider acc.", "loft-exec", "accuracy", task="spider", digits=2),
-         Column("BooookScore memory tokens", "", "memory_tokens", task="book", digits=0),
-         Column("RepoQA memory tokens", "", "memory_tokens", task="repoqa", digits=0),
-         Column("LOFT-Spider memory tokens", "", "memory_tokens", task="spider", digits=0)),
-        (Row("Manual", {"book": "manual-book", "repoqa": "manual-repoqa", "spider": "manual-spider"},
-             {"BooookScore": ".65 ± .004", "RepoQA acc.": ".53 ± .02", "LOFT-Spider acc.": ".26 ± .02"}),
-         Row("Generated", {"book": "generated-book", "repoqa": "generated-repoqa", "spider": "generated-spider"},
-             {"BooookScore": ".61 ± .010", "RepoQA acc.": ".53 ± .02", "LOFT-Spider acc.": ".15 ± .03"})),
-        "paper",
-        "Each task's manual row is its best hand-made variant of table 2 (amendments on books, amendments "
-        "without updates on RepoQA, in-place without updates on Spider); the generated row is the same "
-        "variant with the schema the LLM wrote from the task's example query. memory tokens: the memory text "
-        "each step's prompt carries (indented in-place JSON, or the base plus amendment lines) in the run "
-        "model's tokenizer, averaged over steps and samples, per task; the paper states "
-        "one figure per row in its caption (manual 760 tokens, generated 790), not per task.",
-        (Difference("Generated − Manual", {"book": "manual-book", "repoqa": "manual-repoqa", "spider": "manual-spider"},
-                    {"book": "generated-book", "repoqa": "generated-repoqa", "spider": "generated-spider"}),),
-        "not named in the paper (BooookScore's LLM judge; the methods ran on Gemini 1.5 Pro)"),
-    PaperTable(
-        "seed002-fig5", "Seed 002, figure 5: RepoQA at five chunk sizes, amendments without updates",
-        (Column("acc.", "repoqa-exact", "accuracy", task="repoqa", digits=2),) + _cost_columns("repoqa", 3),
-        tuple(Row(f"{size} tokens", "prism-amendments", dataset=f"@{size}") for size in (512, 1024, 2048, 4096, 8192)),
-        "paper",
-        "The figure plots these without printing numbers; its finding is a near-constant cost index over "
-        "chunk sizes with accuracy slightly lower at small chunks (cost_vs_chunk.png plots memloop's)."),
-    PaperTable(
-        "seed003-hier-inc", "Seed 003: hierarchical merging against incremental updating (BooookScore, 2048-token chunks)",
-        (Column("BooookScore", "booookscore", "booookscore", task="book", scale=100.0),),
-        (Row("Hierarchical merging", "hier-merge", {"BooookScore": "89.4 / 91.4 / 84.8"}),
-         Row("Incremental updating", "inc-update", {"BooookScore": "82.9 / 79.0 / 68.9"})),
-        "release (GPT-4 / Claude 2 / ChatGPT)",
-        "The seed text prints no table; the release column is the official BooookScore release's GPT-4 "
-        "judgments of its own 2048-token summaries, replayed by `memloop.eval.judges.booookscore_replay` over its "
-        "100 books (tests/judges recompute it from the release files).",
-        (Difference("Hierarchical − Incremental", "inc-update", "hier-merge"),), "GPT-4 (the BooookScore release)"),
-    PaperTable(
-        "seed004-table1", "Seed 004, table 1: F-ART's three prompts on arXiv (ROUGE F-measures)",
-        _cols([("ROUGE-1", "rouge1"), ("ROUGE-2", "rouge2"), ("ROUGE-L", "rougeL"), ("ROUGE-Lsum", "rougeLsum")],
-              judge="rouge", task="arxiv", scale=100.0),
-        tuple(Row(label, method, dict(zip(("ROUGE-1", "ROUGE-2", "ROUGE-L", "ROUGE-Lsum"), printed)))
-              for label, method, printed in (
-                  ("Base", "fart-base", ("11.7", "4.0", "6.1", "8.2")),
-                  ("Compressed intermediates", "fart-compressed", ("29.4", "9.7", "15.1", "23.1")),
-                  ("Rolling summary", "fart-rolling", ("34.2", "8.8", "18.7", "27.3")))),
-        "paper"),
-)}
+TABLES: dict[str, PaperTable] = {
+    t.id: t
+    for t in (
+        PaperTable(
+            "seed000-table1",
+            "Seed 000, table 1: SUMIE P / R / F1 at the first turn, the last turn and averaged",
+            _cols(_PRF_TURN, judge="sumie", task="sumie", scale=100.0),
+            _sumie_rows(),
+            "paper (Ultra / Pro)",
+            "GO has no start or average (one summary at the end). memloop's P / R / F1 are the means over "
+            "entities of the judge's per-turn values. The paper's SUMIE evaluator is Gemini-Pro (temperature "
+            "0.8) for both the Ultra and the Pro columns.",
+            (
+                Difference("GO json − GO text", "go-text", "go-json", "last"),
+                Difference("GU json − GU text", "gu-text", "gu-json", "avg"),
+                Difference("CoK json − GU json", "gu-json", "cok", "avg"),
+            ),
+            "Gemini-Pro (seed 000 appendix: SUMIE evaluator, temperature 0.8)",
+        ),
+        PaperTable(
+            "seed000-table2",
+            "Seed 000, table 2: BooookScore with the memory limited to K = 1000 tokens",
+            (Column("BooookScore", "booookscore", "booookscore", task="book", scale=100.0),),
+            tuple(
+                Row(label, f"{method}-k1000", {"BooookScore": score})
+                for (label, method), score in zip(
+                    _FIG3_METHODS, ("53.1 / 51.9", "58.5 / 61.7", "61.5 / 60.1", "62.2 / 63.1")
+                )
+            ),
+            "paper (Pro / Ultra)",
+            "",
+            (
+                Difference("GU json − GU text", "gu-text-k1000", "gu-json-k1000"),
+                Difference("CoK json − GU json", "gu-json-k1000", "cok-k1000"),
+            ),
+            "Gemini-Ultra (seed 000 appendix: BooookScore evaluator, temperature 0.8)",
+        ),
+        PaperTable(
+            "seed000-fig3",
+            "Seed 000, figure 3 and appendix A: SUMIE F1 averaged over turns, and memory tokens, "
+            "with the memory limited to K tokens",
+            (
+                Column("F1 avg", "sumie", "f1:avg", task="sumie", scale=100.0),
+                Column("memory tokens per turn", "", "memory_tokens", task="sumie", digits=0),
+                Column("turns where K bound (%)", "", "k_bound", task="sumie", scale=100.0, digits=0),
+            ),
+            tuple(
+                Row(f"{label}, K={k}", f"{method}-k{k}", {"memory tokens per turn": f"< {bound}"})
+                for k, bound in ((200, 130), (300, 180))
+                for label, method in _FIG3_METHODS
+            ),
+            "paper (appendix A)",
+            "Figure 3 plots F1 without printing numbers; appendix A states the memory stays under 130 tokens at "
+            "K = 200 and under 180 at K = 300 for every method. memory tokens: the existing information each turn's "
+            "prompt receives (the memory carried out of the turn before, after compression), in the run's token "
+            "count (`count_tokens`), averaged over turns and then over samples. turns where K bound: the share of "
+            "turns whose memory exceeded K and was compressed or trimmed; at 0 the limited-memory condition "
+            "never occurred and the F1 is that of an unlimited memory.",
+        ),
+        PaperTable(
+            "seed001-table1",
+            "Seed 001, table 1: summaries with and without knowledge-graph retrieval",
+            (
+                Column("ROUGE-1", "rouge", "rouge1", scale=100.0, digits=2),
+                Column("ROUGE-2", "rouge", "rouge2", scale=100.0, digits=2),
+                Column("ROUGE-L", "rouge", "rougeL", scale=100.0, digits=2),
+                Column("BERTScore F1", None),
+                Column("P_KG", "kgscore", "precision", scale=100.0, digits=2),
+                Column("R_KG", "kgscore", "recall", scale=100.0, digits=2),
+                Column("F_KG", "kgscore", "f1", scale=100.0, digits=2),
+            ),
+            (
+                Row(
+                    "No-KG",
+                    "no-kg",
+                    {
+                        "ROUGE-1": "28.80 / 25.06",
+                        "ROUGE-2": "5.48 / 3.76",
+                        "ROUGE-L": "13.96 / 14.03",
+                        "BERTScore F1": "53.82 / 56.28",
+                        "P_KG": "22.54 / 23.26",
+                        "R_KG": "15.69 / 18.67",
+                        "F_KG": "17.73 / 20.00",
+                    },
+                ),
+                Row(
+                    "KG",
+                    "kg-retrieval",
+                    {
+                        "ROUGE-1": "30.07 / 24.14",
+                        "ROUGE-2": "5.91 / 3.60",
+                        "ROUGE-L": "14.51 / 13.76",
+                        "BERTScore F1": "54.58 / 55.96",
+                        "P_KG": "23.07 / 25.57",
+                        "R_KG": "16.59 / 20.17",
+                        "F_KG": "18.34 / 21.75",
+                    },
+                ),
+            ),
+            "paper (LongT5 / GPT-4)",
+            "100 BookSum test chapters drawn at random (the config's seed), each summarised with the book's "
+            "chapters up to it and scored against its own reference. memloop does not compute BERTScore.",
+            (Difference("KG − No-KG", "no-kg", "kg-retrieval"),),
+            "Mixtral 8x7B (seed 001 section 3.5: KGScore edge extraction)",
+        ),
+        PaperTable(
+            "seed002-table2",
+            "Seed 002, table 2: task performance (BooookScore, RepoQA accuracy, LOFT-Spider accuracy) "
+            "and the tokens one step reads",
+            _TABLE2_COLS,
+            tuple(
+                Row(label, method, dict(zip([c.label for c in _TABLE2_COLS], printed)))
+                for (label, method), printed in zip(
+                    _TABLE2_METHODS,
+                    (
+                        (".67 ± .004", "100k", ".92", "121k", ".44 ± .01", "30k"),
+                        (".63 ± .010", "–", ".24 ± .03", "–", ".12 ± .02", "–"),
+                        (".51 ± .006", "–", "n/a", "–", "n/a", "–"),
+                        (".63 ± .008", "2k", ".42 ± .02", "8k", ".22 ± .03", "8k"),
+                        (".63 ± .006", "", ".50 ± .03", "", ".26 ± .02", ""),
+                        (".65 ± .004", "2k", ".48 ± .03", "8k", ".14 ± .01", "8k"),
+                        (".63 ± .005", "", ".53 ± .02", "", ".22 ± .02", ""),
+                    ),
+                )
+            ),
+            "paper",
+            "Chunks: 2k tokens on books, 8k on RepoQA and Spider (the paper's); the long-context row is n/a "
+            "where the whole input does not fit the model's context. ch. tokens: what one step reads, per sample: "
+            "the whole input for the long-context row (cl100k), the dataset's chunk size otherwise (the run "
+            'model\'s tokenizer); the paper prints "–" for its baselines and one figure per PRISM pair.',
+            (
+                Difference("amendments − in-place", "prism-inplace", "prism-amendments"),
+                Difference("hierarchical − incremental", "inc-update", "hier-merge"),
+            ),
+            "not named in the paper (BooookScore's LLM judge; the methods ran on Gemini 1.5 Pro)",
+        ),
+        _cost_table(
+            "seed002-table3",
+            "Seed 002, table 3: cache hit, tokens and cost index per sample (BooookScore)",
+            "book",
+            {
+                "long-context": ("–", "100", "100", "1", "–"),
+                "inc-update": ("0", "249", "248", "141", "0.67"),
+                "hier-merge": ("1", "227", "225", "70", "0.43"),
+                "prism-inplace": ("49", "495", "250", "131", "0.64"),
+                "prism-inplace-no-updates": ("34", "619", "409", "14", "0.45"),
+                "prism-amendments": ("69", "559", "171", "47", "0.31"),
+                "prism-amendments-no-updates": ("37", "676", "424", "15", "0.47"),
+            },
+        ),
+        _cost_table(
+            "seed002-table3-repoqa",
+            "Seed 002, table 3 (RepoQA part): cache hit, tokens and cost index per sample",
+            "repoqa",
+            {
+                "long-context": ("–", "121", "121", "0", "–"),
+                "inc-update": ("1", "180", "178", "28", "0.26"),
+                "prism-inplace": ("71", "491", "142", "9", "0.17"),
+                "prism-inplace-no-updates": ("68", "437", "139", "6", "0.16"),
+                "prism-amendments": ("75", "581", "144", "11", "0.18"),
+                "prism-amendments-no-updates": ("68", "435", "138", "6", "0.15"),
+            },
+        ),
+        _cost_table(
+            "seed002-table5",
+            "Seed 002, table 5 (appendix D): cache hit, tokens and cost index per sample (LOFT-Spider)",
+            "spider",
+            {
+                "long-context": ("0", "30", "30", "0.4", ""),
+                "inc-update": ("0", "31", "31", "1.5", "0.035"),
+                "prism-inplace": ("41", "56", "33", "0.7", "0.035"),
+                "prism-inplace-no-updates": ("39", "54", "33", "0.4", "0.030"),
+                "prism-amendments": ("39", "54", "33", "0.6", "0.035"),
+                "prism-amendments-no-updates": ("40", "54", "33", "0.4", "0.034"),
+            },
+            cost_digits=3,
+        ),
+        PaperTable(
+            "seed002-table4",
+            "Seed 002, table 4: hand-made against LLM-generated schemas, and their memory tokens",
+            (
+                Column("BooookScore", "booookscore", "booookscore", task="book", digits=3),
+                Column("RepoQA acc.", "repoqa-exact", "accuracy", task="repoqa", digits=2),
+                Column("LOFT-Spider acc.", "loft-exec", "accuracy", task="spider", digits=2),
+                Column("BooookScore memory tokens", "", "memory_tokens", task="book", digits=0),
+                Column("RepoQA memory tokens", "", "memory_tokens", task="repoqa", digits=0),
+                Column("LOFT-Spider memory tokens", "", "memory_tokens", task="spider", digits=0),
+            ),
+            (
+                Row(
+                    "Manual",
+                    {"book": "manual-book", "repoqa": "manual-repoqa", "spider": "manual-spider"},
+                    {"BooookScore": ".65 ± .004", "RepoQA acc.": ".53 ± .02", "LOFT-Spider acc.": ".26 ± .02"},
+                ),
+                Row(
+                    "Generated",
+                    {"book": "generated-book", "repoqa": "generated-repoqa", "spider": "generated-spider"},
+                    {"BooookScore": ".61 ± .010", "RepoQA acc.": ".53 ± .02", "LOFT-Spider acc.": ".15 ± .03"},
+                ),
+            ),
+            "paper",
+            "Each task's manual row is its best hand-made variant of table 2 (amendments on books, amendments "
+            "without updates on RepoQA, in-place without updates on Spider); the generated row is the same "
+            "variant with the schema the LLM wrote from the task's example query. memory tokens: the memory text "
+            "each step's prompt carries (indented in-place JSON, or the base plus amendment lines) in the run "
+            "model's tokenizer, averaged over steps and samples, per task; the paper states "
+            "one figure per row in its caption (manual 760 tokens, generated 790), not per task.",
+            (
+                Difference(
+                    "Generated − Manual",
+                    {"book": "manual-book", "repoqa": "manual-repoqa", "spider": "manual-spider"},
+                    {"book": "generated-book", "repoqa": "generated-repoqa", "spider": "generated-spider"},
+                ),
+            ),
+            "not named in the paper (BooookScore's LLM judge; the methods ran on Gemini 1.5 Pro)",
+        ),
+        PaperTable(
+            "seed002-fig5",
+            "Seed 002, figure 5: RepoQA at five chunk sizes, amendments without updates",
+            (Column("acc.", "repoqa-exact", "accuracy", task="repoqa", digits=2),) + _cost_columns("repoqa", 3),
+            tuple(
+                Row(f"{size} tokens", "prism-amendments", dataset=f"@{size}") for size in (512, 1024, 2048, 4096, 8192)
+            ),
+            "paper",
+            "The figure plots these without printing numbers; its finding is a near-constant cost index over "
+            "chunk sizes with accuracy slightly lower at small chunks (cost_vs_chunk.png plots memloop's).",
+        ),
+        PaperTable(
+            "seed003-hier-inc",
+            "Seed 003: hierarchical merging against incremental updating (BooookScore, 2048-token chunks)",
+            (Column("BooookScore", "booookscore", "booookscore", task="book", scale=100.0),),
+            (
+                Row("Hierarchical merging", "hier-merge", {"BooookScore": "89.4 / 91.4 / 84.8"}),
+                Row("Incremental updating", "inc-update", {"BooookScore": "82.9 / 79.0 / 68.9"}),
+            ),
+            "release (GPT-4 / Claude 2 / ChatGPT)",
+            "The seed text prints no table; the release column is the official BooookScore release's GPT-4 "
+            "judgments of its own 2048-token summaries, replayed by `memloop.eval.judges.booookscore_replay` over its "
+            "100 books (tests/judges recompute it from the release files).",
+            (Difference("Hierarchical − Incremental", "inc-update", "hier-merge"),),
+            "GPT-4 (the BooookScore release)",
+        ),
+        PaperTable(
+            "seed004-table1",
+            "Seed 004, table 1: F-ART's three prompts on arXiv (ROUGE F-measures)",
+            _cols(
+                [("ROUGE-1", "rouge1"), ("ROUGE-2", "rouge2"), ("ROUGE-L", "rougeL"), ("ROUGE-Lsum", "rougeLsum")],
+                judge="rouge",
+                task="arxiv",
+                scale=100.0,
+            ),
+            tuple(
+                Row(label, method, dict(zip(("ROUGE-1", "ROUGE-2", "ROUGE-L", "ROUGE-Lsum"), printed)))
+                for label, method, printed in (
+                    ("Base", "fart-base", ("11.7", "4.0", "6.1", "8.2")),
+                    ("Compressed intermediates", "fart-compressed", ("29.4", "9.7", "15.1", "23.1")),
+                    ("Rolling summary", "fart-rolling", ("34.2", "8.8", "18.7", "27.3")),
+                )
+            ),
+            "paper",
+        ),
+    )
+}
 # MemoryAgentBench (Hu, Wang, McAuley, ICLR 2026), inject once, ask many: every context's replies scored by
 # the `mab-llm` judge (or `mab`, without the LLM-judged sources); the per-competency and per-source
 # breakdown, and the paper's own rows (its agents, not memloop's methods) beside them, are the report's
 # own section (jobs/results/mab_table.py, jobs/results/mab_published.py).
-_MAB_METHODS = (("Long context", "long-context"), ("PRISM in-place", "prism-inplace"),
-                ("PRISM amendments", "prism-amendments"), ("Incremental", "inc-update"),
-                ("GU json (no answer step)", "gu-json"), ("CoK (no answer step)", "cok"))
+_MAB_METHODS = (
+    ("Long context", "long-context"),
+    ("PRISM in-place", "prism-inplace"),
+    ("PRISM amendments", "prism-amendments"),
+    ("Incremental", "inc-update"),
+    ("GU json (no answer step)", "gu-json"),
+    ("CoK (no answer step)", "cok"),
+)
 TABLES["memoryagentbench"] = PaperTable(
-    "memoryagentbench", "MemoryAgentBench: the table metric over every question, and the cost of asking many",
-    (Column("accuracy (%)", "mab-llm", "accuracy", task="memoryagentbench", scale=100.0),
-     *_cost_columns("memoryagentbench")),
-    tuple(Row(label, method) for label, method in _MAB_METHODS), "paper",
+    "memoryagentbench",
+    "MemoryAgentBench: the table metric over every question, and the cost of asking many",
+    (
+        Column("accuracy (%)", "mab-llm", "accuracy", task="memoryagentbench", scale=100.0),
+        *_cost_columns("memoryagentbench"),
+    ),
+    tuple(Row(label, method) for label, method in _MAB_METHODS),
+    "paper",
     "accuracy: each context's mean of its source's table metric over its questions (judge `mab-llm`; a run "
     "judged by `mab` alone has its figures in the section below), then the mean over contexts; "
-    "the competencies and sources are in the section 'MemoryAgentBench: per competency and source'. " + _COST_NOTE)
+    "the competencies and sources are in the section 'MemoryAgentBench: per competency and source'. " + _COST_NOTE,
+)
 register_paper_tables(TABLES)
 
 
@@ -331,29 +492,45 @@ def _task(dataset_key: str) -> str:
     return dataset_key.split(":", 1)[0]
 
 
-def _find(figures: list[dict], *, method: str, judge: str, metric: str, task: str | None,
-          dataset: str | None) -> dict | None:
-    hits = [f for f in figures if f["method"] == method and f["judge"] == judge and f["metric"] == metric
-            and (task is None or _task(f["dataset"]) == task)
-            and (dataset is None or f["dataset"].endswith(dataset))]
+def _find(
+    figures: list[dict], *, method: str, judge: str, metric: str, task: str | None, dataset: str | None
+) -> dict | None:
+    hits = [
+        f
+        for f in figures
+        if f["method"] == method
+        and f["judge"] == judge
+        and f["metric"] == metric
+        and (task is None or _task(f["dataset"]) == task)
+        and (dataset is None or f["dataset"].endswith(dataset))
+    ]
     return sorted(hits, key=lambda f: f["dataset"])[0] if hits else None
 
 
-def cell(table: PaperTable, row: Row, col: Column, figures: list[dict],
-         status: Mapping[tuple[str, str], Mapping[str, int]]) -> dict[str, Any]:
+def cell(
+    table: PaperTable, row: Row, col: Column, figures: list[dict], status: Mapping[tuple[str, str], Mapping[str, int]]
+) -> dict[str, Any]:
     """memloop's figure for (row, column) in the paper's unit, with its interval, counts and display string."""
     if col.judge is None:
         return {"text": "not measured", "mean": None}
     method = row.method_for(col.task)
     if method is None:
         return {"text": "", "mean": None}
-    fig = _find(figures, method=method, judge=col.judge, metric=col.metric.format(turn=row.turn),
-                task=col.task, dataset=row.dataset)
+    fig = _find(
+        figures,
+        method=method,
+        judge=col.judge,
+        metric=col.metric.format(turn=row.turn),
+        task=col.task,
+        dataset=row.dataset,
+    )
     counts = cell_status(status, method, col.task, row.dataset)
     if not counts.get("ok", 0) and counts.get("not_run", 0) and counts.get("not_run") == counts.get("failed"):
         # the method never started (e.g. its generated schema never parsed): a cause, not a score of 0
-        return {"text": f"failed ({counts['failed']} / {_units(counts)}): "
-                        f"not run, {counts.get('cause', '?')}", "mean": None}
+        return {
+            "text": f"failed ({counts['failed']} / {_units(counts)}): not run, {counts.get('cause', '?')}",
+            "mean": None,
+        }
     if fig is None or fig.get("mean") is None:
         if not counts.get("ok", 0) and counts.get("n/a", 0):
             return {"text": "n/a", "mean": None}
@@ -374,8 +551,14 @@ def cell(table: PaperTable, row: Row, col: Column, figures: list[dict],
         text += f" (own samples: {skipped} n/a)"
     share = fig.get("steps_not_ok")
     text += marker(share)
-    return {"text": text, **scaled, "n": done, "total": total, "incomplete": bool(fig.get("incomplete")),
-            "steps_not_ok": share}
+    return {
+        "text": text,
+        **scaled,
+        "n": done,
+        "total": total,
+        "incomplete": bool(fig.get("incomplete")),
+        "steps_not_ok": share,
+    }
 
 
 Paired = Callable[[str, str, Column, "str | None", "str | None"], "dict[str, Any] | None"]
@@ -398,8 +581,13 @@ def difference(table: PaperTable, diff: Difference, col: Column, paired: Paired 
     return {"text": text + f" (n = {got['n']})", **sc, "n": got["n"]}
 
 
-def layout(table: PaperTable, figures: list[dict], status: Mapping[tuple[str, str], Mapping[str, int]],
-           paired: Paired | None = None, models: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def layout(
+    table: PaperTable,
+    figures: list[dict],
+    status: Mapping[tuple[str, str], Mapping[str, int]],
+    paired: Paired | None = None,
+    models: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
     """The table as data: per row, per column, memloop's cell and the paper's number; the paired
     differences the paper states (`paired(a, b, column, turn, dataset)` computes one, as `memloop
     compare` does); and who judged: the model under test, memloop's judge, the paper's judge."""
@@ -408,16 +596,32 @@ def layout(table: PaperTable, figures: list[dict], status: Mapping[tuple[str, st
         cells = {}
         for col in table.columns:
             c = cell(table, row, col, figures, status)
-            cells[col.label] = dict(memloop=c["mean"], se=c.get("se"), lo=c.get("lo"), hi=c.get("hi"), n=c.get("n"),
-                                    total=c.get("total"), incomplete=c.get("incomplete", False),
-                                    text=c["text"], paper=row.paper.get(col.label, "") or None,
-                                    steps_not_ok=c.get("steps_not_ok"))
+            cells[col.label] = dict(
+                memloop=c["mean"],
+                se=c.get("se"),
+                lo=c.get("lo"),
+                hi=c.get("hi"),
+                n=c.get("n"),
+                total=c.get("total"),
+                incomplete=c.get("incomplete", False),
+                text=c["text"],
+                paper=row.paper.get(col.label, "") or None,
+                steps_not_ok=c.get("steps_not_ok"),
+            )
         rows.append({"label": row.label, "cells": cells})
-    diffs = [{"label": d.label, "cells": {col.label: difference(table, d, col, paired) for col in table.columns}}
-             for d in table.differences]
-    return {"id": table.id, "title": table.title, "paper_label": table.paper_label,
-            "note": judged_note(table, models), "rows": rows, "differences": diffs,
-            "incomplete": any(c["incomplete"] for r in rows for c in r["cells"].values())}
+    diffs = [
+        {"label": d.label, "cells": {col.label: difference(table, d, col, paired) for col in table.columns}}
+        for d in table.differences
+    ]
+    return {
+        "id": table.id,
+        "title": table.title,
+        "paper_label": table.paper_label,
+        "note": judged_note(table, models),
+        "rows": rows,
+        "differences": diffs,
+        "incomplete": any(c["incomplete"] for r in rows for c in r["cells"].values()),
+    }
 
 
 def judged_note(table: PaperTable, models: Mapping[str, Any] | None) -> str:
@@ -437,9 +641,12 @@ def judged_note(table: PaperTable, models: Mapping[str, Any] | None) -> str:
     read = {m for r in table.rows for m in ([r.method] if isinstance(r.method, str) else r.method.values())}
     decoding = {m: v for m, v in ((models or {}).get("decoding") or {}).items() if m in read}
     if decoding:
-        parts.append("Decoding of the JSON steps: " + ", ".join(f"{m} {v}" for m, v in sorted(decoding.items()))
-                     + " (text: written freely and parsed, retried like the text formats; constrained: held to "
-                     "the JSON schema by the model server).")
+        parts.append(
+            "Decoding of the JSON steps: "
+            + ", ".join(f"{m} {v}" for m, v in sorted(decoding.items()))
+            + " (text: written freely and parsed, retried like the text formats; constrained: held to "
+            "the JSON schema by the model server)."
+        )
     return " ".join(parts)
 
 
@@ -455,7 +662,7 @@ def method_status(samples: Any) -> dict[tuple[str, str], dict[str, Any]]:
 
         failed = samples[(samples["status"] == "failed") & samples["error"].fillna("").str.startswith(NOT_RUN)]
         for (method, dataset), g in failed.groupby(["method", "dataset"], sort=True):
-            out[(method, dataset)].update(not_run=int(len(g)), cause=str(g["error"].iloc[0])[len(NOT_RUN):])
+            out[(method, dataset)].update(not_run=int(len(g)), cause=str(g["error"].iloc[0])[len(NOT_RUN) :])
     return out
 
 
@@ -464,8 +671,9 @@ def _units(counts: Mapping[str, Any]) -> int:
     return sum(n for k, n in counts.items() if isinstance(n, int) and k != "not_run")
 
 
-def cell_status(status: Mapping[tuple[str, str], Mapping[str, int]], method: str, task: str | None,
-                dataset: str | None) -> dict[str, Any]:
+def cell_status(
+    status: Mapping[tuple[str, str], Mapping[str, int]], method: str, task: str | None, dataset: str | None
+) -> dict[str, Any]:
     """Units per status of one cell: the method's units on the datasets the cell reads (its column's task,
     its row's dataset suffix), never the method's units on other tasks."""
     out: dict[str, Any] = {}

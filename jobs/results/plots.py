@@ -1,12 +1,12 @@
 """The report's plots (PNG, matplotlib): F1 per turn, prompt and cached tokens per step, and the figures
 against chunk size (seed 002, figure 5)."""
+
 from __future__ import annotations
 
 import io
 from typing import Callable
 
 import pandas as pd
-
 from memloop.eval.judges import aggregator
 from memloop.eval.judges.aggregation import mean_se
 from memloop.jobs.results.cost_tables import cost_units, per_sample_costs
@@ -64,14 +64,22 @@ def plot_tokens_per_step(d: RunData) -> bytes | None:
     from matplotlib.ticker import MaxNLocator
 
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_xlabel("step"), ax.set_ylabel("tokens (mean over samples)"), ax.set_title("Prompt and cached tokens per step")
+    (
+        ax.set_xlabel("step"),
+        ax.set_ylabel("tokens (mean over samples)"),
+        ax.set_title("Prompt and cached tokens per step"),
+    )
     ax.legend(fontsize=7)
     return _png(fig)
 
 
 # seed 002 figure 5's curves against chunk size: the task's accuracy, net encoded and decoded tokens, cost index
-CHUNK_CURVES = (("accuracy", "accuracy"), ("net_encoded", "net encoded tokens per sample"),
-                ("decoded", "decoded tokens per sample"), ("cost_index", "cost index per sample"))
+CHUNK_CURVES = (
+    ("accuracy", "accuracy"),
+    ("net_encoded", "net encoded tokens per sample"),
+    ("decoded", "decoded tokens per sample"),
+    ("cost_index", "cost index per sample"),
+)
 
 
 def chunk_curves(d: RunData) -> dict[str, list[tuple[str, int, float, float]]]:
@@ -91,9 +99,15 @@ def chunk_curves(d: RunData) -> dict[str, list[tuple[str, int, float, float]]]:
     sizes = s.groupby("dataset")["chunk_tokens"].first().to_dict()
     out: dict[str, list[tuple[str, int, float, float]]] = {}
     for f in figures_of(d):
-        if f["metric"] in dict(CHUNK_CURVES) and f["dataset"] in sizes and f.get("mean") is not None \
-                and (f["metric"] != "accuracy" or f["judge"]):
-            out.setdefault(f["metric"], []).append((f["method"], int(sizes[f["dataset"]]), f["mean"], f.get("se") or 0.0))
+        if (
+            f["metric"] in dict(CHUNK_CURVES)
+            and f["dataset"] in sizes
+            and f.get("mean") is not None
+            and (f["metric"] != "accuracy" or f["judge"])
+        ):
+            out.setdefault(f["metric"], []).append(
+                (f["method"], int(sizes[f["dataset"]]), f["mean"], f.get("se") or 0.0)
+            )
     return {k: sorted(v) for k, v in out.items()}
 
 
@@ -109,8 +123,9 @@ def plot_cost_vs_chunk(d: RunData) -> bytes | None:
         for method, size, mean, se in curves.get(metric, ()):
             by_method.setdefault(method, []).append((size, mean, se))
         for method, pts in by_method.items():
-            ax.errorbar([p[0] for p in pts], [p[1] for p in pts], yerr=[p[2] for p in pts], marker="o", capsize=3,
-                        label=method)
+            ax.errorbar(
+                [p[0] for p in pts], [p[1] for p in pts], yerr=[p[2] for p in pts], marker="o", capsize=3, label=method
+            )
         ax.set_xscale("log", base=2), ax.set_xlabel("chunk size (tokens)"), ax.set_title(label, fontsize=9)
     for ax in axes:  # the legend on the first panel that has curves
         if ax.get_legend_handles_labels()[0]:

@@ -14,6 +14,7 @@ flagged: justified where the paper states it (`PAPER`) or `JUSTIFIED` gives the 
 `python -m memloop.jobs.results.procedure_cards` rewrites the cards the docs pages quote
 (`docs/papers/seed00N.md`, between `<!-- procedure-card: ID -->` and `<!-- /procedure-card -->`).
 """
+
 from __future__ import annotations
 
 import re
@@ -32,14 +33,25 @@ COMPARED_FIELDS = tuple(f for f, _ in CARD_FIELDS if f != "step")  # the step's 
 
 # What each paper (or the official code it adopts) states, per card row; absent: the paper states nothing.
 PAPER: dict[str, dict[str, str]] = {
-    "seed000": {"temperature": "0.8 (section 4)", "counter": "cl100k_base (appendix D)",
-                "output_cap": "not stated", "attempts": "not stated"},
-    "seed002": {"temperature": "0.8, top-k 40 (section 4.1)", "output_cap": "not stated", "attempts": "not stated",
-                "decoding": "free text, [OBJECTS FOR UPDATE] / [OBJECTS FOR ADD] (appendix C)",
-                "counter": "not stated"},
-    "seed003": {"temperature": "0.5 (official code: summaries), 1.0 (compression)",
-                "output_cap": "max_summary_len 900 (official code)", "counter": "cl100k_base (official code)",
-                "attempts": "incremental: one update, then compress and redo up to 6 times (official code)"},
+    "seed000": {
+        "temperature": "0.8 (section 4)",
+        "counter": "cl100k_base (appendix D)",
+        "output_cap": "not stated",
+        "attempts": "not stated",
+    },
+    "seed002": {
+        "temperature": "0.8, top-k 40 (section 4.1)",
+        "output_cap": "not stated",
+        "attempts": "not stated",
+        "decoding": "free text, [OBJECTS FOR UPDATE] / [OBJECTS FOR ADD] (appendix C)",
+        "counter": "not stated",
+    },
+    "seed003": {
+        "temperature": "0.5 (official code: summaries), 1.0 (compression)",
+        "output_cap": "max_summary_len 900 (official code)",
+        "counter": "cl100k_base (official code)",
+        "attempts": "incremental: one update, then compress and redo up to 6 times (official code)",
+    },
     "seed004": {"output_cap": "not stated", "attempts": "not stated"},
 }
 
@@ -52,16 +64,24 @@ class Justified:
     reason: str
 
 
-_OFFICIAL_INC = ("the incremental baseline follows Chang et al.'s official code, which the paper adopts: an "
-                 "update is asked once and an invalid one is compressed and redone (compression at temperature 1)")
-_OWN_FORM = ("each method checks its own output form: a summary or notes (non-empty, within the limit, not cut), "
-             "PRISM's revision lines (each revision checked against the schema)")
-_HIER = ("hierarchical merging follows Chang et al.'s official code: a level's summary limit is also its output cap "
-         "(max_summary_len 900 at the top, 0.65 of it per level below) and the last invalid summary is kept")
-_FORMATS = ("the paper compares memory formats, and each is read as its own form: a text summary as text (a cut "
-            "text is still a summary), a JSON memory as a whole JSON object (a cut one fails), CoK's revise step "
-            "as figure 5's revision sections; docs/papers/seed000.md states the direction (cut text is kept: "
-            "favours the text methods)")
+_OFFICIAL_INC = (
+    "the incremental baseline follows Chang et al.'s official code, which the paper adopts: an "
+    "update is asked once and an invalid one is compressed and redone (compression at temperature 1)"
+)
+_OWN_FORM = (
+    "each method checks its own output form: a summary or notes (non-empty, within the limit, not cut), "
+    "PRISM's revision lines (each revision checked against the schema)"
+)
+_HIER = (
+    "hierarchical merging follows Chang et al.'s official code: a level's summary limit is also its output cap "
+    "(max_summary_len 900 at the top, 0.65 of it per level below) and the last invalid summary is kept"
+)
+_FORMATS = (
+    "the paper compares memory formats, and each is read as its own form: a text summary as text (a cut "
+    "text is still a summary), a JSON memory as a whole JSON object (a cut one fails), CoK's revise step "
+    "as figure 5's revision sections; docs/papers/seed000.md states the direction (cut text is kept: "
+    "favours the text methods)"
+)
 JUSTIFIED: dict[str, dict[str, Justified]] = {
     "seed000": {
         "validity": Justified(("go-text", "gu-text", "gm-text", "cok"), _FORMATS),
@@ -83,8 +103,12 @@ JUSTIFIED: dict[str, dict[str, Justified]] = {
         "retry_temperature": Justified(("inc-update",), _OFFICIAL_INC),
         "other_temperatures": Justified(("inc-update",), _OFFICIAL_INC),
     },
-    "memoryagentbench": {f: Justified(("*",), "MemoryAgentBench compares none of these methods: memloop runs each "
-                                             "with its own paper's procedure") for f in COMPARED_FIELDS},
+    "memoryagentbench": {
+        f: Justified(
+            ("*",), "MemoryAgentBench compares none of these methods: memloop runs each with its own paper's procedure"
+        )
+        for f in COMPARED_FIELDS
+    },
 }
 
 
@@ -110,8 +134,8 @@ class Card:
     table: PaperTable
     config: str
     tasks: dict[str, dict[str, Procedure]]  # task -> method key -> procedure
-    chunks: str                             # the token counter of the chunks
-    fits: dict[str, dict[str, str]]         # task -> method key -> window fit (empty: not computed)
+    chunks: str  # the token counter of the chunks
+    fits: dict[str, dict[str, str]]  # task -> method key -> window fit (empty: not computed)
     flags: tuple[Flag, ...]
 
     @property
@@ -175,8 +199,9 @@ def flags(table: PaperTable, cfg: RunConfig, per_task: Mapping[str, Mapping[str,
             if len(set(values.values())) <= 1:
                 continue
             j = JUSTIFIED.get(paper, {}).get(f)
-            ok = j is not None and ("*" in j.methods or len(
-                {v for k, v in values.items() if names.get(k, k) not in j.methods}) <= 1)
+            ok = j is not None and (
+                "*" in j.methods or len({v for k, v in values.items() if names.get(k, k) not in j.methods}) <= 1
+            )
             out.append(Flag(task, f, values, j.reason if ok and j else None))
     return tuple(out)
 
@@ -219,8 +244,10 @@ def window_fits(cfg: RunConfig, per_task: Mapping[str, Mapping[str, Procedure]])
             needed = chunk + instruction_tokens(method, count) + cap
             verdict = "fits" if needed <= context else "DOES NOT FIT"
             unit = " in cl100k" if cfg.count_tokens == "cl100k" else ""
-            row[key] = (f"{verdict}: {needed} of {context} (chunk_tokens {chunk}{unit} + instructions + cap in "
-                        "model tokens; the memory comes on top)")
+            row[key] = (
+                f"{verdict}: {needed} of {context} (chunk_tokens {chunk}{unit} + instructions + cap in "
+                "model tokens; the memory comes on top)"
+            )
         out[task] = row
     return out
 
@@ -243,24 +270,36 @@ def _cell(v: str) -> str:
 
 def card_markdown(c: Card) -> str:
     paper = PAPER.get(paper_of(c.table.id), {})
-    parts = [f"#### Procedure card: {c.table.id} ({c.config})", "",
-             f"Chunks and their limits count in {c.chunks}; the output cap is `max_tokens`, which the engine "
-             "counts in the model's tokens."]
+    parts = [
+        f"#### Procedure card: {c.table.id} ({c.config})",
+        "",
+        f"Chunks and their limits count in {c.chunks}; the output cap is `max_tokens`, which the engine "
+        "counts in the model's tokens.",
+    ]
     for task, per in c.tasks.items():
         keys = list(per)
         header = ["", *keys, "paper"]
-        rows = [[label, *(_cell(per[k].values()[f]) for k in keys), _cell(paper.get(f, "–"))]
-                for f, label in CARD_FIELDS]
+        rows = [
+            [label, *(_cell(per[k].values()[f]) for k in keys), _cell(paper.get(f, "–"))] for f, label in CARD_FIELDS
+        ]
         if c.fits:
             rows.append(["fits the model's window (model tokens)", *(_cell(c.fits[task][k]) for k in keys), "–"])
-        parts += ["", f"Task `{task}`:", "", "| " + " | ".join(header) + " |",
-                  "| " + " | ".join("---" for _ in header) + " |"] + ["| " + " | ".join(r) + " |" for r in rows]
+        parts += [
+            "",
+            f"Task `{task}`:",
+            "",
+            "| " + " | ".join(header) + " |",
+            "| " + " | ".join("---" for _ in header) + " |",
+        ] + ["| " + " | ".join(r) + " |" for r in rows]
         ceiling = [k for k in keys if not per[k].compared]
         if ceiling:
             parts += ["", f"Not compared (a single call over the whole input): {', '.join(ceiling)}."]
     if not c.fits:
-        parts += ["", "Window fit: `memloop run --dry-run` and `memloop report` check each step (chunk + "
-                      "instructions + cap) against the model's window in its own tokens where its weights are here."]
+        parts += [
+            "",
+            "Window fit: `memloop run --dry-run` and `memloop report` check each step (chunk + "
+            "instructions + cap) against the model's window in its own tokens where its weights are here.",
+        ]
     parts += ["", "Differences between compared methods:" if c.flags else "No value differs between compared methods."]
     parts += [f.text() for f in c.flags]
     return "\n".join(parts)
@@ -268,8 +307,11 @@ def card_markdown(c: Card) -> str:
 
 # ---- the docs pages quote the cards ----------------------------------------------------------------
 
-DOC_PAGES = {"seed000": "docs/papers/seed000.md", "seed002": "docs/papers/seed002.md",
-             "seed003": "docs/papers/seed003.md"}
+DOC_PAGES = {
+    "seed000": "docs/papers/seed000.md",
+    "seed002": "docs/papers/seed002.md",
+    "seed003": "docs/papers/seed003.md",
+}
 _QUOTE = re.compile(r"(<!-- procedure-card: (?P<id>[\w-]+) -->\n)(?P<body>.*?)(\n<!-- /procedure-card -->)", re.S)
 
 

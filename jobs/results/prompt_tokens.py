@@ -1,6 +1,7 @@
 """What a run's recorded prompts and memories are counted in: the run model's own tokenizer where its
 weights are on this machine, else cl100k_base with the reason (the cost tables' token base, the memory
 sizes' unit)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass

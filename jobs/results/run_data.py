@@ -1,6 +1,7 @@
 """A run's tables loaded once for what is made of them (`memloop report`, compare, the viewer, the exports):
 `RunData` (its samples, steps, scores and runs tables, its re-judgings and the judgments that failed) and the
 config of its latest invocation (`run_config`)."""
+
 from __future__ import annotations
 
 import json
@@ -8,7 +9,6 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pandas as pd
-
 from memloop.jobs.store.run_store import RunStore
 
 NOT_APPLICABLE = "n/a"  # a unit's status where its method does not apply to the sample
@@ -38,16 +38,29 @@ class RunData:
     @classmethod
     def load(cls, rs: RunStore) -> "RunData":
         computing = rs.computing()  # read first: a run that finishes while loading was partial when read
-        return cls(rs.uri, rs.run_id, rs.table("samples").to_pandas(), rs.table("steps").to_pandas(),
-                   rs.table("scores").to_pandas(), rs.table("runs").to_pandas(),
-                   [Judging.load(rs, jid) for jid in rs.judging_ids()], judge_failures_of(rs.table("judgments")),
-                   computing=computing)
+        return cls(
+            rs.uri,
+            rs.run_id,
+            rs.table("samples").to_pandas(),
+            rs.table("steps").to_pandas(),
+            rs.table("scores").to_pandas(),
+            rs.table("runs").to_pandas(),
+            [Judging.load(rs, jid) for jid in rs.judging_ids()],
+            judge_failures_of(rs.table("judgments")),
+            computing=computing,
+        )
 
     def judged_by(self, j: "Judging") -> "RunData":
         """The run with a re-judging's scores in place of its own: every table of scores then reads
         them with the same code and the same denominators (the run's units)."""
-        return replace(self, scores=j.scores, judgings=[], judge_failures=j.failures, derived={},
-                       judge_model=j.settings.get("judge_model") or self.judge_model)
+        return replace(
+            self,
+            scores=j.scores,
+            judgings=[],
+            judge_failures=j.failures,
+            derived={},
+            judge_model=j.settings.get("judge_model") or self.judge_model,
+        )
 
     @property
     def ok(self) -> pd.DataFrame:
@@ -87,24 +100,37 @@ class Judging:
         js = rs.judging(judging_id)
         runs = js.table("runs").to_pandas()
         settings = json.loads(runs.sort_values("finished_at").iloc[-1]["config_json"] or "{}") if not runs.empty else {}
-        return cls(judging_id, settings, js.samples().to_pandas(), js.table("scores").to_pandas(),
-                   judge_failures_of(js.table("judgments")))
+        return cls(
+            judging_id,
+            settings,
+            js.samples().to_pandas(),
+            js.table("scores").to_pandas(),
+            judge_failures_of(js.table("judgments")),
+        )
 
     @property
     def label(self) -> str:
         judge = self.settings.get("judge") or {}
         opts = ", ".join(f"{k}={v}" for k, v in sorted((judge.get("options") or {}).items()))
         jm = self.settings.get("judge_model") or {}
-        model = (f"endpoint {jm['endpoint']['model']!r} at {jm['endpoint']['base_url']}" if jm.get("kind") == "openai"
-                 else "the run's model")
+        model = (
+            f"endpoint {jm['endpoint']['model']!r} at {jm['endpoint']['base_url']}"
+            if jm.get("kind") == "openai"
+            else "the run's model"
+        )
         return f"judge {judge.get('name', '?')}{f' ({opts})' if opts else ''}, judged by {model}"
 
     def summary(self) -> dict:
         st = self.judged["status"] if not self.judged.empty else pd.Series(dtype=str)
-        return {"judging_id": self.judging_id, "judge": (self.settings.get("judge") or {}).get("name"),
-                "options": (self.settings.get("judge") or {}).get("options") or {},
-                "judge_model": self.settings.get("judge_model"), "label": self.label,
-                "ok": int((st == "ok").sum()), "failed": int((st == "failed").sum())}
+        return {
+            "judging_id": self.judging_id,
+            "judge": (self.settings.get("judge") or {}).get("name"),
+            "options": (self.settings.get("judge") or {}).get("options") or {},
+            "judge_model": self.settings.get("judge_model"),
+            "label": self.label,
+            "ok": int((st == "ok").sum()),
+            "failed": int((st == "failed").sum()),
+        }
 
 
 def run_config(d: RunData) -> dict:

@@ -1,5 +1,6 @@
 """Who ran and who judged: the model under test and the judge model of a run's latest invocation as the
 tables name them, whether the run judged itself, and the JSON methods' decoding settings."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -21,8 +22,11 @@ def models_of(d: RunData) -> dict[str, Any]:
     kg = [m for m in cfg.get("methods") or () if m.get("name") == "kg-retrieval"]
     if kg:
         gm = cfg.get("graph_model")
-        extractor = judge if not gm else (under_test if gm.get("kind", "engine") == "engine" and not gm.get("weights")
-                                          else model_name(gm))
+        extractor = (
+            judge
+            if not gm
+            else (under_test if gm.get("kind", "engine") == "engine" and not gm.get("weights") else model_name(gm))
+        )
         settings = {(m.get("options") or {}).get("extraction_model", "judge") for m in kg}
         out["graph_extraction"] = ", ".join(sorted(extractor if s == "judge" else under_test for s in settings))
     return out

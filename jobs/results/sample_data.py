@@ -6,6 +6,7 @@ method and repeat); the export and the viewer show them beside the answer when t
 from here and unchanged (its content digest is the one the run recorded). Otherwise `SampleData.note`
 says why the input and gold are absent, and nothing else is affected.
 """
+
 from __future__ import annotations
 
 import json
@@ -42,8 +43,10 @@ def load_sample_data(rs: RunStore) -> SampleData:
 
     try:
         cfg, ident = stored_config(rs)
-        recorded = {json.dumps({k: v for k, v in d.items() if k != "content"}, sort_keys=True): d.get("content")
-                    for d in ident.get("datasets") or []}
+        recorded = {
+            json.dumps({k: v for k, v in d.items() if k != "content"}, sort_keys=True): d.get("content")
+            for d in ident.get("datasets") or []
+        }
         tokenizer = chunk_tokenizer(cfg)
         out: dict[tuple[str, str], Sample] = {}
         for i, d in enumerate(cfg.datasets):
@@ -55,8 +58,10 @@ def load_sample_data(rs: RunStore) -> SampleData:
                 out[(d.key, str(s.id))] = s
         return SampleData(out)
     except (JobsError, EvalError, OSError) as exc:
-        return SampleData(note=f"the run's data is not reachable here ({str(exc)[:300]}); run from the directory "
-                               "`memloop run` ran in to see the inputs and gold")
+        return SampleData(
+            note=f"the run's data is not reachable here ({str(exc)[:300]}); run from the directory "
+            "`memloop run` ran in to see the inputs and gold"
+        )
 
 
 def gold_facts(gold: Any, turn: int | None = None) -> list[str]:
@@ -65,8 +70,9 @@ def gold_facts(gold: Any, turn: int | None = None) -> list[str]:
     if not turns:
         return []
     facts = turns[-1 if turn is None else min(turn, len(turns) - 1)] or {}
-    return [f"{attr}: {v}" for attr, values in facts.items()
-            for v in (values if isinstance(values, list) else [values])]
+    return [
+        f"{attr}: {v}" for attr, values in facts.items() for v in (values if isinstance(values, list) else [values])
+    ]
 
 
 def target_of(sample: Sample, chunks_read: int | None = None) -> str | list[str]:

@@ -5,6 +5,7 @@ rule for failed and incomplete units, the same bootstrap). This module only line
 first run's figure is the same in every pair. Columns are named by the run's model
 (`memloop.jobs.results.compare.run_label`), so a config's models read as a table of models.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -15,8 +16,7 @@ from functools import reduce
 from typing import Any
 
 import pandas as pd
-
-from memloop.jobs.results.compare import CompareError, PAIR, Row, _f, headline_rows, load, run_label, score_rows
+from memloop.jobs.results.compare import PAIR, CompareError, Row, _f, headline_rows, load, run_label, score_rows
 from memloop.jobs.results.markdown import markdown_table
 from memloop.jobs.results.run_data import RunData
 from memloop.jobs.store.outputs import join_uri, open_store
@@ -42,6 +42,7 @@ def _labels(runs: list[RunData]) -> list[str]:
 
 def _restricted(d: RunData, units: pd.DataFrame) -> RunData:
     """The run with only the given units (dataset, sample_id, method, repeat) in its tables."""
+
     def keep(df: pd.DataFrame) -> pd.DataFrame:
         return df.merge(units, on=PAIR) if not df.empty else df
 
@@ -53,8 +54,10 @@ def side_by_side(runs: list[RunData]) -> SideBySide:
         raise CompareError("side by side needs at least two runs")
     common = reduce(set.__and__, (set(map(tuple, d.applicable[PAIR].values.tolist())) for d in runs))
     if not common:
-        raise CompareError(f"runs {', '.join(d.run_id for d in runs)} share no unit (paired by dataset, sample_id, "
-                           "method and repeat); compare runs of the same datasets and methods")
+        raise CompareError(
+            f"runs {', '.join(d.run_id for d in runs)} share no unit (paired by dataset, sample_id, "
+            "method and repeat); compare runs of the same datasets and methods"
+        )
     units = pd.DataFrame(sorted(common), columns=PAIR)
     units["repeat"] = units["repeat"].astype(runs[0].samples["repeat"].dtype)
     same = [_restricted(d, units) for d in runs]
@@ -65,9 +68,17 @@ def side_by_side(runs: list[RunData]) -> SideBySide:
     for key in keys:
         got = [b.get(key) for b in by]
         first = next(r for r in got if r is not None)
-        rows.append(dict(dataset=key[0], method=key[1], judge=key[2], metric=key[3], n=first.n,
-                         values=[first.a] + [r.b if r is not None else None for r in got],
-                         deltas=[[r.delta, r.delta_lo, r.delta_hi] if r is not None else None for r in got]))
+        rows.append(
+            dict(
+                dataset=key[0],
+                method=key[1],
+                judge=key[2],
+                metric=key[3],
+                n=first.n,
+                values=[first.a] + [r.b if r is not None else None for r in got],
+                deltas=[[r.delta, r.delta_lo, r.delta_hi] if r is not None else None for r in got],
+            )
+        )
     return SideBySide([d.uri for d in runs], [d.run_id for d in runs], _labels(runs), len(common), rows, pairs)
 
 
@@ -81,15 +92,22 @@ def _delta(d: list[float] | None) -> str:
 def to_markdown(s: SideBySide) -> str:
     parts = ["# Runs side by side", ""]
     parts += [f"- {lab}: `{rid}` (`{uri}`)" for lab, rid, uri in zip(s.labels, s.run_ids, s.uris)]
-    parts += ["", f"{s.shared_units} units in every run (paired by dataset, sample, method, repeat); figures as "
-              f"`memloop compare` computes them over those units, Δ each run minus {s.labels[0]} with its 95% "
-              "paired bootstrap interval (* when it excludes 0).", ""]
+    parts += [
+        "",
+        f"{s.shared_units} units in every run (paired by dataset, sample, method, repeat); figures as "
+        f"`memloop compare` computes them over those units, Δ each run minus {s.labels[0]} with its 95% "
+        "paired bootstrap interval (* when it excludes 0).",
+        "",
+    ]
     header = ["method", "dataset", "metric", "n"] + s.labels + [f"Δ {lab} − {s.labels[0]}" for lab in s.labels[1:]]
     body = []
     for r in s.rows:
         metric = f"{r['judge']}: {r['metric']}" if r["judge"] and r["judge"] != r["metric"] else r["metric"]
-        body.append([r["method"], r["dataset"], metric, str(r["n"])]
-                    + [_f(v) if v is not None else "–" for v in r["values"]] + [_delta(d) for d in r["deltas"]])
+        body.append(
+            [r["method"], r["dataset"], metric, str(r["n"])]
+            + [_f(v) if v is not None else "–" for v in r["values"]]
+            + [_delta(d) for d in r["deltas"]]
+        )
     parts.append(markdown_table(header, body))
     return "\n".join(parts) + "\n"
 

@@ -3,6 +3,7 @@
 One actor per accelerator host (all `TPU` chips of a host, or a GPU share), or on CPU one per
 configured share; Ray restarts a dead actor up to `engine.max_restarts` times.
 """
+
 from __future__ import annotations
 
 import os
@@ -10,16 +11,19 @@ import time
 from typing import Any, Callable
 
 from memloop.eval.llm import Usage
-from memloop.jobs.run.config import EngineSpec
 from memloop.jobs.errors import RunError, error_text
+from memloop.jobs.run.config import EngineSpec
 
 Log = Callable[[str], None]
 
 
 def actor_options(engine: EngineSpec) -> dict[str, Any]:
     """Ray options of one engine actor: a whole TPU host, a GPU share, or a CPU share."""
-    opts: dict[str, Any] = {"max_restarts": engine.max_restarts, "max_task_retries": 0,
-                            "num_cpus": engine.cpus_per_actor}
+    opts: dict[str, Any] = {
+        "max_restarts": engine.max_restarts,
+        "max_task_retries": 0,
+        "num_cpus": engine.cpus_per_actor,
+    }
     if engine.accelerator == "tpu":
         opts["resources"] = {"TPU": float(engine.tpu_chips_per_host)}  # all chips of a host: one actor per host
         if engine.tpu_slice:  # keep every actor on the hosts of one slice (Ray labels TPU hosts by slice)
@@ -68,17 +72,22 @@ def ensure_ray(log: Log, address: str | None = None) -> None:
     else:
         quiet_private_auth()
     try:
-        ray.init(address=address or "local", include_dashboard=False, log_to_driver=bool(address),
-                 logging_level="WARNING")
+        ray.init(
+            address=address or "local", include_dashboard=False, log_to_driver=bool(address), logging_level="WARNING"
+        )
     except (ConnectionError, ValueError, RuntimeError) as exc:
-        raise RunError(f"cannot join the Ray cluster at {address}: {type(exc).__name__}: {str(exc)[:300]}; "
-                       "check RAY_ADDRESS (or --address), or unset it to run on a private local instance") from None
+        raise RunError(
+            f"cannot join the Ray cluster at {address}: {type(exc).__name__}: {str(exc)[:300]}; "
+            "check RAY_ADDRESS (or --address), or unset it to run on a private local instance"
+        ) from None
     no_implicit_ray()
     from memloop.jobs.run.signals import reassert
 
     reassert()  # Ray's own SIGTERM handler exits at once; a run stops cleanly instead
-    log(f"ray: {'connected to ' + address if address else 'a private local instance'}; "
-        f"resources {ray.cluster_resources()}")
+    log(
+        f"ray: {'connected to ' + address if address else 'a private local instance'}; "
+        f"resources {ray.cluster_resources()}"
+    )
 
 
 def no_implicit_ray() -> None:
@@ -100,23 +109,30 @@ def _check_joinable(address: str) -> None:
     try:
         resolved = target if "://" in address else canonicalize_bootstrap_address(target)
     except Exception as exc:  # "auto" with no instance found, a malformed address
-        raise RunError(f"Ray address {address!r}: {str(exc)[:300]}; give host:port of a running cluster, or unset "
-                       "RAY_ADDRESS to run on a private local instance") from None
+        raise RunError(
+            f"Ray address {address!r}: {str(exc)[:300]}; give host:port of a running cluster, or unset "
+            "RAY_ADDRESS to run on a private local instance"
+        ) from None
     if resolved is None:  # "auto" found nothing to join
-        raise RunError(f"Ray address {address!r}: no running Ray cluster was found on this host; start one "
-                       "(`ray start --head`) or unset RAY_ADDRESS to run on a private local instance")
+        raise RunError(
+            f"Ray address {address!r}: no running Ray cluster was found on this host; start one "
+            "(`ray start --head`) or unset RAY_ADDRESS to run on a private local instance"
+        )
     host, _, port = resolved.rpartition(":")
     try:
         with socket.create_connection((host.strip("[]") or "127.0.0.1", int(port)), timeout=RAY_JOIN_TIMEOUT_S):
             pass
     except (OSError, ValueError) as exc:
-        raise RunError(f"cannot join the Ray cluster at {address}: nothing answers at {resolved} "
-                       f"({getattr(exc, 'strerror', None) or exc}); start it, fix RAY_ADDRESS (or --address), "
-                       "or unset it to run on a private local instance") from None
+        raise RunError(
+            f"cannot join the Ray cluster at {address}: nothing answers at {resolved} "
+            f"({getattr(exc, 'strerror', None) or exc}); start it, fix RAY_ADDRESS (or --address), "
+            "or unset it to run on a private local instance"
+        ) from None
 
 
-def start_actors(engine: EngineSpec, actor_cls: Any, kwargs: dict[str, Any], log: Log,
-                 name_prefix: str | None = None) -> list[Any]:
+def start_actors(
+    engine: EngineSpec, actor_cls: Any, kwargs: dict[str, Any], log: Log, name_prefix: str | None = None
+) -> list[Any]:
     """Start `engine.actors` actors and wait until each answers `health()`."""
     import ray
 
@@ -124,8 +140,12 @@ def start_actors(engine: EngineSpec, actor_cls: Any, kwargs: dict[str, Any], log
     opts = actor_options(engine)
     # Named after the run: `ray list actors` shows whose engines they are, and a second driver of the
     # same run on the same cluster fails at once instead of computing everything twice.
-    actors = [remote_cls.options(name=f"{name_prefix}engine-{i}", **opts).remote(**kwargs) if name_prefix
-              else remote_cls.options(**opts).remote(**kwargs) for i in range(engine.actors)]
+    actors = [
+        remote_cls.options(name=f"{name_prefix}engine-{i}", **opts).remote(**kwargs)
+        if name_prefix
+        else remote_cls.options(**opts).remote(**kwargs)
+        for i in range(engine.actors)
+    ]
     pending = [a.health.remote() for a in actors]
     config = kwargs.get("config")  # an EngineConfig (a run plan's) or a dict of its fields
     model = config.get("model") if isinstance(config, dict) else getattr(config, "model", None)
@@ -165,8 +185,10 @@ def _wait_started(pending: list[Any], timeout_s: float, log: Log) -> tuple[list[
         done, pending = ray.wait(pending, num_returns=len(pending), timeout=min(START_REPORT_S, left))
         ready += done
         if pending:
-            log(f"engine: loading weights: {len(ready)} of {len(ready) + len(pending)} actor(s) up, "
-                f"{time.monotonic() - t0:.0f} s")
+            log(
+                f"engine: loading weights: {len(ready)} of {len(ready) + len(pending)} actor(s) up, "
+                f"{time.monotonic() - t0:.0f} s"
+            )
     return ready, pending
 
 
@@ -203,13 +225,18 @@ def live_state(actors: list[Any], fallback: Usage) -> tuple[Usage, str]:
         stats = ray.get([a.stats.remote() for a in actors], timeout=5)
     except Exception:
         return fallback, ""
-    usage = Usage(sum(s.get("prompt_tokens", 0) for s in stats), sum(s.get("cached_tokens", 0) for s in stats),
-                  sum(s.get("decoded_tokens", 0) for s in stats))
+    usage = Usage(
+        sum(s.get("prompt_tokens", 0) for s in stats),
+        sum(s.get("cached_tokens", 0) for s in stats),
+        sum(s.get("decoded_tokens", 0) for s in stats),
+    )
     shapes = sum(int(s.get("compiled_shapes", 0)) for s in stats)
     compile_s = sum(float(s.get("compile_s", 0.0)) for s in stats)
     running = sum(int(s.get("running", 0)) for s in stats)
-    return usage, (f"engines: {len(stats)} up, {shapes} shape(s) compiled ({compile_s:.0f} s compiling), "
-                   f"{running} sequence(s) running")
+    return usage, (
+        f"engines: {len(stats)} up, {shapes} shape(s) compiled ({compile_s:.0f} s compiling), "
+        f"{running} sequence(s) running"
+    )
 
 
 def engine_stats(actors: list[Any]) -> list[dict[str, Any]]:

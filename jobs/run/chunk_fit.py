@@ -9,6 +9,7 @@ A step of an incremental method holds at least one chunk, the method's instructi
 the engine after the run started. `check_chunks_fit` refuses the config first, naming the context the
 config needs (the memory a step carries on top is not known before the run, so this is a lower bound).
 """
+
 from __future__ import annotations
 
 import inspect
@@ -78,8 +79,11 @@ def model_context(cfg: RunConfig, weights: Path | None = None) -> int | None:
     if path is None:
         return None
     window = _model_window(str(path))
-    caps = [v for v in (cfg.model.options.get("max_context"), cfg.engine.options.get("max_context"), window)
-            if isinstance(v, int) and v > 0]
+    caps = [
+        v
+        for v in (cfg.model.options.get("max_context"), cfg.engine.options.get("max_context"), window)
+        if isinstance(v, int) and v > 0
+    ]
     return min(caps) if caps else None
 
 
@@ -144,4 +148,5 @@ def check_chunks_fit(cfg: RunConfig, count: Callable[[str], int] | None = None, 
                     f"`datasets.{di}.options.chunk_tokens` = {chunk} with `methods.{mi}` ({m.key}): a step needs "
                     f"at least {needed} tokens (chunk + instructions + max_tokens={method.settings.max_tokens}) and "
                     f"the model's context is {context}; this config needs a model with a context of at least "
-                    f"{needed} tokens, or smaller chunks or max_tokens")
+                    f"{needed} tokens, or smaller chunks or max_tokens"
+                )

@@ -3,20 +3,20 @@
 What the config means for the environment (files, registries, the engine, the run id) is worked
 out once, before any work starts, by `memloop.jobs.run.plan`.
 """
+
 from __future__ import annotations
 
 import os
 import re
-from pathlib import Path
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator,
-                      model_validator)
-
 from memloop.eval.options import MaxTokens, Temperature, TopK, TopP
 from memloop.jobs.errors import ConfigError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
 from memloop.sampling import SEED_MAX, SEED_MIN, raised_by_check
 
 # Upper bounds of the config's counts: far above any real run, low enough that a typo (an extra few
@@ -35,12 +35,14 @@ MAX_SEED = SEED_MAX - MAX_REPEATS  # each repeat's seed (seed + repeat) is a met
 
 def _at_most(most: int, what: str, advice: str = "lower it") -> AfterValidator:
     """A bound with a message saying what the field counts and what to do."""
+
     def check(v: int | None) -> int | None:
         if v is not None and v > most:
             raise ValueError(f"at most {most:,} {what} (got {v:,}); {advice}")
         return v
 
     return AfterValidator(check)
+
 
 # The papers' table layouts live in `memloop.jobs.results.paper_tables`, a floor above the run: it registers
 # its table ids here, so the config can check `paper_tables:` without importing what sits above it.
@@ -55,6 +57,7 @@ def register_paper_tables(names: Iterable[str]) -> None:
 def paper_table_names() -> frozenset[str]:
     return frozenset(_PAPER_TABLES)
 
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -65,7 +68,9 @@ class DatasetSpec(_Strict):
     task: str
     path: str | None = None  # a file or directory the task's loader reads
     synthetic: dict[str, Any] | None = None  # generator options (e.g. SUMIE: entities, seed)
-    limit: Annotated[int | None, _at_most(MAX_SAMPLES_LIMIT, "samples per dataset", "lower it, or leave it out to take every sample")] = Field(default=None, ge=1)  # the first `limit` samples
+    limit: Annotated[
+        int | None, _at_most(MAX_SAMPLES_LIMIT, "samples per dataset", "lower it, or leave it out to take every sample")
+    ] = Field(default=None, ge=1)  # the first `limit` samples
     ids: list[str] | None = None  # or exactly these sample ids
     options: dict[str, Any] = Field(default_factory=dict)  # loader options; `max_chunks` keeps the first N chunks
 
@@ -85,8 +90,10 @@ class DatasetSpec(_Strict):
         if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
             raise ValueError(f"`max_chunks` must be a whole number of chunks >= 1 (got {n!r})")
         if n is not None and n > MAX_CHUNKS:
-            raise ValueError(f"`max_chunks` is at most {MAX_CHUNKS:,} chunks (got {n:,}); lower it, or leave it "
-                             "out to keep every chunk")
+            raise ValueError(
+                f"`max_chunks` is at most {MAX_CHUNKS:,} chunks (got {n:,}); lower it, or leave it "
+                "out to keep every chunk"
+            )
         return v
 
     @model_validator(mode="after")
@@ -120,9 +127,13 @@ class EndpointSpec(_Strict):
     base_url: str
     model: str
     api_key_env: str | None = None  # name of the environment variable holding the key (never the key)
-    max_concurrency: Annotated[int, _at_most(MAX_CONCURRENCY, "requests at once")] = Field(default=16, ge=1)  # requests in flight at once (provider rate limits)
+    max_concurrency: Annotated[int, _at_most(MAX_CONCURRENCY, "requests at once")] = Field(
+        default=16, ge=1
+    )  # requests in flight at once (provider rate limits)
     timeout_s: float = Field(default=120.0, gt=0)  # one attempt, whole: connect, send, wait and read the answer
-    max_retries: Annotated[int, _at_most(MAX_RETRIES, "retries of a request")] = Field(default=3, ge=0)  # transient failures (connection, 429, 5xx), honouring Retry-After
+    max_retries: Annotated[int, _at_most(MAX_RETRIES, "retries of a request")] = Field(
+        default=3, ge=0
+    )  # transient failures (connection, 429, 5xx), honouring Retry-After
     json_schema: bool = True  # the server constrains output to a JSON Schema (response_format json_schema)
 
     @field_validator("base_url")
@@ -132,8 +143,10 @@ class EndpointSpec(_Strict):
 
         parts = urlsplit(v.strip())
         if parts.scheme not in ("http", "https") or not parts.netloc:
-            raise ValueError(f"base_url must be an http:// or https:// URL with a host (got {v!r}); "
-                             "write it as e.g. http://127.0.0.1:8000/v1")
+            raise ValueError(
+                f"base_url must be an http:// or https:// URL with a host (got {v!r}); "
+                "write it as e.g. http://127.0.0.1:8000/v1"
+            )
         return v
 
 
@@ -163,13 +176,17 @@ class ModelSpec(_Strict):
 class EngineSpec(_Strict):
     """How engine actors are placed and fed (transport settings: not part of the run id)."""
 
-    actors: Annotated[int, _at_most(MAX_ACTORS, "engine actors")] = Field(default=1, ge=1)  # CPU: one per configured share; TPU/GPU: one per host
+    actors: Annotated[int, _at_most(MAX_ACTORS, "engine actors")] = Field(
+        default=1, ge=1
+    )  # CPU: one per configured share; TPU/GPU: one per host
     accelerator: Literal["cpu", "gpu", "tpu"] = "cpu"
     cpus_per_actor: float = Field(default=1.0, gt=0)
     gpus_per_actor: float = Field(default=1.0, gt=0)
     tpu_chips_per_host: int = Field(default=4, ge=1)
     tpu_slice: str | None = None  # run on the hosts of this TPU slice only (Ray's ray.io/tpu-slice-name label)
-    max_in_flight: Annotated[int, _at_most(MAX_IN_FLIGHT, "samples at once per actor")] = Field(default=8, ge=1)  # samples run concurrently against each actor
+    max_in_flight: Annotated[int, _at_most(MAX_IN_FLIGHT, "samples at once per actor")] = Field(
+        default=8, ge=1
+    )  # samples run concurrently against each actor
     # Where method loops run: "driver" (threads of the driver process), "engine" (a worker process
     # on each engine actor's node, which also writes its units' shards; the driver only hands out
     # units and records outcomes) or "auto" (the default: chosen by `auto_placement` when the config
@@ -259,14 +276,26 @@ class RunConfig(_Strict):
     # weights; left out, the judge model extracts
     graph_model: JudgeModelSpec | None = None
     # MAX_REPEATS is also below memloop.eval.asking.RETRY_SEED_STRIDE (1 << 20)
-    repeats: Annotated[int, _at_most(MAX_REPEATS, "repeats", "lower it (the papers use 1 to 5)")] = Field(default=1, ge=1)
+    repeats: Annotated[int, _at_most(MAX_REPEATS, "repeats", "lower it (the papers use 1 to 5)")] = Field(
+        default=1, ge=1
+    )
     # the first repeat's seed: a signed 64-bit integer, as every sampling seed is (memloop.sampling)
-    seed: Annotated[int, _at_most(MAX_SEED, "as the run's seed", "lower it (each repeat samples with seed + "
-                                  "repeat, which must fit in 64 bits)")] = Field(default=0, ge=SEED_MIN)
-    retries: Annotated[int, _at_most(MAX_RETRIES, "retries of a sample")] = Field(default=2, ge=0)  # attempts after the first, per sample
+    seed: Annotated[
+        int,
+        _at_most(
+            MAX_SEED,
+            "as the run's seed",
+            "lower it (each repeat samples with seed + repeat, which must fit in 64 bits)",
+        ),
+    ] = Field(default=0, ge=SEED_MIN)
+    retries: Annotated[int, _at_most(MAX_RETRIES, "retries of a sample")] = Field(
+        default=2, ge=0
+    )  # attempts after the first, per sample
     judge_cpus: float = Field(default=0.5, gt=0)
     response_cache: str | None = None  # a directory: identical requests are answered from it (engine or endpoint)
-    flush_units: Annotated[int, _at_most(MAX_FLUSH_UNITS, "units per shard")] = Field(default=16, ge=1)  # write a shard every this many finished units ...
+    flush_units: Annotated[int, _at_most(MAX_FLUSH_UNITS, "units per shard")] = Field(
+        default=16, ge=1
+    )  # write a shard every this many finished units ...
     flush_s: float = Field(default=20.0, gt=0)  # ... or this many seconds
     shard_rows: int = Field(default=50_000, ge=1)  # at the end of a run, small shards merge up to this many rows
     # the papers' tables `memloop report` lays out from this run (memloop.jobs.results.paper_tables; not in the run id)
@@ -282,10 +311,17 @@ class RunConfig(_Strict):
     @model_validator(mode="after")
     def _graph_model_served(self) -> "RunConfig":
         g, j = self.graph_model, self.judge_model
-        if g is not None and g.kind == "engine" and g.weights is not None and (j.kind, j.weights) != ("engine", g.weights):
-            raise ValueError(f"graph_model: an engine on weights of its own ({g.weights}) is not started beside the judge "
-                             "engine; serve that model (`memloop serve`) and give it as `kind: openai` with its endpoint, "
-                             "or use the judge model's weights")
+        if (
+            g is not None
+            and g.kind == "engine"
+            and g.weights is not None
+            and (j.kind, j.weights) != ("engine", g.weights)
+        ):
+            raise ValueError(
+                f"graph_model: an engine on weights of its own ({g.weights}) is not started beside the judge "
+                "engine; serve that model (`memloop serve`) and give it as `kind: openai` with its endpoint, "
+                "or use the judge model's weights"
+            )
         return self
 
     @field_validator("name", "tag")
@@ -301,8 +337,10 @@ class RunConfig(_Strict):
         known = paper_table_names()
         unknown = [t for t in v if t not in known]
         if unknown and not known:
-            raise ValueError("no paper tables are registered in this process: import memloop.jobs.results.paper_tables "
-                             "before reading a config that names some (the memloop CLI and memloop.run do)")
+            raise ValueError(
+                "no paper tables are registered in this process: import memloop.jobs.results.paper_tables "
+                "before reading a config that names some (the memloop CLI and memloop.run do)"
+            )
         if unknown:
             raise ValueError(f"unknown paper table(s) {unknown}; use some of {', '.join(sorted(known))}")
         return v
@@ -340,9 +378,11 @@ class RunConfig(_Strict):
         twice = {row: names for row, names in writers.items() if len(names) > 1}
         if twice:
             row, names = sorted(twice.items())[0]
-            raise ValueError(f"{' and '.join(repr(n) for n in names)} both write `judge={row}` rows, which would "
-                             "merge into one figure; list each judge once (to judge a run again with other options, "
-                             "use `memloop rescore RUN --judge NAME`)")
+            raise ValueError(
+                f"{' and '.join(repr(n) for n in names)} both write `judge={row}` rows, which would "
+                "merge into one figure; list each judge once (to judge a run again with other options, "
+                "use `memloop rescore RUN --judge NAME`)"
+            )
         return v
 
     @model_validator(mode="before")
@@ -368,8 +408,11 @@ class RunConfig(_Strict):
             engine = engine.model_dump()
         if not isinstance(engine, dict) or engine.get("method_loops", "auto") != "auto":
             return data
-        kind = model.kind if isinstance(model, ModelSpec) else (model.get("kind", "engine") if isinstance(model, dict)
-                                                                 else "engine")
+        kind = (
+            model.kind
+            if isinstance(model, ModelSpec)
+            else (model.get("kind", "engine") if isinstance(model, dict) else "engine")
+        )
         try:
             actors, loops = int(engine.get("actors", 1)), int(engine.get("max_in_flight", 8))
         except (TypeError, ValueError):
@@ -379,8 +422,10 @@ class RunConfig(_Strict):
     @model_validator(mode="after")
     def _loops_need_engines(self) -> "RunConfig":
         if self.engine.method_loops == "engine" and any(m.kind != "engine" for m in self.models or [self.model]):
-            raise ValueError("`engine.method_loops: engine` runs the loops next to memloop's engine actors; "
-                             "with `model.kind: openai` there are none: use `method_loops: driver`")
+            raise ValueError(
+                "`engine.method_loops: engine` runs the loops next to memloop's engine actors; "
+                "with `model.kind: openai` there are none: use `method_loops: driver`"
+            )
         return self
 
     def seeds(self) -> list[int]:
@@ -437,12 +482,24 @@ def parse_config(data: dict[str, Any], source: str = "config") -> RunConfig:
         raise ConfigError(_format_error(exc, source)) from None
 
 
-def with_overrides(cfg: RunConfig, source: str = "config", *, output: str | None = None, tag: str | None = None,
-                   limit: int | None = None, max_chunks: int | None = None, repeats: int | None = None,
-                   model: str | None = None, judge_model: str | None = None, model_base_url: str | None = None,
-                   judge_model_base_url: str | None = None, settings: list[str] | None = None,
-                   temperature: float | None = None, max_tokens: int | None = None,
-                   seed: int | None = None) -> RunConfig:
+def with_overrides(
+    cfg: RunConfig,
+    source: str = "config",
+    *,
+    output: str | None = None,
+    tag: str | None = None,
+    limit: int | None = None,
+    max_chunks: int | None = None,
+    repeats: int | None = None,
+    model: str | None = None,
+    judge_model: str | None = None,
+    model_base_url: str | None = None,
+    judge_model_base_url: str | None = None,
+    settings: list[str] | None = None,
+    temperature: float | None = None,
+    max_tokens: int | None = None,
+    seed: int | None = None,
+) -> RunConfig:
     """The config with command-line overrides applied and validated again (`--limit N` keeps at most
     N samples of every dataset, `--max-chunks N` the first N chunks of each sample, `--repeats N`
     sets the repeats, `--model M` the model: engine weights (a short name or a path) or an Inspect-style
@@ -539,12 +596,15 @@ def _load_yaml(text: str, p: Path) -> Any:
         if node is None:
             return None
         if _expanded_nodes(node) > MAX_CONFIG_NODES:
-            raise ConfigError(f"{p}: expands to over {MAX_CONFIG_NODES} YAML nodes through aliases (*name) or a "
-                              "recursive alias; a run config is small: write the repeated parts out")
+            raise ConfigError(
+                f"{p}: expands to over {MAX_CONFIG_NODES} YAML nodes through aliases (*name) or a "
+                "recursive alias; a run config is small: write the repeated parts out"
+            )
         return loader.construct_document(node)
     except RecursionError:
-        raise ConfigError(f"{p}: nests lists or mappings too deeply to read; a run config is a few levels "
-                          "deep: flatten it") from None
+        raise ConfigError(
+            f"{p}: nests lists or mappings too deeply to read; a run config is a few levels deep: flatten it"
+        ) from None
     finally:
         loader.dispose()
 

@@ -6,6 +6,7 @@ one gets the labelled rule-based fallback. Where the run's judge engine is that 
 the waiting needles itself at its start, before any unit computes: each answer is cached as it comes (a
 run stopped half-way resumes from the cache), and the units carry the new queries.
 """
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -40,8 +41,9 @@ def waiting_units(units: list[Unit]) -> dict[str, int]:
     return out
 
 
-def describe_waiting(cfg: RunConfig, units: list[Unit], llm_named: Callable[[str], Any],
-                     log: Callable[[str], None] = lambda _: None) -> list[Unit]:
+def describe_waiting(
+    cfg: RunConfig, units: list[Unit], llm_named: Callable[[str], Any], log: Callable[[str], None] = lambda _: None
+) -> list[Unit]:
     """`units` with every waiting RepoQA needle described by the judge engine (`llm_named(model)`: the judge
     engine as an LLM whose name is the describer model, the cache's key); needles whose describer is not the
     judge model keep their labelled fallback, and the log says so."""
@@ -62,6 +64,8 @@ def describe_waiting(cfg: RunConfig, units: list[Unit], llm_named: Callable[[str
         out.append(replace(u, sample=described[key]))
     left = waiting_units(out)
     for model, n in left.items():
-        log(f"{n} RepoQA needle(s) keep the rule-based fallback: describer_model {model!r} is not the run's judge "
-            f"engine; run `memloop data repoqa-describe --model {model}` first")
+        log(
+            f"{n} RepoQA needle(s) keep the rule-based fallback: describer_model {model!r} is not the run's judge "
+            f"engine; run `memloop data repoqa-describe --model {model}` first"
+        )
     return out

@@ -20,6 +20,7 @@ fan-out and the run store.
    `memloop.jobs.store.gcs.STORAGE_DEADLINE_S`) the run stops: the shards written are kept, the summary
    names the error and the units not saved, and a re-run resumes.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -33,22 +34,22 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from memloop.eval.judges.cost import cache_hit_rate
 from memloop.eval.llm import Usage
+from memloop.jobs.errors import INFRASTRUCTURE, METHOD, RunError, StorageError, error_text
 from memloop.jobs.run import actors as engine_actors
 from memloop.jobs.run.config import RunConfig
-from memloop.eval.judges.cost import cache_hit_rate
-from memloop.jobs.errors import INFRASTRUCTURE, METHOD, RunError, StorageError, error_text
 from memloop.jobs.run.judge_fanout import Judging
-from memloop.jobs.store.manifest import manifest_base
+from memloop.jobs.run.loops import run_loop, start_workers
 from memloop.jobs.run.plan import RunPlan
 from memloop.jobs.run.pool import Attempt, Outcome, WorkerPool
 from memloop.jobs.run.progress import Progress
 from memloop.jobs.run.shards import ShardWriter, judged, method_failure
+from memloop.jobs.run.workload import Unit
+from memloop.jobs.store.manifest import manifest_base
 from memloop.jobs.store.run_files import Committed
 from memloop.jobs.store.run_store import RunStore
-from memloop.jobs.run.loops import run_loop, start_workers
 from memloop.jobs.store.tables import now, sample_row
-from memloop.jobs.run.workload import Unit
 
 Log = Callable[[str], None]
 EXIT_STORAGE = 4  # the run stopped because its output could not be written
@@ -102,24 +103,36 @@ class RunSummary:
     def final_line(self) -> str:
         """One line a person reads last: what computed, what failed and why, what the means count as 0."""
         attempted = self.computed + self.failed
-        parts = [f"run {self.run_id}: {self.computed} of {attempted} unit(s) computed"
-                 + (f", {self.skipped} already done" if self.skipped else "")]
+        parts = [
+            f"run {self.run_id}: {self.computed} of {attempted} unit(s) computed"
+            + (f", {self.skipped} already done" if self.skipped else "")
+        ]
         if self.failed or self.incomplete:
             parts.append(f"failed: {self.failed}, incomplete: {self.incomplete} (the run's, not the method's)")
         if self.method_failed:
-            parts.append(f"method failures: {self.method_failed} of {attempted} unit(s) "
-                         f"({self.method_failed_share:.0%}; the method produced nothing, counted 0 in the means; "
-                         "`--fail-on method` makes them fail the run)")
+            parts.append(
+                f"method failures: {self.method_failed} of {attempted} unit(s) "
+                f"({self.method_failed_share:.0%}; the method produced nothing, counted 0 in the means; "
+                "`--fail-on method` makes them fail the run)"
+            )
         else:
             parts.append("method failures: 0")
         return "; ".join(parts)
 
     def to_dict(self) -> dict[str, Any]:
-        out = {"run_id": self.run_id, "output": self.output, "samples": self.samples, "computed": self.computed,
-               "skipped": self.skipped, "failed": self.failed, "incomplete": self.incomplete,
-               "errors": self.first_errors(5),
-               "method_failed": self.method_failed, "method_failed_share": round(self.method_failed_share, 4),
-               "method_errors": list(dict.fromkeys(self.method_errors))[:5]}
+        out = {
+            "run_id": self.run_id,
+            "output": self.output,
+            "samples": self.samples,
+            "computed": self.computed,
+            "skipped": self.skipped,
+            "failed": self.failed,
+            "incomplete": self.incomplete,
+            "errors": self.first_errors(5),
+            "method_failed": self.method_failed,
+            "method_failed_share": round(self.method_failed_share, 4),
+            "method_errors": list(dict.fromkeys(self.method_errors))[:5],
+        }
         if self.storage_error:
             out.update(storage_error=self.storage_error, unsaved=self.unsaved)
         return out
@@ -156,8 +169,16 @@ class _UnitRunner:
     """The unit function of the pool: one method loop against one lane's LLM (an engine actor, or the
     endpoint), in this process or in the lane's method worker next to its engine, then its shard."""
 
-    def __init__(self, cfg: RunConfig, llms: list[Any], actors: list[Any], writer: ShardWriter, log: Log,
-                 workers: list[Any] | None = None, cpu: CpuSplit | None = None) -> None:
+    def __init__(
+        self,
+        cfg: RunConfig,
+        llms: list[Any],
+        actors: list[Any],
+        writer: ShardWriter,
+        log: Log,
+        workers: list[Any] | None = None,
+        cpu: CpuSplit | None = None,
+    ) -> None:
         self.cfg, self.llms, self.actors, self.writer, self.log = cfg, llms, actors, writer, log
         self.workers = workers or []
         self.cpu = cpu or CpuSplit()
@@ -249,15 +270,25 @@ def _cached(plan: RunPlan, llms: list[Any]) -> list[Any]:
     return [CachedLLM(llm, cfg.response_cache, key) for llm in llms]
 
 
-def _compute(plan: RunPlan, rs: RunStore, todo: list[Unit], llms: list[Any], actors: list[Any], log: Log,
-             state: dict[str, Any], workers: list[Any] | None = None, judging: Judging | None = None) -> dict[str, Any]:
+def _compute(
+    plan: RunPlan,
+    rs: RunStore,
+    todo: list[Unit],
+    llms: list[Any],
+    actors: list[Any],
+    log: Log,
+    state: dict[str, Any],
+    workers: list[Any] | None = None,
+    judging: Judging | None = None,
+) -> dict[str, Any]:
     cfg = plan.config
     per_lane = cfg.model.endpoint.max_concurrency if cfg.model.endpoint is not None else cfg.engine.max_in_flight
     llms = _cached(plan, llms)
     cpu = CpuSplit()
     judging = judging or Judging.of(cfg)
-    runner = _UnitRunner(cfg, llms, actors, ShardWriter(rs.store.uri, plan.run_id, "driver", judging), log,
-                         workers, cpu)
+    runner = _UnitRunner(
+        cfg, llms, actors, ShardWriter(rs.store.uri, plan.run_id, "driver", judging), log, workers, cpu
+    )
 
     def flush(rows: dict[str, list[dict[str, Any]]]) -> None:
         with cpu("write"):
@@ -266,11 +297,21 @@ def _compute(plan: RunPlan, rs: RunStore, todo: list[Unit], llms: list[Any], act
     progress = Progress(len(todo), rs.uri, log, interactive=log is _stderr and sys.stderr.isatty())
     t0, cpu0 = time.monotonic(), time.process_time()
     pool: WorkerPool[Unit] = WorkerPool(
-        todo, lanes=len(llms), per_lane=per_lane, retries=cfg.retries, run=runner.run,
-        failed_rows=runner.failed_rows, flush=flush, record=rs.record, describe=lambda u: u.key,
+        todo,
+        lanes=len(llms),
+        per_lane=per_lane,
+        retries=cfg.retries,
+        run=runner.run,
+        failed_rows=runner.failed_rows,
+        flush=flush,
+        record=rs.record,
+        describe=lambda u: u.key,
         lane_lost=runner.lane_lost,
-        flush_units=cfg.flush_units, flush_s=cfg.flush_s,
-        progress=lambda p: _show_progress(progress, p, runner), log=log)
+        flush_units=cfg.flush_units,
+        flush_s=cfg.flush_s,
+        progress=lambda p: _show_progress(progress, p, runner),
+        log=log,
+    )
     runner.stop = pool.stop
     state["pool"] = pool
     state["pool_started"] = t0
@@ -289,17 +330,23 @@ def _compute(plan: RunPlan, rs: RunStore, todo: list[Unit], llms: list[Any], act
     progress.close()
     u = runner.usage
     state["method_failed"] = (runner.method_failed, list(runner.method_errors))
-    return {"wall_s": el, "method_failed": runner.method_failed,
-            "prompt_tokens": u.prompt_tokens, "cached_tokens": u.cached_tokens,
-            "decoded_tokens": u.decoded_tokens,
-            "cache_hit": cache_hit_rate(u),
-            "tokens_per_s": (u.prompt_tokens - u.cached_tokens + u.decoded_tokens) / el if el else 0.0,
-            "method_loops": cfg.engine.method_loops if actors else "driver",
-            "driver_cpu": cpu_s / el if el else 0.0,  # cores' worth of the driver process while units ran
-            "driver_cpu_s": cpu.summary(cpu_s),  # the same in seconds, by what it was spent on
-            "engine": engine_actors.engine_stats(actors),
-            "response_cache": {"hits": sum(getattr(x, "hits", 0) for x in llms),
-                               "misses": sum(getattr(x, "misses", 0) for x in llms)}}
+    return {
+        "wall_s": el,
+        "method_failed": runner.method_failed,
+        "prompt_tokens": u.prompt_tokens,
+        "cached_tokens": u.cached_tokens,
+        "decoded_tokens": u.decoded_tokens,
+        "cache_hit": cache_hit_rate(u),
+        "tokens_per_s": (u.prompt_tokens - u.cached_tokens + u.decoded_tokens) / el if el else 0.0,
+        "method_loops": cfg.engine.method_loops if actors else "driver",
+        "driver_cpu": cpu_s / el if el else 0.0,  # cores' worth of the driver process while units ran
+        "driver_cpu_s": cpu.summary(cpu_s),  # the same in seconds, by what it was spent on
+        "engine": engine_actors.engine_stats(actors),
+        "response_cache": {
+            "hits": sum(getattr(x, "hits", 0) for x in llms),
+            "misses": sum(getattr(x, "misses", 0) for x in llms),
+        },
+    }
 
 
 def _stop_pool(state: dict[str, Any]) -> None:
@@ -308,24 +355,36 @@ def _stop_pool(state: dict[str, Any]) -> None:
         pool.stop.set()
 
 
-def _start_and_compute(plan: RunPlan, rs: RunStore, todo: list[Unit], actor_cls: Any, sim: "Simulated | None",
-                       log: Log, state: dict[str, Any]) -> dict[str, Any]:
+def _start_and_compute(
+    plan: RunPlan,
+    rs: RunStore,
+    todo: list[Unit],
+    actor_cls: Any,
+    sim: "Simulated | None",
+    log: Log,
+    state: dict[str, Any],
+) -> dict[str, Any]:
     """Start the engine actors (or connect to the endpoint) and, with `method_loops: engine`, a method
     worker beside each; compute the units, and kill the actors whatever happens."""
     import ray
-
     from memloop.jobs.run.describe import describe_waiting, waiting_units
     from memloop.jobs.run.llm_adapters import ActorLLM
 
     engine_actors.ensure_ray(log)  # judges run as Ray tasks in either case
     cfg = plan.config
     judge_procs = _start_judge_engine(plan, actor_cls, log)
-    judging = Judging.of(cfg, ActorLLM(judge_procs[0], name="judge-engine", timeout_s=cfg.engine.request_timeout_s)
-                         if judge_procs else None)
+    judging = Judging.of(
+        cfg,
+        ActorLLM(judge_procs[0], name="judge-engine", timeout_s=cfg.engine.request_timeout_s) if judge_procs else None,
+    )
     try:
         if judge_procs and waiting_units(todo):  # RepoQA needles with no cached description: the judge writes them
-            todo = describe_waiting(cfg, todo, lambda model: ActorLLM(
-                judge_procs[0], name=model, timeout_s=cfg.engine.request_timeout_s), log)
+            todo = describe_waiting(
+                cfg,
+                todo,
+                lambda model: ActorLLM(judge_procs[0], name=model, timeout_s=cfg.engine.request_timeout_s),
+                log,
+            )
         return _start_engines_and_compute(plan, rs, todo, actor_cls, sim, log, state, judging)
     finally:
         for a in judge_procs:
@@ -339,19 +398,30 @@ def _start_judge_engine(plan: RunPlan, actor_cls: Any, log: Log) -> list[Any]:
     spec = plan.config.engine.model_copy(update={"actors": 1})
     log(f"judge engine: {plan.judge_engine_config.model}")
     try:
-        return engine_actors.start_actors(spec, actor_cls or engine_actors.default_actor_class(),
-                                          {"config": plan.judge_engine_config}, log,
-                                          name_prefix=f"memloop:{plan.run_id}:judge-")
+        return engine_actors.start_actors(
+            spec,
+            actor_cls or engine_actors.default_actor_class(),
+            {"config": plan.judge_engine_config},
+            log,
+            name_prefix=f"memloop:{plan.run_id}:judge-",
+        )
     except ValueError as exc:  # the name is taken
-        raise RunError(f"run {plan.run_id} is already being computed on this Ray cluster ({exc}); "
-                       "wait for it or stop it") from None
+        raise RunError(
+            f"run {plan.run_id} is already being computed on this Ray cluster ({exc}); wait for it or stop it"
+        ) from None
 
 
-def _start_engines_and_compute(plan: RunPlan, rs: RunStore, todo: list[Unit], actor_cls: Any,
-                               sim: "Simulated | None", log: Log, state: dict[str, Any],
-                               judging: Judging) -> dict[str, Any]:
+def _start_engines_and_compute(
+    plan: RunPlan,
+    rs: RunStore,
+    todo: list[Unit],
+    actor_cls: Any,
+    sim: "Simulated | None",
+    log: Log,
+    state: dict[str, Any],
+    judging: Judging,
+) -> dict[str, Any]:
     import ray
-
     from memloop.jobs.run.llm_adapters import ActorLLM, endpoint_llm
 
     cfg = plan.config
@@ -361,12 +431,17 @@ def _start_engines_and_compute(plan: RunPlan, rs: RunStore, todo: list[Unit], ac
         actors, procs = sim.start(cfg.engine, log)
     else:
         try:
-            actors = procs = engine_actors.start_actors(cfg.engine, actor_cls or engine_actors.default_actor_class(),
-                                                        {"config": plan.engine_config}, log,
-                                                        name_prefix=f"memloop:{plan.run_id}:")
+            actors = procs = engine_actors.start_actors(
+                cfg.engine,
+                actor_cls or engine_actors.default_actor_class(),
+                {"config": plan.engine_config},
+                log,
+                name_prefix=f"memloop:{plan.run_id}:",
+            )
         except ValueError as exc:  # the name is taken
-            raise RunError(f"run {plan.run_id} is already being computed on this Ray cluster ({exc}); "
-                           "wait for it or stop it") from None
+            raise RunError(
+                f"run {plan.run_id} is already being computed on this Ray cluster ({exc}); wait for it or stop it"
+            ) from None
     timeout = cfg.engine.request_timeout_s
     llms = [ActorLLM(a, name=f"engine-{i}", timeout_s=timeout) for i, a in enumerate(actors)]
     workers: list[Any] = []
@@ -374,9 +449,15 @@ def _start_engines_and_compute(plan: RunPlan, rs: RunStore, todo: list[Unit], ac
     try:
         if cfg.engine.method_loops == "engine":
             workers, worker_procs = start_workers(
-                actors, cfg.engine.max_in_flight, max_restarts=cfg.engine.max_restarts, timeout_s=timeout,
-                cache_dir=cfg.response_cache, cache_key=json.dumps(plan.identity["model"], sort_keys=True),
-                pack=sim.pack if sim is not None else 1, writer=(rs.store.uri, plan.run_id, judging))
+                actors,
+                cfg.engine.max_in_flight,
+                max_restarts=cfg.engine.max_restarts,
+                timeout_s=timeout,
+                cache_dir=cfg.response_cache,
+                cache_key=json.dumps(plan.identity["model"], sort_keys=True),
+                pack=sim.pack if sim is not None else 1,
+                writer=(rs.store.uri, plan.run_id, judging),
+            )
             log(f"method loops: {len(worker_procs)} worker process(es) beside the engine actors")
         return _compute(plan, rs, todo, llms, actors, log, state, workers, judging)
     finally:
@@ -393,10 +474,17 @@ class Simulated:
     pack: int = 1
 
 
-def execute(plan: RunPlan, *, actor_cls: Any = None, sim: Simulated | None = None,
-            units: Callable[[list[Unit]], list[Unit]] | None = None, stop_after_s: float | None = None,
-            log: Log = _stderr, on_ready: Callable[[str, str], None] | None = None,
-            state: dict[str, Any] | None = None) -> RunSummary:
+def execute(
+    plan: RunPlan,
+    *,
+    actor_cls: Any = None,
+    sim: Simulated | None = None,
+    units: Callable[[list[Unit]], list[Unit]] | None = None,
+    stop_after_s: float | None = None,
+    log: Log = _stderr,
+    on_ready: Callable[[str, str], None] | None = None,
+    state: dict[str, Any] | None = None,
+) -> RunSummary:
     """Run (or resume) the plan's config; returns the counts printed as the CLI's last line. The caller makes
     the plan (`memloop.jobs.run.plan.make_plan`, which loads every dataset and digests every file) once.
 
@@ -422,10 +510,15 @@ def execute(plan: RunPlan, *, actor_cls: Any = None, sim: Simulated | None = Non
     skipped = len(all_units) - len(todo)
     if rs.incomplete:  # a file of a finished shard is gone: its units are computed again, not trusted
         files = sorted(f for fs in rs.incomplete.values() for f in fs)
-        log(f"{len(rs.incomplete)} finished shard(s) miss a file ({', '.join(files[:3])}{' ...' if len(files) > 3 else ''}): "
-            "their units are computed again")
-    log(f"run {plan.run_id}: {len(all_units)} units, {skipped} already done, {len(todo)} to compute; "
-        f"results -> {rs.uri}")
+        log(
+            f"{len(rs.incomplete)} finished shard(s) miss a file "
+            f"({', '.join(files[:3])}{' ...' if len(files) > 3 else ''}): "
+            "their units are computed again"
+        )
+    log(
+        f"run {plan.run_id}: {len(all_units)} units, {skipped} already done, {len(todo)} to compute; "
+        f"results -> {rs.uri}"
+    )
     invocation = f"{now().strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
     base = manifest_base(plan, invocation, rs.uri)
     started, t0 = now(), time.monotonic()
@@ -437,16 +530,21 @@ def execute(plan: RunPlan, *, actor_cls: Any = None, sim: Simulated | None = Non
     # A second driver of the same run into the same output is refused here, before it writes anything. A rerun
     # with nothing to compute still takes it to merge the small shards an earlier compaction left (a full disk).
     compact_only = not todo and rs.compactable(cfg.shard_rows)
-    held = (run_lock(rs, f"{invocation} ({plan.run_id})", log, on_lost=lambda: _stop_pool(state))
-            if todo or compact_only else contextlib.nullcontext({"lost": None}))
+    held = (
+        run_lock(rs, f"{invocation} ({plan.run_id})", log, on_lost=lambda: _stop_pool(state))
+        if todo or compact_only
+        else contextlib.nullcontext({"lost": None})
+    )
     with held as lock:
         try:
             if todo or compact_only:
                 orphans = rs.remove_orphans()  # the lock is ours: no writer of this run is between parts and commit
                 if orphans:
                     stats["orphans_removed"] = len(orphans)
-                    log(f"removed {len(orphans)} file(s) of shards an earlier invocation never committed "
-                        f"({', '.join(orphans[:2])}{' ...' if len(orphans) > 2 else ''})")
+                    log(
+                        f"removed {len(orphans)} file(s) of shards an earlier invocation never committed "
+                        f"({', '.join(orphans[:2])}{' ...' if len(orphans) > 2 else ''})"
+                    )
             if todo:
                 stats.update(_start_and_compute(plan, rs, todo, actor_cls, sim, log, state))
             if todo or compact_only:
@@ -473,17 +571,31 @@ def execute(plan: RunPlan, *, actor_cls: Any = None, sim: Simulated | None = Non
             if unsaved:  # finished but not written: not done, so counted neither way (a re-run computes them)
                 unsaved_failed = pool.unsaved_failed
                 computed, failed = computed - (unsaved - unsaved_failed), failed - unsaved_failed
-            state["counts"] = (computed, failed, list(pool.errors) if pool is not None else [],
-                               pool.infrastructure if pool is not None else 0)
+            state["counts"] = (
+                computed,
+                failed,
+                list(pool.errors) if pool is not None else [],
+                pool.infrastructure if pool is not None else 0,
+            )
             state["storage_error"] = pool.storage_error if pool is not None else state.get("storage_error")
             state["unsaved"] = unsaved
             if state["counts"][2]:  # the causes, so a run with no row written still names them (RunStore.at)
                 stats["first_errors"] = [e[:500] for e in list(dict.fromkeys(state["counts"][2]))[:3]]
             try:
                 rs.write_index(invocation)  # before the manifest: what the next resume reads
-                rs.write_manifest(dict(base, started_at=started, finished_at=now(), wall_s=time.monotonic() - t0,
-                                       samples=len(plan.units), computed=computed, skipped=skipped, failed=failed,
-                                       stats_json=json.dumps(stats, default=str)))
+                rs.write_manifest(
+                    dict(
+                        base,
+                        started_at=started,
+                        finished_at=now(),
+                        wall_s=time.monotonic() - t0,
+                        samples=len(plan.units),
+                        computed=computed,
+                        skipped=skipped,
+                        failed=failed,
+                        stats_json=json.dumps(stats, default=str),
+                    )
+                )
             except StorageError as exc:  # the shards already written are what counts; a resume lists them
                 log(f"the invocation's index and manifest were not written ({error_text(exc)[:300]})")
                 state["storage_error"] = state["storage_error"] or error_text(exc)
@@ -492,6 +604,18 @@ def execute(plan: RunPlan, *, actor_cls: Any = None, sim: Simulated | None = Non
     state["storage_error"] = state["storage_error"] or lock.get("storage_error")
     computed, failed, errors, incomplete = state["counts"]
     method_failed, method_errors = state.get("method_failed", (0, []))
-    return RunSummary(plan.run_id, rs.uri, len(all_units), computed, skipped, failed, stats, errors,
-                      method_failed, method_errors, incomplete, storage_error=state["storage_error"],
-                      unsaved=state["unsaved"])
+    return RunSummary(
+        plan.run_id,
+        rs.uri,
+        len(all_units),
+        computed,
+        skipped,
+        failed,
+        stats,
+        errors,
+        method_failed,
+        method_errors,
+        incomplete,
+        storage_error=state["storage_error"],
+        unsaved=state["unsaved"],
+    )

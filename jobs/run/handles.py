@@ -1,6 +1,7 @@
 """Handles to the processes a run drives: one actor process serving several engine hosts
 (`PackedHandle`; a real run packs one host per worker, the scale simulation many), and the
 process's own memory (`rss_mb`) that the workers report with their statistics."""
+
 from __future__ import annotations
 
 import os

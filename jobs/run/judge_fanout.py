@@ -8,10 +8,12 @@ straight to its next unit. A judge that fails is that judgment's failure, not th
 writes a `judgments` row with the root cause (`memloop.jobs.store.tables.judge_failure_row`), the unit is
 committed as its method left it (ok), so the sample stays in every method's comparison and cost
 row, and the commit carries the error so the driver counts the unit incomplete (the run exits
-non-zero; the report flags the judge's cells incomplete). The order of the writes is what makes a crash harmless: steps and
+non-zero; the report flags the judge's cells incomplete). The order of the writes is what makes a crash harmless: steps
+and
 judge parts first, the samples file last, so a crash at any point leaves either a committed unit or
 files no reader sees, and a resume computes exactly the units without a samples row.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -64,8 +66,14 @@ class Judging:
         return judge_llm(g, self.engine_llm if on_judge_engine else lane_llm)
 
 
-def commit_unit(output_uri: str, run_id: str, shard: str, samples: list[dict[str, Any]],
-                files: list[tuple[str, int]], *judged: dict[str, Any]) -> Committed:
+def commit_unit(
+    output_uri: str,
+    run_id: str,
+    shard: str,
+    samples: list[dict[str, Any]],
+    files: list[tuple[str, int]],
+    *judged: dict[str, Any],
+) -> Committed:
     """The commit task's body: the unit's samples row as the method left it, written after every judge
     part; the judges' errors, if any, travel in the `Committed` record (the unit is incomplete)."""
     errors = [j["error"] for j in judged if j["error"]]
@@ -74,26 +82,53 @@ def commit_unit(output_uri: str, run_id: str, shard: str, samples: list[dict[str
     return rs.commit(shard, samples, list(files) + [f for j in judged for f in j["files"]], error, keep=False)
 
 
-def start_judges(judging: Judging, output_uri: str, run_id: str, shard: str, u: Unit, out: Any, llm: Any,
-                 samples: list[dict[str, Any]], files: list[tuple[str, int]]) -> Any:
+def start_judges(
+    judging: Judging,
+    output_uri: str,
+    run_id: str,
+    shard: str,
+    u: Unit,
+    out: Any,
+    llm: Any,
+    samples: list[dict[str, Any]],
+    files: list[tuple[str, int]],
+) -> Any:
     """Start `u`'s judge tasks and its commit task; returns the commit task's reference (of a
     `Committed`)."""
     import ray
-
     from memloop.eval.judges import get_judge
-
     from memloop.jobs.run.judge_task import judge_part
 
     if not _remote:
         _remote["judge"] = ray.remote(judge_part)
         _remote["commit"] = ray.remote(commit_unit)
     unit = unit_columns(u)
-    refs = [_remote["judge"].options(num_cpus=judging.cpus, max_retries=max(judging.retries, PROCESS_RETRIES),
-                                     retry_exceptions=[ray.exceptions.RayActorError], name=f"judge:{j.name}")
-            .remote(output_uri, run_id, shard, f"j{k}", unit, j, get_judge(j.name).prediction(out, len(u.sample.chunks)),
-                    u.sample.gold, u.sample.metadata, judging.judge_model,
-                    judging.engine_llm if judging.engine_llm is not None else llm)
-            for k, j in enumerate(u.judges)]
+    refs = [
+        _remote["judge"]
+        .options(
+            num_cpus=judging.cpus,
+            max_retries=max(judging.retries, PROCESS_RETRIES),
+            retry_exceptions=[ray.exceptions.RayActorError],
+            name=f"judge:{j.name}",
+        )
+        .remote(
+            output_uri,
+            run_id,
+            shard,
+            f"j{k}",
+            unit,
+            j,
+            get_judge(j.name).prediction(out, len(u.sample.chunks)),
+            u.sample.gold,
+            u.sample.metadata,
+            judging.judge_model,
+            judging.engine_llm if judging.engine_llm is not None else llm,
+        )
+        for k, j in enumerate(u.judges)
+    ]
     # a small CPU share: commits are one write each, and a share bounds how many run at once
-    return _remote["commit"].options(num_cpus=0.05, max_retries=PROCESS_RETRIES, name="commit").remote(
-        output_uri, run_id, shard, samples, files, *refs)
+    return (
+        _remote["commit"]
+        .options(num_cpus=0.05, max_retries=PROCESS_RETRIES, name="commit")
+        .remote(output_uri, run_id, shard, samples, files, *refs)
+    )

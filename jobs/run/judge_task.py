@@ -3,6 +3,7 @@ configured endpoint), run one judge on one unit's output, and write its `judgmen
 rows (`memloop.jobs.store.tables.judge_rows`) as a part of the unit's shard, from the task's own process.
 Scheduling the tasks and committing the unit once they returned is `memloop.jobs.run.judge_fanout`'s job.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -22,8 +23,9 @@ def judge_llm(spec: JudgeModelSpec, engine_llm: Any) -> Any:
     return endpoint_llm(spec.endpoint)
 
 
-def judge_one(judge: JudgeSpec, output: Any, gold: Any, metadata: dict[str, Any], judge_model: JudgeModelSpec,
-              engine_llm: Any) -> dict[str, list[dict[str, Any]]]:
+def judge_one(
+    judge: JudgeSpec, output: Any, gold: Any, metadata: dict[str, Any], judge_model: JudgeModelSpec, engine_llm: Any
+) -> dict[str, list[dict[str, Any]]]:
     """Run one judge on one output; returns {"judgments": rows, "scores": rows}."""
     from memloop.eval.judges import get_judge, run_judge
 
@@ -32,9 +34,19 @@ def judge_one(judge: JudgeSpec, output: Any, gold: Any, metadata: dict[str, Any]
     return judge_rows(result)
 
 
-def judge_part(output_uri: str, run_id: str, shard: str, part: str, unit: dict[str, Any], judge: JudgeSpec,
-               output: Any, gold: Any, metadata: dict[str, Any], judge_model: JudgeModelSpec,
-               engine_llm: Any) -> dict[str, Any]:
+def judge_part(
+    output_uri: str,
+    run_id: str,
+    shard: str,
+    part: str,
+    unit: dict[str, Any],
+    judge: JudgeSpec,
+    output: Any,
+    gold: Any,
+    metadata: dict[str, Any],
+    judge_model: JudgeModelSpec,
+    engine_llm: Any,
+) -> dict[str, Any]:
     """A judge task's body: judge, then write the rows as part `part` of `shard` (invisible until the
     unit's commit). Returns {"files": [(name, rows)], "error": the judge's error or None}; a judge's
     own failure is written as its `judgments` row (`judge_failure_row`). An engine

@@ -11,6 +11,7 @@
 Token counts are asked from the actor once per distinct text and memoised (methods count the
 same memory and chunks repeatedly).
 """
+
 from __future__ import annotations
 
 import functools
@@ -95,6 +96,12 @@ def endpoint_llm(spec: Any) -> LLM:
     the environment variable the spec names, never from the config."""
     from memloop.eval.llm_http import OpenAICompatibleLLM
 
-    return OpenAICompatibleLLM(base_url=spec.base_url, model=spec.model, api_key_env=spec.api_key_env,
-                               timeout_s=spec.timeout_s, max_retries=spec.max_retries,
-                               supports_json_schema=spec.json_schema, max_concurrency=spec.max_concurrency)
+    return OpenAICompatibleLLM(
+        base_url=spec.base_url,
+        model=spec.model,
+        api_key_env=spec.api_key_env,
+        timeout_s=spec.timeout_s,
+        max_retries=spec.max_retries,
+        supports_json_schema=spec.json_schema,
+        max_concurrency=spec.max_concurrency,
+    )

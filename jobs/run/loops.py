@@ -9,6 +9,7 @@ parsing, revisions and token counting then run on the engine's host in a process
 so does writing the unit's rows as a shard (`memloop.jobs.run.shards.ShardWriter`): what comes back to the
 driver is the shard's commit record (or its commit task's reference) and the unit's token usage.
 """
+
 from __future__ import annotations
 
 import os
@@ -39,8 +40,15 @@ class MethodWorker:
     """Runs method loops against engine actors from the engines' own host (a threaded Ray actor).
     One worker serves one engine in a real run; a simulation packs several (`host` picks one)."""
 
-    def __init__(self, engines: list[Any], names: list[str], timeout_s: float | None, cache_dir: str | None = None,
-                 cache_key: str = "", writer: tuple[str, str, Judging] | None = None) -> None:
+    def __init__(
+        self,
+        engines: list[Any],
+        names: list[str],
+        timeout_s: float | None,
+        cache_dir: str | None = None,
+        cache_key: str = "",
+        writer: tuple[str, str, Judging] | None = None,
+    ) -> None:
         from memloop.jobs.run.llm_adapters import ActorLLM
 
         # (output URI, run id, judging): the worker writes its units' shards itself
@@ -77,9 +85,17 @@ def node_of(actor: Any) -> str:
     return ray.get(actor.__ray_call__.remote(lambda self: ray.get_runtime_context().get_node_id()))
 
 
-def start_workers(engines: list[Any], per_engine: int, *, max_restarts: int, timeout_s: float | None,
-                  cache_dir: str | None, cache_key: str, pack: int = 1,
-                  writer: tuple[str, str, Judging] | None = None) -> tuple[list[Any], list[Any]]:
+def start_workers(
+    engines: list[Any],
+    per_engine: int,
+    *,
+    max_restarts: int,
+    timeout_s: float | None,
+    cache_dir: str | None,
+    cache_key: str,
+    pack: int = 1,
+    writer: tuple[str, str, Judging] | None = None,
+) -> tuple[list[Any], list[Any]]:
     """A `MethodWorker` per `pack` engine actors (one in a real run), on their node, with `per_engine`
     threads per engine. They ask no CPU of their own: they run beside the engines whose requests they
     make. Returns a handle per engine (`memloop.jobs.run.handles.PackedHandle`) and the worker actors."""
@@ -89,11 +105,16 @@ def start_workers(engines: list[Any], per_engine: int, *, max_restarts: int, tim
     cls = ray.remote(MethodWorker)
     procs = []
     for j in range(0, len(engines), pack):
-        group = engines[j:j + pack]
+        group = engines[j : j + pack]
         strategy = NodeAffinitySchedulingStrategy(node_of(group[0]), soft=False)
-        procs.append(cls.options(num_cpus=0, max_concurrency=per_engine * len(group), max_restarts=max_restarts,
-                                 max_task_retries=0, scheduling_strategy=strategy)
-                     .remote(group, [f"engine-{j + i}" for i in range(len(group))], timeout_s, cache_dir, cache_key,
-                             writer))
+        procs.append(
+            cls.options(
+                num_cpus=0,
+                max_concurrency=per_engine * len(group),
+                max_restarts=max_restarts,
+                max_task_retries=0,
+                scheduling_strategy=strategy,
+            ).remote(group, [f"engine-{j + i}" for i in range(len(group))], timeout_s, cache_dir, cache_key, writer)
+        )
     ray.get([w.health.remote() for w in procs])
     return packed_handles(procs, pack, len(engines)), procs

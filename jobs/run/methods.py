@@ -4,6 +4,7 @@ that builds every one before work starts.
 Both the units (`memloop.jobs.run.workload`) and the fit check (`memloop.jobs.run.chunk_fit`) read these, so they live
 apart from either.
 """
+
 from __future__ import annotations
 
 from typing import Any

@@ -11,6 +11,7 @@ provider is the engine's weights, as before.
 `model_section` turns a name into the run config's `model:` section, `judge_section` into its
 `judge_model:` section; both are validated again with the rest of the config.
 """
+
 from __future__ import annotations
 
 import os
@@ -51,19 +52,22 @@ def provider_of(name: str) -> tuple[str, str] | None:
     return head, rest
 
 
-def _endpoint(provider: str, model: str, base_url: str | None, flag: str,
-              keep: dict[str, Any] | None) -> dict[str, Any]:
+def _endpoint(
+    provider: str, model: str, base_url: str | None, flag: str, keep: dict[str, Any] | None
+) -> dict[str, Any]:
     p = ENDPOINT_PROVIDERS[provider]
     url = base_url or os.environ.get(p.base_url_env) or p.default_base_url
     if not url:
-        raise ConfigError(f"{provider}/{model}: where is the server? give {flag} http://HOST:PORT/v1 or set "
-                          f"{p.base_url_env}")
+        raise ConfigError(
+            f"{provider}/{model}: where is the server? give {flag} http://HOST:PORT/v1 or set {p.base_url_env}"
+        )
     if not url.startswith(("http://", "https://")):
         raise ConfigError(f"{provider}/{model}: base URL {url!r} is not http(s); give e.g. http://127.0.0.1:8000/v1")
     key_env = p.api_key_env if os.environ.get(p.api_key_env) else None
     if key_env is None and url == p.default_base_url:
-        raise ConfigError(f"{provider}/{model} at {url} needs an API key: export {p.api_key_env} (or give a server's "
-                          f"URL with {flag})")
+        raise ConfigError(
+            f"{provider}/{model} at {url} needs an API key: export {p.api_key_env} (or give a server's URL with {flag})"
+        )
     out = {k: v for k, v in (keep or {}).items() if k in _TRANSPORT}
     return dict(out, base_url=url, model=model, api_key_env=key_env)
 
@@ -77,8 +81,10 @@ def _engine_weights(provider: str, rest: str) -> str:
     try:  # the local cache only: a run never downloads weights
         return snapshot_download(rest, local_files_only=True)
     except (LocalEntryNotFoundError, ValueError, OSError):
-        raise ConfigError(f"hf/{rest}: not in the local Hugging Face cache; download it first "
-                          f"(`hf download {rest}`) or give its directory as memloop/PATH") from None
+        raise ConfigError(
+            f"hf/{rest}: not in the local Hugging Face cache; download it first "
+            f"(`hf download {rest}`) or give its directory as memloop/PATH"
+        ) from None
 
 
 def model_section(name: str, base_url: str | None = None, current: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -88,14 +94,18 @@ def model_section(name: str, base_url: str | None = None, current: dict[str, Any
     parsed = provider_of(name)
     if parsed is None or parsed[0] in ENGINE_PROVIDERS:
         if base_url is not None:
-            raise ConfigError(f"--model-base-url is for an endpoint model (openai/NAME, vllm/NAME, sglang/NAME); "
-                              f"{name!r} runs on memloop's engine")
+            raise ConfigError(
+                f"--model-base-url is for an endpoint model (openai/NAME, vllm/NAME, sglang/NAME); "
+                f"{name!r} runs on memloop's engine"
+            )
         weights = name if parsed is None else _engine_weights(*parsed)
         if parsed is None and current.get("kind") == "openai":
-            raise ConfigError(f"--model {name!r} sets the engine's weights, but this config's model is kind 'openai' "
-                              "(an endpoint serves its own model): change the endpoint's `model` in the config, "
-                              "give --model openai/NAME for another model of an endpoint, or --model memloop/NAME "
-                              "to run it on memloop's engine")
+            raise ConfigError(
+                f"--model {name!r} sets the engine's weights, but this config's model is kind 'openai' "
+                "(an endpoint serves its own model): change the endpoint's `model` in the config, "
+                "give --model openai/NAME for another model of an endpoint, or --model memloop/NAME "
+                "to run it on memloop's engine"
+            )
         if current.get("kind", "engine") == "engine":
             return dict(current, kind="engine", weights=weights, endpoint=None)
         return {"kind": "engine", "weights": weights}
@@ -109,8 +119,7 @@ def judge_section(name: str, base_url: str | None = None) -> dict[str, Any]:
     an endpoint (`openai/NAME` ...) or a judge engine of its own (`memloop/NAME`, `hf/...`, a bare name)."""
     parsed = provider_of(name)
     if parsed is not None and parsed[0] in ENDPOINT_PROVIDERS:
-        return {"kind": "openai",
-                "endpoint": _endpoint(parsed[0], parsed[1], base_url, "--judge-model-base-url", None)}
+        return {"kind": "openai", "endpoint": _endpoint(parsed[0], parsed[1], base_url, "--judge-model-base-url", None)}
     if base_url is not None:
         raise ConfigError("--judge-model-base-url is for an endpoint judge (openai/NAME, vllm/NAME, sglang/NAME)")
     if name == "self":

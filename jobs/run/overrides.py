@@ -8,12 +8,12 @@ The key is a dotted path into the config as the YAML file writes it: `sampling.t
 `[a, b]` keep their types. The result is validated like the file (`parse_config`); method, dataset
 and judge options are checked against their own settings by the plan, as the file's are.
 """
+
 from __future__ import annotations
 
 from typing import Any
 
 import yaml
-
 from memloop.jobs.errors import ConfigError
 
 
@@ -51,8 +51,10 @@ def _children(node: Any, part: str, done: str) -> list[tuple[Any, Any]]:
         hits = [(node, i) for i, item in enumerate(node) if part in _element_keys(item)]
         if not hits:
             names = sorted({n for item in node for n in _element_keys(item)})
-            raise ConfigError(f"-S {done}{part}: no element {part!r} in `{done.rstrip('.')}`; name one by index "
-                              f"(0..{len(node) - 1}), by {', '.join(names) or 'index only'}, or * for all")
+            raise ConfigError(
+                f"-S {done}{part}: no element {part!r} in `{done.rstrip('.')}`; name one by index "
+                f"(0..{len(node) - 1}), by {', '.join(names) or 'index only'}, or * for all"
+            )
         return hits
     if isinstance(node, dict):
         return [(node, part)]

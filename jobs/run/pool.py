@@ -17,6 +17,7 @@ A flush that fails with a storage error (the store already bounds its retries) s
 rows stay in the buffer (`unsaved` counts their items), `storage_error` says why, and what was
 flushed before is kept; nothing retries a storage that is down for minutes.
 """
+
 from __future__ import annotations
 
 import threading
@@ -52,15 +53,26 @@ class Attempt(Generic[T]):
 
 
 class WorkerPool(Generic[T]):
-    def __init__(self, items: list[T], *, lanes: int, per_lane: int, retries: int,
-                 run: Callable[[Attempt[T], int], "Outcome | Future[Outcome]"],
-                 failed_rows: Callable[[Attempt[T], str, bool], Rows],
-                 flush: Callable[[Rows], None], describe: Callable[[T], str] = str,
-                 record: Callable[[Any], None] = lambda written: None,
-                 retryable: Callable[[BaseException], bool] = is_transient,
-                 lane_lost: Callable[[BaseException, int], bool] = lambda exc, lane: False,
-                 flush_units: int = 16, flush_s: float = 20.0, progress_s: float = 20.0,
-                 progress: Callable[["WorkerPool[T]"], None] | None = None, log: Log = print) -> None:
+    def __init__(
+        self,
+        items: list[T],
+        *,
+        lanes: int,
+        per_lane: int,
+        retries: int,
+        run: Callable[[Attempt[T], int], "Outcome | Future[Outcome]"],
+        failed_rows: Callable[[Attempt[T], str, bool], Rows],
+        flush: Callable[[Rows], None],
+        describe: Callable[[T], str] = str,
+        record: Callable[[Any], None] = lambda written: None,
+        retryable: Callable[[BaseException], bool] = is_transient,
+        lane_lost: Callable[[BaseException, int], bool] = lambda exc, lane: False,
+        flush_units: int = 16,
+        flush_s: float = 20.0,
+        progress_s: float = 20.0,
+        progress: Callable[["WorkerPool[T]"], None] | None = None,
+        log: Log = print,
+    ) -> None:
         self.total = len(items)
         self.queue: deque[Attempt[T]] = deque(Attempt(it, 0) for it in items)
         self.lanes, self.per_lane, self.retries = lanes, per_lane, retries
@@ -95,8 +107,9 @@ class WorkerPool(Generic[T]):
             (self.queue.appendleft if front else self.queue.append)(attempt)
             self.cv.notify_all()
 
-    def finish(self, rows: Rows, failed: bool, error: str | None = None, infrastructure: bool = False,
-               written: Any = None) -> None:
+    def finish(
+        self, rows: Rows, failed: bool, error: str | None = None, infrastructure: bool = False, written: Any = None
+    ) -> None:
         if written is not None:
             self._record(written)
         with self.cv:
@@ -159,8 +172,13 @@ class WorkerPool(Generic[T]):
         self.finish({}, failed=True, error=err, infrastructure=True)
 
     def _finished(self, out: Outcome) -> None:
-        self.finish(out.rows, failed=out.error is not None, error=out.error or out.incomplete,
-                    infrastructure=out.incomplete is not None, written=out.written)
+        self.finish(
+            out.rows,
+            failed=out.error is not None,
+            error=out.error or out.incomplete,
+            infrastructure=out.incomplete is not None,
+            written=out.written,
+        )
 
     def _resolved(self, a: Attempt[T], fut: "Future[Outcome]") -> None:
         """A deferred outcome, or the failure its future raised (recorded, not retried; the infrastructure's)."""
@@ -222,8 +240,11 @@ class WorkerPool(Generic[T]):
 
     def run(self) -> tuple[int, int]:
         """Run every item; returns (succeeded, failed). Rows are flushed also on interrupt."""
-        threads = [threading.Thread(target=self._worker, args=(lane,), daemon=True, name=f"unit-{lane}-{k}")
-                   for lane in range(self.lanes) for k in range(self.per_lane)]
+        threads = [
+            threading.Thread(target=self._worker, args=(lane,), daemon=True, name=f"unit-{lane}-{k}")
+            for lane in range(self.lanes)
+            for k in range(self.per_lane)
+        ]
         for t in threads:
             t.start()
         last_flush = last_progress = time.monotonic()

@@ -7,13 +7,13 @@ the run in one line naming the endpoint, the status and what to do, instead of e
 same way later. A server that does not answer, or answers 429/5xx, is reported as a warning and left
 to the run's own retries and failure accounting (it may be starting, or briefly overloaded).
 """
+
 from __future__ import annotations
 
 import os
 from typing import TYPE_CHECKING, Callable
 
 import httpx
-
 from memloop.jobs.errors import JobsError
 
 if TYPE_CHECKING:
@@ -67,7 +67,10 @@ def check_endpoint(where: str, ep: "EndpointSpec", transport: httpx.BaseTranspor
         with httpx.Client(timeout=min(ep.timeout_s, PREFLIGHT_TIMEOUT_S), transport=transport) as client:
             r = client.get(url, headers=headers)
     except httpx.HTTPError as exc:
-        return f"{name} does not answer GET {url} ({type(exc).__name__}: {str(exc)[:200]}); the run's requests will retry it"
+        return (
+            f"{name} does not answer GET {url} ({type(exc).__name__}: {str(exc)[:200]}); "
+            "the run's requests will retry it"
+        )
     if r.status_code in _ADVICE:
         advice = _ADVICE[r.status_code].format(key=ep.api_key_env or "`api_key_env` (none is set)")
         raise EndpointCheckError(f"{name}: HTTP {r.status_code} from GET {url}; {advice}")
@@ -87,8 +90,9 @@ def _check_listed(name: str, model: str, r: httpx.Response) -> None:
         return
     if ids and model not in ids:
         shown = ", ".join(repr(i) for i in ids[:10]) + (f" and {len(ids) - 10} more" if len(ids) > 10 else "")
-        raise EndpointCheckError(f"{name}: the server does not serve model {model!r}; it serves {shown}: "
-                                 "use one of those names")
+        raise EndpointCheckError(
+            f"{name}: the server does not serve model {model!r}; it serves {shown}: use one of those names"
+        )
 
 
 def check_endpoints(cfg: "RunConfig", log: Callable[[str], None] | None = None) -> None:

@@ -1,5 +1,6 @@
 """Run progress: a tqdm bar on an interactive terminal, one log line per change elsewhere (a Ray job's
 log, CI, a file), each with units done and failed, tokens/s, the engine's cache hit and the output."""
+
 from __future__ import annotations
 
 import sys
@@ -31,8 +32,10 @@ class Progress:
             self.bar.n = finished
             self.bar.set_postfix_str(f"{failed} failed | {tok_s:.0f} tok/s | cache hit {hit:.1f}%{extra}", refresh=True)
             return
-        self.log(f"progress: {finished}/{self.total} units ({failed} failed) | {tok_s:.0f} tok/s "
-                 f"({decoded / el:.1f} decoded/s) | cache hit {hit:.1f}%{extra} | {el:.0f} s | -> {self.uri}")
+        self.log(
+            f"progress: {finished}/{self.total} units ({failed} failed) | {tok_s:.0f} tok/s "
+            f"({decoded / el:.1f} decoded/s) | cache hit {hit:.1f}%{extra} | {el:.0f} s | -> {self.uri}"
+        )
 
     def close(self) -> None:
         if self.bar is not None:

@@ -6,6 +6,7 @@ judge tasks write their parts and a commit task writes the samples file after th
 commit task's reference to one; never the rows. `judged` is the one rule for which of the two a unit
 takes; both placements of the method loop (`memloop.jobs.run.loops`, the driver) read it here.
 """
+
 from __future__ import annotations
 
 from typing import Any

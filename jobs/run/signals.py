@@ -4,6 +4,7 @@ signal only prints a notice, so an impatient Ctrl-C cannot cut a shard or leave 
 behind. A third one exits at once (status 130): a close that hangs (a storage that stopped
 answering) never keeps the process alive against the user's will; every object is written whole,
 so what is lost is only what was not yet saved."""
+
 from __future__ import annotations
 
 import os
@@ -37,12 +38,18 @@ def graceful_interrupts() -> Iterator[None]:
         state["signals"] += 1
         name = signal.Signals(signum).name
         if state["signals"] >= FORCE_AFTER:
-            print(f"{name}: stopping at once; units not yet saved are lost, run the same config again to resume",
-                  file=sys.stderr, flush=True)
+            print(
+                f"{name}: stopping at once; units not yet saved are lost, run the same config again to resume",
+                file=sys.stderr,
+                flush=True,
+            )
             os._exit(130)
         if state["signals"] > 1:
-            print(f"{name}: still saving finished units and stopping Ray; one moment (signal once more to stop "
-                  "at once)", file=sys.stderr, flush=True)
+            print(
+                f"{name}: still saving finished units and stopping Ray; one moment (signal once more to stop at once)",
+                file=sys.stderr,
+                flush=True,
+            )
             return
         raise KeyboardInterrupt
 

@@ -4,6 +4,7 @@ A unit is one (dataset, sample, method, repeat); it is what the driver schedules
 what the storage records exactly once. Everything here runs before any actor starts, so a bad
 config fails early with the offending field named.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -15,7 +16,13 @@ from memloop.eval.datasets.hub import HubDataUnavailableError, is_hub_id
 from memloop.eval.datasets.sample import Sample
 from memloop.eval.errors import EvalError
 from memloop.jobs.errors import ConfigError, DataUnavailableError
-from memloop.jobs.run.chunk_fit import check_chunks_fit, chunk_tokenizer, loader_takes, loader_takes_tokenizer, model_encoder
+from memloop.jobs.run.chunk_fit import (
+    check_chunks_fit,
+    chunk_tokenizer,
+    loader_takes,
+    loader_takes_tokenizer,
+    model_encoder,
+)
 from memloop.jobs.run.config import DatasetSpec, JudgeSpec, MethodSpec, RunConfig, resolve_path
 from memloop.jobs.run.methods import method_settings, method_tasks, validate_methods
 from memloop.jobs.store.units import unit_key
@@ -112,7 +119,8 @@ def judges_for(cfg: RunConfig, d: DatasetSpec, samples: list[Sample]) -> tuple[J
                 raise ConfigError(
                     f"`judges.{i}`: {j.name} scores {info.gold.what} in each sample's gold, and {len(lacking)} of "
                     f"{len(samples)} samples of dataset {d.key!r} carry none (e.g. {lacking[:3]}); "
-                    f"{info.gold.remedy}, or keep the judge to other tasks with `judges.{i}.tasks`")
+                    f"{info.gold.remedy}, or keep the judge to other tasks with `judges.{i}.tasks`"
+                )
         out.append(j)
     return tuple(out)
 
@@ -134,7 +142,8 @@ def judges_fitting(cfg: RunConfig, mi: int, m: MethodSpec, judges: tuple[JudgeSp
         raise ConfigError(
             f"`judges.{i}`: {j.name} matches attribute-value pairs of a JSON memory, and `methods.{mi}` "
             f"({m.name}) keeps a text memory: score it with a judge that reads text (e.g. `sumie`, which "
-            f"extracts the pairs with the judge LLM), or use the method's JSON variant")
+            f"extracts the pairs with the judge LLM), or use the method's JSON variant"
+        )
     return fits
 
 
@@ -160,18 +169,24 @@ def build_units(cfg: RunConfig, unavailable: list[str] | None = None, weights: P
         tasks = method_tasks(m)
         matched = [(di, d, ss) for di, (d, ss) in enumerate(loaded) if tasks is None or d.task in tasks]
         if not matched:
-            raise ConfigError(f"`methods.{mi}`: {m.name} runs on tasks {list(tasks or ())}, none of which is in `datasets`")
+            raise ConfigError(
+                f"`methods.{mi}`: {m.name} runs on tasks {list(tasks or ())}, none of which is in `datasets`"
+            )
         for di, d, samples in matched:
             judges = judges_fitting(cfg, mi, m, judges_for(cfg, d, samples))
             for s in samples:
                 for r, seed in enumerate(cfg.seeds()):
                     key = unit_key(d.key, s.id, m.key, r)
                     if seen.get(key) == di:
-                        raise ConfigError(f"`datasets.{di}`: {d.key!r} holds sample {s.id!r} twice (two records with "
-                                          "the same id); remove the duplicate record or give it an id of its own")
+                        raise ConfigError(
+                            f"`datasets.{di}`: {d.key!r} holds sample {s.id!r} twice (two records with "
+                            "the same id); remove the duplicate record or give it an id of its own"
+                        )
                     if key in seen:
-                        raise ConfigError(f"`datasets.{seen[key]}` and `datasets.{di}` both produce sample {s.id!r} "
-                                          f"under the same name {d.key!r}; give them different files")
+                        raise ConfigError(
+                            f"`datasets.{seen[key]}` and `datasets.{di}` both produce sample {s.id!r} "
+                            f"under the same name {d.key!r}; give them different files"
+                        )
                     seen[key] = di
                     units.append(Unit(key, d, s, m, r, seed, method_settings(cfg, m, seed), judges))
     return units

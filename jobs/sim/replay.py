@@ -13,6 +13,7 @@ recorded uncached tokens of joining requests) plus `decode_step_s(B)` for the B 
 and a request ends after its recorded number of decoded tokens. Its counters say how long the
 engine was busy (a step running) and how many requests it held on average.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -89,8 +90,9 @@ def recording_from_steps(steps: Any) -> dict[str, Answer]:
     for r in steps.itertuples(index=False):
         attempts = max(1, int(json.loads(r.extra_json or "{}").get("attempts", 1)))
         decoded = int(r.decoded_tokens) // attempts
-        out[r.prompt] = Answer(r.output, int(r.prompt_tokens) // attempts, int(r.cached_tokens) // attempts,
-                               decoded, "stop")
+        out[r.prompt] = Answer(
+            r.output, int(r.prompt_tokens) // attempts, int(r.cached_tokens) // attempts, decoded, "stop"
+        )
     return out
 
 
@@ -116,8 +118,14 @@ class _SimHost:
         self.modeled_s = 0.0  # what the steps should have taken; busy_s / modeled_s > 1: this machine is overloaded
         self.held_s = 0.0  # integral of requests held (running + waiting) over time
         self.slots_s = 0.0  # the same, counting at most `max_batch` (the batch slots in use)
-        self.counters = {"requests": 0, "misses": 0, "steps": 0, "prompt_tokens": 0, "cached_tokens": 0,
-                         "decoded_tokens": 0}
+        self.counters = {
+            "requests": 0,
+            "misses": 0,
+            "steps": 0,
+            "prompt_tokens": 0,
+            "cached_tokens": 0,
+            "decoded_tokens": 0,
+        }
 
     def _account(self) -> None:
         t = time.monotonic()
@@ -177,10 +185,19 @@ class _SimHost:
     def stats(self) -> dict[str, Any]:
         self._account()
         wall = max(1e-9, time.monotonic() - self.t0)
-        return dict(self.counters, wall_s=wall, busy_s=self.busy_s, busy_fraction=min(1.0, self.busy_s / wall),
-                    mean_held=self.held_s / wall, mean_slots=self.slots_s / wall, max_batch=self.model.max_batch,
-                    dilation=self.busy_s / self.modeled_s if self.modeled_s else 1.0, running=len(self.running),
-                    waiting=len(self.waiting), simulated=True)
+        return dict(
+            self.counters,
+            wall_s=wall,
+            busy_s=self.busy_s,
+            busy_fraction=min(1.0, self.busy_s / wall),
+            mean_held=self.held_s / wall,
+            mean_slots=self.slots_s / wall,
+            max_batch=self.model.max_batch,
+            dilation=self.busy_s / self.modeled_s if self.modeled_s else 1.0,
+            running=len(self.running),
+            waiting=len(self.waiting),
+            simulated=True,
+        )
 
 
 class ReplayEngine:
@@ -194,8 +211,9 @@ class ReplayEngine:
     The `tokenizers` library alone counts exactly as the engine's fast tokenizer does and keeps each
     simulated host small (no transformers, no JAX)."""
 
-    def __init__(self, recording: dict[str, Answer], latency: dict[str, Any], tokenizer_json: str,
-                 hosts: int = 1) -> None:
+    def __init__(
+        self, recording: dict[str, Answer], latency: dict[str, Any], tokenizer_json: str, hosts: int = 1
+    ) -> None:
         from tokenizers import Tokenizer
 
         self.recording = recording
@@ -209,13 +227,22 @@ class ReplayEngine:
         sim = self.hosts[host]
         if answer is None:
             sim.counters["misses"] += 1
-            raise ReplayMiss(f"the recording has no answer for this prompt ({len(prompt)} characters, starting "
-                             f"{prompt[:80]!r}): the method loop no longer renders what the recorded run rendered; "
-                             "record a run of the current code")
+            raise ReplayMiss(
+                f"the recording has no answer for this prompt ({len(prompt)} characters, starting "
+                f"{prompt[:80]!r}): the method loop no longer renders what the recorded run rendered; "
+                "record a run of the current code"
+            )
         await sim.serve(answer)
         a = answer
-        return {"text": a.text, "usage": {"prompt_tokens": a.prompt_tokens, "cached_tokens": a.cached_tokens,
-                                          "decoded_tokens": a.decoded_tokens}, "finish_reason": a.finish_reason}
+        return {
+            "text": a.text,
+            "usage": {
+                "prompt_tokens": a.prompt_tokens,
+                "cached_tokens": a.cached_tokens,
+                "decoded_tokens": a.decoded_tokens,
+            },
+            "finish_reason": a.finish_reason,
+        }
 
     def count_tokens(self, text: str, host: int = 0) -> int:
         return len(self.tokenizer.encode(text, add_special_tokens=False).ids)
@@ -239,6 +266,8 @@ def unit_time_estimate(model: LatencyModel, answers: list[Answer], batch: int) -
     """Seconds one recorded step takes at a steady batch (for sizing a sweep's units)."""
     if not answers:
         return 0.0
-    per = [model.prefill_s(a.prompt_tokens - a.cached_tokens) + a.decoded_tokens * model.decode_step_s(batch)
-           for a in answers]
+    per = [
+        model.prefill_s(a.prompt_tokens - a.cached_tokens) + a.decoded_tokens * model.decode_step_s(batch)
+        for a in answers
+    ]
     return math.fsum(per) / len(per)

@@ -22,6 +22,7 @@ steps took than modelled: above 1 this machine's cores, not the design, limit th
 and the simulated hosts' and workers' RSS; shards and bytes written (after compaction); and the time
 a resume takes to learn which units are done, against reading every shard as before.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -34,15 +35,15 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from memloop.jobs.run.config import RunConfig, parse_config
-from memloop.jobs.sim.capacity import CapacityError, capacity, step_shape
 from memloop.jobs.errors import ConfigError
+from memloop.jobs.run.config import RunConfig, parse_config
 from memloop.jobs.run.driver import Simulated
 from memloop.jobs.run.handles import packed_handles, rss_mb
+from memloop.jobs.run.workload import Unit
+from memloop.jobs.sim.capacity import CapacityError, capacity, step_shape
 from memloop.jobs.sim.replay import LatencyModel, ReplayEngine, recording_from_steps, tokenizer_json, unit_time_estimate
 from memloop.jobs.store.run_store import RunStore
 from memloop.jobs.store.units import unit_key
-from memloop.jobs.run.workload import Unit
 
 Log = Callable[[str], None]
 LABEL = "SIMULATION: engines replay a recorded run with a latency model; nothing here ran on N real hosts"
@@ -77,8 +78,10 @@ def load_recording(uri: str) -> Recording:
     runs = rs.table("runs").to_pandas()
     steps = rs.table("steps").to_pandas()
     if runs.empty or steps.empty:
-        raise ConfigError(f"{uri} has no manifest or no steps; record a finished run first "
-                          "(`memloop run jobs/configs/demo.yaml --output DIR`)")
+        raise ConfigError(
+            f"{uri} has no manifest or no steps; record a finished run first "
+            "(`memloop run jobs/configs/demo.yaml --output DIR`)"
+        )
     cfg = parse_config(json.loads(runs.sort_values("started_at").iloc[-1]["config_json"]), f"{uri} (manifest)")
     return Recording(uri, cfg, recording_from_steps(steps), len(steps), int(steps["unit"].nunique()))
 
@@ -122,13 +125,20 @@ def host_model(rec: Recording, choice: HostChoice, log: Log) -> LatencyModel:
     if choice.host == "cpu":
         return latency_model(rec, choice.latency_path, log).faster(choice.speedup)
     if choice.latency_path:
-        raise ConfigError(f"--latency is the CPU fit's file; with --host {choice.host} the model is derived "
-                          "from the host's datasheet figures: leave out --latency or use --host cpu")
+        raise ConfigError(
+            f"--latency is the CPU fit's file; with --host {choice.host} the model is derived "
+            "from the host's datasheet figures: leave out --latency or use --host cpu"
+        )
     from memloop.bench.accelerators import HostModelError, host_latency
 
     try:
-        fields = host_latency(choice.host, choice.model_size, context_tokens=context_tokens(rec), mfu=choice.mfu,
-                              hbm_fraction=choice.hbm_fraction)
+        fields = host_latency(
+            choice.host,
+            choice.model_size,
+            context_tokens=context_tokens(rec),
+            mfu=choice.mfu,
+            hbm_fraction=choice.hbm_fraction,
+        )
     except HostModelError as exc:
         raise ConfigError(f"--host/--model-size: {exc}") from None
     return LatencyModel.from_dict(fields).faster(choice.speedup)
@@ -144,10 +154,12 @@ def simulated_hosts(recording: Any, latency: LatencyModel, tokenizer: Any, per_p
 
         cls = ray.remote(ReplayEngine)
         n = spec.actors
-        procs = [cls.options(num_cpus=spec.cpus_per_actor, max_restarts=0,
-                             max_concurrency=2 * per_process * spec.max_in_flight + 64)
-                 .remote(recording, latency.to_dict(), tokenizer, hosts=min(per_process, n - j))
-                 for j in range(0, n, per_process)]
+        procs = [
+            cls.options(
+                num_cpus=spec.cpus_per_actor, max_restarts=0, max_concurrency=2 * per_process * spec.max_in_flight + 64
+            ).remote(recording, latency.to_dict(), tokenizer, hosts=min(per_process, n - j))
+            for j in range(0, n, per_process)
+        ]
         ray.get([p.health.remote() for p in procs])
         log(f"simulated: {n} engine host(s) in {len(procs)} process(es)")
         return packed_handles(procs, per_process, n), procs
@@ -203,13 +215,30 @@ def _files(root: Path) -> tuple[int, int]:
 def _point_config(base: RunConfig, out: str, hosts: int, loops: int, placement: str) -> RunConfig:
     data = base.model_dump()
     data.update(output=out, judges=[], response_cache=None)
-    data["engine"].update(actors=hosts, max_in_flight=loops, cpus_per_actor=0.001, method_loops=placement,
-                          start_timeout_s=900.0, max_restarts=0)
+    data["engine"].update(
+        actors=hosts,
+        max_in_flight=loops,
+        cpus_per_actor=0.001,
+        method_loops=placement,
+        start_timeout_s=900.0,
+        max_restarts=0,
+    )
     return parse_config(data, "bench scale")
 
 
-def run_point(rec: Recording, model: LatencyModel, tok_ref: Any, rec_ref: Any, hosts: int, loops: int,
-              placement: str, duration_s: float, workdir: str, log: Log, processes: int = 8) -> dict[str, Any]:
+def run_point(
+    rec: Recording,
+    model: LatencyModel,
+    tok_ref: Any,
+    rec_ref: Any,
+    hosts: int,
+    loops: int,
+    placement: str,
+    duration_s: float,
+    workdir: str,
+    log: Log,
+    processes: int = 8,
+) -> dict[str, Any]:
     from memloop.jobs.run.driver import execute
     from memloop.jobs.run.plan import make_plan
 
@@ -227,8 +256,14 @@ def run_point(rec: Recording, model: LatencyModel, tok_ref: Any, rec_ref: Any, h
     probe.thread.start()
     try:
         per_process = math.ceil(hosts / min(hosts, processes))
-        summary = execute(make_plan(cfg), sim=simulated_hosts(rec_ref, model, tok_ref, per_process), units=units,
-                          stop_after_s=duration_s, log=log, state=state)
+        summary = execute(
+            make_plan(cfg),
+            sim=simulated_hosts(rec_ref, model, tok_ref, per_process),
+            units=units,
+            stop_after_s=duration_s,
+            log=log,
+            state=state,
+        )
     finally:
         probe.stop.set()
     stats = summary.stats
@@ -247,37 +282,59 @@ def run_point(rec: Recording, model: LatencyModel, tok_ref: Any, rec_ref: Any, h
     wall = stats.get("wall_s", 0.0) or 1e-9
     steps = sum(e.get("requests", 0) for e in engines)
     split = stats.get("driver_cpu_s", {})
-    row = {"hosts": hosts, "loops": loops, "placement": stats.get("method_loops", placement),
-           "asked": placement, "processes": math.ceil(hosts / per_process),
-           "units": summary.computed,
-           "failed": summary.failed, "replay_misses": misses, "wall_s": round(wall, 2),
-           "units_per_s": summary.computed / wall,
-           "steps_per_s": sum(e.get("requests", 0) for e in engines) / wall,
-           "driver_cpu": stats.get("driver_cpu", math.nan), "gil_wait_ms": gil_ms,
-           # the driver's CPU per engine step, by what it was spent on (memloop.jobs.run.driver.CpuSplit)
-           "driver_ms_per_step": {k: 1e3 * v / steps for k, v in split.items()} if steps else {},
-           # batch slots in use over the slots the host's loops could fill: < 1 when loops wait on the driver
-           "engine_busy_fraction": (sum(e["mean_slots"] / min(loops, e["max_batch"]) for e in engines) / len(engines)
-                                    if engines else math.nan),
-           "engine_step_fraction": sum(e["busy_fraction"] for e in engines) / len(engines) if engines else math.nan,
-           # > 1: the machine ran the simulated steps slower than modelled (its cores were the bottleneck)
-           "engine_dilation": sum(e.get("dilation", 1.0) for e in engines) / len(engines) if engines else math.nan,
-           "engine_held_per_loop": (sum(e["mean_held"] for e in engines) / len(engines) / loops) if engines else math.nan,
-           "rss_mb": rss, "hosts_rss_mb": sum(e.get("rss_mb", 0.0) for e in engines),
-           "shards": shards, "shards_before_compaction": stats.get("shards", {}).get("before", shards),
-           "bytes": size, "resume_s": resume_s, "resume_full_read_s": resume_full_s,
-           "resume_agrees": done == {u for u, s in zip(full.column("unit").to_pylist(),
-                                                       full.column("status").to_pylist()) if s == "ok"},
-           "errors": summary.first_errors(2)}
-    log(f"point {hosts}x{loops} ({placement}): {row['units_per_s']:.2f} units/s, driver {row['driver_cpu']:.2f} "
-        f"cores, engines busy {row['engine_busy_fraction']:.0%}")
+    row = {
+        "hosts": hosts,
+        "loops": loops,
+        "placement": stats.get("method_loops", placement),
+        "asked": placement,
+        "processes": math.ceil(hosts / per_process),
+        "units": summary.computed,
+        "failed": summary.failed,
+        "replay_misses": misses,
+        "wall_s": round(wall, 2),
+        "units_per_s": summary.computed / wall,
+        "steps_per_s": sum(e.get("requests", 0) for e in engines) / wall,
+        "driver_cpu": stats.get("driver_cpu", math.nan),
+        "gil_wait_ms": gil_ms,
+        # the driver's CPU per engine step, by what it was spent on (memloop.jobs.run.driver.CpuSplit)
+        "driver_ms_per_step": {k: 1e3 * v / steps for k, v in split.items()} if steps else {},
+        # batch slots in use over the slots the host's loops could fill: < 1 when loops wait on the driver
+        "engine_busy_fraction": (
+            sum(e["mean_slots"] / min(loops, e["max_batch"]) for e in engines) / len(engines) if engines else math.nan
+        ),
+        "engine_step_fraction": sum(e["busy_fraction"] for e in engines) / len(engines) if engines else math.nan,
+        # > 1: the machine ran the simulated steps slower than modelled (its cores were the bottleneck)
+        "engine_dilation": sum(e.get("dilation", 1.0) for e in engines) / len(engines) if engines else math.nan,
+        "engine_held_per_loop": (sum(e["mean_held"] for e in engines) / len(engines) / loops) if engines else math.nan,
+        "rss_mb": rss,
+        "hosts_rss_mb": sum(e.get("rss_mb", 0.0) for e in engines),
+        "shards": shards,
+        "shards_before_compaction": stats.get("shards", {}).get("before", shards),
+        "bytes": size,
+        "resume_s": resume_s,
+        "resume_full_read_s": resume_full_s,
+        "resume_agrees": done
+        == {u for u, s in zip(full.column("unit").to_pylist(), full.column("status").to_pylist()) if s == "ok"},
+        "errors": summary.first_errors(2),
+    }
+    log(
+        f"point {hosts}x{loops} ({placement}): {row['units_per_s']:.2f} units/s, driver {row['driver_cpu']:.2f} "
+        f"cores, engines busy {row['engine_busy_fraction']:.0%}"
+    )
     return row
 
 
-def sweep(recording: str, points: list[tuple[int, int]], placements: list[str], duration_s: float,
-          choice: HostChoice, log: Log, workdir: str | None = None, processes: int = 8) -> dict[str, Any]:
+def sweep(
+    recording: str,
+    points: list[tuple[int, int]],
+    placements: list[str],
+    duration_s: float,
+    choice: HostChoice,
+    log: Log,
+    workdir: str | None = None,
+    processes: int = 8,
+) -> dict[str, Any]:
     import ray
-
     from memloop.jobs.run import actors as engine_actors
 
     for p in placements:
@@ -299,20 +356,43 @@ def sweep(recording: str, points: list[tuple[int, int]], placements: list[str], 
         for hosts, loops in points:
             for placement in placements:
                 try:
-                    rows.append(run_point(rec, model, tok_ref, rec_ref, hosts, loops, placement, duration_s, tmp,
-                                          log, processes))
+                    rows.append(
+                        run_point(
+                            rec, model, tok_ref, rec_ref, hosts, loops, placement, duration_s, tmp, log, processes
+                        )
+                    )
                 except Exception as exc:  # e.g. Ray's memory monitor: the point is reported as not shown
                     from memloop.jobs.errors import error_text
 
                     log(f"point {hosts}x{loops} ({placement}) could not be measured: {error_text(exc)[:300]}")
-                    rows.append({"hosts": hosts, "loops": loops, "placement": placement,
-                                 "errors": [error_text(exc)[:500]], "failed": None, "replay_misses": None})
-    res = {"simulation": True, "label": LABEL, "recording": recording, "recorded_steps": rec.steps,
-           "latency_model": model.to_dict(), "simulated_host": dataclasses.asdict(choice),
-           "duration_cap_s": duration_s, "max_processes": processes,
-           "host": {"cpus": os.cpu_count(), "ray_nodes": len(ray.nodes()), "load_avg": os.getloadavg(),
-                    "note": "one machine; every simulated host, worker and the driver share its cores"},
-           "rows": rows, "step_shape": step_shape(list(rec.answers.values()), rec.steps, rec.units)}
+                    rows.append(
+                        {
+                            "hosts": hosts,
+                            "loops": loops,
+                            "placement": placement,
+                            "errors": [error_text(exc)[:500]],
+                            "failed": None,
+                            "replay_misses": None,
+                        }
+                    )
+    res = {
+        "simulation": True,
+        "label": LABEL,
+        "recording": recording,
+        "recorded_steps": rec.steps,
+        "latency_model": model.to_dict(),
+        "simulated_host": dataclasses.asdict(choice),
+        "duration_cap_s": duration_s,
+        "max_processes": processes,
+        "host": {
+            "cpus": os.cpu_count(),
+            "ray_nodes": len(ray.nodes()),
+            "load_avg": os.getloadavg(),
+            "note": "one machine; every simulated host, worker and the driver share its cores",
+        },
+        "rows": rows,
+        "step_shape": step_shape(list(rec.answers.values()), rec.steps, rec.units),
+    }
     res["projection"] = projection(res)
     try:  # what one driver sustains, from the measured inputs (jobs/sim/capacity.py)
         res["capacity"] = capacity(res)
@@ -321,26 +401,57 @@ def sweep(recording: str, points: list[tuple[int, int]], placements: list[str], 
     return res
 
 
-COLUMNS = [("hosts", "{:>5}"), ("loops", "{:>5}"), ("placement", "{:>9}"), ("units", "{:>6}"),
-           ("units_per_s", "{:>8.2f}"), ("driver_cpu", "{:>6.2f}"), ("split", "{}"), ("gil_wait_ms", "{:>7.2f}"),
-           ("engine_busy_fraction", "{:>6.0%}"), ("engine_step_fraction", "{:>6.0%}"),
-           ("engine_dilation", "{:>6.2f}"), ("rss_mb", "{:>7.0f}"),
-           ("hosts_rss_mb", "{:>8.0f}"), ("shards", "{:>6}"), ("bytes", "{:>10}"), ("resume_s", "{:>8.3f}"),
-           ("resume_full_read_s", "{:>8.3f}")]
-HEADERS = ["hosts", "loops", "placement", "units", "units/s", "drvCPU", "ms/step hand+loop+recv+write", "GIL ms",
-           "busy", "stepping", "dilate", "drv MB",
-           "hosts MB", "shards", "bytes", "resume s", "full s"]
+COLUMNS = [
+    ("hosts", "{:>5}"),
+    ("loops", "{:>5}"),
+    ("placement", "{:>9}"),
+    ("units", "{:>6}"),
+    ("units_per_s", "{:>8.2f}"),
+    ("driver_cpu", "{:>6.2f}"),
+    ("split", "{}"),
+    ("gil_wait_ms", "{:>7.2f}"),
+    ("engine_busy_fraction", "{:>6.0%}"),
+    ("engine_step_fraction", "{:>6.0%}"),
+    ("engine_dilation", "{:>6.2f}"),
+    ("rss_mb", "{:>7.0f}"),
+    ("hosts_rss_mb", "{:>8.0f}"),
+    ("shards", "{:>6}"),
+    ("bytes", "{:>10}"),
+    ("resume_s", "{:>8.3f}"),
+    ("resume_full_read_s", "{:>8.3f}"),
+]
+HEADERS = [
+    "hosts",
+    "loops",
+    "placement",
+    "units",
+    "units/s",
+    "drvCPU",
+    "ms/step hand+loop+recv+write",
+    "GIL ms",
+    "busy",
+    "stepping",
+    "dilate",
+    "drv MB",
+    "hosts MB",
+    "shards",
+    "bytes",
+    "resume s",
+    "full s",
+]
 
 
 def table(result: dict[str, Any]) -> str:
     m = result["latency_model"]
-    lines = [result["label"],
-             f"simulated host: {m['source'] or 'given'}; speedup {m['speedup']:g}",
-             f"latency model: prefill "
-             f"{1e3 * m['prefill_s_per_token'] / m['speedup']:.3f} ms/token, decode step "
-             f"{1e3 * m['decode_s_base'] / m['speedup']:.2f} ms + {1e3 * m['decode_s_per_seq'] / m['speedup']:.2f} "
-             f"ms per sequence, max batch {m['max_batch']}",
-             "  ".join(f"{h:>{max(5, len(h))}}" for h in HEADERS)]
+    lines = [
+        result["label"],
+        f"simulated host: {m['source'] or 'given'}; speedup {m['speedup']:g}",
+        f"latency model: prefill "
+        f"{1e3 * m['prefill_s_per_token'] / m['speedup']:.3f} ms/token, decode step "
+        f"{1e3 * m['decode_s_base'] / m['speedup']:.2f} ms + {1e3 * m['decode_s_per_seq'] / m['speedup']:.2f} "
+        f"ms per sequence, max batch {m['max_batch']}",
+        "  ".join(f"{h:>{max(5, len(h))}}" for h in HEADERS),
+    ]
     for r in result["rows"]:
         if "units_per_s" not in r:
             lines.append(f"{r['hosts']:>5}  {r['loops']:>5}  {r['placement']:>9}  NOT MEASURED: {r['errors'][0][:160]}")
@@ -351,16 +462,20 @@ def table(result: dict[str, Any]) -> str:
             if key == "split":
                 d = r.get("driver_ms_per_step") or {}
                 v = "+".join(f"{d.get(k, math.nan):.2f}" for k in ("hand_out", "loops", "receive", "write"))
-            cells.append(f"{fmt.format(v) if isinstance(v, (int, float)) and not (isinstance(v, float) and math.isnan(v)) else str(v):>{max(5, len(h))}}")
+            number = isinstance(v, (int, float)) and not (isinstance(v, float) and math.isnan(v))
+            cells.append(f"{fmt.format(v) if number else str(v):>{max(5, len(h))}}")
         lines.append("  ".join(cells))
         if r["errors"] or r["replay_misses"]:
-            lines.append(f"      ! {r['failed']} failed, {r['replay_misses']} replay misses: "
-                         + "; ".join(e.splitlines()[0][:200] for e in r["errors"]))
+            lines.append(
+                f"      ! {r['failed']} failed, {r['replay_misses']} replay misses: "
+                + "; ".join(e.splitlines()[0][:200] for e in r["errors"])
+            )
     return "\n".join(lines)
 
 
 # ---------------------------------------------------------------------------------------------
 # Paper-scale projection: the seed papers' full experiments at the measured rates.
+
 
 @dataclasses.dataclass(frozen=True)
 class Workload:
@@ -377,16 +492,45 @@ class Workload:
 
 
 WORKLOADS = (
-    Workload("seed 000 SUMIE, 8 methods", 200 * 8, 7, 900, 0.3, 250,
-             "200 entities x 7 paragraphs; GO/GU/GM/CoK x JSON/text"),
-    Workload("seed 000 books, 8 methods", 100 * 8, 60, 3500, 0.3, 500,
-             "100 books of ~120k tokens in 2K chunks; GO/GU/GM/CoK x JSON/text"),
-    Workload("seed 002 PRISM books, 4 chunk sizes x 2 memories", 100 * 4 * 2, 110, 2500, 0.5, 300,
-             "100 books; chunks 512-4096 (234+117+59+29 chunks, mean 110); in-place and amendments"),
-    Workload("seed 003 BooookScore, 2 methods", 100 * 2, 90, 2500, 0.3, 300,
-             "100 books in 2K chunks; incremental updating (60 steps) and hierarchical merging (~120)"),
-    Workload("seed 001 KG, BookSum chapters", 1155, 6, 2500, 0.2, 400,
-             "1,155 validation chapters of ~3 chunks; extraction and summary per chunk"),
+    Workload(
+        "seed 000 SUMIE, 8 methods", 200 * 8, 7, 900, 0.3, 250, "200 entities x 7 paragraphs; GO/GU/GM/CoK x JSON/text"
+    ),
+    Workload(
+        "seed 000 books, 8 methods",
+        100 * 8,
+        60,
+        3500,
+        0.3,
+        500,
+        "100 books of ~120k tokens in 2K chunks; GO/GU/GM/CoK x JSON/text",
+    ),
+    Workload(
+        "seed 002 PRISM books, 4 chunk sizes x 2 memories",
+        100 * 4 * 2,
+        110,
+        2500,
+        0.5,
+        300,
+        "100 books; chunks 512-4096 (234+117+59+29 chunks, mean 110); in-place and amendments",
+    ),
+    Workload(
+        "seed 003 BooookScore, 2 methods",
+        100 * 2,
+        90,
+        2500,
+        0.3,
+        300,
+        "100 books in 2K chunks; incremental updating (60 steps) and hierarchical merging (~120)",
+    ),
+    Workload(
+        "seed 001 KG, BookSum chapters",
+        1155,
+        6,
+        2500,
+        0.2,
+        400,
+        "1,155 validation chapters of ~3 chunks; extraction and summary per chunk",
+    ),
 )
 
 
@@ -410,22 +554,33 @@ def projection(result: dict[str, Any], hosts: int = 64, workloads: tuple[Workloa
         host_s = m.prefill_s(int(w.prompt_tokens * (1 - w.cached_fraction))) + w.decoded_tokens * per_seq_decode
         host_rate = 1.0 / host_s  # steps per second per host, full batch
         need = hosts * host_rate  # steps per second the driver must sustain
-        rows.append({"experiment": w.name, "basis": w.basis, "steps": int(steps),
-                     "host_hours": steps * host_s / 3600, f"hours_on_{hosts}_hosts": steps * host_s / 3600 / hosts,
-                     "driver_steps_per_s_needed": need,
-                     **{f"driver_cores_needed_{p}": need * c for p, c in cpu_per_step.items()}})
+        rows.append(
+            {
+                "experiment": w.name,
+                "basis": w.basis,
+                "steps": int(steps),
+                "host_hours": steps * host_s / 3600,
+                f"hours_on_{hosts}_hosts": steps * host_s / 3600 / hosts,
+                "driver_steps_per_s_needed": need,
+                **{f"driver_cores_needed_{p}": need * c for p, c in cpu_per_step.items()},
+            }
+        )
     return {"hosts": hosts, "speedup": m.speedup, "driver_cpu_s_per_step": cpu_per_step, "rows": rows}
 
 
 def projection_table(p: dict[str, Any]) -> str:
     h = p["hosts"]
     places = sorted(p["driver_cpu_s_per_step"])
-    lines = [f"PROJECTION at the simulated host's rate (speedup {p['speedup']:g}); driver CPU per step measured: "
-             + ", ".join(f"{k} {1e3 * v:.2f} ms" for k, v in p["driver_cpu_s_per_step"].items()),
-             f"{'experiment':50} {'steps':>9} {'host-h':>9} {f'h on {h}':>8} {'drv steps/s':>11} "
-             + " ".join(f"{'cores ' + x:>12}" for x in places)]
+    lines = [
+        f"PROJECTION at the simulated host's rate (speedup {p['speedup']:g}); driver CPU per step measured: "
+        + ", ".join(f"{k} {1e3 * v:.2f} ms" for k, v in p["driver_cpu_s_per_step"].items()),
+        f"{'experiment':50} {'steps':>9} {'host-h':>9} {f'h on {h}':>8} {'drv steps/s':>11} "
+        + " ".join(f"{'cores ' + x:>12}" for x in places),
+    ]
     for r in p["rows"]:
-        lines.append(f"{r['experiment']:50} {r['steps']:>9} {r['host_hours']:>9.1f} {r[f'hours_on_{h}_hosts']:>8.2f} "
-                     f"{r['driver_steps_per_s_needed']:>11.1f} "
-                     + " ".join(f"{r[f'driver_cores_needed_{x}']:>12.2f}" for x in places))
+        lines.append(
+            f"{r['experiment']:50} {r['steps']:>9} {r['host_hours']:>9.1f} {r[f'hours_on_{h}_hosts']:>8.2f} "
+            f"{r['driver_steps_per_s_needed']:>11.1f} "
+            + " ".join(f"{r[f'driver_cores_needed_{x}']:>12.2f}" for x in places)
+        )
     return "\n".join(lines)

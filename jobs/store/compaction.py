@@ -7,12 +7,12 @@ merged shard is committed first (its `samples` last), then the old shards are re
 first. A reader in between sees every unit twice with identical rows, which `final_outcomes`
 resolves to one; a crash in between leaves only invisible files.
 """
+
 from __future__ import annotations
 
 from typing import Mapping
 
 import pyarrow as pa
-
 from memloop.jobs.store.run_files import Committed
 from memloop.jobs.store.tables import SCHEMAS, conform
 

@@ -15,6 +15,7 @@ folders recursively, so partitions written there would read as the run's own sha
 now is refused too (its tables are partial) unless `allow_partial` is given.
 docs/operations.md has the SQL snippets and the JSON columns' schemas.
 """
+
 from __future__ import annotations
 
 import io
@@ -25,7 +26,6 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-
 from memloop.jobs.errors import StorageError
 from memloop.jobs.store.lock import describe_holder
 from memloop.jobs.store.objects import NotFoundError, Store
@@ -80,7 +80,7 @@ _MANIFEST = re.compile(r"(?:^|/)runs/[^/]+\.parquet$")
 def _ancestors(uri: str) -> list[str]:
     """`uri` and every folder above it, nearest first (a bucket's prefixes up to the bucket)."""
     if uri.startswith("gs://"):
-        parts = uri[len("gs://"):].rstrip("/").split("/")
+        parts = uri[len("gs://") :].rstrip("/").split("/")
         return ["gs://" + "/".join(parts[:k]) for k in range(len(parts), 0, -1)]
     p = Path(uri).expanduser().resolve()
     return [str(a) for a in (p, *p.parents)]
@@ -89,8 +89,11 @@ def _ancestors(uri: str) -> list[str]:
 def _is_run_dir(uri: str) -> bool:
     if not uri.startswith("gs://"):
         runs = Path(uri) / "runs"
-        return runs.is_dir() and any(f.is_file() and f.suffix == ".parquet" for f in runs.iterdir()) \
+        return (
+            runs.is_dir()
+            and any(f.is_file() and f.suffix == ".parquet" for f in runs.iterdir())
             and any((Path(uri) / table).is_dir() for table in ("samples", "index"))
+        )
     return any(_MANIFEST.search(n) for n in open_store(uri).list("runs"))
 
 
@@ -105,12 +108,14 @@ def check_destination(dest: str, *, tables: bool) -> None:
         if _is_run_dir(folder):
             raise ExportDestinationError(
                 f"--to {dest}: is inside the run {folder}; its tables would mix with the run's own and break it. "
-                "Export next to the runs instead (the default, OUTPUT/export) or to a directory of its own")
+                "Export next to the runs instead (the default, OUTPUT/export) or to a directory of its own"
+            )
     inside = sorted({_MANIFEST.split(n)[0] or "." for n in open_store(dest).list("") if _MANIFEST.search(n)})
     if inside:
         raise ExportDestinationError(
             f"--to {dest}: holds the run(s) {', '.join(inside[:3])}{' ...' if len(inside) > 3 else ''}; export to "
-            "a directory that holds no run (the default is OUTPUT/export)")
+            "a directory that holds no run (the default is OUTPUT/export)"
+        )
 
 
 def put_export(store: Store, name: str, data: bytes) -> None:
@@ -119,8 +124,9 @@ def put_export(store: Store, name: str, data: bytes) -> None:
         store.put(name, data, mode="overwrite")
     except StorageError as exc:
         what = str(exc).split("; ")[0]
-        raise StorageError(f"--to {store.uri}: {what}; give --to a directory (or gs:// prefix) this user can "
-                           "write") from None
+        raise StorageError(
+            f"--to {store.uri}: {what}; give --to a directory (or gs:// prefix) this user can write"
+        ) from None
 
 
 def check_not_computing(rs: RunStore, allow_partial: bool) -> dict[str, Any] | None:
@@ -129,7 +135,8 @@ def check_not_computing(rs: RunStore, allow_partial: bool) -> dict[str, Any] | N
     if holder and not allow_partial:
         raise RunInProgressError(
             f"{rs.uri} is being computed now by {describe_holder(holder)}; its tables are partial. Export "
-            "it when that run has finished, or pass --allow-partial to export what it holds so far")
+            "it when that run has finished, or pass --allow-partial to export what it holds so far"
+        )
     return holder
 
 
@@ -138,8 +145,10 @@ def run_id_of(rs: RunStore) -> str:
     ids = set(rs.table("samples").column("run_id").to_pylist()) | set(rs.table("runs").column("run_id").to_pylist())
     ids.discard(None)
     if len(ids) > 1:
-        raise DamagedRunError(f"{rs.uri} mixes the tables of several runs ({', '.join(sorted(ids))}); "
-                              "export each run from its own directory")
+        raise DamagedRunError(
+            f"{rs.uri} mixes the tables of several runs ({', '.join(sorted(ids))}); "
+            "export each run from its own directory"
+        )
     return ids.pop() if ids else rs.run_id
 
 
@@ -155,8 +164,7 @@ def _rows_held(store: Store, name: str) -> int:
         return 0  # an unreadable partition holds nothing worth keeping
 
 
-def export_run(run_uri: str, dest: str | None = None, force: bool = False,
-               allow_partial: bool = False) -> ExportResult:
+def export_run(run_uri: str, dest: str | None = None, force: bool = False, allow_partial: bool = False) -> ExportResult:
     rs = RunStore.at(run_uri)
     partial = check_not_computing(rs, allow_partial) is not None
     run_id = run_id_of(rs)
@@ -171,7 +179,8 @@ def export_run(run_uri: str, dest: str | None = None, force: bool = False,
                 raise ExportShrinkError(
                     f"{join_uri(store.uri, partition_name(table, run_id))} holds {held} rows but the run at "
                     f"{rs.uri} has only {t.num_rows} in `{table}`; the run directory may be damaged or a partial "
-                    "copy. Check it, or pass --force to replace the partition anyway")
+                    "copy. Check it, or pass --force to replace the partition anyway"
+                )
     rows = {}
     for table, t in tables.items():
         buf = io.BytesIO()

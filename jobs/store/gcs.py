@@ -2,6 +2,7 @@
 generation preconditions for create-only writes and compare-and-swap, and bounded retries so a bucket
 that stops answering fails a call in seconds instead of minutes.
 """
+
 from __future__ import annotations
 
 import os
@@ -31,7 +32,7 @@ class GCSStore:
         from google.cloud import storage
         from google.cloud.storage.retry import DEFAULT_RETRY, ConditionalRetryPolicy, is_generation_specified
 
-        rest = uri[len("gs://"):]
+        rest = uri[len("gs://") :]
         bucket, _, prefix = rest.partition("/")
         if not bucket:
             raise StorageError(f"{uri!r} names no bucket; write gs://BUCKET/PREFIX")
@@ -41,8 +42,9 @@ class GCSStore:
             if os.environ.get("STORAGE_EMULATOR_HOST"):
                 from google.auth.credentials import AnonymousCredentials
 
-                client = storage.Client(project=os.environ.get("GOOGLE_CLOUD_PROJECT", "memloop"),
-                                        credentials=AnonymousCredentials())
+                client = storage.Client(
+                    project=os.environ.get("GOOGLE_CLOUD_PROJECT", "memloop"), credentials=AnonymousCredentials()
+                )
             else:
                 try:
                     client = storage.Client()
@@ -57,7 +59,9 @@ class GCSStore:
         self.down = False  # the last call failed: the next ones get STORAGE_DOWN_DEADLINE_S
         self._retries = {}
         for down in (False, True):
-            retry = DEFAULT_RETRY.with_timeout(min(self.deadline_s, STORAGE_DOWN_DEADLINE_S) if down else self.deadline_s)
+            retry = DEFAULT_RETRY.with_timeout(
+                min(self.deadline_s, STORAGE_DOWN_DEADLINE_S) if down else self.deadline_s
+            )
             # uploads are retried only when a generation precondition makes a repeat harmless (as GCS advises)
             self._retries[down] = (retry, ConditionalRetryPolicy(retry, is_generation_specified, ["query_params"]))
 
@@ -81,8 +85,10 @@ class GCSStore:
         if retried:  # the storage is not answering: the next calls get the short bound
             self.down = True
         why = f" (gave up after {bound:g} s)" if retried else ""
-        return StorageError(f"cannot {verb} {self.uri}/{name}{why}: {type(exc).__name__}: {str(exc)[:300]}; "
-                            "check the bucket, your network and permissions")
+        return StorageError(
+            f"cannot {verb} {self.uri}/{name}{why}: {type(exc).__name__}: {str(exc)[:300]}; "
+            "check the bucket, your network and permissions"
+        )
 
     def _blob_name(self, name: str) -> str:
         return f"{self.prefix}/{name}" if self.prefix else name
@@ -92,13 +98,19 @@ class GCSStore:
 
         blob = self.bucket.blob(self._blob_name(name))
         try:
-            blob.upload_from_string(data, content_type="application/octet-stream",
-                                    if_generation_match=if_generation_match, retry=self._upload_retry,
-                                    timeout=self._timeout)
+            blob.upload_from_string(
+                data,
+                content_type="application/octet-stream",
+                if_generation_match=if_generation_match,
+                retry=self._upload_retry,
+                timeout=self._timeout,
+            )
         except PreconditionFailed:
             if if_generation_match == 0:
-                raise ConflictError(f"{self.uri}/{name} already exists and is written create-only; another "
-                                    "process wrote the same object (remove it only if that process is gone)") from None
+                raise ConflictError(
+                    f"{self.uri}/{name} already exists and is written create-only; another "
+                    "process wrote the same object (remove it only if that process is gone)"
+                ) from None
             raise ConflictError(f"{self.uri}/{name} was changed by another process") from None
         except Exception as exc:
             raise self._failed("write", name, exc) from None
@@ -123,8 +135,9 @@ class GCSStore:
             if blob is not None:
                 gen = blob.generation  # (the download may reset it from its response headers)
                 # the bytes of exactly the generation whose metadata was read
-                return blob.download_as_bytes(if_generation_match=gen, retry=self._retry,
-                                              timeout=self._timeout), str(gen)
+                return blob.download_as_bytes(if_generation_match=gen, retry=self._retry, timeout=self._timeout), str(
+                    gen
+                )
         except (NotFound, PreconditionFailed):
             pass  # deleted or rewritten between the two requests: report it as gone; the caller re-reads
         except Exception as exc:
@@ -141,8 +154,13 @@ class GCSStore:
                 size, gen = int(blob.size or 0), blob.generation
                 if size == 0:
                     return b"", 0
-                return blob.download_as_bytes(start=max(0, size - n), end=size - 1, if_generation_match=gen,
-                                              retry=self._retry, timeout=self._timeout), size
+                return blob.download_as_bytes(
+                    start=max(0, size - n),
+                    end=size - 1,
+                    if_generation_match=gen,
+                    retry=self._retry,
+                    timeout=self._timeout,
+                ), size
         except (NotFound, PreconditionFailed):
             pass
         except Exception as exc:
@@ -153,8 +171,10 @@ class GCSStore:
         full = self._blob_name(prefix).rstrip("/") + "/"
         cut = len(self.prefix) + 1 if self.prefix else 0
         try:
-            names = [b.name[cut:] for b in self.client.list_blobs(self.bucket, prefix=full, retry=self._retry,
-                                                                   timeout=self._timeout)]
+            names = [
+                b.name[cut:]
+                for b in self.client.list_blobs(self.bucket, prefix=full, retry=self._retry, timeout=self._timeout)
+            ]
         except Exception as exc:
             raise self._failed("list", prefix, exc) from None
         self.down = False
@@ -163,11 +183,12 @@ class GCSStore:
     def children(self, prefix: str) -> list[str]:
         full = (self._blob_name(prefix).rstrip("/") + "/") if (prefix or self.prefix) else ""
         try:
-            it = self.client.list_blobs(self.bucket, prefix=full, delimiter="/", retry=self._retry,
-                                        timeout=self._timeout)
+            it = self.client.list_blobs(
+                self.bucket, prefix=full, delimiter="/", retry=self._retry, timeout=self._timeout
+            )
             for _ in it:  # the prefixes are known once the pages are read
                 pass
-            dirs = [p[len(full):].rstrip("/") for p in it.prefixes]
+            dirs = [p[len(full) :].rstrip("/") for p in it.prefixes]
         except Exception as exc:
             raise self._failed("list", prefix, exc) from None
         return sorted(d for d in dirs if d and not d.startswith("."))
@@ -177,8 +198,10 @@ class GCSStore:
 
         try:
             self.bucket.blob(self._blob_name(name)).delete(
-                if_generation_match=int(generation) if generation is not None else None, retry=self._retry,
-                timeout=self._timeout)
+                if_generation_match=int(generation) if generation is not None else None,
+                retry=self._retry,
+                timeout=self._timeout,
+            )
         except NotFound:
             pass
         except PreconditionFailed:

@@ -2,6 +2,7 @@
 hidden temporary file linked (create-only) or renamed (overwrite) into place, and compare-and-swap
 serialised across the processes of this host by a lock file beside the object.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -35,8 +36,10 @@ class LocalStore:
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
         except FileExistsError:  # a file where a directory should be: not a create-only conflict
-            raise StorageError(f"cannot write {target}: {target.parent} is not a directory; "
-                               "remove what is in the way or choose another `output`") from None
+            raise StorageError(
+                f"cannot write {target}: {target.parent} is not a directory; "
+                "remove what is in the way or choose another `output`"
+            ) from None
         tmp = target.parent / f".{target.name}.{uuid.uuid4().hex[:8]}.tmp"
         try:
             with tmp.open("wb") as f:
@@ -62,8 +65,10 @@ class LocalStore:
                 tmp.unlink(missing_ok=True)
             return self._generation(target)
         except FileExistsError:
-            raise ConflictError(f"{target} already exists and is written create-only; "
-                                "another process wrote the same object (remove it only if that process is gone)") from None
+            raise ConflictError(
+                f"{target} already exists and is written create-only; "
+                "another process wrote the same object (remove it only if that process is gone)"
+            ) from None
         except OSError as exc:
             raise StorageError(f"cannot write {target}: {exc.strerror or exc}; choose a writable `output`") from None
 
@@ -74,8 +79,10 @@ class LocalStore:
             if p == self.root.parent:
                 break
             if p.exists() and not p.is_dir():
-                raise StorageError(f"{p} is not a directory (it is a file), so the run cannot write under it; "
-                                   "move or delete that file, or choose another `output`")
+                raise StorageError(
+                    f"{p} is not a directory (it is a file), so the run cannot write under it; "
+                    "move or delete that file, or choose another `output`"
+                )
 
     @staticmethod
     def _link_exclusive(tmp: Path, target: Path) -> None:
@@ -146,8 +153,7 @@ class LocalStore:
         if not base.is_dir():
             return []
         return sorted(
-            p.relative_to(self.root).as_posix() for p in base.rglob("*")
-            if p.is_file() and not p.name.startswith(".")
+            p.relative_to(self.root).as_posix() for p in base.rglob("*") if p.is_file() and not p.name.startswith(".")
         )
 
     def children(self, prefix: str) -> list[str]:
@@ -170,4 +176,6 @@ class LocalStore:
                     return
                 target.unlink(missing_ok=True)
         except OSError as exc:
-            raise StorageError(f"cannot delete {target}: {exc.strerror or exc}; check the output's permissions") from None
+            raise StorageError(
+                f"cannot delete {target}: {exc.strerror or exc}; check the output's permissions"
+            ) from None

@@ -2,6 +2,7 @@
 only while its generation is still the one this process wrote, and taken over when its holder is gone
 from this host or its heartbeat is stale. Holding it for a run, with the heartbeat, is `run_lock`.
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -45,8 +46,10 @@ class Lock:
         try:
             self.generation = self.store.replace(self.name, json.dumps(holder).encode(), self.generation)
         except (ConflictError, NotFoundError):
-            raise LockHeldError(f"the lock {self.uri} was taken over by another process (it judged this one "
-                                "stale); stop this run: the other one computes the same units") from None
+            raise LockHeldError(
+                f"the lock {self.uri} was taken over by another process (it judged this one "
+                "stale); stop this run: the other one computes the same units"
+            ) from None
         self.holder = holder
 
     def __post_init__(self) -> None:
@@ -71,15 +74,22 @@ class Lock:
         self.release()
 
 
-def acquire_lock(store: Store, name: str, lock_uri: str, run_uri: str, owner: str, *,
-                 stale_after_s: float | None = None) -> Lock:
+def acquire_lock(
+    store: Store, name: str, lock_uri: str, run_uri: str, owner: str, *, stale_after_s: float | None = None
+) -> Lock:
     """Take the lock object `name` (created create-only) or raise LockHeldError naming the holder of
     run `run_uri`. A lock whose last heartbeat (`Lock.refresh`) is older than `stale_after_s` seconds is
     taken over with a generation-matched replace, so of two processes breaking the same stale lock
     exactly one wins. With `stale_after_s=None` a lock is never judged stale."""
     t = _iso(now())
-    holder = {"owner": owner, "host": socket.gethostname(), "pid": os.getpid(), "pid_ns": _pid_namespace(),
-              "acquired_at": t, "heartbeat_at": t}
+    holder = {
+        "owner": owner,
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "pid_ns": _pid_namespace(),
+        "acquired_at": t,
+        "heartbeat_at": t,
+    }
     data = json.dumps(holder).encode()
     for _ in range(3):  # the lock may be released between our create and our read
         try:
@@ -101,25 +111,37 @@ def acquire_lock(store: Store, name: str, lock_uri: str, run_uri: str, owner: st
             current = {"owner": "(unreadable lock object)", "heartbeat_at": None}
         dead = _holder_is_dead(current, lock_uri)
         if dead or (stale_after_s is not None and _age_s(current.get("heartbeat_at")) > stale_after_s):
-            why = ("its process is gone from this host" if dead and current.get("pid") != os.getpid()
-                   else "its invocation in this process has ended" if dead
-                   else f"it is unreadable ({unreadable}), so it names no holder and no heartbeat" if unreadable
-                   else "it records no heartbeat" if not current.get("heartbeat_at")
-                   else f"its last heartbeat is over {stale_after_s:g} s old")
+            why = (
+                "its process is gone from this host"
+                if dead and current.get("pid") != os.getpid()
+                else "its invocation in this process has ended"
+                if dead
+                else f"it is unreadable ({unreadable}), so it names no holder and no heartbeat"
+                if unreadable
+                else "it records no heartbeat"
+                if not current.get("heartbeat_at")
+                else f"its last heartbeat is over {stale_after_s:g} s old"
+            )
             try:
-                return Lock(store, name, lock_uri, holder, store.replace(name, data, gen),
-                            took_over=current, took_over_why=why)
+                return Lock(
+                    store, name, lock_uri, holder, store.replace(name, data, gen), took_over=current, took_over_why=why
+                )
             except (ConflictError, NotFoundError):
                 continue
-        raise LockHeldError(f"run {run_uri} is being computed by {describe_holder(current)}; wait for it to "
-                            f"finish, or if that process is gone delete {lock_uri}", holder=current)
+        raise LockHeldError(
+            f"run {run_uri} is being computed by {describe_holder(current)}; wait for it to "
+            f"finish, or if that process is gone delete {lock_uri}",
+            holder=current,
+        )
     raise LockHeldError(f"the lock {lock_uri} keeps changing hands; another process is taking it", holder={})
 
 
 def describe_holder(holder: dict[str, Any]) -> str:
     """A lock holder as messages name it: owner, host, pid, since when and its last heartbeat."""
-    return (f"{holder.get('owner')!r} (host {holder.get('host')}, pid {holder.get('pid')}, since "
-            f"{holder.get('acquired_at')}, last heartbeat {holder.get('heartbeat_at')})")
+    return (
+        f"{holder.get('owner')!r} (host {holder.get('host')}, pid {holder.get('pid')}, since "
+        f"{holder.get('acquired_at')}, last heartbeat {holder.get('heartbeat_at')})"
+    )
 
 
 def live_holder(store: Store, name: str, lock_uri: str, stale_after_s: float = STALE_AFTER_S) -> dict[str, Any] | None:
@@ -134,8 +156,11 @@ def live_holder(store: Store, name: str, lock_uri: str, stale_after_s: float = S
         holder = json.loads(raw)
     except ValueError:
         return None
-    if not isinstance(holder, dict) or _holder_is_dead(holder, lock_uri) \
-            or _age_s(holder.get("heartbeat_at")) > stale_after_s:
+    if (
+        not isinstance(holder, dict)
+        or _holder_is_dead(holder, lock_uri)
+        or _age_s(holder.get("heartbeat_at")) > stale_after_s
+    ):
         return None
     return holder
 
@@ -154,8 +179,13 @@ def _holder_is_dead(holder: dict[str, Any], lock_uri: str) -> bool:
     failed during a storage outage): the lock can be taken over at once. A reused PID reads as
     alive, and a holder on another host is judged by its heartbeat only."""
     pid = holder.get("pid")
-    if (holder.get("host") != socket.gethostname() or not isinstance(pid, int) or pid <= 0
-            or holder.get("pid_ns") is None or holder.get("pid_ns") != _pid_namespace()):
+    if (
+        holder.get("host") != socket.gethostname()
+        or not isinstance(pid, int)
+        or pid <= 0
+        or holder.get("pid_ns") is None
+        or holder.get("pid_ns") != _pid_namespace()
+    ):
         return False
     if pid == os.getpid():
         return lock_uri not in _LIVE_LOCKS

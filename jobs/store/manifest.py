@@ -1,4 +1,5 @@
 """The `runs` manifest row: what produced a run (code, packages, model, templates) and how it went."""
+
 from __future__ import annotations
 
 import json
@@ -8,8 +9,21 @@ from typing import Any, Protocol
 
 from memloop.jobs.store.provenance import code_version, ray_job_id
 
-PACKAGES = ("memloop", "jax", "jaxlib", "flax", "ray", "pyarrow", "transformers", "tokenizers", "llguidance",
-            "numpy", "sentence-transformers", "rouge-score", "google-cloud-storage")
+PACKAGES = (
+    "memloop",
+    "jax",
+    "jaxlib",
+    "flax",
+    "ray",
+    "pyarrow",
+    "transformers",
+    "tokenizers",
+    "llguidance",
+    "numpy",
+    "sentence-transformers",
+    "rouge-score",
+    "google-cloud-storage",
+)
 
 
 def package_versions() -> dict[str, str]:

@@ -8,6 +8,7 @@ generation; local: inode and mtime). Write modes, each what GCS enforces with ge
 - "overwrite": last writer wins (no precondition). Report files, compare outputs, exports.
 - `Store.replace(name, data, generation)`: compare-and-swap for read-modify-write (the lock).
 """
+
 from __future__ import annotations
 
 from typing import Literal, Protocol

@@ -1,6 +1,7 @@
 """Where an output lives: a local directory or gs://bucket/prefix opened as its object store, and names
 joined under it the way each kind spells them.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -15,8 +16,11 @@ def open_store(uri: str) -> Store:
     if uri.startswith("gs://"):
         return GCSStore(uri)
     if "://" in uri:
-        hint = f"; for a local directory write the path without the scheme ({uri[len('file://'):]})" \
-            if uri.startswith("file://") else "; write a local directory or gs://BUCKET/PREFIX"
+        hint = (
+            f"; for a local directory write the path without the scheme ({uri[len('file://') :]})"
+            if uri.startswith("file://")
+            else "; write a local directory or gs://BUCKET/PREFIX"
+        )
         raise StorageError(f"output {uri!r}: only local paths and gs://bucket/prefix are supported{hint}")
     return LocalStore(uri)
 

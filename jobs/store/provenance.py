@@ -9,6 +9,7 @@
   the container build), else the package version.
 - `ray_job_id()`: the `ray job submit` submission id when the driver runs as a Ray job.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -39,8 +40,13 @@ def code_digest() -> str:
 
 def git_describe() -> str | None:
     try:
-        out = subprocess.run(["git", "describe", "--always", "--dirty", "--abbrev=12"], cwd=ROOT,
-                             capture_output=True, text=True, timeout=5)
+        out = subprocess.run(
+            ["git", "describe", "--always", "--dirty", "--abbrev=12"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=5,
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else None

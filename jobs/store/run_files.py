@@ -9,6 +9,7 @@ writes `{table}/{shard}.parquet`, each judge task its own `{table}/{shard}+{part
 `samples` file (one per shard, never a part) is written once all of them landed and lists them
 (`FILES_KEY`). Every file names its writer (host, pid, role) in `WRITER_KEY`.
 """
+
 from __future__ import annotations
 
 import io
@@ -21,7 +22,6 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-
 from memloop.jobs.errors import StorageError
 from memloop.jobs.store.objects import Store
 from memloop.jobs.store.tables import SCHEMAS, now
@@ -83,9 +83,11 @@ def from_parquet(data: bytes, uri: str = "", columns: list[str] | None = None) -
 
 
 def _unreadable(uri: str, why: str) -> DamagedRunError:
-    exc = DamagedRunError(f"{uri or 'a table file'} is not a readable Parquet file ({why}); it was cut short or "
-                          "overwritten: restore it from a copy of the run, or delete it (a resume computes the "
-                          "units of a shard whose file is deleted again)")
+    exc = DamagedRunError(
+        f"{uri or 'a table file'} is not a readable Parquet file ({why}); it was cut short or "
+        "overwritten: restore it from a copy of the run, or delete it (a resume computes the "
+        "units of a shard whose file is deleted again)"
+    )
     exc.short = f"{uri} ({why})"  # type: ignore[attr-defined]  # for a list of several damaged files
     return exc
 

@@ -33,6 +33,7 @@ Compaction (`RunStore.compact`, its policy in `memloop.jobs.store.compaction`) m
 shards at its end. The object stores under a run (a directory, gs://) and their write modes are
 `memloop.jobs.store.objects`, `local`, `gcs` and `outputs`; the run's lock is `memloop.jobs.store.lock`.
 """
+
 from __future__ import annotations
 
 import json
@@ -44,18 +45,30 @@ from typing import Any, Iterable
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-
 from memloop.jobs.errors import StorageError
 from memloop.jobs.store.compaction import merged_table, small_shard_groups
 from memloop.jobs.store.local import LocalStore
 from memloop.jobs.store.lock import LOCK_NAME, Lock, acquire_lock, live_holder
 from memloop.jobs.store.objects import ConflictError, NotFoundError, Store, WriteMode
 from memloop.jobs.store.outputs import join_uri, open_store
-from memloop.jobs.store.run_files import (FILES_KEY, RUN_FOLDERS, SHARD_TABLES, WRITER_KEY, Committed, DamagedRunError,
-                                  from_parquet, listed_files, new_shard_name, part_file, read_verified, shard_of,
-                                  table_bytes, to_parquet, writer_identity)
+from memloop.jobs.store.run_files import (
+    FILES_KEY,
+    RUN_FOLDERS,
+    SHARD_TABLES,
+    WRITER_KEY,
+    Committed,
+    DamagedRunError,
+    from_parquet,
+    listed_files,
+    new_shard_name,
+    part_file,
+    read_verified,
+    shard_of,
+    table_bytes,
+    to_parquet,
+    writer_identity,
+)
 from memloop.jobs.store.tables import SCHEMAS, conform
-
 
 # a unit with one of these outcomes is done: resuming never computes it again ("n/a": the method
 # does not apply to the sample, e.g. the long-context ceiling on an input longer than the context)
@@ -122,26 +135,33 @@ class RunStore:
         rs = cls(open_store(base or "."), rid)
         samples, runs = rs.store.list(f"{rid}/samples"), rs.store.list(f"{rid}/runs")
         if not samples and not runs:
-            raise StorageError(f"{run_uri} holds no run (no samples/ or runs/ tables); check the URI printed by `memloop run`")
+            raise StorageError(
+                f"{run_uri} holds no run (no samples/ or runs/ tables); check the URI printed by `memloop run`"
+            )
         if not samples:  # manifests but no outcomes: a partial copy, or a listing that came back empty
             manifests = [from_parquet(rs.store.get(n), rs._uri(n)) for n in runs if n.endswith(".parquet")]
-            units = sum(int(t.column("computed")[0].as_py() or 0) + int(t.column("failed")[0].as_py() or 0)
-                        for t in manifests)
+            units = sum(
+                int(t.column("computed")[0].as_py() or 0) + int(t.column("failed")[0].as_py() or 0) for t in manifests
+            )
             computed = sum(int(t.column("computed")[0].as_py() or 0) for t in manifests)
             causes = _recorded_causes(manifests)
             if units and not computed and causes:  # every unit failed and none was written: name why
                 raise DamagedRunError(
                     f"{run_uri}: every one of its {units} finished unit(s) failed and none was recorded; the "
-                    f"cause: {causes[0]}" + (f" (and {len(causes) - 1} other error(s))" if len(causes) > 1 else "")
+                    f"cause: {causes[0]}"
+                    + (f" (and {len(causes) - 1} other error(s))" if len(causes) > 1 else "")
                     + "; fix it (e.g. fewer engine actors or a smaller model for an out-of-memory kill) and run "
-                    "the config again")
+                    "the config again"
+                )
             if units:
                 raise DamagedRunError(
                     f"{run_uri} has no samples/ table although its runs/ manifests record {units} finished "
                     f"unit(s); the run directory is incomplete (a partial copy?): copy the whole run, or point at "
-                    "the original")
-            raise DamagedRunError(f"{run_uri} has no finished unit yet (no samples/ table); run its config with "
-                                  "`memloop run` first")
+                    "the original"
+                )
+            raise DamagedRunError(
+                f"{run_uri} has no finished unit yet (no samples/ table); run its config with `memloop run` first"
+            )
         return rs
 
     @property
@@ -204,8 +224,9 @@ class RunStore:
         holder; a lock whose heartbeat is older than `stale_after_s` seconds, or whose holder is gone
         from this host, is taken over by exactly one process (`memloop.jobs.store.lock.acquire_lock`)."""
         name = self.name(LOCK_NAME)
-        return acquire_lock(self.store, name, join_uri(self.store.uri, name), self.uri, owner,
-                            stale_after_s=stale_after_s)
+        return acquire_lock(
+            self.store, name, join_uri(self.store.uri, name), self.uri, owner, stale_after_s=stale_after_s
+        )
 
     def computing(self) -> dict[str, Any] | None:
         """The holder of the run's lock while it computes the run now (owner, host, pid, heartbeat), else None:
@@ -220,13 +241,22 @@ class RunStore:
         if not tables.get(self.commit_table):
             raise ValueError(f"a shard needs at least one {self.commit_table} row (the commit record)")
         shard = new_shard_name()
-        files = [(f, len(tables[t])) for t in self.shard_tables[:-1]
-                 if (f := self.write_part(shard, t, tables.get(t, ()))) is not None]
+        files = [
+            (f, len(tables[t]))
+            for t in self.shard_tables[:-1]
+            if (f := self.write_part(shard, t, tables.get(t, ()))) is not None
+        ]
         self.commit(shard, tables[self.commit_table], files)
         return shard
 
-    def write_part(self, shard: str, table: str, rows: Iterable[dict[str, Any]], part: str | None = None,
-                   mode: WriteMode = "create") -> str | None:
+    def write_part(
+        self,
+        shard: str,
+        table: str,
+        rows: Iterable[dict[str, Any]],
+        part: str | None = None,
+        mode: WriteMode = "create",
+    ) -> str | None:
         """Write a shard's `table` rows (or one `part` of them) before its commit; returns the
         run-relative file name, None when there are no rows. Invisible until `commit`."""
         rows = list(rows)
@@ -239,16 +269,23 @@ class RunStore:
         self.store.put(self.name(rel), table_bytes(t, self.writer), mode=mode)
         return rel
 
-    def commit(self, shard: str, samples: list[dict[str, Any]], files: Iterable[tuple[str, int]],
-               error: str | None = None, keep: bool = True) -> Committed:
+    def commit(
+        self,
+        shard: str,
+        samples: list[dict[str, Any]],
+        files: Iterable[tuple[str, int]],
+        error: str | None = None,
+        keep: bool = True,
+    ) -> Committed:
         """Write the shard's `samples` file (create-only), after every file in `files` (run-relative
         names and their rows) landed: from now on readers see the shard whole. `keep`: count it in
         this process's index (a worker, which reports it to the driver instead, does not)."""
         if not samples:
             raise ValueError(f"a shard needs at least one {self.commit_table} row (the commit record)")
         files = list(files)
-        t = pa.Table.from_pylist([dict(r, run_id=self.run_id, shard=shard) for r in samples],
-                                 schema=SCHEMAS[self.commit_table])
+        t = pa.Table.from_pylist(
+            [dict(r, run_id=self.run_id, shard=shard) for r in samples], schema=SCHEMAS[self.commit_table]
+        )
         rel = part_file(self.commit_table, shard)
         try:
             self.store.put(self.name(rel), table_bytes(t, self.writer, dict(files)), mode="create")
@@ -261,8 +298,13 @@ class RunStore:
         per_table: dict[str, int] = {self.commit_table: t.num_rows}
         for f, n in files:
             per_table[f.split("/", 1)[0]] = per_table.get(f.split("/", 1)[0], 0) + n
-        c = Committed(shard, tuple(zip(t.column("unit").to_pylist(), t.column("status").to_pylist())),
-                      max(per_table.values()), tuple(f for f, _ in files) + (rel,), error)
+        c = Committed(
+            shard,
+            tuple(zip(t.column("unit").to_pylist(), t.column("status").to_pylist())),
+            max(per_table.values()),
+            tuple(f for f, _ in files) + (rel,),
+            error,
+        )
         if keep:
             self.record(c)
         return c
@@ -291,11 +333,19 @@ class RunStore:
         before = len(shards)
         for group in small_shard_groups(shards, target_rows):
             new = new_shard_name()
-            merged = {table: merged_table(table, [self._read_one(self.name(f)) for s in group
-                                                  for f in shards[s].files if f.startswith(f"{table}/")], new)
-                      for table in self.shard_tables}
-            files = [(f, merged[t].num_rows) for t in self.shard_tables[:-1]
-                     if (f := self.write_part(new, t, merged[t].to_pylist())) is not None]
+            merged = {
+                table: merged_table(
+                    table,
+                    [self._read_one(self.name(f)) for s in group for f in shards[s].files if f.startswith(f"{table}/")],
+                    new,
+                )
+                for table in self.shard_tables
+            }
+            files = [
+                (f, merged[t].num_rows)
+                for t in self.shard_tables[:-1]
+                if (f := self.write_part(new, t, merged[t].to_pylist())) is not None
+            ]
             self.commit(new, merged[self.commit_table].to_pylist(), files)
             for s in group:  # samples first: the old shard stops being visible before its parts go
                 for f in reversed(shards[s].files):
@@ -321,8 +371,13 @@ class RunStore:
         for name in self.store.list(self.name("index")):  # shards an index names were committed
             if name.endswith(".parquet"):
                 committed.update(self._read_one(name, columns=["shard"]).column("shard").to_pylist())
-        gone = [n for table in self.shard_tables[:-1] for shard, names in self._shard_names(table).items()
-                if shard not in committed for n in names]
+        gone = [
+            n
+            for table in self.shard_tables[:-1]
+            for shard, names in self._shard_names(table).items()
+            if shard not in committed
+            for n in names
+        ]
         for name in gone:
             self.store.delete(name)
         return gone
@@ -330,16 +385,21 @@ class RunStore:
     def write_index(self, invocation: str) -> None:
         """The units this process committed and their shards (what a resume reads)."""
         with self._lock:
-            rows = [{"run_id": self.run_id, "unit": u, "shard": shard, "status": st}
-                    for shard, c in sorted(self.committed.items()) for u, st in c.units]
+            rows = [
+                {"run_id": self.run_id, "unit": u, "shard": shard, "status": st}
+                for shard, c in sorted(self.committed.items())
+                for u, st in c.units
+            ]
         if rows:
-            self.store.put(self.name("index", f"{invocation}.parquet"), to_parquet("index", rows, self.writer),
-                           mode="create")
+            self.store.put(
+                self.name("index", f"{invocation}.parquet"), to_parquet("index", rows, self.writer), mode="create"
+            )
 
     def write_manifest(self, row: dict[str, Any]) -> None:
         row = dict(row, run_id=self.run_id)
-        self.store.put(self.name("runs", f"{row['invocation']}.parquet"), to_parquet("runs", [row], self.writer),
-                       mode="create")
+        self.store.put(
+            self.name("runs", f"{row['invocation']}.parquet"), to_parquet("runs", [row], self.writer), mode="create"
+        )
 
     def put_file(self, rel: str, data: bytes) -> None:
         """A derived file (report.md, plots, compare outputs): rewritten by every report."""
@@ -390,19 +450,25 @@ class RunStore:
         """Raise DamagedRunError naming the units whose final shard lists a `table` file that is gone:
         their outcome says ok while their rows are missing, so no table of the run would agree."""
         present = {n for ns in self._shard_names(table).values() for n in ns}
-        gone = {shard: [f for f in self._listed.get(shard, {}) if f.startswith(f"{table}/")
-                        and self.name(f) not in present] for shard in set(winners.column("shard").to_pylist())}
+        gone = {
+            shard: [f for f in self._listed.get(shard, {}) if f.startswith(f"{table}/") and self.name(f) not in present]
+            for shard in set(winners.column("shard").to_pylist())
+        }
         gone = {shard: fs for shard, fs in gone.items() if fs}
         if not gone:
             return
-        units = [u for u, shard in zip(winners.column("unit").to_pylist(), winners.column("shard").to_pylist())
-                 if shard in gone]
+        units = [
+            u
+            for u, shard in zip(winners.column("unit").to_pylist(), winners.column("shard").to_pylist())
+            if shard in gone
+        ]
         files = sorted(f for fs in gone.values() for f in fs)
         raise DamagedRunError(
             f"{self.uri}: the `{table}` rows of {len(units)} unit(s) are missing ({', '.join(units[:5])}"
             f"{f' and {len(units) - 5} more' if len(units) > 5 else ''}): their shards' {', '.join(files[:3])}"
             f"{' ...' if len(files) > 3 else ''} is gone; restore it from a copy of the run, or run the config "
-            "again with `memloop run` (a resume computes units whose rows are missing)")
+            "again with `memloop run` (a resume computes units whose rows are missing)"
+        )
 
     def done_units(self) -> set[str]:
         """Units recorded done (`ok` or `n/a`) in a shard whose files are all there, from the unit indexes
@@ -419,8 +485,9 @@ class RunStore:
             if not name.endswith(".parquet"):
                 continue
             t = self._read_one(name)
-            for u, shard, st in zip(t.column("unit").to_pylist(), t.column("shard").to_pylist(),
-                                    t.column("status").to_pylist()):
+            for u, shard, st in zip(
+                t.column("unit").to_pylist(), t.column("shard").to_pylist(), t.column("status").to_pylist()
+            ):
                 if shard in shards:  # a shard that still exists (committed, not compacted away)
                     covered.add(shard)
                     if st in DONE_STATUSES:
@@ -430,8 +497,10 @@ class RunStore:
                 for name in names:
                     t = self._read_one(name, columns=["unit", "status"])
                     units.setdefault(shard, set()).update(
-                        u for u, st in zip(t.column("unit").to_pylist(), t.column("status").to_pylist())
-                        if st in DONE_STATUSES)
+                        u
+                        for u, st in zip(t.column("unit").to_pylist(), t.column("status").to_pylist())
+                        if st in DONE_STATUSES
+                    )
         counted = {shard: shards[shard] for shard, us in units.items() if us}
         listed: dict[str, dict[str, int]] = {}
         missing = self._check_shards(counted, listed)
@@ -441,16 +510,21 @@ class RunStore:
         for shard, names in counted.items():
             if shard in missing or len(names) != 1:  # a commit is one file; anything else is left as it is
                 continue
-            own = names[0][len(root):]
+            own = names[0][len(root) :]
             parts = listed.get(shard, {})
-            self.prior[shard] = Committed(shard, tuple((u, "ok") for u in sorted(units[shard])),
-                                          max([len(units[shard]), *parts.values()]), (*parts, own))
+            self.prior[shard] = Committed(
+                shard,
+                tuple((u, "ok") for u in sorted(units[shard])),
+                max([len(units[shard]), *parts.values()]),
+                (*parts, own),
+            )
         # a shard missing a file whose units are all done elsewhere (computed again already) is history
         self.incomplete = {shard: fs for shard, fs in missing.items() if not units[shard] <= done}
         return done
 
-    def _check_shards(self, shards: dict[str, list[str]],
-                      listed: dict[str, dict[str, int]] | None = None) -> dict[str, list[str]]:
+    def _check_shards(
+        self, shards: dict[str, list[str]], listed: dict[str, dict[str, int]] | None = None
+    ) -> dict[str, list[str]]:
         """{shard: its listed files that are gone} of `shards` ({shard: its commit file names}), reading
         each file whole with its page checksums, and into `listed` each shard's files and their rows as its
         commit lists them; raises DamagedRunError naming every unreadable, overwritten or short file."""
@@ -465,8 +539,12 @@ class RunStore:
                 return getattr(exc, "short", str(exc))
 
         with ThreadPoolExecutor(max_workers=16) as ex:
-            commits = dict(zip([n for ns in shards.values() for n in ns],
-                               ex.map(verified, [n for ns in shards.values() for n in ns])))
+            commits = dict(
+                zip(
+                    [n for ns in shards.values() for n in ns],
+                    ex.map(verified, [n for ns in shards.values() for n in ns]),
+                )
+            )
             expected: dict[str, tuple[str, int]] = {}  # file name -> (shard, rows)
             missing: dict[str, list[str]] = {}
             for shard, names in shards.items():
@@ -484,13 +562,16 @@ class RunStore:
                 if isinstance(meta, str):
                     damaged.append(meta)
                 elif meta.num_rows != expected[name][1]:
-                    damaged.append(f"{self._uri(name)} (holds {meta.num_rows} rows, its shard's commit "
-                                   f"records {expected[name][1]})")
+                    damaged.append(
+                        f"{self._uri(name)} (holds {meta.num_rows} rows, its shard's commit "
+                        f"records {expected[name][1]})"
+                    )
         if damaged:
             raise DamagedRunError(
                 f"{len(damaged)} file(s) of {self.uri} are damaged: {'; '.join(sorted(damaged)[:5])}"
                 f"{' ...' if len(damaged) > 5 else ''}; restore them from a copy of the run, or delete them "
-                "(a resume computes the units of a shard whose file is deleted again)")
+                "(a resume computes the units of a shard whose file is deleted again)"
+            )
         return missing
 
 

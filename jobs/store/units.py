@@ -3,6 +3,7 @@
 A unit is one (dataset, sample, method, repeat). Its key is how storage records it exactly once and
 how a resume finds it; `UnitLike` is what the row builders read of the run's `memloop.jobs.run.workload.Unit`.
 """
+
 from __future__ import annotations
 
 from typing import Any, Protocol

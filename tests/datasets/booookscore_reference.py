@@ -1,4 +1,5 @@
 """The official BooookScore chunking algorithm, restated independently from its description, for tests."""
+
 from __future__ import annotations
 
 

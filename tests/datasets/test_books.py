@@ -1,13 +1,19 @@
 """Book loading: Gutenberg cleaning, paragraphs kept, chunking, malformed files."""
+
 from __future__ import annotations
 
 import json
 
 import pytest
-
 from memloop.eval.datasets import load_dataset
 from memloop.eval.datasets.books import clean_book, load_book, load_books
-from memloop.eval.datasets.errors import BinaryFileError, DatasetNotFoundError, EmptyDatasetError, MissingFieldError, UnknownFormatError
+from memloop.eval.datasets.errors import (
+    BinaryFileError,
+    DatasetNotFoundError,
+    EmptyDatasetError,
+    MissingFieldError,
+    UnknownFormatError,
+)
 
 GUTENBERG = (
     "\ufeffThe Project Gutenberg EBook of A Test, by Someone\r\n\r\nLicence words here.\r\n\r\n"
@@ -19,27 +25,44 @@ GUTENBERG = (
 
 
 def test_gutenberg_header_footer_bom_crlf_and_paragraphs():
-    assert clean_book(GUTENBERG) == ("CHAPTER I\nIt was a dark and stormy night; the rain fell in torrents.\n"
-                                     "\u201cWho is there?\u201d she asked.")
-    assert clean_book(GUTENBERG, unwrap=False).split("\n")[1:3] == ["It was a dark and stormy", "night; the rain fell in torrents."]
-    old_style = ("Project Gutenberg Etext of X\n\nsmall print licence\n*END*THE SMALL PRINT! FOR PUBLIC DOMAIN ETEXTS*Ver.04.29.93*END*\n\n"
-                 "The book itself.\n\nEnd of the Project Gutenberg Etext of X\n")
+    assert clean_book(GUTENBERG) == (
+        "CHAPTER I\nIt was a dark and stormy night; the rain fell in torrents.\n\u201cWho is there?\u201d she asked."
+    )
+    assert clean_book(GUTENBERG, unwrap=False).split("\n")[1:3] == [
+        "It was a dark and stormy",
+        "night; the rain fell in torrents.",
+    ]
+    old_style = (
+        "Project Gutenberg Etext of X\n\nsmall print licence\n*END*THE SMALL PRINT! FOR PUBLIC DOMAIN "
+        "ETEXTS*Ver.04.29.93*END*\n\n"
+        "The book itself.\n\nEnd of the Project Gutenberg Etext of X\n"
+    )
     assert clean_book(old_style) == "The book itself."
 
 
 def test_shared_books_load_clean_and_chunk(shared_data):
     samples = load_books(shared_data / "books", chunk_tokens=2048)
-    assert [s.metadata["title"] for s in samples] == ["katrine", "news-from-nowhere", "pioneer-days-in-st-paul", "pride-and-prejudice"]
+    assert [s.metadata["title"] for s in samples] == [
+        "katrine",
+        "news-from-nowhere",
+        "pioneer-days-in-st-paul",
+        "pride-and-prejudice",
+    ]
     for s in samples:
         text = "\n".join(s.chunks)
         assert "Project Gutenberg" not in text and "\r" not in text and "\ufeff" not in text
         assert s.task == "book" and s.gold is None and len(s.chunks) > 20
     pride = samples[-1]
     assert pride.chunks[0].startswith("PRIDE AND PREJUDICE")
-    assert "It is a truth universally acknowledged, that a single man in possession of a good fortune, must be in want of a wife." in pride.chunks[0]
+    assert (
+        "It is a truth universally acknowledged, that a single man in possession of a good fortune, must be in want "
+        "of a wife." in pride.chunks[0]
+    )
     assert pride.chunks[-1].endswith("had been the means of uniting them.")
     pioneer = samples[2]
-    assert pioneer.chunks[0].startswith("REMINISCENCES OF PIONEER DAYS IN ST. PAUL") and not pioneer.chunks[-1].endswith("***")
+    assert pioneer.chunks[0].startswith("REMINISCENCES OF PIONEER DAYS IN ST. PAUL") and not pioneer.chunks[
+        -1
+    ].endswith("***")
     # ids are stable across runs and the registry gives the same samples
     again = load_dataset("book", source=str(shared_data / "books" / "katrine.txt"), chunk_tokens=2048)
     assert again[0].id == samples[0].id and again[0].chunks == samples[0].chunks
@@ -49,7 +72,9 @@ def test_collections_and_errors(tmp_path):
     (tmp_path / "c.json").write_text(json.dumps({"Tiny": "One line.\n\nTwo lines."}))
     [s] = load_books(tmp_path / "c.json", chunk_tokens=64)
     assert s.chunks == ("One line.\nTwo lines.",)
-    (tmp_path / "c.jsonl").write_text(json.dumps({"title": "T", "text": "x."}) + "\n" + json.dumps({"text": "y"}) + "\n")
+    (tmp_path / "c.jsonl").write_text(
+        json.dumps({"title": "T", "text": "x."}) + "\n" + json.dumps({"text": "y"}) + "\n"
+    )
     with pytest.raises(MissingFieldError, match=r"c.jsonl:2"):
         load_books(tmp_path / "c.jsonl")
     (tmp_path / "empty.txt").write_text("  \n")
@@ -63,7 +88,9 @@ def test_collections_and_errors(tmp_path):
         load_books(tmp_path / "book.pdf")
     with pytest.raises(DatasetNotFoundError):
         load_books(tmp_path / "missing.txt")
-    (tmp_path / "only-licence.txt").write_text("*** START OF THE PROJECT GUTENBERG EBOOK X ***\n\n*** END OF THE PROJECT GUTENBERG EBOOK X ***\n")
+    (tmp_path / "only-licence.txt").write_text(
+        "*** START OF THE PROJECT GUTENBERG EBOOK X ***\n\n*** END OF THE PROJECT GUTENBERG EBOOK X ***\n"
+    )
     with pytest.raises(EmptyDatasetError, match="no text after cleaning"):
         load_book(tmp_path / "only-licence.txt")
 
@@ -71,7 +98,12 @@ def test_collections_and_errors(tmp_path):
 def test_chunk_chapters_follow_headings(shared_data):
     from memloop.eval.datasets.books import chunk_chapters
 
-    assert chunk_chapters(["Preface text", "Chapter 1\nIt begins.", "more of it\nCHAPTER II\nnext", "tail"]) == [1, 1, 1, 2]
+    assert chunk_chapters(["Preface text", "Chapter 1\nIt begins.", "more of it\nCHAPTER II\nnext", "tail"]) == [
+        1,
+        1,
+        1,
+        2,
+    ]
     s = load_book(shared_data / "books" / "pride-and-prejudice.txt", chapters=True)
     chapters = s.metadata["chunk_chapters"]
     assert len(chapters) == len(s.chunks) and chapters[0] == 1 and chapters[-1] == 61
@@ -108,9 +140,12 @@ def test_a_stray_byte_in_utf8_is_replaced_counted_and_said_not_mojibake(tmp_path
     assert read_text(tmp_path / "latin.txt") == "Garçon, café, été."
 
 
-CHAPTERED = ("A TALE\nBy Someone\nChapter 1\nAnna sailed to Crete at dawn.\nShe met Ben.\n"
-             "Chapter 2\n" + "\n".join(f"Ben rowed the boat past island number {i} while Anna slept." for i in range(12))
-             + "\nChapter 3\nThey came home.")
+CHAPTERED = (
+    "A TALE\nBy Someone\nChapter 1\nAnna sailed to Crete at dawn.\nShe met Ben.\n"
+    "Chapter 2\n"
+    + "\n".join(f"Ben rowed the boat past island number {i} while Anna slept." for i in range(12))
+    + "\nChapter 3\nThey came home."
+)
 
 
 def test_chunk_by_chapter_reads_chapters_as_chunks(tmp_path, caplog):
@@ -122,7 +157,9 @@ def test_chunk_by_chapter_reads_chapters_as_chunks(tmp_path, caplog):
     assert s.chunks[0] == "A TALE\nBy Someone\nChapter 1\nAnna sailed to Crete at dawn.\nShe met Ben."
     assert s.chunks[-1] == "Chapter 3\nThey came home." and chapters[0] == 1 and chapters[-1] == 3
     assert chapters.count(2) > 1 and s.metadata["chapters"] == 3 and s.metadata["chunk_by"] == "chapter"
-    assert all(c.startswith("Chapter 2") == (i == chapters.index(2)) for i, c in enumerate(s.chunks) if chapters[i] == 2)
+    assert all(
+        c.startswith("Chapter 2") == (i == chapters.index(2)) for i, c in enumerate(s.chunks) if chapters[i] == 2
+    )
     assert "\n".join(s.chunks) == CHAPTERED  # no text lost, none repeated
     # the same book in token chunks crosses chapter boundaries
     tokens = load_book(tmp_path / "tale.txt", chunk_tokens=64)
@@ -143,14 +180,18 @@ def test_real_books_by_chapter(shared_data):
     assert pride.metadata["chapters"] == 61 and sorted(set(chapters)) == list(range(1, 62))
     starts = [c for c, (a, b) in zip(pride.chunks[1:], zip(chapters, chapters[1:])) if a != b]
     assert len(starts) == 60 and all(c.startswith("Chapter ") for c in starts)
-    assert load_book(shared_data / "books" / "katrine.txt", chunk_by="chapter").metadata["chunk_by"].startswith("tokens")
+    assert (
+        load_book(shared_data / "books" / "katrine.txt", chunk_by="chapter").metadata["chunk_by"].startswith("tokens")
+    )
 
 
 def test_collections_carry_reference_summaries_and_their_chapter(tmp_path):
     text = CHAPTERED.replace("\n", "\n\n")
-    rows = [{"title": "Tale", "text": text, "summary": "Ben rows past the islands.", "chapter": 2},
-            {"title": "Tale", "text": text, "reference": "They return.", "chapter": 3},
-            {"title": "Other", "text": "Just text."}]
+    rows = [
+        {"title": "Tale", "text": text, "summary": "Ben rows past the islands.", "chapter": 2},
+        {"title": "Tale", "text": text, "reference": "They return.", "chapter": 3},
+        {"title": "Other", "text": "Just text."},
+    ]
     (tmp_path / "c.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
     a, b, c = load_books(tmp_path / "c.jsonl", chunk_tokens=64, chunk_by="chapter")
     assert a.gold == {"reference": "Ben rows past the islands."} and a.metadata["target_chapter"] == 2
@@ -159,8 +200,12 @@ def test_collections_carry_reference_summaries_and_their_chapter(tmp_path):
     (tmp_path / "d.json").write_text(json.dumps({"Tale": {"text": text, "summary": "A tale."}, "Other": "x."}))
     d, e = load_books(tmp_path / "d.json")
     assert d.gold == {"reference": "A tale."} and e.gold is None
-    for bad, match in (({"summary": "S", "chapter": 9}, "chapter 9"), ({"summary": "", "chapter": 1}, "non-empty"),
-                       ({"chapter": 2}, "give the 'summary'"), ({"summary": "S", "chapter": "two"}, "chapter's number")):
+    for bad, match in (
+        ({"summary": "S", "chapter": 9}, "chapter 9"),
+        ({"summary": "", "chapter": 1}, "non-empty"),
+        ({"chapter": 2}, "give the 'summary'"),
+        ({"summary": "S", "chapter": "two"}, "chapter's number"),
+    ):
         (tmp_path / "bad.jsonl").write_text(json.dumps({"title": "T", "text": text, **bad}))
         with pytest.raises(MissingFieldError, match=match):
             load_books(tmp_path / "bad.jsonl", chunk_tokens=64, chunk_by="chapter")

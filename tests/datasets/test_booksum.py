@@ -1,13 +1,13 @@
 """BookSum chapters for seed 001: books rebuilt from BookSum's own chapter rows, one target chapter per
 sample with chapters <= k as its chunks and that chapter's reference as gold, drawn at random with a
 recorded seed after the paper's filters. The file is written here in BookSum's chapter-level format."""
+
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
 import pytest
-
 from memloop.eval.datasets import load_dataset, truncate
 from memloop.eval.datasets.booksum import load_booksum
 from memloop.eval.datasets.errors import MissingFieldError
@@ -18,12 +18,25 @@ SUMMARY = "In this chapter {who} walks to the harbour at dawn and speaks with th
 def _row(bid: int, title: str, path: str, text: str, summary: str, source: str, aggregate: bool = False) -> dict:
     """One row with the columns of BookSum's chapter-level data as kmfoda/booksum gives them."""
     name = Path(path).stem.replace("_", " ")
-    return {"bid": bid, "is_aggregate": aggregate, "source": source, "chapter_path": path,
-            "summary_path": f"finished_summaries/{source}/{title}/{name}.txt", "book_id": f"{title}.{name}",
-            "summary_id": name, "content": None, "summary": json.dumps({"summary": summary}), "chapter": text,
-            "chapter_length": len(text.split()), "summary_name": name, "summary_url": "https://example.org/x",
-            "summary_text": summary, "summary_analysis": None, "summary_length": len(summary.split()),
-            "analysis_length": 0}
+    return {
+        "bid": bid,
+        "is_aggregate": aggregate,
+        "source": source,
+        "chapter_path": path,
+        "summary_path": f"finished_summaries/{source}/{title}/{name}.txt",
+        "book_id": f"{title}.{name}",
+        "summary_id": name,
+        "content": None,
+        "summary": json.dumps({"summary": summary}),
+        "chapter": text,
+        "chapter_length": len(text.split()),
+        "summary_name": name,
+        "summary_url": "https://example.org/x",
+        "summary_text": summary,
+        "summary_analysis": None,
+        "summary_length": len(summary.split()),
+        "analysis_length": 0,
+    }
 
 
 def _chapter(n: int, who: str) -> str:
@@ -38,13 +51,28 @@ def booksum_file(tmp_path: Path) -> Path:
         _row(900, "The Lamp", f"{lamp}/3.txt", _chapter(3, "Ada"), SUMMARY.format(who="Ada (3)"), "cliffnotes"),
         _row(900, "The Lamp", f"{lamp}/1.txt", _chapter(1, "Bo"), SUMMARY.format(who="Bo (1)"), "cliffnotes"),
         _row(900, "The Lamp", f"{lamp}/2.txt", _chapter(2, "Cy"), SUMMARY.format(who="Cy (2)"), "sparknotes"),
-        _row(900, "The Lamp", f"{lamp}/2.txt", _chapter(2, "Cy"), SUMMARY.format(who="Cy (2, gradesaver)"), "gradesaver"),
-        _row(900, "The Lamp", f"{lamp}/chapters_1_to_2.txt", _chapter(1, "Bo") + "\n" + _chapter(2, "Cy"),
-             SUMMARY.format(who="Bo and Cy"), "novelguide", aggregate=True),
+        _row(
+            900, "The Lamp", f"{lamp}/2.txt", _chapter(2, "Cy"), SUMMARY.format(who="Cy (2, gradesaver)"), "gradesaver"
+        ),
+        _row(
+            900,
+            "The Lamp",
+            f"{lamp}/chapters_1_to_2.txt",
+            _chapter(1, "Bo") + "\n" + _chapter(2, "Cy"),
+            SUMMARY.format(who="Bo and Cy"),
+            "novelguide",
+            aggregate=True,
+        ),
         _row(900, "The Lamp", f"{lamp}/4.txt", _chapter(4, "Di"), "Too short.", "cliffnotes"),
         _row(900, "The Lamp", f"{lamp}/5.txt", _chapter(5, "Ed") * 80, SUMMARY.format(who="Ed (5)"), "cliffnotes"),
-        _row(1232, "Excluded", "all_chapterized_books/1232-chapters/1.txt", _chapter(1, "Fay"), SUMMARY.format(who="Fay"),
-             "cliffnotes"),
+        _row(
+            1232,
+            "Excluded",
+            "all_chapterized_books/1232-chapters/1.txt",
+            _chapter(1, "Fay"),
+            SUMMARY.format(who="Fay"),
+            "cliffnotes",
+        ),
     ]
     path = tmp_path / "booksum-test.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -55,8 +83,13 @@ def test_a_book_is_rebuilt_from_its_chapters_and_chapter_k_is_the_target(tmp_pat
     samples = load_booksum(booksum_file(tmp_path), samples=None, max_chapter_tokens=2000)
     by_id = {s.id: s for s in samples}
     # eligible: ch1, ch2 (two guides), ch3, the aggregate of 1-2; not the short summary, the long chapter, book 1232
-    assert sorted(by_id) == ["booksum/900-ch1-2-novelguide", "booksum/900-ch1-cliffnotes", "booksum/900-ch2-gradesaver",
-                             "booksum/900-ch2-sparknotes", "booksum/900-ch3-cliffnotes"]
+    assert sorted(by_id) == [
+        "booksum/900-ch1-2-novelguide",
+        "booksum/900-ch1-cliffnotes",
+        "booksum/900-ch2-gradesaver",
+        "booksum/900-ch2-sparknotes",
+        "booksum/900-ch3-cliffnotes",
+    ]
     s = by_id["booksum/900-ch3-cliffnotes"]
     assert s.task == "booksum" and s.metadata["target_chapter"] == 3
     assert s.gold == {"reference": SUMMARY.format(who="Ada (3)")}
@@ -76,7 +109,9 @@ def test_chapters_are_drawn_at_random_with_a_recorded_seed(tmp_path):
     path = booksum_file(tmp_path)
     ids = {seed: [s.id for s in load_booksum(path, samples=2, seed=seed, max_chapter_tokens=2000)] for seed in range(6)}
     assert len({tuple(v) for v in ids.values()}) > 1  # the draw depends on the seed ...
-    assert ids[3] == [s.id for s in load_booksum(path, samples=2, seed=3, max_chapter_tokens=2000)]  # ... and only on it
+    assert ids[3] == [
+        s.id for s in load_booksum(path, samples=2, seed=3, max_chapter_tokens=2000)
+    ]  # ... and only on it
     [s] = load_booksum(path, samples=1, seed=3, max_chapter_tokens=2000)
     assert s.metadata["draw_seed"] == 3 and s.metadata["eligible"] == 5
 
@@ -90,8 +125,13 @@ def test_the_paper_limits_on_chapter_and_summary_length(tmp_path):
 
 
 def test_a_reduced_run_keeps_the_target_chapter(tmp_path):
-    [s] = [x for x in load_dataset("booksum", path=str(booksum_file(tmp_path)), samples=None, max_chapter_tokens=2000,
-                                   chunk_tokens=64) if x.id == "booksum/900-ch3-cliffnotes"]
+    [s] = [
+        x
+        for x in load_dataset(
+            "booksum", path=str(booksum_file(tmp_path)), samples=None, max_chapter_tokens=2000, chunk_tokens=64
+        )
+        if x.id == "booksum/900-ch3-cliffnotes"
+    ]
     cut = truncate(s, 2)
     assert len(cut.chunks) == 2 and 3 in cut.metadata["chunk_chapters"] and cut.gold == s.gold
 
@@ -108,8 +148,10 @@ def test_rows_that_are_not_booksum_chapters_are_named(tmp_path):
 
 def _book(tmp_path: Path, units: list[tuple[str, str]], name: str = "book.jsonl") -> Path:
     """One book in BookSum's format: (chapter file, text) units, each with its own reference."""
-    rows = [_row(77, "Units", f"all_chapterized_books/77-chapters/{unit}.txt", text, SUMMARY.format(who=unit), "guide")
-            for unit, text in units]
+    rows = [
+        _row(77, "Units", f"all_chapterized_books/77-chapters/{unit}.txt", text, SUMMARY.format(who=unit), "guide")
+        for unit, text in units
+    ]
     path = tmp_path / name
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
@@ -120,7 +162,9 @@ def test_a_chapter_given_only_inside_an_aggregate_is_rebuilt_and_every_unit_is_a
     aggregate), and all three rows are targets."""
     one, two, three = _chapter(1, "Bo"), _chapter(2, "Cy"), _chapter(3, "Ada")
     path = _book(tmp_path, [("01", one), ("chapters_1_to_3", one + "\n\n" + two + "\n\n" + three), ("03", three)])
-    samples = {s.metadata["target_unit"].rsplit("/", 1)[-1]: s for s in load_booksum(path, samples=None, chunk_tokens=4096)}
+    samples = {
+        s.metadata["target_unit"].rsplit("/", 1)[-1]: s for s in load_booksum(path, samples=None, chunk_tokens=4096)
+    }
     assert sorted(samples) == ["01.txt", "03.txt", "chapters_1_to_3.txt"]
     book = samples["03.txt"]
     assert book.chunks == (one, two, three) and book.metadata["target_chapter"] == 3
@@ -134,12 +178,21 @@ def test_a_chapter_given_only_inside_an_aggregate_is_rebuilt_and_every_unit_is_a
 def test_a_plays_acts_and_scenes_keep_every_scene_in_order(tmp_path):
     """Act-and-scene units: scenes 1-3 of act 1 one by one, act 2 as a whole, act 3 scene 1 and an aggregate of
     act 3's scenes 1 to 2 whose scene 2 is only there."""
-    texts = {u: f"{u.upper()}\nThe players speak of the lamp in {u}." for u in
-             ("act_1_scene_1", "act_1_scene_2", "act_1_scene_3", "act_2", "act_3_scene_1", "a3s2")}
-    path = _book(tmp_path, [("act_1_scene_2", texts["act_1_scene_2"]), ("act_1_scene_1", texts["act_1_scene_1"]),
-                            ("act_1_scene_3", texts["act_1_scene_3"]), ("act_2", texts["act_2"]),
-                            ("act_3_scene_1", texts["act_3_scene_1"]),
-                            ("act_3_scenes_1_to_2", texts["act_3_scene_1"] + "\n\n" + texts["a3s2"])])
+    texts = {
+        u: f"{u.upper()}\nThe players speak of the lamp in {u}."
+        for u in ("act_1_scene_1", "act_1_scene_2", "act_1_scene_3", "act_2", "act_3_scene_1", "a3s2")
+    }
+    path = _book(
+        tmp_path,
+        [
+            ("act_1_scene_2", texts["act_1_scene_2"]),
+            ("act_1_scene_1", texts["act_1_scene_1"]),
+            ("act_1_scene_3", texts["act_1_scene_3"]),
+            ("act_2", texts["act_2"]),
+            ("act_3_scene_1", texts["act_3_scene_1"]),
+            ("act_3_scenes_1_to_2", texts["act_3_scene_1"] + "\n\n" + texts["a3s2"]),
+        ],
+    )
     samples = load_booksum(path, samples=None, min_summary_words=1)
     last = next(s for s in samples if s.metadata["target_unit"].endswith("act_3_scene_1.txt"))
     assert last.chunks == tuple(texts.values()) and last.metadata["target_chapter"] == 5
@@ -151,7 +204,9 @@ def test_eligible_chapters_are_counted_in_one_fixed_tokenizer_whatever_the_model
     counting characters, as a byte-level one nearly does) sizes the chunks but never changes the draw."""
     path = booksum_file(tmp_path)
     by_chars = lambda text: len(text)  # noqa: E731 - a tokenizer as a callable returning a count
-    fixed = [s.id for s in load_booksum(path, samples=None, max_chapter_tokens=600)]  # chapters: ~250 tokens, ~800 chars
+    fixed = [
+        s.id for s in load_booksum(path, samples=None, max_chapter_tokens=600)
+    ]  # chapters: ~250 tokens, ~800 chars
     with_model = load_booksum(path, samples=None, max_chapter_tokens=600, tokenizer=by_chars, chunk_tokens=10**6)
     assert [s.id for s in with_model] == fixed
     assert len(fixed) == 5
@@ -163,8 +218,9 @@ def test_partly_overlapping_aggregates_rebuild_losslessly_and_each_keeps_its_oth
     shared; chapter 3 is kept, and each aggregate's sample has the book's other chapters around its own text."""
     one, two, three = _chapter(1, "Bo"), _chapter(2, "Cy"), _chapter(3, "Ada")
     path = _book(tmp_path, [("chapters_1_to_2", one + "\n\n" + two), ("chapters_2_to_3", two + "\n" + three)])
-    samples = {s.metadata["target_unit"].rsplit("/", 1)[-1]: s
-               for s in load_booksum(path, samples=None, chunk_tokens=4096)}
+    samples = {
+        s.metadata["target_unit"].rsplit("/", 1)[-1]: s for s in load_booksum(path, samples=None, chunk_tokens=4096)
+    }
     first, second = samples["chapters_1_to_2.txt"], samples["chapters_2_to_3.txt"]
     # the book is chapters 1, 2, 3: the first aggregate's sample has chapter 3 after its own text
     assert first.chunks == (one + "\n" + two, three) and first.metadata["target_chapter"] == 1  # blank lines dropped
@@ -176,9 +232,14 @@ def test_partly_overlapping_aggregates_rebuild_losslessly_and_each_keeps_its_oth
         assert all(text.split()[-1] in book and text.split("\n")[1] in book for text in (one, two, three))
     # a run of three (1-3, 2-4, 3-5): every chapter once, each aggregate the parts it spans
     ch = {n: _chapter(n, who) for n, who in zip(range(1, 6), ("Bo", "Cy", "Ada", "Di", "Ed"))}
-    path = _book(tmp_path, [(f"chapters_{a}_to_{a + 2}", "\n".join(ch[n] for n in range(a, a + 3))) for a in (1, 2, 3)],
-                 name="three.jsonl")
-    by_unit = {s.metadata["target_unit"].rsplit("/", 1)[-1]: s for s in load_booksum(path, samples=None, chunk_tokens=4096)}
+    path = _book(
+        tmp_path,
+        [(f"chapters_{a}_to_{a + 2}", "\n".join(ch[n] for n in range(a, a + 3))) for a in (1, 2, 3)],
+        name="three.jsonl",
+    )
+    by_unit = {
+        s.metadata["target_unit"].rsplit("/", 1)[-1]: s for s in load_booksum(path, samples=None, chunk_tokens=4096)
+    }
     middle = by_unit["chapters_2_to_4.txt"]
     assert middle.chunks == (ch[1], "\n".join(ch[n] for n in (2, 3, 4)), ch[5])
     assert by_unit["chapters_1_to_3.txt"].chunks[1:] == (ch[4], ch[5])

@@ -1,15 +1,15 @@
 """The BooookScore chunker: official boundaries, nothing lost, every chunk within the limit."""
+
 from __future__ import annotations
 
 import re
 
 import pytest
-
 from memloop.eval.datasets import chunk_paragraphs, chunk_stats, split_paragraphs, token_counter
 from memloop.eval.datasets.books import clean_book
 from memloop.eval.datasets.errors import DatasetError
-from memloop.eval.errors import TokenizerError
 from memloop.eval.datasets.textfile import read_text
+from memloop.eval.errors import TokenizerError
 
 from tests.datasets.booookscore_reference import reference_chunks
 
@@ -104,9 +104,8 @@ def test_hugging_face_tokenizer_counts_without_special_tokens():
 
 @pytest.mark.slow
 def test_bundled_model_tokenizer_counts(tmp_path):
-    from transformers import AutoTokenizer
-
     from memloop.engine.assets import default_model_path
+    from transformers import AutoTokenizer
 
     gguf = default_model_path()
     hf = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
@@ -139,7 +138,8 @@ def _sentences(n_chars: int, seed: int = 1) -> str:
     out, n = [], 0
     while n < n_chars:
         s = " ".join(rng.choice(words) for _ in range(rng.randint(2, 9))).capitalize() + rng.choice(
-            [".", ",", "!", "?", '."', ";"])
+            [".", ",", "!", "?", '."', ";"]
+        )
         out.append(s)
         n += len(s) + 1
     return " ".join(out)[:n_chars]
@@ -275,13 +275,25 @@ def test_a_two_megabyte_single_line_book_is_planned_in_seconds(tmp_path):
     book = tmp_path / "one-line.txt"
     book.write_text(_sentences(2 * 2**20, seed=2))
     cfg = tmp_path / "cfg.yaml"
-    cfg.write_text(yaml.safe_dump({"name": "long-line", "output": str(tmp_path / "runs"),
-                                   "datasets": [{"task": "book", "path": str(book)}],
-                                   "methods": [{"name": "inc-update"}]}))
+    cfg.write_text(
+        yaml.safe_dump(
+            {
+                "name": "long-line",
+                "output": str(tmp_path / "runs"),
+                "datasets": [{"task": "book", "path": str(book)}],
+                "methods": [{"name": "inc-update"}],
+            }
+        )
+    )
     t0 = time.monotonic()
-    res = subprocess.run([sys.executable, "-m", "memloop.jobs.commands.cli", "run", str(cfg), "--dry-run", "--json"],
-                         cwd=root, env=dict(os.environ, PYTHONPATH=str(root)), capture_output=True, text=True,
-                         timeout=120)
+    res = subprocess.run(
+        [sys.executable, "-m", "memloop.jobs.commands.cli", "run", str(cfg), "--dry-run", "--json"],
+        cwd=root,
+        env=dict(os.environ, PYTHONPATH=str(root)),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     took = time.monotonic() - t0
     assert res.returncode == 0, res.stderr[-2000:]
     assert json.loads(res.stdout)["units"] == 1

@@ -1,13 +1,13 @@
 """Hub datasets: a hub id reaches the loader through the HF cache (no network needed), at a pinned revision
 and configuration; a local copy of a dataset repository loads the same way; without network and cache
 the error says how to get the data."""
+
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
 import pytest
-
 from memloop.eval.datasets.arxiv import load_arxiv
 from memloop.eval.datasets.hub import HubDataUnavailableError, is_hub_id
 
@@ -29,8 +29,14 @@ def _repo(root: Path, n_test: int) -> Path:
     (root / "document").mkdir(parents=True)
     (root / "README.md").write_text(CARD)
     for split, n in (("validation", 2), ("test", n_test)):
-        rows = [{"article": f"Article {i} opens here.\nIt measures lamps.", "abstract": f"Lamps {i}.\nMeasured.",
-                 "article_id": f"{split}-{i}"} for i in range(n)]
+        rows = [
+            {
+                "article": f"Article {i} opens here.\nIt measures lamps.",
+                "abstract": f"Lamps {i}.\nMeasured.",
+                "article_id": f"{split}-{i}",
+            }
+            for i in range(n)
+        ]
         (root / "document" / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     return root
 
@@ -77,8 +83,10 @@ def test_the_parquet_conversion_layout_reads_a_configuration_folder(tmp_path):
     import pyarrow.parquet as pq
 
     (tmp_path / "conv" / "document" / "test").mkdir(parents=True)
-    pq.write_table(pa.table({"article": ["One.\nTwo."], "abstract": ["Sum."], "article_id": ["p-1"]}),
-                   tmp_path / "conv" / "document" / "test" / "0000.parquet")
+    pq.write_table(
+        pa.table({"article": ["One.\nTwo."], "abstract": ["Sum."], "article_id": ["p-1"]}),
+        tmp_path / "conv" / "document" / "test" / "0000.parquet",
+    )
     [s] = load_arxiv(tmp_path / "conv", split="test", config_name="document")
     assert s.id == "arxiv/p-1"
 
@@ -87,5 +95,8 @@ def test_without_network_and_cache_the_error_says_how_to_get_the_data(offline_ca
     with pytest.raises(HubDataUnavailableError) as err:
         load_arxiv("acme/not-cached", split="validation", revision="refs/convert/parquet", config_name="document")
     msg = str(err.value)
-    assert "acme/not-cached" in msg and "hf download acme/not-cached --repo-type dataset --revision refs/convert/parquet" in msg
+    assert (
+        "acme/not-cached" in msg
+        and "hf download acme/not-cached --repo-type dataset --revision refs/convert/parquet" in msg
+    )
     assert "*validation*" in msg and "HF_HOME" in msg and "local file" in msg

@@ -1,5 +1,6 @@
 """MemoryAgentBench: the hub dataset's four splits read from the HF cache (no network), the source filter,
 the benchmark's sentence chunking at its chunk size, and the per-question gold."""
+
 from __future__ import annotations
 
 import hashlib
@@ -7,7 +8,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from memloop.eval.datasets.errors import EmptyDatasetError, MissingFieldError
 from memloop.eval.datasets.hub import HubDataUnavailableError
 from memloop.eval.datasets.memoryagentbench import HUB_ID, SPLITS, chunk_sentences, load_memoryagentbench, sentences
@@ -16,8 +16,11 @@ from memloop.eval.errors import DatasetError
 from memloop.eval.tokens import cl100k_count
 
 DATA = Path(__file__).parent / "mab_data"
-CARD = "---\nconfigs:\n- config_name: default\n  data_files:\n" + "".join(
-    f"  - split: {s}\n    path: data/{s}-*\n" for s in SPLITS) + "---\nMemoryAgentBench (small test copy).\n"
+CARD = (
+    "---\nconfigs:\n- config_name: default\n  data_files:\n"
+    + "".join(f"  - split: {s}\n    path: data/{s}-*\n" for s in SPLITS)
+    + "---\nMemoryAgentBench (small test copy).\n"
+)
 
 
 # the snapshot's commit follows the files' content, as a hub commit does: `datasets` caches what it
@@ -41,7 +44,9 @@ def write_repo(root: Path) -> Path:
     # one metadata struct for every split, as on the hub (a field a row lacks is null)
     schema = pa.Table.from_pylist([r for split in SPLITS for r in rows(split)]).schema
     for split in SPLITS:
-        pq.write_table(pa.Table.from_pylist(rows(split), schema=schema), root / "data" / f"{split}-00000-of-00001.parquet")
+        pq.write_table(
+            pa.Table.from_pylist(rows(split), schema=schema), root / "data" / f"{split}-00000-of-00001.parquet"
+        )
     return root
 
 
@@ -78,8 +83,12 @@ def test_the_hub_dataset_loads_all_four_splits_from_the_cache_with_the_commit_re
     assert lme.gold["question_types"][0] == "temporal-reasoning"
     assert by_source["infbench_sum_eng_shots2"].gold["keypoints"][1] == "Wren crosses a desert."
     # what a context whose method fails counts as: its questions, each a zero in its source
-    assert lme.metadata["scored_items"] == {"count": 3, "source": "longmemeval_s*", "competency": "AR",
-                                            "benchmark_contexts": 1}  # the benchmark's 5, of the 1 row there is
+    assert lme.metadata["scored_items"] == {
+        "count": 3,
+        "source": "longmemeval_s*",
+        "competency": "AR",
+        "benchmark_contexts": 1,
+    }  # the benchmark's 5, of the 1 row there is
 
 
 def test_the_source_filter_takes_names_and_patterns_and_the_first_contexts_of_each(hub_cache):
@@ -142,15 +151,26 @@ def test_the_packing_counts_the_sum_of_sentence_tokens_as_the_benchmark_does():
     assert chunk_sentences(text, 5, count) == ["One two three. Four five.", "Six seven eight nine. Ten."]
     # a sentence over the budget is a chunk of its own, and no empty chunk comes before it
     assert chunk_sentences("Alpha beta gamma delta epsilon. Theta iota.", 3, count) == [
-        "Alpha beta gamma delta epsilon.", "Theta iota."]
+        "Alpha beta gamma delta epsilon.",
+        "Theta iota.",
+    ]
     with pytest.raises(DatasetError, match="chunk_tokens must be a positive integer"):
         chunk_sentences(text, 0, count)
 
 
 def test_malformed_rows_name_the_field(tmp_path):
     bad = tmp_path / "bad.jsonl"
-    bad.write_text(json.dumps({"context": "Some text. More.", "questions": ["q1", "q2"], "answers": [["a"]],
-                               "metadata": {"source": "ruler_qa1_197K"}}) + "\n")
+    bad.write_text(
+        json.dumps(
+            {
+                "context": "Some text. More.",
+                "questions": ["q1", "q2"],
+                "answers": [["a"]],
+                "metadata": {"source": "ruler_qa1_197K"},
+            }
+        )
+        + "\n"
+    )
     with pytest.raises(MissingFieldError, match="2 questions but 1 answer lists"):
         load_memoryagentbench(bad, splits=["Accurate_Retrieval"])
     bad.write_text(json.dumps({"context": "Some text.", "questions": ["q"], "answers": [["a"]], "metadata": {}}) + "\n")
@@ -167,10 +187,16 @@ def test_a_local_file_is_read_once_each_context_under_its_sources_competency(tmp
     path.write_text("\n".join(json.dumps(r) for r in (fc, named)) + "\n")
     samples = load_memoryagentbench(path)
     assert [(s.metadata["source"], s.metadata["competency"]) for s in samples] == [
-        ("factconsolidation_sh_6k", "CR"), ("icl_banking77_5900shot_balance", "TTL")]
+        ("factconsolidation_sh_6k", "CR"),
+        ("icl_banking77_5900shot_balance", "TTL"),
+    ]
     assert sum(len(s.gold["questions"]) for s in samples) == 4  # 2 + 2, each question once
-    assert samples[0].metadata["scored_items"] == {"count": 2, "source": "factconsolidation_sh_6k", "competency": "CR",
-                                                   "benchmark_contexts": 1}
+    assert samples[0].metadata["scored_items"] == {
+        "count": 2,
+        "source": "factconsolidation_sh_6k",
+        "competency": "CR",
+        "benchmark_contexts": 1,
+    }
     # the splits asked for choose among the file's rows
     assert [s.metadata["competency"] for s in load_memoryagentbench(path, splits=["Conflict_Resolution"])] == ["CR"]
 
@@ -183,12 +209,26 @@ def test_a_local_file_without_sources_or_with_an_unknown_one_is_refused_by_name(
     path.write_text(json.dumps({"context": "Some text.", "questions": ["q"], "answers": [["a"]]}) + "\n")
     with pytest.raises(MissingSourceError, match="metadata.source"):
         load_memoryagentbench(path)
-    path.write_text(json.dumps({"context": "Some text.", "questions": ["q"], "answers": [["a"]],
-                                "metadata": {"source": "my_own_set"}}) + "\n")
+    path.write_text(
+        json.dumps(
+            {"context": "Some text.", "questions": ["q"], "answers": [["a"]], "metadata": {"source": "my_own_set"}}
+        )
+        + "\n"
+    )
     with pytest.raises(UnknownSourceError, match="'split' field"):
         load_memoryagentbench(path)
-    path.write_text(json.dumps({"context": "Some text.", "questions": ["q"], "answers": [["a"]], "split": "Recall",
-                                "metadata": {"source": "my_own_set"}}) + "\n")
+    path.write_text(
+        json.dumps(
+            {
+                "context": "Some text.",
+                "questions": ["q"],
+                "answers": [["a"]],
+                "split": "Recall",
+                "metadata": {"source": "my_own_set"},
+            }
+        )
+        + "\n"
+    )
     with pytest.raises(DatasetError, match="'Recall' is not one of"):
         load_memoryagentbench(path)
 
@@ -205,8 +245,10 @@ def detective_file(tmp_path: Path, n: int) -> Path:
 
 def test_each_source_takes_the_benchmarks_context_count_unless_a_reduced_config_cuts_it(tmp_path):
     def by_source(samples: list) -> dict[str, int]:
-        return {src: sum(s.metadata["source"] == src for s in samples)
-                for src in ("detective_qa", "infbench_sum_eng_shots2")}
+        return {
+            src: sum(s.metadata["source"] == src for s in samples)
+            for src in ("detective_qa", "infbench_sum_eng_shots2")
+        }
 
     path = detective_file(tmp_path, 12)
     full = load_memoryagentbench(path)
@@ -247,4 +289,5 @@ def test_two_copies_named_alike_are_each_read_as_they_are(tmp_path):
         kept = rows(split)[:1]
         pq.write_table(pa.Table.from_pylist(kept), second / "data" / f"{split}-00000-of-00001.parquet")
     assert [s.metadata["source"] for s in load_memoryagentbench(second, splits=["Conflict_Resolution"])] == [
-        "factconsolidation_sh_6k"]
+        "factconsolidation_sh_6k"
+    ]

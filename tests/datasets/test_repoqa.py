@@ -1,15 +1,24 @@
 """RepoQA-style retrieval on real installed source: layout, needles, descriptions, chunks."""
+
 from __future__ import annotations
 
 import json
 import re
 
 import pytest
-
 from memloop.eval.datasets import load_dataset, token_counter
 from memloop.eval.datasets.errors import DatasetError, DatasetNotFoundError, MissingFieldError
-from memloop.eval.datasets.repoqa import (DEFAULT_PACKAGES, QUERY, choose_needles, dependency_order, describe_from_code,
-                                  leaked_identifiers, load_repoqa, read_package, repository_text)
+from memloop.eval.datasets.repoqa import (
+    DEFAULT_PACKAGES,
+    QUERY,
+    choose_needles,
+    dependency_order,
+    describe_from_code,
+    leaked_identifiers,
+    load_repoqa,
+    read_package,
+    repository_text,
+)
 from memloop.eval.datasets.repoqa.loader import _read_repository
 from memloop.eval.llm import ScriptedLLM
 
@@ -22,7 +31,12 @@ def samples():
 def test_dependency_order_puts_imports_first():
     order = [f.path for f in dependency_order(read_package("json"))]
     assert set(order) == {"json/__init__.py", "json/decoder.py", "json/encoder.py", "json/scanner.py", "json/tool.py"}
-    assert order.index("json/scanner.py") < order.index("json/decoder.py") < order.index("json/__init__.py") < order.index("json/tool.py")
+    assert (
+        order.index("json/scanner.py")
+        < order.index("json/decoder.py")
+        < order.index("json/__init__.py")
+        < order.index("json/tool.py")
+    )
     assert order.index("json/encoder.py") < order.index("json/__init__.py")
     email = [f.path for f in dependency_order(read_package("email"))]
     assert email.index("email/errors.py") < email.index("email/message.py") < email.index("email/parser.py")
@@ -46,14 +60,22 @@ def test_samples_gold_and_chunks(samples):
 
 def test_seeded_and_deterministic(samples):
     again = load_repoqa(["json"], needles=5, seed=3, chunk_tokens=4096)
-    assert [s.id for s in again] == [s.id for s in samples[:5]] and [s.query for s in again] == [s.query for s in samples[:5]]
+    assert [s.id for s in again] == [s.id for s in samples[:5]] and [s.query for s in again] == [
+        s.query for s in samples[:5]
+    ]
     other = load_repoqa(["json"], needles=5, seed=4, chunk_tokens=4096)
     assert [s.gold for s in other] != [s.gold for s in samples[:5]]
 
 
 def test_llm_descriptions_pin_prompt_and_parsing(tmp_path):
-    reply = json.dumps({"purpose": "Escapes a string for JSON output", "input": "a str", "output": "a str",
-                        "procedure": "escapes non-ASCII characters"})
+    reply = json.dumps(
+        {
+            "purpose": "Escapes a string for JSON output",
+            "input": "a str",
+            "output": "a str",
+            "procedure": "escapes non-ASCII characters",
+        }
+    )
     llm = ScriptedLLM([reply] * 2)
     [s, t] = load_repoqa(["json"], needles=2, seed=0, chunk_tokens=4096, llm=llm, description_cache=tmp_path)
     prompt = llm.requests[0].messages[0]["content"]
@@ -68,19 +90,36 @@ def test_an_llm_description_that_names_the_function_falls_back_to_the_name_free_
     parameter) is replaced by the rule-based description, and the answer is cached per needle."""
     files = dependency_order(read_package("json"))
     [needle] = choose_needles(files, 1, 0)
-    leaky = json.dumps({"purpose": f"Implements {needle.name} for encoders", "input": "a str", "output": "a str",
-                        "procedure": "escapes characters"})
-    [s] = load_repoqa(["json"], needles=1, seed=0, chunk_tokens=4096, llm=ScriptedLLM([leaky]), description_cache=tmp_path)
+    leaky = json.dumps(
+        {
+            "purpose": f"Implements {needle.name} for encoders",
+            "input": "a str",
+            "output": "a str",
+            "procedure": "escapes characters",
+        }
+    )
+    [s] = load_repoqa(
+        ["json"], needles=1, seed=0, chunk_tokens=4096, llm=ScriptedLLM([leaky]), description_cache=tmp_path
+    )
     assert s.metadata["describer"] == f"code fallback (the LLM's description named {needle.name})"
     fallback = s.metadata["description"]
-    assert {k: v for k, v in fallback.items() if k != "purpose"} == \
-        {k: v for k, v in describe_from_code(needle).items() if k != "purpose"} and needle.name not in s.query
+    assert {k: v for k, v in fallback.items() if k != "purpose"} == {
+        k: v for k, v in describe_from_code(needle).items() if k != "purpose"
+    } and needle.name not in s.query
     assert fallback["purpose"].startswith("Not described by a model")
     # the cached answer is reused (an exhausted script would fail if asked) and judged again
-    [again] = load_repoqa(["json"], needles=1, seed=0, chunk_tokens=4096, llm=ScriptedLLM([]), description_cache=tmp_path)
+    [again] = load_repoqa(
+        ["json"], needles=1, seed=0, chunk_tokens=4096, llm=ScriptedLLM([]), description_cache=tmp_path
+    )
     assert again.query == s.query and len(list(tmp_path.glob("*.json"))) == 1
-    [bad] = load_repoqa(["json"], needles=1, seed=0, chunk_tokens=4096, llm=ScriptedLLM(["I think it encodes things."]),
-                        description_cache=tmp_path / "other")
+    [bad] = load_repoqa(
+        ["json"],
+        needles=1,
+        seed=0,
+        chunk_tokens=4096,
+        llm=ScriptedLLM(["I think it encodes things."]),
+        description_cache=tmp_path / "other",
+    )
     assert bad.metadata["describer"].startswith("code fallback (the LLM gave no JSON object")
 
 
@@ -108,13 +147,31 @@ def test_default_repositories_reach_the_papers_context_length():
 def test_the_real_repoqa_release_file_is_read(tmp_path):
     """RepoQA's release format: language -> repositories with `content`, `dependency` and `needles`."""
     util = "def clamp_value(x, lo, hi):\n    return max(lo, min(x, hi))\n"
-    main = "from pkg.util import clamp_value\n\n\ndef scale_all(items, k):\n    return [clamp_value(i * k, 0, 9) for i in items]\n"
-    needle = {"name": "scale_all", "path": "pkg/main.py", "start_byte": main.index("def scale_all"),
-              "end_byte": len(main), "start_line": 4, "end_line": 5,
-              "description": "\n1. **Purpose**: Multiplies numbers and keeps them in range.\n2. **Input**: a list and a factor."}
-    release = {"python": [{"repo": "owner/pkg", "content": {"pkg/main.py": main, "pkg/util.py": util},
-                           "dependency": {"pkg/main.py": ["pkg/util.py"], "pkg/util.py": []}, "needles": [needle]}],
-               "rust": []}
+    main = (
+        "from pkg.util import clamp_value\n\n\n"
+        "def scale_all(items, k):\n    return [clamp_value(i * k, 0, 9) for i in items]\n"
+    )
+    needle = {
+        "name": "scale_all",
+        "path": "pkg/main.py",
+        "start_byte": main.index("def scale_all"),
+        "end_byte": len(main),
+        "start_line": 4,
+        "end_line": 5,
+        "description": "\n1. **Purpose**: Multiplies numbers and keeps them in range.\n2. **Input**: a list and a "
+        "factor.",
+    }
+    release = {
+        "python": [
+            {
+                "repo": "owner/pkg",
+                "content": {"pkg/main.py": main, "pkg/util.py": util},
+                "dependency": {"pkg/main.py": ["pkg/util.py"], "pkg/util.py": []},
+                "needles": [needle],
+            }
+        ],
+        "rust": [],
+    }
     path = tmp_path / "repoqa-2024-04-20.json"
     path.write_text(json.dumps(release))
     [s] = load_dataset("repoqa", packages=str(path), chunk_tokens=4096)
@@ -130,22 +187,33 @@ def test_the_real_repoqa_release_file_is_read(tmp_path):
         load_repoqa(str(path.with_suffix(".jsonl")))
     # a malformed repository or needle: the datasets' MissingFieldError naming the row and the field
     for change, says in (
-            (lambda r: r["needles"][0].pop("description"), "missing field 'needles[0].description'"),
-            (lambda r: r["needles"][0].update(start_byte="early"),
-             "field 'needles[0].start_byte': input should be a valid integer"),
-            (lambda r: r["content"].update({"pkg/util.py": None}), "field 'content.pkg/util.py': input should be a "
-                                                                   "valid string, got NoneType"),
-            (lambda r: r["needles"][0].update(path="pkg/gone.py"), "needle 'scale_all' is in 'pkg/gone.py', which is "
-                                                                   "not among the repository's files (`content`)"),
-            (lambda r: r.pop("repo"), "missing field 'repo'")):
+        (lambda r: r["needles"][0].pop("description"), "missing field 'needles[0].description'"),
+        (
+            lambda r: r["needles"][0].update(start_byte="early"),
+            "field 'needles[0].start_byte': input should be a valid integer",
+        ),
+        (
+            lambda r: r["content"].update({"pkg/util.py": None}),
+            "field 'content.pkg/util.py': input should be a valid string, got NoneType",
+        ),
+        (
+            lambda r: r["needles"][0].update(path="pkg/gone.py"),
+            "needle 'scale_all' is in 'pkg/gone.py', which is not among the repository's files (`content`)",
+        ),
+        (lambda r: r.pop("repo"), "missing field 'repo'"),
+    ):
         broken = json.loads(json.dumps(release))
         change(broken["python"][0])
         path.write_text(json.dumps(broken))
         with pytest.raises(MissingFieldError) as caught:
             load_repoqa(str(path))
         assert str(caught.value).startswith(f"{path} python[0]: {says}"), str(caught.value)
-        assert str(caught.value).endswith("is this RepoQA's release file after needle annotation (repositories with "
-                                          "repo, content and needles)?") and caught.value.__cause__ is None
+        assert (
+            str(caught.value).endswith(
+                "is this RepoQA's release file after needle annotation (repositories with repo, content and needles)?"
+            )
+            and caught.value.__cause__ is None
+        )
 
 
 def test_errors(tmp_path):
@@ -175,8 +243,12 @@ def test_line_packing_is_the_greedy_packing():
 
     rng = random.Random(0)
     for _ in range(60):
-        lines = ["\n" * rng.randint(1, 3) if rng.random() < 0.3 else " " * rng.randint(0, 8) + f"x = {rng.randint(0, 10 ** 6)}  # note\n"
-                 for _ in range(rng.randint(1, 80))]
+        lines = [
+            "\n" * rng.randint(1, 3)
+            if rng.random() < 0.3
+            else " " * rng.randint(0, 8) + f"x = {rng.randint(0, 10**6)}  # note\n"
+            for _ in range(rng.randint(1, 80))
+        ]
         text, limit = "".join(lines), rng.randint(20, 120)
         assert pack_lines(text, limit, count) == one_line_at_a_time(text, limit)
     long_line = "y" * 5000 + "\n"
@@ -193,23 +265,36 @@ def test_an_llm_description_copying_the_docstring_is_rejected_and_the_fallback_c
     from pathlib import Path
 
     import yaml
-
     from memloop.eval.datasets.repoqa.needles import COPY_RUN_WORDS, copied_run, needle_prose
 
     files = dependency_order(read_package("json"))
     [needle] = choose_needles(files, 1, 0)
     doc = ast.get_docstring(needle.node)
-    words = doc.split()[:COPY_RUN_WORDS + 2]
-    copying = json.dumps({"purpose": "It " + " ".join(words).lower(), "input": "a str", "output": "a str",
-                          "procedure": "walks the text once"})
-    [s] = load_repoqa(["json"], needles=1, seed=0, chunk_tokens=4096, llm=ScriptedLLM([copying]),
-                      description_cache=tmp_path)
+    words = doc.split()[: COPY_RUN_WORDS + 2]
+    copying = json.dumps(
+        {
+            "purpose": "It " + " ".join(words).lower(),
+            "input": "a str",
+            "output": "a str",
+            "procedure": "walks the text once",
+        }
+    )
+    [s] = load_repoqa(
+        ["json"], needles=1, seed=0, chunk_tokens=4096, llm=ScriptedLLM([copying]), description_cache=tmp_path
+    )
     assert s.metadata["describer"].startswith("code fallback (the LLM's description copies '")
     assert copied_run(s.metadata["description"], needle) is None  # the fallback shares no run either
-    fresh = json.dumps({"purpose": "Turns a value into its quoted textual form", "input": "a str",
-                        "output": "a str", "procedure": "replaces each special character by an escape"})
-    [ok] = load_repoqa(["json"], needles=1, seed=0, chunk_tokens=4096, llm=ScriptedLLM([fresh]),
-                       description_cache=tmp_path / "fresh")
+    fresh = json.dumps(
+        {
+            "purpose": "Turns a value into its quoted textual form",
+            "input": "a str",
+            "output": "a str",
+            "procedure": "replaces each special character by an escape",
+        }
+    )
+    [ok] = load_repoqa(
+        ["json"], needles=1, seed=0, chunk_tokens=4096, llm=ScriptedLLM([fresh]), description_cache=tmp_path / "fresh"
+    )
     assert ok.metadata["describer"] == "llm"
     # without a describer the rule-based purpose is the docstring's: the copy this issue is about
     [plain] = load_repoqa(["json"], needles=1, seed=0, chunk_tokens=4096)

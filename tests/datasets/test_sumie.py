@@ -1,13 +1,19 @@
 """SUMIE: the generator's gold is consistent and the official-format loader reads what it writes."""
+
 from __future__ import annotations
 
 import json
 import re
 
 import pytest
-
 from memloop.eval.datasets import load_dataset
-from memloop.eval.datasets.errors import DatasetError, EmptyDatasetError, InconsistentGoldError, MissingFieldError, UnknownFormatError
+from memloop.eval.datasets.errors import (
+    DatasetError,
+    EmptyDatasetError,
+    InconsistentGoldError,
+    MissingFieldError,
+    UnknownFormatError,
+)
 from memloop.eval.datasets.sumie import generate_sumie, load_sumie, verify_sumie_record, write_sumie_jsonl
 from memloop.eval.datasets.sumie.generator import PARAGRAPHS, name_words
 
@@ -23,7 +29,12 @@ def test_deterministic_and_varied(records):
     assert len({r["entity_name"] for r in records}) == 300
     assert {r["entity_category"] for r in records} == {"person", "restaurant", "company", "hotel", "product"}
     paragraphs = [p for r in records for p in r["paragraph_summaries"]]
-    assert {p["paragraph_writing_style"] for p in paragraphs} == {"encyclopedia entry", "news report", "user review", "casual conversation"}
+    assert {p["paragraph_writing_style"] for p in paragraphs} == {
+        "encyclopedia entry",
+        "news report",
+        "user review",
+        "casual conversation",
+    }
     assert {p["paragraph_sentiment"] for p in paragraphs} == {"optimistic", "neutral", "analytic", "pessimistic"}
     assert all(len(r["paragraph_summaries"]) == PARAGRAPHS for r in records)
 
@@ -109,22 +120,40 @@ def _broken(record: dict, change) -> dict:
     return copy
 
 
-@pytest.mark.parametrize("change, says", [
-    (lambda r: r["paragraph_summaries"][1]["summary"][0].update(value={"nested": 1}),
-     "field 'paragraph_summaries[1].summary[0].value': must be a string or number, got dict"),
-    (lambda r: r["paragraph_summaries"][0]["summary"][2].pop("attribute"),
-     "missing field 'paragraph_summaries[0].summary[2].attribute'"),
-    (lambda r: r["paragraph_summaries"][2]["paragraph"].__setitem__(1, [7, 8]),
-     "field 'paragraph_summaries[2].paragraph[1][1]': input should be a valid string, got int"),
-    (lambda r: r["paragraph_summaries"][2]["paragraph"].__setitem__(1, "no id"),
-     "field 'paragraph_summaries[2].paragraph[1]': input should be a valid tuple, got str"),
-    (lambda r: r["paragraph_summaries"].__setitem__(3, "a paragraph as text"),
-     "field 'paragraph_summaries[3]': input should be a valid dictionary"),
-    (lambda r: r["paragraph_summaries"].clear(),
-     "field 'paragraph_summaries': is empty: an entity needs at least one paragraph;"),
-    (lambda r: r.update(distractor_sentences=5), "field 'distractor_sentences': input should be a valid list, got int"),
-    (lambda r: r.update(entity_name=None), "field 'entity_name': input should be a valid string, got NoneType"),
-])
+@pytest.mark.parametrize(
+    "change, says",
+    [
+        (
+            lambda r: r["paragraph_summaries"][1]["summary"][0].update(value={"nested": 1}),
+            "field 'paragraph_summaries[1].summary[0].value': must be a string or number, got dict",
+        ),
+        (
+            lambda r: r["paragraph_summaries"][0]["summary"][2].pop("attribute"),
+            "missing field 'paragraph_summaries[0].summary[2].attribute'",
+        ),
+        (
+            lambda r: r["paragraph_summaries"][2]["paragraph"].__setitem__(1, [7, 8]),
+            "field 'paragraph_summaries[2].paragraph[1][1]': input should be a valid string, got int",
+        ),
+        (
+            lambda r: r["paragraph_summaries"][2]["paragraph"].__setitem__(1, "no id"),
+            "field 'paragraph_summaries[2].paragraph[1]': input should be a valid tuple, got str",
+        ),
+        (
+            lambda r: r["paragraph_summaries"].__setitem__(3, "a paragraph as text"),
+            "field 'paragraph_summaries[3]': input should be a valid dictionary",
+        ),
+        (
+            lambda r: r["paragraph_summaries"].clear(),
+            "field 'paragraph_summaries': is empty: an entity needs at least one paragraph;",
+        ),
+        (
+            lambda r: r.update(distractor_sentences=5),
+            "field 'distractor_sentences': input should be a valid list, got int",
+        ),
+        (lambda r: r.update(entity_name=None), "field 'entity_name': input should be a valid string, got NoneType"),
+    ],
+)
 def test_a_malformed_record_names_its_line_and_field(tmp_path, records, change, says):
     """Read through the SUMIE row models: the error is the datasets' MissingFieldError with the file's line, the
     field's path and what to do, never pydantic's ValidationError."""
@@ -164,29 +193,66 @@ def test_the_accepted_variants_read_as_the_release_form(records):
 
 def test_release_readme_example_shape(tmp_path):
     """The record shape of the SUMIE release (masked names, 'P' ids, paraphrased values, id-only distractors)."""
-    record = {"entity_name": "ENTITY0", "entity_category": "Computer & Video Games", "paragraph_summaries": [
-        {"paragraph": [["P0", "ENTITY0 offers hours of gameplay content ."], ["P1", "ENTITY201 shaped gaming culture."],
-                       ["P2", "Its mechanics allow many playstyles ."]],
-         "summary": [{"attribute": "Content Variety", "value": "Hours of gameplay content", "sentence_ids": ["P0"],
-                      "evidences": ["ENTITY0 offers hours of gameplay content"]}],
-         "paragraph_sentiment": "analytic", "paragraph_writing_style": "user reviews by senior"},
-        {"paragraph": [["P0", "Performance improved after updates ."]],
-         "summary": [{"attribute": "Content Variety", "value": "Hours of gameplay content", "sentence_ids": ["P0"], "evidences": []},
-                     {"attribute": "Gameplay", "value": "Multiple playstyles", "sentence_ids": ["P2"], "evidences": []}],
-         "paragraph_sentiment": "neutral", "paragraph_writing_style": "news"}],
-        "distractor_sentences": ["P1"]}
+    record = {
+        "entity_name": "ENTITY0",
+        "entity_category": "Computer & Video Games",
+        "paragraph_summaries": [
+            {
+                "paragraph": [
+                    ["P0", "ENTITY0 offers hours of gameplay content ."],
+                    ["P1", "ENTITY201 shaped gaming culture."],
+                    ["P2", "Its mechanics allow many playstyles ."],
+                ],
+                "summary": [
+                    {
+                        "attribute": "Content Variety",
+                        "value": "Hours of gameplay content",
+                        "sentence_ids": ["P0"],
+                        "evidences": ["ENTITY0 offers hours of gameplay content"],
+                    }
+                ],
+                "paragraph_sentiment": "analytic",
+                "paragraph_writing_style": "user reviews by senior",
+            },
+            {
+                "paragraph": [["P0", "Performance improved after updates ."]],
+                "summary": [
+                    {
+                        "attribute": "Content Variety",
+                        "value": "Hours of gameplay content",
+                        "sentence_ids": ["P0"],
+                        "evidences": [],
+                    },
+                    {"attribute": "Gameplay", "value": "Multiple playstyles", "sentence_ids": ["P2"], "evidences": []},
+                ],
+                "paragraph_sentiment": "neutral",
+                "paragraph_writing_style": "news",
+            },
+        ],
+        "distractor_sentences": ["P1"],
+    }
     p = tmp_path / "dataset_sumie.jsonl"
     p.write_text(json.dumps(record) + "\n")
     [s] = load_sumie(p)
-    assert s.chunks == ("ENTITY0 offers hours of gameplay content . ENTITY201 shaped gaming culture. Its mechanics allow many playstyles .",
-                        "Performance improved after updates .")
-    assert s.gold["turns"] == [{"Content Variety": ["Hours of gameplay content"]},
-                               {"Content Variety": ["Hours of gameplay content"], "Gameplay": ["Multiple playstyles"]}]
-    assert s.metadata["distractor_sentence_ids"] == ["P1"] and s.metadata["paragraph_writing_styles"][0] == "user reviews by senior"
+    assert s.chunks == (
+        "ENTITY0 offers hours of gameplay content . ENTITY201 shaped gaming culture. Its mechanics allow many "
+        "playstyles .",
+        "Performance improved after updates .",
+    )
+    assert s.gold["turns"] == [
+        {"Content Variety": ["Hours of gameplay content"]},
+        {"Content Variety": ["Hours of gameplay content"], "Gameplay": ["Multiple playstyles"]},
+    ]
+    assert (
+        s.metadata["distractor_sentence_ids"] == ["P1"]
+        and s.metadata["paragraph_writing_styles"][0] == "user reviews by senior"
+    )
     array = tmp_path / "sample.json"  # the README shows the records as one JSON array
     array.write_text(json.dumps([record, dict(record, entity_name="ENTITY1")], indent=2))
     assert [x.gold["entity_name"] for x in load_sumie(array)] == ["ENTITY0", "ENTITY1"]
-    with pytest.raises(InconsistentGoldError, match="Multiple playstyles"):  # paraphrased: verification suits generated data
+    with pytest.raises(
+        InconsistentGoldError, match="Multiple playstyles"
+    ):  # paraphrased: verification suits generated data
         load_sumie(p, verify_gold=True)
 
 

@@ -1,10 +1,10 @@
 """GGUF block-form test data shared by the kernel tests and the pure-JAX de-quantisation test."""
+
 from __future__ import annotations
 
 import numpy as np
 from gguf import GGMLQuantizationType
 from gguf.quants import dequantize as gguf_dequantize
-
 from memloop.engine.model.blocks import BLOCK_BYTES, BLOCK_WEIGHTS
 
 QTYPES = ["Q4_0", "Q4_1", "Q5_0", "Q8_0", "Q4_K", "Q5_K", "Q6_K"]
@@ -21,7 +21,7 @@ def random_blocks(rng: np.random.Generator, qtype: str, rows: int, cols: int) ->
     for k, at in enumerate(HALVES.get(qtype, (0,))):
         half = (rng.standard_normal((rows, nb)) * size * (1 + 1.5 * k)).astype(np.float16)
         half[rng.random((rows, nb)) < 0.05] = np.float16(3e-6)  # an f16 subnormal
-        raw[..., at:at + 2] = half.view(np.uint8).reshape(rows, nb, 2)
+        raw[..., at : at + 2] = half.view(np.uint8).reshape(rows, nb, 2)
     return raw.reshape(rows, nb * bb)
 
 

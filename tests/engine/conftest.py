@@ -1,4 +1,5 @@
 """Engine-model fixtures: the bundled model loaded once, and the transformers reference on the same GGUF."""
+
 from __future__ import annotations
 
 import pytest
@@ -18,8 +19,9 @@ def hf_model(smollm2_gguf):
     from transformers import AutoModelForCausalLM
 
     torch.set_num_threads(1)  # oversubscribed CI cores make multi-threaded torch crawl
-    model = AutoModelForCausalLM.from_pretrained(str(smollm2_gguf.parent), gguf_file=smollm2_gguf.name,
-                                                 dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(
+        str(smollm2_gguf.parent), gguf_file=smollm2_gguf.name, dtype=torch.float32
+    )
     model.eval()
     return model
 

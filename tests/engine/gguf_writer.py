@@ -1,4 +1,5 @@
 """GGUF files written from a transformers model for the loader tests: the shared header fields."""
+
 from __future__ import annotations
 
 from pathlib import Path

@@ -2,12 +2,12 @@
 instructions, or no C++ compiler is installed) or they are turned off, with that reason. On a host
 that can have them a failed build is a failure: `built_kernels` (tests/engine/conftest.py) and
 `kernels_expected` build them and raise the compiler's error instead of skipping."""
+
 from __future__ import annotations
 
 import os
 
 import pytest
-
 from memloop.engine import kernels
 
 
@@ -19,8 +19,10 @@ def skip_reason() -> str | None:
 
 
 # The mark of a module whose every test needs the kernels: skipped with the reason, or run with them built.
-needs_kernels = [pytest.mark.skipif(skip_reason() is not None, reason=str(skip_reason())),
-                 pytest.mark.usefixtures("built_kernels")]
+needs_kernels = [
+    pytest.mark.skipif(skip_reason() is not None, reason=str(skip_reason())),
+    pytest.mark.usefixtures("built_kernels"),
+]
 
 
 def kernels_expected() -> bool:

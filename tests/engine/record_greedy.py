@@ -8,6 +8,7 @@ Recorded before engine/ was split into floors (model, cache, attention, sched, s
 `test_greedy_recorded.py` computes the same and compares. A refactor of engine/ must keep the record
 as it is; a change to what the engine computes re-records it on purpose, with the reason in its commit.
 """
+
 from __future__ import annotations
 
 import json
@@ -37,16 +38,20 @@ def greedy_outputs(engine: Any, model: Any) -> dict[str, Any]:
 
     served = engine.complete_many([_request(p) for p in PROMPTS])
     reference = generate(model, PROMPTS, SamplingParams(max_tokens=MAX_TOKENS))
-    return {"served": [{"text": r["text"], "finish_reason": r["finish_reason"]} for r in served],
-            "reference": [{"text": g.text, "token_ids": [int(t) for t in g.token_ids], "finish_reason": g.finish_reason}
-                          for g in reference]}
+    return {
+        "served": [{"text": r["text"], "finish_reason": r["finish_reason"]} for r in served],
+        "reference": [
+            {"text": g.text, "token_ids": [int(t) for t in g.token_ids], "finish_reason": g.finish_reason}
+            for g in reference
+        ],
+    }
 
 
 if __name__ == "__main__":
     from memloop.engine.assets import default_model_path
+    from memloop.engine.core.engine import Engine
     from memloop.engine.engine_config import EngineConfig
     from memloop.engine.model.decoder import load_model
-    from memloop.engine.core.engine import Engine
 
     lm = load_model(default_model_path())
     eng = Engine(EngineConfig(num_pages=1024, page_size=16, max_batch=8, prefill_chunk=512), model=lm)

@@ -1,5 +1,6 @@
 """`memloop bench gpu`: the device run's script runs every step end to end on toy shapes, plans within a
 budget, records each step as it finishes, and imports nothing the device image and the kit lack."""
+
 from __future__ import annotations
 
 import json
@@ -10,7 +11,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from memloop.bench.device_kit import DEVICE_IMAGE, KIT, missing_on_device, normalise
 from memloop.bench.gpu_plan import Rates, Record, Runner, Step, Work
 
@@ -23,16 +23,36 @@ def test_tiny_run_measures_every_step_through_the_device_command(tmp_path):
     in the JSON, the kernel path checked against transformers, and no import the device would lack."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu"}
     env.pop("XLA_FLAGS", None)  # one device, as a GPU host has
-    proc = subprocess.run([sys.executable, "-m", "memloop.bench.gpu", "--tiny", "--models", "tiny-llama", "--out",
-                           str(tmp_path), "--budget-s", "900"], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=900)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "memloop.bench.gpu",
+            "--tiny",
+            "--models",
+            "tiny-llama",
+            "--out",
+            str(tmp_path),
+            "--budget-s",
+            "900",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     data = json.loads((tmp_path / "gpu-bench.json").read_text())
     assert data["scale"] == "tiny" and data["environment"]["versions"]["jax"]
     assert data["calibration"]["matmul_tflops"] > 0
     planned = [row["step"] for row in data["plan"]["steps"]]
-    assert planned[:4] == ["tiny-llama:correctness", "tiny-llama:decode_b4_short", "tiny-llama:decode_b4_4k",
-                           "tiny-llama:prefill_256"]  # value order: correctness, decode at the key batch, long prefill
+    assert planned[:4] == [
+        "tiny-llama:correctness",
+        "tiny-llama:decode_b4_short",
+        "tiny-llama:decode_b4_4k",
+        "tiny-llama:prefill_256",
+    ]  # value order: correctness, decode at the key batch, long prefill
     steps = data["steps"]
     assert data["failed_steps"] == [] and all(s["status"] == "ok" for s in steps.values()), steps
     assert set(planned) | {"tiny-llama:checkpoint", "tiny-llama:load", "tiny-llama:transformers"} == set(steps)
@@ -45,14 +65,19 @@ def test_tiny_run_measures_every_step_through_the_device_command(tmp_path):
     rates = [steps[f"tiny-llama:decode_b{b}_{ctx}"] for b in (1, 2, 4, 8) for ctx in ("short", "4k")]
     rates += [steps[f"tiny-llama:transformers_decode_b{b}"] for b in (1, 4)]
     for figures in rates:
-        assert figures["tokens_per_s"] is None and "no measurable time" in figures["note"] or figures["tokens_per_s"] > 0
+        assert (
+            figures["tokens_per_s"] is None and "no measurable time" in figures["note"] or figures["tokens_per_s"] > 0
+        )
     assert steps["tiny-llama:prefill_256"]["tokens_per_s"] > 0 and steps["tiny-llama:ttft_128"]["ttft_s"] > 0
     assert steps["tiny-llama:prefix_4_loops"]["cached_tokens"] > 0
     for call in ("decode", "prefill"):
         kernels = steps["tiny-llama:profile"][call]
         assert 1 <= len(kernels) <= 10 and all(k["total_us"] > 0 for k in kernels)
-    assert set(data["summary"]["tiny-llama"]) >= {"decode_b4_hbm_fraction", "prefill_256_mfu",
-                                                 "ratio_decode_b4_vs_transformers"}
+    assert set(data["summary"]["tiny-llama"]) >= {
+        "decode_b4_hbm_fraction",
+        "prefill_256_mfu",
+        "ratio_decode_b4_vs_transformers",
+    }
     assert "memloop.bench.gpu" in data["modules"]["loaded"] and data["modules"]["missing_on_device"] == {}
 
 
@@ -77,8 +102,12 @@ def test_runner_runs_in_value_order_and_skips_what_does_not_fit(tmp_path):
     log: list[str] = []
     record = Record(tmp_path / "gpu-bench.json")
     setups = {"ckpt": _step("ckpt", 30, log)}
-    steps = [_step("correctness", 40, log, needs=("ckpt",)), _step("decode_b64", 20, log, needs=("ckpt",)),
-             _step("too_big", 1000, log), _step("cheap", 1, log)]
+    steps = [
+        _step("correctness", 40, log, needs=("ckpt",)),
+        _step("decode_b64", 20, log, needs=("ckpt",)),
+        _step("too_big", 1000, log),
+        _step("cheap", 1, log),
+    ]
     Runner(record, RATES, budget_s=100, setups=setups, log=lambda line: None).run(steps)
     assert log == ["ckpt", "correctness", "decode_b64", "cheap"]
     data = json.loads(record.path.read_text())
@@ -99,8 +128,11 @@ def test_runner_records_a_failure_and_skips_what_needed_it(tmp_path):
         return {}
 
     setups = {"load": _step("load", 1, log, fail=True)}
-    steps = [_step("correctness", 1, log, needs=("load",)), _step("broken", 1, log, fail=True),
-             Step("peek", lambda: Work(), peek)]
+    steps = [
+        _step("correctness", 1, log, needs=("load",)),
+        _step("broken", 1, log, fail=True),
+        Step("peek", lambda: Work(), peek),
+    ]
     runner = Runner(record, RATES, budget_s=100, setups=setups, log=lambda line: None)
     runner.run(steps)
     assert runner.failed == ["load", "broken"]

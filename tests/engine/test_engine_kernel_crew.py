@@ -3,6 +3,7 @@ while the crew is busy go to XLA's pool (weights) or stay on their thread (small
 none of that changes a number: every result is bit-identical to the same call made alone, with the
 crew spinning or sleeping between calls.
 """
+
 from __future__ import annotations
 
 import os
@@ -17,11 +18,11 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType
 from gguf.quants import dequantize as gguf_dequantize
-
 from memloop.engine import kernels
-from tests.engine.kernel_gate import needs_kernels
-from memloop.engine.model.blocks import BLOCK_BYTES
 from memloop.engine.kernels.attention import paged_attention
+from memloop.engine.model.blocks import BLOCK_BYTES
+
+from tests.engine.kernel_gate import needs_kernels
 
 pytestmark = needs_kernels
 
@@ -33,7 +34,9 @@ def _weights(seed: int) -> np.ndarray:
     rng = np.random.default_rng(seed)
     raw = rng.integers(0, 256, size=(OUT, IN // 32, BLOCK_BYTES["Q4_1"]), dtype=np.uint8)
     for at in (0, 2):  # finite f16 scale and offset
-        raw[..., at:at + 2] = (rng.standard_normal((OUT, IN // 32)) * 0.02).astype(np.float16).view(np.uint8).reshape(OUT, IN // 32, 2)
+        raw[..., at : at + 2] = (
+            (rng.standard_normal((OUT, IN // 32)) * 0.02).astype(np.float16).view(np.uint8).reshape(OUT, IN // 32, 2)
+        )
     return raw.reshape(OUT, -1)
 
 
@@ -85,7 +88,9 @@ def test_concurrent_calls_give_each_call_its_own_numbers():
         for rep in range(25):
             y, a = _run(x, w, attn)
             if y.tobytes() != y0.tobytes() or a.tobytes() != a0.tobytes():
-                failures.append(f"case {case} rep {rep}: max |dy| {np.abs(y - y0).max()}, max |da| {np.abs(a - a0).max()}")
+                failures.append(
+                    f"case {case} rep {rep}: max |dy| {np.abs(y - y0).max()}, max |da| {np.abs(a - a0).max()}"
+                )
 
     threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
     for t in threads:
@@ -131,8 +136,14 @@ def test_a_sleeping_crew_gives_the_same_numbers(tmp_path):
     """MEMLOOP_KERNEL_SPIN_US=0: helpers sleep after every call and are woken for the next one."""
     out = tmp_path / "sleep.npz"
     env = {**os.environ, "MEMLOOP_KERNEL_SPIN_US": "0", "JAX_PLATFORMS": "cpu"}
-    proc = subprocess.run([sys.executable, "-c", _SCRIPT, str(ROOT), str(out)], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-c", _SCRIPT, str(ROOT), str(out)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     x = np.random.default_rng(2).standard_normal((5, IN)).astype(np.float32)
     y, a = _run(x, _weights(1), _attention_inputs(3))

@@ -9,6 +9,7 @@ several matrices, and paged attention over f32, f16 and int8 pools with decode a
 a sliding window among them. On an AVX2-only host both builds are AVX2 and the check is trivial; on an
 AVX-512 host it compares the two instruction sets.
 """
+
 from __future__ import annotations
 
 import os
@@ -18,10 +19,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from memloop.engine import kernels
-from tests.engine.kernel_gate import needs_kernels
 from memloop.engine.model.blocks import BLOCK_BYTES, BLOCK_WEIGHTS
+
+from tests.engine.kernel_gate import needs_kernels
 
 pytestmark = needs_kernels
 
@@ -46,7 +47,8 @@ for name in inp.files:
         for rows in (1, 3, 32, 130):
             x = jnp.asarray(inp[f"x_{qtype}"][:rows])
             out[f"mm_{qtype}_{rows}"] = np.asarray(jax.jit(lambda x, w: kernels.qmatmul(x, w, qtype))(x, w))
-        many = jax.jit(lambda x, w: kernels.qmatmul_many(x, [w[:7], w[7:]], qtype))(jnp.asarray(inp[f"x_{qtype}"][:3]), w)
+        x3 = jnp.asarray(inp[f"x_{qtype}"][:3])
+        many = jax.jit(lambda x, w: kernels.qmatmul_many(x, [w[:7], w[7:]], qtype))(x3, w)
         out[f"many_{qtype}"] = np.concatenate([np.asarray(m) for m in many], axis=1)
 q, tables = jnp.asarray(inp["q"]), jnp.asarray(inp["tables"])
 for dtype in ("float32", "float16", "int8"):
@@ -75,7 +77,7 @@ def _inputs(path: Path) -> None:
         # finite f16 scales (and offsets/mins) at every f16 field a block type has
         for at in {"Q4_1": (0, 2), "Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,)}.get(qtype, (0,)):
             half = (rng.standard_normal((19, nb)) * 0.01).astype(np.float16)
-            raw[..., at:at + 2] = half.view(np.uint8).reshape(19, nb, 2)
+            raw[..., at : at + 2] = half.view(np.uint8).reshape(19, nb, 2)
         arrays[f"w_{qtype}"] = raw.reshape(19, nb * bb)
         arrays[f"x_{qtype}"] = rng.standard_normal((max(ROWS), cols)).astype(np.float32)
     kvh, heads, hd, page_size, pages = 2, 6, 64, 16, 40
@@ -90,8 +92,14 @@ def _inputs(path: Path) -> None:
 
 def _outputs(inputs: Path, out: Path, isa: str) -> dict[str, np.ndarray]:
     env = {**os.environ, "MEMLOOP_KERNEL_ISA": isa, "JAX_PLATFORMS": "cpu"}
-    proc = subprocess.run([sys.executable, "-c", _SCRIPT, str(inputs), str(out)], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(
+        [sys.executable, "-c", _SCRIPT, str(inputs), str(out)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     with np.load(out) as f:
         return {k: f[k] for k in f.files}
@@ -108,7 +116,9 @@ def test_the_avx2_build_gives_the_native_builds_numbers(tmp_path):
     for name in native:
         assert np.isfinite(native[name]).all(), name
         # bit for bit, signed zeros included
-        assert native[name].tobytes() == avx2[name].tobytes(), f"{name}: max |diff| {np.abs(native[name] - avx2[name]).max()}"
+        assert native[name].tobytes() == avx2[name].tobytes(), (
+            f"{name}: max |diff| {np.abs(native[name] - avx2[name]).max()}"
+        )
 
 
 def test_an_unknown_isa_setting_is_a_named_error(monkeypatch):

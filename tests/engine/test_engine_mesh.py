@@ -1,17 +1,19 @@
 """Tensor-parallel layout over 4 simulated CPU devices equals the single-device model."""
+
 from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
-from memloop.engine.runner.reference import generate
-from memloop.engine.model.mesh import make_mesh, param_specs, shard_params
 from memloop.engine.model.decoder import LoadedModel, forward, no_cache_attention
+from memloop.engine.model.mesh import make_mesh, param_specs, shard_params
+from memloop.engine.runner.reference import generate
 from memloop.engine.sample.sampling import SamplingParams
 
-pytestmark = pytest.mark.skipif(len(jax.devices()) < 4, reason="needs XLA_FLAGS=--xla_force_host_platform_device_count=4")
+pytestmark = pytest.mark.skipif(
+    len(jax.devices()) < 4, reason="needs XLA_FLAGS=--xla_force_host_platform_device_count=4"
+)
 
 
 @pytest.fixture(scope="module")
@@ -64,6 +66,13 @@ def test_sharded_forward_equals_single_device(lm, mesh, sharded):
 def test_sharded_generate_equals_single_device(lm, mesh, sharded):
     prompts = [[{"role": "user", "content": "Name three colors."}]]
     s = SamplingParams(max_tokens=12)
-    tp = LoadedModel(config=lm.config, module=lm.module, params=sharded, tokenizer=lm.tokenizer,
-                     dtype=lm.dtype, path=lm.path, mesh=mesh)
+    tp = LoadedModel(
+        config=lm.config,
+        module=lm.module,
+        params=sharded,
+        tokenizer=lm.tokenizer,
+        dtype=lm.dtype,
+        path=lm.path,
+        mesh=mesh,
+    )
     assert generate(tp, prompts, s)[0].token_ids == generate(lm, prompts, s)[0].token_ids

@@ -4,6 +4,7 @@ It must give the gather path's numbers up to f32 rounding (for every page size, 
 count and sliding window it accepts), give a query the same bits whatever shares its batch, and be
 what the engine's decode steps and prefill chunks run, with the gather path kept for what it does not serve.
 """
+
 from __future__ import annotations
 
 import re
@@ -12,16 +13,24 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
-from tests.engine.kernel_gate import needs_kernels
 from memloop.engine.cache.kv_pages import quantize, read_pages
 from memloop.engine.model.decoder import causal_mask, gqa_attention
+
+from tests.engine.kernel_gate import needs_kernels
 
 pytestmark = needs_kernels
 
 
-def make_case(seed: int, kvh: int, heads: int, hd: int, page_size: int, pages: int, positions: list[list[int]],
-              kv_dtype: type = np.float32):
+def make_case(
+    seed: int,
+    kvh: int,
+    heads: int,
+    hd: int,
+    page_size: int,
+    pages: int,
+    positions: list[list[int]],
+    kv_dtype: type = np.float32,
+):
     """Random pools (of `kv_dtype`) and queries; each row's block table a random distinct choice of pages."""
     rng = np.random.default_rng(seed)
     b = len(positions)
@@ -78,8 +87,9 @@ CASES = [  # kv heads, query heads, head dim, page size, positions per row (toke
 def test_kernel_matches_the_gather_path(kvh, heads, hd, page_size, positions, window, kv_dtype):
     """f16 pools are widened exactly and int8 codes scaled per key, so every cache type agrees with the
     gather path over the same cache to f32 rounding."""
-    q, k, v, tables, pos = make_case(1, kvh, heads, hd, page_size, 300, positions,
-                                     np.float32 if kv_dtype == np.int8 else kv_dtype)
+    q, k, v, tables, pos = make_case(
+        1, kvh, heads, hd, page_size, 300, positions, np.float32 if kv_dtype == np.int8 else kv_dtype
+    )
     cache = pools(k, v, kv_dtype)
     ours = kernel(cache, q, tables, pos, window)
     ref = gathered(q, cache, tables, pos, window)
@@ -104,10 +114,10 @@ def test_a_query_does_not_depend_on_its_batch_tokens_or_table_width(kv_dtype):
     for row in (0, 5):
         for lo, hi in [(0, 2), (3, 37), (33, 40), (31, 33)]:  # fewer tokens, across and after the item boundary
             need = pos[row, hi - 1] // 16 + 1  # the narrowest table that holds the last token's keys
-            alone = kernel(cache, q[row:row + 1, lo:hi], tables[row:row + 1, :need], pos[row:row + 1, lo:hi])
+            alone = kernel(cache, q[row : row + 1, lo:hi], tables[row : row + 1, :need], pos[row : row + 1, lo:hi])
             np.testing.assert_array_equal(alone[0], full[row, lo:hi])
         need = pos[row, 0] // 16 + 1
-        alone = kernel(cache, q[row:row + 1, :1], tables[row:row + 1, :need], pos[row:row + 1, :1])
+        alone = kernel(cache, q[row : row + 1, :1], tables[row : row + 1, :need], pos[row : row + 1, :1])
         np.testing.assert_array_equal(alone[0, 0], decode[row, 0])
 
 
@@ -119,8 +129,11 @@ def test_int8_pools_without_their_scales_are_refused():
     with pytest.raises(ValueError, match="k_scale and v_scale"):
         paged_attention(q, cache["k"][0], cache["v"][0], tables, pos)
     with pytest.raises(Exception, match="scales"):
-        np.asarray(paged_attention(q, cache["k"][0], cache["v"][0], tables, pos, None, cache["k_scale"][0][:, :3],
-                                   cache["v_scale"][0]))
+        np.asarray(
+            paged_attention(
+                q, cache["k"][0], cache["v"][0], tables, pos, None, cache["k_scale"][0][:, :3], cache["v_scale"][0]
+            )
+        )
 
 
 def test_bad_shapes_and_positions_are_named_errors():
@@ -144,13 +157,23 @@ def _step_text(lm, tokens: int, cfg=None, kv_dtype=jnp.float32, **attention) -> 
     cfg = cfg or lm.config
     cache = init_kv_pools(cfg, 8, 16, kv_dtype, per_layer=lm.per_layer)
     z = jnp.zeros((2, tokens), jnp.int32)
-    return str(jax.make_jaxpr(lambda p, c: forward_paged(cfg, p, c, z, z, z, z, jnp.zeros((2, 4), jnp.int32),
-                                                         jnp.zeros((2,), jnp.int32), **attention))(lm.params, cache))
+    return str(
+        jax.make_jaxpr(
+            lambda p, c: forward_paged(
+                cfg, p, c, z, z, z, z, jnp.zeros((2, 4), jnp.int32), jnp.zeros((2,), jnp.int32), **attention
+            )
+        )(lm.params, cache)
+    )
 
 
-@pytest.mark.parametrize("kv_dtype,target", [(jnp.float32, "memloop_paged_attention"),
-                                             (jnp.float16, "memloop_paged_attention_f16"),
-                                             (jnp.int8, "memloop_paged_attention_q8")])
+@pytest.mark.parametrize(
+    "kv_dtype,target",
+    [
+        (jnp.float32, "memloop_paged_attention"),
+        (jnp.float16, "memloop_paged_attention_f16"),
+        (jnp.int8, "memloop_paged_attention_q8"),
+    ],
+)
 def test_decode_steps_and_prefill_chunks_read_pages_in_place(lm, kv_dtype, target):
     for tokens in (1, 16):
         text = _step_text(lm, tokens, kv_dtype=kv_dtype)
@@ -158,7 +181,8 @@ def test_decode_steps_and_prefill_chunks_read_pages_in_place(lm, kv_dtype, targe
 
 
 def test_the_attention_setting_chooses_the_cpu_kernel(lm, monkeypatch):
-    """`auto` on CPU decodes through the kernel; `gather` and MEMLOOP_PAGED_KERNEL=0 keep every call on the gather path."""
+    """`auto` on CPU decodes through the kernel; `gather` and MEMLOOP_PAGED_KERNEL=0 keep every call on the gather
+    path."""
     from memloop.engine.attention.pallas import resolve_backend
 
     assert _step_text(lm, 1, attention=resolve_backend("auto")).count("memloop_paged_attention") == lm.config.num_layers

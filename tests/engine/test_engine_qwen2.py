@@ -1,6 +1,7 @@
 """Qwen2 / Qwen2.5: a tiny random checkpoint written by transformers (HF directory and GGUF with
 Q5_0/Q8_0/Q4_K/Q6_K/Q5_K tensors, and one Q5_1) against transformers on the same weights, and the packaged
 Qwen2.5-Coder-0.5B- and 1.5B-Instruct GGUFs against transformers (slow)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -9,9 +10,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
-
 from memloop.engine.model.decoder import forward, load_model, no_cache_attention
 from memloop.engine.model.weights import load_weights
+
 from tests.engine.gguf_writer import header_writer, write_out
 from tests.engine.kernel_gate import kernels_expected
 
@@ -25,9 +26,18 @@ def tiny_qwen2(tmp_path_factory):
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     torch.manual_seed(0)
-    cfg = Qwen2Config(vocab_size=256, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-                      rms_norm_eps=1e-6, rope_theta=1000000.0, tie_word_embeddings=False)
+    cfg = Qwen2Config(
+        vocab_size=256,
+        hidden_size=256,
+        intermediate_size=512,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        rms_norm_eps=1e-6,
+        rope_theta=1000000.0,
+        tie_word_embeddings=False,
+    )
     model = Qwen2ForCausalLM(cfg).eval()
     with torch.no_grad():
         for layer in model.model.layers:
@@ -59,9 +69,8 @@ def _greedy(lm, n: int) -> list[int]:
 
 def _torch_greedy(model, n: int) -> list[int]:
     with torch.no_grad():
-        out = model.generate(torch.tensor(TOKENS), max_new_tokens=n, do_sample=False, eos_token_id=None,
-                             pad_token_id=0)
-    return out[0, len(TOKENS[0]):].tolist()
+        out = model.generate(torch.tensor(TOKENS), max_new_tokens=n, do_sample=False, eos_token_id=None, pad_token_id=0)
+    return out[0, len(TOKENS[0]) :].tolist()
 
 
 def test_hf_qwen2_directory_matches_transformers(tiny_qwen2):
@@ -82,8 +91,17 @@ def test_qwen2_biases_are_loaded(tiny_qwen2):
 
 # ----------------------------------------------------------------------------- GGUF
 
-QUANTS = {"attn_q": "Q5_0", "attn_k": "Q8_0", "attn_v": "Q5_0", "attn_output": "Q5_0", "ffn_gate": "Q5_0",
-          "ffn_up": "Q8_0", "ffn_down": "Q4_K", "token_embd": "Q5_0", "output": "Q8_0"}
+QUANTS = {
+    "attn_q": "Q5_0",
+    "attn_k": "Q8_0",
+    "attn_v": "Q5_0",
+    "attn_output": "Q5_0",
+    "ffn_gate": "Q5_0",
+    "ffn_up": "Q8_0",
+    "ffn_down": "Q4_K",
+    "token_embd": "Q5_0",
+    "output": "Q8_0",
+}
 
 
 def _kquant_bytes(rng: np.random.Generator, qtype: str, rows: int, cols: int) -> np.ndarray:
@@ -129,9 +147,15 @@ def _write_qwen2_gguf(model, path: Path, down: str) -> Path:
     put("token_embd.weight", "model.embed_tokens.weight", QUANTS["token_embd"])
     put("output_norm.weight", "model.norm.weight")
     put("output.weight", "lm_head.weight", QUANTS["output"])
-    hf = {"attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
-          "attn_output": "self_attn.o_proj", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
-          "ffn_down": "mlp.down_proj"}
+    hf = {
+        "attn_q": "self_attn.q_proj",
+        "attn_k": "self_attn.k_proj",
+        "attn_v": "self_attn.v_proj",
+        "attn_output": "self_attn.o_proj",
+        "ffn_gate": "mlp.gate_proj",
+        "ffn_up": "mlp.up_proj",
+        "ffn_down": "mlp.down_proj",
+    }
     for i in range(cfg.num_hidden_layers):
         p = f"model.layers.{i}."
         put(f"blk.{i}.attn_norm.weight", p + "input_layernorm.weight")
@@ -153,8 +177,9 @@ def tiny_qwen2_gguf(tiny_qwen2, tmp_path_factory, request):
 
     model, hf_path = tiny_qwen2
     copy = Qwen2ForCausalLM.from_pretrained(hf_path).eval()
-    path = _write_qwen2_gguf(copy, tmp_path_factory.mktemp("tiny_qwen2_gguf") / f"tiny-{request.param}.gguf",
-                             down=request.param)
+    path = _write_qwen2_gguf(
+        copy, tmp_path_factory.mktemp("tiny_qwen2_gguf") / f"tiny-{request.param}.gguf", down=request.param
+    )
     return copy, path, request.param
 
 
@@ -164,8 +189,12 @@ def test_gguf_kquants_are_exact_against_gguf_dequantiser(tiny_qwen2_gguf):
     cfg, params = load_weights(path)
     assert cfg.architecture == "qwen2" and not cfg.family.gguf_qk_permuted
     layers = model.model.layers
-    for i, name, ours in [(0, "mlp.down_proj", "w_down"), (1, "mlp.down_proj", "w_down"),
-                          (0, "self_attn.q_proj", "wq"), (1, "self_attn.k_proj", "wk")]:
+    for i, name, ours in [
+        (0, "mlp.down_proj", "w_down"),
+        (1, "mlp.down_proj", "w_down"),
+        (0, "self_attn.q_proj", "wq"),
+        (1, "self_attn.k_proj", "wk"),
+    ]:
         ref = layers[i].get_submodule(name).weight.detach().numpy()
         np.testing.assert_array_equal(params["layers"][ours][i], ref)
     np.testing.assert_array_equal(params["layers"]["bq"][0], layers[0].self_attn.q_proj.bias.detach().numpy())
@@ -210,8 +239,10 @@ class _IdTokenizer:
 
 CHATS = [
     [{"role": "user", "content": "Write a Python function that reverses a string."}],
-    [{"role": "system", "content": "You summarise text in one sentence."},
-     {"role": "user", "content": "The meeting moved from Tuesday to Thursday because the projector broke."}],
+    [
+        {"role": "system", "content": "You summarise text in one sentence."},
+        {"role": "user", "content": "The meeting moved from Tuesday to Thursday because the projector broke."},
+    ],
     [{"role": "user", "content": "List three prime numbers as a JSON array."}],
 ]
 
@@ -248,10 +279,9 @@ def test_qwen25_coder_gguf_matches_transformers(qwen_gguf):
     block form where the CPU kernels run: logits within 2e-3 and 200 greedy tokens identical to
     transformers on the same GGUF, with the checkpoint's own chat template. memloop's numbers are
     computed before transformers loads (its f32 copy of the 1.5B model is 6 GB)."""
-    from transformers import AutoModelForCausalLM
-
     from memloop.engine.runner.reference import generate
     from memloop.engine.sample.sampling import SamplingParams
+    from transformers import AutoModelForCausalLM
 
     torch.set_num_threads(1)
     lm = load_model(qwen_gguf)
@@ -267,13 +297,19 @@ def test_qwen25_coder_gguf_matches_transformers(qwen_gguf):
         ours_logits.append(np.asarray(forward(lm.params, lm.config, toks, pos, None, no_cache_attention(pos))[0]))
     n = 200
     gens = generate(lm, CHATS, SamplingParams(max_tokens=n, stop_token_ids=()))
-    hf = AutoModelForCausalLM.from_pretrained(str(qwen_gguf.parent), gguf_file=qwen_gguf.name,
-                                              dtype=torch.float32).eval()
+    hf = AutoModelForCausalLM.from_pretrained(
+        str(qwen_gguf.parent), gguf_file=qwen_gguf.name, dtype=torch.float32
+    ).eval()
     for chat, ours, g in zip(CHATS, ours_logits, gens):
         ids = lm.tokenizer.chat_ids(chat)
         with torch.no_grad():
             ref = hf(torch.tensor([ids])).logits.numpy()
-            out = hf.generate(torch.tensor([ids]), max_new_tokens=n, do_sample=False, eos_token_id=None,
-                              pad_token_id=lm.tokenizer.pad_token_id)
+            out = hf.generate(
+                torch.tensor([ids]),
+                max_new_tokens=n,
+                do_sample=False,
+                eos_token_id=None,
+                pad_token_id=lm.tokenizer.pad_token_id,
+            )
         assert np.abs(ours - ref).max() < 2e-3
-        assert g.token_ids == out[0, len(ids):].tolist()
+        assert g.token_ids == out[0, len(ids) :].tolist()

@@ -1,6 +1,7 @@
 """Qwen3 (per-head q/k RMSNorm) and Mistral (sliding window): tiny random checkpoints written by
 transformers, loaded from their safetensors directories (and Qwen3 as a GGUF), against transformers
 on the same weights; the window masks the contiguous and the paged attention paths alike."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -10,15 +11,15 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
-
+from memloop.engine.cache.kv_pages import init_kv_pools
 from memloop.engine.model.config import config_from_hf
 from memloop.engine.model.decoder import forward, load_model, no_cache_attention
-from memloop.engine.cache.kv_pages import init_kv_pools
-from memloop.engine.runner.step import forward_paged
 from memloop.engine.model.weights import load_weights
+from memloop.engine.runner.step import forward_paged
+
 from tests.engine.gguf_writer import header_writer, write_out
-from tests.engine.test_engine_qwen2 import TOKENS, _greedy, _logits, _torch_greedy, _torch_logits
 from tests.engine.kernel_gate import kernels_expected
+from tests.engine.test_engine_qwen2 import TOKENS, _greedy, _logits, _torch_greedy, _torch_logits
 
 GREEDY = 32
 WINDOW = 5  # binding: shorter than the 12-token prompt and the 44-token generation
@@ -31,9 +32,19 @@ def tiny_qwen3(tmp_path_factory):
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     torch.manual_seed(0)
-    cfg = Qwen3Config(vocab_size=256, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, head_dim=64, max_position_embeddings=512,
-                      rms_norm_eps=1e-6, rope_theta=1000000.0, tie_word_embeddings=False)
+    cfg = Qwen3Config(
+        vocab_size=256,
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=64,
+        max_position_embeddings=512,
+        rms_norm_eps=1e-6,
+        rope_theta=1000000.0,
+        tie_word_embeddings=False,
+    )
     model = Qwen3ForCausalLM(cfg).eval()
     with torch.no_grad():
         for layer in model.model.layers:
@@ -50,8 +61,9 @@ def test_hf_qwen3_directory_matches_transformers(tiny_qwen3):
     cfg = lm.config
     assert cfg.architecture == "qwen3" and cfg.qk_norm and not cfg.attention_bias and cfg.head_dim == 64
     assert cfg.sliding_window is None
-    np.testing.assert_array_equal(load_weights(path)[1]["layers"]["k_norm"][1],
-                                  model.model.layers[1].self_attn.k_norm.weight.detach().numpy())
+    np.testing.assert_array_equal(
+        load_weights(path)[1]["layers"]["k_norm"][1], model.model.layers[1].self_attn.k_norm.weight.detach().numpy()
+    )
     assert np.abs(_logits(lm) - _torch_logits(model)).max() < 2e-3
     assert _greedy(lm, GREEDY) == _torch_greedy(model, GREEDY)
 
@@ -82,11 +94,21 @@ def _write_qwen3_gguf(model, path: Path) -> Path:
     put("token_embd.weight", "model.embed_tokens.weight")
     put("output_norm.weight", "model.norm.weight")
     put("output.weight", "lm_head.weight", quantised=True)
-    matrices = {"attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
-                "attn_output": "self_attn.o_proj", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
-                "ffn_down": "mlp.down_proj"}
-    vectors = {"attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm",
-               "attn_q_norm": "self_attn.q_norm", "attn_k_norm": "self_attn.k_norm"}
+    matrices = {
+        "attn_q": "self_attn.q_proj",
+        "attn_k": "self_attn.k_proj",
+        "attn_v": "self_attn.v_proj",
+        "attn_output": "self_attn.o_proj",
+        "ffn_gate": "mlp.gate_proj",
+        "ffn_up": "mlp.up_proj",
+        "ffn_down": "mlp.down_proj",
+    }
+    vectors = {
+        "attn_norm": "input_layernorm",
+        "ffn_norm": "post_attention_layernorm",
+        "attn_q_norm": "self_attn.q_norm",
+        "attn_k_norm": "self_attn.k_norm",
+    }
     for i in range(cfg.num_hidden_layers):
         p = f"model.layers.{i}."
         for key, name in vectors.items():
@@ -121,13 +143,24 @@ def test_gguf_qwen3_matches_transformers(tiny_qwen3, tmp_path):
 
 # ----------------------------------------------------------------------------- Mistral
 
+
 def _mistral(tmp_path_factory, window: int | None, name: str):
     from transformers import MistralConfig, MistralForCausalLM
 
     torch.manual_seed(1)
-    cfg = MistralConfig(vocab_size=256, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
-                        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-                        rms_norm_eps=1e-5, rope_theta=10000.0, sliding_window=window, tie_word_embeddings=False)
+    cfg = MistralConfig(
+        vocab_size=256,
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        rms_norm_eps=1e-5,
+        rope_theta=10000.0,
+        sliding_window=window,
+        tie_word_embeddings=False,
+    )
     model = MistralForCausalLM(cfg).eval()
     path = tmp_path_factory.mktemp(name)
     model.save_pretrained(path, safe_serialization=True)
@@ -173,8 +206,17 @@ def assert_paged_matches(lm, ref: np.ndarray) -> None:
     for start, stop in [(0, 7)] + [(p, p + 1) for p in range(7, n)]:
         positions = jnp.arange(start, stop, dtype=jnp.int32)[None]
         tokens = jnp.asarray([TOKENS[0][start:stop]], jnp.int32)
-        logits, cache = forward_paged(cfg, lm.params, cache, tokens, positions, 1 + positions // page,
-                                      positions % page, table, jnp.asarray([stop - start - 1], jnp.int32))
+        logits, cache = forward_paged(
+            cfg,
+            lm.params,
+            cache,
+            tokens,
+            positions,
+            1 + positions // page,
+            positions % page,
+            table,
+            jnp.asarray([stop - start - 1], jnp.int32),
+        )
         assert np.abs(np.asarray(logits[0]) - ref[stop - 1]).max() < 2e-3, stop
 
 
@@ -185,9 +227,19 @@ def test_mistral_window_longer_than_context_is_a_no_op(tmp_path_factory):
     lm = load_model(path, load_tokenizer=False)
     assert lm.config.architecture == "mistral" and lm.config.sliding_window is None
     assert np.abs(_logits(lm) - _torch_logits(model)).max() < 2e-3
-    cfg = config_from_hf({"architectures": ["MistralForCausalLM"], "vocab_size": 8, "hidden_size": 8,
-                          "intermediate_size": 8, "num_hidden_layers": 1, "num_attention_heads": 2,
-                          "max_position_embeddings": 32768, "sliding_window": 4096}, "test")
+    cfg = config_from_hf(
+        {
+            "architectures": ["MistralForCausalLM"],
+            "vocab_size": 8,
+            "hidden_size": 8,
+            "intermediate_size": 8,
+            "num_hidden_layers": 1,
+            "num_attention_heads": 2,
+            "max_position_embeddings": 32768,
+            "sliding_window": 4096,
+        },
+        "test",
+    )
     assert cfg.sliding_window == 4096
 
 
@@ -195,6 +247,16 @@ def test_qwen_sliding_window_is_refused_by_name():
     from memloop.engine.errors import ModelFormatError
 
     with pytest.raises(ModelFormatError, match="sliding-window"):
-        config_from_hf({"architectures": ["Qwen3ForCausalLM"], "vocab_size": 8, "hidden_size": 8,
-                        "intermediate_size": 8, "num_hidden_layers": 1, "num_attention_heads": 2,
-                        "use_sliding_window": True, "sliding_window": 4}, "test")
+        config_from_hf(
+            {
+                "architectures": ["Qwen3ForCausalLM"],
+                "vocab_size": 8,
+                "hidden_size": 8,
+                "intermediate_size": 8,
+                "num_hidden_layers": 1,
+                "num_attention_heads": 2,
+                "use_sliding_window": True,
+                "sliding_window": 4,
+            },
+            "test",
+        )

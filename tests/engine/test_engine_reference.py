@@ -1,4 +1,5 @@
 """The Flax model against transformers (PyTorch, f32) loading the same GGUF."""
+
 from __future__ import annotations
 
 import jax
@@ -6,11 +7,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
-
-from memloop.engine.runner.reference import generate
+from memloop.bench.model import PROMPTS as CHAT_PROMPTS
+from memloop.bench.model import hf_greedy
 from memloop.engine.model.decoder import forward, no_cache_attention
+from memloop.engine.runner.reference import generate
 from memloop.engine.sample.sampling import SamplingParams
-from memloop.bench.model import PROMPTS as CHAT_PROMPTS, hf_greedy
 
 # Both sides compute in f32 from identical de-quantised weights; only summation order differs
 # (XLA vs oneDNN kernels, fused vs unfused softmax). Logits reach |40|; f32 rounding through 30

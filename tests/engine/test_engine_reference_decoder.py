@@ -1,8 +1,8 @@
 """generate() on the bundled model: batching, stops, limits, seeds, compile reuse, errors."""
+
 from __future__ import annotations
 
 import pytest
-
 from memloop.engine.errors import RequestError
 from memloop.engine.runner.reference import decode_chunk, generate, prefill
 from memloop.engine.sample.sampling import SamplingParams
@@ -46,8 +46,15 @@ def test_stop_string_cuts_output(lm, batch_greedy):
 
 def test_no_recompile_within_a_bucket(lm, batch_greedy):
     before = (prefill._cache_size(), decode_chunk._cache_size())
-    generate(lm, [[{"role": "user", "content": "Name three animals."}], "A slow red cat",
-                  [{"role": "user", "content": "What is 3 + 3?"}]], SamplingParams(max_tokens=12))
+    generate(
+        lm,
+        [
+            [{"role": "user", "content": "Name three animals."}],
+            "A slow red cat",
+            [{"role": "user", "content": "What is 3 + 3?"}],
+        ],
+        SamplingParams(max_tokens=12),
+    )
     assert (prefill._cache_size(), decode_chunk._cache_size()) == before
 
 
@@ -78,7 +85,6 @@ def test_decoding_through_the_serving_kernel_gives_the_same_tokens(lm):
     import jax
     import jax.numpy as jnp
     import numpy as np
-
     from memloop.engine.model.decoder import init_contiguous_cache
     from memloop.engine.sample.sampling import row_arrays, seed_keys
 
@@ -91,7 +97,7 @@ def test_decoding_through_the_serving_kernel_gives_the_same_tokens(lm):
     b, t = len(ids), 64
     tokens = np.zeros((b, t), np.int32)
     for i, x in enumerate(ids):
-        tokens[i, :len(x)] = x
+        tokens[i, : len(x)] = x
     lengths = jnp.asarray([len(x) for x in ids], jnp.int32)
     params = [SamplingParams(max_tokens=20, stop_token_ids=())] * b
     temps, top_k, top_p = row_arrays(params)
@@ -100,13 +106,30 @@ def test_decoding_through_the_serving_kernel_gives_the_same_tokens(lm):
     outs = {}
     for in_place in (False, True):
         cache = init_contiguous_cache(cfg, b, 128, lm.dtype, per_layer=lm.per_layer)
-        first, _, cache = prefill(lm.params, cfg, cache, jnp.asarray(tokens), lengths, temps, top_k, top_p, keys,
-                                  cap=0, full=False)
-        args = (lm.params, cfg, cache, first, lengths, jnp.ones((b,), jnp.int32), jnp.zeros((b,), bool), budget, stop,
-                temps, top_k, top_p, keys)
+        first, _, cache = prefill(
+            lm.params, cfg, cache, jnp.asarray(tokens), lengths, temps, top_k, top_p, keys, cap=0, full=False
+        )
+        args = (
+            lm.params,
+            cfg,
+            cache,
+            first,
+            lengths,
+            jnp.ones((b,), jnp.int32),
+            jnp.zeros((b,), bool),
+            budget,
+            stop,
+            temps,
+            top_k,
+            top_p,
+            keys,
+        )
         if in_place:
-            text = str(jax.make_jaxpr(lambda *a: decode_chunk(*a, cap=0, full=False, in_place=True),
-                                      static_argnums=(1,))(*args))
+            text = str(
+                jax.make_jaxpr(lambda *a: decode_chunk(*a, cap=0, full=False, in_place=True), static_argnums=(1,))(
+                    *args
+                )
+            )
             assert text.count("memloop_paged_attention") >= cfg.num_layers
         out = decode_chunk(*args, cap=0, full=False, in_place=in_place)[0]
         outs[in_place] = np.asarray(out).tolist()

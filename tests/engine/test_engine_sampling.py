@@ -1,14 +1,23 @@
 """The batched sampler on synthetic logits: filters, seeds, and the distribution it draws from."""
+
 from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
 from memloop.engine.errors import RequestError
-from memloop.engine.sample.sampling import (ARGMAX_BLOCK, SamplingParams, candidate_cap, first_argmax, request_params,
-                                            row_arrays, sample, seed_keys)
+from memloop.engine.sample.sampling import (
+    ARGMAX_BLOCK,
+    SamplingParams,
+    candidate_cap,
+    first_argmax,
+    request_params,
+    row_arrays,
+    sample,
+    seed_keys,
+)
+
 from memloop.sampling import SamplingError
 
 V = 64
@@ -19,8 +28,13 @@ def _draw(params: list[SamplingParams], logits: np.ndarray, steps: int) -> np.nd
     temps, top_k, top_p = row_arrays(params)
     keys = jnp.asarray(seed_keys(params))
     cap, full = candidate_cap(params, V)
-    fn = jax.jit(jax.vmap(lambda s: sample(jnp.asarray(logits), temps, top_k, top_p, keys,
-                                           jnp.full((len(params),), s, jnp.int32), cap, full)))
+    fn = jax.jit(
+        jax.vmap(
+            lambda s: sample(
+                jnp.asarray(logits), temps, top_k, top_p, keys, jnp.full((len(params),), s, jnp.int32), cap, full
+            )
+        )
+    )
     return np.asarray(fn(jnp.arange(steps, dtype=jnp.int32)))
 
 
@@ -96,8 +110,11 @@ def test_seed_reproducible_and_independent_of_batch(logits):
 
 
 def test_mixed_rows_keep_their_own_settings(logits):
-    rows = [SamplingParams(), SamplingParams(temperature=1.0, top_k=1, seed=1),
-            SamplingParams(temperature=1.0, top_k=2, seed=2)]
+    rows = [
+        SamplingParams(),
+        SamplingParams(temperature=1.0, top_k=1, seed=1),
+        SamplingParams(temperature=1.0, top_k=2, seed=2),
+    ]
     out = _draw(rows, np.repeat(logits, 3, 0), 200)
     best2 = set(np.argsort(-logits[0])[:2].tolist())
     assert (out[:, 0] == logits.argmax()).all() and (out[:, 1] == logits.argmax()).all()
@@ -124,8 +141,10 @@ def test_candidate_cap_is_the_next_power_of_two_of_top_k_within_the_vocabulary()
     assert candidate_cap([SamplingParams(temperature=0.8, top_k=1)], 49152) == (1, False)  # top-1 is top-k
 
 
-@pytest.mark.parametrize("bad", [dict(max_tokens=0), dict(temperature=-1.0), dict(top_k=-2), dict(top_p=0.0),
-                                 dict(top_p=1.5), dict(stop=("",))])
+@pytest.mark.parametrize(
+    "bad",
+    [dict(max_tokens=0), dict(temperature=-1.0), dict(top_k=-2), dict(top_p=0.0), dict(top_p=1.5), dict(stop=("",))],
+)
 def test_bad_settings_are_named(bad):
     with pytest.raises(SamplingError, match=next(iter(bad))):
         SamplingParams(**bad)
@@ -136,7 +155,8 @@ def test_bad_settings_are_named(bad):
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from memloop.sampling import DEFAULT_MAX_TOKENS, FIELDS as SAMPLING_FIELDS  # noqa: E402
+from memloop.sampling import DEFAULT_MAX_TOKENS  # noqa: E402
+from memloop.sampling import FIELDS as SAMPLING_FIELDS
 
 VOCAB = 49152  # the bundled model's vocabulary: candidate caps as large as the real step's
 
@@ -144,23 +164,64 @@ VOCAB = 49152  # the bundled model's vocabulary: candidate caps as large as the 
 def test_from_request_defaults_and_forms():
     assert SamplingParams.from_request(None) == SamplingParams.from_request({}) == SamplingParams()
     assert SamplingParams().max_tokens == DEFAULT_MAX_TOKENS
-    p = SamplingParams.from_request({"max_tokens": 7, "temperature": 1, "top_k": 3, "top_p": 0.5, "seed": -4,
-                                     "stop": "END", "stop_token_ids": [0, 2]})
-    assert p == SamplingParams(max_tokens=7, temperature=1.0, top_k=3, top_p=0.5, seed=-4, stop=("END",),
-                               stop_token_ids=(0, 2))
+    p = SamplingParams.from_request(
+        {
+            "max_tokens": 7,
+            "temperature": 1,
+            "top_k": 3,
+            "top_p": 0.5,
+            "seed": -4,
+            "stop": "END",
+            "stop_token_ids": [0, 2],
+        }
+    )
+    assert p == SamplingParams(
+        max_tokens=7, temperature=1.0, top_k=3, top_p=0.5, seed=-4, stop=("END",), stop_token_ids=(0, 2)
+    )
     assert SamplingParams.from_request({"seed": None, "stop": None}).seed is None  # None = the default
 
 
-@pytest.mark.parametrize("bad", [
-    {"top_k": 2**31}, {"top_k": 2**64}, {"seed": 2**63}, {"seed": -(2**63) - 1}, {"max_tokens": 2**31},
-    {"max_tokens": 0}, {"max_tokens": True}, {"max_tokens": 3.0}, {"max_tokens": "3"},
-    {"temperature": float("nan")}, {"temperature": float("inf")}, {"temperature": 10**400}, {"temperature": 1e6},
-    {"temperature": -0.5}, {"top_p": float("nan")}, {"top_p": 0}, {"top_p": 1.0001}, {"top_p": "0.5"},
-    {"stop": ["x"] * 17}, {"stop": ["x" * 1001]}, {"stop": [""]}, {"stop": [3]}, {"stop": 3},
-    {"stop_token_ids": [-1]}, {"stop_token_ids": [2**31]}, {"stop_token_ids": "2"}, {"stop_token_ids": [VOCAB]},
-    {"max_tokens": 10**5000}, {"frequency_penalty": 0.1}, ["max_tokens"], "greedy",
-    {"logprobs": -1}, {"logprobs": 21}, {"logprobs": True}, {"logprobs": 2.0}, {"logprobs": "3"},
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"top_k": 2**31},
+        {"top_k": 2**64},
+        {"seed": 2**63},
+        {"seed": -(2**63) - 1},
+        {"max_tokens": 2**31},
+        {"max_tokens": 0},
+        {"max_tokens": True},
+        {"max_tokens": 3.0},
+        {"max_tokens": "3"},
+        {"temperature": float("nan")},
+        {"temperature": float("inf")},
+        {"temperature": 10**400},
+        {"temperature": 1e6},
+        {"temperature": -0.5},
+        {"top_p": float("nan")},
+        {"top_p": 0},
+        {"top_p": 1.0001},
+        {"top_p": "0.5"},
+        {"stop": ["x"] * 17},
+        {"stop": ["x" * 1001]},
+        {"stop": [""]},
+        {"stop": [3]},
+        {"stop": 3},
+        {"stop_token_ids": [-1]},
+        {"stop_token_ids": [2**31]},
+        {"stop_token_ids": "2"},
+        {"stop_token_ids": [VOCAB]},
+        {"max_tokens": 10**5000},
+        {"frequency_penalty": 0.1},
+        ["max_tokens"],
+        "greedy",
+        {"logprobs": -1},
+        {"logprobs": 21},
+        {"logprobs": True},
+        {"logprobs": 2.0},
+        {"logprobs": "3"},
+    ],
+)
 def test_from_request_rejects_what_the_step_cannot_represent(bad):
     with pytest.raises(RequestError) as err:
         request_params(bad, vocab_size=VOCAB)
@@ -168,8 +229,13 @@ def test_from_request_rejects_what_the_step_cannot_represent(bad):
 
 
 _any_scalar = st.one_of(
-    st.none(), st.booleans(), st.integers(), st.integers(min_value=-(2**70), max_value=2**70),
-    st.floats(allow_nan=True, allow_infinity=True), st.floats(0, 2), st.text(max_size=5),
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.floats(0, 2),
+    st.text(max_size=5),
 )
 _field_values = {
     "max_tokens": st.one_of(_any_scalar, st.integers(-3, 40)),
@@ -199,8 +265,18 @@ def test_accepted_settings_run_through_the_sampler(d):
     rows = [p, p]
     temps, top_k, top_p = row_arrays(rows)
     cap, full = candidate_cap(rows, VOCAB)
-    out = np.asarray(_sample_jit(jnp.asarray(logits), temps, top_k, top_p, jnp.asarray(seed_keys(rows)),
-                                 jnp.asarray([0, 2**31 - 1], jnp.int32), cap, full))
+    out = np.asarray(
+        _sample_jit(
+            jnp.asarray(logits),
+            temps,
+            top_k,
+            top_p,
+            jnp.asarray(seed_keys(rows)),
+            jnp.asarray([0, 2**31 - 1], jnp.int32),
+            cap,
+            full,
+        )
+    )
     assert ((0 <= out) & (out < VOCAB)).all()
     assert out[1] % 2 == 1  # never a masked token
 
@@ -232,8 +308,9 @@ def test_token_logprobs_are_the_log_softmax_of_the_raw_logits():
     rng = np.random.default_rng(5)
     logits = rng.normal(size=(3, VOCAB)).astype(np.float32) * 3
     chosen = np.asarray([7, int(logits[1].argmax()), 0], np.int32)
-    picked, ids, lps = (np.asarray(a) for a in jax.jit(token_logprobs, static_argnums=2)(
-        jnp.asarray(logits), jnp.asarray(chosen), 5))
+    picked, ids, lps = (
+        np.asarray(a) for a in jax.jit(token_logprobs, static_argnums=2)(jnp.asarray(logits), jnp.asarray(chosen), 5)
+    )
     x = logits.astype(np.float64)
     ref = x - x.max(-1, keepdims=True)
     ref -= np.log(np.exp(ref).sum(-1, keepdims=True))

@@ -1,17 +1,18 @@
 """A GGUF tokenizer as transformers 5.17 converts it (byte-fallback decoder on a byte-level BPE, the BOS token
 taken for EOS) is repaired to what the GGUF file says, so llguidance reads its tokens' bytes right."""
+
 from __future__ import annotations
 
 import llguidance.hf
-from tokenizers import decoders
-
 from memloop.engine.model.tokenizer import _repair, load_tokenizer
+from tokenizers import decoders
 
 
 def _as_transformers_5_17_converts_it(hf) -> None:
     backend = hf.backend_tokenizer
-    backend.decoder = decoders.Sequence([decoders.ByteFallback(), decoders.Fuse(), decoders.Replace("▁", " "),
-                                         decoders.ByteLevel()])
+    backend.decoder = decoders.Sequence(
+        [decoders.ByteFallback(), decoders.Fuse(), decoders.Replace("▁", " "), decoders.ByteLevel()]
+    )
     backend.model.byte_fallback = True
     hf.eos_token = hf.bos_token
 

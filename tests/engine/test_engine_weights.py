@@ -1,4 +1,5 @@
 """Weight loading: a tiny random Llama through both loaders against transformers, and bad files."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -7,10 +8,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
-
 from memloop.engine.errors import ModelFormatError, ModelNotFoundError
 from memloop.engine.model.decoder import forward, load_model, no_cache_attention
 from memloop.engine.model.weights import load_weights
+
 from tests.engine.gguf_writer import header_writer, write_out
 
 TOKENS = [[3, 17, 99, 42, 5, 200, 31, 7, 64, 128, 1, 250]]
@@ -19,9 +20,17 @@ TOKENS = [[3, 17, 99, 42, 5, 200, 31, 7, 64, 128, 1, 250]]
 def _tiny_config(**extra):
     from transformers import LlamaConfig
 
-    return LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
-                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-                       rms_norm_eps=1e-5, **extra)
+    return LlamaConfig(
+        vocab_size=256,
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        rms_norm_eps=1e-5,
+        **extra,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -30,9 +39,17 @@ def tiny_hf(tmp_path_factory):
     from transformers import LlamaForCausalLM
 
     torch.manual_seed(0)
-    cfg = _tiny_config(tie_word_embeddings=False, rope_theta=500000.0,
-                       rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
-                                     "high_freq_factor": 4.0, "original_max_position_embeddings": 64})
+    cfg = _tiny_config(
+        tie_word_embeddings=False,
+        rope_theta=500000.0,
+        rope_scaling={
+            "rope_type": "llama3",
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 64,
+        },
+    )
     model = LlamaForCausalLM(cfg).eval()
     path = tmp_path_factory.mktemp("tiny_hf")
     model.save_pretrained(path, safe_serialization=True)
@@ -67,15 +84,21 @@ def _write_gguf(model, path: Path, quant: str = "F32", arch: str = "llama", raw_
 
     cfg = model.config
     sd = {k: v.detach().numpy().astype(np.float32) for k, v in model.state_dict().items()}
-    w = header_writer(model, path, arch,
-                      rope_theta=cfg.rope_theta if hasattr(cfg, "rope_theta") else cfg.rope_parameters["rope_theta"])
+    w = header_writer(
+        model,
+        path,
+        arch,
+        rope_theta=cfg.rope_theta if hasattr(cfg, "rope_theta") else cfg.rope_parameters["rope_theta"],
+    )
     w.add_rope_dimension_count(cfg.hidden_size // cfg.num_attention_heads)
 
     def put(name, arr, matrix=True):
         qtype = gguf.GGMLQuantizationType[quant] if matrix else gguf.GGMLQuantizationType.F32
         if raw_type is not None and matrix:  # bytes of a type the loader must refuse
             block, size = gguf.GGML_QUANT_SIZES[raw_type]
-            raw = np.random.default_rng(0).integers(0, 255, (arr.shape[0], arr.shape[1] // block * size), dtype=np.uint8)
+            raw = np.random.default_rng(0).integers(
+                0, 255, (arr.shape[0], arr.shape[1] // block * size), dtype=np.uint8
+            )
             w.add_tensor(name, raw, raw_dtype=raw_type)
             return
         if qtype == gguf.GGMLQuantizationType.F32:
@@ -212,7 +235,11 @@ def test_unrolled_and_scanned_layers_agree(tiny_tied, tmp_path, packed):
     path = _write_gguf(tiny_tied, tmp_path / "tiny-q8.gguf", quant="Q8_0")
     loop = load_model(path, load_tokenizer=False, packed=packed, unroll=True)
     scan = load_model(path, load_tokenizer=False, packed=packed, unroll=False)
-    assert loop.per_layer and isinstance(loop.params["layers"], list) and len(loop.params["layers"]) == loop.config.num_layers
+    assert (
+        loop.per_layer
+        and isinstance(loop.params["layers"], list)
+        and len(loop.params["layers"]) == loop.config.num_layers
+    )
     assert not scan.per_layer
     toks = jnp.asarray(TOKENS, jnp.int32)
     pos = jnp.arange(toks.shape[1], dtype=jnp.int32)[None]

@@ -2,6 +2,7 @@
 (tests/engine/data/greedy-smollm2.json, written by tests/engine/record_greedy.py before engine/ was
 split into floors): the serving engine's texts and finish reasons, and the reference decoder's token ids.
 A refactor of engine/ must keep this; a change to what the engine computes re-records it on purpose."""
+
 from __future__ import annotations
 
 import json

@@ -1,12 +1,12 @@
 """Page writes and reads of the paged KV cache (memloop.engine.cache.kv_pages): float pools keep what is written;
 an int8 cache keeps codes and a scale per (token, KV head) within half a step of every element, and
 reads back the de-quantised numbers in block-table order."""
+
 from __future__ import annotations
 
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
 from memloop.engine.cache.kv_cache import KVLayout
 from memloop.engine.cache.kv_pages import dequantize, is_quantized, quantize, read_pages, write_pages
 

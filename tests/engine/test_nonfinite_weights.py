@@ -6,6 +6,7 @@ The files are copies of the bundled SmolLM2 GGUF with bytes overwritten, as a ba
 would leave them: 8 MB of 0xFF in the embedding (Q8_0) or a layer matrix's bytes (Q4_1), whose f16
 scales then read as NaN; and a final norm of 3e38 (finite, so it loads) that overflows the logits.
 """
+
 from __future__ import annotations
 
 import shutil
@@ -13,7 +14,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from memloop.engine.errors import ModelFormatError, NonFiniteLogitsError
 
 
@@ -34,8 +34,10 @@ def _overwrite(src: Path, dst: Path, name: str, data: bytes | None = None, limit
     return dst
 
 
-@pytest.mark.parametrize("form, name", [("dense", "token_embd.weight"), ("packed", "blk.0.ffn_gate.weight"),
-                                        ("blocks", "blk.0.ffn_gate.weight")])
+@pytest.mark.parametrize(
+    "form, name",
+    [("dense", "token_embd.weight"), ("packed", "blk.0.ffn_gate.weight"), ("blocks", "blk.0.ffn_gate.weight")],
+)
 def test_a_tensor_of_0xff_bytes_is_refused_at_load_naming_it(smollm2_gguf, tmp_path, name, form) -> None:
     from memloop.engine.model.weights import load_weights
 
@@ -49,7 +51,7 @@ def test_block_scales_are_checked_without_dequantising() -> None:
 
     raw = np.zeros((4, 2 * BLOCK_BYTES["Q6_K"]), np.uint8)  # 4 rows of 2 Q6_K super-blocks, all scales 0
     assert nonfinite_blocks(raw, "Q6_K") == 0
-    raw[1, BLOCK_BYTES["Q6_K"] + 208:BLOCK_BYTES["Q6_K"] + 210] = 0xFF  # row 1's second block: its d is NaN
+    raw[1, BLOCK_BYTES["Q6_K"] + 208 : BLOCK_BYTES["Q6_K"] + 210] = 0xFF  # row 1's second block: its d is NaN
     raw[3, 0:2] = 0xFF  # a code byte, not a scale: still finite
     assert nonfinite_blocks(raw, "Q6_K") == 1
 
@@ -57,8 +59,8 @@ def test_block_scales_are_checked_without_dequantising() -> None:
 @pytest.mark.slow
 def test_logits_that_overflow_fail_the_request_with_an_engine_error(smollm2_gguf, tmp_path) -> None:
     """Before, the request answered 200 with empty content (argmax over NaN picks token 0)."""
-    from memloop.engine.model.decoder import load_model
     from memloop.engine.core.engine import Engine, EngineConfig
+    from memloop.engine.model.decoder import load_model
 
     norm = _tensor(smollm2_gguf, "output_norm.weight")
     huge = np.full(int(norm.n_elements), 3e38, np.float32).tobytes()
@@ -72,14 +74,21 @@ def test_logits_that_overflow_fail_the_request_with_an_engine_error(smollm2_gguf
         assert stats["failed_requests"] == 2 and stats["requests"] == 0 and stats["running"] == 0
         # through `memloop serve`: an engine error (500), not 200 with empty content and logprob null
         import httpx
-
         from memloop.engine.serve.server import create_app
+
         from tests.http_server import serve_app
 
         with serve_app(create_app(eng, "smollm2")) as url:
-            r = httpx.post(f"{url}/v1/chat/completions", timeout=300,
-                           json={"model": "smollm2", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3,
-                                 "logprobs": True})
+            r = httpx.post(
+                f"{url}/v1/chat/completions",
+                timeout=300,
+                json={
+                    "model": "smollm2",
+                    "messages": [{"role": "user", "content": "Hi"}],
+                    "max_tokens": 3,
+                    "logprobs": True,
+                },
+            )
         assert r.status_code == 500 and r.json()["error"]["type"] == "engine_error"
         assert "hold NaN or infinity" in r.json()["error"]["message"]
     finally:

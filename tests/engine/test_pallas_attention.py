@@ -1,4 +1,5 @@
 """JAX's Pallas paged-attention kernels (TPU, GPU) in interpret mode against the gather path, tiny shapes."""
+
 from __future__ import annotations
 
 import logging
@@ -7,10 +8,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
-from memloop.engine.attention.pallas import (GATHER, IN_PLACE, AttentionBackend, AttentionBackendError, kernel_attend,
-                                     pages_per_block, resolve_backend)
 from memloop.engine.attention.paged import paged_attend
+from memloop.engine.attention.pallas import (
+    GATHER,
+    IN_PLACE,
+    AttentionBackend,
+    AttentionBackendError,
+    kernel_attend,
+    pages_per_block,
+    resolve_backend,
+)
 
 KVH, H, HD, PAGES, PS = 2, 6, 64, 16, 4  # 3 query heads per KV head, like SmolLM2's grouping
 
@@ -32,17 +39,20 @@ def _case(dtype, seed=0):
     return pool, [jnp.asarray(x) for x in (slot_pages, slot_offsets, tables, positions)], (q, k, v)
 
 
-@pytest.mark.parametrize("kind,dtype", [
-    ("pallas-tpu", jnp.bfloat16), ("pallas-gpu", jnp.float32),  # ~8 s each in the interpreter
-    pytest.param("pallas-tpu", jnp.float32, marks=pytest.mark.slow),
-    pytest.param("pallas-gpu", jnp.bfloat16, marks=pytest.mark.slow),
-])
+@pytest.mark.parametrize(
+    "kind,dtype",
+    [
+        ("pallas-tpu", jnp.bfloat16),
+        ("pallas-gpu", jnp.float32),  # ~8 s each in the interpreter
+        pytest.param("pallas-tpu", jnp.float32, marks=pytest.mark.slow),
+        pytest.param("pallas-gpu", jnp.bfloat16, marks=pytest.mark.slow),
+    ],
+)
 def test_kernel_matches_gather_path(kind, dtype):
     """The decode call writes the same pages and attends to the same values as the gather path."""
     pool, (slot_pages, slot_offsets, tables, positions), (q, k, v) = _case(dtype)
     gather = paged_attend(slot_pages, slot_offsets, tables, positions)
-    kernel = kernel_attend(gather, AttentionBackend(kind, interpret=True), slot_pages, slot_offsets, tables,
-                           positions)
+    kernel = kernel_attend(gather, AttentionBackend(kind, interpret=True), slot_pages, slot_offsets, tables, positions)
     want, want_cache = jax.jit(lambda c: gather(q, k, v, c, 0))({"k": [pool["k"]], "v": [pool["v"]]})
     got, got_cache = jax.jit(lambda c: kernel(q, k, v, c, 0))({"k": [pool["k"]], "v": [pool["v"]]})
     assert got.shape == want.shape == (4, 1, H, HD) and got.dtype == want.dtype
@@ -65,8 +75,9 @@ def test_kernel_calls_with_options_or_prefill_use_the_gather_path(caplog):
         calls.append(options)
         return q, cache
 
-    kernel = kernel_attend(spy, AttentionBackend("pallas-gpu", interpret=True), slot_pages, slot_offsets, tables,
-                           positions)
+    kernel = kernel_attend(
+        spy, AttentionBackend("pallas-gpu", interpret=True), slot_pages, slot_offsets, tables, positions
+    )
     cache = {"k": [pool["k"]], "v": [pool["v"]]}
     with caplog.at_level(logging.INFO, logger="memloop.engine.attention.pallas"):
         kernel(q, k, v, cache, 0, window=3)
@@ -88,12 +99,15 @@ def test_backend_resolution_by_platform():
     assert resolve_backend("pallas-gpu", interpret=True, on="cpu") == AttentionBackend("pallas-gpu", True)
 
 
-@pytest.mark.parametrize("requested,on,interpret,says", [
-    ("pallas-tpu", "cpu", False, "TPU kernel and this process runs on 'cpu'"),
-    ("pallas-gpu", "tpu", False, "GPU kernel and this process runs on 'tpu'"),
-    ("auto", "cpu", True, "set `attention` to pallas-tpu or pallas-gpu"),
-    ("flash", "cpu", False, "must be one of"),
-])
+@pytest.mark.parametrize(
+    "requested,on,interpret,says",
+    [
+        ("pallas-tpu", "cpu", False, "TPU kernel and this process runs on 'cpu'"),
+        ("pallas-gpu", "tpu", False, "GPU kernel and this process runs on 'tpu'"),
+        ("auto", "cpu", True, "set `attention` to pallas-tpu or pallas-gpu"),
+        ("flash", "cpu", False, "must be one of"),
+    ],
+)
 def test_a_kernel_the_platform_cannot_run_is_a_named_error(requested, on, interpret, says):
     with pytest.raises(AttentionBackendError, match=says.replace("`", ".").replace("(", ".").replace(")", ".")):
         resolve_backend(requested, interpret=interpret, on=on)

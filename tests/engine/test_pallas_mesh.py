@@ -1,15 +1,16 @@
 """The Pallas decode kernels under a 4-device `tp` mesh (simulated CPU devices, which tests/conftest.py
 sets up; make_mesh names the XLA flag if they are missing): shard_map over KV heads."""
+
 from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from jax.sharding import NamedSharding, PartitionSpec as P
-
-from memloop.engine.model.mesh import AXIS, make_mesh, shard_cache, shard_params
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 from memloop.engine.attention.pallas import GATHER, AttentionBackend, decode_attention
+from memloop.engine.model.mesh import AXIS, make_mesh, shard_cache, shard_params
 
 
 def _pools(kvh: int, seed: int = 0):
@@ -19,11 +20,14 @@ def _pools(kvh: int, seed: int = 0):
     return q, k, v, jnp.asarray([6, 16], jnp.int32), jnp.asarray([[3, 7, 0, 0], [1, 9, 2, 15]], jnp.int32)
 
 
-@pytest.mark.parametrize("kind,kvh", [
-    ("pallas-gpu", 4),  # KV heads split one per device
-    pytest.param("pallas-gpu", 3, marks=pytest.mark.slow),  # 3 do not divide 4: pools replicated
-    pytest.param("pallas-tpu", 4, marks=pytest.mark.slow),
-])
+@pytest.mark.parametrize(
+    "kind,kvh",
+    [
+        ("pallas-gpu", 4),  # KV heads split one per device
+        pytest.param("pallas-gpu", 3, marks=pytest.mark.slow),  # 3 do not divide 4: pools replicated
+        pytest.param("pallas-tpu", 4, marks=pytest.mark.slow),
+    ],
+)
 def test_kernel_per_device_over_kv_heads_equals_one_device(kind, kvh):
     q, k, v, lengths, tables = _pools(kvh)
     backend = AttentionBackend(kind, interpret=True)
@@ -42,13 +46,20 @@ def test_kernel_per_device_over_kv_heads_equals_one_device(kind, kvh):
 def tiny_kv4(tmp_path_factory):
     """A random Llama with 8 query and 4 KV heads (head_dim 16), so the KV heads split over 4 devices."""
     import torch
+    from memloop.engine.model.decoder import load_model
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from memloop.engine.model.decoder import load_model
-
     torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=256, hidden_size=128, intermediate_size=192, num_hidden_layers=2,
-                      num_attention_heads=8, num_key_value_heads=4, max_position_embeddings=256, rms_norm_eps=1e-5)
+    cfg = LlamaConfig(
+        vocab_size=256,
+        hidden_size=128,
+        intermediate_size=192,
+        num_hidden_layers=2,
+        num_attention_heads=8,
+        num_key_value_heads=4,
+        max_position_embeddings=256,
+        rms_norm_eps=1e-5,
+    )
     path = tmp_path_factory.mktemp("tiny_kv4")
     LlamaForCausalLM(cfg).eval().save_pretrained(path, safe_serialization=True)
     return load_model(path, load_tokenizer=False, unroll=False)
@@ -64,8 +75,11 @@ def _decode(lm, params, backend, mesh=None, steps=3, kv_dtype=jnp.float32):
     if mesh is not None:
         cache = shard_cache(cache, cfg, mesh)
     table = jnp.asarray([[1, 2, 3, 4]], jnp.int32)
-    step = jax.jit(lambda p, c, t, pos: forward_paged(cfg, p, c, t, pos, jnp.take(table[0], pos // 4), pos % 4,
-                                                      table, jnp.asarray([t.shape[1] - 1]), backend))
+    step = jax.jit(
+        lambda p, c, t, pos: forward_paged(
+            cfg, p, c, t, pos, jnp.take(table[0], pos // 4), pos % 4, table, jnp.asarray([t.shape[1] - 1]), backend
+        )
+    )
     tokens = jnp.asarray([[3, 17, 99, 42, 5]], jnp.int32)
     pos = jnp.arange(5, dtype=jnp.int32)[None]
     out, logits = [], []
@@ -102,7 +116,8 @@ def test_an_int8_cache_splits_its_scales_with_its_kv_heads_and_decodes_as_on_one
     want, want_logits = _decode(tiny_kv4, tiny_kv4.params, GATHER, kv_dtype=jnp.int8)
     sharded = shard_params(tiny_kv4.params, tiny_kv4.config, mesh)
     with jax.set_mesh(mesh):
-        got, got_logits = _decode(tiny_kv4, sharded, AttentionBackend("pallas-gpu", interpret=True), mesh,
-                                  kv_dtype=jnp.int8)
+        got, got_logits = _decode(
+            tiny_kv4, sharded, AttentionBackend("pallas-gpu", interpret=True), mesh, kv_dtype=jnp.int8
+        )
     assert got == want
     assert np.abs(got_logits - want_logits).max() < 1e-4

@@ -1,9 +1,9 @@
 """Weight-only int8 (memloop.engine.model.quantize): what the blocks keep, and greedy output on the bundled model."""
+
 from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from memloop.engine.errors import RequestError
 from memloop.engine.model.quantize import int8_blocks, quantize_layers
 

@@ -9,13 +9,13 @@ gather path's attention for a batch of one prefill chunk and two decode rows: th
 same cache, but using the kernel would need that second copy (or the whole engine on the interleaved
 layout), so TPU prefill keeps the gather path (docs/engine-attention.md).
 """
+
 from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.experimental.pallas.ops.tpu.ragged_paged_attention import ref_ragged_paged_attention
-
 from memloop.engine.attention.paged import paged_attend
 
 KVH, H, HD, PAGES, PS = 2, 6, 64, 16, 4
@@ -49,13 +49,15 @@ def test_ragged_reference_over_the_converted_pool_equals_the_gather_path():
     queries = jnp.concatenate([q[i, :n] for i, n in enumerate(lengths)])  # [6 tokens, H, hd]
     kv_lens = jnp.asarray(positions[np.arange(3), lengths - 1] + 1, jnp.int32)  # keys 0..last position
     cu_q_lens = jnp.asarray(np.concatenate([[0], np.cumsum(lengths)]), jnp.int32)
-    got = ref_ragged_paged_attention(queries, kv_pages, kv_lens, tables, cu_q_lens, jnp.asarray([3], jnp.int32),
-                                     sm_scale=HD ** -0.5)
+    got = ref_ragged_paged_attention(
+        queries, kv_pages, kv_lens, tables, cu_q_lens, jnp.asarray([3], jnp.int32), sm_scale=HD**-0.5
+    )
     expect = jnp.concatenate([want[i, :n] for i, n in enumerate(lengths)])
     assert got.shape == expect.shape == (6, H, HD)
     assert np.abs(np.asarray(got) - np.asarray(expect)).max() < 1e-4
     # the interleaving matters: reading the pools as [k0, k1, v0, v1] gives other answers
     wrong = jnp.concatenate([cache["k"][0], cache["v"][0]]).transpose(1, 2, 0, 3)
-    bad = ref_ragged_paged_attention(queries, wrong, kv_lens, tables, cu_q_lens, jnp.asarray([3], jnp.int32),
-                                     sm_scale=HD ** -0.5)
+    bad = ref_ragged_paged_attention(
+        queries, wrong, kv_lens, tables, cu_q_lens, jnp.asarray([3], jnp.int32), sm_scale=HD**-0.5
+    )
     assert np.abs(np.asarray(bad) - np.asarray(expect)).max() > 0.1

@@ -1,5 +1,6 @@
 """The kernel's row limit chosen by measurement on this host (memloop.engine.model.row_limit): both
 paths timed on real block matrices, the crossover recorded per host, and the engine following it."""
+
 from __future__ import annotations
 
 import json
@@ -7,10 +8,10 @@ import json
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
 from memloop.engine import kernels
 from memloop.engine.model import blocks, row_limit
 from memloop.engine.model.blocks import BlockMatrix, kernel_max_rows, kernel_max_rows_source, matmul_path
+
 from tests.engine.block_data import random_blocks
 
 pytestmark = pytest.mark.skipif(not kernels.available(), reason="the CPU kernels are not available here")
@@ -35,13 +36,17 @@ def test_the_limit_measured_on_this_host_decides_each_calls_path(own_cache):
     the engine's path choice follows the record from then on (the table before)."""
     rng = np.random.default_rng(2)
     # matrices of two widths, as a layer has (its down projection reads the wider MLP activations)
-    ws = [BlockMatrix(jnp.asarray(random_blocks(rng, q, 64, cols)), q, (64, cols)) for q, cols in (("Q4_1", 256),
-                                                                                                  ("Q8_0", 512))]
+    ws = [
+        BlockMatrix(jnp.asarray(random_blocks(rng, q, 64, cols)), q, (64, cols))
+        for q, cols in (("Q4_1", 256), ("Q8_0", 512))
+    ]
     record = row_limit.measure_max_rows(ws, blocks.dequantize, rows=(64, 128), repeat=1, log=lambda _: None)
-    assert set(record["timings"]) == {"64", "128"} and all(t["kernel_s"] > 0 and t["dot_s"] > 0
-                                                           for t in record["timings"].values())
-    assert record["max_rows"] == row_limit.limit_from({int(k): t["dot_over_kernel"]
-                                                       for k, t in record["timings"].items()})
+    assert set(record["timings"]) == {"64", "128"} and all(
+        t["kernel_s"] > 0 and t["dot_s"] > 0 for t in record["timings"].values()
+    )
+    assert record["max_rows"] == row_limit.limit_from(
+        {int(k): t["dot_over_kernel"] for k, t in record["timings"].items()}
+    )
     saved = json.loads(row_limit.record_path().read_text())
     assert saved["host"] == row_limit.host_key() and saved["matrices"] == [["Q4_1", 64, 256], ["Q8_0", 64, 512]]
     assert kernel_max_rows() == record["max_rows"] and kernel_max_rows_source().startswith("measured on this host")

@@ -1,5 +1,6 @@
 """The jitted step's typed inputs (memloop.engine.runner.step_inputs): one pytree of a step's arrays whose
 static fields pick the compiled program, and each row's sampling settings packed once."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -7,7 +8,6 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 import numpy as np
-
 from memloop.engine.runner.step_inputs import DecodeRunInputs, SamplingInputs, StepInputs, pack_sampling
 from memloop.engine.sample.sampling import MAX_LOGPROBS, SamplingParams
 from memloop.engine.sched.scheduler import Sequence
@@ -15,14 +15,30 @@ from memloop.engine.sched.scheduler import Sequence
 
 def _sampling(b: int, cap: int = 0, full: bool = False, seed: int = 0) -> SamplingInputs:
     rng = np.random.default_rng(seed)
-    return SamplingInputs(rng.random(b, np.float32), np.zeros(b, np.int32), np.ones(b, np.float32),
-                          np.zeros((b, 2), np.uint32), np.arange(b, dtype=np.int32), cap, full)
+    return SamplingInputs(
+        rng.random(b, np.float32),
+        np.zeros(b, np.int32),
+        np.ones(b, np.float32),
+        np.zeros((b, 2), np.uint32),
+        np.arange(b, dtype=np.int32),
+        cap,
+        full,
+    )
 
 
 def _step(b: int = 2, t: int = 4, logprobs: int = 0, **sampling) -> StepInputs:
     z = np.zeros((b, t), np.int32)
-    return StepInputs(z + 1, z, z, z, np.zeros((b, 8), np.int32), np.full(b, t - 1, np.int32),
-                      np.full((b, 3), -1, np.int32), _sampling(b, **sampling), logprobs)
+    return StepInputs(
+        z + 1,
+        z,
+        z,
+        z,
+        np.zeros((b, 8), np.int32),
+        np.full(b, t - 1, np.int32),
+        np.full((b, 3), -1, np.int32),
+        _sampling(b, **sampling),
+        logprobs,
+    )
 
 
 def test_a_step_flattens_to_its_arrays_and_keeps_its_static_settings_in_the_tree() -> None:
@@ -43,9 +59,18 @@ def test_a_step_flattens_to_its_arrays_and_keeps_its_static_settings_in_the_tree
 def test_sampling_is_packed_row_by_row_with_greedy_padding() -> None:
     """Each row's settings, key and sample counter land in its row; padding rows are greedy; the static
     candidate settings come from the rows that sample only (a prefill chunk's row does not)."""
-    seqs = [Sequence(prompt=[1, 2], max_tokens=4, temperature=0.7, top_k=5, top_p=0.9,
-                     key=np.array([3, 4], np.uint32), output=[9, 9, 9]),
-            Sequence(prompt=[1], max_tokens=4, temperature=1.0, top_p=0.5, key=np.array([5, 6], np.uint32))]
+    seqs = [
+        Sequence(
+            prompt=[1, 2],
+            max_tokens=4,
+            temperature=0.7,
+            top_k=5,
+            top_p=0.9,
+            key=np.array([3, 4], np.uint32),
+            output=[9, 9, 9],
+        ),
+        Sequence(prompt=[1], max_tokens=4, temperature=1.0, top_p=0.5, key=np.array([5, 6], np.uint32)),
+    ]
     sampled = [SamplingParams(temperature=0.7, top_k=5, top_p=0.9)]
     s = pack_sampling(seqs, 4, sampled, vocab_size=1000)
     np.testing.assert_allclose(s.temperature, [0.7, 1.0, 0, 0])
@@ -71,8 +96,15 @@ def test_the_step_compiles_once_per_static_setting_and_logprobs_leave_tokens_alo
     tables = np.zeros((b, 8), np.int32)
     tables[:, 0] = [1, 2]
     bitmask = np.full((b, (cfg.vocab_size + 31) // 32), -1, np.int32)
-    greedy = SamplingInputs(np.zeros(b, np.float32), np.zeros(b, np.int32), np.ones(b, np.float32),
-                            np.zeros((b, 2), np.uint32), np.zeros(b, np.int32), 0, False)
+    greedy = SamplingInputs(
+        np.zeros(b, np.float32),
+        np.zeros(b, np.int32),
+        np.ones(b, np.float32),
+        np.zeros((b, 2), np.uint32),
+        np.zeros(b, np.int32),
+        0,
+        False,
+    )
 
     def run(inputs: StepInputs):
         cache = init_kv_pools(cfg, 5, t, jnp.float32, per_layer=lm.per_layer)  # a pool no engine test uses

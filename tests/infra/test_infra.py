@@ -1,6 +1,7 @@
 """infra/ runs as written: the image is Python 3.11 with pinned ray and jax, every cluster boots that
 image, every path a nightly config reads is mounted, the CronJob's RayCluster exists, and every
 command points at a real `memloop` command and file."""
+
 from __future__ import annotations
 
 import re
@@ -46,7 +47,9 @@ def _check_memloop(cmdline: str) -> list[str]:
     configs = [a for a in args[2:] if a.endswith(".yaml")]
     for cfg in configs:
         if "*" not in cfg:
-            assert (ROOT / cfg.removeprefix("/opt/memloop/")).is_file(), f"`{cmdline}` names {cfg}, not in the repository"
+            assert (ROOT / cfg.removeprefix("/opt/memloop/")).is_file(), (
+                f"`{cmdline}` names {cfg}, not in the repository"
+            )
     return args
 
 
@@ -117,15 +120,17 @@ def test_ray_cluster_configs_boot_the_project_image(name: str, accel: str, tag: 
     workers = [t for n, t in cfg["available_node_types"].items() if n != cfg["head_node_type"]]
     assert workers and all(accel in t["resources"] for t in workers)
     if accel == "TPU":
-        assert all(t["resources"]["TPU"] == 4 and t["node_config"]["acceleratorType"].startswith("v5litepod")
-                   for t in workers)
+        assert all(
+            t["resources"]["TPU"] == 4 and t["node_config"]["acceleratorType"].startswith("v5litepod") for t in workers
+        )
     for t in cfg["available_node_types"].values():
         assert t["min_workers"] <= t["max_workers"] <= cfg["max_workers"]
     docker = cfg["docker"]
     assert _is_project_image(docker["image"], {"cpu"}) and _is_project_image(docker["worker_image"], {tag})
     # nothing is installed from git or pip on the nodes: the image has it all
-    setup = " ".join(cfg.get("setup_commands", []) + cfg.get("head_setup_commands", [])
-                     + cfg.get("worker_setup_commands", []))
+    setup = " ".join(
+        cfg.get("setup_commands", []) + cfg.get("head_setup_commands", []) + cfg.get("worker_setup_commands", [])
+    )
     assert "pip install" not in setup and "git+" not in setup
     # the buckets are mounted on the host and passed into the container at /data and /models
     mounts = dict(re.findall(r"-v ([^:\s]+):([^:\s]+)(?::ro)?$", "\n".join(docker["run_options"]), re.M))
@@ -151,8 +156,12 @@ def test_every_manifest_uses_the_project_image_and_ray_version() -> None:
 def _config_paths(cfg_file: Path) -> list[str]:
     """The absolute paths a run config reads (`datasets[].path`, `model.weights`; see jobs/run/config.py)."""
     cfg = yaml.safe_load(cfg_file.read_text())
-    paths = [d["path"] for d in cfg["datasets"] if d.get("path")] + [w for w in [(cfg.get("model") or {}).get("weights")] if w]
-    assert all(p.startswith("/") for p in paths), f"{cfg_file.name}: relative paths do not exist on the cluster: {paths}"
+    paths = [d["path"] for d in cfg["datasets"] if d.get("path")] + [
+        w for w in [(cfg.get("model") or {}).get("weights")] if w
+    ]
+    assert all(p.startswith("/") for p in paths), (
+        f"{cfg_file.name}: relative paths do not exist on the cluster: {paths}"
+    )
     return paths
 
 
@@ -162,8 +171,14 @@ def _assert_mounted(f: Path, doc: dict, paths: list[str]) -> None:
         volumes = {v["name"]: v for v in pod["spec"].get("volumes", [])}
         for c in pod["spec"]["containers"]:
             for path in paths:
-                mount = next((m for m in c.get("volumeMounts", []) if path == m["mountPath"]
-                              or path.startswith(m["mountPath"].rstrip("/") + "/")), None)
+                mount = next(
+                    (
+                        m
+                        for m in c.get("volumeMounts", [])
+                        if path == m["mountPath"] or path.startswith(m["mountPath"].rstrip("/") + "/")
+                    ),
+                    None,
+                )
                 assert mount, f"{f.name}: container {c['name']} does not mount {path}"
                 csi = volumes[mount["name"]]["csi"]
                 assert csi["driver"] == "gcsfuse.csi.storage.gke.io"
@@ -201,7 +216,9 @@ def test_nightly_cronjob_targets_a_raycluster_of_the_repository() -> None:
     assert cron["apiVersion"] == "batch/v1" and cron["kind"] == "CronJob"
     assert re.fullmatch(r"(\S+\s+){4}\S+", cron["spec"]["schedule"]), "schedule must be a 5-field cron line"
     assert cron["spec"]["concurrencyPolicy"] == "Forbid"
-    env = {e["name"]: e["value"] for e in cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["env"]}
+    env = {
+        e["name"]: e["value"] for e in cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["env"]
+    }
     host = re.fullmatch(r"http://([\w-]+)-head-svc:8265", env["RAY_ADDRESS"])
     assert host, env["RAY_ADDRESS"]
     clusters = [d["metadata"]["name"] for _, d in _docs() if d["kind"] == "RayCluster"]

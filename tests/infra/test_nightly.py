@@ -1,5 +1,6 @@
 """`memloop nightly`: every config runs even when some fail, and each run is compared with the
 previous night's run of the same config."""
+
 from __future__ import annotations
 
 import datetime as dt
@@ -7,12 +8,11 @@ import json
 from pathlib import Path
 
 import numpy as np
-from typer.testing import CliRunner
-
 from memloop.jobs.commands.cli import app
 from memloop.jobs.results.nightly import EXIT_FAILED, compare_with_previous, exit_status, previous_run, run_nightly
 from memloop.jobs.store.run_store import RunStore
 from memloop.jobs.store.units import unit_key
+from typer.testing import CliRunner
 
 TINY = """
 name: {name}
@@ -35,18 +35,31 @@ def _write(tmp_path: Path, files: dict[str, str]) -> None:
 
 def _configs(tmp_path: Path) -> list[Path]:
     """Configs that fail validation, each in its own way (one of them is not even there)."""
-    _write(tmp_path, {"no-datasets.yaml": "name: a\nmethods: [{name: go-json}]\n",
-                      "broken.yaml": "name: b\ndatasets: [\n",
-                      "bad-repeats.yaml": "name: c\nrepeats: 0\n"})
-    return [tmp_path / "no-datasets.yaml", tmp_path / "missing.yaml", tmp_path / "broken.yaml",
-            tmp_path / "bad-repeats.yaml"]
+    _write(
+        tmp_path,
+        {
+            "no-datasets.yaml": "name: a\nmethods: [{name: go-json}]\n",
+            "broken.yaml": "name: b\ndatasets: [\n",
+            "bad-repeats.yaml": "name: c\nrepeats: 0\n",
+        },
+    )
+    return [
+        tmp_path / "no-datasets.yaml",
+        tmp_path / "missing.yaml",
+        tmp_path / "broken.yaml",
+        tmp_path / "bad-repeats.yaml",
+    ]
 
 
 def test_every_config_is_attempted_and_the_night_fails_at_the_end(tmp_path) -> None:
     lines: list[str] = []
     outcomes = run_nightly(_configs(tmp_path), ["f1.delta_hi < 0"], log=lines.append)
-    assert [Path(o.config).name for o in outcomes] == ["no-datasets.yaml", "missing.yaml", "broken.yaml",
-                                                       "bad-repeats.yaml"]
+    assert [Path(o.config).name for o in outcomes] == [
+        "no-datasets.yaml",
+        "missing.yaml",
+        "broken.yaml",
+        "bad-repeats.yaml",
+    ]
     assert [o.status for o in outcomes] == ["invalid"] * 4
     assert "`datasets`" in outcomes[0].error and "does not exist" in outcomes[1].error
     assert "not valid YAML" in outcomes[2].error and "`repeats`" in outcomes[3].error
@@ -57,8 +70,13 @@ def test_every_config_is_attempted_and_the_night_fails_at_the_end(tmp_path) -> N
 def test_a_failing_run_does_not_stop_the_next_config(tmp_path) -> None:
     blocker = tmp_path / "not-a-dir"
     blocker.write_text("a file where the output directory should be")
-    _write(tmp_path, {"unknown-method.yaml": TINY.format(name="a", output=tmp_path / "runs", method="no-such-method"),
-                      "unwritable.yaml": TINY.format(name="c", output=blocker / "runs", method="go-json")})
+    _write(
+        tmp_path,
+        {
+            "unknown-method.yaml": TINY.format(name="a", output=tmp_path / "runs", method="no-such-method"),
+            "unwritable.yaml": TINY.format(name="c", output=blocker / "runs", method="go-json"),
+        },
+    )
     outcomes = run_nightly([tmp_path / "unwritable.yaml", tmp_path / "unknown-method.yaml"], [], log=lambda _: None)
     # the first passed validation and really ran `memloop run`, which refused the output
     assert outcomes[0].status == "failed" and outcomes[0].rc not in (0, None) and outcomes[0].run is None
@@ -79,17 +97,55 @@ def _night(out: str, run_id: str, name: str, day: int, f1: float) -> str:
     t = dt.datetime(2026, 1, day, 2, tzinfo=dt.timezone.utc)
     rows: dict[str, list] = {"samples": [], "scores": []}
     for i, v in enumerate(np.linspace(f1 - 0.1, f1 + 0.1, 12)):
-        base = dict(unit=unit_key("sumie:synthetic", f"e{i}", "go-json", 0), dataset="sumie:synthetic", task="sumie",
-                    sample_id=f"e{i}", method="go-json", repeat=0)
-        rows["samples"].append(dict(base, seed=0, status="ok", error=None, attempts=1, output_json="{}", n_steps=1,
-                                    prompt_tokens=100, cached_tokens=40, decoded_tokens=5, chunk_tokens=None,
-                                    actor="a", started_at=t, finished_at=t))
+        base = dict(
+            unit=unit_key("sumie:synthetic", f"e{i}", "go-json", 0),
+            dataset="sumie:synthetic",
+            task="sumie",
+            sample_id=f"e{i}",
+            method="go-json",
+            repeat=0,
+        )
+        rows["samples"].append(
+            dict(
+                base,
+                seed=0,
+                status="ok",
+                error=None,
+                attempts=1,
+                output_json="{}",
+                n_steps=1,
+                prompt_tokens=100,
+                cached_tokens=40,
+                decoded_tokens=5,
+                chunk_tokens=None,
+                actor="a",
+                started_at=t,
+                finished_at=t,
+            )
+        )
         rows["scores"].append(dict(base, judge="sumie-exact", metric="f1", turn=0, value=float(v + 0.01 * (i % 2))))
     rs.write_shard(rows)
-    rs.write_manifest(dict(invocation=f"inv-{day}", output=out, config_json=json.dumps({"name": name}),
-                           identity_json="{}", code_version=f"git:{day}", packages_json="{}", model_digest="d",
-                           template_hashes_json="{}", host="h", started_at=t, finished_at=t + dt.timedelta(hours=1),
-                           wall_s=3600.0, samples=12, computed=12, skipped=0, failed=0, stats_json="{}"))
+    rs.write_manifest(
+        dict(
+            invocation=f"inv-{day}",
+            output=out,
+            config_json=json.dumps({"name": name}),
+            identity_json="{}",
+            code_version=f"git:{day}",
+            packages_json="{}",
+            model_digest="d",
+            template_hashes_json="{}",
+            host="h",
+            started_at=t,
+            finished_at=t + dt.timedelta(hours=1),
+            wall_s=3600.0,
+            samples=12,
+            computed=12,
+            skipped=0,
+            failed=0,
+            stats_json="{}",
+        )
+    )
     return rs.uri
 
 

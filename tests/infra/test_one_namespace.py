@@ -2,6 +2,7 @@
 nothing else; `engine`, `eval`, `jobs` and `bench` exist only as `memloop.engine`, ... (setup.py maps the
 repository's folders), and no code imports the old top-level names.
 """
+
 from __future__ import annotations
 
 import ast
@@ -17,8 +18,6 @@ from tests.infra.test_wheel_kernels import build_wheel
 from tests.source_layout import ROOT, SUBPACKAGES
 
 
-
-
 @pytest.fixture(scope="module")
 def site(tmp_path_factory) -> Path:
     """The wheel of a copy of the sources, installed with --target into an empty folder (its dependencies are
@@ -26,8 +25,12 @@ def site(tmp_path_factory) -> Path:
     tmp = tmp_path_factory.mktemp("wheel")
     wheel = build_wheel(tmp)
     target = tmp / "site"
-    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)],
-                   check=True, capture_output=True, timeout=300)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     return target
 
 
@@ -62,28 +65,41 @@ def test_the_install_runs_without_the_checkout(site: Path, tmp_path: Path) -> No
         "print(json.dumps({'files': [m.__file__ for m in (memloop, memloop.engine, memloop.eval, memloop.jobs,\n"
         "                                                 memloop.bench)],\n"
         "                  'old': old, 'path': list(memloop.__path__),\n"
-        "                  'bases': [issubclass(e, memloop.MemloopError) for e in (EngineError, EvalError, JobsError)]}))\n"
+        "                  'bases': [issubclass(e, memloop.MemloopError) for e in (EngineError, EvalError, "
+        "JobsError)]}))\n"
     )
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["PYTHONPATH"] = str(site)
-    proc = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", probe], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = json.loads(proc.stdout.strip().splitlines()[-1])
     assert all(f.startswith(str(site / "memloop")) for f in got["files"]), got["files"]
     assert got["path"] == [str(site / "memloop")]  # an install never reaches into a checkout
     assert got["old"] == {"engine": "missing", "eval": "missing", "jobs": "missing", "bench": "missing"}
     assert got["bases"] == [True, True, True]
-    cli = subprocess.run([sys.executable, "-m", "memloop.jobs.commands.cli", "--help"], cwd=tmp_path, env=env,
-                         capture_output=True, text=True, timeout=300)
+    cli = subprocess.run(
+        [sys.executable, "-m", "memloop.jobs.commands.cli", "--help"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert cli.returncode == 0 and "serve" in cli.stdout, cli.stderr[-2000:]
 
 
 def _old_imports(path: Path) -> list[str]:
     found = []
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
-            [node.module] if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module else []
+        names = (
+            [a.name for a in node.names]
+            if isinstance(node, ast.Import)
+            else [node.module]
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module
+            else []
+        )
         found += [f"{path.relative_to(ROOT)}:{node.lineno}: {n}" for n in names if n.split(".")[0] in SUBPACKAGES]
     return found
 

@@ -4,6 +4,7 @@ ships the kernels' headers beside their sources, and a kernel change changes the
 Before, the package data listed `*.cc` but not `*.h`: an installed memloop could not compile
 qmatmul.cc (it includes crew.h and vec16.h) and silently ran dense f32 weights.
 """
+
 from __future__ import annotations
 
 import json
@@ -21,8 +22,23 @@ from tests.source_layout import checkout_copy
 def build_wheel(tmp_path: Path) -> Path:
     """A wheel built from a copy of the sources (the checkout is left as it is)."""
     src = checkout_copy(tmp_path / "src")
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
-                    str(tmp_path / "dist"), str(src)], check=True, capture_output=True, timeout=300)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(tmp_path / "dist"),
+            str(src),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     return next((tmp_path / "dist").glob("memloop-*.whl"))
 
 
@@ -38,14 +54,21 @@ def test_the_wheel_ships_the_kernel_headers_and_compiles_the_kernels_from_an_ins
         pytest.skip(f"the wheel ships the kernels; compiling them here is not possible: {kernels.unsupported_reason()}")
     # a fresh install location, imported ahead of the checkout, with its own kernel cache
     site = tmp_path / "site"
-    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(site), str(wheel)],
-                   check=True, capture_output=True, timeout=300)
-    probe = ("import json, memloop.engine as engine, memloop.engine.kernels as k; k.load(); "
-             "print(json.dumps({'engine': engine.__file__, 'so': str(k.library_path()), 'path': k.weight_path()}))")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(site), str(wheel)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    probe = (
+        "import json, memloop.engine as engine, memloop.engine.kernels as k; k.load(); "
+        "print(json.dumps({'engine': engine.__file__, 'so': str(k.library_path()), 'path': k.weight_path()}))"
+    )
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "MEMLOOP_KERNELS", "CXX")}
     env.update(PYTHONPATH=str(site), MEMLOOP_CACHE=str(tmp_path / "cache"))
-    proc = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-c", probe], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = json.loads(proc.stdout.strip().splitlines()[-1])
     assert got["engine"].startswith(str(site))  # the installed copy, not the checkout

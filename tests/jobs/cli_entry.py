@@ -1,5 +1,6 @@
 """`memloop ARGS` through the real entry point in this process, as a user's shell would run it (errors
 become one line and an exit code)."""
+
 from __future__ import annotations
 
 import sys

@@ -1,4 +1,5 @@
 """Fixtures of the jobs tests: a GCS server on 127.0.0.1 that enforces preconditions as GCS does."""
+
 from __future__ import annotations
 
 import os

@@ -10,6 +10,7 @@ Everything else is the emulator's own behaviour. For fault injection, `Precondit
 set) sees every request's method and path first; when it returns True the request gets a 503
 `backendError`, as GCS answers during an outage (the client retries it until its deadline).
 """
+
 from __future__ import annotations
 
 import io
@@ -83,9 +84,11 @@ class PreconditionHandler(emu.RequestHandler):
             return True  # the emulator answers 404, as GCS does
         gen = int(obj["generation"]) if obj else 0
         meta = int(obj["metageneration"]) if obj else None
-        failed = (("ifGenerationMatch" in conditions and conditions["ifGenerationMatch"] != gen)
-                  or ("ifMetagenerationMatch" in conditions and conditions["ifMetagenerationMatch"] != meta)
-                  or ("ifMetagenerationNotMatch" in conditions and conditions["ifMetagenerationNotMatch"] == meta))
+        failed = (
+            ("ifGenerationMatch" in conditions and conditions["ifGenerationMatch"] != gen)
+            or ("ifMetagenerationMatch" in conditions and conditions["ifMetagenerationMatch"] != meta)
+            or ("ifMetagenerationNotMatch" in conditions and conditions["ifMetagenerationNotMatch"] == meta)
+        )
         not_modified = "ifGenerationNotMatch" in conditions and conditions["ifGenerationNotMatch"] == gen
         if not (failed or not_modified):
             return True
@@ -93,10 +96,21 @@ class PreconditionHandler(emu.RequestHandler):
             self._reply(304, b"")
         else:
             self.server_fake.rejected.append((method, target[1], conditions))
-            body = {"error": {"code": 412, "message": "At least one of the pre-conditions you specified did not hold.",
-                              "errors": [{"domain": "global", "reason": "conditionNotMet", "locationType": "header",
-                                          "location": "If-Match",
-                                          "message": "At least one of the pre-conditions you specified did not hold."}]}}
+            body = {
+                "error": {
+                    "code": 412,
+                    "message": "At least one of the pre-conditions you specified did not hold.",
+                    "errors": [
+                        {
+                            "domain": "global",
+                            "reason": "conditionNotMet",
+                            "locationType": "header",
+                            "location": "If-Match",
+                            "message": "At least one of the pre-conditions you specified did not hold.",
+                        }
+                    ],
+                }
+            }
             self._reply(412, json.dumps(body).encode())
         return False
 
@@ -114,8 +128,13 @@ class PreconditionHandler(emu.RequestHandler):
             return False
         emu._read_raw_data(self)  # drain the body, or the client sees a reset instead of the answer
         self.server_fake.refused += 1
-        body = {"error": {"code": 503, "message": "Backend Error",
-                          "errors": [{"domain": "global", "reason": "backendError", "message": "Backend Error"}]}}
+        body = {
+            "error": {
+                "code": 503,
+                "message": "Backend Error",
+                "errors": [{"domain": "global", "reason": "backendError", "message": "Backend Error"}],
+            }
+        }
         self._reply(503, json.dumps(body).encode())
         return True
 
@@ -162,4 +181,3 @@ class PreconditionGCS:
     def stop(self) -> None:
         self._httpd.shutdown()
         self._httpd.server_close()
-

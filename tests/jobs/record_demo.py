@@ -7,6 +7,7 @@ tests/jobs/data/demo-smollm2.json: each unit's output and every score, keyed by 
 storage, reports) must leave the record as it is; a change to what units compute (engine/, eval/:
 the run id's code digest) is re-recorded on purpose, with the reason in its commit.
 """
+
 from __future__ import annotations
 
 import json
@@ -24,10 +25,17 @@ def digest_of(run_dir: str) -> dict[str, Any]:
         files = sorted(Path(run_dir, name).glob("*.parquet"))
         return [r for f in files for r in pq.read_table(f).to_pylist()]
 
-    outputs = {r["unit"]: {"status": r["status"], "output_json": r["output_json"], "n_steps": r["n_steps"],
-                           "prompt_tokens": r["prompt_tokens"], "decoded_tokens": r["decoded_tokens"]}
-               for r in table("samples")}
-    scores = {f'{r["unit"]}|{r["judge"]}|{r["metric"]}|{r.get("turn")}': r["value"] for r in table("scores")}
+    outputs = {
+        r["unit"]: {
+            "status": r["status"],
+            "output_json": r["output_json"],
+            "n_steps": r["n_steps"],
+            "prompt_tokens": r["prompt_tokens"],
+            "decoded_tokens": r["decoded_tokens"],
+        }
+        for r in table("samples")
+    }
+    scores = {f"{r['unit']}|{r['judge']}|{r['metric']}|{r.get('turn')}": r["value"] for r in table("scores")}
     return {"run_id": Path(run_dir).name, "outputs": outputs, "scores": scores}
 
 

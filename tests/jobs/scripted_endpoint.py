@@ -7,6 +7,7 @@ Methods and judges then run their real prompts, parsing, revisions and scoring; 
 parse as a method or judge needs are recorded as the failures they are, which a test can count.
 Raw completions (F-ART's transcripts) get the same sentence unless the test scripts them.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -78,16 +79,22 @@ def _app(seen: list[dict], answer: Answer | None = None, delay_s: float = 0.0) -
             text, finish = json.dumps(minimal_instance(fmt["json_schema"]["schema"])), "stop"
         else:
             text, finish = SECTIONED.get(prompt.rstrip().rsplit("\n", 1)[-1], SENTENCE), "stop"
-        return {"choices": [{"message": {"role": "assistant", "content": text}, "finish_reason": finish}],
-                "usage": {"prompt_tokens": len(prompt.split()), "completion_tokens": len(text.split())}}
+        return {
+            "choices": [{"message": {"role": "assistant", "content": text}, "finish_reason": finish}],
+            "usage": {"prompt_tokens": len(prompt.split()), "completion_tokens": len(text.split())},
+        }
 
     @app.post("/v1/completions")
     async def complete(body: dict):  # raw prompts (F-ART's tool transcripts)
         seen.append(body)
         text, finish = _scripted(answer, body) or (SENTENCE, "stop")
-        return {"choices": [{"text": text, "finish_reason": finish}],
-                "usage": {"prompt_tokens": len(str(body.get("prompt", "")).split()),
-                          "completion_tokens": len(text.split())}}
+        return {
+            "choices": [{"text": text, "finish_reason": finish}],
+            "usage": {
+                "prompt_tokens": len(str(body.get("prompt", "")).split()),
+                "completion_tokens": len(text.split()),
+            },
+        }
 
     @app.get("/v1/models")
     async def models():  # the run's check before any unit: this server answers any model name, so it lists none

@@ -1,6 +1,7 @@
 """The book run (jobs/configs/book-run.yaml): three memory loops over 6 chunks of one public book on
 one real CPU engine actor. Checks that the engine's wall split is reported and accounts for its wall
 time, and prints wall against compute (the issue's target: within 1.5x; speed is never asserted)."""
+
 from __future__ import annotations
 
 import json
@@ -8,7 +9,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from memloop.jobs.run.config import parse_config
 from memloop.jobs.run.driver import execute
 from memloop.jobs.run.plan import make_plan
@@ -42,9 +42,11 @@ def test_book_run_reports_its_wall_split(ray_local, shared_data, tmp_path) -> No
     assert {k: stored[k] for k in SPLIT} == {k: engine[k] for k in SPLIT}
 
     wall = summary.stats["wall_s"]
-    print(f"\nbook run: wall {wall:.1f} s (engine thread {engine['wall_s']:.1f} s) = compute {engine['compute_s']:.1f} "
-          f"+ compile {engine['compile_s']:.1f} + host {engine['host_s']:.1f} + idle {engine['idle_s']:.1f}; "
-          f"wall / compute {wall / engine['compute_s']:.2f}, wall / (compute + compile) "
-          f"{wall / (engine['compute_s'] + engine['compile_s']):.2f}; steps {engine.get('steps')}, "
-          f"decoded {engine['decoded_tokens']}, prompt {engine['prompt_tokens']} (cached {engine['cached_tokens']}), "
-          f"compiled shapes {engine['compiled_shapes']}")
+    print(
+        f"\nbook run: wall {wall:.1f} s (engine thread {engine['wall_s']:.1f} s) = compute {engine['compute_s']:.1f} "
+        f"+ compile {engine['compile_s']:.1f} + host {engine['host_s']:.1f} + idle {engine['idle_s']:.1f}; "
+        f"wall / compute {wall / engine['compute_s']:.2f}, wall / (compute + compile) "
+        f"{wall / (engine['compute_s'] + engine['compile_s']):.2f}; steps {engine.get('steps')}, "
+        f"decoded {engine['decoded_tokens']}, prompt {engine['prompt_tokens']} (cached {engine['cached_tokens']}), "
+        f"compiled shapes {engine['compiled_shapes']}"
+    )

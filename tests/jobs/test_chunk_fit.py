@@ -1,15 +1,15 @@
 """Chunks are counted in the run model's tokenizer, and a config whose chunk + instructions + max_tokens
 cannot fit the model's context is refused before any work, naming the context it needs."""
+
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
 import yaml
-
+from memloop.jobs.errors import ConfigError
 from memloop.jobs.run.chunk_fit import check_chunks_fit, chunk_tokenizer, model_context
 from memloop.jobs.run.config import parse_config
-from memloop.jobs.errors import ConfigError
 from memloop.jobs.run.workload import load_samples
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,8 +49,9 @@ def test_chunks_are_counted_in_the_run_models_tokenizer(smollm2_gguf, tmp_path) 
     assert tok is not None and Path(tok).name == smollm2_gguf.name
     # a logbook of numbers: SmolLM2 reads a digit per token where cl100k_base reads three
     book = tmp_path / "logbook.txt"
-    book.write_text("\n\n".join(f"In {1800 + i} the keeper logged {123456 * i} ships and {987654 + i} lamps."
-                                  for i in range(40)))
+    book.write_text(
+        "\n\n".join(f"In {1800 + i} the keeper logged {123456 * i} ships and {987654 + i} lamps." for i in range(40))
+    )
     spec = cfg.datasets[0].model_copy(update={"path": str(book), "options": {"chunk_tokens": 48}})
     chunks = load_samples(spec, 0, tok)[0].chunks
     assert max(len(model_encoder(tok)(c)) for c in chunks) <= 48
@@ -64,8 +65,8 @@ def test_paper_configs_count_chunks_and_budgets_in_cl100k_and_the_fit_in_the_mod
     the summary limits with tiktoken's cl100k; memloop counted them in the run model's tokenizer. The
     paper configs say `count_tokens: cl100k` (in the run id, handed to every method); the check that a
     step fits the model's window keeps counting in the model's own tokens."""
-    from memloop.jobs.run.plan import identity
     from memloop.jobs.run.methods import method_settings
+    from memloop.jobs.run.plan import identity
 
     for name in ("seed000-table1", "seed000-fig3", "seed000-table2", "seed003-hier-inc"):
         data = yaml.safe_load((ROOT / f"jobs/configs/papers/{name}.yaml").read_text())
@@ -90,8 +91,10 @@ def test_methods_count_their_token_budgets_in_cl100k_when_told() -> None:
     book = Sample(id="b", task="book", chunks=("Anna sails.",))
     summary = "Anna sails to Crete and becomes a captain."  # 9 words: 90 'model' tokens, 10 cl100k tokens
     out = get_method("inc-update", max_summary_tokens=20, max_attempts=1).run(
-        book, ScriptedLLM([summary], tokens_per_word=10))
+        book, ScriptedLLM([summary], tokens_per_word=10)
+    )
     assert not out.steps[0].ok and "above the limit of 20" in out.failures[0]
     out = get_method("inc-update", max_summary_tokens=20, max_attempts=1, count_tokens="cl100k").run(
-        book, ScriptedLLM([summary], tokens_per_word=10))
+        book, ScriptedLLM([summary], tokens_per_word=10)
+    )
     assert out.steps[0].ok and out.answer == summary

@@ -3,6 +3,7 @@ leaves nothing behind, and `rescore --judge-model-base-url` as `run` takes it.
 
 The endpoint is a real HTTP server on 127.0.0.1 that refuses every request with 401 (a key it does not accept).
 """
+
 from __future__ import annotations
 
 import json
@@ -12,9 +13,9 @@ import pytest
 import yaml
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
-
 from memloop.jobs.commands.rescore import parse_judge_model
 from memloop.jobs.errors import ConfigError
+
 from tests.http_server import serve_app
 from tests.jobs.cli_entry import memloop_cli
 
@@ -33,11 +34,17 @@ def _refusing_app() -> FastAPI:
 
 def _config(tmp_path: Path, url: str) -> Path:
     data = tmp_path / "arxiv.jsonl"
-    data.write_text(json.dumps({"article": "One sentence of the study.\nAnother sentence.",
-                                "abstract": "The study."}) + "\n")
-    cfg = {"name": "refused", "output": str(tmp_path / "runs"),
-           "datasets": [{"task": "arxiv", "path": str(data)}], "methods": [{"name": "no-kg"}],
-           "judges": [{"name": "rouge"}], "model": {"kind": "openai", "endpoint": {"base_url": url, "model": "m"}}}
+    data.write_text(
+        json.dumps({"article": "One sentence of the study.\nAnother sentence.", "abstract": "The study."}) + "\n"
+    )
+    cfg = {
+        "name": "refused",
+        "output": str(tmp_path / "runs"),
+        "datasets": [{"task": "arxiv", "path": str(data)}],
+        "methods": [{"name": "no-kg"}],
+        "judges": [{"name": "rouge"}],
+        "model": {"kind": "openai", "endpoint": {"base_url": url, "model": "m"}},
+    }
     path = tmp_path / "cfg.yaml"
     path.write_text(yaml.safe_dump(cfg))
     return path
@@ -67,7 +74,18 @@ def test_rescore_takes_the_judge_endpoints_base_url(tmp_path, capsys, monkeypatc
     with pytest.raises(ConfigError, match="endpoint judge"):
         parse_judge_model("engine", url)
     # through the command line: the option is known and reaches the run lookup (no run at this URI)
-    code, out, err = memloop_cli(["rescore", str(tmp_path / "runs" / "none"), "--judge", "sumie",
-                                  "--judge-model", "openai/judge-m", "--judge-model-base-url", url],
-                                 capsys, monkeypatch)
+    code, out, err = memloop_cli(
+        [
+            "rescore",
+            str(tmp_path / "runs" / "none"),
+            "--judge",
+            "sumie",
+            "--judge-model",
+            "openai/judge-m",
+            "--judge-model-base-url",
+            url,
+        ],
+        capsys,
+        monkeypatch,
+    )
     assert code == 2 and "No such option" not in err and "holds no run" in err, err

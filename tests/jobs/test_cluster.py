@@ -4,6 +4,7 @@ Runs in a subprocess because it needs its own Ray cluster (the suite shares one 
 actors are a small host probe rather than the engine: placement is decided by `actor_options` and
 `start_actors` (the driver's own code), and three JAX engines would not fit on a 2-core machine.
 """
+
 from __future__ import annotations
 
 import json
@@ -17,7 +18,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 
-SCRIPT = textwrap.dedent('''
+SCRIPT = textwrap.dedent("""
     import json, sys
     import ray
     from ray.cluster_utils import Cluster
@@ -64,14 +65,20 @@ SCRIPT = textwrap.dedent('''
     print(json.dumps(out))
     ray.shutdown()
     cluster.shutdown()
-''')
+""")
 
 
 def test_one_engine_actor_per_tpu_host() -> None:
     tmp = tempfile.mkdtemp(prefix="rt", dir="/tmp")  # the Cluster's address pointer goes there, not /tmp/ray
     try:
-        res = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, cwd=ROOT, timeout=240,
-                             env=dict(os.environ, RAY_TMPDIR=tmp))
+        res = subprocess.run(
+            [sys.executable, "-c", SCRIPT],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=240,
+            env=dict(os.environ, RAY_TMPDIR=tmp),
+        )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     assert res.returncode == 0, res.stderr[-3000:]
@@ -82,8 +89,8 @@ def test_one_engine_actor_per_tpu_host() -> None:
 
 
 def test_actor_options_per_accelerator() -> None:
-    from memloop.jobs.run.config import EngineSpec
     from memloop.jobs.run.actors import actor_options
+    from memloop.jobs.run.config import EngineSpec
 
     assert actor_options(EngineSpec(cpus_per_actor=2)) == {"max_restarts": 3, "max_task_retries": 0, "num_cpus": 2.0}
     gpu = actor_options(EngineSpec(accelerator="gpu", gpus_per_actor=1))

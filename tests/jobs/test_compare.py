@@ -1,18 +1,18 @@
 """`memloop compare`: paired deltas with bootstrap intervals, the config diff, --fail-if, exit codes."""
+
 from __future__ import annotations
 
 import json
 
 import numpy as np
 import pytest
-from typer.testing import CliRunner
-
 from memloop.jobs.commands.cli import app
 from memloop.jobs.results.compare import CompareError, compare_runs, failing, load, parse_rule
 from memloop.jobs.results.report import write_report
 from memloop.jobs.store.run_store import RunStore
 from memloop.jobs.store.tables import now
 from memloop.jobs.store.units import unit_key
+from typer.testing import CliRunner
 
 N = 40
 
@@ -22,20 +22,62 @@ def _write(rs: RunStore, f1: np.ndarray, cached: int, temperature: float, extra_
     rows: dict[str, list] = {"samples": [], "scores": []}
     ids = [f"e{i}" for i in range(len(f1))] + (["only-here"] if extra_sample else [])
     for i, sid in enumerate(ids):
-        base = dict(unit=unit_key("sumie:synthetic", sid, "go-json", 0), dataset="sumie:synthetic", task="sumie",
-                    sample_id=sid, method="go-json", repeat=0)
-        rows["samples"].append(dict(base, seed=0, status="ok", error=None, attempts=1, output_json="{}", n_steps=1,
-                                    prompt_tokens=1000, cached_tokens=cached + i % 3, decoded_tokens=50,
-                                    chunk_tokens=None, actor="a", started_at=t, finished_at=t))
+        base = dict(
+            unit=unit_key("sumie:synthetic", sid, "go-json", 0),
+            dataset="sumie:synthetic",
+            task="sumie",
+            sample_id=sid,
+            method="go-json",
+            repeat=0,
+        )
+        rows["samples"].append(
+            dict(
+                base,
+                seed=0,
+                status="ok",
+                error=None,
+                attempts=1,
+                output_json="{}",
+                n_steps=1,
+                prompt_tokens=1000,
+                cached_tokens=cached + i % 3,
+                decoded_tokens=50,
+                chunk_tokens=None,
+                actor="a",
+                started_at=t,
+                finished_at=t,
+            )
+        )
         v = float(f1[i]) if i < len(f1) else 0.5
         rows["scores"] += [dict(base, judge="sumie-exact", metric="f1", turn=k, value=v) for k in range(2)]
         rows["scores"].append(dict(base, judge="rouge", metric="rougeL", turn=None, value=0.3))
     rs.write_shard(rows)
-    config = {"name": "cmp", "sampling": {"temperature": temperature, "max_tokens": 64}, "methods": [{"name": "go-json"}]}
-    rs.write_manifest(dict(invocation="i1", output=rs.store.uri, config_json=json.dumps(config), identity_json="{}",
-                           code_version="git:abc", packages_json="{}", model_digest="d", template_hashes_json="{}",
-                           host="h", started_at=t, finished_at=t, wall_s=1.0, samples=len(ids), computed=len(ids),
-                           skipped=0, failed=0, stats_json="{}"))
+    config = {
+        "name": "cmp",
+        "sampling": {"temperature": temperature, "max_tokens": 64},
+        "methods": [{"name": "go-json"}],
+    }
+    rs.write_manifest(
+        dict(
+            invocation="i1",
+            output=rs.store.uri,
+            config_json=json.dumps(config),
+            identity_json="{}",
+            code_version="git:abc",
+            packages_json="{}",
+            model_digest="d",
+            template_hashes_json="{}",
+            host="h",
+            started_at=t,
+            finished_at=t,
+            wall_s=1.0,
+            samples=len(ids),
+            computed=len(ids),
+            skipped=0,
+            failed=0,
+            stats_json="{}",
+        )
+    )
 
 
 @pytest.fixture
@@ -52,8 +94,13 @@ def runs(tmp_path):
 
 
 def _row(c, metric: str):
-    (r,) = [r for r in c.rows if metric in r.names() and r.judge in ("", "sumie-exact", "rouge")
-            and (r.metric == metric or r.metric == f"{metric}:avg")]
+    (r,) = [
+        r
+        for r in c.rows
+        if metric in r.names()
+        and r.judge in ("", "sumie-exact", "rouge")
+        and (r.metric == metric or r.metric == f"{metric}:avg")
+    ]
     return r
 
 
@@ -69,7 +116,9 @@ def test_known_shift_is_reported_with_an_interval_excluding_zero(runs) -> None:
     assert hit.delta == pytest.approx(20.0) and hit.delta_lo > 0
     assert _row(c, "cost_index").delta == pytest.approx(-0.0002)  # 200 fewer net tokens per unit
     assert {"key": "sampling.temperature", "a": 0.0, "b": 0.7} in c.config_diff
-    assert failing([parse_rule("f1.delta_hi < 0")], c.rows) and failing([parse_rule("sumie-exact:f1.delta < -0.02")], c.rows)
+    assert failing([parse_rule("f1.delta_hi < 0")], c.rows) and failing(
+        [parse_rule("sumie-exact:f1.delta < -0.02")], c.rows
+    )
     assert not failing([parse_rule("go-json/rougeL.delta < 0")], c.rows)
 
 
@@ -106,7 +155,9 @@ def test_cli_exit_codes_and_outputs(runs, tmp_path) -> None:
     assert {p.name for p in out.iterdir()} >= {"compare.md", "compare.json", "deltas.png", "f1_per_turn.png"}
     assert json.loads((out / "compare.json").read_text())["failed_rules"]
     assert (tmp_path / "runs" / "a" / "report.md").read_text() == report_a  # A's report untouched
-    res = cli.invoke(app, ["compare", a, same, "--json", "--out", str(tmp_path / "cmp"), "--fail-if", "f1.delta_hi < 0"])
+    res = cli.invoke(
+        app, ["compare", a, same, "--json", "--out", str(tmp_path / "cmp"), "--fail-if", "f1.delta_hi < 0"]
+    )
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout.strip().splitlines()[0])
     assert doc["shared_units"] == N and (tmp_path / "cmp" / "compare.md").is_file()

@@ -3,6 +3,7 @@
 Default suite: one small run end to end, then the same config again (everything skipped, no
 engine started). Slow suite: an engine actor killed mid-run, and a driver interrupted and resumed.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -18,13 +19,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from memloop.engine.serve.actor import EngineActor
 from memloop.eval.llm import LLMRequest
 from memloop.jobs.run.config import parse_config
-from memloop.jobs.run.plan import run_id
 from memloop.jobs.run.driver import execute
-from memloop.jobs.run.plan import make_plan
+from memloop.jobs.run.plan import make_plan, run_id
 from memloop.jobs.store.run_store import RunStore
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,11 +34,14 @@ JSON_METHODS = ("go-json", "gu-json", "gm-json", "cok")
 
 def _config(output: Path, entities: int = 2, methods=("gu-json",), max_tokens: int = 24, **over) -> dict:
     cfg = {
-        "name": "drv", "output": str(output),
+        "name": "drv",
+        "output": str(output),
         "datasets": [{"task": "sumie", "synthetic": {"entities": entities, "seed": 3}, "options": {"max_chunks": 2}}],
         # the JSON methods under the engine's schema (the driver's mechanics are tested, not free JSON)
-        "methods": [{"name": m, "options": {"max_attempts": 1, **({"decoding": "constrained"} if m in JSON_METHODS
-                                                                   else {})}} for m in methods],
+        "methods": [
+            {"name": m, "options": {"max_attempts": 1, **({"decoding": "constrained"} if m in JSON_METHODS else {})}}
+            for m in methods
+        ],
         "sampling": {"max_tokens": max_tokens},
         "judges": [{"name": "sumie-exact"}],
         "engine": {"actors": 1, "cpus_per_actor": 0.5, "max_in_flight": 4, "start_timeout_s": 300},
@@ -123,8 +125,10 @@ def test_a_methods_own_default_reaches_the_engine_unless_the_run_overrides_it(ra
     """CoK's own max_tokens (1024) reaches the engine through a run whose `sampling` section sets
     other fields only; a method option wins over it, and a run-wide max_tokens replaces both."""
     base = _config(tmp_path / "runs", entities=1, methods=("cok",), judges=[])
-    base["methods"] = [{"name": "cok", "options": {"max_attempts": 1}},
-                       {"name": "gu-json", "options": {"max_attempts": 1, "max_tokens": 40}}]
+    base["methods"] = [
+        {"name": "cok", "options": {"max_attempts": 1}},
+        {"name": "gu-json", "options": {"max_attempts": 1, "max_tokens": 40}},
+    ]
     base["datasets"][0]["options"] = {"max_chunks": 1}
 
     def seen(sampling: dict) -> list[int]:
@@ -206,8 +210,10 @@ def test_interrupted_driver_resumes_without_recomputing(tmp_path) -> None:
     steps = rs.table("steps").to_pandas()
     recomputed = steps[~steps["unit"].isin(done_before)]
     assert engine["requests"] == sum(json.loads(e)["attempts"] for e in recomputed["extra_json"])
-    print(f"\nresume test: first invocation finished {len(done_before)}, second: {last}, "
-          f"engine requests {engine['requests']}")
+    print(
+        f"\nresume test: first invocation finished {len(done_before)}, second: {last}, "
+        f"engine requests {engine['requests']}"
+    )
 
 
 @contextlib.contextmanager
@@ -220,8 +226,13 @@ def memloop_serve():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    server = subprocess.Popen([sys.executable, "-c", "from memloop.jobs.commands.cli import main; main()", "serve", "--port", str(port)],
-                              cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    server = subprocess.Popen(
+        [sys.executable, "-c", "from memloop.jobs.commands.cli import main; main()", "serve", "--port", str(port)],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline, model = time.time() + 600, None
         while time.time() < deadline and server.poll() is None and model is None:
@@ -239,18 +250,28 @@ def memloop_serve():
 @pytest.mark.slow
 def test_a_method_on_memloop_serve_as_an_endpoint_matches_the_in_process_engine(ray_local, tmp_path) -> None:
     """`model: {kind: openai}` against `memloop serve`: the same greedy steps as the run's own engine."""
-    base = {"name": "ep-vs-engine",
-            "datasets": [{"task": "book", "path": str(ROOT / "jobs/configs/data/lighthouse-keeper.txt"),
-                          "options": {"chunk_tokens": 256, "max_chunks": 2}}],
-            "methods": [{"name": "inc-update", "options": {"max_attempts": 1, "max_tokens": 40, "word_limit": 30}}],
-            "engine": {"actors": 1, "cpus_per_actor": 0.5, "max_in_flight": 2, "start_timeout_s": 300},
-            "judge_cpus": 0.25}
+    base = {
+        "name": "ep-vs-engine",
+        "datasets": [
+            {
+                "task": "book",
+                "path": str(ROOT / "jobs/configs/data/lighthouse-keeper.txt"),
+                "options": {"chunk_tokens": 256, "max_chunks": 2},
+            }
+        ],
+        "methods": [{"name": "inc-update", "options": {"max_attempts": 1, "max_tokens": 40, "word_limit": 30}}],
+        "engine": {"actors": 1, "cpus_per_actor": 0.5, "max_in_flight": 2, "start_timeout_s": 300},
+        "judge_cpus": 0.25,
+    }
     outputs = {}
     with memloop_serve() as (url, model):
-        for kind, model_spec in (("endpoint", {"kind": "openai", "endpoint": {"base_url": url, "model": model}}),
-                                 ("engine", {})):
-            summary = execute(make_plan(parse_config(dict(base, output=str(tmp_path / kind), model=model_spec))),
-                              log=lambda m: None)
+        for kind, model_spec in (
+            ("endpoint", {"kind": "openai", "endpoint": {"base_url": url, "model": model}}),
+            ("engine", {}),
+        ):
+            summary = execute(
+                make_plan(parse_config(dict(base, output=str(tmp_path / kind), model=model_spec))), log=lambda m: None
+            )
             assert (summary.computed, summary.failed) == (1, 0), summary.errors
             steps = RunStore.at(summary.output).table("steps").to_pandas().sort_values("step")
             outputs[kind] = list(steps["output"])
@@ -263,16 +284,24 @@ def test_judges_on_an_openai_compatible_endpoint(ray_local, tmp_path) -> None:
     """judge_model kind openai: the judge calls go over HTTP to `memloop serve`, not to the run's engine."""
     with memloop_serve() as (url, model):
         port = url.rsplit(":", 1)[1]
-        cfg = parse_config({
-            "name": "http-judge", "output": str(tmp_path / "runs"),
-            "datasets": [{"task": "book", "path": str(ROOT / "jobs/configs/data/lighthouse-keeper.txt"),
-                          "options": {"chunk_tokens": 256, "max_chunks": 1}}],
-            "methods": [{"name": "inc-update", "options": {"max_attempts": 1, "max_tokens": 48, "word_limit": 30}}],
-            "judges": [{"name": "booookscore-batched", "options": {"batch_size": 8}}],
-            "judge_model": {"kind": "openai", "endpoint": {"base_url": f"http://127.0.0.1:{port}", "model": model}},
-            "engine": {"actors": 1, "cpus_per_actor": 0.5, "max_in_flight": 2, "start_timeout_s": 300},
-            "judge_cpus": 0.25,
-        })
+        cfg = parse_config(
+            {
+                "name": "http-judge",
+                "output": str(tmp_path / "runs"),
+                "datasets": [
+                    {
+                        "task": "book",
+                        "path": str(ROOT / "jobs/configs/data/lighthouse-keeper.txt"),
+                        "options": {"chunk_tokens": 256, "max_chunks": 1},
+                    }
+                ],
+                "methods": [{"name": "inc-update", "options": {"max_attempts": 1, "max_tokens": 48, "word_limit": 30}}],
+                "judges": [{"name": "booookscore-batched", "options": {"batch_size": 8}}],
+                "judge_model": {"kind": "openai", "endpoint": {"base_url": f"http://127.0.0.1:{port}", "model": model}},
+                "engine": {"actors": 1, "cpus_per_actor": 0.5, "max_in_flight": 2, "start_timeout_s": 300},
+                "judge_cpus": 0.25,
+            }
+        )
         summary = execute(make_plan(cfg), log=lambda m: None)
         assert (summary.computed, summary.failed) == (1, 0)
         rs = RunStore.open(str(tmp_path / "runs"), run_id(cfg))

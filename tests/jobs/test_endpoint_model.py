@@ -3,6 +3,7 @@
 The endpoint is a real HTTP server on 127.0.0.1 (uvicorn) speaking the chat-completions subset the
 client uses, answering a fixed summary with the usage a provider reports (cached tokens included).
 """
+
 from __future__ import annotations
 
 import json
@@ -10,11 +11,11 @@ from pathlib import Path
 
 import pytest
 from fastapi import FastAPI
-
 from memloop.jobs.run.config import parse_config
 from memloop.jobs.run.driver import execute
 from memloop.jobs.run.plan import make_plan
 from memloop.jobs.store.run_store import RunStore
+
 from tests.http_server import serve_app
 
 BOOK = Path(__file__).resolve().parents[2] / "jobs/configs/data/lighthouse-keeper.txt"
@@ -27,9 +28,15 @@ def _app() -> FastAPI:
     @app.post("/v1/chat/completions")
     async def chat(body: dict):
         SEEN.append(body)
-        return {"choices": [{"message": {"role": "assistant", "content": "The keeper tends the light alone."},
-                             "finish_reason": "stop"}],
-                "usage": {"prompt_tokens": 300, "completion_tokens": 8, "prompt_tokens_details": {"cached_tokens": 120}}}
+        return {
+            "choices": [
+                {
+                    "message": {"role": "assistant", "content": "The keeper tends the light alone."},
+                    "finish_reason": "stop",
+                }
+            ],
+            "usage": {"prompt_tokens": 300, "completion_tokens": 8, "prompt_tokens_details": {"cached_tokens": 120}},
+        }
 
     @app.get("/v1/models")
     async def models():
@@ -45,11 +52,15 @@ def endpoint():
 
 
 def _cfg(tmp_path: Path, endpoint: str, **over) -> dict:
-    cfg = {"name": "ep", "output": str(tmp_path / "runs"), "response_cache": str(tmp_path / "cache"),
-           "datasets": [{"task": "book", "path": str(BOOK), "options": {"chunk_tokens": 256, "max_chunks": 2}}],
-           "methods": [{"name": "inc-update", "options": {"max_attempts": 1, "word_limit": 30}}],
-           "model": {"kind": "openai", "endpoint": {"base_url": endpoint, "model": "peer-1", "max_concurrency": 2}},
-           "judge_cpus": 0.25}
+    cfg = {
+        "name": "ep",
+        "output": str(tmp_path / "runs"),
+        "response_cache": str(tmp_path / "cache"),
+        "datasets": [{"task": "book", "path": str(BOOK), "options": {"chunk_tokens": 256, "max_chunks": 2}}],
+        "methods": [{"name": "inc-update", "options": {"max_attempts": 1, "word_limit": 30}}],
+        "model": {"kind": "openai", "endpoint": {"base_url": endpoint, "model": "peer-1", "max_concurrency": 2}},
+        "judge_cpus": 0.25,
+    }
     cfg.update(over)
     return cfg
 
@@ -81,8 +92,13 @@ def test_an_endpoint_model_must_name_its_endpoint(tmp_path) -> None:
     with pytest.raises(ConfigError, match="needs `endpoint`"):
         parse_config(_cfg(tmp_path, "http://127.0.0.1:1", model={"kind": "openai"}))
     with pytest.raises(ConfigError, match="remove `weights`"):
-        parse_config(_cfg(tmp_path, "x", model={"kind": "openai", "weights": "m.gguf",
-                                                "endpoint": {"base_url": "http://x", "model": "m"}}))
+        parse_config(
+            _cfg(
+                tmp_path,
+                "x",
+                model={"kind": "openai", "weights": "m.gguf", "endpoint": {"base_url": "http://x", "model": "m"}},
+            )
+        )
 
 
 def test_an_endpoint_llm_pickles_into_another_process_with_its_settings(endpoint) -> None:
@@ -96,6 +112,13 @@ def test_an_endpoint_llm_pickles_into_another_process_with_its_settings(endpoint
     llm = OpenAICompatibleLLM(endpoint, "peer-1", max_retries=1, supports_json_schema=False, max_concurrency=3)
     llm.complete(LLMRequest(messages=[{"role": "user", "content": "warm the client up"}]))  # a used client holds locks
     copy = pickle.loads(pickle.dumps(llm))
-    assert (copy.base_url, copy.model, copy.max_retries, copy.supports_json_schema) == \
-        (llm.base_url, "peer-1", 1, False)
-    assert copy.complete(LLMRequest(messages=[{"role": "user", "content": "hello"}])).text == "The keeper tends the light alone."
+    assert (copy.base_url, copy.model, copy.max_retries, copy.supports_json_schema) == (
+        llm.base_url,
+        "peer-1",
+        1,
+        False,
+    )
+    assert (
+        copy.complete(LLMRequest(messages=[{"role": "user", "content": "hello"}])).text
+        == "The keeper tends the light alone."
+    )

@@ -1,4 +1,5 @@
 """`memloop export`: one row per unit in a hive layout that pyarrow.dataset (like DuckDB) reads back."""
+
 from __future__ import annotations
 
 import json
@@ -6,37 +7,90 @@ import uuid
 
 import pyarrow.dataset as ds
 import pytest
-from typer.testing import CliRunner
-
 from memloop.jobs.commands.cli import app
 from memloop.jobs.store.export import export_run
 from memloop.jobs.store.run_store import RunStore
 from memloop.jobs.store.tables import SCHEMAS, now
 from memloop.jobs.store.units import unit_key
+from typer.testing import CliRunner
+
 from tests.jobs.cli_entry import memloop_cli
 
 
 def _unit(sample: str, status: str, f1: float) -> dict:
     t = now()
-    base = dict(unit=unit_key("sumie:synthetic", sample, "go-json", 0), dataset="sumie:synthetic", task="sumie",
-                sample_id=sample, method="go-json", repeat=0)
+    base = dict(
+        unit=unit_key("sumie:synthetic", sample, "go-json", 0),
+        dataset="sumie:synthetic",
+        task="sumie",
+        sample_id=sample,
+        method="go-json",
+        repeat=0,
+    )
     return {
-        "samples": [dict(base, seed=0, status=status, error=None if status == "ok" else "TimeoutError: judge",
-                         attempts=1, output_json="{}", n_steps=1, prompt_tokens=10, cached_tokens=4,
-                         decoded_tokens=2, chunk_tokens=None, actor="a", started_at=t, finished_at=t)],
-        "steps": [dict(base, step=0, kind="update", template_id="t", template_hash="h", prompt="p", output="o",
-                       parsed_json="{}", memory_json="{}", prompt_tokens=10, cached_tokens=4, decoded_tokens=2,
-                       error=None, extra_json="{}")],
+        "samples": [
+            dict(
+                base,
+                seed=0,
+                status=status,
+                error=None if status == "ok" else "TimeoutError: judge",
+                attempts=1,
+                output_json="{}",
+                n_steps=1,
+                prompt_tokens=10,
+                cached_tokens=4,
+                decoded_tokens=2,
+                chunk_tokens=None,
+                actor="a",
+                started_at=t,
+                finished_at=t,
+            )
+        ],
+        "steps": [
+            dict(
+                base,
+                step=0,
+                kind="update",
+                template_id="t",
+                template_hash="h",
+                prompt="p",
+                output="o",
+                parsed_json="{}",
+                memory_json="{}",
+                prompt_tokens=10,
+                cached_tokens=4,
+                decoded_tokens=2,
+                error=None,
+                extra_json="{}",
+            )
+        ],
         "judgments": [dict(base, judge="sumie-exact", index=0, record_json=json.dumps({"f1": f1}))],
         "scores": [dict(base, judge="sumie-exact", metric="f1", turn=None, value=f1)],
     }
 
 
 def _manifest(rs: RunStore, invocation: str) -> None:
-    rs.write_manifest(dict(invocation=invocation, output=rs.store.uri, config_json="{}", identity_json="{}",
-                           code_version="git:x", packages_json="{}", model_digest="d", template_hashes_json="{}",
-                           host="h", started_at=now(), finished_at=now(), wall_s=1.0, samples=2, computed=1,
-                           skipped=0, failed=1, stats_json="{}"))
+    rs.write_manifest(
+        dict(
+            invocation=invocation,
+            output=rs.store.uri,
+            config_json="{}",
+            identity_json="{}",
+            code_version="git:x",
+            packages_json="{}",
+            model_digest="d",
+            template_hashes_json="{}",
+            host="h",
+            started_at=now(),
+            finished_at=now(),
+            wall_s=1.0,
+            samples=2,
+            computed=1,
+            skipped=0,
+            failed=1,
+            stats_json="{}",
+        )
+    )
 
 
 def _run(output: str, run_id: str) -> RunStore:
@@ -60,7 +114,10 @@ def test_retried_unit_exports_exactly_one_row(tmp_path) -> None:
     assert res.dest == str(tmp_path / "runs" / "export")
     assert (tmp_path / "runs" / "export" / "samples" / "run_id=r1" / "part-0.parquet").is_file()
     samples = _read(res.dest, "samples")
-    assert sorted((r["sample_id"], r["status"], r["run_id"]) for r in samples) == [("e1", "ok", "r1"), ("e2", "ok", "r1")]
+    assert sorted((r["sample_id"], r["status"], r["run_id"]) for r in samples) == [
+        ("e1", "ok", "r1"),
+        ("e2", "ok", "r1"),
+    ]
     scores = _read(res.dest, "scores")
     assert sorted((r["sample_id"], r["value"]) for r in scores) == [("e1", 0.5), ("e2", 0.9)]  # no 0.0 of the failures
     assert len(_read(res.dest, "steps")) == 2 and len(_read(res.dest, "judgments")) == 2
@@ -79,7 +136,11 @@ def test_two_runs_share_one_dataset_and_reexport_replaces(tmp_path) -> None:
     export_run(b.uri, dest)  # again: the partition is replaced, never duplicated
     t = ds.dataset(f"{dest}/samples", format="parquet", partitioning="hive").to_table()
     assert sorted(zip(t.column("run_id").to_pylist(), t.column("sample_id").to_pylist())) == [
-        ("ra", "e1"), ("ra", "e2"), ("rb", "e1"), ("rb", "e2")]
+        ("ra", "e1"),
+        ("ra", "e2"),
+        ("rb", "e1"),
+        ("rb", "e2"),
+    ]
     assert set(t.schema.names) == set(SCHEMAS["samples"].names)
 
 
@@ -117,8 +178,11 @@ def test_export_never_shrinks_a_partition_without_force(tmp_path, capsys, monkey
     dest = str(tmp_path / "lake")
     export_run(rs.uri, dest)
     # the shard of sample e2 (by its rows' sample_id: "e2" can also occur in another shard's random name)
-    e2 = [p for p in (tmp_path / "runs" / "r1" / "samples").iterdir()
-          if RunStore.at(rs.uri)._read_one(f"r1/samples/{p.name}").column("sample_id").to_pylist() == ["e2"]]
+    e2 = [
+        p
+        for p in (tmp_path / "runs" / "r1" / "samples").iterdir()
+        if RunStore.at(rs.uri)._read_one(f"r1/samples/{p.name}").column("sample_id").to_pylist() == ["e2"]
+    ]
     e2[0].unlink()  # a deleted shard: its unit is not done (a resume computes it again), the export shrinks
     code, _, err = memloop_cli(["export", rs.uri, "--to", dest], capsys, monkeypatch)
     assert code == 2 and "ExportShrinkError" in err and "holds 2 rows" in err and "--force" in err, err
@@ -139,7 +203,9 @@ def test_a_run_whose_tables_disagree_is_refused_naming_the_units(tmp_path, capsy
     shutil.rmtree(tmp_path / "runs" / "r1" / "steps")
     for args in (["export", rs.uri, "--to", dest], ["export", rs.uri, "--to", dest, "--force"], ["report", rs.uri]):
         code, _, err = memloop_cli(args, capsys, monkeypatch)
-        assert code == 2 and "error: DamagedRunError:" in err and "the `steps` rows of 2 unit(s) are missing" in err, err
+        assert code == 2 and "error: DamagedRunError:" in err and "the `steps` rows of 2 unit(s) are missing" in err, (
+            err
+        )
         assert unit_key("sumie:synthetic", "e1", "go-json", 0) in err and "memloop run" in err, err
         assert err.count("\n") == 1
     assert len(_read(dest, "steps")) == 2  # nothing was replaced
@@ -175,13 +241,18 @@ def test_an_unreadable_table_file_is_named(tmp_path, capsys, monkeypatch, damage
 
 @pytest.mark.parametrize("where", ["the-run", "inside-the-run", "a-table-of-the-run", "the-output"])
 def test_a_destination_inside_a_run_or_holding_one_is_refused_and_the_run_stays_whole(
-        tmp_path, capsys, monkeypatch, where) -> None:
+    tmp_path, capsys, monkeypatch, where
+) -> None:
     """`export RUN --to RUN` once wrote samples/run_id=.../part-0.parquet inside the run's own tables (which
     the store lists recursively), exit 0; afterwards report, export and memloop.load failed."""
     rs = _run(str(tmp_path / "runs"), "r1")
     run_dir = tmp_path / "runs" / "r1"
-    dest = {"the-run": run_dir, "inside-the-run": run_dir / "lake", "a-table-of-the-run": run_dir / "samples",
-            "the-output": tmp_path / "runs"}[where]
+    dest = {
+        "the-run": run_dir,
+        "inside-the-run": run_dir / "lake",
+        "a-table-of-the-run": run_dir / "samples",
+        "the-output": tmp_path / "runs",
+    }[where]
     before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
     code, _, err = memloop_cli(["export", rs.uri, "--to", str(dest)], capsys, monkeypatch)
     assert code == 2 and "error: ExportDestinationError:" in err and err.count("\n") == 1, err
@@ -202,7 +273,8 @@ def test_an_existing_file_as_destination_is_one_line(tmp_path, capsys, monkeypat
 
 
 def test_a_run_being_computed_is_exported_only_with_allow_partial_and_reported_as_partial(
-        tmp_path, capsys, monkeypatch) -> None:
+    tmp_path, capsys, monkeypatch
+) -> None:
     """While a live process holds the run's lock (here this test, through the run store's own lock), the
     tables are partial: export refuses without --allow-partial, and the report says so in its first lines and
     in --json (`in_progress`, `incomplete`, every figure `partial`). Once released, all reads are whole again."""
@@ -236,8 +308,10 @@ def test_a_lock_left_by_a_dead_driver_is_not_a_run_in_progress(tmp_path, capsys,
     import sys
 
     rs = _run(str(tmp_path / "runs"), "r1")
-    code = ("import sys; from memloop.jobs.store.run_store import RunStore; "
-            "RunStore.at(sys.argv[1]).acquire_lock('gone'); import os; os._exit(0)")  # exits holding it
+    code = (
+        "import sys; from memloop.jobs.store.run_store import RunStore; "
+        "RunStore.at(sys.argv[1]).acquire_lock('gone'); import os; os._exit(0)"
+    )  # exits holding it
     subprocess.run([sys.executable, "-c", code, rs.uri], check=True, timeout=120)
     assert (tmp_path / "runs" / "r1" / ".lock").is_file()
     assert RunStore.at(rs.uri).computing() is None
@@ -251,7 +325,8 @@ def test_an_unwritable_destination_names_to_not_output(tmp_path, capsys, monkeyp
     blocker = tmp_path / "a-file"
     blocker.write_text("mine\n")
     for fmt in ("parquet", "inspect"):
-        code, _, err = memloop_cli(["export", rs.uri, "--to", str(blocker / "lake"), "--format", fmt], capsys,
-                                   monkeypatch)
+        code, _, err = memloop_cli(
+            ["export", rs.uri, "--to", str(blocker / "lake"), "--format", fmt], capsys, monkeypatch
+        )
         assert code == 2 and "--to " in err and "give --to a directory" in err and "`output`" not in err, (fmt, err)
         assert err.count("\n") == 1

@@ -1,6 +1,7 @@
 """Generation preconditions on the GCS fake, as GCS enforces them: reports rewrite, shards never
 overwrite, the run lock is create-only and released only by its holder. The same store checks run on
 a local directory."""
+
 from __future__ import annotations
 
 import json
@@ -9,7 +10,6 @@ import uuid
 
 import pytest
 from google.api_core.exceptions import PreconditionFailed
-
 from memloop.jobs.errors import LockHeldError
 from memloop.jobs.results.report import write_report
 from memloop.jobs.store.gcs import GCSStore
@@ -22,12 +22,35 @@ from memloop.jobs.store.units import unit_key
 
 def _shard(sample: str) -> dict:
     t = now()
-    base = dict(unit=unit_key("sumie:synthetic", sample, "go-json", 0), dataset="sumie:synthetic", task="sumie",
-                sample_id=sample, method="go-json", repeat=0)
-    return {"samples": [dict(base, seed=0, status="ok", error=None, attempts=1, output_json="{}", n_steps=1,
-                             prompt_tokens=10, cached_tokens=4, decoded_tokens=2, chunk_tokens=None, actor="a",
-                             started_at=t, finished_at=t)],
-            "scores": [dict(base, judge="sumie-exact", metric="f1", turn=i, value=0.5) for i in range(2)]}
+    base = dict(
+        unit=unit_key("sumie:synthetic", sample, "go-json", 0),
+        dataset="sumie:synthetic",
+        task="sumie",
+        sample_id=sample,
+        method="go-json",
+        repeat=0,
+    )
+    return {
+        "samples": [
+            dict(
+                base,
+                seed=0,
+                status="ok",
+                error=None,
+                attempts=1,
+                output_json="{}",
+                n_steps=1,
+                prompt_tokens=10,
+                cached_tokens=4,
+                decoded_tokens=2,
+                chunk_tokens=None,
+                actor="a",
+                started_at=t,
+                finished_at=t,
+            )
+        ],
+        "scores": [dict(base, judge="sumie-exact", metric="f1", turn=i, value=0.5) for i in range(2)],
+    }
 
 
 @pytest.fixture

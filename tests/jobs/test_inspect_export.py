@@ -1,5 +1,6 @@
 """`memloop export --format inspect`: a real run on the scripted model written as Inspect AI eval logs
 and read back with inspect_ai's own reader and dataframe tools."""
+
 from __future__ import annotations
 
 import json
@@ -10,8 +11,9 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-inspect_log = pytest.importorskip("inspect_ai.log", reason="inspect_ai (a test dependency: pip install 'memloop[inspect]') "
-                                                            "is not installed")
+inspect_log = pytest.importorskip(
+    "inspect_ai.log", reason="inspect_ai (a test dependency: pip install 'memloop[inspect]') is not installed"
+)
 
 from memloop.jobs.commands.cli import app  # noqa: E402
 from memloop.jobs.results.inspect_log import ExportError, export_inspect  # noqa: E402
@@ -20,6 +22,7 @@ from memloop.jobs.run.driver import execute  # noqa: E402
 from memloop.jobs.run.plan import make_plan  # noqa: E402
 from memloop.jobs.run.rescore import rescore  # noqa: E402
 from memloop.jobs.store.run_store import RunStore  # noqa: E402
+
 from tests.jobs.scripted_endpoint import attribute_table_answer, scripted_endpoint  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -31,15 +34,27 @@ def judged_run(ray_local, tmp_path_factory) -> tuple[str, str]:
     """Two repeats of SUMIE and book units, judged by sumie-exact, the book units re-judged by booookscore."""
     with scripted_endpoint(attribute_table_answer) as (url, _):
         model = {"kind": "openai", "endpoint": {"base_url": url, "model": "scripted", "max_concurrency": 4}}
-        cfg = parse_config({
-            "name": "inspect", "output": str(tmp_path_factory.mktemp("inspect") / "runs"), "model": model,
-            "judge_model": model, "judge_cpus": 0.25, "repeats": 2, "seed": 5,
-            "sampling": {"temperature": 0.0, "max_tokens": 300},
-            "datasets": [{"task": "sumie", "synthetic": {"entities": 2, "seed": 0}, "options": {"max_chunks": 2}},
-                         {"task": "book", "path": str(BOOK), "options": {"chunk_tokens": 64, "max_chunks": 2}}],
-            "methods": [{"name": "gu-json", "tasks": ["sumie"], "options": {"max_attempts": 1, "max_tokens": 200}},
-                        {"name": "inc-update", "options": {"word_limit": 50, "max_attempts": 1}}],
-            "judges": [{"name": "sumie-exact"}]})
+        cfg = parse_config(
+            {
+                "name": "inspect",
+                "output": str(tmp_path_factory.mktemp("inspect") / "runs"),
+                "model": model,
+                "judge_model": model,
+                "judge_cpus": 0.25,
+                "repeats": 2,
+                "seed": 5,
+                "sampling": {"temperature": 0.0, "max_tokens": 300},
+                "datasets": [
+                    {"task": "sumie", "synthetic": {"entities": 2, "seed": 0}, "options": {"max_chunks": 2}},
+                    {"task": "book", "path": str(BOOK), "options": {"chunk_tokens": 64, "max_chunks": 2}},
+                ],
+                "methods": [
+                    {"name": "gu-json", "tasks": ["sumie"], "options": {"max_attempts": 1, "max_tokens": 200}},
+                    {"name": "inc-update", "options": {"word_limit": 50, "max_attempts": 1}},
+                ],
+                "judges": [{"name": "sumie-exact"}],
+            }
+        )
         summary = execute(make_plan(cfg), log=lambda m: None)
         assert summary.failed == summary.method_failed == 0 and summary.computed == 6
         again = rescore(summary.output, JudgeSpec(name="booookscore"), log=lambda m: None)
@@ -56,7 +71,9 @@ def _memory_changes(steps) -> int:
     return n
 
 
-def test_the_inspect_logs_read_back_with_inspects_reader_sample_epoch_event_and_score_counts(judged_run, tmp_path) -> None:
+def test_the_inspect_logs_read_back_with_inspects_reader_sample_epoch_event_and_score_counts(
+    judged_run, tmp_path
+) -> None:
     uri, jid = judged_run
     res = CliRunner().invoke(app, ["export", uri, "--format", "inspect", "--to", str(tmp_path / "logs")])
     assert res.exit_code == 0, res.output
@@ -81,7 +98,9 @@ def test_the_inspect_logs_read_back_with_inspects_reader_sample_epoch_event_and_
             st = steps[steps["unit"] == unit]
             kinds = [e.event for e in s.events]
             chunks = {json.loads(x)["chunk_index"] for x in st["extra_json"]}
-            assert kinds.count("model") == len(st) and kinds.count("span_begin") == kinds.count("span_end") == len(chunks)
+            assert kinds.count("model") == len(st) and kinds.count("span_begin") == kinds.count("span_end") == len(
+                chunks
+            )
             assert kinds.count("store") == _memory_changes(st)
             judges = set(scores.loc[scores["unit"] == unit, "judge"])
             expected = judges | ({f"booookscore@{jid}"} if log.eval.task == "inc-update" else set())
@@ -113,12 +132,13 @@ def test_export_inspect_without_inspect_ai_says_how_to_install_it(judged_run, mo
     assert res.exit_code != 0 and "--format 'html'" in str(res.exception)
 
 
-def test_the_inspect_export_is_faithful_input_target_output_times_config_and_numeric_scores(judged_run, tmp_path) -> None:
+def test_the_inspect_export_is_faithful_input_target_output_times_config_and_numeric_scores(
+    judged_run, tmp_path
+) -> None:
     """Each field Inspect users read, checked against the run and its data: the sample's text as input
     (long text kept as attachments), the gold as target, the final answer as output, the unit's duration,
     the run's sampling as model_generate_config, and scores that samples_df reads as numbers."""
     from inspect_ai.analysis import samples_df
-
     from memloop.jobs.results.sample_data import gold_facts, load_sample_data
 
     uri, jid = judged_run
@@ -145,8 +165,10 @@ def test_the_inspect_export_is_faithful_input_target_output_times_config_and_num
             model = [e for e in s.events if e.event == "model"]
             begun = [e.timestamp for e in model]
             assert len(set(begun)) == len(begun) > 1 and begun == sorted(begun)
-            assert all(u["started_at"] <= pd.Timestamp(e.timestamp) <= pd.Timestamp(e.completed) <= u["finished_at"]
-                       for e in model)
+            assert all(
+                u["started_at"] <= pd.Timestamp(e.timestamp) <= pd.Timestamp(e.completed) <= u["finished_at"]
+                for e in model
+            )
             assert 0 < sum(e.working_time for e in model) <= s.total_time
             took = (u["finished_at"] - u["started_at"]).total_seconds()
             assert s.total_time == pytest.approx(took) and s.working_time == pytest.approx(took) and took > 0
@@ -167,18 +189,24 @@ def test_the_inspect_export_is_faithful_input_target_output_times_config_and_num
         assert df[c].notna().any()
 
 
-
 def test_a_log_with_a_failed_sample_has_status_error(ray_local, tmp_path) -> None:
     """Every gu-json answer is cut at max_tokens (the method produced nothing: a failed unit): its log is `error`."""
+
     def cut(body: dict) -> tuple[str, str] | None:
         return ('{"pool": ["two lar', "length") if body.get("max_tokens") == 101 else None
 
     with scripted_endpoint(cut) as (url, _):
         model = {"kind": "openai", "endpoint": {"base_url": url, "model": "scripted", "max_concurrency": 4}}
-        cfg = parse_config({"name": "inspect-failed", "output": str(tmp_path / "runs"), "model": model, "retries": 0,
-                            "datasets": [{"task": "sumie", "synthetic": {"entities": 1, "seed": 5},
-                                          "options": {"max_chunks": 1}}],
-                            "methods": [{"name": "gu-json", "options": {"max_tokens": 101, "max_attempts": 1}}]})
+        cfg = parse_config(
+            {
+                "name": "inspect-failed",
+                "output": str(tmp_path / "runs"),
+                "model": model,
+                "retries": 0,
+                "datasets": [{"task": "sumie", "synthetic": {"entities": 1, "seed": 5}, "options": {"max_chunks": 1}}],
+                "methods": [{"name": "gu-json", "options": {"max_tokens": 101, "max_attempts": 1}}],
+            }
+        )
         summary = execute(make_plan(cfg), log=lambda m: None)
     assert summary.method_failed == 1
     export_inspect(summary.output, str(tmp_path / "logs"))

@@ -1,5 +1,6 @@
 """`memloop run --log-format inspect`: Inspect `.eval` logs written by the run itself, as it goes, into
 OUTPUT/RUN_ID/inspect/, read back by inspect_ai without an export step. A real run on the scripted model."""
+
 from __future__ import annotations
 
 import json
@@ -10,10 +11,13 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-inspect_log = pytest.importorskip("inspect_ai.log", reason="inspect_ai is not installed (pip install 'memloop[inspect]')")
+inspect_log = pytest.importorskip(
+    "inspect_ai.log", reason="inspect_ai is not installed (pip install 'memloop[inspect]')"
+)
 
 from memloop.jobs.commands.cli import app  # noqa: E402
 from memloop.jobs.results.inspect_log import LiveInspectLogs  # noqa: E402
+
 from tests.jobs.scripted_endpoint import attribute_table_answer, scripted_endpoint  # noqa: E402
 
 pytestmark = pytest.mark.timeout(600)
@@ -22,10 +26,15 @@ pytestmark = pytest.mark.timeout(600)
 def test_a_run_writes_its_inspect_logs_as_it_goes(ray_local, tmp_path) -> None:
     with scripted_endpoint(attribute_table_answer) as (url, _):
         model = {"kind": "openai", "endpoint": {"base_url": url, "model": "scripted", "max_concurrency": 4}}
-        cfg = {"name": "live", "output": str(tmp_path / "runs"), "model": model, "retries": 0,
-               "datasets": [{"task": "sumie", "synthetic": {"entities": 2, "seed": 0}, "options": {"max_chunks": 2}}],
-               "methods": [{"name": "gu-json", "options": {"max_attempts": 1, "max_tokens": 200}}],
-               "judges": [{"name": "sumie-exact"}]}
+        cfg = {
+            "name": "live",
+            "output": str(tmp_path / "runs"),
+            "model": model,
+            "retries": 0,
+            "datasets": [{"task": "sumie", "synthetic": {"entities": 2, "seed": 0}, "options": {"max_chunks": 2}}],
+            "methods": [{"name": "gu-json", "options": {"max_attempts": 1, "max_tokens": 200}}],
+            "judges": [{"name": "sumie-exact"}],
+        }
         path = tmp_path / "cfg.yaml"
         path.write_text(yaml.safe_dump(cfg))
         res = CliRunner().invoke(app, ["run", str(path), "--log-format", "inspect"])

@@ -5,17 +5,19 @@ table records the judge's failure with its cause, the KGScore cells (kept althou
 scored: the judge's headline metrics) are incomplete and the run
 exits non-zero, while ROUGE on the same unit is complete. (Before, the unit was marked failed and
 its sample left every method's cost row.)"""
+
 from __future__ import annotations
 
 import json
 import socket
 
+from memloop.jobs.results.report import build_report, headline
+from memloop.jobs.results.run_data import RunData
 from memloop.jobs.run.config import parse_config
 from memloop.jobs.run.driver import execute
 from memloop.jobs.run.plan import make_plan
-from memloop.jobs.results.report import build_report, headline
-from memloop.jobs.results.run_data import RunData
 from memloop.jobs.store.run_store import RunStore
+
 from tests.jobs.scripted_endpoint import scripted_endpoint
 from tests.jobs.test_paper_tables import arxiv_file
 
@@ -26,13 +28,22 @@ def test_a_failed_judge_leaves_the_unit_ok_and_the_cell_incomplete(ray_local, tm
         with socket.socket() as sock:  # a port nothing listens on: the judge's endpoint is down
             sock.bind(("127.0.0.1", 0))
             down = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
-        judge_model = {"kind": "openai", "endpoint": {"base_url": down, "model": "judge", "max_retries": 0,
-                                                      "timeout_s": 5}}
-        cfg = parse_config({
-            "name": "judge-fails", "output": str(tmp_path / "runs"),
-            "datasets": [{"task": "arxiv", "path": str(arxiv_file(tmp_path)), "limit": 1}],
-            "methods": [{"name": "no-kg"}], "judges": [{"name": "rouge"}, {"name": "kgscore", "options": {"max_attempts": 1}}],
-            "model": model, "judge_model": judge_model, "judge_cpus": 0.25})
+        judge_model = {
+            "kind": "openai",
+            "endpoint": {"base_url": down, "model": "judge", "max_retries": 0, "timeout_s": 5},
+        }
+        cfg = parse_config(
+            {
+                "name": "judge-fails",
+                "output": str(tmp_path / "runs"),
+                "datasets": [{"task": "arxiv", "path": str(arxiv_file(tmp_path)), "limit": 1}],
+                "methods": [{"name": "no-kg"}],
+                "judges": [{"name": "rouge"}, {"name": "kgscore", "options": {"max_attempts": 1}}],
+                "model": model,
+                "judge_model": judge_model,
+                "judge_cpus": 0.25,
+            }
+        )
         summary = execute(make_plan(cfg), log=lambda m: None)
     assert (summary.computed, summary.failed, summary.incomplete) == (1, 0, 1), summary.errors
     assert summary.exit_code(max_failed_frac=1.0) == 3  # a judge failure is never tolerated as a method failure

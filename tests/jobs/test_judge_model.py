@@ -2,31 +2,37 @@
 engine of their own, not on the model under test. Through a real run: the method on the scripted
 endpoint (127.0.0.1), BooookScore's judge on a SmolLM2 engine actor; no judge prompt reaches the
 scripted model, the judgments exist, and the report names the judge as a different model."""
+
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-
 from memloop.jobs.errors import ConfigError
+from memloop.jobs.results.run_data import RunData
+from memloop.jobs.results.run_models import models_of
 from memloop.jobs.run.config import JudgeModelSpec, parse_config, with_overrides
 from memloop.jobs.run.driver import execute
 from memloop.jobs.run.plan import make_plan, run_id
-from memloop.jobs.results.run_data import RunData
-from memloop.jobs.results.run_models import models_of
 from memloop.jobs.store.run_store import RunStore
+
 from tests.jobs.scripted_endpoint import scripted_endpoint
 
 BOOK = Path(__file__).resolve().parents[2] / "jobs/configs/data/lighthouse-keeper.txt"
 
 
 def _config(url: str, tmp_path: Path, **extra) -> dict:
-    return {"name": "judge-engine", "output": str(tmp_path / "runs"),
-            "datasets": [{"task": "book", "path": str(BOOK), "options": {"chunk_tokens": 256, "max_chunks": 1}}],
-            "methods": [{"name": "inc-update", "options": {"max_attempts": 1, "max_tokens": 48}}],
-            "judges": [{"name": "booookscore-batched", "options": {"batch_size": 4}}],
-            "model": {"kind": "openai", "endpoint": {"base_url": url, "model": "scripted", "max_concurrency": 2}},
-            "judge_cpus": 0.25, "engine": {"cpus_per_actor": 1}, **extra}
+    return {
+        "name": "judge-engine",
+        "output": str(tmp_path / "runs"),
+        "datasets": [{"task": "book", "path": str(BOOK), "options": {"chunk_tokens": 256, "max_chunks": 1}}],
+        "methods": [{"name": "inc-update", "options": {"max_attempts": 1, "max_tokens": 48}}],
+        "judges": [{"name": "booookscore-batched", "options": {"batch_size": 4}}],
+        "model": {"kind": "openai", "endpoint": {"base_url": url, "model": "scripted", "max_concurrency": 2}},
+        "judge_cpus": 0.25,
+        "engine": {"cpus_per_actor": 1},
+        **extra,
+    }
 
 
 def test_judge_model_flag_names_a_judge_engine_and_changes_the_run_id(smollm2_gguf, tmp_path) -> None:
@@ -56,14 +62,25 @@ def test_the_judges_run_on_their_own_engine_not_the_model_under_test(ray_local, 
 
 
 def _kg_config(model_url: str, judge_url: str, tmp_path: Path, booksum: Path, **kg_options) -> dict:
-    return {"name": "kg-extraction", "output": str(tmp_path / "runs"),
-            "datasets": [{"task": "booksum", "path": str(booksum),
-                          "options": {"samples": 1, "seed": 0, "max_chapter_tokens": 2000, "chunk_tokens": 4096}}],
-            "methods": [{"name": "kg-retrieval", "options": {"max_attempts": 1, "max_tokens": 48, **kg_options}}],
-            "judges": [{"name": "rouge"}],
-            "model": {"kind": "openai", "endpoint": {"base_url": model_url, "model": "scripted", "max_concurrency": 2}},
-            "judge_model": {"kind": "openai", "endpoint": {"base_url": judge_url, "model": "stronger", "max_concurrency": 2}},
-            "judge_cpus": 0.25}
+    return {
+        "name": "kg-extraction",
+        "output": str(tmp_path / "runs"),
+        "datasets": [
+            {
+                "task": "booksum",
+                "path": str(booksum),
+                "options": {"samples": 1, "seed": 0, "max_chapter_tokens": 2000, "chunk_tokens": 4096},
+            }
+        ],
+        "methods": [{"name": "kg-retrieval", "options": {"max_attempts": 1, "max_tokens": 48, **kg_options}}],
+        "judges": [{"name": "rouge"}],
+        "model": {"kind": "openai", "endpoint": {"base_url": model_url, "model": "scripted", "max_concurrency": 2}},
+        "judge_model": {
+            "kind": "openai",
+            "endpoint": {"base_url": judge_url, "model": "stronger", "max_concurrency": 2},
+        },
+        "judge_cpus": 0.25,
+    }
 
 
 def test_the_knowledge_graph_is_extracted_by_the_judge_model_and_the_table_note_names_it(ray_local, tmp_path) -> None:
@@ -71,6 +88,7 @@ def test_the_knowledge_graph_is_extracted_by_the_judge_model_and_the_table_note_
     written by another. `extraction_model: judge` (the default) sends every extraction to the run's
     judge model; `self` keeps it on the model under test; the run records which and the note names it."""
     from memloop.jobs.results.paper_tables import TABLES, judged_note
+
     from tests.datasets.test_booksum import booksum_file
 
     booksum = booksum_file(tmp_path)
@@ -80,9 +98,12 @@ def test_the_knowledge_graph_is_extracted_by_the_judge_model_and_the_table_note_
             summary = execute(make_plan(cfg), log=lambda m: None)
         assert summary.computed + summary.failed == 1 and summary.skipped == 0
         texts = lambda seen: [" ".join(str(m.get("content", "")) for m in b.get("messages", [])) for b in seen]  # noqa: E731
-        extractions = [p for p in texts(judge_seen if extracts_on_judge else model_seen) if "[Begin story excerpt]" in p]
-        assert extractions and not any("[Begin story excerpt]" in p
-                                       for p in texts(model_seen if extracts_on_judge else judge_seen))
+        extractions = [
+            p for p in texts(judge_seen if extracts_on_judge else model_seen) if "[Begin story excerpt]" in p
+        ]
+        assert extractions and not any(
+            "[Begin story excerpt]" in p for p in texts(model_seen if extracts_on_judge else judge_seen)
+        )
         assert any("Summary:" in p for p in texts(model_seen))  # the summaries stay on the model under test
         who = models_of(RunData.load(RunStore.at(summary.output)))
         assert who["graph_extraction"].startswith("stronger at" if extracts_on_judge else "scripted at")
@@ -108,15 +129,21 @@ def test_the_graph_model_and_the_kgscore_model_may_differ_and_the_run_records_bo
     (section 3.5). `graph_model` names the extraction model apart from the judge model: the graph's extraction
     prompts reach it alone, KGScore's reach the judge model alone, and the run records and names both."""
     from memloop.jobs.results.run_data import run_config
+
     from tests.datasets.test_booksum import booksum_file
 
     booksum = booksum_file(tmp_path)
-    with scripted_endpoint() as (model_url, model_seen), scripted_endpoint() as (judge_url, judge_seen), \
-            scripted_endpoint() as (graph_url, graph_seen):
+    with (
+        scripted_endpoint() as (model_url, model_seen),
+        scripted_endpoint() as (judge_url, judge_seen),
+        scripted_endpoint() as (graph_url, graph_seen),
+    ):
         data = _kg_config(model_url, judge_url, tmp_path, booksum)
         data["judges"] = [{"name": "kgscore", "options": {"on_invalid": "record"}}]
-        data["graph_model"] = {"kind": "openai", "endpoint": {"base_url": graph_url, "model": "graph-extractor",
-                                                              "max_concurrency": 2}}
+        data["graph_model"] = {
+            "kind": "openai",
+            "endpoint": {"base_url": graph_url, "model": "graph-extractor", "max_concurrency": 2},
+        }
         cfg = parse_config(data)
         summary = execute(make_plan(cfg), log=lambda m: None)
     assert summary.computed + summary.failed == 1 and summary.skipped == 0

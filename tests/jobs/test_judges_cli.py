@@ -1,14 +1,14 @@
 """`memloop judges`: the judges, what each needs and its options, as `rescore --help` points to."""
+
 from __future__ import annotations
 
 import json
 
 import pytest
-from typer.testing import CliRunner
-
 from memloop.eval.errors import JudgeError
 from memloop.eval.judges import get_judge, list_judges
 from memloop.jobs.commands.cli import app
+from typer.testing import CliRunner
 
 
 def _catalogue() -> list[dict]:
@@ -26,8 +26,9 @@ def test_judges_lists_every_judge_with_what_it_needs_and_its_options() -> None:
         assert any("judge LLM" in n for n in j["needs"]) == info.needs_llm
         assert j["metrics"] == list(info.metrics)
         # the listed options with their defaults are exactly what the judge accepts
-        assert info.check_options({o["name"]: o["default"] for o in j["options"]}).keys() == \
-            {o["name"] for o in j["options"]}
+        assert info.check_options({o["name"]: o["default"] for o in j["options"]}).keys() == {
+            o["name"] for o in j["options"]
+        }
         with pytest.raises(JudgeError):
             info.check_options({"not_an_option_of_any_judge": 1})
     assert {"batch_size", "max_attempts"} <= {o["name"] for o in cat["booookscore-batched"]["options"]}

@@ -1,9 +1,10 @@
 """What each judge is given: SUMIE judges get one prediction per turn, others the final answer."""
+
 from __future__ import annotations
 
+from memloop.eval.judges import get_judge
 from memloop.eval.methods.base import MethodOutput
 from memloop.eval.methods.step import Step
-from memloop.eval.judges import get_judge
 
 
 def judge_output(judge: str, out: MethodOutput, n_chunks: int):
@@ -11,8 +12,16 @@ def judge_output(judge: str, out: MethodOutput, n_chunks: int):
 
 
 def _step(i: int, chunk: int | None, memory) -> Step:
-    return Step(index=i, kind="update", template_id="t", template_sha256="h", prompt="p", output="o",
-                memory=memory, chunk_index=chunk)
+    return Step(
+        index=i,
+        kind="update",
+        template_id="t",
+        template_sha256="h",
+        prompt="p",
+        output="o",
+        memory=memory,
+        chunk_index=chunk,
+    )
 
 
 def test_per_turn_memories_for_sumie_judges() -> None:
@@ -24,8 +33,9 @@ def test_per_turn_memories_for_sumie_judges() -> None:
 
 
 def test_methods_without_a_memory_per_chunk_are_scored_on_the_last_turn() -> None:
-    out = MethodOutput(method="go-json", sample_id="s", answer="{}", steps=[_step(0, 2, {"k": ["v"]})],
-                       memory={"k": ["v"]})
+    out = MethodOutput(
+        method="go-json", sample_id="s", answer="{}", steps=[_step(0, 2, {"k": ["v"]})], memory={"k": ["v"]}
+    )
     assert judge_output("sumie", out, 3) == {"k": ["v"]}
     failed = MethodOutput(method="go-json", sample_id="s", answer="", steps=[_step(0, 2, None)], memory=None)
     assert judge_output("sumie", failed, 3) == {}
@@ -41,8 +51,16 @@ def test_every_judge_declares_what_it_scores_and_jobs_asks_the_judge() -> None:
         assert get_judge(name).predict is (memory_per_turn if get_judge(name).tasks == ("sumie",) else final_answer)
     out = MethodOutput(method="go-json", sample_id="s", answer="the answer", steps=[_step(0, 0, {"k": ["v"]})])
     # a new judge whose name starts with "sumie" but scores the answer: no name check decides for it
-    info = JudgeInfo("sumie-answer-length", ("sumie",), False, "memloop.eval.judges.overlap", "judge_rouge", "test judge",
-                     predict=final_answer, aggregate_by=statistics.median)
+    info = JudgeInfo(
+        "sumie-answer-length",
+        ("sumie",),
+        False,
+        "memloop.eval.judges.overlap",
+        "judge_rouge",
+        "test judge",
+        predict=final_answer,
+        aggregate_by=statistics.median,
+    )
     register_judge(info)
     try:
         assert judge_output("sumie-answer-length", out, 1) == "the answer"

@@ -1,13 +1,17 @@
 """The MemoryAgentBench report's competency columns: the paper's TTL and Overall only where a row holds them,
 else the labelled part ("TTL (MCC only)") and no Overall."""
+
 from __future__ import annotations
 
 from memloop.eval.judges.mab import QuestionScore, competency_figures
 from memloop.jobs.results.mab_table import competency_columns
 
 q = QuestionScore
-OTHERS = [q("ruler_qa1_197K", "AR", "a", 1.0), q("detective_qa", "LRU", "d", 0.0),
-          q("factconsolidation_sh_262k", "CR", "f", 1.0)]
+OTHERS = [
+    q("ruler_qa1_197K", "AR", "a", 1.0),
+    q("detective_qa", "LRU", "d", 0.0),
+    q("factconsolidation_sh_262k", "CR", "f", 1.0),
+]
 MCC = [q("icl_banking77_5900shot_balance", "TTL", "b0", 1.0)]
 RECOM = [q("recsys_redial_full", "TTL", "r0", 0.2)]
 

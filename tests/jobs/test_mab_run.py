@@ -1,6 +1,7 @@
 """MemoryAgentBench end to end: the paper config reduced (2 contexts per competency, 2 chunks) runs through
 the Ray driver on a scripted model in the default suite and on the bundled engine in the slow suite; the
 report shows the per-competency table with counts and intervals, the n/a rows, and the cost of asking many."""
+
 from __future__ import annotations
 
 import json
@@ -9,20 +10,29 @@ from pathlib import Path
 import pyarrow.parquet  # noqa: F401 - the run writes Parquet
 import pytest
 import yaml
-
+from memloop.jobs.results.mab_table import mab_table
+from memloop.jobs.results.report import report_of
 from memloop.jobs.run.config import parse_config, with_overrides
 from memloop.jobs.run.driver import execute
 from memloop.jobs.run.plan import make_plan
-from memloop.jobs.results.mab_table import mab_table
-from memloop.jobs.results.report import report_of
+
 from tests.datasets.test_memoryagentbench import write_repo
 from tests.jobs.scripted_endpoint import scripted_endpoint
 
 CONFIG = Path(__file__).resolve().parents[2] / "jobs/configs/papers/memoryagentbench.yaml"
 # the scripted model's replies to the questions it is asked (keyed by a phrase of the question)
-REPLIES = {"capital of Zarnia": "Orsk", "Mira Oskan": "a glassblower", "Doran Pell": "Brask",
-           "observatory": "On Mount Kel.", "Senna trade": "fish", "gate": "Anna called it back.",
-           "stolen": "3", "new pin": "label: 7", "key?": "B", "heist movie": "1. Ronin\n2. The Town"}
+REPLIES = {
+    "capital of Zarnia": "Orsk",
+    "Mira Oskan": "a glassblower",
+    "Doran Pell": "Brask",
+    "observatory": "On Mount Kel.",
+    "Senna trade": "fish",
+    "gate": "Anna called it back.",
+    "stolen": "3",
+    "new pin": "label: 7",
+    "key?": "B",
+    "heist movie": "1. Ronin\n2. The Town",
+}
 
 
 def _reduced(tmp_path: Path, model: dict) -> dict:
@@ -33,9 +43,20 @@ def _reduced(tmp_path: Path, model: dict) -> dict:
     data.update(output=str(tmp_path / "runs"), model=model, judge_cpus=0.25, judges=[{"name": "mab"}])
     d = data["datasets"][0]
     d["path"] = str(write_repo(tmp_path / "mab"))
-    d["options"].update(chunk_tokens=32, contexts_per_source=2,
-                        sources=["ruler_qa*", "eventqa_full", "longmemeval_*", "icl_*", "recsys_*", "detective_qa",
-                                 "infbench_sum*", "factconsolidation_*"])
+    d["options"].update(
+        chunk_tokens=32,
+        contexts_per_source=2,
+        sources=[
+            "ruler_qa*",
+            "eventqa_full",
+            "longmemeval_*",
+            "icl_*",
+            "recsys_*",
+            "detective_qa",
+            "infbench_sum*",
+            "factconsolidation_*",
+        ],
+    )
     data["datasets"] = [d]
     return data
 
@@ -64,13 +85,19 @@ def test_the_reduced_config_runs_on_a_scripted_model_and_reports_each_competency
     table = mab_table(d)
     row = {r["method"]: r for r in table["rows"]}
     # under `mab` LongMemEval and ∞Bench-Sum are not scored: AR and LRU say so, and there is no Overall
-    assert table["columns"][:4] == ["AR (without longmemeval_s*)", "TTL", "LRU (without infbench_sum_eng_shots2)",
-                                    "CR"]
+    assert table["columns"][:4] == ["AR (without longmemeval_s*)", "TTL", "LRU (without infbench_sum_eng_shots2)", "CR"]
     assert "overall" not in table["columns"]
-    assert set(table["columns"][4:]) == {"detective_qa", "eventqa_full", "factconsolidation_mh_6k", "infbench_sum_eng_shots2",
-                                         "longmemeval_s*",
-                                         "factconsolidation_sh_6k", "icl_banking77_5900shot_balance", "ruler_qa1_197K",
-                                         "recsys_redial_full"}
+    assert set(table["columns"][4:]) == {
+        "detective_qa",
+        "eventqa_full",
+        "factconsolidation_mh_6k",
+        "infbench_sum_eng_shots2",
+        "longmemeval_s*",
+        "factconsolidation_sh_6k",
+        "icl_banking77_5900shot_balance",
+        "ruler_qa1_197K",
+        "recsys_redial_full",
+    }
     p = row["prism-inplace"]["cells"]
     # the scripted replies: CR 1 of 2 right (sh) and 1 of 1 (mh) -> sources 50 and 100, competency 75
     assert p["factconsolidation_sh_6k"].value == pytest.approx(50.0) and p["CR"].value == pytest.approx(75.0)
@@ -97,7 +124,9 @@ def test_the_reduced_config_runs_on_a_scripted_model_and_reports_each_competency
     # (the memory and the instruction), the first of a context nothing
     assert 0.75 * 100 * 5 / 14 < cost["prefix_share"] < 100 * 5 / 14
     assert "## MemoryAgentBench: per competency and source" in rep.markdown
-    assert "75.0 (3 q / 2 ctx)" in rep.markdown and "answer-prompt prefix share" in rep.markdown  # one context per source: no interval
+    assert (
+        "75.0 (3 q / 2 ctx)" in rep.markdown and "answer-prompt prefix share" in rep.markdown
+    )  # one context per source: no interval
     long = row["long-context"]
     assert long["units"]["ok"] == contexts  # each context whole or its last tokens that fit, never n/a
 
@@ -122,8 +151,11 @@ def test_mab_llm_scores_longmemeval_and_infbench_sum_with_the_judge_model(ray_lo
         endpoint = {"base_url": url, "model": "scripted", "max_concurrency": 8}
         data = _reduced(tmp_path, {"kind": "openai", "endpoint": endpoint})
         data["datasets"][0]["options"]["sources"] = ["longmemeval_*", "infbench_sum*"]
-        data.update(judges=[{"name": "mab-llm"}], judge_model={"kind": "openai", "endpoint": endpoint},
-                    methods=[{"name": "prism-inplace", "tasks": ["memoryagentbench"]}])
+        data.update(
+            judges=[{"name": "mab-llm"}],
+            judge_model={"kind": "openai", "endpoint": endpoint},
+            methods=[{"name": "prism-inplace", "tasks": ["memoryagentbench"]}],
+        )
         cfg = with_overrides(parse_config(data), max_chunks=2, repeats=1)
         summary = execute(make_plan(cfg), log=lambda m: None)
     assert summary.failed == 0
@@ -139,13 +171,15 @@ def test_mab_llm_scores_longmemeval_and_infbench_sum_with_the_judge_model(ray_lo
 
 def test_a_context_whose_method_failed_counts_each_of_its_questions_as_zero(ray_local, tmp_path) -> None:
     """The rule of every table: a method's failure is a zero in the means, not a context left out."""
+
     def reply(body: dict) -> str | None:
         prompt = " ".join(str(m.get("content", "")) for m in body.get("messages", []))
         return "" if "Doran Pell" in prompt else _answer(body)  # nothing usable for the multi-hop context
 
     with scripted_endpoint(reply) as (url, seen):
-        data = _reduced(tmp_path, {"kind": "openai", "endpoint": {"base_url": url, "model": "scripted",
-                                                                  "max_concurrency": 8}})
+        data = _reduced(
+            tmp_path, {"kind": "openai", "endpoint": {"base_url": url, "model": "scripted", "max_concurrency": 8}}
+        )
         data["datasets"][0]["options"]["sources"] = ["factconsolidation_*"]
         data["methods"] = [{"name": "prism-inplace", "tasks": ["memoryagentbench"], "options": {"max_attempts": 1}}]
         cfg = with_overrides(parse_config(data), max_chunks=2, repeats=1)
@@ -166,8 +200,9 @@ def test_the_long_context_agent_keeps_the_last_tokens_that_fit_and_the_report_co
     """FIFO truncation, as the benchmark's long-context agents: a context longer than the window is read from its
     end, each unit's memory records what was kept, and the report says how many contexts were read in part."""
     with scripted_endpoint(_answer) as (url, _):
-        data = _reduced(tmp_path, {"kind": "openai", "endpoint": {"base_url": url, "model": "scripted",
-                                                                  "max_concurrency": 8}})
+        data = _reduced(
+            tmp_path, {"kind": "openai", "endpoint": {"base_url": url, "model": "scripted", "max_concurrency": 8}}
+        )
         data["datasets"][0]["options"]["sources"] = ["factconsolidation_*"]
         # 130 tokens: the prompt without input takes about 95 and the answer 10; each context needs ~150
         data["methods"] = [{"name": "long-context", "tasks": ["memoryagentbench"], "options": {"context_tokens": 130}}]
@@ -187,8 +222,9 @@ def test_the_long_context_agent_keeps_the_last_tokens_that_fit_and_the_report_co
 def test_the_reduced_config_runs_on_the_bundled_engine(ray_local, tmp_path) -> None:
     data = _reduced(tmp_path, model={})
     data.pop("model")  # no model named: the bundled SmolLM2
-    data.update(engine={"actors": 1, "cpus_per_actor": 1, "max_in_flight": 16},
-                sampling={"max_tokens": 48, "temperature": 0.0})
+    data.update(
+        engine={"actors": 1, "cpus_per_actor": 1, "max_in_flight": 16}, sampling={"max_tokens": 48, "temperature": 0.0}
+    )
     for m in data["methods"]:
         m.setdefault("options", {})["max_attempts"] = 1
     cfg = with_overrides(parse_config(data), max_chunks=2, repeats=1)
@@ -196,8 +232,14 @@ def test_the_reduced_config_runs_on_the_bundled_engine(ray_local, tmp_path) -> N
     assert summary.computed + summary.failed > 0 and summary.skipped == 0
     _, d, rep = report_of(summary.output)
     table = mab_table(d)
-    assert {r["method"] for r in table["rows"]} == {"long-context", "prism-inplace", "prism-amendments",
-                                                   "inc-update", "gu-json", "cok"}
+    assert {r["method"] for r in table["rows"]} == {
+        "long-context",
+        "prism-inplace",
+        "prism-amendments",
+        "inc-update",
+        "gu-json",
+        "cok",
+    }
     assert "## MemoryAgentBench: per competency and source" in rep.markdown
     # the recommendation source runs from a local copy in the hub's layout (its movie map, entity2id.json, at the
     # root): TTL and Overall are the paper's, and computed as the paper computes them

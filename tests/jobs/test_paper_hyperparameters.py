@@ -1,4 +1,5 @@
 """The shipped configs carry the papers' hyperparameters (seed 000 section 4 and seed 002 section 4)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -26,7 +27,13 @@ def test_seed_000_samples_methods_and_judges_at_temperature_0_8() -> None:
 def test_seed_002_figure_5_sweeps_chunk_size_on_repoqa_with_amendments_without_updates() -> None:
     cfg = load_config(CONFIGS / "papers" / "seed002-fig5.yaml")
     assert {d.task for d in cfg.datasets} == {"repoqa"}
-    assert sorted(d.options["chunk_tokens"] for d in cfg.datasets) == [512, 1024, 2048, 4096, 8192]  # "five different chunk sizes"
+    assert sorted(d.options["chunk_tokens"] for d in cfg.datasets) == [
+        512,
+        1024,
+        2048,
+        4096,
+        8192,
+    ]  # "five different chunk sizes"
     assert [(m.name, m.options) for m in cfg.methods] == [("prism-amendments", {"updates": False, "max_attempts": 1})]
 
 
@@ -68,7 +75,9 @@ def test_seed_003_summarisers_decode_at_the_official_temperature() -> None:
 def test_seed_001_rows_summarise_with_chain_of_density() -> None:
     cfg = load_config(CONFIGS / "papers" / "seed001-table1.yaml")
     assert [(m.name, m.options) for m in cfg.methods] == [
-        ("no-kg", {"density_rounds": 4}), ("kg-retrieval", {"density_rounds": 4, "extraction_model": "judge"})]
+        ("no-kg", {"density_rounds": 4}),
+        ("kg-retrieval", {"density_rounds": 4, "extraction_model": "judge"}),
+    ]
 
 
 def test_memoryagentbench_takes_the_benchmarks_context_counts() -> None:

@@ -1,5 +1,6 @@
 """The papers' tables: one config per table under jobs/configs/papers/, each laid out by `memloop report`
 with the paper's rows and columns and the paper's printed numbers beside memloop's."""
+
 from __future__ import annotations
 
 import json
@@ -7,14 +8,13 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-from memloop.jobs.run.config import load_config, parse_config, with_overrides
-from memloop.jobs.run.driver import execute
-from memloop.jobs.run.plan import make_plan
 from memloop.jobs.errors import ConfigError
 from memloop.jobs.results.paper_tables import TABLES, layout
-from memloop.jobs.run.plan import run_id
 from memloop.jobs.results.report import headline, report_of
+from memloop.jobs.run.config import load_config, parse_config, with_overrides
+from memloop.jobs.run.driver import execute
+from memloop.jobs.run.plan import make_plan, run_id
+
 from tests.datasets.test_booksum import booksum_file
 from tests.datasets.test_memoryagentbench import write_repo
 from tests.jobs.scripted_endpoint import scripted_endpoint
@@ -46,8 +46,13 @@ def test_every_paper_table_has_a_config_whose_methods_tasks_and_judges_it_reads(
 
 def test_an_unknown_paper_table_is_a_config_error_naming_the_known_ones() -> None:
     with pytest.raises(ConfigError, match="seed000-table1"):
-        parse_config({"datasets": [{"task": "sumie", "synthetic": {"entities": 1}}], "methods": [{"name": "cok"}],
-                      "paper_tables": ["seed000-table9"]})
+        parse_config(
+            {
+                "datasets": [{"task": "sumie", "synthetic": {"entities": 1}}],
+                "methods": [{"name": "cok"}],
+                "paper_tables": ["seed000-table9"],
+            }
+        )
 
 
 def test_a_paper_config_runs_reduced_with_limit_max_chunks_and_repeats() -> None:
@@ -61,14 +66,41 @@ def test_a_paper_config_runs_reduced_with_limit_max_chunks_and_repeats() -> None
 
 def test_cells_carry_the_papers_unit_the_counts_and_why_a_figure_is_missing() -> None:
     table = TABLES["seed004-table1"]
-    figures = [{"method": "fart-base", "dataset": "arxiv:x", "judge": "rouge", "metric": "rouge1",
-                "mean": 0.2, "se": 0.01, "judged": 9, "total": 10},
-               {"method": "fart-rolling", "dataset": "arxiv:x", "judge": "rouge", "metric": "rouge1",
-                "mean": 0.3, "se": None, "judged": 10, "total": 10}]
+    figures = [
+        {
+            "method": "fart-base",
+            "dataset": "arxiv:x",
+            "judge": "rouge",
+            "metric": "rouge1",
+            "mean": 0.2,
+            "se": 0.01,
+            "judged": 9,
+            "total": 10,
+        },
+        {
+            "method": "fart-rolling",
+            "dataset": "arxiv:x",
+            "judge": "rouge",
+            "metric": "rouge1",
+            "mean": 0.3,
+            "se": None,
+            "judged": 10,
+            "total": 10,
+        },
+    ]
     rows = {r["label"]: r["cells"] for r in layout(table, figures, {})["rows"]}
-    assert rows["Base"]["ROUGE-1"] == dict(memloop=pytest.approx(20.0), se=pytest.approx(1.0), lo=None, hi=None, n=9,
-                                          total=10, incomplete=False, text="20.0 ± 1.0 (9 / 10)", paper="11.7",
-                                          steps_not_ok=None)
+    assert rows["Base"]["ROUGE-1"] == dict(
+        memloop=pytest.approx(20.0),
+        se=pytest.approx(1.0),
+        lo=None,
+        hi=None,
+        n=9,
+        total=10,
+        incomplete=False,
+        text="20.0 ± 1.0 (9 / 10)",
+        paper="11.7",
+        steps_not_ok=None,
+    )
     assert rows["Rolling summary"]["ROUGE-1"]["text"] == "30.0"  # all judged: no counts shown
     assert rows["Compressed intermediates"]["ROUGE-1"]["text"] == "–"
     long = TABLES["seed002-table2"]
@@ -88,13 +120,39 @@ def test_seed002_cost_cells_are_per_cell_and_at_the_papers_precision() -> None:
     """Table 5 prints the cost index to three decimals (its rows differ in the third); a cell counts n/a and
     failed units of its own task only (a book's n/a never shows on a RepoQA cell); the long-context mean is
     said to be over its own sample set; the engine's figures are their own, labelled columns."""
-    fig = {"method": "long-context", "judge": "", "metric": "cost_index", "mean": 0.0347, "se": 0.0012,
-           "samples": 2, "total": 2}
-    figures = [dict(fig, dataset="spider:s"), dict(fig, dataset="repoqa:r", method="inc-update"),
-               {"method": "long-context", "dataset": "repoqa:r", "judge": "repoqa-exact", "metric": "accuracy",
-                "mean": 0.5, "se": None, "judged": 2, "total": 2},
-               {"method": "long-context", "dataset": "book:b", "judge": "booookscore", "metric": "booookscore",
-                "mean": 0.6, "se": None, "judged": 1, "total": 1}]
+    fig = {
+        "method": "long-context",
+        "judge": "",
+        "metric": "cost_index",
+        "mean": 0.0347,
+        "se": 0.0012,
+        "samples": 2,
+        "total": 2,
+    }
+    figures = [
+        dict(fig, dataset="spider:s"),
+        dict(fig, dataset="repoqa:r", method="inc-update"),
+        {
+            "method": "long-context",
+            "dataset": "repoqa:r",
+            "judge": "repoqa-exact",
+            "metric": "accuracy",
+            "mean": 0.5,
+            "se": None,
+            "judged": 2,
+            "total": 2,
+        },
+        {
+            "method": "long-context",
+            "dataset": "book:b",
+            "judge": "booookscore",
+            "metric": "booookscore",
+            "mean": 0.6,
+            "se": None,
+            "judged": 1,
+            "total": 1,
+        },
+    ]
     status = {("long-context", "book:b"): {"n/a": 2, "ok": 1}, ("long-context", "repoqa:r"): {"ok": 2}}
     t5 = {r["label"]: r["cells"] for r in layout(TABLES["seed002-table5"], figures, status)["rows"]}
     assert t5["Long context"]["cost index"]["text"] == "0.035 ± 0.001"
@@ -105,7 +163,9 @@ def test_seed002_cost_cells_are_per_cell_and_at_the_papers_precision() -> None:
     assert t2["Long context"]["BooookScore"]["text"] == "0.600 (own samples: 2 n/a)"
     labels = [c.label for c in TABLES["seed002-table3"].columns]
     assert {"engine: radix cache hit (%)", "engine: net (x10^3)", "engine: cost index"} <= set(labels)
-    assert all(not r.paper.get(lab) for r in TABLES["seed002-table3"].rows for lab in labels if lab.startswith("engine"))
+    assert all(
+        not r.paper.get(lab) for r in TABLES["seed002-table3"].rows for lab in labels if lab.startswith("engine")
+    )
 
 
 def test_seed003_release_column_is_the_official_release_replayed(shared_data) -> None:
@@ -127,11 +187,20 @@ def endpoint():
 def arxiv_file(tmp_path: Path) -> Path:
     """One article in the hub's `section` layout (ccdv/arxiv-summarization): lowercased, tokenised
     sentences joined with " \n ", as seed004-table1 reads it."""
-    sentences = [f"sentence {i} of the study reports a measured result about lighthouse lamps ( see fig . [ f{i} ] ) ."
-                 for i in range(40)]
+    sentences = [
+        f"sentence {i} of the study reports a measured result about lighthouse lamps ( see fig . [ f{i} ] ) ."
+        for i in range(40)
+    ]
     path = tmp_path / "arxiv.jsonl"
-    path.write_text(json.dumps({"article": " \n ".join(sentences),
-                                "abstract": "the study measures lighthouse lamps . \n it reports results ."}) + "\n")
+    path.write_text(
+        json.dumps(
+            {
+                "article": " \n ".join(sentences),
+                "abstract": "the study measures lighthouse lamps . \n it reports results .",
+            }
+        )
+        + "\n"
+    )
     return path
 
 
@@ -142,8 +211,9 @@ def _mab_repo(tmp_path: Path) -> Path:
 
 
 @pytest.mark.parametrize("config", PAPER_CONFIGS, ids=lambda p: p.stem)
-def test_a_reduced_paper_config_runs_end_to_end_and_reports_the_papers_table(config, ray_local, endpoint,
-                                                                             tmp_path) -> None:
+def test_a_reduced_paper_config_runs_end_to_end_and_reports_the_papers_table(
+    config, ray_local, endpoint, tmp_path
+) -> None:
     url, _ = endpoint
     data = yaml.safe_load(config.read_text())
     model = {"kind": "openai", "endpoint": {"base_url": url, "model": "scripted", "max_concurrency": 8}}
@@ -192,19 +262,26 @@ def test_a_reduced_paper_config_runs_end_to_end_and_reports_the_papers_table(con
         assert all(sorted(p[1] for p in pts) == [32, 64, 128, 256, 512] for pts in curves.values())
     if "seed002-table4" in cfg.paper_tables:  # memory tokens, manual against generated, per task
         manual = next(r for r in laid["seed002-table4"]["rows"] if r["label"] == "Manual")["cells"]
-        assert all(manual[f"{t} memory tokens"]["memloop"] is not None for t in ("BooookScore", "RepoQA", "LOFT-Spider"))
+        assert all(
+            manual[f"{t} memory tokens"]["memloop"] is not None for t in ("BooookScore", "RepoQA", "LOFT-Spider")
+        )
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("config", PAPER_CONFIGS, ids=lambda p: p.stem)
 def test_a_reduced_paper_config_runs_on_the_bundled_model(config, ray_local, tmp_path) -> None:
     """Each paper config reduced (2 samples, 2 chunks, 1 repeat, 64-token outputs, KGScore extractions of
-    256 tokens) on the engine with the bundled model: every unit computed or failed with its cause, and the report lays out the table."""
+    256 tokens) on the engine with the bundled model: every unit computed or failed with its cause, and the report lays
+    out the table."""
     data = yaml.safe_load(config.read_text())
     data.pop("model", None)  # the bundled model, whatever the config names (its chunks are reduced to fit 8k)
-    data.update(output=str(tmp_path / "runs"), engine={"actors": 1, "cpus_per_actor": 1, "max_in_flight": 16},
-                sampling=dict(data.get("sampling") or {}, max_tokens=64), judge_cpus=0.25,
-                judge_model={"kind": "engine"})  # the pipeline, not the judge's strength: the model judges itself
+    data.update(
+        output=str(tmp_path / "runs"),
+        engine={"actors": 1, "cpus_per_actor": 1, "max_in_flight": 16},
+        sampling=dict(data.get("sampling") or {}, max_tokens=64),
+        judge_cpus=0.25,
+        judge_model={"kind": "engine"},
+    )  # the pipeline, not the judge's strength: the model judges itself
     for d in data["datasets"]:
         if d["task"] == "book":
             d["path"] = str(BOOK)
@@ -229,9 +306,11 @@ def test_a_reduced_paper_config_runs_on_the_bundled_model(config, ray_local, tmp
     _, d, rep = report_of(summary.output)
     # no unit refused for length: the chunk-fit check sized the chunks for the config's model
     errors = d.samples["error"].fillna("")
-    refused = d.samples[errors.str.contains("context|too long|exceeds", case=False)
-                        & ~errors.str.contains("has no answer step")  # a summariser on MemoryAgentBench: n/a
-                        & (d.samples["method"] != "long-context")]
+    refused = d.samples[
+        errors.str.contains("context|too long|exceeds", case=False)
+        & ~errors.str.contains("has no answer step")  # a summariser on MemoryAgentBench: n/a
+        & (d.samples["method"] != "long-context")
+    ]
     assert refused.empty, refused[["unit", "status", "error"]].to_string()
     laid = {t["id"]: t for t in headline(d)["paper_tables"]}
     assert list(laid) == cfg.paper_tables
@@ -250,14 +329,14 @@ def _lcp(a: list[int], b: list[int]) -> int:
     return n
 
 
-def test_table3_net_and_cost_index_recomputed_from_the_runs_parquet_agree_with_the_report(ray_local, endpoint,
-                                                                                          tmp_path) -> None:
+def test_table3_net_and_cost_index_recomputed_from_the_runs_parquet_agree_with_the_report(
+    ray_local, endpoint, tmp_path
+) -> None:
     """Held out: seed002-table2 reduced on the scripted model; from the run's Parquet steps alone (recorded
     prompts and outputs, the tokenizer the report names, the paper's definitions, written out here
     independently) each row's Total, Net and cost index per sample agree with `memloop report`, and
     hit = 1 - Net / Total holds in every row of tables 3 and 5."""
     import pyarrow.dataset as pads
-
     from memloop.eval.tokens import cl100k_encode
 
     url, _ = endpoint
@@ -280,8 +359,12 @@ def test_table3_net_and_cost_index_recomputed_from_the_runs_parquet_agree_with_t
     for (method, ds), units in samples[samples["status"] == "ok"].groupby(["method", "dataset"]):
         per = []
         for sid in units["sample_id"]:
-            st = steps[(steps["method"] == method) & (steps["dataset"] == ds) & (steps["sample_id"] == sid)
-                       & (steps["kind"] != "schema")].sort_values("step")
+            st = steps[
+                (steps["method"] == method)
+                & (steps["dataset"] == ds)
+                & (steps["sample_id"] == sid)
+                & (steps["kind"] != "schema")
+            ].sort_values("step")
             # every attempt: a retried step's prompt once per attempt, its rejected outputs' decoded tokens
             ids = [cl100k_encode(p or "") for p, k in zip(st["prompt"], st["attempts"]) for _ in range(max(1, k))]
             total = sum(len(i) for i in ids)
@@ -317,10 +400,19 @@ def test_every_method_label_docs_methods_names_for_a_paper_row_is_one_a_paper_ta
     tables read `-no-updates`): a run configured from the docs lost its rows."""
     import re
 
-    read = {m for t in TABLES.values() for r in t.rows
-            for m in ([r.method] if isinstance(r.method, str) else r.method.values())}
-    read |= {m for t in TABLES.values() for d in t.differences for side in (d.a, d.b)
-             for m in ([side] if isinstance(side, str) else side.values())}
+    read = {
+        m
+        for t in TABLES.values()
+        for r in t.rows
+        for m in ([r.method] if isinstance(r.method, str) else r.method.values())
+    }
+    read |= {
+        m
+        for t in TABLES.values()
+        for d in t.differences
+        for side in (d.a, d.b)
+        for m in ([side] if isinstance(side, str) else side.values())
+    }
     table = (ROOT / "docs/methods.md").read_text().split("### Baselines and ablations as a run config names them")[1]
     rows = [line for line in table.split("\n\n")[1].splitlines() if line.startswith("| seed 002")]
     labels = {label for line in rows for label in re.findall(r"label: ([\w-]+)", line)}
@@ -346,20 +438,36 @@ def test_a_cell_whose_generated_schema_never_parsed_shows_failed_with_its_cause_
     """Issue 46 point 10: every unit of the table 4 cell failed because the task's schema never parsed;
     the cell read 0 (failed units count as 0 by the rule for means). It now says failed, and why."""
     import pandas as pd
-
     from memloop.eval.datasets.sample import Sample
     from memloop.eval.llm import ScriptedLLM
     from memloop.eval.methods import get_method
     from memloop.jobs.results.paper_tables import method_status
 
     llm = ScriptedLLM(["no schema"] * 3, name="schema-never")
-    outs = [get_method("prism-amendments", generate_schema=True, schema_attempts=3).run(
-        Sample(id=f"r{i}", task="repoqa", chunks=("def f(): pass",), query="q"), llm) for i in range(2)]
-    samples = pd.DataFrame([dict(method="generated-repoqa", dataset="repoqa:r", status="failed", error=o.failure)
-                            for o in outs])
-    zero = [dict(method="generated-repoqa", dataset="repoqa:r", judge="repoqa-exact", metric="accuracy", mean=0.0,
-                 judged=0, zeroed=2, total=2)]
+    outs = [
+        get_method("prism-amendments", generate_schema=True, schema_attempts=3).run(
+            Sample(id=f"r{i}", task="repoqa", chunks=("def f(): pass",), query="q"), llm
+        )
+        for i in range(2)
+    ]
+    samples = pd.DataFrame(
+        [dict(method="generated-repoqa", dataset="repoqa:r", status="failed", error=o.failure) for o in outs]
+    )
+    zero = [
+        dict(
+            method="generated-repoqa",
+            dataset="repoqa:r",
+            judge="repoqa-exact",
+            metric="accuracy",
+            mean=0.0,
+            judged=0,
+            zeroed=2,
+            total=2,
+        )
+    ]
     laid = layout(TABLES["seed002-table4"], zero, method_status(samples))
     cell = {r["label"]: r["cells"] for r in laid["rows"]}["Generated"]["RepoQA acc."]
     assert cell["memloop"] is None
-    assert cell["text"].startswith("failed (2 / 2): not run, no generated schema for task 'repoqa' parsed in 3 attempt(s)")
+    assert cell["text"].startswith(
+        "failed (2 / 2): not run, no generated schema for task 'repoqa' parsed in 3 attempt(s)"
+    )

@@ -1,6 +1,7 @@
 """`memloop run` makes its plan once: every dataset is loaded once per run, counted at the loader registry
 the run itself uses, also with the live Inspect logs and the report (which read the plan's samples and the
 run's tables instead of loading the data again). A real run on the scripted endpoint."""
+
 from __future__ import annotations
 
 import functools
@@ -13,10 +14,13 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-inspect_log = pytest.importorskip("inspect_ai.log", reason="inspect_ai is not installed (pip install 'memloop[inspect]')")
+inspect_log = pytest.importorskip(
+    "inspect_ai.log", reason="inspect_ai is not installed (pip install 'memloop[inspect]')"
+)
 
 from memloop.eval.datasets.registry import get_loader, register_loader  # noqa: E402
 from memloop.jobs.commands.cli import app  # noqa: E402
+
 from tests.jobs.scripted_endpoint import attribute_table_answer, scripted_endpoint  # noqa: E402
 
 pytestmark = pytest.mark.timeout(600)
@@ -27,10 +31,12 @@ BOOK = ROOT / "jobs/configs/data/lighthouse-keeper.txt"
 
 def _counted(task: str, real: Callable[..., Any], loads: Counter) -> Callable[..., Any]:
     """The task's real loader, counting its calls (its signature kept: the run reads options off it)."""
+
     @functools.wraps(real)
     def load(*args: Any, **kwargs: Any) -> Any:
         loads[task] += 1
         return real(*args, **kwargs)
+
     return load
 
 
@@ -42,12 +48,22 @@ def test_one_memloop_run_loads_each_dataset_once(ray_local, tmp_path) -> None:
     try:
         with scripted_endpoint(attribute_table_answer) as (url, _):
             model = {"kind": "openai", "endpoint": {"base_url": url, "model": "scripted", "max_concurrency": 4}}
-            cfg = {"name": "once", "output": str(tmp_path / "runs"), "model": model, "retries": 0, "judge_cpus": 0.25,
-                   "datasets": [{"task": "sumie", "synthetic": {"entities": 2, "seed": 0}, "options": {"max_chunks": 2}},
-                                {"task": "book", "path": str(BOOK), "options": {"chunk_tokens": 64, "max_chunks": 2}}],
-                   "methods": [{"name": "gu-json", "tasks": ["sumie"], "options": {"max_attempts": 1, "max_tokens": 200}},
-                               {"name": "inc-update", "options": {"word_limit": 50, "max_attempts": 1}}],
-                   "judges": [{"name": "sumie-exact"}]}
+            cfg = {
+                "name": "once",
+                "output": str(tmp_path / "runs"),
+                "model": model,
+                "retries": 0,
+                "judge_cpus": 0.25,
+                "datasets": [
+                    {"task": "sumie", "synthetic": {"entities": 2, "seed": 0}, "options": {"max_chunks": 2}},
+                    {"task": "book", "path": str(BOOK), "options": {"chunk_tokens": 64, "max_chunks": 2}},
+                ],
+                "methods": [
+                    {"name": "gu-json", "tasks": ["sumie"], "options": {"max_attempts": 1, "max_tokens": 200}},
+                    {"name": "inc-update", "options": {"word_limit": 50, "max_attempts": 1}},
+                ],
+                "judges": [{"name": "sumie-exact"}],
+            }
             path = tmp_path / "cfg.yaml"
             path.write_text(yaml.safe_dump(cfg))
             res = CliRunner().invoke(app, ["run", str(path), "--log-format", "inspect", "--report"])

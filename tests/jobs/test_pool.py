@@ -1,4 +1,5 @@
 """The worker pool on plain unit functions: retries, failure rows, deferred outcomes, lost lanes."""
+
 from __future__ import annotations
 
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -8,10 +9,21 @@ from memloop.jobs.run.pool import Attempt, Outcome, WorkerPool
 
 def _pool(items, run, **kw):
     flushed: list[dict] = []
-    pool = WorkerPool(items, lanes=kw.pop("lanes", 2), per_lane=2, retries=kw.pop("retries", 2), run=run,
-                      failed_rows=lambda a, err, infra: {"samples": [{"item": a.item, "status": "failed", "error": err,
-                                                                      "infrastructure": infra}]},
-                      flush=flushed.append, log=lambda m: None, flush_units=1, flush_s=0.1, **kw)
+    pool = WorkerPool(
+        items,
+        lanes=kw.pop("lanes", 2),
+        per_lane=2,
+        retries=kw.pop("retries", 2),
+        run=run,
+        failed_rows=lambda a, err, infra: {
+            "samples": [{"item": a.item, "status": "failed", "error": err, "infrastructure": infra}]
+        },
+        flush=flushed.append,
+        log=lambda m: None,
+        flush_units=1,
+        flush_s=0.1,
+        **kw,
+    )
     return pool, flushed
 
 
@@ -47,8 +59,12 @@ def test_every_item_is_recorded_once_and_retries_are_bounded() -> None:
 
 def test_an_incomplete_outcome_is_counted_apart_from_failures() -> None:
     """A judge that failed leaves the unit ok but incomplete: not a failed unit, yet counted."""
-    pool, flushed = _pool([0, 1], lambda a, lane: Outcome({"samples": [{"item": a.item, "status": "ok"}]},
-                                                          incomplete="judge kgscore: down" if a.item else None))
+    pool, flushed = _pool(
+        [0, 1],
+        lambda a, lane: Outcome(
+            {"samples": [{"item": a.item, "status": "ok"}]}, incomplete="judge kgscore: down" if a.item else None
+        ),
+    )
     assert pool.run() == (2, 0) and pool.infrastructure == 1 and pool.errors == ["judge kgscore: down"]
 
 
@@ -62,6 +78,7 @@ def test_deferred_outcomes_and_their_failures_count() -> None:
             if a.item == 2:
                 raise OSError("connection refused")
             return Outcome({"samples": [{"item": a.item, "status": "ok"}]})
+
         return ex.submit(later)
 
     pool, flushed = _pool([0, 1, 2, 3], run)
@@ -116,8 +133,18 @@ def test_a_failure_that_cannot_be_recorded_never_leaves_the_pool_waiting() -> No
             return f
         return Outcome({"samples": [{"item": a.item}]})
 
-    pool = WorkerPool(list(range(4)), lanes=1, per_lane=2, retries=0, run=run, failed_rows=broken,
-                      flush=lambda rows: None, log=lambda m: None, flush_units=1, flush_s=0.1)
+    pool = WorkerPool(
+        list(range(4)),
+        lanes=1,
+        per_lane=2,
+        retries=0,
+        run=run,
+        failed_rows=broken,
+        flush=lambda rows: None,
+        log=lambda m: None,
+        flush_units=1,
+        flush_s=0.1,
+    )
     result: list = []
     t = threading.Thread(target=lambda: result.append(pool.run()), daemon=True)
     t.start()

@@ -1,16 +1,17 @@
 """What a run says while it works: the engines' start (loading weights) and, with every progress line, what the
 engines are doing (shapes compiled, seconds compiling, sequences running), so the first minutes at 0 units read as
 work, not a hang. A real run on the bundled SmolLM2 engine and local Ray; log lines (not a terminal)."""
+
 from __future__ import annotations
 
 import re
 
 import pytest
-
 from memloop.jobs.run.config import parse_config
 from memloop.jobs.run.driver import execute
 from memloop.jobs.run.plan import make_plan
 from memloop.jobs.run.progress import Progress
+
 from tests.jobs.test_driver import _config
 
 
@@ -23,8 +24,9 @@ def test_a_run_logs_engine_start_and_compiling(ray_local, tmp_path) -> None:
     progress = [line for line in logs if line.startswith("progress: ")]
     assert progress, logs
     # the engine compiled at least one program for this run's shapes, and the line says so
-    assert re.search(r"engines: 1 up, [1-9]\d* shape\(s\) compiled \(\d+ s compiling\), \d+ sequence\(s\) running",
-                     progress[-1]), progress[-1]
+    assert re.search(
+        r"engines: 1 up, [1-9]\d* shape\(s\) compiled \(\d+ s compiling\), \d+ sequence\(s\) running", progress[-1]
+    ), progress[-1]
 
 
 def test_a_terminal_shows_the_engines_in_the_bar(tmp_path) -> None:

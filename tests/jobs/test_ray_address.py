@@ -2,6 +2,7 @@
 host's last `ray start` (`ray_current_cluster`, naming a cluster that has since died) is ignored, and
 an address that cannot be joined fails in seconds with one line and exit 2. Each test gives Ray a
 private RAY_TMPDIR, so no pointer is left behind for other processes of this host."""
+
 from __future__ import annotations
 
 import os
@@ -40,17 +41,28 @@ def _memloop(args: list[str], tmpdir: Path, timeout: float, **env: str) -> tuple
     full = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     full.update(PYTHONPATH=str(ROOT), RAY_TMPDIR=str(tmpdir), **env)
     t0 = time.monotonic()
-    res = subprocess.run([sys.executable, "-m", "memloop.jobs.commands.cli", *args], cwd=ROOT, env=full,
-                         capture_output=True, text=True, timeout=timeout)
+    res = subprocess.run(
+        [sys.executable, "-m", "memloop.jobs.commands.cli", *args],
+        cwd=ROOT,
+        env=full,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     return res, time.monotonic() - t0
 
 
 def _config(tmp_path: Path, url: str) -> Path:
-    cfg = {"name": "ray-address", "output": str(tmp_path / "runs"), "retries": 0, "judge_cpus": 0.25,
-           "datasets": [{"task": "sumie", "synthetic": {"entities": 2, "seed": 5}, "options": {"max_chunks": 1}}],
-           "methods": [{"name": "gu-json", "options": {"max_attempts": 1}}],
-           "judges": [{"name": "sumie-exact"}],
-           "model": {"kind": "openai", "endpoint": {"base_url": url, "model": "m", "max_concurrency": 2}}}
+    cfg = {
+        "name": "ray-address",
+        "output": str(tmp_path / "runs"),
+        "retries": 0,
+        "judge_cpus": 0.25,
+        "datasets": [{"task": "sumie", "synthetic": {"entities": 2, "seed": 5}, "options": {"max_chunks": 1}}],
+        "methods": [{"name": "gu-json", "options": {"max_attempts": 1}}],
+        "judges": [{"name": "sumie-exact"}],
+        "model": {"kind": "openai", "endpoint": {"base_url": url, "model": "m", "max_concurrency": 2}},
+    }
     path = tmp_path / "cfg.yaml"
     path.write_text(yaml.safe_dump(cfg))
     return path

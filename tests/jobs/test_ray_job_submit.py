@@ -6,29 +6,29 @@ the test submits with the `ray` CLI as an operator would, then reads the job's s
 the run's Parquet rows. A config with a relative output is refused inside the job and the job
 fails, rather than writing into Ray's temporary upload folder.
 """
+
 from __future__ import annotations
 
 import json
 import os
 import re
-import socket
 import shutil
+import socket
 import subprocess
-import tempfile
 import sys
+import tempfile
 import textwrap
 import time
 from pathlib import Path
 
 import pytest
 import yaml
-
 from memloop.jobs.store.run_store import RunStore
 
 ROOT = Path(__file__).resolve().parents[2]
 RAY = str(Path(sys.executable).with_name("ray"))
 
-CLUSTER = textwrap.dedent('''
+CLUSTER = textwrap.dedent("""
     import sys, time
     from ray.cluster_utils import Cluster
     port = int(sys.argv[1])
@@ -39,7 +39,7 @@ CLUSTER = textwrap.dedent('''
     print("READY", flush=True)
     while True:
         time.sleep(1)
-''')
+""")
 
 
 def _free_port() -> int:
@@ -50,9 +50,13 @@ def _free_port() -> int:
 
 def _submit(address: str, cfg_path: Path, *args: str) -> tuple[str, str]:
     memloop = str(Path(sys.executable).with_name("memloop"))  # the console script, as an operator submits it
-    out = subprocess.run([RAY, "job", "submit", "--address", address, "--no-wait", "--", memloop, "run",
-                          str(cfg_path), *args],
-                         capture_output=True, text=True, timeout=300, cwd=ROOT)
+    out = subprocess.run(
+        [RAY, "job", "submit", "--address", address, "--no-wait", "--", memloop, "run", str(cfg_path), *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     text = out.stdout + out.stderr
     job_id = re.search(r"raysubmit_\w+", text).group(0)
@@ -74,17 +78,26 @@ def test_ray_job_submit_to_a_two_node_cluster(tmp_path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     # a private Ray temp dir: the cluster's address pointer (ray_current_cluster) is never left in /tmp/ray
     env["RAY_TMPDIR"] = tempfile.mkdtemp(prefix="rt", dir="/tmp")
-    cluster = subprocess.Popen([sys.executable, "-c", CLUSTER, str(port)], stdout=subprocess.PIPE,
-                               stderr=subprocess.DEVNULL, text=True, env=env, cwd=ROOT)
+    cluster = subprocess.Popen(
+        [sys.executable, "-c", CLUSTER, str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=env,
+        cwd=ROOT,
+    )
     try:
         assert cluster.stdout.readline().strip() == "READY"
         address = f"http://127.0.0.1:{port}"
-        cfg = {"name": "submitted", "output": str(tmp_path / "runs"),
-               "datasets": [{"task": "sumie", "synthetic": {"entities": 2, "seed": 1}, "options": {"max_chunks": 1}}],
-               "methods": [{"name": "gu-json", "options": {"max_attempts": 1, "max_tokens": 16}}],
-               "judges": [{"name": "sumie-exact"}],
-               "engine": {"actors": 1, "cpus_per_actor": 1, "max_in_flight": 2, "start_timeout_s": 600},
-               "judge_cpus": 0.25}
+        cfg = {
+            "name": "submitted",
+            "output": str(tmp_path / "runs"),
+            "datasets": [{"task": "sumie", "synthetic": {"entities": 2, "seed": 1}, "options": {"max_chunks": 1}}],
+            "methods": [{"name": "gu-json", "options": {"max_attempts": 1, "max_tokens": 16}}],
+            "judges": [{"name": "sumie-exact"}],
+            "engine": {"actors": 1, "cpus_per_actor": 1, "max_in_flight": 2, "start_timeout_s": 600},
+            "judge_cpus": 0.25,
+        }
         cfg_path = tmp_path / "cfg.yaml"
         cfg_path.write_text(yaml.safe_dump(cfg))
         status, logs = _submit(address, cfg_path)

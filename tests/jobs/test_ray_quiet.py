@@ -1,5 +1,6 @@
 """A run's private Ray prints no token-authentication WARNING: the mode is named in Ray's own setting
 (RAY_AUTH_MODE=token, what Ray picks by default anyway), so every run's stderr is not opened by a warning."""
+
 from __future__ import annotations
 
 import os
@@ -10,12 +11,14 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-START = ("from memloop.jobs.run.actors import ensure_ray\n"
-         "import ray\n"
-         "ensure_ray(lambda m: None)\n"
-         "assert ray.get(ray.remote(lambda: 41 + 1).remote()) == 42\n"
-         "import os; print('mode', os.environ['RAY_AUTH_MODE'])\n"
-         "ray.shutdown()\n")
+START = (
+    "from memloop.jobs.run.actors import ensure_ray\n"
+    "import ray\n"
+    "ensure_ray(lambda m: None)\n"
+    "assert ray.get(ray.remote(lambda: 41 + 1).remote()) == 42\n"
+    "import os; print('mode', os.environ['RAY_AUTH_MODE'])\n"
+    "ray.shutdown()\n"
+)
 
 
 @pytest.mark.timeout(300)

@@ -1,14 +1,13 @@
 """Report arithmetic on hand-made tables: per-repeat aggregation, mean ± s.e., cost index, plots."""
+
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import json
-
-import dataclasses
 import math
 
 import pytest
-
 from memloop.eval.judges.aggregation import mean_se
 from memloop.jobs.results.report import build_report, write_report
 from memloop.jobs.results.run_data import RunData
@@ -17,22 +16,53 @@ from memloop.jobs.store.tables import now
 from memloop.jobs.store.units import unit_key
 
 
-def _shard(rs: RunStore, method: str, sample: str, repeat: int, f1s: list[float], bscore: float | None,
-           tokens: tuple[int, int, int], status: str = "ok", chunk: int | None = None) -> None:
-    base = dict(unit=unit_key("sumie:synthetic", sample, method, repeat), dataset="sumie:synthetic", task="sumie",
-                sample_id=sample, method=method, repeat=repeat)
+def _shard(
+    rs: RunStore,
+    method: str,
+    sample: str,
+    repeat: int,
+    f1s: list[float],
+    bscore: float | None,
+    tokens: tuple[int, int, int],
+    status: str = "ok",
+    chunk: int | None = None,
+) -> None:
+    base = dict(
+        unit=unit_key("sumie:synthetic", sample, method, repeat),
+        dataset="sumie:synthetic",
+        task="sumie",
+        sample_id=sample,
+        method=method,
+        repeat=repeat,
+    )
     t = now()
     p, c, dec = tokens
-    sample_row = dict(base, seed=repeat, status=status, error=None if status == "ok" else "engine died twice",
-                      attempts=1, output_json="{}", n_steps=2, prompt_tokens=p, cached_tokens=c, decoded_tokens=dec,
-                      chunk_tokens=chunk, actor="a", started_at=t, finished_at=t)
-    steps = [dict(base, step=i, kind="update", prompt_tokens=p // 2, cached_tokens=c // 2, decoded_tokens=dec // 2)
-             for i in range(2)]
+    sample_row = dict(
+        base,
+        seed=repeat,
+        status=status,
+        error=None if status == "ok" else "engine died twice",
+        attempts=1,
+        output_json="{}",
+        n_steps=2,
+        prompt_tokens=p,
+        cached_tokens=c,
+        decoded_tokens=dec,
+        chunk_tokens=chunk,
+        actor="a",
+        started_at=t,
+        finished_at=t,
+    )
+    steps = [
+        dict(base, step=i, kind="update", prompt_tokens=p // 2, cached_tokens=c // 2, decoded_tokens=dec // 2)
+        for i in range(2)
+    ]
     scores = [dict(base, judge="sumie-match", metric="f1", turn=i, value=v) for i, v in enumerate(f1s)]
     if bscore is not None:
         scores.append(dict(base, judge="booookscore", metric="booookscore", turn=None, value=bscore))
-    rs.write_shard({"samples": [sample_row], "steps": steps if status == "ok" else [],
-                    "scores": scores if status == "ok" else []})
+    rs.write_shard(
+        {"samples": [sample_row], "steps": steps if status == "ok" else [], "scores": scores if status == "ok" else []}
+    )
 
 
 def test_mean_se() -> None:
@@ -86,15 +116,30 @@ def test_report_command(tmp_path) -> None:
     a = RunStore.open(str(tmp_path), "a")
     _shard(a, "cok", "e1", 0, [0.2, 0.6], 0.5, (1000, 500, 10))
     root = Path(__file__).resolve().parents[2]
-    out = subprocess.run([sys.executable, "-c", "from memloop.jobs.commands.cli import main; main()", "report", a.uri],
-                         capture_output=True, text=True, cwd=root, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", "from memloop.jobs.commands.cli import main; main()", "report", a.uri],
+        capture_output=True,
+        text=True,
+        cwd=root,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("# Run `a`") and (tmp_path / "a" / "report.md").read_text() in out.stdout
-    bad = subprocess.run([sys.executable, "-c", "from memloop.jobs.commands.cli import main; main()", "report", str(tmp_path / "zz")],
-                         capture_output=True, text=True, cwd=root, timeout=120)
+    bad = subprocess.run(
+        [sys.executable, "-c", "from memloop.jobs.commands.cli import main; main()", "report", str(tmp_path / "zz")],
+        capture_output=True,
+        text=True,
+        cwd=root,
+        timeout=120,
+    )
     assert bad.returncode == 2 and "holds no run" in bad.stderr
-    as_json = subprocess.run([sys.executable, "-c", "from memloop.jobs.commands.cli import main; main()", "report", a.uri, "--json"],
-                             capture_output=True, text=True, cwd=root, timeout=120)
+    as_json = subprocess.run(
+        [sys.executable, "-c", "from memloop.jobs.commands.cli import main; main()", "report", a.uri, "--json"],
+        capture_output=True,
+        text=True,
+        cwd=root,
+        timeout=120,
+    )
     data = json.loads(as_json.stdout)
     figures = {(f["judge"], f["metric"]): f for f in data["figures"]}
     assert data["units"] == [{"method": "cok", "dataset": "sumie:synthetic", "ok": 1, "failed": 0}]
@@ -129,12 +174,33 @@ def _units(rs: RunStore, rows: list[tuple[str, str, int, str, tuple[int, int, in
     unit with a BooookScore failed in judging (the method's output exists, its judgment does not)."""
     t = now()
     for method, sample, repeat, status, (p, c, dec), bscore in rows:
-        base = dict(unit=unit_key("book:x", sample, method, repeat), dataset="book:x", task="book",
-                    sample_id=sample, method=method, repeat=repeat)
-        row = dict(base, seed=repeat, status=status, error=None if status == "ok" else "judge booookscore: bad JSON",
-                   attempts=1, output_json='"s"', n_steps=1, prompt_tokens=p, cached_tokens=c, decoded_tokens=dec,
-                   chunk_tokens=None, actor="a", started_at=t, finished_at=t)
-        scores = [] if bscore is None else [dict(base, judge="booookscore", metric="booookscore", turn=None, value=bscore)]
+        base = dict(
+            unit=unit_key("book:x", sample, method, repeat),
+            dataset="book:x",
+            task="book",
+            sample_id=sample,
+            method=method,
+            repeat=repeat,
+        )
+        row = dict(
+            base,
+            seed=repeat,
+            status=status,
+            error=None if status == "ok" else "judge booookscore: bad JSON",
+            attempts=1,
+            output_json='"s"',
+            n_steps=1,
+            prompt_tokens=p,
+            cached_tokens=c,
+            decoded_tokens=dec,
+            chunk_tokens=None,
+            actor="a",
+            started_at=t,
+            finished_at=t,
+        )
+        scores = (
+            [] if bscore is None else [dict(base, judge="booookscore", metric="booookscore", turn=None, value=bscore)]
+        )
         rs.write_shard({"samples": [row], "steps": [], "scores": scores})
 
 
@@ -144,10 +210,17 @@ def test_cost_is_a_mean_per_sample_over_the_samples_every_method_finished(tmp_pa
     from memloop.jobs.results.report import headline
 
     rs = RunStore.open(str(tmp_path), "cost")
-    _units(rs, [("inc", "b1", 0, "ok", (1000, 0, 100), 0.5), ("inc", "b2", 0, "ok", (3000, 0, 300), 0.7),
-                ("inc", "b3", 0, "ok", (9000, 0, 900), 0.9),
-                ("prism", "b1", 0, "ok", (2000, 1000, 100), 0.6), ("prism", "b2", 0, "ok", (2000, 1000, 100), 0.6),
-                ("prism", "b3", 0, "failed", (50, 0, 0), None)])
+    _units(
+        rs,
+        [
+            ("inc", "b1", 0, "ok", (1000, 0, 100), 0.5),
+            ("inc", "b2", 0, "ok", (3000, 0, 300), 0.7),
+            ("inc", "b3", 0, "ok", (9000, 0, 900), 0.9),
+            ("prism", "b1", 0, "ok", (2000, 1000, 100), 0.6),
+            ("prism", "b2", 0, "ok", (2000, 1000, 100), 0.6),
+            ("prism", "b3", 0, "failed", (50, 0, 0), None),
+        ],
+    )
     d = RunData.load(rs)
     md = build_report(d).markdown
     # inc over b1, b2 (b3 failed for prism): per sample (1000+300)/1e6 and (3000+900)/1e6 -> mean 0.0026
@@ -177,8 +250,14 @@ def test_a_failed_unit_scores_zero_in_the_headline_with_the_counts_beside(tmp_pa
     from memloop.jobs.results.report import headline
 
     rs = RunStore.open(str(tmp_path), "judged")
-    _units(rs, [("inc", "b1", 0, "ok", (100, 0, 10), 0.5), ("inc", "b2", 0, "failed", (100, 0, 10), None),
-                ("inc", "b3", 0, "ok", (100, 0, 10), 0.7)])
+    _units(
+        rs,
+        [
+            ("inc", "b1", 0, "ok", (100, 0, 10), 0.5),
+            ("inc", "b2", 0, "failed", (100, 0, 10), None),
+            ("inc", "b3", 0, "ok", (100, 0, 10), 0.7),
+        ],
+    )
     d = RunData.load(rs)
     md = build_report(d).markdown
     header = next(line for line in md.splitlines() if line.startswith("| method | dataset | booookscore"))
@@ -190,23 +269,51 @@ def test_a_failed_unit_scores_zero_in_the_headline_with_the_counts_beside(tmp_pa
     assert (fig["judged"], fig["zeroed"], fig["total"], fig["incomplete"]) == (2, 1, 3, False)
 
 
-PROMPTS = ["[CLASS]\nclass Book: ...\n[MEMORY]\n{}\n[TEXT]\nAnna sails to Crete.",
-           "[CLASS]\nclass Book: ...\n[MEMORY]\n{}\n+ Anna sails\n[TEXT]\nAnna becomes a captain.",
-           "[CLASS]\nclass Book: ...\n[MEMORY]\n{}\n+ Anna sails\n+ captain\n[TEXT]\nBob joins her."]
+PROMPTS = [
+    "[CLASS]\nclass Book: ...\n[MEMORY]\n{}\n[TEXT]\nAnna sails to Crete.",
+    "[CLASS]\nclass Book: ...\n[MEMORY]\n{}\n+ Anna sails\n[TEXT]\nAnna becomes a captain.",
+    "[CLASS]\nclass Book: ...\n[MEMORY]\n{}\n+ Anna sails\n+ captain\n[TEXT]\nBob joins her.",
+]
 
 
 def _prompt_run(tmp_path, name: str) -> RunData:
     rs = RunStore.open(str(tmp_path), name)
-    base = dict(unit=unit_key("book:x", "b1", "prism", 0), dataset="book:x", task="book", sample_id="b1",
-                method="prism", repeat=0)
+    base = dict(
+        unit=unit_key("book:x", "b1", "prism", 0),
+        dataset="book:x",
+        task="book",
+        sample_id="b1",
+        method="prism",
+        repeat=0,
+    )
     t = now()
-    rs.write_shard({
-        "samples": [dict(base, seed=0, status="ok", error=None, attempts=1, output_json='"s"', n_steps=3,
-                         prompt_tokens=300, cached_tokens=0, decoded_tokens=30, chunk_tokens=None, actor="a",
-                         started_at=t, finished_at=t)],
-        "steps": [dict(base, step=i, kind="revise", prompt=p, prompt_tokens=100, cached_tokens=0, decoded_tokens=10)
-                  for i, p in enumerate(PROMPTS)],
-        "scores": []})
+    rs.write_shard(
+        {
+            "samples": [
+                dict(
+                    base,
+                    seed=0,
+                    status="ok",
+                    error=None,
+                    attempts=1,
+                    output_json='"s"',
+                    n_steps=3,
+                    prompt_tokens=300,
+                    cached_tokens=0,
+                    decoded_tokens=30,
+                    chunk_tokens=None,
+                    actor="a",
+                    started_at=t,
+                    finished_at=t,
+                )
+            ],
+            "steps": [
+                dict(base, step=i, kind="revise", prompt=p, prompt_tokens=100, cached_tokens=0, decoded_tokens=10)
+                for i, p in enumerate(PROMPTS)
+            ],
+            "scores": [],
+        }
+    )
     return RunData.load(rs)
 
 
@@ -243,7 +350,6 @@ def test_paper_cache_hit_from_recorded_prompts_next_to_the_radix_hit(tmp_path) -
 
 def test_paper_cache_hit_in_the_run_models_tokens(tmp_path, smollm2_gguf) -> None:
     import pandas as pd
-
     from memloop.engine.model.tokenizer import load_tokenizer
     from memloop.jobs.results.report import headline
 
@@ -262,16 +368,47 @@ def test_go_rows_leave_start_and_avg_empty(tmp_path) -> None:
     from memloop.jobs.results.report import headline
 
     rs = RunStore.open(str(tmp_path), "go")
-    base = dict(unit=unit_key("sumie:synthetic", "e1", "go-json", 0), dataset="sumie:synthetic", task="sumie",
-                sample_id="e1", method="go-json", repeat=0)
+    base = dict(
+        unit=unit_key("sumie:synthetic", "e1", "go-json", 0),
+        dataset="sumie:synthetic",
+        task="sumie",
+        sample_id="e1",
+        method="go-json",
+        repeat=0,
+    )
     t = now()
-    rs.write_shard({"samples": [dict(base, seed=0, status="ok", error=None, attempts=1, output_json="{}", n_steps=1,
-                                     prompt_tokens=10, cached_tokens=0, decoded_tokens=1, chunk_tokens=None, actor="a",
-                                     started_at=t, finished_at=t)],
-                    "steps": [], "scores": [dict(base, judge="sumie-exact", metric=m, turn=2, value=0.5)
-                                            for m in ("precision", "recall", "f1")]})
+    rs.write_shard(
+        {
+            "samples": [
+                dict(
+                    base,
+                    seed=0,
+                    status="ok",
+                    error=None,
+                    attempts=1,
+                    output_json="{}",
+                    n_steps=1,
+                    prompt_tokens=10,
+                    cached_tokens=0,
+                    decoded_tokens=1,
+                    chunk_tokens=None,
+                    actor="a",
+                    started_at=t,
+                    finished_at=t,
+                )
+            ],
+            "steps": [],
+            "scores": [
+                dict(base, judge="sumie-exact", metric=m, turn=2, value=0.5) for m in ("precision", "recall", "f1")
+            ],
+        }
+    )
     d = RunData.load(rs)
-    row = next(line for line in build_report(d).markdown.splitlines() if line.startswith("| go-json | sumie:synthetic | sumie-exact"))
+    row = next(
+        line
+        for line in build_report(d).markdown.splitlines()
+        if line.startswith("| go-json | sumie:synthetic | sumie-exact")
+    )
     cells = [c.strip() for c in row.strip("|").split("|")][4:]  # start P R F1, last P R F1, avg P R F1
     assert cells == ["–"] * 3 + ["0.500"] * 3 + ["–"] * 3
     figs = {f["metric"]: f["mean"] for f in headline(d)["figures"] if f["judge"] == "sumie-exact"}
@@ -284,13 +421,21 @@ def test_a_method_that_does_not_apply_is_n_a_not_a_failure_and_blocks_no_compari
     from memloop.jobs.results.report import headline
 
     rs = RunStore.open(str(tmp_path), "na")
-    _units(rs, [("inc", "b1", 0, "ok", (1000, 0, 100), 0.5), ("inc", "b2", 0, "ok", (3000, 0, 300), 0.7),
-                ("long", "b1", 0, "ok", (4000, 0, 10), 0.8), ("long", "b2", 0, "n/a", (0, 0, 0), None)])
+    _units(
+        rs,
+        [
+            ("inc", "b1", 0, "ok", (1000, 0, 100), 0.5),
+            ("inc", "b2", 0, "ok", (3000, 0, 300), 0.7),
+            ("long", "b1", 0, "ok", (4000, 0, 10), 0.8),
+            ("long", "b2", 0, "n/a", (0, 0, 0), None),
+        ],
+    )
     d = RunData.load(rs)
     md = build_report(d).markdown
     assert "| method | dataset | ok | failed | n/a |" in md
     assert next(line for line in md.splitlines() if line.startswith("| long | book:x |")).startswith(
-        "| long | book:x | 1 | 0 | 1 |")
+        "| long | book:x | 1 | 0 | 1 |"
+    )
     h = headline(d)
     assert h["cost_excluded"] == []  # b2 is compared for inc although long does not apply to it
     cost = {(f["method"], f["metric"]): f for f in h["figures"] if f["judge"] == ""}
@@ -313,14 +458,49 @@ def test_net_and_cost_index_follow_the_papers_prefix_definition_not_the_radix_ca
     t = now()
     prompt, answer = "Whole book: Anna sails to Crete and becomes a captain. Summarize.", "Anna captains."
     for sid, cached in (("b1", 0), ("b2", 40)):
-        base = dict(unit=unit_key("book:x", sid, "long", 0), dataset="book:x", task="book", sample_id=sid,
-                    method="long", repeat=0)
-        rs.write_shard({
-            "samples": [dict(base, seed=0, status="ok", error=None, attempts=1, output_json='"s"', n_steps=1,
-                             prompt_tokens=60, cached_tokens=cached, decoded_tokens=9, chunk_tokens=None, actor="a",
-                             started_at=t, finished_at=t)],
-            "steps": [dict(base, step=0, kind="final", prompt=prompt, output=answer, prompt_tokens=60,
-                           cached_tokens=cached, decoded_tokens=9)], "scores": []})
+        base = dict(
+            unit=unit_key("book:x", sid, "long", 0),
+            dataset="book:x",
+            task="book",
+            sample_id=sid,
+            method="long",
+            repeat=0,
+        )
+        rs.write_shard(
+            {
+                "samples": [
+                    dict(
+                        base,
+                        seed=0,
+                        status="ok",
+                        error=None,
+                        attempts=1,
+                        output_json='"s"',
+                        n_steps=1,
+                        prompt_tokens=60,
+                        cached_tokens=cached,
+                        decoded_tokens=9,
+                        chunk_tokens=None,
+                        actor="a",
+                        started_at=t,
+                        finished_at=t,
+                    )
+                ],
+                "steps": [
+                    dict(
+                        base,
+                        step=0,
+                        kind="final",
+                        prompt=prompt,
+                        output=answer,
+                        prompt_tokens=60,
+                        cached_tokens=cached,
+                        decoded_tokens=9,
+                    )
+                ],
+                "scores": [],
+            }
+        )
     d = RunData.load(rs)
     cost = {f["metric"]: f["mean"] for f in headline(d)["figures"] if f["judge"] == "" and f["method"] == "long"}
     total, out = len(cl100k_encode(prompt)), len(cl100k_encode(answer))
@@ -337,20 +517,35 @@ def test_printed_hit_cells_satisfy_hit_equals_one_minus_net_over_total_across_re
     """Issue 46 point 12: hit was the mean of per-repeat ratios while Net and Total were means of their
     own, so repeats of different sizes broke hit = 1 - Net / Total in the printed cells."""
     import pandas as pd
-
     from memloop.jobs.results.cost_tables import cost_cells
 
     rows = []
     for rep, total, hit in ((0, 1000.0, 900.0), (1, 100.0, 0.0)):  # repeat 0 reuses 90%, repeat 1 nothing
         for sid in ("a", "b"):
-            rows.append(dict(method="m", dataset="book:x", repeat=rep, sample_id=sid, paper_total=total,
-                             paper_hit=hit, encoded=total, net_encoded=total - hit, decoded=10.0,
-                             cost_index=(total - hit + 30) / 1e6, engine_encoded=total, engine_cached=hit,
-                             engine_net_encoded=total - hit, engine_decoded=10.0,
-                             engine_cost_index=(total - hit + 30) / 1e6))
+            rows.append(
+                dict(
+                    method="m",
+                    dataset="book:x",
+                    repeat=rep,
+                    sample_id=sid,
+                    paper_total=total,
+                    paper_hit=hit,
+                    encoded=total,
+                    net_encoded=total - hit,
+                    decoded=10.0,
+                    cost_index=(total - hit + 30) / 1e6,
+                    engine_encoded=total,
+                    engine_cached=hit,
+                    engine_net_encoded=total - hit,
+                    engine_decoded=10.0,
+                    engine_cost_index=(total - hit + 30) / 1e6,
+                )
+            )
     figs = cost_cells(pd.DataFrame(rows))
-    for hit, net, total in (("prefix_hit_paper", "net_encoded", "encoded"),
-                            ("radix_cache_hit", "engine_net_encoded", "engine_encoded")):
+    for hit, net, total in (
+        ("prefix_hit_paper", "net_encoded", "encoded"),
+        ("radix_cache_hit", "engine_net_encoded", "engine_encoded"),
+    ):
         assert figs[hit]["mean"] == pytest.approx(100 * (1 - figs[net]["mean"] / figs[total]["mean"]))
     assert figs["prefix_hit_paper"]["mean"] == pytest.approx(100 * 900 / 1100)  # not (90 + 0) / 2
 
@@ -366,20 +561,47 @@ def test_table4_memory_tokens_count_the_memory_text_the_prompt_carries(tmp_path,
     from memloop.eval.tokens import cl100k_count
     from memloop.jobs.results.figures import memory_figures
     from memloop.jobs.store.tables import step_row, unit_columns
+
     from tests.methods.test_prism import BOOK, REVS
 
     llm = ScriptedLLM(REVS)
     out = get_method(name).run(BOOK, llm)
-    carried = [llm.requests[i].messages[0]["content"].split("[PARTIAL_SUMMARY]\n")[-1].split("\n\n[TEXT]")[0]
-               for i in (1, 2)]  # what turns 1 and 2 were prompted with
-    unit = SimpleNamespace(key=unit_key("book:x", "b", name, 0), dataset=SimpleNamespace(key="book:x"),
-                           sample=BOOK, method=SimpleNamespace(key=name), repeat=0)
+    carried = [
+        llm.requests[i].messages[0]["content"].split("[PARTIAL_SUMMARY]\n")[-1].split("\n\n[TEXT]")[0] for i in (1, 2)
+    ]  # what turns 1 and 2 were prompted with
+    unit = SimpleNamespace(
+        key=unit_key("book:x", "b", name, 0),
+        dataset=SimpleNamespace(key="book:x"),
+        sample=BOOK,
+        method=SimpleNamespace(key=name),
+        repeat=0,
+    )
     rs = RunStore.open(str(tmp_path), "mem")
     t = now()
-    rs.write_shard({"samples": [dict(unit_columns(unit), seed=0, status="ok", error=None, attempts=1,
-                                     output_json='"s"', n_steps=len(out.steps), prompt_tokens=1, cached_tokens=0,
-                                     decoded_tokens=1, chunk_tokens=None, actor="a", started_at=t, finished_at=t)],
-                    "steps": [step_row(unit, s) for s in out.steps], "scores": []})
+    rs.write_shard(
+        {
+            "samples": [
+                dict(
+                    unit_columns(unit),
+                    seed=0,
+                    status="ok",
+                    error=None,
+                    attempts=1,
+                    output_json='"s"',
+                    n_steps=len(out.steps),
+                    prompt_tokens=1,
+                    cached_tokens=0,
+                    decoded_tokens=1,
+                    chunk_tokens=None,
+                    actor="a",
+                    started_at=t,
+                    finished_at=t,
+                )
+            ],
+            "steps": [step_row(unit, s) for s in out.steps],
+            "scores": [],
+        }
+    )
     fig = next(f for f in memory_figures(RunData.load(rs)) if f["method"] == name)
     want = sum(cl100k_count(c) for c in carried) / 2
     assert fig["mean"] == pytest.approx(want)
@@ -395,25 +617,59 @@ def test_fig3_reports_the_share_of_turns_where_k_bound(tmp_path) -> None:
     from memloop.eval.datasets.sample import Sample
     from memloop.eval.llm import ScriptedLLM
     from memloop.eval.methods import get_method
-    from memloop.jobs.results.paper_tables import TABLES
     from memloop.jobs.results.figures import binding_figures
+    from memloop.jobs.results.paper_tables import TABLES
     from memloop.jobs.store.tables import step_row, unit_columns
 
     hotel = Sample(id="h", task="sumie", chunks=("Pool.", "Spa and gym and bar.", "Quiet."), metadata={"entity": "H"})
     rs = RunStore.open(str(tmp_path), "k")
     t = now()
-    scripts = {"gu-json-k3": ['{"A": ["pool"]}', '{"A": ["pool deck", "spa room", "gym hall", "bar top"]}', '{"A": ["pool spa"]}',
-                              '{"A": ["pool spa", "quiet"]}'],
-               "gu-json-k99": ['{"A": ["pool"]}', '{"A": ["pool deck", "spa room", "gym hall", "bar top"]}', '{"A": ["quiet"]}']}
+    scripts = {
+        "gu-json-k3": [
+            '{"A": ["pool"]}',
+            '{"A": ["pool deck", "spa room", "gym hall", "bar top"]}',
+            '{"A": ["pool spa"]}',
+            '{"A": ["pool spa", "quiet"]}',
+        ],
+        "gu-json-k99": [
+            '{"A": ["pool"]}',
+            '{"A": ["pool deck", "spa room", "gym hall", "bar top"]}',
+            '{"A": ["quiet"]}',
+        ],
+    }
     for label, outputs in scripts.items():
         out = get_method("gu-json", memory_limit=int(label.rsplit("k", 1)[1])).run(hotel, ScriptedLLM(outputs))
-        unit = SimpleNamespace(key=unit_key("sumie:synthetic", "h", label, 0), dataset=SimpleNamespace(key="sumie:synthetic"),
-                               sample=hotel, method=SimpleNamespace(key=label), repeat=0)
-        rs.write_shard({"samples": [dict(unit_columns(unit), seed=0, status="ok", error=None, attempts=1,
-                                         output_json='"s"', n_steps=len(out.steps), prompt_tokens=1, cached_tokens=0,
-                                         decoded_tokens=1, chunk_tokens=None, actor="a", started_at=t,
-                                         finished_at=t)],
-                        "steps": [step_row(unit, s) for s in out.steps], "scores": []})
+        unit = SimpleNamespace(
+            key=unit_key("sumie:synthetic", "h", label, 0),
+            dataset=SimpleNamespace(key="sumie:synthetic"),
+            sample=hotel,
+            method=SimpleNamespace(key=label),
+            repeat=0,
+        )
+        rs.write_shard(
+            {
+                "samples": [
+                    dict(
+                        unit_columns(unit),
+                        seed=0,
+                        status="ok",
+                        error=None,
+                        attempts=1,
+                        output_json='"s"',
+                        n_steps=len(out.steps),
+                        prompt_tokens=1,
+                        cached_tokens=0,
+                        decoded_tokens=1,
+                        chunk_tokens=None,
+                        actor="a",
+                        started_at=t,
+                        finished_at=t,
+                    )
+                ],
+                "steps": [step_row(unit, s) for s in out.steps],
+                "scores": [],
+            }
+        )
     figs = {f["method"]: f["mean"] for f in binding_figures(RunData.load(rs))}
     assert figs == {"gu-json-k3": pytest.approx(1 / 3), "gu-json-k99": 0.0}  # turn 1 of 3 compressed; never
     assert any(c.metric == "k_bound" for c in TABLES["seed000-fig3"].columns)
@@ -423,7 +679,6 @@ def test_a_rejudgings_tables_name_the_judge_model_that_judged_them(tmp_path) -> 
     """The note under a re-judging's tables named the run's own judge endpoint, not the one the re-judging
     asked (`memloop rescore --judge-model`)."""
     import pandas as pd
-
     from memloop.jobs.results.method_tables import table_note
     from memloop.jobs.results.run_data import Judging
 
@@ -431,10 +686,15 @@ def test_a_rejudgings_tables_name_the_judge_model_that_judged_them(tmp_path) -> 
         return {"kind": "openai", "endpoint": {"base_url": url, "model": "judge-7b"}}
 
     cfg = {"model": endpoint("http://under-test:1/v1"), "judge_model": endpoint("http://runs-judge:2/v1")}
-    d = dataclasses.replace(_prompt_run(tmp_path, "notes"),
-                            runs=pd.DataFrame([{"config_json": json.dumps(cfg), "finished_at": now()}]))
+    d = dataclasses.replace(
+        _prompt_run(tmp_path, "notes"), runs=pd.DataFrame([{"config_json": json.dumps(cfg), "finished_at": now()}])
+    )
     assert "judge: judge-7b at http://runs-judge:2/v1." in table_note(d)
-    j = Judging("booookscore-abc", {"judge": {"name": "booookscore"}, "judge_model": endpoint("http://rescore:3/v1")},
-                pd.DataFrame({"status": ["ok"]}), d.scores)
+    j = Judging(
+        "booookscore-abc",
+        {"judge": {"name": "booookscore"}, "judge_model": endpoint("http://rescore:3/v1")},
+        pd.DataFrame({"status": ["ok"]}),
+        d.scores,
+    )
     assert "judge: judge-7b at http://rescore:3/v1." in table_note(d.judged_by(j))
     assert "judge: judge-7b at http://runs-judge:2/v1." in table_note(d)  # the run's own tables unchanged

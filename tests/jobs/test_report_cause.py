@@ -1,22 +1,43 @@
 """A run all of whose units failed before any row was written (every engine killed for memory): `memloop report`
 names the recorded cause instead of calling the run folder a partial copy."""
+
 from __future__ import annotations
 
 import json
 
 from memloop.jobs.store.run_store import RunStore
 from memloop.jobs.store.tables import now
+
 from tests.jobs.cli_entry import memloop_cli
 
-OOM = ("RayActorError: The actor died unexpectedly: OutOfMemoryError: Task was killed due to the node running low "
-       "on memory (Memory on the node was 22.1GB / 23.0GB)")
+OOM = (
+    "RayActorError: The actor died unexpectedly: OutOfMemoryError: Task was killed due to the node running low "
+    "on memory (Memory on the node was 22.1GB / 23.0GB)"
+)
 
 
 def _manifest(rs: RunStore, computed: int, failed: int, errors: list[str]) -> None:
-    rs.write_manifest(dict(invocation="inv-1", output=rs.store.uri, config_json="{}", identity_json="{}",
-                           code_version="git:x", packages_json="{}", model_digest="d", template_hashes_json="{}",
-                           host="h", started_at=now(), finished_at=now(), wall_s=1.0, samples=4, computed=computed,
-                           skipped=0, failed=failed, stats_json=json.dumps({"first_errors": errors})))
+    rs.write_manifest(
+        dict(
+            invocation="inv-1",
+            output=rs.store.uri,
+            config_json="{}",
+            identity_json="{}",
+            code_version="git:x",
+            packages_json="{}",
+            model_digest="d",
+            template_hashes_json="{}",
+            host="h",
+            started_at=now(),
+            finished_at=now(),
+            wall_s=1.0,
+            samples=4,
+            computed=computed,
+            skipped=0,
+            failed=failed,
+            stats_json=json.dumps({"first_errors": errors}),
+        )
+    )
 
 
 def test_report_names_the_out_of_memory_kill_of_every_unit(tmp_path, capsys, monkeypatch) -> None:

@@ -1,14 +1,15 @@
 """`memloop report` on a run it cannot write to (an archive on a read-only mount): the report is
 printed, with one line saying report.md was not written and what to do; it used to exit 2, print
 nothing and advise an `output` option that `report` does not have."""
+
 from __future__ import annotations
 
 import json
 
-from typer.testing import CliRunner
-
 from memloop.jobs.commands.cli import app
 from memloop.jobs.store.run_store import RunStore
+from typer.testing import CliRunner
+
 from tests.jobs.test_means import _unit
 from tests.jobs.test_storage_faults import _tmpfs
 

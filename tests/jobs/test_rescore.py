@@ -1,6 +1,7 @@
 """`memloop rescore`: a finished run on the scripted model judged again with another judge, into a
 re-judging beside the run's own judgments; the run's files untouched, the report showing both, and an
 interrupted rescore resumed with only what is missing."""
+
 from __future__ import annotations
 
 import os
@@ -11,7 +12,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from memloop.jobs.errors import ConfigError, RescoreError
 from memloop.jobs.results.report import headline, report_of
 from memloop.jobs.run.config import JudgeModelSpec, JudgeSpec, parse_config
@@ -19,6 +19,7 @@ from memloop.jobs.run.driver import execute
 from memloop.jobs.run.plan import make_plan
 from memloop.jobs.run.rescore import rescore
 from memloop.jobs.store.run_store import RunStore
+
 from tests.jobs.scripted_endpoint import attribute_table_answer, scripted_endpoint
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,15 +42,27 @@ def finished_run(ray_local, endpoint, tmp_path_factory) -> str:
     """A run judged by sumie-exact only: its book units carry no judgment until a rescore adds one."""
     url, _ = endpoint
     out = tmp_path_factory.mktemp("rescore") / "runs"
-    cfg = parse_config({
-        "name": "rescore", "output": str(out), "model": endpoint_model(url), "judge_model": endpoint_model(url),
-        "judge_cpus": 0.25, "flush_units": 1,
-        "datasets": [{"task": "sumie", "synthetic": {"entities": 2, "seed": 0}, "options": {"max_chunks": 2}}]
-        + [{"task": "book", "path": str(BOOK), "options": {"chunk_tokens": n, "max_chunks": 2}} for n in CHUNK_SIZES],
-        "methods": [{"name": "gu-json", "tasks": ["sumie"], "options": {"max_attempts": 1}},
-                    {"name": "inc-update", "options": {"word_limit": 50, "max_attempts": 1}},
-                    {"name": "hier-merge", "options": {"word_limit": 50, "max_attempts": 1}}],
-        "judges": [{"name": "sumie-exact"}]})
+    cfg = parse_config(
+        {
+            "name": "rescore",
+            "output": str(out),
+            "model": endpoint_model(url),
+            "judge_model": endpoint_model(url),
+            "judge_cpus": 0.25,
+            "flush_units": 1,
+            "datasets": [{"task": "sumie", "synthetic": {"entities": 2, "seed": 0}, "options": {"max_chunks": 2}}]
+            + [
+                {"task": "book", "path": str(BOOK), "options": {"chunk_tokens": n, "max_chunks": 2}}
+                for n in CHUNK_SIZES
+            ],
+            "methods": [
+                {"name": "gu-json", "tasks": ["sumie"], "options": {"max_attempts": 1}},
+                {"name": "inc-update", "options": {"word_limit": 50, "max_attempts": 1}},
+                {"name": "hier-merge", "options": {"word_limit": 50, "max_attempts": 1}},
+            ],
+            "judges": [{"name": "sumie-exact"}],
+        }
+    )
     summary = execute(make_plan(cfg), log=lambda m: None)
     assert summary.failed == summary.method_failed == 0 and summary.computed == 2 + 2 * len(CHUNK_SIZES)
     return summary.output
@@ -58,9 +71,11 @@ def finished_run(ray_local, endpoint, tmp_path_factory) -> str:
 def _run_files(uri: str) -> dict[str, bytes]:
     """Every file of the run but its re-judgings and the report (which `memloop report` rewrites)."""
     root = Path(uri)
-    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*"))
-            if p.is_file() and "judgings" not in p.relative_to(root).parts and p.name != "report.md"
-            and p.suffix != ".png"}
+    return {
+        p.relative_to(root).as_posix(): p.read_bytes()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and "judgings" not in p.relative_to(root).parts and p.name != "report.md" and p.suffix != ".png"
+    }
 
 
 def test_rescore_adds_judgings_beside_the_runs_own_which_stay_byte_identical(finished_run, endpoint) -> None:
@@ -108,9 +123,25 @@ def test_an_interrupted_rescore_resumes_with_only_the_missing_units(finished_run
         jm = "{kind: openai, endpoint: {base_url: %s, model: scripted, max_concurrency: 1}}" % slow
         env = dict(os.environ, PYTHONPATH=str(ROOT))
         earlier = set(RunStore.at(finished_run).judging_ids())
-        proc = subprocess.Popen([sys.executable, "-m", "memloop.jobs.commands.cli", "rescore", finished_run,
-                                 "--judge", "booookscore", "--judge-model", jm, "--json"],
-                                cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "memloop.jobs.commands.cli",
+                "rescore",
+                finished_run,
+                "--judge",
+                "booookscore",
+                "--judge-model",
+                jm,
+                "--json",
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         try:
             deadline = time.time() + 120
             while not [p for p in Path(finished_run).glob("judgings/*/judged/*.parquet") if p.parts[-3] not in earlier]:
@@ -127,8 +158,9 @@ def test_an_interrupted_rescore_resumes_with_only_the_missing_units(finished_run
         first = set(rs.judging(jid).samples().column("unit").to_pylist())
         assert 0 < len(first) < 2 * len(CHUNK_SIZES)
         asked = len(seen)
-        summary = rescore(finished_run, JudgeSpec(name="booookscore"), JudgeModelSpec.model_validate(judge_model),
-                          log=lambda m: None)
+        summary = rescore(
+            finished_run, JudgeSpec(name="booookscore"), JudgeModelSpec.model_validate(judge_model), log=lambda m: None
+        )
         assert summary.judging_id == jid
         assert (summary.skipped, summary.computed, summary.failed) == (len(first), 2 * len(CHUNK_SIZES) - len(first), 0)
         assert len(seen) - asked == summary.computed  # one sentence per summary: one request per unit left
@@ -147,8 +179,11 @@ def test_bad_rescores_fail_before_any_judging_with_what_to_do(finished_run, tmp_
         rescore(finished_run, JudgeSpec(name="loft-exec"), log=lambda m: None)
     from memloop.jobs.commands.rescore import parse_judge_model, parse_options
 
-    assert parse_options(["batch_size=4", "on_invalid=record", "x=0.5"]) == {"batch_size": 4, "on_invalid": "record",
-                                                                            "x": 0.5}
+    assert parse_options(["batch_size=4", "on_invalid=record", "x=0.5"]) == {
+        "batch_size": 4,
+        "on_invalid": "record",
+        "x": 0.5,
+    }
     with pytest.raises(ConfigError, match="key=value"):
         parse_options(["batch_size"])
     with pytest.raises(ConfigError, match="--judge-model"):
@@ -195,9 +230,25 @@ def test_a_judge_that_fails_during_rescore_is_recorded_with_its_cause_and_exits_
     with serve_app(refusing) as url:
         jm = "{kind: openai, endpoint: {base_url: %s, model: nope, max_concurrency: 2}}" % url
         env = dict(os.environ, PYTHONPATH=str(ROOT))
-        res = subprocess.run([sys.executable, "-m", "memloop.jobs.commands.cli", "rescore", finished_run, "--judge",
-                              "booookscore", "--judge-model", jm, "--json"], cwd=ROOT, env=env,
-                             capture_output=True, text=True, timeout=120)
+        res = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "memloop.jobs.commands.cli",
+                "rescore",
+                finished_run,
+                "--judge",
+                "booookscore",
+                "--judge-model",
+                jm,
+                "--json",
+            ],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
     assert res.returncode == 3, res.stderr[-2000:]
     import json
 

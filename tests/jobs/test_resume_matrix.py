@@ -2,6 +2,7 @@
 model: a deleted `steps` file, a cut-short `samples` or `steps` file, bytes overwritten inside one whose
 footer is intact, and the delete the error advises. After each, the finished run holds every unit exactly
 once, each with its steps."""
+
 from __future__ import annotations
 
 import json
@@ -11,6 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from memloop.jobs.store.run_store import RunStore
+
 from tests.jobs.cli_entry import memloop_cli
 from tests.jobs.scripted_endpoint import attribute_table_answer, scripted_endpoint
 
@@ -20,15 +22,20 @@ UNITS = 4
 def _cfg(tmp_path: Path, url: str) -> Path:
     import yaml
 
-    cfg = {"name": "matrix", "output": str(tmp_path / "runs"), "flush_units": 1, "flush_s": 0.1, "retries": 0,
-           "datasets": [{"task": "sumie", "synthetic": {"entities": UNITS, "seed": 5}, "options": {"max_chunks": 2}}],
-           "methods": [{"name": "gu-json", "options": {"max_attempts": 1}}],
-           "model": {"kind": "openai", "endpoint": {"base_url": url, "model": "m", "max_concurrency": 1}},
-           "judge_cpus": 0.25}
+    cfg = {
+        "name": "matrix",
+        "output": str(tmp_path / "runs"),
+        "flush_units": 1,
+        "flush_s": 0.1,
+        "retries": 0,
+        "datasets": [{"task": "sumie", "synthetic": {"entities": UNITS, "seed": 5}, "options": {"max_chunks": 2}}],
+        "methods": [{"name": "gu-json", "options": {"max_attempts": 1}}],
+        "model": {"kind": "openai", "endpoint": {"base_url": url, "model": "m", "max_concurrency": 1}},
+        "judge_cpus": 0.25,
+    }
     path = tmp_path / "cfg.yaml"
     path.write_text(yaml.safe_dump(cfg))
     return path
-
 
 
 def _run(cfg: Path, capsys, monkeypatch) -> tuple[int, dict, str]:
@@ -44,13 +51,15 @@ def _overwrite_inside(path: Path) -> None:
     statistics no reader decodes)."""
     data = bytearray(path.read_bytes())
     meta = pq.read_metadata(pa.BufferReader(bytes(data)))
-    chunk = max((meta.row_group(g).column(c) for g in range(meta.num_row_groups) for c in range(meta.num_columns)),
-                key=lambda c: c.total_compressed_size)
+    chunk = max(
+        (meta.row_group(g).column(c) for g in range(meta.num_row_groups) for c in range(meta.num_columns)),
+        key=lambda c: c.total_compressed_size,
+    )
     first = chunk.dictionary_page_offset or chunk.data_page_offset
     end = chunk.data_page_offset if chunk.dictionary_page_offset else first + chunk.total_compressed_size
     frame = data.index(b"\x28\xb5\x2f\xfd", first, end)  # zstd's magic number starts the page's values
     at = frame + (end - frame) // 2
-    data[at:at + 16] = bytes(b ^ 0x5A for b in data[at:at + 16])
+    data[at : at + 16] = bytes(b ^ 0x5A for b in data[at : at + 16])
     path.write_bytes(bytes(data))
     assert pq.read_metadata(pa.BufferReader(bytes(data))).num_rows == meta.num_rows  # the footer reads as before
 
@@ -63,8 +72,9 @@ def _assert_whole(uri: str) -> None:
     assert (samples.set_index("unit")["n_steps"] == steps.groupby("unit").size()).all()
 
 
-@pytest.mark.parametrize("damage", ["delete-steps", "truncate-steps", "truncate-samples", "overwrite-steps",
-                                    "overwrite-samples"])
+@pytest.mark.parametrize(
+    "damage", ["delete-steps", "truncate-steps", "truncate-samples", "overwrite-steps", "overwrite-samples"]
+)
 def test_a_damaged_shard_is_never_counted_done(ray_local, tmp_path, capsys, monkeypatch, damage) -> None:
     with scripted_endpoint(attribute_table_answer, delay_s=0.2) as (url, _):  # slow: a shard per unit
         cfg = _cfg(tmp_path, url)
@@ -74,8 +84,9 @@ def test_a_damaged_shard_is_never_counted_done(ray_local, tmp_path, capsys, monk
         table = damage.split("-")[1]
         victim = sorted((root / table).glob("*.parquet"))[0]
         shard = victim.stem
-        units = set(RunStore.at(first["output"])._read_one(f"{root.name}/samples/{shard}.parquet")
-                    .column("unit").to_pylist())
+        units = set(
+            RunStore.at(first["output"])._read_one(f"{root.name}/samples/{shard}.parquet").column("unit").to_pylist()
+        )
         if damage == "delete-steps":
             victim.unlink()
         else:

@@ -1,4 +1,5 @@
 """`memloop run` as operations use it: exit codes, named root causes, dry runs, overrides, the API."""
+
 from __future__ import annotations
 
 import json
@@ -7,13 +8,13 @@ from pathlib import Path
 
 import pytest
 import yaml
+from memloop.jobs.commands.cli import app
+from memloop.jobs.errors import ConfigError, error_text
+from memloop.jobs.run.config import load_config, parse_config, with_overrides
+from memloop.jobs.run.plan import make_plan, run_id
 from typer.testing import CliRunner
 
 import memloop
-from memloop.jobs.commands.cli import app
-from memloop.jobs.run.config import load_config, parse_config, with_overrides
-from memloop.jobs.errors import ConfigError, error_text
-from memloop.jobs.run.plan import make_plan, run_id
 
 
 def _free_port() -> int:
@@ -23,11 +24,15 @@ def _free_port() -> int:
 
 
 def _cfg(tmp_path: Path, **over) -> dict:
-    cfg = {"name": "cli", "output": str(tmp_path / "runs"),
-           "datasets": [{"task": "sumie", "synthetic": {"entities": 1, "seed": 5}, "options": {"max_chunks": 1}}],
-           "methods": [{"name": "gu-json", "options": {"max_attempts": 1, "max_tokens": 16}}],
-           "engine": {"actors": 1, "cpus_per_actor": 0.5, "max_in_flight": 2, "start_timeout_s": 300},
-           "judge_cpus": 0.25, "retries": 0}
+    cfg = {
+        "name": "cli",
+        "output": str(tmp_path / "runs"),
+        "datasets": [{"task": "sumie", "synthetic": {"entities": 1, "seed": 5}, "options": {"max_chunks": 1}}],
+        "methods": [{"name": "gu-json", "options": {"max_attempts": 1, "max_tokens": 16}}],
+        "engine": {"actors": 1, "cpus_per_actor": 0.5, "max_in_flight": 2, "start_timeout_s": 300},
+        "judge_cpus": 0.25,
+        "retries": 0,
+    }
     cfg.update(over)
     return cfg
 
@@ -41,10 +46,13 @@ def _write(tmp_path: Path, cfg: dict) -> Path:
 def test_failing_judge_endpoint_exits_3_and_names_the_cause(ray_local, tmp_path) -> None:
     port = _free_port()  # nothing listens here: every judge call is refused
     book = Path(__file__).resolve().parents[2] / "jobs/configs/data/lighthouse-keeper.txt"
-    cfg = _cfg(tmp_path, judges=[{"name": "booookscore-batched"}],
-               datasets=[{"task": "book", "path": str(book), "options": {"chunk_tokens": 256, "max_chunks": 1}}],
-               methods=[{"name": "inc-update", "options": {"max_attempts": 1, "max_tokens": 24, "word_limit": 20}}],
-               judge_model={"kind": "openai", "endpoint": {"base_url": f"http://127.0.0.1:{port}", "model": "m"}})
+    cfg = _cfg(
+        tmp_path,
+        judges=[{"name": "booookscore-batched"}],
+        datasets=[{"task": "book", "path": str(book), "options": {"chunk_tokens": 256, "max_chunks": 1}}],
+        methods=[{"name": "inc-update", "options": {"max_attempts": 1, "max_tokens": 24, "word_limit": 20}}],
+        judge_model={"kind": "openai", "endpoint": {"base_url": f"http://127.0.0.1:{port}", "model": "m"}},
+    )
     res = CliRunner().invoke(app, ["run", str(_write(tmp_path, cfg))])
     assert res.exit_code == 3, res.output
     last = json.loads(res.stdout.strip().splitlines()[-1])
@@ -60,8 +68,9 @@ def test_failing_judge_endpoint_exits_3_and_names_the_cause(ray_local, tmp_path)
     error = judgments["error"].dropna().iloc[0]
     assert "connection refused" in error.lower() and "\x1b[" not in error and "ray::" not in error
     # an incomplete run is never tolerated as a method failure is (--max-failed-frac), with a fresh run
-    res = CliRunner().invoke(app, ["run", str(_write(tmp_path, dict(cfg, tag="again"))), "--max-failed-frac", "1",
-                                   "--json"])
+    res = CliRunner().invoke(
+        app, ["run", str(_write(tmp_path, dict(cfg, tag="again"))), "--max-failed-frac", "1", "--json"]
+    )
     assert res.exit_code == 3, res.output
     assert json.loads(res.stdout)["incomplete"] == 1  # --json: one object only on stdout
 
@@ -75,8 +84,9 @@ def test_dry_run_validates_and_starts_nothing(tmp_path) -> None:
     plan = json.loads(res.stdout)
     assert plan["units"] == 1 and plan["to_compute"] == 1 and plan["engine"]["model"].endswith(".gguf")
     assert not (tmp_path / "runs").exists() and ray.is_initialized() == was_running
-    res = CliRunner().invoke(app, ["run", str(_write(tmp_path, _cfg(tmp_path, methods=[{"name": "nope"}]))),
-                                   "--dry-run"])
+    res = CliRunner().invoke(
+        app, ["run", str(_write(tmp_path, _cfg(tmp_path, methods=[{"name": "nope"}]))), "--dry-run"]
+    )
     assert res.exit_code != 0 and "unknown method 'nope'" in str(res.exception)
 
 
@@ -97,8 +107,9 @@ def test_model_override_sets_the_engine_weights_and_the_run_id(tmp_path) -> None
     weights = tmp_path / "other.gguf"  # other weights: the run id follows their content
     weights.write_bytes(b"GGUF other weights")
     assert run_id(with_overrides(cfg, model=str(weights))) != run_id(cfg)
-    res = CliRunner().invoke(app, ["run", str(_write(tmp_path, _cfg(tmp_path))), "--dry-run", "--json",
-                                   "--model", "smollm2-135m"])
+    res = CliRunner().invoke(
+        app, ["run", str(_write(tmp_path, _cfg(tmp_path))), "--dry-run", "--json", "--model", "smollm2-135m"]
+    )
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)["engine"]["model"].endswith(".gguf")
     endpoint = {"kind": "openai", "endpoint": {"base_url": "http://127.0.0.1:1/v1", "model": "m"}}
@@ -114,12 +125,17 @@ def test_a_relative_output_is_refused_inside_a_ray_job(tmp_path, monkeypatch) ->
     assert make_plan(parse_config(_cfg(tmp_path))).run_id  # an absolute output is fine
 
 
-@pytest.mark.parametrize("content, expected", [
-    (b"\xff\xfe\x00binary", "not UTF-8"),
-    (b"datasets: [\n  {task: sumie\nmethods: x", "line "),
-    (yaml.safe_dump({"output": "", "datasets": [{"task": "sumie"}], "methods": [{"name": "cok"}]}).encode(),
-     "`output`: Value error, is empty"),
-])
+@pytest.mark.parametrize(
+    "content, expected",
+    [
+        (b"\xff\xfe\x00binary", "not UTF-8"),
+        (b"datasets: [\n  {task: sumie\nmethods: x", "line "),
+        (
+            yaml.safe_dump({"output": "", "datasets": [{"task": "sumie"}], "methods": [{"name": "cok"}]}).encode(),
+            "`output`: Value error, is empty",
+        ),
+    ],
+)
 def test_unreadable_configs_get_one_line_errors(tmp_path, content, expected) -> None:
     path = tmp_path / "bad.yaml"
     path.write_bytes(content)
@@ -151,12 +167,16 @@ def test_a_second_identical_run_is_refused_while_the_first_computes(ray_local, t
     import threading
     import time
 
-    from memloop.jobs.run.driver import execute
     from memloop.jobs.errors import LockHeldError
+    from memloop.jobs.run.driver import execute
     from memloop.jobs.store.lock import LOCK_NAME
 
-    cfg = parse_config(_cfg(tmp_path, datasets=[{"task": "sumie", "synthetic": {"entities": 2, "seed": 5},
-                                                 "options": {"max_chunks": 1}}]))
+    cfg = parse_config(
+        _cfg(
+            tmp_path,
+            datasets=[{"task": "sumie", "synthetic": {"entities": 2, "seed": 5}, "options": {"max_chunks": 1}}],
+        )
+    )
     lock_file = tmp_path / "runs" / run_id(cfg) / LOCK_NAME
     first: dict = {}
     t = threading.Thread(target=lambda: first.update(summary=execute(make_plan(cfg), log=lambda m: None)))
@@ -165,7 +185,9 @@ def test_a_second_identical_run_is_refused_while_the_first_computes(ray_local, t
     while not lock_file.exists() and time.time() < deadline and t.is_alive():
         time.sleep(0.2)
     assert lock_file.exists(), "the first run never took the lock"
-    runs_before = len(list((lock_file.parent / "runs").glob("*.parquet"))) if (lock_file.parent / "runs").exists() else 0
+    runs_before = (
+        len(list((lock_file.parent / "runs").glob("*.parquet"))) if (lock_file.parent / "runs").exists() else 0
+    )
     with pytest.raises(LockHeldError, match=f"being computed by .*{run_id(cfg)}"):
         execute(make_plan(cfg), log=lambda m: None)
     t.join(timeout=600)
@@ -175,10 +197,13 @@ def test_a_second_identical_run_is_refused_while_the_first_computes(ray_local, t
     assert len(list((lock_file.parent / "runs").glob("*.parquet"))) == runs_before + 1
 
 
-@pytest.mark.parametrize("weights, expected", [
-    ("not-a-model.gguf", "is not a GGUF file (it starts with b'plai'"),
-    ("empty-dir", "has no config.json"),
-])
+@pytest.mark.parametrize(
+    "weights, expected",
+    [
+        ("not-a-model.gguf", "is not a GGUF file (it starts with b'plai'"),
+        ("empty-dir", "has no config.json"),
+    ],
+)
 def test_unusable_weights_fail_in_one_line_before_ray(tmp_path, weights, expected) -> None:
     (tmp_path / "not-a-model.gguf").write_text("plain text, not weights")
     (tmp_path / "empty-dir").mkdir()
@@ -218,9 +243,17 @@ def test_an_install_without_git_reports_the_commit_baked_in_at_build(tmp_path) -
     from tests.source_layout import installed_copy
 
     installed_copy(tmp_path, subpackages=("jobs",))  # no .git, and ahead of the checkout on PYTHONPATH
-    env = dict(os.environ, PYTHONPATH=str(tmp_path), MEMLOOP_COMMIT="v1.2-3-gabc123", GIT_CEILING_DIRECTORIES=str(tmp_path))
-    run = lambda *args: subprocess.run([sys.executable, "-m", "memloop.jobs.store.provenance", *args], cwd=tmp_path, env=env,
-                                       capture_output=True, text=True, timeout=60)
+    env = dict(
+        os.environ, PYTHONPATH=str(tmp_path), MEMLOOP_COMMIT="v1.2-3-gabc123", GIT_CEILING_DIRECTORIES=str(tmp_path)
+    )
+    run = lambda *args: subprocess.run(
+        [sys.executable, "-m", "memloop.jobs.store.provenance", *args],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert run().stdout.strip().startswith("memloop==")  # neither git nor a build record
     assert run("--write").returncode == 0
     assert run().stdout.strip() == "build:v1.2-3-gabc123"

@@ -6,6 +6,7 @@ config and CLI checks. Slow (the real engine): both placements give the same tab
 and on the demo config, and a real run replayed with its units replicated reproduces its steps
 exactly under both placements.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -15,12 +16,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-
 from memloop.eval.llm import LLMRequest
+from memloop.jobs.errors import ConfigError
 from memloop.jobs.run.config import parse_config
 from memloop.jobs.run.driver import execute
 from memloop.jobs.run.plan import make_plan
-from memloop.jobs.errors import ConfigError
 from memloop.jobs.sim.replay import Answer, LatencyModel, ReplayEngine, ReplayMiss, tokenizer_json
 from memloop.jobs.store.run_store import RunStore
 
@@ -33,13 +33,20 @@ TRANSPORT = ["shard", "started_at", "finished_at", "run_id", "cached_tokens"]
 
 def _config(output: Path, loops: str, **over) -> dict:
     cfg = {
-        "name": "place", "output": str(output),
+        "name": "place",
+        "output": str(output),
         "datasets": [{"task": "sumie", "synthetic": {"entities": 2, "seed": 5}, "options": {"max_chunks": 2}}],
         "methods": [{"name": "gu-json", "options": {"max_attempts": 1, "max_tokens": 24}}],
         "judges": [{"name": "sumie-exact"}],
-        "engine": {"actors": 1, "cpus_per_actor": 0.5, "max_in_flight": 2, "start_timeout_s": 300,
-                   "method_loops": loops},
-        "judge_cpus": 0.25, "retries": 0,
+        "engine": {
+            "actors": 1,
+            "cpus_per_actor": 0.5,
+            "max_in_flight": 2,
+            "start_timeout_s": 300,
+            "method_loops": loops,
+        },
+        "judge_cpus": 0.25,
+        "retries": 0,
     }
     cfg.update(over)
     return cfg
@@ -49,8 +56,9 @@ def _tables(rs: RunStore) -> dict[str, pd.DataFrame]:
     out = {}
     for t in ("samples", "steps", "judgments", "scores"):
         df = rs.table(t).to_pandas().drop(columns=TRANSPORT, errors="ignore")
-        out[t] = df.sort_values([c for c in ("unit", "step", "judge", "index", "metric", "turn") if c in df]) \
-                   .reset_index(drop=True)
+        out[t] = df.sort_values(
+            [c for c in ("unit", "step", "judge", "index", "metric", "turn") if c in df]
+        ).reset_index(drop=True)
     return out
 
 
@@ -105,7 +113,6 @@ def test_both_placements_give_the_same_tables_on_replaying_engines(ray_local, tm
 def test_a_failing_loop_is_recorded_alike_in_both_placements(ray_local, tmp_path) -> None:
     """A request the recording lacks fails its unit with the root cause, wherever the loop ran."""
     import ray
-
     from memloop.jobs.sim.scale_sim import simulated_hosts
 
     latency = LatencyModel(prefill_s_per_token=1e-5, decode_s_base=1e-4, decode_s_per_seq=1e-5)
@@ -150,7 +157,6 @@ def test_method_loops_next_to_the_engine_give_the_same_tables(recorded, tmp_path
 
 def _replayed(recorded: RunStore, out: Path, loops: str, copies: int) -> tuple[RunStore, dict]:
     import ray
-
     from memloop.jobs.sim.scale_sim import load_recording, replicate, simulated_hosts
 
     rec = load_recording(recorded.uri)
@@ -173,13 +179,14 @@ def test_a_replayed_run_reproduces_the_recorded_steps(recorded, tmp_path, loops)
     want = recorded.table("steps").to_pandas()
     got = rs.table("steps").to_pandas()
     got["sample_id"] = got["sample_id"].str.rsplit("~", n=1).str[0]  # the copies' ids name their original
-    cols = ["sample_id", "step", "prompt", "output", "parsed_json", "memory_json", "prompt_tokens",
-            "decoded_tokens"]
+    cols = ["sample_id", "step", "prompt", "output", "parsed_json", "memory_json", "prompt_tokens", "decoded_tokens"]
     for _, g in got.groupby(got["unit"].str.rsplit("~", n=1).str[1]):
         assert len(g) == len(want)
-        pd.testing.assert_frame_equal(g[cols].sort_values(["sample_id", "step"]).reset_index(drop=True),
-                                      want[cols].sort_values(["sample_id", "step"]).reset_index(drop=True),
-                                      check_dtype=False)  # (the copies' ids were cut with pandas string methods)
+        pd.testing.assert_frame_equal(
+            g[cols].sort_values(["sample_id", "step"]).reset_index(drop=True),
+            want[cols].sort_values(["sample_id", "step"]).reset_index(drop=True),
+            check_dtype=False,
+        )  # (the copies' ids were cut with pandas string methods)
     # the resume reads the unit index; it agrees with reading every shard
     assert rs.done_units() == set(rs.samples().column("unit").to_pylist())
 
@@ -197,15 +204,21 @@ def test_replay_engine_batches_steps_and_refuses_unknown_prompts() -> None:
         return a, b
 
     a, b = asyncio.run(go())
-    assert a == {"text": "world", "usage": {"prompt_tokens": 10, "cached_tokens": 4, "decoded_tokens": 5},
-                 "finish_reason": "stop"}
+    assert a == {
+        "text": "world",
+        "usage": {"prompt_tokens": 10, "cached_tokens": 4, "decoded_tokens": 5},
+        "finish_reason": "stop",
+    }
     assert b["text"] == "x"
     s = eng.stats()
     # both joined one prefill step, then decoded together: 1 + max(5, 3) steps
     assert (s["requests"], s["misses"], s["steps"], s["decoded_tokens"]) == (2, 1, 6, 8)
     assert 0 < s["busy_fraction"] <= 1 and s["simulated"] is True
-    assert eng.count_tokens("The lighthouse keeper") == __import__("memloop.engine.model.tokenizer", fromlist=["x"]).load_tokenizer(
-        __import__("memloop.engine.assets", fromlist=["x"]).default_model_path()).count_tokens("The lighthouse keeper")
+    assert eng.count_tokens("The lighthouse keeper") == __import__(
+        "memloop.engine.model.tokenizer", fromlist=["x"]
+    ).load_tokenizer(__import__("memloop.engine.assets", fromlist=["x"]).default_model_path()).count_tokens(
+        "The lighthouse keeper"
+    )
 
 
 def test_engine_placement_needs_engine_actors(tmp_path) -> None:

@@ -4,6 +4,7 @@ The engines are `ReplayEngine` actors answering a scripted recording (real Ray, 
 real Parquet); the judge is `sumie-exact`, run as Ray tasks. Every file names its writer in its
 Parquet metadata, which is how the tests see which process wrote what.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -14,13 +15,13 @@ import time
 from pathlib import Path
 
 import pytest
-
 from memloop.jobs.run.config import parse_config
 from memloop.jobs.run.driver import execute
 from memloop.jobs.run.plan import make_plan
 from memloop.jobs.sim.replay import LatencyModel, tokenizer_json
 from memloop.jobs.store.run_files import new_shard_name
 from memloop.jobs.store.run_store import RunStore
+
 from tests.jobs import test_scale
 from tests.jobs.test_scale import _config, _scripted_recording
 
@@ -28,8 +29,13 @@ FAST = LatencyModel(prefill_s_per_token=1e-5, decode_s_base=1e-4, decode_s_per_s
 
 
 def _cfg(out: Path, loops: str, **over) -> dict:
-    cfg = _config(out, loops, datasets=[{"task": "sumie", "synthetic": {"entities": 3, "seed": 5},
-                                         "options": {"max_chunks": 2}}], shard_rows=1, **over)
+    cfg = _config(
+        out,
+        loops,
+        datasets=[{"task": "sumie", "synthetic": {"entities": 3, "seed": 5}, "options": {"max_chunks": 2}}],
+        shard_rows=1,
+        **over,
+    )
     cfg["engine"].update(actors=2, cpus_per_actor=0.01)
     return cfg
 
@@ -37,7 +43,6 @@ def _cfg(out: Path, loops: str, **over) -> dict:
 @pytest.fixture(scope="module")
 def sim(ray_local):
     import ray
-
     from memloop.jobs.sim.scale_sim import simulated_hosts
 
     rec = _scripted_recording(_cfg(Path("/tmp/x"), "driver"))
@@ -61,7 +66,7 @@ def _writers(rs: RunStore) -> dict[str, set[tuple[str, int]]]:
         for table in ("samples", "steps", "judgments", "scores"):
             for name in rs.store.list(rs.name(table)):
                 if name.rsplit("/", 1)[-1].startswith(c):
-                    w = rs.writer_of(name[len(rs.run_id) + 1:])
+                    w = rs.writer_of(name[len(rs.run_id) + 1 :])
                     out.setdefault(table, set()).add((w["role"], w["pid"]))
     return out
 
@@ -103,8 +108,9 @@ def test_loops_in_the_driver_have_the_driver_write_and_give_the_same_tables(sim,
     assert {r for r, _ in writers["samples"]} == {"commit-task"}  # judged units: after their judges
 
 
-@pytest.mark.parametrize("loops,blocked", [("engine", "steps"), ("engine", "scores"), ("engine", "samples"),
-                                           ("driver", "samples")])
+@pytest.mark.parametrize(
+    "loops,blocked", [("engine", "steps"), ("engine", "scores"), ("engine", "samples"), ("driver", "samples")]
+)
 def test_a_fault_between_a_units_writes_leaves_nothing_half_recorded(sim, tmp_path, loops, blocked) -> None:
     """A file where the `blocked` table's directory should be makes every write to it fail (a real
     I/O error, whichever process writes). A failed steps or judge write fails its unit; a failed
@@ -179,8 +185,9 @@ def test_a_judge_task_whose_process_is_killed_runs_again_and_its_unit_is_committ
 
     def with_probe(units: list) -> list:
         u = units[0]
-        return [dataclasses.replace(u, sample=dataclasses.replace(u.sample, metadata={**u.sample.metadata,
-                                                                                         "probe": probe}))]
+        return [
+            dataclasses.replace(u, sample=dataclasses.replace(u.sample, metadata={**u.sample.metadata, "probe": probe}))
+        ]
 
     killed: list[int] = []
 
@@ -213,8 +220,16 @@ def test_a_commit_run_again_after_it_wrote_finds_its_own_file_and_is_committed(t
 
     rs = RunStore.open(str(tmp_path / "runs"), "commit-twice", role="commit-task")
     shard = new_shard_name()
-    row = {"unit": "d|s1|m|0", "dataset": "d", "task": "sumie", "sample_id": "s1", "method": "m", "repeat": 0,
-           "status": "ok", "attempts": 1}
+    row = {
+        "unit": "d|s1|m|0",
+        "dataset": "d",
+        "task": "sumie",
+        "sample_id": "s1",
+        "method": "m",
+        "repeat": 0,
+        "status": "ok",
+        "attempts": 1,
+    }
     first = rs.commit(shard, [row], [], keep=False)
     again = rs.commit(shard, [row], [], keep=False)
     assert again == first

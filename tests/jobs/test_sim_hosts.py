@@ -1,10 +1,10 @@
 """Simulated hosts that stand for named accelerator hosts: the latency model derived from datasheet
 figures (`memloop.bench.accelerators.host_latency`), chosen by `memloop bench scale --host/--model-size` and
 printed with the table."""
+
 from __future__ import annotations
 
 import pytest
-
 from memloop.bench.accelerators import HOSTS, MODELS, HostModelError, host_latency
 from memloop.jobs.errors import ConfigError
 from memloop.jobs.sim.replay import Answer, LatencyModel

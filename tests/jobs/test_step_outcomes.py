@@ -1,5 +1,6 @@
 """Step outcomes through a real `memloop run`: a scripted model on 127.0.0.1 forces each outcome, and the
 steps table, the samples table, the method-health table, the cell markers and `report --json` say so."""
+
 from __future__ import annotations
 
 import json
@@ -8,11 +9,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
+from memloop.eval.asking import retry_seed
+from memloop.jobs.commands.cli import app
 from typer.testing import CliRunner
 
 import memloop
-from memloop.eval.asking import retry_seed
-from memloop.jobs.commands.cli import app
 from tests.jobs.scripted_endpoint import SENTENCE, scripted_endpoint
 
 BOOK = Path(__file__).resolve().parents[2] / "jobs/configs/data/lighthouse-keeper.txt"
@@ -31,8 +32,11 @@ def respond(body: dict) -> tuple[str, str] | None:
     if n == COK:  # structured summaries parse; the one revision proposed is at a path the memory lacks: rejected
         prompt = "".join(str(m.get("content") or "") for m in body.get("messages") or [])
         if prompt.rstrip().endswith("[THOUGHTS FOR UPDATE]"):  # CoK's sectioned answer (figure 5)
-            return ("1. The pool is new.\n\n[UPDATED_OBJECTS]\n" + json.dumps({"$. 'nobody'[3]": {"update": "x"}})
-                    + "\n\n[THOUGHTS FOR ADD]\n1. Nothing to add.\n\n[ADDED_OBJECTS]\n{}\n"), "stop"
+            return (
+                "1. The pool is new.\n\n[UPDATED_OBJECTS]\n"
+                + json.dumps({"$. 'nobody'[3]": {"update": "x"}})
+                + "\n\n[THOUGHTS FOR ADD]\n1. Nothing to add.\n\n[ADDED_OBJECTS]\n{}\n"
+            ), "stop"
         if "thoughts_for_update" in schema:
             return json.dumps(BAD_REVISION), "stop"
         return json.dumps({"pool": ["two large pools"]}), "stop"
@@ -48,24 +52,40 @@ def run(ray_local, tmp_path_factory) -> dict:
     with scripted_endpoint(respond) as (url, seen):
         model = {"kind": "openai", "endpoint": {"base_url": url, "model": "scripted", "max_concurrency": 4}}
         sumie_only = ["sumie"]
-        cfg = {"name": "outcomes", "output": str(tmp / "runs"), "model": model, "judge_model": model,
-               "paper_tables": ["seed000-table1"],
-               "datasets": [{"task": "sumie", "synthetic": {"entities": 1, "seed": 5}, "options": {"max_chunks": 2}},
-                            {"task": "book", "path": str(BOOK), "options": {"chunk_tokens": 256, "max_chunks": 2}}],
-               "methods": [
-                   {"name": "gu-json", "tasks": sumie_only, "options": {"max_tokens": GU_JSON, "max_attempts": 1}},
-                   {"name": "gu-text", "tasks": sumie_only, "options": {"max_tokens": GU_TEXT, "max_attempts": 2}},
-                   {"name": "cok", "tasks": sumie_only, "options": {"max_tokens": COK, "max_attempts": 1}},
-                   {"name": "fart-base", "options": {"max_tokens": FART, "max_attempts": 1, "max_tool_calls": 2}}],
-               "judges": [{"name": "sumie"}], "judge_cpus": 0.25, "retries": 0}
+        cfg = {
+            "name": "outcomes",
+            "output": str(tmp / "runs"),
+            "model": model,
+            "judge_model": model,
+            "paper_tables": ["seed000-table1"],
+            "datasets": [
+                {"task": "sumie", "synthetic": {"entities": 1, "seed": 5}, "options": {"max_chunks": 2}},
+                {"task": "book", "path": str(BOOK), "options": {"chunk_tokens": 256, "max_chunks": 2}},
+            ],
+            "methods": [
+                {"name": "gu-json", "tasks": sumie_only, "options": {"max_tokens": GU_JSON, "max_attempts": 1}},
+                {"name": "gu-text", "tasks": sumie_only, "options": {"max_tokens": GU_TEXT, "max_attempts": 2}},
+                {"name": "cok", "tasks": sumie_only, "options": {"max_tokens": COK, "max_attempts": 1}},
+                {"name": "fart-base", "options": {"max_tokens": FART, "max_attempts": 1, "max_tool_calls": 2}},
+            ],
+            "judges": [{"name": "sumie"}],
+            "judge_cpus": 0.25,
+            "retries": 0,
+        }
         path = tmp / "cfg.yaml"
         path.write_text(yaml.safe_dump(cfg))
         res = CliRunner().invoke(app, ["run", str(path), "--json"])
         summary = json.loads(res.stdout)
         report = CliRunner().invoke(app, ["report", summary["output"], "--json"])
         markdown = CliRunner().invoke(app, ["report", summary["output"]])
-        return {"exit_code": res.exit_code, "summary": summary, "tables": memloop.load(summary["output"]),
-                "report": json.loads(report.stdout), "markdown": markdown.stdout, "seen": list(seen)}
+        return {
+            "exit_code": res.exit_code,
+            "summary": summary,
+            "tables": memloop.load(summary["output"]),
+            "report": json.loads(report.stdout),
+            "markdown": markdown.stdout,
+            "seen": list(seen),
+        }
 
 
 def _steps(run: dict, method: str):
@@ -93,8 +113,7 @@ def test_each_forced_outcome_is_a_column_of_the_steps_table(run) -> None:
     revise = cok.iloc[-1]
     assert (revise["revisions_proposed"], revise["revisions_accepted"], revise["revisions_rejected"]) == (1, 0, 1)
     fart = _steps(run, "fart-base")
-    assert list(fart["outcome"]) == ["tool_error", "tool_call_cap", "tool_error", "tool_call_cap",
-                                     "forced_by_harness"]
+    assert list(fart["outcome"]) == ["tool_error", "tool_call_cap", "tool_error", "tool_call_cap", "forced_by_harness"]
     assert "[read] of missing key 'logbook'" in fart.iloc[0]["error"]
     assert "safety bound of 2 tool calls" in fart.iloc[1]["error"] and "requested directly" in fart.iloc[-1]["error"]
     assert pd.isna(cok.iloc[0]["error"]) and "revision rejected" in revise["error"]

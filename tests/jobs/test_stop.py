@@ -2,6 +2,7 @@
 and judge tasks run: the run stops in seconds with the "resumable" line and exit 130, no new Ray work
 starts after the stop (no second Ray instance whose agents outlive the run), no process of its Ray is
 left, and the resume computes every unit exactly once."""
+
 from __future__ import annotations
 
 import json
@@ -13,8 +14,8 @@ import time
 from pathlib import Path
 
 import pytest
-
 from memloop.jobs.store.run_store import RunStore
+
 from tests.jobs.scripted_endpoint import attribute_table_answer, scripted_endpoint
 from tests.jobs.test_ray_address import ROOT, ray_tmpdir  # noqa: F401  (the fixture)
 
@@ -24,12 +25,18 @@ ENTITIES = 4
 def _config(tmp_path: Path, url: str) -> Path:
     import yaml
 
-    cfg = {"name": "stop", "output": str(tmp_path / "runs"), "retries": 0, "judge_cpus": 0.25, "flush_units": 1,
-           "flush_s": 0.2,
-           "datasets": [{"task": "sumie", "synthetic": {"entities": ENTITIES, "seed": 7}, "options": {"max_chunks": 2}}],
-           "methods": [{"name": "gu-json", "options": {"max_attempts": 1}}],
-           "judges": [{"name": "sumie-exact"}],
-           "model": {"kind": "openai", "endpoint": {"base_url": url, "model": "m", "max_concurrency": 4}}}
+    cfg = {
+        "name": "stop",
+        "output": str(tmp_path / "runs"),
+        "retries": 0,
+        "judge_cpus": 0.25,
+        "flush_units": 1,
+        "flush_s": 0.2,
+        "datasets": [{"task": "sumie", "synthetic": {"entities": ENTITIES, "seed": 7}, "options": {"max_chunks": 2}}],
+        "methods": [{"name": "gu-json", "options": {"max_attempts": 1}}],
+        "judges": [{"name": "sumie-exact"}],
+        "model": {"kind": "openai", "endpoint": {"base_url": url, "model": "m", "max_concurrency": 4}},
+    }
     path = tmp_path / "cfg.yaml"
     path.write_text(yaml.safe_dump(cfg))
     return path
@@ -101,8 +108,12 @@ def test_a_stopped_run_leaves_no_ray_behind_and_resumes_every_unit_once(tmp_path
     from memloop.jobs.store.run_files import shard_of
 
     committed = {shard_of(p.stem) for p in (out / "samples").glob("*.parquet")}
-    strays = [p.name for t in ("steps", "judgments", "scores") for p in (out / t).glob("*.parquet")
-              if shard_of(p.stem) not in committed]
+    strays = [
+        p.name
+        for t in ("steps", "judgments", "scores")
+        for p in (out / t).glob("*.parquet")
+        if shard_of(p.stem) not in committed
+    ]
     assert strays == [], strays
 
 

@@ -1,4 +1,5 @@
 """Parquet tables on local disk and on GCS (emulator): atomic shards, resume, identical read-back."""
+
 from __future__ import annotations
 
 import io
@@ -8,7 +9,6 @@ import uuid
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
-
 from memloop.jobs.errors import StorageError
 from memloop.jobs.store.outputs import open_store
 from memloop.jobs.store.run_store import RunStore
@@ -17,15 +17,50 @@ from memloop.jobs.store.units import unit_key
 
 
 def _unit(sample: str, method: str, repeat: int = 0, status: str = "ok") -> dict:
-    base = dict(unit=unit_key("sumie:synthetic", sample, method, repeat), dataset="sumie:synthetic", task="sumie",
-                sample_id=sample, method=method, repeat=repeat)
+    base = dict(
+        unit=unit_key("sumie:synthetic", sample, method, repeat),
+        dataset="sumie:synthetic",
+        task="sumie",
+        sample_id=sample,
+        method=method,
+        repeat=repeat,
+    )
     t = now()
-    sample_row = dict(base, seed=repeat, status=status, error=None if status == "ok" else "boom", attempts=1,
-                      output_json=json.dumps({"attributes": {"name": [sample]}}), n_steps=2, prompt_tokens=100,
-                      cached_tokens=40, decoded_tokens=20, chunk_tokens=None, actor="a0", started_at=t, finished_at=t)
-    steps = [dict(base, step=i, kind="update", template_id="t", template_hash="h", prompt="p" * 300_000 if i else "p",
-                  output="o", parsed_json="{}", memory_json="{}", prompt_tokens=50, cached_tokens=20,
-                  decoded_tokens=10, error=None, extra_json="{}") for i in range(2)]
+    sample_row = dict(
+        base,
+        seed=repeat,
+        status=status,
+        error=None if status == "ok" else "boom",
+        attempts=1,
+        output_json=json.dumps({"attributes": {"name": [sample]}}),
+        n_steps=2,
+        prompt_tokens=100,
+        cached_tokens=40,
+        decoded_tokens=20,
+        chunk_tokens=None,
+        actor="a0",
+        started_at=t,
+        finished_at=t,
+    )
+    steps = [
+        dict(
+            base,
+            step=i,
+            kind="update",
+            template_id="t",
+            template_hash="h",
+            prompt="p" * 300_000 if i else "p",
+            output="o",
+            parsed_json="{}",
+            memory_json="{}",
+            prompt_tokens=50,
+            cached_tokens=20,
+            decoded_tokens=10,
+            error=None,
+            extra_json="{}",
+        )
+        for i in range(2)
+    ]
     judgments = [dict(base, judge="sumie-match", index=0, record_json=json.dumps({"pred": "x", "match": True}))]
     scores = [dict(base, judge="sumie-match", metric="f1", turn=t_, value=0.5 + t_ / 10) for t_ in range(3)]
     return {"samples": [sample_row], "steps": steps, "judgments": judgments, "scores": scores}
@@ -56,8 +91,9 @@ def run_store(request, tmp_path) -> RunStore:
 def test_tables_round_trip_and_latest_outcome_wins(run_store: RunStore) -> None:
     _write_run(run_store)
     samples = run_store.table("samples").to_pandas()
-    assert sorted(samples["unit"]) == sorted([unit_key("sumie:synthetic", s, m, 0) for s, m in
-                                              [("e1", "go-json"), ("e2", "go-json"), ("e1", "cok")]])
+    assert sorted(samples["unit"]) == sorted(
+        [unit_key("sumie:synthetic", s, m, 0) for s, m in [("e1", "go-json"), ("e2", "go-json"), ("e1", "cok")]]
+    )
     assert set(samples["status"]) == {"ok"}
     assert run_store.done_units() == set(samples["unit"])
     steps = run_store.table("steps")
@@ -148,7 +184,9 @@ def _without_shard(t):
 def test_compaction_merges_small_shards_into_identical_tables(tmp_path) -> None:
     rs = RunStore.open(str(tmp_path), "r1")
     for i in range(10):
-        rs.write_shard(_merge(_unit(f"s{i}", "gu-json"), _unit(f"s{i}", "inc-update", status="failed" if i == 3 else "ok")))
+        rs.write_shard(
+            _merge(_unit(f"s{i}", "gu-json"), _unit(f"s{i}", "inc-update", status="failed" if i == 3 else "ok"))
+        )
     before = {t: rs.table(t) for t in ("samples", "steps", "judgments", "scores")}
     # each shard's largest table has 6 rows (3 scores per unit x 2): a target of 20 rows merges 3 at a time
     counts = rs.compact(20)
@@ -157,8 +195,9 @@ def test_compaction_merges_small_shards_into_identical_tables(tmp_path) -> None:
     for t, old in before.items():
         new = rs.table(t)
         assert new.num_rows == old.num_rows, t
-        pd.testing.assert_frame_equal(_without_shard(new).reset_index(drop=True),
-                                      _without_shard(old).reset_index(drop=True), check_like=True)
+        pd.testing.assert_frame_equal(
+            _without_shard(new).reset_index(drop=True), _without_shard(old).reset_index(drop=True), check_like=True
+        )
     # a shard already at the target stays as it is
     assert RunStore.open(str(tmp_path), "r2").compact(20) == {"before": 0, "after": 0}
 
@@ -178,8 +217,11 @@ def test_a_later_invocation_compacts_the_small_shards_an_earlier_one_left(tmp_pa
     later.write_index("inv-2")
     assert len(rs.store.list("r1/samples")) == 2  # the merged shard and the failed unit's own
     for t, old in before.items():
-        pd.testing.assert_frame_equal(_without_shard(later.table(t)).reset_index(drop=True),
-                                      _without_shard(old).reset_index(drop=True), check_like=True)
+        pd.testing.assert_frame_equal(
+            _without_shard(later.table(t)).reset_index(drop=True),
+            _without_shard(old).reset_index(drop=True),
+            check_like=True,
+        )
     again = RunStore.open(str(tmp_path), "r1")
     assert again.done_units() == done and not again.compactable(1_000)
 
@@ -213,8 +255,11 @@ def test_resume_reads_the_unit_indexes_and_only_unindexed_shards(tmp_path, monke
     reader = RunStore(store, "r1")
     decoded: list[str] = []  # the run files decoded for their rows (the check of a file's pages is apart)
     real = run_store.from_parquet
-    monkeypatch.setattr(run_store, "from_parquet", lambda data, uri="", columns=None:
-                        decoded.append(uri.rpartition("/r1/")[2]) or real(data, uri, columns))
+    monkeypatch.setattr(
+        run_store,
+        "from_parquet",
+        lambda data, uri="", columns=None: decoded.append(uri.rpartition("/r1/")[2]) or real(data, uri, columns),
+    )
     done = reader.done_units()
     assert done == {unit_key("sumie:synthetic", f"s{i}", "gu-json", 0) for i in (1, 2, 3, 4, 5, 9)}
     unindexed = f"samples/{next(iter(killed.committed))}.parquet"
@@ -223,8 +268,9 @@ def test_resume_reads_the_unit_indexes_and_only_unindexed_shards(tmp_path, monke
     samples_read = sorted(n for n in store.reads if n.startswith("r1/samples/"))
     assert sorted(set(samples_read)) == sorted(n for n in rs.store.list("r1/samples") if n.endswith(".parquet"))
     assert len(samples_read) == len(set(samples_read)) + 1
-    assert done == {u for u, s in zip(*(reader.samples().column(c).to_pylist() for c in ("unit", "status")))
-                    if s == "ok"}
+    assert done == {
+        u for u, s in zip(*(reader.samples().column(c).to_pylist() for c in ("unit", "status"))) if s == "ok"
+    }
 
 
 def test_a_unit_that_does_not_apply_is_done_and_not_computed_again_on_resume(tmp_path) -> None:
@@ -268,8 +314,14 @@ for call in (lambda: s.put("r/samples/a.parquet", big, mode="create"),
         print("refused:", type(exc).__name__, exc)
 """
     root_dir = Path(__file__).resolve().parents[2]
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=root_dir,
-                         env=dict(os.environ, PYTHONPATH=str(root_dir)))
+    res = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=root_dir,
+        env=dict(os.environ, PYTHONPATH=str(root_dir)),
+    )
     assert res.returncode == 0, res.stderr[-2000:]
     assert res.stdout.count("refused:") == 3 and "File too large" in res.stdout, res.stdout
     left = sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file())

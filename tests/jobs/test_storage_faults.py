@@ -1,6 +1,7 @@
 """Runs whose storage misbehaves: an outage of the bucket mid-run (fault injection through the GCS
 fake), an output made read-only, a table path that is a file, a dead lock holder. Each run stops
 in bounded time with its finished units kept, one summary JSON line and a non-zero exit."""
+
 from __future__ import annotations
 
 import asyncio
@@ -17,13 +18,13 @@ from typing import Callable, Iterator
 
 import pytest
 import yaml
-from typer.testing import CliRunner
-
 from memloop.jobs.commands.cli import app
 from memloop.jobs.errors import LockHeldError, StorageError
 from memloop.jobs.store.run_store import RunStore
-from tests.jobs.gcs_fake import PreconditionGCS
+from typer.testing import CliRunner
+
 from tests.http_server import serve_app
+from tests.jobs.gcs_fake import PreconditionGCS
 from tests.jobs.scripted_endpoint import _app as scripted_app
 from tests.jobs.scripted_endpoint import scripted_endpoint
 
@@ -49,11 +50,17 @@ def samples_shards(server: PreconditionGCS) -> int:
 
 
 def _cfg(tmp_path: Path, output: str, url: str, entities: int = 6) -> Path:
-    cfg = {"name": "faults", "output": output, "flush_units": 1, "flush_s": 0.1, "retries": 0,
-           "datasets": [{"task": "sumie", "synthetic": {"entities": entities, "seed": 5}, "options": {"max_chunks": 1}}],
-           "methods": [{"name": "gu-json", "options": {"max_attempts": 1, "max_tokens": 16}}],
-           "model": {"kind": "openai", "endpoint": {"base_url": url, "model": "m", "max_concurrency": 1}},
-           "judge_cpus": 0.25}
+    cfg = {
+        "name": "faults",
+        "output": output,
+        "flush_units": 1,
+        "flush_s": 0.1,
+        "retries": 0,
+        "datasets": [{"task": "sumie", "synthetic": {"entities": entities, "seed": 5}, "options": {"max_chunks": 1}}],
+        "methods": [{"name": "gu-json", "options": {"max_attempts": 1, "max_tokens": 16}}],
+        "model": {"kind": "openai", "endpoint": {"base_url": url, "model": "m", "max_concurrency": 1}},
+        "judge_cpus": 0.25,
+    }
     path = tmp_path / "cfg.yaml"
     path.write_text(yaml.safe_dump(cfg))
     return path
@@ -113,8 +120,10 @@ def test_a_table_path_that_is_a_file_is_refused_before_work(tmp_path) -> None:
         (run_dir / "steps").write_text("a file where the steps folder goes")
         res = CliRunner().invoke(app, ["run", str(cfg)])
         assert isinstance(res.exception, StorageError), res.output
-        assert str(res.exception) == (f"`output`: {run_dir / 'steps'} is not a directory (it is a file), so the run "
-                                      "cannot write under it; move or delete that file, or choose another `output`")
+        assert str(res.exception) == (
+            f"`output`: {run_dir / 'steps'} is not a directory (it is a file), so the run "
+            "cannot write under it; move or delete that file, or choose another `output`"
+        )
         assert seen == []  # refused before any unit was computed
 
 
@@ -123,15 +132,20 @@ def test_a_lock_held_by_a_killed_process_on_this_host_is_taken_over_at_once(ray_
     with scripted_endpoint() as (url, _):
         cfg = _cfg(tmp_path, str(tmp_path / "runs"), url, entities=2)
         rid = _rid(cfg)
-        holder = ("import os, signal, sys; from memloop.jobs.store.run_store import RunStore; "
-                  f"RunStore.open({str(tmp_path / 'runs')!r}, {rid!r}).acquire_lock('killed (x)'); "
-                  "print('held', flush=True); os.kill(os.getpid(), signal.SIGKILL)")
+        holder = (
+            "import os, signal, sys; from memloop.jobs.store.run_store import RunStore; "
+            f"RunStore.open({str(tmp_path / 'runs')!r}, {rid!r}).acquire_lock('killed (x)'); "
+            "print('held', flush=True); os.kill(os.getpid(), signal.SIGKILL)"
+        )
         out = subprocess.run([sys.executable, "-c", holder], cwd=ROOT, capture_output=True, text=True, timeout=120)
         assert out.returncode == -signal.SIGKILL and out.stdout == "held\n", out.stderr
         assert (tmp_path / "runs" / rid / ".lock").is_file()
         res = CliRunner().invoke(app, ["run", str(cfg)])
         assert res.exit_code == 0, res.output
-        assert "took over the run lock of 'killed (x)'" in res.stderr and "its process is gone from this host" in res.stderr
+        assert (
+            "took over the run lock of 'killed (x)'" in res.stderr
+            and "its process is gone from this host" in res.stderr
+        )
         assert json.loads(res.stdout.strip().splitlines()[-1])["computed"] == 2
         assert not (tmp_path / "runs" / rid / ".lock").exists()
 
@@ -150,8 +164,12 @@ def _tmpfs(path: Path) -> Iterator[Callable[[], None]]:
     """A small tmpfs at `path`; yields a function that remounts it read-only (skips where mounting
     is not permitted: root in a privileged container can, others cannot)."""
     path.mkdir()
-    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "memloop-test", str(path)],
-                                           capture_output=True).returncode:
+    if (
+        os.geteuid() != 0
+        or subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=64m", "memloop-test", str(path)], capture_output=True
+        ).returncode
+    ):
         pytest.skip("needs to mount a tmpfs (root) to make an output read-only: root ignores file modes")
     try:
         yield lambda: subprocess.run(["mount", "-o", "remount,ro", str(path)], check=True, capture_output=True)

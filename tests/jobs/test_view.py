@@ -1,4 +1,5 @@
 """`memloop view`: the pages of a real run (scripted model), its queries, diffs, guards and bundle."""
+
 from __future__ import annotations
 
 import base64
@@ -6,7 +7,6 @@ import json
 
 import pytest
 from fastapi.testclient import TestClient
-
 from memloop.jobs.results.report import build_report
 from memloop.jobs.results.run_data import RunData
 from memloop.jobs.results.view.app import create_app
@@ -16,6 +16,7 @@ from memloop.jobs.results.view.pages import markdown
 from memloop.jobs.results.view.runs import Query, ViewRun, bucket_of, select
 from memloop.jobs.results.view.timeline import memory_diff, revisions, word_diff
 from memloop.jobs.store.run_store import RunStore
+
 from tests.web_hosts import LOOPBACK_HOST_HEADERS
 
 
@@ -88,8 +89,10 @@ def test_memory_diffs_json_patch_for_structures_words_for_text() -> None:
 def test_revisions_are_accepted_or_rejected_with_the_recorded_reason() -> None:
     parsed = {"revisions": [{"$. 'a'": {"add": 1}}, {"$. 'b'": {"update": 2}}], "applied": [{"$. 'a'": {"add": 1}}]}
     out = revisions(parsed, ["revision rejected ($. 'b'): no such path"])
-    assert [(r["path"], r["accepted"], r["reason"]) for r in out] == [("$. 'a'", True, None),
-                                                                       ("$. 'b'", False, "no such path")]
+    assert [(r["path"], r["accepted"], r["reason"]) for r in out] == [
+        ("$. 'a'", True, None),
+        ("$. 'b'", False, "no such path"),
+    ]
     assert revisions({"answer": 1}, []) is None
 
 
@@ -113,7 +116,9 @@ def test_the_run_page_holds_the_reports_markdown_rendered_and_the_plots(run, cli
     rep = build_report(RunData.load(RunStore.at(run.uri)))
     assert markdown(rep.markdown) in html  # the report's own tables, one source
     for name in rep.plots:
-        assert f'src="{name}"' in html and client.get(f"/run/{run.run_id}/{name}").headers["content-type"] == "image/png"
+        assert (
+            f'src="{name}"' in html and client.get(f"/run/{run.run_id}/{name}").headers["content-type"] == "image/png"
+        )
     assert "Scores by input length" in html and "256–512" in html
     assert client.get(f"/run/{run.run_id}/samples?method=cok&sort=prompt_tokens&desc=1").status_code == 200
     bad = client.get(f"/run/{run.run_id}/samples?sort=nonsense")

@@ -1,6 +1,7 @@
 """`memloop view` in a real browser: headless Chromium (Debian's `chromium` and `chromium-driver`)
 driven by Selenium over a real run on the scripted model. Skipped with the reason where either is
 missing; `.ci/run` installs them. Screenshots go to the test's temp dir."""
+
 from __future__ import annotations
 
 import shutil
@@ -12,15 +13,17 @@ CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
 webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed (pip install -e '.[test]')")
 if not (Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists()):
-    pytest.skip(f"no Chromium to drive: {CHROMIUM} or {CHROMEDRIVER} is missing "
-                "(apt-get install chromium chromium-driver)", allow_module_level=True)
-
-from selenium.webdriver.common.by import By  # noqa: E402
-from selenium.webdriver.support.ui import Select  # noqa: E402
+    pytest.skip(
+        f"no Chromium to drive: {CHROMIUM} or {CHROMEDRIVER} is missing (apt-get install chromium chromium-driver)",
+        allow_module_level=True,
+    )
 
 from memloop.jobs.results.view.app import create_app  # noqa: E402
 from memloop.jobs.results.view.bundle import write_bundle  # noqa: E402
 from memloop.jobs.results.view.runs import ViewRun  # noqa: E402
+from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.support.ui import Select  # noqa: E402
+
 from tests.http_server import serve_app  # noqa: E402
 from tests.jobs.view_run import HOSTILE  # noqa: E402
 
@@ -96,8 +99,10 @@ def test_run_page_to_a_unit_with_filters_diff_revisions_and_verdicts(browser, ru
         p.check("side-by-side")
         assert "chunk 0" in p.text() and "chunk 2" in p.text()
         browser.get(url + f"/run/{run.run_id}/unit/1")
-        assert browser.find_elements(By.CSS_SELECTOR, ".diff .worddiff ins, .diff .worddiff del") or \
-            "the first memory" in p.text()
+        assert (
+            browser.find_elements(By.CSS_SELECTOR, ".diff .worddiff ins, .diff .worddiff del")
+            or "the first memory" in p.text()
+        )
         p.check("text-memory")
         browser.get(url + f"/compare?a={run.run_id}&b={run.run_id}")
         p.check("compare")
@@ -124,8 +129,9 @@ def test_the_bundle_opens_from_disk_with_the_same_content(browser, run, tmp_path
     assert browser.find_elements(By.CSS_SELECTOR, "section.step") and "sumie-exact" in p.text()
 
 
-def test_a_folder_of_runs_the_runs_list_sorts_filters_and_opens_a_unit_beside_its_gold(browser, view_run, second_run,
-                                                                                     tmp_path) -> None:
+def test_a_folder_of_runs_the_runs_list_sorts_filters_and_opens_a_unit_beside_its_gold(
+    browser, view_run, second_run, tmp_path
+) -> None:
     """`memloop view DIR`: the runs list of a folder holding two runs, sorted and filtered in the browser,
     then a SUMIE unit's gold facts marked as the judge scored them, and the step-outcome filter."""
     from memloop.jobs.results.view.log_dir import expand
@@ -139,14 +145,18 @@ def test_a_folder_of_runs_the_runs_list_sorts_filters_and_opens_a_unit_beside_it
         rows = browser.find_elements(By.CSS_SELECTOR, "#runs tr.run-row")
         assert len(rows) == 2 and "2 of 2 runs" in p.text()
         # at 1,400 px the scores are in view, no sideways scrolling (the text columns wrap)
-        right = browser.execute_script("return Math.max(...Array.from(document.querySelectorAll('#runs td.score'))"
-                                       ".map(td => td.getBoundingClientRect().right))")
+        right = browser.execute_script(
+            "return Math.max(...Array.from(document.querySelectorAll('#runs td.score'))"
+            ".map(td => td.getBoundingClientRect().right))"
+        )
         assert 0 < right <= browser.execute_script("return window.innerWidth"), right
         assert rows[0].find_element(By.TAG_NAME, "a").get_attribute("href").startswith(url + "/run/")
         assert not rows[0].find_element(By.TAG_NAME, "a").get_attribute("href").endswith("/run/0/")
         browser.find_element(By.CSS_SELECTOR, 'a.sort[data-col="run_id"]').click()
         p.check("runs-sorted")
-        ids = [r.find_element(By.TAG_NAME, "a").text for r in browser.find_elements(By.CSS_SELECTOR, "#runs tr.run-row")]
+        ids = [
+            r.find_element(By.TAG_NAME, "a").text for r in browser.find_elements(By.CSS_SELECTOR, "#runs tr.run-row")
+        ]
         assert ids == sorted(ids, reverse=ids[0] > ids[1]) and len(ids) == 2
         browser.find_element(By.NAME, "q").send_keys("gu-json")
         browser.find_element(By.CSS_SELECTOR, "#runs-filter button").click()
@@ -155,8 +165,9 @@ def test_a_folder_of_runs_the_runs_list_sorts_filters_and_opens_a_unit_beside_it
         assert len(rows) == 1 and "gu-json" in rows[0].text and "1 of 2 runs" in p.text()
         browser.get(url + "/?status=nonsense")  # answered, not ignored (the 400 is the browser log's only entry)
         assert "filter by one of running" in p.text() and browser.title == "bad request"
-        assert [e["message"] for e in browser.get_log("browser")] == \
-            [f"{url}/?status=nonsense - Failed to load resource: the server responded with a status of 400 (Bad Request)"]
+        assert [e["message"] for e in browser.get_log("browser")] == [
+            f"{url}/?status=nonsense - Failed to load resource: the server responded with a status of 400 (Bad Request)"
+        ]
         p.check("bad-request")  # its console entry was read above
         view = next(i for i, r in enumerate(runs) if r.uri == view_run)
         browser.get(url + f"/run/{runs[view].run_id}/samples?dataset=sumie:synthetic&method=cok")
@@ -173,5 +184,7 @@ def test_a_folder_of_runs_the_runs_list_sorts_filters_and_opens_a_unit_beside_it
         browser.find_element(By.ID, "apply").click()
         p.check("samples-by-outcome")
         assert browser.find_elements(By.CSS_SELECTOR, "#samples tbody tr")
-        assert all(outcomes[0] in r.get_attribute("data-outcomes").split(",")
-                   for r in browser.find_elements(By.CSS_SELECTOR, "#samples tbody tr"))
+        assert all(
+            outcomes[0] in r.get_attribute("data-outcomes").split(",")
+            for r in browser.find_elements(By.CSS_SELECTOR, "#samples tbody tr")
+        )

@@ -1,11 +1,11 @@
 """The gold beside the answer on a unit page, and the samples page's step-outcome and cause filters."""
+
 from __future__ import annotations
 
 import re
 
 import pytest
 from fastapi.testclient import TestClient
-
 from memloop.jobs.results.view.app import create_app
 from memloop.jobs.results.view.errors import ViewError
 from memloop.jobs.results.view.gold import gold_view
@@ -34,7 +34,9 @@ def test_sumie_gold_facts_are_marked_matched_or_missed_as_the_judge_scored_them(
         row = dict(run.unit_row(i))
         g = gold_view(run, row)
         sample = run.sample_data().get(row["dataset"], row["sample_id"])
-        assert g["kind"] == "facts" and [len(t["facts"]) for t in g["turns"]] == [len(p) for p in gold_turns(sample.gold)]
+        assert g["kind"] == "facts" and [len(t["facts"]) for t in g["turns"]] == [
+            len(p) for p in gold_turns(sample.gold)
+        ]
         sc = run.scores_of(row["unit"])
         recall = sc[(sc["judge"] == "sumie-exact") & (sc["metric"] == "recall")]
         if not g["judged"]:
@@ -46,8 +48,9 @@ def test_sumie_gold_facts_are_marked_matched_or_missed_as_the_judge_scored_them(
             assert t["matched"] + t["missed"] == len(t["facts"])
         page = client.get(f"/run/{run.run_id}/unit/{i}").text
         facts = re.findall(r'<tr class="fact"><td>(.*?)</td><td class="(ok|bad|muted)">(\w[\w ]*)</td>', page)
-        assert [f[0] for f in facts] == [f["text"].replace("'", "&#39;").replace('"', "&#34;")
-                                         for t in g["turns"] for f in t["facts"]]
+        assert [f[0] for f in facts] == [
+            f["text"].replace("'", "&#39;").replace('"', "&#34;") for t in g["turns"] for f in t["facts"]
+        ]
         assert {f[2] for f in facts} <= {"matched", "missed"} and "supported by gold" in page
         assert client.get(f"/run/{run.run_id}/unit/{i}.json").json()["gold"]["turns"][0]["facts"][0]["text"]
         checked += 1
@@ -73,7 +76,10 @@ def test_samples_filter_by_step_outcome_and_failure_cause(run, client) -> None:
         rows, n = select(run, Query(steps=outcome, size=500))
         want = {u for u, o in zip(run.index["unit"], run.index["outcomes"]) if outcome in o.split(",")}
         assert set(rows["unit"]) == want and n == len(want) > 0
-        assert set(run.data.steps[run.data.steps["unit"].isin(want) & (run.data.steps["outcome"] == outcome)]["unit"]) == want
+        assert (
+            set(run.data.steps[run.data.steps["unit"].isin(want) & (run.data.steps["outcome"] == outcome)]["unit"])
+            == want
+        )
     page = client.get(f"/run/{run.run_id}/samples").text
     assert all(f'<option value="{o}"' in page for o in choices)
     for cause in cause_choices(run):
@@ -85,10 +91,13 @@ def test_samples_filter_by_step_outcome_and_failure_cause(run, client) -> None:
         select(run, Query(steps="exploded"))
 
 
-@pytest.mark.parametrize("query, expected", [
-    ("method=cok&stauts=failed", "the samples page has no parameter stauts; use cause, dataset, desc"),
-    ("outcome=ok", "no parameter outcome"),
-])
+@pytest.mark.parametrize(
+    "query, expected",
+    [
+        ("method=cok&stauts=failed", "the samples page has no parameter stauts; use cause, dataset, desc"),
+        ("outcome=ok", "no parameter outcome"),
+    ],
+)
 def test_unknown_samples_parameters_are_answered_not_ignored(run, client, query, expected) -> None:
     res = client.get(f"/run/{run.run_id}/samples?{query}")
     assert res.status_code == 400 and expected in res.text
@@ -104,11 +113,18 @@ def test_matched_gold_facts_follow_the_judges_records(run, monkeypatch) -> None:
 
     i = _units(run, "sumie")[0]
     row = dict(run.unit_row(i))
-    records = [{"item": "turn 1: name: x", "label": {"turn": 1, "supported_by": [0, 2]}, "source": "rule"},
-               {"item": "turn 0: reference 2: language: Finnish", "label": [0], "source": "llm"},
-               {"item": "turn 0: reference 1: residence: Wellington", "label": [], "source": "llm"}]
-    fake = pd.DataFrame({"judge": ["sumie-exact", "sumie", "sumie"], "index": [0, 0, 1],
-                         "record_json": [json.dumps(r) for r in records]})
+    records = [
+        {"item": "turn 1: name: x", "label": {"turn": 1, "supported_by": [0, 2]}, "source": "rule"},
+        {"item": "turn 0: reference 2: language: Finnish", "label": [0], "source": "llm"},
+        {"item": "turn 0: reference 1: residence: Wellington", "label": [], "source": "llm"},
+    ]
+    fake = pd.DataFrame(
+        {
+            "judge": ["sumie-exact", "sumie", "sumie"],
+            "index": [0, 0, 1],
+            "record_json": [json.dumps(r) for r in records],
+        }
+    )
     monkeypatch.setattr(run, "judgments_of", lambda unit: fake)
     g = gold_view(run, row)
     marks = [[f["matched"] for f in t["facts"]] for t in g["turns"]]

@@ -1,5 +1,6 @@
 """`memloop view DIR`: a folder of runs as a runs list that sorts, filters and links to each run;
 MEMLOOP_LOG_DIR as the default folder (and the default `output` of a config that names none)."""
+
 from __future__ import annotations
 
 import re
@@ -7,7 +8,6 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
-
 from memloop.jobs.results.view.app import create_app
 from memloop.jobs.results.view.errors import ViewError
 from memloop.jobs.results.view.log_dir import RunsQuery, expand
@@ -58,8 +58,17 @@ def test_the_runs_list_shows_sorts_filters_and_links(client, folder) -> None:
     page = client.get("/")
     assert page.status_code == 200
     html = page.text
-    for text in (first_id, second_id, "scripted-two at http", "gu-json", "cok, inc-update", "sumie-exact f1:last: gu-json",
-                 "2 of 2 runs", f'href="/run/{first_id}/"', f'href="/run/{second_id}/"'):
+    for text in (
+        first_id,
+        second_id,
+        "scripted-two at http",
+        "gu-json",
+        "cok, inc-update",
+        "sumie-exact f1:last: gu-json",
+        "2 of 2 runs",
+        f'href="/run/{first_id}/"',
+        f'href="/run/{second_id}/"',
+    ):
         assert text in html, text
     by_id = _rows(client.get("/?sort=run_id&desc=0").text)
     assert second_id in by_id[0] and first_id in by_id[1]  # "second-…" < "view-test-…"
@@ -78,11 +87,14 @@ def test_the_runs_list_shows_sorts_filters_and_links(client, folder) -> None:
         assert kept and {_status(r) for r in kept} == {st}
 
 
-@pytest.mark.parametrize("query, expected", [
-    ("?bogus=1", "the runs list has no parameter bogus; use desc, q, sort, status"),
-    ("?sort=size", "sort by one of run_id, headline, status, model"),
-    ("?status=great", "filter by one of running, failed units, incomplete, ok"),
-])
+@pytest.mark.parametrize(
+    "query, expected",
+    [
+        ("?bogus=1", "the runs list has no parameter bogus; use desc, q, sort, status"),
+        ("?sort=size", "sort by one of run_id, headline, status, model"),
+        ("?status=great", "filter by one of running, failed units, incomplete, ok"),
+    ],
+)
 def test_unknown_runs_list_parameters_are_answered(client, query, expected) -> None:
     res = client.get("/" + query)
     assert res.status_code == 400 and expected in res.text
@@ -104,7 +116,9 @@ def test_a_run_added_to_the_folder_later_appears_and_links_name_run_ids(folder, 
     logs = tmp_path / "logs"
     shutil.copytree(first, logs / first_id)
     uris = expand([str(logs)])
-    client = TestClient(create_app([ViewRun.load(u) for u in uris], sources=[str(logs)]), base_url="http://127.0.0.1:8765")
+    client = TestClient(
+        create_app([ViewRun.load(u) for u in uris], sources=[str(logs)]), base_url="http://127.0.0.1:8765"
+    )
     assert len(_rows(client.get("/").text)) == 1
     shutil.copytree(second, logs / second_id)
     page = client.get(f"/run/{second_id}/")  # a shared link to the new run: found by a rescan

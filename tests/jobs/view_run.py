@@ -1,6 +1,7 @@
 """A real run for the viewer's tests: two methods (CoK's structured memory with revisions, incremental
 updating's text memory) on a book and a SUMIE entity, judged by BooookScore and SUMIE, against the
 scripted model, whose answers carry markup the pages must show as text."""
+
 from __future__ import annotations
 
 import json
@@ -23,39 +24,64 @@ def hostile_answer(body: dict) -> str | None:
         # that applies (figure 5 merges the next chunk's same addition into it)
         task_class = prompt.rsplit("[CLASS]", 1)[1]  # the task's own class, after the prompt's example
         name = "attributes" if "class Summary" in task_class else "characters"
-        return ("1. Nothing to update.\n\n[UPDATED_OBJECTS]\n"
-                + json.dumps({f"$. '{name}'. 'nobody'[3]": {"update": "x"}})
-                + "\n\n[THOUGHTS FOR ADD]\n1. The keeper is new.\n\n[ADDED_OBJECTS]\n"
-                + json.dumps({f"$. '{name}'. '<b>keeper</b>'": {"add": [HOSTILE]}}) + "\n")
+        return (
+            "1. Nothing to update.\n\n[UPDATED_OBJECTS]\n"
+            + json.dumps({f"$. '{name}'. 'nobody'[3]": {"update": "x"}})
+            + "\n\n[THOUGHTS FOR ADD]\n1. The keeper is new.\n\n[ADDED_OBJECTS]\n"
+            + json.dumps({f"$. '{name}'. '<b>keeper</b>'": {"add": [HOSTILE]}})
+            + "\n"
+        )
     if fmt.get("type") != "json_schema":
         return HOSTILE
     schema = fmt["json_schema"]["schema"]
     item = schema.get("items") or {}
     if "sentence_num" in (item.get("properties") or {}):  # BooookScore, batched: the first sentence confusing
         types = item["properties"]["types"]["items"]["enum"]
-        return json.dumps([{"sentence_num": k, "questions": "Who is <i>she</i>?" if k == 1 else None,
-                            "types": [types[0]] if k == 1 else []} for k in range(1, schema["minItems"] + 1)])
+        return json.dumps(
+            [
+                {
+                    "sentence_num": k,
+                    "questions": "Who is <i>she</i>?" if k == 1 else None,
+                    "types": [types[0]] if k == 1 else [],
+                }
+                for k in range(1, schema["minItems"] + 1)
+            ]
+        )
     props = schema.get("properties") or {}
     if "revisions" in props:
         branches = props["revisions"]["items"]["anyOf"]
         first = branches[0]["properties"]["path"]["pattern"]  # ^\$\. 'NAME'$ : the schema's first field
         name = first.split("'")[1]
-        return json.dumps({"revisions": [
-            {"path": f"$. '{name}'. '<b>keeper</b>'", "op": "add", "value": [HOSTILE]},
-            {"path": f"$. '{name}'. 'nobody'[3]", "op": "update", "value": "x"}]})
+        return json.dumps(
+            {
+                "revisions": [
+                    {"path": f"$. '{name}'. '<b>keeper</b>'", "op": "add", "value": [HOSTILE]},
+                    {"path": f"$. '{name}'. 'nobody'[3]", "op": "update", "value": "x"},
+                ]
+            }
+        )
     return None
 
 
 def view_config(output: Path, url: str) -> dict[str, Any]:
     model = {"kind": "openai", "endpoint": {"base_url": url, "model": "scripted", "max_concurrency": 4}}
     return {
-        "name": "view-test", "output": str(output), "model": model, "judge_model": model, "judge_cpus": 0.25,
-        "datasets": [{"task": "book", "path": str(BOOK), "options": {"chunk_tokens": 128, "max_chunks": 3}},
-                     {"task": "sumie", "synthetic": {"entities": 1, "seed": 0}, "options": {"max_chunks": 2}}],
-        "methods": [{"name": "cok", "options": {"max_attempts": 1, "decoding": "constrained"}},
-                    {"name": "inc-update", "options": {"max_attempts": 1, "word_limit": 50}}],
+        "name": "view-test",
+        "output": str(output),
+        "model": model,
+        "judge_model": model,
+        "judge_cpus": 0.25,
+        "datasets": [
+            {"task": "book", "path": str(BOOK), "options": {"chunk_tokens": 128, "max_chunks": 3}},
+            {"task": "sumie", "synthetic": {"entities": 1, "seed": 0}, "options": {"max_chunks": 2}},
+        ],
+        "methods": [
+            {"name": "cok", "options": {"max_attempts": 1, "decoding": "constrained"}},
+            {"name": "inc-update", "options": {"max_attempts": 1, "word_limit": 50}},
+        ],
         "judges": [{"name": "booookscore-batched", "options": {"batch_size": 4}}, {"name": "sumie-exact"}],
-        "repeats": 1, "retries": 0,
+        "repeats": 1,
+        "retries": 0,
     }
 
 
@@ -64,6 +90,7 @@ def make_view_run(output: Path) -> str:
     from memloop.jobs.run.config import parse_config
     from memloop.jobs.run.driver import execute
     from memloop.jobs.run.plan import make_plan
+
     from tests.jobs.scripted_endpoint import scripted_endpoint
 
     with scripted_endpoint(hostile_answer) as (url, _):
@@ -77,14 +104,29 @@ def make_second_run(folder: Path) -> str:
     from memloop.jobs.run.config import parse_config
     from memloop.jobs.run.driver import execute
     from memloop.jobs.run.plan import make_plan
+
     from tests.jobs.scripted_endpoint import attribute_table_answer, scripted_endpoint
 
     with scripted_endpoint(attribute_table_answer) as (url, _):
         model = {"kind": "openai", "endpoint": {"base_url": url, "model": "scripted-two", "max_concurrency": 2}}
-        summary = execute(make_plan(parse_config({
-            "name": "second", "output": str(folder), "model": model, "judge_cpus": 0.25, "retries": 0,
-            "datasets": [{"task": "sumie", "synthetic": {"entities": 1, "seed": 3}, "options": {"max_chunks": 2}}],
-            "methods": [{"name": "gu-json", "options": {"max_attempts": 1}}],
-            "judges": [{"name": "sumie-exact"}]})), log=lambda m: None)
+        summary = execute(
+            make_plan(
+                parse_config(
+                    {
+                        "name": "second",
+                        "output": str(folder),
+                        "model": model,
+                        "judge_cpus": 0.25,
+                        "retries": 0,
+                        "datasets": [
+                            {"task": "sumie", "synthetic": {"entities": 1, "seed": 3}, "options": {"max_chunks": 2}}
+                        ],
+                        "methods": [{"name": "gu-json", "options": {"max_attempts": 1}}],
+                        "judges": [{"name": "sumie-exact"}],
+                    }
+                )
+            ),
+            log=lambda m: None,
+        )
     assert summary.computed == 1
     return summary.output

@@ -1,13 +1,13 @@
 """The means, standard errors and intervals every table prints (eval/judges/aggregation.py), on numbers
 worked by hand: each test pins one part of the rule so that a changed operator, count or index in it
 changes a named figure (scripts/mutation.py's `aggregation` target runs these first)."""
+
 from __future__ import annotations
 
 import math
 
 import numpy as np
 import pytest
-
 from memloop.eval.judges.aggregation import (
     INCOMPLETE,
     JUDGED,
@@ -65,9 +65,16 @@ def test_a_ratio_delta_is_the_difference_of_the_two_ratios_of_sums_in_percent() 
 
 
 def _two_repeats() -> list[Unit]:
-    return [Unit(0, "a", JUDGED, 0.2), Unit(0, "b", JUDGED, 0.4), Unit(0, "c", ZERO),
-            Unit(1, "a", JUDGED, 0.6), Unit(1, "b", JUDGED, 0.8), Unit(1, "c", JUDGED, 1.0),
-            Unit(0, "d", NOT_APPLICABLE), Unit(1, "e", INCOMPLETE)]
+    return [
+        Unit(0, "a", JUDGED, 0.2),
+        Unit(0, "b", JUDGED, 0.4),
+        Unit(0, "c", ZERO),
+        Unit(1, "a", JUDGED, 0.6),
+        Unit(1, "b", JUDGED, 0.8),
+        Unit(1, "c", JUDGED, 1.0),
+        Unit(0, "d", NOT_APPLICABLE),
+        Unit(1, "e", INCOMPLETE),
+    ]
 
 
 def test_a_cell_is_the_mean_over_repeats_of_each_repeats_mean_over_samples() -> None:
@@ -94,11 +101,18 @@ def test_a_ratio_cell_divides_the_sums_and_a_failed_unit_adds_no_denominator() -
 
 def test_a_judges_own_aggregate_is_applied_per_repeat() -> None:
     """A judge that aggregates by the median (not the mean): repeat 0's median 0.2, repeat 1's 0.7."""
+
     def median(values: object) -> float:
         return float(np.nanmedian(np.asarray(list(values), float)))
 
-    units = [Unit(0, "a", JUDGED, 0.1), Unit(0, "b", JUDGED, 0.2), Unit(0, "c", JUDGED, 0.9),
-             Unit(1, "a", JUDGED, 0.7), Unit(1, "b", JUDGED, 0.7), Unit(1, "c", JUDGED, 0.0)]
+    units = [
+        Unit(0, "a", JUDGED, 0.1),
+        Unit(0, "b", JUDGED, 0.2),
+        Unit(0, "c", JUDGED, 0.9),
+        Unit(1, "a", JUDGED, 0.7),
+        Unit(1, "b", JUDGED, 0.7),
+        Unit(1, "c", JUDGED, 0.0),
+    ]
     f = figure(units, aggregate=median)
     assert f["mean"] == pytest.approx(0.45) and f["se"] == pytest.approx(0.25)
 
@@ -123,10 +137,23 @@ def test_an_unknown_state_is_refused() -> None:
 
 
 def test_a_paired_difference_pairs_units_counted_on_both_sides_and_averages_repeats_per_sample() -> None:
-    a = [Unit(0, "a", JUDGED, 0.5), Unit(1, "a", JUDGED, 0.7), Unit(0, "b", JUDGED, 0.2), Unit(0, "c", ZERO),
-         Unit(0, "d", JUDGED, 0.9), Unit(0, "e", INCOMPLETE)]
-    b = [Unit(0, "a", JUDGED, 0.6), Unit(1, "a", JUDGED, 1.0), Unit(0, "b", ZERO), Unit(0, "c", JUDGED, 0.4),
-         Unit(0, "d", NOT_APPLICABLE), Unit(0, "e", JUDGED, 0.3), Unit(0, "f", JUDGED, 0.1)]
+    a = [
+        Unit(0, "a", JUDGED, 0.5),
+        Unit(1, "a", JUDGED, 0.7),
+        Unit(0, "b", JUDGED, 0.2),
+        Unit(0, "c", ZERO),
+        Unit(0, "d", JUDGED, 0.9),
+        Unit(0, "e", INCOMPLETE),
+    ]
+    b = [
+        Unit(0, "a", JUDGED, 0.6),
+        Unit(1, "a", JUDGED, 1.0),
+        Unit(0, "b", ZERO),
+        Unit(0, "c", JUDGED, 0.4),
+        Unit(0, "d", NOT_APPLICABLE),
+        Unit(0, "e", JUDGED, 0.3),
+        Unit(0, "f", JUDGED, 0.1),
+    ]
     got = paired_difference(a, b)
     xa, xb = np.array([np.mean([0.5, 0.7]), 0.2, 0.0]), np.array([np.mean([0.6, 1.0]), 0.0, 0.4])
     assert (got["n"], got["units"]) == (3, 4)  # d, e and f are not counted on both sides

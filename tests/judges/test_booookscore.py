@@ -1,16 +1,21 @@
 """BooookScore: answer validation, retries, per-book arithmetic, batching, and the official release replay."""
+
 from __future__ import annotations
 
 import json
 
 import pytest
-
+from memloop.eval.asking import ParseFailure
 from memloop.eval.errors import JudgeError
 from memloop.eval.judges import run_judge
-from memloop.eval.asking import ParseFailure
 from memloop.eval.judges.asking import JudgeAnswerError
-from memloop.eval.judges.booookscore import (ERROR_TYPES, judge, parse_batch_answer,
-                                     parse_sentence_answer, score_judgments)
+from memloop.eval.judges.booookscore import (
+    ERROR_TYPES,
+    judge,
+    parse_batch_answer,
+    parse_sentence_answer,
+    score_judgments,
+)
 from memloop.eval.judges.booookscore_replay import release_table, replay_book, score_release
 from memloop.eval.judges.records import Judgment
 from memloop.eval.judges.sentences import split_sentences
@@ -28,14 +33,17 @@ def test_parse_json_and_official_line_format():
     assert got == {"questions": "Who is she? Why?", "types": ["entity omission", "causal omission"]}
 
 
-@pytest.mark.parametrize("answer", [
-    '{"questions": "Why?", "types": ["plot hole"]}',          # unknown label
-    '{"questions": "no confusion", "types": ["salience"]}',   # says none but lists a type
-    '{"questions": "Who is he?", "types": []}',               # questions without a type
-    '{"types": []}',                                          # missing key
-    "Questions: Who?\nTypes: vagueness",
-    "The sentence is fine.",
-])
+@pytest.mark.parametrize(
+    "answer",
+    [
+        '{"questions": "Why?", "types": ["plot hole"]}',  # unknown label
+        '{"questions": "no confusion", "types": ["salience"]}',  # says none but lists a type
+        '{"questions": "Who is he?", "types": []}',  # questions without a type
+        '{"types": []}',  # missing key
+        "Questions: Who?\nTypes: vagueness",
+        "The sentence is fine.",
+    ],
+)
 def test_invalid_answers_are_rejected(answer):
     with pytest.raises(ParseFailure):
         parse_sentence_answer(answer)
@@ -52,7 +60,9 @@ def test_per_sentence_judge_pins_prompts_retries_and_score():
     assert "Summary:\n" + summary in second and second.rstrip().endswith("Sentence: The guild fines her.\nAnswer:")
     assert llm.requests[2].sampling.temperature > 0  # the retry resamples
     j = r.judgments[1]
-    assert j.retries == 1 and "unknown error type" in j.failures[0]["reason"] and j.label["types"] == ["entity omission"]
+    assert (
+        j.retries == 1 and "unknown error type" in j.failures[0]["reason"] and j.label["types"] == ["entity omission"]
+    )
     assert r.details["error_types"]["entity omission"] == 1
     # recomputable from the stored records alone
     back = [Judgment.from_record(json.loads(json.dumps(rec.to_record()))) for rec in r.judgments]
@@ -88,14 +98,18 @@ def test_duplicate_sentences_count_once_like_the_official_annotations():
 
 def test_batched_variant():
     summary = "A one. B two. C three."
-    answer = json.dumps([{"sentence_num": 1, "questions": None, "types": []},
-                         {"sentence_num": 2, "questions": "Who is B?", "types": ["entity omission"]}])
-    llm = ScriptedLLM([answer, "[{\"sentence_num\": 1, \"questions\": null, \"types\": null}]"])
+    answer = json.dumps(
+        [
+            {"sentence_num": 1, "questions": None, "types": []},
+            {"sentence_num": 2, "questions": "Who is B?", "types": ["entity omission"]},
+        ]
+    )
+    llm = ScriptedLLM([answer, '[{"sentence_num": 1, "questions": null, "types": null}]'])
     r = run_judge("booookscore-batched", summary, None, llm, batch_size=2, max_workers=1)
     assert r.score("booookscore") == pytest.approx(2 / 3)
     assert "1. A one.\n2. B two." in llm.requests[0].messages[0]["content"]
     with pytest.raises(ParseFailure, match="expected a JSON list of 2"):
-        parse_batch_answer(answer[:1] + answer[answer.index("}") + 3:], 2)
+        parse_batch_answer(answer[:1] + answer[answer.index("}") + 3 :], 2)
 
 
 def test_the_book_mean_is_the_one_mean_and_an_empty_summary_scores_zero():
@@ -117,9 +131,11 @@ def test_the_book_mean_is_the_one_mean_and_an_empty_summary_scores_zero():
 
 def test_replay_book_hand_computed():
     summary = "Ann meets Bo. Bo leaves. Ann meets Bo. Then a storm, etc. and more."
-    ann = {"Bo leaves.": {"questions": "Why?", "types": ["causal omission"]},
-           "Ann meets Bo.": {"questions": "Who is Bo?", "types": ["entity omission"]},
-           "Not in this summary.": {"questions": "?", "types": ["language"]}}
+    ann = {
+        "Bo leaves.": {"questions": "Why?", "types": ["causal omission"]},
+        "Ann meets Bo.": {"questions": "Who is Bo?", "types": ["entity omission"]},
+        "Not in this summary.": {"questions": "?", "types": ["language"]},
+    }
     r = replay_book(summary, ann)
     # distinct sentences: "Ann meets Bo.", "Bo leaves.", "Then a storm, etc.", "and more." -> 2 of 4 confusing
     assert split_sentences(summary)[-1] == "and more."
@@ -141,11 +157,18 @@ def test_release_chatgpt_rows_with_the_unplaceable_annotations_counted(shared_da
     got = {}
     for method in ("hier", "inc"):
         for how in ("drop", "count"):
-            r = score_release(shared_data / f"booookscore/summaries/chatgpt-2048-{method}-cleaned.json",
-                              shared_data / f"booookscore/annotations/chatgpt-2048-{method}.json", unmatched=how)
+            r = score_release(
+                shared_data / f"booookscore/summaries/chatgpt-2048-{method}-cleaned.json",
+                shared_data / f"booookscore/annotations/chatgpt-2048-{method}.json",
+                unmatched=how,
+            )
             got[method, how] = (round(100 * r.booookscore, 1), r.unmatched)
-    assert got == {("hier", "drop"): (84.8, 9), ("hier", "count"): (84.5, 9),
-                   ("inc", "drop"): (68.9, 21), ("inc", "count"): (68.2, 21)}
+    assert got == {
+        ("hier", "drop"): (84.8, 9),
+        ("hier", "count"): (84.5, 9),
+        ("inc", "drop"): (68.9, 21),
+        ("inc", "count"): (68.2, 21),
+    }
 
 
 def test_official_release_table(shared_data, capsys):
@@ -154,15 +177,19 @@ def test_official_release_table(shared_data, capsys):
         print("\nBooookScore (replay of the official GPT-4 annotations)")
         print(f"{'model':8} {'chunk':>6} {'method':6} {'score':>7} {'books':>5} {'sentences':>9} {'unmatched':>9}")
         for r in rows:
-            print(f"{r['model']:8} {r['chunk']:>6} {r['method']:6} {100 * r['booookscore']:7.1f} {r['books']:>5} "
-                  f"{r['sentences']:>9} {r['unmatched']:>9}")
+            print(
+                f"{r['model']:8} {r['chunk']:>6} {r['method']:6} {100 * r['booookscore']:7.1f} {r['books']:>5} "
+                f"{r['sentences']:>9} {r['unmatched']:>9}"
+            )
     by = {(r["model"], r["chunk"], r["method"]): r for r in rows}
     assert len(rows) == 10 and all(r["books"] == 100 for r in rows)
     assert by[("gpt4", 2048, "hier")]["booookscore"] > by[("gpt4", 2048, "inc")]["booookscore"]
     assert by[("gpt4", 4096, "hier")]["booookscore"] > by[("gpt4", 4096, "inc")]["booookscore"]
     assert all(0.5 < r["booookscore"] < 1.0 for r in rows)
-    s = score_release(shared_data / "booookscore/summaries/gpt4-2048-hier-cleaned.json",
-                      shared_data / "booookscore/annotations/gpt4-2048-hier.json")
+    s = score_release(
+        shared_data / "booookscore/summaries/gpt4-2048-hier-cleaned.json",
+        shared_data / "booookscore/annotations/gpt4-2048-hier.json",
+    )
     assert s.booookscore == pytest.approx(by[("gpt4", 2048, "hier")]["booookscore"])
 
 
@@ -174,7 +201,7 @@ def test_splitter_reproduces_official_sentences(shared_data):
         summ = json.loads((shared_data / "booookscore/summaries" / f"{ann_path.stem}-cleaned.json").read_text())
         for book, sents in ann.items():
             ours = set(split_sentences(summ[book]))
-            for s in (sents or {}):
+            for s in sents or {}:
                 if s in summ[book]:
                     total += 1
                     hit += s in ours
@@ -223,7 +250,7 @@ def test_prompt_defines_and_exemplifies_all_eight_error_types(batched):
     example_lines = examples.split("\n\n", 1)[0].splitlines()[1:]
     for t in ERROR_TYPES:
         assert any(line.startswith(f"- {t}: ") for line in definitions.splitlines()), t
-        mine = [line for line in example_lines if line.startswith(f"- {t}: \"")]
+        mine = [line for line in example_lines if line.startswith(f'- {t}: "')]
         assert len(mine) == 2 and all(" -> " in m and m.rstrip().endswith("?") for m in mine), t
     assert len(example_lines) == 2 * len(ERROR_TYPES)
     worked = prompt.split("Example summary:", 1)[1].split("Now the summary and the", 1)[0]
@@ -231,6 +258,9 @@ def test_prompt_defines_and_exemplifies_all_eight_error_types(batched):
         answers = json.loads(worked.split("Example answer:\n", 1)[1].strip())
         labels = [a["types"] for a in answers]
     else:
-        labels = [json.loads(line.split("Example answer: ", 1)[1])["types"]
-                  for line in worked.splitlines() if line.startswith("Example answer: ")]
+        labels = [
+            json.loads(line.split("Example answer: ", 1)[1])["types"]
+            for line in worked.splitlines()
+            if line.startswith("Example answer: ")
+        ]
     assert len(labels) == 10 and sum(not t for t in labels) == 8

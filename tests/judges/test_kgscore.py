@@ -1,16 +1,15 @@
 """KGScore: edge parsing in the paper's format, equations 5-9 on known cosines, MiniLM, entity shuffle."""
+
 from __future__ import annotations
 
 import json
 
 import numpy as np
 import pytest
-
+from memloop.eval.asking import ParseFailure
 from memloop.eval.errors import JudgeError
 from memloop.eval.judges import run_judge
-from memloop.eval.asking import ParseFailure
-from memloop.eval.judges.kgscore import (Edge, entity_shuffle, kg_prf, minilm_embedder, parse_edges, rescore,
-                                 score_edges)
+from memloop.eval.judges.kgscore import Edge, entity_shuffle, kg_prf, minilm_embedder, parse_edges, rescore, score_edges
 from memloop.eval.judges.records import Judgment
 from memloop.eval.llm import ScriptedLLM
 
@@ -18,14 +17,18 @@ ENTS = ["Narrator", "Janek", "AC-293", "Canyon B"]
 
 
 def test_parse_paper_line_format_expands_multi_subject_edges():
-    text = ("- Narrator, Janek, AC-293; Canyon B; continues journey toward\n"
-            "- Janek; AC-293; argues with\n"
-            "- Narrator; [None]; suggests shortcut through mountains\n"
-            "- Rover; [None]; buried in sand\n")
+    text = (
+        "- Narrator, Janek, AC-293; Canyon B; continues journey toward\n"
+        "- Janek; AC-293; argues with\n"
+        "- Narrator; [None]; suggests shortcut through mountains\n"
+        "- Rover; [None]; buried in sand\n"
+    )
     got = parse_edges(text, ENTS)
-    assert got["edges"][:3] == [["Narrator", "Canyon B", "continues journey toward"],
-                                ["Janek", "Canyon B", "continues journey toward"],
-                                ["AC-293", "Canyon B", "continues journey toward"]]
+    assert got["edges"][:3] == [
+        ["Narrator", "Canyon B", "continues journey toward"],
+        ["Janek", "Canyon B", "continues journey toward"],
+        ["AC-293", "Canyon B", "continues journey toward"],
+    ]
     assert ["Narrator", None, "suggests shortcut through mountains"] in got["edges"]
     assert got["dropped"] == ["Rover"] and len(got["edges"]) == 5
     js = parse_edges('{"edges": [{"subjects": ["janek"], "objects": [], "predicate": "falls"}]}', ENTS)
@@ -35,8 +38,11 @@ def test_parse_paper_line_format_expands_multi_subject_edges():
 
 
 def test_equations_5_to_9_with_known_cosines():
-    cos = {frozenset({"argues with", "fights with"}): 0.6, frozenset({"helps", "assists"}): 0.9,
-           frozenset({"helps", "fights with"}): 0.1}
+    cos = {
+        frozenset({"argues with", "fights with"}): 0.6,
+        frozenset({"helps", "assists"}): 0.9,
+        frozenset({"helps", "fights with"}): 0.1,
+    }
 
     def sim(a, b):
         return 1.0 if a == b else cos.get(frozenset({a, b}), 0.0)
@@ -69,11 +75,19 @@ def test_minilm_predicate_similarity(embedder):
 
 def test_judge_pins_prompts_and_rescores_from_records(embedder):
     gen = '{"edges": [{"subjects": ["Janek"], "objects": ["AC-293"], "predicate": "argues with"}]}'
-    ref = ('{"edges": [{"subjects": ["Janek"], "objects": ["AC-293"], "predicate": "argues with"}, '
-           '{"subjects": ["Narrator"], "objects": [], "predicate": "leads"}]}')
+    ref = (
+        '{"edges": [{"subjects": ["Janek"], "objects": ["AC-293"], "predicate": "argues with"}, '
+        '{"subjects": ["Narrator"], "objects": [], "predicate": "leads"}]}'
+    )
     llm = ScriptedLLM(['{"entities": ["Janek", "AC-293", "Narrator"]}', gen, ref])
-    r = run_judge("kgscore", "Janek argues with AC-293.", "Janek argues with AC-293. The Narrator leads.", llm,
-                  embedder=embedder, entity_source="llm")
+    r = run_judge(
+        "kgscore",
+        "Janek argues with AC-293.",
+        "Janek argues with AC-293. The Narrator leads.",
+        llm,
+        embedder=embedder,
+        entity_source="llm",
+    )
     assert r.details["entity_source"] == "judge LLM"
     prompt = llm.requests[1].messages[0]["content"]
     assert "Named entities: Janek, AC-293, Narrator\nSummary: Janek argues with AC-293.\nEdges:" in prompt
@@ -100,8 +114,14 @@ def test_edge_prompt_has_the_papers_three_examples_and_no_edge_cap(embedder):
 
 
 def test_an_edge_cap_that_is_hit_is_reported(embedder):
-    two = json.dumps({"edges": [{"subjects": ["A"], "objects": ["B"], "predicate": "meets"},
-                                {"subjects": ["B"], "objects": [], "predicate": "waits"}]})
+    two = json.dumps(
+        {
+            "edges": [
+                {"subjects": ["A"], "objects": ["B"], "predicate": "meets"},
+                {"subjects": ["B"], "objects": [], "predicate": "waits"},
+            ]
+        }
+    )
     one = json.dumps({"edges": [{"subjects": ["A"], "objects": ["B"], "predicate": "meets"}]})
     llm = ScriptedLLM([two, one], supports_json_schema=True)
     r = run_judge("kgscore", "x", {"reference": "y", "entities": ["A", "B"]}, llm, embedder=embedder, max_edges=2)
@@ -139,7 +159,9 @@ def test_an_empty_summary_scores_zero_and_its_reference_is_still_extracted():
     ref = '{"edges": [{"subjects": ["Janek"], "objects": ["AC-293"], "predicate": "argues with"}]}'
     for empty in ("", "  \n"):
         llm = ScriptedLLM([ref])
-        r = run_judge("kgscore", empty, {"reference": "Janek argues with AC-293.", "entities": ["Janek", "AC-293"]}, llm)
+        r = run_judge(
+            "kgscore", empty, {"reference": "Janek argues with AC-293.", "entities": ["Janek", "AC-293"]}, llm
+        )
         assert (r.score("precision"), r.score("recall"), r.score("f1")) == (0.0, 0.0, 0.0)
         assert r.score("edges_generated") == 0 and r.score("edges_reference") == 1
         assert len(llm.requests) == 1 and "Janek argues" in llm.requests[0].messages[0]["content"]
@@ -148,14 +170,17 @@ def test_an_empty_summary_scores_zero_and_its_reference_is_still_extracted():
 
 # ---------------------------------------------------------------- issue 30, point 17
 
+
 def test_free_decoding_keeps_the_constrained_caps_repeats_and_comma_names():
     ents = ["Abe", "Bea", "Cy", "Di", "Ed", "Washington, D.C."]
     long_pred = "travels by a very long and winding road over the hills to"
-    text = (f"- Abe, Bea, Cy, Di, Ed; [None]; {long_pred}\n"
-            "- Abe; Washington, D.C.; lives in\n"
-            "- Abe; Washington, D.C.; lives in\n"
-            "- Bea, Rover; Cy; meets\n"
-            "- Di; Rover; chases\n")
+    text = (
+        f"- Abe, Bea, Cy, Di, Ed; [None]; {long_pred}\n"
+        "- Abe; Washington, D.C.; lives in\n"
+        "- Abe; Washington, D.C.; lives in\n"
+        "- Bea, Rover; Cy; meets\n"
+        "- Di; Rover; chases\n"
+    )
     got = parse_edges(text, ents)
     cut = long_pred[:48].strip()
     # at most four subjects (the first four, as a constrained answer stops there), predicate cut to 48 characters
@@ -174,8 +199,15 @@ def test_extraction_gets_the_rest_of_the_window_and_record_keeps_invalid_out(emb
     prompt = llm.requests[0].messages[0]["content"]
     assert llm.requests[0].sampling.max_tokens == 8192 - llm.count_tokens(prompt) - 64  # no fixed 768 cap
     bad = ScriptedLLM([ok, "no edges here", "none", "still none"])
-    r = run_judge("kgscore", "A waits.", {"reference": "A waits.", "entities": ["A"]}, bad, embedder=embedder,
-                  on_invalid="record", max_attempts=3)
+    r = run_judge(
+        "kgscore",
+        "A waits.",
+        {"reference": "A waits.", "entities": ["A"]},
+        bad,
+        embedder=embedder,
+        on_invalid="record",
+        max_attempts=3,
+    )
     assert r.details["invalid"] == ["reference"] and r.score("invalid") == 1
     assert "f1" not in {s.metric for s in r.scores}  # kept out of P / R / F1, not scored as an empty graph
 

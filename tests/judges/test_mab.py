@@ -1,16 +1,24 @@
 """MemoryAgentBench scoring: each source's metric as the benchmark computes it, on replies to the small
 files' questions, and the per-source / per-competency aggregation of its tables."""
+
 from __future__ import annotations
 
 import json
 import math
 
 import pytest
-
 from memloop.eval.errors import JudgeError
 from memloop.eval.judges import run_judge
-from memloop.eval.judges.mab import (OVERALL, QuestionScore, competency_figures, normalize, parse_output, primary_metric,
-                             question_metrics, source_figures)
+from memloop.eval.judges.mab import (
+    OVERALL,
+    QuestionScore,
+    competency_figures,
+    normalize,
+    parse_output,
+    primary_metric,
+    question_metrics,
+    source_figures,
+)
 
 
 def test_normalisation_and_the_answer_parser_follow_the_benchmark():
@@ -56,8 +64,11 @@ def test_icl_scores_the_parsed_reply_strictly_and_eventqa_adds_its_recall():
 
 def test_recsys_recall_at_k_matches_items_to_the_nearest_movie_name(tmp_path):
     entities = tmp_path / "entity2id.json"
-    entities.write_text(json.dumps({"<http://dbpedia.org/resource/Ronin_(1998)>": 1, "The_Town_(2010)": 2,
-                                    "Heat_(1995)": 3, "Thief_(1981)": 4}))
+    entities.write_text(
+        json.dumps(
+            {"<http://dbpedia.org/resource/Ronin_(1998)>": 1, "The_Town_(2010)": 2, "Heat_(1995)": 3, "Thief_(1981)": 4}
+        )
+    )
     reply = "Here you go:\n1. Heat\n2. Thief\n3. Ronin\n4. The Towne"
     m = question_metrics("recsys_redial_full", reply, ["1", "2"], entity2id=str(entities))
     assert m == {"recsys_recall@1": 0.0, "recsys_recall@5": 1.0, "recsys_recall@10": 1.0}
@@ -66,8 +77,11 @@ def test_recsys_recall_at_k_matches_items_to_the_nearest_movie_name(tmp_path):
 
 
 def test_the_judge_scores_every_question_of_a_context_and_marks_llm_judged_sources():
-    gold = {"questions": ["capital?", "occupation?"], "answers": [["Orsk"], ["lighthouse keeper"]],
-            "qa_pair_ids": ["a", "b"]}
+    gold = {
+        "questions": ["capital?", "occupation?"],
+        "answers": [["Orsk"], ["lighthouse keeper"]],
+        "qa_pair_ids": ["a", "b"],
+    }
     meta = {"source": "factconsolidation_sh_6k"}
     res = run_judge("mab", json.dumps(["Orsk", "glassblower"]), gold, metadata=meta)
     assert res.score("accuracy") == 0.5 and res.score("questions") == 2.0
@@ -89,11 +103,15 @@ def test_sources_average_over_questions_and_competencies_over_sources():
     def q(source: str, comp: str, ctx: str, v: float | None) -> QuestionScore:
         return QuestionScore(source, comp, ctx, v)
 
-    scores = [q("ruler_qa1_197K", "AR", "r0", 1.0), q("ruler_qa1_197K", "AR", "r0", 1.0),
-              q("ruler_qa1_197K", "AR", "r1", 0.0),  # 2 of 3 questions: 66.7, not the mean of contexts (50)
-              q("eventqa_full", "AR", "e0", 0.0), q("eventqa_full", "AR", "e1", 1.0),
-              q("longmemeval_s_-1_500", "AR", "l0", None),
-              q("factconsolidation_sh_6k", "CR", "f0", 1.0)]
+    scores = [
+        q("ruler_qa1_197K", "AR", "r0", 1.0),
+        q("ruler_qa1_197K", "AR", "r0", 1.0),
+        q("ruler_qa1_197K", "AR", "r1", 0.0),  # 2 of 3 questions: 66.7, not the mean of contexts (50)
+        q("eventqa_full", "AR", "e0", 0.0),
+        q("eventqa_full", "AR", "e1", 1.0),
+        q("longmemeval_s_-1_500", "AR", "l0", None),
+        q("factconsolidation_sh_6k", "CR", "f0", 1.0),
+    ]
     src = source_figures(scores)
     assert src["ruler_qa1_197K"].value == pytest.approx(200 / 3) and src["ruler_qa1_197K"].questions == 3
     assert src["ruler_qa1_197K"].low <= src["ruler_qa1_197K"].value <= src["ruler_qa1_197K"].high
@@ -109,11 +127,17 @@ def test_sources_average_over_questions_and_competencies_over_sources():
 def test_overall_needs_every_competency_with_every_source_scored():
     """A competency missing a source it holds (LLM-judged, unscored under `mab`) is not the paper's, so the
     Overall over it would not be the paper's Overall either."""
+
     def q(source: str, comp: str, v: float | None) -> QuestionScore:
         return QuestionScore(source, comp, source, v)
 
-    full = [q("ruler_qa1_197K", "AR", 1.0), q("icl_banking77", "TTL", 1.0), q("recsys_redial_full", "TTL", 0.0),
-            q("detective_qa", "LRU", 1.0), q("factconsolidation_sh_6k", "CR", 0.0)]
+    full = [
+        q("ruler_qa1_197K", "AR", 1.0),
+        q("icl_banking77", "TTL", 1.0),
+        q("recsys_redial_full", "TTL", 0.0),
+        q("detective_qa", "LRU", 1.0),
+        q("factconsolidation_sh_6k", "CR", 0.0),
+    ]
     assert competency_figures(full)[OVERALL].value == pytest.approx((100 + 50 + 100 + 0) / 4)
     lacking = competency_figures(full + [q("infbench_sum_eng_shots2", "LRU", None)])
     assert OVERALL not in lacking and "LRU" not in lacking
@@ -122,11 +146,13 @@ def test_overall_needs_every_competency_with_every_source_scored():
     assert list(ttl) == ["TTL (MCC only; without recsys_x)"]
 
 
-LME_GOLD = {"questions": ["How many days between adopting Pip and the vet?", "Where do I live now?",
-                          "What is my dog's name?"],
-            "answers": [["17 days"], ["Lisbon"], ["No dog was mentioned; the cat is Pip."]],
-            "qa_pair_ids": ["lme-1", "lme-2", "lme-3_abs"], "question_ids": ["lme-1", "lme-2", "lme-3_abs"],
-            "question_types": ["temporal-reasoning", "knowledge-update", "single-session-user"]}
+LME_GOLD = {
+    "questions": ["How many days between adopting Pip and the vet?", "Where do I live now?", "What is my dog's name?"],
+    "answers": [["17 days"], ["Lisbon"], ["No dog was mentioned; the cat is Pip."]],
+    "qa_pair_ids": ["lme-1", "lme-2", "lme-3_abs"],
+    "question_ids": ["lme-1", "lme-2", "lme-3_abs"],
+    "question_types": ["temporal-reasoning", "knowledge-update", "single-session-user"],
+}
 
 
 def test_mab_llm_judges_longmemeval_with_the_check_of_each_question_type():
@@ -159,40 +185,67 @@ def test_longmemeval_abstention_is_read_from_question_ids_when_a_row_carries_bot
     from memloop.eval.datasets.memoryagentbench import load_memoryagentbench
     from memloop.eval.llm import ScriptedLLM
 
-    row = {"context": "Session 1 (2023/05/01): I adopted a cat called Pip. I moved to Lisbon.",
-           "questions": ["Where do I live?", "What is my dog's name?"],
-           "answers": [["Lisbon"], ["You did not mention a dog."]],
-           "metadata": {"source": "longmemeval_s*", "qa_pair_ids": ["longmemeval_s*_0_0", "longmemeval_s*_0_1"],
-                        "question_ids": ["7a1c2e", "5b9d0f_abs"],
-                        "question_types": ["single-session-user", "single-session-user"]}}
+    row = {
+        "context": "Session 1 (2023/05/01): I adopted a cat called Pip. I moved to Lisbon.",
+        "questions": ["Where do I live?", "What is my dog's name?"],
+        "answers": [["Lisbon"], ["You did not mention a dog."]],
+        "metadata": {
+            "source": "longmemeval_s*",
+            "qa_pair_ids": ["longmemeval_s*_0_0", "longmemeval_s*_0_1"],
+            "question_ids": ["7a1c2e", "5b9d0f_abs"],
+            "question_types": ["single-session-user", "single-session-user"],
+        },
+    }
     path = tmp_path / "lme.jsonl"
     path.write_text(json.dumps(row) + "\n")
     sample = load_memoryagentbench(path, splits=["Accurate_Retrieval"])[0]
     llm = ScriptedLLM(["yes", "yes"])
-    res = run_judge("mab-llm", json.dumps(["Lisbon", "I do not know of a dog."]), sample.gold, llm,
-                    metadata=sample.metadata)
+    res = run_judge(
+        "mab-llm", json.dumps(["Lisbon", "I do not know of a dog."]), sample.gold, llm, metadata=sample.metadata
+    )
     calls = [j.label["part"] for j in res.judgments if "part" in j.label]
     assert calls == ["mab-lme-standard", "mab-lme-abstention"]
     assert "cannot be answered" in llm.requests[1].messages[0]["content"]
     assert sample.gold["question_ids"] == ["7a1c2e", "5b9d0f_abs"]
     assert sample.gold["qa_pair_ids"] == ["longmemeval_s*_0_0", "longmemeval_s*_0_1"]  # the judgments' labels
     with pytest.raises(JudgeError, match="question_ids"):  # without the field the check cannot be chosen
-        run_judge("mab-llm", json.dumps(["Lisbon", "x"]), dict(sample.gold, question_ids=[None, None]),
-                  ScriptedLLM(["yes"] * 2), metadata=sample.metadata)
+        run_judge(
+            "mab-llm",
+            json.dumps(["Lisbon", "x"]),
+            dict(sample.gold, question_ids=[None, None]),
+            ScriptedLLM(["yes"] * 2),
+            metadata=sample.metadata,
+        )
 
 
 def test_mab_llm_scores_infbench_sum_as_fluency_times_f1_of_keypoint_recall_and_sentence_precision():
     from memloop.eval.llm import ScriptedLLM
 
-    gold = {"questions": ["Summarize the book."], "answers": [["Wren leaves, crosses a desert and comes home."]],
-            "keypoints": ["Wren leaves her valley.", "Wren crosses a desert.", "Wren meets a trader.",
-                          "Wren comes home changed."]}
-    llm = ScriptedLLM(['{"fluency": 1}',
-                       'Points 1 and 2 are there. Output: {"supported_key_points": [1, 2], "recall": 2}',
-                       'not JSON at all',  # asked again
-                       'Sentence one is supported, two is not. {"precision": 1, "sentence_count": 2}'])
-    res = run_judge("mab-llm", json.dumps(["Wren leaves. She crosses the sea."]), gold, llm,
-                    metadata={"source": "infbench_sum_eng_shots2"})
+    gold = {
+        "questions": ["Summarize the book."],
+        "answers": [["Wren leaves, crosses a desert and comes home."]],
+        "keypoints": [
+            "Wren leaves her valley.",
+            "Wren crosses a desert.",
+            "Wren meets a trader.",
+            "Wren comes home changed.",
+        ],
+    }
+    llm = ScriptedLLM(
+        [
+            '{"fluency": 1}',
+            'Points 1 and 2 are there. Output: {"supported_key_points": [1, 2], "recall": 2}',
+            "not JSON at all",  # asked again
+            'Sentence one is supported, two is not. {"precision": 1, "sentence_count": 2}',
+        ]
+    )
+    res = run_judge(
+        "mab-llm",
+        json.dumps(["Wren leaves. She crosses the sea."]),
+        gold,
+        llm,
+        metadata={"source": "infbench_sum_eng_shots2"},
+    )
     [question] = [j for j in res.judgments if "primary" in j.label]
     m = question.label["metrics"]
     assert m["llm_recall"] == 0.5 and m["llm_precision"] == 0.5 and m["llm_fluency"] == 1.0
@@ -201,13 +254,22 @@ def test_mab_llm_scores_infbench_sum_as_fluency_times_f1_of_keypoint_recall_and_
     precision_call = [j for j in res.judgments if j.label.get("part") == "mab-sum-precision"][0]
     assert precision_call.failures and "no JSON object" in precision_call.failures[0]["reason"]
     # an incoherent summary scores 0 whatever its overlap (fluency multiplies)
-    zero = run_judge("mab-llm", json.dumps(["x"]), gold, ScriptedLLM(['{"fluency": 0}', '{"recall": 4}',
-                                                                      '{"precision": 2, "sentence_count": 2}']),
-                     metadata={"source": "infbench_sum_eng_shots2"})
+    zero = run_judge(
+        "mab-llm",
+        json.dumps(["x"]),
+        gold,
+        ScriptedLLM(['{"fluency": 0}', '{"recall": 4}', '{"precision": 2, "sentence_count": 2}']),
+        metadata={"source": "infbench_sum_eng_shots2"},
+    )
     assert zero.score("accuracy") == 0.0
     with pytest.raises(JudgeError, match="key points"):
-        run_judge("mab-llm", json.dumps(["x"]), {k: v for k, v in gold.items() if k != "keypoints"},
-                  ScriptedLLM([]), metadata={"source": "infbench_sum_eng_shots2"})
+        run_judge(
+            "mab-llm",
+            json.dumps(["x"]),
+            {k: v for k, v in gold.items() if k != "keypoints"},
+            ScriptedLLM([]),
+            metadata={"source": "infbench_sum_eng_shots2"},
+        )
 
 
 def test_the_infbench_sum_judge_follows_the_official_book_rubric_and_settings():
@@ -216,10 +278,14 @@ def test_the_infbench_sum_judge_follows_the_official_book_rubric_and_settings():
     question is asked at temperature 0.1 with 4,096 tokens."""
     from memloop.eval.llm import ScriptedLLM
 
-    gold = {"questions": ["Summarize the book."], "answers": [["Wren leaves, crosses a desert and comes home."]],
-            "keypoints": ["Wren leaves her valley.", "Wren crosses a desert."]}
-    llm = ScriptedLLM(['{"fluency": 1}', '{"supported_key_points": [1], "recall": 1}',
-                       '{"precision": 1, "sentence_count": 1}'])
+    gold = {
+        "questions": ["Summarize the book."],
+        "answers": [["Wren leaves, crosses a desert and comes home."]],
+        "keypoints": ["Wren leaves her valley.", "Wren crosses a desert."],
+    }
+    llm = ScriptedLLM(
+        ['{"fluency": 1}', '{"supported_key_points": [1], "recall": 1}', '{"precision": 1, "sentence_count": 1}']
+    )
     run_judge("mab-llm", json.dumps(["Wren leaves."]), gold, llm, metadata={"source": "infbench_sum_eng_shots2"})
     fluency, recall, precision = (r.messages[0]["content"] for r in llm.requests)
     assert [(r.sampling.temperature, r.sampling.max_tokens) for r in llm.requests] == [(0.1, 4096)] * 3
@@ -237,8 +303,9 @@ def test_mab_llm_scores_the_other_sources_by_rule_without_asking_the_judge():
     from memloop.eval.llm import ScriptedLLM
 
     llm = ScriptedLLM([])
-    res = run_judge("mab-llm", json.dumps(["Orsk"]), {"answers": [["Orsk"]]}, llm,
-                    metadata={"source": "factconsolidation_sh_6k"})
+    res = run_judge(
+        "mab-llm", json.dumps(["Orsk"]), {"answers": [["Orsk"]]}, llm, metadata={"source": "factconsolidation_sh_6k"}
+    )
     assert res.score("accuracy") == 1.0 and not llm.requests
 
 
@@ -251,14 +318,21 @@ def test_the_mab_llm_prompts_are_the_judges_declared_templates():
 
 def test_the_icl_sets_are_one_column_of_test_time_learning_and_overall_averages_the_competencies():
     q = QuestionScore
-    scores = [q("icl_banking77_5900shot_balance", "TTL", "b0", 1.0), q("icl_clinic150_7050shot_balance", "TTL", "c0", 0.0),
-              q("icl_nlu_8296shot_balance", "TTL", "n0", 1.0), q("recsys_redial_full", "TTL", "r0", 0.2)]
+    scores = [
+        q("icl_banking77_5900shot_balance", "TTL", "b0", 1.0),
+        q("icl_clinic150_7050shot_balance", "TTL", "c0", 0.0),
+        q("icl_nlu_8296shot_balance", "TTL", "n0", 1.0),
+        q("recsys_redial_full", "TTL", "r0", 0.2),
+    ]
     comp = competency_figures(scores)
     # the paper's TTL: mean(MCC, Recom.) with MCC the mean of the ICL sets: (2/3 + 0.2) / 2, not 2.2 / 4
     assert comp["TTL"].value == pytest.approx(100 * (2 / 3 + 0.2) / 2)
     assert "overall" not in comp  # only with all four competencies
-    full = scores + [q("ruler_qa1_197K", "AR", "a", 1.0), q("detective_qa", "LRU", "d", 0.0),
-                     q("factconsolidation_sh_262k", "CR", "f", 1.0)]
+    full = scores + [
+        q("ruler_qa1_197K", "AR", "a", 1.0),
+        q("detective_qa", "LRU", "d", 0.0),
+        q("factconsolidation_sh_262k", "CR", "f", 1.0),
+    ]
     comp = competency_figures(full)
     assert comp["overall"].value == pytest.approx((100 + comp["TTL"].value + 0 + 100) / 4)
     # with two contexts per source the interval is there, around the point
@@ -271,8 +345,11 @@ def test_without_the_recommendation_set_ttl_is_labelled_mcc_only_and_there_is_no
     """The paper's TTL is mean(MCC, Recom.) and its Overall averages that TTL: a run without Recom. must not
     print either under the paper's name (GPT-4o: MCC 87.6, Recom. 12.3, TTL 50.0)."""
     q = QuestionScore
-    others = [q("ruler_qa1_197K", "AR", "a", 1.0), q("detective_qa", "LRU", "d", 0.0),
-              q("factconsolidation_sh_262k", "CR", "f", 1.0)]
+    others = [
+        q("ruler_qa1_197K", "AR", "a", 1.0),
+        q("detective_qa", "LRU", "d", 0.0),
+        q("factconsolidation_sh_262k", "CR", "f", 1.0),
+    ]
     mcc = [q("icl_banking77_5900shot_balance", "TTL", "b0", 1.0), q("icl_nlu_8296shot_balance", "TTL", "n0", 0.0)]
     comp = competency_figures(others + mcc)
     assert "TTL" not in comp and "overall" not in comp
@@ -286,8 +363,9 @@ def test_a_source_of_one_context_has_no_interval_rather_than_a_degenerate_one():
     q = QuestionScore
     one = source_figures([q("ruler_qa1_197K", "AR", "r0", 1.0), q("ruler_qa1_197K", "AR", "r0", 0.0)])
     assert one["ruler_qa1_197K"].value == 50.0 and math.isnan(one["ruler_qa1_197K"].low)
-    comp = competency_figures([q("ruler_qa1_197K", "AR", "r0", 1.0), q("eventqa_full", "AR", "e0", 0.0),
-                               q("eventqa_full", "AR", "e1", 1.0)])
+    comp = competency_figures(
+        [q("ruler_qa1_197K", "AR", "r0", 1.0), q("eventqa_full", "AR", "e0", 0.0), q("eventqa_full", "AR", "e1", 1.0)]
+    )
     assert comp["AR"].value == 75.0 and math.isnan(comp["AR"].high)  # one of its sources has one context
 
 
@@ -304,7 +382,6 @@ def test_a_source_figure_is_the_question_mean_with_a_percentile_interval_over_re
     """The point is x100 the mean over questions; the interval is the 2.5th and 97.5th percentiles of
     that mean over RESAMPLES resamples of whole contexts (seeded)."""
     import numpy as np
-
     from memloop.eval.judges.mab import RESAMPLES, _draws, _interval
 
     point, draws = _draws([[1.0, 1.0, 0.0]], 1)  # one context: no spread, no interval

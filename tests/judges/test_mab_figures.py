@@ -3,13 +3,13 @@ number by number: a competency of one source is that source's figure, interval i
 averages the competencies' points and, draw by draw, their resampled values; the counts add up; a
 source or competency with nothing scored counts 0 questions and leaves the others alone
 (scripts/mutation.py's `mab-figures` target runs these first)."""
+
 from __future__ import annotations
 
 import math
 
 import numpy as np
 import pytest
-
 from memloop.eval.judges.mab import (
     OVERALL,
     SEED,
@@ -32,8 +32,12 @@ CONTEXTS: dict[str, tuple[str, list[list[float | None]]]] = {
 
 
 def _scores() -> list[QuestionScore]:
-    return [QuestionScore(source, comp, f"{source}-{i}", v)
-            for source, (comp, contexts) in CONTEXTS.items() for i, ctx in enumerate(contexts) for v in ctx]
+    return [
+        QuestionScore(source, comp, f"{source}-{i}", v)
+        for source, (comp, contexts) in CONTEXTS.items()
+        for i, ctx in enumerate(contexts)
+        for v in ctx
+    ]
 
 
 def _draws_of(source: str) -> tuple[float, np.ndarray]:
@@ -57,22 +61,33 @@ def test_overall_averages_the_competencies_points_and_their_draws() -> None:
     icl, recsys = _draws_of("icl_banking77_5900shot_balance"), _draws_of("recsys_redial_full")
     ttl = ((icl[0] + recsys[0]) / 2, (icl[1] + recsys[1]) / 2)  # TTL = mean(MCC, Recom.)
     assert comp["TTL"].value == pytest.approx(ttl[0]) and (comp["TTL"].low, comp["TTL"].high) == pytest.approx(
-        _interval(ttl[1]))
+        _interval(ttl[1])
+    )
     parts = [_draws_of("ruler_qa1_197K"), ttl, _draws_of("detective_qa"), _draws_of("factconsolidation_sh_6k")]
     overall = comp[OVERALL]
     assert overall.value == pytest.approx(np.mean([p for p, _ in parts]))
     assert (overall.low, overall.high) == pytest.approx(_interval(np.mean([d for _, d in parts], axis=0)))
     assert overall.low < overall.value < overall.high
     assert (overall.questions, overall.contexts, overall.unscored) == (5 + 8 + 6 + 6, 4 + 6 + 3 + 4, 1)  # AR TTL LRU CR
-    assert overall.sources == ["ruler_qa1_197K", "icl_banking77_5900shot_balance", "recsys_redial_full",
-                               "detective_qa", "factconsolidation_sh_6k"]
+    assert overall.sources == [
+        "ruler_qa1_197K",
+        "icl_banking77_5900shot_balance",
+        "recsys_redial_full",
+        "detective_qa",
+        "factconsolidation_sh_6k",
+    ]
 
 
 def test_a_source_or_competency_with_nothing_scored_counts_no_questions_and_keeps_the_rest() -> None:
     q = QuestionScore
-    scores = [q("infbench_sum_eng_shots2", "LRU", "i0", None), q("infbench_sum_eng_shots2", "LRU", "i1", None),
-              q("factconsolidation_sh_6k", "CR", "f0", 1.0), q("factconsolidation_sh_6k", "CR", "f1", 0.0),
-              q("recsys_redial_full", "TTL", "r0", None), q("ruler_qa1_197K", "AR", "a0", 0.5)]
+    scores = [
+        q("infbench_sum_eng_shots2", "LRU", "i0", None),
+        q("infbench_sum_eng_shots2", "LRU", "i1", None),
+        q("factconsolidation_sh_6k", "CR", "f0", 1.0),
+        q("factconsolidation_sh_6k", "CR", "f1", 0.0),
+        q("recsys_redial_full", "TTL", "r0", None),
+        q("ruler_qa1_197K", "AR", "a0", 0.5),
+    ]
     src = source_figures(scores)
     unscored = src["infbench_sum_eng_shots2"]
     assert math.isnan(unscored.value) and (unscored.questions, unscored.contexts, unscored.unscored) == (0, 2, 2)

@@ -1,10 +1,10 @@
 """ROUGE via rouge-score, RepoQA name accuracy, LOFT execution match, cache hit rate and cost index."""
+
 from __future__ import annotations
 
 import json
 
 import pytest
-
 from memloop.eval.errors import JudgeError
 from memloop.eval.judges import run_judge
 from memloop.eval.judges.cost import cache_hit_rate, cost_index, cost_summary, usage_of
@@ -37,18 +37,21 @@ def test_repoqa_function_name():
     assert run_judge("repoqa-exact", "Parse_header", "parse_header").score("accuracy") == 0.0
 
 
-@pytest.mark.parametrize("pred,gold,ordered,want", [
-    ([["Gates", 707]], [["gates", "707.0"]], False, 1.0),        # case and number formatting
-    ([[2.004]], [[2]], False, 1.0),                              # 2 decimals
-    ([[2.006]], [[2]], False, 0.0),
-    ([["b"], ["a"]], [["a"], ["b"]], False, 1.0),                # order-insensitive rows
-    ([["b"], ["a"]], [["a"], ["b"]], True, 0.0),                 # unless the question orders them
-    ([[1, "x"]], [["x", 1]], False, 1.0),                        # a row is a set of cells
-    ([["a"]], [["a"], ["a"]], False, 0.0),                       # row counts must agree
-    ([["a"], ["a"]], [["a"], ["b"]], False, 1.0),                # LOFT's relaxed check: each answered row is a gold row
-    (["x", "y"], [["x", "y"]], False, 1.0),                      # a flat single row
-    ([[" ", "a"]], [["a"]], False, 1.0),                         # empty cells dropped
-])
+@pytest.mark.parametrize(
+    "pred,gold,ordered,want",
+    [
+        ([["Gates", 707]], [["gates", "707.0"]], False, 1.0),  # case and number formatting
+        ([[2.004]], [[2]], False, 1.0),  # 2 decimals
+        ([[2.006]], [[2]], False, 0.0),
+        ([["b"], ["a"]], [["a"], ["b"]], False, 1.0),  # order-insensitive rows
+        ([["b"], ["a"]], [["a"], ["b"]], True, 0.0),  # unless the question orders them
+        ([[1, "x"]], [["x", 1]], False, 1.0),  # a row is a set of cells
+        ([["a"]], [["a"], ["a"]], False, 0.0),  # row counts must agree
+        ([["a"], ["a"]], [["a"], ["b"]], False, 1.0),  # LOFT's relaxed check: each answered row is a gold row
+        (["x", "y"], [["x", "y"]], False, 1.0),  # a flat single row
+        ([[" ", "a"]], [["a"]], False, 1.0),  # empty cells dropped
+    ],
+)
 def test_exec_match_edge_cases(pred, gold, ordered, want):
     assert exec_match(pred, gold, ordered) == want
 
@@ -85,8 +88,13 @@ def test_cost_index_and_cache_hit_rate():
     assert cache_hit_rate(u) == pytest.approx(388 / 559)
     assert cost_index(u) == pytest.approx((171_000 + 3 * 47_000) / 1e6)  # seed 002 table 3: 0.31
     s = cost_summary([Usage(100, 40, 10), Usage(300, 260, 5)])
-    assert s == {"cache_hit_rate": 0.75, "encoded": 400.0, "net_encoded": 100.0, "decoded": 15.0,
-                 "cost_index": pytest.approx(145 / 1e6)}
+    assert s == {
+        "cache_hit_rate": 0.75,
+        "encoded": 400.0,
+        "net_encoded": 100.0,
+        "decoded": 15.0,
+        "cost_index": pytest.approx(145 / 1e6),
+    }
     assert cache_hit_rate(Usage()) == 0.0
     with pytest.raises(JudgeError, match="cached <= prompt"):
         cost_index(Usage(10, 11, 0))

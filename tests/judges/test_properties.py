@@ -1,9 +1,9 @@
 """Invariants of the scorers over generated inputs."""
+
 from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from memloop.eval.judges.kgscore import Edge, kg_prf
 from memloop.eval.judges.overlap import exec_match
 from memloop.eval.judges.sumie import prf

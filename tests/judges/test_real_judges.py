@@ -1,25 +1,31 @@
 """Every LLM judge once for real: the bundled SmolLM2 through the engine with JSON-schema constrained
 decoding. A 135M model is a poor judge; what is checked is that its constrained answers always
 parse and that the scores are well-formed and recorded with their prompts and usage."""
+
 from __future__ import annotations
 
 import pytest
-
 from memloop.eval.judges import run_judge
 
 pytestmark = pytest.mark.slow
 
-SUMMARY = ("Mara keeps the lighthouse on Northern Island. After a storm she finds a wounded sailor, Tomas, on the "
-           "rocks. The guild fines her. When smugglers come looking for Tomas, Mara hides him. In spring they leave "
-           "the island together.")
-GOLD = {"entity_name": "HOTEL0", "turns": [{"pools": ["two large pools"]},
-                                           {"pools": ["two large pools"], "breakfast": ["cold breakfast"]}]}
+SUMMARY = (
+    "Mara keeps the lighthouse on Northern Island. After a storm she finds a wounded sailor, Tomas, on the "
+    "rocks. The guild fines her. When smugglers come looking for Tomas, Mara hides him. In spring they leave "
+    "the island together."
+)
+GOLD = {
+    "entity_name": "HOTEL0",
+    "turns": [{"pools": ["two large pools"]}, {"pools": ["two large pools"], "breakfast": ["cold breakfast"]}],
+}
 
 
 def _check(result, n_min: int = 1) -> None:
-    print(f"\n{result.judge}: " + ", ".join(f"{x.metric}{'' if x.turn is None else f'@{x.turn}'}={x.value:.3f}"
-                                           for x in result.scores)
-          + f"; {len(result.judgments)} judgments, usage {result.usage}")
+    print(
+        f"\n{result.judge}: "
+        + ", ".join(f"{x.metric}{'' if x.turn is None else f'@{x.turn}'}={x.value:.3f}" for x in result.scores)
+        + f"; {len(result.judgments)} judgments, usage {result.usage}"
+    )
     assert len(result.judgments) >= n_min
     calls = [j for j in result.judgments if j.prompt is not None]  # batched judgments share their call's record
     assert calls
@@ -59,8 +65,9 @@ def test_sumie_text_prediction_extraction(engine_llm):
 
 def test_kgscore(engine_llm):
     ref = "Mara hides Tomas from the smugglers. Mara and Tomas leave Northern Island."
-    r = run_judge("kgscore", SUMMARY, ref, engine_llm, entities=["Mara", "Tomas", "Northern Island"], max_edges=6,
-                  max_tokens=400)
+    r = run_judge(
+        "kgscore", SUMMARY, ref, engine_llm, entities=["Mara", "Tomas", "Northern Island"], max_edges=6, max_tokens=400
+    )
     _check(r, 2)
     assert r.details["edge_cap"] == 6 and r.score("edge_cap_hit") == len(r.details["edge_cap_hit"])  # a cap is reported
     for m in ("precision", "recall", "f1"):

@@ -1,15 +1,15 @@
 """ROUGE and KGScore score any sample whose gold carries a reference summary, decided by the gold
 (`JudgeInfo.gold`), and a sample without one stops the run before any work, with the samples named."""
+
 from __future__ import annotations
 
 import json
 
 import pytest
-
 from memloop.eval.judges import get_judge, run_judge
 from memloop.eval.judges.gold import carries_reference, reference_of
-from memloop.jobs.run.config import parse_config
 from memloop.jobs.errors import ConfigError
+from memloop.jobs.run.config import parse_config
 from memloop.jobs.run.workload import build_units
 
 BOOK = "Chapter 1\n\nAnna sailed to Crete.\n\nChapter 2\n\nBen rowed home."
@@ -37,8 +37,10 @@ def test_gold_decides_not_a_task_list() -> None:
 
 
 def test_books_with_a_reference_are_judged_by_rouge_and_kgscore(tmp_path) -> None:
-    cfg = _config([{"task": "book", "path": _books(tmp_path, True), "options": {"chunk_by": "chapter"}}],
-                  [{"name": "rouge"}, {"name": "kgscore"}, {"name": "booookscore"}])
+    cfg = _config(
+        [{"task": "book", "path": _books(tmp_path, True), "options": {"chunk_by": "chapter"}}],
+        [{"name": "rouge"}, {"name": "kgscore"}, {"name": "booookscore"}],
+    )
     [unit] = build_units(cfg)
     assert [j.name for j in unit.judges] == ["rouge", "kgscore", "booookscore"]
     assert unit.sample.gold == {"reference": "Ben rows home."} and unit.sample.metadata["target_chapter"] == 2
@@ -46,8 +48,11 @@ def test_books_with_a_reference_are_judged_by_rouge_and_kgscore(tmp_path) -> Non
 
 def test_books_without_a_reference_fail_at_config_check_naming_them(tmp_path) -> None:
     cfg = _config([{"task": "book", "path": _books(tmp_path, False)}], [{"name": "booookscore"}, {"name": "kgscore"}])
-    with pytest.raises(ConfigError, match=r"`judges.1`: kgscore scores a reference summary .* 1 of 1 samples of "
-                                          r"dataset 'book:books' carry none \(e.g. \['book/tale-.*summary` field"):
+    with pytest.raises(
+        ConfigError,
+        match=r"`judges.1`: kgscore scores a reference summary .* 1 of 1 samples of "
+        r"dataset 'book:books' carry none \(e.g. \['book/tale-.*summary` field",
+    ):
         build_units(cfg)
 
 
@@ -56,8 +61,11 @@ def test_a_judge_kept_to_its_tasks_skips_datasets_without_references(tmp_path) -
     spider = {"task": "spider", "limit": 1}
     with pytest.raises(ConfigError, match="`judges.0`: rouge .* dataset 'spider:builtin'"):
         build_units(_config([spider], [{"name": "rouge"}], methods=("long-context",)))
-    units = build_units(_config([books, spider], [{"name": "rouge", "tasks": ["arxiv"]}, {"name": "loft-exec"}],
-                                methods=("long-context",)))
+    units = build_units(
+        _config(
+            [books, spider], [{"name": "rouge", "tasks": ["arxiv"]}, {"name": "loft-exec"}], methods=("long-context",)
+        )
+    )
     assert {u.sample.task: [j.name for j in u.judges] for u in units} == {"book": [], "spider": ["loft-exec"]}
 
 

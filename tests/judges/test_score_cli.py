@@ -1,4 +1,5 @@
 """`memloop score booookscore` on the official release files."""
+
 from __future__ import annotations
 
 import json
@@ -9,14 +10,25 @@ import pytest
 
 
 def _memloop(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", "from memloop.jobs.commands.cli import main; main()", *args],
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-c", "from memloop.jobs.commands.cli import main; main()", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_score_booookscore_json_last_line(shared_data):
     d = shared_data / "booookscore"
-    out = _memloop("score", "booookscore", "--summaries", str(d / "summaries/gpt4-2048-hier-cleaned.json"),
-                   "--replay", str(d / "annotations/gpt4-2048-hier.json"), "--json")
+    out = _memloop(
+        "score",
+        "booookscore",
+        "--summaries",
+        str(d / "summaries/gpt4-2048-hier-cleaned.json"),
+        "--replay",
+        str(d / "annotations/gpt4-2048-hier.json"),
+        "--json",
+    )
     assert out.returncode == 0, out.stderr
     last = json.loads(out.stdout.strip().splitlines()[-1])
     assert last["books"] == 100 and last["sentences"] == 2819
@@ -35,8 +47,16 @@ def test_registry_and_template_hashes():
     from memloop.eval.errors import JudgeError
     from memloop.eval.judges import get_judge, judge_template_hashes, list_judges
 
-    assert set(list_judges()) >= {"booookscore", "booookscore-batched", "sumie", "sumie-exact", "kgscore", "rouge",
-                                  "repoqa-exact", "loft-exec"}
+    assert set(list_judges()) >= {
+        "booookscore",
+        "booookscore-batched",
+        "sumie",
+        "sumie-exact",
+        "kgscore",
+        "rouge",
+        "repoqa-exact",
+        "loft-exec",
+    }
     for name in list_judges():
         info = get_judge(name)
         assert callable(info.load()) and (info.tasks or info.gold)  # a task list, or the gold it needs

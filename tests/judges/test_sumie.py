@@ -1,23 +1,34 @@
 """SUMIE matching: pair extraction from JSON memories, P/R/F1 per turn, both matchers, table-1 aggregation."""
+
 from __future__ import annotations
 
 import json
 import math
 
 import pytest
-
+from memloop.eval.asking import ParseFailure
 from memloop.eval.errors import JudgeError
 from memloop.eval.judges import run_judge
-from memloop.eval.asking import ParseFailure
-from memloop.eval.judges.sumie import (aggregate_turns, both_ways_prf, normalise, pairs_of, parse_match, prf, rescore,
-                                      turn_summary)
 from memloop.eval.judges.records import Judgment
+from memloop.eval.judges.sumie import (
+    aggregate_turns,
+    both_ways_prf,
+    normalise,
+    pairs_of,
+    parse_match,
+    prf,
+    rescore,
+    turn_summary,
+)
 from memloop.eval.llm import ScriptedLLM
 
-GOLD = {"entity_name": "Ada Quill", "turns": [
-    {"occupation": ["chemist"], "birth place": ["Leeds"]},
-    {"occupation": ["chemist", "teacher"], "birth place": ["Leeds"], "award": ["Davy Medal"]},
-]}
+GOLD = {
+    "entity_name": "Ada Quill",
+    "turns": [
+        {"occupation": ["chemist"], "birth place": ["Leeds"]},
+        {"occupation": ["chemist", "teacher"], "birth place": ["Leeds"], "award": ["Davy Medal"]},
+    ],
+}
 
 
 def test_pairs_of_flattens_nested_memories():
@@ -26,7 +37,9 @@ def test_pairs_of_flattens_nested_memories():
     assert pairs_of(json.dumps({"a": 1})) == [("a", "1")]
     # the methods' SUMIE memory: {"attributes": {attribute: [values]}}
     assert pairs_of({"attributes": {"Amenities": ["two pools", "pub"], "Noise": []}}) == [
-        ("Amenities", "two pools"), ("Amenities", "pub")]
+        ("Amenities", "two pools"),
+        ("Amenities", "pub"),
+    ]
     assert pairs_of({"attributes": {"life": {"born": "Leeds"}}}) == [("born", "Leeds")]
     with pytest.raises(JudgeError, match="text"):
         pairs_of("Ada is a chemist.")
@@ -42,8 +55,10 @@ def test_prf_hand_computed_partial_match():
 
 
 def test_exact_matcher_per_turn():
-    preds = [{"Occupation": "chemist", "hobby": "chess"},
-             {"occupation": ["Chemist", "teacher"], "birth_place": "leeds", "award": "Nobel"}]
+    preds = [
+        {"Occupation": "chemist", "hobby": "chess"},
+        {"occupation": ["Chemist", "teacher"], "birth_place": "leeds", "award": "Nobel"},
+    ]
     r = run_judge("sumie-exact", preds, GOLD)
     assert r.score("precision", 0) == pytest.approx(0.5) and r.score("recall", 0) == pytest.approx(0.5)
     assert r.score("precision", 1) == pytest.approx(3 / 4) and r.score("recall", 1) == pytest.approx(3 / 4)
@@ -64,10 +79,14 @@ def _pairs(*pairs: tuple[str, str]) -> str:
 def test_llm_matcher_one_path_for_json_and_text_and_both_directions():
     """Issue 30 point 9: a JSON memory goes through the same extraction as a text one; precision asks
     which gold facts each predicted fact states, recall which predicted facts state each gold fact."""
-    llm = ScriptedLLM([_pairs(("job", "chemist")), '{"supported_by": [1]}', '{"stated_by": [1]}',
-                       '{"stated_by": []}'])
-    r = run_judge("sumie", [{"job": "chemist"}, ""], {"entity_name": "Ada Quill", "turns": GOLD["turns"][:1] * 2},
-                  llm, max_workers=1)
+    llm = ScriptedLLM([_pairs(("job", "chemist")), '{"supported_by": [1]}', '{"stated_by": [1]}', '{"stated_by": []}'])
+    r = run_judge(
+        "sumie",
+        [{"job": "chemist"}, ""],
+        {"entity_name": "Ada Quill", "turns": GOLD["turns"][:1] * 2},
+        llm,
+        max_workers=1,
+    )
     extract = llm.requests[0].messages[0]["content"]
     assert '{"job":"chemist"}' in extract and "about Ada Quill" in extract  # compact JSON, as the prompts carry it
     assert "Predicted fact:\njob: chemist" in llm.requests[1].messages[0]["content"]
@@ -77,16 +96,30 @@ def test_llm_matcher_one_path_for_json_and_text_and_both_directions():
     assert r.score("precision", 1) == 0.0 and r.score("recall", 1) == 0.0  # an empty memory: no call, no fact
     assert len(llm.requests) == 4
     back = [Judgment.from_record(json.loads(json.dumps(x.to_record()))) for x in r.judgments]
-    assert rescore(back, {"turns": GOLD["turns"][:1] * 2})[0] == {"precision": 1.0, "recall": 0.5, "f1": pytest.approx(2 / 3)}
+    assert rescore(back, {"turns": GOLD["turns"][:1] * 2})[0] == {
+        "precision": 1.0,
+        "recall": 0.5,
+        "f1": pytest.approx(2 / 3),
+    }
 
 
 def test_merged_values_count_and_repeats_count_against_precision():
     """A merged value states each gold fact it carries; a fact already stated counts against precision."""
-    llm = ScriptedLLM([_pairs(("jobs", "chemist and teacher"), ("job", "chemist"), ("hobby", "chess")),
-                       '{"supported_by": [1, 2]}', '{"supported_by": [1]}', '{"supported_by": []}',
-                       '{"stated_by": [1, 2]}', '{"stated_by": [1]}', '{"stated_by": []}', '{"stated_by": []}'])
-    r = run_judge("sumie", "Ada Quill is a chemist and teacher. She is a chemist. She plays chess.", GOLD, llm,
-                  max_workers=1)
+    llm = ScriptedLLM(
+        [
+            _pairs(("jobs", "chemist and teacher"), ("job", "chemist"), ("hobby", "chess")),
+            '{"supported_by": [1, 2]}',
+            '{"supported_by": [1]}',
+            '{"supported_by": []}',
+            '{"stated_by": [1, 2]}',
+            '{"stated_by": [1]}',
+            '{"stated_by": []}',
+            '{"stated_by": []}',
+        ]
+    )
+    r = run_judge(
+        "sumie", "Ada Quill is a chemist and teacher. She is a chemist. She plays chess.", GOLD, llm, max_workers=1
+    )
     assert "merge" in llm.requests[1].messages[0]["content"]
     # precision 1 of 3: the merged value is right, its repeat "chemist" and "chess" are not; recall 2 of 4
     assert r.score("precision", 1) == pytest.approx(1 / 3) and r.score("recall", 1) == 0.5
@@ -137,8 +170,14 @@ def test_both_ways_prf_counts_each_gold_fact_once_and_every_new_one():
 
 def test_llm_matcher_samples_at_the_papers_temperature():
     """Seed 000 judges SUMIE at temperature 0.8; the judge's `temperature` option changes it."""
-    script = [_pairs(("occupation", "chemist")), '{"supported_by": [1]}', '{"stated_by": [1]}', '{"stated_by": []}',
-              '{"stated_by": []}', '{"stated_by": []}']
+    script = [
+        _pairs(("occupation", "chemist")),
+        '{"supported_by": [1]}',
+        '{"stated_by": [1]}',
+        '{"stated_by": []}',
+        '{"stated_by": []}',
+        '{"stated_by": []}',
+    ]
     llm = ScriptedLLM(script)
     run_judge("sumie", "Ada Quill is a chemist.", GOLD, llm, max_workers=1)
     assert [r.sampling.temperature for r in llm.requests] == [0.8] * 6
@@ -166,8 +205,9 @@ def test_a_large_memory_is_extracted_in_parts_and_judged_whole() -> None:
     each a JSON object with its values' keys, and the parts' facts are judged together."""
     from memloop.eval.judges.sumie import EXTRACT_PART_TOKENS, memory_parts
 
-    memory = {"attributes": {f"attribute {i}": [f"value {i} number {j} with some words" for j in range(3)]
-                             for i in range(40)}}  # 240 words of values: well over one part
+    memory = {
+        "attributes": {f"attribute {i}": [f"value {i} number {j} with some words" for j in range(3)] for i in range(40)}
+    }  # 240 words of values: well over one part
     count = ScriptedLLM([]).count_tokens
     parts = memory_parts(memory, count)
     assert len(parts) > 1 and all(count(p) <= EXTRACT_PART_TOKENS for p in parts)
@@ -183,8 +223,9 @@ def test_a_large_memory_is_extracted_in_parts_and_judged_whole() -> None:
     outputs += ['{"supported_by": [1]}'] * len(parts) + ['{"stated_by": [1]}']
     llm = ScriptedLLM(outputs)
     r = run_judge("sumie", [memory], gold, llm, max_workers=1)
-    extracts = [q.messages[0]["content"] for q in llm.requests[:len(parts)]]
+    extracts = [q.messages[0]["content"] for q in llm.requests[: len(parts)]]
     assert all(p in e for p, e in zip(parts, extracts))
     assert r.score("precision", 0) == 1 / len(parts) and r.score("recall", 0) == 1.0  # all parts' facts judged
-    assert [j.item for j in r.judgments[:2]] == [f"turn 0: facts stated in the memory (part {n} of {len(parts)})"
-                                                 for n in (1, 2)]
+    assert [j.item for j in r.judgments[:2]] == [
+        f"turn 0: facts stated in the memory (part {n} of {len(parts)})" for n in (1, 2)
+    ]

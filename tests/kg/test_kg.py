@@ -1,12 +1,20 @@
 """The seed-001 knowledge graph on a hand-made story: aliases, merge heuristics, pruning, ranking, linearisation."""
+
 from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from memloop.eval.kg import (
-    KEYWORDS, MiniLMEmbedder, build_book_graph, chapter_edges, degree_without_loops, linearize_plain,
-    linearize_tokens, names_graph, parse_extraction, rank_edges,
+    KEYWORDS,
+    MiniLMEmbedder,
+    build_book_graph,
+    chapter_edges,
+    degree_without_loops,
+    linearize_plain,
+    linearize_tokens,
+    names_graph,
+    parse_extraction,
+    rank_edges,
 )
 from memloop.eval.kg.graph import BuildReport, initial_graph, merge_nodes
 from memloop.eval.kg.retrieval import mention_counts
@@ -88,7 +96,12 @@ def test_no_merge_when_nodes_share_an_edge() -> None:
 
 def test_no_merge_when_both_nodes_have_high_degree() -> None:
     lines = [f"{i}. Ann; knows; P{i}" for i in range(4)] + [f"{i + 4}. Bob; knows; P{i}" for i in range(4)]
-    text = "Named entities:\nAnn / Bob\n" + "".join(f"P{i}\n" for i in range(4)) + "Knowledge graph edges:\n" + "\n".join(lines)
+    text = (
+        "Named entities:\nAnn / Bob\n"
+        + "".join(f"P{i}\n" for i in range(4))
+        + "Knowledge graph edges:\n"
+        + "\n".join(lines)
+    )
     ex = parse_extraction(text)
     report = BuildReport()
     names = names_graph([ex])
@@ -123,7 +136,7 @@ def test_rank_score_arithmetic(story) -> None:
     kw = {"relation": 30.0, "happen": 15.0}
     ranked = rank_edges(edges, TableEmbedder(table), kw)
     emb = TableEmbedder(table).encode([e.predicate for e in edges] + list(kw))
-    sims = emb[: len(edges)] @ emb[len(edges):].T
+    sims = emb[: len(edges)] @ emb[len(edges) :].T
     z = (sims - sims.mean(0)) / sims.std(0)
     expected = z @ np.array([30.0, 15.0])
     assert [round(e.score, 9) for e in ranked] == sorted((round(float(x), 9) for x in expected), reverse=True)
@@ -144,7 +157,17 @@ def test_minilm_ranking_and_linearisation(story) -> None:
     tokens = linearize_tokens(kg, ranked, counts)
     assert tokens.startswith("<subject>Tom\n  <predicate>mischievous\n")
     assert "<object>Becky\n      <predicate>in love with" in tokens
-    assert list(KEYWORDS) == ["relation", "happen", "conflict", "desire", "emotion", "role", "think", "location", "personality"]
+    assert list(KEYWORDS) == [
+        "relation",
+        "happen",
+        "conflict",
+        "desire",
+        "emotion",
+        "role",
+        "think",
+        "location",
+        "personality",
+    ]
 
 
 def test_edges_without_header_are_edges() -> None:

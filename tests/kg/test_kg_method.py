@@ -1,4 +1,5 @@
 """kg-retrieval end to end on a scripted LLM: extraction prompts, graph, retrieved edges in the summary prompt."""
+
 from __future__ import annotations
 
 from memloop.eval.datasets.sample import Sample
@@ -25,9 +26,12 @@ Knowledge graph edges:
 
 
 def test_kg_retrieval_pipeline() -> None:
-    book = Sample(id="t", task="book", chunks=("Tom painted the fence. Aunt Polly watched Tom.",
-                                               "Thomas and Becky argued at school."),
-                  metadata={"chunk_chapters": [1, 2], "target_chapter": 2})
+    book = Sample(
+        id="t",
+        task="book",
+        chunks=("Tom painted the fence. Aunt Polly watched Tom.", "Thomas and Becky argued at school."),
+        metadata={"chunk_chapters": [1, 2], "target_chapter": 2},
+    )
     llm = ScriptedLLM([EX1, EX2, "Tom and Becky argue."])
     out = get_method("kg-retrieval").run(book, llm)
     assert [s.kind for s in out.steps] == ["extract", "extract", "summarize"]
@@ -53,9 +57,12 @@ def test_kg_retrieval_budget_limits_edges() -> None:
 
 def test_token_linearization_puts_the_chapter_marker_before_the_chapter() -> None:
     """Section 3.4: the linearized edges, then the <chapter> token and the chapter text."""
-    book = Sample(id="t", task="book", chunks=("Tom painted the fence. Aunt Polly watched Tom.",
-                                               "Thomas and Becky argued at school."),
-                  metadata={"chunk_chapters": [1, 2], "target_chapter": 2})
+    book = Sample(
+        id="t",
+        task="book",
+        chunks=("Tom painted the fence. Aunt Polly watched Tom.", "Thomas and Becky argued at school."),
+        metadata={"chunk_chapters": [1, 2], "target_chapter": 2},
+    )
     llm = ScriptedLLM([EX1, EX2, "Tom and Becky argue."])
     out = get_method("kg-retrieval", linearization="tokens").run(book, llm)
     prompt = llm.requests[2].messages[0]["content"]
@@ -67,8 +74,12 @@ def test_token_linearization_puts_the_chapter_marker_before_the_chapter() -> Non
 
 def test_no_kg_baseline_summarises_each_chapter_from_its_text_alone() -> None:
     """Section 4.2's No-KG baseline: no extraction, no graph, the chapter text as the only input."""
-    book = Sample(id="t", task="book", chunks=("Chapter 1\nTom painted.", "more of one", "Chapter 2\nBecky argued."),
-                  metadata={"chunk_chapters": [1, 1, 2]})
+    book = Sample(
+        id="t",
+        task="book",
+        chunks=("Chapter 1\nTom painted.", "more of one", "Chapter 2\nBecky argued."),
+        metadata={"chunk_chapters": [1, 1, 2]},
+    )
     llm = ScriptedLLM(["Tom paints.", "Becky argues."])  # two calls only: a third would fail the test
     out = get_method("no-kg").run(book, llm)
     assert [s.kind for s in out.steps] == ["summarize", "summarize"] and out.memory is None
@@ -78,18 +89,23 @@ def test_no_kg_baseline_summarises_each_chapter_from_its_text_alone() -> None:
     # the same chapter prompt as kg-retrieval, less the graph
     kg_tpl, nokg_tpl = load_template("s001-chapter-summary").text, load_template("s001-chapter-summary-nokg").text
     assert kg_tpl.rstrip().endswith("Summary:") and nokg_tpl.rstrip().endswith("Summary:")
-    target = Sample(id="u", task="book", chunks=book.chunks, metadata={"chunk_chapters": [1, 1, 2], "target_chapter": 2})
+    target = Sample(
+        id="u", task="book", chunks=book.chunks, metadata={"chunk_chapters": [1, 1, 2], "target_chapter": 2}
+    )
     assert get_method("no-kg").run(target, ScriptedLLM(["Becky argues."])).answer == "Becky argues."
 
 
 def test_kg_retrieval_reads_a_book_chapter_by_chapter(tmp_path) -> None:
     from memloop.eval.datasets.books import load_book
 
-    (tmp_path / "tom.txt").write_text("Chapter 1\n\nTom painted the fence. Aunt Polly watched Tom.\n\n"
-                                      "Chapter 2\n\nThomas and Becky argued at school.")
+    (tmp_path / "tom.txt").write_text(
+        "Chapter 1\n\nTom painted the fence. Aunt Polly watched Tom.\n\nChapter 2\n\nThomas and Becky argued at school."
+    )
     book = load_book(tmp_path / "tom.txt", chunk_tokens=2048, chunk_by="chapter")
-    assert book.chunks == ("Chapter 1\nTom painted the fence. Aunt Polly watched Tom.",
-                           "Chapter 2\nThomas and Becky argued at school.")
+    assert book.chunks == (
+        "Chapter 1\nTom painted the fence. Aunt Polly watched Tom.",
+        "Chapter 2\nThomas and Becky argued at school.",
+    )
     llm = ScriptedLLM([EX1, EX2, "Tom paints.", "Tom and Becky argue."])
     out = get_method("kg-retrieval").run(book, llm)
     assert [s.parsed["chapter"] for s in out.steps if s.kind == "summarize"] == [1, 2]
@@ -114,21 +130,27 @@ def test_budget_is_the_served_window_and_a_chapter_that_cannot_fit_is_not_applic
     for name in ("kg-retrieval", "no-kg"):
         small = _Windowed([])
         out = get_method(name).run(Sample(id="t", task="book", chunks=(chapter,)), small)
-        assert small.requests == [] and "chapter 1:" in out.not_applicable and "context_window=300 (llm)" in out.not_applicable
+        assert (
+            small.requests == []
+            and "chapter 1:" in out.not_applicable
+            and "context_window=300 (llm)" in out.not_applicable
+        )
 
 
 def test_token_linearisation_pays_each_subject_heading_once() -> None:
     """Edges sharing a subject share its `<subject>` line in the prompt, so the budget prices them so."""
     preds = [f"does{i}" for i in range(30)]
     ex = "Tom\nBecky\nAunt Polly\n\nKnowledge graph edges:\n" + "".join(
-        f"{i + 1}. Tom; {p}; Becky\n" for i, p in enumerate(preds))
+        f"{i + 1}. Tom; {p}; Becky\n" for i, p in enumerate(preds)
+    )
     book = Sample(id="t", task="book", chunks=("Tom and Becky and Aunt Polly.",))
     llm = ScriptedLLM([ex, "Summary."])
     tpl = load_template("s001-chapter-summary-tokens")
     grouped = "<subject>Tom\n    <object>Becky\n" + "\n".join(f"      <predicate>{p}" for p in preds)
     need = llm.count_tokens(tpl.render(edges=grouped, chapter=book.chunks[0]))
-    out = get_method("kg-retrieval", linearization="tokens", min_degree=0, context_window=need + 10,
-                     max_tokens=10).run(book, llm)
+    out = get_method("kg-retrieval", linearization="tokens", min_degree=0, context_window=need + 10, max_tokens=10).run(
+        book, llm
+    )
     assert out.steps[1].parsed["edges_used"] == 30  # pricing each edge with its own headings fit fewer
 
 
@@ -162,8 +184,11 @@ class _Checked(ScriptedLLM):
 def test_the_engines_own_fit_check_decides_how_many_edges_fit() -> None:
     book = Sample(id="t", task="book", chunks=("Tom, Thomas, Becky and Aunt Polly.",))
     llm = _Checked([EX1, "Summary."])
-    one = llm.count_tokens(load_template("s001-chapter-summary").render(edges="Aunt Polly; aunt of; Tom",
-                                                                         chapter=book.chunks[0], length=""))
+    one = llm.count_tokens(
+        load_template("s001-chapter-summary").render(
+            edges="Aunt Polly; aunt of; Tom", chapter=book.chunks[0], length=""
+        )
+    )
     llm.limit = one + 10
     out = get_method("kg-retrieval", max_tokens=10).run(book, llm)
     assert out.steps[1].parsed == {"chapter": 1, "edges_ranked": 3, "edges_used": 1}
@@ -173,11 +198,22 @@ def test_chain_of_density_rounds_for_both_rows() -> None:
     """Issue 30 point 15: the paper's GPT-4 rows summarise with Chain of Density: after the first
     summary, one call per densification round, each with the chapter (and the retrieved edges) and
     the current summary; the last round's summary is the answer, an unreadable round keeps the one before."""
-    book = Sample(id="t", task="book", chunks=("Tom painted the fence. Aunt Polly watched Tom.",
-                                               "Thomas and Becky argued at school."),
-                  metadata={"chunk_chapters": [1, 2], "target_chapter": 2})
-    llm = ScriptedLLM([EX1, EX2, "Two children argue.", "Thomas; Becky\nDenser summary: Thomas and Becky argue.",
-                       "nothing readable", "school\nDenser summary: Thomas and Becky argue at school."])
+    book = Sample(
+        id="t",
+        task="book",
+        chunks=("Tom painted the fence. Aunt Polly watched Tom.", "Thomas and Becky argued at school."),
+        metadata={"chunk_chapters": [1, 2], "target_chapter": 2},
+    )
+    llm = ScriptedLLM(
+        [
+            EX1,
+            EX2,
+            "Two children argue.",
+            "Thomas; Becky\nDenser summary: Thomas and Becky argue.",
+            "nothing readable",
+            "school\nDenser summary: Thomas and Becky argue at school.",
+        ]
+    )
     out = get_method("kg-retrieval", density_rounds=3, max_attempts=1).run(book, llm)
     assert [s.kind for s in out.steps] == ["extract", "extract", "summarize", "densify", "densify", "densify"]
     first = llm.requests[3].messages[0]["content"]
@@ -195,10 +231,16 @@ def test_chain_of_density_rounds_for_both_rows() -> None:
 def test_chain_of_density_sets_the_first_summarys_length_and_every_round_keeps_it() -> None:
     """Chain of Density's first summary is about 80 words and each round rewrites it at that length
     (the paper's appendix G summaries are 58-80 words); without rounds no length is imposed."""
-    book = Sample(id="t", task="book", chunks=("Tom painted the fence. Aunt Polly watched Tom.",),
-                  metadata={"chunk_chapters": [1], "target_chapter": 1})
-    for method, script in (("kg-retrieval", [EX1, "Tom paints.", "Polly\nDenser summary: Tom paints; Polly watches."]),
-                           ("no-kg", ["Tom paints.", "Polly\nDenser summary: Tom paints; Polly watches."])):
+    book = Sample(
+        id="t",
+        task="book",
+        chunks=("Tom painted the fence. Aunt Polly watched Tom.",),
+        metadata={"chunk_chapters": [1], "target_chapter": 1},
+    )
+    for method, script in (
+        ("kg-retrieval", [EX1, "Tom paints.", "Polly\nDenser summary: Tom paints; Polly watches."]),
+        ("no-kg", ["Tom paints.", "Polly\nDenser summary: Tom paints; Polly watches."]),
+    ):
         llm = ScriptedLLM(script)
         get_method(method, density_rounds=1).run(book, llm)
         first, round_1 = (r.messages[0]["content"] for r in llm.requests[-2:])
@@ -216,10 +258,16 @@ def test_chain_of_density_asks_for_a_sparse_entity_light_first_summary_with_fill
     """Adams et al. (From Sparse to Dense): the first summary is deliberately sparse -- few entities, the
     length reached with non-specific filler -- so each round has entities to add. Without rounds the first
     summary is the plain, informative one."""
-    book = Sample(id="t", task="book", chunks=("Tom painted the fence. Aunt Polly watched Tom.",),
-                  metadata={"chunk_chapters": [1], "target_chapter": 1})
-    for method, script in (("kg-retrieval", [EX1, "A boy does a chore.", "Tom\nDenser summary: Tom paints."]),
-                           ("no-kg", ["A boy does a chore.", "Tom\nDenser summary: Tom paints."])):
+    book = Sample(
+        id="t",
+        task="book",
+        chunks=("Tom painted the fence. Aunt Polly watched Tom.",),
+        metadata={"chunk_chapters": [1], "target_chapter": 1},
+    )
+    for method, script in (
+        ("kg-retrieval", [EX1, "A boy does a chore.", "Tom\nDenser summary: Tom paints."]),
+        ("no-kg", ["A boy does a chore.", "Tom\nDenser summary: Tom paints."]),
+    ):
         llm = ScriptedLLM(script)
         out = get_method(method, density_rounds=1).run(book, llm)
         first = out.steps[-2]
@@ -244,19 +292,28 @@ def test_the_graph_is_built_from_the_whole_book_and_retrieval_keeps_edges_up_to_
     import json
 
     from memloop.eval.datasets.booksum import load_booksum
+
     from tests.datasets.test_booksum import SUMMARY, _row
 
-    chapters = ["Chapter 1\nTom met Becky at school and fell for her at once, while the others watched.",
-                "Chapter 2\nTom argued with Becky. Aunt Polly scolded Tom. Becky and Aunt Polly are friends."]
-    rows = [_row(5, "Tom", f"all_chapterized_books/5-chapters/{n}.txt", text, SUMMARY.format(who=f"Tom {n}"), "guide")
-            for n, text in enumerate(chapters, 1)]
+    chapters = [
+        "Chapter 1\nTom met Becky at school and fell for her at once, while the others watched.",
+        "Chapter 2\nTom argued with Becky. Aunt Polly scolded Tom. Becky and Aunt Polly are friends.",
+    ]
+    rows = [
+        _row(5, "Tom", f"all_chapterized_books/5-chapters/{n}.txt", text, SUMMARY.format(who=f"Tom {n}"), "guide")
+        for n, text in enumerate(chapters, 1)
+    ]
     path = tmp_path / "booksum.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     [sample] = [s for s in load_booksum(path, samples=None) if s.metadata["target_chapter"] == 1]
-    llm = ScriptedLLM(["Tom\nBecky\n\nKnowledge graph edges:\n1. Tom; in love with; Becky\n",
-                       "Tom\nBecky\nAunt Polly\n\nKnowledge graph edges:\n1. Tom; argues with; Becky\n"
-                       "2. Aunt Polly; scolds; Tom\n3. Becky; friend of; Aunt Polly\n",
-                       "Tom falls for Becky."])
+    llm = ScriptedLLM(
+        [
+            "Tom\nBecky\n\nKnowledge graph edges:\n1. Tom; in love with; Becky\n",
+            "Tom\nBecky\nAunt Polly\n\nKnowledge graph edges:\n1. Tom; argues with; Becky\n"
+            "2. Aunt Polly; scolds; Tom\n3. Becky; friend of; Aunt Polly\n",
+            "Tom falls for Becky.",
+        ]
+    )
     out = get_method("kg-retrieval").run(sample, llm)
     assert [s.kind for s in out.steps] == ["extract", "extract", "summarize"]  # both chapters extracted
     prompt = llm.requests[2].messages[0]["content"]

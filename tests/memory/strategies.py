@@ -1,20 +1,39 @@
 """Hypothesis strategies: random typed hierarchies, memories that conform to them, and revisions."""
+
 from __future__ import annotations
 
 from typing import Any
 
 from hypothesis import strategies as st
-
 from memloop.eval.memory.paths import Path
 from memloop.eval.memory.schema import PLACEHOLDER, Schema
-from memloop.eval.memory.types import DictOf, EnumOf, Field, ListOf, Node, ObjectType, Prim, TupleOf, UnionOf, strip_none
+from memloop.eval.memory.types import (
+    DictOf,
+    EnumOf,
+    Field,
+    ListOf,
+    Node,
+    ObjectType,
+    Prim,
+    TupleOf,
+    UnionOf,
+    strip_none,
+)
 
 # keys exercise the papers' awkward forms: spaces, quotes, '&', dots, brackets, backslashes, unicode
 KEYS = st.text(alphabet=st.sampled_from(list("abcXYZ &'\".[]\\é-_0 ")), min_size=1, max_size=8)
 FIELD_NAMES = st.sampled_from(["name", "values", "events", "purpose", "thoughts", "size", "items", "notes"])
 TEXT = st.text(alphabet=st.sampled_from(list("ab c'\"\\\n&é?")), max_size=6)
-PRIMS = st.sampled_from([Prim("str"), Prim("int"), Prim("float"), Prim("bool"), EnumOf(("low", "high")),
-                         EnumOf(("it's \"x\"", 1, 2.5, True, None))])
+PRIMS = st.sampled_from(
+    [
+        Prim("str"),
+        Prim("int"),
+        Prim("float"),
+        Prim("bool"),
+        EnumOf(("low", "high")),
+        EnumOf(('it\'s "x"', 1, 2.5, True, None)),
+    ]
+)
 
 
 def nodes(depth: int = 3) -> st.SearchStrategy[Node]:
@@ -27,7 +46,8 @@ def nodes(depth: int = 3) -> st.SearchStrategy[Node]:
         st.builds(DictOf, sub),
         st.lists(sub, min_size=1, max_size=3).map(lambda xs: TupleOf(tuple(xs))),
         sub.map(lambda n: UnionOf((n, Prim("None"))) if not isinstance(n, UnionOf) else n),
-        st.tuples(sub, sub).filter(lambda ab: ab[0] != ab[1] and not any(isinstance(x, UnionOf) for x in ab))
+        st.tuples(sub, sub)
+        .filter(lambda ab: ab[0] != ab[1] and not any(isinstance(x, UnionOf) for x in ab))
         .map(lambda ab: UnionOf(ab)),
         objects(depth - 1),
     )
@@ -53,9 +73,14 @@ def schemas() -> st.SearchStrategy[Schema]:
 def values(node: Node, depth: int = 0) -> st.SearchStrategy[Any]:
     """Values of type `node` (placeholders sometimes stand in below the root)."""
     if isinstance(node, Prim):
-        base = {"str": TEXT, "int": st.integers(-1000, 1000), "bool": st.booleans(),
-                "float": st.floats(-1e6, 1e6, allow_nan=False, allow_infinity=False),
-                "None": st.none(), "Any": TEXT}[node.kind]
+        base = {
+            "str": TEXT,
+            "int": st.integers(-1000, 1000),
+            "bool": st.booleans(),
+            "float": st.floats(-1e6, 1e6, allow_nan=False, allow_infinity=False),
+            "None": st.none(),
+            "Any": TEXT,
+        }[node.kind]
     elif isinstance(node, EnumOf):
         base = st.sampled_from(node.values)
     elif isinstance(node, ListOf):
@@ -100,7 +125,7 @@ def schema_children(schema: Schema, memory: dict, path: Path) -> list[Path]:
     if isinstance(node, ObjectType) and isinstance(cur, dict):
         out += [path.child(f.name) for f in node.fields if f.name not in cur]
     if isinstance(node, DictOf) and isinstance(cur, dict):
-        out += [path.child("new key " + str(len(cur))), path.child("it's & \"q\"")]
+        out += [path.child("new key " + str(len(cur))), path.child('it\'s & "q"')]
     if isinstance(node, ListOf) and isinstance(cur, list):
         out.append(path.child(len(cur)))
     return out

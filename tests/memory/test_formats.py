@@ -1,4 +1,5 @@
 """Parsing the CoK / PRISM answer formats and the JSON-Schema revision list for constrained decoding."""
+
 from __future__ import annotations
 
 import json
@@ -6,15 +7,38 @@ import json
 import jsonschema
 import pytest
 from llguidance import LLMatcher
-
-from memloop.eval.memory import (Path, Revision, RevisionParseError, apply_revisions, parse_cok, parse_prism,
-                         parse_revision_list, render_cok, render_prism, revision_list_schema)
+from memloop.eval.memory import (
+    Path,
+    Revision,
+    RevisionParseError,
+    apply_revisions,
+    parse_cok,
+    parse_prism,
+    parse_revision_list,
+    render_cok,
+    render_prism,
+    revision_list_schema,
+)
 from memloop.eval.memory.errors import RevisionError
-from memloop.eval.memory.schemas import (BOOK_SUMMARY, COMPARISON, FUNCTION_NATURAL_DESCRIPTOR, RELEVANT_TABLE_INFO,
-                                 STORY_ELEMENTS, SUMIE_SUMMARY, TABLE_MEMORY)
+from memloop.eval.memory.schemas import (
+    BOOK_SUMMARY,
+    COMPARISON,
+    FUNCTION_NATURAL_DESCRIPTOR,
+    RELEVANT_TABLE_INFO,
+    STORY_ELEMENTS,
+    SUMIE_SUMMARY,
+    TABLE_MEMORY,
+)
 
-ALL = [SUMIE_SUMMARY, STORY_ELEMENTS, BOOK_SUMMARY, FUNCTION_NATURAL_DESCRIPTOR, RELEVANT_TABLE_INFO,
-       TABLE_MEMORY, COMPARISON]
+ALL = [
+    SUMIE_SUMMARY,
+    STORY_ELEMENTS,
+    BOOK_SUMMARY,
+    FUNCTION_NATURAL_DESCRIPTOR,
+    RELEVANT_TABLE_INFO,
+    TABLE_MEMORY,
+    COMPARISON,
+]
 
 
 def test_an_answer_without_sections_is_an_error_that_says_what_to_do():
@@ -25,12 +49,14 @@ def test_an_answer_without_sections_is_an_error_that_says_what_to_do():
 
 
 def test_one_bad_line_spoils_only_itself():
-    answer = ("[OBJECTS FOR UPDATE]\n{}\n[OBJECTS FOR ADD]\n"
-              "{\"$. 'attributes'. 'A'\": {\"add\": [\"a\"]}}\n"
-              "{\"$. 'attributes'. 'B'\": {\"add\": [\"b\" oops]}}\n"
-              "{\"$. 'attributes'. 'C'\": [\"c\"]}\n"
-              "{\"$. 'attributes'.. 'D'\": {\"add\": [\"d\"]}}\n"
-              "{\"$. 'attributes'. 'E'\": {\"add\": [\"e\"]}}\n")
+    answer = (
+        "[OBJECTS FOR UPDATE]\n{}\n[OBJECTS FOR ADD]\n"
+        '{"$. \'attributes\'. \'A\'": {"add": ["a"]}}\n'
+        '{"$. \'attributes\'. \'B\'": {"add": ["b" oops]}}\n'
+        "{\"$. 'attributes'. 'C'\": [\"c\"]}\n"
+        '{"$. \'attributes\'.. \'D\'": {"add": ["d"]}}\n'
+        '{"$. \'attributes\'. \'E\'": {"add": ["e"]}}\n'
+    )
     parsed = parse_prism(answer)
     assert [r.path.segments[-1] for r in parsed.revisions] == ["A", "E"]
     reasons = [r.reason for r in parsed.rejected]
@@ -42,15 +68,17 @@ def test_one_bad_line_spoils_only_itself():
 
 
 def test_a_truncated_answer_keeps_the_complete_revisions():
-    answer = "[OBJECTS FOR ADD]\n{\"$.attributes.A\": {\"add\": [\"a\"]}}\n{\"$.attributes.B\": {\"add\": [\"b"
+    answer = '[OBJECTS FOR ADD]\n{"$.attributes.A": {"add": ["a"]}}\n{"$.attributes.B": {"add": ["b'
     parsed = parse_prism(answer)
     assert len(parsed.revisions) == 1 and "Unterminated string" in parsed.rejected[0].reason
     assert parsed.rejected[0].raw == '{"$.attributes.B": {"add": ["b'
 
 
 def test_explicit_op_in_the_wrapper_wins_and_sections_order_updates_first():
-    answer = "[OBJECTS FOR ADD]\n{\"$.attributes.N\": {\"add\": [\"n\"]}}\n[OBJECTS FOR UPDATE]\n" \
-             "{\"$.attributes.A\": {\"update\": [\"a2\"]}}\n"
+    answer = (
+        '[OBJECTS FOR ADD]\n{"$.attributes.N": {"add": ["n"]}}\n[OBJECTS FOR UPDATE]\n'
+        '{"$.attributes.A": {"update": ["a2"]}}\n'
+    )
     parsed = parse_prism(answer)
     assert [(r.op, r.path.segments[-1]) for r in parsed.revisions] == [("update", "A"), ("add", "N")]
 
@@ -59,7 +87,7 @@ def test_rendered_answers_parse_back():
     revs = [Revision("$.attributes.A", "update", ["x"]), Revision("$.attributes['B & C']", "add", ["y", "z"])]
     assert parse_cok(render_cok(revs)).revisions == revs
     assert parse_prism(render_prism(revs)).revisions == revs
-    assert "[OBJECTS FOR UPDATE]\n{\"$. 'attributes'. 'A'\": {\"update\": [\"x\"]}}" in render_prism(revs)
+    assert '[OBJECTS FOR UPDATE]\n{"$. \'attributes\'. \'A\'": {"update": ["x"]}}' in render_prism(revs)
     assert parse_prism(render_prism([])).revisions == []
 
 
@@ -75,16 +103,21 @@ def _valid(schema_json, obj) -> bool:
 
 def test_revision_list_schema_admits_exactly_well_shaped_revisions():
     js = revision_list_schema(FUNCTION_NATURAL_DESCRIPTOR)
-    good = {"revisions": [
-        {"path": "$. 'candidate_functions'. 'make_simple_prefix'", "op": "add",
-         "value": {"purpose": "p", "input": "i", "output": "o", "procedure": "???"}},
-        {"path": "$. 'candidate_functions'. 'it\\'s'. 'purpose'", "op": "update", "value": "q"},
-    ]}
+    good = {
+        "revisions": [
+            {
+                "path": "$. 'candidate_functions'. 'make_simple_prefix'",
+                "op": "add",
+                "value": {"purpose": "p", "input": "i", "output": "o", "procedure": "???"},
+            },
+            {"path": "$. 'candidate_functions'. 'it\\'s'. 'purpose'", "op": "update", "value": "q"},
+        ]
+    }
     assert _valid(js, good)
     for bad_item in [
         {"path": "$. 'candidate_functions'. 'f'", "op": "delete", "value": {}},
         {"path": "$. 'candidate_functions'. 'f'. 'colour'", "op": "add", "value": "red"},
-        {"path": "$.candidate_functions.f", "op": "add", "value": {}},          # not the canonical quoting
+        {"path": "$.candidate_functions.f", "op": "add", "value": {}},  # not the canonical quoting
         {"path": "$. 'candidate_functions'. 'f'", "op": "add", "value": {"purpose": 3}},
         {"path": "$. 'candidate_functions'. 'f'. 'purpose'", "op": "add", "value": "x", "extra": 1},
     ]:
@@ -124,9 +157,16 @@ def test_revision_list_parse_errors():
     with pytest.raises(RevisionParseError, match="not JSON"):
         parse_revision_list('{"revisions": [')
     with pytest.raises(RevisionParseError, match='must be {"revisions"'):
-        parse_revision_list('[]')
-    parsed = parse_revision_list({"revisions": [{"path": "$.a"}, {"path": "a", "op": "add", "value": 1},
-                                                {"path": "$.a", "op": "merge", "value": 1}]})
+        parse_revision_list("[]")
+    parsed = parse_revision_list(
+        {
+            "revisions": [
+                {"path": "$.a"},
+                {"path": "a", "op": "add", "value": 1},
+                {"path": "$.a", "op": "merge", "value": 1},
+            ]
+        }
+    )
     assert parsed.revisions == [] and len(parsed.rejected) == 3
     with pytest.raises(RevisionError, match="non-empty subset"):
         revision_list_schema(SUMIE_SUMMARY, ops=("delete",))
@@ -139,5 +179,5 @@ def test_whole_memory_schema_compiles_with_llguidance(schema):
 
 
 def test_operation_names_are_case_insensitive_in_answers():
-    parsed = parse_prism("[OBJECTS FOR ADD]\n{\"$.attributes.A\": {\"ADD\": [\"a\"]}}\n")
+    parsed = parse_prism('[OBJECTS FOR ADD]\n{"$.attributes.A": {"ADD": ["a"]}}\n')
     assert [(r.op, r.value) for r in parsed.revisions] == [("add", ["a"])]

@@ -1,19 +1,57 @@
 """Arbitrary model output never crashes the readers: it parses or raises the package's named error."""
+
 from __future__ import annotations
 
 import os
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from memloop.eval.memory import (LiteralParseError, Path, PathError, RevisionParseError, Schema, SchemaError, parse_cok,
-                         parse_prism, parse_revision_list)
+from memloop.eval.memory import (
+    LiteralParseError,
+    Path,
+    PathError,
+    RevisionParseError,
+    Schema,
+    SchemaError,
+    parse_cok,
+    parse_prism,
+    parse_revision_list,
+)
 from memloop.eval.memory.literal import loads
 
-FUZZ = settings(max_examples=int(os.environ.get("MEMLOOP_MEMORY_EXAMPLES", "150")), deadline=None, suppress_health_check=[HealthCheck.too_slow])
-SNIPPETS = st.sampled_from(["[OBJECTS FOR UPDATE]\n", "[OBJECTS FOR ADD]\n", "[UPDATED_OBJECTS]\n",
-                            "[ADDED_OBJECTS]\n", "{", "}", "[", "]", "(", ")", '"$. \'a\'"', ":", ",", "'",
-                            '{"add": ', '{"update": ', "None", "???", "\n", "```", "\\", "\x00", "1e999", "-"])
+FUZZ = settings(
+    max_examples=int(os.environ.get("MEMLOOP_MEMORY_EXAMPLES", "150")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+SNIPPETS = st.sampled_from(
+    [
+        "[OBJECTS FOR UPDATE]\n",
+        "[OBJECTS FOR ADD]\n",
+        "[UPDATED_OBJECTS]\n",
+        "[ADDED_OBJECTS]\n",
+        "{",
+        "}",
+        "[",
+        "]",
+        "(",
+        ")",
+        "\"$. 'a'\"",
+        ":",
+        ",",
+        "'",
+        '{"add": ',
+        '{"update": ',
+        "None",
+        "???",
+        "\n",
+        "```",
+        "\\",
+        "\x00",
+        "1e999",
+        "-",
+    ]
+)
 TEXTS = st.one_of(st.text(max_size=80), st.lists(st.one_of(SNIPPETS, st.text(max_size=5)), max_size=30).map("".join))
 
 
@@ -43,8 +81,14 @@ def test_lenient_reader_and_revision_list_never_crash(text):
 
 
 @FUZZ
-@given(st.one_of(st.text(max_size=40), st.lists(st.sampled_from(["$", ".", "'", "[", "]", "0", "a", " ", "\\", "*",
-                                                                   "..", "?", "@", "`"]), max_size=12).map("".join)))
+@given(
+    st.one_of(
+        st.text(max_size=40),
+        st.lists(
+            st.sampled_from(["$", ".", "'", "[", "]", "0", "a", " ", "\\", "*", "..", "?", "@", "`"]), max_size=12
+        ).map("".join),
+    )
+)
 def test_path_parser_never_crashes(text):
     try:
         Path.parse(text)
@@ -53,10 +97,38 @@ def test_path_parser_never_crashes(text):
 
 
 @FUZZ
-@given(st.one_of(st.text(max_size=60), st.lists(st.sampled_from([
-    "class A:\n", "    x: ", "int", "list[", "]", "dict[str, ", "A", "\n", '"""doc"""', "@dataclass\n", "= 1",
-    "(pg.Object)", "import os\n", "\x00", "lambda: 0", "    ", "tuple[str, ...]", "Optional[", "|", "None"]),
-    max_size=20).map("".join)))
+@given(
+    st.one_of(
+        st.text(max_size=60),
+        st.lists(
+            st.sampled_from(
+                [
+                    "class A:\n",
+                    "    x: ",
+                    "int",
+                    "list[",
+                    "]",
+                    "dict[str, ",
+                    "A",
+                    "\n",
+                    '"""doc"""',
+                    "@dataclass\n",
+                    "= 1",
+                    "(pg.Object)",
+                    "import os\n",
+                    "\x00",
+                    "lambda: 0",
+                    "    ",
+                    "tuple[str, ...]",
+                    "Optional[",
+                    "|",
+                    "None",
+                ]
+            ),
+            max_size=20,
+        ).map("".join),
+    )
+)
 def test_schema_text_never_crashes(text):
     try:
         Schema.from_text(text)

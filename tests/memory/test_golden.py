@@ -3,10 +3,10 @@
 Seed 000 figure 5 (CoK on HOTEL0) and seed 002 appendix C (PRISM: product comparison, HOTEL0, SQL
 tables, code retrieval). Long descriptions are shortened; paths, operations and structure are the papers'.
 """
+
 from __future__ import annotations
 
 import pytest
-
 from memloop.eval.memory import apply_revisions, loads_lenient, parse_cok, parse_prism
 from memloop.eval.memory.schemas import COMPARISON, FUNCTION_NATURAL_DESCRIPTOR, SUMIE_SUMMARY, TABLE_MEMORY
 
@@ -51,19 +51,24 @@ def test_cok_hotel0_figure5():
     parsed = parse_cok(HOTEL0_COK_ANSWER)
     assert parsed.rejected == []
     assert [(r.path.segments, r.op) for r in parsed.revisions] == [
-        (("attributes", "Amenities"), "update"), (("attributes", "Noise Level"), "add")]
+        (("attributes", "Amenities"), "update"),
+        (("attributes", "Noise Level"), "add"),
+    ]
     res = apply_revisions(memory, parsed.revisions, SUMIE_SUMMARY)
     assert res.rejected == []
-    assert res.memory == {"attributes": {
-        "Amenities": ["pub opens till midnight"],
-        "Food & Beverage": ["limited breakfast options"],
-        "Noise Level": ["Notable street noise at night"],
-    }}
+    assert res.memory == {
+        "attributes": {
+            "Amenities": ["pub opens till midnight"],
+            "Food & Beverage": ["limited breakfast options"],
+            "Noise Level": ["Notable street noise at night"],
+        }
+    }
 
 
 def test_cok_headers_as_markdown_escapes_them():
     answer = HOTEL0_COK_ANSWER.replace("[UPDATED_OBJECTS]", "[UPDATED\\_OBJECTS]").replace(
-        "[ADDED_OBJECTS]", "[ADDED\\_OBJECTS]")
+        "[ADDED_OBJECTS]", "[ADDED\\_OBJECTS]"
+    )
     assert len(parse_cok(answer).revisions) == 2
 
 
@@ -122,23 +127,36 @@ HOTEL0_PRISM_ANSWER = """[OBJECTS FOR UPDATE]
 
 
 def test_prism_hotel0_entity_summarization():
-    res = apply_revisions(loads_lenient(HOTEL0_PRISM_PARTIAL), parse_prism(HOTEL0_PRISM_ANSWER).revisions,
-                          SUMIE_SUMMARY)
+    res = apply_revisions(
+        loads_lenient(HOTEL0_PRISM_PARTIAL), parse_prism(HOTEL0_PRISM_ANSWER).revisions, SUMIE_SUMMARY
+    )
     assert res.rejected == []
-    assert res.memory == {"attributes": {
-        "Amenities": ["There are two pools", "pub opens till midnight"],
-        "Food & Beverage": ["limited breakfast options", "HOTEL0 offers exceptional dining"],
-        "Room Quality": ["Spacious and comfortable rooms", "beds were very cozy"],
-        "Noise Level": ["Notable street noise at night"],
-    }}
+    assert res.memory == {
+        "attributes": {
+            "Amenities": ["There are two pools", "pub opens till midnight"],
+            "Food & Beverage": ["limited breakfast options", "HOTEL0 offers exceptional dining"],
+            "Room Quality": ["Spacious and comfortable rooms", "beds were very cozy"],
+            "Noise Level": ["Notable street noise at night"],
+        }
+    }
 
 
-SQL_PARTIAL = {"table_descriptions": {"Stadiums": {
-    "table_description": "The table lists the stadiums including Wembley Stadium, Stark's Park, and others.",
-    "thoughts": ["There are 8 stadiums in the table.", "It does not say which singers perform."]}}}
-SINGERS = {"table_description": "This table lists the singers.",
-           "thoughts": ["The Singer table has the singers Joe Sharp, Timbaland, Justin Brown, Rose White, "
-                        "John Niznik, and Tribal King.", "There are 6 singers in the table."]}
+SQL_PARTIAL = {
+    "table_descriptions": {
+        "Stadiums": {
+            "table_description": "The table lists the stadiums including Wembley Stadium, Stark's Park, and others.",
+            "thoughts": ["There are 8 stadiums in the table.", "It does not say which singers perform."],
+        }
+    }
+}
+SINGERS = {
+    "table_description": "This table lists the singers.",
+    "thoughts": [
+        "The Singer table has the singers Joe Sharp, Timbaland, Justin Brown, Rose White, "
+        "John Niznik, and Tribal King.",
+        "There are 6 singers in the table.",
+    ],
+}
 
 
 def test_prism_sql_tables_and_the_papers_malformed_path():
@@ -162,8 +180,7 @@ def _fn(purpose: str) -> dict:
 
 
 def test_prism_code_retrieval_adds_three_functions():
-    memory = {"candidate_functions": {"_merge_entities": _fn("merges entities"),
-                                      "reduce_sum_list": _fn("sums a list")}}
+    memory = {"candidate_functions": {"_merge_entities": _fn("merges entities"), "reduce_sum_list": _fn("sums a list")}}
     lines = [
         '{"$. \'candidate_functions\'. \'make_simple_prefix\'": {"add": {"purpose": "generates a prefix string",'
         ' "input": "nl_count, form_feed, empty_line", "output": "a prefix string", "procedure": "repeats newlines" }}}',
@@ -176,40 +193,65 @@ def test_prism_code_retrieval_adds_three_functions():
     res = apply_revisions(memory, parse_prism(answer).revisions, FUNCTION_NATURAL_DESCRIPTOR)
     assert res.rejected == []
     assert list(res.memory["candidate_functions"]) == [
-        "_merge_entities", "reduce_sum_list", "make_simple_prefix", "preceding_leaf", "prev_siblings_are"]
+        "_merge_entities",
+        "reduce_sum_list",
+        "make_simple_prefix",
+        "preceding_leaf",
+        "prev_siblings_are",
+    ]
     assert res.memory["candidate_functions"]["prev_siblings_are"]["procedure"] == "Unknown"
 
 
 def test_adding_a_function_twice_is_rejected_with_a_reason():
     memory = {"candidate_functions": {"f": _fn("x")}}
-    answer = "[OBJECTS FOR ADD]\n{\"$. 'candidate_functions'. 'f'\": {\"add\": " + \
-             '{"purpose": "y"}}}\n'
+    answer = "[OBJECTS FOR ADD]\n{\"$. 'candidate_functions'. 'f'\": {\"add\": " + '{"purpose": "y"}}}\n'
     res = apply_revisions(memory, parse_prism(answer).revisions, FUNCTION_NATURAL_DESCRIPTOR)
     assert res.memory == memory
     assert "already exists; use 'update'" in res.rejected[0].reason
 
 
-@pytest.mark.parametrize("text,root,fields", [
-    # seed 002 appendix A.2, the LLM-generated schemas
-    ("@dataclasses.dataclass\nclass NarrativeSummary:\n    @dataclasses.dataclass\n    class SummaryEvent:\n"
-     "        events: str\n        characters: str\n        places: str\n        elements: str\n"
-     "    summary_events: dict[str, SummaryEvent]\n", "NarrativeSummary", ["summary_events"]),
-    ("@dataclasses.dataclass\nclass FunctionMatch:\n    matches: dict[str, float]\n", "FunctionMatch", ["matches"]),
-    ("@dataclasses.dataclass\nclass QueryPartialSolution(pg.Object):\n    attributes: dict[str, list[str]]\n",
-     "QueryPartialSolution", ["attributes"]),
-    # seed 002 appendix C, the schema-generation few-shot answers
-    ('[Schema]\n```python\nclass TopKList:\n    """top_persons is a list of PersonMetric instances."""\n'
-     '    class PersonMetric:\n        """person is the name; metric is the value."""\n        person: str\n'
-     '        metric: float\n\n\n    top_persons: list[PersonMetric]\n```\n', "TopKList", ["top_persons"]),
-    ('Generated Schema (for RepoQA):\nclass FunctionMatch:\n    """Stores information about functions."""\n'
-     '    class FunctionInfo:\n        name: str\n        matches: list[str]\n\n    functions: list[FunctionInfo]\n',
-     "FunctionMatch", ["functions"]),
-    # seed 002 listing 2: the field is written at module level after the classes
-    ('@dataclasses.dataclass\nclass FunctionNaturalDescriptor:\n    """keyed by function name"""\n\n'
-     '@dataclasses.dataclass\nclass FunctionDescription:\n    purpose: str\n    input: str\n    output: str\n'
-     '    procedure: str\n\ncandidate_functions: dict[str, FunctionDescription]\n',
-     "FunctionNaturalDescriptor", ["candidate_functions"]),
-])
+@pytest.mark.parametrize(
+    "text,root,fields",
+    [
+        # seed 002 appendix A.2, the LLM-generated schemas
+        (
+            "@dataclasses.dataclass\nclass NarrativeSummary:\n    @dataclasses.dataclass\n    class SummaryEvent:\n"
+            "        events: str\n        characters: str\n        places: str\n        elements: str\n"
+            "    summary_events: dict[str, SummaryEvent]\n",
+            "NarrativeSummary",
+            ["summary_events"],
+        ),
+        ("@dataclasses.dataclass\nclass FunctionMatch:\n    matches: dict[str, float]\n", "FunctionMatch", ["matches"]),
+        (
+            "@dataclasses.dataclass\nclass QueryPartialSolution(pg.Object):\n    attributes: dict[str, list[str]]\n",
+            "QueryPartialSolution",
+            ["attributes"],
+        ),
+        # seed 002 appendix C, the schema-generation few-shot answers
+        (
+            '[Schema]\n```python\nclass TopKList:\n    """top_persons is a list of PersonMetric instances."""\n'
+            '    class PersonMetric:\n        """person is the name; metric is the value."""\n        person: str\n'
+            "        metric: float\n\n\n    top_persons: list[PersonMetric]\n```\n",
+            "TopKList",
+            ["top_persons"],
+        ),
+        (
+            'Generated Schema (for RepoQA):\nclass FunctionMatch:\n    """Stores information about functions."""\n'
+            "    class FunctionInfo:\n        name: str\n        matches: list[str]\n\n    functions: "
+            "list[FunctionInfo]\n",
+            "FunctionMatch",
+            ["functions"],
+        ),
+        # seed 002 listing 2: the field is written at module level after the classes
+        (
+            '@dataclasses.dataclass\nclass FunctionNaturalDescriptor:\n    """keyed by function name"""\n\n'
+            "@dataclasses.dataclass\nclass FunctionDescription:\n    purpose: str\n    input: str\n    output: str\n"
+            "    procedure: str\n\ncandidate_functions: dict[str, FunctionDescription]\n",
+            "FunctionNaturalDescriptor",
+            ["candidate_functions"],
+        ),
+    ],
+)
 def test_llm_generated_schemas_parse(text, root, fields):
     from memloop.eval.memory import Schema
 

@@ -1,4 +1,5 @@
 """Property tests over random schemas, memories and revision sequences."""
+
 from __future__ import annotations
 
 import copy
@@ -7,17 +8,27 @@ import os
 
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
-
-from memloop.eval.memory import (Amendments, Path, Revision, Schema, apply_revisions, fold_amendments, parse_amendments,
-                         render_amendments, render_in_place, shared_prefix_chars)
+from memloop.eval.memory import (
+    Amendments,
+    Path,
+    Revision,
+    Schema,
+    apply_revisions,
+    fold_amendments,
+    parse_amendments,
+    render_amendments,
+    render_in_place,
+    shared_prefix_chars,
+)
 from memloop.eval.memory.literal import loads
-from tests.memory.strategies import (KEYS, existing_paths, memories, schema_children, schema_descendants, schemas,
-                                     values)
+
+from tests.memory.strategies import KEYS, existing_paths, memories, schema_children, schema_descendants, schemas, values
 
 # MEMLOOP_MEMORY_EXAMPLES=2000 runs a deeper search locally; the default keeps the suite fast.
 EXAMPLES = int(os.environ.get("MEMLOOP_MEMORY_EXAMPLES", "120"))
-SETTINGS = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                            HealthCheck.data_too_large])
+SETTINGS = settings(
+    max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
 
 
 def draw_revision(data: st.DataObject, schema: Schema, memory: dict) -> Revision:
@@ -25,8 +36,11 @@ def draw_revision(data: st.DataObject, schema: Schema, memory: dict) -> Revision
     paths = existing_paths(memory)
     containers = [Path()] + [p for p in paths if isinstance(_get(memory, p), (dict, list))]
     new_paths = [c for p in containers for c in _safe_children(schema, memory, p)]
-    kind = data.draw(st.sampled_from(["update-existing", "add-new", "add-existing", "update-new", "junk-path",
-                                      "add-deep", "update-deep"]))
+    kind = data.draw(
+        st.sampled_from(
+            ["update-existing", "add-new", "add-existing", "update-new", "junk-path", "add-deep", "update-deep"]
+        )
+    )
     if kind.endswith("-deep"):
         path = schema_descendants(schema, data.draw(st.sampled_from(containers)), data, data.draw(st.integers(1, 3)))
     elif kind in ("update-existing", "add-existing") and paths:
@@ -41,9 +55,11 @@ def draw_revision(data: st.DataObject, schema: Schema, memory: dict) -> Revision
         typed = values(node, 1)
     except Exception:
         typed = st.none()
-    junk = st.recursive(st.one_of(st.integers(), st.text(max_size=3), st.none()),
-                        lambda c: st.one_of(st.lists(c, max_size=2), st.dictionaries(KEYS, c, max_size=2)),
-                        max_leaves=4)
+    junk = st.recursive(
+        st.one_of(st.integers(), st.text(max_size=3), st.none()),
+        lambda c: st.one_of(st.lists(c, max_size=2), st.dictionaries(KEYS, c, max_size=2)),
+        max_leaves=4,
+    )
     value = data.draw(st.one_of(typed, typed, junk))
     return Revision(path, op, value)
 
@@ -189,7 +205,7 @@ def test_malformed_revision_text_is_rejected_and_the_rest_is_kept(data):
     revs = [draw_revision(data, schema, memory) for _ in range(data.draw(st.integers(1, 4)))]
     text = render_prism(revs)
     lines = text.split("\n")
-    body_lines = [i for i, l in enumerate(lines) if l.startswith("{\"")]
+    body_lines = [i for i, l in enumerate(lines) if l.startswith('{"')]
     broken = data.draw(st.sampled_from(body_lines))
     cut = data.draw(st.integers(2, max(2, len(lines[broken]) - 2)))
     lines[broken] = lines[broken][:cut] + " ]]oops"  # damage one line

@@ -4,6 +4,7 @@ Each paragraph of a real incremental summary becomes one step: its sentences are
 key, and every third step also updates the first key (as a model revising earlier notes would).
 Amendments keep the whole previous memory as a prefix; in-place re-encodes from the first change.
 """
+
 from __future__ import annotations
 
 import json
@@ -11,7 +12,6 @@ import re
 from typing import Callable, Sequence
 
 import pytest
-
 from memloop.eval.memory import Amendments, Revision, render_in_place, shared_prefix_tokens
 from memloop.eval.memory.budget import cl100k_encode
 from memloop.eval.memory.schemas import BOOK_SUMMARY
@@ -62,9 +62,11 @@ def _books(shared_data, n: int) -> dict[str, str]:
 
 
 def _report(label: str, r: dict[str, int]) -> str:
-    return (f"[memory] {label}: {r['steps']} steps; tokens to encode after the shared prefix: amendments "
-            f"{r['amendments']} of {r['amendments_total']}, in-place {r['in_place']} of {r['in_place_total']} "
-            f"(in-place/amendments = {r['in_place'] / max(1, r['amendments']):.2f}x)")
+    return (
+        f"[memory] {label}: {r['steps']} steps; tokens to encode after the shared prefix: amendments "
+        f"{r['amendments']} of {r['amendments_total']}, in-place {r['in_place']} of {r['in_place_total']} "
+        f"(in-place/amendments = {r['in_place'] / max(1, r['amendments']):.2f}x)"
+    )
 
 
 def test_amendments_re_encode_fewer_tokens_than_in_place_on_real_summaries(shared_data, capsys):

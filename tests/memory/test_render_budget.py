@@ -1,20 +1,36 @@
 """Renderings (byte stability, prefix sharing, folding) and token budgets."""
+
 from __future__ import annotations
 
 import pytest
-
 from memloop.eval.llm import ScriptedLLM
-from memloop.eval.memory import (Amendments, BudgetError, Revision, RevisionError, apply_revisions, cl100k_count,
-                         fit_to_budget, fold_amendments, memory_tokens, parse_amendments, render_amendments,
-                         render_in_place, shared_prefix_chars, shared_prefix_tokens, trim_to_budget)
+from memloop.eval.memory import (
+    Amendments,
+    BudgetError,
+    Revision,
+    RevisionError,
+    apply_revisions,
+    cl100k_count,
+    fit_to_budget,
+    fold_amendments,
+    memory_tokens,
+    parse_amendments,
+    render_amendments,
+    render_in_place,
+    shared_prefix_chars,
+    shared_prefix_tokens,
+    trim_to_budget,
+)
 from memloop.eval.memory.errors import RevisionParseError
 from memloop.eval.memory.schemas import SUMIE_SUMMARY
 
 STEPS = [  # a HOTEL0-like run: mostly adds, some updates of early keys
     [Revision("$.attributes.Amenities", "add", ["There are two pools"])],
     [Revision("$.attributes['Food & Beverage']", "add", ["limited breakfast options"])],
-    [Revision("$.attributes.Amenities", "update", ["There are two pools", "pub opens till midnight"]),
-     Revision("$.attributes['Room Quality']", "add", ["Spacious and comfortable rooms"])],
+    [
+        Revision("$.attributes.Amenities", "update", ["There are two pools", "pub opens till midnight"]),
+        Revision("$.attributes['Room Quality']", "add", ["Spacious and comfortable rooms"]),
+    ],
     [Revision("$.attributes['Noise Level']", "add", ["Notable street noise at night"])],
     [Revision("$.attributes['Food & Beverage']", "update", ["limited breakfast options", "exceptional dining"])],
 ]
@@ -22,7 +38,10 @@ STEPS = [  # a HOTEL0-like run: mostly adds, some updates of early keys
 
 def test_in_place_rendering_is_canonical():
     m = {"attributes": {"Zeta": ["é"], "Alpha": ["x"]}}
-    assert render_in_place(m) == '{\n  "attributes": {\n    "Zeta": [\n      "é"\n    ],\n    "Alpha": [\n      "x"\n    ]\n  }\n}'
+    assert (
+        render_in_place(m)
+        == '{\n  "attributes": {\n    "Zeta": [\n      "é"\n    ],\n    "Alpha": [\n      "x"\n    ]\n  }\n}'
+    )
     assert render_in_place(m, indent=None) == '{"attributes": {"Zeta": ["é"], "Alpha": ["x"]}}'
 
 
@@ -47,23 +66,32 @@ def test_amendments_grow_by_appending_and_in_place_reports_its_shared_prefix(cap
     assert total["am_tokens"] >= total["am_len"] - len(STEPS)  # at most a boundary token re-encoded per step
     assert total["ip_tokens"] < total["am_tokens"]
     with capsys.disabled():
-        print(f"\n[memory] shared prefix over {len(STEPS)} steps: amendments {total['am_tokens']}/{total['am_len']} "
-              f"tokens ({total['am_chars']} chars); in-place {total['ip_tokens']}/{total['ip_len']} tokens "
-              f"({total['ip_chars']} chars)")
+        print(
+            f"\n[memory] shared prefix over {len(STEPS)} steps: amendments {total['am_tokens']}/{total['am_len']} "
+            f"tokens ({total['am_chars']} chars); in-place {total['ip_tokens']}/{total['ip_len']} tokens "
+            f"({total['ip_chars']} chars)"
+        )
     assert fold_amendments(prev_am, SUMIE_SUMMARY) == memory
 
 
 def test_amendments_keep_only_accepted_revisions():
     am = Amendments(SUMIE_SUMMARY, {"attributes": {"A": ["a"]}})
     before = am.text()
-    rejected = am.revise([Revision("$.attributes.A", "add", ["again"]), Revision("$.attributes.B", "update", ["b"]),
-                          Revision("$.attributes.C", "add", [1])])
+    rejected = am.revise(
+        [
+            Revision("$.attributes.A", "add", ["again"]),
+            Revision("$.attributes.B", "update", ["b"]),
+            Revision("$.attributes.C", "add", [1]),
+        ]
+    )
     assert len(rejected) == 3 and am.text() == before
 
 
 def test_later_amendments_override_earlier_ones():
-    text = render_amendments({"attributes": {"A": ["a"]}}, [
-        Revision("$.attributes.A", "update", ["a2"]), Revision("$.attributes.A", "update", ["a3"])])
+    text = render_amendments(
+        {"attributes": {"A": ["a"]}},
+        [Revision("$.attributes.A", "update", ["a2"]), Revision("$.attributes.A", "update", ["a3"])],
+    )
     assert fold_amendments(text, SUMIE_SUMMARY) == {"attributes": {"A": ["a3"]}}
 
 
@@ -154,8 +182,10 @@ def test_trim_of_a_memory_that_cannot_fit_stops_at_the_empty_memory():
 def test_trim_never_shortens_fixed_length_tuples():
     from memloop.eval.memory.schemas import COMPARISON
 
-    m = {"product_names": ["a long product name here", "another long product name"],
-         "values": {f"facet {i}": ["value one is long", "value two is long"] for i in range(5)}}
+    m = {
+        "product_names": ["a long product name here", "another long product name"],
+        "values": {f"facet {i}": ["value one is long", "value two is long"] for i in range(5)},
+    }
     out = fit_to_budget(m, 45, COMPARISON, trim=True)
     assert COMPARISON.errors(out.memory) == [] and out.tokens <= 45
     assert out.memory["product_names"] == m["product_names"]

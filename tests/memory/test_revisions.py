@@ -1,8 +1,8 @@
 """Revision semantics, case by case (seed 002 definition 3.4 and the CoK add rules)."""
+
 from __future__ import annotations
 
 import pytest
-
 from memloop.eval.memory import Revision, RevisionError, apply_revision, apply_revisions, check
 from memloop.eval.memory.errors import PathError
 from memloop.eval.memory.schemas import COMPARISON, FUNCTION_NATURAL_DESCRIPTOR, RELEVANT_TABLE_INFO, SUMIE_SUMMARY
@@ -18,8 +18,11 @@ def test_add_creates_missing_parents_from_the_schema():
     assert why is None and m == {"candidate_functions": {"f": {"purpose": "p"}}}
     m, why = _one({}, Revision("$.values.size[1]", "add", "x"), COMPARISON)
     assert why is None and m == {"values": {"size": [None, "x"]}}  # a new tuple is filled with placeholders
-    m, why = _one({"candidate_functions": {"f": None}}, Revision("$.candidate_functions.f.input", "add", "i"),
-                  FUNCTION_NATURAL_DESCRIPTOR)
+    m, why = _one(
+        {"candidate_functions": {"f": None}},
+        Revision("$.candidate_functions.f.input", "add", "i"),
+        FUNCTION_NATURAL_DESCRIPTOR,
+    )
     assert why is None and m == {"candidate_functions": {"f": {"input": "i"}}}  # a placeholder parent is replaced
 
 
@@ -36,8 +39,15 @@ def test_lists_grow_at_their_end_only():
 
 
 def test_add_of_one_item_at_a_list_path_appends_or_creates_the_list():
-    out = apply_revisions({}, [Revision("$.attributes.A", "add", "first"), Revision("$.attributes.A", "add", "second"),
-                               Revision("$.attributes.A", "add", ["a list is not an item"])], SUMIE_SUMMARY)
+    out = apply_revisions(
+        {},
+        [
+            Revision("$.attributes.A", "add", "first"),
+            Revision("$.attributes.A", "add", "second"),
+            Revision("$.attributes.A", "add", ["a list is not an item"]),
+        ],
+        SUMIE_SUMMARY,
+    )
     assert out.memory == {"attributes": {"A": ["first", "second"]}}
     assert "already exists" in out.rejected[0].reason
 
@@ -51,8 +61,9 @@ def test_update_needs_an_existing_path_and_replaces_it_in_place():
         apply_revision(m, Revision("$.attributes.C", "update", ["c"]), SUMIE_SUMMARY)
     with pytest.raises(RevisionError, match="'add' to create a new path"):
         apply_revision({}, Revision("$.attributes.C", "update", ["c"]), SUMIE_SUMMARY)
-    out = apply_revision({"values": {"size": ["4.2 inches", "???"]}},
-                         Revision("$.values.size[1]", "update", "5 inches"), COMPARISON)
+    out = apply_revision(
+        {"values": {"size": ["4.2 inches", "???"]}}, Revision("$.values.size[1]", "update", "5 inches"), COMPARISON
+    )
     assert out == {"values": {"size": ["4.2 inches", "5 inches"]}}  # a placeholder is filled by update
 
 

@@ -1,4 +1,5 @@
 """Schema derivation from Python classes, class text, JSON Schema and the safe text language."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -6,11 +7,17 @@ from typing import Annotated, Any, Optional, TypedDict
 
 import pydantic
 import pytest
-
 from memloop.eval.memory import Schema, SchemaError
 from memloop.eval.memory.errors import PathError
-from memloop.eval.memory.schemas import (BOOK_SUMMARY, COMPARISON, FUNCTION_NATURAL_DESCRIPTOR, RELEVANT_TABLE_INFO,
-                                 STORY_ELEMENTS, SUMIE_SUMMARY, TABLE_MEMORY)
+from memloop.eval.memory.schemas import (
+    BOOK_SUMMARY,
+    COMPARISON,
+    FUNCTION_NATURAL_DESCRIPTOR,
+    RELEVANT_TABLE_INFO,
+    STORY_ELEMENTS,
+    SUMIE_SUMMARY,
+    TABLE_MEMORY,
+)
 from memloop.eval.memory.types import DictOf, ListOf, ObjectType, Prim, TupleOf, UnionOf
 
 
@@ -18,24 +25,43 @@ def test_sumie_summary_class_text_matches_the_cok_prompt_shape():
     assert SUMIE_SUMMARY.class_text() == (
         "class Summary(TypedDict):\n"
         "    attributes: dict[str, list[str]]  # Keyed by attribute; each holds a list of details with enough "
-        "context about it.")
+        "context about it."
+    )
 
 
 def test_story_elements_has_the_six_parts_of_seed_000():
     assert [f.name for f in STORY_ELEMENTS.root.fields] == [
-        "characters", "events", "background", "motivations", "objectives", "other"]
+        "characters",
+        "events",
+        "background",
+        "motivations",
+        "objectives",
+        "other",
+    ]
     assert all(f.type == DictOf(ListOf(Prim("str"))) and f.doc for f in STORY_ELEMENTS.root.fields)
 
 
 def test_nested_classes_render_inside_their_user():
     text = FUNCTION_NATURAL_DESCRIPTOR.class_text()
-    assert text.index("    class FunctionDescription:") < text.index("    candidate_functions: dict[str, FunctionDescription]")
+    assert text.index("    class FunctionDescription:") < text.index(
+        "    candidate_functions: dict[str, FunctionDescription]"
+    )
     assert text.count("class ") == 2
     assert "Facet = str" in COMPARISON.class_text()
 
 
-@pytest.mark.parametrize("schema", [SUMIE_SUMMARY, STORY_ELEMENTS, BOOK_SUMMARY, FUNCTION_NATURAL_DESCRIPTOR,
-                                    RELEVANT_TABLE_INFO, TABLE_MEMORY, COMPARISON])
+@pytest.mark.parametrize(
+    "schema",
+    [
+        SUMIE_SUMMARY,
+        STORY_ELEMENTS,
+        BOOK_SUMMARY,
+        FUNCTION_NATURAL_DESCRIPTOR,
+        RELEVANT_TABLE_INFO,
+        TABLE_MEMORY,
+        COMPARISON,
+    ],
+)
 def test_ready_made_schemas_round_trip_through_their_class_text(schema):
     assert Schema.from_text(schema.class_text()).root == schema.root
 
@@ -44,6 +70,7 @@ def test_dataclass_typeddict_pydantic_and_plain_classes_give_the_same_tree():
     @dataclasses.dataclass
     class Item:
         """An item."""
+
         name: str
         score: Optional[float]
 
@@ -54,6 +81,7 @@ def test_dataclass_typeddict_pydantic_and_plain_classes_give_the_same_tree():
 
     class ItemT(TypedDict):
         """An item."""
+
         name: str
         score: Optional[float]
 
@@ -63,6 +91,7 @@ def test_dataclass_typeddict_pydantic_and_plain_classes_give_the_same_tree():
 
     class ItemP(pydantic.BaseModel):
         """An item."""
+
         name: str
         score: Optional[float]
 
@@ -75,8 +104,12 @@ def test_dataclass_typeddict_pydantic_and_plain_classes_give_the_same_tree():
         item = f_items.type.item
         return (f_items.name, [(f.name, f.type) for f in item.fields], item.doc, f_pair.type)
 
-    expected = ("items", [("name", Prim("str")), ("score", UnionOf((Prim("float"), Prim("None"))))], "An item.",
-                TupleOf((Prim("int"), Prim("str"))))
+    expected = (
+        "items",
+        [("name", Prim("str")), ("score", UnionOf((Prim("float"), Prim("None"))))],
+        "An item.",
+        TupleOf((Prim("int"), Prim("str"))),
+    )
     for cls in (A, AT, AP):
         assert shape(Schema.from_class(cls, namespace=locals())) == expected
 
@@ -143,18 +176,21 @@ def test_node_at_follows_fields_keys_and_indices_and_names_the_problem():
         SUMIE_SUMMARY.node_at("$.attributes.a[0].x")
 
 
-@pytest.mark.parametrize("text,message", [
-    ("class A:\n    def f(self):\n        return 1\n", "FunctionDef is not allowed"),
-    ("class A:\n    x: int = __import__('os').system('true')\n", "default that is not a literal or field"),
-    ("import os\nclass A:\n    x: int\nos.system('true')\n", "Expr statements are not allowed"),
-    ("@register\nclass A:\n    x: int\n", "only the @dataclass decorator"),
-    ("class A(make_base()):\n    x: int\n", "base classes must be plain names"),
-    ("class A:\n    x: Foo\n", "unknown type 'Foo'"),
-    ("class A:\n    x: dict[int, str]\n", "dict keys must be str"),
-    ("class A:\n    x: list[str\n", "not valid Python syntax"),
-    ("Here is no schema at all.", "no schema found"),
-    ("class A:\n    x: int\nclass A:\n    y: int\n", "defined twice"),
-])
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        ("class A:\n    def f(self):\n        return 1\n", "FunctionDef is not allowed"),
+        ("class A:\n    x: int = __import__('os').system('true')\n", "default that is not a literal or field"),
+        ("import os\nclass A:\n    x: int\nos.system('true')\n", "Expr statements are not allowed"),
+        ("@register\nclass A:\n    x: int\n", "only the @dataclass decorator"),
+        ("class A(make_base()):\n    x: int\n", "base classes must be plain names"),
+        ("class A:\n    x: Foo\n", "unknown type 'Foo'"),
+        ("class A:\n    x: dict[int, str]\n", "dict keys must be str"),
+        ("class A:\n    x: list[str\n", "not valid Python syntax"),
+        ("Here is no schema at all.", "no schema found"),
+        ("class A:\n    x: int\nclass A:\n    y: int\n", "defined twice"),
+    ],
+)
 def test_schema_text_outside_the_language_is_refused_without_running_it(text, message, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SchemaError, match=message):
@@ -183,10 +219,16 @@ class Leaf:
 
 
 def test_field_calls_are_read_not_run():
-    s = Schema.from_text('class P(BaseModel):\n    a: str = Field(description="the a field")\n'
-                         '    b: list[str] = field(default_factory=list, metadata={"doc": "the b field"})\n'
-                         '    c: int = 0  # the c field\n')
-    assert [(f.name, f.doc) for f in s.root.fields] == [("a", "the a field"), ("b", "the b field"), ("c", "the c field")]
+    s = Schema.from_text(
+        'class P(BaseModel):\n    a: str = Field(description="the a field")\n'
+        '    b: list[str] = field(default_factory=list, metadata={"doc": "the b field"})\n'
+        "    c: int = 0  # the c field\n"
+    )
+    assert [(f.name, f.doc) for f in s.root.fields] == [
+        ("a", "the a field"),
+        ("b", "the b field"),
+        ("c", "the c field"),
+    ]
     with pytest.raises(SchemaError, match="must be a literal"):
         Schema.from_text("class P:\n    a: str = Field(description=open('/etc/passwd').read())\n")
     with pytest.raises(SchemaError, match="not a literal or field"):
@@ -233,7 +275,9 @@ def test_typeddict_required_markers_are_accepted():
         b: int
 
     assert [(f.name, f.type) for f in Schema.from_class(T, namespace=locals()).root.fields] == [
-        ("a", ListOf(Prim("str"))), ("b", Prim("int"))]
+        ("a", ListOf(Prim("str"))),
+        ("b", Prim("int")),
+    ]
 
 
 def test_generated_schema_keeps_field_docstrings_and_comment_lines_when_re_rendered():
@@ -260,14 +304,21 @@ class Chronicle:
 ```'''
     schema = Schema.from_text(written)
     text = schema.class_text()
-    for kept in ("# who took part, by name", "# (aliases go in brackets)", "what: str  # one sentence",
-                 '"""What happened, in the book\'s order."""', "# keyed by chapter title",
-                 '"""Mysteries the story has not resolved yet.', "Drop one when it is answered."):
+    for kept in (
+        "# who took part, by name",
+        "# (aliases go in brackets)",
+        "what: str  # one sentence",
+        '"""What happened, in the book\'s order."""',
+        "# keyed by chapter title",
+        '"""Mysteries the story has not resolved yet.',
+        "Drop one when it is answered.",
+    ):
         assert kept in text, kept
     assert text.index("# keyed by chapter title") < text.index("events: dict") < text.index("open_questions")
     again = Schema.from_text(text)
     assert again.root == schema.root and again.class_text() == text
     import json
+
     described = json.dumps(schema.json_schema())  # the constrained-decoding schema carries them too
     assert '"description": "who took part, by name (aliases go in brackets)"' in described
     assert '"description": "one sentence What happened, in the book\'s order."' in described

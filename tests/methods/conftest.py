@@ -1,4 +1,5 @@
 """Fixtures of the method tests (the shared engine fixtures live in tests/conftest.py)."""
+
 from __future__ import annotations
 
 import pytest

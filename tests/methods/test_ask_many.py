@@ -1,6 +1,7 @@
 """Inject once, ask many: a MemoryAgentBench context's memory is built once, every question is answered from
 it with the memory as the shared prompt prefix, the `mab` judge scores the replies, and methods without
 an answer step are n/a."""
+
 from __future__ import annotations
 
 import json
@@ -9,7 +10,6 @@ import threading
 from pathlib import Path
 
 import pytest
-
 from memloop.eval.datasets.memoryagentbench import load_memoryagentbench
 from memloop.eval.judges import run_judge
 from memloop.eval.llm import LLMRequest, LLMResult, Usage
@@ -20,10 +20,12 @@ DATA = Path(__file__).parents[1] / "datasets" / "mab_data" / "Conflict_Resolutio
 
 # PRISM's revisions for the two chunks: the earlier fact, then the later one that must replace it
 REVISE = [
-    '[OBJECTS FOR UPDATE]\n\n[OBJECTS FOR ADD]\n{"$. \'attributes\'. \'capital of Zarnia\'": {"add": ["Velt (fact 0)"]}}\n'
+    '[OBJECTS FOR UPDATE]\n\n[OBJECTS FOR ADD]\n{"$. \'attributes\'. \'capital of Zarnia\'": {"add": ["Velt (fact '
+    '0)"]}}\n'
     '{"$. \'attributes\'. \'Mira Oskan occupation\'": {"add": ["glassblower (fact 1)"]}}',
     '[OBJECTS FOR UPDATE]\n{"$. \'attributes\'. \'capital of Zarnia\'": {"update": ["Orsk (fact 4)"]}}\n'
-    '{"$. \'attributes\'. \'Mira Oskan occupation\'": {"update": ["lighthouse keeper (fact 5)"]}}\n\n[OBJECTS FOR ADD]\n',
+    '{"$. \'attributes\'. \'Mira Oskan occupation\'": {"update": ["lighthouse keeper (fact 5)"]}}\n\n[OBJECTS FOR '
+    "ADD]\n",
 ]
 
 
@@ -62,8 +64,9 @@ class ReadingLLM:
 
 @pytest.fixture
 def context():
-    [fc] = load_memoryagentbench(DATA, splits=["Conflict_Resolution"], sources="factconsolidation_sh_6k",
-                                 chunk_tokens=56)
+    [fc] = load_memoryagentbench(
+        DATA, splits=["Conflict_Resolution"], sources="factconsolidation_sh_6k", chunk_tokens=56
+    )
     assert len(fc.chunks) == 2 and "Velt" in fc.chunks[0] and "Orsk" in fc.chunks[1]
     return fc
 
@@ -86,7 +89,7 @@ def test_the_memory_is_built_once_and_every_question_answered_from_it(name, cont
     assert a.endswith("[QUESTION]\nWhat is the capital of Zarnia?\n\n[ANSWER]\n")
     shared = shared_prefix_tokens(a, b)
     assert shared > 0.9 * min(len(a), len(b)) / 4  # most of the prompt, in tokens
-    assert a[:a.index("[QUESTION]")] == b[:b.index("[QUESTION]")] and "Orsk (fact 4)" in a[:a.index("[QUESTION]")]
+    assert a[: a.index("[QUESTION]")] == b[: b.index("[QUESTION]")] and "Orsk (fact 4)" in a[: a.index("[QUESTION]")]
     assert out.templates["mab-answer-memory"]
 
 
@@ -98,8 +101,10 @@ def test_the_earlier_fact_wins_when_the_memory_kept_it_and_scores_zero(context):
 
 
 def test_incremental_updating_answers_from_its_notes(context):
-    notes = ["Fact 0: capital of Zarnia is Velt (fact 0). Mira Oskan occupation glassblower (fact 1).",
-             "capital of Zarnia: Orsk (fact 4). Mira Oskan occupation: lighthouse keeper (fact 5)."]
+    notes = [
+        "Fact 0: capital of Zarnia is Velt (fact 0). Mira Oskan occupation glassblower (fact 1).",
+        "capital of Zarnia: Orsk (fact 4). Mira Oskan occupation: lighthouse keeper (fact 5).",
+    ]
     out = get_method("inc-update").run(context, ReadingLLM(notes))
     assert [s.kind for s in out.steps] == ["initial", "update", "answer", "answer"]
     assert json.loads(out.answer) == ["Orsk", "lighthouse keeper"] and out.memory == notes[1]
@@ -140,7 +145,7 @@ def test_the_long_context_row_keeps_the_last_tokens_that_fit_as_the_benchmarks_a
 
     enc = cl100k_base()
     ids = enc.encode_ordinary(whole)
-    longer = enc.decode(ids[len(ids) - mem["kept_tokens"] - 1:])
+    longer = enc.decode(ids[len(ids) - mem["kept_tokens"] - 1 :])
     longest_q = max(context.gold["questions"], key=len)
     assert len(prompt.replace(kept, longer).replace(context.gold["questions"][0], longest_q).split()) + 10 > window
     tiny = get_method("long-context", context_tokens=60).run(context, Echo([]))

@@ -4,20 +4,30 @@ Incremental updating on RepoQA/Spider and the long-context ceiling answer by the
 PRISM (eval/methods/answers.py), so `repoqa-exact` and `loft-exec` score their replies; the ceiling
 is "not applicable" (no call, no score) where the whole input exceeds the model's context.
 """
+
 from __future__ import annotations
 
 import pytest
-
 from memloop.eval.datasets.sample import Sample
 from memloop.eval.judges import run_judge
 from memloop.eval.llm import ScriptedLLM
 from memloop.eval.methods import get_method
 from memloop.eval.methods.long_context import DEFAULT_CONTEXT_TOKENS
 
-REPO = Sample(id="r", task="repoqa", chunks=("def add(a, b):\n    return a + b", "def sub(a, b):\n    return a - b"),
-              query="Find the function that sums two numbers.", gold="add")
-SPIDER = Sample(id="s", task="spider", chunks=("Table: singer\nid | name\n1 | Ann", "Table: concert\nid | year\n1 | 2014"),
-                query="How many singers are there?", gold=[[1]])
+REPO = Sample(
+    id="r",
+    task="repoqa",
+    chunks=("def add(a, b):\n    return a + b", "def sub(a, b):\n    return a - b"),
+    query="Find the function that sums two numbers.",
+    gold="add",
+)
+SPIDER = Sample(
+    id="s",
+    task="spider",
+    chunks=("Table: singer\nid | name\n1 | Ann", "Table: concert\nid | year\n1 | 2014"),
+    query="How many singers are there?",
+    gold=[[1]],
+)
 
 
 def content(llm: ScriptedLLM, i: int) -> str:
@@ -26,8 +36,9 @@ def content(llm: ScriptedLLM, i: int) -> str:
 
 def test_inc_update_answers_repoqa_from_its_notes_and_repoqa_exact_scores_it() -> None:
     # notes need not end in punctuation (they may end in a name); the answer's first line is the name
-    llm = ScriptedLLM(["candidate: add(a, b) returns a + b", "candidate: add; sub subtracts, ruled out",
-                       "`add`\nit sums two numbers"])
+    llm = ScriptedLLM(
+        ["candidate: add(a, b) returns a + b", "candidate: add; sub subtracts, ruled out", "`add`\nit sums two numbers"]
+    )
     out = get_method("inc-update").run(REPO, llm)
     assert [s.kind for s in out.steps] == ["initial", "update", "final"] and all(s.ok for s in out.steps)
     assert REPO.query in content(llm, 0) and "def add(a, b)" in content(llm, 0)
@@ -40,8 +51,13 @@ def test_inc_update_answers_repoqa_from_its_notes_and_repoqa_exact_scores_it() -
 
 
 def test_inc_update_answers_spider_in_the_loft_format_and_loft_exec_scores_it() -> None:
-    llm = ScriptedLLM(["singer rows: Ann (id 1)", "singer rows: Ann (id 1); concert table has no singers",
-                       "There is one singer.\nFinal Answer: [[1]]"])
+    llm = ScriptedLLM(
+        [
+            "singer rows: Ann (id 1)",
+            "singer rows: Ann (id 1); concert table has no singers",
+            "There is one singer.\nFinal Answer: [[1]]",
+        ]
+    )
     out = get_method("inc-update").run(SPIDER, llm)
     assert 'Final Answer: [["' in content(llm, 2)  # the LOFT answer instruction PRISM uses
     assert run_judge("loft-exec", out.answer, SPIDER.gold).scores[0].value == 1.0
@@ -82,8 +98,9 @@ class _Windowed(ScriptedLLM):
     context_tokens = 50
 
 
-@pytest.mark.parametrize("llm,expected", [(_Windowed([]), (50, "llm")),
-                                          (ScriptedLLM(["add"]), (DEFAULT_CONTEXT_TOKENS, "default"))])
+@pytest.mark.parametrize(
+    "llm,expected", [(_Windowed([]), (50, "llm")), (ScriptedLLM(["add"]), (DEFAULT_CONTEXT_TOKENS, "default"))]
+)
 def test_long_context_window_comes_from_settings_then_the_llm_then_the_default(llm, expected) -> None:
     out = get_method("long-context").run(REPO, llm)
     assert (out.memory["context_tokens"], out.memory["context_source"]) == expected
@@ -103,7 +120,9 @@ class _Checking(ScriptedLLM):
 
     def misfit(self, request):
         self.checked.append(request)
-        return "prompt (9000 tokens) + max_tokens (512) = 9512 exceeds the model context of 8192" if self.refuse else None
+        return (
+            "prompt (9000 tokens) + max_tokens (512) = 9512 exceeds the model context of 8192" if self.refuse else None
+        )
 
 
 def test_long_context_asks_the_llm_whether_the_request_fits_one_check_not_a_guess() -> None:
@@ -119,8 +138,13 @@ def test_long_context_asks_the_llm_whether_the_request_fits_one_check_not_a_gues
 
 
 def test_prism_inplace_without_updates_is_the_add_only_ablation_on_repoqa() -> None:
-    llm = ScriptedLLM(['[OBJECTS FOR ADD]\n{"$.candidate_functions.add": {"add": {"purpose": "sums"}}}',
-                       '[OBJECTS FOR UPDATE]\n{"$.candidate_functions.add": {"update": {"purpose": "x"}}}', "add"])
+    llm = ScriptedLLM(
+        [
+            '[OBJECTS FOR ADD]\n{"$.candidate_functions.add": {"add": {"purpose": "sums"}}}',
+            '[OBJECTS FOR UPDATE]\n{"$.candidate_functions.add": {"update": {"purpose": "x"}}}',
+            "add",
+        ]
+    )
     out = get_method("prism-inplace", updates=False).run(REPO, llm)
     assert all(r.messages[0]["content"].count("[OBJECTS FOR UPDATE]") == 0 for r in llm.requests[:2])
     assert out.settings["updates"] is False and out.answer == "add"
@@ -133,13 +157,17 @@ def test_an_na_unit_is_recorded_as_na_and_never_judged(tmp_path) -> None:
     from memloop.jobs.run.config import parse_config
     from memloop.jobs.run.judge_fanout import Judging
     from memloop.jobs.run.shards import ShardWriter
+    from memloop.jobs.run.workload import build_units
     from memloop.jobs.store.run_store import RunStore
     from memloop.jobs.store.tables import now, sample_row, step_rows
-    from memloop.jobs.run.workload import build_units
 
-    cfg = parse_config({"datasets": [{"task": "spider", "limit": 1}],
-                        "methods": [{"name": "long-context", "options": {"context_tokens": 64}}],
-                        "judges": [{"name": "loft-exec"}]})
+    cfg = parse_config(
+        {
+            "datasets": [{"task": "spider", "limit": 1}],
+            "methods": [{"name": "long-context", "options": {"context_tokens": 64}}],
+            "judges": [{"name": "loft-exec"}],
+        }
+    )
     [unit] = build_units(cfg)
     out = get_method(unit.method.name, **unit.settings).run(unit.sample, ScriptedLLM([]))
     row = sample_row(unit, "ok", None, 1, out, now(), "engine-0")
@@ -192,8 +220,8 @@ def test_inc_update_asks_the_first_summary_once_and_compresses_an_update_reachin
     assert first.requests[1].messages[0]["content"].count("cut off") == 1  # the kept output is carried on
     llm = ScriptedLLM(["Anna keeps the light."])
     limit = llm.count_tokens("Anna keeps the light.")
-    from memloop.eval.methods.booookscore import validity_parser
     from memloop.eval.methods.base import Trace
+    from memloop.eval.methods.booookscore import validity_parser
 
     trace = Trace(llm=llm, settings=get_method("inc-update").settings)
     assert validity_parser(trace, limit)("Anna keeps the light.") == "Anna keeps the light."

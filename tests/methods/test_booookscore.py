@@ -1,4 +1,5 @@
 """Hierarchical merging and incremental updating on a scripted LLM (1 token per word)."""
+
 from __future__ import annotations
 
 from memloop.eval.datasets.sample import Sample
@@ -21,7 +22,8 @@ def test_hier_merge_limits_per_level_labels_and_context_as_the_official_code() -
     m1, m2, final = "Anna met Bob in town. Bob left.", "Carl sang after that.", "Anna met Bob; Carl sang."
     llm = ScriptedLLM([s1, s2, s3, m1, m2, final])
     out = get_method("hier-merge", max_summary_tokens=100, context_window=400).run(
-        Sample(id="b", task="book", chunks=chunks), llm)
+        Sample(id="b", task="book", chunks=chunks), llm
+    )
     assert out.memory["limits"] == [65, 100]
     assert "within 42 words" in prompt(llm, 0)  # level 0: round(0.65 x 65)
     assert [s.kind for s in out.steps] == ["summarize"] * 3 + ["merge"] * 3
@@ -38,8 +40,15 @@ def test_inc_update_compresses_the_previous_summary_to_a_growing_budget_and_redo
     """Issue 30 point 11: no word limit in the update prompts; an invalid update makes the previous
     summary compressed to (j / n) of the word limit, and the update is redone on the compressed one."""
     long = " ".join(["word"] * 30) + "."
-    llm = ScriptedLLM(["Anna arrives at the harbour.", long, "Anna reaches the harbour.", "Anna arrives; Bob too.",
-                       "Short again, Carl."])
+    llm = ScriptedLLM(
+        [
+            "Anna arrives at the harbour.",
+            long,
+            "Anna reaches the harbour.",
+            "Anna arrives; Bob too.",
+            "Short again, Carl.",
+        ]
+    )
     out = get_method("inc-update", max_summary_tokens=20, max_attempts=1).run(BOOK, llm)
     assert [s.kind for s in out.steps] == ["initial", "update", "compress", "update", "update"]
     assert "words" not in prompt(llm, 0).split("---")[-1] and "within" not in prompt(llm, 1)
@@ -60,8 +69,15 @@ def test_inc_update_compresses_after_one_invalid_update_at_the_official_temperat
     """Issue 46 point 6: the official code asks an update once and compresses at temperature 1 after an
     invalid one; memloop asked the update again (max_attempts) first, and compressed at the run's 0.5."""
     long = " ".join(["word"] * 30) + "."
-    llm = ScriptedLLM(["Anna arrives at the harbour.", long, "Anna reaches the harbour.", "Anna arrives; Bob too.",
-                       "Short again, Carl."])
+    llm = ScriptedLLM(
+        [
+            "Anna arrives at the harbour.",
+            long,
+            "Anna reaches the harbour.",
+            "Anna arrives; Bob too.",
+            "Short again, Carl.",
+        ]
+    )
     out = get_method("inc-update", max_summary_tokens=20, temperature=0.5).run(BOOK, llm)  # max_attempts: 3
     assert [s.kind for s in out.steps] == ["initial", "update", "compress", "update", "update"]
     assert out.steps[1].attempts == 1 and not out.steps[1].ok

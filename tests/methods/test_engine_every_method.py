@@ -6,6 +6,7 @@ the real engine fails CI. The methods come from the registry: a newly registered
 without a line added. What is checked is the unit a run would record: its steps and token counts
 as the engine reported them, and its `samples` and `steps` rows written as Parquet and read back.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -15,7 +16,6 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-
 from memloop.eval.datasets.sample import Sample
 from memloop.eval.methods import list_methods, method_class
 from memloop.eval.methods.outcomes import StepOutcome
@@ -24,18 +24,35 @@ from memloop.jobs.store.tables import now, sample_row, step_rows
 
 # A tiny input per task; a method takes the first task of this order that it accepts.
 SAMPLES = {
-    "book": Sample(id="book/tiny", task="book", chunks=("Anna sailed from Dover to Crete with her brother Tom.",
-                                                        "In Crete, Anna became captain of the ship.")),
-    "arxiv": Sample(id="arxiv/tiny", task="arxiv", chunks=("We study coral bleaching under heat stress.",
-                                                           "Recovery is faster with tidal flushing.")),
-    "sumie": Sample(id="sumie/tiny", task="sumie", chunks=("HOTEL0 has two pools.", "HOTEL0 serves a cold breakfast."),
-                    metadata={"entity": "HOTEL0"}),
+    "book": Sample(
+        id="book/tiny",
+        task="book",
+        chunks=("Anna sailed from Dover to Crete with her brother Tom.", "In Crete, Anna became captain of the ship."),
+    ),
+    "arxiv": Sample(
+        id="arxiv/tiny",
+        task="arxiv",
+        chunks=("We study coral bleaching under heat stress.", "Recovery is faster with tidal flushing."),
+    ),
+    "sumie": Sample(
+        id="sumie/tiny",
+        task="sumie",
+        chunks=("HOTEL0 has two pools.", "HOTEL0 serves a cold breakfast."),
+        metadata={"entity": "HOTEL0"},
+    ),
 }
 MAX_TOKENS = 16
 # Budgets applied to every method whose settings have the field: one try per step, one tool call per chunk, one
 # compression round, summaries and windows that fit the tiny book (a compile of a new shape costs seconds here).
-BUDGETS = {"max_tokens": MAX_TOKENS, "max_attempts": 1, "max_tool_calls": 1, "compress_rounds": 1,
-           "max_summary_tokens": 64, "word_limit": 40, "context_window": 2048}
+BUDGETS = {
+    "max_tokens": MAX_TOKENS,
+    "max_attempts": 1,
+    "max_tool_calls": 1,
+    "compress_rounds": 1,
+    "max_summary_tokens": 64,
+    "word_limit": 40,
+    "context_window": 2048,
+}
 
 
 @dataclass(frozen=True)

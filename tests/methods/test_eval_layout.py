@@ -1,4 +1,5 @@
 """One home per concept in `eval`: token counter, embedder, templates, registries, ask loop; no engine import."""
+
 from __future__ import annotations
 
 import ast
@@ -6,9 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 import memloop.eval as eval_pkg
+import pytest
 
 EVAL_DIR = Path(eval_pkg.__file__).resolve().parent
 
@@ -48,13 +48,14 @@ def test_only_the_ask_primitive_loops_over_llm_calls() -> None:
 def test_eval_never_imports_engine_or_ray() -> None:
     assert _modules_importing("memloop.engine") == [] and _modules_importing("ray") == []
     # and at run time: every eval module imported in a fresh interpreter pulls in neither
-    code = ("import importlib, pkgutil, sys, memloop.eval\n"
-            "for m in pkgutil.walk_packages(memloop.eval.__path__, 'memloop.eval.'):\n"
-            "    importlib.import_module(m.name)\n"
-            "bad = sorted(n for n in sys.modules if n.startswith(('memloop.engine', 'memloop.jobs', 'ray', 'jax')))\n"
-            "print(len([n for n in sys.modules if n.startswith('memloop.eval.')]), bad)\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
-                         cwd=EVAL_DIR.parent)
+    code = (
+        "import importlib, pkgutil, sys, memloop.eval\n"
+        "for m in pkgutil.walk_packages(memloop.eval.__path__, 'memloop.eval.'):\n"
+        "    importlib.import_module(m.name)\n"
+        "bad = sorted(n for n in sys.modules if n.startswith(('memloop.engine', 'memloop.jobs', 'ray', 'jax')))\n"
+        "print(len([n for n in sys.modules if n.startswith('memloop.eval.')]), bad)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=EVAL_DIR.parent)
     assert out.returncode == 0, out.stderr
     count, bad = out.stdout.split(" ", 1)
     assert int(count) > 60 and bad.strip() == "[]"
@@ -88,11 +89,19 @@ def test_token_counter_is_one_cached_encoder() -> None:
 
 # Hashes recorded in run ids and Parquet tables before the templates moved to eval/templates/.
 KNOWN_HASHES = {
-    "s000-cok-update": "5a657614e8b7822670f5a4945224b2d137c5d4e9a7a9d31d8a8f1f5198bfa198",  # changed on purpose: the worked example is per sample kind, a book example for books (seed 000 appendix G, issue 46 point 2)
-    "s002-prism-revise": "13014cbdfb6171fd2f7e93b0377c4ca45cf68338a03f259e1b51ccd7048528de",  # changed on purpose: the paper's four worked examples and what add does to lists (seed 002 appendix C)
-    "s004-fart-base": "1328c68c461f14abaa2192a4cb13f0c3ee01b01c7b2098ceb332ff70bd1c3a92",  # changed on purpose: notes under meaningfully-named keys, then examples at appendix A's size (seed 004, issue 47)
-    "sumie-match": "13d33d83e4df20f042c7070a1835ef54101584656959c187bd2d7cb1208d1088",  # changed on purpose: a merged predicted value states every gold fact it carries (seed 000 / SUMIE matching, issue 30 point 9)
-    "booookscore-sentence": "ca7e4c72b8400db7d6cb42f3752defb877080971e20b5c7a2946e1d1982fbdcd",  # changed on purpose: two examples per error type and a worked summary of ten annotated sentences, mostly without confusion (seed 003)
+    # changed on purpose: the worked example is per sample kind, a book example for books (seed 000 appendix G, issue 46
+    # point 2)
+    "s000-cok-update": "5a657614e8b7822670f5a4945224b2d137c5d4e9a7a9d31d8a8f1f5198bfa198",
+    # changed on purpose: the paper's four worked examples and what add does to lists (seed 002 appendix C)
+    "s002-prism-revise": "13014cbdfb6171fd2f7e93b0377c4ca45cf68338a03f259e1b51ccd7048528de",
+    # changed on purpose: notes under meaningfully-named keys, then examples at appendix A's size (seed 004, issue 47)
+    "s004-fart-base": "1328c68c461f14abaa2192a4cb13f0c3ee01b01c7b2098ceb332ff70bd1c3a92",
+    # changed on purpose: a merged predicted value states every gold fact it carries (seed 000 / SUMIE matching, issue
+    # 30 point 9)
+    "sumie-match": "13d33d83e4df20f042c7070a1835ef54101584656959c187bd2d7cb1208d1088",
+    # changed on purpose: two examples per error type and a worked summary of ten annotated sentences, mostly without
+    # confusion (seed 003)
+    "booookscore-sentence": "ca7e4c72b8400db7d6cb42f3752defb877080971e20b5c7a2946e1d1982fbdcd",
     "kgscore-edges": "c30209a58f1c5dd85aaff6199e631f5c1dc78c66cc0a0f237b7e642fad623d87",
 }
 
@@ -117,18 +126,23 @@ def test_registries_are_the_names_jobs_sees() -> None:
     from memloop.eval.errors import DatasetError, JudgeError, MethodError
     from memloop.eval.judges import get_judge, list_judges
     from memloop.eval.methods import list_methods, method_class
-    from memloop.jobs.run.config import parse_config
     from memloop.jobs.errors import ConfigError
+    from memloop.jobs.run.config import parse_config
     from memloop.jobs.run.plan import check_config
 
     base = {"datasets": [{"task": "sumie", "synthetic": {"entities": 1}}], "methods": [{"name": "cok"}]}
-    for over, names in (({"methods": [{"name": "nope"}]}, list_methods()),
-                        ({"judges": [{"name": "nope"}]}, list_judges()),
-                        ({"methods": [{"name": "cok", "tasks": ["nope"]}]}, list_tasks())):
+    for over, names in (
+        ({"methods": [{"name": "nope"}]}, list_methods()),
+        ({"judges": [{"name": "nope"}]}, list_judges()),
+        ({"methods": [{"name": "cok", "tasks": ["nope"]}]}, list_tasks()),
+    ):
         with pytest.raises(ConfigError, match="registered: " + ", ".join(names) + "|use one of " + ", ".join(names)):
             check_config(parse_config(dict(base, **over)))
     assert list_tasks() == tasks() == ["arxiv", "book", "booksum", "memoryagentbench", "repoqa", "spider", "sumie"]
-    for kind, get, error in (("method", method_class, MethodError), ("judge", get_judge, JudgeError),
-                             ("dataset task", get_loader, DatasetError)):
+    for kind, get, error in (
+        ("method", method_class, MethodError),
+        ("judge", get_judge, JudgeError),
+        ("dataset task", get_loader, DatasetError),
+    ):
         with pytest.raises(error, match=f"unknown {kind} 'nope': choose one of "):
             get("nope")

@@ -1,10 +1,10 @@
 """F-ART tool loop on a scripted LLM: transcript continuation, store transitions, bounds."""
+
 from __future__ import annotations
 
 import re
 
 import pytest
-
 from memloop.eval.datasets.sample import Sample
 from memloop.eval.llm import ScriptedLLM
 from memloop.eval.methods import get_method
@@ -14,16 +14,18 @@ DOC = Sample(id="a", task="arxiv", chunks=("first   part .", "second part .", "t
 
 
 def test_tool_loop_reads_writes_and_answers() -> None:
-    llm = ScriptedLLM([
-        " [write] (intro) The paper starts.",  # chunk 1
-        " [EOQ]",
-        " [list-keys]",                         # chunk 2
-        " [read] intro",
-        " [write] (method) It then explains.",
-        " [EOQ]",
-        " [read] method",                       # chunk 3
-        " [ans] The paper starts and explains.",
-    ])
+    llm = ScriptedLLM(
+        [
+            " [write] (intro) The paper starts.",  # chunk 1
+            " [EOQ]",
+            " [list-keys]",  # chunk 2
+            " [read] intro",
+            " [write] (method) It then explains.",
+            " [EOQ]",
+            " [read] method",  # chunk 3
+            " [ans] The paper starts and explains.",
+        ]
+    )
     out = get_method("fart-base").run(DOC, llm)
     assert out.answer == "The paper starts and explains."
     assert out.memory == {"intro": "The paper starts.", "method": "It then explains."}
@@ -105,7 +107,8 @@ def test_a_note_with_a_line_starting_with_q_is_not_cut() -> None:
 
 
 def _example_sizes(template_id: str) -> tuple[dict[str, int], int, int]:
-    """(key -> words of its full [write] note, words of the [ans] answer, words of the whole prompt) of a template's examples."""
+    """(key -> words of its full [write] note, words of the [ans] answer, words of the whole prompt) of a template's
+    examples."""
     text = load_template(template_id).text
     notes = {m.group(1): len(m.group(2).split()) for m in re.finditer(r"\[write\] \(([^)]+)\) (.+)", text)}
     answer = re.search(r"\[ans\] (.+)", text)

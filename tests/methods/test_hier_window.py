@@ -1,12 +1,12 @@
 """Seed 003's hierarchical merging: merges fit the model's window in the model's own tokens, and an
 invalid summary is retried as the official BooookScore code retries it."""
+
 from __future__ import annotations
 
 import re
 from typing import Any
 
 import pytest
-
 from memloop.eval.datasets.sample import Sample
 from memloop.eval.llm import LLMRequest, LLMResult, ScriptedLLM, Usage
 from memloop.eval.methods import get_method
@@ -60,14 +60,18 @@ class NearLimitModel:
             out.append(self.sentences[self.offset % len(self.sentences)])
             used += self.sizes[self.offset % len(self.sizes)]
             self.offset += 1
-        ids = self.tok.encode(" ".join(out))[:request.sampling.max_tokens]
+        ids = self.tok.encode(" ".join(out))[: request.sampling.max_tokens]
         return LLMResult(text=self.tok.decode(ids), usage=Usage(self.requests[-1][0], 0, len(ids)))
 
 
-@pytest.mark.parametrize(("title", "exact"), [("katrine", False), ("katrine", True), ("pride-and-prejudice", False)],
-                         ids=["katrine-counted", "katrine-engine-check", "pride-counted"])
-def test_no_merge_exceeds_the_models_window_with_summaries_near_their_limit(shared_data, tokenizer, title: str,
-                                                                           exact: bool) -> None:
+@pytest.mark.parametrize(
+    ("title", "exact"),
+    [("katrine", False), ("katrine", True), ("pride-and-prejudice", False)],
+    ids=["katrine-counted", "katrine-engine-check", "pride-counted"],
+)
+def test_no_merge_exceeds_the_models_window_with_summaries_near_their_limit(
+    shared_data, tokenizer, title: str, exact: bool
+) -> None:
     """Point 8: merges were packed in cl100k tokens against 8192 and never checked in the model's; with
     summaries at 90% of their limit, katrine and pride-and-prejudice sent merges over the window in the
     model's tokens, which the engine refuses (failing the whole hierarchical unit). Each request's
@@ -79,7 +83,8 @@ def test_no_merge_exceeds_the_models_window_with_summaries_near_their_limit(shar
     sentences = [s for s in re.split(r"(?<=[.!?])\s+", " ".join(book.chunks)) if 20 < len(s) < 300]
     llm = NearLimitModel(sentences, tokenizer, exact)
     out = get_method("hier-merge", count_tokens="cl100k", temperature=0.5, max_tokens=1024).run(
-        Sample(id=title, task="book", chunks=book.chunks), llm)
+        Sample(id=title, task="book", chunks=book.chunks), llm
+    )
     merges = [s for s in out.steps if s.kind == "merge"]
     assert merges and out.memory["levels"] >= 2
     over = [(p, m) for p, m in llm.requests if p + m > WINDOW]
@@ -91,6 +96,7 @@ def test_no_merge_exceeds_the_models_window_with_summaries_near_their_limit(shar
 
 
 # ------------------------------------------------------------------ point 9: the official retries
+
 
 def official_word_limits(token_limit: int) -> list[float]:
     """booookscore/summ.py `summarize`: the word limit of the first call, then of each retry."""

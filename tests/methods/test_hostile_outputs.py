@@ -5,12 +5,12 @@ per nesting level or path segment overflows its stack (a RecursionError): both u
 parsers' "never fail on one bad entry" and fail the whole unit. Each method here runs on a scripted
 LLM whose answer holds such an entry beside good ones.
 """
+
 from __future__ import annotations
 
 import json
 
 import pytest
-
 from memloop.eval.datasets.sample import Sample
 from memloop.eval.llm import ScriptedLLM
 from memloop.eval.methods import get_method
@@ -31,12 +31,14 @@ def test_gu_json_rejects_a_5000_digit_integer_as_one_attempt() -> None:
 
 
 def test_cok_rejects_a_huge_integer_and_a_1000_segment_path_and_keeps_the_rest() -> None:
-    answer = ("[UPDATED_OBJECTS]\n"
-              '{"$.attributes.Amenities": {"update": [%s]}}\n'
-              '{"%s": {"update": ["x"]}}\n'
-              '{"$.attributes.Amenities": {"update": ["pub open late"]}}\n'
-              "[ADDED_OBJECTS]\n"
-              '{"$.attributes.Noise": {"add": ["quiet"]}}\n') % (BIG, DEEP_PATH)
+    answer = (
+        "[UPDATED_OBJECTS]\n"
+        '{"$.attributes.Amenities": {"update": [%s]}}\n'
+        '{"%s": {"update": ["x"]}}\n'
+        '{"$.attributes.Amenities": {"update": ["pub open late"]}}\n'
+        "[ADDED_OBJECTS]\n"
+        '{"$.attributes.Noise": {"add": ["quiet"]}}\n'
+    ) % (BIG, DEEP_PATH)
     llm = ScriptedLLM(['{"Amenities": ["two pools"]}', '{"Amenities": ["pub open late"]}', answer])
     out = get_method("cok").run(HOTEL, llm)
     revise = out.steps[2]
@@ -50,10 +52,12 @@ def test_cok_rejects_a_huge_integer_and_a_1000_segment_path_and_keeps_the_rest()
 @pytest.mark.parametrize("name", ["prism-inplace", "prism-amendments"])
 def test_prism_rejects_a_huge_integer_and_a_deep_path_and_keeps_the_rest(name: str) -> None:
     book = Sample(id="b", task="book", chunks=("Anna sails to Crete.",))
-    answer = ("[OBJECTS FOR UPDATE]\n\n[OBJECTS FOR ADD]\n"
-              '{"$. \'attributes\'. \'Count\'": {"add": %s}}\n'
-              '{"%s": {"add": ["x"]}}\n'
-              '{"$. \'attributes\'. \'Anna\'": {"add": ["sails to Crete"]}}') % (BIG, DEEP_PATH)
+    answer = (
+        "[OBJECTS FOR UPDATE]\n\n[OBJECTS FOR ADD]\n"
+        "{\"$. 'attributes'. 'Count'\": {\"add\": %s}}\n"
+        '{"%s": {"add": ["x"]}}\n'
+        '{"$. \'attributes\'. \'Anna\'": {"add": ["sails to Crete"]}}'
+    ) % (BIG, DEEP_PATH)
     llm = ScriptedLLM([answer, "Anna sails to Crete."])
     out = get_method(name).run(book, llm)
     assert out.memory == {"attributes": {"Anna": ["sails to Crete"]}} and out.failure is None

@@ -1,4 +1,5 @@
 """The OpenAI-compatible client over real HTTP on 127.0.0.1 (a small OpenAI-style peer served by uvicorn)."""
+
 from __future__ import annotations
 
 import time
@@ -6,9 +7,9 @@ import time
 import pytest
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
-
 from memloop.eval.llm import LLM, LLMRequest
 from memloop.eval.llm_http import LLMHTTPError, OpenAICompatibleLLM
+
 from memloop.sampling import SamplingParams
 from tests.http_server import serve_app
 
@@ -36,7 +37,9 @@ def _app() -> FastAPI:
             LIMITED["at"].append(time.monotonic())
             if LIMITED["left"] > 0:
                 LIMITED["left"] -= 1
-                return JSONResponse({"error": {"message": "rate limited"}}, status_code=429, headers={"Retry-After": "1"})
+                return JSONResponse(
+                    {"error": {"message": "rate limited"}}, status_code=429, headers={"Retry-After": "1"}
+                )
         if body["model"] == "quota":
             return JSONResponse({"error": {"message": "quota"}}, status_code=429, headers={"Retry-After": "3600"})
         if body["model"] == "slow":
@@ -46,14 +49,19 @@ def _app() -> FastAPI:
 
             await asyncio.sleep(0.2)
             IN_FLIGHT["now"] -= 1
-        text = "{\"a\": 1}" if "response_format" in body else "hello " + body["messages"][-1]["content"]
-        return {"choices": [{"message": {"role": "assistant", "content": text}, "finish_reason": "length"}],
-                "usage": usage()}
+        text = '{"a": 1}' if "response_format" in body else "hello " + body["messages"][-1]["content"]
+        return {
+            "choices": [{"message": {"role": "assistant", "content": text}, "finish_reason": "length"}],
+            "usage": usage(),
+        }
 
     @app.post("/v1/completions")
     async def completions(body: dict):
         SEEN.append(body)
-        return {"choices": [{"text": " [EOQ]", "finish_reason": "stop"}], "usage": {"prompt_tokens": 5, "completion_tokens": 2}}
+        return {
+            "choices": [{"text": " [EOQ]", "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 5, "completion_tokens": 2},
+        }
 
     return app
 
@@ -67,8 +75,11 @@ def base_url():
 def test_chat_with_schema_and_usage(base_url: str) -> None:
     llm = OpenAICompatibleLLM(base_url, "m", backoff_s=0.01)
     assert isinstance(llm, LLM)
-    req = LLMRequest(messages=({"role": "user", "content": "hi"},), sampling=SamplingParams(max_tokens=7, top_k=40, seed=3,
-                     stop=("\n",)), json_schema={"type": "object"})
+    req = LLMRequest(
+        messages=({"role": "user", "content": "hi"},),
+        sampling=SamplingParams(max_tokens=7, top_k=40, seed=3, stop=("\n",)),
+        json_schema={"type": "object"},
+    )
     res = llm.complete(req)
     body = SEEN[-1]
     assert body["response_format"]["json_schema"]["schema"] == {"type": "object"}
@@ -84,7 +95,9 @@ def test_completion_prompt(base_url: str) -> None:
 
 
 def test_retries_transient_and_reports_client_errors(base_url: str) -> None:
-    res = OpenAICompatibleLLM(base_url, "flaky", backoff_s=0.01).complete(LLMRequest(prompt=None, messages=({"role": "user", "content": "x"},)))
+    res = OpenAICompatibleLLM(base_url, "flaky", backoff_s=0.01).complete(
+        LLMRequest(prompt=None, messages=({"role": "user", "content": "x"},))
+    )
     assert res.text == "hello x"
     with pytest.raises(LLMHTTPError, match="404: model 'bad' does not exist"):
         OpenAICompatibleLLM(base_url, "bad").complete(LLMRequest(messages=({"role": "user", "content": "x"},)))

@@ -3,6 +3,7 @@
 (httpx's per-read timeout never fires on them: an attempt used to last as long as the drip), and
 endpoints that answer far more bytes than a completion has (read whole, 50 MB took the driver to
 4.4 GB)."""
+
 from __future__ import annotations
 
 import asyncio
@@ -13,18 +14,20 @@ import time
 import pytest
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse, StreamingResponse
-
 from memloop.eval import llm_http
 from memloop.eval.llm import LLMRequest
 from memloop.eval.llm_http import LLMHTTPError, OpenAICompatibleLLM
+
 from tests.http_server import serve_app, serve_socket
 
 pytestmark = pytest.mark.timeout(180)
 
 DRIP_S = 30.0  # how long the dripping endpoints keep going: far past the 1 s timeout_s of these tests
 BIG = 64 * 1024 * 1024  # the oversized answer: bytes, in 64 KiB chunks
-ANSWER = {"choices": [{"message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}],
-          "usage": {"prompt_tokens": 1, "completion_tokens": 1}}
+ANSWER = {
+    "choices": [{"message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}],
+    "usage": {"prompt_tokens": 1, "completion_tokens": 1},
+}
 
 
 def _app() -> FastAPI:
@@ -37,6 +40,7 @@ def _app() -> FastAPI:
                 yield b" "
                 await asyncio.sleep(0.1)
             yield json.dumps(ANSWER).encode()
+
         return StreamingResponse(body_bytes(), media_type="application/json")
 
     @app.post("/slow/v1/chat/completions")

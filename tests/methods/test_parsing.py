@@ -1,10 +1,10 @@
 """Free-text JSON extraction and template rendering."""
+
 from __future__ import annotations
 
 import pytest
-
-from memloop.eval.errors import TemplateError
 from memloop.eval.asking import ParseFailure
+from memloop.eval.errors import TemplateError
 from memloop.eval.methods.parsing import ends_in_punctuation, extract_json, parse_json_object
 from memloop.eval.templates import load_template
 
@@ -12,7 +12,7 @@ from memloop.eval.templates import load_template
 def test_extract_json_variants() -> None:
     assert extract_json('Sure!\n```json\n{"a": [1, 2,],}\n```\nDone.') == {"a": [1, 2]}
     assert extract_json('The table: {"a": "x {y}"} and more {"b": 1}') == {"a": "x {y}"}
-    assert extract_json('[1, 2]', list) == [1, 2]
+    assert extract_json("[1, 2]", list) == [1, 2]
     with pytest.raises(ParseFailure, match="no JSON dict"):
         extract_json("[1, 2] only a list", dict)
 

@@ -1,11 +1,11 @@
 """PRISM on a scripted LLM: prompt layout, in-place vs amendments memories, add-only, schema generation,
 and the prefix-sharing property measured in tokens."""
+
 from __future__ import annotations
 
 import json
 
 import pytest
-
 from memloop.eval.datasets.sample import Sample
 from memloop.eval.errors import MethodError
 from memloop.eval.llm import LLMRequest, LLMResult, ScriptedLLM, Usage
@@ -17,12 +17,17 @@ REVS = [
     '[OBJECTS FOR UPDATE]\n\n[OBJECTS FOR ADD]\n{"$. \'attributes\'. \'Anna\'": {"add": ["sails to Crete"]}}\n'
     '{"$. \'attributes\'. \'Voyage\'": {"add": ["a long trip across the sea to the island of Crete"]}}',
     '[OBJECTS FOR UPDATE]\n{"$. \'attributes\'. \'Anna\'": {"update": ["sails to Crete", "becomes a captain"]}}\n\n'
-    '[OBJECTS FOR ADD]\n',
+    "[OBJECTS FOR ADD]\n",
     '[OBJECTS FOR UPDATE]\n\n[OBJECTS FOR ADD]\n{"$. \'attributes\'. \'Bob\'": {"add": ["joins Anna"]}}',
     "Anna sails to Crete, becomes a captain, and Bob joins her.",
 ]
-FINAL = {"attributes": {"Anna": ["sails to Crete", "becomes a captain"],
-                        "Voyage": ["a long trip across the sea to the island of Crete"], "Bob": ["joins Anna"]}}
+FINAL = {
+    "attributes": {
+        "Anna": ["sails to Crete", "becomes a captain"],
+        "Voyage": ["a long trip across the sea to the island of Crete"],
+        "Bob": ["joins Anna"],
+    }
+}
 
 
 def content(llm: ScriptedLLM, i: int) -> str:
@@ -36,8 +41,12 @@ def test_same_revisions_same_memory(name: str) -> None:
     assert [s.kind for s in out.steps] == ["revise", "revise", "revise", "final"]
     assert out.memory == FINAL and out.answer == REVS[-1] and out.failures == []
     p = content(llm, 1)
-    assert p.index("[QUESTION]\nSummarize this book.") < p.index("[CLASS]\nclass BookSummary") \
-        < p.rindex("[PARTIAL_SUMMARY]") < p.index("[TEXT]\nAnna becomes a captain.")  # memory before the chunk
+    assert (
+        p.index("[QUESTION]\nSummarize this book.")
+        < p.index("[CLASS]\nclass BookSummary")
+        < p.rindex("[PARTIAL_SUMMARY]")
+        < p.index("[TEXT]\nAnna becomes a captain.")
+    )  # memory before the chunk
     assert ("amendments, one per line" in p) == (name == "prism-amendments")
 
 
@@ -46,7 +55,9 @@ def test_amendments_rendering_appends_lines() -> None:
     get_method("prism-amendments").run(BOOK, llm)
     mem2 = content(llm, 2).split("[PARTIAL_SUMMARY]\n")[-1].split("\n\n[TEXT]")[0]
     lines = mem2.splitlines()
-    assert lines[0] == "{}" and json.loads(lines[-1]) == {"$. 'attributes'. 'Anna'": {"update": ["sails to Crete", "becomes a captain"]}}
+    assert lines[0] == "{}" and json.loads(lines[-1]) == {
+        "$. 'attributes'. 'Anna'": {"update": ["sails to Crete", "becomes a captain"]}
+    }
     assert len(lines) == 4
 
 
@@ -72,9 +83,21 @@ def test_add_only_variant_rejects_updates() -> None:
 
 
 def test_constrained_revisions_and_repoqa_answer() -> None:
-    repo = Sample(id="r", task="repoqa", chunks=("def add(a, b):\n    return a + b",), query="Find the function that sums two numbers.")
-    rev = {"revisions": [{"path": "$.candidate_functions.add", "op": "add",
-                          "value": {"purpose": "sums", "input": "a, b", "output": "sum", "procedure": "a + b"}}]}
+    repo = Sample(
+        id="r",
+        task="repoqa",
+        chunks=("def add(a, b):\n    return a + b",),
+        query="Find the function that sums two numbers.",
+    )
+    rev = {
+        "revisions": [
+            {
+                "path": "$.candidate_functions.add",
+                "op": "add",
+                "value": {"purpose": "sums", "input": "a, b", "output": "sum", "procedure": "a + b"},
+            }
+        ]
+    }
     llm = ScriptedLLM([json.dumps(rev), "add\nbecause it sums"], supports_json_schema=True)
     out = get_method("prism-amendments", updates=False, decoding="constrained", max_revisions=3).run(repo, llm)
     revisions = llm.requests[0].json_schema["properties"]["revisions"]
@@ -86,8 +109,13 @@ def test_constrained_revisions_and_repoqa_answer() -> None:
 def test_decoding_is_the_papers_text_format_by_default_even_where_json_schema_is_supported() -> None:
     """Seed 002 appendix C: the model writes [OBJECTS FOR UPDATE] / [OBJECTS FOR ADD] lines; no schema is
     sent, and an answer that continues the section the prompt opened (no header of its own) keeps its lines."""
-    answers = ['{"$. \'attributes\'. \'Anna\'": {"add": ["sails to Crete"]}}\n\n[OBJECTS FOR ADD]\n'
-               '{"$. \'attributes\'. \'Ship\'": {"add": ["a brig"]}}', "[OBJECTS FOR UPDATE]\n{}", "{}", "done"]
+    answers = [
+        '{"$. \'attributes\'. \'Anna\'": {"add": ["sails to Crete"]}}\n\n[OBJECTS FOR ADD]\n'
+        '{"$. \'attributes\'. \'Ship\'": {"add": ["a brig"]}}',
+        "[OBJECTS FOR UPDATE]\n{}",
+        "{}",
+        "done",
+    ]
     llm = ScriptedLLM(answers, supports_json_schema=True)
     out = get_method("prism-inplace").run(BOOK, llm)
     assert all(r.json_schema is None for r in llm.requests)
@@ -100,7 +128,7 @@ def test_constrained_decoding_describes_its_form_and_keeps_complete_revisions_cu
     """decoding: constrained sends the JSON schema with a prompt that shows {"revisions": [...]}; an output
     cut inside its second revision keeps the first, and the cut is recorded."""
     first = {"path": "$. 'attributes'. 'Anna'", "op": "add", "value": ["sails to Crete"]}
-    cut = '{"revisions": [' + json.dumps(first) + ', {"path": "$. \'attributes\'. \'Bo'
+    cut = '{"revisions": [' + json.dumps(first) + ", {\"path\": \"$. 'attributes'. 'Bo"
     llm = ScriptedLLM([cut, '{"revisions": []}', '{"revisions": []}', "done"], supports_json_schema=True)
     out = get_method("prism-amendments", decoding="constrained").run(BOOK, llm)
     prompt = content(llm, 0)
@@ -120,7 +148,7 @@ def test_constrained_decoding_needs_a_server_that_supports_it_and_max_revisions_
         get_method("prism-inplace", decoding="grammar")
 
 
-SCHEMA_ANSWER = "```python\nclass Notes:\n    \"\"\"Key facts.\"\"\"\n    facts: list[str]\n```"
+SCHEMA_ANSWER = '```python\nclass Notes:\n    """Key facts."""\n    facts: list[str]\n```'
 
 
 class KindScriptedLLM(ScriptedLLM):
@@ -150,8 +178,9 @@ def test_generated_schema_is_made_once_per_task_from_the_task_example_query() ->
 
     from memloop.eval.methods.prism import EXAMPLE_QUERIES
 
-    samples = [Sample(id=f"r{i}", task="repoqa", chunks=(f"def f{i}(): pass",), query=f"OWN QUERY {i}")
-               for i in range(4)]
+    samples = [
+        Sample(id=f"r{i}", task="repoqa", chunks=(f"def f{i}(): pass",), query=f"OWN QUERY {i}") for i in range(4)
+    ]
     rev = '[OBJECTS FOR ADD]\n{"$.facts": {"add": ["a function"]}}'
     # one schema answer, then a revise and a final answer per sample: a second generation runs out the script
     llm = KindScriptedLLM({"schema": [SCHEMA_ANSWER], "revise": [rev] * 4, "answer": ["f"] * 4}, name="schema-once")
@@ -174,8 +203,10 @@ def test_generated_schema_is_one_per_task_across_repeats() -> None:
     sample = Sample(id="r0", task="repoqa", chunks=("def f(): pass",), query="q")
     rev = '[OBJECTS FOR ADD]\n{"$.facts": {"add": ["a function"]}}'
     llm = ScriptedLLM([SCHEMA_ANSWER] + [rev, "f"] * 3, name="schema-repeats")
-    outs = [get_method("prism-inplace", generate_schema=True, seed=seed, temperature=0.8).run(sample, llm)
-            for seed in (0, 1, 2)]
+    outs = [
+        get_method("prism-inplace", generate_schema=True, seed=seed, temperature=0.8).run(sample, llm)
+        for seed in (0, 1, 2)
+    ]
     assert sum("[Query domain]" in r.messages[0]["content"] for r in llm.requests) == 1
     assert all(o.steps[0].ok for o in outs)
 
@@ -183,8 +214,10 @@ def test_generated_schema_is_one_per_task_across_repeats() -> None:
 def test_generated_schema_failure_is_retried_then_recorded_on_every_sample() -> None:
     llm = ScriptedLLM(["not a schema at all", "still not one"], name="schema-fails")
     settings = {"generate_schema": True, "schema_attempts": 2}
-    outs = [get_method("prism-inplace", **settings).run(Sample(id=f"b{i}", task="book", chunks=("x",)), llm)
-            for i in range(2)]
+    outs = [
+        get_method("prism-inplace", **settings).run(Sample(id=f"b{i}", task="book", chunks=("x",)), llm)
+        for i in range(2)
+    ]
     assert len(llm.requests) == 2  # two attempts, then the failure is reused, not asked again
     assert llm.requests[1].sampling.temperature > 0  # a retry resamples: a greedy model would repeat itself
     for out in outs:
@@ -199,29 +232,40 @@ def test_generated_schema_failure_is_retried_then_recorded_on_every_sample() -> 
 
 
 def test_generated_schema_prompt_uses_the_task_domain() -> None:
-    llm = ScriptedLLM([SCHEMA_ANSWER, '[OBJECTS FOR ADD]\n{"$.facts": {"add": ["Anna sails"]}}', "Anna sails."],
-                      name="schema-book")
-    out = get_method("prism-inplace", generate_schema=True).run(Sample(id="b", task="book", chunks=("Anna sails.",)), llm)
+    llm = ScriptedLLM(
+        [SCHEMA_ANSWER, '[OBJECTS FOR ADD]\n{"$.facts": {"add": ["Anna sails"]}}', "Anna sails."], name="schema-book"
+    )
+    out = get_method("prism-inplace", generate_schema=True).run(
+        Sample(id="b", task="book", chunks=("Anna sails.",)), llm
+    )
     assert "[Query domain]\nSummarizing very long narrative books" in content(llm, 0)
     assert "class Notes" in content(llm, 1) and out.memory == {"facts": ["Anna sails"]}
 
 
-SPIDER = Sample(id="s", task="spider", chunks=("Table: singer\nsinger_id,name\n1,Joe Sharp\n2,Timbaland",),
-                query="How many singers are there?", gold=[[2]])
+SPIDER = Sample(
+    id="s",
+    task="spider",
+    chunks=("Table: singer\nsinger_id,name\n1,Joe Sharp\n2,Timbaland",),
+    query="How many singers are there?",
+    gold=[[2]],
+)
 
 
-@pytest.mark.parametrize("final,want", [
-    ("There are two rows in the singer table.\nFinal Answer: [[2]]", 1.0),   # LOFT's answer line after reasoning
-    ("Final Answer: [['2']]", 1.0),                                         # Python literal, as LOFT parses it
-    ("**Final Answer:** `[[3]]`", 0.0),                                     # formatting stripped, wrong count
-    ("2", 0.0),                                                             # no list of lists: LOFT scores it 0
-])
+@pytest.mark.parametrize(
+    "final,want",
+    [
+        ("There are two rows in the singer table.\nFinal Answer: [[2]]", 1.0),  # LOFT's answer line after reasoning
+        ("Final Answer: [['2']]", 1.0),  # Python literal, as LOFT parses it
+        ("**Final Answer:** `[[3]]`", 0.0),  # formatting stripped, wrong count
+        ("2", 0.0),  # no list of lists: LOFT scores it 0
+    ],
+)
 def test_spider_answer_scores_through_loft_exec(final: str, want: float) -> None:
     """The Spider answer prompt asks for LOFT's format and `loft-exec` reads that format, from the
     method's raw output text to the score."""
     from memloop.eval.judges import get_judge, run_judge
 
-    rev = '[OBJECTS FOR UPDATE]\n\n[OBJECTS FOR ADD]\n'
+    rev = "[OBJECTS FOR UPDATE]\n\n[OBJECTS FOR ADD]\n"
     llm = ScriptedLLM([rev, final])
     out = get_method("prism-inplace").run(SPIDER, llm)
     assert "Final Answer: [[" in content(llm, 1)  # the prompt shows LOFT's answer line
@@ -233,10 +277,13 @@ def test_spider_answer_scores_through_loft_exec(final: str, want: float) -> None
 def test_amendments_note_says_what_fold_does() -> None:
     """The note the model reads about the amendments text and `fold()` agree: an `add` at a list path
     appends (the earlier items stay), an `update` replaces."""
-    revs = ['[OBJECTS FOR ADD]\n{"$. \'attributes\'. \'Anna\'": {"add": ["sails to Crete"]}}',
-            '[OBJECTS FOR ADD]\n{"$. \'attributes\'. \'Anna\'": {"add": "becomes a captain"}}',
-            '[OBJECTS FOR UPDATE]\n{"$. \'attributes\'. \'Bob\'": {"update": ["x"]}}\n[OBJECTS FOR ADD]\n'
-            '{"$. \'attributes\'. \'Bob\'": {"add": ["joins Anna"]}}', "summary"]
+    revs = [
+        '[OBJECTS FOR ADD]\n{"$. \'attributes\'. \'Anna\'": {"add": ["sails to Crete"]}}',
+        '[OBJECTS FOR ADD]\n{"$. \'attributes\'. \'Anna\'": {"add": "becomes a captain"}}',
+        '[OBJECTS FOR UPDATE]\n{"$. \'attributes\'. \'Bob\'": {"update": ["x"]}}\n[OBJECTS FOR ADD]\n'
+        '{"$. \'attributes\'. \'Bob\'": {"add": ["joins Anna"]}}',
+        "summary",
+    ]
     llm = ScriptedLLM(revs)
     out = get_method("prism-amendments").run(BOOK, llm)
     assert out.memory["attributes"]["Anna"] == ["sails to Crete", "becomes a captain"]  # fold appended
@@ -250,8 +297,13 @@ def test_add_only_variant_says_add_appends_and_never_advises_update() -> None:
     """The add-only prompt says an `add` at a list path appends (and at a new list path starts the list);
     adding at an existing non-list path is rejected with a reason that stays within the variant."""
     schema_answer = "```python\nclass Notes:\n    title: str\n    facts: list[str]\n```"
-    revs = [schema_answer, '[OBJECTS FOR ADD]\n{"$.title": {"add": "Crete"}}\n{"$.facts": {"add": "Anna sails"}}',
-            '[OBJECTS FOR ADD]\n{"$.title": {"add": "Captain Anna"}}\n{"$.facts": {"add": "Anna leads"}}', "{}", "done"]
+    revs = [
+        schema_answer,
+        '[OBJECTS FOR ADD]\n{"$.title": {"add": "Crete"}}\n{"$.facts": {"add": "Anna sails"}}',
+        '[OBJECTS FOR ADD]\n{"$.title": {"add": "Captain Anna"}}\n{"$.facts": {"add": "Anna leads"}}',
+        "{}",
+        "done",
+    ]
     llm = ScriptedLLM(revs, name="addonly-wording")
     out = get_method("prism-inplace", updates=False, generate_schema=True).run(BOOK, llm)
     prompt = content(llm, 1)
@@ -274,9 +326,14 @@ def test_amendments_note_names_the_section_it_describes() -> None:
 
 def test_spider_uses_the_papers_relevant_table_info_schema() -> None:
     """Seed 002 appendix A.1: PRISM's Spider memory is `RelevantTableInfo` (a list of TableDescription)."""
-    llm = ScriptedLLM(['[OBJECTS FOR ADD]\n{"$.table_descriptions": {"add": [{"table_name": "singer", '
-                       '"table_description": "singers", "columns_observed": ["singer_id: int"], '
-                       '"relevant_statistics": ["2 rows"], "relationships": []}]}}', "Final Answer: [[2]]"])
+    llm = ScriptedLLM(
+        [
+            '[OBJECTS FOR ADD]\n{"$.table_descriptions": {"add": [{"table_name": "singer", '
+            '"table_description": "singers", "columns_observed": ["singer_id: int"], '
+            '"relevant_statistics": ["2 rows"], "relationships": []}]}}',
+            "Final Answer: [[2]]",
+        ]
+    )
     out = get_method("prism-amendments").run(SPIDER, llm)
     assert "class RelevantTableInfo" in content(llm, 0) and "relevant_statistics" in content(llm, 0)
     assert out.memory["table_descriptions"][0]["relevant_statistics"] == ["2 rows"]
@@ -289,7 +346,8 @@ def test_generated_schema_is_asked_again_until_one_parses_each_attempt_recorded(
     rev = '[OBJECTS FOR ADD]\n{"$.facts": {"add": ["a function"]}}'
     llm = ScriptedLLM(["no schema"] * 4 + [SCHEMA_ANSWER, rev, "f"], name="schema-fifth")
     out = get_method("prism-inplace", generate_schema=True).run(
-        Sample(id="r", task="repoqa", chunks=("def f(): pass",), query="q"), llm)
+        Sample(id="r", task="repoqa", chunks=("def f(): pass",), query="q"), llm
+    )
     step = out.steps[0]
     assert step.kind == "schema" and step.ok and step.attempts == 5 and len(step.failures) == 4
     assert out.failure is None and out.memory == {"facts": ["a function"]}

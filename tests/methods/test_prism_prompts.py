@@ -1,11 +1,11 @@
 """PRISM's revise prompts (seed 002 appendix C) read as data: the four worked examples keep the paper's
 structure, every example answer applies to its example memory under its example class, and the
 constrained (JSON) prompts show the same revisions in the form the server holds the model to."""
+
 from __future__ import annotations
 
 import jsonschema
 import pytest
-
 from memloop.eval.memory import Schema, apply_revisions, parse_prism, parse_revision_list
 from memloop.eval.memory.formats import split_sections
 from memloop.eval.memory.literal import loads
@@ -21,7 +21,7 @@ def examples(template_id: str) -> list[dict[str, str]]:
     """Each worked example of a revise template as {title, QUESTION, CLASS, PARTIAL_SUMMARY, TEXT, answer}."""
     blocks = load_template(template_id).text.split("\n\n===\n\n")[1:-1]  # the instructions hold the first
     first = load_template(template_id).text.split("\n\n===\n\n")[0]
-    blocks.insert(0, first[first.index("Here is an example"):])
+    blocks.insert(0, first[first.index("Here is an example") :])
     out = []
     for block in blocks:
         title, rest = block.split("\n", 1)
@@ -77,17 +77,20 @@ def test_every_example_answer_applies_to_its_memory_under_its_class(tid: str) ->
 def test_json_examples_hold_the_text_examples_revisions_in_the_constrained_form(tid: str) -> None:
     text_tid = tid.removesuffix("-json")
     for e, t in zip(examples(tid), examples(text_tid)):
-        assert {k: e[k] for k in ("QUESTION", "CLASS", "PARTIAL_SUMMARY", "TEXT")} == \
-               {k: t[k] for k in ("QUESTION", "CLASS", "PARTIAL_SUMMARY", "TEXT")}
+        assert {k: e[k] for k in ("QUESTION", "CLASS", "PARTIAL_SUMMARY", "TEXT")} == {
+            k: t[k] for k in ("QUESTION", "CLASS", "PARTIAL_SUMMARY", "TEXT")
+        }
         body = e["answer"].removeprefix("[REVISIONS]").strip()
         as_json = parse_revision_list(body).revisions
         as_text = parse_prism(t["answer"]).revisions
-        assert [(r.path, r.op, loads_json(r.value)) for r in as_json] == \
-               [(r.path, r.op, loads_json(r.value)) for r in as_text]
+        assert [(r.path, r.op, loads_json(r.value)) for r in as_json] == [
+            (r.path, r.op, loads_json(r.value)) for r in as_text
+        ]
         schema = Schema.from_text(e["CLASS"])
         jsonschema.validate(loads(body), constrained_schema(schema, JSON_TEMPLATES[tid], thoughts=False))
 
 
 def loads_json(value):  # tuples of the text form are JSON arrays in the constrained form
     import json
+
     return json.loads(json.dumps(value))

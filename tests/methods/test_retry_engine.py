@@ -1,4 +1,5 @@
 """A method's validity retry on the real engine: the retry is a different request, so it can succeed."""
+
 from __future__ import annotations
 
 from memloop.eval.asking import ParseFailure, retry_seed
@@ -36,6 +37,7 @@ def test_a_validity_retry_of_a_seeded_greedy_request_decodes_a_different_output(
         return text
 
     Trace(engine_llm, MethodSettings(max_tokens=12, seed=11, max_attempts=2)).ask_prompt(
-        prompt, load_template("s000-book-final"), kind="final", parse=record)
+        prompt, load_template("s000-book-final"), kind="final", parse=record
+    )
     assert again == outputs
     assert retry_seed(11, 1) != 12  # not the next repeat's seed

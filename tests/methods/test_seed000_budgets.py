@@ -1,5 +1,6 @@
 """Seed 000's budgets made the paper's: the output cap leaves room for a memory at K in the model's
 tokens, free JSON is read as the paper's prompts allow, and CoK's memory reaches the judge as GU's does."""
+
 from __future__ import annotations
 
 import json
@@ -7,7 +8,6 @@ import re
 from typing import Any, Sequence
 
 import pytest
-
 from memloop.eval.asking import ParseFailure
 from memloop.eval.datasets.sample import Sample
 from memloop.eval.judges.predictions import memory_per_turn
@@ -51,17 +51,21 @@ class CuttingLLM:
         ids = self.tok.encode(text)
         cut = len(ids) > request.sampling.max_tokens
         if cut:
-            text = self.tok.decode(ids[:request.sampling.max_tokens])
-        return LLMResult(text=text, usage=Usage(0, 0, min(len(ids), request.sampling.max_tokens)),
-                         finish_reason="length" if cut else "stop")
+            text = self.tok.decode(ids[: request.sampling.max_tokens])
+        return LLMResult(
+            text=text,
+            usage=Usage(0, 0, min(len(ids), request.sampling.max_tokens)),
+            finish_reason="length" if cut else "stop",
+        )
 
 
 def _book_memory(text: str, target: int) -> dict[str, Any]:
     """A book memory in the six fields, its descriptions real sentences of the book, filled until its
     compact JSON is just under `target` cl100k tokens."""
     sentences = [s.strip() for s in re.split(r"(?<=[.!?])\s+", text) if 40 < len(s.strip()) < 200]
-    memory: dict[str, Any] = {f: {} for f in ("characters", "events", "background", "motivations", "objectives",
-                                              "other")}
+    memory: dict[str, Any] = {
+        f: {} for f in ("characters", "events", "background", "motivations", "objectives", "other")
+    }
     fields = list(memory)
     for i, sentence in enumerate(sentences):
         trial = json.loads(json.dumps(memory))
@@ -90,8 +94,7 @@ def test_gu_json_update_of_a_memory_at_k_is_not_cut_on_a_real_book(shared_data, 
 
     llm = CuttingLLM([json.dumps(first, indent=2), indented, "Katrine sings in the village."], tokenizer)
     sample = Sample(id="katrine", task="book", chunks=book.chunks[:2])
-    out = get_method("gu-json", memory_limit=K, count_tokens="cl100k", max_tokens=1024,
-                     max_attempts=1).run(sample, llm)
+    out = get_method("gu-json", memory_limit=K, count_tokens="cl100k", max_tokens=1024, max_attempts=1).run(sample, llm)
     initial, update = out.steps[0], out.steps[1]
     assert update.kind == "update" and update.ok, update.failures
     assert update.memory == grown  # the memory moved on instead of freezing
@@ -109,8 +112,11 @@ def test_gu_json_update_of_a_memory_at_k_is_not_cut_on_a_real_book(shared_data, 
 def test_text_and_json_get_the_same_cap_and_an_unlimited_memory_its_own_size() -> None:
     """Point 1: the cap is one rule for GU text and JSON; without K it follows the carried memory."""
     sample = Sample(id="b", task="book", chunks=("The keeper lights the lamp.", "A storm comes."))
-    big = {"characters": {f"person {i}": ["a keeper of the light on the rocky coast who never leaves"] * 3
-                          for i in range(40)}}
+    big = {
+        "characters": {
+            f"person {i}": ["a keeper of the light on the rocky coast who never leaves"] * 3 for i in range(40)
+        }
+    }
     big_text = json.dumps(big)
     for name, carried in (("gu-json", as_text(big)), ("gu-text", big_text)):
         llm = ScriptedLLM([big_text, "{}" if name == "gu-json" else "The end.", "Final."])
@@ -122,18 +128,29 @@ def test_text_and_json_get_the_same_cap_and_an_unlimited_memory_its_own_size() -
 
 # ------------------------------------------------------------------ point 2: free JSON as the paper allows
 
+
 def test_free_json_accepts_what_the_papers_prompts_allow_and_normalises_it() -> None:
-    entity = read_memory('Here it is:\n```json\n{"Location": "near the beach", "Rooms": ["large", "clean"], '
-                         '"Stars": 4, "Pool": null}\n```', book=False)
+    entity = read_memory(
+        'Here it is:\n```json\n{"Location": "near the beach", "Rooms": ["large", "clean"], '
+        '"Stars": 4, "Pool": null}\n```',
+        book=False,
+    )
     assert entity == {"Location": ["near the beach"], "Rooms": ["large", "clean"], "Stars": ["4"], "Pool": []}
     assert read_memory('{"Attributes": {"Rooms": {"size": null, "view": "sea"}}}', book=False) == {
-        "Rooms": ["size", "view: sea"]}  # appendix B's wrapper is the table; nested values kept as text
-    book = read_memory('{"Characters": {"Anna": "the keeper"}, "BACKGROUNDS": {"Carrow Point": ["a rocky coast"]}, '
-                       '"Events": {"The storm": {"when": "at night", "what": ["a ship runs aground"]}}, '
-                       '"Themes": ["solitude"], "other": "a lighthouse story"}', book=True)
-    assert book == {"characters": {"Anna": ["the keeper"]}, "background": {"Carrow Point": ["a rocky coast"]},
-                    "events": {"The storm": ["when: at night", "what: a ship runs aground"]},
-                    "other": {"Themes": ["solitude"], "other": ["a lighthouse story"]}}
+        "Rooms": ["size", "view: sea"]
+    }  # appendix B's wrapper is the table; nested values kept as text
+    book = read_memory(
+        '{"Characters": {"Anna": "the keeper"}, "BACKGROUNDS": {"Carrow Point": ["a rocky coast"]}, '
+        '"Events": {"The storm": {"when": "at night", "what": ["a ship runs aground"]}}, '
+        '"Themes": ["solitude"], "other": "a lighthouse story"}',
+        book=True,
+    )
+    assert book == {
+        "characters": {"Anna": ["the keeper"]},
+        "background": {"Carrow Point": ["a rocky coast"]},
+        "events": {"The storm": ["when: at night", "what: a ship runs aground"]},
+        "other": {"Themes": ["solitude"], "other": ["a lighthouse story"]},
+    }
 
 
 def test_a_whole_object_in_a_fenced_block_after_prose_with_braces_is_read() -> None:
@@ -146,11 +163,14 @@ def test_free_json_fails_only_without_a_json_object(text: str) -> None:
         read_memory(text, book=False)
 
 
-@pytest.mark.parametrize(("text", "book"), [
-    ('{"characters": {"Anna": ["the keeper"]}, "events": {"The storm": ["a ship runs agr', True),
-    ('{"Location": ["near the beach"], "Rooms": {"size": "large"}, "Price": ["moder', False),
-    ('```json\n{"characters": {"Anna": {"role": "keeper"}, "Ben": ["the cap\n```', True),
-])
+@pytest.mark.parametrize(
+    ("text", "book"),
+    [
+        ('{"characters": {"Anna": ["the keeper"]}, "events": {"The storm": ["a ship runs agr', True),
+        ('{"Location": ["near the beach"], "Rooms": {"size": "large"}, "Price": ["moder', False),
+        ('```json\n{"characters": {"Anna": {"role": "keeper"}, "Ben": ["the cap\n```', True),
+    ],
+)
 def test_a_json_memory_cut_at_the_cap_is_not_read_from_a_fragment_inside_it(text: str, book: bool) -> None:
     """A cut object holds complete inner objects (one character's entry, one attribute's table); read as
     the memory, that fragment would replace the whole memory in a GU update."""
@@ -175,29 +195,38 @@ def test_gu_json_keeps_a_single_value_and_capitalised_fields_on_the_first_attemp
     out = get_method("gu-json", max_attempts=1).run(entity, llm)
     assert out.steps[0].ok and out.memory == {"Amenities": ["two pools"]}
     book = Sample(id="b", task="book", chunks=("The keeper lights the lamp.",))
-    llm = ScriptedLLM(['{"Characters": {"Maren": ["the keeper"]}, "Backgrounds": {"Carrow": ["a cape"]}}',
-                       "Maren keeps the light."])
+    llm = ScriptedLLM(
+        ['{"Characters": {"Maren": ["the keeper"]}, "Backgrounds": {"Carrow": ["a cape"]}}', "Maren keeps the light."]
+    )
     out = get_method("gm-json", max_attempts=1).run(book, llm)
-    assert out.steps[0].ok and out.memory == {"characters": {"Maren": ["the keeper"]},
-                                              "background": {"Carrow": ["a cape"]}}
-    cok = get_method("cok", max_attempts=1).run(book, ScriptedLLM(['{"CHARACTERS": {"Maren": "the keeper"}}',
-                                                                  "Maren keeps the light."]))
+    assert out.steps[0].ok and out.memory == {
+        "characters": {"Maren": ["the keeper"]},
+        "background": {"Carrow": ["a cape"]},
+    }
+    cok = get_method("cok", max_attempts=1).run(
+        book, ScriptedLLM(['{"CHARACTERS": {"Maren": "the keeper"}}', "Maren keeps the light."])
+    )
     assert cok.steps[0].ok and cok.memory["characters"] == {"Maren": ["the keeper"]}
 
 
 # ------------------------------------------------------------------ point 3: one memory form for the judge
 
+
 def test_cok_memory_reaches_the_judge_in_the_same_form_as_gu_json() -> None:
     """Point 3: CoK's memory per turn was {"attributes": {...}} while GU's was the table itself, so the
     judge read (and K and the memory-size figure counted) a wrapper for CoK only."""
     hotel = Sample(id="h0", task="sumie", chunks=("Two pools.", "A pub open late."), metadata={"entity": "HOTEL0"})
-    cok_answer = ("[THOUGHTS FOR UPDATE]\n1. Amenities exists.\n\n[UPDATED_OBJECTS]\n"
-                  '{"$.attributes.Amenities": {"update": ["pub open late"]}}\n\n'
-                  "[THOUGHTS FOR ADD]\n1. Nothing new.\n\n[ADDED_OBJECTS]\n{}\n")
-    cok = get_method("cok").run(hotel, ScriptedLLM(['{"Amenities": ["two pools"]}',
-                                                     '{"Amenities": ["pub open late"]}', cok_answer]))
-    gu = get_method("gu-json").run(hotel, ScriptedLLM(['{"Amenities": ["two pools"]}',
-                                                        '{"Amenities": ["two pools", "pub open late"]}']))
+    cok_answer = (
+        "[THOUGHTS FOR UPDATE]\n1. Amenities exists.\n\n[UPDATED_OBJECTS]\n"
+        '{"$.attributes.Amenities": {"update": ["pub open late"]}}\n\n'
+        "[THOUGHTS FOR ADD]\n1. Nothing new.\n\n[ADDED_OBJECTS]\n{}\n"
+    )
+    cok = get_method("cok").run(
+        hotel, ScriptedLLM(['{"Amenities": ["two pools"]}', '{"Amenities": ["pub open late"]}', cok_answer])
+    )
+    gu = get_method("gu-json").run(
+        hotel, ScriptedLLM(['{"Amenities": ["two pools"]}', '{"Amenities": ["two pools", "pub open late"]}'])
+    )
     assert memory_per_turn(cok, 2) == memory_per_turn(gu, 2)
     judged = [memory_parts(m, cl100k_count) for m in memory_per_turn(cok, 2)]
     assert judged == [['{"Amenities":["two pools"]}'], ['{"Amenities":["two pools","pub open late"]}']]

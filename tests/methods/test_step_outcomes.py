@@ -1,4 +1,5 @@
 """Each method records what happened at each step (`memloop.eval.methods.outcomes`), on scripted outputs."""
+
 from __future__ import annotations
 
 from memloop.eval.datasets.sample import Sample
@@ -7,8 +8,12 @@ from memloop.eval.methods import get_method
 from memloop.eval.methods.outcomes import OUTCOMES, StepOutcome
 from memloop.eval.methods.step import unit_failure
 
-HOTEL = Sample(id="h", task="sumie", chunks=("HOTEL0 has two large pools.", "HOTEL0 serves a cold breakfast."),
-               metadata={"entity": "HOTEL0"})
+HOTEL = Sample(
+    id="h",
+    task="sumie",
+    chunks=("HOTEL0 has two large pools.", "HOTEL0 serves a cold breakfast."),
+    metadata={"entity": "HOTEL0"},
+)
 BOOK = Sample(id="b", task="book", chunks=("Tom painted the fence.", "Becky watched Tom."))
 
 
@@ -37,8 +42,15 @@ def test_an_output_that_does_not_parse_is_parse_failed() -> None:
 
 def test_compression_within_k_is_compressed_and_a_trim_after_it_is_trimmed_to_k() -> None:
     # K = 4 words: the first summary (6 words) compresses to 2; the update (6) compresses to 5, twice: trimmed
-    llm = ScriptedLLM(["HOTEL0 has two large pools today.", "two pools.",
-                       "two pools and a cold breakfast.", "pools and a cold breakfast.", "pools and a cold breakfast."])
+    llm = ScriptedLLM(
+        [
+            "HOTEL0 has two large pools today.",
+            "two pools.",
+            "two pools and a cold breakfast.",
+            "pools and a cold breakfast.",
+            "pools and a cold breakfast.",
+        ]
+    )
     out = get_method("gu-text", max_attempts=1, memory_limit=4).run(HOTEL, llm)
     assert [s.kind for s in out.steps] == ["initial", "compress", "update", "compress", "compress"]
     assert _outcomes(out) == ["ok", "compressed", "ok", "compressed", "trimmed_to_k"]
@@ -46,8 +58,9 @@ def test_compression_within_k_is_compressed_and_a_trim_after_it_is_trimmed_to_k(
 
 
 def test_a_kg_chunk_whose_extraction_does_not_parse_is_extraction_failed() -> None:
-    llm = ScriptedLLM(["", "Tom\nBecky\n\nKnowledge graph edges:\n1. Becky; watched; Tom\n", "Tom painted.",
-                       "Becky watched Tom."])
+    llm = ScriptedLLM(
+        ["", "Tom\nBecky\n\nKnowledge graph edges:\n1. Becky; watched; Tom\n", "Tom painted.", "Becky watched Tom."]
+    )
     out = get_method("kg-retrieval", max_attempts=1).run(BOOK, llm)
     assert _outcomes(out) == ["extraction_failed", "ok", "ok", "ok"]
     assert out.failure is None and "no named entities" in out.steps[0].failures[0]
@@ -55,8 +68,9 @@ def test_a_kg_chunk_whose_extraction_does_not_parse_is_extraction_failed() -> No
 
 def test_a_booookscore_summary_kept_despite_its_check_is_kept_invalid() -> None:
     llm = ScriptedLLM(["Tom painted the fence and", "Becky watched Tom paint."])
-    out = get_method("inc-update", max_attempts=1, max_summary_tokens=200, word_limit=50,
-                     context_window=1024).run(BOOK, llm)
+    out = get_method("inc-update", max_attempts=1, max_summary_tokens=200, word_limit=50, context_window=1024).run(
+        BOOK, llm
+    )
     assert _outcomes(out) == ["kept_invalid", "ok"] and out.failure is None
     assert "sentence punctuation" in out.steps[0].failures[0]
 

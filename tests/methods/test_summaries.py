@@ -1,16 +1,18 @@
 """Seed 000 baselines on a scripted LLM: exact prompts, parsing, retries, memory transitions."""
+
 from __future__ import annotations
 
 import json
 
 import pytest
-
 from memloop.eval.datasets.sample import Sample
 from memloop.eval.errors import MethodError
 from memloop.eval.llm import ScriptedLLM
 from memloop.eval.methods import get_method
 
-HOTEL = Sample(id="h0", task="sumie", chunks=("The pool is huge.", "Breakfast was cold."), metadata={"entity": "HOTEL0"})
+HOTEL = Sample(
+    id="h0", task="sumie", chunks=("The pool is huge.", "Breakfast was cold."), metadata={"entity": "HOTEL0"}
+)
 
 
 def prompt(llm: ScriptedLLM, i: int) -> str:
@@ -27,8 +29,12 @@ class _Cl100kScripted(ScriptedLLM):
 
 
 def test_gu_json_updates_memory_step_by_step() -> None:
-    llm = ScriptedLLM(['```json\n{"Amenities": ["huge pool"],}\n```',
-                       'Here it is: {"Amenities": ["huge pool"], "Food": ["cold breakfast"]}'])
+    llm = ScriptedLLM(
+        [
+            '```json\n{"Amenities": ["huge pool"],}\n```',
+            'Here it is: {"Amenities": ["huge pool"], "Food": ["cold breakfast"]}',
+        ]
+    )
     out = get_method("gu-json").run(HOTEL, llm)
     assert [s.kind for s in out.steps] == ["initial", "update"]
     assert "Entity: HOTEL0" in prompt(llm, 0) and "P1. The pool is huge." in prompt(llm, 0)
@@ -56,8 +62,13 @@ def test_schema_is_sent_under_constrained_decoding_when_supported() -> None:
 
 
 def test_gm_json_merges_then_dedupes() -> None:
-    llm = ScriptedLLM(['{"Pool": ["huge pool"]}', '{"Pool": ["huge pool", "warm"], "Food": ["cold"]}',
-                       '{"Pool": ["huge warm pool"], "Food": ["cold"]}'])
+    llm = ScriptedLLM(
+        [
+            '{"Pool": ["huge pool"]}',
+            '{"Pool": ["huge pool", "warm"], "Food": ["cold"]}',
+            '{"Pool": ["huge warm pool"], "Food": ["cold"]}',
+        ]
+    )
     out = get_method("gm-json").run(HOTEL, llm)
     assert [s.kind for s in out.steps] == ["initial", "initial", "dedupe"]
     assert out.steps[1].memory == {"Pool": ["huge pool", "warm"], "Food": ["cold"]}
@@ -67,8 +78,15 @@ def test_gm_json_merges_then_dedupes() -> None:
 
 def test_memory_limit_triggers_compression_on_books() -> None:
     book = Sample(id="b", task="book", chunks=("Anna meets Bob.", "Bob leaves town."))
-    llm = ScriptedLLM(["Anna meets Bob in a small town by the sea at dawn.", "Anna meets Bob.",
-                       "Anna meets Bob; Bob leaves.", "Anna meets Bob; Bob leaves."], tokens_per_word=1.0)
+    llm = ScriptedLLM(
+        [
+            "Anna meets Bob in a small town by the sea at dawn.",
+            "Anna meets Bob.",
+            "Anna meets Bob; Bob leaves.",
+            "Anna meets Bob; Bob leaves.",
+        ],
+        tokens_per_word=1.0,
+    )
     out = get_method("gu-text", memory_limit=5).run(book, llm)
     assert [s.kind for s in out.steps] == ["initial", "compress", "update", "final"]
     assert "at most 5 tokens" in prompt(llm, 1)
@@ -98,8 +116,10 @@ def test_memory_limit_is_binding_text() -> None:
     a memory still over K is then trimmed deterministically, and the step records which happened."""
     book = Sample(id="b", task="book", chunks=("Anna meets Bob.", "Bob leaves town."))
     long = "Anna meets Bob in a small town by the sea at dawn."
-    llm = ScriptedLLM([long, "Anna meets Bob in a small town.", "Anna meets Bob in town today.",
-                       "Bob leaves.", "Bob leaves."], tokens_per_word=1.0)
+    llm = ScriptedLLM(
+        [long, "Anna meets Bob in a small town.", "Anna meets Bob in town today.", "Bob leaves.", "Bob leaves."],
+        tokens_per_word=1.0,
+    )
     out = get_method("gu-text", memory_limit=5, compress_rounds=2).run(book, llm)
     assert [s.kind for s in out.steps] == ["initial", "compress", "compress", "update", "final"]
     last = out.steps[2]
@@ -128,14 +148,19 @@ def test_memory_limit_is_binding_json() -> None:
     out = get_method("gu-json", memory_limit=k).run(book, ok)
     assert out.steps[1].failures == [] and out.steps[1].memory == small
 
+
 def test_json_memory_is_counted_compact_against_k() -> None:
     """Issue 30 point 7: K counts the compact JSON the prompt receives, not an indented rendering."""
     from memloop.eval.tokens import cl100k_count
 
     book = Sample(id="b", task="book", chunks=("Anna meets Bob.", "Bob leaves town."))
-    memory = {"characters": {"Anna": ["meets Bob", "sails north", "fights the storm", "wins the race"],
-                             "Bob": ["leaves town", "writes letters"]},
-              "events": {"storm": ["the boat nearly sinks", "Anna steers home"]}}
+    memory = {
+        "characters": {
+            "Anna": ["meets Bob", "sails north", "fights the storm", "wins the race"],
+            "Bob": ["leaves town", "writes letters"],
+        },
+        "events": {"storm": ["the boat nearly sinks", "Anna steers home"]},
+    }
     compact = json.dumps(memory, ensure_ascii=False, separators=(",", ":"))
     k = cl100k_count(compact) + 2
     assert cl100k_count(json.dumps(memory, indent=2)) > k  # the indented form would have been compressed
@@ -165,7 +190,10 @@ def test_text_prompts_keep_the_json_prompts_instructions_and_compression_may_mer
     ask to keep the structure and keys."""
     from memloop.eval.templates import load_template
 
-    shape = ("An attribute with several values", "Each value carries enough evidence from the paragraph about the entity.")
+    shape = (
+        "An attribute with several values",
+        "Each value carries enough evidence from the paragraph about the entity.",
+    )
     for step in ("initial", "update"):
         text = load_template(f"s000-entity-{step}-text").text
         assert load_template(f"s000-entity-{step}-json").text.count(shape[1]) == 1
@@ -188,15 +216,21 @@ class _SchemaRecorder(ScriptedLLM):
         self.requests.append(request)
         text = request.messages[0]["content"]
         if "[THOUGHTS FOR UPDATE]" in text.rsplit("===", 1)[-1]:
-            out = ('[THOUGHTS FOR UPDATE]\n1. none\n\n[UPDATED_OBJECTS]\n{}\n\n[THOUGHTS FOR ADD]\n1. food\n\n'
-                   '[ADDED_OBJECTS]\n{"$.attributes.Food": {"add": ["cold breakfast"]}}\n')
+            out = (
+                "[THOUGHTS FOR UPDATE]\n1. none\n\n[UPDATED_OBJECTS]\n{}\n\n[THOUGHTS FOR ADD]\n1. food\n\n"
+                '[ADDED_OBJECTS]\n{"$.attributes.Food": {"add": ["cold breakfast"]}}\n'
+            )
         else:
             out = '{"Amenities": ["huge pool"], "Food": ["cold breakfast"]}'
         return LLMResult(text=out, usage=Usage(1, 0, 1))
 
 
-THREE = Sample(id="h1", task="sumie", chunks=("The pool is huge.", "Breakfast was cold.", "Staff were kind."),
-               metadata={"entity": "HOTEL1"})
+THREE = Sample(
+    id="h1",
+    task="sumie",
+    chunks=("The pool is huge.", "Breakfast was cold.", "Staff were kind."),
+    metadata={"entity": "HOTEL1"},
+)
 
 
 @pytest.mark.parametrize("name", ["go-json", "gu-json", "gm-json", "cok"])

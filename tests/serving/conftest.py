@@ -1,4 +1,5 @@
 """Fixtures of the serving tests: one loaded SmolLM2 shared by the engines of the session."""
+
 from __future__ import annotations
 
 import pytest
@@ -12,8 +13,8 @@ def loaded_model(smollm2_gguf):
 
 
 def _engine(model, **kw):
-    from memloop.engine.engine_config import EngineConfig
     from memloop.engine.core.engine import Engine
+    from memloop.engine.engine_config import EngineConfig
 
     cfg = dict(num_pages=256, page_size=16, max_batch=32, prefill_chunk=256)
     cfg.update(kw)
@@ -66,6 +67,7 @@ def engine_nocache(_session_engines):
 def base_url(engine):
     """The OpenAI-compatible server over the shared engine on 127.0.0.1 (a module may define its own)."""
     from memloop.engine.serve.server import create_app
+
     from tests.http_server import serve_app
 
     with serve_app(create_app(engine, "smollm2")) as url:

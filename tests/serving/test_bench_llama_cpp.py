@@ -5,6 +5,7 @@ against memloop's own server (`memloop serve`, the bundled SmolLM2) in a subproc
 llama-batched-bench parser reads output captured from the real binary built by `make peers`
 (fixtures/llama_batched_bench_*.txt). The slow test builds (on first use) and runs both peers.
 """
+
 from __future__ import annotations
 
 import shutil
@@ -13,9 +14,20 @@ from pathlib import Path
 
 import httpx
 import pytest
-
-from memloop.bench.llama_cpp import (BATCHED_BENCH, SERVER, PeerError, PeerMissingError, PeerServerError, decode_rate,
-                             free_port, gguf_path, parse_batched_bench, peer_binary, run_openai_workload, serving)
+from memloop.bench.llama_cpp import (
+    BATCHED_BENCH,
+    SERVER,
+    PeerError,
+    PeerMissingError,
+    PeerServerError,
+    decode_rate,
+    free_port,
+    gguf_path,
+    parse_batched_bench,
+    peer_binary,
+    run_openai_workload,
+    serving,
+)
 from memloop.bench.prefix import build_workload, run_engine
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -26,8 +38,16 @@ CODE = {"PYTHONPATH": str(ROOT)}  # this checkout's memloop, whatever the enviro
 
 
 def _memloop_serve(port: int) -> list[str]:
-    return [sys.executable, "-c", "from memloop.jobs.commands.cli import main; main()", "serve", "--port", str(port),
-            "--kv-budget", str(64 << 20)]
+    return [
+        sys.executable,
+        "-c",
+        "from memloop.jobs.commands.cli import main; main()",
+        "serve",
+        "--port",
+        str(port),
+        "--kv-budget",
+        str(64 << 20),
+    ]
 
 
 class _Boom(Exception):
@@ -72,6 +92,7 @@ def test_a_server_that_exits_raises_with_its_output():
 
 def test_an_error_answer_names_the_endpoint(engine):
     from memloop.engine.serve.server import create_app
+
     from tests.http_server import serve_app
 
     with serve_app(create_app(engine, "smollm2")) as url:
@@ -109,9 +130,8 @@ def test_batched_bench_without_rows_is_an_error():
 
 
 def test_cli_rejects_unknown_peers():
-    from typer.testing import CliRunner
-
     from memloop.jobs.commands.cli import app
+    from typer.testing import CliRunner
 
     runner = CliRunner()
     out = runner.invoke(app, ["bench", "prefix", "--peer", "vllm"])
@@ -192,9 +212,12 @@ def test_llama_cpp_peers_end_to_end(loaded_model):
     figures = model_bench_peer(memloop, None, 8, 4, (1024,), log=lambda _: None)  # what --peer llama-cpp adds
     assert figures["llama_cpp_decode_tokens"] == max(DECODE_CHUNK, 8 // DECODE_CHUNK * DECODE_CHUNK)
     assert figures["llama_cpp_decode_tps_b1"] > 0 and figures["llama_cpp_decode_tps_b1_ctx1k"] > 0
-    assert figures["ratio_decode_b1_vs_llama_cpp"] == pytest.approx(100.0 / figures["llama_cpp_decode_tps_b1"], rel=1e-2)
+    assert figures["ratio_decode_b1_vs_llama_cpp"] == pytest.approx(
+        100.0 / figures["llama_cpp_decode_tps_b1"], rel=1e-2
+    )
     assert figures["ratio_decode_b1_ctx1k_vs_llama_cpp"] == pytest.approx(
-        50.0 / figures["llama_cpp_decode_tps_b1_ctx1k"], rel=1e-2)
+        50.0 / figures["llama_cpp_decode_tps_b1_ctx1k"], rel=1e-2
+    )
 
 
 # A stand-in llama-batched-bench whose first run loses its last row, as llama.cpp's unflushed logger
@@ -247,8 +270,12 @@ def test_a_bench_stopped_by_sigterm_takes_its_peer_server_with_it(tmp_path):
     import time
 
     port, pid_file = free_port(), tmp_path / "server.pid"
-    bench = subprocess.Popen([sys.executable, "-c", _BENCH_HOLDING_A_SERVER, str(port), str(pid_file),
-                              _STAND_IN_SERVER], stdout=subprocess.PIPE, text=True, env={**os.environ, **CODE})
+    bench = subprocess.Popen(
+        [sys.executable, "-c", _BENCH_HOLDING_A_SERVER, str(port), str(pid_file), _STAND_IN_SERVER],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **CODE},
+    )
     try:
         assert bench.stdout.readline().strip() == "serving"
         server_pid = int(pid_file.read_text())
@@ -379,8 +406,11 @@ http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
 
 def _stand_in_build(bin_dir: Path, runs_a_model: bool) -> None:
     bin_dir.mkdir(parents=True, exist_ok=True)
-    scripts = ({BATCHED_BENCH: _BATCHED_RUNS, SERVER: _SERVER_RUNS.format(python=sys.executable)} if runs_a_model
-               else {BATCHED_BENCH: _CRASHES_AT_MODEL_LOAD, SERVER: _CRASHES_AT_MODEL_LOAD})
+    scripts = (
+        {BATCHED_BENCH: _BATCHED_RUNS, SERVER: _SERVER_RUNS.format(python=sys.executable)}
+        if runs_a_model
+        else {BATCHED_BENCH: _CRASHES_AT_MODEL_LOAD, SERVER: _CRASHES_AT_MODEL_LOAD}
+    )
     for name, text in scripts.items():
         (bin_dir / name).write_text(text)
         (bin_dir / name).chmod(0o755)
@@ -456,14 +486,38 @@ def test_bench_model_with_a_peer_that_cannot_run_says_so_on_its_first_line(tmp_p
     import subprocess
 
     _stand_in_build(tmp_path, runs_a_model=False)
-    cmd = [sys.executable, "-c", "from memloop.jobs.commands.cli import main; main()", "bench", "model", "--peer",
-           "llama-cpp", "--greedy-tokens", "2", "--decode-tokens", "8", "--prefill-tokens", "16", "--batch", "2",
-           "--no-long-contexts", "--no-gather-peer", "--kv-types", "", "--no-f64-reference", "--no-dense-peer"]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=1700,
-                          env={**os.environ, **CODE, "MEMLOOP_PEERS_BIN": str(tmp_path)})
+    cmd = [
+        sys.executable,
+        "-c",
+        "from memloop.jobs.commands.cli import main; main()",
+        "bench",
+        "model",
+        "--peer",
+        "llama-cpp",
+        "--greedy-tokens",
+        "2",
+        "--decode-tokens",
+        "8",
+        "--prefill-tokens",
+        "16",
+        "--batch",
+        "2",
+        "--no-long-contexts",
+        "--no-gather-peer",
+        "--kv-types",
+        "",
+        "--no-f64-reference",
+        "--no-dense-peer",
+    ]
+    done = subprocess.run(
+        cmd,
+        capture_output=True,
+        text=True,
+        timeout=1700,
+        env={**os.environ, **CODE, "MEMLOOP_PEERS_BIN": str(tmp_path)},
+    )
     lines = done.stdout.splitlines()
     assert lines and lines[0].startswith("PEER CANNOT RUN ON THIS HOST"), done.stdout[:2000] + done.stderr[-2000:]
     assert "llama-batched-bench" in lines[0] and "SIGSEGV" in lines[0]
     assert done.returncode == 1 and any(x.startswith("decode_tps_b1 ") for x in lines)
     assert any(x.split() == ["ratio_decode_b1_vs_llama_cpp", "None"] for x in lines)
-

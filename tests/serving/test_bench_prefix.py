@@ -1,4 +1,5 @@
 """The PRISM-style benchmark workload: append-only prompts, and its prefix-cache accounting on the engine."""
+
 from __future__ import annotations
 
 from memloop.bench.prefix import build_workload, run_engine
@@ -28,8 +29,8 @@ def test_cacheable_ceiling_counts_whole_shared_pages():
     from memloop.bench.prefix import cacheable_tokens
 
     a = list(range(40))
-    b = list(range(35)) + [99, 98]   # shares 35 tokens with a -> 2 whole pages of 16
-    c = list(range(40))              # identical to a: capped one token short -> 39 -> 2 pages
+    b = list(range(35)) + [99, 98]  # shares 35 tokens with a -> 2 whole pages of 16
+    c = list(range(40))  # identical to a: capped one token short -> 39 -> 2 pages
     assert cacheable_tokens([[a], [b], [c]], 16) == 32 + 32
     assert cacheable_tokens([[a, c]], 16) == 32  # same loop, later step
     assert cacheable_tokens([[a], [list(range(100, 140))]], 16) == 0
@@ -44,7 +45,9 @@ def test_engine_serves_the_whole_cacheable_ceiling(engine):
     got = 0
     for i in range(3):  # step-major, as concurrent loops submit them
         for prompts in w:
-            got += engine.complete({"prompt": prompts[i], "sampling": {"max_tokens": 2, "temperature": 0.0}})["usage"]["cached_tokens"]
+            got += engine.complete({"prompt": prompts[i], "sampling": {"max_tokens": 2, "temperature": 0.0}})["usage"][
+                "cached_tokens"
+            ]
     ids = [[engine.tokenizer.encode(p) for p in prompts] for prompts in w]
     assert got == cacheable_tokens(ids, engine.pool.page_size)
 
@@ -53,7 +56,10 @@ def test_accelerator_figures_are_null_on_cpu(loaded_model):
     from memloop.bench.prefix import accelerator_figures
 
     assert accelerator_figures(loaded_model, 1 << 26, emit=lambda _: None) == {
-        "accelerator": None, "decode_hbm_fraction": None, "prefill_mfu": None}
+        "accelerator": None,
+        "decode_hbm_fraction": None,
+        "prefill_mfu": None,
+    }
 
 
 def test_engine_figures_time_the_engine_against_a_device_spec(engine):
@@ -61,8 +67,9 @@ def test_engine_figures_time_the_engine_against_a_device_spec(engine):
     from memloop.bench.accelerators import DeviceSpec, engine_figures
 
     # 24 decode steps: their time must stand out from the noise of a shared host (~20-100 ms a step)
-    out = engine_figures(engine, DeviceSpec("made-up", 1e9, 1e12), batch=2, decode_steps=24, prefill_tokens=48,
-                         log=lambda _: None)
+    out = engine_figures(
+        engine, DeviceSpec("made-up", 1e9, 1e12), batch=2, decode_steps=24, prefill_tokens=48, log=lambda _: None
+    )
     assert out["figures_batch"] == 2 and out["figures_decode_steps"] == 24
     assert 40 <= out["figures_prefill_tokens"] <= 56  # re-tokenised text of 48 tokens
     # a CPU reads ~0.1-0.6 GB of weights per step in tens of ms: within 0.1x-100x of a 1 GB/s "device"
@@ -76,12 +83,12 @@ def test_papers_workload_shares_one_book_and_grows_each_memory():
     ws = workload_settings("papers", samples=3, steps=3)
     assert (ws["max_tokens"], WORKLOADS["papers"]["samples"], WORKLOADS["papers"]["steps"]) == (256, 32, 8)
     w = build_workload(ws["samples"], ws["steps"], ws["chunk_words"], revisions=ws["revisions"], shared_book=True)
-    chunk = lambda p: p[p.index("\n\nChunk "):]
+    chunk = lambda p: p[p.index("\n\nChunk ") :]
     for i in range(3):
         assert chunk(w[0][i]) == chunk(w[1][i]) == chunk(w[2][i])  # one shared book
     assert w[0][1] != w[1][1]  # each loop's own revisions
-    from memloop.engine.model.tokenizer import load_tokenizer
     from memloop.engine.assets import default_model_path
+    from memloop.engine.model.tokenizer import load_tokenizer
 
     tok = load_tokenizer(default_model_path())
     first, second = tok.count_tokens(chunk(w[0][0])), tok.count_tokens(chunk(w[0][1]))
@@ -92,7 +99,6 @@ def test_papers_workload_shares_one_book_and_grows_each_memory():
 
 def test_an_unknown_workload_is_named():
     import pytest
-
     from memloop.bench.prefix import workload_settings
     from memloop.engine.errors import EngineError
 
@@ -105,8 +111,17 @@ def test_the_cache_off_and_warm_up_passes_can_be_left_out():
     from memloop.bench.prefix import main
 
     lines: list[str] = []
-    res = main("short", emit=lines.append, cache_off=False, warmup=False, samples=2, steps=2, max_tokens=2,
-               chunk_words=5, kv_dtype="float16")
+    res = main(
+        "short",
+        emit=lines.append,
+        cache_off=False,
+        warmup=False,
+        samples=2,
+        steps=2,
+        max_tokens=2,
+        chunk_words=5,
+        kv_dtype="float16",
+    )
     assert res["kv_dtype"] == "float16" and res["kv_budget_bytes"] == 1 << 30
     assert res["tokens_per_s"] > 0 and res["decoded_tokens"] == 2 * 2 * 2
     assert res["warmup_s"] is None

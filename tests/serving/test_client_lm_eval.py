@@ -3,6 +3,7 @@ multiple-choice task of a local JSONL file the test writes, each per-item log-li
 against transformers' on the same GGUF checkpoint. Some continuations end a chat turn, so the model's
 next token (the one generated token lm-eval asks for) is its stop token `<|im_end|>`: lm-eval reads
 `token_logprobs[ctxlen:-1]`, so the echoed list must hold that generated token too."""
+
 from __future__ import annotations
 
 import json
@@ -10,7 +11,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -22,8 +22,11 @@ def _chat(question: str) -> str:
 ITEMS = [
     {"question": _chat("Is the sky blue? Answer yes or no."), "choices": ["Yes.", "No."], "answer": 0},
     {"question": _chat("What is 2+2? Reply with a number only."), "choices": ["4", "5", "22"], "answer": 0},
-    {"question": _chat("Name the capital of France, one word."), "choices": ["Paris.", "Rome.", "Berlin."],
-     "answer": 0},
+    {
+        "question": _chat("Name the capital of France, one word."),
+        "choices": ["Paris.", "Rome.", "Berlin."],
+        "answer": 0,
+    },
     {"question": "The cat sat on the", "choices": [" mat", " moon", " banana"], "answer": 0},
     {"question": "Water freezes at zero degrees", "choices": [" Celsius", " Fahrenheit", " Kelvin"], "answer": 0},
     {"question": "One, two, three, four,", "choices": [" five", " seven", " twelve"], "answer": 0},
@@ -46,7 +49,6 @@ metric_list:
 """
 
 
-
 @pytest.fixture(scope="module")
 def hf_model(smollm2_gguf):
     """transformers' own GGUF loader and PyTorch implementation: the reference."""
@@ -54,8 +56,9 @@ def hf_model(smollm2_gguf):
     from transformers import AutoModelForCausalLM
 
     torch.set_num_threads(1)  # the CI cores are shared
-    model = AutoModelForCausalLM.from_pretrained(str(smollm2_gguf.parent), gguf_file=smollm2_gguf.name,
-                                                 dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(
+        str(smollm2_gguf.parent), gguf_file=smollm2_gguf.name, dtype=torch.float32
+    )
     return model.eval()
 
 
@@ -90,11 +93,17 @@ def test_lm_eval_loglikelihoods_equal_transformers(base_url, tmp_path, loaded_mo
     monkeypatch.chdir(tmp_path)
     tasks = _write_task(tmp_path)
     loaded_model.tokenizer.hf.save_pretrained(tmp_path / "tokenizer")  # lm-eval counts context tokens itself
-    lm = get_model("local-completions")(model="smollm2", base_url=f"{base_url}/v1/completions",
-                                        tokenizer_backend="huggingface", tokenizer=str(tmp_path / "tokenizer"),
-                                        batch_size=4, max_retries=1)
-    out = lm_eval.simple_evaluate(model=lm, tasks=["memloop_mc"], task_manager=TaskManager(include_path=str(tasks)),
-                                  log_samples=True)
+    lm = get_model("local-completions")(
+        model="smollm2",
+        base_url=f"{base_url}/v1/completions",
+        tokenizer_backend="huggingface",
+        tokenizer=str(tmp_path / "tokenizer"),
+        batch_size=4,
+        max_retries=1,
+    )
+    out = lm_eval.simple_evaluate(
+        model=lm, tasks=["memloop_mc"], task_manager=TaskManager(include_path=str(tasks)), log_samples=True
+    )
     samples = out["samples"]["memloop_mc"]
     assert len(samples) == len(ITEMS)
     stop_id = loaded_model.tokenizer.hf.convert_tokens_to_ids("<|im_end|>")
@@ -112,5 +121,7 @@ def test_lm_eval_loglikelihoods_equal_transformers(base_url, tmp_path, loaded_mo
         correct += int(np.argmax(scores)) == sample["target"]
     assert stops >= 3, "the task must hold continuations after which the model's next token is its stop token"
     assert out["results"]["memloop_mc"]["acc,none"] == pytest.approx(correct / len(ITEMS))
-    print(f"max |lm-eval - transformers| over {len(diffs)} log-likelihoods: {max(diffs):.2e}; {stops} end before a stop "
-          "token")
+    print(
+        f"max |lm-eval - transformers| over {len(diffs)} log-likelihoods: {max(diffs):.2e}; {stops} end before a stop "
+        "token"
+    )

@@ -2,6 +2,7 @@
 chat and completions stream the same text, finish reason, log-probabilities and usage as the answer
 not streamed; n choices interleave by index; a stop string's text is never sent; a client that
 disconnects mid-stream frees its sequence at once; what can be refused is a 400 before the stream."""
+
 from __future__ import annotations
 
 import json
@@ -17,8 +18,6 @@ from tests.http_server import serve_app
 pytestmark = pytest.mark.timeout(300)
 
 MESSAGES = [{"role": "user", "content": "Name three colours."}]
-
-
 
 
 def _stats(base_url: str) -> dict:
@@ -40,15 +39,24 @@ def test_streamed_chat_is_the_answer_not_streamed(client):
     assert "".join(c.choices[0].delta.content or "" for c in body) == whole.choices[0].message.content
     streamed = [e for c in body if c.choices[0].logprobs for e in c.choices[0].logprobs.content]
     want = whole.choices[0].logprobs.content
-    assert [(e.token, e.bytes, [t.token for t in e.top_logprobs]) for e in streamed] == \
-        [(e.token, e.bytes, [t.token for t in e.top_logprobs]) for e in want]
+    assert [(e.token, e.bytes, [t.token for t in e.top_logprobs]) for e in streamed] == [
+        (e.token, e.bytes, [t.token for t in e.top_logprobs]) for e in want
+    ]
     # the second request's prompt comes from the prefix cache: the same numbers up to float rounding
     assert max(abs(a.logprob - b.logprob) for a, b in zip(streamed, want)) < 1e-4
 
 
 def test_streamed_completions_interleave_choices_and_keep_stop_strings_out(client):
-    kw = dict(model="smollm2", prompt="One, two, three,", max_tokens=12, temperature=0.8, seed=7, n=2, logprobs=1,
-              stop=[" six"])
+    kw = dict(
+        model="smollm2",
+        prompt="One, two, three,",
+        max_tokens=12,
+        temperature=0.8,
+        seed=7,
+        n=2,
+        logprobs=1,
+        stop=[" six"],
+    )
     whole = client.completions.create(**kw)
     chunks = list(client.completions.create(**kw, stream=True))
     order = [c.choices[0].index for c in chunks]
@@ -62,24 +70,40 @@ def test_streamed_completions_interleave_choices_and_keep_stop_strings_out(clien
         assert tokens == choice.logprobs.tokens and offsets == choice.logprobs.text_offset
         assert [v for c in mine for v in c.logprobs.token_logprobs] == choice.logprobs.token_logprobs
     # greedy, stopped by the string: no chunk ever held it
-    stopped = list(client.completions.create(model="smollm2", prompt="One, two, three, four,", max_tokens=12,
-                                             temperature=0, stop=[" six"], stream=True))
+    stopped = list(
+        client.completions.create(
+            model="smollm2", prompt="One, two, three, four,", max_tokens=12, temperature=0, stop=[" six"], stream=True
+        )
+    )
     text = "".join(c.choices[0].text for c in stopped)
     assert text == " five," and stopped[-1].choices[0].finish_reason == "stop"
 
 
 def test_a_streamed_json_schema_answer_is_valid(client):
-    schema = {"type": "object", "properties": {"colour": {"type": "string", "maxLength": 12}},
-              "required": ["colour"], "additionalProperties": False}
-    chunks = client.chat.completions.create(model="smollm2", messages=MESSAGES, max_tokens=40, temperature=0,
-                                            stream=True, response_format={"type": "json_schema", "json_schema": {
-                                                "name": "c", "schema": schema}})
+    schema = {
+        "type": "object",
+        "properties": {"colour": {"type": "string", "maxLength": 12}},
+        "required": ["colour"],
+        "additionalProperties": False,
+    }
+    chunks = client.chat.completions.create(
+        model="smollm2",
+        messages=MESSAGES,
+        max_tokens=40,
+        temperature=0,
+        stream=True,
+        response_format={"type": "json_schema", "json_schema": {"name": "c", "schema": schema}},
+    )
     jsonschema.validate(json.loads("".join(c.choices[0].delta.content or "" for c in chunks)), schema)
 
 
 def test_the_wire_format_is_server_sent_events(base_url):
-    with httpx.stream("POST", f"{base_url}/v1/chat/completions", timeout=120,
-                      json={"messages": MESSAGES, "max_tokens": 3, "stream": True}) as r:
+    with httpx.stream(
+        "POST",
+        f"{base_url}/v1/chat/completions",
+        timeout=120,
+        json={"messages": MESSAGES, "max_tokens": 3, "stream": True},
+    ) as r:
         assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
         events = [line for line in r.iter_lines() if line]
     assert all(e.startswith("data: ") for e in events) and events[-1] == "data: [DONE]"
@@ -88,8 +112,13 @@ def test_the_wire_format_is_server_sent_events(base_url):
 
 def test_a_disconnect_mid_stream_frees_the_sequence_at_once(client, base_url):
     before = _stats(base_url)["cancelled_requests"]
-    stream = client.chat.completions.create(model="smollm2", messages=[{"role": "user", "content": "Count to 5000."}],
-                                            max_tokens=4000, temperature=0, stream=True)
+    stream = client.chat.completions.create(
+        model="smollm2",
+        messages=[{"role": "user", "content": "Count to 5000."}],
+        max_tokens=4000,
+        temperature=0,
+        stream=True,
+    )
     got = [c for _, c in zip(range(5), stream)]
     assert len(got) == 5 and _stats(base_url)["running"] == 1
     decoded = _stats(base_url)["decoded_tokens"]
@@ -103,8 +132,12 @@ def test_a_disconnect_mid_stream_frees_the_sequence_at_once(client, base_url):
 
 
 def test_refusals_come_before_the_stream(client):
-    for kw, param in ((dict(temperature=-1), None), (dict(stream_options={"include_usage": "yes"}), None),
-                      (dict(logprobs=5), "logprobs"), (dict(extra_body={"frobnicate": 1}), "frobnicate")):
+    for kw, param in (
+        (dict(temperature=-1), None),
+        (dict(stream_options={"include_usage": "yes"}), None),
+        (dict(logprobs=5), "logprobs"),
+        (dict(extra_body={"frobnicate": 1}), "frobnicate"),
+    ):
         with pytest.raises(openai.BadRequestError) as err:
             client.chat.completions.create(model="smollm2", messages=MESSAGES, max_tokens=2, stream=True, **kw)
         assert param is None or err.value.param == param, err.value.message
@@ -122,8 +155,12 @@ def test_past_the_deadline_a_stream_ends_with_an_error_event(engine):
         before = _stats(url)["cancelled_requests"]
         # greedy: this prompt decodes to its 4,000-token cap (sampled at OpenAI's default temperature 1, it could
         # end with an end-of-text token inside the second, and the stream would finish before its deadline)
-        with httpx.stream("POST", f"{url}/v1/completions", timeout=120,
-                          json={"prompt": "Count to 5000:", "max_tokens": 4000, "temperature": 0, "stream": True}) as r:
+        with httpx.stream(
+            "POST",
+            f"{url}/v1/completions",
+            timeout=120,
+            json={"prompt": "Count to 5000:", "max_tokens": 4000, "temperature": 0, "stream": True},
+        ) as r:
             events = [line for line in r.iter_lines() if line]
         assert events[-1] == "data: [DONE]"
         error = json.loads(events[-2][6:])["error"]
@@ -134,8 +171,14 @@ def test_past_the_deadline_a_stream_ends_with_an_error_event(engine):
         assert _stats(url)["cancelled_requests"] == before + 1
 
 
-@pytest.mark.parametrize("text, stop", [("Hello 🎉 wörld, café! STOP and more", ("STOP",)),
-                                        ("Ünïcödé ✓✓ 日本語のテキスト", ()), ("a b c d e f", ("d e", "zz"))])
+@pytest.mark.parametrize(
+    "text, stop",
+    [
+        ("Hello 🎉 wörld, café! STOP and more", ("STOP",)),
+        ("Ünïcödé ✓✓ 日本語のテキスト", ()),
+        ("a b c d e f", ("d e", "zz")),
+    ],
+)
 def test_streamed_text_adds_up_to_the_decoding(loaded_model, text, stop):
     """The incremental text of the real tokenizer's tokens (characters split across tokens included)
     adds up to the whole decoding cut at the stop string; nothing of the stop string is sent early."""
@@ -144,7 +187,7 @@ def test_streamed_text_adds_up_to_the_decoding(loaded_model, text, stop):
     tok = loaded_model.tokenizer
     ids = tok.encode(text)
     # the engine stops at the token that completes a stop string; that last one comes with the result
-    ids = ids[:next((k + 1 for k in range(len(ids)) if any(s in tok.decode(ids[:k + 1]) for s in stop)), len(ids))]
+    ids = ids[: next((k + 1 for k in range(len(ids)) if any(s in tok.decode(ids[: k + 1]) for s in stop)), len(ids))]
     full = tok.decode(ids)
     cut = min([full.find(s) for s in stop if s in full], default=len(full))
     stream = ChoiceStream(tok.decode, None, stop)

@@ -1,4 +1,5 @@
 """JSON-Schema constrained decoding with llguidance on the bundled SmolLM2."""
+
 from __future__ import annotations
 
 import json
@@ -6,7 +7,6 @@ import json
 import jsonschema
 import numpy as np
 import pytest
-
 from memloop.engine.errors import RequestError
 
 PERSON = {
@@ -23,9 +23,14 @@ PERSON = {
 FACTS = {"type": "array", "items": {"type": "string", "maxLength": 40}, "minItems": 1, "maxItems": 3}
 NESTED = {
     "type": "object",
-    "properties": {"answer": {"type": "boolean"},
-                   "scores": {"type": "object", "additionalProperties": {"type": "integer", "minimum": 0, "maximum": 100},
-                              "maxProperties": 2}},
+    "properties": {
+        "answer": {"type": "boolean"},
+        "scores": {
+            "type": "object",
+            "additionalProperties": {"type": "integer", "minimum": 0, "maximum": 100},
+            "maxProperties": 2,
+        },
+    },
     "required": ["answer", "scores"],
     # closed, like every memory schema: an open object lets a sampled 135M model add keys until max_tokens
     "additionalProperties": False,
@@ -61,8 +66,9 @@ def _requests(seeds_per_schema: int) -> tuple[list[str], list[dict]]:
             sampling = {"max_tokens": 256, "seed": seed}
             if seed:
                 sampling.update(temperature=0.8, top_k=40)
-            reqs.append({"messages": [{"role": "user", "content": PROMPT[name]}], "sampling": sampling,
-                         "json_schema": schema})
+            reqs.append(
+                {"messages": [{"role": "user", "content": PROMPT[name]}], "sampling": sampling, "json_schema": schema}
+            )
             names.append(name)
     return names, reqs
 
@@ -97,7 +103,6 @@ def test_invalid_schemas_are_request_errors(engine):
 def test_bitmask_unpacking_matches_llguidance(engine):
     import jax.numpy as jnp
     from llguidance.numpy import apply_token_bitmask_inplace
-
     from memloop.engine.sample.constrained import unpack_bitmask
 
     g = engine.grammar

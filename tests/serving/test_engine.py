@@ -1,18 +1,52 @@
 """The engine on the bundled SmolLM2: greedy invariance, exact usage, back-pressure, chunked prefill."""
+
 from __future__ import annotations
 
 import pytest
-
 from memloop.engine.errors import RequestError
 
-TOPICS = ["rivers", "planets", "birds", "colors", "tools", "fruits", "metals", "trees", "insects", "dances",
-          "rocks", "clouds", "boats", "bridges", "spices", "shoes", "games", "fish", "flowers", "castles",
-          "lamps", "drums", "maps", "coins", "hats", "kites", "bells", "glass", "ships", "roads", "moons", "winds"]
+TOPICS = [
+    "rivers",
+    "planets",
+    "birds",
+    "colors",
+    "tools",
+    "fruits",
+    "metals",
+    "trees",
+    "insects",
+    "dances",
+    "rocks",
+    "clouds",
+    "boats",
+    "bridges",
+    "spices",
+    "shoes",
+    "games",
+    "fish",
+    "flowers",
+    "castles",
+    "lamps",
+    "drums",
+    "maps",
+    "coins",
+    "hats",
+    "kites",
+    "bells",
+    "glass",
+    "ships",
+    "roads",
+    "moons",
+    "winds",
+]
 
 
 def chat(text: str, max_tokens: int = 12, **sampling) -> dict:
-    return {"messages": [{"role": "user", "content": text}], "sampling": {"max_tokens": max_tokens, **sampling},
-            "json_schema": None}
+    return {
+        "messages": [{"role": "user", "content": text}],
+        "sampling": {"max_tokens": max_tokens, **sampling},
+        "json_schema": None,
+    }
 
 
 def token_ids(engine, results):
@@ -43,8 +77,9 @@ def test_greedy_matches_the_reference_decoder(engine, loaded_model):
 
     topics = TOPICS[:6]
     served = engine.complete_many([chat(f"Name three {t}.", max_tokens=24) for t in topics])
-    ref = generate(loaded_model, [[{"role": "user", "content": f"Name three {t}."}] for t in topics],
-                   SamplingParams(max_tokens=24))
+    ref = generate(
+        loaded_model, [[{"role": "user", "content": f"Name three {t}."}] for t in topics], SamplingParams(max_tokens=24)
+    )
     assert [r["text"] for r in served] == [g.text for g in ref]
     assert [r["usage"]["decoded_tokens"] for r in served] == [len(g.token_ids) for g in ref]
 
@@ -88,21 +123,27 @@ def test_seeded_sampling_is_reproducible_across_batches(engine):
     alone = engine.complete(req)
     mixed = engine.complete_many([chat(f"Name three {t}.") for t in TOPICS[:3]] + [req])[-1]
     assert alone["text"] == mixed["text"]
-    other = engine.complete_many([chat("Tell me a short fact about the sea.", max_tokens=12, temperature=0.8,
-                                       top_k=40, seed=s) for s in range(4)])
+    other = engine.complete_many(
+        [
+            chat("Tell me a short fact about the sea.", max_tokens=12, temperature=0.8, top_k=40, seed=s)
+            for s in range(4)
+        ]
+    )
     assert len({r["text"] for r in other}) > 1
 
 
 def test_stop_strings_and_bad_requests(engine):
     r = engine.complete(chat("Count from 1 to 20 separated by commas.", max_tokens=40, stop=["5"]))
     assert "5" not in r["text"] and r["finish_reason"] == "stop"
-    for bad in ({"sampling": {"max_tokens": 3}},
-                {"prompt": "x", "messages": [{"role": "user", "content": "y"}]},
-                {"prompt": "x", "sampling": {"max_tokens": 0}},
-                {"prompt": "x", "sampling": {"temperature": -1}},
-                {"prompt": "x", "sampling": {"bogus": 1}},
-                {"prompt": "", "sampling": {"max_tokens": 3}},
-                {"prompt": "x " * 9000, "sampling": {"max_tokens": 3}}):
+    for bad in (
+        {"sampling": {"max_tokens": 3}},
+        {"prompt": "x", "messages": [{"role": "user", "content": "y"}]},
+        {"prompt": "x", "sampling": {"max_tokens": 0}},
+        {"prompt": "x", "sampling": {"temperature": -1}},
+        {"prompt": "x", "sampling": {"bogus": 1}},
+        {"prompt": "", "sampling": {"max_tokens": 3}},
+        {"prompt": "x " * 9000, "sampling": {"max_tokens": 3}},
+    ):
         with pytest.raises(RequestError):
             engine.complete(bad)
     assert engine.health()
@@ -111,8 +152,8 @@ def test_stop_strings_and_bad_requests(engine):
 @pytest.mark.slow
 def test_tensor_parallel_engine_matches_one_device(engine):
     """The same engine over a 4-device `tp` mesh (simulated CPU devices) gives the same greedy tokens."""
-    from memloop.engine.engine_config import EngineConfig
     from memloop.engine.core.engine import Engine
+    from memloop.engine.engine_config import EngineConfig
 
     tp = Engine(EngineConfig(num_pages=64, tp=4))
     try:
@@ -122,8 +163,10 @@ def test_tensor_parallel_engine_matches_one_device(engine):
         tp.shutdown()
 
 
-LONG_STORY = ("The river bends twice before it reaches the old mill, where the miller's daughter keeps the ledger "
-              "of every sack of grain that passes through the village each autumn. ")
+LONG_STORY = (
+    "The river bends twice before it reaches the old mill, where the miller's daughter keeps the ledger "
+    "of every sack of grain that passes through the village each autumn. "
+)
 
 
 @pytest.mark.slow
@@ -181,7 +224,8 @@ def test_a_float16_kv_cache_is_batch_invariant_and_read_by_the_kernel(make_engin
 def test_an_int8_kv_cache_is_batch_invariant_and_read_by_the_kernel(make_engine, engine):
     """kv_dtype=int8 keeps a code per element and a scale per (token, KV head): the same budget buys
     256/68 as many pages as float32 on SmolLM2's 64-wide heads; decode reads the codes in place (the
-    kernel's int8 entry point, see tests/engine/test_engine_paged_attention.py); a request decodes the same greedy tokens alone and in a batch, and
+    kernel's int8 entry point, see tests/engine/test_engine_paged_attention.py); a request decodes the same greedy
+    tokens alone and in a batch, and
     most requests match the float32 cache's text."""
     import jax.numpy as jnp
 
@@ -205,15 +249,19 @@ def test_decode_runs_several_steps_per_call_with_the_single_step_tokens(make_eng
     from memloop.engine.runner.step import engine_decode_steps
 
     eng = make_engine(max_batch=4, prefix_cache=False)  # the second pass must not be served from the cache
-    reqs = [chat("Name three rivers.", max_tokens=64), chat("Count to thirty in words.", max_tokens=21),
-            chat("Write a long story about a fox.", max_tokens=37, temperature=0.8, seed=3),
-            chat("Say hi.", max_tokens=40, top_k=5, temperature=1.0, seed=11)]
+    reqs = [
+        chat("Name three rivers.", max_tokens=64),
+        chat("Count to thirty in words.", max_tokens=21),
+        chat("Write a long story about a fox.", max_tokens=37, temperature=0.8, seed=3),
+        chat("Say hi.", max_tokens=40, top_k=5, temperature=1.0, seed=11),
+    ]
     before = engine_decode_steps._cache_size()
     runs = eng.complete_many(reqs)
     assert engine_decode_steps._cache_size() > before  # the several-step program served them
     singles = eng.complete_many([{**r, "sampling": {**r["sampling"], "stop": ["\x00never"]}} for r in reqs])
     assert [(r["text"], r["usage"], r["finish_reason"]) for r in runs] == [
-        (r["text"], r["usage"], r["finish_reason"]) for r in singles]
+        (r["text"], r["usage"], r["finish_reason"]) for r in singles
+    ]
     assert {r["finish_reason"] for r in runs} == {"stop", "length"}
     for r, req in zip(runs, reqs):  # a run stops at max_tokens wherever that falls in it
         assert r["finish_reason"] == "stop" or r["usage"]["decoded_tokens"] == req["sampling"]["max_tokens"]

@@ -1,10 +1,10 @@
 """`EngineConfig` speaks only the engine's own names and says which ones exist."""
+
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-
 from memloop.engine.engine_config import EngineConfig
 from memloop.engine.errors import EngineError
 
@@ -24,13 +24,25 @@ def test_other_vocabularies_are_rejected_naming_the_valid_fields(name: str) -> N
     assert all(f in str(err.value) for f in ("kv_budget", "model", "dtype", "tp"))
 
 
-@pytest.mark.parametrize("bad, field", [
-    ({"dtype": "auto"}, "dtype"), ({"dtype": "f32"}, "dtype"), ({"kv_budget": -1}, "kv_budget"),
-    ({"kv_budget": "1GB"}, "kv_budget"), ({"page_size": 0}, "page_size"), ({"max_batch": 2.5}, "max_batch"),
-    ({"num_pages": 1}, "num_pages"), ({"prefix_cache": "yes"}, "prefix_cache"), ({"tp": True}, "tp"),
-    ({"model": 3}, "model"), ({"attention": "flash"}, "attention"), ({"pallas_interpret": "yes"}, "pallas_interpret"),
-    ({"quantize": "int4"}, "quantize"), ({"kv_dtype": "fp8"}, "kv_dtype"),
-])
+@pytest.mark.parametrize(
+    "bad, field",
+    [
+        ({"dtype": "auto"}, "dtype"),
+        ({"dtype": "f32"}, "dtype"),
+        ({"kv_budget": -1}, "kv_budget"),
+        ({"kv_budget": "1GB"}, "kv_budget"),
+        ({"page_size": 0}, "page_size"),
+        ({"max_batch": 2.5}, "max_batch"),
+        ({"num_pages": 1}, "num_pages"),
+        ({"prefix_cache": "yes"}, "prefix_cache"),
+        ({"tp": True}, "tp"),
+        ({"model": 3}, "model"),
+        ({"attention": "flash"}, "attention"),
+        ({"pallas_interpret": "yes"}, "pallas_interpret"),
+        ({"quantize": "int4"}, "quantize"),
+        ({"kv_dtype": "fp8"}, "kv_dtype"),
+    ],
+)
 def test_bad_values_name_the_setting(bad: dict, field: str) -> None:
     with pytest.raises(EngineError, match=f"`{field}`"):
         EngineConfig.from_dict(bad)

@@ -1,5 +1,6 @@
 """The engine answers ahead whether a request fits (`Engine.misfit`): the same check `submit` applies,
 on the prompt as it will be encoded (chat template included), so callers need no guess of their own."""
+
 from __future__ import annotations
 
 

@@ -1,5 +1,6 @@
 """One bad sampling value, given on the command line, through the Python API and to the HTTP server, is
 refused with the one message `memloop.sampling.check` writes (the single owner of the sampling bounds)."""
+
 from __future__ import annotations
 
 import subprocess
@@ -25,8 +26,12 @@ def _message(**bad) -> str:
 
 
 def _config(tmp_path: Path) -> dict:
-    return {"name": "bounds", "output": str(tmp_path / "runs"),
-            "datasets": [{"task": "sumie", "synthetic": {"entities": 1}}], "methods": [{"name": "gu-json"}]}
+    return {
+        "name": "bounds",
+        "output": str(tmp_path / "runs"),
+        "datasets": [{"task": "sumie", "synthetic": {"entities": 1}}],
+        "methods": [{"name": "gu-json"}],
+    }
 
 
 def test_the_message_names_the_setting_its_bounds_and_the_value() -> None:
@@ -41,9 +46,21 @@ def test_cli_api_and_server_report_a_bad_max_tokens_alike(tmp_path, client) -> N
     # the command line: `memloop run CONFIG -S sampling.max_tokens=-5` stops before any work, exit status 2
     cfg = tmp_path / "run.yaml"
     cfg.write_text(yaml.safe_dump(_config(tmp_path)))
-    cli = subprocess.run([sys.executable, "-c", "from memloop.jobs.commands.cli import main; main()", "run",
-                          str(cfg), "-S", f"sampling.max_tokens={BAD}"],
-                         capture_output=True, text=True, cwd=ROOT, timeout=300)
+    cli = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from memloop.jobs.commands.cli import main; main()",
+            "run",
+            str(cfg),
+            "-S",
+            f"sampling.max_tokens={BAD}",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+    )
     assert cli.returncode == 2, cli.stderr
     assert f"`sampling.max_tokens`: {expected}" in cli.stderr, cli.stderr
     assert not (tmp_path / "runs").exists()
@@ -59,13 +76,13 @@ def test_cli_api_and_server_report_a_bad_max_tokens_alike(tmp_path, client) -> N
 
     # `memloop serve` on 127.0.0.1, asked by the openai SDK: a 400 whose message is the same, word for word
     with pytest.raises(openai.BadRequestError) as http:
-        client.chat.completions.create(model="smollm2", messages=[{"role": "user", "content": "Hi"}],
-                                       max_tokens=BAD)
+        client.chat.completions.create(model="smollm2", messages=[{"role": "user", "content": "Hi"}], max_tokens=BAD)
     assert http.value.status_code == 400
     assert http.value.body["message"] == expected, http.value.body
     with pytest.raises(openai.BadRequestError) as renamed:  # the cap under its current name, named as sent
-        client.chat.completions.create(model="smollm2", messages=[{"role": "user", "content": "Hi"}],
-                                       max_completion_tokens=BAD)
+        client.chat.completions.create(
+            model="smollm2", messages=[{"role": "user", "content": "Hi"}], max_completion_tokens=BAD
+        )
     assert renamed.value.body["message"] == f"invalid request at body.max_completion_tokens: {expected}"
 
 

@@ -4,14 +4,14 @@ Each kernel runs inside the real engine step (chunked prefill on the gather path
 through the kernel) and must give the gather path's greedy tokens on the benchmark's test prompts.
 The interpreter is slow (seconds per kernel call), hence the slow marker and the short outputs.
 """
+
 from __future__ import annotations
 
 import pytest
-
 from memloop.bench.model import PROMPTS
-from memloop.engine.engine_config import EngineConfig
 from memloop.engine.attention.pallas import AttentionBackendError
 from memloop.engine.core.engine import Engine
+from memloop.engine.engine_config import EngineConfig
 
 MAX_TOKENS = 16
 
@@ -36,8 +36,12 @@ def tokens_of(smollm2_gguf):
         if (dtype, attention) not in runs:
             if dtype not in models:
                 models[dtype] = load_model(smollm2_gguf, dtype=dtype, unroll=False)
-            eng = Engine(EngineConfig(num_pages=64, page_size=16, max_batch=8, attention=attention,
-                                      pallas_interpret=attention != "gather"), model=models[dtype])
+            eng = Engine(
+                EngineConfig(
+                    num_pages=64, page_size=16, max_batch=8, attention=attention, pallas_interpret=attention != "gather"
+                ),
+                model=models[dtype],
+            )
             try:
                 assert eng.runner.cache["k"].dtype == dtype  # the pools take the model's dtype
                 runs[(dtype, attention)] = (eng.attention.kind, _greedy(eng))
@@ -49,8 +53,9 @@ def tokens_of(smollm2_gguf):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind,dtype", [("pallas-tpu", "float32"), ("pallas-gpu", "float32"),
-                                        ("pallas-gpu", "bfloat16")])
+@pytest.mark.parametrize(
+    "kind,dtype", [("pallas-tpu", "float32"), ("pallas-gpu", "float32"), ("pallas-gpu", "bfloat16")]
+)
 def test_kernel_decoding_gives_the_gather_paths_greedy_tokens(kind, dtype, tokens_of):
     used, tokens = tokens_of(dtype, kind)
     assert used == kind

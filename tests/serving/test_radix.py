@@ -1,4 +1,5 @@
 """Property tests of the page pool and the radix prefix cache (model-free)."""
+
 from __future__ import annotations
 
 from collections import Counter
@@ -7,7 +8,6 @@ import hypothesis.strategies as st
 import pytest
 from hypothesis import settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
-
 from memloop.engine.cache.kv_cache import SCRATCH_PAGE, OutOfPagesError, PagePool
 from memloop.engine.cache.radix import RadixCache
 
@@ -29,7 +29,7 @@ class RadixMachine(RuleBasedStateMachine):
         cached = self.tree.match(tokens)
         # whatever the tree returns must hold exactly these tokens
         for i, p in enumerate(cached):
-            assert self.content[p] == tuple(tokens[i * PS:(i + 1) * PS])
+            assert self.content[p] == tuple(tokens[i * PS : (i + 1) * PS])
         n_new = -(-len(tokens) // PS) - len(cached)
         self.pool.incref(cached)
         if n_new > self.pool.num_free:
@@ -40,7 +40,7 @@ class RadixMachine(RuleBasedStateMachine):
         fresh = self.pool.alloc(n_new)
         for j, p in enumerate(fresh):
             i = len(cached) + j
-            self.content[p] = tuple(tokens[i * PS:(i + 1) * PS])
+            self.content[p] = tuple(tokens[i * PS : (i + 1) * PS])
         return cached + fresh
 
     @rule(tokens=tokens_st)

@@ -2,10 +2,10 @@
 how many pages an insert adopts, which leaves an eviction drops and how many pages it reports
 evictable. test_radix.py's state machine checks the invariants on random traffic; these pin the
 numbers (scripts/mutation.py's `radix` target runs them first)."""
+
 from __future__ import annotations
 
 import pytest
-
 from memloop.engine.cache.kv_cache import PagePool
 from memloop.engine.cache.radix import RadixCache
 

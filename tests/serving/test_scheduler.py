@@ -1,4 +1,5 @@
 """The continuous-batching scheduler over a real page pool and radix cache (no model needed)."""
+
 from __future__ import annotations
 
 from memloop.engine.cache.kv_cache import PagePool

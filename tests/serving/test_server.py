@@ -1,4 +1,5 @@
 """The OpenAI-compatible server on 127.0.0.1, hit with httpx."""
+
 from __future__ import annotations
 
 import json
@@ -13,9 +14,12 @@ from tests.http_server import serve_app
 
 pytestmark = pytest.mark.timeout(600)
 
-SCHEMA = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 20},
-                                           "sunny": {"type": "boolean"}},
-          "required": ["city", "sunny"], "additionalProperties": False}
+SCHEMA = {
+    "type": "object",
+    "properties": {"city": {"type": "string", "maxLength": 20}, "sunny": {"type": "boolean"}},
+    "required": ["city", "sunny"],
+    "additionalProperties": False,
+}
 
 
 @pytest.fixture(scope="module")
@@ -36,10 +40,15 @@ def test_models_completions_and_chat(base_url):
         u = again["usage"]
         assert u["total_tokens"] == u["prompt_tokens"] + u["completion_tokens"]
         assert "cached_tokens" in u["prompt_tokens_details"]
-        chat = c.post("/v1/chat/completions", json={
-            "messages": [{"role": "user", "content": "Weather in Paris today, as JSON."}],
-            "max_tokens": 64, "temperature": 0,
-            "response_format": {"type": "json_schema", "json_schema": {"name": "weather", "schema": SCHEMA}}})
+        chat = c.post(
+            "/v1/chat/completions",
+            json={
+                "messages": [{"role": "user", "content": "Weather in Paris today, as JSON."}],
+                "max_tokens": 64,
+                "temperature": 0,
+                "response_format": {"type": "json_schema", "json_schema": {"name": "weather", "schema": SCHEMA}},
+            },
+        )
         assert chat.status_code == 200, chat.text
         msg = chat.json()["choices"][0]["message"]["content"]
         jsonschema.validate(json.loads(msg), SCHEMA)
@@ -55,12 +64,21 @@ def test_bad_requests_get_4xx_and_the_server_stays_up(base_url):
             c.post("/v1/completions", json={"prompt": "x", "max_tokens": -3}),
             c.post("/v1/completions", json={"prompt": "x", "stream": "yes"}),
             c.post("/v1/completions", json={"prompt": "word " * 9000, "max_tokens": 4}),  # over the context
-            c.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "x"}],
-                                                 "response_format": {"type": "json_schema",
-                                                                     "json_schema": {"schema": {"type": 5}}}}),
+            c.post(
+                "/v1/chat/completions",
+                json={
+                    "messages": [{"role": "user", "content": "x"}],
+                    "response_format": {"type": "json_schema", "json_schema": {"schema": {"type": 5}}},
+                },
+            ),
         ]
-        bad.append(c.post("/v1/completions", content=b'{"prompt": "x", "max_tokens": 1' + b"0" * 5000 + b"}",
-                          headers={"content-type": "application/json"}))  # an integer Python will not parse
+        bad.append(
+            c.post(
+                "/v1/completions",
+                content=b'{"prompt": "x", "max_tokens": 1' + b"0" * 5000 + b"}",
+                headers={"content-type": "application/json"},
+            )
+        )  # an integer Python will not parse
         for r in bad:
             assert r.status_code == 400, r.text
             assert r.json()["error"]["message"]
@@ -88,8 +106,12 @@ def test_memloop_serve_command(tmp_path):
         port = s.getsockname()[1]
     memloop = Path(sys.executable).with_name("memloop")
     env = {**os.environ, "MEMLOOP_API_KEY": "k3y", "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-    proc = subprocess.Popen([str(memloop), "serve", "--port", str(port), "--kv-budget", str(64 << 20)],
-                            stdout=subprocess.DEVNULL, stderr=open(tmp_path / "serve.log", "w"), env=env)
+    proc = subprocess.Popen(
+        [str(memloop), "serve", "--port", str(port), "--kv-budget", str(64 << 20)],
+        stdout=subprocess.DEVNULL,
+        stderr=open(tmp_path / "serve.log", "w"),
+        env=env,
+    )
     try:
         deadline = time.time() + 300
         while time.time() < deadline:
@@ -108,8 +130,12 @@ def test_memloop_serve_command(tmp_path):
         assert said.index("loading the model") < said.index(listening) < said.index(ready), said[-2000:]
         body = {"messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 4, "temperature": 0}
         assert httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", json=body).status_code == 401
-        r = httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", timeout=300, json=body,
-                       headers={"Authorization": "Bearer k3y"})
+        r = httpx.post(
+            f"http://127.0.0.1:{port}/v1/chat/completions",
+            timeout=300,
+            json=body,
+            headers={"Authorization": "Bearer k3y"},
+        )
         assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] >= 1
     finally:
         proc.terminate()

@@ -5,6 +5,7 @@ The server used to run prompt scoring on asyncio's default executor (`min(32, cp
 where each scoring request's thread blocked on the scorer's lock until the call before it ended,
 abandoned or not; a later request's submission then queued for a thread outside its timeout and
 disconnect watch, and waited as long as the abandoned call ran, while /health said ok."""
+
 from __future__ import annotations
 
 import os
@@ -56,8 +57,10 @@ def test_abandoned_scoring_does_not_starve_later_requests(make_engine):
         try:
             later = _post(url, short, timeout=LATER_WAIT_S)
         except httpx.TimeoutException:
-            pytest.fail(f"a 4-token completion got no answer within {LATER_WAIT_S:g} s although the server's "
-                        f"--request-timeout is {TIMEOUT_S:g} s: abandoned scoring starved the server")
+            pytest.fail(
+                f"a 4-token completion got no answer within {LATER_WAIT_S:g} s although the server's "
+                f"--request-timeout is {TIMEOUT_S:g} s: abandoned scoring starved the server"
+            )
         assert later.status_code in (200, 504), later.text
         health = httpx.get(f"{url}/health", timeout=LATER_WAIT_S)
         assert health.status_code == 200 and health.json()["ok"] is True, health.text
@@ -99,8 +102,11 @@ def test_health_reports_an_engine_that_makes_no_progress(make_engine):
         fut = eng.submit({"prompt": "1, 2, 3,", "sampling": {"max_tokens": 64, "stop_token_ids": []}})
         with eng._lock:  # the step loop can neither plan nor finish a step
             seen: list[httpx.Response] = []
-            wait_for(lambda: seen.append(httpx.get(f"{url}/health")) or seen[-1].status_code == 503,
-                     "/health to report the stalled engine", limit_s=60)
+            wait_for(
+                lambda: seen.append(httpx.get(f"{url}/health")) or seen[-1].status_code == 503,
+                "/health to report the stalled engine",
+                limit_s=60,
+            )
             body = seen[-1].json()
             assert body["ok"] is False and "no progress" in body["reason"], body
         fut.result(timeout=300)
@@ -113,8 +119,9 @@ def test_health_reports_a_scorer_that_makes_no_progress(make_engine):
     eng = make_engine()
     with serve_app(_app(eng, stall_s=0.01)) as url:
         with ThreadPoolExecutor(1) as clients:
-            scored = clients.submit(_post, url, {"prompt": LONG_IDS[:500], "echo": True, "logprobs": 0,
-                                                 "max_tokens": 0})
+            scored = clients.submit(
+                _post, url, {"prompt": LONG_IDS[:500], "echo": True, "logprobs": 0, "max_tokens": 0}
+            )
             reasons: list[str] = []
 
             def stalled() -> bool:

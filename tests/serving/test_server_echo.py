@@ -1,6 +1,7 @@
 """`echo` on /v1/completions through the server on 127.0.0.1: every prompt token's log-probability
 (the model's own, first one null), the shapes lm-evaluation-harness's `local-completions` parses,
 `max_tokens: 0`, echo before a greedy completion, token-id prompts, and the limits."""
+
 from __future__ import annotations
 
 from operator import itemgetter
@@ -17,7 +18,6 @@ pytestmark = pytest.mark.timeout(300)
 PROMPTS = ["The capital of France is Paris.", "Hi", "One, two, three, four, five, six, seven, eight, nine and ten."]
 
 
-
 def _post(url: str, body: dict) -> httpx.Response:
     return httpx.post(f"{url}/v1/completions", json=body, timeout=300)
 
@@ -28,8 +28,9 @@ def _log_softmax(loaded_model, ids: list[int]) -> np.ndarray:
 
     toks = jnp.asarray([ids], jnp.int32)
     pos = jnp.arange(len(ids), dtype=jnp.int32)[None]
-    logits = np.asarray(forward(loaded_model.params, loaded_model.config, toks, pos, None,
-                                no_cache_attention(pos))[0][0], np.float64)
+    logits = np.asarray(
+        forward(loaded_model.params, loaded_model.config, toks, pos, None, no_cache_attention(pos))[0][0], np.float64
+    )
     logp = logits - logits.max(-1, keepdims=True)
     return logp - np.log(np.exp(logp).sum(-1, keepdims=True))
 
@@ -86,12 +87,25 @@ def test_echo_with_max_tokens_0_scores_every_prompt_token(base_url, loaded_model
 def test_lm_eval_loglikelihood_request_parses_to_the_models_numbers(base_url, loaded_model):
     """lm-eval's own payload (token ids, echo, logprobs 1, max_tokens 1, temperature 0, seed) and its parsing."""
     tok = loaded_model.tokenizer
-    pairs = [("The capital of France is", " Paris"), ("The capital of France is", " a banana split"),
-             ("Question: what is two plus two? Answer:", " four")]
+    pairs = [
+        ("The capital of France is", " Paris"),
+        ("The capital of France is", " a banana split"),
+        ("Question: what is two plus two? Answer:", " four"),
+    ]
     inputs = [tok.encode(c) + tok.encode(x) for c, x in pairs]
     ctxlens = [len(tok.encode(c)) for c, _ in pairs]
-    r = _post(base_url, {"model": "smollm2", "prompt": inputs, "temperature": 0, "max_tokens": 1, "logprobs": 1,
-                         "seed": 1234, "echo": True})
+    r = _post(
+        base_url,
+        {
+            "model": "smollm2",
+            "prompt": inputs,
+            "temperature": 0,
+            "max_tokens": 1,
+            "logprobs": 1,
+            "seed": 1234,
+            "echo": True,
+        },
+    )
     assert r.status_code == 200, r.text
     for choice, ids in zip(r.json()["choices"], inputs):  # the prompt's entries, then the generated token's
         assert len(choice["logprobs"]["token_logprobs"]) == len(ids) + 1
@@ -123,8 +137,9 @@ def test_echo_lists_a_generated_stop_token(base_url, loaded_model):
     assert len(lp["tokens"]) == len(lp["token_logprobs"]) == len(lp["text_offset"]) == len(ids) + 1
     assert lp["tokens"][-1] == "<|im_end|>" and lp["text_offset"][-1] == len(echoed["text"])
     logp = _log_softmax(loaded_model, ids + [2])
-    assert abs(lp["token_logprobs"][-1] - logp[-2, 2]) < 1e-3 and lp["top_logprobs"][-1] == {"<|im_end|>": lp[
-        "token_logprobs"][-1]}
+    assert abs(lp["token_logprobs"][-1] - logp[-2, 2]) < 1e-3 and lp["top_logprobs"][-1] == {
+        "<|im_end|>": lp["token_logprobs"][-1]
+    }
     plain = _post(base_url, body).json()["choices"][0]
     assert plain["text"] == "" and plain["logprobs"]["tokens"] == []
 
@@ -164,18 +179,26 @@ def test_token_id_prompts_are_used_as_they_are(base_url, loaded_model):
     assert echoed["text"] == "Hello world" and len(echoed["logprobs"]["tokens"]) == len(ids)
 
 
-@pytest.mark.parametrize("body, field", [
-    ({"prompt": [1] * 8200, "max_tokens": 0, "echo": True, "logprobs": 1},
-     "`prompt` 0 (8200 tokens) exceeds the model context of 8192 tokens"),
-    ({"prompt": [1] * 8200, "max_tokens": 1, "echo": True, "logprobs": 1}, "prompt (8200 tokens) + max_tokens (1)"),
-    ({"prompt": [-1, 5], "max_tokens": 0, "echo": True, "logprobs": 1}, "`prompt` token ids must be integers in [0, "),
-    ({"prompt": [49152], "max_tokens": 1}, "`prompt` token ids must be integers in [0, 49152)"),
-    ({"prompt": [True, 5], "max_tokens": 1}, "invalid request at body.prompt"),
-    ({"prompt": [], "max_tokens": 0, "echo": True}, "send 1 to"),
-    ({"prompt": "Hi", "max_tokens": 0}, "max_tokens"),
-    ({"prompt": "Hi", "max_tokens": 0, "echo": True, "temperature": -1}, "temperature"),
-    ({"prompt": "Hi", "max_tokens": 0, "echo": 1}, "`echo` must be true or false"),
-])
+@pytest.mark.parametrize(
+    "body, field",
+    [
+        (
+            {"prompt": [1] * 8200, "max_tokens": 0, "echo": True, "logprobs": 1},
+            "`prompt` 0 (8200 tokens) exceeds the model context of 8192 tokens",
+        ),
+        ({"prompt": [1] * 8200, "max_tokens": 1, "echo": True, "logprobs": 1}, "prompt (8200 tokens) + max_tokens (1)"),
+        (
+            {"prompt": [-1, 5], "max_tokens": 0, "echo": True, "logprobs": 1},
+            "`prompt` token ids must be integers in [0, ",
+        ),
+        ({"prompt": [49152], "max_tokens": 1}, "`prompt` token ids must be integers in [0, 49152)"),
+        ({"prompt": [True, 5], "max_tokens": 1}, "invalid request at body.prompt"),
+        ({"prompt": [], "max_tokens": 0, "echo": True}, "send 1 to"),
+        ({"prompt": "Hi", "max_tokens": 0}, "max_tokens"),
+        ({"prompt": "Hi", "max_tokens": 0, "echo": True, "temperature": -1}, "temperature"),
+        ({"prompt": "Hi", "max_tokens": 0, "echo": 1}, "`echo` must be true or false"),
+    ],
+)
 def test_echo_limits_are_400s_naming_the_field(base_url, body, field):
     r = _post(base_url, body)
     assert r.status_code == 400, r.text
@@ -211,7 +234,9 @@ def test_scoring_is_bounded_by_the_timeout_and_stops_when_abandoned(make_engine,
     from memloop.engine.serve.server import create_app
 
     # one scoring call per prompt (as prompts of more than 2,048 tokens are), with small prompts
-    monkeypatch.setattr(scoring, "batches", lambda lengths, budget=scoring.TOKEN_BUDGET: [[i] for i in range(len(lengths))])
+    monkeypatch.setattr(
+        scoring, "batches", lambda lengths, budget=scoring.TOKEN_BUDGET: [[i] for i in range(len(lengths))]
+    )
     eng = make_engine()
     prompts = [" ".join(f"w{k}x{i}" for i in range(250 + 10 * k)) for k in range(6)]
     with serve_app(create_app(eng, "smollm2", request_timeout=0.5)) as url:

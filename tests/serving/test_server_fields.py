@@ -2,29 +2,28 @@
 on 127.0.0.1: `max_completion_tokens` (what current SDKs and Inspect send) is honoured, a conflict with
 `max_tokens` and any field memloop would otherwise ignore are 400s naming the field (the SDK's
 `param`), and an unknown model is OpenAI's 404 `model_not_found`."""
+
 from __future__ import annotations
 
 import httpx
 import openai
 import pytest
 
-
 pytestmark = pytest.mark.timeout(300)
 
 MESSAGES = [{"role": "user", "content": "Write a long story about a dragon."}]
 
 
-
-
 def test_max_completion_tokens_is_honoured(client):
-    chat = client.chat.completions.create(model="smollm2", messages=MESSAGES, max_completion_tokens=5,
-                                          temperature=0)
+    chat = client.chat.completions.create(model="smollm2", messages=MESSAGES, max_completion_tokens=5, temperature=0)
     assert chat.usage.completion_tokens == 5 and chat.choices[0].finish_reason == "length"
-    both = client.chat.completions.create(model="smollm2", messages=MESSAGES, max_completion_tokens=3, max_tokens=3,
-                                          temperature=0)
+    both = client.chat.completions.create(
+        model="smollm2", messages=MESSAGES, max_completion_tokens=3, max_tokens=3, temperature=0
+    )
     assert both.usage.completion_tokens == 3
-    text = client.completions.create(model="smollm2", prompt="Once upon a time", temperature=0,
-                                     extra_body={"max_completion_tokens": 4})
+    text = client.completions.create(
+        model="smollm2", prompt="Once upon a time", temperature=0, extra_body={"max_completion_tokens": 4}
+    )
     assert text.usage.completion_tokens == 4
 
 
@@ -38,11 +37,19 @@ def test_a_conflict_is_a_400_naming_the_field(client):
     assert "max_completion_tokens" in err.value.message
 
 
-@pytest.mark.parametrize("route, field, value", [
-    ("chat", "frobnicate", 1), ("text", "frobnicate", "x"), ("chat", "ignore_eos", True),
-    ("chat", "prompt", "Hi"), ("text", "response_format", {"type": "json_object"}),
-    ("chat", "store", True), ("chat", "service_tier", "flex"), ("chat", "stream_options", {"include_usage": True}),
-])
+@pytest.mark.parametrize(
+    "route, field, value",
+    [
+        ("chat", "frobnicate", 1),
+        ("text", "frobnicate", "x"),
+        ("chat", "ignore_eos", True),
+        ("chat", "prompt", "Hi"),
+        ("text", "response_format", {"type": "json_object"}),
+        ("chat", "store", True),
+        ("chat", "service_tier", "flex"),
+        ("chat", "stream_options", {"include_usage": True}),
+    ],
+)
 def test_a_field_memloop_would_ignore_is_a_400_naming_it(client, route, field, value):
     with pytest.raises(openai.BadRequestError) as err:
         if route == "chat":
@@ -57,8 +64,16 @@ def test_defaults_and_labels_are_accepted(client):
     """What SDKs and Inspect send whose default memloop honours (store false, service tier auto, no
     tools), and the end-user label, which changes nothing in the answer."""
     plain = client.chat.completions.create(model="smollm2", messages=MESSAGES, max_tokens=4, temperature=0)
-    same = client.chat.completions.create(model="smollm2", messages=MESSAGES, max_tokens=4, temperature=0,
-                                          user="u-1", store=False, service_tier="auto", parallel_tool_calls=False)
+    same = client.chat.completions.create(
+        model="smollm2",
+        messages=MESSAGES,
+        max_tokens=4,
+        temperature=0,
+        user="u-1",
+        store=False,
+        service_tier="auto",
+        parallel_tool_calls=False,
+    )
     assert same.choices[0].message.content == plain.choices[0].message.content
 
 

@@ -2,6 +2,7 @@
 every valid request succeeds, every invalid one gets a 4xx, nothing gets a 5xx, and /health keeps
 answering throughout (a poller in the background). That heavy work cannot stall /health is checked
 by where it runs (tokenising happens on a worker thread, never the event loop's), not by timing."""
+
 from __future__ import annotations
 
 import asyncio
@@ -70,44 +71,79 @@ def nested_schema(depth: int) -> dict[str, Any]:
 
 # -- valid requests: small (1-3 tokens) so a run stays short ----------------------------------------------
 _words = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=1, max_size=30)
-_valid_sampling = st.fixed_dictionaries({"max_tokens": st.integers(1, 3)}, optional={
-    "temperature": st.floats(0, 2), "top_k": st.integers(0, 2**31 - 1), "top_p": st.floats(0.01, 1.0),
-    "seed": st.integers(-(2**40), 2**40), "stop": st.one_of(_words, st.lists(_words, max_size=3)),
-    "n": st.integers(1, 2), "model": st.just("smollm2"), "user": _words,
-})
+_valid_sampling = st.fixed_dictionaries(
+    {"max_tokens": st.integers(1, 3)},
+    optional={
+        "temperature": st.floats(0, 2),
+        "top_k": st.integers(0, 2**31 - 1),
+        "top_p": st.floats(0.01, 1.0),
+        "seed": st.integers(-(2**40), 2**40),
+        "stop": st.one_of(_words, st.lists(_words, max_size=3)),
+        "n": st.integers(1, 2),
+        "model": st.just("smollm2"),
+        "user": _words,
+    },
+)
 _valid_completion = st.builds(lambda p, s: {"prompt": "Say " + p, **s}, _words, _valid_sampling)
 _valid_chat = st.builds(
-    lambda c, s, rf: {"messages": [{"role": "user", "content": c}], **s, **rf}, _words, _valid_sampling,
-    st.sampled_from([{}, {"response_format": {"type": "json_object"}},
-                     {"response_format": {"type": "json_schema", "json_schema": {"schema": nested_schema(3)}}}]))
+    lambda c, s, rf: {"messages": [{"role": "user", "content": c}], **s, **rf},
+    _words,
+    _valid_sampling,
+    st.sampled_from(
+        [
+            {},
+            {"response_format": {"type": "json_object"}},
+            {"response_format": {"type": "json_schema", "json_schema": {"schema": nested_schema(3)}}},
+        ]
+    ),
+)
 valid_bodies = st.one_of(_valid_completion, _valid_chat)
 
 # -- invalid values, per field, known to be out of range or of the wrong type ---------------------------
-_junk = st.one_of(st.text(max_size=8), st.sampled_from(["NaN", "Infinity", "-inf", "1e999", "0x10", ""]),
-                  st.lists(st.integers(), max_size=2), st.dictionaries(st.text(max_size=3), st.integers(), max_size=2))
+_junk = st.one_of(
+    st.text(max_size=8),
+    st.sampled_from(["NaN", "Infinity", "-inf", "1e999", "0x10", ""]),
+    st.lists(st.integers(), max_size=2),
+    st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
+)
 _huge = st.one_of(st.integers(2**63, 10**300), st.integers(-(10**300), -(2**63) - 1))
 _bad = {
-    "max_tokens": st.one_of(_junk, _huge, st.integers(-5, 0), st.integers(10**5, 2**40), st.floats(1.5, 3.5),
-                            st.booleans()),
-    "temperature": st.one_of(_junk, _huge, st.floats(max_value=-1e-9), st.floats(min_value=100.5),
-                             st.just(float("nan")), st.booleans()),
+    "max_tokens": st.one_of(
+        _junk, _huge, st.integers(-5, 0), st.integers(10**5, 2**40), st.floats(1.5, 3.5), st.booleans()
+    ),
+    "temperature": st.one_of(
+        _junk, _huge, st.floats(max_value=-1e-9), st.floats(min_value=100.5), st.just(float("nan")), st.booleans()
+    ),
     "top_p": st.one_of(_junk, _huge, st.floats(max_value=0), st.floats(min_value=1.001), st.just(float("nan"))),
     "top_k": st.one_of(_junk, _huge, st.integers(max_value=-1), st.integers(2**31, 2**62), st.floats(0.5, 9.5)),
     "seed": st.one_of(_junk.filter(lambda v: v != ""), _huge, st.floats(0.5, 9.5)),
-    "stop": st.one_of(st.integers(), st.just([""]), st.lists(st.integers(), min_size=1, max_size=3),
-                      st.lists(st.just("x"), min_size=17, max_size=20), st.just(["y" * 1001])),
-    "stop_token_ids": st.one_of(st.text(min_size=1, max_size=3), st.just([-1]), st.just([2**31]),
-                                st.just([49152]), st.lists(_huge, min_size=1, max_size=2)),
+    "stop": st.one_of(
+        st.integers(),
+        st.just([""]),
+        st.lists(st.integers(), min_size=1, max_size=3),
+        st.lists(st.just("x"), min_size=17, max_size=20),
+        st.just(["y" * 1001]),
+    ),
+    "stop_token_ids": st.one_of(
+        st.text(min_size=1, max_size=3),
+        st.just([-1]),
+        st.just([2**31]),
+        st.just([49152]),
+        st.lists(_huge, min_size=1, max_size=2),
+    ),
     "n": st.one_of(st.integers(max_value=0), st.integers(65, 10**9), st.just(1.5), st.just("two")),
     "model": st.just("gpt-17"),
     "stream": st.sampled_from(["yes", "true", 1, 0, [True]]),
     "prompt": st.one_of(st.integers(), st.just(""), st.just([]), st.just([None])),
-    "messages": st.one_of(st.just([]), st.just([{"role": "wizard", "content": "x"}]), st.just("hi"),
-                          st.just([{"role": "user"}])),
-    "response_format": st.one_of(st.integers(60, 300).map(lambda d: {"type": "json_schema", "json_schema": {
-        "schema": nested_schema(d)}}), st.just({"type": "bogus"}),
+    "messages": st.one_of(
+        st.just([]), st.just([{"role": "wizard", "content": "x"}]), st.just("hi"), st.just([{"role": "user"}])
+    ),
+    "response_format": st.one_of(
+        st.integers(60, 300).map(lambda d: {"type": "json_schema", "json_schema": {"schema": nested_schema(d)}}),
+        st.just({"type": "bogus"}),
         st.just({"type": "json_schema", "json_schema": {"schema": 5}}),
-        st.just({"type": "json_schema", "json_schema": {"schema": {"type": 5}}})),
+        st.just({"type": "json_schema", "json_schema": {"schema": {"type": 5}}}),
+    ),
 }
 
 
@@ -155,16 +191,24 @@ def test_random_bodies_never_harm_valid_ones(client, health, valid, invalid):
 _any_json = st.recursive(
     st.none() | st.booleans() | st.integers(-(10**300), 10**300) | st.floats() | st.text(max_size=10),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
-    max_leaves=10)
+    max_leaves=10,
+)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
-@given(st.fixed_dictionaries({}, optional={k: _any_json for k in [*_bad, "response_format"]}),
-       st.sampled_from(["/v1/completions", "/v1/chat/completions"]))
+@given(
+    st.fixed_dictionaries({}, optional={k: _any_json for k in [*_bad, "response_format"]}),
+    st.sampled_from(["/v1/completions", "/v1/chat/completions"]),
+)
 def test_arbitrary_json_never_gets_a_5xx(client, health, body, path):
     """Random types and magnitudes in every field: whatever the server answers, it is never a 5xx."""
-    if isinstance(body.get("max_tokens"), int) and not isinstance(body["max_tokens"], bool) \
-            and 3 < body["max_tokens"] < 10**5 or "max_tokens" not in body or body.get("max_tokens") is None:
+    if (
+        isinstance(body.get("max_tokens"), int)
+        and not isinstance(body["max_tokens"], bool)
+        and 3 < body["max_tokens"] < 10**5
+        or "max_tokens" not in body
+        or body.get("max_tokens") is None
+    ):
         body["max_tokens"] = 2  # keep accepted requests short; the value is not what is fuzzed here
     if isinstance(body.get("n"), int) and not isinstance(body["n"], bool):
         body["n"] = body["n"] if not 2 < body["n"] <= 64 else 2
@@ -201,6 +245,7 @@ def test_the_engine_actor_tokenises_off_its_event_loop(engine, monkeypatch):
     thread there too, so one long prompt does not hold the actor's other calls."""
     from memloop.engine.serve.actor import EngineActor
     from memloop.eval.llm import LLMRequest
+
     from memloop.sampling import SamplingParams
 
     where = []

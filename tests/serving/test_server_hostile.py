@@ -2,6 +2,7 @@
 engine: raw sockets that never finish their headers or body, a DNS-rebinding Host, lone surrogates,
 requests that can never be admitted, OpenAI fields memloop does not implement, recursive schemas,
 and the API key kept off the command line."""
+
 from __future__ import annotations
 
 import json
@@ -49,21 +50,31 @@ def _post(url: str, path: str, body: str, host: str | None = None) -> tuple[int,
     """A POST written by hand, so the body may hold what a JSON library would not send."""
     raw = body.encode()
     h = host or url.removeprefix("http://")
-    out = _raw(url, (f"POST {path} HTTP/1.1\r\nHost: {h}\r\nContent-Type: application/json\r\n"
-                     f"Content-Length: {len(raw)}\r\nConnection: close\r\n\r\n").encode() + raw)
+    out = _raw(
+        url,
+        (
+            f"POST {path} HTTP/1.1\r\nHost: {h}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(raw)}\r\nConnection: close\r\n\r\n"
+        ).encode()
+        + raw,
+    )
     head, _, payload = out.partition(b"\r\n\r\n")
     return int(head.split()[1]), json.loads(payload or b"{}")
 
 
 def test_a_lone_surrogate_is_a_400(engine):
     with _serve(engine) as url:
-        for path, body in (("/v1/completions", '{"prompt": "a \\ud800 b", "max_tokens": 2}'),
-                           ("/v1/chat/completions", '{"messages": [{"role": "user", "content": "\\udfff"}], "max_tokens": 2}'),
-                           ("/v1/completions", '{"prompt": "hi", "stop": ["\\ud800"], "max_tokens": 2}')):
+        for path, body in (
+            ("/v1/completions", '{"prompt": "a \\ud800 b", "max_tokens": 2}'),
+            ("/v1/chat/completions", '{"messages": [{"role": "user", "content": "\\udfff"}], "max_tokens": 2}'),
+            ("/v1/completions", '{"prompt": "hi", "stop": ["\\ud800"], "max_tokens": 2}'),
+        ):
             status, answer = _post(url, path, body)
             assert status == 400, (path, body, answer)
-            assert "holds a lone UTF-16 surrogate" in answer["error"]["message"] and "send valid Unicode" in \
-                answer["error"]["message"]
+            assert (
+                "holds a lone UTF-16 surrogate" in answer["error"]["message"]
+                and "send valid Unicode" in answer["error"]["message"]
+            )
         assert httpx.get(f"{url}/health").json() == {"ok": True}
 
 
@@ -71,8 +82,10 @@ def test_more_choices_than_the_queue_holds_is_a_400_not_a_429(engine):
     with _serve(engine, max_queue=2) as url:
         r = httpx.post(f"{url}/v1/completions", json={"prompt": "Hi", "max_tokens": 1, "n": 3}, timeout=120)
         assert r.status_code == 400 and "Retry-After" not in r.headers
-        assert r.json()["error"]["message"] == ("this request asks for 3 completions (prompts x n) but the server "
-                                                "admits at most 2 at once (--max-queue); lower n or send fewer prompts")
+        assert r.json()["error"]["message"] == (
+            "this request asks for 3 completions (prompts x n) but the server "
+            "admits at most 2 at once (--max-queue); lower n or send fewer prompts"
+        )
 
 
 def test_half_sent_requests_are_closed(engine):
@@ -87,7 +100,7 @@ def test_half_sent_requests_are_closed(engine):
             assert s.recv(1024) == b""  # closed by the server
             s.close()
         # headers complete, the body never: 408
-        out = _raw(url, b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100\r\n\r\n{\"pro")
+        out = _raw(url, b'POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100\r\n\r\n{"pro')
         assert out.startswith(b"HTTP/1.1 408") and b"did not arrive within 1 s" in out, out[:300]
         assert httpx.get(f"{url}/health").json() == {"ok": True}
 
@@ -96,7 +109,8 @@ def test_only_loopback_host_names_are_answered(engine):
     with _serve(engine) as url:
         status, answer = _post(url, "/v1/completions", '{"prompt": "Hi", "max_tokens": 1}', host="evil.example:80")
         assert status == 400 and answer["error"]["message"].startswith(
-            "Host header 'evil.example:80' is not a name this server answers to")
+            "Host header 'evil.example:80' is not a name this server answers to"
+        )
         assert "--allow-host NAME" in answer["error"]["message"]
         for host in ("localhost", f"localhost:{url.rsplit(':', 1)[1]}", "127.0.0.1", "[::1]:8000"):
             status, _ = _post(url, "/v1/completions", '{"prompt": "Hi", "max_tokens": 1}', host=host)
@@ -118,48 +132,95 @@ def test_ipv6_host_headers_are_answered_as_the_viewer_answers_them(engine):
                 assert json.loads(payload)["error"]["message"].startswith(f"Host header {host!r} is not a name")
 
 
-@pytest.mark.parametrize("field, value", [
-    ("logit_bias", {"50256": -100}), ("best_of", 3), ("echo", True), ("tools", [{"type": "function", "function": {
-        "name": "f", "parameters": {"type": "object"}}}]), ("tool_choice", "required"), ("presence_penalty", 0.5),
-    ("frequency_penalty", 1), ("suffix", "end"),
-])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("logit_bias", {"50256": -100}),
+        ("best_of", 3),
+        ("echo", True),
+        ("tools", [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]),
+        ("tool_choice", "required"),
+        ("presence_penalty", 0.5),
+        ("frequency_penalty", 1),
+        ("suffix", "end"),
+    ],
+)
 def test_unsupported_fields_are_refused_by_name(engine, field, value):
     with _serve(engine) as url:
         path = "/v1/completions" if field in ("best_of", "suffix") else "/v1/chat/completions"  # echo: chat's
-        body = ({"prompt": "Hi"} if path == "/v1/completions" else {"messages": [{"role": "user", "content": "Hi"}]})
+        body = {"prompt": "Hi"} if path == "/v1/completions" else {"messages": [{"role": "user", "content": "Hi"}]}
         r = httpx.post(f"{url}{path}", json={**body, "max_tokens": 1, field: value}, timeout=120)
         assert r.status_code == 400, r.text
         assert r.json()["error"]["message"].startswith(f"`{field}` is not supported by this server")
         # the inert values a client sends by default are fine
-        r = httpx.post(f"{url}{path}", json={**body, "max_tokens": 1, "logit_bias": {}, "presence_penalty": 0,
-                                              "frequency_penalty": 0.0, "echo": False, "tools": None}, timeout=120)
+        r = httpx.post(
+            f"{url}{path}",
+            json={
+                **body,
+                "max_tokens": 1,
+                "logit_bias": {},
+                "presence_penalty": 0,
+                "frequency_penalty": 0.0,
+                "echo": False,
+                "tools": None,
+            },
+            timeout=120,
+        )
         assert r.status_code == 200, r.text
 
 
-@pytest.mark.parametrize("schema", [
-    {"$ref": "#"},
-    {"$defs": {"node": {"type": "object", "properties": {"next": {"$ref": "#/$defs/node"}}}}, "$ref": "#/$defs/node"},
-    {"$defs": {"a": {"type": "array", "items": {"$ref": "#/$defs/b"}}, "b": {"anyOf": [{"$ref": "#/$defs/a"},
-                                                                                         {"type": "null"}]}},
-     "type": "object", "properties": {"x": {"$ref": "#/$defs/a"}}},
-])
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"$ref": "#"},
+        {
+            "$defs": {"node": {"type": "object", "properties": {"next": {"$ref": "#/$defs/node"}}}},
+            "$ref": "#/$defs/node",
+        },
+        {
+            "$defs": {
+                "a": {"type": "array", "items": {"$ref": "#/$defs/b"}},
+                "b": {"anyOf": [{"$ref": "#/$defs/a"}, {"type": "null"}]},
+            },
+            "type": "object",
+            "properties": {"x": {"$ref": "#/$defs/a"}},
+        },
+    ],
+)
 def test_a_recursive_schema_is_a_one_line_400(engine, schema):
     with _serve(engine) as url:
-        r = httpx.post(f"{url}/v1/chat/completions", timeout=120, json={
-            "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4,
-            "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}})
+        r = httpx.post(
+            f"{url}/v1/chat/completions",
+            timeout=120,
+            json={
+                "messages": [{"role": "user", "content": "Hi"}],
+                "max_tokens": 4,
+                "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}},
+            },
+        )
         assert r.status_code == 400, r.text
         message = r.json()["error"]["message"]
         assert message.startswith("json_schema is recursive: $ref '#") and "\n" not in message and len(message) < 250
 
 
 def test_a_schema_with_plain_refs_still_works(engine):
-    schema = {"$defs": {"name": {"type": "string", "maxLength": 8}}, "type": "object",
-              "properties": {"a": {"$ref": "#/$defs/name"}, "b": {"$ref": "#/$defs/name"}}, "required": ["a"]}
+    schema = {
+        "$defs": {"name": {"type": "string", "maxLength": 8}},
+        "type": "object",
+        "properties": {"a": {"$ref": "#/$defs/name"}, "b": {"$ref": "#/$defs/name"}},
+        "required": ["a"],
+    }
     with _serve(engine) as url:
-        r = httpx.post(f"{url}/v1/chat/completions", timeout=300, json={
-            "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 24, "temperature": 0,
-            "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}})
+        r = httpx.post(
+            f"{url}/v1/chat/completions",
+            timeout=300,
+            json={
+                "messages": [{"role": "user", "content": "Hi"}],
+                "max_tokens": 24,
+                "temperature": 0,
+                "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}},
+            },
+        )
         assert r.status_code == 200, r.text
 
 
@@ -168,15 +229,22 @@ def _serve_cli(*args: str, env_key: str | None = None) -> subprocess.CompletedPr
     env["PYTHONPATH"] = str(ROOT)
     if env_key:
         env["MEMLOOP_API_KEY"] = env_key
-    return subprocess.run([sys.executable, "-c", "from memloop.jobs.commands.cli import main; main()", "serve", *args],
-                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-c", "from memloop.jobs.commands.cli import main; main()", "serve", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=120,
+    )
 
 
 def test_the_api_key_is_never_taken_from_the_command_line(tmp_path):
     proc = _serve_cli("--api-key", "s3cret", "--host", "0.0.0.0")
     assert proc.returncode == 2 and proc.stderr.strip() == (
         "error: ServerConfigError: --api-key puts the key on the command line, where `ps` shows it to every user "
-        "of this machine: set MEMLOOP_API_KEY or pass --api-key-file FILE instead")
+        "of this machine: set MEMLOOP_API_KEY or pass --api-key-file FILE instead"
+    )
     empty = tmp_path / "key"
     empty.write_text("")
     proc = _serve_cli("--api-key-file", str(empty), "--host", "0.0.0.0")

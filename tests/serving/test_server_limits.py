@@ -1,6 +1,7 @@
 """One bad request never harms another: request bounds in the engine, and the server's limits
 (streamed body limit, tokenising off the event loop, bounded queue, cancel on disconnect, timeout,
 API key, option checks), each against the real engine on the bundled model and real uvicorn."""
+
 from __future__ import annotations
 
 import os
@@ -14,8 +15,8 @@ from typing import Any, Iterator
 
 import httpx
 import pytest
-
 from memloop.engine.errors import RequestError
+
 from tests.http_server import serve_app  # noqa: F401  (the fuzz test imports it from here too)
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -31,6 +32,7 @@ def wait_for(predicate: Any, what: str, limit_s: float = 120) -> None:
 
 
 # -- the engine: bad values are the bad request's own error ------------------------------------------
+
 
 @pytest.mark.parametrize("sampling", [{"top_k": 2**31, "temperature": 1.0}, {"seed": 2**63, "temperature": 1.0}])
 def test_an_unrepresentable_value_fails_only_its_own_request(engine, sampling):
@@ -64,6 +66,7 @@ def test_cancel_takes_a_request_out_of_the_batch(make_engine):
 
 # -- the server ----------------------------------------------------------------------------------------
 
+
 def _app(engine: Any, **kw: Any) -> Any:
     from memloop.engine.serve.server import create_app
 
@@ -83,8 +86,9 @@ def test_a_chunked_upload_over_the_limit_gets_413_without_being_read(engine):
         yield b'", "max_tokens": 2}'
 
     with serve_app(_app(engine)) as url:
-        r = httpx.post(f"{url}/v1/completions", content=chunks(), headers={"content-type": "application/json"},
-                       timeout=300)
+        r = httpx.post(
+            f"{url}/v1/completions", content=chunks(), headers={"content-type": "application/json"}, timeout=300
+        )
         assert r.status_code == 413, r.text
         assert "body over 65536 bytes" in r.json()["error"]["message"]
         assert httpx.get(f"{url}/health").json() == {"ok": True}
@@ -124,8 +128,10 @@ def _hold_a_long_request(url: str) -> socket.socket:
     body = json.dumps(LONG).encode()
     host, port = url.removeprefix("http://").split(":")
     sock = socket.create_connection((host, int(port)))
-    sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                 b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+    sock.sendall(
+        b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+    )
     return sock
 
 
@@ -167,17 +173,26 @@ def test_the_api_key_guards_every_route_but_health(engine):
         assert r.status_code == 200, r.text
 
 
-@pytest.mark.parametrize("args, says", [
-    (["--port", "99999"], "--port must be between 1 and 65535, got 99999"),
-    (["--port", "0"], "--port must be between 1 and 65535, got 0"),
-    (["--port", "-1"], "--port must be between 1 and 65535, got -1"),
-    (["--host", "0.0.0.0"], "set MEMLOOP_API_KEY (or pass --api-key-file FILE)"),
-])
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["--port", "99999"], "--port must be between 1 and 65535, got 99999"),
+        (["--port", "0"], "--port must be between 1 and 65535, got 0"),
+        (["--port", "-1"], "--port must be between 1 and 65535, got -1"),
+        (["--host", "0.0.0.0"], "set MEMLOOP_API_KEY (or pass --api-key-file FILE)"),
+    ],
+)
 def test_memloop_serve_refuses_bad_options_before_starting(args, says):
     env = {k: v for k, v in os.environ.items() if k != "MEMLOOP_API_KEY"}
     env["PYTHONPATH"] = str(ROOT)
-    proc = subprocess.run([sys.executable, "-c", "from memloop.jobs.commands.cli import main; main()", "serve", *args],
-                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", "from memloop.jobs.commands.cli import main; main()", "serve", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=120,
+    )
     lines = [x for x in proc.stderr.splitlines() if x.startswith("error:")]
     assert proc.returncode == 2, proc.stderr
     assert len(lines) == 1 and says in lines[0] and "ServerConfigError" in lines[0]

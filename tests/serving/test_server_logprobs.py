@@ -1,5 +1,6 @@
 """Log-probabilities through the OpenAI-compatible server on 127.0.0.1: OpenAI's shapes on both
 endpoints, the numbers of the model itself, greedy text unchanged, mixed batches, bad values."""
+
 from __future__ import annotations
 
 import math
@@ -10,10 +11,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-
 PROMPT = "The capital of France is"
 STEPS = 6
-
 
 
 def _post(url: str, path: str, body: dict) -> httpx.Response:
@@ -29,13 +28,15 @@ def _reference(loaded_model, prompt_ids: list[int], steps: int) -> tuple[list[in
     for _ in range(steps):
         toks = jnp.asarray([ids], jnp.int32)
         pos = jnp.arange(len(ids), dtype=jnp.int32)[None]
-        logits = np.asarray(forward(loaded_model.params, loaded_model.config, toks, pos, None,
-                                    no_cache_attention(pos))[0][0, -1], np.float64)
+        logits = np.asarray(
+            forward(loaded_model.params, loaded_model.config, toks, pos, None, no_cache_attention(pos))[0][0, -1],
+            np.float64,
+        )
         logp = logits - logits.max()
         logp -= np.log(np.exp(logp).sum())
         rows.append(logp)
         ids.append(int(logp.argmax()))
-    return ids[len(prompt_ids):], np.stack(rows)
+    return ids[len(prompt_ids) :], np.stack(rows)
 
 
 def test_completion_logprobs_are_the_models_and_shaped_as_openai(base_url, loaded_model):
@@ -64,8 +65,11 @@ def test_completion_logprobs_are_the_models_and_shaped_as_openai(base_url, loade
 
 def test_chat_logprobs_shape_and_bytes(base_url):
     messages = [{"role": "user", "content": "Name a colour."}]
-    r = _post(base_url, "/v1/chat/completions", {"messages": messages, "max_tokens": 8, "temperature": 0,
-                                                 "logprobs": True, "top_logprobs": 3})
+    r = _post(
+        base_url,
+        "/v1/chat/completions",
+        {"messages": messages, "max_tokens": 8, "temperature": 0, "logprobs": True, "top_logprobs": 3},
+    )
     assert r.status_code == 200, r.text
     choice = r.json()["choices"][0]
     content = choice["logprobs"]["content"]
@@ -79,19 +83,22 @@ def test_chat_logprobs_shape_and_bytes(base_url):
     # the tokens' bytes rebuild the message (the end-of-turn token is not in it, nor in the list)
     assert b"".join(bytes(e["bytes"]) for e in content).decode() == choice["message"]["content"]
     # logprobs true without top_logprobs: the chosen tokens only; logprobs false or absent: null
-    only = _post(base_url, "/v1/chat/completions", {"messages": messages, "max_tokens": 8, "temperature": 0,
-                                                    "logprobs": True}).json()["choices"][0]["logprobs"]["content"]
+    only = _post(
+        base_url, "/v1/chat/completions", {"messages": messages, "max_tokens": 8, "temperature": 0, "logprobs": True}
+    ).json()["choices"][0]["logprobs"]["content"]
     assert [e["token"] for e in only] == [e["token"] for e in content]
     assert all(e["top_logprobs"] == [] for e in only)
     for extra in ({}, {"logprobs": False}, {"logprobs": False, "top_logprobs": 0}):
-        off = _post(base_url, "/v1/chat/completions", {"messages": messages, "max_tokens": 8, "temperature": 0,
-                                                       **extra}).json()["choices"][0]
+        off = _post(
+            base_url, "/v1/chat/completions", {"messages": messages, "max_tokens": 8, "temperature": 0, **extra}
+        ).json()["choices"][0]
         assert off["logprobs"] is None and off["message"]["content"] == choice["message"]["content"]
 
 
 def test_completions_logprobs_zero_gives_the_chosen_token_only(base_url):
-    lp = _post(base_url, "/v1/completions", {"prompt": PROMPT, "max_tokens": 3, "temperature": 0,
-                                             "logprobs": 0}).json()["choices"][0]["logprobs"]
+    lp = _post(
+        base_url, "/v1/completions", {"prompt": PROMPT, "max_tokens": 3, "temperature": 0, "logprobs": 0}
+    ).json()["choices"][0]["logprobs"]
     assert [list(t) for t in lp["top_logprobs"]] == [[tok] for tok in lp["tokens"]]
     assert [list(t.values())[0] for t in lp["top_logprobs"]] == lp["token_logprobs"]
 
@@ -100,8 +107,9 @@ def test_a_sampled_token_reports_its_raw_logprob(base_url):
     """temperature/top-k change which token is drawn, not the numbers: the model's raw distribution."""
     body = {"prompt": PROMPT, "max_tokens": 4, "temperature": 1.5, "top_k": 40, "seed": 11, "logprobs": 20}
     lp = _post(base_url, "/v1/completions", body).json()["choices"][0]["logprobs"]
-    greedy = _post(base_url, "/v1/completions", {"prompt": PROMPT, "max_tokens": 1, "temperature": 0,
-                                                 "logprobs": 20}).json()["choices"][0]["logprobs"]
+    greedy = _post(
+        base_url, "/v1/completions", {"prompt": PROMPT, "max_tokens": 1, "temperature": 0, "logprobs": 20}
+    ).json()["choices"][0]["logprobs"]
     first = lp["top_logprobs"][0]  # the same prefix as the greedy request's first position
     assert {k: first[k] for k in greedy["top_logprobs"][0]} == pytest.approx(greedy["top_logprobs"][0], abs=1e-4)
     for tok, value, top in zip(lp["tokens"], lp["token_logprobs"], lp["top_logprobs"]):
@@ -113,13 +121,17 @@ def test_a_batch_where_only_some_rows_ask(base_url, engine):
     """Concurrent requests share engine steps; those asking get log-probabilities, every text is the
     text the same request gets alone and without them, and a row's numbers do not depend on its batch."""
     prompts = ["One, two, three,", "The sky is", "def add(a, b):", "Water boils at", PROMPT, "Roses are"]
-    alone = [_post(base_url, "/v1/completions", {"prompt": p, "max_tokens": 8, "temperature": 0}).json()
-             for p in prompts]
-    solo_lp = _post(base_url, "/v1/completions", {"prompt": prompts[1], "max_tokens": 8, "temperature": 0,
-                                                  "logprobs": 2}).json()["choices"][0]["logprobs"]
+    alone = [
+        _post(base_url, "/v1/completions", {"prompt": p, "max_tokens": 8, "temperature": 0}).json() for p in prompts
+    ]
+    solo_lp = _post(
+        base_url, "/v1/completions", {"prompt": prompts[1], "max_tokens": 8, "temperature": 0, "logprobs": 2}
+    ).json()["choices"][0]["logprobs"]
     before = engine.stats()["steps"]
-    bodies = [{"prompt": p, "max_tokens": 8, "temperature": 0, **({"logprobs": 2} if i % 2 else {})}
-              for i, p in enumerate(prompts)]
+    bodies = [
+        {"prompt": p, "max_tokens": 8, "temperature": 0, **({"logprobs": 2} if i % 2 else {})}
+        for i, p in enumerate(prompts)
+    ]
     with ThreadPoolExecutor(len(bodies)) as pool:
         together = list(pool.map(lambda b: _post(base_url, "/v1/completions", b).json(), bodies))
     assert engine.stats()["steps"] - before < 8 * len(prompts)  # the requests shared steps
@@ -130,36 +142,42 @@ def test_a_batch_where_only_some_rows_ask(base_url, engine):
     assert lp["tokens"] == solo_lp["tokens"]
     np.testing.assert_allclose(lp["token_logprobs"], solo_lp["token_logprobs"], atol=1e-4)
     # n choices and several prompts in one request each get their own
-    multi = _post(base_url, "/v1/completions", {"prompt": prompts[:2], "n": 2, "max_tokens": 3, "temperature": 0,
-                                                "logprobs": 1}).json()
+    multi = _post(
+        base_url, "/v1/completions", {"prompt": prompts[:2], "n": 2, "max_tokens": 3, "temperature": 0, "logprobs": 1}
+    ).json()
     assert len(multi["choices"]) == 4 and all(len(c["logprobs"]["tokens"]) == 3 for c in multi["choices"])
 
 
 def test_a_stop_string_ends_the_token_list_with_the_text(base_url):
-    full = _post(base_url, "/v1/completions", {"prompt": PROMPT, "max_tokens": 6, "temperature": 0,
-                                               "logprobs": 1}).json()["choices"][0]
+    full = _post(
+        base_url, "/v1/completions", {"prompt": PROMPT, "max_tokens": 6, "temperature": 0, "logprobs": 1}
+    ).json()["choices"][0]
     stop = full["logprobs"]["tokens"][2]
-    cut = _post(base_url, "/v1/completions", {"prompt": PROMPT, "max_tokens": 6, "temperature": 0, "logprobs": 1,
-                                              "stop": stop}).json()["choices"][0]
+    cut = _post(
+        base_url, "/v1/completions", {"prompt": PROMPT, "max_tokens": 6, "temperature": 0, "logprobs": 1, "stop": stop}
+    ).json()["choices"][0]
     assert cut["text"] == "".join(full["logprobs"]["tokens"][:2])
     assert cut["logprobs"]["tokens"] == full["logprobs"]["tokens"][:2]
 
 
-@pytest.mark.parametrize("path, extra, field", [
-    ("/v1/completions", {"logprobs": 21}, "logprobs"),
-    ("/v1/completions", {"logprobs": -1}, "logprobs"),
-    ("/v1/completions", {"logprobs": True}, "logprobs"),
-    ("/v1/completions", {"logprobs": "5"}, "logprobs"),
-    ("/v1/completions", {"top_logprobs": 3}, "top_logprobs"),
-    ("/v1/completions", {"echo": "yes", "logprobs": 1}, "echo"),
-    ("/v1/chat/completions", {"echo": True}, "echo"),
-    ("/v1/chat/completions", {"logprobs": 5}, "logprobs"),
-    ("/v1/chat/completions", {"logprobs": True, "top_logprobs": 21}, "top_logprobs"),
-    ("/v1/chat/completions", {"logprobs": True, "top_logprobs": -1}, "top_logprobs"),
-    ("/v1/chat/completions", {"logprobs": True, "top_logprobs": 2.5}, "top_logprobs"),
-    ("/v1/chat/completions", {"top_logprobs": 3}, "top_logprobs"),
-    ("/v1/chat/completions", {"logprobs": False, "top_logprobs": 3}, "top_logprobs"),
-])
+@pytest.mark.parametrize(
+    "path, extra, field",
+    [
+        ("/v1/completions", {"logprobs": 21}, "logprobs"),
+        ("/v1/completions", {"logprobs": -1}, "logprobs"),
+        ("/v1/completions", {"logprobs": True}, "logprobs"),
+        ("/v1/completions", {"logprobs": "5"}, "logprobs"),
+        ("/v1/completions", {"top_logprobs": 3}, "top_logprobs"),
+        ("/v1/completions", {"echo": "yes", "logprobs": 1}, "echo"),
+        ("/v1/chat/completions", {"echo": True}, "echo"),
+        ("/v1/chat/completions", {"logprobs": 5}, "logprobs"),
+        ("/v1/chat/completions", {"logprobs": True, "top_logprobs": 21}, "top_logprobs"),
+        ("/v1/chat/completions", {"logprobs": True, "top_logprobs": -1}, "top_logprobs"),
+        ("/v1/chat/completions", {"logprobs": True, "top_logprobs": 2.5}, "top_logprobs"),
+        ("/v1/chat/completions", {"top_logprobs": 3}, "top_logprobs"),
+        ("/v1/chat/completions", {"logprobs": False, "top_logprobs": 3}, "top_logprobs"),
+    ],
+)
 def test_bad_logprob_values_are_400s_naming_the_field(base_url, path, extra, field):
     body = {"prompt": "Hi"} if path == "/v1/completions" else {"messages": [{"role": "user", "content": "Hi"}]}
     r = _post(base_url, path, {**body, "max_tokens": 1, **extra})

@@ -1,6 +1,7 @@
 """A burst of requests on a freshly started `memloop serve` while its engine still compiles: /health says
 "warming up" until the warm-up is done, and every request gets either its answer or, at once, a 503 with
 Retry-After; none waits behind the compiles until its client gives up."""
+
 from __future__ import annotations
 
 import os
@@ -29,9 +30,23 @@ def test_a_burst_on_a_fresh_server_is_answered_or_told_to_retry(tmp_path) -> Non
     port = _port()
     base = f"http://127.0.0.1:{port}"
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]), "JAX_PLATFORMS": "cpu"}
-    proc = subprocess.Popen([sys.executable, "-c", "from memloop.jobs.commands.cli import main; main()", "serve",
-                             "--port", str(port), "--kv-budget", str(64 << 20), "--max-batch", "4"],
-                            stdout=subprocess.DEVNULL, stderr=open(tmp_path / "serve.log", "w"), env=env)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "from memloop.jobs.commands.cli import main; main()",
+            "serve",
+            "--port",
+            str(port),
+            "--kv-budget",
+            str(64 << 20),
+            "--max-batch",
+            "4",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=open(tmp_path / "serve.log", "w"),
+        env=env,
+    )
     try:
         deadline = time.time() + 300
         first = None

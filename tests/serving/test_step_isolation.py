@@ -5,19 +5,22 @@ makes the step raise: a top_k the int32 step arrays cannot hold (raises while th
 at prefill), and a grammar constraint whose matcher goes missing after a few tokens (the mask fill
 raises inside a decode step) or whose token consumption raises (after the step).
 """
+
 from __future__ import annotations
 
 import logging
 
 import jax
 import pytest
-
-from memloop.engine.sample.constrained import Constraint
 from memloop.engine.errors import EngineError, StepError
+from memloop.engine.sample.constrained import Constraint
 
 TOPICS = ["rivers", "planets", "birds", "tools", "fruits", "metals"]
-SCHEMA = {"type": "object", "properties": {"name": {"type": "string"}, "count": {"type": "integer"}},
-          "required": ["name", "count"]}
+SCHEMA = {
+    "type": "object",
+    "properties": {"name": {"type": "string"}, "count": {"type": "integer"}},
+    "required": ["name", "count"],
+}
 
 
 def greedy(topic: str, max_tokens: int = 10) -> dict:

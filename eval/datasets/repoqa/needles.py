@@ -10,6 +10,7 @@ that names none) the rule-based description takes its purpose from the docstring
 rule-based parts come from the signature and the syntax tree, which strips every such name and
 every code-like token. Either way the description never names the function.
 """
+
 from __future__ import annotations
 
 import ast
@@ -21,10 +22,9 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from pydantic import BaseModel, StrictStr, ValidationError, field_validator
-
 from memloop.eval.datasets.errors import DatasetError
 from memloop.eval.datasets.repoqa.source import SourceFile
+from pydantic import BaseModel, StrictStr, ValidationError, field_validator
 
 FIELDS = ("purpose", "input", "output", "procedure")
 # The paper's query form (seed 002 appendix C): the instruction, then the four numbered fields. Both the
@@ -61,8 +61,14 @@ def _functions(sf: SourceFile):
     yield from visit(sf.tree, "", False)
 
 
-def choose_needles(files: list[SourceFile], count: int, seed: int, require_docstring: bool = True,
-                   min_lines: int = 6, max_lines: int = 120) -> list[Needle]:
+def choose_needles(
+    files: list[SourceFile],
+    count: int,
+    seed: int,
+    require_docstring: bool = True,
+    min_lines: int = 6,
+    max_lines: int = 120,
+) -> list[Needle]:
     """`count` functions with names unique in the repository (so the gold is unambiguous), seeded."""
     all_defs = [(sf, q, n, m) for sf in files for q, n, m in _functions(sf)]
     names = Counter(n.name for _, _, n, _ in all_defs)
@@ -77,8 +83,10 @@ def choose_needles(files: list[SourceFile], count: int, seed: int, require_docst
             continue
         eligible.append(Needle(node.name, q, sf, node, is_method))
     if len(eligible) < count:
-        raise DatasetError(f"only {len(eligible)} functions qualify as needles (unique name, {min_lines}-{max_lines} lines"
-                           f"{', docstring' if require_docstring else ''}); ask for fewer needles or add packages")
+        raise DatasetError(
+            f"only {len(eligible)} functions qualify as needles (unique name, {min_lines}-{max_lines} lines"
+            f"{', docstring' if require_docstring else ''}); ask for fewer needles or add packages"
+        )
     return random.Random(seed).sample(eligible, count)
 
 
@@ -89,11 +97,27 @@ def _prose_docstring(node: ast.AST) -> bool:
     return bool(re.match(r"^[A-Z][a-z]+\b", first)) and len(first.split()) >= 4 and "=" not in first
 
 
-_RETURN_KINDS = {"Name": "a local variable", "Call": "the result of a call", "Tuple": "a tuple", "Constant": "a constant",
-                 "Attribute": "an attribute", "BinOp": "a computed expression", "Compare": "a boolean", "BoolOp": "a boolean",
-                 "UnaryOp": "a computed expression", "List": "a list", "ListComp": "a list", "Dict": "a dict",
-                 "DictComp": "a dict", "Set": "a set", "SetComp": "a set", "JoinedStr": "a formatted string",
-                 "Subscript": "an indexed item", "IfExp": "a conditional expression", "GeneratorExp": "a generator"}
+_RETURN_KINDS = {
+    "Name": "a local variable",
+    "Call": "the result of a call",
+    "Tuple": "a tuple",
+    "Constant": "a constant",
+    "Attribute": "an attribute",
+    "BinOp": "a computed expression",
+    "Compare": "a boolean",
+    "BoolOp": "a boolean",
+    "UnaryOp": "a computed expression",
+    "List": "a list",
+    "ListComp": "a list",
+    "Dict": "a dict",
+    "DictComp": "a dict",
+    "Set": "a set",
+    "SetComp": "a set",
+    "JoinedStr": "a formatted string",
+    "Subscript": "an indexed item",
+    "IfExp": "a conditional expression",
+    "GeneratorExp": "a generator",
+}
 
 
 def _code_like(word: str) -> bool:
@@ -110,7 +134,9 @@ def needle_identifiers(needle: Needle) -> dict[str, str]:
     """{name a description must not contain: what to say instead}: the function's own name, the classes
     or functions it is defined in, and its parameter names that read as code."""
     out = {owner: "its owner" for owner in needle.qualname.split(".")[:-1]}
-    out.update({a.arg: "an argument" for a in _arguments(needle.node) if a.arg not in ("self", "cls") and _code_like(a.arg)})
+    out.update(
+        {a.arg: "an argument" for a in _arguments(needle.node) if a.arg not in ("self", "cls") and _code_like(a.arg)}
+    )
     out[needle.name] = "this function"
     return out
 
@@ -126,8 +152,10 @@ def leaked_identifiers(description: dict[str, str], needle: Needle) -> list[str]
 
 
 # code-like tokens of a docstring: quoted code, dotted names, calls, snake_case and camelCase words
-_CODE_TOKEN = re.compile(r"``[^`]+``|`[^`]+`|`[^`'\s]+'|`|\b[A-Za-z_]\w+(?:\.[A-Za-z_]\w+)+(?:\(\))?|\b[A-Za-z_]\w*\(\)"
-                         r"|\b\w*[a-z0-9]_\w*\b|\b_\w+\b|\b[a-z]+[A-Z]\w*\b|\b[A-Z][a-z0-9]+[A-Z]\w*\b")
+_CODE_TOKEN = re.compile(
+    r"``[^`]+``|`[^`]+`|`[^`'\s]+'|`|\b[A-Za-z_]\w+(?:\.[A-Za-z_]\w+)+(?:\(\))?|\b[A-Za-z_]\w*\(\)"
+    r"|\b\w*[a-z0-9]_\w*\b|\b_\w+\b|\b[a-z]+[A-Z]\w*\b|\b[A-Z][a-z0-9]+[A-Z]\w*\b"
+)
 WITHHELD = "(a name withheld)"
 
 
@@ -139,17 +167,45 @@ def _scrub(text: str, needle: Needle, prose: bool = True) -> str:
     return _CODE_TOKEN.sub(WITHHELD, text).replace(f"{WITHHELD}{WITHHELD}", WITHHELD) if prose else text
 
 
-_PLAIN_TYPES = {"str", "int", "float", "bool", "bytes", "bytearray", "complex", "None", "list", "dict", "tuple",
-                "set", "frozenset", "object", "type", "Any", "Optional", "Union", "Callable", "Iterable",
-                "Iterator", "Sequence", "Mapping", "Generator", "List", "Dict", "Tuple", "Set"}
+_PLAIN_TYPES = {
+    "str",
+    "int",
+    "float",
+    "bool",
+    "bytes",
+    "bytearray",
+    "complex",
+    "None",
+    "list",
+    "dict",
+    "tuple",
+    "set",
+    "frozenset",
+    "object",
+    "type",
+    "Any",
+    "Optional",
+    "Union",
+    "Callable",
+    "Iterable",
+    "Iterator",
+    "Sequence",
+    "Mapping",
+    "Generator",
+    "List",
+    "Dict",
+    "Tuple",
+    "Set",
+}
 
 
 def _type_words(annotation: ast.expr | None) -> str:
     """A type annotation when it names only built-in and typing types, else 'an object' (no repository names)."""
     if annotation is None:
         return ""
-    names = {n.id for n in ast.walk(annotation) if isinstance(n, ast.Name)} | \
-            {n.attr for n in ast.walk(annotation) if isinstance(n, ast.Attribute)}
+    names = {n.id for n in ast.walk(annotation) if isinstance(n, ast.Name)} | {
+        n.attr for n in ast.walk(annotation) if isinstance(n, ast.Attribute)
+    }
     consts = [n for n in ast.walk(annotation) if isinstance(n, ast.Constant) and n.value is not None]
     return ast.unparse(annotation) if names <= _PLAIN_TYPES and not consts else "an object"
 
@@ -193,29 +249,50 @@ def describe_from_code(needle: Needle, docstring: bool = True) -> dict[str, str]
         if needle.is_method and a is positional[0] and a.arg in ("self", "cls"):
             continue
         kind = _type_words(a.annotation)
-        params.append(f"the {_ORDINALS[min(len(params), 9)]}" + (f", {kind}" if kind else "")
-                      + (f", {_default_words(d)}" if d is not None else ""))
+        params.append(
+            f"the {_ORDINALS[min(len(params), 9)]}"
+            + (f", {kind}" if kind else "")
+            + (f", {_default_words(d)}" if d is not None else "")
+        )
     if args.vararg:
         params.append("any number of extra positional arguments")
     for a, d in zip(args.kwonlyargs, args.kw_defaults):
         params.append("a keyword-only argument" + (f", {_default_words(d)}" if d is not None else ""))
     if args.kwarg:
         params.append("arbitrary keyword arguments")
-    decorators = {d.id if isinstance(d, ast.Name) else d.attr if isinstance(d, ast.Attribute) else "" for d in node.decorator_list}
-    kind = ("property" if "property" in decorators else "class method" if "classmethod" in decorators
-            else "static method" if "staticmethod" in decorators else "method")
+    decorators = {
+        d.id if isinstance(d, ast.Name) else d.attr if isinstance(d, ast.Attribute) else "" for d in node.decorator_list
+    }
+    kind = (
+        "property"
+        if "property" in decorators
+        else "class method"
+        if "classmethod" in decorators
+        else "static method"
+        if "staticmethod" in decorators
+        else "method"
+    )
     where = f"A {kind} of a class" if needle.is_method else "A function"
     if kind == "property":
         where += ", read as an attribute,"
     count = len(params)
-    inputs = f"{where} taking " + (f"{count} argument{'s' if count > 1 else ''}: " + "; ".join(params)
-                                   if params else "no arguments") + "."
+    inputs = (
+        f"{where} taking "
+        + (f"{count} argument{'s' if count > 1 else ''}: " + "; ".join(params) if params else "no arguments")
+        + "."
+    )
 
     body_nodes = [n for n in ast.walk(node) if n is not node]
     own = [n for n in body_nodes if not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))]
     returns = [n for n in own if isinstance(n, ast.Return) and n.value is not None]
-    doc_return = next((s for s in re.split(r"(?<=[.!?])\s+", " ".join(doc.split()))
-                       if re.match(r"(?i)returns?\b", s) and s not in purpose), "")
+    doc_return = next(
+        (
+            s
+            for s in re.split(r"(?<=[.!?])\s+", " ".join(doc.split()))
+            if re.match(r"(?i)returns?\b", s) and s not in purpose
+        ),
+        "",
+    )
     if any(isinstance(n, (ast.Yield, ast.YieldFrom)) for n in own):
         output = "Yields values one at a time (it is a generator)."
     elif node.returns is not None:
@@ -241,20 +318,42 @@ def describe_from_code(needle: Needle, docstring: bool = True) -> dict[str, str]
     raised = sorted({_callee(n.exc) or "" for n in own if isinstance(n, ast.Raise) and isinstance(n.exc, ast.Call)})
     if raised:
         named = [r for r in raised if hasattr(builtins, r)]  # built-in exceptions are no repository names
-        steps.append("raises " + ", ".join([*named[:3], *(["an exception of its own package"] if len(named) < len(raised) else [])]))
+        steps.append(
+            "raises "
+            + ", ".join([*named[:3], *(["an exception of its own package"] if len(named) < len(raised) else [])])
+        )
     calls = [c for c in (_callee(n) for n in own if isinstance(n, ast.Call)) if c and c != needle.name]
     plain = [c for c, _ in Counter(c for c in calls if hasattr(builtins, c)).most_common(3)]
     others = len({c for c in calls if not hasattr(builtins, c)})
     if plain or others:
-        steps.append("calls " + ", ".join([*plain, *([f"{others} other function{'s' if others > 1 else ''} or "
-                                                         "method" + ("s" if others > 1 else "")] if others else [])]))
-    if any(isinstance(n, (ast.Assign, ast.AugAssign)) and any(isinstance(t, ast.Attribute) for t in getattr(n, "targets", [getattr(n, "target", None)])) for n in own):
+        steps.append(
+            "calls "
+            + ", ".join(
+                [
+                    *plain,
+                    *(
+                        [f"{others} other function{'s' if others > 1 else ''} or method" + ("s" if others > 1 else "")]
+                        if others
+                        else []
+                    ),
+                ]
+            )
+        )
+    if any(
+        isinstance(n, (ast.Assign, ast.AugAssign))
+        and any(isinstance(t, ast.Attribute) for t in getattr(n, "targets", [getattr(n, "target", None)]))
+        for n in own
+    ):
         steps.append("updates attributes of an object")
     span = (node.end_lineno or node.lineno) - node.lineno + 1
     procedure = f"In about {span} lines it " + (", ".join(steps) if steps else "evaluates a single expression") + "."
     # the docstring's sentences are prose to scrub; the rest is built from the syntax tree without names
-    return {"purpose": _scrub(purpose, needle), "input": _scrub(inputs, needle, prose=False),
-            "output": _scrub(output, needle, prose=bool(doc_return)), "procedure": _scrub(procedure, needle, prose=False)}
+    return {
+        "purpose": _scrub(purpose, needle),
+        "input": _scrub(inputs, needle, prose=False),
+        "output": _scrub(output, needle, prose=bool(doc_return)),
+        "procedure": _scrub(procedure, needle, prose=False),
+    }
 
 
 DESCRIBE_PROMPT = """You are helping build a code search test. Read the Python function below and describe it so that \
@@ -272,8 +371,12 @@ Function:
 {source}
 ```"""
 
-DESCRIBE_SCHEMA = {"type": "object", "properties": {k: {"type": "string"} for k in FIELDS},
-                   "required": list(FIELDS), "additionalProperties": False}
+DESCRIBE_SCHEMA = {
+    "type": "object",
+    "properties": {k: {"type": "string"} for k in FIELDS},
+    "required": list(FIELDS),
+    "additionalProperties": False,
+}
 
 
 def _cache_file(needle: Needle, model: str, cache_dir: Path) -> Path:
@@ -286,13 +389,19 @@ def _llm_answer(needle: Needle, llm, cache_dir: Path | None) -> str:
     """The LLM's raw answer for the needle, from `cache_dir` when it was asked before; the leak check
     runs on it every time, so a cached answer is judged by today's rules."""
     from memloop.eval.asking import ask
+
     from memloop.sampling import SamplingParams
 
     path = _cache_file(needle, llm.name, cache_dir) if cache_dir is not None else None
     if path is not None and path.is_file():
         return json.loads(path.read_text())["answer"]
-    answer = ask(llm, DESCRIBE_PROMPT.format(source=needle.source), SamplingParams(max_tokens=400), schema=DESCRIBE_SCHEMA,
-                 max_attempts=1).text
+    answer = ask(
+        llm,
+        DESCRIBE_PROMPT.format(source=needle.source),
+        SamplingParams(max_tokens=400),
+        schema=DESCRIBE_SCHEMA,
+        max_attempts=1,
+    ).text
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{id(answer)}.tmp")
@@ -338,8 +447,10 @@ def describe_from_cache(needle: Needle, model: str, cache_dir: str | Path) -> tu
     e.g. `memloop data repoqa-describe`), judged like a fresh one; rule-based where none is cached."""
     path = _cache_file(needle, model, Path(cache_dir).expanduser())
     if not path.is_file():
-        return fallback_description(needle, f"no description by {model} cached in {cache_dir}; "
-                                            f"run `memloop data repoqa-describe --model {model}`")
+        return fallback_description(
+            needle,
+            f"no description by {model} cached in {cache_dir}; run `memloop data repoqa-describe --model {model}`",
+        )
     return _judged(needle, json.loads(path.read_text())["answer"])
 
 
@@ -357,8 +468,11 @@ def needle_prose(needle: Needle) -> str:
 
     parts = [ast.get_docstring(needle.node) or ""]
     try:
-        parts += [t.string.lstrip("#") for t in tokenize.generate_tokens(io.StringIO(needle.source).readline)
-                  if t.type == tokenize.COMMENT]
+        parts += [
+            t.string.lstrip("#")
+            for t in tokenize.generate_tokens(io.StringIO(needle.source).readline)
+            if t.type == tokenize.COMMENT
+        ]
     except (tokenize.TokenError, IndentationError, SyntaxError):
         pass  # a source fragment tokenize cannot finish: its docstring still counts
     return "\n".join(parts)
@@ -368,12 +482,12 @@ def copied_run(description: dict[str, str], needle: Needle, n: int = COPY_RUN_WO
     """The first run of `n` words the description shares with the needle's docstring or comments
     (compared lower-cased, punctuation ignored), or None."""
     prose = _WORD.findall(needle_prose(needle).lower())
-    runs = {tuple(prose[i:i + n]) for i in range(len(prose) - n + 1)}
+    runs = {tuple(prose[i : i + n]) for i in range(len(prose) - n + 1)}
     for text in description.values():
         words = _WORD.findall(text.lower())
         for i in range(len(words) - n + 1):
-            if tuple(words[i:i + n]) in runs:
-                return " ".join(words[i:i + n])
+            if tuple(words[i : i + n]) in runs:
+                return " ".join(words[i : i + n])
     return None
 
 

@@ -6,6 +6,7 @@ text), their imports (`dependency`: path -> paths) and its needles (`name`, `pat
 order, each under a `# file: <path>` line), cuts it into chunks of whole lines, and asks for each
 needle with the release's own description in the paper's query form.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -14,13 +15,12 @@ from pathlib import Path
 from typing import Any, Callable
 
 import networkx as nx
-from pydantic import BaseModel, StrictStr, model_validator
-
 from memloop.eval.datasets.errors import DatasetError, DatasetNotFoundError
 from memloop.eval.datasets.repoqa.needles import QUERY_HEAD
 from memloop.eval.datasets.repoqa.source import chunk_of, chunk_starts, pack_lines
 from memloop.eval.datasets.rows import parse_row
 from memloop.eval.datasets.sample import Sample, slug
+from pydantic import BaseModel, StrictStr, model_validator
 
 _SUFFIXES = (".json", ".jsonl", ".json.gz", ".jsonl.gz")
 _FIX = "is this RepoQA's release file after needle annotation (repositories with repo, content and needles)?"
@@ -48,8 +48,10 @@ class ReleaseRepo(BaseModel):
     def _needles_in_content(self) -> "ReleaseRepo":
         for needle in self.needles:
             if needle.path not in self.content:
-                raise ValueError(f"needle {needle.name!r} is in {needle.path!r}, which is not among the repository's "
-                                 "files (`content`)")
+                raise ValueError(
+                    f"needle {needle.name!r} is in {needle.path!r}, which is not among the repository's "
+                    "files (`content`)"
+                )
         return self
 
 
@@ -60,8 +62,10 @@ def is_release(source: str | Path) -> bool:
 
 def _read(path: Path) -> dict[str, list[dict[str, Any]]]:
     if not path.is_file():
-        raise DatasetNotFoundError(f"RepoQA release file {path} not found; download repoqa-<date>.json(.gz) from "
-                                   "RepoQA's releases, or leave `path` out to build RepoQA-style samples from installed code")
+        raise DatasetNotFoundError(
+            f"RepoQA release file {path} not found; download repoqa-<date>.json(.gz) from "
+            "RepoQA's releases, or leave `path` out to build RepoQA-style samples from installed code"
+        )
     raw = gzip.open(path, "rt", encoding="utf-8").read() if path.suffix == ".gz" else path.read_text(encoding="utf-8")
     try:
         data = json.loads(raw)
@@ -72,8 +76,9 @@ def _read(path: Path) -> dict[str, list[dict[str, Any]]]:
         except (json.JSONDecodeError, IndexError):
             data = None
     if not isinstance(data, dict) or not all(isinstance(v, list) for v in data.values()):
-        raise DatasetError(f"{path} is not a RepoQA release: expected one JSON object mapping a language to its "
-                           "list of repositories")
+        raise DatasetError(
+            f"{path} is not a RepoQA release: expected one JSON object mapping a language to its list of repositories"
+        )
     return data
 
 
@@ -94,8 +99,9 @@ def _file_order(repo: ReleaseRepo) -> list[str]:
     return [p for comp in order for p in sorted(groups[comp])]
 
 
-def load_release(path: str | Path, chunk_tokens: int, count: Callable[[str], int], language: str = "python",
-                 limit: int | None = None) -> list[Sample]:
+def load_release(
+    path: str | Path, chunk_tokens: int, count: Callable[[str], int], language: str = "python", limit: int | None = None
+) -> list[Sample]:
     """One sample per needle of the release's `language` repositories."""
     path = Path(path).expanduser()
     data = _read(path)
@@ -117,10 +123,23 @@ def load_release(path: str | Path, chunk_tokens: int, count: Callable[[str], int
             body = repo.content[needle.path]
             at = starts[needle.path] + len(body.encode("utf-8")[: needle.start_byte].decode("utf-8", "ignore"))
             description = needle.description.strip()
-            samples.append(Sample(
-                id=f"repoqa/{slug(repo.repo)}/{needle.name}", task="repoqa", chunks=chunks,
-                query=f"{QUERY_HEAD}\n{description}", gold=needle.name,
-                metadata={"package": repo.repo, "file": needle.path, "qualname": needle.name,
-                          "description": {"text": description}, "needle_chunk": chunk_of(offsets, at),
-                          "describer": "release", "release": path.name, "chunk_tokens": chunk_tokens}))
+            samples.append(
+                Sample(
+                    id=f"repoqa/{slug(repo.repo)}/{needle.name}",
+                    task="repoqa",
+                    chunks=chunks,
+                    query=f"{QUERY_HEAD}\n{description}",
+                    gold=needle.name,
+                    metadata={
+                        "package": repo.repo,
+                        "file": needle.path,
+                        "qualname": needle.name,
+                        "description": {"text": description},
+                        "needle_chunk": chunk_of(offsets, at),
+                        "describer": "release",
+                        "release": path.name,
+                        "chunk_tokens": chunk_tokens,
+                    },
+                )
+            )
     return samples[:limit]

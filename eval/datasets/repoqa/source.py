@@ -1,4 +1,5 @@
 """Real Python source for RepoQA-style tasks: an installed package (or a folder), files in dependency order."""
+
 from __future__ import annotations
 
 import ast
@@ -10,7 +11,6 @@ from pathlib import Path
 from typing import Sequence
 
 import networkx as nx
-
 from memloop.eval.datasets.errors import DatasetNotFoundError, EmptyDatasetError
 from memloop.eval.datasets.textfile import read_text
 
@@ -30,8 +30,10 @@ def _root_of(source: str | Path) -> tuple[str, Path]:
         return p.stem if p.is_file() else p.name, p
     spec = importlib.util.find_spec(str(source))
     if spec is None or spec.origin in (None, "built-in", "frozen"):
-        raise DatasetNotFoundError(f"{source!r} is neither a path nor an installed pure-Python package: "
-                                   "pass e.g. 'json', 'email' or a folder of .py files")
+        raise DatasetNotFoundError(
+            f"{source!r} is neither a path nor an installed pure-Python package: "
+            "pass e.g. 'json', 'email' or a folder of .py files"
+        )
     origin = Path(spec.origin)
     return str(source), origin.parent if origin.name == "__init__.py" else origin
 
@@ -39,8 +41,15 @@ def _root_of(source: str | Path) -> tuple[str, Path]:
 def read_package(source: str | Path) -> list[SourceFile]:
     """Every parseable .py file of the package (tests and caches skipped), in path order."""
     name, root = _root_of(source)
-    paths = [root] if root.is_file() else sorted(
-        f for f in root.rglob("*.py") if not any(part in ("tests", "test", "__pycache__") for part in f.relative_to(root).parts))
+    paths = (
+        [root]
+        if root.is_file()
+        else sorted(
+            f
+            for f in root.rglob("*.py")
+            if not any(part in ("tests", "test", "__pycache__") for part in f.relative_to(root).parts)
+        )
+    )
     files = []
     for f in paths:
         rel = f.name if root.is_file() else f.relative_to(root).as_posix()

@@ -5,6 +5,7 @@ of {db_id, question, query} plus `database/<db_id>/<db_id>.sqlite`); or LOFT que
 gold = its `answers`) with their tables from SQLite files or from LOFT's own `corpus.jsonl` (each
 query's `candidate_pids` name its tables). Gold rows of Spider-style questions are computed by executing the SQL.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -56,7 +57,9 @@ class _Databases:
         self.cache: dict[str, sqlite3.Connection] = {}
         self.builtin = {db.db_id: db for db in BUILTIN}
         if self.source is not None and not self.source.exists():
-            raise DatasetNotFoundError(f"databases {self.source} do not exist: pass a .sqlite file or a directory of them")
+            raise DatasetNotFoundError(
+                f"databases {self.source} do not exist: pass a .sqlite file or a directory of them"
+            )
 
     def get(self, db_id: str) -> sqlite3.Connection:
         if db_id in self.cache:
@@ -66,7 +69,11 @@ class _Databases:
             if self.source.is_file():
                 con = open_sqlite(self.source)  # one file serves every question
             else:
-                for cand in (self.source / db_id / f"{db_id}.sqlite", self.source / f"{db_id}.sqlite", self.source / f"{db_id}.db"):
+                for cand in (
+                    self.source / db_id / f"{db_id}.sqlite",
+                    self.source / f"{db_id}.sqlite",
+                    self.source / f"{db_id}.db",
+                ):
                     if cand.is_file():
                         con = open_sqlite(cand)
                         break
@@ -74,16 +81,30 @@ class _Databases:
             con = build(self.builtin[db_id])
         if con is None:
             where = self.source if self.source is not None else "the built-in databases"
-            raise DatasetNotFoundError(f"database {db_id!r} not found in {where}: give `databases` the folder holding "
-                                       f"{db_id}/{db_id}.sqlite (Spider's layout) or {db_id}.sqlite")
+            raise DatasetNotFoundError(
+                f"database {db_id!r} not found in {where}: give `databases` the folder holding "
+                f"{db_id}/{db_id}.sqlite (Spider's layout) or {db_id}.sqlite"
+            )
         self.cache[db_id] = con
         return con
 
 
-def _sample(db_id: str, qid: str, question: str, gold: list[list[Any]], sql: str | None, chunks: list[str],
-            chunk_tokens: int) -> Sample:
-    return Sample(id=f"spider/{slug(db_id)}/{qid}", task="spider", chunks=tuple(chunks), query=question, gold=gold,
-                  metadata={"db_id": db_id, "sql": sql, "ordered": bool(sql and _ORDER_BY.search(sql)), "chunk_tokens": chunk_tokens})
+def _sample(
+    db_id: str, qid: str, question: str, gold: list[list[Any]], sql: str | None, chunks: list[str], chunk_tokens: int
+) -> Sample:
+    return Sample(
+        id=f"spider/{slug(db_id)}/{qid}",
+        task="spider",
+        chunks=tuple(chunks),
+        query=question,
+        gold=gold,
+        metadata={
+            "db_id": db_id,
+            "sql": sql,
+            "ordered": bool(sql and _ORDER_BY.search(sql)),
+            "chunk_tokens": chunk_tokens,
+        },
+    )
 
 
 def _qid(db_id: str, question: str) -> str:
@@ -102,10 +123,18 @@ def loft_files(folder: str | Path) -> tuple[Path, Path] | None:
     return (queries, corpus) if queries is not None and corpus.is_file() else None
 
 
-def load_spider(databases: str | Path | None = None, queries: str | Path | None = None, chunk_tokens: int = 8192,
-                tokenizer: TokenizerLike = None, db_ids: Iterable[str] | None = None, limit: int | None = None,
-                verify: bool = False, corpus: str | Path | None = None, loft: str | Path | None = None,
-                loft_required: bool = False) -> list[Sample]:
+def load_spider(
+    databases: str | Path | None = None,
+    queries: str | Path | None = None,
+    chunk_tokens: int = 8192,
+    tokenizer: TokenizerLike = None,
+    db_ids: Iterable[str] | None = None,
+    limit: int | None = None,
+    verify: bool = False,
+    corpus: str | Path | None = None,
+    loft: str | Path | None = None,
+    loft_required: bool = False,
+) -> list[Sample]:
     """Samples for Spider-style QA; see the module docstring for the sources.
 
     `verify=True` re-executes each LOFT query's SQL and raises InconsistentGoldError if it disagrees
@@ -116,12 +145,16 @@ def load_spider(databases: str | Path | None = None, queries: str | Path | None 
     source = "builtin"
     if loft is not None:
         if queries is not None or corpus is not None or databases is not None:
-            raise DatasetError("`loft` names LOFT's folder (queries and corpus); leave `queries`, `corpus` and "
-                               "`databases` out, or use them without `loft`")
+            raise DatasetError(
+                "`loft` names LOFT's folder (queries and corpus); leave `queries`, `corpus` and "
+                "`databases` out, or use them without `loft`"
+            )
         found = loft_files(loft)
         if found is None and loft_required:
-            raise DatasetNotFoundError(f"no LOFT Spider files in {loft} (corpus.jsonl and one of "
-                                       f"{', '.join(LOFT_QUERY_FILES)}); set `loft` to LOFT's spider folder")
+            raise DatasetNotFoundError(
+                f"no LOFT Spider files in {loft} (corpus.jsonl and one of "
+                f"{', '.join(LOFT_QUERY_FILES)}); set `loft` to LOFT's spider folder"
+            )
         if found is not None:
             queries, corpus = found
             source = f"loft:{Path(queries).name}"
@@ -135,9 +168,16 @@ def load_spider(databases: str | Path | None = None, queries: str | Path | None 
     return samples
 
 
-def _load_spider(databases: str | Path | None, queries: str | Path | None, chunk_tokens: int,
-                 tokenizer: TokenizerLike, db_ids: Iterable[str] | None, limit: int | None, verify: bool,
-                 corpus: str | Path | None) -> list[Sample]:
+def _load_spider(
+    databases: str | Path | None,
+    queries: str | Path | None,
+    chunk_tokens: int,
+    tokenizer: TokenizerLike,
+    db_ids: Iterable[str] | None,
+    limit: int | None,
+    verify: bool,
+    corpus: str | Path | None,
+) -> list[Sample]:
     count = token_counter(tokenizer)
     dbs = _Databases(databases)
     rendered: dict[str, list[str]] = {}
@@ -158,8 +198,17 @@ def _load_spider(databases: str | Path | None, queries: str | Path | None, chunk
             if wanted is None or db.db_id in wanted:
                 for q in db.questions:
                     gold = execute(dbs.get(db.db_id), q.sql, f"{db.db_id}: {q.question}")
-                    samples.append(_sample(db.db_id, _qid(db.db_id, q.question), q.question, gold, q.sql,
-                                           chunks_of(db.db_id), chunk_tokens))
+                    samples.append(
+                        _sample(
+                            db.db_id,
+                            _qid(db.db_id, q.question),
+                            q.question,
+                            gold,
+                            q.sql,
+                            chunks_of(db.db_id),
+                            chunk_tokens,
+                        )
+                    )
     elif Path(queries).suffix.lower() == ".jsonl":
         tables = load_loft_corpus(corpus) if corpus is not None else None
         packed: dict[tuple[str, ...], list[str]] = {}  # queries over the same tables share their chunks
@@ -169,18 +218,24 @@ def _load_spider(databases: str | Path | None, queries: str | Path | None, chunk
             if tables is not None:
                 missing = [pid for pid in q.candidate_pids if pid not in tables]
                 if not q.candidate_pids or missing:
-                    raise DatasetNotFoundError(f"query {q.qid}: its tables {missing or '(no candidate_pids)'} are not in the corpus "
-                                               f"{corpus}: pass the corpus.jsonl of the same LOFT dataset")
+                    raise DatasetNotFoundError(
+                        f"query {q.qid}: its tables {missing or '(no candidate_pids)'} are not in the corpus "
+                        f"{corpus}: pass the corpus.jsonl of the same LOFT dataset"
+                    )
                 if q.candidate_pids not in packed:
                     chosen = [tables[pid] for pid in q.candidate_pids]
-                    packed[q.candidate_pids] = pack_tables([(t.name, t.header, t.rows) for t in chosen], chunk_tokens, count)
+                    packed[q.candidate_pids] = pack_tables(
+                        [(t.name, t.header, t.rows) for t in chosen], chunk_tokens, count
+                    )
                 chunks = packed[q.candidate_pids]
             else:
                 chunks = chunks_of(q.db_id)
             if verify and q.sql:
                 got = execute(dbs.get(q.db_id), q.sql, f"query {q.qid}")
                 if not same_rows(got, q.answers, bool(_ORDER_BY.search(q.sql))):
-                    raise InconsistentGoldError(f"query {q.qid}: executing its SQL gives {got[:5]}..., the file says {q.answers[:5]}...")
+                    raise InconsistentGoldError(
+                        f"query {q.qid}: executing its SQL gives {got[:5]}..., the file says {q.answers[:5]}..."
+                    )
             samples.append(_sample(q.db_id, q.qid, q.question, q.answers, q.sql, chunks, chunk_tokens))
     else:
         for where, rec in read_records(queries, "Spider questions file"):

@@ -1,4 +1,5 @@
 """LOFT's SQL task files: queries (`queries.jsonl`) and model predictions (`preds.jsonl`)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -30,14 +31,16 @@ def load_loft_queries(path: str | Path) -> list[LoftQuery]:
     out = []
     for where, rec in read_records(path, "LOFT queries file"):
         meta = require(rec, "metadata", dict, where)
-        out.append(LoftQuery(
-            qid=str(require(rec, "qid", (str, int), where)),
-            question=require(rec, "query_text", str, where),
-            answers=_rows(require(rec, "answers", list, where), where, "answers"),
-            db_id=require(meta, "db_id", str, f"{where} metadata"),
-            sql=meta.get("sql_query"),
-            candidate_pids=tuple(meta.get("candidate_pids", ())),
-        ))
+        out.append(
+            LoftQuery(
+                qid=str(require(rec, "qid", (str, int), where)),
+                question=require(rec, "query_text", str, where),
+                answers=_rows(require(rec, "answers", list, where), where, "answers"),
+                db_id=require(meta, "db_id", str, f"{where} metadata"),
+                sql=meta.get("sql_query"),
+                candidate_pids=tuple(meta.get("candidate_pids", ())),
+            )
+        )
     return out
 
 

@@ -1,4 +1,5 @@
 """Tables as LOFT-style text (`Table: name` + CSV rows) and their packing into token-bounded chunks."""
+
 from __future__ import annotations
 
 import csv
@@ -10,7 +11,9 @@ from memloop.eval.tokens import TokenCounter
 
 
 def table_names(con: sqlite3.Connection) -> list[str]:
-    rows = con.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY rowid")
+    rows = con.execute(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY rowid"
+    )
     return [r[0] for r in rows]
 
 
@@ -38,7 +41,9 @@ def pack_tables(tables: list[tuple[str, str, list[str]]], chunk_tokens: int, cou
     for table, header, rows in tables:
         lead = [f"Table: {table}", header]
         if count("\n".join(lead)) > chunk_tokens:
-            raise DatasetError(f"the header of table {table!r} alone exceeds {chunk_tokens} tokens: use a larger chunk size")
+            raise DatasetError(
+                f"the header of table {table!r} alone exceeds {chunk_tokens} tokens: use a larger chunk size"
+            )
         start = 0
         while True:  # largest run of rows that fits with the header (binary search: token counts grow with rows)
             lo, hi = start, len(rows)
@@ -49,7 +54,9 @@ def pack_tables(tables: list[tuple[str, str, list[str]]], chunk_tokens: int, cou
                 else:
                     hi = mid - 1
             if lo == start and start < len(rows):
-                raise DatasetError(f"a row of table {table!r} exceeds {chunk_tokens} tokens with its header: use a larger chunk size")
+                raise DatasetError(
+                    f"a row of table {table!r} exceeds {chunk_tokens} tokens with its header: use a larger chunk size"
+                )
             pieces.append("\n".join(lead + rows[start:lo]))
             start = lo
             if start >= len(rows):

@@ -14,6 +14,7 @@ entity; "rich" adds each category's clause-valued attributes (`vocab.RICH_ATTRIB
 facts a paragraph, so that an entity's aggregated memory reaches the few hundred tokens of the
 official SUMIE's (the paper's unlimited memories average 269-604 tokens) and K = 200 / 300 binds.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -25,8 +26,18 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from memloop.eval.datasets.errors import DatasetError
-from memloop.eval.datasets.sumie.vocab import (CATEGORIES, DETAIL_LEVELS, FILLERS, MUTABLE, RICH_ATTRIBUTES, SENTIMENT_REMARKS,
-                                       STYLES, UPDATE_TEMPLATES, Attribute, Category)
+from memloop.eval.datasets.sumie.vocab import (
+    CATEGORIES,
+    DETAIL_LEVELS,
+    FILLERS,
+    MUTABLE,
+    RICH_ATTRIBUTES,
+    SENTIMENT_REMARKS,
+    STYLES,
+    UPDATE_TEMPLATES,
+    Attribute,
+    Category,
+)
 
 PARAGRAPHS = 7
 _STOP = {"the", "a", "an", "of", "and"}
@@ -54,6 +65,7 @@ class _Names:
 
     def draw(self, cat: Category, avoid: set[str] = frozenset()) -> tuple[str, str]:
         """A fresh target name, or (with `avoid`) a distractor's name sharing no word with the target."""
+
         def fits(name: str) -> bool:
             return not ((not avoid and name in self.used) or name_words(name) & avoid)
 
@@ -64,8 +76,9 @@ class _Names:
         # nearly every name is taken: pick among those left (a random draw would keep missing them)
         left = [p for p in itertools.product(*cat.name_parts) if fits(" ".join(p))]
         if not left:
-            raise DatasetError(f"all {name_capacity(cat)} distinct {cat.name} names are taken; generate fewer "
-                               "entities per run")
+            raise DatasetError(
+                f"all {name_capacity(cat)} distinct {cat.name} names are taken; generate fewer entities per run"
+            )
         parts = list(self.rng.choice(left))
         return " ".join(parts), parts[-1]
 
@@ -85,7 +98,9 @@ def _render(template: str, subject: str, value: str | None = None, prefix: str =
     """Fill a template; a style prefix is only put before sentences that open with the subject."""
     starts_with_subject = template.startswith("{S}")
     if prefix and starts_with_subject:
-        sub_mid = subject if subject[:1].isupper() and not subject.startswith("The ") else subject[:1].lower() + subject[1:]
+        sub_mid = (
+            subject if subject[:1].isupper() and not subject.startswith("The ") else subject[:1].lower() + subject[1:]
+        )
         body = template.replace("{S}", sub_mid, 1)
         text = prefix + body
     else:
@@ -130,12 +145,14 @@ def _plan(rng: random.Random, cat: Category, rich: bool = False) -> list[list[tu
     return plan
 
 
-def generate_entity(rng: random.Random, names: _Names, cat: Category, conflicts: float = 0.0,
-                    detail: str = "compact") -> dict[str, Any]:
+def generate_entity(
+    rng: random.Random, names: _Names, cat: Category, conflicts: float = 0.0, detail: str = "compact"
+) -> dict[str, Any]:
     """One entity in the official SUMIE record format.
 
     With `conflicts` > 0, from paragraph 3 on each paragraph may (with that probability) change the
-    value of a mutable single-valued attribute stated earlier (a new CEO, a new price); from then on the aggregated summary holds the
+    value of a mutable single-valued attribute stated earlier (a new CEO, a new price); from then on the aggregated
+    summary holds the
     new value only, so methods must update, not just add."""
     name, last = names.draw(cat)
     names.used.add(name)
@@ -166,7 +183,9 @@ def generate_entity(rng: random.Random, names: _Names, cat: Category, conflicts:
             if options:
                 attr = by_name[rng.choice(options)]
                 new = rng.choice([v for v in attr.values if v != current[attr.name]])
-                text = _render(rng.choice(UPDATE_TEMPLATES).replace("{a}", attr.name), rng.choice((name, descriptor)), new)
+                text = _render(
+                    rng.choice(UPDATE_TEMPLATES).replace("{a}", attr.name), rng.choice((name, descriptor)), new
+                )
                 sentences.append(("update", text, (attr.name, new)))
         remark = _render(rng.choice(SENTIMENT_REMARKS[sentiment]), descriptor if facts else name)
         sentences.insert(rng.randrange(min(1, len(sentences)), len(sentences) + 1), ("remark", remark, None))
@@ -193,21 +212,38 @@ def generate_entity(rng: random.Random, names: _Names, cat: Category, conflicts:
                 stated = [(a, v) for a, v in stated if a.name != fact[0]]
                 gold[fact] = {"attribute": fact[0], "value": fact[1], "sentence_ids": [sid], "evidences": [text]}
             elif fact is not None:
-                item = gold.setdefault(fact, {"attribute": fact[0], "value": fact[1], "sentence_ids": [], "evidences": []})
+                item = gold.setdefault(
+                    fact, {"attribute": fact[0], "value": fact[1], "sentence_ids": [], "evidences": []}
+                )
                 item["sentence_ids"].append(sid)
                 item["evidences"].append(text)
             next_id += 1
         stated.extend(facts)
-        paragraphs.append({"paragraph": rows,
-                           "summary": [dict(v, sentence_ids=list(v["sentence_ids"]), evidences=list(v["evidences"]))
-                                       for v in gold.values()],
-                           "paragraph_sentiment": sentiment, "paragraph_writing_style": style})
-    return {"entity_name": name, "entity_category": cat.name, "paragraph_summaries": paragraphs,
-            "distractor_sentences": distractors}
+        paragraphs.append(
+            {
+                "paragraph": rows,
+                "summary": [
+                    dict(v, sentence_ids=list(v["sentence_ids"]), evidences=list(v["evidences"])) for v in gold.values()
+                ],
+                "paragraph_sentiment": sentiment,
+                "paragraph_writing_style": style,
+            }
+        )
+    return {
+        "entity_name": name,
+        "entity_category": cat.name,
+        "paragraph_summaries": paragraphs,
+        "distractor_sentences": distractors,
+    }
 
 
-def generate_sumie(entities: int, seed: int = 0, categories: tuple[str, ...] | None = None,
-                   conflicts: float = 0.0, detail: str = "compact") -> Iterator[dict[str, Any]]:
+def generate_sumie(
+    entities: int,
+    seed: int = 0,
+    categories: tuple[str, ...] | None = None,
+    conflicts: float = 0.0,
+    detail: str = "compact",
+) -> Iterator[dict[str, Any]]:
     """`entities` records, cycling through the categories; the same seed always gives the same records.
     `conflicts` is the per-paragraph probability of a value update (see `generate_entity`); `detail`
     "compact" or "rich" (see the module docstring)."""
@@ -223,8 +259,10 @@ def generate_sumie(entities: int, seed: int = 0, categories: tuple[str, ...] | N
     most = max_entities(cats)
     if entities > most:
         short = min(cats, key=name_capacity)
-        raise DatasetError(f"entities: at most {most:,} can be generated (got {entities:,}): the {short.name} "
-                           f"category has {name_capacity(short)} distinct names; lower `entities` to {most:,} or less")
+        raise DatasetError(
+            f"entities: at most {most:,} can be generated (got {entities:,}): the {short.name} "
+            f"category has {name_capacity(short)} distinct names; lower `entities` to {most:,} or less"
+        )
     rng = random.Random(seed)
     names = _Names(rng)
     for i in range(entities):

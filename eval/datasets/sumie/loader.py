@@ -4,10 +4,10 @@ The record's shape is `memloop.eval.datasets.sumie.rows.SumieRecord` (as in the 
 summary aggregates the paragraphs up to its own); a record that does not fit it is a `MissingFieldError` naming
 the line and the field. Unknown top-level fields are kept in metadata.
 """
+
 from __future__ import annotations
 
 import dataclasses
-
 import hashlib
 import json
 from pathlib import Path
@@ -38,10 +38,15 @@ def verify_sumie_record(record: Record, where: str = "record") -> None:
                 if key not in resolved:
                     text = next((p[str(sid)] for p in reversed(seen) if str(sid) in p), None)
                     if text is None:
-                        raise InconsistentGoldError(f"{where} turn {t}: {item['attribute']!r} cites sentence {sid!r} not in paragraphs 1..{t}")
+                        raise InconsistentGoldError(
+                            f"{where} turn {t}: {item['attribute']!r} cites sentence {sid!r} not in paragraphs 1..{t}"
+                        )
                     resolved[key] = text
                 if item["value"].lower() not in resolved[key].lower():
-                    raise InconsistentGoldError(f"{where} turn {t}: value {item['value']!r} does not appear in sentence {sid!r}: {resolved[key]!r}")
+                    raise InconsistentGoldError(
+                        f"{where} turn {t}: value {item['value']!r} does not appear in sentence {sid!r}: "
+                        f"{resolved[key]!r}"
+                    )
     distractor_ids = {str(i) for i in sample.metadata["distractor_sentence_ids"]}
     for paragraph in seen:
         for sid, text in paragraph.items():
@@ -63,19 +68,26 @@ def sumie_sample(record: Record, where: str = "record") -> Sample:
         turns.append(turn)
     chunks = [para.chunk for para in row.paragraph_summaries]
     digest = hashlib.sha1(json.dumps(chunks).encode("utf-8")).hexdigest()[:10]
-    metadata = {"entity": name, "entity_category": category,
-                "sentences": [[[i, text] for i, text in para.sentences] for para in row.paragraph_summaries],
-                "distractor_sentence_ids": row.distractor_ids,
-                "paragraph_sentiments": [para.paragraph_sentiment for para in row.paragraph_summaries],
-                "paragraph_writing_styles": [para.paragraph_writing_style for para in row.paragraph_summaries]}
+    metadata = {
+        "entity": name,
+        "entity_category": category,
+        "sentences": [[[i, text] for i, text in para.sentences] for para in row.paragraph_summaries],
+        "distractor_sentence_ids": row.distractor_ids,
+        "paragraph_sentiments": [para.paragraph_sentiment for para in row.paragraph_summaries],
+        "paragraph_writing_styles": [para.paragraph_writing_style for para in row.paragraph_summaries],
+    }
     metadata.update(row.model_extra or {})
     return Sample(
         id=f"sumie/{slug(category)}/{slug(name)}-{digest}",
         task="sumie",
         chunks=tuple(chunks),
         query=f"Summarize the information about {name}.",
-        gold={"entity_name": name, "entity_category": category, "turns": turns,
-              "facts": [[item.model_dump() for item in para.summary] for para in row.paragraph_summaries]},
+        gold={
+            "entity_name": name,
+            "entity_category": category,
+            "turns": turns,
+            "facts": [[item.model_dump() for item in para.summary] for para in row.paragraph_summaries],
+        },
         metadata=metadata,
     )
 
@@ -99,9 +111,16 @@ def load_sumie(path: str | Path, limit: int | None = None, verify_gold: bool = F
     return samples
 
 
-def load_sumie_dataset(path: str | Path | None = None, synthetic: bool = False, entities: int = 200, seed: int = 0,
-                       limit: int | None = None, verify_gold: bool = False, conflicts: float = 0.0,
-                       detail: str = "compact") -> list[Sample]:
+def load_sumie_dataset(
+    path: str | Path | None = None,
+    synthetic: bool = False,
+    entities: int = 200,
+    seed: int = 0,
+    limit: int | None = None,
+    verify_gold: bool = False,
+    conflicts: float = 0.0,
+    detail: str = "compact",
+) -> list[Sample]:
     """The registry's `sumie` task: an official-format file, or (synthetic=True) generated entities
     (`conflicts`: probability per paragraph that a stated value changes; `detail`: "compact" short
     values, or "rich" clause-valued facts as many as the official SUMIE's)."""
@@ -109,10 +128,15 @@ def load_sumie_dataset(path: str | Path | None = None, synthetic: bool = False, 
         from memloop.eval.datasets.sumie.generator import generate_sumie
 
         n = entities if limit is None else min(entities, limit)
-        source = (f"memloop's SUMIE generator (seed {seed}, {entities} entities"
-                  + (f", {detail} detail" if detail != "compact" else "") + "), not the official release")
-        return [_with_source(sumie_sample(r, f"synthetic entity {i}"), source)
-                for i, r in enumerate(generate_sumie(n, seed, conflicts=conflicts, detail=detail))]
+        source = (
+            f"memloop's SUMIE generator (seed {seed}, {entities} entities"
+            + (f", {detail} detail" if detail != "compact" else "")
+            + "), not the official release"
+        )
+        return [
+            _with_source(sumie_sample(r, f"synthetic entity {i}"), source)
+            for i, r in enumerate(generate_sumie(n, seed, conflicts=conflicts, detail=detail))
+        ]
     if path is None:
         raise DatasetError("the sumie task needs `path` (an official dataset_sumie.jsonl) or `synthetic: true`")
     return load_sumie(path, limit=limit, verify_gold=verify_gold)

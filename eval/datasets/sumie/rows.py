@@ -6,12 +6,21 @@ distractor_sentences = [sentence id, ...]. Also accepted: `sentences` instead of
 paragraph (one pseudo-sentence per line), a number as a value, one id in place of a list, and `[id, text]` pairs
 in `distractor_sentences`. Unknown top-level fields are kept (`model_extra`); unknown nested ones are ignored.
 """
+
 from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import AliasChoices, BaseModel, BeforeValidator, ConfigDict, Field, StrictStr, field_validator, \
-    model_validator
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictStr,
+    field_validator,
+    model_validator,
+)
 
 FIX = "fix the record to the SUMIE release's format (memloop.eval.datasets.sumie.rows)"
 
@@ -38,7 +47,9 @@ class SumieFact(BaseModel):
 class SumieParagraph(BaseModel):
     """One paragraph: its tagged sentences and the summary of the entity up to it."""
 
-    sentences: list[tuple[Any, StrictStr]] = Field(min_length=1, validation_alias=AliasChoices("paragraph", "sentences"))
+    sentences: list[tuple[Any, StrictStr]] = Field(
+        min_length=1, validation_alias=AliasChoices("paragraph", "sentences")
+    )
     untagged: StrictStr | None = None  # the paragraph as given, when it came as one string under `paragraph`
     summary: list[SumieFact]
     paragraph_sentiment: Any = None
@@ -53,8 +64,11 @@ class SumieParagraph(BaseModel):
         if not isinstance(raw, str):
             return data
         lines = [line for line in raw.split("\n") if line.strip()]
-        return {**data, key: [[f"line{i}", line] for i, line in enumerate(lines)],
-                **({"untagged": raw} if key == "paragraph" else {})}
+        return {
+            **data,
+            key: [[f"line{i}", line] for i, line in enumerate(lines)],
+            **({"untagged": raw} if key == "paragraph" else {}),
+        }
 
     @property
     def chunk(self) -> str:

@@ -6,37 +6,52 @@ the engine server's too).
 - Off loopback every request needs the API key, as `Authorization: Bearer KEY` or HTTP Basic with
   the key as password (which browsers ask for on a 401); compared in constant time.
 """
+
 from __future__ import annotations
 
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
-
 from memloop.jobs.results.view.errors import ViewError, ViewNotFound
 from memloop.jobs.results.view.pages import Pages, compare_plots, jsonable
 from memloop.jobs.results.view.runs import Query, ViewRun
+
 from memloop.web_guard import HostGuard, KeyGuard, host_names, is_loopback
 
 
 def check_bind(host: str, api_key: str | None) -> None:
     if not is_loopback(host) and not api_key:
-        raise ViewError(f"--host {host} is reachable from other machines: set MEMLOOP_API_KEY or give "
-                        "--api-key-file FILE, or keep the default 127.0.0.1")
+        raise ViewError(
+            f"--host {host} is reachable from other machines: set MEMLOOP_API_KEY or give "
+            "--api-key-file FILE, or keep the default 127.0.0.1"
+        )
 
 
 def _refuse_host(header: str, allowed: tuple[str, ...]) -> Response:
-    return PlainTextResponse(f"Host header {header[:100]!r} is not a name this viewer answers to (it answers to "
-                             f"{', '.join(sorted(allowed))}); start it with --allow-host NAME to accept that name", 400)
+    return PlainTextResponse(
+        f"Host header {header[:100]!r} is not a name this viewer answers to (it answers to "
+        f"{', '.join(sorted(allowed))}); start it with --allow-host NAME to accept that name",
+        400,
+    )
 
 
 def _refuse_key() -> Response:
-    return PlainTextResponse("the viewer needs its API key (MEMLOOP_API_KEY of the viewer's host)", 401,
-                             headers={"WWW-Authenticate": 'Basic realm="memloop view"'})
+    return PlainTextResponse(
+        "the viewer needs its API key (MEMLOOP_API_KEY of the viewer's host)",
+        401,
+        headers={"WWW-Authenticate": 'Basic realm="memloop view"'},
+    )
 
 
-def create_app(runs: list[ViewRun], *, host: str = "127.0.0.1", api_key: str | None = None,
-               allow_hosts: tuple[str, ...] = (), sources: list[str] | None = None) -> FastAPI:
+def create_app(
+    runs: list[ViewRun],
+    *,
+    host: str = "127.0.0.1",
+    api_key: str | None = None,
+    allow_hosts: tuple[str, ...] = (),
+    sources: list[str] | None = None,
+) -> FastAPI:
     """`sources`: the folders (or runs) the runs came from; the runs list scans them again, so a run added
     later appears, and a link to a run not held yet is looked up there."""
     check_bind(host, api_key)
@@ -80,8 +95,9 @@ def create_app(runs: list[ViewRun], *, host: str = "127.0.0.1", api_key: str | N
         from memloop.jobs.results.view.runs import select
 
         rows, total = select(pages.run_of(pages.index_of(run_id)), Query.parse(request.query_params))
-        return Response(rows.to_json(orient="records"), media_type="application/json",
-                        headers={"X-Total-Count": str(total)})
+        return Response(
+            rows.to_json(orient="records"), media_type="application/json", headers={"X-Total-Count": str(total)}
+        )
 
     @app.get("/run/{run_id}/unit/{i}.json")
     def unit_json(run_id: str, i: int) -> JSONResponse:
@@ -122,4 +138,6 @@ def _ref(pages: Pages, text: str) -> tuple[int, int]:
     try:
         return pages.index_of(run), int(unit)
     except ValueError:
-        raise ViewError(f"{text!r}: name a unit as RUN_ID:UNIT (the unit's number, as the unit pages link them)") from None
+        raise ViewError(
+            f"{text!r}: name a unit as RUN_ID:UNIT (the unit's number, as the unit pages link them)"
+        ) from None

@@ -9,6 +9,7 @@ every unit and filters and sorts them in the page; each page's data is written b
     DIR/side/{i}-{j}.html   unit i beside unit j (the same sample under another method)
     DIR/run.json            the report's numbers (`memloop report --json`)
 """
+
 from __future__ import annotations
 
 import json
@@ -57,8 +58,10 @@ def write_bundle(run: ViewRun, dest: Path) -> Path:
         return _write_bundle(run, dest)
     except OSError as exc:
         where = exc.filename or dest
-        raise ViewError(f"--bundle {dest}: cannot write {where} ({exc.strerror or exc}); give a directory this "
-                        "user can write, with room for the run's pages") from None
+        raise ViewError(
+            f"--bundle {dest}: cannot write {where} ({exc.strerror or exc}); give a directory this "
+            "user can write, with room for the run's pages"
+        ) from None
 
 
 def _write_bundle(run: ViewRun, dest: Path) -> Path:

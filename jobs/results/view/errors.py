@@ -1,4 +1,5 @@
 """The viewer's errors (a JobsError: the CLI prints them on one line and exits 2)."""
+
 from __future__ import annotations
 
 from memloop.jobs.errors import JobsError

@@ -7,6 +7,7 @@ file, line and the description the question gives); Spider: the gold rows and th
 samples come from `memloop.jobs.results.sample_data` (reloaded through the run's config); when they cannot
 be, the view carries the reason instead.
 """
+
 from __future__ import annotations
 
 import json
@@ -47,17 +48,32 @@ def gold_view(run: "ViewRun", row: dict[str, Any]) -> dict[str, Any]:
         found, judged = _matched(run, row["unit"])
         turns = []
         for t, pairs in enumerate(gold_turns(gold)):
-            facts = [{"text": f"{a}: {v}", "matched": (i in found.get(t, set())) if judged else None}
-                     for i, (a, v) in enumerate(pairs)]
-            turns.append({"turn": t, "facts": facts, "matched": sum(bool(f["matched"]) for f in facts),
-                          "missed": sum(f["matched"] is False for f in facts)})
+            facts = [
+                {"text": f"{a}: {v}", "matched": (i in found.get(t, set())) if judged else None}
+                for i, (a, v) in enumerate(pairs)
+            ]
+            turns.append(
+                {
+                    "turn": t,
+                    "facts": facts,
+                    "matched": sum(bool(f["matched"]) for f in facts),
+                    "missed": sum(f["matched"] is False for f in facts),
+                }
+            )
         return {"kind": "facts", "turns": turns, "judged": judged}
     if isinstance(gold, dict) and isinstance(gold.get("reference"), str):
         return {"kind": "reference", "text": gold["reference"]}
     if sample.task == "repoqa":
         md = sample.metadata
-        return {"kind": "needle", "name": gold, "file": md.get("file"), "lineno": md.get("lineno"),
-                "qualname": md.get("qualname"), "question": sample.query, "chunk": md.get("needle_chunk")}
+        return {
+            "kind": "needle",
+            "name": gold,
+            "file": md.get("file"),
+            "lineno": md.get("lineno"),
+            "qualname": md.get("qualname"),
+            "question": sample.query,
+            "chunk": md.get("needle_chunk"),
+        }
     if sample.task == "spider":
         return {"kind": "rows", "rows": gold, "sql": sample.metadata.get("sql"), "question": sample.query}
     if gold is None:

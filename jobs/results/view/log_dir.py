@@ -5,6 +5,7 @@ gs://, e.g. a config's `output`) stands for every run directly inside it. `MEMLO
 folder when no argument is given. `runs_rows` is one row per run (id, model, judge, methods, datasets,
 date, duration, status, headline score) and `RunsQuery` sorts and filters them server-side.
 """
+
 from __future__ import annotations
 
 import math
@@ -25,8 +26,13 @@ LOG_DIR_ENV = "MEMLOOP_LOG_DIR"
 COLUMNS = ("run_id", "headline", "status", "model", "judge", "methods", "datasets", "date", "duration_s")
 # the column headings a user reads (and may type in ?sort=): label -> column
 LABELS = {"run_id": "run id", "headline": "score", "duration_s": "duration"}
-SORT_NAMES = {**{label: c for c, label in LABELS.items()}, "run-id": "run_id", "id": "run_id",
-              "duration": "duration_s", "headline": "headline"}
+SORT_NAMES = {
+    **{label: c for c, label in LABELS.items()},
+    "run-id": "run_id",
+    "id": "run_id",
+    "duration": "duration_s",
+    "headline": "headline",
+}
 STATUSES = ("running", "failed units", "incomplete", "ok")
 
 
@@ -47,8 +53,10 @@ def expand(uris: list[str]) -> list[str]:
         store = open_store(uri)
         found = [join_uri(store.uri, c) for c in store.children("") if store.list(f"{c}/runs")]
         if not found:
-            raise ViewError(f"{uri} is neither a run nor a folder holding runs ({not_a_run}); give OUTPUT/RUN_ID "
-                            "as printed by `memloop run`, or the `output` folder of a config")
+            raise ViewError(
+                f"{uri} is neither a run nor a folder holding runs ({not_a_run}); give OUTPUT/RUN_ID "
+                "as printed by `memloop run`, or the `output` folder of a config"
+            )
         out += found
     return list(dict.fromkeys(out))
 
@@ -86,13 +94,21 @@ def run_row(r: int, run: "ViewRun") -> dict[str, Any]:
         status = "ok"
     text, best = _headline(run)
     wall = runs["wall_s"].dropna().sum() if "wall_s" in runs else 0.0
-    return {"r": r, "run_id": run.run_id, "uri": run.uri, "model": models.get("model", ""),
-            "judge": models.get("judge", "") if cfg.get("judges") else "",
-            "methods": ", ".join(sorted(samples["method"].unique())),
-            "datasets": ", ".join(sorted(samples["dataset"].unique())),
-            "date": runs["started_at"].min().strftime("%Y-%m-%d %H:%M") if len(runs) else "",
-            "duration_s": float(wall), "status": status, "headline": text, "headline_value": best,
-            "units": len(samples)}
+    return {
+        "r": r,
+        "run_id": run.run_id,
+        "uri": run.uri,
+        "model": models.get("model", ""),
+        "judge": models.get("judge", "") if cfg.get("judges") else "",
+        "methods": ", ".join(sorted(samples["method"].unique())),
+        "datasets": ", ".join(sorted(samples["dataset"].unique())),
+        "date": runs["started_at"].min().strftime("%Y-%m-%d %H:%M") if len(runs) else "",
+        "duration_s": float(wall),
+        "status": status,
+        "headline": text,
+        "headline_value": best,
+        "units": len(samples),
+    }
 
 
 @dataclass(frozen=True)
@@ -111,8 +127,10 @@ class RunsQuery:
         sort = params.get("sort") or "date"
         sort = SORT_NAMES.get(sort.strip().lower(), sort)  # the headings' names too: ?sort=duration, ?sort=score
         if sort not in COLUMNS:
-            raise ViewError(f"sort={sort!r}: sort by one of {', '.join(COLUMNS)} (or the headings' names: "
-                            f"{', '.join(LABELS.values())})")
+            raise ViewError(
+                f"sort={sort!r}: sort by one of {', '.join(COLUMNS)} (or the headings' names: "
+                f"{', '.join(LABELS.values())})"
+            )
         status = params.get("status", "")
         if status and status not in STATUSES:
             raise ViewError(f"status={status!r}: filter by one of {', '.join(STATUSES)}")
@@ -127,8 +145,12 @@ class RunsQuery:
 
 def select_runs(rows: list[dict[str, Any]], query: RunsQuery) -> list[dict[str, Any]]:
     text = query.q.lower()
-    keep = [r for r in rows if (not query.status or r["status"] == query.status)
-            and (not text or any(text in str(r[c]).lower() for c in ("run_id", "model", "judge", "methods", "datasets")))]
+    keep = [
+        r
+        for r in rows
+        if (not query.status or r["status"] == query.status)
+        and (not text or any(text in str(r[c]).lower() for c in ("run_id", "model", "judge", "methods", "datasets")))
+    ]
     key = "headline_value" if query.sort == "headline" else query.sort
 
     def order(r: dict[str, Any]) -> tuple[int, Any]:

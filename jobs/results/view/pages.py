@@ -5,6 +5,7 @@ memories, book text, error messages) is text, never markup. The report's and the
 Markdown is rendered by markdown-it with raw HTML off, so a table cell holding `<script>` shows it.
 Links come from a `Links` object: absolute routes for the server, relative files for the bundle.
 """
+
 from __future__ import annotations
 
 import json
@@ -20,10 +21,8 @@ from urllib.parse import quote, urlencode
 import jinja2
 import pandas as pd
 from markdown_it import MarkdownIt
-
-from memloop.jobs.results.view.runs import (BASE_COLUMNS, PAGE_SIZES, Query, ViewRun, cause_choices, select,
-                                    step_choices)
 from memloop.jobs.results.view.gold import gold_view
+from memloop.jobs.results.view.runs import BASE_COLUMNS, PAGE_SIZES, Query, ViewRun, cause_choices, select, step_choices
 from memloop.jobs.results.view.timeline import timeline, verdicts
 
 if TYPE_CHECKING:
@@ -100,8 +99,13 @@ def _json_text(v: Any) -> str:
 
 
 def environment() -> jinja2.Environment:
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
-                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(TEMPLATES),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
     env.filters.update(fmt=_fmt, figure=_figure, json_text=_json_text)
     return env
 
@@ -129,8 +133,9 @@ class Pages:
     def rescan(self, force: bool = False) -> None:
         """Load the runs that appeared in the viewer's folders since the last look (a run that cannot be read
         yet, e.g. one still writing its first shard, is tried again next time)."""
-        from memloop.errors import MemloopError
         from memloop.jobs.results.view.log_dir import expand
+
+        from memloop.errors import MemloopError
 
         if not self.sources or (not force and time.monotonic() - self._scanned < RESCAN_S):
             return
@@ -163,8 +168,9 @@ class Pages:
         raise ViewNotFound(f"this viewer holds no run {run_id!r}; the runs list (/) shows the runs it holds")
 
     def _render(self, name: str, **ctx: Any) -> str:
-        return self.env.get_template(name).render(links=self.links, runs=self.runs, nonce=secrets.token_urlsafe(12),
-                                                  **ctx)
+        return self.env.get_template(name).render(
+            links=self.links, runs=self.runs, nonce=secrets.token_urlsafe(12), **ctx
+        )
 
     def run_of(self, r: int) -> ViewRun:
         from memloop.jobs.results.view.errors import ViewError
@@ -182,16 +188,33 @@ class Pages:
         if self._rows is None:
             self._rows = [run_row(r, run) for r, run in enumerate(self.runs)]
         shown = select_runs(self._rows, query)
-        return self._render("home.html", title="memloop view", rows=shown, query=query, columns=COLUMNS, labels=LABELS,
-                            statuses=STATUSES, total=len(self._rows))
+        return self._render(
+            "home.html",
+            title="memloop view",
+            rows=shown,
+            query=query,
+            columns=COLUMNS,
+            labels=LABELS,
+            statuses=STATUSES,
+            total=len(self._rows),
+        )
 
     def run(self, r: int) -> str:
         run = self.run_of(r)
         rep = run.report()
-        return self._render("run.html", title=f"run {run.run_id}", r=r, run=run, report_html=markdown(rep.markdown),
-                            config=json.dumps(run.config(), indent=1, sort_keys=True), lock=run.lock(),
-                            invocations=run.invocations(), statuses=run.status_counts(),
-                            causes=run.root_causes(), lengths=run.length_buckets())
+        return self._render(
+            "run.html",
+            title=f"run {run.run_id}",
+            r=r,
+            run=run,
+            report_html=markdown(rep.markdown),
+            config=json.dumps(run.config(), indent=1, sort_keys=True),
+            lock=run.lock(),
+            invocations=run.invocations(),
+            statuses=run.status_counts(),
+            causes=run.root_causes(),
+            lengths=run.length_buckets(),
+        )
 
     def samples(self, r: int, query: Query) -> str:
         run = self.run_of(r)
@@ -200,35 +223,65 @@ class Pages:
         else:
             rows, total = select(run, query)
         i = run.index
-        return self._render("samples.html", title=f"samples of {run.run_id}", r=r, run=run, q=query,
-                            rows=list(zip(rows.index.tolist(), rows.to_dict("records"))),
-                            total=total, pages=max(1, math.ceil(total / query.size)),
-                            columns=list(BASE_COLUMNS) + run.score_columns, sizes=PAGE_SIZES, outcomes=step_choices(run),
-                            causes=cause_choices(run),
-                            methods=sorted(set(i["method"])), datasets=sorted(set(i["dataset"])),
-                            statuses=sorted(set(i["status"])))
+        return self._render(
+            "samples.html",
+            title=f"samples of {run.run_id}",
+            r=r,
+            run=run,
+            q=query,
+            rows=list(zip(rows.index.tolist(), rows.to_dict("records"))),
+            total=total,
+            pages=max(1, math.ceil(total / query.size)),
+            columns=list(BASE_COLUMNS) + run.score_columns,
+            sizes=PAGE_SIZES,
+            outcomes=step_choices(run),
+            causes=cause_choices(run),
+            methods=sorted(set(i["method"])),
+            datasets=sorted(set(i["dataset"])),
+            statuses=sorted(set(i["status"])),
+        )
 
     def unit_data(self, r: int, i: int) -> dict[str, Any]:
         run = self.run_of(r)
         row = run.unit_row(i)
         steps = timeline(run, row["unit"])
-        return {"run_id": run.run_id, "unit": row["unit"], "row": {k: _plain(v) for k, v in row.items()},
-                "steps": [dict(s, diff=vars(s["diff"])) for s in steps], "verdicts": verdicts(run, row["unit"]),
-                "gold": gold_view(run, dict(row))}
+        return {
+            "run_id": run.run_id,
+            "unit": row["unit"],
+            "row": {k: _plain(v) for k, v in row.items()},
+            "steps": [dict(s, diff=vars(s["diff"])) for s in steps],
+            "verdicts": verdicts(run, row["unit"]),
+            "gold": gold_view(run, dict(row)),
+        }
 
     def unit(self, r: int, i: int) -> str:
         run = self.run_of(r)
         row = dict(run.unit_row(i))
         sample = run.data.samples.iloc[i]
         others = [(int(j), m) for j, m in run.siblings(i)["method"].items()]
-        elsewhere = [(s, j) for s, other in enumerate(self.runs) if s != r
-                     for j in [other.find_unit(row["dataset"], row["sample_id"], row["method"], int(row["repeat"]))]
-                     if j is not None]
-        return self._render("unit.html", title=f"{row['sample_id']} · {row['method']}", r=r, i=i, run=run, row=row,
-                            output=_output(sample.get("output_json")), started=sample.get("started_at"),
-                            finished=sample.get("finished_at"), steps=timeline(run, row["unit"]),
-                            verdicts=verdicts(run, row["unit"]), gold=gold_view(run, row), others=others,
-                            elsewhere=elsewhere)
+        elsewhere = [
+            (s, j)
+            for s, other in enumerate(self.runs)
+            if s != r
+            for j in [other.find_unit(row["dataset"], row["sample_id"], row["method"], int(row["repeat"]))]
+            if j is not None
+        ]
+        return self._render(
+            "unit.html",
+            title=f"{row['sample_id']} · {row['method']}",
+            r=r,
+            i=i,
+            run=run,
+            row=row,
+            output=_output(sample.get("output_json")),
+            started=sample.get("started_at"),
+            finished=sample.get("finished_at"),
+            steps=timeline(run, row["unit"]),
+            verdicts=verdicts(run, row["unit"]),
+            gold=gold_view(run, row),
+            others=others,
+            elsewhere=elsewhere,
+        )
 
     def side(self, a: tuple[int, int], b: tuple[int, int]) -> str:
         sides = []
@@ -236,8 +289,9 @@ class Pages:
             run = self.run_of(r)
             row = dict(run.unit_row(i))
             sides.append({"r": r, "i": i, "run": run, "row": row, "steps": timeline(run, row["unit"])})
-        return self._render("side.html", title="side by side", sides=sides, rows=align(sides[0]["steps"],
-                                                                                     sides[1]["steps"]))
+        return self._render(
+            "side.html", title="side by side", sides=sides, rows=align(sides[0]["steps"], sides[1]["steps"])
+        )
 
     def compare(self, a: int, b: int) -> str:
         from memloop.jobs.results.compare import CompareError, compare_runs, to_markdown
@@ -247,8 +301,15 @@ class Pages:
             c = compare_runs(ra.data, rb.data)
         except CompareError as exc:
             return self._render("compare.html", title="compare", a=a, b=b, error=str(exc), body="", plots=[])
-        return self._render("compare.html", title="compare", a=a, b=b, error=None, body=markdown(to_markdown(c)),
-                            plots=sorted(compare_plots(ra, rb)))
+        return self._render(
+            "compare.html",
+            title="compare",
+            a=a,
+            b=b,
+            error=None,
+            body=markdown(to_markdown(c)),
+            plots=sorted(compare_plots(ra, rb)),
+        )
 
 
 def compare_plots(ra: ViewRun, rb: ViewRun) -> dict[str, bytes]:
@@ -264,6 +325,7 @@ def compare_plots(ra: ViewRun, rb: ViewRun) -> dict[str, bytes]:
 def align(left: list[dict], right: list[dict]) -> list[dict[str, Any]]:
     """Rows of two timelines aligned by the chunk read (steps without a chunk, e.g. a final answer or a
     merge, follow in their own order after the chunks)."""
+
     def by_chunk(steps: list[dict]) -> dict[Any, list[dict]]:
         out: dict[Any, list[dict]] = {}
         for s in steps:
@@ -274,8 +336,10 @@ def align(left: list[dict], right: list[dict]) -> list[dict[str, Any]]:
     lb, rb = by_chunk(left), by_chunk(right)
     chunks = sorted({k for k in (*lb, *rb) if k[0] == "chunk"}, key=lambda k: k[1])
     rest = list(dict.fromkeys(k for k in (*lb, *rb) if k[0] == "after"))
-    return [{"label": f"chunk {k[1]}" if k[0] == "chunk" else str(k[1]), "left": lb.get(k, []), "right": rb.get(k, [])}
-            for k in chunks + rest]
+    return [
+        {"label": f"chunk {k[1]}" if k[0] == "chunk" else str(k[1]), "left": lb.get(k, []), "right": rb.get(k, [])}
+        for k in chunks + rest
+    ]
 
 
 def _output(text: Any) -> dict[str, Any] | None:

@@ -1,9 +1,11 @@
 """One run as the viewer holds it: the report's `RunData` (one load, the report's own loader), the raw
 judgments, and a unit index for the samples page (filter, sort, paginate server-side).
 
-The per-unit score columns are `memloop.jobs.results.cells.unit_values` (one value per unit, SUMIE's turns summarised, as
+The per-unit score columns are `memloop.jobs.results.cells.unit_values` (one value per unit, SUMIE's turns summarised,
+as
 `memloop compare` pairs them); the report, its tables and plots are `memloop.jobs.results.report`'s.
 """
+
 from __future__ import annotations
 
 import json
@@ -13,7 +15,6 @@ from typing import Any, Mapping
 
 import numpy as np
 import pandas as pd
-
 from memloop.jobs.results.cells import unit_values
 from memloop.jobs.results.compare import PAIR
 from memloop.jobs.results.figures import figures_of
@@ -26,8 +27,19 @@ from memloop.jobs.store.objects import NotFoundError
 from memloop.jobs.store.run_store import RunStore
 
 # the samples page's fixed columns (samples-table columns, plus the failed-step count); then one per score
-BASE_COLUMNS = ("sample_id", "method", "dataset", "repeat", "status", "n_steps", "failed_steps", "input_tokens",
-                "prompt_tokens", "cached_tokens", "decoded_tokens")
+BASE_COLUMNS = (
+    "sample_id",
+    "method",
+    "dataset",
+    "repeat",
+    "status",
+    "n_steps",
+    "failed_steps",
+    "input_tokens",
+    "prompt_tokens",
+    "cached_tokens",
+    "decoded_tokens",
+)
 PAGE_SIZES = (20, 50, 100, 500)
 STEP_OUTCOMES = ("any failed step", "no failed step")
 
@@ -73,8 +85,9 @@ class ViewRun:
     # --- one unit ---------------------------------------------------------------------------
     def unit_row(self, unit_id: int) -> pd.Series:
         if not 0 <= unit_id < len(self.index):
-            raise ViewError(f"run {self.run_id} has units 0..{len(self.index) - 1}, not {unit_id}; "
-                            "open one from its samples page")
+            raise ViewError(
+                f"run {self.run_id} has units 0..{len(self.index) - 1}, not {unit_id}; open one from its samples page"
+            )
         return self.index.iloc[unit_id]
 
     def steps_of(self, unit: str) -> pd.DataFrame:
@@ -87,16 +100,24 @@ class ViewRun:
         return self.data.scores.iloc[self._scores_at.get(unit, [])]
 
     def find_unit(self, dataset: str, sample_id: str, method: str, repeat: int) -> int | None:
-        hit = self.index[(self.index["dataset"] == dataset) & (self.index["sample_id"] == sample_id)
-                         & (self.index["method"] == method) & (self.index["repeat"] == repeat)]
+        hit = self.index[
+            (self.index["dataset"] == dataset)
+            & (self.index["sample_id"] == sample_id)
+            & (self.index["method"] == method)
+            & (self.index["repeat"] == repeat)
+        ]
         return int(hit.index[0]) if len(hit) else None
 
     def siblings(self, unit_id: int) -> pd.DataFrame:
         """The same sample and repeat under the run's other methods (for side by side)."""
         r = self.unit_row(unit_id)
         i = self.index
-        return i[(i["dataset"] == r["dataset"]) & (i["sample_id"] == r["sample_id"]) & (i["repeat"] == r["repeat"])
-                 & (i.index != unit_id)]
+        return i[
+            (i["dataset"] == r["dataset"])
+            & (i["sample_id"] == r["sample_id"])
+            & (i["repeat"] == r["repeat"])
+            & (i.index != unit_id)
+        ]
 
     def sample_data(self) -> Any:
         """The run's samples (input and gold), reloaded once through its config (`memloop.jobs.results.sample_data`)."""
@@ -123,11 +144,26 @@ class ViewRun:
         runs = runs.sort_values("started_at")
         out = []
         for _, r in runs.iterrows():
-            out.append({k: _plain(r.get(k)) for k in ("invocation", "code_version", "model_digest", "host",
-                                                      "ray_job_id", "started_at", "finished_at", "wall_s",
-                                                      "samples", "computed", "skipped", "failed")}
-                       | {k: _json(r.get(k)) for k in ("packages_json", "template_hashes_json", "stats_json",
-                                                        "identity_json")})
+            out.append(
+                {
+                    k: _plain(r.get(k))
+                    for k in (
+                        "invocation",
+                        "code_version",
+                        "model_digest",
+                        "host",
+                        "ray_job_id",
+                        "started_at",
+                        "finished_at",
+                        "wall_s",
+                        "samples",
+                        "computed",
+                        "skipped",
+                        "failed",
+                    )
+                }
+                | {k: _json(r.get(k)) for k in ("packages_json", "template_hashes_json", "stats_json", "identity_json")}
+            )
         return out
 
     def lock(self) -> dict | None:
@@ -147,8 +183,9 @@ class ViewRun:
         if s.empty:
             return []
         g = s.assign(error=s["error"].fillna("(no error recorded)")).groupby(["status", "error"])
-        rows = [{"status": st, "error": err, "units": len(u), "methods": sorted(set(u["method"]))}
-                for (st, err), u in g]
+        rows = [
+            {"status": st, "error": err, "units": len(u), "methods": sorted(set(u["method"]))} for (st, err), u in g
+        ]
         return sorted(rows, key=lambda r: -r["units"])
 
     def length_buckets(self) -> dict[str, Any]:
@@ -179,12 +216,15 @@ def unit_index(d: RunData) -> tuple[pd.DataFrame, list[str]]:
     if "input_tokens" not in s:  # a run written before the column existed
         s["input_tokens"] = pd.NA
     st = d.steps
-    failed = (st[st["error"].notna()].groupby("unit").size() if not st.empty else pd.Series(dtype=int))
+    failed = st[st["error"].notna()].groupby("unit").size() if not st.empty else pd.Series(dtype=int)
     idx = s[["unit"] + list(c for c in BASE_COLUMNS if c != "failed_steps") + ["error"]].copy()
     idx["failed_steps"] = idx["unit"].map(failed).fillna(0).astype(int)
     # the outcomes of the unit's steps (`memloop.eval.methods.outcomes`), for the step-outcome filter
-    outcomes = (st.dropna(subset=["outcome"]).groupby("unit")["outcome"].agg(lambda o: ",".join(sorted(set(o))))
-                if not st.empty and "outcome" in st else pd.Series(dtype=str))
+    outcomes = (
+        st.dropna(subset=["outcome"]).groupby("unit")["outcome"].agg(lambda o: ",".join(sorted(set(o))))
+        if not st.empty and "outcome" in st
+        else pd.Series(dtype=str)
+    )
     idx["outcomes"] = idx["unit"].map(outcomes).fillna("")
     u = unit_values(d.scores)
     cols: list[str] = []
@@ -238,16 +278,42 @@ class Query:
         unknown = sorted(set(params) - known)
         if unknown:  # a misspelt filter would otherwise show every unit as if it matched
             raise ViewError(f"the samples page has no parameter {', '.join(unknown)}; use {', '.join(sorted(known))}")
-        return cls(cause=params.get("cause", ""), method=params.get("method", ""), dataset=params.get("dataset", ""), status=params.get("status", ""),
-                   steps=params.get("steps", ""), score=params.get("score", ""), min=num("min"), max=num("max"),
-                   q=(params.get("q") or "").strip(), sort=params.get("sort", ""),
-                   desc=params.get("desc", "") in ("1", "true", "on"), page=max(1, whole("page", 1)),
-                   size=whole("size", 50))
+        return cls(
+            cause=params.get("cause", ""),
+            method=params.get("method", ""),
+            dataset=params.get("dataset", ""),
+            status=params.get("status", ""),
+            steps=params.get("steps", ""),
+            score=params.get("score", ""),
+            min=num("min"),
+            max=num("max"),
+            q=(params.get("q") or "").strip(),
+            sort=params.get("sort", ""),
+            desc=params.get("desc", "") in ("1", "true", "on"),
+            page=max(1, whole("page", 1)),
+            size=whole("size", 50),
+        )
 
     def params(self, **changes: Any) -> dict[str, str]:
         """This query's parameters with some changed, for links (empty ones left out)."""
-        out = {k: getattr(self, k) for k in ("method", "dataset", "status", "steps", "cause", "score", "min", "max",
-                                             "q", "sort", "desc", "page", "size")} | changes
+        out = {
+            k: getattr(self, k)
+            for k in (
+                "method",
+                "dataset",
+                "status",
+                "steps",
+                "cause",
+                "score",
+                "min",
+                "max",
+                "q",
+                "sort",
+                "desc",
+                "page",
+                "size",
+            )
+        } | changes
         return {k: ("1" if v is True else str(v)) for k, v in out.items() if v not in ("", None, False)}
 
 
@@ -285,13 +351,16 @@ def select(run: ViewRun, query: Query) -> tuple[pd.DataFrame, int]:
     if query.cause:
         causes = cause_choices(run)
         if query.cause not in causes:
-            raise ViewError(f"cause={query.cause[:200]!r}: no unit of this run failed with it; the run's causes are "
-                            "on its run page (Root causes)")
+            raise ViewError(
+                f"cause={query.cause[:200]!r}: no unit of this run failed with it; the run's causes are "
+                "on its run page (Root causes)"
+            )
         mask &= (i["error"] == query.cause).to_numpy(bool)
     if query.min is not None or query.max is not None:
         if query.score not in run.score_columns:
-            raise ViewError(f"a score range needs a score column; this run has "
-                            f"{', '.join(run.score_columns) or 'no scores'}")
+            raise ViewError(
+                f"a score range needs a score column; this run has {', '.join(run.score_columns) or 'no scores'}"
+            )
         v = i[query.score].to_numpy(float)
         if query.min is not None:
             mask &= v >= query.min  # NaN (unscored) compares False: out of any range
@@ -305,7 +374,7 @@ def select(run: ViewRun, query: Query) -> tuple[pd.DataFrame, int]:
             raise ViewError(f"sort={query.sort!r}: sort by one of the table's columns")
         hit = hit.sort_values(query.sort, ascending=not query.desc, kind="stable", na_position="last")
     start = (query.page - 1) * query.size
-    return hit.iloc[start:start + query.size], len(hit)
+    return hit.iloc[start : start + query.size], len(hit)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -344,9 +413,17 @@ def length_buckets(d: RunData) -> dict[str, Any]:
     for hi, label in sorted(labels.items()):
         part = s[bucket == label]
         units = set(part["unit"])
-        sub = RunData(d.uri, d.run_id, part, d.steps.iloc[0:0], d.scores[d.scores["unit"].isin(units)], d.runs,
-                      judge_failures=d.judge_failures[d.judge_failures["unit"].isin(units)]
-                      if not d.judge_failures.empty else d.judge_failures)
+        sub = RunData(
+            d.uri,
+            d.run_id,
+            part,
+            d.steps.iloc[0:0],
+            d.scores[d.scores["unit"].isin(units)],
+            d.runs,
+            judge_failures=d.judge_failures[d.judge_failures["unit"].isin(units)]
+            if not d.judge_failures.empty
+            else d.judge_failures,
+        )
         sub.derived["tokenizer"] = no_prompts
         order.append((label, len(part)))
         for f in figures_of(sub):
@@ -358,4 +435,14 @@ def length_buckets(d: RunData) -> dict[str, Any]:
     return {"buckets": order, "rows": [rows[k] for k in sorted(rows)]}
 
 
-__all__ = ["ViewRun", "Query", "select", "step_choices", "cause_choices", "length_buckets", "bucket_of", "unit_index", "NOT_APPLICABLE"]
+__all__ = [
+    "ViewRun",
+    "Query",
+    "select",
+    "step_choices",
+    "cause_choices",
+    "length_buckets",
+    "bucket_of",
+    "unit_index",
+    "NOT_APPLICABLE",
+]

@@ -5,6 +5,7 @@ Diffs: a structured memory (a JSON object or list) changes by an RFC 6902 patch 
 memory by a word diff (`difflib`). A prompt is split into the prefix it shares with the previous
 prompt of the unit (what a prefix cache can reuse) and the new part.
 """
+
 from __future__ import annotations
 
 import difflib
@@ -17,7 +18,6 @@ from typing import Any
 
 import jsonpatch
 import pandas as pd
-
 from memloop.jobs.results.view.runs import ViewRun
 
 _MISSING = object()
@@ -87,13 +87,28 @@ def revisions(parsed: Any, failures: list[str]) -> list[dict[str, Any]] | None:
         if accepted:
             applied.remove(key)  # the same revision proposed twice may be applied once
         path = next(iter(r), "") if isinstance(r, dict) else ""
-        op, value = next(iter(r[path].items()), ("", None)) if isinstance(r, dict) and isinstance(r.get(path), dict) else ("", r)
+        op, value = (
+            next(iter(r[path].items()), ("", None))
+            if isinstance(r, dict) and isinstance(r.get(path), dict)
+            else ("", r)
+        )
         why = reasons.get(path, [])
-        out.append({"path": path, "op": op, "value": value, "accepted": accepted,
-                    "reason": None if accepted else (why.pop(0) if why else None)})
+        out.append(
+            {
+                "path": path,
+                "op": op,
+                "value": value,
+                "accepted": accepted,
+                "reason": None if accepted else (why.pop(0) if why else None),
+            }
+        )
     # rejections recorded with no revision behind them (raw text that never parsed into one)
-    out += [{"path": where, "op": "", "value": None, "accepted": False, "reason": reason}
-            for where, rs in reasons.items() for reason in rs if not any(o["path"] == where for o in out)]
+    out += [
+        {"path": where, "op": "", "value": None, "accepted": False, "reason": reason}
+        for where, rs in reasons.items()
+        for reason in rs
+        if not any(o["path"] == where for o in out)
+    ]
     return out
 
 
@@ -108,21 +123,29 @@ def timeline(run: ViewRun, unit: str) -> list[dict[str, Any]]:
         parsed, memory = _load(s["parsed_json"]), _load(s["memory_json"])
         prompt = s["prompt"] if isinstance(s["prompt"], str) else ""
         shared = len(os.path.commonprefix([prev_prompt, prompt])) if prev_prompt is not None else 0
-        out.append({
-            "step": int(s["step"]), "kind": s["kind"], "template_id": s["template_id"],
-            "chunk_index": extra.get("chunk_index"), "attempts": extra.get("attempts"), "ok": extra.get("ok", True),
-            "prompt_shared": prompt[:shared], "prompt_new": prompt[shared:],
-            "output": s["output"] if isinstance(s["output"], str) else "",
-            "parsed": None if parsed is _MISSING else parsed,
-            "revisions": revisions(None if parsed is _MISSING else parsed, failures),
-            "failures": [f for f in failures if not _REJECTED.match(f)],
-            "error": s["error"] if isinstance(s["error"], str) else None,
-            "memory": None if memory is _MISSING else memory,
-            "memory_text": _pretty(memory),
-            "diff": memory_diff(prev_memory, memory),
-            "prompt_tokens": _int(s["prompt_tokens"]), "cached_tokens": _int(s["cached_tokens"]),
-            "decoded_tokens": _int(s["decoded_tokens"]),
-        })
+        out.append(
+            {
+                "step": int(s["step"]),
+                "kind": s["kind"],
+                "template_id": s["template_id"],
+                "chunk_index": extra.get("chunk_index"),
+                "attempts": extra.get("attempts"),
+                "ok": extra.get("ok", True),
+                "prompt_shared": prompt[:shared],
+                "prompt_new": prompt[shared:],
+                "output": s["output"] if isinstance(s["output"], str) else "",
+                "parsed": None if parsed is _MISSING else parsed,
+                "revisions": revisions(None if parsed is _MISSING else parsed, failures),
+                "failures": [f for f in failures if not _REJECTED.match(f)],
+                "error": s["error"] if isinstance(s["error"], str) else None,
+                "memory": None if memory is _MISSING else memory,
+                "memory_text": _pretty(memory),
+                "diff": memory_diff(prev_memory, memory),
+                "prompt_tokens": _int(s["prompt_tokens"]),
+                "cached_tokens": _int(s["cached_tokens"]),
+                "decoded_tokens": _int(s["decoded_tokens"]),
+            }
+        )
         prev_prompt = prompt
         if memory is not _MISSING:
             prev_memory = memory
@@ -152,16 +175,25 @@ def verdicts(run: ViewRun, unit: str) -> list[dict[str, Any]]:
     out = []
     for judge in sorted(set(scores["judge"]) | set(js["judge"])):
         sc = scores[scores["judge"] == judge]
-        whole = [{"metric": m, "value": _num(v)} for m, t, v in zip(sc["metric"], sc["turn"], sc["value"])
-                 if t is None or pd.isna(t)]
+        whole = [
+            {"metric": m, "value": _num(v)}
+            for m, t, v in zip(sc["metric"], sc["turn"], sc["value"])
+            if t is None or pd.isna(t)
+        ]
         turns: dict[int, dict[str, float | None]] = {}
         for m, t, v in zip(sc["metric"], sc["turn"], sc["value"]):
             if t is not None and not pd.isna(t):
                 turns.setdefault(int(t), {})[m] = _num(v)
         items = [_shape(judge, json.loads(r)) for r in js[js["judge"] == judge]["record_json"]]
-        out.append({"judge": judge, "shape": _judge_shape(judge, items),
-                    "scores": whole,
-                    "turns": [{"turn": t, **v} for t, v in sorted(turns.items())], "judgments": items})
+        out.append(
+            {
+                "judge": judge,
+                "shape": _judge_shape(judge, items),
+                "scores": whole,
+                "turns": [{"turn": t, **v} for t, v in sorted(turns.items())],
+                "judgments": items,
+            }
+        )
     return out
 
 
@@ -177,12 +209,23 @@ def _judge_shape(judge: str, items: list[dict[str, Any]]) -> str:
 def _shape(judge: str, rec: dict[str, Any]) -> dict[str, Any]:
     """A judgment record (`Judgment.to_record`) with its verdict read by the judge's label shape."""
     label = rec.get("label")
-    base = {"item": rec.get("item"), "valid": rec.get("valid", True), "source": rec.get("source"),
-            "raw": rec.get("raw"), "prompt": rec.get("prompt"), "failures": rec.get("failures") or [],
-            "label": label, "shape": "generic"}
+    base = {
+        "item": rec.get("item"),
+        "valid": rec.get("valid", True),
+        "source": rec.get("source"),
+        "raw": rec.get("raw"),
+        "prompt": rec.get("prompt"),
+        "failures": rec.get("failures") or [],
+        "label": label,
+        "shape": "generic",
+    }
     if isinstance(label, dict) and "types" in label and "questions" in label:  # BooookScore
-        return base | {"shape": "sentence", "confusing": bool(label.get("types")), "types": label.get("types") or [],
-                       "questions": label.get("questions")}
+        return base | {
+            "shape": "sentence",
+            "confusing": bool(label.get("types")),
+            "types": label.get("types") or [],
+            "questions": label.get("questions"),
+        }
     if isinstance(label, dict) and "supported_by" in label or judge.startswith("sumie") and isinstance(label, list):
         support = label.get("supported_by") if isinstance(label, dict) else label
         turn = label.get("turn") if isinstance(label, dict) else _turn_of(rec.get("item"))
