@@ -13,6 +13,7 @@ mutant costs the tests' own time; the file is restored after each. The tally and
 mutated text) go to stdout and runs/mutation/<target>.json. Known equivalent mutants (same numbers for every
 input) are listed in EQUIVALENT with why, and reported apart from the survivors.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -41,77 +42,214 @@ class Target:
 
 
 ANNOTATION = "a type annotation: never evaluated (`from __future__ import annotations`)"
-_PAST_THE_END = ("a page past the key's or the tokens' end compares unequal (a shorter slice) and stops the loop "
-                 "there, so the bound only saves that compare")
+_PAST_THE_END = (
+    "a page past the key's or the tokens' end compares unequal (a shorter slice) and stops the loop "
+    "there, so the bound only saves that compare"
+)
+_NO_UNIT_COLUMN = (
+    "the judges' failures come with their columns whenever they have rows (`run_data.FAILURE_COLUMNS`): an empty "
+    "frame filtered or read stays empty, so either way no unit is a judge's failure"
+)
 JUDGE_PRELOAD = ("numpy", "pandas", "pydantic", "rouge_score.rouge_scorer", "nltk", "jsonschema", "hypothesis")
 
 # The tests per target are the fast ones that check the formulas' numbers (a mutant costs one run of them).
 TARGETS: dict[str, Target] = {
-    "booookscore": Target("eval/judges/booookscore.py", ("is_confusing", "score_judgments", "_result", "_units"),
-                          ("tests/judges/test_booookscore.py",), JUDGE_PRELOAD),
-    "mab": Target("eval/judges/mab.py", ("normalize", "f1_score", "text_metrics", "_recall_in", "_draws", "_interval"),
-                  ("tests/judges/test_mab.py", "-k", "normalisation or factconsolidation or several_accepted or "
-                   "icl_scores or sources_average or one_context or by_hand or percentile_interval"), JUDGE_PRELOAD),
-    "mab-figures": Target("eval/judges/mab.py", ("_by_source", "source_figures", "family", "competency_label",
-                                                  "base_competency", "competency_figures"),
-                          ("tests/judges/test_mab_figures.py", *(f"tests/judges/test_mab.py::test_{t}" for t in (
-                              "sources_average_over_questions_and_competencies_over_sources",
-                              "overall_needs_every_competency_with_every_source_scored",
-                              "the_icl_sets_are_one_column_of_test_time_learning_and_overall_averages_the_competencies",
-                              "without_the_recommendation_set_ttl_is_labelled_mcc_only_and_there_is_no_overall",
-                              "a_source_of_one_context_has_no_interval_rather_than_a_degenerate_one"))),
-                          JUDGE_PRELOAD, {("grouped: dict[str, dict[str, list[float | None]]] = {}",
-                                           "grouped: dict[str, dict[str, list[float & None]]] = {}"): ANNOTATION,
-                                          ('return label.split(" (", 1)[0]', 'return label.split(" (", 2)[0]'):
-                                          "the text before the first ' (' is the same whatever the split limit"}),
-    "sumie": Target("eval/judges/sumie.py", ("prf", "exact_support", "turn_summary", "aggregate_turns", "both_ways_prf"),
-                    ("tests/judges/test_sumie.py",), JUDGE_PRELOAD,
-                    {("complete = turns == list(range(turns[-1] + 1)) if turns else False",
-                      "complete = turns == list(range(turns[-1] + 1)) if turns else True"):
-                     "no turns: turn_summary raises before `complete` is read"}),
-    "overlap": Target("eval/judges/overlap.py", ("_lines", "rouge_scores", "normalise_cell", "normalise_rows", "exec_match"),
-                      ("tests/judges/test_overlap_cost.py", "-k", "rouge or exec_match_edge or loft_exec"), JUDGE_PRELOAD),
-    "kgscore": Target("eval/judges/kgscore.py", ("kg_prf", "score_edges"),
-                      ("tests/judges/test_kgscore.py", "-k", "equations or empty_summary or embedder_it_is_given"),
-                      JUDGE_PRELOAD,
-                      {("by_pair: dict[tuple[str, str | None], list[str]] = {}",
-                        "by_pair: dict[tuple[str, str & None], list[str]] = {}"): ANNOTATION}),
-    "aggregation": Target("eval/judges/aggregation.py",
-                          ("mean_over_samples", "mean_se", "bootstrap", "paired_mean_delta", "paired_ratio_delta",
-                           "_per_repeat", "figure", "paired_difference", "_none"),
-                          ("tests/judges/test_aggregation.py",
-                           "tests/jobs/test_means.py::test_figure_and_paired_difference_directly",
-                           "tests/jobs/test_means.py::test_cells_carry_a_seeded_bootstrap_interval_clustered_by_sample",
-                           "tests/jobs/test_means.py::test_a_repeat_whose_units_all_failed_counts_as_zero_not_dropped"),
-                          JUDGE_PRELOAD),
-    "cells": Target("jobs/results/cells.py", ("unit_values", "cost_figure"),
-                    ("tests/jobs/test_means.py", "-k", "figure_and_paired or bootstrap_interval or all_failed or "
-                     "unit_values or cost_cell"),
-                    JUDGE_PRELOAD),
-    "budget": Target("eval/memory/budget.py", ("memory_tokens", "trim_to_budget", "_largest_container"),
-                     ("tests/memory/test_render_budget.py", "-k", "trim or token_counts"), JUDGE_PRELOAD),
-    "radix": Target("engine/cache/radix.py",
-                    ("RadixCache._page_key", "RadixCache._match_len", "RadixCache._split", "RadixCache.match",
-                     "RadixCache.insert", "RadixCache._evictable", "RadixCache.evict", "RadixCache.evictable_pages",
-                     "RadixCache._nodes", "RadixCache.cached_pages", "RadixCache.clear"),
-                    ("tests/serving/test_radix_exact.py", "tests/serving/test_radix.py"), ("numpy", "hypothesis", "jax"),
-                    {**{("while n < len(key) and start + n + ps <= len(tokens):", m): _PAST_THE_END for m in (
-                        "while n <= len(key) and start + n + ps <= len(tokens):",
-                        "while n < len(key) and start - n + ps <= len(tokens):",
-                        "while n < len(key) and start + n - ps <= len(tokens):",
-                        "while n < len(key) or start + n + ps <= len(tokens):")},
-                     ("while pos + self.ps <= len(tokens):", "while pos - self.ps <= len(tokens):"):
-                     "a key shorter than a page is no child's key: the lookup stops there as before",
-                     ("upper.last_access = node.last_access", "upper.last_access = None"):
-                     "both callers set the returned node's last use right after the split",
-                     ("while pos < len(tokens):", "while pos <= len(tokens):"):
-                     "at the end it hangs a page-less empty leaf: no page is matched, adopted, counted or freed "
-                     "differently (eviction drops it first, for 0 pages)",
-                     ("continue", "break"): "within one evict no popped node has become unevictable (each enters "
-                     "the heap once and nothing takes references meanwhile): the skip never runs"}),
-    "sampling": Target("engine/sample/sampling.py", ("next_pow2", "candidate_cap", "logprob_width"),
-                       ("tests/engine/test_engine_sampling.py", "-k", "candidate_cap or logprob_width"),
-                       ("numpy", "hypothesis", "pydantic", "jax")),
+    "booookscore": Target(
+        "eval/judges/booookscore.py",
+        ("is_confusing", "score_judgments", "_result", "_units"),
+        ("tests/judges/test_booookscore.py",),
+        JUDGE_PRELOAD,
+    ),
+    "mab": Target(
+        "eval/judges/mab.py",
+        ("normalize", "f1_score", "text_metrics", "_recall_in", "_draws", "_interval"),
+        (
+            "tests/judges/test_mab.py",
+            "-k",
+            "normalisation or factconsolidation or several_accepted or "
+            "icl_scores or sources_average or one_context or by_hand or percentile_interval",
+        ),
+        JUDGE_PRELOAD,
+    ),
+    "mab-figures": Target(
+        "eval/judges/mab.py",
+        ("_by_source", "source_figures", "family", "competency_label", "base_competency", "competency_figures"),
+        (
+            "tests/judges/test_mab_figures.py",
+            *(
+                f"tests/judges/test_mab.py::test_{t}"
+                for t in (
+                    "sources_average_over_questions_and_competencies_over_sources",
+                    "overall_needs_every_competency_with_every_source_scored",
+                    "the_icl_sets_are_one_column_of_test_time_learning_and_overall_averages_the_competencies",
+                    "without_the_recommendation_set_ttl_is_labelled_mcc_only_and_there_is_no_overall",
+                    "a_source_of_one_context_has_no_interval_rather_than_a_degenerate_one",
+                )
+            ),
+        ),
+        JUDGE_PRELOAD,
+        {
+            (
+                "grouped: dict[str, dict[str, list[float | None]]] = {}",
+                "grouped: dict[str, dict[str, list[float & None]]] = {}",
+            ): ANNOTATION,
+            (
+                'return label.split(" (", 1)[0]',
+                'return label.split(" (", 2)[0]',
+            ): "the text before the first ' (' is the same whatever the split limit",
+        },
+    ),
+    "sumie": Target(
+        "eval/judges/sumie.py",
+        ("prf", "exact_support", "turn_summary", "aggregate_turns", "both_ways_prf"),
+        ("tests/judges/test_sumie.py",),
+        JUDGE_PRELOAD,
+        {
+            (
+                "complete = turns == list(range(turns[-1] + 1)) if turns else False",
+                "complete = turns == list(range(turns[-1] + 1)) if turns else True",
+            ): "no turns: turn_summary raises before `complete` is read"
+        },
+    ),
+    "overlap": Target(
+        "eval/judges/overlap.py",
+        ("_lines", "rouge_scores", "normalise_cell", "normalise_rows", "exec_match"),
+        ("tests/judges/test_overlap_cost.py", "-k", "rouge or exec_match_edge or loft_exec"),
+        JUDGE_PRELOAD,
+    ),
+    "kgscore": Target(
+        "eval/judges/kgscore.py",
+        ("kg_prf", "score_edges"),
+        ("tests/judges/test_kgscore.py", "-k", "equations or empty_summary or embedder_it_is_given"),
+        JUDGE_PRELOAD,
+        {
+            (
+                "by_pair: dict[tuple[str, str | None], list[str]] = {}",
+                "by_pair: dict[tuple[str, str & None], list[str]] = {}",
+            ): ANNOTATION
+        },
+    ),
+    "aggregation": Target(
+        "eval/judges/aggregation.py",
+        (
+            "mean_over_samples",
+            "mean_se",
+            "bootstrap",
+            "paired_mean_delta",
+            "paired_ratio_delta",
+            "_per_repeat",
+            "figure",
+            "paired_difference",
+            "_none",
+        ),
+        (
+            "tests/judges/test_aggregation.py",
+            "tests/jobs/test_means.py::test_figure_and_paired_difference_directly",
+            "tests/jobs/test_means.py::test_cells_carry_a_seeded_bootstrap_interval_clustered_by_sample",
+            "tests/jobs/test_means.py::test_a_repeat_whose_units_all_failed_counts_as_zero_not_dropped",
+        ),
+        JUDGE_PRELOAD,
+    ),
+    "cells": Target(
+        "jobs/results/cells.py",
+        ("unit_values", "cost_figure"),
+        (
+            "tests/jobs/test_means.py",
+            "-k",
+            "figure_and_paired or bootstrap_interval or all_failed or unit_values or cost_cell",
+        ),
+        JUDGE_PRELOAD,
+    ),
+    "cells-scores": Target(
+        "jobs/results/cells.py",
+        ("unit_states", "common_units", "score_columns", "score_cells", "score_figures"),
+        ("tests/jobs/test_score_cells.py",),
+        (*JUDGE_PRELOAD, "pyarrow.parquet"),
+        {
+            (
+                "return (pd.concat(keep) if keep else s.iloc[0:0]), excluded",
+                "return (pd.concat(keep) if keep else s.iloc[1:0]), excluded",
+            ): "both slices are empty: no unit, the same columns"
+        },
+    ),
+    "mab-table": Target(
+        "jobs/results/mab_table.py",
+        ("judge_of", "question_scores", "unit_counts", "_no_items", "ask_many_cost", "mab_table", "competency_columns"),
+        ("tests/jobs/test_mab_table.py", "tests/jobs/test_mab_columns.py"),
+        (*JUDGE_PRELOAD, "pyarrow.parquet", "tiktoken"),
+        {
+            (
+                "return next((j for j in JUDGES if j in present), JUDGES[-1])",
+                "return next((j for j in JUDGES if j in present), JUDGES[+1])",
+            ): "JUDGES has two names: [+1] and [-1] are the same one",
+            (
+                'failed_judging = set(judge_failures["unit"]) if not judge_failures.empty and "unit" in '
+                "judge_failures else set()",
+                'failed_judging = set(judge_failures["unit"]) if not judge_failures.empty or "unit" in '
+                "judge_failures else set()",
+            ): _NO_UNIT_COLUMN,
+            (
+                'if not failures.empty and "judge" in failures:',
+                'if not failures.empty or "judge" in failures:',
+            ): _NO_UNIT_COLUMN,
+        },
+    ),
+    "budget": Target(
+        "eval/memory/budget.py",
+        ("memory_tokens", "trim_to_budget", "_largest_container"),
+        ("tests/memory/test_render_budget.py", "-k", "trim or token_counts"),
+        JUDGE_PRELOAD,
+    ),
+    "radix": Target(
+        "engine/cache/radix.py",
+        (
+            "RadixCache._page_key",
+            "RadixCache._match_len",
+            "RadixCache._split",
+            "RadixCache.match",
+            "RadixCache.insert",
+            "RadixCache._evictable",
+            "RadixCache.evict",
+            "RadixCache.evictable_pages",
+            "RadixCache._nodes",
+            "RadixCache.cached_pages",
+            "RadixCache.clear",
+        ),
+        ("tests/serving/test_radix_exact.py", "tests/serving/test_radix.py"),
+        ("numpy", "hypothesis", "jax"),
+        {
+            **{
+                ("while n < len(key) and start + n + ps <= len(tokens):", m): _PAST_THE_END
+                for m in (
+                    "while n <= len(key) and start + n + ps <= len(tokens):",
+                    "while n < len(key) and start - n + ps <= len(tokens):",
+                    "while n < len(key) and start + n - ps <= len(tokens):",
+                    "while n < len(key) or start + n + ps <= len(tokens):",
+                )
+            },
+            (
+                "while pos + self.ps <= len(tokens):",
+                "while pos - self.ps <= len(tokens):",
+            ): "a key shorter than a page is no child's key: the lookup stops there as before",
+            (
+                "upper.last_access = node.last_access",
+                "upper.last_access = None",
+            ): "both callers set the returned node's last use right after the split",
+            (
+                "while pos < len(tokens):",
+                "while pos <= len(tokens):",
+            ): "at the end it hangs a page-less empty leaf: no page is matched, adopted, counted or freed "
+            "differently (eviction drops it first, for 0 pages)",
+            ("continue", "break"): "within one evict no popped node has become unevictable (each enters "
+            "the heap once and nothing takes references meanwhile): the skip never runs",
+        },
+    ),
+    "sampling": Target(
+        "engine/sample/sampling.py",
+        ("next_pow2", "candidate_cap", "logprob_width"),
+        ("tests/engine/test_engine_sampling.py", "-k", "candidate_cap or logprob_width"),
+        ("numpy", "hypothesis", "pydantic", "jax"),
+    ),
 }
 
 
@@ -211,20 +349,29 @@ def run_target(name: str, target: Target) -> dict:
             line = mutated.splitlines()[mid.line_number] if mid.line_number < len(mutated.splitlines()) else ""
             if outcome == "passed" and (mid.line.strip(), line.strip()) in target.equivalent:
                 outcome = "equivalent"
-            results.append({"line": mid.line_number + 1, "original": mid.line.strip(), "mutant": line.strip(),
-                            "outcome": outcome})
-            print(f"  [{i + 1}/{len(found)}] {outcome:10} {target.path}:{mid.line_number + 1}: {line.strip()}",
-                  flush=True)
+            results.append(
+                {"line": mid.line_number + 1, "original": mid.line.strip(), "mutant": line.strip(), "outcome": outcome}
+            )
+            print(
+                f"  [{i + 1}/{len(found)}] {outcome:10} {target.path}:{mid.line_number + 1}: {line.strip()}", flush=True
+            )
     finally:
         path.write_text(original)
         os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
     counts = {k: sum(r["outcome"] == k for r in results) for k in ("failed", "timeout", "passed", "equivalent")}
     killed = counts["failed"] + counts["timeout"]
     scored = len(results) - counts["equivalent"]
-    summary = {"target": name, "path": target.path, "mutants": len(results), "killed": killed,
-               "survived": counts["passed"], "equivalent": counts["equivalent"],
-               "score": round(killed / scored, 4) if scored else 1.0, "baseline_s": round(baseline, 1),
-               "survivors": [r for r in results if r["outcome"] == "passed"]}
+    summary = {
+        "target": name,
+        "path": target.path,
+        "mutants": len(results),
+        "killed": killed,
+        "survived": counts["passed"],
+        "equivalent": counts["equivalent"],
+        "score": round(killed / scored, 4) if scored else 1.0,
+        "baseline_s": round(baseline, 1),
+        "survivors": [r for r in results if r["outcome"] == "passed"],
+    }
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / f"{name}.json").write_text(json.dumps(dict(summary, results=results), indent=1))
     return summary
@@ -259,13 +406,18 @@ def main(argv: list[str] | None = None) -> int:
         s = run_target(n, t)
         for k in totals:
             totals[k] += s[k]
-        print(f"{n}: {s['killed']}/{s['mutants'] - s['equivalent']} killed, score {s['score']:.1%}, "
-              f"{s['survived']} survived, {s['equivalent']} equivalent", flush=True)
+        print(
+            f"{n}: {s['killed']}/{s['mutants'] - s['equivalent']} killed, score {s['score']:.1%}, "
+            f"{s['survived']} survived, {s['equivalent']} equivalent",
+            flush=True,
+        )
         for r in s["survivors"]:
             print(f"  SURVIVED {t.path}:{r['line']}: {r['original']}  ->  {r['mutant']}")
     scored = totals["mutants"] - totals["equivalent"]
-    print(f"total: {totals['killed']}/{scored} killed ({totals['killed'] / max(1, scored):.1%}), "
-          f"{totals['survived']} survived, {totals['equivalent']} equivalent")
+    print(
+        f"total: {totals['killed']}/{scored} killed ({totals['killed'] / max(1, scored):.1%}), "
+        f"{totals['survived']} survived, {totals['equivalent']} equivalent"
+    )
     return 1 if totals["survived"] else 0
 
 
