@@ -2,7 +2,7 @@
 aggregation, cache-accounting and sampling functions (mutmut's mutation rules) and run the fast tests that
 cover that file; a change no test notices (a surviving mutant) is a formula the tests do not pin down.
 
-    python scripts/mutation.py                 # every target (`make mutation`); about 35 CPU-minutes
+    python scripts/mutation.py                 # every target (`make mutation`); about 45 CPU-minutes
     python scripts/mutation.py mab sumie       # some targets
     python scripts/mutation.py --list          # the targets, their functions and mutant counts
 
