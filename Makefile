@@ -69,7 +69,7 @@ format: $(STAMP)
 
 # Mutation testing of the formulas (scripts/mutation.py: judges' metrics, means and intervals, cache accounting,
 # sampling caps): each mutant is one changed operator, number or name, run against the fast tests of its file.
-# Not part of `make test` (about 35 CPU-minutes on the shared 2-core host, the radix cache's state machine
+# Not part of `make test` (about 45 CPU-minutes on the shared 2-core host, the radix cache's state machine
 # the most); T="mab sumie" runs some targets.
 mutation: $(STAMP)
 	$(PY) scripts/mutation.py $(T)

@@ -2,7 +2,7 @@
 aggregation, cache-accounting and sampling functions (mutmut's mutation rules) and run the fast tests that
 cover that file; a change no test notices (a surviving mutant) is a formula the tests do not pin down.
 
-    python scripts/mutation.py                 # every target (`make mutation`); about 35 CPU-minutes
+    python scripts/mutation.py                 # every target (`make mutation`); about 45 CPU-minutes
     python scripts/mutation.py mab sumie       # some targets
     python scripts/mutation.py --list          # the targets, their functions and mutant counts
 
@@ -45,6 +45,10 @@ ANNOTATION = "a type annotation: never evaluated (`from __future__ import annota
 _PAST_THE_END = (
     "a page past the key's or the tokens' end compares unequal (a shorter slice) and stops the loop "
     "there, so the bound only saves that compare"
+)
+_NO_UNIT_COLUMN = (
+    "the judges' failures come with their columns whenever they have rows (`run_data.FAILURE_COLUMNS`): an empty "
+    "frame filtered or read stays empty, so either way no unit is a judge's failure"
 )
 JUDGE_PRELOAD = ("numpy", "pandas", "pydantic", "rouge_score.rouge_scorer", "nltk", "jsonschema", "hypothesis")
 
@@ -155,6 +159,40 @@ TARGETS: dict[str, Target] = {
             "figure_and_paired or bootstrap_interval or all_failed or unit_values or cost_cell",
         ),
         JUDGE_PRELOAD,
+    ),
+    "cells-scores": Target(
+        "jobs/results/cells.py",
+        ("unit_states", "common_units", "score_columns", "score_cells", "score_figures"),
+        ("tests/jobs/test_score_cells.py",),
+        (*JUDGE_PRELOAD, "pyarrow.parquet"),
+        {
+            (
+                "return (pd.concat(keep) if keep else s.iloc[0:0]), excluded",
+                "return (pd.concat(keep) if keep else s.iloc[1:0]), excluded",
+            ): "both slices are empty: no unit, the same columns"
+        },
+    ),
+    "mab-table": Target(
+        "jobs/results/mab_table.py",
+        ("judge_of", "question_scores", "unit_counts", "_no_items", "ask_many_cost", "mab_table", "competency_columns"),
+        ("tests/jobs/test_mab_table.py", "tests/jobs/test_mab_columns.py"),
+        (*JUDGE_PRELOAD, "pyarrow.parquet", "tiktoken"),
+        {
+            (
+                "return next((j for j in JUDGES if j in present), JUDGES[-1])",
+                "return next((j for j in JUDGES if j in present), JUDGES[+1])",
+            ): "JUDGES has two names: [+1] and [-1] are the same one",
+            (
+                'failed_judging = set(judge_failures["unit"]) if not judge_failures.empty and "unit" in '
+                "judge_failures else set()",
+                'failed_judging = set(judge_failures["unit"]) if not judge_failures.empty or "unit" in '
+                "judge_failures else set()",
+            ): _NO_UNIT_COLUMN,
+            (
+                'if not failures.empty and "judge" in failures:',
+                'if not failures.empty or "judge" in failures:',
+            ): _NO_UNIT_COLUMN,
+        },
     ),
     "budget": Target(
         "eval/memory/budget.py",
