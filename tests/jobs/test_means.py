@@ -15,6 +15,8 @@ from memloop.jobs.store.run_store import RunStore
 from memloop.jobs.store.tables import now
 from memloop.jobs.store.units import unit_key
 
+from tests.jobs.unit_rows import samples_row, unit_columns
+
 
 def _unit(
     rs: RunStore,
@@ -26,32 +28,8 @@ def _unit(
     error: str | None = None,
     failure: str | None = None,
 ) -> None:
-    base = dict(
-        unit=unit_key("book:x", sample, method, repeat),
-        dataset="book:x",
-        task="book",
-        sample_id=sample,
-        method=method,
-        repeat=repeat,
-    )
-    t = now()
-    row = dict(
-        base,
-        seed=repeat,
-        status=status,
-        error=error,
-        failure=failure,
-        attempts=1,
-        output_json='"s"',
-        n_steps=1,
-        prompt_tokens=100,
-        cached_tokens=0,
-        decoded_tokens=10,
-        chunk_tokens=None,
-        actor="a",
-        started_at=t,
-        finished_at=t,
-    )
+    base = unit_columns("book:x", sample, method, repeat)
+    row = samples_row(base, status, error, failure)
     rows = [dict(base, judge="rouge", metric=m, turn=None, value=v) for m, v in (scores or {}).items()]
     rs.write_shard({"samples": [row], "steps": [], "scores": rows})
 

@@ -28,8 +28,10 @@ from memloop.eval.judges.aggregation import INCOMPLETE, JUDGED, NOT_APPLICABLE, 
 from memloop.jobs.results.cells import common_units, score_cells, score_figures, unit_states
 from memloop.jobs.results.run_data import RunData
 from memloop.jobs.store.run_store import RunStore
-from memloop.jobs.store.tables import judge_failure_row, now
+from memloop.jobs.store.tables import judge_failure_row
 from memloop.jobs.store.units import unit_key
+
+from tests.jobs.unit_rows import samples_row, unit_columns
 
 NAN = math.nan
 BOOK, ARXIV = "book:b", "arxiv:a"
@@ -48,32 +50,8 @@ def _unit(
     failure: str | None = None,
 ) -> None:
     """One unit's shard as the run writes it: its samples row, its judges' scores and its judges' failure rows."""
-    base = dict(
-        unit=unit_key(dataset, sample, method, repeat),
-        dataset=dataset,
-        task=dataset.split(":")[0],
-        sample_id=sample,
-        method=method,
-        repeat=repeat,
-    )
-    t = now()
-    row = dict(
-        base,
-        seed=repeat,
-        status=status,
-        error=error,
-        failure=failure,
-        attempts=1,
-        output_json='"s"',
-        n_steps=1,
-        prompt_tokens=100,
-        cached_tokens=0,
-        decoded_tokens=10,
-        chunk_tokens=None,
-        actor="a",
-        started_at=t,
-        finished_at=t,
-    )
+    base = unit_columns(dataset, sample, method, repeat)
+    row = samples_row(base, status, error, failure)
     scores = (
         []
         if rouge1 is None
