@@ -18,6 +18,7 @@ failed on a host that can (a compile or link error, a library that does not load
 The engine falls back to dense f32 weights either way, and says so in the log and in the run's
 provenance (`weight_path`); the test suite skips only the first and fails on the second.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -43,7 +44,10 @@ MANY_TARGET = "memloop_qmatmul_many"
 MAX_MATRICES = 8  # matrices one `qmatmul_many` call takes (qmatmul.cc kMaxMatrices)
 ATTENTION_TARGET = "memloop_paged_attention"
 SOURCES = (Path(__file__).with_name("qmatmul.cc"), Path(__file__).with_name("paged_attention.cc"))
-HEADERS = (Path(__file__).with_name("vec16.h"), Path(__file__).with_name("crew.h"))  # part of the build key: a changed header rebuilds
+HEADERS = (
+    Path(__file__).with_name("vec16.h"),
+    Path(__file__).with_name("crew.h"),
+)  # part of the build key: a changed header rebuilds
 QTYPES = {"Q4_0": 0, "Q4_1": 1, "Q8_0": 2, "Q5_0": 3, "Q4_K": 4, "Q5_K": 5, "Q6_K": 6}
 # AVX-512 (F, BW, VL) where the CPU has it, else AVX2 with FMA (vec16.h: the same results either way).
 NATIVE_FLAGS = ("avx512f", "avx512bw", "avx512vl", "f16c")
@@ -82,8 +86,9 @@ def isa_setting() -> str:
     """MEMLOOP_KERNEL_ISA, checked (a KernelBuildError names the valid values)."""
     value = os.environ.get("MEMLOOP_KERNEL_ISA", "native")
     if value not in ISA_TARGETS:
-        raise KernelBuildError(f"MEMLOOP_KERNEL_ISA must be one of {sorted(ISA_TARGETS)}, got {value!r}; "
-                               "unset it to build for this CPU")
+        raise KernelBuildError(
+            f"MEMLOOP_KERNEL_ISA must be one of {sorted(ISA_TARGETS)}, got {value!r}; unset it to build for this CPU"
+        )
     return value
 
 
@@ -97,8 +102,10 @@ def spin_setting() -> int:
     """MEMLOOP_KERNEL_SPIN_US, checked (a KernelBuildError says what it takes)."""
     value = os.environ.get("MEMLOOP_KERNEL_SPIN_US", str(SPIN_DEFAULT_US))
     if not value.isdigit() or int(value) > 10_000_000:
-        raise KernelBuildError(f"MEMLOOP_KERNEL_SPIN_US must be a whole number of microseconds from 0 to 10000000, "
-                               f"got {value!r}; unset it for the default ({SPIN_DEFAULT_US})")
+        raise KernelBuildError(
+            f"MEMLOOP_KERNEL_SPIN_US must be a whole number of microseconds from 0 to 10000000, "
+            f"got {value!r}; unset it for the default ({SPIN_DEFAULT_US})"
+        )
     return int(value)
 
 
@@ -137,6 +144,13 @@ def crew_held() -> Iterator[None]:
         holder.join()
 
 
+def amx_ready() -> bool:
+    """Whether the kernels' AMX tile path can run here: built for a CPU with AMX-TILE and AMX-BF16 (Intel
+    Sapphire Rapids and later), and Linux granted this process the tile state (qmatmul.cc)."""
+    load()
+    return bool(_state["lib"].memloop_kernel_amx_ready())
+
+
 def isa() -> str:
     """The instruction set the kernels are built for here: "avx512" or "avx2" (vec16.h)."""
     native = all(f in cpu_flags() for f in NATIVE_FLAGS)
@@ -152,12 +166,16 @@ def unsupported_reason() -> str | None:
     it can: then a build that fails is a broken build, not a missing capability."""
     missing = [f for f in REQUIRED_FLAGS if f not in cpu_flags()]
     if platform.machine() not in ("x86_64", "AMD64") or missing:
-        return (f"the CPU kernels need x86-64 with {', '.join(REQUIRED_FLAGS)}; "
-                f"this CPU lacks {', '.join(missing) or 'x86-64 (it is ' + platform.machine() + ')'}")
+        return (
+            f"the CPU kernels need x86-64 with {', '.join(REQUIRED_FLAGS)}; "
+            f"this CPU lacks {', '.join(missing) or 'x86-64 (it is ' + platform.machine() + ')'}"
+        )
     cxx = _compiler()
     if cxx is None or (os.sep in cxx and not Path(cxx).is_file()) or (os.sep not in cxx and shutil.which(cxx) is None):
-        return (f"no C++ compiler ({'CXX=' + cxx + ' does not exist' if cxx else 'g++, c++ or clang++ on PATH'}); "
-                "install one or set CXX")
+        return (
+            f"no C++ compiler ({'CXX=' + cxx + ' does not exist' if cxx else 'g++, c++ or clang++ on PATH'}); "
+            "install one or set CXX"
+        )
     return None
 
 
@@ -176,8 +194,16 @@ def weight_path() -> dict[str, Any]:
 
 def _flags() -> list[str]:
     """The compiler flags of a build (part of its key). -ffp-contract=off: only explicit FMAs fuse (vec16.h)."""
-    return ["-O3", ISA_TARGETS[isa_setting()], "-mtune=native", "-std=c++17", "-shared", "-fPIC", "-fno-math-errno",
-            "-ffp-contract=off"]
+    return [
+        "-O3",
+        ISA_TARGETS[isa_setting()],
+        "-mtune=native",
+        "-std=c++17",
+        "-shared",
+        "-fPIC",
+        "-fno-math-errno",
+        "-ffp-contract=off",
+    ]
 
 
 def _build(cxx: str, out: Path) -> None:
@@ -189,7 +215,9 @@ def _build(cxx: str, out: Path) -> None:
         cmd = [cxx, *_flags(), f"-I{jax.ffi.include_dir()}", *map(str, SOURCES), "-o", str(so)]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
-            raise KernelBuildError(f"building {', '.join(x.name for x in SOURCES)} failed ({' '.join(cmd)}):\n{proc.stderr[-2000:]}")
+            raise KernelBuildError(
+                f"building {', '.join(x.name for x in SOURCES)} failed ({' '.join(cmd)}):\n{proc.stderr[-2000:]}"
+            )
         os.replace(so, out)  # atomic: a concurrent process sees the old file or the whole new one
 
 
@@ -204,8 +232,13 @@ def library_path() -> Path:
     assert cxx is not None  # unsupported_reason checked it
     version = subprocess.run([cxx, "--version"], capture_output=True, text=True).stdout
     key = hashlib.sha256()
-    for part in (*(x.read_bytes() for x in (*SOURCES, *HEADERS)), version.encode(), " ".join(sorted(cpu_flags())).encode(),
-                 platform.machine().encode(), " ".join(_flags()).encode()):
+    for part in (
+        *(x.read_bytes() for x in (*SOURCES, *HEADERS)),
+        version.encode(),
+        " ".join(sorted(cpu_flags())).encode(),
+        platform.machine().encode(),
+        " ".join(_flags()).encode(),
+    ):
         key.update(part)
     path = cache_root() / "kernels" / f"qmatmul-{key.hexdigest()[:16]}.so"
     if not path.is_file():
@@ -254,16 +287,21 @@ def available() -> bool:
         return False
     except KernelBuildError as exc:  # this host can have them: the build itself is broken
         if not _state.get("warned"):
-            log.error("memloop CPU kernels failed to build on a CPU that supports them, using f32 weights "
-                      "(slower); fix the compiler or set CXX: %s", exc)
+            log.error(
+                "memloop CPU kernels failed to build on a CPU that supports them, using f32 weights "
+                "(slower); fix the compiler or set CXX: %s",
+                exc,
+            )
             _state["warned"] = True
         return False
     return True
 
 
-def qmatmul(x: Any, blocks: Any, qtype: str) -> Any:
+def qmatmul(x: Any, blocks: Any, qtype: str, amx: bool = False) -> Any:
     """x [..., in] f32 times the block matrix `blocks` (uint8 [out, in/block weights * block bytes]) transposed:
-    [..., out] f32. Call inside or outside jit, on the CPU backend, after `load()`."""
+    [..., out] f32. Call inside or outside jit, on the CPU backend, after `load()`. `amx`: through the AMX
+    tiles where they can run (`amx_ready()`; f32-level agreement with the vector path, not bit for bit),
+    else the vector path."""
     import jax
     import jax.numpy as jnp
 
@@ -271,11 +309,11 @@ def qmatmul(x: Any, blocks: Any, qtype: str) -> Any:
     d_out = blocks.shape[0]
     rows = int(np.prod(lead)) if lead else 1
     call = jax.ffi.ffi_call(TARGET, jax.ShapeDtypeStruct((rows, d_out), jnp.float32))
-    y = call(x.reshape(rows, d_in).astype(jnp.float32), blocks, qtype=np.int32(QTYPES[qtype]))
+    y = call(x.reshape(rows, d_in).astype(jnp.float32), blocks, qtype=np.int32(QTYPES[qtype]), amx=np.int32(amx))
     return y.reshape(*lead, d_out)
 
 
-def qmatmul_many(x: Any, blocks: Sequence[Any], qtype: str) -> list[Any]:
+def qmatmul_many(x: Any, blocks: Sequence[Any], qtype: str, amx: bool = False) -> list[Any]:
     """`[qmatmul(x, b, qtype) for b in blocks]` in one kernel call (1 to MAX_MATRICES matrices of one
     block type and width): a layer's matrices that share their input (q, k, v; gate, up) cost one
     call and one hand-off to the helper threads. Every output is bit-identical to its own `qmatmul`."""
@@ -287,5 +325,5 @@ def qmatmul_many(x: Any, blocks: Sequence[Any], qtype: str) -> list[Any]:
     lead, d_in = x.shape[:-1], x.shape[-1]
     rows = int(np.prod(lead)) if lead else 1
     call = jax.ffi.ffi_call(MANY_TARGET, [jax.ShapeDtypeStruct((rows, b.shape[0]), jnp.float32) for b in blocks])
-    ys = call(x.reshape(rows, d_in).astype(jnp.float32), *blocks, qtype=np.int32(QTYPES[qtype]))
+    ys = call(x.reshape(rows, d_in).astype(jnp.float32), *blocks, qtype=np.int32(QTYPES[qtype]), amx=np.int32(amx))
     return [y.reshape(*lead, b.shape[0]) for y, b in zip(ys, blocks)]

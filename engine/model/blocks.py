@@ -18,6 +18,7 @@ leaf is the uint8 array, so it rides through jit like any parameter.
     per-instruction-set table below.
 Both see bit-identical weights (the values `gguf`'s de-quantiser gives).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -42,7 +43,11 @@ BLOCK_WEIGHTS = {q: SUPER if q.endswith("_K") else BLOCK for q in BLOCK_BYTES}
 # three times in one process at that load: 1.98x, 0.99x, 0.93x: unsettled), so the table keeps AVX-512's 128
 # there until a quiet host confirms it; `memloop bench rows` records a host's own crossover, which overrides
 # the table. Keyed by `host_kind()`.
-KERNEL_MAX_ROWS: dict[str, int | None] = {"avx2": 64, "avx512": 128, "avx512-amx": 128}
+KERNEL_MAX_ROWS: dict[str, int | None] = {"avx2": 64, "avx512": 128, "avx512-amx": None}
+# The fewest rows of a kernel call that take the AMX tile path (qmatmul.cc: bf16 tiles, each operand split
+# into a bf16 head and tail) instead of the AVX-512 FMAs, per host kind; a kind not listed has no tiles. The
+# tile path also needs the kernel built with AMX and Linux's grant of the tile state (`kernels.amx_ready`).
+KERNEL_AMX_MIN_ROWS: dict[str, int] = {"avx512-amx": 64}
 
 
 @jax.tree_util.register_pytree_node_class
@@ -72,8 +77,15 @@ def row_bytes(qtype: str, cols: int) -> int:
 
 # Byte offsets of the f16 scales (and mins) in each block: every other byte is an integer code or a
 # small integer sub-scale, so a block's weights are finite exactly when these are.
-SCALE_OFFSETS = {"Q4_0": (0,), "Q4_1": (0, 2), "Q5_0": (0,), "Q8_0": (0,), "Q4_K": (0, 2), "Q5_K": (0, 2),
-                 "Q6_K": (208,)}
+SCALE_OFFSETS = {
+    "Q4_0": (0,),
+    "Q4_1": (0, 2),
+    "Q5_0": (0,),
+    "Q8_0": (0,),
+    "Q4_K": (0, 2),
+    "Q5_K": (0, 2),
+    "Q6_K": (208,),
+}
 
 
 def nonfinite_blocks(raw: np.ndarray, qtype: str) -> int:
@@ -82,7 +94,7 @@ def nonfinite_blocks(raw: np.ndarray, qtype: str) -> int:
     blocks = np.asarray(raw, dtype=np.uint8).reshape(-1, BLOCK_BYTES[qtype])
     bad = np.zeros(len(blocks), bool)
     for at in SCALE_OFFSETS[qtype]:
-        half = np.ascontiguousarray(blocks[:, at:at + 2]).view(np.float16)[:, 0]
+        half = np.ascontiguousarray(blocks[:, at : at + 2]).view(np.float16)[:, 0]
         bad |= ~np.isfinite(half)
     return int(bad.sum())
 
@@ -90,8 +102,10 @@ def nonfinite_blocks(raw: np.ndarray, qtype: str) -> int:
 def from_gguf_rows(data: np.ndarray, qtype: str, rows: int, cols: int) -> BlockMatrix:
     """A GGUF tensor's bytes as a BlockMatrix [rows, cols]; checks the byte count first."""
     if not has_block_form(qtype, cols):
-        raise ValueError(f"{qtype} rows of {cols} weights have no block form here "
-                         f"(types {', '.join(BLOCK_BYTES)}, rows of whole blocks)")
+        raise ValueError(
+            f"{qtype} rows of {cols} weights have no block form here "
+            f"(types {', '.join(BLOCK_BYTES)}, rows of whole blocks)"
+        )
     width = row_bytes(qtype, cols)
     raw = np.ascontiguousarray(np.asarray(data, dtype=np.uint8).reshape(rows, width))
     return BlockMatrix(raw, qtype, (rows, cols))
@@ -99,7 +113,7 @@ def from_gguf_rows(data: np.ndarray, qtype: str, rows: int, cols: int) -> BlockM
 
 def _halves(raw: jax.Array, start: int) -> jax.Array:
     """The f16 at byte `start` of every block, as f32: [..., nb, bytes] -> [..., nb]."""
-    pair = raw[..., start:start + 2].astype(jnp.uint16)
+    pair = raw[..., start : start + 2].astype(jnp.uint16)
     return jax.lax.bitcast_convert_type(pair[..., 0] | (pair[..., 1] << 8), jnp.float16).astype(jnp.float32)
 
 
@@ -201,6 +215,26 @@ def kernel_max_rows_source() -> str:
     return f"measured on this host ({record_path()})"
 
 
+def kernel_amx_min_rows() -> int | None:
+    """The fewest rows of a kernel call that take the AMX tile path here (None: no call does)."""
+    from memloop.engine import kernels
+
+    rows = KERNEL_AMX_MIN_ROWS.get(host_kind())
+    return rows if rows is not None and kernels.available() and kernels.amx_ready() else None
+
+
+def kernel_unit(rows: int) -> str | None:
+    """The unit a kernel call of `rows` rows multiplies on here: "amx-bf16" (the tile path), "avx512" or
+    "avx2" (vector FMAs); None where the call does not go to the kernel. Benchmarks take their compute
+    ceiling from it."""
+    from memloop.engine import kernels
+
+    if not use_kernel(rows):
+        return None
+    amx = kernel_amx_min_rows()
+    return "amx-bf16" if amx is not None and rows >= amx else kernels.isa()
+
+
 def use_kernel(rows: int) -> bool:
     from memloop.engine import kernels
 
@@ -222,9 +256,13 @@ def block_matmuls(x: jax.Array, ws: list[BlockMatrix]) -> list[jax.Array]:
     from memloop.engine import kernels
 
     rows = int(np.prod(x.shape[:-1])) if x.ndim > 1 else 1
-    if (len(ws) > 1 and len({(w.qtype, w.shape[1]) for w in ws}) == 1 and len(ws) <= kernels.MAX_MATRICES
-            and use_kernel(rows)):
-        return kernels.qmatmul_many(x, [w.raw for w in ws], ws[0].qtype)
+    if (
+        len(ws) > 1
+        and len({(w.qtype, w.shape[1]) for w in ws}) == 1
+        and len(ws) <= kernels.MAX_MATRICES
+        and use_kernel(rows)
+    ):
+        return kernels.qmatmul_many(x, [w.raw for w in ws], ws[0].qtype, amx=kernel_unit(rows) == "amx-bf16")
     return [block_matmul(x, w) for w in ws]
 
 
@@ -234,6 +272,6 @@ def block_matmul(x: jax.Array, w: BlockMatrix) -> jax.Array:
     if use_kernel(rows):
         from memloop.engine.kernels import qmatmul
 
-        return qmatmul(x, w.raw, w.qtype)
+        return qmatmul(x, w.raw, w.qtype, amx=kernel_unit(rows) == "amx-bf16")
     dense = dequantize(w.raw, w.qtype, w.shape[1])
     return jnp.einsum("...i,oi->...o", x.astype(jnp.float32), dense)

@@ -11,6 +11,7 @@ per-instruction-set table applies, so a host nobody measured keeps today's behav
 
     memloop bench rows            # measures here and records the limit (prints both paths per row count)
 """
+
 from __future__ import annotations
 
 import datetime as _dt
@@ -81,23 +82,34 @@ def limit_from(dot_over_kernel: dict[int, float]) -> int | None:
     return None
 
 
-def measure_max_rows(ws: list[Any], dequantize: Any, rows: tuple[int, ...] = ROWS, repeat: int = 5,
-                     write: bool = True, log: Any = print) -> dict[str, Any]:
+def measure_max_rows(
+    ws: list[Any], dequantize: Any, rows: tuple[int, ...] = ROWS, repeat: int = 5, write: bool = True, log: Any = print
+) -> dict[str, Any]:
     """Times `ws` (BlockMatrix, e.g. one layer's) through the kernel and through `dequantize`
     (blocks.dequantize: passed in, as blocks reads this module's record) + XLA's dot at each row count;
     returns (and, with `write`, records for this host) the limit and the timings."""
     import jax
     import jax.numpy as jnp
     import numpy as np
-
     from memloop.engine import kernels
 
     if not kernels.available():
         raise RuntimeError("the CPU kernels are not available here, so there is no crossover to measure")
     # each matrix gets an input of its own width (a layer's down projection reads the wider MLP activations)
-    kernel = jax.jit(lambda xs, raws: [kernels.qmatmul(x, r, w.qtype) for x, r, w in zip(xs, raws, ws)])
-    dot = jax.jit(lambda xs, raws: [jnp.einsum("ti,oi->to", x, dequantize(r, w.qtype, w.shape[1]))
-                                    for x, r, w in zip(xs, raws, ws)])
+    from memloop.engine.model.blocks import kernel_amx_min_rows
+
+    amx_rows = kernel_amx_min_rows()  # the kernel as the engine calls it: AMX tiles from this many rows
+    kernel = jax.jit(
+        lambda xs, raws: [
+            kernels.qmatmul(x, r, w.qtype, amx=amx_rows is not None and x.shape[0] >= amx_rows)
+            for x, r, w in zip(xs, raws, ws)
+        ]
+    )
+    dot = jax.jit(
+        lambda xs, raws: [
+            jnp.einsum("ti,oi->to", x, dequantize(r, w.qtype, w.shape[1])) for x, r, w in zip(xs, raws, ws)
+        ]
+    )
     raws = [w.raw for w in ws]
     rng = np.random.default_rng(0)
     timings: dict[int, dict[str, float]] = {}
@@ -111,12 +123,20 @@ def measure_max_rows(ws: list[Any], dequantize: Any, rows: tuple[int, ...] = ROW
             k_s += _best(run_k, 1)
             d_s += _best(run_d, 1)
         timings[n] = {"kernel_s": min(k_s), "dot_s": min(d_s), "dot_over_kernel": min(d_s) / min(k_s)}
-        log(f"{n:>4} rows: kernel {1e3 * min(k_s):.2f} ms, de-quantise + XLA dot {1e3 * min(d_s):.2f} ms "
-            f"(kernel {min(d_s) / min(k_s):.2f}x)")
+        log(
+            f"{n:>4} rows: kernel {1e3 * min(k_s):.2f} ms, de-quantise + XLA dot {1e3 * min(d_s):.2f} ms "
+            f"(kernel {min(d_s) / min(k_s):.2f}x)"
+        )
     limit = limit_from({n: t["dot_over_kernel"] for n, t in timings.items()})
-    record = {"host": host_key(), "cpu": cpu_model(), "max_rows": limit, "measured": _dt.datetime.now(
-        _dt.timezone.utc).isoformat(timespec="seconds"), "matrices": [[w.qtype, *w.shape] for w in ws],
-              "repeat": repeat, "timings": {str(k): v for k, v in timings.items()}}
+    record = {
+        "host": host_key(),
+        "cpu": cpu_model(),
+        "max_rows": limit,
+        "measured": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "matrices": [[w.qtype, *w.shape] for w in ws],
+        "repeat": repeat,
+        "timings": {str(k): v for k, v in timings.items()},
+    }
     if write:
         path = record_path()
         path.parent.mkdir(parents=True, exist_ok=True)
