@@ -10,6 +10,7 @@ against the same measurement after a short prompt; at 4k also with the gather pa
 attention kernel replaced, and with float16 and int8 KV caches (`served_decode`), each with how much
 of the f32 cache's greedy text at 4k it reproduces.
 """
+
 from __future__ import annotations
 
 import time
@@ -18,23 +19,39 @@ from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
-
-from memloop.bench.accelerators import (accelerator_field, decode_hbm_fraction, decode_keys, macs_per_token, prefill_mfu,
-                                this_accelerator)
+from memloop.bench.accelerators import (
+    accelerator_field,
+    decode_hbm_fraction,
+    decode_keys,
+    macs_per_token,
+    prefill_mfu,
+    this_accelerator,
+)
 
 PROMPTS = [
     [{"role": "user", "content": "What is the capital of France?"}],
-    [{"role": "system", "content": "You answer in JSON."},
-     {"role": "user", "content": "Give the name and age of a fictional detective as an object."}],
-    [{"role": "user", "content": "Summarize: The committee met on Tuesday to approve the budget, "
-                                 "but two members objected to the cost of the new library wing."}],
+    [
+        {"role": "system", "content": "You answer in JSON."},
+        {"role": "user", "content": "Give the name and age of a fictional detective as an object."},
+    ],
+    [
+        {
+            "role": "user",
+            "content": "Summarize: The committee met on Tuesday to approve the budget, "
+            "but two members objected to the cost of the new library wing.",
+        }
+    ],
     [{"role": "user", "content": "Write a Python function that returns the n-th Fibonacci number."}],
-    [{"role": "user", "content": "Translate to German: The weather is lovely today."},
-     {"role": "assistant", "content": "Das Wetter ist heute schön."},
-     {"role": "user", "content": "And to Spanish?"}],
+    [
+        {"role": "user", "content": "Translate to German: The weather is lovely today."},
+        {"role": "assistant", "content": "Das Wetter ist heute schön."},
+        {"role": "user", "content": "And to Spanish?"},
+    ],
 ]
-LONG_TEXT = ("The river bends twice before it reaches the old mill, where the miller's daughter keeps the "
-             "ledger of every sack of grain that passes through the village each autumn. ")
+LONG_TEXT = (
+    "The river bends twice before it reaches the old mill, where the miller's daughter keeps the "
+    "ledger of every sack of grain that passes through the village each autumn. "
+)
 
 
 @dataclass
@@ -50,7 +67,10 @@ class BenchSettings:
     quantize: str | None = None  # "int8": weight-only int8 layer matrices (memloop.engine.model.quantize)
     contexts: tuple[int, ...] = (1024, 4096)  # served batch-1 decode after prompts of these lengths
     gather_peer: bool = True  # also time served decode at the longest context with the gather path
-    kv_types: tuple[str, ...] = ("float16", "int8")  # also time served decode (short, longest context) with these caches
+    kv_types: tuple[str, ...] = (
+        "float16",
+        "int8",
+    )  # also time served decode (short, longest context) with these caches
     f64_reference: bool = True  # also measure both f32 engines against transformers in float64 (8 bytes a weight)
 
 
@@ -61,6 +81,24 @@ def _matmul_paths(lm: Any, rows: dict[str, int]) -> dict[str, str]:
 
     blocks = _has_blocks(lm)
     return {f"matmul_path_{name}": matmul_path(n) if blocks else "dense" for name, n in rows.items()}
+
+
+def _units(lm: Any, rows: dict[str, int]) -> dict[str, str | None]:
+    """`matmul_unit_<figure>`: the unit the kernel multiplied on for each figure's rows ("amx-bf16": the AMX
+    tiles; "avx512"/"avx2": vector FMAs; None: no kernel, XLA's dot; blocks.kernel_unit)."""
+    from memloop.engine.model.blocks import kernel_unit
+
+    blocks = _has_blocks(lm)
+    return {f"matmul_unit_{name}": kernel_unit(n) if blocks else None for name, n in rows.items()}
+
+
+def unit_ceiling_gmacs(unit: str | None, f32_gmacs: float, amx_gmacs: float) -> float:
+    """The model multiply-adds per second a weight path can reach on its unit: the f32 GEMM rate for vector
+    FMAs and XLA's dot; for the AMX tiles, their bf16 rate over the products one f32 multiply-add costs
+    there (kernels.AMX_PRODUCTS: x and the weights in three bf16 pieces each)."""
+    from memloop.engine import kernels
+
+    return amx_gmacs / kernels.AMX_PRODUCTS if unit == "amx-bf16" else f32_gmacs
 
 
 def _row_limit(lm: Any) -> dict[str, Any]:
@@ -78,7 +116,8 @@ def _has_blocks(lm: Any) -> bool:
     from memloop.engine.model.blocks import BlockMatrix
 
     return isinstance(lm.params["embed"], BlockMatrix) or any(
-        isinstance(w, BlockMatrix) for layer in (lm.params["layers"] if lm.per_layer else []) for w in layer.values())
+        isinstance(w, BlockMatrix) for layer in (lm.params["layers"] if lm.per_layer else []) for w in layer.values()
+    )
 
 
 # Every side of a speed comparison (memloop, its dense peer, transformers, llama.cpp) is timed this
@@ -118,9 +157,8 @@ def _ours_prefill_decode(lm: Any, ids_batch: list[list[int]], steps: int, in_pla
     not XLA's attention over the contiguous cache."""
     import jax
     import jax.numpy as jnp
-
-    from memloop.engine.runner.reference import DECODE_CHUNK, decode_chunk, prefill
     from memloop.engine.model.decoder import init_contiguous_cache
+    from memloop.engine.runner.reference import DECODE_CHUNK, decode_chunk, prefill
     from memloop.engine.sample.sampling import SamplingParams, next_pow2, row_arrays, seed_keys
 
     cfg = lm.config
@@ -143,17 +181,43 @@ def _ours_prefill_decode(lm: Any, ids_batch: list[list[int]], steps: int, in_pla
         cache = init_contiguous_cache(cfg, b, s, lm.dtype, per_layer=lm.per_layer)
         jax.block_until_ready(cache)
         t0 = time.perf_counter()
-        first, _, cache = prefill(lm.params, cfg, cache, jnp.asarray(tokens), jnp.asarray(lengths),
-                                  temps, top_k, top_p, keys, cap=0, full=False)
+        first, _, cache = prefill(
+            lm.params,
+            cfg,
+            cache,
+            jnp.asarray(tokens),
+            jnp.asarray(lengths),
+            temps,
+            top_k,
+            top_p,
+            keys,
+            cap=0,
+            full=False,
+        )
         first.block_until_ready()
         t1 = time.perf_counter()
         last, pos = first, jnp.asarray(lengths)
         stp, done = jnp.ones((b,), jnp.int32), jnp.zeros((b,), bool)
         left = steps
         while left > 0:
-            out, last, pos, stp, done, cache = decode_chunk(lm.params, cfg, cache, last, pos, stp, done, budget, stop,
-                                                            temps, top_k, top_p, keys, cap=0, full=False,
-                                                            in_place=in_place)
+            out, last, pos, stp, done, cache = decode_chunk(
+                lm.params,
+                cfg,
+                cache,
+                last,
+                pos,
+                stp,
+                done,
+                budget,
+                stop,
+                temps,
+                top_k,
+                top_p,
+                keys,
+                cap=0,
+                full=False,
+                in_place=in_place,
+            )
             left -= DECODE_CHUNK
         out.block_until_ready()
         return t1 - t0, time.perf_counter() - t1
@@ -175,14 +239,23 @@ def served_decode(lm: Any, context: int, tokens: int, gather: bool = False, kv_d
     neither prefill nor the first step counts. `gather` serves with `attention: gather`, the path
     the decode kernels (C++ on CPU, Pallas on TPU/GPU) replaced; the backend is a static argument
     of the engine step, so its programs are compiled apart from the kernel's."""
-    from memloop.engine.engine_config import EngineConfig
     from memloop.engine.core.engine import Engine
+    from memloop.engine.engine_config import EngineConfig
 
     tok = lm.tokenizer
     prompt = tok.decode(tok.encode(LONG_TEXT * (context // 25 + 1))[:context]) if context else PROMPTS[0][0]["content"]
     pages = (tok.count_tokens(prompt) + tokens) // 16 + 16
-    eng = Engine(EngineConfig(num_pages=pages, page_size=16, max_batch=1, prefill_chunk=512, kv_dtype=kv_dtype,
-                              attention="gather" if gather else "auto"), model=lm)
+    eng = Engine(
+        EngineConfig(
+            num_pages=pages,
+            page_size=16,
+            max_batch=1,
+            prefill_chunk=512,
+            kv_dtype=kv_dtype,
+            attention="gather" if gather else "auto",
+        ),
+        model=lm,
+    )
     try:
         request = lambda n: {"prompt": prompt, "sampling": {"max_tokens": n, "temperature": 0.0, "stop_token_ids": []}}
         text = eng.complete(request(tokens))["text"]  # prefill into the prefix cache, compile every shape
@@ -210,11 +283,16 @@ def f32_gemm_gmacs(size: int = 1536, repeat: int = 5) -> float:
     fn = jax.jit(lambda a, b: a @ b)
     fn(a, b).block_until_ready()
     seconds = _timed(lambda: fn(a, b).block_until_ready(), repeat)
-    return size ** 3 / seconds / 1e9
+    return size**3 / seconds / 1e9
 
 
-def f64_agreement(hf: Any, prompt_ids: list[list[int]], ours: list[np.ndarray], ref: list[np.ndarray],
-                  log: Callable[[str], None] = print) -> dict[str, float]:
+def f64_agreement(
+    hf: Any,
+    prompt_ids: list[list[int]],
+    ours: list[np.ndarray],
+    ref: list[np.ndarray],
+    log: Callable[[str], None] = print,
+) -> dict[str, float]:
     """Both f32 engines' largest |logit difference| from transformers run in float64 on the same weights.
 
     Two f32 forwards differ by their summation orders, so their difference alone cannot say which is
@@ -230,28 +308,34 @@ def f64_agreement(hf: Any, prompt_ids: list[list[int]], ours: list[np.ndarray], 
     with torch.no_grad():
         truth = [exact(torch.tensor([ids])).logits[0].numpy() for ids in prompt_ids]
     del exact
-    out = {"max_abs_logit_diff_vs_f64": max(float(np.abs(o - t).max()) for o, t in zip(ours, truth)),
-           "hf_max_abs_logit_diff_vs_f64": max(float(np.abs(r - t).max()) for r, t in zip(ref, truth))}
-    log(f"max |logit diff| from transformers in float64: memloop {out['max_abs_logit_diff_vs_f64']:.3g}, "
-        f"transformers in f32 {out['hf_max_abs_logit_diff_vs_f64']:.3g}")
+    out = {
+        "max_abs_logit_diff_vs_f64": max(float(np.abs(o - t).max()) for o, t in zip(ours, truth)),
+        "hf_max_abs_logit_diff_vs_f64": max(float(np.abs(r - t).max()) for r, t in zip(ref, truth)),
+    }
+    log(
+        f"max |logit diff| from transformers in float64: memloop {out['max_abs_logit_diff_vs_f64']:.3g}, "
+        f"transformers in f32 {out['hf_max_abs_logit_diff_vs_f64']:.3g}"
+    )
     return out
 
 
-def run_model_bench(path: Path | None = None, settings: BenchSettings = BenchSettings(),
-                    log: Callable[[str], None] = print) -> dict[str, Any]:
+def run_model_bench(
+    path: Path | None = None, settings: BenchSettings = BenchSettings(), log: Callable[[str], None] = print
+) -> dict[str, Any]:
     import jax
     import jax.numpy as jnp
     import torch
+    from memloop.engine import kernels
+    from memloop.engine.model.decoder import forward, load_model, no_cache_attention
+    from memloop.engine.runner.reference import DECODE_CHUNK, generate
+    from memloop.engine.sample.sampling import SamplingParams, next_pow2
     from transformers import AutoModelForCausalLM
 
-    from memloop.engine.runner.reference import DECODE_CHUNK, generate
-    from memloop.engine.model.decoder import forward, load_model, no_cache_attention
-    from memloop.engine.sample.sampling import SamplingParams, next_pow2
-
-    lm = load_model(path, packed=settings.packed, blocks=False if settings.dense else None,
-                    quantize=settings.quantize)
-    log(f"memloop model loaded from {lm.path} ({jax.default_backend()}, {lm.dtype.name}, "
-        f"{'GGUF block weights + CPU kernel' if _has_blocks(lm) else 'dense weights'})")
+    lm = load_model(path, packed=settings.packed, blocks=False if settings.dense else None, quantize=settings.quantize)
+    log(
+        f"memloop model loaded from {lm.path} ({jax.default_backend()}, {lm.dtype.name}, "
+        f"{'GGUF block weights + CPU kernel' if _has_blocks(lm) else 'dense weights'})"
+    )
     hf = AutoModelForCausalLM.from_pretrained(str(lm.path.parent), gguf_file=lm.path.name, dtype=torch.float32).eval()
     log(f"transformers reference loaded (torch {torch.__version__}, {torch.get_num_threads()} threads)")
     tok = lm.tokenizer
@@ -264,8 +348,11 @@ def run_model_bench(path: Path | None = None, settings: BenchSettings = BenchSet
         ref_logits = [hf(torch.tensor([ids])).logits[0].numpy() for ids in prompt_ids]
     max_diff = max(float(np.abs(o - r).max()) for o, r in zip(ours_logits, ref_logits))
     log(f"max |logit diff| over {len(prompt_ids)} prompts: {max_diff:.3g}")
-    exact = (f64_agreement(hf, prompt_ids, ours_logits, ref_logits, log) if settings.f64_reference
-             else {"max_abs_logit_diff_vs_f64": None, "hf_max_abs_logit_diff_vs_f64": None})
+    exact = (
+        f64_agreement(hf, prompt_ids, ours_logits, ref_logits, log)
+        if settings.f64_reference
+        else {"max_abs_logit_diff_vs_f64": None, "hf_max_abs_logit_diff_vs_f64": None}
+    )
 
     n = settings.greedy_tokens
     ours_greedy = [g.token_ids for g in generate(lm, prompt_ids, SamplingParams(max_tokens=n, stop_token_ids=()))]
@@ -275,9 +362,14 @@ def run_model_bench(path: Path | None = None, settings: BenchSettings = BenchSet
         ref_ids = hf_greedy(hf, ids, n)
         if ref_ids != ours_greedy[k]:
             identical = False
-            first_mismatch = first_mismatch or (k, next(i for i, (a, b) in enumerate(zip(ref_ids, ours_greedy[k])) if a != b))
-    log(f"{n} greedy tokens x {len(prompt_ids)} prompts identical: {identical}"
-        + (f" (first mismatch prompt {first_mismatch[0]} token {first_mismatch[1]})" if first_mismatch else ""))
+            first_mismatch = first_mismatch or (
+                k,
+                next(i for i, (a, b) in enumerate(zip(ref_ids, ours_greedy[k])) if a != b),
+            )
+    log(
+        f"{n} greedy tokens x {len(prompt_ids)} prompts identical: {identical}"
+        + (f" (first mismatch prompt {first_mismatch[0]} token {first_mismatch[1]})" if first_mismatch else "")
+    )
 
     # --- speed: memloop
     steps = max(DECODE_CHUNK, settings.decode_tokens // DECODE_CHUNK * DECODE_CHUNK)
@@ -290,25 +382,37 @@ def run_model_bench(path: Path | None = None, settings: BenchSettings = BenchSet
     pre, _ = _ours_prefill_decode(lm, [long_ids], DECODE_CHUNK)
     prefill_tps = len(long_ids) / pre
     prefill_rows = max(16, next_pow2(len(long_ids)))  # the rows of the prefill's weight calls (its padded bucket)
-    log(f"memloop: decode b1 {decode_b1:.1f} tok/s, b{settings.batch} {decode_b32:.1f} tok/s, "
-        f"prefill {prefill_tps:.0f} tok/s ({len(long_ids)}-token prompt)")
+    log(
+        f"memloop: decode b1 {decode_b1:.1f} tok/s, b{settings.batch} {decode_b32:.1f} tok/s, "
+        f"prefill {prefill_tps:.0f} tok/s ({len(long_ids)}-token prompt)"
+    )
     accelerator = this_accelerator(log)
-    figures: dict[str, Any] = {"accelerator": accelerator_field(accelerator), "decode_hbm_fraction": None,
-                               "prefill_mfu": None}
+    figures: dict[str, Any] = {
+        "accelerator": accelerator_field(accelerator),
+        "decode_hbm_fraction": None,
+        "prefill_mfu": None,
+    }
     if accelerator is not None:  # the batch decode above, and the prefill of the long prompt
         spec = accelerator[1]
         keys = decode_keys([len(x) for x in batch_ids], steps)
-        figures.update(decode_hbm_fraction=round(decode_hbm_fraction(lm, spec, steps, keys, dec32), 4),
-                       prefill_mfu=round(prefill_mfu(lm, spec, len(long_ids), pre), 4))
-        log(f"{spec.name}: decode at batch {settings.batch} reaches {figures['decode_hbm_fraction']:.1%} of the HBM "
-            f"bound, prefill {figures['prefill_mfu']:.1%} MFU")
+        figures.update(
+            decode_hbm_fraction=round(decode_hbm_fraction(lm, spec, steps, keys, dec32), 4),
+            prefill_mfu=round(prefill_mfu(lm, spec, len(long_ids), pre), 4),
+        )
+        log(
+            f"{spec.name}: decode at batch {settings.batch} reaches {figures['decode_hbm_fraction']:.1%} of the HBM "
+            f"bound, prefill {figures['prefill_mfu']:.1%} MFU"
+        )
     outputs = {c: served_decode(lm, c, steps + 1) for c in (0, *settings.contexts)}
     served = {c: o.tokens_per_s for c, o in outputs.items()}
-    log("memloop served decode b1: " + ", ".join(f"{'short' if c == 0 else f'ctx {c}'} {v:.1f} tok/s"
-                                                 for c, v in served.items()))
+    log(
+        "memloop served decode b1: "
+        + ", ".join(f"{'short' if c == 0 else f'ctx {c}'} {v:.1f} tok/s" for c, v in served.items())
+    )
     longest = max(settings.contexts) if settings.contexts else 0
-    gather_tps = (served_decode(lm, longest, steps + 1, gather=True).tokens_per_s
-                  if settings.gather_peer and longest else None)
+    gather_tps = (
+        served_decode(lm, longest, steps + 1, gather=True).tokens_per_s if settings.gather_peer and longest else None
+    )
     if gather_tps is not None:
         log(f"memloop served decode b1 at ctx {longest} with the gather path: {gather_tps:.1f} tok/s")
     kv_fields: dict[str, Any] = {}
@@ -316,28 +420,51 @@ def run_model_bench(path: Path | None = None, settings: BenchSettings = BenchSet
         runs = {c: served_decode(lm, c, steps + 1, kv_dtype=kv) for c in (0, longest)}
         same = _common_prefix_chars(outputs[longest].text, runs[longest].text)
         name = {"float16": "f16"}.get(kv, kv)
-        kv_fields.update({f"kv_{name}_decode_tps_b1_short": round(runs[0].tokens_per_s, 2),
-                          f"kv_{name}_decode_tps_b1_ctx_longest": round(runs[longest].tokens_per_s, 2),
-                          f"kv_{name}_ratio_ctx_longest_vs_short": round(runs[longest].tokens_per_s / runs[0].tokens_per_s, 3),
-                          f"kv_{name}_greedy_text_same_as_f32_ctx_longest": round(same, 3)})
-        log(f"memloop served decode b1 with a {kv} KV cache: short {runs[0].tokens_per_s:.1f}, ctx {longest} "
+        kv_fields.update(
+            {
+                f"kv_{name}_decode_tps_b1_short": round(runs[0].tokens_per_s, 2),
+                f"kv_{name}_decode_tps_b1_ctx_longest": round(runs[longest].tokens_per_s, 2),
+                f"kv_{name}_ratio_ctx_longest_vs_short": round(runs[longest].tokens_per_s / runs[0].tokens_per_s, 3),
+                f"kv_{name}_greedy_text_same_as_f32_ctx_longest": round(same, 3),
+            }
+        )
+        log(
+            f"memloop served decode b1 with a {kv} KV cache: short {runs[0].tokens_per_s:.1f}, ctx {longest} "
             f"{runs[longest].tokens_per_s:.1f} tok/s; greedy text at ctx {longest} the same as the f32 cache's for "
-            f"{same:.0%} of its length")
+            f"{same:.0%} of its length"
+        )
     gmacs = f32_gemm_gmacs()
-    ceiling_b32 = gmacs * 1e9 / macs_per_token(lm)
-    log(f"host f32 GEMM {gmacs:.1f} GMAC/s: batch {settings.batch} decode cannot exceed {ceiling_b32:.0f} tok/s "
-        f"({ceiling_b32 / decode_b1:.1f}x memloop's batch 1) while every weight multiply-add is f32")
+    units = _units(lm, {"b1": 1, f"b{settings.batch}": settings.batch, "prefill": prefill_rows})
+    amx_gmacs = kernels.amx_peak_gmacs() if "amx-bf16" in units.values() else None
+    unit_b32, unit_prefill = units[f"matmul_unit_b{settings.batch}"], units["matmul_unit_prefill"]
+    ceiling_b32 = unit_ceiling_gmacs(unit_b32, gmacs, amx_gmacs or 0.0) * 1e9 / macs_per_token(lm)
+    ceiling_prefill = unit_ceiling_gmacs(unit_prefill, gmacs, amx_gmacs or 0.0) * 1e9 / macs_per_token(lm)
+    if amx_gmacs:
+        log(
+            f"host AMX bf16 tiles {amx_gmacs:.0f} GMAC/s ({amx_gmacs / kernels.AMX_PRODUCTS:.0f} GMAC/s of f32-level "
+            f"products at {kernels.AMX_PRODUCTS} bf16 products each)"
+        )
+    log(
+        f"host f32 GEMM {gmacs:.1f} GMAC/s: batch {settings.batch} decode on {unit_b32 or 'XLA dot'} cannot exceed "
+        f"{ceiling_b32:.0f} tok/s ({ceiling_b32 / decode_b1:.1f}x memloop's batch 1); prefill on "
+        f"{unit_prefill or 'XLA dot'} cannot exceed {ceiling_prefill:.0f} tok/s"
+    )
     peer: dict[str, Any] = {}
     if settings.dense_peer and _has_blocks(lm):
         dense = load_model(path, blocks=False)
         _, d1 = _ours_prefill_decode(dense, [prompt_ids[0]], steps)
         _, d32 = _ours_prefill_decode(dense, batch_ids, steps)
         dpre, _ = _ours_prefill_decode(dense, [long_ids], DECODE_CHUNK)
-        peer = {"dense_decode_tps_b1": round(steps / d1, 2), "dense_decode_tps_b32": round(settings.batch * steps / d32, 2),
-                "dense_prefill_tps": round(len(long_ids) / dpre, 1)}
+        peer = {
+            "dense_decode_tps_b1": round(steps / d1, 2),
+            "dense_decode_tps_b32": round(settings.batch * steps / d32, 2),
+            "dense_prefill_tps": round(len(long_ids) / dpre, 1),
+        }
         del dense
-        log(f"memloop with dense f32 weights: decode b1 {peer['dense_decode_tps_b1']:.1f} tok/s, "
-            f"b{settings.batch} {peer['dense_decode_tps_b32']:.1f} tok/s, prefill {peer['dense_prefill_tps']:.0f} tok/s")
+        log(
+            f"memloop with dense f32 weights: decode b1 {peer['dense_decode_tps_b1']:.1f} tok/s, "
+            f"b{settings.batch} {peer['dense_decode_tps_b32']:.1f} tok/s, prefill {peer['dense_prefill_tps']:.0f} tok/s"
+        )
 
     # --- speed: transformers generate (same prompts, greedy, forced length)
     def hf_gen(ids_batch: list[list[int]], new: int) -> None:
@@ -345,11 +472,17 @@ def run_model_bench(path: Path | None = None, settings: BenchSettings = BenchSet
         inp = torch.full((len(ids_batch), width), tok.pad_token_id, dtype=torch.long)
         mask = torch.zeros_like(inp)
         for i, x in enumerate(ids_batch):  # left padding, as transformers expects for decoder-only batches
-            inp[i, width - len(x):] = torch.tensor(x)
-            mask[i, width - len(x):] = 1
+            inp[i, width - len(x) :] = torch.tensor(x)
+            mask[i, width - len(x) :] = 1
         with torch.no_grad():
-            hf.generate(inp, attention_mask=mask, max_new_tokens=new, min_new_tokens=new, do_sample=False,
-                        pad_token_id=tok.pad_token_id)
+            hf.generate(
+                inp,
+                attention_mask=mask,
+                max_new_tokens=new,
+                min_new_tokens=new,
+                do_sample=False,
+                pad_token_id=tok.pad_token_id,
+            )
 
     hf_gen([prompt_ids[0]], 2)  # warm-up
     hf_t1 = _timed(lambda: hf_gen([prompt_ids[0]], 1))
@@ -375,23 +508,51 @@ def run_model_bench(path: Path | None = None, settings: BenchSettings = BenchSet
         "decode_tps_b32_ceiling": round(ceiling_b32, 1),
         "ratio_b32_ceiling_vs_b1": round(ceiling_b32 / decode_b1, 2),
         "ratio_b32_vs_ceiling": round(decode_b32 / ceiling_b32, 3),
+        # the ceilings above and here are the units' own (unit_ceiling_gmacs): AMX bf16 where the tiles ran
+        "amx_bf16_gmacs": round(amx_gmacs, 1) if amx_gmacs else None,
+        "prefill_tps_ceiling": round(ceiling_prefill, 1),
+        "ratio_prefill_vs_ceiling": round(prefill_tps / ceiling_prefill, 3),
+        **units,
         "decode_tps_b1_served_short": round(served[0], 2),
-        **{f"decode_tps_b1_ctx{c // 1024}k" if c % 1024 == 0 else f"decode_tps_b1_ctx{c}": round(v, 2)
-           for c, v in served.items() if c},
-        **({f"ratio_ctx{longest // 1024}k_vs_short" if longest % 1024 == 0 else f"ratio_ctx{longest}_vs_short":
-            round(served[longest] / served[0], 3)} if longest else {}),
+        **{
+            f"decode_tps_b1_ctx{c // 1024}k" if c % 1024 == 0 else f"decode_tps_b1_ctx{c}": round(v, 2)
+            for c, v in served.items()
+            if c
+        },
+        **(
+            {
+                f"ratio_ctx{longest // 1024}k_vs_short"
+                if longest % 1024 == 0
+                else f"ratio_ctx{longest}_vs_short": round(served[longest] / served[0], 3)
+            }
+            if longest
+            else {}
+        ),
         **kv_fields,
-        **({"gather_decode_tps_b1_ctx_longest": round(gather_tps, 2),
-            "ratio_ctx_longest_kernel_vs_gather": round(served[longest] / gather_tps, 2)} if gather_tps else {}),
+        **(
+            {
+                "gather_decode_tps_b1_ctx_longest": round(gather_tps, 2),
+                "ratio_ctx_longest_kernel_vs_gather": round(served[longest] / gather_tps, 2),
+            }
+            if gather_tps
+            else {}
+        ),
         **peer,
-        **({"ratio_decode_b1_vs_dense": round(decode_b1 / peer["dense_decode_tps_b1"], 2),
-            "ratio_decode_b32_vs_dense": round(decode_b32 / peer["dense_decode_tps_b32"], 2),
-            "ratio_prefill_vs_dense": round(prefill_tps / peer["dense_prefill_tps"], 2)} if peer else {}),
+        **(
+            {
+                "ratio_decode_b1_vs_dense": round(decode_b1 / peer["dense_decode_tps_b1"], 2),
+                "ratio_decode_b32_vs_dense": round(decode_b32 / peer["dense_decode_tps_b32"], 2),
+                "ratio_prefill_vs_dense": round(prefill_tps / peer["dense_prefill_tps"], 2),
+            }
+            if peer
+            else {}
+        ),
         **figures,
         "backend": jax.default_backend(),
         "dtype": lm.dtype.name,
-        "weights": "gguf-blocks" if _has_blocks(lm) else (
-            "int8" if settings.quantize else ("packed" if settings.packed else "dense")),
+        "weights": "gguf-blocks"
+        if _has_blocks(lm)
+        else ("int8" if settings.quantize else ("packed" if settings.packed else "dense")),
         "packed": settings.packed,
         "weight_path": lm.weight_path["weights"],  # kernel or dense: which path the figures above ran
         "kernel_isa": lm.weight_path["isa"],
@@ -408,7 +569,9 @@ def run_model_bench(path: Path | None = None, settings: BenchSettings = BenchSet
         tn = _timed(lambda: hf_gen(batch_ids, short + 1))
         result["hf_decode_tps_b32"] = round(settings.batch * short / max(tn - t1, 1e-9), 2)
         result["ratio_decode_b32_vs_hf"] = round(decode_b32 / result["hf_decode_tps_b32"], 2)
-    log(f"transformers: decode b1 {hf_decode_b1:.1f} tok/s, prefill {hf_prefill_tps:.0f} tok/s; "
+    log(
+        f"transformers: decode b1 {hf_decode_b1:.1f} tok/s, prefill {hf_prefill_tps:.0f} tok/s; "
         f"memloop/transformers decode b1 = {result['ratio_decode_b1_vs_hf']}x, "
-        f"memloop b{settings.batch}/b1 = {result['ratio_decode_b32_vs_b1']}x")
+        f"memloop b{settings.batch}/b1 = {result['ratio_decode_b32_vs_b1']}x"
+    )
     return result

@@ -144,11 +144,41 @@ def crew_held() -> Iterator[None]:
         holder.join()
 
 
+# bf16 tile products per f32-level multiply-add on the AMX path (qmatmul.cc: x and the weights in three bf16
+# pieces each, the six products whose pieces' orders add up to at most 2)
+AMX_PRODUCTS = 6
+
+
 def amx_ready() -> bool:
     """Whether the kernels' AMX tile path can run here: built for a CPU with AMX-TILE and AMX-BF16 (Intel
     Sapphire Rapids and later), and Linux granted this process the tile state (qmatmul.cc)."""
     load()
     return bool(_state["lib"].memloop_kernel_amx_ready())
+
+
+def amx_peak_gmacs(seconds: float = 0.2) -> float:
+    """The AMX tile unit's bf16 multiply-add rate here (GMAC/s, all cores: one thread each, resident tiles, no
+    memory traffic), the ceiling of the kernel's AMX path; 0.0 where that path cannot run."""
+    load()
+    if not amx_ready():
+        return 0.0
+    lib = _state["lib"]
+    lib.memloop_kernel_amx_peak.restype = ctypes.c_double
+    lib.memloop_kernel_amx_peak.argtypes = [ctypes.c_int64]
+    rounds = max(1, int(seconds * 2e7))  # a round is ~64 cycles at ~16 per TDPBF16PS
+    best = 0.0
+    for _ in range(3):  # the best of three: a shared host's bursts only slow it
+        rates: list[float] = []
+        threads = [
+            threading.Thread(target=lambda: rates.append(lib.memloop_kernel_amx_peak(rounds)))
+            for _ in range(os.cpu_count() or 1)
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        best = max(best, sum(rates) / 1e9)
+    return best
 
 
 def isa() -> str:

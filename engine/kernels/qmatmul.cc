@@ -28,6 +28,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -1096,6 +1097,36 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(MemloopQMatmulMany, QMatmulMany,
                                   .Attr<int32_t>("amx"));
 
 extern "C" int memloop_kernels_abi() { return 1; }
+
+// The tile unit's own rate on the calling thread: `rounds` rounds of four TDPBF16PS on resident tiles
+// (four independent sums, no loads), in bf16 multiply-adds per second; 0 where the tile path cannot run.
+// Benchmarks take the ceiling of the AMX path from it (with one caller per core).
+extern "C" double memloop_kernel_amx_peak(int64_t rounds) {
+#ifdef MEMLOOP_AMX
+  if (!AmxReady()) return 0;
+  AmxConfigure();
+  alignas(64) static const uint16_t ones[512] = {};
+  _tile_loadd(4, ones, 64);
+  _tile_loadd(5, ones, 64);
+  _tile_loadd(6, ones, 64);
+  _tile_loadd(7, ones, 64);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int64_t i = 0; i < rounds; ++i) {
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_dpbf16ps(2, 5, 6);
+    _tile_dpbf16ps(3, 5, 7);
+  }
+  alignas(64) float sink[256];
+  _tile_stored(0, sink, 64);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  _tile_release();
+  return s > 0 ? 4.0 * 16 * 16 * 32 * static_cast<double>(rounds) / s : 0;
+#else
+  (void)rounds;
+  return 0;
+#endif
+}
 
 // Whether the tile path can run here: built with AMX (the compiler targets a CPU that has it), the CPU has
 // AMX-TILE and AMX-BF16, and Linux granted the tile state.

@@ -82,3 +82,15 @@ def test_the_engine_sends_large_calls_to_the_tiles(amx, layer):
     np.testing.assert_array_equal(got, _products(x, w, True))
     got = np.asarray(jax.jit(blocks.block_matmul)(jnp.asarray(x[:-1]), w))
     np.testing.assert_array_equal(got, _products(x[:-1], w, False))
+
+
+def test_the_amx_paths_ceiling_is_the_tiles_rate_over_its_products(amx):
+    """`memloop bench model` takes a figure's ceiling from the unit its path ran on: the f32 GEMM rate for
+    vector FMAs, the tiles' measured bf16 rate over the six bf16 products of one multiply-add for AMX."""
+    from memloop.bench.model import unit_ceiling_gmacs
+
+    peak = kernels.amx_peak_gmacs(0.02)
+    assert peak > 0
+    assert kernels.AMX_PRODUCTS == 6
+    assert unit_ceiling_gmacs("amx-bf16", 100.0, peak) == peak / 6
+    assert unit_ceiling_gmacs("avx512", 100.0, peak) == unit_ceiling_gmacs(None, 100.0, peak) == 100.0
