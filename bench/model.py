@@ -83,6 +83,24 @@ def _matmul_paths(lm: Any, rows: dict[str, int]) -> dict[str, str]:
     return {f"matmul_path_{name}": matmul_path(n) if blocks else "dense" for name, n in rows.items()}
 
 
+def _units(lm: Any, rows: dict[str, int]) -> dict[str, str | None]:
+    """`matmul_unit_<figure>`: the unit the kernel multiplied on for each figure's rows ("amx-bf16": the AMX
+    tiles; "avx512"/"avx2": vector FMAs; None: no kernel, XLA's dot; blocks.kernel_unit)."""
+    from memloop.engine.model.blocks import kernel_unit
+
+    blocks = _has_blocks(lm)
+    return {f"matmul_unit_{name}": kernel_unit(n) if blocks else None for name, n in rows.items()}
+
+
+def unit_ceiling_gmacs(unit: str | None, f32_gmacs: float, amx_gmacs: float) -> float:
+    """The model multiply-adds per second a weight path can reach on its unit: the f32 GEMM rate for vector
+    FMAs and XLA's dot; for the AMX tiles, their bf16 rate over the products one f32 multiply-add costs
+    there (kernels.AMX_PRODUCTS: x and the weights in three bf16 pieces each)."""
+    from memloop.engine import kernels
+
+    return amx_gmacs / kernels.AMX_PRODUCTS if unit == "amx-bf16" else f32_gmacs
+
+
 def _row_limit(lm: Any) -> dict[str, Any]:
     """`kernel_max_rows` (the most rows a call sends to the kernel here) and where it comes from: measured on
     this host by `memloop bench rows`, or the instruction set's table (memloop.engine.model.blocks)."""
@@ -307,6 +325,7 @@ def run_model_bench(
     import jax
     import jax.numpy as jnp
     import torch
+    from memloop.engine import kernels
     from memloop.engine.model.decoder import forward, load_model, no_cache_attention
     from memloop.engine.runner.reference import DECODE_CHUNK, generate
     from memloop.engine.sample.sampling import SamplingParams, next_pow2
@@ -415,10 +434,20 @@ def run_model_bench(
             f"{same:.0%} of its length"
         )
     gmacs = f32_gemm_gmacs()
-    ceiling_b32 = gmacs * 1e9 / macs_per_token(lm)
+    units = _units(lm, {"b1": 1, f"b{settings.batch}": settings.batch, "prefill": prefill_rows})
+    amx_gmacs = kernels.amx_peak_gmacs() if "amx-bf16" in units.values() else None
+    unit_b32, unit_prefill = units[f"matmul_unit_b{settings.batch}"], units["matmul_unit_prefill"]
+    ceiling_b32 = unit_ceiling_gmacs(unit_b32, gmacs, amx_gmacs or 0.0) * 1e9 / macs_per_token(lm)
+    ceiling_prefill = unit_ceiling_gmacs(unit_prefill, gmacs, amx_gmacs or 0.0) * 1e9 / macs_per_token(lm)
+    if amx_gmacs:
+        log(
+            f"host AMX bf16 tiles {amx_gmacs:.0f} GMAC/s ({amx_gmacs / kernels.AMX_PRODUCTS:.0f} GMAC/s of f32-level "
+            f"products at {kernels.AMX_PRODUCTS} bf16 products each)"
+        )
     log(
-        f"host f32 GEMM {gmacs:.1f} GMAC/s: batch {settings.batch} decode cannot exceed {ceiling_b32:.0f} tok/s "
-        f"({ceiling_b32 / decode_b1:.1f}x memloop's batch 1) while every weight multiply-add is f32"
+        f"host f32 GEMM {gmacs:.1f} GMAC/s: batch {settings.batch} decode on {unit_b32 or 'XLA dot'} cannot exceed "
+        f"{ceiling_b32:.0f} tok/s ({ceiling_b32 / decode_b1:.1f}x memloop's batch 1); prefill on "
+        f"{unit_prefill or 'XLA dot'} cannot exceed {ceiling_prefill:.0f} tok/s"
     )
     peer: dict[str, Any] = {}
     if settings.dense_peer and _has_blocks(lm):
@@ -479,6 +508,11 @@ def run_model_bench(
         "decode_tps_b32_ceiling": round(ceiling_b32, 1),
         "ratio_b32_ceiling_vs_b1": round(ceiling_b32 / decode_b1, 2),
         "ratio_b32_vs_ceiling": round(decode_b32 / ceiling_b32, 3),
+        # the ceilings above and here are the units' own (unit_ceiling_gmacs): AMX bf16 where the tiles ran
+        "amx_bf16_gmacs": round(amx_gmacs, 1) if amx_gmacs else None,
+        "prefill_tps_ceiling": round(ceiling_prefill, 1),
+        "ratio_prefill_vs_ceiling": round(prefill_tps / ceiling_prefill, 3),
+        **units,
         "decode_tps_b1_served_short": round(served[0], 2),
         **{
             f"decode_tps_b1_ctx{c // 1024}k" if c % 1024 == 0 else f"decode_tps_b1_ctx{c}": round(v, 2)

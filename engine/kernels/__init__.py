@@ -144,6 +144,43 @@ def crew_held() -> Iterator[None]:
         holder.join()
 
 
+# bf16 tile products per f32-level multiply-add on the AMX path (qmatmul.cc: x and the weights in three bf16
+# pieces each, the six products whose pieces' orders add up to at most 2)
+AMX_PRODUCTS = 6
+
+
+def amx_ready() -> bool:
+    """Whether the kernels' AMX tile path can run here: built for a CPU with AMX-TILE and AMX-BF16 (Intel
+    Sapphire Rapids and later), and Linux granted this process the tile state (qmatmul.cc)."""
+    load()
+    return bool(_state["lib"].memloop_kernel_amx_ready())
+
+
+def amx_peak_gmacs(seconds: float = 0.2) -> float:
+    """The AMX tile unit's bf16 multiply-add rate here (GMAC/s, all cores: one thread each, resident tiles, no
+    memory traffic), the ceiling of the kernel's AMX path; 0.0 where that path cannot run."""
+    load()
+    if not amx_ready():
+        return 0.0
+    lib = _state["lib"]
+    lib.memloop_kernel_amx_peak.restype = ctypes.c_double
+    lib.memloop_kernel_amx_peak.argtypes = [ctypes.c_int64]
+    rounds = max(1, int(seconds * 2e7))  # a round is ~64 cycles at ~16 per TDPBF16PS
+    best = 0.0
+    for _ in range(3):  # the best of three: a shared host's bursts only slow it
+        rates: list[float] = []
+        threads = [
+            threading.Thread(target=lambda: rates.append(lib.memloop_kernel_amx_peak(rounds)))
+            for _ in range(os.cpu_count() or 1)
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        best = max(best, sum(rates) / 1e9)
+    return best
+
+
 def isa() -> str:
     """The instruction set the kernels are built for here: "avx512" or "avx2" (vec16.h)."""
     native = all(f in cpu_flags() for f in NATIVE_FLAGS)
@@ -290,9 +327,11 @@ def available() -> bool:
     return True
 
 
-def qmatmul(x: Any, blocks: Any, qtype: str) -> Any:
+def qmatmul(x: Any, blocks: Any, qtype: str, amx: bool = False) -> Any:
     """x [..., in] f32 times the block matrix `blocks` (uint8 [out, in/block weights * block bytes]) transposed:
-    [..., out] f32. Call inside or outside jit, on the CPU backend, after `load()`."""
+    [..., out] f32. Call inside or outside jit, on the CPU backend, after `load()`. `amx`: through the AMX
+    tiles where they can run (`amx_ready()`; f32-level agreement with the vector path, not bit for bit),
+    else the vector path."""
     import jax
     import jax.numpy as jnp
 
@@ -300,11 +339,11 @@ def qmatmul(x: Any, blocks: Any, qtype: str) -> Any:
     d_out = blocks.shape[0]
     rows = int(np.prod(lead)) if lead else 1
     call = jax.ffi.ffi_call(TARGET, jax.ShapeDtypeStruct((rows, d_out), jnp.float32))
-    y = call(x.reshape(rows, d_in).astype(jnp.float32), blocks, qtype=np.int32(QTYPES[qtype]))
+    y = call(x.reshape(rows, d_in).astype(jnp.float32), blocks, qtype=np.int32(QTYPES[qtype]), amx=np.int32(amx))
     return y.reshape(*lead, d_out)
 
 
-def qmatmul_many(x: Any, blocks: Sequence[Any], qtype: str) -> list[Any]:
+def qmatmul_many(x: Any, blocks: Sequence[Any], qtype: str, amx: bool = False) -> list[Any]:
     """`[qmatmul(x, b, qtype) for b in blocks]` in one kernel call (1 to MAX_MATRICES matrices of one
     block type and width): a layer's matrices that share their input (q, k, v; gate, up) cost one
     call and one hand-off to the helper threads. Every output is bit-identical to its own `qmatmul`."""
@@ -316,5 +355,5 @@ def qmatmul_many(x: Any, blocks: Sequence[Any], qtype: str) -> list[Any]:
     lead, d_in = x.shape[:-1], x.shape[-1]
     rows = int(np.prod(lead)) if lead else 1
     call = jax.ffi.ffi_call(MANY_TARGET, [jax.ShapeDtypeStruct((rows, b.shape[0]), jnp.float32) for b in blocks])
-    ys = call(x.reshape(rows, d_in).astype(jnp.float32), *blocks, qtype=np.int32(QTYPES[qtype]))
+    ys = call(x.reshape(rows, d_in).astype(jnp.float32), *blocks, qtype=np.int32(QTYPES[qtype]), amx=np.int32(amx))
     return [y.reshape(*lead, b.shape[0]) for y, b in zip(ys, blocks)]

@@ -43,7 +43,11 @@ BLOCK_WEIGHTS = {q: SUPER if q.endswith("_K") else BLOCK for q in BLOCK_BYTES}
 # three times in one process at that load: 1.98x, 0.99x, 0.93x: unsettled), so the table keeps AVX-512's 128
 # there until a quiet host confirms it; `memloop bench rows` records a host's own crossover, which overrides
 # the table. Keyed by `host_kind()`.
-KERNEL_MAX_ROWS: dict[str, int | None] = {"avx2": 64, "avx512": 128, "avx512-amx": 128}
+KERNEL_MAX_ROWS: dict[str, int | None] = {"avx2": 64, "avx512": 128, "avx512-amx": None}
+# The fewest rows of a kernel call that take the AMX tile path (qmatmul.cc: bf16 tiles, each operand split
+# into a bf16 head and tail) instead of the AVX-512 FMAs, per host kind; a kind not listed has no tiles. The
+# tile path also needs the kernel built with AMX and Linux's grant of the tile state (`kernels.amx_ready`).
+KERNEL_AMX_MIN_ROWS: dict[str, int] = {"avx512-amx": 64}
 
 
 @jax.tree_util.register_pytree_node_class
@@ -211,6 +215,26 @@ def kernel_max_rows_source() -> str:
     return f"measured on this host ({record_path()})"
 
 
+def kernel_amx_min_rows() -> int | None:
+    """The fewest rows of a kernel call that take the AMX tile path here (None: no call does)."""
+    from memloop.engine import kernels
+
+    rows = KERNEL_AMX_MIN_ROWS.get(host_kind())
+    return rows if rows is not None and kernels.available() and kernels.amx_ready() else None
+
+
+def kernel_unit(rows: int) -> str | None:
+    """The unit a kernel call of `rows` rows multiplies on here: "amx-bf16" (the tile path), "avx512" or
+    "avx2" (vector FMAs); None where the call does not go to the kernel. Benchmarks take their compute
+    ceiling from it."""
+    from memloop.engine import kernels
+
+    if not use_kernel(rows):
+        return None
+    amx = kernel_amx_min_rows()
+    return "amx-bf16" if amx is not None and rows >= amx else kernels.isa()
+
+
 def use_kernel(rows: int) -> bool:
     from memloop.engine import kernels
 
@@ -238,7 +262,7 @@ def block_matmuls(x: jax.Array, ws: list[BlockMatrix]) -> list[jax.Array]:
         and len(ws) <= kernels.MAX_MATRICES
         and use_kernel(rows)
     ):
-        return kernels.qmatmul_many(x, [w.raw for w in ws], ws[0].qtype)
+        return kernels.qmatmul_many(x, [w.raw for w in ws], ws[0].qtype, amx=kernel_unit(rows) == "amx-bf16")
     return [block_matmul(x, w) for w in ws]
 
 
@@ -248,6 +272,6 @@ def block_matmul(x: jax.Array, w: BlockMatrix) -> jax.Array:
     if use_kernel(rows):
         from memloop.engine.kernels import qmatmul
 
-        return qmatmul(x, w.raw, w.qtype)
+        return qmatmul(x, w.raw, w.qtype, amx=kernel_unit(rows) == "amx-bf16")
     dense = dequantize(w.raw, w.qtype, w.shape[1])
     return jnp.einsum("...i,oi->...o", x.astype(jnp.float32), dense)

@@ -96,7 +96,15 @@ def measure_max_rows(
     if not kernels.available():
         raise RuntimeError("the CPU kernels are not available here, so there is no crossover to measure")
     # each matrix gets an input of its own width (a layer's down projection reads the wider MLP activations)
-    kernel = jax.jit(lambda xs, raws: [kernels.qmatmul(x, r, w.qtype) for x, r, w in zip(xs, raws, ws)])
+    from memloop.engine.model.blocks import kernel_amx_min_rows
+
+    amx_rows = kernel_amx_min_rows()  # the kernel as the engine calls it: AMX tiles from this many rows
+    kernel = jax.jit(
+        lambda xs, raws: [
+            kernels.qmatmul(x, r, w.qtype, amx=amx_rows is not None and x.shape[0] >= amx_rows)
+            for x, r, w in zip(xs, raws, ws)
+        ]
+    )
     dot = jax.jit(
         lambda xs, raws: [
             jnp.einsum("ti,oi->to", x, dequantize(r, w.qtype, w.shape[1])) for x, r, w in zip(xs, raws, ws)

@@ -67,9 +67,11 @@ def test_the_crossover_is_the_last_row_count_where_the_kernel_was_never_slower()
 
 def test_an_avx512_host_with_amx_tiles_is_a_kind_of_its_own_whose_prefill_chunks_take_the_kernel() -> None:
     """On an Intel Xeon with AMX, XLA's dot was measured slower than the kernel at every row count up to
-    the 512-row prefill chunk (a Zen 5's AVX-512 crossed at 128): the table keys both kinds apart."""
+    the 512-row prefill chunk (a Zen 5's AVX-512 crossed at 128), and the kernel's AMX tiles, from 64
+    rows, faster again: the table keys both kinds apart."""
     assert blocks.host_kind("avx512", {"avx512f", "amx_tile", "amx_bf16"}) == "avx512-amx"
     assert blocks.host_kind("avx512", {"avx512f"}) == "avx512"
     assert blocks.host_kind("avx2", {"avx2", "amx_tile"}) == "avx2"  # MEMLOOP_KERNEL_ISA=avx2 keeps AVX2's limit
-    assert blocks.KERNEL_MAX_ROWS["avx512-amx"] == 128  # 512 measured at load 20-40, unsettled: not taken
+    assert blocks.KERNEL_MAX_ROWS["avx512-amx"] is None  # the kernel (its AMX tiles) at every row count
+    assert blocks.KERNEL_AMX_MIN_ROWS == {"avx512-amx": 64}  # the only kind with tiles; decode batches below
     assert blocks.KERNEL_MAX_ROWS["avx512"] == 128 and blocks.KERNEL_MAX_ROWS["avx2"] == 64  # AMD hosts unchanged
