@@ -32,6 +32,7 @@ Public API (what the serving engine builds on):
     matmul(x, w): every layer matrix ([out, in]) goes through it; `w` is dense or, with
     load_model(packed=True), {"q": int8, "d": f32, "m": f32} Q4/Q8 blocks de-quantised in the graph.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -42,10 +43,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
-
+from memloop.engine.errors import RequestError
 from memloop.engine.model.blocks import BlockMatrix, block_matmul, block_matmuls, take_rows
 from memloop.engine.model.config import ModelConfig
-from memloop.engine.errors import RequestError
 from memloop.engine.model.mesh import AXIS, constrain
 from memloop.engine.model.weights import Params, load_weights
 
@@ -136,7 +136,7 @@ class DecoderStack(nnx.Module):
         return self._layer(None)
 
     def rebind(self, layers: dict[str, Any] | list[dict[str, Any]]) -> None:
-        for i, lw in (enumerate(layers) if self.unrolled else [(None, layers)]):
+        for i, lw in enumerate(layers) if self.unrolled else [(None, layers)]:
             for k in self.parts:
                 for p in self.parts[k] or ("",):
                     value = lw[k][p] if p else lw[k]
@@ -186,6 +186,7 @@ class Llama(nnx.Module):
 
 
 # ----------------------------------------------------------------------------- the math
+
 
 def rms_norm(x: jax.Array, w: jax.Array, eps: float, offset: float = 0.0) -> jax.Array:
     """RMSNorm in f32; the scale is `offset + w` (Gemma checkpoints store w - 1: offset 1.0)."""
@@ -238,13 +239,13 @@ def gqa_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, cap
     qg = q.reshape(b, t, kv, g, hd).transpose(2, 0, 3, 1, 4).reshape(kv, b, g * t, hd)
     low = jnp.finfo(jnp.float32).min
     if g * t <= FEW_QUERY_ROWS:  # scores [KV,B,S,rows], softmax over S
-        scores = soft_cap(jnp.einsum("kbsd,kbqd->kbsq", k, qg, preferred_element_type=jnp.float32) * (hd ** -0.5), cap)
+        scores = soft_cap(jnp.einsum("kbsd,kbqd->kbsq", k, qg, preferred_element_type=jnp.float32) * (hd**-0.5), cap)
         allowed = jnp.broadcast_to(mask.transpose(0, 2, 1)[None, :, :, None, :], (kv, b, s, g, t))
         scores = jnp.where(allowed.reshape(kv, b, s, g * t), scores, low)
         probs = jax.nn.softmax(scores, axis=-2).astype(v.dtype)
         out = jnp.einsum("kbsq,kbsd->kbqd", probs, v, preferred_element_type=jnp.float32)
     else:  # scores [KV,B,rows,S]
-        scores = soft_cap(jnp.einsum("kbqd,kbsd->kbqs", qg, k, preferred_element_type=jnp.float32) * (hd ** -0.5), cap)
+        scores = soft_cap(jnp.einsum("kbqd,kbsd->kbqs", qg, k, preferred_element_type=jnp.float32) * (hd**-0.5), cap)
         allowed = jnp.broadcast_to(mask[None, :, None], (kv, b, g, t, s)).reshape(kv, b, g * t, s)
         scores = jnp.where(allowed, scores, low)
         probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
@@ -287,7 +288,7 @@ def embed(params: Params, cfg: ModelConfig, tokens: jax.Array) -> jax.Array:
     else:
         h = jnp.take(table, tokens, axis=0)
     if cfg.family.embed_scale:
-        h = h * jnp.asarray(np.float32(cfg.hidden_size ** 0.5), dtype=h.dtype)
+        h = h * jnp.asarray(np.float32(cfg.hidden_size**0.5), dtype=h.dtype)
     return h
 
 
@@ -297,9 +298,17 @@ def _activation(cfg: ModelConfig, x: jax.Array) -> jax.Array:
     return jax.nn.silu(x)
 
 
-def decoder_layer(cfg: ModelConfig, lw: Params, h: jax.Array, positions: jax.Array, cache: Any,
-                  layer: jax.Array | int, attend: AttendFn, inv_freq: jax.Array,
-                  window: int | jax.Array | None = None) -> tuple[jax.Array, Any]:
+def decoder_layer(
+    cfg: ModelConfig,
+    lw: Params,
+    h: jax.Array,
+    positions: jax.Array,
+    cache: Any,
+    layer: jax.Array | int,
+    attend: AttendFn,
+    inv_freq: jax.Array,
+    window: int | jax.Array | None = None,
+) -> tuple[jax.Array, Any]:
     """One pre-norm block: h + attn(norm(h)), then + GLU(norm(h)); Gemma also norms each branch's
     output before adding it (`sandwich_norms`). `window`: this layer's sliding window (None: none)."""
     b, t, _ = h.shape
@@ -337,8 +346,16 @@ def decoder_layer(cfg: ModelConfig, lw: Params, h: jax.Array, positions: jax.Arr
     return h, cache
 
 
-def decoder_layers(params: Params, cfg: ModelConfig, h: jax.Array, positions: jax.Array, cache: Any,
-                   attend: AttendFn, first: int | jax.Array = 0, count: int | None = None) -> tuple[jax.Array, Any]:
+def decoder_layers(
+    params: Params,
+    cfg: ModelConfig,
+    h: jax.Array,
+    positions: jax.Array,
+    cache: Any,
+    attend: AttendFn,
+    first: int | jax.Array = 0,
+    count: int | None = None,
+) -> tuple[jax.Array, Any]:
     """All layers, or the `count` layers from `first` (prompt scoring runs a forward in spans, so an
     abandoned one can stop between them): a Python loop over per-layer weights (`params["layers"]` a
     list, see `default_unroll`; `first` a Python int), or one `lax.scan` over stacked weights with the
@@ -346,8 +363,17 @@ def decoder_layers(params: Params, cfg: ModelConfig, h: jax.Array, positions: ja
     n = cfg.num_layers if count is None else count
     if isinstance(params["layers"], (list, tuple)):
         for i in range(first, first + n):
-            h, cache = decoder_layer(cfg, params["layers"][i], h, positions, cache, i, attend,
-                                     jnp.asarray(cfg.inv_freq(i)), cfg.layer_window(i))
+            h, cache = decoder_layer(
+                cfg,
+                params["layers"][i],
+                h,
+                positions,
+                cache,
+                i,
+                attend,
+                jnp.asarray(cfg.inv_freq(i)),
+                cfg.layer_window(i),
+            )
         return h, cache
 
     def span(x: jax.Array) -> jax.Array:
@@ -386,16 +412,19 @@ def final_logits(params: Params, cfg: ModelConfig, h: jax.Array) -> jax.Array:
     return soft_cap(jnp.einsum("...d,vd->...v", x, head, preferred_element_type=jnp.float32), cfg.final_softcap)
 
 
-def forward(params: Params, cfg: ModelConfig, tokens: jax.Array, positions: jax.Array, cache: Any,
-            attend: AttendFn) -> tuple[jax.Array, Any]:
+def forward(
+    params: Params, cfg: ModelConfig, tokens: jax.Array, positions: jax.Array, cache: Any, attend: AttendFn
+) -> tuple[jax.Array, Any]:
     h, cache = decoder_layers(params, cfg, embed(params, cfg, tokens), positions, cache, attend)
     return final_logits(params, cfg, h), cache
 
 
 # ----------------------------------------------------------------------------- contiguous KV cache
 
-def init_contiguous_cache(cfg: ModelConfig, batch: int, max_len: int, dtype: Any,
-                          per_layer: bool = False) -> dict[str, Any]:
+
+def init_contiguous_cache(
+    cfg: ModelConfig, batch: int, max_len: int, dtype: Any, per_layer: bool = False
+) -> dict[str, Any]:
     """[L,KV,B,S,hd] keys and values, or (per_layer, matching unrolled weights) L arrays [KV,B,S,hd]."""
     return init_layer_cache(cfg, (cfg.num_kv_heads, batch, max_len, cfg.head_dim), dtype, per_layer)
 
@@ -406,8 +435,10 @@ def init_layer_cache(cfg: ModelConfig, shape: tuple[int, ...], dtype: Any, per_l
     A list lets each layer's slice be read and updated in place when layers are unrolled (a static
     slice of a stacked buffer is copied on XLA:CPU); a stacked buffer rides in a scan's carry."""
     if per_layer:
-        return {"k": [jnp.zeros(shape, dtype) for _ in range(cfg.num_layers)],
-                "v": [jnp.zeros(shape, dtype) for _ in range(cfg.num_layers)]}
+        return {
+            "k": [jnp.zeros(shape, dtype) for _ in range(cfg.num_layers)],
+            "v": [jnp.zeros(shape, dtype) for _ in range(cfg.num_layers)],
+        }
     return {"k": jnp.zeros((cfg.num_layers, *shape), dtype), "v": jnp.zeros((cfg.num_layers, *shape), dtype)}
 
 
@@ -429,12 +460,37 @@ def contiguous_attention(positions: jax.Array) -> AttendFn:
     """
 
     def attend(q, k, v, cache, layer, window=None, softcap=None):
-        b, _, kvh, _ = k.shape
-        index = (jnp.arange(kvh)[:, None, None], jnp.arange(b)[None, :, None], positions[None])
-        ck = cache_set(cache["k"], layer, index, kv_major(k), mode="drop")
-        cv = cache_set(cache["v"], layer, index, kv_major(v), mode="drop")
+        ck, cv = _write_kv(cache, layer, positions, k, v)
         keys, values = ck[layer], cv[layer]
         mask = causal_mask(jnp.arange(keys.shape[2]), positions, window)
+        return gqa_attention(q, keys, values, mask, softcap), {"k": ck, "v": cv}
+
+    return attend
+
+
+def _write_kv(
+    cache: dict[str, Any], layer: jax.Array | int, positions: jax.Array, k: jax.Array, v: jax.Array
+) -> tuple[Any, Any]:
+    """The contiguous cache with this call's keys and values [B,T,KV,hd] at slots `positions` [B,T]."""
+    b, _, kvh, _ = k.shape
+    index = (jnp.arange(kvh)[:, None, None], jnp.arange(b)[None, :, None], positions[None])
+    return (
+        cache_set(cache["k"], layer, index, kv_major(k), mode="drop"),
+        cache_set(cache["v"], layer, index, kv_major(v), mode="drop"),
+    )
+
+
+def prompt_attention(positions: jax.Array) -> AttendFn:
+    """`contiguous_attention` for a prompt that fills slots 0..T-1 (positions [B,T], each row 0..T-1): the
+    keys and values go to the cache as there, but attention reads this call's own T keys, not the cache's
+    S slots. Every slot past T is masked for these queries, so only the work changes: a 512-token prompt in
+    a 1024-slot cache computed twice the scores it needed and read each layer's cache back."""
+
+    def attend(q, k, v, cache, layer, window=None, softcap=None):
+        ck, cv = _write_kv(cache, layer, positions, k, v)
+        dtype = (ck[layer] if isinstance(ck, (list, tuple)) else ck).dtype  # the keys as the cache holds them
+        keys, values = kv_major(k).astype(dtype), kv_major(v).astype(dtype)
+        mask = causal_mask(positions, positions, window)
         return gqa_attention(q, keys, values, mask, softcap), {"k": ck, "v": cv}
 
     return attend
@@ -451,6 +507,7 @@ def no_cache_attention(positions: jax.Array) -> AttendFn:
 
 
 # ----------------------------------------------------------------------------- loading
+
 
 @dataclasses.dataclass
 class LoadedModel:
@@ -479,16 +536,27 @@ class LoadedModel:
             return {"weights": "kernel", "isa": kernels.isa(), "why_dense": None}
         path = kernels.weight_path()
         if path["weights"] == "kernel":  # the kernels are here, this model does not use them
-            why = ("not a GGUF file" if self.path.suffix != ".gguf" else
-                   "not the CPU backend" if jax.default_backend() != "cpu" else
-                   "float32 compute, one device and unpacked per-layer weights are needed")
+            why = (
+                "not a GGUF file"
+                if self.path.suffix != ".gguf"
+                else "not the CPU backend"
+                if jax.default_backend() != "cpu"
+                else "float32 compute, one device and unpacked per-layer weights are needed"
+            )
             path = {"weights": "dense", "isa": None, "why_dense": why}
         return path
 
 
-def load_model(path: str | Path | None = None, dtype: Any = None, mesh: Any = None,
-               load_tokenizer: bool = True, packed: bool = False, unroll: bool | None = None,
-               blocks: bool | None = None, quantize: str | None = None) -> LoadedModel:
+def load_model(
+    path: str | Path | None = None,
+    dtype: Any = None,
+    mesh: Any = None,
+    load_tokenizer: bool = True,
+    packed: bool = False,
+    unroll: bool | None = None,
+    blocks: bool | None = None,
+    quantize: str | None = None,
+) -> LoadedModel:
     """Load weights (GGUF file or Hugging Face directory), build the module, and the tokenizer.
 
     `path=None` loads the bundled SmolLM2-135M-Instruct GGUF; a short name (`qwen2.5-coder-0.5b`, see
@@ -516,9 +584,11 @@ def load_model(path: str | Path | None = None, dtype: Any = None, mesh: Any = No
     unroll = default_unroll() if unroll is None else bool(unroll)
     applies = blocks_apply(path, dtype, mesh, unroll, packed) and not quantize
     if blocks and not applies:
-        raise RequestError("block-form weights need a GGUF file, f32 on the CPU backend, one device, the unrolled "
-                           "layer loop, no `packed` or `quantize`, and the CPU kernels (x86-64 with AVX2, FMA and F16C); "
-                           "leave `blocks` unset.")
+        raise RequestError(
+            "block-form weights need a GGUF file, f32 on the CPU backend, one device, the unrolled "
+            "layer loop, no `packed` or `quantize`, and the CPU kernels (x86-64 with AVX2, FMA and F16C); "
+            "leave `blocks` unset."
+        )
     if quantize and packed:
         raise RequestError("`packed` keeps a GGUF file's own blocks and `quantize` makes new ones; choose one.")
     blocks = applies if blocks is None else bool(blocks)
@@ -545,8 +615,16 @@ def blocks_apply(path: Path, dtype: Any, mesh: Any, unroll: bool, packed: bool) 
     device (the kernel is not partitioned), the per-layer loop, and kernels that built here."""
     from memloop.engine import kernels
 
-    return (path.suffix == ".gguf" and path.is_file() and jnp.dtype(dtype) == jnp.float32 and mesh is None
-            and unroll and not packed and jax.default_backend() == "cpu" and kernels.available())
+    return (
+        path.suffix == ".gguf"
+        and path.is_file()
+        and jnp.dtype(dtype) == jnp.float32
+        and mesh is None
+        and unroll
+        and not packed
+        and jax.default_backend() == "cpu"
+        and kernels.available()
+    )
 
 
 def _rebind(module: Llama, params: Params) -> None:

@@ -12,6 +12,7 @@ so the host only wakes up between chunks to check stop strings. The cache buffer
 each call so XLA updates them in place. It shares `memloop.engine.model.decoder`'s pieces and
 `memloop.engine.sample.sampling.sample` with the serving engine, so only the cache layout and batching differ.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -22,11 +23,18 @@ from typing import Any, Sequence, Union
 import jax
 import jax.numpy as jnp
 import numpy as np
-
-from memloop.engine.model.config import ModelConfig
 from memloop.engine.errors import RequestError
+from memloop.engine.model.config import ModelConfig
+from memloop.engine.model.decoder import (
+    LoadedModel,
+    contiguous_attention,
+    decoder_layers,
+    embed,
+    final_logits,
+    init_contiguous_cache,
+    prompt_attention,
+)
 from memloop.engine.model.mesh import shard_cache
-from memloop.engine.model.decoder import LoadedModel, contiguous_attention, decoder_layers, embed, final_logits, init_contiguous_cache
 from memloop.engine.sample.sampling import SamplingParams, candidate_cap, next_pow2, row_arrays, sample, seed_keys
 
 Prompt = Union[str, Sequence[dict], Sequence[int]]
@@ -62,13 +70,24 @@ def prompt_ids(lm: LoadedModel, prompt: Prompt) -> list[int]:
 
 
 @functools.partial(jax.jit, static_argnames=("cfg", "cap", "full"), donate_argnames=("cache",))
-def prefill(params: Any, cfg: ModelConfig, cache: Any, tokens: jax.Array, lengths: jax.Array,
-            temperature: jax.Array, top_k: jax.Array, top_p: jax.Array, keys: jax.Array,
-            cap: int, full: bool) -> tuple[jax.Array, jax.Array, Any]:
+def prefill(
+    params: Any,
+    cfg: ModelConfig,
+    cache: Any,
+    tokens: jax.Array,
+    lengths: jax.Array,
+    temperature: jax.Array,
+    top_k: jax.Array,
+    top_p: jax.Array,
+    keys: jax.Array,
+    cap: int,
+    full: bool,
+) -> tuple[jax.Array, jax.Array, Any]:
     """Encode right-padded prompts [B,T] into the cache; return (first sampled token [B], its logits, cache)."""
     b, t = tokens.shape
     positions = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (b, t))
-    h, cache = decoder_layers(params, cfg, embed(params, cfg, tokens), positions, cache, contiguous_attention(positions))
+    # every position 0..T-1 is written here, so attention reads this call's keys, not the whole cache
+    h, cache = decoder_layers(params, cfg, embed(params, cfg, tokens), positions, cache, prompt_attention(positions))
     last = jnp.take_along_axis(h, (lengths - 1)[:, None, None], axis=1)[:, 0]
     logits = final_logits(params, cfg, last)
     first = sample(logits, temperature, top_k, top_p, keys, jnp.zeros((b,), jnp.int32), cap, full)
@@ -91,10 +110,25 @@ def _decode_attend(cfg: ModelConfig, positions: jax.Array, in_place: bool) -> An
 
 
 @functools.partial(jax.jit, static_argnames=("cfg", "cap", "full", "chunk", "in_place"), donate_argnames=("cache",))
-def decode_chunk(params: Any, cfg: ModelConfig, cache: Any, last: jax.Array, positions: jax.Array,
-                 steps: jax.Array, done: jax.Array, budget: jax.Array, stop_ids: jax.Array,
-                 temperature: jax.Array, top_k: jax.Array, top_p: jax.Array, keys: jax.Array,
-                 cap: int, full: bool, chunk: int = DECODE_CHUNK, in_place: bool = False):
+def decode_chunk(
+    params: Any,
+    cfg: ModelConfig,
+    cache: Any,
+    last: jax.Array,
+    positions: jax.Array,
+    steps: jax.Array,
+    done: jax.Array,
+    budget: jax.Array,
+    stop_ids: jax.Array,
+    temperature: jax.Array,
+    top_k: jax.Array,
+    top_p: jax.Array,
+    keys: jax.Array,
+    cap: int,
+    full: bool,
+    chunk: int = DECODE_CHUNK,
+    in_place: bool = False,
+):
     """Up to `chunk` decode steps. Row state: `last` token (not yet in cache) at `positions`, `steps`
     tokens generated so far, `done`, and `budget` (max tokens). Returns new tokens [B,chunk] (-1 where
     none), and the updated state. `in_place` decodes through the serving engine's CPU attention
@@ -109,7 +143,9 @@ def decode_chunk(params: Any, cfg: ModelConfig, cache: Any, last: jax.Array, pos
     def body(state):
         i, cache, last, positions, steps, done, out = state
         pos = positions[:, None]
-        h, cache = decoder_layers(params, cfg, embed(params, cfg, last[:, None]), pos, cache, _decode_attend(cfg, pos, in_place))
+        h, cache = decoder_layers(
+            params, cfg, embed(params, cfg, last[:, None]), pos, cache, _decode_attend(cfg, pos, in_place)
+        )
         logits = final_logits(params, cfg, h[:, 0])
         nxt = sample(logits, temperature, top_k, top_p, keys, steps, cap, full)
         nxt = jnp.where(done, -1, nxt)
@@ -127,7 +163,9 @@ def decode_chunk(params: Any, cfg: ModelConfig, cache: Any, last: jax.Array, pos
     return out, last, positions, steps, done, cache
 
 
-def generate(lm: LoadedModel, prompts: Sequence[Prompt], sampling: SamplingParams | Sequence[SamplingParams] = SamplingParams()) -> list[Generation]:
+def generate(
+    lm: LoadedModel, prompts: Sequence[Prompt], sampling: SamplingParams | Sequence[SamplingParams] = SamplingParams()
+) -> list[Generation]:
     """Generate for each prompt (a handful at a time; the serving engine handles many)."""
     if not prompts:
         return []
@@ -167,16 +205,18 @@ def generate(lm: LoadedModel, prompts: Sequence[Prompt], sampling: SamplingParam
     if lm.mesh is not None:
         cache = shard_cache(cache, cfg, lm.mesh)
     with jax.set_mesh(lm.mesh) if lm.mesh is not None else contextlib.nullcontext():
-        generated, _ = _run(lm, cache, tokens, lengths, pad_params, params_list, n, temps, top_k, top_p,
-                                       keys, cap, full, stop_ids)
+        generated, _ = _run(
+            lm, cache, tokens, lengths, pad_params, params_list, n, temps, top_k, top_p, keys, cap, full, stop_ids
+        )
     return _finish(lm, ids, generated, params_list, stop_ids)
 
 
 def _run(lm, cache, tokens, lengths, pad_params, params_list, n, temps, top_k, top_p, keys, cap, full, stop_ids):
     cfg = lm.config
     b = tokens.shape[0]
-    first, _, cache = prefill(lm.params, cfg, cache, jnp.asarray(tokens), jnp.asarray(lengths),
-                              temps, top_k, top_p, keys, cap=cap, full=full)
+    first, _, cache = prefill(
+        lm.params, cfg, cache, jnp.asarray(tokens), jnp.asarray(lengths), temps, top_k, top_p, keys, cap=cap, full=full
+    )
     first = np.asarray(first)
     budget = np.asarray([sp.max_tokens for sp in pad_params], np.int32)
     generated: list[list[int]] = [[int(first[i])] for i in range(b)]
@@ -187,8 +227,22 @@ def _run(lm, cache, tokens, lengths, pad_params, params_list, n, temps, top_k, t
     steps = np.ones((b,), np.int32)
     while not done.all():
         out, last, positions, steps, done_dev, cache = decode_chunk(
-            lm.params, cfg, cache, jnp.asarray(last), jnp.asarray(positions), jnp.asarray(steps), jnp.asarray(done),
-            jnp.asarray(budget), jnp.asarray(stop_ids), temps, top_k, top_p, keys, cap=cap, full=full)
+            lm.params,
+            cfg,
+            cache,
+            jnp.asarray(last),
+            jnp.asarray(positions),
+            jnp.asarray(steps),
+            jnp.asarray(done),
+            jnp.asarray(budget),
+            jnp.asarray(stop_ids),
+            temps,
+            top_k,
+            top_p,
+            keys,
+            cap=cap,
+            full=full,
+        )
         out = np.asarray(out)
         done = np.array(done_dev)
         for i in range(n):
