@@ -25,8 +25,9 @@ Public API (what the serving engine builds on):
       keys at positions <= p - W are masked for a query at p (`causal_mask`). `softcap` is passed only
       with ModelConfig.attn_softcap (Gemma 2). An attend without these keywords fails loudly rather
       than ignore them. `contiguous_attention(positions)` is the one
-      used by generate() on a (layers, kv_heads, batch, max_len, head_dim) cache; a paged variant
-      writes pages and gathers them, calling `gqa_attention` for the math.
+      used by generate()'s decode steps on a (layers, kv_heads, batch, max_len, head_dim) cache, and
+      `prompt_attention(positions)` its prefill's (the same cache writes; it attends over the prompt's
+      own keys); a paged variant writes pages and gathers them, calling `gqa_attention` for the math.
 
     gqa_attention(q, k, v, mask[B,T,S], cap=None) -> out: grouped-query softmax attention in f32 (k/v [KV,B,S,hd]).
     matmul(x, w): every layer matrix ([out, in]) goes through it; `w` is dense or, with
