@@ -759,10 +759,12 @@ OutputsFn Select(int32_t qtype) {
 #ifdef MEMLOOP_AMX
 constexpr int kAmxTile = 16;       // rows of x, and outputs, a tile
 constexpr int kAmxBlockRows = 32;  // two row tiles and two output tiles: four accumulators
-// Rows a part: about 1.25 MB of converted x (three pieces, 6 bytes a value) that stays in L2 while every
-// panel of the chunk meets it; each part fills the panels again. Measured on one core at 512 rows:
-// 256 rows best at 576 inputs (1.17x 128 rows), 128 at 1536 (1.12x 256).
-constexpr int64_t kAmxPartBytes = int64_t{5} << 18;
+// Rows a part: about 320 KB of converted x (three pieces, 6 bytes a value: 64 rows at 576 inputs, 32 at
+// 1536) that meets every packed panel of the chunk before the next part. Measured on one core at 512 rows
+// since the panels are packed once a call: 320 KB 1.09-1.18x 1.25 MB, 1.0-1.04x 640 KB and 256 KB.
+constexpr int64_t kAmxPartBytes = int64_t{5} << 16;
+// Packed panels a chunk at most (6 bytes a weight): they stay in L2 while every part of x passes them.
+constexpr int64_t kAmxChunkBytes = int64_t{5} << 18;
 
 struct alignas(64) Line {  // a tile's row; vectors of them are 64-byte aligned (a vector of __m512i would not be)
   uint8_t b[64];
@@ -857,93 +859,120 @@ void AmxConvertRows(const float* x, int64_t rows, int64_t in, int64_t block, uin
   }
 }
 
-// Outputs [o0, o1) of every row; `xt` from AmxConvertRows. A panel holds 32 outputs' weights for
-// the whole row as tiles (group j: heads of outputs 0-15, 16-31, then middles, then low pieces).
+// Panel p of a chunk: outputs s .. s + 31 (zero past `n`) de-quantised, split into three bf16 pieces and laid
+// out as tiles (group j: heads of outputs 0-15, 16-31, then middles, then low pieces). Returns whether any
+// low piece is non-zero: weights that two bf16 pieces hold exactly (4- and 5-bit codes times an f16 scale,
+// every SmolLM2 Q4_1 weight) leave them all zero, and their products are skipped, which changes no sum.
 template <int32_t Q>
-void AmxOutputs(const uint32_t* xt, int64_t rows, int64_t in, const uint8_t* w, float* y, int64_t out, int64_t o0,
-                int64_t o1) {
-  const int64_t row_bytes = RowBytes(Q, in), nj = in / kBlock;
-  const int64_t blocks = (rows + kAmxBlockRows - 1) / kAmxBlockRows;
-  static thread_local std::vector<Line> panel_buffer;
-  if (static_cast<int64_t>(panel_buffer.size()) < nj * kWGroupBytes / 64) panel_buffer.resize(nj * kWGroupBytes / 64);
-  char* panel = reinterpret_cast<char*>(panel_buffer.data());
-  AmxConfigure();
-  alignas(64) float c[4][kAmxTile * kAmxTile];
-  const int64_t part_blocks = std::max<int64_t>(1, kAmxPartBytes / (in * 2 * kXPieces * kAmxBlockRows));
-  for (int64_t b0 = 0; b0 < blocks; b0 += part_blocks) {
-    const int64_t b1 = std::min(blocks, b0 + part_blocks);
-    for (int64_t s = o0; s < o1; s += kAmxBlockRows) {
-      const int64_t n = std::min<int64_t>(kAmxBlockRows, o1 - s);
-      // Weights that two bf16 pieces hold exactly (4- and 5-bit codes times an f16 scale, and in practice
-      // most Q4_1 blocks) leave every low piece zero: their products are skipped, which changes no sum.
-      __m512i low_pieces = _mm512_setzero_si512();
-      // group by group, so the panel is written in order (output by output, each output's 64-byte lines
-      // lie 4 KB apart, all in one L1 set)
-      for (int64_t j = 0; j < nj; ++j) {
-        for (int64_t o = 0; o < kAmxBlockRows; ++o) {
-          const int half = static_cast<int>(o / kAmxTile), oo = static_cast<int>(o % kAmxTile);
-          V16 lo = _mm512_setzero_ps(), hi = _mm512_setzero_ps();
-          if (o < n) Group<Q>(w + (s + o) * row_bytes, j, lo, hi);
-          char* g = panel + j * kWGroupBytes + half * 1024 + oo * 64;
-          for (int p = 0; p < kWPieces; ++p) {
-            const __m512i piece = Bf16Piece(lo, hi);
-            _mm512_store_si512(g + p * 2048, piece);
-            if (p == kWPieces - 1) low_pieces = _mm512_or_si512(low_pieces, piece);
-          }
-        }
+bool AmxPackPanel(const uint8_t* w, int64_t row_bytes, int64_t nj, int64_t s, int64_t n, char* panel) {
+  __m512i low_pieces = _mm512_setzero_si512();
+  // group by group, so the panel is written in order (output by output, each output's 64-byte lines
+  // lie 4 KB apart, all in one L1 set)
+  for (int64_t j = 0; j < nj; ++j) {
+    for (int64_t o = 0; o < kAmxBlockRows; ++o) {
+      const int half = static_cast<int>(o / kAmxTile), oo = static_cast<int>(o % kAmxTile);
+      V16 lo = _mm512_setzero_ps(), hi = _mm512_setzero_ps();
+      if (o < n) Group<Q>(w + (s + o) * row_bytes, j, lo, hi);
+      char* g = panel + j * kWGroupBytes + half * 1024 + oo * 64;
+      for (int p = 0; p < kWPieces; ++p) {
+        const __m512i piece = Bf16Piece(lo, hi);
+        _mm512_store_si512(g + p * 2048, piece);
+        if (p == kWPieces - 1) low_pieces = _mm512_or_si512(low_pieces, piece);
       }
-      const bool has_low = _mm512_test_epi32_mask(low_pieces, low_pieces) != 0;
-      for (int64_t bl = b0; bl < b1; ++bl) {
-          const char* xb = reinterpret_cast<const char*>(xt) + bl * nj * kXGroupBytes;
-          _tile_zero(0);
-          _tile_zero(1);
-          _tile_zero(2);
-          _tile_zero(3);
-          // tiles: 0-3 sums (outputs 0-15 | 16-31) x (rows 0-15 | 16-31), 4-5 weights, 6-7 rows of x
+    }
+  }
+  return _mm512_test_epi32_mask(low_pieces, low_pieces) != 0;
+}
+
+// One 32-row block of x against one packed panel: 2 x 2 sum tiles, each loaded operand tile used twice.
+// (Loading each tile a product or two ahead of its first reader measured no faster: 0.97-1.02x.)
+inline void AmxBlock(const char* xb, const char* pg0, int64_t nj, bool has_low, float (&c)[4][kAmxTile * kAmxTile]) {
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  // tiles: 0-3 sums (outputs 0-15 | 16-31) x (rows 0-15 | 16-31), 4-5 weights, 6-7 rows of x
 #define MEMLOOP_AMX_FOUR() \
   _tile_dpbf16ps(0, 4, 6);  \
   _tile_dpbf16ps(1, 4, 7);  \
   _tile_dpbf16ps(2, 5, 6);  \
   _tile_dpbf16ps(3, 5, 7)
-          for (int64_t j = 0; j < nj; ++j) {
-            const char* pg = panel + j * kWGroupBytes;
-            const char* xg = xb + j * kXGroupBytes;
-            _tile_loadd(4, pg, 64);  // weight heads, by x's heads, middles and low pieces
-            _tile_loadd(5, pg + 1024, 64);
-            _tile_loadd(6, xg + 4096, 64);
-            _tile_loadd(7, xg + 5120, 64);
-            MEMLOOP_AMX_FOUR();
-            _tile_loadd(6, xg + 2048, 64);
-            _tile_loadd(7, xg + 3072, 64);
-            MEMLOOP_AMX_FOUR();
-            _tile_loadd(6, xg, 64);
-            _tile_loadd(7, xg + 1024, 64);
-            MEMLOOP_AMX_FOUR();
-            _tile_loadd(4, pg + 2048, 64);  // weight middles, by x's heads and middles
-            _tile_loadd(5, pg + 3072, 64);
-            MEMLOOP_AMX_FOUR();
-            _tile_loadd(6, xg + 2048, 64);
-            _tile_loadd(7, xg + 3072, 64);
-            MEMLOOP_AMX_FOUR();
-            if (has_low) {
-              _tile_loadd(4, pg + 4096, 64);  // weight low pieces, by x's heads
-              _tile_loadd(5, pg + 5120, 64);
-              _tile_loadd(6, xg, 64);
-              _tile_loadd(7, xg + 1024, 64);
-              MEMLOOP_AMX_FOUR();
-            }
-          }
+  for (int64_t j = 0; j < nj; ++j) {
+    const char* pg = pg0 + j * kWGroupBytes;
+    const char* xg = xb + j * kXGroupBytes;
+    _tile_loadd(4, pg, 64);  // weight heads, by x's low pieces, middles and heads
+    _tile_loadd(5, pg + 1024, 64);
+    _tile_loadd(6, xg + 4096, 64);
+    _tile_loadd(7, xg + 5120, 64);
+    MEMLOOP_AMX_FOUR();
+    _tile_loadd(6, xg + 2048, 64);
+    _tile_loadd(7, xg + 3072, 64);
+    MEMLOOP_AMX_FOUR();
+    _tile_loadd(6, xg, 64);
+    _tile_loadd(7, xg + 1024, 64);
+    MEMLOOP_AMX_FOUR();
+    _tile_loadd(4, pg + 2048, 64);  // weight middles, by x's heads and middles
+    _tile_loadd(5, pg + 3072, 64);
+    MEMLOOP_AMX_FOUR();
+    _tile_loadd(6, xg + 2048, 64);
+    _tile_loadd(7, xg + 3072, 64);
+    MEMLOOP_AMX_FOUR();
+    if (has_low) {
+      _tile_loadd(4, pg + 4096, 64);  // weight low pieces, by x's heads
+      _tile_loadd(5, pg + 5120, 64);
+      _tile_loadd(6, xg, 64);
+      _tile_loadd(7, xg + 1024, 64);
+      MEMLOOP_AMX_FOUR();
+    }
+  }
 #undef MEMLOOP_AMX_FOUR
-          _tile_stored(0, c[0], 64);
-          _tile_stored(1, c[1], 64);
-          _tile_stored(2, c[2], 64);
-          _tile_stored(3, c[3], 64);
-          for (int t = 0; t < 4; ++t) {  // c[t][output][row]
-            const int64_t r0 = bl * kAmxBlockRows + (t & 1) * kAmxTile, oo0 = (t >> 1) * kAmxTile;
-            const int64_t nr = std::min<int64_t>(kAmxTile, rows - r0), no = std::min<int64_t>(kAmxTile, n - oo0);
-            for (int64_t r = 0; r < nr; ++r)
-              for (int64_t o = 0; o < no; ++o) y[(r0 + r) * out + s + oo0 + o] = c[t][o * kAmxTile + r];
-          }
+  _tile_stored(0, c[0], 64);
+  _tile_stored(1, c[1], 64);
+  _tile_stored(2, c[2], 64);
+  _tile_stored(3, c[3], 64);
+}
+
+// Outputs [o0, o1) of every row; `xt` from AmxConvertRows. Every 32-output panel of the chunk is packed
+// once (AmxPackPanel) into this thread's buffer, then met by each part of the rows in turn: a part's
+// converted x and the chunk's panels stay in L2 together (MultiplyAmx bounds the chunk's panels).
+template <int32_t Q>
+void AmxOutputs(const uint32_t* xt, int64_t rows, int64_t in, const uint8_t* w, float* y, int64_t out, int64_t o0,
+                int64_t o1) {
+  const int64_t row_bytes = RowBytes(Q, in), nj = in / kBlock;
+  const int64_t blocks = (rows + kAmxBlockRows - 1) / kAmxBlockRows;
+  const int64_t panels = (o1 - o0 + kAmxBlockRows - 1) / kAmxBlockRows;
+  static thread_local std::vector<Line> panel_buffer;
+  static thread_local std::vector<uint8_t> low_buffer;
+  if (static_cast<int64_t>(panel_buffer.size()) < panels * nj * kWGroupBytes / 64)
+    panel_buffer.resize(panels * nj * kWGroupBytes / 64);
+  if (static_cast<int64_t>(low_buffer.size()) < panels) low_buffer.resize(panels);
+  char* panel = reinterpret_cast<char*>(panel_buffer.data());
+  for (int64_t p = 0; p < panels; ++p) {
+    const int64_t s = o0 + p * kAmxBlockRows;
+    low_buffer[p] = AmxPackPanel<Q>(w, row_bytes, nj, s, std::min<int64_t>(kAmxBlockRows, o1 - s),
+                                    panel + p * nj * kWGroupBytes);
+  }
+  AmxConfigure();
+  alignas(64) float c[4][kAmxTile * kAmxTile];
+  const int64_t part_blocks = std::max<int64_t>(1, kAmxPartBytes / (in * 2 * kXPieces * kAmxBlockRows));
+  for (int64_t b0 = 0; b0 < blocks; b0 += part_blocks) {
+    const int64_t b1 = std::min(blocks, b0 + part_blocks);
+    for (int64_t p = 0; p < panels; ++p) {
+      const int64_t s = o0 + p * kAmxBlockRows, n = std::min<int64_t>(kAmxBlockRows, o1 - s);
+      const char* pg = panel + p * nj * kWGroupBytes;
+      for (int64_t bl = b0; bl < b1; ++bl) {
+        AmxBlock(reinterpret_cast<const char*>(xt) + bl * nj * kXGroupBytes, pg, nj, low_buffer[p] != 0, c);
+        for (int t = 0; t < 4; ++t) {  // c[t][output][row], transposed in registers (scalar moves cost a quarter)
+          const int64_t r0 = bl * kAmxBlockRows + (t & 1) * kAmxTile, oo0 = (t >> 1) * kAmxTile;
+          const int64_t nr = std::min<int64_t>(kAmxTile, rows - r0), no = std::min<int64_t>(kAmxTile, n - oo0);
+          if (nr <= 0 || no <= 0) continue;
+          __m512i v[16];
+          for (int o = 0; o < 16; ++o) v[o] = _mm512_load_si512(c[t] + o * kAmxTile);
+          Transpose16(v);  // v[r]: row r's 16 outputs
+          const __mmask16 keep = static_cast<__mmask16>((1u << no) - 1);
+          for (int64_t r = 0; r < nr; ++r)
+            _mm512_mask_storeu_ps(y + (r0 + r) * out + s + oo0, keep, _mm512_castsi512_ps(v[r]));
+        }
       }
     }
   }
@@ -998,8 +1027,13 @@ ffi::Error MultiplyAmx(ffi::ThreadPool& pool, int32_t qtype, const float* xp, in
   const int64_t threads = std::max<int64_t>(1, pool.num_threads());
   int64_t total = 0;
   for (int i = 0; i < nmats; ++i) total += mats[i].out;
-  // about 4 chunks a thread (matrices of unequal sizes balance), whole panels
-  const int64_t chunk = std::max<int64_t>(kAmxBlockRows, total / (4 * threads) / kAmxBlockRows * kAmxBlockRows);
+  // Chunks of whole panels as large as L2 holds beside a part of x (each part of x is read once per chunk:
+  // on one core at 512 rows, 1536 inputs, 128 outputs a chunk ran 1.45x 32), the same number for every thread.
+  const int64_t packed = total * (in / kBlock) * kWGroupBytes / kAmxBlockRows, per_bytes = threads * kAmxChunkBytes;
+  const int64_t per_thread = (packed + per_bytes - 1) / per_bytes;
+  const int64_t nchunks = threads * std::max<int64_t>(1, per_thread);
+  const int64_t per_chunk = nchunks * kAmxBlockRows;
+  const int64_t chunk = std::max<int64_t>(1, (total + per_chunk - 1) / per_chunk) * kAmxBlockRows;
   std::vector<Chunk> chunks;
   for (int i = 0; i < nmats; ++i)
     for (int64_t o = 0; o < mats[i].out; o += chunk) chunks.push_back({i, o, std::min(mats[i].out, o + chunk)});

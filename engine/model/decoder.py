@@ -25,8 +25,9 @@ Public API (what the serving engine builds on):
       keys at positions <= p - W are masked for a query at p (`causal_mask`). `softcap` is passed only
       with ModelConfig.attn_softcap (Gemma 2). An attend without these keywords fails loudly rather
       than ignore them. `contiguous_attention(positions)` is the one
-      used by generate() on a (layers, kv_heads, batch, max_len, head_dim) cache; a paged variant
-      writes pages and gathers them, calling `gqa_attention` for the math.
+      used by generate()'s decode steps on a (layers, kv_heads, batch, max_len, head_dim) cache, and
+      `prompt_attention(positions)` its prefill's (the same cache writes; it attends over the prompt's
+      own keys); a paged variant writes pages and gathers them, calling `gqa_attention` for the math.
 
     gqa_attention(q, k, v, mask[B,T,S], cap=None) -> out: grouped-query softmax attention in f32 (k/v [KV,B,S,hd]).
     matmul(x, w): every layer matrix ([out, in]) goes through it; `w` is dense or, with
@@ -460,12 +461,37 @@ def contiguous_attention(positions: jax.Array) -> AttendFn:
     """
 
     def attend(q, k, v, cache, layer, window=None, softcap=None):
-        b, _, kvh, _ = k.shape
-        index = (jnp.arange(kvh)[:, None, None], jnp.arange(b)[None, :, None], positions[None])
-        ck = cache_set(cache["k"], layer, index, kv_major(k), mode="drop")
-        cv = cache_set(cache["v"], layer, index, kv_major(v), mode="drop")
+        ck, cv = _write_kv(cache, layer, positions, k, v)
         keys, values = ck[layer], cv[layer]
         mask = causal_mask(jnp.arange(keys.shape[2]), positions, window)
+        return gqa_attention(q, keys, values, mask, softcap), {"k": ck, "v": cv}
+
+    return attend
+
+
+def _write_kv(
+    cache: dict[str, Any], layer: jax.Array | int, positions: jax.Array, k: jax.Array, v: jax.Array
+) -> tuple[Any, Any]:
+    """The contiguous cache with this call's keys and values [B,T,KV,hd] at slots `positions` [B,T]."""
+    b, _, kvh, _ = k.shape
+    index = (jnp.arange(kvh)[:, None, None], jnp.arange(b)[None, :, None], positions[None])
+    return (
+        cache_set(cache["k"], layer, index, kv_major(k), mode="drop"),
+        cache_set(cache["v"], layer, index, kv_major(v), mode="drop"),
+    )
+
+
+def prompt_attention(positions: jax.Array) -> AttendFn:
+    """`contiguous_attention` for a prompt that fills slots 0..T-1 (positions [B,T], each row 0..T-1): the
+    keys and values go to the cache as there, but attention reads this call's own T keys, not the cache's
+    S slots. Every slot past T is masked for these queries, so only the work changes: a 512-token prompt in
+    a 1024-slot cache computed twice the scores it needed and read each layer's cache back."""
+
+    def attend(q, k, v, cache, layer, window=None, softcap=None):
+        ck, cv = _write_kv(cache, layer, positions, k, v)
+        dtype = (ck[layer] if isinstance(ck, (list, tuple)) else ck).dtype  # the keys as the cache holds them
+        keys, values = kv_major(k).astype(dtype), kv_major(v).astype(dtype)
+        mask = causal_mask(positions, positions, window)
         return gqa_attention(q, keys, values, mask, softcap), {"k": ck, "v": cv}
 
     return attend

@@ -32,6 +32,7 @@ from memloop.engine.model.decoder import (
     embed,
     final_logits,
     init_contiguous_cache,
+    prompt_attention,
 )
 from memloop.engine.model.mesh import shard_cache
 from memloop.engine.sample.sampling import SamplingParams, candidate_cap, next_pow2, row_arrays, sample, seed_keys
@@ -85,9 +86,8 @@ def prefill(
     """Encode right-padded prompts [B,T] into the cache; return (first sampled token [B], its logits, cache)."""
     b, t = tokens.shape
     positions = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (b, t))
-    h, cache = decoder_layers(
-        params, cfg, embed(params, cfg, tokens), positions, cache, contiguous_attention(positions)
-    )
+    # every position 0..T-1 is written here, so attention reads this call's keys, not the whole cache
+    h, cache = decoder_layers(params, cfg, embed(params, cfg, tokens), positions, cache, prompt_attention(positions))
     last = jnp.take_along_axis(h, (lengths - 1)[:, None, None], axis=1)[:, 0]
     logits = final_logits(params, cfg, last)
     first = sample(logits, temperature, top_k, top_p, keys, jnp.zeros((b,), jnp.int32), cap, full)
