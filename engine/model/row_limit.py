@@ -83,11 +83,18 @@ def limit_from(dot_over_kernel: dict[int, float]) -> int | None:
 
 
 def measure_max_rows(
-    ws: list[Any], dequantize: Any, rows: tuple[int, ...] = ROWS, repeat: int = 5, write: bool = True, log: Any = print
+    ws: list[Any],
+    dequantize: Any,
+    amx_min_rows: int | None = None,
+    rows: tuple[int, ...] = ROWS,
+    repeat: int = 5,
+    write: bool = True,
+    log: Any = print,
 ) -> dict[str, Any]:
     """Times `ws` (BlockMatrix, e.g. one layer's) through the kernel and through `dequantize`
-    (blocks.dequantize: passed in, as blocks reads this module's record) + XLA's dot at each row count;
-    returns (and, with `write`, records for this host) the limit and the timings."""
+    (blocks.dequantize) + XLA's dot at each row count; returns (and, with `write`, records for this host) the
+    limit and the timings. The kernel runs as the engine calls it: on the AMX tiles from `amx_min_rows` rows
+    (blocks.kernel_amx_min_rows()). Both come from blocks as arguments, because blocks reads this module's record."""
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -96,9 +103,7 @@ def measure_max_rows(
     if not kernels.available():
         raise RuntimeError("the CPU kernels are not available here, so there is no crossover to measure")
     # each matrix gets an input of its own width (a layer's down projection reads the wider MLP activations)
-    from memloop.engine.model.blocks import kernel_amx_min_rows
-
-    amx_rows = kernel_amx_min_rows()  # the kernel as the engine calls it: AMX tiles from this many rows
+    amx_rows = amx_min_rows
     kernel = jax.jit(
         lambda xs, raws: [
             kernels.qmatmul(x, r, w.qtype, amx=amx_rows is not None and x.shape[0] >= amx_rows)

@@ -22,7 +22,13 @@ def bench_rows(
     as_json: bool = typer.Option(False, "--json", help="Print the record as one JSON line at the end."),
 ) -> None:
     """Time the kernel and de-quantisation + XLA's dot at 64-512 rows on this host; record the crossover."""
-    from memloop.engine.model.blocks import BlockMatrix, dequantize, kernel_max_rows, kernel_max_rows_source
+    from memloop.engine.model.blocks import (
+        BlockMatrix,
+        dequantize,
+        kernel_amx_min_rows,
+        kernel_max_rows,
+        kernel_max_rows_source,
+    )
     from memloop.engine.model.decoder import load_model
     from memloop.engine.model.row_limit import measure_max_rows
 
@@ -37,7 +43,7 @@ def bench_rows(
         )
     log = lambda line: typer.echo(line, err=as_json)
     log(f"before: kernel up to {kernel_max_rows()} rows ({kernel_max_rows_source()})")
-    record = measure_max_rows(ws, dequantize, repeat=repeat, write=write, log=log)
+    record = measure_max_rows(ws, dequantize, kernel_amx_min_rows(), repeat=repeat, write=write, log=log)
     log(
         f"measured: the kernel up to {record['max_rows'] or 'every measured'} rows, XLA's dot above"
         + (f" (recorded for this host; {kernel_max_rows_source()})" if write else " (not recorded: --no-write)")

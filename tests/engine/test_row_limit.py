@@ -40,7 +40,9 @@ def test_the_limit_measured_on_this_host_decides_each_calls_path(own_cache):
         BlockMatrix(jnp.asarray(random_blocks(rng, q, 64, cols)), q, (64, cols))
         for q, cols in (("Q4_1", 256), ("Q8_0", 512))
     ]
-    record = row_limit.measure_max_rows(ws, blocks.dequantize, rows=(64, 128), repeat=1, log=lambda _: None)
+    record = row_limit.measure_max_rows(
+        ws, blocks.dequantize, blocks.kernel_amx_min_rows(), rows=(64, 128), repeat=1, log=lambda _: None
+    )
     assert set(record["timings"]) == {"64", "128"} and all(
         t["kernel_s"] > 0 and t["dot_s"] > 0 for t in record["timings"].values()
     )
