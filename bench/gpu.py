@@ -24,6 +24,7 @@ from __future__ import annotations
 import gc
 import json
 import os
+import shutil
 import tempfile
 import time
 from dataclasses import dataclass, field, replace
@@ -140,6 +141,8 @@ class GpuBench:
         work_dir: Path | None = None,
     ) -> None:
         self.out, self.scale, self.budget_s, self.log = out, scale, budget_s, log
+        # A work dir the bench made itself (checkpoints, traces: ~100 MB a run) goes when the run ends.
+        self.own_work_dir = work_dir is None
         self.work_dir = work_dir or Path(tempfile.mkdtemp(prefix="memloop-bench-gpu-"))
         self.tokenizer_dir = tokenizer_dir or tokenizer_dir_default(self.work_dir)
         self.dev = Device.here()
@@ -382,6 +385,13 @@ class GpuBench:
         return {"tokens": self.scale.ttft, "ttft_s": figures["seconds"], "compile_s": figures["compile_s"]}
 
     def run(self) -> dict[str, Any]:
+        try:
+            return self._run()
+        finally:
+            if self.own_work_dir:
+                shutil.rmtree(self.work_dir, ignore_errors=True)
+
+    def _run(self) -> dict[str, Any]:
         started = time.perf_counter()
         data = self.record.data
         data.update(

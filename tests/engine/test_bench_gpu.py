@@ -21,7 +21,9 @@ RATES = Rates(flop_rate=1e9, byte_rate=1e9, step_overhead_s=0.01, compile_s=0.1,
 def test_tiny_run_measures_every_step_through_the_device_command(tmp_path):
     """`python -m memloop.bench.gpu --tiny` (the device command's entry) on one toy model: every step ok, the figures
     in the JSON, the kernel path checked against transformers, and no import the device would lack."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu"}
+    scratch = tmp_path / "tmp"  # the bench's own work dir (checkpoints, traces) lands here and must be gone after
+    scratch.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu", "TMPDIR": str(scratch)}
     env.pop("XLA_FLAGS", None)  # one device, as a GPU host has
     proc = subprocess.run(
         [
@@ -32,7 +34,7 @@ def test_tiny_run_measures_every_step_through_the_device_command(tmp_path):
             "--models",
             "tiny-llama",
             "--out",
-            str(tmp_path),
+            str(tmp_path / "out"),
             "--budget-s",
             "900",
         ],
@@ -43,7 +45,8 @@ def test_tiny_run_measures_every_step_through_the_device_command(tmp_path):
         timeout=900,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    data = json.loads((tmp_path / "gpu-bench.json").read_text())
+    assert not list(scratch.glob("memloop-bench-gpu-*")), "the bench left its work dir behind"
+    data = json.loads((tmp_path / "out" / "gpu-bench.json").read_text())
     assert data["scale"] == "tiny" and data["environment"]["versions"]["jax"]
     assert data["calibration"]["matmul_tflops"] > 0
     planned = [row["step"] for row in data["plan"]["steps"]]
