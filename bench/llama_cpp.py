@@ -514,6 +514,10 @@ def llama_cpp_model_figures(
     if prefill_tokens:
         out["llama_cpp_prefill_tokens"] = prefill_tokens
         out["ratio_prefill_vs_llama_cpp"] = round(memloop["prefill_tps"] / out["llama_cpp_prefill_tps"], 3)
+        if "served_prefill_tps" in memloop:  # the serving engine's paged prefill of the same prompt
+            out["ratio_served_prefill_vs_llama_cpp"] = round(
+                memloop["served_prefill_tps"] / out["llama_cpp_prefill_tps"], 3
+            )
     out["ratio_decode_b1_vs_llama_cpp"] = round(memloop["decode_tps_b1"] / out["llama_cpp_decode_tps_b1"], 3)
     out["ratio_decode_b32_vs_llama_cpp"] = round(memloop["decode_tps_b32"] / out["llama_cpp_decode_tps_b32"], 3)
     for c in contexts:
@@ -548,6 +552,7 @@ def peer_failed_fields(reason: str, contexts: tuple[int, ...]) -> dict[str, Any]
         "ratio_decode_b32_vs_llama_cpp",
         "llama_cpp_prefill_tps",
         "ratio_prefill_vs_llama_cpp",
+        "ratio_served_prefill_vs_llama_cpp",
     ):
         out[name] = None
     for c in contexts:

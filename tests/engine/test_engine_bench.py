@@ -43,6 +43,16 @@ def test_served_decode_rate_with_the_gather_path(lm):
     assert out.tokens_per_s > 0 and out.text
 
 
+def test_served_prefill_times_a_prompt_the_prefix_cache_misses(lm):
+    """bench model's `served_prefill_tps`: the serving engine prefills the whole prompt each timed
+    request (a different first token each time), never a cached copy of the one before."""
+    from memloop.bench.model import served_prefill
+
+    ids = lm.tokenizer.encode("The river town kept its records in a ledger by the mill. " * 6)
+    rate, cached = served_prefill(lm, ids, repeat=2)
+    assert cached == 0 and rate > 0
+
+
 # ------------------------------------------------------------------ accelerator figures (bench/accelerators.py)
 
 

@@ -364,14 +364,19 @@ def test_the_peers_prompt_processing_is_timed_at_memloops_prefill_length(tmp_pat
     assert "llama_cpp_prefill_tps" not in llama_cpp_rates(Path("m.gguf"), 2, 8, 4, (), short_prompt=32, binary=probe)
     import memloop.bench.llama_cpp as peer
 
-    memloop = {"decode_tps_b1": 10.0, "decode_tps_b32": 20.0, "prefill_tps": 1000.0}
+    memloop = {"decode_tps_b1": 10.0, "decode_tps_b32": 20.0, "prefill_tps": 1000.0, "served_prefill_tps": 1200.0}
     monkeypatch.setattr(peer, "llama_cpp_rates", lambda *a, **k: llama_cpp_rates(*a, **{**k, "binary": probe}))
     monkeypatch.setattr(peer, "gguf_path", lambda model: Path("m.gguf"))
     figures = llama_cpp_model_figures(memloop, None, 8, 4, (), prefill_tokens=512, log=lambda _: None)
     assert figures["llama_cpp_prefill_tokens"] == 512
     assert figures["ratio_prefill_vs_llama_cpp"] == pytest.approx(1000.0 / figures["llama_cpp_prefill_tps"], rel=1e-3)
+    # the serving engine's prefill of the same prompt, divided by the same peer figure
+    assert figures["ratio_served_prefill_vs_llama_cpp"] == pytest.approx(
+        1200.0 / figures["llama_cpp_prefill_tps"], rel=1e-3
+    )
     out = peer_failed_fields("exited 139", ())
     assert out["llama_cpp_prefill_tps"] is None and out["ratio_prefill_vs_llama_cpp"] is None
+    assert out["ratio_served_prefill_vs_llama_cpp"] is None
 
 
 # Stand-ins for a peer build that starts but cannot run a model: both answer --version and --help, as
