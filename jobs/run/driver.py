@@ -29,16 +29,15 @@ import sys
 import threading
 import time
 import traceback
-import uuid
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from memloop.eval.judges.cost import cache_hit_rate
 from memloop.eval.llm import Usage
 from memloop.jobs.errors import INFRASTRUCTURE, METHOD, RunError, StorageError, error_text
 from memloop.jobs.run import actors as engine_actors
-from memloop.jobs.run.config import RunConfig
+from memloop.jobs.run.config import EngineSpec, RunConfig
 from memloop.jobs.run.judge_fanout import Judging
 from memloop.jobs.run.loops import run_loop, start_workers
 from memloop.jobs.run.plan import RunPlan
@@ -46,10 +45,13 @@ from memloop.jobs.run.pool import Attempt, Outcome, WorkerPool
 from memloop.jobs.run.progress import Progress
 from memloop.jobs.run.shards import ShardWriter, judged, method_failure
 from memloop.jobs.run.workload import Unit
-from memloop.jobs.store.manifest import manifest_base
+from memloop.jobs.store.manifest import finished_manifest, invocation_id, manifest_base
 from memloop.jobs.store.run_files import Committed
 from memloop.jobs.store.run_store import RunStore
 from memloop.jobs.store.tables import now, sample_row
+
+if TYPE_CHECKING:
+    from memloop.engine.engine_config import EngineConfig
 
 Log = Callable[[str], None]
 EXIT_STORAGE = 4  # the run stopped because its output could not be written
@@ -397,13 +399,21 @@ def _start_judge_engine(plan: RunPlan, actor_cls: Any, log: Log) -> list[Any]:
         return []
     spec = plan.config.engine.model_copy(update={"actors": 1})
     log(f"judge engine: {plan.judge_engine_config.model}")
+    return _start_run_actors(plan, spec, actor_cls, plan.judge_engine_config, log, "judge-")
+
+
+def _start_run_actors(
+    plan: RunPlan, spec: EngineSpec, actor_cls: Any, engine_config: "EngineConfig | None", log: Log, role: str = ""
+) -> list[Any]:
+    """Engine actors named after the run (`memloop:<run id>:<role>engine-<i>`): a name already taken means
+    another driver computes this run on the cluster, which is a RunError."""
     try:
         return engine_actors.start_actors(
             spec,
             actor_cls or engine_actors.default_actor_class(),
-            {"config": plan.judge_engine_config},
+            {"config": engine_config},
             log,
-            name_prefix=f"memloop:{plan.run_id}:judge-",
+            name_prefix=f"memloop:{plan.run_id}:{role}",
         )
     except ValueError as exc:  # the name is taken
         raise RunError(
@@ -430,18 +440,7 @@ def _start_engines_and_compute(
     if sim is not None:
         actors, procs = sim.start(cfg.engine, log)
     else:
-        try:
-            actors = procs = engine_actors.start_actors(
-                cfg.engine,
-                actor_cls or engine_actors.default_actor_class(),
-                {"config": plan.engine_config},
-                log,
-                name_prefix=f"memloop:{plan.run_id}:",
-            )
-        except ValueError as exc:  # the name is taken
-            raise RunError(
-                f"run {plan.run_id} is already being computed on this Ray cluster ({exc}); wait for it or stop it"
-            ) from None
+        actors = procs = _start_run_actors(plan, cfg.engine, actor_cls, plan.engine_config, log)
     timeout = cfg.engine.request_timeout_s
     llms = [ActorLLM(a, name=f"engine-{i}", timeout_s=timeout) for i, a in enumerate(actors)]
     workers: list[Any] = []
@@ -519,7 +518,7 @@ def execute(
         f"run {plan.run_id}: {len(all_units)} units, {skipped} already done, {len(todo)} to compute; "
         f"results -> {rs.uri}"
     )
-    invocation = f"{now().strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
+    invocation = invocation_id()
     base = manifest_base(plan, invocation, rs.uri)
     started, t0 = now(), time.monotonic()
     stats: dict[str, Any] = {"resume_s": resume_s}
@@ -584,16 +583,15 @@ def execute(
             try:
                 rs.write_index(invocation)  # before the manifest: what the next resume reads
                 rs.write_manifest(
-                    dict(
+                    finished_manifest(
                         base,
-                        started_at=started,
-                        finished_at=now(),
-                        wall_s=time.monotonic() - t0,
+                        started=started,
+                        t0=t0,
                         samples=len(plan.units),
                         computed=computed,
                         skipped=skipped,
                         failed=failed,
-                        stats_json=json.dumps(stats, default=str),
+                        stats=stats,
                     )
                 )
             except StorageError as exc:  # the shards already written are what counts; a resume lists them

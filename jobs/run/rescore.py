@@ -23,7 +23,6 @@ import json
 import sys
 import time
 import traceback
-import uuid
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -34,7 +33,7 @@ from memloop.jobs.run.driver import RunSummary
 from memloop.jobs.run.plan import RunPlan, make_plan
 from memloop.jobs.run.pool import Attempt, Outcome, WorkerPool
 from memloop.jobs.run.workload import Unit
-from memloop.jobs.store.manifest import manifest_base
+from memloop.jobs.store.manifest import finished_manifest, invocation_id, manifest_base
 from memloop.jobs.store.run_store import JudgingStore, RunStore
 from memloop.jobs.store.tables import judge_failure_row, judged_row, now, with_unit
 
@@ -269,7 +268,7 @@ def rescore(
     keys = {u.key for u in todo}
     outputs = {r["unit"]: r for r in p.run.samples().to_pylist() if r["unit"] in keys}
     steps = _by_unit(p.run.table("steps"), keys)
-    invocation = f"{now().strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
+    invocation = invocation_id()
     base = dict(
         manifest_base(p.plan, invocation, js.uri),
         identity_json=json.dumps(p.identity, sort_keys=True),
@@ -332,16 +331,15 @@ def rescore(
             state["counts"] = (computed, failed, list(pool.errors) if pool is not None else [])
             js.write_index(invocation)
             js.write_manifest(
-                dict(
+                finished_manifest(
                     base,
-                    started_at=started,
-                    finished_at=now(),
-                    wall_s=time.monotonic() - t0,
+                    started=started,
+                    t0=t0,
                     samples=len(p.units),
                     computed=computed,
                     skipped=skipped,
                     failed=failed,
-                    stats_json=json.dumps(stats, default=str),
+                    stats=stats,
                 )
             )
     if lock["lost"]:

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import socket
+import time
+import uuid
 from importlib import metadata
 from typing import Any, Protocol
 
 from memloop.jobs.store.provenance import code_version, ray_job_id
+from memloop.jobs.store.tables import now
 
 PACKAGES = (
     "memloop",
@@ -58,3 +62,34 @@ def manifest_base(plan: PlanLike, invocation: str, output: str) -> dict[str, Any
         "ray_job_id": ray_job_id(),
         "host": socket.gethostname(),
     }
+
+
+def invocation_id() -> str:
+    """A new invocation's id: its start time, then 8 random hex digits (two drivers never share one)."""
+    return f"{now().strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
+
+
+def finished_manifest(
+    base: dict[str, Any],
+    *,
+    started: dt.datetime,
+    t0: float,
+    samples: int,
+    computed: int,
+    skipped: int,
+    failed: int,
+    stats: dict[str, Any],
+) -> dict[str, Any]:
+    """The manifest row of an invocation that has ended (a run's or a re-judging's): `base` with its
+    times (`t0` is its `time.monotonic()` start), its unit counts and its stats."""
+    return dict(
+        base,
+        started_at=started,
+        finished_at=now(),
+        wall_s=time.monotonic() - t0,
+        samples=samples,
+        computed=computed,
+        skipped=skipped,
+        failed=failed,
+        stats_json=json.dumps(stats, default=str),
+    )
