@@ -254,30 +254,29 @@ def extract_schema(max_pairs: int) -> dict[str, Any]:
     return dict(EXTRACT_SCHEMA, properties={"pairs": pairs})
 
 
-def match_schema(n_gold: int) -> dict[str, Any]:
+def numbers_schema(key: str, n: int) -> dict[str, Any]:
+    """{key: [1-based numbers of n facts]}, at most 10 of them: the answer shape of both matching directions."""
     return {
         "type": "object",
         "properties": {
-            "supported_by": {
+            key: {
                 "type": "array",
-                "items": {"type": "integer", "minimum": 1, "maximum": max(1, n_gold)},
-                "maxItems": max(1, min(n_gold, 10)),
+                "items": {"type": "integer", "minimum": 1, "maximum": max(1, n)},
+                "maxItems": max(1, min(n, 10)),
             }
         },
-        "required": ["supported_by"],
+        "required": [key],
         "additionalProperties": False,
     }
 
 
+def match_schema(n_gold: int) -> dict[str, Any]:
+    return numbers_schema("supported_by", n_gold)
+
+
 def parse_match(text: str, n_gold: int) -> list[int]:
     """0-based gold indices from {"supported_by": [1-based numbers]}; out-of-range numbers are invalid."""
-    out = []
-    for n in answer_list(text, "supported_by", '{"supported_by": [numbers]}'):
-        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= n_gold:
-            raise ParseFailure(f"{n!r} is not the number of a reference fact (1..{n_gold})")
-        if n - 1 not in out:
-            out.append(n - 1)
-    return sorted(out)
+    return parse_numbers(text, "supported_by", n_gold, "a reference fact")
 
 
 def parse_extraction(text: str) -> list[list[str]]:
@@ -294,18 +293,7 @@ RECALL_TEMPLATE = "sumie-recall"
 
 
 def recall_schema(n_pred: int) -> dict[str, Any]:
-    return {
-        "type": "object",
-        "properties": {
-            "stated_by": {
-                "type": "array",
-                "items": {"type": "integer", "minimum": 1, "maximum": max(1, n_pred)},
-                "maxItems": max(1, min(n_pred, 10)),
-            }
-        },
-        "required": ["stated_by"],
-        "additionalProperties": False,
-    }
+    return numbers_schema("stated_by", n_pred)
 
 
 def parse_numbers(text: str, key: str, n: int, what: str) -> list[int]:
