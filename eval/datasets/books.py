@@ -18,7 +18,6 @@ reference-free).
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import re
 from dataclasses import dataclass
@@ -33,6 +32,7 @@ from memloop.eval.datasets.errors import (
     MissingFieldError,
     UnknownFormatError,
 )
+from memloop.eval.datasets.records import parse_json
 from memloop.eval.datasets.sample import Sample, slug
 from memloop.eval.datasets.textfile import MAX_DATA_FILE_BYTES, read_text
 from memloop.eval.tokens import TokenizerLike
@@ -251,23 +251,16 @@ def _books_from_json(p: Path) -> Iterable[BookRecord]:
         for n, line in enumerate(raw.splitlines(), 1):
             if not line.strip():
                 continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise UnknownFormatError(
-                    f"{p}:{n} is not JSON ({exc.msg}): each line must be an object with 'title' and 'text'"
-                ) from None
+            row = parse_json(
+                line,
+                lambda exc: f"{p}:{n} is not JSON ({exc.msg}): each line must be an object with 'title' and 'text'",
+            )
             title = row.get("title") or row.get("id") if isinstance(row, dict) else None
             if not title or not isinstance(row.get("text"), str):
                 raise MissingFieldError(f"{p}:{n} lacks 'title' (or 'id') and 'text': each line must carry both")
             yield _record(f"{p}:{n}", title, row)
         return
-    try:
-        data = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise UnknownFormatError(
-            f"{p} is not JSON ({exc.msg}): a book collection is an object {{title: text}}"
-        ) from None
+    data = parse_json(raw, lambda exc: f"{p} is not JSON ({exc.msg}): a book collection is an object {{title: text}}")
     if not isinstance(data, dict) or not all(
         isinstance(v, str) or (isinstance(v, dict) and isinstance(v.get("text"), str)) for v in data.values()
     ):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from memloop.eval.datasets.errors import (
     DatasetNotFoundError,
@@ -24,6 +24,15 @@ from memloop.eval.datasets.hub import hub_records, is_hub_id, load_local_dataset
 from memloop.eval.datasets.textfile import MAX_DATA_FILE_BYTES, MAX_RECORD_BYTES, check_data_path, read_text
 
 Record = dict[str, Any]
+
+
+def parse_json(text: str, error: Callable[[json.JSONDecodeError], str]) -> Any:
+    """`json.loads(text)`; malformed text is an UnknownFormatError whose message `error` writes from the
+    decoder's (each reader names its file, line and what the text must be)."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UnknownFormatError(error(exc)) from None
 
 
 def read_records(
@@ -80,12 +89,9 @@ def read_records(
             raise UnknownFormatError(f"{what} {p} is plain text, not JSON lines: pass a .jsonl, .json or .parquet file")
         suffix = ".jsonl"
     if suffix == ".json":
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise UnknownFormatError(
-                f"{p} is not valid JSON ({exc.msg} at line {exc.lineno}): fix or re-export it"
-            ) from None
+        data = parse_json(
+            text, lambda exc: f"{p} is not valid JSON ({exc.msg} at line {exc.lineno}): fix or re-export it"
+        )
         rows = data if isinstance(data, list) else [data]
         for i, row in enumerate(rows):
             yield f"{p}[{i}]", _as_record(row, f"{p}[{i}]")
@@ -99,12 +105,10 @@ def read_records(
                 f"{p}:{n} is a record of over {MAX_RECORD_BYTES // 2**20} MiB, more than a "
                 "loader reads for one record; drop or shorten that line"
             )
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise UnknownFormatError(
-                f"{p}:{n} is not valid JSON ({exc.msg}): each line of a .jsonl file must be one JSON object"
-            ) from None
+        row = parse_json(
+            line,
+            lambda exc: f"{p}:{n} is not valid JSON ({exc.msg}): each line of a .jsonl file must be one JSON object",
+        )
         seen = True
         yield f"{p}:{n}", _as_record(row, f"{p}:{n}")
     if not seen:
