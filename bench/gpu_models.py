@@ -8,7 +8,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-# Shapes as published (config.json of Qwen/Qwen2.5-1.5B-Instruct and meta-llama/Llama-3.1-8B-Instruct).
+# Shapes as published (config.json of Qwen/Qwen2.5-1.5B-Instruct and meta-llama/Llama-3.1-8B-Instruct); their
+# toy stand-ins follow (`_toy`).
 SHAPES: dict[str, dict[str, Any]] = {
     "qwen2.5-1.5b": {
         "model_type": "qwen2",
@@ -44,42 +45,29 @@ SHAPES: dict[str, dict[str, Any]] = {
             "original_max_position_embeddings": 8192,
         },
     },
-    # toy shapes of the same two families (every code path, seconds on a CPU)
-    "tiny-qwen2": {
-        "model_type": "qwen2",
-        "hidden_size": 64,
-        "intermediate_size": 128,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
-        "vocab_size": 49152,
-        "max_position_embeddings": 4096,
-        "rope_theta": 1e6,
-        "rms_norm_eps": 1e-6,
-        "tie_word_embeddings": True,
-        "use_sliding_window": False,
-    },
-    "tiny-llama": {
-        "model_type": "llama",
-        "hidden_size": 64,
-        "intermediate_size": 128,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
-        "vocab_size": 49152,
-        "max_position_embeddings": 4096,
-        "rms_norm_eps": 1e-5,
-        "tie_word_embeddings": False,
-        "rope_theta": 500000.0,
-        "rope_scaling": {
-            "rope_type": "llama3",
-            "factor": 8.0,
-            "low_freq_factor": 1.0,
-            "high_freq_factor": 4.0,
-            "original_max_position_embeddings": 1024,
-        },
-    },
 }
+
+
+def _toy(shape: dict[str, Any], original_context: int | None = None) -> dict[str, Any]:
+    """`shape`'s family at toy size (every code path, seconds on a CPU); the keys keep their order, so the
+    checkpoint's shape stamp reads as before."""
+    toy = dict(
+        shape,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=49152,
+        max_position_embeddings=4096,
+    )
+    if original_context is not None:  # Llama 3's frequency scaling, of the toy's shorter pre-training context
+        toy["rope_scaling"] = dict(shape["rope_scaling"], original_max_position_embeddings=original_context)
+    return toy
+
+
+SHAPES["tiny-qwen2"] = _toy(SHAPES["qwen2.5-1.5b"])
+SHAPES["tiny-llama"] = _toy(SHAPES["llama-3.1-8b"], original_context=1024)
 
 TEXT = (
     "The river bends twice before it reaches the old mill, where the ledger of grain is kept and read "
