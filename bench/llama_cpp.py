@@ -28,10 +28,10 @@ import sys
 import tempfile
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Iterator
 
+from memloop.bench.prefix import run_loops, workload_totals
 from memloop.engine.errors import EngineError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -252,23 +252,13 @@ def run_openai_workload(
         timeout=timeout_s,
         limits=httpx.Limits(max_connections=len(workload), max_keepalive_connections=len(workload)),
     ) as c:
-        t0 = time.perf_counter()
-        with ThreadPoolExecutor(max_workers=len(workload)) as pool:
-            results = [r for rs in pool.map(lambda prompts: [post(c, p) for p in prompts], workload) for r in rs]
-        wall = time.perf_counter() - t0
+        results, wall = run_loops(workload, lambda p: post(c, p))
     usage = [r["usage"] for r in results]
     prompt = sum(u["prompt_tokens"] for u in usage)
     decoded = sum(u["completion_tokens"] for u in usage)
     details = [u.get("prompt_tokens_details") or {} for u in usage]
     cached = sum(d["cached_tokens"] for d in details) if all("cached_tokens" in d for d in details) else None
-    return {
-        "wall_s": wall,
-        "prompt_tokens": prompt,
-        "cached_tokens": cached,
-        "decoded_tokens": decoded,
-        "tokens_per_s": (prompt + decoded) / wall,
-        "texts": [r["choices"][0]["text"] for r in results],
-    }
+    return workload_totals(wall, prompt, cached, decoded, [r["choices"][0]["text"] for r in results])
 
 
 def llama_server_command(

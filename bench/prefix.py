@@ -38,7 +38,7 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 PEER_PYTHON = ROOT / ".venv-peers" / "bin" / "python"
@@ -175,29 +175,35 @@ def workload_settings(name: str, **overrides: Any) -> dict[str, Any]:
     return {**WORKLOADS[name], **{k: v for k, v in overrides.items() if v is not None}}
 
 
-def run_engine(engine: Any, workload: list[list[str]], max_tokens: int) -> dict[str, Any]:
-    """All loops concurrently; each loop's steps in order. Returns token totals and wall time."""
-
-    def loop(prompts: list[str]) -> list[dict[str, Any]]:
-        return [
-            engine.complete({"prompt": p, "sampling": {"max_tokens": max_tokens, "temperature": 0.0}}) for p in prompts
-        ]
-
+def run_loops(workload: list[list[str]], step: Callable[[str], dict[str, Any]]) -> tuple[list[dict[str, Any]], float]:
+    """All loops concurrently (a thread each), each loop's steps in order: every step's answer, loop-major,
+    and the wall time; the engine and its peers are timed the same way."""
     t0 = time.perf_counter()
     with ThreadPoolExecutor(max_workers=len(workload)) as pool:
-        results = [r for rs in pool.map(loop, workload) for r in rs]
-    wall = time.perf_counter() - t0
-    prompt = sum(r["usage"]["prompt_tokens"] for r in results)
-    cached = sum(r["usage"]["cached_tokens"] for r in results)
-    decoded = sum(r["usage"]["decoded_tokens"] for r in results)
+        results = [r for rs in pool.map(lambda prompts: [step(p) for p in prompts], workload) for r in rs]
+    return results, time.perf_counter() - t0
+
+
+def workload_totals(wall: float, prompt: int, cached: int | None, decoded: int, texts: list[str]) -> dict[str, Any]:
+    """What a workload's run reports, whoever served it: token totals, wall time and the texts."""
     return {
         "wall_s": wall,
         "prompt_tokens": prompt,
         "cached_tokens": cached,
         "decoded_tokens": decoded,
         "tokens_per_s": (prompt + decoded) / wall,
-        "texts": [r["text"] for r in results],
+        "texts": texts,
     }
+
+
+def run_engine(engine: Any, workload: list[list[str]], max_tokens: int) -> dict[str, Any]:
+    """All loops concurrently; each loop's steps in order. Returns token totals and wall time."""
+    sampling = {"max_tokens": max_tokens, "temperature": 0.0}
+    results, wall = run_loops(workload, lambda p: engine.complete({"prompt": p, "sampling": sampling}))
+    prompt = sum(r["usage"]["prompt_tokens"] for r in results)
+    cached = sum(r["usage"]["cached_tokens"] for r in results)
+    decoded = sum(r["usage"]["decoded_tokens"] for r in results)
+    return workload_totals(wall, prompt, cached, decoded, [r["text"] for r in results])
 
 
 # use_extra_bufts=False: llama.cpp's AMX weight-repacking buffers (chosen automatically on CPUs with
