@@ -199,11 +199,7 @@ class StepRunner:
                 )
             toks = np.asarray(out)[: len(seqs)]  # waits for the device
         except Exception as exc:
-            if self.cache_lost():
-                raise EngineFailure(
-                    f"the engine's KV cache was lost in a failed step ({type(exc).__name__}: {exc}); "
-                    "every pending request was aborted, send them again"
-                ) from exc
+            self.raise_if_cache_lost(exc)
             log.info("a run of %d decode steps failed (%s); stepping one token at a time", run, type(exc).__name__)
             self.run_rows([Row(s, len(s.tokens) - 1, 1, True) for s in seqs])
             return 1
@@ -236,11 +232,7 @@ class StepRunner:
         try:
             toks, logprobs = self.forward(rows)
         except Exception as exc:
-            if self.cache_lost():
-                raise EngineFailure(
-                    f"the engine's KV cache was lost in a failed step ({type(exc).__name__}: {exc}); "
-                    "every pending request was aborted, send them again"
-                ) from exc
+            self.raise_if_cache_lost(exc)
             if len(rows) == 1:
                 log.warning("request failed inside the engine step: %s: %s", type(exc).__name__, exc)
                 with self.lock:
@@ -285,6 +277,14 @@ class StepRunner:
     def cache_lost(self) -> bool:
         """The donated KV cache was consumed by a call that then failed (the engine cannot go on)."""
         return any(getattr(x, "is_deleted", lambda: False)() for x in jax.tree_util.tree_leaves(self.cache))
+
+    def raise_if_cache_lost(self, exc: Exception) -> None:
+        """After a failed step: an EngineFailure (every pending request aborted) if it took the KV cache."""
+        if self.cache_lost():
+            raise EngineFailure(
+                f"the engine's KV cache was lost in a failed step ({type(exc).__name__}: {exc}); "
+                "every pending request was aborted, send them again"
+            ) from exc
 
     def reset_cache(self) -> None:
         """Fresh KV pools after an engine-wide failure; the prefix cache's pages no longer hold their keys."""
