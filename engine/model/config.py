@@ -66,37 +66,28 @@ class Family:
     gguf_hidden_per_head_scalar: tuple[int, ...] = ()
 
 
+# What every Gemma generation shares; each adds its own below.
+_GEMMA = Family(
+    attention_bias=False,
+    gguf_qk_permuted=False,
+    hf_sliding_window=True,
+    norm_offset=1.0,
+    embed_scale=True,
+    activation="gelu_tanh",
+    sandwich_norms=True,
+    tied_default=True,
+)
+
 FAMILIES = {
     "llama": Family(attention_bias=False, gguf_qk_permuted=True),
     "qwen2": Family(attention_bias=True, gguf_qk_permuted=False),
     "qwen3": Family(attention_bias=False, gguf_qk_permuted=False, qk_norm=True),
     "mistral": Family(attention_bias=False, gguf_qk_permuted=True, hf_sliding_window=True),
-    "gemma2": Family(
-        attention_bias=False,
-        gguf_qk_permuted=False,
-        hf_sliding_window=True,
-        norm_offset=1.0,
-        embed_scale=True,
-        activation="gelu_tanh",
-        sandwich_norms=True,
-        global_every=2,
-        default_softcaps=(50.0, 30.0),
-        tied_default=True,
-        gguf_hidden_per_head_scalar=(46,),
+    "gemma2": dataclasses.replace(
+        _GEMMA, global_every=2, default_softcaps=(50.0, 30.0), gguf_hidden_per_head_scalar=(46,)
     ),
-    "gemma3": Family(
-        attention_bias=False,
-        gguf_qk_permuted=False,
-        qk_norm=True,
-        hf_sliding_window=True,
-        norm_offset=1.0,
-        embed_scale=True,
-        activation="gelu_tanh",
-        sandwich_norms=True,
-        global_every=6,
-        local_rope_theta=10000.0,
-        tied_default=True,
-        gguf_hidden_per_head_scalar=(62,),
+    "gemma3": dataclasses.replace(
+        _GEMMA, qk_norm=True, global_every=6, local_rope_theta=10000.0, gguf_hidden_per_head_scalar=(62,)
     ),
 }
 
