@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from memloop.jobs.errors import ConfigError
-from memloop.jobs.run.config import RunConfig, resolve_path
+from memloop.jobs.run.config import JudgeSpec, MethodSpec, RunConfig, resolve_path
 
 if TYPE_CHECKING:
     from memloop.engine.engine_config import EngineConfig
@@ -148,17 +148,9 @@ def check_names_and_data(cfg: RunConfig) -> None:
 
     methods, tasks, judges = list_methods(), list_tasks(), list_judges()
     for i, m in enumerate(cfg.methods):
-        if m.name not in methods:
-            raise ConfigError(f"`methods.{i}.name`: unknown method {m.name!r}; registered: {', '.join(methods)}")
-        for t in m.tasks or ():
-            if t not in tasks:
-                raise ConfigError(f"`methods.{i}.tasks`: unknown task {t!r}; use one of {', '.join(tasks)}")
+        _check_registered(f"methods.{i}", "method", m, methods, tasks)
     for i, j in enumerate(cfg.judges):
-        if j.name not in judges:
-            raise ConfigError(f"`judges.{i}.name`: unknown judge {j.name!r}; registered: {', '.join(judges)}")
-        for t in j.tasks or ():
-            if t not in tasks:
-                raise ConfigError(f"`judges.{i}.tasks`: unknown task {t!r}; use one of {', '.join(tasks)}")
+        _check_registered(f"judges.{i}", "judge", j, judges, tasks)
         try:
             get_judge(j.name).check_options(j.options)
         except EvalError as exc:
@@ -184,6 +176,17 @@ def check_names_and_data(cfg: RunConfig) -> None:
     mep = cfg.model.endpoint
     if mep is not None and mep.api_key_env and not os.environ.get(mep.api_key_env):
         raise ConfigError(f"`model.endpoint.api_key_env`: environment variable {mep.api_key_env} is not set")
+
+
+def _check_registered(
+    where: str, kind: str, entry: MethodSpec | JudgeSpec, registered: list[str], tasks: list[str]
+) -> None:
+    """A `methods` or `judges` entry (`where`, e.g. "judges.0") names a registered `kind` and known tasks."""
+    if entry.name not in registered:
+        raise ConfigError(f"`{where}.name`: unknown {kind} {entry.name!r}; registered: {', '.join(registered)}")
+    for t in entry.tasks or ():
+        if t not in tasks:
+            raise ConfigError(f"`{where}.tasks`: unknown task {t!r}; use one of {', '.join(tasks)}")
 
 
 # ---------------------------------------------------------------------------------------------
