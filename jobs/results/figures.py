@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+from typing import Any
 
 import pandas as pd
 from memloop.eval.judges.aggregation import mean_se
@@ -109,16 +110,7 @@ def _memory_figures(d: RunData) -> list[dict]:
     out = []
     for (m, ds), g in per_sample.groupby(["method", "dataset"], sort=True):
         out.append(
-            {
-                "method": m,
-                "dataset": ds,
-                "judge": "",
-                "metric": "memory_tokens",
-                **cells.cost_figure(g, "memory_tokens"),
-                "samples": int(len(g)),
-                "total": int(totals.get((m, ds), len(g))),
-                "tokenizer": tok.label,
-            }
+            _cell(m, ds, "memory_tokens", cells.cost_figure(g, "memory_tokens"), len(g), totals, tokenizer=tok.label)
         )
     return out
 
@@ -141,15 +133,7 @@ def binding_figures(d: RunData) -> list[dict]:
         return []
     totals = d.applicable.groupby(["method", "dataset"]).size().to_dict()
     return [
-        {
-            "method": m,
-            "dataset": ds,
-            "judge": "",
-            "metric": "k_bound",
-            **cells.cost_figure(g, "k_bound"),
-            "samples": int(len(g)),
-            "total": int(totals.get((m, ds), len(g))),
-        }
+        _cell(m, ds, "k_bound", cells.cost_figure(g, "k_bound"), len(g), totals)
         for (m, ds), g in pd.DataFrame(rows).groupby(["method", "dataset"], sort=True)
     ]
 
@@ -171,19 +155,33 @@ def context_figures(d: RunData) -> list[dict]:
         g = g.dropna(subset=[column])
         if g.empty:
             continue
-        out.append(
-            {
-                "method": m,
-                "dataset": ds,
-                "judge": "",
-                "metric": "context_tokens",
-                **_figure([float(r[column].mean()) for _, r in g.groupby("repeat")]),
-                "samples": int(len(g)),
-                "total": int(totals.get((m, ds), len(g))),
-                "tokenizer": "cl100k_base" if column == "input_tokens" else "run model",
-            }
-        )
+        fig = _figure([float(r[column].mean()) for _, r in g.groupby("repeat")])
+        tokenizer = "cl100k_base" if column == "input_tokens" else "run model"
+        out.append(_cell(m, ds, "context_tokens", fig, len(g), totals, tokenizer=tokenizer))
     return out
+
+
+def _cell(
+    method: str,
+    dataset: str,
+    metric: str,
+    fig: dict[str, Any],
+    samples: int,
+    totals: dict[tuple[str, str], int],
+    **extra: str,
+) -> dict[str, Any]:
+    """One per-sample figure's row of a (method, dataset) cell, in the columns every such figure has: its
+    `samples` of the cell's `totals` (applicable units; the samples themselves where none are counted)."""
+    return {
+        "method": method,
+        "dataset": dataset,
+        "judge": "",
+        "metric": metric,
+        **fig,
+        "samples": int(samples),
+        "total": int(totals.get((method, dataset), samples)),
+        **extra,
+    }
 
 
 def _figure(values: list[float]) -> dict[str, float | int | None]:
