@@ -13,7 +13,7 @@ import json
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
-from typing import Any, Protocol, Sequence, runtime_checkable
+from typing import Any, Iterable, Protocol, Sequence, runtime_checkable
 
 from memloop.sampling import SamplingParams
 
@@ -32,6 +32,14 @@ class Usage:
             self.cached_tokens + other.cached_tokens,
             self.decoded_tokens + other.decoded_tokens,
         )
+
+
+def usage_sum(usages: Iterable[Usage]) -> Usage:
+    """Several requests' usage together (a method's steps, a judge's calls); `judges.cost.total` also checks it."""
+    total = Usage()
+    for u in usages:
+        total = total + u
+    return total
 
 
 @dataclass(frozen=True)

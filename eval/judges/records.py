@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from memloop.eval.llm import Usage
+from memloop.eval.llm import Usage, usage_sum
 
 
 @dataclass
@@ -95,10 +95,7 @@ class JudgeResult:
 
     @property
     def usage(self) -> Usage:
-        total = Usage()
-        for j in self.judgments:
-            total = total + j.usage
-        return total
+        return usage_sum(j.usage for j in self.judgments)
 
 
 def safe_div(num: float, den: float) -> float:

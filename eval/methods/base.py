@@ -17,7 +17,7 @@ from typing import Any, Callable, ClassVar, Literal
 from memloop.eval.asking import ParseFailure, ask, reseed
 from memloop.eval.datasets.sample import Sample
 from memloop.eval.errors import MethodError
-from memloop.eval.llm import LLM, Usage
+from memloop.eval.llm import LLM, Usage, usage_sum
 from memloop.eval.methods.outcomes import call_outcome
 from memloop.eval.methods.procedure import Procedure, StepRule, from_settings
 from memloop.eval.methods.step import Step, unit_failure
@@ -55,17 +55,11 @@ class MethodOutput:
 
     @property
     def usage(self) -> Usage:
-        total = Usage()
-        for s in self.steps:
-            total = total + s.usage
-        return total
+        return usage_sum(s.usage for s in self.steps)
 
     @property
     def retry_usage(self) -> Usage:
-        total = Usage()
-        for s in self.steps:
-            total = total + s.retry_usage
-        return total
+        return usage_sum(s.retry_usage for s in self.steps)
 
     @property
     def failures(self) -> list[str]:
