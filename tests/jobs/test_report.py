@@ -15,6 +15,8 @@ from memloop.jobs.store.run_store import RunStore
 from memloop.jobs.store.tables import now
 from memloop.jobs.store.units import unit_key
 
+from tests.jobs.unit_rows import samples_row, unit_columns
+
 
 def _shard(
     rs: RunStore,
@@ -27,31 +29,18 @@ def _shard(
     status: str = "ok",
     chunk: int | None = None,
 ) -> None:
-    base = dict(
-        unit=unit_key("sumie:synthetic", sample, method, repeat),
-        dataset="sumie:synthetic",
-        task="sumie",
-        sample_id=sample,
-        method=method,
-        repeat=repeat,
-    )
-    t = now()
+    base = unit_columns("sumie:synthetic", sample, method, repeat)
     p, c, dec = tokens
-    sample_row = dict(
+    sample_row = samples_row(
         base,
-        seed=repeat,
-        status=status,
-        error=None if status == "ok" else "engine died twice",
-        attempts=1,
+        status,
+        None if status == "ok" else "engine died twice",
         output_json="{}",
         n_steps=2,
         prompt_tokens=p,
         cached_tokens=c,
         decoded_tokens=dec,
         chunk_tokens=chunk,
-        actor="a",
-        started_at=t,
-        finished_at=t,
     )
     steps = [
         dict(base, step=i, kind="update", prompt_tokens=p // 2, cached_tokens=c // 2, decoded_tokens=dec // 2)
@@ -174,29 +163,15 @@ def _units(rs: RunStore, rows: list[tuple[str, str, int, str, tuple[int, int, in
     unit with a BooookScore failed in judging (the method's output exists, its judgment does not)."""
     t = now()
     for method, sample, repeat, status, (p, c, dec), bscore in rows:
-        base = dict(
-            unit=unit_key("book:x", sample, method, repeat),
-            dataset="book:x",
-            task="book",
-            sample_id=sample,
-            method=method,
-            repeat=repeat,
-        )
-        row = dict(
+        base = unit_columns("book:x", sample, method, repeat)
+        row = samples_row(
             base,
-            seed=repeat,
-            status=status,
-            error=None if status == "ok" else "judge booookscore: bad JSON",
-            attempts=1,
-            output_json='"s"',
-            n_steps=1,
+            status,
+            None if status == "ok" else "judge booookscore: bad JSON",
+            at=t,
             prompt_tokens=p,
             cached_tokens=c,
             decoded_tokens=dec,
-            chunk_tokens=None,
-            actor="a",
-            started_at=t,
-            finished_at=t,
         )
         scores = (
             [] if bscore is None else [dict(base, judge="booookscore", metric="booookscore", turn=None, value=bscore)]
@@ -278,35 +253,10 @@ PROMPTS = [
 
 def _prompt_run(tmp_path, name: str) -> RunData:
     rs = RunStore.open(str(tmp_path), name)
-    base = dict(
-        unit=unit_key("book:x", "b1", "prism", 0),
-        dataset="book:x",
-        task="book",
-        sample_id="b1",
-        method="prism",
-        repeat=0,
-    )
-    t = now()
+    base = unit_columns("book:x", "b1", "prism", 0)
     rs.write_shard(
         {
-            "samples": [
-                dict(
-                    base,
-                    seed=0,
-                    status="ok",
-                    error=None,
-                    attempts=1,
-                    output_json='"s"',
-                    n_steps=3,
-                    prompt_tokens=300,
-                    cached_tokens=0,
-                    decoded_tokens=30,
-                    chunk_tokens=None,
-                    actor="a",
-                    started_at=t,
-                    finished_at=t,
-                )
-            ],
+            "samples": [samples_row(base, n_steps=3, prompt_tokens=300, cached_tokens=0, decoded_tokens=30)],
             "steps": [
                 dict(base, step=i, kind="revise", prompt=p, prompt_tokens=100, cached_tokens=0, decoded_tokens=10)
                 for i, p in enumerate(PROMPTS)
@@ -368,35 +318,10 @@ def test_go_rows_leave_start_and_avg_empty(tmp_path) -> None:
     from memloop.jobs.results.report import headline
 
     rs = RunStore.open(str(tmp_path), "go")
-    base = dict(
-        unit=unit_key("sumie:synthetic", "e1", "go-json", 0),
-        dataset="sumie:synthetic",
-        task="sumie",
-        sample_id="e1",
-        method="go-json",
-        repeat=0,
-    )
-    t = now()
+    base = unit_columns("sumie:synthetic", "e1", "go-json", 0)
     rs.write_shard(
         {
-            "samples": [
-                dict(
-                    base,
-                    seed=0,
-                    status="ok",
-                    error=None,
-                    attempts=1,
-                    output_json="{}",
-                    n_steps=1,
-                    prompt_tokens=10,
-                    cached_tokens=0,
-                    decoded_tokens=1,
-                    chunk_tokens=None,
-                    actor="a",
-                    started_at=t,
-                    finished_at=t,
-                )
-            ],
+            "samples": [samples_row(base, output_json="{}", prompt_tokens=10, cached_tokens=0, decoded_tokens=1)],
             "steps": [],
             "scores": [
                 dict(base, judge="sumie-exact", metric=m, turn=2, value=0.5) for m in ("precision", "recall", "f1")
@@ -458,34 +383,10 @@ def test_net_and_cost_index_follow_the_papers_prefix_definition_not_the_radix_ca
     t = now()
     prompt, answer = "Whole book: Anna sails to Crete and becomes a captain. Summarize.", "Anna captains."
     for sid, cached in (("b1", 0), ("b2", 40)):
-        base = dict(
-            unit=unit_key("book:x", sid, "long", 0),
-            dataset="book:x",
-            task="book",
-            sample_id=sid,
-            method="long",
-            repeat=0,
-        )
+        base = unit_columns("book:x", sid, "long", 0)
         rs.write_shard(
             {
-                "samples": [
-                    dict(
-                        base,
-                        seed=0,
-                        status="ok",
-                        error=None,
-                        attempts=1,
-                        output_json='"s"',
-                        n_steps=1,
-                        prompt_tokens=60,
-                        cached_tokens=cached,
-                        decoded_tokens=9,
-                        chunk_tokens=None,
-                        actor="a",
-                        started_at=t,
-                        finished_at=t,
-                    )
-                ],
+                "samples": [samples_row(base, at=t, prompt_tokens=60, cached_tokens=cached, decoded_tokens=9)],
                 "steps": [
                     dict(
                         base,
@@ -560,7 +461,8 @@ def test_table4_memory_tokens_count_the_memory_text_the_prompt_carries(tmp_path,
     from memloop.eval.methods import get_method
     from memloop.eval.tokens import cl100k_count
     from memloop.jobs.results.figures import memory_figures
-    from memloop.jobs.store.tables import step_row, unit_columns
+    from memloop.jobs.store.tables import step_row
+    from memloop.jobs.store.tables import unit_columns as columns_of_unit
 
     from tests.methods.test_prism import BOOK, REVS
 
@@ -581,21 +483,13 @@ def test_table4_memory_tokens_count_the_memory_text_the_prompt_carries(tmp_path,
     rs.write_shard(
         {
             "samples": [
-                dict(
-                    unit_columns(unit),
-                    seed=0,
-                    status="ok",
-                    error=None,
-                    attempts=1,
-                    output_json='"s"',
+                samples_row(
+                    columns_of_unit(unit),
+                    at=t,
                     n_steps=len(out.steps),
                     prompt_tokens=1,
                     cached_tokens=0,
                     decoded_tokens=1,
-                    chunk_tokens=None,
-                    actor="a",
-                    started_at=t,
-                    finished_at=t,
                 )
             ],
             "steps": [step_row(unit, s) for s in out.steps],
@@ -619,7 +513,8 @@ def test_fig3_reports_the_share_of_turns_where_k_bound(tmp_path) -> None:
     from memloop.eval.methods import get_method
     from memloop.jobs.results.figures import binding_figures
     from memloop.jobs.results.paper_tables import TABLES
-    from memloop.jobs.store.tables import step_row, unit_columns
+    from memloop.jobs.store.tables import step_row
+    from memloop.jobs.store.tables import unit_columns as columns_of_unit
 
     hotel = Sample(id="h", task="sumie", chunks=("Pool.", "Spa and gym and bar.", "Quiet."), metadata={"entity": "H"})
     rs = RunStore.open(str(tmp_path), "k")
@@ -649,21 +544,13 @@ def test_fig3_reports_the_share_of_turns_where_k_bound(tmp_path) -> None:
         rs.write_shard(
             {
                 "samples": [
-                    dict(
-                        unit_columns(unit),
-                        seed=0,
-                        status="ok",
-                        error=None,
-                        attempts=1,
-                        output_json='"s"',
+                    samples_row(
+                        columns_of_unit(unit),
+                        at=t,
                         n_steps=len(out.steps),
                         prompt_tokens=1,
                         cached_tokens=0,
                         decoded_tokens=1,
-                        chunk_tokens=None,
-                        actor="a",
-                        started_at=t,
-                        finished_at=t,
                     )
                 ],
                 "steps": [step_row(unit, s) for s in out.steps],
