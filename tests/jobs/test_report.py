@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import importlib
 import json
 import math
 
 import pytest
+from memloop.eval.datasets.sample import Sample
 from memloop.eval.judges.aggregation import mean_se
+from memloop.eval.methods.base import MethodOutput
 from memloop.jobs.results.report import build_report, write_report
 from memloop.jobs.results.run_data import RunData
 from memloop.jobs.store.run_store import RunStore
@@ -451,18 +454,37 @@ def test_printed_hit_cells_satisfy_hit_equals_one_minus_net_over_total_across_re
     assert figs["prefix_hit_paper"]["mean"] == pytest.approx(100 * 900 / 1100)  # not (90 + 0) / 2
 
 
+def _write_method_run(
+    rs: RunStore, dataset: str, sample: Sample, method: str, out: MethodOutput, at: dt.datetime
+) -> None:
+    """One ok unit of `method` on `sample` (repeat 0) whose steps rows are the steps `out` (its method's run)
+    recorded, written as the run writes them."""
+    from types import SimpleNamespace
+
+    from memloop.jobs.store.tables import step_row
+    from memloop.jobs.store.tables import unit_columns as columns_of_unit
+
+    unit = SimpleNamespace(
+        key=unit_key(dataset, sample.id, method, 0),
+        dataset=SimpleNamespace(key=dataset),
+        sample=sample,
+        method=SimpleNamespace(key=method),
+        repeat=0,
+    )
+    row = samples_row(
+        columns_of_unit(unit), at=at, n_steps=len(out.steps), prompt_tokens=1, cached_tokens=0, decoded_tokens=1
+    )
+    rs.write_shard({"samples": [row], "steps": [step_row(unit, s) for s in out.steps], "scores": []})
+
+
 @pytest.mark.parametrize("name", ["prism-inplace", "prism-amendments"])
 def test_table4_memory_tokens_count_the_memory_text_the_prompt_carries(tmp_path, name: str) -> None:
     """Issue 46 point 11: table 4's memory tokens counted the folded memory in compact JSON, not the text
     PRISM's prompts carry (indented in-place JSON, or the base plus amendment lines)."""
-    from types import SimpleNamespace
-
     from memloop.eval.llm import ScriptedLLM
     from memloop.eval.methods import get_method
     from memloop.eval.tokens import cl100k_count
     from memloop.jobs.results.figures import memory_figures
-    from memloop.jobs.store.tables import step_row
-    from memloop.jobs.store.tables import unit_columns as columns_of_unit
 
     from tests.methods.test_prism import BOOK, REVS
 
@@ -471,31 +493,8 @@ def test_table4_memory_tokens_count_the_memory_text_the_prompt_carries(tmp_path,
     carried = [
         llm.requests[i].messages[0]["content"].split("[PARTIAL_SUMMARY]\n")[-1].split("\n\n[TEXT]")[0] for i in (1, 2)
     ]  # what turns 1 and 2 were prompted with
-    unit = SimpleNamespace(
-        key=unit_key("book:x", "b", name, 0),
-        dataset=SimpleNamespace(key="book:x"),
-        sample=BOOK,
-        method=SimpleNamespace(key=name),
-        repeat=0,
-    )
     rs = RunStore.open(str(tmp_path), "mem")
-    t = now()
-    rs.write_shard(
-        {
-            "samples": [
-                samples_row(
-                    columns_of_unit(unit),
-                    at=t,
-                    n_steps=len(out.steps),
-                    prompt_tokens=1,
-                    cached_tokens=0,
-                    decoded_tokens=1,
-                )
-            ],
-            "steps": [step_row(unit, s) for s in out.steps],
-            "scores": [],
-        }
-    )
+    _write_method_run(rs, "book:x", BOOK, name, out, now())
     fig = next(f for f in memory_figures(RunData.load(rs)) if f["method"] == name)
     want = sum(cl100k_count(c) for c in carried) / 2
     assert fig["mean"] == pytest.approx(want)
@@ -506,15 +505,10 @@ def test_table4_memory_tokens_count_the_memory_text_the_prompt_carries(tmp_path,
 def test_fig3_reports_the_share_of_turns_where_k_bound(tmp_path) -> None:
     """Issue 46 point 4: per cell, the share of turns whose memory went over K and was compressed or
     trimmed, so a figure 3 whose limit never binds says so (0 %)."""
-    from types import SimpleNamespace
-
-    from memloop.eval.datasets.sample import Sample
     from memloop.eval.llm import ScriptedLLM
     from memloop.eval.methods import get_method
     from memloop.jobs.results.figures import binding_figures
     from memloop.jobs.results.paper_tables import TABLES
-    from memloop.jobs.store.tables import step_row
-    from memloop.jobs.store.tables import unit_columns as columns_of_unit
 
     hotel = Sample(id="h", task="sumie", chunks=("Pool.", "Spa and gym and bar.", "Quiet."), metadata={"entity": "H"})
     rs = RunStore.open(str(tmp_path), "k")
@@ -534,29 +528,7 @@ def test_fig3_reports_the_share_of_turns_where_k_bound(tmp_path) -> None:
     }
     for label, outputs in scripts.items():
         out = get_method("gu-json", memory_limit=int(label.rsplit("k", 1)[1])).run(hotel, ScriptedLLM(outputs))
-        unit = SimpleNamespace(
-            key=unit_key("sumie:synthetic", "h", label, 0),
-            dataset=SimpleNamespace(key="sumie:synthetic"),
-            sample=hotel,
-            method=SimpleNamespace(key=label),
-            repeat=0,
-        )
-        rs.write_shard(
-            {
-                "samples": [
-                    samples_row(
-                        columns_of_unit(unit),
-                        at=t,
-                        n_steps=len(out.steps),
-                        prompt_tokens=1,
-                        cached_tokens=0,
-                        decoded_tokens=1,
-                    )
-                ],
-                "steps": [step_row(unit, s) for s in out.steps],
-                "scores": [],
-            }
-        )
+        _write_method_run(rs, "sumie:synthetic", hotel, label, out, t)
     figs = {f["method"]: f["mean"] for f in binding_figures(RunData.load(rs))}
     assert figs == {"gu-json-k3": pytest.approx(1 / 3), "gu-json-k99": 0.0}  # turn 1 of 3 compressed; never
     assert any(c.metric == "k_bound" for c in TABLES["seed000-fig3"].columns)

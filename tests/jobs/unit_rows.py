@@ -4,6 +4,7 @@ from it. Every number a test asserts on is an argument; the defaults are the col
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 from memloop.jobs.store.tables import now
@@ -27,7 +28,7 @@ def samples_row(
     status: str = "ok",
     error: str | None = None,
     *,
-    at: Any = None,
+    at: dt.datetime | None = None,
     output_json: str = '"s"',
     n_steps: int = 1,
     prompt_tokens: int = 100,
@@ -92,8 +93,8 @@ def manifest_row(
     config_json: str = "{}",
     code_version: str = "git:x",
     stats_json: str = "{}",
-    started_at: Any = None,
-    finished_at: Any = None,
+    started_at: dt.datetime | None = None,
+    finished_at: dt.datetime | None = None,
     wall_s: float = 1.0,
 ) -> dict[str, Any]:
     """An invocation's `runs` row (for `RunStore.write_manifest`), started and finished now unless given."""
