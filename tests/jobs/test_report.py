@@ -18,6 +18,7 @@ from memloop.jobs.store.run_store import RunStore
 from memloop.jobs.store.tables import now
 from memloop.jobs.store.units import unit_key
 
+from tests.jobs.prefix_tokens import shared_prefix_tokens
 from tests.jobs.unit_rows import samples_row, unit_columns
 
 
@@ -271,14 +272,8 @@ def _prompt_run(tmp_path, name: str) -> RunData:
 
 
 def _paper_hit(encode) -> float:
-    ids = [list(encode(p)) for p in PROMPTS]
-    shared = 0
-    for a, b in zip(ids, ids[1:]):
-        n = 0
-        while n < min(len(a), len(b)) and a[n] == b[n]:
-            n += 1
-        shared += n
-    return 100.0 * shared / sum(len(i) for i in ids)
+    total, shared = shared_prefix_tokens([list(encode(p)) for p in PROMPTS])
+    return 100.0 * shared / total
 
 
 def test_paper_cache_hit_from_recorded_prompts_next_to_the_radix_hit(tmp_path) -> None:
