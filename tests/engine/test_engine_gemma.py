@@ -16,7 +16,7 @@ from memloop.engine.model.decoder import forward, load_model, no_cache_attention
 from memloop.engine.model.weights import load_weights
 
 from tests.engine.gguf_writer import LLAMA_CPP_MATRICES, float32_state, header_writer, put_tensor, write_out
-from tests.engine.test_engine_qwen2 import TOKENS, _greedy, _logits, _torch_logits, packaged_model
+from tests.engine.test_engine_qwen2 import TOKENS, _greedy, _logits, _torch_logits, packaged_model, saved
 from tests.engine.test_engine_qwen3_mistral import assert_dense_and_blocked_match, assert_paged_matches
 
 GREEDY = 32
@@ -48,9 +48,7 @@ def _randomise_norms(model) -> None:
 
 def _save(model, tmp_path_factory, name: str):
     model.generation_config.eos_token_id = None  # compare full greedy runs, whatever token 1 does
-    path = tmp_path_factory.mktemp(name)
-    model.save_pretrained(path, safe_serialization=True)
-    return model, path
+    return saved(model, tmp_path_factory, name)
 
 
 @pytest.fixture(scope="module")

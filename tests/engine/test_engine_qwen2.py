@@ -5,6 +5,7 @@ Qwen2.5-Coder-0.5B- and 1.5B-Instruct GGUFs against transformers (slow)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import jax.numpy as jnp
 import numpy as np
@@ -43,7 +44,12 @@ def tiny_qwen2(tmp_path_factory):
         for layer in model.model.layers:
             for proj in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj):
                 proj.bias.normal_(0.0, 0.5)
-    path = tmp_path_factory.mktemp("tiny_qwen2")
+    return saved(model, tmp_path_factory, "tiny_qwen2")
+
+
+def saved(model: Any, tmp_path_factory: pytest.TempPathFactory, name: str) -> tuple[Any, Path]:
+    """`model` saved as safetensors in a new folder `name`: (model, folder)."""
+    path = tmp_path_factory.mktemp(name)
     model.save_pretrained(path, safe_serialization=True)
     return model, path
 

@@ -21,10 +21,20 @@ from memloop.engine.runner.step import forward_paged
 
 from tests.engine.gguf_writer import LLAMA_CPP_MATRICES, float32_state, header_writer, put_tensor, write_out
 from tests.engine.kernel_gate import kernels_expected
-from tests.engine.test_engine_qwen2 import TOKENS, _greedy, _logits, _torch_greedy, _torch_logits
+from tests.engine.test_engine_qwen2 import TOKENS, _greedy, _logits, _torch_greedy, _torch_logits, saved
 
 GREEDY = 32
 WINDOW = 5  # binding: shorter than the 12-token prompt and the 44-token generation
+TINY = dict(  # the size of both checkpoints
+    vocab_size=256,
+    hidden_size=128,
+    intermediate_size=256,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=512,
+    tie_word_embeddings=False,
+)
 
 
 @pytest.fixture(scope="module")
@@ -34,27 +44,13 @@ def tiny_qwen3(tmp_path_factory):
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     torch.manual_seed(0)
-    cfg = Qwen3Config(
-        vocab_size=256,
-        hidden_size=128,
-        intermediate_size=256,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=64,
-        max_position_embeddings=512,
-        rms_norm_eps=1e-6,
-        rope_theta=1000000.0,
-        tie_word_embeddings=False,
-    )
+    cfg = Qwen3Config(**TINY, head_dim=64, rms_norm_eps=1e-6, rope_theta=1000000.0)
     model = Qwen3ForCausalLM(cfg).eval()
     with torch.no_grad():
         for layer in model.model.layers:
             layer.self_attn.q_norm.weight.uniform_(0.5, 1.5)
             layer.self_attn.k_norm.weight.uniform_(0.5, 1.5)
-    path = tmp_path_factory.mktemp("tiny_qwen3")
-    model.save_pretrained(path, safe_serialization=True)
-    return model, path
+    return saved(model, tmp_path_factory, "tiny_qwen3")
 
 
 def test_hf_qwen3_directory_matches_transformers(tiny_qwen3):
@@ -142,23 +138,8 @@ def _mistral(tmp_path_factory, window: int | None, name: str):
     from transformers import MistralConfig, MistralForCausalLM
 
     torch.manual_seed(1)
-    cfg = MistralConfig(
-        vocab_size=256,
-        hidden_size=128,
-        intermediate_size=256,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=512,
-        rms_norm_eps=1e-5,
-        rope_theta=10000.0,
-        sliding_window=window,
-        tie_word_embeddings=False,
-    )
-    model = MistralForCausalLM(cfg).eval()
-    path = tmp_path_factory.mktemp(name)
-    model.save_pretrained(path, safe_serialization=True)
-    return model, path
+    cfg = MistralConfig(**TINY, rms_norm_eps=1e-5, rope_theta=10000.0, sliding_window=window)
+    return saved(MistralForCausalLM(cfg).eval(), tmp_path_factory, name)
 
 
 @pytest.fixture(scope="module")
