@@ -1,9 +1,53 @@
-"""GGUF files written from a transformers model for the loader tests: the shared header fields."""
+"""GGUF files written from a transformers model for the loader tests: the shared header fields, llama.cpp's
+names of a layer's matrices, and tensors written so that transformers and memloop see the same numbers."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
+
+import numpy as np
+
+# llama.cpp's name of each matrix of a decoder layer, and the transformers module it comes from.
+LLAMA_CPP_MATRICES = {
+    "attn_q": "self_attn.q_proj",
+    "attn_k": "self_attn.k_proj",
+    "attn_v": "self_attn.v_proj",
+    "attn_output": "self_attn.o_proj",
+    "ffn_gate": "mlp.gate_proj",
+    "ffn_up": "mlp.up_proj",
+    "ffn_down": "mlp.down_proj",
+}
+
+
+def float32_state(model: Any) -> dict[str, np.ndarray]:
+    """The model's weights by their transformers names, as float32 arrays."""
+    return {k: v.detach().numpy().astype(np.float32) for k, v in model.state_dict().items()}
+
+
+def put_tensor(
+    w: Any,
+    read_back: dict[str, np.ndarray],
+    name: str,
+    hf_name: str,
+    arr: np.ndarray,
+    qname: str = "F32",
+    raw: np.ndarray | None = None,
+) -> None:
+    """Add `arr` (the model's `hf_name`) to the GGUF as `name` in type `qname`, quantised by gguf unless its
+    bytes `raw` are given (types gguf cannot quantise to); `read_back[hf_name]` becomes the values a loader
+    reads, the de-quantised ones, for `write_out` to load into the model."""
+    if qname == "F32":
+        w.add_tensor(name, arr)
+        read_back[hf_name] = arr
+        return
+    import gguf
+    from gguf.quants import dequantize, quantize
+
+    qtype = gguf.GGMLQuantizationType[qname]
+    raw = quantize(arr, qtype) if raw is None else raw
+    w.add_tensor(name, raw, raw_dtype=qtype)
+    read_back[hf_name] = np.asarray(dequantize(raw, qtype), np.float32).reshape(arr.shape)
 
 
 def header_writer(model: Any, path: Path, arch: str, rope_theta: float) -> Any:

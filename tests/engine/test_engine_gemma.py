@@ -15,10 +15,9 @@ import torch
 from memloop.engine.model.decoder import forward, load_model, no_cache_attention
 from memloop.engine.model.weights import load_weights
 
-from tests.engine.gguf_writer import header_writer, write_out
-from tests.engine.kernel_gate import kernels_expected
-from tests.engine.test_engine_qwen2 import TOKENS, _greedy, _logits, _torch_logits, packaged_model
-from tests.engine.test_engine_qwen3_mistral import assert_paged_matches
+from tests.engine.gguf_writer import LLAMA_CPP_MATRICES, float32_state, header_writer, put_tensor, write_out
+from tests.engine.test_engine_qwen2 import TOKENS, _greedy, _logits, _torch_logits, packaged_model, saved
+from tests.engine.test_engine_qwen3_mistral import assert_dense_and_blocked_match, assert_paged_matches
 
 GREEDY = 32
 WINDOW = 5  # binding: shorter than the 12-token prompt and the 44-token generation
@@ -49,9 +48,7 @@ def _randomise_norms(model) -> None:
 
 def _save(model, tmp_path_factory, name: str):
     model.generation_config.eos_token_id = None  # compare full greedy runs, whatever token 1 does
-    path = tmp_path_factory.mktemp(name)
-    model.save_pretrained(path, safe_serialization=True)
-    return model, path
+    return saved(model, tmp_path_factory, name)
 
 
 @pytest.fixture(scope="module")
@@ -188,11 +185,10 @@ def _write_gemma_gguf(model, path: Path, arch: str) -> Path:
     Q/K permutation, every norm weight stored as 1 + w, tied embedding (no output tensor), matrices
     Q8_0. GGUFs carry no query scale (llama.cpp uses head_dim), so the model must use head_dim."""
     import gguf
-    from gguf.quants import dequantize, quantize
 
     cfg = model.config
     assert cfg.query_pre_attn_scalar == cfg.head_dim
-    sd = {k: v.detach().numpy().astype(np.float32) for k, v in model.state_dict().items()}
+    sd = float32_state(model)
     theta = (
         cfg.rope_parameters["full_attention"]["rope_theta"] if arch == "gemma3" else cfg.rope_parameters["rope_theta"]
     )
@@ -212,25 +208,12 @@ def _write_gemma_gguf(model, path: Path, arch: str) -> Path:
         if name.endswith("norm.weight"):  # transformers' GGUF loader reads back (1 + w) - 1, as memloop does
             w.add_tensor(name, arr + np.float32(1.0))
             new_sd[hf_name] = (arr + np.float32(1.0)) - np.float32(1.0)
-        elif quantised:
-            raw = quantize(arr, gguf.GGMLQuantizationType.Q8_0)
-            w.add_tensor(name, raw, raw_dtype=gguf.GGMLQuantizationType.Q8_0)
-            new_sd[hf_name] = np.asarray(dequantize(raw, gguf.GGMLQuantizationType.Q8_0), np.float32).reshape(arr.shape)
         else:
-            w.add_tensor(name, arr)
-            new_sd[hf_name] = arr
+            put_tensor(w, new_sd, name, hf_name, arr, "Q8_0" if quantised else "F32")
 
     put("token_embd.weight", "model.embed_tokens.weight", quantised=True)
     put("output_norm.weight", "model.norm.weight")
-    matrices = {
-        "attn_q": "self_attn.q_proj",
-        "attn_k": "self_attn.k_proj",
-        "attn_v": "self_attn.v_proj",
-        "attn_output": "self_attn.o_proj",
-        "ffn_gate": "mlp.gate_proj",
-        "ffn_up": "mlp.up_proj",
-        "ffn_down": "mlp.down_proj",
-    }
+    matrices = LLAMA_CPP_MATRICES
     vectors = {
         "attn_norm": "input_layernorm",
         "post_attention_norm": "post_attention_layernorm",
@@ -271,13 +254,7 @@ def test_gguf_gemma_matches_transformers(fixture, arch, request, tmp_path):
     np.testing.assert_array_equal(
         load_weights(path)[1]["layers"]["attn_norm"][1], model.model.layers[1].input_layernorm.weight.detach().numpy()
     )
-    assert np.abs(_logits(dense) - ref).max() < 2e-3
-    assert _greedy(dense, GREEDY) == _torch_greedy(model, GREEDY)
-    if kernels_expected():
-        blocked = load_model(path, load_tokenizer=False)
-        assert type(blocked.params["embed"]).__name__ == "BlockMatrix"
-        assert np.abs(_logits(blocked) - ref).max() < 2e-3
-        assert _greedy(blocked, GREEDY) == _greedy(dense, GREEDY)
+    assert_dense_and_blocked_match(path, dense, ref, _torch_greedy(model, GREEDY), lambda params: params["embed"])
 
 
 def test_gemma_config_edge_cases():

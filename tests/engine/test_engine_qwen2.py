@@ -5,6 +5,7 @@ Qwen2.5-Coder-0.5B- and 1.5B-Instruct GGUFs against transformers (slow)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import jax.numpy as jnp
 import numpy as np
@@ -13,7 +14,7 @@ import torch
 from memloop.engine.model.decoder import forward, load_model, no_cache_attention
 from memloop.engine.model.weights import load_weights
 
-from tests.engine.gguf_writer import header_writer, write_out
+from tests.engine.gguf_writer import LLAMA_CPP_MATRICES, float32_state, header_writer, put_tensor, write_out
 from tests.engine.kernel_gate import kernels_expected
 
 TOKENS = [[3, 17, 99, 42, 5, 200, 31, 7, 64, 128, 1, 250]]
@@ -43,7 +44,12 @@ def tiny_qwen2(tmp_path_factory):
         for layer in model.model.layers:
             for proj in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj):
                 proj.bias.normal_(0.0, 0.5)
-    path = tmp_path_factory.mktemp("tiny_qwen2")
+    return saved(model, tmp_path_factory, "tiny_qwen2")
+
+
+def saved(model: Any, tmp_path_factory: pytest.TempPathFactory, name: str) -> tuple[Any, Path]:
+    """`model` saved as safetensors in a new folder `name`: (model, folder)."""
+    path = tmp_path_factory.mktemp(name)
     model.save_pretrained(path, safe_serialization=True)
     return model, path
 
@@ -124,38 +130,21 @@ def _write_qwen2_gguf(model, path: Path, down: str) -> Path:
     """The model as a qwen2 GGUF (no Q/K permutation: llama.cpp runs Qwen2 with NEOX rotary), with the
     block types of a Q4_K_M file; returns the path. The written tensors replace the model's weights
     with their de-quantised values, so transformers and memloop see the same numbers."""
-    import gguf
-    from gguf.quants import dequantize, quantize
-
     cfg = model.config
     rng = np.random.default_rng(7)
-    sd = {k: v.detach().numpy().astype(np.float32) for k, v in model.state_dict().items()}
+    sd = float32_state(model)
     w = header_writer(model, path, "qwen2", rope_theta=1000000.0)
     new_sd = {}
 
     def put(name: str, hf_name: str, qname: str = "F32") -> None:
         arr = sd[hf_name]
-        qtype = gguf.GGMLQuantizationType[qname]
-        if qname == "F32":
-            w.add_tensor(name, arr)
-            new_sd[hf_name] = arr
-            return
-        raw = _kquant_bytes(rng, qname, *arr.shape) if qname.endswith("_K") else quantize(arr, qtype)
-        w.add_tensor(name, raw, raw_dtype=qtype)
-        new_sd[hf_name] = np.asarray(dequantize(raw, qtype), np.float32).reshape(arr.shape)
+        raw = _kquant_bytes(rng, qname, *arr.shape) if qname.endswith("_K") else None
+        put_tensor(w, new_sd, name, hf_name, arr, qname, raw)
 
     put("token_embd.weight", "model.embed_tokens.weight", QUANTS["token_embd"])
     put("output_norm.weight", "model.norm.weight")
     put("output.weight", "lm_head.weight", QUANTS["output"])
-    hf = {
-        "attn_q": "self_attn.q_proj",
-        "attn_k": "self_attn.k_proj",
-        "attn_v": "self_attn.v_proj",
-        "attn_output": "self_attn.o_proj",
-        "ffn_gate": "mlp.gate_proj",
-        "ffn_up": "mlp.up_proj",
-        "ffn_down": "mlp.down_proj",
-    }
+    hf = LLAMA_CPP_MATRICES
     for i in range(cfg.num_hidden_layers):
         p = f"model.layers.{i}."
         put(f"blk.{i}.attn_norm.weight", p + "input_layernorm.weight")

@@ -5,7 +5,9 @@ on the same weights; the window masks the contiguous and the paged attention pat
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import jax.numpy as jnp
 import numpy as np
@@ -17,12 +19,22 @@ from memloop.engine.model.decoder import forward, load_model, no_cache_attention
 from memloop.engine.model.weights import load_weights
 from memloop.engine.runner.step import forward_paged
 
-from tests.engine.gguf_writer import header_writer, write_out
+from tests.engine.gguf_writer import LLAMA_CPP_MATRICES, float32_state, header_writer, put_tensor, write_out
 from tests.engine.kernel_gate import kernels_expected
-from tests.engine.test_engine_qwen2 import TOKENS, _greedy, _logits, _torch_greedy, _torch_logits
+from tests.engine.test_engine_qwen2 import TOKENS, _greedy, _logits, _torch_greedy, _torch_logits, saved
 
 GREEDY = 32
 WINDOW = 5  # binding: shorter than the 12-token prompt and the 44-token generation
+TINY = dict(  # the size of both checkpoints
+    vocab_size=256,
+    hidden_size=128,
+    intermediate_size=256,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=512,
+    tie_word_embeddings=False,
+)
 
 
 @pytest.fixture(scope="module")
@@ -32,27 +44,13 @@ def tiny_qwen3(tmp_path_factory):
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     torch.manual_seed(0)
-    cfg = Qwen3Config(
-        vocab_size=256,
-        hidden_size=128,
-        intermediate_size=256,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=64,
-        max_position_embeddings=512,
-        rms_norm_eps=1e-6,
-        rope_theta=1000000.0,
-        tie_word_embeddings=False,
-    )
+    cfg = Qwen3Config(**TINY, head_dim=64, rms_norm_eps=1e-6, rope_theta=1000000.0)
     model = Qwen3ForCausalLM(cfg).eval()
     with torch.no_grad():
         for layer in model.model.layers:
             layer.self_attn.q_norm.weight.uniform_(0.5, 1.5)
             layer.self_attn.k_norm.weight.uniform_(0.5, 1.5)
-    path = tmp_path_factory.mktemp("tiny_qwen3")
-    model.save_pretrained(path, safe_serialization=True)
-    return model, path
+    return saved(model, tmp_path_factory, "tiny_qwen3")
 
 
 def test_hf_qwen3_directory_matches_transformers(tiny_qwen3):
@@ -71,38 +69,20 @@ def test_hf_qwen3_directory_matches_transformers(tiny_qwen3):
 def _write_qwen3_gguf(model, path: Path) -> Path:
     """The model as a qwen3 GGUF with llama.cpp's tensor names (no Q/K permutation: NEOX rotary);
     matrices Q8_0, the embedding and norms F32. The model's weights become the de-quantised values."""
-    import gguf
-    from gguf.quants import dequantize, quantize
-
     cfg = model.config
-    sd = {k: v.detach().numpy().astype(np.float32) for k, v in model.state_dict().items()}
+    sd = float32_state(model)
     w = header_writer(model, path, "qwen3", rope_theta=1000000.0)
     w.add_key_length(cfg.head_dim)
     w.add_value_length(cfg.head_dim)
     new_sd = {}
 
     def put(name: str, hf_name: str, quantised: bool = False) -> None:
-        arr = sd[hf_name]
-        if not quantised:
-            w.add_tensor(name, arr)
-            new_sd[hf_name] = arr
-            return
-        raw = quantize(arr, gguf.GGMLQuantizationType.Q8_0)
-        w.add_tensor(name, raw, raw_dtype=gguf.GGMLQuantizationType.Q8_0)
-        new_sd[hf_name] = np.asarray(dequantize(raw, gguf.GGMLQuantizationType.Q8_0), np.float32).reshape(arr.shape)
+        put_tensor(w, new_sd, name, hf_name, sd[hf_name], "Q8_0" if quantised else "F32")
 
     put("token_embd.weight", "model.embed_tokens.weight")
     put("output_norm.weight", "model.norm.weight")
     put("output.weight", "lm_head.weight", quantised=True)
-    matrices = {
-        "attn_q": "self_attn.q_proj",
-        "attn_k": "self_attn.k_proj",
-        "attn_v": "self_attn.v_proj",
-        "attn_output": "self_attn.o_proj",
-        "ffn_gate": "mlp.gate_proj",
-        "ffn_up": "mlp.up_proj",
-        "ffn_down": "mlp.down_proj",
-    }
+    matrices = LLAMA_CPP_MATRICES
     vectors = {
         "attn_norm": "input_layernorm",
         "ffn_norm": "post_attention_layernorm",
@@ -132,11 +112,21 @@ def test_gguf_qwen3_matches_transformers(tiny_qwen3, tmp_path):
     ref = _torch_logits(model)
     dense = load_model(path, load_tokenizer=False, blocks=False)
     assert dense.config.architecture == "qwen3" and dense.config.qk_norm and dense.config.head_dim == 64
+    want = _torch_greedy(model, GREEDY)
+    assert_dense_and_blocked_match(path, dense, ref, want, lambda params: params["layers"][0]["wq"])
+
+
+def assert_dense_and_blocked_match(
+    path: Path, dense: Any, ref: np.ndarray, want: list[int], block_matrix: Callable[[dict], Any]
+) -> None:
+    """The GGUF at `path` loaded dense (`dense`) reproduces transformers: logits within 2e-3 of `ref`, its GREEDY
+    greedy tokens `want`; where the CPU kernel builds, loaded in block form too: `block_matrix` of its params
+    is a BlockMatrix, its logits are within 2e-3 of `ref` and its greedy tokens are the dense load's."""
     assert np.abs(_logits(dense) - ref).max() < 2e-3
-    assert _greedy(dense, GREEDY) == _torch_greedy(model, GREEDY)
+    assert _greedy(dense, GREEDY) == want
     if kernels_expected():
         blocked = load_model(path, load_tokenizer=False)
-        assert type(blocked.params["layers"][0]["wq"]).__name__ == "BlockMatrix"
+        assert type(block_matrix(blocked.params)).__name__ == "BlockMatrix"
         assert np.abs(_logits(blocked) - ref).max() < 2e-3
         assert _greedy(blocked, GREEDY) == _greedy(dense, GREEDY)
 
@@ -148,23 +138,8 @@ def _mistral(tmp_path_factory, window: int | None, name: str):
     from transformers import MistralConfig, MistralForCausalLM
 
     torch.manual_seed(1)
-    cfg = MistralConfig(
-        vocab_size=256,
-        hidden_size=128,
-        intermediate_size=256,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=512,
-        rms_norm_eps=1e-5,
-        rope_theta=10000.0,
-        sliding_window=window,
-        tie_word_embeddings=False,
-    )
-    model = MistralForCausalLM(cfg).eval()
-    path = tmp_path_factory.mktemp(name)
-    model.save_pretrained(path, safe_serialization=True)
-    return model, path
+    cfg = MistralConfig(**TINY, rms_norm_eps=1e-5, rope_theta=10000.0, sliding_window=window)
+    return saved(MistralForCausalLM(cfg).eval(), tmp_path_factory, name)
 
 
 @pytest.fixture(scope="module")

@@ -11,8 +11,9 @@ import numpy as np
 from memloop.jobs.commands.cli import app
 from memloop.jobs.results.nightly import EXIT_FAILED, compare_with_previous, exit_status, previous_run, run_nightly
 from memloop.jobs.store.run_store import RunStore
-from memloop.jobs.store.units import unit_key
 from typer.testing import CliRunner
+
+from tests.jobs.unit_rows import manifest_row, samples_row, unit_columns
 
 TINY = """
 name: {name}
@@ -97,53 +98,23 @@ def _night(out: str, run_id: str, name: str, day: int, f1: float) -> str:
     t = dt.datetime(2026, 1, day, 2, tzinfo=dt.timezone.utc)
     rows: dict[str, list] = {"samples": [], "scores": []}
     for i, v in enumerate(np.linspace(f1 - 0.1, f1 + 0.1, 12)):
-        base = dict(
-            unit=unit_key("sumie:synthetic", f"e{i}", "go-json", 0),
-            dataset="sumie:synthetic",
-            task="sumie",
-            sample_id=f"e{i}",
-            method="go-json",
-            repeat=0,
-        )
+        base = unit_columns("sumie:synthetic", f"e{i}", "go-json", 0)
         rows["samples"].append(
-            dict(
-                base,
-                seed=0,
-                status="ok",
-                error=None,
-                attempts=1,
-                output_json="{}",
-                n_steps=1,
-                prompt_tokens=100,
-                cached_tokens=40,
-                decoded_tokens=5,
-                chunk_tokens=None,
-                actor="a",
-                started_at=t,
-                finished_at=t,
-            )
+            samples_row(base, at=t, output_json="{}", prompt_tokens=100, cached_tokens=40, decoded_tokens=5)
         )
         rows["scores"].append(dict(base, judge="sumie-exact", metric="f1", turn=0, value=float(v + 0.01 * (i % 2))))
     rs.write_shard(rows)
     rs.write_manifest(
-        dict(
-            invocation=f"inv-{day}",
-            output=out,
+        manifest_row(
+            out,
+            f"inv-{day}",
+            samples=12,
+            computed=12,
             config_json=json.dumps({"name": name}),
-            identity_json="{}",
             code_version=f"git:{day}",
-            packages_json="{}",
-            model_digest="d",
-            template_hashes_json="{}",
-            host="h",
             started_at=t,
             finished_at=t + dt.timedelta(hours=1),
             wall_s=3600.0,
-            samples=12,
-            computed=12,
-            skipped=0,
-            failed=0,
-            stats_json="{}",
         )
     )
     return rs.uri

@@ -11,8 +11,9 @@ from memloop.jobs.results.compare import CompareError, compare_runs, failing, lo
 from memloop.jobs.results.report import write_report
 from memloop.jobs.store.run_store import RunStore
 from memloop.jobs.store.tables import now
-from memloop.jobs.store.units import unit_key
 from typer.testing import CliRunner
+
+from tests.jobs.unit_rows import manifest_row, samples_row, unit_columns
 
 N = 40
 
@@ -22,30 +23,10 @@ def _write(rs: RunStore, f1: np.ndarray, cached: int, temperature: float, extra_
     rows: dict[str, list] = {"samples": [], "scores": []}
     ids = [f"e{i}" for i in range(len(f1))] + (["only-here"] if extra_sample else [])
     for i, sid in enumerate(ids):
-        base = dict(
-            unit=unit_key("sumie:synthetic", sid, "go-json", 0),
-            dataset="sumie:synthetic",
-            task="sumie",
-            sample_id=sid,
-            method="go-json",
-            repeat=0,
-        )
+        base = unit_columns("sumie:synthetic", sid, "go-json", 0)
         rows["samples"].append(
-            dict(
-                base,
-                seed=0,
-                status="ok",
-                error=None,
-                attempts=1,
-                output_json="{}",
-                n_steps=1,
-                prompt_tokens=1000,
-                cached_tokens=cached + i % 3,
-                decoded_tokens=50,
-                chunk_tokens=None,
-                actor="a",
-                started_at=t,
-                finished_at=t,
+            samples_row(
+                base, at=t, output_json="{}", prompt_tokens=1000, cached_tokens=cached + i % 3, decoded_tokens=50
             )
         )
         v = float(f1[i]) if i < len(f1) else 0.5
@@ -58,24 +39,15 @@ def _write(rs: RunStore, f1: np.ndarray, cached: int, temperature: float, extra_
         "methods": [{"name": "go-json"}],
     }
     rs.write_manifest(
-        dict(
-            invocation="i1",
-            output=rs.store.uri,
-            config_json=json.dumps(config),
-            identity_json="{}",
-            code_version="git:abc",
-            packages_json="{}",
-            model_digest="d",
-            template_hashes_json="{}",
-            host="h",
-            started_at=t,
-            finished_at=t,
-            wall_s=1.0,
+        manifest_row(
+            rs.store.uri,
+            "i1",
             samples=len(ids),
             computed=len(ids),
-            skipped=0,
-            failed=0,
-            stats_json="{}",
+            config_json=json.dumps(config),
+            code_version="git:abc",
+            started_at=t,
+            finished_at=t,
         )
     )
 

@@ -10,87 +10,29 @@ import pytest
 from memloop.jobs.commands.cli import app
 from memloop.jobs.store.export import export_run
 from memloop.jobs.store.run_store import RunStore
-from memloop.jobs.store.tables import SCHEMAS, now
+from memloop.jobs.store.tables import SCHEMAS
 from memloop.jobs.store.units import unit_key
 from typer.testing import CliRunner
 
 from tests.jobs.cli_entry import memloop_cli
+from tests.jobs.unit_rows import manifest_row, samples_row, step_row, unit_columns
 
 
 def _unit(sample: str, status: str, f1: float) -> dict:
-    t = now()
-    base = dict(
-        unit=unit_key("sumie:synthetic", sample, "go-json", 0),
-        dataset="sumie:synthetic",
-        task="sumie",
-        sample_id=sample,
-        method="go-json",
-        repeat=0,
-    )
+    base = unit_columns("sumie:synthetic", sample, "go-json", 0)
+    error = None if status == "ok" else "TimeoutError: judge"
     return {
         "samples": [
-            dict(
-                base,
-                seed=0,
-                status=status,
-                error=None if status == "ok" else "TimeoutError: judge",
-                attempts=1,
-                output_json="{}",
-                n_steps=1,
-                prompt_tokens=10,
-                cached_tokens=4,
-                decoded_tokens=2,
-                chunk_tokens=None,
-                actor="a",
-                started_at=t,
-                finished_at=t,
-            )
+            samples_row(base, status, error, output_json="{}", prompt_tokens=10, cached_tokens=4, decoded_tokens=2)
         ],
-        "steps": [
-            dict(
-                base,
-                step=0,
-                kind="update",
-                template_id="t",
-                template_hash="h",
-                prompt="p",
-                output="o",
-                parsed_json="{}",
-                memory_json="{}",
-                prompt_tokens=10,
-                cached_tokens=4,
-                decoded_tokens=2,
-                error=None,
-                extra_json="{}",
-            )
-        ],
+        "steps": [step_row(base, 0, prompt_tokens=10, cached_tokens=4, decoded_tokens=2)],
         "judgments": [dict(base, judge="sumie-exact", index=0, record_json=json.dumps({"f1": f1}))],
         "scores": [dict(base, judge="sumie-exact", metric="f1", turn=None, value=f1)],
     }
 
 
 def _manifest(rs: RunStore, invocation: str) -> None:
-    rs.write_manifest(
-        dict(
-            invocation=invocation,
-            output=rs.store.uri,
-            config_json="{}",
-            identity_json="{}",
-            code_version="git:x",
-            packages_json="{}",
-            model_digest="d",
-            template_hashes_json="{}",
-            host="h",
-            started_at=now(),
-            finished_at=now(),
-            wall_s=1.0,
-            samples=2,
-            computed=1,
-            skipped=0,
-            failed=1,
-            stats_json="{}",
-        )
-    )
+    rs.write_manifest(manifest_row(rs.store.uri, invocation, samples=2, computed=1, failed=1))
 
 
 def _run(output: str, run_id: str) -> RunStore:

@@ -16,39 +16,14 @@ from memloop.jobs.store.gcs import GCSStore
 from memloop.jobs.store.objects import ConflictError
 from memloop.jobs.store.outputs import open_store
 from memloop.jobs.store.run_store import RunStore
-from memloop.jobs.store.tables import now
-from memloop.jobs.store.units import unit_key
+
+from tests.jobs.unit_rows import samples_row, unit_columns
 
 
 def _shard(sample: str) -> dict:
-    t = now()
-    base = dict(
-        unit=unit_key("sumie:synthetic", sample, "go-json", 0),
-        dataset="sumie:synthetic",
-        task="sumie",
-        sample_id=sample,
-        method="go-json",
-        repeat=0,
-    )
+    base = unit_columns("sumie:synthetic", sample, "go-json", 0)
     return {
-        "samples": [
-            dict(
-                base,
-                seed=0,
-                status="ok",
-                error=None,
-                attempts=1,
-                output_json="{}",
-                n_steps=1,
-                prompt_tokens=10,
-                cached_tokens=4,
-                decoded_tokens=2,
-                chunk_tokens=None,
-                actor="a",
-                started_at=t,
-                finished_at=t,
-            )
-        ],
+        "samples": [samples_row(base, output_json="{}", prompt_tokens=10, cached_tokens=4, decoded_tokens=2)],
         "scores": [dict(base, judge="sumie-exact", metric="f1", turn=i, value=0.5) for i in range(2)],
     }
 

@@ -28,6 +28,7 @@ from memloop.jobs.store.tables import judge_failure_row, now
 from memloop.jobs.store.units import unit_key
 
 from memloop.errors import MemloopError
+from tests.jobs.prefix_tokens import shared_prefix_tokens
 
 DATASET, TASK = "memoryagentbench:small", "memoryagentbench"
 MOVIES = {"Ronin (1998)": 1, "The Town (2010)": 2, "Heat (1995)": 3, "Collateral (2004)": 4}
@@ -315,14 +316,7 @@ def _encode(text: str) -> list[int]:
 
 def _shared(prompts: list[str]) -> tuple[int, int]:
     """(tokens of the prompts, tokens each shares from the start with the one before it), counted here."""
-    ids = [_encode(p) for p in prompts]
-    shared = 0
-    for a, b in zip(ids, ids[1:]):
-        n = 0
-        while n < min(len(a), len(b)) and a[n] == b[n]:
-            n += 1
-        shared += n
-    return sum(map(len, ids)), shared
+    return shared_prefix_tokens([_encode(p) for p in prompts])
 
 
 MEMORY = "[MEMORY] Zarnia's capital moved from Velt to Orsk in 1901. Doran Pell was born in Brask."

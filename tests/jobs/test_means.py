@@ -13,9 +13,8 @@ from memloop.jobs.results.report import build_report, headline
 from memloop.jobs.results.run_data import RunData
 from memloop.jobs.store.run_store import RunStore
 from memloop.jobs.store.tables import now
-from memloop.jobs.store.units import unit_key
 
-from tests.jobs.unit_rows import samples_row, unit_columns
+from tests.jobs.unit_rows import manifest_row, samples_row, unit_columns
 
 
 def _unit(
@@ -29,7 +28,7 @@ def _unit(
     failure: str | None = None,
 ) -> None:
     base = unit_columns("book:x", sample, method, repeat)
-    row = samples_row(base, status, error, failure)
+    row = samples_row(base, status, error, failure=failure)
     rows = [dict(base, judge="rouge", metric=m, turn=None, value=v) for m, v in (scores or {}).items()]
     rs.write_shard({"samples": [row], "steps": [], "scores": rows})
 
@@ -133,36 +132,16 @@ def test_a_paper_table_prints_the_stated_comparison_and_who_judged(tmp_path) -> 
     t = now()
     for i, (a, b) in enumerate(((0.20, 0.25), (0.30, 0.33), (0.10, None), (0.40, 0.46))):
         for method, v in (("no-kg", a), ("kg-retrieval", b)):
-            base = dict(
-                unit=unit_key("arxiv:x", f"s{i}", method, 0),
-                dataset="arxiv:x",
-                task="arxiv",
-                sample_id=f"s{i}",
-                method=method,
-                repeat=0,
-            )
+            base = unit_columns("arxiv:x", f"s{i}", method, 0)
             status = "ok" if v is not None else "failed"
+            error = None if v is not None else "MethodError: no summary"
+            failure = None if v is not None else "method"
+            row = samples_row(
+                base, status, error, failure=failure, at=t, prompt_tokens=10, cached_tokens=0, decoded_tokens=1
+            )
             rs.write_shard(
                 {
-                    "samples": [
-                        dict(
-                            base,
-                            seed=0,
-                            status=status,
-                            error=None if v is not None else "MethodError: no summary",
-                            failure=None if v is not None else "method",
-                            attempts=1,
-                            output_json='"s"',
-                            n_steps=1,
-                            prompt_tokens=10,
-                            cached_tokens=0,
-                            decoded_tokens=1,
-                            chunk_tokens=None,
-                            actor="a",
-                            started_at=t,
-                            finished_at=t,
-                        )
-                    ],
+                    "samples": [row],
                     "steps": [],
                     "scores": [] if v is None else [dict(base, judge="rouge", metric="rouge1", turn=None, value=v)],
                 }
@@ -174,24 +153,15 @@ def test_a_paper_table_prints_the_stated_comparison_and_who_judged(tmp_path) -> 
         "judge_model": {"kind": "engine"},
     }
     rs.write_manifest(
-        dict(
-            invocation="i1",
-            output=rs.store.uri,
-            config_json=json.dumps(cfg),
-            identity_json="{}",
-            code_version="git:x",
-            packages_json="{}",
-            model_digest="d",
-            template_hashes_json="{}",
-            host="h",
-            started_at=t,
-            finished_at=t,
-            wall_s=1.0,
+        manifest_row(
+            rs.store.uri,
+            "i1",
             samples=8,
             computed=8,
-            skipped=0,
             failed=1,
-            stats_json="{}",
+            config_json=json.dumps(cfg),
+            started_at=t,
+            finished_at=t,
         )
     )
     d = RunData.load(rs)

@@ -10,7 +10,6 @@ import json
 from pathlib import Path
 
 import pytest
-import yaml
 from fastapi import FastAPI, Header, HTTPException
 from memloop.jobs.commands.cli import app
 from memloop.jobs.errors import ConfigError
@@ -21,6 +20,7 @@ from typer.testing import CliRunner
 
 import memloop
 from tests.http_server import serve_app
+from tests.jobs.small_config import small_config, write_config
 
 ROOT = Path(__file__).resolve().parents[2]
 BOOK = ROOT / "jobs/configs/data/lighthouse-keeper.txt"
@@ -68,23 +68,9 @@ def endpoint():
 
 
 def _cfg(tmp_path: Path, **over) -> dict:
-    cfg = {
-        "name": "names",
-        "output": str(tmp_path / "runs"),
-        "datasets": [{"task": "book", "path": str(BOOK), "options": {"chunk_tokens": 256, "max_chunks": 1}}],
-        "methods": [{"name": "inc-update", "options": {"max_attempts": 1, "word_limit": 30}}],
-        "engine": {"actors": 1, "cpus_per_actor": 0.5, "max_in_flight": 2, "start_timeout_s": 300},
-        "judge_cpus": 0.25,
-        "retries": 0,
-    }
-    cfg.update(over)
-    return cfg
-
-
-def _write(tmp_path: Path, cfg: dict) -> Path:
-    path = tmp_path / "cfg.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    return path
+    datasets = [{"task": "book", "path": str(BOOK), "options": {"chunk_tokens": 256, "max_chunks": 1}}]
+    methods = [{"name": "inc-update", "options": {"max_attempts": 1, "word_limit": 30}}]
+    return small_config(tmp_path, "names", datasets, methods) | over
 
 
 # --------------------------------------------------------------------------- names -> config sections
@@ -204,7 +190,7 @@ def test_settings_override_by_dotted_path_and_are_validated_like_the_file(tmp_pa
 
 
 def test_cli_and_api_overrides_are_the_same_run(tmp_path) -> None:
-    path = _write(tmp_path, _cfg(tmp_path))
+    path = write_config(tmp_path, _cfg(tmp_path))
     res = CliRunner().invoke(
         app,
         [
@@ -240,7 +226,7 @@ def test_a_run_from_the_command_line_model_on_an_endpoint(ray_local, tmp_path, e
         app,
         [
             "run",
-            str(_write(tmp_path, _cfg(tmp_path))),
+            str(write_config(tmp_path, _cfg(tmp_path))),
             "--model",
             "openai/served-1",
             "--temperature",
@@ -326,7 +312,7 @@ def test_an_endpoint_that_refuses_stops_the_run_in_one_line(
         monkeypatch.setenv(k, v)
     SEEN.clear()
     res = CliRunner().invoke(
-        app, ["run", str(_write(tmp_path, _cfg(tmp_path)))] + [a.format(url=endpoint) for a in args]
+        app, ["run", str(write_config(tmp_path, _cfg(tmp_path)))] + [a.format(url=endpoint) for a in args]
     )
     assert res.exit_code != 0 and isinstance(res.exception, EndpointCheckError), res.output
     text = str(res.exception)
@@ -360,7 +346,7 @@ def test_the_command_line_model_on_memloop_serve_and_on_the_engine(ray_local, tm
     from tests.jobs.test_driver import memloop_serve
 
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    path = _write(
+    path = write_config(
         tmp_path, _cfg(tmp_path, methods=[{"name": "inc-update", "options": {"max_attempts": 1, "word_limit": 30}}])
     )
     flags = ["--max-tokens", "24", "--temperature", "0", "-S", "methods.0.options.word_limit=20"]

@@ -3,17 +3,23 @@
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import importlib
 import json
 import math
 
 import pytest
+from memloop.eval.datasets.sample import Sample
 from memloop.eval.judges.aggregation import mean_se
+from memloop.eval.methods.base import MethodOutput
 from memloop.jobs.results.report import build_report, write_report
 from memloop.jobs.results.run_data import RunData
 from memloop.jobs.store.run_store import RunStore
 from memloop.jobs.store.tables import now
 from memloop.jobs.store.units import unit_key
+
+from tests.jobs.prefix_tokens import shared_prefix_tokens
+from tests.jobs.unit_rows import samples_row, unit_columns
 
 
 def _shard(
@@ -27,31 +33,18 @@ def _shard(
     status: str = "ok",
     chunk: int | None = None,
 ) -> None:
-    base = dict(
-        unit=unit_key("sumie:synthetic", sample, method, repeat),
-        dataset="sumie:synthetic",
-        task="sumie",
-        sample_id=sample,
-        method=method,
-        repeat=repeat,
-    )
-    t = now()
+    base = unit_columns("sumie:synthetic", sample, method, repeat)
     p, c, dec = tokens
-    sample_row = dict(
+    sample_row = samples_row(
         base,
-        seed=repeat,
-        status=status,
-        error=None if status == "ok" else "engine died twice",
-        attempts=1,
+        status,
+        None if status == "ok" else "engine died twice",
         output_json="{}",
         n_steps=2,
         prompt_tokens=p,
         cached_tokens=c,
         decoded_tokens=dec,
         chunk_tokens=chunk,
-        actor="a",
-        started_at=t,
-        finished_at=t,
     )
     steps = [
         dict(base, step=i, kind="update", prompt_tokens=p // 2, cached_tokens=c // 2, decoded_tokens=dec // 2)
@@ -174,29 +167,15 @@ def _units(rs: RunStore, rows: list[tuple[str, str, int, str, tuple[int, int, in
     unit with a BooookScore failed in judging (the method's output exists, its judgment does not)."""
     t = now()
     for method, sample, repeat, status, (p, c, dec), bscore in rows:
-        base = dict(
-            unit=unit_key("book:x", sample, method, repeat),
-            dataset="book:x",
-            task="book",
-            sample_id=sample,
-            method=method,
-            repeat=repeat,
-        )
-        row = dict(
+        base = unit_columns("book:x", sample, method, repeat)
+        row = samples_row(
             base,
-            seed=repeat,
-            status=status,
-            error=None if status == "ok" else "judge booookscore: bad JSON",
-            attempts=1,
-            output_json='"s"',
-            n_steps=1,
+            status,
+            None if status == "ok" else "judge booookscore: bad JSON",
+            at=t,
             prompt_tokens=p,
             cached_tokens=c,
             decoded_tokens=dec,
-            chunk_tokens=None,
-            actor="a",
-            started_at=t,
-            finished_at=t,
         )
         scores = (
             [] if bscore is None else [dict(base, judge="booookscore", metric="booookscore", turn=None, value=bscore)]
@@ -278,35 +257,10 @@ PROMPTS = [
 
 def _prompt_run(tmp_path, name: str) -> RunData:
     rs = RunStore.open(str(tmp_path), name)
-    base = dict(
-        unit=unit_key("book:x", "b1", "prism", 0),
-        dataset="book:x",
-        task="book",
-        sample_id="b1",
-        method="prism",
-        repeat=0,
-    )
-    t = now()
+    base = unit_columns("book:x", "b1", "prism", 0)
     rs.write_shard(
         {
-            "samples": [
-                dict(
-                    base,
-                    seed=0,
-                    status="ok",
-                    error=None,
-                    attempts=1,
-                    output_json='"s"',
-                    n_steps=3,
-                    prompt_tokens=300,
-                    cached_tokens=0,
-                    decoded_tokens=30,
-                    chunk_tokens=None,
-                    actor="a",
-                    started_at=t,
-                    finished_at=t,
-                )
-            ],
+            "samples": [samples_row(base, n_steps=3, prompt_tokens=300, cached_tokens=0, decoded_tokens=30)],
             "steps": [
                 dict(base, step=i, kind="revise", prompt=p, prompt_tokens=100, cached_tokens=0, decoded_tokens=10)
                 for i, p in enumerate(PROMPTS)
@@ -318,14 +272,8 @@ def _prompt_run(tmp_path, name: str) -> RunData:
 
 
 def _paper_hit(encode) -> float:
-    ids = [list(encode(p)) for p in PROMPTS]
-    shared = 0
-    for a, b in zip(ids, ids[1:]):
-        n = 0
-        while n < min(len(a), len(b)) and a[n] == b[n]:
-            n += 1
-        shared += n
-    return 100.0 * shared / sum(len(i) for i in ids)
+    total, shared = shared_prefix_tokens([list(encode(p)) for p in PROMPTS])
+    return 100.0 * shared / total
 
 
 def test_paper_cache_hit_from_recorded_prompts_next_to_the_radix_hit(tmp_path) -> None:
@@ -368,35 +316,10 @@ def test_go_rows_leave_start_and_avg_empty(tmp_path) -> None:
     from memloop.jobs.results.report import headline
 
     rs = RunStore.open(str(tmp_path), "go")
-    base = dict(
-        unit=unit_key("sumie:synthetic", "e1", "go-json", 0),
-        dataset="sumie:synthetic",
-        task="sumie",
-        sample_id="e1",
-        method="go-json",
-        repeat=0,
-    )
-    t = now()
+    base = unit_columns("sumie:synthetic", "e1", "go-json", 0)
     rs.write_shard(
         {
-            "samples": [
-                dict(
-                    base,
-                    seed=0,
-                    status="ok",
-                    error=None,
-                    attempts=1,
-                    output_json="{}",
-                    n_steps=1,
-                    prompt_tokens=10,
-                    cached_tokens=0,
-                    decoded_tokens=1,
-                    chunk_tokens=None,
-                    actor="a",
-                    started_at=t,
-                    finished_at=t,
-                )
-            ],
+            "samples": [samples_row(base, output_json="{}", prompt_tokens=10, cached_tokens=0, decoded_tokens=1)],
             "steps": [],
             "scores": [
                 dict(base, judge="sumie-exact", metric=m, turn=2, value=0.5) for m in ("precision", "recall", "f1")
@@ -458,34 +381,10 @@ def test_net_and_cost_index_follow_the_papers_prefix_definition_not_the_radix_ca
     t = now()
     prompt, answer = "Whole book: Anna sails to Crete and becomes a captain. Summarize.", "Anna captains."
     for sid, cached in (("b1", 0), ("b2", 40)):
-        base = dict(
-            unit=unit_key("book:x", sid, "long", 0),
-            dataset="book:x",
-            task="book",
-            sample_id=sid,
-            method="long",
-            repeat=0,
-        )
+        base = unit_columns("book:x", sid, "long", 0)
         rs.write_shard(
             {
-                "samples": [
-                    dict(
-                        base,
-                        seed=0,
-                        status="ok",
-                        error=None,
-                        attempts=1,
-                        output_json='"s"',
-                        n_steps=1,
-                        prompt_tokens=60,
-                        cached_tokens=cached,
-                        decoded_tokens=9,
-                        chunk_tokens=None,
-                        actor="a",
-                        started_at=t,
-                        finished_at=t,
-                    )
-                ],
+                "samples": [samples_row(base, at=t, prompt_tokens=60, cached_tokens=cached, decoded_tokens=9)],
                 "steps": [
                     dict(
                         base,
@@ -550,17 +449,37 @@ def test_printed_hit_cells_satisfy_hit_equals_one_minus_net_over_total_across_re
     assert figs["prefix_hit_paper"]["mean"] == pytest.approx(100 * 900 / 1100)  # not (90 + 0) / 2
 
 
+def _write_method_run(
+    rs: RunStore, dataset: str, sample: Sample, method: str, out: MethodOutput, at: dt.datetime
+) -> None:
+    """One ok unit of `method` on `sample` (repeat 0) whose steps rows are the steps `out` (its method's run)
+    recorded, written as the run writes them."""
+    from types import SimpleNamespace
+
+    from memloop.jobs.store.tables import step_row
+    from memloop.jobs.store.tables import unit_columns as columns_of_unit
+
+    unit = SimpleNamespace(
+        key=unit_key(dataset, sample.id, method, 0),
+        dataset=SimpleNamespace(key=dataset),
+        sample=sample,
+        method=SimpleNamespace(key=method),
+        repeat=0,
+    )
+    row = samples_row(
+        columns_of_unit(unit), at=at, n_steps=len(out.steps), prompt_tokens=1, cached_tokens=0, decoded_tokens=1
+    )
+    rs.write_shard({"samples": [row], "steps": [step_row(unit, s) for s in out.steps], "scores": []})
+
+
 @pytest.mark.parametrize("name", ["prism-inplace", "prism-amendments"])
 def test_table4_memory_tokens_count_the_memory_text_the_prompt_carries(tmp_path, name: str) -> None:
     """Issue 46 point 11: table 4's memory tokens counted the folded memory in compact JSON, not the text
     PRISM's prompts carry (indented in-place JSON, or the base plus amendment lines)."""
-    from types import SimpleNamespace
-
     from memloop.eval.llm import ScriptedLLM
     from memloop.eval.methods import get_method
     from memloop.eval.tokens import cl100k_count
     from memloop.jobs.results.figures import memory_figures
-    from memloop.jobs.store.tables import step_row, unit_columns
 
     from tests.methods.test_prism import BOOK, REVS
 
@@ -569,39 +488,8 @@ def test_table4_memory_tokens_count_the_memory_text_the_prompt_carries(tmp_path,
     carried = [
         llm.requests[i].messages[0]["content"].split("[PARTIAL_SUMMARY]\n")[-1].split("\n\n[TEXT]")[0] for i in (1, 2)
     ]  # what turns 1 and 2 were prompted with
-    unit = SimpleNamespace(
-        key=unit_key("book:x", "b", name, 0),
-        dataset=SimpleNamespace(key="book:x"),
-        sample=BOOK,
-        method=SimpleNamespace(key=name),
-        repeat=0,
-    )
     rs = RunStore.open(str(tmp_path), "mem")
-    t = now()
-    rs.write_shard(
-        {
-            "samples": [
-                dict(
-                    unit_columns(unit),
-                    seed=0,
-                    status="ok",
-                    error=None,
-                    attempts=1,
-                    output_json='"s"',
-                    n_steps=len(out.steps),
-                    prompt_tokens=1,
-                    cached_tokens=0,
-                    decoded_tokens=1,
-                    chunk_tokens=None,
-                    actor="a",
-                    started_at=t,
-                    finished_at=t,
-                )
-            ],
-            "steps": [step_row(unit, s) for s in out.steps],
-            "scores": [],
-        }
-    )
+    _write_method_run(rs, "book:x", BOOK, name, out, now())
     fig = next(f for f in memory_figures(RunData.load(rs)) if f["method"] == name)
     want = sum(cl100k_count(c) for c in carried) / 2
     assert fig["mean"] == pytest.approx(want)
@@ -612,14 +500,10 @@ def test_table4_memory_tokens_count_the_memory_text_the_prompt_carries(tmp_path,
 def test_fig3_reports_the_share_of_turns_where_k_bound(tmp_path) -> None:
     """Issue 46 point 4: per cell, the share of turns whose memory went over K and was compressed or
     trimmed, so a figure 3 whose limit never binds says so (0 %)."""
-    from types import SimpleNamespace
-
-    from memloop.eval.datasets.sample import Sample
     from memloop.eval.llm import ScriptedLLM
     from memloop.eval.methods import get_method
     from memloop.jobs.results.figures import binding_figures
     from memloop.jobs.results.paper_tables import TABLES
-    from memloop.jobs.store.tables import step_row, unit_columns
 
     hotel = Sample(id="h", task="sumie", chunks=("Pool.", "Spa and gym and bar.", "Quiet."), metadata={"entity": "H"})
     rs = RunStore.open(str(tmp_path), "k")
@@ -639,37 +523,7 @@ def test_fig3_reports_the_share_of_turns_where_k_bound(tmp_path) -> None:
     }
     for label, outputs in scripts.items():
         out = get_method("gu-json", memory_limit=int(label.rsplit("k", 1)[1])).run(hotel, ScriptedLLM(outputs))
-        unit = SimpleNamespace(
-            key=unit_key("sumie:synthetic", "h", label, 0),
-            dataset=SimpleNamespace(key="sumie:synthetic"),
-            sample=hotel,
-            method=SimpleNamespace(key=label),
-            repeat=0,
-        )
-        rs.write_shard(
-            {
-                "samples": [
-                    dict(
-                        unit_columns(unit),
-                        seed=0,
-                        status="ok",
-                        error=None,
-                        attempts=1,
-                        output_json='"s"',
-                        n_steps=len(out.steps),
-                        prompt_tokens=1,
-                        cached_tokens=0,
-                        decoded_tokens=1,
-                        chunk_tokens=None,
-                        actor="a",
-                        started_at=t,
-                        finished_at=t,
-                    )
-                ],
-                "steps": [step_row(unit, s) for s in out.steps],
-                "scores": [],
-            }
-        )
+        _write_method_run(rs, "sumie:synthetic", hotel, label, out, t)
     figs = {f["method"]: f["mean"] for f in binding_figures(RunData.load(rs))}
     assert figs == {"gu-json-k3": pytest.approx(1 / 3), "gu-json-k99": 0.0}  # turn 1 of 3 compressed; never
     assert any(c.metric == "k_bound" for c in TABLES["seed000-fig3"].columns)

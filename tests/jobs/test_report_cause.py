@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 
 from memloop.jobs.store.run_store import RunStore
-from memloop.jobs.store.tables import now
 
 from tests.jobs.cli_entry import memloop_cli
+from tests.jobs.unit_rows import manifest_row
 
 OOM = (
     "RayActorError: The actor died unexpectedly: OutOfMemoryError: Task was killed due to the node running low "
@@ -17,26 +17,9 @@ OOM = (
 
 
 def _manifest(rs: RunStore, computed: int, failed: int, errors: list[str]) -> None:
+    stats = json.dumps({"first_errors": errors})
     rs.write_manifest(
-        dict(
-            invocation="inv-1",
-            output=rs.store.uri,
-            config_json="{}",
-            identity_json="{}",
-            code_version="git:x",
-            packages_json="{}",
-            model_digest="d",
-            template_hashes_json="{}",
-            host="h",
-            started_at=now(),
-            finished_at=now(),
-            wall_s=1.0,
-            samples=4,
-            computed=computed,
-            skipped=0,
-            failed=failed,
-            stats_json=json.dumps({"first_errors": errors}),
-        )
+        manifest_row(rs.store.uri, "inv-1", samples=4, computed=computed, failed=failed, stats_json=stats)
     )
 
 

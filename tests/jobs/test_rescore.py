@@ -31,6 +31,13 @@ def endpoint_model(url: str, concurrency: int = 4) -> dict:
     return {"kind": "openai", "endpoint": {"base_url": url, "model": "scripted", "max_concurrency": concurrency}}
 
 
+def _rescore_booookscore(run: str, judge_model: str) -> list[str]:
+    """The command line of `memloop rescore RUN --judge booookscore --judge-model JUDGE_MODEL --json`, run by a
+    fresh interpreter (so that a signal or an exit code reaches it as it would a user's)."""
+    cli = [sys.executable, "-m", "memloop.jobs.commands.cli"]
+    return [*cli, "rescore", run, "--judge", "booookscore", "--judge-model", judge_model, "--json"]
+
+
 @pytest.fixture(scope="module")
 def endpoint():
     with scripted_endpoint(attribute_table_answer) as (url, seen):
@@ -124,18 +131,7 @@ def test_an_interrupted_rescore_resumes_with_only_the_missing_units(finished_run
         env = dict(os.environ, PYTHONPATH=str(ROOT))
         earlier = set(RunStore.at(finished_run).judging_ids())
         proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "memloop.jobs.commands.cli",
-                "rescore",
-                finished_run,
-                "--judge",
-                "booookscore",
-                "--judge-model",
-                jm,
-                "--json",
-            ],
+            _rescore_booookscore(finished_run, jm),
             cwd=ROOT,
             env=env,
             stdout=subprocess.PIPE,
@@ -231,18 +227,7 @@ def test_a_judge_that_fails_during_rescore_is_recorded_with_its_cause_and_exits_
         jm = "{kind: openai, endpoint: {base_url: %s, model: nope, max_concurrency: 2}}" % url
         env = dict(os.environ, PYTHONPATH=str(ROOT))
         res = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "memloop.jobs.commands.cli",
-                "rescore",
-                finished_run,
-                "--judge",
-                "booookscore",
-                "--judge-model",
-                jm,
-                "--json",
-            ],
+            _rescore_booookscore(finished_run, jm),
             cwd=ROOT,
             env=env,
             capture_output=True,

@@ -15,6 +15,7 @@ from memloop.jobs.run.plan import make_plan, run_id
 from typer.testing import CliRunner
 
 import memloop
+from tests.jobs.small_config import small_config, write_config
 
 
 def _free_port() -> int:
@@ -24,23 +25,9 @@ def _free_port() -> int:
 
 
 def _cfg(tmp_path: Path, **over) -> dict:
-    cfg = {
-        "name": "cli",
-        "output": str(tmp_path / "runs"),
-        "datasets": [{"task": "sumie", "synthetic": {"entities": 1, "seed": 5}, "options": {"max_chunks": 1}}],
-        "methods": [{"name": "gu-json", "options": {"max_attempts": 1, "max_tokens": 16}}],
-        "engine": {"actors": 1, "cpus_per_actor": 0.5, "max_in_flight": 2, "start_timeout_s": 300},
-        "judge_cpus": 0.25,
-        "retries": 0,
-    }
-    cfg.update(over)
-    return cfg
-
-
-def _write(tmp_path: Path, cfg: dict) -> Path:
-    path = tmp_path / "cfg.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    return path
+    datasets = [{"task": "sumie", "synthetic": {"entities": 1, "seed": 5}, "options": {"max_chunks": 1}}]
+    methods = [{"name": "gu-json", "options": {"max_attempts": 1, "max_tokens": 16}}]
+    return small_config(tmp_path, "cli", datasets, methods) | over
 
 
 def test_failing_judge_endpoint_exits_3_and_names_the_cause(ray_local, tmp_path) -> None:
@@ -53,7 +40,7 @@ def test_failing_judge_endpoint_exits_3_and_names_the_cause(ray_local, tmp_path)
         methods=[{"name": "inc-update", "options": {"max_attempts": 1, "max_tokens": 24, "word_limit": 20}}],
         judge_model={"kind": "openai", "endpoint": {"base_url": f"http://127.0.0.1:{port}", "model": "m"}},
     )
-    res = CliRunner().invoke(app, ["run", str(_write(tmp_path, cfg))])
+    res = CliRunner().invoke(app, ["run", str(write_config(tmp_path, cfg))])
     assert res.exit_code == 3, res.output
     last = json.loads(res.stdout.strip().splitlines()[-1])
     # the judge's failure is its judgment's, not the method's unit's: the unit is ok, the run incomplete
@@ -69,7 +56,7 @@ def test_failing_judge_endpoint_exits_3_and_names_the_cause(ray_local, tmp_path)
     assert "connection refused" in error.lower() and "\x1b[" not in error and "ray::" not in error
     # an incomplete run is never tolerated as a method failure is (--max-failed-frac), with a fresh run
     res = CliRunner().invoke(
-        app, ["run", str(_write(tmp_path, dict(cfg, tag="again"))), "--max-failed-frac", "1", "--json"]
+        app, ["run", str(write_config(tmp_path, dict(cfg, tag="again"))), "--max-failed-frac", "1", "--json"]
     )
     assert res.exit_code == 3, res.output
     assert json.loads(res.stdout)["incomplete"] == 1  # --json: one object only on stdout
@@ -79,13 +66,13 @@ def test_dry_run_validates_and_starts_nothing(tmp_path) -> None:
     import ray
 
     was_running = ray.is_initialized()
-    res = CliRunner().invoke(app, ["run", str(_write(tmp_path, _cfg(tmp_path))), "--dry-run", "--json"])
+    res = CliRunner().invoke(app, ["run", str(write_config(tmp_path, _cfg(tmp_path))), "--dry-run", "--json"])
     assert res.exit_code == 0, res.output
     plan = json.loads(res.stdout)
     assert plan["units"] == 1 and plan["to_compute"] == 1 and plan["engine"]["model"].endswith(".gguf")
     assert not (tmp_path / "runs").exists() and ray.is_initialized() == was_running
     res = CliRunner().invoke(
-        app, ["run", str(_write(tmp_path, _cfg(tmp_path, methods=[{"name": "nope"}]))), "--dry-run"]
+        app, ["run", str(write_config(tmp_path, _cfg(tmp_path, methods=[{"name": "nope"}]))), "--dry-run"]
     )
     assert res.exit_code != 0 and "unknown method 'nope'" in str(res.exception)
 
@@ -108,7 +95,7 @@ def test_model_override_sets_the_engine_weights_and_the_run_id(tmp_path) -> None
     weights.write_bytes(b"GGUF other weights")
     assert run_id(with_overrides(cfg, model=str(weights))) != run_id(cfg)
     res = CliRunner().invoke(
-        app, ["run", str(_write(tmp_path, _cfg(tmp_path))), "--dry-run", "--json", "--model", "smollm2-135m"]
+        app, ["run", str(write_config(tmp_path, _cfg(tmp_path))), "--dry-run", "--json", "--model", "smollm2-135m"]
     )
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)["engine"]["model"].endswith(".gguf")
@@ -214,7 +201,7 @@ def test_unusable_weights_fail_in_one_line_before_ray(tmp_path, weights, expecte
 
 def test_an_engine_that_fails_inside_its_actor_is_named_in_one_line(ray_local, tmp_path) -> None:
     cfg = _cfg(tmp_path, engine={"actors": 1, "cpus_per_actor": 0.5, "start_timeout_s": 300, "options": {"tp": 64}})
-    res = CliRunner().invoke(app, ["run", str(_write(tmp_path, cfg))])
+    res = CliRunner().invoke(app, ["run", str(write_config(tmp_path, cfg))])
     assert res.exit_code != 0
     message = str(res.exception)
     assert message.startswith("the engine did not start: EngineError: asked for a mesh of 64 devices")
@@ -227,7 +214,7 @@ def test_an_empty_or_binary_book_leaves_no_run_directory(tmp_path, content) -> N
     book = tmp_path / "book.txt"
     book.write_bytes(content)
     cfg = _cfg(tmp_path, datasets=[{"task": "book", "path": str(book)}], methods=[{"name": "inc-update"}])
-    res = CliRunner().invoke(app, ["run", str(_write(tmp_path, cfg))])
+    res = CliRunner().invoke(app, ["run", str(write_config(tmp_path, cfg))])
     assert res.exit_code != 0 and isinstance(res.exception, ConfigError), res.output
     assert "book" in str(res.exception) and "\n" not in str(res.exception)
     assert not (tmp_path / "runs").exists()

@@ -51,7 +51,7 @@ def _unit(
 ) -> None:
     """One unit's shard as the run writes it: its samples row, its judges' scores and its judges' failure rows."""
     base = unit_columns(dataset, sample, method, repeat)
-    row = samples_row(base, status, error, failure)
+    row = samples_row(base, status, error, failure=failure)
     scores = (
         []
         if rouge1 is None

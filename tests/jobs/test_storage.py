@@ -15,50 +15,24 @@ from memloop.jobs.store.run_store import RunStore
 from memloop.jobs.store.tables import SCHEMAS, now
 from memloop.jobs.store.units import unit_key
 
+from tests.jobs.unit_rows import samples_row, step_row, unit_columns
+
 
 def _unit(sample: str, method: str, repeat: int = 0, status: str = "ok") -> dict:
-    base = dict(
-        unit=unit_key("sumie:synthetic", sample, method, repeat),
-        dataset="sumie:synthetic",
-        task="sumie",
-        sample_id=sample,
-        method=method,
-        repeat=repeat,
-    )
-    t = now()
-    sample_row = dict(
+    base = unit_columns("sumie:synthetic", sample, method, repeat)
+    sample_row = samples_row(
         base,
-        seed=repeat,
-        status=status,
-        error=None if status == "ok" else "boom",
-        attempts=1,
+        status,
+        None if status == "ok" else "boom",
         output_json=json.dumps({"attributes": {"name": [sample]}}),
         n_steps=2,
         prompt_tokens=100,
         cached_tokens=40,
         decoded_tokens=20,
-        chunk_tokens=None,
         actor="a0",
-        started_at=t,
-        finished_at=t,
     )
     steps = [
-        dict(
-            base,
-            step=i,
-            kind="update",
-            template_id="t",
-            template_hash="h",
-            prompt="p" * 300_000 if i else "p",
-            output="o",
-            parsed_json="{}",
-            memory_json="{}",
-            prompt_tokens=50,
-            cached_tokens=20,
-            decoded_tokens=10,
-            error=None,
-            extra_json="{}",
-        )
+        step_row(base, i, prompt="p" * 300_000 if i else "p", prompt_tokens=50, cached_tokens=20, decoded_tokens=10)
         for i in range(2)
     ]
     judgments = [dict(base, judge="sumie-match", index=0, record_json=json.dumps({"pred": "x", "match": True}))]
