@@ -35,7 +35,7 @@ class Usage:
 
 
 def usage_sum(usages: Iterable[Usage]) -> Usage:
-    """Several requests' usage together (a method's steps, a judge's calls); `judges.cost.total` also checks it."""
+    """Several requests' usage together (a method's steps, a judge's calls; `judges.cost.total` checks each first)."""
     total = Usage()
     for u in usages:
         total = total + u

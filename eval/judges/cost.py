@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
 from memloop.eval.errors import JudgeError
-from memloop.eval.llm import Usage
+from memloop.eval.llm import Usage, usage_sum
 from memloop.eval.tokens import common_prefix
 
 DECODE_WEIGHT = 3.0
@@ -38,12 +38,14 @@ def _check(u: Usage) -> None:
         raise JudgeError(f"inconsistent usage {u}: token counts must be >= 0 and cached <= prompt tokens")
 
 
+def _checked(u: Usage) -> Usage:
+    _check(u)
+    return u
+
+
 def total(usages: Iterable[Usage]) -> Usage:
-    out = Usage()
-    for u in usages:
-        _check(u)
-        out = out + u
-    return out
+    """The usages summed (llm.usage_sum), each checked first."""
+    return usage_sum(_checked(u) for u in usages)
 
 
 def cache_hit_rate(usage: Usage) -> float:

@@ -7,7 +7,7 @@ import json
 import pytest
 from memloop.eval.errors import JudgeError
 from memloop.eval.judges import run_judge
-from memloop.eval.judges.cost import cache_hit_rate, cost_index, cost_summary, usage_of
+from memloop.eval.judges.cost import cache_hit_rate, cost_index, cost_summary, total, usage_of
 from memloop.eval.judges.overlap import exec_match, function_name_of, rouge_scores
 from memloop.eval.llm import Usage
 
@@ -98,6 +98,13 @@ def test_cost_index_and_cache_hit_rate():
     assert cache_hit_rate(Usage()) == 0.0
     with pytest.raises(JudgeError, match="cached <= prompt"):
         cost_index(Usage(10, 11, 0))
+
+
+def test_a_total_refuses_an_inconsistent_request_that_the_sum_would_hide():
+    # 11 cached of 10 prompt tokens in one request; with the next one the sum (20, 11) alone looks consistent
+    with pytest.raises(JudgeError, match="cached <= prompt"):
+        total([Usage(10, 11, 0), Usage(10, 0, 0)])
+    assert total([Usage(10, 4, 1), Usage(10, 0, 2)]) == Usage(20, 4, 3)
 
 
 def test_cost_index_from_table_totals():
