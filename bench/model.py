@@ -278,17 +278,19 @@ def served_prefill(lm: Any, ids: list[int], repeat: int = TIMED_RUNS) -> tuple[f
     vocab = lm.config.vocab_size
     eng = Engine(EngineConfig(num_pages=len(ids) // 16 + 16, page_size=16, max_batch=1), model=lm)
     firsts = iter(range(1, vocab))
-    cached = [0]
+    cached = 0
 
     def request() -> None:
+        nonlocal cached
         prompt = [(ids[0] + next(firsts)) % vocab, *ids[1:]]
         out = eng.complete({"prompt": prompt, "sampling": {"max_tokens": 1, "temperature": 0.0, "stop_token_ids": []}})
-        cached[0] += out["usage"]["cached_tokens"]
+        cached += out["usage"]["cached_tokens"]
 
     try:
         request()  # compiles the prefill's shapes
-        cached[0] = 0
-        return len(ids) / _timed(request, repeat), cached[0]
+        cached = 0
+        seconds = _timed(request, repeat)
+        return len(ids) / seconds, cached
     finally:
         eng.shutdown()
 
