@@ -202,11 +202,27 @@ def soft_cap(x: jax.Array, cap: float | None) -> jax.Array:
     return x if cap is None else jnp.tanh(x / cap) * cap
 
 
-def rotary(x: jax.Array, positions: jax.Array, inv_freq: jax.Array) -> jax.Array:
-    """Rotate-half RoPE (the Hugging Face layout). x: [B,T,N,hd], positions: [B,T]."""
-    angles = positions.astype(jnp.float32)[..., None] * inv_freq  # [B,T,hd/2]
-    cos = jnp.cos(angles)[:, :, None, :]
-    sin = jnp.sin(angles)[:, :, None, :]
+Rope = tuple[jax.Array, jax.Array]  # (cos, sin) of the rotary angles, each [B,T,1,hd/2]
+
+
+def rope_tables(positions: jax.Array, inv_freq: jax.Array) -> Rope:
+    """cos and sin of the rotary angles for `positions` [B,T] ([..., B,T,1,hd/2] for stacked [..., hd/2]
+    `inv_freq`): the same in every layer with these frequencies, so a forward computes them once."""
+    angles = positions.astype(jnp.float32)[..., None] * inv_freq[..., None, None, :]  # [..., B,T,hd/2]
+    return jnp.cos(angles)[..., None, :], jnp.sin(angles)[..., None, :]
+
+
+def _rope_tables_once(positions: jax.Array, inv_freq: jax.Array) -> Rope:
+    """`rope_tables` for the unrolled (CPU) layer loop. XLA:CPU copies an elementwise producer into each
+    consumer's fusion (an optimization barrier is dropped there), so plain tables would be computed again
+    in each layer's q and k rotation: 60 sin/cos passes a decode step, 6% of batch 32's. A conditional is
+    not fused across; both branches are the same function, so its predicate's value does not matter."""
+    return jax.lax.cond(jnp.any(positions >= 0), rope_tables, rope_tables, positions, inv_freq)
+
+
+def rotary(x: jax.Array, rope: Rope) -> jax.Array:
+    """Rotate-half RoPE (the Hugging Face layout). x: [B,T,N,hd], rope: `rope_tables` for its positions."""
+    cos, sin = rope
     half = x.shape[-1] // 2
     x1 = x[..., :half].astype(jnp.float32)
     x2 = x[..., half:].astype(jnp.float32)
@@ -307,11 +323,12 @@ def decoder_layer(
     cache: Any,
     layer: jax.Array | int,
     attend: AttendFn,
-    inv_freq: jax.Array,
+    rope: Rope,
     window: int | jax.Array | None = None,
 ) -> tuple[jax.Array, Any]:
     """One pre-norm block: h + attn(norm(h)), then + GLU(norm(h)); Gemma also norms each branch's
-    output before adding it (`sandwich_norms`). `window`: this layer's sliding window (None: none)."""
+    output before adding it (`sandwich_norms`). `rope`: this layer's `rope_tables`; `window`: its
+    sliding window (None: none)."""
     b, t, _ = h.shape
     off = cfg.family.norm_offset
     x = rms_norm(h, lw["attn_norm"], cfg.rms_norm_eps, off)
@@ -323,8 +340,8 @@ def decoder_layer(
     v = v.reshape(b, t, cfg.num_kv_heads, cfg.head_dim)
     if cfg.qk_norm:  # Qwen3, Gemma 3: RMSNorm over each head's vector, before the rotation
         q, k = rms_norm(q, lw["q_norm"], cfg.rms_norm_eps, off), rms_norm(k, lw["k_norm"], cfg.rms_norm_eps, off)
-    q = rotary(q, positions, inv_freq)
-    k = rotary(k, positions, inv_freq)
+    q = rotary(q, rope)
+    k = rotary(k, rope)
     if cfg.query_pre_attn_scalar is not None and cfg.query_pre_attn_scalar != cfg.head_dim:
         # Scores are q.k / sqrt(query_pre_attn_scalar); attention divides by sqrt(head_dim), so q carries the rest.
         q = q * jnp.asarray((cfg.head_dim / cfg.query_pre_attn_scalar) ** 0.5, q.dtype)
@@ -363,18 +380,13 @@ def decoder_layers(
     cache riding in the carry (`first` may be traced: one program serves every span of a length)."""
     n = cfg.num_layers if count is None else count
     if isinstance(params["layers"], (list, tuple)):
+        tables: dict[bytes, Rope] = {}  # one per distinct frequency set (two in Gemma 3, one elsewhere)
         for i in range(first, first + n):
-            h, cache = decoder_layer(
-                cfg,
-                params["layers"][i],
-                h,
-                positions,
-                cache,
-                i,
-                attend,
-                jnp.asarray(cfg.inv_freq(i)),
-                cfg.layer_window(i),
-            )
+            freq = cfg.inv_freq(i)
+            if freq.tobytes() not in tables:
+                tables[freq.tobytes()] = _rope_tables_once(positions, jnp.asarray(freq))
+            rope, window = tables[freq.tobytes()], cfg.layer_window(i)
+            h, cache = decoder_layer(cfg, params["layers"][i], h, positions, cache, i, attend, rope, window)
         return h, cache
 
     def span(x: jax.Array) -> jax.Array:
@@ -383,22 +395,22 @@ def decoder_layers(
     layer_ids = span(jnp.arange(cfg.num_layers, dtype=jnp.int32))
     layers = jax.tree.map(span, params["layers"])
     if cfg.uniform_layers:  # one window and one rotary table for all layers: static
-        inv_freq, window = jnp.asarray(cfg.inv_freq()), cfg.layer_window(0)
+        rope, window = rope_tables(positions, jnp.asarray(cfg.inv_freq())), cfg.layer_window(0)
         xs = (layers, layer_ids)
     else:  # interleaved local/global layers (Gemma): per-layer windows and rotary tables ride in xs
-        inv_freq = span(jnp.asarray(np.stack([cfg.inv_freq(i) for i in range(cfg.num_layers)])))
+        freqs = span(jnp.asarray(np.stack([cfg.inv_freq(i) for i in range(cfg.num_layers)])))
         window = None
         if cfg.sliding_window is not None:
             window = span(jnp.asarray([cfg.layer_window(i) or NO_WINDOW for i in range(cfg.num_layers)], jnp.int32))
-        xs = (layers, layer_ids, inv_freq, window)
+        xs = (layers, layer_ids, rope_tables(positions, freqs), window)
 
     def body(carry, xs):
         h, cache = carry
         if len(xs) == 2:
-            (lw, layer), inv, win = xs, inv_freq, window
+            (lw, layer), rp, win = xs, rope, window
         else:
-            lw, layer, inv, win = xs
-        return decoder_layer(cfg, lw, h, positions, cache, layer, attend, inv, win), None
+            lw, layer, rp, win = xs
+        return decoder_layer(cfg, lw, h, positions, cache, layer, attend, rp, win), None
 
     (h, cache), _ = jax.lax.scan(body, (h, cache), xs)
     return h, cache

@@ -134,3 +134,21 @@ def test_decoding_through_the_serving_kernel_gives_the_same_tokens(lm):
         out = decode_chunk(*args, cap=0, full=False, in_place=in_place)[0]
         outs[in_place] = np.asarray(out).tolist()
     assert outs[True] == outs[False]
+
+
+@pytest.mark.timeout(300)
+def test_rotary_tables_are_computed_once_per_forward(lm):
+    """The unrolled (CPU) layer loop computes the rotary cos/sin once for all layers: XLA:CPU would
+    otherwise copy them into every layer's q and k rotation (2 x layers sin/cos passes a step)."""
+    import jax
+    import jax.numpy as jnp
+    from memloop.engine.model.decoder import forward, no_cache_attention
+
+    if not isinstance(lm.params["layers"], list):
+        pytest.skip("the layers run in a lax.scan on this backend, which computes the tables once by itself")
+    positions = jnp.arange(8, dtype=jnp.int32)[None]
+    tokens = jnp.ones((1, 8), jnp.int32)
+    fn = jax.jit(lambda p, t, q: forward(p, lm.config, t, q, None, no_cache_attention(q))[0])
+    compiled = fn.lower(lm.params, tokens, positions).compile().as_text()
+    # one cosine per branch of the conditional that keeps them out of the layers' fusions
+    assert 1 <= compiled.count(" cosine(") <= 2, compiled.count(" cosine(")
