@@ -80,6 +80,26 @@ def test_kernel_rows_do_not_depend_on_their_batch(qtype):
         np.testing.assert_array_equal(np.asarray(fn(x[lo:hi], raw)), full[lo:hi])
 
 
+@pytest.mark.parametrize("qtype", ["Q4_0", "Q4_1", "Q8_0"])
+def test_a_row_over_more_blocks_than_a_tile_converts_at_once(qtype):
+    """The decode tile converts its blocks' f16 scales 64 blocks at a time (qmatmul.cc, `kScaleBlocks`):
+    at 2,080 inputs (65 blocks) a unit row on either side of that edge reads each weight out exactly,
+    and every row alone (the tile) has the bits it has in a 40-row call (the panel)."""
+    rng = np.random.default_rng(11)
+    d_out, d_in = 21, 65 * 32
+    raw = random_blocks(rng, qtype, d_out, d_in)
+    w = reference_weights(raw, qtype, d_out, d_in)
+    fn = jax.jit(lambda x, r: kernels.qmatmul(x, r, qtype))
+    for k in (0, 31, 2047, 2048, 2079):
+        unit = np.zeros((1, d_in), np.float32)
+        unit[0, k] = 1.0
+        np.testing.assert_array_equal(np.asarray(fn(jnp.asarray(unit), jnp.asarray(raw)))[0], w[:, k], err_msg=f"{k}")
+    x = jnp.asarray(rng.standard_normal((40, d_in)).astype(np.float32))
+    full = np.asarray(fn(x, jnp.asarray(raw)))
+    for r in (0, 17, 39):
+        np.testing.assert_array_equal(np.asarray(fn(x[r : r + 1], jnp.asarray(raw))), full[r : r + 1])
+
+
 @pytest.fixture
 def kernel_limit(monkeypatch):
     """Sets the kernel's row limit on this host's instruction set (memloop.engine.model.blocks.KERNEL_MAX_ROWS)."""
