@@ -136,13 +136,30 @@ inline void DequantK(const uint8_t* b, int t, V16& lo, V16& hi) {
 }
 
 // The 32 weights of one block as two vectors (elements 0-15 and 16-31).
+// A Q4_0/Q4_1/Q8_0 block de-quantised with its scale (and Q4_1's offset) `dm` already in f32 (`Dequant`
+// converts them here; the AVX-512 decode tile converts them ahead, `ConvertScales`): the same bits.
 template <int32_t Q>
-inline void Dequant(const uint8_t* b, V16& lo, V16& hi) {
+inline void DequantScaled(const uint8_t* b, const float* dm, V16& lo, V16& hi) {
+  const V16 d = v16_set1_ps(dm[0]);
   if constexpr (Q == kQ8_0) {
-    const V16 d = v16_set1_ps(Half(b));
     lo = v16_mul_ps(v16_cvtepi32_ps(v16_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)(b + 2)))), d);
     hi = v16_mul_ps(v16_cvtepi32_ps(v16_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)(b + 18)))), d);
-  } else if constexpr (Q == kQ5_0) {
+  } else {
+    // A 16-entry table of the block's possible values, looked up by nibble (vpermps reads the low
+    // 4 bits of each index): byte i holds element i in its low nibble and element i+16 in its high.
+    // (The AVX2 tile decodes these types directly instead: GroupHalf.)
+    const V16 codes = v16_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const V16 table = Q == kQ4_1 ? v16_fmadd_ps(codes, d, v16_set1_ps(dm[1]))
+                                 : v16_mul_ps(v16_sub_ps(codes, v16_set1_ps(8.0f)), d);
+    const V16i v = v16_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)(b + (Q == kQ4_1 ? 4 : 2))));
+    lo = v16_permutexvar_ps(v, table);
+    hi = v16_permutexvar_ps(v16_srli_epi32(v, 4), table);
+  }
+}
+
+template <int32_t Q>
+inline void Dequant(const uint8_t* b, V16& lo, V16& hi) {
+  if constexpr (Q == kQ5_0) {
     // Layout: f16 d, u32 qh (bit i = fifth bit of element i), 16 bytes of nibbles as in Q4_0.
     // The 5-bit code indexes a 32-entry table (two vectors, vpermt2ps) of d * (code - 16).
     const V16 d = v16_set1_ps(Half(b));
@@ -160,17 +177,9 @@ inline void Dequant(const uint8_t* b, V16& lo, V16& hi) {
         v16_and_si512(v16_srlv_epi32(bits, v16_add_epi32(lanes, v16_set1_epi32(16))), one), 4);
     lo = v16_permutex2var_ps(t0, v16_or_si512(v16_and_si512(v, nib), h0), t1);
     hi = v16_permutex2var_ps(t0, v16_or_si512(v16_srli_epi32(v, 4), h1), t1);
-  } else {
-    // A 16-entry table of the block's possible values, looked up by nibble (vpermps reads the low
-    // 4 bits of each index): byte i holds element i in its low nibble and element i+16 in its high.
-    // (The AVX2 tile decodes these types directly instead: GroupHalf.)
-    const V16 codes = v16_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    const V16 d = v16_set1_ps(Half(b));
-    const V16 table = Q == kQ4_1 ? v16_fmadd_ps(codes, d, v16_set1_ps(Half(b + 2)))
-                                 : v16_mul_ps(v16_sub_ps(codes, v16_set1_ps(8.0f)), d);
-    const V16i v = v16_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)(b + (Q == kQ4_1 ? 4 : 2))));
-    lo = v16_permutexvar_ps(v, table);
-    hi = v16_permutexvar_ps(v16_srli_epi32(v, 4), table);
+  } else {  // Q4_0, Q4_1, Q8_0
+    const float dm[2] = {Half(b), Q == kQ4_1 ? Half(b + 2) : 0.0f};
+    DequantScaled<Q>(b, dm, lo, hi);
   }
 }
 
@@ -426,24 +435,6 @@ inline void ConvertScales(const uint8_t* w, int64_t row_bytes, int64_t j0, int64
       std::memcpy(&dm, w + o * row_bytes + j * BlockBytes(Q), 4);  // Q4_0/Q8_0: the scale and two code bytes
       _mm_storel_pi((__m64*)scales[j - j0][o], _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(dm))));
     }
-}
-
-// Dequant's values for a block whose scale (and offset) `dm` is already f32: the same arithmetic on
-// the same values, so the same bits.
-template <int32_t Q>
-inline void DequantScaled(const uint8_t* b, const float* dm, V16& lo, V16& hi) {
-  const V16 d = v16_set1_ps(dm[0]);
-  if constexpr (Q == kQ8_0) {
-    lo = v16_mul_ps(v16_cvtepi32_ps(v16_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)(b + 2)))), d);
-    hi = v16_mul_ps(v16_cvtepi32_ps(v16_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)(b + 18)))), d);
-  } else {
-    const V16 codes = v16_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    const V16 table = Q == kQ4_1 ? v16_fmadd_ps(codes, d, v16_set1_ps(dm[1]))
-                                 : v16_mul_ps(v16_sub_ps(codes, v16_set1_ps(8.0f)), d);
-    const V16i v = v16_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)(b + (Q == kQ4_1 ? 4 : 2))));
-    lo = v16_permutexvar_ps(v, table);
-    hi = v16_permutexvar_ps(v16_srli_epi32(v, 4), table);
-  }
 }
 
 template <int32_t Q, int RT, int OT>
