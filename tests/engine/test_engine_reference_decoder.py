@@ -137,18 +137,30 @@ def test_decoding_through_the_serving_kernel_gives_the_same_tokens(lm):
 
 
 @pytest.mark.timeout(300)
-def test_rotary_tables_are_computed_once_per_forward(lm):
-    """The unrolled (CPU) layer loop computes the rotary cos/sin once for all layers: XLA:CPU would
-    otherwise copy them into every layer's q and k rotation (2 x layers sin/cos passes a step)."""
+@pytest.mark.parametrize("unroll", [True, False])
+def test_rotary_tables_are_computed_once_per_forward(lm, smollm2_gguf, unroll):
+    """Both layer loops compute the rotary cos/sin once for all layers: the unrolled one (CPU's default)
+    behind a conditional, since XLA:CPU would otherwise copy them into every layer's q and k rotation
+    (2 x layers sin/cos passes a step: fails on the per-layer code); the `lax.scan` one (TPU/GPU's) outside
+    the layers' while loop (where XLA also hoisted the per-layer code's: a guard, not a regression test)."""
+    import re
+
     import jax
     import jax.numpy as jnp
-    from memloop.engine.model.decoder import forward, no_cache_attention
+    from memloop.engine.model.decoder import forward, load_model, no_cache_attention
 
-    if not isinstance(lm.params["layers"], list):
-        pytest.skip("the layers run in a lax.scan on this backend, which computes the tables once by itself")
+    model = lm if unroll else load_model(smollm2_gguf, unroll=False, load_tokenizer=False)
+    assert isinstance(model.params["layers"], list) == unroll
     positions = jnp.arange(8, dtype=jnp.int32)[None]
     tokens = jnp.ones((1, 8), jnp.int32)
-    fn = jax.jit(lambda p, t, q: forward(p, lm.config, t, q, None, no_cache_attention(q))[0])
-    compiled = fn.lower(lm.params, tokens, positions).compile().as_text()
-    # one cosine per branch of the conditional that keeps them out of the layers' fusions
-    assert 1 <= compiled.count(" cosine(") <= 2, compiled.count(" cosine(")
+    fn = jax.jit(lambda p, t, q: forward(p, model.config, t, q, None, no_cache_attention(q))[0])
+    compiled = fn.lower(model.params, tokens, positions).compile().as_text()
+    if unroll:  # once, or once in each branch of the conditional (per layer: 60)
+        assert 1 <= compiled.count(" cosine(") <= 2, compiled.count(" cosine(")
+    else:  # in a fusion the entry computation runs, not one inside the layers' while loop
+        computations = {c.split(" ", 1)[0].lstrip("%"): c for c in re.split(r"\n(?=\S)", compiled) if "{" in c}
+        fused = [name for name, text in computations.items() if " cosine(" in text]
+        assert fused
+        for name in fused:
+            callers = [c for c, text in computations.items() if f"calls=%{name}," in text or f"calls=%{name}\n" in text]
+            assert callers == ["ENTRY"], (name, callers)
