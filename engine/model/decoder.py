@@ -383,9 +383,10 @@ def decoder_layers(
         tables: dict[bytes, Rope] = {}  # one per distinct frequency set (two in Gemma 3, one elsewhere)
         for i in range(first, first + n):
             freq = cfg.inv_freq(i)
-            if freq.tobytes() not in tables:
-                tables[freq.tobytes()] = _rope_tables_once(positions, jnp.asarray(freq))
-            rope, window = tables[freq.tobytes()], cfg.layer_window(i)
+            key = freq.tobytes()
+            if key not in tables:
+                tables[key] = _rope_tables_once(positions, jnp.asarray(freq))
+            rope, window = tables[key], cfg.layer_window(i)
             h, cache = decoder_layer(cfg, params["layers"][i], h, positions, cache, i, attend, rope, window)
         return h, cache
 
