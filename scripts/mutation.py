@@ -244,6 +244,27 @@ TARGETS: dict[str, Target] = {
             "the heap once and nothing takes references meanwhile): the skip never runs",
         },
     ),
+    "rope": Target(
+        "engine/model/decoder.py",
+        ("rope_tables", "_rope_tables_once", "rotary"),
+        (
+            "tests/engine/test_engine_reference.py",
+            "tests/engine/test_engine_reference_decoder.py",
+            "-k",
+            "logits_match_transformers or rotary_tables",
+        ),
+        ("numpy", "jax", "torch", "transformers"),
+        {
+            (
+                "return jax.lax.cond(jnp.any(positions >= 0), rope_tables, rope_tables, positions, inv_freq)",
+                mutant,
+            ): "both branches of the conditional are `rope_tables`: the predicate only keeps it a runtime one"
+            for mutant in (
+                "return jax.lax.cond(jnp.any(positions > 0), rope_tables, rope_tables, positions, inv_freq)",
+                "return jax.lax.cond(jnp.any(positions >= 1), rope_tables, rope_tables, positions, inv_freq)",
+            )
+        },
+    ),
     "sampling": Target(
         "engine/sample/sampling.py",
         ("next_pow2", "candidate_cap", "logprob_width"),
